@@ -1,0 +1,20 @@
+"""jaxinfer: JAX/XLA inference for Llama-family language models on CPU, GPU and TPU."""
+
+from jaxinfer.config import ConfigError, ModelConfig, from_hf_config, load_config
+from jaxinfer.checkpoint import CheckpointError, load_weights, save_converted
+from jaxinfer.llm import LLM, RequestOutput
+from jaxinfer.sampling_params import SamplingParams
+
+__all__ = [
+    "LLM",
+    "SamplingParams",
+    "RequestOutput",
+    "ModelConfig",
+    "ConfigError",
+    "CheckpointError",
+    "from_hf_config",
+    "load_config",
+    "load_weights",
+    "save_converted",
+]
+__version__ = "0.1.0"

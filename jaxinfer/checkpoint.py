@@ -1,0 +1,180 @@
+"""Checkpoints: HF safetensors -> weight pytree, and orbax save/restore of converted models."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors import safe_open
+from tqdm.auto import tqdm
+
+from jaxinfer.config import ModelConfig, load_config
+from jaxinfer.hf_names import expected_hf_names, hf_tensor_map
+from jaxinfer.models import Weights, abstract_weights
+from jaxinfer.weights import is_info
+
+ORBAX_SUBDIR = "jaxinfer_weights"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "generation_config.json",
+    "chat_template.jinja",
+)
+# Buffers some exporters write that are derived, not learned.
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+PROGRESS_MIN_BYTES = 256 * 2**20
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not match its config; the message names the tensor and file."""
+
+
+def leaf_paths(tree: Any) -> Iterator[tuple[str, Any]]:
+    """(dotted path, leaf) pairs of a weights tree: 'embed', 'layers.wq', ..."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_info)
+    for path, leaf in flat:
+        yield ".".join(str(getattr(k, "name", getattr(k, "key", k))) for k in path), leaf
+
+
+def safetensors_index(model_dir: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it (sharded index or single/multiple files)."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: model_dir / fname for name, fname in weight_map.items()}
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(
+            f"no *.safetensors in {model_dir}; jaxinfer reads HF safetensors checkpoints "
+            "(re-save PyTorch .bin checkpoints with save_pretrained(safe_serialization=True))"
+        )
+    out: dict[str, Path] = {}
+    for f in files:
+        with safe_open(f, "numpy") as st:
+            out.update({name: f for name in st.keys()})
+    return out
+
+
+def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> None:
+    """Fail on missing or unexpected tensors, naming them and where they were looked for."""
+    expected = expected_hf_names(cfg)
+    found = {n for n in index if not n.endswith(IGNORED_SUFFIXES)}
+    if cfg.tie_word_embeddings:
+        found.discard("lm_head.weight")  # some exporters keep the tied copy
+    missing = sorted(expected - found)
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {model_dir} is missing {len(missing)} tensor(s), first: {missing[:5]}"
+        )
+    unexpected = sorted(found - expected)
+    if unexpected:
+        raise CheckpointError(
+            f"checkpoint {model_dir} has {len(unexpected)} tensor(s) the config does not describe "
+            f"(first: {unexpected[:5]}) in {index[unexpected[0]].name}; is config.json for this model?"
+        )
+
+
+class _TensorReader:
+    """Reads named tensors, keeping each safetensors file open once."""
+
+    def __init__(self, index: dict[str, Path]):
+        self._index = index
+        self._open: dict[Path, Any] = {}
+
+    def read(self, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
+        """The tensor as numpy, after checking its shape."""
+        path = self._index[name]
+        if path not in self._open:
+            self._open[path] = safe_open(path, "numpy")
+        tensor = self._open[path].get_tensor(name)
+        if tuple(tensor.shape) != expected_shape:
+            raise CheckpointError(
+                f"tensor {name} in {path.name} has shape {tuple(tensor.shape)}, expected {expected_shape}"
+            )
+        return tensor
+
+
+def load_hf_weights(model_dir: str | Path, cfg: ModelConfig, dtype: Any, progress: bool = True) -> Weights:
+    """Read an HF safetensors checkpoint into the weights pytree, cast to `dtype`."""
+    model_dir = Path(model_dir)
+    index = safetensors_index(model_dir)
+    _check_names(cfg, index, model_dir)
+    reader = _TensorReader(index)
+    tensors = hf_tensor_map(cfg)
+    abstract = abstract_weights(cfg)
+    total = sum(p.stat().st_size for p in set(index.values()))
+    bar = tqdm(
+        total=cfg.num_layers * len(tensors),
+        desc=f"loading {model_dir.name}",
+        disable=not progress or total < PROGRESS_MIN_BYTES,
+    )
+    np_dtype = jnp.dtype(dtype)
+    arrays = {}
+    for path, info in leaf_paths(abstract):
+        t = tensors[path]
+        if t.per_layer:
+            layers = [reader.read(t.name.format(i=i), t.hf_shape) for i in range(cfg.num_layers)]
+            value = np.stack([t.to_jax(x).astype(np_dtype) for x in layers])
+            bar.update(cfg.num_layers)
+        else:
+            value = t.to_jax(reader.read(t.name, t.hf_shape)).astype(np_dtype)
+            bar.update(1)
+        arrays[path] = jnp.asarray(value)
+    bar.close()
+    return _unflatten(abstract, arrays)
+
+
+def _unflatten(abstract: Weights, arrays: dict[str, Any]) -> Weights:
+    leaves, treedef = jax.tree.flatten(abstract, is_leaf=is_info)
+    return jax.tree.unflatten(treedef, [arrays[p] for p, _ in leaf_paths(abstract)])
+
+
+def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write weights as an orbax checkpoint next to config and tokenizer files copied from src_dir."""
+    from orbax import checkpoint as ocp
+
+    src, out = Path(src_dir), Path(out_dir).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", *TOKENIZER_FILES):
+        if (src / name).is_file():
+            shutil.copy2(src / name, out / name)
+    target = out / ORBAX_SUBDIR
+    if target.exists():
+        shutil.rmtree(target)
+    with ocp.StandardCheckpointer() as ckpt:
+        ckpt.save(target, dict(leaf_paths(weights)))
+    return out
+
+
+def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any) -> Weights:
+    """Read weights written by `save_converted`, cast to `dtype`."""
+    from orbax import checkpoint as ocp
+
+    abstract = abstract_weights(cfg)
+    path = Path(model_dir).absolute() / ORBAX_SUBDIR
+    with ocp.StandardCheckpointer() as ckpt:
+        meta = ckpt.metadata(path)
+        tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta
+        target = {p: jax.ShapeDtypeStruct(info.shape, tree[p].dtype) for p, info in leaf_paths(abstract)}
+        restored = ckpt.restore(path, target)
+    return _unflatten(abstract, {p: v.astype(dtype) for p, v in restored.items()})
+
+
+def is_converted(model_dir: str | Path) -> bool:
+    """True for a directory written by `jaxinfer convert`."""
+    return (Path(model_dir) / ORBAX_SUBDIR).is_dir()
+
+
+def load_weights(model_dir: str | Path, dtype: Any, progress: bool = True) -> tuple[ModelConfig, Weights]:
+    """Config and weights from an HF directory or a converted one."""
+    cfg = load_config(model_dir)
+    if is_converted(model_dir):
+        return cfg, restore_converted(model_dir, cfg, dtype)
+    return cfg, load_hf_weights(model_dir, cfg, dtype, progress)

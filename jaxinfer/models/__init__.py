@@ -1,0 +1,5 @@
+"""Model families. Every supported architecture is a flag set on the Llama decoder."""
+
+from jaxinfer.models.llama import LayerWeights, Weights, abstract_weights, forward, lm_logits
+
+__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits"]

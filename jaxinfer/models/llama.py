@@ -1,0 +1,162 @@
+"""The Llama-family decoder (Llama 2/3, Mistral, Qwen2, Qwen3, Gemma) as pure functions.
+
+The families differ only by flags on ModelConfig (biases, q/k norm, norm offset, embedding
+scale, activation, sliding windows), so one definition serves them all. Layer weights are
+stacked on a leading `layers` axis and the decoder is a `lax.scan` over layers: compile time
+does not grow with depth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.attention import attend
+from jaxinfer.config import ModelConfig
+from jaxinfer.kv_cache import KVCache
+from jaxinfer.layers import apply_rope, gated_mlp, rms_norm, rope_cos_sin
+from jaxinfer.weights import ArrayInfo
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class LayerWeights:
+    """Decoder layers stacked on axis 0 (L = num_layers)."""
+
+    attn_norm: jax.Array  # [L, D]
+    wq: jax.Array  # [L, D, H, K]
+    wk: jax.Array  # [L, D, KV, K]
+    wv: jax.Array  # [L, D, KV, K]
+    wo: jax.Array  # [L, H, K, D]
+    mlp_norm: jax.Array  # [L, D]
+    w_gate: jax.Array  # [L, D, F]
+    w_up: jax.Array  # [L, D, F]
+    w_down: jax.Array  # [L, F, D]
+    bq: jax.Array | None = None  # [L, H, K]
+    bk: jax.Array | None = None  # [L, KV, K]
+    bv: jax.Array | None = None  # [L, KV, K]
+    bo: jax.Array | None = None  # [L, D]
+    q_norm: jax.Array | None = None  # [L, K]
+    k_norm: jax.Array | None = None  # [L, K]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Weights:
+    """All weights of one model; `lm_head` is None when tied to the embedding."""
+
+    embed: jax.Array  # [V, D]
+    layers: LayerWeights
+    final_norm: jax.Array  # [D]
+    lm_head: jax.Array | None = None  # [D, V]
+
+
+def abstract_weights(cfg: ModelConfig) -> Weights:
+    """Every weight leaf as an ArrayInfo; init, loading and sharding derive from this tree."""
+    L, D, F = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size
+    H, KV, K, V = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size
+    norm = 0.0 if cfg.norm_weight_offset else 1.0
+
+    def info(shape: tuple[int, ...], axes: tuple[str | None, ...], **kw: float) -> ArrayInfo:
+        return ArrayInfo(shape, axes, **kw)
+
+    layers = LayerWeights(
+        attn_norm=info((L, D), ("layers", "embed"), init_value=norm),
+        wq=info((L, D, H, K), ("layers", "embed", "q_heads", "head_dim")),
+        wk=info((L, D, KV, K), ("layers", "embed", "kv_heads", "head_dim")),
+        wv=info((L, D, KV, K), ("layers", "embed", "kv_heads", "head_dim")),
+        wo=info((L, H, K, D), ("layers", "q_heads", "head_dim", "embed")),
+        mlp_norm=info((L, D), ("layers", "embed"), init_value=norm),
+        w_gate=info((L, D, F), ("layers", "embed", "mlp")),
+        w_up=info((L, D, F), ("layers", "embed", "mlp")),
+        w_down=info((L, F, D), ("layers", "mlp", "embed")),
+        bq=info((L, H, K), ("layers", "q_heads", "head_dim")) if cfg.qkv_bias else None,
+        bk=info((L, KV, K), ("layers", "kv_heads", "head_dim")) if cfg.qkv_bias else None,
+        bv=info((L, KV, K), ("layers", "kv_heads", "head_dim")) if cfg.qkv_bias else None,
+        bo=info((L, D), ("layers", "embed")) if cfg.o_bias else None,
+        q_norm=info((L, K), ("layers", "head_dim"), init_value=norm) if cfg.qk_norm else None,
+        k_norm=info((L, K), ("layers", "head_dim"), init_value=norm) if cfg.qk_norm else None,
+    )
+    return Weights(
+        embed=info((V, D), ("vocab", "embed")),
+        layers=layers,
+        final_norm=info((D,), ("embed",), init_value=norm),
+        lm_head=None if cfg.tie_word_embeddings else info((D, V), ("embed", "vocab")),
+    )
+
+
+def embed_tokens(weights: Weights, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """Token embeddings [B, T, D]; Gemma scales them by sqrt(D) in the weight dtype, as HF does."""
+    x = jnp.take(weights.embed, tokens, axis=0)
+    if cfg.scale_embeddings:
+        x = x * jnp.asarray(math.sqrt(cfg.hidden_size), dtype=x.dtype)
+    return x
+
+
+def _project_qkv(
+    x: jax.Array, lw: LayerWeights, cfg: ModelConfig, cos: jax.Array, sin: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """q [B,T,H,K], k/v [B,T,KV,K] with biases, q/k norms and rotary embeddings applied."""
+    q = jnp.einsum("btd,dhk->bthk", x, lw.wq)
+    k = jnp.einsum("btd,dhk->bthk", x, lw.wk)
+    v = jnp.einsum("btd,dhk->bthk", x, lw.wv)
+    if lw.bq is not None:
+        q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
+    if lw.q_norm is not None:
+        q = rms_norm(q, lw.q_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+        k = rms_norm(k, lw.k_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def _decoder_layer(
+    cfg: ModelConfig,
+    x: jax.Array,
+    cache: KVCache,
+    lw: LayerWeights,
+    layer: jax.Array,
+    window: jax.Array,
+    positions: jax.Array,
+    cos: jax.Array,
+    sin: jax.Array,
+) -> tuple[jax.Array, KVCache]:
+    """One pre-norm block: attention over the cache (after writing this step's K/V), then MLP."""
+    h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+    q, k, v = _project_qkv(h, lw, cfg, cos, sin)
+    cache = cache.write(layer, k, v, positions)
+    attn = attend(q, cache, layer, positions, window)
+    out = jnp.einsum("bthk,hkd->btd", attn, lw.wo)
+    if lw.bo is not None:
+        out = out + lw.bo
+    x = x + out
+    h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+    return x + gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation), cache
+
+
+def forward(
+    weights: Weights, tokens: jax.Array, positions: jax.Array, cache: KVCache, cfg: ModelConfig
+) -> tuple[jax.Array, KVCache]:
+    """Run the decoder on tokens [B, T] at positions [B, T]; returns final hidden [B, T, D] and cache."""
+    x = embed_tokens(weights, tokens, cfg)
+    cos, sin = rope_cos_sin(positions, cfg)
+    windows = jnp.asarray(cfg.layer_windows, jnp.int32)
+
+    def body(carry: tuple[jax.Array, KVCache], xs: tuple) -> tuple[tuple[jax.Array, KVCache], None]:
+        lw, layer, window = xs
+        x, cache = _decoder_layer(cfg, *carry, lw, layer, window, positions, cos, sin)
+        return (x, cache), None
+
+    layer_ids = jnp.arange(cfg.num_layers, dtype=jnp.int32)
+    (x, cache), _ = jax.lax.scan(body, (x, cache), (weights.layers, layer_ids, windows))
+    return rms_norm(x, weights.final_norm, cfg.rms_norm_eps, cfg.norm_weight_offset), cache
+
+
+def lm_logits(weights: Weights, hidden: jax.Array) -> jax.Array:
+    """Float32 next-token logits [..., V] from final hidden states [..., D]."""
+    if weights.lm_head is None:
+        logits = jnp.einsum("...d,vd->...v", hidden, weights.embed)
+    else:
+        logits = hidden @ weights.lm_head
+    return logits.astype(jnp.float32)

@@ -1,0 +1,13 @@
+"""The compiled programs. Every jax.jit of the package lives here; the cache is always donated."""
+
+from __future__ import annotations
+
+import jax
+
+from jaxinfer import generation
+
+prefill = jax.jit(
+    generation.prefill, static_argnames=("cfg", "prompt_bucket"), donate_argnames=("state",)
+)
+decode_loop = jax.jit(generation.decode_loop, static_argnames=("cfg",), donate_argnames=("state",))
+all_logits = jax.jit(generation.all_logits, static_argnames=("cfg",))

@@ -1,0 +1,75 @@
+"""Tiny random HF checkpoints of every supported architecture, saved and loaded like real ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+
+COMMON = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-5,
+    bos_token_id=1,
+    eos_token_id=2,
+    initializer_range=0.1,
+)
+
+ARCH_CONFIGS = {
+    "llama2": (transformers.LlamaConfig, dict(tie_word_embeddings=False)),
+    "llama3": (
+        transformers.LlamaConfig,
+        dict(
+            num_key_value_heads=1,
+            rope_theta=500000.0,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+        ),
+    ),
+    "llama_linear_rope": (
+        transformers.LlamaConfig,
+        dict(rope_scaling=dict(rope_type="linear", factor=2.0), attention_bias=True, tie_word_embeddings=True),
+    ),
+    "mistral": (transformers.MistralConfig, dict(sliding_window=16, tie_word_embeddings=False)),
+    "qwen2": (transformers.Qwen2Config, dict(tie_word_embeddings=True)),
+    "qwen3": (transformers.Qwen3Config, dict(head_dim=32, tie_word_embeddings=False)),
+    "gemma": (transformers.GemmaConfig, dict(head_dim=32, num_key_value_heads=1, hidden_activation="gelu_pytorch_tanh")),
+}
+MODEL_CLASSES = {
+    transformers.LlamaConfig: transformers.LlamaForCausalLM,
+    transformers.MistralConfig: transformers.MistralForCausalLM,
+    transformers.Qwen2Config: transformers.Qwen2ForCausalLM,
+    transformers.Qwen3Config: transformers.Qwen3ForCausalLM,
+    transformers.GemmaConfig: transformers.GemmaForCausalLM,
+}
+
+
+def make_hf_model(name: str, **overrides) -> torch.nn.Module:
+    """A random float32 HF model of the named tiny config (weights scaled up to give peaky logits)."""
+    config_cls, extra = ARCH_CONFIGS[name]
+    config = config_cls(**{**COMMON, **extra, **overrides})
+    torch.manual_seed(0)
+    model = MODEL_CLASSES[config_cls](config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 1:  # norms (and biases): away from their trivial values
+                param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+def save_hf_model(name: str, path: Path, dtype: torch.dtype = torch.float32, **overrides) -> Path:
+    """Save a tiny model of the named config as an HF checkpoint directory."""
+    model = make_hf_model(name, **overrides).to(dtype)
+    model.save_pretrained(path, safe_serialization=True)
+    return path
