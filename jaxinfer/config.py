@@ -141,7 +141,8 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
         )
     if hf.get("mlp_bias"):
         raise ConfigError("mlp_bias=True is not supported (no Llama-family checkpoint uses it)")
-    act_name = hf.get("hidden_activation") or hf.get("hidden_act") or "silu"
+    default_act = "gelu_pytorch_tanh" if arch == "GemmaForCausalLM" else "silu"
+    act_name = hf.get("hidden_activation") or hf.get("hidden_act") or default_act
     if act_name not in SUPPORTED_ACTIVATIONS:
         raise ConfigError(
             f"activation {act_name!r} is not supported; supported: {', '.join(SUPPORTED_ACTIVATIONS)}"

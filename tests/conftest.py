@@ -1,0 +1,34 @@
+"""Shared fixtures: tiny HF checkpoints on disk, built once per test session."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from hf_models import save_hf_model, save_tiny_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory):
+    """A function name -> directory of a saved tiny float32 HF checkpoint (cached per session)."""
+    cache: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in cache:
+            cache[name] = save_hf_model(name, tmp_path_factory.mktemp(name))
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def text_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama checkpoint with a real (tiny) tokenizer, for text in / text out tests."""
+    path = tmp_path_factory.mktemp("llama_text")
+    save_hf_model("llama2", path, vocab_size=320)
+    save_tiny_tokenizer(path, vocab_size=300)
+    return path

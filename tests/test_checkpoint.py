@@ -1,0 +1,41 @@
+"""Checkpoint formats: sharded safetensors, half-precision files, orbax conversion."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hf_models import make_hf_model
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.cli import main as cli_main
+
+PROMPT = list(range(3, 40))
+
+
+def test_sharded_checkpoint_loads(tmp_path, checkpoint_dir):
+    make_hf_model("qwen2").save_pretrained(tmp_path, max_shard_size="100KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    assert len(list(tmp_path.glob("*.safetensors"))) > 1
+    sharded = LLM(tmp_path, dtype="float32").logits(PROMPT)
+    single = LLM(checkpoint_dir("qwen2"), dtype="float32").logits(PROMPT)
+    np.testing.assert_array_equal(sharded, single)
+
+
+def test_fp16_and_bf16_files_load(tmp_path):
+    for dtype in (torch.float16, torch.bfloat16):
+        path = tmp_path / str(dtype)
+        make_hf_model("llama2").to(dtype).save_pretrained(path)
+        llm = LLM(path, dtype="auto")
+        assert str(llm.weights.embed.dtype) == str(dtype).removeprefix("torch.")
+        assert len(llm.generate([PROMPT], SamplingParams(max_tokens=4, ignore_eos=True))[0].token_ids) == 4
+
+
+def test_convert_roundtrip_gives_identical_logits(tmp_path, text_model_dir):
+    out = tmp_path / "converted"
+    assert cli_main(["convert", str(text_model_dir), str(out), "--dtype", "float32"]) == 0
+    assert (out / "tokenizer.json").is_file() and (out / "config.json").is_file()
+    converted = LLM(out, dtype="float32")
+    original = LLM(text_model_dir, dtype="float32")
+    np.testing.assert_array_equal(converted.logits(PROMPT), original.logits(PROMPT))
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    assert converted.generate("def f", params)[0].text == original.generate("def f", params)[0].text
