@@ -73,3 +73,31 @@ def save_hf_model(name: str, path: Path, dtype: torch.dtype = torch.float32, **o
     model = make_hf_model(name, **overrides).to(dtype)
     model.save_pretrained(path, safe_serialization=True)
     return path
+
+
+TOKENIZER_CORPUS = [
+    "def add(a, b):\n    return a + b\n",
+    "The quick brown fox jumps over the lazy dog.",
+    "for i in range(10):\n    print(i)\n",
+    "héllo wörld — unicode ✓",
+]
+
+
+def save_tiny_tokenizer(path: Path, vocab_size: int = 300) -> Path:
+    """Train a byte-level BPE tokenizer on a few lines and save it in HF format into `path`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(TOKENIZER_CORPUS, trainer)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+    fast.save_pretrained(path)
+    return path
