@@ -149,7 +149,10 @@ def forward(
         return (x, cache), None
 
     layer_ids = jnp.arange(cfg.num_layers, dtype=jnp.int32)
-    (x, cache), _ = jax.lax.scan(body, (x, cache), (weights.layers, layer_ids, windows))
+    # Accelerators pay a host sync per loop iteration, so layers are unrolled there; on CPU the
+    # rolled loop keeps compile time flat in depth at no run-time cost.
+    unroll = jax.default_backend() != "cpu"
+    (x, cache), _ = jax.lax.scan(body, (x, cache), (weights.layers, layer_ids, windows), unroll=unroll)
     return rms_norm(x, weights.final_norm, cfg.rms_norm_eps, cfg.norm_weight_offset), cache
 
 
