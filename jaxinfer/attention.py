@@ -15,12 +15,12 @@ from jaxinfer.kv_cache import KVCache
 NEG_INF = -1e30  # finite, so fully-masked rows (padding) give zeros-safe softmax, not NaN
 
 
-def causal_window_mask(q_positions: jax.Array, kv_len: int, window: jax.Array) -> jax.Array:
-    """[B, T, S] bool: key s is visible to the query at position p iff s <= p and p - s < window."""
+def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int) -> jax.Array:
+    """[B, T, S] bool: key s is visible to the query at position p iff s <= p and p - s < window (if > 0)."""
     s = jnp.arange(kv_len)[None, None, :]
     p = q_positions[:, :, None]
     visible = s <= p
-    return jnp.where(window > 0, visible & (p - s < window), visible)
+    return visible & (p - s < window) if window > 0 else visible
 
 
 def dense_attention(
@@ -39,7 +39,7 @@ def dense_attention(
 
 
 def attend(
-    q: jax.Array, cache: KVCache, layer: jax.Array, positions: jax.Array, window: jax.Array
+    q: jax.Array, cache: KVCache, layer: int, positions: jax.Array, window: int
 ) -> jax.Array:
     """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache."""
     k, v = cache.layer_kv(layer)

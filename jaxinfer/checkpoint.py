@@ -14,7 +14,7 @@ from safetensors import safe_open
 from tqdm.auto import tqdm
 
 from jaxinfer.config import ModelConfig, load_config
-from jaxinfer.hf_names import expected_hf_names, hf_tensor_map
+from jaxinfer.hf_names import HFTensor, expected_hf_names, hf_tensor_map
 from jaxinfer.models import Weights, abstract_weights
 from jaxinfer.weights import is_info
 
@@ -37,10 +37,26 @@ class CheckpointError(ValueError):
 
 
 def leaf_paths(tree: Any) -> Iterator[tuple[str, Any]]:
-    """(dotted path, leaf) pairs of a weights tree: 'embed', 'layers.wq', ..."""
+    """(dotted path, leaf) pairs of a weights tree: 'embed', 'layers.3.wq', ..."""
     flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_info)
     for path, leaf in flat:
-        yield ".".join(str(getattr(k, "name", getattr(k, "key", k))) for k in path), leaf
+        yield ".".join(_key_name(k) for k in path), leaf
+
+
+def _key_name(key: Any) -> str:
+    for attr in ("name", "idx", "key"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def hf_source(path: str, tensors: dict[str, HFTensor]) -> tuple[HFTensor, str]:
+    """The HF tensor description and concrete tensor name behind a leaf path like 'layers.3.wq'."""
+    parts = path.split(".")
+    if parts[0] == "layers":
+        t = tensors[f"layers.{parts[2]}"]
+        return t, t.name.format(i=int(parts[1]))
+    return tensors[path], tensors[path].name
 
 
 def safetensors_index(model_dir: Path) -> dict[str, Path]:
@@ -110,24 +126,13 @@ def load_hf_weights(model_dir: str | Path, cfg: ModelConfig, dtype: Any, progres
     tensors = hf_tensor_map(cfg)
     abstract = abstract_weights(cfg)
     total = sum(p.stat().st_size for p in set(index.values()))
-    bar = tqdm(
-        total=cfg.num_layers * len(tensors),
-        desc=f"loading {model_dir.name}",
-        disable=not progress or total < PROGRESS_MIN_BYTES,
-    )
+    paths = list(leaf_paths(abstract))
+    bar = tqdm(paths, desc=f"loading {model_dir.name}", disable=not progress or total < PROGRESS_MIN_BYTES)
     np_dtype = jnp.dtype(dtype)
     arrays = {}
-    for path, info in leaf_paths(abstract):
-        t = tensors[path]
-        if t.per_layer:
-            layers = [reader.read(t.name.format(i=i), t.hf_shape) for i in range(cfg.num_layers)]
-            value = np.stack([t.to_jax(x).astype(np_dtype) for x in layers])
-            bar.update(cfg.num_layers)
-        else:
-            value = t.to_jax(reader.read(t.name, t.hf_shape)).astype(np_dtype)
-            bar.update(1)
-        arrays[path] = jnp.asarray(value)
-    bar.close()
+    for path, _ in bar:
+        t, name = hf_source(path, tensors)
+        arrays[path] = jnp.asarray(t.to_jax(reader.read(name, t.hf_shape)).astype(np_dtype))
     return _unflatten(abstract, arrays)
 
 

@@ -28,14 +28,14 @@ class KVCache:
         """Positions each sequence slot can hold."""
         return self.k.shape[2]
 
-    def write(self, layer: jax.Array, k: jax.Array, v: jax.Array, positions: jax.Array) -> "KVCache":
+    def write(self, layer: int, k: jax.Array, v: jax.Array, positions: jax.Array) -> "KVCache":
         """Store k/v [B, T, KV, K] of `layer` at positions [B, T]; out-of-range positions are dropped."""
         batch = jnp.arange(k.shape[0])[:, None]
         new_k = self.k.at[layer, batch, positions].set(k.astype(self.k.dtype), mode="drop")
         new_v = self.v.at[layer, batch, positions].set(v.astype(self.v.dtype), mode="drop")
         return KVCache(new_k, new_v)
 
-    def layer_kv(self, layer: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def layer_kv(self, layer: int) -> tuple[jax.Array, jax.Array]:
         """Keys and values [B, S, KV, K] of one layer."""
         return self.k[layer], self.v[layer]
 
