@@ -1,0 +1,23 @@
+"""Int8 KV quantization with one absmax scale per token per head."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+INT8_MAX = 127.0
+
+
+def quantize_kv(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """[..., head_dim] float -> (int8 [..., head_dim], f32 scales [...]); x ~= int8 * scale."""
+    x32 = x.astype(jnp.float32)
+    absmax = jnp.max(jnp.abs(x32), axis=-1)
+    # An all-zero vector keeps scale 1 so dequantization never divides by zero.
+    scales = jnp.where(absmax > 0.0, absmax / INT8_MAX, 1.0)
+    values = jnp.clip(jnp.round(x32 / scales[..., None]), -INT8_MAX, INT8_MAX)
+    return values.astype(jnp.int8), scales
+
+
+def dequantize_kv(values: jax.Array, scales: jax.Array, dtype: jnp.dtype = jnp.float32) -> jax.Array:
+    """Inverse of `quantize_kv`: int8 [..., head_dim] * scales [...] -> dtype."""
+    return (values.astype(jnp.float32) * scales[..., None]).astype(dtype)

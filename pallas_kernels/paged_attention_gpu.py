@@ -1,0 +1,266 @@
+"""Paged attention on GPU with the Pallas Triton backend (decode; shared by ragged).
+
+Grid: (batch, kv_heads, query blocks, kv splits). One program owns all q heads of
+one kv head (GQA reads each page once), walks its share of the sequence in blocks of
+`pages_per_block` pages gathered through the page table, and keeps an online
+softmax. With more than one split the partial (o, m, l) are merged in plain XLA.
+Runs on CPU with `interpret=True`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from pallas_kernels import _paged_common as common
+from pallas_kernels._paged_common import AttentionParams
+
+# `CompilerParams` since jax 0.6; older releases named it `TritonCompilerParams`.
+_CompilerParams = getattr(plgpu, "CompilerParams", None) or getattr(plgpu, "TritonCompilerParams")
+
+# Triton tensor dims must be powers of two and dots need M, N, K >= 16.
+MIN_BLOCK = 16
+DEFAULT_BLOCK_K = 128  # keys per block: pages_per_block * page_size
+MAX_BLOCK_ROWS = 64  # query rows (query x head pairs) per program
+DEFAULT_NUM_CORES = 132  # H100/H200 SM count; used when the device does not say
+
+
+def _load_block(
+    page_indices_ref,  # [batch, pages_per_seq] int32
+    pages_ref,  # [num_pages, page_size, head_dim] (this kv head)
+    scales_ref,  # [num_pages, page_size] f32, or None
+    b: jax.Array,
+    blk: jax.Array,
+    first_page: jax.Array,
+    last_page: jax.Array,
+    params: AttentionParams,
+) -> tuple[jax.Array, jax.Array | None]:
+    """Gather block `blk` of a sequence: ([block_k, head_dim], [1, block_k] scales or None)."""
+    ppb = params.pages_per_block
+    # Slots outside the needed pages re-read a needed page, so the kernel never
+    # touches pages the page table does not vouch for (they may be freed or garbage).
+    page_pos = jnp.clip(blk * ppb + jnp.arange(ppb, dtype=jnp.int32), first_page, last_page)
+    page_ids = page_indices_ref[b, page_pos]
+    values = pages_ref[page_ids]  # [ppb, page_size, head_dim]
+    values = values.reshape(params.block_k, values.shape[-1])
+    if scales_ref is None:
+        return values, None
+    return values, scales_ref[page_ids].reshape(1, params.block_k)
+
+
+def _kernel(
+    lengths_ref,  # [batch] int32
+    query_lens_ref,  # [batch] int32
+    page_indices_ref,  # [batch, pages_per_seq] int32
+    row_query_ref,  # [block_rows, 1] int32, query index of each row (>= max_q for padding)
+    q_ref,  # [block_rows, head_dim]
+    k_pages_ref,  # [num_pages, page_size, head_dim]
+    v_pages_ref,  # [num_pages, page_size, head_dim]
+    *refs,  # k_scales_ref, v_scales_ref [num_pages, page_size] when quantized; then outputs
+    params: AttentionParams,
+    num_splits: int,
+) -> None:
+    """One (sequence, kv head, query block, split): online softmax over its key blocks."""
+    k_scales_ref, v_scales_ref, *out_refs = refs if params.quantized else (None, None, *refs)
+    b, split = pl.program_id(0), pl.program_id(3)
+    block_rows, head_dim = q_ref.shape
+    length, query_len = lengths_ref[b], query_lens_ref[b]
+    first_row = pl.program_id(2) * block_rows
+    key_lo, key_hi = common.key_range(length, query_len, first_row, block_rows, params)
+    blk_lo, blk_hi = common.block_range(key_lo, key_hi, params.block_k, num_splits, split)
+    first_page = lax.div(key_lo, jnp.int32(params.page_size))
+    last_page = lax.div(jnp.maximum(key_hi - 1, 0), jnp.int32(params.page_size))
+    row_query = row_query_ref[...]
+    q = q_ref[...]
+    compute_dtype = q.dtype
+
+    def body(blk, carry):
+        load = functools.partial(
+            _load_block, page_indices_ref, b=b, blk=blk, first_page=first_page,
+            last_page=last_page, params=params,
+        )
+        k, k_scale = load(k_pages_ref, k_scales_ref)
+        v, v_scale = load(v_pages_ref, v_scales_ref)
+        key_pos = blk * params.block_k + jnp.arange(params.block_k, dtype=jnp.int32)
+        key_ok = (key_pos >= key_lo) & (key_pos < key_hi)
+        # Masked probabilities are zero, but 0 * NaN is not: clear unused slots.
+        v = jnp.where(key_ok[:, None], v, 0).astype(compute_dtype)
+        if v_scale is not None:
+            v_scale = jnp.where(key_ok[None, :], v_scale, 0.0)
+        logits = common.scaled_logits(q, k.astype(compute_dtype), k_scale, params)
+        mask = common.attention_mask(
+            row_query, key_pos[None, :], length, query_len, params.sliding_window
+        )
+        return common.online_softmax_step(carry, logits, mask, v, v_scale)
+
+    o, m, l = lax.fori_loop(blk_lo, blk_hi, body, common.initial_carry(block_rows, head_dim))
+    if num_splits == 1:
+        (o_ref,) = out_refs
+        o_ref[...] = common.normalize(o, l).astype(o_ref.dtype)
+    else:
+        o_ref, m_ref, l_ref = out_refs
+        o_ref[...] = o
+        m_ref[...] = m
+        l_ref[...] = l
+
+
+def default_num_splits(programs: int, max_blocks: int) -> int:
+    """Split the sequence until the grid fills the GPU about twice over."""
+    num_cores = getattr(jax.devices()[0], "core_count", None) or DEFAULT_NUM_CORES
+    return max(1, min(max_blocks, pl.cdiv(2 * num_cores, programs), 16))
+
+
+def _specs(
+    num_pages: int, page_size: int, head_dim: int, block_rows: int, quantized: bool
+) -> list[pl.BlockSpec]:
+    """BlockSpecs of the kernel inputs, in `_kernel` argument order."""
+    whole = pl.no_block_spec  # small int32 tables read with scalar / gather loads
+    pages = pl.BlockSpec((None, num_pages, page_size, head_dim), lambda b, h, r, s: (h, 0, 0, 0))
+    specs = [
+        whole, whole, whole,
+        pl.BlockSpec((block_rows, 1), lambda b, h, r, s: (r, 0)),
+        pl.BlockSpec((None, None, block_rows, head_dim), lambda b, h, r, s: (b, h, r, 0)),
+        pages, pages,
+    ]
+    if quantized:
+        scales = pl.BlockSpec((None, num_pages, page_size), lambda b, h, r, s: (h, 0, 0))
+        specs += [scales, scales]
+    return specs
+
+
+def _out_shapes_and_specs(
+    batch: int, num_kv_heads: int, num_rows: int, head_dim: int, block_rows: int, splits: int,
+    dtype: jnp.dtype,
+) -> tuple[list[jax.ShapeDtypeStruct], list[pl.BlockSpec]]:
+    """Outputs: final rows when unsplit, else f32 partial (o, m, l) per split."""
+    if splits == 1:
+        shape = jax.ShapeDtypeStruct((batch, num_kv_heads, num_rows, head_dim), dtype)
+        spec = pl.BlockSpec((None, None, block_rows, head_dim), lambda b, h, r, s: (b, h, r, 0))
+        return [shape], [spec]
+    lead = (batch, num_kv_heads, splits, num_rows)
+    shapes = [
+        jax.ShapeDtypeStruct((*lead, head_dim), jnp.float32),
+        jax.ShapeDtypeStruct((*lead, 1), jnp.float32),
+        jax.ShapeDtypeStruct((*lead, 1), jnp.float32),
+    ]
+    o_spec = pl.BlockSpec((None, None, None, block_rows, head_dim), lambda b, h, r, s: (b, h, s, r, 0))
+    ml_spec = pl.BlockSpec((None, None, None, block_rows, 1), lambda b, h, r, s: (b, h, s, r, 0))
+    return shapes, [o_spec, ml_spec, ml_spec]
+
+
+def paged_flash_gpu(
+    q: jax.Array,  # [batch, max_q, num_q_heads, head_dim]
+    k_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
+    v_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
+    lengths: jax.Array,  # [batch] int32
+    page_indices: jax.Array,  # [batch, pages_per_seq] int32
+    query_lens: jax.Array,  # [batch] int32
+    k_scales: jax.Array | None,  # [num_kv_heads, num_pages, page_size] f32
+    v_scales: jax.Array | None,  # [num_kv_heads, num_pages, page_size] f32
+    *,
+    params: AttentionParams,
+    block_rows: int,
+    num_splits: int,
+    num_warps: int,
+    num_stages: int,
+    interpret: bool,
+) -> jax.Array:
+    """Run the kernel on query rows; returns [batch, max_q, num_q_heads, head_dim] in q.dtype."""
+    batch, max_q, num_q_heads, head_dim = q.shape
+    num_kv_heads, num_pages, page_size, _ = k_pages.shape
+    num_rows = pl.cdiv(max_q * params.group, block_rows) * block_rows
+    rows = common.queries_to_rows(q, num_kv_heads, num_rows)
+    out_shapes, out_specs = _out_shapes_and_specs(
+        batch, num_kv_heads, num_rows, head_dim, block_rows, num_splits, q.dtype
+    )
+    kernel = functools.partial(_kernel, params=params, num_splits=num_splits)
+    outs = pl.pallas_call(
+        kernel,
+        grid=(batch, num_kv_heads, num_rows // block_rows, num_splits),
+        in_specs=_specs(num_pages, page_size, head_dim, block_rows, params.quantized),
+        out_specs=out_specs,
+        out_shape=out_shapes,
+        compiler_params=_CompilerParams(num_warps=num_warps, num_stages=num_stages),
+        interpret=interpret,
+        name="paged_attention_gpu",
+    )(
+        lengths.astype(jnp.int32), query_lens.astype(jnp.int32), page_indices.astype(jnp.int32),
+        common.row_query_index(max_q, params.group, num_rows), rows, k_pages, v_pages,
+        *((k_scales, v_scales) if params.quantized else ()),
+    )
+    out_rows = outs[0] if num_splits == 1 else common.combine_splits(*outs)
+    return common.rows_to_queries(out_rows.astype(q.dtype), max_q, num_q_heads)
+
+
+def gpu_params(
+    q_heads: int,
+    k_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
+    k_scales: jax.Array | None,
+    sm_scale: float | None,
+    soft_cap: float | None,
+    sliding_window: int | None,
+    pages_per_block: int | None,
+) -> AttentionParams:
+    """Static kernel settings; checks the power-of-two shapes Triton needs."""
+    num_kv_heads, _, page_size, head_dim = k_pages.shape
+    for name, value, minimum in (("page_size", page_size, 1), ("head_dim", head_dim, MIN_BLOCK)):
+        if value != common.next_power_of_2(value) or value < minimum:
+            raise ValueError(f"GPU paged attention needs a power-of-two {name} >= {minimum}, got {value}")
+    if pages_per_block is None:
+        pages_per_block = max(1, DEFAULT_BLOCK_K // page_size)
+    pages_per_block = max(pages_per_block, pl.cdiv(MIN_BLOCK, page_size))
+    if pages_per_block != common.next_power_of_2(pages_per_block):
+        raise ValueError(f"pages_per_block must be a power of two, got {pages_per_block}")
+    return AttentionParams(
+        group=q_heads // num_kv_heads, page_size=page_size, pages_per_block=pages_per_block,
+        sm_scale=common.default_sm_scale(head_dim, sm_scale), soft_cap=soft_cap,
+        sliding_window=sliding_window, quantized=k_scales is not None,
+    )
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "sm_scale", "soft_cap", "sliding_window", "pages_per_block", "num_splits",
+        "num_warps", "num_stages", "interpret",
+    ),
+)
+def paged_attention_gpu(
+    q: jax.Array,  # [batch, num_q_heads, head_dim]
+    k_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
+    v_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
+    lengths: jax.Array,  # [batch] int32, >= 1
+    page_indices: jax.Array,  # [batch, pages_per_seq] int32
+    *,
+    sm_scale: float | None = None,
+    soft_cap: float | None = None,
+    sliding_window: int | None = None,
+    k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
+    v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
+    pages_per_block: int | None = None,
+    num_splits: int | None = None,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    interpret: bool = False,
+) -> jax.Array:
+    """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
+    batch, num_q_heads, head_dim = q.shape
+    common.validate_paged_inputs(
+        num_q_heads, head_dim, k_pages, v_pages, k_scales, v_scales, sliding_window
+    )
+    params = gpu_params(num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block)
+    block_rows = max(MIN_BLOCK, common.next_power_of_2(params.group))
+    if num_splits is None:
+        max_blocks = pl.cdiv(page_indices.shape[1], params.pages_per_block)
+        num_splits = default_num_splits(batch * k_pages.shape[0], max_blocks)
+    out = paged_flash_gpu(
+        q[:, None], k_pages, v_pages, lengths, page_indices, jnp.ones_like(lengths),
+        k_scales, v_scales, params=params, block_rows=block_rows, num_splits=num_splits,
+        num_warps=num_warps, num_stages=num_stages, interpret=interpret,
+    )
+    return out[:, 0]

@@ -1,0 +1,176 @@
+"""Ragged multi-query paged attention (speculative verify, chunked prefill) vs the reference."""
+
+from __future__ import annotations
+
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pallas_kernels import (
+    paged_attention_reference,
+    ragged_paged_attention,
+    ragged_paged_attention_gpu,
+    ragged_paged_attention_reference,
+    ragged_paged_attention_tpu,
+)
+from paged_kernel_inputs import PagedInputs, assert_close, lower_for, make_inputs, require_device
+
+F32, BF16 = jnp.float32, jnp.bfloat16
+
+
+def _key(*parts) -> jax.Array:
+    """A fresh PRNG key per test case, stable across runs."""
+    return jax.random.key(zlib.crc32(repr(parts).encode()))
+
+
+# name: (dtype, q heads, kv heads, head_dim, page_size, pages_per_seq, max_q,
+#        lengths, query_lens, block_rows, splits)
+CASES = {
+    "verify_mha": (F32, 4, 4, 64, 16, 4, 4, [4, 50, 64], [1, 4, 3], None, 1),
+    "verify_gqa4_split": (BF16, 8, 2, 128, 16, 4, 5, [5, 33, 64], [5, 2, 5], None, 2),
+    "prefill_gqa8_row_blocks": (F32, 16, 2, 64, 32, 3, 6, [6, 70, 96], [6, 6, 1], 16, 1),
+    "chunk_gqa4_idle_slot": (BF16, 8, 2, 64, 32, 4, 8, [8, 100, 10], [8, 8, 0], 16, 3),
+    "prefill_whole_sequence": (F32, 8, 8, 128, 16, 2, 32, [32, 20], [32, 20], None, 1),
+}
+
+# name: (dtype, int8, soft_cap, sliding_window, splits)
+FEATURES = {
+    "int8": (F32, True, None, None, 1),
+    "int8_bf16_split": (BF16, True, None, None, 2),
+    "soft_cap": (F32, False, 25.0, None, 2),
+    "window_shorter_than_queries": (F32, False, None, 3, 1),
+    "window_across_pages": (BF16, True, 30.0, 20, 2),
+}
+
+
+def _case_inputs(name: str, out_of_range_entries: bool = False) -> PagedInputs:
+    dtype, q_heads, kv_heads, head_dim, ps, pps, max_q, lengths, query_lens, _, _ = CASES[name]
+    return make_inputs(
+        _key("case", name), lengths=lengths, query_lens=query_lens, max_q=max_q,
+        num_q_heads=q_heads, num_kv_heads=kv_heads, head_dim=head_dim, page_size=ps,
+        pages_per_seq=pps, dtype=dtype, out_of_range_entries=out_of_range_entries,
+    )
+
+
+def _feature_inputs(name: str, out_of_range_entries: bool = False) -> PagedInputs:
+    dtype, int8, _, window, _ = FEATURES[name]
+    return make_inputs(
+        _key("feature", name), lengths=[6, 40, 64], query_lens=[6, 4, 1], max_q=6,
+        num_q_heads=8, num_kv_heads=2, head_dim=64, page_size=16, pages_per_seq=4,
+        dtype=dtype, int8=int8, sliding_window=window,
+        out_of_range_entries=out_of_range_entries,
+    )
+
+
+def _assert_padding_rows_zero(out: jax.Array, query_lens: jax.Array) -> None:
+    """Rows i >= query_lens[b] are exactly zero, as the spec says."""
+    padding = np.arange(out.shape[1])[None, :] >= np.asarray(query_lens)[:, None]
+    padded_rows = np.asarray(out, np.float32)[padding]
+    assert np.array_equal(padded_rows, np.zeros_like(padded_rows))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gpu_kernel_cases(name):
+    inputs = _case_inputs(name)
+    *_, block_rows, splits = CASES[name]
+    out = ragged_paged_attention_gpu(
+        *inputs.ragged_args, block_rows=block_rows, num_splits=splits, pages_per_block=2,
+        interpret=True,
+    )
+    assert_close(out, ragged_paged_attention_reference(*inputs.ragged_args), CASES[name][0])
+    _assert_padding_rows_zero(out, inputs.query_lens)
+
+
+@pytest.mark.parametrize("name", list(FEATURES))
+def test_gpu_kernel_features(name):
+    dtype, _, soft_cap, window, splits = FEATURES[name]
+    inputs = _feature_inputs(name)
+    opts = dict(soft_cap=soft_cap, sliding_window=window, **inputs.kwargs)
+    out = ragged_paged_attention_gpu(
+        *inputs.ragged_args, num_splits=splits, pages_per_block=1, interpret=True, **opts
+    )
+    assert_close(out, ragged_paged_attention_reference(*inputs.ragged_args, **opts), dtype)
+    _assert_padding_rows_zero(out, inputs.query_lens)
+
+
+@pytest.mark.parametrize("name", ["prefill_gqa8_row_blocks", "chunk_gqa4_idle_slot"])
+def test_tpu_kernel_cases(name):
+    inputs = _case_inputs(name, out_of_range_entries=True)
+    with jax.default_device(jax.devices("cpu")[0]):
+        out = ragged_paged_attention_tpu(
+            *inputs.ragged_args, block_rows=CASES[name][9], pages_per_block=2, interpret=True
+        )
+    assert_close(out, ragged_paged_attention_reference(*inputs.ragged_args), CASES[name][0])
+    _assert_padding_rows_zero(out, inputs.query_lens)
+
+
+def test_tpu_kernel_features():
+    inputs = _feature_inputs("window_across_pages", out_of_range_entries=True)
+    opts = dict(soft_cap=30.0, sliding_window=20, **inputs.kwargs)
+    with jax.default_device(jax.devices("cpu")[0]):
+        out = ragged_paged_attention_tpu(*inputs.ragged_args, pages_per_block=1, interpret=True, **opts)
+    assert_close(out, ragged_paged_attention_reference(*inputs.ragged_args, **opts), BF16)
+    _assert_padding_rows_zero(out, inputs.query_lens)
+
+
+def test_reference_matches_decode_per_query():
+    """Query i of a ragged batch is decode attention at length L - query_len + i + 1."""
+    inputs = _feature_inputs("window_shorter_than_queries")
+    out = ragged_paged_attention_reference(*inputs.ragged_args, sliding_window=3)
+    for i in range(inputs.q.shape[1]):
+        valid = np.asarray(i < inputs.query_lens)
+        lengths = jnp.maximum(inputs.lengths - inputs.query_lens + i + 1, 1)
+        q = jnp.where(valid[:, None, None], inputs.q[:, i], 0.0)
+        decode = paged_attention_reference(
+            q, inputs.k_pages, inputs.v_pages, lengths, inputs.page_indices, sliding_window=3
+        )
+        np.testing.assert_allclose(np.asarray(out[valid, i]), np.asarray(decode[valid]), atol=1e-5)
+
+
+def test_dispatch_paths_agree():
+    inputs = _case_inputs("verify_gqa4_split")
+    expected = ragged_paged_attention_reference(*inputs.ragged_args)
+    assert_close(ragged_paged_attention(*inputs.ragged_args, backend="cpu"), expected, BF16)
+    assert_close(ragged_paged_attention(*inputs.ragged_args, backend="cpu", interpret=True), expected, BF16)
+
+
+def test_kernels_lower_for_real_hardware():
+    """Cross-lower on CPU: catches Triton / Mosaic lowering errors without the device."""
+    inputs = _feature_inputs("window_across_pages")
+    opts = dict(soft_cap=30.0, sliding_window=20, **inputs.kwargs)
+    for platform, kernel, extra in (
+        ("cuda", ragged_paged_attention_gpu, dict(num_splits=2, block_rows=16)),
+        ("tpu", ragged_paged_attention_tpu, dict(block_rows=16)),
+    ):
+        run = lambda *args, kernel=kernel, extra=extra: kernel(*args, **opts, **extra)
+        assert "custom_call" in lower_for(platform, run, *inputs.ragged_args)
+
+
+def _device_inputs(dtype, int8: bool) -> PagedInputs:
+    lengths = [7, 300, 2048, 1000, 64, 1777]
+    return make_inputs(
+        _key("device", dtype, int8), lengths=lengths, query_lens=[7, 5, 8, 1, 64, 0],
+        max_q=64, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+        pages_per_seq=128, dtype=dtype, int8=int8,
+    )
+
+
+@pytest.mark.parametrize("dtype,int8", [(BF16, False), (F32, False), (BF16, True)], ids=str)
+def test_gpu_compiled(dtype, int8):
+    require_device("gpu")
+    inputs = _device_inputs(dtype, int8)
+    for opts in (dict(), dict(soft_cap=30.0, sliding_window=100)):
+        out = ragged_paged_attention_gpu(*inputs.ragged_args, **opts, **inputs.kwargs)
+        expected = ragged_paged_attention_reference(*inputs.ragged_args, **opts, **inputs.kwargs)
+        assert_close(out, expected, dtype)
+        _assert_padding_rows_zero(out, inputs.query_lens)
+
+
+def test_tpu_compiled():
+    require_device("tpu")
+    inputs = _device_inputs(BF16, False)
+    out = ragged_paged_attention_tpu(*inputs.ragged_args)
+    assert_close(out, ragged_paged_attention_reference(*inputs.ragged_args), BF16)
