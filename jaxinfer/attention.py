@@ -1,8 +1,9 @@
 """One attention interface over whatever KV cache the model carries.
 
 `attend` reads the cache after the current step's K/V were written, so a query at position p
-sees keys 0..p (within the layer's sliding window). The reference path is plain `jnp`; the
-paged cache dispatches to the Pallas kernels in `pallas_kernels/`.
+sees keys 0..p (within the layer's sliding window). The contiguous cache uses the dense `jnp`
+path; the paged cache dispatches to `pallas_kernels` (the Pallas kernel, or its `jnp`
+reference, as the cache's backend says). Queries of one call sit at consecutive positions.
 """
 
 from __future__ import annotations
@@ -10,9 +11,21 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+import pallas_kernels
 from jaxinfer.kv_cache import KVCache
+from jaxinfer.paged_kv_cache import PagedKVCache
 
-NEG_INF = -1e30  # finite, so fully-masked rows (padding) give zeros-safe softmax, not NaN
+NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
+ATTENTION_BACKENDS = ("auto", "reference", "pallas")
+
+
+def resolve_backend(name: str) -> str:
+    """"auto" -> Pallas kernels on TPU/GPU, the jnp reference on CPU."""
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend {name!r} is not one of {', '.join(ATTENTION_BACKENDS)}")
+    if name == "auto":
+        return "reference" if jax.default_backend() == "cpu" else "pallas"
+    return name
 
 
 def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int) -> jax.Array:
@@ -38,10 +51,25 @@ def dense_attention(
     return out.reshape(b, t, h, d)
 
 
+def paged_attend(q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int) -> jax.Array:
+    """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
+    lengths = positions[:, -1] + 1
+    backend = "reference" if cache.backend == "reference" else None
+    scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if cache.quantized else {}
+    common = dict(sliding_window=window or None, interpret=cache.interpret, backend=backend, **scales)
+    kv = (cache.k_pages[layer], cache.v_pages[layer])
+    if q.shape[1] == 1:
+        out = pallas_kernels.paged_attention(q[:, 0], *kv, lengths, cache.page_table, **common)
+        return out[:, None]
+    query_lens = jnp.full_like(lengths, q.shape[1])
+    return pallas_kernels.ragged_paged_attention(q, *kv, lengths, cache.page_table, query_lens, **common)
+
+
 def attend(
-    q: jax.Array, cache: KVCache, layer: int, positions: jax.Array, window: int
+    q: jax.Array, cache: KVCache | PagedKVCache, layer: int, positions: jax.Array, window: int
 ) -> jax.Array:
     """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache."""
-    k, v = cache.layer_kv(layer)
-    mask = causal_window_mask(positions, k.shape[1], window)
-    return dense_attention(q, k, v, mask)
+    if isinstance(cache, PagedKVCache):
+        return paged_attend(q, cache, layer, positions, window)
+    k, v = cache.k[layer], cache.v[layer]
+    return dense_attention(q, k, v, causal_window_mask(positions, k.shape[1], window))
