@@ -4,10 +4,12 @@ from jaxinfer.config import ConfigError, ModelConfig, from_hf_config, load_confi
 from jaxinfer.checkpoint import CheckpointError, load_weights, save_converted
 from jaxinfer.llm import LLM, RequestOutput
 from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.speculative import SpeculativeConfig
 
 __all__ = [
     "LLM",
     "SamplingParams",
+    "SpeculativeConfig",
     "RequestOutput",
     "ModelConfig",
     "ConfigError",

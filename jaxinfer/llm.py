@@ -15,9 +15,13 @@ import numpy as np
 from jaxinfer import steps
 from jaxinfer.checkpoint import load_weights
 from jaxinfer.generation import DecodeState
+from jaxinfer.cache_spec import CacheSpec, is_consumed
 from jaxinfer.kv_cache import KVCache, init_cache
+from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.speculative import SpeculativeConfig
+from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
 from jaxinfer.tokenizer import Detokenizer, load_tokenizer
 
 DEMO_MODEL = Path(__file__).parent / "assets" / "demo" / "target"
@@ -37,6 +41,7 @@ class RequestOutput:
     text: str
     token_ids: list[int]
     finish_reason: str
+    spec_stats: dict | None = None  # speculative acceptance for this request (None when plain)
 
 
 def next_power_of_two(n: int) -> int:
@@ -63,6 +68,12 @@ class LLM:
         dtype: str = "auto",
         max_seq_len: int | None = None,
         max_batch_size: int = 64,
+        speculative: SpeculativeConfig | None = None,
+        kv_cache: str = "auto",
+        kv_cache_dtype: str = "auto",
+        page_size: int = 16,
+        attention_backend: str = "auto",
+        interpret_kernels: bool = False,
     ):
         self.model_dir = Path(model) if model is not None else DEMO_MODEL
         if not self.model_dir.is_dir():
@@ -74,8 +85,12 @@ class LLM:
         if self.max_seq_len > limit:
             raise ValueError(f"max_seq_len {self.max_seq_len} exceeds the model's max_position_embeddings {limit}")
         self.max_batch_size = max_batch_size
+        self.cache_spec = CacheSpec(kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels)
         self.tokenizer = load_tokenizer(self.model_dir)
-        self._caches: dict[int, KVCache] = {}
+        self._caches: dict[int, KVCache | PagedKVCache] = {}
+        self.speculative: SpeculativeDecoder | None = build_speculative(
+            speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len
+        )
 
     def generate(
         self,
@@ -89,9 +104,28 @@ class LLM:
         for start in range(0, len(prompts), self.max_batch_size):
             chunk = slice(start, start + self.max_batch_size)
             state, ids = self._prefill(prompts[chunk], params_list[chunk])
-            state = steps.decode_loop(self.weights, state, jnp.int32(self.max_seq_len), cfg=self.config)
-            outputs += self._finish(state, prompts[chunk], ids, params_list[chunk])
+            state, spec_stats = self._decode_chunk(state, prompts[chunk], params_list[chunk], ids)
+            finished = self._finish(state, prompts[chunk], ids, params_list[chunk])
+            for out, stats in zip(finished, spec_stats or []):
+                out.spec_stats = stats
+            outputs += finished
         return outputs
+
+    def metrics(self) -> dict:
+        """Totals since load: speculative drafted/accepted counts and rates (empty when not speculating)."""
+        return self.speculative.metrics() if self.speculative is not None else {}
+
+    def _decode_chunk(
+        self, state: DecodeState, prompts: list[Prompt], params: list[SamplingParams], ids: list[list[int]]
+    ) -> tuple[DecodeState, list[dict] | None]:
+        """Decode a prefilled chunk to the end, speculatively when configured; failures fall back to plain."""
+        if self.speculative is not None:
+            result = self.speculative.decode(self.weights, self.config, state, [len(s) for s in ids])
+            if result is not None:
+                return result
+            if any(leaf.is_deleted() for leaf in jax.tree.leaves(state)):  # a failed run consumed it
+                state, _ = self._prefill(prompts, params)
+        return steps.decode_loop(self.weights, state, jnp.int32(self.max_seq_len), cfg=self.config), None
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield text pieces of one request as they are produced (the device runs a few tokens per call)."""
@@ -178,7 +212,7 @@ class LLM:
         lengths = np.ones(batch, np.int32)
         max_lengths = np.ones(batch, np.int32)
         stops = [self._stop_ids(p) for p in params]
-        stop_ids = np.full((batch, max(1, *map(len, stops))), -1, np.int32)
+        stop_ids = np.full((batch, next_power_of_two(max(4, *map(len, stops)))), -1, np.int32)
         for i, (seq, p, stop) in enumerate(zip(ids, params, stops)):
             tokens[i, : len(seq)] = seq
             lengths[i] = len(seq)
@@ -196,11 +230,11 @@ class LLM:
             cache=self._cache(batch),
         )
 
-    def _cache(self, batch: int) -> KVCache:
+    def _cache(self, batch: int) -> KVCache | PagedKVCache:
         """The preallocated cache for this batch bucket (re-made if a failed call consumed it)."""
         cache = self._caches.pop(batch, None)
-        if cache is None or cache.k.is_deleted():
-            cache = init_cache(self.config, batch, self.max_seq_len, self.dtype)
+        if cache is None or is_consumed(cache):
+            cache = self.cache_spec.make(self.config, batch, self.max_seq_len, self.dtype)
         return cache
 
     def _generated(self, state: DecodeState, row: int, prompt_len: int) -> list[int]:

@@ -5,9 +5,17 @@ from __future__ import annotations
 import jax
 
 from jaxinfer import generation
+from jaxinfer.speculative import costs as speculative_costs
+from jaxinfer.speculative import loop as speculative_loop
 
 prefill = jax.jit(
     generation.prefill, static_argnames=("cfg", "prompt_bucket"), donate_argnames=("state",)
 )
 decode_loop = jax.jit(generation.decode_loop, static_argnames=("cfg",), donate_argnames=("state",))
 all_logits = jax.jit(generation.all_logits, static_argnames=("cfg",))
+speculative_decode = jax.jit(
+    speculative_loop.speculative_decode,
+    static_argnames=("cfg", "proposer", "spec", "prompt_bucket"),
+    donate_argnames=("state", "proposer_state"),
+)
+speculative_probe = jax.jit(speculative_costs.probe, static_argnames=("cfg", "proposer", "kind", "k"))

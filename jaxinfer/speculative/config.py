@@ -1,0 +1,70 @@
+"""User-facing speculative decoding settings (host side, validated on construction)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule
+
+METHODS = ("draft", "ngram")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculativeConfig:
+    """How to speculate; hashable so the compiled loop can take it as a static argument.
+
+    method "draft" runs `draft_model` (a checkpoint directory sharing the target's tokenizer) k
+    steps per target pass; "ngram" proposes what followed the latest earlier occurrence of the
+    last n tokens (ngram_max down to ngram_min) in the prompt and output, with no second model.
+    num_speculative_tokens is k_max, fixed per compiled program. With adaptive=True each sequence
+    picks its own k <= k_max from a moving average of its acceptance and a cost model, and stops
+    speculating when the expected gain drops below 1. With calibrate=True the cost model is
+    measured on the device once per batch size; otherwise draft_cost and
+    verify_saturation_tokens give it.
+    With fallback=True a draft that cannot be used only warns and generation runs plain.
+    """
+
+    method: str = "draft"
+    draft_model: str | None = None
+    num_speculative_tokens: int = 4
+    adaptive: bool = True
+    calibrate: bool = True
+    ngram_min: int = 1
+    ngram_max: int = 3
+    # Cost of one draft step relative to one target step; None estimates it from FLOPs.
+    draft_cost: float | None = None
+    # Tokens per target forward beyond which each extra verified token costs as much as a
+    # whole decode step (the forward becomes compute bound); large batches hit it first.
+    verify_saturation_tokens: int = 256
+    acceptance_decay: float = 0.7
+    initial_acceptance: float = 0.8
+    fallback: bool = True
+    # The acceptance rule; only tests replace it (with broken rules that must be caught).
+    rule: AcceptanceRule = EXACT_RULE
+
+    def __post_init__(self) -> None:
+        if isinstance(self.draft_model, Path):
+            object.__setattr__(self, "draft_model", str(self.draft_model))
+        _check(self.method in METHODS, f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        _check(
+            self.method != "draft" or self.draft_model is not None,
+            'method="draft" needs draft_model=<checkpoint directory>; use method="ngram" for no second model',
+        )
+        _check(
+            1 <= self.num_speculative_tokens <= 32,
+            f"num_speculative_tokens must be in [1, 32], got {self.num_speculative_tokens}",
+        )
+        _check(
+            1 <= self.ngram_min <= self.ngram_max,
+            f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}",
+        )
+        _check(self.draft_cost is None or self.draft_cost >= 0, f"draft_cost must be >= 0, got {self.draft_cost}")
+        _check(self.verify_saturation_tokens >= 1, "verify_saturation_tokens must be >= 1")
+        _check(0 <= self.acceptance_decay < 1, f"acceptance_decay must be in [0, 1), got {self.acceptance_decay}")
+        _check(0 < self.initial_acceptance < 1, f"initial_acceptance must be in (0, 1), got {self.initial_acceptance}")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)

@@ -1,0 +1,190 @@
+"""Host side of speculative decoding for `LLM`: builds the proposer, runs the compiled loop, falls back.
+
+Anything that makes the draft unusable (missing or unsupported checkpoint, a different
+tokenizer, a compile or runtime failure) disables speculation with a warning saying why;
+`LLM.generate` then decodes plainly, so no request is lost.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from jaxinfer import steps
+from jaxinfer.cache_spec import is_consumed
+from jaxinfer.checkpoint import load_weights
+from jaxinfer.config import ModelConfig
+from jaxinfer.generation import DecodeState
+from jaxinfer.cache_spec import is_consumed
+from jaxinfer.kv_cache import KVCache, init_cache
+from jaxinfer.models import Weights
+from jaxinfer.speculative.config import SpeculativeConfig
+from jaxinfer.speculative.costs import CostModel, calibrate, heuristic_costs
+from jaxinfer.speculative.proposers import DraftModelProposer, NgramProposer, Proposer
+from jaxinfer.speculative.stats import SpecMetrics, request_stats
+from jaxinfer.tokenizer import load_tokenizer
+
+MIN_PROMPT_BUCKET = 16
+NGRAM_COST = 0.02  # token matching on the buffer: small next to any forward pass
+
+
+class SpeculativeError(ValueError):
+    """A draft model that cannot serve this target; the message says why."""
+
+
+class SpeculativeFallbackWarning(UserWarning):
+    """Speculative decoding was switched off; generation continues with plain decoding."""
+
+
+def decode_flops(cfg: ModelConfig, seq_len: int) -> float:
+    """Multiply-adds of one decode token: projections, MLP, attention over seq_len, LM head."""
+    d, k = cfg.hidden_size, cfg.head_dim
+    per_layer = d * (cfg.num_heads + 2 * cfg.num_kv_heads) * k + cfg.num_heads * k * d
+    per_layer += 3 * d * cfg.intermediate_size + 2 * cfg.num_heads * k * seq_len
+    return float(cfg.num_layers * per_layer + d * cfg.vocab_size)
+
+
+def check_vocab(target: ModelConfig, draft: ModelConfig, target_tok: Any, draft_tok: Any, draft_dir: Path) -> None:
+    """Raise SpeculativeError unless the draft's ids mean the same tokens as the target's."""
+    if draft.vocab_size > target.vocab_size:
+        raise SpeculativeError(
+            f"draft {draft_dir} has a larger vocabulary ({draft.vocab_size}) than the target "
+            f"({target.vocab_size}); the draft must use the target's tokenizer"
+        )
+    if target_tok is None or draft_tok is None:
+        return  # no tokenizer files to compare: ids are taken to be shared
+    target_vocab = target_tok.get_vocab()
+    for token, index in sorted(draft_tok.get_vocab().items(), key=lambda item: item[1]):
+        if target_vocab.get(token) != index:
+            raise SpeculativeError(
+                f"draft {draft_dir} has a different tokenizer: {token!r} is id {index} in the draft "
+                f"and {target_vocab.get(token)} in the target"
+            )
+
+
+def make_proposer(
+    config: SpeculativeConfig, target: ModelConfig, target_tok: Any, dtype: Any, max_seq_len: int
+) -> tuple[Proposer, Weights | None]:
+    """The proposer for `config` and its parameters (draft weights, or None)."""
+    if config.method == "ngram":
+        cost = NGRAM_COST if config.draft_cost is None else config.draft_cost
+        return NgramProposer(target.vocab_size, config.ngram_min, config.ngram_max, cost), None
+    draft_dir = Path(config.draft_model)
+    if not draft_dir.is_dir():
+        raise SpeculativeError(f"draft model directory {draft_dir} does not exist")
+    draft_cfg, draft_weights = load_weights(draft_dir, dtype, progress=False)
+    check_vocab(target, draft_cfg, target_tok, load_tokenizer(draft_dir), draft_dir)
+    cost = config.draft_cost
+    if cost is None:
+        cost = decode_flops(draft_cfg, max_seq_len) / decode_flops(target, max_seq_len)
+    return DraftModelProposer(draft_cfg, target.vocab_size, cost), draft_weights
+
+
+class SpeculativeDecoder:
+    """Runs the speculative loop for LLM and keeps draft caches and acceptance totals."""
+
+    def __init__(self, config: SpeculativeConfig, proposer: Proposer | None, params: Any, dtype: Any, max_seq_len: int):
+        self.config = config
+        self.proposer = proposer
+        self.params = params
+        self.dtype = dtype
+        self.max_seq_len = max_seq_len
+        self.disabled_reason: str | None = None if proposer is not None else "not loaded"
+        self.totals = SpecMetrics(config.num_speculative_tokens)
+        self._caches: dict[int, KVCache] = {}
+        self.costs: dict[int, CostModel] = {}  # per batch bucket, measured on first use
+
+    @property
+    def enabled(self) -> bool:
+        """False once speculation was switched off (generation then runs plain)."""
+        return self.disabled_reason is None
+
+    def disable(self, reason: str) -> None:
+        """Switch speculation off for good, warning why."""
+        self.disabled_reason = reason
+        warnings.warn(
+            f"speculative decoding disabled, continuing with plain decoding: {reason}",
+            SpeculativeFallbackWarning,
+            stacklevel=3,
+        )
+
+    def decode(
+        self, weights: Weights, cfg: ModelConfig, state: DecodeState, prompt_lengths: list[int]
+    ) -> tuple[DecodeState, list[dict[str, Any]]] | None:
+        """Decode a prefilled batch to the end; None when speculation is (or just got) disabled."""
+        if not self.enabled:
+            return None
+        batch = state.lengths.shape[0]
+        bucket = min(1 << (max(MIN_PROMPT_BUCKET, *prompt_lengths) - 1).bit_length(), self.max_seq_len)
+        try:
+            pstate = self._proposer_state(batch)
+            costs = self._costs_for(weights, cfg, state, pstate)
+            state, pstate, counters = steps.speculative_decode(
+                weights, self.params, state, pstate, costs,
+                cfg=cfg, proposer=self.proposer, spec=self.config, prompt_bucket=bucket,
+            )
+        except Exception as err:  # noqa: BLE001 - any failure must fall back, never lose the request
+            if not self.config.fallback:
+                raise
+            self.disable(f"the speculative loop failed ({type(err).__name__}: {err})")
+            return None
+        if pstate is not None:
+            self._caches[batch] = pstate
+        host = {name: value for name, value in vars(jax.device_get(counters)).items()}
+        rows = len(prompt_lengths)
+        self.totals.add(host, rows)
+        return state, [request_stats(host, i) for i in range(rows)]
+
+    def metrics(self) -> dict[str, Any]:
+        """Acceptance totals since load, and whether (and why not) speculation is on."""
+        return {
+            "speculative": self.enabled,
+            "method": self.config.method,
+            "num_speculative_tokens": self.config.num_speculative_tokens,
+            "fallback_reason": self.disabled_reason,
+            **self.totals.totals(),
+        }
+
+    def _costs_for(self, weights: Weights, cfg: ModelConfig, state: DecodeState, pstate: Any) -> CostModel:
+        """The round cost model for this batch size: measured once when calibrating, else heuristic."""
+        if not (self.config.adaptive and self.config.calibrate):
+            return heuristic_costs(self.proposer.draft_cost, self.config)
+        batch = state.lengths.shape[0]
+        if batch not in self.costs:
+            self.costs[batch] = calibrate(
+                steps.speculative_probe, weights, self.params, state, pstate,
+                cfg, self.proposer, self.config.num_speculative_tokens,
+            )
+        return self.costs[batch]
+
+    def _proposer_state(self, batch: int) -> KVCache | None:
+        """The draft cache for this batch bucket (re-made if a failed call consumed it)."""
+        if not isinstance(self.proposer, DraftModelProposer):
+            return None
+        cache = self._caches.pop(batch, None)
+        if cache is None or is_consumed(cache):
+            cache = init_cache(self.proposer.cfg, batch, self.max_seq_len, self.dtype)
+        return cache
+
+
+def build_speculative(
+    config: SpeculativeConfig | None, target: ModelConfig, target_tok: Any, dtype: Any, max_seq_len: int
+) -> SpeculativeDecoder | None:
+    """A decoder for `config` (None when not speculating); load failures fall back with a warning."""
+    if config is None:
+        return None
+    try:
+        proposer, params = make_proposer(config, target, target_tok, dtype, max_seq_len)
+    except Exception as err:  # noqa: BLE001 - an unusable draft must not stop the target from serving
+        if not config.fallback:
+            raise
+        decoder = SpeculativeDecoder(config, None, None, dtype, max_seq_len)
+        decoder.disable(f"{type(err).__name__}: {err}")
+        return decoder
+    return SpeculativeDecoder(config, proposer, params, dtype, max_seq_len)
+
+
+__all__ = ["SpeculativeDecoder", "SpeculativeError", "SpeculativeFallbackWarning", "build_speculative"]

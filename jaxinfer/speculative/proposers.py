@@ -1,0 +1,169 @@
+"""Draft proposers: a draft model with its own KV cache, and n-gram prompt lookup.
+
+A proposer is a hashable object (a static argument of the compiled loop) whose methods are pure
+functions of its parameters (e.g. draft weights), the target's DecodeState and its own state
+pytree. New kinds (EAGLE-style heads over target hidden states) implement the same protocol;
+`after_verify` hands them the target's hidden states of every verified position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.config import ModelConfig
+from jaxinfer.generation import DecodeState
+from jaxinfer.models import forward, lm_logits
+from jaxinfer.speculative.rejection import DRAFT_TAG, draw, one_hot_logprobs, position_keys, sampled_logprobs
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Proposal:
+    """Up to K drafted tokens per sequence and the distribution each was drawn from."""
+
+    tokens: jax.Array  # [B, K] int32; token i is proposed for position length + i
+    logprobs: jax.Array  # [B, K, V] float32 processed q (one-hot for deterministic proposers)
+    state: Any  # the proposer's state after drafting
+
+
+class Proposer(Protocol):
+    """What the speculative loop needs from a source of draft tokens."""
+
+    # True when the proposer keeps a cache that must see every token: after a plain step
+    # (target only) it is out of date, so the loop stays plain for the rest of the call.
+    stateful: bool
+    # Cost of drafting one token relative to one target decode step (adaptive k uses it).
+    draft_cost: float
+
+    def prefill(self, params: Any, state: DecodeState, pstate: Any, prompt_bucket: int) -> Any:
+        """Proposer state after reading the prompts (the first prompt_bucket buffer slots)."""
+        ...
+
+    def available(self, params: Any, state: DecodeState, pstate: Any, k: int) -> jax.Array:
+        """How many tokens [B] int32 (<= k) the proposer can draft for each sequence now."""
+        ...
+
+    def propose(self, params: Any, state: DecodeState, pstate: Any, k: int) -> Proposal:
+        """Draft k tokens per sequence (tokens past `available` are ignored by the verifier)."""
+        ...
+
+    def after_verify(self, params: Any, pstate: Any, hidden: jax.Array, num_accepted: jax.Array) -> Any:
+        """Update state from the target hidden states [B, K+1, D] and acceptance [B]."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftModelProposer:
+    """A smaller model of the same tokenizer drafting autoregressively from its own KV cache.
+
+    Cache invariant: positions 0..length-3 are valid, so each round first feeds the two newest
+    tokens (positions length-2 and length-1). That keeps the cache complete whether the round
+    ended in a rejection or accepted all k drafts, without an extra draft step per round.
+    """
+
+    cfg: ModelConfig
+    target_vocab: int
+    draft_cost: float
+    stateful: bool = True
+
+    def prefill(self, params: Any, state: DecodeState, pstate: Any, prompt_bucket: int) -> Any:
+        """Write the prompts into the draft cache."""
+        tokens = state.tokens[:, :prompt_bucket]
+        positions = jnp.broadcast_to(jnp.arange(prompt_bucket, dtype=jnp.int32), tokens.shape)
+        _, cache = forward(params, tokens, positions, pstate, self.cfg)
+        return cache
+
+    def available(self, params: Any, state: DecodeState, pstate: Any, k: int) -> jax.Array:
+        """A draft model can always propose k tokens."""
+        return jnp.full(state.lengths.shape, k, jnp.int32)
+
+    def propose(self, params: Any, state: DecodeState, pstate: Any, k: int) -> Proposal:
+        """k autoregressive draft steps, sampling each token from the processed draft distribution."""
+        rows = jnp.arange(state.lengths.shape[0])
+        lengths = state.lengths
+        first_pos = jnp.stack([jnp.maximum(lengths - 2, 0), lengths - 1], axis=1)
+        hidden, cache = forward(params, state.tokens[rows[:, None], first_pos], first_pos, pstate, self.cfg)
+        token, logprobs = self._draw(params, hidden[:, -1], state, lengths)
+        tokens, lps = [token], [logprobs]
+        # Unrolled rather than scanned: k is small, and a scan carrying the cache makes XLA
+        # copy every cache buffer on each step.
+        for i in range(1, k):
+            pos = lengths + i - 1
+            hidden, cache = forward(params, tokens[-1][:, None], pos[:, None], cache, self.cfg)
+            token, logprobs = self._draw(params, hidden[:, 0], state, pos + 1)
+            tokens.append(token)
+            lps.append(logprobs)
+        tokens, logprobs = jnp.stack(tokens, axis=1), jnp.stack(lps, axis=1)
+        return Proposal(tokens, logprobs, cache)
+
+    def after_verify(self, params: Any, pstate: Any, hidden: jax.Array, num_accepted: jax.Array) -> Any:
+        """The draft cache needs nothing from the target: rollback is the length reset."""
+        return pstate
+
+    def _draw(self, params: Any, hidden: jax.Array, state: DecodeState, positions: jax.Array) -> tuple:
+        """Draft token [B] for `positions` and its processed distribution [B, V_target]."""
+        logits = lm_logits(params, hidden)
+        pad = self.target_vocab - self.cfg.vocab_size
+        if pad:  # the draft's vocabulary is a prefix of the target's: extra ids are impossible
+            logits = jnp.pad(logits, ((0, 0), (0, pad)), constant_values=-jnp.inf)
+        logprobs = sampled_logprobs(logits, state.sampling)
+        keys = position_keys(state.sampling, positions[:, None], DRAFT_TAG)[:, 0]
+        return draw(logprobs, state.sampling, keys), logprobs
+
+
+@dataclasses.dataclass(frozen=True)
+class NgramProposer:
+    """Prompt lookup: find the last n tokens earlier in prompt+output and propose what followed.
+
+    Longer n-grams win; among matches the latest one with k tokens after it wins (so a loop of
+    period 1 still yields k tokens), else the latest match. Deterministic: q is one-hot.
+    """
+
+    vocab_size: int
+    ngram_min: int
+    ngram_max: int
+    draft_cost: float
+    stateful: bool = False
+
+    def prefill(self, params: Any, state: DecodeState, pstate: Any, prompt_bucket: int) -> Any:
+        """Prompt lookup reads the token buffer directly; no state."""
+        return pstate
+
+    def available(self, params: Any, state: DecodeState, pstate: Any, k: int) -> jax.Array:
+        """Tokens that follow the chosen match (0 where nothing matches)."""
+        return self.lookup(state.tokens, state.lengths, k)[1]
+
+    def propose(self, params: Any, state: DecodeState, pstate: Any, k: int) -> Proposal:
+        """The continuation of the chosen match, as one-hot distributions."""
+        tokens, _ = self.lookup(state.tokens, state.lengths, k)
+        return Proposal(tokens, one_hot_logprobs(tokens, self.vocab_size), pstate)
+
+    def after_verify(self, params: Any, pstate: Any, hidden: jax.Array, num_accepted: jax.Array) -> Any:
+        """Stateless."""
+        return pstate
+
+    def lookup(self, tokens: jax.Array, lengths: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+        """Proposal [B, k] and its usable length [B] for buffers tokens [B, S] holding `lengths` tokens."""
+        batch, seq = tokens.shape
+        rows = jnp.arange(batch)[:, None]
+        ends = jnp.arange(seq)[None, :]
+        best = jnp.full((batch,), -1, jnp.int32)
+        for n in range(self.ngram_max, self.ngram_min - 1, -1):
+            # match[b, j]: tokens j-n+1..j equal the last n tokens, and j precedes the last token.
+            match = (ends >= n - 1) & (ends < lengths[:, None] - 1)
+            for m in range(n):
+                last = tokens[rows[:, 0], jnp.maximum(lengths - 1 - m, 0)]
+                match &= jnp.roll(tokens, m, axis=1) == last[:, None]
+            full = match & (ends <= lengths[:, None] - 1 - k)
+            latest_full = jnp.max(jnp.where(full, ends, -1), axis=1)
+            latest = jnp.max(jnp.where(match, ends, -1), axis=1)
+            end = jnp.where(latest_full >= 0, latest_full, latest)
+            best = jnp.where((best < 0) & (lengths > n), end, best).astype(jnp.int32)
+        count = jnp.where(best >= 0, jnp.minimum(k, lengths - 1 - best), 0).astype(jnp.int32)
+        index = jnp.clip(best[:, None] + 1 + jnp.arange(k)[None, :], 0, seq - 1)
+        proposal = jnp.where(jnp.arange(k)[None, :] < count[:, None], tokens[rows, index], 0)
+        return proposal, count

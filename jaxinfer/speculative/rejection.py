@@ -1,0 +1,141 @@
+"""Exact (lossless) speculative acceptance, after Leviathan et al. and Chen et al. (2023).
+
+Draft token x ~ q is accepted with probability min(1, p(x)/q(x)); the first rejected position
+draws from norm(max(0, p - q)); if every drafted position is accepted a bonus token is drawn
+from p. p and q are the processed distributions actually sampled from, so greedy rows (one-hot
+p and q) reduce to "accept while the argmax agrees". Randomness comes from per-position keys
+(seed + position), so a seeded request reproduces whatever else is in the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.sampling import SamplingArrays, processed_logprobs, step_keys
+
+# fold_in tags: draft draws and acceptance uniforms use bits independent of the residual or
+# bonus draw, which uses the untagged key plain sampling would use at that position.
+DRAFT_TAG = 1
+ACCEPT_TAG = 2
+
+
+def exact_accept(p_x: jax.Array, q_x: jax.Array, u: jax.Array) -> jax.Array:
+    """Accept with probability min(1, p(x)/q(x)) for uniforms u in [0, 1)."""
+    return u * q_x < p_x
+
+
+def exact_residual(p: jax.Array, q: jax.Array) -> jax.Array:
+    """Unnormalised distribution to draw from after a rejection: max(0, p - q)."""
+    return jnp.maximum(p - q, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceptanceRule:
+    """The two pieces of the rejection sampler, injectable so tests can prove broken ones fail."""
+
+    accept: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] = exact_accept
+    residual: Callable[[jax.Array, jax.Array], jax.Array] = exact_residual
+
+
+EXACT_RULE = AcceptanceRule()
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Verdict:
+    """Outcome of verifying one round of drafts."""
+
+    num_accepted: jax.Array  # [B] int32 leading drafts accepted (<= k_eff)
+    next_token: jax.Array  # [B] int32 correction (after a rejection) or bonus token
+    expected_acceptance: jax.Array  # [B, K] float32 sum_v min(p, q): P(accept) at each draft position
+
+
+def position_keys(params: SamplingArrays, positions: jax.Array, tag: int | None = None) -> jax.Array:
+    """Keys [B, T, 2] for tokens at positions [B, T]; a tag derives an independent stream."""
+    keys = jax.vmap(lambda pos: step_keys(params, pos), in_axes=1, out_axes=1)(positions)
+    if tag is None:
+        return keys
+    return jax.vmap(jax.vmap(lambda k: jax.random.fold_in(k, tag)))(keys)
+
+
+def sampled_logprobs(logits: jax.Array, params: SamplingArrays) -> jax.Array:
+    """processed_logprobs [N, V], skipping the softmax work when every row is greedy (one-hot)."""
+    return jax.lax.cond(
+        jnp.all(params.temperature <= 0),
+        lambda: one_hot_logprobs(jnp.argmax(logits, axis=-1), logits.shape[-1]),
+        lambda: processed_logprobs(logits, params),
+    )
+
+
+def one_hot_logprobs(tokens: jax.Array, vocab: int) -> jax.Array:
+    """Log of a point mass [..., V] at each token: q for deterministic proposers, p for greedy rows."""
+    return jnp.where(jax.nn.one_hot(tokens, vocab, dtype=jnp.float32) > 0, 0.0, -jnp.inf)
+
+
+def draw(logprobs: jax.Array, params: SamplingArrays, keys: jax.Array) -> jax.Array:
+    """Tokens [B] from logprobs [B, V]; an all-greedy batch (one-hot rows) skips the random bits."""
+    greedy = params.temperature <= 0
+    argmax = jnp.argmax(logprobs, axis=-1).astype(jnp.int32)
+
+    def sampled() -> jax.Array:
+        return jax.vmap(jax.random.categorical)(keys, logprobs).astype(jnp.int32)
+
+    drawn = jax.lax.cond(jnp.all(greedy), lambda: argmax, sampled)
+    return jnp.where(greedy, argmax, drawn)
+
+
+def verify(
+    target_logprobs: jax.Array,
+    draft_logprobs: jax.Array,
+    draft_tokens: jax.Array,
+    k_eff: jax.Array,
+    params: SamplingArrays,
+    first_position: jax.Array,
+    rule: AcceptanceRule = EXACT_RULE,
+) -> Verdict:
+    """Accept/reject drafts [B, K] (draft token i sits at first_position + i).
+
+    target_logprobs [B, K+1, V] are p at every draft position plus the bonus one, draft_logprobs
+    [B, K, V] are q; positions at or past k_eff [B] count as not drafted (adaptive length).
+    """
+    batch, k = draft_tokens.shape
+    p, q = jnp.exp(target_logprobs), jnp.exp(draft_logprobs)
+    p_x = jnp.take_along_axis(p[:, :k], draft_tokens[..., None], axis=-1)[..., 0]
+    q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]
+    positions = first_position[:, None] + jnp.arange(k + 1, dtype=jnp.int32)[None, :]
+    accept_keys = position_keys(params, positions[:, :k], ACCEPT_TAG)
+    u = jax.vmap(jax.vmap(jax.random.uniform))(accept_keys)
+    drafted = jnp.arange(k)[None, :] < k_eff[:, None]
+    accepted = rule.accept(p_x, q_x, u) & drafted
+    num_accepted = jnp.sum(jnp.cumprod(accepted, axis=-1), axis=-1).astype(jnp.int32)
+    next_token = _correction_or_bonus(target_logprobs, q, num_accepted, k_eff, params, positions, rule)
+    expected = jnp.sum(jnp.minimum(p[:, :k], q), axis=-1)
+    return Verdict(num_accepted, next_token, expected)
+
+
+def _correction_or_bonus(
+    target_logprobs: jax.Array,
+    q: jax.Array,
+    num_accepted: jax.Array,
+    k_eff: jax.Array,
+    params: SamplingArrays,
+    positions: jax.Array,
+    rule: AcceptanceRule,
+) -> jax.Array:
+    """Token at position first + n: from the residual after a rejection, else (bonus) from p."""
+    batch, k = q.shape[:2]
+    rows = jnp.arange(batch)
+    n = num_accepted
+    p_n_log = target_logprobs[rows, n]
+    q_n = q[rows, jnp.minimum(n, k - 1)]
+    rejected = n < k_eff
+    residual = rule.residual(jnp.exp(p_n_log), q_n)
+    # p == q up to rounding can leave no mass; then p itself is the exact answer.
+    usable = rejected & (jnp.sum(residual, axis=-1) > 0)
+    log_r = jnp.where(usable[:, None], jnp.log(residual), p_n_log)
+    keys = position_keys(params, positions[rows, n][:, None])[:, 0]
+    return draw(log_r, params, keys)

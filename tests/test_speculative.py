@@ -1,0 +1,156 @@
+"""Speculative decoding end to end through `LLM`: greedy identity, stops, statistics, fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hf_models import save_hf_model
+
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.speculative.decoder import SpeculativeError, SpeculativeFallbackWarning
+
+PROMPTS = [np.random.RandomState(i).randint(3, 256, size=n).tolist() for i, n in enumerate([5, 17, 9, 30])]
+PROMPTS[2] = [11, 12, 13, 14, 11, 12, 13, 14, 11, 12]  # repetitive: n-gram lookup finds matches
+GREEDY = [
+    SamplingParams(max_tokens=24, temperature=0, ignore_eos=True),
+    SamplingParams(max_tokens=9, temperature=0, ignore_eos=True),
+    SamplingParams(max_tokens=17, temperature=0),
+    SamplingParams(max_tokens=1, temperature=0, ignore_eos=True),
+]
+K = 3
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, checkpoint_dir):
+    """Target, a different-architecture draft, a draft with a prefix vocabulary, an oversized one."""
+    root = tmp_path_factory.mktemp("spec")
+    return {
+        "target": checkpoint_dir("llama2"),
+        "draft": save_hf_model("qwen2", root / "draft", num_hidden_layers=1),
+        "small_vocab": save_hf_model("llama2", root / "small_vocab", vocab_size=200, num_hidden_layers=1),
+        "big_vocab": save_hf_model("llama2", root / "big_vocab", vocab_size=300, num_hidden_layers=1),
+    }
+
+
+def make_llm(models, **spec) -> LLM:
+    config = SpeculativeConfig(**spec) if spec else None
+    return LLM(models["target"], dtype="float32", max_seq_len=64, speculative=config)
+
+
+@pytest.fixture(scope="module")
+def plain(models):
+    llm = make_llm(models)
+    return [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
+
+
+@pytest.fixture(scope="module")
+def self_spec(models):
+    return make_llm(models, draft_model=str(models["target"]), num_speculative_tokens=K, adaptive=False)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        dict(method="draft", draft="draft", num_speculative_tokens=K),
+        dict(method="draft", draft="small_vocab", num_speculative_tokens=K, adaptive=False),
+        dict(method="ngram", num_speculative_tokens=K, adaptive=False),
+    ],
+    ids=["draft-model", "prefix-vocab-draft", "ngram"],
+)
+def test_greedy_speculative_equals_plain(models, plain, spec):
+    spec = dict(spec)
+    if "draft" in spec:
+        spec["draft_model"] = str(models[spec.pop("draft")])
+    llm = make_llm(models, **spec)
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == plain
+    assert llm.metrics()["speculative"] and llm.metrics()["drafted"] > 0
+    assert all(o.spec_stats is not None for o in outs)
+
+
+def test_self_speculation_accepts_everything(self_spec):
+    rounds = 4
+    params = SamplingParams(max_tokens=1 + rounds * (K + 1), temperature=0, ignore_eos=True)
+    out = self_spec.generate([PROMPTS[0]], params)[0]
+    stats = out.spec_stats
+    assert stats["acceptance_rate"] == 1.0
+    assert stats["acceptance_per_position"] == [1.0] * K
+    assert stats["target_passes"] == rounds and stats["tokens_per_target_pass"] == K + 1
+    assert stats["mean_accepted_length"] == K + 1
+
+
+def test_stop_token_inside_accepted_run_ends_there(self_spec, plain):
+    free = plain[0]
+    stop_at = free[6]
+    first = free.index(stop_at)
+    params = SamplingParams(max_tokens=24, temperature=0, stop_token_ids=[stop_at])
+    out = self_spec.generate([PROMPTS[0]], params)[0]
+    assert out.token_ids == free[: first + 1]
+    assert out.finish_reason == "stop"
+
+
+def test_max_tokens_never_exceeded(self_spec):
+    params = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (1, 2, 3, 5, 6, 7)]
+    outs = self_spec.generate([PROMPTS[1]] * len(params), params)
+    assert [len(o.token_ids) for o in outs] == [1, 2, 3, 5, 6, 7]
+
+
+def test_seeded_sampling_reproducible_and_batch_independent(self_spec):
+    params = SamplingParams(max_tokens=12, temperature=0.9, top_k=40, top_p=0.9, seed=5, ignore_eos=True)
+    alone = self_spec.generate([PROMPTS[1]], params)[0].token_ids
+    assert self_spec.generate([PROMPTS[1]], params)[0].token_ids == alone
+    together = self_spec.generate([PROMPTS[1], PROMPTS[3]], [params, GREEDY[0]])
+    assert together[0].token_ids == alone
+
+
+def test_metrics_totals(self_spec):
+    before = self_spec.metrics()
+    self_spec.generate(PROMPTS[:2], SamplingParams(max_tokens=9, temperature=0, ignore_eos=True))
+    after = self_spec.metrics()
+    assert after["requests"] == before["requests"] + 2
+    assert after["drafted"] > before["drafted"] and after["acceptance_rate"] == 1.0
+    assert set(after) >= {"drafted", "accepted", "acceptance_rate", "mean_accepted_length", "acceptance_per_position"}
+
+
+def test_large_batch_cost_switches_to_plain(models, plain):
+    # Saturation at 1 token: every extra verified token costs a full step, so drafting never pays.
+    llm = make_llm(models, draft_model=str(models["target"]), num_speculative_tokens=K, verify_saturation_tokens=1)
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == plain
+    assert llm.metrics()["spec_passes"] == 0
+
+
+def test_low_acceptance_turns_speculation_off(models, plain):
+    llm = make_llm(models, draft_model=str(models["draft"]), num_speculative_tokens=K, draft_cost=0.3)
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == plain
+    m = llm.metrics()
+    assert m["acceptance_rate"] < 0.3 and m["spec_passes"] < m["target_passes"] / 3
+
+
+def test_vocabulary_mismatch_warns_and_decodes_plainly(models, plain):
+    with pytest.warns(SpeculativeFallbackWarning, match="larger vocabulary"):
+        llm = make_llm(models, draft_model=str(models["big_vocab"]))
+    assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == plain
+    assert llm.metrics()["speculative"] is False and "vocabulary" in llm.metrics()["fallback_reason"]
+    with pytest.raises(SpeculativeError, match="larger vocabulary"):
+        make_llm(models, draft_model=str(models["big_vocab"]), fallback=False)
+
+
+def test_missing_draft_warns(models):
+    with pytest.warns(SpeculativeFallbackWarning, match="does not exist"):
+        make_llm(models, draft_model="/nonexistent/draft")
+
+
+def test_loop_failure_falls_back_without_losing_requests(models, plain, monkeypatch):
+    from jaxinfer import steps
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("compile failed")
+
+    llm = make_llm(models, method="ngram")
+    monkeypatch.setattr(steps, "speculative_decode", broken)
+    with pytest.warns(SpeculativeFallbackWarning, match="compile failed"):
+        outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == plain
+    assert all(o.spec_stats is None for o in outs)

@@ -1,0 +1,111 @@
+"""The rejection sampler and n-gram proposer in isolation: exactness on synthetic distributions."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxinfer.sampling import SamplingArrays
+from jaxinfer.speculative.proposers import NgramProposer
+from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, exact_accept, exact_residual, verify
+
+ROWS, VOCAB, K = 20000, 6, 2
+P = np.array([[0.35, 0.25, 0.2, 0.1, 0.1, 0.0], [0.05, 0.05, 0.1, 0.2, 0.3, 0.3], [1 / 6] * 6])
+Q = np.array([[0.1, 0.1, 0.1, 0.2, 0.2, 0.3], [0.3, 0.3, 0.2, 0.1, 0.1, 0.0]])
+
+
+def sampled_params(rows: int) -> SamplingArrays:
+    keys = jax.vmap(lambda s: jax.random.key_data(jax.random.PRNGKey(s)))(jnp.arange(rows))
+    ones = jnp.ones(rows, jnp.float32)
+    return SamplingArrays(ones, jnp.zeros(rows, jnp.int32), ones, 0 * ones, keys.astype(jnp.uint32))
+
+
+def run_verify(rule: AcceptanceRule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Draft from Q, verify against P for ROWS independent rows; returns drafts, n, next token."""
+    params = sampled_params(ROWS)
+    q_log = jnp.log(jnp.broadcast_to(jnp.asarray(Q, jnp.float32), (ROWS, K, VOCAB)))
+    p_log = jnp.log(jnp.broadcast_to(jnp.asarray(P, jnp.float32), (ROWS, K + 1, VOCAB)))
+    draft_keys = jax.random.split(jax.random.PRNGKey(123), ROWS * K).reshape(ROWS, K, -1)
+    drafts = jax.vmap(jax.vmap(jax.random.categorical))(draft_keys, q_log).astype(jnp.int32)
+    k_eff = jnp.full((ROWS,), K, jnp.int32)
+    start = jnp.full((ROWS,), 10, jnp.int32)
+    v = jax.jit(verify, static_argnames=("rule",))(p_log, q_log, drafts, k_eff, params, start, rule=rule)
+    return np.asarray(drafts), np.asarray(v.num_accepted), np.asarray(v.next_token)
+
+
+def chi2_pvalue(tokens: np.ndarray, probs: np.ndarray) -> float:
+    """Goodness of fit of observed tokens to probs (bins with no mass must stay empty)."""
+    counts = np.bincount(tokens, minlength=len(probs))
+    if np.any(counts[probs == 0]):
+        return 0.0
+    keep = probs > 0
+    return stats.chisquare(counts[keep], probs[keep] * len(tokens)).pvalue
+
+
+def emitted(drafts: np.ndarray, n: np.ndarray, nxt: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token the round emits at draft position `position`, for rows that reached it."""
+    reached = n >= position
+    token = np.where(n[reached] > position, drafts[reached, position], nxt[reached])
+    return token, reached
+
+
+def test_exact_rule_reproduces_target_distribution():
+    drafts, n, nxt = run_verify(EXACT_RULE)
+    first, _ = emitted(drafts, n, nxt, 0)
+    second, reached = emitted(drafts, n, nxt, 1)
+    assert chi2_pvalue(first, P[0]) > 1e-3
+    assert chi2_pvalue(second, P[1]) > 1e-3
+    assert reached.sum() > 2000  # the accept path really was exercised
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        AcceptanceRule(accept=lambda p, q, u: jnp.ones_like(u, bool), residual=exact_residual),
+        AcceptanceRule(accept=exact_accept, residual=lambda p, q: p),
+        AcceptanceRule(accept=lambda p, q, u: u < p, residual=exact_residual),
+    ],
+    ids=["always-accept", "resample-from-p", "ignore-q"],
+)
+def test_broken_rules_are_detected(rule):
+    drafts, n, nxt = run_verify(rule)
+    first, _ = emitted(drafts, n, nxt, 0)
+    assert chi2_pvalue(first, P[0]) < 1e-6
+
+
+def test_greedy_accepts_while_argmax_agrees():
+    one_hot = lambda ids: jnp.log(jax.nn.one_hot(jnp.asarray(ids), 5))  # noqa: E731
+    params = sampled_params(2)
+    params = SamplingArrays(0 * params.temperature, params.top_k, params.top_p, params.min_p, params.keys)
+    target = jnp.stack([one_hot([1, 2, 3, 4]), one_hot([1, 0, 3, 4])])  # row 1 disagrees at position 1
+    drafts = jnp.asarray([[1, 2, 3], [1, 2, 3]], jnp.int32)
+    draft_lp = jnp.stack([one_hot([1, 2, 3])] * 2)
+    k_eff = jnp.asarray([3, 3], jnp.int32)
+    v = verify(target, draft_lp, drafts, k_eff, params, jnp.asarray([5, 5], jnp.int32))
+    assert v.num_accepted.tolist() == [3, 1]
+    assert v.next_token.tolist() == [4, 0]  # bonus from p, then the target's correction
+    assert np.asarray(v.expected_acceptance).tolist() == [[1, 1, 1], [1, 0, 1]]
+
+
+def test_effective_length_masks_later_drafts():
+    params = sampled_params(1)
+    p = jnp.log(jnp.asarray([[[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]]))
+    drafts = jnp.asarray([[1, 2]], jnp.int32)
+    v = verify(p, p[:, :2], drafts, jnp.asarray([1], jnp.int32), params, jnp.asarray([3], jnp.int32))
+    assert int(v.num_accepted[0]) == 1
+    assert int(v.next_token[0]) == 2  # drawn from p at position 1 (a bonus), not the masked draft check
+
+
+def test_ngram_lookup_prefers_longest_latest_full_match():
+    proposer = NgramProposer(vocab_size=50, ngram_min=1, ngram_max=3, draft_cost=0.0)
+    seq = [7, 1, 2, 3, 9, 9, 1, 2, 3, 4, 5, 6, 8, 1, 2, 3]
+    tokens = jnp.zeros((3, 32), jnp.int32).at[0, : len(seq)].set(jnp.asarray(seq))
+    tokens = tokens.at[1, :6].set(jnp.asarray([5, 5, 5, 5, 5, 5]))
+    tokens = tokens.at[2, :4].set(jnp.asarray([1, 2, 3, 4]))
+    proposal, count = proposer.lookup(tokens, jnp.asarray([len(seq), 6, 4], jnp.int32), 3)
+    assert proposal[0].tolist() == [4, 5, 6] and int(count[0]) == 3  # "1 2 3" seen twice; latest full
+    assert proposal[1].tolist() == [5, 5, 5] and int(count[1]) == 3  # a period-1 loop still gives k
+    assert int(count[2]) == 0  # nothing repeats
