@@ -123,7 +123,7 @@ class LLM:
             result = self.speculative.decode(self.weights, self.config, state, [len(s) for s in ids])
             if result is not None:
                 return result
-            if any(leaf.is_deleted() for leaf in jax.tree.leaves(state)):  # a failed run consumed it
+            if is_consumed(state):  # a failed run used up its donated input
                 state, _ = self._prefill(prompts, params)
         return steps.decode_loop(self.weights, state, jnp.int32(self.max_seq_len), cfg=self.config), None
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import jax
 
 from jaxinfer import generation
-from jaxinfer.speculative import costs as speculative_costs
 from jaxinfer.speculative import loop as speculative_loop
 
 prefill = jax.jit(
@@ -18,4 +17,4 @@ speculative_decode = jax.jit(
     static_argnames=("cfg", "proposer", "spec", "prompt_bucket"),
     donate_argnames=("state", "proposer_state"),
 )
-speculative_probe = jax.jit(speculative_costs.probe, static_argnames=("cfg", "proposer", "kind", "k"))
+speculative_probe = jax.jit(speculative_loop.probe, static_argnames=("cfg", "proposer", "spec", "kind"))

@@ -2,9 +2,11 @@
 plain / `assistant_model` / `prompt_lookup_num_tokens`, on the same weights, in one run.
 
 Greedy and temperature 0.8, batch 1 and 4; every request generates exactly --max-tokens tokens
-(EOS ignored) so tokens/s compare like for like. Each configuration is warmed up (compiled) once
-and timed --repeats times; the best wall time counts. HF assisted generation and prompt lookup
-only support batch 1, so their batch-4 rows run the four prompts one after another.
+(EOS ignored) so tokens/s compare like for like. Both libraries run float32 on CPU; torch gets
+--torch-threads intra-op threads (default 1: multi-threaded torch collapses on a loaded 2-core
+box). Each configuration is warmed up (compiled) once, then the engines of one mode and batch
+are timed round-robin --repeats times and the best wall time counts. HF assisted generation
+and prompt lookup only support batch 1, so their batch-4 rows run the four prompts in turn.
 
     python scripts/bench_speculative.py                  # demo pair in jaxinfer/assets/demo
     python scripts/bench_speculative.py --target T --draft D --out results/x.json
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -59,15 +62,19 @@ class Row:
         return self.tokens / self.seconds
 
 
-def best_time(run, repeats: int) -> tuple[float, Any]:
-    """Warm up once (compilation), then the best wall time of `repeats` runs and the last result."""
-    result = run()
-    times = []
+def best_times(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, Any]]:
+    """Warm every run up once (compilation), then time them round-robin; best wall time and last result each.
+
+    Interleaving keeps a burst of load from other processes from landing on one engine only.
+    """
+    results = {name: run() for name, run in runs.items()}
+    best = {name: float("inf") for name in runs}
     for _ in range(repeats):
-        start = time.perf_counter()
-        result = run()
-        times.append(time.perf_counter() - start)
-    return min(times), result
+        for name, run in runs.items():
+            start = time.perf_counter()
+            results[name] = run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: (best[name], results[name]) for name in runs}
 
 
 def spec_summary(outputs: list) -> tuple[float | None, float | None]:
@@ -88,19 +95,24 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
         "jaxinfer draft": SpeculativeConfig(
             method="draft", draft_model=str(args.draft), num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
-        "jaxinfer ngram": SpeculativeConfig(method="ngram", num_speculative_tokens=args.k, adaptive=not args.fixed_k),
+        "jaxinfer ngram": SpeculativeConfig(
+            method="ngram", num_speculative_tokens=args.k, adaptive=not args.fixed_k
+        ),
+    }
+    llms = {
+        engine: LLM(args.target, dtype="float32", max_seq_len=max_seq_len, max_batch_size=4, speculative=spec)
+        for engine, spec in engines.items()
     }
     rows = []
-    for engine, spec in engines.items():
-        llm = LLM(args.target, dtype="float32", max_seq_len=max_seq_len, max_batch_size=4, speculative=spec)
-        for mode, temperature in MODES.items():
-            for batch in BATCHES:
-                params = [
-                    SamplingParams(max_tokens=args.max_tokens, temperature=temperature, seed=i, ignore_eos=True)
-                    for i in range(batch)
-                ]
-                seconds, outs = best_time(lambda: llm.generate(prompts[:batch], params), args.repeats)
-                rate, length = spec_summary(outs) if spec else (None, None)
+    for mode, temperature in MODES.items():
+        for batch in BATCHES:
+            params = [
+                SamplingParams(max_tokens=args.max_tokens, temperature=temperature, seed=i, ignore_eos=True)
+                for i in range(batch)
+            ]
+            runs = {name: functools.partial(llm.generate, prompts[:batch], params) for name, llm in llms.items()}
+            for engine, (seconds, outs) in best_times(runs, args.repeats).items():
+                rate, length = spec_summary(outs) if engines[engine] else (None, None)
                 rows.append(Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), seconds, rate, length))
                 print(f"  {engine:16s} {mode:7s} b={batch}: {rows[-1].tokens_per_s:8.1f} tok/s", flush=True)
     return rows
@@ -111,9 +123,12 @@ def hf_rows(args: argparse.Namespace, prompts: list) -> list[Row]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    torch.set_num_threads(args.torch_threads)
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
     draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.target, padding_side="left") if has_tokenizer(args.target) else None
+    tokenizer = None
+    if has_tokenizer(args.target):
+        tokenizer = AutoTokenizer.from_pretrained(args.target, padding_side="left")
     pad = target.config.pad_token_id if target.config.pad_token_id is not None else 0
     engines = {
         "hf plain": {},
@@ -121,29 +136,37 @@ def hf_rows(args: argparse.Namespace, prompts: list) -> list[Row]:
         "hf prompt-lookup": {"prompt_lookup_num_tokens": args.k},
     }
     rows = []
-    for engine, extra in engines.items():
-        for mode, temperature in MODES.items():
-            sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature else dict(do_sample=False)
-            common = dict(max_new_tokens=args.max_tokens, min_new_tokens=args.max_tokens, pad_token_id=pad, **sampling)
-            for batch in BATCHES:
-                sequential = bool(extra) and batch > 1  # HF speculative methods are batch-1 only
-
-                def run() -> int:
-                    groups = [[p] for p in prompts[:batch]] if sequential else [prompts[:batch]]
-                    made = 0
-                    for group in groups:
-                        inputs = encode_hf(tokenizer, group)
-                        with torch.no_grad():
-                            out = target.generate(**inputs, **common, **extra)
-                        made += (out.shape[1] - inputs["input_ids"].shape[1]) * out.shape[0]
-                    return made
-
-                torch.manual_seed(0)
-                seconds, tokens = best_time(run, args.repeats)
-                note = "prompts one at a time (batch-1 only)" if sequential else ""
+    for mode, temperature in MODES.items():
+        sampling = dict(do_sample=bool(temperature))
+        if temperature:
+            sampling.update(temperature=temperature, top_k=0, top_p=1.0)
+        common = dict(max_new_tokens=args.max_tokens, min_new_tokens=args.max_tokens, pad_token_id=pad, **sampling)
+        for batch in BATCHES:
+            runs = {
+                name: functools.partial(hf_generate, target, tokenizer, prompts[:batch], {**common, **extra})
+                for name, extra in engines.items()
+            }
+            torch.manual_seed(0)
+            for engine, (seconds, tokens) in best_times(runs, args.repeats).items():
+                note = "prompts one at a time (batch-1 only)" if engines[engine] and batch > 1 else ""
                 rows.append(Row(mode, batch, engine, tokens, seconds, note=note))
                 print(f"  {engine:16s} {mode:7s} b={batch}: {rows[-1].tokens_per_s:8.1f} tok/s", flush=True)
     return rows
+
+
+def hf_generate(model: Any, tokenizer: Any, prompts: list, kwargs: dict) -> int:
+    """Generated token count; HF speculative methods (assistant, prompt lookup) are batch-1 only."""
+    import torch
+
+    speculative = "assistant_model" in kwargs or "prompt_lookup_num_tokens" in kwargs
+    groups = [[p] for p in prompts] if speculative else [prompts]
+    made = 0
+    for group in groups:
+        inputs = encode_hf(tokenizer, group)
+        with torch.no_grad():
+            out = model.generate(**inputs, **kwargs)
+        made += (out.shape[1] - inputs["input_ids"].shape[1]) * out.shape[0]
+    return made
 
 
 def has_tokenizer(path: Path) -> bool:
@@ -188,13 +211,15 @@ def ratios(rows: list[Row]) -> dict[str, float]:
 def print_table(rows: list[Row]) -> None:
     """Rows grouped by mode and batch, with the speedup over jaxinfer plain."""
     plain = {(r.mode, r.batch): r.tokens_per_s for r in rows if r.engine == "jaxinfer plain"}
-    print(f"\n{'mode':7s} {'batch':>5s}  {'engine':17s} {'tok/s':>8s} {'vs plain':>8s} {'accept':>7s} {'mean len':>8s}  note")
+    header = ["mode".ljust(7), "batch".rjust(5), " engine".ljust(18), "tok/s".rjust(8), "vs plain".rjust(8)]
+    print("\n" + " ".join(header + ["accept".rjust(7), "mean len".rjust(8), " note"]))
     for r in sorted(rows, key=lambda r: (list(MODES).index(r.mode), r.batch)):
         base = plain.get((r.mode, r.batch))
         vs = f"{r.tokens_per_s / base:7.2f}x" if base else ""
         acc = f"{r.acceptance_rate:7.2f}" if r.acceptance_rate is not None else ""
         mean = f"{r.mean_accepted_length:8.2f}" if r.mean_accepted_length is not None else ""
-        print(f"{r.mode:7s} {r.batch:5d}  {r.engine:17s} {r.tokens_per_s:8.1f} {vs:>8s} {acc:>7s} {mean:>8s}  {r.note}")
+        print(f"{r.mode:7s} {r.batch:5d}  {r.engine:17s} {r.tokens_per_s:8.1f} {vs:>8s} {acc:>7s} {mean:>8s}  "
+              f"{r.note}")
 
 
 def main() -> None:
@@ -205,17 +230,26 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens (k_max when adaptive)")
     parser.add_argument("--fixed-k", action="store_true", help="turn adaptive draft length off")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-hf", action="store_true", help="skip the HF transformers rows")
+    parser.add_argument(
+        "--torch-threads", type=int, default=1,
+        help="torch intra-op threads for HF (1 is fastest for these tiny models on a shared 2-core CPU)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_speculative.json")
     args = parser.parse_args()
     for path in (args.target, args.draft):
         if not (path / "config.json").is_file():
             parser.error(f"{path} is not a checkpoint directory (train the demo pair with scripts/train_demo.py)")
     prompts: list = PROMPTS
-    if not has_tokenizer(args.target):  # random test checkpoints: fixed token-id prompts
+    if has_tokenizer(args.target):
+        from transformers import AutoTokenizer
+
+        prompt_tokens = max(len(AutoTokenizer.from_pretrained(args.target).encode(p)) for p in prompts)
+    else:  # random test checkpoints: fixed token-id prompts
         prompts = [np.random.RandomState(i).randint(3, 200, size=8 + 4 * i).tolist() for i in range(4)]
-    longest = max(len(p) for p in prompts) * 2 + args.max_tokens + args.k + 1
+        prompt_tokens = max(map(len, prompts))
+    longest = prompt_tokens + args.max_tokens + args.k + 1
     max_seq_len = 1 << (longest - 1).bit_length()
     print(f"target {args.target}\ndraft  {args.draft}\nk={args.k} adaptive={not args.fixed_k} "
           f"max_tokens={args.max_tokens} max_seq_len={max_seq_len}")
@@ -231,6 +265,7 @@ def main() -> None:
         "max_tokens": args.max_tokens,
         "max_seq_len": max_seq_len,
         "repeats": args.repeats,
+        "torch_threads": args.torch_threads,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "rows": [{**dataclasses.asdict(r), "tokens_per_s": r.tokens_per_s} for r in rows],
         "ratios": ratios(rows),

@@ -54,8 +54,9 @@ def self_spec(models):
         dict(method="draft", draft="draft", num_speculative_tokens=K),
         dict(method="draft", draft="small_vocab", num_speculative_tokens=K, adaptive=False),
         dict(method="ngram", num_speculative_tokens=K, adaptive=False),
+        dict(method="ngram", num_speculative_tokens=K),
     ],
-    ids=["draft-model", "prefix-vocab-draft", "ngram"],
+    ids=["draft-model", "prefix-vocab-draft", "ngram", "ngram-adaptive"],
 )
 def test_greedy_speculative_equals_plain(models, plain, spec):
     spec = dict(spec)
@@ -66,6 +67,10 @@ def test_greedy_speculative_equals_plain(models, plain, spec):
     assert [o.token_ids for o in outs] == plain
     assert llm.metrics()["speculative"] and llm.metrics()["drafted"] > 0
     assert all(o.spec_stats is not None for o in outs)
+    if spec.get("adaptive", True):  # on CPU the cost model is measured, once per batch bucket
+        (costs,) = llm.speculative.costs.values()
+        base, per_draft = np.asarray(costs.round_base), np.asarray(costs.per_draft)
+        assert np.all((base > 0) & (base < 100)) and np.all((per_draft >= 0) & (per_draft < 100))
 
 
 def test_self_speculation_accepts_everything(self_spec):
@@ -95,6 +100,14 @@ def test_max_tokens_never_exceeded(self_spec):
     assert [len(o.token_ids) for o in outs] == [1, 2, 3, 5, 6, 7]
 
 
+def test_runs_on_the_paged_cache(models, plain):
+    spec = SpeculativeConfig(draft_model=str(models["target"]), num_speculative_tokens=K, adaptive=False)
+    llm = LLM(models["target"], dtype="float32", max_seq_len=64, speculative=spec, kv_cache="paged", page_size=8)
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == plain
+    assert llm.metrics()["acceptance_rate"] == 1.0
+
+
 def test_seeded_sampling_reproducible_and_batch_independent(self_spec):
     params = SamplingParams(max_tokens=12, temperature=0.9, top_k=40, top_p=0.9, seed=5, ignore_eos=True)
     alone = self_spec.generate([PROMPTS[1]], params)[0].token_ids
@@ -109,19 +122,22 @@ def test_metrics_totals(self_spec):
     after = self_spec.metrics()
     assert after["requests"] == before["requests"] + 2
     assert after["drafted"] > before["drafted"] and after["acceptance_rate"] == 1.0
-    assert set(after) >= {"drafted", "accepted", "acceptance_rate", "mean_accepted_length", "acceptance_per_position"}
+    keys = {"drafted", "accepted", "acceptance_rate", "mean_accepted_length", "acceptance_per_position"}
+    assert set(after) >= keys
 
 
 def test_large_batch_cost_switches_to_plain(models, plain):
     # Saturation at 1 token: every extra verified token costs a full step, so drafting never pays.
-    llm = make_llm(models, draft_model=str(models["target"]), num_speculative_tokens=K, verify_saturation_tokens=1)
+    spec = dict(num_speculative_tokens=K, verify_saturation_tokens=1, calibrate=False)
+    llm = make_llm(models, draft_model=str(models["target"]), **spec)
     outs = llm.generate(PROMPTS, GREEDY)
     assert [o.token_ids for o in outs] == plain
     assert llm.metrics()["spec_passes"] == 0
 
 
 def test_low_acceptance_turns_speculation_off(models, plain):
-    llm = make_llm(models, draft_model=str(models["draft"]), num_speculative_tokens=K, draft_cost=0.3)
+    spec = dict(num_speculative_tokens=K, draft_cost=0.3, calibrate=False)
+    llm = make_llm(models, draft_model=str(models["draft"]), **spec)
     outs = llm.generate(PROMPTS, GREEDY)
     assert [o.token_ids for o in outs] == plain
     m = llm.metrics()

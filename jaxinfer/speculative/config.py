@@ -20,8 +20,9 @@ class SpeculativeConfig:
     num_speculative_tokens is k_max, fixed per compiled program. With adaptive=True each sequence
     picks its own k <= k_max from a moving average of its acceptance and a cost model, and stops
     speculating when the expected gain drops below 1. With calibrate=True the cost model is
-    measured on the device once per batch size; otherwise draft_cost and
-    verify_saturation_tokens give it.
+    measured on the device once per batch size (a few extra small compiles on first use);
+    otherwise draft_cost and verify_saturation_tokens give it. The default calibrates on CPU,
+    where each verified token costs real compute, and uses the heuristic on accelerators.
     With fallback=True a draft that cannot be used only warns and generation runs plain.
     """
 
@@ -29,7 +30,7 @@ class SpeculativeConfig:
     draft_model: str | None = None
     num_speculative_tokens: int = 4
     adaptive: bool = True
-    calibrate: bool = True
+    calibrate: bool | None = None  # None: measure costs on CPU, where the heuristic is far off
     ngram_min: int = 1
     ngram_max: int = 3
     # Cost of one draft step relative to one target step; None estimates it from FLOPs.
@@ -38,6 +39,9 @@ class SpeculativeConfig:
     # whole decode step (the forward becomes compute bound); large batches hit it first.
     verify_saturation_tokens: int = 256
     acceptance_decay: float = 0.7
+    # Expected speedup a sequence must show before it drafts: the margin absorbs noise in the
+    # measured costs and acceptance estimates (1.0 speculates on any expected gain).
+    min_gain: float = 1.1
     initial_acceptance: float = 0.8
     fallback: bool = True
     # The acceptance rule; only tests replace it (with broken rules that must be caught).
@@ -61,8 +65,11 @@ class SpeculativeConfig:
         )
         _check(self.draft_cost is None or self.draft_cost >= 0, f"draft_cost must be >= 0, got {self.draft_cost}")
         _check(self.verify_saturation_tokens >= 1, "verify_saturation_tokens must be >= 1")
+        _check(self.min_gain >= 1.0, f"min_gain must be >= 1, got {self.min_gain}")
         _check(0 <= self.acceptance_decay < 1, f"acceptance_decay must be in [0, 1), got {self.acceptance_decay}")
-        _check(0 < self.initial_acceptance < 1, f"initial_acceptance must be in (0, 1), got {self.initial_acceptance}")
+        _check(
+            0 < self.initial_acceptance < 1, f"initial_acceptance must be in (0, 1), got {self.initial_acceptance}"
+        )
 
 
 def _check(ok: bool, message: str) -> None:

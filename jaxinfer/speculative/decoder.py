@@ -86,7 +86,9 @@ def make_proposer(
 class SpeculativeDecoder:
     """Runs the speculative loop for LLM and keeps draft caches and acceptance totals."""
 
-    def __init__(self, config: SpeculativeConfig, proposer: Proposer | None, params: Any, dtype: Any, max_seq_len: int):
+    def __init__(
+        self, config: SpeculativeConfig, proposer: Proposer | None, params: Any, dtype: Any, max_seq_len: int
+    ):
         self.config = config
         self.proposer = proposer
         self.params = params
@@ -150,13 +152,15 @@ class SpeculativeDecoder:
 
     def _costs_for(self, weights: Weights, cfg: ModelConfig, state: DecodeState, pstate: Any) -> CostModel:
         """The round cost model for this batch size: measured once when calibrating, else heuristic."""
-        if not (self.config.adaptive and self.config.calibrate):
+        calibrating = self.config.calibrate
+        if calibrating is None:
+            calibrating = jax.default_backend() == "cpu"
+        if not (self.config.adaptive and calibrating):
             return heuristic_costs(self.proposer.draft_cost, self.config)
         batch = state.lengths.shape[0]
         if batch not in self.costs:
             self.costs[batch] = calibrate(
-                steps.speculative_probe, weights, self.params, state, pstate,
-                cfg, self.proposer, self.config.num_speculative_tokens,
+                steps.speculative_probe, weights, self.params, state, pstate, cfg, self.proposer, self.config
             )
         return self.costs[batch]
 

@@ -1,10 +1,11 @@
 """The speculative draft-verify loop: one lax.while_loop, nothing returns to the host between rounds.
 
-Each round drafts k tokens per sequence, verifies all k+1 positions with one target forward
-(the last accepted token plus the k drafts), accepts a prefix, appends it and the correction or
-bonus token, and rolls the caches back by not advancing `lengths`: entries past a sequence's
-length are invisible to the causal mask and overwritten next round. Per-sequence draft lengths
-adapt by masking; when no sequence expects a gain the round is a plain decode step.
+Each round drafts up to k tokens per sequence (as many steps as the longest plan in the batch),
+verifies all k+1 positions with one target forward (the last accepted token plus the drafts),
+accepts a prefix, appends it and the correction or bonus token, and rolls the caches back by not
+advancing `lengths`: entries past a sequence's length are invisible to the causal mask and
+overwritten next round. Per-sequence draft lengths adapt by masking; when no sequence expects a
+gain the loop takes plain decode steps.
 """
 
 from __future__ import annotations
@@ -16,26 +17,23 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config import ModelConfig
-from jaxinfer.generation import DecodeState, decode_step
-from jaxinfer.models import Weights
+from jaxinfer.generation import DecodeState, append_tokens
+from jaxinfer.models import Weights, forward, lm_logits
+from jaxinfer.sampling import sample
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.costs import CostModel, planned_draft_len
+from jaxinfer.speculative.costs import PROBE_ITERATIONS, CostModel, heuristic_costs, planned_draft_len
 from jaxinfer.speculative.proposers import Proposer
-from jaxinfer.speculative.rejection import Verdict, verify
+from jaxinfer.speculative.rejection import Verdict, draw, position_keys, sampled_logprobs, verify
 from jaxinfer.speculative.stats import SpecCounters, zero_counters
 from jaxinfer.speculative.verify import accepted_run, append_run, verify_forward
-
-# How fast an unobserved sequence's acceptance estimate drifts back to the prior, so a
-# sequence that stopped speculating (or found no n-gram) is retried now and then.
-RELAX_RATE = 0.05
-
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Adaptation:
     """Per-sequence acceptance estimates that choose each round's draft length."""
 
-    acceptance: jax.Array  # [B] float32 moving average of P(accept) per drafted token
+    acceptance: jax.Array  # [B, K] float32 moving average of P(draft i accepted | drafts before it were)
+    observed: jax.Array  # [B, K] int32 rounds that measured it (the first ones replace the prior)
     plain_only: jax.Array  # [] bool: a stateful proposer missed a plain step; stay plain
 
 
@@ -64,12 +62,8 @@ def speculative_decode(
     prompt_bucket: int,
 ) -> tuple[DecodeState, Any, SpecCounters]:
     """Decode prefilled sequences to completion speculatively; returns state, proposer state, counters."""
-    batch, k = state.lengths.shape[0], spec.num_speculative_tokens
-    adapt = Adaptation(jnp.full((batch,), spec.initial_acceptance, jnp.float32), jnp.asarray(False))
     pstate = proposer.prefill(draft_params, state, proposer_state, prompt_bucket)
-    no_plan = jnp.zeros((batch,), jnp.int32)
-    carry = SpecState(state, pstate, adapt, zero_counters(batch, k), no_plan, no_plan)
-    carry = _replan(draft_params, carry, costs, proposer, spec)
+    carry = _replan(draft_params, initial_state(state, pstate, spec), costs, proposer, spec)
 
     def running(s: SpecState) -> jax.Array:
         return ~jnp.all(s.decode.done)
@@ -82,7 +76,8 @@ def speculative_decode(
         return _replan(draft_params, s, costs, proposer, spec)
 
     def plain_round(s: SpecState) -> SpecState:
-        return _replan(draft_params, _plain_round(weights, s, cfg, proposer, spec), costs, proposer, spec)
+        s = _plain_round(weights, draft_params, s, cfg, proposer, spec)
+        return _replan(draft_params, s, costs, proposer, spec)
 
     # Runs of plain steps and runs of speculative rounds as two inner while loops rather than a
     # lax.cond per round: XLA copies the whole KV cache into and out of a conditional.
@@ -94,12 +89,59 @@ def speculative_decode(
     return carry.decode, carry.proposer_state, carry.counters
 
 
-def _replan(draft_params: Any, s: SpecState, costs: CostModel, proposer: Proposer, spec: SpeculativeConfig) -> SpecState:
+def initial_state(state: DecodeState, proposer_state: Any, spec: SpeculativeConfig) -> SpecState:
+    """Loop state before the first round: the prior acceptance, nothing counted, no plan yet."""
+    batch, k = state.lengths.shape[0], spec.num_speculative_tokens
+    acceptance = jnp.full((batch, k), spec.initial_acceptance, jnp.float32)
+    adapt = Adaptation(acceptance, jnp.zeros((batch, k), jnp.int32), jnp.asarray(False))
+    no_plan = jnp.zeros((batch,), jnp.int32)
+    return SpecState(state, proposer_state, adapt, zero_counters(batch, k), no_plan, no_plan)
+
+
+def probe(
+    weights: Weights,
+    draft_params: Any,
+    state: DecodeState,
+    proposer_state: Any,
+    steps: jax.Array,
+    cfg: ModelConfig,
+    proposer: Proposer,
+    spec: SpeculativeConfig,
+    kind: str,
+) -> jax.Array:
+    """PROBE_ITERATIONS plain rounds or speculative rounds of `steps` drafts, for timing the cost model."""
+    costs = heuristic_costs(proposer.draft_cost, spec)
+
+    def body(i: jax.Array, s: SpecState) -> SpecState:
+        if kind == "plain":
+            after = _plain_round(weights, draft_params, s, cfg, proposer, spec)
+        else:
+            planned = dataclasses.replace(s, plan=jnp.where(s.decode.done, 0, steps))
+            after = _spec_round(weights, draft_params, planned, cfg, proposer, spec)
+        after = _replan(draft_params, after, costs, proposer, spec)
+        # Same positions every iteration, so each one does the same work.
+        decode = dataclasses.replace(after.decode, lengths=s.decode.lengths, done=s.decode.done)
+        return dataclasses.replace(after, decode=decode)
+
+    s = jax.lax.fori_loop(0, PROBE_ITERATIONS, body, initial_state(state, proposer_state, spec))
+    touched = [x.ravel()[0].astype(jnp.float32) for x in jax.tree.leaves((s.decode, s.proposer_state, s.counters))]
+    return jnp.sum(jnp.stack(touched))  # depends on every result, so XLA drops no work
+
+
+def _replan(
+    draft_params: Any, s: SpecState, costs: CostModel, proposer: Proposer, spec: SpeculativeConfig
+) -> SpecState:
     """Choose the next round's draft length per sequence from its acceptance estimate and the costs."""
     k = spec.num_speculative_tokens
     active = ~s.decode.done
     if spec.adaptive:
-        k_plan = planned_draft_len(s.adapt.acceptance, jnp.sum(active), costs, k)
+        num_active = jnp.sum(active)
+        greedy = jnp.all(s.decode.sampling.temperature <= 0)
+        k_plan = planned_draft_len(s.adapt.acceptance, num_active, greedy, costs, k, spec.min_gain)
+        # Until a sequence has been measured, try full drafts if they could pay at all.
+        certain = jnp.ones_like(s.adapt.acceptance)
+        could_pay = planned_draft_len(certain, num_active, greedy, costs, k, spec.min_gain) > 0
+        k_plan = jnp.where((s.adapt.observed[:, 0] == 0) & could_pay, k, k_plan)
     else:
         k_plan = jnp.full(active.shape, k, jnp.int32)
     available = proposer.available(draft_params, s.decode, s.proposer_state, k)
@@ -108,32 +150,65 @@ def _replan(draft_params: Any, s: SpecState, costs: CostModel, proposer: Propose
 
 
 def _spec_round(
-    weights: Weights, draft_params: Any, s: SpecState, cfg: ModelConfig, proposer: Proposer, spec: SpeculativeConfig
+    weights: Weights,
+    draft_params: Any,
+    s: SpecState,
+    cfg: ModelConfig,
+    proposer: Proposer,
+    spec: SpeculativeConfig,
 ) -> SpecState:
     """Draft, verify with one target forward, accept, append, and update the estimates."""
     d = s.decode
     active = ~d.done
-    proposal = proposer.propose(draft_params, d, s.proposer_state, spec.num_speculative_tokens)
+    steps = jnp.max(s.plan)  # drafting stops at the longest plan; shorter plans are masked
+    proposal = proposer.propose(draft_params, d, s.proposer_state, spec.num_speculative_tokens, steps)
     hidden, target_logprobs, cache = verify_forward(weights, d, proposal.tokens, cfg)
     verdict = verify(target_logprobs, proposal.logprobs, proposal.tokens, s.plan, d.sampling, d.lengths, spec.rule)
     run = accepted_run(proposal.tokens, verdict)
     decode, emitted = append_run(dataclasses.replace(d, cache=cache), run, verdict.num_accepted + 1)
     pstate = proposer.after_verify(draft_params, proposal.state, hidden, verdict.num_accepted)
     counters = _count_round(s.counters, s.plan, verdict.num_accepted, emitted, active)
-    adapt = _observe(s.adapt, verdict, s.available, active, spec)
+    adapt = _observe(s.adapt, verdict, jnp.minimum(s.available, steps), active, spec)
     return dataclasses.replace(s, decode=decode, proposer_state=pstate, adapt=adapt, counters=counters)
 
 
-def _plain_round(weights: Weights, s: SpecState, cfg: ModelConfig, proposer: Proposer, spec: SpeculativeConfig) -> SpecState:
-    """An ordinary decode step; a stateful proposer's cache misses it, so it stays off afterwards."""
-    decode = decode_step(weights, s.decode, cfg)
+def _plain_round(
+    weights: Weights,
+    draft_params: Any,
+    s: SpecState,
+    cfg: ModelConfig,
+    proposer: Proposer,
+    spec: SpeculativeConfig,
+) -> SpecState:
+    """An ordinary decode step; a stateful proposer's cache misses it, so it stays off afterwards.
+
+    A stateless proposer's first draft is scored against this step's distribution for free, so
+    its acceptance estimate stays current while the loop decodes plainly.
+    """
+    d = s.decode
+    rows = jnp.arange(d.lengths.shape[0])
+    positions = d.lengths - 1
+    hidden, cache = forward(weights, d.tokens[rows, positions][:, None], positions[:, None], d.cache, cfg)
+    logits = lm_logits(weights, hidden[:, 0])
+    adapt = dataclasses.replace(s.adapt, plain_only=s.adapt.plain_only | proposer.stateful)
+    if spec.adaptive and not proposer.stateful:
+        # The same draw as sampling.sample (same keys, same processed distribution), which also
+        # scores the proposer's first draft for free.
+        logprobs = sampled_logprobs(logits, d.sampling)
+        new_tokens = draw(logprobs, d.sampling, position_keys(d.sampling, d.lengths[:, None])[:, 0])
+        proposal = proposer.propose(draft_params, d, s.proposer_state, spec.num_speculative_tokens, jnp.int32(1))
+        p_first = jnp.exp(jnp.take_along_axis(logprobs, proposal.tokens[:, :1], axis=-1)[:, 0])
+        seen = jnp.zeros(adapt.observed.shape, bool).at[:, 0].set((s.available > 0) & ~d.done)
+        adapt = _fold(adapt, jnp.broadcast_to(p_first[:, None], seen.shape), seen, spec)
+    else:
+        new_tokens = sample(logits, d.sampling, d.lengths)
+    decode = append_tokens(dataclasses.replace(d, cache=cache), new_tokens)
     c = s.counters
     counters = dataclasses.replace(
         c,
-        target_passes=c.target_passes + (~s.decode.done).astype(jnp.int32),
-        emitted=c.emitted + decode.lengths - s.decode.lengths,
+        target_passes=c.target_passes + (~d.done).astype(jnp.int32),
+        emitted=c.emitted + decode.lengths - d.lengths,
     )
-    adapt = Adaptation(_relax(s.adapt.acceptance, spec), s.adapt.plain_only | proposer.stateful)
     return dataclasses.replace(s, decode=decode, adapt=adapt, counters=counters)
 
 
@@ -153,24 +228,27 @@ def _count_round(
 
 
 def _observe(
-    adapt: Adaptation, verdict: Verdict, available: jax.Array, active: jax.Array, spec: SpeculativeConfig
+    adapt: Adaptation, verdict: Verdict, drafted: jax.Array, active: jax.Array, spec: SpeculativeConfig
 ) -> Adaptation:
-    """Fold this round's exact acceptance probabilities into the moving average.
+    """Fold this round's exact acceptance probabilities into the per-position moving averages.
 
-    sum_v min(p, q) is P(accept) itself, a lower-variance signal than the accept/reject coin; it
-    is valid at every draft position whose prefix was accepted, and measured even for sequences
-    whose k is 0 (the draft still runs for the batch), so they can switch back on.
+    sum_v min(p, q) is P(accept) itself, a lower-variance signal than the accept/reject coin. At
+    position i it is the conditional acceptance the plan needs whenever drafts before i were
+    accepted, and it is measured even for sequences whose k is 0 (the draft still runs for the
+    batch), so they can switch back on.
     """
-    k = verdict.expected_acceptance.shape[1]
-    j = jnp.arange(k)[None, :]
-    valid = (j <= verdict.num_accepted[:, None]) & (j < available[:, None]) & active[:, None]
-    count = jnp.sum(valid, axis=1)
-    observed = jnp.sum(jnp.where(valid, verdict.expected_acceptance, 0.0), axis=1) / jnp.maximum(count, 1)
-    decay = spec.acceptance_decay
-    updated = decay * adapt.acceptance + (1.0 - decay) * observed
-    acceptance = jnp.where(count > 0, updated, _relax(adapt.acceptance, spec))
-    return dataclasses.replace(adapt, acceptance=acceptance)
+    j = jnp.arange(verdict.expected_acceptance.shape[1])[None, :]
+    valid = (j <= verdict.num_accepted[:, None]) & (j < drafted[:, None]) & active[:, None]
+    return _fold(adapt, verdict.expected_acceptance, valid, spec)
 
 
-def _relax(acceptance: jax.Array, spec: SpeculativeConfig) -> jax.Array:
-    return acceptance + RELAX_RATE * (spec.initial_acceptance - acceptance)
+def _fold(adapt: Adaptation, observed: jax.Array, seen: jax.Array, spec: SpeculativeConfig) -> Adaptation:
+    """Average observations [B, K] in where seen [B, K]; the first few plainly, so the prior does not linger.
+
+    Nothing else moves an estimate: every proposer is measured whenever it proposes (the draft in
+    each round, n-gram lookup also in plain steps), so there is no need to drift back and retry.
+    """
+    count = adapt.observed + seen.astype(jnp.int32)
+    weight = jnp.maximum(1.0 / jnp.maximum(count, 1), 1.0 - spec.acceptance_decay)
+    updated = adapt.acceptance + weight * (observed - adapt.acceptance)
+    return dataclasses.replace(adapt, acceptance=jnp.where(seen, updated, adapt.acceptance), observed=count)

@@ -47,8 +47,11 @@ class Proposer(Protocol):
         """How many tokens [B] int32 (<= k) the proposer can draft for each sequence now."""
         ...
 
-    def propose(self, params: Any, state: DecodeState, pstate: Any, k: int) -> Proposal:
-        """Draft k tokens per sequence (tokens past `available` are ignored by the verifier)."""
+    def propose(self, params: Any, state: DecodeState, pstate: Any, k: int, steps: jax.Array) -> Proposal:
+        """Draft up to k tokens per sequence; `steps` [] bounds the work this round (the longest plan).
+
+        Tokens past a sequence's `available` count or past `steps` are ignored by the verifier.
+        """
         ...
 
     def after_verify(self, params: Any, pstate: Any, hidden: jax.Array, num_accepted: jax.Array) -> Any:
@@ -81,24 +84,30 @@ class DraftModelProposer:
         """A draft model can always propose k tokens."""
         return jnp.full(state.lengths.shape, k, jnp.int32)
 
-    def propose(self, params: Any, state: DecodeState, pstate: Any, k: int) -> Proposal:
-        """k autoregressive draft steps, sampling each token from the processed draft distribution."""
+    def propose(self, params: Any, state: DecodeState, pstate: Any, k: int, steps: jax.Array) -> Proposal:
+        """`steps` (<= k) autoregressive draft steps, each token drawn from the processed draft distribution.
+
+        Slots past `steps` stay token 0 with no probability mass; the verifier masks them.
+        """
         rows = jnp.arange(state.lengths.shape[0])
         lengths = state.lengths
         first_pos = jnp.stack([jnp.maximum(lengths - 2, 0), lengths - 1], axis=1)
         hidden, cache = forward(params, state.tokens[rows[:, None], first_pos], first_pos, pstate, self.cfg)
         token, logprobs = self._draw(params, hidden[:, -1], state, lengths)
-        tokens, lps = [token], [logprobs]
-        # Unrolled rather than scanned: k is small, and a scan carrying the cache makes XLA
-        # copy every cache buffer on each step.
-        for i in range(1, k):
+        tokens = jnp.zeros((rows.shape[0], k), jnp.int32).at[:, 0].set(token)
+        lps = jnp.full((rows.shape[0], k, logprobs.shape[-1]), -jnp.inf, jnp.float32).at[:, 0].set(logprobs)
+
+        def step(carry: tuple) -> tuple:
+            i, cache, tokens, lps = carry
             pos = lengths + i - 1
-            hidden, cache = forward(params, tokens[-1][:, None], pos[:, None], cache, self.cfg)
+            hidden, cache = forward(params, tokens[:, i - 1][:, None], pos[:, None], cache, self.cfg)
             token, logprobs = self._draw(params, hidden[:, 0], state, pos + 1)
-            tokens.append(token)
-            lps.append(logprobs)
-        tokens, logprobs = jnp.stack(tokens, axis=1), jnp.stack(lps, axis=1)
-        return Proposal(tokens, logprobs, cache)
+            return i + 1, cache, tokens.at[:, i].set(token), lps.at[:, i].set(logprobs)
+
+        # A while loop, so rounds that want short drafts (low acceptance) pay for short drafts.
+        carry = (jnp.int32(1), cache, tokens, lps)
+        _, cache, tokens, lps = jax.lax.while_loop(lambda c: c[0] < steps, step, carry)
+        return Proposal(tokens, lps, cache)
 
     def after_verify(self, params: Any, pstate: Any, hidden: jax.Array, num_accepted: jax.Array) -> Any:
         """The draft cache needs nothing from the target: rollback is the length reset."""
@@ -137,8 +146,8 @@ class NgramProposer:
         """Tokens that follow the chosen match (0 where nothing matches)."""
         return self.lookup(state.tokens, state.lengths, k)[1]
 
-    def propose(self, params: Any, state: DecodeState, pstate: Any, k: int) -> Proposal:
-        """The continuation of the chosen match, as one-hot distributions."""
+    def propose(self, params: Any, state: DecodeState, pstate: Any, k: int, steps: jax.Array) -> Proposal:
+        """The continuation of the chosen match, as one-hot distributions (lookup is cheap: steps unused)."""
         tokens, _ = self.lookup(state.tokens, state.lengths, k)
         return Proposal(tokens, one_hot_logprobs(tokens, self.vocab_size), pstate)
 

@@ -62,11 +62,22 @@ def position_keys(params: SamplingArrays, positions: jax.Array, tag: int | None 
     return jax.vmap(jax.vmap(lambda k: jax.random.fold_in(k, tag)))(keys)
 
 
+def first_argmax(x: jax.Array) -> jax.Array:
+    """jnp.argmax over the last axis (first maximum wins), as two plain reductions.
+
+    XLA:CPU lowers argmax to a variadic (value, index) reduce that is about 8x slower than a max
+    followed by a min over matching indices, and greedy rounds take several argmaxes over V.
+    """
+    top = jnp.max(x, axis=-1, keepdims=True)
+    index = jnp.arange(x.shape[-1], dtype=jnp.int32)
+    return jnp.min(jnp.where(x == top, index, x.shape[-1]), axis=-1)
+
+
 def sampled_logprobs(logits: jax.Array, params: SamplingArrays) -> jax.Array:
     """processed_logprobs [N, V], skipping the softmax work when every row is greedy (one-hot)."""
     return jax.lax.cond(
         jnp.all(params.temperature <= 0),
-        lambda: one_hot_logprobs(jnp.argmax(logits, axis=-1), logits.shape[-1]),
+        lambda: one_hot_logprobs(first_argmax(logits), logits.shape[-1]),
         lambda: processed_logprobs(logits, params),
     )
 
@@ -79,7 +90,7 @@ def one_hot_logprobs(tokens: jax.Array, vocab: int) -> jax.Array:
 def draw(logprobs: jax.Array, params: SamplingArrays, keys: jax.Array) -> jax.Array:
     """Tokens [B] from logprobs [B, V]; an all-greedy batch (one-hot rows) skips the random bits."""
     greedy = params.temperature <= 0
-    argmax = jnp.argmax(logprobs, axis=-1).astype(jnp.int32)
+    argmax = first_argmax(logprobs)
 
     def sampled() -> jax.Array:
         return jax.vmap(jax.random.categorical)(keys, logprobs).astype(jnp.int32)
