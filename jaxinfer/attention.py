@@ -39,16 +39,17 @@ def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int) -> jax.
 def dense_attention(
     q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float | None = None
 ) -> jax.Array:
-    """GQA attention: q [B,T,H,K], k/v [B,S,KV,K], mask [B,T,S] -> [B,T,H,K]; softmax in float32."""
+    """GQA attention: q [B,T,H,K], k [B,KV,S,K], v [B,KV,K,S], mask [B,T,S] -> [B,T,H,K]; f32 softmax."""
     b, t, h, d = q.shape
-    kv_heads = k.shape[2]
+    kv_heads = k.shape[1]
     scale = d**-0.5 if scale is None else scale
-    qg = q.reshape(b, t, kv_heads, h // kv_heads, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(q.dtype)).astype(jnp.float32) * scale
+    qg = q.reshape(b, t, kv_heads, h // kv_heads, d).astype(k.dtype)
+    # float32 results keep bf16 operands on XLA:CPU's bf16 dot path (see layers.linear).
+    scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
     scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(q.dtype))
-    return out.reshape(b, t, h, d)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bkds->btkgd", probs, v, preferred_element_type=jnp.float32)
+    return out.reshape(b, t, h, d).astype(q.dtype)
 
 
 def paged_attend(q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int) -> jax.Array:
@@ -72,4 +73,4 @@ def attend(
     if isinstance(cache, PagedKVCache):
         return paged_attend(q, cache, layer, positions, window)
     k, v = cache.k[layer], cache.v[layer]
-    return dense_attention(q, k, v, causal_window_mask(positions, k.shape[1], window))
+    return dense_attention(q, k, v, causal_window_mask(positions, k.shape[2], window))

@@ -17,7 +17,14 @@ import jax.numpy as jnp
 from jaxinfer.attention import attend
 from jaxinfer.config import ModelConfig
 from jaxinfer.kv_cache import KVCache
-from jaxinfer.layers import apply_rope, gated_mlp, rms_norm, rope_cos_sin
+from jaxinfer.layers import (
+    apply_rope,
+    gated_mlp,
+    linear,
+    linear_transposed,
+    rms_norm,
+    rope_cos_sin,
+)
 from jaxinfer.weights import ArrayInfo
 
 
@@ -102,9 +109,9 @@ def _project_qkv(
     x: jax.Array, lw: LayerWeights, cfg: ModelConfig, cos: jax.Array, sin: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """q [B,T,H,K], k/v [B,T,KV,K] with biases, q/k norms and rotary embeddings applied."""
-    q = jnp.einsum("btd,dhk->bthk", x, lw.wq)
-    k = jnp.einsum("btd,dhk->bthk", x, lw.wk)
-    v = jnp.einsum("btd,dhk->bthk", x, lw.wv)
+    q = linear(x, lw.wq)
+    k = linear(x, lw.wk)
+    v = linear(x, lw.wv)
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
     if lw.q_norm is not None:
@@ -129,7 +136,7 @@ def _decoder_layer(
     q, k, v = _project_qkv(h, lw, cfg, cos, sin)
     cache = cache.write(layer, k, v, positions)
     attn = attend(q, cache, layer, positions, window)
-    out = jnp.einsum("bthk,hkd->btd", attn, lw.wo)
+    out = linear(attn, lw.wo, contract=2)
     if lw.bo is not None:
         out = out + lw.bo
     x = x + out
@@ -151,7 +158,5 @@ def forward(
 def lm_logits(weights: Weights, hidden: jax.Array) -> jax.Array:
     """Float32 next-token logits [..., V] from final hidden states [..., D]."""
     if weights.lm_head is None:
-        logits = jnp.einsum("...d,vd->...v", hidden, weights.embed)
-    else:
-        logits = hidden @ weights.lm_head
-    return logits.astype(jnp.float32)
+        return linear_transposed(hidden, weights.embed)
+    return linear(hidden, weights.lm_head, out_dtype=jnp.float32)
