@@ -2,7 +2,8 @@
 
 `attend` reads the cache after the current step's K/V were written, so a query at position p
 sees keys 0..p (within the layer's sliding window). The contiguous cache uses the dense `jnp`
-path; the paged cache dispatches to `pallas_kernels` (the Pallas kernel, or its `jnp`
+path, or on CPU for a few queries per sequence (decode, verification) a native kernel that
+reads only the visible keys; the paged cache dispatches to `pallas_kernels` (the Pallas kernel, or its `jnp`
 reference, as the cache's backend says). Queries of one call sit at consecutive positions.
 """
 
@@ -12,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 import pallas_kernels
+from jaxinfer.cpu_kernels import decode_attention, decode_attention_applies
 from jaxinfer.kv_cache import KVCache
 from jaxinfer.paged_kv_cache import PagedKVCache
 
@@ -73,4 +75,6 @@ def attend(
     if isinstance(cache, PagedKVCache):
         return paged_attend(q, cache, layer, positions, window)
     k, v = cache.k[layer], cache.v[layer]
+    if decode_attention_applies(q.shape[1], k.dtype):
+        return decode_attention(q, k, v, positions, window)
     return dense_attention(q, k, v, causal_window_mask(positions, k.shape[2], window))

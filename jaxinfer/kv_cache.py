@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config import ModelConfig
+from jaxinfer.cpu_kernels import cache_write_applies, write_positions
 
 
 @jax.tree_util.register_dataclass
@@ -30,13 +31,27 @@ class KVCache:
         return self.k[0].shape[2]
 
     def write(self, layer: int, k: jax.Array, v: jax.Array, positions: jax.Array) -> "KVCache":
-        """Store k/v [B, T, KV, K] of `layer` at positions [B, T]; out-of-range positions are dropped."""
-        batch = jnp.arange(k.shape[0])[:, None]
+        """Store k/v [B, T, KV, K] of `layer` at positions [B, T]; positions outside the cache are dropped."""
+        store = write_positions if cache_write_applies() else scatter_positions
         new_k, new_v = list(self.k), list(self.v)
-        # Mixed indexing puts the indexed axes first, so the target region is [B, T, KV, K] like k.
-        new_k[layer] = self.k[layer].at[batch, :, positions].set(k.astype(self.k[layer].dtype), mode="drop")
-        new_v[layer] = self.v[layer].at[batch, :, :, positions].set(v.astype(self.v[layer].dtype), mode="drop")
+        new_k[layer] = store(self.k[layer], k, positions, transposed=False)
+        new_v[layer] = store(self.v[layer], v, positions, transposed=True)
         return KVCache(new_k, new_v)
+
+
+def scatter_positions(cache: jax.Array, updates: jax.Array, positions: jax.Array, transposed: bool) -> jax.Array:
+    """XLA's scatter with the contract of `cpu_kernels.write_positions` (used off CPU).
+
+    cache [B, KV, S, K] (or [B, KV, K, S] if transposed), updates [B, T, KV, K], positions [B, T].
+    """
+    batch = jnp.arange(updates.shape[0])[:, None]
+    seq = cache.shape[3] if transposed else cache.shape[2]
+    positions = jnp.where(positions < 0, seq, positions)  # dropped, not wrapped like a Python index
+    updates = updates.astype(cache.dtype)
+    # Mixed indexing puts the indexed axes first, so the target region is [B, T, KV, K] like updates.
+    if transposed:
+        return cache.at[batch, :, :, positions].set(updates, mode="drop")
+    return cache.at[batch, :, positions].set(updates, mode="drop")
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype) -> KVCache:

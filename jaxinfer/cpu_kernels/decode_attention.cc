@@ -1,0 +1,222 @@
+// Attention of a few queries per sequence over the contiguous KV cache, on CPU.
+//
+// Decode and speculative verification attend with 1..16 queries per sequence. XLA:CPU runs
+// that as many tiny batched dots over the whole preallocated cache, so a step costs as much at
+// position 10 as at the cache's end. This reads only the visible keys of each sequence, once
+// for all query heads of a KV head, in three passes per (sequence, KV head): scores, softmax,
+// weighted sum of values. Plain loops shaped for the vectoriser (-O3 -march=native).
+//
+//   q [B, T, H, D] f32, keys [B, KV, S, D], values [B, KV, D, S] (f32, bf16 or f16; one dtype),
+//   positions [B, T] int32: query t of sequence b sits at positions[b, t] and sees keys
+//   s <= positions[b, t] (and positions[b, t] - s < window when window > 0).
+//   out [B, T, H, D] f32. A query that sees no key gets zeros.
+//
+// (sequence, KV head) pairs are split over XLA's intra-op thread pool like the GEMV kernel:
+// the calling thread works too and waits only for tasks other threads have started.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+inline float ToFloat(float v) { return v; }
+
+struct Bf16 {
+  uint16_t bits;
+};
+inline float ToFloat(Bf16 v) {
+  const uint32_t wide = static_cast<uint32_t>(v.bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+
+struct Half {
+  _Float16 value;
+};
+inline float ToFloat(Half v) { return static_cast<float>(v.value); }
+
+// exp(x) for x <= 0 (softmax after subtracting the max), vectorisable: 2^n * p(r) with a
+// degree-6 polynomial on r in [-ln2/2, ln2/2]; relative error ~2e-7.
+inline float ExpNonPositive(float x) {
+  x = std::max(x, -87.0f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+struct Shape {
+  int64_t B, T, H, KV, S, D;
+  float scale;
+  int64_t window;
+};
+
+// All T x G queries of sequence b that share KV head h.
+template <typename C>
+void AttendOne(const Shape& sh, const float* q, const C* keys, const C* values, const int32_t* positions,
+               float* out, int64_t b, int64_t h, std::vector<float>& probs) {
+  const int64_t G = sh.H / sh.KV, D = sh.D, S = sh.S;
+  const C* k_block = keys + (b * sh.KV + h) * S * D;
+  const C* v_block = values + (b * sh.KV + h) * D * S;
+  // Keys any query of this sequence can see: [lo_all, hi_all].
+  int64_t lo_all = S, hi_all = -1;
+  std::vector<int64_t> lo(sh.T), hi(sh.T);
+  for (int64_t t = 0; t < sh.T; ++t) {
+    const int64_t p = positions[b * sh.T + t];
+    hi[t] = std::min<int64_t>(p, S - 1);
+    lo[t] = sh.window > 0 ? std::max<int64_t>(0, p - sh.window + 1) : 0;
+    if (hi[t] >= lo[t]) {
+      lo_all = std::min(lo_all, lo[t]);
+      hi_all = std::max(hi_all, hi[t]);
+    }
+  }
+  const int64_t width = std::max<int64_t>(hi_all - lo_all + 1, 0);
+  const int64_t rows = sh.T * G;
+  probs.assign(rows * width, 0.0f);
+  std::vector<float> key(D);
+  // Pass 1: scaled scores, each key row read once for every query.
+  for (int64_t s = lo_all; s <= hi_all; ++s) {
+    const C* kr = k_block + s * D;
+    for (int64_t d = 0; d < D; ++d) key[d] = ToFloat(kr[d]);
+    for (int64_t t = 0; t < sh.T; ++t) {
+      if (s < lo[t] || s > hi[t]) continue;
+      for (int64_t g = 0; g < G; ++g) {
+        const float* qr = q + ((b * sh.T + t) * sh.H + h * G + g) * D;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t d = 0; d < D; ++d) dot += qr[d] * key[d];
+        probs[(t * G + g) * width + (s - lo_all)] = dot * sh.scale;
+      }
+    }
+  }
+  // Pass 2: softmax over each query's visible keys (the rest stay 0).
+  std::vector<float> inv_sum(rows, 0.0f);
+  for (int64_t t = 0; t < sh.T; ++t) {
+    if (hi[t] < lo[t]) continue;
+    for (int64_t g = 0; g < G; ++g) {
+      float* row = probs.data() + (t * G + g) * width + (lo[t] - lo_all);
+      const int64_t n = hi[t] - lo[t] + 1;
+      float m = row[0];
+      for (int64_t i = 1; i < n; ++i) m = std::max(m, row[i]);
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < n; ++i) {
+        row[i] = ExpNonPositive(row[i] - m);
+        sum += row[i];
+      }
+      inv_sum[t * G + g] = 1.0f / sum;
+    }
+  }
+  // Pass 3: out[query, d] = sum_s p[query, s] * V[d, s]; each value row read once.
+  std::vector<float> value(width);
+  for (int64_t d = 0; d < D; ++d) {
+    const C* vr = v_block + d * S + lo_all;
+    for (int64_t i = 0; i < width; ++i) value[i] = ToFloat(vr[i]);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* pr = probs.data() + r * width;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = 0; i < width; ++i) acc += pr[i] * value[i];
+      const int64_t t = r / G, g = r % G;
+      out[((b * sh.T + t) * sh.H + h * G + g) * D + d] = acc * inv_sum[r];
+    }
+  }
+}
+
+using TaskFn = void (*)(const Shape&, const float*, const void*, const void*, const int32_t*, float*, int64_t,
+                        int64_t, std::vector<float>&);
+
+template <typename C>
+void Task(const Shape& sh, const float* q, const void* keys, const void* values, const int32_t* positions, float* out,
+          int64_t b, int64_t h, std::vector<float>& probs) {
+  AttendOne(sh, q, static_cast<const C*>(keys), static_cast<const C*>(values), positions, out, b, h, probs);
+}
+
+// (sequence, KV head) tasks, claimed by whichever thread gets there first.
+struct Job {
+  TaskFn fn;
+  Shape shape;
+  const float* q;
+  const void* keys;
+  const void* values;
+  const int32_t* positions;
+  float* out;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+
+  void Work() {
+    std::vector<float> probs;
+    const int64_t tasks = shape.B * shape.KV;
+    for (int64_t i; (i = next.fetch_add(1)) < tasks;) {
+      fn(shape, q, keys, values, positions, out, i / shape.KV, i % shape.KV, probs);
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
+using Queries = ffi::Buffer<ffi::F32, 4>;
+using Positions = ffi::Buffer<ffi::S32, 2>;
+
+ffi::Error DecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer keys, ffi::AnyBuffer values,
+                           Positions positions, ffi::Result<Queries> out, float scale, int64_t window) {
+  const auto qd = q.dimensions(), kd = keys.dimensions(), vd = values.dimensions();
+  Shape sh{qd[0], qd[1], qd[2], kd.size() == 4 ? kd[1] : 0, kd.size() == 4 ? kd[2] : 0, qd[3], scale, window};
+  const bool shapes_ok = kd.size() == 4 && vd.size() == 4 && kd[0] == sh.B && kd[3] == sh.D && vd[0] == sh.B &&
+                         vd[1] == sh.KV && vd[2] == sh.D && vd[3] == sh.S && sh.KV > 0 && sh.H % sh.KV == 0 &&
+                         positions.dimensions()[0] == sh.B && positions.dimensions()[1] == sh.T;
+  if (!shapes_ok || keys.element_type() != values.element_type()) {
+    return ffi::Error::InvalidArgument("need q [B,T,H,D], keys [B,KV,S,D], values [B,KV,D,S] of one dtype");
+  }
+  auto job = std::make_shared<Job>();
+  switch (keys.element_type()) {
+    case ffi::F32: job->fn = &Task<float>; break;
+    case ffi::BF16: job->fn = &Task<Bf16>; break;
+    case ffi::F16: job->fn = &Task<Half>; break;
+    default: return ffi::Error::InvalidArgument("the cache must be f32, bf16 or f16");
+  }
+  job->shape = sh;
+  job->q = q.typed_data();
+  job->keys = keys.untyped_data();
+  job->values = values.untyped_data();
+  job->positions = positions.typed_data();
+  job->out = out->typed_data();
+  const int64_t tasks = sh.B * sh.KV;
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  for (int64_t t = 1; t < std::min(threads, tasks); ++t) pool.Schedule([job] { job->Work(); });
+  job->Work();
+  while (job->done.load(std::memory_order_acquire) < tasks) std::this_thread::yield();
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferDecodeAttention, DecodeAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Queries>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<Positions>()
+                                  .Ret<Queries>()
+                                  .Attr<float>("scale")
+                                  .Attr<int64_t>("window"));

@@ -1,0 +1,38 @@
+"""Attention of a few queries over the contiguous KV cache on CPU (see decode_attention.cc)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxinfer.cpu_kernels.build import load
+
+TARGET = "jaxinfer_decode_attention"
+MAX_QUERIES = 16  # per sequence; longer runs (prefill) are compute bound and stay with XLA's dots
+
+
+def decode_attention_applies(num_queries: int, cache_dtype: jnp.dtype) -> bool:
+    """Whether attention of `num_queries` queries per sequence should use the kernel."""
+    return (
+        1 <= num_queries <= MAX_QUERIES
+        and cache_dtype in (jnp.float32, jnp.bfloat16, jnp.float16)
+        and jax.default_backend() == "cpu"
+        and jax.device_count() == 1
+        and load("decode_attention.cc", "JaxinferDecodeAttention", TARGET)
+    )
+
+
+def decode_attention(
+    q: jax.Array, keys: jax.Array, values: jax.Array, positions: jax.Array, window: int, scale: float | None = None
+) -> jax.Array:
+    """q [B, T, H, D] over keys [B, KV, S, D] and values [B, KV, D, S] -> [B, T, H, D] in q's dtype.
+
+    The query at positions[b, t] sees keys s <= positions[b, t] (within `window` when > 0).
+    Queries are rounded to the cache dtype first, as the dense path does.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32), vmap_method="sequential")
+    q32 = q.astype(keys.dtype).astype(jnp.float32)
+    out = call(q32, keys, values, positions.astype(jnp.int32), scale=np.float32(scale), window=np.int64(window))
+    return out.astype(q.dtype)
