@@ -29,6 +29,8 @@ namespace ffi = xla::ffi;
 
 namespace {
 
+constexpr int64_t kMaxQueries = 16;
+
 inline float ToFloat(float v) { return v; }
 
 struct Bf16 {
@@ -50,7 +52,8 @@ inline float ToFloat(Half v) { return static_cast<float>(v.value); }
 // degree-6 polynomial on r in [-ln2/2, ln2/2]; relative error ~2e-7.
 inline float ExpNonPositive(float x) {
   x = std::max(x, -87.0f);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
   const float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
   float p = 1.0f / 720;
   p = p * r + 1.0f / 120;
@@ -65,6 +68,18 @@ inline float ExpNonPositive(float x) {
   return p * scale;
 }
 
+// Per-thread buffers, reused across tasks.
+struct Scratch {
+  std::vector<float> probs;    // [T * G, visible keys] scores, then probabilities
+  std::vector<float> block;    // widened keys, then one widened value row
+  std::vector<float> inv_sum;  // [T * G] 1 / softmax denominator
+};
+
+template <typename C>
+void Widen(const C* __restrict src, float* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = ToFloat(src[i]);
+}
+
 struct Shape {
   int64_t B, T, H, KV, S, D;
   float scale;
@@ -74,13 +89,13 @@ struct Shape {
 // All T x G queries of sequence b that share KV head h.
 template <typename C>
 void AttendOne(const Shape& sh, const float* q, const C* keys, const C* values, const int32_t* positions,
-               float* out, int64_t b, int64_t h, std::vector<float>& probs) {
+               float* out, int64_t b, int64_t h, Scratch& scratch) {
   const int64_t G = sh.H / sh.KV, D = sh.D, S = sh.S;
   const C* k_block = keys + (b * sh.KV + h) * S * D;
   const C* v_block = values + (b * sh.KV + h) * D * S;
   // Keys any query of this sequence can see: [lo_all, hi_all].
   int64_t lo_all = S, hi_all = -1;
-  std::vector<int64_t> lo(sh.T), hi(sh.T);
+  int64_t lo[kMaxQueries], hi[kMaxQueries];
   for (int64_t t = 0; t < sh.T; ++t) {
     const int64_t p = positions[b * sh.T + t];
     hi[t] = std::min<int64_t>(p, S - 1);
@@ -92,29 +107,31 @@ void AttendOne(const Shape& sh, const float* q, const C* keys, const C* values, 
   }
   const int64_t width = std::max<int64_t>(hi_all - lo_all + 1, 0);
   const int64_t rows = sh.T * G;
-  probs.assign(rows * width, 0.0f);
-  std::vector<float> key(D);
-  // Pass 1: scaled scores, each key row read once for every query.
-  for (int64_t s = lo_all; s <= hi_all; ++s) {
-    const C* kr = k_block + s * D;
-    for (int64_t d = 0; d < D; ++d) key[d] = ToFloat(kr[d]);
-    for (int64_t t = 0; t < sh.T; ++t) {
-      if (s < lo[t] || s > hi[t]) continue;
-      for (int64_t g = 0; g < G; ++g) {
-        const float* qr = q + ((b * sh.T + t) * sh.H + h * G + g) * D;
+  Scratch& sc = scratch;
+  sc.probs.assign(rows * width, 0.0f);
+  sc.block.resize(width * D);
+  sc.inv_sum.assign(rows, 0.0f);
+  // Pass 1: scaled scores. The visible keys are widened to f32 once, then each key row is
+  // read for every query while it is in L1.
+  Widen(k_block + lo_all * D, sc.block.data(), width * D);
+  for (int64_t t = 0; t < sh.T; ++t) {
+    for (int64_t g = 0; g < G; ++g) {
+      const float* __restrict qr = q + ((b * sh.T + t) * sh.H + h * G + g) * D;
+      float* __restrict row = sc.probs.data() + (t * G + g) * width;
+      for (int64_t s = lo[t]; s <= hi[t]; ++s) {
+        const float* __restrict kr = sc.block.data() + (s - lo_all) * D;
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < D; ++d) dot += qr[d] * key[d];
-        probs[(t * G + g) * width + (s - lo_all)] = dot * sh.scale;
+        for (int64_t d = 0; d < D; ++d) dot += qr[d] * kr[d];
+        row[s - lo_all] = dot * sh.scale;
       }
     }
   }
   // Pass 2: softmax over each query's visible keys (the rest stay 0).
-  std::vector<float> inv_sum(rows, 0.0f);
   for (int64_t t = 0; t < sh.T; ++t) {
     if (hi[t] < lo[t]) continue;
     for (int64_t g = 0; g < G; ++g) {
-      float* row = probs.data() + (t * G + g) * width + (lo[t] - lo_all);
+      float* __restrict row = sc.probs.data() + (t * G + g) * width + (lo[t] - lo_all);
       const int64_t n = hi[t] - lo[t] + 1;
       float m = row[0];
       for (int64_t i = 1; i < n; ++i) m = std::max(m, row[i]);
@@ -124,32 +141,31 @@ void AttendOne(const Shape& sh, const float* q, const C* keys, const C* values, 
         row[i] = ExpNonPositive(row[i] - m);
         sum += row[i];
       }
-      inv_sum[t * G + g] = 1.0f / sum;
+      sc.inv_sum[t * G + g] = 1.0f / sum;
     }
   }
-  // Pass 3: out[query, d] = sum_s p[query, s] * V[d, s]; each value row read once.
-  std::vector<float> value(width);
+  // Pass 3: out[query, d] = sum_s p[query, s] * V[d, s]; each value row widened once.
   for (int64_t d = 0; d < D; ++d) {
-    const C* vr = v_block + d * S + lo_all;
-    for (int64_t i = 0; i < width; ++i) value[i] = ToFloat(vr[i]);
+    Widen(v_block + d * S + lo_all, sc.block.data(), width);
+    const float* __restrict vr = sc.block.data();
     for (int64_t r = 0; r < rows; ++r) {
-      const float* pr = probs.data() + r * width;
+      const float* __restrict pr = sc.probs.data() + r * width;
       float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < width; ++i) acc += pr[i] * value[i];
+      for (int64_t i = 0; i < width; ++i) acc += pr[i] * vr[i];
       const int64_t t = r / G, g = r % G;
-      out[((b * sh.T + t) * sh.H + h * G + g) * D + d] = acc * inv_sum[r];
+      out[((b * sh.T + t) * sh.H + h * G + g) * D + d] = acc * sc.inv_sum[r];
     }
   }
 }
 
 using TaskFn = void (*)(const Shape&, const float*, const void*, const void*, const int32_t*, float*, int64_t,
-                        int64_t, std::vector<float>&);
+                        int64_t, Scratch&);
 
 template <typename C>
 void Task(const Shape& sh, const float* q, const void* keys, const void* values, const int32_t* positions, float* out,
-          int64_t b, int64_t h, std::vector<float>& probs) {
-  AttendOne(sh, q, static_cast<const C*>(keys), static_cast<const C*>(values), positions, out, b, h, probs);
+          int64_t b, int64_t h, Scratch& scratch) {
+  AttendOne(sh, q, static_cast<const C*>(keys), static_cast<const C*>(values), positions, out, b, h, scratch);
 }
 
 // (sequence, KV head) tasks, claimed by whichever thread gets there first.
@@ -165,10 +181,10 @@ struct Job {
   std::atomic<int64_t> done{0};
 
   void Work() {
-    std::vector<float> probs;
+    Scratch scratch;
     const int64_t tasks = shape.B * shape.KV;
     for (int64_t i; (i = next.fetch_add(1)) < tasks;) {
-      fn(shape, q, keys, values, positions, out, i / shape.KV, i % shape.KV, probs);
+      fn(shape, q, keys, values, positions, out, i / shape.KV, i % shape.KV, scratch);
       done.fetch_add(1, std::memory_order_release);
     }
   }
@@ -184,8 +200,8 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer keys,
   const bool shapes_ok = kd.size() == 4 && vd.size() == 4 && kd[0] == sh.B && kd[3] == sh.D && vd[0] == sh.B &&
                          vd[1] == sh.KV && vd[2] == sh.D && vd[3] == sh.S && sh.KV > 0 && sh.H % sh.KV == 0 &&
                          positions.dimensions()[0] == sh.B && positions.dimensions()[1] == sh.T;
-  if (!shapes_ok || keys.element_type() != values.element_type()) {
-    return ffi::Error::InvalidArgument("need q [B,T,H,D], keys [B,KV,S,D], values [B,KV,D,S] of one dtype");
+  if (!shapes_ok || sh.T > kMaxQueries || keys.element_type() != values.element_type()) {
+    return ffi::Error::InvalidArgument("need q [B,T<=16,H,D], keys [B,KV,S,D], values [B,KV,D,S] of one dtype");
   }
   auto job = std::make_shared<Job>();
   switch (keys.element_type()) {
