@@ -73,6 +73,13 @@ def test_linear_paths_agree(rows: int) -> None:
     np.testing.assert_allclose(np.asarray(logits), expected_logits, rtol=1e-4, atol=1e-3)
 
 
+def run_python(script: str, kernels: bool) -> str:
+    """Stdout of `script` in a fresh interpreter, with the CPU kernels on or off."""
+    env = {**os.environ, "JAXINFER_CPU_KERNELS": "1" if kernels else "0"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
 def test_disabled_kernels_fall_back_to_xla() -> None:
     """With JAXINFER_CPU_KERNELS=0 the same one-row product runs through XLA's dot."""
     script = (
@@ -83,9 +90,7 @@ def test_disabled_kernels_fall_back_to_xla() -> None:
         "assert not gemv_applies(1, w)\n"
         "print(np.asarray(linear(jnp.ones((1, 3), jnp.bfloat16), w, out_dtype=jnp.float32)).tolist())\n"
     )
-    env = {**os.environ, "JAXINFER_CPU_KERNELS": "0"}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[[12.0, 15.0, 18.0, 21.0]]"
+    assert run_python(script, kernels=False) == "[[12.0, 15.0, 18.0, 21.0]]"
 
 
 def expected_cache(cache: np.ndarray, updates: np.ndarray, positions: np.ndarray, transposed: bool) -> np.ndarray:
@@ -190,7 +195,4 @@ def test_generation_same_with_kernels_disabled() -> None:
         "params = SamplingParams(max_tokens=24, temperature=0.0)\n"
         "print([o.token_ids for o in llm.generate(['def main(', 'import os\\n'], params)])\n"
     )
-    env = {**os.environ, "JAXINFER_CPU_KERNELS": "0"}
-    xla = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    here = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert here.stdout.strip() == xla.stdout.strip()
+    assert run_python(script, kernels=True) == run_python(script, kernels=False)
