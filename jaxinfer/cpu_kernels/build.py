@@ -1,7 +1,8 @@
 """Compile a kernel source with the system C++ compiler on first use and register it with XLA.
 
-The shared library is cached per source, jaxlib version and CPU flags under
-$JAXINFER_CACHE_DIR (default ~/.cache/jaxinfer). Without a compiler, or with
+The shared library is cached per source (with the headers beside it), jaxlib version, CPU
+and compiler flags under $JAXINFER_CACHE_DIR (default ~/.cache/jaxinfer). JAXINFER_CXXFLAGS
+adds flags (e.g. `-mno-avx512bf16` to build the portable loops). Without a compiler, or with
 JAXINFER_CPU_KERNELS=0, `load` returns False and callers keep the pure-XLA path.
 """
 
@@ -24,6 +25,11 @@ log = logging.getLogger(__name__)
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-std=c++17", "-shared", "-fPIC", "-w")
 
 
+def flags() -> tuple[str, ...]:
+    """The compiler flags: FLAGS, then any from $JAXINFER_CXXFLAGS."""
+    return FLAGS + tuple(os.environ.get("JAXINFER_CXXFLAGS", "").split())
+
+
 def cache_dir() -> Path:
     """Where built kernels live."""
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxinfer"
@@ -41,8 +47,10 @@ def _cpu_signature() -> str:
 
 
 def _library_path(source: Path) -> Path:
-    """The cached library for this source, jaxlib (FFI ABI), CPU and flags."""
-    parts = [source.read_bytes(), jaxlib.__version__.encode(), _cpu_signature().encode(), " ".join(FLAGS).encode()]
+    """The cached library for this source and its headers, jaxlib (FFI ABI), CPU and flags."""
+    headers = [header.read_bytes() for header in sorted(source.parent.glob("*.h"))]
+    parts = [source.read_bytes(), *headers, jaxlib.__version__.encode(), _cpu_signature().encode()]
+    parts.append(" ".join(flags()).encode())
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     return cache_dir() / f"{source.stem}-{key}.so"
 
@@ -55,7 +63,7 @@ def _compile(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        cmd = [compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", "-o", str(out), str(source)]
+        cmd = [compiler, *flags(), f"-I{jax.ffi.include_dir()}", "-o", str(out), str(source)]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr[-2000:]}")

@@ -11,18 +11,15 @@
 //   s <= positions[b, t] (and positions[b, t] - s < window when window > 0).
 //   out [B, T, H, D] f32. A query that sees no key gets zeros.
 //
-// (sequence, KV head) pairs are split over XLA's intra-op thread pool like the GEMV kernel:
-// the calling thread works too and waits only for tasks other threads have started.
+// (sequence, KV head) pairs are split over XLA's intra-op thread pool (parallel_tasks.h).
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <thread>
 #include <vector>
 
+#include "parallel_tasks.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -159,36 +156,11 @@ void AttendOne(const Shape& sh, const float* q, const C* keys, const C* values, 
   }
 }
 
-using TaskFn = void (*)(const Shape&, const float*, const void*, const void*, const int32_t*, float*, int64_t,
-                        int64_t, Scratch&);
-
 template <typename C>
-void Task(const Shape& sh, const float* q, const void* keys, const void* values, const int32_t* positions, float* out,
-          int64_t b, int64_t h, Scratch& scratch) {
+void AttendAs(const Shape& sh, const float* q, const void* keys, const void* values, const int32_t* positions,
+              float* out, int64_t b, int64_t h, Scratch& scratch) {
   AttendOne(sh, q, static_cast<const C*>(keys), static_cast<const C*>(values), positions, out, b, h, scratch);
 }
-
-// (sequence, KV head) tasks, claimed by whichever thread gets there first.
-struct Job {
-  TaskFn fn;
-  Shape shape;
-  const float* q;
-  const void* keys;
-  const void* values;
-  const int32_t* positions;
-  float* out;
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-
-  void Work() {
-    Scratch scratch;
-    const int64_t tasks = shape.B * shape.KV;
-    for (int64_t i; (i = next.fetch_add(1)) < tasks;) {
-      fn(shape, q, keys, values, positions, out, i / shape.KV, i % shape.KV, scratch);
-      done.fetch_add(1, std::memory_order_release);
-    }
-  }
-};
 
 using Queries = ffi::Buffer<ffi::F32, 4>;
 using Positions = ffi::Buffer<ffi::S32, 2>;
@@ -203,24 +175,22 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer keys,
   if (!shapes_ok || sh.T > kMaxQueries || keys.element_type() != values.element_type()) {
     return ffi::Error::InvalidArgument("need q [B,T<=16,H,D], keys [B,KV,S,D], values [B,KV,D,S] of one dtype");
   }
-  auto job = std::make_shared<Job>();
+  using AttendFn = void (*)(const Shape&, const float*, const void*, const void*, const int32_t*, float*, int64_t,
+                            int64_t, Scratch&);
+  AttendFn attend;
   switch (keys.element_type()) {
-    case ffi::F32: job->fn = &Task<float>; break;
-    case ffi::BF16: job->fn = &Task<Bf16>; break;
-    case ffi::F16: job->fn = &Task<Half>; break;
+    case ffi::F32: attend = &AttendAs<float>; break;
+    case ffi::BF16: attend = &AttendAs<Bf16>; break;
+    case ffi::F16: attend = &AttendAs<Half>; break;
     default: return ffi::Error::InvalidArgument("the cache must be f32, bf16 or f16");
   }
-  job->shape = sh;
-  job->q = q.typed_data();
-  job->keys = keys.untyped_data();
-  job->values = values.untyped_data();
-  job->positions = positions.typed_data();
-  job->out = out->typed_data();
-  const int64_t tasks = sh.B * sh.KV;
-  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  for (int64_t t = 1; t < std::min(threads, tasks); ++t) pool.Schedule([job] { job->Work(); });
-  job->Work();
-  while (job->done.load(std::memory_order_acquire) < tasks) std::this_thread::yield();
+  const float* qp = q.typed_data();
+  const void *kp = keys.untyped_data(), *vp = values.untyped_data();
+  const int32_t* pp = positions.typed_data();
+  float* op = out->typed_data();
+  jaxinfer::ParallelFor<Scratch>(pool, sh.B * sh.KV, [=](int64_t i, Scratch& scratch) {
+    attend(sh, qp, kp, vp, pp, op, i / sh.KV, i % sh.KV, scratch);
+  });
   return ffi::Error::Success();
 }
 
