@@ -17,6 +17,7 @@ from jaxinfer.checkpoint import load_weights
 from jaxinfer.generation import DecodeState
 from jaxinfer.cache_spec import CacheSpec, is_consumed
 from jaxinfer.kv_cache import KVCache, init_cache
+from jaxinfer.models import pack_for_cpu
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
@@ -79,7 +80,8 @@ class LLM:
         if not self.model_dir.is_dir():
             raise FileNotFoundError(f"model directory {self.model_dir} does not exist")
         self.dtype = resolve_dtype(dtype, self.model_dir)
-        self.config, self.weights = load_weights(self.model_dir, self.dtype)
+        self.config, weights = load_weights(self.model_dir, self.dtype)
+        self.weights = pack_for_cpu(weights)
         limit = self.config.max_position_embeddings
         self.max_seq_len = int(max_seq_len or min(limit, 2048))
         if self.max_seq_len > limit:

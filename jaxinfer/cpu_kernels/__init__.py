@@ -5,13 +5,22 @@ from jaxinfer.cpu_kernels.decode_attention import (
     decode_attention,
     decode_attention_applies,
 )
-from jaxinfer.cpu_kernels.gemv import bf16_gemv, gemv_applies
+from jaxinfer.cpu_kernels.packed_matmul import (
+    PackedWeight,
+    pack_weight,
+    packed_matmul,
+    packing_applies,
+    unpack_weight,
+)
 
 __all__ = [
-    "bf16_gemv",
+    "PackedWeight",
     "cache_write_applies",
     "decode_attention",
     "decode_attention_applies",
-    "gemv_applies",
+    "pack_weight",
+    "packed_matmul",
+    "packing_applies",
+    "unpack_weight",
     "write_positions",
 ]

@@ -1,5 +1,12 @@
 """Model families. Every supported architecture is a flag set on the Llama decoder."""
 
-from jaxinfer.models.llama import LayerWeights, Weights, abstract_weights, forward, lm_logits
+from jaxinfer.models.llama import (
+    LayerWeights,
+    Weights,
+    abstract_weights,
+    forward,
+    lm_logits,
+    pack_for_cpu,
+)
 
-__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits"]
+__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits", "pack_for_cpu"]

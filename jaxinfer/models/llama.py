@@ -16,8 +16,10 @@ import jax.numpy as jnp
 
 from jaxinfer.attention import attend
 from jaxinfer.config import ModelConfig
+from jaxinfer.cpu_kernels import PackedWeight, pack_weight, packing_applies
 from jaxinfer.kv_cache import KVCache
 from jaxinfer.layers import (
+    Weight,
     apply_rope,
     gated_mlp,
     linear,
@@ -34,14 +36,14 @@ class LayerWeights:
     """Weights of one decoder layer."""
 
     attn_norm: jax.Array  # [D]
-    wq: jax.Array  # [D, H, K]
-    wk: jax.Array  # [D, KV, K]
-    wv: jax.Array  # [D, KV, K]
-    wo: jax.Array  # [H, K, D]
+    wq: Weight  # [D, H, K]
+    wk: Weight  # [D, KV, K]
+    wv: Weight  # [D, KV, K]
+    wo: Weight  # [H, K, D]
     mlp_norm: jax.Array  # [D]
-    w_gate: jax.Array  # [D, F]
-    w_up: jax.Array  # [D, F]
-    w_down: jax.Array  # [F, D]
+    w_gate: Weight  # [D, F]
+    w_up: Weight  # [D, F]
+    w_down: Weight  # [F, D]
     bq: jax.Array | None = None  # [H, K]
     bk: jax.Array | None = None  # [KV, K]
     bv: jax.Array | None = None  # [KV, K]
@@ -53,12 +55,16 @@ class LayerWeights:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Weights:
-    """All weights of one model; `lm_head` is None when tied to the embedding."""
+    """All weights of one model; `lm_head` is None when tied to the embedding (until `pack_for_cpu`)."""
 
     embed: jax.Array  # [V, D]
     layers: list[LayerWeights]
     final_norm: jax.Array  # [D]
-    lm_head: jax.Array | None = None  # [D, V]
+    lm_head: Weight | None = None  # [D, V]
+
+
+# Projection fields and how many leading axes each contracts with the activations.
+PROJECTIONS = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "w_gate": 1, "w_up": 1, "w_down": 1}
 
 
 def abstract_layer(cfg: ModelConfig) -> LayerWeights:
@@ -95,6 +101,22 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
         final_norm=ArrayInfo((D,), ("embed",), init_value=norm),
         lm_head=None if cfg.tie_word_embeddings else ArrayInfo((D, V), ("embed", "vocab")),
     )
+
+
+def pack_for_cpu(weights: Weights) -> Weights:
+    """The projections in the CPU kernel's tile layout where it applies (bf16 on one CPU), else as is.
+
+    The embedding stays as it is for the lookup; a tied output head gets a packed copy of its
+    transpose (vocab x hidden more bf16 values in memory), read at the kernel's speed.
+    """
+    if not packing_applies(weights.embed.dtype) or isinstance(weights.layers[0].wq, PackedWeight):
+        return weights
+    layers = [
+        dataclasses.replace(lw, **{name: pack_weight(getattr(lw, name), c) for name, c in PROJECTIONS.items()})
+        for lw in weights.layers
+    ]
+    lm_head = pack_weight(weights.embed.T if weights.lm_head is None else weights.lm_head)
+    return dataclasses.replace(weights, layers=layers, lm_head=lm_head)
 
 
 def embed_tokens(weights: Weights, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:

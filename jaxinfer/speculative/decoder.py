@@ -18,9 +18,8 @@ from jaxinfer.cache_spec import is_consumed
 from jaxinfer.checkpoint import load_weights
 from jaxinfer.config import ModelConfig
 from jaxinfer.generation import DecodeState
-from jaxinfer.cache_spec import is_consumed
 from jaxinfer.kv_cache import KVCache, init_cache
-from jaxinfer.models import Weights
+from jaxinfer.models import Weights, pack_for_cpu
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.costs import CostModel, calibrate, heuristic_costs
 from jaxinfer.speculative.proposers import DraftModelProposer, NgramProposer, Proposer
@@ -80,7 +79,7 @@ def make_proposer(
     cost = config.draft_cost
     if cost is None:
         cost = decode_flops(draft_cfg, max_seq_len) / decode_flops(target, max_seq_len)
-    return DraftModelProposer(draft_cfg, target.vocab_size, cost), draft_weights
+    return DraftModelProposer(draft_cfg, target.vocab_size, cost), pack_for_cpu(draft_weights)
 
 
 class SpeculativeDecoder:

@@ -1,0 +1,15 @@
+"""Run a snippet in a fresh interpreter: kernel builds and fallbacks are decided once per process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def run_python(script: str, kernels: bool = True, **env: str) -> str:
+    """Stdout of `script` with the CPU kernels on or off and any extra environment variables."""
+    full_env = {**os.environ, "JAXINFER_CPU_KERNELS": "1" if kernels else "0", **env}
+    out = subprocess.run([sys.executable, "-c", script], env=full_env, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, f"subprocess failed:\n{out.stderr[-3000:]}"
+    return out.stdout.strip()

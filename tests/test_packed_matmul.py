@@ -1,0 +1,122 @@
+"""The packed bf16 matmul CPU kernel against numpy on fresh random inputs."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxinfer import LLM
+from jaxinfer.cpu_kernels import (
+    PackedWeight,
+    pack_weight,
+    packed_matmul,
+    packing_applies,
+    unpack_weight,
+)
+from jaxinfer.layers import linear
+from python_subprocess import run_python
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU-only kernel")
+
+# Odd K (a zero-padded pair), N short of a tile or just past one, and a full-size projection.
+SHAPES = [(1, 1), (3, 17), (577, 33), (130, 1539), (576, 192)]
+ROWS = [1, 3, 8, 9, 40]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel_built() -> None:
+    assert packing_applies(jnp.bfloat16), "g++ could not build packed_matmul.cc"
+
+
+def random_bf16(rng: np.random.Generator, shape: tuple[int, ...]) -> jax.Array:
+    return jnp.asarray(rng.standard_normal(shape), jnp.bfloat16)
+
+
+def exact_product(x: jax.Array, w: np.ndarray) -> np.ndarray:
+    """x @ w in float64 from the bf16 values: the kernel differs only by f32 summation order."""
+    return np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+
+
+def assert_close(got: jax.Array, expected: np.ndarray, k: int) -> None:
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-5 * math.sqrt(k))
+
+
+@pytest.mark.parametrize("shape,contract", [((5, 7), 1), ((577, 33), 1), ((64, 3, 8), 1), ((3, 8, 40), 2)])
+def test_pack_then_unpack_is_identity(shape: tuple[int, ...], contract: int) -> None:
+    w = random_bf16(np.random.default_rng(len(shape)), shape)
+    packed = pack_weight(w, contract)
+    k, n = math.prod(shape[:contract]), math.prod(shape[contract:])
+    assert packed.data.shape == (-(-n // 32), -(-k // 2), 64)
+    np.testing.assert_array_equal(np.asarray(unpack_weight(packed)), np.asarray(w))
+
+
+@pytest.mark.parametrize("k,n", SHAPES)
+@pytest.mark.parametrize("rows", ROWS)
+def test_packed_matmul_matches_exact_product(k: int, n: int, rows: int) -> None:
+    rng = np.random.default_rng(k * 7919 + n * 31 + rows)
+    w, x = random_bf16(rng, (k, n)), random_bf16(rng, (rows, k))
+    got = jax.jit(packed_matmul)(x, pack_weight(w))
+    assert got.shape == (rows, n) and got.dtype == jnp.float32
+    assert_close(got, exact_product(x, np.asarray(w)), k)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_linear_with_packed_weight_matches_dense(rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    x = random_bf16(rng, (rows, 1, 4, 16))
+    w = random_bf16(rng, (4, 16, 96))
+    dense = jax.jit(lambda x, w: linear(x, w, contract=2, out_dtype=jnp.float32))(x, w)
+    packed = jax.jit(lambda x, w: linear(x, w, contract=2, out_dtype=jnp.float32))(x, pack_weight(w, 2))
+    assert packed.shape == (rows, 1, 96)
+    np.testing.assert_allclose(np.asarray(packed), np.asarray(dense), rtol=1e-5, atol=1e-4)
+
+
+def test_linear_rejects_a_weight_packed_for_another_contraction() -> None:
+    w = pack_weight(jnp.ones((4, 16, 8), jnp.bfloat16), contract=1)
+    with pytest.raises(ValueError, match="packed with contract=1, used with contract=2"):
+        linear(jnp.ones((1, 4, 16), jnp.bfloat16), w, contract=2)
+
+
+def test_only_bf16_models_are_packed() -> None:
+    bf16 = LLM(dtype="bfloat16", max_seq_len=64)
+    assert all(isinstance(lw.w_down, PackedWeight) for lw in bf16.weights.layers)
+    # The demo model ties its head to the embedding: the head gets a packed copy of embed.T.
+    assert bf16.config.tie_word_embeddings
+    np.testing.assert_array_equal(np.asarray(unpack_weight(bf16.weights.lm_head)), np.asarray(bf16.weights.embed.T))
+    f32 = LLM(dtype="float32", max_seq_len=64)
+    assert not isinstance(f32.weights.layers[0].w_down, PackedWeight) and f32.weights.lm_head is None
+
+
+PORTABLE_SCRIPT = """
+import jax, jax.numpy as jnp, numpy as np
+from jaxinfer.cpu_kernels import pack_weight, packed_matmul
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.standard_normal((9, 131)), jnp.bfloat16)
+w = jnp.asarray(rng.standard_normal((131, 70)), jnp.bfloat16)
+exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+np.testing.assert_allclose(np.asarray(packed_matmul(x, pack_weight(w))), exact, rtol=1e-5, atol=1e-4)
+print("ok")
+"""
+
+
+def test_portable_loops_without_avx512_bf16(tmp_path) -> None:
+    """The loops built for CPUs without AVX512-BF16 give the same product."""
+    env = {"JAXINFER_CXXFLAGS": "-mno-avx512bf16", "JAXINFER_CACHE_DIR": str(tmp_path)}
+    assert run_python(PORTABLE_SCRIPT, **env) == "ok"
+
+
+def test_disabled_kernels_keep_weights_unpacked() -> None:
+    """With JAXINFER_CPU_KERNELS=0 bf16 weights stay dense and products run through XLA's dot."""
+    script = (
+        "import jax.numpy as jnp, numpy as np\n"
+        "from jaxinfer.cpu_kernels import packing_applies\n"
+        "from jaxinfer.layers import linear\n"
+        "assert not packing_applies(jnp.bfloat16)\n"
+        "w = jnp.asarray(np.arange(12.0).reshape(3, 4), jnp.bfloat16)\n"
+        "print(np.asarray(linear(jnp.ones((1, 3), jnp.bfloat16), w, out_dtype=jnp.float32)).tolist())\n"
+    )
+    assert run_python(script, kernels=False) == "[[12.0, 15.0, 18.0, 21.0]]"
