@@ -188,8 +188,16 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer keys,
   const void *kp = keys.untyped_data(), *vp = values.untyped_data();
   const int32_t* pp = positions.typed_data();
   float* op = out->typed_data();
-  jaxinfer::ParallelFor<Scratch>(pool, sh.B * sh.KV, [=](int64_t i, Scratch& scratch) {
-    attend(sh, qp, kp, vp, pp, op, i / sh.KV, i % sh.KV, scratch);
+  // Each (sequence, KV head) pair reads at most the keys and values up to the last position.
+  const int32_t last = *std::max_element(pp, pp + sh.B * sh.T);
+  const int64_t pair_bytes = 2 * std::min<int64_t>(last + 1, sh.S) * sh.D * (keys.size_bytes() / keys.element_count());
+  const int64_t pairs = sh.B * sh.KV;
+  const int64_t wanted = jaxinfer::TaskCount(pool, pairs, std::max<int64_t>(pair_bytes, 1));
+  const int64_t per_task = (pairs + wanted - 1) / wanted;
+  jaxinfer::ParallelFor<Scratch>(pool, (pairs + per_task - 1) / per_task, [=](int64_t task, Scratch& scratch) {
+    for (int64_t i = task * per_task; i < std::min(pairs, (task + 1) * per_task); ++i) {
+      attend(sh, qp, kp, vp, pp, op, i / sh.KV, i % sh.KV, scratch);
+    }
   });
   return ffi::Error::Success();
 }

@@ -33,7 +33,6 @@ namespace {
 constexpr int64_t kTileColumns = 32;
 constexpr int64_t kTileValues = 2 * kTileColumns;  // per pair of rows
 constexpr int kGroupRows = 8;                       // rows whose accumulators live in registers
-constexpr int64_t kTasksPerThread = 2;
 
 inline float Widen(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;
@@ -110,10 +109,11 @@ void PackedTiles(const Operands& op, int64_t t0, int64_t t1) {
   }
 }
 
-// Splits the tiles into about kTasksPerThread even tasks per thread.
+// Splits the tiles into even tasks over the thread pool.
 void SplitTiles(ffi::ThreadPool& pool, const Operands& op, int64_t tiles) {
-  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  const int64_t per_task = (tiles + threads * kTasksPerThread - 1) / (threads * kTasksPerThread);
+  const int64_t tile_bytes = op.K * kTileColumns * sizeof(uint16_t);
+  const int64_t wanted = jaxinfer::TaskCount(pool, tiles, tile_bytes);
+  const int64_t per_task = (tiles + wanted - 1) / wanted;
   const int64_t tasks = (tiles + per_task - 1) / per_task;
   jaxinfer::ParallelFor<jaxinfer::NoState>(pool, tasks, [op, tiles, per_task](int64_t i, jaxinfer::NoState&) {
     PackedTiles(op, i * per_task, std::min(tiles, (i + 1) * per_task));

@@ -19,6 +19,22 @@
 
 namespace jaxinfer {
 
+#ifndef JAXINFER_MIN_TASK_BYTES
+#define JAXINFER_MIN_TASK_BYTES (64 << 10)
+#endif
+
+// Below this much data a task is not worth handing to another thread: waking it and waiting
+// for it costs more than reading the data (small models call kernels thousands of times a step).
+constexpr int64_t kMinTaskBytes = JAXINFER_MIN_TASK_BYTES;
+constexpr int64_t kTasksPerThread = 2;  // evens out threads that start late
+
+// How many tasks to split `units` of `unit_bytes` each into.
+inline int64_t TaskCount(xla::ffi::ThreadPool& pool, int64_t units, int64_t unit_bytes) {
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  const int64_t worth = std::max<int64_t>(1, units * unit_bytes / kMinTaskBytes);
+  return std::max<int64_t>(1, std::min({units, threads * kTasksPerThread, worth}));
+}
+
 // Per-thread state for tasks that need none.
 struct NoState {};
 
