@@ -100,7 +100,7 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
         ),
     }
     llms = {
-        engine: LLM(args.target, dtype="float32", max_seq_len=max_seq_len, max_batch_size=4, speculative=spec)
+        engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_batch_size=4, speculative=spec)
         for engine, spec in engines.items()
     }
     rows = []
@@ -124,8 +124,9 @@ def hf_rows(args: argparse.Namespace, prompts: list) -> list[Row]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(args.torch_threads)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
-    draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
+    dtype = getattr(torch, args.dtype)
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).eval()
+    draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=dtype).eval()
     tokenizer = None
     if has_tokenizer(args.target):
         tokenizer = AutoTokenizer.from_pretrained(args.target, padding_side="left")
@@ -227,6 +228,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=Path, default=DEMO / "target")
     parser.add_argument("--draft", type=Path, default=DEMO / "draft")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both models, both engines")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens (k_max when adaptive)")
     parser.add_argument("--fixed-k", action="store_true", help="turn adaptive draft length off")
@@ -251,7 +253,7 @@ def main() -> None:
         prompt_tokens = max(map(len, prompts))
     longest = prompt_tokens + args.max_tokens + args.k + 1
     max_seq_len = 1 << (longest - 1).bit_length()
-    print(f"target {args.target}\ndraft  {args.draft}\nk={args.k} adaptive={not args.fixed_k} "
+    print(f"target {args.target}\ndraft  {args.draft}\ndtype={args.dtype} k={args.k} adaptive={not args.fixed_k} "
           f"max_tokens={args.max_tokens} max_seq_len={max_seq_len}")
     rows = jaxinfer_rows(args, prompts, max_seq_len)
     if not args.no_hf:
@@ -260,6 +262,7 @@ def main() -> None:
     result = {
         "target": str(args.target),
         "draft": str(args.draft),
+        "dtype": args.dtype,
         "k": args.k,
         "adaptive": not args.fixed_k,
         "max_tokens": args.max_tokens,
