@@ -1,4 +1,4 @@
-// Few-row matmul with bfloat16 weights for CPU decode: y[M, N] (f32) = x[M, K] (bf16) . W.
+// Matmul with packed bfloat16 weights for CPU decode (and prefill): y[M, N] (f32) = x[M, K] (bf16) . W.
 //
 // Decode multiplies a handful of rows (one per sequence, or per verified draft token) by every
 // weight once per step, so it is bound by how fast the weights stream from memory. XLA:CPU
@@ -34,15 +34,8 @@ constexpr int64_t kTileColumns = 32;
 constexpr int64_t kTileValues = 2 * kTileColumns;  // per pair of rows
 constexpr int kGroupRows = 8;                       // rows whose accumulators live in registers
 
-inline float Widen(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, sizeof(out));
-  return out;
-}
-
 struct Operands {
-  const uint16_t* x;  // [M, Kx]
+  const uint16_t* x;  // [M, K]
   const uint16_t* w;  // packed [T, K2, 64]
   float* y;           // [M, N]
   int64_t M, K, N;    // K = 2 * K2
@@ -76,6 +69,13 @@ void PackedTile(const uint16_t* x, const uint16_t* tile, float* y, int64_t K, in
 }
 
 #else
+
+inline float Widen(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
 
 template <int R>
 void PackedTile(const uint16_t* x, const uint16_t* tile, float* y, int64_t K, int64_t N, int64_t t) {

@@ -1,4 +1,4 @@
-"""Few-row matmul with bf16 weights on CPU (see packed_matmul.cc): the packed layout and its calls."""
+"""Matmul with bf16 weights packed into 32-column tiles, on CPU (see packed_matmul.cc)."""
 
 from __future__ import annotations
 
