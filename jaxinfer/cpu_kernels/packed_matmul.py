@@ -28,10 +28,6 @@ class PackedWeight:
     contract: int = dataclasses.field(metadata={"static": True})
 
     @property
-    def dtype(self) -> jnp.dtype:
-        return self.data.dtype
-
-    @property
     def in_size(self) -> int:
         return math.prod(self.shape[: self.contract])
 
@@ -40,15 +36,12 @@ class PackedWeight:
         return math.prod(self.shape[self.contract :])
 
 
-def _on_single_cpu() -> bool:
-    return jax.default_backend() == "cpu" and jax.device_count() == 1
-
-
 def packing_applies(dtype: jnp.dtype) -> bool:
     """Whether weights of `dtype` should be packed for the kernel (bf16 on a single CPU device)."""
     return (
         jnp.dtype(dtype) == jnp.bfloat16
-        and _on_single_cpu()
+        and jax.default_backend() == "cpu"
+        and jax.device_count() == 1
         and load("packed_matmul.cc", "JaxinferPackedMatmul", TARGET)
     )
 
