@@ -16,6 +16,7 @@ import pallas_kernels
 from jaxinfer.cpu_kernels import decode_attention, decode_attention_applies
 from jaxinfer.kv_cache import KVCache
 from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.ragged_cache import RaggedPagedCache, split_attend
 
 NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
 ATTENTION_BACKENDS = ("auto", "reference", "pallas")
@@ -54,24 +55,38 @@ def dense_attention(
     return out.reshape(b, t, h, d).astype(q.dtype)
 
 
-def paged_attend(q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int) -> jax.Array:
-    """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
-    lengths = positions[:, -1] + 1
+def paged_rows_attend(
+    q: jax.Array,
+    cache: PagedKVCache,
+    layer: int,
+    window: int,
+    lengths: jax.Array,
+    page_table: jax.Array,
+    query_lens: jax.Array,
+) -> jax.Array:
+    """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
     backend = "reference" if cache.backend == "reference" else None
     scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if cache.quantized else {}
     common = dict(sliding_window=window or None, interpret=cache.interpret, backend=backend, **scales)
     kv = (cache.k_pages[layer], cache.v_pages[layer])
     if q.shape[1] == 1:
-        out = pallas_kernels.paged_attention(q[:, 0], *kv, lengths, cache.page_table, **common)
-        return out[:, None]
+        return pallas_kernels.paged_attention(q[:, 0], *kv, lengths, page_table, **common)[:, None]
+    return pallas_kernels.ragged_paged_attention(q, *kv, lengths, page_table, query_lens, **common)
+
+
+def paged_attend(q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int) -> jax.Array:
+    """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
+    lengths = positions[:, -1] + 1
     query_lens = jnp.full_like(lengths, q.shape[1])
-    return pallas_kernels.ragged_paged_attention(q, *kv, lengths, cache.page_table, query_lens, **common)
+    return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens)
 
 
 def attend(
     q: jax.Array, cache: KVCache | PagedKVCache, layer: int, positions: jax.Array, window: int
 ) -> jax.Array:
     """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache."""
+    if isinstance(cache, RaggedPagedCache):
+        return split_attend(q, cache, lambda qg, *rows: paged_rows_attend(qg, cache.pages, layer, window, *rows))
     if isinstance(cache, PagedKVCache):
         return paged_attend(q, cache, layer, positions, window)
     k, v = cache.k[layer], cache.v[layer]

@@ -112,3 +112,27 @@ def init_paged_cache(
         backend=backend,
         interpret=interpret,
     )
+
+
+def page_bytes(cfg: ModelConfig, page_size: int, dtype: jnp.dtype, kv_dtype: str = "auto") -> int:
+    """Device bytes of one page across all layers (keys, values and int8 scales)."""
+    per_token = cfg.num_kv_heads * cfg.head_dim * (1 if kv_dtype == "int8" else jnp.dtype(dtype).itemsize)
+    scales = cfg.num_kv_heads * 4 if kv_dtype == "int8" else 0
+    return 2 * cfg.num_layers * page_size * (per_token + scales)
+
+
+def init_page_pool(
+    cfg: ModelConfig,
+    num_pages: int,
+    page_size: int,
+    dtype: jnp.dtype,
+    kv_dtype: str = "auto",
+    backend: str = "reference",
+    interpret: bool = False,
+) -> PagedKVCache:
+    """A zeroed pool of num_pages pages for the engine (its page table is supplied per step)."""
+    placeholder = np.full((1, 1), num_pages - 1, np.int32)
+    return init_paged_cache(
+        cfg, 1, page_size, dtype, page_size=page_size, kv_dtype=kv_dtype, backend=backend,
+        interpret=interpret, page_table=placeholder,
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxinfer import generation
+from jaxinfer import batch_step, generation
 from jaxinfer.speculative import loop as speculative_loop
 
 prefill = jax.jit(
@@ -18,3 +18,5 @@ speculative_decode = jax.jit(
     donate_argnames=("state", "proposer_state"),
 )
 speculative_probe = jax.jit(speculative_loop.probe, static_argnames=("cfg", "proposer", "spec", "kind"))
+ragged_step = jax.jit(batch_step.ragged_step, static_argnames=("cfg",), donate_argnames=("pages",))
+multi_decode = jax.jit(batch_step.multi_decode, static_argnames=("cfg", "max_steps"), donate_argnames=("pages",))

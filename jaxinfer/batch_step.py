@@ -1,0 +1,167 @@
+"""The serving engine's device programs: one ragged step, and up to N decode steps in a while_loop.
+
+Both are pure functions of (weights, page pools, inputs) built by the engine on the host.
+Sampling happens inside: penalties, min_tokens (stop ids masked until reached), then the same
+`sampling.sample` as the generation loop, keyed by (seed, position) so a request's tokens do
+not depend on what else is in the batch. Logprobs are the model's raw distribution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.config import ModelConfig
+from jaxinfer.models import Weights, forward, lm_logits
+from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.penalties import Penalties, apply_penalties, count_tokens
+from jaxinfer.ragged_cache import RaggedPagedCache
+from jaxinfer.sampling import SamplingArrays, sample
+
+MAX_LOGPROBS = 20
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class RowSampling:
+    """How each row picks its next token."""
+
+    params: SamplingArrays
+    stop_ids: jax.Array  # [R, NS] int32, -1 padded
+    min_lengths: jax.Array  # [R] int32 stop ids are masked while the new token's index is below this
+    max_lengths: jax.Array  # [R] int32 a row is done once it holds this many tokens
+    penalties: Penalties | None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class StepInputs:
+    """One step's flat tokens and rows (see ragged_cache for the layout)."""
+
+    tokens: jax.Array  # [N] int32
+    positions: jax.Array  # [N] int32, -1 for padding
+    token_rows: jax.Array  # [N] int32
+    page_table: jax.Array  # [R, P] int32
+    lengths: jax.Array  # [R] int32 tokens per row after this step (index of the next token)
+    query_lens: jax.Array  # [R] int32
+    last_index: jax.Array  # [R] int32 flat index of each row's last token
+    sampling: RowSampling
+    num_decode: int = dataclasses.field(default=0, metadata=dict(static=True))
+    want_logprobs: bool = dataclasses.field(default=False, metadata=dict(static=True))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class StepOutputs:
+    """New tokens per row and step, with the model's top logprobs when asked for."""
+
+    tokens: jax.Array  # [R, S] int32
+    counts: jax.Array  # [R] int32 valid tokens per row
+    logprobs: jax.Array | None  # [R, S] float32 of the chosen token
+    top_ids: jax.Array | None  # [R, S, MAX_LOGPROBS] int32
+    top_logprobs: jax.Array | None  # [R, S, MAX_LOGPROBS] float32
+
+
+def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array) -> jax.Array:
+    """Next tokens [R] for raw logits [R, V] of rows whose next token goes to index lengths [R]."""
+    if s.penalties is not None:
+        logits = apply_penalties(logits, s.penalties)
+    too_early = (lengths < s.min_lengths)[:, None]
+    rows = jnp.arange(logits.shape[0])[:, None]
+    stop_cols = jnp.where(too_early & (s.stop_ids >= 0), s.stop_ids, logits.shape[1])
+    logits = logits.at[rows, stop_cols].set(-jnp.inf, mode="drop")
+    return sample(logits, s.params, lengths)
+
+
+def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(logprob of tokens [R], top ids [R, K], top logprobs [R, K]) of the raw distribution."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    top_values, top_ids = jax.lax.top_k(logp, MAX_LOGPROBS)
+    chosen = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+    return chosen, top_ids.astype(jnp.int32), top_values
+
+
+def _row_logits(weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig):
+    view = RaggedPagedCache(
+        dataclasses.replace(pages, page_table=x.page_table), x.token_rows, x.lengths, x.query_lens, x.num_decode
+    )
+    hidden, view = forward(weights, x.tokens[None], x.positions[None], view, cfg)
+    logits = lm_logits(weights, hidden[0, x.last_index])
+    return logits, dataclasses.replace(view.pages, page_table=pages.page_table)
+
+
+def _outputs(logits: jax.Array, tokens: jax.Array, want_logprobs: bool) -> StepOutputs:
+    counts = jnp.ones(tokens.shape, jnp.int32)
+    if not want_logprobs:
+        return StepOutputs(tokens[:, None], counts, None, None, None)
+    chosen, ids, values = top_logprobs(logits, tokens)
+    return StepOutputs(tokens[:, None], counts, chosen[:, None], ids[:, None], values[:, None])
+
+
+def ragged_step(
+    weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig
+) -> tuple[StepOutputs, PagedKVCache]:
+    """Run decode tokens and prefill chunks together; sample one token per row."""
+    logits, pages = _row_logits(weights, pages, x, cfg)
+    tokens = pick_tokens(logits, x.sampling, x.lengths)
+    return _outputs(logits, tokens, x.want_logprobs), pages
+
+
+def multi_decode(
+    weights: Weights, pages: PagedKVCache, x: StepInputs, num_steps: jax.Array, cfg: ModelConfig, max_steps: int
+) -> tuple[StepOutputs, PagedKVCache]:
+    """Up to num_steps (<= max_steps) decode steps of an all-decode batch; stops when any row finishes.
+
+    Rows with query_len 0 are padding and start done. Pages for every step were reserved.
+    """
+    rows = x.lengths.shape[0]
+    empty = StepOutputs(
+        tokens=jnp.zeros((rows, max_steps), jnp.int32),
+        counts=jnp.zeros((rows,), jnp.int32),
+        logprobs=jnp.zeros((rows, max_steps), jnp.float32) if x.want_logprobs else None,
+        top_ids=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.int32) if x.want_logprobs else None,
+        top_logprobs=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.float32) if x.want_logprobs else None,
+    )
+    start_done = x.query_lens == 0
+
+    def cond(carry):
+        step, _, _, done, _ = carry
+        return (step < num_steps) & ~jnp.any(done & ~start_done)
+
+    def body(carry):
+        step, x, pages, done, out = carry
+        logits, pages = _row_logits(weights, pages, x, cfg)
+        tokens = pick_tokens(logits, x.sampling, x.lengths)
+        active = ~done
+        hit_stop = jnp.any(tokens[:, None] == x.sampling.stop_ids, axis=-1) & (x.lengths >= x.sampling.min_lengths)
+        new_lengths = x.lengths + active.astype(jnp.int32)
+        done = done | (active & (hit_stop | (new_lengths >= x.sampling.max_lengths)))
+        out = _record(out, step, tokens, active, logits if x.want_logprobs else None)
+        sampling = x.sampling
+        if sampling.penalties is not None:
+            sampling = dataclasses.replace(sampling, penalties=count_tokens(sampling.penalties, tokens, active))
+        x = dataclasses.replace(
+            x, tokens=jnp.where(active, tokens, x.tokens), positions=jnp.where(active, x.lengths, -1),
+            lengths=new_lengths, sampling=sampling,
+        )
+        return step + 1, x, pages, done, out
+
+    carry = (jnp.int32(0), x, pages, start_done, empty)
+    _, _, pages, _, out = jax.lax.while_loop(cond, body, carry)
+    return out, pages
+
+
+def _record(out: StepOutputs, step: jax.Array, tokens: jax.Array, active: jax.Array, logits) -> StepOutputs:
+    """Write this step's tokens (and logprobs) into column `step`."""
+    counts = out.counts + active.astype(jnp.int32)
+    new = dict(tokens=out.tokens.at[:, step].set(tokens), counts=counts)
+    if logits is not None:
+        chosen, ids, values = top_logprobs(logits, tokens)
+        new.update(
+            logprobs=out.logprobs.at[:, step].set(chosen),
+            top_ids=out.top_ids.at[:, step].set(ids),
+            top_logprobs=out.top_logprobs.at[:, step].set(values),
+        )
+    return dataclasses.replace(out, **new)

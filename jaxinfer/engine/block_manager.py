@@ -1,0 +1,129 @@
+"""KV pages: allocation, reference counts, and the prefix cache (plain Python, no jax).
+
+A full page of token ids is named by a hash chained over every page before it, seeded with
+the model's identity, so a hit means "the same tokens after the same prefix on the same
+weights". Pages with no references stay cached until the pool needs them; they are evicted
+least recently freed first, and a finished sequence frees its tail pages first, so the
+prefix pages shared by most requests are the last to go.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+
+
+def page_hash(parent: bytes, token_ids: list[int]) -> bytes:
+    """Identity of one full page given the hash of everything before it."""
+    digest = hashlib.blake2b(parent, digest_size=16)
+    digest.update(b",".join(str(t).encode() for t in token_ids))
+    return digest.digest()
+
+
+class OutOfPages(RuntimeError):
+    """The pool has no free or evictable page left."""
+
+
+class BlockManager:
+    """The page pool of the paged KV cache. Page 0 is reserved as padding for unused table slots."""
+
+    def __init__(self, num_pages: int, page_size: int, model_identity: str, prefix_caching: bool = True):
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self.prefix_caching = prefix_caching
+        self.root = hashlib.blake2b(model_identity.encode(), digest_size=16).digest()
+        self.refs = [0] * num_pages
+        self.free: collections.deque[int] = collections.deque(range(1, num_pages))
+        self.evictable: collections.OrderedDict[int, None] = collections.OrderedDict()  # LRU, oldest first
+        self.by_hash: dict[bytes, int] = {}
+        self.hash_of: dict[int, bytes] = {}
+        self.queries = 0  # prompt tokens looked up in the prefix cache
+        self.hits = 0  # of which found
+
+    @property
+    def usable_pages(self) -> int:
+        """Pages a request could still get: free plus evictable."""
+        return len(self.free) + len(self.evictable)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of the pool referenced by running sequences."""
+        return 1.0 - self.usable_pages / (self.num_pages - 1)
+
+    def pages_for(self, num_tokens: int) -> int:
+        """Pages needed to hold num_tokens."""
+        return -(-num_tokens // self.page_size)
+
+    def chain(self, token_ids: list[int], num_pages: int) -> list[bytes]:
+        """Hashes of the first num_pages full pages of token_ids."""
+        hashes, parent = [], self.root
+        for i in range(num_pages):
+            parent = page_hash(parent, token_ids[i * self.page_size : (i + 1) * self.page_size])
+            hashes.append(parent)
+        return hashes
+
+    def match_prefix(self, token_ids: list[int]) -> tuple[list[int], list[bytes]]:
+        """Cached pages (and their hashes) holding the longest full-page prefix of token_ids.
+
+        The pages are referenced for the caller. The last token is never served from the
+        cache: its logits are needed.
+        """
+        if not self.prefix_caching:
+            return [], []
+        pages, hashes = [], self.chain(token_ids, (len(token_ids) - 1) // self.page_size)
+        for h in hashes:
+            page = self.by_hash.get(h)
+            if page is None:
+                break
+            pages.append(page)
+        self.queries += len(token_ids)
+        self.hits += len(pages) * self.page_size
+        for page in pages:
+            self._ref(page)
+        return pages, hashes[: len(pages)]
+
+    def allocate(self, count: int) -> list[int]:
+        """count fresh pages (evicting cached ones if needed); raises OutOfPages, taking none."""
+        if count > self.usable_pages:
+            raise OutOfPages(f"need {count} pages, {self.usable_pages} left")
+        pages = []
+        for _ in range(count):
+            if not self.free:
+                self._evict_one()
+            page = self.free.popleft()
+            self.refs[page] = 1
+            pages.append(page)
+        return pages
+
+    def release(self, pages: list[int]) -> None:
+        """Drop one reference to each page, tail first; unreferenced cached pages become evictable."""
+        for page in reversed(pages):
+            self.refs[page] -= 1
+            if self.refs[page] > 0:
+                continue
+            if page in self.hash_of:
+                self.evictable[page] = None
+            else:
+                self.free.append(page)
+
+    def register(self, token_ids: list[int], pages: list[int], hashes: list[bytes], end: int) -> None:
+        """Publish full pages len(hashes)..end-1 of a sequence (K/V computed); extends `hashes` in place."""
+        if not self.prefix_caching:
+            return
+        parent = hashes[-1] if hashes else self.root
+        for i in range(len(hashes), end):
+            parent = page_hash(parent, token_ids[i * self.page_size : (i + 1) * self.page_size])
+            hashes.append(parent)
+            if parent not in self.by_hash and pages[i] not in self.hash_of:
+                self.by_hash[parent] = pages[i]
+                self.hash_of[pages[i]] = parent
+
+    def _ref(self, page: int) -> None:
+        if self.refs[page] == 0:
+            self.evictable.pop(page, None)
+        self.refs[page] += 1
+
+    def _evict_one(self) -> None:
+        page, _ = self.evictable.popitem(last=False)
+        del self.by_hash[self.hash_of.pop(page)]
+        self.free.append(page)

@@ -1,0 +1,274 @@
+"""`LLMEngine`: continuous batching over the paged KV cache. The only stateful object of serving.
+
+The host side (scheduler, block manager, requests) decides who runs; each `step` builds one
+padded batch, runs one compiled program (a ragged step, or several decode steps when the batch
+is all decodes), and turns the new tokens into `RequestOutput` deltas.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxinfer import paged_kv_cache, steps
+from jaxinfer.batch_step import RowSampling, StepInputs, StepOutputs
+from jaxinfer.cache_spec import CacheSpec
+from jaxinfer.config import ModelConfig
+from jaxinfer.engine.block_manager import BlockManager
+from jaxinfer.engine.config import EngineConfig
+from jaxinfer.engine.metrics import EngineMetrics, snapshot
+from jaxinfer.engine.outputs import RequestOutput
+from jaxinfer.engine.postprocess import append_token
+from jaxinfer.engine.request import Request, Status
+from jaxinfer.engine.request_outputs import delta_output
+from jaxinfer.engine.validate import check_prompt, encode_prompt
+from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
+from jaxinfer.engine.step_builder import HostStep, bucket, build_step
+from jaxinfer.models import Weights
+from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.penalties import Penalties
+from jaxinfer.sampling import sampling_arrays
+from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.scoring import prompt_logprobs
+from jaxinfer.tokenizer import Detokenizer
+
+log = logging.getLogger(__name__)
+MIN_PAGE_TOKENS = 128  # page-table widths start here: fewer programs, negligible extra reads
+
+
+class LLMEngine:
+    """add_request / step / abort / has_unfinished over one model and one page pool."""
+
+    def __init__(
+        self,
+        weights: Weights,
+        model_config: ModelConfig,
+        tokenizer: Any | None,
+        config: EngineConfig,
+        dtype: jnp.dtype,
+        cache_spec: CacheSpec = CacheSpec(),
+        model_identity: str = "",
+        default_params: SamplingParams | None = None,
+    ):
+        self.weights, self.model_config, self.tokenizer = weights, model_config, tokenizer
+        self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
+        self.default_params = default_params or SamplingParams()
+        page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype)
+        num_pages = config.resolve_num_pages(page_bytes, free_device_bytes())
+        self.pages = self._new_pool(num_pages)
+        self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps),
+            self.blocks,
+        )
+        self.max_pages = bucket(config.pages_per_seq)
+        self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
+        self.model_identity = model_identity
+        self.groups: dict[str, list[Request]] = {}
+        self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
+        self.stats = EngineMetrics()
+
+    def add_request(
+        self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None
+    ) -> None:
+        """Queue a request (text or token ids); invalid ones raise here and never reach a step."""
+        if request_id in self.groups:
+            raise ValueError(f"request_id {request_id!r} is already in use; give each request a unique id")
+        params = self.default_params if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        ids = encode_prompt(prompt, self.tokenizer)
+        check_prompt(ids, params.max_tokens, self.model_config.vocab_size, self.config.max_seq_len)
+        stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
+        group: list[Request] = []
+        for i in range(params.n):
+            seed = (params.seed + i) % 2**63 if params.seed is not None else secrets.randbits(63)
+            request = Request(
+                request_id, i, prompt if isinstance(prompt, str) else None, ids, params, seed, stop_ids,
+                leader=group[0] if group else None,
+                detokenizer=Detokenizer(self.tokenizer) if self.tokenizer is not None else None,
+            )
+            group.append(request)
+        if params.prompt_logprobs is not None:
+            group[0].prompt_logprobs = prompt_logprobs(
+                self.weights, self.model_config, ids, params.prompt_logprobs, self.dtype
+            )
+        self.groups[request_id] = group
+        for request in group:
+            self.scheduler.add(request)
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request now and free its pages; its final output comes from the next step."""
+        for request in self.groups.get(request_id, []):
+            if not request.finished:
+                self.scheduler.remove(request)
+                request.finish("abort")
+                self.stats.record_finished(request)
+                self.pending.add(request_id)
+
+    def has_unfinished(self) -> bool:
+        """True while any request has output left to deliver."""
+        return bool(self.groups)
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled batch; deltas for every request that progressed or finished."""
+        schedule = self.scheduler.schedule()
+        touched, self.pending = self.pending, set()
+        if not schedule.empty:
+            host = build_step(schedule, self.config.page_size, self.max_pages, self.min_pages)
+            touched |= self._run_and_apply(schedule, host)
+        return self._collect(touched)
+
+    def metrics(self) -> dict:
+        """vLLM-named counters, gauges and latency summaries (see engine.metrics)."""
+        waiting = len(self.scheduler.waiting)
+        prefix = (self.blocks.queries, self.blocks.hits)
+        return snapshot(
+            self.stats, len(self.scheduler.running), waiting, self.blocks.usage, prefix, self.scheduler.num_preemptions
+        )
+
+    def _run_and_apply(self, schedule: Schedule, host: HostStep) -> set[str]:
+        now = time.monotonic()
+        for request in host.requests:
+            if request is not None and request.timing.first_scheduled is None:
+                request.timing.first_scheduled = now
+        try:
+            out = jax.device_get(self._run(host))
+        except Exception as error:  # a failed program must not take the other requests down
+            log.exception("engine step failed; its requests are failed, the rest recompute")
+            return self._fail_step(host, error)
+        return self._apply(schedule, host, out)
+
+    def _run(self, host: HostStep) -> StepOutputs:
+        inputs = self._device_inputs(host)
+        if host.num_steps > 1:
+            out, self.pages = steps.multi_decode(
+                self.weights, self.pages, inputs, jnp.int32(host.num_steps), cfg=self.model_config,
+                max_steps=self.config.decode_steps,
+            )
+        else:
+            out, self.pages = steps.ragged_step(self.weights, self.pages, inputs, cfg=self.model_config)
+        return out
+
+    def _device_inputs(self, host: HostStep) -> StepInputs:
+        live = [r for r in host.requests if r is not None]
+        params = [r.params if r is not None else SamplingParams(temperature=0) for r in host.requests]
+        seeds = [r.seed if r is not None else 0 for r in host.requests]
+        penalties = self._penalties(host) if any(r.params.penalized for r in live) else None
+        sampling = RowSampling(
+            sampling_arrays(params, seeds), jnp.asarray(host.stop_ids), jnp.asarray(host.min_lengths),
+            jnp.asarray(host.max_lengths), penalties,
+        )
+        return StepInputs(
+            tokens=jnp.asarray(host.tokens), positions=jnp.asarray(host.positions),
+            token_rows=jnp.asarray(host.token_rows), page_table=jnp.asarray(host.page_table),
+            lengths=jnp.asarray(host.lengths), query_lens=jnp.asarray(host.query_lens),
+            last_index=jnp.asarray(host.last_index), sampling=sampling, num_decode=host.num_decode,
+            want_logprobs=any(r.params.logprobs is not None for r in live),
+        )
+
+    def _penalties(self, host: HostStep) -> Penalties:
+        rows, vocab = len(host.requests), self.model_config.vocab_size
+        counts, in_prompt = np.zeros((rows, vocab), np.int32), np.zeros((rows, vocab), bool)
+        values = np.zeros((3, rows), np.float32)
+        values[2] = 1.0
+        for r, request in enumerate(host.requests):
+            if request is None:
+                continue
+            np.add.at(counts[r], request.output_ids, 1)
+            in_prompt[r, request.prompt_ids] = True
+            p = request.params
+            values[:, r] = (p.presence_penalty, p.frequency_penalty, p.repetition_penalty)
+        return Penalties(*map(jnp.asarray, (values[0], values[1], values[2], counts, in_prompt)))
+
+    def _apply(self, schedule: Schedule, host: HostStep, out: StepOutputs) -> set[str]:
+        """Advance each row's request by what the step computed; finish and free those that ended."""
+        now, touched = time.monotonic(), set()
+        rows = {id(row.request): row for row in schedule.decodes + schedule.prefills}
+        for r, request in enumerate(host.requests):
+            if request is None:
+                continue
+            row = rows[id(request)]
+            try:
+                produced = self._advance(request, row, out, r)
+            except Exception as error:  # e.g. a tokenizer failure: this request alone fails
+                log.exception("request %s failed", request.request_id)
+                request.finish("error")
+                request.error = f"{type(error).__name__}: {error}"
+                produced = 0
+            request.timing.record_tokens(produced, now)
+            if produced or request.finished:
+                touched.add(request.request_id)
+            if request.finished:
+                self.scheduler.remove(request)
+                self.stats.record_finished(request)
+            else:
+                full = request.num_computed // self.config.page_size
+                self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
+        return touched
+
+    def _advance(self, request: Request, row, out: StepOutputs, r: int) -> int:
+        request.num_computed = row.start + row.count
+        if not row.samples:
+            return 0
+        count = int(out.counts[r]) if out.tokens.shape[1] > 1 else 1
+        for j in range(count):
+            if j:
+                request.num_computed += 1
+            if out.logprobs is not None and request.params.logprobs is not None:
+                k = request.params.logprobs
+                entry = dict(zip(out.top_ids[r, j, :k].tolist(), out.top_logprobs[r, j, :k].tolist()))
+                entry[int(out.tokens[r, j])] = float(out.logprobs[r, j])
+                request.logprobs.append(entry)
+            if append_token(request, int(out.tokens[r, j])):
+                return j + 1
+        return count
+
+    def _fail_step(self, host: HostStep, error: Exception) -> set[str]:
+        """Fail the step's requests, rebuild the (possibly consumed) pool, recompute everyone else."""
+        touched = set()
+        for request in host.requests:
+            if request is not None and not request.finished:
+                self.scheduler.remove(request)
+                request.finish("error")
+                request.error = f"{type(error).__name__}: {error}"
+                self.stats.record_finished(request)
+                touched.add(request.request_id)
+        self.scheduler.preempt_all()
+        self.blocks = BlockManager(
+            self.blocks.num_pages, self.config.page_size, self.model_identity, self.config.enable_prefix_caching
+        )
+        self.scheduler.blocks = self.blocks
+        self.pages = self._new_pool(self.blocks.num_pages)
+        return touched
+
+    def _new_pool(self, num_pages: int) -> PagedKVCache:
+        spec = self.cache_spec
+        return paged_kv_cache.init_page_pool(
+            self.model_config, num_pages, self.config.page_size, self.dtype, spec.kv_dtype,
+            spec.attention_backend, spec.interpret,
+        )
+
+    def _collect(self, touched: set[str]) -> list[RequestOutput]:
+        outputs = []
+        for request_id in sorted(touched, key=list(self.groups).index):
+            group = self.groups[request_id]
+            outputs.append(delta_output(group))
+            if all(r.finished for r in group):
+                del self.groups[request_id]
+        return outputs
+
+
+
+def free_device_bytes() -> int | None:
+    """Unused memory of the first device, or None where jax does not report it (CPU)."""
+    stats = jax.devices()[0].memory_stats()
+    if not stats or "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))

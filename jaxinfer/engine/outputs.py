@@ -1,0 +1,68 @@
+"""What the engine returns, in vLLM's shape: one RequestOutput per request, one CompletionOutput per sample."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class CompletionOutput:
+    """One sample: its text and ids (all so far, or only the new part for streaming deltas)."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"; None while running
+    stop_reason: int | str | None = None  # the stop string or stop token id that ended it
+    logprobs: list[dict[int, float]] | None = None  # per generated token: top ids -> logprob
+    spec_stats: dict | None = None  # speculative acceptance for this sample (None when plain)
+
+    @property
+    def finished(self) -> bool:
+        """True once a finish reason is set."""
+        return self.finish_reason is not None
+
+
+@dataclasses.dataclass
+class RequestMetrics:
+    """Per-request latencies in seconds (None until known)."""
+
+    arrival_time: float
+    queue_time: float | None = None
+    time_to_first_token: float | None = None
+    time_per_output_token: float | None = None
+    e2e_latency: float | None = None
+
+
+@dataclasses.dataclass
+class RequestOutput:
+    """A request's samples; `.text`, `.token_ids`, `.finish_reason`, `.spec_stats` read sample 0."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool = False
+    metrics: RequestMetrics | None = None
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    error: str | None = None  # why the request failed, when finish_reason is "error"
+
+    @property
+    def text(self) -> str:
+        """Text of sample 0."""
+        return self.outputs[0].text
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Generated ids of sample 0."""
+        return self.outputs[0].token_ids
+
+    @property
+    def finish_reason(self) -> str | None:
+        """Finish reason of sample 0."""
+        return self.outputs[0].finish_reason
+
+    @property
+    def spec_stats(self) -> dict | None:
+        """Speculative statistics of sample 0."""
+        return self.outputs[0].spec_stats

@@ -1,0 +1,53 @@
+"""After a step: append a sample's new tokens, detokenize, and decide whether it finished (no jax).
+
+Finish rules, checked token by token in this order: a stop token id (EOS unless ignore_eos,
+and stop_token_ids) once min_tokens are out; max_tokens; a stop string in the text (cut
+from the output). While a stop string could still be completing, its possible start is held
+back from streamed deltas.
+"""
+
+from __future__ import annotations
+
+from jaxinfer.engine.request import Request
+
+
+def append_token(request: Request, token: int) -> bool:
+    """Add one generated token; True when it ends the request (request.finish is called)."""
+    request.output_ids.append(token)
+    generated = len(request.output_ids)
+    if token in request.stop_ids and generated > request.params.min_tokens:
+        eos = token not in request.params.stop_token_ids
+        request.finish("stop", None if eos else token)
+    elif generated >= request.params.max_tokens:
+        request.finish("length")
+    _detokenize(request)
+    return request.finished
+
+
+def _detokenize(request: Request) -> None:
+    """Extend request.text with the new text and apply stop strings."""
+    if request.detokenizer is None:
+        return
+    searched_from = len(request.text)
+    request.text += request.detokenizer.push(request.output_ids)
+    if request.finished:
+        request.text += request.detokenizer.flush()
+    stops = request.params.stop
+    if not stops or len(request.output_ids) <= request.params.min_tokens:
+        return
+    longest = max(map(len, stops))
+    window_start = max(0, searched_from - longest + 1)
+    hits = [(request.text.find(s, window_start), s) for s in stops]
+    hits = [(at, s) for at, s in hits if at >= 0]
+    if hits:
+        at, stop = min(hits)
+        request.text = request.text[:at]
+        request.finish("stop", stop)
+
+
+def visible_text_end(request: Request) -> int:
+    """How much of request.text may be streamed: all once finished, else minus a possible stop-string start."""
+    stops = request.params.stop
+    if request.finished or not stops:
+        return len(request.text)
+    return max(request.emitted_chars, len(request.text) - max(map(len, stops)) + 1)

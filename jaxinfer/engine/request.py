@@ -1,0 +1,112 @@
+"""One sequence's life in the engine: waiting -> running -> finished (or back to waiting when preempted).
+
+Plain Python, no jax. A request with `n > 1` samples is a group of `Request`s that share the
+prompt (and, through the prefix cache, its pages); each carries its own output and seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+
+from jaxinfer.sampling_params import SamplingParams
+
+
+class Status(enum.Enum):
+    """Where a request is in the scheduler."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclasses.dataclass
+class Timing:
+    """Wall-clock marks (time.monotonic seconds) for the latency metrics."""
+
+    arrival: float = dataclasses.field(default_factory=time.monotonic)
+    first_scheduled: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    finished: float | None = None
+    token_gaps: list[float] = dataclasses.field(default_factory=list)  # inter-token latencies
+
+    def record_tokens(self, count: int, now: float) -> None:
+        """Note `count` new tokens produced at `now` (a multi-step call spreads its gap over them)."""
+        if count <= 0:
+            return
+        if self.first_token is None:
+            self.first_token = now
+            count -= 1
+        elif self.last_token is not None:
+            self.token_gaps += [(now - self.last_token) / count] * count
+            count = 0
+        self.token_gaps += [0.0] * count
+        self.last_token = now
+
+
+@dataclasses.dataclass
+class Request:
+    """One sample of one user request, with everything the scheduler and output builder need."""
+
+    request_id: str
+    index: int  # sample index within the group (0 .. n-1)
+    prompt: str | None
+    prompt_ids: list[int]
+    params: SamplingParams
+    seed: int
+    stop_ids: tuple[int, ...]  # EOS (unless ignore_eos) and stop_token_ids
+    leader: "Request | None" = None  # sample 0 of the group: later samples wait for its prefill
+    output_ids: list[int] = dataclasses.field(default_factory=list)
+    num_computed: int = 0  # tokens whose K/V are in the cache
+    pages: list[int] = dataclasses.field(default_factory=list)
+    page_hashes: list[bytes] = dataclasses.field(default_factory=list)  # chained hashes of full pages
+    status: Status = Status.WAITING
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    stop_reason: int | str | None = None
+    error: str | None = None  # why it failed, when finish_reason is "error"
+    text: str = ""  # full output text so far (stop strings cut it)
+    emitted_chars: int = 0  # prefix of `text` already sent as deltas
+    emitted_tokens: int = 0
+    logprobs: list[dict[int, float]] = dataclasses.field(default_factory=list)
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    timing: Timing = dataclasses.field(default_factory=Timing)
+    detokenizer: object | None = None
+
+    @property
+    def all_ids(self) -> list[int]:
+        """Prompt then output ids: what the cache must hold when the request is fully computed."""
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output length."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def prefilling(self) -> bool:
+        """True while some prompt (or recomputed) tokens are not yet in the cache."""
+        return self.num_computed < self.num_tokens - 1
+
+    @property
+    def max_total(self) -> int:
+        """The length at which the request ends by max_tokens."""
+        return len(self.prompt_ids) + self.params.max_tokens
+
+    @property
+    def finished(self) -> bool:
+        """True once the request needs no more steps."""
+        return self.status is Status.FINISHED
+
+    @property
+    def ready(self) -> bool:
+        """False for a group's later samples until the leader's prompt is in the cache (they share it)."""
+        return self.leader is None or self.leader.finished or not self.leader.prefilling
+
+    def finish(self, reason: str, stop_reason: int | str | None = None) -> None:
+        """Mark finished; the engine frees its pages."""
+        self.status = Status.FINISHED
+        self.finish_reason = reason
+        self.stop_reason = stop_reason
+        self.timing.finished = time.monotonic()

@@ -1,0 +1,169 @@
+"""Who runs next: a per-step token budget, decodes first, then prefill chunks; preemption by recompute.
+
+Plain Python, no jax. Each scheduled row is (request, first position, token count): a decode
+is one token, a prefill chunk up to the remaining budget (long prompts are split across
+steps). When the batch is all decodes and nobody is waiting, one call may run several decode
+steps; their pages are reserved first. When pages run out the most recently admitted request
+is preempted: its pages are released and it recomputes later, with identical output.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from jaxinfer.engine.block_manager import BlockManager, OutOfPages
+from jaxinfer.engine.request import Request, Status
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits of one step."""
+
+    max_num_seqs: int = 64  # rows of a step
+    max_num_batched_tokens: int = 512  # tokens of a step (decodes + prefill chunks)
+    max_prefill_seqs: int = 4  # prompts chunked in one step
+    decode_steps: int = 8  # decode steps one call may run when the batch is all decodes
+
+
+@dataclasses.dataclass
+class Row:
+    """One request's share of a step: tokens all_ids[start : start + count]."""
+
+    request: Request
+    start: int
+    count: int
+
+    @property
+    def samples(self) -> bool:
+        """True when the step computes the last known token, so it yields the next one."""
+        return self.start + self.count == self.request.num_tokens
+
+
+@dataclasses.dataclass
+class Schedule:
+    """A step's rows (decodes first) and how many decode steps the call may run."""
+
+    decodes: list[Row]
+    prefills: list[Row]
+    num_steps: int = 1
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing can run."""
+        return not self.decodes and not self.prefills
+
+
+class Scheduler:
+    """Waiting and running queues over one block manager."""
+
+    def __init__(self, config: SchedulerConfig, blocks: BlockManager):
+        self.config = config
+        self.blocks = blocks
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+
+    def add(self, request: Request) -> None:
+        """Queue a new request."""
+        self.waiting.append(request)
+
+    def remove(self, request: Request) -> None:
+        """Take a request out of the queues and free its pages (finish or abort)."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        self._free(request)
+
+    def schedule(self) -> Schedule:
+        """Rows for the next step."""
+        admissible = bool(self.waiting) and len(self.running) < self.config.max_num_seqs
+        steps = 1 if admissible or any(r.prefilling for r in self.running) else self.config.decode_steps
+        decodes = self._schedule_decodes(steps)
+        budget = self.config.max_num_batched_tokens - len(decodes)
+        prefills = self._schedule_prefills(budget, decodes)
+        return Schedule(decodes, prefills, steps if not prefills else 1)
+
+    def _schedule_decodes(self, steps: int) -> list[Row]:
+        rows, i = [], 0
+        while i < len(self.running):
+            request = self.running[i]
+            if request.prefilling:
+                i += 1
+                continue
+            need = self.blocks.pages_for(min(request.num_tokens - 1 + steps, request.max_total))
+            if not self._grow(request, need, rows):
+                continue  # request itself was preempted
+            rows.append(Row(request, request.num_tokens - 1, 1))
+            i += 1
+        return rows
+
+    def _schedule_prefills(self, budget: int, decodes: list[Row]) -> list[Row]:
+        rows: list[Row] = []
+        for request in [r for r in self.running if r.prefilling]:
+            if budget <= 0 or len(rows) >= self.config.max_prefill_seqs:
+                return rows
+            count = min(request.num_tokens - request.num_computed, budget)
+            need = self.blocks.pages_for(request.num_computed + count)
+            if request.status is Status.RUNNING and self._grow(request, need, decodes + rows):
+                rows.append(Row(request, request.num_computed, count))
+                budget -= count
+        while self.waiting and budget > 0 and len(rows) < self.config.max_prefill_seqs:
+            if len(self.running) >= self.config.max_num_seqs or not self.waiting[0].ready:
+                break
+            row = self._admit(self.waiting[0], budget)
+            if row is None:
+                break
+            self.waiting.popleft()
+            self.running.append(row.request)
+            rows.append(row)
+            budget -= row.count
+        return rows
+
+    def _admit(self, request: Request, budget: int) -> Row | None:
+        """Give a waiting request its cached prefix and pages for a first chunk, or None if none fit."""
+        pages, hashes = self.blocks.match_prefix(request.all_ids)
+        computed = len(pages) * self.blocks.page_size
+        count = min(request.num_tokens - computed, budget)
+        try:
+            pages += self.blocks.allocate(self.blocks.pages_for(computed + count) - len(pages))
+        except OutOfPages:
+            self.blocks.release(pages)
+            return None
+        request.pages, request.page_hashes, request.num_computed = pages, hashes, computed
+        request.status = Status.RUNNING
+        return Row(request, computed, count)
+
+    def _grow(self, request: Request, need: int, scheduled: list[Row]) -> bool:
+        """Give request `need` pages in all, preempting the latest-admitted unscheduled others.
+
+        Returns False when the request itself had to be preempted.
+        """
+        taken = {id(row.request) for row in scheduled} | {id(request)}
+        while len(request.pages) < need:
+            try:
+                request.pages += self.blocks.allocate(need - len(request.pages))
+            except OutOfPages:
+                others = [r for r in self.running if id(r) not in taken]
+                victim = others[-1] if others else request
+                self._preempt(victim)
+                if victim is request:
+                    return False
+        return True
+
+    def preempt_all(self) -> None:
+        """Send every running request back to waiting (it recomputes)."""
+        for request in reversed(self.running[:]):
+            self._preempt(request)
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        self._free(request)
+        request.status = Status.WAITING
+        self.waiting.appendleft(request)
+        self.num_preemptions += 1
+
+    def _free(self, request: Request) -> None:
+        self.blocks.release(request.pages)
+        request.pages, request.page_hashes, request.num_computed = [], [], 0

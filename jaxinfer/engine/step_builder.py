@@ -1,0 +1,110 @@
+"""Host-side (NumPy) arrays for one device step, padded to shape buckets so programs are reused.
+
+Buckets: decode rows and prefill rows round up to powers of two, the prefill chunk length to
+a power of two >= MIN_CHUNK, pages per row to a power of two. Padding rows have no tokens,
+length 1 and page 0 (reserved), so they read a harmless page and write nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jaxinfer.engine.request import Request
+from jaxinfer.engine.scheduler import Row, Schedule
+
+MIN_CHUNK = 16
+MIN_STOP_SLOTS = 4
+
+
+def bucket(n: int, floor: int = 1) -> int:
+    """Smallest power of two >= max(n, floor); 0 stays 0."""
+    return 0 if n == 0 else 1 << (max(n, floor) - 1).bit_length()
+
+
+@dataclasses.dataclass
+class HostStep:
+    """NumPy fields of `batch_step.StepInputs` plus per-row sampling inputs."""
+
+    tokens: np.ndarray
+    positions: np.ndarray
+    token_rows: np.ndarray
+    page_table: np.ndarray
+    lengths: np.ndarray
+    query_lens: np.ndarray
+    last_index: np.ndarray
+    stop_ids: np.ndarray
+    min_lengths: np.ndarray
+    max_lengths: np.ndarray
+    requests: list[Request | None]  # per row; None for padding
+    num_decode: int
+    num_steps: int
+
+
+def shape_buckets(schedule: Schedule, page_size: int, max_pages: int, min_pages: int) -> tuple[int, int, int, int]:
+    """(decode rows, prefill rows, chunk length, pages per row) of the padded step."""
+    num_decode = bucket(len(schedule.decodes))
+    num_prefill = bucket(len(schedule.prefills))
+    chunk = bucket(max((r.count for r in schedule.prefills), default=0), MIN_CHUNK)
+    extra = schedule.num_steps - 1
+    needed = max(-(-(r.start + r.count + extra) // page_size) for r in schedule.decodes + schedule.prefills)
+    return num_decode, num_prefill, chunk, min(bucket(needed, min_pages), max_pages)
+
+
+def build_step(schedule: Schedule, page_size: int, max_pages: int, min_pages: int = 1) -> HostStep:
+    """Flat tokens [decodes][prefill rows x chunk] and per-row metadata for a schedule."""
+    num_decode, num_prefill, chunk, pages = shape_buckets(schedule, page_size, max_pages, min_pages)
+    rows = num_decode + num_prefill
+    decodes = schedule.decodes + [None] * (num_decode - len(schedule.decodes))
+    prefills = schedule.prefills + [None] * (num_prefill - len(schedule.prefills))
+    slots = [(row, 1) for row in decodes] + [(row, chunk) for row in prefills]
+    n = num_decode + num_prefill * chunk
+    step = _empty(n, rows, pages, _stop_width(schedule), num_decode, schedule.num_steps)
+    offset = 0
+    for r, (row, width) in enumerate(slots):
+        step.token_rows[offset : offset + width] = r
+        step.last_index[r] = offset
+        if row is not None:
+            _fill_row(step, r, offset, row)
+        offset += width
+    return step
+
+
+def _stop_width(schedule: Schedule) -> int:
+    longest = max(len(r.request.stop_ids) for r in schedule.decodes + schedule.prefills)
+    return bucket(longest, MIN_STOP_SLOTS)
+
+
+def _empty(n: int, rows: int, pages: int, stop_width: int, num_decode: int, num_steps: int) -> HostStep:
+    return HostStep(
+        tokens=np.zeros(n, np.int32),
+        positions=np.full(n, -1, np.int32),
+        token_rows=np.zeros(n, np.int32),
+        page_table=np.zeros((rows, pages), np.int32),
+        lengths=np.ones(rows, np.int32),
+        query_lens=np.zeros(rows, np.int32),
+        last_index=np.zeros(rows, np.int32),
+        stop_ids=np.full((rows, stop_width), -1, np.int32),
+        min_lengths=np.zeros(rows, np.int32),
+        max_lengths=np.ones(rows, np.int32),
+        requests=[None] * rows,
+        num_decode=num_decode,
+        num_steps=num_steps,
+    )
+
+
+def _fill_row(step: HostStep, r: int, offset: int, row: Row) -> None:
+    request = row.request
+    ids = request.all_ids[row.start : row.start + row.count]
+    step.tokens[offset : offset + row.count] = ids
+    step.positions[offset : offset + row.count] = np.arange(row.start, row.start + row.count)
+    table = request.pages[: step.page_table.shape[1]]
+    step.page_table[r, : len(table)] = table
+    step.lengths[r] = row.start + row.count
+    step.query_lens[r] = row.count
+    step.last_index[r] = offset + row.count - 1
+    step.stop_ids[r, : len(request.stop_ids)] = request.stop_ids
+    step.min_lengths[r] = len(request.prompt_ids) + request.params.min_tokens
+    step.max_lengths[r] = request.max_total
+    step.requests[r] = request

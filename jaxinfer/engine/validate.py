@@ -1,0 +1,35 @@
+"""Request checks before anything is queued: clear errors that name the field (host side, no jax)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def encode_prompt(prompt: str | Sequence[int], tokenizer: Any | None) -> list[int]:
+    """Token ids of a prompt: text through the tokenizer, or a list of ints as given."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError("prompt is text but the model has no tokenizer files; pass token ids instead")
+        return list(tokenizer.encode(prompt))
+    if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, Sequence | np.ndarray):
+        raise TypeError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
+    bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int | np.integer)]
+    if bad:
+        raise TypeError(f"prompt token ids must be integers, got {bad[0]!r} ({type(bad[0]).__name__})")
+    return [int(t) for t in prompt]
+
+
+def check_prompt(ids: list[int], max_tokens: int, vocab_size: int, max_seq_len: int) -> None:
+    """Raise ValueError for an empty, too long or out-of-vocabulary prompt."""
+    if not ids:
+        raise ValueError("prompt is empty; give at least one token")
+    if len(ids) + max_tokens > max_seq_len:
+        raise ValueError(
+            f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds max_seq_len "
+            f"{max_seq_len}; shorten the prompt, lower max_tokens or raise max_seq_len"
+        )
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
