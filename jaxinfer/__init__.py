@@ -2,7 +2,8 @@
 
 from jaxinfer.config import ConfigError, ModelConfig, from_hf_config, load_config
 from jaxinfer.checkpoint import CheckpointError, load_weights, save_converted
-from jaxinfer.llm import LLM, RequestOutput
+from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.llm import LLM
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 
@@ -11,6 +12,9 @@ __all__ = [
     "SamplingParams",
     "SpeculativeConfig",
     "RequestOutput",
+    "CompletionOutput",
+    "LLMEngine",
+    "EngineConfig",
     "ModelConfig",
     "ConfigError",
     "CheckpointError",

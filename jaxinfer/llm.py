@@ -1,48 +1,38 @@
-"""`LLM`: the notebook entry point. Loads a model once, then generates, streams or scores."""
+"""`LLM`: the notebook entry point. Loads a model once, then generates, streams or scores.
+
+Generation runs on the serving engine (continuous batching over the paged KV cache); with a
+speculative config, requests that only use the sampling settings the speculative loop
+supports run as static batches through it.
+"""
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import json
-import secrets
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer import steps
+from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.checkpoint import load_weights
-from jaxinfer.generation import DecodeState
-from jaxinfer.cache_spec import CacheSpec, is_consumed
-from jaxinfer.kv_cache import KVCache, init_cache
+from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.engine.outputs import accumulate
+from jaxinfer.kv_cache import init_cache
 from jaxinfer.models import pack_for_cpu
-from jaxinfer.paged_kv_cache import PagedKVCache
-from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
-from jaxinfer.tokenizer import Detokenizer, load_tokenizer
+from jaxinfer.static_batch import StaticBatchGenerator
+from jaxinfer.tokenizer import load_tokenizer
 
 DEMO_MODEL = Path(__file__).parent / "assets" / "demo" / "target"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 MIN_PROMPT_BUCKET = 16
-STREAM_CHUNK = 8
 
 Prompt = str | Sequence[int]
-
-
-@dataclasses.dataclass
-class RequestOutput:
-    """One finished request: generated text and ids, and why it stopped ("stop" or "length")."""
-
-    prompt: str | None
-    prompt_token_ids: list[int]
-    text: str
-    token_ids: list[int]
-    finish_reason: str
-    spec_stats: dict | None = None  # speculative acceptance for this request (None when plain)
 
 
 def next_power_of_two(n: int) -> int:
@@ -60,21 +50,51 @@ def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
     return DTYPES[dtype]
 
 
+def model_identity(model_dir: Path, dtype: jnp.dtype) -> str:
+    """Names these weights for the prefix cache: path, dtype and the weight files' sizes and times."""
+    files = sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("**/*.zarray"))[:1]
+    marks = [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files]
+    return "|".join([str(model_dir.resolve()), jnp.dtype(dtype).name, *marks])
+
+
+def spec_supported(params: SamplingParams) -> bool:
+    """True when the speculative loop implements every setting of params."""
+    plain = SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature, top_k=params.top_k,
+                           top_p=params.top_p, min_p=params.min_p, seed=params.seed,
+                           stop_token_ids=params.stop_token_ids, ignore_eos=params.ignore_eos)
+    return params == plain
+
+
 class LLM:
-    """A loaded model: `generate` for batches, `stream` for text as it is produced, `logits` for research."""
+    """A loaded model: `generate` for batches, `stream` for text as it is produced, `logits` for research.
+
+    The engine knobs follow vLLM: max_num_seqs (sequences per step), max_num_batched_tokens
+    (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
+    chunked per step), num_pages or
+    gpu_memory_utilization (the KV pool), page_size, enable_prefix_caching, and decode_steps
+    (decode steps one device call may run when no request is waiting). `close()` frees the
+    KV memory; the object is also a context manager.
+    """
 
     def __init__(
         self,
         model: str | Path | None = None,
         dtype: str = "auto",
         max_seq_len: int | None = None,
-        max_batch_size: int = 64,
+        max_num_seqs: int = 64,
+        max_num_batched_tokens: int = 512,
+        max_prefill_seqs: int = 4,
+        num_pages: int | None = None,
+        gpu_memory_utilization: float | None = None,
+        page_size: int = 16,
+        enable_prefix_caching: bool = True,
+        decode_steps: int = 8,
         speculative: SpeculativeConfig | None = None,
         kv_cache: str = "auto",
         kv_cache_dtype: str = "auto",
-        page_size: int = 16,
         attention_backend: str = "auto",
         interpret_kernels: bool = False,
+        max_batch_size: int | None = None,
     ):
         self.model_dir = Path(model) if model is not None else DEMO_MODEL
         if not self.model_dir.is_dir():
@@ -86,12 +106,26 @@ class LLM:
         self.max_seq_len = int(max_seq_len or min(limit, 2048))
         if self.max_seq_len > limit:
             raise ValueError(f"max_seq_len {self.max_seq_len} exceeds the model's max_position_embeddings {limit}")
-        self.max_batch_size = max_batch_size
+        self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
         self.cache_spec = CacheSpec(kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels)
         self.tokenizer = load_tokenizer(self.model_dir)
-        self._caches: dict[int, KVCache | PagedKVCache] = {}
+        engine_config = EngineConfig(
+            max_seq_len=self.max_seq_len, max_num_seqs=max_batch_size or max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
+            gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
+            enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
+        )
+        self.engine = LLMEngine(
+            self.weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
+            model_identity(self.model_dir, self.dtype),
+        )
+        self._request_ids = itertools.count()
         self.speculative: SpeculativeDecoder | None = build_speculative(
             speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len
+        )
+        self._static = None if self.speculative is None else StaticBatchGenerator(
+            self.weights, self.config, self.dtype, self.max_seq_len, self.max_batch_size, self.cache_spec,
+            self.speculative, self._decode,
         )
 
     def generate(
@@ -102,50 +136,65 @@ class LLM:
         """Generate for one prompt or many (str or token ids); one output per prompt, in order."""
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
-        outputs: list[RequestOutput] = []
-        for start in range(0, len(prompts), self.max_batch_size):
-            chunk = slice(start, start + self.max_batch_size)
-            state, ids = self._prefill(prompts[chunk], params_list[chunk])
-            state, spec_stats = self._decode_chunk(state, prompts[chunk], params_list[chunk], ids)
-            finished = self._finish(state, prompts[chunk], ids, params_list[chunk])
-            for out, stats in zip(finished, spec_stats or []):
-                out.spec_stats = stats
-            outputs += finished
-        return outputs
-
-    def metrics(self) -> dict:
-        """Totals since load: speculative drafted/accepted counts and rates (empty when not speculating)."""
-        return self.speculative.metrics() if self.speculative is not None else {}
-
-    def _decode_chunk(
-        self, state: DecodeState, prompts: list[Prompt], params: list[SamplingParams], ids: list[list[int]]
-    ) -> tuple[DecodeState, list[dict] | None]:
-        """Decode a prefilled chunk to the end, speculatively when configured; failures fall back to plain."""
-        if self.speculative is not None:
-            result = self.speculative.decode(self.weights, self.config, state, [len(s) for s in ids])
-            if result is not None:
-                return result
-            if is_consumed(state):  # a failed run used up its donated input
-                state, _ = self._prefill(prompts, params)
-        return steps.decode_loop(self.weights, state, jnp.int32(self.max_seq_len), cfg=self.config), None
+        if self.speculative is not None and self.speculative.enabled and all(map(spec_supported, params_list)):
+            ids = [self.encode(p) for p in prompts]
+            for seq, p in zip(ids, params_list):
+                self._check_prompt(seq, p.max_tokens)
+            return self._static.generate(prompts, ids, params_list)
+        request_ids = self._add_requests(prompts, params_list)
+        totals: dict[str, RequestOutput] = {}
+        while self.engine.has_unfinished():
+            for delta in self.engine.step():
+                totals[delta.request_id] = accumulate(totals.get(delta.request_id), delta)
+        return [totals[rid] for rid in request_ids]
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
-        """Yield text pieces of one request as they are produced (the device runs a few tokens per call)."""
-        params = params or SamplingParams()
-        state, ids = self._prefill([prompt], [params])
-        detok = Detokenizer(self.tokenizer)
-        while True:
-            generated = self._generated(state, 0, len(ids[0]))
-            piece = detok.push(generated)
-            if piece:
-                yield piece
-            if bool(state.done[0]):
-                break
-            state = steps.decode_loop(self.weights, state, jnp.int32(STREAM_CHUNK), cfg=self.config)
-        self._caches[state.tokens.shape[0]] = state.cache
-        tail = detok.flush()
-        if tail:
-            yield tail
+        """Yield text pieces of one request as they are produced (a few tokens per device call)."""
+        (request_id,) = self._add_requests([prompt], [params or SamplingParams()])
+        try:
+            while self.engine.has_unfinished():
+                for delta in self.engine.step():
+                    if delta.request_id == request_id and delta.outputs[0].text:
+                        yield delta.outputs[0].text
+        finally:
+            self.engine.abort(request_id)  # a consumer that stops early frees the request's pages
+            while self.engine.has_unfinished():
+                self.engine.step()
+
+    def metrics(self) -> dict:
+        """Engine metrics (vLLM names), plus speculative totals under "speculative" when configured."""
+        out = self.engine.metrics()
+        if self.speculative is not None:
+            out["speculative"] = self.speculative.metrics()
+        return out
+
+    def close(self) -> None:
+        """Free the KV cache memory (the pool is re-made if the object is used again)."""
+        self.engine.release()
+        if self._static is not None:
+            self._static.release()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _add_requests(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[str]:
+        """Queue all requests, or none: an invalid one aborts those queued before it and raises."""
+        added: list[str] = []
+        try:
+            for prompt, p in zip(prompts, params):
+                request_id = f"llm-{next(self._request_ids)}"
+                self.engine.add_request(request_id, prompt, p)
+                added.append(request_id)
+        except Exception:
+            for request_id in added:
+                self.engine.abort(request_id)
+            while self.engine.has_unfinished():
+                self.engine.step()
+            raise
+        return added
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""
@@ -193,75 +242,6 @@ class LLM:
         bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
         if bad:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {self.config.vocab_size})")
-
-    def _stop_ids(self, params: SamplingParams) -> list[int]:
-        eos = [] if params.ignore_eos else list(self.config.eos_token_ids)
-        return eos + list(params.stop_token_ids)
-
-    def _prefill(self, prompts: list[Prompt], params: list[SamplingParams]) -> tuple[DecodeState, list[list[int]]]:
-        ids = [self.encode(p) for p in prompts]
-        for seq, p in zip(ids, params):
-            self._check_prompt(seq, p.max_tokens)
-        batch = min(next_power_of_two(len(ids)), max(self.max_batch_size, len(ids)))
-        bucket = min(next_power_of_two(max(MIN_PROMPT_BUCKET, *map(len, ids))), self.max_seq_len)
-        state = self._initial_state(ids, params, batch)
-        return steps.prefill(self.weights, state, cfg=self.config, prompt_bucket=bucket), ids
-
-    def _initial_state(self, ids: list[list[int]], params: list[SamplingParams], batch: int) -> DecodeState:
-        """Host-built state: prompts in the token buffer; padding rows start done."""
-        n, S = len(ids), self.max_seq_len
-        tokens = np.zeros((batch, S), np.int32)
-        lengths = np.ones(batch, np.int32)
-        max_lengths = np.ones(batch, np.int32)
-        stops = [self._stop_ids(p) for p in params]
-        stop_ids = np.full((batch, next_power_of_two(max(4, *map(len, stops)))), -1, np.int32)
-        for i, (seq, p, stop) in enumerate(zip(ids, params, stops)):
-            tokens[i, : len(seq)] = seq
-            lengths[i] = len(seq)
-            max_lengths[i] = len(seq) + p.max_tokens
-            stop_ids[i, : len(stop)] = stop
-        padded = list(params) + [SamplingParams(temperature=0)] * (batch - n)
-        seeds = [p.seed if p.seed is not None else secrets.randbits(63) for p in padded]
-        return DecodeState(
-            tokens=jnp.asarray(tokens),
-            lengths=jnp.asarray(lengths),
-            max_lengths=jnp.asarray(max_lengths),
-            done=jnp.asarray(np.arange(batch) >= n),
-            stop_ids=jnp.asarray(stop_ids),
-            sampling=sampling_arrays(padded, seeds),
-            cache=self._cache(batch),
-        )
-
-    def _cache(self, batch: int) -> KVCache | PagedKVCache:
-        """The preallocated cache for this batch bucket (re-made if a failed call consumed it)."""
-        cache = self._caches.pop(batch, None)
-        if cache is None or is_consumed(cache):
-            cache = self.cache_spec.make(self.config, batch, self.max_seq_len, self.dtype)
-        return cache
-
-    def _generated(self, state: DecodeState, row: int, prompt_len: int) -> list[int]:
-        length = int(state.lengths[row])
-        return np.asarray(state.tokens[row, prompt_len:length]).tolist()
-
-    def _finish(
-        self, state: DecodeState, prompts: list[Prompt], ids: list[list[int]], params: list[SamplingParams]
-    ) -> list[RequestOutput]:
-        self._caches[state.tokens.shape[0]] = state.cache
-        tokens, lengths = jax.device_get((state.tokens, state.lengths))
-        outputs = []
-        for i, (prompt, seq, p) in enumerate(zip(prompts, ids, params)):
-            generated = tokens[i, len(seq) : lengths[i]].tolist()
-            stopped = bool(generated) and generated[-1] in self._stop_ids(p)
-            outputs.append(
-                RequestOutput(
-                    prompt=prompt if isinstance(prompt, str) else None,
-                    prompt_token_ids=seq,
-                    text=self._decode(generated),
-                    token_ids=generated,
-                    finish_reason="stop" if stopped else "length",
-                )
-            )
-        return outputs
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else ""

@@ -29,7 +29,7 @@ from jaxinfer.engine.request import Request, Status
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.validate import check_prompt, encode_prompt
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
-from jaxinfer.engine.step_builder import HostStep, bucket, build_step
+from jaxinfer.engine.step_builder import HostStep, bucket, build_step, empty_step, warmup_shapes
 from jaxinfer.models import Weights
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.penalties import Penalties
@@ -133,6 +133,23 @@ class LLMEngine:
             self.stats, len(self.scheduler.running), waiting, self.blocks.usage, prefix, self.scheduler.num_preemptions
         )
 
+    def warmup(self) -> int:
+        """Compile every step shape the knobs allow (default sampling variant); returns the count.
+
+        Padding-only batches run through each program, so nothing is written to the cache.
+        """
+        shapes = warmup_shapes(self.config, self.min_pages, self.max_pages)
+        for num_decode, num_prefill, chunk, pages, num_steps in shapes:
+            self._run(empty_step(num_decode, num_prefill, chunk, pages, num_steps))
+        return len(shapes)
+
+    def release(self) -> None:
+        """Free the page pool (and forget cached prefixes); it is re-made on the next step."""
+        if self.scheduler.running or self.scheduler.waiting:
+            raise RuntimeError("release() with requests in flight; abort them first")
+        self.pages = None
+        self._reset_blocks()
+
     def _run_and_apply(self, schedule: Schedule, host: HostStep) -> set[str]:
         now = time.monotonic()
         for request in host.requests:
@@ -147,6 +164,8 @@ class LLMEngine:
 
     def _run(self, host: HostStep) -> StepOutputs:
         inputs = self._device_inputs(host)
+        if self.pages is None:
+            self.pages = self._new_pool(self.blocks.num_pages)
         if host.num_steps > 1:
             out, self.pages = steps.multi_decode(
                 self.weights, self.pages, inputs, jnp.int32(host.num_steps), cfg=self.model_config,
@@ -241,12 +260,16 @@ class LLMEngine:
                 self.stats.record_finished(request)
                 touched.add(request.request_id)
         self.scheduler.preempt_all()
+        self._reset_blocks()
+        self.pages = self._new_pool(self.blocks.num_pages)
+        return touched
+
+    def _reset_blocks(self) -> None:
+        """A fresh block manager (no cached prefixes) over the same pool size."""
         self.blocks = BlockManager(
             self.blocks.num_pages, self.config.page_size, self.model_identity, self.config.enable_prefix_caching
         )
         self.scheduler.blocks = self.blocks
-        self.pages = self._new_pool(self.blocks.num_pages)
-        return touched
 
     def _new_pool(self, num_pages: int) -> PagedKVCache:
         spec = self.cache_spec

@@ -66,3 +66,20 @@ class RequestOutput:
     def spec_stats(self) -> dict | None:
         """Speculative statistics of sample 0."""
         return self.outputs[0].spec_stats
+
+
+def accumulate(total: RequestOutput | None, delta: RequestOutput) -> RequestOutput:
+    """Fold a delta into the running total of a request (text and ids appended, status replaced)."""
+    if total is None:
+        return dataclasses.replace(delta, outputs=[dataclasses.replace(o) for o in delta.outputs])
+    by_index = {o.index: o for o in total.outputs}
+    for new in delta.outputs:
+        old = by_index[new.index]
+        old.text += new.text
+        old.token_ids = old.token_ids + new.token_ids
+        if new.logprobs is not None:
+            old.logprobs = (old.logprobs or []) + new.logprobs
+        old.finish_reason, old.stop_reason = new.finish_reason, new.stop_reason
+    total.finished, total.metrics = delta.finished, delta.metrics
+    total.error = total.error or delta.error
+    return total

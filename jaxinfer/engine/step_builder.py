@@ -73,7 +73,7 @@ def build_step(schedule: Schedule, page_size: int, max_pages: int, min_pages: in
 
 def _stop_width(schedule: Schedule) -> int:
     longest = max(len(r.request.stop_ids) for r in schedule.decodes + schedule.prefills)
-    return bucket(longest, MIN_STOP_SLOTS)
+    return bucket(max(longest, 1), MIN_STOP_SLOTS)
 
 
 def _empty(n: int, rows: int, pages: int, stop_width: int, num_decode: int, num_steps: int) -> HostStep:
@@ -108,3 +108,39 @@ def _fill_row(step: HostStep, r: int, offset: int, row: Row) -> None:
     step.min_lengths[r] = len(request.prompt_ids) + request.params.min_tokens
     step.max_lengths[r] = request.max_total
     step.requests[r] = request
+
+
+def powers_of_two(low: int, high: int) -> list[int]:
+    """low, 2*low, ... up to and including bucket(high)."""
+    out, n = [], low
+    while n <= bucket(high):
+        out.append(n)
+        n *= 2
+    return out
+
+
+def warmup_shapes(config, min_pages: int, max_pages: int) -> list[tuple[int, int, int, int, int]]:
+    """Every (decode rows, prefill rows, chunk, pages, steps) a workload under `config` can produce."""
+    decodes = [0] + powers_of_two(1, config.max_num_seqs)
+    prefills = [0] + powers_of_two(1, config.max_prefill_seqs)
+    chunks = powers_of_two(MIN_CHUNK, config.max_num_batched_tokens)
+    shapes = []
+    for pages in powers_of_two(min_pages, max_pages):
+        for d in decodes:
+            shapes += [(d, p, c, pages, 1) for p in prefills if p for c in chunks]
+            if d:
+                shapes.append((d, 0, 0, pages, 1))
+                if config.decode_steps > 1:
+                    shapes.append((d, 0, 0, pages, config.decode_steps))
+    return shapes
+
+
+def empty_step(num_decode: int, num_prefill: int, chunk: int, pages: int, num_steps: int) -> HostStep:
+    """An all-padding step of the given shape (compiles the program, computes nothing that is kept)."""
+    rows = num_decode + num_prefill
+    step = _empty(num_decode + num_prefill * chunk, rows, pages, MIN_STOP_SLOTS, num_decode, num_steps)
+    step.token_rows[num_decode:] = np.repeat(np.arange(num_decode, rows), chunk)
+    step.token_rows[:num_decode] = np.arange(num_decode)
+    step.last_index[:num_decode] = np.arange(num_decode)
+    step.last_index[num_decode:] = num_decode + np.arange(num_prefill) * chunk
+    return step

@@ -1,0 +1,154 @@
+"""The serving engine against the plain path: greedy identical under every scheduling choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from jax import monitoring
+
+from jaxinfer import LLM, SamplingParams
+
+GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 37, 9, 21, 1, 50])]
+SHARED = np.random.RandomState(99).randint(3, 250, size=40).tolist()
+SHARED_PROMPTS = [SHARED + p[:6] for p in PROMPTS[:4]]
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint_dir):
+    return checkpoint_dir("llama3")
+
+
+# One set of shapes for every engine here (the pool is small enough to force preemption), so
+# they share compiled programs; only the behaviour knobs differ between them.
+KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=1, decode_steps=4, num_pages=16)
+
+
+def make(model, **knobs) -> LLM:
+    return LLM(model, dtype="float32", max_seq_len=96, **{**KNOBS, **knobs})
+
+
+@pytest.fixture(scope="module")
+def llm(model):
+    return make(model)
+
+
+def full_recompute_greedy(llm: LLM, prompt: list[int], n: int) -> list[int]:
+    """The plain reference: re-run the whole sequence through the dense path for every token."""
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(np.argmax(llm.logits(ids)[-1])))
+    return ids[len(prompt) :]
+
+
+def greedy_ids(llm: LLM, prompts, params=GREEDY) -> list[list[int]]:
+    return [out.token_ids for out in llm.generate(prompts, params)]
+
+
+def test_engine_greedy_matches_full_recompute(llm):
+    outputs = greedy_ids(llm, PROMPTS)
+    for prompt, got in zip(PROMPTS, outputs):
+        assert got == full_recompute_greedy(llm, prompt, GREEDY.max_tokens)
+
+
+def test_each_request_alone_equals_mixed_batch(llm):
+    mixed = greedy_ids(llm, PROMPTS)
+    assert [greedy_ids(llm, [p])[0] for p in PROMPTS] == mixed
+
+
+def test_prefix_caching_hits_and_keeps_outputs(model, llm):
+    uncached = make(model, enable_prefix_caching=False)
+    expected = greedy_ids(uncached, SHARED_PROMPTS)
+    before = llm.metrics()["prefix_cache_hits"]
+    assert greedy_ids(llm, SHARED_PROMPTS[:1]) == expected[:1]
+    assert greedy_ids(llm, SHARED_PROMPTS) == expected
+    assert llm.metrics()["prefix_cache_hits"] - before >= 3 * 32  # two full pages per later request
+    assert uncached.metrics()["prefix_cache_hits"] == 0
+
+
+def test_preemption_by_recompute_keeps_outputs(llm):
+    params = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
+    before = llm.metrics()["num_preemptions"]
+    outputs = greedy_ids(llm, PROMPTS[:4], params)
+    assert llm.metrics()["num_preemptions"] > before  # 4 + 6 + 4 + 5 pages do not fit in 15
+    for prompt, got in zip(PROMPTS[:4], outputs):
+        assert got == full_recompute_greedy(llm, prompt, params.max_tokens)
+
+
+def test_decode_steps_one_and_many_agree(model, llm):
+    single = make(model, decode_steps=1)
+    params = SamplingParams(max_tokens=30, temperature=0, stop_token_ids=[7, 11, 13])
+    assert greedy_ids(single, PROMPTS, params) == greedy_ids(llm, PROMPTS, params)
+
+
+def test_seeded_sampling_does_not_depend_on_batch_or_steps(model, llm):
+    params = SamplingParams(max_tokens=16, temperature=0.9, top_k=40, seed=5, ignore_eos=True)
+    single = make(model, decode_steps=1)
+    alone = greedy_ids(single, PROMPTS[1:2], params)[0]
+    assert greedy_ids(llm, PROMPTS, params)[1] == alone
+
+
+def test_abort_frees_every_page(llm):
+    engine = llm.engine
+    free_before = engine.blocks.usable_pages
+    for i, prompt in enumerate(PROMPTS):
+        engine.add_request(f"abort-{i}", prompt, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
+    engine.step()
+    engine.step()
+    assert engine.blocks.usable_pages < free_before
+    for i in range(len(PROMPTS)):
+        engine.abort(f"abort-{i}")
+    finals = engine.step()
+    assert {o.request_id for o in finals} == {f"abort-{i}" for i in range(len(PROMPTS))}
+    assert all(o.finished and o.finish_reason == "abort" for o in finals)
+    assert engine.blocks.usable_pages == free_before and not engine.has_unfinished()
+
+
+def test_invalid_request_among_32_running_changes_nothing(llm):
+    prompts = [np.random.RandomState(100 + i).randint(3, 250, size=3 + i).tolist() for i in range(32)]
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    expected = greedy_ids(llm, prompts, params)
+    engine, finals = llm.engine, {}
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, params)
+    for out in engine.step():
+        finals.setdefault(out.request_id, []).extend(out.token_ids)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        engine.add_request("bad", [1, 10**6], params)
+    with pytest.raises(ValueError, match="already in use"):
+        engine.add_request("3", [1, 2], params)
+    while engine.has_unfinished():
+        for out in engine.step():
+            finals.setdefault(out.request_id, []).extend(out.token_ids)
+    assert [finals[str(i)] for i in range(32)] == expected
+
+
+def test_one_failing_request_fails_alone(llm):
+    engine = llm.engine
+    for i, prompt in enumerate(PROMPTS[:3]):
+        engine.add_request(f"f{i}", prompt, GREEDY)
+
+    class Broken:
+        def push(self, ids):
+            raise RuntimeError("detokenizer exploded")
+
+    engine.groups["f1"][0].detokenizer = Broken()
+    finals = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            finals[out.request_id] = out
+    assert finals["f1"].finish_reason == "error" and "exploded" in finals["f1"].error
+    assert finals["f0"].finish_reason == finals["f2"].finish_reason == "length"
+
+
+def test_no_compiles_after_warmup(model):
+    llm = make(model)
+    count = llm.engine.warmup()
+    traces = []
+    monitoring.register_event_duration_secs_listener(
+        lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
+    )
+    params = [SamplingParams(max_tokens=n, temperature=t, seed=1) for n, t in [(9, 0), (20, 0.8), (3, 1.0)]]
+    llm.generate([PROMPTS[0], PROMPTS[1], PROMPTS[3]], params)
+    llm.generate(PROMPTS[4:], SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
+    assert count > 4 and traces == []
