@@ -74,6 +74,36 @@ def paged_rows_attend(
     return pallas_kernels.ragged_paged_attention(q, *kv, lengths, page_table, query_lens, **common)
 
 
+def _gather_rows(cache: PagedKVCache, pools: list[jax.Array], scales, layer: int, table: jax.Array, dtype) -> jax.Array:
+    """The pages of each row as one contiguous block [R, KV, S, K] in dtype."""
+    gathered = cache.from_storage(pools[layer][:, table])  # [KV, R, P, page, K]
+    if scales is not None:
+        gathered = gathered.astype(jnp.float32) * scales[layer][:, table][..., None]
+    kv, rows, pages, page, dim = gathered.shape
+    return gathered.reshape(kv, rows, pages * page, dim).swapaxes(0, 1).astype(dtype)
+
+
+def gathered_rows_attend(
+    q: jax.Array,
+    cache: PagedKVCache,
+    layer: int,
+    window: int,
+    lengths: jax.Array,
+    page_table: jax.Array,
+    query_lens: jax.Array,
+) -> jax.Array:
+    """paged_rows_attend for the CPU: gather each row's pages, then the contiguous cache's attention."""
+    dtype = q.dtype if cache.quantized else cache.from_storage(cache.k_pages[0][:0]).dtype
+    k = _gather_rows(cache, cache.k_pages, cache.k_scales, layer, page_table, dtype)
+    v = _gather_rows(cache, cache.v_pages, cache.v_scales, layer, page_table, dtype).swapaxes(2, 3)
+    steps = jnp.arange(q.shape[1])
+    positions = (lengths - query_lens)[:, None] + steps[None, :]
+    if decode_attention_applies(q.shape[1], k.dtype):
+        return decode_attention(q, k, v, positions, window)
+    mask = causal_window_mask(positions, k.shape[2], window) & (steps[None, :] < query_lens[:, None])[..., None]
+    return dense_attention(q, k, v, mask)
+
+
 def paged_attend(q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int) -> jax.Array:
     """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
     lengths = positions[:, -1] + 1
@@ -86,7 +116,8 @@ def attend(
 ) -> jax.Array:
     """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache."""
     if isinstance(cache, RaggedPagedCache):
-        return split_attend(q, cache, lambda qg, *rows: paged_rows_attend(qg, cache.pages, layer, window, *rows))
+        rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
+        return split_attend(q, cache, lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows))
     if isinstance(cache, PagedKVCache):
         return paged_attend(q, cache, layer, positions, window)
     k, v = cache.k[layer], cache.v[layer]

@@ -30,6 +30,7 @@ class PagedKVCache:
     page_table: jax.Array  # [B, pages_per_seq] int32
     backend: str = "reference"  # static: "reference" | "pallas"
     interpret: bool = False  # static: run Pallas kernels in interpret mode (CPU tests)
+    bits_of: str | None = None  # static: pools hold uint16 bit patterns of this 16-bit float dtype
 
     @property
     def page_size(self) -> int:
@@ -45,6 +46,18 @@ class PagedKVCache:
     def quantized(self) -> bool:
         """True when pages hold int8 values with scales."""
         return self.k_scales is not None
+
+    def to_storage(self, values: jax.Array) -> jax.Array:
+        """values in the pools' storage dtype (16-bit floats as their bits when bits_of is set)."""
+        if self.bits_of is None:
+            return values.astype(self.k_pages[0].dtype)
+        return jax.lax.bitcast_convert_type(values.astype(self.bits_of), jnp.uint16)
+
+    def from_storage(self, stored: jax.Array) -> jax.Array:
+        """Stored page values back in their float dtype."""
+        if self.bits_of is None:
+            return stored
+        return jax.lax.bitcast_convert_type(stored, jnp.dtype(self.bits_of))
 
     def _slots(self, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
         """(page, offset) [B, T] for positions [B, T]; positions beyond the table map past the pool."""
@@ -65,14 +78,14 @@ class PagedKVCache:
             if scales is not None:
                 values, new_scales = quantize_kv(values)
                 scales[layer] = scales[layer].at[:, page, offset].set(new_scales, mode="drop")
-            pages[layer] = pages[layer].at[:, page, offset].set(values.astype(pages[layer].dtype), mode="drop")
+            pages[layer] = pages[layer].at[:, page, offset].set(self.to_storage(values), mode="drop")
         return dataclasses.replace(self, k_pages=k_pages, v_pages=v_pages, k_scales=k_scales, v_scales=v_scales)
 
 
 jax.tree_util.register_dataclass(
     PagedKVCache,
     data_fields=["k_pages", "v_pages", "k_scales", "v_scales", "page_table"],
-    meta_fields=["backend", "interpret"],
+    meta_fields=["backend", "interpret", "bits_of"],
 )
 
 
@@ -130,9 +143,16 @@ def init_page_pool(
     backend: str = "reference",
     interpret: bool = False,
 ) -> PagedKVCache:
-    """A zeroed pool of num_pages pages for the engine (its page table is supplied per step)."""
+    """A zeroed pool of num_pages pages for the engine (its page table is supplied per step).
+
+    On the jnp reference path 16-bit float pages are stored as uint16 bits: XLA:CPU widens a
+    bf16/f16 scatter to float32 and copies the whole pool on every write, integers it
+    updates in place.
+    """
     placeholder = np.full((1, 1), num_pages - 1, np.int32)
-    return init_paged_cache(
-        cfg, 1, page_size, dtype, page_size=page_size, kv_dtype=kv_dtype, backend=backend,
-        interpret=interpret, page_table=placeholder,
+    as_bits = kv_dtype == "auto" and backend == "reference" and jnp.dtype(dtype).itemsize == 2
+    pool = init_paged_cache(
+        cfg, 1, page_size, jnp.uint16 if as_bits else dtype, page_size=page_size, kv_dtype=kv_dtype,
+        backend=backend, interpret=interpret, page_table=placeholder,
     )
+    return dataclasses.replace(pool, bits_of=jnp.dtype(dtype).name) if as_bits else pool

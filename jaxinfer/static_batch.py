@@ -1,5 +1,7 @@
 """Static batches for speculative decoding: prefill a batch together, then run the speculative loop.
 
+(With no speculative decoder it is the pre-engine static path: benchmarks compare against it.)
+
 The serving engine runs every plain request; speculative decoding still runs here, one padded
 batch at a time with contiguous target and draft caches, until the engine's decode call
 takes the proposers over. One cache is kept (for the largest batch bucket used), and
@@ -39,7 +41,7 @@ class StaticBatchGenerator:
 
     def __init__(
         self, weights: Weights, cfg: ModelConfig, dtype: jnp.dtype, max_seq_len: int, max_batch_size: int,
-        cache_spec: CacheSpec, speculative: SpeculativeDecoder, decode_text,
+        cache_spec: CacheSpec, speculative: SpeculativeDecoder | None, decode_text,
     ):
         self.weights, self.cfg, self.dtype = weights, cfg, dtype
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
@@ -60,7 +62,9 @@ class StaticBatchGenerator:
 
     def _run_batch(self, prompts: list, ids: list[list[int]], params: list[SamplingParams], offset: int) -> list[RequestOutput]:
         state = self._prefill(ids, params)
-        result = self.speculative.decode(self.weights, self.cfg, state, [len(s) for s in ids])
+        result = None
+        if self.speculative is not None:
+            result = self.speculative.decode(self.weights, self.cfg, state, [len(s) for s in ids])
         if result is None:
             if is_consumed(state):  # a failed run used up its donated input
                 state = self._prefill(ids, params)

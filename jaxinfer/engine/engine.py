@@ -70,6 +70,7 @@ class LLMEngine:
         self.max_pages = bucket(config.pages_per_seq)
         self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
         self.model_identity = model_identity
+        self.narrow_mixed = cache_spec.attention_backend == "reference"  # gathered attention pays for width
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
         self.stats = EngineMetrics()
@@ -121,7 +122,9 @@ class LLMEngine:
         schedule = self.scheduler.schedule()
         touched, self.pending = self.pending, set()
         if not schedule.empty:
-            host = build_step(schedule, self.config.page_size, self.max_pages, self.min_pages)
+            host = build_step(
+                schedule, self.config.page_size, self.max_pages, self.min_pages, self.narrow_mixed
+            )
             touched |= self._run_and_apply(schedule, host)
         return self._collect(touched)
 
@@ -138,7 +141,7 @@ class LLMEngine:
 
         Padding-only batches run through each program, so nothing is written to the cache.
         """
-        shapes = warmup_shapes(self.config, self.min_pages, self.max_pages)
+        shapes = warmup_shapes(self.config, self.min_pages, self.max_pages, self.narrow_mixed)
         for num_decode, num_prefill, chunk, pages, num_steps in shapes:
             self._run(empty_step(num_decode, num_prefill, chunk, pages, num_steps))
         return len(shapes)

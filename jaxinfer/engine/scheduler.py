@@ -102,15 +102,19 @@ class Scheduler:
     def _schedule_prefills(self, budget: int, decodes: list[Row]) -> list[Row]:
         rows: list[Row] = []
         for request in [r for r in self.running if r.prefilling]:
-            if budget <= 0 or len(rows) >= self.config.max_prefill_seqs:
+            allowed = min(budget, self._row_budget(rows))
+            if allowed <= 0 or len(rows) >= self.config.max_prefill_seqs:
                 return rows
-            count = min(request.num_tokens - request.num_computed, budget)
+            count = min(request.num_tokens - request.num_computed, allowed)
             need = self.blocks.pages_for(request.num_computed + count)
             if request.status is Status.RUNNING and self._grow(request, need, decodes + rows):
                 rows.append(Row(request, request.num_computed, count))
                 budget -= count
         while self.waiting and budget > 0 and len(rows) < self.config.max_prefill_seqs:
             if len(self.running) >= self.config.max_num_seqs or not self.waiting[0].ready:
+                break
+            budget = min(budget, self._row_budget(rows))
+            if budget <= 0:
                 break
             row = self._admit(self.waiting[0], budget)
             if row is None:
@@ -120,6 +124,16 @@ class Scheduler:
             rows.append(row)
             budget -= row.count
         return rows
+
+    def _row_budget(self, rows: list[Row]) -> int:
+        """Tokens a further prefill row may take so that rows x chunk (padded) stays within the budget."""
+        if not rows:
+            return self.config.max_num_batched_tokens
+        limit = 1 << (self.config.max_num_batched_tokens - 1).bit_length()
+        padded_rows = 1 << len(rows).bit_length()  # rows after adding one, rounded up to a power of two
+        longest = max(row.count for row in rows)
+        chunk_limit = limit // padded_rows
+        return chunk_limit if longest <= chunk_limit else 0
 
     def _admit(self, request: Request, budget: int) -> Row | None:
         """Give a waiting request its cached prefix and pages for a first chunk, or None if none fit."""

@@ -42,19 +42,31 @@ class HostStep:
     num_steps: int
 
 
-def shape_buckets(schedule: Schedule, page_size: int, max_pages: int, min_pages: int) -> tuple[int, int, int, int]:
-    """(decode rows, prefill rows, chunk length, pages per row) of the padded step."""
+def shape_buckets(
+    schedule: Schedule, page_size: int, max_pages: int, min_pages: int, narrow_mixed: bool
+) -> tuple[int, int, int, int]:
+    """(decode rows, prefill rows, chunk length, pages per row) of the padded step.
+
+    All-decode steps bucket the page-table width; steps with a prefill chunk use the full
+    width unless narrow_mixed (the gathered CPU attention pays for width, kernels do not), so
+    they add fewer programs where width is free.
+    """
     num_decode = bucket(len(schedule.decodes))
     num_prefill = bucket(len(schedule.prefills))
     chunk = bucket(max((r.count for r in schedule.prefills), default=0), MIN_CHUNK)
+    if schedule.prefills and not narrow_mixed:
+        return num_decode, num_prefill, chunk, max_pages
     extra = schedule.num_steps - 1
-    needed = max(-(-(r.start + r.count + extra) // page_size) for r in schedule.decodes + schedule.prefills)
+    rows = schedule.decodes + schedule.prefills
+    needed = max(-(-(r.start + r.count + extra) // page_size) for r in rows)
     return num_decode, num_prefill, chunk, min(bucket(needed, min_pages), max_pages)
 
 
-def build_step(schedule: Schedule, page_size: int, max_pages: int, min_pages: int = 1) -> HostStep:
+def build_step(
+    schedule: Schedule, page_size: int, max_pages: int, min_pages: int = 1, narrow_mixed: bool = False
+) -> HostStep:
     """Flat tokens [decodes][prefill rows x chunk] and per-row metadata for a schedule."""
-    num_decode, num_prefill, chunk, pages = shape_buckets(schedule, page_size, max_pages, min_pages)
+    num_decode, num_prefill, chunk, pages = shape_buckets(schedule, page_size, max_pages, min_pages, narrow_mixed)
     rows = num_decode + num_prefill
     decodes = schedule.decodes + [None] * (num_decode - len(schedule.decodes))
     prefills = schedule.prefills + [None] * (num_prefill - len(schedule.prefills))
@@ -119,19 +131,25 @@ def powers_of_two(low: int, high: int) -> list[int]:
     return out
 
 
-def warmup_shapes(config, min_pages: int, max_pages: int) -> list[tuple[int, int, int, int, int]]:
+def warmup_shapes(
+    config, min_pages: int, max_pages: int, narrow_mixed: bool = False
+) -> list[tuple[int, int, int, int, int]]:
     """Every (decode rows, prefill rows, chunk, pages, steps) a workload under `config` can produce."""
     decodes = [0] + powers_of_two(1, config.max_num_seqs)
-    prefills = [0] + powers_of_two(1, config.max_prefill_seqs)
-    chunks = powers_of_two(MIN_CHUNK, config.max_num_batched_tokens)
-    shapes = []
-    for pages in powers_of_two(min_pages, max_pages):
-        for d in decodes:
-            shapes += [(d, p, c, pages, 1) for p in prefills if p for c in chunks]
-            if d:
-                shapes.append((d, 0, 0, pages, 1))
-                if config.decode_steps > 1:
-                    shapes.append((d, 0, 0, pages, config.decode_steps))
+    prefill_shapes = [
+        (rows, chunk)
+        for rows in powers_of_two(1, config.max_prefill_seqs)
+        for chunk in powers_of_two(MIN_CHUNK, config.max_num_batched_tokens)
+        if rows == 1 or rows * chunk <= bucket(config.max_num_batched_tokens)
+    ]
+    widths = powers_of_two(min_pages, max_pages)
+    mixed_widths = widths if narrow_mixed else [max_pages]
+    shapes = [(d, r, c, w, 1) for w in mixed_widths for d in decodes for r, c in prefill_shapes]
+    for pages in widths:
+        for d in decodes[1:]:
+            shapes.append((d, 0, 0, pages, 1))
+            if config.decode_steps > 1:
+                shapes.append((d, 0, 0, pages, config.decode_steps))
     return shapes
 
 

@@ -1,0 +1,190 @@
+"""Serving throughput: the engine vs HF transformers `generate` (static padded batches) vs the static path.
+
+One workload for all three: N requests, prompt lengths uniform in [32, 512], output lengths
+uniform in [32, 256], fixed seed, ignore_eos, greedy. Prints output and total tokens/s, TTFT and
+TPOT (mean/p50/p99), peak KV usage, preemptions, and the compute roofline: total tokens x 2 x
+parameters over the matmul FLOP/s measured here in the model's dtype. Also a shared-prefix
+workload (requests sharing a long prefix) with prefix caching on and off. Writes JSON.
+
+    python scripts/bench_throughput.py                       # demo target + SmolLM-135M shape, CPU
+    python scripts/bench_throughput.py --models smollm-135m --requests 64 --skip-hf
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bench_decode import make_checkpoint
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.llm import DEMO_MODEL
+from jaxinfer.static_batch import StaticBatchGenerator
+from jaxinfer.weights import tree_bytes
+
+RESULTS = Path(__file__).parents[1] / "results"
+
+
+def workload(n: int, seed: int, vocab: int, prompt_range=(32, 512), output_range=(32, 256)):
+    """(prompts, output lengths) drawn with a fixed seed."""
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(3, vocab, rng.integers(*prompt_range, endpoint=True)).tolist() for _ in range(n)]
+    return prompts, rng.integers(*output_range, endpoint=True, size=n).tolist()
+
+
+def matmul_flops(dtype: jnp.dtype, size: int = 2048) -> float:
+    """FLOP/s of a jitted square matmul in dtype (best of 5), float32 accumulation."""
+    a = jnp.ones((size, size), dtype)
+    f = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+    f(a, a).block_until_ready()
+    best = min(_timed(lambda: f(a, a).block_until_ready()) for _ in range(5))
+    return 2 * size**3 / best
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def params_of(n: int) -> list[SamplingParams]:
+    return [SamplingParams(max_tokens=k, temperature=0, ignore_eos=True) for k in n]
+
+
+def run_engine(llm: LLM, prompts, outputs) -> dict:
+    """Engine throughput and latencies; an untimed pass of the same workload first compiles its shapes."""
+    start = time.perf_counter()
+    llm.generate(prompts, params_of(outputs))
+    print(f"engine warm-up pass (compiles) {time.perf_counter() - start:.1f} s")
+    llm.engine.blocks.by_hash.clear(), llm.engine.blocks.hash_of.clear()  # no prefix hits from the warm-up
+    before = llm.metrics()
+    peak, start = 0.0, time.perf_counter()
+    for i, (p, k) in enumerate(zip(prompts, params_of(outputs))):
+        llm.engine.add_request(f"bench-{i}", p, k)
+    while llm.engine.has_unfinished():
+        llm.engine.step()
+        peak = max(peak, llm.engine.blocks.usage)
+    seconds = time.perf_counter() - start
+    m = llm.metrics()
+    return dict(
+        seconds=seconds, peak_kv_usage=peak,
+        preemptions=m["num_preemptions"] - before["num_preemptions"],
+        ttft=_recent(llm, "time_to_first_token", len(prompts)), tpot=_recent(llm, "time_per_output_token", len(prompts)),
+    )
+
+
+def _recent(llm: LLM, name: str, n: int) -> dict:
+    values = np.asarray(getattr(llm.engine.stats, name)[-n:])
+    return dict(mean=float(values.mean()), p50=float(np.percentile(values, 50)), p99=float(np.percentile(values, 99)))
+
+
+def run_static(llm: LLM, prompts, outputs, batch: int = 16) -> dict:
+    """The pre-engine path: padded static batches decoded to their longest member."""
+    static = StaticBatchGenerator(llm.weights, llm.config, llm.dtype, llm.max_seq_len, batch, llm.cache_spec, None, llm._decode)
+    static.generate(prompts[:batch], prompts[:batch], params_of(outputs[:batch]))
+    start = time.perf_counter()
+    static.generate(prompts, prompts, params_of(outputs))
+    return dict(seconds=time.perf_counter() - start)
+
+
+def run_hf(path: Path, dtype: str, prompts, outputs, batch: int = 16) -> dict:
+    """HF transformers generate, left-padded static batches of `batch`, each to its longest output."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    start = time.perf_counter()
+    for i in range(0, len(prompts), batch):
+        chunk, lens = prompts[i : i + batch], outputs[i : i + batch]
+        width = max(map(len, chunk))
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in chunk])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max(lens), min_new_tokens=max(lens),
+                           do_sample=False, pad_token_id=0)
+    return dict(seconds=time.perf_counter() - start)
+
+
+def shared_prefix(llm: LLM, vocab: int, n: int = 32, prefix: int = 1024) -> dict:
+    """Mean TTFT of n requests sharing a prefix, with prefix caching on (warm) and off."""
+    rng = np.random.default_rng(1)
+    common = rng.integers(3, vocab, prefix).tolist()
+    prompts = [common + rng.integers(3, vocab, 16).tolist() for _ in range(n)]
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    out = {}
+    for caching in (False, True):
+        llm.engine.blocks.prefix_caching = caching
+        llm.engine.blocks.by_hash.clear(), llm.engine.blocks.hash_of.clear()
+        llm.generate(prompts[:1], params)  # warms compiles (and, when caching, the shared prefix)
+        results = llm.generate(prompts, params)
+        out["on" if caching else "off"] = float(np.mean([r.metrics.time_to_first_token for r in results]))
+    out["ratio"] = out["off"] / out["on"]
+    return out
+
+
+def bench_model(name: str, path: Path, dtype: str, args) -> dict:
+    llm = LLM(path, dtype=dtype, max_seq_len=1024, max_num_seqs=args.max_num_seqs, decode_steps=args.decode_steps)
+    prompts, outputs = workload(args.requests, args.seed, llm.config.vocab_size)
+    n_params = tree_bytes(llm.weights) // jnp.dtype(llm.dtype).itemsize
+    total_tokens = sum(map(len, prompts)) + sum(outputs)
+    flops = matmul_flops(llm.dtype)
+    row = dict(model=name, dtype=dtype, requests=args.requests, params=int(n_params), output_tokens=sum(outputs),
+               total_tokens=total_tokens, matmul_flops=flops, engine=run_engine(llm, prompts, outputs))
+    row["engine"]["roofline"] = total_tokens * 2 * n_params / row["engine"]["seconds"] / flops
+    if not args.skip_static:
+        row["static"] = run_static(llm, prompts, outputs)
+    if not args.skip_hf:
+        row["hf"] = run_hf(path, dtype, prompts, outputs)
+    if args.shared_prefix:
+        row["shared_prefix_ttft"] = shared_prefix(llm, llm.config.vocab_size)
+    return row
+
+
+def print_row(row: dict) -> None:
+    e, out = row["engine"], row["output_tokens"]
+    print(f"\n{row['model']} ({row['dtype']}, {row['params'] / 1e6:.1f}M params, {row['requests']} requests, "
+          f"matmul {row['matmul_flops'] / 1e9:.0f} GFLOP/s)")
+    print(f"{'path':<8} {'out tok/s':>10} {'total tok/s':>12} {'engine x':>9}")
+    for path in ("engine", "static", "hf"):
+        if path in row:
+            s = row[path]["seconds"]
+            print(f"{path:<8} {out / s:>10.0f} {row['total_tokens'] / s:>12.0f} {s / e['seconds']:>9.2f}")
+    print(f"roofline {e['roofline']:.1%}  peak KV {e['peak_kv_usage']:.0%}  preemptions {e['preemptions']}")
+    print(f"TTFT mean/p50/p99 {e['ttft']['mean']:.3f}/{e['ttft']['p50']:.3f}/{e['ttft']['p99']:.3f} s  "
+          f"TPOT {e['tpot']['mean'] * 1e3:.1f}/{e['tpot']['p50'] * 1e3:.1f}/{e['tpot']['p99'] * 1e3:.1f} ms")
+    if "shared_prefix_ttft" in row:
+        sp = row["shared_prefix_ttft"]
+        print(f"shared prefix TTFT: off {sp['off']:.3f} s, on {sp['on']:.3f} s ({sp['ratio']:.1f}x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["demo", "smollm-135m"])
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--decode-steps", type=int, default=8)
+    parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--skip-static", action="store_true")
+    parser.add_argument("--shared-prefix", action="store_true")
+    parser.add_argument("--checkpoints", type=Path, default=Path("/tmp/jaxinfer-bench"))
+    args = parser.parse_args()
+    rows = []
+    for name in args.models:
+        path = DEMO_MODEL if name == "demo" else make_checkpoint(name, args.checkpoints)
+        rows.append(bench_model(name, path, args.dtype, args))
+        print_row(rows[-1])
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"bench_throughput_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(dict(args={k: str(v) for k, v in vars(args).items()}, rows=rows), indent=2))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
