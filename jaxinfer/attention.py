@@ -16,6 +16,7 @@ import pallas_kernels
 from jaxinfer.cpu_kernels import decode_attention, decode_attention_applies
 from jaxinfer.kv_cache import KVCache
 from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.precision import matmul_precision
 
 NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
 ATTENTION_BACKENDS = ("auto", "reference", "pallas")
@@ -47,10 +48,12 @@ def dense_attention(
     scale = d**-0.5 if scale is None else scale
     qg = q.reshape(b, t, kv_heads, h // kv_heads, d).astype(k.dtype)
     # float32 results keep bf16 operands on XLA:CPU's bf16 dot path (see layers.linear).
-    scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
+    precision = matmul_precision(qg, k)
+    scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
+    scores = scores * scale
     scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bkds->btkgd", probs, v, preferred_element_type=jnp.float32)
+    out = jnp.einsum("bkgts,bkds->btkgd", probs, v, precision=precision, preferred_element_type=jnp.float32)
     return out.reshape(b, t, h, d).astype(q.dtype)
 
 
