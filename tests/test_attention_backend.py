@@ -46,7 +46,8 @@ def test_unsupported_shape_falls_back_with_one_log(caplog):
     with caplog.at_level(logging.WARNING, logger="jaxinfer.attention"):
         out = paged_attend(q, cache, 0, positions, 0)
         paged_attend(q, cache, 0, positions, 0)
-    expected = paged_attention_reference(q[:, 0], cache.k_pages[0], cache.v_pages[0], positions[:, -1] + 1, cache.page_table)
+    lengths = positions[:, -1] + 1
+    expected = paged_attention_reference(q[:, 0], cache.k_pages[0], cache.v_pages[0], lengths, cache.page_table)
     np.testing.assert_allclose(np.asarray(out[:, 0]), np.asarray(expected), atol=1e-6)
     fallbacks = [r for r in caplog.records if "falls back" in r.getMessage()]
     assert len(fallbacks) == 1 and "4096" in fallbacks[0].getMessage()

@@ -92,7 +92,10 @@ def spec_config(
 
 @pytest.mark.parametrize(
     "method,adaptive,calibrate",
-    [(None, False, None), ("draft", False, None), ("ngram", False, None), ("ngram", True, None), ("ngram", True, False)],
+    [
+        (None, False, None), ("draft", False, None), ("ngram", False, None),
+        ("ngram", True, None), ("ngram", True, False),
+    ],
     ids=["plain", "draft-model", "ngram", "ngram-adaptive", "ngram-adaptive-heuristic"],
 )
 def test_sampling_matches_target_distribution(models, exact, method, adaptive, calibrate):
