@@ -4,10 +4,14 @@
 sees keys 0..p (within the layer's sliding window). The contiguous cache uses the dense `jnp`
 path, or on CPU for a few queries per sequence (decode, verification) a native kernel that
 reads only the visible keys; the paged cache dispatches to `pallas_kernels` (the Pallas kernel, or its `jnp`
-reference, as the cache's backend says). Queries of one call sit at consecutive positions.
+reference, as the cache's backend says, and the reference for shapes the kernel cannot run).
+Queries of one call sit at consecutive positions.
 """
 
 from __future__ import annotations
+
+import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +20,10 @@ import pallas_kernels
 from jaxinfer.cpu_kernels import decode_attention, decode_attention_applies
 from jaxinfer.kv_cache import KVCache
 from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.precision import matmul_precision
 from jaxinfer.ragged_cache import RaggedPagedCache, split_attend
+
+logger = logging.getLogger(__name__)
 
 NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
 ATTENTION_BACKENDS = ("auto", "reference", "pallas")
@@ -48,11 +55,38 @@ def dense_attention(
     scale = d**-0.5 if scale is None else scale
     qg = q.reshape(b, t, kv_heads, h // kv_heads, d).astype(k.dtype)
     # float32 results keep bf16 operands on XLA:CPU's bf16 dot path (see layers.linear).
-    scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
+    precision = matmul_precision(qg, k)
+    scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
+    scores = scores * scale
     scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bkds->btkgd", probs, v, preferred_element_type=jnp.float32)
+    out = jnp.einsum("bkgts,bkds->btkgd", probs, v, precision=precision, preferred_element_type=jnp.float32)
     return out.reshape(b, t, h, d).astype(q.dtype)
+
+
+@functools.cache
+def _log_fallback(reason: str) -> None:
+    """One warning per distinct shape the kernel cannot run (traces repeat; logs should not)."""
+    logger.warning("paged attention falls back to the jnp reference: %s", reason)
+
+
+def kernel_backend(cache: PagedKVCache, head_dim: int) -> str | None:
+    """The `backend` argument for pallas_kernels: None (the platform's kernel) or "reference".
+
+    "auto" must always give a working model, so a shape the kernel cannot run (see
+    `pallas_kernels.unsupported_reason`) takes the reference path, with one log line.
+    """
+    if cache.backend == "reference":
+        return "reference"
+    impl = pallas_kernels.choose_implementation(None, cache.interpret)
+    if impl == "reference":
+        return "reference"
+    kv_dtype = cache.k_pages[0].dtype
+    reason = pallas_kernels.unsupported_reason(impl, head_dim, kv_dtype, cache.page_size, cache.quantized)
+    if reason is None:
+        return None
+    _log_fallback(reason)
+    return "reference"
 
 
 def paged_rows_attend(
@@ -65,7 +99,7 @@ def paged_rows_attend(
     query_lens: jax.Array,
 ) -> jax.Array:
     """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
-    backend = "reference" if cache.backend == "reference" else None
+    backend = kernel_backend(cache, q.shape[-1])
     scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if cache.quantized else {}
     common = dict(sliding_window=window or None, interpret=cache.interpret, backend=backend, **scales)
     kv = (cache.k_pages[layer], cache.v_pages[layer])

@@ -10,6 +10,7 @@ import numpy as np
 
 from jaxinfer.config import ModelConfig, RopeScaling
 from jaxinfer.cpu_kernels import PackedWeight, packed_matmul
+from jaxinfer.precision import matmul_precision
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float, weight_offset: float = 0.0) -> jax.Array:
@@ -82,13 +83,15 @@ def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | No
     if isinstance(w, PackedWeight):
         y = packed_matmul(x2, w)
     else:
-        y = jnp.dot(x2, w.reshape(size, -1), preferred_element_type=jnp.float32)
+        w2 = w.reshape(size, -1)
+        y = jnp.dot(x2, w2, precision=matmul_precision(x2, w2), preferred_element_type=jnp.float32)
     return y.reshape(*lead, *out_shape).astype(out_dtype or x.dtype)
 
 
 def linear_transposed(x: jax.Array, w: jax.Array) -> jax.Array:
     """x [..., K] @ w[N, K].T as float32 [..., N] (an output head tied to the embedding)."""
-    return jnp.einsum("...d,nd->...n", x, w, preferred_element_type=jnp.float32)
+    precision = matmul_precision(x, w)
+    return jnp.einsum("...d,nd->...n", x, w, precision=precision, preferred_element_type=jnp.float32)
 
 
 def activation(name: str, x: jax.Array) -> jax.Array:

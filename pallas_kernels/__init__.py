@@ -10,6 +10,7 @@ from pallas_kernels.dispatch import (
     paged_attention,
     ragged_paged_attention,
 )
+from pallas_kernels.gpu_blocks import kernel_supports, smem_footprint, unsupported_reason
 from pallas_kernels.paged_attention_gpu import paged_attention_gpu
 from pallas_kernels.paged_attention_reference import (
     paged_attention_reference,
@@ -23,6 +24,7 @@ from pallas_kernels.ragged_paged_attention_tpu import ragged_paged_attention_tpu
 __all__ = [
     "choose_implementation",
     "dequantize_kv",
+    "kernel_supports",
     "paged_attention",
     "paged_attention_gpu",
     "paged_attention_reference",
@@ -32,4 +34,6 @@ __all__ = [
     "ragged_paged_attention_gpu",
     "ragged_paged_attention_reference",
     "ragged_paged_attention_tpu",
+    "smem_footprint",
+    "unsupported_reason",
 ]

@@ -106,19 +106,24 @@ def key_range(
     first_row: jax.Array,  # [] int32, first row of this query block
     num_rows: int,  # rows in this query block
     params: AttentionParams,
+    capacity: int,  # keys the page table holds: pages_per_seq * page_size
 ) -> tuple[jax.Array, jax.Array]:
-    """Half-open [key_lo, key_hi) of key positions any row of this query block attends."""
+    """Half-open [key_lo, key_hi) of key positions any row of this query block attends.
+
+    key_hi stops at `capacity`: queries past the end of the table (speculative verification
+    near the end of the buffer) see every key it holds, and no page beyond its row is read.
+    """
     group = jnp.int32(params.group)
     first_query = lax.div(first_row, group)
     last_query = jnp.minimum(lax.div(first_row + (num_rows - 1), group), query_len - 1)
     offset = length - query_len  # position of query 0
-    key_hi = offset + last_query + 1
+    key_hi = jnp.minimum(offset + last_query + 1, capacity)
     if params.sliding_window is None:
         key_lo = jnp.int32(0)
     else:
         key_lo = jnp.maximum(offset + first_query - (params.sliding_window - 1), 0)
-    # A block made only of padding rows attends nothing.
-    key_hi = jnp.where(first_query < query_len, key_hi, key_lo)
+    # A block made only of padding rows attends nothing; nor one whose window lies past the table.
+    key_hi = jnp.where(first_query < query_len, jnp.maximum(key_hi, key_lo), key_lo)
     return key_lo, key_hi
 
 

@@ -19,14 +19,11 @@ from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels import _paged_common as common
 from pallas_kernels._paged_common import AttentionParams
+from pallas_kernels.gpu_blocks import MIN_BLOCK, choose_blocks, padded_head_dim, shared_memory_limit
 
 # `CompilerParams` since jax 0.6; older releases named it `TritonCompilerParams`.
 _CompilerParams = getattr(plgpu, "CompilerParams", None) or getattr(plgpu, "TritonCompilerParams")
 
-# Triton tensor dims must be powers of two and dots need M, N, K >= 16.
-MIN_BLOCK = 16
-DEFAULT_BLOCK_K = 128  # keys per block: pages_per_block * page_size
-MAX_BLOCK_ROWS = 64  # query rows (query x head pairs) per program
 DEFAULT_NUM_CORES = 132  # H100/H200 SM count; used when the device does not say
 
 
@@ -71,7 +68,8 @@ def _kernel(
     block_rows, head_dim = q_ref.shape
     length, query_len = lengths_ref[b], query_lens_ref[b]
     first_row = pl.program_id(2) * block_rows
-    key_lo, key_hi = common.key_range(length, query_len, first_row, block_rows, params)
+    capacity = page_indices_ref.shape[1] * params.page_size
+    key_lo, key_hi = common.key_range(length, query_len, first_row, block_rows, params, capacity)
     blk_lo, blk_hi = common.block_range(key_lo, key_hi, params.block_k, num_splits, split)
     first_page = lax.div(key_lo, jnp.int32(params.page_size))
     last_page = lax.div(jnp.maximum(key_hi - 1, 0), jnp.int32(params.page_size))
@@ -93,7 +91,8 @@ def _kernel(
         if v_scale is not None:
             v_scale = jnp.where(key_ok[None, :], v_scale, 0.0)
         logits = common.scaled_logits(q, k.astype(compute_dtype), k_scale, params)
-        mask = common.attention_mask(
+        # key_ok also drops keys past the table's capacity, which the causal mask would keep.
+        mask = key_ok[None, :] & common.attention_mask(
             row_query, key_pos[None, :], length, query_len, params.sliding_window
         )
         return common.online_softmax_step(carry, logits, mask, v, v_scale)
@@ -170,7 +169,46 @@ def paged_flash_gpu(
     num_stages: int,
     interpret: bool,
 ) -> jax.Array:
-    """Run the kernel on query rows; returns [batch, max_q, num_q_heads, head_dim] in q.dtype."""
+    """Run the kernel on query rows; returns [batch, max_q, num_q_heads, head_dim] in q.dtype.
+
+    A head_dim that is not a power of two runs zero-padded (zeros add nothing to q.k, and the
+    padded output columns are dropped). The padding copies the pools once per call: a cache
+    allocated at the padded head_dim would avoid that copy.
+    """
+    head_dim = q.shape[-1]
+    q, k_pages, v_pages = (_pad_last(x, padded_head_dim(head_dim)) for x in (q, k_pages, v_pages))
+    return _flash_rows(
+        q, k_pages, v_pages, lengths, page_indices, query_lens, k_scales, v_scales, params=params,
+        block_rows=block_rows, num_splits=num_splits, num_warps=num_warps, num_stages=num_stages,
+        interpret=interpret,
+    )[..., :head_dim]
+
+
+def _pad_last(x: jax.Array, size: int) -> jax.Array:
+    """x zero-padded along its last axis to `size`."""
+    if x.shape[-1] == size:
+        return x
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, size - x.shape[-1])])
+
+
+def _flash_rows(
+    q: jax.Array,  # [batch, max_q, num_q_heads, head_dim], head_dim a power of two
+    k_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
+    v_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
+    lengths: jax.Array,  # [batch] int32
+    page_indices: jax.Array,  # [batch, pages_per_seq] int32
+    query_lens: jax.Array,  # [batch] int32
+    k_scales: jax.Array | None,  # [num_kv_heads, num_pages, page_size] f32
+    v_scales: jax.Array | None,  # [num_kv_heads, num_pages, page_size] f32
+    *,
+    params: AttentionParams,
+    block_rows: int,
+    num_splits: int,
+    num_warps: int,
+    num_stages: int,
+    interpret: bool,
+) -> jax.Array:
+    """The pallas_call over query rows: [batch, max_q, num_q_heads, head_dim] in q.dtype."""
     batch, max_q, num_q_heads, head_dim = q.shape
     num_kv_heads, num_pages, page_size, _ = k_pages.shape
     num_rows = pl.cdiv(max_q * params.group, block_rows) * block_rows
@@ -205,22 +243,29 @@ def gpu_params(
     soft_cap: float | None,
     sliding_window: int | None,
     pages_per_block: int | None,
-) -> AttentionParams:
-    """Static kernel settings; checks the power-of-two shapes Triton needs."""
+    block_rows: int,
+    num_stages: int | None,
+) -> tuple[AttentionParams, int]:
+    """Static kernel settings and num_stages; blocks sized to fit the device's shared memory."""
     num_kv_heads, _, page_size, head_dim = k_pages.shape
-    for name, value, minimum in (("page_size", page_size, 1), ("head_dim", head_dim, MIN_BLOCK)):
-        if value != common.next_power_of_2(value) or value < minimum:
-            raise ValueError(f"GPU paged attention needs a power-of-two {name} >= {minimum}, got {value}")
-    if pages_per_block is None:
-        pages_per_block = max(1, DEFAULT_BLOCK_K // page_size)
-    pages_per_block = max(pages_per_block, pl.cdiv(MIN_BLOCK, page_size))
-    if pages_per_block != common.next_power_of_2(pages_per_block):
+    if page_size != common.next_power_of_2(page_size):
+        raise ValueError(f"GPU paged attention needs a power-of-two page_size, got {page_size}")
+    if pages_per_block is not None and pages_per_block != common.next_power_of_2(pages_per_block):
         raise ValueError(f"pages_per_block must be a power of two, got {pages_per_block}")
-    return AttentionParams(
-        group=q_heads // num_kv_heads, page_size=page_size, pages_per_block=pages_per_block,
-        sm_scale=common.default_sm_scale(head_dim, sm_scale), soft_cap=soft_cap,
-        sliding_window=sliding_window, quantized=k_scales is not None,
+    limit = shared_memory_limit()
+    quantized = k_scales is not None
+    blocks = choose_blocks(
+        padded_head_dim(head_dim), k_pages.dtype, page_size, block_rows, quantized, limit,
+        pages_per_block, num_stages,
     )
+    if blocks is None:
+        raise ValueError(f"GPU paged attention at head_dim {head_dim} does not fit {limit} bytes of shared memory")
+    params = AttentionParams(
+        group=q_heads // num_kv_heads, page_size=page_size, pages_per_block=blocks[0],
+        sm_scale=common.default_sm_scale(head_dim, sm_scale), soft_cap=soft_cap,
+        sliding_window=sliding_window, quantized=quantized,
+    )
+    return params, blocks[1]
 
 
 @functools.partial(
@@ -245,7 +290,7 @@ def paged_attention_gpu(
     pages_per_block: int | None = None,
     num_splits: int | None = None,
     num_warps: int = 4,
-    num_stages: int = 2,
+    num_stages: int | None = None,
     interpret: bool = False,
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
@@ -253,8 +298,11 @@ def paged_attention_gpu(
     common.validate_paged_inputs(
         num_q_heads, head_dim, k_pages, v_pages, k_scales, v_scales, sliding_window
     )
-    params = gpu_params(num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block)
-    block_rows = max(MIN_BLOCK, common.next_power_of_2(params.group))
+    block_rows = max(MIN_BLOCK, common.next_power_of_2(num_q_heads // k_pages.shape[0]))
+    params, num_stages = gpu_params(
+        num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block,
+        block_rows, num_stages,
+    )
     if num_splits is None:
         max_blocks = pl.cdiv(page_indices.shape[1], params.pages_per_block)
         num_splits = default_num_splits(batch * k_pages.shape[0], max_blocks)

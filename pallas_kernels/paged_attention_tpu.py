@@ -86,7 +86,8 @@ def _kernel(
     ppb, block_k = params.pages_per_block, params.block_k
     length, query_len = lengths_ref[b], query_lens_ref[b]
     first_row = pl.program_id(2) * block_rows
-    key_lo, key_hi = common.key_range(length, query_len, first_row, block_rows, params)
+    capacity = pages_per_seq * params.page_size
+    key_lo, key_hi = common.key_range(length, query_len, first_row, block_rows, params, capacity)
     blk_lo, blk_hi = common.block_range(key_lo, key_hi, block_k, 1, jnp.int32(0))
     first_page = lax.div(key_lo, jnp.int32(params.page_size))
     last_page = lax.div(jnp.maximum(key_hi - 1, 0), jnp.int32(params.page_size))
@@ -140,13 +141,14 @@ def _attend_block(
     key_col = blk * block_k + lax.broadcasted_iota(jnp.int32, (block_k, 1), 0)
     # Slots of skipped pages hold stale or uninitialised VMEM: 0 * NaN would leak.
     v = jnp.where((key_col >= key_lo) & (key_col < key_hi), v, 0.0)
+    row_ok = (key_row >= key_lo) & (key_row < key_hi)
     k_scale = v_scale = None
     if ks_buf is not None:
         k_scale = ks_buf[slot].reshape(1, block_k)
-        row_ok = (key_row >= key_lo) & (key_row < key_hi)
         v_scale = jnp.where(row_ok, vs_buf[slot].reshape(1, block_k), 0.0)
     logits = common.scaled_logits(q, k, k_scale, params)
-    mask = common.attention_mask(row_query, key_row, length, query_len, params.sliding_window)
+    # row_ok also drops keys past the table's capacity, which the causal mask would keep.
+    mask = row_ok & common.attention_mask(row_query, key_row, length, query_len, params.sliding_window)
     return common.online_softmax_step(carry, logits, mask, v, v_scale)
 
 

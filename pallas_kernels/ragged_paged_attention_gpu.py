@@ -13,13 +13,8 @@ import jax
 from jax.experimental import pallas as pl
 
 from pallas_kernels import _paged_common as common
-from pallas_kernels.paged_attention_gpu import (
-    MAX_BLOCK_ROWS,
-    MIN_BLOCK,
-    default_num_splits,
-    gpu_params,
-    paged_flash_gpu,
-)
+from pallas_kernels.gpu_blocks import MAX_BLOCK_ROWS, MIN_BLOCK
+from pallas_kernels.paged_attention_gpu import default_num_splits, gpu_params, paged_flash_gpu
 
 
 def ragged_block_rows(max_q: int, group: int, block_rows: int | None) -> int:
@@ -56,7 +51,7 @@ def ragged_paged_attention_gpu(
     block_rows: int | None = None,
     num_splits: int | None = None,
     num_warps: int = 4,
-    num_stages: int = 2,
+    num_stages: int | None = None,
     interpret: bool = False,
 ) -> jax.Array:
     """Causal multi-query attention: [batch, max_q, num_q_heads, head_dim], padding rows zero."""
@@ -64,8 +59,11 @@ def ragged_paged_attention_gpu(
     common.validate_paged_inputs(
         num_q_heads, head_dim, k_pages, v_pages, k_scales, v_scales, sliding_window
     )
-    params = gpu_params(num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block)
-    block_rows = ragged_block_rows(max_q, params.group, block_rows)
+    block_rows = ragged_block_rows(max_q, num_q_heads // k_pages.shape[0], block_rows)
+    params, num_stages = gpu_params(
+        num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block,
+        block_rows, num_stages,
+    )
     if num_splits is None:
         query_blocks = pl.cdiv(max_q * params.group, block_rows)
         max_blocks = pl.cdiv(page_indices.shape[1], params.pages_per_block)

@@ -1,7 +1,11 @@
 """Decode throughput: jaxinfer vs HF transformers `generate` on the same random-weight checkpoint.
 
-Prints tokens/s for both, their ratio, and the fraction of the memory-bandwidth roofline
-(weight bytes read per decode step x steps/s over the read bandwidth measured here). Writes JSON.
+Prints tokens/s for both (whole `generate` calls) and their ratio, then jaxinfer's decode alone:
+a step's time (a 1-token generate subtracted from an N-token one, so prefill is not in it), the
+bytes a step streams (every layer weight, the output head once, the KV cache read at the mean
+context; a tied embedding is read once, by the head, not by the token lookup) and that over
+the device-copy bandwidth measured in the same run. A reduction-read probe is printed beside it
+for comparison: on an H100 it reads ~2.0 TB/s where a copy moves ~3.0. Writes JSON.
 
     python scripts/bench_decode.py                      # SmolLM-135M shape, CPU
     python scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16   # on a GPU
@@ -42,17 +46,46 @@ def make_checkpoint(preset: str, root: Path) -> Path:
     return path
 
 
-def measure_read_bandwidth(n_bytes: int = 1 << 30) -> float:
-    """Bytes/s the default device reads, from a jitted reduction over a large float32 array."""
-    x = jnp.ones((n_bytes // 4,), jnp.float32)
-    total = jax.jit(jnp.sum)
-    total(x).block_until_ready()
+def _best_seconds(fn, x: jax.Array, repeats: int = 5) -> float:
+    """Fastest of `repeats` timed calls after a compile call."""
+    fn(x).block_until_ready()
     times = []
-    for _ in range(5):
+    for _ in range(repeats):
         start = time.perf_counter()
-        total(x).block_until_ready()
+        fn(x).block_until_ready()
         times.append(time.perf_counter() - start)
-    return n_bytes / min(times)
+    return min(times)
+
+
+def measure_copy_bandwidth(n_bytes: int = 1 << 30, repeats: int = 5) -> float:
+    """Bytes/s (read + written) of a jitted elementwise pass over a large float32 buffer.
+
+    + 1 rather than + 0, which XLA may fold into no copy at all; the input is donated so each
+    call streams into reused memory (a fresh output buffer costs page faults on CPU).
+    """
+    step = jax.jit(lambda a: a + 1.0, donate_argnums=0)
+    x = step(jnp.ones((n_bytes // 4,), jnp.float32)).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x = step(x).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return 2 * n_bytes / min(times)
+
+
+def measure_read_bandwidth(n_bytes: int = 1 << 30) -> float:
+    """Bytes/s a jitted reduction reads (a lower figure than a copy's on GPUs; shown for reference)."""
+    return n_bytes / _best_seconds(jax.jit(jnp.sum), jnp.ones((n_bytes // 4,), jnp.float32))
+
+
+def decode_step_bytes(llm: LLM, batch: int, context: int) -> int:
+    """Bytes one decode step streams: layer weights, final norm, the head once, and the KV cache read."""
+    weights = llm.weights
+    head = weights.embed if weights.lm_head is None else weights.lm_head  # a tied head reads embed
+    cfg = llm.config
+    kv_itemsize = jnp.dtype(llm.dtype).itemsize
+    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * kv_itemsize * context * batch
+    return tree_bytes(weights.layers) + tree_bytes(weights.final_norm) + tree_bytes(head) + kv
 
 
 def median_time(fn, repeats: int) -> float:
@@ -66,16 +99,28 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench_jaxinfer(path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int) -> tuple[float, int]:
-    """(seconds per generate call, weight bytes) for jaxinfer."""
+def time_generate(llm: LLM, prompts: list[list[int]], new_tokens: int, repeats: int) -> dict:
+    """Seconds: a whole generate, prefill (a 1-token generate) and one decode step (the difference)."""
+
+    def run(tokens: int) -> float:
+        params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
+
+        def call() -> None:
+            outs = llm.generate(prompts, params)
+            assert all(len(o.token_ids) == tokens for o in outs)
+
+        return median_time(call, repeats)
+
+    whole, prefill = run(new_tokens), run(1)
+    return dict(generate_s=whole, prefill_s=prefill, step_s=max(whole - prefill, 0.0) / max(new_tokens - 1, 1))
+
+
+def bench_jaxinfer(path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int) -> dict:
+    """generate/prefill/step seconds and the bytes a decode step streams, for jaxinfer."""
     llm = LLM(path, dtype=dtype, max_seq_len=len(prompts[0]) + new_tokens)
-    params = SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)
-
-    def run() -> None:
-        outs = llm.generate(prompts, params)
-        assert all(len(o.token_ids) == new_tokens for o in outs)
-
-    return median_time(run, repeats), tree_bytes(llm.weights)
+    times = time_generate(llm, prompts, new_tokens, repeats)
+    context = len(prompts[0]) + new_tokens // 2
+    return dict(times, step_bytes=decode_step_bytes(llm, len(prompts), context))
 
 
 def bench_hf(path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int) -> float:
@@ -106,42 +151,56 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--probe-mb", type=int, default=1024, help="buffer size of the bandwidth probes")
     parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "jaxinfer_bench")
     parser.add_argument("--out", type=Path, default=Path("results/bench_decode.json"))
     args = parser.parse_args()
 
     path = make_checkpoint(args.preset, args.model_dir)
-    bandwidth = measure_read_bandwidth()
-    print(f"device {jax.devices()[0].device_kind}; measured read bandwidth {bandwidth / 1e9:.1f} GB/s")
+    copy_bw, read_bw = measure_copy_bandwidth(args.probe_mb << 20), measure_read_bandwidth(args.probe_mb << 20)
+    print(f"device {jax.devices()[0].device_kind}; copy bandwidth {copy_bw / 1e9:.1f} GB/s "
+          f"(reduction read {read_bw / 1e9:.1f} GB/s)")
     rng = np.random.RandomState(0)
     rows = []
     for batch in args.batches:
         prompts = rng.randint(3, 32000, (batch, args.prompt_len)).tolist()
         for dtype in args.dtypes:
-            ours, weight_bytes = bench_jaxinfer(path, dtype, prompts, args.new_tokens, args.repeats)
+            ours = bench_jaxinfer(path, dtype, prompts, args.new_tokens, args.repeats)
             theirs = bench_hf(path, dtype, prompts, args.new_tokens, args.repeats)
-            tokens = batch * args.new_tokens
-            roofline = weight_bytes * (args.new_tokens / ours) / bandwidth
-            rows.append(dict(batch=batch, dtype=dtype, jaxinfer_tok_s=tokens / ours, hf_tok_s=tokens / theirs,
-                             ratio=theirs / ours, roofline_fraction=roofline))
+            rows.append(summarize(batch, dtype, args.new_tokens, ours, theirs, copy_bw))
             print_row(rows[-1])
     summary = best_dtype_ratios(rows)
     print("jaxinfer best dtype vs HF best dtype:", {b: round(r, 2) for b, r in summary.items()})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(
-        preset=args.preset, device=jax.devices()[0].device_kind, read_bandwidth_gb_s=bandwidth / 1e9,
-        prompt_len=args.prompt_len, new_tokens=args.new_tokens, rows=rows, best_ratio_by_batch=summary,
+        preset=args.preset, device=jax.devices()[0].device_kind, copy_bandwidth_gb_s=copy_bw / 1e9,
+        read_bandwidth_gb_s=read_bw / 1e9, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+        rows=rows, best_ratio_by_batch=summary,
     ), indent=2))
     print(f"wrote {args.out}")
+
+
+def summarize(batch: int, dtype: str, new_tokens: int, ours: dict, hf_seconds: float, copy_bw: float) -> dict:
+    """One result row: end-to-end tokens/s for both, and jaxinfer's decode step against the copy bandwidth."""
+    tokens = batch * new_tokens
+    step_bw = ours["step_bytes"] / ours["step_s"] if ours["step_s"] > 0 else float("nan")
+    return dict(
+        batch=batch, dtype=dtype, jaxinfer_tok_s=tokens / ours["generate_s"], hf_tok_s=tokens / hf_seconds,
+        ratio=hf_seconds / ours["generate_s"], prefill_ms=ours["prefill_s"] * 1e3, step_ms=ours["step_s"] * 1e3,
+        decode_tok_s=batch / ours["step_s"] if ours["step_s"] > 0 else float("nan"),
+        step_bytes=ours["step_bytes"], step_gb_s=step_bw / 1e9, copy_fraction=step_bw / copy_bw,
+    )
 
 
 def print_row(row: dict) -> None:
     """One table line (the header is printed with the first row)."""
     if not getattr(print_row, "header_done", False):
-        print(f"{'batch':>5} {'dtype':>9} {'jaxinfer tok/s':>15} {'HF tok/s':>10} {'ratio':>6} {'roofline':>9}")
+        print(f"{'batch':>5} {'dtype':>9} {'jaxinfer tok/s':>15} {'HF tok/s':>10} {'ratio':>6} "
+              f"{'prefill ms':>10} {'step ms':>8} {'decode tok/s':>12} {'step GB/s':>9} {'of copy':>8}")
         print_row.header_done = True
     print(f"{row['batch']:>5} {row['dtype']:>9} {row['jaxinfer_tok_s']:>15.1f} {row['hf_tok_s']:>10.1f} "
-          f"{row['ratio']:>6.2f} {row['roofline_fraction']:>9.1%}")
+          f"{row['ratio']:>6.2f} {row['prefill_ms']:>10.1f} {row['step_ms']:>8.2f} {row['decode_tok_s']:>12.1f} "
+          f"{row['step_gb_s']:>9.1f} {row['copy_fraction']:>8.1%}")
 
 
 def best_dtype_ratios(rows: list[dict]) -> dict[int, float]:

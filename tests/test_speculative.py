@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.speculative.costs import heuristic_costs, planned_draft_len
 from jaxinfer.speculative.decoder import SpeculativeError, SpeculativeFallbackWarning
 
 PROMPTS = [np.random.RandomState(i).randint(3, 256, size=n).tolist() for i, n in enumerate([5, 17, 9, 30])]
@@ -54,9 +56,10 @@ def self_spec(models):
         dict(method="draft", draft="draft", num_speculative_tokens=K),
         dict(method="draft", draft="small_vocab", num_speculative_tokens=K, adaptive=False),
         dict(method="ngram", num_speculative_tokens=K, adaptive=False),
-        dict(method="ngram", num_speculative_tokens=K),
+        dict(method="ngram", num_speculative_tokens=K, calibrate=True),
+        dict(method="ngram", num_speculative_tokens=K, calibrate=False),
     ],
-    ids=["draft-model", "prefix-vocab-draft", "ngram", "ngram-adaptive"],
+    ids=["draft-model", "prefix-vocab-draft", "ngram", "ngram-calibrated", "ngram-heuristic"],
 )
 def test_greedy_speculative_equals_plain(models, plain, spec):
     spec = dict(spec)
@@ -67,10 +70,28 @@ def test_greedy_speculative_equals_plain(models, plain, spec):
     assert [o.token_ids for o in outs] == plain
     assert llm.metrics()["speculative"] and llm.metrics()["drafted"] > 0
     assert all(o.spec_stats is not None for o in outs)
-    if spec.get("adaptive", True):  # on CPU the cost model is measured, once per batch bucket
-        (costs,) = llm.speculative.costs.values()
-        base, per_draft = np.asarray(costs.round_base), np.asarray(costs.per_draft)
-        assert np.all((base > 0) & (base < 100)) and np.all((per_draft >= 0) & (per_draft < 100))
+    if spec.get("adaptive", True):
+        assert_cost_model(llm, calibrated=spec.get("calibrate", jax.default_backend() == "cpu"))
+
+
+def assert_cost_model(llm: LLM, calibrated: bool) -> None:
+    """Calibrating (the CPU default) measures once per batch bucket; the heuristic measures nothing."""
+    if not calibrated:  # the accelerator default
+        assert llm.speculative.costs == {}
+        return
+    (costs,) = llm.speculative.costs.values()
+    base, per_draft = np.asarray(costs.round_base), np.asarray(costs.per_draft)
+    assert np.all((base > 0) & (base < 100)) and np.all((per_draft >= 0) & (per_draft < 100))
+
+
+def test_heuristic_costs_plan_by_batch_size():
+    """The accelerators' cost model: drafts pay until verification saturates the forward."""
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=K)
+    costs = heuristic_costs(0.0, spec)
+    certain = np.ones((2, K), np.float32)
+    plan = lambda active: planned_draft_len(certain, np.int32(active), False, costs, K, spec.min_gain)  # noqa: E731
+    assert np.all(np.asarray(plan(4)) == K)
+    assert np.all(np.asarray(plan(spec.verify_saturation_tokens * 8)) == 0)
 
 
 def test_self_speculation_accepts_everything(self_spec):
