@@ -23,7 +23,7 @@ from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
-from jaxinfer.tokenizer import Detokenizer, load_tokenizer
+from jaxinfer.tokenizer import Detokenizer, decode_text, load_tokenizer
 
 DEMO_MODEL = Path(__file__).parent / "assets" / "demo" / "target"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -264,4 +264,4 @@ class LLM:
         return outputs
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else ""
+        return decode_text(self.tokenizer, ids) if self.tokenizer is not None else ""
