@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from jaxinfer.generation_config import generation_defaults, merge_ids, token_ids
+
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM",
     "MistralForCausalLM",
@@ -120,12 +122,6 @@ def _layer_windows(hf: Mapping[str, Any], arch: str, num_layers: int) -> tuple[i
     return (0,) * num_layers
 
 
-def _eos_ids(value: Any) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
-
-
 def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
     """Build a ModelConfig from an HF config dict; unsupported features raise ConfigError."""
     archs = hf.get("architectures") or []
@@ -176,13 +172,15 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
         scale_embeddings=is_gemma,
         layer_windows=_layer_windows(hf, arch, num_layers),
         bos_token_id=hf.get("bos_token_id"),
-        eos_token_ids=_eos_ids(hf.get("eos_token_id")),
+        eos_token_ids=token_ids(hf.get("eos_token_id")),
     )
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:
-    """Read `config.json` from a model directory (HF or converted)."""
+    """Read `config.json` from a model directory (HF or converted), with generation_config's EOS ids."""
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"no config.json in {model_dir}; pass an HF model directory or a converted one")
-    return from_hf_config(json.loads(path.read_text()))
+    cfg = from_hf_config(json.loads(path.read_text()))
+    eos = merge_ids(cfg.eos_token_ids, generation_defaults(model_dir).eos_token_ids)
+    return dataclasses.replace(cfg, eos_token_ids=eos)

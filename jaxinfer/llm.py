@@ -15,6 +15,7 @@ import numpy as np
 from jaxinfer import steps
 from jaxinfer.checkpoint import load_weights
 from jaxinfer.generation import DecodeState
+from jaxinfer.generation_config import generation_defaults
 from jaxinfer.cache_spec import CacheSpec, is_consumed
 from jaxinfer.kv_cache import KVCache, init_cache
 from jaxinfer.models import pack_for_cpu
@@ -89,6 +90,8 @@ class LLM:
         self.max_batch_size = max_batch_size
         self.cache_spec = CacheSpec(kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels)
         self.tokenizer = load_tokenizer(self.model_dir)
+        # Used when a call passes no SamplingParams: the model's generation_config.json settings.
+        self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         self._caches: dict[int, KVCache | PagedKVCache] = {}
         self.speculative: SpeculativeDecoder | None = build_speculative(
             speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len
@@ -131,7 +134,7 @@ class LLM:
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield text pieces of one request as they are produced (the device runs a few tokens per call)."""
-        params = params or SamplingParams()
+        params = params or self.default_params
         state, ids = self._prefill([prompt], [params])
         detok = Detokenizer(self.tokenizer)
         while True:
@@ -177,7 +180,7 @@ class LLM:
         self, prompts: list[Prompt], params: SamplingParams | Sequence[SamplingParams] | None
     ) -> list[SamplingParams]:
         if params is None or isinstance(params, SamplingParams):
-            return [params or SamplingParams()] * len(prompts)
+            return [params or self.default_params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts; pass one or one each")
         return list(params)
