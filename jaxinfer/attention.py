@@ -75,6 +75,6 @@ def attend(
     if isinstance(cache, PagedKVCache):
         return paged_attend(q, cache, layer, positions, window)
     k, v = cache.k[layer], cache.v[layer]
-    if decode_attention_applies(q.shape[1], k.dtype):
+    if cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype):
         return decode_attention(q, k, v, positions, window)
     return dense_attention(q, k, v, causal_window_mask(positions, k.shape[2], window))

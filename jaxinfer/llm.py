@@ -18,7 +18,8 @@ from jaxinfer.generation import DecodeState
 from jaxinfer.generation_config import generation_defaults
 from jaxinfer.cache_spec import CacheSpec, is_consumed
 from jaxinfer.kv_cache import KVCache, init_cache
-from jaxinfer.models import pack_for_cpu
+from jaxinfer.cpu_kernels import resolve_cpu_kernels
+from jaxinfer.models import Weights, pack_for_cpu, unpack_for_cpu
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
@@ -76,26 +77,37 @@ class LLM:
         page_size: int = 16,
         attention_backend: str = "auto",
         interpret_kernels: bool = False,
+        cpu_kernels: bool | None = None,
     ):
         self.model_dir = Path(model) if model is not None else DEMO_MODEL
         if not self.model_dir.is_dir():
             raise FileNotFoundError(f"model directory {self.model_dir} does not exist")
         self.dtype = resolve_dtype(dtype, self.model_dir)
         self.config, weights = load_weights(self.model_dir, self.dtype)
-        self.weights = pack_for_cpu(weights)
+        # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0).
+        self.cpu_kernels = resolve_cpu_kernels(cpu_kernels)
+        # What runs: bf16 projections packed for the CPU kernel. `weights` gives the model's own.
+        self._run_weights = pack_for_cpu(weights) if self.cpu_kernels else weights
         limit = self.config.max_position_embeddings
         self.max_seq_len = int(max_seq_len or min(limit, 2048))
         if self.max_seq_len > limit:
             raise ValueError(f"max_seq_len {self.max_seq_len} exceeds the model's max_position_embeddings {limit}")
         self.max_batch_size = max_batch_size
-        self.cache_spec = CacheSpec(kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels)
+        self.cache_spec = CacheSpec(
+            kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels
+        )
         self.tokenizer = load_tokenizer(self.model_dir)
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         self._caches: dict[int, KVCache | PagedKVCache] = {}
         self.speculative: SpeculativeDecoder | None = build_speculative(
-            speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len
+            speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len, cpu_kernels=self.cpu_kernels
         )
+
+    @property
+    def weights(self) -> Weights:
+        """The model's weights pytree (what `save_converted` writes); unpacked on each access when packed."""
+        return unpack_for_cpu(self._run_weights, self.config.tie_word_embeddings)
 
     def generate(
         self,
@@ -125,12 +137,12 @@ class LLM:
     ) -> tuple[DecodeState, list[dict] | None]:
         """Decode a prefilled chunk to the end, speculatively when configured; failures fall back to plain."""
         if self.speculative is not None:
-            result = self.speculative.decode(self.weights, self.config, state, [len(s) for s in ids])
+            result = self.speculative.decode(self._run_weights, self.config, state, [len(s) for s in ids])
             if result is not None:
                 return result
             if is_consumed(state):  # a failed run used up its donated input
                 state, _ = self._prefill(prompts, params)
-        return steps.decode_loop(self.weights, state, jnp.int32(self.max_seq_len), cfg=self.config), None
+        return steps.decode_loop(self._run_weights, state, jnp.int32(self.max_seq_len), cfg=self.config), None
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield text pieces of one request as they are produced (the device runs a few tokens per call)."""
@@ -144,7 +156,7 @@ class LLM:
                 yield piece
             if bool(state.done[0]):
                 break
-            state = steps.decode_loop(self.weights, state, jnp.int32(STREAM_CHUNK), cfg=self.config)
+            state = steps.decode_loop(self._run_weights, state, jnp.int32(STREAM_CHUNK), cfg=self.config)
         self._caches[state.tokens.shape[0]] = state.cache
         tail = detok.flush()
         if tail:
@@ -157,8 +169,8 @@ class LLM:
         bucket = min(next_power_of_two(max(n, MIN_PROMPT_BUCKET)), self.max_seq_len)
         tokens = np.zeros((1, bucket), np.int32)
         tokens[0, :n] = token_ids
-        cache = init_cache(self.config, 1, bucket, self.dtype)
-        out = steps.all_logits(self.weights, jnp.asarray(tokens), cache, cfg=self.config)
+        cache = init_cache(self.config, 1, bucket, self.dtype, self.cpu_kernels)
+        out = steps.all_logits(self._run_weights, jnp.asarray(tokens), cache, cfg=self.config)
         return np.asarray(out[0, :n])
 
     def encode(self, prompt: Prompt) -> list[int]:
@@ -208,7 +220,7 @@ class LLM:
         batch = min(next_power_of_two(len(ids)), max(self.max_batch_size, len(ids)))
         bucket = min(next_power_of_two(max(MIN_PROMPT_BUCKET, *map(len, ids))), self.max_seq_len)
         state = self._initial_state(ids, params, batch)
-        return steps.prefill(self.weights, state, cfg=self.config, prompt_bucket=bucket), ids
+        return steps.prefill(self._run_weights, state, cfg=self.config, prompt_bucket=bucket), ids
 
     def _initial_state(self, ids: list[list[int]], params: list[SamplingParams], batch: int) -> DecodeState:
         """Host-built state: prompts in the token buffer; padding rows start done."""
