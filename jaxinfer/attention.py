@@ -132,7 +132,7 @@ def gathered_rows_attend(
     v = _gather_rows(cache, cache.v_pages, cache.v_scales, layer, page_table, dtype).swapaxes(2, 3)
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
-    if decode_attention_applies(q.shape[1], k.dtype):
+    if cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype):
         return decode_attention(q, k, v, positions, window)
     mask = causal_window_mask(positions, k.shape[2], window) & (steps[None, :] < query_lens[:, None])[..., None]
     return dense_attention(q, k, v, mask)
@@ -155,6 +155,6 @@ def attend(
     if isinstance(cache, PagedKVCache):
         return paged_attend(q, cache, layer, positions, window)
     k, v = cache.k[layer], cache.v[layer]
-    if decode_attention_applies(q.shape[1], k.dtype):
+    if cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype):
         return decode_attention(q, k, v, positions, window)
     return dense_attention(q, k, v, causal_window_mask(positions, k.shape[2], window))

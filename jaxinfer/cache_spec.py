@@ -25,6 +25,7 @@ class CacheSpec:
     kv_dtype: str = "auto"
     attention_backend: str = "auto"
     interpret: bool = False  # Pallas kernels in interpret mode (CPU checks of the kernel path)
+    cpu_kernels: bool = False  # the contiguous cache's writes and decode attention use the CPU kernels
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -44,7 +45,7 @@ class CacheSpec:
     def make(self, cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype) -> KVCache | PagedKVCache:
         """A zeroed cache for `batch` sequences of up to `max_seq_len` tokens."""
         if self.layout == "contiguous":
-            return init_cache(cfg, batch, max_seq_len, dtype)
+            return init_cache(cfg, batch, max_seq_len, dtype, self.cpu_kernels)
         return init_paged_cache(
             cfg, batch, max_seq_len, dtype, page_size=self.page_size, kv_dtype=self.kv_dtype,
             backend=self.attention_backend, interpret=self.interpret,

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from jaxinfer.generation_config import generation_defaults, merge_ids, token_ids
+
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM",
     "MistralForCausalLM",
@@ -15,7 +17,13 @@ SUPPORTED_ARCHITECTURES = (
     "GemmaForCausalLM",
 )
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
-SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu_tanh"}
+# HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it, except
+# for Gemma, whose configs use it as a legacy name for the tanh approximation (see _activation).
+SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+LAYER_TYPES = {"full_attention", "sliding_attention"}
+QWEN_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
+HF_MAX_WINDOW_LAYERS = 28  # transformers' default for Qwen2/Qwen3
 
 
 class ConfigError(ValueError):
@@ -88,8 +96,8 @@ def _validate(cfg: ModelConfig) -> None:
             f"rope type {cfg.rope_scaling.rope_type!r} is not supported; supported: "
             f"{', '.join(SUPPORTED_ROPE_TYPES)}"
         )
-    if cfg.activation not in ("silu", "gelu_tanh"):
-        raise ConfigError(f"activation {cfg.activation!r} is not supported; supported: silu, gelu_tanh")
+    if cfg.activation not in ACTIVATIONS:
+        raise ConfigError(f"activation {cfg.activation!r} is not supported; supported: {', '.join(ACTIVATIONS)}")
     if len(cfg.layer_windows) != cfg.num_layers:
         raise ConfigError(f"layer_windows has {len(cfg.layer_windows)} entries for {cfg.num_layers} layers")
 
@@ -109,21 +117,63 @@ def _rope_scaling(hf: Mapping[str, Any]) -> tuple[float, RopeScaling]:
     return theta, RopeScaling(rope_type=rope_type, **kwargs)
 
 
+def _qwen_windows(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
+    """Qwen2/Qwen3 as transformers reads them: `layer_types`, else sliding from `max_window_layers` on.
+
+    Either way a sliding layer slides only when `use_sliding_window` is set (transformers drops
+    `sliding_window` otherwise, and the layer attends to everything).
+    """
+    window = int(hf.get("sliding_window") or 0) if hf.get("use_sliding_window") else 0
+    types = hf.get("layer_types")
+    if types is None:
+        start = int(hf.get("max_window_layers", HF_MAX_WINDOW_LAYERS))
+        types = ["sliding_attention" if window and i >= start else "full_attention" for i in range(num_layers)]
+    return tuple(window if t == "sliding_attention" else 0 for t in types)
+
+
 def _layer_windows(hf: Mapping[str, Any], arch: str, num_layers: int) -> tuple[int, ...]:
-    """Sliding-window size per layer (0 = full attention)."""
-    window = hf.get("sliding_window") or 0
-    if arch == "MistralForCausalLM":
-        return (int(window),) * num_layers
-    if arch == "Qwen2ForCausalLM" and hf.get("use_sliding_window"):
-        start = hf.get("max_window_layers", num_layers)
-        return tuple(int(window) if i >= start else 0 for i in range(num_layers))
-    return (0,) * num_layers
+    """Sliding-window size per layer (0 = full attention), checked against any `layer_types`."""
+    types = hf.get("layer_types")
+    if types is not None and (len(types) != num_layers or not set(types) <= LAYER_TYPES):
+        raise ConfigError(
+            f"layer_types {types!r} must list one of {sorted(LAYER_TYPES)} for each of the {num_layers} layers"
+        )
+    if arch in QWEN_ARCHITECTURES:
+        return _qwen_windows(hf, num_layers)
+    sliding = arch == "MistralForCausalLM" and bool(hf.get("sliding_window"))
+    windows = (int(hf["sliding_window"]) if sliding else 0,) * num_layers
+    if types is not None and types != ["sliding_attention" if sliding else "full_attention"] * num_layers:
+        # transformers ignores layer_types for these architectures; running them either way would be a guess.
+        raise ConfigError(
+            f"layer_types {types!r} is not supported for {arch}: its layers all use "
+            f"{'sliding_window' if sliding else 'full attention'}; per-layer types are read for "
+            f"{', '.join(QWEN_ARCHITECTURES)}"
+        )
+    return windows
 
 
-def _eos_ids(value: Any) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+def _activation_name(name: str) -> str:
+    if name not in SUPPORTED_ACTIVATIONS:
+        raise ConfigError(f"activation {name!r} is not supported; supported: {', '.join(SUPPORTED_ACTIVATIONS)}")
+    return SUPPORTED_ACTIVATIONS[name]
+
+
+def _activation(hf: Mapping[str, Any], arch: str) -> str:
+    """Our activation name. For Gemma "gelu" means tanh, as transformers has it (a legacy name).
+
+    transformers 4 reads Gemma's `hidden_activation` and 5 its `hidden_act`; when a config
+    sets both to different functions the two versions disagree, so it is rejected.
+    """
+    if arch != "GemmaForCausalLM":
+        return _activation_name(hf.get("hidden_act") or "silu")
+    names = [hf[k] for k in ("hidden_activation", "hidden_act") if hf.get(k)] or ["gelu_pytorch_tanh"]
+    chosen = {_activation_name("gelu_pytorch_tanh" if n == "gelu" else n) for n in names}
+    if len(chosen) > 1:
+        raise ConfigError(
+            f"Gemma hidden_activation {hf['hidden_activation']!r} and hidden_act {hf['hidden_act']!r} name "
+            "different functions (transformers 4 reads the first, 5 the second); make them agree"
+        )
+    return chosen.pop()
 
 
 def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
@@ -141,12 +191,6 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
         )
     if hf.get("mlp_bias"):
         raise ConfigError("mlp_bias=True is not supported (no Llama-family checkpoint uses it)")
-    default_act = "gelu_pytorch_tanh" if arch == "GemmaForCausalLM" else "silu"
-    act_name = hf.get("hidden_activation") or hf.get("hidden_act") or default_act
-    if act_name not in SUPPORTED_ACTIVATIONS:
-        raise ConfigError(
-            f"activation {act_name!r} is not supported; supported: {', '.join(SUPPORTED_ACTIVATIONS)}"
-        )
     heads = int(hf["num_attention_heads"])
     hidden = int(hf["hidden_size"])
     num_layers = int(hf["num_hidden_layers"])
@@ -171,18 +215,20 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
         qkv_bias=arch == "Qwen2ForCausalLM" or attention_bias,
         o_bias=attention_bias and arch != "Qwen2ForCausalLM",
         qk_norm=arch == "Qwen3ForCausalLM",
-        activation=SUPPORTED_ACTIVATIONS[act_name],
+        activation=_activation(hf, arch),
         norm_weight_offset=1.0 if is_gemma else 0.0,
         scale_embeddings=is_gemma,
         layer_windows=_layer_windows(hf, arch, num_layers),
         bos_token_id=hf.get("bos_token_id"),
-        eos_token_ids=_eos_ids(hf.get("eos_token_id")),
+        eos_token_ids=token_ids(hf.get("eos_token_id")),
     )
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:
-    """Read `config.json` from a model directory (HF or converted)."""
+    """Read `config.json` from a model directory (HF or converted), with generation_config's EOS ids."""
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"no config.json in {model_dir}; pass an HF model directory or a converted one")
-    return from_hf_config(json.loads(path.read_text()))
+    cfg = from_hf_config(json.loads(path.read_text()))
+    eos = merge_ids(cfg.eos_token_ids, generation_defaults(model_dir).eos_token_ids)
+    return dataclasses.replace(cfg, eos_token_ids=eos)

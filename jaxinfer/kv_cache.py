@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config import ModelConfig
-from jaxinfer.cpu_kernels import cache_write_applies, write_positions
+from jaxinfer.cpu_kernels import write_positions
 
 
 @jax.tree_util.register_dataclass
@@ -24,6 +24,8 @@ class KVCache:
 
     k: list[jax.Array]  # L x [B, KV, S, K]
     v: list[jax.Array]  # L x [B, KV, K, S]
+    # Static: writes and few-query attention use the native CPU kernels (part of the jit key).
+    cpu_kernels: bool = dataclasses.field(default=False, metadata={"static": True})
 
     @property
     def max_seq_len(self) -> int:
@@ -32,11 +34,11 @@ class KVCache:
 
     def write(self, layer: int, k: jax.Array, v: jax.Array, positions: jax.Array) -> "KVCache":
         """Store k/v [B, T, KV, K] of `layer` at positions [B, T]; positions outside the cache are dropped."""
-        store = write_positions if cache_write_applies() else scatter_positions
+        store = write_positions if self.cpu_kernels else scatter_positions
         new_k, new_v = list(self.k), list(self.v)
         new_k[layer] = store(self.k[layer], k, positions, transposed=False)
         new_v[layer] = store(self.v[layer], v, positions, transposed=True)
-        return KVCache(new_k, new_v)
+        return dataclasses.replace(self, k=new_k, v=new_v)
 
 
 def scatter_positions(cache: jax.Array, updates: jax.Array, positions: jax.Array, transposed: bool) -> jax.Array:
@@ -54,7 +56,9 @@ def scatter_positions(cache: jax.Array, updates: jax.Array, positions: jax.Array
     return cache.at[batch, :, positions].set(updates, mode="drop")
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype) -> KVCache:
+def init_cache(
+    cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype, cpu_kernels: bool = False
+) -> KVCache:
     """A zeroed cache (zeros, not empty: uninitialised memory must never reach attention).
 
     Both attention products contract the minor axis of the cache block they read (keys
@@ -65,7 +69,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype)
     k_shape = (batch, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
     v_shape = (batch, cfg.num_kv_heads, cfg.head_dim, max_seq_len)
     zeros = lambda shape: [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)]  # noqa: E731
-    return KVCache(zeros(k_shape), zeros(v_shape))
+    return KVCache(zeros(k_shape), zeros(v_shape), cpu_kernels)
 
 
 def cache_bytes(cache: object) -> int:

@@ -98,6 +98,8 @@ def activation(name: str, x: jax.Array) -> jax.Array:
     """The MLP gate nonlinearity by config name."""
     if name == "gelu_tanh":
         return jax.nn.gelu(x, approximate=True)
+    if name == "gelu":
+        return jax.nn.gelu(x, approximate=False)
     return jax.nn.silu(x)
 
 

@@ -20,13 +20,15 @@ from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.checkpoint import load_weights
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.outputs import accumulate
+from jaxinfer.cpu_kernels import resolve_cpu_kernels
+from jaxinfer.generation_config import generation_defaults
 from jaxinfer.kv_cache import init_cache
-from jaxinfer.models import pack_for_cpu
+from jaxinfer.models import Weights, pack_for_cpu, unpack_for_cpu
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
 from jaxinfer.static_batch import StaticBatchGenerator
-from jaxinfer.tokenizer import load_tokenizer
+from jaxinfer.tokenizer import decode_text, load_tokenizer
 
 DEMO_MODEL = Path(__file__).parent / "assets" / "demo" / "target"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -95,20 +97,28 @@ class LLM:
         attention_backend: str = "auto",
         interpret_kernels: bool = False,
         max_batch_size: int | None = None,
+        cpu_kernels: bool | None = None,
     ):
         self.model_dir = Path(model) if model is not None else DEMO_MODEL
         if not self.model_dir.is_dir():
             raise FileNotFoundError(f"model directory {self.model_dir} does not exist")
         self.dtype = resolve_dtype(dtype, self.model_dir)
         self.config, weights = load_weights(self.model_dir, self.dtype)
-        self.weights = pack_for_cpu(weights)
+        # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0).
+        self.cpu_kernels = resolve_cpu_kernels(cpu_kernels)
+        # What runs: bf16 projections packed for the CPU kernel. `weights` gives the model's own.
+        self._run_weights = pack_for_cpu(weights) if self.cpu_kernels else weights
         limit = self.config.max_position_embeddings
         self.max_seq_len = int(max_seq_len or min(limit, 2048))
         if self.max_seq_len > limit:
             raise ValueError(f"max_seq_len {self.max_seq_len} exceeds the model's max_position_embeddings {limit}")
         self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
-        self.cache_spec = CacheSpec(kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels)
+        self.cache_spec = CacheSpec(
+            kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels
+        )
         self.tokenizer = load_tokenizer(self.model_dir)
+        # Used when a call passes no SamplingParams: the model's generation_config.json settings.
+        self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         engine_config = EngineConfig(
             max_seq_len=self.max_seq_len, max_num_seqs=max_batch_size or max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
@@ -116,17 +126,22 @@ class LLM:
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
         )
         self.engine = LLMEngine(
-            self.weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
-            model_identity(self.model_dir, self.dtype),
+            self._run_weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
+            model_identity(self.model_dir, self.dtype), self.default_params,
         )
         self._request_ids = itertools.count()
         self.speculative: SpeculativeDecoder | None = build_speculative(
-            speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len
+            speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len, cpu_kernels=self.cpu_kernels
         )
         self._static = None if self.speculative is None else StaticBatchGenerator(
-            self.weights, self.config, self.dtype, self.max_seq_len, self.max_batch_size, self.cache_spec,
+            self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_batch_size, self.cache_spec,
             self.speculative, self._decode,
         )
+
+    @property
+    def weights(self) -> Weights:
+        """The model's weights pytree (what `save_converted` writes); unpacked on each access when packed."""
+        return unpack_for_cpu(self._run_weights, self.config.tie_word_embeddings)
 
     def generate(
         self,
@@ -150,7 +165,7 @@ class LLM:
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield text pieces of one request as they are produced (a few tokens per device call)."""
-        (request_id,) = self._add_requests([prompt], [params or SamplingParams()])
+        (request_id,) = self._add_requests([prompt], [params or self.default_params])
         try:
             while self.engine.has_unfinished():
                 for delta in self.engine.step():
@@ -203,8 +218,8 @@ class LLM:
         bucket = min(next_power_of_two(max(n, MIN_PROMPT_BUCKET)), self.max_seq_len)
         tokens = np.zeros((1, bucket), np.int32)
         tokens[0, :n] = token_ids
-        cache = init_cache(self.config, 1, bucket, self.dtype)
-        out = steps.all_logits(self.weights, jnp.asarray(tokens), cache, cfg=self.config)
+        cache = init_cache(self.config, 1, bucket, self.dtype, self.cpu_kernels)
+        out = steps.all_logits(self._run_weights, jnp.asarray(tokens), cache, cfg=self.config)
         return np.asarray(out[0, :n])
 
     def encode(self, prompt: Prompt) -> list[int]:
@@ -226,7 +241,7 @@ class LLM:
         self, prompts: list[Prompt], params: SamplingParams | Sequence[SamplingParams] | None
     ) -> list[SamplingParams]:
         if params is None or isinstance(params, SamplingParams):
-            return [params or SamplingParams()] * len(prompts)
+            return [params or self.default_params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts; pass one or one each")
         return list(params)
@@ -244,4 +259,4 @@ class LLM:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {self.config.vocab_size})")
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else ""
+        return decode_text(self.tokenizer, ids) if self.tokenizer is not None else ""

@@ -31,6 +31,7 @@ class PagedKVCache:
     backend: str = "reference"  # static: "reference" | "pallas"
     interpret: bool = False  # static: run Pallas kernels in interpret mode (CPU tests)
     bits_of: str | None = None  # static: pools hold uint16 bit patterns of this 16-bit float dtype
+    cpu_kernels: bool = False  # static: the gathered CPU attention may use the native decode kernel
 
     @property
     def page_size(self) -> int:
@@ -85,7 +86,7 @@ class PagedKVCache:
 jax.tree_util.register_dataclass(
     PagedKVCache,
     data_fields=["k_pages", "v_pages", "k_scales", "v_scales", "page_table"],
-    meta_fields=["backend", "interpret", "bits_of"],
+    meta_fields=["backend", "interpret", "bits_of", "cpu_kernels"],
 )
 
 
@@ -142,6 +143,7 @@ def init_page_pool(
     kv_dtype: str = "auto",
     backend: str = "reference",
     interpret: bool = False,
+    cpu_kernels: bool = False,
 ) -> PagedKVCache:
     """A zeroed pool of num_pages pages for the engine (its page table is supplied per step).
 
@@ -155,4 +157,4 @@ def init_page_pool(
         cfg, 1, page_size, jnp.uint16 if as_bits else dtype, page_size=page_size, kv_dtype=kv_dtype,
         backend=backend, interpret=interpret, page_table=placeholder,
     )
-    return dataclasses.replace(pool, bits_of=jnp.dtype(dtype).name) if as_bits else pool
+    return dataclasses.replace(pool, bits_of=jnp.dtype(dtype).name if as_bits else None, cpu_kernels=cpu_kernels)

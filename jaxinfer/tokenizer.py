@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+INCOMPLETE = "\ufffd"  # what a decoder returns for the bytes of a character not yet complete
 
 
 def load_tokenizer(model_dir: Path) -> Any | None:
@@ -17,27 +18,52 @@ def load_tokenizer(model_dir: Path) -> Any | None:
     return AutoTokenizer.from_pretrained(str(model_dir))
 
 
+def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    """Generated ids -> text, exactly as the Detokenizer's pieces join up.
+
+    Clean-up of tokenization spaces is off: it rewrites text already emitted (" ," -> ","),
+    so a stream could never agree with it, and for byte-level BPE it corrupts code.
+    """
+    return tokenizer.decode(list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
 class Detokenizer:
-    """Turns a growing list of token ids into new text pieces, never splitting a UTF-8 character."""
+    """Turns a growing list of token ids into new text pieces, never splitting a UTF-8 character.
+
+    Prefix-offset scheme: each call decodes only a short window of recent ids, ids[prefix:],
+    and emits what it adds to the text of ids[prefix:read]. Decoding the window with the same
+    left context keeps leading-space rules consistent, and the cost per call follows the new
+    tokens, not the length of the sequence.
+    """
 
     def __init__(self, tokenizer: Any | None):
         self._tokenizer = tokenizer
-        self._emitted = ""
-        self._text = ""
+        self._prefix = 0  # window start: context for the decoder, already emitted
+        self._read = 0  # ids before this are emitted
+        self._window: list[int] = []  # ids[prefix:] at the last push
 
-    def push(self, token_ids: list[int]) -> str:
+    def push(self, token_ids: Sequence[int]) -> str:
         """All ids generated so far -> the text not yet returned (held back at a partial character)."""
-        if self._tokenizer is None:
+        if self._tokenizer is None or len(token_ids) <= self._read:
             return ""
-        self._text = self._tokenizer.decode(token_ids, skip_special_tokens=True)
-        ready = self._text[: -1] if self._text.endswith("\ufffd") else self._text
-        if not ready.startswith(self._emitted):
+        self._window = list(token_ids[self._prefix :])
+        before, text = self._window_texts()
+        if text.endswith(INCOMPLETE) or len(text) <= len(before):
             return ""
-        piece, self._emitted = ready[len(self._emitted) :], ready
-        return piece
+        self._window = self._window[self._read - self._prefix :]
+        self._prefix, self._read = self._read, len(token_ids)
+        return text[len(before) :]
 
     def flush(self) -> str:
-        """Whatever is left once generation ends."""
-        piece = self._text[len(self._emitted) :] if self._text.startswith(self._emitted) else ""
-        self._emitted = self._text
-        return piece
+        """Whatever is left once generation ends (a trailing partial character included)."""
+        if self._tokenizer is None or not self._window:
+            return ""
+        before, text = self._window_texts()
+        self._window = []
+        return text[len(before) :]
+
+    def _window_texts(self) -> tuple[str, str]:
+        """Text of the already-emitted context ids[prefix:read] and of the whole window."""
+        emitted = self._read - self._prefix
+        return decode_text(self._tokenizer, self._window[:emitted]), decode_text(self._tokenizer, self._window)
+

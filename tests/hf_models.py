@@ -45,6 +45,17 @@ ARCH_CONFIGS = {
     "qwen2": (transformers.Qwen2Config, dict(tie_word_embeddings=True)),
     "qwen3": (transformers.Qwen3Config, dict(head_dim=32, tie_word_embeddings=False)),
     "gemma": (transformers.GemmaConfig, dict(head_dim=32, num_key_value_heads=1, hidden_activation="gelu_pytorch_tanh")),
+    # Settings whose reading differs by architecture (see config.py).
+    "llama_exact_gelu": (transformers.LlamaConfig, dict(hidden_act="gelu")),
+    "gemma_legacy_gelu": (transformers.GemmaConfig, dict(head_dim=32, num_key_value_heads=1, hidden_act="gelu")),
+    "qwen3_sliding": (
+        transformers.Qwen3Config,
+        dict(head_dim=32, use_sliding_window=True, sliding_window=8, max_window_layers=1),
+    ),
+    "qwen2_layer_types": (
+        transformers.Qwen2Config,
+        dict(use_sliding_window=True, sliding_window=12, layer_types=["sliding_attention", "full_attention"]),
+    ),
 }
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+
+import pytest
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("clang++") is None,
+    reason="no C++ compiler (g++ or clang++) on PATH to build the CPU kernels",
+)
 
 
 def run_python(script: str, kernels: bool = True, **env: str) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import torch
 
 from hf_models import make_hf_model
-from jaxinfer import LLM, SamplingParams
+from jaxinfer import LLM, SamplingParams, save_converted
+from jaxinfer.checkpoint import leaf_paths, load_hf_weights, restore_converted
 from jaxinfer.cli import main as cli_main
+from jaxinfer.llm import DEMO_MODEL
 
 PROMPT = list(range(3, 40))
 
@@ -21,13 +24,33 @@ def test_sharded_checkpoint_loads(tmp_path, checkpoint_dir):
     np.testing.assert_array_equal(sharded, single)
 
 
-def test_fp16_and_bf16_files_load(tmp_path):
+def test_fp16_and_bf16_files_load_bit_exact(tmp_path):
+    hf = make_hf_model("llama2")
     for dtype in (torch.float16, torch.bfloat16):
         path = tmp_path / str(dtype)
-        make_hf_model("llama2").to(dtype).save_pretrained(path)
+        hf.to(dtype).save_pretrained(path)
         llm = LLM(path, dtype="auto")
-        assert str(llm.weights.embed.dtype) == str(dtype).removeprefix("torch.")
-        assert len(llm.generate([PROMPT], SamplingParams(max_tokens=4, ignore_eos=True))[0].token_ids) == 4
+        name = str(dtype).removeprefix("torch.")
+        assert all(str(leaf.dtype) == name for leaf in jax.tree.leaves(llm.weights))
+        # The stored half-precision values arrive unchanged (no round trip through another dtype).
+        expected = hf.model.layers[1].mlp.down_proj.weight.detach().float().numpy().T
+        np.testing.assert_array_equal(np.asarray(llm.weights.layers[1].w_down, np.float32), expected)
+        params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+        greedy = llm.generate([PROMPT], params)[0].token_ids
+        assert greedy == [int(np.argmax(llm.logits(PROMPT)[-1]))] + greedy[1:] and len(greedy) == 4
+
+
+def test_saved_llm_weights_restore_to_the_same_model(tmp_path):
+    """bf16 on CPU runs packed weights; what the user saves must still be the model's own."""
+    llm = LLM(dtype="bfloat16", max_seq_len=64)
+    out = save_converted(llm.weights, DEMO_MODEL, tmp_path / "saved")
+    restored = restore_converted(out, llm.config, np.dtype("bfloat16"))
+    original = load_hf_weights(DEMO_MODEL, llm.config, np.dtype("bfloat16"), progress=False)
+    got, expected = dict(leaf_paths(restored)), dict(leaf_paths(original))
+    assert got.keys() == expected.keys()
+    for path, leaf in expected.items():
+        np.testing.assert_array_equal(np.asarray(got[path]), np.asarray(leaf), err_msg=path)
+    np.testing.assert_array_equal(LLM(out, dtype="bfloat16", max_seq_len=64).logits(PROMPT), llm.logits(PROMPT))
 
 
 def test_convert_roundtrip_gives_identical_logits(tmp_path, text_model_dir):

@@ -13,10 +13,21 @@ PRESETS = sorted((Path(__file__).parents[1] / "configs").glob("*.json"))
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
-def test_presets_parse(path):
-    cfg = from_hf_config(json.loads(path.read_text()))
-    assert cfg.num_heads % cfg.num_kv_heads == 0
-    hash(cfg)  # usable as a jit static argument
+def test_presets_parse_to_their_json_values(path):
+    hf = json.loads(path.read_text())
+    cfg = from_hf_config(hf)
+    heads = hf["num_attention_heads"]
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size) == (
+        hf["vocab_size"], hf["hidden_size"], hf["intermediate_size"])
+    assert (cfg.num_layers, cfg.num_heads) == (hf["num_hidden_layers"], heads)
+    assert cfg.num_kv_heads == hf.get("num_key_value_heads", heads)
+    assert cfg.head_dim == (hf.get("head_dim") or hf["hidden_size"] // heads)
+    eos = hf.get("eos_token_id")
+    assert cfg.eos_token_ids == tuple(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    assert cfg.layer_windows == (0,) * cfg.num_layers  # none of the presets slides
+    # A jit static argument: configs read from equal dicts must hit the same compile cache entry.
+    again = from_hf_config(json.loads(path.read_text()))
+    assert again == cfg and hash(again) == hash(cfg)
 
 
 def test_transformers4_layout_with_rope_scaling():
@@ -37,7 +48,7 @@ def test_family_flags():
     assert qwen2.qkv_bias and not qwen2.o_bias and qwen2.layer_windows == (0, 0, 32, 32)
     gemma = from_hf_config({**base, "architectures": ["GemmaForCausalLM"]})
     assert gemma.norm_weight_offset == 1.0 and gemma.scale_embeddings and gemma.tie_word_embeddings
-    assert gemma.activation == "gelu_tanh"
+    assert gemma.activation == "gelu_tanh" and gemma.layer_windows == (0,) * 4
     mistral = from_hf_config({**base, "architectures": ["MistralForCausalLM"], "sliding_window": 16})
     assert mistral.layer_windows == (16,) * 4
     qwen3 = from_hf_config({**base, "architectures": ["Qwen3ForCausalLM"], "head_dim": 16})
@@ -49,3 +60,62 @@ def test_gqa_mismatch_is_explained():
         from_hf_config(dict(architectures=["LlamaForCausalLM"], vocab_size=8, hidden_size=12,
                             intermediate_size=8, num_hidden_layers=1, num_attention_heads=3,
                             num_key_value_heads=2))
+
+
+BASE = dict(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=4, num_attention_heads=2)
+
+
+@pytest.mark.parametrize(
+    "arch,fields,expected",
+    [
+        ("LlamaForCausalLM", dict(hidden_act="gelu"), "gelu"),  # exact erf GELU, as ACT2FN["gelu"]
+        ("LlamaForCausalLM", dict(hidden_act="gelu_pytorch_tanh"), "gelu_tanh"),
+        ("LlamaForCausalLM", {}, "silu"),
+        ("GemmaForCausalLM", dict(hidden_act="gelu"), "gelu_tanh"),  # Gemma's legacy name for tanh
+        ("GemmaForCausalLM", dict(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh"), "gelu_tanh"),
+        ("GemmaForCausalLM", {}, "gelu_tanh"),
+    ],
+)
+def test_activation_follows_transformers(arch, fields, expected):
+    assert from_hf_config({**BASE, "architectures": [arch], **fields}).activation == expected
+
+
+def test_gemma_activations_that_transformers_versions_read_differently_are_rejected():
+    with pytest.raises(ConfigError, match="hidden_activation 'silu' and hidden_act 'gelu'"):
+        from_hf_config({**BASE, "architectures": ["GemmaForCausalLM"], "hidden_act": "gelu",
+                        "hidden_activation": "silu"})
+
+
+def test_unknown_activation_names_what_is_supported():
+    with pytest.raises(ConfigError, match="activation 'gelu_new' is not supported; supported: silu"):
+        from_hf_config({**BASE, "architectures": ["LlamaForCausalLM"], "hidden_act": "gelu_new"})
+
+
+@pytest.mark.parametrize("arch", ["Qwen2ForCausalLM", "Qwen3ForCausalLM"])
+def test_qwen_sliding_layers(arch):
+    qwen = {**BASE, "architectures": [arch], "head_dim": 4, "sliding_window": 32}
+    assert from_hf_config({**qwen, "use_sliding_window": True, "max_window_layers": 1}).layer_windows == (0, 32, 32, 32)
+    types = ["sliding_attention", "full_attention"] * 2
+    assert from_hf_config({**qwen, "use_sliding_window": True, "layer_types": types}).layer_windows == (32, 0, 32, 0)
+    # transformers drops sliding_window unless use_sliding_window is set: every layer attends fully.
+    assert from_hf_config({**qwen, "layer_types": types}).layer_windows == (0,) * 4
+    # max_window_layers defaults to 28 in transformers: a 4-layer model has no sliding layer.
+    assert from_hf_config({**qwen, "use_sliding_window": True}).layer_windows == (0,) * 4
+
+
+@pytest.mark.parametrize(
+    "arch,types,message",
+    [
+        ("LlamaForCausalLM", ["sliding_attention"] * 4, "not supported for LlamaForCausalLM"),
+        ("Qwen3ForCausalLM", ["full_attention"] * 3, "for each of the 4 layers"),
+        ("Qwen3ForCausalLM", ["chunked_attention"] * 4, "must list one of"),
+    ],
+)
+def test_layer_types_that_cannot_run_are_rejected(arch, types, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**BASE, "architectures": [arch], "head_dim": 4, "layer_types": types})
+
+
+def test_layer_types_matching_the_architecture_are_accepted():
+    llama = from_hf_config({**BASE, "architectures": ["LlamaForCausalLM"], "layer_types": ["full_attention"] * 4})
+    assert llama.layer_windows == (0,) * 4

@@ -32,8 +32,11 @@ def test_greedy_output_equals_hf_transformers(prompt, demo_llm):
 
 def test_default_model_is_the_demo_and_writes_python(demo_llm):
     assert demo_llm.model_dir == DEMO_MODEL
-    text = demo_llm.generate("def add(a, b):\n", SamplingParams(max_tokens=24, temperature=0))[0].text
-    assert text.strip(), "the demo model produced no text"
+    out = demo_llm.generate("def add(a, b):\n", SamplingParams(max_tokens=24, temperature=0))[0]
+    assert len(out.token_ids) == 24 and out.text == demo_llm.tokenizer.decode(out.token_ids)
+    # It continues the function: a body, every line indented under the def.
+    lines = [line for line in out.text.splitlines() if line.strip()]
+    assert len(lines) >= 2 and all(line.startswith("    ") for line in lines), out.text
 
 
 def test_draft_shares_the_tokenizer():

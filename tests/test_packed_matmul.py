@@ -12,15 +12,15 @@ import pytest
 from jaxinfer import LLM
 from jaxinfer.cpu_kernels import (
     PackedWeight,
+    kernels_available,
     pack_weight,
     packed_matmul,
-    packing_applies,
     unpack_weight,
 )
 from jaxinfer.layers import linear
-from python_subprocess import run_python
+from python_subprocess import needs_compiler, run_python
 
-pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU-only kernel")
+pytestmark = [pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU-only kernel"), needs_compiler]
 
 # Odd K (a zero-padded pair), N short of a tile or just past one, and a full-size projection.
 SHAPES = [(1, 1), (3, 17), (577, 33), (130, 1539), (576, 192)]
@@ -29,7 +29,7 @@ ROWS = [1, 3, 8, 9, 40]
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel_built() -> None:
-    assert packing_applies(jnp.bfloat16), "g++ could not build packed_matmul.cc"
+    assert kernels_available(), "the CPU kernels did not build (see the log)"
 
 
 def random_bf16(rng: np.random.Generator, shape: tuple[int, ...]) -> jax.Array:
@@ -81,19 +81,29 @@ def test_linear_rejects_a_weight_packed_for_another_contraction() -> None:
         linear(jnp.ones((1, 4, 16), jnp.bfloat16), w, contract=2)
 
 
-def test_only_bf16_models_are_packed() -> None:
+def test_only_bf16_models_run_packed_and_users_see_the_models_weights() -> None:
     bf16 = LLM(dtype="bfloat16", max_seq_len=64)
-    assert all(isinstance(lw.w_down, PackedWeight) for lw in bf16.weights.layers)
-    # The demo model ties its head to the embedding: the head gets a packed copy of embed.T.
+    assert bf16.cpu_kernels
+    assert all(isinstance(lw.w_down, PackedWeight) for lw in bf16._run_weights.layers)
+    # The demo model ties its head to the embedding: the running tree has a packed copy of embed.T.
     assert bf16.config.tie_word_embeddings
-    np.testing.assert_array_equal(np.asarray(unpack_weight(bf16.weights.lm_head)), np.asarray(bf16.weights.embed.T))
+    run = bf16._run_weights
+    np.testing.assert_array_equal(np.asarray(unpack_weight(run.lm_head)), np.asarray(run.embed.T))
+    # What the user sees is the model's pytree: plain arrays, no extra head.
+    assert not any(isinstance(leaf, PackedWeight) for leaf in jax.tree.leaves(
+        bf16.weights, is_leaf=lambda x: isinstance(x, PackedWeight)))
+    assert bf16.weights.lm_head is None
+    np.testing.assert_array_equal(np.asarray(bf16.weights.layers[0].wo), np.asarray(unpack_weight(run.layers[0].wo)))
     f32 = LLM(dtype="float32", max_seq_len=64)
-    assert not isinstance(f32.weights.layers[0].w_down, PackedWeight) and f32.weights.lm_head is None
+    assert not isinstance(f32._run_weights.layers[0].w_down, PackedWeight) and f32._run_weights.lm_head is None
 
 
 PORTABLE_SCRIPT = """
 import jax, jax.numpy as jnp, numpy as np
 from jaxinfer.cpu_kernels import pack_weight, packed_matmul
+from jaxinfer.cpu_kernels.build import load
+from jaxinfer.cpu_kernels.packed_matmul import TARGET
+assert load("packed_matmul.cc", "JaxinferPackedMatmul", TARGET, extra_flags=("-mno-avx512bf16",))
 rng = np.random.default_rng(0)
 x = jnp.asarray(rng.standard_normal((9, 131)), jnp.bfloat16)
 w = jnp.asarray(rng.standard_normal((131, 70)), jnp.bfloat16)
@@ -105,18 +115,21 @@ print("ok")
 
 def test_portable_loops_without_avx512_bf16(tmp_path) -> None:
     """The loops built for CPUs without AVX512-BF16 give the same product."""
-    env = {"JAXINFER_CXXFLAGS": "-mno-avx512bf16", "JAXINFER_CACHE_DIR": str(tmp_path)}
-    assert run_python(PORTABLE_SCRIPT, **env) == "ok"
+    assert run_python(PORTABLE_SCRIPT, JAXINFER_CACHE_DIR=str(tmp_path)) == "ok"
+    (library,) = (tmp_path / "cpu_kernels").glob("packed_matmul-*.so")  # built here, with the flag
 
 
-def test_disabled_kernels_keep_weights_unpacked() -> None:
-    """With JAXINFER_CPU_KERNELS=0 bf16 weights stay dense and products run through XLA's dot."""
+def test_kernels_off_keep_weights_unpacked() -> None:
+    """cpu_kernels=False: bf16 weights stay dense and every product runs through XLA's dot."""
+    llm = LLM(dtype="bfloat16", max_seq_len=64, cpu_kernels=False)
+    assert not llm.cpu_kernels and llm._run_weights is llm.weights
+    assert not isinstance(llm._run_weights.layers[0].w_down, PackedWeight)
+
+
+def test_environment_overrides_only_the_automatic_choice() -> None:
     script = (
-        "import jax.numpy as jnp, numpy as np\n"
-        "from jaxinfer.cpu_kernels import packing_applies\n"
-        "from jaxinfer.layers import linear\n"
-        "assert not packing_applies(jnp.bfloat16)\n"
-        "w = jnp.asarray(np.arange(12.0).reshape(3, 4), jnp.bfloat16)\n"
-        "print(np.asarray(linear(jnp.ones((1, 3), jnp.bfloat16), w, out_dtype=jnp.float32)).tolist())\n"
+        "from jaxinfer import LLM\n"
+        "print(LLM(dtype='bfloat16', max_seq_len=64).cpu_kernels,"
+        " LLM(dtype='bfloat16', max_seq_len=64, cpu_kernels=True).cpu_kernels)\n"
     )
-    assert run_python(script, kernels=False) == "[[12.0, 15.0, 18.0, 21.0]]"
+    assert run_python(script, kernels=False) == "False True"

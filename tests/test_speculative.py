@@ -81,7 +81,13 @@ def assert_cost_model(llm: LLM, calibrated: bool) -> None:
         return
     (costs,) = llm.speculative.costs.values()
     base, per_draft = np.asarray(costs.round_base), np.asarray(costs.per_draft)
-    assert np.all((base > 0) & (base < 100)) and np.all((per_draft >= 0) & (per_draft < 100))
+    # In plain target steps: a verify pass is a target forward (about one step, measured 1.6-2.1);
+    # the 1-layer draft costs a fraction of the 2-layer target (0.25-0.4); n-gram lookup nothing.
+    assert np.all((base >= 0.5) & (base < 10)), base
+    if llm.speculative.config.method == "draft":
+        assert np.all((per_draft > 0) & (per_draft < 1)), per_draft
+    else:
+        assert np.all(per_draft < 0.1), per_draft
 
 
 def test_heuristic_costs_plan_by_batch_size():

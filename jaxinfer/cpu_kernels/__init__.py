@@ -1,6 +1,7 @@
 """Native CPU kernels called from XLA through the FFI, for the cases XLA:CPU handles poorly."""
 
-from jaxinfer.cpu_kernels.cache_write import cache_write_applies, write_positions
+from jaxinfer.cpu_kernels.cache_write import write_positions
+from jaxinfer.cpu_kernels.choice import kernels_available, resolve_cpu_kernels
 from jaxinfer.cpu_kernels.decode_attention import (
     decode_attention,
     decode_attention_applies,
@@ -15,12 +16,13 @@ from jaxinfer.cpu_kernels.packed_matmul import (
 
 __all__ = [
     "PackedWeight",
-    "cache_write_applies",
     "decode_attention",
     "decode_attention_applies",
+    "kernels_available",
     "pack_weight",
     "packed_matmul",
     "packing_applies",
+    "resolve_cpu_kernels",
     "unpack_weight",
     "write_positions",
 ]

@@ -13,14 +13,11 @@ MAX_QUERIES = 16  # per sequence; longer runs (prefill) are compute bound and st
 
 
 def decode_attention_applies(num_queries: int, cache_dtype: jnp.dtype) -> bool:
-    """Whether attention of `num_queries` queries per sequence should use the kernel."""
-    return (
-        1 <= num_queries <= MAX_QUERIES
-        and cache_dtype in (jnp.float32, jnp.bfloat16, jnp.float16)
-        and jax.default_backend() == "cpu"
-        and jax.device_count() == 1
-        and load("decode_attention.cc", "JaxinferDecodeAttention", TARGET)
-    )
+    """Whether the kernel covers `num_queries` queries per sequence over a cache of `cache_dtype`.
+
+    Only the shapes: whether kernels run at all is the cache's `cpu_kernels` field.
+    """
+    return 1 <= num_queries <= MAX_QUERIES and cache_dtype in (jnp.float32, jnp.bfloat16, jnp.float16)
 
 
 def decode_attention(
@@ -31,6 +28,8 @@ def decode_attention(
     The query at positions[b, t] sees keys s <= positions[b, t] (within `window` when > 0).
     Queries are rounded to the cache dtype first, as the dense path does.
     """
+    if not load("decode_attention.cc", "JaxinferDecodeAttention", TARGET):
+        raise RuntimeError("the decode-attention CPU kernel is unavailable here (see the log); use cpu_kernels=False")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32), vmap_method="sequential")
     q32 = q.astype(keys.dtype).astype(jnp.float32)

@@ -37,13 +37,8 @@ class PackedWeight:
 
 
 def packing_applies(dtype: jnp.dtype) -> bool:
-    """Whether weights of `dtype` should be packed for the kernel (bf16 on a single CPU device)."""
-    return (
-        jnp.dtype(dtype) == jnp.bfloat16
-        and jax.default_backend() == "cpu"
-        and jax.device_count() == 1
-        and load("packed_matmul.cc", "JaxinferPackedMatmul", TARGET)
-    )
+    """Whether weights of `dtype` are packed when the CPU kernels are on (bf16 only)."""
+    return jnp.dtype(dtype) == jnp.bfloat16
 
 
 def pack_weight(w: jax.Array, contract: int = 1) -> PackedWeight:
@@ -74,7 +69,7 @@ def packed_matmul(x: jax.Array, p: PackedWeight) -> jax.Array:
     unpacked weight on CPU; at 1 to 8 rows it reads the weights about twice as fast.
     """
     if not load("packed_matmul.cc", "JaxinferPackedMatmul", TARGET):
-        raise RuntimeError("packed weights need the CPU kernel, which is unavailable here (see the log)")
+        raise RuntimeError("packed weights need the CPU kernel, which is unavailable here (see the log); use cpu_kernels=False")
     pad = 2 * p.data.shape[1] - x.shape[1]
     x = jnp.pad(x.astype(jnp.bfloat16), ((0, 0), (0, pad)))
     out = jax.ShapeDtypeStruct((x.shape[0], p.out_size), jnp.float32)

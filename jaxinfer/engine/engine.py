@@ -278,7 +278,7 @@ class LLMEngine:
         spec = self.cache_spec
         return paged_kv_cache.init_page_pool(
             self.model_config, num_pages, self.config.page_size, self.dtype, spec.kv_dtype,
-            spec.attention_backend, spec.interpret,
+            spec.attention_backend, spec.interpret, spec.cpu_kernels,
         )
 
     def _collect(self, touched: set[str]) -> list[RequestOutput]:

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from jaxinfer.attention import attend
 from jaxinfer.config import ModelConfig
-from jaxinfer.cpu_kernels import PackedWeight, pack_weight, packing_applies
+from jaxinfer.cpu_kernels import PackedWeight, pack_weight, packing_applies, unpack_weight
 from jaxinfer.kv_cache import KVCache
 from jaxinfer.layers import (
     Weight,
@@ -55,7 +55,7 @@ class LayerWeights:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Weights:
-    """All weights of one model; `lm_head` is None when tied to the embedding (until `pack_for_cpu`)."""
+    """All weights of one model; `lm_head` is None when tied to the embedding (packed trees aside)."""
 
     embed: jax.Array  # [V, D]
     layers: list[LayerWeights]
@@ -104,10 +104,12 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
 
 
 def pack_for_cpu(weights: Weights) -> Weights:
-    """The projections in the CPU kernel's tile layout where it applies (bf16 on one CPU), else as is.
+    """The projections in the CPU kernel's tile layout when bf16, else `weights` as they are.
 
-    The embedding stays as it is for the lookup; a tied output head gets a packed copy of its
-    transpose (vocab x hidden more bf16 values in memory), read at the kernel's speed.
+    For running only, when the CPU kernels are on: a packed tree is not the model's pytree
+    (`unpack_for_cpu` gives that back). The embedding stays as it is for the lookup; a tied
+    output head gets a packed copy of its transpose (vocab x hidden more bf16 values), read at
+    the kernel's speed.
     """
     if not packing_applies(weights.embed.dtype) or isinstance(weights.layers[0].wq, PackedWeight):
         return weights
@@ -117,6 +119,18 @@ def pack_for_cpu(weights: Weights) -> Weights:
     ]
     lm_head = pack_weight(weights.embed.T if weights.lm_head is None else weights.lm_head)
     return dataclasses.replace(weights, layers=layers, lm_head=lm_head)
+
+
+def unpack_for_cpu(packed: Weights, tied: bool) -> Weights:
+    """The model's weights back from `pack_for_cpu`'s tree (a copy of each packed leaf); others as they are."""
+    if not isinstance(packed.layers[0].wq, PackedWeight):
+        return packed
+    layers = [
+        dataclasses.replace(lw, **{name: unpack_weight(getattr(lw, name)) for name in PROJECTIONS})
+        for lw in packed.layers
+    ]
+    lm_head = None if tied else unpack_weight(packed.lm_head)
+    return dataclasses.replace(packed, layers=layers, lm_head=lm_head)
 
 
 def embed_tokens(weights: Weights, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:

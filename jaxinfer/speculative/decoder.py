@@ -65,9 +65,10 @@ def check_vocab(target: ModelConfig, draft: ModelConfig, target_tok: Any, draft_
 
 
 def make_proposer(
-    config: SpeculativeConfig, target: ModelConfig, target_tok: Any, dtype: Any, max_seq_len: int
+    config: SpeculativeConfig, target: ModelConfig, target_tok: Any, dtype: Any, max_seq_len: int,
+    cpu_kernels: bool = False,
 ) -> tuple[Proposer, Weights | None]:
-    """The proposer for `config` and its parameters (draft weights, or None)."""
+    """The proposer for `config` and its parameters (draft weights, packed when the CPU kernels are on, or None)."""
     if config.method == "ngram":
         cost = NGRAM_COST if config.draft_cost is None else config.draft_cost
         return NgramProposer(target.vocab_size, config.ngram_min, config.ngram_max, cost), None
@@ -79,20 +80,22 @@ def make_proposer(
     cost = config.draft_cost
     if cost is None:
         cost = decode_flops(draft_cfg, max_seq_len) / decode_flops(target, max_seq_len)
-    return DraftModelProposer(draft_cfg, target.vocab_size, cost), pack_for_cpu(draft_weights)
+    return DraftModelProposer(draft_cfg, target.vocab_size, cost), pack_for_cpu(draft_weights) if cpu_kernels else draft_weights
 
 
 class SpeculativeDecoder:
     """Runs the speculative loop for LLM and keeps draft caches and acceptance totals."""
 
     def __init__(
-        self, config: SpeculativeConfig, proposer: Proposer | None, params: Any, dtype: Any, max_seq_len: int
+        self, config: SpeculativeConfig, proposer: Proposer | None, params: Any, dtype: Any, max_seq_len: int,
+        cpu_kernels: bool = False,
     ):
         self.config = config
         self.proposer = proposer
         self.params = params
         self.dtype = dtype
         self.max_seq_len = max_seq_len
+        self.cpu_kernels = cpu_kernels  # for the draft caches, as the target's
         self.disabled_reason: str | None = None if proposer is not None else "not loaded"
         self.totals = SpecMetrics(config.num_speculative_tokens)
         self._caches: dict[int, KVCache] = {}
@@ -169,25 +172,26 @@ class SpeculativeDecoder:
             return None
         cache = self._caches.pop(batch, None)
         if cache is None or is_consumed(cache):
-            cache = init_cache(self.proposer.cfg, batch, self.max_seq_len, self.dtype)
+            cache = init_cache(self.proposer.cfg, batch, self.max_seq_len, self.dtype, self.cpu_kernels)
         return cache
 
 
 def build_speculative(
-    config: SpeculativeConfig | None, target: ModelConfig, target_tok: Any, dtype: Any, max_seq_len: int
+    config: SpeculativeConfig | None, target: ModelConfig, target_tok: Any, dtype: Any, max_seq_len: int,
+    cpu_kernels: bool = False,
 ) -> SpeculativeDecoder | None:
     """A decoder for `config` (None when not speculating); load failures fall back with a warning."""
     if config is None:
         return None
     try:
-        proposer, params = make_proposer(config, target, target_tok, dtype, max_seq_len)
+        proposer, params = make_proposer(config, target, target_tok, dtype, max_seq_len, cpu_kernels)
     except Exception as err:  # noqa: BLE001 - an unusable draft must not stop the target from serving
         if not config.fallback:
             raise
         decoder = SpeculativeDecoder(config, None, None, dtype, max_seq_len)
         decoder.disable(f"{type(err).__name__}: {err}")
         return decoder
-    return SpeculativeDecoder(config, proposer, params, dtype, max_seq_len)
+    return SpeculativeDecoder(config, proposer, params, dtype, max_seq_len, cpu_kernels)
 
 
 __all__ = ["SpeculativeDecoder", "SpeculativeError", "SpeculativeFallbackWarning", "build_speculative"]
