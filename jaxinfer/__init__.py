@@ -2,7 +2,7 @@
 
 from jaxinfer.config import ConfigError, ModelConfig, from_hf_config, load_config
 from jaxinfer.checkpoint import CheckpointError, load_weights, save_converted
-from jaxinfer.llm import LLM, RequestOutput
+from jaxinfer.llm import DEMO_DRAFT, DEMO_MODEL, LLM, RequestOutput
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 
@@ -11,6 +11,8 @@ __all__ = [
     "SamplingParams",
     "SpeculativeConfig",
     "RequestOutput",
+    "DEMO_MODEL",
+    "DEMO_DRAFT",
     "ModelConfig",
     "ConfigError",
     "CheckpointError",

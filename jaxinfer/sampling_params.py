@@ -83,6 +83,10 @@ def _stop_token_ids(value: object) -> list[int]:
     """Stop ids as ints in int32 range; whether they are in the vocabulary is checked by the LLM."""
     if isinstance(value, (str, bytes)):
         raise TypeError(f"stop_token_ids must be a list of int token ids, got {value!r}; use stop=[...] for strings")
+    strings = [i for i, t in enumerate(value) if isinstance(t, str)] if isinstance(value, (list, tuple)) else []
+    if strings:
+        i = strings[0]
+        raise TypeError(f"stop_token_ids[{i}] must be an int token id, got {value[i]!r}; use stop=[...] for strings")
     return v.token_ids(value, "stop_token_ids")
 
 
