@@ -60,11 +60,11 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _add_sampling_args(gen: argparse.ArgumentParser) -> None:
     """Sampling flags; their defaults are SamplingParams' own."""
-    gen.add_argument("--max-tokens", type=int, default=DEFAULTS.max_tokens, help="tokens to generate")
-    gen.add_argument("--temperature", type=float, default=DEFAULTS.temperature, help="0 = greedy")
-    gen.add_argument("--top-k", type=int, default=DEFAULTS.top_k, help="0 = off")
-    gen.add_argument("--top-p", type=float, default=DEFAULTS.top_p, help="1.0 = off")
-    gen.add_argument("--min-p", type=float, default=DEFAULTS.min_p, help="0.0 = off")
+    gen.add_argument("--max-tokens", type=int, default=DEFAULTS.max_tokens, help="tokens to generate (default: %(default)s)")
+    gen.add_argument("--temperature", type=float, default=DEFAULTS.temperature, help="0 = greedy (default: %(default)s)")
+    gen.add_argument("--top-k", type=int, default=DEFAULTS.top_k, help="0 = off (default: %(default)s)")
+    gen.add_argument("--top-p", type=float, default=DEFAULTS.top_p, help="1.0 = off (default: %(default)s)")
+    gen.add_argument("--min-p", type=float, default=DEFAULTS.min_p, help="0.0 = off (default: %(default)s)")
     gen.add_argument("--seed", type=int, default=DEFAULTS.seed, help="same seed, same output (default: random)")
 
 
@@ -73,21 +73,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxinfer", description="JAX inference for Llama-family models")
     parser.add_argument("--version", action="version", version=f"jaxinfer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    formatter = argparse.ArgumentDefaultsHelpFormatter
-    gen = sub.add_parser("generate", help="stream a completion of --prompt to stdout", formatter_class=formatter)
+    gen = sub.add_parser(
+        "generate", help="stream a completion of --prompt to stdout",
+        description="Stream a completion of --prompt. Sampling defaults are SamplingParams' (vLLM's).",
+    )
     gen.add_argument("--model", default=None, help="HF or converted model directory (default: the demo model)")
     gen.add_argument("--prompt", required=True, help="text to complete (echoed before the completion)")
     _add_sampling_args(gen)
-    gen.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16")
+    gen.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     gen.add_argument("--max-seq-len", type=int, default=None, help="cache length (default: the model's, <= 2048)")
     gen.set_defaults(run=_generate)
 
     dtypes = ", ".join((*DTYPE_NAMES, *DTYPE_ALIASES))
-    conv = sub.add_parser("convert", help="HF safetensors checkpoint -> orbax checkpoint directory",
-                          formatter_class=formatter)
-    conv.add_argument("hf_dir", type=Path, metavar="HF_DIR")
+    conv = sub.add_parser("convert", help="HF safetensors checkpoint -> orbax checkpoint directory")
+    conv.add_argument("hf_dir", type=Path, metavar="HF_DIR", help="an HF safetensors checkpoint directory")
     conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new directory (not HF_DIR)")
-    conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes}")
+    conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes} (default: %(default)s)")
     conv.set_defaults(run=_convert)
     return parser
 
