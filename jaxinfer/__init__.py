@@ -3,7 +3,7 @@
 from jaxinfer.config import ConfigError, ModelConfig, from_hf_config, load_config
 from jaxinfer.checkpoint import CheckpointError, load_weights, save_converted
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
-from jaxinfer.llm import LLM
+from jaxinfer.llm import DEMO_DRAFT, DEMO_MODEL, LLM
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 
@@ -15,6 +15,8 @@ __all__ = [
     "CompletionOutput",
     "LLMEngine",
     "EngineConfig",
+    "DEMO_MODEL",
+    "DEMO_DRAFT",
     "ModelConfig",
     "ConfigError",
     "CheckpointError",

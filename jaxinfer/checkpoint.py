@@ -141,21 +141,44 @@ def _unflatten(abstract: Weights, arrays: dict[str, Any]) -> Weights:
     return jax.tree.unflatten(treedef, [arrays[p] for p, _ in leaf_paths(abstract)])
 
 
+def stored_dtype(weights: Weights) -> str:
+    """The one dtype name of every leaf ("bfloat16", ...); mixed trees are an error."""
+    names = {jnp.dtype(leaf.dtype).name for _, leaf in leaf_paths(weights)}
+    if len(names) != 1:
+        raise CheckpointError(f"weights mix dtypes {sorted(names)}; convert stores one dtype")
+    return names.pop()
+
+
 def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path) -> Path:
-    """Write weights as an orbax checkpoint next to config and tokenizer files copied from src_dir."""
+    """Write weights as an orbax checkpoint next to config and tokenizer files copied from src_dir.
+
+    The written config.json states the stored dtype, so `dtype="auto"` restores what was saved.
+    """
     from orbax import checkpoint as ocp
 
-    src, out = Path(src_dir), Path(out_dir).absolute()
+    src, out = Path(src_dir).absolute(), Path(out_dir).absolute()
+    if src.resolve() == out.resolve():
+        raise ValueError(f"out_dir {out} is src_dir itself; write the converted model to another directory")
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", *TOKENIZER_FILES):
+    for name in TOKENIZER_FILES:
         if (src / name).is_file():
             shutil.copy2(src / name, out / name)
+    config = json.loads((src / "config.json").read_text())
+    _set_dtype(config, stored_dtype(weights))
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     target = out / ORBAX_SUBDIR
     if target.exists():
         shutil.rmtree(target)
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(target, dict(leaf_paths(weights)))
     return out
+
+
+def _set_dtype(config: dict, dtype: str) -> None:
+    """Record `dtype` under the key(s) the config uses: "dtype" (transformers 5), "torch_dtype" (4)."""
+    keys = [k for k in ("dtype", "torch_dtype") if k in config] or ["dtype"]
+    for key in keys:
+        config[key] = dtype
 
 
 def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any) -> Weights:

@@ -7,9 +7,19 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from jaxinfer import __version__
+from jaxinfer.checkpoint import CheckpointError
+from jaxinfer.config import ConfigError
+from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.validation import DTYPE_ALIASES, DTYPE_NAMES
+
+# Any of these is bad input (or a bad model directory): one line on stderr and exit 2.
+USER_ERRORS = (ValueError, TypeError, OverflowError, OSError, ConfigError, CheckpointError)
+DEFAULTS = SamplingParams()  # the CLI's defaults are the API's (vLLM's): one set, documented once
+
 
 def _generate(args: argparse.Namespace) -> int:
-    from jaxinfer import LLM, SamplingParams
+    from jaxinfer import LLM
 
     llm = LLM(args.model, dtype=args.dtype, max_seq_len=args.max_seq_len)
     params = SamplingParams(
@@ -20,8 +30,11 @@ def _generate(args: argparse.Namespace) -> int:
         min_p=args.min_p,
         seed=args.seed,
     )
-    sys.stdout.write(args.prompt)
-    for piece in llm.stream(args.prompt, params):
+    pieces = llm.stream(args.prompt, params)
+    first = next(pieces, "")  # validates and prefills before the prompt is echoed
+    sys.stdout.write(args.prompt + first)
+    sys.stdout.flush()
+    for piece in pieces:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -29,51 +42,63 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    import jax.numpy as jnp
-
-    from jaxinfer.checkpoint import load_hf_weights, save_converted
+    from jaxinfer.checkpoint import load_hf_weights, save_converted, stored_dtype
     from jaxinfer.config import load_config
     from jaxinfer.llm import DTYPES
+    from jaxinfer.validation import dtype_name, model_dir
 
-    cfg = load_config(args.hf_dir)
-    weights = load_hf_weights(args.hf_dir, cfg, DTYPES.get(args.dtype, jnp.float32))
-    out = save_converted(weights, args.hf_dir, args.out_dir)
-    print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {args.dtype})")
+    dtype = dtype_name(args.dtype, "--dtype", allow_auto=False)
+    src = model_dir(args.hf_dir, "HF_DIR")
+    if args.out_dir.resolve() == src.resolve():
+        raise ValueError(f"OUT_DIR {args.out_dir} is HF_DIR itself; choose a different output directory")
+    cfg = load_config(src)
+    weights = load_hf_weights(src, cfg, DTYPES[dtype])
+    out = save_converted(weights, src, args.out_dir)
+    print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {stored_dtype(weights)})")
     return 0
+
+
+def _add_sampling_args(gen: argparse.ArgumentParser) -> None:
+    """Sampling flags; their defaults are SamplingParams' own."""
+    gen.add_argument("--max-tokens", type=int, default=DEFAULTS.max_tokens, help="tokens to generate (default: %(default)s)")
+    gen.add_argument("--temperature", type=float, default=DEFAULTS.temperature, help="0 = greedy (default: %(default)s)")
+    gen.add_argument("--top-k", type=int, default=DEFAULTS.top_k, help="0 = off (default: %(default)s)")
+    gen.add_argument("--top-p", type=float, default=DEFAULTS.top_p, help="1.0 = off (default: %(default)s)")
+    gen.add_argument("--min-p", type=float, default=DEFAULTS.min_p, help="0.0 = off (default: %(default)s)")
+    gen.add_argument("--seed", type=int, default=DEFAULTS.seed, help="same seed, same output (default: random)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="jaxinfer", description="JAX inference for Llama-family models")
+    parser.add_argument("--version", action="version", version=f"jaxinfer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    gen = sub.add_parser("generate", help="stream a completion of --prompt to stdout")
+    gen = sub.add_parser(
+        "generate", help="stream a completion of --prompt to stdout",
+        description="Stream a completion of --prompt. Sampling defaults are SamplingParams' (vLLM's).",
+    )
     gen.add_argument("--model", default=None, help="HF or converted model directory (default: the demo model)")
-    gen.add_argument("--prompt", required=True)
-    gen.add_argument("--max-tokens", type=int, default=64)
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--min-p", type=float, default=0.0)
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
-    gen.add_argument("--max-seq-len", type=int, default=None)
+    gen.add_argument("--prompt", required=True, help="text to complete (echoed before the completion)")
+    _add_sampling_args(gen)
+    gen.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
+    gen.add_argument("--max-seq-len", type=int, default=None, help="cache length (default: the model's, <= 2048)")
     gen.set_defaults(run=_generate)
 
+    dtypes = ", ".join((*DTYPE_NAMES, *DTYPE_ALIASES))
     conv = sub.add_parser("convert", help="HF safetensors checkpoint -> orbax checkpoint directory")
-    conv.add_argument("hf_dir", type=Path)
-    conv.add_argument("out_dir", type=Path)
-    conv.add_argument("--dtype", default="bfloat16", help="float32, bfloat16 or float16")
+    conv.add_argument("hf_dir", type=Path, metavar="HF_DIR", help="an HF safetensors checkpoint directory")
+    conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new directory (not HF_DIR)")
+    conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes} (default: %(default)s)")
     conv.set_defaults(run=_convert)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `jaxinfer` command; bad input exits 2 with the reason on stderr."""
+    """Entry point of the `jaxinfer` command; bad input exits 2 with one line on stderr."""
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError) as err:
+    except USER_ERRORS as err:
         print(f"jaxinfer: error: {err}", file=sys.stderr)
         return 2
 

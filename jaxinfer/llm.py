@@ -16,8 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer import steps
+from jaxinfer import validation
 from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.checkpoint import load_weights
+from jaxinfer.compile_cache import compile_cache_setting
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.outputs import accumulate
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
@@ -31,6 +33,7 @@ from jaxinfer.static_batch import StaticBatchGenerator
 from jaxinfer.tokenizer import decode_text, load_tokenizer
 
 DEMO_MODEL = Path(__file__).parent / "assets" / "demo" / "target"
+DEMO_DRAFT = Path(__file__).parent / "assets" / "demo" / "draft"  # the demo target's speculative draft
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 MIN_PROMPT_BUCKET = 16
 
@@ -44,11 +47,11 @@ def next_power_of_two(n: int) -> int:
 
 def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
     """A jnp dtype from a name; "auto" takes the checkpoint's own dtype (float32 if unstated)."""
+    dtype = validation.dtype_name(dtype, "dtype")
     if dtype == "auto":
         cfg = json.loads((model_dir / "config.json").read_text())
-        dtype = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not supported; use one of: auto, {', '.join(DTYPES)}")
+        stored = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"
+        dtype = validation.dtype_name(stored, f"{model_dir / 'config.json'} dtype", allow_auto=False)
     return DTYPES[dtype]
 
 
@@ -75,7 +78,9 @@ class LLM:
     chunked per step), num_pages or
     gpu_memory_utilization (the KV pool), page_size, enable_prefix_caching, and decode_steps
     (decode steps one device call may run when no request is waiting). `close()` frees the
-    KV memory; the object is also a context manager.
+    KV memory; the object is also a context manager. cpu_kernels (None: auto) picks the native
+    CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
+    keeps compiled programs across processes.
     """
 
     def __init__(
@@ -98,10 +103,14 @@ class LLM:
         interpret_kernels: bool = False,
         max_batch_size: int | None = None,
         cpu_kernels: bool | None = None,
+        compile_cache: bool | str | Path | None = None,
     ):
-        self.model_dir = Path(model) if model is not None else DEMO_MODEL
-        if not self.model_dir.is_dir():
-            raise FileNotFoundError(f"model directory {self.model_dir} does not exist")
+        self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
+        validation.optional_int(max_seq_len, "max_seq_len", 1)
+        validation.optional_int(max_batch_size, "max_batch_size", 1)
+        compile_cache_setting(compile_cache)
+        if speculative is not None and not isinstance(speculative, SpeculativeConfig):
+            raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)
         self.config, weights = load_weights(self.model_dir, self.dtype)
         # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0).
@@ -165,7 +174,7 @@ class LLM:
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield text pieces of one request as they are produced (a few tokens per device call)."""
-        (request_id,) = self._add_requests([prompt], [params or self.default_params])
+        (request_id,) = self._add_requests([prompt], self._params_for([prompt], params))
         try:
             while self.engine.has_unfinished():
                 for delta in self.engine.step():
@@ -213,8 +222,9 @@ class LLM:
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""
+        token_ids = validation.token_ids(token_ids, "token_ids", self.config.vocab_size)
         n = len(token_ids)
-        self._check_prompt(list(token_ids), 0)
+        self._check_prompt(token_ids, 0)
         bucket = min(next_power_of_two(max(n, MIN_PROMPT_BUCKET)), self.max_seq_len)
         tokens = np.zeros((1, bucket), np.int32)
         tokens[0, :n] = token_ids
@@ -227,24 +237,29 @@ class LLM:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError(f"{self.model_dir} has no tokenizer files; pass token ids instead of text")
-            return list(self.tokenizer.encode(prompt))
-        return [int(t) for t in prompt]
+            # verbose=False: the length check below says what to change; HF's warning only adds noise.
+            return list(self.tokenizer.encode(prompt, verbose=False))
+        return validation.token_ids(prompt, "prompt", self.config.vocab_size)
 
     def _as_list(self, prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
-        if isinstance(prompts, str):
-            return [prompts]
-        if len(prompts) and isinstance(prompts[0], (int, np.integer)):
-            return [list(prompts)]
-        return list(prompts)
+        return validation.prompts(prompts, "prompts", self.config.vocab_size)
 
     def _params_for(
         self, prompts: list[Prompt], params: SamplingParams | Sequence[SamplingParams] | None
     ) -> list[SamplingParams]:
         if params is None or isinstance(params, SamplingParams):
-            return [params or self.default_params] * len(prompts)
-        if len(params) != len(prompts):
-            raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts; pass one or one each")
-        return list(params)
+            params_list = [params or self.default_params] * len(prompts)
+        elif isinstance(params, (list, tuple)) and all(isinstance(p, SamplingParams) for p in params):
+            params_list = list(params)
+        else:
+            raise TypeError(
+                f"params must be a SamplingParams, a list of them (one per prompt) or None, got {type(params).__name__}"
+            )
+        if len(params_list) != len(prompts):
+            raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; pass one or one each")
+        for p in params_list:
+            validation.token_ids(p.stop_token_ids, "stop_token_ids", self.config.vocab_size)
+        return params_list
 
     def _check_prompt(self, ids: list[int], max_tokens: int) -> None:
         if not ids:

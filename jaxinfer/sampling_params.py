@@ -5,6 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from jaxinfer import validation as v
+
+TOP_K_LIMIT = 2**31 - 1  # top_k lives in an int32 array
+MAX_LOGPROBS = 20
+MAX_N = 64
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
@@ -37,44 +43,30 @@ class SamplingParams:
     n: int = 1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
-        object.__setattr__(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
-        if self.top_k == -1:
-            object.__setattr__(self, "top_k", 0)
-        _check(self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}")
-        _check(
-            self.temperature >= 0,
-            f"temperature must be >= 0 (0 for greedy), got {self.temperature}",
-        )
-        _check(
-            0 < self.top_p <= 1,
-            f"top_p must be in (0, 1], got {self.top_p}; use 1.0 to disable nucleus sampling",
-        )
-        _check(self.top_k >= 0, f"top_k must be >= 0 (0 or -1 disables it), got {self.top_k}")
-        _check(0 <= self.min_p <= 1, f"min_p must be in [0, 1], got {self.min_p}")
-        _check(
-            self.seed is None or 0 <= self.seed < 2**63,
-            f"seed must be a non-negative integer below 2**63, got {self.seed}",
-        )
+        self._set("max_tokens", v.positive_int(self.max_tokens, "max_tokens"))
+        self._set("temperature", v.number(self.temperature, "temperature", low=0, hint="use 0 for greedy"))
+        top_k = v.integer(self.top_k, "top_k", -1, TOP_K_LIMIT, hint="0 or -1 disables it")
+        self._set("top_k", max(top_k, 0))
+        self._set("top_p", v.number(self.top_p, "top_p"))
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; use 1.0 to disable nucleus sampling")
+        self._set("min_p", v.number(self.min_p, "min_p", 0, 1))
+        self._set("seed", v.optional_int(self.seed, "seed", 0, 2**63 - 1))
+        self._set("stop_token_ids", tuple(_stop_token_ids(self.stop_token_ids)))
+        self._set("ignore_eos", v.boolean(self.ignore_eos, "ignore_eos"))
         for name in ("presence_penalty", "frequency_penalty"):
-            value = getattr(self, name)
-            _check(-2 <= value <= 2, f"{name} must be in [-2, 2], got {value}")
-        _check(
-            0 < self.repetition_penalty <= 10,
-            f"repetition_penalty must be in (0, 10] (1 disables it), got {self.repetition_penalty}",
-        )
-        _check(
-            all(isinstance(s, str) and s for s in self.stop),
-            f"stop must be a non-empty string or a list of them, got {self.stop!r}",
-        )
-        _check(
-            0 <= self.min_tokens <= self.max_tokens,
-            f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}",
-        )
+            self._set(name, v.number(getattr(self, name), name, -2, 2))
+        self._set("repetition_penalty", v.number(self.repetition_penalty, "repetition_penalty"))
+        if not 0 < self.repetition_penalty <= 10:
+            raise ValueError(f"repetition_penalty must be in (0, 10] (1 disables it), got {self.repetition_penalty}")
+        self._set("stop", _stop_strings(self.stop))
+        self._set("min_tokens", v.integer(self.min_tokens, "min_tokens", 0, self.max_tokens))
         for name in ("logprobs", "prompt_logprobs"):
-            value = getattr(self, name)
-            _check(value is None or 0 <= value <= 20, f"{name} must be None or in [0, 20], got {value}")
-        _check(1 <= self.n <= 64, f"n must be in [1, 64], got {self.n}")
+            self._set(name, v.optional_int(getattr(self, name), name, 0, MAX_LOGPROBS))
+        self._set("n", v.integer(self.n, "n", 1, MAX_N))
+
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
 
     @property
     def greedy(self) -> bool:
@@ -87,6 +79,20 @@ class SamplingParams:
         return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1)
 
 
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
+def _stop_token_ids(value: object) -> list[int]:
+    """Stop ids as ints in int32 range; whether they are in the vocabulary is checked by the LLM."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"stop_token_ids must be a list of int token ids, got {value!r}; use stop=[...] for strings")
+    strings = [i for i, t in enumerate(value) if isinstance(t, str)] if isinstance(value, (list, tuple)) else []
+    if strings:
+        i = strings[0]
+        raise TypeError(f"stop_token_ids[{i}] must be an int token id, got {value[i]!r}; use stop=[...] for strings")
+    return v.token_ids(value, "stop_token_ids")
+
+
+def _stop_strings(value: object) -> tuple[str, ...]:
+    """One stop string or a list of them, none empty."""
+    stops = (value,) if isinstance(value, str) else value
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
+        raise TypeError(f"stop must be a non-empty string or a list of them, got {value!r}")
+    return tuple(stops)

@@ -13,9 +13,9 @@ def load_tokenizer(model_dir: Path) -> Any | None:
     """The model's HF tokenizer, or None when the directory ships no tokenizer files."""
     if not any((model_dir / m).is_file() for m in TOKENIZER_MARKERS):
         return None
-    from transformers import AutoTokenizer
+    from jaxinfer.hf_import import auto_tokenizer
 
-    return AutoTokenizer.from_pretrained(str(model_dir))
+    return auto_tokenizer().from_pretrained(str(model_dir))
 
 
 def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import jax
+import jax.numpy as jnp
 import numpy as np
+import pytest
 import torch
 
 from hf_models import make_hf_model
@@ -62,3 +66,16 @@ def test_convert_roundtrip_gives_identical_logits(tmp_path, text_model_dir):
     np.testing.assert_array_equal(converted.logits(PROMPT), original.logits(PROMPT))
     params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
     assert converted.generate("def f", params)[0].text == original.generate("def f", params)[0].text
+
+
+@pytest.mark.parametrize("flag, stored", [("float32", "float32"), ("bf16", "bfloat16"), ("float16", "float16")])
+def test_convert_restores_the_stored_dtype_under_auto(tmp_path, text_model_dir, capsys, flag, stored):
+    out = tmp_path / "converted"
+    assert cli_main(["convert", str(text_model_dir), str(out), "--dtype", flag]) == 0
+    assert capsys.readouterr().out.strip().endswith(f", {stored})")  # what is printed is what was written
+    assert json.loads((out / "config.json").read_text())["dtype"] == stored
+    converted = LLM(out, dtype="auto")
+    assert jnp.dtype(converted.dtype).name == stored
+    assert {jnp.dtype(leaf.dtype).name for leaf in jax.tree.leaves(converted.weights)} == {stored}
+    original = LLM(text_model_dir, dtype=stored)
+    np.testing.assert_array_equal(converted.logits(PROMPT), original.logits(PROMPT))

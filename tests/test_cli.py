@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from jaxinfer import LLM, SamplingParams
+from jaxinfer import LLM, SamplingParams, __version__
+
+REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jaxinfer", *args], capture_output=True, text=True, timeout=300)
+def _run(*args: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([*env.pop("extra_path", []), str(REPO)]), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "jaxinfer", *args], capture_output=True, text=True, timeout=300, env=full_env
+    )
 
 
 def test_generate_streams_prompt_and_completion(text_model_dir):
-    result = _run("generate", "--model", str(text_model_dir), "--prompt", "def add", "--max-tokens", "12")
+    result = _run(
+        "generate", "--model", str(text_model_dir), "--prompt", "def add", "--max-tokens", "12", "--temperature", "0"
+    )
     assert result.returncode == 0, result.stderr
     expected = LLM(text_model_dir).generate("def add", SamplingParams(max_tokens=12, temperature=0, seed=0))[0]
     assert result.stdout == "def add" + expected.text + "\n"
@@ -25,3 +34,28 @@ def test_bad_arguments_exit_2_with_reason(text_model_dir):
     assert "top_p must be in (0, 1]" in result.stderr
     missing = _run("generate", "--model", "/nonexistent/model", "--prompt", "x")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    overflow = _run("generate", "--prompt", "x", "--top-k", str(2**40))
+    assert overflow.returncode == 2 and "Traceback" not in overflow.stderr and "top_k" in overflow.stderr
+
+
+def test_too_long_prompt_is_one_line_and_no_echo():
+    result = _run("generate", "--prompt", "x = 1\n" * 400)
+    assert result.returncode == 2
+    assert result.stdout == ""  # the prompt is echoed only once it was accepted
+    assert result.stderr.count("\n") == 1 and "exceeds max_seq_len 1024" in result.stderr, result.stderr
+
+
+def test_no_pytorch_advisory_without_torch(tmp_path):
+    # torch is not a dependency: transformers' import-time "PyTorch was not found" is noise to users.
+    (tmp_path / "sitecustomize.py").write_text('import sys\nsys.modules["torch"] = None\n')
+    result = _run("generate", "--prompt", "def f", "--max-tokens", "2", extra_path=[str(tmp_path)])
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "", result.stderr
+
+
+def test_version_and_help_show_the_api_defaults():
+    assert _run("--version").stdout.strip() == f"jaxinfer {__version__}"
+    help_text = " ".join(_run("generate", "--help").stdout.split())
+    defaults = SamplingParams()
+    assert f"--max-tokens MAX_TOKENS tokens to generate (default: {defaults.max_tokens})" in help_text
+    assert f"0 = greedy (default: {defaults.temperature})" in help_text

@@ -81,8 +81,8 @@ def test_corrupted_file_fails_loudly(checkpoint_dir, tmp_path):
         (dict(temperature=-0.5), "temperature must be >= 0"),
         (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
         (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
-        (dict(max_tokens=0), "max_tokens must be >= 1"),
-        (dict(top_k=-3), "top_k must be >= 0"),
+        (dict(max_tokens=0), "max_tokens must be an integer >= 1"),
+        (dict(top_k=-3), r"top_k must be an integer in \[-1, "),
         (dict(min_p=2.0), r"min_p must be in \[0, 1\]"),
     ],
 )

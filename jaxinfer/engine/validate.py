@@ -12,7 +12,7 @@ def encode_prompt(prompt: str | Sequence[int], tokenizer: Any | None) -> list[in
     if isinstance(prompt, str):
         if tokenizer is None:
             raise ValueError("prompt is text but the model has no tokenizer files; pass token ids instead")
-        return list(tokenizer.encode(prompt))
+        return list(tokenizer.encode(prompt, verbose=False))
     if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, Sequence | np.ndarray):
         raise TypeError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
     bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int | np.integer)]
