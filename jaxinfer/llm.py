@@ -186,10 +186,10 @@ class LLM:
                 self.engine.step()
 
     def metrics(self) -> dict:
-        """Engine metrics (vLLM names), plus speculative totals under "speculative" when configured."""
+        """Engine metrics (vLLM names), plus the speculative totals (drafted, accepted, ...) when configured."""
         out = self.engine.metrics()
         if self.speculative is not None:
-            out["speculative"] = self.speculative.metrics()
+            out.update(self.speculative.metrics())
         return out
 
     def close(self) -> None:

@@ -15,10 +15,8 @@ from jaxinfer import compile_cache
 FIRST_CALL = """
 import json, sys, time
 start = time.perf_counter()
-from jaxinfer.compile_cache import compile_cache_setting
-compile_cache_setting({setting!r})
 from jaxinfer import LLM, SamplingParams
-llm = LLM({model!r}, dtype="float32", max_seq_len=64)
+llm = LLM({model!r}, dtype="float32", max_seq_len=64, compile_cache={setting!r})
 loaded = time.perf_counter()
 out = llm.generate([[5, 9, 14, 3, 77]], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
 done = time.perf_counter()
