@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 import pallas_kernels
-from jaxinfer.cpu_kernels import decode_attention, decode_attention_applies
+from jaxinfer.cpu_kernels import decode_attention, decode_attention_applies, paged_decode_attention
 from jaxinfer.kv_cache import KVCache
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.precision import matmul_precision
@@ -126,14 +126,16 @@ def gathered_rows_attend(
     page_table: jax.Array,
     query_lens: jax.Array,
 ) -> jax.Array:
-    """paged_rows_attend for the CPU: gather each row's pages, then the contiguous cache's attention."""
+    """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
+    otherwise each row's pages gathered into a contiguous block for the dense path."""
     dtype = q.dtype if cache.quantized else cache.from_storage(cache.k_pages[0][:0]).dtype
-    k = _gather_rows(cache, cache.k_pages, cache.k_scales, layer, page_table, dtype)
-    v = _gather_rows(cache, cache.v_pages, cache.v_scales, layer, page_table, dtype).swapaxes(2, 3)
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
-    if cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype):
-        return decode_attention(q, k, v, positions, window)
+    if cache.cpu_kernels and not cache.quantized and decode_attention_applies(q.shape[1], dtype):
+        pools = (cache.k_pages[layer], cache.v_pages[layer])
+        return paged_decode_attention(q, *pools, page_table, positions, window, dtype)
+    k = _gather_rows(cache, cache.k_pages, cache.k_scales, layer, page_table, dtype)
+    v = _gather_rows(cache, cache.v_pages, cache.v_scales, layer, page_table, dtype).swapaxes(2, 3)
     mask = causal_window_mask(positions, k.shape[2], window) & (steps[None, :] < query_lens[:, None])[..., None]
     return dense_attention(q, k, v, mask)
 

@@ -61,7 +61,7 @@ def run_engine(llm: LLM, prompts, outputs) -> dict:
     start = time.perf_counter()
     llm.generate(prompts, params_of(outputs))
     print(f"engine warm-up pass (compiles) {time.perf_counter() - start:.1f} s")
-    llm.engine.blocks.by_hash.clear(), llm.engine.blocks.hash_of.clear()  # no prefix hits from the warm-up
+    llm.engine.reset_prefix_cache()  # no prefix hits from the warm-up
     before = llm.metrics()
     peak, start = 0.0, time.perf_counter()
     for i, (p, k) in enumerate(zip(prompts, params_of(outputs))):
@@ -119,7 +119,7 @@ def shared_prefix(llm: LLM, vocab: int, n: int = 32, prefix: int = 1024) -> dict
     out = {}
     for caching in (False, True):
         llm.engine.blocks.prefix_caching = caching
-        llm.engine.blocks.by_hash.clear(), llm.engine.blocks.hash_of.clear()
+        llm.engine.reset_prefix_cache()
         llm.generate(prompts[:1], params)  # warms compiles (and, when caching, the shared prefix)
         results = llm.generate(prompts, params)
         out["on" if caching else "off"] = float(np.mean([r.metrics.time_to_first_token for r in results]))

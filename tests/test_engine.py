@@ -152,3 +152,12 @@ def test_no_compiles_after_warmup(model):
     llm.generate([PROMPTS[0], PROMPTS[1], PROMPTS[3]], params)
     llm.generate(PROMPTS[4:], SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
     assert count > 4 and traces == []
+
+
+def test_reset_prefix_cache_frees_cached_pages(llm):
+    greedy_ids(llm, SHARED_PROMPTS[:2])
+    blocks = llm.engine.blocks
+    assert blocks.evictable and blocks.by_hash
+    llm.engine.reset_prefix_cache()
+    assert not blocks.evictable and not blocks.by_hash and blocks.usable_pages == blocks.num_pages - 1
+    assert greedy_ids(llm, SHARED_PROMPTS[:2]) == greedy_ids(llm, SHARED_PROMPTS[:2])

@@ -5,6 +5,7 @@ from jaxinfer.cpu_kernels.choice import kernels_available, resolve_cpu_kernels
 from jaxinfer.cpu_kernels.decode_attention import (
     decode_attention,
     decode_attention_applies,
+    paged_decode_attention,
 )
 from jaxinfer.cpu_kernels.packed_matmul import (
     PackedWeight,
@@ -18,6 +19,7 @@ __all__ = [
     "PackedWeight",
     "decode_attention",
     "decode_attention_applies",
+    "paged_decode_attention",
     "kernels_available",
     "pack_weight",
     "packed_matmul",

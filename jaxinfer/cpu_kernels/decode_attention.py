@@ -9,6 +9,8 @@ import numpy as np
 from jaxinfer.cpu_kernels.build import load
 
 TARGET = "jaxinfer_decode_attention"
+PAGED_TARGET = "jaxinfer_paged_decode_attention"
+VALUE_DTYPES = {"float32": 0, "bfloat16": 1, "float16": 2}
 MAX_QUERIES = 16  # per sequence; longer runs (prefill) are compute bound and stay with XLA's dots
 
 
@@ -34,4 +36,30 @@ def decode_attention(
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32), vmap_method="sequential")
     q32 = q.astype(keys.dtype).astype(jnp.float32)
     out = call(q32, keys, values, positions.astype(jnp.int32), scale=np.float32(scale), window=np.int64(window))
+    return out.astype(q.dtype)
+
+
+def paged_decode_attention(
+    q: jax.Array,
+    k_pool: jax.Array,
+    v_pool: jax.Array,
+    page_table: jax.Array,
+    positions: jax.Array,
+    window: int,
+    value_dtype: jnp.dtype,
+    scale: float | None = None,
+) -> jax.Array:
+    """q [B, T, H, D] over pools [KV, P, page, D] through page_table [B, W] -> [B, T, H, D] in q's dtype.
+
+    The pools may hold 16-bit floats as uint16 bits; value_dtype names what they hold.
+    """
+    if not load("decode_attention.cc", "JaxinferPagedDecodeAttention", PAGED_TARGET):
+        raise RuntimeError("the decode-attention CPU kernel is unavailable here (see the log); use cpu_kernels=False")
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    call = jax.ffi.ffi_call(PAGED_TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32), vmap_method="sequential")
+    q32 = q.astype(value_dtype).astype(jnp.float32)
+    out = call(
+        q32, k_pool, v_pool, page_table.astype(jnp.int32), positions.astype(jnp.int32), scale=np.float32(scale),
+        window=np.int64(window), value_dtype=np.int64(VALUE_DTYPES[jnp.dtype(value_dtype).name]),
+    )
     return out.astype(q.dtype)

@@ -118,6 +118,13 @@ class BlockManager:
                 self.by_hash[parent] = pages[i]
                 self.hash_of[pages[i]] = parent
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix: unreferenced cached pages become free, no page is findable."""
+        self.free.extend(self.evictable)
+        self.evictable.clear()
+        self.by_hash.clear()
+        self.hash_of.clear()
+
     def _ref(self, page: int) -> None:
         if self.refs[page] == 0:
             self.evictable.pop(page, None)

@@ -146,6 +146,10 @@ class LLMEngine:
             self._run(empty_step(num_decode, num_prefill, chunk, pages, num_steps))
         return len(shapes)
 
+    def reset_prefix_cache(self) -> None:
+        """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
+        self.blocks.reset_prefix_cache()
+
     def release(self) -> None:
         """Free the page pool (and forget cached prefixes); it is re-made on the next step."""
         if self.scheduler.running or self.scheduler.waiting:
