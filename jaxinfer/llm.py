@@ -15,7 +15,6 @@ from typing import Iterator, Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer import steps
 from jaxinfer import validation
 from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.checkpoint import load_weights
@@ -24,7 +23,7 @@ from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.outputs import accumulate
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
-from jaxinfer.kv_cache import init_cache
+from jaxinfer.scoring import all_position_logits
 from jaxinfer.models import Weights, pack_for_cpu, unpack_for_cpu
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
@@ -35,14 +34,8 @@ from jaxinfer.tokenizer import decode_text, load_tokenizer
 DEMO_MODEL = Path(__file__).parent / "assets" / "demo" / "target"
 DEMO_DRAFT = Path(__file__).parent / "assets" / "demo" / "draft"  # the demo target's speculative draft
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-MIN_PROMPT_BUCKET = 16
 
 Prompt = str | Sequence[int]
-
-
-def next_power_of_two(n: int) -> int:
-    """Smallest power of two >= n (shape buckets keep compiled programs few)."""
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
@@ -129,7 +122,7 @@ class LLM:
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         engine_config = EngineConfig(
-            max_seq_len=self.max_seq_len, max_num_seqs=max_batch_size or max_num_seqs,
+            max_seq_len=self.max_seq_len, max_num_seqs=self.max_batch_size,
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
             gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
@@ -139,6 +132,10 @@ class LLM:
             model_identity(self.model_dir, self.dtype), self.default_params,
         )
         self._request_ids = itertools.count()
+        self._setup_speculative(speculative)
+
+    def _setup_speculative(self, speculative: SpeculativeConfig | None) -> None:
+        """Speculative requests run static batches beside the engine (the engine does not draft yet)."""
         self.speculative: SpeculativeDecoder | None = build_speculative(
             speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len, cpu_kernels=self.cpu_kernels
         )
@@ -223,14 +220,10 @@ class LLM:
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""
         token_ids = validation.token_ids(token_ids, "token_ids", self.config.vocab_size)
-        n = len(token_ids)
         self._check_prompt(token_ids, 0)
-        bucket = min(next_power_of_two(max(n, MIN_PROMPT_BUCKET)), self.max_seq_len)
-        tokens = np.zeros((1, bucket), np.int32)
-        tokens[0, :n] = token_ids
-        cache = init_cache(self.config, 1, bucket, self.dtype, self.cpu_kernels)
-        out = steps.all_logits(self._run_weights, jnp.asarray(tokens), cache, cfg=self.config)
-        return np.asarray(out[0, :n])
+        return all_position_logits(
+            self._run_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels
+        )
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt (strings go through the model's tokenizer)."""

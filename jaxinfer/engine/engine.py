@@ -98,7 +98,8 @@ class LLMEngine:
             group.append(request)
         if params.prompt_logprobs is not None:
             group[0].prompt_logprobs = prompt_logprobs(
-                self.weights, self.model_config, ids, params.prompt_logprobs, self.dtype
+                self.weights, self.model_config, ids, params.prompt_logprobs, self.dtype,
+                self.config.max_seq_len, self.cache_spec.cpu_kernels,
             )
         self.groups[request_id] = group
         for request in group:
@@ -287,7 +288,8 @@ class LLMEngine:
 
     def _collect(self, touched: set[str]) -> list[RequestOutput]:
         outputs = []
-        for request_id in sorted(touched, key=list(self.groups).index):
+        order = {request_id: i for i, request_id in enumerate(self.groups)}
+        for request_id in sorted(touched, key=order.__getitem__):
             group = self.groups[request_id]
             outputs.append(delta_output(group))
             if all(r.finished for r in group):
