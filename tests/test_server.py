@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import json
 import re
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -210,3 +214,26 @@ def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):
         assert time.monotonic() < deadline, m
         time.sleep(0.1)
     assert m.get('jaxinfer:request_success_total{finished_reason="abort"}', 0) >= 1
+
+
+def test_jaxinfer_serve_command(text_model_dir):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]
+    bad = subprocess.run([*base, "--api-key", " "], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--api-key" in bad.stderr
+    port = _free_port()
+    flags = ["--port", str(port), "--skip-warmup", "--max-model-len", "64", "--served-model-name", "m"]
+    process = subprocess.Popen([*base, *flags], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "jaxinfer serve did not come up"
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert models["data"][0]["id"] == "m" and models["data"][0]["max_model_len"] == 64
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
