@@ -1,4 +1,4 @@
-"""`jaxinfer generate | convert`: the command line."""
+"""`jaxinfer generate | serve | convert | bench`: the command line."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from jaxinfer import __version__
 from jaxinfer.checkpoint import CheckpointError
 from jaxinfer.config import ConfigError
 from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.server.bench import add_bench_parser
+from jaxinfer.server.launch import add_serve_parser
 from jaxinfer.validation import DTYPE_ALIASES, DTYPE_NAMES
 
 # Any of these is bad input (or a bad model directory): one line on stderr and exit 2.
@@ -83,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     gen.add_argument("--max-seq-len", type=int, default=None, help="cache length (default: the model's, <= 2048)")
     gen.set_defaults(run=_generate)
+    add_serve_parser(sub)
 
     dtypes = ", ".join((*DTYPE_NAMES, *DTYPE_ALIASES))
     conv = sub.add_parser("convert", help="HF safetensors checkpoint -> orbax checkpoint directory")
@@ -90,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new directory (not HF_DIR)")
     conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes} (default: %(default)s)")
     conv.set_defaults(run=_convert)
+    add_bench_parser(sub)
     return parser
 
 

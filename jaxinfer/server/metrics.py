@@ -1,0 +1,83 @@
+"""GET /metrics: the engine's metrics() in Prometheus text, named like vLLM's under `jaxinfer:`.
+
+A custom collector reads `engine.metrics()` at scrape time, so the numbers are the engine's
+own; nothing is double counted in the server. Latencies come as summaries (count, sum and the
+0.5 / 0.99 quantiles) because the engine keeps per-request samples, not histogram buckets.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+PREFIX = "jaxinfer:"
+GAUGES = {
+    "num_requests_running": "Requests in the running batch.",
+    "num_requests_waiting": "Requests waiting to be scheduled.",
+    "kv_cache_usage_perc": "Fraction of KV-cache pages in use (1 = full).",
+}
+COUNTERS = {  # prometheus_client adds the `_total` suffix
+    "prefix_cache_queries": "Prompt tokens looked up in the prefix cache.",
+    "prefix_cache_hits": "Prompt tokens found in the prefix cache.",
+    "num_preemptions": "Requests preempted (to be recomputed).",
+    "prompt_tokens": "Prompt tokens of finished requests.",
+    "generation_tokens": "Generated tokens of finished requests.",
+    "spec_decode_num_drafts": "Speculative draft rounds.",
+    "spec_decode_num_draft_tokens": "Speculative tokens drafted.",
+    "spec_decode_num_accepted_tokens": "Speculative tokens accepted.",
+}
+SUMMARIES = {
+    "time_to_first_token_seconds": "Time to first token.",
+    "time_per_output_token_seconds": "Time per output token after the first.",
+    "inter_token_latency_seconds": "Time between consecutive tokens.",
+    "e2e_request_latency_seconds": "Arrival to finish of a request.",
+    "request_queue_time_seconds": "Arrival to first schedule of a request.",
+}
+
+
+def _summary(name: str, doc: str, values: dict) -> Metric:
+    metric = Metric(PREFIX + name, doc, "summary")
+    count = values["count"]
+    metric.add_sample(PREFIX + name + "_count", {}, float(count))
+    metric.add_sample(PREFIX + name + "_sum", {}, values["mean"] * count if count else 0.0)
+    if count:
+        for quantile, key in (("0.5", "p50"), ("0.99", "p99")):
+            metric.add_sample(PREFIX + name, {"quantile": quantile}, values[key])
+    return metric
+
+
+class EngineCollector(Collector):
+    """Turns one metrics() snapshot into Prometheus metric families."""
+
+    def __init__(self, read: Callable[[], dict]):
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        """Every metric of one snapshot."""
+        snapshot = self.read()
+        for name, doc in GAUGES.items():
+            yield GaugeMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
+        for name, doc in COUNTERS.items():
+            yield CounterMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
+        success = CounterMetricFamily(PREFIX + "request_success", "Finished requests by reason.", labels=["finished_reason"])
+        for reason, count in sorted(snapshot.get("request_success", {}).items()):
+            success.add_metric([str(reason)], float(count))
+        yield success
+        for name, doc in SUMMARIES.items():
+            if name in snapshot:
+                yield _summary(name, doc, snapshot[name])
+
+
+def metrics_text(registry: CollectorRegistry) -> bytes:
+    """The registry in Prometheus' text exposition format."""
+    return generate_latest(registry)
+
+
+def engine_registry(read: Callable[[], dict]) -> CollectorRegistry:
+    """A registry of its own per app (the global one would mix servers in one process, e.g. tests)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EngineCollector(read))
+    return registry

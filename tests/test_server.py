@@ -1,0 +1,239 @@
+"""The OpenAI-compatible server, started for real on a free localhost port (one per module)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import json
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.server import ServerConfig, build_app
+from jaxinfer.server.chat import DEFAULT_CHAT_TEMPLATE
+
+KEY = "test-key"
+KNOBS = dict(dtype="float32", max_seq_len=128, max_num_seqs=16, max_num_batched_tokens=128, num_pages=96, decode_steps=4)
+PROMPTS = ["def add(a, b):", "class Stack:", "import os\n", "x = [1, 2"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def reference(text_model_dir):
+    """A second LLM on the same model: what the server's greedy outputs must equal."""
+    return LLM(text_model_dir, **KNOBS)
+
+
+@pytest.fixture(scope="module")
+def base_url(text_model_dir):
+    llm = LLM(text_model_dir, **KNOBS)
+    app = build_app(llm, ServerConfig("tiny", api_key=KEY, max_body_bytes=64 * 1024))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    return openai.OpenAI(base_url=base_url + "/v1", api_key=KEY, max_retries=0)
+
+
+def _greedy(max_tokens: int) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+
+
+def _metrics(base_url: str) -> dict[str, float]:
+    text = httpx.get(base_url + "/metrics").text
+    values = {}
+    for line in text.splitlines():
+        match = re.match(r"^(jaxinfer:[^ ]+) ([0-9.e+-]+)$", line)
+        if match:
+            values[match.group(1)] = float(match.group(2))
+    return values
+
+
+def test_models_health_and_tokenize(client, base_url, reference):
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    assert httpx.get(base_url + "/health").status_code == 200
+    ids = httpx.post(base_url + "/tokenize", json={"prompt": "def add"}).json()["tokens"]
+    assert ids == reference.encode("def add")
+    assert httpx.post(base_url + "/detokenize", json={"tokens": ids}).json()["prompt"] == "def add"
+
+
+def test_completions_equal_llm_generate(client, reference):
+    expected = reference.generate(PROMPTS, _greedy(12))
+    out = client.completions.create(model="tiny", prompt=PROMPTS, max_tokens=12, temperature=0,
+                                    extra_body={"ignore_eos": True})
+    assert [c.text for c in sorted(out.choices, key=lambda c: c.index)] == [e.text for e in expected]
+    assert out.usage.completion_tokens == 12 * len(PROMPTS)
+    assert out.usage.prompt_tokens == sum(len(reference.encode(p)) for p in PROMPTS)
+
+
+def test_chat_equals_llm_generate_on_the_default_template(client, reference):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "def add"}]
+    text = reference.tokenizer.apply_chat_template(messages, chat_template=DEFAULT_CHAT_TEMPLATE, tokenize=False,
+                                                  add_generation_prompt=True)
+    ids = reference.tokenizer.encode(text, add_special_tokens=False)
+    expected = reference.generate([ids], _greedy(10))[0]
+    out = client.chat.completions.create(model="tiny", messages=messages, max_tokens=10, temperature=0,
+                                         extra_body={"ignore_eos": True})
+    assert out.choices[0].message.content == expected.text and out.choices[0].message.role == "assistant"
+    assert out.usage.prompt_tokens == len(ids) and out.choices[0].finish_reason == "length"
+
+
+def test_streams_equal_whole_responses_and_end_with_usage(client):
+    args = dict(model="tiny", max_tokens=10, temperature=0, extra_body={"ignore_eos": True})
+    whole = client.completions.create(prompt=PROMPTS[0], **args).choices[0].text
+    chunks = list(client.completions.create(prompt=PROMPTS[0], stream=True,
+                                            stream_options={"include_usage": True}, **args))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole
+    assert chunks[-1].usage.completion_tokens == 10 and not chunks[-1].choices
+    messages = [{"role": "user", "content": "hi"}]
+    reply = client.chat.completions.create(messages=messages, **args).choices[0].message.content
+    stream = list(client.chat.completions.create(messages=messages, stream=True, **args))
+    assert stream[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in stream) == reply
+    assert stream[-1].choices[0].finish_reason == "length"
+
+
+def test_logprobs_in_both_layouts(client):
+    out = client.completions.create(model="tiny", prompt="def", max_tokens=4, temperature=0, logprobs=2)
+    lp = out.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == 4 and all(len(t) >= 2 for t in lp.top_logprobs)
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=3,
+                                          temperature=0, logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 3 and all(len(c.top_logprobs) == 2 and c.logprob <= 0 for c in content)
+    assert content[0].top_logprobs[0].logprob == pytest.approx(content[0].logprob)  # greedy takes the best
+
+
+def _post(base_url: str, body: bytes | dict, key: str | None = KEY, path: str = "/v1/completions") -> httpx.Response:
+    headers = {"content-type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(base_url + path, content=content, headers=headers, timeout=60)
+
+
+BAD_REQUESTS = {
+    "no key": (dict(prompt="x"), None, 401),
+    "wrong key": (dict(prompt="x"), "nope", 401),
+    "malformed json": (b'{"prompt": "x",', KEY, 400),
+    "not an object": (b'[1, 2]', KEY, 400),
+    "string max_tokens": (dict(prompt="x", max_tokens="5"), KEY, 400),
+    "bool temperature": (dict(prompt="x", temperature=True), KEY, 400),
+    "top_p zero": (dict(prompt="x", top_p=0), KEY, 400),
+    "negative max_tokens": (dict(prompt="x", max_tokens=-1), KEY, 400),
+    "n too large": (dict(prompt="x", n=1000), KEY, 400),
+    "too long": (dict(prompt="a b " * 400), KEY, 400),
+    "too big": (dict(prompt="x" * 70_000), KEY, 413),
+    "unknown model": (dict(prompt="x", model="gpt-4"), KEY, 404),
+    "empty prompt": (dict(prompt=[]), KEY, 400),
+    "id outside vocab": (dict(prompt=[1, 10**6]), KEY, 400),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_REQUESTS))
+def test_bad_requests_get_openai_errors(base_url, name):
+    body, key, status = BAD_REQUESTS[name]
+    response = _post(base_url, body, key)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+
+
+def test_chat_errors(base_url):
+    assert _post(base_url, {"messages": []}, path="/v1/chat/completions").status_code == 400
+    bad_part = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}
+    assert _post(base_url, bad_part, path="/v1/chat/completions").status_code == 400
+    no_logprobs = {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}
+    assert _post(base_url, no_logprobs, path="/v1/chat/completions").json()["error"]["param"] == "top_logprobs"
+
+
+async def _stream_text(client: httpx.AsyncClient, url: str, body: dict) -> str:
+    events = []
+    async with client.stream("POST", url, json=body) as response:
+        assert response.status_code == 200
+        events = [line[6:] async for line in response.aiter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+
+
+async def _load(base_url: str, prompts: list[list[int]]) -> tuple[list[str], int]:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=120) as client:
+        body = lambda p: {"prompt": p, "max_tokens": 8, "temperature": 0, "ignore_eos": True, "stream": True}
+        streams = [_stream_text(client, "/v1/completions", body(p)) for p in prompts]
+        malformed = client.post("/v1/completions", content=b'{"prompt": [1, 2', headers={"content-type": "application/json"})
+        results = await asyncio.gather(*streams[:32], malformed, *streams[32:])
+    return [r for r in results if isinstance(r, str)], results[32].status_code
+
+
+def test_64_concurrent_streams_and_a_malformed_request(base_url, reference):
+    prompts = [[3 + (i * 7 + j) % 290 for j in range(5 + i % 20)] for i in range(64)]
+    before = _metrics(base_url)
+    texts, malformed_status = asyncio.run(_load(base_url, prompts))
+    assert malformed_status == 400
+    assert texts == [o.text for o in reference.generate(prompts, _greedy(8))]
+    after = _metrics(base_url)
+    finished = 'jaxinfer:request_success_total{finished_reason="length"}'
+    assert after[finished] - before.get(finished, 0) == 64
+    assert after["jaxinfer:generation_tokens_total"] - before["jaxinfer:generation_tokens_total"] == 64 * 8
+    assert after["jaxinfer:num_requests_running"] == 0 and after["jaxinfer:kv_cache_usage_perc"] == 0
+
+
+def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):
+    body = {"prompt": "def add", "max_tokens": 100, "temperature": 0, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", base_url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as r:
+        lines = r.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        assert _metrics(base_url)["jaxinfer:num_requests_running"] == 1
+    deadline = time.monotonic() + 30
+    while (m := _metrics(base_url))["jaxinfer:num_requests_running"] or m["jaxinfer:kv_cache_usage_perc"]:
+        assert time.monotonic() < deadline, m
+        time.sleep(0.1)
+    assert m.get('jaxinfer:request_success_total{finished_reason="abort"}', 0) >= 1
+
+
+def test_jaxinfer_serve_command(text_model_dir):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]
+    bad = subprocess.run([*base, "--api-key", " "], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--api-key" in bad.stderr
+    port = _free_port()
+    flags = ["--port", str(port), "--skip-warmup", "--max-model-len", "64", "--served-model-name", "m"]
+    process = subprocess.Popen([*base, *flags], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "jaxinfer serve did not come up"
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert models["data"][0]["id"] == "m" and models["data"][0]["max_model_len"] == 64
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
