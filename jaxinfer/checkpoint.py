@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -16,9 +17,13 @@ from tqdm.auto import tqdm
 from jaxinfer.config import ModelConfig, load_config
 from jaxinfer.hf_names import HFTensor, expected_hf_names, hf_tensor_map
 from jaxinfer.models import Weights, abstract_weights
-from jaxinfer.weights import is_info
+from jaxinfer.models.llama import PROJECTIONS
+from jaxinfer.quantization import QuantizedWeight
+from jaxinfer.weights import ArrayInfo, is_info
 
 ORBAX_SUBDIR = "jaxinfer_weights"
+QUANT_KEY = "jaxinfer_quantization"  # config.json: {"mode": ..., "group_size": ...} of a quantized convert
+QUANT_SUFFIXES = (".values", ".scales")
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -142,8 +147,8 @@ def _unflatten(abstract: Weights, arrays: dict[str, Any]) -> Weights:
 
 
 def stored_dtype(weights: Weights) -> str:
-    """The one dtype name of every leaf ("bfloat16", ...); mixed trees are an error."""
-    names = {jnp.dtype(leaf.dtype).name for _, leaf in leaf_paths(weights)}
+    """The one dtype name of every unquantized leaf ("bfloat16", ...); mixed trees are an error."""
+    names = {jnp.dtype(leaf.dtype).name for p, leaf in leaf_paths(weights) if not p.endswith(QUANT_SUFFIXES)}
     if len(names) != 1:
         raise CheckpointError(f"weights mix dtypes {sorted(names)}; convert stores one dtype")
     return names.pop()
@@ -165,6 +170,9 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path) -
             shutil.copy2(src / name, out / name)
     config = json.loads((src / "config.json").read_text())
     _set_dtype(config, stored_dtype(weights))
+    config.pop(QUANT_KEY, None)
+    if (quant := quantization_of(weights)) is not None:
+        config[QUANT_KEY] = {"mode": quant[0], "group_size": quant[1]}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     target = out / ORBAX_SUBDIR
     if target.exists():
@@ -172,6 +180,24 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path) -
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(target, dict(leaf_paths(weights)))
     return out
+
+
+def quantization_of(weights: Weights) -> tuple[str, int] | None:
+    """(mode, group) of a tree whose projections are quantized, else None."""
+    first = weights.layers[0].wq
+    return (first.mode, first.group) if isinstance(first, QuantizedWeight) else None
+
+
+def quantized_abstract(abstract: Weights, mode: str, group: int) -> Weights:
+    """The abstract tree with each projection a QuantizedWeight (placeholder values/scales, real statics)."""
+    placeholder = ArrayInfo((), ())
+
+    def layer(lw):
+        fields = {name: QuantizedWeight(placeholder, placeholder, getattr(lw, name).shape, c, mode, group)
+                  for name, c in PROJECTIONS.items()}
+        return dataclasses.replace(lw, **fields)
+
+    return dataclasses.replace(abstract, layers=[layer(lw) for lw in abstract.layers])
 
 
 def _set_dtype(config: dict, dtype: str) -> None:
@@ -182,17 +208,21 @@ def _set_dtype(config: dict, dtype: str) -> None:
 
 
 def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any) -> Weights:
-    """Read weights written by `save_converted`, cast to `dtype`."""
+    """Read weights written by `save_converted`, cast to `dtype` (quantized values and scales as stored)."""
     from orbax import checkpoint as ocp
 
     abstract = abstract_weights(cfg)
+    quant = json.loads((Path(model_dir) / "config.json").read_text()).get(QUANT_KEY)
+    if quant is not None:
+        abstract = quantized_abstract(abstract, quant["mode"], quant["group_size"])
     path = Path(model_dir).absolute() / ORBAX_SUBDIR
     with ocp.StandardCheckpointer() as ckpt:
         meta = ckpt.metadata(path)
         tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta
-        target = {p: jax.ShapeDtypeStruct(info.shape, tree[p].dtype) for p, info in leaf_paths(abstract)}
+        target = {p: jax.ShapeDtypeStruct(tree[p].shape if p.endswith(QUANT_SUFFIXES) else info.shape, tree[p].dtype)
+                  for p, info in leaf_paths(abstract)}
         restored = ckpt.restore(path, target)
-    return _unflatten(abstract, {p: v.astype(dtype) for p, v in restored.items()})
+    return _unflatten(abstract, {p: v if p.endswith(QUANT_SUFFIXES) else v.astype(dtype) for p, v in restored.items()})
 
 
 def is_converted(model_dir: str | Path) -> bool:

@@ -47,6 +47,7 @@ def _convert(args: argparse.Namespace) -> int:
     from jaxinfer.checkpoint import load_hf_weights, save_converted, stored_dtype
     from jaxinfer.config import load_config
     from jaxinfer.llm import DTYPES
+    from jaxinfer.models import quantize_weights
     from jaxinfer.validation import dtype_name, model_dir
 
     dtype = dtype_name(args.dtype, "--dtype", allow_auto=False)
@@ -54,9 +55,10 @@ def _convert(args: argparse.Namespace) -> int:
     if args.out_dir.resolve() == src.resolve():
         raise ValueError(f"OUT_DIR {args.out_dir} is HF_DIR itself; choose a different output directory")
     cfg = load_config(src)
-    weights = load_hf_weights(src, cfg, DTYPES[dtype])
+    weights = quantize_weights(load_hf_weights(src, cfg, DTYPES[dtype]), args.quantize, args.group_size)
     out = save_converted(weights, src, args.out_dir)
-    print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {stored_dtype(weights)})")
+    quant = f", projections {args.quantize}" if args.quantize else ""
+    print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {stored_dtype(weights)}{quant})")
     return 0
 
 
@@ -92,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("hf_dir", type=Path, metavar="HF_DIR", help="an HF safetensors checkpoint directory")
     conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new directory (not HF_DIR)")
     conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes} (default: %(default)s)")
+    conv.add_argument("--quantize", choices=("int8", "int4", "fp8"), default=None,
+                      help="store the projections quantized (embedding, head and norms keep --dtype)")
+    conv.add_argument("--group-size", type=int, default=32, help="int4 rows per scale: 32, 64 or 128 (default: %(default)s)")
     conv.set_defaults(run=_convert)
     add_bench_parser(sub)
     return parser

@@ -11,6 +11,7 @@ import numpy as np
 from jaxinfer.config import ModelConfig, RopeScaling
 from jaxinfer.cpu_kernels import PackedWeight, packed_matmul
 from jaxinfer.precision import matmul_precision
+from jaxinfer.quantization import QuantizedWeight, quantized_matmul
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float, weight_offset: float = 0.0) -> jax.Array:
@@ -64,7 +65,7 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return x * cos + rotated * sin
 
 
-Weight = jax.Array | PackedWeight
+Weight = jax.Array | PackedWeight | QuantizedWeight
 
 
 def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | None = None) -> jax.Array:
@@ -74,14 +75,17 @@ def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | No
     for a float32 result keeps bf16 weights bf16 on CPU: it has no bf16-output dot and rewrote
     a plain bf16 one to convert every weight to float32 at every step. Weights packed for the
     CPU kernel (bf16 on CPU, see `pack_for_cpu`) go to it: at decode it is about twice as fast.
+    Quantized weights go to `quantized_matmul`, which reads them without a dequantized copy.
     """
-    if isinstance(w, PackedWeight) and w.contract != contract:
-        raise ValueError(f"weight packed with contract={w.contract}, used with contract={contract}")
+    if isinstance(w, (PackedWeight, QuantizedWeight)) and w.contract != contract:
+        raise ValueError(f"weight stored with contract={w.contract}, used with contract={contract}")
     size = math.prod(w.shape[:contract])
     lead, out_shape = x.shape[: x.ndim - contract], w.shape[contract:]
     x2 = x.reshape(-1, size)
     if isinstance(w, PackedWeight):
         y = packed_matmul(x2, w)
+    elif isinstance(w, QuantizedWeight):
+        y = quantized_matmul(x2, w)
     else:
         w2 = w.reshape(size, -1)
         y = jnp.dot(x2, w2, precision=matmul_precision(x2, w2), preferred_element_type=jnp.float32)

@@ -23,8 +23,8 @@ from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.outputs import accumulate
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
+from jaxinfer.models import Weights, pack_for_cpu, quantize_weights, unpack_for_cpu
 from jaxinfer.scoring import all_position_logits
-from jaxinfer.models import Weights, pack_for_cpu, unpack_for_cpu
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
@@ -97,6 +97,7 @@ class LLM:
         max_batch_size: int | None = None,
         cpu_kernels: bool | None = None,
         compile_cache: bool | str | Path | None = None,
+        quantization: str | None = None,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         validation.optional_int(max_seq_len, "max_seq_len", 1)
@@ -106,6 +107,8 @@ class LLM:
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)
         self.config, weights = load_weights(self.model_dir, self.dtype)
+        # Projections only (None: as loaded, so a converted quantized checkpoint stays quantized).
+        weights = quantize_weights(weights, quantization)
         # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0).
         self.cpu_kernels = resolve_cpu_kernels(cpu_kernels)
         # What runs: bf16 projections packed for the CPU kernel. `weights` gives the model's own.

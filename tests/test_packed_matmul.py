@@ -77,7 +77,7 @@ def test_linear_with_packed_weight_matches_dense(rows: int) -> None:
 
 def test_linear_rejects_a_weight_packed_for_another_contraction() -> None:
     w = pack_weight(jnp.ones((4, 16, 8), jnp.bfloat16), contract=1)
-    with pytest.raises(ValueError, match="packed with contract=1, used with contract=2"):
+    with pytest.raises(ValueError, match="stored with contract=1, used with contract=2"):
         linear(jnp.ones((1, 4, 16), jnp.bfloat16), w, contract=2)
 
 

@@ -14,6 +14,12 @@
 // groups of up to 8 while the tile is in cache, so many rows (prefill) cost no more than XLA's
 // dot. Without AVX512-BF16 the same loops run on widened floats, shaped for the vectoriser.
 // Tiles are split over XLA's intra-op thread pool.
+//
+// Quantized weights (weight-only, see jaxinfer/quantization.py) use the same 32-column tiles so
+// decode streams fewer bytes: int8 as Q [T, K, 32] with one float32 scale per column, int4 as
+// Q [T, K2, 32] bytes (row 2k2 in the low nibble, 2k2 + 1 in the high one, stored value + 8)
+// with one bf16 scale per column and group of `group` rows. x is float32 there; the widened
+// products are summed in f32 and scaled once per column (int8) or per group (int4).
 
 #include <algorithm>
 #include <cstdint>
@@ -137,8 +143,161 @@ ffi::Error PackedMatmul(ffi::ThreadPool pool, Matrix x, Packed w, ffi::Result<Re
   return ffi::Error::Success();
 }
 
+// ---- quantized tiles (portable loops, vectorised by the compiler) ----
+
+inline float WidenBf16(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+
+// Columns [32t, 32t + 32) of R rows of y from an int8 tile [K, 32] and per-column scales.
+template <int R>
+void Int8Tile(const float* x, const int8_t* tile, const float* scale, float* y, int64_t K, int64_t N, int64_t t) {
+  alignas(64) float acc[R][kTileColumns] = {};
+  alignas(64) float w[kTileColumns];
+  for (int64_t k = 0; k < K; ++k) {
+#pragma omp simd
+    for (int64_t c = 0; c < kTileColumns; ++c) w[c] = static_cast<float>(tile[k * kTileColumns + c]);
+    for (int r = 0; r < R; ++r) {
+      const float a = x[r * K + k];
+#pragma omp simd
+      for (int64_t c = 0; c < kTileColumns; ++c) acc[r][c] += a * w[c];
+    }
+  }
+  const int64_t j = t * kTileColumns, cols = std::min(kTileColumns, N - j);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t c = 0; c < cols; ++c) y[r * N + j + c] = acc[r][c] * scale[j + c];
+  }
+}
+
+// The same from an int4 tile [K / 2, 32] (two rows per byte) with bf16 scales [K / group, padded N].
+template <int R>
+void Int4Tile(const float* x, const uint8_t* tile, const uint16_t* scales, float* y, int64_t K, int64_t N,
+              int64_t t, int64_t group, int64_t padded_n) {
+  alignas(64) float acc[R][kTileColumns] = {};
+  alignas(64) float part[R][kTileColumns];
+  alignas(64) float lo[kTileColumns], hi[kTileColumns], s[kTileColumns];
+  const int64_t j = t * kTileColumns;
+  for (int64_t g = 0; g < K / group; ++g) {
+    for (int r = 0; r < R; ++r) std::fill(part[r], part[r] + kTileColumns, 0.0f);
+    for (int64_t k2 = g * group / 2; k2 < (g + 1) * group / 2; ++k2) {
+      const uint8_t* bytes = tile + k2 * kTileColumns;
+#pragma omp simd
+      for (int64_t c = 0; c < kTileColumns; ++c) {
+        lo[c] = static_cast<float>(static_cast<int>(bytes[c] & 15) - 8);
+        hi[c] = static_cast<float>(static_cast<int>(bytes[c] >> 4) - 8);
+      }
+      for (int r = 0; r < R; ++r) {
+        const float a0 = x[r * K + 2 * k2], a1 = x[r * K + 2 * k2 + 1];
+#pragma omp simd
+        for (int64_t c = 0; c < kTileColumns; ++c) part[r][c] += a0 * lo[c] + a1 * hi[c];
+      }
+    }
+#pragma omp simd
+    for (int64_t c = 0; c < kTileColumns; ++c) s[c] = WidenBf16(scales[g * padded_n + j + c]);
+    for (int r = 0; r < R; ++r) {
+#pragma omp simd
+      for (int64_t c = 0; c < kTileColumns; ++c) acc[r][c] += part[r][c] * s[c];
+    }
+  }
+  const int64_t cols = std::min(kTileColumns, N - j);
+  for (int r = 0; r < R; ++r) std::memcpy(y + r * N + j, acc[r], cols * sizeof(float));
+}
+
+// Calls tile(t, r, rows) for every tile and group of up to 8 rows, tiles split over the pool.
+template <typename TileFn>
+void ForEachTile(ffi::ThreadPool& pool, int64_t tiles, int64_t tile_bytes, int64_t M, TileFn tile) {
+  const int64_t wanted = jaxinfer::TaskCount(pool, tiles, tile_bytes);
+  const int64_t per_task = (tiles + wanted - 1) / wanted;
+  const int64_t tasks = (tiles + per_task - 1) / per_task;
+  jaxinfer::ParallelFor<jaxinfer::NoState>(pool, tasks, [=](int64_t i, jaxinfer::NoState&) {
+    for (int64_t t = i * per_task; t < std::min(tiles, (i + 1) * per_task); ++t) {
+      for (int64_t r = 0; r < M; r += kGroupRows) tile(t, r, std::min<int64_t>(kGroupRows, M - r));
+    }
+  });
+}
+
+template <template <int> class Fn, typename... Args>
+void ByRows(int64_t rows, Args... args) {
+  switch (rows) {
+    case 1: Fn<1>::Run(args...); break;
+    case 2: Fn<2>::Run(args...); break;
+    case 3: Fn<3>::Run(args...); break;
+    case 4: Fn<4>::Run(args...); break;
+    case 5: Fn<5>::Run(args...); break;
+    case 6: Fn<6>::Run(args...); break;
+    case 7: Fn<7>::Run(args...); break;
+    default: Fn<8>::Run(args...); break;
+  }
+}
+
+template <int R>
+struct Int8Rows {
+  template <typename... A>
+  static void Run(A... a) { Int8Tile<R>(a...); }
+};
+
+template <int R>
+struct Int4Rows {
+  template <typename... A>
+  static void Run(A... a) { Int4Tile<R>(a...); }
+};
+
+using F32Matrix = ffi::Buffer<ffi::F32, 2>;
+using Int8Tiles = ffi::Buffer<ffi::S8, 3>;
+using Int4Tiles = ffi::Buffer<ffi::U8, 3>;
+using ColumnScales = ffi::Buffer<ffi::F32, 1>;
+using GroupScales = ffi::Buffer<ffi::BF16, 2>;
+
+ffi::Error Int8Matmul(ffi::ThreadPool pool, F32Matrix x, Int8Tiles w, ColumnScales scale,
+                      ffi::Result<Result> y) {
+  const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
+  const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = wd[0];
+  if (wd[1] != K || wd[2] != kTileColumns || yd[0] != M || N > tiles * kTileColumns ||
+      N <= (tiles - 1) * kTileColumns || scale.dimensions()[0] != tiles * kTileColumns) {
+    return ffi::Error::InvalidArgument("need x [M, K], int8 w [ceil(N/32), K, 32], scales [32*ceil(N/32)], y [M, N]");
+  }
+  const float* xp = x.typed_data();
+  const int8_t* wp = w.typed_data();
+  const float* sp = scale.typed_data();
+  float* yp = y->typed_data();
+  ForEachTile(pool, tiles, K * kTileColumns, M, [=](int64_t t, int64_t r, int64_t rows) {
+    ByRows<Int8Rows>(rows, xp + r * K, wp + t * K * kTileColumns, sp, yp + r * N, K, N, t);
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, Int4Tiles w, GroupScales scale,
+                      ffi::Result<Result> y) {
+  const auto xd = x.dimensions(), wd = w.dimensions(), sd = scale.dimensions(), yd = y->dimensions();
+  const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = wd[0];
+  const int64_t group = sd[0] > 0 ? K / sd[0] : 0;
+  if (K % 2 || wd[1] * 2 != K || wd[2] != kTileColumns || yd[0] != M || N > tiles * kTileColumns ||
+      N <= (tiles - 1) * kTileColumns || sd[1] != tiles * kTileColumns || group % 2 || group * sd[0] != K) {
+    return ffi::Error::InvalidArgument(
+        "need x [M, K], int4 w [ceil(N/32), K/2, 32], scales [K/group, 32*ceil(N/32)] (even group), y [M, N]");
+  }
+  const float* xp = x.typed_data();
+  const uint8_t* wp = w.typed_data();
+  const uint16_t* sp = Bits(scale.untyped_data());
+  float* yp = y->typed_data();
+  const int64_t padded_n = sd[1];
+  ForEachTile(pool, tiles, K / 2 * kTileColumns, M, [=](int64_t t, int64_t r, int64_t rows) {
+    ByRows<Int4Rows>(rows, xp + r * K, wp + t * (K / 2) * kTileColumns, sp, yp + r * N, K, N, t, group, padded_n);
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferPackedMatmul, PackedMatmul,
                               ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<Matrix>().Arg<Packed>().Ret<Result>());
 
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferInt8Matmul, Int8Matmul,
+                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<F32Matrix>().Arg<Int8Tiles>().Arg<ColumnScales>().Ret<Result>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferInt4Matmul, Int4Matmul,
+                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<F32Matrix>().Arg<Int4Tiles>().Arg<GroupScales>().Ret<Result>());

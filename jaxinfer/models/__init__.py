@@ -7,7 +7,9 @@ from jaxinfer.models.llama import (
     forward,
     lm_logits,
     pack_for_cpu,
+    quantize_weights,
     unpack_for_cpu,
 )
 
-__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits", "pack_for_cpu", "unpack_for_cpu"]
+__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits", "pack_for_cpu", "quantize_weights",
+           "unpack_for_cpu"]

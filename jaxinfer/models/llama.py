@@ -18,6 +18,7 @@ from jaxinfer.attention import attend
 from jaxinfer.config import ModelConfig
 from jaxinfer.cpu_kernels import PackedWeight, pack_weight, packing_applies, unpack_weight
 from jaxinfer.kv_cache import KVCache
+from jaxinfer import quantization
 from jaxinfer.layers import (
     Weight,
     apply_rope,
@@ -27,6 +28,7 @@ from jaxinfer.layers import (
     rms_norm,
     rope_cos_sin,
 )
+from jaxinfer.quantization import QuantizedWeight
 from jaxinfer.weights import ArrayInfo
 
 
@@ -103,33 +105,78 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
     )
 
 
-def pack_for_cpu(weights: Weights) -> Weights:
-    """The projections in the CPU kernel's tile layout when bf16, else `weights` as they are.
+def quantize_weights(weights: Weights, mode: str | None, group: int = quantization.DEFAULT_GROUP) -> Weights:
+    """The projections quantized to `mode` (embedding, head and norms as they are); None: `weights` unchanged.
 
-    For running only, when the CPU kernels are on: a packed tree is not the model's pytree
-    (`unpack_for_cpu` gives that back). The embedding stays as it is for the lookup; a tied
-    output head gets a packed copy of its transpose (vocab x hidden more bf16 values), read at
-    the kernel's speed.
+    A tree already quantized (a converted checkpoint) is returned as it is when the mode and
+    group match, and refused otherwise: quantizing quantized values again would lose accuracy.
     """
-    if not packing_applies(weights.embed.dtype) or isinstance(weights.layers[0].wq, PackedWeight):
+    if mode is None:
+        return weights
+    quantization.check_mode(mode, group)
+    first = weights.layers[0].wq
+    if isinstance(first, QuantizedWeight):
+        if (first.mode, first.group) != (mode, group if mode == "int4" else 0):
+            raise ValueError(f"quantization={mode!r} (group {group}), but these weights are stored as "
+                             f"{first.mode!r} (group {first.group}); load them with quantization=None")
         return weights
     layers = [
-        dataclasses.replace(lw, **{name: pack_weight(getattr(lw, name), c) for name, c in PROJECTIONS.items()})
+        dataclasses.replace(lw, **{
+            name: quantization.quantize(getattr(lw, name), c, mode, group, f"layers.{i}.{name}")
+            for name, c in PROJECTIONS.items()
+        })
+        for i, lw in enumerate(weights.layers)
+    ]
+    return dataclasses.replace(weights, layers=layers)
+
+
+def _pack_leaf(w: Weight, contract: int) -> Weight:
+    """One projection in the CPU kernel's layout: quantized tiles, packed bf16, or as it is."""
+    if isinstance(w, QuantizedWeight):
+        return quantization.tile(w)
+    if isinstance(w, PackedWeight) or not packing_applies(w.dtype):
+        return w
+    return pack_weight(w, contract)
+
+
+def _in_kernel_layout(w: Weight | None) -> bool:
+    return isinstance(w, PackedWeight) or (isinstance(w, QuantizedWeight) and w.tiled)
+
+
+def _unpack_leaf(w: Weight) -> Weight:
+    """`_pack_leaf` undone (a copy of a packed leaf)."""
+    if isinstance(w, QuantizedWeight):
+        return quantization.untile(w)
+    return unpack_weight(w) if isinstance(w, PackedWeight) else w
+
+
+def pack_for_cpu(weights: Weights) -> Weights:
+    """The projections in the CPU kernel's layouts (bf16 packed, int8/int4 tiled), others as they are.
+
+    For running only, when the CPU kernels are on: a packed tree is not the model's pytree
+    (`unpack_for_cpu` gives that back). The embedding stays as it is for the lookup; with bf16
+    weights a tied output head gets a packed copy of its transpose (vocab x hidden more bf16
+    values), read at the kernel's speed.
+    """
+    layers = [
+        dataclasses.replace(lw, **{name: _pack_leaf(getattr(lw, name), c) for name, c in PROJECTIONS.items()})
         for lw in weights.layers
     ]
-    lm_head = pack_weight(weights.embed.T if weights.lm_head is None else weights.lm_head)
+    lm_head = weights.lm_head
+    if packing_applies(weights.embed.dtype) and not isinstance(lm_head, PackedWeight):
+        lm_head = pack_weight(weights.embed.T if lm_head is None else lm_head)
     return dataclasses.replace(weights, layers=layers, lm_head=lm_head)
 
 
 def unpack_for_cpu(packed: Weights, tied: bool) -> Weights:
     """The model's weights back from `pack_for_cpu`'s tree (a copy of each packed leaf); others as they are."""
-    if not isinstance(packed.layers[0].wq, PackedWeight):
-        return packed
+    if not any(_in_kernel_layout(w) for w in (packed.layers[0].wq, packed.lm_head)):
+        return packed  # nothing was packed: the tree itself, no copy
     layers = [
-        dataclasses.replace(lw, **{name: unpack_weight(getattr(lw, name)) for name in PROJECTIONS})
+        dataclasses.replace(lw, **{name: _unpack_leaf(getattr(lw, name)) for name in PROJECTIONS})
         for lw in packed.layers
     ]
-    lm_head = None if tied else unpack_weight(packed.lm_head)
+    lm_head = None if tied else _unpack_leaf(packed.lm_head)
     return dataclasses.replace(packed, layers=layers, lm_head=lm_head)
 
 

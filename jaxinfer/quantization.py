@@ -1,0 +1,162 @@
+"""Weight-only quantization: a `QuantizedWeight` leaf (values + scales) read by `quantized_matmul`.
+
+Modes: "int8" (one float32 scale per output column), "int4" (symmetric, one bf16 scale per
+output column and group of `group` input rows, two values per byte: row 2i in the low nibble,
+2i + 1 in the high one, each stored + 8) and "fp8" (e4m3 values, one float32 scale per column).
+A weight of `shape` whose first `contract` axes are its input is stored as a matrix [K, N].
+The model code is unchanged: `layers.linear` dispatches on the leaf type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.cpu_kernels.packed_quant import (
+    from_tiles,
+    int4_tiles_matmul,
+    int8_tiles_matmul,
+    pad_columns,
+    to_tiles,
+)
+
+MODES = ("int8", "int4", "fp8")
+GROUP_SIZES = (32, 64, 128)
+DEFAULT_GROUP = 32
+INT4_MAX = 7
+INT8_MAX = 127
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class QuantizedWeight:
+    """A weight of `shape` as quantized `values` and float `scales`; `tiled` when in the CPU kernel's layout.
+
+    rows layout: int8/fp8 values [K, N], scales f32 [N]; int4 values u8 [K / 2, N], scales bf16 [K / group, N].
+    tiled layout (CPU kernel, int8/int4 only): see `cpu_kernels.packed_quant`.
+    """
+
+    values: jax.Array
+    scales: jax.Array
+    shape: tuple[int, ...] = dataclasses.field(metadata={"static": True})
+    contract: int = dataclasses.field(metadata={"static": True})
+    mode: str = dataclasses.field(metadata={"static": True})
+    group: int = dataclasses.field(default=0, metadata={"static": True})
+    tiled: bool = dataclasses.field(default=False, metadata={"static": True})
+
+    @property
+    def in_size(self) -> int:
+        return math.prod(self.shape[: self.contract])
+
+    @property
+    def out_size(self) -> int:
+        return math.prod(self.shape[self.contract :])
+
+
+def check_mode(mode: str, group: int = DEFAULT_GROUP, field: str = "quantization") -> None:
+    """Raise naming the field when mode or group is not accepted (or fp8 is unavailable)."""
+    if mode not in MODES:
+        raise ValueError(f"{field}={mode!r} is not accepted; use None or one of {', '.join(map(repr, MODES))}")
+    if mode == "int4" and group not in GROUP_SIZES:
+        raise ValueError(f"int4 group size {group!r} is not accepted; use one of {GROUP_SIZES}")
+    if mode == "fp8" and not hasattr(jnp, "float8_e4m3fn"):
+        raise ValueError(f"{field}='fp8' needs float8_e4m3fn, which this jax ({jax.__version__}) lacks")
+
+
+def _absmax(w: jax.Array, axis: int) -> jax.Array:
+    """Per-slice max |w|, with all-zero slices given 1 (their values quantize to 0 anyway)."""
+    m = jnp.max(jnp.abs(w), axis=axis)
+    return jnp.where(m > 0, m, 1.0)
+
+
+@jax.jit
+def _int8(w2: jax.Array) -> tuple[jax.Array, jax.Array]:
+    scales = _absmax(w2, 0) / INT8_MAX
+    return jnp.clip(jnp.round(w2 / scales), -INT8_MAX, INT8_MAX).astype(jnp.int8), scales
+
+
+@jax.jit
+def _fp8(w2: jax.Array) -> tuple[jax.Array, jax.Array]:
+    scales = _absmax(w2, 0) / FP8_MAX
+    return (w2 / scales).astype(jnp.float8_e4m3fn), scales
+
+
+@functools.partial(jax.jit, static_argnames="group")
+def _int4(w2: jax.Array, group: int) -> tuple[jax.Array, jax.Array]:
+    k, n = w2.shape
+    grouped = w2.reshape(k // group, group, n)
+    # Scales are rounded to bf16 first, so values are chosen against the scale actually used.
+    scales = (_absmax(grouped, 1) / INT4_MAX).astype(jnp.bfloat16)
+    q = jnp.clip(jnp.round(grouped / scales[:, None].astype(jnp.float32)), -8, INT4_MAX).astype(jnp.int32) + 8
+    pairs = q.reshape(k // 2, 2, n).astype(jnp.uint8)
+    return pairs[:, 0] | (pairs[:, 1] << 4), scales
+
+
+def quantize(w: jax.Array, contract: int, mode: str, group: int = DEFAULT_GROUP, name: str = "weight") -> QuantizedWeight:
+    """w (first `contract` axes its input) quantized to `mode` in the rows layout."""
+    check_mode(mode, group)
+    k = math.prod(w.shape[:contract])
+    w2 = w.reshape(k, -1).astype(jnp.float32)
+    if mode == "int8":
+        return QuantizedWeight(*_int8(w2), tuple(w.shape), contract, mode)
+    if mode == "fp8":
+        return QuantizedWeight(*_fp8(w2), tuple(w.shape), contract, mode)
+    if k % group:
+        raise ValueError(f"int4 group size {group} does not divide {name}'s input size {k}; use one of {GROUP_SIZES} that does")
+    return QuantizedWeight(*_int4(w2, group), tuple(w.shape), contract, mode, group)
+
+
+def _int4_rows(values: jax.Array) -> jax.Array:
+    """Bytes [K / 2, N] -> signed int4 values [K, N] as int8."""
+    lo = (values & 15).astype(jnp.int8) - 8
+    hi = (values >> 4).astype(jnp.int8) - 8
+    return jnp.stack([lo, hi], axis=1).reshape(2 * values.shape[0], values.shape[1])
+
+
+def dequantize(q: QuantizedWeight, dtype: jnp.dtype = jnp.float32) -> jax.Array:
+    """The weight in its original shape and `dtype` (for tests and unquantizing, not for running)."""
+    q = untile(q)
+    if q.mode == "int4":
+        rows = _int4_rows(q.values).astype(jnp.float32)
+        w2 = (rows.reshape(-1, q.group, q.out_size) * q.scales[:, None].astype(jnp.float32)).reshape(rows.shape)
+    else:
+        w2 = q.values.astype(jnp.float32) * q.scales
+    return w2.reshape(q.shape).astype(dtype)
+
+
+def tile(q: QuantizedWeight) -> QuantizedWeight:
+    """int8/int4 in the CPU kernel's tile layout; fp8 (no kernel) and tiled weights as they are."""
+    if q.tiled or q.mode == "fp8":
+        return q
+    return dataclasses.replace(q, values=to_tiles(q.values), scales=pad_columns(q.scales), tiled=True)
+
+
+def untile(q: QuantizedWeight) -> QuantizedWeight:
+    """The rows layout back from `tile`."""
+    if not q.tiled:
+        return q
+    values, scales = from_tiles(q.values, q.out_size), q.scales[..., : q.out_size]
+    return dataclasses.replace(q, values=values, scales=scales, tiled=False)
+
+
+def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
+    """x2 [M, K] @ q as float32 [M, N]: the CPU kernel for tiles, else one XLA dot per weight (or group)."""
+    if q.tiled:
+        matmul = int8_tiles_matmul if q.mode == "int8" else int4_tiles_matmul
+        return matmul(x2, q.values, q.scales, q.out_size)
+    compute = jnp.float32 if x2.dtype == jnp.float32 else jnp.bfloat16
+    x2 = x2.astype(compute)
+    if q.mode != "int4":
+        y = jnp.dot(x2, q.values.astype(compute), preferred_element_type=jnp.float32)
+        return y * q.scales
+    groups = q.scales.shape[0]
+    if jax.default_backend() == "cpu":  # XLA:CPU has no batched bf16 x bf16 -> f32 dot
+        compute, x2 = jnp.float32, x2.astype(jnp.float32)
+    w3 = _int4_rows(q.values).astype(compute).reshape(groups, q.group, q.out_size)
+    y = jnp.einsum("mgk,gkn->mgn", x2.reshape(-1, groups, q.group), w3, preferred_element_type=jnp.float32)
+    return jnp.einsum("mgn,gn->mn", y, q.scales.astype(jnp.float32))

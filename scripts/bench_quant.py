@@ -1,0 +1,88 @@
+"""Decode tokens/s of bf16, int8 and int4 weights (same random-weight checkpoint, one run).
+
+For each batch size and weight format: a decode step's time (a 1-token generate subtracted
+from an N-token one), the bytes a step streams (quantized layers as stored: values + scales;
+the bf16 head and KV cache as they are) and that over the copy bandwidth measured in the same
+run (the roofline fraction), and the speedup over bf16. Writes a table and JSON.
+
+    python scripts/bench_quant.py                      # SmolLM-135M shape, CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from bench_decode import PRESETS, decode_step_bytes, make_checkpoint, measure_copy_bandwidth, time_generate
+from jaxinfer import LLM
+
+FORMATS = {"bf16": None, "int8": "int8", "int4": "int4"}
+
+
+def bench_format(path: Path, quantization: str | None, prompts: list[list[int]], args: argparse.Namespace) -> dict:
+    """Step seconds, bytes per step and decode tokens/s for one weight format."""
+    llm = LLM(path, dtype="bfloat16", max_seq_len=args.prompt_len + args.new_tokens, quantization=quantization)
+    times = time_generate(llm, prompts, args.new_tokens, args.repeats)
+    step_bytes = decode_step_bytes(llm, len(prompts), args.prompt_len + args.new_tokens // 2)
+    llm.close()
+    return dict(step_s=times["step_s"], step_bytes=step_bytes, decode_tok_s=len(prompts) / times["step_s"])
+
+
+def row(batch: int, name: str, result: dict, base: dict | None, copy_bw: float) -> dict:
+    """One table row, with the speedup over bf16 at the same batch."""
+    gb_s = result["step_bytes"] / result["step_s"] / 1e9
+    speedup = base["step_s"] / result["step_s"] if base else 1.0
+    return dict(batch=batch, weights=name, decode_tok_s=result["decode_tok_s"], step_ms=result["step_s"] * 1e3,
+                step_mb=result["step_bytes"] / 1e6, step_gb_s=gb_s, roofline=gb_s * 1e9 / copy_bw, vs_bf16=speedup)
+
+
+def print_table(rows: list[dict]) -> None:
+    """The results as a fixed-width table."""
+    print(f"{'batch':>5} {'weights':>7} {'tok/s':>8} {'step ms':>8} {'MB/step':>8} {'GB/s':>6} {'roofline':>8} {'vs bf16':>7}")
+    for r in rows:
+        print(f"{r['batch']:>5} {r['weights']:>7} {r['decode_tok_s']:>8.1f} {r['step_ms']:>8.2f} {r['step_mb']:>8.1f} "
+              f"{r['step_gb_s']:>6.1f} {r['roofline']:>8.1%} {r['vs_bf16']:>7.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="smollm-135m", choices=sorted(PRESETS))
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--probe-mb", type=int, default=512, help="buffer size of the bandwidth probe")
+    parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "jaxinfer_bench")
+    parser.add_argument("--out", type=Path, default=Path("results/bench_quant.json"))
+    args = parser.parse_args()
+
+    path = make_checkpoint(args.preset, args.model_dir)
+    copy_bw = measure_copy_bandwidth(args.probe_mb << 20)
+    print(f"device {jax.devices()[0].device_kind}; copy bandwidth {copy_bw / 1e9:.1f} GB/s")
+    rng = np.random.RandomState(0)
+    rows = []
+    for batch in args.batches:
+        prompts = rng.randint(3, 32000, (batch, args.prompt_len)).tolist()
+        base = None
+        for name in args.formats:
+            result = bench_format(path, FORMATS[name], prompts, args)
+            base = result if name == "bf16" else base
+            rows.append(row(batch, name, result, base, copy_bw))
+            print_table(rows[-1:])
+    print_table(rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(dict(
+        preset=args.preset, device=jax.devices()[0].device_kind, copy_bandwidth_gb_s=copy_bw / 1e9,
+        prompt_len=args.prompt_len, new_tokens=args.new_tokens, rows=rows,
+    ), indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

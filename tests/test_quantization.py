@@ -1,0 +1,135 @@
+"""Weight quantization: leaf math, the CPU kernel against the XLA path, accuracy gates, memory, load and convert."""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.checkpoint import load_weights
+from jaxinfer.cli import main as cli_main
+from jaxinfer.cpu_kernels import kernels_available
+from jaxinfer.llm import DEMO_MODEL
+from jaxinfer.models import pack_for_cpu, quantize_weights
+from jaxinfer.models.llama import PROJECTIONS
+from jaxinfer.quantization import QuantizedWeight, dequantize, quantize, quantized_matmul, tile
+from jaxinfer.scoring import all_position_logits
+from jaxinfer.tokenizer import load_tokenizer
+from jaxinfer.weights import tree_bytes
+
+WINDOW, WINDOWS = 256, 8  # 2048 held-out positions scored
+GATES = {"int8": (0.99, 0.01), "int4": (0.95, 0.05)}  # top-1 agreement >=, perplexity increase <=
+needs_kernels = pytest.mark.skipif(not kernels_available(), reason="CPU kernels unavailable")
+
+
+def held_out_windows() -> list[list[int]]:
+    """Token windows from stdlib files the demo model never trained on (its model card lists them)."""
+    metrics = json.loads((DEMO_MODEL.parent / "metrics.json").read_text())
+    paths = metrics["corpus"]["held_out_paths"]
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    text = "\n".join((stdlib / p).read_text(encoding="utf-8") for p in paths if (stdlib / p).is_file())
+    ids = load_tokenizer(DEMO_MODEL).encode(text, add_special_tokens=False)
+    assert len(ids) >= WINDOW * WINDOWS, len(ids)
+    step = len(ids) // WINDOWS
+    return [ids[i * step : i * step + WINDOW] for i in range(WINDOWS)]
+
+
+@pytest.fixture(scope="module")
+def scored() -> dict:
+    """Per mode: logits over the held-out windows (float32 model; quantized ones through the CPU kernel if on)."""
+    cfg, weights = load_weights(DEMO_MODEL, jnp.float32)
+    windows = held_out_windows()
+    out = {"windows": windows}
+    for mode in (None, "int8", "int4"):
+        run = quantize_weights(weights, mode, 32)
+        run = pack_for_cpu(run) if kernels_available() else run
+        out[mode] = [all_position_logits(run, cfg, w, jnp.float32, WINDOW) for w in windows]
+    return out
+
+
+def projections(weights) -> list:
+    """The quantizable projection leaves of every layer."""
+    return [getattr(lw, name) for lw in weights.layers for name in PROJECTIONS]
+
+
+def perplexity(logits: list[np.ndarray], windows: list[list[int]]) -> float:
+    """exp of the mean next-token negative log-likelihood over the windows."""
+    nll = []
+    for lg, ids in zip(logits, windows):
+        logp = jax.nn.log_softmax(jnp.asarray(lg[:-1]), axis=-1)
+        nll.append(-np.asarray(logp)[np.arange(len(ids) - 1), ids[1:]])
+    return float(np.exp(np.mean(np.concatenate(nll))))
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_accuracy_gates_on_held_out_text(scored, mode):
+    min_agree, max_ppl_increase = GATES[mode]
+    agree = np.mean(np.concatenate([a.argmax(-1) == b.argmax(-1) for a, b in zip(scored[None], scored[mode])]))
+    base, quant = perplexity(scored[None], scored["windows"]), perplexity(scored[mode], scored["windows"])
+    assert agree >= min_agree, (mode, agree)
+    assert quant / base - 1 <= max_ppl_increase, (mode, base, quant)
+
+
+@pytest.mark.parametrize("mode,limit", [("int8", 0.52), ("int4", 0.30)])
+def test_weight_memory_of_quantized_layers(mode, limit):
+    _, bf16 = load_weights(DEMO_MODEL, jnp.bfloat16)
+    quant = quantize_weights(bf16, mode, 32)
+    tiled = pack_for_cpu(quant) if kernels_available() else quant  # the layout that runs (padded to tiles)
+    for tree in (quant, tiled):
+        assert tree_bytes(projections(tree)) <= limit * tree_bytes(projections(bf16))
+
+
+@pytest.mark.parametrize("mode,tolerance", [("int8", 0.005), ("int4", 0.08), ("fp8", 0.07)])
+def test_dequantized_weight_is_close(mode, tolerance):
+    w = jax.random.normal(jax.random.key(0), (128, 4, 16), jnp.float32)
+    q = quantize(w, 1, mode, 32)
+    assert isinstance(q, QuantizedWeight) and q.out_size == 64 and q.in_size == 128
+    err = jnp.abs(dequantize(q) - w) / jnp.max(jnp.abs(w), axis=0)
+    assert float(err.max()) <= tolerance
+
+
+@needs_kernels
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+@pytest.mark.parametrize("rows", [1, 5, 11])
+def test_cpu_kernel_matches_xla_path(mode, rows):
+    w = jax.random.normal(jax.random.key(1), (4, 32, 70), jnp.float32)  # contract 2, N not a tile multiple
+    q = quantize(w, 2, mode, 64)
+    x = jax.random.normal(jax.random.key(2), (rows, 128), jnp.float32)
+    reference = x @ dequantize(q).reshape(128, 70)
+    np.testing.assert_allclose(quantized_matmul(x, q), reference, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(quantized_matmul(x, tile(q)), reference, rtol=1e-5, atol=1e-4)
+
+
+def test_errors_name_the_value_and_the_choices():
+    _, weights = load_weights(DEMO_MODEL, jnp.float32)
+    with pytest.raises(ValueError, match="quantization='int3'.*'int8', 'int4', 'fp8'"):
+        quantize_weights(weights, "int3")
+    with pytest.raises(ValueError, match="group size 48"):
+        quantize_weights(weights, "int4", 48)
+    with pytest.raises(ValueError, match="group size 128 does not divide x's input size 64"):
+        quantize(jnp.ones((64, 8)), 1, "int4", 128, "x")
+    with pytest.raises(ValueError, match="stored as 'int8'"):
+        quantize_weights(quantize_weights(weights, "int8"), "int4")
+
+
+def test_llm_quantizes_at_load_and_convert_stores_it(tmp_path):
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    prompts = ["def parse(line):\n", "class Stack:\n"]
+    reference = LLM(dtype="bfloat16", max_seq_len=128).generate(prompts, params)
+    llm = LLM(dtype="bfloat16", max_seq_len=128, quantization="int8")
+    assert isinstance(llm.weights.layers[0].wq, QuantizedWeight) and llm.weights.embed.dtype == jnp.bfloat16
+    out = llm.generate(prompts, params)
+    same = np.mean([np.mean(np.array(a.token_ids) == np.array(b.token_ids)) for a, b in zip(reference, out)])
+    assert same >= 0.9, same
+    assert cli_main(["convert", str(DEMO_MODEL), str(tmp_path / "q"), "--quantize", "int8"]) == 0
+    stored = LLM(tmp_path / "q", max_seq_len=128)
+    q, expected = stored.weights.layers[0].wq, llm.weights.layers[0].wq
+    assert (q.mode, q.group, q.values.dtype) == ("int8", 0, jnp.int8)
+    np.testing.assert_array_equal(np.asarray(q.values), np.asarray(expected.values))
+    assert [o.token_ids for o in stored.generate(prompts, params)] == [o.token_ids for o in out]
