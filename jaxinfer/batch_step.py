@@ -68,11 +68,18 @@ def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array) -> jax.Ar
     """Next tokens [R] for raw logits [R, V] of rows whose next token goes to index lengths [R]."""
     if s.penalties is not None:
         logits = apply_penalties(logits, s.penalties)
-    too_early = (lengths < s.min_lengths)[:, None]
-    rows = jnp.arange(logits.shape[0])[:, None]
-    stop_cols = jnp.where(too_early & (s.stop_ids >= 0), s.stop_ids, logits.shape[1])
-    logits = logits.at[rows, stop_cols].set(-jnp.inf, mode="drop")
+    logits = mask_early_stops(logits, s.stop_ids, s.min_lengths, lengths)
     return sample(logits, s.params, lengths)
+
+
+def mask_early_stops(
+    logits: jax.Array, stop_ids: jax.Array, min_lengths: jax.Array, lengths: jax.Array
+) -> jax.Array:
+    """Logits [R, V] with each row's stop ids [R, NS] at -inf while its next index is below min_lengths."""
+    too_early = (lengths < min_lengths)[:, None]
+    rows = jnp.arange(logits.shape[0])[:, None]
+    stop_cols = jnp.where(too_early & (stop_ids >= 0), stop_ids, logits.shape[1])
+    return logits.at[rows, stop_cols].set(-jnp.inf, mode="drop")
 
 
 def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -83,13 +90,20 @@ def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.A
     return chosen, top_ids.astype(jnp.int32), top_values
 
 
-def _row_logits(weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig):
+def step_hidden(
+    weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig
+) -> tuple[jax.Array, PagedKVCache]:
+    """Final hidden states [N, D] of the step's flat tokens, and the pools with their K/V written."""
     view = RaggedPagedCache(
         dataclasses.replace(pages, page_table=x.page_table), x.token_rows, x.lengths, x.query_lens, x.num_decode
     )
     hidden, view = forward(weights, x.tokens[None], x.positions[None], view, cfg)
-    logits = lm_logits(weights, hidden[0, x.last_index])
-    return logits, dataclasses.replace(view.pages, page_table=pages.page_table)
+    return hidden[0], dataclasses.replace(view.pages, page_table=pages.page_table)
+
+
+def _row_logits(weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig):
+    hidden, pages = step_hidden(weights, pages, x, cfg)
+    return lm_logits(weights, hidden[x.last_index]), pages
 
 
 def _outputs(logits: jax.Array, tokens: jax.Array, want_logprobs: bool) -> StepOutputs:

@@ -1,8 +1,9 @@
 """`LLM`: the notebook entry point. Loads a model once, then generates, streams or scores.
 
-Generation runs on the serving engine (continuous batching over the paged KV cache); with a
-speculative config, requests that only use the sampling settings the speculative loop
-supports run as static batches through it.
+Generation runs on the serving engine (continuous batching over the paged KV cache), which
+also runs prompt-lookup (n-gram) speculation; with a draft-model speculative config, requests
+that only use the sampling settings the speculative loop supports run as static batches
+through it.
 """
 
 from __future__ import annotations
@@ -130,15 +131,17 @@ class LLM:
             gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
         )
+        # Prompt lookup speculates inside the engine; a draft model runs static batches beside it.
+        in_engine = speculative is not None and speculative.method == "ngram"
         self.engine = LLMEngine(
             self._run_weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
-            model_identity(self.model_dir, self.dtype), self.default_params,
+            model_identity(self.model_dir, self.dtype), self.default_params, speculative if in_engine else None,
         )
         self._request_ids = itertools.count()
-        self._setup_speculative(speculative)
+        self._setup_speculative(None if in_engine else speculative)
 
     def _setup_speculative(self, speculative: SpeculativeConfig | None) -> None:
-        """Speculative requests run static batches beside the engine (the engine does not draft yet)."""
+        """Draft-model requests run static batches beside the engine (the engine does not run drafts yet)."""
         self.speculative: SpeculativeDecoder | None = build_speculative(
             speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len, cpu_kernels=self.cpu_kernels
         )
@@ -190,6 +193,7 @@ class LLM:
         out = self.engine.metrics()
         if self.speculative is not None:
             out.update(self.speculative.metrics())
+        out.update(self.engine.speculation_metrics() or {})
         return out
 
     def close(self) -> None:

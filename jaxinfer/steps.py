@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxinfer import batch_step, generation
+from jaxinfer import batch_step, batch_verify, generation
 from jaxinfer.speculative import loop as speculative_loop
 
 prefill = jax.jit(
@@ -20,3 +20,4 @@ speculative_decode = jax.jit(
 speculative_probe = jax.jit(speculative_loop.probe, static_argnames=("cfg", "proposer", "spec", "kind"))
 ragged_step = jax.jit(batch_step.ragged_step, static_argnames=("cfg",), donate_argnames=("pages",))
 multi_decode = jax.jit(batch_step.multi_decode, static_argnames=("cfg", "max_steps"), donate_argnames=("pages",))
+verify_step = jax.jit(batch_verify.verify_step, static_argnames=("cfg", "rule"), donate_argnames=("pages",))

@@ -55,11 +55,11 @@ def self_spec(models):
     [
         dict(method="draft", draft="draft", num_speculative_tokens=K),
         dict(method="draft", draft="small_vocab", num_speculative_tokens=K, adaptive=False),
+        dict(method="draft", draft="draft", num_speculative_tokens=K, calibrate=False),
         dict(method="ngram", num_speculative_tokens=K, adaptive=False),
-        dict(method="ngram", num_speculative_tokens=K, calibrate=True),
-        dict(method="ngram", num_speculative_tokens=K, calibrate=False),
+        dict(method="ngram", num_speculative_tokens=K),
     ],
-    ids=["draft-model", "prefix-vocab-draft", "ngram", "ngram-calibrated", "ngram-heuristic"],
+    ids=["draft-model", "prefix-vocab-draft", "draft-heuristic", "ngram-in-engine", "ngram-in-engine-adaptive"],
 )
 def test_greedy_speculative_equals_plain(models, plain, spec):
     spec = dict(spec)
@@ -70,8 +70,10 @@ def test_greedy_speculative_equals_plain(models, plain, spec):
     assert [o.token_ids for o in outs] == plain
     assert llm.metrics()["speculative"] and llm.metrics()["drafted"] > 0
     assert all(o.spec_stats is not None for o in outs)
-    if spec.get("adaptive", True):
+    if spec["method"] == "draft" and spec.get("adaptive", True):
         assert_cost_model(llm, calibrated=spec.get("calibrate", jax.default_backend() == "cpu"))
+    if spec["method"] == "ngram":  # prompt lookup runs inside the engine, not the static loop
+        assert llm.speculative is None and llm.metrics()["spec_decode_num_draft_tokens"] > 0
 
 
 def assert_cost_model(llm: LLM, calibrated: bool) -> None:
@@ -83,11 +85,9 @@ def assert_cost_model(llm: LLM, calibrated: bool) -> None:
     base, per_draft = np.asarray(costs.round_base), np.asarray(costs.per_draft)
     # In plain target steps: a verify pass is a target forward (about one step, measured 1.6-2.1);
     # the 1-layer draft costs a fraction of the 2-layer target (0.25-0.4); n-gram lookup ~0 (0.02).
-    assert np.all((base >= 0.5) & (base < 10)), base
-    if llm.speculative.config.method == "draft":
-        assert np.all((per_draft > 0) & (per_draft < 1)), per_draft
-    else:
-        assert np.all(per_draft < 0.1), per_draft
+    # Wide bounds: these are timings on a machine that may be busy (0.48 seen under load).
+    assert np.all((base >= 0.2) & (base < 10)), base
+    assert np.all((per_draft > 0) & (per_draft < 1)), per_draft
 
 
 def test_heuristic_costs_plan_by_batch_size():
@@ -191,7 +191,7 @@ def test_loop_failure_falls_back_without_losing_requests(models, plain, monkeypa
     def broken(*args, **kwargs):
         raise RuntimeError("compile failed")
 
-    llm = make_llm(models, method="ngram")
+    llm = make_llm(models, draft_model=str(models["draft"]))
     monkeypatch.setattr(steps, "speculative_decode", broken)
     with pytest.warns(SpeculativeFallbackWarning, match="compile failed"):
         outs = llm.generate(PROMPTS, GREEDY)

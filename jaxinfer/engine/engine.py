@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxinfer import paged_kv_cache, steps
 from jaxinfer.batch_step import RowSampling, StepInputs, StepOutputs
+from jaxinfer.batch_verify import Drafts
 from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.config import ModelConfig
 from jaxinfer.engine.block_manager import BlockManager
@@ -29,13 +30,17 @@ from jaxinfer.engine.request import Request, Status
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.validate import check_prompt, encode_prompt
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
-from jaxinfer.engine.step_builder import HostStep, bucket, build_step, empty_step, warmup_shapes
+from jaxinfer.engine.speculation import Speculator, zero_counts
+from jaxinfer.engine.step_builder import (
+    HostStep, bucket, build_step, build_verify_step, empty_step, empty_verify_step, powers_of_two, warmup_shapes,
+)
 from jaxinfer.models import Weights
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.penalties import Penalties
 from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.scoring import prompt_logprobs
+from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.tokenizer import Detokenizer
 
 log = logging.getLogger(__name__)
@@ -55,8 +60,12 @@ class LLMEngine:
         cache_spec: CacheSpec = CacheSpec(),
         model_identity: str = "",
         default_params: SamplingParams | None = None,
+        speculative: SpeculativeConfig | None = None,
     ):
         self.weights, self.model_config, self.tokenizer = weights, model_config, tokenizer
+        self.speculator = None if speculative is None else Speculator(speculative)
+        k_max = 0 if speculative is None else speculative.num_speculative_tokens
+        self.verify_chunk = bucket(k_max + 1)
         self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
         self.default_params = default_params or SamplingParams()
         page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype)
@@ -64,7 +73,10 @@ class LLMEngine:
         self.pages = self._new_pool(num_pages)
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching)
         self.scheduler = Scheduler(
-            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps),
+            SchedulerConfig(
+                config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
+                lookahead=k_max + 1,
+            ),
             self.blocks,
         )
         self.max_pages = bucket(config.pages_per_seq)
@@ -95,6 +107,8 @@ class LLMEngine:
                 leader=group[0] if group else None,
                 detokenizer=Detokenizer(self.tokenizer) if self.tokenizer is not None else None,
             )
+            if self.speculator is not None:
+                request.spec_counts = zero_counts(self.speculator.k_max)
             group.append(request)
         if params.prompt_logprobs is not None:
             group[0].prompt_logprobs = prompt_logprobs(
@@ -123,11 +137,18 @@ class LLMEngine:
         schedule = self.scheduler.schedule()
         touched, self.pending = self.pending, set()
         if not schedule.empty:
-            host = build_step(
-                schedule, self.config.page_size, self.max_pages, self.min_pages, self.narrow_mixed
-            )
-            touched |= self._run_and_apply(schedule, host)
+            touched |= self._run_and_apply(schedule, self._build(schedule))
         return self._collect(touched)
+
+    def _build(self, schedule: Schedule) -> HostStep:
+        """A verify step when the batch is all decodes and some row drafts, else the plain step."""
+        if schedule.all_decode and self.speculator is not None:
+            drafts = self.speculator.plan([row.request for row in schedule.decodes])
+            if drafts is not None:
+                return build_verify_step(
+                    schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages
+                )
+        return build_step(schedule, self.config.page_size, self.max_pages, self.min_pages, self.narrow_mixed)
 
     def metrics(self) -> dict:
         """vLLM-named counters, gauges and latency summaries (see engine.metrics)."""
@@ -137,6 +158,10 @@ class LLMEngine:
             self.stats, len(self.scheduler.running), waiting, self.blocks.usage, prefix, self.scheduler.num_preemptions
         )
 
+    def speculation_metrics(self) -> dict | None:
+        """Acceptance totals of the engine's speculation (drafted, accepted, rates), or None when off."""
+        return None if self.speculator is None else self.speculator.metrics()
+
     def warmup(self) -> int:
         """Compile every step shape the knobs allow (default sampling variant); returns the count.
 
@@ -145,7 +170,16 @@ class LLMEngine:
         shapes = warmup_shapes(self.config, self.min_pages, self.max_pages, self.narrow_mixed)
         for num_decode, num_prefill, chunk, pages, num_steps in shapes:
             self._run(empty_step(num_decode, num_prefill, chunk, pages, num_steps))
-        return len(shapes)
+        if self.speculator is None:
+            return len(shapes)
+        verify_shapes = [
+            (rows, pages)
+            for rows in powers_of_two(1, self.config.max_num_seqs)
+            for pages in powers_of_two(self.min_pages, self.max_pages)
+        ]
+        for rows, pages in verify_shapes:
+            self._run(empty_verify_step(rows, self.verify_chunk, pages))
+        return len(shapes) + len(verify_shapes)
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
@@ -168,13 +202,27 @@ class LLMEngine:
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
             return self._fail_step(host, error)
+        if host.drafts is not None:
+            self._observe_drafts(schedule, host, out)
         return self._apply(schedule, host, out)
+
+    def _observe_drafts(self, schedule: Schedule, host: HostStep, out: StepOutputs) -> None:
+        """Acceptance per row into the speculator and the vLLM-named counters."""
+        rows = len(schedule.decodes)
+        drafted, accepted = host.num_drafts[:rows], np.asarray(out.counts[:rows]) - 1
+        self.speculator.observe([row.request for row in schedule.decodes], drafted, accepted)
+        self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
     def _run(self, host: HostStep) -> StepOutputs:
         inputs = self._device_inputs(host)
         if self.pages is None:
             self.pages = self._new_pool(self.blocks.num_pages)
-        if host.num_steps > 1:
+        if host.drafts is not None:
+            drafts = Drafts(jnp.asarray(host.drafts), jnp.asarray(host.num_drafts))
+            out, self.pages = steps.verify_step(
+                self.weights, self.pages, inputs, drafts, cfg=self.model_config, rule=self.speculator.config.rule
+            )
+        elif host.num_steps > 1:
             out, self.pages = steps.multi_decode(
                 self.weights, self.pages, inputs, jnp.int32(host.num_steps), cfg=self.model_config,
                 max_steps=self.config.decode_steps,

@@ -47,6 +47,17 @@ class EngineMetrics:
             self.time_per_output_token.append((t.last_token - t.first_token) / (len(request.output_ids) - 1))
 
 
+    def record_drafts(self, drafted: np.ndarray, accepted: np.ndarray, k_max: int) -> None:
+        """Count one verify step: rows that drafted, their draft tokens, and acceptances per position."""
+        if len(self.spec_accepted_per_position) < k_max:
+            self.spec_accepted_per_position += [0] * (k_max - len(self.spec_accepted_per_position))
+        self.spec_drafts += int(np.count_nonzero(drafted))
+        self.spec_draft_tokens += int(drafted.sum())
+        self.spec_accepted_tokens += int(accepted.sum())
+        for i in range(k_max):
+            self.spec_accepted_per_position[i] += int(np.count_nonzero(accepted > i))
+
+
 def summary(values: list[float]) -> dict[str, float]:
     """count, mean, p50 and p99 of a latency list (NaN when empty)."""
     if not values:

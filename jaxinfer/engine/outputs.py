@@ -80,6 +80,7 @@ def accumulate(total: RequestOutput | None, delta: RequestOutput) -> RequestOutp
         if new.logprobs is not None:
             old.logprobs = (old.logprobs or []) + new.logprobs
         old.finish_reason, old.stop_reason = new.finish_reason, new.stop_reason
+        old.spec_stats = new.spec_stats or old.spec_stats  # totals so far, not a delta
     total.finished, total.metrics = delta.finished, delta.metrics
     total.error = total.error or delta.error
     return total

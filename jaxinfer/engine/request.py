@@ -73,6 +73,8 @@ class Request:
     prompt_logprobs: list[dict[int, float] | None] | None = None
     timing: Timing = dataclasses.field(default_factory=Timing)
     detokenizer: object | None = None
+    spec_acceptance: float | None = None  # moving average of draft acceptance (engine speculation)
+    spec_counts: dict | None = None  # this sample's verify-step counters (speculative.stats layout)
 
     @property
     def all_ids(self) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from jaxinfer.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from jaxinfer.engine.postprocess import visible_text_end
 from jaxinfer.engine.request import Request
+from jaxinfer.speculative.stats import summarize
 
 
 def _completion_delta(request: Request) -> CompletionOutput:
@@ -13,8 +14,9 @@ def _completion_delta(request: Request) -> CompletionOutput:
     ids = request.output_ids[request.emitted_tokens :]
     logprobs = request.logprobs[request.emitted_tokens :] if request.params.logprobs is not None else None
     request.emitted_chars, request.emitted_tokens = end, len(request.output_ids)
+    spec_stats = summarize(request.spec_counts) if request.spec_counts else None
     return CompletionOutput(
-        request.index, text, ids, request.finish_reason, request.stop_reason, logprobs
+        request.index, text, ids, request.finish_reason, request.stop_reason, logprobs, spec_stats
     )
 
 

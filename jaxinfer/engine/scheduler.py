@@ -24,6 +24,7 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 512  # tokens of a step (decodes + prefill chunks)
     max_prefill_seqs: int = 4  # prompts chunked in one step
     decode_steps: int = 8  # decode steps one call may run when the batch is all decodes
+    lookahead: int = 1  # tokens an all-decode call may add per row (decode steps, or drafts + 1)
 
 
 @dataclasses.dataclass
@@ -47,6 +48,7 @@ class Schedule:
     decodes: list[Row]
     prefills: list[Row]
     num_steps: int = 1
+    all_decode: bool = False  # nothing to prefill or admit: rows may take `lookahead` tokens (pages reserved)
 
     @property
     def empty(self) -> bool:
@@ -78,12 +80,20 @@ class Scheduler:
 
     def schedule(self) -> Schedule:
         """Rows for the next step."""
-        admissible = bool(self.waiting) and len(self.running) < self.config.max_num_seqs
-        steps = 1 if admissible or any(r.prefilling for r in self.running) else self.config.decode_steps
-        decodes = self._schedule_decodes(steps)
+        admissible = bool(self.waiting) and len(self.running) < self.config.max_num_seqs and self._head_fits()
+        all_decode = not admissible and not any(r.prefilling for r in self.running)
+        reserve = max(self.config.decode_steps, self.config.lookahead) if all_decode else 1
+        decodes = self._schedule_decodes(reserve)
         budget = self.config.max_num_batched_tokens - len(decodes)
         prefills = self._schedule_prefills(budget, decodes)
-        return Schedule(decodes, prefills, steps if not prefills else 1)
+        all_decode = all_decode and not prefills
+        return Schedule(decodes, prefills, self.config.decode_steps if all_decode else 1, all_decode)
+
+    def _head_fits(self) -> bool:
+        """Whether the pool has room for the next waiting request's first chunk (cached pages not counted)."""
+        head = self.waiting[0]
+        first_chunk = min(head.num_tokens, self.config.max_num_batched_tokens)
+        return head.ready and self.blocks.usable_pages >= self.blocks.pages_for(first_chunk)
 
     def _schedule_decodes(self, steps: int) -> list[Row]:
         rows, i = [], 0
@@ -113,10 +123,10 @@ class Scheduler:
         while self.waiting and budget > 0 and len(rows) < self.config.max_prefill_seqs:
             if len(self.running) >= self.config.max_num_seqs or not self.waiting[0].ready:
                 break
-            budget = min(budget, self._row_budget(rows))
-            if budget <= 0:
+            allowed = min(budget, self._row_budget(rows))  # caps this row, not the step's budget
+            if allowed <= 0:
                 break
-            row = self._admit(self.waiting[0], budget)
+            row = self._admit(self.waiting[0], allowed)
             if row is None:
                 break
             self.waiting.popleft()

@@ -40,6 +40,8 @@ class HostStep:
     requests: list[Request | None]  # per row; None for padding
     num_decode: int
     num_steps: int
+    drafts: np.ndarray | None = None  # [R, chunk - 1] int32 for a verify step (rows are chunks)
+    num_drafts: np.ndarray | None = None  # [R] int32
 
 
 def shape_buckets(
@@ -106,9 +108,12 @@ def _empty(n: int, rows: int, pages: int, stop_width: int, num_decode: int, num_
     )
 
 
-def _fill_row(step: HostStep, r: int, offset: int, row: Row) -> None:
+def _fill_row(step: HostStep, r: int, offset: int, row: Row, drafts: np.ndarray | None = None) -> None:
+    """Row r's tokens from offset; a verify row's tokens past the last known one are its drafts."""
     request = row.request
-    ids = request.all_ids[row.start : row.start + row.count]
+    ids = request.all_ids[row.start : row.start + row.count - (0 if drafts is None else len(drafts))]
+    if drafts is not None:
+        ids = ids + drafts.tolist()
     step.tokens[offset : offset + row.count] = ids
     step.positions[offset : offset + row.count] = np.arange(row.start, row.start + row.count)
     table = request.pages[: step.page_table.shape[1]]
@@ -161,4 +166,31 @@ def empty_step(num_decode: int, num_prefill: int, chunk: int, pages: int, num_st
     step.token_rows[:num_decode] = np.arange(num_decode)
     step.last_index[:num_decode] = np.arange(num_decode)
     step.last_index[num_decode:] = num_decode + np.arange(num_prefill) * chunk
+    return step
+
+
+def build_verify_step(
+    schedule: Schedule, drafts: list[np.ndarray], chunk: int, page_size: int, max_pages: int, min_pages: int = 1
+) -> HostStep:
+    """Every decode row as one chunk `[last token, drafts...]` (padded to `chunk`) for `batch_verify`."""
+    rows = bucket(len(schedule.decodes))
+    needed = max(-(-(row.start + chunk) // page_size) for row in schedule.decodes)
+    pages = min(bucket(needed, min_pages), max_pages)
+    step = _empty(rows * chunk, rows, pages, _stop_width(schedule), 0, 1)
+    step.token_rows[:] = np.repeat(np.arange(rows), chunk)
+    step.last_index[:] = np.arange(rows) * chunk
+    step.drafts = np.zeros((rows, chunk - 1), np.int32)
+    step.num_drafts = np.zeros(rows, np.int32)
+    for r, (row, draft) in enumerate(zip(schedule.decodes, drafts)):
+        _fill_row(step, r, r * chunk, dataclasses.replace(row, count=1 + len(draft)), draft)
+        step.drafts[r, : len(draft)] = draft
+        step.num_drafts[r] = len(draft)
+    return step
+
+
+def empty_verify_step(rows: int, chunk: int, pages: int) -> HostStep:
+    """An all-padding verify step of the given shape (compiles the program)."""
+    step = empty_step(0, rows, chunk, pages, 1)
+    step.drafts = np.zeros((rows, chunk - 1), np.int32)
+    step.num_drafts = np.zeros(rows, np.int32)
     return step

@@ -1,0 +1,69 @@
+"""The serving engine's speculative step: verify host-proposed drafts for every row in one pass.
+
+Each row is laid out as a prefill chunk of `[last token, draft_1 .. draft_k]` (right-padded to
+the step's chunk), so the ragged step's forward writes their K/V and yields the target's
+distribution at every position. Acceptance is the exact rule of `speculative.rejection`: the
+proposer (prompt lookup) is deterministic, so q is one-hot and draft i is kept with probability
+p(draft_i); greedy rows keep drafts while they equal the argmax. K/V written for rejected drafts
+sit past the row's new length and are overwritten by later steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.batch_step import StepInputs, StepOutputs, mask_early_stops, step_hidden
+from jaxinfer.config import ModelConfig
+from jaxinfer.models import Weights, lm_logits
+from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
+from jaxinfer.speculative.verify import repeat_rows
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Drafts:
+    """Each row's proposed continuation."""
+
+    tokens: jax.Array  # [R, C - 1] int32, zero past count
+    count: jax.Array  # [R] int32 drafts to verify (0: the row decodes plainly)
+
+
+def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: int) -> jax.Array:
+    """Float32 logits [R, C, V] at every verified position, stop ids masked before min_tokens."""
+    chunk = hidden.shape[0] // rows
+    logits = lm_logits(weights, hidden).astype(jnp.float32)
+    first_next = x.lengths - x.query_lens + 1  # index of the token the row's first query predicts
+    next_index = (first_next[:, None] + jnp.arange(chunk, dtype=jnp.int32)[None, :]).reshape(-1)
+    s = x.sampling
+    repeat = lambda a: jnp.repeat(a, chunk, axis=0)  # noqa: E731
+    masked = mask_early_stops(logits, repeat(s.stop_ids), repeat(s.min_lengths), next_index)
+    return masked.reshape(rows, chunk, -1)
+
+
+def verify_step(
+    weights: Weights, pages: PagedKVCache, x: StepInputs, drafts: Drafts, cfg: ModelConfig,
+    rule: AcceptanceRule = EXACT_RULE,
+) -> tuple[StepOutputs, PagedKVCache]:
+    """Accepted drafts then one corrected (or bonus) token per row: tokens [R, C], counts = accepted + 1.
+
+    x holds no decode rows (num_decode 0) and no penalties; every row is one verify chunk.
+    """
+    rows = x.lengths.shape[0]
+    hidden, pages = step_hidden(weights, pages, x, cfg)
+    logits = position_logits(hidden, weights, x, rows)
+    chunk, vocab = logits.shape[1], logits.shape[2]
+    params = x.sampling.params
+    target = sampled_logprobs(logits.reshape(rows * chunk, vocab), repeat_rows(params, chunk))
+    target = target.reshape(rows, chunk, vocab)
+    proposal = one_hot_logprobs(drafts.tokens, vocab)
+    first_position = x.lengths - drafts.count
+    verdict = verify(target, proposal, drafts.tokens, drafts.count, params, first_position, rule)
+    n = verdict.num_accepted
+    columns = jnp.arange(chunk, dtype=jnp.int32)[None, :]
+    padded = jnp.pad(drafts.tokens, ((0, 0), (0, 1)))
+    tokens = jnp.where(columns < n[:, None], padded, verdict.next_token[:, None])
+    return StepOutputs(tokens, n + 1, None, None, None), pages

@@ -1,0 +1,126 @@
+"""Speculative decoding inside the engine: prompt-lookup drafts proposed on the host, verified on device.
+
+The engine knows every request's tokens on the host, so the n-gram proposer is a NumPy search
+there (no token buffer on the device). Each row drafts its own length: a moving average of
+its acceptance and the cost model of `speculative.costs` (verified tokens nearly free until a
+pass holds `verify_saturation_tokens`), so speculation switches itself off as the batch grows.
+Plain sampling features the verify step does not implement (penalties, logprobs) make the
+step run plainly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from jaxinfer.engine.request import Request
+from jaxinfer.speculative.config import SpeculativeConfig
+from jaxinfer.speculative.costs import heuristic_costs, planned_draft_len
+from jaxinfer.speculative.stats import SpecMetrics
+
+
+def ngram_draft(ids: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> np.ndarray:
+    """What followed the latest earlier occurrence of the last n tokens (n = ngram_max down to ngram_min).
+
+    Among matches the latest with k tokens after it wins (a loop of period 1 still yields k),
+    else the latest match. At most k tokens; empty when nothing matches.
+    """
+    length = len(ids)
+    for n in range(ngram_max, ngram_min - 1, -1):
+        if length <= n:
+            continue
+        windows = sliding_window_view(ids[:-1], n)  # windows[s] ends at s + n - 1 <= length - 2
+        ends = np.flatnonzero(np.all(windows == ids[-n:], axis=1)) + n - 1
+        if len(ends) == 0:
+            continue
+        full = ends[ends <= length - 1 - k]
+        end = full[-1] if len(full) else ends[-1]
+        return ids[end + 1 : end + 1 + k]
+    return ids[:0]
+
+
+class Speculator:
+    """Plans each row's drafts for one verify step and keeps acceptance per request."""
+
+    def __init__(self, config: SpeculativeConfig):
+        if config.method != "ngram":
+            raise ValueError(
+                f"the engine speculates with method='ngram' only, got {config.method!r}; "
+                "draft models run through LLM's static speculative path"
+            )
+        self.config = config
+        self.costs = heuristic_costs(0.0, config)  # the lookup runs on the host: no draft steps
+        self.totals = SpecMetrics(config.num_speculative_tokens)
+
+    @property
+    def k_max(self) -> int:
+        """Drafts per row at most."""
+        return self.config.num_speculative_tokens
+
+    def plan(self, requests: list[Request]) -> list[np.ndarray] | None:
+        """Drafts per request, or None when no row would draft (the step then decodes plainly)."""
+        if any(r.params.penalized or r.params.logprobs is not None for r in requests):
+            return None
+        lengths = self._draft_lengths(requests)
+        drafts = [
+            ngram_draft(np.asarray(r.all_ids, np.int32), int(k), self.config.ngram_min, self.config.ngram_max)
+            if k else np.zeros(0, np.int32)
+            for r, k in zip(requests, lengths)
+        ]
+        return drafts if any(len(d) for d in drafts) else None
+
+    def _draft_lengths(self, requests: list[Request]) -> np.ndarray:
+        """Per row: the cost model's choice, capped so the row cannot pass max_tokens."""
+        room = np.asarray([r.max_total - r.num_tokens - 1 for r in requests])
+        if not self.config.adaptive:
+            return np.clip(room, 0, self.k_max)
+        initial = self.config.initial_acceptance
+        accept = np.asarray([initial if r.spec_acceptance is None else r.spec_acceptance for r in requests])
+        greedy = all(r.params.temperature <= 0 for r in requests)
+        planned = planned_draft_len(
+            np.repeat(accept[:, None], self.k_max, axis=1).astype(np.float32), np.int32(len(requests)),
+            np.bool_(greedy), self.costs, self.k_max, self.config.min_gain,
+        )
+        return np.clip(np.minimum(np.asarray(planned), room), 0, None)
+
+    def metrics(self) -> dict:
+        """Acceptance totals since the engine started, in the speculative loop's terms."""
+        config = self.config
+        return {"speculative": True, "method": config.method, "num_speculative_tokens": config.num_speculative_tokens,
+                "fallback_reason": None, **self.totals.totals()}
+
+    def observe(self, requests: list[Request], drafted: np.ndarray, accepted: np.ndarray) -> None:
+        """Fold one step's outcome into each row's acceptance (kept on the request) and the totals."""
+        decay = self.config.acceptance_decay
+        for r, k, n in zip(requests, drafted, accepted):
+            if k:
+                rate = n / (n + (n < k))  # n trials passed, and one failed unless all k were accepted
+                old = self.config.initial_acceptance if r.spec_acceptance is None else r.spec_acceptance
+                r.spec_acceptance = decay * old + (1 - decay) * rate
+        counters = step_counters(drafted, accepted, self.k_max)
+        self.totals.add(counters, len(requests))
+        for row, r in enumerate(requests):
+            base = r.spec_counts or zero_counts(self.k_max)
+            r.spec_counts = {name: base[name] + counters[name][row] for name in counters}
+
+
+def zero_counts(k_max: int) -> dict:
+    """A request's counters before its first verify step."""
+    per_position = np.zeros(k_max, np.int64)
+    return {"drafted": 0, "accepted": 0, "drafted_at": per_position, "accepted_at": per_position,
+            "spec_passes": 0, "target_passes": 0, "emitted": 0}
+
+
+def step_counters(drafted: np.ndarray, accepted: np.ndarray, k_max: int) -> dict[str, np.ndarray]:
+    """One verify step in the speculative loop's counter layout (see speculative.stats)."""
+    position = np.arange(k_max)[None, :]
+    emitted = accepted + 1
+    return {
+        "drafted": drafted,
+        "accepted": accepted,
+        "drafted_at": (position < drafted[:, None]).astype(np.int64),
+        "accepted_at": (position < accepted[:, None]).astype(np.int64),
+        "spec_passes": (drafted > 0).astype(np.int64),
+        "target_passes": np.ones_like(drafted),
+        "emitted": emitted,
+    }

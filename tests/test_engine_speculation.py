@@ -1,0 +1,121 @@
+"""Prompt-lookup speculation inside the engine: greedy identical to plain decoding under every
+scheduling choice, the host lookup equal to the device one, the switch-off, and no compiles
+after warm-up. (The sampled distribution is tested in test_speculative_sampling.)"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import monitoring
+
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.engine.speculation import ngram_draft
+from jaxinfer.speculative.proposers import NgramProposer
+
+K = 3
+# Repetitive prompts (prompt lookup finds runs to copy) next to random ones (it finds little).
+LOOP = [21, 22, 23, 24, 25, 26] * 4
+PROMPTS = [LOOP, LOOP[:9] + [40, 41] + LOOP[:9], *[np.random.RandomState(i).randint(3, 250, size=n).tolist()
+                                                  for i, n in enumerate([5, 30])]]
+GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
+KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2, decode_steps=4, num_pages=16)
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint_dir):
+    return checkpoint_dir("llama3")
+
+
+def make(model, spec: dict | None = None, **knobs) -> LLM:
+    config = SpeculativeConfig(method="ngram", num_speculative_tokens=K, **spec) if spec is not None else None
+    return LLM(model, dtype="float32", max_seq_len=96, speculative=config, **{**KNOBS, **knobs})
+
+
+@pytest.fixture(scope="module")
+def plain(model):
+    return make(model)
+
+
+@pytest.fixture(scope="module")
+def spec_llm(model):
+    return make(model, dict(adaptive=False))
+
+
+def token_ids(llm: LLM, prompts, params=GREEDY) -> list[list[int]]:
+    return [out.token_ids for out in llm.generate(prompts, params)]
+
+
+def test_host_lookup_matches_the_device_proposer():
+    rng = np.random.RandomState(0)
+    proposer = NgramProposer(vocab_size=8, ngram_min=1, ngram_max=3, draft_cost=0.0)
+    for _ in range(40):
+        length = rng.randint(2, 30)
+        ids = rng.randint(0, 5, size=length).astype(np.int32)
+        buffer = np.zeros((1, 32), np.int32)
+        buffer[0, :length] = ids
+        tokens, count = proposer.lookup(jnp.asarray(buffer), jnp.asarray([length]), K)
+        expected = np.asarray(tokens)[0, : int(count[0])]
+        np.testing.assert_array_equal(ngram_draft(ids, K, 1, 3), expected)
+
+
+def test_greedy_equals_plain_and_drafts_are_accepted(plain, spec_llm):
+    before = spec_llm.metrics()
+    outs = spec_llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == token_ids(plain, PROMPTS)
+    after = spec_llm.metrics()
+    assert after["spec_decode_num_draft_tokens"] > before["spec_decode_num_draft_tokens"]
+    assert after["accepted"] > before["accepted"]
+    assert all(o.spec_stats is not None for o in outs)
+
+
+def test_mixed_sampling_features_keep_outputs(plain, spec_llm):
+    """Stops inside accepted runs, min_tokens, penalties and logprobs rows next to drafting rows."""
+    free = token_ids(plain, [LOOP])[0]
+    params = [
+        SamplingParams(max_tokens=20, temperature=0, stop_token_ids=[free[5]]),
+        SamplingParams(max_tokens=20, temperature=0, stop_token_ids=[free[2]], min_tokens=4, ignore_eos=True),
+        SamplingParams(max_tokens=12, temperature=0, repetition_penalty=1.3, ignore_eos=True),
+        SamplingParams(max_tokens=12, temperature=0, logprobs=2, ignore_eos=True),
+    ]
+    prompts = [LOOP, LOOP, PROMPTS[1], PROMPTS[2]]
+    expected = plain.generate(prompts, params)
+    got = spec_llm.generate(prompts, params)
+    assert [o.token_ids for o in got] == [o.token_ids for o in expected]
+    assert [o.finish_reason for o in got] == [o.finish_reason for o in expected]
+    assert got[3].outputs[0].logprobs is not None and len(got[3].outputs[0].logprobs) == 12
+
+
+def test_max_tokens_never_exceeded(spec_llm):
+    params = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (1, 2, 3, 5)]
+    outs = spec_llm.generate([LOOP] * len(params), params)
+    assert [len(o.token_ids) for o in outs] == [1, 2, 3, 5]
+
+
+def test_preemption_and_prefix_caching_keep_outputs(model, plain):
+    """Four long loops do not fit the 15-page pool together: requests are preempted mid-speculation."""
+    llm = make(model, dict(adaptive=False))
+    params = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
+    prompts = [LOOP, LOOP[1:], LOOP[2:], PROMPTS[3]]
+    assert token_ids(llm, prompts, params) == token_ids(plain, prompts, params)
+    assert llm.metrics()["num_preemptions"] > 0 and llm.metrics()["prefix_cache_hits"] > 0
+
+
+def test_adaptive_switch_off_when_verification_saturates(model, plain):
+    """Every verified token costs a full step (saturation at 1 token): drafting never pays."""
+    llm = make(model, dict(verify_saturation_tokens=1))
+    assert token_ids(llm, PROMPTS) == token_ids(plain, PROMPTS)
+    assert llm.metrics()["spec_decode_num_drafts"] == 0
+
+
+def test_no_compiles_after_warmup(model):
+    llm = make(model, dict(adaptive=False))
+    count = llm.engine.warmup()
+    traces = []
+    monitoring.register_event_duration_secs_listener(
+        lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
+    )
+    params = [SamplingParams(max_tokens=n, temperature=t, seed=1, ignore_eos=True) for n, t in [(9, 0), (20, 0.8)]]
+    llm.generate(PROMPTS[:2], params)
+    assert llm.metrics()["spec_decode_num_drafts"] > 0
+    assert count > 4 and traces == []
