@@ -222,7 +222,8 @@ def test_jaxinfer_serve_command(text_model_dir):
     bad = subprocess.run([*base, "--api-key", " "], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--api-key" in bad.stderr
     port = _free_port()
-    flags = ["--port", str(port), "--skip-warmup", "--max-model-len", "64", "--served-model-name", "m"]
+    flags = ["--port", str(port), "--skip-warmup", "--max-model-len", "64", "--served-model-name", "m",
+             "--speculative-method", "ngram", "--num-speculative-tokens", "2"]
     process = subprocess.Popen([*base, *flags], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -234,6 +235,11 @@ def test_jaxinfer_serve_command(text_model_dir):
             except httpx.TransportError:
                 time.sleep(0.2)
         assert models["data"][0]["id"] == "m" and models["data"][0]["max_model_len"] == 64
+        body = {"model": "m", "prompt": "a b c a b c a b c a b", "max_tokens": 12, "temperature": 0}
+        completion = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120).json()
+        assert completion["usage"]["completion_tokens"] >= 1
+        drafted = _metrics(f"http://127.0.0.1:{port}").get("jaxinfer:spec_decode_num_draft_tokens_total", 0)
+        assert drafted > 0  # the engine speculated (prompt lookup finds the repeating text)
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -32,6 +32,11 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--page-size", type=int, default=16, help="tokens per KV-cache page, a power of two (default: %(default)s)")
     serve.add_argument("--decode-steps", type=int, default=8, help="decode steps per device call when nothing waits (default: %(default)s)")
     serve.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV pages of shared prompt prefixes")
+    serve.add_argument("--speculative-method", choices=["ngram"], default=None,
+                       help="speculate inside the engine: ngram proposes what followed the last n tokens "
+                       "earlier in the prompt and output (no second model; greedy output unchanged)")
+    serve.add_argument("--num-speculative-tokens", type=int, default=4,
+                       help="drafts per sequence and step at most, 1-32, with --speculative-method (default: %(default)s)")
     serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default: %(default)s)")
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
@@ -55,13 +60,16 @@ def run_serve(args: argparse.Namespace) -> int:
         from jaxinfer.server.app import ServerConfig, build_app
     except ImportError as error:
         raise ValueError(f"jaxinfer serve needs the serve extra ({error.name} is missing): pip install 'jaxinfer[serve]'") from None
-    from jaxinfer import LLM
+    from jaxinfer import LLM, SpeculativeConfig
 
+    speculative = None
+    if args.speculative_method is not None:
+        speculative = SpeculativeConfig(method=args.speculative_method, num_speculative_tokens=args.num_speculative_tokens)
     print("jaxinfer: loading the model", file=sys.stderr, flush=True)
     llm = LLM(
         args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
-        decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching,
+        decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
     )
     if not args.skip_warmup:
         print("jaxinfer: compiling the engine's step shapes (once per machine with the compile cache)", file=sys.stderr, flush=True)
