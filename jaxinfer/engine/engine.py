@@ -8,7 +8,6 @@ is all decodes), and turns the new tokens into `RequestOutput` deltas.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from typing import Any, Sequence
 
@@ -20,6 +19,7 @@ from jaxinfer import paged_kv_cache, steps
 from jaxinfer.batch_step import RowSampling, StepInputs, StepOutputs
 from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.config import ModelConfig
+from jaxinfer.distributed import shared_seed
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.config import EngineConfig
 from jaxinfer.engine.metrics import EngineMetrics, snapshot
@@ -36,6 +36,7 @@ from jaxinfer.penalties import Penalties
 from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.scoring import prompt_logprobs
+from jaxinfer.sharding import to_host
 from jaxinfer.tokenizer import Detokenizer
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,9 @@ class LLMEngine:
         self.weights, self.model_config, self.tokenizer = weights, model_config, tokenizer
         self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
         self.default_params = default_params or SamplingParams()
-        page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype)
+        # What one device holds of a page: the pools are split by kv heads over tp.
+        kv_parts = cache_spec.mesh_layout.parts((model_config.num_kv_heads,), ("kv_heads",))
+        page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype) // kv_parts
         num_pages = config.resolve_num_pages(page_bytes, free_device_bytes())
         self.pages = self._new_pool(num_pages)
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching)
@@ -89,7 +92,7 @@ class LLMEngine:
         stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
         group: list[Request] = []
         for i in range(params.n):
-            seed = (params.seed + i) % 2**63 if params.seed is not None else secrets.randbits(63)
+            seed = (params.seed + i) % 2**63 if params.seed is not None else shared_seed()
             request = Request(
                 request_id, i, prompt if isinstance(prompt, str) else None, ids, params, seed, stop_ids,
                 leader=group[0] if group else None,
@@ -99,7 +102,7 @@ class LLMEngine:
         if params.prompt_logprobs is not None:
             group[0].prompt_logprobs = prompt_logprobs(
                 self.weights, self.model_config, ids, params.prompt_logprobs, self.dtype,
-                self.config.max_seq_len, self.cache_spec.cpu_kernels,
+                self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
             )
         self.groups[request_id] = group
         for request in group:
@@ -164,7 +167,7 @@ class LLMEngine:
             if request is not None and request.timing.first_scheduled is None:
                 request.timing.first_scheduled = now
         try:
-            out = jax.device_get(self._run(host))
+            out = to_host(self._run(host))
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
             return self._fail_step(host, error)
@@ -192,13 +195,14 @@ class LLMEngine:
             sampling_arrays(params, seeds), jnp.asarray(host.stop_ids), jnp.asarray(host.min_lengths),
             jnp.asarray(host.max_lengths), penalties,
         )
-        return StepInputs(
+        # Replicated over the mesh (one global array when the devices span processes).
+        return self.cache_spec.mesh_layout.put_tree(StepInputs(
             tokens=jnp.asarray(host.tokens), positions=jnp.asarray(host.positions),
             token_rows=jnp.asarray(host.token_rows), page_table=jnp.asarray(host.page_table),
             lengths=jnp.asarray(host.lengths), query_lens=jnp.asarray(host.query_lens),
             last_index=jnp.asarray(host.last_index), sampling=sampling, num_decode=host.num_decode,
             want_logprobs=any(r.params.logprobs is not None for r in live),
-        )
+        ))
 
     def _penalties(self, host: HostStep) -> Penalties:
         rows, vocab = len(host.requests), self.model_config.vocab_size
@@ -283,7 +287,7 @@ class LLMEngine:
         spec = self.cache_spec
         return paged_kv_cache.init_page_pool(
             self.model_config, num_pages, self.config.page_size, self.dtype, spec.kv_dtype,
-            spec.attention_backend, spec.interpret, spec.cpu_kernels,
+            spec.attention_backend, spec.interpret, spec.cpu_kernels, spec.mesh_layout,
         )
 
     def _collect(self, touched: set[str]) -> list[RequestOutput]:
@@ -295,7 +299,6 @@ class LLMEngine:
             if all(r.finished for r in group):
                 del self.groups[request_id]
         return outputs
-
 
 
 def free_device_bytes() -> int | None:
