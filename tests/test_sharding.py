@@ -7,6 +7,7 @@ and the rest of the suite runs on one device); each prints JSON that the tests c
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -101,3 +102,103 @@ def test_tp_dp_matrix_matches_unsharded(model_dir):
         assert {s[0] for s in shards["pool"]} == {kv}, (tp, dp, shards["pool"])
     assert "needs 16 devices" in out["too_many"] and "8 are present" in out["too_many"]
     assert "cpu_kernels=True cannot run on a mesh of 2 devices" in out["kernels"]
+
+
+SPECULATIVE_AND_ORBAX = """
+import json
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig, save_converted
+from jaxinfer.sharding import shard_shapes
+
+params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+knobs = dict(max_seq_len=64, max_num_seqs=2)
+tokens = lambda llm: [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+ref = LLM(model, **knobs)
+out = dict(ref=tokens(ref), ref_logits=ref.logits(prompts[0]).tolist())
+spec = SpeculativeConfig(draft_model=draft, num_speculative_tokens=3, adaptive=False, fallback=False)
+llm = LLM(model, speculative=spec, tensor_parallel_size=4, data_parallel_size=2, **knobs)
+out.update(spec=tokens(llm), spec_on=llm.speculative.enabled, drafted=llm.metrics()["drafted"],
+           cache=shard_shapes(llm._static._cache.k[0]), draft_wq=shard_shapes(llm.speculative.params.layers[0].wq))
+save_converted(llm.weights, model, converted)  # saved from the 4 x 2 mesh
+restored = LLM(converted, tensor_parallel_size=2, data_parallel_size=1, **knobs)
+out.update(restored=tokens(restored), restored_logits=restored.logits(prompts[0]).tolist(),
+           restored_wq=shard_shapes(restored.weights.layers[0].wq))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_speculative_and_orbax_on_a_mesh(model_dir, draft_dir, tmp_path):
+    out = run_json(
+        SPECULATIVE_AND_ORBAX, model=str(model_dir), draft=str(draft_dir), converted=str(tmp_path / "converted"),
+        prompts=PROMPTS, max_tokens=MAX_TOKENS,
+    )
+    assert out["spec_on"] and out["drafted"] > 0  # the loop ran sharded, no fallback
+    assert out["spec"] == out["ref"]
+    assert {tuple(s) for s in out["cache"]} == {(1, 2, 64, 8)}  # batch 2 over dp=2; 2 kv heads < tp=4: whole
+    assert {tuple(s) for s in out["draft_wq"]} == {(64, 2, 32)}  # 2 draft heads, tp=4: replicated
+    assert out["restored"] == out["ref"]
+    np.testing.assert_allclose(out["restored_logits"], out["ref_logits"], atol=1e-5, rtol=0)
+    assert {tuple(s) for s in out["restored_wq"]} == {(64, 4, 8)}
+
+
+DISTRIBUTED = """
+import json, jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jaxinfer.distributed
+jaxinfer.distributed.initialize(coordinator, num_processes=2, process_id=process_id)
+from jaxinfer import LLM, SamplingParams
+
+llm = LLM(model, max_seq_len=64, max_num_seqs=2, decode_steps=4, tensor_parallel_size=2, data_parallel_size=2)
+outs = llm.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True))
+print(json.dumps(dict(tokens=[o.outputs[0].token_ids for o in outs], devices=jax.device_count(),
+                      local=jax.local_device_count(), process=jax.process_index())))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_match_one(model_dir):
+    """Two localhost processes (2 CPU devices each, gloo collectives) run one 2 x 2 mesh."""
+    values = dict(coordinator=f"127.0.0.1:{free_port()}", model=str(model_dir), prompts=PROMPTS, max_tokens=MAX_TOKENS)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAXINFER_CPU_KERNELS": "0"}
+    procs = []
+    for process_id in range(2):
+        header = "".join(f"{k} = {v!r}\n" for k, v in {**values, "process_id": process_id}.items())
+        procs.append(subprocess.Popen([sys.executable, "-c", header + DISTRIBUTED], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+        results.append(json.loads(stdout.splitlines()[-1]))
+    llm = LLM(model_dir, max_seq_len=64, max_num_seqs=2, decode_steps=4)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True)
+    single = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)]
+    assert [r["process"] for r in results] == [0, 1]
+    assert all(r["devices"] == 4 and r["local"] == 2 for r in results)
+    assert results[0]["tokens"] == results[1]["tokens"] == single
+
+
+@pytest.mark.parametrize(
+    "heads, kv, tp, dp, devices, words",
+    [
+        (8, 2, 3, 1, 8, "does not divide the model's 8 attention heads; use one of [1, 2, 4, 8]"),
+        (8, 2, 16, 1, 8, "needs 16 devices, but 8 are present"),
+        (12, 4, 6, 1, 8, "splits the model's 4 kv heads unevenly"),
+    ],
+)
+def test_impossible_layouts_name_sizes_that_work(heads, kv, tp, dp, devices, words):
+    with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        check_layout(heads, kv, tp, dp, devices)
+
+
+def test_llm_rejects_more_devices_than_present(model_dir):
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 x data_parallel_size=1 needs 2 devices, but 1"):
+        LLM(model_dir, tensor_parallel_size=2)
+    with pytest.raises(TypeError, match="data_parallel_size must be an integer"):
+        LLM(model_dir, data_parallel_size=1.5)

@@ -53,11 +53,14 @@ class LLMEngine:
         tokenizer: Any | None,
         config: EngineConfig,
         dtype: jnp.dtype,
-        cache_spec: CacheSpec = CacheSpec(),
+        cache_spec: CacheSpec | None = None,
         model_identity: str = "",
         default_params: SamplingParams | None = None,
     ):
         self.weights, self.model_config, self.tokenizer = weights, model_config, tokenizer
+        # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
+        # not happen at import (jax.distributed.initialize has to come first).
+        cache_spec = CacheSpec() if cache_spec is None else cache_spec
         self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
         self.default_params = default_params or SamplingParams()
         # What one device holds of a page: the pools are split by kv heads over tp.
@@ -302,8 +305,12 @@ class LLMEngine:
 
 
 def free_device_bytes() -> int | None:
-    """Unused memory of the first device, or None where jax does not report it (CPU)."""
-    stats = jax.devices()[0].memory_stats()
-    if not stats or "bytes_limit" not in stats:
-        return None
-    return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    """Unused memory of this process's first device (the least over all processes, so every
+    process sizes the same pool), or None where jax does not report it (CPU)."""
+    stats = jax.local_devices()[0].memory_stats()
+    free = int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)) if stats and "bytes_limit" in stats else -1
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        free = int(np.min(multihost_utils.process_allgather(np.int64(free))))
+    return None if free < 0 else free
