@@ -11,6 +11,7 @@ from jaxinfer.attention import resolve_backend
 from jaxinfer.config import ModelConfig
 from jaxinfer.kv_cache import KVCache, init_cache
 from jaxinfer.paged_kv_cache import PagedKVCache, init_paged_cache
+from jaxinfer.sharding import UNSHARDED, Layout
 
 LAYOUTS = ("auto", "contiguous", "paged")
 KV_DTYPES = ("auto", "int8")
@@ -26,8 +27,12 @@ class CacheSpec:
     attention_backend: str = "auto"
     interpret: bool = False  # Pallas kernels in interpret mode (CPU checks of the kernel path)
     cpu_kernels: bool = False  # the contiguous cache's writes and decode attention use the CPU kernels
+    mesh_layout: Layout = UNSHARDED  # the mesh the caches are split over (by batch and kv heads)
 
     def __post_init__(self) -> None:
+        if self.cpu_kernels and self.mesh_layout.size > 1:
+            # FFI custom calls have no partitioning rule: XLA cannot split them over a mesh.
+            raise ValueError(f"cpu_kernels=True cannot run on a mesh of {self.mesh_layout.size} devices; use cpu_kernels=False")
         if self.layout not in LAYOUTS:
             raise ValueError(f"kv_cache {self.layout!r} is not one of {', '.join(LAYOUTS)}")
         if self.kv_dtype not in KV_DTYPES:
@@ -45,10 +50,10 @@ class CacheSpec:
     def make(self, cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype) -> KVCache | PagedKVCache:
         """A zeroed cache for `batch` sequences of up to `max_seq_len` tokens."""
         if self.layout == "contiguous":
-            return init_cache(cfg, batch, max_seq_len, dtype, self.cpu_kernels)
+            return init_cache(cfg, batch, max_seq_len, dtype, self.cpu_kernels, self.mesh_layout)
         return init_paged_cache(
             cfg, batch, max_seq_len, dtype, page_size=self.page_size, kv_dtype=self.kv_dtype,
-            backend=self.attention_backend, interpret=self.interpret,
+            backend=self.attention_backend, interpret=self.interpret, layout=self.mesh_layout,
         )
 
 

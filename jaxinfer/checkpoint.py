@@ -19,6 +19,7 @@ from jaxinfer.hf_names import HFTensor, expected_hf_names, hf_tensor_map
 from jaxinfer.models import Weights, abstract_weights
 from jaxinfer.models.llama import PROJECTIONS
 from jaxinfer.quantization import QuantizedWeight
+from jaxinfer.sharding import UNSHARDED, Layout
 from jaxinfer.weights import ArrayInfo, is_info
 
 ORBAX_SUBDIR = "jaxinfer_weights"
@@ -109,21 +110,33 @@ class _TensorReader:
         self._index = index
         self._open: dict[Path, Any] = {}
 
-    def read(self, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
-        """The tensor as numpy, after checking its shape."""
+    def tensor(self, name: str, expected_shape: tuple[int, ...]) -> Any:
+        """A lazily read tensor (index it to read a slice), after checking its shape."""
         path = self._index[name]
         if path not in self._open:
             self._open[path] = safe_open(path, "numpy")
-        tensor = self._open[path].get_tensor(name)
-        if tuple(tensor.shape) != expected_shape:
+        tensor = self._open[path].get_slice(name)
+        if tuple(tensor.get_shape()) != expected_shape:
             raise CheckpointError(
-                f"tensor {name} in {path.name} has shape {tuple(tensor.shape)}, expected {expected_shape}"
+                f"tensor {name} in {path.name} has shape {tuple(tensor.get_shape())}, expected {expected_shape}"
             )
         return tensor
 
 
-def load_hf_weights(model_dir: str | Path, cfg: ModelConfig, dtype: Any, progress: bool = True) -> Weights:
-    """Read an HF safetensors checkpoint into the weights pytree, cast to `dtype`."""
+def _leaf(reader: _TensorReader, t: HFTensor, name: str, info: ArrayInfo, dtype: Any, layout: Layout) -> jax.Array:
+    """One weight leaf placed in its sharding; each device's slice is read from the file on its own."""
+    tensor = reader.tensor(name, t.hf_shape)
+
+    def read(index: tuple[slice, ...]) -> np.ndarray:
+        return t.to_jax(tensor[t.hf_index(index)]).astype(dtype)
+
+    return layout.from_callback(info.shape, dtype, info.axes, read)
+
+
+def load_hf_weights(
+    model_dir: str | Path, cfg: ModelConfig, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED
+) -> Weights:
+    """Read an HF safetensors checkpoint into the weights pytree, cast to `dtype`, laid out by `layout`."""
     model_dir = Path(model_dir)
     index = safetensors_index(model_dir)
     _check_names(cfg, index, model_dir)
@@ -135,9 +148,9 @@ def load_hf_weights(model_dir: str | Path, cfg: ModelConfig, dtype: Any, progres
     bar = tqdm(paths, desc=f"loading {model_dir.name}", disable=not progress or total < PROGRESS_MIN_BYTES)
     np_dtype = jnp.dtype(dtype)
     arrays = {}
-    for path, _ in bar:
+    for path, info in bar:
         t, name = hf_source(path, tensors)
-        arrays[path] = jnp.asarray(t.to_jax(reader.read(name, t.hf_shape)).astype(np_dtype))
+        arrays[path] = _leaf(reader, t, name, info, np_dtype, layout)
     return _unflatten(abstract, arrays)
 
 
@@ -207,8 +220,12 @@ def _set_dtype(config: dict, dtype: str) -> None:
         config[key] = dtype
 
 
-def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any) -> Weights:
-    """Read weights written by `save_converted`, cast to `dtype` (quantized values and scales as stored)."""
+def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any, layout: Layout = UNSHARDED) -> Weights:
+    """Read weights written by `save_converted`, cast to `dtype` (quantized values and scales as stored).
+
+    With a mesh each leaf is restored straight into its sharding (orbax reads the slices each
+    device holds), whatever mesh the checkpoint was saved from.
+    """
     from orbax import checkpoint as ocp
 
     abstract = abstract_weights(cfg)
@@ -219,10 +236,16 @@ def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any) -> We
     with ocp.StandardCheckpointer() as ckpt:
         meta = ckpt.metadata(path)
         tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta
-        target = {p: jax.ShapeDtypeStruct(tree[p].shape if p.endswith(QUANT_SUFFIXES) else info.shape, tree[p].dtype)
-                  for p, info in leaf_paths(abstract)}
+        target = {p: _restore_target(p, info, tree[p], layout) for p, info in leaf_paths(abstract)}
         restored = ckpt.restore(path, target)
     return _unflatten(abstract, {p: v if p.endswith(QUANT_SUFFIXES) else v.astype(dtype) for p, v in restored.items()})
+
+
+def _restore_target(path: str, info: Any, stored: Any, layout: Layout) -> jax.ShapeDtypeStruct:
+    """What orbax restores one leaf as: its shape and stored dtype, in its sharding (quantized leaves whole)."""
+    if path.endswith(QUANT_SUFFIXES):
+        return jax.ShapeDtypeStruct(stored.shape, stored.dtype, sharding=layout.sharding(stored.shape, ()))
+    return jax.ShapeDtypeStruct(info.shape, stored.dtype, sharding=layout.sharding(info.shape, info.axes))
 
 
 def is_converted(model_dir: str | Path) -> bool:
@@ -230,9 +253,11 @@ def is_converted(model_dir: str | Path) -> bool:
     return (Path(model_dir) / ORBAX_SUBDIR).is_dir()
 
 
-def load_weights(model_dir: str | Path, dtype: Any, progress: bool = True) -> tuple[ModelConfig, Weights]:
-    """Config and weights from an HF directory or a converted one."""
+def load_weights(
+    model_dir: str | Path, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED
+) -> tuple[ModelConfig, Weights]:
+    """Config and weights from an HF directory or a converted one, each leaf in its `layout` sharding."""
     cfg = load_config(model_dir)
     if is_converted(model_dir):
-        return cfg, restore_converted(model_dir, cfg, dtype)
-    return cfg, load_hf_weights(model_dir, cfg, dtype, progress)
+        return cfg, restore_converted(model_dir, cfg, dtype, layout)
+    return cfg, load_hf_weights(model_dir, cfg, dtype, progress, layout)

@@ -23,7 +23,10 @@ DEFAULTS = SamplingParams()  # the CLI's defaults are the API's (vLLM's): one se
 def _generate(args: argparse.Namespace) -> int:
     from jaxinfer import LLM
 
-    llm = LLM(args.model, dtype=args.dtype, max_seq_len=args.max_seq_len)
+    llm = LLM(
+        args.model, dtype=args.dtype, max_seq_len=args.max_seq_len,
+        tensor_parallel_size=args.tp, data_parallel_size=args.dp,
+    )
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -72,6 +75,12 @@ def _add_sampling_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--seed", type=int, default=DEFAULTS.seed, help="same seed, same output (default: random)")
 
 
+def add_parallel_args(parser: argparse.ArgumentParser) -> None:
+    """--tp / --dp: the device mesh (LLM's tensor_parallel_size / data_parallel_size)."""
+    parser.add_argument("--tp", type=int, default=1, help="tensor parallel: split heads, MLP and vocabulary over N devices (default: %(default)s)")
+    parser.add_argument("--dp", type=int, default=1, help="data parallel: split the batch over N device groups (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="jaxinfer", description="JAX inference for Llama-family models")
@@ -86,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(gen)
     gen.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     gen.add_argument("--max-seq-len", type=int, default=None, help="cache length (default: the model's, <= 2048)")
+    add_parallel_args(gen)
     gen.set_defaults(run=_generate)
     add_serve_parser(sub)
 

@@ -10,13 +10,18 @@ import numpy as np
 from jaxinfer.config import ModelConfig
 
 
+Index = tuple[slice, ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class HFTensor:
-    """An HF tensor name (with `{i}` for the layer) and the transform to jaxinfer's layout."""
+    """An HF tensor name (with `{i}` for the layer), the transforms to and from jaxinfer's layout,
+    and `hf_index`: the HF slice holding a slice of the jaxinfer array (so shards read only theirs)."""
 
     name: str
     to_jax: Callable[[np.ndarray], np.ndarray]
     to_hf: Callable[[np.ndarray], np.ndarray]
+    hf_index: Callable[[Index], Index]
     hf_shape: tuple[int, ...]
     per_layer: bool = True
 
@@ -25,36 +30,53 @@ def _identity(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _linear_in_heads(heads: int, head_dim: int) -> tuple[Callable, Callable]:
-    """torch Linear [heads*K, D] <-> jaxinfer [D, heads, K]."""
+def _heads_rows(heads: slice, dims: slice, head_dim: int) -> slice:
+    """HF rows (heads * head_dim flattened) of a slice of heads; head_dim is never split."""
+    if (dims.start, dims.stop) != (0, head_dim):
+        raise ValueError(f"head_dim slices are not read from HF checkpoints, got {dims}")
+    return slice(heads.start * head_dim, heads.stop * head_dim)
+
+
+def _linear_in_heads(heads: int, head_dim: int) -> tuple[Callable, Callable, Callable]:
+    """torch Linear [heads*K, D] <-> jaxinfer [D, heads, K] (to_jax also takes a slice of heads)."""
 
     def to_jax(w: np.ndarray) -> np.ndarray:
-        return w.T.reshape(w.shape[1], heads, head_dim)
+        return w.T.reshape(w.shape[1], -1, head_dim)
 
     def to_hf(w: np.ndarray) -> np.ndarray:
         return w.reshape(w.shape[0], heads * head_dim).T
 
-    return to_jax, to_hf
+    def hf_index(index: Index) -> Index:
+        return _heads_rows(index[1], index[2], head_dim), index[0]
+
+    return to_jax, to_hf, hf_index
 
 
-def _linear_out_heads(heads: int, head_dim: int) -> tuple[Callable, Callable]:
+def _linear_out_heads(heads: int, head_dim: int) -> tuple[Callable, Callable, Callable]:
     """torch Linear [D, heads*K] <-> jaxinfer [heads, K, D]."""
 
     def to_jax(w: np.ndarray) -> np.ndarray:
-        return w.T.reshape(heads, head_dim, w.shape[0])
+        return w.T.reshape(-1, head_dim, w.shape[0])
 
     def to_hf(w: np.ndarray) -> np.ndarray:
         return w.reshape(heads * head_dim, w.shape[-1]).T
 
-    return to_jax, to_hf
+    def hf_index(index: Index) -> Index:
+        return index[2], _heads_rows(index[0], index[1], head_dim)
+
+    return to_jax, to_hf, hf_index
 
 
-def _bias_heads(heads: int, head_dim: int) -> tuple[Callable, Callable]:
-    return (lambda b: b.reshape(heads, head_dim)), (lambda b: b.reshape(heads * head_dim))
+def _bias_heads(heads: int, head_dim: int) -> tuple[Callable, Callable, Callable]:
+    return (
+        lambda b: b.reshape(-1, head_dim),
+        lambda b: b.reshape(heads * head_dim),
+        lambda index: (_heads_rows(index[0], index[1], head_dim),),
+    )
 
 
-def _transpose() -> tuple[Callable, Callable]:
-    return (lambda w: w.T), (lambda w: w.T)
+def _transpose() -> tuple[Callable, Callable, Callable]:
+    return (lambda w: w.T), (lambda w: w.T), (lambda index: index[::-1])
 
 
 def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
@@ -63,8 +85,8 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     D, F, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     attn = "model.layers.{i}.self_attn."
     mlp = "model.layers.{i}.mlp."
-    same = (_identity, _identity)
-    table: dict[str, tuple[str, tuple[Callable, Callable], tuple[int, ...]]] = {
+    same = (_identity, _identity, _identity)
+    table: dict[str, tuple[str, tuple[Callable, Callable, Callable], tuple[int, ...]]] = {
         "layers.attn_norm": ("model.layers.{i}.input_layernorm.weight", same, (D,)),
         "layers.wq": (attn + "q_proj.weight", _linear_in_heads(H, K), (H * K, D)),
         "layers.wk": (attn + "k_proj.weight", _linear_in_heads(KV, K), (KV * K, D)),

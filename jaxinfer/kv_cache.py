@@ -15,6 +15,10 @@ import jax.numpy as jnp
 
 from jaxinfer.config import ModelConfig
 from jaxinfer.cpu_kernels import write_positions
+from jaxinfer.sharding import UNSHARDED, Layout
+
+K_AXES = ("batch", "kv_heads", None, "head_dim")  # [B, KV, S, K]
+V_AXES = ("batch", "kv_heads", "head_dim", None)  # [B, KV, K, S]
 
 
 @jax.tree_util.register_dataclass
@@ -26,6 +30,8 @@ class KVCache:
     v: list[jax.Array]  # L x [B, KV, K, S]
     # Static: writes and few-query attention use the native CPU kernels (part of the jit key).
     cpu_kernels: bool = dataclasses.field(default=False, metadata={"static": True})
+    # Static: the mesh and rules the buffers (and the model's activations) are laid out by.
+    layout: Layout = dataclasses.field(default=UNSHARDED, metadata={"static": True})
 
     @property
     def max_seq_len(self) -> int:
@@ -36,8 +42,8 @@ class KVCache:
         """Store k/v [B, T, KV, K] of `layer` at positions [B, T]; positions outside the cache are dropped."""
         store = write_positions if self.cpu_kernels else scatter_positions
         new_k, new_v = list(self.k), list(self.v)
-        new_k[layer] = store(self.k[layer], k, positions, transposed=False)
-        new_v[layer] = store(self.v[layer], v, positions, transposed=True)
+        new_k[layer] = self.layout.constrain(store(self.k[layer], k, positions, transposed=False), K_AXES)
+        new_v[layer] = self.layout.constrain(store(self.v[layer], v, positions, transposed=True), V_AXES)
         return dataclasses.replace(self, k=new_k, v=new_v)
 
 
@@ -57,19 +63,22 @@ def scatter_positions(cache: jax.Array, updates: jax.Array, positions: jax.Array
 
 
 def init_cache(
-    cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype, cpu_kernels: bool = False
+    cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype, cpu_kernels: bool = False,
+    layout: Layout = UNSHARDED,
 ) -> KVCache:
     """A zeroed cache (zeros, not empty: uninitialised memory must never reach attention).
 
     Both attention products contract the minor axis of the cache block they read (keys
     [S, K] over K, values [K, S] over S): with positions first XLA transposed the whole
     layer's cache at every decode step, and a values block contracted over its major axis
-    left the fast dot path on CPU.
+    left the fast dot path on CPU. On a mesh the batch splits over dp and kv heads over tp
+    (kept whole on every device when tp does not divide them).
     """
     k_shape = (batch, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
     v_shape = (batch, cfg.num_kv_heads, cfg.head_dim, max_seq_len)
-    zeros = lambda shape: [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)]  # noqa: E731
-    return KVCache(zeros(k_shape), zeros(v_shape), cpu_kernels)
+    k = [layout.zeros(k_shape, dtype, K_AXES) for _ in range(cfg.num_layers)]
+    v = [layout.zeros(v_shape, dtype, V_AXES) for _ in range(cfg.num_layers)]
+    return KVCache(k, v, cpu_kernels, layout)
 
 
 def cache_bytes(cache: object) -> int:

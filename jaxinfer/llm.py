@@ -18,7 +18,8 @@ import numpy as np
 
 from jaxinfer import validation
 from jaxinfer.cache_spec import CacheSpec
-from jaxinfer.checkpoint import load_weights
+from jaxinfer.checkpoint import load_weights, quantization_of
+from jaxinfer.config import ModelConfig, load_config
 from jaxinfer.compile_cache import compile_cache_setting
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.outputs import accumulate
@@ -27,6 +28,7 @@ from jaxinfer.generation_config import generation_defaults
 from jaxinfer.models import Weights, pack_for_cpu, quantize_weights, unpack_for_cpu
 from jaxinfer.scoring import all_position_logits
 from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.sharding import Layout, layout_for
 from jaxinfer.speculative import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
 from jaxinfer.static_batch import StaticBatchGenerator
@@ -56,6 +58,37 @@ def model_identity(model_dir: Path, dtype: jnp.dtype) -> str:
     return "|".join([str(model_dir.resolve()), jnp.dtype(dtype).name, *marks])
 
 
+def load_sharded(
+    model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int
+) -> tuple[ModelConfig, Weights, Layout]:
+    """Config, weights (each leaf read into its sharding) and the layout for tp x dp devices."""
+    validation.positive_int(tp, "tensor_parallel_size")
+    validation.positive_int(dp, "data_parallel_size")
+    cfg = load_config(model_dir)
+    layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp)
+    cfg, weights = load_weights(model_dir, dtype, layout=layout)
+    # Projections only (None: as loaded, so a converted quantized checkpoint stays quantized).
+    weights = quantize_weights(weights, quantization)
+    if layout.size > 1 and quantization_of(weights) is not None:
+        raise ValueError(
+            f"quantized weights ({quantization_of(weights)[0]}) cannot be sharded yet; use "
+            f"tensor_parallel_size=1 and data_parallel_size=1 (got {tp} x {dp}) or unquantized weights"
+        )
+    return cfg, weights, layout
+
+
+def resolve_kernels_for(layout: Layout, cpu_kernels: bool | None) -> bool:
+    """The CPU kernels' switch: off on a mesh (FFI calls cannot be partitioned), else as asked."""
+    if layout.size == 1:
+        return resolve_cpu_kernels(cpu_kernels)
+    if cpu_kernels:
+        raise ValueError(
+            f"cpu_kernels=True cannot run on a mesh of {layout.size} devices (the native kernels are not "
+            "partitioned); pass cpu_kernels=None or False, or tensor_parallel_size=data_parallel_size=1"
+        )
+    return False
+
+
 def spec_supported(params: SamplingParams) -> bool:
     """True when the speculative loop implements every setting of params."""
     plain = SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature, top_k=params.top_k,
@@ -74,7 +107,9 @@ class LLM:
     (decode steps one device call may run when no request is waiting). `close()` frees the
     KV memory; the object is also a context manager. cpu_kernels (None: auto) picks the native
     CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
-    keeps compiled programs across processes.
+    keeps compiled programs across processes. tensor_parallel_size splits heads, the MLP and
+    the vocabulary over that many devices and data_parallel_size splits the batch (see
+    `jaxinfer.sharding`); with jax.distributed initialized the devices may span processes.
     """
 
     def __init__(
@@ -99,6 +134,8 @@ class LLM:
         cpu_kernels: bool | None = None,
         compile_cache: bool | str | Path | None = None,
         quantization: str | None = None,
+        tensor_parallel_size: int = 1,
+        data_parallel_size: int = 1,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         validation.optional_int(max_seq_len, "max_seq_len", 1)
@@ -107,11 +144,11 @@ class LLM:
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)
-        self.config, weights = load_weights(self.model_dir, self.dtype)
-        # Projections only (None: as loaded, so a converted quantized checkpoint stays quantized).
-        weights = quantize_weights(weights, quantization)
-        # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0).
-        self.cpu_kernels = resolve_cpu_kernels(cpu_kernels)
+        self.config, weights, self.layout = load_sharded(
+            self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size
+        )
+        # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0), never on a mesh.
+        self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)
         # What runs: bf16 projections packed for the CPU kernel. `weights` gives the model's own.
         self._run_weights = pack_for_cpu(weights) if self.cpu_kernels else weights
         limit = self.config.max_position_embeddings
@@ -120,7 +157,8 @@ class LLM:
             raise ValueError(f"max_seq_len {self.max_seq_len} exceeds the model's max_position_embeddings {limit}")
         self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
         self.cache_spec = CacheSpec(
-            kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels
+            kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
+            mesh_layout=self.layout,
         )
         self.tokenizer = load_tokenizer(self.model_dir)
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
@@ -143,7 +181,8 @@ class LLM:
     def _setup_speculative(self, speculative: SpeculativeConfig | None) -> None:
         """Draft-model requests run static batches beside the engine (the engine does not run drafts yet)."""
         self.speculative: SpeculativeDecoder | None = build_speculative(
-            speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len, cpu_kernels=self.cpu_kernels
+            speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len, cpu_kernels=self.cpu_kernels,
+            layout=self.layout,
         )
         self._static = None if self.speculative is None else StaticBatchGenerator(
             self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_batch_size, self.cache_spec,
@@ -229,7 +268,7 @@ class LLM:
         token_ids = validation.token_ids(token_ids, "token_ids", self.config.vocab_size)
         self._check_prompt(token_ids, 0)
         return all_position_logits(
-            self._run_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels
+            self._run_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout
         )
 
     def encode(self, prompt: Prompt) -> list[int]:

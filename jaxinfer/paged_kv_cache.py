@@ -16,7 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.config import ModelConfig
+from jaxinfer.sharding import UNSHARDED, Layout
 from pallas_kernels import quantize_kv
+
+# Pools split by kv heads over tp; pages are shared by every row (any row may map any page),
+# so they are not split over dp.
+POOL_AXES = ("kv_heads", None, None, "head_dim")  # [KV, P, page_size, K]
+SCALE_AXES = ("kv_heads", None, None)  # [KV, P, page_size]
 
 
 @dataclasses.dataclass
@@ -32,6 +38,7 @@ class PagedKVCache:
     interpret: bool = False  # static: run Pallas kernels in interpret mode (CPU tests)
     bits_of: str | None = None  # static: pools hold uint16 bit patterns of this 16-bit float dtype
     cpu_kernels: bool = False  # static: the gathered CPU attention may use the native decode kernel
+    layout: Layout = UNSHARDED  # static: mesh and rules of the pools (and the model's activations)
 
     @property
     def page_size(self) -> int:
@@ -78,15 +85,17 @@ class PagedKVCache:
             values = jnp.swapaxes(jnp.swapaxes(new, 1, 2), 0, 1)  # [KV, B, T, K]
             if scales is not None:
                 values, new_scales = quantize_kv(values)
-                scales[layer] = scales[layer].at[:, page, offset].set(new_scales, mode="drop")
-            pages[layer] = pages[layer].at[:, page, offset].set(self.to_storage(values), mode="drop")
+                new_scales = scales[layer].at[:, page, offset].set(new_scales, mode="drop")
+                scales[layer] = self.layout.constrain(new_scales, SCALE_AXES)
+            new_pages = pages[layer].at[:, page, offset].set(self.to_storage(values), mode="drop")
+            pages[layer] = self.layout.constrain(new_pages, POOL_AXES)
         return dataclasses.replace(self, k_pages=k_pages, v_pages=v_pages, k_scales=k_scales, v_scales=v_scales)
 
 
 jax.tree_util.register_dataclass(
     PagedKVCache,
     data_fields=["k_pages", "v_pages", "k_scales", "v_scales", "page_table"],
-    meta_fields=["backend", "interpret", "bits_of", "cpu_kernels"],
+    meta_fields=["backend", "interpret", "bits_of", "cpu_kernels", "layout"],
 )
 
 
@@ -105,6 +114,7 @@ def init_paged_cache(
     backend: str = "reference",
     interpret: bool = False,
     page_table: np.ndarray | None = None,
+    layout: Layout = UNSHARDED,
 ) -> PagedKVCache:
     """A zeroed paged cache with enough pages for `batch` sequences of `max_seq_len` tokens."""
     pages_per_seq = math.ceil(max_seq_len / page_size)
@@ -113,18 +123,19 @@ def init_paged_cache(
     shape = (cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
     store = jnp.int8 if kv_dtype == "int8" else dtype
 
-    def pool(dt: jnp.dtype, shp: tuple[int, ...]) -> list[jax.Array]:
-        return [jnp.zeros(shp, dt) for _ in range(cfg.num_layers)]
+    def pool(dt: jnp.dtype, shp: tuple[int, ...], axes: tuple) -> list[jax.Array]:
+        return [layout.zeros(shp, dt, axes) for _ in range(cfg.num_layers)]
 
-    scales = (lambda: pool(jnp.float32, shape[:3])) if kv_dtype == "int8" else (lambda: None)
+    scales = (lambda: pool(jnp.float32, shape[:3], SCALE_AXES)) if kv_dtype == "int8" else (lambda: None)
     return PagedKVCache(
-        k_pages=pool(store, shape),
-        v_pages=pool(store, shape),
+        k_pages=pool(store, shape, POOL_AXES),
+        v_pages=pool(store, shape, POOL_AXES),
         k_scales=scales(),
         v_scales=scales(),
-        page_table=jnp.asarray(table, jnp.int32),
+        page_table=layout.put(np.asarray(table, np.int32)),
         backend=backend,
         interpret=interpret,
+        layout=layout,
     )
 
 
@@ -144,6 +155,7 @@ def init_page_pool(
     backend: str = "reference",
     interpret: bool = False,
     cpu_kernels: bool = False,
+    layout: Layout = UNSHARDED,
 ) -> PagedKVCache:
     """A zeroed pool of num_pages pages for the engine (its page table is supplied per step).
 
@@ -155,6 +167,6 @@ def init_page_pool(
     as_bits = kv_dtype == "auto" and backend == "reference" and jnp.dtype(dtype).itemsize == 2
     pool = init_paged_cache(
         cfg, 1, page_size, jnp.uint16 if as_bits else dtype, page_size=page_size, kv_dtype=kv_dtype,
-        backend=backend, interpret=interpret, page_table=placeholder,
+        backend=backend, interpret=interpret, page_table=placeholder, layout=layout,
     )
     return dataclasses.replace(pool, bits_of=jnp.dtype(dtype).name if as_bits else None, cpu_kernels=cpu_kernels)

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.sharding import Layout
 
 
 @dataclasses.dataclass
@@ -25,6 +26,11 @@ class RaggedPagedCache:
     lengths: jax.Array  # [R] int32 tokens of each row once this step's are written
     query_lens: jax.Array  # [R] int32 this step's tokens per row (0 for padding rows)
     num_decode: int = 0  # static: the first num_decode rows (and tokens) are single-token decodes
+
+    @property
+    def layout(self) -> Layout:
+        """The pools' layout (the model lays its activations out by it)."""
+        return self.pages.layout
 
     @property
     def num_prefill(self) -> int:

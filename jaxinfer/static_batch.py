@@ -10,7 +10,6 @@ takes the proposers over. One cache is kept (for the largest batch bucket used),
 
 from __future__ import annotations
 
-import secrets
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +18,7 @@ import numpy as np
 from jaxinfer import steps
 from jaxinfer.cache_spec import CacheSpec, is_consumed
 from jaxinfer.config import ModelConfig
+from jaxinfer.distributed import shared_seed
 from jaxinfer.engine.outputs import CompletionOutput, RequestOutput
 from jaxinfer.generation import DecodeState
 from jaxinfer.kv_cache import KVCache
@@ -26,6 +26,7 @@ from jaxinfer.models import Weights
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.sharding import to_host
 from jaxinfer.speculative.decoder import SpeculativeDecoder
 
 MIN_PROMPT_BUCKET = 16
@@ -72,7 +73,7 @@ class StaticBatchGenerator:
         else:
             state, stats = result
         self._cache = state.cache
-        tokens, lengths = jax.device_get((state.tokens, state.lengths))
+        tokens, lengths = to_host((state.tokens, state.lengths))
         outputs = []
         for i, (prompt, seq, p) in enumerate(zip(prompts, ids, params)):
             generated = tokens[i, len(seq) : lengths[i]].tolist()
@@ -106,16 +107,12 @@ class StaticBatchGenerator:
             max_lengths[i] = len(seq) + p.max_tokens
             stop_array[i, : len(stop)] = stop
         padded = list(params) + [SamplingParams(temperature=0)] * (batch - n)
-        seeds = [p.seed if p.seed is not None else secrets.randbits(63) for p in padded]
-        return DecodeState(
-            tokens=jnp.asarray(tokens),
-            lengths=jnp.asarray(lengths),
-            max_lengths=jnp.asarray(max_lengths),
-            done=jnp.asarray(np.arange(batch) >= n),
-            stop_ids=jnp.asarray(stop_array),
-            sampling=sampling_arrays(padded, seeds),
-            cache=self._take_cache(batch),
-        )
+        seeds = [p.seed if p.seed is not None else shared_seed() for p in padded]
+        host = self.cache_spec.mesh_layout.put_tree(dict(
+            tokens=tokens, lengths=lengths, max_lengths=max_lengths, done=np.arange(batch) >= n,
+            stop_ids=stop_array, sampling=sampling_arrays(padded, seeds),
+        ))
+        return DecodeState(**host, cache=self._take_cache(batch))
 
     def _take_cache(self, batch: int) -> KVCache | PagedKVCache:
         """The kept cache when it is for this batch size, else a new one (the old one is dropped)."""

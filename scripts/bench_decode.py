@@ -9,6 +9,11 @@ for comparison: on an H100 it reads ~2.0 TB/s where a copy moves ~3.0. Writes JS
 
     python scripts/bench_decode.py                      # SmolLM-135M shape, CPU
     python scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16   # on a GPU
+    python scripts/bench_decode.py --preset llama-110m --tp 2 --fake-cpu-devices 8 --skip-hf  # sharded
+
+--tp/--dp shard the model over a device mesh. With --fake-cpu-devices the "devices" are
+slices of one CPU: the figure is the overhead of the sharded program (collectives, smaller
+matmuls), a check of the correctness path, not a speed-up; scaling needs real devices.
 """
 
 from __future__ import annotations
@@ -20,6 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import os
+import sys
+
+if "--fake-cpu-devices" in sys.argv:  # must be set before jax starts
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count="
+                               + sys.argv[sys.argv.index("--fake-cpu-devices") + 1])
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,7 +41,7 @@ import transformers
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.weights import tree_bytes
 
-PRESETS = {name: Path(__file__).parents[1] / "configs" / f"{name}.json" for name in ("smollm-135m", "llama-3.2-1b")}
+PRESETS = {name: Path(__file__).parents[1] / "configs" / f"{name}.json" for name in ("smollm-135m", "llama-110m", "llama-3.2-1b")}
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -115,9 +127,12 @@ def time_generate(llm: LLM, prompts: list[list[int]], new_tokens: int, repeats: 
     return dict(generate_s=whole, prefill_s=prefill, step_s=max(whole - prefill, 0.0) / max(new_tokens - 1, 1))
 
 
-def bench_jaxinfer(path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int) -> dict:
-    """generate/prefill/step seconds and the bytes a decode step streams, for jaxinfer."""
-    llm = LLM(path, dtype=dtype, max_seq_len=len(prompts[0]) + new_tokens)
+def bench_jaxinfer(
+    path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int, tp: int = 1, dp: int = 1
+) -> dict:
+    """generate/prefill/step seconds and the bytes a decode step streams, for jaxinfer on a tp x dp mesh."""
+    llm = LLM(path, dtype=dtype, max_seq_len=len(prompts[0]) + new_tokens,
+              tensor_parallel_size=tp, data_parallel_size=dp)
     times = time_generate(llm, prompts, new_tokens, repeats)
     context = len(prompts[0]) + new_tokens // 2
     return dict(times, step_bytes=decode_step_bytes(llm, len(prompts), context))
@@ -154,6 +169,10 @@ def main() -> None:
     parser.add_argument("--probe-mb", type=int, default=1024, help="buffer size of the bandwidth probes")
     parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "jaxinfer_bench")
     parser.add_argument("--out", type=Path, default=Path("results/bench_decode.json"))
+    parser.add_argument("--tp", type=int, default=1, help="tensor parallel devices")
+    parser.add_argument("--dp", type=int, default=1, help="data parallel device groups")
+    parser.add_argument("--fake-cpu-devices", type=int, default=None, help="split the CPU into N jax devices")
+    parser.add_argument("--skip-hf", action="store_true", help="time jaxinfer only (HF columns left empty)")
     args = parser.parse_args()
 
     path = make_checkpoint(args.preset, args.model_dir)
@@ -165,15 +184,16 @@ def main() -> None:
     for batch in args.batches:
         prompts = rng.randint(3, 32000, (batch, args.prompt_len)).tolist()
         for dtype in args.dtypes:
-            ours = bench_jaxinfer(path, dtype, prompts, args.new_tokens, args.repeats)
-            theirs = bench_hf(path, dtype, prompts, args.new_tokens, args.repeats)
+            ours = bench_jaxinfer(path, dtype, prompts, args.new_tokens, args.repeats, args.tp, args.dp)
+            theirs = float("nan") if args.skip_hf else bench_hf(path, dtype, prompts, args.new_tokens, args.repeats)
             rows.append(summarize(batch, dtype, args.new_tokens, ours, theirs, copy_bw))
             print_row(rows[-1])
     summary = best_dtype_ratios(rows)
     print("jaxinfer best dtype vs HF best dtype:", {b: round(r, 2) for b, r in summary.items()})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(
-        preset=args.preset, device=jax.devices()[0].device_kind, copy_bandwidth_gb_s=copy_bw / 1e9,
+        preset=args.preset, device=jax.devices()[0].device_kind, tp=args.tp, dp=args.dp,
+        fake_cpu_devices=args.fake_cpu_devices, copy_bandwidth_gb_s=copy_bw / 1e9,
         read_bandwidth_gb_s=read_bw / 1e9, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
         rows=rows, best_ratio_by_batch=summary,
     ), indent=2))

@@ -8,7 +8,6 @@ is all decodes), and turns the new tokens into `RequestOutput` deltas.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from typing import Any, Sequence
 
@@ -21,6 +20,7 @@ from jaxinfer.batch_step import RowSampling, StepInputs, StepOutputs
 from jaxinfer.batch_verify import Drafts
 from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.config import ModelConfig
+from jaxinfer.distributed import shared_seed
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.config import EngineConfig
 from jaxinfer.engine.metrics import EngineMetrics, snapshot
@@ -40,6 +40,7 @@ from jaxinfer.penalties import Penalties
 from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.scoring import prompt_logprobs
+from jaxinfer.sharding import to_host
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.tokenizer import Detokenizer
 
@@ -57,7 +58,7 @@ class LLMEngine:
         tokenizer: Any | None,
         config: EngineConfig,
         dtype: jnp.dtype,
-        cache_spec: CacheSpec = CacheSpec(),
+        cache_spec: CacheSpec | None = None,
         model_identity: str = "",
         default_params: SamplingParams | None = None,
         speculative: SpeculativeConfig | None = None,
@@ -66,9 +67,14 @@ class LLMEngine:
         self.speculator = None if speculative is None else Speculator(speculative)
         k_max = 0 if speculative is None else speculative.num_speculative_tokens
         self.verify_chunk = bucket(k_max + 1)
+        # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
+        # not happen at import (jax.distributed.initialize has to come first).
+        cache_spec = CacheSpec() if cache_spec is None else cache_spec
         self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
         self.default_params = default_params or SamplingParams()
-        page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype)
+        # What one device holds of a page: the pools are split by kv heads over tp.
+        kv_parts = cache_spec.mesh_layout.parts((model_config.num_kv_heads,), ("kv_heads",))
+        page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype) // kv_parts
         num_pages = config.resolve_num_pages(page_bytes, free_device_bytes())
         self.pages = self._new_pool(num_pages)
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching)
@@ -101,7 +107,7 @@ class LLMEngine:
         stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
         group: list[Request] = []
         for i in range(params.n):
-            seed = (params.seed + i) % 2**63 if params.seed is not None else secrets.randbits(63)
+            seed = (params.seed + i) % 2**63 if params.seed is not None else shared_seed()
             request = Request(
                 request_id, i, prompt if isinstance(prompt, str) else None, ids, params, seed, stop_ids,
                 leader=group[0] if group else None,
@@ -113,7 +119,7 @@ class LLMEngine:
         if params.prompt_logprobs is not None:
             group[0].prompt_logprobs = prompt_logprobs(
                 self.weights, self.model_config, ids, params.prompt_logprobs, self.dtype,
-                self.config.max_seq_len, self.cache_spec.cpu_kernels,
+                self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
             )
         self.groups[request_id] = group
         for request in group:
@@ -198,7 +204,7 @@ class LLMEngine:
             if request is not None and request.timing.first_scheduled is None:
                 request.timing.first_scheduled = now
         try:
-            out = jax.device_get(self._run(host))
+            out = to_host(self._run(host))
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
             return self._fail_step(host, error)
@@ -218,7 +224,7 @@ class LLMEngine:
         if self.pages is None:
             self.pages = self._new_pool(self.blocks.num_pages)
         if host.drafts is not None:
-            drafts = Drafts(jnp.asarray(host.drafts), jnp.asarray(host.num_drafts))
+            drafts = self.cache_spec.mesh_layout.put_tree(Drafts(jnp.asarray(host.drafts), jnp.asarray(host.num_drafts)))
             out, self.pages = steps.verify_step(
                 self.weights, self.pages, inputs, drafts, cfg=self.model_config, rule=self.speculator.config.rule
             )
@@ -240,13 +246,14 @@ class LLMEngine:
             sampling_arrays(params, seeds), jnp.asarray(host.stop_ids), jnp.asarray(host.min_lengths),
             jnp.asarray(host.max_lengths), penalties,
         )
-        return StepInputs(
+        # Replicated over the mesh (one global array when the devices span processes).
+        return self.cache_spec.mesh_layout.put_tree(StepInputs(
             tokens=jnp.asarray(host.tokens), positions=jnp.asarray(host.positions),
             token_rows=jnp.asarray(host.token_rows), page_table=jnp.asarray(host.page_table),
             lengths=jnp.asarray(host.lengths), query_lens=jnp.asarray(host.query_lens),
             last_index=jnp.asarray(host.last_index), sampling=sampling, num_decode=host.num_decode,
             want_logprobs=any(r.params.logprobs is not None for r in live),
-        )
+        ))
 
     def _penalties(self, host: HostStep) -> Penalties:
         rows, vocab = len(host.requests), self.model_config.vocab_size
@@ -331,7 +338,7 @@ class LLMEngine:
         spec = self.cache_spec
         return paged_kv_cache.init_page_pool(
             self.model_config, num_pages, self.config.page_size, self.dtype, spec.kv_dtype,
-            spec.attention_backend, spec.interpret, spec.cpu_kernels,
+            spec.attention_backend, spec.interpret, spec.cpu_kernels, spec.mesh_layout,
         )
 
     def _collect(self, touched: set[str]) -> list[RequestOutput]:
@@ -345,10 +352,13 @@ class LLMEngine:
         return outputs
 
 
-
 def free_device_bytes() -> int | None:
-    """Unused memory of the first device, or None where jax does not report it (CPU)."""
-    stats = jax.devices()[0].memory_stats()
-    if not stats or "bytes_limit" not in stats:
-        return None
-    return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    """Unused memory of this process's first device (the least over all processes, so every
+    process sizes the same pool), or None where jax does not report it (CPU)."""
+    stats = jax.local_devices()[0].memory_stats()
+    free = int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)) if stats and "bytes_limit" in stats else -1
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        free = int(np.min(multihost_utils.process_allgather(np.int64(free))))
+    return None if free < 0 else free

@@ -29,7 +29,13 @@ from jaxinfer.layers import (
     rope_cos_sin,
 )
 from jaxinfer.quantization import QuantizedWeight
+from jaxinfer.sharding import Layout
 from jaxinfer.weights import ArrayInfo
+
+# Logical axes of activations; the rules table maps them like the weights' (see sharding.py).
+HIDDEN = ("batch", "tokens", "embed")  # [B, T, D]
+Q_HEADS = ("batch", "tokens", "q_heads", "head_dim")  # [B, T, H, K]
+KV_HEADS = ("batch", "tokens", "kv_heads", "head_dim")  # [B, T, KV, K]
 
 
 @jax.tree_util.register_dataclass
@@ -189,12 +195,12 @@ def embed_tokens(weights: Weights, tokens: jax.Array, cfg: ModelConfig) -> jax.A
 
 
 def _project_qkv(
-    x: jax.Array, lw: LayerWeights, cfg: ModelConfig, cos: jax.Array, sin: jax.Array
+    x: jax.Array, lw: LayerWeights, cfg: ModelConfig, cos: jax.Array, sin: jax.Array, layout: Layout
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """q [B,T,H,K], k/v [B,T,KV,K] with biases, q/k norms and rotary embeddings applied."""
-    q = linear(x, lw.wq)
-    k = linear(x, lw.wk)
-    v = linear(x, lw.wv)
+    q = layout.constrain(linear(x, lw.wq), Q_HEADS)
+    k = layout.constrain(linear(x, lw.wk), KV_HEADS)
+    v = layout.constrain(linear(x, lw.wv), KV_HEADS)
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
     if lw.q_norm is not None:
@@ -215,23 +221,24 @@ def _decoder_layer(
     sin: jax.Array,
 ) -> tuple[jax.Array, KVCache]:
     """One pre-norm block: attention over the cache (after writing this step's K/V), then MLP."""
+    layout = cache.layout
     h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
-    q, k, v = _project_qkv(h, lw, cfg, cos, sin)
+    q, k, v = _project_qkv(h, lw, cfg, cos, sin, layout)
     cache = cache.write(layer, k, v, positions)
-    attn = attend(q, cache, layer, positions, window)
+    attn = layout.constrain(attend(q, cache, layer, positions, window), Q_HEADS)
     out = linear(attn, lw.wo, contract=2)
     if lw.bo is not None:
         out = out + lw.bo
-    x = x + out
+    x = layout.constrain(x + out, HIDDEN)
     h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
-    return x + gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation), cache
+    return layout.constrain(x + gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation), HIDDEN), cache
 
 
 def forward(
     weights: Weights, tokens: jax.Array, positions: jax.Array, cache: KVCache, cfg: ModelConfig
 ) -> tuple[jax.Array, KVCache]:
     """Run the decoder on tokens [B, T] at positions [B, T]; returns final hidden [B, T, D] and cache."""
-    x = embed_tokens(weights, tokens, cfg)
+    x = cache.layout.constrain(embed_tokens(weights, tokens, cfg), HIDDEN)
     cos, sin = rope_cos_sin(positions, cfg)
     for layer, (lw, window) in enumerate(zip(weights.layers, cfg.layer_windows)):
         x, cache = _decoder_layer(cfg, x, cache, lw, layer, window, positions, cos, sin)

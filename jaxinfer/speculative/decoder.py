@@ -20,6 +20,7 @@ from jaxinfer.config import ModelConfig
 from jaxinfer.generation import DecodeState
 from jaxinfer.kv_cache import KVCache, init_cache
 from jaxinfer.models import Weights, pack_for_cpu
+from jaxinfer.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.costs import CostModel, calibrate, heuristic_costs
 from jaxinfer.speculative.proposers import DraftModelProposer, NgramProposer, Proposer
@@ -66,16 +67,20 @@ def check_vocab(target: ModelConfig, draft: ModelConfig, target_tok: Any, draft_
 
 def make_proposer(
     config: SpeculativeConfig, target: ModelConfig, target_tok: Any, dtype: Any, max_seq_len: int,
-    cpu_kernels: bool = False,
+    cpu_kernels: bool = False, layout: Layout = UNSHARDED,
 ) -> tuple[Proposer, Weights | None]:
-    """The proposer for `config` and its parameters (draft weights, packed when the CPU kernels are on, or None)."""
+    """The proposer for `config` and its parameters (draft weights, packed when the CPU kernels are on, or None).
+
+    On a mesh the draft is laid out by the target's rules; dimensions tp does not divide (a
+    small draft's heads) stay whole on every device.
+    """
     if config.method == "ngram":
         cost = NGRAM_COST if config.draft_cost is None else config.draft_cost
         return NgramProposer(target.vocab_size, config.ngram_min, config.ngram_max, cost), None
     draft_dir = Path(config.draft_model)
     if not draft_dir.is_dir():
         raise SpeculativeError(f"draft model directory {draft_dir} does not exist")
-    draft_cfg, draft_weights = load_weights(draft_dir, dtype, progress=False)
+    draft_cfg, draft_weights = load_weights(draft_dir, dtype, progress=False, layout=layout)
     check_vocab(target, draft_cfg, target_tok, load_tokenizer(draft_dir), draft_dir)
     cost = config.draft_cost
     if cost is None:
@@ -88,7 +93,7 @@ class SpeculativeDecoder:
 
     def __init__(
         self, config: SpeculativeConfig, proposer: Proposer | None, params: Any, dtype: Any, max_seq_len: int,
-        cpu_kernels: bool = False,
+        cpu_kernels: bool = False, layout: Layout = UNSHARDED,
     ):
         self.config = config
         self.proposer = proposer
@@ -96,6 +101,7 @@ class SpeculativeDecoder:
         self.dtype = dtype
         self.max_seq_len = max_seq_len
         self.cpu_kernels = cpu_kernels  # for the draft caches, as the target's
+        self.layout = layout  # likewise
         self.disabled_reason: str | None = None if proposer is not None else "not loaded"
         self.totals = SpecMetrics(config.num_speculative_tokens)
         self._caches: dict[int, KVCache] = {}
@@ -137,7 +143,7 @@ class SpeculativeDecoder:
             return None
         if pstate is not None:
             self._caches[batch] = pstate
-        host = {name: value for name, value in vars(jax.device_get(counters)).items()}
+        host = {name: value for name, value in vars(to_host(counters)).items()}
         rows = len(prompt_lengths)
         self.totals.add(host, rows)
         return state, [request_stats(host, i) for i in range(rows)]
@@ -172,26 +178,26 @@ class SpeculativeDecoder:
             return None
         cache = self._caches.pop(batch, None)
         if cache is None or is_consumed(cache):
-            cache = init_cache(self.proposer.cfg, batch, self.max_seq_len, self.dtype, self.cpu_kernels)
+            cache = init_cache(self.proposer.cfg, batch, self.max_seq_len, self.dtype, self.cpu_kernels, self.layout)
         return cache
 
 
 def build_speculative(
     config: SpeculativeConfig | None, target: ModelConfig, target_tok: Any, dtype: Any, max_seq_len: int,
-    cpu_kernels: bool = False,
+    cpu_kernels: bool = False, layout: Layout = UNSHARDED,
 ) -> SpeculativeDecoder | None:
     """A decoder for `config` (None when not speculating); load failures fall back with a warning."""
     if config is None:
         return None
     try:
-        proposer, params = make_proposer(config, target, target_tok, dtype, max_seq_len, cpu_kernels)
+        proposer, params = make_proposer(config, target, target_tok, dtype, max_seq_len, cpu_kernels, layout)
     except Exception as err:  # noqa: BLE001 - an unusable draft must not stop the target from serving
         if not config.fallback:
             raise
         decoder = SpeculativeDecoder(config, None, None, dtype, max_seq_len)
         decoder.disable(f"{type(err).__name__}: {err}")
         return decoder
-    return SpeculativeDecoder(config, proposer, params, dtype, max_seq_len, cpu_kernels)
+    return SpeculativeDecoder(config, proposer, params, dtype, max_seq_len, cpu_kernels, layout)
 
 
 __all__ = ["SpeculativeDecoder", "SpeculativeError", "SpeculativeFallbackWarning", "build_speculative"]

@@ -1,0 +1,204 @@
+"""Tensor and data parallelism on 8 fake CPU devices, against the unsharded run.
+
+The sharded runs happen in subprocesses (`jax_num_cpu_devices=8` must be set before jax starts,
+and the rest of the suite runs on one device); each prints JSON that the tests check here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hf_models import save_hf_model
+from python_subprocess import run_python
+
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.sharding import check_layout
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPTS = [[1, 5, 9, 33, 7, 81], [1, 4, 4, 80]]
+MAX_TOKENS = 6
+FAKE_DEVICES = 'import jax\njax.config.update("jax_num_cpu_devices", 8)\n'
+# Each (tp, dp) on 8 devices; tp=8 x dp=2 needs 16 and is checked as an error.
+MESHES = [(2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """8 heads (tp up to 8), 2 kv heads (fewer than tp = 4 and 8: kept whole), untied head."""
+    return save_hf_model(
+        "llama2", tmp_path_factory.mktemp("sharded"), num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=1
+    )
+
+
+@pytest.fixture(scope="module")
+def draft_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A draft with 2 heads: tp = 4 does not divide them, so its heads stay whole on every device."""
+    return save_hf_model("llama2", tmp_path_factory.mktemp("draft"), num_attention_heads=2, num_key_value_heads=1)
+
+
+def run_json(script: str, **values: object) -> dict:
+    """The JSON a script on 8 fake devices prints last; `values` become its global variables."""
+    header = "".join(f"{name} = {value!r}\n" for name, value in values.items())
+    return json.loads(run_python(FAKE_DEVICES + header + script, kernels=False).splitlines()[-1])
+
+
+MATRIX = """
+import json
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.sharding import shard_shapes
+
+params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+out = {}
+for tp, dp in [(1, 1)] + [tuple(m) for m in meshes]:
+    llm = LLM(model, max_seq_len=64, max_num_seqs=2, decode_steps=4, tensor_parallel_size=tp, data_parallel_size=dp)
+    w, lw = llm.weights, llm.weights.layers[0]
+    out[f"{tp}x{dp}"] = dict(
+        tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
+        logits=llm.logits(prompts[0]).tolist(),
+        cpu_kernels=llm.cpu_kernels,
+        shards={name: shard_shapes(x) for name, x in dict(
+            embed=w.embed, lm_head=w.lm_head, wq=lw.wq, wk=lw.wk, wo=lw.wo, w_gate=lw.w_gate, w_down=lw.w_down,
+            pool=llm.engine.pages.k_pages[0],
+        ).items()},
+    )
+try:
+    LLM(model, tensor_parallel_size=8, data_parallel_size=2)
+except ValueError as err:
+    out["too_many"] = str(err)
+try:
+    LLM(model, tensor_parallel_size=2, cpu_kernels=True)
+except ValueError as err:
+    out["kernels"] = str(err)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_tp_dp_matrix_matches_unsharded(model_dir):
+    out = run_json(MATRIX, model=str(model_dir), meshes=MESHES, prompts=PROMPTS, max_tokens=MAX_TOKENS)
+    ref = out["1x1"]
+    V, D, H, KV, K, F = 256, 64, 8, 2, 8, 128
+    for tp, dp in MESHES:
+        run = out[f"{tp}x{dp}"]
+        assert run["tokens"] == ref["tokens"], (tp, dp)
+        np.testing.assert_allclose(run["logits"], ref["logits"], atol=1e-5, rtol=0, err_msg=f"tp={tp} dp={dp}")
+        assert run["cpu_kernels"] is False  # FFI kernels cannot be partitioned: off on any mesh
+        shards, kv = run["shards"], KV // tp if tp <= KV else KV  # kv heads < tp: every device holds all
+        assert len(shards["wq"]) == tp * dp
+        expected = dict(
+            embed=[V // tp, D], lm_head=[D, V // tp], wq=[D, H // tp, K], wk=[D, kv, K], wo=[H // tp, K, D],
+            w_gate=[D, F // tp], w_down=[F // tp, D],
+        )
+        for name, shape in expected.items():
+            assert {tuple(s) for s in shards[name]} == {tuple(shape)}, (tp, dp, name, shards[name])
+        assert {s[0] for s in shards["pool"]} == {kv}, (tp, dp, shards["pool"])
+    assert "needs 16 devices" in out["too_many"] and "8 are present" in out["too_many"]
+    assert "cpu_kernels=True cannot run on a mesh of 2 devices" in out["kernels"]
+
+
+SPECULATIVE_AND_ORBAX = """
+import json
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig, save_converted
+from jaxinfer.sharding import shard_shapes
+
+params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+knobs = dict(max_seq_len=64, max_num_seqs=2)
+tokens = lambda llm: [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+ref = LLM(model, **knobs)
+out = dict(ref=tokens(ref), ref_logits=ref.logits(prompts[0]).tolist())
+spec = SpeculativeConfig(draft_model=draft, num_speculative_tokens=3, adaptive=False, fallback=False)
+llm = LLM(model, speculative=spec, tensor_parallel_size=4, data_parallel_size=2, **knobs)
+out.update(spec=tokens(llm), spec_on=llm.speculative.enabled, drafted=llm.metrics()["drafted"],
+           cache=shard_shapes(llm._static._cache.k[0]), draft_wq=shard_shapes(llm.speculative.params.layers[0].wq))
+save_converted(llm.weights, model, converted)  # saved from the 4 x 2 mesh
+restored = LLM(converted, tensor_parallel_size=2, data_parallel_size=1, **knobs)
+out.update(restored=tokens(restored), restored_logits=restored.logits(prompts[0]).tolist(),
+           restored_wq=shard_shapes(restored.weights.layers[0].wq))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_speculative_and_orbax_on_a_mesh(model_dir, draft_dir, tmp_path):
+    out = run_json(
+        SPECULATIVE_AND_ORBAX, model=str(model_dir), draft=str(draft_dir), converted=str(tmp_path / "converted"),
+        prompts=PROMPTS, max_tokens=MAX_TOKENS,
+    )
+    assert out["spec_on"] and out["drafted"] > 0  # the loop ran sharded, no fallback
+    assert out["spec"] == out["ref"]
+    assert {tuple(s) for s in out["cache"]} == {(1, 2, 64, 8)}  # batch 2 over dp=2; 2 kv heads < tp=4: whole
+    assert {tuple(s) for s in out["draft_wq"]} == {(64, 2, 32)}  # 2 draft heads, tp=4: replicated
+    assert out["restored"] == out["ref"]
+    np.testing.assert_allclose(out["restored_logits"], out["ref_logits"], atol=1e-5, rtol=0)
+    assert {tuple(s) for s in out["restored_wq"]} == {(64, 4, 8)}
+
+
+DISTRIBUTED = """
+import json, jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jaxinfer.distributed
+jaxinfer.distributed.initialize(coordinator, num_processes=2, process_id=process_id)
+from jaxinfer import LLM, SamplingParams
+
+llm = LLM(model, max_seq_len=64, max_num_seqs=2, decode_steps=4, tensor_parallel_size=2, data_parallel_size=2)
+outs = llm.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True))
+print(json.dumps(dict(tokens=[o.outputs[0].token_ids for o in outs], devices=jax.device_count(),
+                      local=jax.local_device_count(), process=jax.process_index())))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_match_one(model_dir):
+    """Two localhost processes (2 CPU devices each, gloo collectives) run one 2 x 2 mesh."""
+    values = dict(coordinator=f"127.0.0.1:{free_port()}", model=str(model_dir), prompts=PROMPTS, max_tokens=MAX_TOKENS)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAXINFER_CPU_KERNELS": "0"}
+    procs = []
+    for process_id in range(2):
+        header = "".join(f"{k} = {v!r}\n" for k, v in {**values, "process_id": process_id}.items())
+        procs.append(subprocess.Popen([sys.executable, "-c", header + DISTRIBUTED], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+        results.append(json.loads(stdout.splitlines()[-1]))
+    llm = LLM(model_dir, max_seq_len=64, max_num_seqs=2, decode_steps=4)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True)
+    single = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)]
+    assert [r["process"] for r in results] == [0, 1]
+    assert all(r["devices"] == 4 and r["local"] == 2 for r in results)
+    assert results[0]["tokens"] == results[1]["tokens"] == single
+
+
+@pytest.mark.parametrize(
+    "heads, kv, tp, dp, devices, words",
+    [
+        (8, 2, 3, 1, 8, "does not divide the model's 8 attention heads; use one of [1, 2, 4, 8]"),
+        (8, 2, 16, 1, 8, "needs 16 devices, but 8 are present"),
+        (12, 4, 6, 1, 8, "splits the model's 4 kv heads unevenly"),
+    ],
+)
+def test_impossible_layouts_name_sizes_that_work(heads, kv, tp, dp, devices, words):
+    with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        check_layout(heads, kv, tp, dp, devices)
+
+
+def test_llm_rejects_more_devices_than_present(model_dir):
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 x data_parallel_size=1 needs 2 devices, but 1"):
+        LLM(model_dir, tensor_parallel_size=2)
+    with pytest.raises(TypeError, match="data_parallel_size must be an integer"):
+        LLM(model_dir, data_parallel_size=1.5)
