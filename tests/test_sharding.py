@@ -58,7 +58,7 @@ from jaxinfer.sharding import shard_shapes
 params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
 out = {}
 for tp, dp in [(1, 1)] + [tuple(m) for m in meshes]:
-    llm = LLM(model, max_seq_len=64, max_num_seqs=2, decode_steps=4, tensor_parallel_size=tp, data_parallel_size=dp)
+    llm = LLM(model, max_seq_len=64, max_num_seqs=2, decode_steps=1, tensor_parallel_size=tp, data_parallel_size=dp)
     w, lw = llm.weights, llm.weights.layers[0]
     out[f"{tp}x{dp}"] = dict(
         tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
