@@ -8,7 +8,7 @@ import pytest
 from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
-from jaxinfer.speculative.costs import heuristic_costs, planned_draft_len
+from jaxinfer.speculative.costs import heuristic_costs, round_plan
 from jaxinfer.speculative.decoder import SpeculativeError, SpeculativeFallbackWarning
 
 PROMPTS = [np.random.RandomState(i).randint(3, 256, size=n).tolist() for i, n in enumerate([5, 17, 9, 30])]
@@ -94,10 +94,11 @@ def test_heuristic_costs_plan_by_batch_size():
     """The accelerators' cost model: drafts pay until verification saturates the forward."""
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=K)
     costs = heuristic_costs(0.0, spec)
-    certain = np.ones((2, K), np.float32)
-    plan = lambda active: planned_draft_len(certain, np.int32(active), False, costs, K, spec.min_gain)  # noqa: E731
-    assert np.all(np.asarray(plan(4)) == K)
-    assert np.all(np.asarray(plan(spec.verify_saturation_tokens * 8)) == 0)
+    certain, available = np.ones((4, K), np.float32), np.full(4, K, np.int32)
+    few, many = np.ones(4, bool), np.ones(spec.verify_saturation_tokens * 8, bool)
+    assert np.all(np.asarray(round_plan(certain, available, few, False, costs, spec.min_gain)) == K)
+    certain, available = np.ones((many.size, K), np.float32), np.full(many.size, K, np.int32)
+    assert np.all(np.asarray(round_plan(certain, available, many, False, costs, spec.min_gain)) == 0)
 
 
 def test_self_speculation_accepts_everything(self_spec):
@@ -186,13 +187,13 @@ def test_missing_draft_warns(models):
 
 
 def test_loop_failure_falls_back_without_losing_requests(models, plain, monkeypatch):
-    from jaxinfer import steps
+    from jaxinfer.speculative import programs
 
     def broken(*args, **kwargs):
         raise RuntimeError("compile failed")
 
     llm = make_llm(models, method="ngram")
-    monkeypatch.setattr(steps, "speculative_decode", broken)
+    monkeypatch.setattr(programs, "speculative_decode", broken)
     with pytest.warns(SpeculativeFallbackWarning, match="compile failed"):
         outs = llm.generate(PROMPTS, GREEDY)
     assert [o.token_ids for o in outs] == plain
