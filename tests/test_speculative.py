@@ -198,3 +198,59 @@ def test_loop_failure_falls_back_without_losing_requests(models, plain, monkeypa
         outs = llm.generate(PROMPTS, GREEDY)
     assert [o.token_ids for o in outs] == plain
     assert all(o.spec_stats is None for o in outs)
+
+
+def test_failure_surfacing_at_readback_falls_back(models, plain, monkeypatch):
+    """With asynchronous dispatch a run-time error shows only when results are read."""
+    from jaxinfer.speculative import programs
+
+    real = programs.speculative_decode
+
+    def fails_late(*args, **kwargs):
+        *results, counters = real(*args, **kwargs)
+        counters.drafted.delete()  # the call returned; reading its results raises
+        return (*results, counters)
+
+    llm = make_llm(models, method="ngram", calibrate=False)
+    monkeypatch.setattr(programs, "speculative_decode", fails_late)
+    with pytest.warns(SpeculativeFallbackWarning, match="deleted"):
+        outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == plain
+
+
+def test_one_loop_program_for_every_prompt_length(models):
+    """The prompt bucket is not a static argument of the loop: 5, 20 and 40 tokens share a program."""
+    from jaxinfer.speculative import programs
+
+    llm = make_llm(models, method="ngram", calibrate=False)
+    params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+    llm.generate([PROMPTS[0]], params)
+    before = programs.speculative_decode._cache_size()
+    for n in (20, 40):
+        llm.generate([list(range(3, 3 + n))], params)
+    assert programs.speculative_decode._cache_size() == before
+
+
+def test_ngram_acceptance_carries_over_to_the_next_call(models):
+    llm = make_llm(models, method="ngram", calibrate=False)
+    llm.generate([PROMPTS[2]], GREEDY[2])
+    prior = jax.device_get(llm.speculative._prior)
+    assert prior.observed == 1 and prior.acceptance.shape == (llm.speculative.config.num_speculative_tokens,)
+
+
+def test_calibration_probes_do_not_copy_the_cache(models):
+    """The probes donate the state and hand it back, so the compiled probe holds no whole-cache copy."""
+    import re
+
+    from jaxinfer.speculative import programs
+
+    llm = make_llm(models, method="ngram")
+    gen, spec = llm._static, llm.speculative
+    state = gen._prefill([PROMPTS[0]], [GREEDY[0]])
+    hlo = programs.speculative_probe.lower(
+        gen.weights, spec.params, state, None, jax.numpy.int32(K), cfg=llm.config, proposer=spec.proposer,
+        spec=spec.config, kind="round",
+    ).compile().as_text()
+    shapes = {",".join(map(str, x.shape)) for x in jax.tree.leaves(state.cache)}
+    copies = [line for line in hlo.splitlines() if " copy(" in line and any(f"[{s}]" in line for s in shapes)]
+    assert copies == []
