@@ -85,7 +85,8 @@ def assert_cost_model(llm: LLM, calibrated: bool) -> None:
     # the 1-layer draft costs a fraction of the 2-layer target (0.25-0.4); n-gram lookup ~0 (0.02).
     assert np.all((base >= 0.5) & (base < 10)), base
     if llm.speculative.config.method == "draft":
-        assert np.all((per_draft > 0) & (per_draft < 1)), per_draft
+        # >= 0, not > 0: the slope is a difference of two timings, clipped at 0 when load hides it.
+        assert np.all((per_draft >= 0) & (per_draft < 1)), per_draft
     else:
         assert np.all(per_draft < 0.1), per_draft
 
