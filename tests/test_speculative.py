@@ -68,10 +68,12 @@ def test_greedy_speculative_equals_plain(models, plain, spec):
     llm = make_llm(models, **spec)
     outs = llm.generate(PROMPTS, GREEDY)
     assert [o.token_ids for o in outs] == plain
-    assert llm.metrics()["speculative"] and llm.metrics()["drafted"] > 0
-    assert all(o.spec_stats is not None for o in outs)
+    assert llm.metrics()["speculative"] and all(o.spec_stats is not None for o in outs)
+    calibrated = spec.get("adaptive", True) and spec.get("calibrate", jax.default_backend() == "cpu")
+    # Whether measured costs let a round pay is the machine's call; only fixed costs must draft.
+    assert calibrated or llm.metrics()["drafted"] > 0
     if spec.get("adaptive", True):
-        assert_cost_model(llm, calibrated=spec.get("calibrate", jax.default_backend() == "cpu"))
+        assert_cost_model(llm, calibrated=calibrated)
 
 
 def assert_cost_model(llm: LLM, calibrated: bool) -> None:
