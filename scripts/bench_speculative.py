@@ -99,6 +99,7 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
             method="ngram", num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
     }
+    engines = {name: spec for name, spec in engines.items() if name.split()[-1] in args.methods}
     llms = {
         engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_batch_size=4, speculative=spec)
         for engine, spec in engines.items()
@@ -234,6 +235,10 @@ def main() -> None:
     parser.add_argument("--fixed-k", action="store_true", help="turn adaptive draft length off")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-hf", action="store_true", help="skip the HF transformers rows")
+    parser.add_argument(
+        "--methods", nargs="+", choices=["plain", "draft", "ngram"], default=["plain", "draft", "ngram"],
+        help="jaxinfer engines to run",
+    )
     parser.add_argument(
         "--torch-threads", type=int, default=1,
         help="torch intra-op threads for HF (1 is fastest for these tiny models on a shared 2-core CPU)",

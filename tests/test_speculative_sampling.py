@@ -1,20 +1,24 @@
 """Speculative sampling is lossless: token distributions match the target's exactly.
 
 Many seeds of one prompt on a 16-token vocabulary run as one batch; the empirical distribution of
-the 2nd and 3rd generated tokens (the first is prefill's, not speculative) is tested against the
-exact marginal computed from target logits, with temperature, top-k and top-p set. The same test
-must reject deliberately broken acceptance rules.
+the 2nd, 3rd and 4th generated tokens (the first is prefill's, not speculative) is tested against
+the exact marginal computed from target logits, with temperature, top-k and top-p set. With
+K = 2 drafts the 2nd and 3rd are the first round's drafted positions and the 4th its position K,
+where the bonus token lands when both drafts are accepted. The same test must reject
+deliberately broken acceptance rules.
 """
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hf_models import save_hf_model
 from scipy import stats
 
-from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig, steps
+from jaxinfer.kv_cache import init_cache
 from jaxinfer.sampling import processed_logprobs, sampling_arrays
 from jaxinfer.speculative import AcceptanceRule
 from jaxinfer.speculative.rejection import exact_accept, exact_residual
@@ -39,24 +43,32 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exact(models):
-    """Exact marginals [2, V] of the 2nd and 3rd generated tokens under the processed target."""
+    """Exact marginals [3, V] of the 2nd, 3rd and 4th generated tokens under the processed target."""
     llm = LLM(models["target"], dtype="float32", max_seq_len=32)
-    arrays = sampling_arrays([SamplingParams(**PARAMS)], [0])
+    paths, marginals = {(): 1.0}, []
+    for depth in range(4):
+        prefixes = list(paths)
+        probs = next_token_probs(llm, [PROMPT + list(x) for x in prefixes])
+        weights = np.asarray([paths[x] for x in prefixes])
+        if depth:
+            marginals.append(weights @ probs)
+        paths = {x + (int(t),): paths[x] * probs[i, t] for i, x in enumerate(prefixes) for t in np.flatnonzero(probs[i])}
+    return np.stack(marginals)
 
-    def probs(prefix: list[int]) -> np.ndarray:
-        return np.exp(np.asarray(processed_logprobs(llm.logits(prefix)[-1:], arrays)[0], np.float64))
 
-    first, second, third = probs(PROMPT), np.zeros(VOCAB), np.zeros(VOCAB)
-    for a in np.flatnonzero(first):
-        p_b = probs(PROMPT + [a])
-        second += first[a] * p_b
-        for b in np.flatnonzero(p_b):
-            third += first[a] * p_b[b] * probs(PROMPT + [a, b])
-    return np.stack([second, third])
+def next_token_probs(llm: LLM, prefixes: list[list[int]]) -> np.ndarray:
+    """Processed target probabilities [N, V] after each prefix (all of one length), in one forward."""
+    n, width = len(prefixes[0]), 32
+    tokens = np.zeros((len(prefixes), width), np.int32)
+    tokens[:, :n] = prefixes
+    cache = init_cache(llm.config, len(prefixes), width, llm.dtype, llm.cpu_kernels)
+    logits = steps.all_logits(llm._run_weights, jnp.asarray(tokens), cache, cfg=llm.config)[:, n - 1]
+    arrays = sampling_arrays([SamplingParams(**PARAMS)] * len(prefixes), [0] * len(prefixes))
+    return np.exp(np.asarray(processed_logprobs(logits, arrays), np.float64))
 
 
 def sampled(models, spec: SpeculativeConfig | None) -> np.ndarray:
-    """Generated tokens 2 and 3 [ROWS, 2] of ROWS seeds in one batch."""
+    """Generated tokens 2 to 4 [ROWS, 3] of ROWS seeds in one batch."""
     # The engine admits every row in one step, so all of them decode (and draft) together.
     llm = LLM(
         models["target"], dtype="float32", max_seq_len=32, max_batch_size=ROWS, speculative=spec,
@@ -66,7 +78,7 @@ def sampled(models, spec: SpeculativeConfig | None) -> np.ndarray:
     outs = llm.generate([PROMPT] * ROWS, params)
     if spec is not None and not measures_costs(spec):
         assert llm.metrics()["drafted"] > (ROWS // 2 if not spec.adaptive else 0), llm.metrics()
-    return np.asarray([o.token_ids[1:3] for o in outs])
+    return np.asarray([o.token_ids[1:4] for o in outs])
 
 
 def measures_costs(spec: SpeculativeConfig) -> bool:
@@ -94,29 +106,32 @@ def spec_config(
     method: str, models, rule: AcceptanceRule | None = None, adaptive: bool = False, calibrate: bool | None = None
 ) -> SpeculativeConfig:
     extra = {"rule": rule} if rule is not None else {}
-    draft = str(models["draft"]) if method == "draft" else None
-    # ROWS sequences saturate the default verify budget, so the accelerators' heuristic cost model
-    # would never draft; a larger budget keeps the adaptive path under test on every backend
-    # (calibrated costs, the CPU default, ignore it).
+    # "self" drafts with the target itself: every draft is accepted, so every 4th token is a bonus.
+    draft = {"draft": str(models["draft"]), "self": str(models["target"])}.get(method)
+    method = "draft" if method == "self" else method
+    # ROWS sequences saturate the default verify budget, and rows without an n-gram match share
+    # each round, so the accelerators' heuristic cost model would rarely draft; free verification
+    # and drafts keep the adaptive path under test on every backend (calibrated costs, the CPU
+    # default, ignore them).
     return SpeculativeConfig(
         method, draft, num_speculative_tokens=2, adaptive=adaptive, calibrate=calibrate,
-        verify_saturation_tokens=8 * ROWS, **extra,
+        verify_saturation_tokens=2**30, draft_cost=0.0, min_gain=1.0, **extra,
     )
 
 
 @pytest.mark.parametrize(
     "method,adaptive,calibrate",
     [
-        (None, False, None), ("draft", False, None), ("draft", True, False),
+        (None, False, None), ("draft", False, None), ("self", False, None), ("draft", True, False),
         ("ngram", False, None), ("ngram", True, None),
     ],
-    ids=["plain", "draft-model", "draft-adaptive-heuristic", "ngram-in-engine", "ngram-in-engine-adaptive"],
+    ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "ngram-in-engine", "ngram-in-engine-adaptive"],
 )
 def test_sampling_matches_target_distribution(models, exact, method, adaptive, calibrate):
     """Draft models run the static loop (-heuristic: the accelerators' cost model); n-gram the engine."""
     spec = spec_config(method, models, adaptive=adaptive, calibrate=calibrate) if method else None
     tokens = sampled(models, spec)
-    for position in range(2):
+    for position in range(3):
         assert fit_pvalue(tokens[:, position], exact[position]) > 1e-3
 
 
@@ -127,4 +142,4 @@ def test_sampling_matches_target_distribution(models, exact, method, adaptive, c
 )
 def test_broken_acceptance_rule_is_caught(models, exact, method, rule):
     tokens = sampled(models, spec_config(method, models, rule))
-    assert min(fit_pvalue(tokens[:, position], exact[position]) for position in range(2)) < 1e-6
+    assert min(fit_pvalue(tokens[:, position], exact[position]) for position in range(3)) < 1e-6

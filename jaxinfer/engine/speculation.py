@@ -15,7 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from jaxinfer.engine.request import Request
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.costs import heuristic_costs, planned_draft_len
+from jaxinfer.speculative.costs import heuristic_costs, round_plan
 from jaxinfer.speculative.stats import SpecMetrics
 
 
@@ -61,27 +61,28 @@ class Speculator:
         """Drafts per request, or None when no row would draft (the step then decodes plainly)."""
         if any(r.params.penalized or r.params.logprobs is not None for r in requests):
             return None
-        lengths = self._draft_lengths(requests)
+        room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, self.k_max)  # never past max_tokens
+        config = self.config
         drafts = [
-            ngram_draft(np.asarray(r.all_ids, np.int32), int(k), self.config.ngram_min, self.config.ngram_max)
-            if k else np.zeros(0, np.int32)
-            for r, k in zip(requests, lengths)
+            ngram_draft(np.asarray(r.all_ids, np.int32), int(k), config.ngram_min, config.ngram_max) if k
+            else np.zeros(0, np.int32)
+            for r, k in zip(requests, room)
         ]
+        if config.adaptive:
+            lengths = self._planned_lengths(requests, np.asarray([len(d) for d in drafts], np.int32))
+            drafts = [d[:k] for d, k in zip(drafts, lengths)]
         return drafts if any(len(d) for d in drafts) else None
 
-    def _draft_lengths(self, requests: list[Request]) -> np.ndarray:
-        """Per row: the cost model's choice, capped so the row cannot pass max_tokens."""
-        room = np.asarray([r.max_total - r.num_tokens - 1 for r in requests])
-        if not self.config.adaptive:
-            return np.clip(room, 0, self.k_max)
+    def _planned_lengths(self, requests: list[Request], available: np.ndarray) -> np.ndarray:
+        """The batch's round plan from each row's acceptance and what it can draft (all 0: plain)."""
         initial = self.config.initial_acceptance
         accept = np.asarray([initial if r.spec_acceptance is None else r.spec_acceptance for r in requests])
         greedy = all(r.params.temperature <= 0 for r in requests)
-        planned = planned_draft_len(
-            np.repeat(accept[:, None], self.k_max, axis=1).astype(np.float32), np.int32(len(requests)),
-            np.bool_(greedy), self.costs, self.k_max, self.config.min_gain,
+        plan = round_plan(
+            np.repeat(accept[:, None], self.k_max, axis=1).astype(np.float32), available,
+            np.ones(len(requests), bool), np.bool_(greedy), self.costs, self.config.min_gain,
         )
-        return np.clip(np.minimum(np.asarray(planned), room), 0, None)
+        return np.asarray(plan)
 
     def metrics(self) -> dict:
         """Acceptance totals since the engine started, in the speculative loop's terms."""

@@ -26,8 +26,10 @@ from jaxinfer.models import Weights
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.proposers import Proposer
 
-PROBE_ITERATIONS = 4
-PROBE_REPEATS = 15
+# Each probe runs PROBE_ITERATIONS rounds on device and blocks once; fewer, longer runs keep the
+# first adaptive call short (2 modes x 3 probes x (1 + PROBE_REPEATS) blocking runs).
+PROBE_ITERATIONS = 8
+PROBE_REPEATS = 4
 
 
 @jax.tree_util.register_dataclass
@@ -49,33 +51,54 @@ def heuristic_costs(draft_cost: float, spec: SpeculativeConfig) -> CostModel:
     )
 
 
-def planned_draft_len(
-    acceptance: jax.Array,
-    num_active: jax.Array,
-    all_greedy: jax.Array,
-    costs: CostModel,
-    k_max: int,
-    min_gain: float = 1.0,
-) -> jax.Array:
-    """Draft length [B] in 0..k_max maximising expected tokens per unit of cost (0 = plain decode).
-
-    Drafting must beat plain decoding by min_gain (a margin for noise in the estimates).
-
-    acceptance [B, k_max] holds P(draft i accepted | drafts before it accepted), so k drafts
-    yield 1 + sum_{j<=k} prod_{i<=j} acceptance_i tokens per round.
-    """
-    ks = jnp.arange(k_max + 1, dtype=jnp.float32)[None, :]
-    reach = jnp.cumprod(jnp.clip(acceptance, 0.0, 1.0), axis=1)
-    expected_tokens = 1.0 + jnp.concatenate([jnp.zeros_like(reach[:, :1]), jnp.cumsum(reach, axis=1)], axis=1)
+def round_cost(num_active: jax.Array, all_greedy: jax.Array, costs: CostModel, k_max: int) -> jax.Array:
+    """Cost [k_max + 1] in plain steps of a round that drafts 0..k_max steps (verifying k_max + 1 wide)."""
+    ks = jnp.arange(k_max + 1, dtype=jnp.float32)
     mode = jnp.where(all_greedy, 0, 1)
     verify_extra = k_max * jnp.minimum(costs.verify_per_row * num_active.astype(jnp.float32), 1.0)
-    gain = expected_tokens / (costs.round_base[mode] + verify_extra + ks * costs.per_draft[mode])
-    gain = gain.at[:, 0].set(min_gain)  # argmax keeps the first maximum: speculate only on a strict gain
-    return jnp.argmax(gain, axis=1).astype(jnp.int32)
+    return costs.round_base[mode] + verify_extra + ks * costs.per_draft[mode]
+
+
+def expected_tokens(acceptance: jax.Array, available: jax.Array) -> jax.Array:
+    """Expected tokens [B, k_max + 1] a round drafting k steps yields, each row drafting min(k, available).
+
+    acceptance [B, k_max] holds P(draft i accepted | drafts before it accepted), so d drafts
+    yield 1 + sum_{j<=d} prod_{i<=j} acceptance_i tokens (the 1 is the correction or bonus).
+    """
+    k_max = acceptance.shape[1]
+    reach = jnp.cumprod(jnp.clip(acceptance, 0.0, 1.0), axis=1)
+    by_drafts = 1.0 + jnp.concatenate([jnp.zeros_like(reach[:, :1]), jnp.cumsum(reach, axis=1)], axis=1)
+    drafts = jnp.minimum(jnp.arange(k_max + 1)[None, :], available[:, None])
+    return jnp.take_along_axis(by_drafts, drafts, axis=1)
+
+
+def round_plan(
+    acceptance: jax.Array,
+    available: jax.Array,
+    active: jax.Array,
+    all_greedy: jax.Array,
+    costs: CostModel,
+    min_gain: float = 1.0,
+) -> jax.Array:
+    """Draft lengths [B] for the next round, all zero when a plain step is the better use of the batch.
+
+    The batch shares one round: it drafts max(plan) steps and verifies k_max + 1 positions for
+    every running row, so the decision is the batch's. A round drafting k steps (each row
+    min(k, available), what it can actually propose) is taken when its expected tokens per unit
+    of cost beat a plain step's (one token per running row) by min_gain; rows that would draft
+    nothing still pay for it and are counted with the one token they get.
+    """
+    k_max = acceptance.shape[1]
+    num_active = jnp.sum(active)
+    tokens = jnp.sum(jnp.where(active[:, None], expected_tokens(acceptance, available), 0.0), axis=0)
+    speedup = tokens / round_cost(num_active, all_greedy, costs, k_max) / jnp.maximum(num_active, 1)
+    speedup = speedup.at[0].set(min_gain)  # argmax keeps the first maximum: speculate only on a strict gain
+    k = jnp.argmax(speedup).astype(jnp.int32)
+    return jnp.where(active, jnp.minimum(k, available), 0).astype(jnp.int32)
 
 
 def calibrate(
-    probe_fn: Callable[..., jax.Array],
+    probe_fn: Callable[..., tuple[jax.Array, DecodeState, Any]],
     weights: Weights,
     draft_params: Any,
     state: DecodeState,
@@ -83,37 +106,49 @@ def calibrate(
     cfg: ModelConfig,
     proposer: Proposer,
     spec: SpeculativeConfig,
-) -> CostModel:
+) -> tuple[CostModel, DecodeState, Any]:
     """Time plain steps and rounds of 1 and k_max draft steps, greedy and sampled, at this batch size.
 
-    The probes are timed round-robin and each keeps its fastest repeat: load from other
-    processes only ever slows a run down, so the minimum is the least disturbed measurement.
+    The probes donate the state and hand it back (so no run copies the KV cache); the state is
+    returned with its sampling settings as given. The probes are timed round-robin and each
+    keeps its fastest repeat: load from other processes only ever slows a run down, so the
+    minimum is the least disturbed measurement.
     """
     k = spec.num_speculative_tokens
+    temperature = state.sampling.temperature
     base, per_draft = [], []
+    runs = {"plain": (0, "plain"), 1: (1, "round"), k: (k, "round")}
     for greedy in (True, False):
-        temperature = jnp.full_like(state.sampling.temperature, 0.0 if greedy else 1.0)
-        probed = dataclasses.replace(state, sampling=dataclasses.replace(state.sampling, temperature=temperature))
-        run = functools.partial(
-            probe_fn, weights, draft_params, probed, proposer_state, cfg=cfg, proposer=proposer, spec=spec
-        )
-        runs = {"plain": functools.partial(run, jnp.int32(0), kind="plain")}
-        runs.update({steps: functools.partial(run, jnp.int32(steps), kind="round") for steps in {1, k}})
-        t = {name: float(np.min(seconds)) for name, seconds in _timings(runs).items()}
+        probed = jnp.full_like(temperature, 0.0 if greedy else 1.0)
+        state = dataclasses.replace(state, sampling=dataclasses.replace(state.sampling, temperature=probed))
+        run = functools.partial(probe_fn, weights, draft_params, cfg=cfg, proposer=proposer, spec=spec)
+        seconds, (state, proposer_state) = _timings(run, runs, (state, proposer_state))
+        t = {name: float(np.min(value)) for name, value in seconds.items()}
         slope = max(t[k] - t[1], 0.0) / max(k - 1, 1)
         base.append((t[1] - slope) / t["plain"])
         per_draft.append(slope / t["plain"])
-    return CostModel(jnp.asarray(base, jnp.float32), jnp.asarray(per_draft, jnp.float32), jnp.float32(0.0))
+    state = dataclasses.replace(state, sampling=dataclasses.replace(state.sampling, temperature=temperature))
+    costs = CostModel(jnp.asarray(base, jnp.float32), jnp.asarray(per_draft, jnp.float32), jnp.float32(0.0))
+    return costs, state, proposer_state
 
 
-def _timings(runs: dict[Any, Callable[[], jax.Array]]) -> dict[Any, np.ndarray]:
-    """Seconds per repeat [PROBE_REPEATS] of each run, timed back to back within a repeat."""
-    for run in runs.values():
-        jax.block_until_ready(run())  # compile (the round probe compiles once for every step count)
+def _timings(
+    run: Callable[..., tuple[jax.Array, DecodeState, Any]], runs: dict[Any, tuple[int, str]], carry: tuple
+) -> tuple[dict[Any, np.ndarray], tuple]:
+    """Seconds per repeat [PROBE_REPEATS] of each (steps, kind) probe, timed back to back, and the state after."""
+
+    def once(name: Any, carry: tuple) -> tuple[float, tuple]:
+        steps, kind = runs[name]
+        start = time.perf_counter()
+        done, *carry = run(*carry, jnp.int32(steps), kind=kind)
+        jax.block_until_ready(done)
+        return time.perf_counter() - start, tuple(carry)
+
+    for name in runs:
+        _, carry = once(name, carry)  # compile (the round probe compiles once for every step count)
     times: dict[Any, list[float]] = {name: [] for name in runs}
     for _ in range(PROBE_REPEATS):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            jax.block_until_ready(run())
-            times[name].append(time.perf_counter() - start)
-    return {name: np.asarray(value) for name, value in times.items()}
+        for name in runs:
+            seconds, carry = once(name, carry)
+            times[name].append(seconds)
+    return {name: np.asarray(value) for name, value in times.items()}, carry

@@ -13,7 +13,6 @@ from typing import Any
 
 import jax
 
-from jaxinfer import steps
 from jaxinfer.cache_spec import is_consumed
 from jaxinfer.checkpoint import load_weights
 from jaxinfer.config import ModelConfig
@@ -22,7 +21,9 @@ from jaxinfer.kv_cache import KVCache, init_cache
 from jaxinfer.models import Weights, pack_for_cpu
 from jaxinfer.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.speculative.config import SpeculativeConfig
+from jaxinfer.speculative import programs
 from jaxinfer.speculative.costs import CostModel, calibrate, heuristic_costs
+from jaxinfer.speculative.loop import AcceptancePrior, no_prior
 from jaxinfer.speculative.proposers import DraftModelProposer, NgramProposer, Proposer
 from jaxinfer.speculative.stats import SpecMetrics, request_stats
 from jaxinfer.tokenizer import load_tokenizer
@@ -106,6 +107,7 @@ class SpeculativeDecoder:
         self.totals = SpecMetrics(config.num_speculative_tokens)
         self._caches: dict[int, KVCache] = {}
         self.costs: dict[int, CostModel] = {}  # per batch bucket, measured on first use
+        self._prior: AcceptancePrior | None = None  # what earlier calls learned about acceptance
 
     @property
     def enabled(self) -> bool:
@@ -124,18 +126,19 @@ class SpeculativeDecoder:
     def decode(
         self, weights: Weights, cfg: ModelConfig, state: DecodeState, prompt_lengths: list[int]
     ) -> tuple[DecodeState, list[dict[str, Any]]] | None:
-        """Decode a prefilled batch to the end; None when speculation is (or just got) disabled."""
+        """Decode a prefilled batch to the end; None when speculation is (or just got) disabled.
+
+        The whole run, up to the results on the host, sits inside the fallback: with asynchronous
+        dispatch a run-time failure surfaces only when results are read.
+        """
         if not self.enabled:
             return None
         batch = state.lengths.shape[0]
         bucket = min(1 << (max(MIN_PROMPT_BUCKET, *prompt_lengths) - 1).bit_length(), self.max_seq_len)
         try:
-            pstate = self._proposer_state(batch)
-            costs = self._costs_for(weights, cfg, state, pstate)
-            state, pstate, counters = steps.speculative_decode(
-                weights, self.params, state, pstate, costs,
-                cfg=cfg, proposer=self.proposer, spec=self.config, prompt_bucket=bucket,
-            )
+            state, pstate, prior, counters = self._run(weights, cfg, state, bucket)
+            host = {name: value for name, value in vars(to_host(counters)).items()}
+            jax.block_until_ready((state, pstate, prior))
         except Exception as err:  # noqa: BLE001 - any failure must fall back, never lose the request
             if not self.config.fallback:
                 raise
@@ -143,10 +146,23 @@ class SpeculativeDecoder:
             return None
         if pstate is not None:
             self._caches[batch] = pstate
-        host = {name: value for name, value in vars(to_host(counters)).items()}
+        self._prior = prior
         rows = len(prompt_lengths)
         self.totals.add(host, rows)
         return state, [request_stats(host, i) for i in range(rows)]
+
+    def _run(self, weights: Weights, cfg: ModelConfig, state: DecodeState, bucket: int) -> tuple:
+        """Dispatch proposer prefill, calibration (first use) and the loop; returns its results unread."""
+        pstate = self._proposer_state(state.lengths.shape[0])
+        if pstate is not None:
+            pstate = programs.prefill_proposer(
+                self.params, state, pstate, proposer=self.proposer, prompt_bucket=bucket
+            )
+        costs, state, pstate = self._costs_for(weights, cfg, state, pstate)
+        prior = self._prior if self._prior is not None else no_prior(self.config)
+        return programs.speculative_decode(
+            weights, self.params, state, pstate, prior, costs, cfg=cfg, proposer=self.proposer, spec=self.config
+        )
 
     def metrics(self) -> dict[str, Any]:
         """Acceptance totals since load, and whether (and why not) speculation is on."""
@@ -158,19 +174,21 @@ class SpeculativeDecoder:
             **self.totals.totals(),
         }
 
-    def _costs_for(self, weights: Weights, cfg: ModelConfig, state: DecodeState, pstate: Any) -> CostModel:
-        """The round cost model for this batch size: measured once when calibrating, else heuristic."""
+    def _costs_for(
+        self, weights: Weights, cfg: ModelConfig, state: DecodeState, pstate: Any
+    ) -> tuple[CostModel, DecodeState, Any]:
+        """The round cost model for this batch size (measured once when calibrating, else heuristic), and the state."""
         calibrating = self.config.calibrate
         if calibrating is None:
             calibrating = jax.default_backend() == "cpu"
         if not (self.config.adaptive and calibrating):
-            return heuristic_costs(self.proposer.draft_cost, self.config)
+            return heuristic_costs(self.proposer.draft_cost, self.config), state, pstate
         batch = state.lengths.shape[0]
         if batch not in self.costs:
-            self.costs[batch] = calibrate(
-                steps.speculative_probe, weights, self.params, state, pstate, cfg, self.proposer, self.config
+            self.costs[batch], state, pstate = calibrate(
+                programs.speculative_probe, weights, self.params, state, pstate, cfg, self.proposer, self.config
             )
-        return self.costs[batch]
+        return self.costs[batch], state, pstate
 
     def _proposer_state(self, batch: int) -> KVCache | None:
         """The draft cache for this batch bucket (re-made if a failed call consumed it)."""

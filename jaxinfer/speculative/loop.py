@@ -21,7 +21,7 @@ from jaxinfer.generation import DecodeState, append_tokens
 from jaxinfer.models import Weights, forward, lm_logits
 from jaxinfer.sampling import sample
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.costs import PROBE_ITERATIONS, CostModel, heuristic_costs, planned_draft_len
+from jaxinfer.speculative.costs import PROBE_ITERATIONS, CostModel, heuristic_costs, round_plan
 from jaxinfer.speculative.proposers import Proposer
 from jaxinfer.speculative.rejection import Verdict, draw, position_keys, sampled_logprobs, verify
 from jaxinfer.speculative.stats import SpecCounters, zero_counters
@@ -39,6 +39,15 @@ class Adaptation:
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
+class AcceptancePrior:
+    """What earlier calls learned, the starting estimate of every sequence of the next call."""
+
+    acceptance: jax.Array  # [K] float32 mean estimate per draft position
+    observed: jax.Array  # [] int32 1 once a call measured it (it then counts as one observation)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
 class SpecState:
     """Everything the speculative loop carries between rounds."""
 
@@ -50,20 +59,33 @@ class SpecState:
     available: jax.Array  # [B] int32 tokens the proposer can draft next round
 
 
+def no_prior(spec: SpeculativeConfig) -> AcceptancePrior:
+    """The configured initial acceptance, counted as unmeasured."""
+    k = spec.num_speculative_tokens
+    return AcceptancePrior(jnp.full((k,), spec.initial_acceptance, jnp.float32), jnp.int32(0))
+
+
+def prefill_proposer(draft_params: Any, state: DecodeState, proposer_state: Any, proposer: Proposer, prompt_bucket: int) -> Any:
+    """The proposer's state after reading the prompts (its own program, so the loop is one per batch bucket)."""
+    return proposer.prefill(draft_params, state, proposer_state, prompt_bucket)
+
+
 def speculative_decode(
     weights: Weights,
     draft_params: Any,
     state: DecodeState,
     proposer_state: Any,
+    prior: AcceptancePrior,
     costs: CostModel,
     cfg: ModelConfig,
     proposer: Proposer,
     spec: SpeculativeConfig,
-    prompt_bucket: int,
-) -> tuple[DecodeState, Any, SpecCounters]:
-    """Decode prefilled sequences to completion speculatively; returns state, proposer state, counters."""
-    pstate = proposer.prefill(draft_params, state, proposer_state, prompt_bucket)
-    carry = _replan(draft_params, initial_state(state, pstate, spec), costs, proposer, spec)
+) -> tuple[DecodeState, Any, AcceptancePrior, SpecCounters]:
+    """Decode prefilled sequences (proposer state prefilled too) to completion speculatively.
+
+    Returns the state, the proposer state, the acceptance learned (the next call's prior) and counters.
+    """
+    carry = _replan(draft_params, initial_state(state, proposer_state, spec, prior), costs, proposer, spec)
 
     def running(s: SpecState) -> jax.Array:
         return ~jnp.all(s.decode.done)
@@ -86,16 +108,31 @@ def speculative_decode(
         return jax.lax.while_loop(lambda s: running(s) & wants_spec(s), spec_round, s)
 
     carry = jax.lax.while_loop(running, segment, carry)
-    return carry.decode, carry.proposer_state, carry.counters
+    # A draft model is measured only in rounds, never during plain steps, so each call starts it
+    # unmeasured (one optimistic round); n-gram estimates stay current and carry over.
+    learned = prior if proposer.stateful else learned_prior(carry.adapt, prior)
+    return carry.decode, carry.proposer_state, learned, carry.counters
 
 
-def initial_state(state: DecodeState, proposer_state: Any, spec: SpeculativeConfig) -> SpecState:
-    """Loop state before the first round: the prior acceptance, nothing counted, no plan yet."""
+def initial_state(
+    state: DecodeState, proposer_state: Any, spec: SpeculativeConfig, prior: AcceptancePrior | None = None
+) -> SpecState:
+    """Loop state before the first round: every sequence starts from the prior, nothing counted, no plan yet."""
+    prior = no_prior(spec) if prior is None else prior
     batch, k = state.lengths.shape[0], spec.num_speculative_tokens
-    acceptance = jnp.full((batch, k), spec.initial_acceptance, jnp.float32)
-    adapt = Adaptation(acceptance, jnp.zeros((batch, k), jnp.int32), jnp.asarray(False))
+    acceptance = jnp.broadcast_to(prior.acceptance[None, :], (batch, k))
+    adapt = Adaptation(acceptance, jnp.full((batch, k), prior.observed, jnp.int32), jnp.asarray(False))
     no_plan = jnp.zeros((batch,), jnp.int32)
     return SpecState(state, proposer_state, adapt, zero_counters(batch, k), no_plan, no_plan)
+
+
+def learned_prior(adapt: Adaptation, prior: AcceptancePrior) -> AcceptancePrior:
+    """Mean estimate per position over the sequences that measured it; the old prior where none did."""
+    measured = adapt.observed > prior.observed
+    count = jnp.sum(measured, axis=0)
+    mean = jnp.sum(jnp.where(measured, adapt.acceptance, 0.0), axis=0) / jnp.maximum(count, 1)
+    acceptance = jnp.where(count > 0, mean, prior.acceptance)
+    return AcceptancePrior(acceptance, jnp.maximum(prior.observed, jnp.any(count > 0).astype(jnp.int32)))
 
 
 def probe(
@@ -108,8 +145,12 @@ def probe(
     proposer: Proposer,
     spec: SpeculativeConfig,
     kind: str,
-) -> jax.Array:
-    """PROBE_ITERATIONS plain rounds or speculative rounds of `steps` drafts, for timing the cost model."""
+) -> tuple[jax.Array, DecodeState, Any]:
+    """PROBE_ITERATIONS plain rounds or speculative rounds of `steps` drafts, for timing the cost model.
+
+    Returns a scalar to wait on and the state and proposer state, unchanged but for entries past
+    each sequence's length: handing them back lets the caller donate them, so no probe copies the cache.
+    """
     costs = heuristic_costs(proposer.draft_cost, spec)
 
     def body(i: jax.Array, s: SpecState) -> SpecState:
@@ -124,28 +165,25 @@ def probe(
         return dataclasses.replace(after, decode=decode)
 
     s = jax.lax.fori_loop(0, PROBE_ITERATIONS, body, initial_state(state, proposer_state, spec))
-    touched = [x.ravel()[0].astype(jnp.float32) for x in jax.tree.leaves((s.decode, s.proposer_state, s.counters))]
-    return jnp.sum(jnp.stack(touched))  # depends on every result, so XLA drops no work
+    touched = [x.ravel()[0].astype(jnp.float32) for x in jax.tree.leaves(s.counters)]
+    return jnp.sum(jnp.stack(touched)), s.decode, s.proposer_state
 
 
 def _replan(
     draft_params: Any, s: SpecState, costs: CostModel, proposer: Proposer, spec: SpeculativeConfig
 ) -> SpecState:
-    """Choose the next round's draft length per sequence from its acceptance estimate and the costs."""
+    """Choose the next round's draft lengths from the estimates, what the proposer can draft, and the costs."""
     k = spec.num_speculative_tokens
     active = ~s.decode.done
-    if spec.adaptive:
-        num_active = jnp.sum(active)
-        greedy = jnp.all(s.decode.sampling.temperature <= 0)
-        k_plan = planned_draft_len(s.adapt.acceptance, num_active, greedy, costs, k, spec.min_gain)
-        # Until a sequence has been measured, try full drafts if they could pay at all.
-        certain = jnp.ones_like(s.adapt.acceptance)
-        could_pay = planned_draft_len(certain, num_active, greedy, costs, k, spec.min_gain) > 0
-        k_plan = jnp.where((s.adapt.observed[:, 0] == 0) & could_pay, k, k_plan)
-    else:
-        k_plan = jnp.full(active.shape, k, jnp.int32)
     available = proposer.available(draft_params, s.decode, s.proposer_state, k)
-    plan = jnp.where(active, jnp.minimum(k_plan, available), 0)
+    if spec.adaptive:
+        greedy = jnp.all(s.decode.sampling.temperature <= 0)
+        # Until a sequence has been measured, count on full acceptance: one round finds out.
+        unmeasured = (s.adapt.observed[:, :1] == 0)
+        acceptance = jnp.where(unmeasured, 1.0, s.adapt.acceptance)
+        plan = round_plan(acceptance, available, active, greedy, costs, spec.min_gain)
+    else:
+        plan = jnp.where(active, available, 0)
     return dataclasses.replace(s, plan=plan, available=available)
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from pallas_kernels import quantize_kv
 
+H100_SHARED_MEMORY = 232448  # 227 KiB opt-in shared memory per block
 EXTRA_POOL_PAGES = 5  # pages owned by nobody, all poison
 DEVICE_TESTS_ENV = "PALLAS_KERNELS_DEVICE_TESTS"
 
@@ -161,3 +162,54 @@ def lower_for(platform: str, fn, *args) -> str:
         )
     with context:
         return jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelBlocks:
+    """What one traced pallas_call holds per program: its settings and the blocks it reads."""
+
+    compiler_params: object
+    loads: list  # avals of every ref read in the kernel body
+    scratch: list  # avals of the scratch buffers (TPU VMEM blocks, semaphores)
+
+
+def kernel_blocks(fn, *args) -> KernelBlocks:
+    """The single pallas_call of jit(fn)(*args), as traced (no device needed)."""
+    calls = list(_pallas_calls(jax.make_jaxpr(fn)(*args).jaxpr))
+    assert len(calls) == 1, f"expected one pallas_call, found {len(calls)}"
+    eqn = calls[0]
+    body = eqn.params["jaxpr"]
+    scratch_count = eqn.params["grid_mapping"].num_scratch_operands
+    scratch = [v.aval for v in body.invars[len(body.invars) - scratch_count:]] if scratch_count else []
+    loads = [v.aval for e in _eqns(body) if e.primitive.name == "get" for v in e.outvars]
+    return KernelBlocks(eqn.params["compiler_params"], loads, scratch)
+
+
+def _pallas_calls(jaxpr):
+    for eqn in _eqns(jaxpr):
+        if eqn.primitive.name == "pallas_call":
+            yield eqn
+
+
+def _eqns(jaxpr):
+    """Every equation of jaxpr and of the jaxprs nested in it (not inside pallas_call bodies)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        if eqn.primitive.name == "pallas_call":
+            continue
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", param)
+            if hasattr(inner, "eqns"):
+                yield from _eqns(inner)
+
+
+def triton_shared_memory(blocks) -> int:
+    """Bytes per program from the traced kernel: num_stages copies of each K/V block (and scales)
+    plus one float32 [rows, max(head_dim, keys)] tile for the dot operands' layout conversion."""
+    pages = [a for a in blocks.loads if a.ndim == 3]  # [pages_per_block, page_size, head_dim] (+ scales)
+    kv = [a for a in pages if a.dtype != jnp.float32 or a.shape[-1] > 1]
+    rows = max(a.shape[0] for a in blocks.loads if a.ndim == 2 and a.shape[1] > 1)
+    keys = kv[0].shape[0] * kv[0].shape[1]
+    head_dim = kv[0].shape[-1]
+    kv_bytes = sum(a.size * a.dtype.itemsize for a in kv[:2])
+    return blocks.compiler_params.num_stages * kv_bytes + rows * max(head_dim, keys) * 4
