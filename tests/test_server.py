@@ -204,11 +204,12 @@ def test_64_concurrent_streams_and_a_malformed_request(base_url, reference):
 
 
 def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):
-    body = {"prompt": "def add", "max_tokens": 100, "temperature": 0, "ignore_eos": True, "stream": True}
+    # Disconnect right after the first chunk (no round trip first: a loaded machine let the tiny
+    # model finish in between); the abort count proves the request was still running.
+    body = {"prompt": "def add", "max_tokens": 120, "temperature": 0, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", base_url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as r:
         lines = r.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
-        assert _metrics(base_url)["jaxinfer:num_requests_running"] == 1
     deadline = time.monotonic() + 30
     while (m := _metrics(base_url))["jaxinfer:num_requests_running"] or m["jaxinfer:kv_cache_usage_perc"]:
         assert time.monotonic() < deadline, m
