@@ -3,7 +3,8 @@
 Every cache type offers `write(layer, k, v, positions)`; attention reads it through
 `attention.attend`. Positions past the cache's capacity are dropped, never wrapped. Rolling
 back (speculative decoding) is a length reset by the caller: entries beyond a sequence's length
-are hidden by the causal mask and overwritten by the next write.
+are hidden by the causal mask and overwritten by the next write. With `kv_dtype="fp8"` the
+buffers hold float8_e4m3fn values and each (sequence, head, position) a float32 scale.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import jax.numpy as jnp
 
 from jaxinfer.config import ModelConfig
 from jaxinfer.cpu_kernels import write_positions
+from pallas_kernels import quantize_kv_fp8
+
+CONTIGUOUS_KV_DTYPES = ("auto", "fp8")
 
 
 @jax.tree_util.register_dataclass
@@ -24,6 +28,8 @@ class KVCache:
 
     k: list[jax.Array]  # L x [B, KV, S, K]
     v: list[jax.Array]  # L x [B, KV, K, S]
+    k_scales: list[jax.Array] | None = None  # L x [B, KV, S, 1] float32 (fp8 storage only)
+    v_scales: list[jax.Array] | None = None  # L x [B, KV, S, 1]
     # Static: writes and few-query attention use the native CPU kernels (part of the jit key).
     cpu_kernels: bool = dataclasses.field(default=False, metadata={"static": True})
 
@@ -32,13 +38,26 @@ class KVCache:
         """Positions each sequence slot can hold."""
         return self.k[0].shape[2]
 
+    @property
+    def quantized(self) -> bool:
+        """True when the buffers hold fp8 values with per-token-per-head scales."""
+        return self.k_scales is not None
+
     def write(self, layer: int, k: jax.Array, v: jax.Array, positions: jax.Array) -> "KVCache":
         """Store k/v [B, T, KV, K] of `layer` at positions [B, T]; positions outside the cache are dropped."""
         store = write_positions if self.cpu_kernels else scatter_positions
         new_k, new_v = list(self.k), list(self.v)
+        if not self.quantized:
+            new_k[layer] = store(self.k[layer], k, positions, transposed=False)
+            new_v[layer] = store(self.v[layer], v, positions, transposed=True)
+            return dataclasses.replace(self, k=new_k, v=new_v)
+        (k, k_scale), (v, v_scale) = quantize_kv_fp8(k), quantize_kv_fp8(v)  # scales [B, T, KV]
         new_k[layer] = store(self.k[layer], k, positions, transposed=False)
         new_v[layer] = store(self.v[layer], v, positions, transposed=True)
-        return dataclasses.replace(self, k=new_k, v=new_v)
+        k_scales, v_scales = list(self.k_scales), list(self.v_scales)
+        k_scales[layer] = store(self.k_scales[layer], k_scale[..., None], positions, transposed=False)
+        v_scales[layer] = store(self.v_scales[layer], v_scale[..., None], positions, transposed=False)
+        return dataclasses.replace(self, k=new_k, v=new_v, k_scales=k_scales, v_scales=v_scales)
 
 
 def scatter_positions(cache: jax.Array, updates: jax.Array, positions: jax.Array, transposed: bool) -> jax.Array:
@@ -57,7 +76,8 @@ def scatter_positions(cache: jax.Array, updates: jax.Array, positions: jax.Array
 
 
 def init_cache(
-    cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype, cpu_kernels: bool = False
+    cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype, cpu_kernels: bool = False,
+    kv_dtype: str = "auto",
 ) -> KVCache:
     """A zeroed cache (zeros, not empty: uninitialised memory must never reach attention).
 
@@ -68,8 +88,13 @@ def init_cache(
     """
     k_shape = (batch, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
     v_shape = (batch, cfg.num_kv_heads, cfg.head_dim, max_seq_len)
-    zeros = lambda shape: [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)]  # noqa: E731
-    return KVCache(zeros(k_shape), zeros(v_shape), cpu_kernels)
+    if kv_dtype not in CONTIGUOUS_KV_DTYPES:
+        raise ValueError(f"kv_dtype {kv_dtype!r} is not one of {', '.join(CONTIGUOUS_KV_DTYPES)} (contiguous cache)")
+    fp8 = kv_dtype == "fp8"
+    zeros = lambda shape, dt: [jnp.zeros(shape, dt) for _ in range(cfg.num_layers)]  # noqa: E731
+    store = jnp.float8_e4m3fn if fp8 else dtype
+    scales = lambda: zeros((batch, cfg.num_kv_heads, max_seq_len, 1), jnp.float32) if fp8 else None  # noqa: E731
+    return KVCache(zeros(k_shape, store), zeros(v_shape, store), scales(), scales(), cpu_kernels)
 
 
 def cache_bytes(cache: object) -> int:
