@@ -46,14 +46,13 @@ class KVCache:
     def write(self, layer: int, k: jax.Array, v: jax.Array, positions: jax.Array) -> "KVCache":
         """Store k/v [B, T, KV, K] of `layer` at positions [B, T]; positions outside the cache are dropped."""
         store = write_positions if self.cpu_kernels else scatter_positions
+        if self.quantized:
+            (k, k_scale), (v, v_scale) = quantize_kv_fp8(k), quantize_kv_fp8(v)  # scales [B, T, KV]
         new_k, new_v = list(self.k), list(self.v)
-        if not self.quantized:
-            new_k[layer] = store(self.k[layer], k, positions, transposed=False)
-            new_v[layer] = store(self.v[layer], v, positions, transposed=True)
-            return dataclasses.replace(self, k=new_k, v=new_v)
-        (k, k_scale), (v, v_scale) = quantize_kv_fp8(k), quantize_kv_fp8(v)  # scales [B, T, KV]
         new_k[layer] = store(self.k[layer], k, positions, transposed=False)
         new_v[layer] = store(self.v[layer], v, positions, transposed=True)
+        if not self.quantized:
+            return dataclasses.replace(self, k=new_k, v=new_v)
         k_scales, v_scales = list(self.k_scales), list(self.v_scales)
         k_scales[layer] = store(self.k_scales[layer], k_scale[..., None], positions, transposed=False)
         v_scales[layer] = store(self.v_scales[layer], v_scale[..., None], positions, transposed=False)

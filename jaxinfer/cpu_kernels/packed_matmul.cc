@@ -54,6 +54,14 @@ struct Operands {
   int64_t M, K, N;    // K = 2 * K2
 };
 
+// A bf16 bit pattern as the float it names.
+inline float Widen(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+
 #if defined(__AVX512BF16__)
 
 // Columns [32t, 32t + 32) of rows [0, R) of y, for R <= 8 rows starting at x / y.
@@ -82,13 +90,6 @@ void PackedTile(const uint16_t* x, const uint16_t* tile, float* y, int64_t K, in
 }
 
 #else
-
-inline float Widen(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, sizeof(out));
-  return out;
-}
 
 template <int R>
 void PackedTile(const uint16_t* x, const uint16_t* tile, float* y, int64_t K, int64_t N, int64_t t) {
@@ -246,13 +247,6 @@ void Int4Tile(const float* x, const uint8_t* tile, const uint16_t* scales, float
 
 #else
 
-inline float WidenBf16(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, sizeof(out));
-  return out;
-}
-
 // Columns [32t, 32t + 32) of R rows of y from an int8 tile [K, 32] and per-column scales.
 template <int R>
 void Int8Tile(const float* x, const int8_t* tile, const float* scale, float* y, int64_t K, int64_t N, int64_t t) {
@@ -297,7 +291,7 @@ void Int4Tile(const float* x, const uint8_t* tile, const uint16_t* scales, float
       }
     }
 #pragma omp simd
-    for (int64_t c = 0; c < kTileColumns; ++c) s[c] = WidenBf16(scales[g * padded_n + j + c]);
+    for (int64_t c = 0; c < kTileColumns; ++c) s[c] = Widen(scales[g * padded_n + j + c]);
     for (int r = 0; r < R; ++r) {
 #pragma omp simd
       for (int64_t c = 0; c < kTileColumns; ++c) acc[r][c] += part[r][c] * s[c];
