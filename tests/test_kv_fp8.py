@@ -7,8 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import pallas_kernels
 from jaxinfer import LLM, SamplingParams, steps
-from jaxinfer.attention import attend
+from jaxinfer.attention import attend, kernel_backend
+from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.config import from_hf_config
 from jaxinfer.cpu_kernels import kernels_available
 from jaxinfer.kv_cache import cache_bytes, init_cache
@@ -79,9 +81,21 @@ def test_fp8_contiguous_cache_equals_fp8_pages_and_is_near_float(cpu_kernels):
     assert error.mean() < 0.03 and error.max() < 0.2, (error.mean(), error.max())
 
 
-def test_contiguous_cache_rejects_int8_by_name():
+def test_pallas_backend_sends_fp8_pages_to_the_reference():
+    pages = init_paged_cache(CFG, 1, 16, jnp.bfloat16, page_size=8, kv_dtype="fp8", backend="pallas", interpret=True)
+    assert kernel_backend(pages, CFG.head_dim) == "reference"
+    for platform in ("gpu", "tpu"):
+        reason = pallas_kernels.unsupported_reason(platform, 64, jnp.float8_e4m3fn, 16, quantized=True)
+        assert "not float8_e4m3fn" in reason
+
+
+def test_fp8_takes_either_layout_and_the_contiguous_cache_rejects_int8_by_name():
+    assert CacheSpec(kv_dtype="fp8").layout == "contiguous"  # auto on CPU: the dense path
+    assert CacheSpec(layout="paged", kv_dtype="fp8").layout == "paged"
     with pytest.raises(ValueError, match="kv_dtype 'int8' is not one of auto, fp8"):
         init_cache(CFG, 1, 8, jnp.bfloat16, kv_dtype="int8")
+    with pytest.raises(ValueError, match="kv_cache_dtype 'e5m2' is not one of auto, int8, fp8"):
+        CacheSpec(kv_dtype="e5m2")
 
 
 @pytest.fixture(scope="module")
