@@ -47,19 +47,27 @@ def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int) -> jax.
 
 
 def dense_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float | None = None
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float | None = None,
+    kv_scales: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
-    """GQA attention: q [B,T,H,K], k [B,KV,S,K], v [B,KV,K,S], mask [B,T,S] -> [B,T,H,K]; f32 softmax."""
+    """GQA attention: q [B,T,H,K], k [B,KV,S,K], v [B,KV,K,S], mask [B,T,S] -> [B,T,H,K]; f32 softmax.
+
+    kv_scales (k, v) [B, KV, S] dequantize fp8 keys and values: they scale each key's score
+    and each value's probability, so the cache is widened to q's dtype but never multiplied.
+    """
     b, t, h, d = q.shape
     kv_heads = k.shape[1]
     scale = d**-0.5 if scale is None else scale
+    if kv_scales is not None:
+        k, v = k.astype(q.dtype), v.astype(q.dtype)
     qg = q.reshape(b, t, kv_heads, h // kv_heads, d).astype(k.dtype)
     # float32 results keep bf16 operands on XLA:CPU's bf16 dot path (see layers.linear).
     precision = matmul_precision(qg, k)
     scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
-    scores = scores * scale
+    scores = scores * (scale if kv_scales is None else scale * kv_scales[0][:, :, None, None, :])
     scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    probs = jax.nn.softmax(scores, axis=-1)
+    probs = (probs if kv_scales is None else probs * kv_scales[1][:, :, None, None, :]).astype(v.dtype)
     out = jnp.einsum("bkgts,bkds->btkgd", probs, v, precision=precision, preferred_element_type=jnp.float32)
     return out.reshape(b, t, h, d).astype(q.dtype)
 
@@ -81,8 +89,7 @@ def kernel_backend(cache: PagedKVCache, head_dim: int) -> str | None:
     impl = pallas_kernels.choose_implementation(None, cache.interpret)
     if impl == "reference":
         return "reference"
-    kv_dtype = cache.k_pages[0].dtype
-    reason = pallas_kernels.unsupported_reason(impl, head_dim, kv_dtype, cache.page_size, cache.quantized)
+    reason = pallas_kernels.unsupported_reason(impl, head_dim, cache.value_dtype, cache.page_size, cache.quantized)
     if reason is None:
         return None
     _log_fallback(reason)
@@ -128,9 +135,10 @@ def gathered_rows_attend(
 ) -> jax.Array:
     """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
     otherwise each row's pages gathered into a contiguous block for the dense path."""
-    dtype = q.dtype if cache.quantized else cache.from_storage(cache.k_pages[0][:0]).dtype
+    dtype = q.dtype if cache.quantized else cache.value_dtype
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
+    # The native kernel reads 16/32-bit float pages without scales: int8/fp8 pages take XLA's path.
     if cache.cpu_kernels and not cache.quantized and decode_attention_applies(q.shape[1], dtype):
         pools = (cache.k_pages[layer], cache.v_pages[layer])
         return paged_decode_attention(q, *pools, page_table, positions, window, dtype)
@@ -157,6 +165,11 @@ def attend(
     if isinstance(cache, PagedKVCache):
         return paged_attend(q, cache, layer, positions, window)
     k, v = cache.k[layer], cache.v[layer]
+    mask = causal_window_mask(positions, k.shape[2], window)
+    if cache.quantized:
+        # The native kernel reads 16/32-bit floats without scales: fp8 takes XLA's dense path.
+        scales = (cache.k_scales[layer][..., 0], cache.v_scales[layer][..., 0])
+        return dense_attention(q, k, v, mask, kv_scales=scales)
     if cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype):
         return decode_attention(q, k, v, positions, window)
-    return dense_attention(q, k, v, causal_window_mask(positions, k.shape[2], window))
+    return dense_attention(q, k, v, mask)

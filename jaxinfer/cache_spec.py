@@ -14,7 +14,7 @@ from jaxinfer.paged_kv_cache import PagedKVCache, init_paged_cache
 from jaxinfer.sharding import UNSHARDED, Layout
 
 LAYOUTS = ("auto", "contiguous", "paged")
-KV_DTYPES = ("auto", "int8")
+KV_DTYPES = ("auto", "int8", "fp8")  # fp8: float8_e4m3fn values with per-token-per-head scales
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,7 @@ class CacheSpec:
             raise ValueError(f"page_size must be a power of two, got {self.page_size}")
         object.__setattr__(self, "attention_backend", resolve_backend(self.attention_backend))
         if self.layout == "auto":
-            # The dense path is fastest on CPU; kernels, int8 KV and interpret mode need pages.
+            # The dense path is fastest on CPU; kernels, int8 KV and interpret mode need pages (fp8 has both).
             wants_pages = self.attention_backend == "pallas" or self.kv_dtype == "int8" or self.interpret
             object.__setattr__(self, "layout", "paged" if wants_pages else "contiguous")
         if self.layout == "contiguous" and (self.kv_dtype == "int8" or self.attention_backend == "pallas"):
@@ -50,7 +50,7 @@ class CacheSpec:
     def make(self, cfg: ModelConfig, batch: int, max_seq_len: int, dtype: jnp.dtype) -> KVCache | PagedKVCache:
         """A zeroed cache for `batch` sequences of up to `max_seq_len` tokens."""
         if self.layout == "contiguous":
-            return init_cache(cfg, batch, max_seq_len, dtype, self.cpu_kernels, self.mesh_layout)
+            return init_cache(cfg, batch, max_seq_len, dtype, self.cpu_kernels, self.mesh_layout, kv_dtype=self.kv_dtype)
         return init_paged_cache(
             cfg, batch, max_seq_len, dtype, page_size=self.page_size, kv_dtype=self.kv_dtype,
             backend=self.attention_backend, interpret=self.interpret, layout=self.mesh_layout,

@@ -1,8 +1,8 @@
 """Paged KV cache: per-layer page pools indexed through a per-sequence page table.
 
 Pages are `[num_kv_heads, num_pages, page_size, head_dim]` per layer, the layout the Pallas
-kernels read. With `int8` storage each page also has per-token-per-head float32 scales and
-K/V are quantized on write. The page table and the attention backend travel with the cache so
+kernels read. With `int8` or `fp8` (e4m3) storage each page also has per-token-per-head
+float32 scales and K/V are quantized on write. The page table and the attention backend travel with the cache so
 the model code is the same for every cache type.
 """
 
@@ -17,7 +17,9 @@ import numpy as np
 
 from jaxinfer.config import ModelConfig
 from jaxinfer.sharding import UNSHARDED, Layout
-from pallas_kernels import quantize_kv
+from pallas_kernels import quantize_kv, quantize_kv_fp8
+
+QUANTIZED_KV = {"int8": jnp.int8, "fp8": jnp.float8_e4m3fn}  # kv_cache_dtype -> stored values
 
 # Pools split by kv heads over tp; pages are shared by every row (any row may map any page),
 # so they are not split over dp.
@@ -31,12 +33,12 @@ class PagedKVCache:
 
     k_pages: list[jax.Array]  # L x [KV, P, page_size, K]
     v_pages: list[jax.Array]  # L x [KV, P, page_size, K]
-    k_scales: list[jax.Array] | None  # L x [KV, P, page_size] float32 (int8 storage only)
+    k_scales: list[jax.Array] | None  # L x [KV, P, page_size] float32 (int8/fp8 storage only)
     v_scales: list[jax.Array] | None
     page_table: jax.Array  # [B, pages_per_seq] int32
     backend: str = "reference"  # static: "reference" | "pallas"
     interpret: bool = False  # static: run Pallas kernels in interpret mode (CPU tests)
-    bits_of: str | None = None  # static: pools hold uint16 bit patterns of this 16-bit float dtype
+    bits_of: str | None = None  # static: pools hold the unsigned-integer bits of this fp8/16-bit float dtype
     cpu_kernels: bool = False  # static: the gathered CPU attention may use the native decode kernel
     layout: Layout = UNSHARDED  # static: mesh and rules of the pools (and the model's activations)
 
@@ -52,20 +54,29 @@ class PagedKVCache:
 
     @property
     def quantized(self) -> bool:
-        """True when pages hold int8 values with scales."""
+        """True when pages hold int8 or fp8 values with scales."""
         return self.k_scales is not None
 
+    @property
+    def value_dtype(self) -> jnp.dtype:
+        """What the pages hold (the float dtype when they store its bits)."""
+        return jnp.dtype(self.bits_of) if self.bits_of is not None else self.k_pages[0].dtype
+
     def to_storage(self, values: jax.Array) -> jax.Array:
-        """values in the pools' storage dtype (16-bit floats as their bits when bits_of is set)."""
+        """values in the pools' storage dtype (fp8/16-bit floats as their bits when bits_of is set)."""
         if self.bits_of is None:
             return values.astype(self.k_pages[0].dtype)
-        return jax.lax.bitcast_convert_type(values.astype(self.bits_of), jnp.uint16)
+        return jax.lax.bitcast_convert_type(values.astype(self.bits_of), self.k_pages[0].dtype)
 
     def from_storage(self, stored: jax.Array) -> jax.Array:
         """Stored page values back in their float dtype."""
         if self.bits_of is None:
             return stored
         return jax.lax.bitcast_convert_type(stored, jnp.dtype(self.bits_of))
+
+    def quantize(self, values: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """values [..., K] -> (int8 or fp8 values, float32 scales [...]) for these pages."""
+        return quantize_kv_fp8(values) if self.value_dtype == jnp.float8_e4m3fn else quantize_kv(values)
 
     def _slots(self, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
         """(page, offset) [B, T] for positions [B, T]; positions beyond the table map past the pool."""
@@ -84,7 +95,7 @@ class PagedKVCache:
         for pages, scales, new in ((k_pages, k_scales, k), (v_pages, v_scales, v)):
             values = jnp.swapaxes(jnp.swapaxes(new, 1, 2), 0, 1)  # [KV, B, T, K]
             if scales is not None:
-                values, new_scales = quantize_kv(values)
+                values, new_scales = self.quantize(values)
                 new_scales = scales[layer].at[:, page, offset].set(new_scales, mode="drop")
                 scales[layer] = self.layout.constrain(new_scales, SCALE_AXES)
             new_pages = pages[layer].at[:, page, offset].set(self.to_storage(values), mode="drop")
@@ -115,18 +126,22 @@ def init_paged_cache(
     interpret: bool = False,
     page_table: np.ndarray | None = None,
     layout: Layout = UNSHARDED,
+    storage: jnp.dtype | None = None,
 ) -> PagedKVCache:
-    """A zeroed paged cache with enough pages for `batch` sequences of `max_seq_len` tokens."""
+    """A zeroed paged cache with enough pages for `batch` sequences of `max_seq_len` tokens.
+
+    storage overrides the pages' dtype (bits of the values' float dtype, see init_page_pool).
+    """
     pages_per_seq = math.ceil(max_seq_len / page_size)
     table = identity_page_table(batch, pages_per_seq) if page_table is None else page_table
     num_pages = int(table.max()) + 1
     shape = (cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
-    store = jnp.int8 if kv_dtype == "int8" else dtype
+    store = QUANTIZED_KV.get(kv_dtype, dtype) if storage is None else storage
 
     def pool(dt: jnp.dtype, shp: tuple[int, ...], axes: tuple) -> list[jax.Array]:
         return [layout.zeros(shp, dt, axes) for _ in range(cfg.num_layers)]
 
-    scales = (lambda: pool(jnp.float32, shape[:3], SCALE_AXES)) if kv_dtype == "int8" else (lambda: None)
+    scales = (lambda: pool(jnp.float32, shape[:3], SCALE_AXES)) if kv_dtype in QUANTIZED_KV else (lambda: None)
     return PagedKVCache(
         k_pages=pool(store, shape, POOL_AXES),
         v_pages=pool(store, shape, POOL_AXES),
@@ -140,9 +155,10 @@ def init_paged_cache(
 
 
 def page_bytes(cfg: ModelConfig, page_size: int, dtype: jnp.dtype, kv_dtype: str = "auto") -> int:
-    """Device bytes of one page across all layers (keys, values and int8 scales)."""
-    per_token = cfg.num_kv_heads * cfg.head_dim * (1 if kv_dtype == "int8" else jnp.dtype(dtype).itemsize)
-    scales = cfg.num_kv_heads * 4 if kv_dtype == "int8" else 0
+    """Device bytes of one page across all layers (keys, values and int8/fp8 scales)."""
+    quantized = kv_dtype in QUANTIZED_KV
+    per_token = cfg.num_kv_heads * cfg.head_dim * (1 if quantized else jnp.dtype(dtype).itemsize)
+    scales = cfg.num_kv_heads * 4 if quantized else 0
     return 2 * cfg.num_layers * page_size * (per_token + scales)
 
 
@@ -159,14 +175,16 @@ def init_page_pool(
 ) -> PagedKVCache:
     """A zeroed pool of num_pages pages for the engine (its page table is supplied per step).
 
-    On the jnp reference path 16-bit float pages are stored as uint16 bits: XLA:CPU widens a
-    bf16/f16 scatter to float32 and copies the whole pool on every write, integers it
-    updates in place.
+    On the jnp reference path 16-bit and fp8 pages are stored as unsigned-integer bits: XLA:CPU
+    widens a bf16/f16/fp8 scatter to float32 and copies the whole pool on every write,
+    integers it updates in place.
     """
     placeholder = np.full((1, 1), num_pages - 1, np.int32)
-    as_bits = kv_dtype == "auto" and backend == "reference" and jnp.dtype(dtype).itemsize == 2
+    value = jnp.dtype(QUANTIZED_KV.get(kv_dtype, dtype))
+    as_bits = backend == "reference" and jnp.issubdtype(value, jnp.floating) and value.itemsize <= 2
+    bits = {1: jnp.uint8, 2: jnp.uint16}.get(value.itemsize) if as_bits else None
     pool = init_paged_cache(
-        cfg, 1, page_size, jnp.uint16 if as_bits else dtype, page_size=page_size, kv_dtype=kv_dtype,
-        backend=backend, interpret=interpret, page_table=placeholder, layout=layout,
+        cfg, 1, page_size, dtype, page_size=page_size, kv_dtype=kv_dtype,
+        backend=backend, interpret=interpret, page_table=placeholder, storage=bits, layout=layout,
     )
-    return dataclasses.replace(pool, bits_of=jnp.dtype(dtype).name if as_bits else None, cpu_kernels=cpu_kernels)
+    return dataclasses.replace(pool, bits_of=value.name if as_bits else None, cpu_kernels=cpu_kernels)

@@ -17,7 +17,7 @@ from pallas_kernels.paged_attention_reference import (
     ragged_paged_attention_reference,
 )
 from pallas_kernels.paged_attention_tpu import paged_attention_tpu
-from pallas_kernels.kv_quant import dequantize_kv, quantize_kv
+from pallas_kernels.kv_quant import dequantize_kv, quantize_kv, quantize_kv_fp8
 from pallas_kernels.ragged_paged_attention_gpu import ragged_paged_attention_gpu
 from pallas_kernels.ragged_paged_attention_tpu import ragged_paged_attention_tpu
 
@@ -30,6 +30,7 @@ __all__ = [
     "paged_attention_reference",
     "paged_attention_tpu",
     "quantize_kv",
+    "quantize_kv_fp8",
     "ragged_paged_attention",
     "ragged_paged_attention_gpu",
     "ragged_paged_attention_reference",

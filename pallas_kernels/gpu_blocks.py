@@ -88,6 +88,9 @@ def unsupported_reason(
     shared_memory: int | None = None,
 ) -> str | None:
     """Why the paged kernel for `platform` ("gpu", "tpu") cannot run this shape; None if it can."""
+    if jnp.issubdtype(kv_dtype, jnp.floating) and jnp.dtype(kv_dtype).itemsize == 1:
+        # Float8 loads depend on the GPU generation and were never run on hardware.
+        return f"paged attention kernels read int8 or 16/32-bit float pages, not {jnp.dtype(kv_dtype).name}"
     if platform == "tpu":
         # The shapes the Mosaic kernel was lowered and interpreted with; others are untried.
         if head_dim % 64 or page_size % 8:
