@@ -217,6 +217,14 @@ def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):
     assert m.get('jaxinfer:request_success_total{finished_reason="abort"}', 0) >= 1
 
 
+def test_bench_serve_without_a_server_is_one_line():
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    url = f"http://127.0.0.1:{_free_port()}"
+    command = [sys.executable, "-m", "jaxinfer", "bench", "serve", "--base-url", url, "--num-prompts", "1"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--base-url" in done.stderr, done.stderr
+
+
 def test_jaxinfer_serve_command(text_model_dir):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]

@@ -191,6 +191,11 @@ def _served_model(args: argparse.Namespace) -> str:
     import httpx
 
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    response = httpx.get(args.base_url.rstrip("/") + "/v1/models", headers=headers, timeout=30)
-    response.raise_for_status()
+    url = args.base_url.rstrip("/") + "/v1/models"
+    try:
+        response = httpx.get(url, headers=headers, timeout=30)
+    except httpx.TransportError as error:
+        raise ValueError(f"--base-url {args.base_url!r}: no server answers ({error}); is `jaxinfer serve` running?") from None
+    if response.status_code != 200:
+        raise ValueError(f"--base-url {args.base_url!r}: GET /v1/models answered {response.status_code}; check --api-key")
     return response.json()["data"][0]["id"]
