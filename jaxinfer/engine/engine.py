@@ -88,7 +88,11 @@ class LLMEngine:
         self.max_pages = bucket(config.pages_per_seq)
         self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
         self.model_identity = model_identity
-        self.narrow_mixed = cache_spec.attention_backend == "reference"  # gathered attention pays for width
+        # Steps with prefill chunks always use the full page-table width. Narrowing them too (the
+        # gathered CPU attention pays for width) multiplied their programs by the widths: 585 for
+        # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
+        # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
+        self.narrow_mixed = False
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
         self.stats = EngineMetrics()
