@@ -41,6 +41,14 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 Prompt = str | Sequence[int]
 
 
+def resolve_max_seq_len(requested: int | None, limit: int) -> int:
+    """The requested length (default: the model's, at most 2048), checked against the model's limit."""
+    length = int(requested or min(limit, 2048))
+    if length > limit:
+        raise ValueError(f"max_seq_len {length} exceeds the model's max_position_embeddings {limit}")
+    return length
+
+
 def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
     """A jnp dtype from a name; "auto" takes the checkpoint's own dtype (float32 if unstated)."""
     dtype = validation.dtype_name(dtype, "dtype")
@@ -151,10 +159,7 @@ class LLM:
         self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)
         # What runs: bf16 projections packed for the CPU kernel. `weights` gives the model's own.
         self._run_weights = pack_for_cpu(weights) if self.cpu_kernels else weights
-        limit = self.config.max_position_embeddings
-        self.max_seq_len = int(max_seq_len or min(limit, 2048))
-        if self.max_seq_len > limit:
-            raise ValueError(f"max_seq_len {self.max_seq_len} exceeds the model's max_position_embeddings {limit}")
+        self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
         self.cache_spec = CacheSpec(
             kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
@@ -169,7 +174,10 @@ class LLM:
             gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
         )
-        # Prompt lookup speculates inside the engine; a draft model runs static batches beside it.
+        self._start_engine(engine_config, speculative)
+
+    def _start_engine(self, engine_config: EngineConfig, speculative: SpeculativeConfig | None) -> None:
+        """The serving engine; prompt lookup speculates inside it, a draft model runs static batches beside it."""
         in_engine = speculative is not None and speculative.method == "ngram"
         self.engine = LLMEngine(
             self._run_weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
