@@ -141,9 +141,10 @@ def test_one_failing_request_fails_alone(llm):
     assert finals["f0"].finish_reason == finals["f2"].finish_reason == "length"
 
 
-def test_no_compiles_after_warmup(model):
+def test_no_compiles_after_warmup(model, capsys):
     llm = make(model)
-    count = llm.engine.warmup()
+    count = llm.engine.warmup(progress=True)
+    assert f"{count}/{count}" in capsys.readouterr().err  # the bar counted every program
     traces = []
     monitoring.register_event_duration_secs_listener(
         lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None

@@ -225,6 +225,22 @@ def test_bench_serve_without_a_server_is_one_line():
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--base-url" in done.stderr, done.stderr
 
 
+def test_bench_serve_against_the_server(base_url, tmp_path, capsys):
+    from jaxinfer.cli import main
+
+    out = tmp_path / "bench.json"
+    argv = ["bench", "serve", "--base-url", base_url, "--api-key", KEY, "--num-prompts", "6", "--input-len", "8",
+            "--output-len", "6", "--max-token-id", "64", "--max-concurrency", "3", "--result-file", str(out)]
+    assert main(argv) == 0
+    summary = json.loads(out.read_text())
+    assert summary["completed"] == 6 and summary["failed"] == 0 and summary["max_concurrency"] == 3
+    assert summary["total_output_tokens"] >= 6 and summary["mean_ttft_ms"] > 0
+    assert summary["median_e2el_ms"] >= summary["median_ttft_ms"]
+    captured = capsys.readouterr()
+    assert "output_throughput" in captured.out
+    assert "6/6" in captured.err  # the progress bar counted every request
+
+
 def test_jaxinfer_serve_command(text_model_dir):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]

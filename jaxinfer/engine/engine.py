@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from jaxinfer import paged_kv_cache, steps
 from jaxinfer.batch_step import RowSampling, StepInputs, StepOutputs
@@ -172,24 +173,22 @@ class LLMEngine:
         """Acceptance totals of the engine's speculation (drafted, accepted, rates), or None when off."""
         return None if self.speculator is None else self.speculator.metrics()
 
-    def warmup(self) -> int:
+    def warmup(self, progress: bool = False) -> int:
         """Compile every step shape the knobs allow (default sampling variant); returns the count.
 
         Padding-only batches run through each program, so nothing is written to the cache.
+        `progress` shows a bar on stderr (a serve start compiles a hundred or more programs).
         """
-        shapes = warmup_shapes(self.config, self.min_pages, self.max_pages, self.narrow_mixed)
-        for num_decode, num_prefill, chunk, pages, num_steps in shapes:
-            self._run(empty_step(num_decode, num_prefill, chunk, pages, num_steps))
-        if self.speculator is None:
-            return len(shapes)
-        verify_shapes = [
-            (rows, pages)
-            for rows in powers_of_two(1, self.config.max_num_seqs)
-            for pages in powers_of_two(self.min_pages, self.max_pages)
-        ]
-        for rows, pages in verify_shapes:
-            self._run(empty_verify_step(rows, self.verify_chunk, pages))
-        return len(shapes) + len(verify_shapes)
+        steps_ = [empty_step(*shape) for shape in warmup_shapes(self.config, self.min_pages, self.max_pages, self.narrow_mixed)]
+        if self.speculator is not None:
+            steps_ += [
+                empty_verify_step(rows, self.verify_chunk, pages)
+                for rows in powers_of_two(1, self.config.max_num_seqs)
+                for pages in powers_of_two(self.min_pages, self.max_pages)
+            ]
+        for host in tqdm(steps_, desc="compiling step programs", unit="program", disable=not progress):
+            self._run(host)
+        return len(steps_)
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""

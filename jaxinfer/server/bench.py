@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 
 @dataclasses.dataclass
@@ -61,6 +62,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--request-rate", type=float, default=math.inf, help="Poisson arrivals per second (default: all at once)")
     serve.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight at once (default: unlimited)")
     serve.add_argument("--seed", type=int, default=0, help="workload and arrival seed (default: %(default)s)")
+    serve.add_argument("--disable-tqdm", action="store_true", help="no progress bar on stderr")
     serve.add_argument("--result-file", type=Path, default=None, help="JSON output (default: results/bench_serve_<rate>_<concurrency>.json)")
     serve.set_defaults(run=run_bench)
 
@@ -125,9 +127,13 @@ async def run_workload(args: argparse.Namespace, workload: list[Work], model: st
     timeout = httpx.Timeout(None)
     async with httpx.AsyncClient(headers=headers, timeout=timeout, limits=httpx.Limits(max_connections=None)) as client:
 
+        bar = tqdm(total=len(workload), desc="requests", unit="req", disable=args.disable_tqdm, file=sys.stderr)
+
         async def limited(work: Work) -> Result:
             async with limit:
-                return await send(client, url, model, work)
+                result = await send(client, url, model, work)
+            bar.update()
+            return result
 
         start, tasks = time.perf_counter(), []
         for work in workload:
@@ -135,6 +141,7 @@ async def run_workload(args: argparse.Namespace, workload: list[Work], model: st
             if math.isfinite(args.request_rate):
                 await asyncio.sleep(rng.exponential(1.0 / args.request_rate))
         results = await asyncio.gather(*tasks)
+        bar.close()
     return list(results), time.perf_counter() - start
 
 

@@ -76,7 +76,7 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     if not args.skip_warmup:
         print("jaxinfer: compiling the engine's step shapes (once per machine with the compile cache)", file=sys.stderr, flush=True)
-        count = llm.engine.warmup()
+        count = llm.engine.warmup(progress=True)
         print(f"jaxinfer: {count} step programs ready", file=sys.stderr, flush=True)
     name = args.served_model_name or llm.model_dir.name
     app = build_app(llm, ServerConfig(name, args.api_key, args.max_body_bytes))
