@@ -9,6 +9,7 @@ from typing import Sequence
 
 from jaxinfer import __version__
 from jaxinfer.checkpoint import CheckpointError
+from jaxinfer.cli_args import WEIGHT_QUANTIZATIONS, add_parallel_args, add_quantization_args
 from jaxinfer.config import ConfigError
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.server.bench import add_bench_parser
@@ -26,6 +27,7 @@ def _generate(args: argparse.Namespace) -> int:
     llm = LLM(
         args.model, dtype=args.dtype, max_seq_len=args.max_seq_len,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp,
+        quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
     )
     params = SamplingParams(
         max_tokens=args.max_tokens,
@@ -75,12 +77,6 @@ def _add_sampling_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--seed", type=int, default=DEFAULTS.seed, help="same seed, same output (default: random)")
 
 
-def add_parallel_args(parser: argparse.ArgumentParser) -> None:
-    """--tp / --dp: the device mesh (LLM's tensor_parallel_size / data_parallel_size)."""
-    parser.add_argument("--tp", type=int, default=1, help="tensor parallel: split heads, MLP and vocabulary over N devices (default: %(default)s)")
-    parser.add_argument("--dp", type=int, default=1, help="data parallel: split the batch over N device groups (default: %(default)s)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="jaxinfer", description="JAX inference for Llama-family models")
@@ -96,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     gen.add_argument("--max-seq-len", type=int, default=None, help="cache length (default: the model's, <= 2048)")
     add_parallel_args(gen)
+    add_quantization_args(gen)
     gen.set_defaults(run=_generate)
     add_serve_parser(sub)
 
@@ -104,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("hf_dir", type=Path, metavar="HF_DIR", help="an HF safetensors checkpoint directory")
     conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new directory (not HF_DIR)")
     conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes} (default: %(default)s)")
-    conv.add_argument("--quantize", choices=("int8", "int4", "fp8"), default=None,
+    conv.add_argument("--quantize", choices=WEIGHT_QUANTIZATIONS, default=None,
                       help="store the projections quantized (embedding, head and norms keep --dtype)")
     conv.add_argument("--group-size", type=int, default=32, help="int4 rows per scale: 32, 64 or 128 (default: %(default)s)")
     conv.set_defaults(run=_convert)

@@ -59,3 +59,13 @@ def test_version_and_help_show_the_api_defaults():
     defaults = SamplingParams()
     assert f"--max-tokens MAX_TOKENS tokens to generate (default: {defaults.max_tokens})" in help_text
     assert f"0 = greedy (default: {defaults.temperature})" in help_text
+
+
+def test_generate_with_quantized_weights_and_cache(text_model_dir):
+    flags = ("--quantization", "int8", "--kv-cache-dtype", "int8")
+    result = _run("generate", "--model", str(text_model_dir), "--prompt", "def add", "--max-tokens", "8", "--temperature", "0", *flags)
+    assert result.returncode == 0, result.stderr
+    llm = LLM(text_model_dir, quantization="int8", kv_cache_dtype="int8")
+    assert result.stdout == "def add" + llm.generate("def add", SamplingParams(max_tokens=8, temperature=0))[0].text + "\n"
+    bad = _run("generate", "--prompt", "x", "--quantization", "int3")
+    assert bad.returncode == 2 and "--quantization" in bad.stderr and "int4" in bad.stderr

@@ -7,6 +7,7 @@ import os
 import sys
 
 from jaxinfer import validation
+from jaxinfer.cli_args import add_parallel_args, add_quantization_args
 
 DEFAULT_PORT = 8000
 
@@ -31,8 +32,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--num-pages", type=int, default=None, help="KV-cache pages in the pool (default: room for half of max-num-seqs at full length)")
     serve.add_argument("--page-size", type=int, default=16, help="tokens per KV-cache page, a power of two (default: %(default)s)")
     serve.add_argument("--decode-steps", type=int, default=8, help="decode steps per device call when nothing waits (default: %(default)s)")
-    serve.add_argument("--tp", type=int, default=1, help="tensor parallel: split heads, MLP and vocabulary over N devices (default: %(default)s)")
-    serve.add_argument("--dp", type=int, default=1, help="data parallel: split each step's batch over N device groups (default: %(default)s)")
+    add_parallel_args(serve)
+    add_quantization_args(serve)
     serve.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV pages of shared prompt prefixes")
     serve.add_argument("--speculative-method", choices=["ngram"], default=None,
                        help="speculate inside the engine: ngram proposes what followed the last n tokens "
@@ -73,6 +74,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
         decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp,
+        quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
     )
     if not args.skip_warmup:
         print("jaxinfer: compiling the engine's step shapes (once per machine with the compile cache)", file=sys.stderr, flush=True)
