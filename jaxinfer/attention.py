@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 import pallas_kernels
+from jaxinfer.blocked_attention import NEG_INF, blocked_rows_attention
 from jaxinfer.cpu_kernels import decode_attention, decode_attention_applies, paged_decode_attention
 from jaxinfer.kv_cache import KVCache
 from jaxinfer.paged_kv_cache import PagedKVCache
@@ -25,7 +26,6 @@ from jaxinfer.ragged_cache import RaggedPagedCache, split_attend
 
 logger = logging.getLogger(__name__)
 
-NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
 ATTENTION_BACKENDS = ("auto", "reference", "pallas")
 
 
@@ -115,15 +115,6 @@ def paged_rows_attend(
     return pallas_kernels.ragged_paged_attention(q, *kv, lengths, page_table, query_lens, **common)
 
 
-def _gather_rows(cache: PagedKVCache, pools: list[jax.Array], scales, layer: int, table: jax.Array, dtype) -> jax.Array:
-    """The pages of each row as one contiguous block [R, KV, S, K] in dtype."""
-    gathered = cache.from_storage(pools[layer][:, table])  # [KV, R, P, page, K]
-    if scales is not None:
-        gathered = gathered.astype(jnp.float32) * scales[layer][:, table][..., None]
-    kv, rows, pages, page, dim = gathered.shape
-    return gathered.reshape(kv, rows, pages * page, dim).swapaxes(0, 1).astype(dtype)
-
-
 def gathered_rows_attend(
     q: jax.Array,
     cache: PagedKVCache,
@@ -134,7 +125,7 @@ def gathered_rows_attend(
     query_lens: jax.Array,
 ) -> jax.Array:
     """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
-    otherwise each row's pages gathered into a contiguous block for the dense path."""
+    otherwise XLA attention over blocks of each row's pages, up to the step's longest row."""
     dtype = q.dtype if cache.quantized else cache.value_dtype
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
@@ -142,10 +133,7 @@ def gathered_rows_attend(
     if cache.cpu_kernels and not cache.quantized and decode_attention_applies(q.shape[1], dtype):
         pools = (cache.k_pages[layer], cache.v_pages[layer])
         return paged_decode_attention(q, *pools, page_table, positions, window, dtype)
-    k = _gather_rows(cache, cache.k_pages, cache.k_scales, layer, page_table, dtype)
-    v = _gather_rows(cache, cache.v_pages, cache.v_scales, layer, page_table, dtype).swapaxes(2, 3)
-    mask = causal_window_mask(positions, k.shape[2], window) & (steps[None, :] < query_lens[:, None])[..., None]
-    return dense_attention(q, k, v, mask)
+    return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype)
 
 
 def paged_attend(q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int) -> jax.Array:
