@@ -41,14 +41,28 @@ def seed_key(seed: int) -> np.ndarray:
 
 
 def sampling_arrays(params: Sequence[SamplingParams], seeds: Sequence[int]) -> SamplingArrays:
-    """Stack per-request parameters; `seeds` resolves requests that gave no seed."""
+    """Stack per-request parameters as host arrays; `seeds` resolves requests that gave no seed.
+
+    NumPy leaves: callers move the whole step's inputs to the devices in one transfer.
+    """
     return SamplingArrays(
-        temperature=jnp.asarray([p.temperature for p in params], jnp.float32),
-        top_k=jnp.asarray([p.top_k for p in params], jnp.int32),
-        top_p=jnp.asarray([p.top_p for p in params], jnp.float32),
-        min_p=jnp.asarray([p.min_p for p in params], jnp.float32),
-        keys=jnp.asarray(np.stack([seed_key(s) for s in seeds])),
+        temperature=np.asarray([p.temperature for p in params], np.float32),
+        top_k=np.asarray([p.top_k for p in params], np.int32),
+        top_p=np.asarray([p.top_p for p in params], np.float32),
+        min_p=np.asarray([p.min_p for p in params], np.float32),
+        keys=np.stack([seed_key(s) for s in seeds]),
     )
+
+
+def first_argmax(x: jax.Array) -> jax.Array:
+    """jnp.argmax over the last axis (first maximum wins), as two plain reductions.
+
+    XLA:CPU lowers argmax to a variadic (value, index) reduce that is about 8x slower than a max
+    followed by a min over matching indices, and every greedy step takes one over the vocabulary.
+    """
+    top = jnp.max(x, axis=-1, keepdims=True)
+    index = jnp.arange(x.shape[-1], dtype=jnp.int32)
+    return jnp.min(jnp.where(x == top, index, x.shape[-1]), axis=-1)
 
 
 def _top_k_top_p_mask(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
@@ -82,7 +96,7 @@ def processed_logprobs(logits: jax.Array, params: SamplingArrays) -> jax.Array:
     min_p = params.min_p[:, None]
     min_p_ok = (min_p <= 0) | (logprobs >= max_logprob + jnp.log(jnp.maximum(min_p, 1e-38)))
     logprobs = jax.nn.log_softmax(jnp.where(min_p_ok, logprobs, NEG_INF), axis=-1)
-    one_hot = jnp.where(jax.nn.one_hot(jnp.argmax(logits, -1), logits.shape[-1]) > 0, 0.0, NEG_INF)
+    one_hot = jnp.where(jax.nn.one_hot(first_argmax(logits), logits.shape[-1]) > 0, 0.0, NEG_INF)
     return jnp.where(greedy[:, None], one_hot, logprobs)
 
 
@@ -94,7 +108,7 @@ def step_keys(params: SamplingArrays, positions: jax.Array) -> jax.Array:
 def sample(logits: jax.Array, params: SamplingArrays, positions: jax.Array) -> jax.Array:
     """Next tokens [B] for logits [B, V]; greedy rows take the argmax."""
     greedy = params.temperature <= 0
-    argmax = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    argmax = first_argmax(logits)
 
     def draw() -> jax.Array:
         logprobs = processed_logprobs(logits, params)

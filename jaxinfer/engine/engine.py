@@ -46,6 +46,7 @@ from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.tokenizer import Detokenizer
 
 log = logging.getLogger(__name__)
+PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
 MIN_PAGE_TOKENS = 128  # page-table widths start here: fewer programs, negligible extra reads
 
 
@@ -227,13 +228,13 @@ class LLMEngine:
         if self.pages is None:
             self.pages = self._new_pool(self.blocks.num_pages)
         if host.drafts is not None:
-            drafts = self.cache_spec.mesh_layout.put_tree(Drafts(jnp.asarray(host.drafts), jnp.asarray(host.num_drafts)))
+            drafts = self.cache_spec.mesh_layout.put_tree(Drafts(host.drafts, host.num_drafts))
             out, self.pages = steps.verify_step(
                 self.weights, self.pages, inputs, drafts, cfg=self.model_config, rule=self.speculator.config.rule
             )
         elif host.num_steps > 1:
             out, self.pages = steps.multi_decode(
-                self.weights, self.pages, inputs, jnp.int32(host.num_steps), cfg=self.model_config,
+                self.weights, self.pages, inputs, np.int32(host.num_steps), cfg=self.model_config,
                 max_steps=self.config.decode_steps,
             )
         else:
@@ -242,20 +243,15 @@ class LLMEngine:
 
     def _device_inputs(self, host: HostStep) -> StepInputs:
         live = [r for r in host.requests if r is not None]
-        params = [r.params if r is not None else SamplingParams(temperature=0) for r in host.requests]
+        params = [r.params if r is not None else PADDING_PARAMS for r in host.requests]
         seeds = [r.seed if r is not None else 0 for r in host.requests]
         penalties = self._penalties(host) if any(r.params.penalized for r in live) else None
-        sampling = RowSampling(
-            sampling_arrays(params, seeds), jnp.asarray(host.stop_ids), jnp.asarray(host.min_lengths),
-            jnp.asarray(host.max_lengths), penalties,
-        )
+        sampling = RowSampling(sampling_arrays(params, seeds), host.stop_ids, host.min_lengths, host.max_lengths, penalties)
         # Replicated over the mesh (one global array when the devices span processes).
         return self.cache_spec.mesh_layout.put_tree(StepInputs(
-            tokens=jnp.asarray(host.tokens), positions=jnp.asarray(host.positions),
-            token_rows=jnp.asarray(host.token_rows), page_table=jnp.asarray(host.page_table),
-            lengths=jnp.asarray(host.lengths), query_lens=jnp.asarray(host.query_lens),
-            last_index=jnp.asarray(host.last_index), sampling=sampling, num_decode=host.num_decode,
-            want_logprobs=any(r.params.logprobs is not None for r in live),
+            tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, page_table=host.page_table,
+            lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index, sampling=sampling,
+            num_decode=host.num_decode, want_logprobs=any(r.params.logprobs is not None for r in live),
         ))
 
     def _penalties(self, host: HostStep) -> Penalties:
@@ -270,7 +266,7 @@ class LLMEngine:
             in_prompt[r, request.prompt_ids] = True
             p = request.params
             values[:, r] = (p.presence_penalty, p.frequency_penalty, p.repetition_penalty)
-        return Penalties(*map(jnp.asarray, (values[0], values[1], values[2], counts, in_prompt)))
+        return Penalties(values[0], values[1], values[2], counts, in_prompt)
 
     def _apply(self, schedule: Schedule, host: HostStep, out: StepOutputs) -> set[str]:
         """Advance each row's request by what the step computed; finish and free those that ended."""

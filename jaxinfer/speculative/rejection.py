@@ -15,7 +15,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.sampling import SamplingArrays, processed_logprobs, step_keys
+from jaxinfer.sampling import SamplingArrays, first_argmax, processed_logprobs, step_keys
 
 # fold_in tags: draft draws and acceptance uniforms use bits independent of the residual or
 # bonus draw, which uses the untagged key plain sampling would use at that position.
@@ -60,17 +60,6 @@ def position_keys(params: SamplingArrays, positions: jax.Array, tag: int | None 
     if tag is None:
         return keys
     return jax.vmap(jax.vmap(lambda k: jax.random.fold_in(k, tag)))(keys)
-
-
-def first_argmax(x: jax.Array) -> jax.Array:
-    """jnp.argmax over the last axis (first maximum wins), as two plain reductions.
-
-    XLA:CPU lowers argmax to a variadic (value, index) reduce that is about 8x slower than a max
-    followed by a min over matching indices, and greedy rounds take several argmaxes over V.
-    """
-    top = jnp.max(x, axis=-1, keepdims=True)
-    index = jnp.arange(x.shape[-1], dtype=jnp.int32)
-    return jnp.min(jnp.where(x == top, index, x.shape[-1]), axis=-1)
 
 
 def sampled_logprobs(logits: jax.Array, params: SamplingArrays) -> jax.Array:
