@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config import ModelConfig
-from jaxinfer.models import Weights, forward, lm_logits
+from jaxinfer.models import Weights, lm_logits
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.penalties import Penalties, apply_penalties, count_tokens
-from jaxinfer.ragged_cache import RaggedPagedCache
 from jaxinfer.sampling import SamplingArrays, sample
+from jaxinfer.step_forward import DraftModel, read_tokens, step_hidden
 
 MAX_LOGPROBS = 20
 
@@ -90,17 +90,6 @@ def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.A
     return chosen, top_ids.astype(jnp.int32), top_values
 
 
-def step_hidden(
-    weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig
-) -> tuple[jax.Array, PagedKVCache]:
-    """Final hidden states [N, D] of the step's flat tokens, and the pools with their K/V written."""
-    view = RaggedPagedCache(
-        dataclasses.replace(pages, page_table=x.page_table), x.token_rows, x.lengths, x.query_lens, x.num_decode
-    )
-    hidden, view = forward(weights, x.tokens[None], x.positions[None], view, cfg)
-    return hidden[0], dataclasses.replace(view.pages, page_table=pages.page_table)
-
-
 def _row_logits(weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig):
     hidden, pages = step_hidden(weights, pages, x, cfg)
     return lm_logits(weights, hidden[x.last_index]), pages
@@ -115,20 +104,23 @@ def _outputs(logits: jax.Array, tokens: jax.Array, want_logprobs: bool) -> StepO
 
 
 def ragged_step(
-    weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig
-) -> tuple[StepOutputs, PagedKVCache]:
-    """Run decode tokens and prefill chunks together; sample one token per row."""
+    weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig,
+    draft: DraftModel | None = None, draft_weights: Weights | None = None,
+) -> tuple[StepOutputs, PagedKVCache, DraftModel | None]:
+    """Run decode tokens and prefill chunks together; sample one token per row (the draft reads them too)."""
     logits, pages = _row_logits(weights, pages, x, cfg)
     tokens = pick_tokens(logits, x.sampling, x.lengths)
-    return _outputs(logits, tokens, x.want_logprobs), pages
+    return _outputs(logits, tokens, x.want_logprobs), pages, read_tokens(draft, draft_weights, x)
 
 
 def multi_decode(
-    weights: Weights, pages: PagedKVCache, x: StepInputs, num_steps: jax.Array, cfg: ModelConfig, max_steps: int
-) -> tuple[StepOutputs, PagedKVCache]:
+    weights: Weights, pages: PagedKVCache, x: StepInputs, num_steps: jax.Array, cfg: ModelConfig, max_steps: int,
+    draft: DraftModel | None = None, draft_weights: Weights | None = None,
+) -> tuple[StepOutputs, PagedKVCache, DraftModel | None]:
     """Up to num_steps (<= max_steps) decode steps of an all-decode batch; stops when any row finishes.
 
     Rows with query_len 0 are padding and start done. Pages for every step were reserved.
+    The draft, if any, reads every step's tokens.
     """
     rows = x.lengths.shape[0]
     empty = StepOutputs(
@@ -141,12 +133,13 @@ def multi_decode(
     start_done = x.query_lens == 0
 
     def cond(carry):
-        step, _, _, done, _ = carry
+        step, _, _, _, done, _ = carry
         return (step < num_steps) & ~jnp.any(done & ~start_done)
 
     def body(carry):
-        step, x, pages, done, out = carry
+        step, x, pages, draft, done, out = carry
         logits, pages = _row_logits(weights, pages, x, cfg)
+        draft = read_tokens(draft, draft_weights, x)
         tokens = pick_tokens(logits, x.sampling, x.lengths)
         active = ~done
         hit_stop = jnp.any(tokens[:, None] == x.sampling.stop_ids, axis=-1) & (x.lengths >= x.sampling.min_lengths)
@@ -160,11 +153,11 @@ def multi_decode(
             x, tokens=jnp.where(active, tokens, x.tokens), positions=jnp.where(active, x.lengths, -1),
             lengths=new_lengths, sampling=sampling,
         )
-        return step + 1, x, pages, done, out
+        return step + 1, x, pages, draft, done, out
 
-    carry = (jnp.int32(0), x, pages, start_done, empty)
-    _, _, pages, _, out = jax.lax.while_loop(cond, body, carry)
-    return out, pages
+    carry = (jnp.int32(0), x, pages, draft, start_done, empty)
+    _, _, pages, draft, _, out = jax.lax.while_loop(cond, body, carry)
+    return out, pages, draft
 
 
 def _record(out: StepOutputs, step: jax.Array, tokens: jax.Array, active: jax.Array, logits) -> StepOutputs:

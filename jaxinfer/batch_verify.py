@@ -2,9 +2,10 @@
 
 Each row is laid out as a prefill chunk of `[last token, draft_1 .. draft_k]` (right-padded to
 the step's chunk), so the ragged step's forward writes their K/V and yields the target's
-distribution at every position. Acceptance is the exact rule of `speculative.rejection`: the
-proposer (prompt lookup) is deterministic, so q is one-hot and draft i is kept with probability
-p(draft_i); greedy rows keep drafts while they equal the argmax. K/V written for rejected drafts
+distribution at every position. Acceptance is the exact rule of `speculative.rejection`: prompt
+lookup is deterministic, so q is one-hot and draft i is kept with probability p(draft_i); a
+draft model drafts here first (`batch_draft`) and its processed distributions are q. Greedy
+rows keep drafts while they equal the argmax. K/V written for rejected drafts
 sit past the row's new length and are overwritten by later steps.
 """
 
@@ -15,12 +16,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.batch_step import StepInputs, StepOutputs, mask_early_stops, step_hidden
+from jaxinfer.batch_draft import propose
+from jaxinfer.batch_step import StepInputs, StepOutputs, mask_early_stops
 from jaxinfer.config import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
 from jaxinfer.speculative.verify import repeat_rows
+from jaxinfer.step_forward import DraftModel, step_hidden
 
 
 @jax.tree_util.register_dataclass
@@ -46,24 +49,38 @@ def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: in
 
 def verify_step(
     weights: Weights, pages: PagedKVCache, x: StepInputs, drafts: Drafts, cfg: ModelConfig,
-    rule: AcceptanceRule = EXACT_RULE,
-) -> tuple[StepOutputs, PagedKVCache]:
+    rule: AcceptanceRule = EXACT_RULE, draft: DraftModel | None = None, draft_weights: Weights | None = None,
+) -> tuple[StepOutputs, PagedKVCache, DraftModel | None]:
     """Accepted drafts then one corrected (or bonus) token per row: tokens [R, C], counts = accepted + 1.
 
     x holds no decode rows (num_decode 0) and no penalties; every row is one verify chunk.
+    With a draft model, drafts.tokens are placeholders: the draft proposes drafts.count tokens
+    per row here; otherwise they are the host's (prompt lookup) with one-hot q.
     """
     rows = x.lengths.shape[0]
+    chunk, vocab = x.tokens.shape[0] // rows, cfg.vocab_size
+    if draft is None:
+        proposal = one_hot_logprobs(drafts.tokens, vocab)
+    else:
+        tokens, proposal, draft = propose(draft, draft_weights, x, drafts.count)
+        drafts = dataclasses.replace(drafts, tokens=tokens)
+        x = dataclasses.replace(x, tokens=with_drafts(x.tokens, tokens))
     hidden, pages = step_hidden(weights, pages, x, cfg)
     logits = position_logits(hidden, weights, x, rows)
-    chunk, vocab = logits.shape[1], logits.shape[2]
     params = x.sampling.params
     target = sampled_logprobs(logits.reshape(rows * chunk, vocab), repeat_rows(params, chunk))
     target = target.reshape(rows, chunk, vocab)
-    proposal = one_hot_logprobs(drafts.tokens, vocab)
     first_position = x.lengths - drafts.count
     verdict = verify(target, proposal, drafts.tokens, drafts.count, params, first_position, rule)
     n = verdict.num_accepted
     columns = jnp.arange(chunk, dtype=jnp.int32)[None, :]
     padded = jnp.pad(drafts.tokens, ((0, 0), (0, 1)))
     tokens = jnp.where(columns < n[:, None], padded, verdict.next_token[:, None])
-    return StepOutputs(tokens, n + 1, None, None, None), pages
+    return StepOutputs(tokens, n + 1, None, None, None), pages, draft
+
+
+def with_drafts(flat: jax.Array, drafts: jax.Array) -> jax.Array:
+    """Flat verify tokens [R * C] with each row's slots 1.. replaced by its drafts [R, C - 1]."""
+    rows = drafts.shape[0]
+    grid = flat.reshape(rows, -1)
+    return jnp.concatenate([grid[:, :1], drafts], axis=1).reshape(-1)

@@ -23,6 +23,7 @@ from jaxinfer.config import ModelConfig, load_config
 from jaxinfer.compile_cache import compile_cache_setting
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.outputs import accumulate
+from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
 from jaxinfer.models import Weights, pack_for_cpu, quantize_weights, unpack_for_cpu
@@ -31,6 +32,7 @@ from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.sharding import Layout, layout_for
 from jaxinfer.speculative import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
+from jaxinfer.speculative.proposers import DraftModelProposer
 from jaxinfer.static_batch import StaticBatchGenerator
 from jaxinfer.tokenizer import decode_text, load_tokenizer
 
@@ -47,6 +49,18 @@ def resolve_max_seq_len(requested: int | None, limit: int) -> int:
     if length > limit:
         raise ValueError(f"max_seq_len {length} exceeds the model's max_position_embeddings {limit}")
     return length
+
+
+def engine_speculation(
+    config: SpeculativeConfig | None, static: SpeculativeDecoder | None
+) -> tuple[SpeculativeConfig | None, EngineDraft | None]:
+    """What the engine speculates with: prompt lookup, or the draft model the static loop loaded (a
+    draft that failed to load, or a kind the engine does not run, leaves the engine plain)."""
+    if config is None or config.method == "ngram":
+        return config, None
+    if static is None or not isinstance(static.proposer, DraftModelProposer):
+        return None, None
+    return config, EngineDraft(static.proposer.cfg, static.params, static.proposer.draft_cost)
 
 
 def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
@@ -177,17 +191,23 @@ class LLM:
         self._start_engine(engine_config, speculative)
 
     def _start_engine(self, engine_config: EngineConfig, speculative: SpeculativeConfig | None) -> None:
-        """The serving engine; prompt lookup speculates inside it, a draft model runs static batches beside it."""
-        in_engine = speculative is not None and speculative.method == "ngram"
+        """The serving engine, speculating with prompt lookup or a draft model.
+
+        `generate` still runs draft-model requests as static batches beside it (the static
+        speculative loop); `stream`, the server and everything else speculate in the engine.
+        """
+        self._setup_speculative(None if speculative is None or speculative.method == "ngram" else speculative)
+        in_engine, draft = engine_speculation(speculative, self.speculative)
         self.engine = LLMEngine(
             self._run_weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
-            model_identity(self.model_dir, self.dtype), self.default_params, speculative if in_engine else None,
+            model_identity(self.model_dir, self.dtype), self.default_params, in_engine, draft,
         )
+        if draft is not None:  # one set of acceptance totals for the static loop and the engine
+            self.engine.speculator.totals = self.speculative.totals
         self._request_ids = itertools.count()
-        self._setup_speculative(None if in_engine else speculative)
 
     def _setup_speculative(self, speculative: SpeculativeConfig | None) -> None:
-        """Draft-model requests run static batches beside the engine (the engine does not run drafts yet)."""
+        """The static speculative loop for draft models (it loads the draft the engine shares)."""
         self.speculative: SpeculativeDecoder | None = build_speculative(
             speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len, cpu_kernels=self.cpu_kernels,
             layout=self.layout,

@@ -12,6 +12,9 @@ prefill = jax.jit(
 )
 decode_loop = jax.jit(generation.decode_loop, static_argnames=("cfg",), donate_argnames=("state",))
 all_logits = jax.jit(generation.all_logits, static_argnames=("cfg",))
-ragged_step = jax.jit(batch_step.ragged_step, static_argnames=("cfg",), donate_argnames=("pages",))
-multi_decode = jax.jit(batch_step.multi_decode, static_argnames=("cfg", "max_steps"), donate_argnames=("pages",))
-verify_step = jax.jit(batch_verify.verify_step, static_argnames=("cfg", "rule"), donate_argnames=("pages",))
+# The engine's steps; a draft model's pool (when speculating with one) is donated with the target's.
+ragged_step = jax.jit(batch_step.ragged_step, static_argnames=("cfg",), donate_argnames=("pages", "draft"))
+multi_decode = jax.jit(
+    batch_step.multi_decode, static_argnames=("cfg", "max_steps"), donate_argnames=("pages", "draft")
+)
+verify_step = jax.jit(batch_verify.verify_step, static_argnames=("cfg", "rule"), donate_argnames=("pages", "draft"))

@@ -244,8 +244,10 @@ def test_bench_serve_against_the_server(base_url, tmp_path, capsys):
 def test_jaxinfer_serve_command(text_model_dir):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]
-    bad = subprocess.run([*base, "--api-key", " "], env=env, capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--api-key" in bad.stderr
+    for flags, field in [(["--api-key", " "], "--api-key"), (["--speculative-method", "draft"], "--speculative-model"),
+                         (["--speculative-method", "draft", "--speculative-model", "/nonexistent"], "--speculative-model")]:
+        bad = subprocess.run([*base, *flags], env=env, capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and field in bad.stderr, bad.stderr
     port = _free_port()
     flags = ["--port", str(port), "--skip-warmup", "--max-model-len", "64", "--served-model-name", "m",
              "--speculative-method", "ngram", "--num-speculative-tokens", "2"]

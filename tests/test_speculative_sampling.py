@@ -67,18 +67,30 @@ def next_token_probs(llm: LLM, prefixes: list[list[int]]) -> np.ndarray:
     return np.exp(np.asarray(processed_logprobs(logits, arrays), np.float64))
 
 
-def sampled(models, spec: SpeculativeConfig | None) -> np.ndarray:
-    """Generated tokens 2 to 4 [ROWS, 3] of ROWS seeds in one batch."""
+def sampled(models, spec: SpeculativeConfig | None, engine: bool = False) -> np.ndarray:
+    """Generated tokens 2 to 4 [ROWS, 3] of ROWS seeds in one batch (`engine`: draft models
+    speculate in the engine instead of LLM.generate's static batches)."""
     # The engine admits every row in one step, so all of them decode (and draft) together.
     llm = LLM(
         models["target"], dtype="float32", max_seq_len=32, max_batch_size=ROWS, speculative=spec,
         max_prefill_seqs=ROWS, max_num_batched_tokens=ROWS * 32,
     )
     params = [SamplingParams(**PARAMS, seed=seed) for seed in range(ROWS)]
-    outs = llm.generate([PROMPT] * ROWS, params)
+    ids = engine_ids(llm, params) if engine else [o.token_ids for o in llm.generate([PROMPT] * ROWS, params)]
     if spec is not None and not measures_costs(spec):
         assert llm.metrics()["drafted"] > (ROWS // 2 if not spec.adaptive else 0), llm.metrics()
-    return np.asarray([o.token_ids[1:4] for o in outs])
+    return np.asarray([ids[1:4] for ids in ids])
+
+
+def engine_ids(llm: LLM, params: list[SamplingParams]) -> list[list[int]]:
+    """Token ids of PROMPT under each params, through the engine's steps."""
+    ids: dict[str, list[int]] = {}
+    for i, p in enumerate(params):
+        llm.engine.add_request(str(i), PROMPT, p)
+    while llm.engine.has_unfinished():
+        for out in llm.engine.step():
+            ids.setdefault(out.request_id, []).extend(out.outputs[0].token_ids)
+    return [ids[str(i)] for i in range(len(params))]
 
 
 def measures_costs(spec: SpeculativeConfig) -> bool:
@@ -120,26 +132,29 @@ def spec_config(
 
 
 @pytest.mark.parametrize(
-    "method,adaptive,calibrate",
+    "method,adaptive,calibrate,engine",
     [
-        (None, False, None), ("draft", False, None), ("self", False, None), ("draft", True, False),
-        ("ngram", False, None), ("ngram", True, None),
+        (None, False, None, False), ("draft", False, None, False), ("self", False, None, False),
+        ("draft", True, False, False), ("draft", False, None, True), ("ngram", False, None, False),
+        ("ngram", True, None, False),
     ],
-    ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "ngram-in-engine", "ngram-in-engine-adaptive"],
+    ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "draft-in-engine", "ngram-in-engine",
+         "ngram-in-engine-adaptive"],
 )
-def test_sampling_matches_target_distribution(models, exact, method, adaptive, calibrate):
-    """Draft models run the static loop (-heuristic: the accelerators' cost model); n-gram the engine."""
+def test_sampling_matches_target_distribution(models, exact, method, adaptive, calibrate, engine):
+    """Draft models run the static loop (-heuristic: the accelerators' cost model) or the engine; n-gram the engine."""
     spec = spec_config(method, models, adaptive=adaptive, calibrate=calibrate) if method else None
-    tokens = sampled(models, spec)
+    tokens = sampled(models, spec, engine)
     for position in range(3):
         assert fit_pvalue(tokens[:, position], exact[position]) > 1e-3
 
 
 @pytest.mark.parametrize(
-    "method,rule",
-    [("draft", ALWAYS_ACCEPT), ("draft", RESAMPLE_FROM_P), ("ngram", ALWAYS_ACCEPT)],
-    ids=["draft-always-accept", "draft-resample-from-p", "ngram-always-accept"],
+    "method,rule,engine",
+    [("draft", ALWAYS_ACCEPT, False), ("draft", RESAMPLE_FROM_P, False), ("draft", RESAMPLE_FROM_P, True),
+     ("ngram", ALWAYS_ACCEPT, False)],
+    ids=["draft-always-accept", "draft-resample-from-p", "draft-in-engine-resample-from-p", "ngram-always-accept"],
 )
-def test_broken_acceptance_rule_is_caught(models, exact, method, rule):
-    tokens = sampled(models, spec_config(method, models, rule))
+def test_broken_acceptance_rule_is_caught(models, exact, method, rule, engine):
+    tokens = sampled(models, spec_config(method, models, rule), engine)
     assert min(fit_pvalue(tokens[:, position], exact[position]) for position in range(3)) < 1e-6

@@ -31,7 +31,7 @@ from jaxinfer.engine.request import Request, Status
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.validate import check_prompt, encode_prompt
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
-from jaxinfer.engine.speculation import Speculator, zero_counts
+from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.step_builder import (
     HostStep, bucket, build_step, build_verify_step, empty_step, empty_verify_step, powers_of_two, warmup_shapes,
 )
@@ -44,6 +44,7 @@ from jaxinfer.scoring import prompt_logprobs
 from jaxinfer.sharding import to_host
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.tokenizer import Detokenizer
+from jaxinfer.step_forward import DraftModel
 
 log = logging.getLogger(__name__)
 PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
@@ -64,9 +65,11 @@ class LLMEngine:
         model_identity: str = "",
         default_params: SamplingParams | None = None,
         speculative: SpeculativeConfig | None = None,
+        draft: EngineDraft | None = None,
     ):
         self.weights, self.model_config, self.tokenizer = weights, model_config, tokenizer
-        self.speculator = None if speculative is None else Speculator(speculative)
+        self.draft_spec = draft
+        self.speculator = None if speculative is None else Speculator(speculative, draft)
         k_max = 0 if speculative is None else speculative.num_speculative_tokens
         self.verify_chunk = bucket(k_max + 1)
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
@@ -77,8 +80,10 @@ class LLMEngine:
         # What one device holds of a page: the pools are split by kv heads over tp.
         kv_parts = cache_spec.mesh_layout.parts((model_config.num_kv_heads,), ("kv_heads",))
         page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype) // kv_parts
+        if draft is not None:  # the draft's pool has as many pages (same ids)
+            page_bytes += paged_kv_cache.page_bytes(draft.cfg, config.page_size, dtype, cache_spec.kv_dtype)
         num_pages = config.resolve_num_pages(page_bytes, free_device_bytes())
-        self.pages = self._new_pool(num_pages)
+        self.pages, self.draft = self._new_pools(num_pages)
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching)
         self.scheduler = Scheduler(
             SchedulerConfig(
@@ -199,7 +204,7 @@ class LLMEngine:
         """Free the page pool (and forget cached prefixes); it is re-made on the next step."""
         if self.scheduler.running or self.scheduler.waiting:
             raise RuntimeError("release() with requests in flight; abort them first")
-        self.pages = None
+        self.pages = self.draft = None
         self._reset_blocks()
 
     def _run_and_apply(self, schedule: Schedule, host: HostStep) -> set[str]:
@@ -226,19 +231,21 @@ class LLMEngine:
     def _run(self, host: HostStep) -> StepOutputs:
         inputs = self._device_inputs(host)
         if self.pages is None:
-            self.pages = self._new_pool(self.blocks.num_pages)
+            self.pages, self.draft = self._new_pools(self.blocks.num_pages)
+        draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
         if host.drafts is not None:
             drafts = self.cache_spec.mesh_layout.put_tree(Drafts(host.drafts, host.num_drafts))
-            out, self.pages = steps.verify_step(
-                self.weights, self.pages, inputs, drafts, cfg=self.model_config, rule=self.speculator.config.rule
+            out, self.pages, self.draft = steps.verify_step(
+                self.weights, self.pages, inputs, drafts, cfg=self.model_config, rule=self.speculator.config.rule,
+                **draft,
             )
         elif host.num_steps > 1:
-            out, self.pages = steps.multi_decode(
+            out, self.pages, self.draft = steps.multi_decode(
                 self.weights, self.pages, inputs, np.int32(host.num_steps), cfg=self.model_config,
-                max_steps=self.config.decode_steps,
+                max_steps=self.config.decode_steps, **draft,
             )
         else:
-            out, self.pages = steps.ragged_step(self.weights, self.pages, inputs, cfg=self.model_config)
+            out, self.pages, self.draft = steps.ragged_step(self.weights, self.pages, inputs, cfg=self.model_config, **draft)
         return out
 
     def _device_inputs(self, host: HostStep) -> StepInputs:
@@ -323,7 +330,7 @@ class LLMEngine:
                 touched.add(request.request_id)
         self.scheduler.preempt_all()
         self._reset_blocks()
-        self.pages = self._new_pool(self.blocks.num_pages)
+        self.pages, self.draft = self._new_pools(self.blocks.num_pages)
         return touched
 
     def _reset_blocks(self) -> None:
@@ -333,10 +340,18 @@ class LLMEngine:
         )
         self.scheduler.blocks = self.blocks
 
-    def _new_pool(self, num_pages: int) -> PagedKVCache:
+    def _new_pools(self, num_pages: int) -> tuple[PagedKVCache, DraftModel | None]:
+        """The target's page pool and, when speculating with a draft model, the draft's."""
+        draft = None
+        if self.draft_spec is not None:
+            pool = self._new_pool(self.draft_spec.cfg, num_pages)
+            draft = DraftModel(pool, self.draft_spec.cfg, self.model_config.vocab_size)
+        return self._new_pool(self.model_config, num_pages), draft
+
+    def _new_pool(self, cfg: ModelConfig, num_pages: int) -> PagedKVCache:
         spec = self.cache_spec
         return paged_kv_cache.init_page_pool(
-            self.model_config, num_pages, self.config.page_size, self.dtype, spec.kv_dtype,
+            cfg, num_pages, self.config.page_size, self.dtype, spec.kv_dtype,
             spec.attention_backend, spec.interpret, spec.cpu_kernels, spec.mesh_layout,
         )
 

@@ -1,7 +1,8 @@
-"""Speculative decoding inside the engine: prompt-lookup drafts proposed on the host, verified on device.
+"""Speculative decoding inside the engine: drafts planned on the host, verified on device.
 
 The engine knows every request's tokens on the host, so the n-gram proposer is a NumPy search
-there (no token buffer on the device). Each row drafts its own length: a moving average of
+there (no token buffer on the device). A draft model drafts on the device inside the verify
+step (`batch_draft`); the host plans only how many tokens each row drafts. Each row drafts its own length: a moving average of
 its acceptance and the cost model of `speculative.costs` (verified tokens nearly free until a
 pass holds `verify_saturation_tokens`), so speculation switches itself off as the batch grows.
 Plain sampling features the verify step does not implement (penalties, logprobs) make the
@@ -10,10 +11,14 @@ step run plainly.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from jaxinfer.config import ModelConfig
 from jaxinfer.engine.request import Request
+from jaxinfer.models import Weights
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.costs import heuristic_costs, round_plan
 from jaxinfer.speculative.stats import SpecMetrics
@@ -39,17 +44,27 @@ def ngram_draft(ids: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> np.n
     return ids[:0]
 
 
+@dataclasses.dataclass(frozen=True)
+class EngineDraft:
+    """A loaded draft model for the engine: its shape, weights and the cost of one draft step
+    relative to a target decode step (the adaptive plan's input)."""
+
+    cfg: ModelConfig
+    weights: Weights
+    cost: float
+
+
 class Speculator:
     """Plans each row's drafts for one verify step and keeps acceptance per request."""
 
-    def __init__(self, config: SpeculativeConfig):
-        if config.method != "ngram":
-            raise ValueError(
-                f"the engine speculates with method='ngram' only, got {config.method!r}; "
-                "draft models run through LLM's static speculative path"
-            )
+    def __init__(self, config: SpeculativeConfig, draft: EngineDraft | None = None):
+        if config.method not in ("ngram", "draft"):
+            raise ValueError(f"the engine speculates with method 'ngram' or 'draft', got {config.method!r}")
+        if (config.method == "draft") != (draft is not None):
+            raise ValueError("method='draft' needs the loaded draft model (and only it does)")
         self.config = config
-        self.costs = heuristic_costs(0.0, config)  # the lookup runs on the host: no draft steps
+        # Prompt lookup runs on the host: no draft steps to pay for.
+        self.costs = heuristic_costs(0.0 if draft is None else draft.cost, config)
         self.totals = SpecMetrics(config.num_speculative_tokens)
 
     @property
@@ -63,11 +78,14 @@ class Speculator:
             return None
         room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, self.k_max)  # never past max_tokens
         config = self.config
-        drafts = [
-            ngram_draft(np.asarray(r.all_ids, np.int32), int(k), config.ngram_min, config.ngram_max) if k
-            else np.zeros(0, np.int32)
-            for r, k in zip(requests, room)
-        ]
+        if config.method == "draft":  # placeholders: the draft model fills them on the device
+            drafts = [np.zeros(k, np.int32) for k in room]
+        else:
+            drafts = [
+                ngram_draft(np.asarray(r.all_ids, np.int32), int(k), config.ngram_min, config.ngram_max) if k
+                else np.zeros(0, np.int32)
+                for r, k in zip(requests, room)
+            ]
         if config.adaptive:
             lengths = self._planned_lengths(requests, np.asarray([len(d) for d in drafts], np.int32))
             drafts = [d[:k] for d, k in zip(drafts, lengths)]

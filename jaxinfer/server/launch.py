@@ -35,9 +35,12 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_parallel_args(serve)
     add_quantization_args(serve)
     serve.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV pages of shared prompt prefixes")
-    serve.add_argument("--speculative-method", choices=["ngram"], default=None,
+    serve.add_argument("--speculative-method", choices=["ngram", "draft"], default=None,
                        help="speculate inside the engine: ngram proposes what followed the last n tokens "
-                       "earlier in the prompt and output (no second model; greedy output unchanged)")
+                       "earlier in the prompt and output (no second model), draft runs --speculative-model; "
+                       "outputs keep the target's distribution (greedy: identical)")
+    serve.add_argument("--speculative-model", default=None,
+                       help="draft model directory (same tokenizer as --model) for --speculative-method draft")
     serve.add_argument("--num-speculative-tokens", type=int, default=4,
                        help="drafts per sequence and step at most, 1-32, with --speculative-method (default: %(default)s)")
     serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default: %(default)s)")
@@ -52,6 +55,10 @@ def _check(args: argparse.Namespace) -> None:
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
     if args.api_key is not None and not args.api_key.strip():
         raise ValueError("--api-key is empty; give a key or leave the flag out")
+    if (args.speculative_method == "draft") != (args.speculative_model is not None):
+        raise ValueError("--speculative-model DIR goes with --speculative-method draft, and only with it")
+    if args.speculative_model is not None:
+        validation.model_dir(args.speculative_model, "--speculative-model")
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -67,7 +74,10 @@ def run_serve(args: argparse.Namespace) -> int:
 
     speculative = None
     if args.speculative_method is not None:
-        speculative = SpeculativeConfig(method=args.speculative_method, num_speculative_tokens=args.num_speculative_tokens)
+        speculative = SpeculativeConfig(
+            method=args.speculative_method, draft_model=args.speculative_model,
+            num_speculative_tokens=args.num_speculative_tokens,
+        )
     print("jaxinfer: loading the model", file=sys.stderr, flush=True)
     llm = LLM(
         args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,

@@ -1,0 +1,70 @@
+"""Drafting with a draft model inside the serving engine's verify step.
+
+The draft's pool holds K/V of every token the target's does (see `step_forward`). In a verify step the
+draft decodes `[last token, d_1 .. d_k]` one token per row at a time, drawing d_{i+1} from its
+processed distribution (the q of exact rejection sampling); its last call only writes d_k's
+K/V, so the pool stays complete whether the target accepts all drafts or not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.batch_step import StepInputs
+from jaxinfer.models import Weights, lm_logits
+from jaxinfer.step_forward import DraftModel, step_hidden
+from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
+
+
+def _decode_inputs(x: StepInputs, tokens: jax.Array, positions: jax.Array, live: jax.Array) -> StepInputs:
+    """One decode token per row at positions [R] (rows not live are padding)."""
+    rows = positions.shape[0]
+    index = jnp.arange(rows, dtype=jnp.int32)
+    return dataclasses.replace(
+        x, tokens=tokens, positions=jnp.where(live, positions, -1), token_rows=index,
+        lengths=jnp.where(live, positions + 1, 0), query_lens=live.astype(jnp.int32), last_index=index,
+        num_decode=rows, want_logprobs=False,
+    )
+
+
+def propose(
+    draft: DraftModel, draft_weights: Weights, x: StepInputs, count: jax.Array
+) -> tuple[jax.Array, jax.Array, DraftModel]:
+    """Drafts [R, C-1], their processed distributions [R, C-1, V_target] and the updated draft.
+
+    x is the verify layout (every row one chunk of C tokens starting with its last token);
+    row r drafts count[r] tokens. Positions past a row's count hold token 0 and no mass.
+    """
+    rows = x.lengths.shape[0]
+    chunk = x.tokens.shape[0] // rows
+    start = x.lengths - x.query_lens  # position of each row's last token
+    params = x.sampling.params
+    tokens = jnp.zeros((rows, chunk - 1), jnp.int32)
+    logprobs = jnp.full((rows, chunk - 1, draft.target_vocab), -jnp.inf, jnp.float32)
+    live_rows = x.query_lens > 0
+
+    def step(carry: tuple) -> tuple:
+        i, pages, token, tokens, logprobs = carry
+        inputs = _decode_inputs(x, token, start + i, live_rows & (i <= count))
+        hidden, pages = step_hidden(draft_weights, pages, inputs, draft.cfg)
+        logits = lm_logits(draft_weights, hidden).astype(jnp.float32)
+        pad = draft.target_vocab - draft.cfg.vocab_size
+        if pad:  # the draft's vocabulary is a prefix of the target's: extra ids are impossible
+            logits = jnp.pad(logits, ((0, 0), (0, pad)), constant_values=-jnp.inf)
+        q = sampled_logprobs(logits, params)
+        keys = position_keys(params, (start + i + 1)[:, None], DRAFT_TAG)[:, 0]
+        token = draw(q, params, keys)
+        slot = jnp.minimum(i, chunk - 2)
+        wanted = (i < count)[:, None]
+        tokens = tokens.at[:, slot].set(jnp.where(wanted[:, 0], token, tokens[:, slot]))
+        logprobs = logprobs.at[:, slot].set(jnp.where(wanted, q, logprobs[:, slot]))
+        return i + 1, pages, token, tokens, logprobs
+
+    # count + 1 calls: the last writes K/V of the final draft (a round may accept all of them).
+    calls = jnp.max(jnp.where(live_rows, count, -1)) + 1
+    carry = (jnp.int32(0), draft.pages, x.tokens[::chunk], tokens, logprobs)
+    _, pages, _, tokens, logprobs = jax.lax.while_loop(lambda c: c[0] < calls, step, carry)
+    return tokens, logprobs, dataclasses.replace(draft, pages=pages)

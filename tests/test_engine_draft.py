@@ -1,0 +1,72 @@
+"""A draft model speculating inside the engine: greedy identical to plain decoding, and a
+self-draft accepting every draft, which holds only if the draft's page pool saw every token the
+target's did (prefill chunks, multi-step decode, verify rounds, preemption, shared prefixes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hf_models import save_hf_model
+
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+
+K = 3
+PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 40, 17, 9])]
+GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2,
+             decode_steps=4)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, checkpoint_dir):
+    root = tmp_path_factory.mktemp("engine-draft")
+    return {"target": checkpoint_dir("llama2"), "draft": save_hf_model("qwen2", root / "draft", num_hidden_layers=1)}
+
+
+def make(models, draft: str | None, **knobs) -> LLM:
+    spec = None if draft is None else SpeculativeConfig(
+        method="draft", draft_model=str(models[draft]), num_speculative_tokens=K, adaptive=False
+    )
+    return LLM(models["target"], speculative=spec, **{**KNOBS, **knobs})
+
+
+def engine_ids(llm: LLM, prompts, params=GREEDY) -> list[list[int]]:
+    """Token ids through the engine (LLM.generate sends draft-model requests to static batches)."""
+    engine, ids = llm.engine, {}
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, params)
+    while engine.has_unfinished():
+        for out in engine.step():
+            ids[out.request_id] = ids.get(out.request_id, []) + list(out.outputs[0].token_ids)
+    return [ids[str(i)] for i in range(len(prompts))]
+
+
+@pytest.fixture(scope="module")
+def plain(models):
+    return engine_ids(make(models, None), PROMPTS)
+
+
+def test_greedy_equals_plain_with_a_different_draft(models, plain):
+    llm = make(models, "draft")
+    assert engine_ids(llm, PROMPTS) == plain
+    metrics = llm.engine.speculation_metrics()
+    assert metrics["drafted"] > 0 and metrics["method"] == "draft"
+
+
+def test_self_draft_accepts_every_draft(models, plain):
+    llm = make(models, "target")
+    assert engine_ids(llm, PROMPTS) == plain
+    metrics = llm.engine.speculation_metrics()
+    assert metrics["drafted"] > 0 and metrics["accepted"] == metrics["drafted"]
+
+
+def test_preemption_and_shared_prefixes_keep_the_draft_pool_complete(models):
+    """A 14-page pool cannot hold four 70-token sequences: requests are preempted and recomputed."""
+    prompts = [PROMPTS[1], PROMPTS[1][:32] + [7, 8, 9], PROMPTS[1][:33], PROMPTS[0]]
+    params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    expected = engine_ids(make(models, None, num_pages=14), prompts, params)
+    llm = make(models, "target", num_pages=14)
+    assert engine_ids(llm, prompts, params) == expected
+    metrics, engine = llm.engine.speculation_metrics(), llm.engine.metrics()
+    assert engine["num_preemptions"] > 0 and engine["prefix_cache_hits"] > 0
+    assert metrics["accepted"] == metrics["drafted"] > 0
