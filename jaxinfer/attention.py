@@ -3,8 +3,9 @@
 `attend` reads the cache after the current step's K/V were written, so a query at position p
 sees keys 0..p (within the layer's sliding window). The contiguous cache uses the dense `jnp`
 path, or on CPU for a few queries per sequence (decode, verification) a native kernel that
-reads only the visible keys; the paged cache dispatches to `pallas_kernels` (the Pallas kernel, or its `jnp`
-reference, as the cache's backend says, and the reference for shapes the kernel cannot run).
+reads only the visible keys; the paged cache dispatches to `pallas_kernels` (the Pallas kernel,
+or its `jnp` reference, as the cache's backend says, and the reference for shapes the kernel
+cannot run); on a mesh the kernels run per device under `shard_map` (`sharded_attention`).
 Queries of one call sit at consecutive positions.
 """
 
@@ -23,6 +24,7 @@ from jaxinfer.kv_cache import KVCache
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.precision import matmul_precision
 from jaxinfer.ragged_cache import RaggedPagedCache, split_attend
+from jaxinfer.sharded_attention import per_shard_rows_attention
 
 logger = logging.getLogger(__name__)
 
@@ -107,12 +109,36 @@ def paged_rows_attend(
 ) -> jax.Array:
     """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
     backend = kernel_backend(cache, q.shape[-1])
-    scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if cache.quantized else {}
-    common = dict(sliding_window=window or None, interpret=cache.interpret, backend=backend, **scales)
-    kv = (cache.k_pages[layer], cache.v_pages[layer])
+    kernel = functools.partial(_rows_kernel, window=window, interpret=cache.interpret, backend=backend)
+    pools = (cache.k_pages[layer], cache.v_pages[layer])
+    scales = (cache.k_scales[layer], cache.v_scales[layer]) if cache.quantized else ()
+    rows = (lengths, page_table, query_lens)
+    # A kernel's custom call has no partitioning rule: on a mesh each device runs it on its shard.
+    # (The jnp reference is plain HLO that XLA partitions itself.)
+    if backend is None and cache.layout.size > 1:
+        return per_shard_rows_attention(kernel, q, pools, scales, rows, cache.layout)
+    return kernel(q, *pools, *rows, *scales)
+
+
+def _rows_kernel(
+    q: jax.Array,  # [B, T, H, K]
+    k_pages: jax.Array,  # [KV, P, page_size, K]
+    v_pages: jax.Array,
+    lengths: jax.Array,  # [B]
+    page_table: jax.Array,  # [B, pages_per_row]
+    query_lens: jax.Array,  # [B]
+    *scales: jax.Array,  # () or k, v scales [KV, P, page_size]
+    window: int,
+    interpret: bool,
+    backend: str | None,
+) -> jax.Array:
+    """The decode kernel for one query per row, the ragged one for several: [B, T, H, K]."""
+    common = dict(sliding_window=window or None, interpret=interpret, backend=backend)
+    if scales:
+        common.update(k_scales=scales[0], v_scales=scales[1])
     if q.shape[1] == 1:
-        return pallas_kernels.paged_attention(q[:, 0], *kv, lengths, page_table, **common)[:, None]
-    return pallas_kernels.ragged_paged_attention(q, *kv, lengths, page_table, query_lens, **common)
+        return pallas_kernels.paged_attention(q[:, 0], k_pages, v_pages, lengths, page_table, **common)[:, None]
+    return pallas_kernels.ragged_paged_attention(q, k_pages, v_pages, lengths, page_table, query_lens, **common)
 
 
 def gathered_rows_attend(

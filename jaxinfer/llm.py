@@ -26,7 +26,8 @@ from jaxinfer.engine.outputs import accumulate
 from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
-from jaxinfer.models import Weights, pack_for_cpu, quantize_weights, unpack_for_cpu
+from jaxinfer.models import Weights, abstract_weights, pack_for_cpu, quantize_weights, unpack_for_cpu
+from jaxinfer.quantization import shard_quantized_tree
 from jaxinfer.scoring import all_position_logits
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.sharding import Layout, layout_for
@@ -92,10 +93,8 @@ def load_sharded(
     # Projections only (None: as loaded, so a converted quantized checkpoint stays quantized).
     weights = quantize_weights(weights, quantization)
     if layout.size > 1 and quantization_of(weights) is not None:
-        raise ValueError(
-            f"quantized weights ({quantization_of(weights)[0]}) cannot be sharded yet; use "
-            f"tensor_parallel_size=1 and data_parallel_size=1 (got {tp} x {dp}) or unquantized weights"
-        )
+        # Quantized leaves take the shardings of the weights they replace (see quantized_specs).
+        weights = shard_quantized_tree(weights, abstract_weights(cfg), layout)
     return cfg, weights, layout
 
 

@@ -4,7 +4,8 @@ Modes: "int8" (one float32 scale per output column), "int4" (symmetric, one bf16
 output column and group of `group` input rows, two values per byte: row 2i in the low nibble,
 2i + 1 in the high one, each stored + 8) and "fp8" (e4m3 values, one float32 scale per column).
 A weight of `shape` whose first `contract` axes are its input is stored as a matrix [K, N].
-The model code is unchanged: `layers.linear` dispatches on the leaf type.
+The model code is unchanged: `layers.linear` dispatches on the leaf type. On a mesh the values
+and scales take shardings derived from the logical axes of the weight they replace (`quantized_specs`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxinfer.cpu_kernels.packed_quant import (
     from_tiles,
@@ -23,6 +26,8 @@ from jaxinfer.cpu_kernels.packed_quant import (
     pad_columns,
     to_tiles,
 )
+from jaxinfer.sharding import Layout
+from jaxinfer.weights import ArrayInfo, is_info
 
 MODES = ("int8", "int4", "fp8")
 GROUP_SIZES = (32, 64, 128)
@@ -160,3 +165,54 @@ def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
     w3 = _int4_rows(q.values).astype(compute).reshape(groups, q.group, q.out_size)
     y = jnp.einsum("mgk,gkn->mgn", x2.reshape(-1, groups, q.group), w3, preferred_element_type=jnp.float32)
     return jnp.einsum("mgn,gn->mn", y, q.scales.astype(jnp.float32))
+
+
+def _merged_axis(spec: tuple[str | None, ...]) -> str | None:
+    """The mesh axis of dims merged into one matrix dim: the first dim's, when it is the only one split.
+
+    Contiguous equal chunks of the merged dim are then exactly the first dim's chunks (a split
+    head keeps its head_dim); a split anywhere else would interleave, so the dim stays whole.
+    """
+    if not spec or spec[0] is None or any(a is not None for a in spec[1:]):
+        return None
+    return spec[0]
+
+
+def quantized_specs(
+    q: QuantizedWeight, axes: tuple[str | None, ...], layout: Layout
+) -> tuple[PartitionSpec, PartitionSpec]:
+    """(values, scales) specs of q from the logical axes of the weight it replaces (rows layout).
+
+    Values [K, N] split like the weight's input and output; scales along the output only, and
+    int4's per-group scales [K / group, N] along the input too when the groups split evenly
+    (each device then holds whole groups; otherwise the input dim stays whole).
+    """
+    if q.tiled:
+        raise ValueError("a QuantizedWeight tiled for the CPU kernel cannot be sharded; untile it first")
+    spec = tuple(layout.spec(q.shape, axes))
+    in_axis, out_axis = _merged_axis(spec[: q.contract]), _merged_axis(spec[q.contract :])
+    if q.mode != "int4":
+        return PartitionSpec(in_axis, out_axis), PartitionSpec(out_axis)
+    if in_axis is not None and (q.in_size // q.group) % layout.axis_size(in_axis):
+        in_axis = None
+    return PartitionSpec(in_axis, out_axis), PartitionSpec(in_axis, out_axis)
+
+
+def shard_quantized(q: QuantizedWeight, axes: tuple[str | None, ...], layout: Layout) -> QuantizedWeight:
+    """q with values and scales moved to their shardings on layout's mesh (q itself when unsharded)."""
+    if layout.mesh is None:
+        return q
+    values_spec, scales_spec = quantized_specs(q, axes, layout)
+    shardings = (NamedSharding(layout.mesh, values_spec), NamedSharding(layout.mesh, scales_spec))
+    # A jitted copy reshards arrays that span processes too (device_put needs them addressable).
+    values, scales = jax.jit(lambda v, s: (v, s), out_shardings=shardings)(q.values, q.scales)
+    return dataclasses.replace(q, values=values, scales=scales)
+
+
+def shard_quantized_tree(weights: Any, abstract: Any, layout: Layout) -> Any:
+    """Every QuantizedWeight of weights sharded by the ArrayInfo at its place in abstract (other leaves as they are)."""
+
+    def place(info: ArrayInfo, leaf: Any) -> Any:
+        return shard_quantized(leaf, info.axes, layout) if isinstance(leaf, QuantizedWeight) else leaf
+
+    return jax.tree.map(place, abstract, weights, is_leaf=is_info)

@@ -145,6 +145,18 @@ class Layout:
 UNSHARDED = Layout()
 
 
+def shard_map(f: Callable, layout: Layout, in_specs: Any, out_specs: Any) -> Callable:
+    """f run once per device of layout's mesh on its own shards (jax.shard_map, or the older experimental one).
+
+    Replication checks are off: Pallas calls inside have no replication rule to check.
+    """
+    if hasattr(jax, "shard_map"):
+        return jax.shard_map(f, mesh=layout.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    from jax.experimental.shard_map import shard_map as experimental_shard_map
+
+    return experimental_shard_map(f, layout.mesh, in_specs, out_specs, check_rep=False)
+
+
 def check_layout(num_heads: int, num_kv_heads: int, tp: int, dp: int, num_devices: int) -> None:
     """Raise ValueError for a layout the model cannot take, naming sizes that would work."""
     if tp * dp > num_devices:

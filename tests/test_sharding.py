@@ -6,6 +6,7 @@ and the rest of the suite runs on one device); each prints JSON that the tests c
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -13,14 +14,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import AbstractMesh, AxisType, PartitionSpec
 
 from hf_models import save_hf_model
 from python_subprocess import run_python
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.sharding import check_layout
+from jaxinfer.cli_args import add_distributed_args, distributed_settings
+from jaxinfer.quantization import quantize, quantized_specs
+from jaxinfer.sharding import DP, TP, Layout, check_layout
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = [[1, 5, 9, 33, 7, 81], [1, 4, 4, 80]]
@@ -142,10 +147,13 @@ def test_speculative_and_orbax_on_a_mesh(model_dir, draft_dir, tmp_path):
 
 
 DISTRIBUTED = """
-import json, jax
+import argparse, json, jax
 jax.config.update("jax_num_cpu_devices", 2)
-import jaxinfer.distributed
-jaxinfer.distributed.initialize(coordinator, num_processes=2, process_id=process_id)
+from jaxinfer.cli_args import add_distributed_args, initialize_distributed
+parser = argparse.ArgumentParser()
+add_distributed_args(parser)  # the CLI's flags, parsed and passed on as `jaxinfer generate` does
+flags = ["--coordinator-address", coordinator, "--num-processes", "2", "--process-id", str(process_id)]
+initialize_distributed(parser.parse_args(flags))
 from jaxinfer import LLM, SamplingParams
 
 llm = LLM(model, max_seq_len=64, max_num_seqs=2, decode_steps=4, tensor_parallel_size=2, data_parallel_size=2)
@@ -163,7 +171,7 @@ def free_port() -> int:
 
 @pytest.mark.slow
 def test_two_processes_match_one(model_dir):
-    """Two localhost processes (2 CPU devices each, gloo collectives) run one 2 x 2 mesh."""
+    """Two localhost processes (2 CPU devices each, gloo collectives) run one 2 x 2 mesh, joined by the CLI's flags."""
     values = dict(coordinator=f"127.0.0.1:{free_port()}", model=str(model_dir), prompts=PROMPTS, max_tokens=MAX_TOKENS)
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAXINFER_CPU_KERNELS": "0"}
     procs = []
@@ -202,3 +210,125 @@ def test_llm_rejects_more_devices_than_present(model_dir):
         LLM(model_dir, tensor_parallel_size=2)
     with pytest.raises(TypeError, match="data_parallel_size must be an integer"):
         LLM(model_dir, data_parallel_size=1.5)
+
+
+PALLAS = """
+import json
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.attention import paged_rows_attend
+from jaxinfer.paged_kv_cache import POOL_AXES, PagedKVCache
+from jaxinfer.sharding import Layout, make_mesh
+
+params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+knobs = dict(max_seq_len=32, max_num_seqs=2, decode_steps=1)
+tokens = lambda llm: [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+out = dict(ref=tokens(LLM(model, attention_backend="reference", **knobs)))
+for tp, dp in meshes:
+    llm = LLM(model, attention_backend="pallas", interpret_kernels=True, tensor_parallel_size=tp,
+              data_parallel_size=dp, **knobs)
+    out[f"{tp}x{dp}"] = tokens(llm)
+# The kernel call itself (traced only): it must sit inside a shard_map on a mesh.
+layout = Layout(make_mesh(tp=4))
+pool = layout.put(np.zeros((2, 4, 16, 16), np.float32), POOL_AXES)
+cache = PagedKVCache([pool], [pool], None, None, layout.put(np.zeros((2, 2), np.int32)), backend="pallas",
+                     interpret=True, layout=layout)
+rows = jnp.ones((2,), jnp.int32)
+jaxpr = jax.make_jaxpr(lambda q: paged_rows_attend(q, cache, 0, 0, rows, cache.page_table, rows))(
+    jnp.zeros((2, 1, 8, 16), jnp.float32))
+out["shard_map"] = "shard_map" in str(jaxpr)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_pallas_kernels_per_shard_match_unsharded(model_dir):
+    """Interpreted Pallas kernels under shard_map: kv heads split (tp=2, dp=2) and kept whole (tp=4 > 2 kv heads)."""
+    meshes = [(2, 2), (4, 1)]
+    out = run_json(PALLAS, model=str(model_dir), meshes=meshes, prompts=PROMPTS, max_tokens=3)
+    for tp, dp in meshes:
+        assert out[f"{tp}x{dp}"] == out["ref"], (tp, dp)
+    assert out["shard_map"]
+
+
+QUANTIZED = """
+import json
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.sharding import shard_shapes
+
+params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+out = {}
+for tp, dp in [(1, 1), (2, 2)]:
+    llm = LLM(model, quantization="int8", max_seq_len=32, max_num_seqs=2, decode_steps=1, tensor_parallel_size=tp,
+              data_parallel_size=dp)
+    lw = llm.weights.layers[0]
+    out[f"{tp}x{dp}"] = dict(
+        tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
+        shards={name: [shard_shapes(getattr(lw, name).values), shard_shapes(getattr(lw, name).scales)]
+                for name in ("wq", "wo", "w_down")},
+    )
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_int8_weights_sharded_match_unsharded(model_dir):
+    out = run_json(QUANTIZED, model=str(model_dir), prompts=PROMPTS, max_tokens=4)
+    assert out["2x2"]["tokens"] == out["1x1"]["tokens"]
+    shards = {name: [{tuple(s) for s in parts} for parts in pair] for name, pair in out["2x2"]["shards"].items()}
+    # wq [64, 8 heads x 8] by output columns, wo [8 heads x 8, 64] and w_down [128, 64] by input rows.
+    assert shards == dict(wq=[{(64, 32)}, {(32,)}], wo=[{(32, 64)}, {(64,)}], w_down=[{(64, 64)}, {(64,)}])
+
+
+def _abstract_layout(tp: int) -> Layout:
+    """A (1, tp) layout over an abstract mesh: specs without devices."""
+    return Layout(AbstractMesh((1, tp), (DP, TP), axis_types=(AxisType.Auto, AxisType.Auto)))
+
+
+@pytest.mark.parametrize(
+    "mode, shape, contract, axes, group, values, scales",
+    [
+        ("int8", (64, 8, 8), 1, ("embed", "q_heads", "head_dim"), 32, (None, TP), (TP,)),
+        ("fp8", (128, 64), 1, ("mlp", "embed"), 32, (TP, None), (None,)),
+        # int4: 64 input rows in 2 groups of 32 split over tp=2, each device holding one group.
+        ("int4", (8, 8, 64), 2, ("q_heads", "head_dim", "embed"), 32, (TP, None), (TP, None)),
+        # One group of 64 rows cannot split over 2 devices: the input stays whole.
+        ("int4", (8, 8, 64), 2, ("q_heads", "head_dim", "embed"), 64, (None, None), (None, None)),
+        # 3 heads do not split over tp=2: the merged output dim stays whole.
+        ("int8", (64, 3, 8), 1, ("embed", "q_heads", "head_dim"), 32, (None, None), (None,)),
+    ],
+)
+def test_quantized_leaves_shard_by_the_weight_axes(mode, shape, contract, axes, group, values, scales):
+    q = quantize(jnp.ones(shape, jnp.float32), contract, mode, group)
+    assert quantized_specs(q, axes, _abstract_layout(2)) == (PartitionSpec(*values), PartitionSpec(*scales))
+
+
+def _flags(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_distributed_args(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_multi_host_flags_become_initialize_arguments():
+    assert distributed_settings(_flags()) is None  # no flags: one process, jax.distributed untouched
+    assert distributed_settings(_flags("--coordinator-address", "10.0.0.1:1234", "--num-processes", "4",
+                                       "--process-id", "3")) == dict(
+        coordinator_address="10.0.0.1:1234", num_processes=4, process_id=3)
+    auto = dict(coordinator_address=None, num_processes=None, process_id=None)  # JAX detects them
+    assert distributed_settings(_flags("--distributed")) == auto
+
+
+@pytest.mark.parametrize(
+    "argv, error, words",
+    [
+        (("--coordinator-address", "10.0.0.1"), ValueError, "--coordinator-address '10.0.0.1' is not HOST:PORT"),
+        (("--coordinator-address", "h:99999"), ValueError, "port in 1..65535"),
+        (("--num-processes", "0"), ValueError, "--num-processes must be an integer >= 1, got 0"),
+        (("--num-processes", "2", "--process-id", "2"), ValueError, r"--process-id must be an integer in \[0, 1\]"),
+    ],
+)
+def test_multi_host_flags_name_the_bad_flag(argv, error, words):
+    with pytest.raises(error, match=words):
+        distributed_settings(_flags(*argv))
