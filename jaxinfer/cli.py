@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from jaxinfer import __version__
 from jaxinfer.checkpoint import CheckpointError
-from jaxinfer.cli_args import WEIGHT_QUANTIZATIONS, add_parallel_args, add_quantization_args
+from jaxinfer.cli_args import (
+    WEIGHT_QUANTIZATIONS, add_distributed_args, add_parallel_args, add_quantization_args, initialize_distributed,
+)
 from jaxinfer.config import ConfigError
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.server.bench import add_bench_parser
@@ -19,13 +23,44 @@ from jaxinfer.validation import DTYPE_ALIASES, DTYPE_NAMES
 # Any of these is bad input (or a bad model directory): one line on stderr and exit 2.
 USER_ERRORS = (ValueError, TypeError, OverflowError, OSError, ConfigError, CheckpointError)
 DEFAULTS = SamplingParams()  # the CLI's defaults are the API's (vLLM's): one set, documented once
+DEBUG_ENV = "JAXINFER_DEBUG"  # set to 1 (or pass --debug) for the traceback of an unexpected error
+# argparse's own wording for a value its type= rejected, and what each type accepts.
+BAD_VALUE = re.compile(r"invalid (int|float) value: (.*)$")
+ACCEPTED = {"int": "is not an integer (accepted: a whole number such as 16)",
+            "float": "is not a number (accepted: a decimal number such as 0.7)"}
+
+
+class CommandLineError(Exception):
+    """Invalid command-line input, already worded as the one line to print."""
+
+
+def explain(message: str) -> str:
+    """argparse's error message, on one line and saying what the flag accepts where argparse does not."""
+    message = " ".join(message.split())
+    bad = BAD_VALUE.search(message)
+    if bad:
+        return message[: bad.start()] + f"{bad.group(2)} {ACCEPTED[bad.group(1)]}"
+    if message.endswith("expected one argument"):
+        return message + " (a value must follow the flag)"
+    return message
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line naming the flag and the value (subcommands inherit it)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raise CommandLineError instead of printing the usage block and exiting."""
+        raise CommandLineError(f"{self.prog}: error: {explain(message)}")
 
 
 def _generate(args: argparse.Namespace) -> int:
     from jaxinfer import LLM
+    from jaxinfer.validation import model_dir
 
+    initialize_distributed(args)  # before anything touches the devices: every host runs this command
+    model = None if args.model is None else model_dir(args.model, "--model")  # the error names the flag
     llm = LLM(
-        args.model, dtype=args.dtype, max_seq_len=args.max_seq_len,
+        model, dtype=args.dtype, max_seq_len=args.max_seq_len,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp,
         quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
     )
@@ -39,13 +74,21 @@ def _generate(args: argparse.Namespace) -> int:
     )
     pieces = llm.stream(args.prompt, params)
     first = next(pieces, "")  # validates and prefills before the prompt is echoed
-    sys.stdout.write(args.prompt + first)
-    sys.stdout.flush()
+    out = sys.stdout if _leads() else open(os.devnull, "w")  # every host decodes; process 0 prints
+    out.write(args.prompt + first)
+    out.flush()
     for piece in pieces:
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-    sys.stdout.write("\n")
+        out.write(piece)
+        out.flush()
+    out.write("\n")
     return 0
+
+
+def _leads() -> bool:
+    """True in process 0 (or a single process)."""
+    import jax
+
+    return jax.process_index() == 0
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -79,8 +122,10 @@ def _add_sampling_args(gen: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(prog="jaxinfer", description="JAX inference for Llama-family models")
+    parser = OneLineParser(prog="jaxinfer", description="JAX inference for Llama-family models")
     parser.add_argument("--version", action="version", version=f"jaxinfer {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the traceback of an unexpected error (or set {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser(
         "generate", help="stream a completion of --prompt to stdout",
@@ -92,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     gen.add_argument("--max-seq-len", type=int, default=None, help="cache length (default: the model's, <= 2048)")
     add_parallel_args(gen)
+    add_distributed_args(gen)
     add_quantization_args(gen)
     gen.set_defaults(run=_generate)
     add_serve_parser(sub)
@@ -109,14 +155,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parsed arguments; CommandLineError (one line) for anything argparse rejects."""
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # argparse names them, but not which subcommand's --help lists the accepted ones
+        raise CommandLineError(
+            f"jaxinfer {args.command}: error: unrecognized arguments: {' '.join(unknown)} "
+            f"(`jaxinfer {args.command} --help` lists the accepted flags)"
+        )
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `jaxinfer` command; bad input exits 2 with one line on stderr."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the `jaxinfer` command: bad input exits 2 and an unexpected error 1, each with one line on stderr."""
+    try:
+        args = parse(argv)
+    except CommandLineError as err:
+        print(err, file=sys.stderr)
+        return 2
     try:
         return args.run(args)
     except USER_ERRORS as err:
-        print(f"jaxinfer: error: {err}", file=sys.stderr)
+        print(f"jaxinfer: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    except Exception as err:  # noqa: BLE001 - a user sees one line; --debug shows the traceback
+        if args.debug or os.environ.get(DEBUG_ENV, "0") not in ("", "0"):
+            raise
+        print(f"jaxinfer: internal error: {type(err).__name__}: {' '.join(str(err).split())} "
+              f"(rerun as `jaxinfer --debug ...` or with {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

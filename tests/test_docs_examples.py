@@ -1,32 +1,71 @@
-"""Every python block of README.md and docs/*.md runs as written, from a directory outside the
-repository, and so do the `jaxinfer` commands of their bash blocks (pip, pytest and benchmark
-lines are left to CI and the reader)."""
+"""Every fenced block of README.md and docs/*.md is run as written, from a directory outside the
+repository, or is marked on its fence line with why it is not.
+
+A fence's info string is `LANG` or `LANG MODE: REASON`:
+- `python` / `py`: run by this interpreter; `bash` / `sh`: run by bash with `set -e`, where
+  `jaxinfer` and `python` are this checkout's;
+- `text`: not code (synopses, diagrams, output), never run;
+- `MODE` `no-run`: skipped, the reason shown in the test report (a server, the network, minutes);
+- `MODE` `jaxinfer-only`: a shell block of which only the `jaxinfer ...` commands run.
+A block with no language, another language, an unknown mode or no reason fails the test.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+INFO = re.compile(r"^(?P<lang>\w+)(?:\s+(?P<mode>[\w-]+):\s*(?P<reason>\S.*))?$")
+LANGUAGES = {"python": "python", "py": "python", "bash": "shell", "sh": "shell", "text": "text"}
+MODES = {"no-run", "jaxinfer-only"}
 TIMEOUT_S = 600
+# The checkout's interpreter and CLI under the names the shell blocks use.
+SHELL_PRELUDE = f"""set -e
+python() {{ {shlex.quote(sys.executable)} "$@"; }}
+jaxinfer() {{ {shlex.quote(sys.executable)} -m jaxinfer "$@"; }}
+"""
 
 
-def code_blocks(language: str) -> list[tuple[str, str]]:
-    """(file:line, code) of every fenced block in `language`, in document order."""
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: where it is, its info string and its code."""
+
+    where: str  # file:line of the opening fence
+    info: str
+    code: str
+
+    def rule(self) -> tuple[str, str | None, str | None]:
+        """(kind, mode, reason): kind python | shell | text; ValueError for a fence the rules do not cover."""
+        match = INFO.match(self.info.strip())
+        if not match or match["lang"] not in LANGUAGES:
+            raise ValueError(f"{self.where}: fence info {self.info!r} is not one of {sorted(LANGUAGES)} "
+                             "(optionally followed by ' no-run: REASON' or ' jaxinfer-only: REASON')")
+        kind, mode = LANGUAGES[match["lang"]], match["mode"]
+        if mode is not None and (mode not in MODES or kind == "text"):
+            raise ValueError(f"{self.where}: mode {mode!r} is not one of {sorted(MODES)} for {kind} blocks")
+        if mode == "jaxinfer-only" and (kind != "shell" or not jaxinfer_commands(self.code)):
+            raise ValueError(f"{self.where}: jaxinfer-only needs a shell block with jaxinfer commands")
+        return kind, mode, match["reason"]
+
+
+def blocks() -> list[Block]:
+    """Every fenced block of the docs, in document order."""
     found = []
     for doc in DOCS:
         text = doc.read_text()
         for match in FENCE.finditer(text):
-            if match.group(1) == language:
-                line = text.count("\n", 0, match.start()) + 1
-                found.append((f"{doc.name}:{line}", match.group(2)))
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(Block(f"{doc.relative_to(REPO)}:{line}", match.group(1), match.group(2)))
     return found
 
 
@@ -46,37 +85,62 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def _check(result: subprocess.CompletedProcess, where: str) -> None:
+def _run(argv: list[str], cwd: Path, where: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0, f"{where} failed (exit {result.returncode}):\n{result.stderr[-4000:]}"
     assert "Traceback" not in result.stderr, f"{where}:\n{result.stderr[-4000:]}"
+    return result
 
 
-PYTHON_BLOCKS = code_blocks("python")
-SHELL_BLOCKS = [(where, cmds) for where, code in code_blocks("bash") if (cmds := jaxinfer_commands(code))]
+def _params() -> list:
+    """Each runnable block as a test; a no-run block as a skipped one whose reason the report shows."""
+    params = []
+    for block in blocks():
+        try:
+            kind, mode, reason = block.rule()
+        except ValueError:
+            continue  # test_every_block_is_run_or_marked reports it
+        if kind == "text":
+            continue
+        marks = [pytest.mark.skip(reason=f"{block.where}: {reason}")] if mode == "no-run" else []
+        params.append(pytest.param(block, id=block.where, marks=marks))
+    return params
+
+
+def test_every_block_is_run_or_marked():
+    problems = []
+    for block in blocks():
+        try:
+            block.rule()
+        except ValueError as err:
+            problems.append(str(err))
+    assert problems == []
+
+
+def test_the_rules_reject_unmarked_blocks():
+    assert Block("x.md:1", "bash", "jaxinfer generate --prompt x").rule() == ("shell", None, None)
+    assert Block("x.md:1", "py no-run: needs a server", "").rule() == ("python", "no-run", "needs a server")
+    for info in ("", "console", "bash no-run", "bash no-run:", "bash skip: why", "text no-run: why",
+                 "python jaxinfer-only: why", "sh jaxinfer-only: only pip here"):
+        with pytest.raises(ValueError):
+            Block("x.md:1", info, "pip install x").rule()
 
 
 def test_the_docs_have_examples_to_run():
-    assert len(PYTHON_BLOCKS) >= 4 and any(w.startswith("speculative.md") for w, _ in PYTHON_BLOCKS)
-    assert any("jaxinfer generate" in c for _, cmds in SHELL_BLOCKS for c in cmds)
+    ran = [block for block in blocks() if block.rule()[0] != "text" and block.rule()[1] != "no-run"]
+    assert sum(block.rule()[0] == "python" for block in ran) >= 4
+    assert any(block.where.startswith("docs/speculative.md") for block in ran)
+    assert any("jaxinfer generate" in block.code for block in ran if block.rule()[0] == "shell")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where, code", PYTHON_BLOCKS, ids=[w for w, _ in PYTHON_BLOCKS])
-def test_python_block_runs(where, code, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S
-    )
-    _check(result, where)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("where, commands", SHELL_BLOCKS, ids=[w for w, _ in SHELL_BLOCKS])
-def test_jaxinfer_commands_run(where, commands, tmp_path):
-    for command in commands:
-        # `python -m jaxinfer` is the `jaxinfer` script of this checkout, whatever is on PATH.
-        script = f"{sys.executable} -m {command}"
-        result = subprocess.run(
-            ["bash", "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S
-        )
-        _check(result, f"{where}: {command}")
-        assert result.stdout.strip(), f"{where}: {command} printed nothing"
+@pytest.mark.parametrize("block", _params())
+def test_block_runs(block: Block, tmp_path):
+    kind, mode, _ = block.rule()
+    if kind == "python":
+        _run([sys.executable, "-c", block.code], tmp_path, block.where)
+        return
+    scripts = jaxinfer_commands(block.code) if mode == "jaxinfer-only" else [block.code]
+    for script in scripts:
+        result = _run(["bash", "-c", SHELL_PRELUDE + script], tmp_path, f"{block.where}: {script}")
+        assert result.stdout.strip(), f"{block.where}: {script} printed nothing"

@@ -4,6 +4,7 @@ one line on stderr and exit 2 (CLI); the LLM keeps working after each."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -121,16 +122,44 @@ CLI = {
     "convert bogus dtype": (["convert", str(DEMO_MODEL), "OUT", "--dtype", "fp8"], ["--dtype", "fp8", "float16"]),
     "convert into itself": (["convert", str(DEMO_MODEL), str(DEMO_MODEL)], ["OUT_DIR", "HF_DIR"]),
     "convert a non-model": (["convert", "NOT_A_MODEL", "OUT"], ["HF_DIR", "config.json"]),
+    # Rejected by argparse itself: one line (no usage block) naming the flag, the value and what it takes.
+    "fractional --max-tokens": (["generate", "--prompt", "x", "--max-tokens", "2.5"], ["--max-tokens", "'2.5'", "integer"]),
+    "--top-k not a number": (["generate", "--prompt", "x", "--top-k", "abc"], ["--top-k", "'abc'", "integer"]),
+    "--temperature not a number": (["generate", "--prompt", "x", "--temperature", "hot"], ["--temperature", "'hot'", "number"]),
+    "unknown flag": (["generate", "--prompt", "x", "--bogus", "3"], ["--bogus", "jaxinfer generate --help"]),
+    "flag without its value": (["generate", "--prompt"], ["--prompt", "expected one argument"]),
+    "missing required flag": (["generate", "--max-tokens", "3"], ["--prompt", "required"]),
+    "unknown choice": (["generate", "--prompt", "x", "--quantization", "int3"], ["--quantization", "'int3'", "'int4'"]),
+    "generate from a non-model": (["generate", "--model", "NOT_A_MODEL", "--prompt", "x"], ["--model", "NOT_A_MODEL", "config.json"]),
 }
 
 
 @pytest.mark.parametrize("case", list(CLI))
 def test_cli_bad_input_is_one_line_and_exit_2(case, capsys, tmp_path, not_a_model):
     argv, needles = CLI[case]
-    argv = [str(tmp_path / "out") if a == "OUT" else str(not_a_model) if a == "NOT_A_MODEL" else a for a in argv]
+    names = {"OUT": str(tmp_path / "out"), "NOT_A_MODEL": str(not_a_model)}
+    argv, needles = [names.get(a, a) for a in argv], [names.get(n, n) for n in needles]
     assert cli_main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("jaxinfer: error: ") and err.count("\n") == 1, err
+    assert re.match(r"jaxinfer( \w+)?: error: \S", err) and err.count("\n") == 1 and err.endswith("\n"), err
     for needle in needles:
         assert needle in err, f"{needle!r} not in {err!r}"
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_unexpected_error_is_one_line_unless_debug(tmp_path, capsys, monkeypatch):
+    """A failure the CLI does not expect (here a corrupt weights file) is one line and exit 1; --debug raises."""
+    model = tmp_path / "corrupt"
+    model.mkdir()
+    (model / "config.json").write_text((DEMO_MODEL / "config.json").read_text())
+    (model / "model.safetensors").write_bytes(b"\x08" + bytes(7) + b'{"a":1}')  # a header that is not one
+    argv = ["convert", str(model), str(tmp_path / "out")]
+    monkeypatch.delenv("JAXINFER_DEBUG", raising=False)
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("jaxinfer: internal error: ") and err.count("\n") == 1 and "--debug" in err, err
+    with pytest.raises(Exception, match="header"):  # the exception itself, with its traceback
+        cli_main(["--debug", *argv])
+    monkeypatch.setenv("JAXINFER_DEBUG", "1")
+    with pytest.raises(Exception, match="header"):
+        cli_main(argv)
