@@ -104,22 +104,43 @@ def test_abort_frees_every_page(llm):
     assert engine.blocks.usable_pages == free_before and not engine.has_unfinished()
 
 
-def test_invalid_request_among_32_running_changes_nothing(llm):
-    prompts = [np.random.RandomState(100 + i).randint(3, 250, size=3 + i).tolist() for i in range(32)]
-    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+def test_invalid_requests_among_32_running_change_nothing(model):
+    # Short prompts and a 256-token budget admit all 32 in the first step, so they decode together.
+    llm = make(model, max_num_seqs=32, max_num_batched_tokens=256, max_prefill_seqs=32, num_pages=72)
+    prompts = [np.random.RandomState(100 + i).randint(3, 250, size=3 + i % 6).tolist() for i in range(32)]
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     expected = greedy_ids(llm, prompts, params)
     engine, finals = llm.engine, {}
     for i, prompt in enumerate(prompts):
         engine.add_request(str(i), prompt, params)
-    for out in engine.step():
-        finals.setdefault(out.request_id, []).extend(out.token_ids)
-    with pytest.raises(ValueError, match="outside the vocabulary"):
-        engine.add_request("bad", [1, 10**6], params)
+    for _ in range(2):
+        for out in engine.step():
+            finals.setdefault(out.request_id, []).extend(out.token_ids)
+    assert len(engine.scheduler.running) == 32 and not engine.scheduler.waiting
+    assert all(0 < len(finals[str(i)]) < params.max_tokens for i in range(32))  # mid-decode
+    usage = engine.blocks.usage
+    invalid = [
+        (prompts[0], SamplingParams(max_tokens=95, temperature=0), ValueError, "exceeds max_seq_len"),
+        (prompts[0], {"temperature": -1.0}, TypeError, "params must be a SamplingParams"),
+        (list(range(3, 100)), params, ValueError, "exceeds max_seq_len"),
+        ([1, 10**6], params, ValueError, "outside the vocabulary"),
+        ([1, -2], params, ValueError, "outside the vocabulary"),
+        ([1, 2.5], params, TypeError, "must be integers"),
+        ([], params, ValueError, "prompt is empty"),
+    ]
+    for k, (prompt, bad_params, error, message) in enumerate(invalid):
+        with pytest.raises(error, match=message):
+            engine.add_request(f"bad-{k}", prompt, bad_params)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-1.0)
     with pytest.raises(ValueError, match="already in use"):
         engine.add_request("3", [1, 2], params)
+    assert not engine.scheduler.waiting and not any(rid.startswith("bad") for rid in engine.groups)
+    assert engine.blocks.usage == usage
     while engine.has_unfinished():
         for out in engine.step():
             finals.setdefault(out.request_id, []).extend(out.token_ids)
+    assert set(finals) == {str(i) for i in range(32)}
     assert [finals[str(i)] for i in range(32)] == expected
 
 

@@ -225,6 +225,60 @@ def test_bench_serve_without_a_server_is_one_line():
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--base-url" in done.stderr, done.stderr
 
 
+def _turn(role: str, text: str) -> dict:
+    return {"from": role, "value": text}
+
+
+def test_bench_serve_reads_sharegpt_like_vllm(tmp_path):
+    from jaxinfer.server.bench_data import detect_format, sharegpt_pairs, sharegpt_workload
+
+    entries = [
+        {"conversations": [_turn("human", "hi there"), _turn("gpt", "one two three"), _turn("human", "more")]},
+        {"conversations": [_turn("human", "no reply")]},  # skipped: no gpt turn
+        {"conversations": [_turn("gpt", "greeting"), _turn("human", "why"), _turn("gpt", "because of it")]},
+        {"id": "no conversations"},  # skipped
+        {"conversations": [_turn("human", "empty reply"), _turn("gpt", "")]},  # skipped
+        {"conversations": [_turn("human", "last"), _turn("gpt", "a b")]},
+    ]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(entries))
+    assert detect_format(path) == "sharegpt"
+    pairs = sharegpt_pairs(path)
+    assert pairs == [("hi there", "one two three"), ("why", "because of it"), ("last", "a b")]
+    work = sharegpt_workload(pairs, 2, lambda text: len(text.split()))
+    assert [(w.prompt, w.max_tokens) for w in work] == [("hi there", 3), ("why", 3)]
+
+
+def test_bench_serve_reads_jsonl(tmp_path):
+    from jaxinfer.server.bench_data import detect_format, jsonl_workload, resolve_dataset_name
+
+    path = tmp_path / "work.jsonl"
+    path.write_text('{"prompt": "a", "max_tokens": 5}\n\n{"prompt": [7, 8]}\n{"prompt": "c", "max_tokens": 2}\n')
+    assert detect_format(path) == resolve_dataset_name(None, path) == "jsonl"
+    assert resolve_dataset_name(None, None) == "random"
+    assert [(w.prompt, w.max_tokens) for w in jsonl_workload(path, 2)] == [("a", 5), ([7, 8], 64)]
+
+
+@pytest.mark.parametrize("name,content,flags,message", [
+    ("bad.json", "[{\"conversations\": ", [], "not JSON"),
+    ("obj.json", "{\"a\": 1}", ["--dataset-name", "sharegpt"], "holds a dict"),
+    ("none.json", "[{\"conversations\": []}]", [], "none of 1 entries"),
+    ("bad.jsonl", "{\"prompt\": \"x\"}\n{\"max_tokens\": 3}\n", [], "line 2"),
+    ("ok.jsonl", "{\"prompt\": \"x\"}\n", ["--dataset-name", "random"], "--dataset-name random takes no"),
+    ("missing.jsonl", None, [], "cannot read it"),
+])
+def test_bench_serve_bad_dataset_is_one_line_naming_the_flag(tmp_path, capsys, name, content, flags, message):
+    from jaxinfer.cli import main
+
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    url = f"http://127.0.0.1:{_free_port()}"  # never asked: the file is read first
+    assert main(["bench", "serve", "--base-url", url, "--dataset", str(path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "--dataset" in err, err
+
+
 def test_bench_serve_against_the_server(base_url, tmp_path, capsys):
     from jaxinfer.cli import main
 
@@ -239,6 +293,22 @@ def test_bench_serve_against_the_server(base_url, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "output_throughput" in captured.out
     assert "6/6" in captured.err  # the progress bar counted every request
+
+
+def test_bench_serve_sharegpt_counts_replies_with_the_servers_tokenizer(base_url, tmp_path, capsys):
+    from jaxinfer.cli import main
+
+    replies = ["x = 1", "return a + b"]
+    entries = [{"conversations": [_turn("human", f"write {r}"), _turn("gpt", r)]} for r in replies]
+    path, out = tmp_path / "sharegpt.json", tmp_path / "bench.json"
+    path.write_text(json.dumps(entries))
+    argv = ["bench", "serve", "--base-url", base_url, "--api-key", KEY, "--dataset", str(path),
+            "--disable-tqdm", "--result-file", str(out)]
+    assert main(argv) == 0
+    summary = json.loads(out.read_text())
+    counts = [httpx.post(base_url + "/tokenize", json={"prompt": r, "add_special_tokens": False},
+                         headers={"Authorization": f"Bearer {KEY}"}).json()["count"] for r in replies]
+    assert summary["completed"] == 2 and summary["total_output_tokens"] == sum(counts)
 
 
 def test_jaxinfer_serve_command(text_model_dir):
@@ -265,8 +335,11 @@ def test_jaxinfer_serve_command(text_model_dir):
         body = {"model": "m", "prompt": "a b c a b c a b c a b", "max_tokens": 12, "temperature": 0}
         completion = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120).json()
         assert completion["usage"]["completion_tokens"] >= 1
-        drafted = _metrics(f"http://127.0.0.1:{port}").get("jaxinfer:spec_decode_num_draft_tokens_total", 0)
-        assert drafted > 0  # the engine speculated (prompt lookup finds the repeating text)
+        metrics = _metrics(f"http://127.0.0.1:{port}")
+        assert metrics.get("jaxinfer:spec_decode_num_draft_tokens_total", 0) > 0  # prompt lookup finds the repeats
+        per_pos = [metrics[f'jaxinfer:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}'] for i in range(2)]
+        assert per_pos[0] >= per_pos[1]  # a draft token is accepted only after every one before it
+        assert sum(per_pos) == metrics["jaxinfer:spec_decode_num_accepted_tokens_total"] > 0
     finally:
         process.terminate()
         process.wait(timeout=30)

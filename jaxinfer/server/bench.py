@@ -1,7 +1,8 @@
 """`jaxinfer bench serve`: a serving benchmark against a running OpenAI-compatible server.
 
-Sends a workload (random token-id prompts, or a JSONL file of {"prompt", "max_tokens"}) as
-streaming /v1/completions at a Poisson --request-rate and/or under --max-concurrency, and
+Sends a workload (random token-id prompts, a JSONL file of {"prompt", "max_tokens"}, or a
+ShareGPT JSON file, whose first human turn is the prompt and whose gpt turn after it sets the
+output length, as in vLLM) as streaming /v1/completions at a Poisson --request-rate and/or under --max-concurrency, and
 reports vLLM's serving-benchmark fields with the same definitions: TTFT is request start to
 first streamed text, ITL the gaps between streamed chunks, TPOT = (e2el - ttft) /
 (output_tokens - 1), throughputs over the whole run's wall time.
@@ -22,13 +23,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-
-@dataclasses.dataclass
-class Work:
-    """One request of the workload."""
-
-    prompt: str | list[int]
-    max_tokens: int
+from jaxinfer.server.bench_data import (
+    DATASET_NAMES, Work, jsonl_workload, random_workload, resolve_dataset_name, sharegpt_pairs, sharegpt_workload,
+)
 
 
 @dataclasses.dataclass
@@ -53,7 +50,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--base-url", default="http://127.0.0.1:8000", help="the server (default: %(default)s)")
     serve.add_argument("--api-key", default=None, help="bearer token, if the server needs one")
     serve.add_argument("--model", default=None, help="model name to send (default: the server's first)")
-    serve.add_argument("--dataset", type=Path, default=None, help="JSONL with prompt and max_tokens per line (default: random prompts)")
+    serve.add_argument("--dataset", "--dataset-path", type=Path, default=None,
+                       help="a JSONL file ({prompt, max_tokens} per line) or a ShareGPT JSON file "
+                            "(default: random prompts)")
+    serve.add_argument("--dataset-name", choices=DATASET_NAMES, default=None,
+                       help="format of --dataset; random takes none (default: detected, a JSON list is sharegpt)")
     serve.add_argument("--num-prompts", type=int, default=64, help="requests to send (default: %(default)s)")
     serve.add_argument("--input-len", type=int, default=128, help="mean random prompt length in tokens (default: %(default)s)")
     serve.add_argument("--output-len", type=int, default=64, help="mean random max_tokens (default: %(default)s)")
@@ -65,23 +66,6 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--disable-tqdm", action="store_true", help="no progress bar on stderr")
     serve.add_argument("--result-file", type=Path, default=None, help="JSON output (default: results/bench_serve_<rate>_<concurrency>.json)")
     serve.set_defaults(run=run_bench)
-
-
-def random_workload(args: argparse.Namespace, rng: random.Random) -> list[Work]:
-    """Random token-id prompts and output lengths around the requested means."""
-
-    def length(mean: int) -> int:
-        return max(1, rng.randint(int(mean * (1 - args.range_ratio)), int(mean * (1 + args.range_ratio))))
-
-    return [Work([rng.randrange(10, args.max_token_id) for _ in range(length(args.input_len))], length(args.output_len))
-            for _ in range(args.num_prompts)]
-
-
-def file_workload(path: Path, limit: int) -> list[Work]:
-    """The first `limit` lines of a JSONL file of {"prompt": ..., "max_tokens": ...}."""
-    lines = [line for line in path.read_text().splitlines() if line.strip()][:limit]
-    work = [json.loads(line) for line in lines]
-    return [Work(w["prompt"], int(w.get("max_tokens", 64))) for w in work]
 
 
 async def send(client, url: str, model: str, work: Work) -> Result:
@@ -180,9 +164,7 @@ def run_bench(args: argparse.Namespace) -> int:
     """Build the workload, run it, print the table and write the JSON."""
     if args.command == "bench" and args.bench != "serve":
         raise ValueError(f"unknown benchmark {args.bench!r}")
-    rng = random.Random(args.seed)
-    workload = file_workload(args.dataset, args.num_prompts) if args.dataset else random_workload(args, rng)
-    model = args.model or _served_model(args)
+    workload, model = build_workload(args)
     results, duration = asyncio.run(run_workload(args, workload, model))
     summary = {"request_rate": args.request_rate, "max_concurrency": args.max_concurrency,
                "num_prompts": len(workload), **summarize(results, duration)}
@@ -192,6 +174,34 @@ def run_bench(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(f"wrote {out}", file=sys.stderr)
     return 0 if summary["completed"] else 1
+
+
+def build_workload(args: argparse.Namespace) -> tuple[list[Work], str]:
+    """The requests and the model to send them to; a dataset file is read before the server is asked."""
+    name = resolve_dataset_name(args.dataset_name, args.dataset)
+    if name == "jsonl":
+        workload = jsonl_workload(args.dataset, args.num_prompts)
+    elif name == "sharegpt":
+        pairs = sharegpt_pairs(args.dataset)
+        model = args.model or _served_model(args)
+        return sharegpt_workload(pairs, args.num_prompts, lambda text: _count_tokens(args, model, text)), model
+    else:
+        workload = random_workload(args.num_prompts, args.input_len, args.output_len, args.range_ratio,
+                                   args.max_token_id, random.Random(args.seed))
+    return workload, args.model or _served_model(args)
+
+
+def _count_tokens(args: argparse.Namespace, model: str, text: str) -> int:
+    """Tokens of text by the server's own tokenizer (POST /tokenize): a ShareGPT reply's output length."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    body = {"model": model, "prompt": text, "add_special_tokens": False}
+    response = httpx.post(args.base_url.rstrip("/") + "/tokenize", json=body, headers=headers, timeout=30)
+    if response.status_code != 200:
+        raise ValueError(f"--dataset-name sharegpt: POST /tokenize answered {response.status_code}; "
+                         "counting a reply's tokens needs a server with a tokenizer")
+    return int(response.json()["count"])
 
 
 def _served_model(args: argparse.Namespace) -> str:

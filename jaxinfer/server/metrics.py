@@ -62,6 +62,14 @@ class EngineCollector(Collector):
             yield GaugeMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
         for name, doc in COUNTERS.items():
             yield CounterMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
+        per_position = CounterMetricFamily(
+            PREFIX + "spec_decode_num_accepted_tokens_per_pos",
+            "Speculative rounds whose draft token at this position was accepted.",
+            labels=["position"],
+        )
+        for position, count in enumerate(snapshot.get("spec_decode_num_accepted_tokens_per_pos", [])):
+            per_position.add_metric([str(position)], float(count))
+        yield per_position
         success = CounterMetricFamily(PREFIX + "request_success", "Finished requests by reason.", labels=["finished_reason"])
         for reason, count in sorted(snapshot.get("request_success", {}).items()):
             success.add_metric([str(reason)], float(count))
