@@ -57,12 +57,12 @@ def params_of(n: int) -> list[SamplingParams]:
 
 
 def run_engine(llm: LLM, prompts, outputs) -> dict:
-    """Engine throughput and latencies; an untimed pass of the same workload first compiles its shapes."""
+    """Engine throughput and latencies, after `warmup()` compiled every step shape (as `jaxinfer serve` does)."""
     start = time.perf_counter()
-    llm.generate(prompts, params_of(outputs))
-    print(f"engine warm-up pass (compiles) {time.perf_counter() - start:.1f} s")
-    llm.engine.reset_prefix_cache()  # no prefix hits from the warm-up
+    programs = llm.engine.warmup()
+    print(f"engine warm-up: {programs} step programs compiled in {time.perf_counter() - start:.1f} s")
     before = llm.metrics()
+    gaps_before = len(llm.engine.stats.inter_token_latency)
     peak, start = 0.0, time.perf_counter()
     for i, (p, k) in enumerate(zip(prompts, params_of(outputs))):
         llm.engine.add_request(f"bench-{i}", p, k)
@@ -75,17 +75,22 @@ def run_engine(llm: LLM, prompts, outputs) -> dict:
         seconds=seconds, peak_kv_usage=peak,
         preemptions=m["num_preemptions"] - before["num_preemptions"],
         ttft=_recent(llm, "time_to_first_token", len(prompts)), tpot=_recent(llm, "time_per_output_token", len(prompts)),
+        itl=_spread(llm.engine.stats.inter_token_latency[gaps_before:]),
     )
 
 
 def _recent(llm: LLM, name: str, n: int) -> dict:
-    values = np.asarray(getattr(llm.engine.stats, name)[-n:])
+    return _spread(getattr(llm.engine.stats, name)[-n:])
+
+
+def _spread(samples: list[float]) -> dict:
+    values = np.asarray(samples)
     return dict(mean=float(values.mean()), p50=float(np.percentile(values, 50)), p99=float(np.percentile(values, 99)))
 
 
 def run_static(llm: LLM, prompts, outputs, batch: int = 16) -> dict:
-    """The pre-engine path: padded static batches decoded to their longest member."""
-    static = StaticBatchGenerator(llm.weights, llm.config, llm.dtype, llm.max_seq_len, batch, llm.cache_spec, None, llm._decode)
+    """The pre-engine path: padded static batches decoded to their longest member (same packed CPU weights)."""
+    static = StaticBatchGenerator(llm._run_weights, llm.config, llm.dtype, llm.max_seq_len, batch, llm.cache_spec, None, llm._decode)
     static.generate(prompts[:batch], prompts[:batch], params_of(outputs[:batch]))
     start = time.perf_counter()
     static.generate(prompts, prompts, params_of(outputs))
@@ -97,13 +102,14 @@ def run_hf(path: Path, dtype: str, prompts, outputs, batch: int = 16) -> dict:
     import torch
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval().to(device)
     start = time.perf_counter()
     for i in range(0, len(prompts), batch):
         chunk, lens = prompts[i : i + batch], outputs[i : i + batch]
         width = max(map(len, chunk))
-        ids = torch.tensor([[0] * (width - len(p)) + p for p in chunk])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in chunk], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
         with torch.no_grad():
             model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max(lens), min_new_tokens=max(lens),
                            do_sample=False, pad_token_id=0)
@@ -124,8 +130,11 @@ def shared_prefix(llm: LLM, vocab: int, n: int = 32, prefix: int = 1024) -> dict
         llm.engine.reset_prefix_cache()
         if caching:
             llm.generate(prompts[:1], params)  # the shared prefix is now cached
+        hits = llm.metrics()["prefix_cache_hits"]
         results = llm.generate(prompts, params)
-        out["on" if caching else "off"] = float(np.mean([r.metrics.time_to_first_token for r in results]))
+        key = "on" if caching else "off"
+        out[key] = float(np.mean([r.metrics.time_to_first_token for r in results]))
+        out[f"hit_tokens_{key}"] = llm.metrics()["prefix_cache_hits"] - hits
     out["ratio"] = out["off"] / out["on"]
     return out
 
@@ -136,7 +145,7 @@ def bench_model(name: str, path: Path, dtype: str, args) -> dict:
     n_params = tree_bytes(llm.weights) // jnp.dtype(llm.dtype).itemsize
     total_tokens = sum(map(len, prompts)) + sum(outputs)
     flops = matmul_flops(llm.dtype)
-    row = dict(model=name, dtype=dtype, requests=args.requests, params=int(n_params), output_tokens=sum(outputs),
+    row = dict(model=name, dtype=dtype, requests=args.requests, decode_steps=args.decode_steps, params=int(n_params), output_tokens=sum(outputs),
                total_tokens=total_tokens, matmul_flops=flops, engine=run_engine(llm, prompts, outputs))
     row["engine"]["roofline"] = total_tokens * 2 * n_params / row["engine"]["seconds"] / flops
     if not args.skip_static:
@@ -159,10 +168,13 @@ def print_row(row: dict) -> None:
             print(f"{path:<8} {out / s:>10.0f} {row['total_tokens'] / s:>12.0f} {s / e['seconds']:>9.2f}")
     print(f"roofline {e['roofline']:.1%}  peak KV {e['peak_kv_usage']:.0%}  preemptions {e['preemptions']}")
     print(f"TTFT mean/p50/p99 {e['ttft']['mean']:.3f}/{e['ttft']['p50']:.3f}/{e['ttft']['p99']:.3f} s  "
-          f"TPOT {e['tpot']['mean'] * 1e3:.1f}/{e['tpot']['p50'] * 1e3:.1f}/{e['tpot']['p99'] * 1e3:.1f} ms")
+          f"TPOT {e['tpot']['mean'] * 1e3:.1f}/{e['tpot']['p50'] * 1e3:.1f}/{e['tpot']['p99'] * 1e3:.1f} ms  "
+          f"ITL {e['itl']['mean'] * 1e3:.1f}/{e['itl']['p50'] * 1e3:.1f}/{e['itl']['p99'] * 1e3:.1f} ms "
+          f"(decode_steps {row['decode_steps']})")
     if "shared_prefix_ttft" in row:
         sp = row["shared_prefix_ttft"]
-        print(f"shared prefix TTFT: off {sp['off']:.3f} s, on {sp['on']:.3f} s ({sp['ratio']:.1f}x)")
+        print(f"shared prefix TTFT: off {sp['off']:.3f} s, on {sp['on']:.3f} s ({sp['ratio']:.1f}x; "
+              f"prefix-cache hits {sp['hit_tokens_off']} / {sp['hit_tokens_on']} tokens)")
 
 
 def main() -> None:
