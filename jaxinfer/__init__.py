@@ -3,7 +3,7 @@
 from jaxinfer.config import ConfigError, ModelConfig, from_hf_config, load_config
 from jaxinfer.checkpoint import CheckpointError, load_weights, save_converted
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
-from jaxinfer.llm import DEMO_DRAFT, DEMO_MODEL, LLM
+from jaxinfer.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 
@@ -17,6 +17,7 @@ __all__ = [
     "EngineConfig",
     "DEMO_MODEL",
     "DEMO_DRAFT",
+    "DEMO_EAGLE",
     "ModelConfig",
     "ConfigError",
     "CheckpointError",

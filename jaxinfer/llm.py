@@ -39,6 +39,7 @@ from jaxinfer.tokenizer import decode_text, load_tokenizer
 
 DEMO_MODEL = Path(__file__).parent / "assets" / "demo" / "target"
 DEMO_DRAFT = Path(__file__).parent / "assets" / "demo" / "draft"  # the demo target's speculative draft
+DEMO_EAGLE = Path(__file__).parent / "assets" / "demo" / "eagle"  # an EAGLE-1 head for the demo target
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 Prompt = str | Sequence[int]
@@ -125,8 +126,9 @@ class LLM:
     (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
     chunked per step), num_pages or
     gpu_memory_utilization (the KV pool), page_size, enable_prefix_caching, and decode_steps
-    (decode steps one device call may run when no request is waiting). `close()` frees the
-    KV memory; the object is also a context manager. cpu_kernels (None: auto) picks the native
+    (decode steps one device call may run when no request is waiting). KV memory is held
+    until `close()` (or the end of a `with LLM(...)` block) frees every cache; the object keeps
+    working after it, re-making the caches on the next call. cpu_kernels (None: auto) picks the native
     CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
     keeps compiled programs across processes. tensor_parallel_size splits heads, the MLP and
     the vocabulary over that many devices and data_parallel_size splits the batch (see
@@ -263,10 +265,16 @@ class LLM:
         return out
 
     def close(self) -> None:
-        """Free the KV cache memory (the pool is re-made if the object is used again)."""
+        """Free the KV caches: the engine's page pools, the static batch's cache and the draft's.
+
+        The weights stay loaded, so the object still works after close(): the next call re-makes
+        the caches it needs. A generator from `stream` must be closed or exhausted first.
+        """
         self.engine.release()
         if self._static is not None:
             self._static.release()
+        if self.speculative is not None:
+            self.speculative.release()
 
     def __enter__(self) -> "LLM":
         return self

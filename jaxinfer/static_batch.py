@@ -2,9 +2,11 @@
 
 (With no speculative decoder it is the pre-engine static path: benchmarks compare against it.)
 
-The serving engine runs every plain request; speculative decoding still runs here, one padded
-batch at a time with contiguous target and draft caches, until the engine's decode call
-takes the proposers over. One cache is kept (for the largest batch bucket used), and
+The serving engine runs every plain request and speculates in its own decode call (n-gram
+and draft-model proposers) for `stream` and the server. `LLM.generate` with a draft-model
+config still runs here when every request's sampling settings are ones this loop supports
+(otherwise the engine takes the whole call), one padded batch at a time with contiguous
+target and draft caches. One cache is kept (for the largest batch bucket used), and
 `release` frees it.
 """
 
@@ -27,6 +29,7 @@ from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.sharding import to_host
+from jaxinfer.speculative import programs as spec_programs
 from jaxinfer.speculative.decoder import SpeculativeDecoder
 
 MIN_PROMPT_BUCKET = 16
@@ -62,10 +65,10 @@ class StaticBatchGenerator:
         self._cache = None
 
     def _run_batch(self, prompts: list, ids: list[list[int]], params: list[SamplingParams], offset: int) -> list[RequestOutput]:
-        state = self._prefill(ids, params)
+        state, features = self._prefill_features(ids, params)
         result = None
         if self.speculative is not None:
-            result = self.speculative.decode(self.weights, self.cfg, state, [len(s) for s in ids])
+            result = self.speculative.decode(self.weights, self.cfg, state, [len(s) for s in ids], features)
         if result is None:
             if is_consumed(state):  # a failed run used up its donated input
                 state = self._prefill(ids, params)
@@ -88,10 +91,21 @@ class StaticBatchGenerator:
         return outputs
 
     def _prefill(self, ids: list[list[int]], params: list[SamplingParams]) -> DecodeState:
+        return self._prefill_features(ids, params)[0]
+
+    def _prefill_features(
+        self, ids: list[list[int]], params: list[SamplingParams]
+    ) -> tuple[DecodeState, jax.Array | None]:
+        """The prefilled state, and the prompts' target features when the proposer reads them (EAGLE)."""
         batch = min(next_power_of_two(len(ids)), max(self.max_batch_size, len(ids)))
         bucket = min(next_power_of_two(max(MIN_PROMPT_BUCKET, *map(len, ids))), self.max_seq_len)
         state = self._initial_state(ids, params, batch)
-        return steps.prefill(self.weights, state, cfg=self.cfg, prompt_bucket=bucket)
+        layers = None if self.speculative is None or not self.speculative.enabled else self.speculative.feature_layers
+        if layers is None:
+            return steps.prefill(self.weights, state, cfg=self.cfg, prompt_bucket=bucket), None
+        return spec_programs.prefill_features(
+            self.weights, state, cfg=self.cfg, prompt_bucket=bucket, feature_layers=layers
+        )
 
     def _initial_state(self, ids: list[list[int]], params: list[SamplingParams], batch: int) -> DecodeState:
         """Host-built state: prompts in the token buffer; padding rows start done."""

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from eagle_models import save_eagle1
 from hf_models import save_hf_model
 from scipy import stats
 
@@ -35,9 +36,11 @@ RESAMPLE_FROM_P = AcceptanceRule(accept=exact_accept, residual=lambda p, q: p)
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("spec_stats")
+    target = save_hf_model("llama2", root / "target", vocab_size=VOCAB)
     return {
-        "target": save_hf_model("llama2", root / "target", vocab_size=VOCAB),
+        "target": target,
         "draft": save_hf_model("qwen2", root / "draft", vocab_size=VOCAB, num_hidden_layers=1),
+        "eagle": save_eagle1(root / "eagle", target),  # a random EAGLE-1 head over the target's features
     }
 
 
@@ -119,7 +122,8 @@ def spec_config(
 ) -> SpeculativeConfig:
     extra = {"rule": rule} if rule is not None else {}
     # "self" drafts with the target itself: every draft is accepted, so every 4th token is a bonus.
-    draft = {"draft": str(models["draft"]), "self": str(models["target"])}.get(method)
+    draft = {"draft": models["draft"], "self": models["target"], "eagle": models["eagle"]}.get(method)
+    draft = None if draft is None else str(draft)
     method = "draft" if method == "self" else method
     # ROWS sequences saturate the default verify budget, and rows without an n-gram match share
     # each round, so the accelerators' heuristic cost model would rarely draft; free verification
@@ -136,13 +140,14 @@ def spec_config(
     [
         (None, False, None, False), ("draft", False, None, False), ("self", False, None, False),
         ("draft", True, False, False), ("draft", False, None, True), ("ngram", False, None, False),
-        ("ngram", True, None, False),
+        ("ngram", True, None, False), ("eagle", False, None, False),
     ],
     ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "draft-in-engine", "ngram-in-engine",
-         "ngram-in-engine-adaptive"],
+         "ngram-in-engine-adaptive", "eagle-head"],
 )
 def test_sampling_matches_target_distribution(models, exact, method, adaptive, calibrate, engine):
-    """Draft models run the static loop (-heuristic: the accelerators' cost model) or the engine; n-gram the engine."""
+    """Draft models run the static loop (-heuristic: the accelerators' cost model) or the engine; n-gram the
+    engine; an EAGLE head the static loop."""
     spec = spec_config(method, models, adaptive=adaptive, calibrate=calibrate) if method else None
     tokens = sampled(models, spec, engine)
     for position in range(3):
@@ -152,8 +157,9 @@ def test_sampling_matches_target_distribution(models, exact, method, adaptive, c
 @pytest.mark.parametrize(
     "method,rule,engine",
     [("draft", ALWAYS_ACCEPT, False), ("draft", RESAMPLE_FROM_P, False), ("draft", RESAMPLE_FROM_P, True),
-     ("ngram", ALWAYS_ACCEPT, False)],
-    ids=["draft-always-accept", "draft-resample-from-p", "draft-in-engine-resample-from-p", "ngram-always-accept"],
+     ("ngram", ALWAYS_ACCEPT, False), ("eagle", ALWAYS_ACCEPT, False)],
+    ids=["draft-always-accept", "draft-resample-from-p", "draft-in-engine-resample-from-p", "ngram-always-accept",
+         "eagle-always-accept"],
 )
 def test_broken_acceptance_rule_is_caught(models, exact, method, rule, engine):
     tokens = sampled(models, spec_config(method, models, rule), engine)

@@ -238,11 +238,23 @@ def forward(
     weights: Weights, tokens: jax.Array, positions: jax.Array, cache: KVCache, cfg: ModelConfig
 ) -> tuple[jax.Array, KVCache]:
     """Run the decoder on tokens [B, T] at positions [B, T]; returns final hidden [B, T, D] and cache."""
+    hidden, _, cache = forward_with_taps(weights, tokens, positions, cache, cfg, ())
+    return hidden, cache
+
+
+def forward_with_taps(
+    weights: Weights, tokens: jax.Array, positions: jax.Array, cache: KVCache, cfg: ModelConfig,
+    taps: tuple[int, ...],
+) -> tuple[jax.Array, list[jax.Array], KVCache]:
+    """`forward`, also returning the residual stream [B, T, D] entering each layer in `taps` (EAGLE-3 reads them)."""
     x = cache.layout.constrain(embed_tokens(weights, tokens, cfg), HIDDEN)
     cos, sin = rope_cos_sin(positions, cfg)
+    tapped = []
     for layer, (lw, window) in enumerate(zip(weights.layers, cfg.layer_windows)):
+        if layer in taps:
+            tapped.append(x)
         x, cache = _decoder_layer(cfg, x, cache, lw, layer, window, positions, cos, sin)
-    return rms_norm(x, weights.final_norm, cfg.rms_norm_eps, cfg.norm_weight_offset), cache
+    return rms_norm(x, weights.final_norm, cfg.rms_norm_eps, cfg.norm_weight_offset), tapped, cache
 
 
 def lm_logits(weights: Weights, hidden: jax.Array) -> jax.Array:

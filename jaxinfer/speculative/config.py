@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule
 
-METHODS = ("draft", "ngram")
+METHODS = ("draft", "ngram", "eagle")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,8 +15,10 @@ class SpeculativeConfig:
     """How to speculate; hashable so the compiled loop can take it as a static argument.
 
     method "draft" runs `draft_model` (a checkpoint directory sharing the target's tokenizer) k
-    steps per target pass; "ngram" proposes what followed the latest earlier occurrence of the
-    last n tokens (ngram_max down to ngram_min) in the prompt and output, with no second model.
+    steps per target pass; "eagle" runs an EAGLE-1 or EAGLE-3 head (`draft_model` is its HF
+    directory) over the target's hidden states, in `LLM.generate`'s static loop; "ngram" proposes
+    what followed the latest earlier occurrence of the last n tokens (ngram_max down to ngram_min)
+    in the prompt and output, with no second model.
     num_speculative_tokens is k_max, fixed per compiled program. With adaptive=True each sequence
     picks its own k <= k_max from a moving average of its acceptance and a cost model, and stops
     speculating when the expected gain drops below 1. With calibrate=True the cost model is
@@ -54,6 +56,10 @@ class SpeculativeConfig:
         _check(
             self.method != "draft" or self.draft_model is not None,
             'method="draft" needs draft_model=<checkpoint directory>; use method="ngram" for no second model',
+        )
+        _check(
+            self.method != "eagle" or self.draft_model is not None,
+            'method="eagle" needs draft_model=<EAGLE head directory> (HF layout: config.json + safetensors)',
         )
         _check(
             1 <= self.num_speculative_tokens <= 32,

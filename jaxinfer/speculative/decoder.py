@@ -17,12 +17,15 @@ from jaxinfer.cache_spec import is_consumed
 from jaxinfer.checkpoint import load_weights
 from jaxinfer.config import ModelConfig
 from jaxinfer.generation import DecodeState
-from jaxinfer.kv_cache import KVCache, init_cache
+from jaxinfer.kv_cache import KVCache
 from jaxinfer.models import Weights, pack_for_cpu
 from jaxinfer.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative import programs
 from jaxinfer.speculative.costs import CostModel, calibrate, heuristic_costs
+from jaxinfer.speculative.eagle import pack_eagle
+from jaxinfer.speculative.eagle_checkpoint import load_eagle
+from jaxinfer.speculative.eagle_proposer import EagleProposer
 from jaxinfer.speculative.loop import AcceptancePrior, no_prior
 from jaxinfer.speculative.proposers import DraftModelProposer, NgramProposer, Proposer
 from jaxinfer.speculative.stats import SpecMetrics, request_stats
@@ -81,6 +84,8 @@ def make_proposer(
     draft_dir = Path(config.draft_model)
     if not draft_dir.is_dir():
         raise SpeculativeError(f"draft model directory {draft_dir} does not exist")
+    if config.method == "eagle":
+        return make_eagle_proposer(config, target, dtype, max_seq_len, cpu_kernels, layout)
     draft_cfg, draft_weights = load_weights(draft_dir, dtype, progress=False, layout=layout)
     check_vocab(target, draft_cfg, target_tok, load_tokenizer(draft_dir), draft_dir)
     cost = config.draft_cost
@@ -89,8 +94,29 @@ def make_proposer(
     return DraftModelProposer(draft_cfg, target.vocab_size, cost), pack_for_cpu(draft_weights) if cpu_kernels else draft_weights
 
 
+def make_eagle_proposer(
+    config: SpeculativeConfig, target: ModelConfig, dtype: Any, max_seq_len: int, cpu_kernels: bool, layout: Layout
+) -> tuple[EagleProposer, Any]:
+    """An EAGLE head's proposer and weights (packed when the CPU kernels are on); a draft step costs
+    its layer, fc and LM head in target steps."""
+    ecfg, head = load_eagle(config.draft_model, target, dtype, layout)
+    cost = config.draft_cost
+    if cost is None:
+        layer = ecfg.layer
+        fc = ecfg.feature_size * layer.hidden_size if ecfg.version == 3 else 2 * layer.hidden_size**2
+        vocab = ecfg.draft_vocab if ecfg.version == 3 else layer.vocab_size
+        flops = decode_flops(layer, max_seq_len) - layer.hidden_size * (layer.vocab_size - vocab)
+        cost = (flops + fc) / decode_flops(target, max_seq_len)
+    return EagleProposer(ecfg, config.num_speculative_tokens, cost), pack_eagle(head) if cpu_kernels else head
+
+
 class SpeculativeDecoder:
-    """Runs the speculative loop for LLM and keeps draft caches and acceptance totals."""
+    """Runs the speculative loop for LLM and keeps one draft cache and the acceptance totals.
+
+    The draft cache kept is the last batch size's (as the static batch keeps the target's): a
+    different batch size drops it and makes its own, so memory stays at one draft cache, and
+    `release` frees it.
+    """
 
     def __init__(
         self, config: SpeculativeConfig, proposer: Proposer | None, params: Any, dtype: Any, max_seq_len: int,
@@ -105,7 +131,7 @@ class SpeculativeDecoder:
         self.layout = layout  # likewise
         self.disabled_reason: str | None = None if proposer is not None else "not loaded"
         self.totals = SpecMetrics(config.num_speculative_tokens)
-        self._caches: dict[int, KVCache] = {}
+        self._cache: KVCache | None = None  # the draft cache of the last batch size run
         self.costs: dict[int, CostModel] = {}  # per batch bucket, measured on first use
         self._prior: AcceptancePrior | None = None  # what earlier calls learned about acceptance
 
@@ -123,20 +149,26 @@ class SpeculativeDecoder:
             stacklevel=3,
         )
 
+    @property
+    def feature_layers(self) -> tuple[int, ...] | None:
+        """The target features the prefill must hand `decode` (see `features.py`); None: none."""
+        return None if self.proposer is None else self.proposer.feature_layers
+
     def decode(
-        self, weights: Weights, cfg: ModelConfig, state: DecodeState, prompt_lengths: list[int]
+        self, weights: Weights, cfg: ModelConfig, state: DecodeState, prompt_lengths: list[int],
+        features: jax.Array | None = None,
     ) -> tuple[DecodeState, list[dict[str, Any]]] | None:
         """Decode a prefilled batch to the end; None when speculation is (or just got) disabled.
 
-        The whole run, up to the results on the host, sits inside the fallback: with asynchronous
-        dispatch a run-time failure surfaces only when results are read.
+        features: the prompts' target features when `feature_layers` is not None. The whole run,
+        up to the results on the host, sits inside the fallback: with asynchronous dispatch a
+        run-time failure surfaces only when results are read.
         """
         if not self.enabled:
             return None
-        batch = state.lengths.shape[0]
         bucket = min(1 << (max(MIN_PROMPT_BUCKET, *prompt_lengths) - 1).bit_length(), self.max_seq_len)
         try:
-            state, pstate, prior, counters = self._run(weights, cfg, state, bucket)
+            state, pstate, prior, counters = self._run(weights, cfg, state, bucket, features)
             host = {name: value for name, value in vars(to_host(counters)).items()}
             jax.block_until_ready((state, pstate, prior))
         except Exception as err:  # noqa: BLE001 - any failure must fall back, never lose the request
@@ -144,24 +176,26 @@ class SpeculativeDecoder:
                 raise
             self.disable(f"the speculative loop failed ({type(err).__name__}: {err})")
             return None
-        if pstate is not None:
-            self._caches[batch] = pstate
+        self._cache = pstate
         self._prior = prior
         rows = len(prompt_lengths)
         self.totals.add(host, rows)
         return state, [request_stats(host, i) for i in range(rows)]
 
-    def _run(self, weights: Weights, cfg: ModelConfig, state: DecodeState, bucket: int) -> tuple:
+    def _run(
+        self, weights: Weights, cfg: ModelConfig, state: DecodeState, bucket: int, features: jax.Array | None
+    ) -> tuple:
         """Dispatch proposer prefill, calibration (first use) and the loop; returns its results unread."""
+        params = self.proposer.with_target(self.params, weights)
         pstate = self._proposer_state(state.lengths.shape[0])
         if pstate is not None:
             pstate = programs.prefill_proposer(
-                self.params, state, pstate, proposer=self.proposer, prompt_bucket=bucket
+                params, state, pstate, features, proposer=self.proposer, prompt_bucket=bucket
             )
-        costs, state, pstate = self._costs_for(weights, cfg, state, pstate)
+        costs, state, pstate = self._costs_for(weights, params, cfg, state, pstate)
         prior = self._prior if self._prior is not None else no_prior(self.config)
         return programs.speculative_decode(
-            weights, self.params, state, pstate, prior, costs, cfg=cfg, proposer=self.proposer, spec=self.config
+            weights, params, state, pstate, prior, costs, cfg=cfg, proposer=self.proposer, spec=self.config
         )
 
     def metrics(self) -> dict[str, Any]:
@@ -175,7 +209,7 @@ class SpeculativeDecoder:
         }
 
     def _costs_for(
-        self, weights: Weights, cfg: ModelConfig, state: DecodeState, pstate: Any
+        self, weights: Weights, params: Any, cfg: ModelConfig, state: DecodeState, pstate: Any
     ) -> tuple[CostModel, DecodeState, Any]:
         """The round cost model for this batch size (measured once when calibrating, else heuristic), and the state."""
         calibrating = self.config.calibrate
@@ -186,17 +220,21 @@ class SpeculativeDecoder:
         batch = state.lengths.shape[0]
         if batch not in self.costs:
             self.costs[batch], state, pstate = calibrate(
-                programs.speculative_probe, weights, self.params, state, pstate, cfg, self.proposer, self.config
+                programs.speculative_probe, weights, params, state, pstate, cfg, self.proposer, self.config
             )
         return self.costs[batch], state, pstate
 
-    def _proposer_state(self, batch: int) -> KVCache | None:
-        """The draft cache for this batch bucket (re-made if a failed call consumed it)."""
-        if not isinstance(self.proposer, DraftModelProposer):
+    def release(self) -> None:
+        """Drop the kept draft cache (the next call makes a new one); weights and totals stay."""
+        self._cache = None
+
+    def _proposer_state(self, batch: int) -> Any:
+        """The kept draft state when it is for this batch size, else a new one (the old one is dropped)."""
+        if not self.proposer.stateful:
             return None
-        cache = self._caches.pop(batch, None)
-        if cache is None or is_consumed(cache):
-            cache = init_cache(self.proposer.cfg, batch, self.max_seq_len, self.dtype, self.cpu_kernels, self.layout)
+        cache, self._cache = self._cache, None
+        if cache is None or is_consumed(cache) or jax.tree.leaves(cache)[0].shape[0] != batch:
+            cache = self.proposer.init_state(batch, self.max_seq_len, self.dtype, self.cpu_kernels, self.layout)
         return cache
 
 

@@ -65,9 +65,15 @@ def no_prior(spec: SpeculativeConfig) -> AcceptancePrior:
     return AcceptancePrior(jnp.full((k,), spec.initial_acceptance, jnp.float32), jnp.int32(0))
 
 
-def prefill_proposer(draft_params: Any, state: DecodeState, proposer_state: Any, proposer: Proposer, prompt_bucket: int) -> Any:
-    """The proposer's state after reading the prompts (its own program, so the loop is one per batch bucket)."""
-    return proposer.prefill(draft_params, state, proposer_state, prompt_bucket)
+def prefill_proposer(
+    draft_params: Any, state: DecodeState, proposer_state: Any, features: jax.Array | None, proposer: Proposer,
+    prompt_bucket: int,
+) -> Any:
+    """The proposer's state after reading the prompts (its own program, so the loop is one per batch bucket).
+
+    features [B, prompt_bucket, F]: the target's over the prompts, for a proposer that reads them.
+    """
+    return proposer.prefill(draft_params, state, proposer_state, prompt_bucket, features)
 
 
 def speculative_decode(
@@ -200,7 +206,7 @@ def _spec_round(
     active = ~d.done
     steps = jnp.max(s.plan)  # drafting stops at the longest plan; shorter plans are masked
     proposal = proposer.propose(draft_params, d, s.proposer_state, spec.num_speculative_tokens, steps)
-    hidden, target_logprobs, cache = verify_forward(weights, d, proposal.tokens, cfg)
+    hidden, target_logprobs, cache = verify_forward(weights, d, proposal.tokens, cfg, proposer.feature_layers)
     verdict = verify(target_logprobs, proposal.logprobs, proposal.tokens, s.plan, d.sampling, d.lengths, spec.rule)
     run = accepted_run(proposal.tokens, verdict)
     decode, emitted = append_run(dataclasses.replace(d, cache=cache), run, verdict.num_accepted + 1)

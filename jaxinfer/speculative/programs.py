@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxinfer.speculative import loop
+from jaxinfer.speculative import features, loop
 
 prefill_proposer = jax.jit(
     loop.prefill_proposer, static_argnames=("proposer", "prompt_bucket"), donate_argnames=("proposer_state",)
@@ -21,4 +21,8 @@ speculative_decode = jax.jit(
 )
 speculative_probe = jax.jit(
     loop.probe, static_argnames=("cfg", "proposer", "spec", "kind"), donate_argnames=("state", "proposer_state")
+)
+# The target's prefill that also returns the prompts' features, for a proposer that reads them (EAGLE).
+prefill_features = jax.jit(
+    features.prefill_features, static_argnames=("cfg", "prompt_bucket", "feature_layers"), donate_argnames=("state",)
 )

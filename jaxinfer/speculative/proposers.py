@@ -2,8 +2,8 @@
 
 A proposer is a hashable object (a static argument of the compiled loop) whose methods are pure
 functions of its parameters (e.g. draft weights), the target's DecodeState and its own state
-pytree. New kinds (EAGLE-style heads over target hidden states) implement the same protocol;
-`after_verify` hands them the target's hidden states of every verified position.
+pytree. EAGLE heads (`eagle_proposer.py`) implement the same protocol: `feature_layers` asks the
+prefill and every verify pass for target features, which `prefill` and `after_verify` receive.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import jax.numpy as jnp
 
 from jaxinfer.config import ModelConfig
 from jaxinfer.generation import DecodeState
-from jaxinfer.models import forward, lm_logits
+from jaxinfer.kv_cache import init_cache
+from jaxinfer.models import Weights, forward, lm_logits
+from jaxinfer.sharding import Layout
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, one_hot_logprobs, position_keys, sampled_logprobs
 
 
@@ -38,9 +40,24 @@ class Proposer(Protocol):
     stateful: bool
     # Cost of drafting one token relative to one target decode step (adaptive k uses it).
     draft_cost: float
+    # Target features it reads (see `features.py`): None for none, () for the final hidden states.
+    feature_layers: tuple[int, ...] | None
 
-    def prefill(self, params: Any, state: DecodeState, pstate: Any, prompt_bucket: int) -> Any:
-        """Proposer state after reading the prompts (the first prompt_bucket buffer slots)."""
+    def init_state(self, batch: int, max_seq_len: int, dtype: Any, cpu_kernels: bool, layout: Layout) -> Any:
+        """A fresh state for `batch` sequences (None for a stateless proposer)."""
+        ...
+
+    def with_target(self, params: Any, target: Weights) -> Any:
+        """The parameters the compiled loop hands the other methods (an EAGLE head adds the target's embedding)."""
+        ...
+
+    def prefill(
+        self, params: Any, state: DecodeState, pstate: Any, prompt_bucket: int, features: jax.Array | None
+    ) -> Any:
+        """Proposer state after reading the prompts (the first prompt_bucket buffer slots).
+
+        features [B, prompt_bucket, F]: the target's features there when `feature_layers` is not None.
+        """
         ...
 
     def available(self, params: Any, state: DecodeState, pstate: Any, k: int) -> jax.Array:
@@ -55,7 +72,7 @@ class Proposer(Protocol):
         ...
 
     def after_verify(self, params: Any, pstate: Any, hidden: jax.Array, num_accepted: jax.Array) -> Any:
-        """Update state from the target hidden states [B, K+1, D] and acceptance [B]."""
+        """Update state from the target features [B, K+1, F] of the verified positions and acceptance [B]."""
         ...
 
 
@@ -72,8 +89,19 @@ class DraftModelProposer:
     target_vocab: int
     draft_cost: float
     stateful: bool = True
+    feature_layers: None = None
 
-    def prefill(self, params: Any, state: DecodeState, pstate: Any, prompt_bucket: int) -> Any:
+    def init_state(self, batch: int, max_seq_len: int, dtype: Any, cpu_kernels: bool, layout: Layout) -> Any:
+        """A zeroed draft cache."""
+        return init_cache(self.cfg, batch, max_seq_len, dtype, cpu_kernels, layout)
+
+    def with_target(self, params: Any, target: Weights) -> Any:
+        """The draft's own weights."""
+        return params
+
+    def prefill(
+        self, params: Any, state: DecodeState, pstate: Any, prompt_bucket: int, features: jax.Array | None
+    ) -> Any:
         """Write the prompts into the draft cache."""
         tokens = state.tokens[:, :prompt_bucket]
         positions = jnp.broadcast_to(jnp.arange(prompt_bucket, dtype=jnp.int32), tokens.shape)
@@ -119,9 +147,14 @@ class DraftModelProposer:
         pad = self.target_vocab - self.cfg.vocab_size
         if pad:  # the draft's vocabulary is a prefix of the target's: extra ids are impossible
             logits = jnp.pad(logits, ((0, 0), (0, pad)), constant_values=-jnp.inf)
-        logprobs = sampled_logprobs(logits, state.sampling)
-        keys = position_keys(state.sampling, positions[:, None], DRAFT_TAG)[:, 0]
-        return draw(logprobs, state.sampling, keys), logprobs
+        return draw_draft(logits, state, positions)
+
+
+def draw_draft(logits: jax.Array, state: DecodeState, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Draft token [B] for `positions` [B] from logits [B, V], and its processed distribution q [B, V]."""
+    logprobs = sampled_logprobs(logits, state.sampling)
+    keys = position_keys(state.sampling, positions[:, None], DRAFT_TAG)[:, 0]
+    return draw(logprobs, state.sampling, keys), logprobs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,8 +170,19 @@ class NgramProposer:
     ngram_max: int
     draft_cost: float
     stateful: bool = False
+    feature_layers: None = None
 
-    def prefill(self, params: Any, state: DecodeState, pstate: Any, prompt_bucket: int) -> Any:
+    def init_state(self, batch: int, max_seq_len: int, dtype: Any, cpu_kernels: bool, layout: Layout) -> Any:
+        """No state."""
+        return None
+
+    def with_target(self, params: Any, target: Weights) -> Any:
+        """No parameters."""
+        return params
+
+    def prefill(
+        self, params: Any, state: DecodeState, pstate: Any, prompt_bucket: int, features: jax.Array | None
+    ) -> Any:
         """Prompt lookup reads the token buffer directly; no state."""
         return pstate
 

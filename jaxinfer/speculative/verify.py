@@ -14,8 +14,9 @@ import jax.numpy as jnp
 from jaxinfer.config import ModelConfig
 from jaxinfer.generation import DecodeState
 from jaxinfer.kv_cache import KVCache
-from jaxinfer.models import Weights, forward, lm_logits
+from jaxinfer.models import Weights, lm_logits
 from jaxinfer.sampling import SamplingArrays
+from jaxinfer.speculative.features import target_forward
 from jaxinfer.speculative.rejection import Verdict, sampled_logprobs
 
 
@@ -25,17 +26,19 @@ def repeat_rows(params: SamplingArrays, times: int) -> SamplingArrays:
 
 
 def verify_forward(
-    weights: Weights, d: DecodeState, drafts: jax.Array, cfg: ModelConfig
+    weights: Weights, d: DecodeState, drafts: jax.Array, cfg: ModelConfig,
+    feature_layers: tuple[int, ...] | None = None,
 ) -> tuple[jax.Array, jax.Array, KVCache]:
-    """Target hidden [B, K+1, D] and processed logprobs [B, K+1, V] at positions length-1 .. length-1+K."""
+    """Target features [B, K+1, F] (see `features`) and processed logprobs [B, K+1, V] at positions
+    length-1 .. length-1+K."""
     batch, k = drafts.shape
     last = d.tokens[jnp.arange(batch), d.lengths - 1]
     inputs = jnp.concatenate([last[:, None], drafts], axis=1)
     positions = (d.lengths - 1)[:, None] + jnp.arange(k + 1, dtype=jnp.int32)[None, :]
-    hidden, cache = forward(weights, inputs, positions, d.cache, cfg)
+    hidden, features, cache = target_forward(weights, inputs, positions, d.cache, cfg, feature_layers)
     logits = lm_logits(weights, hidden)
     flat = sampled_logprobs(logits.reshape(batch * (k + 1), -1), repeat_rows(d.sampling, k + 1))
-    return hidden, flat.reshape(logits.shape), cache
+    return features, flat.reshape(logits.shape), cache
 
 
 def accepted_run(drafts: jax.Array, verdict: Verdict) -> jax.Array:

@@ -1,0 +1,183 @@
+"""EAGLE draft heads: one decoder layer over the target's features and the next token's embedding.
+
+EAGLE-1 (Li et al., 2024): the feature f_i is the target's final (post-norm) hidden state at
+position i. At position i the head reads x = fc([embed(t_{i+1}); f_i]) and its layer (no input
+norm) predicts f_{i+1}; the target's own LM head turns that into the distribution of t_{i+2}, and
+the prediction is the next step's feature. EAGLE-3: the feature is fc over the residual stream
+entering three target layers (low, middle, high); the layer normalises the embedding and the
+feature apart and attends over their concatenation [2D]; its output (before `norm`) is the next
+feature, and `norm` + its own LM head over a reduced draft vocabulary give the logits (draft id
+d is target id d + d2t[d]). Both read the target's embedding, never a copy of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.attention import attend
+from jaxinfer.config import ModelConfig
+from jaxinfer.cpu_kernels import pack_weight, packing_applies
+from jaxinfer.kv_cache import KVCache
+from jaxinfer.layers import Weight, apply_rope, gated_mlp, linear, linear_transposed, rms_norm, rope_cos_sin
+from jaxinfer.models import LayerWeights
+from jaxinfer.models.llama import PROJECTIONS
+from jaxinfer.weights import ArrayInfo
+
+VERSIONS = (1, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class EagleConfig:
+    """Shape of an EAGLE head; hashable (a static argument of the compiled loop)."""
+
+    layer: ModelConfig  # the head's one decoder layer (heads, MLP, rope, eps); vocab_size = the target's
+    version: int  # 1 or 3
+    fc_bias: bool = False  # EAGLE-1 heads from the reference code have one
+    draft_vocab: int = 0  # EAGLE-3: size of its own LM head's vocabulary
+    feature_layers: tuple[int, ...] = ()  # EAGLE-3: target layers whose input residual stream is read
+
+    def __post_init__(self) -> None:
+        if self.version not in VERSIONS:
+            raise ValueError(f"EAGLE version must be one of {VERSIONS}, got {self.version}")
+        if self.version == 3 and (self.draft_vocab < 1 or len(self.feature_layers) != 3):
+            raise ValueError(
+                f"an EAGLE-3 head needs draft_vocab >= 1 and 3 feature layers, got {self.draft_vocab} "
+                f"and {self.feature_layers}"
+            )
+
+    @property
+    def feature_size(self) -> int:
+        """Width of the target features the head reads: D (EAGLE-1) or 3 D (EAGLE-3)."""
+        return self.layer.hidden_size * (3 if self.version == 3 else 1)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class EagleWeights:
+    """The head's own weights (the target's embedding and, for EAGLE-1, LM head are not copied)."""
+
+    fc: Weight  # [2D, D] EAGLE-1 over [embedding; feature], [3D, D] EAGLE-3 over the target features
+    # attn_norm: EAGLE-3's norm of the embedding, None for EAGLE-1; wq/wk/wv [A, H, K], A = D or 2D.
+    layer: LayerWeights
+    fc_bias: jax.Array | None = None  # [D]
+    hidden_norm: jax.Array | None = None  # [D] EAGLE-3: norm of the feature
+    norm: jax.Array | None = None  # [D] EAGLE-3: before its LM head
+    lm_head: Weight | None = None  # [D, V_draft] EAGLE-3
+    d2t: jax.Array | None = None  # [V_draft] int32 EAGLE-3: target id minus draft id
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class EagleParams:
+    """What the compiled loop hands the head: its weights and the target's embedding and LM head."""
+
+    head: EagleWeights
+    embed: jax.Array  # [V, D] the target's
+    lm_head: Weight | None  # [D, V] the target's (None: tied to embed)
+
+
+def abstract_eagle(ecfg: EagleConfig) -> EagleWeights:
+    """Every leaf of a head as an ArrayInfo (d2t, an integer table, is loaded, never initialised)."""
+    cfg = ecfg.layer
+    D, F, H, KV, K = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    three = ecfg.version == 3
+    A = 2 * D if three else D
+    norm = lambda: ArrayInfo((D,), ("embed",), init_value=1.0)  # noqa: E731
+    layer = LayerWeights(
+        attn_norm=norm() if three else None,
+        wq=ArrayInfo((A, H, K), ("embed", "q_heads", "head_dim")),
+        wk=ArrayInfo((A, KV, K), ("embed", "kv_heads", "head_dim")),
+        wv=ArrayInfo((A, KV, K), ("embed", "kv_heads", "head_dim")),
+        wo=ArrayInfo((H, K, D), ("q_heads", "head_dim", "embed")),
+        mlp_norm=norm(),
+        w_gate=ArrayInfo((D, F), ("embed", "mlp")),
+        w_up=ArrayInfo((D, F), ("embed", "mlp")),
+        w_down=ArrayInfo((F, D), ("mlp", "embed")),
+    )
+    return EagleWeights(
+        fc=ArrayInfo((ecfg.feature_size if three else 2 * D, D), (None, "embed")),
+        layer=layer,
+        fc_bias=ArrayInfo((D,), ("embed",), init_value=0.0) if ecfg.fc_bias else None,
+        hidden_norm=norm() if three else None,
+        norm=norm() if three else None,
+        lm_head=ArrayInfo((D, ecfg.draft_vocab), ("embed", "vocab")) if three else None,
+        d2t=ArrayInfo((ecfg.draft_vocab,), (None,), init_value=0.0) if three else None,
+    )
+
+
+def init_eagle(ecfg: EagleConfig, key: jax.Array, dtype: jnp.dtype) -> EagleWeights:
+    """A random head (normal noise, constant norms; d2t zeros, the identity map)."""
+    abstract = abstract_eagle(ecfg)
+    leaves, treedef = jax.tree.flatten(abstract, is_leaf=lambda x: isinstance(x, ArrayInfo))
+    keys = jax.random.split(key, len(leaves))
+
+    def make(info: ArrayInfo, k: jax.Array) -> jax.Array:
+        if info.init_value is not None:
+            return jnp.full(info.shape, info.init_value, dtype)
+        return (info.init_std * jax.random.normal(k, info.shape, jnp.float32)).astype(dtype)
+
+    weights = jax.tree.unflatten(treedef, [make(i, k) for i, k in zip(leaves, keys)])
+    if weights.d2t is not None:
+        weights = dataclasses.replace(weights, d2t=jnp.zeros(weights.d2t.shape, jnp.int32))
+    return weights
+
+
+def pack_eagle(head: EagleWeights) -> EagleWeights:
+    """The head's matrices in the CPU kernel's layout (bf16 only; others as they are), as the target's are."""
+    if not packing_applies(head.fc.dtype):
+        return head
+    packed = {name: pack_weight(getattr(head.layer, name), contract) for name, contract in PROJECTIONS.items()}
+    layer = dataclasses.replace(head.layer, **packed)
+    lm_head = None if head.lm_head is None else pack_weight(head.lm_head)
+    return dataclasses.replace(head, fc=pack_weight(head.fc), layer=layer, lm_head=lm_head)
+
+
+def project_features(params: EagleParams, features: jax.Array, ecfg: EagleConfig) -> jax.Array:
+    """Target features [..., F] as the head's input feature [..., D] (EAGLE-3's fc; EAGLE-1 reads them as they are)."""
+    if ecfg.version == 3:
+        return linear(features, params.head.fc)
+    return features
+
+
+def head_step(
+    params: EagleParams, tokens: jax.Array, features: jax.Array, positions: jax.Array, cache: KVCache,
+    ecfg: EagleConfig,
+) -> tuple[jax.Array, KVCache]:
+    """The head at positions [B, T] (i) reading tokens [B, T] (t_{i+1}) and features [B, T, D] (f_i).
+
+    Returns the predicted features [B, T, D] (f_{i+1}, before EAGLE-3's norm) and the cache.
+    """
+    cfg, w = ecfg.layer, params.head
+    lw = w.layer
+    embeds = jnp.take(params.embed, tokens, axis=0).astype(features.dtype)
+    if ecfg.version == 1:
+        x = linear(jnp.concatenate([embeds, features], axis=-1), w.fc)
+        x = x if w.fc_bias is None else x + w.fc_bias
+        h = x  # no input norm: the fc output goes straight to attention, as EAGLE-1 trained it
+    else:
+        x = features
+        normed = rms_norm(embeds, lw.attn_norm, cfg.rms_norm_eps), rms_norm(x, w.hidden_norm, cfg.rms_norm_eps)
+        h = jnp.concatenate(normed, axis=-1)
+    cos, sin = rope_cos_sin(positions, cfg)
+    q = apply_rope(linear(h, lw.wq), cos, sin)
+    k = apply_rope(linear(h, lw.wk), cos, sin)
+    cache = cache.write(0, k, linear(h, lw.wv), positions)
+    x = x + linear(attend(q, cache, 0, positions, 0), lw.wo, contract=2)
+    mlp_in = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
+    return x + gated_mlp(mlp_in, lw.w_gate, lw.w_up, lw.w_down, cfg.activation), cache
+
+
+def head_logits(params: EagleParams, predicted: jax.Array, ecfg: EagleConfig) -> jax.Array:
+    """Float32 logits [..., V_target] of predicted features [..., D]; outside EAGLE-3's draft vocabulary -inf."""
+    if ecfg.version == 1:
+        if params.lm_head is None:
+            return linear_transposed(predicted, params.embed)
+        return linear(predicted, params.lm_head, out_dtype=jnp.float32)
+    w = params.head
+    draft = linear(rms_norm(predicted, w.norm, ecfg.layer.rms_norm_eps), w.lm_head, out_dtype=jnp.float32)
+    target_ids = jnp.arange(ecfg.draft_vocab, dtype=jnp.int32) + w.d2t
+    full = jnp.full((*draft.shape[:-1], ecfg.layer.vocab_size), -jnp.inf, jnp.float32)
+    return full.at[..., target_ids].set(draft)

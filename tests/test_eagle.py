@@ -1,0 +1,210 @@
+"""EAGLE heads: loading the published layouts, the head against a PyTorch reference, the proposer's
+incremental drafting against recomputation from scratch, and greedy identity through `LLM`."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+from eagle_models import save_eagle1, save_eagle3
+from hf_models import save_hf_model
+from safetensors.numpy import load_file, save_file
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.checkpoint import CheckpointError, load_weights
+from jaxinfer.kv_cache import init_cache
+from jaxinfer.llm import DEMO_MODEL, engine_speculation
+from jaxinfer.models.llama import forward_with_taps
+from jaxinfer.speculative.eagle import EagleParams, head_logits, head_step
+from jaxinfer.speculative.eagle_checkpoint import load_eagle
+from jaxinfer.speculative.verify import append_run, verify_forward
+
+PROMPTS = [[5, 9, 31, 7, 200, 13], [40, 41, 42, 43, 44, 45, 46, 47, 48, 12, 3]]
+GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+K = 3
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A 3-layer tiny target (EAGLE-3 reads three of its layers), an EAGLE-1 and an EAGLE-3 head."""
+    root = tmp_path_factory.mktemp("eagle")
+    target = save_hf_model("llama2", root / "target", num_hidden_layers=3)
+    return {
+        "target": target,
+        1: save_eagle1(root / "eagle1", target),
+        3: save_eagle3(root / "eagle3", target, draft_vocab=96, layers=(0, 1, 2)),
+    }
+
+
+def test_eagle1_layout_loads_into_its_leaves(models):
+    cfg, _ = load_weights(models["target"], jnp.float32, progress=False)
+    ecfg, head = load_eagle(models[1], cfg, jnp.float32)
+    raw = load_file(models[1] / "model.safetensors")
+    assert (ecfg.version, ecfg.fc_bias, ecfg.feature_layers) == (1, True, ())
+    assert head.layer.attn_norm is None and head.lm_head is None  # layer 0 has no input norm; the target's head
+    np.testing.assert_array_equal(head.fc, raw["fc.weight"].T)
+    q = raw["layers.0.self_attn.q_proj.weight"]  # [H*K, D] -> [D, H, K]
+    np.testing.assert_array_equal(head.layer.wq, q.T.reshape(64, 4, 16))
+    np.testing.assert_array_equal(head.layer.wo, raw["layers.0.self_attn.o_proj.weight"].T.reshape(4, 16, 64))
+    np.testing.assert_array_equal(head.layer.w_down, raw["layers.0.mlp.down_proj.weight"].T)
+
+
+def test_eagle3_layout_maps_its_draft_vocabulary(models):
+    cfg, target = load_weights(models["target"], jnp.float32, progress=False)
+    ecfg, head = load_eagle(models[3], cfg, jnp.float32)
+    raw = load_file(models[3] / "model.safetensors")
+    assert (ecfg.version, ecfg.draft_vocab, ecfg.feature_layers, ecfg.feature_size) == (3, 96, (0, 1, 2), 192)
+    assert head.layer.wq.shape == (128, 4, 16)  # q/k/v read [embedding; feature]
+    logits = head_logits(EagleParams(head, target.embed, target.lm_head), jnp.ones((2, 64)), ecfg)
+    allowed = np.flatnonzero(raw["t2d"])
+    np.testing.assert_array_equal(np.flatnonzero(np.isfinite(logits[0])), allowed)
+    np.testing.assert_allclose(logits[0, allowed], jnp.ones(64) @ raw["lm_head.weight"].T, rtol=1e-4, atol=1e-5)
+
+
+def test_unusable_heads_raise_naming_the_problem(models, tmp_path):
+    cfg, _ = load_weights(models["target"], jnp.float32, progress=False)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((models[1] / "config.json").read_text())
+    tensors = load_file(models[1] / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if "up_proj" not in k}, broken / "model.safetensors")
+    with pytest.raises(CheckpointError, match="missing.*layers.0.mlp.up_proj.weight"):
+        load_eagle(broken, cfg, jnp.float32)
+    with pytest.raises(CheckpointError, match="hidden_size 64, the target 32"):
+        load_eagle(models[1], dataclasses.replace(cfg, hidden_size=32), jnp.float32)
+    with pytest.raises(CheckpointError, match="not an EAGLE head"):
+        load_eagle(models["target"], cfg, jnp.float32)
+    with pytest.raises(ValueError, match='method="eagle" needs draft_model'):
+        SpeculativeConfig(method="eagle")
+
+
+def test_eagle1_head_matches_pytorch_reference(models):
+    """fc over [embedding; feature], then a Llama layer whose input norm is the identity (EAGLE-1's layer 0)."""
+    cfg, target = load_weights(models["target"], jnp.float32, progress=False)
+    ecfg, head = load_eagle(models[1], cfg, jnp.float32)
+    raw = {k: torch.from_numpy(v) for k, v in load_file(models[1] / "model.safetensors").items()}
+    config = transformers.LlamaConfig(**json.loads((models[1] / "config.json").read_text()))
+    config._attn_implementation = "sdpa"
+    layer = LlamaDecoderLayer(config, layer_idx=0).eval()
+    layer.input_layernorm = torch.nn.Identity()
+    layer.load_state_dict({k.removeprefix("layers.0."): v for k, v in raw.items() if k.startswith("layers.0.")})
+    tokens = np.random.RandomState(0).randint(0, 256, (1, 9))
+    features = np.random.RandomState(1).standard_normal((1, 9, 64)).astype(np.float32)
+    with torch.no_grad():
+        embeds = torch.tensor(np.asarray(target.embed))[torch.from_numpy(tokens)]
+        x = torch.cat([embeds, torch.from_numpy(features)], -1) @ raw["fc.weight"].T + raw["fc.bias"]
+        positions = torch.arange(9)[None]
+        out = layer(x, attention_mask=None, position_ids=positions,
+                    position_embeddings=LlamaRotaryEmbedding(config)(x, positions))
+        expected = (out[0] if isinstance(out, tuple) else out).numpy()
+    params = EagleParams(head, target.embed, target.lm_head)
+    cache = init_cache(ecfg.layer, 1, 16, jnp.float32)
+    got, _ = head_step(params, jnp.asarray(tokens), jnp.asarray(features), jnp.arange(9)[None], cache, ecfg)
+    np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+
+
+WIDTH = 32  # the reference pads every sequence to one length: one compile, and causal attention ignores the pad
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "ecfg"))
+def reference_features(weights, tokens, cfg, ecfg):
+    """Target features [1, WIDTH, F] of a padded sequence, from a fresh cache."""
+    positions = jnp.arange(WIDTH)[None]
+    hidden, taps, _ = forward_with_taps(weights, tokens, positions, init_cache(cfg, 1, WIDTH, jnp.float32), cfg,
+                                        ecfg.feature_layers)
+    return jnp.concatenate(taps, -1) if ecfg.feature_layers else hidden
+
+
+@functools.partial(jax.jit, static_argnames=("ecfg",))
+def reference_head(params, tokens, feats, ecfg):
+    """The head over a whole padded sequence from a fresh cache: predicted features [1, WIDTH, D]."""
+    cache = init_cache(ecfg.layer, 1, WIDTH, jnp.float32)
+    return head_step(params, tokens, feats, jnp.arange(WIDTH)[None], cache, ecfg)[0]
+
+
+def reference_drafts(params, weights, cfg, ecfg, tokens: list[int], k: int) -> list[int]:
+    """Greedy drafts recomputed from scratch: real target features for the sequence, then the head's own."""
+    n = len(tokens)
+    padded = jnp.zeros((1, WIDTH), jnp.int32).at[0, :n].set(jnp.asarray(tokens))
+    feats = reference_features(weights, padded, cfg, ecfg)
+    if ecfg.version == 3:
+        feats = feats @ params.head.fc
+    seq, drafts = padded, []
+    for p in range(n - 2, n - 2 + k):  # the head at p reads (f_p, t_{p+1}) and proposes t_{p+2}
+        out = reference_head(params, jnp.roll(seq, -1, axis=1), feats, ecfg)
+        drafts.append(int(jnp.argmax(head_logits(params, out[0, p], ecfg))))
+        seq = seq.at[0, p + 2].set(drafts[-1])
+        feats = feats.at[:, p + 1].set(out[:, p])  # from here on the head reads its own prediction
+    return drafts
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_incremental_drafts_equal_recomputation(models, version):
+    """Prefill, a round, then a round after accepting 0 and 2 drafts: the catch-up and cache reuse
+    give the drafts a from-scratch recomputation gives."""
+    spec = SpeculativeConfig(method="eagle", draft_model=str(models[version]), num_speculative_tokens=K,
+                             adaptive=False, fallback=False)
+    llm = LLM(models["target"], dtype="float32", max_seq_len=64, speculative=spec, cpu_kernels=False)
+    gen, proposer = llm._static, llm.speculative.proposer
+    params = proposer.with_target(llm.speculative.params, gen.weights)
+    propose = jax.jit(proposer.propose, static_argnums=3)
+    state, features = gen._prefill_features(PROMPTS, [GREEDY] * 2)
+    pstate = jax.jit(proposer.prefill, static_argnums=3)(
+        params, state, proposer.init_state(2, 64, jnp.float32, False, llm.layout), 16, features
+    )
+
+    def assert_recomputed(proposal) -> None:
+        for row in range(2):
+            seq = np.asarray(state.tokens[row, : int(state.lengths[row])]).tolist()
+            expected = reference_drafts(params, gen.weights, llm.config, proposer.ecfg, seq, K)
+            assert np.asarray(proposal.tokens[row]).tolist() == expected, row
+
+    proposal = propose(params, state, pstate, K, jnp.int32(K))
+    assert_recomputed(proposal)
+    # Verify the drafts, accept 0 (row 0) and 2 (row 1) of them plus a correction token, draft again.
+    verify = jax.jit(verify_forward, static_argnames=("cfg", "feature_layers"))
+    hidden, _, cache = verify(gen.weights, state, proposal.tokens, cfg=llm.config,
+                              feature_layers=proposer.feature_layers)
+    num = jnp.asarray([0, 2])
+    run = jnp.concatenate([proposal.tokens, jnp.zeros((2, 1), jnp.int32)], 1).at[jnp.arange(2), num].set(7)
+    state, _ = append_run(dataclasses.replace(state, cache=cache), run, num + 1)
+    pstate = proposer.after_verify(params, proposal.state, hidden, num)
+    assert_recomputed(propose(params, state, pstate, K, jnp.int32(K)))
+
+
+@pytest.fixture(scope="module")
+def plain(models):
+    return [o.token_ids for o in LLM(models["target"], dtype="float32", max_seq_len=64).generate(PROMPTS, GREEDY)]
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_greedy_eagle_equals_plain(models, plain, version):
+    spec = SpeculativeConfig(method="eagle", draft_model=str(models[version]), num_speculative_tokens=K,
+                             calibrate=False)
+    llm = LLM(models["target"], dtype="float32", max_seq_len=64, speculative=spec)
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == plain
+    assert llm.metrics()["speculative"] and llm.metrics()["drafted"] > 0
+    # The serving engine (stream, the server) does not run EAGLE heads: it decodes plainly.
+    assert engine_speculation(spec, llm.speculative) == (None, None)
+
+
+def test_demo_head_is_exact_and_accepted():
+    """The shipped head, trained by scripts/train_eagle.py on the demo target: greedy output is the
+    target's, and its drafts are accepted (an input off by one position would accept almost nothing)."""
+    head = DEMO_MODEL.parent / "eagle"
+    prompts = ["def fibonacci(n):\n", "    for index, line in enumerate(lines):\n"]
+    params = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
+    plain = [o.token_ids for o in LLM(dtype="float32", max_seq_len=128).generate(prompts, params)]
+    spec = SpeculativeConfig(method="eagle", draft_model=str(head), num_speculative_tokens=4, adaptive=False)
+    llm = LLM(dtype="float32", max_seq_len=128, speculative=spec)
+    assert [o.token_ids for o in llm.generate(prompts, params)] == plain
+    assert llm.metrics()["acceptance_rate"] > 0.35, llm.metrics()
