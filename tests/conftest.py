@@ -32,3 +32,18 @@ def text_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     save_hf_model("llama2", path, vocab_size=320)
     save_tiny_tokenizer(path, vocab_size=300)
     return path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_compiled_programs():
+    """Drop every compiled program after each test module.
+
+    XLA:CPU maps each compiled kernel into memory separately (hundreds of regions per step
+    program), and a pytest worker that keeps every module's programs runs into Linux's
+    vm.max_map_count (65530) and segfaults in the JIT. Programs come back from the persistent
+    compilation cache when a later module needs them.
+    """
+    yield
+    import jax
+
+    jax.clear_caches()

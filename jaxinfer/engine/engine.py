@@ -24,6 +24,7 @@ from jaxinfer.config import ModelConfig
 from jaxinfer.distributed import shared_seed
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.config import EngineConfig
+from jaxinfer.engine.memory_maps import MAX_MAP_COUNT, map_headroom, warmup_may_continue
 from jaxinfer.engine.metrics import EngineMetrics, snapshot
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.postprocess import append_token
@@ -180,7 +181,7 @@ class LLMEngine:
         return None if self.speculator is None else self.speculator.metrics()
 
     def warmup(self, progress: bool = False) -> int:
-        """Compile every step shape the knobs allow (default sampling variant); returns the count.
+        """Compile every step shape the knobs allow (default sampling variant); returns how many were compiled.
 
         Padding-only batches run through each program, so nothing is written to the cache.
         `progress` shows a bar on stderr (a serve start compiles a hundred or more programs).
@@ -192,9 +193,20 @@ class LLMEngine:
                 for rows in powers_of_two(1, self.config.max_num_seqs)
                 for pages in powers_of_two(self.min_pages, self.max_pages)
             ]
+        compiled, start = 0, map_headroom()
         for host in tqdm(steps_, desc="compiling step programs", unit="program", disable=not progress):
+            per_program = 0 if start is None or not compiled else (start - map_headroom()) / compiled
+            if jax.default_backend() == "cpu" and not warmup_may_continue(per_program):
+                log.warning(
+                    "warm-up stopped after %d of %d step programs: XLA:CPU maps ~%.0f memory regions per program "
+                    "and this process is near vm.max_map_count (%s); the rest compile on first use. Raise the cap "
+                    "(sudo sysctl -w vm.max_map_count=262144) or lower max_num_seqs / max_num_batched_tokens",
+                    compiled, len(steps_), per_program, MAX_MAP_COUNT.read_text().strip(),
+                )
+                break
             self._run(host)
-        return len(steps_)
+            compiled += 1
+        return compiled
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""

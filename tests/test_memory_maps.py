@@ -1,0 +1,45 @@
+"""Warm-up stops short of Linux's cap on memory maps (XLA:CPU maps every compiled kernel)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import pytest
+
+from jaxinfer import LLM
+from jaxinfer.engine import engine as engine_module
+from jaxinfer.engine import memory_maps
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps is Linux only")
+
+
+def own_maps() -> int:
+    with open("/proc/self/maps") as maps:
+        return sum(1 for _ in maps)
+
+
+def test_headroom_is_the_cap_less_this_process_maps(monkeypatch, tmp_path):
+    cap = tmp_path / "max_map_count"
+    cap.write_text(f"{own_maps() + 10_000}\n")
+    monkeypatch.setattr(memory_maps, "MAX_MAP_COUNT", cap)
+    assert 9_900 <= memory_maps.map_headroom() <= 10_000
+    # 10k free of a cap of (maps + 10k): continuing needs a quarter of the cap free after one more program
+    assert memory_maps.warmup_may_continue(per_program=0) == (10_000 > memory_maps.RESERVE * (own_maps() + 10_000))
+    cap.write_text(f"{own_maps() + 10}\n")
+    assert not memory_maps.warmup_may_continue(per_program=300)
+
+
+def test_unknown_cap_never_stops_warmup(monkeypatch, tmp_path):
+    monkeypatch.setattr(memory_maps, "MAX_MAP_COUNT", tmp_path / "missing")
+    assert memory_maps.map_headroom() is None and memory_maps.warmup_may_continue(per_program=10**9)
+
+
+def test_warmup_stops_with_a_warning_naming_the_cap(checkpoint_dir, monkeypatch, caplog):
+    llm = LLM(checkpoint_dir("llama3"), dtype="float32", max_seq_len=96, max_num_seqs=2,
+              max_num_batched_tokens=32, max_prefill_seqs=1, decode_steps=1, num_pages=16)
+    calls = []
+    monkeypatch.setattr(engine_module, "warmup_may_continue", lambda per_program: calls.append(per_program) or len(calls) <= 2)
+    with caplog.at_level(logging.WARNING, logger=engine_module.log.name):
+        assert llm.engine.warmup() == 2
+    assert "vm.max_map_count" in caplog.text and "warm-up stopped after 2 of" in caplog.text
