@@ -175,6 +175,9 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path) -
     from orbax import checkpoint as ocp
 
     src, out = Path(src_dir).absolute(), Path(out_dir).absolute()
+    if isinstance(weights.lm_head, QuantizedWeight):
+        raise ValueError("these weights have a quantized output head (quantize_lm_head=True), which converted "
+                         "checkpoints do not store; convert the model without it and pass quantize_lm_head at load")
     if src.resolve() == out.resolve():
         raise ValueError(f"out_dir {out} is src_dir itself; write the converted model to another directory")
     out.mkdir(parents=True, exist_ok=True)

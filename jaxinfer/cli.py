@@ -62,7 +62,7 @@ def _generate(args: argparse.Namespace) -> int:
     llm = LLM(
         model, dtype=args.dtype, max_seq_len=args.max_seq_len,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp,
-        quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
+        quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
     )
     params = SamplingParams(
         max_tokens=args.max_tokens,

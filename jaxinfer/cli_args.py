@@ -55,10 +55,13 @@ def initialize_distributed(args: argparse.Namespace) -> None:
 
 
 def add_quantization_args(parser: argparse.ArgumentParser) -> None:
-    """--quantization / --kv-cache-dtype (LLM's quantization / kv_cache_dtype)."""
+    """--quantization / --quantize-lm-head / --kv-cache-dtype (LLM's quantization / quantize_lm_head / kv_cache_dtype)."""
     parser.add_argument("--quantization", choices=WEIGHT_QUANTIZATIONS, default=None,
                         help="quantize the projection weights at load: int8 per column, int4 per group of 32 rows, "
                         "fp8 e4m3 per column (default: as stored; a `convert --quantize` checkpoint stays quantized)")
+    parser.add_argument("--quantize-lm-head", action="store_true",
+                        help="quantize the output head too, as --quantization does the projections (small models "
+                        "with large vocabularies read the head for a fifth or more of each decode step)")
     parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto",
                         help="KV-cache storage: auto (the model's dtype), int8 or fp8 with per-token scales, "
                         "about half the bytes (default: %(default)s)")

@@ -26,8 +26,8 @@ from jaxinfer.engine.outputs import accumulate
 from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
-from jaxinfer.models import Weights, abstract_weights, pack_for_cpu, quantize_weights, unpack_for_cpu
-from jaxinfer.quantization import shard_quantized_tree
+from jaxinfer.models import Weights, abstract_weights, pack_for_cpu, quantize_head, quantize_weights, unpack_for_cpu
+from jaxinfer.quantization import DEFAULT_GROUP, shard_quantized_tree
 from jaxinfer.scoring import all_position_logits
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.sharding import Layout, layout_for
@@ -83,11 +83,12 @@ def model_identity(model_dir: Path, dtype: jnp.dtype) -> str:
 
 
 def load_sharded(
-    model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int
+    model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int, quantize_lm_head: bool = False
 ) -> tuple[ModelConfig, Weights, Layout]:
     """Config, weights (each leaf read into its sharding) and the layout for tp x dp devices."""
     validation.positive_int(tp, "tensor_parallel_size")
     validation.positive_int(dp, "data_parallel_size")
+    validation.boolean(quantize_lm_head, "quantize_lm_head")
     cfg = load_config(model_dir)
     layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp)
     cfg, weights = load_weights(model_dir, dtype, layout=layout)
@@ -96,6 +97,12 @@ def load_sharded(
     if layout.size > 1 and quantization_of(weights) is not None:
         # Quantized leaves take the shardings of the weights they replace (see quantized_specs).
         weights = shard_quantized_tree(weights, abstract_weights(cfg), layout)
+    if quantize_lm_head:
+        if (quant := quantization_of(weights)) is None:
+            raise ValueError("quantize_lm_head=True quantizes the output head like the projections, so it needs "
+                             "quantization='int8', 'int4' or 'fp8' (or a quantized checkpoint); got quantization=None")
+        mode, group = quant
+        weights = quantize_head(weights, mode, group or DEFAULT_GROUP, layout)
     return cfg, weights, layout
 
 
@@ -130,7 +137,9 @@ class LLM:
     until `close()` (or the end of a `with LLM(...)` block) frees every cache; the object keeps
     working after it, re-making the caches on the next call. cpu_kernels (None: auto) picks the native
     CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
-    keeps compiled programs across processes. tensor_parallel_size splits heads, the MLP and
+    keeps compiled programs across processes. quantization ("int8", "int4", "fp8") quantizes the
+    projections at load; quantize_lm_head=True quantizes the output head too (for a tied head a
+    quantized copy: `weights` keeps the tie). tensor_parallel_size splits heads, the MLP and
     the vocabulary over that many devices and data_parallel_size splits the batch (see
     `jaxinfer.sharding`); with jax.distributed initialized the devices may span processes.
     """
@@ -157,6 +166,7 @@ class LLM:
         cpu_kernels: bool | None = None,
         compile_cache: bool | str | Path | None = None,
         quantization: str | None = None,
+        quantize_lm_head: bool = False,
         tensor_parallel_size: int = 1,
         data_parallel_size: int = 1,
     ):
@@ -168,7 +178,7 @@ class LLM:
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)
         self.config, weights, self.layout = load_sharded(
-            self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size
+            self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head
         )
         # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0), never on a mesh.
         self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)

@@ -39,6 +39,7 @@ import torch
 import transformers
 
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.quantization import QuantizedWeight
 from jaxinfer.weights import tree_bytes
 
 PRESETS = {name: Path(__file__).parents[1] / "configs" / f"{name}.json" for name in ("smollm-135m", "llama-110m", "llama-3.2-1b")}
@@ -94,6 +95,8 @@ def decode_step_bytes(llm: LLM, batch: int, context: int) -> int:
     """Bytes one decode step streams: layer weights, final norm, the head once, and the KV cache read."""
     weights = llm.weights
     head = weights.embed if weights.lm_head is None else weights.lm_head  # a tied head reads embed
+    if isinstance(llm._run_weights.lm_head, QuantizedWeight):  # quantize_lm_head: the quantized copy
+        head = llm._run_weights.lm_head
     cfg = llm.config
     kv_itemsize = jnp.dtype(llm.dtype).itemsize
     kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * kv_itemsize * context * batch

@@ -2,12 +2,13 @@
 
 For each batch size and weight format: a decode step's time (a 1-token generate subtracted
 from an N-token one), the bytes a step streams (quantized layers as stored: values + scales;
-the bf16 head and KV cache as they are) and that over the copy bandwidth measured in the same
+the head as it runs, bf16 unless the format ends in "+head" (`quantize_lm_head=True`); the KV
+cache as it is) and that over the copy bandwidth measured in the same
 run (the roofline fraction), and the speedup over bf16. The formats are timed in turn within
 each round and the speedup is the median of the per-round ratios, so load from other processes
 on a shared machine moves both sides of a ratio alike. Writes a table and JSON.
 
-    python scripts/bench_quant.py                      # SmolLM-135M shape, CPU: bf16 int8 int4
+    python scripts/bench_quant.py                      # SmolLM-135M shape, CPU: bf16 int8 int4 (+head)
     python scripts/bench_quant.py --preset llama-3.2-1b --formats bf16 int8 int4 fp8   # on a GPU
 
 fp8 (e4m3 values, per-column scales) is left out of the default formats on CPU, where no
@@ -29,13 +30,23 @@ import numpy as np
 from bench_decode import PRESETS, decode_step_bytes, make_checkpoint, measure_copy_bandwidth
 from jaxinfer import LLM, SamplingParams
 
-FORMATS = {"bf16": None, "int8": "int8", "int4": "int4", "fp8": "fp8"}
-CPU_FORMATS = ["bf16", "int8", "int4"]
+# name: (quantization, quantize_lm_head)
+FORMATS = {
+    "bf16": (None, False), "int8": ("int8", False), "int4": ("int4", False), "fp8": ("fp8", False),
+    "int8+head": ("int8", True), "int4+head": ("int4", True), "fp8+head": ("fp8", True),
+}
+CPU_FORMATS = ["bf16", "int8", "int4", "int8+head", "int4+head"]
 
 
 def default_formats() -> list[str]:
     """Every format on an accelerator; on CPU those its matmul kernels read (not fp8)."""
     return CPU_FORMATS if jax.default_backend() == "cpu" else list(FORMATS)
+
+
+def load(path: Path, name: str, max_seq_len: int) -> LLM:
+    """The checkpoint in bf16 with the format's weight (and head) quantization."""
+    quantization, head = FORMATS[name]
+    return LLM(path, dtype="bfloat16", max_seq_len=max_seq_len, quantization=quantization, quantize_lm_head=head)
 
 
 def step_seconds(llm: LLM, prompts: list[list[int]], new_tokens: int) -> float:
@@ -55,8 +66,7 @@ def step_seconds(llm: LLM, prompts: list[list[int]], new_tokens: int) -> float:
 def bench_batch(path: Path, prompts: list[list[int]], args: argparse.Namespace) -> dict[str, dict]:
     """Per format: median step seconds over rounds visiting every format, bytes per step, ratio to bf16."""
     max_seq_len = args.prompt_len + args.new_tokens
-    llms = {name: LLM(path, dtype="bfloat16", max_seq_len=max_seq_len, quantization=FORMATS[name])
-            for name in args.formats}
+    llms = {name: load(path, name, max_seq_len) for name in args.formats}
     for llm in llms.values():
         step_seconds(llm, prompts, args.new_tokens)  # compiles every shape the rounds use
     rounds: dict[str, list[float]] = {name: [] for name in llms}
@@ -84,9 +94,9 @@ def row(batch: int, name: str, result: dict, copy_bw: float) -> dict:
 
 def print_table(rows: list[dict]) -> None:
     """The results as a fixed-width table."""
-    print(f"{'batch':>5} {'weights':>7} {'tok/s':>8} {'step ms':>8} {'MB/step':>8} {'GB/s':>6} {'roofline':>8} {'vs bf16':>7}")
+    print(f"{'batch':>5} {'weights':>9} {'tok/s':>8} {'step ms':>8} {'MB/step':>8} {'GB/s':>6} {'roofline':>8} {'vs bf16':>7}")
     for r in rows:
-        print(f"{r['batch']:>5} {r['weights']:>7} {r['decode_tok_s']:>8.1f} {r['step_ms']:>8.2f} {r['step_mb']:>8.1f} "
+        print(f"{r['batch']:>5} {r['weights']:>9} {r['decode_tok_s']:>8.1f} {r['step_ms']:>8.2f} {r['step_mb']:>8.1f} "
               f"{r['step_gb_s']:>6.1f} {r['roofline']:>8.1%} {_ratio(r['vs_bf16']):>7}")
 
 

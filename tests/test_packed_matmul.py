@@ -18,6 +18,7 @@ from jaxinfer.cpu_kernels import (
     unpack_weight,
 )
 from jaxinfer.layers import linear
+from jaxinfer.row_table import RowTable, full_table
 from python_subprocess import needs_compiler, run_python
 
 pytestmark = [pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU-only kernel"), needs_compiler]
@@ -85,10 +86,13 @@ def test_only_bf16_models_run_packed_and_users_see_the_models_weights() -> None:
     bf16 = LLM(dtype="bfloat16", max_seq_len=64)
     assert bf16.cpu_kernels
     assert all(isinstance(lw.w_down, PackedWeight) for lw in bf16._run_weights.layers)
-    # The demo model ties its head to the embedding: the running tree has a packed copy of embed.T.
+    # The demo model ties its head to the embedding: the running tree has a packed copy of embed.T,
+    # and the embedding's bits for the lookup.
     assert bf16.config.tie_word_embeddings
     run = bf16._run_weights
-    np.testing.assert_array_equal(np.asarray(unpack_weight(run.lm_head)), np.asarray(run.embed.T))
+    assert isinstance(run.embed, RowTable) and run.embed.bits.dtype == jnp.uint16
+    np.testing.assert_array_equal(np.asarray(unpack_weight(run.lm_head)), np.asarray(bf16.weights.embed.T))
+    np.testing.assert_array_equal(np.asarray(full_table(run.embed)), np.asarray(bf16.weights.embed))
     # What the user sees is the model's pytree: plain arrays, no extra head.
     assert not any(isinstance(leaf, PackedWeight) for leaf in jax.tree.leaves(
         bf16.weights, is_leaf=lambda x: isinstance(x, PackedWeight)))
@@ -99,24 +103,36 @@ def test_only_bf16_models_run_packed_and_users_see_the_models_weights() -> None:
 
 
 PORTABLE_SCRIPT = """
+import os
 import jax, jax.numpy as jnp, numpy as np
+from jaxinfer import quantization
 from jaxinfer.cpu_kernels import pack_weight, packed_matmul
 from jaxinfer.cpu_kernels.build import load
 from jaxinfer.cpu_kernels.packed_matmul import TARGET
-assert load("packed_matmul.cc", "JaxinferPackedMatmul", TARGET, extra_flags=("-mno-avx512bf16",))
+from jaxinfer.cpu_kernels.packed_quant import INT4_TARGET, INT8_TARGET
+flags = tuple(os.environ["KERNEL_FLAGS"].split())
+for symbol, target in (("JaxinferPackedMatmul", TARGET), ("JaxinferInt8Matmul", INT8_TARGET), ("JaxinferInt4Matmul", INT4_TARGET)):
+    assert load("packed_matmul.cc", symbol, target, extra_flags=flags)
 rng = np.random.default_rng(0)
-x = jnp.asarray(rng.standard_normal((9, 131)), jnp.bfloat16)
-w = jnp.asarray(rng.standard_normal((131, 70)), jnp.bfloat16)
-exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
-np.testing.assert_allclose(np.asarray(packed_matmul(x, pack_weight(w))), exact, rtol=1e-5, atol=1e-4)
+w = jnp.asarray(rng.standard_normal((128, 70)), jnp.bfloat16)
+for rows in (1, 2, 9):
+    x = jnp.asarray(rng.standard_normal((rows, 128)), jnp.bfloat16)
+    exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    np.testing.assert_allclose(np.asarray(packed_matmul(x, pack_weight(w))), exact, rtol=1e-5, atol=1e-4)
+    for mode in ("int8", "int4"):
+        q = quantization.quantize(w, 1, mode)
+        want = np.asarray(x, np.float64) @ np.asarray(quantization.dequantize(q), np.float64)
+        got = quantization.quantized_matmul(x, quantization.tile(q))
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-3)
 print("ok")
 """
 
 
-def test_portable_loops_without_avx512_bf16(tmp_path) -> None:
-    """The loops built for CPUs without AVX512-BF16 give the same product."""
-    assert run_python(PORTABLE_SCRIPT, JAXINFER_CACHE_DIR=str(tmp_path)) == "ok"
-    (library,) = (tmp_path / "cpu_kernels").glob("packed_matmul-*.so")  # built here, with the flag
+@pytest.mark.parametrize("flags", [("-mno-avx512f",), ("-mno-avx2",)], ids=["avx2", "portable"])
+def test_loops_for_cpus_without_avx512(tmp_path, flags: tuple[str, ...]) -> None:
+    """The AVX2 tiles and the portable loops (built here with those flags) give the same products."""
+    assert run_python(PORTABLE_SCRIPT, JAXINFER_CACHE_DIR=str(tmp_path), KERNEL_FLAGS=" ".join(flags)) == "ok"
+    (library,) = (tmp_path / "cpu_kernels").glob("packed_matmul-*.so")  # one library, built with the flags
 
 
 def test_kernels_off_keep_weights_unpacked() -> None:

@@ -12,19 +12,21 @@ import numpy as np
 import pytest
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.checkpoint import load_weights
+from jaxinfer.checkpoint import load_weights, save_converted
 from jaxinfer.cli import main as cli_main
 from jaxinfer.cpu_kernels import kernels_available
 from jaxinfer.llm import DEMO_MODEL
-from jaxinfer.models import pack_for_cpu, quantize_weights
+from jaxinfer.models import pack_for_cpu, quantize_head, quantize_weights
 from jaxinfer.models.llama import PROJECTIONS
 from jaxinfer.quantization import QuantizedWeight, dequantize, quantize, quantized_matmul, tile
 from jaxinfer.scoring import all_position_logits
+from jaxinfer.sharding import UNSHARDED
 from jaxinfer.tokenizer import load_tokenizer
 from jaxinfer.weights import tree_bytes
 
 WINDOW, WINDOWS = 256, 8  # 2048 held-out positions scored
 GATES = {"int8": (0.99, 0.01), "int4": (0.95, 0.05)}  # top-1 agreement >=, perplexity increase <=
+HEAD_MODES = ("int8+head", "int4+head")  # quantize_lm_head=True: the same gates
 needs_kernels = pytest.mark.skipif(not kernels_available(), reason="CPU kernels unavailable")
 
 
@@ -46,8 +48,10 @@ def scored() -> dict:
     cfg, weights = load_weights(DEMO_MODEL, jnp.float32)
     windows = held_out_windows()
     out = {"windows": windows}
-    for mode in (None, "int8", "int4"):
-        run = quantize_weights(weights, mode, 32)
+    for mode in (None, "int8", "int4", *HEAD_MODES):
+        run = quantize_weights(weights, mode and mode.removesuffix("+head"), 32)
+        if mode in HEAD_MODES:
+            run = quantize_head(run, mode.removesuffix("+head"), 32, UNSHARDED)
         run = pack_for_cpu(run) if kernels_available() else run
         out[mode] = [all_position_logits(run, cfg, w, jnp.float32, WINDOW) for w in windows]
     return out
@@ -67,9 +71,9 @@ def perplexity(logits: list[np.ndarray], windows: list[list[int]]) -> float:
     return float(np.exp(np.mean(np.concatenate(nll))))
 
 
-@pytest.mark.parametrize("mode", ["int8", "int4"])
+@pytest.mark.parametrize("mode", ["int8", "int4", *HEAD_MODES])
 def test_accuracy_gates_on_held_out_text(scored, mode):
-    min_agree, max_ppl_increase = GATES[mode]
+    min_agree, max_ppl_increase = GATES[mode.removesuffix("+head")]
     agree = np.mean(np.concatenate([a.argmax(-1) == b.argmax(-1) for a, b in zip(scored[None], scored[mode])]))
     base, quant = perplexity(scored[None], scored["windows"]), perplexity(scored[mode], scored["windows"])
     assert agree >= min_agree, (mode, agree)
@@ -116,6 +120,23 @@ def test_errors_name_the_value_and_the_choices():
         quantize(jnp.ones((64, 8)), 1, "int4", 128, "x")
     with pytest.raises(ValueError, match="stored as 'int8'"):
         quantize_weights(quantize_weights(weights, "int8"), "int4")
+    with pytest.raises(ValueError, match="quantize_lm_head=True .* needs quantization=.*got quantization=None"):
+        LLM(max_seq_len=64, quantize_lm_head=True)
+    with pytest.raises(TypeError, match="quantize_lm_head must be True or False, got 'yes'"):
+        LLM(max_seq_len=64, quantization="int8", quantize_lm_head="yes")
+
+
+@pytest.mark.parametrize("mode,limit", [("int8", 0.52), ("int4", 0.30)])
+def test_quantized_head_runs_and_the_tie_stays(tmp_path, mode, limit):
+    """The running head is a quantized copy of the tied embedding; `weights` is still the tied model."""
+    llm = LLM(dtype="bfloat16", max_seq_len=64, quantization=mode, quantize_lm_head=True)
+    head = llm._run_weights.lm_head
+    assert isinstance(head, QuantizedWeight) and (head.mode, head.shape) == (mode, llm.weights.embed.T.shape)
+    assert tree_bytes(head) <= limit * tree_bytes(llm.weights.embed)
+    assert llm.weights.lm_head is None and llm.weights.embed.dtype == jnp.bfloat16
+    with pytest.raises(ValueError, match="quantized output head"):  # converted checkpoints keep the head as is
+        save_converted(quantize_head(llm.weights, mode, 32, UNSHARDED), DEMO_MODEL, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 CONVERT_PARAMS = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)

@@ -21,7 +21,8 @@
 // with one bf16 scale per column and group of `group` rows. x is float32 there; the widened
 // products are summed in f32 and scaled once per column (int8) or per group (int4), with
 // AVX-512 intrinsics where the CPU has them (the vectoriser chose 256-bit vectors and a long
-// widening chain, leaving int4 compute bound), else portable loops.
+// widening chain, leaving int4 compute bound), AVX2 ones (packed_tiles_avx2.h) on CPUs with
+// only AVX2 + FMA, else portable loops.
 
 #include <algorithm>
 #include <cstdint>
@@ -29,6 +30,10 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include "packed_tiles_avx2.h"
 #endif
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -88,6 +93,10 @@ void PackedTile(const uint16_t* x, const uint16_t* tile, float* y, int64_t K, in
     _mm512_mask_storeu_ps(y + r * N + j + 16, hi_mask, hi[r]);
   }
 }
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+using jaxinfer_avx2::PackedTile;
 
 #else
 
@@ -245,6 +254,11 @@ void Int4Tile(const float* x, const uint8_t* tile, const uint16_t* scales, float
   }
 }
 
+#elif defined(__AVX2__) && defined(__FMA__)
+
+using jaxinfer_avx2::Int4Tile;
+using jaxinfer_avx2::Int8Tile;
+
 #else
 
 // Columns [32t, 32t + 32) of R rows of y from an int8 tile [K, 32] and per-column scales.
@@ -301,7 +315,7 @@ void Int4Tile(const float* x, const uint8_t* tile, const uint16_t* scales, float
   for (int r = 0; r < R; ++r) std::memcpy(y + r * N + j, acc[r], cols * sizeof(float));
 }
 
-#endif  // __AVX512F__
+#endif  // __AVX512F__, AVX2
 
 // Calls tile(t, r, rows) for every tile and group of up to 8 rows, tiles split over the pool.
 template <typename TileFn>

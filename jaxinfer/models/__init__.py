@@ -7,9 +7,10 @@ from jaxinfer.models.llama import (
     forward,
     lm_logits,
     pack_for_cpu,
+    quantize_head,
     quantize_weights,
     unpack_for_cpu,
 )
 
-__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits", "pack_for_cpu", "quantize_weights",
-           "unpack_for_cpu"]
+__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits", "pack_for_cpu", "quantize_head",
+           "quantize_weights", "unpack_for_cpu"]

@@ -29,6 +29,7 @@ from jaxinfer.layers import (
     rope_cos_sin,
 )
 from jaxinfer.quantization import QuantizedWeight
+from jaxinfer.row_table import RowTable, as_row_table, full_table, take_rows
 from jaxinfer.sharding import Layout
 from jaxinfer.weights import ArrayInfo
 
@@ -65,7 +66,7 @@ class LayerWeights:
 class Weights:
     """All weights of one model; `lm_head` is None when tied to the embedding (packed trees aside)."""
 
-    embed: jax.Array  # [V, D]
+    embed: jax.Array | RowTable  # [V, D]; a RowTable only in the CPU kernels' tree (pack_for_cpu)
     layers: list[LayerWeights]
     final_norm: jax.Array  # [D]
     lm_head: Weight | None = None  # [D, V]
@@ -136,6 +137,20 @@ def quantize_weights(weights: Weights, mode: str | None, group: int = quantizati
     return dataclasses.replace(weights, layers=layers)
 
 
+def quantize_head(weights: Weights, mode: str, group: int, layout: Layout) -> Weights:
+    """The output head quantized to `mode` like the projections; a tied head gets a quantized copy
+    of the embedding's transpose (the lookup keeps the embedding as it is).
+
+    Small models with large vocabularies spend a fifth or more of each decode step reading the
+    head (SmolLM-135M: 28M of 135M parameters), so quantizing only the projections leaves that.
+    """
+    if isinstance(weights.lm_head, QuantizedWeight):
+        return weights
+    head = weights.embed.T if weights.lm_head is None else weights.lm_head
+    q = quantization.quantize(head, 1, mode, group, "lm_head")
+    return dataclasses.replace(weights, lm_head=quantization.shard_quantized(q, ("embed", "vocab"), layout))
+
+
 def _pack_leaf(w: Weight, contract: int) -> Weight:
     """One projection in the CPU kernel's layout: quantized tiles, packed bf16, or as it is."""
     if isinstance(w, QuantizedWeight):
@@ -160,35 +175,46 @@ def pack_for_cpu(weights: Weights) -> Weights:
     """The projections in the CPU kernel's layouts (bf16 packed, int8/int4 tiled), others as they are.
 
     For running only, when the CPU kernels are on: a packed tree is not the model's pytree
-    (`unpack_for_cpu` gives that back). The embedding stays as it is for the lookup; with bf16
-    weights a tied output head gets a packed copy of its transpose (vocab x hidden more bf16
-    values), read at the kernel's speed.
+    (`unpack_for_cpu` gives that back). With bf16 weights the embedding is kept as its bits for
+    the lookup (see row_table) and the output head is packed (a tied head gets a packed copy of
+    the embedding's transpose: vocab x hidden more bf16 values), read at the kernel's speed; a
+    quantized head (`quantize_head`) is tiled instead.
     """
     layers = [
         dataclasses.replace(lw, **{name: _pack_leaf(getattr(lw, name), c) for name, c in PROJECTIONS.items()})
         for lw in weights.layers
     ]
-    lm_head = weights.lm_head
-    if packing_applies(weights.embed.dtype) and not isinstance(lm_head, PackedWeight):
-        lm_head = pack_weight(weights.embed.T if lm_head is None else lm_head)
-    return dataclasses.replace(weights, layers=layers, lm_head=lm_head)
+    lm_head, embed = weights.lm_head, weights.embed
+    if isinstance(lm_head, QuantizedWeight):
+        lm_head = quantization.tile(lm_head)
+    elif packing_applies(embed.dtype) and not isinstance(lm_head, PackedWeight):
+        lm_head = pack_weight(embed.T if lm_head is None else lm_head)
+    if packing_applies(embed.dtype):  # the head is in a kernel layout then: the table only serves lookups
+        embed = as_row_table(embed)
+    return dataclasses.replace(weights, embed=embed, layers=layers, lm_head=lm_head)
 
 
 def unpack_for_cpu(packed: Weights, tied: bool) -> Weights:
-    """The model's weights back from `pack_for_cpu`'s tree (a copy of each packed leaf); others as they are."""
-    if not any(_in_kernel_layout(w) for w in (packed.layers[0].wq, packed.lm_head)):
-        return packed  # nothing was packed: the tree itself, no copy
+    """The model's weights back from `pack_for_cpu`'s tree (a copy of each packed leaf); others as they are.
+
+    A tied model's running head (a packed or quantized copy of the embedding) is dropped.
+    """
+    packed_any = isinstance(packed.embed, RowTable) or any(
+        _in_kernel_layout(w) for w in (packed.layers[0].wq, packed.lm_head)
+    )
+    if not packed_any:  # nothing was packed: the tree itself, no copy
+        return dataclasses.replace(packed, lm_head=None) if tied and packed.lm_head is not None else packed
     layers = [
         dataclasses.replace(lw, **{name: _unpack_leaf(getattr(lw, name)) for name in PROJECTIONS})
         for lw in packed.layers
     ]
     lm_head = None if tied else _unpack_leaf(packed.lm_head)
-    return dataclasses.replace(packed, layers=layers, lm_head=lm_head)
+    return dataclasses.replace(packed, embed=full_table(packed.embed), layers=layers, lm_head=lm_head)
 
 
 def embed_tokens(weights: Weights, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
     """Token embeddings [B, T, D]; Gemma scales them by sqrt(D) in the weight dtype, as HF does."""
-    x = jnp.take(weights.embed, tokens, axis=0)
+    x = take_rows(weights.embed, tokens)
     if cfg.scale_embeddings:
         x = x * jnp.asarray(math.sqrt(cfg.hidden_size), dtype=x.dtype)
     return x

@@ -84,7 +84,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
         decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp,
-        quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
+        quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
     )
     if not args.skip_warmup:
         print("jaxinfer: compiling the engine's step shapes (once per machine with the compile cache)", file=sys.stderr, flush=True)

@@ -24,6 +24,7 @@ from jaxinfer.kv_cache import KVCache
 from jaxinfer.layers import Weight, apply_rope, gated_mlp, linear, linear_transposed, rms_norm, rope_cos_sin
 from jaxinfer.models import LayerWeights
 from jaxinfer.models.llama import PROJECTIONS
+from jaxinfer.row_table import take_rows
 from jaxinfer.weights import ArrayInfo
 
 VERSIONS = (1, 3)
@@ -152,7 +153,7 @@ def head_step(
     """
     cfg, w = ecfg.layer, params.head
     lw = w.layer
-    embeds = jnp.take(params.embed, tokens, axis=0).astype(features.dtype)
+    embeds = take_rows(params.embed, tokens).astype(features.dtype)
     if ecfg.version == 1:
         x = linear(jnp.concatenate([embeds, features], axis=-1), w.fc)
         x = x if w.fc_bias is None else x + w.fc_bias
