@@ -51,6 +51,16 @@ namespace {
 constexpr int64_t kTileColumns = 32;
 constexpr int64_t kTileValues = 2 * kTileColumns;  // per pair of rows
 constexpr int kGroupRows = 8;                       // rows whose accumulators live in registers
+#ifndef JAXINFER_PASS_ROWS
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+// 16 ymm registers hold two rows' 32-column sums with their operands; more rows spill them.
+// Larger batches take several passes over a tile that is then in cache.
+#define JAXINFER_PASS_ROWS 2
+#else
+#define JAXINFER_PASS_ROWS kGroupRows
+#endif
+#endif
+constexpr int kPassRows = JAXINFER_PASS_ROWS;  // rows per pass over a tile (-D for experiments)
 
 struct Operands {
   const uint16_t* x;  // [M, K]
@@ -125,8 +135,8 @@ constexpr PackedFn kPackedTile[kGroupRows] = {&PackedTile<1>, &PackedTile<2>, &P
 void PackedTiles(const Operands& op, int64_t t0, int64_t t1) {
   const int64_t tile_size = (op.K / 2) * kTileValues;
   for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t r = 0; r < op.M; r += kGroupRows) {
-      const int64_t rows = std::min<int64_t>(kGroupRows, op.M - r);
+    for (int64_t r = 0; r < op.M; r += kPassRows) {
+      const int64_t rows = std::min<int64_t>(kPassRows, op.M - r);
       kPackedTile[rows - 1](op.x + r * op.K, op.w + t * tile_size, op.y + r * op.N, op.K, op.N, t);
     }
   }
@@ -325,7 +335,7 @@ void ForEachTile(ffi::ThreadPool& pool, int64_t tiles, int64_t tile_bytes, int64
   const int64_t tasks = (tiles + per_task - 1) / per_task;
   jaxinfer::ParallelFor<jaxinfer::NoState>(pool, tasks, [=](int64_t i, jaxinfer::NoState&) {
     for (int64_t t = i * per_task; t < std::min(tiles, (i + 1) * per_task); ++t) {
-      for (int64_t r = 0; r < M; r += kGroupRows) tile(t, r, std::min<int64_t>(kGroupRows, M - r));
+      for (int64_t r = 0; r < M; r += kPassRows) tile(t, r, std::min<int64_t>(kPassRows, M - r));
     }
   });
 }
