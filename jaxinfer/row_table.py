@@ -23,10 +23,6 @@ class RowTable:
     bits: jax.Array
     dtype: str = dataclasses.field(metadata={"static": True})
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.bits.shape
-
 
 def as_row_table(table: jax.Array) -> RowTable:
     """The table's bits (a copy made once, outside any program)."""

@@ -184,10 +184,16 @@ def bench_model(name: str, path: Path, dtype: str, args) -> dict:
 
 def _progress(name: str, path: str, row: dict) -> None:
     """One line as each path finishes (a long run cut short still leaves its figures)."""
-    seconds, result = row[path]["seconds"], row[path]
-    scaled = f" (estimated from {result['timed_batches']} of {result['batches']} batches)" if result.get(
-        "timed_batches", 0) < result.get("batches", 0) else ""
-    print(f"{name} {path}: {seconds:.1f} s, {row['output_tokens'] / seconds:.0f} output tok/s{scaled}", flush=True)
+    seconds = row[path]["seconds"]
+    print(f"{name} {path}: {seconds:.1f} s, {row['output_tokens'] / seconds:.0f} output tok/s"
+          f"{_estimate_note(row[path])}", flush=True)
+
+
+def _estimate_note(result: dict) -> str:
+    """How a path's time was scaled from part of the batches ("" when all were timed)."""
+    if result.get("timed_batches", 0) < result.get("batches", 0):
+        return f"  estimated from {result['timed_batches']} of {result['batches']} batches"
+    return ""
 
 
 def print_row(row: dict) -> None:
@@ -198,9 +204,8 @@ def print_row(row: dict) -> None:
     for path in ("engine", "static", "hf"):
         if path in row:
             s = row[path]["seconds"]
-            part = row[path].get("timed_batches", 0) < row[path].get("batches", 0)
-            note = f"  estimated from {row[path]['timed_batches']} of {row[path]['batches']} batches" if part else ""
-            print(f"{path:<8} {out / s:>10.0f} {row['total_tokens'] / s:>12.0f} {s / e['seconds']:>9.2f}{note}")
+            print(f"{path:<8} {out / s:>10.0f} {row['total_tokens'] / s:>12.0f} {s / e['seconds']:>9.2f}"
+                  f"{_estimate_note(row[path])}")
     print(f"roofline {e['roofline']:.1%}  peak KV {e['peak_kv_usage']:.0%}  preemptions {e['preemptions']}")
     print(f"TTFT mean/p50/p99 {e['ttft']['mean']:.3f}/{e['ttft']['p50']:.3f}/{e['ttft']['p99']:.3f} s  "
           f"TPOT {e['tpot']['mean'] * 1e3:.1f}/{e['tpot']['p50'] * 1e3:.1f}/{e['tpot']['p99'] * 1e3:.1f} ms  "

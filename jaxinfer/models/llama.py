@@ -185,10 +185,8 @@ def pack_for_cpu(weights: Weights) -> Weights:
         for lw in weights.layers
     ]
     lm_head, embed = weights.lm_head, weights.embed
-    if isinstance(lm_head, QuantizedWeight):
-        lm_head = quantization.tile(lm_head)
-    elif packing_applies(embed.dtype) and not isinstance(lm_head, PackedWeight):
-        lm_head = pack_weight(embed.T if lm_head is None else lm_head)
+    if lm_head is not None or packing_applies(embed.dtype):
+        lm_head = _pack_leaf(embed.T if lm_head is None else lm_head, 1)
     if packing_applies(embed.dtype):  # the head is in a kernel layout then: the table only serves lookups
         embed = as_row_table(embed)
     return dataclasses.replace(weights, embed=embed, layers=layers, lm_head=lm_head)
