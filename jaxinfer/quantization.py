@@ -26,6 +26,7 @@ from jaxinfer.cpu_kernels.packed_quant import (
     pad_columns,
     to_tiles,
 )
+from jaxinfer.precision import matmul_precision
 from jaxinfer.sharding import Layout
 from jaxinfer.weights import ArrayInfo, is_info
 
@@ -157,14 +158,17 @@ def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
     compute = jnp.float32 if x2.dtype == jnp.float32 else jnp.bfloat16
     x2 = x2.astype(compute)
     if q.mode != "int4":
-        y = jnp.dot(x2, q.values.astype(compute), preferred_element_type=jnp.float32)
+        w2 = q.values.astype(compute)
+        y = jnp.dot(x2, w2, precision=matmul_precision(x2, w2), preferred_element_type=jnp.float32)
         return y * q.scales
     groups = q.scales.shape[0]
     if jax.default_backend() == "cpu":  # XLA:CPU has no batched bf16 x bf16 -> f32 dot
         compute, x2 = jnp.float32, x2.astype(jnp.float32)
     w3 = _int4_rows(q.values).astype(compute).reshape(groups, q.group, q.out_size)
-    y = jnp.einsum("mgk,gkn->mgn", x2.reshape(-1, groups, q.group), w3, preferred_element_type=jnp.float32)
-    return jnp.einsum("mgn,gn->mn", y, q.scales.astype(jnp.float32))
+    y = jnp.einsum("mgk,gkn->mgn", x2.reshape(-1, groups, q.group), w3,
+                   precision=matmul_precision(x2, w3), preferred_element_type=jnp.float32)
+    # The group sums are float32 whatever the model's dtype: summing them is float32 work too.
+    return jnp.einsum("mgn,gn->mn", y, q.scales.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
 
 
 def _merged_axis(spec: tuple[str | None, ...]) -> str | None:

@@ -47,7 +47,9 @@ INTERPRET = jax.default_backend() == "cpu"  # kernels run interpreted where ther
 
 
 def row(name: str, value: float | str, ok: bool | None = None, note: str = "") -> dict:
-    """One line of the result table; ok None means a measurement, not a check."""
+    """One line of the result table, printed at once (a run cut short keeps what it measured)."""
+    status = "" if ok is None else ("PASS" if ok else "FAIL")
+    print(f"{name:<44}  {value:>10}  {status:<4}  {note}", flush=True)
     return dict(name=name, value=value, ok=ok, note=note)
 
 
@@ -150,10 +152,8 @@ def time_decode(tmp: Path, quick: bool, copy_bw: float) -> list[dict]:
 FIRST_CALL = """
 import json, sys, time
 start = time.perf_counter()
-from jaxinfer.compile_cache import compile_cache_setting
-compile_cache_setting({setting!r})
 from jaxinfer import LLM, SamplingParams
-llm = LLM({model!r}, dtype="bfloat16", max_seq_len=256)
+llm = LLM({model!r}, dtype="bfloat16", max_seq_len=256, compile_cache={setting!r})
 loaded = time.perf_counter()
 llm.generate([[5, 9, 14, 3, 77]], SamplingParams(max_tokens=1, temperature=0))
 first = time.perf_counter()
@@ -163,7 +163,7 @@ print(json.dumps(dict(load=loaded - start, first_token=first - loaded)))
 
 def time_first_token(tmp: Path, quick: bool) -> list[dict]:
     """Load and first-token seconds of fresh processes: cache off, cold (empty) and warm."""
-    model = tmp / "decode_tiny" if quick else tmp / "llama-3.2-1b"
+    model = save_hf_model("qwen2", tmp / "decode_tiny") if quick else make_checkpoint("llama-3.2-1b", tmp)
     cache = tmp / "xla_cache"
     rows = []
     for label, setting in (("off", False), ("cold", str(cache)), ("warm", str(cache))):
@@ -190,6 +190,8 @@ def print_table(rows: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke run)")
+    parser.add_argument("--only", choices=["checks", "timings", "first-token"], default=None,
+                        help="run only the correctness checks, the timings, or the first-token times")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gpu_check.json")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -197,8 +199,12 @@ def main() -> None:
     rows = [row("copy bandwidth (GB/s)", f"{copy_bw / 1e9:.0f}")]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        rows += check_float32_parity(tmp) + check_odd_head_dims(tmp) + check_kernels(args.quick)
-        rows += time_decode(tmp, args.quick, copy_bw) + time_first_token(tmp, args.quick)
+        if args.only in (None, "checks"):
+            rows += check_kernels(args.quick) + check_float32_parity(tmp) + check_odd_head_dims(tmp)
+        if args.only in (None, "timings"):
+            rows += time_decode(tmp, args.quick, copy_bw)
+        if args.only in (None, "timings", "first-token"):
+            rows += time_first_token(tmp, args.quick)
     print(f"\ndevice: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
     print_table(rows)
     failed = [r["name"] for r in rows if r["ok"] is False]

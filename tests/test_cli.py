@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from jaxinfer import LLM, SamplingParams, __version__
+from python_subprocess import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([*env.pop("extra_path", []), str(REPO)]), **env}
+    full_env = child_env(*env.pop("extra_path", []), **env)
     return subprocess.run(
         [sys.executable, "-m", "jaxinfer", *args], capture_output=True, text=True, timeout=300, env=full_env
     )

@@ -16,9 +16,9 @@ from jaxinfer.cpu_kernels import (
     write_positions,
 )
 from jaxinfer.kv_cache import scatter_positions
-from python_subprocess import needs_compiler
+from python_subprocess import needs_compiler, on_cpu_backend
 
-pytestmark = [pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU-only kernel"), needs_compiler]
+pytestmark = [on_cpu_backend, needs_compiler]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -14,11 +14,11 @@ import torch
 
 from hf_models import ARCH_CONFIGS, make_hf_model
 from jaxinfer import LLM, SamplingParams
-from python_subprocess import needs_compiler
+from python_subprocess import needs_compiler, on_cpu_backend
 
 ARCHS = sorted(ARCH_CONFIGS)
 PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
-KERNELS = [pytest.param(True, marks=needs_compiler, id="kernels"), pytest.param(False, id="xla")]
+KERNELS = [pytest.param(True, marks=[on_cpu_backend, needs_compiler], id="kernels"), pytest.param(False, id="xla")]
 
 
 @functools.cache
@@ -28,9 +28,23 @@ def hf_logits(name: str, dtype: torch.dtype) -> np.ndarray:
         return make_hf_model(name).to(dtype)(torch.tensor([PROMPT])).logits[0].float().numpy()
 
 
+def hf_reads_legacy_gelu_as_exact(name: str) -> bool:
+    """True where this transformers runs Gemma's legacy hidden_act="gelu" as exact (erf) GELU.
+
+    The official Gemma releases mean the tanh approximation by it, which jaxinfer follows and
+    transformers 5.2x maps it to; older versions ran erf, so their logits are not the reference.
+    """
+    if name != "gemma_legacy_gelu":
+        return False
+    act = make_hf_model(name).model.layers[0].mlp.act_fn
+    return abs(float(act(torch.tensor(1.0))) - 0.8413447) < 1e-6  # erf GELU(1); the tanh form gives 0.8411920
+
+
 @pytest.fixture(scope="module", params=ARCHS)
 def arch(request, checkpoint_dir):
     """(name, checkpoint directory) of one architecture."""
+    if hf_reads_legacy_gelu_as_exact(request.param):
+        pytest.skip("this transformers runs Gemma's legacy hidden_act='gelu' as erf GELU; the releases mean tanh")
     return request.param, checkpoint_dir(request.param)
 
 

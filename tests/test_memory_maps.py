@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+import jax
 import pytest
 
 from jaxinfer import LLM
@@ -41,5 +42,9 @@ def test_warmup_stops_with_a_warning_naming_the_cap(checkpoint_dir, monkeypatch,
     calls = []
     monkeypatch.setattr(engine_module, "warmup_may_continue", lambda per_program: calls.append(per_program) or len(calls) <= 2)
     with caplog.at_level(logging.WARNING, logger=engine_module.log.name):
-        assert llm.engine.warmup() == 2
+        compiled = llm.engine.warmup()
+    if jax.default_backend() != "cpu":  # GPU/TPU programs map no host memory: the cap is never read
+        assert compiled > 2 and not calls and "vm.max_map_count" not in caplog.text
+        return
+    assert compiled == 2
     assert "vm.max_map_count" in caplog.text and "warm-up stopped after 2 of" in caplog.text

@@ -19,9 +19,9 @@ from jaxinfer.cpu_kernels import (
 )
 from jaxinfer.layers import linear
 from jaxinfer.row_table import RowTable, full_table
-from python_subprocess import needs_compiler, run_python
+from python_subprocess import needs_compiler, on_cpu_backend, run_python
 
-pytestmark = [pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU-only kernel"), needs_compiler]
+pytestmark = [on_cpu_backend, needs_compiler]
 
 # Odd K (a zero-padded pair), N short of a tile or just past one, and a full-size projection.
 SHAPES = [(1, 1), (3, 17), (577, 33), (130, 1539), (576, 192)]

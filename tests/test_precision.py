@@ -17,6 +17,7 @@ from jaxinfer.config import load_config
 from jaxinfer.kv_cache import init_cache
 from jaxinfer.layers import linear, linear_transposed
 from jaxinfer.models import abstract_weights, forward, lm_logits
+from jaxinfer.quantization import quantize, quantized_matmul
 from jaxinfer.weights import is_info
 
 DOT = re.compile(r"stablehlo\.dot_general.*")
@@ -68,3 +69,12 @@ def test_dense_attention_float32_is_highest():
     mask = jnp.ones((1, 3, 5), bool)
     lines = _dot_lines(dense_attention, q, k, v, mask)
     assert len(lines) == 2 and all("HIGHEST" in line for line in lines)
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4", "fp8"])
+def test_float32_quantized_matmul_is_highest(mode):
+    """The XLA path of a quantized weight (GPU/TPU, or CPU without kernels) keeps float32 exact too."""
+    w = quantize(jax.random.normal(jax.random.key(0), (64, 16)), 1, mode, 32)
+    x = jnp.ones((3, 64), jnp.float32)
+    lines = _dot_lines(quantized_matmul, x, w)
+    assert all("HIGHEST" in line for line in lines), [line for line in lines if "HIGHEST" not in line]

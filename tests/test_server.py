@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import json
@@ -11,12 +10,12 @@ import re
 import socket
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import uvicorn
+from python_subprocess import child_env
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.server import ServerConfig, build_app
@@ -218,7 +217,7 @@ def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):
 
 
 def test_bench_serve_without_a_server_is_one_line():
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = child_env()
     url = f"http://127.0.0.1:{_free_port()}"
     command = [sys.executable, "-m", "jaxinfer", "bench", "serve", "--base-url", url, "--num-prompts", "1"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
@@ -312,7 +311,7 @@ def test_bench_serve_sharegpt_counts_replies_with_the_servers_tokenizer(base_url
 
 
 def test_jaxinfer_serve_command(text_model_dir):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = child_env()
     base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]
     for flags, field in [(["--api-key", " "], "--api-key"), (["--speculative-method", "draft"], "--speculative-model"),
                          (["--speculative-method", "draft", "--speculative-model", "/nonexistent"], "--speculative-model")]:

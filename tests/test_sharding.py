@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import pytest
 from jax.sharding import AbstractMesh, AxisType, PartitionSpec
 
 from hf_models import save_hf_model
-from python_subprocess import run_python
+from python_subprocess import child_env, run_python
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.cli_args import add_distributed_args, distributed_settings
@@ -52,7 +51,8 @@ def draft_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_json(script: str, **values: object) -> dict:
     """The JSON a script on 8 fake devices prints last; `values` become its global variables."""
     header = "".join(f"{name} = {value!r}\n" for name, value in values.items())
-    return json.loads(run_python(FAKE_DEVICES + header + script, kernels=False).splitlines()[-1])
+    # JAX_PLATFORMS=cpu: on a GPU machine too, the mesh is the 8 fake CPU devices.
+    return json.loads(run_python(FAKE_DEVICES + header + script, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
 
 
 MATRIX = """
@@ -173,7 +173,7 @@ def free_port() -> int:
 def test_two_processes_match_one(model_dir):
     """Two localhost processes (2 CPU devices each, gloo collectives) run one 2 x 2 mesh, joined by the CLI's flags."""
     values = dict(coordinator=f"127.0.0.1:{free_port()}", model=str(model_dir), prompts=PROMPTS, max_tokens=MAX_TOKENS)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JAXINFER_CPU_KERNELS": "0"}
+    env = child_env(JAXINFER_CPU_KERNELS="0", JAX_PLATFORMS="cpu")
     procs = []
     for process_id in range(2):
         header = "".join(f"{k} = {v!r}\n" for k, v in {**values, "process_id": process_id}.items())
