@@ -12,8 +12,10 @@ import torch
 
 from hf_models import make_hf_model
 from jaxinfer import LLM, SamplingParams, save_converted
+from jaxinfer import checkpoint
 from jaxinfer.checkpoint import leaf_paths, load_hf_weights, restore_converted
 from jaxinfer.cli import main as cli_main
+from jaxinfer.config import load_config
 from jaxinfer.llm import DEMO_MODEL
 
 PROMPT = list(range(3, 40))
@@ -26,6 +28,20 @@ def test_sharded_checkpoint_loads(tmp_path, checkpoint_dir):
     sharded = LLM(tmp_path, dtype="float32").logits(PROMPT)
     single = LLM(checkpoint_dir("qwen2"), dtype="float32").logits(PROMPT)
     np.testing.assert_array_equal(sharded, single)
+
+
+@pytest.mark.parametrize("arch", ["gemma", "qwen3"])  # tied head, per-head norms; both have every transposed leaf kind
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_transform_on_device_loads_the_same_bits(checkpoint_dir, monkeypatch, arch, dtype):
+    """The accelerator load path (tensors moved as stored, transposed and cast there) == the host path."""
+    cfg_dir = checkpoint_dir(arch)
+    cfg = load_config(cfg_dir)
+    host = load_hf_weights(cfg_dir, cfg, dtype, progress=False)
+    monkeypatch.setattr(checkpoint, "transform_on_device", lambda: True)
+    device = load_hf_weights(cfg_dir, cfg, dtype, progress=False)
+    for (path, a), (_, b) in zip(leaf_paths(host), leaf_paths(device)):
+        assert a.dtype == b.dtype and a.shape == b.shape, path
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32), err_msg=path)
 
 
 def test_fp16_and_bf16_files_load_bit_exact(tmp_path):
