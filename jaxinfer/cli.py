@@ -58,12 +58,7 @@ def _generate(args: argparse.Namespace) -> int:
     from jaxinfer.validation import model_dir
 
     initialize_distributed(args)  # before anything touches the devices: every host runs this command
-    model = None if args.model is None else model_dir(args.model, "--model")  # the error names the flag
-    llm = LLM(
-        model, dtype=args.dtype, max_seq_len=args.max_seq_len,
-        tensor_parallel_size=args.tp, data_parallel_size=args.dp,
-        quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
-    )
+    # Checked before the model loads: a bad flag is reported at once, not after seconds of loading.
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -71,6 +66,12 @@ def _generate(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         min_p=args.min_p,
         seed=args.seed,
+    )
+    model = None if args.model is None else model_dir(args.model, "--model")  # the error names the flag
+    llm = LLM(
+        model, dtype=args.dtype, max_seq_len=args.max_seq_len,
+        tensor_parallel_size=args.tp, data_parallel_size=args.dp,
+        quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
     )
     pieces = llm.stream(args.prompt, params)
     first = next(pieces, "")  # validates and prefills before the prompt is echoed

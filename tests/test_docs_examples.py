@@ -8,11 +8,13 @@ A fence's info string is `LANG` or `LANG MODE: REASON`:
 - `MODE` `no-run`: skipped, the reason shown in the test report (a server, the network, minutes);
 - `MODE` `jaxinfer-only`: a shell block of which only the `jaxinfer ...` commands run.
 A block with no language, another language, an unknown mode or no reason fails the test.
+
+Blocks run where `import torch` fails, as after the README's `pip install -e .`: torch is a test
+dependency only, and where it is installed transformers imports it (seconds) in every block's process.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from python_subprocess import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -80,13 +84,16 @@ def jaxinfer_commands(script: str) -> list[str]:
     return commands
 
 
-def _env() -> dict[str, str]:
-    # This checkout, not whatever jaxinfer happens to be installed.
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+def _env(cwd: Path) -> dict[str, str]:
+    # This checkout, not whatever jaxinfer happens to be installed; no torch (see the module docstring).
+    site = cwd / ".site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text('import sys\nsys.modules["torch"] = None\n')
+    return child_env(str(site))
 
 
 def _run(argv: list[str], cwd: Path, where: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    result = subprocess.run(argv, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0, f"{where} failed (exit {result.returncode}):\n{result.stderr[-4000:]}"
     assert "Traceback" not in result.stderr, f"{where}:\n{result.stderr[-4000:]}"
     return result
