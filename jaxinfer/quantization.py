@@ -117,7 +117,7 @@ def quantize(w: jax.Array, contract: int, mode: str, group: int = DEFAULT_GROUP,
     return QuantizedWeight(*_int4(w2, group), tuple(w.shape), contract, mode, group)
 
 
-def _int4_rows(values: jax.Array) -> jax.Array:
+def int4_rows(values: jax.Array) -> jax.Array:
     """Bytes [K / 2, N] -> signed int4 values [K, N] as int8."""
     lo = (values & 15).astype(jnp.int8) - 8
     hi = (values >> 4).astype(jnp.int8) - 8
@@ -128,7 +128,7 @@ def dequantize(q: QuantizedWeight, dtype: jnp.dtype = jnp.float32) -> jax.Array:
     """The weight in its original shape and `dtype` (for tests and unquantizing, not for running)."""
     q = untile(q)
     if q.mode == "int4":
-        rows = _int4_rows(q.values).astype(jnp.float32)
+        rows = int4_rows(q.values).astype(jnp.float32)
         w2 = (rows.reshape(-1, q.group, q.out_size) * q.scales[:, None].astype(jnp.float32)).reshape(rows.shape)
     else:
         w2 = q.values.astype(jnp.float32) * q.scales
@@ -164,7 +164,7 @@ def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
     groups = q.scales.shape[0]
     if jax.default_backend() == "cpu":  # XLA:CPU has no batched bf16 x bf16 -> f32 dot
         compute, x2 = jnp.float32, x2.astype(jnp.float32)
-    w3 = _int4_rows(q.values).astype(compute).reshape(groups, q.group, q.out_size)
+    w3 = int4_rows(q.values).astype(compute).reshape(groups, q.group, q.out_size)
     y = jnp.einsum("mgk,gkn->mgn", x2.reshape(-1, groups, q.group), w3,
                    precision=matmul_precision(x2, w3), preferred_element_type=jnp.float32)
     # The group sums are float32 whatever the model's dtype: summing them is float32 work too.

@@ -1,0 +1,152 @@
+"""Weight-only quantized matmul formulations on this device: which streams int8/int4 fastest?
+
+On an H100 the model-level benchmark found int8 and int4 decode *slower* than bf16 (Llama-3.2-1B
+shape, batch 1: int8 0.85x, int4 0.71x) although they stream 0.61x and 0.43x of the bytes, so
+XLA's lowering of `quantized_matmul` does not reach the bandwidth a bf16 dot does. This script
+times, on a chain of distinct square weights too large for the cache (each layer's output, rms
+normalised, feeds the next), the library's path and alternative XLA formulations of the same
+product, against a bf16 dot of the same shape, in one run:
+
+- `library`: `quantization.quantized_matmul` as the model runs it;
+- `scaled-operand`: int8 only, one dot against `values * scales` converted in the operand;
+- `reduction`: the product written as a multiply and a sum over the input axis (XLA emits a
+  reduction fusion that reads the int8 values where they lie, not a matmul).
+
+Per row: ms per chain, bytes streamed per second (values + scales as stored), that over the copy
+bandwidth measured in the same run, time relative to bf16, and the relative error of one layer's
+product against float64. Writes JSON.
+
+    PYTHONPATH=. python scripts/bench_quant_matmul.py            # on a GPU (a minute)
+    PYTHONPATH=. python scripts/bench_quant_matmul.py --small    # CPU smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bench_decode import measure_copy_bandwidth
+from jaxinfer.quantization import QuantizedWeight, dequantize, int4_rows, quantize, quantized_matmul
+
+Product = Callable[[jax.Array, QuantizedWeight | jax.Array], jax.Array]
+
+
+def bf16_dot(x: jax.Array, w: jax.Array) -> jax.Array:
+    return jnp.dot(x, w, preferred_element_type=jnp.float32)
+
+
+def scaled_operand(x: jax.Array, q: QuantizedWeight) -> jax.Array:
+    w = q.values.astype(jnp.bfloat16) * q.scales.astype(jnp.bfloat16)
+    return jnp.dot(x, w, preferred_element_type=jnp.float32)
+
+
+def reduction(x: jax.Array, q: QuantizedWeight) -> jax.Array:
+    xf = x.astype(jnp.float32)
+    if q.mode != "int4":
+        return jnp.sum(xf[:, :, None] * q.values.astype(jnp.float32)[None], axis=1) * q.scales
+    groups = q.scales.shape[0]
+    w = int4_rows(q.values).astype(jnp.float32).reshape(groups, q.group, q.out_size)
+    per_group = jnp.sum(xf.reshape(-1, groups, q.group, 1) * w[None], axis=2)  # [M, G, N]
+    return jnp.sum(per_group * q.scales.astype(jnp.float32)[None], axis=1)
+
+
+VARIANTS: dict[str, dict[str, Product]] = {
+    "bf16": {"dot": bf16_dot},
+    "int8": {"library": quantized_matmul, "scaled-operand": scaled_operand, "reduction": reduction},
+    "int4": {"library": quantized_matmul, "reduction": reduction},
+}
+
+
+def chain(product: Product) -> Callable:
+    """jit(x, weights) -> x after every layer (rms-normalised so values stay in range)."""
+
+    def run(x: jax.Array, weights: list) -> jax.Array:
+        for w in weights:
+            y = product(x, w)
+            x = (y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + 1e-6)).astype(jnp.bfloat16)
+        return x
+
+    return jax.jit(run)
+
+
+def stored_bytes(w: QuantizedWeight | jax.Array) -> int:
+    return sum(leaf.nbytes for leaf in jax.tree.leaves(w))
+
+
+def median_seconds(fn: Callable, x: jax.Array, weights: list, repeats: int) -> float:
+    fn(x, weights).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(x, weights).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def relative_error(product: Product, x: jax.Array, w: QuantizedWeight | jax.Array) -> float:
+    """||product - float64 product|| / ||float64 product|| for one layer."""
+    dense = np.asarray(w if not isinstance(w, QuantizedWeight) else dequantize(w), np.float64)
+    ref = np.asarray(x, np.float64) @ dense
+    got = np.asarray(jax.jit(product)(x, w), np.float64)
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=4096, help="K = N of every layer")
+    parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--group", type=int, default=32, help="int4 group size")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--small", action="store_true", help="tiny shapes for a CPU smoke run")
+    parser.add_argument("--out", type=Path, default=Path("results/bench_quant_matmul.json"))
+    args = parser.parse_args()
+    if args.small:
+        args.size, args.layers, args.repeats = 256, 4, 3
+    copy_bw = measure_copy_bandwidth((64 if args.small else 2048) << 20)
+    keys = jax.random.split(jax.random.key(0), args.layers)
+    dense = [(jax.random.normal(k, (args.size, args.size)) / args.size**0.5).astype(jnp.bfloat16) for k in keys]
+    weights = {
+        "bf16": dense,
+        "int8": [quantize(w, 1, "int8") for w in dense],
+        "int4": [quantize(w, 1, "int4", args.group) for w in dense],
+    }
+    device = jax.devices()[0].device_kind
+    print(f"device {device}; copy bandwidth {copy_bw / 1e9:.0f} GB/s; {args.layers} layers of "
+          f"{args.size}x{args.size}")
+    print(f"{'batch':>5} {'format':>6} {'variant':>15} {'ms':>8} {'GB/s':>7} {'of copy':>8} {'x bf16':>7} {'rel err':>8}")
+    rows = []
+    for batch in args.batches:
+        x = jax.random.normal(jax.random.key(batch), (batch, args.size)).astype(jnp.bfloat16)
+        base = None
+        for fmt, variants in VARIANTS.items():
+            streamed = sum(stored_bytes(w) for w in weights[fmt])
+            for name, product in variants.items():
+                try:
+                    seconds = median_seconds(chain(product), x, weights[fmt], args.repeats)
+                    err = relative_error(product, x, weights[fmt][0])
+                except Exception as error:  # noqa: BLE001 - one failing formulation must not end the table
+                    print(f"{batch:>5} {fmt:>6} {name:>15}  failed: {repr(error)[:100]}")
+                    continue
+                base = seconds if fmt == "bf16" else base
+                row = dict(batch=batch, format=fmt, variant=name, ms=seconds * 1e3, gbps=streamed / seconds / 1e9,
+                           of_copy=streamed / seconds / copy_bw, vs_bf16=seconds / base, rel_err=err)
+                rows.append(row)
+                print(f"{batch:>5} {fmt:>6} {name:>15} {row['ms']:>8.3f} {row['gbps']:>7.0f} {row['of_copy']:>8.1%} "
+                      f"{row['vs_bf16']:>7.2f} {err:>8.1e}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(dict(device=device, copy_bandwidth=copy_bw, size=args.size, layers=args.layers,
+                                        rows=rows), indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
