@@ -260,14 +260,15 @@ from jaxinfer.sharding import shard_shapes
 
 params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
 out = {}
-for tp, dp in [(1, 1), (2, 2)]:
+for tp, dp, head in [(1, 1, False), (2, 2, False), (1, 1, True), (2, 2, True)]:
     llm = LLM(model, quantization="int8", max_seq_len=32, max_num_seqs=2, decode_steps=1, tensor_parallel_size=tp,
-              data_parallel_size=dp)
-    lw = llm.weights.layers[0]
-    out[f"{tp}x{dp}"] = dict(
+              data_parallel_size=dp, quantize_lm_head=head)
+    lw, run_head = llm.weights.layers[0], llm._run_weights.lm_head
+    out[f"{tp}x{dp}" + ("+head" if head else "")] = dict(
         tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
         shards={name: [shard_shapes(getattr(lw, name).values), shard_shapes(getattr(lw, name).scales)]
                 for name in ("wq", "wo", "w_down")},
+        head=[shard_shapes(run_head.values), shard_shapes(run_head.scales)] if head else None,
     )
 print(json.dumps(out))
 """
@@ -275,11 +276,15 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_int8_weights_sharded_match_unsharded(model_dir):
+    """int8 projections, and with quantize_lm_head the head too, on a 2 x 2 mesh == one device."""
     out = run_json(QUANTIZED, model=str(model_dir), prompts=PROMPTS, max_tokens=4)
     assert out["2x2"]["tokens"] == out["1x1"]["tokens"]
     shards = {name: [{tuple(s) for s in parts} for parts in pair] for name, pair in out["2x2"]["shards"].items()}
     # wq [64, 8 heads x 8] by output columns, wo [8 heads x 8, 64] and w_down [128, 64] by input rows.
     assert shards == dict(wq=[{(64, 32)}, {(32,)}], wo=[{(32, 64)}, {(64,)}], w_down=[{(64, 64)}, {(64,)}])
+    # quantize_lm_head: the int8 head [64, 256 vocab] splits its vocabulary columns over tp=2.
+    assert out["2x2+head"]["tokens"] == out["1x1+head"]["tokens"]
+    assert [{tuple(s) for s in part} for part in out["2x2+head"]["head"]] == [{(64, 128)}, {(128,)}]
 
 
 def _abstract_layout(tp: int) -> Layout:
