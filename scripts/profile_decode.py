@@ -1,0 +1,124 @@
+"""Where a decode step's time goes: a profiler trace of one `generate`, summarised by operation.
+
+Warms up (compiles) a generate of the same shapes, traces a second one with `jax.profiler`, and
+prints the device operations (GPU kernels; on CPU the XLA operations of its compute threads)
+ranked by total time, with the count, mean and share of the busy time, plus the gaps: traced
+wall time that no operation fills (host work, launches, syncs). Writes the Perfetto trace
+(open it at ui.perfetto.dev) and the table as JSON under --out.
+
+    PYTHONPATH=. python scripts/profile_decode.py --preset llama-3.2-1b --batch 1    # on a GPU
+    PYTHONPATH=. python scripts/profile_decode.py --batch 1 --new-tokens 8          # demo model, CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from bench_decode import PRESETS, make_checkpoint
+from jaxinfer import DEMO_MODEL, LLM, SamplingParams
+
+NUMBERED = re.compile(r"(\.\d+)+$")  # fusion.12 and fusion.7 are one kind of operation
+CPU_THREADS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")  # where XLA:CPU runs a program's operations
+WRAPPERS = re.compile(r"^(ThunkExecutor::|ThreadpoolListener::|end: |while)")  # spans around operations
+
+
+def trace_events(trace_file: Path) -> list[dict]:
+    data = json.load(gzip.open(trace_file))
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def device_spans(events: list[dict]) -> list[dict]:
+    """Complete events of the device's work: GPU/TPU processes, else the CPU's XLA compute threads."""
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name")}
+    processes = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    on_device = [e for e in spans if processes.get(e["pid"], "").startswith("/device:")]
+    if on_device:
+        return on_device
+    return [e for e in spans if names.get((e["pid"], e["tid"]), "").startswith(CPU_THREADS)
+            and not WRAPPERS.match(e["name"])]
+
+
+def busy_seconds(spans: list[dict]) -> float:
+    """Union of the spans' intervals (overlapping streams or threads counted once)."""
+    intervals = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans)
+    total, end = 0.0, -np.inf
+    for start, stop in intervals:
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total / 1e6
+
+
+def summarise(spans: list[dict], top: int) -> list[dict]:
+    """Operations ranked by total time: name, count, total and mean microseconds."""
+    totals: dict[str, list[float]] = collections.defaultdict(list)
+    for e in spans:
+        totals[NUMBERED.sub("", e["name"])].append(e["dur"])
+    ranked = sorted(totals.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return [dict(name=name, count=len(d), total_us=float(sum(d)), mean_us=float(np.mean(d))) for name, d in ranked]
+
+
+def model_path(args: argparse.Namespace) -> Path:
+    if args.model is not None:
+        return args.model
+    if args.preset is None:
+        return DEMO_MODEL
+    return make_checkpoint(args.preset, Path(tempfile.gettempdir()) / "jaxinfer_bench")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="random-weight model of this shape")
+    parser.add_argument("--model", type=Path, default=None, help="a model directory (default: the demo model)")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--out", type=Path, default=Path("results/profile_decode"))
+    args = parser.parse_args()
+    # No prefix cache: the traced call must run the warm-up's shapes (a hit shortens its prefill).
+    llm = LLM(model_path(args), dtype=args.dtype, max_seq_len=args.prompt_len + args.new_tokens,
+              enable_prefix_caching=False)
+    prompts = np.random.RandomState(0).randint(3, 250, (args.batch, args.prompt_len)).tolist()
+    params = SamplingParams(max_tokens=args.new_tokens, temperature=0, ignore_eos=True)
+    llm.generate(prompts, params)  # compile outside the trace
+    with tempfile.TemporaryDirectory() as log_dir:
+        with jax.profiler.trace(log_dir, create_perfetto_trace=True):
+            start = time.perf_counter()
+            llm.generate(prompts, params)
+            wall = time.perf_counter() - start
+        trace = next(Path(log_dir).rglob("perfetto_trace.json.gz"))
+        args.out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(trace, args.out / f"b{args.batch}_perfetto_trace.json.gz")
+    spans = device_spans(trace_events(args.out / f"b{args.batch}_perfetto_trace.json.gz"))
+    busy = busy_seconds(spans)
+    rows = summarise(spans, args.top)
+    print(f"device {jax.devices()[0].device_kind}; batch {args.batch}, prompt {args.prompt_len}, "
+          f"{args.new_tokens} new tokens")
+    print(f"traced generate {wall * 1e3:.1f} ms; device busy {busy * 1e3:.1f} ms ({busy / wall:.0%}); "
+          f"per new token {wall / args.new_tokens * 1e3:.2f} ms wall, {busy / args.new_tokens * 1e3:.2f} ms busy")
+    print(f"{'operation':<60} {'count':>6} {'total ms':>9} {'mean us':>9} {'of busy':>8}")
+    for r in rows:
+        print(f"{r['name'][:60]:<60} {r['count']:>6} {r['total_us'] / 1e3:>9.2f} {r['mean_us']:>9.1f} "
+              f"{r['total_us'] / 1e6 / busy:>8.1%}")
+    (args.out / f"b{args.batch}_summary.json").write_text(json.dumps(dict(
+        device=jax.devices()[0].device_kind, batch=args.batch, wall_s=wall, busy_s=busy, rows=rows), indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
