@@ -137,8 +137,9 @@ def bench_jaxinfer(
     path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int, tp: int = 1, dp: int = 1
 ) -> dict:
     """generate/prefill/step seconds and the bytes a decode step streams, for jaxinfer on a tp x dp mesh."""
+    # No prefix cache: repeats of the same prompts would hit it, shortening (and recompiling) the prefill.
     llm = LLM(path, dtype=dtype, max_seq_len=len(prompts[0]) + new_tokens,
-              tensor_parallel_size=tp, data_parallel_size=dp)
+              tensor_parallel_size=tp, data_parallel_size=dp, enable_prefix_caching=False)
     times = time_generate(llm, prompts, new_tokens, repeats)
     context = len(prompts[0]) + new_tokens // 2
     return dict(times, step_bytes=decode_step_bytes(llm, len(prompts), context))

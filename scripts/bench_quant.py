@@ -46,7 +46,9 @@ def default_formats() -> list[str]:
 def load(path: Path, name: str, max_seq_len: int) -> LLM:
     """The checkpoint in bf16 with the format's weight (and head) quantization."""
     quantization, head = FORMATS[name]
-    return LLM(path, dtype="bfloat16", max_seq_len=max_seq_len, quantization=quantization, quantize_lm_head=head)
+    # No prefix cache: repeated prompts would hit it, shortening (and recompiling) the timed prefill.
+    return LLM(path, dtype="bfloat16", max_seq_len=max_seq_len, quantization=quantization, quantize_lm_head=head,
+               enable_prefix_caching=False)
 
 
 def step_seconds(llm: LLM, prompts: list[list[int]], new_tokens: int) -> float:

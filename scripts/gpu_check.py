@@ -135,7 +135,7 @@ def time_decode(tmp: Path, quick: bool, copy_bw: float) -> list[dict]:
     """Decode step time and bytes/s over the copy bandwidth at batch 1, 2 and 8 (bf16)."""
     path = save_hf_model("qwen2", tmp / "decode_tiny") if quick else make_checkpoint("llama-3.2-1b", tmp)
     prompt_len, new = (16, 16) if quick else (128, 128)
-    llm = LLM(path, dtype="bfloat16", max_seq_len=prompt_len + new)
+    llm = LLM(path, dtype="bfloat16", max_seq_len=prompt_len + new, enable_prefix_caching=False)  # repeats alike
     rows = []
     for batch in (1, 2, 8):  # 2: is one row slower per step than two (an earlier H100 run: 2.06 vs 1.38 ms at 1 and 8)?
         prompts = np.random.RandomState(batch).randint(3, 250, (batch, prompt_len)).tolist()
