@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One GPU sitting's checks and timings, each step under its own time limit with its own log,
+# its table printed as it finishes (a step cut short loses only itself).
+#
+#   bash scripts/gpu_session.sh timings [OUT_DIR]   # decode, first token, profiles, quantized matmuls (~8 min on an H100)
+#   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
+#   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+
+step() {  # step NAME SECONDS COMMAND...: run it, keep its log, show its last lines without progress bars
+    local name=$1 limit=$2 start=$SECONDS
+    shift 2
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    echo "== $name: exit $? after $((SECONDS - start)) s"
+    tr '\r' '\n' <"$out/$name.log" | grep -vE '^\s*$|loading |Loading |Writing model' | tail -n 30
+}
+
+case "${1:-}" in
+timings)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    step timings 240 python3 scripts/gpu_check.py --only timings --out "$out/gpu_check.json"
+    step profile_b1 90 python3 scripts/profile_decode.py --preset llama-3.2-1b --batch 1 --out "$out"
+    step profile_b8 90 python3 scripts/profile_decode.py --preset llama-3.2-1b --batch 8 --out "$out"
+    step quant_matmul 90 python3 scripts/bench_quant_matmul.py --out "$out/bench_quant_matmul.json"
+    ;;
+suite)
+    half=${2:?suite needs 1 or 2}
+    out=${3:-results/gpu_session}
+    mkdir -p "$out"
+    files=$(ls tests/test_*.py tests/pallas_kernels/test_*.py | awk -v h="$half" 'NR % 2 == h % 2')
+    # shellcheck disable=SC2086  # one argument per test file
+    PALLAS_KERNELS_DEVICE_TESTS=gpu XLA_PYTHON_CLIENT_PREALLOCATE=false \
+        step "suite$half" 560 python3 -m pytest -q -n 12 -p no:cacheprovider -rfE $files
+    ;;
+*)
+    sed -n '2,7p' "$0"
+    exit 2
+    ;;
+esac
