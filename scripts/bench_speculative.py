@@ -1,5 +1,5 @@
-"""Speculative decoding benchmark: jaxinfer plain / draft model / n-gram vs HF transformers
-plain / `assistant_model` / `prompt_lookup_num_tokens`, on the same weights, in one run.
+"""Speculative decoding benchmark: jaxinfer plain / draft model / n-gram / EAGLE head vs HF
+transformers plain / `assistant_model` / `prompt_lookup_num_tokens`, on the same weights, in one run.
 
 Greedy and temperature 0.8, batch 1 and 4; every request generates exactly --max-tokens tokens
 (EOS ignored) so tokens/s compare like for like. Both libraries run float32 on CPU; torch gets
@@ -8,8 +8,11 @@ box). Each configuration is warmed up (compiled) once, then the engines of one m
 are timed round-robin --repeats times and the best wall time counts. HF assisted generation
 and prompt lookup only support batch 1, so their batch-4 rows run the four prompts in turn.
 
-    python scripts/bench_speculative.py                  # demo pair in jaxinfer/assets/demo
-    python scripts/bench_speculative.py --target T --draft D --out results/x.json
+    python scripts/bench_speculative.py                  # demo pair and head in jaxinfer/assets/demo
+    python scripts/bench_speculative.py --workload edit --methods plain ngram --no-hf   # code editing
+    python scripts/bench_speculative.py --target T --draft D --eagle E --out results/x.json
+
+Speculative rows also print the acceptance at each draft position (accepted / drafted there).
 """
 
 from __future__ import annotations
@@ -39,6 +42,17 @@ PROMPTS = [
     'class Stack:\n    """A last-in, first-out container."""\n\n    def __init__(self):\n',
     "    for index, line in enumerate(lines):\n",
 ]
+# Code-editing style (the n-gram proposer's case): each prompt holds the code that is being rewritten.
+EDIT_SOURCE = [
+    "def mean(values):\n    total = 0\n    for value in values:\n        total += value\n    return total / len(values)\n",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n    def norm(self):\n"
+    "        return (self.x ** 2 + self.y ** 2) ** 0.5\n",
+    "import os\n\n\ndef list_python_files(root):\n    found = []\n    for name in os.listdir(root):\n"
+    "        if name.endswith('.py'):\n            found.append(os.path.join(root, name))\n    return found\n",
+    "def read_lines(path):\n    with open(path) as handle:\n        return [line.rstrip() for line in handle]\n",
+]
+EDIT_PROMPTS = [f"{code}\n\n# The same code, unchanged:\n{code.splitlines()[0]}\n" for code in EDIT_SOURCE]
+WORKLOADS = {"code": PROMPTS, "edit": EDIT_PROMPTS}
 MODES = {"greedy": 0.0, "t=0.8": 0.8}
 BATCHES = (1, 4)
 
@@ -54,6 +68,7 @@ class Row:
     seconds: float
     acceptance_rate: float | None = None
     mean_accepted_length: float | None = None
+    acceptance_per_position: list[float | None] | None = None
     note: str = ""
 
     @property
@@ -77,15 +92,21 @@ def best_times(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tu
     return {name: (best[name], results[name]) for name in runs}
 
 
-def spec_summary(outputs: list) -> tuple[float | None, float | None]:
-    """Acceptance rate and mean accepted length (tokens per verifying pass) over a batch."""
+def spec_summary(outputs: list) -> tuple[float | None, float | None, list[float | None] | None]:
+    """Acceptance rate, mean accepted length (tokens per verifying pass) and acceptance at each
+    draft position (accepted / drafted there) over a batch."""
     stats = [o.spec_stats for o in outputs if o.spec_stats]
     drafted = sum(s["drafted"] for s in stats)
     passes = sum(s["spec_passes"] for s in stats)
     accepted = sum(s["accepted"] for s in stats)
     if not drafted:
-        return 0.0, None
-    return accepted / drafted, (accepted + passes) / passes
+        return 0.0, None, None
+    per_row = [s["acceptance_per_position"] for s in stats if s.get("acceptance_per_position")]
+    positions = [
+        None if all(r[i] is None for r in per_row) else float(np.nanmean([np.nan if r[i] is None else r[i] for r in per_row]))
+        for i in range(max(map(len, per_row), default=0))
+    ]
+    return accepted / drafted, (accepted + passes) / passes, positions
 
 
 def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> list[Row]:
@@ -97,6 +118,9 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
         ),
         "jaxinfer ngram": SpeculativeConfig(
             method="ngram", num_speculative_tokens=args.k, adaptive=not args.fixed_k
+        ),
+        "jaxinfer eagle": SpeculativeConfig(
+            method="eagle", draft_model=str(args.eagle), num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
     }
     engines = {name: spec for name, spec in engines.items() if name.split()[-1] in args.methods}
@@ -113,8 +137,9 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
             ]
             runs = {name: functools.partial(llm.generate, prompts[:batch], params) for name, llm in llms.items()}
             for engine, (seconds, outs) in best_times(runs, args.repeats).items():
-                rate, length = spec_summary(outs) if engines[engine] else (None, None)
-                rows.append(Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), seconds, rate, length))
+                rate, length, positions = spec_summary(outs) if engines[engine] else (None, None, None)
+                rows.append(Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), seconds, rate, length,
+                                positions))
                 print(f"  {engine:16s} {mode:7s} b={batch}: {rows[-1].tokens_per_s:8.1f} tok/s", flush=True)
     return rows
 
@@ -197,6 +222,7 @@ def ratios(rows: list[Row]) -> dict[str, float]:
     pairs = {
         "draft_vs_plain": ("jaxinfer draft", "jaxinfer plain"),
         "ngram_vs_plain": ("jaxinfer ngram", "jaxinfer plain"),
+        "eagle_vs_plain": ("jaxinfer eagle", "jaxinfer plain"),
         "draft_vs_hf_assisted": ("jaxinfer draft", "hf assisted"),
         "ngram_vs_hf_prompt_lookup": ("jaxinfer ngram", "hf prompt-lookup"),
         "plain_vs_hf_plain": ("jaxinfer plain", "hf plain"),
@@ -214,14 +240,15 @@ def print_table(rows: list[Row]) -> None:
     """Rows grouped by mode and batch, with the speedup over jaxinfer plain."""
     plain = {(r.mode, r.batch): r.tokens_per_s for r in rows if r.engine == "jaxinfer plain"}
     header = ["mode".ljust(7), "batch".rjust(5), " engine".ljust(18), "tok/s".rjust(8), "vs plain".rjust(8)]
-    print("\n" + " ".join(header + ["accept".rjust(7), "mean len".rjust(8), " note"]))
+    print("\n" + " ".join(header + ["accept".rjust(7), "mean len".rjust(8), " per position / note"]))
     for r in sorted(rows, key=lambda r: (list(MODES).index(r.mode), r.batch)):
         base = plain.get((r.mode, r.batch))
         vs = f"{r.tokens_per_s / base:7.2f}x" if base else ""
         acc = f"{r.acceptance_rate:7.2f}" if r.acceptance_rate is not None else ""
         mean = f"{r.mean_accepted_length:8.2f}" if r.mean_accepted_length is not None else ""
+        positions = " ".join("-" if a is None else f"{a:.2f}" for a in r.acceptance_per_position or [])
         print(f"{r.mode:7s} {r.batch:5d}  {r.engine:17s} {r.tokens_per_s:8.1f} {vs:>8s} {acc:>7s} {mean:>8s}  "
-              f"{r.note}")
+              f"{positions or r.note}")
 
 
 def main() -> None:
@@ -229,6 +256,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=Path, default=DEMO / "target")
     parser.add_argument("--draft", type=Path, default=DEMO / "draft")
+    parser.add_argument("--eagle", type=Path, default=DEMO / "eagle", help="EAGLE draft head for --target")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="code",
+                        help="code: open-ended prompts; edit: prompts holding the code being rewritten (n-gram's case)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both models, both engines")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens (k_max when adaptive)")
@@ -236,7 +266,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-hf", action="store_true", help="skip the HF transformers rows")
     parser.add_argument(
-        "--methods", nargs="+", choices=["plain", "draft", "ngram"], default=["plain", "draft", "ngram"],
+        "--methods", nargs="+", choices=["plain", "draft", "ngram", "eagle"], default=["plain", "draft", "ngram", "eagle"],
         help="jaxinfer engines to run",
     )
     parser.add_argument(
@@ -248,7 +278,7 @@ def main() -> None:
     for path in (args.target, args.draft):
         if not (path / "config.json").is_file():
             parser.error(f"{path} is not a checkpoint directory (train the demo pair with scripts/train_demo.py)")
-    prompts: list = PROMPTS
+    prompts: list = WORKLOADS[args.workload]
     if has_tokenizer(args.target):
         from transformers import AutoTokenizer
 
