@@ -20,7 +20,7 @@ from jaxinfer.config import ModelConfig
 from jaxinfer.engine.request import Request
 from jaxinfer.models import Weights
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.costs import heuristic_costs, round_plan
+from jaxinfer.speculative.costs import heuristic_costs, on_host, round_plan
 from jaxinfer.speculative.stats import SpecMetrics
 
 
@@ -63,8 +63,8 @@ class Speculator:
         if (config.method == "draft") != (draft is not None):
             raise ValueError("method='draft' needs the loaded draft model (and only it does)")
         self.config = config
-        # Prompt lookup runs on the host: no draft steps to pay for.
-        self.costs = heuristic_costs(0.0 if draft is None else draft.cost, config)
+        # Prompt lookup runs on the host: no draft steps to pay for. NumPy: the plan is made on the host.
+        self.costs = on_host(heuristic_costs(0.0 if draft is None else draft.cost, config))
         self.totals = SpecMetrics(config.num_speculative_tokens)
 
     @property
@@ -96,11 +96,10 @@ class Speculator:
         initial = self.config.initial_acceptance
         accept = np.asarray([initial if r.spec_acceptance is None else r.spec_acceptance for r in requests])
         greedy = all(r.params.temperature <= 0 for r in requests)
-        plan = round_plan(
+        return round_plan(
             np.repeat(accept[:, None], self.k_max, axis=1).astype(np.float32), available,
             np.ones(len(requests), bool), np.bool_(greedy), self.costs, self.config.min_gain,
         )
-        return np.asarray(plan)
 
     def metrics(self) -> dict:
         """Acceptance totals since the engine started, in the speculative loop's terms."""

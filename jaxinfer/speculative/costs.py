@@ -51,11 +51,23 @@ def heuristic_costs(draft_cost: float, spec: SpeculativeConfig) -> CostModel:
     )
 
 
+def _xp(x: Any) -> Any:
+    """NumPy for host arrays (the engine plans on the host, where each eager jax op costs a dispatch),
+    jax.numpy for device arrays and tracers (the on-device loop)."""
+    return jnp if isinstance(x, jax.Array) else np
+
+
+def on_host(costs: CostModel) -> CostModel:
+    """The cost model as NumPy arrays, for planning on the host."""
+    return CostModel(np.asarray(costs.round_base), np.asarray(costs.per_draft), np.asarray(costs.verify_per_row))
+
+
 def round_cost(num_active: jax.Array, all_greedy: jax.Array, costs: CostModel, k_max: int) -> jax.Array:
     """Cost [k_max + 1] in plain steps of a round that drafts 0..k_max steps (verifying k_max + 1 wide)."""
-    ks = jnp.arange(k_max + 1, dtype=jnp.float32)
-    mode = jnp.where(all_greedy, 0, 1)
-    verify_extra = k_max * jnp.minimum(costs.verify_per_row * num_active.astype(jnp.float32), 1.0)
+    xp = _xp(costs.round_base)
+    ks = xp.arange(k_max + 1, dtype=xp.float32)
+    mode = xp.where(all_greedy, 0, 1)
+    verify_extra = k_max * xp.minimum(costs.verify_per_row * xp.asarray(num_active, xp.float32), 1.0)
     return costs.round_base[mode] + verify_extra + ks * costs.per_draft[mode]
 
 
@@ -65,11 +77,12 @@ def expected_tokens(acceptance: jax.Array, available: jax.Array) -> jax.Array:
     acceptance [B, k_max] holds P(draft i accepted | drafts before it accepted), so d drafts
     yield 1 + sum_{j<=d} prod_{i<=j} acceptance_i tokens (the 1 is the correction or bonus).
     """
+    xp = _xp(acceptance)
     k_max = acceptance.shape[1]
-    reach = jnp.cumprod(jnp.clip(acceptance, 0.0, 1.0), axis=1)
-    by_drafts = 1.0 + jnp.concatenate([jnp.zeros_like(reach[:, :1]), jnp.cumsum(reach, axis=1)], axis=1)
-    drafts = jnp.minimum(jnp.arange(k_max + 1)[None, :], available[:, None])
-    return jnp.take_along_axis(by_drafts, drafts, axis=1)
+    reach = xp.cumprod(xp.clip(acceptance, 0.0, 1.0), axis=1)
+    by_drafts = 1.0 + xp.concatenate([xp.zeros_like(reach[:, :1]), xp.cumsum(reach, axis=1)], axis=1)
+    drafts = xp.minimum(xp.arange(k_max + 1)[None, :], available[:, None])
+    return xp.take_along_axis(by_drafts, drafts, axis=1)
 
 
 def round_plan(
@@ -86,15 +99,18 @@ def round_plan(
     every running row, so the decision is the batch's. A round drafting k steps (each row
     min(k, available), what it can actually propose) is taken when its expected tokens per unit
     of cost beat a plain step's (one token per running row) by min_gain; rows that would draft
-    nothing still pay for it and are counted with the one token they get.
+    nothing still pay for it and are counted with the one token they get. NumPy arrays (with
+    `on_host` costs) are planned in NumPy, jax arrays in jax.
     """
+    xp = _xp(acceptance)
     k_max = acceptance.shape[1]
-    num_active = jnp.sum(active)
-    tokens = jnp.sum(jnp.where(active[:, None], expected_tokens(acceptance, available), 0.0), axis=0)
-    speedup = tokens / round_cost(num_active, all_greedy, costs, k_max) / jnp.maximum(num_active, 1)
-    speedup = speedup.at[0].set(min_gain)  # argmax keeps the first maximum: speculate only on a strict gain
-    k = jnp.argmax(speedup).astype(jnp.int32)
-    return jnp.where(active, jnp.minimum(k, available), 0).astype(jnp.int32)
+    num_active = xp.sum(active)
+    tokens = xp.sum(xp.where(active[:, None], expected_tokens(acceptance, available), 0.0), axis=0)
+    speedup = tokens / round_cost(num_active, all_greedy, costs, k_max) / xp.maximum(num_active, 1)
+    # argmax keeps the first maximum: speculate only on a strict gain over a plain step.
+    speedup = xp.where(xp.arange(k_max + 1) == 0, min_gain, speedup)
+    k = xp.argmax(speedup).astype(xp.int32)
+    return xp.where(active, xp.minimum(k, available), 0).astype(xp.int32)
 
 
 def calibrate(
