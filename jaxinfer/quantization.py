@@ -167,8 +167,8 @@ def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
     w3 = int4_rows(q.values).astype(compute).reshape(groups, q.group, q.out_size)
     y = jnp.einsum("mgk,gkn->mgn", x2.reshape(-1, groups, q.group), w3,
                    precision=matmul_precision(x2, w3), preferred_element_type=jnp.float32)
-    # The group sums are float32 whatever the model's dtype: summing them is float32 work too.
-    return jnp.einsum("mgn,gn->mn", y, q.scales.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
+    # Scaling the group sums is a dot too: exact for float32 models, the fast default for bf16 ones.
+    return jnp.einsum("mgn,gn->mn", y, q.scales.astype(jnp.float32), precision=matmul_precision(x2))
 
 
 def _merged_axis(spec: tuple[str | None, ...]) -> str | None:

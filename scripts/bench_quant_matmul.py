@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_decode import measure_copy_bandwidth
+from bench_decode import measure_copy_bandwidth, median_time
 from jaxinfer.quantization import QuantizedWeight, dequantize, int4_rows, quantize, quantized_matmul
 
 Product = Callable[[jax.Array, QuantizedWeight | jax.Array], jax.Array]
@@ -81,16 +79,6 @@ def stored_bytes(w: QuantizedWeight | jax.Array) -> int:
     return sum(leaf.nbytes for leaf in jax.tree.leaves(w))
 
 
-def median_seconds(fn: Callable, x: jax.Array, weights: list, repeats: int) -> float:
-    fn(x, weights).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(x, weights).block_until_ready()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def relative_error(product: Product, x: jax.Array, w: QuantizedWeight | jax.Array) -> float:
     """||product - float64 product|| / ||float64 product|| for one layer."""
     dense = np.asarray(w if not isinstance(w, QuantizedWeight) else dequantize(w), np.float64)
@@ -131,7 +119,8 @@ def main() -> None:
             streamed = sum(stored_bytes(w) for w in weights[fmt])
             for name, product in variants.items():
                 try:
-                    seconds = median_seconds(chain(product), x, weights[fmt], args.repeats)
+                    run = chain(product)
+                    seconds = median_time(lambda: run(x, weights[fmt]).block_until_ready(), args.repeats)
                     err = relative_error(product, x, weights[fmt][0])
                 except Exception as error:  # noqa: BLE001 - one failing formulation must not end the table
                     print(f"{batch:>5} {fmt:>6} {name:>15}  failed: {repr(error)[:100]}")

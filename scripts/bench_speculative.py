@@ -101,11 +101,10 @@ def spec_summary(outputs: list) -> tuple[float | None, float | None, list[float 
     accepted = sum(s["accepted"] for s in stats)
     if not drafted:
         return 0.0, None, None
-    per_row = [s["acceptance_per_position"] for s in stats if s.get("acceptance_per_position")]
-    positions = [
-        None if all(r[i] is None for r in per_row) else float(np.nanmean([np.nan if r[i] is None else r[i] for r in per_row]))
-        for i in range(max(map(len, per_row), default=0))
-    ]
+    rates = np.array([[np.nan if a is None else a for a in s["acceptance_per_position"]] for s in stats], float)
+    measured = np.sum(~np.isnan(rates), axis=0)  # rows that drafted at each position
+    means = np.nansum(rates, axis=0) / np.maximum(measured, 1)
+    positions = [float(m) if n else None for m, n in zip(means, measured)]
     return accepted / drafted, (accepted + passes) / passes, positions
 
 

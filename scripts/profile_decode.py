@@ -40,14 +40,14 @@ def trace_events(trace_file: Path) -> list[dict]:
 
 def device_spans(events: list[dict]) -> list[dict]:
     """Complete events of the device's work: GPU/TPU processes, else the CPU's XLA compute threads."""
-    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name")}
-    processes = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    meta = [e for e in events if e.get("ph") == "M"]
+    processes = {e["pid"]: e["args"]["name"] for e in meta if e.get("name") == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e.get("name") == "thread_name"}
     spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
     on_device = [e for e in spans if processes.get(e["pid"], "").startswith("/device:")]
     if on_device:
         return on_device
-    return [e for e in spans if names.get((e["pid"], e["tid"]), "").startswith(CPU_THREADS)
+    return [e for e in spans if threads.get((e["pid"], e["tid"]), "").startswith(CPU_THREADS)
             and not WRAPPERS.match(e["name"])]
 
 
