@@ -122,9 +122,13 @@ class Layout:
         return jax.device_put(x, self.sharding(x.shape, axes or (None,) * x.ndim))
 
     def put_tree(self, tree: Any) -> Any:
-        """Every leaf of a pytree of host (or single-device) arrays on the devices, replicated over the mesh."""
+        """A pytree of host arrays ready to pass to a program, replicated over the mesh.
+
+        Without a mesh the tree goes as it is: jit's C++ dispatch moves NumPy arguments ~10x
+        faster than `jax.device_put` of the tree (0.5 ms for an engine step's 15 small arrays).
+        """
         if self.mesh is None:
-            return jax.device_put(tree)  # one batched transfer for every leaf
+            return tree
         return jax.tree.map(lambda leaf: self.put(np.asarray(leaf)), tree)
 
     def from_callback(self, shape: tuple[int, ...], dtype: Any, axes: Axes, read: Callable) -> jax.Array:
