@@ -97,11 +97,12 @@ def engine_ids(llm: LLM, params: list[SamplingParams]) -> list[list[int]]:
 
 
 def measures_costs(spec: SpeculativeConfig) -> bool:
-    """Calibrated costs (draft models, CPU default) come from timings: whether they let 2048 rows
-    draft is the machine's call, so only heuristic costs are held to drafting (losslessness is
-    checked either way). The engine's prompt lookup always uses the heuristic."""
-    calibrate = spec.calibrate if spec.calibrate is not None else jax.default_backend() == "cpu"
-    return spec.method == "draft" and spec.adaptive and calibrate
+    """Costs from timings (the static loop's probes, its CPU default; the engine's own step times,
+    prompt lookup's path, unless calibrate=False): whether they let 2048 rows draft is the
+    machine's call, so only heuristic costs are held to drafting (losslessness is checked either way)."""
+    if not spec.adaptive or spec.calibrate is False:
+        return False
+    return bool(spec.calibrate) or spec.method == "ngram" or jax.default_backend() == "cpu"
 
 
 def fit_pvalue(tokens: np.ndarray, probs: np.ndarray) -> float:
@@ -140,7 +141,7 @@ def spec_config(
     [
         (None, False, None, False), ("draft", False, None, False), ("self", False, None, False),
         ("draft", True, False, False), ("draft", False, None, True), ("ngram", False, None, False),
-        ("ngram", True, None, False), ("eagle", False, None, False),
+        ("ngram", True, False, False), ("eagle", False, None, False),
     ],
     ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "draft-in-engine", "ngram-in-engine",
          "ngram-in-engine-adaptive", "eagle-head"],

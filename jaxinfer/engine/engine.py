@@ -155,13 +155,14 @@ class LLMEngine:
         schedule = self.scheduler.schedule()
         touched, self.pending = self.pending, set()
         if not schedule.empty:
-            touched |= self._run_and_apply(schedule, self._build(schedule))
+            started = time.perf_counter()
+            touched |= self._run_and_apply(schedule, self._build(schedule), started)
         return self._collect(touched)
 
     def _build(self, schedule: Schedule) -> HostStep:
         """A verify step when the batch is all decodes and some row drafts, else the plain step."""
         if schedule.all_decode and self.speculator is not None:
-            drafts = self.speculator.plan([row.request for row in schedule.decodes])
+            drafts = self.speculator.plan([row.request for row in schedule.decodes], bucket(len(schedule.decodes)))
             if drafts is not None:
                 return build_verify_step(
                     schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages
@@ -219,7 +220,7 @@ class LLMEngine:
         self.pages = self.draft = None
         self._reset_blocks()
 
-    def _run_and_apply(self, schedule: Schedule, host: HostStep) -> set[str]:
+    def _run_and_apply(self, schedule: Schedule, host: HostStep, started: float) -> set[str]:
         now = time.monotonic()
         for request in host.requests:
             if request is not None and request.timing.first_scheduled is None:
@@ -231,7 +232,21 @@ class LLMEngine:
             return self._fail_step(host, error)
         if host.drafts is not None:
             self._observe_drafts(schedule, host, out)
-        return self._apply(schedule, host, out)
+        touched = self._apply(schedule, host, out)
+        self._time_decode_step(schedule, host, out, time.perf_counter() - started)
+        return touched
+
+    def _time_decode_step(self, schedule: Schedule, host: HostStep, out: StepOutputs, seconds: float) -> None:
+        """An all-decode step's time (scheduling to applied outputs) for the speculation plan."""
+        measured = None if self.speculator is None else self.speculator.measured
+        if measured is None or schedule.prefills:
+            return
+        rows = bucket(len(schedule.decodes))
+        if host.drafts is None:
+            measured.record_plain(rows, seconds, int(np.max(out.counts)))
+        else:
+            draft_steps = int(np.max(host.num_drafts)) if self.draft_spec is not None else 0
+            measured.record_verify(rows, seconds, draft_steps)
 
     def _observe_drafts(self, schedule: Schedule, host: HostStep, out: StepOutputs) -> None:
         """Acceptance per row into the speculator and the vLLM-named counters."""

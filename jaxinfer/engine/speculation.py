@@ -3,8 +3,12 @@
 The engine knows every request's tokens on the host, so the n-gram proposer is a NumPy search
 there (no token buffer on the device). A draft model drafts on the device inside the verify
 step (`batch_draft`); the host plans only how many tokens each row drafts. Each row drafts its own length: a moving average of
-its acceptance and the cost model of `speculative.costs` (verified tokens nearly free until a
-pass holds `verify_saturation_tokens`), so speculation switches itself off as the batch grows.
+its acceptance and a cost model, so speculation switches itself off as the batch grows or where a
+verify step costs more than its accepted tokens save. The cost model is what the engine measured
+of its own steps at this batch size (`step_costs`; unless `calibrate=False`), the heuristic of
+`speculative.costs` until then. After REPROBE_STEPS plain steps in a row at one batch size, one
+verify step drafts what it can: it measures the rows' acceptance and the verify cost again, so a
+request whose text starts repeating (or a machine that got less busy) switches speculation back on.
 Plain sampling features the verify step does not implement (penalties, logprobs) make the
 step run plainly.
 """
@@ -18,10 +22,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from jaxinfer.config import ModelConfig
 from jaxinfer.engine.request import Request
+from jaxinfer.engine.step_costs import StepCosts
 from jaxinfer.models import Weights
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.costs import heuristic_costs, on_host, round_plan
+from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_plan
 from jaxinfer.speculative.stats import SpecMetrics
+
+REPROBE_STEPS = 16  # plain all-decode steps in a row (at one row bucket) before a measuring verify step
 
 
 def ngram_draft(ids: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> np.ndarray:
@@ -64,7 +71,10 @@ class Speculator:
             raise ValueError("method='draft' needs the loaded draft model (and only it does)")
         self.config = config
         # Prompt lookup runs on the host: no draft steps to pay for. NumPy: the plan is made on the host.
-        self.costs = on_host(heuristic_costs(0.0 if draft is None else draft.cost, config))
+        draft_cost = 0.0 if draft is None else draft.cost
+        self.heuristic = on_host(heuristic_costs(draft_cost, config))
+        self.measured = None if config.calibrate is False else StepCosts(draft_cost)
+        self.plain_run: dict[int, int] = {}  # plain steps in a row the plan chose, per row bucket
         self.totals = SpecMetrics(config.num_speculative_tokens)
 
     @property
@@ -72,10 +82,20 @@ class Speculator:
         """Drafts per row at most."""
         return self.config.num_speculative_tokens
 
-    def plan(self, requests: list[Request]) -> list[np.ndarray] | None:
-        """Drafts per request, or None when no row would draft (the step then decodes plainly)."""
+    def costs(self, rows: int) -> CostModel:
+        """The cost model at this row bucket: measured once both kinds of step are timed, else the heuristic."""
+        measured = None if self.measured is None else self.measured.cost_model(rows)
+        return self.heuristic if measured is None else measured
+
+    def plan(self, requests: list[Request], rows: int) -> list[np.ndarray] | None:
+        """Drafts per request, or None when no row would draft (the step then decodes plainly).
+
+        rows: the step's row bucket (costs are measured per bucket).
+        """
         if any(r.params.penalized or r.params.logprobs is not None for r in requests):
             return None
+        if self.config.adaptive and self.measured is not None and self.measured.needs_plain(rows):
+            return None  # verify steps are timed: time plain ones too, which they must beat
         room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, self.k_max)  # never past max_tokens
         config = self.config
         if config.method == "draft":  # placeholders: the draft model fills them on the device
@@ -87,18 +107,26 @@ class Speculator:
                 for r, k in zip(requests, room)
             ]
         if config.adaptive:
-            lengths = self._planned_lengths(requests, np.asarray([len(d) for d in drafts], np.int32))
+            available = np.asarray([len(d) for d in drafts], np.int32)
+            lengths = self._planned_lengths(requests, available, rows)
             drafts = [d[:k] for d, k in zip(drafts, lengths)]
+            if any(available):
+                self.plain_run[rows] = 0 if any(lengths) else self.plain_run.get(rows, 0) + 1
         return drafts if any(len(d) for d in drafts) else None
 
-    def _planned_lengths(self, requests: list[Request], available: np.ndarray) -> np.ndarray:
-        """The batch's round plan from each row's acceptance and what it can draft (all 0: plain)."""
-        initial = self.config.initial_acceptance
-        accept = np.asarray([initial if r.spec_acceptance is None else r.spec_acceptance for r in requests])
+    def _planned_lengths(self, requests: list[Request], available: np.ndarray, rows: int) -> np.ndarray:
+        """The batch's round plan from each row's acceptance and what it can draft (all 0: plain).
+
+        A row not measured yet counts on full acceptance, as in the on-device loop: its first
+        verify step finds out. After REPROBE_STEPS plain steps every row drafts what it can, once.
+        """
+        if self.plain_run.get(rows, 0) >= REPROBE_STEPS:
+            return available
+        accept = np.asarray([1.0 if r.spec_acceptance is None else r.spec_acceptance for r in requests])
         greedy = all(r.params.temperature <= 0 for r in requests)
         return round_plan(
             np.repeat(accept[:, None], self.k_max, axis=1).astype(np.float32), available,
-            np.ones(len(requests), bool), np.bool_(greedy), self.costs, self.config.min_gain,
+            np.ones(len(requests), bool), np.bool_(greedy), self.costs(rows), self.config.min_gain,
         )
 
     def metrics(self) -> dict:
@@ -113,7 +141,8 @@ class Speculator:
         for r, k, n in zip(requests, drafted, accepted):
             if k:
                 rate = n / (n + (n < k))  # n trials passed, and one failed unless all k were accepted
-                old = self.config.initial_acceptance if r.spec_acceptance is None else r.spec_acceptance
+                # The first measurement replaces the initial guess (as in the on-device loop).
+                old = rate if r.spec_acceptance is None else r.spec_acceptance
                 r.spec_acceptance = decay * old + (1 - decay) * rate
         counters = step_counters(drafted, accepted, self.k_max)
         self.totals.add(counters, len(requests))

@@ -25,6 +25,8 @@ class SpeculativeConfig:
     measured on the device once per batch size (a few extra small compiles on first use);
     otherwise draft_cost and verify_saturation_tokens give it. The default calibrates on CPU,
     where each verified token costs real compute, and uses the heuristic on accelerators.
+    The serving engine times its own steps as it runs instead, on every platform (no probes),
+    and plans with those times unless calibrate=False.
     With fallback=True a draft that cannot be used only warns and generation runs plain.
     """
 
@@ -32,7 +34,7 @@ class SpeculativeConfig:
     draft_model: str | None = None
     num_speculative_tokens: int = 4
     adaptive: bool = True
-    calibrate: bool | None = None  # None: measure costs on CPU, where the heuristic is far off
+    calibrate: bool | None = None  # None: probe on CPU (static loop); the engine always times its steps
     ngram_min: int = 1
     ngram_max: int = 3
     # Cost of one draft step relative to one target step; None estimates it from FLOPs.

@@ -1,0 +1,66 @@
+"""What the engine's all-decode steps cost on this machine, timed as they run (host side, NumPy).
+
+The speculation plan weighs a verify step against plain steps. In the engine they are not alike:
+a plain call runs up to `decode_steps` steps on the device per return to the host, a verify step
+returns after one target pass over k_max + 1 tokens per row and pays the host's scheduling,
+lookup and bookkeeping each time. The heuristic cost model (a verify pass costs one plain step)
+misses both, and was measured speculating where it lost: adaptive n-gram at 0.6-0.9x of plain on
+a CPU at batch 4. So the engine times every all-decode step, from scheduling to applied outputs,
+per row bucket, and plans with those times once both kinds are known: round_base is a verify
+step over a plain step (less the draft steps it ran), with no extra per verified token.
+
+The first time of each kind and bucket is dropped (it compiles when the engine was not warmed
+up), and the fastest of the recent ones is used: load from other processes, or a compile for a
+new page-table width, only ever slows a step down, so the minimum is the least disturbed time.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from jaxinfer.speculative.costs import CostModel
+
+WINDOW = 8  # recent steps per kind and row bucket
+
+
+class StepCosts:
+    """Seconds of plain steps and verify steps per row bucket, and the cost model they imply."""
+
+    def __init__(self, draft_cost: float):
+        self.draft_cost = draft_cost  # draft steps relative to a plain step (0 for n-gram lookup)
+        self._plain: dict[int, collections.deque] = {}
+        self._verify: dict[int, collections.deque] = {}
+
+    def record_plain(self, rows: int, seconds: float, steps: int) -> None:
+        """A plain call over `rows` (bucketed) rows that ran `steps` decode steps."""
+        if steps > 0:
+            _add(self._plain, rows, seconds / steps)
+
+    def record_verify(self, rows: int, seconds: float, draft_steps: int) -> None:
+        """A verify step over `rows` rows whose drafts took `draft_steps` draft-model steps."""
+        _add(self._verify, rows, (seconds, draft_steps))
+
+    def needs_plain(self, rows: int) -> bool:
+        """True when verify steps at this row bucket are timed and plain steps not yet."""
+        return _ready(self._verify, rows) and not _ready(self._plain, rows)
+
+    def cost_model(self, rows: int) -> CostModel | None:
+        """The measured cost model at this row bucket (NumPy), or None until both kinds are timed."""
+        if not (_ready(self._plain, rows) and _ready(self._verify, rows)):
+            return None
+        plain = min(list(self._plain[rows])[1:])
+        seconds, draft_steps = min(list(self._verify[rows])[1:])
+        base = max(seconds / plain - draft_steps * self.draft_cost, 1.0)
+        pair = np.full((2,), base, np.float32)
+        return CostModel(pair, np.full((2,), self.draft_cost, np.float32), np.float32(0.0))
+
+
+def _add(times: dict[int, collections.deque], rows: int, value) -> None:
+    times.setdefault(rows, collections.deque(maxlen=WINDOW + 1)).append(value)
+
+
+def _ready(times: dict[int, collections.deque], rows: int) -> bool:
+    """At least one time beyond the first (which may include a compile)."""
+    return len(times.get(rows, ())) >= 2

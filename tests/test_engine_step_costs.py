@@ -1,0 +1,81 @@
+"""The engine's measured step costs and the speculation plan that uses them: a verify step that
+costs more than its accepted tokens save switches prompt lookup off (with a measuring step now
+and then), a cheap one keeps it on, and the outputs equal plain decoding either way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.engine.speculation import REPROBE_STEPS
+from jaxinfer.engine.step_costs import StepCosts
+
+K = 3
+LOOP = [21, 22, 23, 24, 25, 26] * 4  # prompt lookup drafts it all, every draft accepted
+GREEDY = SamplingParams(max_tokens=4 * (REPROBE_STEPS + 8), temperature=0, ignore_eos=True)
+KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2, decode_steps=4, num_pages=32)
+
+
+def test_costs_need_both_kinds_and_drop_each_first_time():
+    costs = StepCosts(draft_cost=0.25)
+    costs.record_plain(4, 9.0, steps=3)  # the first of each kind may be a compile: dropped
+    costs.record_verify(4, 50.0, draft_steps=2)
+    assert costs.cost_model(4) is None and not costs.needs_plain(4)
+    costs.record_verify(4, 0.012, draft_steps=2)
+    assert costs.needs_plain(4) and costs.cost_model(4) is None
+    for seconds in (0.008, 0.006, 0.010):  # 4 steps each: the fastest is 1.5 ms a step
+        costs.record_plain(4, seconds, steps=4)
+    model = costs.cost_model(4)
+    # 12 ms over 1.5 ms is 8 plain steps, less the 2 draft steps at 0.25.
+    np.testing.assert_allclose(model.round_base, [7.5, 7.5])
+    np.testing.assert_allclose(model.per_draft, [0.25, 0.25])
+    assert float(model.verify_per_row) == 0.0
+    assert costs.cost_model(8) is None  # per row bucket
+
+
+def test_a_verify_never_counts_as_cheaper_than_a_plain_step():
+    costs = StepCosts(draft_cost=1.0)
+    for _ in range(2):
+        costs.record_plain(1, 0.004, steps=4)
+        costs.record_verify(1, 0.002, draft_steps=3)
+    assert float(costs.cost_model(1).round_base[0]) == 1.0
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint_dir):
+    return checkpoint_dir("llama3")
+
+
+@pytest.fixture(scope="module")
+def plain_ids(model):
+    llm = LLM(model, dtype="float32", max_seq_len=128, **KNOBS)
+    return llm.generate([LOOP], GREEDY)[0].token_ids
+
+
+def with_costs(model, monkeypatch, verify_steps: float) -> LLM:
+    """An adaptive prompt-lookup engine whose verify step is held at verify_steps plain steps."""
+    llm = LLM(model, dtype="float32", max_seq_len=128, speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=K), **KNOBS)
+    measured = llm.engine.speculator.measured
+    for _ in range(3):
+        measured.record_plain(1, 0.004, steps=4)
+        measured.record_verify(1, 0.001 * verify_steps, draft_steps=0)
+    monkeypatch.setattr(measured, "record_plain", lambda *args, **kwargs: None)
+    monkeypatch.setattr(measured, "record_verify", lambda *args, **kwargs: None)
+    return llm
+
+
+def test_expensive_verify_steps_switch_prompt_lookup_off(model, plain_ids, monkeypatch):
+    """No draft pays for a verify step of 20 plain steps: plain steps run, and after
+    REPROBE_STEPS of them (with something to draft) one measuring step drafts."""
+    llm = with_costs(model, monkeypatch, verify_steps=20)
+    out = llm.generate([LOOP], GREEDY)[0]
+    assert out.token_ids == plain_ids
+    assert 1 <= out.spec_stats["spec_passes"] <= len(plain_ids) // (KNOBS["decode_steps"] * REPROBE_STEPS)
+
+
+def test_cheap_verify_steps_keep_prompt_lookup_on(model, plain_ids, monkeypatch):
+    llm = with_costs(model, monkeypatch, verify_steps=1.0)
+    out = llm.generate([LOOP], GREEDY)[0]
+    assert out.token_ids == plain_ids
+    assert out.spec_stats["spec_passes"] >= 10, out.spec_stats
