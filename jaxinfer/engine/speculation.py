@@ -96,6 +96,9 @@ class Speculator:
             return None
         if self.config.adaptive and self.measured is not None and self.measured.needs_plain(rows):
             return None  # verify steps are timed: time plain ones too, which they must beat
+        if self.config.adaptive and self._cannot_pay(rows) and self.plain_run.get(rows, 0) < REPROBE_STEPS:
+            self.plain_run[rows] = self.plain_run.get(rows, 0) + 1  # no lookup or plan until the reprobe
+            return None
         room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, self.k_max)  # never past max_tokens
         config = self.config
         if config.method == "draft":  # placeholders: the draft model fills them on the device
@@ -108,11 +111,20 @@ class Speculator:
             ]
         if config.adaptive:
             available = np.asarray([len(d) for d in drafts], np.int32)
+            if not any(available):
+                return None
             lengths = self._planned_lengths(requests, available, rows)
             drafts = [d[:k] for d, k in zip(drafts, lengths)]
-            if any(available):
-                self.plain_run[rows] = 0 if any(lengths) else self.plain_run.get(rows, 0) + 1
+            self.plain_run[rows] = 0 if any(lengths) else self.plain_run.get(rows, 0) + 1
         return drafts if any(len(d) for d in drafts) else None
+
+    def _cannot_pay(self, rows: int) -> bool:
+        """True when even every draft accepted would not beat plain steps at this bucket's costs
+        (the per-step lookup and plan, ~1 ms on a CPU, are then skipped)."""
+        costs, k = self.costs(rows), np.arange(self.k_max + 1)
+        extra = self.k_max * min(float(costs.verify_per_row) * rows, 1.0)  # round_plan counts running rows
+        cheapest = np.min(costs.round_base) + extra + k * np.min(costs.per_draft)
+        return bool(np.max((k[1:] + 1) / cheapest[1:]) < self.config.min_gain)
 
     def _planned_lengths(self, requests: list[Request], available: np.ndarray, rows: int) -> np.ndarray:
         """The batch's round plan from each row's acceptance and what it can draft (all 0: plain).
