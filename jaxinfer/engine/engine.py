@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxinfer import paged_kv_cache, steps
+from jaxinfer import steps
 from jaxinfer.batch_step import RowSampling, StepInputs, StepOutputs
 from jaxinfer.batch_verify import Drafts
 from jaxinfer.cache_spec import CacheSpec
@@ -26,9 +26,10 @@ from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.config import EngineConfig
 from jaxinfer.engine.memory_maps import MAX_MAP_COUNT, map_headroom, warmup_may_continue
 from jaxinfer.engine.metrics import EngineMetrics, snapshot
+from jaxinfer.engine.pools import new_pools, pool_size
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.postprocess import append_token
-from jaxinfer.engine.request import Request, Status
+from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.validate import check_prompt, encode_prompt
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
@@ -78,12 +79,8 @@ class LLMEngine:
         cache_spec = CacheSpec() if cache_spec is None else cache_spec
         self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
         self.default_params = default_params or SamplingParams()
-        # What one device holds of a page: the pools are split by kv heads over tp.
-        kv_parts = cache_spec.mesh_layout.parts((model_config.num_kv_heads,), ("kv_heads",))
-        page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype) // kv_parts
-        if draft is not None:  # the draft's pool has as many pages (same ids)
-            page_bytes += paged_kv_cache.page_bytes(draft.cfg, config.page_size, dtype, cache_spec.kv_dtype)
-        num_pages = config.resolve_num_pages(page_bytes, free_device_bytes())
+        draft_cfg = None if draft is None else draft.cfg
+        num_pages = pool_size(config, model_config, draft_cfg, dtype, cache_spec)
         self.pages, self.draft = self._new_pools(num_pages)
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching)
         self.scheduler = Scheduler(
@@ -368,19 +365,8 @@ class LLMEngine:
         self.scheduler.blocks = self.blocks
 
     def _new_pools(self, num_pages: int) -> tuple[PagedKVCache, DraftModel | None]:
-        """The target's page pool and, when speculating with a draft model, the draft's."""
-        draft = None
-        if self.draft_spec is not None:
-            pool = self._new_pool(self.draft_spec.cfg, num_pages)
-            draft = DraftModel(pool, self.draft_spec.cfg, self.model_config.vocab_size)
-        return self._new_pool(self.model_config, num_pages), draft
-
-    def _new_pool(self, cfg: ModelConfig, num_pages: int) -> PagedKVCache:
-        spec = self.cache_spec
-        return paged_kv_cache.init_page_pool(
-            cfg, num_pages, self.config.page_size, self.dtype, spec.kv_dtype,
-            spec.attention_backend, spec.interpret, spec.cpu_kernels, spec.mesh_layout,
-        )
+        draft_cfg = None if self.draft_spec is None else self.draft_spec.cfg
+        return new_pools(self.model_config, draft_cfg, num_pages, self.config.page_size, self.dtype, self.cache_spec)
 
     def _collect(self, touched: set[str]) -> list[RequestOutput]:
         outputs = []
@@ -392,14 +378,3 @@ class LLMEngine:
                 del self.groups[request_id]
         return outputs
 
-
-def free_device_bytes() -> int | None:
-    """Unused memory of this process's first device (the least over all processes, so every
-    process sizes the same pool), or None where jax does not report it (CPU)."""
-    stats = jax.local_devices()[0].memory_stats()
-    free = int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)) if stats and "bytes_limit" in stats else -1
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        free = int(np.min(multihost_utils.process_allgather(np.int64(free))))
-    return None if free < 0 else free

@@ -25,7 +25,7 @@ from jaxinfer.engine.request import Request
 from jaxinfer.engine.step_costs import StepCosts
 from jaxinfer.models import Weights
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_plan
+from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_cost, round_plan
 from jaxinfer.speculative.stats import SpecMetrics
 
 REPROBE_STEPS = 16  # plain all-decode steps in a row (at one row bucket) before a measuring verify step
@@ -122,8 +122,7 @@ class Speculator:
         """True when even every draft accepted would not beat plain steps at this bucket's costs
         (the per-step lookup and plan, ~1 ms on a CPU, are then skipped)."""
         costs, k = self.costs(rows), np.arange(self.k_max + 1)
-        extra = self.k_max * min(float(costs.verify_per_row) * rows, 1.0)  # round_plan counts running rows
-        cheapest = np.min(costs.round_base) + extra + k * np.min(costs.per_draft)
+        cheapest = np.minimum(*(round_cost(rows, np.bool_(greedy), costs, self.k_max) for greedy in (True, False)))
         return bool(np.max((k[1:] + 1) / cheapest[1:]) < self.config.min_gain)
 
     def _planned_lengths(self, requests: list[Request], available: np.ndarray, rows: int) -> np.ndarray:

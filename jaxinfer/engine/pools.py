@@ -1,0 +1,59 @@
+"""The engine's page pools: how many pages fit, and the target's (and a draft model's) pool.
+
+The draft's pool has as many pages as the target's (same page ids, so the block manager's
+allocation, prefix sharing and preemption hold for both). One device holds its share of a
+page: the pools are split by kv heads over tp.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxinfer import paged_kv_cache
+from jaxinfer.cache_spec import CacheSpec
+from jaxinfer.config import ModelConfig
+from jaxinfer.engine.config import EngineConfig
+from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.step_forward import DraftModel
+
+
+def pool_size(
+    config: EngineConfig, model_config: ModelConfig, draft_cfg: ModelConfig | None, dtype: jnp.dtype,
+    cache_spec: CacheSpec,
+) -> int:
+    """Pages in the pool (target and draft together), from the knobs and the device's free memory."""
+    kv_parts = cache_spec.mesh_layout.parts((model_config.num_kv_heads,), ("kv_heads",))
+    page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype) // kv_parts
+    if draft_cfg is not None:
+        page_bytes += paged_kv_cache.page_bytes(draft_cfg, config.page_size, dtype, cache_spec.kv_dtype)
+    return config.resolve_num_pages(page_bytes, free_device_bytes())
+
+
+def new_pools(
+    model_config: ModelConfig, draft_cfg: ModelConfig | None, num_pages: int, page_size: int, dtype: jnp.dtype,
+    cache_spec: CacheSpec,
+) -> tuple[PagedKVCache, DraftModel | None]:
+    """The target's page pool and, when speculating with a draft model, the draft's."""
+
+    def pool(cfg: ModelConfig) -> PagedKVCache:
+        return paged_kv_cache.init_page_pool(
+            cfg, num_pages, page_size, dtype, cache_spec.kv_dtype,
+            cache_spec.attention_backend, cache_spec.interpret, cache_spec.cpu_kernels, cache_spec.mesh_layout,
+        )
+
+    draft = None if draft_cfg is None else DraftModel(pool(draft_cfg), draft_cfg, model_config.vocab_size)
+    return pool(model_config), draft
+
+
+def free_device_bytes() -> int | None:
+    """Unused memory of this process's first device (the least over all processes, so every
+    process sizes the same pool), or None where jax does not report it (CPU)."""
+    stats = jax.local_devices()[0].memory_stats()
+    free = int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)) if stats and "bytes_limit" in stats else -1
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        free = int(np.min(multihost_utils.process_allgather(np.int64(free))))
+    return None if free < 0 else free
