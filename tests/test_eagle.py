@@ -208,3 +208,20 @@ def test_demo_head_is_exact_and_accepted():
     llm = LLM(dtype="float32", max_seq_len=128, speculative=spec)
     assert [o.token_ids for o in llm.generate(prompts, params)] == plain
     assert llm.metrics()["acceptance_rate"] > 0.35, llm.metrics()
+
+
+def test_demo_head_drafts_again_after_plain_steps():
+    """Rounds priced so that only a lone running row pays: the batch decodes plainly until the short
+    requests end, then the head drafts from the features those plain steps handed it (features of
+    the wrong positions would accept almost nothing)."""
+    head = DEMO_MODEL.parent / "eagle"
+    prompts = ["def fibonacci(n):\n", "import os\n", "class Point:\n"]
+    params = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (48, 12, 12)]
+    plain = [o.token_ids for o in LLM(dtype="float32", max_seq_len=128).generate(prompts, params)]
+    spec = SpeculativeConfig(method="eagle", draft_model=str(head), num_speculative_tokens=4, draft_cost=0.0,
+                             verify_saturation_tokens=2, calibrate=False)
+    llm = LLM(dtype="float32", max_seq_len=128, speculative=spec)
+    outs = llm.generate(prompts, params)
+    assert [o.token_ids for o in outs] == plain
+    assert outs[0].spec_stats["spec_passes"] >= 1 and all(o.spec_stats["spec_passes"] == 0 for o in outs[1:])
+    assert llm.metrics()["acceptance_rate"] > 0.2, llm.metrics()  # 0.42 here; 0.0 with stale features

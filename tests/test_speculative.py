@@ -198,6 +198,20 @@ def test_large_batch_cost_switches_to_plain(models, plain):
     assert llm.metrics()["spec_passes"] == 0
 
 
+def test_draft_catches_up_after_plain_steps(models, plain):
+    """Verification priced so that only a lone running row pays for a round: the batch decodes
+    plainly until one row is left, then the draft cache catches up with those plain steps (the
+    self-draft is exact again: every draft accepted)."""
+    spec = dict(num_speculative_tokens=K, draft_cost=0.0, verify_saturation_tokens=2, calibrate=False)
+    llm = make_llm(models, draft_model=str(models["target"]), **spec)
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == plain
+    longest = outs[0].spec_stats  # 24 tokens: the last row running
+    assert longest["spec_passes"] >= 1 and longest["target_passes"] > longest["spec_passes"] + 8, longest
+    assert all(o.spec_stats["spec_passes"] == 0 for o in outs[1:])
+    assert llm.metrics()["acceptance_rate"] == 1.0, llm.metrics()
+
+
 def test_low_acceptance_turns_speculation_off(models, plain):
     spec = dict(num_speculative_tokens=K, draft_cost=0.3, calibrate=False)
     llm = make_llm(models, draft_model=str(models["draft"]), **spec)

@@ -7,7 +7,10 @@ positions ending at L-2 (after a round that accepted n drafts, the n+1 verified 
 target just ran; after the prefill, the prompt's last position). Each round first feeds them in
 one head pass (their K/V replaces what the chain wrote there from predicted features), then runs
 the chain on its own predictions. Entries the head wrote past a sequence's end are overwritten
-before any query can see them, as in the target's cache.
+before any query can see them, as in the target's cache. Plain decode steps (target only) append
+their feature to the pending ones, which keep the newest K+1: after a longer run of plain steps
+the positions before those keep what the head last wrote there (drafts stay exact, only
+acceptance can suffer).
 """
 
 from __future__ import annotations
@@ -77,6 +80,20 @@ class EagleProposer:
     def available(self, params: Any, state: DecodeState, pstate: Any, k: int) -> jax.Array:
         """A head can always propose k tokens."""
         return jnp.full(state.lengths.shape, k, jnp.int32)
+
+    def after_plain(self, params: Any, pstate: EagleState, features: jax.Array) -> EagleState:
+        """The plain step's feature [B, 1, F] (position L-1, the new L-2) joins the pending ones (the newest K+1 kept)."""
+        width = pstate.features.shape[1]
+        full = (pstate.count >= width)[:, None, None]
+        kept = jnp.where(full, jnp.roll(pstate.features, -1, axis=1), pstate.features)
+        slot = jnp.minimum(pstate.count, width - 1)
+        rows = jnp.arange(slot.shape[0])
+        pending = kept.at[rows, slot].set(features[:, 0].astype(kept.dtype))
+        return EagleState(pstate.cache, pending, jnp.minimum(pstate.count + 1, width))
+
+    def resync(self, params: Any, state: DecodeState, pstate: EagleState, since: jax.Array) -> EagleState:
+        """Nothing to do: the pending features are fed by the next `propose`."""
+        return pstate
 
     def propose(
         self, params: EagleParams, state: DecodeState, pstate: EagleState, k: int, steps: jax.Array

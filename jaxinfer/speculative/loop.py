@@ -18,10 +18,11 @@ import jax.numpy as jnp
 
 from jaxinfer.config import ModelConfig
 from jaxinfer.generation import DecodeState, append_tokens
-from jaxinfer.models import Weights, forward, lm_logits
+from jaxinfer.models import Weights, lm_logits
 from jaxinfer.sampling import sample
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.costs import PROBE_ITERATIONS, CostModel, heuristic_costs, round_plan
+from jaxinfer.speculative.features import target_forward
 from jaxinfer.speculative.proposers import Proposer
 from jaxinfer.speculative.rejection import Verdict, draw, position_keys, sampled_logprobs, verify
 from jaxinfer.speculative.stats import SpecCounters, zero_counters
@@ -34,7 +35,6 @@ class Adaptation:
 
     acceptance: jax.Array  # [B, K] float32 moving average of P(draft i accepted | drafts before it were)
     observed: jax.Array  # [B, K] int32 rounds that measured it (the first ones replace the prior)
-    plain_only: jax.Array  # [] bool: a stateful proposer missed a plain step; stay plain
 
 
 @jax.tree_util.register_dataclass
@@ -97,7 +97,7 @@ def speculative_decode(
         return ~jnp.all(s.decode.done)
 
     def wants_spec(s: SpecState) -> jax.Array:
-        return jnp.any(s.plan > 0) & ~s.adapt.plain_only
+        return jnp.any(s.plan > 0)
 
     def spec_round(s: SpecState) -> SpecState:
         s = _spec_round(weights, draft_params, s, cfg, proposer, spec)
@@ -108,9 +108,13 @@ def speculative_decode(
         return _replan(draft_params, s, costs, proposer, spec)
 
     # Runs of plain steps and runs of speculative rounds as two inner while loops rather than a
-    # lax.cond per round: XLA copies the whole KV cache into and out of a conditional.
+    # lax.cond per round: XLA copies the whole KV cache into and out of a conditional. Between
+    # them a stateful proposer catches up with what the plain steps appended.
     def segment(s: SpecState) -> SpecState:
+        since = s.decode.lengths
         s = jax.lax.while_loop(lambda s: running(s) & ~wants_spec(s), plain_round, s)
+        pstate = proposer.resync(draft_params, s.decode, s.proposer_state, since)
+        s = dataclasses.replace(s, proposer_state=pstate)
         return jax.lax.while_loop(lambda s: running(s) & wants_spec(s), spec_round, s)
 
     carry = jax.lax.while_loop(running, segment, carry)
@@ -127,7 +131,7 @@ def initial_state(
     prior = no_prior(spec) if prior is None else prior
     batch, k = state.lengths.shape[0], spec.num_speculative_tokens
     acceptance = jnp.broadcast_to(prior.acceptance[None, :], (batch, k))
-    adapt = Adaptation(acceptance, jnp.full((batch, k), prior.observed, jnp.int32), jnp.asarray(False))
+    adapt = Adaptation(acceptance, jnp.full((batch, k), prior.observed, jnp.int32))
     no_plan = jnp.zeros((batch,), jnp.int32)
     return SpecState(state, proposer_state, adapt, zero_counters(batch, k), no_plan, no_plan)
 
@@ -224,7 +228,8 @@ def _plain_round(
     proposer: Proposer,
     spec: SpeculativeConfig,
 ) -> SpecState:
-    """An ordinary decode step; a stateful proposer's cache misses it, so it stays off afterwards.
+    """An ordinary decode step; a stateful proposer sees its features (`after_plain`) and catches
+    up on its tokens when speculation resumes (`resync`).
 
     A stateless proposer's first draft is scored against this step's distribution for free, so
     its acceptance estimate stays current while the loop decodes plainly.
@@ -232,9 +237,11 @@ def _plain_round(
     d = s.decode
     rows = jnp.arange(d.lengths.shape[0])
     positions = d.lengths - 1
-    hidden, cache = forward(weights, d.tokens[rows, positions][:, None], positions[:, None], d.cache, cfg)
+    tokens = d.tokens[rows, positions][:, None]
+    hidden, features, cache = target_forward(weights, tokens, positions[:, None], d.cache, cfg, proposer.feature_layers)
     logits = lm_logits(weights, hidden[:, 0])
-    adapt = dataclasses.replace(s.adapt, plain_only=s.adapt.plain_only | proposer.stateful)
+    pstate = proposer.after_plain(draft_params, s.proposer_state, features)
+    adapt = s.adapt
     if spec.adaptive and not proposer.stateful:
         # The same draw as sampling.sample (same keys, same processed distribution), which also
         # scores the proposer's first draft for free.
@@ -253,7 +260,7 @@ def _plain_round(
         target_passes=c.target_passes + (~d.done).astype(jnp.int32),
         emitted=c.emitted + decode.lengths - d.lengths,
     )
-    return dataclasses.replace(s, decode=decode, adapt=adapt, counters=counters)
+    return dataclasses.replace(s, decode=decode, proposer_state=pstate, adapt=adapt, counters=counters)
 
 
 def _count_round(

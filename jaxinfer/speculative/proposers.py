@@ -21,6 +21,8 @@ from jaxinfer.models import Weights, forward, lm_logits
 from jaxinfer.sharding import Layout
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, one_hot_logprobs, position_keys, sampled_logprobs
 
+RESYNC_CHUNK = 16  # tokens per draft forward when a draft model catches up after plain steps
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
@@ -35,8 +37,8 @@ class Proposal:
 class Proposer(Protocol):
     """What the speculative loop needs from a source of draft tokens."""
 
-    # True when the proposer keeps a cache that must see every token: after a plain step
-    # (target only) it is out of date, so the loop stays plain for the rest of the call.
+    # True when the proposer keeps a cache that must see every token: plain steps (target only)
+    # leave it behind, and `after_plain` / `resync` bring it up to date before the next round.
     stateful: bool
     # Cost of drafting one token relative to one target decode step (adaptive k uses it).
     draft_cost: float
@@ -64,6 +66,14 @@ class Proposer(Protocol):
         """How many tokens [B] int32 (<= k) the proposer can draft for each sequence now."""
         ...
 
+    def after_plain(self, params: Any, pstate: Any, features: jax.Array) -> Any:
+        """State after a plain decode step whose target features [B, 1, F] the step computed."""
+        ...
+
+    def resync(self, params: Any, state: DecodeState, pstate: Any, since: jax.Array) -> Any:
+        """State caught up with the tokens plain steps appended since the sequences held `since` [B]."""
+        ...
+
     def propose(self, params: Any, state: DecodeState, pstate: Any, k: int, steps: jax.Array) -> Proposal:
         """Draft up to k tokens per sequence; `steps` [] bounds the work this round (the longest plan).
 
@@ -82,7 +92,9 @@ class DraftModelProposer:
 
     Cache invariant: positions 0..length-3 are valid, so each round first feeds the two newest
     tokens (positions length-2 and length-1). That keeps the cache complete whether the round
-    ended in a rejection or accepted all k drafts, without an extra draft step per round.
+    ended in a rejection or accepted all k drafts, without an extra draft step per round. Plain
+    steps skip the draft (it would cost a draft step each); `resync` feeds what they appended
+    in chunks of RESYNC_CHUNK tokens when speculation resumes.
     """
 
     cfg: ModelConfig
@@ -111,6 +123,30 @@ class DraftModelProposer:
     def available(self, params: Any, state: DecodeState, pstate: Any, k: int) -> jax.Array:
         """A draft model can always propose k tokens."""
         return jnp.full(state.lengths.shape, k, jnp.int32)
+
+    def after_plain(self, params: Any, pstate: Any, features: jax.Array) -> Any:
+        """Nothing per plain step: `resync` catches up once speculation resumes."""
+        return pstate
+
+    def resync(self, params: Any, state: DecodeState, pstate: Any, since: jax.Array) -> Any:
+        """Feed positions since-2 .. length-3 (what plain steps appended) to the draft cache.
+
+        Chunk slots past a row's range get position -1: their K/V is dropped and they attend to nothing.
+        """
+        rows = jnp.arange(state.lengths.shape[0])[:, None]
+        first = jnp.maximum(since - 2, 0)
+        stop = jnp.maximum(state.lengths - 2, first)  # exclusive
+        last_slot = state.tokens.shape[1] - 1
+
+        def chunk(carry: tuple) -> tuple:
+            offset, cache = carry
+            positions = (first + offset)[:, None] + jnp.arange(RESYNC_CHUNK, dtype=jnp.int32)[None, :]
+            tokens = state.tokens[rows, jnp.minimum(positions, last_slot)]
+            _, cache = forward(params, tokens, jnp.where(positions < stop[:, None], positions, -1), cache, self.cfg)
+            return offset + RESYNC_CHUNK, cache
+
+        carry = (jnp.int32(0), pstate)
+        return jax.lax.while_loop(lambda c: jnp.any(first + c[0] < stop), chunk, carry)[1]
 
     def propose(self, params: Any, state: DecodeState, pstate: Any, k: int, steps: jax.Array) -> Proposal:
         """`steps` (<= k) autoregressive draft steps, each token drawn from the processed draft distribution.
@@ -189,6 +225,14 @@ class NgramProposer:
     def available(self, params: Any, state: DecodeState, pstate: Any, k: int) -> jax.Array:
         """Tokens that follow the chosen match (0 where nothing matches)."""
         return self.lookup(state.tokens, state.lengths, k)[1]
+
+    def after_plain(self, params: Any, pstate: Any, features: jax.Array) -> Any:
+        """Stateless."""
+        return pstate
+
+    def resync(self, params: Any, state: DecodeState, pstate: Any, since: jax.Array) -> Any:
+        """Stateless: lookup reads the token buffer."""
+        return pstate
 
     def propose(self, params: Any, state: DecodeState, pstate: Any, k: int, steps: jax.Array) -> Proposal:
         """The continuation of the chosen match, as one-hot distributions (lookup is cheap: steps unused)."""
