@@ -12,7 +12,11 @@ and prompt lookup only support batch 1, so their batch-4 rows run the four promp
     python scripts/bench_speculative.py --workload edit --methods plain ngram --no-hf   # code editing
     python scripts/bench_speculative.py --target T --draft D --eagle E --out results/x.json
 
-Speculative rows also print the acceptance at each draft position (accepted / drafted there).
+Speculative rows also print the acceptance at each draft position (accepted / drafted there), the
+cost of a draft step and of a verify pass in plain decode steps as the loop priced them (measured
+on the device when it calibrates, the heuristic otherwise), the ideal speedup those imply (tokens
+per verify pass over the cost of a round) and the achieved speedup as a fraction of the best an
+adaptive loop can do, max(ideal, 1): where rounds cannot pay it should decode plainly.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig  # noqa: E402
+from jaxinfer.engine.step_builder import bucket  # noqa: E402
+from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_cost  # noqa: E402
 
 DEMO = ROOT / "jaxinfer" / "assets" / "demo"
 PROMPTS = [
@@ -69,6 +75,10 @@ class Row:
     acceptance_rate: float | None = None
     mean_accepted_length: float | None = None
     acceptance_per_position: list[float | None] | None = None
+    draft_step_cost: float | None = None  # plain decode steps
+    verify_cost: float | None = None  # plain decode steps, a round that drafts nothing
+    ideal_speedup: float | None = None  # tokens per verify pass / (verify + draft steps per pass * draft step)
+    cost_source: str = ""
     note: str = ""
 
     @property
@@ -108,6 +118,35 @@ def spec_summary(outputs: list) -> tuple[float | None, float | None, list[float 
     return accepted / drafted, (accepted + passes) / passes, positions
 
 
+def round_costs(llm: LLM, greedy: bool, batch: int) -> tuple[CostModel, str]:
+    """The cost model the loop planned this batch with, and whether it was measured or the heuristic."""
+    if llm.speculative is not None and llm.speculative.enabled:  # the static loop (draft model, EAGLE head)
+        measured = llm.speculative.costs.get(batch)
+        if measured is not None:
+            return measured, "measured"
+        return heuristic_costs(llm.speculative.proposer.draft_cost, llm.speculative.config), "heuristic"
+    speculator = llm.engine.speculator  # the engine (prompt lookup)
+    rows = bucket(batch)
+    measured = None if speculator.measured is None else speculator.measured.cost_model(rows)
+    return speculator.costs(rows), "measured" if measured is not None else "heuristic"
+
+
+def priced_row(row: Row, llm: LLM, outputs: list, k: int, greedy: bool) -> Row:
+    """The row with its draft-step and verify-pass costs and the ideal speedup they imply."""
+    costs, source = round_costs(llm, greedy, row.batch)
+    stats = [o.spec_stats for o in outputs if o.spec_stats]
+    passes = sum(s["spec_passes"] for s in stats)
+    per_round = np.asarray(round_cost(row.batch, np.bool_(greedy), on_host(costs), k), np.float64)
+    mode = 0 if greedy else 1
+    draft_step, verify = float(np.asarray(costs.per_draft)[mode]), float(per_round[0])
+    ideal = None
+    if passes and row.mean_accepted_length is not None:
+        steps = sum(s["drafted"] for s in stats) / passes  # draft steps per verify pass (batch 1: exact)
+        ideal = row.mean_accepted_length / (verify + steps * draft_step)
+    return dataclasses.replace(row, draft_step_cost=draft_step, verify_cost=verify, ideal_speedup=ideal,
+                               cost_source=source)
+
+
 def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> list[Row]:
     """Plain, draft-model and n-gram speculative decoding in jaxinfer, for every mode and batch."""
     engines = {
@@ -137,8 +176,10 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
             runs = {name: functools.partial(llm.generate, prompts[:batch], params) for name, llm in llms.items()}
             for engine, (seconds, outs) in best_times(runs, args.repeats).items():
                 rate, length, positions = spec_summary(outs) if engines[engine] else (None, None, None)
-                rows.append(Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), seconds, rate, length,
-                                positions))
+                row = Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), seconds, rate, length, positions)
+                if engines[engine]:
+                    row = priced_row(row, llms[engine], outs, args.k, temperature == 0)
+                rows.append(row)
                 print(f"  {engine:16s} {mode:7s} b={batch}: {rows[-1].tokens_per_s:8.1f} tok/s", flush=True)
     return rows
 
@@ -239,15 +280,19 @@ def print_table(rows: list[Row]) -> None:
     """Rows grouped by mode and batch, with the speedup over jaxinfer plain."""
     plain = {(r.mode, r.batch): r.tokens_per_s for r in rows if r.engine == "jaxinfer plain"}
     header = ["mode".ljust(7), "batch".rjust(5), " engine".ljust(18), "tok/s".rjust(8), "vs plain".rjust(8)]
-    print("\n" + " ".join(header + ["accept".rjust(7), "mean len".rjust(8), " per position / note"]))
+    costs = ["draft".rjust(6), "verify".rjust(6), "ideal".rjust(6), "of best".rjust(8)]
+    print("\n" + " ".join(header + ["accept".rjust(7), "mean len".rjust(8)] + costs + [" per position / note"]))
     for r in sorted(rows, key=lambda r: (list(MODES).index(r.mode), r.batch)):
         base = plain.get((r.mode, r.batch))
         vs = f"{r.tokens_per_s / base:7.2f}x" if base else ""
         acc = f"{r.acceptance_rate:7.2f}" if r.acceptance_rate is not None else ""
         mean = f"{r.mean_accepted_length:8.2f}" if r.mean_accepted_length is not None else ""
+        priced = [f"{c:6.2f}" if c is not None else "" for c in (r.draft_step_cost, r.verify_cost, r.ideal_speedup)]
+        of_ideal = f"{r.tokens_per_s / base / max(r.ideal_speedup, 1.0):7.0%}" if base and r.ideal_speedup else ""
         positions = " ".join("-" if a is None else f"{a:.2f}" for a in r.acceptance_per_position or [])
-        print(f"{r.mode:7s} {r.batch:5d}  {r.engine:17s} {r.tokens_per_s:8.1f} {vs:>8s} {acc:>7s} {mean:>8s}  "
-              f"{positions or r.note}")
+        note = f"{positions} ({r.cost_source} costs)" if r.cost_source else positions or r.note
+        print(f"{r.mode:7s} {r.batch:5d}  {r.engine:17s} {r.tokens_per_s:8.1f} {vs:>8s} {acc:>7s} {mean:>8s} "
+              f"{' '.join(f'{c:>6s}' for c in priced)} {of_ideal:>8s}  {note}")
 
 
 def main() -> None:
