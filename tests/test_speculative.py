@@ -221,6 +221,18 @@ def test_low_acceptance_turns_speculation_off(models, plain):
     assert m["acceptance_rate"] < 0.3 and m["spec_passes"] < m["target_passes"] / 3
 
 
+def test_failed_draft_model_is_measured_again_after_plain_steps(models):
+    """A draft model is measured only in rounds: after 32 plain steps in a row one round drafts
+    again (then after 64, ...), so a bad first round does not end speculation for the call."""
+    params = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
+    expected = make_llm(models).generate(PROMPTS[:1], params)[0].token_ids
+    spec = dict(num_speculative_tokens=K, draft_cost=0.3, calibrate=False)
+    out = make_llm(models, draft_model=str(models["draft"]), **spec).generate(PROMPTS[:1], params)[0]
+    assert out.token_ids == expected
+    # The first round (unmeasured: full acceptance assumed) and one re-measuring round, both rejected.
+    assert out.spec_stats["spec_passes"] == 2 and out.spec_stats["accepted"] == 0, out.spec_stats
+
+
 def test_vocabulary_mismatch_warns_and_decodes_plainly(models, plain):
     with pytest.warns(SpeculativeFallbackWarning, match="larger vocabulary"):
         llm = make_llm(models, draft_model=str(models["big_vocab"]))

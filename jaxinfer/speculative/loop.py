@@ -28,6 +28,8 @@ from jaxinfer.speculative.rejection import Verdict, draw, position_keys, sampled
 from jaxinfer.speculative.stats import SpecCounters, zero_counters
 from jaxinfer.speculative.verify import accepted_run, append_run, verify_forward
 
+REPROBE_PLAIN_STEPS = 32  # plain steps in a row before a stateful proposer's first measuring round
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Adaptation:
@@ -35,6 +37,8 @@ class Adaptation:
 
     acceptance: jax.Array  # [B, K] float32 moving average of P(draft i accepted | drafts before it were)
     observed: jax.Array  # [B, K] int32 rounds that measured it (the first ones replace the prior)
+    plain_run: jax.Array  # [] int32 plain steps since the last round
+    reprobe_after: jax.Array  # [] int32 plain steps in a row after which a stateful proposer drafts once
 
 
 @jax.tree_util.register_dataclass
@@ -131,7 +135,8 @@ def initial_state(
     prior = no_prior(spec) if prior is None else prior
     batch, k = state.lengths.shape[0], spec.num_speculative_tokens
     acceptance = jnp.broadcast_to(prior.acceptance[None, :], (batch, k))
-    adapt = Adaptation(acceptance, jnp.full((batch, k), prior.observed, jnp.int32))
+    observed = jnp.full((batch, k), prior.observed, jnp.int32)
+    adapt = Adaptation(acceptance, observed, jnp.int32(0), jnp.int32(REPROBE_PLAIN_STEPS))
     no_plan = jnp.zeros((batch,), jnp.int32)
     return SpecState(state, proposer_state, adapt, zero_counters(batch, k), no_plan, no_plan)
 
@@ -192,9 +197,25 @@ def _replan(
         unmeasured = (s.adapt.observed[:, :1] == 0)
         acceptance = jnp.where(unmeasured, 1.0, s.adapt.acceptance)
         plan = round_plan(acceptance, available, active, greedy, costs, spec.min_gain)
+        if proposer.stateful:
+            plan, adapt = _reprobe(s.adapt, plan, jnp.where(active, available, 0))
+            s = dataclasses.replace(s, adapt=adapt)
     else:
         plan = jnp.where(active, available, 0)
     return dataclasses.replace(s, plan=plan, available=available)
+
+
+def _reprobe(adapt: Adaptation, plan: jax.Array, everything: jax.Array) -> tuple[jax.Array, Adaptation]:
+    """The plan, or drafting `everything` the rows can when a stateful proposer's run of plain steps
+    is due a measuring round (it is measured only in rounds); each such round doubles the run that
+    earns the next, a bounded overhead where drafts keep failing, while one unlucky round no
+    longer ends speculation for the rest of the call."""
+    due = (adapt.plain_run >= adapt.reprobe_after) & ~jnp.any(plan > 0)
+    adapt = dataclasses.replace(
+        adapt, plain_run=jnp.where(due, 0, adapt.plain_run),
+        reprobe_after=jnp.where(due, 2 * adapt.reprobe_after, adapt.reprobe_after),
+    )
+    return jnp.where(due, everything, plan), adapt
 
 
 def _spec_round(
@@ -217,6 +238,7 @@ def _spec_round(
     pstate = proposer.after_verify(draft_params, proposal.state, hidden, verdict.num_accepted)
     counters = _count_round(s.counters, s.plan, verdict.num_accepted, emitted, active)
     adapt = _observe(s.adapt, verdict, jnp.minimum(s.available, steps), active, spec)
+    adapt = dataclasses.replace(adapt, plain_run=jnp.int32(0))
     return dataclasses.replace(s, decode=decode, proposer_state=pstate, adapt=adapt, counters=counters)
 
 
@@ -241,7 +263,7 @@ def _plain_round(
     hidden, features, cache = target_forward(weights, tokens, positions[:, None], d.cache, cfg, proposer.feature_layers)
     logits = lm_logits(weights, hidden[:, 0])
     pstate = proposer.after_plain(draft_params, s.proposer_state, features)
-    adapt = s.adapt
+    adapt = dataclasses.replace(s.adapt, plain_run=s.adapt.plain_run + 1)
     if spec.adaptive and not proposer.stateful:
         # The same draw as sampling.sample (same keys, same processed distribution), which also
         # scores the proposer's first draft for free.
