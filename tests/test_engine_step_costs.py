@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
-from jaxinfer.engine.speculation import REPROBE_STEPS
+from jaxinfer.engine.request import Request
+from jaxinfer.engine.speculation import REPROBE_STEPS, Speculator
 from jaxinfer.engine.step_costs import StepCosts
 
 K = 3
@@ -40,6 +41,32 @@ def test_a_verify_never_counts_as_cheaper_than_a_plain_step():
         costs.record_plain(1, 0.004, steps=4)
         costs.record_verify(1, 0.002, draft_steps=3)
     assert float(costs.cost_model(1).round_base[0]) == 1.0
+
+
+def plain_steps_until_drafting(produce) -> int:
+    """Plain steps a request with an unlucky first verify step (nothing accepted) decodes before the
+    plan drafts again, when verify steps cost 3 plain steps; `produce(draft)` is each plain
+    step's output, scored against the draft the plan declined."""
+    speculator = Speculator(SpeculativeConfig(method="ngram", num_speculative_tokens=K))
+    for _ in range(2):
+        speculator.measured.record_plain(1, 0.004, steps=4)
+        speculator.measured.record_verify(1, 0.003, draft_steps=0)
+    request = Request("r", 0, None, LOOP, GREEDY, seed=0, stop_ids=())
+    request.spec_acceptance = 0.0
+    steps = 0
+    while speculator.plan([request], rows=1) is None:
+        draft = speculator.declined[id(request)]
+        speculator.observe_plain([(request, produce(draft))])
+        steps += 1
+    return steps
+
+
+def test_declined_drafts_are_scored_against_the_plain_steps():
+    # The plain steps produce what prompt lookup would have drafted: within a few steps the
+    # estimate earns a verify step again, long before the reprobe.
+    assert 3 <= plain_steps_until_drafting(lambda draft: draft) <= 8
+    # They produce something else (the first token differs): only the reprobe drafts again.
+    assert plain_steps_until_drafting(lambda draft: draft + 1) == REPROBE_STEPS
 
 
 @pytest.fixture(scope="module")

@@ -231,6 +231,9 @@ class LLMEngine:
             return self._fail_step(host, error)
         if host.drafts is not None:
             self._observe_drafts(schedule, host, out)
+        elif self.speculator is not None and self.speculator.declined:
+            produced = [(r, out.tokens[i, : out.counts[i]]) for i, r in enumerate(host.requests) if r is not None]
+            self.speculator.observe_plain(produced)
         touched = self._apply(schedule, host, out)
         self._time_decode_step(schedule, host, out, time.perf_counter() - started)
         return touched

@@ -31,6 +31,13 @@ from jaxinfer.speculative.stats import SpecMetrics
 REPROBE_STEPS = 16  # plain all-decode steps in a row (at one row bucket) before a measuring verify step
 
 
+def common_prefix(draft: np.ndarray, tokens: np.ndarray) -> int:
+    """How many leading tokens of draft equal tokens (both 1-D)."""
+    seen = min(len(draft), len(tokens))
+    mismatch = np.flatnonzero(np.asarray(draft[:seen]) != np.asarray(tokens[:seen]))
+    return int(mismatch[0]) if len(mismatch) else seen
+
+
 def ngram_draft(ids: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> np.ndarray:
     """What followed the latest earlier occurrence of the last n tokens (n = ngram_max down to ngram_min).
 
@@ -75,6 +82,9 @@ class Speculator:
         self.heuristic = on_host(heuristic_costs(draft_cost, config))
         self.measured = None if config.calibrate is False else StepCosts(draft_cost)
         self.plain_run: dict[int, int] = {}  # plain steps in a row the plan chose, per row bucket
+        # Prompt-lookup drafts the plan declined for the coming plain step, by request id(): scored
+        # for free against the tokens that step produces (`observe_plain`).
+        self.declined: dict[int, np.ndarray] = {}
         self.totals = SpecMetrics(config.num_speculative_tokens)
 
     @property
@@ -92,6 +102,7 @@ class Speculator:
 
         rows: the step's row bucket (costs are measured per bucket).
         """
+        self.declined = {}
         if any(r.params.penalized or r.params.logprobs is not None for r in requests):
             return None
         if self.config.adaptive and self.measured is not None and self.measured.needs_plain(rows):
@@ -114,6 +125,8 @@ class Speculator:
             if not any(available):
                 return None
             lengths = self._planned_lengths(requests, available, rows)
+            if not any(lengths) and config.method == "ngram":
+                self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}
             drafts = [d[:k] for d, k in zip(drafts, lengths)]
             self.plain_run[rows] = 0 if any(lengths) else self.plain_run.get(rows, 0) + 1
         return drafts if any(len(d) for d in drafts) else None
@@ -148,18 +161,41 @@ class Speculator:
 
     def observe(self, requests: list[Request], drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Fold one step's outcome into each row's acceptance (kept on the request) and the totals."""
-        decay = self.config.acceptance_decay
         for r, k, n in zip(requests, drafted, accepted):
-            if k:
-                rate = n / (n + (n < k))  # n trials passed, and one failed unless all k were accepted
-                # The first measurement replaces the initial guess (as in the on-device loop).
-                old = rate if r.spec_acceptance is None else r.spec_acceptance
-                r.spec_acceptance = decay * old + (1 - decay) * rate
+            self._fold(r, int(k), int(n))
         counters = step_counters(drafted, accepted, self.k_max)
         self.totals.add(counters, len(requests))
         for row, r in enumerate(requests):
             base = r.spec_counts or zero_counts(self.k_max)
             r.spec_counts = {name: base[name] + counters[name][row] for name in counters}
+
+
+    def observe_plain(self, produced: list[tuple[Request, np.ndarray]]) -> None:
+        """Score the drafts the plan declined against the tokens the plain step then produced.
+
+        A verify step would have kept exactly the drafts that equal the produced tokens for a
+        greedy row, and for a sampled one draft i with probability p(draft i), which is also the
+        chance that the sampled token equals it: the same acceptance, measured for free. So the
+        estimates stay current while the engine decodes plainly, and one unlucky verify step
+        does not keep a request's speculation off until the next reprobe. Not counted in the
+        speculation totals (nothing was drafted).
+        """
+        declined, self.declined = self.declined, {}
+        for request, tokens in produced:
+            draft = declined.get(id(request))
+            if draft is not None and len(tokens):
+                seen = min(len(draft), len(tokens))  # drafts past the step's tokens were not tested
+                self._fold(request, seen, common_prefix(draft, tokens))
+
+    def _fold(self, request: Request, drafted: int, accepted: int) -> None:
+        """One outcome (accepted of drafted) into the request's moving average of acceptance."""
+        if not drafted:
+            return
+        rate = accepted / (accepted + (accepted < drafted))  # n passed, and one failed unless all did
+        # The first measurement replaces the initial guess (as in the on-device loop).
+        old = rate if request.spec_acceptance is None else request.spec_acceptance
+        decay = self.config.acceptance_decay
+        request.spec_acceptance = decay * old + (1 - decay) * rate
 
 
 def zero_counts(k_max: int) -> dict:
