@@ -1,12 +1,13 @@
 """Speculative decoding benchmark: jaxinfer plain / draft model / n-gram / EAGLE head vs HF
 transformers plain / `assistant_model` / `prompt_lookup_num_tokens`, on the same weights, in one run.
 
-Greedy and temperature 0.8, batch 1 and 4; every request generates exactly --max-tokens tokens
+Greedy and temperature 0.8, batch 1, 4 and 16 (--batches; the four prompts repeat); every request
+generates exactly --max-tokens tokens
 (EOS ignored) so tokens/s compare like for like. Both libraries run float32 on CPU; torch gets
 --torch-threads intra-op threads (default 1: multi-threaded torch collapses on a loaded 2-core
 box). Each configuration is warmed up (compiled) once, then the engines of one mode and batch
 are timed round-robin --repeats times and the best wall time counts. HF assisted generation
-and prompt lookup only support batch 1, so their batch-4 rows run the four prompts in turn.
+and prompt lookup only support batch 1, so their larger-batch rows run the prompts in turn.
 
     python scripts/bench_speculative.py                  # demo pair and head in jaxinfer/assets/demo
     python scripts/bench_speculative.py --workload edit --methods plain ngram --no-hf   # code editing
@@ -60,7 +61,7 @@ EDIT_SOURCE = [
 EDIT_PROMPTS = [f"{code}\n\n# The same code, unchanged:\n{code.splitlines()[0]}\n" for code in EDIT_SOURCE]
 WORKLOADS = {"code": PROMPTS, "edit": EDIT_PROMPTS}
 MODES = {"greedy": 0.0, "t=0.8": 0.8}
-BATCHES = (1, 4)
+BATCHES = (1, 4, 16)  # 16: where adaptive speculation should have switched itself off
 
 
 @dataclasses.dataclass
@@ -85,6 +86,11 @@ class Row:
     def tokens_per_s(self) -> float:
         """Generated tokens per second of wall time."""
         return self.tokens / self.seconds
+
+
+def batch_of(prompts: list, batch: int) -> list:
+    """`batch` prompts, cycling through the workload's."""
+    return [prompts[i % len(prompts)] for i in range(batch)]
 
 
 def best_times(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, Any]]:
@@ -163,17 +169,19 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
     }
     engines = {name: spec for name, spec in engines.items() if name.split()[-1] in args.methods}
     llms = {
-        engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_batch_size=4, speculative=spec)
+        engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_batch_size=max(args.batches),
+                    speculative=spec)
         for engine, spec in engines.items()
     }
     rows = []
     for mode, temperature in MODES.items():
-        for batch in BATCHES:
+        for batch in args.batches:
             params = [
                 SamplingParams(max_tokens=args.max_tokens, temperature=temperature, seed=i, ignore_eos=True)
                 for i in range(batch)
             ]
-            runs = {name: functools.partial(llm.generate, prompts[:batch], params) for name, llm in llms.items()}
+            batch_prompts = batch_of(prompts, batch)
+            runs = {name: functools.partial(llm.generate, batch_prompts, params) for name, llm in llms.items()}
             for engine, (seconds, outs) in best_times(runs, args.repeats).items():
                 rate, length, positions = spec_summary(outs) if engines[engine] else (None, None, None)
                 row = Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), seconds, rate, length, positions)
@@ -208,9 +216,11 @@ def hf_rows(args: argparse.Namespace, prompts: list) -> list[Row]:
         if temperature:
             sampling.update(temperature=temperature, top_k=0, top_p=1.0)
         common = dict(max_new_tokens=args.max_tokens, min_new_tokens=args.max_tokens, pad_token_id=pad, **sampling)
-        for batch in BATCHES:
+        for batch in args.batches:
             runs = {
-                name: functools.partial(hf_generate, target, tokenizer, prompts[:batch], {**common, **extra})
+                name: functools.partial(
+                    hf_generate, target, tokenizer, batch_of(prompts, batch), {**common, **extra}
+                )
                 for name, extra in engines.items()
             }
             torch.manual_seed(0)
@@ -270,7 +280,7 @@ def ratios(rows: list[Row]) -> dict[str, float]:
     out = {}
     for name, (a, b) in pairs.items():
         for mode in MODES:
-            for batch in BATCHES:
+            for batch in sorted({r.batch for r in rows}):
                 if (a, mode, batch) in speed and (b, mode, batch) in speed:
                     out[f"{name}/{mode}/b{batch}"] = speed[(a, mode, batch)] / speed[(b, mode, batch)]
     return out
@@ -308,6 +318,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens (k_max when adaptive)")
     parser.add_argument("--fixed-k", action="store_true", help="turn adaptive draft length off")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="batch sizes to time")
     parser.add_argument("--no-hf", action="store_true", help="skip the HF transformers rows")
     parser.add_argument(
         "--methods", nargs="+", choices=["plain", "draft", "ngram", "eagle"], default=["plain", "draft", "ngram", "eagle"],

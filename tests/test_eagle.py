@@ -197,6 +197,20 @@ def test_greedy_eagle_equals_plain(models, plain, version):
     assert engine_speculation(spec, llm.speculative) == (None, None)
 
 
+@pytest.mark.parametrize("version", [1, 3])
+def test_heads_read_plain_steps_and_draft_again(models, plain, version):
+    """Rounds priced so that only a lone running row pays: both prompts decode plainly, the head
+    taking each plain step's features (EAGLE-3: three layers' worth), until the shorter one ends
+    and the longer speculates; the output stays the target's."""
+    spec = SpeculativeConfig(method="eagle", draft_model=str(models[version]), num_speculative_tokens=K,
+                             draft_cost=0.0, verify_saturation_tokens=2, calibrate=False)
+    llm = LLM(models["target"], dtype="float32", max_seq_len=64, speculative=spec)
+    params = [GREEDY, dataclasses.replace(GREEDY, max_tokens=4)]
+    outs = llm.generate(PROMPTS, params)
+    assert [o.token_ids for o in outs] == [plain[0], plain[1][:4]]
+    assert outs[0].spec_stats["spec_passes"] >= 1 and outs[1].spec_stats["spec_passes"] == 0, outs[0].spec_stats
+
+
 def test_demo_head_is_exact_and_accepted():
     """The shipped head, trained by scripts/train_eagle.py on the demo target: greedy output is the
     target's, and its drafts are accepted (an input off by one position would accept almost nothing)."""
