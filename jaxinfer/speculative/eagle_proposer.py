@@ -82,7 +82,7 @@ class EagleProposer:
         return jnp.full(state.lengths.shape, k, jnp.int32)
 
     def after_plain(self, params: Any, pstate: EagleState, features: jax.Array) -> EagleState:
-        """The plain step's feature [B, 1, F] (position L-1, the new L-2) joins the pending ones (the newest K+1 kept)."""
+        """The plain step's feature [B, 1, F] (position L-1, the new L-2) joins the pending; the newest K+1 stay."""
         width = pstate.features.shape[1]
         full = (pstate.count >= width)[:, None, None]
         kept = jnp.where(full, jnp.roll(pstate.features, -1, axis=1), pstate.features)

@@ -30,6 +30,7 @@ from jaxinfer.speculative.verify import accepted_run, append_run, verify_forward
 
 REPROBE_PLAIN_STEPS = 32  # plain steps in a row before a stateful proposer's first measuring round
 
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Adaptation:
@@ -260,7 +261,8 @@ def _plain_round(
     rows = jnp.arange(d.lengths.shape[0])
     positions = d.lengths - 1
     tokens = d.tokens[rows, positions][:, None]
-    hidden, features, cache = target_forward(weights, tokens, positions[:, None], d.cache, cfg, proposer.feature_layers)
+    layers = proposer.feature_layers
+    hidden, features, cache = target_forward(weights, tokens, positions[:, None], d.cache, cfg, layers)
     logits = lm_logits(weights, hidden[:, 0])
     pstate = proposer.after_plain(draft_params, s.proposer_state, features)
     adapt = dataclasses.replace(s.adapt, plain_run=s.adapt.plain_run + 1)
