@@ -2,10 +2,9 @@
 transformers plain / `assistant_model` / `prompt_lookup_num_tokens`, on the same weights, in one run.
 
 Greedy and temperature 0.8, batch 1, 4 and 16 (--batches; the four prompts repeat); every request
-generates exactly --max-tokens tokens
-(EOS ignored) so tokens/s compare like for like. Both libraries run float32 on CPU; torch gets
---torch-threads intra-op threads (default 1: multi-threaded torch collapses on a loaded 2-core
-box). Each configuration is warmed up (compiled) once, then the engines of one mode and batch
+generates exactly --max-tokens tokens (EOS ignored) so tokens/s compare like for like. Both
+libraries run float32 on CPU; torch gets --torch-threads intra-op threads (default 1:
+multi-threaded torch collapses on a loaded 2-core box). Each configuration is warmed up (compiled) once, then the engines of one mode and batch
 are timed round-robin --repeats times and the best wall time counts. HF assisted generation
 and prompt lookup only support batch 1, so their larger-batch rows run the prompts in turn.
 
@@ -124,22 +123,21 @@ def spec_summary(outputs: list) -> tuple[float | None, float | None, list[float 
     return accepted / drafted, (accepted + passes) / passes, positions
 
 
-def round_costs(llm: LLM, greedy: bool, batch: int) -> tuple[CostModel, str]:
+def round_costs(llm: LLM, batch: int) -> tuple[CostModel, str]:
     """The cost model the loop planned this batch with, and whether it was measured or the heuristic."""
     if llm.speculative is not None and llm.speculative.enabled:  # the static loop (draft model, EAGLE head)
         measured = llm.speculative.costs.get(batch)
-        if measured is not None:
-            return measured, "measured"
-        return heuristic_costs(llm.speculative.proposer.draft_cost, llm.speculative.config), "heuristic"
-    speculator = llm.engine.speculator  # the engine (prompt lookup)
-    rows = bucket(batch)
-    measured = None if speculator.measured is None else speculator.measured.cost_model(rows)
-    return speculator.costs(rows), "measured" if measured is not None else "heuristic"
+        heuristic = heuristic_costs(llm.speculative.proposer.draft_cost, llm.speculative.config)
+    else:  # the engine (prompt lookup)
+        speculator = llm.engine.speculator
+        measured = None if speculator.measured is None else speculator.measured.cost_model(bucket(batch))
+        heuristic = speculator.heuristic
+    return (heuristic, "heuristic") if measured is None else (measured, "measured")
 
 
 def priced_row(row: Row, llm: LLM, outputs: list, k: int, greedy: bool) -> Row:
     """The row with its draft-step and verify-pass costs and the ideal speedup they imply."""
-    costs, source = round_costs(llm, greedy, row.batch)
+    costs, source = round_costs(llm, row.batch)
     stats = [o.spec_stats for o in outputs if o.spec_stats]
     passes = sum(s["spec_passes"] for s in stats)
     per_round = np.asarray(round_cost(row.batch, np.bool_(greedy), on_host(costs), k), np.float64)

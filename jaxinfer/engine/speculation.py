@@ -169,7 +169,6 @@ class Speculator:
             base = r.spec_counts or zero_counts(self.k_max)
             r.spec_counts = {name: base[name] + counters[name][row] for name in counters}
 
-
     def observe_plain(self, produced: list[tuple[Request, np.ndarray]]) -> None:
         """Score the drafts the plan declined against the tokens the plain step then produced.
 
@@ -183,9 +182,8 @@ class Speculator:
         declined, self.declined = self.declined, {}
         for request, tokens in produced:
             draft = declined.get(id(request))
-            if draft is not None and len(tokens):
-                seen = min(len(draft), len(tokens))  # drafts past the step's tokens were not tested
-                self._fold(request, seen, common_prefix(draft, tokens))
+            if draft is not None:  # drafts past the step's tokens were not tested
+                self._fold(request, min(len(draft), len(tokens)), common_prefix(draft, tokens))
 
     def _fold(self, request: Request, drafted: int, accepted: int) -> None:
         """One outcome (accepted of drafted) into the request's moving average of acceptance."""
