@@ -15,19 +15,8 @@ import jax.numpy as jnp
 
 from jaxinfer.batch_step import StepInputs
 from jaxinfer.models import Weights, lm_logits
-from jaxinfer.step_forward import DraftModel, step_hidden
+from jaxinfer.step_forward import DraftModel, decode_inputs, step_hidden
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
-
-
-def _decode_inputs(x: StepInputs, tokens: jax.Array, positions: jax.Array, live: jax.Array) -> StepInputs:
-    """One decode token per row at positions [R] (rows not live are padding)."""
-    rows = positions.shape[0]
-    index = jnp.arange(rows, dtype=jnp.int32)
-    return dataclasses.replace(
-        x, tokens=tokens, positions=jnp.where(live, positions, -1), token_rows=index,
-        lengths=jnp.where(live, positions + 1, 0), query_lens=live.astype(jnp.int32), last_index=index,
-        num_decode=rows, want_logprobs=False,
-    )
 
 
 def propose(
@@ -48,7 +37,7 @@ def propose(
 
     def step(carry: tuple) -> tuple:
         i, pages, token, tokens, logprobs = carry
-        inputs = _decode_inputs(x, token, start + i, live_rows & (i <= count))
+        inputs = decode_inputs(x, token, start + i, live_rows & (i <= count))
         hidden, pages = step_hidden(draft_weights, pages, inputs, draft.cfg)
         logits = lm_logits(draft_weights, hidden).astype(jnp.float32)
         pad = draft.target_vocab - draft.cfg.vocab_size

@@ -13,12 +13,15 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jaxinfer.batch_eagle import EagleDraft, head_reads
 from jaxinfer.config import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.penalties import Penalties, apply_penalties, count_tokens
 from jaxinfer.sampling import SamplingArrays, sample
-from jaxinfer.step_forward import DraftModel, read_tokens, step_hidden
+from jaxinfer.step_forward import DraftModel, read_tokens, step_features
+
+Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
 
 MAX_LOGPROBS = 20
 
@@ -47,6 +50,9 @@ class StepInputs:
     lengths: jax.Array  # [R] int32 tokens per row after this step (index of the next token)
     query_lens: jax.Array  # [R] int32
     last_index: jax.Array  # [R] int32 flat index of each row's last token
+    # [N] int32 the token after each flat token where the host knows it (prompt), else -1 (the
+    # one the step samples); an EAGLE head reads it
+    next_tokens: jax.Array
     sampling: RowSampling
     num_decode: int = dataclasses.field(default=0, metadata=dict(static=True))
     want_logprobs: bool = dataclasses.field(default=False, metadata=dict(static=True))
@@ -90,9 +96,22 @@ def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.A
     return chosen, top_ids.astype(jnp.int32), top_values
 
 
-def _row_logits(weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig):
-    hidden, pages = step_hidden(weights, pages, x, cfg)
-    return lm_logits(weights, hidden[x.last_index]), pages
+def feature_taps(draft: Rider) -> tuple[int, ...] | None:
+    """What the target's forward must hand the draft: an EAGLE head's features, else nothing."""
+    return draft.ecfg.feature_layers if isinstance(draft, EagleDraft) else None
+
+
+def _row_logits(weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig, draft: Rider):
+    hidden, features, pages = step_features(weights, pages, x, cfg, feature_taps(draft))
+    return lm_logits(weights, hidden[x.last_index]), features, pages
+
+
+def ride(draft: Rider, draft_weights, x: StepInputs, features: jax.Array | None, sampled: jax.Array) -> Rider:
+    """The draft after a plain program: a draft model reads the step's tokens, an EAGLE head
+    their features and next tokens (the sampled [R] where the host did not know them)."""
+    if isinstance(draft, EagleDraft):
+        return head_reads(draft, draft_weights, x, features, sampled)
+    return read_tokens(draft, draft_weights, x)
 
 
 def _outputs(logits: jax.Array, tokens: jax.Array, want_logprobs: bool) -> StepOutputs:
@@ -105,18 +124,18 @@ def _outputs(logits: jax.Array, tokens: jax.Array, want_logprobs: bool) -> StepO
 
 def ragged_step(
     weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig,
-    draft: DraftModel | None = None, draft_weights: Weights | None = None,
-) -> tuple[StepOutputs, PagedKVCache, DraftModel | None]:
+    draft: Rider = None, draft_weights=None,
+) -> tuple[StepOutputs, PagedKVCache, Rider]:
     """Run decode tokens and prefill chunks together; sample one token per row (the draft reads them too)."""
-    logits, pages = _row_logits(weights, pages, x, cfg)
+    logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
     tokens = pick_tokens(logits, x.sampling, x.lengths)
-    return _outputs(logits, tokens, x.want_logprobs), pages, read_tokens(draft, draft_weights, x)
+    return _outputs(logits, tokens, x.want_logprobs), pages, ride(draft, draft_weights, x, features, tokens)
 
 
 def multi_decode(
     weights: Weights, pages: PagedKVCache, x: StepInputs, num_steps: jax.Array, cfg: ModelConfig, max_steps: int,
-    draft: DraftModel | None = None, draft_weights: Weights | None = None,
-) -> tuple[StepOutputs, PagedKVCache, DraftModel | None]:
+    draft: Rider = None, draft_weights=None,
+) -> tuple[StepOutputs, PagedKVCache, Rider]:
     """Up to num_steps (<= max_steps) decode steps of an all-decode batch; stops when any row finishes.
 
     Rows with query_len 0 are padding and start done. Pages for every step were reserved.
@@ -138,9 +157,9 @@ def multi_decode(
 
     def body(carry):
         step, x, pages, draft, done, out = carry
-        logits, pages = _row_logits(weights, pages, x, cfg)
-        draft = read_tokens(draft, draft_weights, x)
+        logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
         tokens = pick_tokens(logits, x.sampling, x.lengths)
+        draft = ride(draft, draft_weights, x, features, tokens)
         active = ~done
         hit_stop = jnp.any(tokens[:, None] == x.sampling.stop_ids, axis=-1) & (x.lengths >= x.sampling.min_lengths)
         new_lengths = x.lengths + active.astype(jnp.int32)

@@ -4,7 +4,8 @@ Each row is laid out as a prefill chunk of `[last token, draft_1 .. draft_k]` (r
 the step's chunk), so the ragged step's forward writes their K/V and yields the target's
 distribution at every position. Acceptance is the exact rule of `speculative.rejection`: prompt
 lookup is deterministic, so q is one-hot and draft i is kept with probability p(draft_i); a
-draft model drafts here first (`batch_draft`) and its processed distributions are q. Greedy
+draft model (`batch_draft`) or an EAGLE head (`batch_eagle`) drafts here first and its
+processed distributions are q. Greedy
 rows keep drafts while they equal the argmax. K/V written for rejected drafts
 sit past the row's new length and are overwritten by later steps.
 """
@@ -16,14 +17,16 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jaxinfer import batch_eagle
 from jaxinfer.batch_draft import propose
-from jaxinfer.batch_step import StepInputs, StepOutputs, mask_early_stops
+from jaxinfer.batch_eagle import EagleDraft
+from jaxinfer.batch_step import Rider, StepInputs, StepOutputs, feature_taps, mask_early_stops
 from jaxinfer.config import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
 from jaxinfer.speculative.verify import repeat_rows
-from jaxinfer.step_forward import DraftModel, step_hidden
+from jaxinfer.step_forward import step_features
 
 
 @jax.tree_util.register_dataclass
@@ -49,23 +52,24 @@ def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: in
 
 def verify_step(
     weights: Weights, pages: PagedKVCache, x: StepInputs, drafts: Drafts, cfg: ModelConfig,
-    rule: AcceptanceRule = EXACT_RULE, draft: DraftModel | None = None, draft_weights: Weights | None = None,
-) -> tuple[StepOutputs, PagedKVCache, DraftModel | None]:
+    rule: AcceptanceRule = EXACT_RULE, draft: Rider = None, draft_weights=None,
+) -> tuple[StepOutputs, PagedKVCache, Rider]:
     """Accepted drafts then one corrected (or bonus) token per row: tokens [R, C], counts = accepted + 1.
 
     x holds no decode rows (num_decode 0) and no penalties; every row is one verify chunk.
-    With a draft model, drafts.tokens are placeholders: the draft proposes drafts.count tokens
-    per row here; otherwise they are the host's (prompt lookup) with one-hot q.
+    With a draft model or an EAGLE head, drafts.tokens are placeholders: it proposes
+    drafts.count tokens per row here; otherwise they are the host's (prompt lookup) with one-hot q.
     """
     rows = x.lengths.shape[0]
     chunk, vocab = x.tokens.shape[0] // rows, cfg.vocab_size
     if draft is None:
         proposal = one_hot_logprobs(drafts.tokens, vocab)
     else:
-        tokens, proposal, draft = propose(draft, draft_weights, x, drafts.count)
+        drafter = batch_eagle.propose if isinstance(draft, EagleDraft) else propose
+        tokens, proposal, draft = drafter(draft, draft_weights, x, drafts.count)
         drafts = dataclasses.replace(drafts, tokens=tokens)
         x = dataclasses.replace(x, tokens=with_drafts(x.tokens, tokens))
-    hidden, pages = step_hidden(weights, pages, x, cfg)
+    hidden, features, pages = step_features(weights, pages, x, cfg, feature_taps(draft))
     logits = position_logits(hidden, weights, x, rows)
     params = x.sampling.params
     target = sampled_logprobs(logits.reshape(rows * chunk, vocab), repeat_rows(params, chunk))
@@ -76,6 +80,8 @@ def verify_step(
     columns = jnp.arange(chunk, dtype=jnp.int32)[None, :]
     padded = jnp.pad(drafts.tokens, ((0, 0), (0, 1)))
     tokens = jnp.where(columns < n[:, None], padded, verdict.next_token[:, None])
+    if isinstance(draft, EagleDraft):
+        draft = batch_eagle.rewrite(draft, draft_weights, x, features, tokens, n + 1)
     return StepOutputs(tokens, n + 1, None, None, None), pages, draft
 
 

@@ -33,6 +33,7 @@ from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.sharding import Layout, layout_for
 from jaxinfer.speculative import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
+from jaxinfer.speculative.eagle_proposer import EagleProposer
 from jaxinfer.speculative.proposers import DraftModelProposer
 from jaxinfer.static_batch import StaticBatchGenerator
 from jaxinfer.tokenizer import decode_text, load_tokenizer
@@ -54,15 +55,18 @@ def resolve_max_seq_len(requested: int | None, limit: int) -> int:
 
 
 def engine_speculation(
-    config: SpeculativeConfig | None, static: SpeculativeDecoder | None
+    config: SpeculativeConfig | None, static: SpeculativeDecoder | None, target: Weights
 ) -> tuple[SpeculativeConfig | None, EngineDraft | None]:
-    """What the engine speculates with: prompt lookup, or the draft model the static loop loaded (a
-    draft that failed to load, or a kind the engine does not run, leaves the engine plain)."""
+    """What the engine speculates with: prompt lookup, or the draft model or EAGLE head the static
+    loop loaded (one that failed to load leaves the engine plain)."""
     if config is None or config.method == "ngram":
         return config, None
-    if static is None or not isinstance(static.proposer, DraftModelProposer):
-        return None, None
-    return config, EngineDraft(static.proposer.cfg, static.params, static.proposer.draft_cost)
+    proposer = None if static is None else static.proposer
+    if isinstance(proposer, DraftModelProposer):
+        return config, EngineDraft(proposer.cfg, static.params, proposer.draft_cost)
+    if isinstance(proposer, EagleProposer):
+        return config, EngineDraft(proposer.ecfg, proposer.with_target(static.params, target), proposer.draft_cost)
+    return None, None
 
 
 def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
@@ -208,7 +212,7 @@ class LLM:
         speculative loop); `stream`, the server and everything else speculate in the engine.
         """
         self._setup_speculative(None if speculative is None or speculative.method == "ngram" else speculative)
-        in_engine, draft = engine_speculation(speculative, self.speculative)
+        in_engine, draft = engine_speculation(speculative, self.speculative, self._run_weights)
         self.engine = LLMEngine(
             self._run_weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
             model_identity(self.model_dir, self.dtype), self.default_params, in_engine, draft,

@@ -2,7 +2,8 @@
 
 The draft keeps its own page pool, indexed by the target's page tables (same page ids, same
 page size), so the block manager's allocation, prefix sharing and preemption hold for both:
-every program that writes the target's K/V for a token also runs `read_tokens`.
+every program that writes the target's K/V for a token also runs `read_tokens`. (An EAGLE
+head rides the same way: `batch_eagle`.)
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import jax
+import jax.numpy as jnp
 
 from jaxinfer.config import ModelConfig
-from jaxinfer.models import Weights, forward
+from jaxinfer.models import Weights
+from jaxinfer.models.llama import forward_with_taps
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.ragged_cache import RaggedPagedCache
 
@@ -25,11 +28,37 @@ def step_hidden(
     weights: Weights, pages: PagedKVCache, x: "StepInputs", cfg: ModelConfig
 ) -> tuple[jax.Array, PagedKVCache]:
     """Final hidden states [N, D] of the step's flat tokens, and the pools with their K/V written."""
-    view = RaggedPagedCache(
+    hidden, _, pages = step_features(weights, pages, x, cfg, None)
+    return hidden, pages
+
+
+def step_view(pages: PagedKVCache, x: "StepInputs") -> RaggedPagedCache:
+    """A pool as the step's flat tokens see it (the step's page tables)."""
+    return RaggedPagedCache(
         dataclasses.replace(pages, page_table=x.page_table), x.token_rows, x.lengths, x.query_lens, x.num_decode
     )
-    hidden, view = forward(weights, x.tokens[None], x.positions[None], view, cfg)
-    return hidden[0], dataclasses.replace(view.pages, page_table=pages.page_table)
+
+
+def step_features(
+    weights: Weights, pages: PagedKVCache, x: "StepInputs", cfg: ModelConfig, taps: tuple[int, ...] | None
+) -> tuple[jax.Array, jax.Array | None, PagedKVCache]:
+    """`step_hidden`, also returning the features [N, F] an EAGLE head reads (taps: see
+    `speculative.features`; None: no features)."""
+    hidden, tapped, view = forward_with_taps(weights, x.tokens[None], x.positions[None], step_view(pages, x), cfg,
+                                             taps or ())
+    features = None if taps is None else jnp.concatenate(tapped, axis=-1)[0] if taps else hidden[0]
+    return hidden[0], features, dataclasses.replace(view.pages, page_table=pages.page_table)
+
+
+def decode_inputs(x: "StepInputs", tokens: jax.Array, positions: jax.Array, live: jax.Array) -> "StepInputs":
+    """One decode token per row at positions [R] (rows not live are padding)."""
+    rows = positions.shape[0]
+    index = jnp.arange(rows, dtype=jnp.int32)
+    return dataclasses.replace(
+        x, tokens=tokens, positions=jnp.where(live, positions, -1), token_rows=index,
+        lengths=jnp.where(live, positions + 1, 0), query_lens=live.astype(jnp.int32), last_index=index,
+        num_decode=rows, want_logprobs=False,
+    )
 
 
 @jax.tree_util.register_dataclass

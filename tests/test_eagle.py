@@ -214,8 +214,9 @@ def test_greedy_eagle_equals_plain(models, plain, version):
     outs = llm.generate(PROMPTS, GREEDY)
     assert [o.token_ids for o in outs] == plain
     assert llm.metrics()["speculative"] and llm.metrics()["drafted"] > 0
-    # The serving engine (stream, the server) does not run EAGLE heads: it decodes plainly.
-    assert engine_speculation(spec, llm.speculative) == (None, None)
+    # The serving engine (stream, the server) drafts with the head the static loop loaded.
+    in_engine, draft = engine_speculation(spec, llm.speculative, llm._run_weights)
+    assert in_engine == spec and draft.cfg == llm.speculative.proposer.ecfg
 
 
 @pytest.mark.parametrize("version", [1, 3])

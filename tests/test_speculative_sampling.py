@@ -71,8 +71,8 @@ def next_token_probs(llm: LLM, prefixes: list[list[int]]) -> np.ndarray:
 
 
 def sampled(models, spec: SpeculativeConfig | None, engine: bool = False) -> np.ndarray:
-    """Generated tokens 2 to 4 [ROWS, 3] of ROWS seeds in one batch (`engine`: draft models
-    speculate in the engine instead of LLM.generate's static batches)."""
+    """Generated tokens 2 to 4 [ROWS, 3] of ROWS seeds in one batch (`engine`: draft models and
+    heads speculate in the engine instead of LLM.generate's static batches)."""
     # The engine admits every row in one step, so all of them decode (and draft) together.
     llm = LLM(
         models["target"], dtype="float32", max_seq_len=32, max_batch_size=ROWS, speculative=spec,
@@ -141,14 +141,14 @@ def spec_config(
     [
         (None, False, None, False), ("draft", False, None, False), ("self", False, None, False),
         ("draft", True, False, False), ("draft", False, None, True), ("ngram", False, None, False),
-        ("ngram", True, False, False), ("eagle", False, None, False),
+        ("ngram", True, False, False), ("eagle", False, None, False), ("eagle", False, None, True),
     ],
     ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "draft-in-engine", "ngram-in-engine",
-         "ngram-in-engine-adaptive", "eagle-head"],
+         "ngram-in-engine-adaptive", "eagle-head", "eagle-in-engine"],
 )
 def test_sampling_matches_target_distribution(models, exact, method, adaptive, calibrate, engine):
-    """Draft models run the static loop (-heuristic: the accelerators' cost model) or the engine; n-gram the
-    engine; an EAGLE head the static loop."""
+    """Draft models and EAGLE heads run the static loop (-heuristic: the accelerators' cost model) or the
+    engine; n-gram the engine."""
     spec = spec_config(method, models, adaptive=adaptive, calibrate=calibrate) if method else None
     tokens = sampled(models, spec, engine)
     for position in range(3):
@@ -158,9 +158,9 @@ def test_sampling_matches_target_distribution(models, exact, method, adaptive, c
 @pytest.mark.parametrize(
     "method,rule,engine",
     [("draft", ALWAYS_ACCEPT, False), ("draft", RESAMPLE_FROM_P, False), ("draft", RESAMPLE_FROM_P, True),
-     ("ngram", ALWAYS_ACCEPT, False), ("eagle", ALWAYS_ACCEPT, False)],
+     ("ngram", ALWAYS_ACCEPT, False), ("eagle", ALWAYS_ACCEPT, False), ("eagle", RESAMPLE_FROM_P, True)],
     ids=["draft-always-accept", "draft-resample-from-p", "draft-in-engine-resample-from-p", "ngram-always-accept",
-         "eagle-always-accept"],
+         "eagle-always-accept", "eagle-in-engine-resample-from-p"],
 )
 def test_broken_acceptance_rule_is_caught(models, exact, method, rule, engine):
     tokens = sampled(models, spec_config(method, models, rule), engine)

@@ -17,7 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxinfer import steps
-from jaxinfer.batch_step import RowSampling, StepInputs, StepOutputs
+from jaxinfer.batch_step import Rider, RowSampling, StepInputs, StepOutputs
 from jaxinfer.batch_verify import Drafts
 from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.config import ModelConfig
@@ -46,7 +46,6 @@ from jaxinfer.scoring import prompt_logprobs
 from jaxinfer.sharding import to_host
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.tokenizer import Detokenizer
-from jaxinfer.step_forward import DraftModel
 
 log = logging.getLogger(__name__)
 PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
@@ -286,7 +285,8 @@ class LLMEngine:
         # Replicated over the mesh (one global array when the devices span processes).
         return self.cache_spec.mesh_layout.put_tree(StepInputs(
             tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, page_table=host.page_table,
-            lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index, sampling=sampling,
+            lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
+            next_tokens=host.next_tokens, sampling=sampling,
             num_decode=host.num_decode, want_logprobs=any(r.params.logprobs is not None for r in live),
         ))
 
@@ -369,7 +369,7 @@ class LLMEngine:
         )
         self.scheduler.blocks = self.blocks
 
-    def _new_pools(self, num_pages: int) -> tuple[PagedKVCache, DraftModel | None]:
+    def _new_pools(self, num_pages: int) -> tuple[PagedKVCache, Rider]:
         draft_cfg = None if self.draft_spec is None else self.draft_spec.cfg
         return new_pools(self.model_config, draft_cfg, num_pages, self.config.page_size, self.dtype, self.cache_spec)
 

@@ -1,8 +1,8 @@
-"""The engine's page pools: how many pages fit, and the target's (and a draft model's) pool.
+"""The engine's page pools: how many pages fit, and the target's (and a draft model's or an EAGLE head's) pools.
 
-The draft's pool has as many pages as the target's (same page ids, so the block manager's
-allocation, prefix sharing and preemption hold for both). One device holds its share of a
-page: the pools are split by kv heads over tp.
+The draft's pools have as many pages as the target's (same page ids, so the block manager's
+allocation, prefix sharing and preemption hold for all). One device holds its share of a
+page: the K/V pools are split by kv heads over tp; an EAGLE head's outputs are replicated.
 """
 
 from __future__ import annotations
@@ -15,27 +15,34 @@ from jaxinfer import paged_kv_cache
 from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.config import ModelConfig
 from jaxinfer.engine.config import EngineConfig
+from jaxinfer.batch_eagle import EagleDraft
+from jaxinfer.batch_step import Rider
 from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.speculative.eagle import EagleConfig
 from jaxinfer.step_forward import DraftModel
+
+DraftConfig = ModelConfig | EagleConfig | None  # a draft model's shape, an EAGLE head's, or none
 
 
 def pool_size(
-    config: EngineConfig, model_config: ModelConfig, draft_cfg: ModelConfig | None, dtype: jnp.dtype,
-    cache_spec: CacheSpec,
+    config: EngineConfig, model_config: ModelConfig, draft_cfg: DraftConfig, dtype: jnp.dtype, cache_spec: CacheSpec,
 ) -> int:
     """Pages in the pool (target and draft together), from the knobs and the device's free memory."""
     kv_parts = cache_spec.mesh_layout.parts((model_config.num_kv_heads,), ("kv_heads",))
     page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype) // kv_parts
-    if draft_cfg is not None:
+    if isinstance(draft_cfg, EagleConfig):  # its layer's K/V and its float32 output per position
+        page_bytes += paged_kv_cache.page_bytes(draft_cfg.layer, config.page_size, dtype, cache_spec.kv_dtype)
+        page_bytes += config.page_size * draft_cfg.layer.hidden_size * 4
+    elif draft_cfg is not None:
         page_bytes += paged_kv_cache.page_bytes(draft_cfg, config.page_size, dtype, cache_spec.kv_dtype)
     return config.resolve_num_pages(page_bytes, free_device_bytes())
 
 
 def new_pools(
-    model_config: ModelConfig, draft_cfg: ModelConfig | None, num_pages: int, page_size: int, dtype: jnp.dtype,
+    model_config: ModelConfig, draft_cfg: DraftConfig, num_pages: int, page_size: int, dtype: jnp.dtype,
     cache_spec: CacheSpec,
-) -> tuple[PagedKVCache, DraftModel | None]:
-    """The target's page pool and, when speculating with a draft model, the draft's."""
+) -> tuple[PagedKVCache, Rider]:
+    """The target's page pool and, when speculating with a draft model or an EAGLE head, its pools."""
 
     def pool(cfg: ModelConfig) -> PagedKVCache:
         return paged_kv_cache.init_page_pool(
@@ -43,7 +50,12 @@ def new_pools(
             cache_spec.attention_backend, cache_spec.interpret, cache_spec.cpu_kernels, cache_spec.mesh_layout,
         )
 
-    draft = None if draft_cfg is None else DraftModel(pool(draft_cfg), draft_cfg, model_config.vocab_size)
+    if isinstance(draft_cfg, EagleConfig):
+        shape = (num_pages, page_size, draft_cfg.layer.hidden_size)
+        predicted = cache_spec.mesh_layout.zeros(shape, jnp.float32, (None, None, None))
+        draft = EagleDraft(pool(draft_cfg.layer), predicted, draft_cfg, jnp.dtype(dtype).name)
+    else:
+        draft = None if draft_cfg is None else DraftModel(pool(draft_cfg), draft_cfg, model_config.vocab_size)
     return pool(model_config), draft
 
 

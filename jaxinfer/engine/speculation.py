@@ -1,8 +1,9 @@
 """Speculative decoding inside the engine: drafts planned on the host, verified on device.
 
 The engine knows every request's tokens on the host, so the n-gram proposer is a NumPy search
-there (no token buffer on the device). A draft model drafts on the device inside the verify
-step (`batch_draft`); the host plans only how many tokens each row drafts. Each row drafts its own length: a moving average of
+there (no token buffer on the device). A draft model (`batch_draft`) or an EAGLE head
+(`batch_eagle`) drafts on the device inside the verify step; the host plans only how many
+tokens each row drafts. Each row drafts its own length: a moving average of
 its acceptance and a cost model, so speculation switches itself off as the batch grows or where a
 verify step costs more than its accepted tokens save. The cost model is what the engine measured
 of its own steps at this batch size (`step_costs`; unless `calibrate=False`), the heuristic of
@@ -26,6 +27,7 @@ from jaxinfer.engine.step_costs import StepCosts
 from jaxinfer.models import Weights
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_cost, round_plan
+from jaxinfer.speculative.eagle import EagleConfig, EagleParams
 from jaxinfer.speculative.stats import SpecMetrics
 
 REPROBE_STEPS = 16  # plain all-decode steps in a row (at one row bucket) before a measuring verify step
@@ -60,11 +62,12 @@ def ngram_draft(ids: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> np.n
 
 @dataclasses.dataclass(frozen=True)
 class EngineDraft:
-    """A loaded draft model for the engine: its shape, weights and the cost of one draft step
-    relative to a target decode step (the adaptive plan's input)."""
+    """A loaded draft model or EAGLE head for the engine: its shape, weights (a head's with the
+    target's embedding and LM head) and the cost of one draft step relative to a target decode
+    step (the adaptive plan's input)."""
 
-    cfg: ModelConfig
-    weights: Weights
+    cfg: ModelConfig | EagleConfig
+    weights: Weights | EagleParams
     cost: float
 
 
@@ -72,10 +75,11 @@ class Speculator:
     """Plans each row's drafts for one verify step and keeps acceptance per request."""
 
     def __init__(self, config: SpeculativeConfig, draft: EngineDraft | None = None):
-        if config.method not in ("ngram", "draft"):
-            raise ValueError(f"the engine speculates with method 'ngram' or 'draft', got {config.method!r}")
-        if (config.method == "draft") != (draft is not None):
-            raise ValueError("method='draft' needs the loaded draft model (and only it does)")
+        if config.method not in ("ngram", "draft", "eagle"):
+            raise ValueError(f"the engine speculates with method 'ngram', 'draft' or 'eagle', got {config.method!r}")
+        if (config.method != "ngram") != (draft is not None):
+            raise ValueError(f"method={config.method!r}: a draft model or EAGLE head is loaded for 'draft' and "
+                             f"'eagle' only (got {'one' if draft is not None else 'none'})")
         self.config = config
         # Prompt lookup runs on the host: no draft steps to pay for. NumPy: the plan is made on the host.
         draft_cost = 0.0 if draft is None else draft.cost
@@ -112,7 +116,7 @@ class Speculator:
             return None
         room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, self.k_max)  # never past max_tokens
         config = self.config
-        if config.method == "draft":  # placeholders: the draft model fills them on the device
+        if config.method != "ngram":  # placeholders: the draft model or head fills them on the device
             drafts = [np.zeros(k, np.int32) for k in room]
         else:
             drafts = [

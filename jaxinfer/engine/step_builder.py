@@ -34,6 +34,7 @@ class HostStep:
     lengths: np.ndarray
     query_lens: np.ndarray
     last_index: np.ndarray
+    next_tokens: np.ndarray  # [N] the token after each flat token where known, else -1
     stop_ids: np.ndarray
     min_lengths: np.ndarray
     max_lengths: np.ndarray
@@ -99,6 +100,7 @@ def _empty(n: int, rows: int, pages: int, stop_width: int, num_decode: int, num_
         lengths=np.ones(rows, np.int32),
         query_lens=np.zeros(rows, np.int32),
         last_index=np.zeros(rows, np.int32),
+        next_tokens=np.full(n, -1, np.int32),
         stop_ids=np.full((rows, stop_width), -1, np.int32),
         min_lengths=np.zeros(rows, np.int32),
         max_lengths=np.ones(rows, np.int32),
@@ -114,6 +116,9 @@ def _fill_row(step: HostStep, r: int, offset: int, row: Row, drafts: np.ndarray 
     ids = request.all_ids[row.start : row.start + row.count - (0 if drafts is None else len(drafts))]
     if drafts is not None:
         ids = ids + drafts.tolist()
+    else:  # the prompt tokens after this chunk's (an EAGLE head reads each token's successor)
+        following = request.all_ids[row.start + 1 : row.start + row.count + 1]
+        step.next_tokens[offset : offset + len(following)] = following
     step.tokens[offset : offset + row.count] = ids
     step.positions[offset : offset + row.count] = np.arange(row.start, row.start + row.count)
     table = request.pages[: step.page_table.shape[1]]

@@ -35,12 +35,14 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_parallel_args(serve)
     add_quantization_args(serve)
     serve.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV pages of shared prompt prefixes")
-    serve.add_argument("--speculative-method", choices=["ngram", "draft"], default=None,
+    serve.add_argument("--speculative-method", choices=["ngram", "draft", "eagle"], default=None,
                        help="speculate inside the engine: ngram proposes what followed the last n tokens "
-                       "earlier in the prompt and output (no second model), draft runs --speculative-model; "
+                       "earlier in the prompt and output (no second model), draft runs --speculative-model, "
+                       "eagle the EAGLE head in --speculative-model over the target's hidden states; "
                        "outputs keep the target's distribution (greedy: identical)")
     serve.add_argument("--speculative-model", default=None,
-                       help="draft model directory (same tokenizer as --model) for --speculative-method draft")
+                       help="for --speculative-method draft: a draft model directory (same tokenizer as --model); "
+                       "for eagle: an EAGLE-1 or EAGLE-3 head directory")
     serve.add_argument("--num-speculative-tokens", type=int, default=4,
                        help="drafts per sequence and step at most, 1-32, with --speculative-method (default: %(default)s)")
     serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default: %(default)s)")
@@ -55,8 +57,8 @@ def _check(args: argparse.Namespace) -> None:
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
     if args.api_key is not None and not args.api_key.strip():
         raise ValueError("--api-key is empty; give a key or leave the flag out")
-    if (args.speculative_method == "draft") != (args.speculative_model is not None):
-        raise ValueError("--speculative-model DIR goes with --speculative-method draft, and only with it")
+    if (args.speculative_method in ("draft", "eagle")) != (args.speculative_model is not None):
+        raise ValueError("--speculative-model DIR goes with --speculative-method draft or eagle, and only with them")
     if args.speculative_model is not None:
         validation.model_dir(args.speculative_model, "--speculative-model")
 

@@ -1,0 +1,139 @@
+"""EAGLE heads speculating inside the engine: greedy identical to plain decoding under chunked
+prefill, multi-step decode, preemption and shared prefixes; the head's stored output at every
+computed position equal to a from-scratch recomputation (so every program fed it the target's
+true features and the right next token); the demo head accepted through the engine."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from eagle_models import save_eagle1, save_eagle3
+from hf_models import save_hf_model
+
+from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.checkpoint import load_weights
+from jaxinfer.kv_cache import init_cache
+from jaxinfer.speculative.eagle import EagleParams, head_step, project_features
+from jaxinfer.speculative.eagle_checkpoint import load_eagle
+from jaxinfer.speculative.features import target_forward
+
+K = 3
+PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 40, 17, 9])]
+GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2,
+             decode_steps=4)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A 3-layer tiny target (EAGLE-3 reads three of its layers), an EAGLE-1 and an EAGLE-3 head."""
+    root = tmp_path_factory.mktemp("engine-eagle")
+    target = save_hf_model("llama2", root / "target", num_hidden_layers=3)
+    return {
+        "target": target,
+        1: save_eagle1(root / "eagle1", target),
+        3: save_eagle3(root / "eagle3", target, draft_vocab=96, layers=(0, 1, 2)),
+    }
+
+
+def make(models, version: int | None, **knobs) -> LLM:
+    spec = None if version is None else SpeculativeConfig(
+        method="eagle", draft_model=str(models[version]), num_speculative_tokens=K, adaptive=False, fallback=False
+    )
+    return LLM(models["target"], speculative=spec, **{**KNOBS, **knobs})
+
+
+def run(llm: LLM, prompts, params) -> list[list[int]]:
+    """Token ids through the engine's steps (LLM.generate sends plain-sampling requests to static batches)."""
+    engine, ids = llm.engine, {}
+    params = params if isinstance(params, list) else [params] * len(prompts)
+    for i, (prompt, p) in enumerate(zip(prompts, params)):
+        engine.add_request(str(i), prompt, p)
+    while engine.has_unfinished():
+        for out in engine.step():
+            ids[out.request_id] = ids.get(out.request_id, []) + list(out.outputs[0].token_ids)
+    return [ids[str(i)] for i in range(len(prompts))]
+
+
+@pytest.fixture(scope="module")
+def plain(models):
+    return run(make(models, None), PROMPTS, GREEDY)
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_greedy_eagle_in_engine_equals_plain(models, plain, version):
+    llm = make(models, version)
+    assert run(llm, PROMPTS, GREEDY) == plain
+    metrics = llm.engine.speculation_metrics()
+    assert metrics["method"] == "eagle" and metrics["drafted"] > 0
+
+
+def test_preemption_and_shared_prefixes_keep_the_output(models):
+    """A 14-page pool cannot hold four 70-token sequences: requests are preempted and recomputed."""
+    prompts = [PROMPTS[1], PROMPTS[1][:32] + [7, 8, 9], PROMPTS[1][:33], PROMPTS[0]]
+    params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    expected = run(make(models, None, num_pages=14), prompts, params)
+    llm = make(models, 3, num_pages=14)
+    assert run(llm, prompts, params) == expected
+    engine = llm.engine.metrics()
+    assert engine["num_preemptions"] > 0 and engine["prefix_cache_hits"] > 0
+    assert llm.engine.speculation_metrics()["drafted"] > 0
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "ecfg"))
+def reference_predictions(weights, head, tokens, cfg, ecfg):
+    """The head's output at positions 0..L-2 of tokens [1, L], recomputed from fresh caches: the
+    target's features at every position, then the head reading (f_p, t_{p+1})."""
+    length = tokens.shape[1]
+    positions = jnp.arange(length)[None]
+    _, features, _ = target_forward(weights, tokens, positions, init_cache(cfg, 1, length, jnp.float32), cfg,
+                                    ecfg.feature_layers)
+    params = EagleParams(head, weights.embed, weights.lm_head)
+    inputs = project_features(params, features[:, :-1], ecfg)
+    cache = init_cache(ecfg.layer, 1, length, jnp.float32)
+    return head_step(params, tokens[:, 1:], inputs, positions[:, :-1], cache, ecfg)[0][0]
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_head_output_at_every_position_equals_recomputation(models, version):
+    """A 40-token prompt prefilled in chunks of 16 beside another request's decode steps, plain
+    multi-step decode while a logprobs request runs (the verify step implements no logprobs), then
+    verify steps: at every computed position of the running request the head's stored output is
+    the recomputation's (fails if a program skips the head, feeds it a sampled token where the
+    prompt's next one was known, or leaves the chain's predicted features where verified ones belong)."""
+    llm = make(models, version, max_num_batched_tokens=16)
+    engine = llm.engine
+    engine.add_request("logprobs", PROMPTS[3], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True,
+                                                              logprobs=1))
+    engine.add_request("long", PROMPTS[1], SamplingParams(max_tokens=50, temperature=0, ignore_eos=True))
+    (request,) = engine.groups["long"]
+    while len(request.output_ids) < 30:
+        engine.step()
+    assert engine.speculation_metrics()["drafted"] > 0 and not engine.groups.get("logprobs")
+    cfg, weights = load_weights(models["target"], jnp.float32, progress=False)
+    ecfg, head = load_eagle(models[version], cfg, jnp.float32)
+    expected = reference_predictions(weights, head, jnp.asarray([request.all_ids]), cfg=cfg, ecfg=ecfg)
+    positions = np.arange(request.num_computed)
+    page_size = engine.config.page_size
+    pages = np.asarray(request.pages)[positions // page_size]
+    stored = np.asarray(engine.draft.predicted)[pages, positions % page_size]
+    np.testing.assert_allclose(stored, np.asarray(expected)[: len(positions)], rtol=1e-4, atol=1e-5)
+
+
+DEMO_PROMPTS = ["def fibonacci(n):\n", "    for index, line in enumerate(lines):\n"]
+DEMO_GREEDY = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
+
+
+def test_demo_head_is_exact_and_accepted_in_the_engine():
+    """The shipped head drafts in the engine as it does in the static loop (an input off by one
+    position, or a stale feature, would accept almost nothing)."""
+    knobs = dict(dtype="float32", max_seq_len=128)
+    expected = run(LLM(**knobs), DEMO_PROMPTS, DEMO_GREEDY)
+    spec = SpeculativeConfig(method="eagle", draft_model=str(DEMO_EAGLE), num_speculative_tokens=4, adaptive=False)
+    llm = LLM(speculative=spec, **knobs)
+    assert run(llm, DEMO_PROMPTS, DEMO_GREEDY) == expected
+    assert llm.engine.speculation_metrics()["acceptance_rate"] > 0.35, llm.engine.speculation_metrics()
