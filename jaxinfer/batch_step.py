@@ -68,6 +68,8 @@ class StepOutputs:
     logprobs: jax.Array | None  # [R, S] float32 of the chosen token
     top_ids: jax.Array | None  # [R, S, MAX_LOGPROBS] int32
     top_logprobs: jax.Array | None  # [R, S, MAX_LOGPROBS] float32
+    drafted: jax.Array | None = None  # [R, rounds] int32 drafts per verify round (-1: the round did not run)
+    accepted: jax.Array | None = None  # [R, rounds] int32 of them accepted
 
 
 def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array) -> jax.Array:

@@ -90,3 +90,67 @@ def with_drafts(flat: jax.Array, drafts: jax.Array) -> jax.Array:
     rows = drafts.shape[0]
     grid = flat.reshape(rows, -1)
     return jnp.concatenate([grid[:, :1], drafts], axis=1).reshape(-1)
+
+
+def verify_rounds(
+    weights: Weights, pages: PagedKVCache, x: StepInputs, drafts: Drafts, num_rounds: jax.Array,
+    capacity: jax.Array, cfg: ModelConfig, max_rounds: int, rule: AcceptanceRule = EXACT_RULE, draft: Rider = None,
+    draft_weights=None,
+) -> tuple[StepOutputs, PagedKVCache, Rider]:
+    """Up to num_rounds (<= max_rounds) verify steps in a while_loop: tokens [R, max_rounds * C]
+    (each row's emitted tokens, packed), counts, and the drafts and acceptances of every round.
+
+    After the first round (x and drafts as `verify_step` takes them) each row drafts again from
+    its new last token on the device (a draft model or EAGLE head: host drafts last one round),
+    as many tokens as drafts.count, fewer near max_tokens. The loop returns to the host when a
+    row emits a stop id or reaches its length, or when another round would write past the pages
+    reserved for a row (capacity [R], tokens), so new arrivals and finished rows wait at most one call.
+    """
+    rows = x.lengths.shape[0]
+    chunk = x.tokens.shape[0] // rows
+    width = max_rounds * chunk
+    index, columns = jnp.arange(rows), jnp.arange(chunk, dtype=jnp.int32)[None, :]
+    live = x.query_lens > 0
+    s = x.sampling
+
+    def body(carry: tuple) -> tuple:
+        i, x, drafts, pages, draft, out, _ = carry
+        step, pages, draft = verify_step(weights, pages, x, drafts, cfg, rule, draft, draft_weights)
+        emitted = step.counts
+        kept = live[:, None] & (columns < emitted[:, None])
+        slots = jnp.where(kept, out.counts[:, None] + columns, width)
+        out = dataclasses.replace(
+            out, tokens=out.tokens.at[index[:, None], slots].set(step.tokens, mode="drop"),
+            counts=out.counts + jnp.where(live, emitted, 0),
+            drafted=out.drafted.at[:, i].set(jnp.where(live, drafts.count, -1)),
+            accepted=out.accepted.at[:, i].set(jnp.where(live, emitted - 1, 0)),
+        )
+        last_position = x.lengths - x.query_lens + emitted  # of the row's new last token
+        stopped = jnp.any(kept[:, :, None] & (step.tokens[:, :, None] == s.stop_ids[:, None, :]), axis=(1, 2))
+        finished = stopped | (last_position + 1 >= s.max_lengths)
+        full = last_position + chunk > capacity
+        count = jnp.clip(jnp.minimum(drafts.count, s.max_lengths - last_position - 2), 0)
+        x = next_round(x, step.tokens[index, emitted - 1], last_position, count, live)
+        halt = jnp.any(live & (finished | full))
+        return i + 1, x, Drafts(jnp.zeros_like(drafts.tokens), count), pages, draft, out, halt
+
+    empty = StepOutputs(
+        jnp.zeros((rows, width), jnp.int32), jnp.zeros((rows,), jnp.int32), None, None, None,
+        drafted=jnp.full((rows, max_rounds), -1, jnp.int32), accepted=jnp.zeros((rows, max_rounds), jnp.int32),
+    )
+    carry = (jnp.int32(0), x, drafts, pages, draft, empty, jnp.bool_(False))
+    carry = jax.lax.while_loop(lambda c: (c[0] < num_rounds) & ~c[-1], body, carry)
+    return carry[5], carry[3], carry[4]
+
+
+def next_round(x: StepInputs, last: jax.Array, last_position: jax.Array, count: jax.Array, live: jax.Array) -> StepInputs:
+    """The verify layout of the next round: each live row's chunk `[last token, count placeholders]` at last_position."""
+    rows = last.shape[0]
+    chunk = x.tokens.shape[0] // rows
+    columns = jnp.arange(chunk, dtype=jnp.int32)[None, :]
+    in_chunk = live[:, None] & (columns <= count[:, None])
+    grid = jnp.zeros((rows, chunk), jnp.int32).at[:, 0].set(last)
+    return dataclasses.replace(
+        x, tokens=grid.reshape(-1), positions=jnp.where(in_chunk, last_position[:, None] + columns, -1).reshape(-1),
+        lengths=jnp.where(live, last_position + 1 + count, x.lengths), query_lens=jnp.where(live, 1 + count, 0),
+    )

@@ -17,4 +17,6 @@ ragged_step = jax.jit(batch_step.ragged_step, static_argnames=("cfg",), donate_a
 multi_decode = jax.jit(
     batch_step.multi_decode, static_argnames=("cfg", "max_steps"), donate_argnames=("pages", "draft")
 )
-verify_step = jax.jit(batch_verify.verify_step, static_argnames=("cfg", "rule"), donate_argnames=("pages", "draft"))
+verify_rounds = jax.jit(
+    batch_verify.verify_rounds, static_argnames=("cfg", "max_rounds", "rule"), donate_argnames=("pages", "draft")
+)

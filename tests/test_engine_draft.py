@@ -4,6 +4,8 @@ target's did (prefill chunks, multi-step decode, verify rounds, preemption, shar
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hf_models import save_hf_model
@@ -69,4 +71,16 @@ def test_preemption_and_shared_prefixes_keep_the_draft_pool_complete(models):
     assert engine_ids(llm, prompts, params) == expected
     metrics, engine = llm.engine.speculation_metrics(), llm.engine.metrics()
     assert engine["num_preemptions"] > 0 and engine["prefix_cache_hits"] > 0
+    assert metrics["accepted"] == metrics["drafted"] > 0
+
+
+def test_verify_rounds_stop_at_the_reserved_pages(models, plain):
+    """decode_steps=8 lets one call run 4 verify rounds; with pages reserved for one round only
+    (the scheduler's lookahead cut to k+1) the rounds must return to the host before writing past
+    a row's pages, else K/V land in the padding page and later tokens differ."""
+    llm = make(models, "target", decode_steps=8)
+    scheduler = llm.engine.scheduler
+    scheduler.config = dataclasses.replace(scheduler.config, lookahead=K + 1)
+    assert engine_ids(llm, PROMPTS) == plain
+    metrics = llm.engine.speculation_metrics()
     assert metrics["accepted"] == metrics["drafted"] > 0

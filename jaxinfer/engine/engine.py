@@ -75,6 +75,10 @@ class LLMEngine:
         # Exactly k+1 wide (not a power of two): on CPU a verify step's projections cost ~linearly
         # in its rows (k=4: 8 -> 5 rows made adaptive n-gram 1.37x -> 1.52x plain at batch 1).
         self.verify_chunk = k_max + 1
+        # A draft model or head drafts on the device, so one call may run several verify rounds, as
+        # a plain call runs several decode steps (prompt lookup drafts on the host: one round).
+        on_device = speculative is not None and speculative.method != "ngram"
+        self.spec_rounds = max(1, config.decode_steps // 2) if on_device else 1
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
         # not happen at import (jax.distributed.initialize has to come first).
         cache_spec = CacheSpec() if cache_spec is None else cache_spec
@@ -87,7 +91,7 @@ class LLMEngine:
         self.scheduler = Scheduler(
             SchedulerConfig(
                 config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
-                lookahead=k_max + 1,
+                lookahead=self.spec_rounds * (k_max + 1),
             ),
             self.blocks,
         )
@@ -163,7 +167,8 @@ class LLMEngine:
             drafts = self.speculator.plan([row.request for row in schedule.decodes], bucket(len(schedule.decodes)))
             if drafts is not None:
                 return build_verify_step(
-                    schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages
+                    schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages,
+                    self.spec_rounds,
                 )
         return build_step(schedule, self.config.page_size, self.max_pages, self.min_pages, self.narrow_mixed)
 
@@ -245,16 +250,18 @@ class LLMEngine:
         rows = bucket(len(schedule.decodes))
         if host.drafts is None:
             measured.record_plain(rows, seconds, int(np.max(out.counts)))
-        else:
+        else:  # per round, as plain calls are timed per decode step
             draft_steps = int(np.max(host.num_drafts)) if self.draft_spec is not None else 0
-            measured.record_verify(rows, seconds, draft_steps)
+            measured.record_verify(rows, seconds / ran_rounds(out), draft_steps)
 
     def _observe_drafts(self, schedule: Schedule, host: HostStep, out: StepOutputs) -> None:
-        """Acceptance per row into the speculator and the vLLM-named counters."""
+        """Acceptance per row and round into the speculator and the vLLM-named counters."""
         rows = len(schedule.decodes)
-        drafted, accepted = host.num_drafts[:rows], np.asarray(out.counts[:rows]) - 1
-        self.speculator.observe([row.request for row in schedule.decodes], drafted, accepted)
-        self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
+        requests = [row.request for row in schedule.decodes]
+        for i in range(ran_rounds(out)):
+            drafted, accepted = np.maximum(out.drafted[:rows, i], 0), np.asarray(out.accepted[:rows, i])
+            self.speculator.observe(requests, drafted, accepted)
+            self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
     def _run(self, host: HostStep) -> StepOutputs:
         inputs = self._device_inputs(host)
@@ -263,9 +270,10 @@ class LLMEngine:
         draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
         if host.drafts is not None:
             drafts = self.cache_spec.mesh_layout.put_tree(Drafts(host.drafts, host.num_drafts))
-            out, self.pages, self.draft = steps.verify_step(
-                self.weights, self.pages, inputs, drafts, cfg=self.model_config, rule=self.speculator.config.rule,
-                **draft,
+            capacity = self.cache_spec.mesh_layout.put_tree(host.capacity)
+            out, self.pages, self.draft = steps.verify_rounds(
+                self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, cfg=self.model_config,
+                max_rounds=self.spec_rounds, rule=self.speculator.config.rule, **draft,
             )
         elif host.num_steps > 1:
             out, self.pages, self.draft = steps.multi_decode(
@@ -383,3 +391,7 @@ class LLMEngine:
                 del self.groups[request_id]
         return outputs
 
+
+def ran_rounds(out: StepOutputs) -> int:
+    """Verify rounds a call ran (every live row runs each round; padding rows record -1)."""
+    return int(np.count_nonzero(np.max(out.drafted, axis=0) >= 0)) or 1

@@ -43,6 +43,8 @@ class HostStep:
     num_steps: int
     drafts: np.ndarray | None = None  # [R, chunk - 1] int32 for a verify step (rows are chunks)
     num_drafts: np.ndarray | None = None  # [R] int32
+    num_rounds: int = 1  # verify rounds one call may run (draft model, EAGLE head)
+    capacity: np.ndarray | None = None  # [R] int32 positions the row's reserved pages hold (verify steps)
 
 
 def shape_buckets(
@@ -175,21 +177,28 @@ def empty_step(num_decode: int, num_prefill: int, chunk: int, pages: int, num_st
 
 
 def build_verify_step(
-    schedule: Schedule, drafts: list[np.ndarray], chunk: int, page_size: int, max_pages: int, min_pages: int = 1
+    schedule: Schedule, drafts: list[np.ndarray], chunk: int, page_size: int, max_pages: int, min_pages: int = 1,
+    rounds: int = 1,
 ) -> HostStep:
-    """Every decode row as one chunk `[last token, drafts...]` (padded to `chunk`) for `batch_verify`."""
+    """Every decode row as one chunk `[last token, drafts...]` (padded to `chunk`) for `batch_verify`,
+    with a page table wide enough for `rounds` rounds where the rows' pages reach."""
     rows = bucket(len(schedule.decodes))
-    needed = max(-(-(row.start + chunk) // page_size) for row in schedule.decodes)
+    needed = max(
+        min(-(-(row.start + rounds * chunk) // page_size), len(row.request.pages)) for row in schedule.decodes
+    )
     pages = min(bucket(needed, min_pages), max_pages)
     step = _empty(rows * chunk, rows, pages, _stop_width(schedule), 0, 1)
     step.token_rows[:] = np.repeat(np.arange(rows), chunk)
     step.last_index[:] = np.arange(rows) * chunk
     step.drafts = np.zeros((rows, chunk - 1), np.int32)
     step.num_drafts = np.zeros(rows, np.int32)
+    step.num_rounds = rounds
+    step.capacity = np.zeros(rows, np.int32)
     for r, (row, draft) in enumerate(zip(schedule.decodes, drafts)):
         _fill_row(step, r, r * chunk, dataclasses.replace(row, count=1 + len(draft)), draft)
         step.drafts[r, : len(draft)] = draft
         step.num_drafts[r] = len(draft)
+        step.capacity[r] = min(len(row.request.pages), pages) * page_size
     return step
 
 
@@ -198,4 +207,5 @@ def empty_verify_step(rows: int, chunk: int, pages: int) -> HostStep:
     step = empty_step(0, rows, chunk, pages, 1)
     step.drafts = np.zeros((rows, chunk - 1), np.int32)
     step.num_drafts = np.zeros(rows, np.int32)
+    step.capacity = np.zeros(rows, np.int32)
     return step

@@ -2,8 +2,9 @@
 
 The speculation plan weighs a verify step against plain steps. In the engine they are not alike:
 a plain call runs up to `decode_steps` steps on the device per return to the host, a verify step
-returns after one target pass over k_max + 1 tokens per row and pays the host's scheduling,
-lookup and bookkeeping each time. The heuristic cost model (a verify pass costs one plain step)
+with host drafts (prompt lookup) returns after one target pass over k_max + 1 tokens per row and
+pays the host's scheduling, lookup and bookkeeping each time (device drafters run several rounds
+per call: their time is recorded per round). The heuristic cost model (a verify pass costs one plain step)
 misses both, and was measured speculating where it lost: adaptive n-gram at 0.6-0.9x of plain on
 a CPU at batch 4. So the engine times every all-decode step, from scheduling to applied outputs,
 per row bucket, and plans with those times once both kinds are known: round_base is a verify
