@@ -1,9 +1,12 @@
 """Drafting with a draft model inside the serving engine's verify step.
 
-The draft's pool holds K/V of every token the target's does (see `step_forward`). In a verify step the
-draft decodes `[last token, d_1 .. d_k]` one token per row at a time, drawing d_{i+1} from its
-processed distribution (the q of exact rejection sampling); its last call only writes d_k's
-K/V, so the pool stays complete whether the target accepts all drafts or not.
+The draft's pool holds K/V of the tokens the target's does (see `step_forward`), except those of
+plain decode calls: reading them would cost a draft forward per step even while speculation is
+off, so a verify step first catches the draft up on the positions it has not read (`catch_up`,
+CATCH_UP_CHUNK per row and forward). Then the draft decodes `[last token, d_1 .. d_k]` one token
+per row at a time, drawing d_{i+1} from its processed distribution (the q of exact rejection
+sampling); its last call only writes d_k's K/V, so the pool stays complete whether the target
+accepts all drafts or not.
 """
 
 from __future__ import annotations
@@ -17,6 +20,37 @@ from jaxinfer.batch_step import StepInputs
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.step_forward import DraftModel, decode_inputs, step_hidden
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
+
+CATCH_UP_CHUNK = 16  # positions per row and draft forward when catching up after plain calls
+
+
+def catch_up(
+    draft: DraftModel, draft_weights: Weights, x: StepInputs, history: jax.Array, start: jax.Array
+) -> DraftModel:
+    """The draft with K/V written for positions start .. L-2 of each row (L-1: the row's last token,
+    the verify chunk's first); history [R, S] holds each row's tokens by position."""
+    rows = x.lengths.shape[0]
+    end = x.lengths - x.query_lens  # the last token's position: `propose` writes it
+    index = jnp.arange(CATCH_UP_CHUNK, dtype=jnp.int32)
+
+    def step(carry: tuple) -> tuple:
+        begin, pages = carry
+        positions = begin[:, None] + index[None, :]
+        wanted = positions < end[:, None]
+        tokens = jnp.take_along_axis(history, jnp.minimum(positions, history.shape[1] - 1), axis=1)
+        inputs = dataclasses.replace(
+            x, tokens=tokens.reshape(-1), positions=jnp.where(wanted, positions, -1).reshape(-1),
+            token_rows=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), CATCH_UP_CHUNK),
+            lengths=jnp.where(begin < end, jnp.minimum(begin + CATCH_UP_CHUNK, end), x.lengths),
+            query_lens=jnp.clip(end - begin, 0, CATCH_UP_CHUNK), num_decode=0, want_logprobs=False,
+        )
+        _, pages = step_hidden(draft_weights, pages, inputs, draft.cfg)
+        return begin + CATCH_UP_CHUNK, pages
+
+    live = x.query_lens > 0
+    begin = jnp.where(live, start, end)
+    _, pages = jax.lax.while_loop(lambda c: jnp.any(c[0] < end), step, (begin, draft.pages))
+    return dataclasses.replace(draft, pages=pages)
 
 
 def propose(

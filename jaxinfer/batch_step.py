@@ -141,7 +141,7 @@ def multi_decode(
     """Up to num_steps (<= max_steps) decode steps of an all-decode batch; stops when any row finishes.
 
     Rows with query_len 0 are padding and start done. Pages for every step were reserved.
-    The draft, if any, reads every step's tokens.
+    An EAGLE head reads every step's tokens; a draft model does not (`batch_draft.catch_up`).
     """
     rows = x.lengths.shape[0]
     empty = StepOutputs(
@@ -161,7 +161,8 @@ def multi_decode(
         step, x, pages, draft, done, out = carry
         logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
         tokens = pick_tokens(logits, x.sampling, x.lengths)
-        draft = ride(draft, draft_weights, x, features, tokens)
+        if isinstance(draft, EagleDraft):  # a draft model catches up in the next verify step instead
+            draft = head_reads(draft, draft_weights, x, features, tokens)
         active = ~done
         hit_stop = jnp.any(tokens[:, None] == x.sampling.stop_ids, axis=-1) & (x.lengths >= x.sampling.min_lengths)
         new_lengths = x.lengths + active.astype(jnp.int32)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer import batch_eagle
-from jaxinfer.batch_draft import propose
+from jaxinfer.batch_draft import catch_up, propose
 from jaxinfer.batch_eagle import EagleDraft
 from jaxinfer.batch_step import Rider, StepInputs, StepOutputs, feature_taps, mask_early_stops
 from jaxinfer.config import ModelConfig
@@ -26,7 +26,7 @@ from jaxinfer.models import Weights, lm_logits
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
 from jaxinfer.speculative.verify import repeat_rows
-from jaxinfer.step_forward import step_features
+from jaxinfer.step_forward import DraftModel, step_features
 
 
 @jax.tree_util.register_dataclass
@@ -94,8 +94,8 @@ def with_drafts(flat: jax.Array, drafts: jax.Array) -> jax.Array:
 
 def verify_rounds(
     weights: Weights, pages: PagedKVCache, x: StepInputs, drafts: Drafts, num_rounds: jax.Array,
-    capacity: jax.Array, cfg: ModelConfig, max_rounds: int, rule: AcceptanceRule = EXACT_RULE, draft: Rider = None,
-    draft_weights=None,
+    capacity: jax.Array, history: jax.Array, draft_start: jax.Array, cfg: ModelConfig, max_rounds: int,
+    rule: AcceptanceRule = EXACT_RULE, draft: Rider = None, draft_weights=None,
 ) -> tuple[StepOutputs, PagedKVCache, Rider]:
     """Up to num_rounds (<= max_rounds) verify steps in a while_loop: tokens [R, max_rounds * C]
     (each row's emitted tokens, packed), counts, and the drafts and acceptances of every round.
@@ -105,6 +105,7 @@ def verify_rounds(
     as many tokens as drafts.count, fewer near max_tokens. The loop returns to the host when a
     row emits a stop id or reaches its length, or when another round would write past the pages
     reserved for a row (capacity [R], tokens), so new arrivals and finished rows wait at most one call.
+    A draft model first reads the positions from draft_start [R] on (history [R, S]: the rows' tokens).
     """
     rows = x.lengths.shape[0]
     chunk = x.tokens.shape[0] // rows
@@ -138,6 +139,8 @@ def verify_rounds(
         jnp.zeros((rows, width), jnp.int32), jnp.zeros((rows,), jnp.int32), None, None, None,
         drafted=jnp.full((rows, max_rounds), -1, jnp.int32), accepted=jnp.zeros((rows, max_rounds), jnp.int32),
     )
+    if isinstance(draft, DraftModel):
+        draft = catch_up(draft, draft_weights, x, history, draft_start)
     carry = (jnp.int32(0), x, drafts, pages, draft, empty, jnp.bool_(False))
     carry = jax.lax.while_loop(lambda c: (c[0] < num_rounds) & ~c[-1], body, carry)
     return carry[5], carry[3], carry[4]

@@ -84,3 +84,21 @@ def test_verify_rounds_stop_at_the_reserved_pages(models, plain):
     assert engine_ids(llm, PROMPTS) == plain
     metrics = llm.engine.speculation_metrics()
     assert metrics["accepted"] == metrics["drafted"] > 0
+
+
+def test_draft_catches_up_after_plain_calls(models, plain):
+    """While a logprobs request runs (the verify step implements no logprobs) the batch decodes in
+    plain multi-step calls, which a draft model does not read; the first verify step after them
+    catches the draft up, so a self-draft still accepts every draft (fails without the catch-up)."""
+    llm = make(models, "target")
+    engine = llm.engine
+    engine.add_request("logprobs", PROMPTS[3], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True,
+                                                              logprobs=1))
+    engine.add_request("greedy", PROMPTS[0], GREEDY)
+    ids: dict[str, list[int]] = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            ids[out.request_id] = ids.get(out.request_id, []) + list(out.outputs[0].token_ids)
+    assert ids["greedy"] == plain[0]
+    metrics = engine.speculation_metrics()
+    assert metrics["accepted"] == metrics["drafted"] > 0

@@ -193,7 +193,7 @@ class LLMEngine:
         steps_ = [empty_step(*shape) for shape in warmup_shapes(self.config, self.min_pages, self.max_pages, self.narrow_mixed)]
         if self.speculator is not None:
             steps_ += [
-                empty_verify_step(rows, self.verify_chunk, pages)
+                empty_verify_step(rows, self.verify_chunk, pages, self.config.page_size)
                 for rows in powers_of_two(1, self.config.max_num_seqs)
                 for pages in powers_of_two(self.min_pages, self.max_pages)
             ]
@@ -270,10 +270,10 @@ class LLMEngine:
         draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
         if host.drafts is not None:
             drafts = self.cache_spec.mesh_layout.put_tree(Drafts(host.drafts, host.num_drafts))
-            capacity = self.cache_spec.mesh_layout.put_tree(host.capacity)
+            capacity, history, start = self.cache_spec.mesh_layout.put_tree((host.capacity, host.history, host.draft_start))
             out, self.pages, self.draft = steps.verify_rounds(
-                self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, cfg=self.model_config,
-                max_rounds=self.spec_rounds, rule=self.speculator.config.rule, **draft,
+                self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start,
+                cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule, **draft,
             )
         elif host.num_steps > 1:
             out, self.pages, self.draft = steps.multi_decode(
@@ -321,7 +321,7 @@ class LLMEngine:
                 continue
             row = rows[id(request)]
             try:
-                produced = self._advance(request, row, out, r)
+                produced = self._advance(request, row, out, r, host)
             except Exception as error:  # e.g. a tokenizer failure: this request alone fails
                 log.exception("request %s failed", request.request_id)
                 request.finish("error")
@@ -338,10 +338,19 @@ class LLMEngine:
                 self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
         return touched
 
-    def _advance(self, request: Request, row, out: StepOutputs, r: int) -> int:
+    def _advance(self, request: Request, row, out: StepOutputs, r: int, host: HostStep) -> int:
         request.num_computed = row.start + row.count
+        if host.drafts is None and host.num_steps == 1 and request.draft_computed == row.start:
+            request.draft_computed = request.num_computed  # a ragged step: a draft model read its tokens
         if not row.samples:
             return 0
+        produced = self._append(request, out, r)
+        if host.drafts is not None:  # the verify rounds' draft (model) read every position they computed
+            request.draft_computed = request.num_computed
+        return produced
+
+    def _append(self, request: Request, out: StepOutputs, r: int) -> int:
+        """Append row r's new tokens (and logprobs) until the request finishes; how many it took."""
         count = int(out.counts[r]) if out.tokens.shape[1] > 1 else 1
         for j in range(count):
             if j:

@@ -75,6 +75,9 @@ class Request:
     detokenizer: object | None = None
     spec_acceptance: float | None = None  # moving average of draft acceptance (engine speculation)
     spec_counts: dict | None = None  # this sample's verify-step counters (speculative.stats layout)
+    # Leading positions whose draft-model K/V are written: plain decode calls leave the draft
+    # behind, the next verify step catches it up (batch_draft.catch_up).
+    draft_computed: int = 0
 
     @property
     def all_ids(self) -> list[int]:

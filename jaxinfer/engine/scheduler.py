@@ -156,6 +156,7 @@ class Scheduler:
             self.blocks.release(pages)
             return None
         request.pages, request.page_hashes, request.num_computed = pages, hashes, computed
+        request.draft_computed = 0  # cached pages may lack a draft's K/V: its first verify step writes them
         request.status = Status.RUNNING
         return Row(request, computed, count)
 

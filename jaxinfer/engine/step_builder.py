@@ -45,6 +45,8 @@ class HostStep:
     num_drafts: np.ndarray | None = None  # [R] int32
     num_rounds: int = 1  # verify rounds one call may run (draft model, EAGLE head)
     capacity: np.ndarray | None = None  # [R] int32 positions the row's reserved pages hold (verify steps)
+    history: np.ndarray | None = None  # [R, pages * page_size] int32 each row's tokens (verify steps)
+    draft_start: np.ndarray | None = None  # [R] int32 first position a draft model has not read
 
 
 def shape_buckets(
@@ -193,19 +195,28 @@ def build_verify_step(
     step.drafts = np.zeros((rows, chunk - 1), np.int32)
     step.num_drafts = np.zeros(rows, np.int32)
     step.num_rounds = rounds
-    step.capacity = np.zeros(rows, np.int32)
+    _verify_fields(step, rows, pages * page_size)
     for r, (row, draft) in enumerate(zip(schedule.decodes, drafts)):
         _fill_row(step, r, r * chunk, dataclasses.replace(row, count=1 + len(draft)), draft)
         step.drafts[r, : len(draft)] = draft
         step.num_drafts[r] = len(draft)
         step.capacity[r] = min(len(row.request.pages), pages) * page_size
+        ids = row.request.all_ids[: row.start]
+        step.history[r, : len(ids)] = ids
+        step.draft_start[r] = min(row.request.draft_computed, row.start)
     return step
 
 
-def empty_verify_step(rows: int, chunk: int, pages: int) -> HostStep:
+def _verify_fields(step: HostStep, rows: int, positions: int) -> None:
+    step.capacity = np.zeros(rows, np.int32)
+    step.history = np.zeros((rows, positions), np.int32)
+    step.draft_start = np.zeros(rows, np.int32)
+
+
+def empty_verify_step(rows: int, chunk: int, pages: int, page_size: int) -> HostStep:
     """An all-padding verify step of the given shape (compiles the program)."""
     step = empty_step(0, rows, chunk, pages, 1)
     step.drafts = np.zeros((rows, chunk - 1), np.int32)
     step.num_drafts = np.zeros(rows, np.int32)
-    step.capacity = np.zeros(rows, np.int32)
+    _verify_fields(step, rows, pages * page_size)
     return step
