@@ -1,15 +1,17 @@
 """An EAGLE head speculating inside the serving engine.
 
-The head keeps two pools indexed by the target's page tables (same page ids, so the block
-manager's allocation, prefix sharing and preemption hold for them): its one layer's K/V, and
-its output at every position (`predicted`: at position p the head reads (f_p, t_{p+1}) and its
-output predicts f_{p+1}, whose logits give t_{p+2}). Every program that runs the target also
-runs the head over the same tokens (`head_reads`), with t_{p+1} the host's next known token or
-the one the program sampled, so both pools cover every computed position. A verify step drafts
-from the stored output at L-2 (L tokens known), chains on the head's own predictions, and after
-acceptance runs the head again over the verified positions with the target's true features
-(`rewrite`), replacing what the chain wrote there. Entries past a sequence's end are rewritten
-before any query can see them, as in the target's cache.
+The head keeps three pools indexed by the target's page tables (same page ids, so the block
+manager's allocation, prefix sharing and preemption hold for them): its one layer's K/V, the
+target's features at every position, and its own output at every position (`predicted`: at
+position p the head reads (f_p, t_{p+1}) and its output predicts f_{p+1}, whose logits give
+t_{p+2}). Ragged steps (prefill chunks) run the head over their tokens (`head_reads`), t_{p+1}
+being the host's next known token or the one the step sampled; plain multi-step decode calls
+only store their features (a head pass per step would slow plain decoding while speculation is
+off), and the next verify step first runs the head over the positions it missed (`catch_up`).
+A verify step drafts from the stored output at L-2 (L tokens known), chains on the head's own
+predictions, and after acceptance runs the head again over the verified positions with the
+target's true features (`rewrite`), replacing what the chain wrote there. Entries past a
+sequence's end are rewritten before any query can see them, as in the target's cache.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from jaxinfer.speculative.eagle import EagleConfig, EagleParams, head_logits, he
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
 from jaxinfer.step_forward import decode_inputs, step_view
 
+CATCH_UP_CHUNK = 16  # positions per row and head pass when catching up after plain calls
+
 if TYPE_CHECKING:
     from jaxinfer.batch_step import StepInputs
 
@@ -35,28 +39,36 @@ class EagleDraft:
     """The head's pools; its weights (with the target's embedding and LM head) travel beside it."""
 
     pages: PagedKVCache  # the head layer's K/V
-    # [pages, page_size, D] float32 (exact for 16-bit models; XLA:CPU widens a 16-bit scatter and
-    # copies the whole buffer per write, a float32 one it updates in place)
+    # Per position: [pages, page_size, D] the head's output and [pages, page_size, F] the target's
+    # features; float32 on CPU (XLA:CPU widens a 16-bit scatter and copies the whole buffer per
+    # write, a float32 one it updates in place), the model's dtype elsewhere.
     predicted: jax.Array
+    features: jax.Array
     ecfg: EagleConfig = dataclasses.field(metadata=dict(static=True))
     dtype: str = dataclasses.field(metadata=dict(static=True))  # the head's compute dtype
 
 
-def _pool_index(head: EagleDraft, table: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _pool_index(pool: jax.Array, table: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(page, slot) of positions [N] in page tables [N, P]; position -1 maps past the pool (dropped)."""
-    page_size = head.predicted.shape[1]
+    page_size = pool.shape[1]
     page = jnp.take_along_axis(table, jnp.maximum(positions, 0)[:, None] // page_size, axis=1)[:, 0]
-    return jnp.where(positions >= 0, page, head.predicted.shape[0]), positions % page_size
+    return jnp.where(positions >= 0, page, pool.shape[0]), positions % page_size
 
 
-def _store(head: EagleDraft, table: jax.Array, positions: jax.Array, values: jax.Array) -> jax.Array:
-    page, slot = _pool_index(head, table, positions)
-    return head.predicted.at[page, slot].set(values.astype(head.predicted.dtype), mode="drop")
+def _store(pool: jax.Array, table: jax.Array, positions: jax.Array, values: jax.Array) -> jax.Array:
+    page, slot = _pool_index(pool, table, positions)
+    return pool.at[page, slot].set(values.astype(pool.dtype), mode="drop")
 
 
-def _load(head: EagleDraft, table: jax.Array, positions: jax.Array) -> jax.Array:
-    page, slot = _pool_index(head, table, positions)
-    return head.predicted[page, slot].astype(head.dtype)
+def _load(head: EagleDraft, pool: jax.Array, table: jax.Array, positions: jax.Array) -> jax.Array:
+    page, slot = _pool_index(pool, table, positions)
+    return pool[page, slot].astype(head.dtype)
+
+
+def remember(head: EagleDraft, x: "StepInputs", features: jax.Array) -> EagleDraft:
+    """The head with the target's features [N, F] of x's flat tokens stored (for a later `catch_up`)."""
+    stored = _store(head.features, x.page_table[x.token_rows], x.positions, features)
+    return dataclasses.replace(head, features=stored)
 
 
 def _head_pass(
@@ -69,17 +81,46 @@ def _head_pass(
         params, next_tokens[None], inputs[None], x.positions[None], step_view(head.pages, x), head.ecfg
     )
     pages = dataclasses.replace(view.pages, page_table=head.pages.page_table)
-    stored = _store(head, x.page_table[x.token_rows], x.positions, predicted[0])
+    stored = _store(head.predicted, x.page_table[x.token_rows], x.positions, predicted[0])
     return predicted[0], dataclasses.replace(head, pages=pages, predicted=stored)
 
 
 def head_reads(
     head: EagleDraft, params: EagleParams, x: "StepInputs", features: jax.Array, sampled: jax.Array
 ) -> EagleDraft:
-    """The head after a plain program: every flat token p reads (f_p, t_{p+1}), t_{p+1} the host's
-    (x.next_tokens) where known, else the token the program sampled for its row (sampled [R])."""
+    """The head after a ragged step: every flat token p reads (f_p, t_{p+1}), t_{p+1} the host's
+    (x.next_tokens) where known, else the token the step sampled for its row (sampled [R])."""
     next_tokens = jnp.where(x.next_tokens >= 0, x.next_tokens, sampled[x.token_rows])
-    return _head_pass(head, params, x, features, next_tokens)[1]
+    return _head_pass(remember(head, x, features), params, x, features, next_tokens)[1]
+
+
+def catch_up(
+    head: EagleDraft, params: EagleParams, x: "StepInputs", history: jax.Array, start: jax.Array
+) -> EagleDraft:
+    """The head over positions start .. L-2 of each row from the stored features, before a verify
+    step drafts (x: its layout, L-1 each row's last position; history [R, S]: tokens by position)."""
+    rows = x.lengths.shape[0]
+    end = x.lengths - x.query_lens
+    index = jnp.arange(CATCH_UP_CHUNK, dtype=jnp.int32)
+
+    def step(carry: tuple) -> tuple:
+        begin, head = carry
+        positions = begin[:, None] + index[None, :]
+        wanted = positions < end[:, None]
+        following = jnp.take_along_axis(history, jnp.minimum(positions + 1, history.shape[1] - 1), axis=1)
+        inputs = dataclasses.replace(
+            x, positions=jnp.where(wanted, positions, -1).reshape(-1),
+            token_rows=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), CATCH_UP_CHUNK),
+            lengths=jnp.where(begin < end, jnp.minimum(begin + CATCH_UP_CHUNK, end), x.lengths),
+            query_lens=jnp.clip(end - begin, 0, CATCH_UP_CHUNK), num_decode=0,
+        )
+        table = inputs.page_table[inputs.token_rows]
+        features = _load(head, head.features, table, inputs.positions)
+        _, head = _head_pass(head, params, inputs, features, following.reshape(-1))
+        return begin + CATCH_UP_CHUNK, head
+
+    begin = jnp.where(x.query_lens > 0, start, end)
+    return jax.lax.while_loop(lambda c: jnp.any(c[0] < end), step, (begin, head))[1]
 
 
 def propose(
@@ -109,7 +150,7 @@ def propose(
         tokens = tokens.at[:, slot].set(jnp.where(wanted[:, 0], token, tokens[:, slot]))
         return tokens, logprobs.at[:, slot].set(jnp.where(wanted, q, logprobs[:, slot]))
 
-    feature = _load(head, x.page_table, jnp.maximum(start - 1, 0))  # the head at L-2 predicted f_{L-1}
+    feature = _load(head, head.predicted, x.page_table, jnp.maximum(start - 1, 0))  # the head at L-2: f_{L-1}
     token, q = draft_at(feature, jnp.int32(0))
     tokens, logprobs = record(
         jnp.zeros((rows, chunk - 1), jnp.int32), jnp.full((rows, chunk - 1, vocab), -jnp.inf, jnp.float32),

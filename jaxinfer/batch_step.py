@@ -13,7 +13,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.batch_eagle import EagleDraft, head_reads
+from jaxinfer.batch_eagle import EagleDraft, head_reads, remember
 from jaxinfer.config import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.paged_kv_cache import PagedKVCache
@@ -141,7 +141,8 @@ def multi_decode(
     """Up to num_steps (<= max_steps) decode steps of an all-decode batch; stops when any row finishes.
 
     Rows with query_len 0 are padding and start done. Pages for every step were reserved.
-    An EAGLE head reads every step's tokens; a draft model does not (`batch_draft.catch_up`).
+    A draft model or EAGLE head does not read them (an EAGLE head's features are stored): the
+    next verify step catches it up (`batch_draft.catch_up`, `batch_eagle.catch_up`).
     """
     rows = x.lengths.shape[0]
     empty = StepOutputs(
@@ -161,8 +162,8 @@ def multi_decode(
         step, x, pages, draft, done, out = carry
         logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
         tokens = pick_tokens(logits, x.sampling, x.lengths)
-        if isinstance(draft, EagleDraft):  # a draft model catches up in the next verify step instead
-            draft = head_reads(draft, draft_weights, x, features, tokens)
+        if isinstance(draft, EagleDraft):  # the head (and a draft model) catch up in the next verify step
+            draft = remember(draft, x, features)
         active = ~done
         hit_stop = jnp.any(tokens[:, None] == x.sampling.stop_ids, axis=-1) & (x.lengths >= x.sampling.min_lengths)
         new_lengths = x.lengths + active.astype(jnp.int32)

@@ -105,7 +105,7 @@ def verify_rounds(
     as many tokens as drafts.count, fewer near max_tokens. The loop returns to the host when a
     row emits a stop id or reaches its length, or when another round would write past the pages
     reserved for a row (capacity [R], tokens), so new arrivals and finished rows wait at most one call.
-    A draft model first reads the positions from draft_start [R] on (history [R, S]: the rows' tokens).
+    A draft model or head first reads the positions from draft_start [R] on (history [R, S]: the rows' tokens).
     """
     rows = x.lengths.shape[0]
     chunk = x.tokens.shape[0] // rows
@@ -141,13 +141,17 @@ def verify_rounds(
     )
     if isinstance(draft, DraftModel):
         draft = catch_up(draft, draft_weights, x, history, draft_start)
+    elif isinstance(draft, EagleDraft):
+        draft = batch_eagle.catch_up(draft, draft_weights, x, history, draft_start)
     carry = (jnp.int32(0), x, drafts, pages, draft, empty, jnp.bool_(False))
     carry = jax.lax.while_loop(lambda c: (c[0] < num_rounds) & ~c[-1], body, carry)
     return carry[5], carry[3], carry[4]
 
 
-def next_round(x: StepInputs, last: jax.Array, last_position: jax.Array, count: jax.Array, live: jax.Array) -> StepInputs:
-    """The verify layout of the next round: each live row's chunk `[last token, count placeholders]` at last_position."""
+def next_round(
+    x: StepInputs, last: jax.Array, last_position: jax.Array, count: jax.Array, live: jax.Array
+) -> StepInputs:
+    """The next round's verify layout: each live row's chunk `[last token, count placeholders]` at last_position."""
     rows = last.shape[0]
     chunk = x.tokens.shape[0] // rows
     columns = jnp.arange(chunk, dtype=jnp.int32)[None, :]

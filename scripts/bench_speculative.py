@@ -1,5 +1,7 @@
 """Speculative decoding benchmark: jaxinfer plain / draft model / n-gram / EAGLE head vs HF
 transformers plain / `assistant_model` / `prompt_lookup_num_tokens`, on the same weights, in one run.
+The draft model and the head run twice: in `LLM.generate`'s static loop and in the serving
+engine (`-engine` rows, what `LLM.stream` and the server run).
 
 Greedy and temperature 0.8, batch 1, 4 and 16 (--batches; the four prompts repeat); every request
 generates exactly --max-tokens tokens (EOS ignored) so tokens/s compare like for like. Both
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import itertools
 import json
 import os
 import platform
@@ -38,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig  # noqa: E402
+from jaxinfer.engine.outputs import accumulate  # noqa: E402
 from jaxinfer.engine.step_builder import bucket  # noqa: E402
 from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_cost  # noqa: E402
 
@@ -61,6 +65,7 @@ EDIT_PROMPTS = [f"{code}\n\n# The same code, unchanged:\n{code.splitlines()[0]}\
 WORKLOADS = {"code": PROMPTS, "edit": EDIT_PROMPTS}
 MODES = {"greedy": 0.0, "t=0.8": 0.8}
 BATCHES = (1, 4, 16)  # 16: where adaptive speculation should have switched itself off
+REQUEST_IDS = itertools.count()
 
 
 @dataclasses.dataclass
@@ -123,21 +128,34 @@ def spec_summary(outputs: list) -> tuple[float | None, float | None, list[float 
     return accepted / drafted, (accepted + passes) / passes, positions
 
 
-def round_costs(llm: LLM, batch: int) -> tuple[CostModel, str]:
+def engine_generate(llm: LLM, prompts: list, params: list[SamplingParams]) -> list:
+    """`LLM.generate` through the serving engine, where draft models and EAGLE heads speculate too
+    (`LLM.generate` sends their plain-sampling requests to the static loop)."""
+    engine, request_ids, totals = llm.engine, [], {}
+    for prompt, p in zip(prompts, params):
+        request_ids.append(f"bench-{next(REQUEST_IDS)}")
+        engine.add_request(request_ids[-1], prompt, p)
+    while engine.has_unfinished():
+        for delta in engine.step():
+            totals[delta.request_id] = accumulate(totals.get(delta.request_id), delta)
+    return [totals[request_id] for request_id in request_ids]
+
+
+def round_costs(llm: LLM, batch: int, in_engine: bool) -> tuple[CostModel, str]:
     """The cost model the loop planned this batch with, and whether it was measured or the heuristic."""
-    if llm.speculative is not None and llm.speculative.enabled:  # the static loop (draft model, EAGLE head)
+    if not in_engine:  # the static loop (draft model, EAGLE head)
         measured = llm.speculative.costs.get(batch)
         heuristic = heuristic_costs(llm.speculative.proposer.draft_cost, llm.speculative.config)
-    else:  # the engine (prompt lookup)
+    else:  # the engine
         speculator = llm.engine.speculator
         measured = None if speculator.measured is None else speculator.measured.cost_model(bucket(batch))
         heuristic = speculator.heuristic
     return (heuristic, "heuristic") if measured is None else (measured, "measured")
 
 
-def priced_row(row: Row, llm: LLM, outputs: list, k: int, greedy: bool) -> Row:
+def priced_row(row: Row, llm: LLM, outputs: list, k: int, greedy: bool, in_engine: bool) -> Row:
     """The row with its draft-step and verify-pass costs and the ideal speedup they imply."""
-    costs, source = round_costs(llm, row.batch)
+    costs, source = round_costs(llm, row.batch, in_engine)
     stats = [o.spec_stats for o in outputs if o.spec_stats]
     passes = sum(s["spec_passes"] for s in stats)
     per_round = np.asarray(round_cost(row.batch, np.bool_(greedy), on_host(costs), k), np.float64)
@@ -149,6 +167,11 @@ def priced_row(row: Row, llm: LLM, outputs: list, k: int, greedy: bool) -> Row:
         ideal = row.mean_accepted_length / (verify + steps * draft_step)
     return dataclasses.replace(row, draft_step_cost=draft_step, verify_cost=verify, ideal_speedup=ideal,
                                cost_source=source)
+
+
+def in_engine(name: str) -> bool:
+    """Whether a jaxinfer row decodes in the serving engine (plain, prompt lookup, `-engine` drafters)."""
+    return not name.endswith((" draft", " eagle"))
 
 
 def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> list[Row]:
@@ -165,6 +188,8 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
             method="eagle", draft_model=str(args.eagle), num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
     }
+    for method in ("draft", "eagle"):  # the same drafters speculating in the serving engine
+        engines[f"jaxinfer {method}-engine"] = engines[f"jaxinfer {method}"]
     engines = {name: spec for name, spec in engines.items() if name.split()[-1] in args.methods}
     llms = {
         engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_batch_size=max(args.batches),
@@ -179,12 +204,15 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
                 for i in range(batch)
             ]
             batch_prompts = batch_of(prompts, batch)
-            runs = {name: functools.partial(llm.generate, batch_prompts, params) for name, llm in llms.items()}
+            runs = {
+                name: functools.partial(engine_generate if in_engine(name) else LLM.generate, llm, batch_prompts, params)
+                for name, llm in llms.items()
+            }
             for engine, (seconds, outs) in best_times(runs, args.repeats).items():
                 rate, length, positions = spec_summary(outs) if engines[engine] else (None, None, None)
                 row = Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), seconds, rate, length, positions)
                 if engines[engine]:
-                    row = priced_row(row, llms[engine], outs, args.k, temperature == 0)
+                    row = priced_row(row, llms[engine], outs, args.k, temperature == 0, in_engine(engine))
                 rows.append(row)
                 print(f"  {engine:16s} {mode:7s} b={batch}: {rows[-1].tokens_per_s:8.1f} tok/s", flush=True)
     return rows
@@ -319,8 +347,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="batch sizes to time")
     parser.add_argument("--no-hf", action="store_true", help="skip the HF transformers rows")
     parser.add_argument(
-        "--methods", nargs="+", choices=["plain", "draft", "ngram", "eagle"], default=["plain", "draft", "ngram", "eagle"],
-        help="jaxinfer engines to run",
+        "--methods", nargs="+", choices=["plain", "draft", "ngram", "eagle", "draft-engine", "eagle-engine"],
+        default=["plain", "draft", "ngram", "eagle", "draft-engine", "eagle-engine"],
+        help="jaxinfer engines to run (draft and eagle: LLM.generate's static loop; -engine: the serving engine)",
     )
     parser.add_argument(
         "--torch-threads", type=int, default=1,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from hf_models import save_hf_model
 from python_subprocess import run_python
 

@@ -64,9 +64,14 @@ def plain(models):
     return run(make(models, None), PROMPTS, GREEDY)
 
 
-@pytest.mark.parametrize("version", [1, 3])
-def test_greedy_eagle_in_engine_equals_plain(models, plain, version):
-    llm = make(models, version)
+@pytest.fixture(scope="module", params=[1, 3], ids=["eagle1", "eagle3"])
+def eagle(models, request):
+    """(version, an LLM drafting with that head), shared by the tests of one version."""
+    return request.param, make(models, request.param)
+
+
+def test_greedy_eagle_in_engine_equals_plain(eagle, plain):
+    _, llm = eagle
     assert run(llm, PROMPTS, GREEDY) == plain
     metrics = llm.engine.speculation_metrics()
     assert metrics["method"] == "eagle" and metrics["drafted"] > 0
@@ -98,22 +103,23 @@ def reference_predictions(weights, head, tokens, cfg, ecfg):
     return head_step(params, tokens[:, 1:], inputs, positions[:, :-1], cache, ecfg)[0][0]
 
 
-@pytest.mark.parametrize("version", [1, 3])
-def test_head_output_at_every_position_equals_recomputation(models, version):
-    """A 40-token prompt prefilled in chunks of 16 beside another request's decode steps, plain
+def test_head_output_at_every_position_equals_recomputation(models, eagle):
+    """A 40-token prompt prefilled in chunks beside another request's decode steps, plain
     multi-step decode while a logprobs request runs (the verify step implements no logprobs), then
     verify steps: at every computed position of the running request the head's stored output is
     the recomputation's (fails if a program skips the head, feeds it a sampled token where the
     prompt's next one was known, or leaves the chain's predicted features where verified ones belong)."""
-    llm = make(models, version, max_num_batched_tokens=16)
+    version, llm = eagle
     engine = llm.engine
+    engine.reset_prefix_cache()
+    drafted_before = engine.speculation_metrics()["drafted"]
     engine.add_request("logprobs", PROMPTS[3], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True,
                                                               logprobs=1))
     engine.add_request("long", PROMPTS[1], SamplingParams(max_tokens=50, temperature=0, ignore_eos=True))
     (request,) = engine.groups["long"]
     while len(request.output_ids) < 30:
         engine.step()
-    assert engine.speculation_metrics()["drafted"] > 0 and not engine.groups.get("logprobs")
+    assert engine.speculation_metrics()["drafted"] > drafted_before and not engine.groups.get("logprobs")
     cfg, weights = load_weights(models["target"], jnp.float32, progress=False)
     ecfg, head = load_eagle(models[version], cfg, jnp.float32)
     expected = reference_predictions(weights, head, jnp.asarray([request.all_ids]), cfg=cfg, ecfg=ecfg)
@@ -121,6 +127,9 @@ def test_head_output_at_every_position_equals_recomputation(models, version):
     page_size = engine.config.page_size
     pages = np.asarray(request.pages)[positions // page_size]
     stored = np.asarray(engine.draft.predicted)[pages, positions % page_size]
+    engine.abort("long")
+    while engine.has_unfinished():
+        engine.step()
     np.testing.assert_allclose(stored, np.asarray(expected)[: len(positions)], rtol=1e-4, atol=1e-5)
 
 

@@ -270,7 +270,8 @@ class LLMEngine:
         draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
         if host.drafts is not None:
             drafts = self.cache_spec.mesh_layout.put_tree(Drafts(host.drafts, host.num_drafts))
-            capacity, history, start = self.cache_spec.mesh_layout.put_tree((host.capacity, host.history, host.draft_start))
+            layout = self.cache_spec.mesh_layout
+            capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
             out, self.pages, self.draft = steps.verify_rounds(
                 self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start,
                 cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule, **draft,

@@ -30,9 +30,10 @@ def pool_size(
     """Pages in the pool (target and draft together), from the knobs and the device's free memory."""
     kv_parts = cache_spec.mesh_layout.parts((model_config.num_kv_heads,), ("kv_heads",))
     page_bytes = paged_kv_cache.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype) // kv_parts
-    if isinstance(draft_cfg, EagleConfig):  # its layer's K/V and its float32 output per position
+    if isinstance(draft_cfg, EagleConfig):  # its layer's K/V, its output and the target's features per position
         page_bytes += paged_kv_cache.page_bytes(draft_cfg.layer, config.page_size, dtype, cache_spec.kv_dtype)
-        page_bytes += config.page_size * draft_cfg.layer.hidden_size * 4
+        per_token = draft_cfg.layer.hidden_size + draft_cfg.feature_size
+        page_bytes += config.page_size * per_token * jnp.dtype(eagle_pool_dtype(dtype)).itemsize
     elif draft_cfg is not None:
         page_bytes += paged_kv_cache.page_bytes(draft_cfg, config.page_size, dtype, cache_spec.kv_dtype)
     return config.resolve_num_pages(page_bytes, free_device_bytes())
@@ -51,12 +52,21 @@ def new_pools(
         )
 
     if isinstance(draft_cfg, EagleConfig):
-        shape = (num_pages, page_size, draft_cfg.layer.hidden_size)
-        predicted = cache_spec.mesh_layout.zeros(shape, jnp.float32, (None, None, None))
-        draft = EagleDraft(pool(draft_cfg.layer), predicted, draft_cfg, jnp.dtype(dtype).name)
+        def per_position(width: int) -> jax.Array:
+            shape = (num_pages, page_size, width)
+            return cache_spec.mesh_layout.zeros(shape, eagle_pool_dtype(dtype), (None, None, None))
+
+        predicted, features = per_position(draft_cfg.layer.hidden_size), per_position(draft_cfg.feature_size)
+        draft = EagleDraft(pool(draft_cfg.layer), predicted, features, draft_cfg, jnp.dtype(dtype).name)
     else:
         draft = None if draft_cfg is None else DraftModel(pool(draft_cfg), draft_cfg, model_config.vocab_size)
     return pool(model_config), draft
+
+
+def eagle_pool_dtype(dtype: jnp.dtype) -> jnp.dtype:
+    """An EAGLE head's per-position pools: float32 on CPU (XLA:CPU copies a whole 16-bit buffer per
+    scatter, updates a float32 one in place), the model's dtype elsewhere."""
+    return jnp.float32 if jax.default_backend() == "cpu" else dtype
 
 
 def free_device_bytes() -> int | None:

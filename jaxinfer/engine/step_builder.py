@@ -46,7 +46,7 @@ class HostStep:
     num_rounds: int = 1  # verify rounds one call may run (draft model, EAGLE head)
     capacity: np.ndarray | None = None  # [R] int32 positions the row's reserved pages hold (verify steps)
     history: np.ndarray | None = None  # [R, pages * page_size] int32 each row's tokens (verify steps)
-    draft_start: np.ndarray | None = None  # [R] int32 first position a draft model has not read
+    draft_start: np.ndarray | None = None  # [R] int32 first position a draft model or head has not read
 
 
 def shape_buckets(
@@ -201,7 +201,7 @@ def build_verify_step(
         step.drafts[r, : len(draft)] = draft
         step.num_drafts[r] = len(draft)
         step.capacity[r] = min(len(row.request.pages), pages) * page_size
-        ids = row.request.all_ids[: row.start]
+        ids = row.request.all_ids[: row.start + 1]
         step.history[r, : len(ids)] = ids
         step.draft_start[r] = min(row.request.draft_computed, row.start)
     return step

@@ -13,7 +13,6 @@ from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.server.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
 from jaxinfer.server.completions import CompletionRequest, create_completion
 from jaxinfer.server.errors import APIError, RequestGuard, install_handlers
-from jaxinfer.server.formatting import token_text
 from jaxinfer.server.metrics import engine_registry, metrics_text
 from jaxinfer.server.protocol import DetokenizeRequest, TokenizeRequest
 from jaxinfer.server.serving import ServerState
