@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from hf_models import save_hf_model
 from safetensors.numpy import save_file
 
 
@@ -84,3 +85,13 @@ def _write(path: Path, config: dict, tensors: dict) -> Path:
     (path / "config.json").write_text(json.dumps(config, indent=2))
     save_file(tensors, path / "model.safetensors")
     return path
+
+
+def tiny_target_and_heads(root: Path) -> dict:
+    """A 3-layer tiny target (EAGLE-3 reads three of its layers), an EAGLE-1 and an EAGLE-3 head."""
+    target = save_hf_model("llama2", root / "target", num_hidden_layers=3)
+    return {
+        "target": target,
+        1: save_eagle1(root / "eagle1", target),
+        3: save_eagle3(root / "eagle3", target, draft_vocab=96, layers=(0, 1, 2)),
+    }

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from eagle_models import save_eagle1, save_eagle3
-from hf_models import save_hf_model
+from eagle_models import tiny_target_and_heads
 from safetensors.numpy import load_file, save_file
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
@@ -38,13 +37,7 @@ K = 3
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """A 3-layer tiny target (EAGLE-3 reads three of its layers), an EAGLE-1 and an EAGLE-3 head."""
-    root = tmp_path_factory.mktemp("eagle")
-    target = save_hf_model("llama2", root / "target", num_hidden_layers=3)
-    return {
-        "target": target,
-        1: save_eagle1(root / "eagle1", target),
-        3: save_eagle3(root / "eagle3", target, draft_vocab=96, layers=(0, 1, 2)),
-    }
+    return tiny_target_and_heads(tmp_path_factory.mktemp("eagle"))
 
 
 def test_eagle1_layout_loads_into_its_leaves(models):

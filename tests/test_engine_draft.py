@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from engine_runs import engine_ids
 from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
@@ -32,32 +33,21 @@ def make(models, draft: str | None, **knobs) -> LLM:
     return LLM(models["target"], speculative=spec, **{**KNOBS, **knobs})
 
 
-def engine_ids(llm: LLM, prompts, params=GREEDY) -> list[list[int]]:
-    """Token ids through the engine (LLM.generate sends draft-model requests to static batches)."""
-    engine, ids = llm.engine, {}
-    for i, prompt in enumerate(prompts):
-        engine.add_request(str(i), prompt, params)
-    while engine.has_unfinished():
-        for out in engine.step():
-            ids[out.request_id] = ids.get(out.request_id, []) + list(out.outputs[0].token_ids)
-    return [ids[str(i)] for i in range(len(prompts))]
-
-
 @pytest.fixture(scope="module")
 def plain(models):
-    return engine_ids(make(models, None), PROMPTS)
+    return engine_ids(make(models, None), PROMPTS, GREEDY)
 
 
 def test_greedy_equals_plain_with_a_different_draft(models, plain):
     llm = make(models, "draft")
-    assert engine_ids(llm, PROMPTS) == plain
+    assert engine_ids(llm, PROMPTS, GREEDY) == plain
     metrics = llm.engine.speculation_metrics()
     assert metrics["drafted"] > 0 and metrics["method"] == "draft"
 
 
 def test_self_draft_accepts_every_draft(models, plain):
     llm = make(models, "target")
-    assert engine_ids(llm, PROMPTS) == plain
+    assert engine_ids(llm, PROMPTS, GREEDY) == plain
     metrics = llm.engine.speculation_metrics()
     assert metrics["drafted"] > 0 and metrics["accepted"] == metrics["drafted"]
 
@@ -81,7 +71,7 @@ def test_verify_rounds_stop_at_the_reserved_pages(models, plain):
     llm = make(models, "target", decode_steps=8)
     scheduler = llm.engine.scheduler
     scheduler.config = dataclasses.replace(scheduler.config, lookahead=K + 1)
-    assert engine_ids(llm, PROMPTS) == plain
+    assert engine_ids(llm, PROMPTS, GREEDY) == plain
     metrics = llm.engine.speculation_metrics()
     assert metrics["accepted"] == metrics["drafted"] > 0
 

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from eagle_models import save_eagle1, save_eagle3
-from hf_models import save_hf_model
+from eagle_models import tiny_target_and_heads
+from engine_runs import engine_ids
 
 from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.checkpoint import load_weights
@@ -31,13 +31,7 @@ KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_to
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """A 3-layer tiny target (EAGLE-3 reads three of its layers), an EAGLE-1 and an EAGLE-3 head."""
-    root = tmp_path_factory.mktemp("engine-eagle")
-    target = save_hf_model("llama2", root / "target", num_hidden_layers=3)
-    return {
-        "target": target,
-        1: save_eagle1(root / "eagle1", target),
-        3: save_eagle3(root / "eagle3", target, draft_vocab=96, layers=(0, 1, 2)),
-    }
+    return tiny_target_and_heads(tmp_path_factory.mktemp("engine-eagle"))
 
 
 def make(models, version: int | None, **knobs) -> LLM:
@@ -47,21 +41,9 @@ def make(models, version: int | None, **knobs) -> LLM:
     return LLM(models["target"], speculative=spec, **{**KNOBS, **knobs})
 
 
-def run(llm: LLM, prompts, params) -> list[list[int]]:
-    """Token ids through the engine's steps (LLM.generate sends plain-sampling requests to static batches)."""
-    engine, ids = llm.engine, {}
-    params = params if isinstance(params, list) else [params] * len(prompts)
-    for i, (prompt, p) in enumerate(zip(prompts, params)):
-        engine.add_request(str(i), prompt, p)
-    while engine.has_unfinished():
-        for out in engine.step():
-            ids[out.request_id] = ids.get(out.request_id, []) + list(out.outputs[0].token_ids)
-    return [ids[str(i)] for i in range(len(prompts))]
-
-
 @pytest.fixture(scope="module")
 def plain(models):
-    return run(make(models, None), PROMPTS, GREEDY)
+    return engine_ids(make(models, None), PROMPTS, GREEDY)
 
 
 @pytest.fixture(scope="module", params=[1, 3], ids=["eagle1", "eagle3"])
@@ -72,7 +54,7 @@ def eagle(models, request):
 
 def test_greedy_eagle_in_engine_equals_plain(eagle, plain):
     _, llm = eagle
-    assert run(llm, PROMPTS, GREEDY) == plain
+    assert engine_ids(llm, PROMPTS, GREEDY) == plain
     metrics = llm.engine.speculation_metrics()
     assert metrics["method"] == "eagle" and metrics["drafted"] > 0
 
@@ -81,9 +63,9 @@ def test_preemption_and_shared_prefixes_keep_the_output(models):
     """A 14-page pool cannot hold four 70-token sequences: requests are preempted and recomputed."""
     prompts = [PROMPTS[1], PROMPTS[1][:32] + [7, 8, 9], PROMPTS[1][:33], PROMPTS[0]]
     params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
-    expected = run(make(models, None, num_pages=14), prompts, params)
+    expected = engine_ids(make(models, None, num_pages=14), prompts, params)
     llm = make(models, 3, num_pages=14)
-    assert run(llm, prompts, params) == expected
+    assert engine_ids(llm, prompts, params) == expected
     engine = llm.engine.metrics()
     assert engine["num_preemptions"] > 0 and engine["prefix_cache_hits"] > 0
     assert llm.engine.speculation_metrics()["drafted"] > 0
@@ -141,8 +123,8 @@ def test_demo_head_is_exact_and_accepted_in_the_engine():
     """The shipped head drafts in the engine as it does in the static loop (an input off by one
     position, or a stale feature, would accept almost nothing)."""
     knobs = dict(dtype="float32", max_seq_len=128)
-    expected = run(LLM(**knobs), DEMO_PROMPTS, DEMO_GREEDY)
+    expected = engine_ids(LLM(**knobs), DEMO_PROMPTS, DEMO_GREEDY)
     spec = SpeculativeConfig(method="eagle", draft_model=str(DEMO_EAGLE), num_speculative_tokens=4, adaptive=False)
     llm = LLM(speculative=spec, **knobs)
-    assert run(llm, DEMO_PROMPTS, DEMO_GREEDY) == expected
+    assert engine_ids(llm, DEMO_PROMPTS, DEMO_GREEDY) == expected
     assert llm.engine.speculation_metrics()["acceptance_rate"] > 0.35, llm.engine.speculation_metrics()

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from eagle_models import save_eagle1
+from engine_runs import engine_ids
 from hf_models import save_hf_model
 from scipy import stats
 
@@ -79,21 +80,10 @@ def sampled(models, spec: SpeculativeConfig | None, engine: bool = False) -> np.
         max_prefill_seqs=ROWS, max_num_batched_tokens=ROWS * 32,
     )
     params = [SamplingParams(**PARAMS, seed=seed) for seed in range(ROWS)]
-    ids = engine_ids(llm, params) if engine else [o.token_ids for o in llm.generate([PROMPT] * ROWS, params)]
+    ids = engine_ids(llm, [PROMPT] * ROWS, params) if engine else [o.token_ids for o in llm.generate([PROMPT] * ROWS, params)]
     if spec is not None and not measures_costs(spec):
         assert llm.metrics()["drafted"] > (ROWS // 2 if not spec.adaptive else 0), llm.metrics()
     return np.asarray([ids[1:4] for ids in ids])
-
-
-def engine_ids(llm: LLM, params: list[SamplingParams]) -> list[list[int]]:
-    """Token ids of PROMPT under each params, through the engine's steps."""
-    ids: dict[str, list[int]] = {}
-    for i, p in enumerate(params):
-        llm.engine.add_request(str(i), PROMPT, p)
-    while llm.engine.has_unfinished():
-        for out in llm.engine.step():
-            ids.setdefault(out.request_id, []).extend(out.outputs[0].token_ids)
-    return [ids[str(i)] for i in range(len(params))]
 
 
 def measures_costs(spec: SpeculativeConfig) -> bool:
