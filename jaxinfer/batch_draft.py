@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from jaxinfer.batch_step import StepInputs
 from jaxinfer.models import Weights, lm_logits
-from jaxinfer.step_forward import DraftModel, decode_inputs, step_hidden
+from jaxinfer.step_forward import DraftModel, catch_up_inputs, decode_inputs, step_hidden
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
 
 CATCH_UP_CHUNK = 16  # positions per row and draft forward when catching up after plain calls
@@ -29,21 +29,14 @@ def catch_up(
 ) -> DraftModel:
     """The draft with K/V written for positions start .. L-2 of each row (L-1: the row's last token,
     the verify chunk's first); history [R, S] holds each row's tokens by position."""
-    rows = x.lengths.shape[0]
     end = x.lengths - x.query_lens  # the last token's position: `propose` writes it
     index = jnp.arange(CATCH_UP_CHUNK, dtype=jnp.int32)
 
     def step(carry: tuple) -> tuple:
         begin, pages = carry
-        positions = begin[:, None] + index[None, :]
-        wanted = positions < end[:, None]
-        tokens = jnp.take_along_axis(history, jnp.minimum(positions, history.shape[1] - 1), axis=1)
-        inputs = dataclasses.replace(
-            x, tokens=tokens.reshape(-1), positions=jnp.where(wanted, positions, -1).reshape(-1),
-            token_rows=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), CATCH_UP_CHUNK),
-            lengths=jnp.where(begin < end, jnp.minimum(begin + CATCH_UP_CHUNK, end), x.lengths),
-            query_lens=jnp.clip(end - begin, 0, CATCH_UP_CHUNK), num_decode=0, want_logprobs=False,
-        )
+        positions = jnp.minimum(begin[:, None] + index[None, :], history.shape[1] - 1)
+        tokens = jnp.take_along_axis(history, positions, axis=1).reshape(-1)
+        inputs = dataclasses.replace(catch_up_inputs(x, begin, end, CATCH_UP_CHUNK), tokens=tokens)
         _, pages = step_hidden(draft_weights, pages, inputs, draft.cfg)
         return begin + CATCH_UP_CHUNK, pages
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.speculative.eagle import EagleConfig, EagleParams, head_logits, head_step, project_features
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
-from jaxinfer.step_forward import decode_inputs, step_view
+from jaxinfer.step_forward import catch_up_inputs, decode_inputs, step_view
 
 CATCH_UP_CHUNK = 16  # positions per row and head pass when catching up after plain calls
 
@@ -99,21 +99,14 @@ def catch_up(
 ) -> EagleDraft:
     """The head over positions start .. L-2 of each row from the stored features, before a verify
     step drafts (x: its layout, L-1 each row's last position; history [R, S]: tokens by position)."""
-    rows = x.lengths.shape[0]
     end = x.lengths - x.query_lens
     index = jnp.arange(CATCH_UP_CHUNK, dtype=jnp.int32)
 
     def step(carry: tuple) -> tuple:
         begin, head = carry
-        positions = begin[:, None] + index[None, :]
-        wanted = positions < end[:, None]
-        following = jnp.take_along_axis(history, jnp.minimum(positions + 1, history.shape[1] - 1), axis=1)
-        inputs = dataclasses.replace(
-            x, positions=jnp.where(wanted, positions, -1).reshape(-1),
-            token_rows=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), CATCH_UP_CHUNK),
-            lengths=jnp.where(begin < end, jnp.minimum(begin + CATCH_UP_CHUNK, end), x.lengths),
-            query_lens=jnp.clip(end - begin, 0, CATCH_UP_CHUNK), num_decode=0,
-        )
+        positions = jnp.minimum(begin[:, None] + index[None, :] + 1, history.shape[1] - 1)
+        following = jnp.take_along_axis(history, positions, axis=1)
+        inputs = catch_up_inputs(x, begin, end, CATCH_UP_CHUNK)
         table = inputs.page_table[inputs.token_rows]
         features = _load(head, head.features, table, inputs.positions)
         _, head = _head_pass(head, params, inputs, features, following.reshape(-1))

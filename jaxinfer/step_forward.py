@@ -61,6 +61,19 @@ def decode_inputs(x: "StepInputs", tokens: jax.Array, positions: jax.Array, live
     )
 
 
+def catch_up_inputs(x: "StepInputs", begin: jax.Array, end: jax.Array, chunk: int) -> "StepInputs":
+    """Each row as one chunk of `chunk` positions from begin [R], those before end [R] live (the
+    rest padding); tokens are the caller's to set."""
+    rows = begin.shape[0]
+    positions = begin[:, None] + jnp.arange(chunk, dtype=jnp.int32)[None, :]
+    return dataclasses.replace(
+        x, positions=jnp.where(positions < end[:, None], positions, -1).reshape(-1),
+        token_rows=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), chunk),
+        lengths=jnp.where(begin < end, jnp.minimum(begin + chunk, end), x.lengths),
+        query_lens=jnp.clip(end - begin, 0, chunk), num_decode=0, want_logprobs=False,
+    )
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class DraftModel:

@@ -17,13 +17,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxinfer import steps
-from jaxinfer.batch_step import Rider, RowSampling, StepInputs, StepOutputs
+from jaxinfer.batch_step import Rider, StepOutputs
 from jaxinfer.batch_verify import Drafts
 from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.config import ModelConfig
 from jaxinfer.distributed import shared_seed
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.config import EngineConfig
+from jaxinfer.engine.device_inputs import device_inputs
 from jaxinfer.engine.memory_maps import MAX_MAP_COUNT, map_headroom, warmup_may_continue
 from jaxinfer.engine.metrics import EngineMetrics, snapshot
 from jaxinfer.engine.pools import new_pools, pool_size
@@ -39,8 +40,6 @@ from jaxinfer.engine.step_builder import (
 )
 from jaxinfer.models import Weights
 from jaxinfer.paged_kv_cache import PagedKVCache
-from jaxinfer.penalties import Penalties
-from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.scoring import prompt_logprobs
 from jaxinfer.sharding import to_host
@@ -48,7 +47,6 @@ from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.tokenizer import Detokenizer
 
 log = logging.getLogger(__name__)
-PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
 MIN_PAGE_TOKENS = 128  # page-table widths start here: fewer programs, negligible extra reads
 
 
@@ -264,7 +262,7 @@ class LLMEngine:
             self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
     def _run(self, host: HostStep) -> StepOutputs:
-        inputs = self._device_inputs(host)
+        inputs = device_inputs(host, self.model_config.vocab_size, self.cache_spec.mesh_layout)
         if self.pages is None:
             self.pages, self.draft = self._new_pools(self.blocks.num_pages)
         draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
@@ -284,34 +282,6 @@ class LLMEngine:
         else:
             out, self.pages, self.draft = steps.ragged_step(self.weights, self.pages, inputs, cfg=self.model_config, **draft)
         return out
-
-    def _device_inputs(self, host: HostStep) -> StepInputs:
-        live = [r for r in host.requests if r is not None]
-        params = [r.params if r is not None else PADDING_PARAMS for r in host.requests]
-        seeds = [r.seed if r is not None else 0 for r in host.requests]
-        penalties = self._penalties(host) if any(r.params.penalized for r in live) else None
-        sampling = RowSampling(sampling_arrays(params, seeds), host.stop_ids, host.min_lengths, host.max_lengths, penalties)
-        # Replicated over the mesh (one global array when the devices span processes).
-        return self.cache_spec.mesh_layout.put_tree(StepInputs(
-            tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, page_table=host.page_table,
-            lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
-            next_tokens=host.next_tokens, sampling=sampling,
-            num_decode=host.num_decode, want_logprobs=any(r.params.logprobs is not None for r in live),
-        ))
-
-    def _penalties(self, host: HostStep) -> Penalties:
-        rows, vocab = len(host.requests), self.model_config.vocab_size
-        counts, in_prompt = np.zeros((rows, vocab), np.int32), np.zeros((rows, vocab), bool)
-        values = np.zeros((3, rows), np.float32)
-        values[2] = 1.0
-        for r, request in enumerate(host.requests):
-            if request is None:
-                continue
-            np.add.at(counts[r], request.output_ids, 1)
-            in_prompt[r, request.prompt_ids] = True
-            p = request.params
-            values[:, r] = (p.presence_penalty, p.frequency_penalty, p.repetition_penalty)
-        return Penalties(values[0], values[1], values[2], counts, in_prompt)
 
     def _apply(self, schedule: Schedule, host: HostStep, out: StepOutputs) -> set[str]:
         """Advance each row's request by what the step computed; finish and free those that ended."""
