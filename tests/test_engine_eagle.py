@@ -24,8 +24,11 @@ from jaxinfer.speculative.features import target_forward
 K = 3
 PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 40, 17, 9])]
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+# One page pool and step count for every engine of the file: they then share compiled programs
+# (the pool's shape and the rounds per call are part of them). 14 pages cannot hold four 70-token
+# sequences, so the longer workloads preempt; decode_steps=8 lets one call run 4 verify rounds.
 KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2,
-             decode_steps=4)
+             decode_steps=8, num_pages=14)
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +66,8 @@ def test_preemption_and_shared_prefixes_keep_the_output(models):
     """A 14-page pool cannot hold four 70-token sequences: requests are preempted and recomputed."""
     prompts = [PROMPTS[1], PROMPTS[1][:32] + [7, 8, 9], PROMPTS[1][:33], PROMPTS[0]]
     params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
-    expected = engine_ids(make(models, None, num_pages=14), prompts, params)
-    llm = make(models, 3, num_pages=14)
+    expected = engine_ids(make(models, None), prompts, params)
+    llm = make(models, 3)
     assert engine_ids(llm, prompts, params) == expected
     engine = llm.engine.metrics()
     assert engine["num_preemptions"] > 0 and engine["prefix_cache_hits"] > 0
