@@ -6,8 +6,10 @@ engine (`-engine` rows, what `LLM.stream` and the server run).
 Greedy and temperature 0.8, batch 1, 4 and 16 (--batches; the four prompts repeat); every request
 generates exactly --max-tokens tokens (EOS ignored) so tokens/s compare like for like. Both
 libraries run float32 on CPU; torch gets --torch-threads intra-op threads (default 1:
-multi-threaded torch collapses on a loaded 2-core box). Each configuration is warmed up (compiled) once, then the engines of one mode and batch
-are timed round-robin --repeats times and the best wall time counts. HF assisted generation
+multi-threaded torch collapses on a loaded 2-core box). Each configuration is warmed up (compiled)
+once, then the engines of one mode and batch are timed round-robin --repeats times: tok/s is the
+median over rounds, and "vs plain" the median over rounds of the speedup within the round (the
+machine's speed drifts between rounds; within one it is shared). HF assisted generation
 and prompt lookup only support batch 1, so their larger-batch rows run the prompts in turn.
 
     python scripts/bench_speculative.py                  # demo pair and head in jaxinfer/assets/demo
@@ -85,6 +87,7 @@ class Row:
     ideal_speedup: float | None = None  # tokens per verify pass / (verify + draft steps per pass * draft step)
     cost_source: str = ""
     note: str = ""
+    round_seconds: list[float] = dataclasses.field(default_factory=list)  # one per round-robin round
 
     @property
     def tokens_per_s(self) -> float:
@@ -97,19 +100,29 @@ def batch_of(prompts: list, batch: int) -> list:
     return [prompts[i % len(prompts)] for i in range(batch)]
 
 
-def best_times(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, Any]]:
-    """Warm every run up once (compilation), then time them round-robin; best wall time and last result each.
+def round_robin_times(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[list[float], Any]]:
+    """Warm every run up once (compilation), then time them round-robin; wall times per round and last result each.
 
     Interleaving keeps a burst of load from other processes from landing on one engine only.
     """
     results = {name: run() for name, run in runs.items()}
-    best = {name: float("inf") for name in runs}
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
             start = time.perf_counter()
             results[name] = run()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return {name: (best[name], results[name]) for name in runs}
+            times[name].append(time.perf_counter() - start)
+    return {name: (times[name], results[name]) for name in runs}
+
+
+def speedup(row: Row, base: Row) -> float:
+    """Median over rounds of row's throughput over base's in the same round, where both were timed in
+    the same rounds (jaxinfer rows with jaxinfer rows, HF with HF); else the ratio of medians."""
+    interleaved = row.engine.split()[0] == base.engine.split()[0] and len(row.round_seconds) == len(base.round_seconds)
+    if not interleaved or not row.round_seconds:
+        return row.tokens_per_s / base.tokens_per_s
+    per_round = [(row.tokens / a) / (base.tokens / b) for a, b in zip(row.round_seconds, base.round_seconds)]
+    return float(np.median(per_round))
 
 
 def spec_summary(outputs: list) -> tuple[float | None, float | None, list[float | None] | None]:
@@ -208,9 +221,10 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
                 name: functools.partial(engine_generate if in_engine(name) else LLM.generate, llm, batch_prompts, params)
                 for name, llm in llms.items()
             }
-            for engine, (seconds, outs) in best_times(runs, args.repeats).items():
+            for engine, (seconds, outs) in round_robin_times(runs, args.repeats).items():
                 rate, length, positions = spec_summary(outs) if engines[engine] else (None, None, None)
-                row = Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), seconds, rate, length, positions)
+                row = Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), float(np.median(seconds)), rate,
+                          length, positions, round_seconds=seconds)
                 if engines[engine]:
                     row = priced_row(row, llms[engine], outs, args.k, temperature == 0, in_engine(engine))
                 rows.append(row)
@@ -250,9 +264,10 @@ def hf_rows(args: argparse.Namespace, prompts: list) -> list[Row]:
                 for name, extra in engines.items()
             }
             torch.manual_seed(0)
-            for engine, (seconds, tokens) in best_times(runs, args.repeats).items():
+            for engine, (seconds, tokens) in round_robin_times(runs, args.repeats).items():
                 note = "prompts one at a time (batch-1 only)" if engines[engine] and batch > 1 else ""
-                rows.append(Row(mode, batch, engine, tokens, seconds, note=note))
+                rows.append(Row(mode, batch, engine, tokens, float(np.median(seconds)), note=note,
+                                round_seconds=seconds))
                 print(f"  {engine:16s} {mode:7s} b={batch}: {rows[-1].tokens_per_s:8.1f} tok/s", flush=True)
     return rows
 
@@ -294,11 +309,13 @@ def encode_hf(tokenizer: Any, prompts: list) -> dict:
 
 def ratios(rows: list[Row]) -> dict[str, float]:
     """Speedups the issue asks about, keyed like 'draft_vs_plain/greedy/b1'."""
-    speed = {(r.engine, r.mode, r.batch): r.tokens_per_s for r in rows}
+    found = {(r.engine, r.mode, r.batch): r for r in rows}
     pairs = {
         "draft_vs_plain": ("jaxinfer draft", "jaxinfer plain"),
         "ngram_vs_plain": ("jaxinfer ngram", "jaxinfer plain"),
         "eagle_vs_plain": ("jaxinfer eagle", "jaxinfer plain"),
+        "draft_engine_vs_plain": ("jaxinfer draft-engine", "jaxinfer plain"),
+        "eagle_engine_vs_plain": ("jaxinfer eagle-engine", "jaxinfer plain"),
         "draft_vs_hf_assisted": ("jaxinfer draft", "hf assisted"),
         "ngram_vs_hf_prompt_lookup": ("jaxinfer ngram", "hf prompt-lookup"),
         "plain_vs_hf_plain": ("jaxinfer plain", "hf plain"),
@@ -307,24 +324,25 @@ def ratios(rows: list[Row]) -> dict[str, float]:
     for name, (a, b) in pairs.items():
         for mode in MODES:
             for batch in sorted({r.batch for r in rows}):
-                if (a, mode, batch) in speed and (b, mode, batch) in speed:
-                    out[f"{name}/{mode}/b{batch}"] = speed[(a, mode, batch)] / speed[(b, mode, batch)]
+                if (a, mode, batch) in found and (b, mode, batch) in found:
+                    out[f"{name}/{mode}/b{batch}"] = speedup(found[(a, mode, batch)], found[(b, mode, batch)])
     return out
 
 
 def print_table(rows: list[Row]) -> None:
     """Rows grouped by mode and batch, with the speedup over jaxinfer plain."""
-    plain = {(r.mode, r.batch): r.tokens_per_s for r in rows if r.engine == "jaxinfer plain"}
+    plain = {(r.mode, r.batch): r for r in rows if r.engine == "jaxinfer plain"}
     header = ["mode".ljust(7), "batch".rjust(5), " engine".ljust(18), "tok/s".rjust(8), "vs plain".rjust(8)]
     costs = ["draft".rjust(6), "verify".rjust(6), "ideal".rjust(6), "of best".rjust(8)]
     print("\n" + " ".join(header + ["accept".rjust(7), "mean len".rjust(8)] + costs + [" per position / note"]))
     for r in sorted(rows, key=lambda r: (list(MODES).index(r.mode), r.batch)):
         base = plain.get((r.mode, r.batch))
-        vs = f"{r.tokens_per_s / base:7.2f}x" if base else ""
+        gain = speedup(r, base) if base else None
+        vs = f"{gain:7.2f}x" if base else ""
         acc = f"{r.acceptance_rate:7.2f}" if r.acceptance_rate is not None else ""
         mean = f"{r.mean_accepted_length:8.2f}" if r.mean_accepted_length is not None else ""
         priced = [f"{c:6.2f}" if c is not None else "" for c in (r.draft_step_cost, r.verify_cost, r.ideal_speedup)]
-        of_ideal = f"{r.tokens_per_s / base / max(r.ideal_speedup, 1.0):7.0%}" if base and r.ideal_speedup else ""
+        of_ideal = f"{gain / max(r.ideal_speedup, 1.0):7.0%}" if base and r.ideal_speedup else ""
         positions = " ".join("-" if a is None else f"{a:.2f}" for a in r.acceptance_per_position or [])
         note = f"{positions} ({r.cost_source} costs)" if r.cost_source else positions or r.note
         print(f"{r.mode:7s} {r.batch:5d}  {r.engine:17s} {r.tokens_per_s:8.1f} {vs:>8s} {acc:>7s} {mean:>8s} "
