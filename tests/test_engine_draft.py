@@ -29,9 +29,9 @@ def models(tmp_path_factory, checkpoint_dir):
     return {"target": checkpoint_dir("llama2"), "draft": save_hf_model("qwen2", root / "draft", num_hidden_layers=1)}
 
 
-def make(models, draft: str | None, **knobs) -> LLM:
+def make(models, draft: str | None, spec_knobs: dict | None = None, **knobs) -> LLM:
     spec = None if draft is None else SpeculativeConfig(
-        method="draft", draft_model=str(models[draft]), num_speculative_tokens=K, adaptive=False
+        method="draft", draft_model=str(models[draft]), num_speculative_tokens=K, **{"adaptive": False, **(spec_knobs or {})}
     )
     return LLM(models["target"], speculative=spec, **{**KNOBS, **knobs})
 
@@ -95,3 +95,21 @@ def test_draft_catches_up_after_plain_calls(models, plain):
     assert ids["greedy"] == plain[0]
     metrics = engine.speculation_metrics()
     assert metrics["accepted"] == metrics["drafted"] > 0
+
+
+def test_first_verify_of_a_request_measures_with_one_round(models, plain):
+    """An adaptive engine finds out a new request's acceptance in one verify round, then runs as
+    many rounds per call as decode_steps allows (4 here) once the request is measured."""
+    priced_to_pay = dict(adaptive=True, calibrate=False, draft_cost=0.0)
+    llm = make(models, "target", priced_to_pay)
+    engine, rounds = llm.engine, []
+    run = engine._run
+
+    def recording(host):
+        if host.drafts is not None:
+            rounds.append(host.num_rounds)
+        return run(host)
+
+    engine._run = recording
+    assert engine_ids(llm, PROMPTS[:1], GREEDY) == plain[:1]
+    assert rounds[0] == 1 and max(rounds) == engine.spec_rounds == 4, rounds

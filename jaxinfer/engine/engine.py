@@ -164,9 +164,9 @@ class LLMEngine:
         if schedule.all_decode and self.speculator is not None:
             drafts = self.speculator.plan([row.request for row in schedule.decodes], bucket(len(schedule.decodes)))
             if drafts is not None:
+                rounds = 1 if self.speculator.measuring else self.spec_rounds
                 return build_verify_step(
-                    schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages,
-                    self.spec_rounds,
+                    schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages, rounds
                 )
         return build_step(schedule, self.config.page_size, self.max_pages, self.min_pages, self.narrow_mixed)
 

@@ -10,6 +10,8 @@ of its own steps at this batch size (`step_costs`; unless `calibrate=False`), th
 `speculative.costs` until then. After REPROBE_STEPS plain steps in a row at one batch size, one
 verify step drafts what it can: it measures the rows' acceptance and the verify cost again, so a
 request whose text starts repeating (or a machine that got less busy) switches speculation back on.
+A call that measures (a row's first verify step, or the reprobe) runs one round, however many a
+draft model or head could run: `measuring`.
 Plain sampling features the verify step does not implement (penalties, logprobs) make the
 step run plainly.
 """
@@ -89,6 +91,9 @@ class Speculator:
         # Prompt-lookup drafts the plan declined for the coming plain step, by request id(): scored
         # for free against the tokens that step produces (`observe_plain`).
         self.declined: dict[int, np.ndarray] = {}
+        # The last plan drafts for a row not measured yet, or is a reprobe: its verify call runs one
+        # round (a draft model or head could run several), so finding out costs one round, not all.
+        self.measuring = False
         self.totals = SpecMetrics(config.num_speculative_tokens)
 
     @property
@@ -106,7 +111,7 @@ class Speculator:
 
         rows: the step's row bucket (costs are measured per bucket).
         """
-        self.declined = {}
+        self.declined, self.measuring = {}, False
         if any(r.params.penalized or r.params.logprobs is not None for r in requests):
             return None
         if self.config.adaptive and self.measured is not None and self.measured.needs_plain(rows):
@@ -129,6 +134,9 @@ class Speculator:
             if not any(available):
                 return None
             lengths = self._planned_lengths(requests, available, rows)
+            self.measuring = self.plain_run.get(rows, 0) >= REPROBE_STEPS or any(
+                k and r.spec_acceptance is None for r, k in zip(requests, lengths)
+            )
             if not any(lengths) and config.method == "ngram":
                 self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}
             drafts = [d[:k] for d, k in zip(drafts, lengths)]
