@@ -17,6 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxinfer import steps
+from jaxinfer.batch_eagle import EagleDraft
 from jaxinfer.batch_step import Rider, StepOutputs
 from jaxinfer.batch_verify import Drafts
 from jaxinfer.cache_spec import CacheSpec
@@ -273,6 +274,13 @@ class LLMEngine:
             out, self.pages, self.draft = steps.verify_rounds(
                 self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start,
                 cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule, **draft,
+            )
+        elif host.num_steps > 1 and not isinstance(self.draft, EagleDraft):
+            # A draft model does not read plain multi-step calls (the next verify catches it up):
+            # its pool and weights stay out, so the call dispatches and runs the plain program.
+            out, self.pages, _ = steps.multi_decode(
+                self.weights, self.pages, inputs, np.int32(host.num_steps), cfg=self.model_config,
+                max_steps=self.config.decode_steps,
             )
         elif host.num_steps > 1:
             out, self.pages, self.draft = steps.multi_decode(
