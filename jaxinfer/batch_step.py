@@ -162,7 +162,7 @@ def multi_decode(
         step, x, pages, draft, done, out = carry
         logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
         tokens = pick_tokens(logits, x.sampling, x.lengths)
-        if isinstance(draft, EagleDraft):  # the head (and a draft model) catch up in the next verify step
+        if isinstance(draft, EagleDraft):  # the head catches up in the next verify step
             draft = remember(draft, x, features)
         active = ~done
         hit_stop = jnp.any(tokens[:, None] == x.sampling.stop_ids, axis=-1) & (x.lengths >= x.sampling.min_lengths)

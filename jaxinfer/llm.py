@@ -250,7 +250,11 @@ class LLM:
             for seq, p in zip(ids, params_list):
                 self._check_prompt(seq, p.max_tokens)
             return self._static.generate(prompts, ids, params_list)
-        request_ids = self._add_requests(prompts, params_list)
+        return self._engine_generate(prompts, params_list)
+
+    def _engine_generate(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[RequestOutput]:
+        """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
+        request_ids = self._add_requests(prompts, params)
         totals: dict[str, RequestOutput] = {}
         while self.engine.has_unfinished():
             for delta in self.engine.step():

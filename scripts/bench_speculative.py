@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import itertools
 import json
 import os
 import platform
@@ -43,7 +42,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig  # noqa: E402
-from jaxinfer.engine.outputs import accumulate  # noqa: E402
 from jaxinfer.engine.step_builder import bucket  # noqa: E402
 from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_cost  # noqa: E402
 
@@ -67,7 +65,6 @@ EDIT_PROMPTS = [f"{code}\n\n# The same code, unchanged:\n{code.splitlines()[0]}\
 WORKLOADS = {"code": PROMPTS, "edit": EDIT_PROMPTS}
 MODES = {"greedy": 0.0, "t=0.8": 0.8}
 BATCHES = (1, 4, 16)  # 16: where adaptive speculation should have switched itself off
-REQUEST_IDS = itertools.count()
 
 
 @dataclasses.dataclass
@@ -144,14 +141,7 @@ def spec_summary(outputs: list) -> tuple[float | None, float | None, list[float 
 def engine_generate(llm: LLM, prompts: list, params: list[SamplingParams]) -> list:
     """`LLM.generate` through the serving engine, where draft models and EAGLE heads speculate too
     (`LLM.generate` sends their plain-sampling requests to the static loop)."""
-    engine, request_ids, totals = llm.engine, [], {}
-    for prompt, p in zip(prompts, params):
-        request_ids.append(f"bench-{next(REQUEST_IDS)}")
-        engine.add_request(request_ids[-1], prompt, p)
-    while engine.has_unfinished():
-        for delta in engine.step():
-            totals[delta.request_id] = accumulate(totals.get(delta.request_id), delta)
-    return [totals[request_id] for request_id in request_ids]
+    return llm._engine_generate(prompts, params)
 
 
 def round_costs(llm: LLM, batch: int, in_engine: bool) -> tuple[CostModel, str]:

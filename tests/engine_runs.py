@@ -10,11 +10,5 @@ from jaxinfer import LLM, SamplingParams
 
 def engine_ids(llm: LLM, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams]) -> list[list[int]]:
     """Generated token ids of each prompt (one params for all, or one per prompt), in order."""
-    engine, ids = llm.engine, {}
     params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-    for i, (prompt, p) in enumerate(zip(prompts, params)):
-        engine.add_request(str(i), prompt, p)
-    while engine.has_unfinished():
-        for out in engine.step():
-            ids.setdefault(out.request_id, []).extend(out.outputs[0].token_ids)
-    return [ids[str(i)] for i in range(len(prompts))]
+    return [out.token_ids for out in llm._engine_generate(list(prompts), params)]

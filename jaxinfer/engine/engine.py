@@ -275,18 +275,16 @@ class LLMEngine:
                 self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start,
                 cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule, **draft,
             )
-        elif host.num_steps > 1 and not isinstance(self.draft, EagleDraft):
-            # A draft model does not read plain multi-step calls (the next verify catches it up):
-            # its pool and weights stay out, so the call dispatches and runs the plain program.
-            out, self.pages, _ = steps.multi_decode(
-                self.weights, self.pages, inputs, np.int32(host.num_steps), cfg=self.model_config,
-                max_steps=self.config.decode_steps,
-            )
         elif host.num_steps > 1:
-            out, self.pages, self.draft = steps.multi_decode(
+            # Only an EAGLE head rides plain multi-step calls (it stores their features); a draft
+            # model is caught up by the next verify, so its pool and weights stay out and the call
+            # runs the plain program.
+            rides = isinstance(self.draft, EagleDraft)
+            out, self.pages, head = steps.multi_decode(
                 self.weights, self.pages, inputs, np.int32(host.num_steps), cfg=self.model_config,
-                max_steps=self.config.decode_steps, **draft,
+                max_steps=self.config.decode_steps, **(draft if rides else {}),
             )
+            self.draft = head if rides else self.draft
         else:
             out, self.pages, self.draft = steps.ragged_step(self.weights, self.pages, inputs, cfg=self.model_config, **draft)
         return out

@@ -116,7 +116,7 @@ class Speculator:
             return None
         if self.config.adaptive and self.measured is not None and self.measured.needs_plain(rows):
             return None  # verify steps are timed: time plain ones too, which they must beat
-        if self.config.adaptive and self._cannot_pay(rows) and self.plain_run.get(rows, 0) < REPROBE_STEPS:
+        if self.config.adaptive and self._cannot_pay(rows) and not self._reprobing(rows):
             self.plain_run[rows] = self.plain_run.get(rows, 0) + 1  # no lookup or plan until the reprobe
             return None
         room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, self.k_max)  # never past max_tokens
@@ -134,7 +134,7 @@ class Speculator:
             if not any(available):
                 return None
             lengths = self._planned_lengths(requests, available, rows)
-            self.measuring = self.plain_run.get(rows, 0) >= REPROBE_STEPS or any(
+            self.measuring = self._reprobing(rows) or any(
                 k and r.spec_acceptance is None for r, k in zip(requests, lengths)
             )
             if not any(lengths) and config.method == "ngram":
@@ -142,6 +142,10 @@ class Speculator:
             drafts = [d[:k] for d, k in zip(drafts, lengths)]
             self.plain_run[rows] = 0 if any(lengths) else self.plain_run.get(rows, 0) + 1
         return drafts if any(len(d) for d in drafts) else None
+
+    def _reprobing(self, rows: int) -> bool:
+        """True when this bucket ran REPROBE_STEPS plain steps in a row: every row drafts once."""
+        return self.plain_run.get(rows, 0) >= REPROBE_STEPS
 
     def _cannot_pay(self, rows: int) -> bool:
         """True when even every draft accepted would not beat plain steps at this bucket's costs
@@ -156,7 +160,7 @@ class Speculator:
         A row not measured yet counts on full acceptance, as in the on-device loop: its first
         verify step finds out. After REPROBE_STEPS plain steps every row drafts what it can, once.
         """
-        if self.plain_run.get(rows, 0) >= REPROBE_STEPS:
+        if self._reprobing(rows):
             return available
         accept = np.asarray([1.0 if r.spec_acceptance is None else r.spec_acceptance for r in requests])
         greedy = all(r.params.temperature <= 0 for r in requests)
