@@ -13,6 +13,7 @@ from jaxinfer.cpu_kernels import (
     decode_attention,
     decode_attention_applies,
     kernels_available,
+    paged_decode_attention,
     write_positions,
 )
 from jaxinfer.kv_cache import scatter_positions
@@ -112,6 +113,47 @@ def test_decode_attention_ignores_keys_past_each_query() -> None:
     k[:, :, 6:], v[:, :, :, 6:] = 1e4, -1e4
     dirty = decode_attention(q, jnp.asarray(k), jnp.asarray(v), positions, window=0)
     np.testing.assert_array_equal(np.asarray(clean), np.asarray(dirty))
+
+
+# (batch, queries, heads, kv heads, page size, pages per row, head dim, sliding window)
+PAGED_SHAPES = [
+    (3, 1, 4, 2, 16, 5, 64, 0),
+    (2, 4, 6, 2, 8, 6, 40, 0),
+    (4, 1, 8, 1, 4, 9, 72, 11),
+    (2, 16, 2, 2, 32, 2, 128, 0),
+    (5, 3, 9, 3, 16, 4, 16, 5),
+]
+
+
+def gathered(pools: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """[KV, P, page, D] pools through table [B, W] -> each row's cache [B, KV, W * page, D]."""
+    kv, _, page, dim = pools.shape
+    rows = pools[:, table]  # [KV, B, W, page, D]
+    return rows.reshape(kv, table.shape[0], -1, dim).swapaxes(0, 1)
+
+
+@pytest.mark.parametrize("dtype,atol", [(jnp.float32, 2e-6), (jnp.bfloat16, 2e-2), (jnp.float16, 2e-3)])
+@pytest.mark.parametrize("shape", PAGED_SHAPES, ids=str)
+def test_paged_decode_attention_matches_dense_attention(dtype, atol: float, shape: tuple) -> None:
+    """Shuffled pages, rows of different lengths ending anywhere in a page, a padding row last."""
+    batch, steps, heads, kv, page, width, dim, window = shape
+    rng = np.random.default_rng(sum(shape))
+    num_pages = batch * width + 3
+    k_pool = rng.standard_normal((kv, num_pages, page, dim)).astype(np.float32)
+    v_pool = rng.standard_normal((kv, num_pages, page, dim)).astype(np.float32)
+    table = rng.permutation(num_pages)[: batch * width].reshape(batch, width).astype(np.int32)
+    seq = width * page
+    ends = rng.integers(steps - 1, seq, size=(batch, 1))
+    positions = jnp.asarray(ends - steps + 1 + np.arange(steps)[None, :], jnp.int32)
+    q = jnp.asarray(rng.standard_normal((batch, steps, heads, dim)), jnp.float32)
+    keys = jnp.asarray(gathered(k_pool, table), dtype)
+    values = jnp.asarray(gathered(v_pool, table).swapaxes(2, 3), dtype)
+    positions = positions.at[-1].set(-1)  # a padding row: it sees no key and reads zeros
+    expected = dense_attention(q, keys, values, causal_window_mask(positions, seq, window)).at[-1].set(0)
+    pools = (jnp.asarray(k_pool, dtype), jnp.asarray(v_pool, dtype))
+    attend = jax.jit(paged_decode_attention, static_argnames=("window", "value_dtype"))
+    got = attend(q, *pools, jnp.asarray(table), positions, window=window, value_dtype=dtype)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=atol, rtol=0)
 
 
 def test_decode_attention_only_for_a_few_queries() -> None:

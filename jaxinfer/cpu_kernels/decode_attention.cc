@@ -4,7 +4,7 @@
 // that as many tiny batched dots over the whole preallocated cache, so a step costs as much at
 // position 10 as at the cache's end. This reads only the visible keys of each sequence, once
 // for all query heads of a KV head, in three passes per (sequence, KV head): scores, softmax,
-// weighted sum of values. Plain loops shaped for the vectoriser (-O3 -march=native).
+// weighted sum of values, on eight-float vectors (attention_vectors.h; -O3 -march=native).
 //
 //   q [B, T, H, D] f32, keys [B, KV, S, D], values [B, KV, D, S] (f32, bf16 or f16; one dtype),
 //   positions [B, T] int32: query t of sequence b sits at positions[b, t] and sees keys
@@ -24,6 +24,7 @@
 #include <cstring>
 #include <vector>
 
+#include "attention_vectors.h"
 #include "parallel_tasks.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -31,56 +32,17 @@ namespace ffi = xla::ffi;
 
 namespace {
 
+using namespace jaxinfer_attention;
+
 constexpr int64_t kMaxQueries = 16;
-
-inline float ToFloat(float v) { return v; }
-
-struct Bf16 {
-  uint16_t bits;
-};
-inline float ToFloat(Bf16 v) {
-  const uint32_t wide = static_cast<uint32_t>(v.bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, sizeof(out));
-  return out;
-}
-
-struct Half {
-  _Float16 value;
-};
-inline float ToFloat(Half v) { return static_cast<float>(v.value); }
-
-// exp(x) for x <= 0 (softmax after subtracting the max), vectorisable: 2^n * p(r) with a
-// degree-6 polynomial on r in [-ln2/2, ln2/2]; relative error ~2e-7.
-inline float ExpNonPositive(float x) {
-  x = std::max(x, -87.0f);
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  const float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
 
 // Per-thread buffers, reused across tasks.
 struct Scratch {
+  std::vector<float> queries;  // [T * G, D] this pair's queries in lane order
   std::vector<float> probs;    // [T * G, visible keys] scores, then probabilities
-  std::vector<float> block;    // widened keys, then one widened value row
   std::vector<float> inv_sum;  // [T * G] 1 / softmax denominator
+  std::vector<float> sums;     // paged: [T * G, D] weighted values in lane order; contiguous: one value row
 };
-
-template <typename C>
-void Widen(const C* __restrict src, float* __restrict dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = ToFloat(src[i]);
-}
 
 struct Shape {
   int64_t B, T, H, KV, S, D;
@@ -111,73 +73,68 @@ Visible VisibleKeys(const Shape& sh, const int32_t* positions, int64_t b) {
   return v;
 }
 
-// Passes 1 and 2 over the widened visible keys in sc.block: probabilities (unnormalised) in
-// sc.probs [T * G, width] and 1 / denominators in sc.inv_sum.
-void ScoresSoftmax(const Shape& sh, const float* q, const Visible& v, int64_t b, int64_t h, Scratch& sc) {
-  const int64_t G = sh.H / sh.KV, D = sh.D, width = v.width;
-  for (int64_t t = 0; t < sh.T; ++t) {
-    for (int64_t g = 0; g < G; ++g) {
-      const float* __restrict qr = q + ((b * sh.T + t) * sh.H + h * G + g) * D;
-      float* __restrict row = sc.probs.data() + (t * G + g) * width;
-      for (int64_t s = v.lo[t]; s <= v.hi[t]; ++s) {
-        const float* __restrict kr = sc.block.data() + (s - v.lo_all) * D;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < D; ++d) dot += qr[d] * kr[d];
-        row[s - v.lo_all] = dot * sh.scale;
-      }
-    }
-  }
-  for (int64_t t = 0; t < sh.T; ++t) {
-    if (v.hi[t] < v.lo[t]) continue;
-    for (int64_t g = 0; g < G; ++g) {
-      float* __restrict row = sc.probs.data() + (t * G + g) * width + (v.lo[t] - v.lo_all);
-      const int64_t n = v.hi[t] - v.lo[t] + 1;
-      float m = row[0];
-      for (int64_t i = 1; i < n; ++i) m = std::max(m, row[i]);
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t i = 0; i < n; ++i) {
-        row[i] = ExpNonPositive(row[i] - m);
-        sum += row[i];
-      }
-      sc.inv_sum[t * G + g] = 1.0f / sum;
-    }
-  }
+// Row r = t * G + g of the T x G queries of sequence b that share KV head h.
+inline int64_t QueryOffset(const Shape& sh, int64_t b, int64_t h, int64_t r) {
+  const int64_t G = sh.H / sh.KV;
+  return ((b * sh.T + r / G) * sh.H + h * G + r % G) * sh.D;
 }
 
-void PrepareScratch(const Shape& sh, const Visible& v, Scratch& sc) {
+// Sizes the buffers for the visible keys and copies the pair's queries in C's lane order.
+template <typename C>
+void Prepare(const Shape& sh, const Visible& v, const float* q, int64_t b, int64_t h, int64_t sums, Scratch& sc) {
   const int64_t rows = sh.T * (sh.H / sh.KV);
-  sc.probs.assign(rows * v.width, 0.0f);
-  sc.block.resize(std::max<int64_t>(v.width, 1) * sh.D);
+  sc.queries.resize(rows * sh.D);
+  sc.probs.resize(rows * v.width);
   sc.inv_sum.assign(rows, 0.0f);
+  sc.sums.assign(sums, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) ToLaneOrder<C>(q + QueryOffset(sh, b, h, r), sc.queries.data() + r * sh.D, sh.D);
 }
 
-// All T x G queries of sequence b that share KV head h (contiguous cache).
+// Softmax of each query row over its own visible keys, in place in sc.probs [rows, width]:
+// probabilities (unnormalised; 1 / sum in sc.inv_sum), zero outside the row's range.
+void SoftmaxRows(const Shape& sh, const Visible& v, Scratch& sc) {
+  const int64_t G = sh.H / sh.KV, width = v.width;
+  for (int64_t t = 0; t < sh.T; ++t) {
+    for (int64_t g = 0; g < G; ++g) {
+      float* row = sc.probs.data() + (t * G + g) * width;
+      if (v.hi[t] < v.lo[t]) {
+        std::fill(row, row + width, 0.0f);
+        continue;
+      }
+      const int64_t first = v.lo[t] - v.lo_all, last = v.hi[t] - v.lo_all;
+      sc.inv_sum[t * G + g] = 1.0f / ExpShifted(row + first, last - first + 1);
+      std::fill(row, row + first, 0.0f);
+      std::fill(row + last + 1, row + width, 0.0f);
+    }
+  }
+}
+
+// All T x G queries of sequence b that share KV head h (contiguous cache): scores over the
+// visible keys read in place, softmax, then out[query, d] = sum_s p[query, s] * V[d, s] with
+// each value row (values are stored transposed) widened once.
 template <typename C>
 void AttendOne(const Shape& sh, const float* q, const C* keys, const C* values, const int32_t* positions,
-               float* out, int64_t b, int64_t h, Scratch& scratch) {
-  const int64_t G = sh.H / sh.KV, D = sh.D, S = sh.S;
+               float* out, int64_t b, int64_t h, Scratch& sc) {
+  const int64_t D = sh.D, S = sh.S, rows = sh.T * (sh.H / sh.KV);
   const C* k_block = keys + (b * sh.KV + h) * S * D;
   const C* v_block = values + (b * sh.KV + h) * D * S;
   const Visible v = VisibleKeys(sh, positions, b);
-  const int64_t width = v.width, rows = sh.T * G;
-  Scratch& sc = scratch;
-  PrepareScratch(sh, v, sc);
-  // The visible keys are widened to f32 once, then each key row is read for every query.
-  Widen(k_block + v.lo_all * D, sc.block.data(), width * D);
-  ScoresSoftmax(sh, q, v, b, h, sc);
-  // Pass 3: out[query, d] = sum_s p[query, s] * V[d, s]; each value row widened once.
+  const int64_t width = v.width;
+  Prepare<C>(sh, v, q, b, h, width, sc);
+  for (int64_t r = 0; r < rows; ++r) {
+    ScoreKeys(sc.queries.data() + r * D, k_block + v.lo_all * D, width, D, sh.scale, sc.probs.data() + r * width);
+  }
+  SoftmaxRows(sh, v, sc);
   for (int64_t d = 0; d < D; ++d) {
-    Widen(v_block + d * S + v.lo_all, sc.block.data(), width);
-    const float* __restrict vr = sc.block.data();
+    const C* __restrict src = v_block + d * S + v.lo_all;
+    float* __restrict vr = sc.sums.data();
+    for (int64_t i = 0; i < width; ++i) vr[i] = ToFloat(src[i]);
     for (int64_t r = 0; r < rows; ++r) {
       const float* __restrict pr = sc.probs.data() + r * width;
       float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
       for (int64_t i = 0; i < width; ++i) acc += pr[i] * vr[i];
-      const int64_t t = r / G, g = r % G;
-      out[((b * sh.T + t) * sh.H + h * G + g) * D + d] = acc * sc.inv_sum[r];
+      out[QueryOffset(sh, b, h, r) + d] = acc * sc.inv_sum[r];
     }
   }
 }
@@ -187,39 +144,46 @@ struct Pages {
   const int32_t* table;           // [B, width]
 };
 
-// The same queries over paged pools [KV, P, page, D]: keys gathered page by page into
-// scratch; values accumulated row by row (their layout is [s, d]).
+// The same queries over paged pools [KV, P, page, D], read in place one page's run of visible
+// keys at a time: scores of every query row, softmax, then the weighted values (in lane order,
+// put back in order at the end).
 template <typename C>
 void AttendPaged(const Shape& sh, const Pages& pg, const float* q, const C* keys, const C* values,
                  const int32_t* positions, float* out, int64_t b, int64_t h, Scratch& sc) {
-  const int64_t G = sh.H / sh.KV, D = sh.D, rows = sh.T * G;
+  const int64_t D = sh.D, rows = sh.T * (sh.H / sh.KV);
   const Visible v = VisibleKeys(sh, positions, b);
-  PrepareScratch(sh, v, sc);
-  auto row_of = [&](const C* pool, int64_t s) {
+  const int64_t end = v.lo_all + v.width;
+  Prepare<C>(sh, v, q, b, h, rows * D, sc);
+  auto run_of = [&](const C* pool, int64_t s) {
     const int64_t page = pg.table[b * pg.width + s / pg.page];
     return pool + ((h * pg.num_pages + page) * pg.page + s % pg.page) * D;
   };
-  for (int64_t s = v.lo_all; s < v.lo_all + v.width;) {
-    const int64_t run = std::min(pg.page - s % pg.page, v.lo_all + v.width - s);  // rest of this page
-    Widen(row_of(keys, s), sc.block.data() + (s - v.lo_all) * D, run * D);
-    s += run;
-  }
-  ScoresSoftmax(sh, q, v, b, h, sc);
-  std::vector<float> acc(rows * D, 0.0f), vr(D);
-  for (int64_t s = v.lo_all; s < v.lo_all + v.width; ++s) {
-    Widen(row_of(values, s), vr.data(), D);
+  auto run_length = [&](int64_t s) { return std::min(pg.page - s % pg.page, end - s); };
+  // The next page is elsewhere in the pool: ask for it while this one is being read.
+  auto prefetch_next = [&](const C* pool, int64_t s) {
+    const int64_t next = s + run_length(s);
+    if (next >= end) return;
+    const char* start = reinterpret_cast<const char*>(run_of(pool, next));
+    const int64_t bytes = run_length(next) * D * sizeof(C);
+    for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(start + offset);
+  };
+  for (int64_t s = v.lo_all; s < end; s += run_length(s)) {
+    prefetch_next(keys, s);
     for (int64_t r = 0; r < rows; ++r) {
-      const float p = sc.probs[r * v.width + (s - v.lo_all)];
-      if (p == 0.0f) continue;
-      float* __restrict ar = acc.data() + r * D;
-#pragma omp simd
-      for (int64_t d = 0; d < D; ++d) ar[d] += p * vr[d];
+      ScoreKeys(sc.queries.data() + r * D, run_of(keys, s), run_length(s), D, sh.scale,
+                sc.probs.data() + r * v.width + (s - v.lo_all));
+    }
+  }
+  SoftmaxRows(sh, v, sc);
+  for (int64_t s = v.lo_all; s < end; s += run_length(s)) {
+    prefetch_next(values, s);
+    for (int64_t r = 0; r < rows; ++r) {
+      WeighValues(sc.probs.data() + r * v.width + (s - v.lo_all), run_of(values, s), run_length(s), D,
+                  sc.sums.data() + r * D);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r / G, g = r % G;
-    float* o = out + ((b * sh.T + t) * sh.H + h * G + g) * D;
-    for (int64_t d = 0; d < D; ++d) o[d] = acc[r * D + d] * sc.inv_sum[r];
+    FromLaneOrder<C>(sc.sums.data() + r * D, out + QueryOffset(sh, b, h, r), D, sc.inv_sum[r]);
   }
 }
 
