@@ -19,15 +19,16 @@ from jaxinfer.precision import matmul_precision
 
 NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
 BLOCK_KEYS = 256  # keys per block: a few blocks even at long contexts, small score tiles
+QUERY_BLOCK = 256  # queries per block in long chunks: each block stops at its own last position
 
 
 def gather_pages(cache: PagedKVCache, pools: list[jax.Array], scales, layer: int, table: jax.Array, dtype) -> jax.Array:
-    """The pages of each row as one contiguous block [R, KV, S, K] in dtype (dequantized)."""
+    """The pages of each row as one contiguous block [KV, R, S, K] in dtype (dequantized)."""
     gathered = cache.from_storage(pools[layer][:, table])  # [KV, R, P, page, K]
     if scales is not None:
         gathered = gathered.astype(jnp.float32) * scales[layer][:, table][..., None]
     kv, rows, pages, page, dim = gathered.shape
-    return gathered.reshape(kv, rows, pages * page, dim).swapaxes(0, 1).astype(dtype)
+    return gathered.reshape(kv, rows, pages * page, dim).astype(dtype)
 
 
 def _block_pages(page_size: int, width: int) -> int:
@@ -46,16 +47,43 @@ def blocked_rows_attention(
 ) -> jax.Array:
     """q [R, T, H, K]: the first query_lens[r] queries of row r end at position lengths[r]-1.
 
-    Keys are read in dtype with float32 scores and softmax, as the dense path does.
+    Keys are read in dtype with float32 scores and softmax, as the dense path does. Queries go
+    in blocks of QUERY_BLOCK, each visiting only the key blocks its own positions can see (a
+    chunk's early queries skip the keys after them; with a window, the keys before it).
     """
     rows, steps, heads, dim = q.shape
+    kv_heads = cache.k_pages[layer].shape[0]
+    # [KV, R, G, T, K] once: the score dots then run without a transpose per key block.
+    qg = q.reshape(rows, steps, kv_heads, heads // kv_heads, dim).transpose(2, 0, 3, 1, 4).astype(dtype)
     block = _block_pages(cache.page_size, page_table.shape[1])
     table = jnp.pad(page_table, ((0, 0), (0, -page_table.shape[1] % block)))
+    size = QUERY_BLOCK if steps % QUERY_BLOCK == 0 else steps
+    parts = [
+        _query_block(qg[:, :, :, first : first + size], cache, layer, window, lengths, table, query_lens, first, block, dtype)
+        for first in range(0, steps, size)
+    ]
+    out = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=3)  # [KV, R, G, T, K]
+    return out.transpose(1, 3, 0, 2, 4).reshape(rows, steps, heads, dim).astype(q.dtype)
+
+
+def _query_block(
+    qg: jax.Array,  # [KV, R, G, Tb, K]: queries first .. first + Tb of each row
+    cache: PagedKVCache,
+    layer: int,
+    window: int,
+    lengths: jax.Array,
+    table: jax.Array,
+    query_lens: jax.Array,
+    first: int,
+    block: int,
+    dtype: jnp.dtype,
+) -> jax.Array:
+    """Online softmax of one block of queries over the key blocks they can see: [KV, R, G, Tb, K] f32."""
+    kv_heads, rows, group, steps, dim = qg.shape
     block_keys = block * cache.page_size
-    kv_heads = cache.k_pages[layer].shape[0]
-    qg = q.reshape(rows, steps, kv_heads, heads // kv_heads, dim).astype(dtype)
-    positions = (lengths - query_lens)[:, None] + jnp.arange(steps)[None, :]
-    live = jnp.arange(steps)[None, :] < query_lens[:, None]
+    offsets = first + jnp.arange(steps)
+    positions = (lengths - query_lens)[:, None] + offsets[None, :]
+    live = offsets[None, :] < query_lens[:, None]
     precision = matmul_precision(qg)
 
     def visit(index: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
@@ -67,19 +95,28 @@ def blocked_rows_attention(
         visible = (keys[None, None, :] <= positions[:, :, None]) & live[:, :, None]
         if window > 0:
             visible &= positions[:, :, None] - keys[None, None, :] < window
-        scores = jnp.einsum("rtkgd,rksd->rkgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
-        scores = jnp.where(visible[:, None, None], scores * dim**-0.5, NEG_INF)
+        scores = jnp.einsum("krgtd,krsd->krgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
+        scores = jnp.where(visible[None, :, None], scores * dim**-0.5, NEG_INF)
         new_best = jnp.maximum(best, scores.max(-1))
         fade = jnp.exp(best - new_best)  # 0 once a real key beats the masked placeholder
         probs = jnp.exp(scores - new_best[..., None])
         total = total * fade + probs.sum(-1)
-        update = jnp.einsum("rkgts,rksd->rkgtd", probs.astype(dtype), v, precision=precision,
+        update = jnp.einsum("krgts,krsd->krgtd", probs.astype(dtype), v, precision=precision,
                             preferred_element_type=jnp.float32)
         return new_best, total, acc * fade[..., None] + update
 
-    shape = (rows, kv_heads, heads // kv_heads, steps)
+    shape = (kv_heads, rows, group, steps)
     start = (jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32), jnp.zeros((*shape, dim), jnp.float32))
-    num_blocks = jnp.maximum(1, -(-jnp.max(lengths) // block_keys))  # at least one: padding-only steps stay finite
-    _, total, acc = jax.lax.fori_loop(0, num_blocks, visit, start)
-    out = acc / total[..., None]  # [R, KV, G, T, K]
-    return out.transpose(0, 3, 1, 2, 4).reshape(rows, steps, heads, dim).astype(q.dtype)
+    first_block, num_blocks = _visited_blocks(positions, live, window, block_keys)
+    _, total, acc = jax.lax.fori_loop(first_block, num_blocks, visit, start)
+    return acc / total[..., None]
+
+
+def _visited_blocks(positions: jax.Array, live: jax.Array, window: int, block_keys: int) -> tuple[jax.Array, jax.Array]:
+    """[first, end) key blocks holding a key some live query sees; at least one (padding stays finite)."""
+    last = jnp.max(jnp.where(live, positions, 0))
+    end = jnp.maximum(1, last // block_keys + 1)
+    if window <= 0:
+        return jnp.zeros_like(end), end
+    earliest = jnp.min(jnp.where(live, jnp.maximum(positions - window + 1, 0), last))
+    return jnp.minimum(earliest // block_keys, end - 1), end

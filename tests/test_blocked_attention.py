@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxinfer.attention import causal_window_mask, dense_attention
-from jaxinfer.blocked_attention import BLOCK_KEYS, blocked_rows_attention, gather_pages
+from jaxinfer.blocked_attention import BLOCK_KEYS, QUERY_BLOCK, blocked_rows_attention, gather_pages
 from jaxinfer.paged_kv_cache import PagedKVCache
 
 PAGE, WIDTH, KV, HEADS, DIM = 16, 40, 2, 4, 32  # 640 addressable keys: three blocks of 256
@@ -29,8 +29,8 @@ def _cache(seed: int, quantized: bool) -> PagedKVCache:
 
 def _dense(q, cache, window, lengths, table, query_lens):
     """Every row's whole table gathered, then one dense attention (the path blocks replace)."""
-    k = gather_pages(cache, cache.k_pages, cache.k_scales, 0, table, jnp.float32)
-    v = gather_pages(cache, cache.v_pages, cache.v_scales, 0, table, jnp.float32).swapaxes(2, 3)
+    k = gather_pages(cache, cache.k_pages, cache.k_scales, 0, table, jnp.float32).swapaxes(0, 1)
+    v = gather_pages(cache, cache.v_pages, cache.v_scales, 0, table, jnp.float32).transpose(1, 0, 3, 2)
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
     mask = causal_window_mask(positions, k.shape[2], window) & (steps[None, :] < query_lens[:, None])[..., None]
@@ -54,6 +54,23 @@ def test_blocked_equals_dense_on_random_rows(window, quantized):
     live = np.arange(steps)[None, :] < query_lens[:, None]
     np.testing.assert_allclose(np.asarray(blocked)[live], np.asarray(dense)[live], rtol=2e-5, atol=2e-5)
     assert np.isfinite(np.asarray(blocked)).all()  # padding rows stay finite
+
+
+@pytest.mark.parametrize("window", [0, 150])
+def test_long_chunks_split_into_query_blocks_equal_dense(window):
+    """Chunks of 2 x QUERY_BLOCK queries: each query block stops at (or, windowed, starts near) its own keys."""
+    rng = np.random.default_rng(window)
+    cache = _cache(window, False)
+    steps = 2 * QUERY_BLOCK
+    lengths = np.array([steps, WIDTH * PAGE - 3, steps + 40], np.int32)  # from 0; ending late; ragged
+    query_lens = np.array([steps, steps, steps - 70], np.int32)
+    table = np.stack([rng.permutation(3 * WIDTH)[:WIDTH] for _ in range(3)]).astype(np.int32)
+    q = jax.random.normal(jax.random.key(window), (3, steps, HEADS, DIM), jnp.float32)
+    args = (jnp.asarray(lengths), jnp.asarray(table), jnp.asarray(query_lens))
+    blocked = jax.jit(blocked_rows_attention, static_argnums=(2, 3, 7))(q, cache, 0, window, *args, jnp.float32)
+    dense = _dense(q, cache, window, *args)
+    live = np.arange(steps)[None, :] < query_lens[:, None]
+    np.testing.assert_allclose(np.asarray(blocked)[live], np.asarray(dense)[live], rtol=2e-5, atol=2e-5)
 
 
 def test_padding_only_step_is_finite():
