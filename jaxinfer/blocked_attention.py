@@ -20,6 +20,7 @@ from jaxinfer.precision import matmul_precision
 NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
 BLOCK_KEYS = 256  # keys per block: a few blocks even at long contexts, small score tiles
 QUERY_BLOCK = 256  # queries per block in long chunks: each block stops at its own last position
+LOOPED_ROWS = 4  # up to this many rows (prefill chunks) each get their own key loop, to their own length
 
 
 def gather_pages(cache: PagedKVCache, pools: list[jax.Array], scales, layer: int, table: jax.Array, dtype) -> jax.Array:
@@ -49,7 +50,9 @@ def blocked_rows_attention(
 
     Keys are read in dtype with float32 scores and softmax, as the dense path does. Queries go
     in blocks of QUERY_BLOCK, each visiting only the key blocks its own positions can see (a
-    chunk's early queries skip the keys after them; with a window, the keys before it).
+    chunk's early queries skip the keys after them; with a window, the keys before it). A step
+    with up to LOOPED_ROWS rows loops over each row's keys separately, so a short prompt does
+    not run to its neighbour's length; more rows (decodes on quantized pages) share one loop.
     """
     rows, steps, heads, dim = q.shape
     kv_heads = cache.k_pages[layer].shape[0]
@@ -58,12 +61,22 @@ def blocked_rows_attention(
     block = _block_pages(cache.page_size, page_table.shape[1])
     table = jnp.pad(page_table, ((0, 0), (0, -page_table.shape[1] % block)))
     size = QUERY_BLOCK if steps % QUERY_BLOCK == 0 else steps
-    parts = [
-        _query_block(qg[:, :, :, first : first + size], cache, layer, window, lengths, table, query_lens, first, block, dtype)
-        for first in range(0, steps, size)
-    ]
-    out = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=3)  # [KV, R, G, T, K]
+    groups = [slice(r, r + 1) for r in range(rows)] if rows <= LOOPED_ROWS else [slice(0, rows)]
+
+    def attend_rows(g: slice) -> jax.Array:
+        parts = [
+            _query_block(qg[:, g, :, first : first + size], cache, layer, window, lengths[g], table[g], query_lens[g],
+                         first, block, dtype)
+            for first in range(0, steps, size)
+        ]
+        return _concatenate(parts, axis=3)
+
+    out = _concatenate([attend_rows(g) for g in groups], axis=1)  # [KV, R, G, T, K]
     return out.transpose(1, 3, 0, 2, 4).reshape(rows, steps, heads, dim).astype(q.dtype)
+
+
+def _concatenate(parts: list[jax.Array], axis: int) -> jax.Array:
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
 
 
 def _query_block(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxinfer.attention import causal_window_mask, dense_attention
-from jaxinfer.blocked_attention import BLOCK_KEYS, QUERY_BLOCK, blocked_rows_attention, gather_pages
+from jaxinfer.blocked_attention import BLOCK_KEYS, LOOPED_ROWS, QUERY_BLOCK, blocked_rows_attention, gather_pages
 from jaxinfer.paged_kv_cache import PagedKVCache
 
 PAGE, WIDTH, KV, HEADS, DIM = 16, 40, 2, 4, 32  # 640 addressable keys: three blocks of 256
@@ -39,13 +39,14 @@ def _dense(q, cache, window, lengths, table, query_lens):
 
 @pytest.mark.parametrize("window", [0, 100])
 @pytest.mark.parametrize("quantized", [False, True])
-def test_blocked_equals_dense_on_random_rows(window, quantized):
+@pytest.mark.parametrize("rows", [LOOPED_ROWS, LOOPED_ROWS + 2], ids=["row_loops", "shared_loop"])
+def test_blocked_equals_dense_on_random_rows(window, quantized, rows):
     rng = np.random.default_rng(window + quantized)
     cache = _cache(window + 7 * quantized, quantized)
-    rows, steps = 4, 24
-    # Rows end in different blocks (the last past 2 x BLOCK_KEYS); one row is padding.
-    lengths = np.array([30, BLOCK_KEYS + 5, 2 * BLOCK_KEYS + 90, 0], np.int32)
-    query_lens = np.array([24, 1, 17, 0], np.int32)
+    steps = 24
+    # Rows end in different blocks (one past 2 x BLOCK_KEYS); one row is padding.
+    lengths = np.array([30, BLOCK_KEYS + 5, 2 * BLOCK_KEYS + 90, 0, 7, BLOCK_KEYS - 1], np.int32)[:rows]
+    query_lens = np.array([24, 1, 17, 0, 7, 3], np.int32)[:rows]
     table = np.stack([rng.permutation(3 * WIDTH)[:WIDTH] for _ in range(rows)]).astype(np.int32)
     q = jax.random.normal(jax.random.key(rows), (rows, steps, HEADS, DIM), jnp.float32)
     args = (jnp.asarray(lengths), jnp.asarray(table), jnp.asarray(query_lens))
