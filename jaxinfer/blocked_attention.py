@@ -1,12 +1,12 @@
-"""Attention of prefill chunks over paged K/V on XLA, in key blocks up to the step's longest row.
+"""Attention of prefill chunks over paged K/V on XLA, in key blocks up to the last key each query sees.
 
 An engine step's page table is as wide as the longest sequence the engine allows (narrowing it
 per step would multiply the compiled programs), so gathering every row's whole table and
 attending densely costs as much for a 40-token prompt as for a 2000-token one. Here the keys
-are visited in blocks of pages with an online softmax, and a dynamic trip count stops after
-the block holding the step's longest row: one program, with work that follows the real
-context lengths. Used where no kernel reads the pages in place (the CPU's prefill chunks,
-quantized pages).
+are visited in blocks of pages with an online softmax, and dynamic trip counts stop after the
+block holding the last key a block of queries sees (per row for a step's few prefill rows):
+one program, with work that follows the real context lengths. Used where no kernel reads the
+pages in place (the CPU's prefill chunks, quantized pages).
 """
 
 from __future__ import annotations
