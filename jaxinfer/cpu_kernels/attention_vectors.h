@@ -37,26 +37,6 @@ struct Half {
 };
 inline float ToFloat(Half v) { return static_cast<float>(v.value); }
 
-// exp(x) for x <= 0 (softmax after subtracting the max), vectorisable: 2^n * p(r) with a
-// degree-6 polynomial on r in [-ln2/2, ln2/2]; relative error ~2e-7.
-inline float ExpNonPositive(float x) {
-  x = std::max(x, -87.0f);
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  const float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
 typedef float F8 __attribute__((vector_size(32)));
 typedef int32_t I8 __attribute__((vector_size(32)));
 typedef uint32_t U8 __attribute__((vector_size(32)));
@@ -195,10 +175,11 @@ inline void WeighValues(const float* p, const C* values, int64_t n, int64_t D, f
   }
 }
 
-// ExpNonPositive on eight lanes.
+// exp(x) on eight lanes for x <= 0 (softmax after subtracting the max): 2^n * p(r) with a
+// degree-6 polynomial on r in [-ln2/2, ln2/2]; relative error ~2e-7.
 inline F8 ExpNonPositive8(F8 x) {
   x = x < -87.0f ? F8{} - 87.0f : x;
-  constexpr float kRound = 12582912.0f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const F8 n = (x * 1.44269504088896341f + kRound) - kRound;
   const F8 r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
   F8 p = F8{} + 1.0f / 720;
@@ -229,7 +210,7 @@ inline float ExpShifted(float* row, int64_t n) {
     total += e;
   }
   float sum = Sum(total);
-  for (; i < n; ++i) sum += (row[i] = ExpNonPositive(row[i] - m));
+  for (; i < n; ++i) sum += (row[i] = ExpNonPositive8(F8{} + (row[i] - m))[0]);
   return sum;
 }
 
