@@ -128,7 +128,7 @@ def _query_block(
 def _visited_blocks(positions: jax.Array, live: jax.Array, window: int, block_keys: int) -> tuple[jax.Array, jax.Array]:
     """[first, end) key blocks holding a key some live query sees; at least one (padding stays finite)."""
     last = jnp.max(jnp.where(live, positions, 0))
-    end = jnp.maximum(1, last // block_keys + 1)
+    end = last // block_keys + 1  # >= 1 even for padding-only rows, which stay finite
     if window <= 0:
         return jnp.zeros_like(end), end
     earliest = jnp.min(jnp.where(live, jnp.maximum(positions - window + 1, 0), last))

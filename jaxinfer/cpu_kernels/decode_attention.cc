@@ -35,7 +35,6 @@ namespace {
 using namespace jaxinfer_attention;
 
 constexpr int64_t kMaxQueries = 16;
-constexpr int64_t kTasksPerThread = 2;  // rows differ in length, so pairs in cost
 
 // Per-thread buffers, reused across tasks.
 struct Scratch {
@@ -268,7 +267,7 @@ ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer 
   const int32_t last = *std::max_element(pp, pp + sh.B * sh.T);
   const int64_t pair_bytes = 2 * std::min<int64_t>(last + 1, sh.S) * sh.D * width;
   const int64_t pairs = sh.B * sh.KV;
-  const int64_t wanted = jaxinfer::TaskCount(pool, pairs, std::max<int64_t>(pair_bytes, 1), kTasksPerThread);
+  const int64_t wanted = jaxinfer::TaskCount(pool, pairs, std::max<int64_t>(pair_bytes, 1));
   const int64_t per_task = (pairs + wanted - 1) / wanted;
   jaxinfer::ParallelFor<Scratch>(pool, (pairs + per_task - 1) / per_task, [=](int64_t task, Scratch& scratch) {
     for (int64_t i = task * per_task; i < std::min(pairs, (task + 1) * per_task); ++i) {

@@ -28,13 +28,11 @@ namespace jaxinfer {
 constexpr int64_t kMinTaskBytes = JAXINFER_MIN_TASK_BYTES;
 constexpr int64_t kTasksPerThread = 2;  // evens out threads that start late
 
-// How many tasks to split `units` of `unit_bytes` each into (units of uneven cost want more
-// tasks per thread, so a thread that drew the long ones is not left working alone).
-inline int64_t TaskCount(xla::ffi::ThreadPool& pool, int64_t units, int64_t unit_bytes,
-                         int64_t tasks_per_thread = kTasksPerThread) {
+// How many tasks to split `units` of `unit_bytes` each into.
+inline int64_t TaskCount(xla::ffi::ThreadPool& pool, int64_t units, int64_t unit_bytes) {
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   const int64_t worth = std::max<int64_t>(1, units * unit_bytes / kMinTaskBytes);
-  return std::max<int64_t>(1, std::min({units, threads * tasks_per_thread, worth}));
+  return std::max<int64_t>(1, std::min({units, threads * kTasksPerThread, worth}));
 }
 
 // Per-thread state for tasks that need none.
