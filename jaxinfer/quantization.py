@@ -20,11 +20,13 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxinfer.cpu_kernels.packed_quant import (
-    from_tiles,
+    from_int4_tiles,
+    from_int8_tiles,
+    int4_tiles,
     int4_tiles_matmul,
+    int8_tiles,
     int8_tiles_matmul,
     pad_columns,
-    to_tiles,
 )
 from jaxinfer.precision import matmul_precision
 from jaxinfer.sharding import Layout
@@ -139,14 +141,19 @@ def tile(q: QuantizedWeight) -> QuantizedWeight:
     """int8/int4 in the CPU kernel's tile layout; fp8 (no kernel) and tiled weights as they are."""
     if q.tiled or q.mode == "fp8":
         return q
-    return dataclasses.replace(q, values=to_tiles(q.values), scales=pad_columns(q.scales), tiled=True)
+    values = int8_tiles(q.values) if q.mode == "int8" else int4_tiles(q.values)
+    return dataclasses.replace(q, values=values, scales=pad_columns(q.scales), tiled=True)
 
 
 def untile(q: QuantizedWeight) -> QuantizedWeight:
     """The rows layout back from `tile`."""
     if not q.tiled:
         return q
-    values, scales = from_tiles(q.values, q.out_size), q.scales[..., : q.out_size]
+    if q.mode == "int8":
+        values = from_int8_tiles(q.values, q.in_size, q.out_size)
+    else:
+        values = from_int4_tiles(q.values, q.out_size)
+    scales = q.scales[..., : q.out_size]
     return dataclasses.replace(q, values=values, scales=scales, tiled=False)
 
 

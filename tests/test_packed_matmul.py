@@ -123,7 +123,10 @@ for rows in (1, 2, 9):
         q = quantization.quantize(w, 1, mode)
         want = np.asarray(x, np.float64) @ np.asarray(quantization.dequantize(q), np.float64)
         got = quantization.quantized_matmul(x, quantization.tile(q))
-        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-3)
+        # within the kernel's int16 rounding of each activation row (see test_quantization.py)
+        xa, wa = np.abs(np.asarray(x, np.float64)), np.abs(np.asarray(quantization.dequantize(q), np.float64))
+        bound = 0.5 * xa.max(axis=1, keepdims=True) / 32767 * wa.sum(axis=0) + 1e-6 * (xa @ wa)
+        assert (np.abs(np.asarray(got) - want) <= bound).all(), (mode, rows)
 print("ok")
 """
 

@@ -98,16 +98,43 @@ def test_dequantized_weight_is_close(mode, tolerance):
     assert float(err.max()) <= tolerance
 
 
+def int16_rounding_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Largest |error| [M, N] of x @ w once each row of x is rounded to int16 with its own scale.
+
+    Half a step (max|x_row| / 32767 / 2) per activation times sum_k |w[k, n]|, plus float32
+    rounding of the sums and scales.
+    """
+    step = np.abs(x).max(axis=1, keepdims=True) / 32767
+    return 0.5 * step * np.abs(w).sum(axis=0) + 1e-6 * (np.abs(x) @ np.abs(w))
+
+
 @needs_kernels
 @pytest.mark.parametrize("mode", ["int8", "int4"])
-@pytest.mark.parametrize("rows", [1, 5, 11])
+@pytest.mark.parametrize("rows", [1, 2, 5, 11])
 def test_cpu_kernel_matches_xla_path(mode, rows):
     w = jax.random.normal(jax.random.key(1), (4, 32, 70), jnp.float32)  # contract 2, N not a tile multiple
     q = quantize(w, 2, mode, 64)
-    x = jax.random.normal(jax.random.key(2), (rows, 128), jnp.float32)
-    reference = x @ dequantize(q).reshape(128, 70)
+    x = jax.random.normal(jax.random.key(2), (rows, 128), jnp.float32) * jnp.arange(1, rows + 1)[:, None]
+    w2 = np.asarray(dequantize(q), np.float64).reshape(128, 70)
+    reference = np.asarray(x, np.float64) @ w2
     np.testing.assert_allclose(quantized_matmul(x, q), reference, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(quantized_matmul(x, tile(q)), reference, rtol=1e-5, atol=1e-4)
+    # The kernel rounds activations to int16 per row: within that rounding of the exact product.
+    error = np.abs(np.asarray(quantized_matmul(x, tile(q)), np.float64) - reference)
+    assert (error <= int16_rounding_bound(np.asarray(x, np.float64), w2)).all(), error.max()
+
+
+@needs_kernels
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_cpu_kernel_rows_are_independent(mode):
+    """A row's scale is its own: a huge row, a zero row or a NaN row leaves the others' products alone."""
+    w = jax.random.normal(jax.random.key(3), (96, 40), jnp.float32)
+    q = tile(quantize(w, 1, mode, 32))
+    x = jax.random.normal(jax.random.key(4), (4, 96), jnp.float32)
+    alone = np.asarray(quantized_matmul(x[:1], q))
+    mixed = x.at[1].multiply(1e6).at[2].set(0.0).at[3, 5].set(jnp.nan)
+    got = np.asarray(quantized_matmul(mixed, q))
+    np.testing.assert_array_equal(got[0], alone[0])
+    assert (got[2] == 0).all() and np.isnan(got[3]).all() and np.isfinite(got[1]).all()
 
 
 def test_errors_name_the_value_and_the_choices():

@@ -16,17 +16,21 @@
 // Tiles are split over XLA's intra-op thread pool.
 //
 // Quantized weights (weight-only, see jaxinfer/quantization.py) use the same 32-column tiles so
-// decode streams fewer bytes: int8 as Q [T, K, 32] with one float32 scale per column, int4 as
-// Q [T, K2, 32] bytes (row 2k2 in the low nibble, 2k2 + 1 in the high one, stored value + 8)
-// with one bf16 scale per column and group of `group` rows. x is float32 there; the widened
-// products are summed in f32 and scaled once per column (int8) or per group (int4), with
-// AVX-512 intrinsics where the CPU has them (the vectoriser chose 256-bit vectors and a long
-// widening chain, leaving int4 compute bound), AVX2 ones (packed_tiles_avx2.h) on CPUs with
-// only AVX2 + FMA, else portable loops.
+// decode streams fewer bytes: int8 as Q [T, K2, 64] (a column's rows 2k2 and 2k2 + 1 side by
+// side) with one float32 scale per column, int4 as Q [T, K / 4, 64] bytes (per quad of rows, a
+// column's two bytes hold rows 4q and 4q + 2, then 4q + 1 and 4q + 3, in low and high nibbles,
+// stored value + 8) with one bf16 scale per column and group of `group` rows. x comes as
+// float32 and is rounded to int16 per row here; products are summed exactly in int32 and
+// scaled in float once per chunk of pairs (int8) or group (int4). The vector loops are in
+// packed_tiles_avx2.h for every CPU with AVX2, else portable loops with the same sums.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -172,162 +176,128 @@ ffi::Error PackedMatmul(ffi::ThreadPool pool, Matrix x, Packed w, ffi::Result<Re
 
 // ---- quantized tiles ----
 //
-// With AVX-512 the widened weights and each row's accumulators stay in registers. int8: sign
-// extension and one conversion per 16 weights. int4: vpermps maps a nibble (the low four bits
-// of each int32 lane, so no mask) to its float value - 8 from a 16-entry table. One or two rows
-// keep two accumulator sets so the FMA latency stays hidden behind independent chains.
+// The activations are rounded to int16 per row (x ~= scale * values, |values| <= 32767: a relative
+// error of at most 2^-16 of the row's largest value, finer than bf16) so that a pair of int16
+// activations times a column's pair of int8 or int4 weights is one vpmaddwd lane: integer
+// products, exact, summed in int32. Converting every weight to float instead cost more than
+// reading it, so int8 and int4 stayed compute bound below bf16's bandwidth.
 
-#if defined(__AVX512F__)
+// Each row of x [M, K] as int16 values [M, 2 * K2] (zero-padded) with a float scale per row,
+// and for int4 each row's sum of values over each group of `group` k. A row with a NaN or an
+// infinity gets a NaN scale, so its products are NaN as the float ones would be.
+struct Int16Rows {
+  std::vector<int16_t> values;
+  std::vector<float> scale;
+  std::vector<int32_t> sums;  // [M, K / group], int4 only
+};
 
-inline __m512 Int8x16(const int8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-
-inline __m512 Bf16x16(const uint16_t* p) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-
-// y[0, cols) = lo | hi (16 floats each), cols <= 32.
-inline void StoreColumns(float* y, __m512 lo, __m512 hi, int64_t cols) {
-  const __mmask16 lo_mask = cols >= 16 ? 0xFFFF : (1u << cols) - 1;
-  const __mmask16 hi_mask = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1;
-  _mm512_mask_storeu_ps(y, lo_mask, lo);
-  _mm512_mask_storeu_ps(y + 16, hi_mask, hi);
-}
-
-// Columns [32t, 32t + 32) of R rows of y from an int8 tile [K, 32] and per-column scales.
-template <int R>
-void Int8Tile(const float* x, const int8_t* tile, const float* scale, float* y, int64_t K, int64_t N, int64_t t) {
-  constexpr int S = R <= 2 ? 2 : 1;
-  __m512 acc[S][R][2];
-  for (int s = 0; s < S; ++s)
-    for (int r = 0; r < R; ++r) acc[s][r][0] = acc[s][r][1] = _mm512_setzero_ps();
-  auto step = [&](int s, int64_t k) {
-    const __m512 w0 = Int8x16(tile + k * kTileColumns), w1 = Int8x16(tile + k * kTileColumns + 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 xr = _mm512_set1_ps(x[r * K + k]);
-      acc[s][r][0] = _mm512_fmadd_ps(xr, w0, acc[s][r][0]);
-      acc[s][r][1] = _mm512_fmadd_ps(xr, w1, acc[s][r][1]);
+Int16Rows QuantizeRows(const float* x, int64_t M, int64_t K, int64_t K2, int64_t group) {
+  const int64_t groups = group > 0 ? K / group : 0;
+  Int16Rows q{std::vector<int16_t>(M * 2 * K2, 0), std::vector<float>(M), std::vector<int32_t>(M * groups, 0)};
+  for (int64_t r = 0; r < M; ++r) {
+    const float* row = x + r * K;
+    float max_abs = 0.0f, poison = 0.0f;  // poison: 0, or NaN when the row is not all finite
+    for (int64_t k = 0; k < K; ++k) {
+      max_abs = std::max(max_abs, std::fabs(row[k]));
+      poison += row[k] * 0.0f;
     }
-  };
-  int64_t k = 0;
-  for (; k + S <= K; k += S)
-    for (int s = 0; s < S; ++s) step(s, k + s);
-  for (; k < K; ++k) step(0, k);
-  const int64_t j = t * kTileColumns;
-  const __m512 s0 = _mm512_loadu_ps(scale + j), s1 = _mm512_loadu_ps(scale + j + 16);
-  for (int r = 0; r < R; ++r) {
-    const __m512 lo = S == 2 ? _mm512_add_ps(acc[0][r][0], acc[S - 1][r][0]) : acc[0][r][0];
-    const __m512 hi = S == 2 ? _mm512_add_ps(acc[0][r][1], acc[S - 1][r][1]) : acc[0][r][1];
-    StoreColumns(y + r * N + j, _mm512_mul_ps(lo, s0), _mm512_mul_ps(hi, s1), std::min(kTileColumns, N - j));
-  }
-}
-
-// The same from an int4 tile [K / 2, 32] (two rows per byte) with bf16 scales [K / group, padded N].
-template <int R>
-void Int4Tile(const float* x, const uint8_t* tile, const uint16_t* scales, float* y, int64_t K, int64_t N,
-              int64_t t, int64_t group, int64_t padded_n) {
-  constexpr int S = R <= 2 ? 2 : 1;  // separate low- and high-nibble sums for one or two rows
-  const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-  const int64_t j = t * kTileColumns;
-  alignas(64) float acc[R][kTileColumns] = {};  // once per group: memory is fine
-  for (int64_t g = 0; g < K / group; ++g) {
-    __m512 part[S][R][2];
-    for (int s = 0; s < S; ++s)
-      for (int r = 0; r < R; ++r) part[s][r][0] = part[s][r][1] = _mm512_setzero_ps();
-    for (int64_t k2 = g * group / 2; k2 < (g + 1) * group / 2; ++k2) {
-      const auto* bytes = reinterpret_cast<const __m128i*>(tile + k2 * kTileColumns);
-      const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(bytes));
-      const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(bytes + 1));
-      const __m512 lo0 = _mm512_permutexvar_ps(b0, table), lo1 = _mm512_permutexvar_ps(b1, table);
-      const __m512 hi0 = _mm512_permutexvar_ps(_mm512_srli_epi32(b0, 4), table);
-      const __m512 hi1 = _mm512_permutexvar_ps(_mm512_srli_epi32(b1, 4), table);
-      for (int r = 0; r < R; ++r) {
-        const __m512 a0 = _mm512_set1_ps(x[r * K + 2 * k2]), a1 = _mm512_set1_ps(x[r * K + 2 * k2 + 1]);
-        part[0][r][0] = _mm512_fmadd_ps(a0, lo0, part[0][r][0]);
-        part[0][r][1] = _mm512_fmadd_ps(a0, lo1, part[0][r][1]);
-        part[S - 1][r][0] = _mm512_fmadd_ps(a1, hi0, part[S - 1][r][0]);
-        part[S - 1][r][1] = _mm512_fmadd_ps(a1, hi1, part[S - 1][r][1]);
-      }
+    if (poison != 0.0f || std::isnan(poison)) {
+      q.scale[r] = std::numeric_limits<float>::quiet_NaN();
+      continue;
     }
-    const __m512 s0 = Bf16x16(scales + g * padded_n + j), s1 = Bf16x16(scales + g * padded_n + j + 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 lo = S == 2 ? _mm512_add_ps(part[0][r][0], part[S - 1][r][0]) : part[0][r][0];
-      const __m512 hi = S == 2 ? _mm512_add_ps(part[0][r][1], part[S - 1][r][1]) : part[0][r][1];
-      _mm512_store_ps(acc[r], _mm512_fmadd_ps(lo, s0, _mm512_load_ps(acc[r])));
-      _mm512_store_ps(acc[r] + 16, _mm512_fmadd_ps(hi, s1, _mm512_load_ps(acc[r] + 16)));
+    q.scale[r] = max_abs / 32767.0f;
+    if (max_abs == 0.0f) continue;
+    const float inverse = 32767.0f / max_abs;
+    int16_t* out = q.values.data() + r * 2 * K2;
+    for (int64_t k = 0; k < K; ++k) {
+      out[k] = static_cast<int16_t>(std::clamp(std::nearbyint(row[k] * inverse), -32767.0f, 32767.0f));
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t k = g * group; k < (g + 1) * group; ++k) sum += out[k];
+      q.sums[r * groups + g] = sum;
     }
   }
-  for (int r = 0; r < R; ++r) {
-    StoreColumns(y + r * N + j, _mm512_load_ps(acc[r]), _mm512_load_ps(acc[r] + 16), std::min(kTileColumns, N - j));
-  }
+  return q;
 }
 
-#elif defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__)
 
+// Also on AVX-512 CPUs: one tested vector path for the integer tiles.
 using jaxinfer_avx2::Int4Tile;
 using jaxinfer_avx2::Int8Tile;
+constexpr int kIntPassRows = 2;  // two rows' int32 sums and operands fill the 16 ymm registers
 
 #else
 
-// Columns [32t, 32t + 32) of R rows of y from an int8 tile [K, 32] and per-column scales.
+constexpr int kIntPassRows = kGroupRows;
+constexpr int64_t kChunkPairs = 128;  // pairs summed in int32 before float: 2^31 > 256 * 2 * 127 * 32767
+
+// Columns [32t, 32t + 32) of R rows of y from an int8 tile [K2, 64] (rows 2k2 and 2k2 + 1 of each
+// column side by side) and per-column scales; x is int16 [R, ldx] with per-row scales.
 template <int R>
-void Int8Tile(const float* x, const int8_t* tile, const float* scale, float* y, int64_t K, int64_t N, int64_t t) {
-  alignas(64) float acc[R][kTileColumns] = {};
-  alignas(64) float w[kTileColumns];
-  for (int64_t k = 0; k < K; ++k) {
+void Int8Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int8_t* tile, const float* scale, float* y,
+              int64_t K2, int64_t N, int64_t t) {
+  alignas(64) float total[R][kTileColumns] = {};
+  alignas(64) int32_t sum[R][kTileColumns];
+  for (int64_t c0 = 0; c0 < K2; c0 += kChunkPairs) {
+    for (int r = 0; r < R; ++r) std::fill(sum[r], sum[r] + kTileColumns, 0);
+    for (int64_t k2 = c0; k2 < std::min(K2, c0 + kChunkPairs); ++k2) {
+      const int8_t* w = tile + k2 * kTileValues;
+      for (int r = 0; r < R; ++r) {
+        const int32_t a0 = x[r * ldx + 2 * k2], a1 = x[r * ldx + 2 * k2 + 1];
 #pragma omp simd
-    for (int64_t c = 0; c < kTileColumns; ++c) w[c] = static_cast<float>(tile[k * kTileColumns + c]);
-    for (int r = 0; r < R; ++r) {
-      const float a = x[r * K + k];
-#pragma omp simd
-      for (int64_t c = 0; c < kTileColumns; ++c) acc[r][c] += a * w[c];
+        for (int64_t c = 0; c < kTileColumns; ++c) sum[r][c] += a0 * w[2 * c] + a1 * w[2 * c + 1];
+      }
     }
+    for (int r = 0; r < R; ++r)
+      for (int64_t c = 0; c < kTileColumns; ++c) total[r][c] += static_cast<float>(sum[r][c]);
   }
   const int64_t j = t * kTileColumns, cols = std::min(kTileColumns, N - j);
   for (int r = 0; r < R; ++r) {
-    for (int64_t c = 0; c < cols; ++c) y[r * N + j + c] = acc[r][c] * scale[j + c];
+    for (int64_t c = 0; c < cols; ++c) y[r * N + j + c] = total[r][c] * scale[j + c] * x_scale[r];
   }
 }
 
-// The same from an int4 tile [K / 2, 32] (two rows per byte) with bf16 scales [K / group, padded N].
+// The same from an int4 tile [K / 4, 64]: per quad of rows 4q..4q + 3 and column c, byte 2c holds
+// rows 4q (low nibble) and 4q + 2 (high), byte 2c + 1 rows 4q + 1 and 4q + 3, each stored + 8;
+// bf16 scales [K / group, padded N].
 template <int R>
-void Int4Tile(const float* x, const uint8_t* tile, const uint16_t* scales, float* y, int64_t K, int64_t N,
-              int64_t t, int64_t group, int64_t padded_n) {
-  alignas(64) float acc[R][kTileColumns] = {};
-  alignas(64) float part[R][kTileColumns];
-  alignas(64) float lo[kTileColumns], hi[kTileColumns], s[kTileColumns];
-  const int64_t j = t * kTileColumns;
-  for (int64_t g = 0; g < K / group; ++g) {
-    for (int r = 0; r < R; ++r) std::fill(part[r], part[r] + kTileColumns, 0.0f);
-    for (int64_t k2 = g * group / 2; k2 < (g + 1) * group / 2; ++k2) {
-      const uint8_t* bytes = tile + k2 * kTileColumns;
-#pragma omp simd
-      for (int64_t c = 0; c < kTileColumns; ++c) {
-        lo[c] = static_cast<float>(static_cast<int>(bytes[c] & 15) - 8);
-        hi[c] = static_cast<float>(static_cast<int>(bytes[c] >> 4) - 8);
-      }
+void Int4Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int32_t* x_sums, int64_t groups,
+              const uint8_t* tile, const uint16_t* scales, float* y, int64_t K2, int64_t N, int64_t t,
+              int64_t group, int64_t padded_n) {
+  alignas(64) float total[R][kTileColumns] = {};
+  alignas(64) int32_t sum[R][kTileColumns];
+  const int64_t j = t * kTileColumns, group_quads = group / 4;
+  for (int64_t g = 0; g < K2 / 2 / group_quads; ++g) {
+    for (int r = 0; r < R; ++r) std::fill(sum[r], sum[r] + kTileColumns, 0);
+    for (int64_t q = g * group_quads; q < (g + 1) * group_quads; ++q) {
+      const uint8_t* bytes = tile + q * kTileValues;
       for (int r = 0; r < R; ++r) {
-        const float a0 = x[r * K + 2 * k2], a1 = x[r * K + 2 * k2 + 1];
+        const int16_t* a = x + r * ldx + 4 * q;
 #pragma omp simd
-        for (int64_t c = 0; c < kTileColumns; ++c) part[r][c] += a0 * lo[c] + a1 * hi[c];
+        for (int64_t c = 0; c < kTileColumns; ++c) {
+          const int32_t even = bytes[2 * c], odd = bytes[2 * c + 1];
+          sum[r][c] += a[0] * (even & 15) + a[1] * (odd & 15) + a[2] * (even >> 4) + a[3] * (odd >> 4);
+        }
       }
     }
-#pragma omp simd
-    for (int64_t c = 0; c < kTileColumns; ++c) s[c] = Widen(scales[g * padded_n + j + c]);
     for (int r = 0; r < R; ++r) {
-#pragma omp simd
-      for (int64_t c = 0; c < kTileColumns; ++c) acc[r][c] += part[r][c] * s[c];
+      const int32_t offset = 8 * x_sums[r * groups + g];
+      for (int64_t c = 0; c < kTileColumns; ++c) {
+        total[r][c] += static_cast<float>(sum[r][c] - offset) * Widen(scales[g * padded_n + j + c]);
+      }
     }
   }
   const int64_t cols = std::min(kTileColumns, N - j);
-  for (int r = 0; r < R; ++r) std::memcpy(y + r * N + j, acc[r], cols * sizeof(float));
+  for (int r = 0; r < R; ++r) {
+    for (int64_t c = 0; c < cols; ++c) y[r * N + j + c] = total[r][c] * x_scale[r];
+  }
 }
 
-#endif  // __AVX512F__, AVX2
+#endif  // AVX2
 
-// Calls tile(t, r, rows) for every tile and group of up to 8 rows, tiles split over the pool.
+// Calls tile(t, r, rows) for every tile and group of up to kIntPassRows rows, tiles split over the pool.
 template <typename TileFn>
 void ForEachTile(ffi::ThreadPool& pool, int64_t tiles, int64_t tile_bytes, int64_t M, TileFn tile) {
   const int64_t wanted = jaxinfer::TaskCount(pool, tiles, tile_bytes);
@@ -335,7 +305,7 @@ void ForEachTile(ffi::ThreadPool& pool, int64_t tiles, int64_t tile_bytes, int64
   const int64_t tasks = (tiles + per_task - 1) / per_task;
   jaxinfer::ParallelFor<jaxinfer::NoState>(pool, tasks, [=](int64_t i, jaxinfer::NoState&) {
     for (int64_t t = i * per_task; t < std::min(tiles, (i + 1) * per_task); ++t) {
-      for (int64_t r = 0; r < M; r += kPassRows) tile(t, r, std::min<int64_t>(kPassRows, M - r));
+      for (int64_t r = 0; r < M; r += kIntPassRows) tile(t, r, std::min<int64_t>(kIntPassRows, M - r));
     }
   });
 }
@@ -375,17 +345,19 @@ using GroupScales = ffi::Buffer<ffi::BF16, 2>;
 ffi::Error Int8Matmul(ffi::ThreadPool pool, F32Matrix x, Int8Tiles w, ColumnScales scale,
                       ffi::Result<Result> y) {
   const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
-  const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = wd[0];
-  if (wd[1] != K || wd[2] != kTileColumns || yd[0] != M || N > tiles * kTileColumns ||
+  const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = wd[0], K2 = wd[1];
+  if (K2 != (K + 1) / 2 || wd[2] != kTileValues || yd[0] != M || N > tiles * kTileColumns ||
       N <= (tiles - 1) * kTileColumns || scale.dimensions()[0] != tiles * kTileColumns) {
-    return ffi::Error::InvalidArgument("need x [M, K], int8 w [ceil(N/32), K, 32], scales [32*ceil(N/32)], y [M, N]");
+    return ffi::Error::InvalidArgument(
+        "need x [M, K], int8 w [ceil(N/32), ceil(K/2), 64], scales [32*ceil(N/32)], y [M, N]");
   }
-  const float* xp = x.typed_data();
+  const auto rows = std::make_shared<Int16Rows>(QuantizeRows(x.typed_data(), M, K, K2, 0));
   const int8_t* wp = w.typed_data();
   const float* sp = scale.typed_data();
   float* yp = y->typed_data();
-  ForEachTile(pool, tiles, K * kTileColumns, M, [=](int64_t t, int64_t r, int64_t rows) {
-    ByRows<Int8Rows>(rows, xp + r * K, wp + t * K * kTileColumns, sp, yp + r * N, K, N, t);
+  ForEachTile(pool, tiles, K2 * kTileValues, M, [=](int64_t t, int64_t r, int64_t n) {
+    ByRows<Int8Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, wp + t * K2 * kTileValues,
+                     sp, yp + r * N, K2, N, t);
   });
   return ffi::Error::Success();
 }
@@ -393,20 +365,21 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, F32Matrix x, Int8Tiles w, ColumnScal
 ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, Int4Tiles w, GroupScales scale,
                       ffi::Result<Result> y) {
   const auto xd = x.dimensions(), wd = w.dimensions(), sd = scale.dimensions(), yd = y->dimensions();
-  const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = wd[0];
-  const int64_t group = sd[0] > 0 ? K / sd[0] : 0;
-  if (K % 2 || wd[1] * 2 != K || wd[2] != kTileColumns || yd[0] != M || N > tiles * kTileColumns ||
-      N <= (tiles - 1) * kTileColumns || sd[1] != tiles * kTileColumns || group % 2 || group * sd[0] != K) {
+  const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = wd[0], K2 = K / 2, groups = sd[0];
+  const int64_t group = groups > 0 ? K / groups : 0;
+  if (K % 4 || wd[1] * 4 != K || wd[2] != kTileValues || yd[0] != M || N > tiles * kTileColumns ||
+      N <= (tiles - 1) * kTileColumns || sd[1] != tiles * kTileColumns || group % 4 || group * groups != K) {
     return ffi::Error::InvalidArgument(
-        "need x [M, K], int4 w [ceil(N/32), K/2, 32], scales [K/group, 32*ceil(N/32)] (even group), y [M, N]");
+        "need x [M, K], int4 w [ceil(N/32), K/4, 64], scales [K/group, 32*ceil(N/32)] (group a multiple of 4), y [M, N]");
   }
-  const float* xp = x.typed_data();
+  const auto rows = std::make_shared<Int16Rows>(QuantizeRows(x.typed_data(), M, K, K2, group));
   const uint8_t* wp = w.typed_data();
   const uint16_t* sp = Bits(scale.untyped_data());
   float* yp = y->typed_data();
   const int64_t padded_n = sd[1];
-  ForEachTile(pool, tiles, K / 2 * kTileColumns, M, [=](int64_t t, int64_t r, int64_t rows) {
-    ByRows<Int4Rows>(rows, xp + r * K, wp + t * (K / 2) * kTileColumns, sp, yp + r * N, K, N, t, group, padded_n);
+  ForEachTile(pool, tiles, K2 * kTileColumns, M, [=](int64_t t, int64_t r, int64_t n) {
+    ByRows<Int4Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, rows->sums.data() + r * groups,
+                     groups, wp + t * K2 * kTileColumns, sp, yp + r * N, K2, N, t, group, padded_n);
   });
   return ffi::Error::Success();
 }

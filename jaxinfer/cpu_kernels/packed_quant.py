@@ -1,9 +1,13 @@
 """Quantized weights in 32-column tiles for the CPU matmul kernel (see packed_matmul.cc).
 
-int8: values [K, N] -> [ceil(N / 32), K, 32], scales [N] -> [32 * ceil(N / 32)].
-int4: bytes [K / 2, N] (two rows per byte) -> [ceil(N / 32), K / 2, 32], scales [G, N] -> [G, 32 * ceil(N / 32)].
-Each tile is one sequential stream, so decode reads a quantized weight at memory speed and
-never materialises a dequantized copy.
+int8: values [K, N] -> [ceil(N / 32), ceil(K / 2), 64]: per pair of rows, each column's two
+values side by side (the bf16 packing's order, zero-padded). Scales [N] -> [32 * ceil(N / 32)].
+int4: bytes [K / 2, N] (row 2i in the low nibble, 2i + 1 in the high one) -> [ceil(N / 32), K / 4,
+64]: per quad of rows 4q..4q + 3, each column's two bytes side by side, the first holding rows 4q
+(low nibble) and 4q + 2 (high), the second 4q + 1 and 4q + 3. Scales [G, N] -> [G, 32 * ceil(N / 32)].
+The kernel multiplies a column's pair of rows by the activations' pair with one integer
+multiply-add (vpmaddwd), hence the pairs. Each tile is one sequential stream, so decode reads
+a quantized weight at memory speed and never materialises a dequantized copy.
 """
 
 from __future__ import annotations
@@ -18,19 +22,48 @@ INT8_TARGET = "jaxinfer_int8_matmul"
 INT4_TARGET = "jaxinfer_int4_matmul"
 
 
-@jax.jit
-def to_tiles(values: jax.Array) -> jax.Array:
-    """[R, N] (R = K for int8, K / 2 for int4 bytes) -> [ceil(N / 32), R, 32], zero-padded columns."""
+def _column_tiles(values: jax.Array) -> jax.Array:
+    """[R, N] -> [R, ceil(N / 32), 32], zero-padded columns."""
     rows, n = values.shape
     tiles = -(-n // TILE)
-    padded = jnp.pad(values, ((0, 0), (0, tiles * TILE - n)))
-    return padded.reshape(rows, tiles, TILE).transpose(1, 0, 2)
+    return jnp.pad(values, ((0, 0), (0, tiles * TILE - n))).reshape(rows, tiles, TILE)
 
 
-def from_tiles(tiled: jax.Array, n: int) -> jax.Array:
-    """Inverse of `to_tiles`: [T, R, 32] -> [R, n]."""
-    tiles, rows, _ = tiled.shape
-    return tiled.transpose(1, 0, 2).reshape(rows, tiles * TILE)[:, :n]
+@jax.jit
+def int8_tiles(values: jax.Array) -> jax.Array:
+    """int8 [K, N] -> [ceil(N / 32), ceil(K / 2), 64] with rows 2i and 2i + 1 of a column side by side."""
+    k = values.shape[0]
+    cols = _column_tiles(jnp.pad(values, ((0, k % 2), (0, 0))))
+    return cols.reshape(-1, 2, cols.shape[1], TILE).transpose(2, 0, 3, 1).reshape(cols.shape[1], -1, 2 * TILE)
+
+
+def from_int8_tiles(tiled: jax.Array, k: int, n: int) -> jax.Array:
+    """Inverse of `int8_tiles`: [T, K2, 64] -> [k, n]."""
+    tiles, k2, _ = tiled.shape
+    return tiled.reshape(tiles, k2, TILE, 2).transpose(1, 3, 0, 2).reshape(2 * k2, tiles * TILE)[:k, :n]
+
+
+def _nibble_rows(values: jax.Array) -> jax.Array:
+    """Bytes [K / 2, N] -> nibbles [K, N] (row 2i from the low nibble, 2i + 1 from the high one)."""
+    return jnp.stack([values & 15, values >> 4], axis=1).reshape(-1, values.shape[1])
+
+
+@jax.jit
+def int4_tiles(values: jax.Array) -> jax.Array:
+    """Bytes [K / 2, N] -> [ceil(N / 32), K / 4, 64], K a multiple of 4 (see the module docstring)."""
+    cols = _column_tiles(_nibble_rows(values))  # [K, T, 32]
+    quads = cols.reshape(-1, 2, 2, cols.shape[1], TILE)  # [K / 4, high, odd, T, 32]
+    both = quads[:, 0] | (quads[:, 1] << 4)  # [K / 4, odd, T, 32]
+    return both.transpose(2, 0, 3, 1).reshape(cols.shape[1], -1, 2 * TILE)
+
+
+def from_int4_tiles(tiled: jax.Array, n: int) -> jax.Array:
+    """Inverse of `int4_tiles`: [T, K / 4, 64] -> bytes [K / 2, n]."""
+    tiles, quads, _ = tiled.shape
+    both = tiled.reshape(tiles, quads, TILE, 2).transpose(1, 3, 0, 2)  # [K / 4, odd, T, 32]
+    nibbles = jnp.stack([both & 15, both >> 4], axis=1).reshape(4 * quads, tiles * TILE)[:, :n]
+    pairs = nibbles.reshape(-1, 2, n)
+    return pairs[:, 0] | (pairs[:, 1] << 4)
 
 
 def pad_columns(scales: jax.Array) -> jax.Array:
@@ -46,14 +79,20 @@ def _require(source_symbol: str, target: str) -> None:
 
 
 def int8_tiles_matmul(x: jax.Array, tiles: jax.Array, scales: jax.Array, n: int) -> jax.Array:
-    """x [M, K] @ (int8 tiles [T, K, 32] * scales [32T]) as float32 [M, n]."""
+    """x [M, K] @ (int8 tiles [T, ceil(K / 2), 64] * scales [32T]) as float32 [M, n].
+
+    The kernel rounds each row of x to int16 with its own scale (error <= 2^-16 of the row's max).
+    """
     _require("JaxinferInt8Matmul", INT8_TARGET)
     out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)
     return jax.ffi.ffi_call(INT8_TARGET, out, vmap_method="sequential")(x.astype(jnp.float32), tiles, scales)
 
 
 def int4_tiles_matmul(x: jax.Array, tiles: jax.Array, scales: jax.Array, n: int) -> jax.Array:
-    """x [M, K] @ (int4 tiles [T, K / 2, 32] with bf16 group scales [G, 32T]) as float32 [M, n]."""
+    """x [M, K] @ (int4 tiles [T, K / 4, 64] with bf16 group scales [G, 32T]) as float32 [M, n].
+
+    x is rounded to int16 per row, as for int8.
+    """
     _require("JaxinferInt4Matmul", INT4_TARGET)
     out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)
     return jax.ffi.ffi_call(INT4_TARGET, out, vmap_method="sequential")(x.astype(jnp.float32), tiles, scales)
