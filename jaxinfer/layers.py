@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.config import ModelConfig, RopeScaling
-from jaxinfer.cpu_kernels import PackedWeight, packed_matmul
+from jaxinfer.cpu_kernels import PackedWeight, packed_matmul, packed_matmuls
 from jaxinfer.precision import matmul_precision
-from jaxinfer.quantization import QuantizedWeight, quantized_matmul
+from jaxinfer.quantization import QuantizedWeight, one_kernel_call, quantized_matmul, tiled_matmuls
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float, weight_offset: float = 0.0) -> jax.Array:
@@ -80,7 +80,6 @@ def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | No
     if isinstance(w, (PackedWeight, QuantizedWeight)) and w.contract != contract:
         raise ValueError(f"weight stored with contract={w.contract}, used with contract={contract}")
     size = math.prod(w.shape[:contract])
-    lead, out_shape = x.shape[: x.ndim - contract], w.shape[contract:]
     x2 = x.reshape(-1, size)
     if isinstance(w, PackedWeight):
         y = packed_matmul(x2, w)
@@ -89,7 +88,28 @@ def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | No
     else:
         w2 = w.reshape(size, -1)
         y = jnp.dot(x2, w2, precision=matmul_precision(x2, w2), preferred_element_type=jnp.float32)
-    return y.reshape(*lead, *out_shape).astype(out_dtype or x.dtype)
+    return _shaped(y, x, w, contract, out_dtype)
+
+
+def _shaped(y: jax.Array, x: jax.Array, w: Weight, contract: int, out_dtype: jnp.dtype | None) -> jax.Array:
+    """A [rows, N] product in x's leading shape and w's output shape, in out_dtype (default x's)."""
+    return y.reshape(*x.shape[: x.ndim - contract], *w.shape[contract:]).astype(out_dtype or x.dtype)
+
+
+def linears(x: jax.Array, ws: list[Weight]) -> list[jax.Array]:
+    """`linear(x, w)` for each w (contract 1), in one CPU kernel call when all are packed alike.
+
+    q/k/v and gate/up multiply the same activations: one call dispatches the thread pool once
+    and (for quantized weights) rounds x once, instead of once per weight.
+    """
+    x2 = x.reshape(-1, x.shape[-1])
+    if all(isinstance(w, PackedWeight) and w.contract == 1 for w in ws):
+        ys = packed_matmuls(x2, ws)
+    elif all(isinstance(w, QuantizedWeight) and w.contract == 1 for w in ws) and one_kernel_call(ws):
+        ys = tiled_matmuls(x2, ws)
+    else:
+        return [linear(x, w) for w in ws]
+    return [_shaped(y, x, w, 1, None) for y, w in zip(ys, ws)]
 
 
 def linear_transposed(x: jax.Array, w: jax.Array) -> jax.Array:
@@ -109,5 +129,6 @@ def activation(name: str, x: jax.Array) -> jax.Array:
 
 def gated_mlp(x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, act: str) -> jax.Array:
     """down(act(x @ gate) * (x @ up)), weights stored [in, out]."""
-    hidden = activation(act, linear(x, gate)) * linear(x, up)
+    g, u = linears(x, [gate, up])
+    hidden = activation(act, g) * u
     return linear(hidden, down)

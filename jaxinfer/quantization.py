@@ -160,8 +160,7 @@ def untile(q: QuantizedWeight) -> QuantizedWeight:
 def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
     """x2 [M, K] @ q as float32 [M, N]: the CPU kernel for tiles, else one XLA dot per weight (or group)."""
     if q.tiled:
-        matmul = int8_tiles_matmul if q.mode == "int8" else int4_tiles_matmul
-        return matmul(x2, q.values, q.scales, q.out_size)
+        return tiled_matmuls(x2, [q])[0]
     compute = jnp.float32 if x2.dtype == jnp.float32 else jnp.bfloat16
     x2 = x2.astype(compute)
     if q.mode != "int4":
@@ -176,6 +175,18 @@ def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
                    precision=matmul_precision(x2, w3), preferred_element_type=jnp.float32)
     # Scaling the group sums is a dot too: exact for float32 models, the fast default for bf16 ones.
     return jnp.einsum("mgn,gn->mn", y, q.scales.astype(jnp.float32), precision=matmul_precision(x2))
+
+
+def one_kernel_call(qs: list[QuantizedWeight]) -> bool:
+    """Whether the weights can share one CPU kernel call: all tiled, one mode and group, one input size."""
+    first = qs[0]
+    return all(q.tiled and (q.mode, q.group, q.in_size) == (first.mode, first.group, first.in_size) for q in qs)
+
+
+def tiled_matmuls(x2: jax.Array, qs: list[QuantizedWeight]) -> list[jax.Array]:
+    """x2 [M, K] @ each tiled weight (see `one_kernel_call`) as float32 [M, N_i], in one kernel call."""
+    matmul = int8_tiles_matmul if qs[0].mode == "int8" else int4_tiles_matmul
+    return matmul(x2, [(q.values, q.scales, q.out_size) for q in qs])
 
 
 def _merged_axis(spec: tuple[str | None, ...]) -> str | None:

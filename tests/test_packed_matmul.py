@@ -17,7 +17,7 @@ from jaxinfer.cpu_kernels import (
     packed_matmul,
     unpack_weight,
 )
-from jaxinfer.layers import linear
+from jaxinfer.layers import linear, linears
 from jaxinfer.row_table import RowTable, full_table
 from python_subprocess import needs_compiler, on_cpu_backend, run_python
 
@@ -74,6 +74,23 @@ def test_linear_with_packed_weight_matches_dense(rows: int) -> None:
     packed = jax.jit(lambda x, w: linear(x, w, contract=2, out_dtype=jnp.float32))(x, pack_weight(w, 2))
     assert packed.shape == (rows, 1, 96)
     np.testing.assert_allclose(np.asarray(packed), np.asarray(dense), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [1, 9])
+def test_linears_share_one_call_and_match_one_call_each(rows: int) -> None:
+    """q/k/v-like weights (different N, tiles split across tasks) in one kernel call: the same products."""
+    rng = np.random.default_rng(rows)
+    ws = [pack_weight(random_bf16(rng, (96, n))) for n in (96, 32, 33)]
+    x = random_bf16(rng, (2, rows, 96))
+    joint = jax.jit(linears)(x, ws)
+    for y, w in zip(joint, ws):
+        assert y.shape == (2, rows, w.out_size)
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(linear(x, w)))
+    hlo = jax.jit(linears).lower(x, ws).as_text()
+    assert hlo.count("jaxinfer_packed_matmul") == 1
+    dense = [unpack_weight(ws[0]), ws[1]]  # not all packed: one linear each
+    for y, w in zip(linears(x, dense), dense):
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(linear(x, w)))
 
 
 def test_linear_rejects_a_weight_packed_for_another_contraction() -> None:

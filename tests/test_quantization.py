@@ -18,6 +18,7 @@ from jaxinfer.cpu_kernels import kernels_available
 from jaxinfer.llm import DEMO_MODEL
 from jaxinfer.models import pack_for_cpu, quantize_head, quantize_weights
 from jaxinfer.models.llama import PROJECTIONS
+from jaxinfer.layers import linear, linears
 from jaxinfer.quantization import QuantizedWeight, dequantize, quantize, quantized_matmul, tile
 from jaxinfer.scoring import all_position_logits
 from jaxinfer.sharding import UNSHARDED
@@ -135,6 +136,24 @@ def test_cpu_kernel_rows_are_independent(mode):
     got = np.asarray(quantized_matmul(mixed, q))
     np.testing.assert_array_equal(got[0], alone[0])
     assert (got[2] == 0).all() and np.isnan(got[3]).all() and np.isfinite(got[1]).all()
+
+
+@needs_kernels
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_linears_share_one_kernel_call(mode):
+    """Tiled weights of one mode and group go in one call with the same products as one call each."""
+    keys = jax.random.split(jax.random.key(5), 4)
+    ws = [tile(quantize(jax.random.normal(k, (128, n), jnp.float32), 1, mode, 32)) for k, n in zip(keys, (64, 40, 100))]
+    x = jax.random.normal(keys[3], (3, 128), jnp.float32)
+    joint = jax.jit(linears)(x, ws)
+    for y, w in zip(joint, ws):
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(linear(x, w)))
+    assert jax.jit(linears).lower(x, ws).as_text().count(f"jaxinfer_{mode}_matmul") == 1
+    if mode == "int4":  # another group size cannot share the call: one each, same products
+        mixed = [ws[0], tile(quantize(jax.random.normal(keys[0], (128, 64), jnp.float32), 1, mode, 64))]
+        assert jax.jit(linears).lower(x, mixed).as_text().count("jaxinfer_int4_matmul") == 2
+        for y, w in zip(linears(x, mixed), mixed):
+            np.testing.assert_array_equal(np.asarray(y), np.asarray(linear(x, w)))
 
 
 def test_errors_name_the_value_and_the_choices():

@@ -11,6 +11,7 @@ from jaxinfer.cpu_kernels.packed_matmul import (
     PackedWeight,
     pack_weight,
     packed_matmul,
+    packed_matmuls,
     packing_applies,
     unpack_weight,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "kernels_available",
     "pack_weight",
     "packed_matmul",
+    "packed_matmuls",
     "packing_applies",
     "resolve_cpu_kernels",
     "unpack_weight",

@@ -13,7 +13,8 @@
 // Products of two bf16 values are exact in f32 and every sum is accumulated in f32. Rows go in
 // groups of up to 8 while the tile is in cache, so many rows (prefill) cost no more than XLA's
 // dot. Without AVX512-BF16 the same loops run on widened floats, shaped for the vectoriser.
-// Tiles are split over XLA's intra-op thread pool.
+// Tiles are split over XLA's intra-op thread pool; one call takes every weight that multiplies
+// the same x (q, k and v; gate and up), so the pool is dispatched once for them.
 //
 // Quantized weights (weight-only, see jaxinfer/quantization.py) use the same 32-column tiles so
 // decode streams fewer bytes: int8 as Q [T, K2, 64] (a column's rows 2k2 and 2k2 + 1 side by
@@ -30,6 +31,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -146,14 +148,22 @@ void PackedTiles(const Operands& op, int64_t t0, int64_t t1) {
   }
 }
 
-// Splits the tiles into even tasks over the thread pool.
-void SplitTiles(ffi::ThreadPool& pool, const Operands& op, int64_t tiles) {
-  const int64_t tile_bytes = op.K * kTileColumns * sizeof(uint16_t);
+// The weights of one call all multiply the same x (q, k and v; gate and up), so their tiles
+// form one list, split into even tasks over the thread pool: one dispatch instead of one per
+// weight (each cost ~10 us at decode). first[i] is weight i's first tile in the list, and
+// first.back() the total. Calls run(i, t0, t1) for weight i's tiles [t0, t1).
+template <typename Run>
+void SplitTiles(ffi::ThreadPool& pool, std::vector<int64_t> first, int64_t tile_bytes, Run run) {
+  const int64_t tiles = first.back();
   const int64_t wanted = jaxinfer::TaskCount(pool, tiles, tile_bytes);
   const int64_t per_task = (tiles + wanted - 1) / wanted;
   const int64_t tasks = (tiles + per_task - 1) / per_task;
-  jaxinfer::ParallelFor<jaxinfer::NoState>(pool, tasks, [op, tiles, per_task](int64_t i, jaxinfer::NoState&) {
-    PackedTiles(op, i * per_task, std::min(tiles, (i + 1) * per_task));
+  jaxinfer::ParallelFor<jaxinfer::NoState>(pool, tasks, [first, tiles, per_task, run](int64_t i, jaxinfer::NoState&) {
+    const int64_t a = i * per_task, b = std::min(tiles, a + per_task);
+    for (size_t w = 0; w + 1 < first.size(); ++w) {
+      const int64_t lo = std::max(a, first[w]), hi = std::min(b, first[w + 1]);
+      if (lo < hi) run(w, lo - first[w], hi - first[w]);
+    }
   });
 }
 
@@ -163,14 +173,42 @@ using Result = ffi::Buffer<ffi::F32, 2>;
 
 const uint16_t* Bits(const void* data) { return static_cast<const uint16_t*>(data); }
 
-ffi::Error PackedMatmul(ffi::ThreadPool pool, Matrix x, Packed w, ffi::Result<Result> y) {
-  const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
-  const Operands op{Bits(x.untyped_data()), Bits(w.untyped_data()), y->typed_data(), xd[0], xd[1], yd[1]};
-  if (wd[2] != kTileValues || op.K != 2 * wd[1] || yd[0] != op.M || op.N > wd[0] * kTileColumns ||
-      op.N <= (wd[0] - 1) * kTileColumns) {
-    return ffi::Error::InvalidArgument("need x [M, 2*K2], packed w [ceil(N/32), K2, 64], y [M, N]");
+// Weight i's buffer and result: the i-th remaining argument (of `per_weight` each) and result.
+template <typename T>
+ffi::ErrorOr<T> WeightArg(const ffi::RemainingArgs& args, size_t i, size_t per_weight, size_t which) {
+  return args.get<T>(i * per_weight + which);
+}
+
+ffi::Error CountsMatch(const ffi::RemainingArgs& args, const ffi::RemainingRets& ys, size_t per_weight) {
+  if (ys.size() == 0 || args.size() != per_weight * ys.size()) {
+    return ffi::Error::InvalidArgument("need one result per weight and " + std::to_string(per_weight) +
+                                       " operand(s) per weight after x");
   }
-  SplitTiles(pool, op, wd[0]);
+  return ffi::Error::Success();
+}
+
+// y_i [M, N_i] = x [M, K] . W_i for packed bf16 weights W_i [ceil(N_i/32), K/2, 64].
+ffi::Error PackedMatmul(ffi::ThreadPool pool, Matrix x, ffi::RemainingArgs ws, ffi::RemainingRets ys) {
+  if (auto err = CountsMatch(ws, ys, 1); err.failure()) return err;
+  const auto xd = x.dimensions();
+  std::vector<Operands> ops;
+  std::vector<int64_t> first{0};
+  for (size_t i = 0; i < ys.size(); ++i) {
+    auto w = ws.get<Packed>(i);
+    auto y = ys.get<Result>(i);
+    if (!w.has_value()) return w.error();
+    if (!y.has_value()) return y.error();
+    const auto wd = w->dimensions(), yd = (*y)->dimensions();
+    const Operands op{Bits(x.untyped_data()), Bits(w->untyped_data()), (*y)->typed_data(), xd[0], xd[1], yd[1]};
+    if (wd[2] != kTileValues || op.K != 2 * wd[1] || yd[0] != op.M || op.N > wd[0] * kTileColumns ||
+        op.N <= (wd[0] - 1) * kTileColumns) {
+      return ffi::Error::InvalidArgument("need x [M, 2*K2], packed w [ceil(N/32), K2, 64], y [M, N] per weight");
+    }
+    ops.push_back(op);
+    first.push_back(first.back() + wd[0]);
+  }
+  SplitTiles(pool, std::move(first), xd[1] * kTileColumns * sizeof(uint16_t),
+             [ops](size_t i, int64_t t0, int64_t t1) { PackedTiles(ops[i], t0, t1); });
   return ffi::Error::Success();
 }
 
@@ -297,15 +335,12 @@ void Int4Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int32_t
 
 #endif  // AVX2
 
-// Calls tile(t, r, rows) for every tile and group of up to kIntPassRows rows, tiles split over the pool.
+// Calls tile(w, t, r, rows) for every tile of every weight and group of up to kIntPassRows rows.
 template <typename TileFn>
-void ForEachTile(ffi::ThreadPool& pool, int64_t tiles, int64_t tile_bytes, int64_t M, TileFn tile) {
-  const int64_t wanted = jaxinfer::TaskCount(pool, tiles, tile_bytes);
-  const int64_t per_task = (tiles + wanted - 1) / wanted;
-  const int64_t tasks = (tiles + per_task - 1) / per_task;
-  jaxinfer::ParallelFor<jaxinfer::NoState>(pool, tasks, [=](int64_t i, jaxinfer::NoState&) {
-    for (int64_t t = i * per_task; t < std::min(tiles, (i + 1) * per_task); ++t) {
-      for (int64_t r = 0; r < M; r += kIntPassRows) tile(t, r, std::min<int64_t>(kIntPassRows, M - r));
+void ForEachTile(ffi::ThreadPool& pool, std::vector<int64_t> first, int64_t tile_bytes, int64_t M, TileFn tile) {
+  SplitTiles(pool, std::move(first), tile_bytes, [=](size_t w, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t r = 0; r < M; r += kIntPassRows) tile(w, t, r, std::min<int64_t>(kIntPassRows, M - r));
     }
   });
 }
@@ -342,44 +377,85 @@ using Int4Tiles = ffi::Buffer<ffi::U8, 3>;
 using ColumnScales = ffi::Buffer<ffi::F32, 1>;
 using GroupScales = ffi::Buffer<ffi::BF16, 2>;
 
-ffi::Error Int8Matmul(ffi::ThreadPool pool, F32Matrix x, Int8Tiles w, ColumnScales scale,
-                      ffi::Result<Result> y) {
-  const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
-  const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = wd[0], K2 = wd[1];
-  if (K2 != (K + 1) / 2 || wd[2] != kTileValues || yd[0] != M || N > tiles * kTileColumns ||
-      N <= (tiles - 1) * kTileColumns || scale.dimensions()[0] != tiles * kTileColumns) {
-    return ffi::Error::InvalidArgument(
-        "need x [M, K], int8 w [ceil(N/32), ceil(K/2), 64], scales [32*ceil(N/32)], y [M, N]");
+// One quantized weight's operands: tiles, scales, result, its columns and the scales' padded width.
+template <typename T, typename S>
+struct QuantOperands {
+  const T* w;
+  const S* scale;
+  float* y;
+  int64_t N, padded_n;
+};
+
+// y_i [M, N_i] = x [M, K] . (W_i * scale_i) for int8 tiles W_i [ceil(N_i/32), ceil(K/2), 64] and
+// float32 column scales [32 * ceil(N_i/32)]; the operands after x are (W_1, scale_1, W_2, ...).
+ffi::Error Int8Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args, ffi::RemainingRets ys) {
+  if (auto err = CountsMatch(args, ys, 2); err.failure()) return err;
+  const auto xd = x.dimensions();
+  const int64_t M = xd[0], K = xd[1], K2 = (K + 1) / 2;
+  std::vector<QuantOperands<int8_t, float>> ops;
+  std::vector<int64_t> first{0};
+  for (size_t i = 0; i < ys.size(); ++i) {
+    auto w = WeightArg<Int8Tiles>(args, i, 2, 0);
+    auto scale = WeightArg<ColumnScales>(args, i, 2, 1);
+    auto y = ys.get<Result>(i);
+    if (!w.has_value()) return w.error();
+    if (!scale.has_value()) return scale.error();
+    if (!y.has_value()) return y.error();
+    const auto wd = w->dimensions(), yd = (*y)->dimensions();
+    const int64_t N = yd[1], tiles = wd[0];
+    if (wd[1] != K2 || wd[2] != kTileValues || yd[0] != M || N > tiles * kTileColumns ||
+        N <= (tiles - 1) * kTileColumns || scale->dimensions()[0] != tiles * kTileColumns) {
+      return ffi::Error::InvalidArgument(
+          "need x [M, K], int8 w [ceil(N/32), ceil(K/2), 64], scales [32*ceil(N/32)], y [M, N] per weight");
+    }
+    ops.push_back({w->typed_data(), scale->typed_data(), (*y)->typed_data(), N, 0});
+    first.push_back(first.back() + tiles);
   }
   const auto rows = std::make_shared<Int16Rows>(QuantizeRows(x.typed_data(), M, K, K2, 0));
-  const int8_t* wp = w.typed_data();
-  const float* sp = scale.typed_data();
-  float* yp = y->typed_data();
-  ForEachTile(pool, tiles, K2 * kTileValues, M, [=](int64_t t, int64_t r, int64_t n) {
-    ByRows<Int8Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, wp + t * K2 * kTileValues,
-                     sp, yp + r * N, K2, N, t);
+  ForEachTile(pool, std::move(first), K2 * kTileValues, M, [=](size_t i, int64_t t, int64_t r, int64_t n) {
+    const auto& op = ops[i];
+    ByRows<Int8Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, op.w + t * K2 * kTileValues,
+                     op.scale, op.y + r * op.N, K2, op.N, t);
   });
   return ffi::Error::Success();
 }
 
-ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, Int4Tiles w, GroupScales scale,
-                      ffi::Result<Result> y) {
-  const auto xd = x.dimensions(), wd = w.dimensions(), sd = scale.dimensions(), yd = y->dimensions();
-  const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = wd[0], K2 = K / 2, groups = sd[0];
-  const int64_t group = groups > 0 ? K / groups : 0;
-  if (K % 4 || wd[1] * 4 != K || wd[2] != kTileValues || yd[0] != M || N > tiles * kTileColumns ||
-      N <= (tiles - 1) * kTileColumns || sd[1] != tiles * kTileColumns || group % 4 || group * groups != K) {
-    return ffi::Error::InvalidArgument(
-        "need x [M, K], int4 w [ceil(N/32), K/4, 64], scales [K/group, 32*ceil(N/32)] (group a multiple of 4), y [M, N]");
+// y_i [M, N_i] = x [M, K] . W_i for int4 tiles W_i [ceil(N_i/32), K/4, 64] with bf16 group scales
+// [K/group, 32 * ceil(N_i/32)], one group size for all; operands after x are (W_1, scales_1, ...).
+ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args, ffi::RemainingRets ys) {
+  if (auto err = CountsMatch(args, ys, 2); err.failure()) return err;
+  const auto xd = x.dimensions();
+  const int64_t M = xd[0], K = xd[1], K2 = K / 2;
+  int64_t groups = -1;
+  std::vector<QuantOperands<uint8_t, uint16_t>> ops;
+  std::vector<int64_t> first{0};
+  for (size_t i = 0; i < ys.size(); ++i) {
+    auto w = WeightArg<Int4Tiles>(args, i, 2, 0);
+    auto scale = WeightArg<GroupScales>(args, i, 2, 1);
+    auto y = ys.get<Result>(i);
+    if (!w.has_value()) return w.error();
+    if (!scale.has_value()) return scale.error();
+    if (!y.has_value()) return y.error();
+    const auto wd = w->dimensions(), sd = scale->dimensions(), yd = (*y)->dimensions();
+    const int64_t N = yd[1], tiles = wd[0];
+    const int64_t group = sd[0] > 0 ? K / sd[0] : 0;
+    if (K % 4 || wd[1] * 4 != K || wd[2] != kTileValues || yd[0] != M || N > tiles * kTileColumns ||
+        N <= (tiles - 1) * kTileColumns || sd[1] != tiles * kTileColumns || group % 4 || group * sd[0] != K ||
+        (groups >= 0 && sd[0] != groups)) {
+      return ffi::Error::InvalidArgument(
+          "need x [M, K], int4 w [ceil(N/32), K/4, 64], scales [K/group, 32*ceil(N/32)] (group a multiple of 4, "
+          "the same for every weight), y [M, N] per weight");
+    }
+    groups = sd[0];
+    ops.push_back({w->typed_data(), Bits(scale->untyped_data()), (*y)->typed_data(), N, sd[1]});
+    first.push_back(first.back() + tiles);
   }
+  const int64_t group = K / groups;
   const auto rows = std::make_shared<Int16Rows>(QuantizeRows(x.typed_data(), M, K, K2, group));
-  const uint8_t* wp = w.typed_data();
-  const uint16_t* sp = Bits(scale.untyped_data());
-  float* yp = y->typed_data();
-  const int64_t padded_n = sd[1];
-  ForEachTile(pool, tiles, K2 * kTileColumns, M, [=](int64_t t, int64_t r, int64_t n) {
+  ForEachTile(pool, std::move(first), K2 * kTileColumns, M, [=](size_t i, int64_t t, int64_t r, int64_t n) {
+    const auto& op = ops[i];
     ByRows<Int4Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, rows->sums.data() + r * groups,
-                     groups, wp + t * K2 * kTileColumns, sp, yp + r * N, K2, N, t, group, padded_n);
+                     groups, op.w + t * K2 * kTileColumns, op.scale, op.y + r * op.N, K2, op.N, t, group, op.padded_n);
   });
   return ffi::Error::Success();
 }
@@ -387,11 +463,10 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, Int4Tiles w, GroupScale
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferPackedMatmul, PackedMatmul,
-                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<Matrix>().Arg<Packed>().Ret<Result>());
-
+                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<Matrix>().RemainingArgs().RemainingRets());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferInt8Matmul, Int8Matmul,
-                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<F32Matrix>().Arg<Int8Tiles>().Arg<ColumnScales>().Ret<Result>());
+                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<F32Matrix>().RemainingArgs().RemainingRets());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferInt4Matmul, Int4Matmul,
-                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<F32Matrix>().Arg<Int4Tiles>().Arg<GroupScales>().Ret<Result>());
+                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<F32Matrix>().RemainingArgs().RemainingRets());

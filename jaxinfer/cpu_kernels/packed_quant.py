@@ -78,21 +78,26 @@ def _require(source_symbol: str, target: str) -> None:
         raise RuntimeError("quantized tiles need the CPU kernel, which is unavailable here (see the log); use cpu_kernels=False")
 
 
-def int8_tiles_matmul(x: jax.Array, tiles: jax.Array, scales: jax.Array, n: int) -> jax.Array:
-    """x [M, K] @ (int8 tiles [T, ceil(K / 2), 64] * scales [32T]) as float32 [M, n].
+def int8_tiles_matmul(x: jax.Array, weights: list[tuple[jax.Array, jax.Array, int]]) -> list[jax.Array]:
+    """x [M, K] @ (int8 tiles [T, ceil(K / 2), 64] * scales [32T]) as float32 [M, n], per (tiles, scales, n).
 
-    The kernel rounds each row of x to int16 with its own scale (error <= 2^-16 of the row's max).
+    All weights go in one kernel call. The kernel rounds each row of x to int16 with its own
+    scale (error <= 2^-16 of the row's max).
     """
     _require("JaxinferInt8Matmul", INT8_TARGET)
-    out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)
-    return jax.ffi.ffi_call(INT8_TARGET, out, vmap_method="sequential")(x.astype(jnp.float32), tiles, scales)
+    return _tiles_call(INT8_TARGET, x, weights)
 
 
-def int4_tiles_matmul(x: jax.Array, tiles: jax.Array, scales: jax.Array, n: int) -> jax.Array:
-    """x [M, K] @ (int4 tiles [T, K / 4, 64] with bf16 group scales [G, 32T]) as float32 [M, n].
+def int4_tiles_matmul(x: jax.Array, weights: list[tuple[jax.Array, jax.Array, int]]) -> list[jax.Array]:
+    """x [M, K] @ (int4 tiles [T, K / 4, 64] with bf16 group scales [G, 32T]) as float32 [M, n], per weight.
 
-    x is rounded to int16 per row, as for int8.
+    One group size for all; x is rounded to int16 per row, as for int8.
     """
     _require("JaxinferInt4Matmul", INT4_TARGET)
-    out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)
-    return jax.ffi.ffi_call(INT4_TARGET, out, vmap_method="sequential")(x.astype(jnp.float32), tiles, scales)
+    return _tiles_call(INT4_TARGET, x, weights)
+
+
+def _tiles_call(target: str, x: jax.Array, weights: list[tuple[jax.Array, jax.Array, int]]) -> list[jax.Array]:
+    outs = [jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32) for _, _, n in weights]
+    operands = [a for tiles, scales, _ in weights for a in (tiles, scales)]
+    return jax.ffi.ffi_call(target, outs, vmap_method="sequential")(x.astype(jnp.float32), *operands)

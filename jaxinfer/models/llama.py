@@ -25,6 +25,7 @@ from jaxinfer.layers import (
     gated_mlp,
     linear,
     linear_transposed,
+    linears,
     rms_norm,
     rope_cos_sin,
 )
@@ -222,9 +223,8 @@ def _project_qkv(
     x: jax.Array, lw: LayerWeights, cfg: ModelConfig, cos: jax.Array, sin: jax.Array, layout: Layout
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """q [B,T,H,K], k/v [B,T,KV,K] with biases, q/k norms and rotary embeddings applied."""
-    q = layout.constrain(linear(x, lw.wq), Q_HEADS)
-    k = layout.constrain(linear(x, lw.wk), KV_HEADS)
-    v = layout.constrain(linear(x, lw.wv), KV_HEADS)
+    q, k, v = linears(x, [lw.wq, lw.wk, lw.wv])
+    q, k, v = layout.constrain(q, Q_HEADS), layout.constrain(k, KV_HEADS), layout.constrain(v, KV_HEADS)
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
     if lw.q_norm is not None:

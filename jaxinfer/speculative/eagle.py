@@ -21,7 +21,7 @@ from jaxinfer.attention import attend
 from jaxinfer.config import ModelConfig
 from jaxinfer.cpu_kernels import pack_weight, packing_applies
 from jaxinfer.kv_cache import KVCache
-from jaxinfer.layers import Weight, apply_rope, gated_mlp, linear, linear_transposed, rms_norm, rope_cos_sin
+from jaxinfer.layers import Weight, apply_rope, gated_mlp, linear, linear_transposed, linears, rms_norm, rope_cos_sin
 from jaxinfer.models import LayerWeights
 from jaxinfer.models.llama import PROJECTIONS
 from jaxinfer.row_table import take_rows
@@ -163,9 +163,9 @@ def head_step(
         normed = rms_norm(embeds, lw.attn_norm, cfg.rms_norm_eps), rms_norm(x, w.hidden_norm, cfg.rms_norm_eps)
         h = jnp.concatenate(normed, axis=-1)
     cos, sin = rope_cos_sin(positions, cfg)
-    q = apply_rope(linear(h, lw.wq), cos, sin)
-    k = apply_rope(linear(h, lw.wk), cos, sin)
-    cache = cache.write(0, k, linear(h, lw.wv), positions)
+    q, k, v = linears(h, [lw.wq, lw.wk, lw.wv])
+    cache = cache.write(0, apply_rope(k, cos, sin), v, positions)
+    q = apply_rope(q, cos, sin)
     x = x + linear(attend(q, cache, 0, positions, 0), lw.wo, contract=2)
     mlp_in = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
     return x + gated_mlp(mlp_in, lw.w_gate, lw.w_up, lw.w_down, cfg.activation), cache
