@@ -21,13 +21,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxinfer.cpu_kernels.packed_quant import (
     from_int4_tiles,
-    from_int8_tiles,
     int4_tiles,
     int4_tiles_matmul,
-    int8_tiles,
     int8_tiles_matmul,
     pad_columns,
 )
+from jaxinfer.cpu_kernels.packed_matmul import pair_tiles, pair_untiles
 from jaxinfer.precision import matmul_precision
 from jaxinfer.sharding import Layout
 from jaxinfer.weights import ArrayInfo, is_info
@@ -141,7 +140,7 @@ def tile(q: QuantizedWeight) -> QuantizedWeight:
     """int8/int4 in the CPU kernel's tile layout; fp8 (no kernel) and tiled weights as they are."""
     if q.tiled or q.mode == "fp8":
         return q
-    values = int8_tiles(q.values) if q.mode == "int8" else int4_tiles(q.values)
+    values = pair_tiles(q.values) if q.mode == "int8" else int4_tiles(q.values)
     return dataclasses.replace(q, values=values, scales=pad_columns(q.scales), tiled=True)
 
 
@@ -150,9 +149,9 @@ def untile(q: QuantizedWeight) -> QuantizedWeight:
     if not q.tiled:
         return q
     if q.mode == "int8":
-        values = from_int8_tiles(q.values, q.in_size, q.out_size)
+        values = pair_untiles(q.values, q.in_size, q.out_size)
     else:
-        values = from_int4_tiles(q.values, q.out_size)
+        values = from_int4_tiles(q.values, q.in_size, q.out_size)
     scales = q.scales[..., : q.out_size]
     return dataclasses.replace(q, values=values, scales=scales, tiled=False)
 

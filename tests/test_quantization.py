@@ -19,7 +19,7 @@ from jaxinfer.llm import DEMO_MODEL
 from jaxinfer.models import pack_for_cpu, quantize_head, quantize_weights
 from jaxinfer.models.llama import PROJECTIONS
 from jaxinfer.layers import linear, linears
-from jaxinfer.quantization import QuantizedWeight, dequantize, quantize, quantized_matmul, tile
+from jaxinfer.quantization import QuantizedWeight, dequantize, quantize, quantized_matmul, tile, untile
 from jaxinfer.scoring import all_position_logits
 from jaxinfer.sharding import UNSHARDED
 from jaxinfer.tokenizer import load_tokenizer
@@ -97,6 +97,15 @@ def test_dequantized_weight_is_close(mode, tolerance):
     assert isinstance(q, QuantizedWeight) and q.out_size == 64 and q.in_size == 128
     err = jnp.abs(dequantize(q) - w) / jnp.max(jnp.abs(w), axis=0)
     assert float(err.max()) <= tolerance
+
+
+@pytest.mark.parametrize("mode,k", [("int8", 130), ("int8", 64), ("int4", 128)])
+def test_tile_then_untile_is_identity(mode, k):
+    """The kernel layouts (odd pairs padded, N short of a tile) give the rows layout back exactly."""
+    q = quantize(jax.random.normal(jax.random.key(6), (k, 33), jnp.float32), 1, mode, 32)
+    back = untile(tile(q))
+    np.testing.assert_array_equal(np.asarray(back.values), np.asarray(q.values))
+    np.testing.assert_array_equal(np.asarray(back.scales), np.asarray(q.scales))
 
 
 def int16_rounding_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -173,12 +172,6 @@ using Result = ffi::Buffer<ffi::F32, 2>;
 
 const uint16_t* Bits(const void* data) { return static_cast<const uint16_t*>(data); }
 
-// Weight i's buffer and result: the i-th remaining argument (of `per_weight` each) and result.
-template <typename T>
-ffi::ErrorOr<T> WeightArg(const ffi::RemainingArgs& args, size_t i, size_t per_weight, size_t which) {
-  return args.get<T>(i * per_weight + which);
-}
-
 ffi::Error CountsMatch(const ffi::RemainingArgs& args, const ffi::RemainingRets& ys, size_t per_weight) {
   if (ys.size() == 0 || args.size() != per_weight * ys.size()) {
     return ffi::Error::InvalidArgument("need one result per weight and " + std::to_string(per_weight) +
@@ -239,7 +232,7 @@ Int16Rows QuantizeRows(const float* x, int64_t M, int64_t K, int64_t K2, int64_t
       max_abs = std::max(max_abs, std::fabs(row[k]));
       poison += row[k] * 0.0f;
     }
-    if (poison != 0.0f || std::isnan(poison)) {
+    if (std::isnan(poison)) {
       q.scale[r] = std::numeric_limits<float>::quiet_NaN();
       continue;
     }
@@ -377,6 +370,25 @@ using Int4Tiles = ffi::Buffer<ffi::U8, 3>;
 using ColumnScales = ffi::Buffer<ffi::F32, 1>;
 using GroupScales = ffi::Buffer<ffi::BF16, 2>;
 
+// Weight i of a quantized call: its tiles and scales (operands 2i and 2i + 1 after x) and result.
+template <typename W, typename S>
+struct QuantArgs {
+  W w;
+  S scale;
+  ffi::Result<Result> y;
+};
+
+template <typename W, typename S>
+ffi::ErrorOr<QuantArgs<W, S>> QuantWeight(const ffi::RemainingArgs& args, const ffi::RemainingRets& ys, size_t i) {
+  auto w = args.get<W>(2 * i);
+  auto scale = args.get<S>(2 * i + 1);
+  auto y = ys.get<Result>(i);
+  if (!w.has_value()) return ffi::Unexpected(w.error());
+  if (!scale.has_value()) return ffi::Unexpected(scale.error());
+  if (!y.has_value()) return ffi::Unexpected(y.error());
+  return QuantArgs<W, S>{*w, *scale, *y};
+}
+
 // One quantized weight's operands: tiles, scales, result, its columns and the scales' padded width.
 template <typename T, typename S>
 struct QuantOperands {
@@ -395,23 +407,21 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args
   std::vector<QuantOperands<int8_t, float>> ops;
   std::vector<int64_t> first{0};
   for (size_t i = 0; i < ys.size(); ++i) {
-    auto w = WeightArg<Int8Tiles>(args, i, 2, 0);
-    auto scale = WeightArg<ColumnScales>(args, i, 2, 1);
-    auto y = ys.get<Result>(i);
-    if (!w.has_value()) return w.error();
-    if (!scale.has_value()) return scale.error();
-    if (!y.has_value()) return y.error();
-    const auto wd = w->dimensions(), yd = (*y)->dimensions();
+    auto a = QuantWeight<Int8Tiles, ColumnScales>(args, ys, i);
+    if (!a.has_value()) return a.error();
+    auto& [w, scale, y] = *a;
+    const auto wd = w.dimensions(), yd = y->dimensions();
     const int64_t N = yd[1], tiles = wd[0];
     if (wd[1] != K2 || wd[2] != kTileValues || yd[0] != M || N > tiles * kTileColumns ||
-        N <= (tiles - 1) * kTileColumns || scale->dimensions()[0] != tiles * kTileColumns) {
+        N <= (tiles - 1) * kTileColumns || scale.dimensions()[0] != tiles * kTileColumns) {
       return ffi::Error::InvalidArgument(
           "need x [M, K], int8 w [ceil(N/32), ceil(K/2), 64], scales [32*ceil(N/32)], y [M, N] per weight");
     }
-    ops.push_back({w->typed_data(), scale->typed_data(), (*y)->typed_data(), N, 0});
+    ops.push_back({w.typed_data(), scale.typed_data(), y->typed_data(), N, 0});
     first.push_back(first.back() + tiles);
   }
-  const auto rows = std::make_shared<Int16Rows>(QuantizeRows(x.typed_data(), M, K, K2, 0));
+  const Int16Rows quantized = QuantizeRows(x.typed_data(), M, K, K2, 0);
+  const Int16Rows* rows = &quantized;  // every task ends before this call returns
   ForEachTile(pool, std::move(first), K2 * kTileValues, M, [=](size_t i, int64_t t, int64_t r, int64_t n) {
     const auto& op = ops[i];
     ByRows<Int8Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, op.w + t * K2 * kTileValues,
@@ -430,13 +440,10 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args
   std::vector<QuantOperands<uint8_t, uint16_t>> ops;
   std::vector<int64_t> first{0};
   for (size_t i = 0; i < ys.size(); ++i) {
-    auto w = WeightArg<Int4Tiles>(args, i, 2, 0);
-    auto scale = WeightArg<GroupScales>(args, i, 2, 1);
-    auto y = ys.get<Result>(i);
-    if (!w.has_value()) return w.error();
-    if (!scale.has_value()) return scale.error();
-    if (!y.has_value()) return y.error();
-    const auto wd = w->dimensions(), sd = scale->dimensions(), yd = (*y)->dimensions();
+    auto a = QuantWeight<Int4Tiles, GroupScales>(args, ys, i);
+    if (!a.has_value()) return a.error();
+    auto& [w, scale, y] = *a;
+    const auto wd = w.dimensions(), sd = scale.dimensions(), yd = y->dimensions();
     const int64_t N = yd[1], tiles = wd[0];
     const int64_t group = sd[0] > 0 ? K / sd[0] : 0;
     if (K % 4 || wd[1] * 4 != K || wd[2] != kTileValues || yd[0] != M || N > tiles * kTileColumns ||
@@ -447,11 +454,12 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args
           "the same for every weight), y [M, N] per weight");
     }
     groups = sd[0];
-    ops.push_back({w->typed_data(), Bits(scale->untyped_data()), (*y)->typed_data(), N, sd[1]});
+    ops.push_back({w.typed_data(), Bits(scale.untyped_data()), y->typed_data(), N, sd[1]});
     first.push_back(first.back() + tiles);
   }
   const int64_t group = K / groups;
-  const auto rows = std::make_shared<Int16Rows>(QuantizeRows(x.typed_data(), M, K, K2, group));
+  const Int16Rows quantized = QuantizeRows(x.typed_data(), M, K, K2, group);
+  const Int16Rows* rows = &quantized;  // every task ends before this call returns
   ForEachTile(pool, std::move(first), K2 * kTileColumns, M, [=](size_t i, int64_t t, int64_t r, int64_t n) {
     const auto& op = ops[i];
     ByRows<Int4Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, rows->sums.data() + r * groups,

@@ -44,22 +44,28 @@ def packing_applies(dtype: jnp.dtype) -> bool:
 def pack_weight(w: jax.Array, contract: int = 1) -> PackedWeight:
     """w (bf16, first `contract` axes its input) in the kernel's tile layout."""
     k, n = math.prod(w.shape[:contract]), math.prod(w.shape[contract:])
-    return PackedWeight(_pack(w.reshape(k, n)), tuple(w.shape), contract)
+    return PackedWeight(pair_tiles(w.reshape(k, n)), tuple(w.shape), contract)
 
 
 @jax.jit
-def _pack(w2: jax.Array) -> jax.Array:
+def pair_tiles(w2: jax.Array) -> jax.Array:
+    """[K, N] (any dtype) -> [ceil(N / 32), ceil(K / 2), 64]: per tile of 32 columns and pair of rows,
+    each column's two values side by side; zero-padded. The bf16 and int8 kernels' layout."""
     k, n = w2.shape
     k2, tiles = -(-k // 2), -(-n // TILE)
     padded = jnp.pad(w2, ((0, 2 * k2 - k), (0, tiles * TILE - n)))
     return padded.reshape(k2, 2, tiles, TILE).transpose(2, 0, 3, 1).reshape(tiles, k2, 2 * TILE)
 
 
+def pair_untiles(data: jax.Array, k: int, n: int) -> jax.Array:
+    """Inverse of `pair_tiles`: [T, K2, 64] -> [k, n]."""
+    tiles, k2, _ = data.shape
+    return data.reshape(tiles, k2, TILE, 2).transpose(1, 3, 0, 2).reshape(2 * k2, tiles * TILE)[:k, :n]
+
+
 def unpack_weight(p: PackedWeight) -> jax.Array:
     """The weight back in its original layout."""
-    tiles, k2, _ = p.data.shape
-    w2 = p.data.reshape(tiles, k2, TILE, 2).transpose(1, 3, 0, 2).reshape(2 * k2, tiles * TILE)
-    return w2[: p.in_size, : p.out_size].reshape(p.shape)
+    return pair_untiles(p.data, p.in_size, p.out_size).reshape(p.shape)
 
 
 def packed_matmul(x: jax.Array, p: PackedWeight) -> jax.Array:

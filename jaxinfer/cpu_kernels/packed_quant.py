@@ -16,31 +16,10 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.cpu_kernels.build import load
-from jaxinfer.cpu_kernels.packed_matmul import TILE
+from jaxinfer.cpu_kernels.packed_matmul import TILE, pair_tiles, pair_untiles
 
 INT8_TARGET = "jaxinfer_int8_matmul"
 INT4_TARGET = "jaxinfer_int4_matmul"
-
-
-def _column_tiles(values: jax.Array) -> jax.Array:
-    """[R, N] -> [R, ceil(N / 32), 32], zero-padded columns."""
-    rows, n = values.shape
-    tiles = -(-n // TILE)
-    return jnp.pad(values, ((0, 0), (0, tiles * TILE - n))).reshape(rows, tiles, TILE)
-
-
-@jax.jit
-def int8_tiles(values: jax.Array) -> jax.Array:
-    """int8 [K, N] -> [ceil(N / 32), ceil(K / 2), 64] with rows 2i and 2i + 1 of a column side by side."""
-    k = values.shape[0]
-    cols = _column_tiles(jnp.pad(values, ((0, k % 2), (0, 0))))
-    return cols.reshape(-1, 2, cols.shape[1], TILE).transpose(2, 0, 3, 1).reshape(cols.shape[1], -1, 2 * TILE)
-
-
-def from_int8_tiles(tiled: jax.Array, k: int, n: int) -> jax.Array:
-    """Inverse of `int8_tiles`: [T, K2, 64] -> [k, n]."""
-    tiles, k2, _ = tiled.shape
-    return tiled.reshape(tiles, k2, TILE, 2).transpose(1, 3, 0, 2).reshape(2 * k2, tiles * TILE)[:k, :n]
 
 
 def _nibble_rows(values: jax.Array) -> jax.Array:
@@ -50,20 +29,20 @@ def _nibble_rows(values: jax.Array) -> jax.Array:
 
 @jax.jit
 def int4_tiles(values: jax.Array) -> jax.Array:
-    """Bytes [K / 2, N] -> [ceil(N / 32), K / 4, 64], K a multiple of 4 (see the module docstring)."""
-    cols = _column_tiles(_nibble_rows(values))  # [K, T, 32]
-    quads = cols.reshape(-1, 2, 2, cols.shape[1], TILE)  # [K / 4, high, odd, T, 32]
-    both = quads[:, 0] | (quads[:, 1] << 4)  # [K / 4, odd, T, 32]
-    return both.transpose(2, 0, 3, 1).reshape(cols.shape[1], -1, 2 * TILE)
+    """Bytes [K / 2, N] -> [ceil(N / 32), K / 4, 64], K a multiple of 4 (see the module docstring).
+
+    The bytes are regrouped so byte row 2q + p holds rows 4q + p (low) and 4q + 2 + p (high),
+    then tiled in pairs of byte rows like int8.
+    """
+    quads = _nibble_rows(values).reshape(-1, 2, 2, values.shape[1])  # [K / 4, high, odd, N]
+    return pair_tiles((quads[:, 0] | (quads[:, 1] << 4)).reshape(values.shape))
 
 
-def from_int4_tiles(tiled: jax.Array, n: int) -> jax.Array:
-    """Inverse of `int4_tiles`: [T, K / 4, 64] -> bytes [K / 2, n]."""
-    tiles, quads, _ = tiled.shape
-    both = tiled.reshape(tiles, quads, TILE, 2).transpose(1, 3, 0, 2)  # [K / 4, odd, T, 32]
-    nibbles = jnp.stack([both & 15, both >> 4], axis=1).reshape(4 * quads, tiles * TILE)[:, :n]
-    pairs = nibbles.reshape(-1, 2, n)
-    return pairs[:, 0] | (pairs[:, 1] << 4)
+def from_int4_tiles(tiled: jax.Array, k: int, n: int) -> jax.Array:
+    """Inverse of `int4_tiles`: [T, K / 4, 64] -> bytes [K / 2, n] of a weight with K = k rows."""
+    regrouped = pair_untiles(tiled, k // 2, n).reshape(-1, 2, n)  # [K / 4, odd, N]
+    nibbles = jnp.stack([regrouped & 15, regrouped >> 4], axis=1).reshape(-1, 2, n)  # rows [K / 2, pair, N]
+    return nibbles[:, 0] | (nibbles[:, 1] << 4)
 
 
 def pad_columns(scales: jax.Array) -> jax.Array:
