@@ -1,5 +1,5 @@
 // The packed matmul's tiles with AVX2 (+ FMA): bf16 on CPUs without AVX512-BF16, int8 and int4
-// on every x86 CPU with AVX2 (AVX-512 ones too: one tested vector path for the integer tiles).
+// on CPUs without AVX512-BW (packed_tiles_avx512.h).
 //
 // A tile's 32 columns are four 8-lane vectors per row. GCC's vectoriser left these loops at ~40%
 // of the copy bandwidth (strided bf16 widening, int8 widened through memory), so they are
