@@ -10,7 +10,10 @@ product, against a bf16 dot of the same shape, in one run:
 - `library`: `quantization.quantized_matmul` as the model runs it;
 - `scaled-operand`: int8 only, one dot against `values * scales` converted in the operand;
 - `reduction`: the product written as a multiply and a sum over the input axis (XLA emits a
-  reduction fusion that reads the int8 values where they lie, not a matmul).
+  reduction fusion that reads the int8 values where they lie, not a matmul);
+- `pallas`: the Triton kernel of `pallas_kernels/quant_matmul_gpu.py` (interpret mode off the
+  GPU), with its chosen tiling, and on a GPU a few other tilings (`pallas n64 s4`: 64 columns
+  per program, K split 4 ways) to settle its defaults.
 
 Per row: ms per chain, bytes streamed per second (values + scales as stored), that over the copy
 bandwidth measured in the same run, time relative to bf16, and the relative error of one layer's
@@ -33,6 +36,7 @@ import numpy as np
 
 from bench_decode import measure_copy_bandwidth, median_time
 from jaxinfer.quantization import QuantizedWeight, dequantize, int4_rows, quantize, quantized_matmul
+from pallas_kernels.quant_matmul_gpu import Tiling, int4_matmul_gpu, int8_matmul_gpu
 
 Product = Callable[[jax.Array, QuantizedWeight | jax.Array], jax.Array]
 
@@ -56,11 +60,35 @@ def reduction(x: jax.Array, q: QuantizedWeight) -> jax.Array:
     return jnp.sum(per_group * q.scales.astype(jnp.float32)[None], axis=1)
 
 
-VARIANTS: dict[str, dict[str, Product]] = {
-    "bf16": {"dot": bf16_dot},
-    "int8": {"library": quantized_matmul, "scaled-operand": scaled_operand, "reduction": reduction},
-    "int4": {"library": quantized_matmul, "reduction": reduction},
-}
+def pallas(tiling: Tiling | None) -> Product:
+    """The Triton kernel with `tiling` (None: its own choice); interpret mode off the GPU."""
+    interpret = jax.default_backend() != "gpu"
+
+    def product(x: jax.Array, q: QuantizedWeight) -> jax.Array:
+        if q.mode == "int4":
+            return int4_matmul_gpu(x, q.values, q.scales, q.group, tiling, interpret)
+        return int8_matmul_gpu(x, q.values, q.scales, tiling, interpret)
+
+    return product
+
+
+def pallas_variants() -> dict[str, Product]:
+    """The kernel's own tiling, and on a GPU a sweep of columns per program and K splits."""
+    variants = {"pallas": pallas(None)}
+    if jax.default_backend() == "gpu":
+        for block_n in (64, 128):
+            for splits in (1, 4, 16):
+                variants[f"pallas n{block_n} s{splits}"] = pallas(Tiling(block_n, 128, splits))
+    return variants
+
+
+def variants() -> dict[str, dict[str, Product]]:
+    return {
+        "bf16": {"dot": bf16_dot},
+        "int8": {"library": quantized_matmul, "scaled-operand": scaled_operand, "reduction": reduction,
+                 **pallas_variants()},
+        "int4": {"library": quantized_matmul, "reduction": reduction, **pallas_variants()},
+    }
 
 
 def chain(product: Product) -> Callable:
@@ -115,9 +143,9 @@ def main() -> None:
     for batch in args.batches:
         x = jax.random.normal(jax.random.key(batch), (batch, args.size)).astype(jnp.bfloat16)
         base = None
-        for fmt, variants in VARIANTS.items():
+        for fmt, products in variants().items():
             streamed = sum(stored_bytes(w) for w in weights[fmt])
-            for name, product in variants.items():
+            for name, product in products.items():
                 try:
                     run = chain(product)
                     seconds = median_time(lambda: run(x, weights[fmt]).block_until_ready(), args.repeats)
