@@ -23,8 +23,8 @@
 // stored value + 8) with one bf16 scale per column and group of `group` rows. x comes as
 // float32 and is rounded to int16 per row here; products are summed exactly in int32 and
 // scaled in float once per chunk of pairs (int8) or group (int4). The vector loops are in
-// packed_tiles_avx512.h (AVX512-BW, VNNI where present) and packed_tiles_avx2.h (AVX2), else
-// portable loops with the same sums.
+// packed_tiles_int.h (AVX2, or AVX-512 BW with VNNI where present), else portable loops with
+// the same sums.
 
 #include <algorithm>
 #include <cmath>
@@ -46,10 +46,7 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include "packed_tiles_avx2.h"
-#endif
-
-#if defined(__AVX512BW__)
-#include "packed_tiles_avx512.h"
+#include "packed_tiles_int.h"
 #endif
 
 #include "parallel_tasks.h"
@@ -258,17 +255,11 @@ Int16Rows QuantizeRows(const float* x, int64_t M, int64_t K, int64_t K2, int64_t
   return q;
 }
 
-#if defined(__AVX512BW__)
+#if defined(__AVX2__) && defined(__FMA__)
 
-using jaxinfer_avx512::Int4Tile;
-using jaxinfer_avx512::Int8Tile;
-constexpr int kIntPassRows = kGroupRows;  // 32 zmm registers hold 8 rows' sums and operands
-
-#elif defined(__AVX2__) && defined(__FMA__)
-
-using jaxinfer_avx2::Int4Tile;
-using jaxinfer_avx2::Int8Tile;
-constexpr int kIntPassRows = 2;  // two rows' int32 sums and operands fill the 16 ymm registers
+using jaxinfer_int::Int4Tile;
+using jaxinfer_int::Int8Tile;
+constexpr int kIntPassRows = jaxinfer_int::kPassRows;  // as many rows as the registers hold
 
 #else
 
@@ -337,7 +328,7 @@ void Int4Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int32_t
   }
 }
 
-#endif  // AVX512BW, AVX2
+#endif  // AVX2
 
 // Calls tile(w, t, r, rows) for every tile of every weight and group of up to kIntPassRows rows.
 template <typename TileFn>
