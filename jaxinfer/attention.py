@@ -155,10 +155,13 @@ def gathered_rows_attend(
     dtype = q.dtype if cache.quantized else cache.value_dtype
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
-    # The native kernel reads 16/32-bit float pages without scales: int8/fp8 pages take XLA's path.
-    if cache.cpu_kernels and not cache.quantized and decode_attention_applies(q.shape[1], dtype):
+    # The native kernel reads 16/32-bit float pages, and int8 pages with their scales; fp8 pages
+    # take XLA's path.
+    int8 = cache.value_dtype == jnp.int8
+    if cache.cpu_kernels and (int8 or not cache.quantized) and decode_attention_applies(q.shape[1], dtype):
         pools = (cache.k_pages[layer], cache.v_pages[layer])
-        return paged_decode_attention(q, *pools, page_table, positions, window, dtype)
+        scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if int8 else {}
+        return paged_decode_attention(q, *pools, page_table, positions, window, jnp.int8 if int8 else dtype, **scales)
     return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype)
 
 

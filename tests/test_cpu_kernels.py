@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxinfer.attention import causal_window_mask, dense_attention
+from jaxinfer.attention import causal_window_mask, dense_attention, gathered_rows_attend
+from jaxinfer.config import from_hf_config
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.cpu_kernels import (
     decode_attention,
@@ -16,7 +17,10 @@ from jaxinfer.cpu_kernels import (
     paged_decode_attention,
     write_positions,
 )
+from jaxinfer.cpu_kernels.decode_attention import PAGED_TARGET
 from jaxinfer.kv_cache import scatter_positions
+from jaxinfer.paged_kv_cache import init_page_pool
+from pallas_kernels import quantize_kv
 from python_subprocess import needs_compiler, on_cpu_backend
 
 pytestmark = [on_cpu_backend, needs_compiler]
@@ -154,6 +158,54 @@ def test_paged_decode_attention_matches_dense_attention(dtype, atol: float, shap
     attend = jax.jit(paged_decode_attention, static_argnames=("window", "value_dtype"))
     got = attend(q, *pools, jnp.asarray(table), positions, window=window, value_dtype=dtype)
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("shape", PAGED_SHAPES, ids=str)
+def test_paged_decode_attention_reads_int8_pages_with_their_scales(shape: tuple) -> None:
+    """int8 pools and per-token scales against dense float32 attention over the dequantized cache."""
+    batch, steps, heads, kv, page, width, dim, window = shape
+    rng = np.random.default_rng(sum(shape) + 1)
+    num_pages = batch * width + 3
+    scale_by_token = rng.uniform(0.1, 10.0, (kv, num_pages, page, 1))  # tokens of very different sizes
+    (k_pool, k_scales), (v_pool, v_scales) = (
+        quantize_kv(jnp.asarray(rng.standard_normal((kv, num_pages, page, dim)) * scale_by_token, jnp.float32))
+        for _ in range(2)
+    )
+    table = rng.permutation(num_pages)[: batch * width].reshape(batch, width).astype(np.int32)
+    seq = width * page
+    ends = rng.integers(steps - 1, seq, size=(batch, 1))
+    positions = jnp.asarray(ends - steps + 1 + np.arange(steps)[None, :], jnp.int32).at[-1].set(-1)
+    q = jnp.asarray(rng.standard_normal((batch, steps, heads, dim)), jnp.float32)
+    k_dense = np.asarray(k_pool, np.float32) * np.asarray(k_scales)[..., None]
+    v_dense = np.asarray(v_pool, np.float32) * np.asarray(v_scales)[..., None]
+    keys = jnp.asarray(gathered(k_dense, table))
+    values = jnp.asarray(gathered(v_dense, table).swapaxes(2, 3))
+    expected = dense_attention(q, keys, values, causal_window_mask(positions, seq, window)).at[-1].set(0)
+    attend = jax.jit(paged_decode_attention, static_argnames=("window", "value_dtype"))
+    got = attend(q, k_pool, v_pool, jnp.asarray(table), positions, window=window, value_dtype=jnp.int8,
+                 k_scales=k_scales, v_scales=v_scales)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=1e-4, rtol=1e-4)
+
+
+def test_paged_decode_attention_wants_scales_exactly_for_int8() -> None:
+    pools = jnp.zeros((1, 2, 4, 16), jnp.int8)
+    args = (jnp.zeros((1, 1, 1, 16)), pools, pools, jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 1), jnp.int32), 0)
+    with pytest.raises(ValueError, match="int8 pools need k_scales and v_scales"):
+        paged_decode_attention(*args, jnp.int8)
+
+
+@pytest.mark.parametrize("kv_dtype,native", [("auto", True), ("int8", True), ("fp8", False)])
+def test_engine_pools_route_int8_to_the_kernel_and_fp8_to_xla(kv_dtype: str, native: bool) -> None:
+    """Decode rows of the engine's pools: bf16 and int8 pages are read in place by the kernel."""
+    cfg = from_hf_config(dict(architectures=["LlamaForCausalLM"], vocab_size=16, hidden_size=128,
+                              intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+                              num_key_value_heads=2))
+    pool = init_page_pool(cfg, 8, 16, jnp.bfloat16, kv_dtype, cpu_kernels=True)
+    table, lengths, query_lens = jnp.zeros((2, 4), jnp.int32), jnp.array([5, 9]), jnp.array([1, 1])
+    q = jnp.zeros((2, 1, 4, cfg.head_dim), jnp.bfloat16)
+    run = lambda q, pool: gathered_rows_attend(q, pool, 0, 0, lengths, table, query_lens)  # noqa: E731
+    hlo = jax.jit(run).lower(q, pool).as_text()
+    assert (PAGED_TARGET in hlo) == native
 
 
 def test_decode_attention_only_for_a_few_queries() -> None:

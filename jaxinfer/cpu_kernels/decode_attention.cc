@@ -17,11 +17,14 @@
 // directly: keys and values [KV, P, page, D] (values not transposed; 16-bit floats may be
 // stored as uint16 bits, `value_dtype` says which), page_table [B, W] int32. Only the pages
 // holding visible keys are touched, so a step's cost follows each sequence's own length.
+// int8 pools come with float32 scales [KV, P, page] (one per token and head, value = int8 *
+// scale): half the bytes of bf16 pages per decode step.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "attention_vectors.h"
@@ -42,6 +45,13 @@ struct Scratch {
   std::vector<float> probs;    // [T * G, visible keys] scores, then probabilities
   std::vector<float> inv_sum;  // [T * G] 1 / softmax denominator
   std::vector<float> sums;     // paged: [T * G, D] weighted values in lane order; contiguous: one value row
+  std::vector<float> run;      // paged int8: one page run of keys or values, dequantized
+};
+
+// int8 pages: value = int8 * its token's scale. Widened run by run into Scratch::run (in L1),
+// once for all the query rows that read it.
+struct Int8 {
+  int8_t value;
 };
 
 struct Shape {
@@ -142,48 +152,69 @@ void AttendOne(const Shape& sh, const float* q, const C* keys, const C* values, 
 struct Pages {
   int64_t num_pages, page, width;  // pool pages, tokens per page, page-table slots per sequence
   const int32_t* table;           // [B, width]
+  const float* k_scales = nullptr;  // int8 pools: [KV, P, page] per-token scales; else null
+  const float* v_scales = nullptr;
 };
+
+// A page run of n int8 rows [n, D] times their scales, as floats in sc.run.
+inline const float* Dequantized(const Int8* pool, const float* scales, int64_t n, int64_t D, Scratch& sc) {
+  sc.run.resize(n * D);
+  const int8_t* in = &pool->value;
+  for (int64_t j = 0; j < n; ++j) {
+    const float s = scales[j];
+    for (int64_t d = 0; d < D; ++d) sc.run[j * D + d] = static_cast<float>(in[j * D + d]) * s;
+  }
+  return sc.run.data();
+}
 
 // The same queries over paged pools [KV, P, page, D], read in place one page's run of visible
 // keys at a time: scores of every query row, softmax, then the weighted values (in lane order,
-// put back in order at the end).
+// put back in order at the end). int8 runs are dequantized first (into L1, for every row).
 template <typename C>
 void AttendPaged(const Shape& sh, const Pages& pg, const float* q, const C* keys, const C* values,
                  const int32_t* positions, float* out, int64_t b, int64_t h, Scratch& sc) {
+  constexpr bool kInt8 = std::is_same_v<C, Int8>;
+  using Read = std::conditional_t<kInt8, float, C>;  // what the vector loops read
   const int64_t D = sh.D, rows = sh.T * (sh.H / sh.KV);
   const Visible v = VisibleKeys(sh, positions, b);
   const int64_t end = v.lo_all + v.width;
-  Prepare<C>(sh, v, q, b, h, rows * D, sc);
-  auto run_of = [&](const C* pool, int64_t s) {
-    const int64_t page = pg.table[b * pg.width + s / pg.page];
-    return pool + ((h * pg.num_pages + page) * pg.page + s % pg.page) * D;
+  Prepare<Read>(sh, v, q, b, h, rows * D, sc);
+  auto slot_of = [&](int64_t s) {  // the pool slot of position s: page * page_size + offset
+    return (h * pg.num_pages + pg.table[b * pg.width + s / pg.page]) * pg.page + s % pg.page;
   };
   auto run_length = [&](int64_t s) { return std::min(pg.page - s % pg.page, end - s); };
+  auto run_of = [&](const C* pool, const float* scales, int64_t s) -> const Read* {
+    if constexpr (kInt8) {
+      return Dequantized(pool + slot_of(s) * D, scales + slot_of(s), run_length(s), D, sc);
+    } else {
+      return pool + slot_of(s) * D;
+    }
+  };
   // The next page is elsewhere in the pool: ask for it while this one is being read.
   auto prefetch_next = [&](const C* pool, int64_t s) {
     const int64_t next = s + run_length(s);
     if (next >= end) return;
-    const char* start = reinterpret_cast<const char*>(run_of(pool, next));
+    const char* start = reinterpret_cast<const char*>(pool + slot_of(next) * D);
     const int64_t bytes = run_length(next) * D * sizeof(C);
     for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(start + offset);
   };
   for (int64_t s = v.lo_all; s < end; s += run_length(s)) {
     prefetch_next(keys, s);
+    const Read* run = run_of(keys, pg.k_scales, s);
     for (int64_t r = 0; r < rows; ++r) {
-      ScoreKeys(sc.queries.data() + r * D, run_of(keys, s), run_length(s), D, sh.scale,
-                sc.probs.data() + r * v.width + (s - v.lo_all));
+      ScoreKeys(sc.queries.data() + r * D, run, run_length(s), D, sh.scale, sc.probs.data() + r * v.width + (s - v.lo_all));
     }
   }
   SoftmaxRows(sh, v, sc);
   for (int64_t s = v.lo_all; s < end; s += run_length(s)) {
     prefetch_next(values, s);
+    const Read* run = run_of(values, pg.v_scales, s);
     for (int64_t r = 0; r < rows; ++r) {
-      WeighValues(sc.probs.data() + r * v.width + (s - v.lo_all), run_of(values, s), run_length(s), D,
-                  sc.sums.data() + r * D);
+      WeighValues(sc.probs.data() + r * v.width + (s - v.lo_all), run, run_length(s), D, sc.sums.data() + r * D);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    FromLaneOrder<C>(sc.sums.data() + r * D, out + QueryOffset(sh, b, h, r), D, sc.inv_sum[r]);
+    FromLaneOrder<Read>(sc.sums.data() + r * D, out + QueryOffset(sh, b, h, r), D, sc.inv_sum[r]);
   }
 }
 
@@ -234,6 +265,7 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer keys,
 }
 
 using PageTable = ffi::Buffer<ffi::S32, 2>;
+using Scales = ffi::Buffer<ffi::F32>;
 
 template <typename C>
 void PagedAs(const Shape& sh, const Pages& pg, const float* q, const void* k, const void* v, const int32_t* pos,
@@ -241,10 +273,11 @@ void PagedAs(const Shape& sh, const Pages& pg, const float* q, const void* k, co
   AttendPaged(sh, pg, q, static_cast<const C*>(k), static_cast<const C*>(v), pos, out, b, h, sc);
 }
 
-// value_dtype: 0 float32, 1 bfloat16, 2 float16 (the pools may hold 16-bit floats as uint16 bits).
+// value_dtype: 0 float32, 1 bfloat16, 2 float16 (the pools may hold 16-bit floats as uint16 bits),
+// 3 int8 with scales [KV, P, page] float32 (other dtypes take empty scales).
 ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer keys, ffi::AnyBuffer values,
-                                PageTable table, Positions positions, ffi::Result<Queries> out, float scale,
-                                int64_t window, int64_t value_dtype) {
+                                PageTable table, Positions positions, Scales k_scales, Scales v_scales,
+                                ffi::Result<Queries> out, float scale, int64_t window, int64_t value_dtype) {
   const auto qd = q.dimensions(), kd = keys.dimensions(), td = table.dimensions();
   const bool shapes_ok = kd.size() == 4 && values.dimensions().size() == 4 && kd[3] == qd[3] && kd[0] > 0 &&
                          qd[2] % kd[0] == 0 && td[0] == qd[0] && positions.dimensions()[0] == qd[0] &&
@@ -257,9 +290,20 @@ ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer 
   Pages pg{kd[1], kd[2], td[1], table.typed_data()};
   using Fn = void (*)(const Shape&, const Pages&, const float*, const void*, const void*, const int32_t*, float*,
                       int64_t, int64_t, Scratch&);
-  Fn attend = value_dtype == 1 ? &PagedAs<Bf16> : value_dtype == 2 ? &PagedAs<Half> : &PagedAs<float>;
+  constexpr Fn kByDtype[] = {&PagedAs<float>, &PagedAs<Bf16>, &PagedAs<Half>, &PagedAs<Int8>};
+  constexpr int64_t kWidth[] = {4, 2, 2, 1};
   const int64_t width = keys.size_bytes() / keys.element_count();
-  if (width != (value_dtype == 0 ? 4 : 2)) return ffi::Error::InvalidArgument("value_dtype does not match the pools");
+  if (value_dtype < 0 || value_dtype > 3 || width != kWidth[value_dtype]) {
+    return ffi::Error::InvalidArgument("value_dtype does not match the pools");
+  }
+  const int64_t slots = kd[0] * kd[1] * kd[2];
+  const int64_t scale_count = value_dtype == 3 ? slots : 0;
+  if (k_scales.element_count() != static_cast<size_t>(scale_count) ||
+      v_scales.element_count() != static_cast<size_t>(scale_count)) {
+    return ffi::Error::InvalidArgument("int8 pools need scales [KV, P, page]; other pools empty scales");
+  }
+  if (value_dtype == 3) pg.k_scales = k_scales.typed_data(), pg.v_scales = v_scales.typed_data();
+  Fn attend = kByDtype[value_dtype];
   const float* qp = q.typed_data();
   const void *kp = keys.untyped_data(), *vp = values.untyped_data();
   const int32_t* pp = positions.typed_data();
@@ -298,6 +342,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferPagedDecodeAttention, PagedDecodeAttention
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<PageTable>()
                                   .Arg<Positions>()
+                                  .Arg<Scales>()
+                                  .Arg<Scales>()
                                   .Ret<Queries>()
                                   .Attr<float>("scale")
                                   .Attr<int64_t>("window")
