@@ -8,6 +8,7 @@ workload (requests sharing a long prefix) with prefix caching on and off. Writes
 
     python scripts/bench_throughput.py                       # demo target + SmolLM-135M shape, CPU
     python scripts/bench_throughput.py --models smollm-135m --requests 64 --skip-hf
+    python scripts/bench_throughput.py --models demo --skip-hf --kv-cache-dtype int8
 """
 
 from __future__ import annotations
@@ -161,12 +162,13 @@ def shared_prefix(llm: LLM, vocab: int, n: int = 32, prefix: int = 1024) -> dict
 
 
 def bench_model(name: str, path: Path, dtype: str, args) -> dict:
-    llm = LLM(path, dtype=dtype, max_seq_len=1024, max_num_seqs=args.max_num_seqs, decode_steps=args.decode_steps)
+    llm = LLM(path, dtype=dtype, max_seq_len=1024, max_num_seqs=args.max_num_seqs, decode_steps=args.decode_steps,
+              kv_cache_dtype=args.kv_cache_dtype)
     prompts, outputs = workload(args.requests, args.seed, llm.config.vocab_size)
     n_params = tree_bytes(llm.weights) // jnp.dtype(llm.dtype).itemsize
     total_tokens = sum(map(len, prompts)) + sum(outputs)
     flops = matmul_flops(llm.dtype)
-    row = dict(model=name, dtype=dtype, requests=args.requests, decode_steps=args.decode_steps, params=int(n_params), output_tokens=sum(outputs),
+    row = dict(model=name, dtype=dtype, kv_cache_dtype=args.kv_cache_dtype, requests=args.requests, decode_steps=args.decode_steps, params=int(n_params), output_tokens=sum(outputs),
                total_tokens=total_tokens, matmul_flops=flops,
                engine=run_engine(llm, prompts, outputs, args.full_warmup))
     row["engine"]["roofline"] = total_tokens * 2 * n_params / row["engine"]["seconds"] / flops
@@ -198,7 +200,7 @@ def _estimate_note(result: dict) -> str:
 
 def print_row(row: dict) -> None:
     e, out = row["engine"], row["output_tokens"]
-    print(f"\n{row['model']} ({row['dtype']}, {row['params'] / 1e6:.1f}M params, {row['requests']} requests, "
+    print(f"\n{row['model']} ({row['dtype']}, KV pages {row['kv_cache_dtype']}, {row['params'] / 1e6:.1f}M params, {row['requests']} requests, "
           f"matmul {row['matmul_flops'] / 1e9:.0f} GFLOP/s)")
     print(f"{'path':<8} {'out tok/s':>10} {'total tok/s':>12} {'engine x':>9}")
     for path in ("engine", "static", "hf"):
@@ -225,6 +227,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--decode-steps", type=int, default=8)
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "int8", "fp8"],
+                        help="the engine's KV pages (the static path uses the same LLM)")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--hf-batches", type=int, default=None,
                         help="time HF on the first N batches of 16 and scale to all (printed as estimated)")
