@@ -3,11 +3,13 @@
 Warms up (compiles) a generate of the same shapes, traces a second one with `jax.profiler`, and
 prints the device operations (GPU kernels; on CPU the XLA operations of its compute threads)
 ranked by total time, with the count, mean and share of the busy time, plus the gaps: traced
-wall time that no operation fills (host work, launches, syncs). Writes the Perfetto trace
-(open it at ui.perfetto.dev) and the table as JSON under --out.
+wall time that no operation fills (host work, launches, syncs). Custom calls are named by their
+target (`ffi_call:jaxinfer_int8_matmul`), read from the optimized HLO that XLA dumps for the run.
+Writes the Perfetto trace (open it at ui.perfetto.dev) and the table as JSON under --out.
 
     PYTHONPATH=. python scripts/profile_decode.py --preset llama-3.2-1b --batch 1    # on a GPU
     PYTHONPATH=. python scripts/profile_decode.py --batch 1 --new-tokens 8          # demo model, CPU
+    PYTHONPATH=. python scripts/profile_decode.py --preset smollm-135m --quantization int8   # CPU
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import collections
 import gzip
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -31,6 +34,7 @@ from jaxinfer import DEMO_MODEL, LLM, SamplingParams
 NUMBERED = re.compile(r"(\.\d+)+$")  # fusion.12 and fusion.7 are one kind of operation
 CPU_THREADS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")  # where XLA:CPU runs a program's operations
 WRAPPERS = re.compile(r"^(ThunkExecutor::|ThreadpoolListener::|end: |while)")  # spans around operations
+CUSTOM_CALL = re.compile(r'^\s*(?:ROOT )?%?(ffi_call[.\d]*) = .*custom_call_target="([^"]+)"')
 
 
 def trace_events(trace_file: Path) -> list[dict]:
@@ -62,11 +66,34 @@ def busy_seconds(spans: list[dict]) -> float:
     return total / 1e6
 
 
-def summarise(spans: list[dict], top: int) -> list[dict]:
+def custom_call_targets(dump_dir: Path) -> dict[tuple[str, str], str]:
+    """(module, ffi_call.N) -> custom call target, from XLA's dump of the optimized modules.
+
+    Programs compiled twice under one name (other shapes) may number their calls differently:
+    such names map to every target they had, joined by "|".
+    """
+    targets: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
+    for path in dump_dir.glob("module_*after_optimizations.txt"):
+        module = path.name.split(".")[1]
+        for line in path.open():
+            match = CUSTOM_CALL.match(line)
+            if match:
+                targets[module, match.group(1)].add(match.group(2))
+    return {key: "|".join(sorted(names)) for key, names in targets.items()}
+
+
+def operation_name(span: dict, targets: dict[tuple[str, str], str]) -> str:
+    """The span's operation without its number; custom calls with their target."""
+    name = NUMBERED.sub("", span["name"])
+    target = targets.get((span.get("args", {}).get("hlo_module", ""), span["name"]))
+    return f"{name}:{target}" if target else name
+
+
+def summarise(spans: list[dict], top: int, targets: dict[tuple[str, str], str] | None = None) -> list[dict]:
     """Operations ranked by total time: name, count, total and mean microseconds."""
     totals: dict[str, list[float]] = collections.defaultdict(list)
     for e in spans:
-        totals[NUMBERED.sub("", e["name"])].append(e["dur"])
+        totals[operation_name(e, targets or {})].append(e["dur"])
     ranked = sorted(totals.items(), key=lambda kv: -sum(kv[1]))[:top]
     return [dict(name=name, count=len(d), total_us=float(sum(d)), mean_us=float(np.mean(d))) for name, d in ranked]
 
@@ -84,15 +111,19 @@ def main() -> None:
     parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="random-weight model of this shape")
     parser.add_argument("--model", type=Path, default=None, help="a model directory (default: the demo model)")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--quantization", default=None, choices=["int8", "int4", "fp8"])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", type=Path, default=Path("results/profile_decode"))
     args = parser.parse_args()
+    dump_dir = Path(tempfile.mkdtemp(prefix="profile_decode_hlo"))
+    # Read when the backend starts (the first computation below), so set here, not at import.
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text"
     # No prefix cache: the traced call must run the warm-up's shapes (a hit shortens its prefill).
     llm = LLM(model_path(args), dtype=args.dtype, max_seq_len=args.prompt_len + args.new_tokens,
-              enable_prefix_caching=False)
+              enable_prefix_caching=False, quantization=args.quantization)
     prompts = np.random.RandomState(0).randint(3, 250, (args.batch, args.prompt_len)).tolist()
     params = SamplingParams(max_tokens=args.new_tokens, temperature=0, ignore_eos=True)
     llm.generate(prompts, params)  # compile outside the trace
@@ -106,7 +137,8 @@ def main() -> None:
         shutil.copy(trace, args.out / f"b{args.batch}_perfetto_trace.json.gz")
     spans = device_spans(trace_events(args.out / f"b{args.batch}_perfetto_trace.json.gz"))
     busy = busy_seconds(spans)
-    rows = summarise(spans, args.top)
+    rows = summarise(spans, args.top, custom_call_targets(dump_dir))
+    shutil.rmtree(dump_dir, ignore_errors=True)
     print(f"device {jax.devices()[0].device_kind}; batch {args.batch}, prompt {args.prompt_len}, "
           f"{args.new_tokens} new tokens")
     print(f"traced generate {wall * 1e3:.1f} ms; device busy {busy * 1e3:.1f} ms ({busy / wall:.0%}); "
