@@ -133,3 +133,24 @@ def test_reset_prefix_cache_frees_cached_pages() -> None:
     blocks.reset_prefix_cache()
     assert blocks.match_prefix(token_ids)[0] == []
     assert blocks.usable_pages == 8 and blocks.usage == 0.0
+
+
+def test_pages_come_in_ascending_order() -> None:
+    """Pages freed tail first (so evicted in descending order) are handed out ascending."""
+    blocks = BlockManager(9, PAGE, "model-a")  # 8 usable pages
+    pages = cached_sequence(blocks, list(range(32)))  # the whole pool, cached
+    blocks.release(pages)  # evictable tail first: 8, 7, ..., 1
+    assert blocks.allocate(3) == [6, 7, 8]
+    assert blocks.allocate(2) == [4, 5]
+
+
+def test_a_sequence_continues_into_the_next_free_page() -> None:
+    """With `after`, the free pages right after a sequence's last page come first, then the rest."""
+    blocks = BlockManager(12, PAGE, "model-a")  # pages 1..11 free
+    first = blocks.allocate(2)  # [1, 2]
+    other = blocks.allocate(2)  # [3, 4]
+    blocks.release(first)  # 1, 2 free again, at the end of the free order
+    assert blocks.allocate(2, after=other[-1]) == [5, 6]  # continues 3, 4
+    assert blocks.allocate(3, after=2) == [7, 8, 9]  # page 3 is held: the oldest free pages instead
+    assert blocks.allocate(1, after=9) == [10]
+    assert blocks.allocate(3) == [1, 2, 11]  # the free order was 11, 2, 1

@@ -151,7 +151,7 @@ class Scheduler:
         computed = len(pages) * self.blocks.page_size
         count = min(request.num_tokens - computed, budget)
         try:
-            pages += self.blocks.allocate(self.blocks.pages_for(computed + count) - len(pages))
+            pages += self.blocks.allocate(self.blocks.pages_for(computed + count) - len(pages), _last(pages))
         except OutOfPages:
             self.blocks.release(pages)
             return None
@@ -168,7 +168,7 @@ class Scheduler:
         taken = {id(row.request) for row in scheduled} | {id(request)}
         while len(request.pages) < need:
             try:
-                request.pages += self.blocks.allocate(need - len(request.pages))
+                request.pages += self.blocks.allocate(need - len(request.pages), _last(request.pages))
             except OutOfPages:
                 others = [r for r in self.running if id(r) not in taken]
                 victim = others[-1] if others else request
@@ -192,3 +192,7 @@ class Scheduler:
     def _free(self, request: Request) -> None:
         self.blocks.release(request.pages)
         request.pages, request.page_hashes, request.num_computed = [], [], 0
+
+
+def _last(pages: list[int]) -> int | None:
+    return pages[-1] if pages else None
