@@ -216,7 +216,7 @@ def print_row(row: dict) -> None:
     if "shared_prefix_ttft" in row:
         sp = row["shared_prefix_ttft"]
         print(f"shared prefix TTFT: off {sp['off']:.3f} s, on {sp['on']:.3f} s ({sp['ratio']:.1f}x; "
-              f"prefix-cache hits {sp['hit_tokens_off']} / {sp['hit_tokens_on']} tokens)")
+              f"tokens served from the prefix cache: off {sp['hit_tokens_off']}, on {sp['hit_tokens_on']})")
 
 
 def main() -> None:
