@@ -163,12 +163,12 @@ def shared_prefix(llm: LLM, vocab: int, n: int = 32, prefix: int = 1024) -> dict
 
 def bench_model(name: str, path: Path, dtype: str, args) -> dict:
     llm = LLM(path, dtype=dtype, max_seq_len=1024, max_num_seqs=args.max_num_seqs, decode_steps=args.decode_steps,
-              kv_cache_dtype=args.kv_cache_dtype)
+              kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size)
     prompts, outputs = workload(args.requests, args.seed, llm.config.vocab_size)
     n_params = tree_bytes(llm.weights) // jnp.dtype(llm.dtype).itemsize
     total_tokens = sum(map(len, prompts)) + sum(outputs)
     flops = matmul_flops(llm.dtype)
-    row = dict(model=name, dtype=dtype, kv_cache_dtype=args.kv_cache_dtype, requests=args.requests, decode_steps=args.decode_steps, params=int(n_params), output_tokens=sum(outputs),
+    row = dict(model=name, dtype=dtype, kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size, requests=args.requests, decode_steps=args.decode_steps, params=int(n_params), output_tokens=sum(outputs),
                total_tokens=total_tokens, matmul_flops=flops,
                engine=run_engine(llm, prompts, outputs, args.full_warmup))
     row["engine"]["roofline"] = total_tokens * 2 * n_params / row["engine"]["seconds"] / flops
@@ -227,6 +227,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--decode-steps", type=int, default=8)
+    parser.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "int8", "fp8"],
                         help="the engine's KV pages (the static path uses the same LLM)")
     parser.add_argument("--skip-hf", action="store_true")
