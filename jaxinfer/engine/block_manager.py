@@ -38,8 +38,9 @@ class BlockManager:
         self.prefix_caching = prefix_caching
         self.root = hashlib.blake2b(model_identity.encode(), digest_size=16).digest()
         self.refs = [0] * num_pages
-        self.free: dict[int, None] = dict.fromkeys(range(1, num_pages))  # an ordered set, oldest first
-        self.evictable: collections.OrderedDict[int, None] = collections.OrderedDict()  # LRU, oldest first
+        # Ordered sets, oldest first (OrderedDict: taking the oldest is O(1), a dict's is not).
+        self.free: collections.OrderedDict[int, None] = collections.OrderedDict.fromkeys(range(1, num_pages))
+        self.evictable: collections.OrderedDict[int, None] = collections.OrderedDict()  # LRU
         self.by_hash: dict[bytes, int] = {}
         self.hash_of: dict[int, bytes] = {}
         self.queries = 0  # prompt tokens looked up in the prefix cache
@@ -104,9 +105,7 @@ class BlockManager:
         for _ in range(count - len(following)):
             if not self.free:
                 self._evict_one()
-            page = next(iter(self.free))
-            del self.free[page]
-            rest.append(page)
+            rest.append(self.free.popitem(last=False)[0])
         pages = following + sorted(rest)
         for page in pages:
             self.refs[page] = 1
