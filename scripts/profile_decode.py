@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from bench_decode import PRESETS, make_checkpoint
-from jaxinfer import DEMO_MODEL, LLM, SamplingParams
+from jaxinfer import DEMO_MODEL, LLM, SamplingParams, quantization
 
 NUMBERED = re.compile(r"(\.\d+)+$")  # fusion.12 and fusion.7 are one kind of operation
 CPU_THREADS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")  # where XLA:CPU runs a program's operations
@@ -111,16 +111,20 @@ def main() -> None:
     parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="random-weight model of this shape")
     parser.add_argument("--model", type=Path, default=None, help="a model directory (default: the demo model)")
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--quantization", default=None, choices=["int8", "int4", "fp8"])
+    parser.add_argument("--quantization", default=None, choices=quantization.MODES)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", type=Path, default=Path("results/profile_decode"))
     args = parser.parse_args()
-    dump_dir = Path(tempfile.mkdtemp(prefix="profile_decode_hlo"))
-    # Read when the backend starts (the first computation below), so set here, not at import.
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text"
+    with tempfile.TemporaryDirectory(prefix="profile_decode_hlo") as dump_dir:
+        # Read when the backend starts (the first computation in `profile`), so set here, not at import.
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump_dir} --xla_dump_hlo_as_text"
+        profile(args, Path(dump_dir))
+
+
+def profile(args: argparse.Namespace, dump_dir: Path) -> None:
     # No prefix cache: the traced call must run the warm-up's shapes (a hit shortens its prefill).
     llm = LLM(model_path(args), dtype=args.dtype, max_seq_len=args.prompt_len + args.new_tokens,
               enable_prefix_caching=False, quantization=args.quantization)
@@ -138,7 +142,6 @@ def main() -> None:
     spans = device_spans(trace_events(args.out / f"b{args.batch}_perfetto_trace.json.gz"))
     busy = busy_seconds(spans)
     rows = summarise(spans, args.top, custom_call_targets(dump_dir))
-    shutil.rmtree(dump_dir, ignore_errors=True)
     print(f"device {jax.devices()[0].device_kind}; batch {args.batch}, prompt {args.prompt_len}, "
           f"{args.new_tokens} new tokens")
     print(f"traced generate {wall * 1e3:.1f} ms; device busy {busy * 1e3:.1f} ms ({busy / wall:.0%}); "
