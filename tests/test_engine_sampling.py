@@ -44,6 +44,16 @@ def test_streamed_pieces_never_show_the_stop_string(text_llm):
     assert "".join(pieces) == full[: full.index(stop)]
 
 
+def test_stop_string_kept_when_asked_whole_and_streamed(text_llm):
+    full = text_llm.generate("hello world", greedy(24))[0].text
+    stop = full[4:7]
+    kept = full[: full.index(stop) + len(stop)]
+    params = greedy(24, stop=[stop], include_stop_str_in_output=True)
+    out = text_llm.generate("hello world", params)[0]
+    assert out.text == kept and out.outputs[0].stop_reason == stop
+    assert "".join(text_llm.stream("hello world", params)) == kept
+
+
 def test_min_tokens_masks_stop_ids(llm):
     first = llm.generate([PROMPT], greedy(8))[0].token_ids
     stop = first[2]

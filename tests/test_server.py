@@ -118,6 +118,18 @@ def test_streams_equal_whole_responses_and_end_with_usage(client):
     assert stream[-1].choices[0].finish_reason == "length"
 
 
+def test_stop_strings_cut_or_kept(client):
+    args = dict(model="tiny", prompt=PROMPTS[0], max_tokens=12, temperature=0)
+    whole = client.completions.create(**args, extra_body={"ignore_eos": True}).choices[0].text
+    stop = whole[2:5]
+    cut = client.completions.create(**args, stop=[stop], extra_body={"ignore_eos": True}).choices[0]
+    kept = client.completions.create(
+        **args, stop=[stop], extra_body={"ignore_eos": True, "include_stop_str_in_output": True}
+    ).choices[0]
+    assert cut.text == whole[: whole.index(stop)] and cut.finish_reason == "stop"
+    assert kept.text == cut.text + stop and kept.finish_reason == "stop"
+
+
 def test_logprobs_in_both_layouts(client):
     out = client.completions.create(model="tiny", prompt="def", max_tokens=4, temperature=0, logprobs=2)
     lp = out.choices[0].logprobs

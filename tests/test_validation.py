@@ -56,6 +56,9 @@ PARAMS = {
     "negative temperature": (dict(temperature=-0.5), ValueError, ["temperature", "-0.5", ">= 0"]),
     "negative seed": (dict(seed=-1), ValueError, ["seed", "-1"]),
     "ignore_eos as a string": (dict(ignore_eos="yes"), TypeError, ["ignore_eos", "'yes'"]),
+    "include_stop_str_in_output as a number": (
+        dict(include_stop_str_in_output=1), TypeError, ["include_stop_str_in_output", "1"]
+    ),
 }
 
 CONSTRUCTOR = {

@@ -2,7 +2,7 @@
 
 Finish rules, checked token by token in this order: a stop token id (EOS unless ignore_eos,
 and stop_token_ids) once min_tokens are out; max_tokens; a stop string in the text (cut
-from the output). While a stop string could still be completing, its possible start is held
+from the output, or kept as its end with include_stop_str_in_output). While a stop string could still be completing, its possible start is held
 back from streamed deltas.
 """
 
@@ -41,7 +41,8 @@ def _detokenize(request: Request) -> None:
     hits = [(at, s) for at, s in hits if at >= 0]
     if hits:
         at, stop = min(hits)
-        request.text = request.text[:at]
+        end = at + len(stop) if request.params.include_stop_str_in_output else at
+        request.text = request.text[:end]
         request.finish("stop", stop)
 
 
