@@ -24,6 +24,9 @@ def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
     Clean-up of tokenization spaces is off: it rewrites text already emitted (" ," -> ","),
     so a stream could never agree with it, and for byte-level BPE it corrupts code.
     """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # a fast tokenizer: what its decode returns, without the wrapper's per-call cost
+        return backend.decode(list(token_ids), skip_special_tokens=True)
     return tokenizer.decode(list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 

@@ -312,7 +312,8 @@ class LLMEngine:
                 self.stats.record_finished(request)
             else:
                 full = request.num_computed // self.config.page_size
-                self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
+                if full > len(request.page_hashes):  # a page filled up: publish it for prefix caching
+                    self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
         return touched
 
     def _advance(self, request: Request, row, out: StepOutputs, r: int, host: HostStep) -> int:

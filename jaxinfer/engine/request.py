@@ -84,6 +84,15 @@ class Request:
         """Prompt then output ids: what the cache must hold when the request is fully computed."""
         return self.prompt_ids + self.output_ids
 
+    def ids_between(self, start: int, end: int) -> list[int]:
+        """all_ids[start:end] without building all_ids (a decode step reads one or two ids of hundreds)."""
+        prompt = len(self.prompt_ids)
+        if end <= prompt:
+            return self.prompt_ids[start:end]
+        if start >= prompt:
+            return self.output_ids[start - prompt : end - prompt]
+        return self.prompt_ids[start:] + self.output_ids[: end - prompt]
+
     @property
     def num_tokens(self) -> int:
         """Prompt plus output length."""

@@ -165,11 +165,11 @@ class Scheduler:
 
         Returns False when the request itself had to be preempted.
         """
-        taken = {id(row.request) for row in scheduled} | {id(request)}
         while len(request.pages) < need:
             try:
                 request.pages += self.blocks.allocate(need - len(request.pages), _last(request.pages))
             except OutOfPages:
+                taken = {id(row.request) for row in scheduled} | {id(request)}
                 others = [r for r in self.running if id(r) not in taken]
                 victim = others[-1] if others else request
                 self._preempt(victim)

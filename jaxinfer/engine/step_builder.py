@@ -117,11 +117,11 @@ def _empty(n: int, rows: int, pages: int, stop_width: int, num_decode: int, num_
 def _fill_row(step: HostStep, r: int, offset: int, row: Row, drafts: np.ndarray | None = None) -> None:
     """Row r's tokens from offset; a verify row's tokens past the last known one are its drafts."""
     request = row.request
-    ids = request.all_ids[row.start : row.start + row.count - (0 if drafts is None else len(drafts))]
+    ids = request.ids_between(row.start, row.start + row.count - (0 if drafts is None else len(drafts)))
     if drafts is not None:
         ids = ids + drafts.tolist()
     else:  # the prompt tokens after this chunk's (an EAGLE head reads each token's successor)
-        following = request.all_ids[row.start + 1 : row.start + row.count + 1]
+        following = request.ids_between(row.start + 1, min(row.start + row.count + 1, request.num_tokens))
         step.next_tokens[offset : offset + len(following)] = following
     step.tokens[offset : offset + row.count] = ids
     step.positions[offset : offset + row.count] = np.arange(row.start, row.start + row.count)
