@@ -22,7 +22,6 @@ from jaxinfer.checkpoint import load_weights, quantization_of
 from jaxinfer.config import ModelConfig, load_config
 from jaxinfer.compile_cache import compile_cache_setting
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
-from jaxinfer.engine.outputs import accumulate
 from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
@@ -255,11 +254,10 @@ class LLM:
     def _engine_generate(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[RequestOutput]:
         """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
         request_ids = self._add_requests(prompts, params)
-        totals: dict[str, RequestOutput] = {}
+        finals: dict[str, RequestOutput] = {}
         while self.engine.has_unfinished():
-            for delta in self.engine.step():
-                totals[delta.request_id] = accumulate(totals.get(delta.request_id), delta)
-        return [totals[rid] for rid in request_ids]
+            finals.update((out.request_id, out) for out in self.engine.step(final_only=True))
+        return [finals[rid] for rid in request_ids]
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield text pieces of one request as they are produced (a few tokens per device call)."""

@@ -7,6 +7,7 @@ import pytest
 from jax import monitoring
 
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.engine.outputs import accumulate
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 37, 9, 21, 1, 50])]
@@ -102,6 +103,29 @@ def test_abort_frees_every_page(llm):
     assert {o.request_id for o in finals} == {f"abort-{i}" for i in range(len(PROMPTS))}
     assert all(o.finished and o.finish_reason == "abort" for o in finals)
     assert engine.blocks.usable_pages == free_before and not engine.has_unfinished()
+
+
+def run_steps(engine, prompts, params, final_only: bool) -> dict:
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"kind-{i}", prompt, params)
+    totals = {}
+    while engine.has_unfinished():
+        for out in engine.step(final_only=final_only):
+            assert out.finished or not final_only
+            assert out.request_id not in totals or not final_only  # once each
+            totals[out.request_id] = accumulate(totals.get(out.request_id), out)
+    return totals
+
+
+def test_final_only_steps_give_each_request_once_as_the_deltas_add_up(llm):
+    params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, logprobs=2, n=2, seed=3)
+    deltas = run_steps(llm.engine, PROMPTS[:4], params, final_only=False)
+    finals = run_steps(llm.engine, PROMPTS[:4], params, final_only=True)
+    assert finals.keys() == deltas.keys() and len(finals) == 4
+    for request_id, total in deltas.items():
+        for whole, added in zip(finals[request_id].outputs, total.outputs):
+            assert (whole.token_ids, whole.text, whole.logprobs) == (added.token_ids, added.text, added.logprobs)
+            assert len(whole.token_ids) == 20
 
 
 def test_invalid_requests_among_32_running_change_nothing(model):

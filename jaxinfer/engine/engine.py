@@ -151,14 +151,18 @@ class LLMEngine:
         """True while any request has output left to deliver."""
         return bool(self.groups)
 
-    def step(self) -> list[RequestOutput]:
-        """Run one scheduled batch; deltas for every request that progressed or finished."""
+    def step(self, final_only: bool = False) -> list[RequestOutput]:
+        """Run one scheduled batch; deltas for every request that progressed or finished.
+
+        final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` uses): outputs only for
+        the requests that finished, each whole, and no per-step deltas built for the others.
+        """
         schedule = self.scheduler.schedule()
         touched, self.pending = self.pending, set()
         if not schedule.empty:
             started = time.perf_counter()
             touched |= self._run_and_apply(schedule, self._build(schedule), started)
-        return self._collect(touched)
+        return self._collect(touched, final_only)
 
     def _build(self, schedule: Schedule) -> HostStep:
         """A verify step when the batch is all decodes and some row drafts, else the plain step."""
@@ -368,13 +372,15 @@ class LLMEngine:
         draft_cfg = None if self.draft_spec is None else self.draft_spec.cfg
         return new_pools(self.model_config, draft_cfg, num_pages, self.config.page_size, self.dtype, self.cache_spec)
 
-    def _collect(self, touched: set[str]) -> list[RequestOutput]:
+    def _collect(self, touched: set[str], final_only: bool) -> list[RequestOutput]:
         outputs = []
         order = {request_id: i for i, request_id in enumerate(self.groups)}
         for request_id in sorted(touched, key=order.__getitem__):
             group = self.groups[request_id]
-            outputs.append(delta_output(group))
-            if all(r.finished for r in group):
+            finished = all(r.finished for r in group)
+            if finished or not final_only:
+                outputs.append(delta_output(group))  # never emitted before: the whole output
+            if finished:
                 del self.groups[request_id]
         return outputs
 
