@@ -75,19 +75,45 @@ def build_step(
     """Flat tokens [decodes][prefill rows x chunk] and per-row metadata for a schedule."""
     num_decode, num_prefill, chunk, pages = shape_buckets(schedule, page_size, max_pages, min_pages, narrow_mixed)
     rows = num_decode + num_prefill
-    decodes = schedule.decodes + [None] * (num_decode - len(schedule.decodes))
     prefills = schedule.prefills + [None] * (num_prefill - len(schedule.prefills))
-    slots = [(row, 1) for row in decodes] + [(row, chunk) for row in prefills]
     n = num_decode + num_prefill * chunk
     step = _empty(n, rows, pages, _stop_width(schedule), num_decode, schedule.num_steps)
-    offset = 0
-    for r, (row, width) in enumerate(slots):
-        step.token_rows[offset : offset + width] = r
+    step.token_rows[:num_decode] = np.arange(num_decode)
+    step.last_index[:num_decode] = np.arange(num_decode)
+    _fill_decode_rows(step, schedule.decodes)
+    for i, row in enumerate(prefills):
+        r, offset = num_decode + i, num_decode + i * chunk
+        step.token_rows[offset : offset + chunk] = r
         step.last_index[r] = offset
         if row is not None:
             _fill_row(step, r, offset, row)
-        offset += width
     return step
+
+
+def _fill_decode_rows(step: HostStep, rows: list[Row]) -> None:
+    """`_fill_row` for decode rows 0..n-1 (one token each, at flat offset r), a write per field.
+
+    A step holds up to max_num_seqs of them; writing row by row cost the host more than the
+    rest of the step's building.
+    """
+    n = len(rows)
+    if not n:
+        return
+    requests = [row.request for row in rows]
+    starts = np.array([row.start for row in rows], np.int32)
+    step.tokens[:n] = [request.ids_between(row.start, row.start + 1)[0] for request, row in zip(requests, rows)]
+    step.positions[:n] = starts
+    step.lengths[:n] = starts + 1
+    step.query_lens[:n] = 1
+    step.min_lengths[:n] = [len(request.prompt_ids) + request.params.min_tokens for request in requests]
+    step.max_lengths[:n] = [request.max_total for request in requests]
+    step.requests[:n] = requests
+    width = step.page_table.shape[1]
+    for r, request in enumerate(requests):
+        table = request.pages[:width]
+        step.page_table[r, : len(table)] = table
+        if request.stop_ids:
+            step.stop_ids[r, : len(request.stop_ids)] = request.stop_ids
 
 
 def _stop_width(schedule: Schedule) -> int:
