@@ -82,8 +82,13 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
         peak = max(peak, llm.engine.blocks.usage)
     seconds = time.perf_counter() - start
     m = llm.metrics()
+    steps = m["engine_steps"] - before["engine_steps"]
+    step_seconds = m["engine_step_seconds"] - before["engine_step_seconds"]
+    device_wait = m["engine_device_wait_seconds"] - before["engine_device_wait_seconds"]
     return dict(
         seconds=seconds, peak_kv_usage=peak,
+        steps=steps, host_ms_per_step=1e3 * (step_seconds - device_wait) / max(steps, 1),
+        host_share=(step_seconds - device_wait) / seconds,
         preemptions=m["num_preemptions"] - before["num_preemptions"],
         ttft=_recent(llm, "time_to_first_token", len(prompts)), tpot=_recent(llm, "time_per_output_token", len(prompts)),
         itl=_spread(llm.engine.stats.inter_token_latency[gaps_before:]),
@@ -208,7 +213,9 @@ def print_row(row: dict) -> None:
             s = row[path]["seconds"]
             print(f"{path:<8} {out / s:>10.0f} {row['total_tokens'] / s:>12.0f} {s / e['seconds']:>9.2f}"
                   f"{_estimate_note(row[path])}")
-    print(f"roofline {e['roofline']:.1%}  peak KV {e['peak_kv_usage']:.0%}  preemptions {e['preemptions']}")
+    print(f"roofline {e['roofline']:.1%}  peak KV {e['peak_kv_usage']:.0%}  preemptions {e['preemptions']}  "
+          f"host {e['host_ms_per_step']:.1f} ms/step over {e['steps']} steps ({e['host_share']:.0%} of the time, "
+          "not overlapped with the device)")
     print(f"TTFT mean/p50/p99 {e['ttft']['mean']:.3f}/{e['ttft']['p50']:.3f}/{e['ttft']['p99']:.3f} s  "
           f"TPOT {e['tpot']['mean'] * 1e3:.1f}/{e['tpot']['p50'] * 1e3:.1f}/{e['tpot']['p99'] * 1e3:.1f} ms  "
           f"ITL {e['itl']['mean'] * 1e3:.1f}/{e['itl']['p50'] * 1e3:.1f}/{e['itl']['p99'] * 1e3:.1f} ms "

@@ -201,6 +201,16 @@ def test_no_compiles_after_warmup(model, capsys):
     assert count > 4 and traces == []
 
 
+def test_step_times_split_into_device_wait_and_host(llm):
+    before = llm.metrics()
+    greedy_ids(llm, PROMPTS[:2])
+    after = llm.metrics()
+    steps = after["engine_steps"] - before["engine_steps"]
+    seconds = after["engine_step_seconds"] - before["engine_step_seconds"]
+    wait = after["engine_device_wait_seconds"] - before["engine_device_wait_seconds"]
+    assert steps >= 3 and 0 < wait < seconds  # two prefills and at least one decode call
+
+
 def test_reset_prefix_cache_frees_cached_pages(llm):
     greedy_ids(llm, SHARED_PROMPTS[:2])
     blocks = llm.engine.blocks

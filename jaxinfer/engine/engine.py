@@ -157,12 +157,16 @@ class LLMEngine:
         final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` uses): outputs only for
         the requests that finished, each whole, and no per-step deltas built for the others.
         """
+        begin = time.perf_counter()
         schedule = self.scheduler.schedule()
         touched, self.pending = self.pending, set()
-        if not schedule.empty:
-            started = time.perf_counter()
-            touched |= self._run_and_apply(schedule, self._build(schedule), started)
-        return self._collect(touched, final_only)
+        if schedule.empty:
+            return self._collect(touched, final_only)
+        started = time.perf_counter()
+        applied, device_wait = self._run_and_apply(schedule, self._build(schedule), started)
+        outputs = self._collect(touched | applied, final_only)
+        self.stats.record_step(time.perf_counter() - begin, device_wait)
+        return outputs
 
     def _build(self, schedule: Schedule) -> HostStep:
         """A verify step when the batch is all decodes and some row drafts, else the plain step."""
@@ -226,16 +230,20 @@ class LLMEngine:
         self.pages = self.draft = None
         self._reset_blocks()
 
-    def _run_and_apply(self, schedule: Schedule, host: HostStep, started: float) -> set[str]:
+    def _run_and_apply(self, schedule: Schedule, host: HostStep, started: float) -> tuple[set[str], float]:
+        """The requests the step touched, and the seconds spent waiting for the device's outputs."""
         now = time.monotonic()
         for request in host.requests:
             if request is not None and request.timing.first_scheduled is None:
                 request.timing.first_scheduled = now
         try:
-            out = to_host(self._run(host))
+            dispatched = self._run(host)
+            waiting = time.perf_counter()
+            out = to_host(dispatched)
+            device_wait = time.perf_counter() - waiting
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
-            return self._fail_step(host, error)
+            return self._fail_step(host, error), 0.0
         if host.drafts is not None:
             self._observe_drafts(schedule, host, out)
         elif self.speculator is not None and self.speculator.declined:
@@ -243,7 +251,7 @@ class LLMEngine:
             self.speculator.observe_plain(produced)
         touched = self._apply(schedule, host, out)
         self._time_decode_step(schedule, host, out, time.perf_counter() - started)
-        return touched
+        return touched, device_wait
 
     def _time_decode_step(self, schedule: Schedule, host: HostStep, out: StepOutputs, seconds: float) -> None:
         """An all-decode step's time (scheduling to applied outputs) for the speculation plan."""

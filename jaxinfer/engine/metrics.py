@@ -29,6 +29,12 @@ class EngineMetrics:
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     spec_accepted_per_position: list[int] = dataclasses.field(default_factory=list)
+    # Where engine time goes (jaxinfer's own, not vLLM's): device calls, the seconds of step()
+    # calls that ran one, and of those the wait for the device's outputs; the rest is host work
+    # (scheduling, step arrays, dispatch, detokenizing, outputs) that the device does not overlap.
+    engine_steps: int = 0
+    engine_step_seconds: float = 0.0
+    engine_device_wait_seconds: float = 0.0
 
     def record_finished(self, request: Request) -> None:
         """Fold one finished sample's timings into the samples."""
@@ -56,6 +62,12 @@ class EngineMetrics:
         self.spec_accepted_tokens += int(accepted.sum())
         for i in range(k_max):
             self.spec_accepted_per_position[i] += int(np.count_nonzero(accepted > i))
+
+    def record_step(self, seconds: float, device_wait: float) -> None:
+        """One step() call that ran the device: its wall time and the part spent waiting for outputs."""
+        self.engine_steps += 1
+        self.engine_step_seconds += seconds
+        self.engine_device_wait_seconds += device_wait
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -92,4 +104,7 @@ def snapshot(m: EngineMetrics, running: int, waiting: int, kv_usage: float, pref
         "spec_decode_num_draft_tokens": m.spec_draft_tokens,
         "spec_decode_num_accepted_tokens": m.spec_accepted_tokens,
         "spec_decode_num_accepted_tokens_per_pos": list(m.spec_accepted_per_position),
+        "engine_steps": m.engine_steps,
+        "engine_step_seconds": m.engine_step_seconds,
+        "engine_device_wait_seconds": m.engine_device_wait_seconds,
     }
