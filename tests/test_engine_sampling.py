@@ -9,6 +9,7 @@ import pytest
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine import AsyncLLMEngine
+from jaxinfer.tokenizer import decode_text
 
 PROMPT = np.random.RandomState(3).randint(3, 250, size=11).tolist()
 KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=1, decode_steps=4, num_pages=16)
@@ -42,6 +43,15 @@ def test_streamed_pieces_never_show_the_stop_string(text_llm):
     stop = full[5:8]
     pieces = list(text_llm.stream("hello world", greedy(24, stop=[stop])))
     assert "".join(pieces) == full[: full.index(stop)]
+
+
+def test_text_decoded_once_per_call_equals_the_ids_decoded_whole(text_llm):
+    # Without stop strings a multi-step call detokenizes its tokens together, not one by one.
+    prompts = ["hello world", "def f(x):", "a"]
+    outs = text_llm.generate(prompts, greedy(30))
+    for prompt, out in zip(prompts, outs):
+        assert out.text == decode_text(text_llm.tokenizer, out.token_ids)
+        assert "".join(text_llm.stream(prompt, greedy(30))) == out.text
 
 
 def test_stop_string_kept_when_asked_whole_and_streamed(text_llm):

@@ -11,8 +11,12 @@ from __future__ import annotations
 from jaxinfer.engine.request import Request
 
 
-def append_token(request: Request, token: int) -> bool:
-    """Add one generated token; True when it ends the request (request.finish is called)."""
+def append_token(request: Request, token: int, detokenize: bool = True) -> bool:
+    """Add one generated token; True when it ends the request (request.finish is called).
+
+    detokenize=False leaves the text to a later token's call (or the finishing one): the
+    Detokenizer gives the same text for ids pushed one by one or several at a time.
+    """
     request.output_ids.append(token)
     generated = len(request.output_ids)
     if token in request.stop_ids and generated > request.params.min_tokens:
@@ -20,7 +24,8 @@ def append_token(request: Request, token: int) -> bool:
         request.finish("stop", None if eos else token)
     elif generated >= request.params.max_tokens:
         request.finish("length")
-    _detokenize(request)
+    if detokenize or request.finished:
+        _detokenize(request)
     return request.finished
 
 
