@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import transformers
 
@@ -35,6 +37,20 @@ def test_stream_joins_to_full_text_with_cleanup_on(cleanup_tokenizer, chunk):
     pieces = stream(cleanup_tokenizer, ids, chunk)
     assert "".join(pieces) == decode_text(cleanup_tokenizer, ids) == TEXT
     assert sum(bool(p) for p in pieces) > len(ids) // (2 * chunk), "text was held back instead of streamed"
+
+
+def test_irregular_pushes_of_random_ids_give_the_same_text(cleanup_tokenizer):
+    # The engine pushes a multi-step call's tokens together; any ids (special tokens, parts of
+    # characters) must then read as they do pushed one by one.
+    rng = random.Random(0)
+    for _ in range(200):
+        ids = [rng.randrange(len(cleanup_tokenizer)) for _ in range(rng.randint(1, 24))]
+        one_by_one = "".join(stream(cleanup_tokenizer, ids, 1))
+        detok, text, end = Detokenizer(cleanup_tokenizer), "", 0
+        while end < len(ids):
+            end = min(len(ids), end + rng.randint(1, 9))
+            text += detok.push(ids[:end])
+        assert text + detok.flush() == one_by_one
 
 
 def test_no_piece_ends_inside_a_character(cleanup_tokenizer):
