@@ -155,7 +155,8 @@ class LLMEngine:
         """Run one scheduled batch; deltas for every request that progressed or finished.
 
         final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` uses): outputs only for
-        the requests that finished, each whole, and no per-step deltas built for the others.
+        the requests that finished, each whole (all that no earlier step returned), and no
+        per-step deltas built for the others.
         """
         begin = time.perf_counter()
         schedule = self.scheduler.schedule()
@@ -388,7 +389,7 @@ class LLMEngine:
             group = self.groups[request_id]
             finished = all(r.finished for r in group)
             if finished or not final_only:
-                outputs.append(delta_output(group))  # never emitted before: the whole output
+                outputs.append(delta_output(group))  # all not yet returned: under final_only, the whole
             if finished:
                 del self.groups[request_id]
         return outputs
