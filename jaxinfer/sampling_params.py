@@ -21,8 +21,9 @@ class SamplingParams:
     the same output whatever else is in the batch. Penalties follow vLLM: presence and frequency
     subtract from the logits of tokens already generated; repetition divides positive (multiplies
     negative) logits of tokens in the prompt or output. `stop` strings end generation and are
-    not part of the text unless include_stop_str_in_output; `logprobs=k` returns the top-k log-probabilities of each generated
-    token (and `prompt_logprobs=k` of each prompt token); `n` samples share the prompt.
+    not part of the text unless include_stop_str_in_output; `logprobs=k` returns the top-k
+    log-probabilities of each generated token (and `prompt_logprobs=k` of each prompt token);
+    `n` samples share the prompt.
     """
 
     max_tokens: int = 16
@@ -61,7 +62,8 @@ class SamplingParams:
         if not 0 < self.repetition_penalty <= 10:
             raise ValueError(f"repetition_penalty must be in (0, 10] (1 disables it), got {self.repetition_penalty}")
         self._set("stop", _stop_strings(self.stop))
-        self._set("include_stop_str_in_output", v.boolean(self.include_stop_str_in_output, "include_stop_str_in_output"))
+        include = v.boolean(self.include_stop_str_in_output, "include_stop_str_in_output")
+        self._set("include_stop_str_in_output", include)
         self._set("min_tokens", v.integer(self.min_tokens, "min_tokens", 0, self.max_tokens))
         for name in ("logprobs", "prompt_logprobs"):
             self._set(name, v.optional_int(getattr(self, name), name, 0, MAX_LOGPROBS))

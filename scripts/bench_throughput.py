@@ -173,7 +173,8 @@ def bench_model(name: str, path: Path, dtype: str, args) -> dict:
     n_params = tree_bytes(llm.weights) // jnp.dtype(llm.dtype).itemsize
     total_tokens = sum(map(len, prompts)) + sum(outputs)
     flops = matmul_flops(llm.dtype)
-    row = dict(model=name, dtype=dtype, kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size, requests=args.requests, decode_steps=args.decode_steps, params=int(n_params), output_tokens=sum(outputs),
+    row = dict(model=name, dtype=dtype, kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size,
+               requests=args.requests, decode_steps=args.decode_steps, params=int(n_params), output_tokens=sum(outputs),
                total_tokens=total_tokens, matmul_flops=flops,
                engine=run_engine(llm, prompts, outputs, args.full_warmup))
     row["engine"]["roofline"] = total_tokens * 2 * n_params / row["engine"]["seconds"] / flops
@@ -205,8 +206,8 @@ def _estimate_note(result: dict) -> str:
 
 def print_row(row: dict) -> None:
     e, out = row["engine"], row["output_tokens"]
-    print(f"\n{row['model']} ({row['dtype']}, KV pages {row['kv_cache_dtype']}, {row['params'] / 1e6:.1f}M params, {row['requests']} requests, "
-          f"matmul {row['matmul_flops'] / 1e9:.0f} GFLOP/s)")
+    print(f"\n{row['model']} ({row['dtype']}, KV pages {row['kv_cache_dtype']}, {row['params'] / 1e6:.1f}M params, "
+          f"{row['requests']} requests, matmul {row['matmul_flops'] / 1e9:.0f} GFLOP/s)")
     print(f"{'path':<8} {'out tok/s':>10} {'total tok/s':>12} {'engine x':>9}")
     for path in ("engine", "static", "hf"):
         if path in row:

@@ -343,7 +343,7 @@ class LLMEngine:
     def _append(self, request: Request, out: StepOutputs, r: int) -> int:
         """Append row r's new tokens (and logprobs) until the request finishes; how many it took."""
         count = int(out.counts[r]) if out.tokens.shape[1] > 1 else 1
-        each = bool(request.params.stop)  # a stop string can end the request at any token: text per token
+        per_token = bool(request.params.stop)  # a stop string can end the request at any token
         for j in range(count):
             if j:
                 request.num_computed += 1
@@ -352,7 +352,7 @@ class LLMEngine:
                 entry = dict(zip(out.top_ids[r, j, :k].tolist(), out.top_logprobs[r, j, :k].tolist()))
                 entry[int(out.tokens[r, j])] = float(out.logprobs[r, j])
                 request.logprobs.append(entry)
-            if append_token(request, int(out.tokens[r, j]), detokenize=each or j == count - 1):
+            if append_token(request, int(out.tokens[r, j]), detokenize=per_token or j == count - 1):
                 return j + 1
         return count
 

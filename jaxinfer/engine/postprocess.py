@@ -1,9 +1,9 @@
 """After a step: append a sample's new tokens, detokenize, and decide whether it finished (no jax).
 
 Finish rules, checked token by token in this order: a stop token id (EOS unless ignore_eos,
-and stop_token_ids) once min_tokens are out; max_tokens; a stop string in the text (cut
-from the output, or kept as its end with include_stop_str_in_output). While a stop string could still be completing, its possible start is held
-back from streamed deltas.
+and stop_token_ids) once min_tokens are out; max_tokens; a stop string in the text (cut from
+the output, or kept as its end with include_stop_str_in_output). While a stop string could
+still be completing, its possible start is held back from streamed deltas.
 """
 
 from __future__ import annotations

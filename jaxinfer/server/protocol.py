@@ -122,6 +122,7 @@ def sampling_params(
         given["top_k"] = 0  # vLLM's "off"
     return dataclasses.replace(
         defaults, **given, max_tokens=max_tokens, n=request.n, stop=request.stop or (),
-        include_stop_str_in_output=request.include_stop_str_in_output, ignore_eos=request.ignore_eos, min_tokens=request.min_tokens,
+        include_stop_str_in_output=request.include_stop_str_in_output, ignore_eos=request.ignore_eos,
+        min_tokens=request.min_tokens,
         stop_token_ids=tuple(request.stop_token_ids or ()), logprobs=logprobs, prompt_logprobs=None,
     )
