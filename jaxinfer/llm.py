@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -25,7 +26,9 @@ from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
-from jaxinfer.models import Weights, abstract_weights, pack_for_cpu, quantize_head, quantize_weights, unpack_for_cpu
+from jaxinfer.models import (
+    Weights, abstract_weights, mark_for_gpu_kernel, pack_for_cpu, quantize_head, quantize_weights, unpack_for_cpu,
+)
 from jaxinfer.quantization import DEFAULT_GROUP, shard_quantized_tree
 from jaxinfer.scoring import all_position_logits
 from jaxinfer.sampling_params import SamplingParams
@@ -121,6 +124,20 @@ def resolve_kernels_for(layout: Layout, cpu_kernels: bool | None) -> bool:
     return False
 
 
+def resolve_quantized_kernel(layout: Layout, setting: bool | None, interpret: bool) -> bool:
+    """The Triton quantized-matmul switch: None = on for one GPU; True needs a GPU (or interpret mode), never a mesh."""
+    on_gpu = jax.default_backend() == "gpu"
+    if setting is None:
+        return on_gpu and layout.size == 1
+    if setting and layout.size > 1:
+        raise ValueError(f"quantized_kernel=True cannot run on a mesh of {layout.size} devices (the Triton kernel is "
+                         "not partitioned); pass quantized_kernel=None or False")
+    if setting and not (on_gpu or interpret):
+        raise ValueError(f"quantized_kernel=True needs a GPU (this backend is {jax.default_backend()!r}); pass "
+                         "interpret_kernels=True to run it in interpret mode, or quantized_kernel=None or False")
+    return setting
+
+
 def spec_supported(params: SamplingParams) -> bool:
     """True when the speculative loop implements every setting of params."""
     plain = SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature, top_k=params.top_k,
@@ -142,9 +159,11 @@ class LLM:
     CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
     keeps compiled programs across processes. quantization ("int8", "int4", "fp8") quantizes the
     projections at load; quantize_lm_head=True quantizes the output head too (for a tied head a
-    quantized copy: `weights` keeps the tie). tensor_parallel_size splits heads, the MLP and
-    the vocabulary over that many devices and data_parallel_size splits the batch (see
-    `jaxinfer.sharding`); with jax.distributed initialized the devices may span processes.
+    quantized copy: `weights` keeps the tie). quantized_kernel (None: on for one GPU) runs bf16
+    int8/int4 decode products through a Triton kernel that reads the stored values in place.
+    tensor_parallel_size splits heads, the MLP and the vocabulary over that many devices and
+    data_parallel_size splits the batch (see `jaxinfer.sharding`); with jax.distributed
+    initialized the devices may span processes.
     """
 
     def __init__(
@@ -170,6 +189,7 @@ class LLM:
         compile_cache: bool | str | Path | None = None,
         quantization: str | None = None,
         quantize_lm_head: bool = False,
+        quantized_kernel: bool | None = None,
         tensor_parallel_size: int = 1,
         data_parallel_size: int = 1,
     ):
@@ -185,8 +205,13 @@ class LLM:
         )
         # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0), never on a mesh.
         self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)
-        # What runs: bf16 projections packed for the CPU kernel. `weights` gives the model's own.
-        self._run_weights = pack_for_cpu(weights) if self.cpu_kernels else weights
+        # What runs: bf16 projections packed for the CPU kernel, or quantized ones marked for the
+        # GPU's. `weights` gives the model's own.
+        if self.cpu_kernels:
+            weights = pack_for_cpu(weights)
+        elif resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels):
+            weights = mark_for_gpu_kernel(weights, interpret=jax.default_backend() != "gpu")
+        self._run_weights = weights
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
         self.cache_spec = CacheSpec(

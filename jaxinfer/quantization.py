@@ -6,6 +6,8 @@ output column and group of `group` input rows, two values per byte: row 2i in th
 A weight of `shape` whose first `contract` axes are its input is stored as a matrix [K, N].
 The model code is unchanged: `layers.linear` dispatches on the leaf type. On a mesh the values
 and scales take shardings derived from the logical axes of the weight they replace (`quantized_specs`).
+A leaf marked `gpu_kernel` (`for_gpu_kernel`) runs bf16 decode rows through the Pallas Triton
+kernel of `pallas_kernels/quant_matmul_gpu.py`, which reads the stored values in place.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from jaxinfer.cpu_kernels.packed_matmul import pair_tiles, pair_untiles
 from jaxinfer.precision import matmul_precision
 from jaxinfer.sharding import Layout
 from jaxinfer.weights import ArrayInfo, is_info
+from pallas_kernels.quant_matmul_gpu import ROWS as KERNEL_ROWS, int4_matmul_gpu, int8_matmul_gpu
 
 MODES = ("int8", "int4", "fp8")
 GROUP_SIZES = (32, 64, 128)
@@ -46,6 +49,8 @@ class QuantizedWeight:
 
     rows layout: int8/fp8 values [K, N], scales f32 [N]; int4 values u8 [K / 2, N], scales bf16 [K / group, N].
     tiled layout (CPU kernel, int8/int4 only): see `cpu_kernels.packed_quant`.
+    gpu_kernel: bf16 products of up to KERNEL_ROWS rows (decode) run the Pallas Triton kernel
+    (`interpret`: in interpret mode, for checks off the GPU); others the XLA dot.
     """
 
     values: jax.Array
@@ -55,6 +60,8 @@ class QuantizedWeight:
     mode: str = dataclasses.field(metadata={"static": True})
     group: int = dataclasses.field(default=0, metadata={"static": True})
     tiled: bool = dataclasses.field(default=False, metadata={"static": True})
+    gpu_kernel: bool = dataclasses.field(default=False, metadata={"static": True})
+    interpret: bool = dataclasses.field(default=False, metadata={"static": True})
 
     @property
     def in_size(self) -> int:
@@ -156,10 +163,28 @@ def untile(q: QuantizedWeight) -> QuantizedWeight:
     return dataclasses.replace(q, values=values, scales=scales, tiled=False)
 
 
+def gpu_kernel_fits(q: QuantizedWeight) -> bool:
+    """Whether the Triton kernel takes q: int8/int4 rows layout, a power-of-two input (Triton blocks
+    are powers of two and the kernel holds whole input rows) and outputs in blocks of 16."""
+    k = q.in_size
+    return q.mode in ("int8", "int4") and not q.tiled and k >= 2 * KERNEL_ROWS and k & (k - 1) == 0 and q.out_size % 16 == 0
+
+
+def for_gpu_kernel(q: QuantizedWeight, interpret: bool = False) -> QuantizedWeight:
+    """q marked to run its decode products through the Triton kernel, where the kernel takes it."""
+    return dataclasses.replace(q, gpu_kernel=True, interpret=interpret) if gpu_kernel_fits(q) else q
+
+
 def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
-    """x2 [M, K] @ q as float32 [M, N]: the CPU kernel for tiles, else one XLA dot per weight (or group)."""
+    """x2 [M, K] @ q as float32 [M, N]: a kernel where q is laid out or marked for one, else one
+    XLA dot per weight (or group)."""
     if q.tiled:
         return tiled_matmuls(x2, [q])[0]
+    # float32 models stay exact: the kernel rounds activations to bf16.
+    if q.gpu_kernel and x2.shape[0] <= KERNEL_ROWS and x2.dtype == jnp.bfloat16:
+        if q.mode == "int4":
+            return int4_matmul_gpu(x2, q.values, q.scales, q.group, interpret=q.interpret)
+        return int8_matmul_gpu(x2, q.values, q.scales, interpret=q.interpret)
     compute = jnp.float32 if x2.dtype == jnp.float32 else jnp.bfloat16
     x2 = x2.astype(compute)
     if q.mode != "int4":

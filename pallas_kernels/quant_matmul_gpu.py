@@ -10,8 +10,8 @@ Grid: (column blocks, K splits). Decode has few rows and, per weight, too few co
 fill the GPU, so K is split too; the splits' float32 partial products [splits, rows, N] are
 summed by XLA. int8 scales (one per column) are applied after that sum; int4 scales (one per
 column and group of rows) inside, one group per loop step. Rows are padded to 16, the smallest
-Triton dot. Runs on CPU with `interpret=True` (the tests); not yet on the model path: that
-waits for a GPU measurement (`scripts/bench_quant_matmul.py`).
+Triton dot. Runs on CPU with `interpret=True` (the tests). On the model path for leaves
+`quantization.for_gpu_kernel` marks (`LLM(quantized_kernel=...)`).
 """
 
 from __future__ import annotations

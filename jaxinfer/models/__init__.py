@@ -6,11 +6,12 @@ from jaxinfer.models.llama import (
     abstract_weights,
     forward,
     lm_logits,
+    mark_for_gpu_kernel,
     pack_for_cpu,
     quantize_head,
     quantize_weights,
     unpack_for_cpu,
 )
 
-__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits", "pack_for_cpu", "quantize_head",
+__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits", "mark_for_gpu_kernel", "pack_for_cpu", "quantize_head",
            "quantize_weights", "unpack_for_cpu"]

@@ -193,6 +193,16 @@ def pack_for_cpu(weights: Weights) -> Weights:
     return dataclasses.replace(weights, embed=embed, layers=layers, lm_head=lm_head)
 
 
+def mark_for_gpu_kernel(weights: Weights, interpret: bool = False) -> Weights:
+    """Quantized projections and head marked for the Triton decode kernel where it takes them (others as they are)."""
+
+    def mark(w: Weight | None) -> Weight | None:
+        return quantization.for_gpu_kernel(w, interpret) if isinstance(w, QuantizedWeight) else w
+
+    layers = [dataclasses.replace(lw, **{name: mark(getattr(lw, name)) for name in PROJECTIONS}) for lw in weights.layers]
+    return dataclasses.replace(weights, layers=layers, lm_head=mark(weights.lm_head))
+
+
 def unpack_for_cpu(packed: Weights, tied: bool) -> Weights:
     """The model's weights back from `pack_for_cpu`'s tree (a copy of each packed leaf); others as they are.
 
