@@ -1,4 +1,4 @@
-"""The serving engine's device programs: one ragged step, and up to N decode steps in a while_loop.
+"""The serving engine's device programs: one ragged step, and up to N decode steps in a loop.
 
 Both are pure functions of (weights, page pools, inputs) built by the engine on the host.
 Sampling happens inside: penalties, min_tokens (stop ids masked until reached), then the same
@@ -136,10 +136,14 @@ def ragged_step(
 
 def multi_decode(
     weights: Weights, pages: PagedKVCache, x: StepInputs, num_steps: jax.Array, cfg: ModelConfig, max_steps: int,
-    draft: Rider = None, draft_weights=None,
+    draft: Rider = None, draft_weights=None, stop_early: bool = True,
 ) -> tuple[StepOutputs, PagedKVCache, Rider]:
-    """Up to num_steps (<= max_steps) decode steps of an all-decode batch; stops when any row finishes.
+    """Up to num_steps (<= max_steps) decode steps of an all-decode batch.
 
+    stop_early: the loop ends when any row finishes (its slot frees for a waiting request);
+    otherwise it runs max_steps iterations, finished rows idle and write nothing. XLA:GPU reads
+    a loop's continue-predicate on the host after each iteration, a round trip that leaves the
+    GPU idle; a loop of known trip count is queued without them.
     Rows with query_len 0 are padding and start done. Pages for every step were reserved.
     A draft model or EAGLE head does not read them (an EAGLE head's features are stored): the
     next verify step catches it up (`batch_draft.catch_up`, `batch_eagle.catch_up`).
@@ -164,7 +168,7 @@ def multi_decode(
         tokens = pick_tokens(logits, x.sampling, x.lengths)
         if isinstance(draft, EagleDraft):  # the head catches up in the next verify step
             draft = remember(draft, x, features)
-        active = ~done
+        active = ~done & (step < num_steps)
         hit_stop = jnp.any(tokens[:, None] == x.sampling.stop_ids, axis=-1) & (x.lengths >= x.sampling.min_lengths)
         new_lengths = x.lengths + active.astype(jnp.int32)
         done = done | (active & (hit_stop | (new_lengths >= x.sampling.max_lengths)))
@@ -179,7 +183,10 @@ def multi_decode(
         return step + 1, x, pages, draft, done, out
 
     carry = (jnp.int32(0), x, pages, draft, start_done, empty)
-    _, _, pages, draft, _, out = jax.lax.while_loop(cond, body, carry)
+    if stop_early:
+        _, _, pages, draft, _, out = jax.lax.while_loop(cond, body, carry)
+    else:
+        _, _, pages, draft, _, out = jax.lax.fori_loop(0, max_steps, lambda _, c: body(c), carry)
     return out, pages, draft
 
 

@@ -82,6 +82,27 @@ def test_decode_steps_one_and_many_agree(model, llm):
     assert greedy_ids(single, PROMPTS, params) == greedy_ids(llm, PROMPTS, params)
 
 
+@pytest.mark.parametrize("stop_early,long_tokens", [(True, 1), (False, KNOBS["decode_steps"])])
+def test_multi_step_call_stops_at_a_finish_only_when_asked(llm, stop_early, long_tokens):
+    """A row finishing one token into a 4-step call ends the call (stop_early, CPU's choice) or
+    idles while the others run all 4 steps (a GPU's: no per-iteration round trip)."""
+    engine, before = llm.engine, llm.engine.stop_early
+    engine.stop_early = stop_early
+    try:
+        engine.add_request("short", PROMPTS[0], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
+        engine.add_request("long", PROMPTS[2], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
+        short = engine.groups["short"][0]
+        while any(r.prefilling or not r.output_ids for group in engine.groups.values() for r in group):
+            engine.step()  # prefill steps: one token per row
+        assert len(short.output_ids) == 2  # one left: it finishes one token into the next call
+        deltas = {d.request_id: d for d in engine.step()}  # the first all-decode call
+        assert deltas["short"].finished and len(deltas["long"].outputs[0].token_ids) == long_tokens
+        while engine.has_unfinished():
+            engine.step()
+    finally:
+        engine.stop_early = before
+
+
 def test_seeded_sampling_does_not_depend_on_batch_or_steps(model, llm):
     params = SamplingParams(max_tokens=16, temperature=0.9, top_k=40, seed=5, ignore_eos=True)
     single = make(model, decode_steps=1)

@@ -78,6 +78,9 @@ class LLMEngine:
         # a plain call runs several decode steps (prompt lookup drafts on the host: one round).
         on_device = speculative is not None and speculative.method != "ngram"
         self.spec_rounds = max(1, config.decode_steps // 2) if on_device else 1
+        # Whether a multi-step call ends at the first finished row (see batch_step.multi_decode):
+        # not on a GPU, where each iteration's continue-test is a host round trip.
+        self.stop_early = jax.default_backend() != "gpu"
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
         # not happen at import (jax.distributed.initialize has to come first).
         cache_spec = CacheSpec() if cache_spec is None else cache_spec
@@ -238,10 +241,11 @@ class LLMEngine:
             if request is not None and request.timing.first_scheduled is None:
                 request.timing.first_scheduled = now
         try:
-            dispatched = self._run(host)
-            waiting = time.perf_counter()
-            out = to_host(dispatched)
-            device_wait = time.perf_counter() - waiting
+            # The device's share as the host sees it: the call and its outputs. On a GPU the call
+            # itself drives a multi-step loop (each iteration's continue-test is read back).
+            calling = time.perf_counter()
+            out = to_host(self._run(host))
+            device_wait = time.perf_counter() - calling
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
             return self._fail_step(host, error), 0.0
@@ -295,7 +299,7 @@ class LLMEngine:
             rides = isinstance(self.draft, EagleDraft)
             out, self.pages, head = steps.multi_decode(
                 self.weights, self.pages, inputs, np.int32(host.num_steps), cfg=self.model_config,
-                max_steps=self.config.decode_steps, **(draft if rides else {}),
+                max_steps=self.config.decode_steps, stop_early=self.stop_early, **(draft if rides else {}),
             )
             self.draft = head if rides else self.draft
         else:

@@ -30,7 +30,7 @@ COUNTERS = {  # prometheus_client adds the `_total` suffix
     "spec_decode_num_accepted_tokens": "Speculative tokens accepted.",
     "engine_steps": "Engine steps that ran a device call.",
     "engine_step_seconds": "Wall seconds of those steps.",
-    "engine_device_wait_seconds": "Of those, seconds waiting for the device's outputs (the rest is host work).",
+    "engine_device_wait_seconds": "Of those, seconds in device calls and their outputs (the rest is host work).",
 }
 SUMMARIES = {
     "time_to_first_token_seconds": "Time to first token.",
