@@ -5,6 +5,8 @@
 #   bash scripts/gpu_session.sh timings [OUT_DIR]   # decode, first token, profiles, quantized matmuls (~8 min on an H100)
 #   bash scripts/gpu_session.sh throughput [OUT_DIR]  # engine vs HF serving throughput, Llama-3.2-1B shape (<= 9.5 min, untried)
 #   bash scripts/gpu_session.sh quant [OUT_DIR]     # bf16/int8/int4/fp8 decode, Llama-3.2-1B shape (~3 min, untried)
+#   bash scripts/gpu_session.sh serving-quant [OUT_DIR]  # the Triton quantized matmul checked on the model path,
+#                                                   # then 'throughput' and a shorter 'quant' (<= 9.8 min in all)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
 #
@@ -42,6 +44,18 @@ quant)
     step quant 500 python3 scripts/bench_quant.py --preset llama-3.2-1b --formats bf16 int8 int4 fp8 \
         --out "$out/bench_quant.json"
     ;;
+serving-quant)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    ckpt=/tmp/jaxinfer_bench  # one random 1B checkpoint for both benchmarks
+    PALLAS_KERNELS_DEVICE_TESTS=gpu step kernel_checks 70 python3 -m pytest -q -p no:cacheprovider -rfE \
+        tests/pallas_kernels/test_quant_matmul_gpu.py tests/test_quantized_kernel_path.py -k "gpu or triton or llm_with"
+    step throughput 320 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static --hf-batches 2 \
+        --checkpoints "$ckpt"
+    cp results/bench_throughput_*.json "$out"/ 2>/dev/null
+    step quant 190 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
+        --formats bf16 int8 int4 fp8 int8-xla int4-xla --model-dir "$ckpt" --out "$out/bench_quant.json"
+    ;;
 suite)
     half=${2:?suite needs 1 or 2}
     out=${3:-results/gpu_session}
@@ -52,7 +66,7 @@ suite)
         step "suite$half" 560 python3 -m pytest -q -n 12 -p no:cacheprovider -rfE $files
     ;;
 *)
-    sed -n '2,12p' "$0"
+    sed -n '2,14p' "$0"
     exit 2
     ;;
 esac
