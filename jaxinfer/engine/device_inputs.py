@@ -7,6 +7,7 @@ import numpy as np
 
 from jaxinfer.batch_step import RowSampling, StepInputs
 from jaxinfer.engine.step_builder import HostStep
+from jaxinfer.packed_tree import PackedTree, pack_host
 from jaxinfer.penalties import Penalties
 from jaxinfer.sampling import sampling_arrays
 from jaxinfer.sampling_params import SamplingParams
@@ -15,19 +16,20 @@ from jaxinfer.sharding import Layout
 PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
 
 
-def device_inputs(host: HostStep, vocab_size: int, layout: Layout) -> StepInputs:
-    """The step's inputs, replicated over the mesh (one global array when the devices span processes)."""
+def device_inputs(host: HostStep, vocab_size: int, layout: Layout) -> PackedTree:
+    """The step's inputs as one buffer (see packed_tree), replicated over the mesh (one global array
+    when the devices span processes)."""
     live = [r for r in host.requests if r is not None]
     params = [r.params if r is not None else PADDING_PARAMS for r in host.requests]
     seeds = [r.seed if r is not None else 0 for r in host.requests]
     penalties = row_penalties(host, vocab_size) if any(r.params.penalized for r in live) else None
     sampling = RowSampling(sampling_arrays(params, seeds), host.stop_ids, host.min_lengths, host.max_lengths, penalties)
-    return layout.put_tree(StepInputs(
+    return layout.put_tree(pack_host(StepInputs(
         tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, page_table=host.page_table,
         lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
         next_tokens=host.next_tokens, sampling=sampling,
         num_decode=host.num_decode, want_logprobs=any(r.params.logprobs is not None for r in live),
-    ))
+    )))
 
 
 def row_penalties(host: HostStep, vocab_size: int) -> Penalties:

@@ -40,6 +40,7 @@ from jaxinfer.engine.step_builder import (
     HostStep, bucket, build_step, build_verify_step, empty_step, empty_verify_step, powers_of_two, warmup_shapes,
 )
 from jaxinfer.models import Weights
+from jaxinfer.packed_tree import PackedTree, pack_host, unpack_host
 from jaxinfer.paged_kv_cache import PagedKVCache
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.scoring import prompt_logprobs
@@ -244,7 +245,7 @@ class LLMEngine:
             # The device's share as the host sees it: the call and its outputs. On a GPU the call
             # itself drives a multi-step loop (each iteration's continue-test is read back).
             calling = time.perf_counter()
-            out = to_host(self._run(host))
+            out = unpack_host(to_host(self._run(host)))
             device_wait = time.perf_counter() - calling
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
@@ -279,13 +280,14 @@ class LLMEngine:
             self.speculator.observe(requests, drafted, accepted)
             self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
-    def _run(self, host: HostStep) -> StepOutputs:
+    def _run(self, host: HostStep) -> PackedTree:
+        """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""
         inputs = device_inputs(host, self.model_config.vocab_size, self.cache_spec.mesh_layout)
         if self.pages is None:
             self.pages, self.draft = self._new_pools(self.blocks.num_pages)
         draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
         if host.drafts is not None:
-            drafts = self.cache_spec.mesh_layout.put_tree(Drafts(host.drafts, host.num_drafts))
+            drafts = self.cache_spec.mesh_layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
             layout = self.cache_spec.mesh_layout
             capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
             out, self.pages, self.draft = steps.verify_rounds(
