@@ -3,10 +3,12 @@
 # its table printed as it finishes (a step cut short loses only itself).
 #
 #   bash scripts/gpu_session.sh timings [OUT_DIR]   # decode, first token, profiles, quantized matmuls (~8 min on an H100)
-#   bash scripts/gpu_session.sh throughput [OUT_DIR]  # engine vs HF serving throughput, Llama-3.2-1B shape (<= 9.5 min, untried)
+#   bash scripts/gpu_session.sh throughput [OUT_DIR]  # engine vs HF serving throughput, Llama-3.2-1B shape (4.3 min on an H200)
 #   bash scripts/gpu_session.sh quant [OUT_DIR]     # bf16/int8/int4/fp8 decode, Llama-3.2-1B shape (~3 min, untried)
 #   bash scripts/gpu_session.sh serving-quant [OUT_DIR]  # the Triton quantized matmul checked on the model path,
 #                                                   # then 'throughput' and a shorter 'quant' (<= 9.8 min in all)
+#   bash scripts/gpu_session.sh decode-gaps [OUT_DIR]  # engine throughput without HF, then batch-1 decode
+#                                                   # traced as is and with cuBLAS for every dot (~7 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
 #
@@ -56,6 +58,19 @@ serving-quant)
     step quant 190 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
         --formats bf16 int8 int4 fp8 int8-xla int4-xla --model-dir "$ckpt" --out "$out/bench_quant.json"
     ;;
+decode-gaps)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    ckpt=/tmp/jaxinfer_bench
+    step throughput 300 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static --skip-hf \
+        --checkpoints "$ckpt"
+    cp results/bench_throughput_*.json "$out"/ 2>/dev/null
+    # Batch-1 matrix-vector products streamed at 1.6-2.9 TB/s through XLA's Triton gemm fusions on an H200.
+    step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" --batch 1 --top 12 \
+        --out "$out/default"
+    XLA_FLAGS=--xla_gpu_enable_triton_gemm=false step profile_b1_cublas 60 python3 scripts/profile_decode.py \
+        --model "$ckpt/llama-3.2-1b" --batch 1 --top 12 --out "$out/cublas"
+    ;;
 suite)
     half=${2:?suite needs 1 or 2}
     out=${3:-results/gpu_session}
@@ -66,7 +81,7 @@ suite)
         step "suite$half" 560 python3 -m pytest -q -n 12 -p no:cacheprovider -rfE $files
     ;;
 *)
-    sed -n '2,14p' "$0"
+    sed -n '2,16p' "$0"
     exit 2
     ;;
 esac
