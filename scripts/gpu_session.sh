@@ -9,6 +9,7 @@
 #                                                   # then 'throughput' and a shorter 'quant' (<= 9.8 min in all)
 #   bash scripts/gpu_session.sh decode-gaps [OUT_DIR]  # engine throughput without HF, then batch-1 decode
 #                                                   # traced as is and with cuBLAS for every dot (~7 min)
+#   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
 #
@@ -71,6 +72,12 @@ decode-gaps)
     XLA_FLAGS=--xla_gpu_enable_triton_gemm=false step profile_b1_cublas 60 python3 scripts/profile_decode.py \
         --model "$ckpt/llama-3.2-1b" --batch 1 --top 12 --out "$out/cublas"
     ;;
+warmup-threads)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    step warmup 560 python3 scripts/bench_warmup.py --preset llama-3.2-1b --threads 8 1 --max-num-seqs 4 \
+        --max-num-batched-tokens 64 --out "$out/bench_warmup.json"
+    ;;
 suite)
     half=${2:?suite needs 1 or 2}
     out=${3:-results/gpu_session}
@@ -81,7 +88,7 @@ suite)
         step "suite$half" 560 python3 -m pytest -q -n 12 -p no:cacheprovider -rfE $files
     ;;
 *)
-    sed -n '2,16p' "$0"
+    sed -n '2,17p' "$0"
     exit 2
     ;;
 esac

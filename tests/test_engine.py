@@ -222,6 +222,27 @@ def test_no_compiles_after_warmup(model, capsys):
     assert count > 4 and traces == []
 
 
+STEP_PROGRAMS = ("jit(ragged_step)", "jit(multi_decode)")
+
+
+def test_parallel_warmup_compiles_each_program_once(model):
+    """Programs compiled on worker threads are the ones the runs use: each step program compiles
+    once in the warm-up, and a workload afterwards compiles none."""
+    compiled, counting = [], [True]
+
+    def count_step_compiles(name: str, *args, fun_name: str = "", **kwargs) -> None:
+        if counting[0] and name.endswith("backend_compile_duration") and fun_name in STEP_PROGRAMS:
+            compiled.append(fun_name)
+
+    monitoring.register_event_duration_secs_listener(count_step_compiles)
+    llm = make(model, max_num_seqs=2, max_num_batched_tokens=16, decode_steps=2, page_size=32)  # shapes no other test compiles
+    count = llm.engine.warmup(threads=2)
+    assert count > 4 and len(compiled) == count
+    llm.generate(PROMPTS[:3], SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))
+    counting[0] = False
+    assert len(compiled) == count
+
+
 def test_step_times_split_into_device_wait_and_host(llm):
     before = llm.metrics()
     greedy_ids(llm, PROMPTS[:2])

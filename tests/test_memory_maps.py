@@ -9,7 +9,7 @@ import jax
 import pytest
 
 from jaxinfer import LLM
-from jaxinfer.engine import engine as engine_module
+from jaxinfer.engine import warmup as warmup_module
 from jaxinfer.engine import memory_maps
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps is Linux only")
@@ -40,8 +40,8 @@ def test_warmup_stops_with_a_warning_naming_the_cap(checkpoint_dir, monkeypatch,
     llm = LLM(checkpoint_dir("llama3"), dtype="float32", max_seq_len=96, max_num_seqs=2,
               max_num_batched_tokens=32, max_prefill_seqs=1, decode_steps=1, num_pages=16)
     calls = []
-    monkeypatch.setattr(engine_module, "warmup_may_continue", lambda per_program: calls.append(per_program) or len(calls) <= 2)
-    with caplog.at_level(logging.WARNING, logger=engine_module.log.name):
+    monkeypatch.setattr(warmup_module, "warmup_may_continue", lambda per_program: calls.append(per_program) or len(calls) <= 2)
+    with caplog.at_level(logging.WARNING, logger=warmup_module.log.name):
         compiled = llm.engine.warmup()
     if jax.default_backend() != "cpu":  # GPU/TPU programs map no host memory: the cap is never read
         assert compiled > 2 and not calls and "vm.max_map_count" not in caplog.text

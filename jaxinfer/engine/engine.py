@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from jaxinfer import steps
 from jaxinfer.batch_eagle import EagleDraft
@@ -26,7 +26,6 @@ from jaxinfer.distributed import shared_seed
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.config import EngineConfig
 from jaxinfer.engine.device_inputs import device_inputs
-from jaxinfer.engine.memory_maps import MAX_MAP_COUNT, map_headroom, warmup_may_continue
 from jaxinfer.engine.metrics import EngineMetrics, snapshot
 from jaxinfer.engine.pools import new_pools, pool_size
 from jaxinfer.engine.outputs import RequestOutput
@@ -34,11 +33,10 @@ from jaxinfer.engine.postprocess import append_token
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.validate import check_prompt, encode_prompt
+from jaxinfer.engine.warmup import warm_up, warmup_steps
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
-from jaxinfer.engine.step_builder import (
-    HostStep, bucket, build_step, build_verify_step, empty_step, empty_verify_step, powers_of_two, warmup_shapes,
-)
+from jaxinfer.engine.step_builder import HostStep, bucket, build_step, build_verify_step
 from jaxinfer.models import Weights
 from jaxinfer.packed_tree import PackedTree, pack_host, unpack_host
 from jaxinfer.paged_kv_cache import PagedKVCache
@@ -196,33 +194,14 @@ class LLMEngine:
         """Acceptance totals of the engine's speculation (drafted, accepted, rates), or None when off."""
         return None if self.speculator is None else self.speculator.metrics()
 
-    def warmup(self, progress: bool = False) -> int:
+    def warmup(self, progress: bool = False, threads: int | None = None) -> int:
         """Compile every step shape the knobs allow (default sampling variant); returns how many were compiled.
 
         Padding-only batches run through each program, so nothing is written to the cache.
         `progress` shows a bar on stderr (a serve start compiles a hundred or more programs).
+        threads: programs compiled at once (default 1 on CPU, else up to 8; see `engine.warmup`).
         """
-        steps_ = [empty_step(*shape) for shape in warmup_shapes(self.config, self.min_pages, self.max_pages, self.narrow_mixed)]
-        if self.speculator is not None:
-            steps_ += [
-                empty_verify_step(rows, self.verify_chunk, pages, self.config.page_size)
-                for rows in powers_of_two(1, self.config.max_num_seqs)
-                for pages in powers_of_two(self.min_pages, self.max_pages)
-            ]
-        compiled, start = 0, map_headroom()
-        for host in tqdm(steps_, desc="compiling step programs", unit="program", disable=not progress):
-            per_program = 0 if start is None or not compiled else (start - map_headroom()) / compiled
-            if jax.default_backend() == "cpu" and not warmup_may_continue(per_program):
-                log.warning(
-                    "warm-up stopped after %d of %d step programs: XLA:CPU maps ~%.0f memory regions per program "
-                    "and this process is near vm.max_map_count (%s); the rest compile on first use. Raise the cap "
-                    "(sudo sysctl -w vm.max_map_count=262144) or lower max_num_seqs / max_num_batched_tokens",
-                    compiled, len(steps_), per_program, MAX_MAP_COUNT.read_text().strip(),
-                )
-                break
-            self._run(host)
-            compiled += 1
-        return compiled
+        return warm_up(self, warmup_steps(self), progress, threads)
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
@@ -280,32 +259,35 @@ class LLMEngine:
             self.speculator.observe(requests, drafted, accepted)
             self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
-    def _run(self, host: HostStep) -> PackedTree:
-        """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""
+    def _program(self, host: HostStep) -> tuple[Callable, list, dict]:
+        """The compiled program a host step runs, and its arguments (the pools made first if released)."""
         inputs = device_inputs(host, self.model_config.vocab_size, self.cache_spec.mesh_layout)
         if self.pages is None:
             self.pages, self.draft = self._new_pools(self.blocks.num_pages)
         draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
         if host.drafts is not None:
-            drafts = self.cache_spec.mesh_layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
             layout = self.cache_spec.mesh_layout
+            drafts = layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
             capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
-            out, self.pages, self.draft = steps.verify_rounds(
-                self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start,
-                cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule, **draft,
-            )
-        elif host.num_steps > 1:
+            args = [self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
+            kwargs = dict(cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule)
+            return steps.verify_rounds, args, {**kwargs, **draft}
+        if host.num_steps > 1:
             # Only an EAGLE head rides plain multi-step calls (it stores their features); a draft
             # model is caught up by the next verify, so its pool and weights stay out and the call
             # runs the plain program.
             rides = isinstance(self.draft, EagleDraft)
-            out, self.pages, head = steps.multi_decode(
-                self.weights, self.pages, inputs, np.int32(host.num_steps), cfg=self.model_config,
-                max_steps=self.config.decode_steps, stop_early=self.stop_early, **(draft if rides else {}),
-            )
-            self.draft = head if rides else self.draft
-        else:
-            out, self.pages, self.draft = steps.ragged_step(self.weights, self.pages, inputs, cfg=self.model_config, **draft)
+            kwargs = dict(cfg=self.model_config, max_steps=self.config.decode_steps, stop_early=self.stop_early)
+            args = [self.weights, self.pages, inputs, np.int32(host.num_steps)]
+            return steps.multi_decode, args, {**kwargs, **(draft if rides else {})}
+        return steps.ragged_step, [self.weights, self.pages, inputs], dict(cfg=self.model_config, **draft)
+
+    def _run(self, host: HostStep) -> PackedTree:
+        """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""
+        program, args, kwargs = self._program(host)
+        out, self.pages, draft = program(*args, **kwargs)
+        if "draft" in kwargs:  # the draft's pool went in, so its successor came out
+            self.draft = draft
         return out
 
     def _apply(self, schedule: Schedule, host: HostStep, out: StepOutputs) -> set[str]:

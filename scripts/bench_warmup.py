@@ -1,0 +1,69 @@
+"""Engine warm-up time with one compile thread against several, each in a fresh process.
+
+Every setting loads the same checkpoint in its own interpreter with the persistent compile cache
+off, so each compiles every step program its knobs allow, then runs a short greedy workload to
+check that nothing compiles after the warm-up. Prints a table and writes JSON.
+
+    python scripts/bench_warmup.py                                  # demo model, CPU: 1 vs 2 threads
+    python scripts/bench_warmup.py --preset llama-3.2-1b --threads 1 8   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ONE_RUN = """
+import json, sys, time
+from jax import monitoring
+from jaxinfer import LLM, SamplingParams
+model, threads, seqs, tokens = sys.argv[1] or None, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llm = LLM(model, dtype="bfloat16", max_seq_len=512, max_num_seqs=seqs, max_num_batched_tokens=tokens, compile_cache=False)
+start = time.perf_counter()
+programs = llm.engine.warmup(threads=threads)
+seconds = time.perf_counter() - start
+compiles = []
+monitoring.register_event_duration_secs_listener(
+    lambda name, *a, **k: compiles.append(name) if name.endswith("backend_compile_duration") else None)
+llm.generate([[5] * 40, [7] * 90], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
+print(json.dumps(dict(threads=threads, programs=programs, seconds=seconds, compiles_after=len(compiles))))
+"""
+
+
+def run(model: str, threads: int, args: argparse.Namespace) -> dict:
+    """One fresh interpreter's warm-up, as a dict."""
+    command = [sys.executable, "-c", ONE_RUN, model, str(threads), str(args.max_num_seqs), str(args.max_num_batched_tokens)]
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default=None, help="random-weight model of this shape (default: the demo model)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=128)
+    parser.add_argument("--checkpoints", type=Path, default=Path("/tmp/jaxinfer_bench"))
+    parser.add_argument("--out", type=Path, default=Path("results/bench_warmup.json"))
+    args = parser.parse_args()
+    model = ""
+    if args.preset:
+        from bench_decode import make_checkpoint
+
+        model = str(make_checkpoint(args.preset, args.checkpoints))
+    print(f"{'threads':>7} {'programs':>8} {'seconds':>8} {'vs first':>8} {'compiles after':>14}", flush=True)
+    rows = []
+    for threads in args.threads:  # each row as it finishes: a run cut short keeps the earlier ones
+        rows.append(r := run(model, threads, args))
+        ratio = rows[0]["seconds"] / r["seconds"]
+        print(f"{r['threads']:>7} {r['programs']:>8} {r['seconds']:>8.1f} {ratio:>8.2f} {r['compiles_after']:>14}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(dict(preset=args.preset, time=time.strftime("%Y%m%d-%H%M%S"), rows=rows), indent=2))
+
+
+if __name__ == "__main__":
+    main()
