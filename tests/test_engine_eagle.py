@@ -88,15 +88,18 @@ def reference_predictions(weights, head, tokens, cfg, ecfg):
     return head_step(params, tokens[:, 1:], inputs, positions[:, :-1], cache, ecfg)[0][0]
 
 
-def test_head_output_at_every_position_equals_recomputation(models, eagle):
+@pytest.mark.parametrize("stop_early", [True, False], ids=["stop_early", "all_steps"])
+def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_early):
     """A 40-token prompt prefilled in chunks beside another request's decode steps, plain
     multi-step decode while a logprobs request runs (the verify step implements no logprobs), then
     verify steps: at every computed position of the running request the head's stored output is
     the recomputation's (fails if a program skips the head, feeds it a sampled token where the
-    prompt's next one was known, or leaves the chain's predicted features where verified ones belong)."""
+    prompt's next one was known, or leaves the chain's predicted features where verified ones belong).
+    all_steps: multi-step calls run every iteration after the logprobs request ends (a GPU's loop)."""
     version, llm = eagle
     engine = llm.engine
     engine.reset_prefix_cache()
+    engine.stop_early = stop_early
     drafted_before = engine.speculation_metrics()["drafted"]
     engine.add_request("logprobs", PROMPTS[3], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True,
                                                               logprobs=1))
@@ -115,6 +118,7 @@ def test_head_output_at_every_position_equals_recomputation(models, eagle):
     engine.abort("long")
     while engine.has_unfinished():
         engine.step()
+    engine.stop_early = True
     np.testing.assert_allclose(stored, np.asarray(expected)[: len(positions)], rtol=1e-4, atol=1e-5)
 
 

@@ -199,7 +199,7 @@ class LLMEngine:
 
         Padding-only batches run through each program, so nothing is written to the cache.
         `progress` shows a bar on stderr (a serve start compiles a hundred or more programs).
-        threads: programs compiled at once (default 1 on CPU, else up to 8; see `engine.warmup`).
+        threads: programs compiled at once (default 1 on CPU, else up to 8; see engine/warmup.py).
         """
         return warm_up(self, warmup_steps(self), progress, threads)
 
