@@ -138,6 +138,16 @@ def resolve_quantized_kernel(layout: Layout, setting: bool | None, interpret: bo
     return setting
 
 
+def weights_to_run(weights: Weights, cpu_kernels: bool, quantized_kernel: bool) -> Weights:
+    """bf16 projections packed for the CPU kernels, or quantized ones marked for the GPU's (in
+    interpret mode off a GPU), or the weights as they are."""
+    if cpu_kernels:
+        return pack_for_cpu(weights)
+    if quantized_kernel:
+        return mark_for_gpu_kernel(weights, interpret=jax.default_backend() != "gpu")
+    return weights
+
+
 def spec_supported(params: SamplingParams) -> bool:
     """True when the speculative loop implements every setting of params."""
     plain = SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature, top_k=params.top_k,
@@ -205,13 +215,9 @@ class LLM:
         )
         # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0), never on a mesh.
         self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)
-        # What runs: bf16 projections packed for the CPU kernel, or quantized ones marked for the
-        # GPU's. `weights` gives the model's own.
-        if self.cpu_kernels:
-            weights = pack_for_cpu(weights)
-        elif resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels):
-            weights = mark_for_gpu_kernel(weights, interpret=jax.default_backend() != "gpu")
-        self._run_weights = weights
+        # What runs (`weights` gives the model's own).
+        quantized_kernel = resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels)
+        self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
         self.cache_spec = CacheSpec(
