@@ -109,7 +109,7 @@ def check_mix(tight: LLM, roomy: LLM, arrivals: list[Arrival]) -> None:
 
 
 # stop_early=False: multi-step calls run all their iterations, finished rows idling (a GPU's choice).
-@pytest.mark.parametrize("seed,stop_early", [(2, True), (6, True), (6, False)])
+@pytest.mark.parametrize("seed,stop_early", [(2, True), (6, False)])
 def test_random_mix_matches_each_request_alone(model, roomy, seed, stop_early):
     tight = LLM(model, dtype="float32", max_seq_len=MAX_SEQ_LEN, **TIGHT)
     tight.engine.stop_early = stop_early
