@@ -66,29 +66,32 @@ def _to_words(leaf: jax.Array) -> jax.Array:
     return flat if flat.dtype == jnp.int32 else jax.lax.bitcast_convert_type(flat, jnp.int32)
 
 
+def _leaf_words(buffer: Any, specs: tuple[Spec, ...]) -> list[tuple[Any, str]]:
+    """Each leaf's words [its shape] cut from buffer (NumPy or jax), with its dtype name."""
+    out, offset = [], 0
+    for shape, dtype in specs:
+        size = math.prod(shape)
+        out.append((buffer[offset : offset + size].reshape(shape), dtype))
+        offset += size
+    return out
+
+
 def unpack_device(packed: Any) -> Any:
     """The tree back from a PackedTree inside a program (anything else as it is)."""
     if not isinstance(packed, PackedTree):
         return packed
-    leaves, offset = [], 0
-    for shape, dtype in packed.specs:
-        size = math.prod(shape)
-        words = packed.buffer[offset : offset + size].reshape(shape)
-        offset += size
-        if dtype == "bool":
-            leaves.append(words != 0)
-        else:
-            leaves.append(words if dtype == "int32" else jax.lax.bitcast_convert_type(words, jnp.dtype(dtype)))
+    leaves = [
+        words != 0 if dtype == "bool"
+        else words if dtype == "int32" else jax.lax.bitcast_convert_type(words, jnp.dtype(dtype))
+        for words, dtype in _leaf_words(packed.buffer, packed.specs)
+    ]
     return jax.tree.unflatten(packed.treedef, leaves)
 
 
 def unpack_host(packed: PackedTree) -> Any:
     """The tree back from a PackedTree whose buffer is on the host, as NumPy views of it."""
-    buffer = np.asarray(packed.buffer)
-    leaves, offset = [], 0
-    for shape, dtype in packed.specs:
-        size = math.prod(shape)
-        words = buffer[offset : offset + size].reshape(shape)
-        offset += size
-        leaves.append(words != 0 if dtype == "bool" else words.view(np.dtype(dtype)))
+    leaves = [
+        words != 0 if dtype == "bool" else words.view(np.dtype(dtype))
+        for words, dtype in _leaf_words(np.asarray(packed.buffer), packed.specs)
+    ]
     return jax.tree.unflatten(packed.treedef, leaves)

@@ -167,7 +167,8 @@ def gpu_kernel_fits(q: QuantizedWeight) -> bool:
     """Whether the Triton kernel takes q: int8/int4 rows layout, a power-of-two input (Triton blocks
     are powers of two and the kernel holds whole input rows) and outputs in blocks of 16."""
     k = q.in_size
-    return q.mode in ("int8", "int4") and not q.tiled and k >= 2 * KERNEL_ROWS and k & (k - 1) == 0 and q.out_size % 16 == 0
+    power_of_two = k >= 2 * KERNEL_ROWS and k & (k - 1) == 0
+    return q.mode in ("int8", "int4") and not q.tiled and power_of_two and q.out_size % 16 == 0
 
 
 def for_gpu_kernel(q: QuantizedWeight, interpret: bool = False) -> QuantizedWeight:
