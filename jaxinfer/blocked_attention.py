@@ -60,14 +60,13 @@ def blocked_rows_attention(
     qg = q.reshape(rows, steps, kv_heads, heads // kv_heads, dim).transpose(2, 0, 3, 1, 4).astype(dtype)
     block = _block_pages(cache.page_size, page_table.shape[1])
     table = jnp.pad(page_table, ((0, 0), (0, -page_table.shape[1] % block)))
-    size = QUERY_BLOCK if steps % QUERY_BLOCK == 0 else steps
     groups = [slice(r, r + 1) for r in range(rows)] if rows <= LOOPED_ROWS else [slice(0, rows)]
 
     def attend_rows(g: slice) -> jax.Array:
         parts = [
-            _query_block(qg[:, g, :, first : first + size], cache, layer, window, lengths[g], table[g], query_lens[g],
-                         first, block, dtype)
-            for first in range(0, steps, size)
+            _query_block(qg[:, g, :, first : first + QUERY_BLOCK], cache, layer, window, lengths[g], table[g],
+                         query_lens[g], first, block, dtype)
+            for first in range(0, steps, QUERY_BLOCK)
         ]
         return _concatenate(parts, axis=3)
 

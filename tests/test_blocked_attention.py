@@ -57,12 +57,12 @@ def test_blocked_equals_dense_on_random_rows(window, quantized, rows):
     assert np.isfinite(np.asarray(blocked)).all()  # padding rows stay finite
 
 
-@pytest.mark.parametrize("window", [0, 150])
-def test_long_chunks_split_into_query_blocks_equal_dense(window):
-    """Chunks of 2 x QUERY_BLOCK queries: each query block stops at (or, windowed, starts near) its own keys."""
+@pytest.mark.parametrize("window, steps", [(0, 2 * QUERY_BLOCK), (150, 2 * QUERY_BLOCK), (0, QUERY_BLOCK + 64)])
+def test_long_chunks_split_into_query_blocks_equal_dense(window, steps):
+    """Chunks over QUERY_BLOCK queries (a multiple, or a last block shorter than the rest): each
+    query block stops at (or, windowed, starts near) its own keys."""
     rng = np.random.default_rng(window)
     cache = _cache(window, False)
-    steps = 2 * QUERY_BLOCK
     lengths = np.array([steps, WIDTH * PAGE - 3, steps + 40], np.int32)  # from 0; ending late; ragged
     query_lens = np.array([steps, steps, steps - 70], np.int32)
     table = np.stack([rng.permutation(3 * WIDTH)[:WIDTH] for _ in range(3)]).astype(np.int32)
