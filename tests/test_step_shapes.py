@@ -52,14 +52,13 @@ def test_every_scheduled_shape_is_one_warmup_compiles(seed):
         prompt = rng.integers(3, 100, rng.integers(1, 700)).tolist()
         params = SamplingParams(max_tokens=int(rng.integers(1, 40)), temperature=0)
         scheduler.add(Request(f"r{i}", 0, None, prompt, params, seed=0, stop_ids=()))
-    allowed = {shape[:4] + (shape[4],) for shape in warmup_shapes(config, min_pages, max_pages)}
+    allowed = set(warmup_shapes(config, min_pages, max_pages))
     seen = set()
     while scheduler.running or scheduler.waiting:
         schedule = scheduler.schedule()
         assert not schedule.empty
         shape = shape_buckets(schedule, config.page_size, max_pages, min_pages, narrow_mixed=False)
-        steps = schedule.num_steps if schedule.all_decode else 1
-        seen.add(shape + (steps,))
+        seen.add(shape + (schedule.num_steps,))
         advance(scheduler, schedule)
     assert seen <= allowed
     assert {chunk for _, rows, chunk, _, _ in seen if rows} - {16, 32, 64, 128, 256, 512}  # non-powers occur

@@ -2,8 +2,8 @@
 
 Buckets: decode rows and prefill rows round up to powers of two, the prefill chunk length to
 a power of two >= MIN_CHUNK up to CHUNK_STEP and to a multiple of CHUNK_STEP above it, pages
-per row to a power of two. Padding rows have no tokens,
-length 1 and page 0 (reserved), so they read a harmless page and write nothing.
+per row to a power of two. Padding rows have no tokens, length 1 and page 0 (reserved), so
+they read a harmless page and write nothing.
 """
 
 from __future__ import annotations
