@@ -48,12 +48,12 @@ def default_formats() -> list[str]:
     return CPU_FORMATS if jax.default_backend() == "cpu" else list(FORMATS)
 
 
-def load(path: Path, name: str, max_seq_len: int) -> LLM:
+def load(path: Path, name: str, max_seq_len: int, decode_steps: int) -> LLM:
     """The checkpoint in bf16 with the format's weight (and head) quantization."""
     quantization, head, kernel = FORMATS[name]
     # No prefix cache: repeated prompts would hit it, shortening (and recompiling) the timed prefill.
     return LLM(path, dtype="bfloat16", max_seq_len=max_seq_len, quantization=quantization, quantize_lm_head=head,
-               quantized_kernel=kernel, enable_prefix_caching=False)
+               quantized_kernel=kernel, enable_prefix_caching=False, decode_steps=decode_steps)
 
 
 def step_seconds(llm: LLM, prompts: list[list[int]], new_tokens: int) -> float:
@@ -76,7 +76,7 @@ def bench_batch(path: Path, prompts: list[list[int]], args: argparse.Namespace) 
     llms = {}
     for name in args.formats:
         try:  # a format that fails (a kernel that does not compile here) leaves the others timed
-            llms[name] = load(path, name, max_seq_len)
+            llms[name] = load(path, name, max_seq_len, args.decode_steps)
             step_seconds(llms[name], prompts, args.new_tokens)  # compiles every shape the rounds use
         except Exception as error:  # noqa: BLE001 - reported, and the run goes on
             print(f"{name}: failed, left out: {type(error).__name__}: {error}"[:2000], flush=True)
@@ -125,6 +125,7 @@ def main() -> None:
                              "vs_bf16 needs bf16 among them")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--decode-steps", type=int, default=8, help="decode steps per engine call (LLM's decode_steps)")
     parser.add_argument("--repeats", type=int, default=5, help="rounds over all formats (median taken)")
     parser.add_argument("--probe-mb", type=int, default=512, help="buffer size of the bandwidth probe")
     parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "jaxinfer_bench")
@@ -146,7 +147,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(
         preset=args.preset, device=jax.devices()[0].device_kind, copy_bandwidth_gb_s=copy_bw / 1e9,
-        prompt_len=args.prompt_len, new_tokens=args.new_tokens, repeats=args.repeats, rows=rows,
+        prompt_len=args.prompt_len, new_tokens=args.new_tokens, decode_steps=args.decode_steps, repeats=args.repeats,
+        rows=rows,
     ), indent=2))
     print(f"wrote {args.out}")
 

@@ -13,13 +13,15 @@ product, against a bf16 dot of the same shape, in one run:
   reduction fusion that reads the int8 values where they lie, not a matmul);
 - `pallas`: the Triton kernel of `pallas_kernels/quant_matmul_gpu.py` (interpret mode off the
   GPU), with its chosen tiling, and on a GPU a few other tilings (`pallas n64 s4`: 64 columns
-  per program, K split 4 ways) to settle its defaults.
+  per program, K split 4 ways) to settle its defaults; `bf16 pallas` runs the same kernel over the
+  bf16 weights (`bf16_matmul_gpu`), against XLA's `dot`.
 
 Per row: ms per chain, bytes streamed per second (values + scales as stored), that over the copy
 bandwidth measured in the same run, time relative to bf16, and the relative error of one layer's
 product against float64. Writes JSON.
 
     PYTHONPATH=. python scripts/bench_quant_matmul.py            # on a GPU (a minute)
+    PYTHONPATH=. python scripts/bench_quant_matmul.py --dims 2048 8192 --batches 1   # a 1B MLP's shapes
     PYTHONPATH=. python scripts/bench_quant_matmul.py --small    # CPU smoke run
 """
 
@@ -36,7 +38,7 @@ import numpy as np
 
 from bench_decode import measure_copy_bandwidth, median_time
 from jaxinfer.quantization import QuantizedWeight, dequantize, int4_rows, quantize, quantized_matmul
-from pallas_kernels.quant_matmul_gpu import Tiling, int4_matmul_gpu, int8_matmul_gpu
+from pallas_kernels.quant_matmul_gpu import Tiling, bf16_matmul_gpu, int4_matmul_gpu, int8_matmul_gpu
 
 Product = Callable[[jax.Array, QuantizedWeight | jax.Array], jax.Array]
 
@@ -72,22 +74,39 @@ def pallas(tiling: Tiling | None) -> Product:
     return product
 
 
-def pallas_variants() -> dict[str, Product]:
+def bf16_pallas(tiling: Tiling | None) -> Product:
+    interpret = jax.default_backend() != "gpu"
+    return lambda x, w: bf16_matmul_gpu(x, w, tiling, interpret)
+
+
+def pallas_variants(make: Callable[[Tiling | None], Product], block_k: int) -> dict[str, Product]:
     """The kernel's own tiling, and on a GPU a sweep of columns per program and K splits."""
-    variants = {"pallas": pallas(None)}
+    variants = {"pallas": make(None)}
     if jax.default_backend() == "gpu":
         for block_n in (64, 128):
             for splits in (1, 4, 16):
-                variants[f"pallas n{block_n} s{splits}"] = pallas(Tiling(block_n, 128, splits))
+                variants[f"pallas n{block_n} s{splits}"] = make(Tiling(block_n, block_k, splits))
     return variants
 
 
 def variants() -> dict[str, dict[str, Product]]:
     return {
-        "bf16": {"dot": bf16_dot},
+        "bf16": {"dot": bf16_dot, **pallas_variants(bf16_pallas, 64)},
         "int8": {"library": quantized_matmul, "scaled-operand": scaled_operand, "reduction": reduction,
-                 **pallas_variants()},
-        "int4": {"library": quantized_matmul, "reduction": reduction, **pallas_variants()},
+                 **pallas_variants(pallas, 128)},
+        "int4": {"library": quantized_matmul, "reduction": reduction, **pallas_variants(pallas, 128)},
+    }
+
+
+def layer_weights(dims: list[int], layers: int, group: int) -> dict[str, list]:
+    """Each format's chain: layer i maps dims[i % len] -> dims[(i + 1) % len] (one value: square)."""
+    keys = jax.random.split(jax.random.key(0), layers)
+    shapes = [(dims[i % len(dims)], dims[(i + 1) % len(dims)]) for i in range(layers)]
+    dense = [(jax.random.normal(k, s) / s[0] ** 0.5).astype(jnp.bfloat16) for k, s in zip(keys, shapes)]
+    return {
+        "bf16": dense,
+        "int8": [quantize(w, 1, "int8") for w in dense],
+        "int4": [quantize(w, 1, "int4", group) for w in dense],
     }
 
 
@@ -117,7 +136,9 @@ def relative_error(product: Product, x: jax.Array, w: QuantizedWeight | jax.Arra
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=4096, help="K = N of every layer")
+    parser.add_argument("--dims", type=int, nargs="+", default=[4096],
+                        help="layer sizes in turn (2048 8192: up then down projections); one value: square")
+    parser.add_argument("--formats", nargs="+", default=["bf16", "int8", "int4"], choices=["bf16", "int8", "int4"])
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--group", type=int, default=32, help="int4 group size")
@@ -126,24 +147,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench_quant_matmul.json"))
     args = parser.parse_args()
     if args.small:
-        args.size, args.layers, args.repeats = 256, 4, 3
+        args.dims, args.layers, args.repeats = [256], 4, 3
     copy_bw = measure_copy_bandwidth((64 if args.small else 2048) << 20)
-    keys = jax.random.split(jax.random.key(0), args.layers)
-    dense = [(jax.random.normal(k, (args.size, args.size)) / args.size**0.5).astype(jnp.bfloat16) for k in keys]
-    weights = {
-        "bf16": dense,
-        "int8": [quantize(w, 1, "int8") for w in dense],
-        "int4": [quantize(w, 1, "int4", args.group) for w in dense],
-    }
+    weights = layer_weights(args.dims, args.layers, args.group)
     device = jax.devices()[0].device_kind
-    print(f"device {device}; copy bandwidth {copy_bw / 1e9:.0f} GB/s; {args.layers} layers of "
-          f"{args.size}x{args.size}")
+    print(f"device {device}; copy bandwidth {copy_bw / 1e9:.0f} GB/s; {args.layers} layers cycling through "
+          f"sizes {args.dims}")
     print(f"{'batch':>5} {'format':>6} {'variant':>15} {'ms':>8} {'GB/s':>7} {'of copy':>8} {'x bf16':>7} {'rel err':>8}")
     rows = []
     for batch in args.batches:
-        x = jax.random.normal(jax.random.key(batch), (batch, args.size)).astype(jnp.bfloat16)
+        x = jax.random.normal(jax.random.key(batch), (batch, args.dims[0])).astype(jnp.bfloat16)
         base = None
         for fmt, products in variants().items():
+            if fmt not in args.formats:
+                continue
             streamed = sum(stored_bytes(w) for w in weights[fmt])
             for name, product in products.items():
                 try:
@@ -153,14 +170,14 @@ def main() -> None:
                 except Exception as error:  # noqa: BLE001 - one failing formulation must not end the table
                     print(f"{batch:>5} {fmt:>6} {name:>15}  failed: {repr(error)[:100]}")
                     continue
-                base = seconds if fmt == "bf16" else base
+                base = seconds if base is None else base  # the first row: bf16's XLA dot when timed
                 row = dict(batch=batch, format=fmt, variant=name, ms=seconds * 1e3, gbps=streamed / seconds / 1e9,
                            of_copy=streamed / seconds / copy_bw, vs_bf16=seconds / base, rel_err=err)
                 rows.append(row)
                 print(f"{batch:>5} {fmt:>6} {name:>15} {row['ms']:>8.3f} {row['gbps']:>7.0f} {row['of_copy']:>8.1%} "
                       f"{row['vs_bf16']:>7.2f} {err:>8.1e}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(dict(device=device, copy_bandwidth=copy_bw, size=args.size, layers=args.layers,
+    args.out.write_text(json.dumps(dict(device=device, copy_bandwidth=copy_bw, dims=args.dims, layers=args.layers,
                                         rows=rows), indent=2))
     print(f"wrote {args.out}")
 

@@ -9,6 +9,11 @@
 #                                                   # then 'throughput' and a shorter 'quant' (7 min on an H200)
 #   bash scripts/gpu_session.sh decode-gaps [OUT_DIR]  # engine throughput without HF, then batch-1 decode
 #                                                   # traced as is and with cuBLAS for every dot (~7 min)
+#   bash scripts/gpu_session.sh gemv [OUT_DIR]     # batch-1 products of a 1B MLP's shapes: XLA's Triton gemm,
+#                                                   # cuBLAS and the Pallas strip kernel (bf16/int8/int4); then
+#                                                   # batch-1 decode at 8 and 32 steps a call, and its trace (~6 min)
+#   bash scripts/gpu_session.sh quant-check [OUT_DIR]  # batch-1 bf16/int8/int4 decode, the int8/int4 tiling
+#                                                   # sweep, the quantized kernels' GPU tests, the engine tests (~8 min)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
@@ -72,6 +77,34 @@ decode-gaps)
     XLA_FLAGS=--xla_gpu_enable_triton_gemm=false step profile_b1_cublas 60 python3 scripts/profile_decode.py \
         --model "$ckpt/llama-3.2-1b" --batch 1 --top 12 --out "$out/cublas"
     ;;
+gemv)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    ckpt=/tmp/jaxinfer_bench
+    step gemv 150 python3 scripts/bench_quant_matmul.py --dims 2048 8192 --layers 32 --batches 1 --repeats 10 \
+        --out "$out/gemv.json"
+    XLA_FLAGS=--xla_gpu_enable_triton_gemm=false step gemv_cublas 60 python3 scripts/bench_quant_matmul.py \
+        --dims 2048 8192 --layers 32 --batches 1 --repeats 10 --formats bf16 --out "$out/gemv_cublas.json"
+    step quant 150 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
+        --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant.json"
+    step steps32 70 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 --formats bf16 \
+        --decode-steps 32 --model-dir "$ckpt" --out "$out/bench_quant_steps32.json"
+    step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" --batch 1 --top 30 \
+        --out "$out/trace"
+    ;;
+quant-check)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    ckpt=/tmp/jaxinfer_bench
+    step quant 120 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
+        --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant.json"
+    step gemv 60 python3 scripts/bench_quant_matmul.py --dims 2048 8192 --layers 32 --batches 1 --repeats 10 \
+        --formats int8 int4 --out "$out/gemv.json"
+    PALLAS_KERNELS_DEVICE_TESTS=gpu step kernel_checks 150 python3 -m pytest -q -p no:cacheprovider -rfE \
+        tests/pallas_kernels/test_quant_matmul_gpu.py tests/test_quantized_kernel_path.py -k "gpu or triton or llm_with"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step engine_tests 200 python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
+        tests/test_engine.py tests/test_step_shapes.py
+    ;;
 warmup-threads)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
@@ -88,7 +121,7 @@ suite)
         step "suite$half" 560 python3 -m pytest -q -n 12 -p no:cacheprovider -rfE $files
     ;;
 *)
-    sed -n '2,17p' "$0"
+    sed -n '2,22p' "$0"
     exit 2
     ;;
 esac
