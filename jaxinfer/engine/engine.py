@@ -36,7 +36,7 @@ from jaxinfer.engine.validate import check_prompt, encode_prompt
 from jaxinfer.engine.warmup import warm_up, warmup_steps
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
-from jaxinfer.engine.step_builder import HostStep, bucket, build_step, build_verify_step
+from jaxinfer.engine.step_builder import HostStep, bucket, build_step, build_verify_step, chunk_step_for
 from jaxinfer.models import Weights
 from jaxinfer.packed_tree import PackedTree, pack_host, unpack_host
 from jaxinfer.paged_kv_cache import PagedKVCache
@@ -104,6 +104,7 @@ class LLMEngine:
         # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
         # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
         self.narrow_mixed = False
+        self.chunk_step = chunk_step_for(jax.default_backend(), config.max_num_batched_tokens)
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
         self.stats = EngineMetrics()
@@ -180,7 +181,9 @@ class LLMEngine:
                 return build_verify_step(
                     schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages, rounds
                 )
-        return build_step(schedule, self.config.page_size, self.max_pages, self.min_pages, self.narrow_mixed)
+        return build_step(
+            schedule, self.config.page_size, self.max_pages, self.min_pages, self.narrow_mixed, self.chunk_step
+        )
 
     def metrics(self) -> dict:
         """vLLM-named counters, gauges and latency summaries (see engine.metrics)."""

@@ -1,7 +1,7 @@
 """Host-side (NumPy) arrays for one device step, padded to shape buckets so programs are reused.
 
 Buckets: decode rows and prefill rows round up to powers of two, the prefill chunk length to
-a power of two >= MIN_CHUNK up to CHUNK_STEP and to a multiple of CHUNK_STEP above it, pages
+a power of two >= MIN_CHUNK up to a step (CHUNK_STEP on CPU) and to a multiple of it above, pages
 per row to a power of two. Padding rows have no tokens, length 1 and page 0 (reserved), so
 they read a harmless page and write nothing.
 """
@@ -25,21 +25,28 @@ def bucket(n: int, floor: int = 1) -> int:
     return 0 if n == 0 else 1 << (max(n, floor) - 1).bit_length()
 
 
-def chunk_bucket(n: int) -> int:
-    """A prefill chunk's padded length (0 stays 0).
+def chunk_bucket(n: int, step: int = CHUNK_STEP) -> int:
+    """A prefill chunk's padded length (0 stays 0): a power of two up to `step`, then a multiple of it.
 
     Padded tokens run through every projection like real ones: rounded to a power of two, a
     300-token prompt computed 512 rows (prompts of 32-512 tokens: about a third of a SmolLM
-    serving run's prefill rows were padding). Multiples of CHUNK_STEP above it waste at most
-    63 rows for a few more programs (10 chunk lengths up to 512 instead of 6).
+    serving run's prefill rows were padding on CPU). Multiples of CHUNK_STEP above it waste at
+    most 63 rows for a few more programs (10 chunk lengths up to 512 instead of 6). Engines on
+    accelerators, where padded rows cost little and each program seconds to compile, pass a step
+    as large as the token budget: powers of two throughout.
     """
-    return bucket(n, MIN_CHUNK) if n <= CHUNK_STEP else -(-n // CHUNK_STEP) * CHUNK_STEP
+    return bucket(n, MIN_CHUNK) if n <= step else -(-n // step) * step
 
 
-def chunk_buckets(high: int) -> list[int]:
-    """Every chunk_bucket(n) for 1 <= n <= high, ascending."""
-    small = powers_of_two(MIN_CHUNK, max(min(high, CHUNK_STEP), MIN_CHUNK))
-    return small + list(range(2 * CHUNK_STEP, chunk_bucket(high) + 1, CHUNK_STEP))
+def chunk_buckets(high: int, step: int = CHUNK_STEP) -> list[int]:
+    """Every chunk_bucket(n, step) for 1 <= n <= high, ascending."""
+    small = powers_of_two(MIN_CHUNK, max(min(high, step), MIN_CHUNK))
+    return small + list(range(2 * step, chunk_bucket(high, step) + 1, step))
+
+
+def chunk_step_for(platform: str, max_num_batched_tokens: int) -> int:
+    """CHUNK_STEP on CPU; elsewhere the token budget's power of two (chunks pad to powers of two)."""
+    return CHUNK_STEP if platform == "cpu" else bucket(max_num_batched_tokens)
 
 
 @dataclasses.dataclass
@@ -69,7 +76,8 @@ class HostStep:
 
 
 def shape_buckets(
-    schedule: Schedule, page_size: int, max_pages: int, min_pages: int, narrow_mixed: bool
+    schedule: Schedule, page_size: int, max_pages: int, min_pages: int, narrow_mixed: bool,
+    chunk_step: int = CHUNK_STEP,
 ) -> tuple[int, int, int, int]:
     """(decode rows, prefill rows, chunk length, pages per row) of the padded step.
 
@@ -79,7 +87,7 @@ def shape_buckets(
     """
     num_decode = bucket(len(schedule.decodes))
     num_prefill = bucket(len(schedule.prefills))
-    chunk = chunk_bucket(max((r.count for r in schedule.prefills), default=0))
+    chunk = chunk_bucket(max((r.count for r in schedule.prefills), default=0), chunk_step)
     if schedule.prefills and not narrow_mixed:
         return num_decode, num_prefill, chunk, max_pages
     extra = schedule.num_steps - 1
@@ -89,10 +97,13 @@ def shape_buckets(
 
 
 def build_step(
-    schedule: Schedule, page_size: int, max_pages: int, min_pages: int = 1, narrow_mixed: bool = False
+    schedule: Schedule, page_size: int, max_pages: int, min_pages: int = 1, narrow_mixed: bool = False,
+    chunk_step: int = CHUNK_STEP,
 ) -> HostStep:
     """Flat tokens [decodes][prefill rows x chunk] and per-row metadata for a schedule."""
-    num_decode, num_prefill, chunk, pages = shape_buckets(schedule, page_size, max_pages, min_pages, narrow_mixed)
+    num_decode, num_prefill, chunk, pages = shape_buckets(
+        schedule, page_size, max_pages, min_pages, narrow_mixed, chunk_step
+    )
     rows = num_decode + num_prefill
     prefills = schedule.prefills + [None] * (num_prefill - len(schedule.prefills))
     n = num_decode + num_prefill * chunk
@@ -191,14 +202,14 @@ def powers_of_two(low: int, high: int) -> list[int]:
 
 
 def warmup_shapes(
-    config, min_pages: int, max_pages: int, narrow_mixed: bool = False
+    config, min_pages: int, max_pages: int, narrow_mixed: bool = False, chunk_step: int = CHUNK_STEP
 ) -> list[tuple[int, int, int, int, int]]:
     """Every (decode rows, prefill rows, chunk, pages, steps) a workload under `config` can produce."""
     decodes = [0] + powers_of_two(1, config.max_num_seqs)
     prefill_shapes = [
         (rows, chunk)
         for rows in powers_of_two(1, config.max_prefill_seqs)
-        for chunk in chunk_buckets(config.max_num_batched_tokens)
+        for chunk in chunk_buckets(config.max_num_batched_tokens, chunk_step)
         if rows == 1 or rows * chunk <= bucket(config.max_num_batched_tokens)
     ]
     widths = powers_of_two(min_pages, max_pages)

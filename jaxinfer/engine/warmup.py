@@ -37,7 +37,7 @@ def default_compile_threads() -> int:
 
 def warmup_steps(engine: LLMEngine) -> list[HostStep]:
     """A padding-only step of every shape the engine's knobs allow (verify steps when it speculates)."""
-    shapes = warmup_shapes(engine.config, engine.min_pages, engine.max_pages, engine.narrow_mixed)
+    shapes = warmup_shapes(engine.config, engine.min_pages, engine.max_pages, engine.narrow_mixed, engine.chunk_step)
     hosts = [empty_step(*shape) for shape in shapes]
     if engine.speculator is not None:
         hosts += [
