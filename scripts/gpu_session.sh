@@ -14,6 +14,8 @@
 #                                                   # batch-1 decode at 8 and 32 steps a call, and its trace (~6 min)
 #   bash scripts/gpu_session.sh quant-check [OUT_DIR]  # batch-1 bf16/int8/int4 decode, the int8/int4 tiling
 #                                                   # sweep, the quantized kernels' GPU tests, the engine tests (~8 min)
+#   bash scripts/gpu_session.sh engine-suite [OUT_DIR]  # the engine's sampling, speculation and random-mix
+#                                                   # tests and generate's, on 12 workers (~4 min)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
@@ -105,6 +107,13 @@ quant-check)
     XLA_PYTHON_CLIENT_PREALLOCATE=false step engine_tests 200 python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
         tests/test_engine.py tests/test_step_shapes.py
     ;;
+engine-suite)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    PALLAS_KERNELS_DEVICE_TESTS=gpu XLA_PYTHON_CLIENT_PREALLOCATE=false step engine_suite 240 python3 -m pytest -q \
+        -n 12 -p no:cacheprovider -rfE --durations=5 tests/test_engine_random_mix.py tests/test_engine_sampling.py \
+        tests/test_engine_speculation.py tests/test_generate.py tests/test_paged_cache.py
+    ;;
 warmup-threads)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
@@ -121,7 +130,7 @@ suite)
         step "suite$half" 560 python3 -m pytest -q -n 12 -p no:cacheprovider -rfE $files
     ;;
 *)
-    sed -n '2,22p' "$0"
+    sed -n '2,24p' "$0"
     exit 2
     ;;
 esac
