@@ -28,7 +28,10 @@ product against float64. Writes JSON.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_decode import measure_copy_bandwidth, median_time
+from bench_decode import measure_copy_bandwidth
 from jaxinfer.quantization import QuantizedWeight, dequantize, int4_rows, quantize, quantized_matmul
 from pallas_kernels.quant_matmul_gpu import Tiling, bf16_matmul_gpu, int4_matmul_gpu, int8_matmul_gpu
 
@@ -134,6 +137,37 @@ def relative_error(product: Product, x: jax.Array, w: QuantizedWeight | jax.Arra
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
 
 
+def compiled_runs(x: jax.Array, weights: dict[str, list], formats: list[str], batch: int) -> list[tuple]:
+    """(format, variant, timed call, product) for each formulation that compiles here (run once)."""
+    runs = []
+    for fmt, products in variants().items():
+        if fmt not in formats:
+            continue
+        for name, product in products.items():
+            run = chain(product)
+            call = functools.partial(lambda run, w: run(x, w).block_until_ready(), run, weights[fmt])
+            try:
+                call()
+            except Exception as error:  # noqa: BLE001 - one failing formulation must not end the table
+                print(f"{batch:>5} {fmt:>6} {name:>15}  failed: {repr(error)[:100]}")
+                continue
+            runs.append((fmt, name, call, product))
+    return runs
+
+
+def interleaved_medians(calls: list[Callable[[], object]], repeats: int) -> list[float]:
+    """Median seconds of each call over `repeats` rounds that time every call once, in turn: a
+    GPU's clocks or a neighbour's load then move all rows alike (timed one row after another,
+    the first Pallas row of a format read up to 1.5x slower than the same kernel a row later)."""
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(repeats):
+        for i, call in enumerate(calls):
+            start = time.perf_counter()
+            call()
+            times[i].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", type=int, nargs="+", default=[4096],
@@ -157,25 +191,17 @@ def main() -> None:
     rows = []
     for batch in args.batches:
         x = jax.random.normal(jax.random.key(batch), (batch, args.dims[0])).astype(jnp.bfloat16)
-        base = None
-        for fmt, products in variants().items():
-            if fmt not in args.formats:
-                continue
+        runs = compiled_runs(x, weights, args.formats, batch)
+        seconds = interleaved_medians([run for _, _, run, _ in runs], args.repeats)
+        base = seconds[0] if seconds else None  # the first row: bf16's XLA dot when timed
+        for (fmt, name, _, product), t in zip(runs, seconds):
             streamed = sum(stored_bytes(w) for w in weights[fmt])
-            for name, product in products.items():
-                try:
-                    run = chain(product)
-                    seconds = median_time(lambda: run(x, weights[fmt]).block_until_ready(), args.repeats)
-                    err = relative_error(product, x, weights[fmt][0])
-                except Exception as error:  # noqa: BLE001 - one failing formulation must not end the table
-                    print(f"{batch:>5} {fmt:>6} {name:>15}  failed: {repr(error)[:100]}")
-                    continue
-                base = seconds if base is None else base  # the first row: bf16's XLA dot when timed
-                row = dict(batch=batch, format=fmt, variant=name, ms=seconds * 1e3, gbps=streamed / seconds / 1e9,
-                           of_copy=streamed / seconds / copy_bw, vs_bf16=seconds / base, rel_err=err)
-                rows.append(row)
-                print(f"{batch:>5} {fmt:>6} {name:>15} {row['ms']:>8.3f} {row['gbps']:>7.0f} {row['of_copy']:>8.1%} "
-                      f"{row['vs_bf16']:>7.2f} {err:>8.1e}", flush=True)
+            err = relative_error(product, x, weights[fmt][0])
+            row = dict(batch=batch, format=fmt, variant=name, ms=t * 1e3, gbps=streamed / t / 1e9,
+                       of_copy=streamed / t / copy_bw, vs_bf16=t / base, rel_err=err)
+            rows.append(row)
+            print(f"{batch:>5} {fmt:>6} {name:>15} {row['ms']:>8.3f} {row['gbps']:>7.0f} {row['of_copy']:>8.1%} "
+                  f"{row['vs_bf16']:>7.2f} {err:>8.1e}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(device=device, copy_bandwidth=copy_bw, dims=args.dims, layers=args.layers,
                                         rows=rows), indent=2))
