@@ -3,7 +3,8 @@
 Warms up (compiles) a generate of the same shapes, traces a second one with `jax.profiler`, and
 prints the device operations (GPU kernels; on CPU the XLA operations of its compute threads)
 ranked by total time, with the count, mean and share of the busy time, plus the gaps: traced
-wall time that no operation fills (host work, launches, syncs). Custom calls are named by their
+wall time that no operation fills, split into short gaps (launches) and long ones (the host's
+round trips between calls, syncs). Custom calls are named by their
 target (`ffi_call:jaxinfer_int8_matmul`), read from the optimized HLO that XLA dumps for the run.
 Writes the Perfetto trace (open it at ui.perfetto.dev) and the table as JSON under --out.
 
@@ -64,6 +65,22 @@ def busy_seconds(spans: list[dict]) -> float:
             total += stop - max(start, end)
             end = stop
     return total / 1e6
+
+
+def idle_gaps(spans: list[dict], long_us: float = 100.0) -> tuple[float, float, int]:
+    """Idle time between the spans' union: (seconds in gaps under long_us, seconds in longer gaps,
+    how many longer ones). Short gaps are launches; long ones the host's round trips and syncs."""
+    intervals = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans)
+    short = long = 0.0
+    count, end = 0, intervals[0][1] if intervals else 0.0
+    for start, stop in intervals[1:]:
+        gap = start - end
+        if gap > long_us:
+            long, count = long + gap, count + 1
+        elif gap > 0:
+            short += gap
+        end = max(end, stop)
+    return short / 1e6, long / 1e6, count
 
 
 def custom_call_targets(dump_dir: Path) -> dict[tuple[str, str], str]:
@@ -146,12 +163,16 @@ def profile(args: argparse.Namespace, dump_dir: Path) -> None:
           f"{args.new_tokens} new tokens")
     print(f"traced generate {wall * 1e3:.1f} ms; device busy {busy * 1e3:.1f} ms ({busy / wall:.0%}); "
           f"per new token {wall / args.new_tokens * 1e3:.2f} ms wall, {busy / args.new_tokens * 1e3:.2f} ms busy")
+    short, long, count = idle_gaps(spans)
+    print(f"idle between operations: {short * 1e3:.1f} ms in gaps under 100 us (launches), {long * 1e3:.1f} ms "
+          f"in {count} longer ones (host round trips, syncs)")
     print(f"{'operation':<60} {'count':>6} {'total ms':>9} {'mean us':>9} {'of busy':>8}")
     for r in rows:
         print(f"{r['name'][:60]:<60} {r['count']:>6} {r['total_us'] / 1e3:>9.2f} {r['mean_us']:>9.1f} "
               f"{r['total_us'] / 1e6 / busy:>8.1%}")
     (args.out / f"b{args.batch}_summary.json").write_text(json.dumps(dict(
-        device=jax.devices()[0].device_kind, batch=args.batch, wall_s=wall, busy_s=busy, rows=rows), indent=2))
+        device=jax.devices()[0].device_kind, batch=args.batch, wall_s=wall, busy_s=busy, short_gaps_s=short,
+        long_gaps_s=long, long_gaps=count, rows=rows), indent=2))
     print(f"wrote {args.out}")
 
 
