@@ -96,7 +96,8 @@ def test_chosen_tiling_divides_and_fills_the_gpu(k, n):
     core, int8/int4 up to eight in columns of 64 and at most 16 K splits."""
     for step_rows in (128, 32):
         rows = step_rows if k % step_rows == 0 else 64
-        for t, per_core, most in ((choose_tiling(k, n, rows), 2, k // rows), (choose_quantized_tiling(k, n, rows), 8, 16)):
+        tilings = ((choose_tiling(k, n, rows), 2, k // rows), (choose_quantized_tiling(k, n, rows), 8, 16))
+        for t, per_core, most in tilings:
             assert n % t.block_n == 0 and (k // t.block_k) % t.splits == 0 and t.splits <= most
             if k >= 2048:
                 assert (n // t.block_n) * t.splits >= per_core * DEFAULT_NUM_CORES or t.splits in (k // t.block_k, most)
