@@ -1,10 +1,11 @@
-"""The host-side page pool: chained prefix hashes, reference counts, LRU eviction, usage."""
+"""The host-side page pool: chained prefix hashes, reference counts, LRU eviction, usage, placement."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from jaxinfer.engine.block_manager import BlockManager, OutOfPages
+from jaxinfer.engine.block_manager import BlockManager, OutOfPages, largest_run
 
 PAGE = 4
 
@@ -154,3 +155,24 @@ def test_a_sequence_continues_into_the_next_free_page() -> None:
     assert blocks.allocate(3, after=2) == [7, 8, 9]  # page 3 is held: the oldest free pages instead
     assert blocks.allocate(1, after=9) == [10]
     assert blocks.allocate(3) == [1, 2, 11]  # the free order was 11, 2, 1
+
+
+def test_spread_starts_a_new_sequence_mid_gap_so_neighbours_keep_growing() -> None:
+    """With spread, a sequence that cannot continue starts in the middle of the largest free gap
+    (at the pool's start for the first), so three sequences growing in turn stay contiguous."""
+    blocks = BlockManager(65, PAGE, "model-a", spread=True)  # pages 1..64 free
+    seqs = [blocks.allocate(2) for _ in range(3)]
+    assert seqs == [[1, 2], [34, 35], [18, 19]]
+    for _ in range(4):
+        for seq in seqs:
+            seq += blocks.allocate(1, after=seq[-1])
+    assert all(seq == list(range(seq[0], seq[0] + 6)) for seq in seqs)
+
+
+def test_spread_takes_scattered_pages_when_no_gap_holds_the_request() -> None:
+    blocks = BlockManager(9, PAGE, "model-a", spread=True)  # pages 1..8
+    held = blocks.allocate(8)
+    blocks.release([held[1], held[3], held[5]])  # free, oldest first: 6, 4, 2 (gaps of one page)
+    assert blocks.allocate(2) == [4, 6]  # no gap of two: the oldest free pages, ascending
+    assert blocks.allocate(1) == [2]
+    assert largest_run(np.array([7, 3, 4, 5, 9, 10])) == (3, 3) and largest_run(np.array([], np.int64)) == (0, 0)

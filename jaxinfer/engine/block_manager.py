@@ -9,13 +9,19 @@ prefix pages shared by most requests are the last to go.
 A sequence's pages are handed out in ascending order, continuing its last page when the next
 one is free: the CPU attention kernel reads a sequence's pages in order, and reads adjacent
 ascending pages 2-3x faster than scattered or descending ones (the hardware prefetchers follow
-them). Which pages a sequence holds never changes a result.
+them). With `spread` (the engine's choice on CPU), a sequence that cannot continue starts in
+the middle of the largest run of free pages, leaving the sequence before the run half of it
+to grow into, so sequences growing side by side keep their pages adjacent: 5-7% more serving
+throughput on this project's 2-core CPU (demo and SmolLM-135M shapes). Which pages a sequence
+holds never changes a result.
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
+
+import numpy as np
 
 
 def page_hash(parent: bytes, token_ids: list[int]) -> bytes:
@@ -32,10 +38,13 @@ class OutOfPages(RuntimeError):
 class BlockManager:
     """The page pool of the paged KV cache. Page 0 is reserved as padding for unused table slots."""
 
-    def __init__(self, num_pages: int, page_size: int, model_identity: str, prefix_caching: bool = True):
+    def __init__(
+        self, num_pages: int, page_size: int, model_identity: str, prefix_caching: bool = True, spread: bool = False
+    ):
         self.num_pages = num_pages
         self.page_size = page_size
         self.prefix_caching = prefix_caching
+        self.spread = spread
         self.root = hashlib.blake2b(model_identity.encode(), digest_size=16).digest()
         self.refs = [0] * num_pages
         # Ordered sets, oldest first (OrderedDict: taking the oldest is O(1), a dict's is not).
@@ -91,8 +100,8 @@ class BlockManager:
     def allocate(self, count: int, after: int | None = None) -> list[int]:
         """count fresh pages (evicting cached ones if needed); raises OutOfPages, taking none.
 
-        The free pages right after `after` (the sequence's last page) come first, then the
-        others in ascending order.
+        The free pages right after `after` (the sequence's last page) come first, then (with
+        `spread`) a run in the largest free gap, else the oldest free pages in ascending order.
         """
         if count > self.usable_pages:
             raise OutOfPages(f"need {count} pages, {self.usable_pages} left")
@@ -101,8 +110,9 @@ class BlockManager:
             after += 1
             del self.free[after]
             following.append(after)
-        rest = []
-        for _ in range(count - len(following)):
+        need = count - len(following)
+        rest = self._take_run(need) if need and self.spread else []
+        for _ in range(need - len(rest)):
             if not self.free:
                 self._evict_one()
             rest.append(self.free.popitem(last=False)[0])
@@ -110,6 +120,18 @@ class BlockManager:
         for page in pages:
             self.refs[page] = 1
         return pages
+
+    def _take_run(self, count: int) -> list[int]:
+        """count adjacent free pages from the largest free gap (none when no gap holds them): from
+        its middle, so the sequence ending before the gap keeps half of it, or from its start when
+        the gap starts the pool."""
+        start, length = largest_run(np.fromiter(self.free, np.int64, len(self.free)))
+        if length < count:
+            return []
+        first = start + min(length // 2 if start > 1 else 0, length - count)
+        for page in range(first, first + count):
+            del self.free[page]
+        return list(range(first, first + count))
 
     def release(self, pages: list[int]) -> None:
         """Drop one reference to each page, tail first; unreferenced cached pages become evictable."""
@@ -150,3 +172,16 @@ class BlockManager:
         page, _ = self.evictable.popitem(last=False)
         del self.by_hash[self.hash_of.pop(page)]
         self.free[page] = None
+
+
+def largest_run(pages: np.ndarray) -> tuple[int, int]:
+    """(first page, length) of the longest run of consecutive numbers in pages (the lowest such
+    run on a tie); (0, 0) when there are none."""
+    if not len(pages):
+        return 0, 0
+    ordered = np.sort(pages)
+    breaks = np.flatnonzero(np.diff(ordered) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    lengths = np.diff(np.concatenate([starts, [len(ordered)]]))
+    best = int(np.argmax(lengths))
+    return int(ordered[starts[best]]), int(lengths[best])

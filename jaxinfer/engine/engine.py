@@ -88,7 +88,8 @@ class LLMEngine:
         draft_cfg = None if draft is None else draft.cfg
         num_pages = pool_size(config, model_config, draft_cfg, dtype, cache_spec)
         self.pages, self.draft = self._new_pools(num_pages)
-        self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching)
+        self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching,
+                                   spread=jax.default_backend() == "cpu")
         self.scheduler = Scheduler(
             SchedulerConfig(
                 config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
@@ -365,7 +366,8 @@ class LLMEngine:
     def _reset_blocks(self) -> None:
         """A fresh block manager (no cached prefixes) over the same pool size."""
         self.blocks = BlockManager(
-            self.blocks.num_pages, self.config.page_size, self.model_identity, self.config.enable_prefix_caching
+            self.blocks.num_pages, self.config.page_size, self.model_identity, self.config.enable_prefix_caching,
+            spread=self.blocks.spread,
         )
         self.scheduler.blocks = self.blocks
 
