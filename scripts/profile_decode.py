@@ -56,31 +56,29 @@ def device_spans(events: list[dict]) -> list[dict]:
             and not WRAPPERS.match(e["name"])]
 
 
+def merged_intervals(spans: list[dict]) -> list[tuple[float, float]]:
+    """The spans' intervals (microseconds) merged where they overlap (streams or threads), in order."""
+    merged: list[tuple[float, float]] = []
+    for start, stop in sorted((e["ts"], e["ts"] + e["dur"]) for e in spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
 def busy_seconds(spans: list[dict]) -> float:
     """Union of the spans' intervals (overlapping streams or threads counted once)."""
-    intervals = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans)
-    total, end = 0.0, -np.inf
-    for start, stop in intervals:
-        if stop > end:
-            total += stop - max(start, end)
-            end = stop
-    return total / 1e6
+    return sum(stop - start for start, stop in merged_intervals(spans)) / 1e6
 
 
 def idle_gaps(spans: list[dict], long_us: float = 100.0) -> tuple[float, float, int]:
     """Idle time between the spans' union: (seconds in gaps under long_us, seconds in longer gaps,
     how many longer ones). Short gaps are launches; long ones the host's round trips and syncs."""
-    intervals = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans)
-    short = long = 0.0
-    count, end = 0, intervals[0][1] if intervals else 0.0
-    for start, stop in intervals[1:]:
-        gap = start - end
-        if gap > long_us:
-            long, count = long + gap, count + 1
-        elif gap > 0:
-            short += gap
-        end = max(end, stop)
-    return short / 1e6, long / 1e6, count
+    merged = merged_intervals(spans)
+    gaps = [b[0] - a[1] for a, b in zip(merged, merged[1:])]
+    long = [g for g in gaps if g > long_us]
+    return (sum(gaps) - sum(long)) / 1e6, sum(long) / 1e6, len(long)
 
 
 def custom_call_targets(dump_dir: Path) -> dict[tuple[str, str], str]:
