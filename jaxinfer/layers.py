@@ -10,6 +10,7 @@ import numpy as np
 
 from jaxinfer.config import ModelConfig, RopeScaling
 from jaxinfer.cpu_kernels import PackedWeight, packed_matmul, packed_matmuls
+from jaxinfer.joined_weight import JoinedWeight, split_outputs
 from jaxinfer.precision import matmul_precision
 from jaxinfer.quantization import QuantizedWeight, one_kernel_call, quantized_matmul, tiled_matmuls
 
@@ -65,7 +66,7 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return x * cos + rotated * sin
 
 
-Weight = jax.Array | PackedWeight | QuantizedWeight
+Weight = jax.Array | PackedWeight | QuantizedWeight | JoinedWeight
 
 
 def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | None = None) -> jax.Array:
@@ -79,37 +80,45 @@ def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | No
     """
     if isinstance(w, (PackedWeight, QuantizedWeight)) and w.contract != contract:
         raise ValueError(f"weight stored with contract={w.contract}, used with contract={contract}")
-    size = math.prod(w.shape[:contract])
-    x2 = x.reshape(-1, size)
+    x2 = x.reshape(-1, math.prod(w.shape[:contract]))
+    return _shaped(_matmul(x2, w), x, w.shape[contract:], contract, out_dtype)
+
+
+def _matmul(x2: jax.Array, w: Weight) -> jax.Array:
+    """x2 [M, K] @ w (its first axes K) as float32 [M, N], by the weight's kind."""
     if isinstance(w, PackedWeight):
-        y = packed_matmul(x2, w)
-    elif isinstance(w, QuantizedWeight):
-        y = quantized_matmul(x2, w)
-    else:
-        w2 = w.reshape(size, -1)
-        y = jnp.dot(x2, w2, precision=matmul_precision(x2, w2), preferred_element_type=jnp.float32)
-    return _shaped(y, x, w, contract, out_dtype)
+        return packed_matmul(x2, w)
+    if isinstance(w, QuantizedWeight):
+        return quantized_matmul(x2, w)
+    w2 = w.reshape(x2.shape[1], -1)
+    return jnp.dot(x2, w2, precision=matmul_precision(x2, w2), preferred_element_type=jnp.float32)
 
 
-def _shaped(y: jax.Array, x: jax.Array, w: Weight, contract: int, out_dtype: jnp.dtype | None) -> jax.Array:
-    """A [rows, N] product in x's leading shape and w's output shape, in out_dtype (default x's)."""
-    return y.reshape(*x.shape[: x.ndim - contract], *w.shape[contract:]).astype(out_dtype or x.dtype)
+def _shaped(y: jax.Array, x: jax.Array, out_shape: tuple[int, ...], contract: int, out_dtype: jnp.dtype | None) -> jax.Array:
+    """A [rows, N] product in x's leading shape and the weight's output shape, in out_dtype (default x's)."""
+    return y.reshape(*x.shape[: x.ndim - contract], *out_shape).astype(out_dtype or x.dtype)
 
 
-def linears(x: jax.Array, ws: list[Weight]) -> list[jax.Array]:
-    """`linear(x, w)` for each w (contract 1), in one CPU kernel call when all are packed alike.
+def linears(x: jax.Array, ws: list[Weight | None]) -> list[jax.Array]:
+    """`linear(x, w)` for each w (contract 1), as one product where the weights allow.
 
-    q/k/v and gate/up multiply the same activations: one call dispatches the thread pool once
-    and (for quantized weights) rounds x once, instead of once per weight.
+    q/k/v and gate/up multiply the same activations. Joined (a `JoinedWeight` first, None for
+    the others) they are one matrix product; packed or tiled for the CPU kernels, one kernel
+    call (the thread pool dispatched once and, for quantized weights, x rounded once).
     """
     x2 = x.reshape(-1, x.shape[-1])
+    if isinstance(ws[0], JoinedWeight):
+        if any(w is not None for w in ws[1:]) or len(ws) != len(ws[0].shapes):
+            raise ValueError(f"a JoinedWeight of {len(ws[0].shapes)} parts stands for them all; the others must be None")
+        ys = split_outputs(_matmul(x2, ws[0].weight), ws[0])
+        return [_shaped(y, x, shape[1:], 1, None) for y, shape in zip(ys, ws[0].shapes)]
     if all(isinstance(w, PackedWeight) and w.contract == 1 for w in ws):
         ys = packed_matmuls(x2, ws)
     elif all(isinstance(w, QuantizedWeight) and w.contract == 1 for w in ws) and one_kernel_call(ws):
         ys = tiled_matmuls(x2, ws)
     else:
         return [linear(x, w) for w in ws]
-    return [_shaped(y, x, w, 1, None) for y, w in zip(ys, ws)]
+    return [_shaped(y, x, w.shape[1:], 1, None) for y, w in zip(ys, ws)]
 
 
 def linear_transposed(x: jax.Array, w: jax.Array) -> jax.Array:

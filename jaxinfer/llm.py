@@ -27,7 +27,7 @@ from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
 from jaxinfer.models import (
-    Weights, abstract_weights, mark_for_gpu_kernel, pack_for_cpu, quantize_head, quantize_weights, unpack_for_cpu,
+    Weights, abstract_weights, join_projections, mark_for_gpu_kernel, pack_for_cpu, quantize_head, quantize_weights, unpack_for_cpu,
 )
 from jaxinfer.quantization import DEFAULT_GROUP, shard_quantized_tree
 from jaxinfer.scoring import all_position_logits
@@ -138,13 +138,15 @@ def resolve_quantized_kernel(layout: Layout, setting: bool | None, interpret: bo
     return setting
 
 
-def weights_to_run(weights: Weights, cpu_kernels: bool, quantized_kernel: bool) -> Weights:
-    """bf16 projections packed for the CPU kernels, or quantized ones marked for the GPU's (in
-    interpret mode off a GPU), or the weights as they are."""
+def weights_to_run(weights: Weights, cpu_kernels: bool, quantized_kernel: bool, layout: Layout) -> Weights:
+    """What runs (consumes `weights`): bf16 projections packed for the CPU kernels; on one device
+    q/k/v and gate/up joined where not packed (see joined_weight); quantized ones marked for the GPU's kernel."""
     if cpu_kernels:
-        return pack_for_cpu(weights)
+        weights = pack_for_cpu(weights)
+    if layout.size == 1:
+        weights = join_projections(weights, release=True)
     if quantized_kernel:
-        return mark_for_gpu_kernel(weights, interpret=jax.default_backend() != "gpu")
+        weights = mark_for_gpu_kernel(weights, interpret=jax.default_backend() != "gpu")
     return weights
 
 
@@ -217,7 +219,7 @@ class LLM:
         self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)
         # What runs (`weights` gives the model's own).
         quantized_kernel = resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels)
-        self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel)
+        self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel, self.layout)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
         self.cache_spec = CacheSpec(

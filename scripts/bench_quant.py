@@ -12,7 +12,11 @@ on a shared machine moves both sides of a ratio alike. Writes a table and JSON.
     python scripts/bench_quant.py --preset llama-3.2-1b --formats bf16 int8 int4 fp8 int8-xla int4-xla  # on a GPU
 
 On a GPU, int8 and int4 decode rows run the Triton kernel (`LLM(quantized_kernel=None)`); the
-"-xla" formats turn it off, timing XLA's dot on the same weights in the same rounds.
+"-xla" formats turn it off, timing XLA's dot on the same weights in the same rounds. The
+"-split" formats run q/k/v and gate/up as separate products instead of joined ones (what runs
+on one device off the CPU kernels' path, see jaxinfer/joined_weight.py): the join's gain.
+
+    python scripts/bench_quant.py --preset llama-3.2-1b --batches 1 8 --formats bf16 bf16-split int8 int8-split
 
 fp8 (e4m3 values, per-column scales) is left out of the default formats on CPU, where no
 matmul kernel reads it (it runs as XLA's dequantize-and-multiply); on accelerators it is in.
@@ -32,6 +36,7 @@ import numpy as np
 
 from bench_decode import PRESETS, decode_step_bytes, make_checkpoint, measure_copy_bandwidth
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.models import split_projections
 
 # name: (quantization, quantize_lm_head, quantized_kernel); kernel None = the default (on for one GPU),
 # False = XLA's dot ("-xla": on a GPU, the path the Triton kernel replaces).
@@ -39,21 +44,26 @@ FORMATS = {
     "bf16": (None, False, None), "int8": ("int8", False, None), "int4": ("int4", False, None),
     "fp8": ("fp8", False, None), "int8+head": ("int8", True, None), "int4+head": ("int4", True, None),
     "fp8+head": ("fp8", True, None), "int8-xla": ("int8", False, False), "int4-xla": ("int4", False, False),
+    "bf16-split": (None, False, None), "int8-split": ("int8", False, None), "int4-split": ("int4", False, None),
 }
 CPU_FORMATS = ["bf16", "int8", "int4", "int8+head", "int4+head"]
+SPLIT_SUFFIX = "-split"
 
 
 def default_formats() -> list[str]:
-    """Every format on an accelerator; on CPU those its matmul kernels read (not fp8)."""
-    return CPU_FORMATS if jax.default_backend() == "cpu" else list(FORMATS)
+    """Every format but the split ones on an accelerator; on CPU those its matmul kernels read (not fp8)."""
+    return CPU_FORMATS if jax.default_backend() == "cpu" else [f for f in FORMATS if not f.endswith(SPLIT_SUFFIX)]
 
 
 def load(path: Path, name: str, max_seq_len: int, decode_steps: int) -> LLM:
     """The checkpoint in bf16 with the format's weight (and head) quantization."""
     quantization, head, kernel = FORMATS[name]
     # No prefix cache: repeated prompts would hit it, shortening (and recompiling) the timed prefill.
-    return LLM(path, dtype="bfloat16", max_seq_len=max_seq_len, quantization=quantization, quantize_lm_head=head,
-               quantized_kernel=kernel, enable_prefix_caching=False, decode_steps=decode_steps)
+    llm = LLM(path, dtype="bfloat16", max_seq_len=max_seq_len, quantization=quantization, quantize_lm_head=head,
+              quantized_kernel=kernel, enable_prefix_caching=False, decode_steps=decode_steps)
+    if name.endswith(SPLIT_SUFFIX):  # what runs, with its joined projections split (the engine holds it too)
+        llm._run_weights = llm.engine.weights = split_projections(llm._run_weights)
+    return llm
 
 
 def step_seconds(llm: LLM, prompts: list[list[int]], new_tokens: int) -> float:

@@ -16,6 +16,8 @@
 #                                                   # sweep, the quantized kernels' GPU tests, the engine tests (~8 min)
 #   bash scripts/gpu_session.sh engine-suite [OUT_DIR]  # the engine's sampling, speculation and random-mix
 #                                                   # tests and generate's, on 12 workers (~4 min)
+#   bash scripts/gpu_session.sh joined [OUT_DIR]   # batch-1 and -8 decode with q/k/v and gate/up joined vs
+#                                                   # split, bf16/int8/int4, then a batch-1 trace (~5 min, untried)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
@@ -113,6 +115,15 @@ engine-suite)
     PALLAS_KERNELS_DEVICE_TESTS=gpu XLA_PYTHON_CLIENT_PREALLOCATE=false step engine_suite 240 python3 -m pytest -q \
         -n 12 -p no:cacheprovider -rfE --durations=5 tests/test_engine_random_mix.py tests/test_engine_sampling.py \
         tests/test_engine_speculation.py tests/test_generate.py tests/test_paged_cache.py
+    ;;
+joined)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    ckpt=/tmp/jaxinfer_bench
+    step joined 300 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 8 --repeats 3 \
+        --formats bf16 bf16-split int8 int8-split int4 int4-split --model-dir "$ckpt" --out "$out/bench_joined.json"
+    step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" --batch 1 --top 30 \
+        --out "$out/trace"
     ;;
 warmup-threads)
     out=${2:-results/gpu_session}

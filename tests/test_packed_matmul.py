@@ -17,6 +17,7 @@ from jaxinfer.cpu_kernels import (
     packed_matmul,
     unpack_weight,
 )
+from jaxinfer.joined_weight import JoinedWeight
 from jaxinfer.layers import linear, linears
 from jaxinfer.row_table import RowTable, full_table
 from python_subprocess import needs_compiler, on_cpu_backend, run_python
@@ -156,10 +157,11 @@ def test_loops_for_cpus_without_avx512(tmp_path, flags: tuple[str, ...]) -> None
 
 
 def test_kernels_off_keep_weights_unpacked() -> None:
-    """cpu_kernels=False: bf16 weights stay dense and every product runs through XLA's dot."""
+    """cpu_kernels=False: bf16 weights stay dense (q/k/v and gate/up joined) and every product runs through XLA's dot."""
     llm = LLM(dtype="bfloat16", max_seq_len=64, cpu_kernels=False)
-    assert not llm.cpu_kernels and llm._run_weights is llm.weights
-    assert not isinstance(llm._run_weights.layers[0].w_down, PackedWeight)
+    run = llm._run_weights.layers[0]
+    assert not llm.cpu_kernels and not isinstance(run.w_down, PackedWeight)
+    assert isinstance(run.wq, JoinedWeight) and isinstance(run.wq.weight, jax.Array) and run.wk is None
 
 
 def test_environment_overrides_only_the_automatic_choice() -> None:

@@ -5,13 +5,15 @@ from jaxinfer.models.llama import (
     Weights,
     abstract_weights,
     forward,
+    join_projections,
     lm_logits,
     mark_for_gpu_kernel,
     pack_for_cpu,
     quantize_head,
     quantize_weights,
+    split_projections,
     unpack_for_cpu,
 )
 
-__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "lm_logits", "mark_for_gpu_kernel", "pack_for_cpu", "quantize_head",
-           "quantize_weights", "unpack_for_cpu"]
+__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "join_projections", "lm_logits", "mark_for_gpu_kernel",
+           "pack_for_cpu", "quantize_head", "quantize_weights", "split_projections", "unpack_for_cpu"]

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxinfer.attention import attend
 from jaxinfer.config import ModelConfig
 from jaxinfer.cpu_kernels import PackedWeight, pack_weight, packing_applies, unpack_weight
+from jaxinfer.joined_weight import JoinedWeight, join, joinable, split
 from jaxinfer.kv_cache import KVCache
 from jaxinfer import quantization
 from jaxinfer.layers import (
@@ -193,10 +194,48 @@ def pack_for_cpu(weights: Weights) -> Weights:
     return dataclasses.replace(weights, embed=embed, layers=layers, lm_head=lm_head)
 
 
+# Projections that read the same activations: joined into the first field on one device (see joined_weight).
+JOINED = (("wq", "wk", "wv"), ("w_gate", "w_up"))
+
+
+def join_projections(weights: Weights, release: bool = False) -> Weights:
+    """q/k/v and gate/up each as one `JoinedWeight` (in the first field, the others None) where joinable.
+
+    For running on one device off the CPU kernels' path; `split_projections` gives the model's
+    tree back. release: free the parts as they are joined (a tree nothing else holds).
+    """
+
+    def joined(lw: LayerWeights) -> LayerWeights:
+        fields = {}
+        for names in JOINED:
+            parts = [getattr(lw, name) for name in names]
+            if joinable(parts):
+                fields.update({names[0]: join(parts, release), **{name: None for name in names[1:]}})
+        return dataclasses.replace(lw, **fields)
+
+    return dataclasses.replace(weights, layers=[joined(lw) for lw in weights.layers])
+
+
+def split_projections(weights: Weights) -> Weights:
+    """`join_projections` undone (copies of the parts); a tree with nothing joined as it is."""
+
+    def split_layer(lw: LayerWeights) -> LayerWeights:
+        fields = {}
+        for names in JOINED:
+            if isinstance(first := getattr(lw, names[0]), JoinedWeight):
+                fields.update(zip(names, split(first)))
+        return dataclasses.replace(lw, **fields)
+
+    return dataclasses.replace(weights, layers=[split_layer(lw) for lw in weights.layers])
+
+
 def mark_for_gpu_kernel(weights: Weights, interpret: bool = False) -> Weights:
-    """Quantized projections and head marked for the Triton decode kernel where it takes them (others as they are)."""
+    """Quantized projections (joined ones too) and head marked for the Triton decode kernel where it
+    takes them (others as they are)."""
 
     def mark(w: Weight | None) -> Weight | None:
+        if isinstance(w, JoinedWeight):
+            return dataclasses.replace(w, weight=mark(w.weight))
         return quantization.for_gpu_kernel(w, interpret) if isinstance(w, QuantizedWeight) else w
 
     layers = [dataclasses.replace(lw, **{name: mark(getattr(lw, name)) for name in PROJECTIONS}) for lw in weights.layers]
@@ -206,8 +245,10 @@ def mark_for_gpu_kernel(weights: Weights, interpret: bool = False) -> Weights:
 def unpack_for_cpu(packed: Weights, tied: bool) -> Weights:
     """The model's weights back from `pack_for_cpu`'s tree (a copy of each packed leaf); others as they are.
 
-    A tied model's running head (a packed or quantized copy of the embedding) is dropped.
+    A tied model's running head (a packed or quantized copy of the embedding) is dropped; joined
+    projections are split.
     """
+    packed = split_projections(packed)
     packed_any = isinstance(packed.embed, RowTable) or any(
         _in_kernel_layout(w) for w in (packed.layers[0].wq, packed.lm_head)
     )
