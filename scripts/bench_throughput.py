@@ -24,6 +24,7 @@ import numpy as np
 
 from bench_decode import make_checkpoint
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.engine.metrics import StepClock
 from jaxinfer.llm import DEMO_MODEL
 from jaxinfer.static_batch import StaticBatchGenerator
 from jaxinfer.weights import tree_bytes
@@ -89,10 +90,12 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
     steps = m["engine_steps"] - before["engine_steps"]
     step_seconds = m["engine_step_seconds"] - before["engine_step_seconds"]
     device_wait = m["engine_device_wait_seconds"] - before["engine_device_wait_seconds"]
+    phases = {p: m["engine_phase_seconds"].get(p, 0.0) - before["engine_phase_seconds"].get(p, 0.0) for p in StepClock.PHASES}
     return dict(
         seconds=seconds, peak_kv_usage=peak,
         steps=steps, host_ms_per_step=1e3 * (step_seconds - device_wait) / max(steps, 1),
         host_share=(step_seconds - device_wait) / seconds,
+        phase_ms_per_step={p: 1e3 * t / max(steps, 1) for p, t in phases.items()},
         preemptions=m["num_preemptions"] - before["num_preemptions"],
         ttft=_recent(llm, "time_to_first_token", len(prompts)), tpot=_recent(llm, "time_per_output_token", len(prompts)),
         itl=_spread(llm.engine.stats.inter_token_latency[gaps_before:]),
@@ -221,6 +224,7 @@ def print_row(row: dict) -> None:
     print(f"roofline {e['roofline']:.1%}  peak KV {e['peak_kv_usage']:.0%}  preemptions {e['preemptions']}  "
           f"host {e['host_ms_per_step']:.1f} ms/step over {e['steps']} steps ({e['host_share']:.0%} of the time, "
           "not overlapped with the device)")
+    print("ms/step by phase: " + "  ".join(f"{p} {ms:.2f}" for p, ms in e["phase_ms_per_step"].items()))
     print(f"TTFT mean/p50/p99 {e['ttft']['mean']:.3f}/{e['ttft']['p50']:.3f}/{e['ttft']['p99']:.3f} s  "
           f"TPOT {e['tpot']['mean'] * 1e3:.1f}/{e['tpot']['p50'] * 1e3:.1f}/{e['tpot']['p99'] * 1e3:.1f} ms  "
           f"ITL {e['itl']['mean'] * 1e3:.1f}/{e['itl']['p50'] * 1e3:.1f}/{e['itl']['p99'] * 1e3:.1f} ms "

@@ -7,6 +7,7 @@ import pytest
 from jax import monitoring
 
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.engine.metrics import StepClock
 from jaxinfer.engine.outputs import accumulate
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -251,6 +252,9 @@ def test_step_times_split_into_device_wait_and_host(llm):
     seconds = after["engine_step_seconds"] - before["engine_step_seconds"]
     wait = after["engine_device_wait_seconds"] - before["engine_device_wait_seconds"]
     assert steps >= 3 and 0 < wait < seconds  # two prefills and at least one decode call
+    phases = {p: after["engine_phase_seconds"][p] - before["engine_phase_seconds"].get(p, 0.0) for p in StepClock.PHASES}
+    assert all(t > 0 for t in phases.values()), phases
+    assert sum(phases.values()) == pytest.approx(seconds) and phases["dispatch"] + phases["outputs"] == pytest.approx(wait)
 
 
 def test_reset_prefix_cache_frees_cached_pages(llm):

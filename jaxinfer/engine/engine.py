@@ -26,7 +26,7 @@ from jaxinfer.distributed import shared_seed
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.config import EngineConfig
 from jaxinfer.engine.device_inputs import device_inputs
-from jaxinfer.engine.metrics import EngineMetrics, snapshot
+from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
 from jaxinfer.engine.pools import new_pools, pool_size
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.postprocess import append_token
@@ -162,15 +162,18 @@ class LLMEngine:
         the requests that finished, each whole (all that no earlier step returned), and no
         per-step deltas built for the others.
         """
-        begin = time.perf_counter()
+        clock = StepClock()
         schedule = self.scheduler.schedule()
         touched, self.pending = self.pending, set()
         if schedule.empty:
             return self._collect(touched, final_only)
+        clock.lap("schedule")
         started = time.perf_counter()
-        applied, device_wait = self._run_and_apply(schedule, self._build(schedule), started)
-        outputs = self._collect(touched | applied, final_only)
-        self.stats.record_step(time.perf_counter() - begin, device_wait)
+        host = self._build(schedule)
+        clock.lap("build")
+        outputs = self._collect(touched | self._run_and_apply(schedule, host, started, clock), final_only)
+        clock.lap("collect")
+        self.stats.record_step(clock)
         return outputs
 
     def _build(self, schedule: Schedule) -> HostStep:
@@ -218,21 +221,18 @@ class LLMEngine:
         self.pages = self.draft = None
         self._reset_blocks()
 
-    def _run_and_apply(self, schedule: Schedule, host: HostStep, started: float) -> tuple[set[str], float]:
-        """The requests the step touched, and the seconds spent waiting for the device's outputs."""
+    def _run_and_apply(self, schedule: Schedule, host: HostStep, started: float, clock: StepClock) -> set[str]:
+        """The requests the step touched; the clock's laps cover the call, its outputs and applying them."""
         now = time.monotonic()
         for request in host.requests:
             if request is not None and request.timing.first_scheduled is None:
                 request.timing.first_scheduled = now
         try:
-            # The device's share as the host sees it: the call and its outputs. On a GPU the call
-            # itself drives a multi-step loop (each iteration's continue-test is read back).
-            calling = time.perf_counter()
-            out = unpack_host(to_host(self._run(host)))
-            device_wait = time.perf_counter() - calling
+            out = unpack_host(to_host(self._run(host, clock)))
+            clock.lap("outputs")
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
-            return self._fail_step(host, error), 0.0
+            return self._fail_step(host, error)
         if host.drafts is not None:
             self._observe_drafts(schedule, host, out)
         elif self.speculator is not None and self.speculator.declined:
@@ -240,7 +240,8 @@ class LLMEngine:
             self.speculator.observe_plain(produced)
         touched = self._apply(schedule, host, out)
         self._time_decode_step(schedule, host, out, time.perf_counter() - started)
-        return touched, device_wait
+        clock.lap("apply")
+        return touched
 
     def _time_decode_step(self, schedule: Schedule, host: HostStep, out: StepOutputs, seconds: float) -> None:
         """An all-decode step's time (scheduling to applied outputs) for the speculation plan."""
@@ -286,10 +287,14 @@ class LLMEngine:
             return steps.multi_decode, args, {**kwargs, **(draft if rides else {})}
         return steps.ragged_step, [self.weights, self.pages, inputs], dict(cfg=self.model_config, **draft)
 
-    def _run(self, host: HostStep) -> PackedTree:
+    def _run(self, host: HostStep, clock: StepClock | None = None) -> PackedTree:
         """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""
         program, args, kwargs = self._program(host)
+        if clock is not None:
+            clock.lap("inputs")
         out, self.pages, draft = program(*args, **kwargs)
+        if clock is not None:
+            clock.lap("dispatch")
         if "draft" in kwargs:  # the draft's pool went in, so its successor came out
             self.draft = draft
         return out

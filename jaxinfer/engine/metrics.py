@@ -7,6 +7,7 @@ since the engine started; gauges are read at call time.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 
@@ -35,6 +36,8 @@ class EngineMetrics:
     engine_steps: int = 0
     engine_step_seconds: float = 0.0
     engine_device_wait_seconds: float = 0.0
+    # The same seconds by phase (StepClock.PHASES), to tell which host work a step waits on.
+    engine_phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def record_finished(self, request: Request) -> None:
         """Fold one finished sample's timings into the samples."""
@@ -63,12 +66,36 @@ class EngineMetrics:
         for i in range(k_max):
             self.spec_accepted_per_position[i] += int(np.count_nonzero(accepted > i))
 
-    def record_step(self, seconds: float, device_wait: float) -> None:
-        """One step() call that ran the device: its wall time and the part spent waiting for outputs."""
+    def record_step(self, clock: StepClock) -> None:
+        """One step() call that ran the device, by phase; the device's share is its call and outputs."""
         self.engine_steps += 1
-        self.engine_step_seconds += seconds
-        self.engine_device_wait_seconds += device_wait
+        self.engine_step_seconds += sum(clock.laps.values())
+        self.engine_device_wait_seconds += sum(clock.laps.get(phase, 0.0) for phase in StepClock.DEVICE)
+        for phase, seconds in clock.laps.items():
+            self.engine_phase_seconds[phase] = self.engine_phase_seconds.get(phase, 0.0) + seconds
 
+
+class StepClock:
+    """One step() call's wall time split into phases as it goes: each `lap` ends one.
+
+    schedule (the scheduler), build (the host step arrays), inputs (device inputs made and
+    moved), dispatch (the program called; on a GPU this drives a multi-step loop, reading each
+    iteration's continue-test), outputs (waiting for the outputs and reading them back), apply
+    (tokens appended, detokenized, finished requests freed), collect (RequestOutputs built).
+    """
+
+    PHASES = ("schedule", "build", "inputs", "dispatch", "outputs", "apply", "collect")
+    DEVICE = ("dispatch", "outputs")
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        """The time since the last lap (or the start) goes to `phase`."""
+        now = time.perf_counter()
+        self.laps[phase] = self.laps.get(phase, 0.0) + now - self._last
+        self._last = now
 
 def summary(values: list[float]) -> dict[str, float]:
     """count, mean, p50 and p99 of a latency list (NaN when empty)."""
@@ -107,4 +134,5 @@ def snapshot(m: EngineMetrics, running: int, waiting: int, kv_usage: float, pref
         "engine_steps": m.engine_steps,
         "engine_step_seconds": m.engine_step_seconds,
         "engine_device_wait_seconds": m.engine_device_wait_seconds,
+        "engine_phase_seconds": dict(m.engine_phase_seconds),
     }

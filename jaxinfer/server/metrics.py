@@ -77,6 +77,11 @@ class EngineCollector(Collector):
         for reason, count in sorted(snapshot.get("request_success", {}).items()):
             success.add_metric([str(reason)], float(count))
         yield success
+        phases = CounterMetricFamily(PREFIX + "engine_phase_seconds", "Seconds of engine steps by phase (see "
+                                     "engine.metrics.StepClock).", labels=["phase"])
+        for phase, seconds in sorted(snapshot.get("engine_phase_seconds", {}).items()):
+            phases.add_metric([phase], seconds)
+        yield phases
         for name, doc in SUMMARIES.items():
             if name in snapshot:
                 yield _summary(name, doc, snapshot[name])
