@@ -27,7 +27,7 @@ from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
 from jaxinfer.models import (
-    Weights, abstract_weights, join_projections, mark_for_gpu_kernel, pack_for_cpu, quantize_head, quantize_weights, unpack_for_cpu,
+    Weights, abstract_weights, quantize_head, quantize_weights, unpack_for_cpu, weights_to_run,
 )
 from jaxinfer.quantization import DEFAULT_GROUP, shard_quantized_tree
 from jaxinfer.scoring import all_position_logits
@@ -136,18 +136,6 @@ def resolve_quantized_kernel(layout: Layout, setting: bool | None, interpret: bo
         raise ValueError(f"quantized_kernel=True needs a GPU (this backend is {jax.default_backend()!r}); pass "
                          "interpret_kernels=True to run it in interpret mode, or quantized_kernel=None or False")
     return setting
-
-
-def weights_to_run(weights: Weights, cpu_kernels: bool, quantized_kernel: bool, layout: Layout) -> Weights:
-    """What runs (consumes `weights`): bf16 projections packed for the CPU kernels; on one device
-    q/k/v and gate/up joined where not packed (see joined_weight); quantized ones marked for the GPU's kernel."""
-    if cpu_kernels:
-        weights = pack_for_cpu(weights)
-    if layout.size == 1:
-        weights = join_projections(weights, release=True)
-    if quantized_kernel:
-        weights = mark_for_gpu_kernel(weights, interpret=jax.default_backend() != "gpu")
-    return weights
 
 
 def spec_supported(params: SamplingParams) -> bool:

@@ -242,6 +242,18 @@ def mark_for_gpu_kernel(weights: Weights, interpret: bool = False) -> Weights:
     return dataclasses.replace(weights, layers=layers, lm_head=mark(weights.lm_head))
 
 
+def weights_to_run(weights: Weights, cpu_kernels: bool, quantized_kernel: bool, layout: Layout) -> Weights:
+    """What runs (consumes `weights`): bf16 projections packed for the CPU kernels; on one device
+    q/k/v and gate/up joined where not packed (see joined_weight); quantized ones marked for the GPU's kernel."""
+    if cpu_kernels:
+        weights = pack_for_cpu(weights)
+    if layout.size == 1:
+        weights = join_projections(weights, release=True)
+    if quantized_kernel:
+        weights = mark_for_gpu_kernel(weights, interpret=jax.default_backend() != "gpu")
+    return weights
+
+
 def unpack_for_cpu(packed: Weights, tied: bool) -> Weights:
     """The model's weights back from `pack_for_cpu`'s tree (a copy of each packed leaf); others as they are.
 

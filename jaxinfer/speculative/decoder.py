@@ -18,7 +18,7 @@ from jaxinfer.checkpoint import load_weights
 from jaxinfer.config import ModelConfig
 from jaxinfer.generation import DecodeState
 from jaxinfer.kv_cache import KVCache
-from jaxinfer.models import Weights, pack_for_cpu
+from jaxinfer.models import Weights, weights_to_run
 from jaxinfer.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative import programs
@@ -73,7 +73,7 @@ def make_proposer(
     config: SpeculativeConfig, target: ModelConfig, target_tok: Any, dtype: Any, max_seq_len: int,
     cpu_kernels: bool = False, layout: Layout = UNSHARDED,
 ) -> tuple[Proposer, Weights | None]:
-    """The proposer for `config` and its parameters (draft weights, packed when the CPU kernels are on, or None).
+    """The proposer for `config` and its parameters (draft weights as they run, see `models.weights_to_run`, or None).
 
     On a mesh the draft is laid out by the target's rules; dimensions tp does not divide (a
     small draft's heads) stay whole on every device.
@@ -91,7 +91,7 @@ def make_proposer(
     cost = config.draft_cost
     if cost is None:
         cost = decode_flops(draft_cfg, max_seq_len) / decode_flops(target, max_seq_len)
-    return DraftModelProposer(draft_cfg, target.vocab_size, cost), pack_for_cpu(draft_weights) if cpu_kernels else draft_weights
+    return DraftModelProposer(draft_cfg, target.vocab_size, cost), weights_to_run(draft_weights, cpu_kernels, False, layout)
 
 
 def make_eagle_proposer(
