@@ -18,6 +18,7 @@ import uvicorn
 from python_subprocess import child_env
 
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.engine.metrics import StepClock
 from jaxinfer.server import ServerConfig, build_app
 from jaxinfer.server.chat import DEFAULT_CHAT_TEMPLATE
 
@@ -212,6 +213,10 @@ def test_64_concurrent_streams_and_a_malformed_request(base_url, reference):
     assert after[finished] - before.get(finished, 0) == 64
     assert after["jaxinfer:generation_tokens_total"] - before["jaxinfer:generation_tokens_total"] == 64 * 8
     assert after["jaxinfer:num_requests_running"] == 0 and after["jaxinfer:kv_cache_usage_perc"] == 0
+    phases = 'jaxinfer:engine_phase_seconds_total{phase="%s"}'
+    spent = sum(after[phases % p] - before.get(phases % p, 0) for p in StepClock.PHASES)
+    stepped = after["jaxinfer:engine_step_seconds_total"] - before["jaxinfer:engine_step_seconds_total"]
+    assert spent > 0 and spent == pytest.approx(stepped, rel=1e-6)
 
 
 def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):
