@@ -97,6 +97,7 @@ class StepClock:
         self.laps[phase] = self.laps.get(phase, 0.0) + now - self._last
         self._last = now
 
+
 def summary(values: list[float]) -> dict[str, float]:
     """count, mean, p50 and p99 of a latency list (NaN when empty)."""
     if not values:
