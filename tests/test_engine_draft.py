@@ -105,10 +105,10 @@ def test_first_verify_of_a_request_measures_with_one_round(models, plain):
     engine, rounds = llm.engine, []
     run = engine._run
 
-    def recording(host):
+    def recording(host, clock=None):
         if host.drafts is not None:
             rounds.append(host.num_rounds)
-        return run(host)
+        return run(host, clock)
 
     engine._run = recording
     assert engine_ids(llm, PROMPTS[:1], GREEDY) == plain[:1]
