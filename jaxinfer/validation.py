@@ -85,7 +85,10 @@ def token_ids(value: Any, field: str, vocab_size: int | None = None) -> list[int
             + ("; encode text with llm.encode(text) first" if isinstance(value, (str, bytes)) else "")
         )
     limit = INT32_LIMIT if vocab_size is None else vocab_size
-    ids = [integer(t, f"{field}[{i}]") for i, t in enumerate(value)]
+    if all(type(t) is int for t in value):  # plain ints (no bools): no per-id call and message built
+        ids = list(value)
+    else:
+        ids = [integer(t, f"{field}[{i}]") for i, t in enumerate(value)]
     bad = [t for t in ids if not 0 <= t < limit]
     if bad:
         where = "the vocabulary" if vocab_size is not None else "int32 token ids"
