@@ -41,6 +41,8 @@ LLM_CALLS = {
     "logits of text": (lambda m: m.logits("text"), TypeError, ["token_ids", "'text'", "llm.encode"]),
     "logits id beyond the vocabulary": (lambda m: m.logits([1, 450, 4996]), ValueError, ["token_ids", "4996", "4096"]),
     "prompt id beyond the vocabulary": (lambda m: list(m.stream([1, 99999])), ValueError, ["prompt", "99999"]),
+    "bool in a prompt's ids": (lambda m: m.generate([[313, True]]), TypeError, ["prompts[0][1]", "True", "bool"]),
+    "float in a prompt's ids": (lambda m: list(m.stream([1, 2.0])), TypeError, ["prompt", "2.0", "float"]),
 }
 
 PARAMS = {
