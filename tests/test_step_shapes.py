@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from jaxinfer.engine.block_manager import BlockManager
+from jaxinfer.engine.buckets import bucket, chunk_bucket, chunk_buckets, chunk_step_for
 from jaxinfer.engine.config import EngineConfig
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
-from jaxinfer.engine.step_builder import (
-    bucket, chunk_bucket, chunk_buckets, chunk_step_for, shape_buckets, warmup_shapes,
-)
+from jaxinfer.engine.step_builder import shape_buckets, warmup_shapes
 from jaxinfer.sampling_params import SamplingParams
 
 
@@ -46,29 +47,81 @@ def advance(scheduler: Scheduler, schedule: Schedule) -> None:
             scheduler.remove(request)
 
 
-@pytest.mark.parametrize("seed,chunk_step", [(0, 64), (1, 64), (0, 512)])
-def test_every_scheduled_shape_is_one_warmup_compiles(seed, chunk_step):
-    """A random serving run (prompts 1-700 tokens, a pool small enough to preempt): the padded
-    shape of every step is among warmup_shapes, so a warmed engine never compiles."""
-    config = EngineConfig(max_seq_len=1024, max_num_seqs=8, max_num_batched_tokens=448, max_prefill_seqs=4,
-                          num_pages=120, page_size=16, decode_steps=4)
-    max_pages, min_pages = bucket(config.pages_per_seq), 8
+CONFIG = EngineConfig(max_seq_len=1024, max_num_seqs=8, max_num_batched_tokens=448, max_prefill_seqs=4,
+                      num_pages=120, page_size=16, decode_steps=4)
+MAX_PAGES, MIN_PAGES = bucket(CONFIG.pages_per_seq), 8
+
+
+def scheduler(config: EngineConfig, tight_chunk_step: int | None) -> Scheduler:
     blocks = BlockManager(config.num_pages, config.page_size, "test-model")
-    scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
-                                          config.max_prefill_seqs, config.decode_steps), blocks)
+    return Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs,
+                                     config.decode_steps, tight_chunk_step=tight_chunk_step), blocks)
+
+
+def serve_random(
+    seed: int, chunk_step: int, tight_chunk_step: int | None, config: EngineConfig = CONFIG
+) -> list[tuple[tuple, Schedule]]:
+    """A random serving run (prompts 1-700 tokens; CONFIG's pool is small enough to preempt):
+    each step's padded shape (decode rows, prefill rows, chunk, pages, steps) and its schedule."""
+    sched = scheduler(config, tight_chunk_step)
     rng = np.random.default_rng(seed)
     for i in range(40):
         prompt = rng.integers(3, 100, rng.integers(1, 700)).tolist()
         params = SamplingParams(max_tokens=int(rng.integers(1, 40)), temperature=0)
-        scheduler.add(Request(f"r{i}", 0, None, prompt, params, seed=0, stop_ids=()))
-    allowed = set(warmup_shapes(config, min_pages, max_pages, chunk_step=chunk_step))
-    seen = set()
-    while scheduler.running or scheduler.waiting:
-        schedule = scheduler.schedule()
+        sched.add(Request(f"r{i}", 0, None, prompt, params, seed=0, stop_ids=()))
+    steps = []
+    while sched.running or sched.waiting:
+        schedule = sched.schedule()
         assert not schedule.empty
-        shape = shape_buckets(schedule, config.page_size, max_pages, min_pages, False, chunk_step)
-        seen.add(shape + (schedule.num_steps,))
-        advance(scheduler, schedule)
-    assert seen <= allowed
+        shape = shape_buckets(schedule, config.page_size, MAX_PAGES, MIN_PAGES, False, chunk_step)
+        steps.append((shape + (schedule.num_steps,), schedule))
+        advance(sched, schedule)
+    return steps
+
+
+@pytest.mark.parametrize("seed,chunk_step,tight", [(0, 64, 64), (1, 64, 64), (0, 64, None), (0, 512, None)])
+def test_every_scheduled_shape_is_one_warmup_compiles(seed, chunk_step, tight):
+    """The padded shape of every step is among warmup_shapes, so a warmed engine never compiles."""
+    seen = {shape for shape, _ in serve_random(seed, chunk_step, tight)}
+    assert seen <= set(warmup_shapes(CONFIG, MIN_PAGES, MAX_PAGES, chunk_step=chunk_step))
     odd_chunks = {chunk for _, rows, chunk, _, _ in seen if rows} - {16, 32, 64, 128, 256, 512}
     assert bool(odd_chunks) == (chunk_step == 64)  # multiples of 64 occur on CPU only
+
+
+def prefill_padding(seed: int, tight: int | None) -> tuple[int, int]:
+    """(padded, real) prefill tokens of the random run with CPU chunk buckets, without preemptions."""
+    padded = real = 0
+    for (_, rows, chunk, _, _), schedule in serve_random(seed, 64, tight, dataclasses.replace(CONFIG, num_pages=2000)):
+        padded += rows * chunk
+        real += sum(row.count for row in schedule.prefills)
+    return padded, real
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tight_chunks_pad_less_for_the_same_prompts(seed):
+    tight, loose = prefill_padding(seed, 64), prefill_padding(seed, None)
+    assert tight[1] == loose[1]  # every prompt token is computed once either way (no preemption)
+    assert tight[0] - tight[1] < 0.8 * (loose[0] - loose[1])
+
+
+def add_prompt(sched: Scheduler, name: str, first: int, length: int) -> None:
+    params = SamplingParams(max_tokens=4, temperature=0)
+    sched.add(Request(name, 0, None, list(range(first, first + length)), params, seed=0, stop_ids=()))
+
+
+@pytest.mark.parametrize("tight,first", [(64, 448), (None, 500)])
+def test_a_cut_chunk_ends_on_a_bucket_edge_where_padding_costs(tight, first):
+    sched = scheduler(dataclasses.replace(CONFIG, max_num_batched_tokens=500), tight)
+    add_prompt(sched, "long", 3, 700)
+    schedule = sched.schedule()
+    assert [row.count for row in schedule.prefills] == [first]
+    advance(sched, schedule)
+    assert [row.count for row in sched.schedule().prefills] == [700 - first]
+
+
+@pytest.mark.parametrize("tight,counts", [(64, [40, 64]), (None, [40, 256])])
+def test_a_later_row_never_widens_the_chunk_where_padding_costs(tight, counts):
+    sched = scheduler(dataclasses.replace(CONFIG, max_num_batched_tokens=512), tight)
+    add_prompt(sched, "short", 3, 40)
+    add_prompt(sched, "long", 1000, 300)
+    assert [row.count for row in sched.schedule().prefills] == counts

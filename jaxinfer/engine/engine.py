@@ -24,6 +24,7 @@ from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.config import ModelConfig
 from jaxinfer.distributed import shared_seed
 from jaxinfer.engine.block_manager import BlockManager
+from jaxinfer.engine.buckets import bucket, chunk_step_for, tight_chunk_step
 from jaxinfer.engine.config import EngineConfig
 from jaxinfer.engine.device_inputs import device_inputs
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
@@ -36,7 +37,7 @@ from jaxinfer.engine.validate import check_prompt, encode_prompt
 from jaxinfer.engine.warmup import warm_up, warmup_steps
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
-from jaxinfer.engine.step_builder import HostStep, bucket, build_step, build_verify_step, chunk_step_for
+from jaxinfer.engine.step_builder import HostStep, build_step, build_verify_step
 from jaxinfer.models import Weights
 from jaxinfer.packed_tree import PackedTree, pack_host, unpack_host
 from jaxinfer.paged_kv_cache import PagedKVCache
@@ -93,7 +94,7 @@ class LLMEngine:
         self.scheduler = Scheduler(
             SchedulerConfig(
                 config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
-                lookahead=self.spec_rounds * (k_max + 1),
+                lookahead=self.spec_rounds * (k_max + 1), tight_chunk_step=tight_chunk_step(jax.default_backend()),
             ),
             self.blocks,
         )

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 
 from jaxinfer.engine.block_manager import BlockManager, OutOfPages
+from jaxinfer.engine.buckets import chunk_bucket
 from jaxinfer.engine.request import Request, Status
 
 
@@ -25,6 +26,9 @@ class SchedulerConfig:
     max_prefill_seqs: int = 4  # prompts chunked in one step
     decode_steps: int = 8  # decode steps one call may run when the batch is all decodes
     lookahead: int = 1  # tokens an all-decode call may add per row (decode steps, or drafts + 1)
+    # Chunks pad to multiples of this (CPU: `buckets.CHUNK_STEP`), where padded rows cost what real
+    # ones do: prefill chunks are then cut to avoid padding. None (accelerators): fill the budget.
+    tight_chunk_step: int | None = None
 
 
 @dataclasses.dataclass
@@ -112,10 +116,9 @@ class Scheduler:
     def _schedule_prefills(self, budget: int, decodes: list[Row]) -> list[Row]:
         rows: list[Row] = []
         for request in [r for r in self.running if r.prefilling]:
-            allowed = min(budget, self._row_budget(rows))
-            if allowed <= 0 or len(rows) >= self.config.max_prefill_seqs:
+            count = self._row_count(rows, request.num_tokens - request.num_computed, budget)
+            if count <= 0 or len(rows) >= self.config.max_prefill_seqs:
                 return rows
-            count = min(request.num_tokens - request.num_computed, allowed)
             need = self.blocks.pages_for(request.num_computed + count)
             if request.status is Status.RUNNING and self._grow(request, need, decodes + rows):
                 rows.append(Row(request, request.num_computed, count))
@@ -123,10 +126,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(rows) < self.config.max_prefill_seqs:
             if len(self.running) >= self.config.max_num_seqs or not self.waiting[0].ready:
                 break
-            allowed = min(budget, self._row_budget(rows))  # caps this row, not the step's budget
-            if allowed <= 0:
-                break
-            row = self._admit(self.waiting[0], allowed)
+            row = self._admit(self.waiting[0], rows, budget)
             if row is None:
                 break
             self.waiting.popleft()
@@ -134,6 +134,16 @@ class Scheduler:
             rows.append(row)
             budget -= row.count
         return rows
+
+    def _row_count(self, rows: list[Row], remaining: int, budget: int) -> int:
+        """Tokens a further prefill row takes (0: none) of the `remaining` ones of its prompt."""
+        count = min(remaining, budget, self._row_budget(rows))
+        step = self.config.tight_chunk_step
+        if step is None or count <= 0:
+            return count
+        if rows:  # a later row never widens the step's chunk: the earlier rows would pad to it
+            return min(count, chunk_bucket(max(row.count for row in rows), step))
+        return count - count % step if step < count < remaining else count  # a cut chunk ends on an edge
 
     def _row_budget(self, rows: list[Row]) -> int:
         """Tokens a further prefill row may take so that rows x chunk (padded) stays within the budget."""
@@ -145,11 +155,14 @@ class Scheduler:
         chunk_limit = limit // padded_rows
         return chunk_limit if longest <= chunk_limit else 0
 
-    def _admit(self, request: Request, budget: int) -> Row | None:
+    def _admit(self, request: Request, rows: list[Row], budget: int) -> Row | None:
         """Give a waiting request its cached prefix and pages for a first chunk, or None if none fit."""
         pages, hashes = self.blocks.match_prefix(request.all_ids)
         computed = len(pages) * self.blocks.page_size
-        count = min(request.num_tokens - computed, budget)
+        count = self._row_count(rows, request.num_tokens - computed, budget)
+        if count <= 0:
+            self.blocks.release(pages)
+            return None
         try:
             pages += self.blocks.allocate(self.blocks.pages_for(computed + count) - len(pages), _last(pages))
         except OutOfPages:

@@ -20,7 +20,8 @@ import jax
 from tqdm.auto import tqdm
 
 from jaxinfer.engine.memory_maps import MAX_MAP_COUNT, map_headroom, warmup_may_continue
-from jaxinfer.engine.step_builder import HostStep, empty_step, empty_verify_step, powers_of_two, warmup_shapes
+from jaxinfer.engine.buckets import powers_of_two
+from jaxinfer.engine.step_builder import HostStep, empty_step, empty_verify_step, warmup_shapes
 
 if TYPE_CHECKING:
     from jaxinfer.engine.engine import LLMEngine
