@@ -87,20 +87,20 @@ def _query_block(
     table: jax.Array,
     query_lens: jax.Array,
     first: int,
-    block: int,
+    block_pages: int,
     dtype: jnp.dtype,
 ) -> jax.Array:
     """Online softmax of one block of queries over the key blocks they can see: [KV, R, G, Tb, K] f32."""
     kv_heads, rows, group, steps, dim = qg.shape
-    block_keys = block * cache.page_size
+    block_keys = block_pages * cache.page_size
     offsets = first + jnp.arange(steps)
     positions = (lengths - query_lens)[:, None] + offsets[None, :]
     live = offsets[None, :] < query_lens[:, None]
     precision = matmul_precision(qg)
 
-    def visit(index: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
-        best, total, acc = carry
-        columns = jax.lax.dynamic_slice_in_dim(table, index * block, block, axis=1)
+    def block(index: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Masked scaled scores [KV, R, G, Tb, S] (f32) of key block `index`, and its values."""
+        columns = jax.lax.dynamic_slice_in_dim(table, index * block_pages, block_pages, axis=1)
         k = gather_pages(cache, cache.k_pages, cache.k_scales, layer, columns, dtype)
         v = gather_pages(cache, cache.v_pages, cache.v_scales, layer, columns, dtype)
         keys = index * block_keys + jnp.arange(block_keys)
@@ -108,19 +108,31 @@ def _query_block(
         if window > 0:
             visible &= positions[:, :, None] - keys[None, None, :] < window
         scores = jnp.einsum("krgtd,krsd->krgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
-        scores = jnp.where(visible[None, :, None], scores * dim**-0.5, NEG_INF)
+        return jnp.where(visible[None, :, None], scores * dim**-0.5, NEG_INF), v
+
+    def weighted(probs: jax.Array, v: jax.Array) -> jax.Array:
+        return jnp.einsum("krgts,krsd->krgtd", probs.astype(dtype), v, precision=precision,
+                          preferred_element_type=jnp.float32)
+
+    def opening(index: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        # The first block starts the running max, sum and output itself: a loop starting from
+        # zeros made XLA fill a fresh accumulator for every layer (448 queries over 448 keys of a
+        # SmolLM layer: 4.7 -> 3.0 ms).
+        scores, v = block(index)
+        best = scores.max(-1)
+        probs = jnp.exp(scores - best[..., None])
+        return best, probs.sum(-1), weighted(probs, v)
+
+    def visit(index: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
+        best, total, acc = carry
+        scores, v = block(index)
         new_best = jnp.maximum(best, scores.max(-1))
         fade = jnp.exp(best - new_best)  # 0 once a real key beats the masked placeholder
         probs = jnp.exp(scores - new_best[..., None])
-        total = total * fade + probs.sum(-1)
-        update = jnp.einsum("krgts,krsd->krgtd", probs.astype(dtype), v, precision=precision,
-                            preferred_element_type=jnp.float32)
-        return new_best, total, acc * fade[..., None] + update
+        return new_best, total * fade + probs.sum(-1), acc * fade[..., None] + weighted(probs, v)
 
-    shape = (kv_heads, rows, group, steps)
-    start = (jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32), jnp.zeros((*shape, dim), jnp.float32))
     first_block, num_blocks = _visited_blocks(positions, live, window, block_keys)
-    _, total, acc = jax.lax.fori_loop(first_block, num_blocks, visit, start)
+    _, total, acc = jax.lax.fori_loop(first_block + 1, num_blocks, visit, opening(first_block))
     return acc / total[..., None]
 
 
