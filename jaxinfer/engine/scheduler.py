@@ -126,6 +126,8 @@ class Scheduler:
         while self.waiting and budget > 0 and len(rows) < self.config.max_prefill_seqs:
             if len(self.running) >= self.config.max_num_seqs or not self.waiting[0].ready:
                 break
+            if self._row_budget(rows) <= 0:
+                break  # checked before the prefix lookup, which counts as a cache query
             row = self._admit(self.waiting[0], rows, budget)
             if row is None:
                 break
@@ -159,10 +161,7 @@ class Scheduler:
         """Give a waiting request its cached prefix and pages for a first chunk, or None if none fit."""
         pages, hashes = self.blocks.match_prefix(request.all_ids)
         computed = len(pages) * self.blocks.page_size
-        count = self._row_count(rows, request.num_tokens - computed, budget)
-        if count <= 0:
-            self.blocks.release(pages)
-            return None
+        count = self._row_count(rows, request.num_tokens - computed, budget)  # >= 1: the caller checked both budgets
         try:
             pages += self.blocks.allocate(self.blocks.pages_for(computed + count) - len(pages), _last(pages))
         except OutOfPages:
