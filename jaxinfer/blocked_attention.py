@@ -91,7 +91,7 @@ def _query_block(
     dtype: jnp.dtype,
 ) -> jax.Array:
     """Online softmax of one block of queries over the key blocks they can see: [KV, R, G, Tb, K] f32."""
-    kv_heads, rows, group, steps, dim = qg.shape
+    *_, steps, dim = qg.shape
     block_keys = block_pages * cache.page_size
     offsets = first + jnp.arange(steps)
     positions = (lengths - query_lens)[:, None] + offsets[None, :]
