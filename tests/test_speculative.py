@@ -103,8 +103,9 @@ def assert_cost_model(llm: LLM, calibrated: bool) -> None:
     assert float(costs.verify_per_row) == 0.0  # measured rounds already include verification's width
     assert not np.allclose(base, 1.0), base  # timings, not the heuristic's defaults
     # The values themselves are timings (1.6-2.1 plain steps measured idle, 0.48 seen under load):
-    # only their sign is certain; per_draft is a clipped difference of two timings.
-    assert np.all(base > 0) and np.all(per_draft >= 0), (base, per_draft)
+    # only their sign is certain, and both are clipped differences of two timings (a suite
+    # under load measured the greedy base at -0.007 before the clip).
+    assert np.all(base >= 0) and np.all(per_draft >= 0), (base, per_draft)
 
 
 def test_heuristic_costs_plan_by_batch_size():

@@ -141,7 +141,8 @@ def calibrate(
         seconds, (state, proposer_state) = _timings(run, runs, (state, proposer_state))
         t = {name: float(np.min(value)) for name, value in seconds.items()}
         slope = max(t[k] - t[1], 0.0) / max(k - 1, 1)
-        base.append((t[1] - slope) / t["plain"])
+        # Noise can make the 1-draft round look cheaper than its draft step: a round costs >= 0.
+        base.append(max(t[1] - slope, 0.0) / t["plain"])
         per_draft.append(slope / t["plain"])
     state = dataclasses.replace(state, sampling=dataclasses.replace(state.sampling, temperature=temperature))
     costs = CostModel(jnp.asarray(base, jnp.float32), jnp.asarray(per_draft, jnp.float32), jnp.float32(0.0))
