@@ -9,6 +9,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from xla_flags import compile_tests_at_o0  # noqa: E402
+
+compile_tests_at_o0()
+
 from hf_models import save_hf_model, save_tiny_tokenizer  # noqa: E402
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from python_subprocess import child_env
+from xla_flags import user_xla_flags
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -85,11 +86,12 @@ def jaxinfer_commands(script: str) -> list[str]:
 
 
 def _env(cwd: Path) -> dict[str, str]:
-    # This checkout, not whatever jaxinfer happens to be installed; no torch (see the module docstring).
+    # This checkout, not whatever jaxinfer happens to be installed; no torch (see the module docstring);
+    # XLA compiling as it does for users (the session's -O0 is for speed: see xla_flags).
     site = cwd / ".site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text('import sys\nsys.modules["torch"] = None\n')
-    return child_env(str(site))
+    return child_env(str(site), XLA_FLAGS=user_xla_flags())
 
 
 def _run(argv: list[str], cwd: Path, where: str) -> subprocess.CompletedProcess:
