@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hf_models import save_hf_model
 from python_subprocess import run_python
+from xla_flags import user_xla_flags
 
 from jaxinfer import compile_cache
 
@@ -27,10 +28,12 @@ def first_call(model: Path, setting: bool | str) -> dict:
     """Seconds to load and to finish the first generate, in a fresh interpreter.
 
     The CPU kernels are off: what is cached is XLA's compiled programs, and the test must run (not
-    fail) where there is no C++ compiler to build the kernels.
+    fail) where there is no C++ compiler to build the kernels. XLA compiles as it does for users
+    (not at the session's -O0), so the cache saves what it saves them.
     """
     script = FIRST_CALL.format(setting=setting if isinstance(setting, bool) else str(setting), model=str(model))
-    return json.loads(run_python(script, kernels=False, JAXINFER_COMPILE_CACHE="1").splitlines()[-1])
+    out = run_python(script, kernels=False, JAXINFER_COMPILE_CACHE="1", XLA_FLAGS=user_xla_flags())
+    return json.loads(out.splitlines()[-1])
 
 
 def test_warm_cache_reaches_first_tokens_faster(tmp_path):
