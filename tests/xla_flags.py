@@ -3,8 +3,8 @@
 A session on a new machine compiles every step program once (its persistent compilation cache
 is empty): 940 s for the suite on 2 cores, against 260 s warm. LLVM's optimisations are about a
 third of that compile time, and the tiny test models barely use the code they speed up (the
-native kernels are built with their own flags), so the session compiles at -O0 (the suite:
-940 -> 680 s). Code generated at -O0 rounds some float operations differently (no fused
+native kernels are built with their own flags), so the session compiles at -O0 (the cold suite:
+940 -> 680-780 s). Code generated at -O0 rounds some float operations differently (no fused
 multiply-adds), by a few ulps: every comparison in the suite is within one session, or within
 tolerances. The docs examples run with the user's flags (`user_xla_flags`), so what users run
 stays covered at the default level.
