@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import time
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +13,7 @@ import pytest
 from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
-from jaxinfer.speculative.costs import heuristic_costs, on_host, round_plan
+from jaxinfer.speculative.costs import calibrate, heuristic_costs, on_host, round_plan
 from jaxinfer.speculative.decoder import SpeculativeError, SpeculativeFallbackWarning
 
 PROMPTS = [np.random.RandomState(i).randint(3, 256, size=n).tolist() for i, n in enumerate([5, 17, 9, 30])]
@@ -106,6 +108,34 @@ def assert_cost_model(llm: LLM, calibrated: bool) -> None:
     # only their sign is certain, and both are clipped differences of two timings (a suite
     # under load measured the greedy base at -0.007 before the clip).
     assert np.all(base >= 0) and np.all(per_draft >= 0), (base, per_draft)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sampling:
+    temperature: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class _State:
+    sampling: _Sampling
+
+
+def test_calibration_never_gives_a_round_a_negative_base():
+    """A k-draft round timed far slower than its draft steps explain (load) must not make a 1-draft
+    round's base negative: probes of 10 ms (plain, 1 draft) and 40 ms (3 drafts) give a slope of
+    15 ms a draft, more than the whole 1-draft round."""
+    seconds = {0: 0.010, 1: 0.010, K: 0.040}
+
+    def probe(weights, draft_params, state, proposer_state, steps, cfg, proposer, spec, kind):
+        time.sleep(seconds[int(steps)])
+        return jnp.int32(0), state, proposer_state
+
+    state = _State(_Sampling(jnp.zeros((2,), jnp.float32)))
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=K)
+    costs, state, _ = calibrate(probe, None, None, state, None, None, None, spec)
+    assert np.all(np.asarray(costs.round_base) == 0.0), costs.round_base
+    np.testing.assert_allclose(np.asarray(costs.per_draft), 1.5, rtol=0.2)
+    assert np.all(np.asarray(state.sampling.temperature) == 0.0)  # handed back as given
 
 
 def test_heuristic_costs_plan_by_batch_size():
