@@ -259,11 +259,14 @@ Int16Rows QuantizeRows(const float* x, int64_t M, int64_t K, int64_t K2, int64_t
 
 using jaxinfer_int::Int4Tile;
 using jaxinfer_int::Int8Tile;
-constexpr int kIntPassRows = jaxinfer_int::kPassRows;  // as many rows as the registers hold
+// As many rows as the registers hold.
+constexpr int kInt8PassRows = jaxinfer_int::kInt8PassRows;
+constexpr int kInt4PassRows = jaxinfer_int::kInt4PassRows;
 
 #else
 
-constexpr int kIntPassRows = kGroupRows;
+constexpr int kInt8PassRows = kGroupRows;
+constexpr int kInt4PassRows = kGroupRows;
 constexpr int64_t kChunkPairs = 128;  // pairs summed in int32 before float: 2^31 > 256 * 2 * 127 * 32767
 
 // Columns [32t, 32t + 32) of R rows of y from an int8 tile [K2, 64] (rows 2k2 and 2k2 + 1 of each
@@ -330,12 +333,13 @@ void Int4Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int32_t
 
 #endif  // AVX2
 
-// Calls tile(w, t, r, rows) for every tile of every weight and group of up to kIntPassRows rows.
+// Calls tile(w, t, r, rows) for every tile of every weight and group of up to pass_rows rows.
 template <typename TileFn>
-void ForEachTile(ffi::ThreadPool& pool, std::vector<int64_t> first, int64_t tile_bytes, int64_t M, TileFn tile) {
+void ForEachTile(ffi::ThreadPool& pool, std::vector<int64_t> first, int64_t tile_bytes, int64_t M, int64_t pass_rows,
+                 TileFn tile) {
   SplitTiles(pool, std::move(first), tile_bytes, [=](size_t w, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t r = 0; r < M; r += kIntPassRows) tile(w, t, r, std::min<int64_t>(kIntPassRows, M - r));
+      for (int64_t r = 0; r < M; r += pass_rows) tile(w, t, r, std::min<int64_t>(pass_rows, M - r));
     }
   });
 }
@@ -424,7 +428,8 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args
   }
   const Int16Rows quantized = QuantizeRows(x.typed_data(), M, K, K2, 0);
   const Int16Rows* rows = &quantized;  // every task ends before this call returns
-  ForEachTile(pool, std::move(first), K2 * kTileValues, M, [=](size_t i, int64_t t, int64_t r, int64_t n) {
+  const int64_t tile_bytes = K2 * kTileValues;
+  ForEachTile(pool, std::move(first), tile_bytes, M, kInt8PassRows, [=](size_t i, int64_t t, int64_t r, int64_t n) {
     const auto& op = ops[i];
     ByRows<Int8Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, op.w + t * K2 * kTileValues,
                      op.scale, op.y + r * op.N, K2, op.N, t);
@@ -462,7 +467,8 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args
   const int64_t group = K / groups;
   const Int16Rows quantized = QuantizeRows(x.typed_data(), M, K, K2, group);
   const Int16Rows* rows = &quantized;  // every task ends before this call returns
-  ForEachTile(pool, std::move(first), K2 * kTileColumns, M, [=](size_t i, int64_t t, int64_t r, int64_t n) {
+  const int64_t tile_bytes = K2 * kTileColumns;
+  ForEachTile(pool, std::move(first), tile_bytes, M, kInt4PassRows, [=](size_t i, int64_t t, int64_t r, int64_t n) {
     const auto& op = ops[i];
     ByRows<Int4Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, rows->sums.data() + r * groups,
                      groups, op.w + t * K2 * kTileColumns, op.scale, op.y + r * op.N, K2, op.N, t, group, op.padded_n);

@@ -9,12 +9,16 @@
 // 8-9 GB/s, int4 5-6; with this, 12 and 11).
 //
 // A pass sums as many of a tile's column vectors for its rows as the registers hold with their
-// operands (kSumRegisters / rows); more rows read the run of pairs again from L1 per vector.
+// operands (kInt8Sums or kInt4Sums / rows); more rows read the run of pairs again from L1 per
+// vector, broadcasting every row's pairs again. int8 holds one broadcast pair a row, int4 two:
+// with AVX-512, int8 sums both vectors of 8 rows in one pass, int4 both vectors of 4 rows.
 // With all four AVX2 vectors for two rows GCC spilled a sum, and the loop ran at a
 // store-forwarding latency. On a Zen 4 (AVX512-BF16) the AVX2 loops left batch-8 decode at
 // 0.67x (int8) and 0.57x (int4) of the bf16 tiles, the AVX-512 ones at 0.78-0.86x and
-// 0.74-0.78x: one vpdpwssd does as many multiply-adds as one vdpbf16ps, so where decode is
-// compute bound int8 can at best match bf16; at batch 1 both read at memory speed.
+// 0.74-0.78x with one vector per pass of 8 rows, 0.98-1.02x and 0.93-0.99x with the passes
+// above (0.86x and 0.84x before, in the same session): one vpdpwssd does as many multiply-adds
+// as one vdpbf16ps, so where decode is compute bound int8 can at best match bf16; at batch 1
+// both read at memory speed.
 
 #ifndef JAXINFER_CPU_KERNELS_PACKED_TILES_INT_H_
 #define JAXINFER_CPU_KERNELS_PACKED_TILES_INT_H_
@@ -37,8 +41,10 @@ struct Isa {
   using I = __m512i;
   using F = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kSumRegisters = 8;  // of 32, beside the broadcast pairs and operands
-  static constexpr int kPassRows = 8;
+  static constexpr int kInt8Sums = 16;  // of 32, beside R broadcast pairs and a widened vector
+  static constexpr int kInt4Sums = 8;   // beside 2R broadcast pairs, a vector and its two nibble halves
+  static constexpr int kInt8PassRows = 8;
+  static constexpr int kInt4PassRows = 4;
   static I Zero() { return _mm512_setzero_si512(); }
   static I Broadcast(int32_t v) { return _mm512_set1_epi32(v); }
   // kLanes columns' pairs of int8 (or bytes) at p, widened to int16.
@@ -73,8 +79,10 @@ struct Isa {
   using I = __m256i;
   using F = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kSumRegisters = 4;  // of 16
-  static constexpr int kPassRows = 2;
+  static constexpr int kInt8Sums = 4;  // of 16
+  static constexpr int kInt4Sums = 4;
+  static constexpr int kInt8PassRows = 2;
+  static constexpr int kInt4PassRows = 2;
   static I Zero() { return _mm256_setzero_si256(); }
   static I Broadcast(int32_t v) { return _mm256_set1_epi32(v); }
   static I WidenSigned(const void* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p))); }
@@ -102,11 +110,12 @@ using I = Isa::I;
 using F = Isa::F;
 constexpr int kLanes = Isa::kLanes;
 constexpr int kVectors = kColumns / kLanes;  // per tile row
-constexpr int kPassRows = Isa::kPassRows;    // rows per call of a tile function
+constexpr int kInt8PassRows = Isa::kInt8PassRows;  // rows per call of a tile function
+constexpr int kInt4PassRows = Isa::kInt4PassRows;
 
-// Column vectors one pass sums for R rows.
-template <int R>
-constexpr int PassVectors() { return std::min(kVectors, std::max(1, Isa::kSumRegisters / R)); }
+// Column vectors one pass sums for R rows, in `sums` registers.
+template <int R, int sums>
+constexpr int PassVectors() { return std::min(kVectors, std::max(1, sums / R)); }
 
 // Each row's int16 pair (2k2, 2k2 + 1) as one int32 in every lane: the multiply-add's operand.
 template <int R>
@@ -163,7 +172,7 @@ void Int8Pass(const int16_t* x, int64_t ldx, const int8_t* tile, int64_t k0, int
 template <int R>
 void Int8Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int8_t* tile, const float* scale, float* y,
               int64_t K2, int64_t N, int64_t t) {
-  constexpr int V = PassVectors<R>();
+  constexpr int V = PassVectors<R, Isa::kInt8Sums>();
   alignas(64) float total[R][kColumns] = {};
   for (int64_t k0 = 0; k0 < K2; k0 += kChunkPairs) {
     for (int v0 = 0; v0 < kVectors; v0 += V) Int8Pass<R, V>(x, ldx, tile, k0, std::min(K2, k0 + kChunkPairs), v0, total);
@@ -203,7 +212,7 @@ template <int R>
 void Int4Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int32_t* x_sums, int64_t groups,
               const uint8_t* tile, const uint16_t* scales, float* y, int64_t K2, int64_t N, int64_t t,
               int64_t group, int64_t padded_n) {
-  constexpr int V = PassVectors<R>();
+  constexpr int V = PassVectors<R, Isa::kInt4Sums>();
   const int64_t j0 = t * kColumns, group_quads = group / 4;
   alignas(64) float total[R][kColumns] = {};
   for (int64_t g = 0; g < K2 / 2 / group_quads; ++g) {
