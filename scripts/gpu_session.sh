@@ -18,6 +18,9 @@
 #                                                   # tests and generate's, on 12 workers (~4 min)
 #   bash scripts/gpu_session.sh joined [OUT_DIR]   # batch-1 and -8 decode with q/k/v and gate/up joined vs
 #                                                   # split, bf16/int8/int4, then a batch-1 trace (~5 min, untried)
+#   bash scripts/gpu_session.sh command-buffers [OUT_DIR]  # batch-1 bf16/int8/int4 decode as is, then with the
+#                                                   # decode loop's while and conditionals in CUDA graphs too,
+#                                                   # and that run's trace (~5 min, untried)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
@@ -125,6 +128,20 @@ joined)
     step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" --batch 1 --top 30 \
         --out "$out/trace"
     ;;
+command-buffers)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    ckpt=/tmp/jaxinfer_bench
+    # An H200 trace of batch-1 decode was 38% idle between kernels: launches. XLA puts fusions and
+    # library calls in command buffers (CUDA graphs) by default, not the loop around them.
+    graphs=--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL
+    step quant 150 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
+        --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant.json"
+    XLA_FLAGS=$graphs step quant_graphs 150 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 \
+        --repeats 3 --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant_graphs.json"
+    XLA_FLAGS=$graphs step profile_b1_graphs 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" \
+        --batch 1 --top 20 --out "$out/graphs"
+    ;;
 warmup-threads)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
@@ -141,7 +158,7 @@ suite)
         step "suite$half" 560 python3 -m pytest -q -n 12 -p no:cacheprovider -rfE $files
     ;;
 *)
-    sed -n '2,24p' "$0"
+    sed -n '2,/^# Each mode/p' "$0"
     exit 2
     ;;
 esac
