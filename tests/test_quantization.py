@@ -144,6 +144,19 @@ def test_cpu_kernel_rows_are_independent(mode):
 
 @needs_kernels
 @pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_cpu_kernel_rows_match_alone_in_any_batch(mode):
+    """Each row's product is the same bits alone and in a batch of 11 (passes of 8 + 3 rows for int8,
+    4 + 4 + 3 for int4; two chunks of int8 pairs): the engine's batch invariance with quantized weights."""
+    w = jax.random.normal(jax.random.key(6), (320, 72), jnp.float32)
+    q = tile(quantize(w, 1, mode, 32))
+    x = jax.random.normal(jax.random.key(7), (11, 320), jnp.float32)
+    batch = np.asarray(quantized_matmul(x, q))
+    for r in range(11):
+        np.testing.assert_array_equal(batch[r], np.asarray(quantized_matmul(x[r : r + 1], q))[0])
+
+
+@needs_kernels
+@pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_linears_share_one_kernel_call(mode):
     """Tiled weights of one mode and group go in one call with the same products as one call each."""
     keys = jax.random.split(jax.random.key(5), 4)
