@@ -3,8 +3,12 @@
 One workload for all three: N requests, prompt lengths uniform in [32, 512], output lengths
 uniform in [32, 256], fixed seed, ignore_eos, greedy. Prints output and total tokens/s, TTFT and
 TPOT (mean/p50/p99), peak KV usage, preemptions, and the compute roofline: total tokens x 2 x
-parameters over the matmul FLOP/s measured here in the model's dtype. Also a shared-prefix
-workload (requests sharing a long prefix) with prefix caching on and off. Writes JSON.
+parameters over the matmul FLOP/s measured here in the model's dtype. Also the physical bound:
+that compute time plus the time to read, at the read bandwidth measured here, the K/V every
+decode step must read (each generated token reads its sequence's whole cache), the engine's
+share of it, and the most any engine could beat HF by on this machine (HF's time over the
+bound). Also a shared-prefix workload (requests sharing a long prefix) with prefix caching on
+and off. Writes JSON.
 
     python scripts/bench_throughput.py                       # demo target + SmolLM-135M shape, CPU
     python scripts/bench_throughput.py --models smollm-135m --requests 64 --skip-hf
@@ -22,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_decode import make_checkpoint
+from bench_decode import make_checkpoint, measure_read_bandwidth
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine.metrics import StepClock
 from jaxinfer.llm import DEMO_MODEL
@@ -50,6 +54,29 @@ def matmul_flops(dtype: jnp.dtype) -> float:
     f(a, a).block_until_ready()
     best = min(_timed(lambda: f(a, a).block_until_ready()) for _ in range(5))
     return 2 * size**3 / best
+
+
+def kv_token_bytes(llm: LLM, kv_cache_dtype: str) -> int:
+    """Bytes of K and V one token holds over all layers (8-bit pages: values plus a float32 scale per head)."""
+    cfg = llm.config
+    per_head = cfg.head_dim * jnp.dtype(llm.dtype).itemsize if kv_cache_dtype == "auto" else cfg.head_dim + 4
+    return 2 * cfg.num_layers * cfg.num_kv_heads * per_head
+
+
+def decode_kv_reads(prompts: list[list[int]], outputs: list[int], token_bytes: int) -> int:
+    """K/V bytes the decode steps read: the token after the first, at context c, reads c tokens' K/V."""
+    return token_bytes * sum(n * len(p) + n * (n - 1) // 2 for p, n in zip(prompts, outputs))
+
+
+def physical_bound(row: dict) -> dict:
+    """Seconds no engine beats here: matmuls at the measured peak plus decode K/V reads at the read bandwidth."""
+    compute_s = row["total_tokens"] * 2 * row["params"] / row["matmul_flops"]
+    kv_s = row["decode_kv_bytes"] / row["read_bandwidth"]
+    bound = dict(compute_s=compute_s, kv_read_s=kv_s, seconds=compute_s + kv_s)
+    bound["engine_fraction"] = bound["seconds"] / row["engine"]["seconds"]
+    if "hf" in row:
+        bound["hf_ceiling"] = row["hf"]["seconds"] / bound["seconds"]
+    return bound
 
 
 def _timed(fn) -> float:
@@ -182,7 +209,8 @@ def bench_model(name: str, path: Path, dtype: str, args) -> dict:
     flops = matmul_flops(llm.dtype)
     row = dict(model=name, dtype=dtype, kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size,
                requests=args.requests, decode_steps=args.decode_steps, params=int(n_params), output_tokens=sum(outputs),
-               total_tokens=total_tokens, matmul_flops=flops,
+               total_tokens=total_tokens, matmul_flops=flops, read_bandwidth=measure_read_bandwidth(1 << 29),
+               decode_kv_bytes=decode_kv_reads(prompts, outputs, kv_token_bytes(llm, args.kv_cache_dtype)),
                engine=run_engine(llm, prompts, outputs, args.full_warmup))
     row["engine"]["roofline"] = total_tokens * 2 * n_params / row["engine"]["seconds"] / flops
     _progress(name, "engine", row)
@@ -192,6 +220,7 @@ def bench_model(name: str, path: Path, dtype: str, args) -> dict:
     if not args.skip_hf:
         row["hf"] = run_hf(path, dtype, prompts, outputs, max_batches=args.hf_batches)
         _progress(name, "hf", row)
+    row["bound"] = physical_bound(row)
     if args.shared_prefix:
         row["shared_prefix_ttft"] = shared_prefix(llm, llm.config.vocab_size)
     return row
@@ -229,6 +258,11 @@ def print_row(row: dict) -> None:
           f"TPOT {e['tpot']['mean'] * 1e3:.1f}/{e['tpot']['p50'] * 1e3:.1f}/{e['tpot']['p99'] * 1e3:.1f} ms  "
           f"ITL {e['itl']['mean'] * 1e3:.1f}/{e['itl']['p50'] * 1e3:.1f}/{e['itl']['p99'] * 1e3:.1f} ms "
           f"(decode_steps {row['decode_steps']})")
+    b = row["bound"]
+    print(f"bound {b['seconds']:.1f} s = matmuls {b['compute_s']:.1f} s + decode K/V reads {b['kv_read_s']:.1f} s "
+          f"({row['decode_kv_bytes'] / 1e9:.1f} GB at {row['read_bandwidth'] / 1e9:.1f} GB/s): engine at "
+          f"{b['engine_fraction']:.0%} of it" + (f"; HF's time over it {b['hf_ceiling']:.1f}x (the most any engine beats HF by here)"
+             if "hf_ceiling" in b else ""))
     if "shared_prefix_ttft" in row:
         sp = row["shared_prefix_ttft"]
         print(f"shared prefix TTFT: off {sp['off']:.3f} s, on {sp['on']:.3f} s ({sp['ratio']:.1f}x; "
