@@ -64,8 +64,8 @@ def kv_token_bytes(llm: LLM, kv_cache_dtype: str) -> int:
 
 
 def decode_kv_reads(prompts: list[list[int]], outputs: list[int], token_bytes: int) -> int:
-    """K/V bytes the decode steps read: the token after the first, at context c, reads c tokens' K/V."""
-    return token_bytes * sum(n * len(p) + n * (n - 1) // 2 for p, n in zip(prompts, outputs))
+    """K/V bytes the decode steps read: outputs after the first (prefill's), the j-th reading prompt + j tokens' K/V."""
+    return token_bytes * sum((n - 1) * len(p) + n * (n - 1) // 2 for p, n in zip(prompts, outputs))
 
 
 def physical_bound(row: dict) -> dict:
@@ -259,10 +259,10 @@ def print_row(row: dict) -> None:
           f"ITL {e['itl']['mean'] * 1e3:.1f}/{e['itl']['p50'] * 1e3:.1f}/{e['itl']['p99'] * 1e3:.1f} ms "
           f"(decode_steps {row['decode_steps']})")
     b = row["bound"]
+    ceiling = f"; HF's time over it {b['hf_ceiling']:.1f}x (the most any engine beats HF by here)" if "hf" in row else ""
     print(f"bound {b['seconds']:.1f} s = matmuls {b['compute_s']:.1f} s + decode K/V reads {b['kv_read_s']:.1f} s "
           f"({row['decode_kv_bytes'] / 1e9:.1f} GB at {row['read_bandwidth'] / 1e9:.1f} GB/s): engine at "
-          f"{b['engine_fraction']:.0%} of it" + (f"; HF's time over it {b['hf_ceiling']:.1f}x (the most any engine beats HF by here)"
-             if "hf_ceiling" in b else ""))
+          f"{b['engine_fraction']:.0%} of it{ceiling}")
     if "shared_prefix_ttft" in row:
         sp = row["shared_prefix_ttft"]
         print(f"shared prefix TTFT: off {sp['off']:.3f} s, on {sp['on']:.3f} s ({sp['ratio']:.1f}x; "
