@@ -27,6 +27,8 @@ from jaxinfer.cpu_kernels.packed_quant import (
     int4_tiles_matmul,
     int8_tiles_matmul,
     pad_columns,
+    tile_group_scales,
+    untile_group_scales,
 )
 from jaxinfer.cpu_kernels.packed_matmul import pair_tiles, pair_untiles
 from jaxinfer.precision import matmul_precision
@@ -147,8 +149,9 @@ def tile(q: QuantizedWeight) -> QuantizedWeight:
     """int8/int4 in the CPU kernel's tile layout; fp8 (no kernel) and tiled weights as they are."""
     if q.tiled or q.mode == "fp8":
         return q
-    values = pair_tiles(q.values) if q.mode == "int8" else int4_tiles(q.values)
-    return dataclasses.replace(q, values=values, scales=pad_columns(q.scales), tiled=True)
+    if q.mode == "int8":
+        return dataclasses.replace(q, values=pair_tiles(q.values), scales=pad_columns(q.scales), tiled=True)
+    return dataclasses.replace(q, values=int4_tiles(q.values), scales=tile_group_scales(q.scales), tiled=True)
 
 
 def untile(q: QuantizedWeight) -> QuantizedWeight:
@@ -156,10 +159,10 @@ def untile(q: QuantizedWeight) -> QuantizedWeight:
     if not q.tiled:
         return q
     if q.mode == "int8":
-        values = pair_untiles(q.values, q.in_size, q.out_size)
+        values, scales = pair_untiles(q.values, q.in_size, q.out_size), q.scales[: q.out_size]
     else:
         values = from_int4_tiles(q.values, q.in_size, q.out_size)
-    scales = q.scales[..., : q.out_size]
+        scales = untile_group_scales(q.scales, q.out_size)
     return dataclasses.replace(q, values=values, scales=scales, tiled=False)
 
 

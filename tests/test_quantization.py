@@ -131,15 +131,16 @@ def test_cpu_kernel_matches_xla_path(mode, rows):
 @needs_kernels
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_cpu_kernel_rows_are_independent(mode):
-    """A row's scale is its own: a huge row, a zero row or a NaN row leaves the others' products alone."""
+    """A row's scale is its own: a huge row, a zero row, a NaN row or an infinite one leaves the others'
+    products alone (the last two are NaN throughout)."""
     w = jax.random.normal(jax.random.key(3), (96, 40), jnp.float32)
     q = tile(quantize(w, 1, mode, 32))
-    x = jax.random.normal(jax.random.key(4), (4, 96), jnp.float32)
+    x = jax.random.normal(jax.random.key(4), (5, 96), jnp.float32)
     alone = np.asarray(quantized_matmul(x[:1], q))
-    mixed = x.at[1].multiply(1e6).at[2].set(0.0).at[3, 5].set(jnp.nan)
+    mixed = x.at[1].multiply(1e6).at[2].set(0.0).at[3, 5].set(jnp.nan).at[4, 90].set(-jnp.inf)
     got = np.asarray(quantized_matmul(mixed, q))
     np.testing.assert_array_equal(got[0], alone[0])
-    assert (got[2] == 0).all() and np.isnan(got[3]).all() and np.isfinite(got[1]).all()
+    assert (got[2] == 0).all() and np.isnan(got[3:]).all() and np.isfinite(got[1]).all()
 
 
 @needs_kernels

@@ -20,11 +20,14 @@
 // decode streams fewer bytes: int8 as Q [T, K2, 64] (a column's rows 2k2 and 2k2 + 1 side by
 // side) with one float32 scale per column, int4 as Q [T, K / 4, 64] bytes (per quad of rows, a
 // column's two bytes hold rows 4q and 4q + 2, then 4q + 1 and 4q + 3, in low and high nibbles,
-// stored value + 8) with one bf16 scale per column and group of `group` rows. x comes as
-// float32 and is rounded to int16 per row here; products are summed exactly in int32 and
-// scaled in float once per chunk of pairs (int8) or group (int4). The vector loops are in
-// packed_tiles_int.h (AVX2, or AVX-512 BW with VNNI where present), else portable loops with
-// the same sums.
+// stored value + 8) with one bf16 scale per column and group of `group` rows, tile by tile as
+// S [T, K / group, 32]: a tile's scales in one short run (laid out [K / group, N], each tile
+// read a 64-byte line from every group row, and a third of the kernel's profile samples in
+// batch-1 decode stalled on those loads, though the weight stream hid most of it: steps 1%
+// faster). x comes as float32 and is rounded to int16 per row here; products are summed
+// exactly in int32 and scaled in float once per chunk of pairs (int8) or group (int4). The
+// vector loops are in packed_tiles_int.h (AVX2, or AVX-512 BW with VNNI where present), else
+// portable loops with the same sums.
 
 #include <algorithm>
 #include <cmath>
@@ -230,15 +233,20 @@ Int16Rows QuantizeRows(const float* x, int64_t M, int64_t K, int64_t K2, int64_t
   Int16Rows q{std::vector<int16_t>(M * 2 * K2, 0), std::vector<float>(M), std::vector<int32_t>(M * groups, 0)};
   for (int64_t r = 0; r < M; ++r) {
     const float* row = x + r * K;
-    float max_abs = 0.0f, poison = 0.0f;  // poison: 0, or NaN when the row is not all finite
+    // The largest magnitude from the bits, which vectorises where a float max does not (without
+    // fast-math): below the all-ones exponent of infinities and NaNs, magnitudes order as their bits.
+    uint32_t max_bits = 0;
     for (int64_t k = 0; k < K; ++k) {
-      max_abs = std::max(max_abs, std::fabs(row[k]));
-      poison += row[k] * 0.0f;
+      uint32_t bits;
+      std::memcpy(&bits, row + k, sizeof(bits));
+      max_bits = std::max(max_bits, bits & 0x7fffffffu);
     }
-    if (std::isnan(poison)) {
+    if (max_bits >= 0x7f800000u) {
       q.scale[r] = std::numeric_limits<float>::quiet_NaN();
       continue;
     }
+    float max_abs;
+    std::memcpy(&max_abs, &max_bits, sizeof(max_abs));
     q.scale[r] = max_abs / 32767.0f;
     if (max_abs == 0.0f) continue;
     const float inverse = 32767.0f / max_abs;
@@ -297,11 +305,11 @@ void Int8Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int8_t*
 
 // The same from an int4 tile [K / 4, 64]: per quad of rows 4q..4q + 3 and column c, byte 2c holds
 // rows 4q (low nibble) and 4q + 2 (high), byte 2c + 1 rows 4q + 1 and 4q + 3, each stored + 8;
-// bf16 scales [K / group, padded N].
+// the tile's bf16 scales [K / group, 32].
 template <int R>
 void Int4Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int32_t* x_sums, int64_t groups,
               const uint8_t* tile, const uint16_t* scales, float* y, int64_t K2, int64_t N, int64_t t,
-              int64_t group, int64_t padded_n) {
+              int64_t group) {
   alignas(64) float total[R][kTileColumns] = {};
   alignas(64) int32_t sum[R][kTileColumns];
   const int64_t j = t * kTileColumns, group_quads = group / 4;
@@ -321,7 +329,7 @@ void Int4Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int32_t
     for (int r = 0; r < R; ++r) {
       const int32_t offset = 8 * x_sums[r * groups + g];
       for (int64_t c = 0; c < kTileColumns; ++c) {
-        total[r][c] += static_cast<float>(sum[r][c] - offset) * Widen(scales[g * padded_n + j + c]);
+        total[r][c] += static_cast<float>(sum[r][c] - offset) * Widen(scales[g * kTileColumns + c]);
       }
     }
   }
@@ -374,7 +382,7 @@ using F32Matrix = ffi::Buffer<ffi::F32, 2>;
 using Int8Tiles = ffi::Buffer<ffi::S8, 3>;
 using Int4Tiles = ffi::Buffer<ffi::U8, 3>;
 using ColumnScales = ffi::Buffer<ffi::F32, 1>;
-using GroupScales = ffi::Buffer<ffi::BF16, 2>;
+using GroupScales = ffi::Buffer<ffi::BF16, 3>;
 
 // Weight i of a quantized call: its tiles and scales (operands 2i and 2i + 1 after x) and result.
 template <typename W, typename S>
@@ -395,13 +403,13 @@ ffi::ErrorOr<QuantArgs<W, S>> QuantWeight(const ffi::RemainingArgs& args, const 
   return QuantArgs<W, S>{*w, *scale, *y};
 }
 
-// One quantized weight's operands: tiles, scales, result, its columns and the scales' padded width.
+// One quantized weight's operands: tiles, scales, result and its columns.
 template <typename T, typename S>
 struct QuantOperands {
   const T* w;
   const S* scale;
   float* y;
-  int64_t N, padded_n;
+  int64_t N;
 };
 
 // y_i [M, N_i] = x [M, K] . (W_i * scale_i) for int8 tiles W_i [ceil(N_i/32), ceil(K/2), 64] and
@@ -423,7 +431,7 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args
       return ffi::Error::InvalidArgument(
           "need x [M, K], int8 w [ceil(N/32), ceil(K/2), 64], scales [32*ceil(N/32)], y [M, N] per weight");
     }
-    ops.push_back({w.typed_data(), scale.typed_data(), y->typed_data(), N, 0});
+    ops.push_back({w.typed_data(), scale.typed_data(), y->typed_data(), N});
     first.push_back(first.back() + tiles);
   }
   const Int16Rows quantized = QuantizeRows(x.typed_data(), M, K, K2, 0);
@@ -438,7 +446,7 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args
 }
 
 // y_i [M, N_i] = x [M, K] . W_i for int4 tiles W_i [ceil(N_i/32), K/4, 64] with bf16 group scales
-// [K/group, 32 * ceil(N_i/32)], one group size for all; operands after x are (W_1, scales_1, ...).
+// [ceil(N_i/32), K/group, 32], one group size for all; operands after x are (W_1, scales_1, ...).
 ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args, ffi::RemainingRets ys) {
   if (auto err = CountsMatch(args, ys, 2); err.failure()) return err;
   const auto xd = x.dimensions();
@@ -452,16 +460,16 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args
     auto& [w, scale, y] = *a;
     const auto wd = w.dimensions(), sd = scale.dimensions(), yd = y->dimensions();
     const int64_t N = yd[1], tiles = wd[0];
-    const int64_t group = sd[0] > 0 ? K / sd[0] : 0;
+    const int64_t group = sd[1] > 0 ? K / sd[1] : 0;
     if (K % 4 || wd[1] * 4 != K || wd[2] != kTileValues || yd[0] != M || N > tiles * kTileColumns ||
-        N <= (tiles - 1) * kTileColumns || sd[1] != tiles * kTileColumns || group % 4 || group * sd[0] != K ||
-        (groups >= 0 && sd[0] != groups)) {
+        N <= (tiles - 1) * kTileColumns || sd[0] != tiles || sd[2] != kTileColumns || group % 4 ||
+        group * sd[1] != K || (groups >= 0 && sd[1] != groups)) {
       return ffi::Error::InvalidArgument(
-          "need x [M, K], int4 w [ceil(N/32), K/4, 64], scales [K/group, 32*ceil(N/32)] (group a multiple of 4, "
+          "need x [M, K], int4 w [ceil(N/32), K/4, 64], scales [ceil(N/32), K/group, 32] (group a multiple of 4, "
           "the same for every weight), y [M, N] per weight");
     }
-    groups = sd[0];
-    ops.push_back({w.typed_data(), Bits(scale.untyped_data()), y->typed_data(), N, sd[1]});
+    groups = sd[1];
+    ops.push_back({w.typed_data(), Bits(scale.untyped_data()), y->typed_data(), N});
     first.push_back(first.back() + tiles);
   }
   const int64_t group = K / groups;
@@ -471,7 +479,8 @@ ffi::Error Int4Matmul(ffi::ThreadPool pool, F32Matrix x, ffi::RemainingArgs args
   ForEachTile(pool, std::move(first), tile_bytes, M, kInt4PassRows, [=](size_t i, int64_t t, int64_t r, int64_t n) {
     const auto& op = ops[i];
     ByRows<Int4Rows>(n, rows->values.data() + r * 2 * K2, 2 * K2, rows->scale.data() + r, rows->sums.data() + r * groups,
-                     groups, op.w + t * K2 * kTileColumns, op.scale, op.y + r * op.N, K2, op.N, t, group, op.padded_n);
+                     groups, op.w + t * K2 * kTileColumns, op.scale + t * groups * kTileColumns, op.y + r * op.N, K2, op.N,
+                     t, group);
   });
   return ffi::Error::Success();
 }

@@ -4,7 +4,8 @@ int8: values [K, N] -> [ceil(N / 32), ceil(K / 2), 64]: per pair of rows, each c
 values side by side (the bf16 packing's order, zero-padded). Scales [N] -> [32 * ceil(N / 32)].
 int4: bytes [K / 2, N] (row 2i in the low nibble, 2i + 1 in the high one) -> [ceil(N / 32), K / 4,
 64]: per quad of rows 4q..4q + 3, each column's two bytes side by side, the first holding rows 4q
-(low nibble) and 4q + 2 (high), the second 4q + 1 and 4q + 3. Scales [G, N] -> [G, 32 * ceil(N / 32)].
+(low nibble) and 4q + 2 (high), the second 4q + 1 and 4q + 3. Scales [G, N] -> [ceil(N / 32), G,
+32]: a tile's scales in one short run (from [G, N], a tile read 64 bytes from each of G rows).
 The kernel multiplies a column's pair of rows by the activations' pair with one integer
 multiply-add (vpmaddwd), hence the pairs. Each tile is one sequential stream, so decode reads
 a quantized weight at memory speed and never materialises a dequantized copy.
@@ -52,6 +53,17 @@ def pad_columns(scales: jax.Array) -> jax.Array:
     return jnp.pad(scales, [(0, 0)] * (scales.ndim - 1) + [(0, pad)], constant_values=1)
 
 
+def tile_group_scales(scales: jax.Array) -> jax.Array:
+    """int4 scales [G, N] -> [ceil(N / 32), G, 32], padded with ones."""
+    padded = pad_columns(scales)
+    return padded.reshape(padded.shape[0], -1, TILE).transpose(1, 0, 2)
+
+
+def untile_group_scales(tiled: jax.Array, n: int) -> jax.Array:
+    """Inverse of `tile_group_scales`: [T, G, 32] -> [G, n]."""
+    return tiled.transpose(1, 0, 2).reshape(tiled.shape[1], -1)[:, :n]
+
+
 def _require(source_symbol: str, target: str) -> None:
     if not load("packed_matmul.cc", source_symbol, target):
         raise RuntimeError("quantized tiles need the CPU kernel, which is unavailable here (see the log); use cpu_kernels=False")
@@ -68,7 +80,7 @@ def int8_tiles_matmul(x: jax.Array, weights: list[tuple[jax.Array, jax.Array, in
 
 
 def int4_tiles_matmul(x: jax.Array, weights: list[tuple[jax.Array, jax.Array, int]]) -> list[jax.Array]:
-    """x [M, K] @ (int4 tiles [T, K / 4, 64] with bf16 group scales [G, 32T]) as float32 [M, n], per weight.
+    """x [M, K] @ (int4 tiles [T, K / 4, 64] with bf16 group scales [T, G, 32]) as float32 [M, n], per weight.
 
     One group size for all; x is rounded to int16 per row, as for int8.
     """

@@ -206,12 +206,12 @@ void Int4Pass(const int16_t* x, int64_t ldx, const uint8_t* tile, int64_t q0, in
 
 // The same from an int4 tile [K / 4, 64] (per quad of rows: byte 2c holds rows 4q (low nibble)
 // and 4q + 2 (high) of column c, byte 2c + 1 rows 4q + 1 and 4q + 3; each value stored + 8) with
-// bf16 scales [K / group, padded N]. The stored + 8 is taken off once per group: 8 times the
+// the tile's bf16 scales [K / group, 32]. The stored + 8 is taken off once per group: 8 times the
 // row's sum of activations over the group (x_sums [R, groups]).
 template <int R>
 void Int4Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int32_t* x_sums, int64_t groups,
               const uint8_t* tile, const uint16_t* scales, float* y, int64_t K2, int64_t N, int64_t t,
-              int64_t group, int64_t padded_n) {
+              int64_t group) {
   constexpr int V = PassVectors<R, Isa::kInt4Sums>();
   const int64_t j0 = t * kColumns, group_quads = group / 4;
   alignas(64) float total[R][kColumns] = {};
@@ -220,7 +220,7 @@ void Int4Tile(const int16_t* x, int64_t ldx, const float* x_scale, const int32_t
       I sum[R][V];
       Int4Pass<R, V>(x, ldx, tile, g * group_quads, (g + 1) * group_quads, v0, sum);
       for (int v = 0; v < V; ++v) {
-        const F s = Isa::Bf16(scales + g * padded_n + j0 + kLanes * (v0 + v));
+        const F s = Isa::Bf16(scales + g * kColumns + kLanes * (v0 + v));
         for (int r = 0; r < R; ++r) {
           float* out = total[r] + kLanes * (v0 + v);
           const F part = Isa::ToFloat(Isa::Sub(sum[r][v], Isa::Broadcast(8 * x_sums[r * groups + g])));
