@@ -4,7 +4,10 @@ For each batch size and weight format: a decode step's time (a 1-token generate 
 from an N-token one), the bytes a step streams (quantized layers as stored: values + scales;
 the head as it runs, bf16 unless the format ends in "+head" (`quantize_lm_head=True`); the KV
 cache as it is) and that over the copy bandwidth measured in the same
-run (the roofline fraction), and the speedup over bf16. The formats are timed in turn within
+run (the roofline fraction) and over the read bandwidth (a jitted sum over a buffer of the same
+size): decode only reads its bytes, and on a CPU a copy, counted as bytes read plus written,
+measured 52-88 GB/s in runs where reads alone reached 32 and the kernels streamed at that. Then
+the speedup over bf16. The formats are timed in turn within
 each round and the speedup is the median of the per-round ratios, so load from other processes
 on a shared machine moves both sides of a ratio alike. Writes a table and JSON.
 
@@ -34,7 +37,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from bench_decode import PRESETS, decode_step_bytes, make_checkpoint, measure_copy_bandwidth
+from bench_decode import PRESETS, decode_step_bytes, make_checkpoint, measure_copy_bandwidth, measure_read_bandwidth
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.models import split_projections
 
@@ -106,20 +109,21 @@ def bench_batch(path: Path, prompts: list[list[int]], args: argparse.Namespace) 
     return results
 
 
-def row(batch: int, name: str, result: dict, copy_bw: float) -> dict:
+def row(batch: int, name: str, result: dict, copy_bw: float, read_bw: float) -> dict:
     """One table row (vs_bf16: the median per-round speedup over bf16 at the same batch; None without bf16)."""
     gb_s = result["step_bytes"] / result["step_s"] / 1e9
     return dict(batch=batch, weights=name, decode_tok_s=result["decode_tok_s"], step_ms=result["step_s"] * 1e3,
                 step_mb=result["step_bytes"] / 1e6, step_gb_s=gb_s, roofline=gb_s * 1e9 / copy_bw,
-                vs_bf16=result["vs_bf16"])
+                of_read=gb_s * 1e9 / read_bw, vs_bf16=result["vs_bf16"])
 
 
 def print_table(rows: list[dict]) -> None:
     """The results as a fixed-width table."""
-    print(f"{'batch':>5} {'weights':>9} {'tok/s':>8} {'step ms':>8} {'MB/step':>8} {'GB/s':>6} {'roofline':>8} {'vs bf16':>7}")
+    print(f"{'batch':>5} {'weights':>9} {'tok/s':>8} {'step ms':>8} {'MB/step':>8} {'GB/s':>6} {'roofline':>8} "
+          f"{'of read':>7} {'vs bf16':>7}")
     for r in rows:
         print(f"{r['batch']:>5} {r['weights']:>9} {r['decode_tok_s']:>8.1f} {r['step_ms']:>8.2f} {r['step_mb']:>8.1f} "
-              f"{r['step_gb_s']:>6.1f} {r['roofline']:>8.1%} {_ratio(r['vs_bf16']):>7}")
+              f"{r['step_gb_s']:>6.1f} {r['roofline']:>8.1%} {r['of_read']:>7.1%} {_ratio(r['vs_bf16']):>7}")
 
 
 def _ratio(value: float | None) -> str:
@@ -145,18 +149,20 @@ def main() -> None:
 
     path = make_checkpoint(args.preset, args.model_dir)
     copy_bw = measure_copy_bandwidth(args.probe_mb << 20)
-    print(f"device {jax.devices()[0].device_kind}; copy bandwidth {copy_bw / 1e9:.1f} GB/s")
+    read_bw = measure_read_bandwidth(args.probe_mb << 20)
+    print(f"device {jax.devices()[0].device_kind}; copy bandwidth {copy_bw / 1e9:.1f} GB/s, read {read_bw / 1e9:.1f} GB/s")
     rng = np.random.RandomState(0)
     rows = []
     for batch in args.batches:
         prompts = rng.randint(3, 32000, (batch, args.prompt_len)).tolist()
         results = bench_batch(path, prompts, args)
-        rows += [row(batch, name, result, copy_bw) for name, result in results.items()]
+        rows += [row(batch, name, result, copy_bw, read_bw) for name, result in results.items()]
         print_table(rows[-len(results):])
     print_table(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(
         preset=args.preset, device=jax.devices()[0].device_kind, copy_bandwidth_gb_s=copy_bw / 1e9,
+        read_bandwidth_gb_s=read_bw / 1e9,
         prompt_len=args.prompt_len, new_tokens=args.new_tokens, decode_steps=args.decode_steps, repeats=args.repeats,
         rows=rows,
     ), indent=2))
