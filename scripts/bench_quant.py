@@ -3,13 +3,13 @@
 For each batch size and weight format: a decode step's time (a 1-token generate subtracted
 from an N-token one), the bytes a step streams (quantized layers as stored: values + scales;
 the head as it runs, bf16 unless the format ends in "+head" (`quantize_lm_head=True`); the KV
-cache as it is) and that over the copy bandwidth measured in the same
-run (the roofline fraction) and over the read bandwidth (a jitted sum over a buffer of the same
-size): decode only reads its bytes, and on a CPU a copy, counted as bytes read plus written,
-measured 52-88 GB/s in runs where reads alone reached 32 and the kernels streamed at that. Then
-the speedup over bf16. The formats are timed in turn within
-each round and the speedup is the median of the per-round ratios, so load from other processes
-on a shared machine moves both sides of a ratio alike. Writes a table and JSON.
+cache as it is), that over the copy bandwidth measured in the same run (the roofline fraction)
+and over the read bandwidth (`of read`: a jitted sum over a buffer of the same size), and the
+speedup over bf16. Decode only reads its bytes: on a 2-core VM a copy, counted as bytes read
+plus written, measured 52-88 GB/s where reads alone reached 32, the rate the kernels stream at.
+The formats are timed in turn within each round and the speedup is the median of the per-round
+ratios, so load from other processes on a shared machine moves both sides of a ratio alike.
+Writes a table and JSON.
 
     python scripts/bench_quant.py                      # SmolLM-135M shape, CPU: bf16 int8 int4 (+head)
     python scripts/bench_quant.py --preset llama-3.2-1b --formats bf16 int8 int4 fp8 int8-xla int4-xla  # on a GPU

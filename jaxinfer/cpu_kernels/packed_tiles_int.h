@@ -16,9 +16,8 @@
 // store-forwarding latency. On a Zen 4 (AVX512-BF16) the AVX2 loops left batch-8 decode at
 // 0.67x (int8) and 0.57x (int4) of the bf16 tiles, the AVX-512 ones at 0.78-0.86x and
 // 0.74-0.78x with one vector per pass of 8 rows, 0.98-1.02x and 0.93-0.99x with the passes
-// above (0.86x and 0.84x before, in the same session): one vpdpwssd does as many multiply-adds
-// as one vdpbf16ps, so where decode is compute bound int8 can at best match bf16; at batch 1
-// both read at memory speed.
+// above: one vpdpwssd does as many multiply-adds as one vdpbf16ps, so where decode is compute
+// bound int8 can at best match bf16; at batch 1 both read at memory speed.
 
 #ifndef JAXINFER_CPU_KERNELS_PACKED_TILES_INT_H_
 #define JAXINFER_CPU_KERNELS_PACKED_TILES_INT_H_
