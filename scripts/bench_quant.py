@@ -4,9 +4,11 @@ For each batch size and weight format: a decode step's time (a 1-token generate 
 from an N-token one), the bytes a step streams (quantized layers as stored: values + scales;
 the head as it runs, bf16 unless the format ends in "+head" (`quantize_lm_head=True`); the KV
 cache as it is), that over the copy bandwidth measured in the same run (the roofline fraction)
-and over the read bandwidth (`of read`: a jitted sum over a buffer of the same size), and the
-speedup over bf16. Decode only reads its bytes: on a 2-core VM a copy, counted as bytes read
-plus written, measured 52-88 GB/s where reads alone reached 32, the rate the kernels stream at.
+and over the read bandwidth (`of read`: a jitted sum over a buffer of the same size), the
+speedup over bf16, and the speedup its bytes allow (`bound`: bf16's bytes per step over the
+format's; with the head in bf16 it caps int8 at ~1.64x on both presets). Decode only reads
+its bytes: on a 2-core VM a copy, counted as bytes read plus written, measured 52-88 GB/s
+where reads alone reached 32, the rate the kernels stream at.
 The formats are timed in turn within each round and the speedup is the median of the per-round
 ratios, so load from other processes on a shared machine moves both sides of a ratio alike.
 Writes a table and JSON.
@@ -109,21 +111,27 @@ def bench_batch(path: Path, prompts: list[list[int]], args: argparse.Namespace) 
     return results
 
 
-def row(batch: int, name: str, result: dict, copy_bw: float, read_bw: float) -> dict:
-    """One table row (vs_bf16: the median per-round speedup over bf16 at the same batch; None without bf16)."""
+def row(batch: int, name: str, result: dict, copy_bw: float, read_bw: float, bf16_bytes: float | None) -> dict:
+    """One table row (vs_bf16: the median per-round speedup over bf16 at the same batch; None without bf16).
+
+    bytes_bound: bf16's bytes per step over this format's, the speedup a step bound by its bytes
+    alone would reach; fixed per-step work (kernel launches, small ops) keeps vs_bf16 below it.
+    """
     gb_s = result["step_bytes"] / result["step_s"] / 1e9
+    bound = bf16_bytes / result["step_bytes"] if bf16_bytes else None
     return dict(batch=batch, weights=name, decode_tok_s=result["decode_tok_s"], step_ms=result["step_s"] * 1e3,
                 step_mb=result["step_bytes"] / 1e6, step_gb_s=gb_s, roofline=gb_s * 1e9 / copy_bw,
-                of_read=gb_s * 1e9 / read_bw, vs_bf16=result["vs_bf16"])
+                of_read=gb_s * 1e9 / read_bw, vs_bf16=result["vs_bf16"], bytes_bound=bound)
 
 
 def print_table(rows: list[dict]) -> None:
     """The results as a fixed-width table."""
     print(f"{'batch':>5} {'weights':>9} {'tok/s':>8} {'step ms':>8} {'MB/step':>8} {'GB/s':>6} {'roofline':>8} "
-          f"{'of read':>7} {'vs bf16':>7}")
+          f"{'of read':>7} {'vs bf16':>7} {'bound':>6}")
     for r in rows:
         print(f"{r['batch']:>5} {r['weights']:>9} {r['decode_tok_s']:>8.1f} {r['step_ms']:>8.2f} {r['step_mb']:>8.1f} "
-              f"{r['step_gb_s']:>6.1f} {r['roofline']:>8.1%} {r['of_read']:>7.1%} {_ratio(r['vs_bf16']):>7}")
+              f"{r['step_gb_s']:>6.1f} {r['roofline']:>8.1%} {r['of_read']:>7.1%} {_ratio(r['vs_bf16']):>7} "
+              f"{_ratio(r['bytes_bound']):>6}")
 
 
 def _ratio(value: float | None) -> str:
@@ -156,7 +164,8 @@ def main() -> None:
     for batch in args.batches:
         prompts = rng.randint(3, 32000, (batch, args.prompt_len)).tolist()
         results = bench_batch(path, prompts, args)
-        rows += [row(batch, name, result, copy_bw, read_bw) for name, result in results.items()]
+        bf16_bytes = results["bf16"]["step_bytes"] if "bf16" in results else None
+        rows += [row(batch, name, result, copy_bw, read_bw, bf16_bytes) for name, result in results.items()]
         print_table(rows[-len(results):])
     print_table(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
