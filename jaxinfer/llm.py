@@ -24,6 +24,7 @@ from jaxinfer.config import ModelConfig, load_config
 from jaxinfer.compile_cache import compile_cache_setting
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.speculation import EngineDraft
+from jaxinfer.engine.memory_maps import release_programs_near_cap
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
 from jaxinfer.models import (
@@ -197,6 +198,8 @@ class LLM:
         validation.optional_int(max_seq_len, "max_seq_len", 1)
         validation.optional_int(max_batch_size, "max_batch_size", 1)
         compile_cache_setting(compile_cache)
+        if jax.default_backend() == "cpu":  # loading compiles programs too, each mapped (see memory_maps)
+            release_programs_near_cap()
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)

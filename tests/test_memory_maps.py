@@ -1,4 +1,5 @@
-"""Warm-up stops short of Linux's cap on memory maps (XLA:CPU maps every compiled kernel)."""
+"""Warm-up stops short of Linux's cap on memory maps (XLA:CPU maps every compiled kernel), and engines
+drop the compiled programs near it instead of letting the JIT abort the process."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 import jax
 import pytest
 
-from jaxinfer import LLM
+from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine import warmup as warmup_module
 from jaxinfer.engine import memory_maps
 
@@ -48,3 +49,34 @@ def test_warmup_stops_with_a_warning_naming_the_cap(checkpoint_dir, monkeypatch,
         return
     assert compiled == 2
     assert "vm.max_map_count" in caplog.text and "warm-up stopped after 2 of" in caplog.text
+
+
+def fake_cap(monkeypatch, tmp_path, headroom: int) -> None:
+    """The cap read as this process's maps plus `headroom` (the kernel's own cap is left alone)."""
+    cap = tmp_path / "max_map_count"
+    cap.write_text(f"{own_maps() + headroom}\n")
+    monkeypatch.setattr(memory_maps, "MAX_MAP_COUNT", cap)
+
+
+def test_programs_stay_while_the_cap_is_far(monkeypatch, tmp_path, caplog):
+    fake_cap(monkeypatch, tmp_path, headroom=50_000)
+    jax.jit(lambda x: x * 3)(1.0)  # a program compiled since the last look: the maps are read
+    with caplog.at_level(logging.WARNING, logger=memory_maps.log.name):
+        assert not memory_maps.release_programs_near_cap()
+    assert "vm.max_map_count" not in caplog.text
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="only XLA:CPU maps compiled programs into the process")
+def test_engine_drops_compiled_programs_near_the_cap(checkpoint_dir, monkeypatch, tmp_path, caplog):
+    llm = LLM(checkpoint_dir("llama3"), dtype="float32", max_seq_len=96, max_num_seqs=2, decode_steps=2)
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    expected = llm.generate([[5, 6, 7, 8]], params)[0].token_ids
+    before = own_maps()
+    fake_cap(monkeypatch, tmp_path, headroom=100)  # under a tenth of the cap free
+    jax.jit(lambda x: x + 1)(1.0)
+    with caplog.at_level(logging.WARNING, logger=memory_maps.log.name):
+        again = llm.generate([[5, 6, 7, 8]], params)[0].token_ids
+    assert "dropping all compiled programs" in caplog.text and "vm.max_map_count" in caplog.text
+    assert again == expected
+    # Loading the model compiled programs this generate did not bring back: they are unmapped.
+    assert own_maps() < before
