@@ -198,8 +198,7 @@ class LLM:
         validation.optional_int(max_seq_len, "max_seq_len", 1)
         validation.optional_int(max_batch_size, "max_batch_size", 1)
         compile_cache_setting(compile_cache)
-        if jax.default_backend() == "cpu":  # loading compiles programs too, each mapped (see memory_maps)
-            release_programs_near_cap()
+        release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)
@@ -272,6 +271,7 @@ class LLM:
             ids = [self.encode(p) for p in prompts]
             for seq, p in zip(ids, params_list):
                 self._check_prompt(seq, p.max_tokens)
+            release_programs_near_cap()  # the engine's steps do it on the other path
             return self._static.generate(prompts, ids, params_list)
         return self._engine_generate(prompts, params_list)
 
@@ -342,6 +342,7 @@ class LLM:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""
         token_ids = validation.token_ids(token_ids, "token_ids", self.config.vocab_size)
         self._check_prompt(token_ids, 0)
+        release_programs_near_cap()
         return all_position_logits(
             self._run_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout
         )

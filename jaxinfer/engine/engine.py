@@ -82,10 +82,7 @@ class LLMEngine:
         # Whether a multi-step call ends at the first finished row (see batch_step.multi_decode):
         # not on a GPU, where each iteration's continue-test is a host round trip.
         self.stop_early = jax.default_backend() != "gpu"
-        # XLA:CPU maps each compiled program's code into this process (see memory_maps).
-        self.guard_maps = jax.default_backend() == "cpu"
-        if self.guard_maps:
-            watch_compiles()
+        watch_compiles()  # XLA:CPU maps each compiled program's code into this process (see memory_maps)
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
         # not happen at import (jax.distributed.initialize has to come first).
         cache_spec = CacheSpec() if cache_spec is None else cache_spec
@@ -295,8 +292,7 @@ class LLMEngine:
 
     def _run(self, host: HostStep, clock: StepClock | None = None) -> PackedTree:
         """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""
-        if self.guard_maps:
-            release_programs_near_cap()
+        release_programs_near_cap()
         program, args, kwargs = self._program(host)
         if clock is not None:
             clock.lap("inputs")

@@ -73,7 +73,7 @@ def watch_compiles() -> None:
 
 
 def release_programs_near_cap() -> bool:
-    """Drop every compiled program of the process (`jax.clear_caches`) when fewer than
+    """On CPU, drop every compiled program of the process (`jax.clear_caches`) when fewer than
     RELEASE_BELOW of the cap's regions are free; True when it did.
 
     The maps are read only when programs were compiled since the last look (reading 60k lines
@@ -83,6 +83,8 @@ def release_programs_near_cap() -> bool:
     if _CompileCount.total == _CompileCount.checked:
         return False
     _CompileCount.checked = _CompileCount.total
+    if jax.default_backend() != "cpu":  # other backends' programs hold no host code
+        return False
     headroom = map_headroom()
     if headroom is None:
         return False
