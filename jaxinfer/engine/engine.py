@@ -27,7 +27,7 @@ from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.buckets import bucket, chunk_step_for, tight_chunk_step
 from jaxinfer.engine.config import EngineConfig
 from jaxinfer.engine.device_inputs import device_inputs
-from jaxinfer.engine.memory_maps import release_programs_near_cap, watch_compiles
+from jaxinfer.engine.memory_maps import release_programs_near_cap
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
 from jaxinfer.engine.pools import new_pools, pool_size
 from jaxinfer.engine.outputs import RequestOutput
@@ -82,7 +82,6 @@ class LLMEngine:
         # Whether a multi-step call ends at the first finished row (see batch_step.multi_decode):
         # not on a GPU, where each iteration's continue-test is a host round trip.
         self.stop_early = jax.default_backend() != "gpu"
-        watch_compiles()  # XLA:CPU maps each compiled program's code into this process (see memory_maps)
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
         # not happen at import (jax.distributed.initialize has to come first).
         cache_spec = CacheSpec() if cache_spec is None else cache_spec
@@ -292,7 +291,7 @@ class LLMEngine:
 
     def _run(self, host: HostStep, clock: StepClock | None = None) -> PackedTree:
         """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""
-        release_programs_near_cap()
+        release_programs_near_cap()  # XLA:CPU maps each compiled program into this process (see memory_maps)
         program, args, kwargs = self._program(host)
         if clock is not None:
             clock.lap("inputs")
