@@ -279,8 +279,12 @@ class LLM:
         """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
         request_ids = self._add_requests(prompts, params)
         finals: dict[str, RequestOutput] = {}
-        while self.engine.has_unfinished():
-            finals.update((out.request_id, out) for out in self.engine.step(final_only=True))
+        try:
+            while self.engine.has_unfinished():
+                finals.update((out.request_id, out) for out in self.engine.step(final_only=True))
+        except BaseException:  # Ctrl-C in a notebook too: the next call must not run these to the end
+            self._abort(request_ids)
+            raise
         return [finals[rid] for rid in request_ids]
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
@@ -292,9 +296,7 @@ class LLM:
                     if delta.request_id == request_id and delta.outputs[0].text:
                         yield delta.outputs[0].text
         finally:
-            self.engine.abort(request_id)  # a consumer that stops early frees the request's pages
-            while self.engine.has_unfinished():
-                self.engine.step()
+            self._abort([request_id])  # a consumer that stops early frees the request's pages
 
     def metrics(self) -> dict:
         """Engine metrics (vLLM names), plus the speculative totals (drafted, accepted, ...) when configured."""
@@ -331,12 +333,16 @@ class LLM:
                 self.engine.add_request(request_id, prompt, p)
                 added.append(request_id)
         except Exception:
-            for request_id in added:
-                self.engine.abort(request_id)
-            while self.engine.has_unfinished():
-                self.engine.step()
+            self._abort(added)
             raise
         return added
+
+    def _abort(self, request_ids: list[str]) -> None:
+        """Abort the requests (finished ones are left as they are) and step until the engine holds none."""
+        for request_id in request_ids:
+            self.engine.abort(request_id)
+        while self.engine.has_unfinished():
+            self.engine.step()
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""

@@ -93,3 +93,23 @@ def test_warm_engine_does_not_recompile_within_buckets(llm):
     llm.generate([[3] * 16, [4] * 2, [5] * 11, [6] * 7], SamplingParams(max_tokens=9, temperature=0.7, seed=1))
     llm.generate([[1] * 12, [2] * 4, [3] * 1], [params, SamplingParams(max_tokens=3, stop_token_ids=[5, 6]), params])
     assert (steps.prefill._cache_size(), steps.decode_loop._cache_size()) == sizes
+
+
+def test_interrupted_generate_leaves_no_requests_behind(llm, monkeypatch):
+    """A KeyboardInterrupt (Ctrl-C in a notebook) mid-generate aborts its requests: the next call
+    does not run them to the end first, and gives what it gives alone."""
+    params = SamplingParams(max_tokens=4, temperature=0)
+    alone = llm.generate([[9, 8, 7]], params)[0].outputs[0].token_ids
+    step, calls = llm.engine.step, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(llm.engine, "step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate([[1, 2, 3]] * 3, SamplingParams(max_tokens=60, ignore_eos=True))
+    assert not llm.engine.has_unfinished()
+    assert llm.generate([[9, 8, 7]], params)[0].outputs[0].token_ids == alone
