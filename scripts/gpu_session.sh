@@ -22,6 +22,9 @@
 #                                                   # decode loop's while and conditionals in CUDA graphs too,
 #                                                   # and that run's trace (~5 min, untried)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
+#   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
+#                                                   # short still shows each test's result), then
+#                                                   # gpu_check.py's correctness checks (~9 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
 #
@@ -147,6 +150,14 @@ warmup-threads)
     mkdir -p "$out"
     step warmup 560 python3 scripts/bench_warmup.py --preset llama-3.2-1b --threads 8 1 --max-num-seqs 4 \
         --max-num-batched-tokens 64 --out "$out/bench_warmup.json"
+    ;;
+suite-all)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    PALLAS_KERNELS_DEVICE_TESTS=gpu XLA_PYTHON_CLIENT_PREALLOCATE=false step suite 430 python3 -m pytest -v \
+        -n 14 --dist worksteal -p no:cacheprovider -rfEs --durations=20 --timeout 240 --junitxml "$out/suite.xml" tests
+    grep -E "FAILED|ERROR" "$out/suite.log" | grep -v "^\[gw" | sort -u | head -n 60
+    step checks 90 python3 scripts/gpu_check.py --only checks --out "$out/gpu_check.json"
     ;;
 suite)
     half=${2:?suite needs 1 or 2}
