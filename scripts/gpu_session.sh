@@ -25,6 +25,9 @@
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
+#   bash scripts/gpu_session.sh suite-slow [OUT_DIR]  # the files whose tests suite-all left unfinished on an
+#                                                   # H200 (speculative sampling statistics, EAGLE and
+#                                                   # draft-model engine runs, random mixes), with durations (~8 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
 #
@@ -158,6 +161,14 @@ suite-all)
         -n 14 --dist worksteal -p no:cacheprovider -rfEs --durations=20 --timeout 240 --junitxml "$out/suite.xml" tests
     grep -E "FAILED|ERROR" "$out/suite.log" | grep -v "^\[gw" | sort -u | head -n 60
     step checks 90 python3 scripts/gpu_check.py --only checks --out "$out/gpu_check.json"
+    ;;
+suite-slow)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    PALLAS_KERNELS_DEVICE_TESTS=gpu XLA_PYTHON_CLIENT_PREALLOCATE=false step suite_slow 470 python3 -m pytest -v \
+        -n 15 --dist worksteal -p no:cacheprovider -rfEs --durations=30 --timeout 300 --junitxml "$out/suite.xml" \
+        tests/test_speculative_sampling.py tests/test_engine_eagle.py tests/test_engine_draft.py \
+        tests/test_engine_random_mix.py tests/test_eagle.py
     ;;
 suite)
     half=${2:?suite needs 1 or 2}
