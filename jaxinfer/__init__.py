@@ -1,10 +1,10 @@
 """jaxinfer: JAX/XLA inference for Llama-family language models on CPU, GPU and TPU."""
 
-from jaxinfer.config import ConfigError, ModelConfig, from_hf_config, load_config
-from jaxinfer.checkpoint import CheckpointError, load_weights, save_converted
+from jaxinfer.config.model import ConfigError, ModelConfig, from_hf_config, load_config
+from jaxinfer.checkpoint.loader import CheckpointError, load_weights, save_converted
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
-from jaxinfer.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
-from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
+from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 
 __all__ = [

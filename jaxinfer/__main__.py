@@ -2,6 +2,6 @@
 
 import sys
 
-from jaxinfer.cli import main
+from jaxinfer.entrypoints.cli import main
 
 sys.exit(main())

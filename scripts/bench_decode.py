@@ -39,8 +39,8 @@ import torch
 import transformers
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.quantization import QuantizedWeight
-from jaxinfer.weights import tree_bytes
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
+from jaxinfer.parallel.array_info import tree_bytes
 
 PRESETS = {name: Path(__file__).parents[1] / "configs" / f"{name}.json" for name in ("smollm-135m", "llama-110m", "llama-3.2-1b")}
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

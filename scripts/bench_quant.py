@@ -19,7 +19,7 @@ Writes a table and JSON.
 On a GPU, int8 and int4 decode rows run the Triton kernel (`LLM(quantized_kernel=None)`); the
 "-xla" formats turn it off, timing XLA's dot on the same weights in the same rounds. The
 "-split" formats run q/k/v and gate/up as separate products instead of joined ones (what runs
-on one device off the CPU kernels' path, see jaxinfer/joined_weight.py): the join's gain.
+on one device off the CPU kernels' path, see jaxinfer/models/joined_weight.py): the join's gain.
 
     python scripts/bench_quant.py --preset llama-3.2-1b --batches 1 8 --formats bf16 bf16-split int8 int8-split
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from jaxinfer.cli import main
+from jaxinfer.entrypoints.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "serve", *sys.argv[1:]]))

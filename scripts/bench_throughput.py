@@ -29,9 +29,9 @@ import numpy as np
 from bench_decode import make_checkpoint, measure_read_bandwidth
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine.metrics import StepClock
-from jaxinfer.llm import DEMO_MODEL
-from jaxinfer.static_batch import StaticBatchGenerator
-from jaxinfer.weights import tree_bytes
+from jaxinfer.entrypoints.llm import DEMO_MODEL
+from jaxinfer.runtime.static_batch import StaticBatchGenerator
+from jaxinfer.parallel.array_info import tree_bytes
 
 RESULTS = Path(__file__).parents[1] / "results"
 

@@ -30,7 +30,8 @@ import jax
 import numpy as np
 
 from bench_decode import PRESETS, make_checkpoint
-from jaxinfer import DEMO_MODEL, LLM, SamplingParams, quantization
+from jaxinfer import DEMO_MODEL, LLM, SamplingParams
+from jaxinfer.quantization import quantized_weight
 
 NUMBERED = re.compile(r"(\.\d+)+$")  # fusion.12 and fusion.7 are one kind of operation
 CPU_THREADS = ("tf_XLAPjRtCpuClient", "tf_XLAEigen")  # where XLA:CPU runs a program's operations
@@ -126,7 +127,7 @@ def main() -> None:
     parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="random-weight model of this shape")
     parser.add_argument("--model", type=Path, default=None, help="a model directory (default: the demo model)")
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--quantization", default=None, choices=quantization.MODES)
+    parser.add_argument("--quantization", default=None, choices=quantized_weight.MODES)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)

@@ -11,8 +11,8 @@ import pytest
 from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.attention import paged_attend
-from jaxinfer.paged_kv_cache import PagedKVCache
+from jaxinfer.models.attention import paged_attend
+from jaxinfer.cache.paged import PagedKVCache
 from pallas_kernels import paged_attention_reference
 
 PROMPTS = [[5, 9, 14, 3, 77, 120, 8], [44, 2, 19]]
@@ -43,7 +43,7 @@ def test_unsupported_shape_falls_back_with_one_log(caplog):
     cache = _cache(head_dim)
     q = jax.random.normal(jax.random.key(1), (2, 1, 2, head_dim), jnp.float32)
     positions = jnp.asarray([[20], [31]])
-    with caplog.at_level(logging.WARNING, logger="jaxinfer.attention"):
+    with caplog.at_level(logging.WARNING, logger="jaxinfer.models.attention"):
         out = paged_attend(q, cache, 0, positions, 0)
         paged_attend(q, cache, 0, positions, 0)
     lengths = positions[:, -1] + 1

@@ -12,11 +12,11 @@ import torch
 
 from hf_models import make_hf_model
 from jaxinfer import LLM, SamplingParams, save_converted
-from jaxinfer import checkpoint
-from jaxinfer.checkpoint import leaf_paths, load_hf_weights, restore_converted
-from jaxinfer.cli import main as cli_main
-from jaxinfer.config import load_config
-from jaxinfer.llm import DEMO_MODEL
+from jaxinfer.checkpoint import loader
+from jaxinfer.checkpoint.loader import leaf_paths, load_hf_weights, restore_converted
+from jaxinfer.entrypoints.cli import main as cli_main
+from jaxinfer.config.model import load_config
+from jaxinfer.entrypoints.llm import DEMO_MODEL
 
 PROMPT = list(range(3, 40))
 

@@ -9,7 +9,7 @@ from hf_models import save_hf_model
 from python_subprocess import run_python
 from xla_flags import user_xla_flags
 
-from jaxinfer import compile_cache
+from jaxinfer.runtime import compile_cache
 
 # Times LLM load plus the first generate (prefill and decode compiles) in a fresh process.
 FIRST_CALL = """

@@ -10,7 +10,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from jaxinfer.cpu_kernels import build
+from jaxinfer.kernels.cpu import build
 from python_subprocess import needs_compiler
 
 SOURCE = Path(build.__file__).with_name("cache_write.cc")

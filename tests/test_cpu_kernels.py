@@ -7,19 +7,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxinfer.attention import causal_window_mask, dense_attention, gathered_rows_attend
-from jaxinfer.config import from_hf_config
+from jaxinfer.models.attention import causal_window_mask, dense_attention, gathered_rows_attend
+from jaxinfer.config.model import from_hf_config
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.cpu_kernels import (
+from jaxinfer.kernels.cpu import (
     decode_attention,
     decode_attention_applies,
     kernels_available,
     paged_decode_attention,
     write_positions,
 )
-from jaxinfer.cpu_kernels.decode_attention import PAGED_TARGET
-from jaxinfer.kv_cache import scatter_positions
-from jaxinfer.paged_kv_cache import init_page_pool
+from jaxinfer.kernels.cpu.decode_attention import PAGED_TARGET
+from jaxinfer.cache.contiguous import scatter_positions
+from jaxinfer.cache.paged import init_page_pool
 from pallas_kernels import quantize_kv
 from python_subprocess import needs_compiler, on_cpu_backend
 
@@ -227,12 +227,12 @@ def test_generation_same_with_kernels_off() -> None:
 
 def lowered_logits(llm: LLM) -> str:
     """StableHLO of the LLM's logits program over 16 tokens (few enough for decode attention)."""
-    from jaxinfer import steps
-    from jaxinfer.kv_cache import init_cache
+    from jaxinfer.runtime import step_programs
+    from jaxinfer.cache.contiguous import init_cache
 
     cache = init_cache(llm.config, 1, 16, llm.dtype, llm.cpu_kernels)
     tokens = jnp.zeros((1, 16), jnp.int32)
-    return steps.all_logits.lower(llm._run_weights, tokens, cache, cfg=llm.config).as_text()
+    return step_programs.all_logits.lower(llm._run_weights, tokens, cache, cfg=llm.config).as_text()
 
 
 def test_choice_decides_what_is_compiled() -> None:

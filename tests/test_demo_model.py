@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.llm import DEMO_MODEL
+from jaxinfer.entrypoints.llm import DEMO_MODEL
 
 DRAFT = DEMO_MODEL.parent / "draft"
 GOLDEN_PROMPTS = ["def fibonacci(n):\n", "import os\nimport sys\n\n", "class Stack:\n    def __init__(self):\n"]

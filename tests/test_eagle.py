@@ -18,10 +18,10 @@ from safetensors.numpy import load_file, save_file
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
-from jaxinfer.checkpoint import CheckpointError, load_weights
-from jaxinfer.generation import append_tokens
-from jaxinfer.kv_cache import init_cache
-from jaxinfer.llm import engine_speculation
+from jaxinfer.checkpoint.loader import CheckpointError, load_weights
+from jaxinfer.models.contiguous_decode import append_tokens
+from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.entrypoints.llm import engine_speculation
 from jaxinfer.models import lm_logits
 from jaxinfer.models.llama import forward_with_taps
 from jaxinfer.speculative.eagle import EagleParams, head_logits, head_step

@@ -9,7 +9,7 @@ import pytest
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine import AsyncLLMEngine
-from jaxinfer.tokenizer import decode_text
+from jaxinfer.checkpoint.tokenizer import decode_text
 
 PROMPT = np.random.RandomState(3).randint(3, 250, size=11).tolist()
 KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=1, decode_steps=4, num_pages=16)

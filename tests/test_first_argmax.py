@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxinfer.sampling import first_argmax
+from jaxinfer.sampling.sampler import first_argmax
 
 
 @pytest.mark.parametrize("width", [7, 100, 256, 4096, 4104, 32001, 49152, 151936])

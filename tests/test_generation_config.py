@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from jaxinfer import LLM, SamplingParams, load_config
-from jaxinfer.generation_config import GenerationDefaults, generation_defaults
+from jaxinfer.config.generation import GenerationDefaults, generation_defaults
 
 PROMPT = [5, 9, 14, 3, 77, 41, 8]
 

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 
 import pallas_kernels
-from jaxinfer import LLM, SamplingParams, steps
-from jaxinfer.attention import attend, kernel_backend
-from jaxinfer.cache_spec import CacheSpec
-from jaxinfer.config import from_hf_config
-from jaxinfer.cpu_kernels import kernels_available
-from jaxinfer.kv_cache import cache_bytes, init_cache
-from jaxinfer.paged_kv_cache import init_page_pool, init_paged_cache, page_bytes
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.runtime import step_programs
+from jaxinfer.models.attention import attend, kernel_backend
+from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.config.model import from_hf_config
+from jaxinfer.kernels.cpu import kernels_available
+from jaxinfer.cache.contiguous import cache_bytes, init_cache
+from jaxinfer.cache.paged import init_page_pool, init_paged_cache, page_bytes
 
 CFG = from_hf_config(dict(architectures=["LlamaForCausalLM"], vocab_size=16, hidden_size=256,
                           intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
@@ -120,7 +121,7 @@ def test_fp8_contiguous_cache_logits_stay_close_to_bf16_on_the_demo_model(bf16_a
     ids = llm.encode("import os\nimport sys\n\ndef main(argv):\n    for path in argv:\n")
     tokens = jnp.asarray([ids + [0] * (64 - len(ids))], jnp.int32)
     logits = {
-        kv: np.asarray(steps.all_logits(
+        kv: np.asarray(step_programs.all_logits(
             llm._run_weights, tokens, init_cache(llm.config, 1, 64, llm.dtype, llm.cpu_kernels, kv_dtype=kv), cfg=llm.config
         )[0, : len(ids)])
         for kv in ("auto", "fp8")

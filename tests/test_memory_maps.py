@@ -10,8 +10,8 @@ import jax
 import pytest
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.engine import warmup as warmup_module
-from jaxinfer.engine import memory_maps
+from jaxinfer.runtime import memory_maps
+from jaxinfer.runtime import warmup as warmup_module
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps is Linux only")
 

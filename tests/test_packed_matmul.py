@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from jaxinfer import LLM
-from jaxinfer.cpu_kernels import (
+from jaxinfer.kernels.cpu import (
     PackedWeight,
     kernels_available,
     pack_weight,
     packed_matmul,
     unpack_weight,
 )
-from jaxinfer.joined_weight import JoinedWeight
-from jaxinfer.layers import linear, linears
-from jaxinfer.row_table import RowTable, full_table
+from jaxinfer.models.joined_weight import JoinedWeight
+from jaxinfer.models.layers import linear, linears
+from jaxinfer.models.row_table import RowTable, full_table
 from python_subprocess import needs_compiler, on_cpu_backend, run_python
 
 pytestmark = [on_cpu_backend, needs_compiler]
@@ -123,11 +123,11 @@ def test_only_bf16_models_run_packed_and_users_see_the_models_weights() -> None:
 PORTABLE_SCRIPT = """
 import os
 import jax, jax.numpy as jnp, numpy as np
-from jaxinfer import quantization
-from jaxinfer.cpu_kernels import pack_weight, packed_matmul
-from jaxinfer.cpu_kernels.build import load
-from jaxinfer.cpu_kernels.packed_matmul import TARGET
-from jaxinfer.cpu_kernels.packed_quant import INT4_TARGET, INT8_TARGET
+from jaxinfer.quantization import quantized_weight
+from jaxinfer.kernels.cpu import pack_weight, packed_matmul
+from jaxinfer.kernels.cpu.build import load
+from jaxinfer.kernels.cpu.packed_matmul import TARGET
+from jaxinfer.kernels.cpu.packed_quant import INT4_TARGET, INT8_TARGET
 flags = tuple(os.environ["KERNEL_FLAGS"].split())
 for symbol, target in (("JaxinferPackedMatmul", TARGET), ("JaxinferInt8Matmul", INT8_TARGET), ("JaxinferInt4Matmul", INT4_TARGET)):
     assert load("packed_matmul.cc", symbol, target, extra_flags=flags)
@@ -138,11 +138,11 @@ for rows in (1, 2, 9):
     exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
     np.testing.assert_allclose(np.asarray(packed_matmul(x, pack_weight(w))), exact, rtol=1e-5, atol=1e-4)
     for mode in ("int8", "int4"):
-        q = quantization.quantize(w, 1, mode)
-        want = np.asarray(x, np.float64) @ np.asarray(quantization.dequantize(q), np.float64)
-        got = quantization.quantized_matmul(x, quantization.tile(q))
+        q = quantized_weight.quantize(w, 1, mode)
+        want = np.asarray(x, np.float64) @ np.asarray(quantized_weight.dequantize(q), np.float64)
+        got = quantized_weight.quantized_matmul(x, quantized_weight.tile(q))
         # within the kernel's int16 rounding of each activation row (see test_quantization.py)
-        xa, wa = np.abs(np.asarray(x, np.float64)), np.abs(np.asarray(quantization.dequantize(q), np.float64))
+        xa, wa = np.abs(np.asarray(x, np.float64)), np.abs(np.asarray(quantized_weight.dequantize(q), np.float64))
         bound = 0.5 * xa.max(axis=1, keepdims=True) / 32767 * wa.sum(axis=0) + 1e-6 * (xa @ wa)
         assert (np.abs(np.asarray(got) - want) <= bound).all(), (mode, rows)
 print("ok")

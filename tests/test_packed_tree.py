@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxinfer.packed_tree import PackedTree, pack_device, pack_host, unpack_device, unpack_host
+from jaxinfer.runtime.packed_tree import PackedTree, pack_device, pack_host, unpack_device, unpack_host
 
 
 def _tree(rng: np.random.Generator) -> dict:

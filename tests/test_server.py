@@ -19,8 +19,8 @@ from python_subprocess import child_env
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine.metrics import StepClock
-from jaxinfer.server import ServerConfig, build_app
-from jaxinfer.server.chat import DEFAULT_CHAT_TEMPLATE
+from jaxinfer.entrypoints.openai import ServerConfig, build_app
+from jaxinfer.entrypoints.openai.chat import DEFAULT_CHAT_TEMPLATE
 
 KEY = "test-key"
 KNOBS = dict(dtype="float32", max_seq_len=128, max_num_seqs=16, max_num_batched_tokens=128, num_pages=96, decode_steps=4)
@@ -246,7 +246,7 @@ def _turn(role: str, text: str) -> dict:
 
 
 def test_bench_serve_reads_sharegpt_like_vllm(tmp_path):
-    from jaxinfer.server.bench_data import detect_format, sharegpt_pairs, sharegpt_workload
+    from jaxinfer.entrypoints.openai.bench_data import detect_format, sharegpt_pairs, sharegpt_workload
 
     entries = [
         {"conversations": [_turn("human", "hi there"), _turn("gpt", "one two three"), _turn("human", "more")]},
@@ -266,7 +266,7 @@ def test_bench_serve_reads_sharegpt_like_vllm(tmp_path):
 
 
 def test_bench_serve_reads_jsonl(tmp_path):
-    from jaxinfer.server.bench_data import detect_format, jsonl_workload, resolve_dataset_name
+    from jaxinfer.entrypoints.openai.bench_data import detect_format, jsonl_workload, resolve_dataset_name
 
     path = tmp_path / "work.jsonl"
     path.write_text('{"prompt": "a", "max_tokens": 5}\n\n{"prompt": [7, 8]}\n{"prompt": "c", "max_tokens": 2}\n')
@@ -284,7 +284,7 @@ def test_bench_serve_reads_jsonl(tmp_path):
     ("missing.jsonl", None, [], "cannot read it"),
 ])
 def test_bench_serve_bad_dataset_is_one_line_naming_the_flag(tmp_path, capsys, name, content, flags, message):
-    from jaxinfer.cli import main
+    from jaxinfer.entrypoints.cli import main
 
     path = tmp_path / name
     if content is not None:
@@ -296,7 +296,7 @@ def test_bench_serve_bad_dataset_is_one_line_naming_the_flag(tmp_path, capsys, n
 
 
 def test_bench_serve_against_the_server(base_url, tmp_path, capsys):
-    from jaxinfer.cli import main
+    from jaxinfer.entrypoints.cli import main
 
     out = tmp_path / "bench.json"
     argv = ["bench", "serve", "--base-url", base_url, "--api-key", KEY, "--num-prompts", "6", "--input-len", "8",
@@ -312,7 +312,7 @@ def test_bench_serve_against_the_server(base_url, tmp_path, capsys):
 
 
 def test_bench_serve_sharegpt_counts_replies_with_the_servers_tokenizer(base_url, tmp_path, capsys):
-    from jaxinfer.cli import main
+    from jaxinfer.entrypoints.cli import main
 
     replies = ["x = 1", "return a + b"]
     entries = [{"conversations": [_turn("human", f"write {r}"), _turn("gpt", r)]} for r in replies]

@@ -22,9 +22,9 @@ from hf_models import save_hf_model
 from python_subprocess import child_env, run_python
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.cli_args import add_distributed_args, distributed_settings
-from jaxinfer.quantization import quantize, quantized_specs
-from jaxinfer.sharding import DP, TP, Layout, check_layout
+from jaxinfer.entrypoints.cli_args import add_distributed_args, distributed_settings
+from jaxinfer.quantization.quantized_weight import quantize, quantized_specs
+from jaxinfer.parallel.sharding import DP, TP, Layout, check_layout
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = [[1, 5, 9, 33, 7, 81], [1, 4, 4, 80]]
@@ -58,7 +58,7 @@ def run_json(script: str, **values: object) -> dict:
 MATRIX = """
 import json
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.sharding import shard_shapes
+from jaxinfer.parallel.sharding import shard_shapes
 
 params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
 out = {}
@@ -112,7 +112,7 @@ def test_tp_dp_matrix_matches_unsharded(model_dir):
 SPECULATIVE_AND_ORBAX = """
 import json
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig, save_converted
-from jaxinfer.sharding import shard_shapes
+from jaxinfer.parallel.sharding import shard_shapes
 
 params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
 knobs = dict(max_seq_len=64, max_num_seqs=2)
@@ -149,7 +149,7 @@ def test_speculative_and_orbax_on_a_mesh(model_dir, draft_dir, tmp_path):
 DISTRIBUTED = """
 import argparse, json, jax
 jax.config.update("jax_num_cpu_devices", 2)
-from jaxinfer.cli_args import add_distributed_args, initialize_distributed
+from jaxinfer.entrypoints.cli_args import add_distributed_args, initialize_distributed
 parser = argparse.ArgumentParser()
 add_distributed_args(parser)  # the CLI's flags, parsed and passed on as `jaxinfer generate` does
 flags = ["--coordinator-address", coordinator, "--num-processes", "2", "--process-id", str(process_id)]
@@ -218,9 +218,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.attention import paged_rows_attend
-from jaxinfer.paged_kv_cache import POOL_AXES, PagedKVCache
-from jaxinfer.sharding import Layout, make_mesh
+from jaxinfer.models.attention import paged_rows_attend
+from jaxinfer.cache.paged import POOL_AXES, PagedKVCache
+from jaxinfer.parallel.sharding import Layout, make_mesh
 
 params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
 knobs = dict(max_seq_len=32, max_num_seqs=2, decode_steps=1)
@@ -256,7 +256,7 @@ def test_pallas_kernels_per_shard_match_unsharded(model_dir):
 QUANTIZED = """
 import json
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.sharding import shard_shapes
+from jaxinfer.parallel.sharding import shard_shapes
 
 params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
 out = {}

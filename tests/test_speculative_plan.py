@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer import SamplingParams, SpeculativeConfig
-from jaxinfer.generation import DecodeState
-from jaxinfer.sampling import sampling_arrays
+from jaxinfer.models.contiguous_decode import DecodeState
+from jaxinfer.sampling.sampler import sampling_arrays
 from jaxinfer.speculative import loop
 from jaxinfer.speculative.costs import CostModel
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxinfer.sampling import SamplingArrays
+from jaxinfer.sampling.sampler import SamplingArrays
 from jaxinfer.speculative.proposers import NgramProposer
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, exact_accept, exact_residual, verify
 

@@ -19,9 +19,10 @@ from engine_runs import engine_ids
 from hf_models import save_hf_model
 from scipy import stats
 
-from jaxinfer import LLM, SamplingParams, SpeculativeConfig, steps
-from jaxinfer.kv_cache import init_cache
-from jaxinfer.sampling import processed_logprobs, sampling_arrays
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.runtime import step_programs
+from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.sampling.sampler import processed_logprobs, sampling_arrays
 from jaxinfer.speculative import AcceptanceRule
 from jaxinfer.speculative.rejection import exact_accept, exact_residual
 
@@ -66,7 +67,7 @@ def next_token_probs(llm: LLM, prefixes: list[list[int]]) -> np.ndarray:
     tokens = np.zeros((len(prefixes), width), np.int32)
     tokens[:, :n] = prefixes
     cache = init_cache(llm.config, len(prefixes), width, llm.dtype, llm.cpu_kernels)
-    logits = steps.all_logits(llm._run_weights, jnp.asarray(tokens), cache, cfg=llm.config)[:, n - 1]
+    logits = step_programs.all_logits(llm._run_weights, jnp.asarray(tokens), cache, cfg=llm.config)[:, n - 1]
     arrays = sampling_arrays([SamplingParams(**PARAMS)] * len(prefixes), [0] * len(prefixes))
     return np.exp(np.asarray(processed_logprobs(logits, arrays), np.float64))
 

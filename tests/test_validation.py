@@ -9,7 +9,7 @@ import re
 import pytest
 
 from jaxinfer import DEMO_MODEL, LLM, SamplingParams
-from jaxinfer.cli import main as cli_main
+from jaxinfer.entrypoints.cli import main as cli_main
 
 GOOD = SamplingParams(max_tokens=2, temperature=0, ignore_eos=True)
 

@@ -15,7 +15,7 @@ from typing import AsyncIterator, Sequence
 
 from jaxinfer.engine.engine import LLMEngine
 from jaxinfer.engine.outputs import RequestOutput
-from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.config.sampling_params import SamplingParams
 
 
 class AsyncLLMEngine:

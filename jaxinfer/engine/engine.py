@@ -16,37 +16,37 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer import steps
-from jaxinfer.batch_eagle import EagleDraft
-from jaxinfer.batch_step import Rider, StepOutputs
-from jaxinfer.batch_verify import Drafts
-from jaxinfer.cache_spec import CacheSpec
-from jaxinfer.config import ModelConfig
-from jaxinfer.distributed import shared_seed
+from jaxinfer.runtime import step_programs
+from jaxinfer.runtime.eagle_rider import EagleDraft
+from jaxinfer.runtime.engine_step import Rider, StepOutputs
+from jaxinfer.runtime.verify_step import Drafts
+from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.buckets import bucket, chunk_step_for, tight_chunk_step
-from jaxinfer.engine.config import EngineConfig
-from jaxinfer.engine.device_inputs import device_inputs
-from jaxinfer.engine.memory_maps import release_programs_near_cap
+from jaxinfer.config.engine import EngineConfig
+from jaxinfer.runtime.device_inputs import device_inputs
+from jaxinfer.runtime.memory_maps import release_programs_near_cap
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
-from jaxinfer.engine.pools import new_pools, pool_size
+from jaxinfer.runtime.pools import new_pools, pool_size
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.postprocess import append_token
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
-from jaxinfer.engine.validate import check_prompt, encode_prompt
-from jaxinfer.engine.warmup import warm_up, warmup_steps
+from jaxinfer.engine.prompt_checks import check_prompt, encode_prompt
+from jaxinfer.runtime.warmup import warm_up, warmup_steps
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.step_builder import HostStep, build_step, build_verify_step
 from jaxinfer.models import Weights
-from jaxinfer.packed_tree import PackedTree, pack_host, unpack_host
-from jaxinfer.paged_kv_cache import PagedKVCache
-from jaxinfer.sampling_params import SamplingParams
-from jaxinfer.scoring import prompt_logprobs
-from jaxinfer.sharding import to_host
+from jaxinfer.runtime.packed_tree import PackedTree, pack_host, unpack_host
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
+from jaxinfer.parallel.sharding import to_host
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.tokenizer import Detokenizer
+from jaxinfer.checkpoint.tokenizer import Detokenizer
 
 log = logging.getLogger(__name__)
 MIN_PAGE_TOKENS = 128  # page-table widths start here: fewer programs, negligible extra reads
@@ -278,7 +278,7 @@ class LLMEngine:
             capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
             args = [self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
             kwargs = dict(cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule)
-            return steps.verify_rounds, args, {**kwargs, **draft}
+            return step_programs.verify_rounds, args, {**kwargs, **draft}
         if host.num_steps > 1:
             # Only an EAGLE head rides plain multi-step calls (it stores their features); a draft
             # model is caught up by the next verify, so its pool and weights stay out and the call
@@ -286,8 +286,8 @@ class LLMEngine:
             rides = isinstance(self.draft, EagleDraft)
             kwargs = dict(cfg=self.model_config, max_steps=self.config.decode_steps, stop_early=self.stop_early)
             args = [self.weights, self.pages, inputs, np.int32(host.num_steps)]
-            return steps.multi_decode, args, {**kwargs, **(draft if rides else {})}
-        return steps.ragged_step, [self.weights, self.pages, inputs], dict(cfg=self.model_config, **draft)
+            return step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}
+        return step_programs.ragged_step, [self.weights, self.pages, inputs], dict(cfg=self.model_config, **draft)
 
     def _run(self, host: HostStep, clock: StepClock | None = None) -> PackedTree:
         """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""

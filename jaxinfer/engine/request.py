@@ -10,7 +10,7 @@ import dataclasses
 import enum
 import time
 
-from jaxinfer.sampling_params import SamplingParams
+from jaxinfer.config.sampling_params import SamplingParams
 
 
 class Status(enum.Enum):

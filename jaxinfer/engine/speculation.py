@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from jaxinfer.config import ModelConfig
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.step_costs import StepCosts
 from jaxinfer.models import Weights

@@ -14,13 +14,13 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.attention import attend
-from jaxinfer.config import ModelConfig
-from jaxinfer.cpu_kernels import PackedWeight, pack_weight, packing_applies, unpack_weight
-from jaxinfer.joined_weight import JoinedWeight, join, joinable, split
-from jaxinfer.kv_cache import KVCache
-from jaxinfer import quantization
-from jaxinfer.layers import (
+from jaxinfer.models.attention import attend
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.kernels.cpu import PackedWeight, pack_weight, packing_applies, unpack_weight
+from jaxinfer.models.joined_weight import JoinedWeight, join, joinable, split
+from jaxinfer.cache.contiguous import KVCache
+from jaxinfer.quantization import quantized_weight
+from jaxinfer.models.layers import (
     Weight,
     apply_rope,
     gated_mlp,
@@ -30,10 +30,10 @@ from jaxinfer.layers import (
     rms_norm,
     rope_cos_sin,
 )
-from jaxinfer.quantization import QuantizedWeight
-from jaxinfer.row_table import RowTable, as_row_table, full_table, take_rows
-from jaxinfer.sharding import Layout
-from jaxinfer.weights import ArrayInfo
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
+from jaxinfer.models.row_table import RowTable, as_row_table, full_table, take_rows
+from jaxinfer.parallel.sharding import Layout
+from jaxinfer.parallel.array_info import ArrayInfo
 
 # Logical axes of activations; the rules table maps them like the weights' (see sharding.py).
 HIDDEN = ("batch", "tokens", "embed")  # [B, T, D]
@@ -114,7 +114,7 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
     )
 
 
-def quantize_weights(weights: Weights, mode: str | None, group: int = quantization.DEFAULT_GROUP) -> Weights:
+def quantize_weights(weights: Weights, mode: str | None, group: int = quantized_weight.DEFAULT_GROUP) -> Weights:
     """The projections quantized to `mode` (embedding, head and norms as they are); None: `weights` unchanged.
 
     A tree already quantized (a converted checkpoint) is returned as it is when the mode and
@@ -122,7 +122,7 @@ def quantize_weights(weights: Weights, mode: str | None, group: int = quantizati
     """
     if mode is None:
         return weights
-    quantization.check_mode(mode, group)
+    quantized_weight.check_mode(mode, group)
     first = weights.layers[0].wq
     if isinstance(first, QuantizedWeight):
         if (first.mode, first.group) != (mode, group if mode == "int4" else 0):
@@ -131,7 +131,7 @@ def quantize_weights(weights: Weights, mode: str | None, group: int = quantizati
         return weights
     layers = [
         dataclasses.replace(lw, **{
-            name: quantization.quantize(getattr(lw, name), c, mode, group, f"layers.{i}.{name}")
+            name: quantized_weight.quantize(getattr(lw, name), c, mode, group, f"layers.{i}.{name}")
             for name, c in PROJECTIONS.items()
         })
         for i, lw in enumerate(weights.layers)
@@ -149,14 +149,14 @@ def quantize_head(weights: Weights, mode: str, group: int, layout: Layout) -> We
     if isinstance(weights.lm_head, QuantizedWeight):
         return weights
     head = weights.embed.T if weights.lm_head is None else weights.lm_head
-    q = quantization.quantize(head, 1, mode, group, "lm_head")
-    return dataclasses.replace(weights, lm_head=quantization.shard_quantized(q, ("embed", "vocab"), layout))
+    q = quantized_weight.quantize(head, 1, mode, group, "lm_head")
+    return dataclasses.replace(weights, lm_head=quantized_weight.shard_quantized(q, ("embed", "vocab"), layout))
 
 
 def _pack_leaf(w: Weight, contract: int) -> Weight:
     """One projection in the CPU kernel's layout: quantized tiles, packed bf16, or as it is."""
     if isinstance(w, QuantizedWeight):
-        return quantization.tile(w)
+        return quantized_weight.tile(w)
     if isinstance(w, PackedWeight) or not packing_applies(w.dtype):
         return w
     return pack_weight(w, contract)
@@ -169,7 +169,7 @@ def _in_kernel_layout(w: Weight | None) -> bool:
 def _unpack_leaf(w: Weight) -> Weight:
     """`_pack_leaf` undone (a copy of a packed leaf)."""
     if isinstance(w, QuantizedWeight):
-        return quantization.untile(w)
+        return quantized_weight.untile(w)
     return unpack_weight(w) if isinstance(w, PackedWeight) else w
 
 
@@ -236,7 +236,7 @@ def mark_for_gpu_kernel(weights: Weights, interpret: bool = False) -> Weights:
     def mark(w: Weight | None) -> Weight | None:
         if isinstance(w, JoinedWeight):
             return dataclasses.replace(w, weight=mark(w.weight))
-        return quantization.for_gpu_kernel(w, interpret) if isinstance(w, QuantizedWeight) else w
+        return quantized_weight.for_gpu_kernel(w, interpret) if isinstance(w, QuantizedWeight) else w
 
     layers = [dataclasses.replace(lw, **{name: mark(getattr(lw, name)) for name in PROJECTIONS}) for lw in weights.layers]
     return dataclasses.replace(weights, layers=layers, lm_head=mark(weights.lm_head))

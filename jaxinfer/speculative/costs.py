@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer.config import ModelConfig
-from jaxinfer.generation import DecodeState
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.models import Weights
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.proposers import Proposer

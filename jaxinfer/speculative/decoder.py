@@ -13,13 +13,13 @@ from typing import Any
 
 import jax
 
-from jaxinfer.cache_spec import is_consumed
-from jaxinfer.checkpoint import load_weights
-from jaxinfer.config import ModelConfig
-from jaxinfer.generation import DecodeState
-from jaxinfer.kv_cache import KVCache
+from jaxinfer.runtime.cache_spec import is_consumed
+from jaxinfer.checkpoint.loader import load_weights
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.contiguous_decode import DecodeState
+from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.models import Weights, weights_to_run
-from jaxinfer.sharding import UNSHARDED, Layout, to_host
+from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative import programs
 from jaxinfer.speculative.costs import CostModel, calibrate, heuristic_costs
@@ -29,7 +29,7 @@ from jaxinfer.speculative.eagle_proposer import EagleProposer
 from jaxinfer.speculative.loop import AcceptancePrior, no_prior
 from jaxinfer.speculative.proposers import DraftModelProposer, NgramProposer, Proposer
 from jaxinfer.speculative.stats import SpecMetrics, request_stats
-from jaxinfer.tokenizer import load_tokenizer
+from jaxinfer.checkpoint.tokenizer import load_tokenizer
 
 MIN_PROMPT_BUCKET = 16
 NGRAM_COST = 0.02  # token matching on the buffer: small next to any forward pass

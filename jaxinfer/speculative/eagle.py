@@ -17,15 +17,15 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.attention import attend
-from jaxinfer.config import ModelConfig
-from jaxinfer.cpu_kernels import pack_weight, packing_applies
-from jaxinfer.kv_cache import KVCache
-from jaxinfer.layers import Weight, apply_rope, gated_mlp, linear, linear_transposed, linears, rms_norm, rope_cos_sin
+from jaxinfer.models.attention import attend
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.kernels.cpu import pack_weight, packing_applies
+from jaxinfer.cache.contiguous import KVCache
+from jaxinfer.models.layers import Weight, apply_rope, gated_mlp, linear, linear_transposed, linears, rms_norm, rope_cos_sin
 from jaxinfer.models import LayerWeights
 from jaxinfer.models.llama import PROJECTIONS
-from jaxinfer.row_table import take_rows
-from jaxinfer.weights import ArrayInfo
+from jaxinfer.models.row_table import take_rows
+from jaxinfer.parallel.array_info import ArrayInfo
 
 VERSIONS = (1, 3)
 

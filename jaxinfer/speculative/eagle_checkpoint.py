@@ -19,11 +19,11 @@ import jax
 import numpy as np
 from safetensors import numpy as st_numpy
 
-from jaxinfer.checkpoint import CheckpointError, leaf_paths, safetensors_index
-from jaxinfer.config import ModelConfig, from_hf_config
-from jaxinfer.sharding import UNSHARDED, Layout
+from jaxinfer.checkpoint.loader import CheckpointError, leaf_paths, safetensors_index
+from jaxinfer.config.model import ModelConfig, from_hf_config
+from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.speculative.eagle import EagleConfig, EagleWeights, abstract_eagle
-from jaxinfer.weights import ArrayInfo, is_info
+from jaxinfer.parallel.array_info import ArrayInfo, is_info
 
 IGNORED = ("embed_tokens.weight", "t2d", "rotary_emb.inv_freq")
 LAYER_PREFIX = {1: "layers.0.", 3: "midlayer."}

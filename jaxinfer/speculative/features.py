@@ -12,12 +12,12 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.config import ModelConfig
-from jaxinfer.generation import DecodeState, append_tokens, last_hidden_logits
-from jaxinfer.kv_cache import KVCache
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.contiguous_decode import DecodeState, append_tokens, last_hidden_logits
+from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.models import Weights
 from jaxinfer.models.llama import forward_with_taps
-from jaxinfer.sampling import sample
+from jaxinfer.sampling.sampler import sample
 
 
 def target_forward(

@@ -16,10 +16,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.config import ModelConfig
-from jaxinfer.generation import DecodeState, append_tokens
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.contiguous_decode import DecodeState, append_tokens
 from jaxinfer.models import Weights, lm_logits
-from jaxinfer.sampling import sample
+from jaxinfer.sampling.sampler import sample
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.costs import PROBE_ITERATIONS, CostModel, heuristic_costs, round_plan
 from jaxinfer.speculative.features import target_forward

@@ -14,11 +14,11 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.config import ModelConfig
-from jaxinfer.generation import DecodeState
-from jaxinfer.kv_cache import init_cache
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.contiguous_decode import DecodeState
+from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.models import Weights, forward, lm_logits
-from jaxinfer.sharding import Layout
+from jaxinfer.parallel.sharding import Layout
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, one_hot_logprobs, position_keys, sampled_logprobs
 
 RESYNC_CHUNK = 16  # tokens per draft forward when a draft model catches up after plain steps

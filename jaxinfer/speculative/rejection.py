@@ -15,7 +15,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.sampling import SamplingArrays, first_argmax, processed_logprobs, step_keys
+from jaxinfer.sampling.sampler import SamplingArrays, first_argmax, processed_logprobs, step_keys
 
 # fold_in tags: draft draws and acceptance uniforms use bits independent of the residual or
 # bonus draw, which uses the untagged key plain sampling would use at that position.

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxinfer import quantization
+from jaxinfer.quantization import quantized_weight
 from pallas_kernels.quant_matmul_gpu import (
     DEFAULT_NUM_CORES, Tiling, bf16_matmul_gpu, choose_quantized_tiling, choose_tiling, int4_matmul_gpu,
     int8_matmul_gpu,
@@ -18,21 +18,21 @@ from pallas_kernels.quant_matmul_gpu import (
 from paged_kernel_inputs import lower_for, require_device
 
 
-def _weight(k: int, n: int, mode: str, group: int, seed: int) -> quantization.QuantizedWeight:
+def _weight(k: int, n: int, mode: str, group: int, seed: int) -> quantized_weight.QuantizedWeight:
     w = jax.random.normal(jax.random.key(seed), (k, n), jnp.float32) / k**0.5
-    return quantization.quantize(w, 1, mode, group)
+    return quantized_weight.quantize(w, 1, mode, group)
 
 
-def _run(x: jax.Array, q: quantization.QuantizedWeight, tiling: Tiling | None, interpret: bool = True) -> jax.Array:
+def _run(x: jax.Array, q: quantized_weight.QuantizedWeight, tiling: Tiling | None, interpret: bool = True) -> jax.Array:
     if q.mode == "int4":
         return int4_matmul_gpu(x, q.values, q.scales, q.group, tiling, interpret)
     return int8_matmul_gpu(x, q.values, q.scales, tiling, interpret)
 
 
-def _assert_exact_up_to_float32_sums(got: jax.Array, x: jax.Array, q: quantization.QuantizedWeight) -> None:
+def _assert_exact_up_to_float32_sums(got: jax.Array, x: jax.Array, q: quantized_weight.QuantizedWeight) -> None:
     """bf16 activations times int8/int4 values are exact in float32; only the sums round."""
     xs = np.asarray(x.astype(jnp.bfloat16), np.float64)
-    w = np.asarray(quantization.dequantize(q), np.float64)
+    w = np.asarray(quantized_weight.dequantize(q), np.float64)
     bound = 1e-5 * (np.abs(xs) @ np.abs(w)) + 1e-7
     assert got.shape == (x.shape[0], w.shape[1]) and got.dtype == jnp.float32
     assert (np.abs(np.asarray(got, np.float64) - xs @ w) <= bound).all()

@@ -1,0 +1,1 @@
+"""KV cache layouts: contiguous, paged, and the ragged view a step reads."""

@@ -1,0 +1,1 @@
+"""HF checkpoints: loading, weight names, orbax conversion, tokenizers."""

@@ -1,0 +1,72 @@
+"""Tokenizer loading (HF files) and incremental detokenization for streaming."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+INCOMPLETE = "\ufffd"  # what a decoder returns for the bytes of a character not yet complete
+
+
+def load_tokenizer(model_dir: Path) -> Any | None:
+    """The model's HF tokenizer, or None when the directory ships no tokenizer files."""
+    if not any((model_dir / m).is_file() for m in TOKENIZER_MARKERS):
+        return None
+    from jaxinfer.checkpoint.hf_import import auto_tokenizer
+
+    return auto_tokenizer().from_pretrained(str(model_dir))
+
+
+def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    """Generated ids -> text, exactly as the Detokenizer's pieces join up.
+
+    Clean-up of tokenization spaces is off: it rewrites text already emitted (" ," -> ","),
+    so a stream could never agree with it, and for byte-level BPE it corrupts code.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # a fast tokenizer: what its decode returns, without the wrapper's per-call cost
+        return backend.decode(list(token_ids), skip_special_tokens=True)
+    return tokenizer.decode(list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+class Detokenizer:
+    """Turns a growing list of token ids into new text pieces, never splitting a UTF-8 character.
+
+    Prefix-offset scheme: each call decodes only a short window of recent ids, ids[prefix:],
+    and emits what it adds to the text of ids[prefix:read]. Decoding the window with the same
+    left context keeps leading-space rules consistent, and the cost per call follows the new
+    tokens, not the length of the sequence.
+    """
+
+    def __init__(self, tokenizer: Any | None):
+        self._tokenizer = tokenizer
+        self._prefix = 0  # window start: context for the decoder, already emitted
+        self._read = 0  # ids before this are emitted
+        self._window: list[int] = []  # ids[prefix:] at the last push
+
+    def push(self, token_ids: Sequence[int]) -> str:
+        """All ids generated so far -> the text not yet returned (held back at a partial character)."""
+        if self._tokenizer is None or len(token_ids) <= self._read:
+            return ""
+        self._window = list(token_ids[self._prefix :])
+        before, text = self._window_texts()
+        if text.endswith(INCOMPLETE) or len(text) <= len(before):
+            return ""
+        self._window = self._window[self._read - self._prefix :]
+        self._prefix, self._read = self._read, len(token_ids)
+        return text[len(before) :]
+
+    def flush(self) -> str:
+        """Whatever is left once generation ends (a trailing partial character included)."""
+        if self._tokenizer is None or not self._window:
+            return ""
+        before, text = self._window_texts()
+        self._window = []
+        return text[len(before) :]
+
+    def _window_texts(self) -> tuple[str, str]:
+        """Text of the already-emitted context ids[prefix:read] and of the whole window."""
+        emitted = self._read - self._prefix
+        return decode_text(self._tokenizer, self._window[:emitted]), decode_text(self._tokenizer, self._window)
+

@@ -1,0 +1,1 @@
+"""Validated settings: model, generation, engine, sampling, speculative; one `validation`."""

@@ -1,0 +1,102 @@
+"""User-facing sampling parameters (host side, validated on construction)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from jaxinfer.config import validation as v
+
+TOP_K_LIMIT = 2**31 - 1  # top_k lives in an int32 array
+MAX_LOGPROBS = 20
+MAX_N = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens for one request; defaults follow vLLM (temperature 1, no filtering).
+
+    temperature 0 means greedy. top_k 0 (or -1) and top_p 1 disable those filters; min_p keeps
+    tokens whose probability is at least min_p times the most likely one's. The same seed gives
+    the same output whatever else is in the batch. Penalties follow vLLM: presence and frequency
+    subtract from the logits of tokens already generated; repetition divides positive (multiplies
+    negative) logits of tokens in the prompt or output. `stop` strings end generation and are
+    not part of the text unless include_stop_str_in_output; `logprobs=k` returns the top-k
+    log-probabilities of each generated token (and `prompt_logprobs=k` of each prompt token);
+    `n` samples share the prompt.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None
+    stop_token_ids: Sequence[int] = ()
+    ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: str | Sequence[str] = ()
+    include_stop_str_in_output: bool = False
+    min_tokens: int = 0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        self._set("max_tokens", v.positive_int(self.max_tokens, "max_tokens"))
+        self._set("temperature", v.number(self.temperature, "temperature", low=0, hint="use 0 for greedy"))
+        top_k = v.integer(self.top_k, "top_k", -1, TOP_K_LIMIT, hint="0 or -1 disables it")
+        self._set("top_k", max(top_k, 0))
+        self._set("top_p", v.number(self.top_p, "top_p"))
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; use 1.0 to disable nucleus sampling")
+        self._set("min_p", v.number(self.min_p, "min_p", 0, 1))
+        self._set("seed", v.optional_int(self.seed, "seed", 0, 2**63 - 1))
+        self._set("stop_token_ids", tuple(_stop_token_ids(self.stop_token_ids)))
+        self._set("ignore_eos", v.boolean(self.ignore_eos, "ignore_eos"))
+        for name in ("presence_penalty", "frequency_penalty"):
+            self._set(name, v.number(getattr(self, name), name, -2, 2))
+        self._set("repetition_penalty", v.number(self.repetition_penalty, "repetition_penalty"))
+        if not 0 < self.repetition_penalty <= 10:
+            raise ValueError(f"repetition_penalty must be in (0, 10] (1 disables it), got {self.repetition_penalty}")
+        self._set("stop", _stop_strings(self.stop))
+        include = v.boolean(self.include_stop_str_in_output, "include_stop_str_in_output")
+        self._set("include_stop_str_in_output", include)
+        self._set("min_tokens", v.integer(self.min_tokens, "min_tokens", 0, self.max_tokens))
+        for name in ("logprobs", "prompt_logprobs"):
+            self._set(name, v.optional_int(getattr(self, name), name, 0, MAX_LOGPROBS))
+        self._set("n", v.integer(self.n, "n", 1, MAX_N))
+
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+    @property
+    def greedy(self) -> bool:
+        """True when tokens are chosen by argmax."""
+        return self.temperature == 0
+
+    @property
+    def penalized(self) -> bool:
+        """True when any penalty changes the logits."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1)
+
+
+def _stop_token_ids(value: object) -> list[int]:
+    """Stop ids as ints in int32 range; whether they are in the vocabulary is checked by the LLM."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"stop_token_ids must be a list of int token ids, got {value!r}; use stop=[...] for strings")
+    strings = [i for i, t in enumerate(value) if isinstance(t, str)] if isinstance(value, (list, tuple)) else []
+    if strings:
+        i = strings[0]
+        raise TypeError(f"stop_token_ids[{i}] must be an int token id, got {value[i]!r}; use stop=[...] for strings")
+    return v.token_ids(value, "stop_token_ids")
+
+
+def _stop_strings(value: object) -> tuple[str, ...]:
+    """One stop string or a list of them, none empty."""
+    stops = (value,) if isinstance(value, str) else value
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
+        raise TypeError(f"stop must be a non-empty string or a list of them, got {value!r}")
+    return tuple(stops)

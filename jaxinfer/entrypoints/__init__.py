@@ -1,0 +1,1 @@
+"""Ways in: the `LLM` facade, the CLI and the OpenAI-compatible server."""

@@ -1,0 +1,398 @@
+"""`LLM`: the notebook entry point. Loads a model once, then generates, streams or scores.
+
+Generation runs on the serving engine (continuous batching over the paged KV cache), which
+also runs prompt-lookup (n-gram) speculation; with a draft-model speculative config, requests
+that only use the sampling settings the speculative loop supports run as static batches
+through it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxinfer.config import validation
+from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.checkpoint.loader import load_weights, quantization_of
+from jaxinfer.config.model import ModelConfig, load_config
+from jaxinfer.runtime.compile_cache import compile_cache_setting
+from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.engine.speculation import EngineDraft
+from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.kernels.cpu import resolve_cpu_kernels
+from jaxinfer.config.generation import generation_defaults
+from jaxinfer.models import (
+    Weights, abstract_weights, quantize_head, quantize_weights, unpack_for_cpu, weights_to_run,
+)
+from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
+from jaxinfer.runtime.prompt_logprobs import all_position_logits
+from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.parallel.sharding import Layout, layout_for
+from jaxinfer.speculative import SpeculativeConfig
+from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
+from jaxinfer.speculative.eagle_proposer import EagleProposer
+from jaxinfer.speculative.proposers import DraftModelProposer
+from jaxinfer.runtime.static_batch import StaticBatchGenerator
+from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
+
+DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo" / "target"
+DEMO_DRAFT = Path(__file__).parents[1] / "assets" / "demo" / "draft"  # the demo target's speculative draft
+DEMO_EAGLE = Path(__file__).parents[1] / "assets" / "demo" / "eagle"  # an EAGLE-1 head for the demo target
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+Prompt = str | Sequence[int]
+
+
+def resolve_max_seq_len(requested: int | None, limit: int) -> int:
+    """The requested length (default: the model's, at most 2048), checked against the model's limit."""
+    length = int(requested or min(limit, 2048))
+    if length > limit:
+        raise ValueError(f"max_seq_len {length} exceeds the model's max_position_embeddings {limit}")
+    return length
+
+
+def engine_speculation(
+    config: SpeculativeConfig | None, static: SpeculativeDecoder | None, target: Weights
+) -> tuple[SpeculativeConfig | None, EngineDraft | None]:
+    """What the engine speculates with: prompt lookup, or the draft model or EAGLE head the static
+    loop loaded (one that failed to load leaves the engine plain)."""
+    if config is None or config.method == "ngram":
+        return config, None
+    proposer = None if static is None else static.proposer
+    if isinstance(proposer, DraftModelProposer):
+        return config, EngineDraft(proposer.cfg, static.params, proposer.draft_cost)
+    if isinstance(proposer, EagleProposer):
+        return config, EngineDraft(proposer.ecfg, proposer.with_target(static.params, target), proposer.draft_cost)
+    return None, None
+
+
+def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
+    """A jnp dtype from a name; "auto" takes the checkpoint's own dtype (float32 if unstated)."""
+    dtype = validation.dtype_name(dtype, "dtype")
+    if dtype == "auto":
+        cfg = json.loads((model_dir / "config.json").read_text())
+        stored = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"
+        dtype = validation.dtype_name(stored, f"{model_dir / 'config.json'} dtype", allow_auto=False)
+    return DTYPES[dtype]
+
+
+def model_identity(model_dir: Path, dtype: jnp.dtype) -> str:
+    """Names these weights for the prefix cache: path, dtype and the weight files' sizes and times."""
+    files = sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("**/*.zarray"))[:1]
+    marks = [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files]
+    return "|".join([str(model_dir.resolve()), jnp.dtype(dtype).name, *marks])
+
+
+def load_sharded(
+    model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int, quantize_lm_head: bool = False
+) -> tuple[ModelConfig, Weights, Layout]:
+    """Config, weights (each leaf read into its sharding) and the layout for tp x dp devices."""
+    validation.positive_int(tp, "tensor_parallel_size")
+    validation.positive_int(dp, "data_parallel_size")
+    validation.boolean(quantize_lm_head, "quantize_lm_head")
+    cfg = load_config(model_dir)
+    layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp)
+    cfg, weights = load_weights(model_dir, dtype, layout=layout)
+    # Projections only (None: as loaded, so a converted quantized checkpoint stays quantized).
+    weights = quantize_weights(weights, quantization)
+    if layout.size > 1 and quantization_of(weights) is not None:
+        # Quantized leaves take the shardings of the weights they replace (see quantized_specs).
+        weights = shard_quantized_tree(weights, abstract_weights(cfg), layout)
+    if quantize_lm_head:
+        if (quant := quantization_of(weights)) is None:
+            raise ValueError("quantize_lm_head=True quantizes the output head like the projections, so it needs "
+                             "quantization='int8', 'int4' or 'fp8' (or a quantized checkpoint); got quantization=None")
+        mode, group = quant
+        weights = quantize_head(weights, mode, group or DEFAULT_GROUP, layout)
+    return cfg, weights, layout
+
+
+def resolve_kernels_for(layout: Layout, cpu_kernels: bool | None) -> bool:
+    """The CPU kernels' switch: off on a mesh (FFI calls cannot be partitioned), else as asked."""
+    if layout.size == 1:
+        return resolve_cpu_kernels(cpu_kernels)
+    if cpu_kernels:
+        raise ValueError(
+            f"cpu_kernels=True cannot run on a mesh of {layout.size} devices (the native kernels are not "
+            "partitioned); pass cpu_kernels=None or False, or tensor_parallel_size=data_parallel_size=1"
+        )
+    return False
+
+
+def resolve_quantized_kernel(layout: Layout, setting: bool | None, interpret: bool) -> bool:
+    """The Triton quantized-matmul switch: None = on for one GPU; True needs a GPU (or interpret mode), never a mesh."""
+    on_gpu = jax.default_backend() == "gpu"
+    if setting is None:
+        return on_gpu and layout.size == 1
+    if setting and layout.size > 1:
+        raise ValueError(f"quantized_kernel=True cannot run on a mesh of {layout.size} devices (the Triton kernel is "
+                         "not partitioned); pass quantized_kernel=None or False")
+    if setting and not (on_gpu or interpret):
+        raise ValueError(f"quantized_kernel=True needs a GPU (this backend is {jax.default_backend()!r}); pass "
+                         "interpret_kernels=True to run it in interpret mode, or quantized_kernel=None or False")
+    return setting
+
+
+def spec_supported(params: SamplingParams) -> bool:
+    """True when the speculative loop implements every setting of params."""
+    plain = SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature, top_k=params.top_k,
+                           top_p=params.top_p, min_p=params.min_p, seed=params.seed,
+                           stop_token_ids=params.stop_token_ids, ignore_eos=params.ignore_eos)
+    return params == plain
+
+
+class LLM:
+    """A loaded model: `generate` for batches, `stream` for text as it is produced, `logits` for research.
+
+    The engine knobs follow vLLM: max_num_seqs (sequences per step), max_num_batched_tokens
+    (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
+    chunked per step), num_pages or
+    gpu_memory_utilization (the KV pool), page_size, enable_prefix_caching, and decode_steps
+    (decode steps one device call may run when no request is waiting). KV memory is held
+    until `close()` (or the end of a `with LLM(...)` block) frees every cache; the object keeps
+    working after it, re-making the caches on the next call. cpu_kernels (None: auto) picks the native
+    CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
+    keeps compiled programs across processes. quantization ("int8", "int4", "fp8") quantizes the
+    projections at load; quantize_lm_head=True quantizes the output head too (for a tied head a
+    quantized copy: `weights` keeps the tie). quantized_kernel (None: on for one GPU) runs bf16
+    int8/int4 decode products through a Triton kernel that reads the stored values in place.
+    tensor_parallel_size splits heads, the MLP and the vocabulary over that many devices and
+    data_parallel_size splits the batch (see `jaxinfer.parallel.sharding`); with jax.distributed
+    initialized the devices may span processes.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        dtype: str = "auto",
+        max_seq_len: int | None = None,
+        max_num_seqs: int = 64,
+        max_num_batched_tokens: int = 512,
+        max_prefill_seqs: int = 4,
+        num_pages: int | None = None,
+        gpu_memory_utilization: float | None = None,
+        page_size: int = 16,
+        enable_prefix_caching: bool = True,
+        decode_steps: int = 8,
+        speculative: SpeculativeConfig | None = None,
+        kv_cache: str = "auto",
+        kv_cache_dtype: str = "auto",
+        attention_backend: str = "auto",
+        interpret_kernels: bool = False,
+        max_batch_size: int | None = None,
+        cpu_kernels: bool | None = None,
+        compile_cache: bool | str | Path | None = None,
+        quantization: str | None = None,
+        quantize_lm_head: bool = False,
+        quantized_kernel: bool | None = None,
+        tensor_parallel_size: int = 1,
+        data_parallel_size: int = 1,
+    ):
+        self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
+        validation.optional_int(max_seq_len, "max_seq_len", 1)
+        validation.optional_int(max_batch_size, "max_batch_size", 1)
+        compile_cache_setting(compile_cache)
+        release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
+        if speculative is not None and not isinstance(speculative, SpeculativeConfig):
+            raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
+        self.dtype = resolve_dtype(dtype, self.model_dir)
+        self.config, weights, self.layout = load_sharded(
+            self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head
+        )
+        # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0), never on a mesh.
+        self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)
+        # What runs (`weights` gives the model's own).
+        quantized_kernel = resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels)
+        self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel, self.layout)
+        self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
+        self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
+        self.cache_spec = CacheSpec(
+            kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
+            mesh_layout=self.layout,
+        )
+        self.tokenizer = load_tokenizer(self.model_dir)
+        # Used when a call passes no SamplingParams: the model's generation_config.json settings.
+        self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
+        engine_config = EngineConfig(
+            max_seq_len=self.max_seq_len, max_num_seqs=self.max_batch_size,
+            max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
+            gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
+            enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
+        )
+        self._start_engine(engine_config, speculative)
+
+    def _start_engine(self, engine_config: EngineConfig, speculative: SpeculativeConfig | None) -> None:
+        """The serving engine, speculating with prompt lookup or a draft model.
+
+        `generate` still runs draft-model requests as static batches beside it (the static
+        speculative loop); `stream`, the server and everything else speculate in the engine.
+        """
+        self._setup_speculative(None if speculative is None or speculative.method == "ngram" else speculative)
+        in_engine, draft = engine_speculation(speculative, self.speculative, self._run_weights)
+        self.engine = LLMEngine(
+            self._run_weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
+            model_identity(self.model_dir, self.dtype), self.default_params, in_engine, draft,
+        )
+        if draft is not None:  # one set of acceptance totals for the static loop and the engine
+            self.engine.speculator.totals = self.speculative.totals
+        self._request_ids = itertools.count()
+
+    def _setup_speculative(self, speculative: SpeculativeConfig | None) -> None:
+        """The static speculative loop for draft models (it loads the draft the engine shares)."""
+        self.speculative: SpeculativeDecoder | None = build_speculative(
+            speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len, cpu_kernels=self.cpu_kernels,
+            layout=self.layout,
+        )
+        self._static = None if self.speculative is None else StaticBatchGenerator(
+            self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_batch_size, self.cache_spec,
+            self.speculative, self._decode,
+        )
+
+    @property
+    def weights(self) -> Weights:
+        """The model's weights pytree (what `save_converted` writes); unpacked on each access when packed."""
+        return unpack_for_cpu(self._run_weights, self.config.tie_word_embeddings)
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for one prompt or many (str or token ids); one output per prompt, in order."""
+        prompts = self._as_list(prompts)
+        params_list = self._params_for(prompts, params)
+        if self.speculative is not None and self.speculative.enabled and all(map(spec_supported, params_list)):
+            ids = [self.encode(p) for p in prompts]
+            for seq, p in zip(ids, params_list):
+                self._check_prompt(seq, p.max_tokens)
+            release_programs_near_cap()  # the engine's steps do it on the other path
+            return self._static.generate(prompts, ids, params_list)
+        return self._engine_generate(prompts, params_list)
+
+    def _engine_generate(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[RequestOutput]:
+        """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
+        request_ids = self._add_requests(prompts, params)
+        finals: dict[str, RequestOutput] = {}
+        try:
+            while self.engine.has_unfinished():
+                finals.update((out.request_id, out) for out in self.engine.step(final_only=True))
+        except BaseException:  # Ctrl-C in a notebook too: the next call must not run these to the end
+            self._abort(request_ids)
+            raise
+        return [finals[rid] for rid in request_ids]
+
+    def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
+        """Yield text pieces of one request as they are produced (a few tokens per device call)."""
+        (request_id,) = self._add_requests([prompt], self._params_for([prompt], params))
+        try:
+            while self.engine.has_unfinished():
+                for delta in self.engine.step():
+                    if delta.request_id == request_id and delta.outputs[0].text:
+                        yield delta.outputs[0].text
+        finally:
+            self._abort([request_id])  # a consumer that stops early frees the request's pages
+
+    def metrics(self) -> dict:
+        """Engine metrics (vLLM names), plus the speculative totals (drafted, accepted, ...) when configured."""
+        out = self.engine.metrics()
+        if self.speculative is not None:
+            out.update(self.speculative.metrics())
+        out.update(self.engine.speculation_metrics() or {})
+        return out
+
+    def close(self) -> None:
+        """Free the KV caches: the engine's page pools, the static batch's cache and the draft's.
+
+        The weights stay loaded, so the object still works after close(): the next call re-makes
+        the caches it needs. A generator from `stream` must be closed or exhausted first.
+        """
+        self.engine.release()
+        if self._static is not None:
+            self._static.release()
+        if self.speculative is not None:
+            self.speculative.release()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _add_requests(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[str]:
+        """Queue all requests, or none: an invalid one aborts those queued before it and raises."""
+        added: list[str] = []
+        try:
+            for prompt, p in zip(prompts, params):
+                request_id = f"llm-{next(self._request_ids)}"
+                self.engine.add_request(request_id, prompt, p)
+                added.append(request_id)
+        except Exception:
+            self._abort(added)
+            raise
+        return added
+
+    def _abort(self, request_ids: list[str]) -> None:
+        """Abort the requests (finished ones are left as they are) and step until the engine holds none."""
+        for request_id in request_ids:
+            self.engine.abort(request_id)
+        while self.engine.has_unfinished():
+            self.engine.step()
+
+    def logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""
+        token_ids = validation.token_ids(token_ids, "token_ids", self.config.vocab_size)
+        self._check_prompt(token_ids, 0)
+        release_programs_near_cap()
+        return all_position_logits(
+            self._run_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout
+        )
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt (strings go through the model's tokenizer)."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError(f"{self.model_dir} has no tokenizer files; pass token ids instead of text")
+            # verbose=False: the length check below says what to change; HF's warning only adds noise.
+            return list(self.tokenizer.encode(prompt, verbose=False))
+        return validation.token_ids(prompt, "prompt", self.config.vocab_size)
+
+    def _as_list(self, prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+        return validation.prompts(prompts, "prompts", self.config.vocab_size)
+
+    def _params_for(
+        self, prompts: list[Prompt], params: SamplingParams | Sequence[SamplingParams] | None
+    ) -> list[SamplingParams]:
+        if params is None or isinstance(params, SamplingParams):
+            params_list = [params or self.default_params] * len(prompts)
+        elif isinstance(params, (list, tuple)) and all(isinstance(p, SamplingParams) for p in params):
+            params_list = list(params)
+        else:
+            raise TypeError(
+                f"params must be a SamplingParams, a list of them (one per prompt) or None, got {type(params).__name__}"
+            )
+        if len(params_list) != len(prompts):
+            raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; pass one or one each")
+        for p in params_list:
+            validation.token_ids(p.stop_token_ids, "stop_token_ids", self.config.vocab_size)
+        return params_list
+
+    def _check_prompt(self, ids: list[int], max_tokens: int) -> None:
+        if not ids:
+            raise ValueError("prompt is empty; give at least one token")
+        if len(ids) + max_tokens > self.max_seq_len:
+            raise ValueError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds max_seq_len "
+                f"{self.max_seq_len}; shorten the prompt, lower max_tokens or raise LLM(max_seq_len=...)"
+            )
+        bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {self.config.vocab_size})")
+
+    def _decode(self, ids: list[int]) -> str:
+        return decode_text(self.tokenizer, ids) if self.tokenizer is not None else ""

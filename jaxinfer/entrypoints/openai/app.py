@@ -1,0 +1,95 @@
+"""The FastAPI app: OpenAI-compatible routes over one AsyncLLMEngine (`build_app(llm)`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from jaxinfer.engine import AsyncLLMEngine
+from jaxinfer.entrypoints.openai.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
+from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_completion
+from jaxinfer.entrypoints.openai.errors import APIError, RequestGuard, install_handlers
+from jaxinfer.entrypoints.openai.metrics import engine_registry, metrics_text
+from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
+from jaxinfer.entrypoints.openai.serving import ServerState
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt that fits the context
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """What the HTTP layer enforces: the served name, an optional API key and the body size limit."""
+
+    model_name: str
+    api_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+def build_app(llm: Any, config: ServerConfig) -> FastAPI:
+    """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings."""
+    engine = llm.engine
+    state = ServerState(
+        AsyncLLMEngine(engine), llm.tokenizer, config.model_name, engine.config.max_seq_len,
+        engine.model_config.vocab_size, llm.default_params,
+    )
+    app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.server = state
+    install_handlers(app)
+    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key)
+    registry = engine_registry(engine.metrics)
+    _add_generation_routes(app, state)
+    _add_utility_routes(app, state)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(metrics_text(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _add_generation_routes(app: FastAPI, state: ServerState) -> None:
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        return await create_completion(body, state, request)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, request: Request):
+        return await create_chat_completion(body, state, request)
+
+
+def _add_utility_routes(app: FastAPI, state: ServerState) -> None:
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "jaxinfer",
+                "max_model_len": state.max_seq_len}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> JSONResponse:
+        state.check_model(body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise APIError("give exactly one of prompt or messages", param="prompt")
+        if state.tokenizer is None:
+            raise APIError("this model has no tokenizer")
+        if body.messages is not None:
+            ids = chat_prompt_ids(state, body.messages)
+        else:
+            ids = list(state.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens))
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": state.max_seq_len})
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> JSONResponse:
+        state.check_model(body.model)
+        if state.tokenizer is None:
+            raise APIError("this model has no tokenizer")
+        state.encode(body.tokens, "tokens")  # checks the ids are in the vocabulary
+        text = state.tokenizer.decode(body.tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        return JSONResponse({"prompt": text})

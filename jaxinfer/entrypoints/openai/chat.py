@@ -1,0 +1,112 @@
+"""POST /v1/chat/completions: messages through the chat template, then the completions machinery."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from jaxinfer.engine import CompletionOutput, RequestOutput
+from jaxinfer.entrypoints.openai.completions import build_params
+from jaxinfer.entrypoints.openai.errors import APIError, error_body
+from jaxinfer.entrypoints.openai.formatting import DONE, chat_logprobs, count_usage, sse, usage
+from jaxinfer.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
+from jaxinfer.entrypoints.openai.serving import ServerState, collect, finish_error, merge, new_id
+
+# Used when the tokenizer has no chat template of its own (the demo model has none): one
+# "role: content" line per message, then "assistant:" for the reply. Documented in the README.
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+MAX_TOP_LOGPROBS = 20
+
+
+def render_chat(tokenizer: Any | None, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+    """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE."""
+    if tokenizer is None:
+        raise APIError("this model has no tokenizer, so chat is not available; use /v1/completions with token ids")
+    conversation = [{"role": m.role, "content": m.text()} for m in messages]
+    template = getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
+    try:
+        return tokenizer.apply_chat_template(
+            conversation, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+    except Exception as error:  # a template may raise on roles or orders it does not accept
+        raise APIError(f"the chat template rejected these messages: {error}", param="messages") from None
+
+
+def chat_prompt_ids(state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of the rendered conversation (the template writes any BOS itself)."""
+    try:
+        text = render_chat(state.tokenizer, messages, add_generation_prompt)
+    except ValueError as error:  # a non-text content part
+        raise APIError(str(error), param="messages") from None
+    return list(state.tokenizer.encode(text, add_special_tokens=False))
+
+
+def _top_logprobs(body: ChatCompletionRequest) -> int | None:
+    """How many alternatives per token the engine must return (None: no logprobs)."""
+    if body.top_logprobs is not None and not 0 <= body.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise APIError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {body.top_logprobs}", param="top_logprobs")
+    if body.top_logprobs and not body.logprobs:
+        raise APIError("top_logprobs needs logprobs: true", param="top_logprobs")
+    return (body.top_logprobs or 0) if body.logprobs else None
+
+
+async def create_chat_completion(body: ChatCompletionRequest, state: ServerState, request: Request):
+    """Render, check and run one conversation; stream chunks or return the finished message."""
+    state.check_model(body.model)
+    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt)
+    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    params = build_params(state, body, ids, None, _top_logprobs(body), requested)
+    response_id = new_id("chatcmpl")
+    stream = state.engine.generate(ids, params, response_id)
+    header = {"id": response_id, "created": int(time.time()), "model": state.model_name}
+    if body.stream:
+        events = _stream(state, body, {**header, "object": "chat.completion.chunk"}, merge([stream]), len(ids))
+        return StreamingResponse(events, media_type="text/event-stream")
+    (output,) = await collect([stream], request)
+    finish_error(output)
+    choices = [_choice(state, body, out) for out in output.outputs]
+    return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
+
+
+def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict | None:
+    if not body.logprobs or out.logprobs is None:
+        return None
+    return chat_logprobs(state.tokenizer, out.token_ids, out.logprobs, body.top_logprobs or 0)
+
+
+def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict:
+    return {
+        "index": out.index, "message": {"role": "assistant", "content": out.text},
+        "logprobs": _logprobs(state, body, out), "finish_reason": out.finish_reason, "stop_reason": out.stop_reason,
+    }
+
+
+async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
+                  deltas: AsyncIterator[tuple[int, RequestOutput]], prompt_tokens: int) -> AsyncIterator[str]:
+    """A role chunk per choice, content chunks as tokens arrive, an optional usage chunk, then [DONE]."""
+    generated = 0
+    for index in range(body.n):
+        choice = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        yield sse({**header, "choices": [choice]})
+    try:
+        async for _, delta in deltas:
+            if delta.error:
+                yield sse(error_body(f"generation failed: {delta.error}", "internal_server_error", None, 500))
+                continue
+            for out in delta.outputs:
+                if out.token_ids or out.text or out.finish_reason:
+                    generated += len(out.token_ids)
+                    choice = {"index": out.index, "delta": {"content": out.text}, "logprobs": _logprobs(state, body, out),
+                              "finish_reason": out.finish_reason}
+                    yield sse({**header, "choices": [choice]})
+        if body.include_usage():
+            yield sse({**header, "choices": [], "usage": usage(prompt_tokens, generated)})
+    finally:
+        await deltas.aclose()  # a client gone mid-stream: abort the request and free its pages
+    yield DONE

@@ -1,0 +1,1 @@
+"""Platform glue: native CPU kernels and matmul precision."""

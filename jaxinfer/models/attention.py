@@ -1,0 +1,192 @@
+"""One attention interface over whatever KV cache the model carries.
+
+`attend` reads the cache after the current step's K/V were written, so a query at position p
+sees keys 0..p (within the layer's sliding window). The contiguous cache uses the dense `jnp`
+path, or on CPU for a few queries per sequence (decode, verification) a native kernel that
+reads only the visible keys; the paged cache dispatches to `pallas_kernels` (the Pallas kernel,
+or its `jnp` reference, as the cache's backend says, and the reference for shapes the kernel
+cannot run); on a mesh the kernels run per device under `shard_map` (`sharded_attention`).
+Queries of one call sit at consecutive positions.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import jax
+import jax.numpy as jnp
+
+import pallas_kernels
+from jaxinfer.models.blocked_attention import NEG_INF, blocked_rows_attention
+from jaxinfer.kernels.cpu import decode_attention, decode_attention_applies, paged_decode_attention
+from jaxinfer.cache.contiguous import KVCache
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.cache.ragged_view import RaggedPagedCache, split_attend
+from jaxinfer.models.sharded_attention import per_shard_rows_attention
+
+logger = logging.getLogger(__name__)
+
+ATTENTION_BACKENDS = ("auto", "reference", "pallas")
+
+
+def resolve_backend(name: str) -> str:
+    """"auto" -> Pallas kernels on TPU/GPU, the jnp reference on CPU."""
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend {name!r} is not one of {', '.join(ATTENTION_BACKENDS)}")
+    if name == "auto":
+        return "reference" if jax.default_backend() == "cpu" else "pallas"
+    return name
+
+
+def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int) -> jax.Array:
+    """[B, T, S] bool: key s is visible to the query at position p iff s <= p and p - s < window (if > 0)."""
+    s = jnp.arange(kv_len)[None, None, :]
+    p = q_positions[:, :, None]
+    visible = s <= p
+    return visible & (p - s < window) if window > 0 else visible
+
+
+def dense_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float | None = None,
+    kv_scales: tuple[jax.Array, jax.Array] | None = None,
+) -> jax.Array:
+    """GQA attention: q [B,T,H,K], k [B,KV,S,K], v [B,KV,K,S], mask [B,T,S] -> [B,T,H,K]; f32 softmax.
+
+    kv_scales (k, v) [B, KV, S] dequantize fp8 keys and values: they scale each key's score
+    and each value's probability, so the cache is widened to q's dtype but never multiplied.
+    """
+    b, t, h, d = q.shape
+    kv_heads = k.shape[1]
+    scale = d**-0.5 if scale is None else scale
+    if kv_scales is not None:
+        k, v = k.astype(q.dtype), v.astype(q.dtype)
+    qg = q.reshape(b, t, kv_heads, h // kv_heads, d).astype(k.dtype)
+    # float32 results keep bf16 operands on XLA:CPU's bf16 dot path (see layers.linear).
+    precision = matmul_precision(qg, k)
+    scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
+    scores = scores * (scale if kv_scales is None else scale * kv_scales[0][:, :, None, None, :])
+    scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1)
+    probs = (probs if kv_scales is None else probs * kv_scales[1][:, :, None, None, :]).astype(v.dtype)
+    out = jnp.einsum("bkgts,bkds->btkgd", probs, v, precision=precision, preferred_element_type=jnp.float32)
+    return out.reshape(b, t, h, d).astype(q.dtype)
+
+
+@functools.cache
+def _log_fallback(reason: str) -> None:
+    """One warning per distinct shape the kernel cannot run (traces repeat; logs should not)."""
+    logger.warning("paged attention falls back to the jnp reference: %s", reason)
+
+
+def kernel_backend(cache: PagedKVCache, head_dim: int) -> str | None:
+    """The `backend` argument for pallas_kernels: None (the platform's kernel) or "reference".
+
+    "auto" must always give a working model, so a shape the kernel cannot run (see
+    `pallas_kernels.unsupported_reason`) takes the reference path, with one log line.
+    """
+    if cache.backend == "reference":
+        return "reference"
+    impl = pallas_kernels.choose_implementation(None, cache.interpret)
+    if impl == "reference":
+        return "reference"
+    reason = pallas_kernels.unsupported_reason(impl, head_dim, cache.value_dtype, cache.page_size, cache.quantized)
+    if reason is None:
+        return None
+    _log_fallback(reason)
+    return "reference"
+
+
+def paged_rows_attend(
+    q: jax.Array,
+    cache: PagedKVCache,
+    layer: int,
+    window: int,
+    lengths: jax.Array,
+    page_table: jax.Array,
+    query_lens: jax.Array,
+) -> jax.Array:
+    """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
+    backend = kernel_backend(cache, q.shape[-1])
+    kernel = functools.partial(_rows_kernel, window=window, interpret=cache.interpret, backend=backend)
+    pools = (cache.k_pages[layer], cache.v_pages[layer])
+    scales = (cache.k_scales[layer], cache.v_scales[layer]) if cache.quantized else ()
+    rows = (lengths, page_table, query_lens)
+    # A kernel's custom call has no partitioning rule: on a mesh each device runs it on its shard.
+    # (The jnp reference is plain HLO that XLA partitions itself.)
+    if backend is None and cache.layout.size > 1:
+        return per_shard_rows_attention(kernel, q, pools, scales, rows, cache.layout)
+    return kernel(q, *pools, *rows, *scales)
+
+
+def _rows_kernel(
+    q: jax.Array,  # [B, T, H, K]
+    k_pages: jax.Array,  # [KV, P, page_size, K]
+    v_pages: jax.Array,
+    lengths: jax.Array,  # [B]
+    page_table: jax.Array,  # [B, pages_per_row]
+    query_lens: jax.Array,  # [B]
+    *scales: jax.Array,  # () or k, v scales [KV, P, page_size]
+    window: int,
+    interpret: bool,
+    backend: str | None,
+) -> jax.Array:
+    """The decode kernel for one query per row, the ragged one for several: [B, T, H, K]."""
+    common = dict(sliding_window=window or None, interpret=interpret, backend=backend)
+    if scales:
+        common.update(k_scales=scales[0], v_scales=scales[1])
+    if q.shape[1] == 1:
+        return pallas_kernels.paged_attention(q[:, 0], k_pages, v_pages, lengths, page_table, **common)[:, None]
+    return pallas_kernels.ragged_paged_attention(q, k_pages, v_pages, lengths, page_table, query_lens, **common)
+
+
+def gathered_rows_attend(
+    q: jax.Array,
+    cache: PagedKVCache,
+    layer: int,
+    window: int,
+    lengths: jax.Array,
+    page_table: jax.Array,
+    query_lens: jax.Array,
+) -> jax.Array:
+    """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
+    otherwise XLA attention over blocks of each row's pages, up to the step's longest row."""
+    dtype = q.dtype if cache.quantized else cache.value_dtype
+    steps = jnp.arange(q.shape[1])
+    positions = (lengths - query_lens)[:, None] + steps[None, :]
+    # The native kernel reads 16/32-bit float pages, and int8 pages with their scales; fp8 pages
+    # take XLA's path.
+    int8 = cache.value_dtype == jnp.int8
+    if cache.cpu_kernels and (int8 or not cache.quantized) and decode_attention_applies(q.shape[1], dtype):
+        pools = (cache.k_pages[layer], cache.v_pages[layer])
+        scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if int8 else {}
+        return paged_decode_attention(q, *pools, page_table, positions, window, jnp.int8 if int8 else dtype, **scales)
+    return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype)
+
+
+def paged_attend(q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int) -> jax.Array:
+    """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
+    lengths = positions[:, -1] + 1
+    query_lens = jnp.full_like(lengths, q.shape[1])
+    return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens)
+
+
+def attend(
+    q: jax.Array, cache: KVCache | PagedKVCache, layer: int, positions: jax.Array, window: int
+) -> jax.Array:
+    """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache."""
+    if isinstance(cache, RaggedPagedCache):
+        rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
+        return split_attend(q, cache, lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows))
+    if isinstance(cache, PagedKVCache):
+        return paged_attend(q, cache, layer, positions, window)
+    k, v = cache.k[layer], cache.v[layer]
+    mask = causal_window_mask(positions, k.shape[2], window)
+    if cache.quantized:
+        # The native kernel reads 16/32-bit floats without scales: fp8 takes XLA's dense path.
+        scales = (cache.k_scales[layer][..., 0], cache.v_scales[layer][..., 0])
+        return dense_attention(q, k, v, mask, kv_scales=scales)
+    if cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype):
+        return decode_attention(q, k, v, positions, window)
+    return dense_attention(q, k, v, mask)

@@ -1,0 +1,1 @@
+"""Meshes, logical-axis rules, abstract weight leaves and multi-host start-up."""

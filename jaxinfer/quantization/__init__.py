@@ -1,0 +1,1 @@
+"""Weight-only quantization: quantized leaves and the matmul that reads them."""

@@ -1,0 +1,48 @@
+"""A host step's NumPy arrays as the compiled programs take them (`batch_step.StepInputs`),
+with each row's sampling settings and, when a row asks for them, its penalty counts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxinfer.runtime.engine_step import RowSampling, StepInputs
+from jaxinfer.engine.step_builder import HostStep
+from jaxinfer.runtime.packed_tree import PackedTree, pack_host
+from jaxinfer.sampling.penalties import Penalties
+from jaxinfer.sampling.sampler import sampling_arrays
+from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.parallel.sharding import Layout
+
+PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
+
+
+def device_inputs(host: HostStep, vocab_size: int, layout: Layout) -> PackedTree:
+    """The step's inputs as one buffer (see packed_tree), replicated over the mesh (one global array
+    when the devices span processes)."""
+    live = [r for r in host.requests if r is not None]
+    params = [r.params if r is not None else PADDING_PARAMS for r in host.requests]
+    seeds = [r.seed if r is not None else 0 for r in host.requests]
+    penalties = row_penalties(host, vocab_size) if any(r.params.penalized for r in live) else None
+    sampling = RowSampling(sampling_arrays(params, seeds), host.stop_ids, host.min_lengths, host.max_lengths, penalties)
+    return layout.put_tree(pack_host(StepInputs(
+        tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, page_table=host.page_table,
+        lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
+        next_tokens=host.next_tokens, sampling=sampling,
+        num_decode=host.num_decode, want_logprobs=any(r.params.logprobs is not None for r in live),
+    )))
+
+
+def row_penalties(host: HostStep, vocab_size: int) -> Penalties:
+    """Each row's presence/frequency/repetition settings and its output counts and prompt tokens."""
+    rows = len(host.requests)
+    counts, in_prompt = np.zeros((rows, vocab_size), np.int32), np.zeros((rows, vocab_size), bool)
+    values = np.zeros((3, rows), np.float32)
+    values[2] = 1.0
+    for r, request in enumerate(host.requests):
+        if request is None:
+            continue
+        np.add.at(counts[r], request.output_ids, 1)
+        in_prompt[r, request.prompt_ids] = True
+        p = request.params
+        values[:, r] = (p.presence_penalty, p.frequency_penalty, p.repetition_penalty)
+    return Penalties(values[0], values[1], values[2], counts, in_prompt)

@@ -1,0 +1,93 @@
+"""A model's forward over one engine step's flat tokens, and the draft model that rides along.
+
+The draft keeps its own page pool, indexed by the target's page tables (same page ids, same
+page size), so the block manager's allocation, prefix sharing and preemption hold for both:
+every program that writes the target's K/V for a token also runs `read_tokens`. (An EAGLE
+head rides the same way: `batch_eagle`.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models import Weights
+from jaxinfer.models.llama import forward_with_taps
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.cache.ragged_view import RaggedPagedCache
+
+if TYPE_CHECKING:
+    from jaxinfer.runtime.engine_step import StepInputs
+
+
+def step_hidden(
+    weights: Weights, pages: PagedKVCache, x: "StepInputs", cfg: ModelConfig
+) -> tuple[jax.Array, PagedKVCache]:
+    """Final hidden states [N, D] of the step's flat tokens, and the pools with their K/V written."""
+    hidden, _, pages = step_features(weights, pages, x, cfg, None)
+    return hidden, pages
+
+
+def step_view(pages: PagedKVCache, x: "StepInputs") -> RaggedPagedCache:
+    """A pool as the step's flat tokens see it (the step's page tables)."""
+    return RaggedPagedCache(
+        dataclasses.replace(pages, page_table=x.page_table), x.token_rows, x.lengths, x.query_lens, x.num_decode
+    )
+
+
+def step_features(
+    weights: Weights, pages: PagedKVCache, x: "StepInputs", cfg: ModelConfig, taps: tuple[int, ...] | None
+) -> tuple[jax.Array, jax.Array | None, PagedKVCache]:
+    """`step_hidden`, also returning the features [N, F] an EAGLE head reads (taps: see
+    `speculative.features`; None: no features)."""
+    hidden, tapped, view = forward_with_taps(weights, x.tokens[None], x.positions[None], step_view(pages, x), cfg,
+                                             taps or ())
+    features = None if taps is None else jnp.concatenate(tapped, axis=-1)[0] if taps else hidden[0]
+    return hidden[0], features, dataclasses.replace(view.pages, page_table=pages.page_table)
+
+
+def decode_inputs(x: "StepInputs", tokens: jax.Array, positions: jax.Array, live: jax.Array) -> "StepInputs":
+    """One decode token per row at positions [R] (rows not live are padding)."""
+    rows = positions.shape[0]
+    index = jnp.arange(rows, dtype=jnp.int32)
+    return dataclasses.replace(
+        x, tokens=tokens, positions=jnp.where(live, positions, -1), token_rows=index,
+        lengths=jnp.where(live, positions + 1, 0), query_lens=live.astype(jnp.int32), last_index=index,
+        num_decode=rows, want_logprobs=False,
+    )
+
+
+def catch_up_inputs(x: "StepInputs", begin: jax.Array, end: jax.Array, chunk: int) -> "StepInputs":
+    """Each row as one chunk of `chunk` positions from begin [R], those before end [R] live (the
+    rest padding); tokens are the caller's to set."""
+    rows = begin.shape[0]
+    positions = begin[:, None] + jnp.arange(chunk, dtype=jnp.int32)[None, :]
+    return dataclasses.replace(
+        x, positions=jnp.where(positions < end[:, None], positions, -1).reshape(-1),
+        token_rows=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), chunk),
+        lengths=jnp.where(begin < end, jnp.minimum(begin + chunk, end), x.lengths),
+        query_lens=jnp.clip(end - begin, 0, chunk), num_decode=0, want_logprobs=False,
+    )
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class DraftModel:
+    """A draft model's page pool (the page table comes with each step) and shape; its weights
+    travel beside it because the pool is donated to each step and they are not."""
+
+    pages: PagedKVCache
+    cfg: ModelConfig = dataclasses.field(metadata=dict(static=True))
+    target_vocab: int = dataclasses.field(metadata=dict(static=True))
+
+
+def read_tokens(draft: DraftModel | None, draft_weights: Weights | None, x: "StepInputs") -> DraftModel | None:
+    """The draft with the step's tokens written into its pool (None passes through)."""
+    if draft is None:
+        return None
+    _, pages = step_hidden(draft_weights, draft.pages, x, draft.cfg)
+    return dataclasses.replace(draft, pages=pages)

@@ -1,0 +1,81 @@
+"""The engine's page pools: how many pages fit, and the target's (and a draft model's or an EAGLE head's) pools.
+
+The draft's pools have as many pages as the target's (same page ids, so the block manager's
+allocation, prefix sharing and preemption hold for all). One device holds its share of a
+page: the K/V pools are split by kv heads over tp; an EAGLE head's outputs are replicated.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxinfer.cache import paged
+from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.engine import EngineConfig
+from jaxinfer.runtime.eagle_rider import EagleDraft
+from jaxinfer.runtime.engine_step import Rider
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.speculative.eagle import EagleConfig
+from jaxinfer.runtime.flat_forward import DraftModel
+
+DraftConfig = ModelConfig | EagleConfig | None  # a draft model's shape, an EAGLE head's, or none
+
+
+def pool_size(
+    config: EngineConfig, model_config: ModelConfig, draft_cfg: DraftConfig, dtype: jnp.dtype, cache_spec: CacheSpec,
+) -> int:
+    """Pages in the pool (target and draft together), from the knobs and the device's free memory."""
+    kv_parts = cache_spec.mesh_layout.parts((model_config.num_kv_heads,), ("kv_heads",))
+    page_bytes = paged.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype) // kv_parts
+    if isinstance(draft_cfg, EagleConfig):  # its layer's K/V, its output and the target's features per position
+        page_bytes += paged.page_bytes(draft_cfg.layer, config.page_size, dtype, cache_spec.kv_dtype)
+        per_token = draft_cfg.layer.hidden_size + draft_cfg.feature_size
+        page_bytes += config.page_size * per_token * jnp.dtype(eagle_pool_dtype(dtype)).itemsize
+    elif draft_cfg is not None:
+        page_bytes += paged.page_bytes(draft_cfg, config.page_size, dtype, cache_spec.kv_dtype)
+    return config.resolve_num_pages(page_bytes, free_device_bytes())
+
+
+def new_pools(
+    model_config: ModelConfig, draft_cfg: DraftConfig, num_pages: int, page_size: int, dtype: jnp.dtype,
+    cache_spec: CacheSpec,
+) -> tuple[PagedKVCache, Rider]:
+    """The target's page pool and, when speculating with a draft model or an EAGLE head, its pools."""
+
+    def pool(cfg: ModelConfig) -> PagedKVCache:
+        return paged.init_page_pool(
+            cfg, num_pages, page_size, dtype, cache_spec.kv_dtype,
+            cache_spec.attention_backend, cache_spec.interpret, cache_spec.cpu_kernels, cache_spec.mesh_layout,
+        )
+
+    if isinstance(draft_cfg, EagleConfig):
+        def per_position(width: int) -> jax.Array:
+            shape = (num_pages, page_size, width)
+            return cache_spec.mesh_layout.zeros(shape, eagle_pool_dtype(dtype), (None, None, None))
+
+        predicted, features = per_position(draft_cfg.layer.hidden_size), per_position(draft_cfg.feature_size)
+        draft = EagleDraft(pool(draft_cfg.layer), predicted, features, draft_cfg, jnp.dtype(dtype).name)
+    else:
+        draft = None if draft_cfg is None else DraftModel(pool(draft_cfg), draft_cfg, model_config.vocab_size)
+    return pool(model_config), draft
+
+
+def eagle_pool_dtype(dtype: jnp.dtype) -> jnp.dtype:
+    """An EAGLE head's per-position pools: float32 on CPU (XLA:CPU copies a whole 16-bit buffer per
+    scatter, updates a float32 one in place), the model's dtype elsewhere."""
+    return jnp.float32 if jax.default_backend() == "cpu" else dtype
+
+
+def free_device_bytes() -> int | None:
+    """Unused memory of this process's first device (the least over all processes, so every
+    process sizes the same pool), or None where jax does not report it (CPU)."""
+    stats = jax.local_devices()[0].memory_stats()
+    free = int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)) if stats and "bytes_limit" in stats else -1
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        free = int(np.min(multihost_utils.process_allgather(np.int64(free))))
+    return None if free < 0 else free

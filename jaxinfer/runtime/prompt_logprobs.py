@@ -1,0 +1,46 @@
+"""Log-probabilities of a prompt's own tokens (vLLM's prompt_logprobs), via one all-positions pass."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxinfer.runtime import step_programs
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.models import Weights
+from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
+
+MIN_BUCKET = 16
+
+
+def all_position_logits(
+    weights: Weights, cfg: ModelConfig, ids: list[int], dtype: jnp.dtype, max_len: int, cpu_kernels: bool = False,
+    layout: Layout = UNSHARDED,
+) -> np.ndarray:
+    """Float32 next-token logits [len(ids), V] at every position (lengths bucketed to powers of two
+    up to max_len, so a new length rarely compiles). cpu_kernels: the weights are packed for them;
+    layout: the mesh the weights are sharded over."""
+    n = len(ids)
+    size = min(1 << (max(n, MIN_BUCKET) - 1).bit_length(), max(max_len, n))
+    tokens = np.zeros((1, size), np.int32)
+    tokens[0, :n] = ids
+    cache = init_cache(cfg, 1, size, dtype, cpu_kernels, layout)
+    return to_host(step_programs.all_logits(weights, layout.put(tokens), cache, cfg=cfg))[0, :n]
+
+
+def prompt_logprobs(
+    weights: Weights, cfg: ModelConfig, ids: list[int], k: int, dtype: jnp.dtype, max_len: int,
+    cpu_kernels: bool = False, layout: Layout = UNSHARDED,
+) -> list[dict[int, float] | None]:
+    """Per prompt token: None for the first, else {its id and the top-k ids: logprob} given the prefix."""
+    logits = all_position_logits(weights, cfg, ids, dtype, max_len, cpu_kernels, layout)
+    logp = np.asarray(jax.nn.log_softmax(jnp.asarray(logits[:-1]), axis=-1))
+    out: list[dict[int, float] | None] = [None]
+    for i, row in enumerate(logp, start=1):
+        top = np.argsort(-row)[:k] if k else np.array([], np.int64)
+        entry = {int(t): float(row[t]) for t in top}
+        entry[ids[i]] = float(row[ids[i]])
+        out.append(entry)
+    return out

@@ -1,0 +1,163 @@
+"""The serving engine's speculative step: verify host-proposed drafts for every row in one pass.
+
+Each row is laid out as a prefill chunk of `[last token, draft_1 .. draft_k]` (right-padded to
+the step's chunk), so the ragged step's forward writes their K/V and yields the target's
+distribution at every position. Acceptance is the exact rule of `speculative.rejection`: prompt
+lookup is deterministic, so q is one-hot and draft i is kept with probability p(draft_i); a
+draft model (`batch_draft`) or an EAGLE head (`batch_eagle`) drafts here first and its
+processed distributions are q. Greedy
+rows keep drafts while they equal the argmax. K/V written for rejected drafts
+sit past the row's new length and are overwritten by later steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.runtime import eagle_rider
+from jaxinfer.runtime.draft_model_rider import catch_up, propose
+from jaxinfer.runtime.eagle_rider import EagleDraft
+from jaxinfer.runtime.engine_step import Rider, StepInputs, StepOutputs, feature_taps, mask_early_stops
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models import Weights, lm_logits
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
+from jaxinfer.speculative.verify import repeat_rows
+from jaxinfer.runtime.flat_forward import DraftModel, step_features
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Drafts:
+    """Each row's proposed continuation."""
+
+    tokens: jax.Array  # [R, C - 1] int32, zero past count
+    count: jax.Array  # [R] int32 drafts to verify (0: the row decodes plainly)
+
+
+def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: int) -> jax.Array:
+    """Float32 logits [R, C, V] at every verified position, stop ids masked before min_tokens."""
+    chunk = hidden.shape[0] // rows
+    logits = lm_logits(weights, hidden).astype(jnp.float32)
+    first_next = x.lengths - x.query_lens + 1  # index of the token the row's first query predicts
+    next_index = (first_next[:, None] + jnp.arange(chunk, dtype=jnp.int32)[None, :]).reshape(-1)
+    s = x.sampling
+    repeat = lambda a: jnp.repeat(a, chunk, axis=0)  # noqa: E731
+    masked = mask_early_stops(logits, repeat(s.stop_ids), repeat(s.min_lengths), next_index)
+    return masked.reshape(rows, chunk, -1)
+
+
+def verify_step(
+    weights: Weights, pages: PagedKVCache, x: StepInputs, drafts: Drafts, cfg: ModelConfig,
+    rule: AcceptanceRule = EXACT_RULE, draft: Rider = None, draft_weights=None,
+) -> tuple[StepOutputs, PagedKVCache, Rider]:
+    """Accepted drafts then one corrected (or bonus) token per row: tokens [R, C], counts = accepted + 1.
+
+    x holds no decode rows (num_decode 0) and no penalties; every row is one verify chunk.
+    With a draft model or an EAGLE head, drafts.tokens are placeholders: it proposes
+    drafts.count tokens per row here; otherwise they are the host's (prompt lookup) with one-hot q.
+    """
+    rows = x.lengths.shape[0]
+    chunk, vocab = x.tokens.shape[0] // rows, cfg.vocab_size
+    if draft is None:
+        proposal = one_hot_logprobs(drafts.tokens, vocab)
+    else:
+        drafter = eagle_rider.propose if isinstance(draft, EagleDraft) else propose
+        tokens, proposal, draft = drafter(draft, draft_weights, x, drafts.count)
+        drafts = dataclasses.replace(drafts, tokens=tokens)
+        x = dataclasses.replace(x, tokens=with_drafts(x.tokens, tokens))
+    hidden, features, pages = step_features(weights, pages, x, cfg, feature_taps(draft))
+    logits = position_logits(hidden, weights, x, rows)
+    params = x.sampling.params
+    target = sampled_logprobs(logits.reshape(rows * chunk, vocab), repeat_rows(params, chunk))
+    target = target.reshape(rows, chunk, vocab)
+    first_position = x.lengths - drafts.count
+    verdict = verify(target, proposal, drafts.tokens, drafts.count, params, first_position, rule)
+    n = verdict.num_accepted
+    columns = jnp.arange(chunk, dtype=jnp.int32)[None, :]
+    padded = jnp.pad(drafts.tokens, ((0, 0), (0, 1)))
+    tokens = jnp.where(columns < n[:, None], padded, verdict.next_token[:, None])
+    if isinstance(draft, EagleDraft):
+        draft = eagle_rider.rewrite(draft, draft_weights, x, features, tokens, n + 1)
+    return StepOutputs(tokens, n + 1, None, None, None), pages, draft
+
+
+def with_drafts(flat: jax.Array, drafts: jax.Array) -> jax.Array:
+    """Flat verify tokens [R * C] with each row's slots 1.. replaced by its drafts [R, C - 1]."""
+    rows = drafts.shape[0]
+    grid = flat.reshape(rows, -1)
+    return jnp.concatenate([grid[:, :1], drafts], axis=1).reshape(-1)
+
+
+def verify_rounds(
+    weights: Weights, pages: PagedKVCache, x: StepInputs, drafts: Drafts, num_rounds: jax.Array,
+    capacity: jax.Array, history: jax.Array, draft_start: jax.Array, cfg: ModelConfig, max_rounds: int,
+    rule: AcceptanceRule = EXACT_RULE, draft: Rider = None, draft_weights=None,
+) -> tuple[StepOutputs, PagedKVCache, Rider]:
+    """Up to num_rounds (<= max_rounds) verify steps in a while_loop: tokens [R, max_rounds * C]
+    (each row's emitted tokens, packed), counts, and the drafts and acceptances of every round.
+
+    After the first round (x and drafts as `verify_step` takes them) each row drafts again from
+    its new last token on the device (a draft model or EAGLE head: host drafts last one round),
+    as many tokens as drafts.count, fewer near max_tokens. The loop returns to the host when a
+    row emits a stop id or reaches its length, or when another round would write past the pages
+    reserved for a row (capacity [R], tokens), so new arrivals and finished rows wait at most one call.
+    A draft model or head first reads the positions from draft_start [R] on (history [R, S]: the rows' tokens).
+    """
+    rows = x.lengths.shape[0]
+    chunk = x.tokens.shape[0] // rows
+    width = max_rounds * chunk
+    index, columns = jnp.arange(rows), jnp.arange(chunk, dtype=jnp.int32)[None, :]
+    live = x.query_lens > 0
+    s = x.sampling
+
+    def body(carry: tuple) -> tuple:
+        i, x, drafts, pages, draft, out, _ = carry
+        step, pages, draft = verify_step(weights, pages, x, drafts, cfg, rule, draft, draft_weights)
+        emitted = step.counts
+        kept = live[:, None] & (columns < emitted[:, None])
+        slots = jnp.where(kept, out.counts[:, None] + columns, width)
+        out = dataclasses.replace(
+            out, tokens=out.tokens.at[index[:, None], slots].set(step.tokens, mode="drop"),
+            counts=out.counts + jnp.where(live, emitted, 0),
+            drafted=out.drafted.at[:, i].set(jnp.where(live, drafts.count, -1)),
+            accepted=out.accepted.at[:, i].set(jnp.where(live, emitted - 1, 0)),
+        )
+        last_position = x.lengths - x.query_lens + emitted  # of the row's new last token
+        stopped = jnp.any(kept[:, :, None] & (step.tokens[:, :, None] == s.stop_ids[:, None, :]), axis=(1, 2))
+        finished = stopped | (last_position + 1 >= s.max_lengths)
+        full = last_position + chunk > capacity
+        count = jnp.clip(jnp.minimum(drafts.count, s.max_lengths - last_position - 2), 0)
+        x = next_round(x, step.tokens[index, emitted - 1], last_position, count, live)
+        halt = jnp.any(live & (finished | full))
+        return i + 1, x, Drafts(jnp.zeros_like(drafts.tokens), count), pages, draft, out, halt
+
+    empty = StepOutputs(
+        jnp.zeros((rows, width), jnp.int32), jnp.zeros((rows,), jnp.int32), None, None, None,
+        drafted=jnp.full((rows, max_rounds), -1, jnp.int32), accepted=jnp.zeros((rows, max_rounds), jnp.int32),
+    )
+    if isinstance(draft, DraftModel):
+        draft = catch_up(draft, draft_weights, x, history, draft_start)
+    elif isinstance(draft, EagleDraft):
+        draft = eagle_rider.catch_up(draft, draft_weights, x, history, draft_start)
+    carry = (jnp.int32(0), x, drafts, pages, draft, empty, jnp.bool_(False))
+    carry = jax.lax.while_loop(lambda c: (c[0] < num_rounds) & ~c[-1], body, carry)
+    return carry[5], carry[3], carry[4]
+
+
+def next_round(
+    x: StepInputs, last: jax.Array, last_position: jax.Array, count: jax.Array, live: jax.Array
+) -> StepInputs:
+    """The next round's verify layout: each live row's chunk `[last token, count placeholders]` at last_position."""
+    rows = last.shape[0]
+    chunk = x.tokens.shape[0] // rows
+    columns = jnp.arange(chunk, dtype=jnp.int32)[None, :]
+    in_chunk = live[:, None] & (columns <= count[:, None])
+    grid = jnp.zeros((rows, chunk), jnp.int32).at[:, 0].set(last)
+    return dataclasses.replace(
+        x, tokens=grid.reshape(-1), positions=jnp.where(in_chunk, last_position[:, None] + columns, -1).reshape(-1),
+        lengths=jnp.where(live, last_position + 1 + count, x.lengths), query_lens=jnp.where(live, 1 + count, 0),
+    )

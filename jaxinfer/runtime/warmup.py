@@ -1,0 +1,81 @@
+"""Compiling an engine's step programs before its first request, several at a time.
+
+A GPU compiles a Llama-3.2-1B step program in about 7 s (an H200 warmed a 27-program workload in
+186 s), and a serve start compiles every shape the knobs allow, a hundred or more. Each program
+is traced on the calling thread (tracing holds the GIL) and handed to a worker that compiles it,
+so tracing the next overlaps compiling the last. jit's own caches keep what the workers
+compiled: the padding-only runs that follow, and every later step of those shapes, compile
+nothing. On CPU one thread by default: XLA:CPU maps each program's code into memory regions,
+which the runs count against the process's cap as they go (see memory_maps).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import TYPE_CHECKING
+
+import jax
+from tqdm.auto import tqdm
+
+from jaxinfer.runtime.memory_maps import MAX_MAP_COUNT, map_headroom, warmup_may_continue
+from jaxinfer.engine.buckets import powers_of_two
+from jaxinfer.engine.step_builder import HostStep, empty_step, empty_verify_step, warmup_shapes
+
+if TYPE_CHECKING:
+    from jaxinfer.engine.engine import LLMEngine
+
+log = logging.getLogger(__name__)
+MAX_THREADS = 8
+BAR = dict(desc="compiling step programs", unit="program")
+
+
+def default_compile_threads() -> int:
+    """1 on CPU, else one per core up to MAX_THREADS."""
+    return 1 if jax.default_backend() == "cpu" else max(1, min(MAX_THREADS, os.cpu_count() or 1))
+
+
+def warmup_steps(engine: LLMEngine) -> list[HostStep]:
+    """A padding-only step of every shape the engine's knobs allow (verify steps when it speculates)."""
+    shapes = warmup_shapes(engine.config, engine.min_pages, engine.max_pages, engine.narrow_mixed, engine.chunk_step)
+    hosts = [empty_step(*shape) for shape in shapes]
+    if engine.speculator is not None:
+        hosts += [
+            empty_verify_step(rows, engine.verify_chunk, pages, engine.config.page_size)
+            for rows in powers_of_two(1, engine.config.max_num_seqs)
+            for pages in powers_of_two(engine.min_pages, engine.max_pages)
+        ]
+    return hosts
+
+
+def warm_up(engine: LLMEngine, hosts: list[HostStep], progress: bool, threads: int | None) -> int:
+    """Compile (on `threads` workers) and run each host step; how many ran (CPU stops near its map cap)."""
+    threads = default_compile_threads() if threads is None else threads
+    if threads > 1:
+        compile_all(engine, hosts, threads, progress)
+    ran, start = 0, map_headroom()
+    for host in tqdm(hosts, **BAR, disable=not progress or threads > 1):
+        per_program = 0 if start is None or not ran else (start - map_headroom()) / ran
+        if jax.default_backend() == "cpu" and not warmup_may_continue(per_program):
+            log.warning(
+                "warm-up stopped after %d of %d step programs: XLA:CPU maps ~%.0f memory regions per program "
+                "and this process is near vm.max_map_count (%s); the rest compile on first use. Raise the cap "
+                "(sudo sysctl -w vm.max_map_count=262144) or lower max_num_seqs / max_num_batched_tokens",
+                ran, len(hosts), per_program, MAX_MAP_COUNT.read_text().strip(),
+            )
+            break
+        engine._run(host)
+        ran += 1
+    return ran
+
+
+def compile_all(engine: LLMEngine, hosts: list[HostStep], threads: int, progress: bool) -> None:
+    """Each host step's program traced here and compiled on one of `threads` workers."""
+    with ThreadPoolExecutor(threads) as pool:
+        futures = []
+        for host in hosts:
+            program, args, kwargs = engine._program(host)
+            futures.append(pool.submit(program.lower(*args, **kwargs).compile))
+        for future in tqdm(as_completed(futures), total=len(futures), **BAR, disable=not progress):
+            future.result()

@@ -1,0 +1,1 @@
+"""On-device sampling: the sampler, penalties, logprobs."""
