@@ -1,11 +1,11 @@
 """jaxinfer: JAX/XLA inference for Llama-family language models on CPU, GPU and TPU."""
 
-from jaxinfer.config.model import ConfigError, ModelConfig, from_hf_config, load_config
 from jaxinfer.checkpoint.loader import CheckpointError, load_weights, save_converted
+from jaxinfer.config.model import ConfigError, ModelConfig, from_hf_config, load_config
+from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
-from jaxinfer.config.sampling_params import SamplingParams
-from jaxinfer.speculative import SpeculativeConfig
+from jaxinfer.speculative.config import SpeculativeConfig
 
 __all__ = [
     "LLM",

@@ -25,12 +25,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from bench_decode import make_checkpoint, measure_read_bandwidth
+
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine.metrics import StepClock
 from jaxinfer.entrypoints.llm import DEMO_MODEL
-from jaxinfer.runtime.static_batch import StaticBatchGenerator
+from jaxinfer.entrypoints.static_batch import StaticBatchGenerator
 from jaxinfer.parallel.array_info import tree_bytes
 
 RESULTS = Path(__file__).parents[1] / "results"

@@ -6,8 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jaxinfer import LLM, SamplingParams, __version__
 from python_subprocess import child_env
+
+from jaxinfer import LLM, SamplingParams, __version__
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from python_subprocess import child_env
 from xla_flags import user_xla_flags
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.checkpoint.tokenizer import decode_text
+from jaxinfer.engine import AsyncLLMEngine
 
 PROMPT = np.random.RandomState(3).randint(3, 250, size=11).tolist()
 KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=1, decode_steps=4, num_pages=16)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import json
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 

@@ -20,8 +20,8 @@ from hf_models import save_hf_model
 from scipy import stats
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
-from jaxinfer.runtime import step_programs
 from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.runtime import step_programs
 from jaxinfer.sampling.sampler import processed_logprobs, sampling_arrays
 from jaxinfer.speculative import AcceptanceRule
 from jaxinfer.speculative.rejection import exact_accept, exact_residual

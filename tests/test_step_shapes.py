@@ -7,13 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from jaxinfer.engine.block_manager import BlockManager
-from jaxinfer.engine.buckets import bucket, chunk_bucket, chunk_buckets, chunk_step_for
+from jaxinfer.config.buckets import bucket, chunk_bucket, chunk_buckets, chunk_step_for
 from jaxinfer.config.engine import EngineConfig
+from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.step_builder import shape_buckets, warmup_shapes
-from jaxinfer.config.sampling_params import SamplingParams
 
 
 def test_chunks_pad_to_powers_of_two_then_to_multiples_of_64():

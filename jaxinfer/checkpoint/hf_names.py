@@ -9,7 +9,6 @@ import numpy as np
 
 from jaxinfer.config.model import ModelConfig
 
-
 Index = tuple[slice, ...]
 
 

@@ -14,13 +14,13 @@ import numpy as np
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
-from jaxinfer.config.model import ModelConfig, load_config
 from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map
+from jaxinfer.config.model import ModelConfig, load_config
 from jaxinfer.models import Weights, abstract_weights
 from jaxinfer.models.llama import PROJECTIONS
-from jaxinfer.quantization.quantized_weight import QuantizedWeight
-from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.parallel.array_info import ArrayInfo, is_info
+from jaxinfer.parallel.sharding import UNSHARDED, Layout
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 ORBAX_SUBDIR = "jaxinfer_weights"
 QUANT_KEY = "jaxinfer_quantization"  # config.json: {"mode": ..., "group_size": ...} of a quantized convert

@@ -13,9 +13,9 @@ import itertools
 import threading
 from typing import AsyncIterator, Sequence
 
+from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.engine import LLMEngine
 from jaxinfer.engine.outputs import RequestOutput
-from jaxinfer.config.sampling_params import SamplingParams
 
 
 class AsyncLLMEngine:

@@ -16,37 +16,38 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer.runtime import step_programs
-from jaxinfer.runtime.eagle_rider import EagleDraft
-from jaxinfer.runtime.engine_step import Rider, StepOutputs
-from jaxinfer.runtime.verify_step import Drafts
-from jaxinfer.runtime.cache_spec import CacheSpec
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.parallel.distributed import shared_seed
-from jaxinfer.engine.block_manager import BlockManager
-from jaxinfer.engine.buckets import bucket, chunk_step_for, tight_chunk_step
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.checkpoint.tokenizer import Detokenizer
+from jaxinfer.config.buckets import bucket, chunk_step_for, tight_chunk_step
 from jaxinfer.config.engine import EngineConfig
-from jaxinfer.runtime.device_inputs import device_inputs
-from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
-from jaxinfer.runtime.pools import new_pools, pool_size
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.postprocess import append_token
+from jaxinfer.engine.prompt_checks import check_prompt, encode_prompt
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
-from jaxinfer.engine.prompt_checks import check_prompt, encode_prompt
-from jaxinfer.runtime.warmup import warm_up, warmup_steps
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
-from jaxinfer.engine.step_builder import HostStep, build_step, build_verify_step
+from jaxinfer.engine.step_builder import build_step, build_verify_step, warmup_steps
 from jaxinfer.models import Weights
-from jaxinfer.runtime.packed_tree import PackedTree, pack_host, unpack_host
-from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.config.sampling_params import SamplingParams
-from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
+from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
+from jaxinfer.runtime import step_programs
+from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.runtime.device_inputs import device_inputs
+from jaxinfer.runtime.eagle_rider import EagleDraft
+from jaxinfer.runtime.engine_step import Rider, StepOutputs
+from jaxinfer.runtime.host_step import HostStep
+from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.runtime.packed_tree import PackedTree, pack_host, unpack_host
+from jaxinfer.runtime.pools import new_pools, pool_size
+from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
+from jaxinfer.runtime.verify_step import Drafts
+from jaxinfer.runtime.warmup import warm_up
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.checkpoint.tokenizer import Detokenizer
 
 log = logging.getLogger(__name__)
 MIN_PAGE_TOKENS = 128  # page-table widths start here: fewer programs, negligible extra reads
@@ -210,7 +211,9 @@ class LLMEngine:
         `progress` shows a bar on stderr (a serve start compiles a hundred or more programs).
         threads: programs compiled at once (default 1 on CPU, else up to 8; see engine/warmup.py).
         """
-        return warm_up(self, warmup_steps(self), progress, threads)
+        verify_chunk = None if self.speculator is None else self.verify_chunk
+        hosts = warmup_steps(self.config, self.min_pages, self.max_pages, self.narrow_mixed, self.chunk_step, verify_chunk)
+        return warm_up(self._program, self._run, hosts, progress, threads)
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+from jaxinfer.config.buckets import bucket, chunk_bucket
 from jaxinfer.engine.block_manager import BlockManager, OutOfPages
-from jaxinfer.engine.buckets import chunk_bucket
 from jaxinfer.engine.request import Request, Status
 
 
@@ -151,8 +151,8 @@ class Scheduler:
         """Tokens a further prefill row may take so that rows x chunk (padded) stays within the budget."""
         if not rows:
             return self.config.max_num_batched_tokens
-        limit = 1 << (self.config.max_num_batched_tokens - 1).bit_length()
-        padded_rows = 1 << len(rows).bit_length()  # rows after adding one, rounded up to a power of two
+        limit = bucket(self.config.max_num_batched_tokens)
+        padded_rows = bucket(len(rows) + 1)  # rows after adding one
         longest = max(row.count for row in rows)
         chunk_limit = limit // padded_rows
         return chunk_limit if longest <= chunk_limit else 0

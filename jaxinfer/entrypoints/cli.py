@@ -11,14 +11,18 @@ from typing import NoReturn, Sequence
 
 from jaxinfer import __version__
 from jaxinfer.checkpoint.loader import CheckpointError
-from jaxinfer.entrypoints.cli_args import (
-    WEIGHT_QUANTIZATIONS, add_distributed_args, add_parallel_args, add_quantization_args, initialize_distributed,
-)
 from jaxinfer.config.model import ConfigError
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.config.validation import DTYPE_ALIASES, DTYPE_NAMES
+from jaxinfer.entrypoints.cli_args import (
+    WEIGHT_QUANTIZATIONS,
+    add_distributed_args,
+    add_parallel_args,
+    add_quantization_args,
+    initialize_distributed,
+)
 from jaxinfer.entrypoints.openai.bench import add_bench_parser
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
-from jaxinfer.config.validation import DTYPE_ALIASES, DTYPE_NAMES
 
 # Any of these is bad input (or a bad model directory): one line on stderr and exit 2.
 USER_ERRORS = (ValueError, TypeError, OverflowError, OSError, ConfigError, CheckpointError)
@@ -95,9 +99,9 @@ def _leads() -> bool:
 def _convert(args: argparse.Namespace) -> int:
     from jaxinfer.checkpoint.loader import load_hf_weights, save_converted, stored_dtype
     from jaxinfer.config.model import load_config
+    from jaxinfer.config.validation import dtype_name, model_dir
     from jaxinfer.entrypoints.llm import DTYPES
     from jaxinfer.models import quantize_weights
-    from jaxinfer.config.validation import dtype_name, model_dir
 
     dtype = dtype_name(args.dtype, "--dtype", allow_auto=False)
     src = model_dir(args.hf_dir, "HF_DIR")

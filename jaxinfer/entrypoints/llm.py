@@ -17,29 +17,34 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer.config import validation
-from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.checkpoint.loader import load_weights, quantization_of
+from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
+from jaxinfer.config import validation
+from jaxinfer.config.generation import generation_defaults
 from jaxinfer.config.model import ModelConfig, load_config
-from jaxinfer.runtime.compile_cache import compile_cache_setting
+from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.speculation import EngineDraft
-from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.entrypoints.static_batch import StaticBatchGenerator
 from jaxinfer.kernels.cpu import resolve_cpu_kernels
-from jaxinfer.config.generation import generation_defaults
 from jaxinfer.models import (
-    Weights, abstract_weights, quantize_head, quantize_weights, unpack_for_cpu, weights_to_run,
+    Weights,
+    abstract_weights,
+    quantize_head,
+    quantize_weights,
+    unpack_for_cpu,
+    weights_to_run,
 )
-from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
-from jaxinfer.runtime.prompt_logprobs import all_position_logits
-from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.parallel.sharding import Layout, layout_for
-from jaxinfer.speculative import SpeculativeConfig
+from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
+from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.runtime.compile_cache import compile_cache_setting
+from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.runtime.prompt_logprobs import all_position_logits
+from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
 from jaxinfer.speculative.eagle_proposer import EagleProposer
 from jaxinfer.speculative.proposers import DraftModelProposer
-from jaxinfer.runtime.static_batch import StaticBatchGenerator
-from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
 
 DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo" / "target"
 DEMO_DRAFT = Path(__file__).parents[1] / "assets" / "demo" / "draft"  # the demo target's speculative draft

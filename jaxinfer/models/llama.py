@@ -14,12 +14,11 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.models.attention import attend
+from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.kernels.cpu import PackedWeight, pack_weight, packing_applies, unpack_weight
+from jaxinfer.models.attention import attend
 from jaxinfer.models.joined_weight import JoinedWeight, join, joinable, split
-from jaxinfer.cache.contiguous import KVCache
-from jaxinfer.quantization import quantized_weight
 from jaxinfer.models.layers import (
     Weight,
     apply_rope,
@@ -30,10 +29,11 @@ from jaxinfer.models.layers import (
     rms_norm,
     rope_cos_sin,
 )
-from jaxinfer.quantization.quantized_weight import QuantizedWeight
 from jaxinfer.models.row_table import RowTable, as_row_table, full_table, take_rows
-from jaxinfer.parallel.sharding import Layout
 from jaxinfer.parallel.array_info import ArrayInfo
+from jaxinfer.parallel.sharding import Layout
+from jaxinfer.quantization import quantized_weight
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 # Logical axes of activations; the rules table maps them like the weights' (see sharding.py).
 HIDDEN = ("batch", "tokens", "embed")  # [B, T, D]

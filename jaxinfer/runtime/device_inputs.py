@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.parallel.sharding import Layout
 from jaxinfer.runtime.engine_step import RowSampling, StepInputs
-from jaxinfer.engine.step_builder import HostStep
+from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.packed_tree import PackedTree, pack_host
 from jaxinfer.sampling.penalties import Penalties
 from jaxinfer.sampling.sampler import sampling_arrays
-from jaxinfer.config.sampling_params import SamplingParams
-from jaxinfer.parallel.sharding import Layout
 
 PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
 

@@ -13,13 +13,13 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
+from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
-from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
+from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
 from jaxinfer.sampling.penalties import Penalties, apply_penalties, count_tokens
 from jaxinfer.sampling.sampler import SamplingArrays, sample
-from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
 
 Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.models.llama import forward_with_taps
-from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.cache.ragged_view import RaggedPagedCache
 
 if TYPE_CHECKING:
     from jaxinfer.runtime.engine_step import StepInputs

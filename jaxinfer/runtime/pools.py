@@ -12,14 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.cache import paged
-from jaxinfer.runtime.cache_spec import CacheSpec
-from jaxinfer.config.model import ModelConfig
+from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.engine import EngineConfig
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider
-from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.speculative.eagle import EagleConfig
 from jaxinfer.runtime.flat_forward import DraftModel
+from jaxinfer.speculative.eagle import EagleConfig
 
 DraftConfig = ModelConfig | EagleConfig | None  # a draft model's shape, an EAGLE head's, or none
 

@@ -6,11 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer.runtime import step_programs
-from jaxinfer.config.model import ModelConfig
 from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.config.buckets import bucket
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
+from jaxinfer.runtime import step_programs
 
 MIN_BUCKET = 16
 
@@ -23,7 +24,7 @@ def all_position_logits(
     up to max_len, so a new length rarely compiles). cpu_kernels: the weights are packed for them;
     layout: the mesh the weights are sharded over."""
     n = len(ids)
-    size = min(1 << (max(n, MIN_BUCKET) - 1).bit_length(), max(max_len, n))
+    size = min(bucket(n, MIN_BUCKET), max(max_len, n))
     tokens = np.zeros((1, size), np.int32)
     tokens[0, :n] = ids
     cache = init_cache(cfg, 1, size, dtype, cpu_kernels, layout)

@@ -17,16 +17,16 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime import eagle_rider
 from jaxinfer.runtime.draft_model_rider import catch_up, propose
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepInputs, StepOutputs, feature_taps, mask_early_stops
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.models import Weights, lm_logits
-from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.runtime.flat_forward import DraftModel, step_features
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
 from jaxinfer.speculative.verify import repeat_rows
-from jaxinfer.runtime.flat_forward import DraftModel, step_features
 
 
 @jax.tree_util.register_dataclass

@@ -17,12 +17,21 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.models.attention import attend
+from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.kernels.cpu import pack_weight, packing_applies
-from jaxinfer.cache.contiguous import KVCache
-from jaxinfer.models.layers import Weight, apply_rope, gated_mlp, linear, linear_transposed, linears, rms_norm, rope_cos_sin
 from jaxinfer.models import LayerWeights
+from jaxinfer.models.attention import attend
+from jaxinfer.models.layers import (
+    Weight,
+    apply_rope,
+    gated_mlp,
+    linear,
+    linear_transposed,
+    linears,
+    rms_norm,
+    rope_cos_sin,
+)
 from jaxinfer.models.llama import PROJECTIONS
 from jaxinfer.models.row_table import take_rows
 from jaxinfer.parallel.array_info import ArrayInfo

@@ -21,9 +21,9 @@ from safetensors import numpy as st_numpy
 
 from jaxinfer.checkpoint.loader import CheckpointError, leaf_paths, safetensors_index
 from jaxinfer.config.model import ModelConfig, from_hf_config
+from jaxinfer.parallel.array_info import ArrayInfo, is_info
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.speculative.eagle import EagleConfig, EagleWeights, abstract_eagle
-from jaxinfer.parallel.array_info import ArrayInfo, is_info
 
 IGNORED = ("embed_tokens.weight", "t2d", "rotary_emb.inv_freq")
 LAYER_PREFIX = {1: "layers.0.", 3: "midlayer."}

@@ -8,8 +8,8 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, completion_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import CompletionRequest, SamplingFields, sampling_params
