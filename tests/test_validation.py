@@ -67,7 +67,9 @@ CONSTRUCTOR = {
     "negative max_seq_len": (dict(max_seq_len=-5), ValueError, ["max_seq_len", "-5", ">= 1"]),
     "fractional max_seq_len": (dict(max_seq_len=2.5), TypeError, ["max_seq_len", "2.5"]),
     "max_seq_len beyond the model": (dict(max_seq_len=2048), ValueError, ["max_seq_len", "2048", "1024"]),
-    "zero max_batch_size": (dict(max_batch_size=0), ValueError, ["max_batch_size", "0", ">= 1"]),
+    "zero max_num_seqs": (dict(max_num_seqs=0), ValueError, ["max_num_seqs", "0", ">= 1"]),
+    # Removed: it set the engine's max_num_seqs too, so max_num_seqs=8 ran 2 sequences.
+    "max_batch_size beside max_num_seqs": (dict(max_num_seqs=8, max_batch_size=2), TypeError, ["max_batch_size"]),
     "int8 dtype": (dict(dtype="int8"), ValueError, ["dtype", "int8", "float32"]),
     "unknown dtype": (dict(dtype="float64"), ValueError, ["dtype", "float64", "bfloat16"]),
     "model path as an int": (dict(model=5), TypeError, ["model", "5"]),
