@@ -9,7 +9,6 @@ through it.
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -20,7 +19,7 @@ import numpy as np
 from jaxinfer import validation
 from jaxinfer.cache_spec import CacheSpec
 from jaxinfer.checkpoint import load_weights, quantization_of
-from jaxinfer.config import ModelConfig, load_config
+from jaxinfer.config import ModelConfig, load_config, read_config_json
 from jaxinfer.compile_cache import compile_cache_setting
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.speculation import EngineDraft
@@ -76,7 +75,7 @@ def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
     """A jnp dtype from a name; "auto" takes the checkpoint's own dtype (float32 if unstated)."""
     dtype = validation.dtype_name(dtype, "dtype")
     if dtype == "auto":
-        cfg = json.loads((model_dir / "config.json").read_text())
+        cfg = read_config_json(model_dir)
         stored = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"
         dtype = validation.dtype_name(stored, f"{model_dir / 'config.json'} dtype", allow_auto=False)
     return DTYPES[dtype]
