@@ -195,7 +195,7 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
         engines[f"jaxinfer {method}-engine"] = engines[f"jaxinfer {method}"]
     engines = {name: spec for name, spec in engines.items() if name.split()[-1] in args.methods}
     llms = {
-        engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_batch_size=max(args.batches),
+        engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_num_seqs=max(args.batches),
                     speculative=spec)
         for engine, spec in engines.items()
     }

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from jaxinfer import DEMO_MODEL, LLM, SamplingParams
+from jaxinfer.checkpoint import loader
 from jaxinfer.entrypoints.cli import main as cli_main
 
 GOOD = SamplingParams(max_tokens=2, temperature=0, ignore_eos=True)
@@ -67,7 +68,9 @@ CONSTRUCTOR = {
     "negative max_seq_len": (dict(max_seq_len=-5), ValueError, ["max_seq_len", "-5", ">= 1"]),
     "fractional max_seq_len": (dict(max_seq_len=2.5), TypeError, ["max_seq_len", "2.5"]),
     "max_seq_len beyond the model": (dict(max_seq_len=2048), ValueError, ["max_seq_len", "2048", "1024"]),
-    "zero max_batch_size": (dict(max_batch_size=0), ValueError, ["max_batch_size", "0", ">= 1"]),
+    "zero max_num_seqs": (dict(max_num_seqs=0), ValueError, ["max_num_seqs", "0", ">= 1"]),
+    # Removed: it set the engine's max_num_seqs too, so max_num_seqs=8 ran 2 sequences.
+    "max_batch_size beside max_num_seqs": (dict(max_num_seqs=8, max_batch_size=2), TypeError, ["max_batch_size"]),
     "int8 dtype": (dict(dtype="int8"), ValueError, ["dtype", "int8", "float32"]),
     "unknown dtype": (dict(dtype="float64"), ValueError, ["dtype", "float64", "bfloat16"]),
     "model path as an int": (dict(model=5), TypeError, ["model", "5"]),
@@ -153,18 +156,20 @@ def test_cli_bad_input_is_one_line_and_exit_2(case, capsys, tmp_path, not_a_mode
 
 
 def test_cli_unexpected_error_is_one_line_unless_debug(tmp_path, capsys, monkeypatch):
-    """A failure the CLI does not expect (here a corrupt weights file) is one line and exit 1; --debug raises."""
-    model = tmp_path / "corrupt"
-    model.mkdir()
-    (model / "config.json").write_text((DEMO_MODEL / "config.json").read_text())
-    (model / "model.safetensors").write_bytes(b"\x08" + bytes(7) + b'{"a":1}')  # a header that is not one
-    argv = ["convert", str(model), str(tmp_path / "out")]
+    """A failure the CLI does not expect (here a bug planted in loading) is one line and exit 1; --debug raises."""
+
+    def broken_loader(*args, **kwargs):
+        raise RuntimeError("planted loader bug")
+
+    monkeypatch.setattr(loader, "load_hf_weights", broken_loader)
+    argv = ["convert", str(DEMO_MODEL), str(tmp_path / "out")]
     monkeypatch.delenv("JAXINFER_DEBUG", raising=False)
     assert cli_main(argv) == 1
     err = capsys.readouterr().err
-    assert err.startswith("jaxinfer: internal error: ") and err.count("\n") == 1 and "--debug" in err, err
-    with pytest.raises(Exception, match="header"):  # the exception itself, with its traceback
+    assert err.startswith("jaxinfer: internal error: RuntimeError: planted") and err.count("\n") == 1, err
+    assert "--debug" in err, err
+    with pytest.raises(RuntimeError, match="planted"):  # the exception itself, with its traceback
         cli_main(["--debug", *argv])
     monkeypatch.setenv("JAXINFER_DEBUG", "1")
-    with pytest.raises(Exception, match="header"):
+    with pytest.raises(RuntimeError, match="planted"):
         cli_main(argv)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.generation import generation_defaults, merge_ids, token_ids
 
 SUPPORTED_ARCHITECTURES = (
@@ -23,6 +24,8 @@ SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 LAYER_TYPES = {"full_attention", "sliding_attention"}
 QWEN_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
+# Read without a default: a config without them describes no model.
+REQUIRED_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 HF_MAX_WINDOW_LAYERS = 28  # transformers' default for Qwen2/Qwen3
 
 
@@ -181,7 +184,7 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
     archs = hf.get("architectures") or []
     if len(archs) != 1:
         raise ConfigError(
-            f"config.json must name exactly one architecture (got {archs!r}); supported: "
+            f"architectures must name exactly one architecture (got {archs!r}); supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     arch = archs[0]
@@ -189,6 +192,10 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
         raise ConfigError(
             f"architecture {arch!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
+    missing = [key for key in REQUIRED_FIELDS if hf.get(key) is None]
+    if missing:
+        raise ConfigError(f"no {', '.join(missing)}; an HF config of a Llama-family model sets "
+                          f"{', '.join(REQUIRED_FIELDS)}")
     if hf.get("mlp_bias"):
         raise ConfigError("mlp_bias=True is not supported (no Llama-family checkpoint uses it)")
     heads = int(hf["num_attention_heads"])
@@ -224,11 +231,26 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
     )
 
 
-def load_config(model_dir: str | Path) -> ModelConfig:
-    """Read `config.json` from a model directory (HF or converted), with generation_config's EOS ids."""
+def read_config_json(model_dir: str | Path) -> dict[str, Any]:
+    """The parsed `config.json` of a model directory; an error naming the file unless it holds a JSON object."""
     path = Path(model_dir) / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"no config.json in {model_dir}; pass an HF model directory or a converted one")
-    cfg = from_hf_config(json.loads(path.read_text()))
+        raise CheckpointError(f"no config.json in {model_dir}; pass an HF model directory or a converted one")
+    try:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path} is not valid JSON ({err}); expected the model's HF config.json") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} holds a JSON {type(raw).__name__}; expected an object (the model's HF config.json)")
+    return raw
+
+
+def load_config(model_dir: str | Path) -> ModelConfig:
+    """Read `config.json` from a model directory (HF or converted), with generation_config's EOS ids."""
+    hf = read_config_json(model_dir)
+    try:
+        cfg = from_hf_config(hf)
+    except ConfigError as err:  # the dict-level message, with the file it came from
+        raise ConfigError(f"{Path(model_dir) / 'config.json'}: {err}") from None
     eos = merge_ids(cfg.eos_token_ids, generation_defaults(model_dir).eos_token_ids)
     return dataclasses.replace(cfg, eos_token_ids=eos)

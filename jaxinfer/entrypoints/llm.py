@@ -9,7 +9,6 @@ through it.
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -21,7 +20,7 @@ from jaxinfer.checkpoint.loader import load_weights, quantization_of
 from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
 from jaxinfer.config import validation
 from jaxinfer.config.generation import generation_defaults
-from jaxinfer.config.model import ModelConfig, load_config
+from jaxinfer.config.model import ModelConfig, load_config, read_config_json
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.speculation import EngineDraft
@@ -81,7 +80,7 @@ def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
     """A jnp dtype from a name; "auto" takes the checkpoint's own dtype (float32 if unstated)."""
     dtype = validation.dtype_name(dtype, "dtype")
     if dtype == "auto":
-        cfg = json.loads((model_dir / "config.json").read_text())
+        cfg = read_config_json(model_dir)
         stored = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"
         dtype = validation.dtype_name(stored, f"{model_dir / 'config.json'} dtype", allow_auto=False)
     return DTYPES[dtype]
@@ -155,7 +154,8 @@ def spec_supported(params: SamplingParams) -> bool:
 class LLM:
     """A loaded model: `generate` for batches, `stream` for text as it is produced, `logits` for research.
 
-    The engine knobs follow vLLM: max_num_seqs (sequences per step), max_num_batched_tokens
+    The engine knobs follow vLLM: max_num_seqs (sequences per step, and prompts per static
+    speculative batch), max_num_batched_tokens
     (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
     chunked per step), num_pages or
     gpu_memory_utilization (the KV pool), page_size, enable_prefix_caching, and decode_steps
@@ -190,7 +190,6 @@ class LLM:
         kv_cache_dtype: str = "auto",
         attention_backend: str = "auto",
         interpret_kernels: bool = False,
-        max_batch_size: int | None = None,
         cpu_kernels: bool | None = None,
         compile_cache: bool | str | Path | None = None,
         quantization: str | None = None,
@@ -201,7 +200,6 @@ class LLM:
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         validation.optional_int(max_seq_len, "max_seq_len", 1)
-        validation.optional_int(max_batch_size, "max_batch_size", 1)
         compile_cache_setting(compile_cache)
         release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
@@ -216,7 +214,7 @@ class LLM:
         quantized_kernel = resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels)
         self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel, self.layout)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
-        self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
+        self.max_num_seqs = max_num_seqs  # the engine's rows and the static speculative batches alike
         self.cache_spec = CacheSpec(
             kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
             mesh_layout=self.layout,
@@ -225,7 +223,7 @@ class LLM:
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         engine_config = EngineConfig(
-            max_seq_len=self.max_seq_len, max_num_seqs=self.max_batch_size,
+            max_seq_len=self.max_seq_len, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
             gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
@@ -255,7 +253,7 @@ class LLM:
             layout=self.layout,
         )
         self._static = None if self.speculative is None else StaticBatchGenerator(
-            self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_batch_size, self.cache_spec,
+            self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_num_seqs, self.cache_spec,
             self.speculative, self._decode,
         )
 
