@@ -181,7 +181,9 @@ class LLMEngine:
     def _build(self, schedule: Schedule) -> HostStep:
         """A verify step when the batch is all decodes and some row drafts, else the plain step."""
         if schedule.all_decode and self.speculator is not None:
-            drafts = self.speculator.plan([row.request for row in schedule.decodes], bucket(len(schedule.decodes)))
+            requests = [row.request for row in schedule.decodes]
+            # A row's drafts are written at once, so they must fit the pages the scheduler reserved.
+            drafts = self.speculator.plan(requests, bucket(len(requests)), schedule.lookahead - 1)
             if drafts is not None:
                 rounds = 1 if self.speculator.measuring else self.spec_rounds
                 return build_verify_step(

@@ -182,6 +182,12 @@ def warmup_shapes(
     return shapes
 
 
+def program_steps(num_steps: int, decode_steps: int) -> int:
+    """The compiled variant a call of num_steps decode steps runs: the plain step for one, else the
+    multi-step program of decode_steps (which takes the step count as data, so fewer compile nothing)."""
+    return 1 if num_steps == 1 else decode_steps
+
+
 def empty_step(num_decode: int, num_prefill: int, chunk: int, pages: int, num_steps: int) -> HostStep:
     """An all-padding step of the given shape (compiles the program, computes nothing that is kept)."""
     rows = num_decode + num_prefill
