@@ -105,10 +105,10 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
         print("engine warm-up pass", end=" ")
     print(f"{time.perf_counter() - start:.1f} s")
     before = llm.metrics()
-    gaps_before = len(llm.engine.stats.inter_token_latency)
-    peak, start = 0.0, time.perf_counter()
+    peak, start, requests = 0.0, time.perf_counter(), []
     for i, (p, k) in enumerate(zip(prompts, params_of(outputs))):
         llm.engine.add_request(f"bench-{i}", p, k)
+        requests += llm.engine.groups[f"bench-{i}"]  # their timings (the engine keeps histograms only)
     while llm.engine.has_unfinished():
         llm.engine.step()
         peak = max(peak, llm.engine.blocks.usage)
@@ -124,13 +124,12 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
         host_share=(step_seconds - device_wait) / seconds,
         phase_ms_per_step={p: 1e3 * t / max(steps, 1) for p, t in phases.items()},
         preemptions=m["num_preemptions"] - before["num_preemptions"],
-        ttft=_recent(llm, "time_to_first_token", len(prompts)), tpot=_recent(llm, "time_per_output_token", len(prompts)),
-        itl=_spread(llm.engine.stats.inter_token_latency[gaps_before:]),
+        ttft=_spread([r.timing.first_token - r.timing.arrival for r in requests]),
+        tpot=_spread([
+            (r.timing.last_token - r.timing.first_token) / (len(r.output_ids) - 1) for r in requests if len(r.output_ids) > 1
+        ]),
+        itl=_spread([gap for r in requests for gap in r.timing.token_gaps]),
     )
-
-
-def _recent(llm: LLM, name: str, n: int) -> dict:
-    return _spread(getattr(llm.engine.stats, name)[-n:])
 
 
 def _spread(samples: list[float]) -> dict:

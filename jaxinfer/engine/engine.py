@@ -194,11 +194,12 @@ class LLMEngine:
         )
 
     def metrics(self) -> dict:
-        """vLLM-named counters, gauges and latency summaries (see engine.metrics)."""
-        waiting = len(self.scheduler.waiting)
-        prefix = (self.blocks.queries, self.blocks.hits)
+        """vLLM-named counters, gauges and latency histograms (see engine.metrics)."""
+        scheduler = self.scheduler
+        prefix = (scheduler.prefix_queries, scheduler.prefix_hits)
         return snapshot(
-            self.stats, len(self.scheduler.running), waiting, self.blocks.usage, prefix, self.scheduler.num_preemptions
+            self.stats, len(scheduler.running), len(scheduler.waiting), self.blocks.usage, prefix,
+            scheduler.num_preemptions,
         )
 
     def speculation_metrics(self) -> dict | None:
@@ -319,7 +320,7 @@ class LLMEngine:
                 request.finish("error")
                 request.error = f"{type(error).__name__}: {error}"
                 produced = 0
-            request.timing.record_tokens(produced, now)
+            self.stats.record_tokens(request, produced, now)
             if produced or request.finished:
                 touched.add(request.request_id)
             if request.finished:

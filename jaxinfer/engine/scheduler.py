@@ -70,7 +70,10 @@ class Scheduler:
         self.blocks = blocks
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
+        # Counters live here, not in the block manager, which the engine replaces after a failed step.
         self.num_preemptions = 0
+        self.prefix_queries = 0  # prompt tokens of admitted requests looked up in the prefix cache
+        self.prefix_hits = 0  # of which found
 
     def add(self, request: Request) -> None:
         """Queue a new request."""
@@ -190,6 +193,9 @@ class Scheduler:
         except OutOfPages:
             self.blocks.release(pages)
             return None
+        if self.blocks.prefix_caching:  # counted once admitted: a request that waits for pages retries each step
+            self.prefix_queries += request.num_tokens
+            self.prefix_hits += computed
         request.pages, request.page_hashes, request.num_computed = pages, hashes, computed
         request.draft_computed = 0  # cached pages may lack a draft's K/V: its first verify step writes them
         request.status = Status.RUNNING
