@@ -12,7 +12,8 @@ from typing import NoReturn, Sequence
 from jaxinfer import __version__
 from jaxinfer.checkpoint import CheckpointError
 from jaxinfer.cli_args import (
-    WEIGHT_QUANTIZATIONS, add_distributed_args, add_parallel_args, add_quantization_args, initialize_distributed,
+    WEIGHT_QUANTIZATIONS, add_distributed_args, add_memory_args, add_parallel_args, add_quantization_args,
+    initialize_distributed,
 )
 from jaxinfer.config import ConfigError
 from jaxinfer.sampling_params import SamplingParams
@@ -72,6 +73,7 @@ def _generate(args: argparse.Namespace) -> int:
         model, dtype=args.dtype, max_seq_len=args.max_seq_len,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
     )
     pieces = llm.stream(args.prompt, params)
     first = next(pieces, "")  # validates and prefills before the prompt is echoed
@@ -140,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_parallel_args(gen)
     add_distributed_args(gen)
     add_quantization_args(gen)
+    add_memory_args(gen)
     gen.set_defaults(run=_generate)
     add_serve_parser(sub)
 

@@ -201,7 +201,8 @@ def shared_prefix(llm: LLM, vocab: int, n: int = 32, prefix: int = 1024) -> dict
 
 def bench_model(name: str, path: Path, dtype: str, args) -> dict:
     llm = LLM(path, dtype=dtype, max_seq_len=1024, max_num_seqs=args.max_num_seqs, decode_steps=args.decode_steps,
-              kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size)
+              kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size,
+              gpu_memory_utilization=args.gpu_memory_utilization)
     prompts, outputs = workload(args.requests, args.seed, llm.config.vocab_size)
     n_params = tree_bytes(llm.weights) // jnp.dtype(llm.dtype).itemsize
     total_tokens = sum(map(len, prompts)) + sum(outputs)
@@ -277,6 +278,8 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--decode-steps", type=int, default=8)
     parser.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None,
+                        help="share of an accelerator's memory for weights, activations and KV pages (default 0.9)")
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "int8", "fp8"],
                         help="the engine's KV pages (the static path uses the same LLM)")
     parser.add_argument("--skip-hf", action="store_true")

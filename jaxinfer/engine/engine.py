@@ -35,7 +35,7 @@ from jaxinfer.engine.postprocess import append_token
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.validate import check_prompt, encode_prompt
-from jaxinfer.engine.warmup import warm_up, warmup_steps
+from jaxinfer.engine.warmup import activation_peak, warm_up, warmup_steps
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.step_builder import HostStep, build_step, build_verify_step
@@ -87,8 +87,17 @@ class LLMEngine:
         cache_spec = CacheSpec() if cache_spec is None else cache_spec
         self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
         self.default_params = default_params or SamplingParams()
+        self.max_pages = bucket(config.pages_per_seq)
+        self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
+        self.model_identity = model_identity
+        # Steps with prefill chunks always use the full page-table width. Narrowing them too (the
+        # gathered CPU attention pays for width) multiplied their programs by the widths: 585 for
+        # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
+        # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
+        self.narrow_mixed = False
+        self.chunk_step = chunk_step_for(jax.default_backend(), config.max_num_batched_tokens)
         draft_cfg = None if draft is None else draft.cfg
-        num_pages = pool_size(config, model_config, draft_cfg, dtype, cache_spec)
+        num_pages = pool_size(config, model_config, draft_cfg, dtype, cache_spec, lambda: activation_peak(self))
         self.pages, self.draft = self._new_pools(num_pages)
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching,
                                    spread=jax.default_backend() == "cpu")
@@ -99,15 +108,6 @@ class LLMEngine:
             ),
             self.blocks,
         )
-        self.max_pages = bucket(config.pages_per_seq)
-        self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
-        self.model_identity = model_identity
-        # Steps with prefill chunks always use the full page-table width. Narrowing them too (the
-        # gathered CPU attention pays for width) multiplied their programs by the widths: 585 for
-        # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
-        # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
-        self.narrow_mixed = False
-        self.chunk_step = chunk_step_for(jax.default_backend(), config.max_num_batched_tokens)
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
         self.stats = EngineMetrics()
@@ -269,28 +269,34 @@ class LLMEngine:
             self.speculator.observe(requests, drafted, accepted)
             self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
-    def _program(self, host: HostStep) -> tuple[Callable, list, dict]:
-        """The compiled program a host step runs, and its arguments (the pools made first if released)."""
+    def _program(self, host: HostStep, pools: tuple[PagedKVCache, Rider] | None = None) -> tuple[Callable, list, dict]:
+        """The compiled program a host step runs, and its arguments.
+
+        pools: the page pools it runs on (default: the engine's, made first if released).
+        """
         inputs = device_inputs(host, self.model_config.vocab_size, self.cache_spec.mesh_layout)
-        if self.pages is None:
-            self.pages, self.draft = self._new_pools(self.blocks.num_pages)
-        draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
+        if pools is None:
+            if self.pages is None:
+                self.pages, self.draft = self._new_pools(self.blocks.num_pages)
+            pools = self.pages, self.draft
+        pages, draft_pool = pools
+        draft = dict(draft=draft_pool, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
         if host.drafts is not None:
             layout = self.cache_spec.mesh_layout
             drafts = layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
             capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
-            args = [self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
+            args = [self.weights, pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
             kwargs = dict(cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule)
             return steps.verify_rounds, args, {**kwargs, **draft}
         if host.num_steps > 1:
             # Only an EAGLE head rides plain multi-step calls (it stores their features); a draft
             # model is caught up by the next verify, so its pool and weights stay out and the call
             # runs the plain program.
-            rides = isinstance(self.draft, EagleDraft)
+            rides = isinstance(draft_pool, EagleDraft)
             kwargs = dict(cfg=self.model_config, max_steps=self.config.decode_steps, stop_early=self.stop_early)
-            args = [self.weights, self.pages, inputs, np.int32(host.num_steps)]
+            args = [self.weights, pages, inputs, np.int32(host.num_steps)]
             return steps.multi_decode, args, {**kwargs, **(draft if rides else {})}
-        return steps.ragged_step, [self.weights, self.pages, inputs], dict(cfg=self.model_config, **draft)
+        return steps.ragged_step, [self.weights, pages, inputs], dict(cfg=self.model_config, **draft)
 
     def _run(self, host: HostStep, clock: StepClock | None = None) -> PackedTree:
         """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""

@@ -20,7 +20,7 @@ import jax
 from tqdm.auto import tqdm
 
 from jaxinfer.engine.memory_maps import MAX_MAP_COUNT, map_headroom, warmup_may_continue
-from jaxinfer.engine.buckets import powers_of_two
+from jaxinfer.engine.buckets import bucket, powers_of_two
 from jaxinfer.engine.step_builder import HostStep, empty_step, empty_verify_step, warmup_shapes
 
 if TYPE_CHECKING:
@@ -47,6 +47,39 @@ def warmup_steps(engine: LLMEngine) -> list[HostStep]:
             for pages in powers_of_two(engine.min_pages, engine.max_pages)
         ]
     return hosts
+
+
+def profile_steps(engine: LLMEngine) -> list[HostStep]:
+    """The steps whose programs hold the most activations: the widest step with prefill chunks (most
+    tokens, then rows), and when speculating the widest verify step (logits at every token)."""
+    shapes = warmup_shapes(engine.config, engine.min_pages, engine.max_pages, engine.narrow_mixed, engine.chunk_step)
+    widest = max(shapes, key=lambda shape: (shape[0] + shape[1] * shape[2], shape[0] + shape[1], shape[3]))
+    hosts = [empty_step(*widest)]
+    if engine.speculator is not None:
+        rows = bucket(engine.config.max_num_seqs)
+        hosts.append(empty_verify_step(rows, engine.verify_chunk, engine.max_pages, engine.config.page_size))
+    return hosts
+
+
+def activation_peak(engine: LLMEngine) -> int:
+    """Device bytes the largest step programs need beside the weights and the page pools.
+
+    XLA's buffer assignment knows each program's temporaries and outputs exactly, so the
+    programs are compiled (against a pool of one sequence: the pool is donated, its size not
+    part of the peak), not run: JAX cannot reset a device's peak counter, which would also hold
+    an earlier model's. Costs one compile per profiled step at load (accelerators only).
+    """
+    pools = engine._new_pools(engine.config.pages_per_seq + 1)
+    peak = 0
+    for host in profile_steps(engine):
+        program, args, kwargs = engine._program(host, pools)
+        memory = program.lower(*args, **kwargs).compile().memory_analysis()
+        if memory is None:
+            log.warning("no memory analysis on %s: the KV pool is sized without a step's activations",
+                        jax.default_backend())
+            return 0
+        peak = max(peak, memory.temp_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes)
+    return peak
 
 
 def warm_up(engine: LLMEngine, hosts: list[HostStep], progress: bool, threads: int | None) -> int:
