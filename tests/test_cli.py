@@ -37,6 +37,8 @@ def test_bad_arguments_exit_2_with_reason(text_model_dir):
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     overflow = _run("generate", "--prompt", "x", "--top-k", str(2**40))
     assert overflow.returncode == 2 and "Traceback" not in overflow.stderr and "top_k" in overflow.stderr
+    memory = _run("serve", "--gpu-memory-utilization", "1.5")  # checked before anything loads
+    assert memory.returncode == 2 and "--gpu-memory-utilization: 1.5 is not in (0, 1]" in memory.stderr
 
 
 def test_too_long_prompt_is_one_line_and_no_echo():

@@ -264,3 +264,26 @@ def test_reset_prefix_cache_frees_cached_pages(llm):
     llm.engine.reset_prefix_cache()
     assert not blocks.evictable and not blocks.by_hash and blocks.usable_pages == blocks.num_pages - 1
     assert greedy_ids(llm, SHARED_PROMPTS[:2]) == greedy_ids(llm, SHARED_PROMPTS[:2])
+
+
+def test_prefix_counters_count_admitted_requests_once_and_outlive_a_release(llm):
+    engine = llm.engine
+    prompt = SHARED + [5, 6, 7, 8, 9, 10]  # 46 tokens: two full pages are cached after its prefill
+    engine.reset_prefix_cache()  # no other cached pages to evict for it
+    greedy_ids(llm, [prompt], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
+    before = llm.metrics()
+    held = engine.blocks.allocate(len(engine.blocks.free))  # every free page: only the cached ones are left
+    engine.add_request("waits", prompt, GREEDY)
+    for _ in range(3):
+        engine.step()  # its third page does not fit: it stays waiting, looked up again each step
+    assert [r.request_id for r in engine.scheduler.waiting] == ["waits"]
+    engine.blocks.release(held)
+    while engine.has_unfinished():
+        engine.step()
+    after = llm.metrics()
+    assert after["prefix_cache_queries"] - before["prefix_cache_queries"] == len(prompt)
+    assert after["prefix_cache_hits"] - before["prefix_cache_hits"] == 32
+    engine.release()  # a fresh block manager (as after a failed step): the totals stay
+    assert {k: llm.metrics()[k] for k in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions")} == {
+        k: after[k] for k in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions")
+    }

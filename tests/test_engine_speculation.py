@@ -93,10 +93,11 @@ def test_max_tokens_never_exceeded(spec_llm):
 
 
 def test_preemption_and_prefix_caching_keep_outputs(model, plain):
-    """Four long loops do not fit the 15-page pool together: requests are preempted mid-speculation."""
+    """Four long loops do not fit the 15-page pool together: requests are preempted mid-speculation.
+    The last prompt starts with the first's full page, a prefix-cache hit once admitted."""
     llm = make(model, dict(adaptive=False))
     params = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
-    prompts = [LOOP, LOOP[1:], LOOP[2:], PROMPTS[3]]
+    prompts = [LOOP, LOOP[1:], LOOP[2:], LOOP + PROMPTS[3][:6]]
     assert token_ids(llm, prompts, params) == token_ids(plain, prompts, params)
     assert llm.metrics()["num_preemptions"] > 0 and llm.metrics()["prefix_cache_hits"] > 0
 

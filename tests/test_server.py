@@ -219,6 +219,36 @@ def test_64_concurrent_streams_and_a_malformed_request(base_url, reference):
     assert spent > 0 and spent == pytest.approx(stepped, rel=1e-6)
 
 
+# vLLM's bucket boundaries (vllm/v1/metrics/loggers.py): dashboards query histogram_quantile over them.
+VLLM_BUCKETS = {
+    "time_to_first_token_seconds": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                                    7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+    "inter_token_latency_seconds": [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                                    10.0, 20.0, 40.0, 80.0],
+    "e2e_request_latency_seconds": [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                                    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+}
+VLLM_BUCKETS["request_time_per_output_token_seconds"] = VLLM_BUCKETS["inter_token_latency_seconds"]
+VLLM_BUCKETS["request_queue_time_seconds"] = VLLM_BUCKETS["e2e_request_latency_seconds"]
+
+
+def test_latencies_are_prometheus_histograms_with_vllms_buckets(client, base_url):
+    before = _metrics(base_url)
+    client.completions.create(model="tiny", prompt="def add", max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
+    text = httpx.get(base_url + "/metrics").text
+    after = _metrics(base_url)
+    for name, bounds in VLLM_BUCKETS.items():
+        metric = "jaxinfer:" + name
+        assert f"# TYPE {metric} histogram" in text
+        buckets = re.findall(rf'^{metric}_bucket{{le="([^"]+)"}} (\S+)$', text, re.M)
+        assert [le for le, _ in buckets] == [str(b) for b in bounds] + ["+Inf"]
+        counts = [float(count) for _, count in buckets]
+        assert counts == sorted(counts) and counts[-1] == after[metric + "_count"]
+        assert after[metric + "_count"] > before.get(metric + "_count", 0)
+    gaps = after["jaxinfer:inter_token_latency_seconds_count"] - before["jaxinfer:inter_token_latency_seconds_count"]
+    assert gaps == 5 and "quantile=" not in text
+
+
 def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):
     # Disconnect right after the first chunk (no round trip first: a loaded machine let the tiny
     # model finish in between); the abort count proves the request was still running.

@@ -31,7 +31,7 @@ from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
-from jaxinfer.engine.step_builder import build_step, build_verify_step, warmup_steps
+from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
 from jaxinfer.models import Weights
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
@@ -46,7 +46,7 @@ from jaxinfer.runtime.packed_tree import PackedTree, pack_host, unpack_host
 from jaxinfer.runtime.pools import new_pools, pool_size
 from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
 from jaxinfer.runtime.verify_step import Drafts
-from jaxinfer.runtime.warmup import warm_up
+from jaxinfer.runtime.warmup import activation_peak, warm_up
 from jaxinfer.speculative.config import SpeculativeConfig
 
 log = logging.getLogger(__name__)
@@ -88,8 +88,17 @@ class LLMEngine:
         cache_spec = CacheSpec() if cache_spec is None else cache_spec
         self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
         self.default_params = default_params or SamplingParams()
+        self.max_pages = bucket(config.pages_per_seq)
+        self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
+        self.model_identity = model_identity
+        # Steps with prefill chunks always use the full page-table width. Narrowing them too (the
+        # gathered CPU attention pays for width) multiplied their programs by the widths: 585 for
+        # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
+        # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
+        self.narrow_mixed = False
+        self.chunk_step = chunk_step_for(jax.default_backend(), config.max_num_batched_tokens)
         draft_cfg = None if draft is None else draft.cfg
-        num_pages = pool_size(config, model_config, draft_cfg, dtype, cache_spec)
+        num_pages = pool_size(config, model_config, draft_cfg, dtype, cache_spec, self._activation_peak)
         self.pages, self.draft = self._new_pools(num_pages)
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching,
                                    spread=jax.default_backend() == "cpu")
@@ -100,15 +109,6 @@ class LLMEngine:
             ),
             self.blocks,
         )
-        self.max_pages = bucket(config.pages_per_seq)
-        self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
-        self.model_identity = model_identity
-        # Steps with prefill chunks always use the full page-table width. Narrowing them too (the
-        # gathered CPU attention pays for width) multiplied their programs by the widths: 585 for
-        # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
-        # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
-        self.narrow_mixed = False
-        self.chunk_step = chunk_step_for(jax.default_backend(), config.max_num_batched_tokens)
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
         self.stats = EngineMetrics()
@@ -182,7 +182,9 @@ class LLMEngine:
     def _build(self, schedule: Schedule) -> HostStep:
         """A verify step when the batch is all decodes and some row drafts, else the plain step."""
         if schedule.all_decode and self.speculator is not None:
-            drafts = self.speculator.plan([row.request for row in schedule.decodes], bucket(len(schedule.decodes)))
+            requests = [row.request for row in schedule.decodes]
+            # A row's drafts are written at once, so they must fit the pages the scheduler reserved.
+            drafts = self.speculator.plan(requests, bucket(len(requests)), schedule.lookahead - 1)
             if drafts is not None:
                 rounds = 1 if self.speculator.measuring else self.spec_rounds
                 return build_verify_step(
@@ -193,11 +195,12 @@ class LLMEngine:
         )
 
     def metrics(self) -> dict:
-        """vLLM-named counters, gauges and latency summaries (see engine.metrics)."""
-        waiting = len(self.scheduler.waiting)
-        prefix = (self.blocks.queries, self.blocks.hits)
+        """vLLM-named counters, gauges and latency histograms (see engine.metrics)."""
+        scheduler = self.scheduler
+        prefix = (scheduler.prefix_queries, scheduler.prefix_hits)
         return snapshot(
-            self.stats, len(self.scheduler.running), waiting, self.blocks.usage, prefix, self.scheduler.num_preemptions
+            self.stats, len(scheduler.running), len(scheduler.waiting), self.blocks.usage, prefix,
+            scheduler.num_preemptions,
         )
 
     def speculation_metrics(self) -> dict | None:
@@ -214,6 +217,14 @@ class LLMEngine:
         verify_chunk = None if self.speculator is None else self.verify_chunk
         hosts = warmup_steps(self.config, self.min_pages, self.max_pages, self.narrow_mixed, self.chunk_step, verify_chunk)
         return warm_up(self._program, self._run, hosts, progress, threads)
+
+    def _activation_peak(self) -> int:
+        """Device bytes the largest step programs need beside the weights and pools (see warmup.activation_peak)."""
+        pools = self._new_pools(self.config.pages_per_seq + 1)
+        verify_chunk = None if self.speculator is None else self.verify_chunk
+        hosts = profile_steps(self.config, self.min_pages, self.max_pages, self.narrow_mixed, self.chunk_step,
+                              verify_chunk)
+        return activation_peak(lambda host: self._program(host, pools), hosts)
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
@@ -269,28 +280,34 @@ class LLMEngine:
             self.speculator.observe(requests, drafted, accepted)
             self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
-    def _program(self, host: HostStep) -> tuple[Callable, list, dict]:
-        """The compiled program a host step runs, and its arguments (the pools made first if released)."""
+    def _program(self, host: HostStep, pools: tuple[PagedKVCache, Rider] | None = None) -> tuple[Callable, list, dict]:
+        """The compiled program a host step runs, and its arguments.
+
+        pools: the page pools it runs on (default: the engine's, made first if released).
+        """
         inputs = device_inputs(host, self.model_config.vocab_size, self.cache_spec.mesh_layout)
-        if self.pages is None:
-            self.pages, self.draft = self._new_pools(self.blocks.num_pages)
-        draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
+        if pools is None:
+            if self.pages is None:
+                self.pages, self.draft = self._new_pools(self.blocks.num_pages)
+            pools = self.pages, self.draft
+        pages, draft_pool = pools
+        draft = dict(draft=draft_pool, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
         if host.drafts is not None:
             layout = self.cache_spec.mesh_layout
             drafts = layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
             capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
-            args = [self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
+            args = [self.weights, pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
             kwargs = dict(cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule)
             return step_programs.verify_rounds, args, {**kwargs, **draft}
         if host.num_steps > 1:
             # Only an EAGLE head rides plain multi-step calls (it stores their features); a draft
             # model is caught up by the next verify, so its pool and weights stay out and the call
             # runs the plain program.
-            rides = isinstance(self.draft, EagleDraft)
+            rides = isinstance(draft_pool, EagleDraft)
             kwargs = dict(cfg=self.model_config, max_steps=self.config.decode_steps, stop_early=self.stop_early)
-            args = [self.weights, self.pages, inputs, np.int32(host.num_steps)]
+            args = [self.weights, pages, inputs, np.int32(host.num_steps)]
             return step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}
-        return step_programs.ragged_step, [self.weights, self.pages, inputs], dict(cfg=self.model_config, **draft)
+        return step_programs.ragged_step, [self.weights, pages, inputs], dict(cfg=self.model_config, **draft)
 
     def _run(self, host: HostStep, clock: StepClock | None = None) -> PackedTree:
         """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""
@@ -320,7 +337,7 @@ class LLMEngine:
                 request.finish("error")
                 request.error = f"{type(error).__name__}: {error}"
                 produced = 0
-            request.timing.record_tokens(produced, now)
+            self.stats.record_tokens(request, produced, now)
             if produced or request.finished:
                 touched.add(request.request_id)
             if request.finished:

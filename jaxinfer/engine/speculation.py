@@ -106,10 +106,11 @@ class Speculator:
         measured = None if self.measured is None else self.measured.cost_model(rows)
         return self.heuristic if measured is None else measured
 
-    def plan(self, requests: list[Request], rows: int) -> list[np.ndarray] | None:
+    def plan(self, requests: list[Request], rows: int, most: int | None = None) -> list[np.ndarray] | None:
         """Drafts per request, or None when no row would draft (the step then decodes plainly).
 
-        rows: the step's row bucket (costs are measured per bucket).
+        rows: the step's row bucket (costs are measured per bucket); most: drafts per row at most
+        (the room its reserved pages leave; default k_max).
         """
         self.declined, self.measuring = {}, False
         if any(r.params.penalized or r.params.logprobs is not None for r in requests):
@@ -119,7 +120,8 @@ class Speculator:
         if self.config.adaptive and self._cannot_pay(rows) and not self._reprobing(rows):
             self.plain_run[rows] = self.plain_run.get(rows, 0) + 1  # no lookup or plan until the reprobe
             return None
-        room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, self.k_max)  # never past max_tokens
+        most = self.k_max if most is None else min(most, self.k_max)
+        room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, most)  # never past max_tokens
         config = self.config
         if config.method != "ngram":  # placeholders: the draft model or head fills them on the device
             drafts = [np.zeros(k, np.int32) for k in room]

@@ -157,6 +157,12 @@ def warmup_shapes(
     return shapes
 
 
+def program_steps(num_steps: int, decode_steps: int) -> int:
+    """The compiled variant a call of num_steps decode steps runs: the plain step for one, else the
+    multi-step program of decode_steps (which takes the step count as data, so fewer compile nothing)."""
+    return 1 if num_steps == 1 else decode_steps
+
+
 def empty_step(num_decode: int, num_prefill: int, chunk: int, pages: int, num_steps: int) -> HostStep:
     """An all-padding step of the given shape (compiles the program, computes nothing that is kept)."""
     rows = num_decode + num_prefill
@@ -224,4 +230,18 @@ def warmup_steps(
             for rows in powers_of_two(1, config.max_num_seqs)
             for pages in powers_of_two(min_pages, max_pages)
         ]
+    return hosts
+
+
+def profile_steps(
+    config: EngineConfig, min_pages: int, max_pages: int, narrow_mixed: bool, chunk_step: int,
+    verify_chunk: int | None,
+) -> list[HostStep]:
+    """The steps whose programs hold the most activations: the widest step with prefill chunks (most
+    tokens, then rows), and when speculating the widest verify step (logits at every token)."""
+    shapes = warmup_shapes(config, min_pages, max_pages, narrow_mixed, chunk_step)
+    widest = max(shapes, key=lambda shape: (shape[0] + shape[1] * shape[2], shape[0] + shape[1], shape[3]))
+    hosts = [empty_step(*widest)]
+    if verify_chunk is not None:
+        hosts.append(empty_verify_step(bucket(config.max_num_seqs), verify_chunk, max_pages, config.page_size))
     return hosts

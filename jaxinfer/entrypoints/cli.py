@@ -17,6 +17,7 @@ from jaxinfer.config.validation import DTYPE_ALIASES, DTYPE_NAMES
 from jaxinfer.entrypoints.cli_args import (
     WEIGHT_QUANTIZATIONS,
     add_distributed_args,
+    add_memory_args,
     add_parallel_args,
     add_quantization_args,
     initialize_distributed,
@@ -76,6 +77,7 @@ def _generate(args: argparse.Namespace) -> int:
         model, dtype=args.dtype, max_seq_len=args.max_seq_len,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
     )
     pieces = llm.stream(args.prompt, params)
     first = next(pieces, "")  # validates and prefills before the prompt is echoed
@@ -97,7 +99,7 @@ def _leads() -> bool:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from jaxinfer.checkpoint.loader import check_out_dir, load_hf_weights, save_converted, stored_dtype
+    from jaxinfer.checkpoint.loader import load_hf_weights, save_converted, stored_dtype
     from jaxinfer.config.model import load_config
     from jaxinfer.config.validation import dtype_name, model_dir
     from jaxinfer.entrypoints.llm import DTYPES
@@ -107,10 +109,9 @@ def _convert(args: argparse.Namespace) -> int:
     src = model_dir(args.hf_dir, "HF_DIR")
     if args.out_dir.resolve() == src.resolve():
         raise ValueError(f"OUT_DIR {args.out_dir} is HF_DIR itself; choose a different output directory")
-    check_out_dir(args.out_dir, args.overwrite, "OUT_DIR", "--overwrite")  # before seconds of loading
     cfg = load_config(src)
     weights = quantize_weights(load_hf_weights(src, cfg, DTYPES[dtype]), args.quantize, args.group_size)
-    out = save_converted(weights, src, args.out_dir, overwrite=args.overwrite)
+    out = save_converted(weights, src, args.out_dir)
     quant = f", projections {args.quantize}" if args.quantize else ""
     print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {stored_dtype(weights)}{quant})")
     return 0
@@ -145,16 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_parallel_args(gen)
     add_distributed_args(gen)
     add_quantization_args(gen)
+    add_memory_args(gen)
     gen.set_defaults(run=_generate)
     add_serve_parser(sub)
 
     dtypes = ", ".join((*DTYPE_NAMES, *DTYPE_ALIASES))
     conv = sub.add_parser("convert", help="HF safetensors checkpoint -> orbax checkpoint directory")
     conv.add_argument("hf_dir", type=Path, metavar="HF_DIR", help="an HF safetensors checkpoint directory")
-    conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new or empty directory (not HF_DIR)")
-    conv.add_argument("--overwrite", action="store_true",
-                      help="write into a non-empty OUT_DIR, replacing what a convert writes there (config, "
-                      "tokenizer files, weights); other files stay")
+    conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new directory (not HF_DIR)")
     conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes} (default: %(default)s)")
     conv.add_argument("--quantize", choices=WEIGHT_QUANTIZATIONS, default=None,
                       help="store the projections quantized (embedding, head and norms keep --dtype)")

@@ -158,7 +158,8 @@ class LLM:
     speculative batch), max_num_batched_tokens
     (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
     chunked per step), num_pages or
-    gpu_memory_utilization (the KV pool), page_size, enable_prefix_caching, and decode_steps
+    gpu_memory_utilization (the KV pool; on a GPU or TPU by default what 0.9 of the device's memory
+    leaves after the weights and a step's activations), page_size, enable_prefix_caching, and decode_steps
     (decode steps one device call may run when no request is waiting). KV memory is held
     until `close()` (or the end of a `with LLM(...)` block) frees every cache; the object keeps
     working after it, re-making the caches on the next call. cpu_kernels (None: auto) picks the native

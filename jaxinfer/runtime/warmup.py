@@ -68,3 +68,24 @@ def compile_all(program_for: Callable[[HostStep], Program], hosts: list[HostStep
             futures.append(pool.submit(program.lower(*args, **kwargs).compile))
         for future in tqdm(as_completed(futures), total=len(futures), **BAR, disable=not progress):
             future.result()
+
+
+def activation_peak(program_for: Callable[[HostStep], Program], hosts: list[HostStep]) -> int:
+    """Device bytes the largest step programs (`hosts`) need beside the weights and the page pools.
+
+    XLA's buffer assignment knows each program's temporaries and outputs exactly, so the
+    programs are compiled (against a pool of one sequence, which `program_for` holds: the pool is
+    donated, its size not part of the peak), not run: JAX cannot reset a device's peak counter,
+    which would also hold an earlier model's. Costs one compile per profiled step at load
+    (accelerators only).
+    """
+    peak = 0
+    for host in hosts:
+        program, args, kwargs = program_for(host)
+        memory = program.lower(*args, **kwargs).compile().memory_analysis()
+        if memory is None:
+            log.warning("no memory analysis on %s: the KV pool is sized without a step's activations",
+                        jax.default_backend())
+            return 0
+        peak = max(peak, memory.temp_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes)
+    return peak

@@ -7,7 +7,7 @@ import os
 import sys
 
 from jaxinfer.config import validation
-from jaxinfer.entrypoints.cli_args import add_parallel_args, add_quantization_args
+from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
 
 DEFAULT_PORT = 8000
 
@@ -29,11 +29,12 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     serve.add_argument("--max-num-seqs", type=int, default=64, help="sequences decoded together per step (default: %(default)s)")
     serve.add_argument("--max-num-batched-tokens", type=int, default=512, help="tokens per step; longer prompts are prefilled in chunks (default: %(default)s)")
-    serve.add_argument("--num-pages", type=int, default=None, help="KV-cache pages in the pool (default: room for half of max-num-seqs at full length)")
+    serve.add_argument("--num-pages", type=int, default=None, help="KV-cache pages in the pool (default: what --gpu-memory-utilization leaves on a GPU or TPU; on CPU room for half of max-num-seqs at full length)")
     serve.add_argument("--page-size", type=int, default=16, help="tokens per KV-cache page, a power of two (default: %(default)s)")
     serve.add_argument("--decode-steps", type=int, default=8, help="decode steps per device call when nothing waits (default: %(default)s)")
     add_parallel_args(serve)
     add_quantization_args(serve)
+    add_memory_args(serve)
     serve.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV pages of shared prompt prefixes")
     serve.add_argument("--speculative-method", choices=["ngram", "draft", "eagle"], default=None,
                        help="speculate inside the engine: ngram proposes what followed the last n tokens "
@@ -87,6 +88,7 @@ def run_serve(args: argparse.Namespace) -> int:
         decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
     )
     if not args.skip_warmup:
         print("jaxinfer: compiling the engine's step shapes (once per machine with the compile cache)", file=sys.stderr, flush=True)
