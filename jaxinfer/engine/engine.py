@@ -34,7 +34,7 @@ from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.postprocess import append_token
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
-from jaxinfer.engine.validate import check_prompt, encode_prompt
+from jaxinfer.engine.validate import check_logit_bias, check_prompt, encode_prompt
 from jaxinfer.engine.warmup import warm_up, warmup_steps
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
@@ -123,6 +123,7 @@ class LLMEngine:
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
         ids = encode_prompt(prompt, self.tokenizer)
         check_prompt(ids, params.max_tokens, self.model_config.vocab_size, self.config.max_seq_len)
+        check_logit_bias(params.logit_bias, self.model_config.vocab_size)
         stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
         group: list[Request] = []
         for i in range(params.n):
