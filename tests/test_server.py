@@ -427,13 +427,15 @@ def test_jaxinfer_serve_command(text_model_dir):
     process = subprocess.Popen([*base, *flags], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while True:
+        while True:  # the port answers at once; /health says when the model is ready
             assert process.poll() is None and time.monotonic() < deadline, "jaxinfer serve did not come up"
             try:
-                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
-                break
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                    break
             except httpx.TransportError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
         assert models["data"][0]["id"] == "m" and models["data"][0]["max_model_len"] == 64
         body = {"model": "m", "prompt": "a b c a b c a b c a b", "max_tokens": 12, "temperature": 0}
         completion = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120).json()

@@ -204,14 +204,17 @@ class LLMEngine:
         """Acceptance totals of the engine's speculation (drafted, accepted, rates), or None when off."""
         return None if self.speculator is None else self.speculator.metrics()
 
-    def warmup(self, progress: bool = False, threads: int | None = None) -> int:
+    def warmup(
+        self, progress: bool = False, threads: int | None = None, on_program: Callable[[int, int], None] | None = None
+    ) -> int:
         """Compile every step shape the knobs allow (default sampling variant); returns how many were compiled.
 
         Padding-only batches run through each program, so nothing is written to the cache.
         `progress` shows a bar on stderr (a serve start compiles a hundred or more programs).
         threads: programs compiled at once (default 1 on CPU, else up to 8; see engine/warmup.py).
+        on_program(done, total) is called as programs are compiled (a server reports it on /health).
         """
-        return warm_up(self, warmup_steps(self), progress, threads)
+        return warm_up(self, warmup_steps(self), progress, threads, on_program)
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""

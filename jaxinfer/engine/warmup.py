@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING
 
@@ -49,11 +50,19 @@ def warmup_steps(engine: LLMEngine) -> list[HostStep]:
     return hosts
 
 
-def warm_up(engine: LLMEngine, hosts: list[HostStep], progress: bool, threads: int | None) -> int:
-    """Compile (on `threads` workers) and run each host step; how many ran (CPU stops near its map cap)."""
+Progress = Callable[[int, int], None]  # (programs done, programs in all), e.g. for a server's /health
+
+
+def warm_up(
+    engine: LLMEngine, hosts: list[HostStep], progress: bool, threads: int | None, on_program: Progress | None = None
+) -> int:
+    """Compile (on `threads` workers) and run each host step; how many ran (CPU stops near its map cap).
+
+    on_program hears of each program compiled (with one thread: compiled and run).
+    """
     threads = default_compile_threads() if threads is None else threads
     if threads > 1:
-        compile_all(engine, hosts, threads, progress)
+        compile_all(engine, hosts, threads, progress, on_program)
     ran, start = 0, map_headroom()
     for host in tqdm(hosts, **BAR, disable=not progress or threads > 1):
         per_program = 0 if start is None or not ran else (start - map_headroom()) / ran
@@ -67,15 +76,22 @@ def warm_up(engine: LLMEngine, hosts: list[HostStep], progress: bool, threads: i
             break
         engine._run(host)
         ran += 1
+        if on_program is not None and threads == 1:
+            on_program(ran, len(hosts))
     return ran
 
 
-def compile_all(engine: LLMEngine, hosts: list[HostStep], threads: int, progress: bool) -> None:
+def compile_all(
+    engine: LLMEngine, hosts: list[HostStep], threads: int, progress: bool, on_program: Progress | None = None
+) -> None:
     """Each host step's program traced here and compiled on one of `threads` workers."""
     with ThreadPoolExecutor(threads) as pool:
         futures = []
         for host in hosts:
             program, args, kwargs = engine._program(host)
             futures.append(pool.submit(program.lower(*args, **kwargs).compile))
-        for future in tqdm(as_completed(futures), total=len(futures), **BAR, disable=not progress):
+        bar = tqdm(as_completed(futures), total=len(futures), **BAR, disable=not progress)
+        for done, future in enumerate(bar, start=1):
             future.result()
+            if on_program is not None:
+                on_program(done, len(futures))
