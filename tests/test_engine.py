@@ -217,7 +217,9 @@ def test_no_compiles_after_warmup(model, capsys):
     monitoring.register_event_duration_secs_listener(
         lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
     )
-    params = [SamplingParams(max_tokens=n, temperature=t, seed=1) for n, t in [(9, 0), (20, 0.8), (3, 1.0)]]
+    # A logit bias is data of every step program, not a variant to compile.
+    params = [SamplingParams(max_tokens=n, temperature=t, seed=1, logit_bias=bias)
+              for n, t, bias in [(9, 0, None), (20, 0.8, {7: 5.0, 9: -100}), (3, 1.0, None)]]
     llm.generate([PROMPTS[0], PROMPTS[1], PROMPTS[3]], params)
     llm.generate(PROMPTS[4:], SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
     assert count > 4 and traces == []

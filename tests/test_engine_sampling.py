@@ -1,4 +1,4 @@
-"""The engine's per-request sampling set: stop strings, min_tokens, penalties, logprobs, n."""
+"""The engine's per-request sampling set: stop strings, min_tokens, penalties, logit bias, logprobs, n."""
 
 from __future__ import annotations
 
@@ -87,6 +87,21 @@ def test_penalties_match_the_formula_on_logits(llm):
     second = np.where(seen, np.where(second > 0, second / 1.8, second * 1.8), second)
     second[out[0]] -= 0.7 + 0.4
     assert out[1] == int(np.argmax(second))
+
+
+def test_logit_bias_is_added_to_the_logits_of_every_step(llm):
+    """Each greedy pick (a ragged step, then multi-step decode calls) is argmax(logits + bias); the
+    unbiased row beside it keeps its own tokens."""
+    plain = llm.generate([PROMPT], greedy(6))[0].token_ids
+    bias = {plain[0]: -100.0, plain[2]: -3.5, 40: 2.5}
+    biased, unbiased = llm.generate([PROMPT, PROMPT], [greedy(6, logit_bias=bias), greedy(6)])
+    expected: list[int] = []
+    for _ in range(6):
+        row = llm.logits(PROMPT + expected)[-1].astype(np.float64)
+        row[list(bias)] += list(bias.values())
+        expected.append(int(np.argmax(row)))
+    assert biased.token_ids == expected != plain
+    assert unbiased.token_ids == plain
 
 
 def test_logprobs_are_the_models_distribution(llm):

@@ -12,6 +12,7 @@ import threading
 import time
 
 import httpx
+import numpy as np
 import openai
 import pytest
 import uvicorn
@@ -61,8 +62,8 @@ def client(base_url):
     return openai.OpenAI(base_url=base_url + "/v1", api_key=KEY, max_retries=0)
 
 
-def _greedy(max_tokens: int) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+def _greedy(max_tokens: int, **fields) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True, **fields)
 
 
 def _metrics(base_url: str) -> dict[str, float]:
@@ -140,6 +141,91 @@ def test_logprobs_in_both_layouts(client):
     content = chat.choices[0].logprobs.content
     assert len(content) == 3 and all(len(c.top_logprobs) == 2 and c.logprob <= 0 for c in content)
     assert content[0].top_logprobs[0].logprob == pytest.approx(content[0].logprob)  # greedy takes the best
+
+
+def test_logit_bias_steers_completions_and_chat(client, reference):
+    plain = reference.generate([PROMPTS[0]], _greedy(8))[0]
+    forced = {plain.token_ids[1]: 100.0}  # a bias of 100 all but forces a token, every step
+    out = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=8, temperature=0,
+                                    logit_bias={str(t): b for t, b in forced.items()}, extra_body={"ignore_eos": True})
+    expected = reference.generate([PROMPTS[0]], _greedy(8, logit_bias=forced))[0]
+    assert out.choices[0].text == expected.text != plain.text and set(expected.token_ids) == set(forced)
+    chat = dict(model="tiny", messages=[{"role": "user", "content": "def add"}], max_tokens=6, temperature=0,
+                extra_body={"ignore_eos": True})
+    word = reference.encode("return")[-1]
+    plain_reply = client.chat.completions.create(**chat).choices[0].message.content
+    reply = client.chat.completions.create(**chat, logit_bias={str(word): 100}).choices[0].message.content
+    assert reply == reference.tokenizer.decode([word] * 6) != plain_reply
+
+
+@pytest.mark.parametrize("bias,needle", [
+    ({"abc": 1}, "'abc' is not a token id"), ({"5": 150}, "[-100, 100]"), ({"1000000": 1}, "vocabulary [0, 320)"),
+    ({"5": "1"}, "number"),
+])
+def test_bad_logit_bias_is_a_400_naming_it(client, bias, needle):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="tiny", prompt="x", max_tokens=2, logit_bias=bias)
+    assert info.value.param.startswith("logit_bias") and needle in info.value.message, info.value.message
+
+
+UNIMPLEMENTED = {  # (route, extra fields, the param the 400 names)
+    "tools": ("chat", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    "response_format": ("chat", {"response_format": {"type": "json_object"}}, "response_format"),
+    "suffix": ("completions", {"suffix": " end"}, "suffix"),
+    "unknown": ("completions", {"temprature": 0.5}, "temprature"),
+    "unknown nested": ("completions", {"stream": True, "stream_options": {"include_usage": True, "x": 1}},
+                       "stream_options.x"),
+    "unknown in a message": ("chat", {"messages": [{"role": "user", "content": "hi", "weight": 2}]}, "messages.0.weight"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNIMPLEMENTED))
+def test_fields_the_server_does_not_implement_are_400s_naming_them(client, name):
+    route, fields, param = UNIMPLEMENTED[name]
+    create = client.chat.completions.create if route == "chat" else client.completions.create
+    base = dict(messages=[{"role": "user", "content": "hi"}]) if route == "chat" else dict(prompt="hi")
+    with pytest.raises(openai.BadRequestError) as info:
+        create(model="tiny", max_tokens=2, **base, extra_body=fields)  # extra_body's messages replace base's
+    assert info.value.param == param and param.split(".")[-1] in info.value.message, info.value.message
+
+
+def _prompt_logprobs(reference: LLM, ids: list[int]) -> np.ndarray:
+    """log p(ids[j] | ids[:j]) for j >= 1, from the reference model's logits."""
+    logits = reference.logits(ids).astype(np.float64)[:-1]
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    return logp[np.arange(len(ids) - 1), ids[1:]]
+
+
+@pytest.mark.parametrize("max_tokens", [0, 1])
+def test_echo_logprobs_score_prompts_as_lm_eval_asks(client, reference, max_tokens):
+    """lm-eval's local-completions loglikelihood request: id prompts, echo, logprobs=1, max_tokens 0 or 1;
+    it sums token_logprobs[ctxlen:-1] and calls a continuation greedy when each is its top_logprobs' max."""
+    prompts = [reference.encode(p) for p in PROMPTS[:2]]
+    out = client.completions.create(model="tiny", prompt=prompts, max_tokens=max_tokens, temperature=0, logprobs=1,
+                                    echo=True, seed=1234)
+    choices = sorted(out.choices, key=lambda c: c.index)
+    for ids, text, choice in zip(prompts, PROMPTS, choices):
+        lp = choice.logprobs
+        assert len(lp.token_logprobs) == len(ids) + max_tokens and choice.text.startswith(text)
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        expected = _prompt_logprobs(reference, ids)
+        np.testing.assert_allclose(lp.token_logprobs[1 : len(ids)], expected, atol=1e-4)
+        assert all(max(top.values()) >= t - 1e-6 for t, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:]))
+    assert out.usage.completion_tokens == len(prompts) * max_tokens
+    if max_tokens == 0:
+        assert [c.text for c in choices] == PROMPTS[:2]
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(model="tiny", prompt="x", max_tokens=0)
+        assert info.value.param == "max_tokens" and "echo" in info.value.message
+
+
+def test_echo_streams_the_prompt_first(client):
+    args = dict(model="tiny", prompt=PROMPTS[1], max_tokens=5, temperature=0, echo=True, extra_body={"ignore_eos": True})
+    whole = client.completions.create(**args).choices[0].text
+    chunks = [c.choices[0].text for c in client.completions.create(stream=True, **args) if c.choices]
+    assert whole.startswith(PROMPTS[1]) and len(whole) > len(PROMPTS[1])
+    assert chunks[0].startswith(PROMPTS[1]) and "".join(chunks) == whole
 
 
 def _post(base_url: str, body: bytes | dict, key: str | None = KEY, path: str = "/v1/completions") -> httpx.Response:
@@ -371,13 +457,15 @@ def test_jaxinfer_serve_command(text_model_dir):
     process = subprocess.Popen([*base, *flags], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while True:
+        while True:  # the port answers at once; /health says when the model is ready
             assert process.poll() is None and time.monotonic() < deadline, "jaxinfer serve did not come up"
             try:
-                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
-                break
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                    break
             except httpx.TransportError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
         assert models["data"][0]["id"] == "m" and models["data"][0]["max_model_len"] == 64
         body = {"model": "m", "prompt": "a b c a b c a b c a b", "max_tokens": 12, "temperature": 0}
         completion = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120).json()

@@ -39,6 +39,10 @@ LLM_CALLS = {
         lambda m: m.generate("x", SamplingParams(stop_token_ids=[10**9])), ValueError,
         ["stop_token_ids", "1000000000", "4096"],
     ),
+    "logit_bias id beyond the vocabulary": (
+        lambda m: m.generate("x", SamplingParams(logit_bias={7: 1.0, 10**6: -5})), ValueError,
+        ["logit_bias", "1000000", "4096"],
+    ),
     "logits of text": (lambda m: m.logits("text"), TypeError, ["token_ids", "'text'", "llm.encode"]),
     "logits id beyond the vocabulary": (lambda m: m.logits([1, 450, 4996]), ValueError, ["token_ids", "4996", "4096"]),
     "prompt id beyond the vocabulary": (lambda m: list(m.stream([1, 99999])), ValueError, ["prompt", "99999"]),
@@ -59,6 +63,12 @@ PARAMS = {
     "negative temperature": (dict(temperature=-0.5), ValueError, ["temperature", "-0.5", ">= 0"]),
     "negative seed": (dict(seed=-1), ValueError, ["seed", "-1"]),
     "ignore_eos as a string": (dict(ignore_eos="yes"), TypeError, ["ignore_eos", "'yes'"]),
+    "logit_bias beyond 100": (dict(logit_bias={5: 150}), ValueError, ["logit_bias", "token 5", "150", "[-100, 100]"]),
+    "nan logit_bias": (dict(logit_bias={5: math.nan}), ValueError, ["logit_bias", "nan"]),
+    "logit_bias key as a string": (dict(logit_bias={"5": 1}), TypeError, ["logit_bias key", "'5'", "int token ids"]),
+    "negative logit_bias id": (dict(logit_bias={-3: 1}), ValueError, ["logit_bias key", "-3"]),
+    "logit_bias as a list": (dict(logit_bias=[5]), TypeError, ["logit_bias", "list"]),
+    "too many logit_bias ids": (dict(logit_bias=dict.fromkeys(range(301), 1)), ValueError, ["logit_bias", "301", "300"]),
     "include_stop_str_in_output as a number": (
         dict(include_stop_str_in_output=1), TypeError, ["include_stop_str_in_output", "1"]
     ),

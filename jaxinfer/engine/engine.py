@@ -26,7 +26,7 @@ from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.postprocess import append_token
-from jaxinfer.engine.prompt_checks import check_prompt, encode_prompt
+from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, encode_prompt
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
@@ -124,6 +124,7 @@ class LLMEngine:
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
         ids = encode_prompt(prompt, self.tokenizer)
         check_prompt(ids, params.max_tokens, self.model_config.vocab_size, self.config.max_seq_len)
+        check_logit_bias(params.logit_bias, self.model_config.vocab_size)
         stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
         group: list[Request] = []
         for i in range(params.n):
@@ -207,16 +208,19 @@ class LLMEngine:
         """Acceptance totals of the engine's speculation (drafted, accepted, rates), or None when off."""
         return None if self.speculator is None else self.speculator.metrics()
 
-    def warmup(self, progress: bool = False, threads: int | None = None) -> int:
+    def warmup(
+        self, progress: bool = False, threads: int | None = None, on_program: Callable[[int, int], None] | None = None
+    ) -> int:
         """Compile every step shape the knobs allow (default sampling variant); returns how many were compiled.
 
         Padding-only batches run through each program, so nothing is written to the cache.
         `progress` shows a bar on stderr (a serve start compiles a hundred or more programs).
         threads: programs compiled at once (default 1 on CPU, else up to 8; see engine/warmup.py).
+        on_program(done, total) is called as programs are compiled (a server reports it on /health).
         """
         verify_chunk = None if self.speculator is None else self.verify_chunk
         hosts = warmup_steps(self.config, self.min_pages, self.max_pages, self.narrow_mixed, self.chunk_step, verify_chunk)
-        return warm_up(self._program, self._run, hosts, progress, threads)
+        return warm_up(self._program, self._run, hosts, progress, threads, on_program)
 
     def _activation_peak(self) -> int:
         """Device bytes the largest step programs need beside the weights and pools (see warmup.activation_peak)."""

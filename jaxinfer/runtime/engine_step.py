@@ -1,7 +1,7 @@
 """The serving engine's device programs: one ragged step, and up to N decode steps in a loop.
 
 Both are pure functions of (weights, page pools, inputs) built by the engine on the host.
-Sampling happens inside: penalties, min_tokens (stop ids masked until reached), then the same
+Sampling happens inside: logit bias, penalties, min_tokens (stop ids masked until reached), then the same
 `sampling.sample` as the generation loop, keyed by (seed, position) so a request's tokens do
 not depend on what else is in the batch. Logprobs are the model's raw distribution.
 """
@@ -18,7 +18,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
-from jaxinfer.sampling.penalties import Penalties, apply_penalties, count_tokens
+from jaxinfer.sampling.penalties import Penalties, add_logit_bias, apply_penalties, count_tokens
 from jaxinfer.sampling.sampler import SamplingArrays, sample
 
 Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
@@ -35,6 +35,8 @@ class RowSampling:
     stop_ids: jax.Array  # [R, NS] int32, -1 padded
     min_lengths: jax.Array  # [R] int32 stop ids are masked while the new token's index is below this
     max_lengths: jax.Array  # [R] int32 a row is done once it holds this many tokens
+    bias_ids: jax.Array  # [R, MAX_LOGIT_BIAS] int32 token ids of each row's logit_bias, -1 padded
+    bias: jax.Array  # [R, MAX_LOGIT_BIAS] float32 what is added to those tokens' logits
     penalties: Penalties | None
 
 
@@ -74,6 +76,7 @@ class StepOutputs:
 
 def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array) -> jax.Array:
     """Next tokens [R] for raw logits [R, V] of rows whose next token goes to index lengths [R]."""
+    logits = add_logit_bias(logits, s.bias_ids, s.bias)
     if s.penalties is not None:
         logits = apply_penalties(logits, s.penalties)
     logits = mask_early_stops(logits, s.stop_ids, s.min_lengths, lengths)

@@ -35,14 +35,20 @@ def default_compile_threads() -> int:
     return 1 if jax.default_backend() == "cpu" else max(1, min(MAX_THREADS, os.cpu_count() or 1))
 
 
+Progress = Callable[[int, int], None]  # (programs done, programs in all), e.g. for a server's /health
+
+
 def warm_up(
     program_for: Callable[[HostStep], Program], run: Callable[[HostStep], Any], hosts: list[HostStep],
-    progress: bool, threads: int | None,
+    progress: bool, threads: int | None, on_program: Progress | None = None,
 ) -> int:
-    """Compile (on `threads` workers) and run each host step; how many ran (CPU stops near its map cap)."""
+    """Compile (on `threads` workers) and run each host step; how many ran (CPU stops near its map cap).
+
+    on_program hears of each program compiled (with one thread: compiled and run).
+    """
     threads = default_compile_threads() if threads is None else threads
     if threads > 1:
-        compile_all(program_for, hosts, threads, progress)
+        compile_all(program_for, hosts, threads, progress, on_program)
     ran, start = 0, map_headroom()
     for host in tqdm(hosts, **BAR, disable=not progress or threads > 1):
         per_program = 0 if start is None or not ran else (start - map_headroom()) / ran
@@ -56,18 +62,26 @@ def warm_up(
             break
         run(host)
         ran += 1
+        if on_program is not None and threads == 1:
+            on_program(ran, len(hosts))
     return ran
 
 
-def compile_all(program_for: Callable[[HostStep], Program], hosts: list[HostStep], threads: int, progress: bool) -> None:
+def compile_all(
+    program_for: Callable[[HostStep], Program], hosts: list[HostStep], threads: int, progress: bool,
+    on_program: Progress | None = None,
+) -> None:
     """Each host step's program traced here and compiled on one of `threads` workers."""
     with ThreadPoolExecutor(threads) as pool:
         futures = []
         for host in hosts:
             program, args, kwargs = program_for(host)
             futures.append(pool.submit(program.lower(*args, **kwargs).compile))
-        for future in tqdm(as_completed(futures), total=len(futures), **BAR, disable=not progress):
+        bar = tqdm(as_completed(futures), total=len(futures), **BAR, disable=not progress)
+        for done, future in enumerate(bar, start=1):
             future.result()
+            if on_program is not None:
+                on_program(done, len(futures))
 
 
 def activation_peak(program_for: Callable[[HostStep], Program], hosts: list[HostStep]) -> int:

@@ -28,7 +28,7 @@ def render_chat(tokenizer: Any | None, messages: list[ChatMessage], add_generati
     """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE."""
     if tokenizer is None:
         raise APIError("this model has no tokenizer, so chat is not available; use /v1/completions with token ids")
-    conversation = [{"role": m.role, "content": m.text()} for m in messages]
+    conversation = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in messages]
     template = getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
     try:
         return tokenizer.apply_chat_template(

@@ -37,9 +37,12 @@ def token_text(tokenizer: Any | None, token_id: int) -> str:
 
 
 def completion_logprobs(
-    tokenizer: Any | None, token_ids: Sequence[int], entries: Sequence[dict[int, float]], offset: int
+    tokenizer: Any | None, token_ids: Sequence[int], entries: Sequence[dict[int, float] | None], offset: int
 ) -> dict:
-    """The completions layout: tokens, token_logprobs, top_logprobs and text_offset (from `offset`)."""
+    """The completions layout: tokens, token_logprobs, top_logprobs and text_offset (from `offset`).
+
+    An entry None (an echoed prompt's first token, which nothing predicts) gives null logprobs.
+    """
     tokens = [token_text(tokenizer, t) for t in token_ids]
     offsets = []
     for token in tokens:
@@ -47,8 +50,10 @@ def completion_logprobs(
         offset += len(token)
     return {
         "tokens": tokens,
-        "token_logprobs": [entry.get(t) for t, entry in zip(token_ids, entries)],
-        "top_logprobs": [{token_text(tokenizer, i): lp for i, lp in entry.items()} for entry in entries],
+        "token_logprobs": [None if entry is None else entry.get(t) for t, entry in zip(token_ids, entries)],
+        "top_logprobs": [
+            None if entry is None else {token_text(tokenizer, i): lp for i, lp in entry.items()} for entry in entries
+        ],
         "text_offset": offsets,
     }
 
