@@ -73,7 +73,7 @@ def _generate(args: argparse.Namespace) -> int:
         tensor_parallel_size=args.tp, data_parallel_size=args.dp,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
     )
-    pieces = llm.stream(args.prompt, params)
+    pieces = llm.stream_text(args.prompt, params)
     first = next(pieces, "")  # validates and prefills before the prompt is echoed
     out = sys.stdout if _leads() else open(os.devnull, "w")  # every host decodes; process 0 prints
     out.write(args.prompt + first)

@@ -8,7 +8,7 @@ through it.
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import json
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -24,6 +24,7 @@ from jaxinfer.config import ModelConfig, load_config
 from jaxinfer.compile_cache import compile_cache_setting
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.speculation import EngineDraft
+from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.engine.memory_maps import release_programs_near_cap
 from jaxinfer.cpu_kernels import resolve_cpu_kernels
 from jaxinfer.generation_config import generation_defaults
@@ -148,7 +149,8 @@ def spec_supported(params: SamplingParams) -> bool:
 
 
 class LLM:
-    """A loaded model: `generate` for batches, `stream` for text as it is produced, `logits` for research.
+    """A loaded model: `generate` for batches, `stream` for outputs as they are produced (`stream_text`
+    for their text), `logits` for research.
 
     The engine knobs follow vLLM: max_num_seqs (sequences per step), max_num_batched_tokens
     (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
@@ -241,7 +243,7 @@ class LLM:
         )
         if draft is not None:  # one set of acceptance totals for the static loop and the engine
             self.engine.speculator.totals = self.speculative.totals
-        self._request_ids = itertools.count()
+        self._front = SyncLLMEngine(self.engine)  # generate and stream read their outputs through it
 
     def _setup_speculative(self, speculative: SpeculativeConfig | None) -> None:
         """The static speculative loop for draft models (it loads the draft the engine shares)."""
@@ -277,26 +279,28 @@ class LLM:
 
     def _engine_generate(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[RequestOutput]:
         """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
-        request_ids = self._add_requests(prompts, params)
-        finals: dict[str, RequestOutput] = {}
-        try:
-            while self.engine.has_unfinished():
-                finals.update((out.request_id, out) for out in self.engine.step(final_only=True))
-        except BaseException:  # Ctrl-C in a notebook too: the next call must not run these to the end
-            self._abort(request_ids)
-            raise
-        return [finals[rid] for rid in request_ids]
+        return self._front.run(self._front.add(prompts, params, final_only=True))
 
-    def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
-        """Yield text pieces of one request as they are produced (a few tokens per device call)."""
-        (request_id,) = self._add_requests([prompt], self._params_for([prompt], params))
-        try:
-            while self.engine.has_unfinished():
-                for delta in self.engine.step():
-                    if delta.request_id == request_id and delta.outputs[0].text:
-                        yield delta.outputs[0].text
-        finally:
-            self._abort([request_id])  # a consumer that stops early frees the request's pages
+    def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[RequestOutput]:
+        """Yield one request's outputs as they are produced (a few tokens per device call), as vLLM's
+        AsyncLLM.generate: RequestOutput deltas whose `outputs` hold every sample's new text and token
+        ids, its index and, once it ended, its finish reason. Closing the iterator early aborts the request.
+        """
+        prompt = validation.single_prompt(prompt, "prompt", "stream", self.config.vocab_size)
+        (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False)
+        yield from self._front.stream(request_id)
+
+    def stream_text(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
+        """Yield the text pieces of one single-sample request as they are produced (`stream` gives more)."""
+        prompt = validation.single_prompt(prompt, "prompt", "stream_text", self.config.vocab_size)
+        (params,) = self._params_for([prompt], params)
+        if params.n != 1:
+            raise ValueError(f"stream_text streams one sample's text, got SamplingParams(n={params.n}); use "
+                             "stream(), whose deltas carry each sample's index")
+        with contextlib.closing(self.stream(prompt, params)) as deltas:  # stopping early aborts the request
+            for delta in deltas:
+                if delta.outputs[0].text:
+                    yield delta.outputs[0].text
 
     def metrics(self) -> dict:
         """Engine metrics (vLLM names), plus the speculative totals (drafted, accepted, ...) when configured."""
@@ -323,26 +327,6 @@ class LLM:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _add_requests(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[str]:
-        """Queue all requests, or none: an invalid one aborts those queued before it and raises."""
-        added: list[str] = []
-        try:
-            for prompt, p in zip(prompts, params):
-                request_id = f"llm-{next(self._request_ids)}"
-                self.engine.add_request(request_id, prompt, p)
-                added.append(request_id)
-        except Exception:
-            self._abort(added)
-            raise
-        return added
-
-    def _abort(self, request_ids: list[str]) -> None:
-        """Abort the requests (finished ones are left as they are) and step until the engine holds none."""
-        for request_id in request_ids:
-            self.engine.abort(request_id)
-        while self.engine.has_unfinished():
-            self.engine.step()
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""

@@ -219,6 +219,17 @@ def test_64_concurrent_streams_and_a_malformed_request(base_url, reference):
     assert spent > 0 and spent == pytest.approx(stepped, rel=1e-6)
 
 
+def test_each_sample_of_a_stream_finishes_once(base_url):
+    # Sample 1 prefills a step after sample 0, so it finishes a step later.
+    body = {"prompt": "def add", "max_tokens": 6, "temperature": 0.8, "seed": 1, "n": 2, "ignore_eos": True,
+            "stream": True}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.stream("POST", base_url + "/v1/completions", json=body, headers=headers, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    finishes = [c["index"] for e in events for c in e["choices"] if c["finish_reason"]]
+    assert sorted(finishes) == [0, 1]
+
+
 def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):
     # Disconnect right after the first chunk (no round trip first: a loaded machine let the tiny
     # model finish in between); the abort count proves the request was still running.

@@ -110,12 +110,18 @@ class LLMEngine:
         self.chunk_step = chunk_step_for(jax.default_backend(), config.max_num_batched_tokens)
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
+        self.final_only: set[str] = set()  # requests that want their whole output once, no deltas
         self.stats = EngineMetrics()
 
     def add_request(
-        self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None
+        self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
+        final_only: bool = False,
     ) -> None:
-        """Queue a request (text or token ids); invalid ones raise here and never reach a step."""
+        """Queue a request (text or token ids); invalid ones raise here and never reach a step.
+
+        final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` asks for): no deltas, only
+        the whole output once the request finishes.
+        """
         if request_id in self.groups:
             raise ValueError(f"request_id {request_id!r} is already in use; give each request a unique id")
         params = self.default_params if params is None else params
@@ -141,6 +147,8 @@ class LLMEngine:
                 self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
             )
         self.groups[request_id] = group
+        if final_only:
+            self.final_only.add(request_id)
         for request in group:
             self.scheduler.add(request)
 
@@ -153,6 +161,15 @@ class LLMEngine:
                 self.stats.record_finished(request)
                 self.pending.add(request_id)
 
+    def finish_aborted(self, request_ids: Sequence[str]) -> list[RequestOutput]:
+        """The final outputs of these aborted requests now, without running a step.
+
+        Only these: other requests (another caller's streams) neither step nor lose their outputs.
+        """
+        done = self.pending.intersection(request_ids)
+        self.pending -= done
+        return self._collect(done, final_only=False)
+
     def has_unfinished(self) -> bool:
         """True while any request has output left to deliver."""
         return bool(self.groups)
@@ -160,9 +177,9 @@ class LLMEngine:
     def step(self, final_only: bool = False) -> list[RequestOutput]:
         """Run one scheduled batch; deltas for every request that progressed or finished.
 
-        final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` uses): outputs only for
-        the requests that finished, each whole (all that no earlier step returned), and no
-        per-step deltas built for the others.
+        final_only (vLLM's FINAL_ONLY output kind, for every request of this step; add_request
+        sets it per request): outputs only for the requests that finished, each whole (all that
+        no earlier step returned), and no per-step deltas built for the others.
         """
         clock = StepClock()
         schedule = self.scheduler.schedule()
@@ -389,10 +406,11 @@ class LLMEngine:
         for request_id in sorted(touched, key=order.__getitem__):
             group = self.groups[request_id]
             finished = all(r.finished for r in group)
-            if finished or not final_only:
+            if finished or not (final_only or request_id in self.final_only):
                 outputs.append(delta_output(group))  # all not yet returned: under final_only, the whole
             if finished:
                 del self.groups[request_id]
+                self.final_only.discard(request_id)
         return outputs
 
 

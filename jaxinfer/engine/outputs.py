@@ -7,7 +7,11 @@ import dataclasses
 
 @dataclasses.dataclass
 class CompletionOutput:
-    """One sample: its text and ids (all so far, or only the new part for streaming deltas)."""
+    """One sample: its text and ids (all so far, or only the new part for streaming deltas).
+
+    A delta carries every sample of its request: the new text and ids (empty when the sample made
+    no progress) and, once it finished, its finish reason.
+    """
 
     index: int
     text: str

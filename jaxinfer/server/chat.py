@@ -94,13 +94,16 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
     for index in range(body.n):
         choice = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         yield sse({**header, "choices": [choice]})
+    finished = set()
     try:
         async for _, delta in deltas:
             if delta.error:
                 yield sse(error_body(f"generation failed: {delta.error}", "internal_server_error", None, 500))
                 continue
             for out in delta.outputs:
-                if out.token_ids or out.text or out.finish_reason:
+                if out.token_ids or out.text or (out.finish_reason and out.index not in finished):  # each finish once
+                    if out.finish_reason:
+                        finished.add(out.index)
                     generated += len(out.token_ids)
                     choice = {"index": out.index, "delta": {"content": out.text}, "logprobs": _logprobs(state, body, out),
                               "finish_reason": out.finish_reason}

@@ -74,18 +74,20 @@ def _choice(state: ServerState, body: CompletionRequest, prompt_index: int, out:
 async def _stream(state: ServerState, body: CompletionRequest, header: dict,
                   deltas: AsyncIterator[tuple[int, RequestOutput]], prompt_tokens: int) -> AsyncIterator[str]:
     """SSE chunks as tokens arrive, an optional usage chunk, then [DONE]."""
-    generated, offsets = 0, {}
+    generated, offsets, finished = 0, {}, set()
     try:
         async for i, delta in deltas:
             if delta.error:
                 yield sse(error_body(f"generation failed: {delta.error}", "internal_server_error", None, 500))
                 continue
             for out in delta.outputs:
-                if out.token_ids or out.text or out.finish_reason:
-                    key = (i, out.index)
+                key = (i, out.index)
+                if out.token_ids or out.text or (out.finish_reason and key not in finished):  # each finish once
                     generated += len(out.token_ids)
                     yield sse({**header, "choices": [_choice(state, body, i, out, offsets.get(key, 0))]})
                     offsets[key] = offsets.get(key, 0) + len(out.text)
+                    if out.finish_reason:
+                        finished.add(key)
         if body.include_usage():
             yield sse({**header, "choices": [], "usage": usage(prompt_tokens, generated)})
     finally:
