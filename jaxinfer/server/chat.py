@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, AsyncIterator
 
@@ -9,6 +10,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from jaxinfer.engine import CompletionOutput, RequestOutput
+from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.server.completions import build_params
 from jaxinfer.server.errors import APIError, error_body
 from jaxinfer.server.formatting import DONE, chat_logprobs, count_usage, sse, usage
@@ -59,9 +61,7 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 async def create_chat_completion(body: ChatCompletionRequest, state: ServerState, request: Request):
     """Render, check and run one conversation; stream chunks or return the finished message."""
     state.check_model(body.model)
-    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt)
-    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    params = build_params(state, body, ids, None, _top_logprobs(body), requested)
+    ids, params = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
     response_id = new_id("chatcmpl")
     stream = state.engine.generate(ids, params, response_id)
     header = {"id": response_id, "created": int(time.time()), "model": state.model_name}
@@ -72,6 +72,13 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     finish_error(output)
     choices = [_choice(state, body, out) for out in output.outputs]
     return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
+
+
+def _prepare(state: ServerState, body: ChatCompletionRequest) -> tuple[list[int], SamplingParams]:
+    """The conversation's token ids and checked SamplingParams (4xx errors name the field)."""
+    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt)
+    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    return ids, build_params(state, body, ids, None, _top_logprobs(body), requested)
 
 
 def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict | None:

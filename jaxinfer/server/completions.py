@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import AsyncIterator
 
@@ -45,8 +46,7 @@ async def create_completion(body: CompletionRequest, state: ServerState, request
     state.check_model(body.model)
     if body.best_of is not None and body.best_of != body.n:
         raise APIError("best_of other than n is not supported", param="best_of")
-    prompts = [state.encode(p) for p in prompt_list(body.prompt)]
-    params = [build_params(state, body, ids, OPENAI_DEFAULT_MAX_TOKENS, body.logprobs, body.max_tokens) for ids in prompts]
+    prompts, params = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
     response_id = new_id("cmpl")
     streams = [state.engine.generate(ids, p, f"{response_id}-{i}") for i, (ids, p) in enumerate(zip(prompts, params))]
     header = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": state.model_name}
@@ -58,6 +58,13 @@ async def create_completion(body: CompletionRequest, state: ServerState, request
         finish_error(output)
     choices = [_choice(state, body, i, out) for i, output in enumerate(outputs) for out in output.outputs]
     return JSONResponse({**header, "choices": choices, "usage": count_usage(outputs)})
+
+
+def _prepare(state: ServerState, body: CompletionRequest) -> tuple[list[list[int]], list[SamplingParams]]:
+    """Each prompt's token ids and checked SamplingParams (4xx errors name the field)."""
+    prompts = [state.encode(p) for p in prompt_list(body.prompt)]
+    params = [build_params(state, body, ids, OPENAI_DEFAULT_MAX_TOKENS, body.logprobs, body.max_tokens) for ids in prompts]
+    return prompts, params
 
 
 def _choice(state: ServerState, body: CompletionRequest, prompt_index: int, out: CompletionOutput,
