@@ -4,6 +4,7 @@ from jaxinfer.config import ConfigError, ModelConfig, from_hf_config, load_confi
 from jaxinfer.checkpoint import CheckpointError, load_weights, save_converted
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
+from jaxinfer.logprob import Logprob
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.speculative import SpeculativeConfig
 
@@ -13,6 +14,7 @@ __all__ = [
     "SpeculativeConfig",
     "RequestOutput",
     "CompletionOutput",
+    "Logprob",
     "LLMEngine",
     "EngineConfig",
     "DEMO_MODEL",

@@ -99,7 +99,7 @@ def test_logprobs_are_the_models_distribution(llm):
         top = np.argsort(-logp)[:5]
         assert set(entry) >= set(top.tolist()) and ids[i] in entry
         for token, value in entry.items():
-            assert value == pytest.approx(logp[token], abs=1e-4)
+            assert value.logprob == pytest.approx(logp[token], abs=1e-4)
     assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(PROMPT)
     assert PROMPT[1] in out.prompt_logprobs[1]
 

@@ -39,6 +39,7 @@ from jaxinfer.engine.warmup import warm_up, warmup_steps
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.step_builder import HostStep, build_step, build_verify_step
+from jaxinfer.logprob import position_logprobs
 from jaxinfer.models import Weights
 from jaxinfer.packed_tree import PackedTree, pack_host, unpack_host
 from jaxinfer.paged_kv_cache import PagedKVCache
@@ -46,7 +47,7 @@ from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.scoring import prompt_logprobs
 from jaxinfer.sharding import to_host
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.tokenizer import Detokenizer
+from jaxinfer.tokenizer import Detokenizer, TokenTexts
 
 log = logging.getLogger(__name__)
 MIN_PAGE_TOKENS = 128  # page-table widths start here: fewer programs, negligible extra reads
@@ -111,6 +112,7 @@ class LLMEngine:
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
         self.final_only: set[str] = set()  # requests that want their whole output once, no deltas
+        self.token_texts = TokenTexts(tokenizer)  # logprobs' decoded tokens
         self.stats = EngineMetrics()
 
     def add_request(
@@ -144,7 +146,7 @@ class LLMEngine:
         if params.prompt_logprobs is not None:
             group[0].prompt_logprobs = prompt_logprobs(
                 self.weights, self.model_config, ids, params.prompt_logprobs, self.dtype,
-                self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
+                self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, self.token_texts,
             )
         self.groups[request_id] = group
         if final_only:
@@ -366,9 +368,10 @@ class LLMEngine:
                 request.num_computed += 1
             if out.logprobs is not None and request.params.logprobs is not None:
                 k = request.params.logprobs
-                entry = dict(zip(out.top_ids[r, j, :k].tolist(), out.top_logprobs[r, j, :k].tolist()))
-                entry[int(out.tokens[r, j])] = float(out.logprobs[r, j])
-                request.logprobs.append(entry)
+                request.logprobs.append(position_logprobs(
+                    int(out.tokens[r, j]), out.logprobs[r, j], int(out.ranks[r, j]), out.top_ids[r, j, :k].tolist(),
+                    out.top_logprobs[r, j, :k].tolist(), self.token_texts,
+                ))
             if append_token(request, int(out.tokens[r, j]), detokenize=per_token or j == count - 1):
                 return j + 1
         return count

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxinfer.logprob import Logprob
+
 
 @dataclasses.dataclass
 class CompletionOutput:
@@ -18,7 +20,7 @@ class CompletionOutput:
     token_ids: list[int]
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"; None while running
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
-    logprobs: list[dict[int, float]] | None = None  # per generated token: top ids -> logprob
+    logprobs: list[dict[int, Logprob]] | None = None  # per generated token: top ids and the token -> Logprob
     spec_stats: dict | None = None  # speculative acceptance for this sample (None when plain)
 
     @property
@@ -48,7 +50,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool = False
     metrics: RequestMetrics | None = None
-    prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # per prompt token (None for the first)
     error: str | None = None  # why the request failed, when finish_reason is "error"
 
     @property

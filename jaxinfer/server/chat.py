@@ -9,6 +9,8 @@ from typing import Any, AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from jaxinfer import chat_template
+from jaxinfer.chat_template import DEFAULT_CHAT_TEMPLATE
 from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.sampling_params import SamplingParams
 from jaxinfer.server.completions import build_params
@@ -17,12 +19,7 @@ from jaxinfer.server.formatting import DONE, chat_logprobs, count_usage, sse, us
 from jaxinfer.server.protocol import ChatCompletionRequest, ChatMessage
 from jaxinfer.server.serving import ServerState, collect, finish_error, merge, new_id
 
-# Used when the tokenizer has no chat template of its own (the demo model has none): one
-# "role: content" line per message, then "assistant:" for the reply. Documented in the README.
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
+__all__ = ["DEFAULT_CHAT_TEMPLATE", "chat_prompt_ids", "create_chat_completion", "render_chat"]
 MAX_TOP_LOGPROBS = 20
 
 
@@ -30,23 +27,16 @@ def render_chat(tokenizer: Any | None, messages: list[ChatMessage], add_generati
     """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE."""
     if tokenizer is None:
         raise APIError("this model has no tokenizer, so chat is not available; use /v1/completions with token ids")
-    conversation = [{"role": m.role, "content": m.text()} for m in messages]
-    template = getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
     try:
-        return tokenizer.apply_chat_template(
-            conversation, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-    except Exception as error:  # a template may raise on roles or orders it does not accept
-        raise APIError(f"the chat template rejected these messages: {error}", param="messages") from None
+        conversation = [{"role": m.role, "content": m.text()} for m in messages]
+        return chat_template.render_chat(tokenizer, conversation, add_generation_prompt)
+    except ValueError as error:  # a non-text content part, or a template that rejects the messages
+        raise APIError(str(error), param="messages") from None
 
 
 def chat_prompt_ids(state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
     """Token ids of the rendered conversation (the template writes any BOS itself)."""
-    try:
-        text = render_chat(state.tokenizer, messages, add_generation_prompt)
-    except ValueError as error:  # a non-text content part
-        raise APIError(str(error), param="messages") from None
-    return list(state.tokenizer.encode(text, add_special_tokens=False))
+    return chat_template.chat_prompt_ids(state.tokenizer, render_chat(state.tokenizer, messages, add_generation_prompt))
 
 
 def _top_logprobs(body: ChatCompletionRequest) -> int | None:
@@ -84,7 +74,7 @@ def _prepare(state: ServerState, body: ChatCompletionRequest) -> tuple[list[int]
 def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict | None:
     if not body.logprobs or out.logprobs is None:
         return None
-    return chat_logprobs(state.tokenizer, out.token_ids, out.logprobs, body.top_logprobs or 0)
+    return chat_logprobs(out.token_ids, out.logprobs, body.top_logprobs or 0)
 
 
 def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict:

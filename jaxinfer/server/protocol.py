@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jaxinfer.chat_template import message_text
 from jaxinfer.sampling_params import SamplingParams
 
 Stop = str | list[str] | None
@@ -69,15 +70,8 @@ class ChatMessage(BaseModel):
     content: str | list[dict] | None = None
 
     def text(self) -> str:
-        """The message's text (text parts joined; other part types are rejected by the caller)."""
-        if self.content is None or isinstance(self.content, str):
-            return self.content or ""
-        parts = []
-        for part in self.content:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ValueError("messages: only text content parts are supported")
-            parts.append(part["text"])
-        return "".join(parts)
+        """The message's text (text parts joined; other part types are a ValueError)."""
+        return message_text(self.content, "messages content")
 
 
 class ChatCompletionRequest(SamplingFields):
