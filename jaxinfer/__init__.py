@@ -5,6 +5,7 @@ from jaxinfer.config.model import ConfigError, ModelConfig, from_hf_config, load
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
+from jaxinfer.sampling.logprob import Logprob
 from jaxinfer.speculative.config import SpeculativeConfig
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "SpeculativeConfig",
     "RequestOutput",
     "CompletionOutput",
+    "Logprob",
     "LLMEngine",
     "EngineConfig",
     "DEMO_MODEL",

@@ -41,7 +41,7 @@ def test_stop_string_ends_output_and_is_cut(text_llm):
 def test_streamed_pieces_never_show_the_stop_string(text_llm):
     full = text_llm.generate("hello world", greedy(24))[0].text
     stop = full[5:8]
-    pieces = list(text_llm.stream("hello world", greedy(24, stop=[stop])))
+    pieces = list(text_llm.stream_text("hello world", greedy(24, stop=[stop])))
     assert "".join(pieces) == full[: full.index(stop)]
 
 
@@ -51,7 +51,7 @@ def test_text_decoded_once_per_call_equals_the_ids_decoded_whole(text_llm):
     outs = text_llm.generate(prompts, greedy(30))
     for prompt, out in zip(prompts, outs):
         assert out.text == decode_text(text_llm.tokenizer, out.token_ids)
-        assert "".join(text_llm.stream(prompt, greedy(30))) == out.text
+        assert "".join(text_llm.stream_text(prompt, greedy(30))) == out.text
 
 
 def test_stop_string_kept_when_asked_whole_and_streamed(text_llm):
@@ -61,7 +61,7 @@ def test_stop_string_kept_when_asked_whole_and_streamed(text_llm):
     params = greedy(24, stop=[stop], include_stop_str_in_output=True)
     out = text_llm.generate("hello world", params)[0]
     assert out.text == kept and out.outputs[0].stop_reason == stop
-    assert "".join(text_llm.stream("hello world", params)) == kept
+    assert "".join(text_llm.stream_text("hello world", params)) == kept
 
 
 def test_min_tokens_masks_stop_ids(llm):
@@ -114,7 +114,7 @@ def test_logprobs_are_the_models_distribution(llm):
         top = np.argsort(-logp)[:5]
         assert set(entry) >= set(top.tolist()) and ids[i] in entry
         for token, value in entry.items():
-            assert value == pytest.approx(logp[token], abs=1e-4)
+            assert value.logprob == pytest.approx(logp[token], abs=1e-4)
     assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(PROMPT)
     assert PROMPT[1] in out.prompt_logprobs[1]
 

@@ -18,8 +18,7 @@ RANK = {
 }
 ACCELERATOR_LIBRARIES = ("jax", "jaxlib", "pallas_kernels")
 # Engine modules that still hold device state, until the ModelRunner takes it (the runtime issue).
-ENGINE_DEVICE_SIDE = {"jaxinfer.engine.engine", "jaxinfer.engine.speculation", "jaxinfer.engine.step_costs",
-                      "jaxinfer.engine.async_engine"}
+ENGINE_DEVICE_SIDE = {"jaxinfer.engine.engine", "jaxinfer.engine.speculation", "jaxinfer.engine.step_costs"}
 
 
 def module_name(path: Path) -> str:

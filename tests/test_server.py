@@ -41,9 +41,14 @@ def reference(text_model_dir):
 
 
 @pytest.fixture(scope="module")
-def base_url(text_model_dir):
-    llm = LLM(text_model_dir, **KNOBS)
-    app = build_app(llm, ServerConfig("tiny", api_key=KEY, max_body_bytes=64 * 1024))
+def served(text_model_dir):
+    """The LLM behind the server."""
+    return LLM(text_model_dir, **KNOBS)
+
+
+@pytest.fixture(scope="module")
+def base_url(served):
+    app = build_app(served, ServerConfig("tiny", api_key=KEY, max_body_bytes=64 * 1024))
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -333,6 +338,58 @@ def test_latencies_are_prometheus_histograms_with_vllms_buckets(client, base_url
         assert after[metric + "_count"] > before.get(metric + "_count", 0)
     gaps = after["jaxinfer:inter_token_latency_seconds_count"] - before["jaxinfer:inter_token_latency_seconds_count"]
     assert gaps == 5 and "quantile=" not in text
+
+
+def test_each_sample_of_a_stream_finishes_once(base_url):
+    # Sample 1 prefills a step after sample 0, so it finishes a step later.
+    body = {"prompt": "def add", "max_tokens": 6, "temperature": 0.8, "seed": 1, "n": 2, "ignore_eos": True,
+            "stream": True}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.stream("POST", base_url + "/v1/completions", json=body, headers=headers, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    finishes = [c["index"] for e in events for c in e["choices"] if c["finish_reason"]]
+    assert sorted(finishes) == [0, 1]
+
+
+def _seconds(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def test_a_slow_step_blocks_neither_health_nor_new_requests(served, base_url, monkeypatch):
+    """While a step takes 2 s (a long device call, or a compile), the event loop keeps answering:
+    /health, a new stream's acceptance (its 200) and a bad request's 400 each within 100 ms."""
+    step, entered, left = served.engine.step, threading.Event(), threading.Event()
+
+    def slow_once(*args, **kwargs):
+        if not entered.is_set():
+            entered.set()
+            time.sleep(2)
+            left.set()
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(served.engine, "step", slow_once)
+    body = {"prompt": "def add", "max_tokens": 4, "temperature": 0, "stream": True}
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as client:
+
+        def accepted() -> None:
+            with client.stream("POST", "/v1/completions", json=body) as response:
+                assert response.status_code == 200  # leaving unread disconnects: the request is aborted
+
+        def rejected() -> None:
+            assert client.post("/v1/completions", json={"prompt": "a b " * 400}).status_code == 400
+
+        with client.stream("POST", "/v1/completions", json=body) as first:  # runs the slow step
+            assert first.status_code == 200 and entered.wait(30)
+            latencies = [_seconds(call) for call in [accepted, lambda: client.get("/health"), rejected] * 2]
+            assert not left.is_set(), f"the step ended before the measurements did: {latencies}"
+            assert max(latencies) < 0.1, latencies
+            assert "".join(line for line in first.iter_lines())  # the slow step's request still completes
+    deadline = time.monotonic() + 30
+    while served.engine.has_unfinished():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 
 
 def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):

@@ -116,6 +116,18 @@ def prompts(value: Any, field: str = "prompts", vocab_size: int | None = None) -
     return [_one_prompt(p, f"{field}[{i}]", vocab_size) for i, p in enumerate(value)]
 
 
+def single_prompt(value: Any, field: str, method: str, vocab_size: int | None = None) -> str | list[int]:
+    """One prompt (a str or a list of token ids) for `method`; several prompts are an error pointing to generate."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and value and \
+            isinstance(value[0], (str, Sequence)):
+        raise TypeError(f"{method} takes one prompt (a str or a list of int token ids), got a list of {len(value)} "
+                        f"prompts; use generate(prompts) for several (or call {method} once per prompt)")
+    (prompt,) = prompts(value, field, vocab_size)
+    return prompt
+
+
 def _one_prompt(value: Any, field: str, vocab_size: int | None) -> str | list[int]:
     if isinstance(value, str):
         return value

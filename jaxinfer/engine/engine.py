@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.checkpoint.tokenizer import Detokenizer
+from jaxinfer.checkpoint.tokenizer import Detokenizer, TokenTexts
 from jaxinfer.config.buckets import bucket, chunk_step_for, tight_chunk_step
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.model import ModelConfig
@@ -47,6 +47,7 @@ from jaxinfer.runtime.pools import new_pools, pool_size
 from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
 from jaxinfer.runtime.verify_step import Drafts
 from jaxinfer.runtime.warmup import activation_peak, warm_up
+from jaxinfer.sampling.logprob import position_logprobs
 from jaxinfer.speculative.config import SpeculativeConfig
 
 log = logging.getLogger(__name__)
@@ -111,12 +112,19 @@ class LLMEngine:
         )
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
+        self.final_only: set[str] = set()  # requests that want their whole output once, no deltas
+        self.token_texts = TokenTexts(tokenizer)  # logprobs' decoded tokens
         self.stats = EngineMetrics()
 
     def add_request(
-        self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None
+        self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
+        final_only: bool = False,
     ) -> None:
-        """Queue a request (text or token ids); invalid ones raise here and never reach a step."""
+        """Queue a request (text or token ids); invalid ones raise here and never reach a step.
+
+        final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` asks for): no deltas, only
+        the whole output once the request finishes.
+        """
         if request_id in self.groups:
             raise ValueError(f"request_id {request_id!r} is already in use; give each request a unique id")
         params = self.default_params if params is None else params
@@ -140,9 +148,11 @@ class LLMEngine:
         if params.prompt_logprobs is not None:
             group[0].prompt_logprobs = prompt_logprobs(
                 self.weights, self.model_config, ids, params.prompt_logprobs, self.dtype,
-                self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
+                self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, self.token_texts,
             )
         self.groups[request_id] = group
+        if final_only:
+            self.final_only.add(request_id)
         for request in group:
             self.scheduler.add(request)
 
@@ -155,6 +165,15 @@ class LLMEngine:
                 self.stats.record_finished(request)
                 self.pending.add(request_id)
 
+    def finish_aborted(self, request_ids: Sequence[str]) -> list[RequestOutput]:
+        """The final outputs of these aborted requests now, without running a step.
+
+        Only these: other requests (another caller's streams) neither step nor lose their outputs.
+        """
+        done = self.pending.intersection(request_ids)
+        self.pending -= done
+        return self._collect(done, final_only=False)
+
     def has_unfinished(self) -> bool:
         """True while any request has output left to deliver."""
         return bool(self.groups)
@@ -162,9 +181,9 @@ class LLMEngine:
     def step(self, final_only: bool = False) -> list[RequestOutput]:
         """Run one scheduled batch; deltas for every request that progressed or finished.
 
-        final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` uses): outputs only for
-        the requests that finished, each whole (all that no earlier step returned), and no
-        per-step deltas built for the others.
+        final_only (vLLM's FINAL_ONLY output kind, for every request of this step; add_request
+        sets it per request): outputs only for the requests that finished, each whole (all that
+        no earlier step returned), and no per-step deltas built for the others.
         """
         clock = StepClock()
         schedule = self.scheduler.schedule()
@@ -373,9 +392,10 @@ class LLMEngine:
                 request.num_computed += 1
             if out.logprobs is not None and request.params.logprobs is not None:
                 k = request.params.logprobs
-                entry = dict(zip(out.top_ids[r, j, :k].tolist(), out.top_logprobs[r, j, :k].tolist()))
-                entry[int(out.tokens[r, j])] = float(out.logprobs[r, j])
-                request.logprobs.append(entry)
+                request.logprobs.append(position_logprobs(
+                    int(out.tokens[r, j]), out.logprobs[r, j], int(out.ranks[r, j]), out.top_ids[r, j, :k].tolist(),
+                    out.top_logprobs[r, j, :k].tolist(), self.token_texts,
+                ))
             if append_token(request, int(out.tokens[r, j]), detokenize=per_token or j == count - 1):
                 return j + 1
         return count
@@ -413,10 +433,11 @@ class LLMEngine:
         for request_id in sorted(touched, key=order.__getitem__):
             group = self.groups[request_id]
             finished = all(r.finished for r in group)
-            if finished or not final_only:
+            if finished or not (final_only or request_id in self.final_only):
                 outputs.append(delta_output(group))  # all not yet returned: under final_only, the whole
             if finished:
                 del self.groups[request_id]
+                self.final_only.discard(request_id)
         return outputs
 
 

@@ -11,6 +11,7 @@ import enum
 import time
 
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.sampling.logprob import Logprob
 
 
 class Status(enum.Enum):
@@ -69,8 +70,8 @@ class Request:
     text: str = ""  # full output text so far (stop strings cut it)
     emitted_chars: int = 0  # prefix of `text` already sent as deltas
     emitted_tokens: int = 0
-    logprobs: list[dict[int, float]] = dataclasses.field(default_factory=list)
-    prompt_logprobs: list[dict[int, float] | None] | None = None
+    logprobs: list[dict[int, Logprob]] = dataclasses.field(default_factory=list)
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     timing: Timing = dataclasses.field(default_factory=Timing)
     detokenizer: object | None = None
     spec_acceptance: float | None = None  # moving average of draft acceptance (engine speculation)

@@ -79,7 +79,7 @@ def _generate(args: argparse.Namespace) -> int:
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,
     )
-    pieces = llm.stream(args.prompt, params)
+    pieces = llm.stream_text(args.prompt, params)
     first = next(pieces, "")  # validates and prefills before the prompt is echoed
     out = sys.stdout if _leads() else open(os.devnull, "w")  # every host decodes; process 0 prints
     out.write(args.prompt + first)

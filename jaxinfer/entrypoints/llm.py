@@ -8,13 +8,14 @@ through it.
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
 from jaxinfer.checkpoint.loader import load_weights, quantization_of
 from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
@@ -24,6 +25,8 @@ from jaxinfer.config.model import ModelConfig, load_config, read_config_json
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.speculation import EngineDraft
+from jaxinfer.engine.sync_engine import SyncLLMEngine
+from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
 from jaxinfer.entrypoints.static_batch import StaticBatchGenerator
 from jaxinfer.kernels.cpu import resolve_cpu_kernels
 from jaxinfer.models import (
@@ -59,6 +62,16 @@ def resolve_max_seq_len(requested: int | None, limit: int) -> int:
     if length > limit:
         raise ValueError(f"max_seq_len {length} exceeds the model's max_position_embeddings {limit}")
     return length
+
+
+def seq_len_setting(max_seq_len: int | None, max_model_len: int | None) -> int | None:
+    """max_seq_len, or vLLM's name for it, max_model_len; both given must agree."""
+    validation.optional_int(max_seq_len, "max_seq_len", 1)
+    validation.optional_int(max_model_len, "max_model_len", 1)
+    if max_seq_len is not None and max_model_len is not None and max_seq_len != max_model_len:
+        raise ValueError(f"max_seq_len={max_seq_len} and max_model_len={max_model_len} disagree; max_model_len is "
+                         "vLLM's name for max_seq_len, so give one of them (or the same value)")
+    return max_model_len if max_seq_len is None else max_seq_len
 
 
 def engine_speculation(
@@ -152,7 +165,8 @@ def spec_supported(params: SamplingParams) -> bool:
 
 
 class LLM:
-    """A loaded model: `generate` for batches, `stream` for text as it is produced, `logits` for research.
+    """A loaded model: `generate` for batches, `chat` for conversations, `stream` for outputs as they are
+    produced (`stream_text` for their text), `logits` for research.
 
     The engine knobs follow vLLM: max_num_seqs (sequences per step, and prompts per static
     speculative batch), max_num_batched_tokens
@@ -171,6 +185,8 @@ class LLM:
     tensor_parallel_size splits heads, the MLP and the vocabulary over that many devices and
     data_parallel_size splits the batch (see `jaxinfer.parallel.sharding`); with jax.distributed
     initialized the devices may span processes.
+    initialized the devices may span processes. max_seq_len (vLLM's name: max_model_len) is
+    the longest prompt + completion.
     """
 
     def __init__(
@@ -198,9 +214,10 @@ class LLM:
         quantized_kernel: bool | None = None,
         tensor_parallel_size: int = 1,
         data_parallel_size: int = 1,
+        max_model_len: int | None = None,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
-        validation.optional_int(max_seq_len, "max_seq_len", 1)
+        max_seq_len = seq_len_setting(max_seq_len, max_model_len)
         compile_cache_setting(compile_cache)
         release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
@@ -245,7 +262,7 @@ class LLM:
         )
         if draft is not None:  # one set of acceptance totals for the static loop and the engine
             self.engine.speculator.totals = self.speculative.totals
-        self._request_ids = itertools.count()
+        self._front = SyncLLMEngine(self.engine)  # generate, chat and stream read their outputs through it
 
     def _setup_speculative(self, speculative: SpeculativeConfig | None) -> None:
         """The static speculative loop for draft models (it loads the draft the engine shares)."""
@@ -267,40 +284,83 @@ class LLM:
         self,
         prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = False,
     ) -> list[RequestOutput]:
-        """Generate for one prompt or many (str or token ids); one output per prompt, in order."""
+        """Generate for one prompt or many (str or token ids); one output per prompt, in order.
+
+        use_tqdm=True shows a progress bar over the requests on stderr.
+        """
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
-        if self.speculative is not None and self.speculative.enabled and all(map(spec_supported, params_list)):
-            ids = [self.encode(p) for p in prompts]
-            for seq, p in zip(ids, params_list):
-                self._check_prompt(seq, p.max_tokens)
-            release_programs_near_cap()  # the engine's steps do it on the other path
-            return self._static.generate(prompts, ids, params_list)
-        return self._engine_generate(prompts, params_list)
-
-    def _engine_generate(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[RequestOutput]:
-        """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
-        request_ids = self._add_requests(prompts, params)
-        finals: dict[str, RequestOutput] = {}
+        show = validation.boolean(use_tqdm, "use_tqdm")
+        bar = tqdm(total=len(prompts), desc="Processed prompts", unit="req", disable=not show, dynamic_ncols=True)
         try:
-            while self.engine.has_unfinished():
-                finals.update((out.request_id, out) for out in self.engine.step(final_only=True))
-        except BaseException:  # Ctrl-C in a notebook too: the next call must not run these to the end
-            self._abort(request_ids)
-            raise
-        return [finals[rid] for rid in request_ids]
-
-    def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
-        """Yield text pieces of one request as they are produced (a few tokens per device call)."""
-        (request_id,) = self._add_requests([prompt], self._params_for([prompt], params))
-        try:
-            while self.engine.has_unfinished():
-                for delta in self.engine.step():
-                    if delta.request_id == request_id and delta.outputs[0].text:
-                        yield delta.outputs[0].text
+            if self.speculative is not None and self.speculative.enabled and all(map(spec_supported, params_list)):
+                ids = [self.encode(p) for p in prompts]
+                for seq, p in zip(ids, params_list):
+                    self._check_prompt(seq, p.max_tokens)
+                release_programs_near_cap()  # the engine's steps do it on the other path
+                return self._static.generate(prompts, ids, params_list, on_finished=bar.update)
+            return self._engine_generate(prompts, params_list, bar.update)
         finally:
-            self._abort([request_id])  # a consumer that stops early frees the request's pages
+            bar.close()
+
+    def _engine_generate(
+        self, prompts: list[Prompt], params: list[SamplingParams], on_finished: Callable[[int], object] | None = None
+    ) -> list[RequestOutput]:
+        """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
+        return self._front.run(self._front.add(prompts, params, final_only=True), on_finished)
+
+    def chat(
+        self,
+        messages: Sequence[dict] | Sequence[Sequence[dict]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        """Reply to one conversation ([{"role": ..., "content": ...}, ...]) or a list of them, as vLLM's chat.
+
+        The prompt is the conversation through chat_template, else the tokenizer's, else the
+        server's default template (one "role: content" line per message, then "assistant:").
+        """
+        tokenizer = self.get_tokenizer()
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise TypeError(f"chat_template must be a Jinja template string or None, got {type(chat_template).__name__}")
+        generation_prompt = validation.boolean(add_generation_prompt, "add_generation_prompt")
+        texts = [render_chat(tokenizer, c, generation_prompt, chat_template) for c in conversations(messages)]
+        outputs = self.generate([chat_prompt_ids(tokenizer, t) for t in texts], params, use_tqdm)
+        for text, output in zip(texts, outputs):
+            output.prompt = text  # as vLLM's: the rendered conversation
+        return outputs
+
+    def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[RequestOutput]:
+        """Yield one request's outputs as they are produced (a few tokens per device call), as vLLM's
+        AsyncLLM.generate: RequestOutput deltas whose `outputs` hold every sample's new text and token
+        ids, its index and, once it ended, its finish reason. Closing the iterator early aborts the request.
+        """
+        prompt = validation.single_prompt(prompt, "prompt", "stream", self.config.vocab_size)
+        (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False)
+        yield from self._front.stream(request_id)
+
+    def stream_text(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
+        """Yield the text pieces of one single-sample request as they are produced (`stream` gives more)."""
+        prompt = validation.single_prompt(prompt, "prompt", "stream_text", self.config.vocab_size)
+        (params,) = self._params_for([prompt], params)
+        if params.n != 1:
+            raise ValueError(f"stream_text streams one sample's text, got SamplingParams(n={params.n}); use "
+                             "stream(), whose deltas carry each sample's index")
+        with contextlib.closing(self.stream(prompt, params)) as deltas:  # stopping early aborts the request
+            for delta in deltas:
+                if delta.outputs[0].text:
+                    yield delta.outputs[0].text
+
+    def get_tokenizer(self) -> Any:
+        """The model's HF tokenizer (vLLM's name); a model directory without tokenizer files has none."""
+        if self.tokenizer is None:
+            raise ValueError(f"{self.model_dir} has no tokenizer files (tokenizer.json, tokenizer.model or "
+                             "tokenizer_config.json); pass token ids to generate")
+        return self.tokenizer
 
     def metrics(self) -> dict:
         """Engine metrics (vLLM names), plus the speculative totals (drafted, accepted, ...) when configured."""
@@ -327,26 +387,6 @@ class LLM:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _add_requests(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[str]:
-        """Queue all requests, or none: an invalid one aborts those queued before it and raises."""
-        added: list[str] = []
-        try:
-            for prompt, p in zip(prompts, params):
-                request_id = f"llm-{next(self._request_ids)}"
-                self.engine.add_request(request_id, prompt, p)
-                added.append(request_id)
-        except Exception:
-            self._abort(added)
-            raise
-        return added
-
-    def _abort(self, request_ids: list[str]) -> None:
-        """Abort the requests (finished ones are left as they are) and step until the engine holds none."""
-        for request_id in request_ids:
-            self.engine.abort(request_id)
-        while self.engine.has_unfinished():
-            self.engine.step()
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""

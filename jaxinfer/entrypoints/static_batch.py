@@ -12,6 +12,8 @@ target and draft caches. One cache is kept (for the largest batch bucket used), 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,12 +50,18 @@ class StaticBatchGenerator:
         self.cache_spec, self.speculative, self.decode_text = cache_spec, speculative, decode_text
         self._cache: KVCache | PagedKVCache | None = None
 
-    def generate(self, prompts: list, ids: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
-        """One output per prompt, in order."""
+    def generate(
+        self, prompts: list, ids: list[list[int]], params: list[SamplingParams],
+        on_finished: Callable[[int], object] | None = None,
+    ) -> list[RequestOutput]:
+        """One output per prompt, in order; on_finished(count) hears each batch's end (a progress bar)."""
         outputs: list[RequestOutput] = []
         for start in range(0, len(ids), self.max_batch_size):
             chunk = slice(start, start + self.max_batch_size)
-            outputs += self._run_batch(prompts[chunk], ids[chunk], params[chunk], start)
+            batch = self._run_batch(prompts[chunk], ids[chunk], params[chunk], start)
+            outputs += batch
+            if on_finished is not None:
+                on_finished(len(batch))
         return outputs
 
     def release(self) -> None:

@@ -72,6 +72,7 @@ class StepOutputs:
     top_logprobs: jax.Array | None  # [R, S, MAX_LOGPROBS] float32
     drafted: jax.Array | None = None  # [R, rounds] int32 drafts per verify round (-1: the round did not run)
     accepted: jax.Array | None = None  # [R, rounds] int32 of them accepted
+    ranks: jax.Array | None = None  # [R, S] int32 the chosen token's rank (1 = most likely), with logprobs
 
 
 def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array) -> jax.Array:
@@ -93,12 +94,16 @@ def mask_early_stops(
     return logits.at[rows, stop_cols].set(-jnp.inf, mode="drop")
 
 
-def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(logprob of tokens [R], top ids [R, K], top logprobs [R, K]) of the raw distribution."""
+def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(logprob of tokens [R], top ids [R, K], top logprobs [R, K], rank of tokens [R]) of the raw distribution.
+
+    The rank (1 + tokens more likely, vLLM's) is counted here: the host only sees the top K.
+    """
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     top_values, top_ids = jax.lax.top_k(logp, MAX_LOGPROBS)
     chosen = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
-    return chosen, top_ids.astype(jnp.int32), top_values
+    ranks = 1 + jnp.sum(logp > chosen[:, None], axis=-1, dtype=jnp.int32)
+    return chosen, top_ids.astype(jnp.int32), top_values, ranks
 
 
 def feature_taps(draft: Rider) -> tuple[int, ...] | None:
@@ -123,8 +128,8 @@ def _outputs(logits: jax.Array, tokens: jax.Array, want_logprobs: bool) -> StepO
     counts = jnp.ones(tokens.shape, jnp.int32)
     if not want_logprobs:
         return StepOutputs(tokens[:, None], counts, None, None, None)
-    chosen, ids, values = top_logprobs(logits, tokens)
-    return StepOutputs(tokens[:, None], counts, chosen[:, None], ids[:, None], values[:, None])
+    chosen, ids, values, ranks = top_logprobs(logits, tokens)
+    return StepOutputs(tokens[:, None], counts, chosen[:, None], ids[:, None], values[:, None], ranks=ranks[:, None])
 
 
 def ragged_step(
@@ -158,6 +163,7 @@ def multi_decode(
         logprobs=jnp.zeros((rows, max_steps), jnp.float32) if x.want_logprobs else None,
         top_ids=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.int32) if x.want_logprobs else None,
         top_logprobs=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.float32) if x.want_logprobs else None,
+        ranks=jnp.zeros((rows, max_steps), jnp.int32) if x.want_logprobs else None,
     )
     start_done = x.query_lens == 0
 
@@ -198,10 +204,11 @@ def _record(out: StepOutputs, step: jax.Array, tokens: jax.Array, active: jax.Ar
     counts = out.counts + active.astype(jnp.int32)
     new = dict(tokens=out.tokens.at[:, step].set(tokens), counts=counts)
     if logits is not None:
-        chosen, ids, values = top_logprobs(logits, tokens)
+        chosen, ids, values, ranks = top_logprobs(logits, tokens)
         new.update(
             logprobs=out.logprobs.at[:, step].set(chosen),
             top_ids=out.top_ids.at[:, step].set(ids),
             top_logprobs=out.top_logprobs.at[:, step].set(values),
+            ranks=out.ranks.at[:, step].set(ranks),
         )
     return dataclasses.replace(out, **new)

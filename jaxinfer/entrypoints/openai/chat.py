@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, AsyncIterator
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, RequestOutput
+from jaxinfer.entrypoints import chat_template
+from jaxinfer.entrypoints.chat_template import DEFAULT_CHAT_TEMPLATE
 from jaxinfer.entrypoints.openai.completions import build_params
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, chat_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
 from jaxinfer.entrypoints.openai.serving import ServerState, collect, finish_error, merge, new_id
 
-# Used when the tokenizer has no chat template of its own (the demo model has none): one
-# "role: content" line per message, then "assistant:" for the reply. Documented in the README.
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
+__all__ = ["DEFAULT_CHAT_TEMPLATE", "chat_prompt_ids", "create_chat_completion", "render_chat"]
 MAX_TOP_LOGPROBS = 20
 
 
@@ -28,23 +27,16 @@ def render_chat(tokenizer: Any | None, messages: list[ChatMessage], add_generati
     """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE."""
     if tokenizer is None:
         raise APIError("this model has no tokenizer, so chat is not available; use /v1/completions with token ids")
-    conversation = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in messages]
-    template = getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
     try:
-        return tokenizer.apply_chat_template(
-            conversation, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-    except Exception as error:  # a template may raise on roles or orders it does not accept
-        raise APIError(f"the chat template rejected these messages: {error}", param="messages") from None
+        conversation = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in messages]
+        return chat_template.render_chat(tokenizer, conversation, add_generation_prompt)
+    except ValueError as error:  # a non-text content part, or a template that rejects the messages
+        raise APIError(str(error), param="messages") from None
 
 
 def chat_prompt_ids(state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
     """Token ids of the rendered conversation (the template writes any BOS itself)."""
-    try:
-        text = render_chat(state.tokenizer, messages, add_generation_prompt)
-    except ValueError as error:  # a non-text content part
-        raise APIError(str(error), param="messages") from None
-    return list(state.tokenizer.encode(text, add_special_tokens=False))
+    return chat_template.chat_prompt_ids(state.tokenizer, render_chat(state.tokenizer, messages, add_generation_prompt))
 
 
 def _top_logprobs(body: ChatCompletionRequest) -> int | None:
@@ -59,9 +51,7 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 async def create_chat_completion(body: ChatCompletionRequest, state: ServerState, request: Request):
     """Render, check and run one conversation; stream chunks or return the finished message."""
     state.check_model(body.model)
-    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt)
-    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    params = build_params(state, body, ids, None, _top_logprobs(body), requested)
+    ids, params = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
     response_id = new_id("chatcmpl")
     stream = state.engine.generate(ids, params, response_id)
     header = {"id": response_id, "created": int(time.time()), "model": state.model_name}
@@ -74,10 +64,17 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
 
 
+def _prepare(state: ServerState, body: ChatCompletionRequest) -> tuple[list[int], SamplingParams]:
+    """The conversation's token ids and checked SamplingParams (4xx errors name the field)."""
+    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt)
+    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    return ids, build_params(state, body, ids, None, _top_logprobs(body), requested)
+
+
 def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict | None:
     if not body.logprobs or out.logprobs is None:
         return None
-    return chat_logprobs(state.tokenizer, out.token_ids, out.logprobs, body.top_logprobs or 0)
+    return chat_logprobs(out.token_ids, out.logprobs, body.top_logprobs or 0)
 
 
 def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict:
@@ -94,13 +91,16 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
     for index in range(body.n):
         choice = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         yield sse({**header, "choices": [choice]})
+    finished = set()
     try:
         async for _, delta in deltas:
             if delta.error:
                 yield sse(error_body(f"generation failed: {delta.error}", "internal_server_error", None, 500))
                 continue
             for out in delta.outputs:
-                if out.token_ids or out.text or out.finish_reason:
+                if out.token_ids or out.text or (out.finish_reason and out.index not in finished):  # each finish once
+                    if out.finish_reason:
+                        finished.add(out.index)
                     generated += len(out.token_ids)
                     choice = {"index": out.index, "delta": {"content": out.text}, "logprobs": _logprobs(state, body, out),
                               "finish_reason": out.finish_reason}

@@ -7,6 +7,7 @@ alone, as lm-eval's `local-completions` asks for loglikelihoods.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from typing import AsyncIterator
@@ -21,9 +22,10 @@ from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, completion_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import CompletionRequest, SamplingFields, sampling_params
 from jaxinfer.entrypoints.openai.serving import ServerState, collect, finish_error, merge, new_id
+from jaxinfer.sampling.logprob import Logprob
 
 OPENAI_DEFAULT_MAX_TOKENS = 16  # the completions API's documented default
-Logprobs = list[dict[int, float] | None]
+Logprobs = list[dict[int, Logprob] | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +76,7 @@ async def create_completion(body: CompletionRequest, state: ServerState, request
     state.check_model(body.model)
     if body.best_of is not None and body.best_of != body.n:
         raise APIError("best_of other than n is not supported", param="best_of")
-    texts = prompt_list(body.prompt)
-    prompts = [state.encode(p) for p in texts]
-    max_tokens = generated_max_tokens(body)
-    prompt_logprobs = body.logprobs if body.echo else None
-    params = [build_params(state, body, ids, OPENAI_DEFAULT_MAX_TOKENS, body.logprobs, max_tokens, prompt_logprobs)
-              for ids in prompts]
-    echoes = [_echo(state, body, text, ids) for text, ids in zip(texts, prompts)] if body.echo else None
+    prompts, params, echoes = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
     response_id = new_id("cmpl")
     streams = [state.engine.generate(ids, p, f"{response_id}-{i}") for i, (ids, p) in enumerate(zip(prompts, params))]
     header = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": state.model_name}
@@ -120,11 +116,25 @@ def echoed(out: CompletionOutput, echo: Echo, prompt_logprobs: Logprobs | None, 
     )
 
 
+def _prepare(
+    state: ServerState, body: CompletionRequest
+) -> tuple[list[list[int]], list[SamplingParams], list[Echo] | None]:
+    """Each prompt's token ids, checked SamplingParams (4xx errors name the field) and, with echo, what it echoes."""
+    texts = prompt_list(body.prompt)
+    prompts = [state.encode(p) for p in texts]
+    max_tokens = generated_max_tokens(body)
+    prompt_logprobs = body.logprobs if body.echo else None
+    params = [build_params(state, body, ids, OPENAI_DEFAULT_MAX_TOKENS, body.logprobs, max_tokens, prompt_logprobs)
+              for ids in prompts]
+    echoes = [_echo(state, body, text, ids) for text, ids in zip(texts, prompts)] if body.echo else None
+    return prompts, params, echoes
+
+
 def _choice(state: ServerState, body: CompletionRequest, prompt_index: int, out: CompletionOutput,
             offset: int = 0) -> dict:
     logprobs = None
     if body.logprobs is not None and out.logprobs is not None:
-        logprobs = completion_logprobs(state.tokenizer, out.token_ids, out.logprobs, offset)
+        logprobs = completion_logprobs(out.token_ids, out.logprobs, offset, state.tokenizer)
     return {
         "index": prompt_index * body.n + out.index, "text": out.text, "logprobs": logprobs,
         "finish_reason": out.finish_reason, "stop_reason": out.stop_reason,
@@ -135,7 +145,7 @@ async def _stream(state: ServerState, body: CompletionRequest, header: dict,
                   deltas: AsyncIterator[tuple[int, RequestOutput]], prompt_tokens: int,
                   echoes: list[Echo] | None) -> AsyncIterator[str]:
     """SSE chunks as tokens arrive (with echo the prompt first), an optional usage chunk, then [DONE]."""
-    generated, offsets, prompt_logprobs = 0, {}, {}
+    generated, offsets, prompt_logprobs, finished = 0, {}, {}, set()
     try:
         async for i, delta in deltas:
             if delta.error:
@@ -143,13 +153,15 @@ async def _stream(state: ServerState, body: CompletionRequest, header: dict,
                 continue
             prompt_logprobs.setdefault(i, delta.prompt_logprobs)  # only a request's first delta holds them
             for out in delta.outputs:
-                if out.token_ids or out.text or out.finish_reason:
-                    key = (i, out.index)
+                key = (i, out.index)
+                if out.token_ids or out.text or (out.finish_reason and key not in finished):  # each finish once
                     generated += 0 if echoes is not None and echoes[i].only else len(out.token_ids)
                     if echoes is not None:
                         out = echoed(out, echoes[i], prompt_logprobs[i], key not in offsets)
                     yield sse({**header, "choices": [_choice(state, body, i, out, offsets.get(key, 0))]})
                     offsets[key] = offsets.get(key, 0) + len(out.text)
+                    if out.finish_reason:
+                        finished.add(key)
         if body.include_usage():
             yield sse({**header, "choices": [], "usage": usage(prompt_tokens, generated)})
     finally:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.entrypoints.chat_template import message_text
 
 Stop = str | list[str] | None
 UNKNOWN_FIELD = "unknown_field"  # the pydantic error type errors.py turns into a 400 naming the field
@@ -102,15 +103,8 @@ class ChatMessage(StrictBody):
     name: str | None = None
 
     def text(self) -> str:
-        """The message's text (text parts joined; other part types are rejected by the caller)."""
-        if self.content is None or isinstance(self.content, str):
-            return self.content or ""
-        parts = []
-        for part in self.content:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ValueError("messages: only text content parts are supported")
-            parts.append(part["text"])
-        return "".join(parts)
+        """The message's text (text parts joined; other part types are a ValueError)."""
+        return message_text(self.content, "messages content")
 
 
 class ChatCompletionRequest(SamplingFields):
