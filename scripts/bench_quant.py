@@ -67,7 +67,7 @@ def load(path: Path, name: str, max_seq_len: int, decode_steps: int) -> LLM:
     llm = LLM(path, dtype="bfloat16", max_seq_len=max_seq_len, quantization=quantization, quantize_lm_head=head,
               quantized_kernel=kernel, enable_prefix_caching=False, decode_steps=decode_steps)
     if name.endswith(SPLIT_SUFFIX):  # what runs, with its joined projections split (the engine holds it too)
-        llm._run_weights = llm.engine.weights = split_projections(llm._run_weights)
+        llm._run_weights = llm.engine.runner.weights = split_projections(llm._run_weights)
     return llm
 
 

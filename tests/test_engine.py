@@ -87,8 +87,8 @@ def test_decode_steps_one_and_many_agree(model, llm):
 def test_multi_step_call_stops_at_a_finish_only_when_asked(llm, stop_early, long_tokens):
     """A row finishing one token into a 4-step call ends the call (stop_early, CPU's choice) or
     idles while the others run all 4 steps (a GPU's: no per-iteration round trip)."""
-    engine, before = llm.engine, llm.engine.stop_early
-    engine.stop_early = stop_early
+    engine, before = llm.engine, llm.engine.runner.stop_early
+    engine.runner.stop_early = stop_early
     try:
         engine.add_request("short", PROMPTS[0], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
         engine.add_request("long", PROMPTS[2], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
@@ -101,7 +101,7 @@ def test_multi_step_call_stops_at_a_finish_only_when_asked(llm, stop_early, long
         while engine.has_unfinished():
             engine.step()
     finally:
-        engine.stop_early = before
+        engine.runner.stop_early = before
 
 
 def test_seeded_sampling_does_not_depend_on_batch_or_steps(model, llm):

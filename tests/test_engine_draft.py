@@ -103,13 +103,13 @@ def test_first_verify_of_a_request_measures_with_one_round(models, plain):
     priced_to_pay = dict(adaptive=True, calibrate=False, draft_cost=0.0)
     llm = make(models, "target", priced_to_pay)
     engine, rounds = llm.engine, []
-    run = engine._run
+    run = engine.runner.run
 
-    def recording(host, clock=None):
+    def recording(host, lap=lambda phase: None):
         if host.drafts is not None:
             rounds.append(host.num_rounds)
-        return run(host, clock)
+        return run(host, lap)
 
-    engine._run = recording
+    engine.runner.run = recording
     assert engine_ids(llm, PROMPTS[:1], GREEDY) == plain[:1]
-    assert rounds[0] == 1 and max(rounds) == engine.spec_rounds == 4, rounds
+    assert rounds[0] == 1 and max(rounds) == engine.runner.spec_rounds == 4, rounds

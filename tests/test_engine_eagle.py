@@ -99,7 +99,7 @@ def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_
     version, llm = eagle
     engine = llm.engine
     engine.reset_prefix_cache()
-    engine.stop_early = stop_early
+    engine.runner.stop_early = stop_early
     drafted_before = engine.speculation_metrics()["drafted"]
     engine.add_request("logprobs", PROMPTS[3], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True,
                                                               logprobs=1))
@@ -114,11 +114,11 @@ def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_
     positions = np.arange(request.num_computed)
     page_size = engine.config.page_size
     pages = np.asarray(request.pages)[positions // page_size]
-    stored = np.asarray(engine.draft.predicted)[pages, positions % page_size]
+    stored = np.asarray(engine.runner.draft.predicted)[pages, positions % page_size]
     engine.abort("long")
     while engine.has_unfinished():
         engine.step()
-    engine.stop_early = True
+    engine.runner.stop_early = True
     np.testing.assert_allclose(stored, np.asarray(expected)[: len(positions)], rtol=1e-4, atol=1e-5)
 
 

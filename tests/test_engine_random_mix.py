@@ -112,7 +112,7 @@ def check_mix(tight: LLM, roomy: LLM, arrivals: list[Arrival]) -> None:
 @pytest.mark.parametrize("seed,stop_early", [(2, True), (6, False)])
 def test_random_mix_matches_each_request_alone(model, roomy, seed, stop_early):
     tight = LLM(model, dtype="float32", max_seq_len=MAX_SEQ_LEN, **TIGHT)
-    tight.engine.stop_early = stop_early
+    tight.engine.runner.stop_early = stop_early
     check_mix(tight, roomy, random_workload(seed))
     metrics = tight.metrics()
     assert metrics["num_preemptions"] > 0 and metrics["prefix_cache_hits"] > 0

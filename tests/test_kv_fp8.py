@@ -113,7 +113,7 @@ def test_fp8_pool_keeps_greedy_agreement_with_bf16_on_the_demo_model(bf16_and_fp
     same = [np.mean(np.array(a.token_ids) == np.array(b.token_ids))
             for a, b in zip(bf16.generate(PROMPTS, params), fp8.generate(PROMPTS, params))]
     assert np.mean(same) >= 0.95, same
-    assert cache_bytes(fp8.engine.pages) <= 0.54 * cache_bytes(bf16.engine.pages)
+    assert cache_bytes(fp8.engine.runner.pages) <= 0.54 * cache_bytes(bf16.engine.runner.pages)
 
 
 def test_fp8_contiguous_cache_logits_stay_close_to_bf16_on_the_demo_model(bf16_and_fp8):

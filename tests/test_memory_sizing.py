@@ -11,6 +11,7 @@ from jaxinfer.config.engine import EngineConfig, device_pages
 from jaxinfer.engine.engine import LLMEngine
 from jaxinfer.entrypoints.cli import parse
 from jaxinfer.runtime import pools
+from jaxinfer.runtime.model_runner import ModelRunner
 
 GB = 10**9
 # What jax.Device.memory_stats() holds on a GPU after a load: the weights in use, the load's peak.
@@ -66,9 +67,9 @@ def test_an_accelerator_sizes_its_pool_from_its_memory(llm, monkeypatch, utiliza
     monkeypatch.setattr(pools.jax, "local_devices", lambda: [FakeAccelerator(device, stats)])
     config = EngineConfig(max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=1,
                           decode_steps=4, gpu_memory_utilization=utilization)
-    engine = LLMEngine(llm._run_weights, llm.config, None, config, llm.dtype, llm.cache_spec)
+    engine = LLMEngine(ModelRunner(llm._run_weights, llm.config, config, llm.dtype, llm.cache_spec), None, config)
     page = paged.page_bytes(llm.config, config.page_size, llm.dtype, "auto")
-    activations = engine._activation_peak()
+    activations = engine.runner.activation_peak(engine._profile_steps())
     assert activations > 0
     expected = device_pages(stats, utilization or 0.9, page, activations)
     assert engine.blocks.num_pages == expected > config.pages_per_seq

@@ -70,7 +70,7 @@ for tp, dp in [(1, 1)] + [tuple(m) for m in meshes]:
         cpu_kernels=llm.cpu_kernels,
         shards={name: shard_shapes(x) for name, x in dict(
             embed=w.embed, lm_head=w.lm_head, wq=lw.wq, wk=lw.wk, wo=lw.wo, w_gate=lw.w_gate, w_down=lw.w_down,
-            pool=llm.engine.pages.k_pages[0],
+            pool=llm.engine.runner.pages.k_pages[0],
         ).items()},
     )
 try:

@@ -370,7 +370,7 @@ def test_close_frees_every_cache_and_the_llm_still_works(models):
         weights = _bytes((llm._run_weights, llm.speculative.params))
         first = [[o.token_ids for o in llm.generate(PROMPTS[:n], greedy)] for n in (2, 1)]
         first.append(llm.generate(PROMPTS[0], engine_only)[0].token_ids)  # penalties run in the engine
-        pools, static, draft = (llm.engine.pages, llm.engine.draft), llm._static._cache, llm.speculative._cache
+        pools, static, draft = (llm.engine.runner.pages, llm.engine.runner.draft), llm._static._cache, llm.speculative._cache
         assert _cache_batch(draft) == _cache_batch(static) == 1  # the last batch's; batch 2's were dropped
         held = _bytes(pools) + _bytes(static) + _bytes(draft)
         del pools, static, draft

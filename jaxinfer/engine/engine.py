@@ -1,8 +1,8 @@
-"""`LLMEngine`: continuous batching over the paged KV cache. The only stateful object of serving.
+"""`LLMEngine`: continuous batching over the paged KV cache, on the host.
 
-The host side (scheduler, block manager, requests) decides who runs; each `step` builds one
-padded batch, runs one compiled program (a ragged step, or several decode steps when the batch
-is all decodes), and turns the new tokens into `RequestOutput` deltas.
+The scheduler, block manager and requests decide who runs; each `step` plans one padded batch
+(a `HostStep`), has the `ModelRunner` (the device side: weights, pools, programs) run it, and
+turns the new tokens into `RequestOutput` deltas. Nothing here calls jax.
 """
 
 from __future__ import annotations
@@ -10,17 +10,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.checkpoint.tokenizer import Detokenizer, TokenTexts
-from jaxinfer.config.buckets import bucket, chunk_step_for, tight_chunk_step
+from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
-from jaxinfer.config.model import ModelConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
@@ -32,26 +28,15 @@ from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
-from jaxinfer.models import Weights
-from jaxinfer.parallel.distributed import shared_seed
-from jaxinfer.parallel.sharding import to_host
-from jaxinfer.runtime import step_programs
-from jaxinfer.runtime.cache_spec import CacheSpec
-from jaxinfer.runtime.device_inputs import device_inputs
-from jaxinfer.runtime.eagle_rider import EagleDraft
-from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.host_step import HostStep
-from jaxinfer.runtime.memory_maps import release_programs_near_cap
-from jaxinfer.runtime.packed_tree import PackedTree, pack_host, unpack_host
-from jaxinfer.runtime.pools import new_pools, pool_size
-from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
-from jaxinfer.runtime.verify_step import Drafts
-from jaxinfer.runtime.warmup import activation_peak, warm_up
 from jaxinfer.sampling.logprob import position_logprobs
 from jaxinfer.speculative.config import SpeculativeConfig
 
+if TYPE_CHECKING:
+    from jaxinfer.runtime.engine_step import StepOutputs
+    from jaxinfer.runtime.model_runner import ModelRunner
+
 log = logging.getLogger(__name__)
-MIN_PAGE_TOKENS = 128  # page-table widths start here: fewer programs, negligible extra reads
 
 
 class LLMEngine:
@@ -59,54 +44,30 @@ class LLMEngine:
 
     def __init__(
         self,
-        weights: Weights,
-        model_config: ModelConfig,
+        runner: "ModelRunner",
         tokenizer: Any | None,
         config: EngineConfig,
-        dtype: jnp.dtype,
-        cache_spec: CacheSpec | None = None,
         model_identity: str = "",
         default_params: SamplingParams | None = None,
         speculative: SpeculativeConfig | None = None,
         draft: EngineDraft | None = None,
     ):
-        self.weights, self.model_config, self.tokenizer = weights, model_config, tokenizer
+        """runner: the device side (weights, pools, programs), made for the same config and
+        speculation; the engine plans steps for it and turns their outputs into RequestOutputs."""
+        self.runner, self.tokenizer, self.config = runner, tokenizer, config
+        self.model_config = runner.model_config
         self.draft_spec = draft
         self.speculator = None if speculative is None else Speculator(speculative, draft)
-        k_max = 0 if speculative is None else speculative.num_speculative_tokens
-        # Exactly k+1 wide (not a power of two): on CPU a verify step's projections cost ~linearly
-        # in its rows (k=4: 8 -> 5 rows made adaptive n-gram 1.37x -> 1.52x plain at batch 1).
-        self.verify_chunk = k_max + 1
-        # A draft model or head drafts on the device, so one call may run several verify rounds, as
-        # a plain call runs several decode steps (prompt lookup drafts on the host: one round).
-        on_device = speculative is not None and speculative.method != "ngram"
-        self.spec_rounds = max(1, config.decode_steps // 2) if on_device else 1
-        # Whether a multi-step call ends at the first finished row (see batch_step.multi_decode):
-        # not on a GPU, where each iteration's continue-test is a host round trip.
-        self.stop_early = jax.default_backend() != "gpu"
-        # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
-        # not happen at import (jax.distributed.initialize has to come first).
-        cache_spec = CacheSpec() if cache_spec is None else cache_spec
-        self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
         self.default_params = default_params or SamplingParams()
-        self.max_pages = bucket(config.pages_per_seq)
-        self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
         self.model_identity = model_identity
-        # Steps with prefill chunks always use the full page-table width. Narrowing them too (the
-        # gathered CPU attention pays for width) multiplied their programs by the widths: 585 for
-        # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
-        # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
-        self.narrow_mixed = False
-        self.chunk_step = chunk_step_for(jax.default_backend(), config.max_num_batched_tokens)
-        draft_cfg = None if draft is None else draft.cfg
-        num_pages = pool_size(config, model_config, draft_cfg, dtype, cache_spec, self._activation_peak)
-        self.pages, self.draft = self._new_pools(num_pages)
+        num_pages = runner.allocate(self._profile_steps)
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching,
-                                   spread=jax.default_backend() == "cpu")
+                                   spread=runner.spread_pages)
+        k_max = 0 if speculative is None else speculative.num_speculative_tokens
         self.scheduler = Scheduler(
             SchedulerConfig(
                 config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
-                lookahead=self.spec_rounds * (k_max + 1), tight_chunk_step=tight_chunk_step(jax.default_backend()),
+                lookahead=runner.spec_rounds * (k_max + 1), tight_chunk_step=runner.tight_chunk_step,
             ),
             self.blocks,
         )
@@ -136,7 +97,7 @@ class LLMEngine:
         stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
         group: list[Request] = []
         for i in range(params.n):
-            seed = (params.seed + i) % 2**63 if params.seed is not None else shared_seed()
+            seed = (params.seed + i) % 2**63 if params.seed is not None else self.runner.shared_seed()
             request = Request(
                 request_id, i, prompt if isinstance(prompt, str) else None, ids, params, seed, stop_ids,
                 leader=group[0] if group else None,
@@ -146,10 +107,7 @@ class LLMEngine:
                 request.spec_counts = zero_counts(self.speculator.k_max)
             group.append(request)
         if params.prompt_logprobs is not None:
-            group[0].prompt_logprobs = prompt_logprobs(
-                self.weights, self.model_config, ids, params.prompt_logprobs, self.dtype,
-                self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, self.token_texts,
-            )
+            group[0].prompt_logprobs = self.runner.prompt_logprobs(ids, params.prompt_logprobs, self.token_texts)
         self.groups[request_id] = group
         if final_only:
             self.final_only.add(request_id)
@@ -206,12 +164,15 @@ class LLMEngine:
             # A row's drafts are written at once, so they must fit the pages the scheduler reserved.
             drafts = self.speculator.plan(requests, bucket(len(requests)), schedule.lookahead - 1)
             if drafts is not None:
-                rounds = 1 if self.speculator.measuring else self.spec_rounds
+                runner = self.runner
+                rounds = 1 if self.speculator.measuring else runner.spec_rounds
                 return build_verify_step(
-                    schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages, rounds
+                    schedule, drafts, runner.verify_chunk, self.config.page_size, runner.max_pages, runner.min_pages,
+                    rounds,
                 )
+        runner = self.runner
         return build_step(
-            schedule, self.config.page_size, self.max_pages, self.min_pages, self.narrow_mixed, self.chunk_step
+            schedule, self.config.page_size, runner.max_pages, runner.min_pages, runner.narrow_mixed, runner.chunk_step
         )
 
     def metrics(self) -> dict:
@@ -237,17 +198,18 @@ class LLMEngine:
         threads: programs compiled at once (default 1 on CPU, else up to 8; see engine/warmup.py).
         on_program(done, total) is called as programs are compiled (a server reports it on /health).
         """
-        verify_chunk = None if self.speculator is None else self.verify_chunk
-        hosts = warmup_steps(self.config, self.min_pages, self.max_pages, self.narrow_mixed, self.chunk_step, verify_chunk)
-        return warm_up(self._program, self._run, hosts, progress, threads, on_program)
+        runner = self.runner
+        verify_chunk = None if self.speculator is None else runner.verify_chunk
+        hosts = warmup_steps(self.config, runner.min_pages, runner.max_pages, runner.narrow_mixed, runner.chunk_step,
+                             verify_chunk)
+        return runner.warm_up(hosts, progress, threads, on_program)
 
-    def _activation_peak(self) -> int:
-        """Device bytes the largest step programs need beside the weights and pools (see warmup.activation_peak)."""
-        pools = self._new_pools(self.config.pages_per_seq + 1)
-        verify_chunk = None if self.speculator is None else self.verify_chunk
-        hosts = profile_steps(self.config, self.min_pages, self.max_pages, self.narrow_mixed, self.chunk_step,
-                              verify_chunk)
-        return activation_peak(lambda host: self._program(host, pools), hosts)
+    def _profile_steps(self) -> list[HostStep]:
+        """The steps whose programs hold the most activations (the runner sizes an accelerator's pool by them)."""
+        runner = self.runner
+        verify_chunk = None if self.speculator is None else runner.verify_chunk
+        return profile_steps(self.config, runner.min_pages, runner.max_pages, runner.narrow_mixed, runner.chunk_step,
+                             verify_chunk)
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
@@ -257,7 +219,7 @@ class LLMEngine:
         """Free the page pool (and forget cached prefixes); it is re-made on the next step."""
         if self.scheduler.running or self.scheduler.waiting:
             raise RuntimeError("release() with requests in flight; abort them first")
-        self.pages = self.draft = None
+        self.runner.release()
         self._reset_blocks()
 
     def _run_and_apply(self, schedule: Schedule, host: HostStep, started: float, clock: StepClock) -> set[str]:
@@ -267,7 +229,7 @@ class LLMEngine:
             if request is not None and request.timing.first_scheduled is None:
                 request.timing.first_scheduled = now
         try:
-            out = unpack_host(to_host(self._run(host, clock)))
+            out = self.runner.run(host, clock.lap)
             clock.lap("outputs")
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
@@ -282,7 +244,7 @@ class LLMEngine:
         clock.lap("apply")
         return touched
 
-    def _time_decode_step(self, schedule: Schedule, host: HostStep, out: StepOutputs, seconds: float) -> None:
+    def _time_decode_step(self, schedule: Schedule, host: HostStep, out: "StepOutputs", seconds: float) -> None:
         """An all-decode step's time (scheduling to applied outputs) for the speculation plan."""
         measured = None if self.speculator is None else self.speculator.measured
         if measured is None or schedule.prefills:
@@ -294,7 +256,7 @@ class LLMEngine:
             draft_steps = int(np.max(host.num_drafts)) if self.draft_spec is not None else 0
             measured.record_verify(rows, seconds / ran_rounds(out), draft_steps)
 
-    def _observe_drafts(self, schedule: Schedule, host: HostStep, out: StepOutputs) -> None:
+    def _observe_drafts(self, schedule: Schedule, host: HostStep, out: "StepOutputs") -> None:
         """Acceptance per row and round into the speculator and the vLLM-named counters."""
         rows = len(schedule.decodes)
         requests = [row.request for row in schedule.decodes]
@@ -303,49 +265,7 @@ class LLMEngine:
             self.speculator.observe(requests, drafted, accepted)
             self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
-    def _program(self, host: HostStep, pools: tuple[PagedKVCache, Rider] | None = None) -> tuple[Callable, list, dict]:
-        """The compiled program a host step runs, and its arguments.
-
-        pools: the page pools it runs on (default: the engine's, made first if released).
-        """
-        inputs = device_inputs(host, self.model_config.vocab_size, self.cache_spec.mesh_layout)
-        if pools is None:
-            if self.pages is None:
-                self.pages, self.draft = self._new_pools(self.blocks.num_pages)
-            pools = self.pages, self.draft
-        pages, draft_pool = pools
-        draft = dict(draft=draft_pool, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
-        if host.drafts is not None:
-            layout = self.cache_spec.mesh_layout
-            drafts = layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
-            capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
-            args = [self.weights, pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
-            kwargs = dict(cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule)
-            return step_programs.verify_rounds, args, {**kwargs, **draft}
-        if host.num_steps > 1:
-            # Only an EAGLE head rides plain multi-step calls (it stores their features); a draft
-            # model is caught up by the next verify, so its pool and weights stay out and the call
-            # runs the plain program.
-            rides = isinstance(draft_pool, EagleDraft)
-            kwargs = dict(cfg=self.model_config, max_steps=self.config.decode_steps, stop_early=self.stop_early)
-            args = [self.weights, pages, inputs, np.int32(host.num_steps)]
-            return step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}
-        return step_programs.ragged_step, [self.weights, pages, inputs], dict(cfg=self.model_config, **draft)
-
-    def _run(self, host: HostStep, clock: StepClock | None = None) -> PackedTree:
-        """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""
-        release_programs_near_cap()  # XLA:CPU maps each compiled program into this process (see memory_maps)
-        program, args, kwargs = self._program(host)
-        if clock is not None:
-            clock.lap("inputs")
-        out, self.pages, draft = program(*args, **kwargs)
-        if clock is not None:
-            clock.lap("dispatch")
-        if "draft" in kwargs:  # the draft's pool went in, so its successor came out
-            self.draft = draft
-        return out
-
-    def _apply(self, schedule: Schedule, host: HostStep, out: StepOutputs) -> set[str]:
+    def _apply(self, schedule: Schedule, host: HostStep, out: "StepOutputs") -> set[str]:
         """Advance each row's request by what the step computed; finish and free those that ended."""
         now, touched = time.monotonic(), set()
         rows = {id(row.request): row for row in schedule.decodes + schedule.prefills}
@@ -372,7 +292,7 @@ class LLMEngine:
                     self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
         return touched
 
-    def _advance(self, request: Request, row, out: StepOutputs, r: int, host: HostStep) -> int:
+    def _advance(self, request: Request, row, out: "StepOutputs", r: int, host: HostStep) -> int:
         request.num_computed = row.start + row.count
         if host.drafts is None and host.num_steps == 1 and request.draft_computed == row.start:
             request.draft_computed = request.num_computed  # a ragged step: a draft model read its tokens
@@ -383,7 +303,7 @@ class LLMEngine:
             request.draft_computed = request.num_computed
         return produced
 
-    def _append(self, request: Request, out: StepOutputs, r: int) -> int:
+    def _append(self, request: Request, out: "StepOutputs", r: int) -> int:
         """Append row r's new tokens (and logprobs) until the request finishes; how many it took."""
         count = int(out.counts[r]) if out.tokens.shape[1] > 1 else 1
         per_token = bool(request.params.stop)  # a stop string can end the request at any token
@@ -412,7 +332,7 @@ class LLMEngine:
                 touched.add(request.request_id)
         self.scheduler.preempt_all()
         self._reset_blocks()
-        self.pages, self.draft = self._new_pools(self.blocks.num_pages)
+        self.runner.reset_pools()
         return touched
 
     def _reset_blocks(self) -> None:
@@ -422,10 +342,6 @@ class LLMEngine:
             spread=self.blocks.spread,
         )
         self.scheduler.blocks = self.blocks
-
-    def _new_pools(self, num_pages: int) -> tuple[PagedKVCache, Rider]:
-        draft_cfg = None if self.draft_spec is None else self.draft_spec.cfg
-        return new_pools(self.model_config, draft_cfg, num_pages, self.config.page_size, self.dtype, self.cache_spec)
 
     def _collect(self, touched: set[str], final_only: bool) -> list[RequestOutput]:
         outputs = []
@@ -441,6 +357,6 @@ class LLMEngine:
         return outputs
 
 
-def ran_rounds(out: StepOutputs) -> int:
+def ran_rounds(out: "StepOutputs") -> int:
     """Verify rounds a call ran (every live row runs each round; padding rows record -1)."""
     return int(np.count_nonzero(np.max(out.drafted, axis=0) >= 0)) or 1

@@ -42,6 +42,7 @@ from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantize
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.compile_cache import compile_cache_setting
 from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.runtime.model_runner import ModelRunner
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
@@ -256,9 +257,13 @@ class LLM:
         """
         self._setup_speculative(None if speculative is None or speculative.method == "ngram" else speculative)
         in_engine, draft = engine_speculation(speculative, self.speculative, self._run_weights)
+        runner = ModelRunner(
+            self._run_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
+            None if draft is None else draft.cfg, None if draft is None else draft.weights,
+        )
         self.engine = LLMEngine(
-            self._run_weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
-            model_identity(self.model_dir, self.dtype), self.default_params, in_engine, draft,
+            runner, self.tokenizer, engine_config, model_identity(self.model_dir, self.dtype), self.default_params,
+            in_engine, draft,
         )
         if draft is not None:  # one set of acceptance totals for the static loop and the engine
             self.engine.speculator.totals = self.speculative.totals
