@@ -2,7 +2,9 @@
 
 One workload for all three: N requests, prompt lengths uniform in [32, 512], output lengths
 uniform in [32, 256], fixed seed, ignore_eos, greedy. Prints output and total tokens/s, TTFT and
-TPOT (mean/p50/p99), peak KV usage, preemptions, and the compute roofline: total tokens x 2 x
+TPOT (mean/p50/p99), peak KV usage, preemptions, host ms per step, padding waste (token
+positions the device computed beyond the scheduled ones, over the scheduled ones), the engine's
+program count, and the compute roofline: total tokens x 2 x
 parameters over the matmul FLOP/s measured here in the model's dtype. Also the physical bound:
 that compute time plus the time to read, at the read bandwidth measured here, the K/V every
 decode step must read (each generated token reads its sequence's whole cache), the engine's
@@ -98,7 +100,7 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
     """
     start = time.perf_counter()
     if full_warmup:
-        print(f"engine warm-up: {llm.engine.warmup()} step programs", end=" ")
+        print(f"engine warm-up: {llm.engine.warmup()} programs", end=" ")
     else:
         llm.generate(prompts, params_of(outputs))
         llm.engine.reset_prefix_cache()  # no prefix hits from the warm-up pass
@@ -118,7 +120,9 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
     step_seconds = m["engine_step_seconds"] - before["engine_step_seconds"]
     device_wait = m["engine_device_wait_seconds"] - before["engine_device_wait_seconds"]
     phases = {p: m["engine_phase_seconds"].get(p, 0.0) - before["engine_phase_seconds"].get(p, 0.0) for p in StepClock.PHASES}
+    slots, real = (m[k] - before[k] for k in ("engine_token_slots", "engine_real_tokens"))
     return dict(
+        programs=llm.engine.program_count(), padding_waste=slots / max(real, 1) - 1,
         seconds=seconds, peak_kv_usage=peak,
         steps=steps, host_ms_per_step=1e3 * (step_seconds - device_wait) / max(steps, 1),
         host_share=(step_seconds - device_wait) / seconds,
@@ -250,6 +254,7 @@ def print_row(row: dict) -> None:
             s = row[path]["seconds"]
             print(f"{path:<8} {out / s:>10.0f} {row['total_tokens'] / s:>12.0f} {s / e['seconds']:>9.2f}"
                   f"{_estimate_note(row[path])}")
+    print(f"programs {e['programs']}  padding waste {e['padding_waste']:.1%} (padded token positions / real)")
     print(f"roofline {e['roofline']:.1%}  peak KV {e['peak_kv_usage']:.0%}  preemptions {e['preemptions']}  "
           f"host {e['host_ms_per_step']:.1f} ms/step over {e['steps']} steps ({e['host_share']:.0%} of the time, "
           "not overlapped with the device)")
@@ -288,8 +293,8 @@ def main() -> None:
     parser.add_argument("--skip-static", action="store_true")
     parser.add_argument("--shared-prefix", action="store_true")
     parser.add_argument("--full-warmup", action="store_true",
-                        help="compile every step shape first (slow on CPU: ~2-4 s per program, 176 programs at "
-                        "--max-num-seqs 64) instead of an untimed pass of the workload")
+                        help="compile every program first (`warmup()`, as `jaxinfer serve` does) instead of an "
+                        "untimed pass of the workload")
     parser.add_argument("--checkpoints", type=Path, default=Path("/tmp/jaxinfer-bench"))
     args = parser.parse_args()
     rows = []

@@ -121,6 +121,6 @@ def test_random_mix_matches_each_request_alone(model, roomy, seed, stop_early):
 def test_random_mix_with_ngram_speculation_matches_greedy_alone(model, roomy):
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)
     tight = LLM(model, dtype="float32", max_seq_len=MAX_SEQ_LEN, speculative=spec, **TIGHT)
-    check_mix(tight, roomy, random_workload(1, greedy_only=True))
+    check_mix(tight, roomy, random_workload(2, greedy_only=True))
     metrics = tight.metrics()
     assert metrics["spec_decode_num_accepted_tokens"] > 0 and metrics["num_preemptions"] > 0

@@ -73,6 +73,32 @@ def test_min_tokens_masks_stop_ids(llm):
     assert stop not in held.token_ids[:6] and len(held.token_ids) >= 6
 
 
+def penalized_reference(llm: LLM, prompt: list[int], n: int, rep: float, presence: float, frequency: float) -> list[int]:
+    """Greedy tokens with vLLM's penalties, each from the full recompute's logits and the host's own counts."""
+    out: list[int] = []
+    for _ in range(n):
+        logits = llm.logits(prompt + out)[-1].astype(np.float64)
+        counts = np.bincount(out, minlength=len(logits))
+        seen = counts > 0
+        seen[prompt] = True
+        logits = np.where(seen, np.where(logits > 0, logits / rep, logits * rep), logits)
+        out.append(int(np.argmax(logits - frequency * counts - presence * (counts > 0))))
+    return out
+
+
+def test_penalty_counts_kept_on_the_device_are_exact_under_preemption(llm):
+    """Penalized and plain requests together on a pool too small for them (preemptions, recompute) and
+    multi-step calls: every penalized one equals the host-side formula at every token."""
+    settings = [(1.8, 0.0, 0.0), (1.0, 0.7, 0.4), (1.3, 0.2, 0.9)]
+    prompts = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([11, 30, 5])]
+    params = [greedy(60, repetition_penalty=r, presence_penalty=p, frequency_penalty=f) for r, p, f in settings]
+    before = llm.metrics()["num_preemptions"]
+    outputs = llm.generate(prompts + [PROMPT], params + [greedy(50)])
+    assert llm.metrics()["num_preemptions"] > before
+    for prompt, (r, p, f), out in zip(prompts, settings, outputs):
+        assert out.outputs[0].token_ids == penalized_reference(llm, prompt, 60, r, p, f)
+
+
 def test_penalties_match_the_formula_on_logits(llm):
     """The first penalized choice equals argmax of the HF/vLLM-penalized logits of the prompt."""
     params = greedy(2, repetition_penalty=1.8, presence_penalty=0.7, frequency_penalty=0.4)

@@ -62,8 +62,8 @@ def test_health_is_503_warming_up_until_the_model_is_ready(text_model_dir):
             time.sleep(0.05)
         assert health.status_code == 200 and statuses
         log = "".join(stderr.lines)
-        count = int(re.search(r"(\d+) step programs ready", log).group(1))
-        assert f"compiled {count}/{count} step programs" in log and "ready: serving" in log, log
+        count = int(re.search(r"(\d+) programs ready", log).group(1))
+        assert f"compiled {count}/{count} programs" in log and "ready: serving" in log, log
         assert len(client.completions.create(model=text_model_dir.name, prompt="x", max_tokens=2).choices) == 1
     finally:
         process.terminate()

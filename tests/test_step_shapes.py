@@ -1,4 +1,4 @@
-"""Step shapes: how chunks are padded, and that warm-up compiles every shape the scheduler makes."""
+"""Step shapes: how steps are packed and padded, and that warm-up compiles every shape the scheduler makes."""
 
 from __future__ import annotations
 
@@ -7,30 +7,29 @@ import dataclasses
 import numpy as np
 import pytest
 
-from jaxinfer.config.buckets import bucket, chunk_bucket, chunk_buckets, chunk_step_for
+from jaxinfer.config.buckets import ragged_shapes, token_bucket, token_buckets
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
-from jaxinfer.engine.step_builder import program_steps, shape_buckets, warmup_shapes
+from jaxinfer.engine.step_builder import build_step, program_shapes, step_shape
 
 
-def test_chunks_pad_to_powers_of_two_then_to_multiples_of_64():
-    lengths = [0, 1, 16, 17, 33, 64, 65, 128, 129, 300, 448, 449]
-    assert [chunk_bucket(n) for n in lengths] == [0, 16, 16, 32, 64, 64, 128, 128, 192, 320, 448, 512]
+def test_token_buckets_are_powers_of_two_then_the_budget():
+    assert token_buckets(512) == [16, 32, 64, 128, 256, 512]
+    assert token_buckets(448) == [16, 32, 64, 128, 256, 448]  # a full step pads nothing
+    assert token_buckets(500) == [16, 32, 64, 128, 256, 512]  # rounded up to a multiple of 16
+    assert [token_bucket(n, 448) for n in [1, 16, 17, 300, 448]] == [16, 16, 32, 448, 448]
 
 
-def test_accelerators_pad_chunks_to_powers_of_two():
-    step = chunk_step_for("gpu", 448)
-    assert [chunk_bucket(n, step) for n in [1, 17, 65, 129, 300, 448]] == [16, 32, 128, 256, 512, 512]
-    assert chunk_buckets(448, step) == [16, 32, 64, 128, 256, 512] and chunk_step_for("cpu", 448) == 64
-
-
-@pytest.mark.parametrize("step", [64, 512])
-@pytest.mark.parametrize("high", [1, 16, 40, 64, 100, 512, 777])
-def test_chunk_buckets_are_every_padded_length(high, step):
-    assert chunk_buckets(high, step) == sorted({chunk_bucket(n, step) for n in range(1, high + 1)})
+def test_a_default_engine_has_few_programs():
+    """13 step programs for default knobs (the issue's bound is 32), whatever the model."""
+    shapes = program_shapes(EngineConfig(max_seq_len=2048))
+    assert len(shapes) == 13
+    assert ragged_shapes(512, 64) == [(16, 16), (32, 32), (64, 64), (128, 64), (256, 64), (512, 64)]
+    with_verify = program_shapes(EngineConfig(max_seq_len=2048), verify_chunk=5)
+    assert len(with_verify) == 20 and ("verify", 64 * 5, 64) in with_verify
 
 
 def advance(scheduler: Scheduler, schedule: Schedule) -> None:
@@ -49,59 +48,72 @@ def advance(scheduler: Scheduler, schedule: Schedule) -> None:
 
 CONFIG = EngineConfig(max_seq_len=1024, max_num_seqs=8, max_num_batched_tokens=448, max_prefill_seqs=4,
                       num_pages=120, page_size=16, decode_steps=4)
-MAX_PAGES, MIN_PAGES = bucket(CONFIG.pages_per_seq), 8
 
 
-def scheduler(config: EngineConfig, tight_chunk_step: int | None) -> Scheduler:
+def scheduler(config: EngineConfig) -> Scheduler:
     blocks = BlockManager(config.num_pages, config.page_size, "test-model")
     return Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs,
-                                     config.decode_steps, tight_chunk_step=tight_chunk_step), blocks)
+                                     config.decode_steps), blocks)
 
 
-def serve_random(
-    seed: int, chunk_step: int, tight_chunk_step: int | None, config: EngineConfig = CONFIG
-) -> list[tuple[tuple, Schedule]]:
-    """A random serving run (prompts 1-700 tokens; CONFIG's pool is small enough to preempt):
-    each step's padded shape (decode rows, prefill rows, chunk, pages, steps variant) and its schedule."""
-    sched = scheduler(config, tight_chunk_step)
+def serve_random(seed: int, config: EngineConfig = CONFIG, check=lambda schedule: None) -> list[Schedule]:
+    """The schedules of a random serving run (prompts 1-700 tokens; CONFIG's pool is small enough to
+    preempt), each passed to check before the engine would apply it."""
+    sched = scheduler(config)
     rng = np.random.default_rng(seed)
     for i in range(40):
         prompt = rng.integers(3, 100, rng.integers(1, 700)).tolist()
         params = SamplingParams(max_tokens=int(rng.integers(1, 40)), temperature=0)
-        sched.add(Request(f"r{i}", 0, None, prompt, params, seed=0, stop_ids=()))
-    steps = []
+        sched.add(Request(f"r{i}", 0, None, prompt, params, seed=0, stop_ids=(2,)))
+    schedules = []
     while sched.running or sched.waiting:
         schedule = sched.schedule()
         assert not schedule.empty
-        shape = shape_buckets(schedule, config.page_size, MAX_PAGES, MIN_PAGES, False, chunk_step)
-        steps.append((shape + (program_steps(schedule.num_steps, config.decode_steps),), schedule))
+        schedules.append(schedule)
+        check(schedule)
         advance(sched, schedule)
-    return steps
-
-
-@pytest.mark.parametrize("seed,chunk_step,tight", [(0, 64, 64), (1, 64, 64), (0, 64, None), (0, 512, None)])
-def test_every_scheduled_shape_is_one_warmup_compiles(seed, chunk_step, tight):
-    """The padded shape of every step is among warmup_shapes, so a warmed engine never compiles."""
-    seen = {shape for shape, _ in serve_random(seed, chunk_step, tight)}
-    assert seen <= set(warmup_shapes(CONFIG, MIN_PAGES, MAX_PAGES, chunk_step=chunk_step))
-    odd_chunks = {chunk for _, rows, chunk, _, _ in seen if rows} - {16, 32, 64, 128, 256, 512}
-    assert bool(odd_chunks) == (chunk_step == 64)  # multiples of 64 occur on CPU only
-
-
-def prefill_padding(seed: int, tight: int | None) -> tuple[int, int]:
-    """(padded, real) prefill tokens of the random run with CPU chunk buckets, without preemptions."""
-    padded = real = 0
-    for (_, rows, chunk, _, _), schedule in serve_random(seed, 64, tight, dataclasses.replace(CONFIG, num_pages=2000)):
-        padded += rows * chunk
-        real += sum(row.count for row in schedule.prefills)
-    return padded, real
+    return schedules
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_tight_chunks_pad_less_for_the_same_prompts(seed):
-    tight, loose = prefill_padding(seed, 64), prefill_padding(seed, None)
-    assert tight[1] == loose[1]  # every prompt token is computed once either way (no preemption)
-    assert tight[0] - tight[1] < 0.8 * (loose[0] - loose[1])
+def test_every_scheduled_shape_is_one_warmup_compiles(seed):
+    """The padded shape of every step is among program_shapes, so a warmed engine never compiles."""
+    seen = {step_shape(schedule, CONFIG) for schedule in serve_random(seed)}
+    assert seen <= set(program_shapes(CONFIG))
+    assert {kind for kind, _, _ in seen} == {"ragged", "decode"}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_steps_pack_each_rows_tokens_end_to_end(seed):
+    """Built steps: each row's tokens contiguous at its positions, padding at position -1 and
+    belonging to no real row, last_index on each row's last token, one fixed page-table width."""
+    config = dataclasses.replace(CONFIG, num_pages=2000)
+
+    def check(schedule: Schedule) -> None:
+        step = build_step(schedule, config, width=64)
+        kind, tokens, rows = step_shape(schedule, config)
+        assert step.tokens.shape == (tokens,) and step.page_table.shape == (rows, 64) and step.decode == (kind == "decode")
+        offset = 0
+        for r, row in enumerate(schedule.decodes + schedule.prefills):
+            span = slice(offset, offset + row.count)
+            assert (step.token_rows[span] == r).all()
+            assert step.positions[span].tolist() == list(range(row.start, row.start + row.count))
+            assert step.tokens[span].tolist() == row.request.ids_between(row.start, row.start + row.count)
+            assert step.last_index[r] == offset + row.count - 1 and step.samples[r] == row.samples
+            offset += row.count
+        assert (step.positions[offset:] == -1).all() and (step.query_lens[len(schedule.decodes + schedule.prefills):] == 0).all()
+
+    serve_random(seed, config, check)
+
+
+def test_padding_stays_small_on_a_prompt_heavy_run():
+    """Padded tokens of a random run's steps with prefill chunks: the budget fills most of them exactly."""
+    padded = real = 0
+    for schedule in serve_random(0, dataclasses.replace(CONFIG, num_pages=2000)):
+        if schedule.prefills:
+            padded += step_shape(schedule, CONFIG)[1]
+            real += sum(row.count for row in schedule.decodes + schedule.prefills)
+    assert padded / real < 1.2, padded / real
 
 
 def add_prompt(sched: Scheduler, name: str, first: int, length: int) -> None:
@@ -109,19 +121,19 @@ def add_prompt(sched: Scheduler, name: str, first: int, length: int) -> None:
     sched.add(Request(name, 0, None, list(range(first, first + length)), params, seed=0, stop_ids=()))
 
 
-@pytest.mark.parametrize("tight,first", [(64, 448), (None, 500)])
-def test_a_cut_chunk_ends_on_a_bucket_edge_where_padding_costs(tight, first):
-    sched = scheduler(dataclasses.replace(CONFIG, max_num_batched_tokens=500), tight)
+def test_a_long_prompt_is_cut_at_the_budget():
+    sched = scheduler(dataclasses.replace(CONFIG, max_num_batched_tokens=500))
     add_prompt(sched, "long", 3, 700)
     schedule = sched.schedule()
-    assert [row.count for row in schedule.prefills] == [first]
+    assert [row.count for row in schedule.prefills] == [500]
     advance(sched, schedule)
-    assert [row.count for row in sched.schedule().prefills] == [700 - first]
+    assert [row.count for row in sched.schedule().prefills] == [200]
 
 
-@pytest.mark.parametrize("tight,counts", [(64, [40, 64]), (None, [40, 256])])
-def test_a_later_row_never_widens_the_chunk_where_padding_costs(tight, counts):
-    sched = scheduler(dataclasses.replace(CONFIG, max_num_batched_tokens=512), tight)
+def test_prefill_rows_share_the_budget_without_padding_to_each_other():
+    sched = scheduler(dataclasses.replace(CONFIG, max_num_batched_tokens=512))
     add_prompt(sched, "short", 3, 40)
     add_prompt(sched, "long", 1000, 300)
-    assert [row.count for row in sched.schedule().prefills] == counts
+    schedule = sched.schedule()
+    assert [row.count for row in schedule.prefills] == [40, 300]
+    assert step_shape(schedule, CONFIG) == ("ragged", 448, 8)

@@ -41,6 +41,9 @@ class PagedKVCache:
     bits_of: str | None = None  # static: pools hold the unsigned-integer bits of this fp8/16-bit float dtype
     cpu_kernels: bool = False  # static: the gathered CPU attention may use the native decode kernel
     layout: Layout = UNSHARDED  # static: mesh and rules of the pools (and the model's activations)
+    # static: the platform whose kernels a "pallas" backend runs ("tpu", "gpu"; None: the default
+    # backend's), so a program can be lowered for a platform this process does not run on
+    platform: str | None = None
 
     @property
     def page_size(self) -> int:
@@ -106,7 +109,7 @@ class PagedKVCache:
 jax.tree_util.register_dataclass(
     PagedKVCache,
     data_fields=["k_pages", "v_pages", "k_scales", "v_scales", "page_table"],
-    meta_fields=["backend", "interpret", "bits_of", "cpu_kernels", "layout"],
+    meta_fields=["backend", "interpret", "bits_of", "cpu_kernels", "layout", "platform"],
 )
 
 

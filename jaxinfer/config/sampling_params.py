@@ -13,6 +13,10 @@ MAX_N = 64
 # Every step program takes this many (token id, bias) slots per row, used or not, so a request's
 # logit_bias is data, never a new compiled variant.
 MAX_LOGIT_BIAS = 300
+# Stop token ids (EOS and stop_token_ids) every step program takes per row, for the same reason.
+# The host checks every stop id of a request; the device needs them to mask stop ids before
+# min_tokens (so more than this with min_tokens > 0 is refused) and to end multi-step calls early.
+MAX_STOP_IDS = 32
 LOGIT_BIAS_RANGE = 100.0  # OpenAI's: -100 bans a token, 100 all but forces it
 
 

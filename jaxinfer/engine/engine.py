@@ -22,7 +22,7 @@ from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.postprocess import append_token
-from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, encode_prompt
+from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, check_stop_ids, encode_prompt
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
@@ -67,7 +67,7 @@ class LLMEngine:
         self.scheduler = Scheduler(
             SchedulerConfig(
                 config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
-                lookahead=runner.spec_rounds * (k_max + 1), tight_chunk_step=runner.tight_chunk_step,
+                lookahead=runner.spec_rounds * (k_max + 1),
             ),
             self.blocks,
         )
@@ -95,6 +95,7 @@ class LLMEngine:
         check_prompt(ids, params.max_tokens, self.model_config.vocab_size, self.config.max_seq_len)
         check_logit_bias(params.logit_bias, self.model_config.vocab_size)
         stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
+        check_stop_ids(stop_ids, params.min_tokens)
         group: list[Request] = []
         for i in range(params.n):
             seed = (params.seed + i) % 2**63 if params.seed is not None else self.runner.shared_seed()
@@ -166,14 +167,9 @@ class LLMEngine:
             if drafts is not None:
                 runner = self.runner
                 rounds = 1 if self.speculator.measuring else runner.spec_rounds
-                return build_verify_step(
-                    schedule, drafts, runner.verify_chunk, self.config.page_size, runner.max_pages, runner.min_pages,
-                    rounds,
-                )
-        runner = self.runner
-        return build_step(
-            schedule, self.config.page_size, runner.max_pages, runner.min_pages, runner.narrow_mixed, runner.chunk_step
-        )
+                return build_verify_step(schedule, drafts, runner.verify_chunk, self.config.page_size, runner.width,
+                                         rounds)
+        return build_step(schedule, self.config, self.runner.width)
 
     def metrics(self) -> dict:
         """vLLM-named counters, gauges and latency histograms (see engine.metrics)."""
@@ -198,18 +194,23 @@ class LLMEngine:
         threads: programs compiled at once (default 1 on CPU, else up to 8; see engine/warmup.py).
         on_program(done, total) is called as programs are compiled (a server reports it on /health).
         """
-        runner = self.runner
-        verify_chunk = None if self.speculator is None else runner.verify_chunk
-        hosts = warmup_steps(self.config, runner.min_pages, runner.max_pages, runner.narrow_mixed, runner.chunk_step,
-                             verify_chunk)
-        return runner.warm_up(hosts, progress, threads, on_program)
+        return self.runner.warm_up(self.step_hosts(), progress, threads, on_program)
 
     def _profile_steps(self) -> list[HostStep]:
         """The steps whose programs hold the most activations (the runner sizes an accelerator's pool by them)."""
-        runner = self.runner
-        verify_chunk = None if self.speculator is None else runner.verify_chunk
-        return profile_steps(self.config, runner.min_pages, runner.max_pages, runner.narrow_mixed, runner.chunk_step,
-                             verify_chunk)
+        return profile_steps(self.config, self.runner.width, self._verify_chunk)
+
+    @property
+    def _verify_chunk(self) -> int | None:
+        return None if self.speculator is None else self.runner.verify_chunk
+
+    def step_hosts(self) -> list[HostStep]:
+        """A padding-only step of every step program's shape (what `warmup` compiles, with the runner's own)."""
+        return warmup_steps(self.config, self.runner.width, self._verify_chunk)
+
+    def program_count(self) -> int:
+        """How many programs `warmup` compiles (steps, penalty-slot reset, prompt-logprobs passes)."""
+        return len(self.runner.programs(self.step_hosts()))
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
@@ -240,9 +241,22 @@ class LLMEngine:
             produced = [(r, out.tokens[i, : out.counts[i]]) for i, r in enumerate(host.requests) if r is not None]
             self.speculator.observe_plain(produced)
         touched = self._apply(schedule, host, out)
+        self.stats.record_padding(*self._token_slots(schedule, host, out))
         self._time_decode_step(schedule, host, out, time.perf_counter() - started)
         clock.lap("apply")
         return touched
+
+    def _token_slots(self, schedule: Schedule, host: HostStep, out: "StepOutputs") -> tuple[int, int]:
+        """(token positions the call computed, scheduled ones): a decode call runs until a row finishes
+        (or all its iterations where calls do not stop early), verify rounds over every chunk slot."""
+        rows = schedule.decodes + schedule.prefills
+        if host.drafts is not None:
+            rounds = ran_rounds(out)
+            return len(host.tokens) * rounds, len(rows) * self.runner.verify_chunk * rounds
+        if host.decode:
+            iterations = int(np.max(out.counts)) if self.runner.stop_early else host.num_steps
+            return len(host.tokens) * iterations, int(np.sum(out.counts))
+        return len(host.tokens), sum(row.count for row in rows)
 
     def _time_decode_step(self, schedule: Schedule, host: HostStep, out: "StepOutputs", seconds: float) -> None:
         """An all-decode step's time (scheduling to applied outputs) for the speculation plan."""
@@ -294,13 +308,15 @@ class LLMEngine:
 
     def _advance(self, request: Request, row, out: "StepOutputs", r: int, host: HostStep) -> int:
         request.num_computed = row.start + row.count
-        if host.drafts is None and host.num_steps == 1 and request.draft_computed == row.start:
+        if host.drafts is None and not host.decode and request.draft_computed == row.start:
             request.draft_computed = request.num_computed  # a ragged step: a draft model read its tokens
         if not row.samples:
             return 0
         produced = self._append(request, out, r)
-        if host.drafts is not None:  # the verify rounds' draft (model) read every position they computed
-            request.draft_computed = request.num_computed
+        if host.drafts is not None:  # the verify rounds' draft (model) read every position they computed...
+            caught = self.runner.caught_up(int(host.draft_start[r]), row.start)
+            # ...unless its catch-up was cut short (a GPU's fixed-trip loop): the rest comes next time
+            request.draft_computed = request.num_computed if caught >= row.start else caught
         return produced
 
     def _append(self, request: Request, out: "StepOutputs", r: int) -> int:

@@ -78,6 +78,10 @@ class EngineMetrics:
     engine_device_wait_seconds: float = 0.0
     # The same seconds by phase (StepClock.PHASES), to tell which host work a step waits on.
     engine_phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Token positions the device computed (padding included: tokens x iterations of each call) and
+    # of those the scheduled ones: padding waste is their ratio less one.
+    engine_token_slots: int = 0
+    engine_real_tokens: int = 0
 
     def record_tokens(self, request: Request, count: int, now: float) -> None:
         """A sample's `count` new tokens at `now`, observed as they come (a dashboard sees a long
@@ -115,6 +119,11 @@ class EngineMetrics:
         self.spec_accepted_tokens += int(accepted.sum())
         for i in range(k_max):
             self.spec_accepted_per_position[i] += int(np.count_nonzero(accepted > i))
+
+    def record_padding(self, slots: int, real: int) -> None:
+        """One device call's token positions computed (slots) and scheduled (real)."""
+        self.engine_token_slots += slots
+        self.engine_real_tokens += real
 
     def record_step(self, clock: StepClock) -> None:
         """One step() call that ran the device, by phase; the device's share is its call and outputs."""
@@ -175,4 +184,6 @@ def snapshot(
         "engine_step_seconds": m.engine_step_seconds,
         "engine_device_wait_seconds": m.engine_device_wait_seconds,
         "engine_phase_seconds": dict(m.engine_phase_seconds),
+        "engine_token_slots": m.engine_token_slots,
+        "engine_real_tokens": m.engine_real_tokens,
     }

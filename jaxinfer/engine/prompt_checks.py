@@ -6,6 +6,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from jaxinfer.config.sampling_params import MAX_STOP_IDS
+
 
 def encode_prompt(prompt: str | Sequence[int], tokenizer: Any | None) -> list[int]:
     """Token ids of a prompt: text through the tokenizer, or a list of ints as given."""
@@ -40,3 +42,12 @@ def check_logit_bias(bias: Mapping[int, float] | None, vocab_size: int) -> None:
     bad = sorted(t for t in bias or () if t >= vocab_size)
     if bad:
         raise ValueError(f"logit_bias has token ids {bad[:5]} outside the vocabulary [0, {vocab_size})")
+
+
+def check_stop_ids(stop_ids: Sequence[int], min_tokens: int) -> None:
+    """Raise ValueError when min_tokens must hold back more stop ids than the device masks."""
+    if min_tokens > 0 and len(stop_ids) > MAX_STOP_IDS:
+        raise ValueError(
+            f"min_tokens={min_tokens} with {len(stop_ids)} stop token ids (EOS included): at most {MAX_STOP_IDS} "
+            "can be held back until min_tokens; pass fewer stop_token_ids (or ignore_eos=True) or min_tokens=0"
+        )

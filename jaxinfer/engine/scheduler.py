@@ -2,7 +2,8 @@
 
 Plain Python, no jax. Each scheduled row is (request, first position, token count): a decode
 is one token, a prefill chunk up to the remaining budget (long prompts are split across
-steps). When the batch is all decodes and nobody is waiting, one call may run several decode
+steps). A step's tokens are packed end to end (runtime/engine_step), so rows need no room beyond
+their own tokens. When the batch is all decodes and nobody is waiting, one call may run several decode
 steps; their pages are reserved first, and when the pool is short it runs fewer steps rather
 than preempt anyone. When pages run out for a single step, the most recently admitted request
 is preempted: its pages are released and it recomputes later, with identical output.
@@ -13,7 +14,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from jaxinfer.config.buckets import bucket, chunk_bucket
 from jaxinfer.engine.block_manager import BlockManager, OutOfPages
 from jaxinfer.engine.request import Request, Status
 
@@ -27,9 +27,6 @@ class SchedulerConfig:
     max_prefill_seqs: int = 4  # prompts chunked in one step
     decode_steps: int = 8  # decode steps one call may run when the batch is all decodes
     lookahead: int = 1  # tokens an all-decode call may add per row (decode steps, or drafts + 1)
-    # Chunks pad to multiples of this (CPU: `buckets.CHUNK_STEP`), where padded rows cost what real
-    # ones do: prefill chunks are then cut to avoid padding. None (accelerators): fill the budget.
-    tight_chunk_step: int | None = None
 
 
 @dataclasses.dataclass
@@ -142,7 +139,7 @@ class Scheduler:
     def _schedule_prefills(self, budget: int, decodes: list[Row]) -> list[Row]:
         rows: list[Row] = []
         for request in [r for r in self.running if r.prefilling]:
-            count = self._row_count(rows, request.num_tokens - request.num_computed, budget)
+            count = min(request.num_tokens - request.num_computed, budget)
             if count <= 0 or len(rows) >= self.config.max_prefill_seqs:
                 return rows
             need = self.blocks.pages_for(request.num_computed + count)
@@ -152,9 +149,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(rows) < self.config.max_prefill_seqs:
             if len(self.running) >= self.config.max_num_seqs or not self.waiting[0].ready:
                 break
-            if self._row_budget(rows) <= 0:
-                break  # checked before the prefix lookup, which counts as a cache query
-            row = self._admit(self.waiting[0], rows, budget)
+            row = self._admit(self.waiting[0], budget)
             if row is None:
                 break
             self.waiting.popleft()
@@ -163,31 +158,11 @@ class Scheduler:
             budget -= row.count
         return rows
 
-    def _row_count(self, rows: list[Row], remaining: int, budget: int) -> int:
-        """Tokens a further prefill row takes (0: none) of the `remaining` ones of its prompt."""
-        count = min(remaining, budget, self._row_budget(rows))
-        step = self.config.tight_chunk_step
-        if step is None or count <= 0:
-            return count
-        if rows:  # a later row never widens the step's chunk: the earlier rows would pad to it
-            return min(count, chunk_bucket(max(row.count for row in rows), step))
-        return count - count % step if step < count < remaining else count  # a cut chunk ends on an edge
-
-    def _row_budget(self, rows: list[Row]) -> int:
-        """Tokens a further prefill row may take so that rows x chunk (padded) stays within the budget."""
-        if not rows:
-            return self.config.max_num_batched_tokens
-        limit = bucket(self.config.max_num_batched_tokens)
-        padded_rows = bucket(len(rows) + 1)  # rows after adding one
-        longest = max(row.count for row in rows)
-        chunk_limit = limit // padded_rows
-        return chunk_limit if longest <= chunk_limit else 0
-
-    def _admit(self, request: Request, rows: list[Row], budget: int) -> Row | None:
+    def _admit(self, request: Request, budget: int) -> Row | None:
         """Give a waiting request its cached prefix and pages for a first chunk, or None if none fit."""
         pages, hashes = self.blocks.match_prefix(request.all_ids)
         computed = len(pages) * self.blocks.page_size
-        count = self._row_count(rows, request.num_tokens - computed, budget)  # >= 1: the caller checked both budgets
+        count = min(request.num_tokens - computed, budget)  # >= 1: the caller checked the budget
         try:
             pages += self.blocks.allocate(self.blocks.pages_for(computed + count) - len(pages), _last(pages))
         except OutOfPages:

@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import pallas_kernels
 from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.cache.ragged_view import RaggedPagedCache, split_attend
+from jaxinfer.cache.ragged_view import RaggedPagedCache, per_token_attend
 from jaxinfer.kernels.cpu import decode_attention, decode_attention_applies, paged_decode_attention
 from jaxinfer.kernels.precision import matmul_precision
-from jaxinfer.models.blocked_attention import NEG_INF, blocked_rows_attention
+from jaxinfer.models.blocked_attention import NEG_INF, blocked_rows_attention, blocked_token_attention
 from jaxinfer.models.sharded_attention import per_shard_rows_attention
 
 logger = logging.getLogger(__name__)
@@ -81,19 +81,20 @@ def _log_fallback(reason: str) -> None:
 
 
 def kernel_backend(cache: PagedKVCache, head_dim: int) -> str | None:
-    """The `backend` argument for pallas_kernels: None (the platform's kernel) or "reference".
+    """The `backend` argument for pallas_kernels: the cache's platform (None: the default backend's
+    kernel) or "reference".
 
     "auto" must always give a working model, so a shape the kernel cannot run (see
     `pallas_kernels.unsupported_reason`) takes the reference path, with one log line.
     """
     if cache.backend == "reference":
         return "reference"
-    impl = pallas_kernels.choose_implementation(None, cache.interpret)
+    impl = pallas_kernels.choose_implementation(cache.platform, cache.interpret)
     if impl == "reference":
         return "reference"
     reason = pallas_kernels.unsupported_reason(impl, head_dim, cache.value_dtype, cache.page_size, cache.quantized)
     if reason is None:
-        return None
+        return cache.platform
     _log_fallback(reason)
     return "reference"
 
@@ -115,7 +116,7 @@ def paged_rows_attend(
     rows = (lengths, page_table, query_lens)
     # A kernel's custom call has no partitioning rule: on a mesh each device runs it on its shard.
     # (The jnp reference is plain HLO that XLA partitions itself.)
-    if backend is None and cache.layout.size > 1:
+    if backend != "reference" and cache.layout.size > 1:
         return per_shard_rows_attention(kernel, q, pools, scales, rows, cache.layout)
     return kernel(q, *pools, *rows, *scales)
 
@@ -151,10 +152,12 @@ def gathered_rows_attend(
     query_lens: jax.Array,
 ) -> jax.Array:
     """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
-    otherwise XLA attention over blocks of each row's pages, up to the step's longest row."""
+    otherwise XLA attention over blocks of each row's pages, up to the step's longest row (one
+    query per row, as an engine step's tokens are: a key loop per block of tokens)."""
     dtype = q.dtype if cache.quantized else cache.value_dtype
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
+    positions = jnp.where(steps[None, :] < query_lens[:, None], positions, -1)  # no query: no keys
     # The native kernel reads 16/32-bit float pages, and int8 pages with their scales; fp8 pages
     # take XLA's path.
     int8 = cache.value_dtype == jnp.int8
@@ -162,6 +165,8 @@ def gathered_rows_attend(
         pools = (cache.k_pages[layer], cache.v_pages[layer])
         scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if int8 else {}
         return paged_decode_attention(q, *pools, page_table, positions, window, jnp.int8 if int8 else dtype, **scales)
+    if q.shape[1] == 1:
+        return blocked_token_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype)
     return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype)
 
 
@@ -178,7 +183,7 @@ def attend(
     """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache."""
     if isinstance(cache, RaggedPagedCache):
         rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
-        return split_attend(q, cache, lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows))
+        return per_token_attend(q, cache, positions, lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows))
     if isinstance(cache, PagedKVCache):
         return paged_attend(q, cache, layer, positions, window)
     k, v = cache.k[layer], cache.v[layer]

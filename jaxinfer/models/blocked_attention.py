@@ -11,6 +11,8 @@ pages in place (the CPU's prefill chunks, quantized pages).
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -21,6 +23,7 @@ NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax
 BLOCK_KEYS = 256  # keys per block: a few blocks even at long contexts, small score tiles
 QUERY_BLOCK = 256  # queries per block in long chunks: each block stops at its own last position
 LOOPED_ROWS = 4  # up to this many rows (prefill chunks) each get their own key loop, to their own length
+TOKEN_BLOCK = 16  # one-query rows (an engine step's tokens) per shared key loop
 
 
 def gather_pages(cache: PagedKVCache, pools: list[jax.Array], scales, layer: int, table: jax.Array, dtype) -> jax.Array:
@@ -72,6 +75,32 @@ def blocked_rows_attention(
 
     out = _concatenate([attend_rows(g) for g in groups], axis=1)  # [KV, R, G, T, K]
     return out.transpose(1, 3, 0, 2, 4).reshape(rows, steps, heads, dim).astype(q.dtype)
+
+
+def blocked_token_attention(
+    q: jax.Array,
+    cache: PagedKVCache,
+    layer: int,
+    window: int,
+    lengths: jax.Array,
+    page_table: jax.Array,
+    query_lens: jax.Array,
+    dtype: jnp.dtype,
+) -> jax.Array:
+    """blocked_rows_attention of one-query rows q [N, 1, H, K] (an engine step's tokens, each its own
+    row), TOKEN_BLOCK rows at a time: a block gathers its rows' pages [KV, rows, keys, K] one key
+    block at a time up to its own last position, so nothing the size of [N, S] is materialised."""
+    rows = q.shape[0]
+    block = math.gcd(rows, TOKEN_BLOCK)
+    if block == rows:
+        return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype)
+
+    def one(args: tuple[jax.Array, ...]) -> jax.Array:
+        return blocked_rows_attention(args[0], cache, layer, window, *args[1:], dtype)
+
+    split = lambda a: a.reshape(rows // block, block, *a.shape[1:])  # noqa: E731
+    out = jax.lax.map(one, (split(q), split(lengths), split(page_table), split(query_lens)))
+    return out.reshape(q.shape)
 
 
 def _concatenate(parts: list[jax.Array], axis: int) -> jax.Array:

@@ -1,5 +1,6 @@
-"""A host step's NumPy arrays as the compiled programs take them (`engine_step.StepInputs`),
-with each row's sampling settings and logit bias and, when a row asks for them, its penalty counts."""
+"""A host step's NumPy arrays as the compiled programs take them (`engine_step.StepInputs`), with
+each row's sampling settings, logit bias and penalty settings: O(rows) per step, whatever the
+vocabulary or context (penalty counts stay on the device, see `penalty_slots`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from jaxinfer.parallel.sharding import Layout
 from jaxinfer.runtime.engine_step import RowSampling, StepInputs
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.packed_tree import PackedTree, pack_host
-from jaxinfer.sampling.penalties import Penalties
+from jaxinfer.sampling.penalties import PenaltyRows
 from jaxinfer.sampling.sampler import sampling_arrays
 
 if TYPE_CHECKING:
@@ -21,39 +22,31 @@ if TYPE_CHECKING:
 PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
 
 
-def device_inputs(host: HostStep, vocab_size: int, layout: Layout) -> PackedTree:
+def device_inputs(host: HostStep, slots: np.ndarray, layout: Layout, branchless: bool) -> PackedTree:
     """The step's inputs as one buffer (see packed_tree), replicated over the mesh (one global array
-    when the devices span processes)."""
-    live = [r for r in host.requests if r is not None]
+    when the devices span processes). slots [R]: each row's penalty slot (0: none)."""
     params = [r.params if r is not None else PADDING_PARAMS for r in host.requests]
     seeds = [r.seed if r is not None else 0 for r in host.requests]
-    penalties = row_penalties(host, vocab_size) if any(r.params.penalized for r in live) else None
     bias_ids, bias = row_logit_bias(host.requests)
     sampling = RowSampling(
-        sampling_arrays(params, seeds), host.stop_ids, host.min_lengths, host.max_lengths, bias_ids, bias, penalties
+        sampling_arrays(params, seeds, branchless), host.stop_ids, host.min_lengths, host.max_lengths, bias_ids,
+        bias, row_penalties(params, slots), host.samples, np.asarray([p.logprobs is not None for p in params]),
     )
     return layout.put_tree(pack_host(StepInputs(
         tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, page_table=host.page_table,
         lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
         next_tokens=host.next_tokens, sampling=sampling,
-        num_decode=host.num_decode, want_logprobs=any(r.params.logprobs is not None for r in live),
     )))
 
 
-def row_penalties(host: HostStep, vocab_size: int) -> Penalties:
-    """Each row's presence/frequency/repetition settings and its output counts and prompt tokens."""
-    rows = len(host.requests)
-    counts, in_prompt = np.zeros((rows, vocab_size), np.int32), np.zeros((rows, vocab_size), bool)
-    values = np.zeros((3, rows), np.float32)
+def row_penalties(params: list[SamplingParams], slots: np.ndarray) -> PenaltyRows:
+    """Each row's presence/frequency/repetition settings; rows without a slot get settings that change nothing."""
+    values = np.zeros((3, len(params)), np.float32)
     values[2] = 1.0
-    for r, request in enumerate(host.requests):
-        if request is None:
-            continue
-        np.add.at(counts[r], request.output_ids, 1)
-        in_prompt[r, request.prompt_ids] = True
-        p = request.params
-        values[:, r] = (p.presence_penalty, p.frequency_penalty, p.repetition_penalty)
-    return Penalties(values[0], values[1], values[2], counts, in_prompt)
+    for r, p in enumerate(params):
+        if slots[r]:
+            values[:, r] = (p.presence_penalty, p.frequency_penalty, p.repetition_penalty)
+    return PenaltyRows(values[0], values[1], values[2], slots.astype(np.int32))
 
 
 def row_logit_bias(requests: list[Request | None]) -> tuple[np.ndarray, np.ndarray]:

@@ -18,10 +18,15 @@ import jax.numpy as jnp
 
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime.engine_step import StepInputs
-from jaxinfer.runtime.flat_forward import DraftModel, catch_up_inputs, decode_inputs, step_hidden
+from jaxinfer.runtime.flat_forward import (
+    CATCH_UP_CHUNK,
+    CATCH_UP_ROUNDS,
+    DraftModel,
+    catch_up_inputs,
+    decode_inputs,
+    step_hidden,
+)
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
-
-CATCH_UP_CHUNK = 16  # positions per row and draft forward when catching up after plain calls
 
 
 def catch_up(
@@ -42,7 +47,11 @@ def catch_up(
 
     live = x.query_lens > 0
     begin = jnp.where(live, start, end)
-    _, pages = jax.lax.while_loop(lambda c: jnp.any(c[0] < end), step, (begin, draft.pages))
+    carry = (begin, draft.pages)
+    if x.sampling.params.branchless:  # finished rows' chunks are all padding: they write nothing
+        _, pages = jax.lax.fori_loop(0, CATCH_UP_ROUNDS, lambda _, c: step(c), carry)
+    else:
+        _, pages = jax.lax.while_loop(lambda c: jnp.any(c[0] < end), step, carry)
     return dataclasses.replace(draft, pages=pages)
 
 
@@ -82,5 +91,9 @@ def propose(
     # count + 1 calls: the last writes K/V of the final draft (a round may accept all of them).
     calls = jnp.max(jnp.where(live_rows, count, -1)) + 1
     carry = (jnp.int32(0), draft.pages, x.tokens[::chunk], tokens, logprobs)
-    _, pages, _, tokens, logprobs = jax.lax.while_loop(lambda c: c[0] < calls, step, carry)
+    if x.sampling.params.branchless:  # every call a row does not need is padding (position -1)
+        carry = jax.lax.fori_loop(0, chunk, lambda _, c: step(c), carry)
+    else:
+        carry = jax.lax.while_loop(lambda c: c[0] < calls, step, carry)
+    _, pages, _, tokens, logprobs = carry
     return tokens, logprobs, dataclasses.replace(draft, pages=pages)

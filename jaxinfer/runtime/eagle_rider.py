@@ -23,11 +23,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.runtime.flat_forward import catch_up_inputs, decode_inputs, step_view
+from jaxinfer.runtime.flat_forward import CATCH_UP_CHUNK, CATCH_UP_ROUNDS, catch_up_inputs, decode_inputs, step_view
 from jaxinfer.speculative.eagle import EagleConfig, EagleParams, head_logits, head_step, project_features
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
-
-CATCH_UP_CHUNK = 16  # positions per row and head pass when catching up after plain calls
 
 if TYPE_CHECKING:
     from jaxinfer.runtime.engine_step import StepInputs
@@ -112,8 +110,10 @@ def catch_up(
         _, head = _head_pass(head, params, inputs, features, following.reshape(-1))
         return begin + CATCH_UP_CHUNK, head
 
-    begin = jnp.where(x.query_lens > 0, start, end)
-    return jax.lax.while_loop(lambda c: jnp.any(c[0] < end), step, (begin, head))[1]
+    carry = (jnp.where(x.query_lens > 0, start, end), head)
+    if x.sampling.params.branchless:  # caught-up rows' chunks are padding: they write nothing
+        return jax.lax.fori_loop(0, CATCH_UP_ROUNDS, lambda _, c: step(c), carry)[1]
+    return jax.lax.while_loop(lambda c: jnp.any(c[0] < end), step, carry)[1]
 
 
 def propose(
@@ -162,7 +162,11 @@ def propose(
 
     calls = jnp.max(jnp.where(live_rows, count, 0))
     carry = (jnp.int32(1), head.pages, feature, token, tokens, logprobs)
-    _, pages, _, _, tokens, logprobs = jax.lax.while_loop(lambda c: c[0] < calls, step, carry)
+    if x.sampling.params.branchless:  # calls past a row's count are padding (position -1)
+        carry = jax.lax.fori_loop(1, chunk - 1, lambda _, c: step(c), carry)
+    else:
+        carry = jax.lax.while_loop(lambda c: c[0] < calls, step, carry)
+    _, pages, _, _, tokens, logprobs = carry
     return tokens, logprobs, dataclasses.replace(head, pages=pages)
 
 

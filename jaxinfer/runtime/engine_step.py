@@ -1,9 +1,15 @@
 """The serving engine's device programs: one ragged step, and up to N decode steps in a loop.
 
-Both are pure functions of (weights, page pools, inputs) built by the engine on the host.
-Sampling happens inside: logit bias, penalties, min_tokens (stop ids masked until reached), then the same
-`sampling.sample` as the generation loop, keyed by (seed, position) so a request's tokens do
-not depend on what else is in the batch. Logprobs are the model's raw distribution.
+A step is T tokens packed end to end (each row's tokens contiguous, then padding at position
+-1) over R rows; attention reads each token's row's pages up to its own position (see
+cache/ragged_view), so the layout needs no shape but (T, R). Both programs are pure functions of
+(weights, page pools, penalty counts, inputs) built by the runner on the host. Sampling happens
+inside: logit bias, penalties (from per-slot counts that stay on the device), min_tokens (stop
+ids masked until reached), then the same `sampling.sample` as the generation loop, keyed by
+(seed, position) so a request's tokens do not depend on what else is in the batch. The top
+MAX_LOGPROBS logprobs of the model's raw distribution come back for every row (computed when
+any row asks, or always in a branchless program). No option is a static variant: every
+request mix runs the programs warm-up compiled.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
-from jaxinfer.sampling.penalties import Penalties, add_logit_bias, apply_penalties, count_tokens
-from jaxinfer.sampling.sampler import SamplingArrays, sample
+from jaxinfer.sampling.penalties import PenaltyCounts, PenaltyRows, add_logit_bias, count_tokens, penalize
+from jaxinfer.sampling.sampler import SamplingArrays, sample, skip_unless
 
 Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
 
@@ -31,39 +37,39 @@ MAX_LOGPROBS = 20
 class RowSampling:
     """How each row picks its next token."""
 
-    params: SamplingArrays
-    stop_ids: jax.Array  # [R, NS] int32, -1 padded
+    params: SamplingArrays  # its static `branchless` is the program's
+    stop_ids: jax.Array  # [R, MAX_STOP_IDS] int32, -1 padded
     min_lengths: jax.Array  # [R] int32 stop ids are masked while the new token's index is below this
     max_lengths: jax.Array  # [R] int32 a row is done once it holds this many tokens
     bias_ids: jax.Array  # [R, MAX_LOGIT_BIAS] int32 token ids of each row's logit_bias, -1 padded
     bias: jax.Array  # [R, MAX_LOGIT_BIAS] float32 what is added to those tokens' logits
-    penalties: Penalties | None
+    penalties: PenaltyRows
+    samples: jax.Array  # [R] bool the row's token is kept (counted for penalties)
+    want_logprobs: jax.Array  # [R] bool
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class StepInputs:
-    """One step's flat tokens and rows (see ragged_cache for the layout)."""
+    """One step's packed tokens and rows."""
 
-    tokens: jax.Array  # [N] int32
-    positions: jax.Array  # [N] int32, -1 for padding
-    token_rows: jax.Array  # [N] int32
-    page_table: jax.Array  # [R, P] int32
+    tokens: jax.Array  # [T] int32
+    positions: jax.Array  # [T] int32, -1 for padding
+    token_rows: jax.Array  # [T] int32
+    page_table: jax.Array  # [R, W] int32
     lengths: jax.Array  # [R] int32 tokens per row after this step (index of the next token)
     query_lens: jax.Array  # [R] int32
     last_index: jax.Array  # [R] int32 flat index of each row's last token
-    # [N] int32 the token after each flat token where the host knows it (prompt), else -1 (the
+    # [T] int32 the token after each flat token where the host knows it (prompt), else -1 (the
     # one the step samples); an EAGLE head reads it
     next_tokens: jax.Array
     sampling: RowSampling
-    num_decode: int = dataclasses.field(default=0, metadata=dict(static=True))
-    want_logprobs: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class StepOutputs:
-    """New tokens per row and step, with the model's top logprobs when asked for."""
+    """New tokens per row and step, with the model's top logprobs (plain steps)."""
 
     tokens: jax.Array  # [R, S] int32
     counts: jax.Array  # [R] int32 valid tokens per row
@@ -72,14 +78,13 @@ class StepOutputs:
     top_logprobs: jax.Array | None  # [R, S, MAX_LOGPROBS] float32
     drafted: jax.Array | None = None  # [R, rounds] int32 drafts per verify round (-1: the round did not run)
     accepted: jax.Array | None = None  # [R, rounds] int32 of them accepted
-    ranks: jax.Array | None = None  # [R, S] int32 the chosen token's rank (1 = most likely), with logprobs
+    ranks: jax.Array | None = None  # [R, S] int32 the chosen token's rank (1 = most likely)
 
 
-def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array) -> jax.Array:
+def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array, counts: PenaltyCounts) -> jax.Array:
     """Next tokens [R] for raw logits [R, V] of rows whose next token goes to index lengths [R]."""
     logits = add_logit_bias(logits, s.bias_ids, s.bias)
-    if s.penalties is not None:
-        logits = apply_penalties(logits, s.penalties)
+    logits = penalize(logits, s.penalties, counts, s.params.branchless)
     logits = mask_early_stops(logits, s.stop_ids, s.min_lengths, lengths)
     return sample(logits, s.params, lengths)
 
@@ -106,6 +111,21 @@ def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.A
     return chosen, top_ids.astype(jnp.int32), top_values, ranks
 
 
+def row_logprobs(logits: jax.Array, tokens: jax.Array, s: RowSampling) -> tuple[jax.Array, ...]:
+    """top_logprobs for every row: computed when some row wants them (always when branchless), else zeros.
+
+    A log-softmax and top-k over [R, V] every step would cost a CPU more than the rest of a small
+    model's step (64 x 49152 logits: ~70 ms on 2 busy cores); a conditional skips it there.
+    """
+    rows = tokens.shape[0]
+
+    def skipped() -> tuple[jax.Array, ...]:
+        zeros = jnp.zeros((rows, MAX_LOGPROBS))
+        return jnp.zeros((rows,)), zeros.astype(jnp.int32), zeros, jnp.ones((rows,), jnp.int32)
+
+    return skip_unless(jnp.any(s.want_logprobs), lambda: top_logprobs(logits, tokens), skipped, s.params.branchless)
+
+
 def feature_taps(draft: Rider) -> tuple[int, ...] | None:
     """What the target's forward must hand the draft: an EAGLE head's features, else nothing."""
     return draft.ecfg.feature_layers if isinstance(draft, EagleDraft) else None
@@ -124,29 +144,28 @@ def ride(draft: Rider, draft_weights, x: StepInputs, features: jax.Array | None,
     return read_tokens(draft, draft_weights, x)
 
 
-def _outputs(logits: jax.Array, tokens: jax.Array, want_logprobs: bool) -> StepOutputs:
+def _outputs(logits: jax.Array, tokens: jax.Array, s: RowSampling) -> StepOutputs:
+    chosen, ids, values, ranks = row_logprobs(logits, tokens, s)
     counts = jnp.ones(tokens.shape, jnp.int32)
-    if not want_logprobs:
-        return StepOutputs(tokens[:, None], counts, None, None, None)
-    chosen, ids, values, ranks = top_logprobs(logits, tokens)
     return StepOutputs(tokens[:, None], counts, chosen[:, None], ids[:, None], values[:, None], ranks=ranks[:, None])
 
 
 def ragged_step(
-    weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig,
+    weights: Weights, pages: PagedKVCache, counts: PenaltyCounts, x: StepInputs, cfg: ModelConfig,
     draft: Rider = None, draft_weights=None,
-) -> tuple[StepOutputs, PagedKVCache, Rider]:
+) -> tuple[StepOutputs, PagedKVCache, PenaltyCounts, Rider]:
     """Run decode tokens and prefill chunks together; sample one token per row (the draft reads them too)."""
     logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
-    tokens = pick_tokens(logits, x.sampling, x.lengths)
-    return _outputs(logits, tokens, x.want_logprobs), pages, ride(draft, draft_weights, x, features, tokens)
+    tokens = pick_tokens(logits, x.sampling, x.lengths, counts)
+    counts = count_tokens(counts, x.sampling.penalties.slots, tokens, x.sampling.samples)
+    return _outputs(logits, tokens, x.sampling), pages, counts, ride(draft, draft_weights, x, features, tokens)
 
 
 def multi_decode(
-    weights: Weights, pages: PagedKVCache, x: StepInputs, num_steps: jax.Array, cfg: ModelConfig, max_steps: int,
-    draft: Rider = None, draft_weights=None, stop_early: bool = True,
-) -> tuple[StepOutputs, PagedKVCache, Rider]:
-    """Up to num_steps (<= max_steps) decode steps of an all-decode batch.
+    weights: Weights, pages: PagedKVCache, counts: PenaltyCounts, x: StepInputs, num_steps: jax.Array,
+    cfg: ModelConfig, max_steps: int, draft: Rider = None, draft_weights=None, stop_early: bool = True,
+) -> tuple[StepOutputs, PagedKVCache, PenaltyCounts, Rider]:
+    """Up to num_steps (<= max_steps) decode steps of an all-decode batch (one token per row, T == R).
 
     stop_early: the loop ends when any row finishes (its slot frees for a waiting request);
     otherwise it runs max_steps iterations, finished rows idle and write nothing. XLA:GPU reads
@@ -154,61 +173,56 @@ def multi_decode(
     GPU idle; a loop of known trip count is queued without them.
     Rows with query_len 0 are padding and start done. Pages for every step were reserved.
     A draft model or EAGLE head does not read them (an EAGLE head's features are stored): the
-    next verify step catches it up (`batch_draft.catch_up`, `batch_eagle.catch_up`).
+    next verify step catches it up (`draft_model_rider.catch_up`, `eagle_rider.catch_up`).
     """
     rows = x.lengths.shape[0]
     empty = StepOutputs(
         tokens=jnp.zeros((rows, max_steps), jnp.int32),
         counts=jnp.zeros((rows,), jnp.int32),
-        logprobs=jnp.zeros((rows, max_steps), jnp.float32) if x.want_logprobs else None,
-        top_ids=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.int32) if x.want_logprobs else None,
-        top_logprobs=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.float32) if x.want_logprobs else None,
-        ranks=jnp.zeros((rows, max_steps), jnp.int32) if x.want_logprobs else None,
+        logprobs=jnp.zeros((rows, max_steps), jnp.float32),
+        top_ids=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.int32),
+        top_logprobs=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.float32),
+        ranks=jnp.zeros((rows, max_steps), jnp.int32),
     )
     start_done = x.query_lens == 0
 
     def cond(carry):
-        step, _, _, _, done, _ = carry
+        step, _, _, _, _, done, _ = carry
         return (step < num_steps) & ~jnp.any(done & ~start_done)
 
     def body(carry):
-        step, x, pages, draft, done, out = carry
+        step, x, pages, counts, draft, done, out = carry
         logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
-        tokens = pick_tokens(logits, x.sampling, x.lengths)
+        s = x.sampling
+        tokens = pick_tokens(logits, s, x.lengths, counts)
         if isinstance(draft, EagleDraft):  # the head catches up in the next verify step
             draft = remember(draft, x, features)
         active = ~done & (step < num_steps)
-        hit_stop = jnp.any(tokens[:, None] == x.sampling.stop_ids, axis=-1) & (x.lengths >= x.sampling.min_lengths)
+        counts = count_tokens(counts, s.penalties.slots, tokens, active)
+        hit_stop = jnp.any(tokens[:, None] == s.stop_ids, axis=-1) & (x.lengths >= s.min_lengths)
         new_lengths = x.lengths + active.astype(jnp.int32)
-        done = done | (active & (hit_stop | (new_lengths >= x.sampling.max_lengths)))
-        out = _record(out, step, tokens, active, logits if x.want_logprobs else None)
-        sampling = x.sampling
-        if sampling.penalties is not None:
-            sampling = dataclasses.replace(sampling, penalties=count_tokens(sampling.penalties, tokens, active))
+        done = done | (active & (hit_stop | (new_lengths >= s.max_lengths)))
+        out = _record(out, step, tokens, active, row_logprobs(logits, tokens, s))
         x = dataclasses.replace(
             x, tokens=jnp.where(active, tokens, x.tokens), positions=jnp.where(active, x.lengths, -1),
-            lengths=new_lengths, sampling=sampling,
+            lengths=new_lengths,
         )
-        return step + 1, x, pages, draft, done, out
+        return step + 1, x, pages, counts, draft, done, out
 
-    carry = (jnp.int32(0), x, pages, draft, start_done, empty)
+    carry = (jnp.int32(0), x, pages, counts, draft, start_done, empty)
     if stop_early:
-        _, _, pages, draft, _, out = jax.lax.while_loop(cond, body, carry)
+        carry = jax.lax.while_loop(cond, body, carry)
     else:
-        _, _, pages, draft, _, out = jax.lax.fori_loop(0, max_steps, lambda _, c: body(c), carry)
-    return out, pages, draft
+        carry = jax.lax.fori_loop(0, max_steps, lambda _, c: body(c), carry)
+    _, _, pages, counts, draft, _, out = carry
+    return out, pages, counts, draft
 
 
-def _record(out: StepOutputs, step: jax.Array, tokens: jax.Array, active: jax.Array, logits) -> StepOutputs:
-    """Write this step's tokens (and logprobs) into column `step`."""
-    counts = out.counts + active.astype(jnp.int32)
-    new = dict(tokens=out.tokens.at[:, step].set(tokens), counts=counts)
-    if logits is not None:
-        chosen, ids, values, ranks = top_logprobs(logits, tokens)
-        new.update(
-            logprobs=out.logprobs.at[:, step].set(chosen),
-            top_ids=out.top_ids.at[:, step].set(ids),
-            top_logprobs=out.top_logprobs.at[:, step].set(values),
-            ranks=out.ranks.at[:, step].set(ranks),
-        )
-    return dataclasses.replace(out, **new)
+def _record(out: StepOutputs, step: jax.Array, tokens: jax.Array, active: jax.Array, logprobs: tuple) -> StepOutputs:
+    """Write this step's tokens and logprobs into column `step`."""
+    chosen, ids, values, ranks = logprobs
+    return dataclasses.replace(
+        out, tokens=out.tokens.at[:, step].set(tokens), counts=out.counts + active.astype(jnp.int32),
+        logprobs=out.logprobs.at[:, step].set(chosen), top_ids=out.top_ids.at[:, step].set(ids),
+        top_logprobs=out.top_logprobs.at[:, step].set(values), ranks=out.ranks.at[:, step].set(ranks),
+    )

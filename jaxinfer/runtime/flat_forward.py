@@ -23,6 +23,11 @@ from jaxinfer.models.llama import forward_with_taps
 if TYPE_CHECKING:
     from jaxinfer.runtime.engine_step import StepInputs
 
+CATCH_UP_CHUNK = 16  # positions per row and draft forward (or head pass) when catching up after plain calls
+# Branchless programs (GPU) catch up at most this many chunks per call, a loop of known trip
+# count; the host advances `draft_computed` only as far (see ModelRunner.caught_up).
+CATCH_UP_ROUNDS = 4
+
 
 def step_hidden(
     weights: Weights, pages: PagedKVCache, x: "StepInputs", cfg: ModelConfig
@@ -34,9 +39,7 @@ def step_hidden(
 
 def step_view(pages: PagedKVCache, x: "StepInputs") -> RaggedPagedCache:
     """A pool as the step's flat tokens see it (the step's page tables)."""
-    return RaggedPagedCache(
-        dataclasses.replace(pages, page_table=x.page_table), x.token_rows, x.lengths, x.query_lens, x.num_decode
-    )
+    return RaggedPagedCache(dataclasses.replace(pages, page_table=x.page_table), x.token_rows)
 
 
 def step_features(
@@ -57,7 +60,6 @@ def decode_inputs(x: "StepInputs", tokens: jax.Array, positions: jax.Array, live
     return dataclasses.replace(
         x, tokens=tokens, positions=jnp.where(live, positions, -1), token_rows=index,
         lengths=jnp.where(live, positions + 1, 0), query_lens=live.astype(jnp.int32), last_index=index,
-        num_decode=rows, want_logprobs=False,
     )
 
 
@@ -70,7 +72,7 @@ def catch_up_inputs(x: "StepInputs", begin: jax.Array, end: jax.Array, chunk: in
         x, positions=jnp.where(positions < end[:, None], positions, -1).reshape(-1),
         token_rows=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), chunk),
         lengths=jnp.where(begin < end, jnp.minimum(begin + chunk, end), x.lengths),
-        query_lens=jnp.clip(end - begin, 0, chunk), num_decode=0, want_logprobs=False,
+        query_lens=jnp.clip(end - begin, 0, chunk),
     )
 
 

@@ -1,6 +1,8 @@
 """One engine step as host (NumPy) arrays: what the engine's step builder makes and the runner runs.
 
-Plain data, no jax: the engine builds it, `device_inputs` ships it.
+Plain data, no jax: the engine builds it, `device_inputs` ships it. A step is T tokens packed end
+to end (each row's tokens contiguous, then padding with position -1) over R rows; the page
+table is always the engine's full width, so T and R are the only shape buckets.
 """
 
 from __future__ import annotations
@@ -15,23 +17,30 @@ import numpy as np
 class HostStep:
     """NumPy fields of `engine_step.StepInputs` plus per-row sampling inputs: the runner's input contract."""
 
-    tokens: np.ndarray
-    positions: np.ndarray
-    token_rows: np.ndarray
-    page_table: np.ndarray
-    lengths: np.ndarray
-    query_lens: np.ndarray
-    last_index: np.ndarray
-    next_tokens: np.ndarray  # [N] the token after each flat token where known, else -1
-    stop_ids: np.ndarray
-    min_lengths: np.ndarray
-    max_lengths: np.ndarray
-    requests: list[Any]  # per row, the engine's request (None for padding); the runner never reads it
-    num_decode: int
-    num_steps: int
+    tokens: np.ndarray  # [T] int32
+    positions: np.ndarray  # [T] int32, -1 for padding
+    token_rows: np.ndarray  # [T] int32 row of each token
+    page_table: np.ndarray  # [R, W] int32
+    lengths: np.ndarray  # [R] int32 tokens of each row once this step's are written
+    query_lens: np.ndarray  # [R] int32 this step's tokens per row (0: a padding row)
+    last_index: np.ndarray  # [R] int32 flat index of each row's last token
+    next_tokens: np.ndarray  # [T] the token after each flat token where known, else -1
+    stop_ids: np.ndarray  # [R, MAX_STOP_IDS] int32, -1 padded
+    min_lengths: np.ndarray  # [R] int32
+    max_lengths: np.ndarray  # [R] int32
+    samples: np.ndarray  # [R] bool: the row's sampled token is kept (a decode, or a prompt's last chunk)
+    requests: list[Any]  # per row, the engine's request (None for padding); the runner reads its params
+    num_steps: int = 1  # decode steps of an all-decode call
+    decode: bool = False  # every row one decode token (T == R): the multi-step decode program runs it
     drafts: np.ndarray | None = None  # [R, chunk - 1] int32 for a verify step (rows are chunks)
     num_drafts: np.ndarray | None = None  # [R] int32
     num_rounds: int = 1  # verify rounds one call may run (draft model, EAGLE head)
     capacity: np.ndarray | None = None  # [R] int32 positions the row's reserved pages hold (verify steps)
-    history: np.ndarray | None = None  # [R, pages * page_size] int32 each row's tokens (verify steps)
+    history: np.ndarray | None = None  # [R, W * page_size] int32 each row's tokens (verify steps)
     draft_start: np.ndarray | None = None  # [R] int32 first position a draft model or head has not read
+
+    @property
+    def shape(self) -> tuple[str, int, int]:
+        """(program kind, tokens, rows): what selects the compiled program."""
+        kind = "verify" if self.drafts is not None else "decode" if self.decode else "ragged"
+        return kind, len(self.tokens), len(self.lengths)

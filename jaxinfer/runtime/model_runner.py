@@ -1,10 +1,14 @@
 """`ModelRunner`: the serving engine's device side, the one place that holds its jax state.
 
 It owns the weights, the page pools (the target's and a draft model's or EAGLE head's), the
-compiled step programs, their dispatch and output readback, warm-up, activation profiling and
-prompt logprobs. The engine (host only) plans each step as a `HostStep` and hands it to `run`;
-what it needs to know about the platform (a CPU's page spreading, whether a multi-step call may
-end early) it reads here.
+penalty counts, the compiled programs, their dispatch and output readback, warm-up,
+activation profiling and prompt logprobs. The engine (host only) plans each step as a
+`HostStep` and hands it to `run`; what it needs to know about the platform it reads here.
+
+Programs (see config/buckets): a ragged step per (tokens, rows) bucket pair, a multi-step
+decode per row bucket (its step count is data: one step runs it too), a verify step per row
+bucket when speculating, one penalty-slot reset, and one all-positions pass per prompt-length
+bucket (prompt logprobs). `warm_up` compiles all of them; after it no request mix compiles.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import jax
 import numpy as np
 
 from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.config.buckets import bucket, chunk_step_for, tight_chunk_step
+from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
@@ -27,22 +31,24 @@ from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.device_inputs import device_inputs
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepOutputs
+from jaxinfer.runtime.flat_forward import CATCH_UP_CHUNK, CATCH_UP_ROUNDS
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.memory_maps import release_programs_near_cap
 from jaxinfer.runtime.packed_tree import pack_host, unpack_host
+from jaxinfer.runtime.penalty_slots import PenaltySlots, slot_ids
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
-from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
+from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
 from jaxinfer.runtime.verify_step import Drafts
 from jaxinfer.runtime.warmup import Program, Progress, activation_peak, warm_up
 from jaxinfer.sampling.logprob import Logprob, TokenText
+from jaxinfer.sampling.penalties import PenaltyCounts
 from jaxinfer.speculative.config import SpeculativeConfig
 
-MIN_PAGE_TOKENS = 128  # page-table widths start here: fewer programs, negligible extra reads
 Pools = tuple[PagedKVCache, Rider]
 
 
 class ModelRunner:
-    """Weights, pools and step programs of one engine; `run` executes a host step."""
+    """Weights, pools and programs of one engine; `run` executes a host step."""
 
     def __init__(
         self, weights: Weights, model_config: ModelConfig, config: EngineConfig, dtype: Any,
@@ -55,9 +61,11 @@ class ModelRunner:
         self.cache_spec = CacheSpec() if cache_spec is None else cache_spec
         self.speculative, self.draft_cfg, self.draft_weights = speculative, draft_cfg, draft_weights
         self.platform = jax.default_backend()
-        # Whether a multi-step call ends at the first finished row (see engine_step.multi_decode):
-        # not on a GPU, where each iteration's continue-test is a host round trip.
-        self.stop_early = self.platform != "gpu"
+        # A GPU runs a conditional or a loop of data-dependent trip count by reading its
+        # predicate back on the host each time: its programs compute every option (branchless)
+        # and loop a fixed number of times (multi-step calls do not stop at a finished row).
+        self.branchless = self.platform == "gpu"
+        self.stop_early = not self.branchless
         k_max = 0 if speculative is None else speculative.num_speculative_tokens
         # Exactly k+1 wide (not a power of two): on CPU a verify step's projections cost ~linearly
         # in its rows (k=4: 8 -> 5 rows made adaptive n-gram 1.37x -> 1.52x plain at batch 1).
@@ -66,26 +74,21 @@ class ModelRunner:
         # a plain call runs several decode steps (prompt lookup drafts on the host: one round).
         on_device = speculative is not None and speculative.method != "ngram"
         self.spec_rounds = max(1, config.decode_steps // 2) if on_device else 1
-        self.max_pages = bucket(config.pages_per_seq)
-        self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
-        # Steps with prefill chunks always use the full page-table width. Narrowing them too (the
-        # gathered CPU attention pays for width) multiplied their programs by the widths: 585 for
-        # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
-        # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
-        self.narrow_mixed = False
-        self.chunk_step = chunk_step_for(self.platform, config.max_num_batched_tokens)
-        self.tight_chunk_step = tight_chunk_step(self.platform)
+        self.width = bucket(config.pages_per_seq)  # every page table's width: lengths mask the rest
         self.spread_pages = self.platform == "cpu"  # see BlockManager(spread=...)
         self.num_pages = 0
         self.pages: PagedKVCache | None = None
         self.draft: Rider = None
+        self.slots = PenaltySlots(config.max_num_seqs + 1)
+        self.counts: PenaltyCounts | None = None
 
     def allocate(self, profile_hosts: Callable[[], list[HostStep]]) -> int:
-        """Size and make the page pools; how many pages they hold.
+        """Make the penalty counts, size and make the page pools; how many pages they hold.
 
         profile_hosts: the steps whose programs hold the most activations, compiled (not run)
         only where the pool is sized from device memory (an accelerator with num_pages unset).
         """
+        self.counts = self._new_counts()
         self.num_pages = pool_size(
             self.config, self.model_config, self.draft_cfg, self.dtype, self.cache_spec,
             lambda: self.activation_peak(profile_hosts()),
@@ -94,45 +97,65 @@ class ModelRunner:
         return self.num_pages
 
     def reset_pools(self) -> None:
-        """Fresh (zeroed) pools of num_pages pages, e.g. after a failed step consumed them."""
+        """Fresh (zeroed) pools of num_pages pages and penalty counts, e.g. after a failed step consumed them."""
         self.pages, self.draft = self._new_pools(self.num_pages)
+        self.counts = self._new_counts()
+        self.slots.clear()
 
     def release(self) -> None:
         """Free the pools; the next step makes them again."""
-        self.pages = self.draft = None
+        self.pages = self.draft = self.counts = None
+        self.slots.clear()
 
     def shared_seed(self) -> int:
         """A random seed for a request without one, the same on every process."""
         return shared_seed()
 
-    def program_for(self, host: HostStep, pools: Pools | None = None) -> Program:
+    def caught_up(self, start: int, end: int) -> int:
+        """The position up to which a verify call brings a draft that had read positions < start (of end)."""
+        return min(end, start + CATCH_UP_ROUNDS * CATCH_UP_CHUNK) if self.branchless else end
+
+    def program_for(self, host: HostStep, state: tuple | None = None) -> Program:
         """The compiled program a host step runs, and its arguments.
 
-        pools: the page pools it runs on (default: the runner's, made first if released).
+        state: (pools, counts) it runs on (default: the runner's, made first if released).
         """
-        inputs = device_inputs(host, self.model_config.vocab_size, self.cache_spec.mesh_layout)
-        if pools is None:
+        if state is None:
             if self.pages is None:
                 self.reset_pools()
-            pools = self.pages, self.draft
-        pages, draft_pool = pools
+            slots = self._slots_for(host)
+            state = (self.pages, self.draft), self.counts
+        else:
+            slots = np.zeros(len(host.lengths), np.int32)
+        (pages, draft_pool), counts = state
+        inputs = device_inputs(host, slots, self.cache_spec.mesh_layout, self.branchless)
         draft = dict(draft=draft_pool, draft_weights=self.draft_weights)
+        cfg = self.model_config
         if host.drafts is not None:
             layout = self.cache_spec.mesh_layout
             drafts = layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
             capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
-            args = [self.weights, pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
-            kwargs = dict(cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculative.rule)
+            args = [self.weights, pages, counts, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
+            kwargs = dict(cfg=cfg, max_rounds=self.spec_rounds, rule=self.speculative.rule)
             return step_programs.verify_rounds, args, {**kwargs, **draft}
-        if host.num_steps > 1:
-            # Only an EAGLE head rides plain multi-step calls (it stores their features); a draft
-            # model is caught up by the next verify, so its pool and weights stay out and the call
-            # runs the plain program.
+        if host.decode:
+            # Only an EAGLE head rides decode calls (it stores their features); a draft model is
+            # caught up by the next verify, so its pool and weights stay out.
             rides = isinstance(draft_pool, EagleDraft)
-            kwargs = dict(cfg=self.model_config, max_steps=self.config.decode_steps, stop_early=self.stop_early)
-            args = [self.weights, pages, inputs, np.int32(host.num_steps)]
+            kwargs = dict(cfg=cfg, max_steps=self.config.decode_steps, stop_early=self.stop_early)
+            args = [self.weights, pages, counts, inputs, np.int32(host.num_steps)]
             return step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}
-        return step_programs.ragged_step, [self.weights, pages, inputs], dict(cfg=self.model_config, **draft)
+        return step_programs.ragged_step, [self.weights, pages, counts, inputs], dict(cfg=cfg, **draft)
+
+    def _slots_for(self, host: HostStep) -> np.ndarray:
+        """Each row's penalty slot, resetting the slots of rows that just got one."""
+        slots, fresh = self.slots.assign(host.requests, host.samples)
+        for slot, request in fresh:
+            width = self.config.max_seq_len
+            self.counts = step_programs.reset_penalty_slot(
+                self.counts, np.int32(slot), slot_ids(request.prompt_ids, width), slot_ids(request.output_ids, width)
+            )
+        return slots
 
     def dispatch(self, host: HostStep, lap: Callable[[str], None] = lambda phase: None) -> Any:
         """Start the step's program; its outputs come back packed (`read` them). lap(phase) marks
@@ -140,7 +163,7 @@ class ModelRunner:
         release_programs_near_cap()  # XLA:CPU maps each compiled program into this process (see memory_maps)
         program, args, kwargs = self.program_for(host)
         lap("inputs")
-        out, self.pages, draft = program(*args, **kwargs)
+        out, self.pages, self.counts, draft = program(*args, **kwargs)
         lap("dispatch")
         if "draft" in kwargs:  # the draft's pool went in, so its successor came out
             self.draft = draft
@@ -154,17 +177,33 @@ class ModelRunner:
         """Run the step and read its outputs."""
         return self.read(self.dispatch(host, lap))
 
+    def programs(self, hosts: list[HostStep]) -> list[Callable[[], Program]]:
+        """Every program the engine may run, as thunks: the step programs of `hosts` (one padding step
+        of each shape), the penalty-slot reset and the prompt-logprobs passes."""
+        width = self.config.max_seq_len
+        reset = (step_programs.reset_penalty_slot, [self.counts, np.int32(0), slot_ids([], width), slot_ids([], width)],
+                 {})
+        spec = self.cache_spec
+        passes = [
+            lambda size=size: logits_program(self.weights, self.model_config, size, self.dtype, spec.cpu_kernels,
+                                             spec.mesh_layout)
+            for size in prompt_buckets(self.config.max_seq_len)
+        ]
+        return [lambda host=host: self.program_for(host) for host in hosts] + [lambda: reset] + passes
+
     def warm_up(
         self, hosts: list[HostStep], progress: bool = False, threads: int | None = None,
         on_program: Progress | None = None,
     ) -> int:
-        """Compile and run (padding only) each host step's program; how many ran (see warmup.warm_up)."""
-        return warm_up(self.program_for, self.dispatch, hosts, progress, threads, on_program)
+        """Compile every program (see `programs`); how many were compiled."""
+        if self.pages is None:
+            self.reset_pools()
+        return warm_up(self.programs(hosts), progress, threads, on_program)
 
     def activation_peak(self, hosts: list[HostStep]) -> int:
         """Device bytes the programs of `hosts` need beside the weights and pools (see warmup.activation_peak)."""
-        pools = self._new_pools(self.config.pages_per_seq + 1)
-        return activation_peak(lambda host: self.program_for(host, pools), hosts)
+        state = self._new_pools(self.config.pages_per_seq + 1), self.counts
+        return activation_peak([self.program_for(host, state) for host in hosts])
 
     def prompt_logprobs(self, ids: list[int], k: int, text: TokenText) -> list[dict[int, Logprob] | None]:
         """Per prompt token its logprob and the top k given the prefix (vLLM's prompt_logprobs)."""
@@ -176,3 +215,8 @@ class ModelRunner:
     def _new_pools(self, num_pages: int) -> Pools:
         return new_pools(self.model_config, self.draft_cfg, num_pages, self.config.page_size, self.dtype,
                          self.cache_spec)
+
+    def _new_counts(self) -> PenaltyCounts:
+        """Zeroed penalty counts, one slot per engine row and slot 0, replicated over the mesh."""
+        shape, layout = (self.config.max_num_seqs + 1, self.model_config.vocab_size), self.cache_spec.mesh_layout
+        return PenaltyCounts(layout.zeros(shape, np.int32, (None, None)), layout.zeros(shape, bool, (None, None)))

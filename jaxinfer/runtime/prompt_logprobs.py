@@ -1,35 +1,59 @@
-"""Log-probabilities of a prompt's own tokens (vLLM's prompt_logprobs), via one all-positions pass."""
+"""Log-probabilities of a prompt's own tokens (vLLM's prompt_logprobs), via one all-positions pass.
+
+Prompt lengths pad to powers of four from MIN_BUCKET up to max_seq_len (4 programs at 2048),
+all compiled by the engine's warm-up: a scoring request compiles nothing, at up to 4x the
+compute of its prompt (powers of two would double the programs for half the padding).
+"""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.cache.contiguous import init_cache
-from jaxinfer.config.buckets import bucket
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.runtime import step_programs
 from jaxinfer.sampling.logprob import Logprob, TokenText, no_text, position_logprobs
 
-MIN_BUCKET = 16
+MIN_BUCKET = 64
+
+
+def prompt_buckets(max_len: int) -> list[int]:
+    """Every padded prompt length up to max_len: MIN_BUCKET, 4x that, ..., then max_len itself."""
+    sizes, n = [], MIN_BUCKET
+    while n < max_len:
+        sizes.append(n)
+        n *= 4
+    return sizes + [max_len]
+
+
+def prompt_bucket(n: int, max_len: int) -> int:
+    """The padded length of an n-token prompt (n itself past max_len: `logits` of a longer sequence)."""
+    return next((size for size in prompt_buckets(max_len) if size >= n), n)
+
+
+def logits_program(
+    weights: Weights, cfg: ModelConfig, size: int, dtype: jnp.dtype, cpu_kernels: bool = False,
+    layout: Layout = UNSHARDED,
+) -> tuple:
+    """(program, args, kwargs) of the all-positions pass over `size` tokens (zeros: warm-up compiles it)."""
+    cache = init_cache(cfg, 1, size, dtype, cpu_kernels, layout)
+    return step_programs.all_logits, [weights, layout.put(np.zeros((1, size), np.int32)), cache], dict(cfg=cfg)
 
 
 def all_position_logits(
     weights: Weights, cfg: ModelConfig, ids: list[int], dtype: jnp.dtype, max_len: int, cpu_kernels: bool = False,
     layout: Layout = UNSHARDED,
 ) -> np.ndarray:
-    """Float32 next-token logits [len(ids), V] at every position (lengths bucketed to powers of two
-    up to max_len, so a new length rarely compiles). cpu_kernels: the weights are packed for them;
-    layout: the mesh the weights are sharded over."""
-    n = len(ids)
-    size = min(bucket(n, MIN_BUCKET), max(max_len, n))
+    """Float32 next-token logits [len(ids), V] at every position (lengths padded to `prompt_bucket`).
+    cpu_kernels: the weights are packed for them; layout: the mesh the weights are sharded over."""
+    n, size = len(ids), prompt_bucket(len(ids), max_len)
+    program, (weights, _, cache), kwargs = logits_program(weights, cfg, size, dtype, cpu_kernels, layout)
     tokens = np.zeros((1, size), np.int32)
     tokens[0, :n] = ids
-    cache = init_cache(cfg, 1, size, dtype, cpu_kernels, layout)
-    return to_host(step_programs.all_logits(weights, layout.put(tokens), cache, cfg=cfg))[0, :n]
+    return to_host(program(weights, layout.put(tokens), cache, **kwargs))[0, :n]
 
 
 def prompt_logprobs(
@@ -37,8 +61,10 @@ def prompt_logprobs(
     cpu_kernels: bool = False, layout: Layout = UNSHARDED, text: TokenText = no_text,
 ) -> list[dict[int, Logprob] | None]:
     """Per prompt token: None for the first, else its id and the top-k ids -> Logprob given the prefix."""
-    logits = all_position_logits(weights, cfg, ids, dtype, max_len, cpu_kernels, layout)
-    logp = np.asarray(jax.nn.log_softmax(jnp.asarray(logits[:-1]), axis=-1))
+    logits = all_position_logits(weights, cfg, ids, dtype, max_len, cpu_kernels, layout)[:-1].astype(np.float64)
+    # On the host: a jnp log-softmax would compile a program for each new prompt length.
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    logp = (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32)
     out: list[dict[int, Logprob] | None] = [None]
     for i, row in enumerate(logp, start=1):
         top = np.argsort(-row, kind="stable")[:k].tolist() if k else []

@@ -11,6 +11,7 @@ import jax
 from jaxinfer.models import contiguous_decode
 from jaxinfer.runtime import engine_step, verify_step
 from jaxinfer.runtime.packed_tree import pack_device, unpack_device
+from jaxinfer.sampling import penalties
 
 prefill = jax.jit(
     contiguous_decode.prefill, static_argnames=("cfg", "prompt_bucket"), donate_argnames=("state",)
@@ -32,15 +33,24 @@ def packed_io(program: Callable) -> Callable:
     return run
 
 
+def _verify(
+    weights, pages, counts, x, drafts, num_rounds, capacity, history, draft_start, cfg, max_rounds,
+    rule=verify_step.EXACT_RULE, draft=None, draft_weights=None,
+):
+    """verify_rounds with the penalty counts passed through (penalized rows never verify), so every
+    engine step program takes and returns the same state."""
+    out, pages, draft = verify_step.verify_rounds(weights, pages, x, drafts, num_rounds, capacity, history,
+                                                  draft_start, cfg, max_rounds, rule, draft, draft_weights)
+    return out, pages, counts, draft
+
+
 # The engine's steps; a draft model's pool (when speculating with one) is donated with the target's.
-ragged_step = jax.jit(
-    packed_io(engine_step.ragged_step), static_argnames=("cfg",), donate_argnames=("pages", "draft")
-)
+DONATED = ("pages", "counts", "draft")
+ragged_step = jax.jit(packed_io(engine_step.ragged_step), static_argnames=("cfg",), donate_argnames=DONATED)
 multi_decode = jax.jit(
-    packed_io(engine_step.multi_decode), static_argnames=("cfg", "max_steps", "stop_early"),
-    donate_argnames=("pages", "draft"),
+    packed_io(engine_step.multi_decode), static_argnames=("cfg", "max_steps", "stop_early"), donate_argnames=DONATED,
 )
 verify_rounds = jax.jit(
-    packed_io(verify_step.verify_rounds), static_argnames=("cfg", "max_rounds", "rule"),
-    donate_argnames=("pages", "draft"),
+    packed_io(_verify), static_argnames=("cfg", "max_rounds", "rule"), donate_argnames=DONATED,
 )
+reset_penalty_slot = jax.jit(penalties.reset_slot, donate_argnames=("counts",))

@@ -58,7 +58,7 @@ def verify_step(
 ) -> tuple[StepOutputs, PagedKVCache, Rider]:
     """Accepted drafts then one corrected (or bonus) token per row: tokens [R, C], counts = accepted + 1.
 
-    x holds no decode rows (num_decode 0) and no penalties; every row is one verify chunk.
+    x holds no penalized rows (they decode plainly); every row is one verify chunk.
     With a draft model or an EAGLE head, drafts.tokens are placeholders: it proposes
     drafts.count tokens per row here; otherwise they are the host's (prompt lookup) with one-hot q.
     """
@@ -146,8 +146,25 @@ def verify_rounds(
     elif isinstance(draft, EagleDraft):
         draft = eagle_rider.catch_up(draft, draft_weights, x, history, draft_start)
     carry = (jnp.int32(0), x, drafts, pages, draft, empty, jnp.bool_(False))
-    carry = jax.lax.while_loop(lambda c: (c[0] < num_rounds) & ~c[-1], body, carry)
+    if s.params.branchless:
+        carry = jax.lax.fori_loop(0, max_rounds, lambda _, c: _unless_halted(c, body, num_rounds), carry)
+    else:
+        carry = jax.lax.while_loop(lambda c: (c[0] < num_rounds) & ~c[-1], body, carry)
     return carry[5], carry[3], carry[4]
+
+
+def _unless_halted(carry: tuple, body, num_rounds: jax.Array) -> tuple:
+    """One round of a fixed-trip loop: a round after the loop halted (or past num_rounds) runs again
+    on the same inputs and keeps nothing but its pool writes, which repeat the last round's.
+
+    A GPU then queues every round without reading a continue-test back; the rounds it did not
+    need cost their compute, as finished rows in a multi-step decode call do.
+    """
+    stopped = carry[-1] | (carry[0] >= num_rounds)
+    new = body(carry)
+    keep = lambda old, fresh: jax.tree.map(lambda a, b: jnp.where(stopped, a, b), old, fresh)  # noqa: E731
+    return (carry[0] + 1, keep(carry[1], new[1]), keep(carry[2], new[2]), new[3], new[4], keep(carry[5], new[5]),
+            stopped | new[6])
 
 
 def next_round(

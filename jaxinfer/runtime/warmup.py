@@ -1,12 +1,11 @@
-"""Compiling an engine's step programs before its first request, several at a time.
+"""Compiling an engine's programs before its first request, several at a time.
 
-A GPU compiles a Llama-3.2-1B step program in about 7 s (an H200 warmed a 27-program workload in
-186 s), and a serve start compiles every shape the knobs allow, a hundred or more. Each program
-is traced on the calling thread (tracing holds the GIL) and handed to a worker that compiles it,
-so tracing the next overlaps compiling the last. jit's own caches keep what the workers
-compiled: the padding-only runs that follow, and every later step of those shapes, compile
-nothing. On CPU one thread by default: XLA:CPU maps each program's code into memory regions,
-which the runs count against the process's cap as they go (see memory_maps).
+A GPU compiles a Llama-3.2-1B step program in about 7 s. Each program is traced on the calling
+thread (tracing holds the GIL) and handed to a worker that compiles it, so tracing the next
+overlaps compiling the last. Nothing runs: an ahead-of-time compile lands in jit's own caches, so
+every later call of those shapes compiles nothing (the tests count compile events). On CPU
+warm-up stops short of the process's memory-map cap (see memory_maps), which a default engine's
+~20 programs stay far below.
 """
 
 from __future__ import annotations
@@ -15,15 +14,14 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any
 
 import jax
 from tqdm.auto import tqdm
 
-from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.memory_maps import MAX_MAP_COUNT, map_headroom, warmup_may_continue
 
-Program = tuple[Callable, list, dict]  # a compiled function, its arguments and keyword arguments
+Program = tuple[Callable, list, dict]  # a jitted function, its arguments and keyword arguments
+Progress = Callable[[int, int], None]  # (programs done, programs in all), e.g. for a server's /health
 
 log = logging.getLogger(__name__)
 MAX_THREADS = 8
@@ -31,71 +29,69 @@ BAR = dict(desc="compiling step programs", unit="program")
 
 
 def default_compile_threads() -> int:
-    """1 on CPU, else one per core up to MAX_THREADS."""
-    return 1 if jax.default_backend() == "cpu" else max(1, min(MAX_THREADS, os.cpu_count() or 1))
+    """One per core, up to MAX_THREADS (XLA compiles a program on one thread)."""
+    return max(1, min(MAX_THREADS, os.cpu_count() or 1))
 
 
-Progress = Callable[[int, int], None]  # (programs done, programs in all), e.g. for a server's /health
+def compile_program(program: Program) -> None:
+    """Compile one program for its arguments (into jit's cache), running nothing."""
+    function, args, kwargs = program
+    function.lower(*args, **kwargs).compile()
 
 
 def warm_up(
-    program_for: Callable[[HostStep], Program], run: Callable[[HostStep], Any], hosts: list[HostStep],
-    progress: bool, threads: int | None, on_program: Progress | None = None,
+    programs: list[Callable[[], Program]], progress: bool, threads: int | None, on_program: Progress | None = None,
 ) -> int:
-    """Compile (on `threads` workers) and run each host step; how many ran (CPU stops near its map cap).
+    """Compile every program (each made by a thunk, on this thread) on `threads` workers; how many.
 
-    on_program hears of each program compiled (with one thread: compiled and run).
+    On CPU it stops early when one more program would leave less than the reserve of the
+    process's memory-map cap (the rest compile on first use).
     """
     threads = default_compile_threads() if threads is None else threads
-    if threads > 1:
-        compile_all(program_for, hosts, threads, progress, on_program)
-    ran, start = 0, map_headroom()
-    for host in tqdm(hosts, **BAR, disable=not progress or threads > 1):
-        per_program = 0 if start is None or not ran else (start - map_headroom()) / ran
-        if jax.default_backend() == "cpu" and not warmup_may_continue(per_program):
-            log.warning(
-                "warm-up stopped after %d of %d step programs: XLA:CPU maps ~%.0f memory regions per program "
-                "and this process is near vm.max_map_count (%s); the rest compile on first use. Raise the cap "
-                "(sudo sysctl -w vm.max_map_count=262144) or lower max_num_seqs / max_num_batched_tokens",
-                ran, len(hosts), per_program, MAX_MAP_COUNT.read_text().strip(),
-            )
-            break
-        run(host)
-        ran += 1
-        if on_program is not None and threads == 1:
-            on_program(ran, len(hosts))
-    return ran
-
-
-def compile_all(
-    program_for: Callable[[HostStep], Program], hosts: list[HostStep], threads: int, progress: bool,
-    on_program: Progress | None = None,
-) -> None:
-    """Each host step's program traced here and compiled on one of `threads` workers."""
-    with ThreadPoolExecutor(threads) as pool:
+    done, start = 0, map_headroom()
+    bar = tqdm(total=len(programs), **BAR, disable=not progress)
+    with ThreadPoolExecutor(max(threads, 1)) as pool:
         futures = []
-        for host in hosts:
-            program, args, kwargs = program_for(host)
-            futures.append(pool.submit(program.lower(*args, **kwargs).compile))
-        bar = tqdm(as_completed(futures), total=len(futures), **BAR, disable=not progress)
-        for done, future in enumerate(bar, start=1):
-            future.result()
-            if on_program is not None:
-                on_program(done, len(futures))
+        for make in programs:
+            per_program = 0 if start is None or not done else (start - map_headroom()) / done
+            if jax.default_backend() == "cpu" and not warmup_may_continue(per_program):
+                log.warning(
+                    "warm-up stopped after %d of %d programs: XLA:CPU maps ~%.0f memory regions per program and "
+                    "this process is near vm.max_map_count (%s); the rest compile on first use. Raise the cap "
+                    "(sudo sysctl -w vm.max_map_count=262144)", done, len(programs), per_program,
+                    MAX_MAP_COUNT.read_text().strip(),
+                )
+                break
+            futures.append(pool.submit(compile_program, make()))
+            if threads <= 1:  # one at a time: the map count above sees each program
+                futures[-1].result()
+                done += 1
+                _report(bar, on_program, done, len(programs))
+        if threads > 1:
+            for done, future in enumerate(as_completed(futures), start=1):
+                future.result()
+                _report(bar, on_program, done, len(programs))
+    bar.close()
+    return len(futures)
 
 
-def activation_peak(program_for: Callable[[HostStep], Program], hosts: list[HostStep]) -> int:
-    """Device bytes the largest step programs (`hosts`) need beside the weights and the page pools.
+def _report(bar: tqdm, on_program: Progress | None, done: int, total: int) -> None:
+    bar.update(1)
+    if on_program is not None:
+        on_program(done, total)
+
+
+def activation_peak(programs: list[Program]) -> int:
+    """Device bytes the largest step programs need beside the weights and the page pools.
 
     XLA's buffer assignment knows each program's temporaries and outputs exactly, so the
-    programs are compiled (against a pool of one sequence, which `program_for` holds: the pool is
+    programs are compiled (against a pool of one sequence, which the programs hold: the pool is
     donated, its size not part of the peak), not run: JAX cannot reset a device's peak counter,
     which would also hold an earlier model's. Costs one compile per profiled step at load
     (accelerators only).
     """
     peak = 0
-    for host in hosts:
-        program, args, kwargs = program_for(host)
+    for program, args, kwargs in programs:
         memory = program.lower(*args, **kwargs).compile().memory_analysis()
         if memory is None:
             log.warning("no memory analysis on %s: the KV pool is sized without a step's activations",

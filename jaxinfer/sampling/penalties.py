@@ -30,11 +30,54 @@ def apply_penalties(logits: jax.Array, p: Penalties) -> jax.Array:
     return logits - p.frequency[:, None] * counts - p.presence[:, None] * (counts > 0)
 
 
-def count_tokens(p: Penalties, tokens: jax.Array, active: jax.Array) -> Penalties:
-    """Add tokens [R] of the active rows to the output counts."""
-    rows = jnp.arange(tokens.shape[0])
-    counts = p.output_counts.at[rows, tokens].add(active.astype(jnp.int32))
-    return dataclasses.replace(p, output_counts=counts)
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class PenaltyCounts:
+    """What each penalty slot's request has seen, kept on the device between steps (slot 0 unused)."""
+
+    output_counts: jax.Array  # [S, V] int32 occurrences of each token in the slot's output
+    in_prompt: jax.Array  # [S, V] bool tokens of the slot's prompt
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class PenaltyRows:
+    """Each row's penalty settings and the slot holding its counts (0: not penalized)."""
+
+    presence: jax.Array  # [R] float32
+    frequency: jax.Array  # [R] float32
+    repetition: jax.Array  # [R] float32; 1 = off
+    slots: jax.Array  # [R] int32
+
+
+def penalize(logits: jax.Array, rows: PenaltyRows, counts: PenaltyCounts, branchless: bool) -> jax.Array:
+    """Logits [R, V] with each penalized row's penalties applied from its slot's counts.
+
+    Unpenalized rows (slot 0, settings that change nothing) come out unchanged, so branchless
+    programs apply them to every row; others skip the [R, V] work unless some row is penalized.
+    """
+    def apply() -> jax.Array:
+        seen = Penalties(rows.presence, rows.frequency, rows.repetition, counts.output_counts[rows.slots],
+                         counts.in_prompt[rows.slots])
+        return apply_penalties(logits, seen)
+
+    if branchless:
+        return apply()
+    return jax.lax.cond(jnp.any(rows.slots > 0), apply, lambda: logits)
+
+
+def count_tokens(counts: PenaltyCounts, slots: jax.Array, tokens: jax.Array, kept: jax.Array) -> PenaltyCounts:
+    """Add tokens [R] of the kept rows to their slots' output counts (slot 0 takes nothing)."""
+    add = (kept & (slots > 0)).astype(jnp.int32)
+    return dataclasses.replace(counts, output_counts=counts.output_counts.at[slots, tokens].add(add))
+
+
+def reset_slot(counts: PenaltyCounts, slot: jax.Array, prompt: jax.Array, output: jax.Array) -> PenaltyCounts:
+    """Slot `slot` holding a request's prompt ids [L] and output ids [L] (both -1 padded)."""
+    vocab = counts.output_counts.shape[1]
+    seen = jnp.zeros((vocab,), bool).at[jnp.where(prompt >= 0, prompt, vocab)].set(True, mode="drop")
+    occurrences = jnp.zeros((vocab,), jnp.int32).at[jnp.where(output >= 0, output, vocab)].add(1, mode="drop")
+    return PenaltyCounts(counts.output_counts.at[slot].set(occurrences), counts.in_prompt.at[slot].set(seen))
 
 
 def add_logit_bias(logits: jax.Array, token_ids: jax.Array, bias: jax.Array) -> jax.Array:

@@ -30,11 +30,25 @@ class SamplingArrays:
     top_p: jax.Array  # [B] float32; 1 = off
     min_p: jax.Array  # [B] float32; 0 = off
     keys: jax.Array  # [B, 2] uint32 raw threefry keys, one per request seed
+    # Static: compute every row's way (jnp.where) instead of skipping work with lax.cond. A GPU
+    # wants it: XLA:GPU copies a conditional's predicate to the host and waits for it.
+    branchless: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     @property
-    def any_filter(self) -> jax.Array:
-        """Whether any row needs the (costly) sorted top-k / top-p pass."""
-        return jnp.any((self.top_k > 0) | (self.top_p < 1.0))
+    def filters(self) -> jax.Array:
+        """[B] bool: rows that need the (costly) sorted top-k / top-p pass."""
+        return (self.top_k > 0) | (self.top_p < 1.0)
+
+
+def skip_unless(needed: jax.Array, compute, skipped, branchless: bool):
+    """compute() when `needed` (a device bool), else skipped(), without a branch when branchless.
+
+    Branchless, compute() always runs: its results must be right for every row (rows that did
+    not need it are fixed up by the caller's jnp.where).
+    """
+    if branchless:
+        return compute()
+    return jax.lax.cond(needed, compute, skipped)
 
 
 def seed_key(seed: int) -> np.ndarray:
@@ -42,7 +56,9 @@ def seed_key(seed: int) -> np.ndarray:
     return np.array([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF], dtype=np.uint32)
 
 
-def sampling_arrays(params: Sequence[SamplingParams], seeds: Sequence[int]) -> SamplingArrays:
+def sampling_arrays(
+    params: Sequence[SamplingParams], seeds: Sequence[int], branchless: bool = False
+) -> SamplingArrays:
     """Stack per-request parameters as host arrays; `seeds` resolves requests that gave no seed.
 
     NumPy leaves: callers move the whole step's inputs to the devices in one transfer.
@@ -53,6 +69,7 @@ def sampling_arrays(params: Sequence[SamplingParams], seeds: Sequence[int]) -> S
         top_p=np.asarray([p.top_p for p in params], np.float32),
         min_p=np.asarray([p.min_p for p in params], np.float32),
         keys=np.stack([seed_key(s) for s in seeds]),
+        branchless=branchless,
     )
 
 
@@ -104,10 +121,12 @@ def processed_logprobs(logits: jax.Array, params: SamplingArrays) -> jax.Array:
     logits = logits.astype(jnp.float32)
     greedy = params.temperature <= 0
     scaled = logits / jnp.where(greedy, 1.0, params.temperature)[:, None]
-    keep = jax.lax.cond(
-        params.any_filter,
-        lambda: _top_k_top_p_mask(scaled, params.top_k, params.top_p),
+    filters = params.filters
+    keep = skip_unless(
+        jnp.any(filters),
+        lambda: _top_k_top_p_mask(scaled, params.top_k, params.top_p) | ~filters[:, None],
         lambda: jnp.ones(scaled.shape, bool),
+        params.branchless,
     )
     scaled = jnp.where(keep, scaled, NEG_INF)
     logprobs = jax.nn.log_softmax(scaled, axis=-1)
@@ -134,5 +153,5 @@ def sample(logits: jax.Array, params: SamplingArrays, positions: jax.Array) -> j
         keys = step_keys(params, positions)
         return jax.vmap(jax.random.categorical)(keys, logprobs).astype(jnp.int32)
 
-    drawn = jax.lax.cond(jnp.all(greedy), lambda: argmax, draw)
+    drawn = skip_unless(~jnp.all(greedy), draw, lambda: argmax, params.branchless)
     return jnp.where(greedy, argmax, drawn)

@@ -15,7 +15,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.sampling.sampler import SamplingArrays, first_argmax, processed_logprobs, step_keys
+from jaxinfer.sampling.sampler import SamplingArrays, first_argmax, processed_logprobs, skip_unless, step_keys
 
 # fold_in tags: draft draws and acceptance uniforms use bits independent of the residual or
 # bonus draw, which uses the untagged key plain sampling would use at that position.
@@ -64,10 +64,11 @@ def position_keys(params: SamplingArrays, positions: jax.Array, tag: int | None 
 
 def sampled_logprobs(logits: jax.Array, params: SamplingArrays) -> jax.Array:
     """processed_logprobs [N, V], skipping the softmax work when every row is greedy (one-hot)."""
-    return jax.lax.cond(
-        jnp.all(params.temperature <= 0),
-        lambda: one_hot_logprobs(first_argmax(logits), logits.shape[-1]),
+    return skip_unless(
+        ~jnp.all(params.temperature <= 0),
         lambda: processed_logprobs(logits, params),
+        lambda: one_hot_logprobs(first_argmax(logits), logits.shape[-1]),
+        params.branchless,
     )
 
 
@@ -84,7 +85,7 @@ def draw(logprobs: jax.Array, params: SamplingArrays, keys: jax.Array) -> jax.Ar
     def sampled() -> jax.Array:
         return jax.vmap(jax.random.categorical)(keys, logprobs).astype(jnp.int32)
 
-    drawn = jax.lax.cond(jnp.all(greedy), lambda: argmax, sampled)
+    drawn = skip_unless(~jnp.all(greedy), sampled, lambda: argmax, params.branchless)
     return jnp.where(greedy, argmax, drawn)
 
 

@@ -27,6 +27,7 @@ from pallas_kernels import (
     paged_attention_reference,
     paged_attention_tpu,
     quantize_kv,
+    ragged_paged_attention_reference,
 )
 
 F32, BF16 = jnp.float32, jnp.bfloat16
@@ -224,3 +225,26 @@ def test_tpu_compiled(dtype, int8):
     inputs = _device_case(dtype, int8, 1)
     out = paged_attention_tpu(*inputs.decode_args, **inputs.kwargs)
     assert_close(out, paged_attention_reference(*inputs.decode_args, **inputs.kwargs), dtype)
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_tokens_as_rows_equal_causal_attention(platform):
+    """The engine's attention over a flat token stream: each token of a chunk is a row of the decode
+    kernel (its sequence's page table, length = position + 1, tokens of one sequence sharing the
+    table), and equals causal multi-query attention (the ragged reference) at that position."""
+    lengths, chunk = [9, 40, 64], 8
+    inputs = make_inputs(
+        _key("tokens", platform), lengths=lengths, query_lens=[chunk] * 3, max_q=chunk, num_q_heads=8,
+        num_kv_heads=2, head_dim=64, page_size=16, pages_per_seq=4, dtype=F32, out_of_range_entries=platform == "tpu",
+    )
+    causal = ragged_paged_attention_reference(*inputs.ragged_args)  # [3, chunk, H, D]
+    rows = np.repeat(np.arange(3), chunk)
+    positions = (np.asarray(lengths)[:, None] - chunk + np.arange(chunk)[None, :]).reshape(-1)
+    args = (inputs.q.reshape(3 * chunk, *inputs.q.shape[2:]), inputs.k_pages, inputs.v_pages,
+            jnp.asarray(positions + 1, jnp.int32), inputs.page_indices[rows])
+    if platform == "gpu":
+        out = paged_attention_gpu(*args, pages_per_block=2, num_splits=1, interpret=True)
+    else:
+        with jax.default_device(jax.devices("cpu")[0]):
+            out = paged_attention_tpu(*args, pages_per_block=2, interpret=True)
+    assert_close(out, causal.reshape(out.shape), F32)

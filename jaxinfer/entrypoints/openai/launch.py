@@ -132,9 +132,9 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> LLM:
         gpu_memory_utilization=args.gpu_memory_utilization,
     )
     if not args.skip_warmup:
-        starting.phase("compiling step programs", "once per machine with the compile cache")
+        starting.phase("compiling programs", "once per machine with the compile cache")
         count = llm.engine.warmup(on_program=starting.compiled)
-        starting.say(f"{count} step programs ready")
+        starting.say(f"{count} programs ready")
     return llm
 
 

@@ -58,11 +58,11 @@ class StartingApp:
     def compiled(self, done: int, total: int) -> None:
         """Warm-up progress; printed at every tenth of the programs (a log file gets no progress bar)."""
         with self._lock:
-            self.status = {"status": "warming up", "phase": "compiling step programs", "done": done, "total": total}
+            self.status = {"status": "warming up", "phase": "compiling programs", "done": done, "total": total}
         tenth = 10 * done // max(total, 1)
         if tenth > self._printed:
             self._printed = tenth
-            self.say(f"compiled {done}/{total} step programs")
+            self.say(f"compiled {done}/{total} programs")
 
     def ready(self, app: ASGIApp) -> None:
         """Serve with `app` from now on."""

@@ -1,0 +1,82 @@
+"""A small program set: warm-up compiles every program an engine runs, and after it no request mix compiles.
+
+Compiles are counted from JAX's `backend_compile_duration` events (recorded for a compile and
+for a load from the persistent cache alike), the listener `runtime.memory_maps` already uses.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.config.engine import EngineConfig
+from jaxinfer.engine.step_builder import program_shapes
+from jaxinfer.runtime.memory_maps import COMPILE_EVENT
+from jaxinfer.runtime.prompt_logprobs import prompt_buckets
+
+KNOBS = dict(dtype="float32", max_seq_len=160, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2,
+             decode_steps=4, num_pages=40)
+REPEATING = [5, 6, 7, 8] * 6  # prompt lookup finds drafts in it
+
+
+class CompileCounter:
+    """Compile events while active (a listener cannot be removed: it checks a flag)."""
+
+    def __init__(self) -> None:
+        self.active, self.count = False, 0
+        jax.monitoring.register_event_duration_secs_listener(self._heard)
+
+    def _heard(self, event: str, duration: float, **kwargs: object) -> None:
+        if self.active and event == COMPILE_EVENT:
+            self.count += 1
+
+
+@pytest.fixture(scope="module")
+def counter() -> CompileCounter:
+    return CompileCounter()
+
+
+def mixed_workload(llm: LLM, seed: int) -> None:
+    """Every option the engine takes, long and short prompts, n > 1, in one generate call and a stream."""
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(3, 250, int(n)).tolist() for n in (1, 5, 40, 90, 33)] + [REPEATING]
+    params = [
+        SamplingParams(max_tokens=12, temperature=0, logprobs=5),
+        SamplingParams(max_tokens=9, temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, seed=1, prompt_logprobs=3),
+        SamplingParams(max_tokens=20, temperature=1.0, presence_penalty=0.5, frequency_penalty=0.3,
+                       repetition_penalty=1.3, seed=2, n=2),
+        SamplingParams(max_tokens=7, temperature=0, stop_token_ids=list(range(100, 140)), logit_bias={9: 5.0, 11: -100}),
+        SamplingParams(max_tokens=15, min_tokens=10, temperature=0.7, seed=3, stop=["x", "yz"]),
+        SamplingParams(max_tokens=30, temperature=0),
+    ]
+    llm.generate(prompts, params)
+    for _ in llm.stream(prompts[1], SamplingParams(max_tokens=6, temperature=0, logprobs=2)):
+        pass
+
+
+@pytest.mark.parametrize("method", [None, "ngram"], ids=["plain", "ngram"])
+def test_nothing_compiles_after_warmup(checkpoint_dir, counter, method):
+    spec = None if method is None else SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)
+    llm = LLM(checkpoint_dir("llama3"), speculative=spec, **KNOBS)
+    programs = llm.engine.warmup()
+    verify = None if spec is None else 4
+    steps = program_shapes(llm.engine.config, verify)
+    assert programs == llm.engine.program_count() == len(steps) + 1 + len(prompt_buckets(KNOBS["max_seq_len"]))
+    counter.active = True
+    try:
+        mixed_workload(llm, seed=0)
+    finally:
+        counter.active = False
+    assert counter.count == 0
+    if method == "ngram":
+        assert llm.engine.speculation_metrics()["drafted"] > 0
+
+
+def test_default_knobs_need_few_programs():
+    """18 programs for the default knobs at max_seq_len 2048 (13 steps, the penalty-slot reset, 4
+    prompt-logprobs passes), 17 at 1024: the issue's bound is 32."""
+    for max_seq_len, expected in ((2048, 18), (1024, 17)):
+        config = EngineConfig(max_seq_len=max_seq_len)
+        assert len(program_shapes(config)) + 1 + len(prompt_buckets(max_seq_len)) == expected
