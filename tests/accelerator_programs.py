@@ -1,0 +1,83 @@
+"""An engine's step programs as a GPU or a TPU would run them, built on this CPU (tests only).
+
+The runner is switched to the platform's variant (branchless and fixed-trip loops for a GPU;
+Pallas kernels of that platform through the pools' `platform`), then each step program is
+traced (its jaxpr) or lowered for the platform with `jax.export`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jax import export
+from jax.extend.core import ClosedJaxpr, Jaxpr
+
+from jaxinfer import LLM
+from jaxinfer.cache.paged import PagedKVCache
+
+EXPORT_PLATFORMS = {"gpu": "cuda", "tpu": "tpu"}
+KERNEL_CALLS = {"gpu": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
+# Triton calls carry no compatibility guarantee across jax versions; lowering them is what is checked.
+DISABLED = [export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
+
+
+def on_platform(pools: Any, platform: str) -> Any:
+    """A pool (a draft's or EAGLE head's too) whose Pallas kernels are `platform`'s."""
+    if isinstance(pools, PagedKVCache):
+        return dataclasses.replace(pools, platform=platform)
+    if pools is None:
+        return None
+    return dataclasses.replace(pools, pages=on_platform(pools.pages, platform))
+
+
+def step_programs(llm: LLM, platform: str) -> list[tuple[tuple, Any, list, dict]]:
+    """(shape, program, args, kwargs) of every engine step program in `platform`'s variant."""
+    runner = llm.engine.runner
+    runner.branchless = platform == "gpu"
+    runner.stop_early = platform != "gpu"
+    runner.pages, runner.draft = on_platform(runner.pages, platform), on_platform(runner.draft, platform)
+    return [(host.shape, *runner.program_for(host)) for host in llm.engine.step_hosts()]
+
+
+def round_trips(jaxpr: Any) -> list[str]:
+    """Equations outside Pallas kernels that a GPU runs by reading a value back on the host: every
+    `cond`, and every `while` (a loop of static trip count is a `scan`, fori_loop's lowering)."""
+    found = []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "pallas_call":
+            continue
+        if name in ("cond", "while"):
+            found.append(f"{name} in {eqn.source_info.name_stack or 'the program'}")
+        for sub in _sub_jaxprs(eqn.params.values()):
+            found += round_trips(sub)
+    return found
+
+
+def _sub_jaxprs(values: Any) -> list[Any]:
+    out = []
+    for value in values:
+        if isinstance(value, ClosedJaxpr):
+            out.append(value.jaxpr)
+        elif isinstance(value, Jaxpr):
+            out.append(value)
+        elif isinstance(value, (tuple, list)):
+            out += _sub_jaxprs(value)
+    return out
+
+
+def gpu_round_trips(llm: LLM) -> dict[str, list[str]]:
+    """Each GPU-variant step program's host round trips (none expected)."""
+    return {str(shape): round_trips(program.trace(*args, **kwargs).jaxpr.jaxpr)
+            for shape, program, args, kwargs in step_programs(llm, "gpu")}
+
+
+def lowered_kernels(llm: LLM, platform: str) -> dict[str, int]:
+    """Each step program lowered for `platform` with jax.export: how many Pallas kernel calls it holds."""
+    out = {}
+    for shape, program, args, kwargs in step_programs(llm, platform):
+        exported = export.export(program, platforms=(EXPORT_PLATFORMS[platform],), disabled_checks=DISABLED)(
+            *args, **kwargs)
+        out[str(shape)] = exported.mlir_module().count(KERNEL_CALLS[platform])
+    return out

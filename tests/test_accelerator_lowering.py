@@ -1,0 +1,86 @@
+"""Every engine step program as a GPU and a TPU would run it, checked on this CPU.
+
+The GPU variant has no host round trip inside a device call (no `cond`, no `while` whose trip
+count is data), and every step program, Pallas kernels included, lowers for CUDA and TPU with
+`jax.export`: plain, prompt-lookup, draft-model and EAGLE engines on one device, and plain and
+draft-model engines on a mesh of fake CPU devices (tp=2, dp=2). A change that breaks an
+accelerator's lowering fails here, where no accelerator is at hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from accelerator_programs import gpu_round_trips, lowered_kernels
+from eagle_models import save_eagle1
+from hf_models import save_hf_model
+from python_subprocess import run_python
+
+from jaxinfer import LLM, SpeculativeConfig
+
+TESTS = Path(__file__).parent
+# head_dim 64 and pages of 16: shapes both platforms' kernels take. Two rows, one token bucket:
+# every kind of step program, few of each.
+KNOBS = dict(dtype="float32", max_seq_len=128, max_num_seqs=2, max_num_batched_tokens=16, max_prefill_seqs=1,
+             decode_steps=4, num_pages=24, attention_backend="pallas", cpu_kernels=False)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("accelerators")
+    target = save_hf_model("llama2", root / "target", hidden_size=128, num_attention_heads=2, num_key_value_heads=1,
+                           num_hidden_layers=1)
+    return {"target": target, "eagle": save_eagle1(root / "eagle", target)}
+
+
+def speculation(models: dict, method: str | None) -> SpeculativeConfig | None:
+    if method is None:
+        return None
+    draft = {"ngram": None, "draft": str(models["target"]), "eagle": str(models["eagle"])}[method]
+    return SpeculativeConfig(method=method, draft_model=draft, num_speculative_tokens=2, adaptive=False, fallback=False)
+
+
+@pytest.fixture(scope="module", params=[None, "ngram", "draft", "eagle"], ids=["plain", "ngram", "draft", "eagle"])
+def llm(models, request) -> LLM:
+    return LLM(models["target"], speculative=speculation(models, request.param), **KNOBS)
+
+
+def test_gpu_step_programs_have_no_host_round_trips(llm):
+    found = gpu_round_trips(llm)
+    assert any("verify" in shape for shape in found) == (llm.engine.speculator is not None)
+    assert not any(found.values()), found
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_every_step_program_lowers_for_the_accelerators(llm, platform):
+    kernels = lowered_kernels(llm, platform)
+    assert len(kernels) == len(llm.engine.step_hosts())
+    assert all(count > 0 for count in kernels.values()), kernels  # attention runs the platform's kernel
+
+
+SHARDED = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from accelerator_programs import gpu_round_trips, lowered_kernels
+from jaxinfer import LLM, SpeculativeConfig
+out = {{}}
+for method in (None, "draft"):
+    spec = None if method is None else SpeculativeConfig(method="draft", draft_model={target!r},
+                                                         num_speculative_tokens=2, adaptive=False, fallback=False)
+    llm = LLM({target!r}, speculative=spec, tensor_parallel_size=2, data_parallel_size=2, **{knobs!r})
+    out[str(method)] = dict(trips=gpu_round_trips(llm), gpu=lowered_kernels(llm, "gpu"), tpu=lowered_kernels(llm, "tpu"))
+print(json.dumps(out))
+"""
+
+
+def test_sharded_step_programs_lower_for_the_accelerators(models):
+    knobs = {k: v for k, v in KNOBS.items() if k != "cpu_kernels"}
+    script = SHARDED.format(tests=str(TESTS), target=str(models["target"]), knobs=knobs)
+    fake = 'import jax\njax.config.update("jax_num_cpu_devices", 4)\n'
+    out = json.loads(run_python(fake + script, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
+    for method, result in out.items():
+        assert not any(result["trips"].values()), (method, result["trips"])
+        for platform in ("gpu", "tpu"):
+            assert result[platform] and all(n > 0 for n in result[platform].values()), (method, platform, result)
