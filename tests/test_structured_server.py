@@ -16,7 +16,7 @@ from test_structured_output import KNOBS, SCHEMA
 
 from jaxinfer import LLM
 from jaxinfer.entrypoints.openai import ServerConfig, build_app
-from jaxinfer.entrypoints.openai.tool_calls import plan_tools, parse_tool_calls
+from jaxinfer.entrypoints.openai.tool_calls import parse_tool_calls, plan_tools
 
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("llguidance")

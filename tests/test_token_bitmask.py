@@ -46,7 +46,8 @@ def test_bf16_logits_keep_their_dtype():
 
 def test_llguidance_fills_the_same_layout():
     """The host library's masks read the same way: a choice grammar allows exactly its first tokens."""
-    llguidance = pytest.importorskip("llguidance")
+    pytest.importorskip("llguidance")
+    import llguidance
     import llguidance.hf
     import llguidance.numpy
 

@@ -31,8 +31,8 @@ from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
-from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
+from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.models import Weights
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host

@@ -16,8 +16,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from jaxinfer.config.sampling_params import SamplingParams
-from jaxinfer.engine.structured.grammars import GrammarCache, llguidance_module
 from jaxinfer.engine.scheduler import Schedule
+from jaxinfer.engine.structured.grammars import GrammarCache, llguidance_module
 from jaxinfer.engine.structured.request_grammar import RequestGrammar
 from jaxinfer.runtime.host_step import HostStep
 
