@@ -10,6 +10,7 @@ a draft the constraint forbids has probability 0 and is rejected.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Sequence
 
@@ -41,8 +42,8 @@ class StructuredOutputs:
 
     @property
     def executor(self) -> Any:
-        if self._executor is None:
-            self._executor = llguidance_module().LLExecutor()
+        if self._executor is None:  # every core: the engine's thread only waits while masks are filled
+            self._executor = llguidance_module().LLExecutor(os.cpu_count() or 1)
         return self._executor
 
     def bitmask_for(self, schedule: Schedule, host: HostStep) -> np.ndarray | None:
