@@ -318,17 +318,22 @@ class LLM:
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
         use_tqdm: bool = False,
+        tools: list[dict] | None = None,
     ) -> list[RequestOutput]:
         """Reply to one conversation ([{"role": ..., "content": ...}, ...]) or a list of them, as vLLM's chat.
 
         The prompt is the conversation through chat_template, else the tokenizer's, else the
         server's default template (one "role: content" line per message, then "assistant:").
+        tools (OpenAI's list) are rendered by templates that take them, as vLLM's; to force a call,
+        constrain the output (SamplingParams(structured_outputs=...)) as the server's tool_choice does.
         """
         tokenizer = self.get_tokenizer()
         if chat_template is not None and not isinstance(chat_template, str):
             raise TypeError(f"chat_template must be a Jinja template string or None, got {type(chat_template).__name__}")
         generation_prompt = validation.boolean(add_generation_prompt, "add_generation_prompt")
-        texts = [render_chat(tokenizer, c, generation_prompt, chat_template) for c in conversations(messages)]
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise TypeError(f"tools must be a list of OpenAI tool dicts or None, got {tools!r:.80}")
+        texts = [render_chat(tokenizer, c, generation_prompt, chat_template, tools) for c in conversations(messages)]
         outputs = self.generate([chat_prompt_ids(tokenizer, t) for t in texts], params, use_tqdm)
         for text, output in zip(texts, outputs):
             output.prompt = text  # as vLLM's: the rendered conversation
