@@ -1,0 +1,20 @@
+"""Optional packages of `jaxinfer compare`: the `compare` extra (rich, plotly) and PyTorch for `--reference hf`."""
+
+from __future__ import annotations
+
+import importlib.util
+
+COMPARE_EXTRA = ("rich", "plotly")
+INSTALL = "pip install 'jaxinfer[compare]'"
+
+
+class MissingDependency(ValueError):
+    """An optional package a requested feature needs is not installed (the message says how to install it)."""
+
+
+def require(*names: str) -> None:
+    """MissingDependency naming every absent package of the `compare` extra and the install command."""
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingDependency(f"jaxinfer compare's report needs {' and '.join(missing)} (the 'compare' extra), "
+                                f"not installed here; install it with: {INSTALL}")
