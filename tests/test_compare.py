@@ -3,6 +3,7 @@ configurations caught; the metric functions on their own; the command end to end
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -68,7 +69,8 @@ def perturbed_checkpoint(directory: Path, scale: float, noise: float) -> Path:
 
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_quantized_weights_pass_the_quantization_gates(side_a, run_a, workload, mode):
-    result = judged(side_a, run_a, workload, Configuration({**BASE, "quantization": mode}, "B"))
+    greedy_only = dataclasses.replace(workload, sample_prompts=0)  # the gates read teacher forcing: no samples
+    result = judged(side_a, run_a, greedy_only, Configuration({**BASE, "quantization": mode}, "B"))
     min_top1, max_ppl = QUANT_GATES[mode]
     assert result.kinds == [mode]
     assert result.thresholds["top1_min"] == min_top1 and result.thresholds["ppl_increase_max"] == max_ppl
@@ -98,7 +100,7 @@ def test_broken_configurations_fail_their_verdicts(side_a, run_a, workload, tmp_
     noisy = Configuration({**BASE, "model": str(perturbed_checkpoint(tmp_path / "noisy", 1.0, 0.3))}, "B")
     result = judged(side_a, run_a, workload, noisy, expect="lossless")
     assert {"greedy_exact_min", "top1_min"} <= {v.threshold for v in result.failures()}
-    assert judged(side_a, run_a, workload, noisy).kinds == ["numerics"]
+    assert resolve_thresholds(side_a, noisy)[0] == ["numerics"]  # what B changes without expect
 
 
 def test_greedy_agreement_counts_positions_until_divergence():
@@ -203,3 +205,18 @@ def test_bad_input_in_a_subprocess_is_one_line_without_traceback():
     out = subprocess.run([sys.executable, "-m", "jaxinfer", "compare", "--a", "dtype=bfloat16,colour=blue"],
                          env=child_env(), capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 2 and "unknown key 'colour'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_hf_reference_reads_the_same_tokens_and_agrees(side_a, run_a, workload):
+    """B as HF transformers on A's checkpoint in A's bfloat16 (its own rounding): within the numerics gates.
+    A slice of A's run (2 prompts, 8 tokens, one window, no samples): PyTorch's CPU steps here are slow."""
+    pytest.importorskip("torch")
+    from jaxinfer.entrypoints.compare.hf_reference import run_hf
+
+    small = dataclasses.replace(workload, max_tokens=8, sample_prompts=0)
+    a = dataclasses.replace(run_a, prompt_ids=run_a.prompt_ids[:2], greedy=[g[:8] for g in run_a.greedy[:2]],
+                            sampled=[], forced_texts=run_a.forced_texts[:1], logprobs=run_a.logprobs[:1],
+                            held_out_count=1)
+    result = judge_runs(a, run_hf(small, a, "B"), small, *resolve_thresholds(side_a, parse_configuration("hf", "B")))
+    assert result.kinds == ["numerics"] and result.passed, result.failures()
+    assert result.metrics["held_out"]["positions"] == 255 and "HF transformers" in result.b["reference"]

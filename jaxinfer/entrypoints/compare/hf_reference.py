@@ -7,6 +7,7 @@ as on the jaxinfer side. Token ids come from A's run, so both sides read the sam
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -48,6 +49,8 @@ def continue_rows(model: Any, ids: list[int], rows: int, steps: int, pick: Calla
                   ) -> tuple[np.ndarray, float, float]:
     """Tokens [rows, steps] continuing `ids` in every row, with the time to the first token and per later token."""
     torch = import_torch()
+    # transformers 5 calls the KV cache `cache`; 4.x `past_key_values` (5.x still takes it, with a warning).
+    cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     start = time.perf_counter()
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids] * rows), use_cache=True)
@@ -58,7 +61,7 @@ def continue_rows(model: Any, ids: list[int], rows: int, steps: int, pick: Calla
             if step == 0:
                 first = time.perf_counter()
             if step + 1 < steps:
-                out = model(input_ids=token[:, None], past_key_values=out.past_key_values, use_cache=True)
+                out = model(input_ids=token[:, None], use_cache=True, **{cache_name: out[cache_name]})
     end = time.perf_counter()
     tpot = (end - first) / (steps - 1) if steps > 1 else 0.0
     return torch.stack(tokens, dim=1).numpy(), first - start, tpot
