@@ -18,6 +18,7 @@ from safetensors.numpy import load_file, save_file
 
 from jaxinfer import DEMO_MODEL, LLM, SpeculativeConfig
 from jaxinfer.entrypoints.cli import main as cli_main
+from jaxinfer.entrypoints.compare.api import compare as compare_api
 from jaxinfer.entrypoints.compare.api import judge_runs
 from jaxinfer.entrypoints.compare.configs import Configuration, parse_configuration
 from jaxinfer.entrypoints.compare.quality import greedy_agreement, log_softmax, teacher_forced
@@ -199,6 +200,24 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     assert cli_main(["compare", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("package", ["rich", "plotly"])
+def test_a_missing_report_package_says_how_to_install_it(capsys, monkeypatch, package):
+    monkeypatch.setitem(sys.modules, package, None)  # makes `import package` fail
+    assert cli_main(["compare"]) == 2
+    assert f"needs {package} (the 'compare' extra)" in capsys.readouterr().err
+    if package == "plotly":  # the API needs it for the HTML report only, and says so before any run
+        with pytest.raises(ValueError, match=r"pip install 'jaxinfer\[compare\]'"):
+            compare_api(html=True)
+
+
+def test_the_hf_reference_without_pytorch_is_a_clear_error(monkeypatch):
+    from jaxinfer.entrypoints.compare.hf_reference import import_torch
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ValueError, match=r"--reference hf runs HF transformers on PyTorch, which is not installed"):
+        import_torch()
 
 
 def test_bad_input_in_a_subprocess_is_one_line_without_traceback():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 
 COMPARE_EXTRA = ("rich", "plotly")
 INSTALL = "pip install 'jaxinfer[compare]'"
@@ -14,7 +14,16 @@ class MissingDependency(ValueError):
 
 def require(*names: str) -> None:
     """MissingDependency naming every absent package of the `compare` extra and the install command."""
-    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    missing = [name for name in names if not _importable(name)]
     if missing:
         raise MissingDependency(f"jaxinfer compare's report needs {' and '.join(missing)} (the 'compare' extra), "
                                 f"not installed here; install it with: {INSTALL}")
+
+
+def _importable(name: str) -> bool:
+    """True when `import name` works (a broken or blocked install counts as missing)."""
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
