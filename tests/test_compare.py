@@ -142,6 +142,27 @@ def test_configurations_parse_values_and_name_unknown_keys():
     assert parse_configuration("hf", "B").reference == "hf"
 
 
+@pytest.mark.parametrize("b,kinds", [
+    ("dtype=bfloat16,enable_prefix_caching=false,speculative=ngram", ["lossless"]),
+    ("dtype=bfloat16", ["lossless"]),  # nothing changed: a determinism check
+    ("dtype=bfloat16,quantization=int4,speculative=ngram", ["int4"]),  # lossless changes drop out
+    ("dtype=bfloat16,quantization=int8,kv_cache_dtype=fp8", ["int8", "kv_fp8"]),
+    ("dtype=float32", ["numerics"]),
+    ("hf", ["numerics"]),
+])
+def test_default_thresholds_follow_what_b_changes(b, kinds):
+    a = parse_configuration("dtype=bfloat16", "A")
+    assert resolve_thresholds(a, parse_configuration(b, "B"))[0] == kinds
+
+
+def test_thresholds_merge_loosest_and_take_overrides():
+    a, b = parse_configuration("", "A"), parse_configuration("quantization=int4,kv_cache_dtype=int8", "B")
+    _, bounds = resolve_thresholds(a, b, overrides={"kl_mean_max": 0.01, "distribution_p_min": None})
+    assert bounds == {"top1_min": 0.95, "ppl_increase_max": 0.05, "greedy_position_min": 0.95, "kl_mean_max": 0.01}
+    with pytest.raises(ValueError, match="unknown threshold 'top1'; accepted: greedy_exact_min"):
+        resolve_thresholds(a, b, overrides={"top1": 0.9})
+
+
 class PlotCounter(HTMLParser):
     """Scripts (inline or not) and plotly's plot divs of a page."""
 

@@ -49,11 +49,11 @@ LOSSLESS_KEYS = frozenset({
 })
 
 
-def kind_of_change(key: str, a: Any, b: Any, b_kwargs: Mapping[str, Any]) -> str:
-    """The kind of one changed LLM keyword argument."""
+def kind_of_change(key: str, b: Any, b_kwargs: Mapping[str, Any]) -> str:
+    """The kind of one changed LLM keyword argument, given B's value and all of B's kwargs."""
     if key in LOSSLESS_KEYS:
         return "lossless"
-    if key in ("quantization", "quantize_lm_head") and a in (None, False):
+    if key in ("quantization", "quantize_lm_head"):  # B's mode sets the gates (int8 -> int4 too)
         mode = b_kwargs.get("quantization")
         return mode if mode in ("int8", "int4", "fp8") else "numerics"
     if key == "kv_cache_dtype" and b in ("int8", "fp8"):
@@ -65,7 +65,7 @@ def kinds(a: Configuration, b: Configuration) -> list[str]:
     """The kinds of what B changes (lossless when nothing changes: a run-to-run determinism check)."""
     if b.reference is not None:
         return ["numerics"]
-    found = {kind_of_change(key, va, vb, b.kwargs) for key, (va, vb) in changed_keys(a, b).items()}
+    found = {kind_of_change(key, vb, b.kwargs) for key, (_, vb) in changed_keys(a, b).items()}
     lossy = sorted(found - {"lossless"})
     return lossy or ["lossless"]
 
