@@ -1,4 +1,4 @@
-"""`jaxinfer generate | serve | convert | bench`: the command line."""
+"""`jaxinfer generate | serve | convert | bench | compare`: the command line."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from jaxinfer.entrypoints.cli_args import (
     add_quantization_args,
     initialize_distributed,
 )
+from jaxinfer.entrypoints.compare.cli import add_compare_parser
 from jaxinfer.entrypoints.openai.bench import add_bench_parser
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
 
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--group-size", type=int, default=32, help="int4 rows per scale: 32, 64 or 128 (default: %(default)s)")
     conv.set_defaults(run=_convert)
     add_bench_parser(sub)
+    add_compare_parser(sub)
     return parser
 
 
