@@ -1,9 +1,11 @@
 """A host step's NumPy arrays as the compiled programs take them (`engine_step.StepInputs`), with
-each row's sampling settings, logit bias and penalty settings: O(rows) per step, whatever the
-vocabulary or context (penalty counts stay on the device, see `penalty_slots`)."""
+each row's sampling settings, logit bias, penalty settings and structured-output mask: O(rows)
+per step beside the mask, whatever the context (penalty counts stay on the device, see
+`penalty_slots`)."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +17,7 @@ from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.packed_tree import PackedTree, pack_host
 from jaxinfer.sampling.penalties import PenaltyRows
 from jaxinfer.sampling.sampler import sampling_arrays
+from jaxinfer.sampling.token_bitmask import all_allowed
 
 if TYPE_CHECKING:
     from jaxinfer.engine.request import Request  # rows carry the engine's requests; only their params are read
@@ -22,7 +25,9 @@ if TYPE_CHECKING:
 PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
 
 
-def device_inputs(host: HostStep, slots: np.ndarray, layout: Layout, branchless: bool) -> PackedTree:
+def device_inputs(
+    host: HostStep, slots: np.ndarray, vocab_size: int, layout: Layout, branchless: bool,
+) -> PackedTree:
     """The step's inputs as one buffer (see packed_tree), replicated over the mesh (one global array
     when the devices span processes). slots [R]: each row's penalty slot (0: none)."""
     params = [r.params if r is not None else PADDING_PARAMS for r in host.requests]
@@ -31,12 +36,30 @@ def device_inputs(host: HostStep, slots: np.ndarray, layout: Layout, branchless:
     sampling = RowSampling(
         sampling_arrays(params, seeds, branchless), host.stop_ids, host.min_lengths, host.max_lengths, bias_ids,
         bias, row_penalties(params, slots), host.samples, np.asarray([p.logprobs is not None for p in params]),
+        step_bitmask(host, vocab_size),
     )
     return layout.put_tree(pack_host(StepInputs(
         tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, page_table=host.page_table,
         lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
         next_tokens=host.next_tokens, sampling=sampling,
     )))
+
+
+def step_bitmask(host: HostStep, vocab_size: int) -> np.ndarray:
+    """The step's structured-output masks, or all ones of the same shape: always an input, so constrained
+    and free rows run the programs warm-up compiled."""
+    if host.bitmask is not None:
+        return host.bitmask
+    positions = len(host.tokens) if host.drafts is not None else len(host.requests)
+    return _free_bitmask(positions, vocab_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _free_bitmask(positions: int, vocab_size: int) -> np.ndarray:
+    """One read-only all-ones mask per shape (not a new array per step)."""
+    mask = all_allowed(positions, vocab_size)
+    mask.flags.writeable = False
+    return mask
 
 
 def row_penalties(params: list[SamplingParams], slots: np.ndarray) -> PenaltyRows:

@@ -5,11 +5,11 @@ A step is T tokens packed end to end (each row's tokens contiguous, then padding
 cache/ragged_view), so the layout needs no shape but (T, R). Both programs are pure functions of
 (weights, page pools, penalty counts, inputs) built by the runner on the host. Sampling happens
 inside: logit bias, penalties (from per-slot counts that stay on the device), min_tokens (stop
-ids masked until reached), then the same `sampling.sample` as the generation loop, keyed by
-(seed, position) so a request's tokens do not depend on what else is in the batch. The top
-MAX_LOGPROBS logprobs of the model's raw distribution come back for every row (computed when
-any row asks, or always in a branchless program). No option is a static variant: every
-request mix runs the programs warm-up compiled.
+ids masked until reached), the structured-output bitmask (all ones for free rows), then the same
+`sampling.sample` as the generation loop, keyed by (seed, position) so a request's tokens do
+not depend on what else is in the batch. The top MAX_LOGPROBS logprobs of the model's raw
+distribution come back for every row (computed when any row asks, or always in a branchless
+program). No option is a static variant: every request mix runs the programs warm-up compiled.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
 from jaxinfer.sampling.penalties import PenaltyCounts, PenaltyRows, add_logit_bias, count_tokens, penalize
 from jaxinfer.sampling.sampler import SamplingArrays, sample, skip_unless
+from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 
 Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
 
@@ -46,6 +47,10 @@ class RowSampling:
     penalties: PenaltyRows
     samples: jax.Array  # [R] bool the row's token is kept (counted for penalties)
     want_logprobs: jax.Array  # [R] bool
+    # [P, ceil(V / 32)] int32 packed allowed tokens per sampled position (structured output; all ones
+    # where free): P = R in plain and decode steps (every decode iteration; constrained rows run one),
+    # R * C in verify steps (row r's position j at r * C + j)
+    bitmask: jax.Array
 
 
 @jax.tree_util.register_dataclass
@@ -86,6 +91,7 @@ def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array, counts: P
     logits = add_logit_bias(logits, s.bias_ids, s.bias)
     logits = penalize(logits, s.penalties, counts, s.params.branchless)
     logits = mask_early_stops(logits, s.stop_ids, s.min_lengths, lengths)
+    logits = apply_token_bitmask(logits, s.bitmask)
     return sample(logits, s.params, lengths)
 
 

@@ -128,7 +128,7 @@ class ModelRunner:
         else:
             slots = np.zeros(len(host.lengths), np.int32)
         (pages, draft_pool), counts = state
-        inputs = device_inputs(host, slots, self.cache_spec.mesh_layout, self.branchless)
+        inputs = device_inputs(host, slots, self.model_config.vocab_size, self.cache_spec.mesh_layout, self.branchless)
         draft = dict(draft=draft_pool, draft_weights=self.draft_weights)
         cfg = self.model_config
         if host.drafts is not None:
