@@ -3,8 +3,8 @@
 One workload for all three: N requests, prompt lengths uniform in [32, 512], output lengths
 uniform in [32, 256], fixed seed, ignore_eos, greedy. Prints output and total tokens/s, TTFT and
 TPOT (mean/p50/p99), peak KV usage, preemptions, host ms per step, padding waste (token
-positions the device computed beyond the scheduled ones, over the scheduled ones), the engine's
-program count, and the compute roofline: total tokens x 2 x
+positions the device computed beyond the scheduled ones, over the scheduled ones), host-to-device
+input kB per step, the engine's program count, and the compute roofline: total tokens x 2 x
 parameters over the matmul FLOP/s measured here in the model's dtype. Also the physical bound:
 that compute time plus the time to read, at the read bandwidth measured here, the K/V every
 decode step must read (each generated token reads its sequence's whole cache), the engine's
@@ -123,6 +123,7 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
     slots, real = (m[k] - before[k] for k in ("engine_token_slots", "engine_real_tokens"))
     return dict(
         programs=llm.engine.program_count(), padding_waste=slots / max(real, 1) - 1,
+        input_kb_per_step=(m["engine_input_bytes"] - before["engine_input_bytes"]) / 1e3 / max(steps, 1),
         seconds=seconds, peak_kv_usage=peak,
         steps=steps, host_ms_per_step=1e3 * (step_seconds - device_wait) / max(steps, 1),
         host_share=(step_seconds - device_wait) / seconds,
@@ -254,7 +255,8 @@ def print_row(row: dict) -> None:
             s = row[path]["seconds"]
             print(f"{path:<8} {out / s:>10.0f} {row['total_tokens'] / s:>12.0f} {s / e['seconds']:>9.2f}"
                   f"{_estimate_note(row[path])}")
-    print(f"programs {e['programs']}  padding waste {e['padding_waste']:.1%} (padded token positions / real)")
+    print(f"programs {e['programs']}  padding waste {e['padding_waste']:.1%} (padded token positions / real)  "
+          f"host -> device {e['input_kb_per_step']:.1f} kB/step")
     print(f"roofline {e['roofline']:.1%}  peak KV {e['peak_kv_usage']:.0%}  preemptions {e['preemptions']}  "
           f"host {e['host_ms_per_step']:.1f} ms/step over {e['steps']} steps ({e['host_share']:.0%} of the time, "
           "not overlapped with the device)")

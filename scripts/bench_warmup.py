@@ -1,11 +1,15 @@
 """Engine warm-up time with one compile thread against several, each in a fresh process.
 
 Every setting loads the same checkpoint in its own interpreter with the persistent compile cache
-off, so each compiles every step program its knobs allow, then runs a short greedy workload to
-check that nothing compiles after the warm-up. Prints a table and writes JSON.
+off, so each compiles every program its knobs allow, then runs a short greedy workload to
+check that nothing compiles after the warm-up. Prints a table and writes JSON. With --cold-warm
+each thread count runs twice over one fresh persistent cache: the first compiles (cold), the
+second loads what the first stored (warm).
 
     python scripts/bench_warmup.py                                  # demo model, CPU: 1 vs 2 threads
     python scripts/bench_warmup.py --preset llama-3.2-1b --threads 1 8   # on a GPU
+    python scripts/bench_warmup.py --preset llama-3.2-1b --threads 8 --max-seq-len 2048 \
+        --max-num-seqs 64 --max-num-batched-tokens 512 --cold-warm  # issue 52's targets, default knobs
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,8 +26,10 @@ ONE_RUN = """
 import json, sys, time
 from jax import monitoring
 from jaxinfer import LLM, SamplingParams
-model, threads, seqs, tokens = sys.argv[1] or None, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-llm = LLM(model, dtype="bfloat16", max_seq_len=512, max_num_seqs=seqs, max_num_batched_tokens=tokens, compile_cache=False)
+model, threads, seqs, tokens, seq_len = sys.argv[1] or None, *map(int, sys.argv[2:6])
+cache = sys.argv[6] or False
+llm = LLM(model, dtype="bfloat16", max_seq_len=seq_len, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+          compile_cache=cache)
 start = time.perf_counter()
 programs = llm.engine.warmup(threads=threads)
 seconds = time.perf_counter() - start
@@ -34,11 +41,20 @@ print(json.dumps(dict(threads=threads, programs=programs, seconds=seconds, compi
 """
 
 
-def run(model: str, threads: int, args: argparse.Namespace) -> dict:
-    """One fresh interpreter's warm-up, as a dict."""
-    command = [sys.executable, "-c", ONE_RUN, model, str(threads), str(args.max_num_seqs), str(args.max_num_batched_tokens)]
+def run(model: str, threads: int, args: argparse.Namespace, cache: str = "") -> dict:
+    """One fresh interpreter's warm-up, as a dict (cache: a persistent compile cache directory, "" for none)."""
+    knobs = [args.max_num_seqs, args.max_num_batched_tokens, args.max_seq_len]
+    command = [sys.executable, "-c", ONE_RUN, model, str(threads), *map(str, knobs), cache]
     out = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def runs(model: str, threads: int, args: argparse.Namespace) -> list[dict]:
+    """The runs of one thread count: one without a cache, or cold then warm over a fresh one."""
+    if not args.cold_warm:
+        return [run(model, threads, args)]
+    with tempfile.TemporaryDirectory() as cache:
+        return [dict(run(model, threads, args, cache), cache=kind) for kind in ("cold", "warm")]
 
 
 def main() -> None:
@@ -47,6 +63,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--max-num-seqs", type=int, default=8)
     parser.add_argument("--max-num-batched-tokens", type=int, default=128)
+    parser.add_argument("--max-seq-len", type=int, default=512)
+    parser.add_argument("--cold-warm", action="store_true",
+                        help="per thread count, a cold then a warm run over one fresh persistent compile cache")
     parser.add_argument("--checkpoints", type=Path, default=Path("/tmp/jaxinfer_bench"))
     parser.add_argument("--out", type=Path, default=Path("results/bench_warmup.json"))
     args = parser.parse_args()
@@ -55,12 +74,15 @@ def main() -> None:
         from bench_decode import make_checkpoint
 
         model = str(make_checkpoint(args.preset, args.checkpoints))
-    print(f"{'threads':>7} {'programs':>8} {'seconds':>8} {'vs first':>8} {'compiles after':>14}", flush=True)
-    rows = []
+    print(f"{'threads':>7} {'cache':>5} {'programs':>8} {'seconds':>8} {'vs first':>8} {'compiles after':>14}",
+          flush=True)
+    rows: list[dict] = []
     for threads in args.threads:  # each row as it finishes: a run cut short keeps the earlier ones
-        rows.append(r := run(model, threads, args))
-        ratio = rows[0]["seconds"] / r["seconds"]
-        print(f"{r['threads']:>7} {r['programs']:>8} {r['seconds']:>8.1f} {ratio:>8.2f} {r['compiles_after']:>14}", flush=True)
+        for r in runs(model, threads, args):
+            rows.append(r)
+            ratio = rows[0]["seconds"] / r["seconds"]
+            print(f"{r['threads']:>7} {r.get('cache', '-'):>5} {r['programs']:>8} {r['seconds']:>8.1f} {ratio:>8.2f} "
+                  f"{r['compiles_after']:>14}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(preset=args.preset, time=time.strftime("%Y%m%d-%H%M%S"), rows=rows), indent=2))
 

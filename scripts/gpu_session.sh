@@ -30,6 +30,10 @@
 #                                                   # draft-model engine runs, random mixes), with durations (~8 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
+#   bash scripts/gpu_session.sh runtime [OUT_DIR]  # issue 52's GPU targets, Llama-3.2-1B shape, default knobs:
+#                                                   # program count, warm-up cold/warm on 8 threads, the
+#                                                   # branchless/lowering tests, host share of a step, batch-1
+#                                                   # decode vs HF (~8 min, untried)
 #
 # Each mode fits one device call (10 minutes at most), so no call cuts a later step off.
 set -u
@@ -147,6 +151,20 @@ command-buffers)
         --repeats 3 --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant_graphs.json"
     XLA_FLAGS=$graphs step profile_b1_graphs 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" \
         --batch 1 --top 20 --out "$out/graphs"
+    ;;
+runtime)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    step programs 30 python3 scripts/count_programs.py --out "$out/count_programs.json"
+    step warmup 200 python3 scripts/bench_warmup.py --preset llama-3.2-1b --threads 8 --max-seq-len 2048 \
+        --max-num-seqs 64 --max-num-batched-tokens 512 --cold-warm --out "$out/bench_warmup_runtime.json"
+    step lowering 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_accelerator_lowering.py \
+        tests/test_program_set.py
+    # host ms per step and the host's share of the time, beside engine tokens/s (HF on 2 batches, estimated)
+    step host_share 150 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static --hf-batches 2 \
+        --requests 128 --full-warmup
+    step decode_b1 60 python3 scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16 --batches 1 \
+        --out "$out/bench_decode_b1.json"
     ;;
 warmup-threads)
     out=${2:-results/gpu_session}

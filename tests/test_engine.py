@@ -260,6 +260,16 @@ def test_step_times_split_into_device_wait_and_host(llm):
     assert sum(phases.values()) == pytest.approx(seconds) and phases["dispatch"] + phases["outputs"] == pytest.approx(wait)
 
 
+def test_padding_and_input_bytes_are_counted(llm):
+    """Every device call counts the token positions it computed (>= the scheduled ones) and the
+    bytes its inputs took to the device."""
+    before = llm.metrics()
+    greedy_ids(llm, PROMPTS[:2])
+    after = llm.metrics()
+    slots, real, sent = (after[k] - before[k] for k in ("engine_token_slots", "engine_real_tokens", "engine_input_bytes"))
+    assert slots >= real > 0 and sent > 0
+
+
 def test_reset_prefix_cache_frees_cached_pages(llm):
     greedy_ids(llm, SHARED_PROMPTS[:2])
     blocks = llm.engine.blocks

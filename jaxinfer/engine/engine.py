@@ -254,6 +254,7 @@ class LLMEngine:
             self.speculator.observe_plain(produced)
         touched = self._apply(schedule, host, out)
         self.stats.record_padding(*self._token_slots(schedule, host, out))
+        self.stats.record_inputs(self.runner.input_bytes)
         self._time_decode_step(schedule, host, out, time.perf_counter() - started)
         clock.lap("apply")
         return touched

@@ -82,6 +82,7 @@ class EngineMetrics:
     # of those the scheduled ones: padding waste is their ratio less one.
     engine_token_slots: int = 0
     engine_real_tokens: int = 0
+    engine_input_bytes: int = 0  # step inputs copied host -> device (weights, pools and counts stay there)
 
     def record_tokens(self, request: Request, count: int, now: float) -> None:
         """A sample's `count` new tokens at `now`, observed as they come (a dashboard sees a long
@@ -124,6 +125,10 @@ class EngineMetrics:
         """One device call's token positions computed (slots) and scheduled (real)."""
         self.engine_token_slots += slots
         self.engine_real_tokens += real
+
+    def record_inputs(self, nbytes: int) -> None:
+        """One device call's input bytes sent from the host."""
+        self.engine_input_bytes += nbytes
 
     def record_step(self, clock: StepClock) -> None:
         """One step() call that ran the device, by phase; the device's share is its call and outputs."""
@@ -186,4 +191,5 @@ def snapshot(
         "engine_phase_seconds": dict(m.engine_phase_seconds),
         "engine_token_slots": m.engine_token_slots,
         "engine_real_tokens": m.engine_real_tokens,
+        "engine_input_bytes": m.engine_input_bytes,
     }

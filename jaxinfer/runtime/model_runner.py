@@ -77,6 +77,7 @@ class ModelRunner:
         self.width = bucket(config.pages_per_seq)  # every page table's width: lengths mask the rest
         self.spread_pages = self.platform == "cpu"  # see BlockManager(spread=...)
         self.num_pages = 0
+        self.input_bytes = 0  # the last dispatched step's inputs sent host -> device
         self.pages: PagedKVCache | None = None
         self.draft: Rider = None
         self.slots = PenaltySlots(config.max_num_seqs + 1)
@@ -162,6 +163,8 @@ class ModelRunner:
         the end of making its inputs ("inputs") and of the call ("dispatch")."""
         release_programs_near_cap()  # XLA:CPU maps each compiled program into this process (see memory_maps)
         program, args, kwargs = self.program_for(host)
+        # what went host -> device: everything after the weights, pools and penalty counts
+        self.input_bytes = sum(int(leaf.nbytes) for leaf in jax.tree.leaves(args[3:]))
         lap("inputs")
         out, self.pages, self.counts, draft = program(*args, **kwargs)
         lap("dispatch")

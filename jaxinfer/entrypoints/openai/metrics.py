@@ -33,6 +33,9 @@ COUNTERS = {  # prometheus_client adds the `_total` suffix
     "engine_steps": "Engine steps that ran a device call.",
     "engine_step_seconds": "Wall seconds of those steps.",
     "engine_device_wait_seconds": "Of those, seconds in device calls and their outputs (the rest is host work).",
+    "engine_token_slots": "Token positions device calls computed, padding included.",
+    "engine_real_tokens": "Of those, the scheduled ones (padding waste: slots / real - 1).",
+    "engine_input_bytes": "Bytes of step inputs sent to the device (host to device).",
 }
 HISTOGRAMS = {
     "time_to_first_token_seconds": "Histogram of time to first token in seconds.",
