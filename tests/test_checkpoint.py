@@ -15,7 +15,7 @@ from jaxinfer import LLM, SamplingParams, save_converted
 from jaxinfer.checkpoint import loader
 from jaxinfer.checkpoint.loader import leaf_paths, load_hf_weights, restore_converted
 from jaxinfer.entrypoints.cli import main as cli_main
-from jaxinfer.config.model import load_config
+from jaxinfer.models.registry import load_config
 from jaxinfer.entrypoints.llm import DEMO_MODEL
 
 PROMPT = list(range(3, 40))
@@ -37,7 +37,7 @@ def test_transform_on_device_loads_the_same_bits(checkpoint_dir, monkeypatch, ar
     cfg_dir = checkpoint_dir(arch)
     cfg = load_config(cfg_dir)
     host = load_hf_weights(cfg_dir, cfg, dtype, progress=False)
-    monkeypatch.setattr(checkpoint, "transform_on_device", lambda: True)
+    monkeypatch.setattr(loader, "transform_on_device", lambda: True)
     device = load_hf_weights(cfg_dir, cfg, dtype, progress=False)
     for (path, a), (_, b) in zip(leaf_paths(host), leaf_paths(device)):
         assert a.dtype == b.dtype and a.shape == b.shape, path

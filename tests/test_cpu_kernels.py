@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxinfer.models.attention import causal_window_mask, dense_attention, gathered_rows_attend
-from jaxinfer.config.model import from_hf_config
+from jaxinfer.models.registry import from_hf_config
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.kernels.cpu import (
     decode_attention,

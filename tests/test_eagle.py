@@ -23,7 +23,7 @@ from jaxinfer.models.contiguous_decode import append_tokens
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.entrypoints.llm import engine_speculation
 from jaxinfer.models import lm_logits
-from jaxinfer.models.llama import forward_with_taps
+from jaxinfer.models import forward_with_taps
 from jaxinfer.speculative.eagle import EagleParams, head_logits, head_step
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
 from jaxinfer.speculative.features import target_forward

@@ -12,7 +12,7 @@ from jaxinfer import LLM, SamplingParams
 from jaxinfer.runtime import step_programs
 from jaxinfer.models.attention import attend, kernel_backend
 from jaxinfer.runtime.cache_spec import CacheSpec
-from jaxinfer.config.model import from_hf_config
+from jaxinfer.models.registry import from_hf_config
 from jaxinfer.kernels.cpu import kernels_available
 from jaxinfer.cache.contiguous import cache_bytes, init_cache
 from jaxinfer.cache.paged import init_page_pool, init_paged_cache, page_bytes

@@ -9,7 +9,7 @@ import pytest
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.models.attention import attend
-from jaxinfer.config.model import from_hf_config
+from jaxinfer.models.registry import from_hf_config
 from jaxinfer.cache.contiguous import cache_bytes, init_cache
 from jaxinfer.cache.paged import init_paged_cache
 

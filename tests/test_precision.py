@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxinfer.models.attention import dense_attention
-from jaxinfer.config.model import load_config
+from jaxinfer.models.registry import load_config
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.models.layers import linear, linear_transposed
 from jaxinfer.models import abstract_weights, forward, lm_logits

@@ -94,7 +94,7 @@ def _leads() -> bool:
 
 def _convert(args: argparse.Namespace) -> int:
     from jaxinfer.checkpoint.loader import load_hf_weights, save_converted, stored_dtype
-    from jaxinfer.config.model import load_config
+    from jaxinfer.models.registry import load_config
     from jaxinfer.entrypoints.llm import DTYPES
     from jaxinfer.models import quantize_weights
     from jaxinfer.config.validation import dtype_name, model_dir

@@ -20,7 +20,8 @@ import numpy as np
 from jaxinfer.config import validation
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.checkpoint.loader import load_weights, quantization_of
-from jaxinfer.config.model import ModelConfig, load_config
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.registry import load_config
 from jaxinfer.runtime.compile_cache import compile_cache_setting
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.speculation import EngineDraft

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
-from jaxinfer.models.llama import forward_with_taps
+from jaxinfer.models import forward_with_taps
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.ragged_view import RaggedPagedCache
 

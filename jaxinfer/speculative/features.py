@@ -16,7 +16,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.contiguous_decode import DecodeState, append_tokens, last_hidden_logits
 from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.models import Weights
-from jaxinfer.models.llama import forward_with_taps
+from jaxinfer.models import forward_with_taps
 from jaxinfer.sampling.sampler import sample
 
 

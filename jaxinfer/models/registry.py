@@ -1,0 +1,64 @@
+"""The model registry: HF `architectures` -> the family module that runs it.
+
+A new family is a new module defining `FAMILY` (see `models.family`) and one entry in
+`FAMILIES`. Configs are read here because the family decides what its fields mean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from jaxinfer.config.generation import generation_defaults, merge_ids
+from jaxinfer.config.model import ConfigError, ModelConfig
+from jaxinfer.models.llama import FAMILY as LLAMA
+from jaxinfer.models.family import Family
+
+FAMILIES: tuple[Family, ...] = (LLAMA,)
+BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
+SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
+# Architectures users meet that are not run, with what to use instead.
+NOT_SUPPORTED = {
+    "Gemma3ForConditionalGeneration": "the Gemma 3 vision-language model (its vision tower is not supported; "
+                                      "the text-only Gemma3ForCausalLM checkpoints are)",
+}
+
+
+def _unsupported(arch: str) -> ConfigError:
+    hint = f" ({NOT_SUPPORTED[arch]})" if arch in NOT_SUPPORTED else ""
+    return ConfigError(f"architecture {arch!r} is not supported{hint}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+
+
+def family_for(architecture: str) -> Family:
+    """The family running `architecture`; ConfigError naming the supported ones otherwise."""
+    if architecture not in BY_ARCHITECTURE:
+        raise _unsupported(architecture)
+    return BY_ARCHITECTURE[architecture]
+
+
+def family_of(cfg: ModelConfig) -> Family:
+    """The family of a config."""
+    return family_for(cfg.architecture)
+
+
+def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
+    """Build a ModelConfig from an HF config dict; unsupported features raise ConfigError."""
+    archs = hf.get("architectures") or []
+    if len(archs) != 1:
+        raise ConfigError(
+            f"config.json must name exactly one architecture (got {archs!r}); supported: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    return family_for(archs[0]).read_config(hf, archs[0])
+
+
+def load_config(model_dir: str | Path) -> ModelConfig:
+    """Read `config.json` from a model directory (HF or converted), with generation_config's EOS ids."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no config.json in {model_dir}; pass an HF model directory or a converted one")
+    cfg = from_hf_config(json.loads(path.read_text()))
+    eos = merge_ids(cfg.eos_token_ids, generation_defaults(model_dir).eos_token_ids)
+    return dataclasses.replace(cfg, eos_token_ids=eos)
