@@ -57,12 +57,28 @@ ARCH_CONFIGS = {
         dict(use_sliding_window=True, sliding_window=12, layer_types=["sliding_attention", "full_attention"]),
     ),
 }
+# The families beyond Llama: windows shorter than the test prompts, caps small enough to bend scores.
+ARCH_CONFIGS.update({
+    "gemma2": (
+        transformers.Gemma2Config,
+        dict(head_dim=32, sliding_window=8, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
+             final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh"),
+    ),
+    "gemma3": (
+        transformers.Gemma3TextConfig,
+        dict(head_dim=32, sliding_window=8, query_pre_attn_scalar=24, layer_types=["sliding_attention", "full_attention"],
+             rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=20.0),
+                              "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=10000.0)}),
+    ),
+})
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
     transformers.Qwen2Config: transformers.Qwen2ForCausalLM,
     transformers.Qwen3Config: transformers.Qwen3ForCausalLM,
     transformers.GemmaConfig: transformers.GemmaForCausalLM,
+    transformers.Gemma2Config: transformers.Gemma2ForCausalLM,
+    transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,
 }
 
 
