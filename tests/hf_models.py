@@ -70,6 +70,13 @@ ARCH_CONFIGS.update({
              rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=20.0),
                               "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=10000.0)}),
     ),
+    "phi3": (  # head_dim 96, LongRoPE (short factors: the tests' contexts stay within the original 256)
+        transformers.Phi3Config,
+        dict(hidden_size=192, num_attention_heads=2, num_key_value_heads=1, pad_token_id=0, eos_token_id=2,
+             original_max_position_embeddings=256,
+             rope_scaling=dict(type="longrope", short_factor=[1.0 + i / 48 for i in range(48)],
+                               long_factor=[1.0 + i / 8 for i in range(48)])),
+    ),
 })
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
@@ -79,6 +86,7 @@ MODEL_CLASSES = {
     transformers.GemmaConfig: transformers.GemmaForCausalLM,
     transformers.Gemma2Config: transformers.Gemma2ForCausalLM,
     transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,
+    transformers.Phi3Config: transformers.Phi3ForCausalLM,
 }
 
 

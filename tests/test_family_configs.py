@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from jaxinfer import ConfigError, from_hf_config
 from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES
+from jaxinfer.models.rope import attention_factor, for_context
 
 BASE = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=6, num_attention_heads=2,
             head_dim=8)
@@ -60,3 +63,43 @@ def test_gemma3_transformers5_rope_per_layer_type():
 def test_gemma3_configs_that_cannot_run_are_rejected(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**BASE, "architectures": ["Gemma3ForCausalLM"], **fields})
+
+
+PHI3 = {**BASE, "architectures": ["Phi3ForCausalLM"], "max_position_embeddings": 1024,
+        "original_max_position_embeddings": 256}
+
+
+def test_phi3_longrope_reads_su_and_picks_factors_by_served_context():
+    rope = {"type": "su", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}
+    cfg = from_hf_config({**PHI3, "rope_scaling": rope})
+    s = cfg.rope_scaling
+    assert (s.rope_type, s.factor, s.original_max_position_embeddings) == ("longrope", 4.0, 256)
+    assert not s.long and for_context(cfg, 256).rope_scaling == s  # within the original context: short
+    assert for_context(cfg, 257).rope_scaling.long
+    assert attention_factor(s) == pytest.approx((1 + math.log(4) / math.log(256)) ** 0.5)
+
+
+def test_phi3_partial_rotary_factor():
+    cfg = from_hf_config({**PHI3, "partial_rotary_factor": 0.5})
+    assert (cfg.rotated_dims, cfg.head_dim) == (4, 8)
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(rope_scaling={"type": "longrope", "short_factor": [1.0] * 3, "long_factor": [1.0] * 4}),
+         "short_factor has 3 entries; LongRoPE needs one per rotated frequency: 4"),
+        (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "'llama3' is not supported for Phi3ForCausalLM"),
+        (dict(partial_rotary_factor=0.375), "partial_rotary_factor 0.375 must be in"),
+        (dict(attention_bias=True), "attention_bias=True is not supported"),
+    ],
+)
+def test_phi3_configs_that_cannot_run_are_rejected(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**PHI3, **fields})
+
+
+def test_longrope_is_refused_outside_phi3():
+    rope = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}
+    with pytest.raises(ConfigError, match="'longrope' is read for Phi3ForCausalLM only"):
+        from_hf_config({**BASE, "architectures": ["LlamaForCausalLM"], "rope_scaling": rope})

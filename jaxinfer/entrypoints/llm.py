@@ -34,6 +34,7 @@ from jaxinfer.models import (
 from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.models.rope import for_context
 from jaxinfer.parallel.sharding import Layout, layout_for
 from jaxinfer.speculative import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
@@ -212,6 +213,7 @@ class LLM:
         quantized_kernel = resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels)
         self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel, self.layout)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
+        self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
         self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
         self.cache_spec = CacheSpec(
             kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,

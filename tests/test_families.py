@@ -1,0 +1,46 @@
+"""The families beyond Llama through the engine: prefix caching on and off, LongRoPE past the original
+context, quantization and convert. (HF parity of each family's logits and greedy tokens is
+test_hf_parity's; expert parallelism is test_expert_parallel's.)"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from hf_models import make_hf_model, save_hf_model
+from jaxinfer import LLM, SamplingParams
+
+FAMILIES = ["gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe"]
+PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
+# Two prompts sharing 20 tokens (5 pages of 4), both longer than the sliding windows (8, 16).
+SHARED = PROMPT[:20]
+PROMPTS = [SHARED + PROMPT[40:44], SHARED + PROMPT[50:58]]
+GREEDY = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
+
+
+@functools.cache
+def hf_greedy(name: str, prompt: tuple[int, ...]) -> list[int]:
+    """HF's 32 greedy tokens after `prompt`."""
+    with torch.no_grad():
+        out = make_hf_model(name).generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False,
+                                           eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def _relative_error(got: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.abs(got - expected).max() / np.abs(expected).max())
+
+
+def test_phi3_long_context_rope_and_partial_rotary_match_hf(tmp_path):
+    """Served past the original context, LongRoPE takes its long factors, as HF does for a prompt that long."""
+    overrides = dict(original_max_position_embeddings=32, partial_rotary_factor=0.5,
+                     rope_scaling=dict(type="longrope", short_factor=[1.0] * 24,
+                                       long_factor=[1.0 + i / 4 for i in range(24)]))
+    path = save_hf_model("phi3", tmp_path, **overrides)
+    with torch.no_grad():  # 64 tokens > 32: HF rotates every position with the long factors
+        expected = make_hf_model("phi3", **overrides)(torch.tensor([PROMPT])).logits[0].numpy()
+    llm = LLM(path, dtype="float32", max_seq_len=128, cpu_kernels=False)
+    assert llm.config.rope_scaling.long and llm.config.rotated_dims == 48
+    assert _relative_error(llm.logits(PROMPT), expected) <= 1e-5
