@@ -77,6 +77,15 @@ ARCH_CONFIGS.update({
              rope_scaling=dict(type="longrope", short_factor=[1.0 + i / 48 for i in range(48)],
                                long_factor=[1.0 + i / 8 for i in range(48)])),
     ),
+    "mixtral": (
+        transformers.MixtralConfig,
+        dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=16),
+    ),
+    "qwen3_moe": (
+        transformers.Qwen3MoeConfig,
+        dict(head_dim=32, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[0],
+             tie_word_embeddings=False),
+    ),
 })
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
@@ -87,6 +96,8 @@ MODEL_CLASSES = {
     transformers.Gemma2Config: transformers.Gemma2ForCausalLM,
     transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,
     transformers.Phi3Config: transformers.Phi3ForCausalLM,
+    transformers.MixtralConfig: transformers.MixtralForCausalLM,
+    transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,
 }
 
 

@@ -70,7 +70,7 @@ def _generate(args: argparse.Namespace) -> int:
     model = None if args.model is None else model_dir(args.model, "--model")  # the error names the flag
     llm = LLM(
         model, dtype=args.dtype, max_seq_len=args.max_seq_len,
-        tensor_parallel_size=args.tp, data_parallel_size=args.dp,
+        tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
     )
     pieces = llm.stream(args.prompt, params)

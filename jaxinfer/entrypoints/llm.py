@@ -35,7 +35,7 @@ from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantize
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.models.rope import for_context
-from jaxinfer.parallel.sharding import Layout, layout_for
+from jaxinfer.parallel.sharding import Layout, check_experts, layout_for
 from jaxinfer.speculative import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
 from jaxinfer.speculative.eagle_proposer import EagleProposer
@@ -92,14 +92,17 @@ def model_identity(model_dir: Path, dtype: jnp.dtype) -> str:
 
 
 def load_sharded(
-    model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int, quantize_lm_head: bool = False
+    model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int, quantize_lm_head: bool = False,
+    ep: int = 1,
 ) -> tuple[ModelConfig, Weights, Layout]:
-    """Config, weights (each leaf read into its sharding) and the layout for tp x dp devices."""
+    """Config, weights (each leaf read into its sharding) and the layout for tp x dp x ep devices."""
     validation.positive_int(tp, "tensor_parallel_size")
     validation.positive_int(dp, "data_parallel_size")
+    validation.positive_int(ep, "expert_parallel_size")
     validation.boolean(quantize_lm_head, "quantize_lm_head")
     cfg = load_config(model_dir)
-    layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp)
+    check_experts(cfg.num_experts, ep)
+    layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp, ep)
     cfg, weights = load_weights(model_dir, dtype, layout=layout)
     # Projections only (None: as loaded, so a converted quantized checkpoint stays quantized).
     weights = quantize_weights(weights, quantization)
@@ -165,7 +168,8 @@ class LLM:
     quantized copy: `weights` keeps the tie). quantized_kernel (None: on for one GPU) runs bf16
     int8/int4 decode products through a Triton kernel that reads the stored values in place.
     tensor_parallel_size splits heads, the MLP and the vocabulary over that many devices and
-    data_parallel_size splits the batch (see `jaxinfer.parallel.sharding`); with jax.distributed
+    data_parallel_size splits the batch and expert_parallel_size a mixture-of-experts model's experts (see
+    `jaxinfer.parallel.sharding`); with jax.distributed
     initialized the devices may span processes.
     """
 
@@ -195,6 +199,7 @@ class LLM:
         quantized_kernel: bool | None = None,
         tensor_parallel_size: int = 1,
         data_parallel_size: int = 1,
+        expert_parallel_size: int = 1,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         validation.optional_int(max_seq_len, "max_seq_len", 1)
@@ -205,7 +210,8 @@ class LLM:
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)
         self.config, weights, self.layout = load_sharded(
-            self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head
+            self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
+            expert_parallel_size,
         )
         # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0), never on a mesh.
         self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)

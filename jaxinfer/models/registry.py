@@ -15,10 +15,12 @@ from jaxinfer.config.generation import generation_defaults, merge_ids
 from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.llama import FAMILY as LLAMA
+from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.phi3 import FAMILY as PHI3
+from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.family import Family
 
-FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3)
+FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, MIXTRAL, QWEN3_MOE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
