@@ -87,6 +87,8 @@ ARCH_CONFIGS.update({
              tie_word_embeddings=False),
     ),
 })
+# Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
+ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,

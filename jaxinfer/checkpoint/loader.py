@@ -144,17 +144,14 @@ def _leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: ArrayInfo,
     A stacked leaf (one stored tensor per expert) reads the experts of its slice, each as one leaf.
     """
     tensors = [reader.tensor(name, t.hf_shape) for name in names]
-    if t.experts:
-        def read(index: tuple[slice, ...]) -> np.ndarray:
-            parts = [t.to_jax(tensor[t.hf_index(index[1:])]) for tensor in tensors[index[0]]]
-            return np.stack(parts).astype(dtype)
-    else:
-        if layout.mesh is None and transform_on_device():
-            stored = tensors[0][t.hf_index(tuple(slice(0, n) for n in info.shape))]
-            return t.to_jax(jnp.asarray(stored)).astype(dtype)
+    if not t.experts and layout.mesh is None and transform_on_device():
+        stored = tensors[0][t.hf_index(tuple(slice(0, n) for n in info.shape))]
+        return t.to_jax(jnp.asarray(stored)).astype(dtype)
 
-        def read(index: tuple[slice, ...]) -> np.ndarray:
-            return t.to_jax(tensors[0][t.hf_index(index)]).astype(dtype)
+    def read(index: tuple[slice, ...]) -> np.ndarray:
+        if t.experts:  # index[0] selects experts, the rest each expert's own slice
+            return np.stack([t.to_jax(x[t.hf_index(index[1:])]) for x in tensors[index[0]]]).astype(dtype)
+        return t.to_jax(tensors[0][t.hf_index(index)]).astype(dtype)
 
     return layout.from_callback(info.shape, dtype, info.axes, read)
 
