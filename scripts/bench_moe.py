@@ -6,6 +6,7 @@ multiply-adds x 2: useful (rows x k x 3 D F, what any exact method must do), exe
 grouped path (its tiles round each expert's rows up), and dense (tokens x E x 3 D F). On CPU the
 grouped path is the tile loop and `ragged_dot` is timed too (jax 0.10 lowers it on CPU to a
 masked product with every expert, dense in cost); elsewhere the grouped path is `ragged_dot`.
+On CPU 16-bit experts are widened to float32 first, as the model holds them there.
 
     PYTHONPATH=. python scripts/bench_moe.py                  # Mixtral-like shape scaled down
     PYTHONPATH=. python scripts/bench_moe.py --experts 64 --top-k 8 --intermediate 512
@@ -70,6 +71,8 @@ def bench(tokens: int, args: argparse.Namespace, dtype: jnp.dtype, key: jax.Arra
     scale = D**-0.5
     gate, up = (jax.random.normal(kk, (E, D, F), dtype) * scale for kk in keys[2:4])
     down = jax.random.normal(keys[4], (E, F, D), dtype) * F**-0.5
+    if jax.default_backend() == "cpu":  # as the model runs them there (see weight_ops.widen_experts)
+        gate, up, down = (w.astype(jnp.float32) for w in (gate, up, down))
     weights, experts = jax.jit(route, static_argnums=(2, 3))(x, router, k, True)
     operands = (x, weights, experts, gate, up, down)
     grouped = jax.jit(lambda *a: routed_experts(*a, first=0, act="silu"))
