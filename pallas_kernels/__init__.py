@@ -12,13 +12,13 @@ from pallas_kernels.dispatch import (
     ragged_paged_attention,
 )
 from pallas_kernels.gpu_blocks import kernel_supports, smem_footprint, unsupported_reason
+from pallas_kernels.kv_quant import dequantize_kv, quantize_kv, quantize_kv_fp8
 from pallas_kernels.paged_attention_gpu import paged_attention_gpu
 from pallas_kernels.paged_attention_reference import (
     paged_attention_reference,
     ragged_paged_attention_reference,
 )
 from pallas_kernels.paged_attention_tpu import paged_attention_tpu
-from pallas_kernels.kv_quant import dequantize_kv, quantize_kv, quantize_kv_fp8
 from pallas_kernels.quant_matmul_gpu import int4_matmul_gpu, int8_matmul_gpu
 from pallas_kernels.ragged_paged_attention_gpu import ragged_paged_attention_gpu
 from pallas_kernels.ragged_paged_attention_tpu import ragged_paged_attention_tpu

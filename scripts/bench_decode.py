@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
-
-import os
-import sys
 
 if "--fake-cpu-devices" in sys.argv:  # must be set before jax starts
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count="
@@ -39,8 +38,8 @@ import torch
 import transformers
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.quantization.quantized_weight import QuantizedWeight
 from jaxinfer.parallel.array_info import tree_bytes
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 PRESETS = {name: Path(__file__).parents[1] / "configs" / f"{name}.json" for name in ("smollm-135m", "llama-110m", "llama-3.2-1b")}
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

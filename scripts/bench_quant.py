@@ -38,8 +38,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
-
 from bench_decode import PRESETS, decode_step_bytes, make_checkpoint, measure_copy_bandwidth, measure_read_bandwidth
+
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.models import split_projections
 

@@ -38,8 +38,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from bench_decode import measure_copy_bandwidth
+
 from jaxinfer.quantization.quantized_weight import QuantizedWeight, dequantize, int4_rows, quantize, quantized_matmul
 from pallas_kernels.quant_matmul_gpu import Tiling, bf16_matmul_gpu, int4_matmul_gpu, int8_matmul_gpu
 

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig  # noqa: E402
-from jaxinfer.engine.buckets import bucket  # noqa: E402
+from jaxinfer.config.buckets import bucket  # noqa: E402
 from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_cost  # noqa: E402
 
 DEMO = ROOT / "jaxinfer" / "assets" / "demo"
@@ -195,7 +195,7 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
         engines[f"jaxinfer {method}-engine"] = engines[f"jaxinfer {method}"]
     engines = {name: spec for name, spec in engines.items() if name.split()[-1] in args.methods}
     llms = {
-        engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_batch_size=max(args.batches),
+        engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_num_seqs=max(args.batches),
                     speculative=spec)
         for engine, spec in engines.items()
     }

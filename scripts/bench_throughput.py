@@ -25,12 +25,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from bench_decode import make_checkpoint, measure_read_bandwidth
+
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine.metrics import StepClock
 from jaxinfer.entrypoints.llm import DEMO_MODEL
-from jaxinfer.runtime.static_batch import StaticBatchGenerator
+from jaxinfer.entrypoints.static_batch import StaticBatchGenerator
 from jaxinfer.parallel.array_info import tree_bytes
 
 RESULTS = Path(__file__).parents[1] / "results"
@@ -105,10 +105,10 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
         print("engine warm-up pass", end=" ")
     print(f"{time.perf_counter() - start:.1f} s")
     before = llm.metrics()
-    gaps_before = len(llm.engine.stats.inter_token_latency)
-    peak, start = 0.0, time.perf_counter()
+    peak, start, requests = 0.0, time.perf_counter(), []
     for i, (p, k) in enumerate(zip(prompts, params_of(outputs))):
         llm.engine.add_request(f"bench-{i}", p, k)
+        requests += llm.engine.groups[f"bench-{i}"]  # their timings (the engine keeps histograms only)
     while llm.engine.has_unfinished():
         llm.engine.step()
         peak = max(peak, llm.engine.blocks.usage)
@@ -124,13 +124,12 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
         host_share=(step_seconds - device_wait) / seconds,
         phase_ms_per_step={p: 1e3 * t / max(steps, 1) for p, t in phases.items()},
         preemptions=m["num_preemptions"] - before["num_preemptions"],
-        ttft=_recent(llm, "time_to_first_token", len(prompts)), tpot=_recent(llm, "time_per_output_token", len(prompts)),
-        itl=_spread(llm.engine.stats.inter_token_latency[gaps_before:]),
+        ttft=_spread([r.timing.first_token - r.timing.arrival for r in requests]),
+        tpot=_spread([
+            (r.timing.last_token - r.timing.first_token) / (len(r.output_ids) - 1) for r in requests if len(r.output_ids) > 1
+        ]),
+        itl=_spread([gap for r in requests for gap in r.timing.token_gaps]),
     )
-
-
-def _recent(llm: LLM, name: str, n: int) -> dict:
-    return _spread(getattr(llm.engine.stats, name)[-n:])
 
 
 def _spread(samples: list[float]) -> dict:
@@ -202,7 +201,8 @@ def shared_prefix(llm: LLM, vocab: int, n: int = 32, prefix: int = 1024) -> dict
 
 def bench_model(name: str, path: Path, dtype: str, args) -> dict:
     llm = LLM(path, dtype=dtype, max_seq_len=1024, max_num_seqs=args.max_num_seqs, decode_steps=args.decode_steps,
-              kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size)
+              kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size,
+              gpu_memory_utilization=args.gpu_memory_utilization)
     prompts, outputs = workload(args.requests, args.seed, llm.config.vocab_size)
     n_params = tree_bytes(llm.weights) // jnp.dtype(llm.dtype).itemsize
     total_tokens = sum(map(len, prompts)) + sum(outputs)
@@ -278,6 +278,8 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--decode-steps", type=int, default=8)
     parser.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None,
+                        help="share of an accelerator's memory for weights, activations and KV pages (default 0.9)")
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "int8", "fp8"],
                         help="the engine's KV pages (the static path uses the same LLM)")
     parser.add_argument("--skip-hf", action="store_true")

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
-
 from bench_decode import PRESETS, make_checkpoint
+
 from jaxinfer import DEMO_MODEL, LLM, SamplingParams
 from jaxinfer.quantization import quantized_weight
 

@@ -30,15 +30,20 @@ import optax
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jaxinfer.checkpoint.loader import load_weights  # noqa: E402
-from jaxinfer.config.model import ModelConfig  # noqa: E402
 from jaxinfer.cache.contiguous import init_cache  # noqa: E402
+from jaxinfer.checkpoint.loader import load_weights  # noqa: E402
+from jaxinfer.checkpoint.tokenizer import load_tokenizer  # noqa: E402
+from jaxinfer.config.model import ModelConfig  # noqa: E402
 from jaxinfer.models import Weights, forward, lm_logits  # noqa: E402
 from jaxinfer.speculative.eagle import (  # noqa: E402
-    EagleConfig, EagleParams, EagleWeights, head_logits, head_step, init_eagle,
+    EagleConfig,
+    EagleParams,
+    EagleWeights,
+    head_logits,
+    head_step,
+    init_eagle,
 )
 from jaxinfer.speculative.eagle_checkpoint import save_eagle  # noqa: E402
-from jaxinfer.checkpoint.tokenizer import load_tokenizer  # noqa: E402
 
 EXCLUDED_DIRS = frozenset({"test", "tests", "idlelib", "site-packages", "lib2to3", "pydoc_data", "__pycache__"})
 HELD_OUT_ONE_IN = 50  # the split train_demo.py uses, by a hash of the path

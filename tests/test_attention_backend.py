@@ -11,8 +11,8 @@ import pytest
 from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.models.attention import paged_attend
 from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.models.attention import paged_attend
 from pallas_kernels import paged_attention_reference
 
 PROMPTS = [[5, 9, 14, 3, 77, 120, 8], [44, 2, 19]]

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.models.attention import causal_window_mask, dense_attention
 from jaxinfer.models.blocked_attention import BLOCK_KEYS, LOOPED_ROWS, QUERY_BLOCK, blocked_rows_attention, gather_pages
-from jaxinfer.cache.paged import PagedKVCache
 
 PAGE, WIDTH, KV, HEADS, DIM = 16, 40, 2, 4, 32  # 640 addressable keys: three blocks of 256
 

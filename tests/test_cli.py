@@ -6,8 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jaxinfer import LLM, SamplingParams, __version__
 from python_subprocess import child_env
+
+from jaxinfer import LLM, SamplingParams, __version__
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,6 +37,8 @@ def test_bad_arguments_exit_2_with_reason(text_model_dir):
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     overflow = _run("generate", "--prompt", "x", "--top-k", str(2**40))
     assert overflow.returncode == 2 and "Traceback" not in overflow.stderr and "top_k" in overflow.stderr
+    memory = _run("serve", "--gpu-memory-utilization", "1.5")  # checked before anything loads
+    assert memory.returncode == 2 and "--gpu-memory-utilization: 1.5 is not in (0, 1]" in memory.stderr
 
 
 def test_too_long_prompt_is_one_line_and_no_echo():

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import jax
 import pytest
+from python_subprocess import needs_compiler
 
 from jaxinfer.kernels.cpu import build
-from python_subprocess import needs_compiler
 
 SOURCE = Path(build.__file__).with_name("cache_write.cc")
 

@@ -6,10 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from python_subprocess import needs_compiler, on_cpu_backend
 
-from jaxinfer.models.attention import causal_window_mask, dense_attention, gathered_rows_attend
-from jaxinfer.models.registry import from_hf_config
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.cache.contiguous import scatter_positions
+from jaxinfer.cache.paged import init_page_pool
 from jaxinfer.kernels.cpu import (
     decode_attention,
     decode_attention_applies,
@@ -18,10 +19,9 @@ from jaxinfer.kernels.cpu import (
     write_positions,
 )
 from jaxinfer.kernels.cpu.decode_attention import PAGED_TARGET
-from jaxinfer.cache.contiguous import scatter_positions
-from jaxinfer.cache.paged import init_page_pool
+from jaxinfer.models.attention import causal_window_mask, dense_attention, gathered_rows_attend
+from jaxinfer.models.registry import from_hf_config
 from pallas_kernels import quantize_kv
-from python_subprocess import needs_compiler, on_cpu_backend
 
 pytestmark = [on_cpu_backend, needs_compiler]
 
@@ -227,8 +227,8 @@ def test_generation_same_with_kernels_off() -> None:
 
 def lowered_logits(llm: LLM) -> str:
     """StableHLO of the LLM's logits program over 16 tokens (few enough for decode attention)."""
-    from jaxinfer.runtime import step_programs
     from jaxinfer.cache.contiguous import init_cache
+    from jaxinfer.runtime import step_programs
 
     cache = init_cache(llm.config, 1, 16, llm.dtype, llm.cpu_kernels)
     tokens = jnp.zeros((1, 16), jnp.int32)

@@ -217,7 +217,9 @@ def test_no_compiles_after_warmup(model, capsys):
     monitoring.register_event_duration_secs_listener(
         lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
     )
-    params = [SamplingParams(max_tokens=n, temperature=t, seed=1) for n, t in [(9, 0), (20, 0.8), (3, 1.0)]]
+    # A logit bias is data of every step program, not a variant to compile.
+    params = [SamplingParams(max_tokens=n, temperature=t, seed=1, logit_bias=bias)
+              for n, t, bias in [(9, 0, None), (20, 0.8, {7: 5.0, 9: -100}), (3, 1.0, None)]]
     llm.generate([PROMPTS[0], PROMPTS[1], PROMPTS[3]], params)
     llm.generate(PROMPTS[4:], SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
     assert count > 4 and traces == []
@@ -264,3 +266,26 @@ def test_reset_prefix_cache_frees_cached_pages(llm):
     llm.engine.reset_prefix_cache()
     assert not blocks.evictable and not blocks.by_hash and blocks.usable_pages == blocks.num_pages - 1
     assert greedy_ids(llm, SHARED_PROMPTS[:2]) == greedy_ids(llm, SHARED_PROMPTS[:2])
+
+
+def test_prefix_counters_count_admitted_requests_once_and_outlive_a_release(llm):
+    engine = llm.engine
+    prompt = SHARED + [5, 6, 7, 8, 9, 10]  # 46 tokens: two full pages are cached after its prefill
+    engine.reset_prefix_cache()  # no other cached pages to evict for it
+    greedy_ids(llm, [prompt], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
+    before = llm.metrics()
+    held = engine.blocks.allocate(len(engine.blocks.free))  # every free page: only the cached ones are left
+    engine.add_request("waits", prompt, GREEDY)
+    for _ in range(3):
+        engine.step()  # its third page does not fit: it stays waiting, looked up again each step
+    assert [r.request_id for r in engine.scheduler.waiting] == ["waits"]
+    engine.blocks.release(held)
+    while engine.has_unfinished():
+        engine.step()
+    after = llm.metrics()
+    assert after["prefix_cache_queries"] - before["prefix_cache_queries"] == len(prompt)
+    assert after["prefix_cache_hits"] - before["prefix_cache_hits"] == 32
+    engine.release()  # a fresh block manager (as after a failed step): the totals stay
+    assert {k: llm.metrics()[k] for k in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions")} == {
+        k: after[k] for k in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions")
+    }

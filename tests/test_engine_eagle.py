@@ -15,8 +15,8 @@ from eagle_models import tiny_target_and_heads
 from engine_runs import engine_ids
 
 from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
-from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.speculative.eagle import EagleParams, head_step, project_features
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
 from jaxinfer.speculative.features import target_forward

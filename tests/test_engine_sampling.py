@@ -1,4 +1,4 @@
-"""The engine's per-request sampling set: stop strings, min_tokens, penalties, logprobs, n."""
+"""The engine's per-request sampling set: stop strings, min_tokens, penalties, logit bias, logprobs, n."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.checkpoint.tokenizer import decode_text
+from jaxinfer.engine import AsyncLLMEngine
 
 PROMPT = np.random.RandomState(3).randint(3, 250, size=11).tolist()
 KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=1, decode_steps=4, num_pages=16)
@@ -41,7 +41,7 @@ def test_stop_string_ends_output_and_is_cut(text_llm):
 def test_streamed_pieces_never_show_the_stop_string(text_llm):
     full = text_llm.generate("hello world", greedy(24))[0].text
     stop = full[5:8]
-    pieces = list(text_llm.stream("hello world", greedy(24, stop=[stop])))
+    pieces = list(text_llm.stream_text("hello world", greedy(24, stop=[stop])))
     assert "".join(pieces) == full[: full.index(stop)]
 
 
@@ -51,7 +51,7 @@ def test_text_decoded_once_per_call_equals_the_ids_decoded_whole(text_llm):
     outs = text_llm.generate(prompts, greedy(30))
     for prompt, out in zip(prompts, outs):
         assert out.text == decode_text(text_llm.tokenizer, out.token_ids)
-        assert "".join(text_llm.stream(prompt, greedy(30))) == out.text
+        assert "".join(text_llm.stream_text(prompt, greedy(30))) == out.text
 
 
 def test_stop_string_kept_when_asked_whole_and_streamed(text_llm):
@@ -61,7 +61,7 @@ def test_stop_string_kept_when_asked_whole_and_streamed(text_llm):
     params = greedy(24, stop=[stop], include_stop_str_in_output=True)
     out = text_llm.generate("hello world", params)[0]
     assert out.text == kept and out.outputs[0].stop_reason == stop
-    assert "".join(text_llm.stream("hello world", params)) == kept
+    assert "".join(text_llm.stream_text("hello world", params)) == kept
 
 
 def test_min_tokens_masks_stop_ids(llm):
@@ -89,6 +89,21 @@ def test_penalties_match_the_formula_on_logits(llm):
     assert out[1] == int(np.argmax(second))
 
 
+def test_logit_bias_is_added_to_the_logits_of_every_step(llm):
+    """Each greedy pick (a ragged step, then multi-step decode calls) is argmax(logits + bias); the
+    unbiased row beside it keeps its own tokens."""
+    plain = llm.generate([PROMPT], greedy(6))[0].token_ids
+    bias = {plain[0]: -100.0, plain[2]: -3.5, 40: 2.5}
+    biased, unbiased = llm.generate([PROMPT, PROMPT], [greedy(6, logit_bias=bias), greedy(6)])
+    expected: list[int] = []
+    for _ in range(6):
+        row = llm.logits(PROMPT + expected)[-1].astype(np.float64)
+        row[list(bias)] += list(bias.values())
+        expected.append(int(np.argmax(row)))
+    assert biased.token_ids == expected != plain
+    assert unbiased.token_ids == plain
+
+
 def test_logprobs_are_the_models_distribution(llm):
     out = llm.generate([PROMPT], greedy(3, logprobs=5, prompt_logprobs=2))[0]
     ids = out.token_ids
@@ -99,7 +114,7 @@ def test_logprobs_are_the_models_distribution(llm):
         top = np.argsort(-logp)[:5]
         assert set(entry) >= set(top.tolist()) and ids[i] in entry
         for token, value in entry.items():
-            assert value == pytest.approx(logp[token], abs=1e-4)
+            assert value.logprob == pytest.approx(logp[token], abs=1e-4)
     assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(PROMPT)
     assert PROMPT[1] in out.prompt_logprobs[1]
 

@@ -86,6 +86,16 @@ def test_mixed_sampling_features_keep_outputs(plain, spec_llm):
     assert got[3].outputs[0].logprobs is not None and len(got[3].outputs[0].logprobs) == 12
 
 
+def test_logit_bias_holds_in_verify_steps(plain, spec_llm):
+    """A bias that bans a token the loop repeats: drafts holding it are rejected, outputs equal plain decoding's."""
+    free = token_ids(plain, [LOOP])[0]
+    params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True, logit_bias={free[1]: -100, free[4]: 4.0})
+    drafted = spec_llm.metrics()["spec_decode_num_draft_tokens"]
+    got = token_ids(spec_llm, [LOOP, LOOP[3:]], params)
+    assert got == token_ids(plain, [LOOP, LOOP[3:]], params) and free[1] not in got[0]
+    assert spec_llm.metrics()["spec_decode_num_draft_tokens"] > drafted
+
+
 def test_max_tokens_never_exceeded(spec_llm):
     params = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (1, 2, 3, 5)]
     outs = spec_llm.generate([LOOP] * len(params), params)
@@ -93,10 +103,11 @@ def test_max_tokens_never_exceeded(spec_llm):
 
 
 def test_preemption_and_prefix_caching_keep_outputs(model, plain):
-    """Four long loops do not fit the 15-page pool together: requests are preempted mid-speculation."""
+    """Four long loops do not fit the 15-page pool together: requests are preempted mid-speculation.
+    The last prompt starts with the first's full page, a prefix-cache hit once admitted."""
     llm = make(model, dict(adaptive=False))
     params = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
-    prompts = [LOOP, LOOP[1:], LOOP[2:], PROMPTS[3]]
+    prompts = [LOOP, LOOP[1:], LOOP[2:], LOOP + PROMPTS[3][:6]]
     assert token_ids(llm, prompts, params) == token_ids(plain, prompts, params)
     assert llm.metrics()["num_preemptions"] > 0 and llm.metrics()["prefix_cache_hits"] > 0
 

@@ -67,11 +67,19 @@ def test_unexpected_tensor_is_named(checkpoint_dir, tmp_path):
         LLM(path)
 
 
-def test_corrupted_file_fails_loudly(checkpoint_dir, tmp_path):
+def test_corrupted_file_is_a_checkpoint_error_naming_it(checkpoint_dir, tmp_path):
     path = _copy(checkpoint_dir("llama2"), tmp_path / "m")
-    data = (path / "model.safetensors").read_bytes()
-    (path / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(Exception, match="(?i)safetensors|header|incomplete|invalid|truncat|size"):
+    (path / "model.safetensors").write_bytes(b"\x08" + bytes(7) + b'{"a":1}')  # a header that is not one
+    with pytest.raises(CheckpointError, match=r"model\.safetensors cannot be read \(.*header.*\); expected a complete"):
+        LLM(path)
+
+
+def test_sharded_index_naming_an_absent_shard(checkpoint_dir, tmp_path):
+    path = _copy(checkpoint_dir("llama2"), tmp_path / "m")
+    names = load_file(path / "model.safetensors")
+    weight_map = {name: "model-00002-of-00002.safetensors" for name in names}
+    (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(CheckpointError, match=r"index\.json lists 1 file\(s\) not in .*model-00002-of-00002"):
         LLM(path)
 
 

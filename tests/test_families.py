@@ -9,8 +9,8 @@ import functools
 import numpy as np
 import pytest
 import torch
-
 from hf_models import make_hf_model, save_hf_model
+
 from jaxinfer import LLM, SamplingParams, save_converted
 
 FAMILIES = ["gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe"]

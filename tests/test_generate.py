@@ -70,7 +70,7 @@ def test_stream_pieces_join_to_generate_text(text_model_dir):
     llm = LLM(text_model_dir, dtype="float32", max_seq_len=128)
     params = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
     full = llm.generate("def add(a, b):", params)[0]
-    pieces = list(llm.stream("def add(a, b):", params))
+    pieces = list(llm.stream_text("def add(a, b):", params))
     assert len(pieces) > 1
     assert "".join(pieces) == full.text
     assert full.text == llm.tokenizer.decode(full.token_ids, skip_special_tokens=True)

@@ -11,10 +11,10 @@ import functools
 import numpy as np
 import pytest
 import torch
-
 from hf_models import ARCH_CONFIGS, ENGINE_TESTED, make_hf_model
-from jaxinfer import LLM, SamplingParams
 from python_subprocess import needs_compiler, on_cpu_backend
+
+from jaxinfer import LLM, SamplingParams
 
 ARCHS = sorted(ARCH_CONFIGS)
 PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()

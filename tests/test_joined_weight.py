@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.models import join_projections, split_projections
 from jaxinfer.models.joined_weight import JoinedWeight, join, joinable, split
 from jaxinfer.models.layers import linear, linears
-from jaxinfer.models import join_projections, split_projections
 from jaxinfer.quantization.quantized_weight import QuantizedWeight, for_gpu_kernel, quantize, tile
 
 D, H, KV, K = 64, 4, 2, 16  # input size, query heads, kv heads, head size

@@ -9,13 +9,13 @@ import pytest
 
 import pallas_kernels
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.runtime import step_programs
-from jaxinfer.models.attention import attend, kernel_backend
-from jaxinfer.runtime.cache_spec import CacheSpec
-from jaxinfer.models.registry import from_hf_config
-from jaxinfer.kernels.cpu import kernels_available
 from jaxinfer.cache.contiguous import cache_bytes, init_cache
 from jaxinfer.cache.paged import init_page_pool, init_paged_cache, page_bytes
+from jaxinfer.kernels.cpu import kernels_available
+from jaxinfer.models.attention import attend, kernel_backend
+from jaxinfer.models.registry import from_hf_config
+from jaxinfer.runtime import step_programs
+from jaxinfer.runtime.cache_spec import CacheSpec
 
 CFG = from_hf_config(dict(architectures=["LlamaForCausalLM"], vocab_size=16, hidden_size=256,
                           intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from python_subprocess import needs_compiler, on_cpu_backend, run_python
 
 from jaxinfer import LLM
 from jaxinfer.kernels.cpu import (
@@ -20,7 +21,6 @@ from jaxinfer.kernels.cpu import (
 from jaxinfer.models.joined_weight import JoinedWeight
 from jaxinfer.models.layers import linear, linears
 from jaxinfer.models.row_table import RowTable, full_table
-from python_subprocess import needs_compiler, on_cpu_backend, run_python
 
 pytestmark = [on_cpu_backend, needs_compiler]
 

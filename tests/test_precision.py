@@ -12,13 +12,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxinfer.models.attention import dense_attention
-from jaxinfer.models.registry import load_config
 from jaxinfer.cache.contiguous import init_cache
-from jaxinfer.models.layers import linear, linear_transposed
 from jaxinfer.models import abstract_weights, forward, lm_logits
-from jaxinfer.quantization.quantized_weight import quantize, quantized_matmul
+from jaxinfer.models.attention import dense_attention
+from jaxinfer.models.layers import linear, linear_transposed
+from jaxinfer.models.registry import load_config
 from jaxinfer.parallel.array_info import is_info
+from jaxinfer.quantization.quantized_weight import quantize, quantized_matmul
 
 DOT = re.compile(r"stablehlo\.dot_general.*")
 BATCH, TOKENS = 2, 24  # more than 16 queries: the dense XLA attention path, not a CPU kernel

@@ -13,15 +13,15 @@ import pytest
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.checkpoint.loader import load_weights, save_converted
 from jaxinfer.entrypoints.cli import main as cli_main
-from jaxinfer.kernels.cpu import kernels_available
 from jaxinfer.entrypoints.llm import DEMO_MODEL
+from jaxinfer.kernels.cpu import kernels_available
 from jaxinfer.models import pack_for_cpu, quantize_head, quantize_weights
-from jaxinfer.models.llama import PROJECTIONS
 from jaxinfer.models.layers import linear, linears
+from jaxinfer.models.llama import PROJECTIONS
+from jaxinfer.parallel.array_info import tree_bytes
+from jaxinfer.parallel.sharding import UNSHARDED
 from jaxinfer.quantization.quantized_weight import QuantizedWeight, dequantize, quantize, quantized_matmul, tile, untile
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
-from jaxinfer.parallel.sharding import UNSHARDED
-from jaxinfer.parallel.array_info import tree_bytes
 
 WINDOW, WINDOWS = 256, 8  # 2048 held-out positions scored
 GATES = {"int8": (0.99, 0.01), "int4": (0.95, 0.05)}  # top-1 agreement >=, perplexity increase <=

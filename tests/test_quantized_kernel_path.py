@@ -10,7 +10,14 @@ import pytest
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.models.llama import PROJECTIONS
-from jaxinfer.quantization.quantized_weight import KERNEL_ROWS, for_gpu_kernel, gpu_kernel_fits, quantize, quantized_matmul, tile
+from jaxinfer.quantization.quantized_weight import (
+    KERNEL_ROWS,
+    for_gpu_kernel,
+    gpu_kernel_fits,
+    quantize,
+    quantized_matmul,
+    tile,
+)
 
 PROMPTS = ["def parse(line):\n", "class Stack:\n", "import os\n"]
 PARAMS = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)

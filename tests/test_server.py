@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import json
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 
 import httpx
+import numpy as np
 import openai
 import pytest
 import uvicorn
@@ -40,9 +41,14 @@ def reference(text_model_dir):
 
 
 @pytest.fixture(scope="module")
-def base_url(text_model_dir):
-    llm = LLM(text_model_dir, **KNOBS)
-    app = build_app(llm, ServerConfig("tiny", api_key=KEY, max_body_bytes=64 * 1024))
+def served(text_model_dir):
+    """The LLM behind the server."""
+    return LLM(text_model_dir, **KNOBS)
+
+
+@pytest.fixture(scope="module")
+def base_url(served):
+    app = build_app(served, ServerConfig("tiny", api_key=KEY, max_body_bytes=64 * 1024))
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -61,8 +67,8 @@ def client(base_url):
     return openai.OpenAI(base_url=base_url + "/v1", api_key=KEY, max_retries=0)
 
 
-def _greedy(max_tokens: int) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+def _greedy(max_tokens: int, **fields) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True, **fields)
 
 
 def _metrics(base_url: str) -> dict[str, float]:
@@ -142,6 +148,92 @@ def test_logprobs_in_both_layouts(client):
     assert content[0].top_logprobs[0].logprob == pytest.approx(content[0].logprob)  # greedy takes the best
 
 
+def test_logit_bias_steers_completions_and_chat(client, reference):
+    plain = reference.generate([PROMPTS[0]], _greedy(8))[0]
+    forced = {plain.token_ids[1]: 100.0}  # a bias of 100 all but forces a token, every step
+    out = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=8, temperature=0,
+                                    logit_bias={str(t): b for t, b in forced.items()}, extra_body={"ignore_eos": True})
+    expected = reference.generate([PROMPTS[0]], _greedy(8, logit_bias=forced))[0]
+    assert out.choices[0].text == expected.text != plain.text and set(expected.token_ids) == set(forced)
+    chat = dict(model="tiny", messages=[{"role": "user", "content": "def add"}], max_tokens=6, temperature=0,
+                extra_body={"ignore_eos": True})
+    word = reference.encode("return")[-1]
+    plain_reply = client.chat.completions.create(**chat).choices[0].message.content
+    reply = client.chat.completions.create(**chat, logit_bias={str(word): 100}).choices[0].message.content
+    assert reply == reference.tokenizer.decode([word] * 6) != plain_reply
+
+
+@pytest.mark.parametrize("bias,needle", [
+    ({"abc": 1}, "'abc' is not a token id"), ({"5": 150}, "[-100, 100]"), ({"1000000": 1}, "vocabulary [0, 320)"),
+    ({"5": "1"}, "number"),
+])
+def test_bad_logit_bias_is_a_400_naming_it(client, bias, needle):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="tiny", prompt="x", max_tokens=2, logit_bias=bias)
+    assert info.value.param.startswith("logit_bias") and needle in info.value.message, info.value.message
+
+
+UNIMPLEMENTED = {  # (route, extra fields, the param the 400 names)
+    "functions": ("chat", {"functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    "bad tool": ("chat", {"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools"),
+    "bad response_format": ("chat", {"response_format": {"type": "xml"}}, "response_format.type"),
+    "suffix": ("completions", {"suffix": " end"}, "suffix"),
+    "unknown": ("completions", {"temprature": 0.5}, "temprature"),
+    "unknown nested": ("completions", {"stream": True, "stream_options": {"include_usage": True, "x": 1}},
+                       "stream_options.x"),
+    "unknown in a message": ("chat", {"messages": [{"role": "user", "content": "hi", "weight": 2}]}, "messages.0.weight"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNIMPLEMENTED))
+def test_fields_the_server_does_not_implement_are_400s_naming_them(client, name):
+    route, fields, param = UNIMPLEMENTED[name]
+    create = client.chat.completions.create if route == "chat" else client.completions.create
+    base = dict(messages=[{"role": "user", "content": "hi"}]) if route == "chat" else dict(prompt="hi")
+    with pytest.raises(openai.BadRequestError) as info:
+        create(model="tiny", max_tokens=2, **base, extra_body=fields)  # extra_body's messages replace base's
+    assert info.value.param == param and param.split(".")[-1] in info.value.message, info.value.message
+
+
+def _prompt_logprobs(reference: LLM, ids: list[int]) -> np.ndarray:
+    """log p(ids[j] | ids[:j]) for j >= 1, from the reference model's logits."""
+    logits = reference.logits(ids).astype(np.float64)[:-1]
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    return logp[np.arange(len(ids) - 1), ids[1:]]
+
+
+@pytest.mark.parametrize("max_tokens", [0, 1])
+def test_echo_logprobs_score_prompts_as_lm_eval_asks(client, reference, max_tokens):
+    """lm-eval's local-completions loglikelihood request: id prompts, echo, logprobs=1, max_tokens 0 or 1;
+    it sums token_logprobs[ctxlen:-1] and calls a continuation greedy when each is its top_logprobs' max."""
+    prompts = [reference.encode(p) for p in PROMPTS[:2]]
+    out = client.completions.create(model="tiny", prompt=prompts, max_tokens=max_tokens, temperature=0, logprobs=1,
+                                    echo=True, seed=1234)
+    choices = sorted(out.choices, key=lambda c: c.index)
+    for ids, text, choice in zip(prompts, PROMPTS, choices):
+        lp = choice.logprobs
+        assert len(lp.token_logprobs) == len(ids) + max_tokens and choice.text.startswith(text)
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        expected = _prompt_logprobs(reference, ids)
+        np.testing.assert_allclose(lp.token_logprobs[1 : len(ids)], expected, atol=1e-4)
+        assert all(max(top.values()) >= t - 1e-6 for t, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:]))
+    assert out.usage.completion_tokens == len(prompts) * max_tokens
+    if max_tokens == 0:
+        assert [c.text for c in choices] == PROMPTS[:2]
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(model="tiny", prompt="x", max_tokens=0)
+        assert info.value.param == "max_tokens" and "echo" in info.value.message
+
+
+def test_echo_streams_the_prompt_first(client):
+    args = dict(model="tiny", prompt=PROMPTS[1], max_tokens=5, temperature=0, echo=True, extra_body={"ignore_eos": True})
+    whole = client.completions.create(**args).choices[0].text
+    chunks = [c.choices[0].text for c in client.completions.create(stream=True, **args) if c.choices]
+    assert whole.startswith(PROMPTS[1]) and len(whole) > len(PROMPTS[1])
+    assert chunks[0].startswith(PROMPTS[1]) and "".join(chunks) == whole
+
+
 def _post(base_url: str, body: bytes | dict, key: str | None = KEY, path: str = "/v1/completions") -> httpx.Response:
     headers = {"content-type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -217,6 +309,88 @@ def test_64_concurrent_streams_and_a_malformed_request(base_url, reference):
     spent = sum(after[phases % p] - before.get(phases % p, 0) for p in StepClock.PHASES)
     stepped = after["jaxinfer:engine_step_seconds_total"] - before["jaxinfer:engine_step_seconds_total"]
     assert spent > 0 and spent == pytest.approx(stepped, rel=1e-6)
+
+
+# vLLM's bucket boundaries (vllm/v1/metrics/loggers.py): dashboards query histogram_quantile over them.
+VLLM_BUCKETS = {
+    "time_to_first_token_seconds": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                                    7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+    "inter_token_latency_seconds": [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                                    10.0, 20.0, 40.0, 80.0],
+    "e2e_request_latency_seconds": [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                                    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+}
+VLLM_BUCKETS["request_time_per_output_token_seconds"] = VLLM_BUCKETS["inter_token_latency_seconds"]
+VLLM_BUCKETS["request_queue_time_seconds"] = VLLM_BUCKETS["e2e_request_latency_seconds"]
+
+
+def test_latencies_are_prometheus_histograms_with_vllms_buckets(client, base_url):
+    before = _metrics(base_url)
+    client.completions.create(model="tiny", prompt="def add", max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
+    text = httpx.get(base_url + "/metrics").text
+    after = _metrics(base_url)
+    for name, bounds in VLLM_BUCKETS.items():
+        metric = "jaxinfer:" + name
+        assert f"# TYPE {metric} histogram" in text
+        buckets = re.findall(rf'^{metric}_bucket{{le="([^"]+)"}} (\S+)$', text, re.M)
+        assert [le for le, _ in buckets] == [str(b) for b in bounds] + ["+Inf"]
+        counts = [float(count) for _, count in buckets]
+        assert counts == sorted(counts) and counts[-1] == after[metric + "_count"]
+        assert after[metric + "_count"] > before.get(metric + "_count", 0)
+    gaps = after["jaxinfer:inter_token_latency_seconds_count"] - before["jaxinfer:inter_token_latency_seconds_count"]
+    assert gaps == 5 and "quantile=" not in text
+
+
+def test_each_sample_of_a_stream_finishes_once(base_url):
+    # Sample 1 prefills a step after sample 0, so it finishes a step later.
+    body = {"prompt": "def add", "max_tokens": 6, "temperature": 0.8, "seed": 1, "n": 2, "ignore_eos": True,
+            "stream": True}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.stream("POST", base_url + "/v1/completions", json=body, headers=headers, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    finishes = [c["index"] for e in events for c in e["choices"] if c["finish_reason"]]
+    assert sorted(finishes) == [0, 1]
+
+
+def _seconds(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def test_a_slow_step_blocks_neither_health_nor_new_requests(served, base_url, monkeypatch):
+    """While a step takes 2 s (a long device call, or a compile), the event loop keeps answering:
+    /health, a new stream's acceptance (its 200) and a bad request's 400 each within 100 ms."""
+    step, entered, left = served.engine.step, threading.Event(), threading.Event()
+
+    def slow_once(*args, **kwargs):
+        if not entered.is_set():
+            entered.set()
+            time.sleep(2)
+            left.set()
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(served.engine, "step", slow_once)
+    body = {"prompt": "def add", "max_tokens": 4, "temperature": 0, "stream": True}
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as client:
+
+        def accepted() -> None:
+            with client.stream("POST", "/v1/completions", json=body) as response:
+                assert response.status_code == 200  # leaving unread disconnects: the request is aborted
+
+        def rejected() -> None:
+            assert client.post("/v1/completions", json={"prompt": "a b " * 400}).status_code == 400
+
+        with client.stream("POST", "/v1/completions", json=body) as first:  # runs the slow step
+            assert first.status_code == 200 and entered.wait(30)
+            latencies = [_seconds(call) for call in [accepted, lambda: client.get("/health"), rejected] * 2]
+            assert not left.is_set(), f"the step ended before the measurements did: {latencies}"
+            assert max(latencies) < 0.1, latencies
+            assert "".join(line for line in first.iter_lines())  # the slow step's request still completes
+    deadline = time.monotonic() + 30
+    while served.engine.has_unfinished():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 
 
 def test_client_that_disconnects_mid_stream_frees_its_pages(base_url):
@@ -341,13 +515,15 @@ def test_jaxinfer_serve_command(text_model_dir):
     process = subprocess.Popen([*base, *flags], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while True:
+        while True:  # the port answers at once; /health says when the model is ready
             assert process.poll() is None and time.monotonic() < deadline, "jaxinfer serve did not come up"
             try:
-                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
-                break
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                    break
             except httpx.TransportError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
         assert models["data"][0]["id"] == "m" and models["data"][0]["max_model_len"] == 64
         body = {"model": "m", "prompt": "a b c a b c a b c a b", "max_tokens": 12, "temperature": 0}
         completion = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120).json()

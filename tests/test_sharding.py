@@ -16,15 +16,14 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AbstractMesh, AxisType, PartitionSpec
-
 from hf_models import save_hf_model
+from jax.sharding import AbstractMesh, AxisType, PartitionSpec
 from python_subprocess import child_env, run_python
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.entrypoints.cli_args import add_distributed_args, distributed_settings
-from jaxinfer.quantization.quantized_weight import quantize, quantized_specs
 from jaxinfer.parallel.sharding import DP, TP, Layout, check_layout
+from jaxinfer.quantization.quantized_weight import quantize, quantized_specs
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = [[1, 5, 9, 33, 7, 81], [1, 4, 4, 80]]

@@ -20,8 +20,8 @@ from hf_models import save_hf_model
 from scipy import stats
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
-from jaxinfer.runtime import step_programs
 from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.runtime import step_programs
 from jaxinfer.sampling.sampler import processed_logprobs, sampling_arrays
 from jaxinfer.speculative import AcceptanceRule
 from jaxinfer.speculative.rejection import exact_accept, exact_residual
@@ -77,7 +77,7 @@ def sampled(models, spec: SpeculativeConfig | None, engine: bool = False) -> np.
     heads speculate in the engine instead of LLM.generate's static batches)."""
     # The engine admits every row in one step, so all of them decode (and draft) together.
     llm = LLM(
-        models["target"], dtype="float32", max_seq_len=32, max_batch_size=ROWS, speculative=spec,
+        models["target"], dtype="float32", max_seq_len=32, max_num_seqs=ROWS, speculative=spec,
         max_prefill_seqs=ROWS, max_num_batched_tokens=ROWS * 32,
     )
     params = [SamplingParams(**PARAMS, seed=seed) for seed in range(ROWS)]

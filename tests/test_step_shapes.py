@@ -7,13 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from jaxinfer.engine.block_manager import BlockManager
-from jaxinfer.engine.buckets import bucket, chunk_bucket, chunk_buckets, chunk_step_for
+from jaxinfer.config.buckets import bucket, chunk_bucket, chunk_buckets, chunk_step_for
 from jaxinfer.config.engine import EngineConfig
+from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
-from jaxinfer.engine.step_builder import shape_buckets, warmup_shapes
-from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine.step_builder import program_steps, shape_buckets, warmup_shapes
 
 
 def test_chunks_pad_to_powers_of_two_then_to_multiples_of_64():
@@ -62,7 +62,7 @@ def serve_random(
     seed: int, chunk_step: int, tight_chunk_step: int | None, config: EngineConfig = CONFIG
 ) -> list[tuple[tuple, Schedule]]:
     """A random serving run (prompts 1-700 tokens; CONFIG's pool is small enough to preempt):
-    each step's padded shape (decode rows, prefill rows, chunk, pages, steps) and its schedule."""
+    each step's padded shape (decode rows, prefill rows, chunk, pages, steps variant) and its schedule."""
     sched = scheduler(config, tight_chunk_step)
     rng = np.random.default_rng(seed)
     for i in range(40):
@@ -74,7 +74,7 @@ def serve_random(
         schedule = sched.schedule()
         assert not schedule.empty
         shape = shape_buckets(schedule, config.page_size, MAX_PAGES, MIN_PAGES, False, chunk_step)
-        steps.append((shape + (schedule.num_steps,), schedule))
+        steps.append((shape + (program_steps(schedule.num_steps, config.decode_steps),), schedule))
         advance(sched, schedule)
     return steps
 

@@ -7,8 +7,8 @@ import random
 import pytest
 import transformers
 
-from jaxinfer.entrypoints.llm import DEMO_MODEL
 from jaxinfer.checkpoint.tokenizer import Detokenizer, decode_text
+from jaxinfer.entrypoints.llm import DEMO_MODEL
 
 # Spaces before punctuation: what clean-up of tokenization spaces rewrites; then multi-byte characters.
 TEXT = "x = foo(a , b) ; print(y) ! don 't stop . héllo wörld — ✓ 日本語 ok"

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from jaxinfer import DEMO_MODEL, LLM, SamplingParams
+from jaxinfer.checkpoint import loader
 from jaxinfer.entrypoints.cli import main as cli_main
 
 GOOD = SamplingParams(max_tokens=2, temperature=0, ignore_eos=True)
@@ -38,6 +39,10 @@ LLM_CALLS = {
         lambda m: m.generate("x", SamplingParams(stop_token_ids=[10**9])), ValueError,
         ["stop_token_ids", "1000000000", "4096"],
     ),
+    "logit_bias id beyond the vocabulary": (
+        lambda m: m.generate("x", SamplingParams(logit_bias={7: 1.0, 10**6: -5})), ValueError,
+        ["logit_bias", "1000000", "4096"],
+    ),
     "logits of text": (lambda m: m.logits("text"), TypeError, ["token_ids", "'text'", "llm.encode"]),
     "logits id beyond the vocabulary": (lambda m: m.logits([1, 450, 4996]), ValueError, ["token_ids", "4996", "4096"]),
     "prompt id beyond the vocabulary": (lambda m: list(m.stream([1, 99999])), ValueError, ["prompt", "99999"]),
@@ -58,6 +63,12 @@ PARAMS = {
     "negative temperature": (dict(temperature=-0.5), ValueError, ["temperature", "-0.5", ">= 0"]),
     "negative seed": (dict(seed=-1), ValueError, ["seed", "-1"]),
     "ignore_eos as a string": (dict(ignore_eos="yes"), TypeError, ["ignore_eos", "'yes'"]),
+    "logit_bias beyond 100": (dict(logit_bias={5: 150}), ValueError, ["logit_bias", "token 5", "150", "[-100, 100]"]),
+    "nan logit_bias": (dict(logit_bias={5: math.nan}), ValueError, ["logit_bias", "nan"]),
+    "logit_bias key as a string": (dict(logit_bias={"5": 1}), TypeError, ["logit_bias key", "'5'", "int token ids"]),
+    "negative logit_bias id": (dict(logit_bias={-3: 1}), ValueError, ["logit_bias key", "-3"]),
+    "logit_bias as a list": (dict(logit_bias=[5]), TypeError, ["logit_bias", "list"]),
+    "too many logit_bias ids": (dict(logit_bias=dict.fromkeys(range(301), 1)), ValueError, ["logit_bias", "301", "300"]),
     "include_stop_str_in_output as a number": (
         dict(include_stop_str_in_output=1), TypeError, ["include_stop_str_in_output", "1"]
     ),
@@ -67,7 +78,9 @@ CONSTRUCTOR = {
     "negative max_seq_len": (dict(max_seq_len=-5), ValueError, ["max_seq_len", "-5", ">= 1"]),
     "fractional max_seq_len": (dict(max_seq_len=2.5), TypeError, ["max_seq_len", "2.5"]),
     "max_seq_len beyond the model": (dict(max_seq_len=2048), ValueError, ["max_seq_len", "2048", "1024"]),
-    "zero max_batch_size": (dict(max_batch_size=0), ValueError, ["max_batch_size", "0", ">= 1"]),
+    "zero max_num_seqs": (dict(max_num_seqs=0), ValueError, ["max_num_seqs", "0", ">= 1"]),
+    # Removed: it set the engine's max_num_seqs too, so max_num_seqs=8 ran 2 sequences.
+    "max_batch_size beside max_num_seqs": (dict(max_num_seqs=8, max_batch_size=2), TypeError, ["max_batch_size"]),
     "int8 dtype": (dict(dtype="int8"), ValueError, ["dtype", "int8", "float32"]),
     "unknown dtype": (dict(dtype="float64"), ValueError, ["dtype", "float64", "bfloat16"]),
     "model path as an int": (dict(model=5), TypeError, ["model", "5"]),
@@ -153,18 +166,20 @@ def test_cli_bad_input_is_one_line_and_exit_2(case, capsys, tmp_path, not_a_mode
 
 
 def test_cli_unexpected_error_is_one_line_unless_debug(tmp_path, capsys, monkeypatch):
-    """A failure the CLI does not expect (here a corrupt weights file) is one line and exit 1; --debug raises."""
-    model = tmp_path / "corrupt"
-    model.mkdir()
-    (model / "config.json").write_text((DEMO_MODEL / "config.json").read_text())
-    (model / "model.safetensors").write_bytes(b"\x08" + bytes(7) + b'{"a":1}')  # a header that is not one
-    argv = ["convert", str(model), str(tmp_path / "out")]
+    """A failure the CLI does not expect (here a bug planted in loading) is one line and exit 1; --debug raises."""
+
+    def broken_loader(*args, **kwargs):
+        raise RuntimeError("planted loader bug")
+
+    monkeypatch.setattr(loader, "load_hf_weights", broken_loader)
+    argv = ["convert", str(DEMO_MODEL), str(tmp_path / "out")]
     monkeypatch.delenv("JAXINFER_DEBUG", raising=False)
     assert cli_main(argv) == 1
     err = capsys.readouterr().err
-    assert err.startswith("jaxinfer: internal error: ") and err.count("\n") == 1 and "--debug" in err, err
-    with pytest.raises(Exception, match="header"):  # the exception itself, with its traceback
+    assert err.startswith("jaxinfer: internal error: RuntimeError: planted") and err.count("\n") == 1, err
+    assert "--debug" in err, err
+    with pytest.raises(RuntimeError, match="planted"):  # the exception itself, with its traceback
         cli_main(["--debug", *argv])
     monkeypatch.setenv("JAXINFER_DEBUG", "1")
-    with pytest.raises(Exception, match="header"):
+    with pytest.raises(RuntimeError, match="planted"):
         cli_main(argv)

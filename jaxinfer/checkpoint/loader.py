@@ -11,15 +11,16 @@ from typing import Any, Iterator
 import jax
 import jax.numpy as jnp
 import numpy as np
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from jaxinfer.config.model import ModelConfig
 from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, stored_names
+from jaxinfer.config.errors import CheckpointError
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
-from jaxinfer.quantization.quantized_weight import QuantizedWeight
-from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.parallel.array_info import ArrayInfo, is_info
+from jaxinfer.parallel.sharding import UNSHARDED, Layout
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 ORBAX_SUBDIR = "jaxinfer_weights"
 QUANT_KEY = "jaxinfer_quantization"  # config.json: {"mode": ..., "group_size": ...} of a quantized convert
@@ -32,13 +33,10 @@ TOKENIZER_FILES = (
     "generation_config.json",
     "chat_template.jinja",
 )
+CONVERTED_FILES = ("config.json", ORBAX_SUBDIR, *TOKENIZER_FILES)  # everything save_converted writes
 # Buffers some exporters write that are derived, not learned.
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 PROGRESS_MIN_BYTES = 256 * 2**20
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that does not match its config; the message names the tensor and file."""
 
 
 def leaf_paths(tree: Any) -> Iterator[tuple[str, Any]]:
@@ -70,12 +68,41 @@ def layer_fields(abstract: Weights) -> list[list[str]]:
     return [[f.name for f in dataclasses.fields(lw) if getattr(lw, f.name) is not None] for lw in abstract.layers]
 
 
+def open_safetensors(path: Path) -> Any:
+    """A safetensors file opened for reading; CheckpointError naming it when it is missing, cut short or not one."""
+    try:
+        return safe_open(path, "numpy")
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(
+            f"{path} cannot be read ({' '.join(str(err).split())}); expected a complete safetensors file: "
+            "download or save it again"
+        ) from None
+
+
+def _index_weight_map(index: Path) -> dict[str, str]:
+    """The tensor name -> file name map of a sharded checkpoint's index; CheckpointError naming it if unreadable."""
+    try:
+        raw = json.loads(index.read_text())
+    except ValueError as err:
+        raise CheckpointError(f"{index} is not valid JSON ({err}); expected an HF safetensors index") from None
+    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(
+            f"{index} has no weight_map object (tensor name -> file); expected an HF safetensors index"
+        )
+    return weight_map
+
+
 def safetensors_index(model_dir: Path) -> dict[str, Path]:
     """Tensor name -> the safetensors file holding it (sharded index or single/multiple files)."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {name: model_dir / fname for name, fname in weight_map.items()}
+        files = {name: model_dir / fname for name, fname in _index_weight_map(index).items()}
+        absent = sorted({f.name for f in files.values() if not f.is_file()})
+        if absent:
+            raise CheckpointError(f"{index} lists {len(absent)} file(s) not in {model_dir} (first: {absent[0]}); "
+                                  "expected every shard it names beside it: download them too")
+        return files
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise CheckpointError(
@@ -84,7 +111,7 @@ def safetensors_index(model_dir: Path) -> dict[str, Path]:
         )
     out: dict[str, Path] = {}
     for f in files:
-        with safe_open(f, "numpy") as st:
+        with open_safetensors(f) as st:
             out.update({name: f for name in st.keys()})
     return out
 
@@ -119,7 +146,7 @@ class _TensorReader:
         """A lazily read tensor (index it to read a slice), after checking its shape."""
         path = self._index[name]
         if path not in self._open:
-            self._open[path] = safe_open(path, "numpy")
+            self._open[path] = open_safetensors(path)
         tensor = self._open[path].get_slice(name)
         if tuple(tensor.get_shape()) != expected_shape:
             raise CheckpointError(
@@ -190,10 +217,30 @@ def stored_dtype(weights: Weights) -> str:
     return names.pop()
 
 
-def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path) -> Path:
+def check_out_dir(out_dir: Path, overwrite: bool, field: str = "out_dir", flag: str = "overwrite=True") -> None:
+    """Refuse a file, and a non-empty directory unless `overwrite`: a converted model must not mix with other files."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CheckpointError(f"{field} {out_dir} is a file; give a directory to write the converted model into")
+    if not overwrite and out_dir.is_dir() and any(out_dir.iterdir()):
+        raise CheckpointError(f"{field} {out_dir} is not empty; give a new or empty directory, or pass {flag} to "
+                              f"replace what a convert writes there ({', '.join(CONVERTED_FILES[:2])}, ...)")
+
+
+def _remove_converted(out: Path) -> None:
+    """Delete what an earlier convert wrote, so no file of another model (a tokenizer, generation defaults) stays."""
+    for name in CONVERTED_FILES:
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+
+
+def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     """Write weights as an orbax checkpoint next to config and tokenizer files copied from src_dir.
 
     The written config.json states the stored dtype, so `dtype="auto"` restores what was saved.
+    out_dir must be new or empty unless `overwrite`, which replaces what a convert writes there.
     """
     from orbax import checkpoint as ocp
 
@@ -203,6 +250,8 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path) -
                          "checkpoints do not store; convert the model without it and pass quantize_lm_head at load")
     if src.resolve() == out.resolve():
         raise ValueError(f"out_dir {out} is src_dir itself; write the converted model to another directory")
+    check_out_dir(out, overwrite)
+    _remove_converted(out)
     out.mkdir(parents=True, exist_ok=True)
     for name in TOKENIZER_FILES:
         if (src / name).is_file():
@@ -213,11 +262,8 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path) -
     if (quant := quantization_of(weights)) is not None:
         config[QUANT_KEY] = {"mode": quant[0], "group_size": quant[1]}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    target = out / ORBAX_SUBDIR
-    if target.exists():
-        shutil.rmtree(target)
     with ocp.StandardCheckpointer() as ckpt:
-        ckpt.save(target, dict(leaf_paths(weights)))
+        ckpt.save(out / ORBAX_SUBDIR, dict(leaf_paths(weights)))
     return out
 
 

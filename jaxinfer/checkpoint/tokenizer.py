@@ -70,3 +70,23 @@ class Detokenizer:
         emitted = self._read - self._prefix
         return decode_text(self._tokenizer, self._window[:emitted]), decode_text(self._tokenizer, self._window)
 
+
+
+class TokenTexts:
+    """Each token's own text (what logprobs name a token by), decoded once per id.
+
+    Special tokens keep their text (a logprob of EOS should say so); None without a tokenizer.
+    """
+
+    def __init__(self, tokenizer: Any | None):
+        self._tokenizer = tokenizer
+        self._texts: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str | None:
+        if self._tokenizer is None:
+            return None
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self._tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            self._texts[token_id] = text
+        return text

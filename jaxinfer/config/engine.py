@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of an accelerator's memory
 
 
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
     """How much the engine runs at once and how much KV memory it keeps.
 
-    num_pages None sizes the pool from gpu_memory_utilization on accelerators, and on CPU to
-    hold half of max_num_seqs sequences at max_seq_len (pages are only used as tokens arrive).
+    num_pages None sizes the pool on accelerators to fill gpu_memory_utilization (None: 0.9) of
+    the device's memory after the weights and a step's activations (`device_pages`), and on CPU,
+    which reports no device memory, to hold half of max_num_seqs sequences at max_seq_len (pages
+    are only used as tokens arrive).
     """
 
     max_seq_len: int
@@ -41,12 +46,15 @@ class EngineConfig:
         """Pages one max-length sequence needs."""
         return -(-self.max_seq_len // self.page_size)
 
-    def resolve_num_pages(self, bytes_per_page: int, free_device_bytes: int | None) -> int:
-        """The pool size (page 0 is reserved); an error naming the knobs when one request cannot fit."""
+    def resolve_num_pages(self, bytes_per_page: int, device_pages: int | None) -> int:
+        """The pool size (page 0 is reserved); an error naming the knobs when one request cannot fit.
+
+        device_pages: what `device_pages` found room for on an accelerator, None on CPU.
+        """
         if self.num_pages is not None:
             pages = self.num_pages
-        elif self.gpu_memory_utilization is not None and free_device_bytes is not None:
-            pages = int(free_device_bytes * self.gpu_memory_utilization) // bytes_per_page
+        elif device_pages is not None:
+            pages = device_pages
         else:
             pages = max(self.max_num_seqs // 2, 1) * self.pages_per_seq + 1
         if pages - 1 < self.pages_per_seq:
@@ -56,3 +64,22 @@ class EngineConfig:
                 f"(or gpu_memory_utilization) or lower max_seq_len"
             )
         return pages
+
+    @property
+    def memory_utilization(self) -> float:
+        """gpu_memory_utilization, or vLLM's default where it is None."""
+        fraction = self.gpu_memory_utilization
+        return DEFAULT_GPU_MEMORY_UTILIZATION if fraction is None else fraction
+
+
+def device_pages(stats: Mapping[str, int], utilization: float, bytes_per_page: int, activation_bytes: int) -> int:
+    """KV pages that fit in `utilization` of a device's memory beside what it holds and a step's peak.
+
+    stats: `jax.Device.memory_stats()`: bytes_limit (what JAX's allocator may hand out: on a GPU
+    XLA_PYTHON_CLIENT_MEM_FRACTION of the card, 0.75 by default; a TPU's whole HBM), bytes_in_use
+    (the weights, loaded first, and anything else alive). activation_bytes: the largest step
+    program's temporaries and outputs. vLLM's sizing, with JAX's limit as the device's memory:
+    peak_bytes_in_use is not read, since JAX cannot reset it and it may be an earlier model's.
+    """
+    budget = int(stats["bytes_limit"] * utilization) - stats["bytes_in_use"] - activation_bytes
+    return max(budget, 0) // bytes_per_page

@@ -8,8 +8,11 @@ imports nothing from the models.
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from typing import Any, Mapping
 
+from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.generation import token_ids
 
 ROPE_TYPES = ("default", "linear", "llama3", "longrope")
@@ -18,6 +21,8 @@ ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 LAYER_TYPES = ("full_attention", "sliding_attention")
+# Read without a default: a config without them describes no model.
+REQUIRED_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
 
 class ConfigError(ValueError):
@@ -217,3 +222,17 @@ def common_fields(hf: Mapping[str, Any], arch: str) -> dict[str, Any]:
         bos_token_id=hf.get("bos_token_id"),
         eos_token_ids=token_ids(hf.get("eos_token_id")),
     )
+
+
+def read_config_json(model_dir: str | Path) -> dict[str, Any]:
+    """The parsed `config.json` of a model directory; an error naming the file unless it holds a JSON object."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"no config.json in {model_dir}; pass an HF model directory or a converted one")
+    try:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path} is not valid JSON ({err}); expected the model's HF config.json") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} holds a JSON {type(raw).__name__}; expected an object (the model's HF config.json)")
+    return raw

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from jaxinfer.config import validation as v
+from jaxinfer.config.structured_outputs import StructuredOutputsParams
 
 TOP_K_LIMIT = 2**31 - 1  # top_k lives in an int32 array
 MAX_LOGPROBS = 20
 MAX_N = 64
+# Every step program takes this many (token id, bias) slots per row, used or not, so a request's
+# logit_bias is data, never a new compiled variant.
+MAX_LOGIT_BIAS = 300
+LOGIT_BIAS_RANGE = 100.0  # OpenAI's: -100 bans a token, 100 all but forces it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +28,10 @@ class SamplingParams:
     negative) logits of tokens in the prompt or output. `stop` strings end generation and are
     not part of the text unless include_stop_str_in_output; `logprobs=k` returns the top-k
     log-probabilities of each generated token (and `prompt_logprobs=k` of each prompt token);
-    `n` samples share the prompt.
+    `n` samples share the prompt. `logit_bias` ({token id: bias in [-100, 100]}, OpenAI's) is
+    added to those tokens' logits before penalties and sampling; logprobs stay the model's.
+    `structured_outputs` constrains the output to a JSON schema, regex, choice or grammar (the
+    `structured` extra); logprobs stay the model's there too.
     """
 
     max_tokens: int = 16
@@ -43,6 +51,8 @@ class SamplingParams:
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     n: int = 1
+    logit_bias: Mapping[int, float] | None = None
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         self._set("max_tokens", v.positive_int(self.max_tokens, "max_tokens"))
@@ -68,6 +78,10 @@ class SamplingParams:
         for name in ("logprobs", "prompt_logprobs"):
             self._set(name, v.optional_int(getattr(self, name), name, 0, MAX_LOGPROBS))
         self._set("n", v.integer(self.n, "n", 1, MAX_N))
+        self._set("logit_bias", _logit_bias(self.logit_bias))
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
+            raise TypeError("structured_outputs must be a StructuredOutputsParams or None, got "
+                            f"{type(self.structured_outputs).__name__}")
 
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
@@ -100,3 +114,19 @@ def _stop_strings(value: object) -> tuple[str, ...]:
     if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
         raise TypeError(f"stop must be a non-empty string or a list of them, got {value!r}")
     return tuple(stops)
+
+
+def _logit_bias(value: object) -> dict[int, float] | None:
+    """{token id: bias} with ids in int32 range (the vocabulary is checked by the LLM) and biases
+    in [-100, 100]; None when empty, so an empty dict runs like no bias at all."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"logit_bias must be a dict {{token id: bias}}, got {type(value).__name__}")
+    if len(value) > MAX_LOGIT_BIAS:
+        raise ValueError(f"logit_bias has {len(value)} token ids; at most {MAX_LOGIT_BIAS} are accepted")
+    bias = {}
+    for token, amount in value.items():
+        token = v.integer(token, "logit_bias key", 0, v.INT32_LIMIT - 1, hint="keys are int token ids")
+        bias[token] = v.number(amount, f"logit_bias value of token {token}", -LOGIT_BIAS_RANGE, LOGIT_BIAS_RANGE)
+    return bias or None

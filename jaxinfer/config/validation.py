@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+import re
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from jaxinfer.config.errors import CheckpointError
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as the Hugging Face Hub spells repos
 INT32_LIMIT = 2**31  # token ids and top_k live in int32 device arrays
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -112,6 +116,18 @@ def prompts(value: Any, field: str = "prompts", vocab_size: int | None = None) -
     return [_one_prompt(p, f"{field}[{i}]", vocab_size) for i, p in enumerate(value)]
 
 
+def single_prompt(value: Any, field: str, method: str, vocab_size: int | None = None) -> str | list[int]:
+    """One prompt (a str or a list of token ids) for `method`; several prompts are an error pointing to generate."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and value and \
+            isinstance(value[0], (str, Sequence)):
+        raise TypeError(f"{method} takes one prompt (a str or a list of int token ids), got a list of {len(value)} "
+                        f"prompts; use generate(prompts) for several (or call {method} once per prompt)")
+    (prompt,) = prompts(value, field, vocab_size)
+    return prompt
+
+
 def _one_prompt(value: Any, field: str, vocab_size: int | None) -> str | list[int]:
     if isinstance(value, str):
         return value
@@ -141,11 +157,29 @@ def model_dir(value: Any, field: str = "model") -> Path:
     if not isinstance(value, (str, Path)):
         raise TypeError(f"{field} must be a directory path (str or Path), got {_show(value)} ({type(value).__name__})")
     path = Path(value)
+    if path.is_file():
+        raise CheckpointError(f"{field}: {path} is a file; give the model directory, which holds config.json and "
+                              f"the weights{_parent_hint(path)}")
     if not path.is_dir():
-        raise FileNotFoundError(f"{field} directory {path} does not exist")
+        raise CheckpointError(_missing_model(value, path, field))
     if not (path / "config.json").is_file():
-        raise ValueError(
+        raise CheckpointError(
             f"{field}: {path} is not a model directory (no config.json); give an HF checkpoint "
             "directory or one written by `jaxinfer convert`"
         )
     return path
+
+
+def _parent_hint(path: Path) -> str:
+    """Where the model probably is when a file inside it was given (its config.json, its weights)."""
+    return f" (here probably {path.parent})" if (path.parent / "config.json").is_file() else ""
+
+
+def _missing_model(value: str | Path, path: Path, field: str) -> str:
+    """The message for a path that does not exist; one shaped like a Hub id says how to download it."""
+    if isinstance(value, str) and HUB_ID.fullmatch(value):
+        # jaxinfer never downloads; `hf` replaced `huggingface-cli` in huggingface_hub 1.0.
+        return (f"{field} {value!r} is not a local directory; jaxinfer loads local checkpoints only, so for a "
+                f"Hugging Face Hub id download it first: `huggingface-cli download {value} --local-dir DIR` "
+                f"(`hf download` with huggingface_hub >= 1.0), then pass DIR")
+    return f"{field} directory {path} does not exist"

@@ -1,21 +1,52 @@
-"""`AsyncLLMEngine`: the engine behind an asyncio server. One background task runs the steps.
+"""`AsyncLLMEngine`: the engine behind an asyncio server. One background task drives the steps.
 
-Steps run in a worker thread (they block on the device); requests are added and aborted on
-the event loop and handed to the engine under a lock between steps, so concurrent callers
-are batched together. A consumer that stops iterating (a client that disconnected) aborts
-its request, which frees its pages.
+The event loop never touches the engine while a step runs (a device call, or a compile that
+takes seconds): `generate` and `abort` put commands into a thread-safe inbox and return, and
+the step, in a worker thread, first applies the inbox (tokenizing, validating and computing
+prompt logprobs there) and then runs (vLLM v1's EngineCore input queue). Its outputs reach each
+request's own collector (`output_collector`, the path `LLM` uses too). Concurrent callers are
+batched together; a consumer that stops iterating (a client that disconnected) aborts its
+request, which frees its pages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
-import threading
-from typing import AsyncIterator, Sequence
+import queue
+from typing import TYPE_CHECKING, AsyncIterator, Sequence
 
-from jaxinfer.engine.engine import LLMEngine
-from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine.output_collector import OutputRouter
+from jaxinfer.engine.outputs import RequestOutput
+
+if TYPE_CHECKING:
+    from jaxinfer.engine.engine import LLMEngine  # the engine loads jax; its fronts only drive it
+
+
+@dataclasses.dataclass(frozen=True)
+class Add:
+    """Add a request (the step thread tokenizes and validates it)."""
+
+    request_id: str
+    prompt: str | Sequence[int]
+    params: SamplingParams | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Abort:
+    """Abort a request and free its pages."""
+
+    request_id: str
+
+
+@dataclasses.dataclass
+class StepResult:
+    """What one pass of the step thread hands back to the loop."""
+
+    outputs: list[RequestOutput]
+    failed: dict[str, Exception]  # requests the engine refused, by id
 
 
 class AsyncLLMEngine:
@@ -23,8 +54,8 @@ class AsyncLLMEngine:
 
     def __init__(self, engine: LLMEngine):
         self.engine = engine
-        self._lock = threading.Lock()
-        self._queues: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
+        self._inbox: queue.SimpleQueue[Add | Abort] = queue.SimpleQueue()
+        self._router = OutputRouter()
         self._ids = itertools.count()
         self._loop_task: asyncio.Task | None = None
         self._wake = asyncio.Event()
@@ -32,55 +63,63 @@ class AsyncLLMEngine:
     async def generate(
         self, prompt: str | Sequence[int], params: SamplingParams | None = None, request_id: str | None = None
     ) -> AsyncIterator[RequestOutput]:
-        """Deltas of one request until it finishes; invalid requests raise before the first one."""
+        """Deltas of one request until it finishes; an invalid request raises before the first one."""
         request_id = request_id or f"async-{next(self._ids)}"
-        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        with self._lock:
-            self.engine.add_request(request_id, prompt, params)
-        self._queues[request_id] = queue
-        self._ensure_loop()
+        collector = self._router.open(request_id)
+        self._send(Add(request_id, prompt, params))
         finished = False
         try:
             while not finished:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                finished = item.finished
-                yield item
+                delta = await collector.get()
+                finished = delta.finished
+                yield delta
         finally:
-            self._queues.pop(request_id, None)
+            self._router.close(request_id)
             if not finished:
-                await self.abort(request_id)
+                self._send(Abort(request_id))
 
     async def abort(self, request_id: str) -> None:
-        """Stop a request and free its pages."""
-        with self._lock:
-            self.engine.abort(request_id)
-        self._wake.set()
+        """Stop a request and free its pages (at the end of the running step)."""
+        self._send(Abort(request_id))
 
-    def _ensure_loop(self) -> None:
+    def _send(self, command: Add | Abort) -> None:
+        self._inbox.put(command)
         if self._loop_task is None or self._loop_task.done():
+            self._wake = asyncio.Event()  # a fresh one: an event waited on is bound to its loop
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
         self._wake.set()
 
     async def _run(self) -> None:
-        """Step while anything is in flight; sleep until the next request otherwise."""
+        """Step while anything is queued or in flight; sleep until the next command otherwise."""
         while True:
-            if not self.engine.has_unfinished():
+            if self._inbox.empty() and not self.engine.has_unfinished():
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             try:
-                deltas = await asyncio.to_thread(self._step)
+                result = await asyncio.to_thread(self._step)
             except Exception as error:  # the engine itself failed: every waiter hears about it
-                for queue in self._queues.values():
-                    queue.put_nowait(error)
+                self._router.fail_all(error)
                 raise
-            for delta in deltas:
-                queue = self._queues.get(delta.request_id)
-                if queue is not None:
-                    queue.put_nowait(delta)
+            for request_id, error in result.failed.items():
+                self._router.fail(request_id, error)
+            self._router.route(result.outputs)
 
-    def _step(self) -> list[RequestOutput]:
-        with self._lock:
-            return self.engine.step()
+    def _step(self) -> StepResult:
+        """In the worker thread: apply the inbox, then run one step if any request is in flight."""
+        failed: dict[str, Exception] = {}
+        aborted: list[str] = []
+        while not self._inbox.empty():
+            command = self._inbox.get()
+            if isinstance(command, Abort):
+                self.engine.abort(command.request_id)
+                aborted.append(command.request_id)
+                continue
+            try:
+                self.engine.add_request(command.request_id, command.prompt, command.params)
+            except Exception as error:  # a bad request fails alone, at its reader
+                failed[command.request_id] = error
+        outputs = self.engine.finish_aborted(aborted)
+        if self.engine.has_unfinished():
+            outputs += self.engine.step()
+        return StepResult(outputs, failed)

@@ -52,8 +52,6 @@ class BlockManager:
         self.evictable: collections.OrderedDict[int, None] = collections.OrderedDict()  # LRU
         self.by_hash: dict[bytes, int] = {}
         self.hash_of: dict[int, bytes] = {}
-        self.queries = 0  # prompt tokens looked up in the prefix cache
-        self.hits = 0  # of which found
 
     @property
     def usable_pages(self) -> int:
@@ -91,8 +89,6 @@ class BlockManager:
             if page is None:
                 break
             pages.append(page)
-        self.queries += len(token_ids)
-        self.hits += len(pages) * self.page_size
         for page in pages:
             self._ref(page)
         return pages, hashes[: len(pages)]

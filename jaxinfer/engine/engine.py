@@ -16,37 +16,40 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer.runtime import step_programs
-from jaxinfer.runtime.eagle_rider import EagleDraft
-from jaxinfer.runtime.engine_step import Rider, StepOutputs
-from jaxinfer.runtime.verify_step import Drafts
-from jaxinfer.runtime.cache_spec import CacheSpec
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.parallel.distributed import shared_seed
-from jaxinfer.engine.block_manager import BlockManager
-from jaxinfer.engine.buckets import bucket, chunk_step_for, tight_chunk_step
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.checkpoint.tokenizer import Detokenizer, TokenTexts
+from jaxinfer.config.buckets import bucket, chunk_step_for, tight_chunk_step
 from jaxinfer.config.engine import EngineConfig
-from jaxinfer.runtime.device_inputs import device_inputs
-from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
-from jaxinfer.runtime.pools import new_pools, pool_size
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.postprocess import append_token
+from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, encode_prompt
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_outputs import delta_output
-from jaxinfer.engine.prompt_checks import check_prompt, encode_prompt
-from jaxinfer.runtime.warmup import warm_up, warmup_steps
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
-from jaxinfer.engine.step_builder import HostStep, build_step, build_verify_step
+from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
+from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.models import Weights
-from jaxinfer.runtime.packed_tree import PackedTree, pack_host, unpack_host
-from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.config.sampling_params import SamplingParams
-from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
+from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
+from jaxinfer.runtime import step_programs
+from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.runtime.device_inputs import device_inputs
+from jaxinfer.runtime.eagle_rider import EagleDraft
+from jaxinfer.runtime.engine_step import Rider, StepOutputs
+from jaxinfer.runtime.host_step import HostStep
+from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.runtime.packed_tree import PackedTree, pack_host, unpack_host
+from jaxinfer.runtime.pools import new_pools, pool_size
+from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
+from jaxinfer.runtime.verify_step import Drafts
+from jaxinfer.runtime.warmup import activation_peak, warm_up
+from jaxinfer.sampling.logprob import position_logprobs
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.checkpoint.tokenizer import Detokenizer
 
 log = logging.getLogger(__name__)
 MIN_PAGE_TOKENS = 128  # page-table widths start here: fewer programs, negligible extra reads
@@ -87,8 +90,17 @@ class LLMEngine:
         cache_spec = CacheSpec() if cache_spec is None else cache_spec
         self.config, self.dtype, self.cache_spec = config, dtype, cache_spec
         self.default_params = default_params or SamplingParams()
+        self.max_pages = bucket(config.pages_per_seq)
+        self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
+        self.model_identity = model_identity
+        # Steps with prefill chunks always use the full page-table width. Narrowing them too (the
+        # gathered CPU attention pays for width) multiplied their programs by the widths: 585 for
+        # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
+        # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
+        self.narrow_mixed = False
+        self.chunk_step = chunk_step_for(jax.default_backend(), config.max_num_batched_tokens)
         draft_cfg = None if draft is None else draft.cfg
-        num_pages = pool_size(config, model_config, draft_cfg, dtype, cache_spec)
+        num_pages = pool_size(config, model_config, draft_cfg, dtype, cache_spec, self._activation_peak)
         self.pages, self.draft = self._new_pools(num_pages)
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching,
                                    spread=jax.default_backend() == "cpu")
@@ -99,23 +111,23 @@ class LLMEngine:
             ),
             self.blocks,
         )
-        self.max_pages = bucket(config.pages_per_seq)
-        self.min_pages = min(self.max_pages, bucket(-(-MIN_PAGE_TOKENS // config.page_size)))
-        self.model_identity = model_identity
-        # Steps with prefill chunks always use the full page-table width. Narrowing them too (the
-        # gathered CPU attention pays for width) multiplied their programs by the widths: 585 for
-        # the demo at max_num_seqs=32, and loading that many exhausted XLA:CPU's JIT code memory
-        # ("LLVM ERROR: Unable to allocate section memory") during `jaxinfer serve` warm-up.
-        self.narrow_mixed = False
-        self.chunk_step = chunk_step_for(jax.default_backend(), config.max_num_batched_tokens)
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
+        self.final_only: set[str] = set()  # requests that want their whole output once, no deltas
+        self.token_texts = TokenTexts(tokenizer)  # logprobs' decoded tokens
+        # Compiled constraints and step masks; a constraint ends where the model's end-of-sequence ids may follow.
+        self.structured = StructuredOutputs(tokenizer, model_config.vocab_size, model_config.eos_token_ids)
         self.stats = EngineMetrics()
 
     def add_request(
-        self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None
+        self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
+        final_only: bool = False,
     ) -> None:
-        """Queue a request (text or token ids); invalid ones raise here and never reach a step."""
+        """Queue a request (text or token ids); invalid ones raise here and never reach a step.
+
+        final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` asks for): no deltas, only
+        the whole output once the request finishes.
+        """
         if request_id in self.groups:
             raise ValueError(f"request_id {request_id!r} is already in use; give each request a unique id")
         params = self.default_params if params is None else params
@@ -123,6 +135,7 @@ class LLMEngine:
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
         ids = encode_prompt(prompt, self.tokenizer)
         check_prompt(ids, params.max_tokens, self.model_config.vocab_size, self.config.max_seq_len)
+        check_logit_bias(params.logit_bias, self.model_config.vocab_size)
         stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
         group: list[Request] = []
         for i in range(params.n):
@@ -131,6 +144,7 @@ class LLMEngine:
                 request_id, i, prompt if isinstance(prompt, str) else None, ids, params, seed, stop_ids,
                 leader=group[0] if group else None,
                 detokenizer=Detokenizer(self.tokenizer) if self.tokenizer is not None else None,
+                grammar=self.structured.start(params),  # compiled (cached) here: a bad constraint raises before queueing
             )
             if self.speculator is not None:
                 request.spec_counts = zero_counts(self.speculator.k_max)
@@ -138,9 +152,11 @@ class LLMEngine:
         if params.prompt_logprobs is not None:
             group[0].prompt_logprobs = prompt_logprobs(
                 self.weights, self.model_config, ids, params.prompt_logprobs, self.dtype,
-                self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
+                self.config.max_seq_len, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, self.token_texts,
             )
         self.groups[request_id] = group
+        if final_only:
+            self.final_only.add(request_id)
         for request in group:
             self.scheduler.add(request)
 
@@ -153,6 +169,15 @@ class LLMEngine:
                 self.stats.record_finished(request)
                 self.pending.add(request_id)
 
+    def finish_aborted(self, request_ids: Sequence[str]) -> list[RequestOutput]:
+        """The final outputs of these aborted requests now, without running a step.
+
+        Only these: other requests (another caller's streams) neither step nor lose their outputs.
+        """
+        done = self.pending.intersection(request_ids)
+        self.pending -= done
+        return self._collect(done, final_only=False)
+
     def has_unfinished(self) -> bool:
         """True while any request has output left to deliver."""
         return bool(self.groups)
@@ -160,9 +185,9 @@ class LLMEngine:
     def step(self, final_only: bool = False) -> list[RequestOutput]:
         """Run one scheduled batch; deltas for every request that progressed or finished.
 
-        final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` uses): outputs only for
-        the requests that finished, each whole (all that no earlier step returned), and no
-        per-step deltas built for the others.
+        final_only (vLLM's FINAL_ONLY output kind, for every request of this step; add_request
+        sets it per request): outputs only for the requests that finished, each whole (all that
+        no earlier step returned), and no per-step deltas built for the others.
         """
         clock = StepClock()
         schedule = self.scheduler.schedule()
@@ -179,11 +204,21 @@ class LLMEngine:
         return outputs
 
     def _build(self, schedule: Schedule) -> HostStep:
+        """The step's arrays, with the structured-output masks of its constrained rows."""
+        host = self._build_step(schedule)
+        host.bitmask = self.structured.bitmask_for(schedule, host)
+        return host
+
+    def _build_step(self, schedule: Schedule) -> HostStep:
         """A verify step when the batch is all decodes and some row drafts, else the plain step."""
         if schedule.all_decode and self.speculator is not None:
-            drafts = self.speculator.plan([row.request for row in schedule.decodes], bucket(len(schedule.decodes)))
+            requests = [row.request for row in schedule.decodes]
+            # A row's drafts are written at once, so they must fit the pages the scheduler reserved.
+            drafts = self.speculator.plan(requests, bucket(len(requests)), schedule.lookahead - 1)
             if drafts is not None:
-                rounds = 1 if self.speculator.measuring else self.spec_rounds
+                # A constrained row's mask holds for one round: later rounds' drafts are unknown here.
+                one_round = self.speculator.measuring or any(r.grammar is not None for r in requests)
+                rounds = 1 if one_round else self.spec_rounds
                 return build_verify_step(
                     schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages, rounds
                 )
@@ -192,25 +227,39 @@ class LLMEngine:
         )
 
     def metrics(self) -> dict:
-        """vLLM-named counters, gauges and latency summaries (see engine.metrics)."""
-        waiting = len(self.scheduler.waiting)
-        prefix = (self.blocks.queries, self.blocks.hits)
+        """vLLM-named counters, gauges and latency histograms (see engine.metrics)."""
+        scheduler = self.scheduler
+        prefix = (scheduler.prefix_queries, scheduler.prefix_hits)
         return snapshot(
-            self.stats, len(self.scheduler.running), waiting, self.blocks.usage, prefix, self.scheduler.num_preemptions
+            self.stats, len(scheduler.running), len(scheduler.waiting), self.blocks.usage, prefix,
+            scheduler.num_preemptions,
         )
 
     def speculation_metrics(self) -> dict | None:
         """Acceptance totals of the engine's speculation (drafted, accepted, rates), or None when off."""
         return None if self.speculator is None else self.speculator.metrics()
 
-    def warmup(self, progress: bool = False, threads: int | None = None) -> int:
+    def warmup(
+        self, progress: bool = False, threads: int | None = None, on_program: Callable[[int, int], None] | None = None
+    ) -> int:
         """Compile every step shape the knobs allow (default sampling variant); returns how many were compiled.
 
         Padding-only batches run through each program, so nothing is written to the cache.
         `progress` shows a bar on stderr (a serve start compiles a hundred or more programs).
         threads: programs compiled at once (default 1 on CPU, else up to 8; see engine/warmup.py).
+        on_program(done, total) is called as programs are compiled (a server reports it on /health).
         """
-        return warm_up(self, warmup_steps(self), progress, threads)
+        verify_chunk = None if self.speculator is None else self.verify_chunk
+        hosts = warmup_steps(self.config, self.min_pages, self.max_pages, self.narrow_mixed, self.chunk_step, verify_chunk)
+        return warm_up(self._program, self._run, hosts, progress, threads, on_program)
+
+    def _activation_peak(self) -> int:
+        """Device bytes the largest step programs need beside the weights and pools (see warmup.activation_peak)."""
+        pools = self._new_pools(self.config.pages_per_seq + 1)
+        verify_chunk = None if self.speculator is None else self.verify_chunk
+        hosts = profile_steps(self.config, self.min_pages, self.max_pages, self.narrow_mixed, self.chunk_step,
+                              verify_chunk)
+        return activation_peak(lambda host: self._program(host, pools), hosts)
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
@@ -266,28 +315,34 @@ class LLMEngine:
             self.speculator.observe(requests, drafted, accepted)
             self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
-    def _program(self, host: HostStep) -> tuple[Callable, list, dict]:
-        """The compiled program a host step runs, and its arguments (the pools made first if released)."""
+    def _program(self, host: HostStep, pools: tuple[PagedKVCache, Rider] | None = None) -> tuple[Callable, list, dict]:
+        """The compiled program a host step runs, and its arguments.
+
+        pools: the page pools it runs on (default: the engine's, made first if released).
+        """
         inputs = device_inputs(host, self.model_config.vocab_size, self.cache_spec.mesh_layout)
-        if self.pages is None:
-            self.pages, self.draft = self._new_pools(self.blocks.num_pages)
-        draft = dict(draft=self.draft, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
+        if pools is None:
+            if self.pages is None:
+                self.pages, self.draft = self._new_pools(self.blocks.num_pages)
+            pools = self.pages, self.draft
+        pages, draft_pool = pools
+        draft = dict(draft=draft_pool, draft_weights=None if self.draft_spec is None else self.draft_spec.weights)
         if host.drafts is not None:
             layout = self.cache_spec.mesh_layout
             drafts = layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
             capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
-            args = [self.weights, self.pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
+            args = [self.weights, pages, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
             kwargs = dict(cfg=self.model_config, max_rounds=self.spec_rounds, rule=self.speculator.config.rule)
             return step_programs.verify_rounds, args, {**kwargs, **draft}
         if host.num_steps > 1:
             # Only an EAGLE head rides plain multi-step calls (it stores their features); a draft
             # model is caught up by the next verify, so its pool and weights stay out and the call
             # runs the plain program.
-            rides = isinstance(self.draft, EagleDraft)
+            rides = isinstance(draft_pool, EagleDraft)
             kwargs = dict(cfg=self.model_config, max_steps=self.config.decode_steps, stop_early=self.stop_early)
-            args = [self.weights, self.pages, inputs, np.int32(host.num_steps)]
+            args = [self.weights, pages, inputs, np.int32(host.num_steps)]
             return step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}
-        return step_programs.ragged_step, [self.weights, self.pages, inputs], dict(cfg=self.model_config, **draft)
+        return step_programs.ragged_step, [self.weights, pages, inputs], dict(cfg=self.model_config, **draft)
 
     def _run(self, host: HostStep, clock: StepClock | None = None) -> PackedTree:
         """Dispatch the step's program; its StepOutputs come back packed (`unpack_host` them)."""
@@ -317,7 +372,7 @@ class LLMEngine:
                 request.finish("error")
                 request.error = f"{type(error).__name__}: {error}"
                 produced = 0
-            request.timing.record_tokens(produced, now)
+            self.stats.record_tokens(request, produced, now)
             if produced or request.finished:
                 touched.add(request.request_id)
             if request.finished:
@@ -349,9 +404,10 @@ class LLMEngine:
                 request.num_computed += 1
             if out.logprobs is not None and request.params.logprobs is not None:
                 k = request.params.logprobs
-                entry = dict(zip(out.top_ids[r, j, :k].tolist(), out.top_logprobs[r, j, :k].tolist()))
-                entry[int(out.tokens[r, j])] = float(out.logprobs[r, j])
-                request.logprobs.append(entry)
+                request.logprobs.append(position_logprobs(
+                    int(out.tokens[r, j]), out.logprobs[r, j], int(out.ranks[r, j]), out.top_ids[r, j, :k].tolist(),
+                    out.top_logprobs[r, j, :k].tolist(), self.token_texts,
+                ))
             if append_token(request, int(out.tokens[r, j]), detokenize=per_token or j == count - 1):
                 return j + 1
         return count
@@ -389,10 +445,11 @@ class LLMEngine:
         for request_id in sorted(touched, key=order.__getitem__):
             group = self.groups[request_id]
             finished = all(r.finished for r in group)
-            if finished or not final_only:
+            if finished or not (final_only or request_id in self.final_only):
                 outputs.append(delta_output(group))  # all not yet returned: under final_only, the whole
             if finished:
                 del self.groups[request_id]
+                self.final_only.discard(request_id)
         return outputs
 
 

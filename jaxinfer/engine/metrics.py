@@ -1,35 +1,75 @@
 """Serving metrics with vLLM's names and meanings (host side, no jax).
 
-Latencies are kept per finished request and summarized (mean, p50, p99); counters are totals
-since the engine started; gauges are read at call time.
+Counters only grow for the life of the engine; latencies go into histograms with vLLM's bucket
+boundaries, fixed memory however long the engine serves; gauges are read at call time. The
+server exports them as Prometheus counters and histograms (server/metrics.py); the engine
+keeps its own small histogram rather than prometheus_client's, which is the `serve` extra's.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
+import math
 import time
+from typing import Sequence
 
 import numpy as np
 
 from jaxinfer.engine.request import Request
 
+# vLLM's boundaries (vllm/v1/metrics/loggers.py), so dashboards made for vLLM read these as they are.
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    160.0, 640.0, 2560.0,
+)
+TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+REQUEST_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+    1920.0, 7680.0,
+)
+
+
+class Histogram:
+    """Counts per bucket plus their sum: a latency distribution in fixed memory (Prometheus' histogram)."""
+
+    def __init__(self, bounds: Sequence[float]):
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last counts values above every bound
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        """Count value in the first bucket whose upper bound is >= value (Prometheus' `le`)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def snapshot(self) -> dict:
+        """count, sum, and (upper bound, observations <= it) pairs ending with (inf, count)."""
+        cumulative = list(itertools.accumulate(self.counts))
+        return {"count": cumulative[-1], "sum": self.sum, "buckets": list(zip(self.bounds + (math.inf,), cumulative))}
+
+
+def _histogram(bounds: Sequence[float]) -> dataclasses.Field:
+    return dataclasses.field(default_factory=lambda: Histogram(bounds))
+
 
 @dataclasses.dataclass
 class EngineMetrics:
-    """Totals and per-request latency samples."""
+    """Totals since the engine started and latency histograms (vLLM's names and buckets)."""
 
-    time_to_first_token: list[float] = dataclasses.field(default_factory=list)
-    time_per_output_token: list[float] = dataclasses.field(default_factory=list)
-    inter_token_latency: list[float] = dataclasses.field(default_factory=list)
-    e2e_latency: list[float] = dataclasses.field(default_factory=list)
-    queue_time: list[float] = dataclasses.field(default_factory=list)
+    time_to_first_token: Histogram = _histogram(TTFT_BUCKETS)
+    inter_token_latency: Histogram = _histogram(TOKEN_BUCKETS)
+    request_time_per_output_token: Histogram = _histogram(TOKEN_BUCKETS)
+    e2e_latency: Histogram = _histogram(REQUEST_BUCKETS)
+    queue_time: Histogram = _histogram(REQUEST_BUCKETS)
     prompt_tokens: int = 0
     generation_tokens: int = 0
     requests_finished: dict[str, int] = dataclasses.field(default_factory=dict)
     spec_drafts: int = 0
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
-    spec_accepted_per_position: list[int] = dataclasses.field(default_factory=list)
+    spec_accepted_per_position: list[int] = dataclasses.field(default_factory=list)  # k_max long
     # Where engine time goes (jaxinfer's own, not vLLM's): device calls, the seconds of step()
     # calls that ran one, and of those the wait for the device's outputs; the rest is host work
     # (scheduling, step arrays, dispatch, detokenizing, outputs) that the device does not overlap.
@@ -39,22 +79,32 @@ class EngineMetrics:
     # The same seconds by phase (StepClock.PHASES), to tell which host work a step waits on.
     engine_phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
+    def record_tokens(self, request: Request, count: int, now: float) -> None:
+        """A sample's `count` new tokens at `now`, observed as they come (a dashboard sees a long
+        request's first token when it happens, not when the request ends)."""
+        t = request.timing
+        had_first, known_gaps = t.first_token is not None, len(t.token_gaps)
+        t.record_tokens(count, now)
+        if count <= 0:
+            return
+        self.generation_tokens += count
+        if not had_first:
+            self.prompt_tokens += len(request.prompt_ids)
+            self.time_to_first_token.observe(t.first_token - t.arrival)
+        for gap in t.token_gaps[known_gaps:]:
+            self.inter_token_latency.observe(gap)
+
     def record_finished(self, request: Request) -> None:
-        """Fold one finished sample's timings into the samples."""
+        """Count one finished sample and observe its per-request latencies."""
         t = request.timing
         self.requests_finished[request.finish_reason] = self.requests_finished.get(request.finish_reason, 0) + 1
-        self.prompt_tokens += len(request.prompt_ids)
-        self.generation_tokens += len(request.output_ids)
         if t.first_scheduled is not None:
-            self.queue_time.append(t.first_scheduled - t.arrival)
+            self.queue_time.observe(t.first_scheduled - t.arrival)
         if t.first_token is None or t.finished is None:
             return
-        self.time_to_first_token.append(t.first_token - t.arrival)
-        self.e2e_latency.append(t.finished - t.arrival)
-        self.inter_token_latency += t.token_gaps
+        self.e2e_latency.observe(t.finished - t.arrival)
         if len(request.output_ids) > 1 and t.last_token is not None:
-            self.time_per_output_token.append((t.last_token - t.first_token) / (len(request.output_ids) - 1))
-
+            self.request_time_per_output_token.observe((t.last_token - t.first_token) / (len(request.output_ids) - 1))
 
     def record_drafts(self, drafted: np.ndarray, accepted: np.ndarray, k_max: int) -> None:
         """Count one verify step: rows that drafted, their draft tokens, and acceptances per position."""
@@ -98,20 +148,9 @@ class StepClock:
         self._last = now
 
 
-def summary(values: list[float]) -> dict[str, float]:
-    """count, mean, p50 and p99 of a latency list (NaN when empty)."""
-    if not values:
-        return {"count": 0, "mean": float("nan"), "p50": float("nan"), "p99": float("nan")}
-    arr = np.asarray(values)
-    return {
-        "count": len(values),
-        "mean": float(arr.mean()),
-        "p50": float(np.percentile(arr, 50)),
-        "p99": float(np.percentile(arr, 99)),
-    }
-
-
-def snapshot(m: EngineMetrics, running: int, waiting: int, kv_usage: float, prefix: tuple[int, int], preemptions: int) -> dict:
+def snapshot(
+    m: EngineMetrics, running: int, waiting: int, kv_usage: float, prefix: tuple[int, int], preemptions: int
+) -> dict:
     """All metrics as one dict, keyed by vLLM's metric names (without the `vllm:` prefix)."""
     return {
         "num_requests_running": running,
@@ -123,11 +162,11 @@ def snapshot(m: EngineMetrics, running: int, waiting: int, kv_usage: float, pref
         "prompt_tokens": m.prompt_tokens,
         "generation_tokens": m.generation_tokens,
         "request_success": dict(m.requests_finished),
-        "time_to_first_token_seconds": summary(m.time_to_first_token),
-        "time_per_output_token_seconds": summary(m.time_per_output_token),
-        "inter_token_latency_seconds": summary(m.inter_token_latency),
-        "e2e_request_latency_seconds": summary(m.e2e_latency),
-        "request_queue_time_seconds": summary(m.queue_time),
+        "time_to_first_token_seconds": m.time_to_first_token.snapshot(),
+        "inter_token_latency_seconds": m.inter_token_latency.snapshot(),
+        "request_time_per_output_token_seconds": m.request_time_per_output_token.snapshot(),
+        "e2e_request_latency_seconds": m.e2e_latency.snapshot(),
+        "request_queue_time_seconds": m.queue_time.snapshot(),
         "spec_decode_num_drafts": m.spec_drafts,
         "spec_decode_num_draft_tokens": m.spec_draft_tokens,
         "spec_decode_num_accepted_tokens": m.spec_accepted_tokens,

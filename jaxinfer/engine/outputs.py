@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxinfer.sampling.logprob import Logprob
+
 
 @dataclasses.dataclass
 class CompletionOutput:
-    """One sample: its text and ids (all so far, or only the new part for streaming deltas)."""
+    """One sample: its text and ids (all so far, or only the new part for streaming deltas).
+
+    A delta carries every sample of its request: the new text and ids (empty when the sample made
+    no progress) and, once it finished, its finish reason.
+    """
 
     index: int
     text: str
     token_ids: list[int]
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"; None while running
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
-    logprobs: list[dict[int, float]] | None = None  # per generated token: top ids -> logprob
+    logprobs: list[dict[int, Logprob]] | None = None  # per generated token: top ids and the token -> Logprob
     spec_stats: dict | None = None  # speculative acceptance for this sample (None when plain)
 
     @property
@@ -44,7 +50,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool = False
     metrics: RequestMetrics | None = None
-    prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # per prompt token (None for the first)
     error: str | None = None  # why the request failed, when finish_reason is "error"
 
     @property

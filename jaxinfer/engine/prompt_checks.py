@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -33,3 +33,10 @@ def check_prompt(ids: list[int], max_tokens: int, vocab_size: int, max_seq_len: 
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
         raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
+
+
+def check_logit_bias(bias: Mapping[int, float] | None, vocab_size: int) -> None:
+    """Raise ValueError for logit_bias token ids outside the vocabulary (SamplingParams checked the rest)."""
+    bad = sorted(t for t in bias or () if t >= vocab_size)
+    if bad:
+        raise ValueError(f"logit_bias has token ids {bad[:5]} outside the vocabulary [0, {vocab_size})")

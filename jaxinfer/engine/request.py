@@ -9,8 +9,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
+from typing import TYPE_CHECKING
 
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.sampling.logprob import Logprob
+
+if TYPE_CHECKING:
+    from jaxinfer.engine.structured.request_grammar import RequestGrammar  # structured imports the scheduler
 
 
 class Status(enum.Enum):
@@ -69,8 +74,8 @@ class Request:
     text: str = ""  # full output text so far (stop strings cut it)
     emitted_chars: int = 0  # prefix of `text` already sent as deltas
     emitted_tokens: int = 0
-    logprobs: list[dict[int, float]] = dataclasses.field(default_factory=list)
-    prompt_logprobs: list[dict[int, float] | None] | None = None
+    logprobs: list[dict[int, Logprob]] = dataclasses.field(default_factory=list)
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     timing: Timing = dataclasses.field(default_factory=Timing)
     detokenizer: object | None = None
     spec_acceptance: float | None = None  # moving average of draft acceptance (engine speculation)
@@ -78,6 +83,7 @@ class Request:
     # Leading positions whose draft-model K/V are written: plain decode calls leave the draft
     # behind, the next verify step catches it up (batch_draft.catch_up).
     draft_computed: int = 0
+    grammar: "RequestGrammar | None" = None  # where the output is in its structured_outputs constraint
 
     @property
     def all_ids(self) -> list[int]:

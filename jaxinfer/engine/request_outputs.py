@@ -5,7 +5,7 @@ from __future__ import annotations
 from jaxinfer.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from jaxinfer.engine.postprocess import visible_text_end
 from jaxinfer.engine.request import Request
-from jaxinfer.engine.acceptance_summary import summarize
+from jaxinfer.speculative.acceptance_summary import summarize
 
 
 def _completion_delta(request: Request) -> CompletionOutput:

@@ -3,7 +3,8 @@
 Plain Python, no jax. Each scheduled row is (request, first position, token count): a decode
 is one token, a prefill chunk up to the remaining budget (long prompts are split across
 steps). When the batch is all decodes and nobody is waiting, one call may run several decode
-steps; their pages are reserved first. When pages run out the most recently admitted request
+steps; their pages are reserved first, and when the pool is short it runs fewer steps rather
+than preempt anyone. When pages run out for a single step, the most recently admitted request
 is preempted: its pages are released and it recomputes later, with identical output.
 """
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+from jaxinfer.config.buckets import bucket, chunk_bucket
 from jaxinfer.engine.block_manager import BlockManager, OutOfPages
-from jaxinfer.engine.buckets import chunk_bucket
 from jaxinfer.engine.request import Request, Status
 
 
@@ -53,6 +54,7 @@ class Schedule:
     prefills: list[Row]
     num_steps: int = 1
     all_decode: bool = False  # nothing to prefill or admit: rows may take `lookahead` tokens (pages reserved)
+    lookahead: int = 1  # tokens past its last one that every decode row's pages hold (drafts fit in lookahead - 1)
 
     @property
     def empty(self) -> bool:
@@ -68,7 +70,10 @@ class Scheduler:
         self.blocks = blocks
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
+        # Counters live here, not in the block manager, which the engine replaces after a failed step.
         self.num_preemptions = 0
+        self.prefix_queries = 0  # prompt tokens of admitted requests looked up in the prefix cache
+        self.prefix_hits = 0  # of which found
 
     def add(self, request: Request) -> None:
         """Queue a new request."""
@@ -86,12 +91,35 @@ class Scheduler:
         """Rows for the next step."""
         admissible = bool(self.waiting) and len(self.running) < self.config.max_num_seqs and self._head_fits()
         all_decode = not admissible and not any(r.prefilling for r in self.running)
-        reserve = max(self.config.decode_steps, self.config.lookahead) if all_decode else 1
+        reserve = self._affordable_lookahead(max(self.config.decode_steps, self.config.lookahead)) if all_decode else 1
         decodes = self._schedule_decodes(reserve)
         budget = self.config.max_num_batched_tokens - len(decodes)
         prefills = self._schedule_prefills(budget, decodes)
-        all_decode = all_decode and not prefills
-        return Schedule(decodes, prefills, self.config.decode_steps if all_decode else 1, all_decode)
+        if not (all_decode and not prefills):
+            return Schedule(decodes, prefills)
+        # A structured-output mask is made for one token: constrained rows take one per call.
+        steps = 1 if any(row.request.grammar is not None for row in decodes) else self.config.decode_steps
+        return Schedule(decodes, prefills, min(reserve, steps), True, reserve)
+
+    def _affordable_lookahead(self, most: int) -> int:
+        """The most tokens (up to `most`) every running row can reserve pages for without preempting
+        anyone; 1 when not even one fits (that single step then preempts).
+
+        Several steps in one call save host round trips; preempting a request to get them costs
+        its whole recompute. The step count is an input of the multi-step program, not a static
+        argument, so fewer steps compile nothing new.
+        """
+        free = self.blocks.usable_pages
+        if pages_to_reserve(self.running, most, self.blocks) <= free:
+            return most
+        fits, short = 1, most  # the answer is in [fits, short)
+        while short - fits > 1:
+            middle = (fits + short) // 2
+            if pages_to_reserve(self.running, middle, self.blocks) <= free:
+                fits = middle
+            else:
+                short = middle
+        return fits
 
     def _head_fits(self) -> bool:
         """Whether the pool has room for the next waiting request's first chunk (cached pages not counted)."""
@@ -151,8 +179,8 @@ class Scheduler:
         """Tokens a further prefill row may take so that rows x chunk (padded) stays within the budget."""
         if not rows:
             return self.config.max_num_batched_tokens
-        limit = 1 << (self.config.max_num_batched_tokens - 1).bit_length()
-        padded_rows = 1 << len(rows).bit_length()  # rows after adding one, rounded up to a power of two
+        limit = bucket(self.config.max_num_batched_tokens)
+        padded_rows = bucket(len(rows) + 1)  # rows after adding one
         longest = max(row.count for row in rows)
         chunk_limit = limit // padded_rows
         return chunk_limit if longest <= chunk_limit else 0
@@ -167,6 +195,9 @@ class Scheduler:
         except OutOfPages:
             self.blocks.release(pages)
             return None
+        if self.blocks.prefix_caching:  # counted once admitted: a request that waits for pages retries each step
+            self.prefix_queries += request.num_tokens
+            self.prefix_hits += computed
         request.pages, request.page_hashes, request.num_computed = pages, hashes, computed
         request.draft_computed = 0  # cached pages may lack a draft's K/V: its first verify step writes them
         request.status = Status.RUNNING
@@ -204,6 +235,13 @@ class Scheduler:
     def _free(self, request: Request) -> None:
         self.blocks.release(request.pages)
         request.pages, request.page_hashes, request.num_computed = [], [], 0
+
+
+def pages_to_reserve(requests: list[Request], lookahead: int, blocks: BlockManager) -> int:
+    """New pages the decoding requests need to hold `lookahead` more tokens each (never past max_tokens)."""
+    return sum(
+        max(0, blocks.pages_for(min(r.num_tokens - 1 + lookahead, r.max_total)) - len(r.pages)) for r in requests
+    )
 
 
 def _last(pages: list[int]) -> int | None:

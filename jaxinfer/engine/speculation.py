@@ -13,7 +13,8 @@ request whose text starts repeating (or a machine that got less busy) switches s
 A call that measures (a row's first verify step, or the reprobe) runs one round, however many a
 draft model or head could run: `measuring`.
 Plain sampling features the verify step does not implement (penalties, logprobs) make the
-step run plainly.
+step run plainly. Structured-output rows verify host (n-gram) drafts under a mask per position; a
+draft model or head does not draft for them (the host cannot mask drafts it has not seen).
 """
 
 from __future__ import annotations
@@ -106,10 +107,11 @@ class Speculator:
         measured = None if self.measured is None else self.measured.cost_model(rows)
         return self.heuristic if measured is None else measured
 
-    def plan(self, requests: list[Request], rows: int) -> list[np.ndarray] | None:
+    def plan(self, requests: list[Request], rows: int, most: int | None = None) -> list[np.ndarray] | None:
         """Drafts per request, or None when no row would draft (the step then decodes plainly).
 
-        rows: the step's row bucket (costs are measured per bucket).
+        rows: the step's row bucket (costs are measured per bucket); most: drafts per row at most
+        (the room its reserved pages leave; default k_max).
         """
         self.declined, self.measuring = {}, False
         if any(r.params.penalized or r.params.logprobs is not None for r in requests):
@@ -119,10 +121,12 @@ class Speculator:
         if self.config.adaptive and self._cannot_pay(rows) and not self._reprobing(rows):
             self.plain_run[rows] = self.plain_run.get(rows, 0) + 1  # no lookup or plan until the reprobe
             return None
-        room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, self.k_max)  # never past max_tokens
+        most = self.k_max if most is None else min(most, self.k_max)
+        room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, most)  # never past max_tokens
         config = self.config
         if config.method != "ngram":  # placeholders: the draft model or head fills them on the device
-            drafts = [np.zeros(k, np.int32) for k in room]
+            # Not for constrained rows: their drafts would need masks the host cannot make in advance.
+            drafts = [np.zeros(0 if r.grammar is not None else k, np.int32) for r, k in zip(requests, room)]
         else:
             drafts = [
                 ngram_draft(np.asarray(r.all_ids, np.int32), int(k), config.ngram_min, config.ngram_max) if k

@@ -10,37 +10,12 @@ import dataclasses
 
 import numpy as np
 
-from jaxinfer.engine.buckets import CHUNK_STEP, bucket, chunk_bucket, chunk_buckets, powers_of_two
-from jaxinfer.engine.request import Request
+from jaxinfer.config.buckets import CHUNK_STEP, bucket, chunk_bucket, chunk_buckets, powers_of_two
+from jaxinfer.config.engine import EngineConfig
 from jaxinfer.engine.scheduler import Row, Schedule
+from jaxinfer.runtime.host_step import HostStep
 
 MIN_STOP_SLOTS = 4
-
-
-@dataclasses.dataclass
-class HostStep:
-    """NumPy fields of `batch_step.StepInputs` plus per-row sampling inputs."""
-
-    tokens: np.ndarray
-    positions: np.ndarray
-    token_rows: np.ndarray
-    page_table: np.ndarray
-    lengths: np.ndarray
-    query_lens: np.ndarray
-    last_index: np.ndarray
-    next_tokens: np.ndarray  # [N] the token after each flat token where known, else -1
-    stop_ids: np.ndarray
-    min_lengths: np.ndarray
-    max_lengths: np.ndarray
-    requests: list[Request | None]  # per row; None for padding
-    num_decode: int
-    num_steps: int
-    drafts: np.ndarray | None = None  # [R, chunk - 1] int32 for a verify step (rows are chunks)
-    num_drafts: np.ndarray | None = None  # [R] int32
-    num_rounds: int = 1  # verify rounds one call may run (draft model, EAGLE head)
-    capacity: np.ndarray | None = None  # [R] int32 positions the row's reserved pages hold (verify steps)
-    history: np.ndarray | None = None  # [R, pages * page_size] int32 each row's tokens (verify steps)
-    draft_start: np.ndarray | None = None  # [R] int32 first position a draft model or head has not read
 
 
 def shape_buckets(
@@ -161,7 +136,7 @@ def _fill_row(step: HostStep, r: int, offset: int, row: Row, drafts: np.ndarray 
 
 
 def warmup_shapes(
-    config, min_pages: int, max_pages: int, narrow_mixed: bool = False, chunk_step: int = CHUNK_STEP
+    config: EngineConfig, min_pages: int, max_pages: int, narrow_mixed: bool = False, chunk_step: int = CHUNK_STEP
 ) -> list[tuple[int, int, int, int, int]]:
     """Every (decode rows, prefill rows, chunk, pages, steps) a workload under `config` can produce."""
     decodes = [0] + powers_of_two(1, config.max_num_seqs)
@@ -180,6 +155,12 @@ def warmup_shapes(
             if config.decode_steps > 1:
                 shapes.append((d, 0, 0, pages, config.decode_steps))
     return shapes
+
+
+def program_steps(num_steps: int, decode_steps: int) -> int:
+    """The compiled variant a call of num_steps decode steps runs: the plain step for one, else the
+    multi-step program of decode_steps (which takes the step count as data, so fewer compile nothing)."""
+    return 1 if num_steps == 1 else decode_steps
 
 
 def empty_step(num_decode: int, num_prefill: int, chunk: int, pages: int, num_steps: int) -> HostStep:
@@ -235,3 +216,32 @@ def empty_verify_step(rows: int, chunk: int, pages: int, page_size: int) -> Host
     step.num_drafts = np.zeros(rows, np.int32)
     _verify_fields(step, rows, pages * page_size)
     return step
+
+
+def warmup_steps(
+    config: EngineConfig, min_pages: int, max_pages: int, narrow_mixed: bool, chunk_step: int,
+    verify_chunk: int | None,
+) -> list[HostStep]:
+    """A padding-only step of every shape the knobs allow (verify steps too when verify_chunk is set)."""
+    hosts = [empty_step(*shape) for shape in warmup_shapes(config, min_pages, max_pages, narrow_mixed, chunk_step)]
+    if verify_chunk is not None:
+        hosts += [
+            empty_verify_step(rows, verify_chunk, pages, config.page_size)
+            for rows in powers_of_two(1, config.max_num_seqs)
+            for pages in powers_of_two(min_pages, max_pages)
+        ]
+    return hosts
+
+
+def profile_steps(
+    config: EngineConfig, min_pages: int, max_pages: int, narrow_mixed: bool, chunk_step: int,
+    verify_chunk: int | None,
+) -> list[HostStep]:
+    """The steps whose programs hold the most activations: the widest step with prefill chunks (most
+    tokens, then rows), and when speculating the widest verify step (logits at every token)."""
+    shapes = warmup_shapes(config, min_pages, max_pages, narrow_mixed, chunk_step)
+    widest = max(shapes, key=lambda shape: (shape[0] + shape[1] * shape[2], shape[0] + shape[1], shape[3]))
+    hosts = [empty_step(*widest)]
+    if verify_chunk is not None:
+        hosts.append(empty_verify_step(bucket(config.max_num_seqs), verify_chunk, max_pages, config.page_size))
+    return hosts

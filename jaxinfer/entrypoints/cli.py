@@ -1,4 +1,4 @@
-"""`jaxinfer generate | serve | convert | bench`: the command line."""
+"""`jaxinfer generate | serve | convert | bench | compare`: the command line."""
 
 from __future__ import annotations
 
@@ -11,14 +11,20 @@ from typing import NoReturn, Sequence
 
 from jaxinfer import __version__
 from jaxinfer.checkpoint.loader import CheckpointError
-from jaxinfer.entrypoints.cli_args import (
-    WEIGHT_QUANTIZATIONS, add_distributed_args, add_parallel_args, add_quantization_args, initialize_distributed,
-)
 from jaxinfer.config.model import ConfigError
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.config.validation import DTYPE_ALIASES, DTYPE_NAMES
+from jaxinfer.entrypoints.cli_args import (
+    WEIGHT_QUANTIZATIONS,
+    add_distributed_args,
+    add_memory_args,
+    add_parallel_args,
+    add_quantization_args,
+    initialize_distributed,
+)
+from jaxinfer.entrypoints.compare.cli import add_compare_parser
 from jaxinfer.entrypoints.openai.bench import add_bench_parser
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
-from jaxinfer.config.validation import DTYPE_ALIASES, DTYPE_NAMES
 
 # Any of these is bad input (or a bad model directory): one line on stderr and exit 2.
 USER_ERRORS = (ValueError, TypeError, OverflowError, OSError, ConfigError, CheckpointError)
@@ -72,8 +78,9 @@ def _generate(args: argparse.Namespace) -> int:
         model, dtype=args.dtype, max_seq_len=args.max_seq_len,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
     )
-    pieces = llm.stream(args.prompt, params)
+    pieces = llm.stream_text(args.prompt, params)
     first = next(pieces, "")  # validates and prefills before the prompt is echoed
     out = sys.stdout if _leads() else open(os.devnull, "w")  # every host decodes; process 0 prints
     out.write(args.prompt + first)
@@ -93,19 +100,20 @@ def _leads() -> bool:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from jaxinfer.checkpoint.loader import load_hf_weights, save_converted, stored_dtype
-    from jaxinfer.models.registry import load_config
+    from jaxinfer.checkpoint.loader import check_out_dir, load_hf_weights, save_converted, stored_dtype
+    from jaxinfer.config.validation import dtype_name, model_dir
     from jaxinfer.entrypoints.llm import DTYPES
     from jaxinfer.models import quantize_weights
-    from jaxinfer.config.validation import dtype_name, model_dir
+    from jaxinfer.models.registry import load_config
 
     dtype = dtype_name(args.dtype, "--dtype", allow_auto=False)
     src = model_dir(args.hf_dir, "HF_DIR")
     if args.out_dir.resolve() == src.resolve():
         raise ValueError(f"OUT_DIR {args.out_dir} is HF_DIR itself; choose a different output directory")
+    check_out_dir(args.out_dir, args.overwrite, "OUT_DIR", "--overwrite")  # before seconds of loading
     cfg = load_config(src)
     weights = quantize_weights(load_hf_weights(src, cfg, DTYPES[dtype]), args.quantize, args.group_size)
-    out = save_converted(weights, src, args.out_dir)
+    out = save_converted(weights, src, args.out_dir, overwrite=args.overwrite)
     quant = f", projections {args.quantize}" if args.quantize else ""
     print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {stored_dtype(weights)}{quant})")
     return 0
@@ -140,19 +148,24 @@ def build_parser() -> argparse.ArgumentParser:
     add_parallel_args(gen)
     add_distributed_args(gen)
     add_quantization_args(gen)
+    add_memory_args(gen)
     gen.set_defaults(run=_generate)
     add_serve_parser(sub)
 
     dtypes = ", ".join((*DTYPE_NAMES, *DTYPE_ALIASES))
     conv = sub.add_parser("convert", help="HF safetensors checkpoint -> orbax checkpoint directory")
     conv.add_argument("hf_dir", type=Path, metavar="HF_DIR", help="an HF safetensors checkpoint directory")
-    conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new directory (not HF_DIR)")
+    conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new or empty directory (not HF_DIR)")
+    conv.add_argument("--overwrite", action="store_true",
+                      help="write into a non-empty OUT_DIR, replacing what a convert writes there (config, "
+                      "tokenizer files, weights); other files stay")
     conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes} (default: %(default)s)")
     conv.add_argument("--quantize", choices=WEIGHT_QUANTIZATIONS, default=None,
                       help="store the projections quantized (embedding, head and norms keep --dtype)")
     conv.add_argument("--group-size", type=int, default=32, help="int4 rows per scale: 32, 64 or 128 (default: %(default)s)")
     conv.set_defaults(run=_convert)
     add_bench_parser(sub)
+    add_compare_parser(sub)
     return parser
 
 

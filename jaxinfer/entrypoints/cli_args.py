@@ -1,4 +1,4 @@
-"""Flags shared by `jaxinfer generate` and `jaxinfer serve`: the device mesh, multi-host and quantization."""
+"""Flags shared by `jaxinfer generate` and `jaxinfer serve`: the device mesh, multi-host, quantization and KV memory."""
 
 from __future__ import annotations
 
@@ -17,6 +17,25 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dp", type=int, default=1, help="data parallel: split the batch over N device groups (default: %(default)s)")
     parser.add_argument("--ep", type=int, default=1, help="expert parallel: split a mixture-of-experts model's experts "
                         "over N device groups, combinable with --tp (default: %(default)s)")
+
+
+def add_memory_args(parser: argparse.ArgumentParser) -> None:
+    """--gpu-memory-utilization (LLM's gpu_memory_utilization), checked at parse time, before the model loads."""
+    parser.add_argument("--gpu-memory-utilization", type=memory_fraction, default=None, metavar="FRACTION",
+                        help="share of a GPU's or TPU's memory (what JAX may allocate) for the weights, a step's "
+                        "activations and the KV pool, which gets the rest (default: 0.9; CPU and --num-pages "
+                        "size the pool without it)")
+
+
+def memory_fraction(text: str) -> float:
+    """A --gpu-memory-utilization value: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (accepted: a fraction in (0, 1] such as 0.9)") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1] (accepted: a fraction such as 0.9)")
+    return value
 
 
 def add_distributed_args(parser: argparse.ArgumentParser) -> None:

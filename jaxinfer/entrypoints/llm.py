@@ -8,40 +8,47 @@ through it.
 
 from __future__ import annotations
 
-import itertools
-import json
+import contextlib
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
-from jaxinfer.config import validation
-from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.checkpoint.loader import load_weights, quantization_of
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.models.registry import load_config
-from jaxinfer.runtime.compile_cache import compile_cache_setting
+from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
+from jaxinfer.config import validation
+from jaxinfer.config.generation import generation_defaults
+from jaxinfer.config.model import ModelConfig, read_config_json
+from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.speculation import EngineDraft
-from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.engine.sync_engine import SyncLLMEngine
+from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
+from jaxinfer.entrypoints.static_batch import StaticBatchGenerator
 from jaxinfer.kernels.cpu import resolve_cpu_kernels
-from jaxinfer.config.generation import generation_defaults
 from jaxinfer.models import (
-    Weights, abstract_weights, quantize_head, quantize_weights, unpack_for_cpu, weights_to_run,
+    Weights,
+    abstract_weights,
+    quantize_head,
+    quantize_weights,
+    unpack_for_cpu,
+    weights_to_run,
 )
-from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
-from jaxinfer.runtime.prompt_logprobs import all_position_logits
-from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.models.registry import load_config
 from jaxinfer.models.rope import for_context
 from jaxinfer.parallel.sharding import Layout, check_experts, layout_for
-from jaxinfer.speculative import SpeculativeConfig
+from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
+from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.runtime.compile_cache import compile_cache_setting
+from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.runtime.prompt_logprobs import all_position_logits
+from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
 from jaxinfer.speculative.eagle_proposer import EagleProposer
 from jaxinfer.speculative.proposers import DraftModelProposer
-from jaxinfer.runtime.static_batch import StaticBatchGenerator
-from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
 
 DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo" / "target"
 DEMO_DRAFT = Path(__file__).parents[1] / "assets" / "demo" / "draft"  # the demo target's speculative draft
@@ -57,6 +64,16 @@ def resolve_max_seq_len(requested: int | None, limit: int) -> int:
     if length > limit:
         raise ValueError(f"max_seq_len {length} exceeds the model's max_position_embeddings {limit}")
     return length
+
+
+def seq_len_setting(max_seq_len: int | None, max_model_len: int | None) -> int | None:
+    """max_seq_len, or vLLM's name for it, max_model_len; both given must agree."""
+    validation.optional_int(max_seq_len, "max_seq_len", 1)
+    validation.optional_int(max_model_len, "max_model_len", 1)
+    if max_seq_len is not None and max_model_len is not None and max_seq_len != max_model_len:
+        raise ValueError(f"max_seq_len={max_seq_len} and max_model_len={max_model_len} disagree; max_model_len is "
+                         "vLLM's name for max_seq_len, so give one of them (or the same value)")
+    return max_model_len if max_seq_len is None else max_seq_len
 
 
 def engine_speculation(
@@ -78,7 +95,7 @@ def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
     """A jnp dtype from a name; "auto" takes the checkpoint's own dtype (float32 if unstated)."""
     dtype = validation.dtype_name(dtype, "dtype")
     if dtype == "auto":
-        cfg = json.loads((model_dir / "config.json").read_text())
+        cfg = read_config_json(model_dir)
         stored = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"
         dtype = validation.dtype_name(stored, f"{model_dir / 'config.json'} dtype", allow_auto=False)
     return DTYPES[dtype]
@@ -153,12 +170,15 @@ def spec_supported(params: SamplingParams) -> bool:
 
 
 class LLM:
-    """A loaded model: `generate` for batches, `stream` for text as it is produced, `logits` for research.
+    """A loaded model: `generate` for batches, `chat` for conversations, `stream` for outputs as they are
+    produced (`stream_text` for their text), `logits` for research.
 
-    The engine knobs follow vLLM: max_num_seqs (sequences per step), max_num_batched_tokens
+    The engine knobs follow vLLM: max_num_seqs (sequences per step, and prompts per static
+    speculative batch), max_num_batched_tokens
     (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
     chunked per step), num_pages or
-    gpu_memory_utilization (the KV pool), page_size, enable_prefix_caching, and decode_steps
+    gpu_memory_utilization (the KV pool; on a GPU or TPU by default what 0.9 of the device's memory
+    leaves after the weights and a step's activations), page_size, enable_prefix_caching, and decode_steps
     (decode steps one device call may run when no request is waiting). KV memory is held
     until `close()` (or the end of a `with LLM(...)` block) frees every cache; the object keeps
     working after it, re-making the caches on the next call. cpu_kernels (None: auto) picks the native
@@ -170,7 +190,8 @@ class LLM:
     tensor_parallel_size splits heads, the MLP and the vocabulary over that many devices and
     data_parallel_size splits the batch and expert_parallel_size a mixture-of-experts model's experts (see
     `jaxinfer.parallel.sharding`); with jax.distributed
-    initialized the devices may span processes.
+    initialized the devices may span processes. max_seq_len (vLLM's name: max_model_len) is
+    the longest prompt + completion.
     """
 
     def __init__(
@@ -191,7 +212,6 @@ class LLM:
         kv_cache_dtype: str = "auto",
         attention_backend: str = "auto",
         interpret_kernels: bool = False,
-        max_batch_size: int | None = None,
         cpu_kernels: bool | None = None,
         compile_cache: bool | str | Path | None = None,
         quantization: str | None = None,
@@ -200,10 +220,10 @@ class LLM:
         tensor_parallel_size: int = 1,
         data_parallel_size: int = 1,
         expert_parallel_size: int = 1,
+        max_model_len: int | None = None,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
-        validation.optional_int(max_seq_len, "max_seq_len", 1)
-        validation.optional_int(max_batch_size, "max_batch_size", 1)
+        max_seq_len = seq_len_setting(max_seq_len, max_model_len)
         compile_cache_setting(compile_cache)
         release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
@@ -220,7 +240,7 @@ class LLM:
         self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel, self.layout)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
-        self.max_batch_size = max_batch_size or max_num_seqs  # static speculative batches
+        self.max_num_seqs = max_num_seqs  # the engine's rows and the static speculative batches alike
         self.cache_spec = CacheSpec(
             kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
             mesh_layout=self.layout,
@@ -229,7 +249,7 @@ class LLM:
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         engine_config = EngineConfig(
-            max_seq_len=self.max_seq_len, max_num_seqs=self.max_batch_size,
+            max_seq_len=self.max_seq_len, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
             gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
@@ -250,7 +270,7 @@ class LLM:
         )
         if draft is not None:  # one set of acceptance totals for the static loop and the engine
             self.engine.speculator.totals = self.speculative.totals
-        self._request_ids = itertools.count()
+        self._front = SyncLLMEngine(self.engine)  # generate, chat and stream read their outputs through it
 
     def _setup_speculative(self, speculative: SpeculativeConfig | None) -> None:
         """The static speculative loop for draft models (it loads the draft the engine shares)."""
@@ -259,7 +279,7 @@ class LLM:
             layout=self.layout,
         )
         self._static = None if self.speculative is None else StaticBatchGenerator(
-            self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_batch_size, self.cache_spec,
+            self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_num_seqs, self.cache_spec,
             self.speculative, self._decode,
         )
 
@@ -272,40 +292,88 @@ class LLM:
         self,
         prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = False,
     ) -> list[RequestOutput]:
-        """Generate for one prompt or many (str or token ids); one output per prompt, in order."""
+        """Generate for one prompt or many (str or token ids); one output per prompt, in order.
+
+        use_tqdm=True shows a progress bar over the requests on stderr.
+        """
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
-        if self.speculative is not None and self.speculative.enabled and all(map(spec_supported, params_list)):
-            ids = [self.encode(p) for p in prompts]
-            for seq, p in zip(ids, params_list):
-                self._check_prompt(seq, p.max_tokens)
-            release_programs_near_cap()  # the engine's steps do it on the other path
-            return self._static.generate(prompts, ids, params_list)
-        return self._engine_generate(prompts, params_list)
-
-    def _engine_generate(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[RequestOutput]:
-        """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
-        request_ids = self._add_requests(prompts, params)
-        finals: dict[str, RequestOutput] = {}
+        show = validation.boolean(use_tqdm, "use_tqdm")
+        bar = tqdm(total=len(prompts), desc="Processed prompts", unit="req", disable=not show, dynamic_ncols=True)
         try:
-            while self.engine.has_unfinished():
-                finals.update((out.request_id, out) for out in self.engine.step(final_only=True))
-        except BaseException:  # Ctrl-C in a notebook too: the next call must not run these to the end
-            self._abort(request_ids)
-            raise
-        return [finals[rid] for rid in request_ids]
-
-    def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
-        """Yield text pieces of one request as they are produced (a few tokens per device call)."""
-        (request_id,) = self._add_requests([prompt], self._params_for([prompt], params))
-        try:
-            while self.engine.has_unfinished():
-                for delta in self.engine.step():
-                    if delta.request_id == request_id and delta.outputs[0].text:
-                        yield delta.outputs[0].text
+            if self.speculative is not None and self.speculative.enabled and all(map(spec_supported, params_list)):
+                ids = [self.encode(p) for p in prompts]
+                for seq, p in zip(ids, params_list):
+                    self._check_prompt(seq, p.max_tokens)
+                release_programs_near_cap()  # the engine's steps do it on the other path
+                return self._static.generate(prompts, ids, params_list, on_finished=bar.update)
+            return self._engine_generate(prompts, params_list, bar.update)
         finally:
-            self._abort([request_id])  # a consumer that stops early frees the request's pages
+            bar.close()
+
+    def _engine_generate(
+        self, prompts: list[Prompt], params: list[SamplingParams], on_finished: Callable[[int], object] | None = None
+    ) -> list[RequestOutput]:
+        """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
+        return self._front.run(self._front.add(prompts, params, final_only=True), on_finished)
+
+    def chat(
+        self,
+        messages: Sequence[dict] | Sequence[Sequence[dict]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        use_tqdm: bool = False,
+        tools: list[dict] | None = None,
+    ) -> list[RequestOutput]:
+        """Reply to one conversation ([{"role": ..., "content": ...}, ...]) or a list of them, as vLLM's chat.
+
+        The prompt is the conversation through chat_template, else the tokenizer's, else the
+        server's default template (one "role: content" line per message, then "assistant:").
+        tools (OpenAI's list) are rendered by templates that take them, as vLLM's; to force a call,
+        constrain the output (SamplingParams(structured_outputs=...)) as the server's tool_choice does.
+        """
+        tokenizer = self.get_tokenizer()
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise TypeError(f"chat_template must be a Jinja template string or None, got {type(chat_template).__name__}")
+        generation_prompt = validation.boolean(add_generation_prompt, "add_generation_prompt")
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise TypeError(f"tools must be a list of OpenAI tool dicts or None, got {tools!r:.80}")
+        texts = [render_chat(tokenizer, c, generation_prompt, chat_template, tools) for c in conversations(messages)]
+        outputs = self.generate([chat_prompt_ids(tokenizer, t) for t in texts], params, use_tqdm)
+        for text, output in zip(texts, outputs):
+            output.prompt = text  # as vLLM's: the rendered conversation
+        return outputs
+
+    def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[RequestOutput]:
+        """Yield one request's outputs as they are produced (a few tokens per device call), as vLLM's
+        AsyncLLM.generate: RequestOutput deltas whose `outputs` hold every sample's new text and token
+        ids, its index and, once it ended, its finish reason. Closing the iterator early aborts the request.
+        """
+        prompt = validation.single_prompt(prompt, "prompt", "stream", self.config.vocab_size)
+        (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False)
+        yield from self._front.stream(request_id)
+
+    def stream_text(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
+        """Yield the text pieces of one single-sample request as they are produced (`stream` gives more)."""
+        prompt = validation.single_prompt(prompt, "prompt", "stream_text", self.config.vocab_size)
+        (params,) = self._params_for([prompt], params)
+        if params.n != 1:
+            raise ValueError(f"stream_text streams one sample's text, got SamplingParams(n={params.n}); use "
+                             "stream(), whose deltas carry each sample's index")
+        with contextlib.closing(self.stream(prompt, params)) as deltas:  # stopping early aborts the request
+            for delta in deltas:
+                if delta.outputs[0].text:
+                    yield delta.outputs[0].text
+
+    def get_tokenizer(self) -> Any:
+        """The model's HF tokenizer (vLLM's name); a model directory without tokenizer files has none."""
+        if self.tokenizer is None:
+            raise ValueError(f"{self.model_dir} has no tokenizer files (tokenizer.json, tokenizer.model or "
+                             "tokenizer_config.json); pass token ids to generate")
+        return self.tokenizer
 
     def metrics(self) -> dict:
         """Engine metrics (vLLM names), plus the speculative totals (drafted, accepted, ...) when configured."""
@@ -332,26 +400,6 @@ class LLM:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _add_requests(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[str]:
-        """Queue all requests, or none: an invalid one aborts those queued before it and raises."""
-        added: list[str] = []
-        try:
-            for prompt, p in zip(prompts, params):
-                request_id = f"llm-{next(self._request_ids)}"
-                self.engine.add_request(request_id, prompt, p)
-                added.append(request_id)
-        except Exception:
-            self._abort(added)
-            raise
-        return added
-
-    def _abort(self, request_ids: list[str]) -> None:
-        """Abort the requests (finished ones are left as they are) and step until the engine holds none."""
-        for request_id in request_ids:
-            self.engine.abort(request_id)
-        while self.engine.has_unfinished():
-            self.engine.step()
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""

@@ -18,12 +18,12 @@ import jax
 import jax.numpy as jnp
 
 import pallas_kernels
-from jaxinfer.models.blocked_attention import NEG_INF, blocked_rows_attention
-from jaxinfer.kernels.cpu import decode_attention, decode_attention_applies, paged_decode_attention
 from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.kernels.precision import matmul_precision
 from jaxinfer.cache.ragged_view import RaggedPagedCache, split_attend
+from jaxinfer.kernels.cpu import decode_attention, decode_attention_applies, paged_decode_attention
+from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.models.blocked_attention import NEG_INF, blocked_rows_attention
 from jaxinfer.models.sharded_attention import per_shard_rows_attention
 
 logger = logging.getLogger(__name__)

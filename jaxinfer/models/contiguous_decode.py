@@ -12,8 +12,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.config.model import ModelConfig
 from jaxinfer.cache.contiguous import KVCache
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, forward, lm_logits
 from jaxinfer.sampling.sampler import SamplingArrays, sample
 

@@ -8,10 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.kernels.cpu import PackedWeight, packed_matmul, packed_matmuls
-from jaxinfer.models.joined_weight import JoinedWeight, split_outputs
 from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.models.joined_weight import JoinedWeight, split_outputs
 from jaxinfer.quantization.quantized_weight import QuantizedWeight, one_kernel_call, quantized_matmul, tiled_matmuls
-
 
 Weight = jax.Array | PackedWeight | QuantizedWeight | JoinedWeight
 

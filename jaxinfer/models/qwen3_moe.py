@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, field, uniform_windows
-from jaxinfer.models.llama import abstract_layer as dense_leaves, decoder_layer as dense_layer
 from jaxinfer.models.family import Family, HFLeaf
+from jaxinfer.models.llama import abstract_layer as dense_leaves
+from jaxinfer.models.llama import decoder_layer as dense_layer
 from jaxinfer.models.mixtral import moe_fields
 from jaxinfer.models.mlp import mlp_hf_leaves
 from jaxinfer.models.moe import abstract_moe_layer, experts_hf_leaves, is_dense, moe_decoder_layer

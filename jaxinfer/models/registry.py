@@ -7,18 +7,17 @@ A new family is a new module defining `FAMILY` (see `models.family`) and one ent
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
 from jaxinfer.config.generation import generation_defaults, merge_ids
-from jaxinfer.config.model import ConfigError, ModelConfig
+from jaxinfer.config.model import REQUIRED_FIELDS, ConfigError, ModelConfig, read_config_json
+from jaxinfer.models.family import Family
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.phi3 import FAMILY as PHI3
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
-from jaxinfer.models.family import Family
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, MIXTRAL, QWEN3_MOE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
@@ -52,17 +51,23 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
     archs = hf.get("architectures") or []
     if len(archs) != 1:
         raise ConfigError(
-            f"config.json must name exactly one architecture (got {archs!r}); supported: "
+            f"architectures must name exactly one architecture (got {archs!r}); supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    return family_for(archs[0]).read_config(hf, archs[0])
+    family = family_for(archs[0])
+    missing = [key for key in REQUIRED_FIELDS if hf.get(key) is None]
+    if missing:
+        raise ConfigError(f"no {', '.join(missing)}; an HF config of a {archs[0]} model sets "
+                          f"{', '.join(REQUIRED_FIELDS)}")
+    return family.read_config(hf, archs[0])
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:
     """Read `config.json` from a model directory (HF or converted), with generation_config's EOS ids."""
-    path = Path(model_dir) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no config.json in {model_dir}; pass an HF model directory or a converted one")
-    cfg = from_hf_config(json.loads(path.read_text()))
+    hf = read_config_json(model_dir)
+    try:
+        cfg = from_hf_config(hf)
+    except ConfigError as err:  # the dict-level message, with the file it came from
+        raise ConfigError(f"{Path(model_dir) / 'config.json'}: {err}") from None
     eos = merge_ids(cfg.eos_token_ids, generation_defaults(model_dir).eos_token_ids)
     return dataclasses.replace(cfg, eos_token_ids=eos)

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxinfer.kernels.cpu.packed_matmul import pair_tiles, pair_untiles
 from jaxinfer.kernels.cpu.packed_quant import (
     from_int4_tiles,
     int4_tiles,
@@ -30,11 +31,11 @@ from jaxinfer.kernels.cpu.packed_quant import (
     tile_group_scales,
     untile_group_scales,
 )
-from jaxinfer.kernels.cpu.packed_matmul import pair_tiles, pair_untiles
 from jaxinfer.kernels.precision import matmul_precision
-from jaxinfer.parallel.sharding import Layout
 from jaxinfer.parallel.array_info import ArrayInfo, is_info
-from pallas_kernels.quant_matmul_gpu import ROWS as KERNEL_ROWS, int4_matmul_gpu, int8_matmul_gpu
+from jaxinfer.parallel.sharding import Layout
+from pallas_kernels.quant_matmul_gpu import ROWS as KERNEL_ROWS
+from pallas_kernels.quant_matmul_gpu import int4_matmul_gpu, int8_matmul_gpu
 
 MODES = ("int8", "int4", "fp8")
 GROUP_SIZES = (32, 64, 128)

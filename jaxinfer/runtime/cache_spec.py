@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 
-from jaxinfer.models.attention import resolve_backend
-from jaxinfer.config.model import ModelConfig
 from jaxinfer.cache.contiguous import KVCache, init_cache
 from jaxinfer.cache.paged import PagedKVCache, init_paged_cache
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.attention import resolve_backend
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 
 LAYOUTS = ("auto", "contiguous", "paged")
@@ -55,8 +54,3 @@ class CacheSpec:
             cfg, batch, max_seq_len, dtype, page_size=self.page_size, kv_dtype=self.kv_dtype,
             backend=self.attention_backend, interpret=self.interpret, layout=self.mesh_layout,
         )
-
-
-def is_consumed(tree: object) -> bool:
-    """True when a donated pytree's buffers were used up by a call (e.g. one that failed)."""
-    return any(x.is_deleted() for x in jax.tree.leaves(tree))

@@ -16,8 +16,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.runtime.engine_step import StepInputs
 from jaxinfer.models import Weights, lm_logits
+from jaxinfer.runtime.engine_step import StepInputs
 from jaxinfer.runtime.flat_forward import DraftModel, catch_up_inputs, decode_inputs, step_hidden
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
 

@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.runtime.flat_forward import catch_up_inputs, decode_inputs, step_view
 from jaxinfer.speculative.eagle import EagleConfig, EagleParams, head_logits, head_step, project_features
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
-from jaxinfer.runtime.flat_forward import catch_up_inputs, decode_inputs, step_view
 
 CATCH_UP_CHUNK = 16  # positions per row and head pass when catching up after plain calls
 

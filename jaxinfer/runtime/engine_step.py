@@ -1,7 +1,8 @@
 """The serving engine's device programs: one ragged step, and up to N decode steps in a loop.
 
 Both are pure functions of (weights, page pools, inputs) built by the engine on the host.
-Sampling happens inside: penalties, min_tokens (stop ids masked until reached), then the same
+Sampling happens inside: logit bias, penalties, min_tokens (stop ids masked until reached), the
+structured-output bitmask (all ones for free rows), then the same
 `sampling.sample` as the generation loop, keyed by (seed, position) so a request's tokens do
 not depend on what else is in the batch. Logprobs are the model's raw distribution.
 """
@@ -13,13 +14,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
+from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
-from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.sampling.penalties import Penalties, apply_penalties, count_tokens
-from jaxinfer.sampling.sampler import SamplingArrays, sample
+from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
+from jaxinfer.sampling.penalties import Penalties, add_logit_bias, apply_penalties, count_tokens
+from jaxinfer.sampling.sampler import SamplingArrays, sample
+from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 
 Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
 
@@ -35,7 +37,12 @@ class RowSampling:
     stop_ids: jax.Array  # [R, NS] int32, -1 padded
     min_lengths: jax.Array  # [R] int32 stop ids are masked while the new token's index is below this
     max_lengths: jax.Array  # [R] int32 a row is done once it holds this many tokens
+    bias_ids: jax.Array  # [R, MAX_LOGIT_BIAS] int32 token ids of each row's logit_bias, -1 padded
+    bias: jax.Array  # [R, MAX_LOGIT_BIAS] float32 what is added to those tokens' logits
     penalties: Penalties | None
+    # [P, ceil(V / 32)] int32 packed allowed tokens per sampled position (structured output; all ones
+    # where free): P = R in plain steps, R * C in verify steps (row r's position j at r * C + j)
+    bitmask: jax.Array
 
 
 @jax.tree_util.register_dataclass
@@ -70,13 +77,16 @@ class StepOutputs:
     top_logprobs: jax.Array | None  # [R, S, MAX_LOGPROBS] float32
     drafted: jax.Array | None = None  # [R, rounds] int32 drafts per verify round (-1: the round did not run)
     accepted: jax.Array | None = None  # [R, rounds] int32 of them accepted
+    ranks: jax.Array | None = None  # [R, S] int32 the chosen token's rank (1 = most likely), with logprobs
 
 
 def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array) -> jax.Array:
     """Next tokens [R] for raw logits [R, V] of rows whose next token goes to index lengths [R]."""
+    logits = add_logit_bias(logits, s.bias_ids, s.bias)
     if s.penalties is not None:
         logits = apply_penalties(logits, s.penalties)
     logits = mask_early_stops(logits, s.stop_ids, s.min_lengths, lengths)
+    logits = apply_token_bitmask(logits, s.bitmask)
     return sample(logits, s.params, lengths)
 
 
@@ -90,12 +100,16 @@ def mask_early_stops(
     return logits.at[rows, stop_cols].set(-jnp.inf, mode="drop")
 
 
-def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(logprob of tokens [R], top ids [R, K], top logprobs [R, K]) of the raw distribution."""
+def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(logprob of tokens [R], top ids [R, K], top logprobs [R, K], rank of tokens [R]) of the raw distribution.
+
+    The rank (1 + tokens more likely, vLLM's) is counted here: the host only sees the top K.
+    """
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     top_values, top_ids = jax.lax.top_k(logp, MAX_LOGPROBS)
     chosen = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
-    return chosen, top_ids.astype(jnp.int32), top_values
+    ranks = 1 + jnp.sum(logp > chosen[:, None], axis=-1, dtype=jnp.int32)
+    return chosen, top_ids.astype(jnp.int32), top_values, ranks
 
 
 def feature_taps(draft: Rider) -> tuple[int, ...] | None:
@@ -120,8 +134,8 @@ def _outputs(logits: jax.Array, tokens: jax.Array, want_logprobs: bool) -> StepO
     counts = jnp.ones(tokens.shape, jnp.int32)
     if not want_logprobs:
         return StepOutputs(tokens[:, None], counts, None, None, None)
-    chosen, ids, values = top_logprobs(logits, tokens)
-    return StepOutputs(tokens[:, None], counts, chosen[:, None], ids[:, None], values[:, None])
+    chosen, ids, values, ranks = top_logprobs(logits, tokens)
+    return StepOutputs(tokens[:, None], counts, chosen[:, None], ids[:, None], values[:, None], ranks=ranks[:, None])
 
 
 def ragged_step(
@@ -155,6 +169,7 @@ def multi_decode(
         logprobs=jnp.zeros((rows, max_steps), jnp.float32) if x.want_logprobs else None,
         top_ids=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.int32) if x.want_logprobs else None,
         top_logprobs=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.float32) if x.want_logprobs else None,
+        ranks=jnp.zeros((rows, max_steps), jnp.int32) if x.want_logprobs else None,
     )
     start_done = x.query_lens == 0
 
@@ -195,10 +210,11 @@ def _record(out: StepOutputs, step: jax.Array, tokens: jax.Array, active: jax.Ar
     counts = out.counts + active.astype(jnp.int32)
     new = dict(tokens=out.tokens.at[:, step].set(tokens), counts=counts)
     if logits is not None:
-        chosen, ids, values = top_logprobs(logits, tokens)
+        chosen, ids, values, ranks = top_logprobs(logits, tokens)
         new.update(
             logprobs=out.logprobs.at[:, step].set(chosen),
             top_ids=out.top_ids.at[:, step].set(ids),
             top_logprobs=out.top_logprobs.at[:, step].set(values),
+            ranks=out.ranks.at[:, step].set(ranks),
         )
     return dataclasses.replace(out, **new)

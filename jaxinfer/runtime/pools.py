@@ -7,27 +7,34 @@ page: the K/V pools are split by kv heads over tp; an EAGLE head's outputs are r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.cache import paged
-from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.config.engine import EngineConfig, device_pages
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.config.engine import EngineConfig
+from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider
-from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.speculative.eagle import EagleConfig
 from jaxinfer.runtime.flat_forward import DraftModel
+from jaxinfer.speculative.eagle import EagleConfig
 
 DraftConfig = ModelConfig | EagleConfig | None  # a draft model's shape, an EAGLE head's, or none
 
 
 def pool_size(
     config: EngineConfig, model_config: ModelConfig, draft_cfg: DraftConfig, dtype: jnp.dtype, cache_spec: CacheSpec,
+    activation_bytes: Callable[[], int],
 ) -> int:
-    """Pages in the pool (target and draft together), from the knobs and the device's free memory."""
+    """Pages in the pool (target and draft together), from the knobs and the device's memory.
+
+    activation_bytes: the largest step's peak, profiled only where it is needed (an accelerator
+    sizing its pool from memory).
+    """
     kv_parts = cache_spec.mesh_layout.parts((model_config.num_kv_heads,), ("kv_heads",))
     page_bytes = paged.page_bytes(model_config, config.page_size, dtype, cache_spec.kv_dtype) // kv_parts
     if isinstance(draft_cfg, EagleConfig):  # its layer's K/V, its output and the target's features per position
@@ -36,7 +43,11 @@ def pool_size(
         page_bytes += config.page_size * per_token * jnp.dtype(eagle_pool_dtype(dtype)).itemsize
     elif draft_cfg is not None:
         page_bytes += paged.page_bytes(draft_cfg, config.page_size, dtype, cache_spec.kv_dtype)
-    return config.resolve_num_pages(page_bytes, free_device_bytes())
+    stats = None if config.num_pages is not None else device_memory_stats()
+    pages = None
+    if stats is not None:
+        pages = least_over_processes(device_pages(stats, config.memory_utilization, page_bytes, activation_bytes()))
+    return config.resolve_num_pages(page_bytes, pages)
 
 
 def new_pools(
@@ -69,13 +80,16 @@ def eagle_pool_dtype(dtype: jnp.dtype) -> jnp.dtype:
     return jnp.float32 if jax.default_backend() == "cpu" else dtype
 
 
-def free_device_bytes() -> int | None:
-    """Unused memory of this process's first device (the least over all processes, so every
-    process sizes the same pool), or None where jax does not report it (CPU)."""
+def device_memory_stats() -> dict[str, int] | None:
+    """This process's first device's memory stats, or None where jax does not report them (CPU)."""
     stats = jax.local_devices()[0].memory_stats()
-    free = int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)) if stats and "bytes_limit" in stats else -1
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
+    return stats if stats and "bytes_limit" in stats else None
 
-        free = int(np.min(multihost_utils.process_allgather(np.int64(free))))
-    return None if free < 0 else free
+
+def least_over_processes(pages: int) -> int:
+    """The smallest page count over processes, so every process sizes the same pool."""
+    if jax.process_count() == 1:
+        return pages
+    from jax.experimental import multihost_utils
+
+    return int(np.min(multihost_utils.process_allgather(np.int64(pages))))

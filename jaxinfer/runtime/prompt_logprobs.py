@@ -6,11 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer.runtime import step_programs
-from jaxinfer.config.model import ModelConfig
 from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.config.buckets import bucket
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
+from jaxinfer.runtime import step_programs
+from jaxinfer.sampling.logprob import Logprob, TokenText, no_text, position_logprobs
 
 MIN_BUCKET = 16
 
@@ -23,7 +25,7 @@ def all_position_logits(
     up to max_len, so a new length rarely compiles). cpu_kernels: the weights are packed for them;
     layout: the mesh the weights are sharded over."""
     n = len(ids)
-    size = min(1 << (max(n, MIN_BUCKET) - 1).bit_length(), max(max_len, n))
+    size = min(bucket(n, MIN_BUCKET), max(max_len, n))
     tokens = np.zeros((1, size), np.int32)
     tokens[0, :n] = ids
     cache = init_cache(cfg, 1, size, dtype, cpu_kernels, layout)
@@ -32,15 +34,14 @@ def all_position_logits(
 
 def prompt_logprobs(
     weights: Weights, cfg: ModelConfig, ids: list[int], k: int, dtype: jnp.dtype, max_len: int,
-    cpu_kernels: bool = False, layout: Layout = UNSHARDED,
-) -> list[dict[int, float] | None]:
-    """Per prompt token: None for the first, else {its id and the top-k ids: logprob} given the prefix."""
+    cpu_kernels: bool = False, layout: Layout = UNSHARDED, text: TokenText = no_text,
+) -> list[dict[int, Logprob] | None]:
+    """Per prompt token: None for the first, else its id and the top-k ids -> Logprob given the prefix."""
     logits = all_position_logits(weights, cfg, ids, dtype, max_len, cpu_kernels, layout)
     logp = np.asarray(jax.nn.log_softmax(jnp.asarray(logits[:-1]), axis=-1))
-    out: list[dict[int, float] | None] = [None]
+    out: list[dict[int, Logprob] | None] = [None]
     for i, row in enumerate(logp, start=1):
-        top = np.argsort(-row)[:k] if k else np.array([], np.int64)
-        entry = {int(t): float(row[t]) for t in top}
-        entry[ids[i]] = float(row[ids[i]])
-        out.append(entry)
+        top = np.argsort(-row, kind="stable")[:k].tolist() if k else []
+        rank = 1 + int(np.count_nonzero(row > row[ids[i]]))
+        out.append(position_logprobs(ids[i], row[ids[i]], rank, top, row[top], text))
     return out

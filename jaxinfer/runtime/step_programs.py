@@ -8,9 +8,8 @@ from collections.abc import Callable
 
 import jax
 
-from jaxinfer.runtime import engine_step
-from jaxinfer.runtime import verify_step
 from jaxinfer.models import contiguous_decode
+from jaxinfer.runtime import engine_step, verify_step
 from jaxinfer.runtime.packed_tree import pack_device, unpack_device
 
 prefill = jax.jit(

@@ -17,16 +17,18 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime import eagle_rider
 from jaxinfer.runtime.draft_model_rider import catch_up, propose
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepInputs, StepOutputs, feature_taps, mask_early_stops
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.models import Weights, lm_logits
-from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.runtime.flat_forward import DraftModel, step_features
+from jaxinfer.sampling.penalties import add_logit_bias
+from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
 from jaxinfer.speculative.verify import repeat_rows
-from jaxinfer.runtime.flat_forward import DraftModel, step_features
 
 
 @jax.tree_util.register_dataclass
@@ -39,15 +41,17 @@ class Drafts:
 
 
 def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: int) -> jax.Array:
-    """Float32 logits [R, C, V] at every verified position, stop ids masked before min_tokens."""
+    """Float32 logits [R, C, V] at every verified position, logit bias added, stop ids masked before min_tokens,
+    each position's structured-output mask applied."""
     chunk = hidden.shape[0] // rows
     logits = lm_logits(weights, hidden).astype(jnp.float32)
     first_next = x.lengths - x.query_lens + 1  # index of the token the row's first query predicts
     next_index = (first_next[:, None] + jnp.arange(chunk, dtype=jnp.int32)[None, :]).reshape(-1)
     s = x.sampling
     repeat = lambda a: jnp.repeat(a, chunk, axis=0)  # noqa: E731
-    masked = mask_early_stops(logits, repeat(s.stop_ids), repeat(s.min_lengths), next_index)
-    return masked.reshape(rows, chunk, -1)
+    biased = add_logit_bias(logits, repeat(s.bias_ids), repeat(s.bias))
+    masked = mask_early_stops(biased, repeat(s.stop_ids), repeat(s.min_lengths), next_index)
+    return apply_token_bitmask(masked, s.bitmask).reshape(rows, chunk, -1)
 
 
 def verify_step(

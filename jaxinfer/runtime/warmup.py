@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import TYPE_CHECKING
+from typing import Any
 
 import jax
 from tqdm.auto import tqdm
 
+from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.memory_maps import MAX_MAP_COUNT, map_headroom, warmup_may_continue
-from jaxinfer.engine.buckets import powers_of_two
-from jaxinfer.engine.step_builder import HostStep, empty_step, empty_verify_step, warmup_shapes
 
-if TYPE_CHECKING:
-    from jaxinfer.engine.engine import LLMEngine
+Program = tuple[Callable, list, dict]  # a compiled function, its arguments and keyword arguments
 
 log = logging.getLogger(__name__)
 MAX_THREADS = 8
@@ -36,24 +35,20 @@ def default_compile_threads() -> int:
     return 1 if jax.default_backend() == "cpu" else max(1, min(MAX_THREADS, os.cpu_count() or 1))
 
 
-def warmup_steps(engine: LLMEngine) -> list[HostStep]:
-    """A padding-only step of every shape the engine's knobs allow (verify steps when it speculates)."""
-    shapes = warmup_shapes(engine.config, engine.min_pages, engine.max_pages, engine.narrow_mixed, engine.chunk_step)
-    hosts = [empty_step(*shape) for shape in shapes]
-    if engine.speculator is not None:
-        hosts += [
-            empty_verify_step(rows, engine.verify_chunk, pages, engine.config.page_size)
-            for rows in powers_of_two(1, engine.config.max_num_seqs)
-            for pages in powers_of_two(engine.min_pages, engine.max_pages)
-        ]
-    return hosts
+Progress = Callable[[int, int], None]  # (programs done, programs in all), e.g. for a server's /health
 
 
-def warm_up(engine: LLMEngine, hosts: list[HostStep], progress: bool, threads: int | None) -> int:
-    """Compile (on `threads` workers) and run each host step; how many ran (CPU stops near its map cap)."""
+def warm_up(
+    program_for: Callable[[HostStep], Program], run: Callable[[HostStep], Any], hosts: list[HostStep],
+    progress: bool, threads: int | None, on_program: Progress | None = None,
+) -> int:
+    """Compile (on `threads` workers) and run each host step; how many ran (CPU stops near its map cap).
+
+    on_program hears of each program compiled (with one thread: compiled and run).
+    """
     threads = default_compile_threads() if threads is None else threads
     if threads > 1:
-        compile_all(engine, hosts, threads, progress)
+        compile_all(program_for, hosts, threads, progress, on_program)
     ran, start = 0, map_headroom()
     for host in tqdm(hosts, **BAR, disable=not progress or threads > 1):
         per_program = 0 if start is None or not ran else (start - map_headroom()) / ran
@@ -65,17 +60,46 @@ def warm_up(engine: LLMEngine, hosts: list[HostStep], progress: bool, threads: i
                 ran, len(hosts), per_program, MAX_MAP_COUNT.read_text().strip(),
             )
             break
-        engine._run(host)
+        run(host)
         ran += 1
+        if on_program is not None and threads == 1:
+            on_program(ran, len(hosts))
     return ran
 
 
-def compile_all(engine: LLMEngine, hosts: list[HostStep], threads: int, progress: bool) -> None:
+def compile_all(
+    program_for: Callable[[HostStep], Program], hosts: list[HostStep], threads: int, progress: bool,
+    on_program: Progress | None = None,
+) -> None:
     """Each host step's program traced here and compiled on one of `threads` workers."""
     with ThreadPoolExecutor(threads) as pool:
         futures = []
         for host in hosts:
-            program, args, kwargs = engine._program(host)
+            program, args, kwargs = program_for(host)
             futures.append(pool.submit(program.lower(*args, **kwargs).compile))
-        for future in tqdm(as_completed(futures), total=len(futures), **BAR, disable=not progress):
+        bar = tqdm(as_completed(futures), total=len(futures), **BAR, disable=not progress)
+        for done, future in enumerate(bar, start=1):
             future.result()
+            if on_program is not None:
+                on_program(done, len(futures))
+
+
+def activation_peak(program_for: Callable[[HostStep], Program], hosts: list[HostStep]) -> int:
+    """Device bytes the largest step programs (`hosts`) need beside the weights and the page pools.
+
+    XLA's buffer assignment knows each program's temporaries and outputs exactly, so the
+    programs are compiled (against a pool of one sequence, which `program_for` holds: the pool is
+    donated, its size not part of the peak), not run: JAX cannot reset a device's peak counter,
+    which would also hold an earlier model's. Costs one compile per profiled step at load
+    (accelerators only).
+    """
+    peak = 0
+    for host in hosts:
+        program, args, kwargs = program_for(host)
+        memory = program.lower(*args, **kwargs).compile().memory_analysis()
+        if memory is None:
+            log.warning("no memory analysis on %s: the KV pool is sized without a step's activations",
+                        jax.default_backend())
+            return 0
+        peak = max(peak, memory.temp_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes)
+    return peak

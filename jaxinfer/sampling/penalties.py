@@ -1,4 +1,4 @@
-"""vLLM's repetition, presence and frequency penalties as a pure function of logits and counts."""
+"""vLLM's repetition, presence and frequency penalties, and OpenAI's logit bias, as pure functions of logits."""
 
 from __future__ import annotations
 
@@ -35,3 +35,10 @@ def count_tokens(p: Penalties, tokens: jax.Array, active: jax.Array) -> Penaltie
     rows = jnp.arange(tokens.shape[0])
     counts = p.output_counts.at[rows, tokens].add(active.astype(jnp.int32))
     return dataclasses.replace(p, output_counts=counts)
+
+
+def add_logit_bias(logits: jax.Array, token_ids: jax.Array, bias: jax.Array) -> jax.Array:
+    """Logits [R, V] plus each row's bias [R, NB] at its token_ids [R, NB] (-1: an unused slot)."""
+    rows = jnp.arange(logits.shape[0])[:, None]
+    columns = jnp.where(token_ids >= 0, token_ids, logits.shape[1])  # unused slots fall outside and drop
+    return logits.at[rows, columns].add(bias.astype(logits.dtype), mode="drop")

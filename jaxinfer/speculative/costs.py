@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.models import Weights
+from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.proposers import Proposer
 

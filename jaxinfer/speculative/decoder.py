@@ -13,15 +13,17 @@ from typing import Any
 
 import jax
 
-from jaxinfer.runtime.cache_spec import is_consumed
-from jaxinfer.checkpoint.loader import load_weights
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.cache.contiguous import KVCache
+from jaxinfer.cache.donation import is_consumed
+from jaxinfer.checkpoint.loader import load_weights
+from jaxinfer.checkpoint.tokenizer import load_tokenizer
+from jaxinfer.config.buckets import bucket
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, weights_to_run
+from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
-from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative import programs
+from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.costs import CostModel, calibrate, heuristic_costs
 from jaxinfer.speculative.eagle import pack_eagle
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
@@ -29,7 +31,6 @@ from jaxinfer.speculative.eagle_proposer import EagleProposer
 from jaxinfer.speculative.loop import AcceptancePrior, no_prior
 from jaxinfer.speculative.proposers import DraftModelProposer, NgramProposer, Proposer
 from jaxinfer.speculative.stats import SpecMetrics, request_stats
-from jaxinfer.checkpoint.tokenizer import load_tokenizer
 
 MIN_PROMPT_BUCKET = 16
 NGRAM_COST = 0.02  # token matching on the buffer: small next to any forward pass
@@ -166,9 +167,9 @@ class SpeculativeDecoder:
         """
         if not self.enabled:
             return None
-        bucket = min(1 << (max(MIN_PROMPT_BUCKET, *prompt_lengths) - 1).bit_length(), self.max_seq_len)
+        prompt_bucket = min(bucket(max(prompt_lengths), MIN_PROMPT_BUCKET), self.max_seq_len)
         try:
-            state, pstate, prior, counters = self._run(weights, cfg, state, bucket, features)
+            state, pstate, prior, counters = self._run(weights, cfg, state, prompt_bucket, features)
             host = {name: value for name, value in vars(to_host(counters)).items()}
             jax.block_until_ready((state, pstate, prior))
         except Exception as err:  # noqa: BLE001 - any failure must fall back, never lose the request

@@ -20,11 +20,11 @@ import numpy as np
 from safetensors import numpy as st_numpy
 
 from jaxinfer.checkpoint.loader import CheckpointError, leaf_paths, safetensors_index
-from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.models.registry import from_hf_config
+from jaxinfer.parallel.array_info import ArrayInfo, is_info
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.speculative.eagle import EagleConfig, EagleWeights, abstract_eagle
-from jaxinfer.parallel.array_info import ArrayInfo, is_info
 
 IGNORED = ("embed_tokens.weight", "t2d", "rotary_emb.inv_freq")
 LAYER_PREFIX = {1: "layers.0.", 3: "midlayer."}
@@ -129,7 +129,7 @@ def load_eagle(
     head_dir = Path(head_dir)
     if not (head_dir / "config.json").is_file():
         raise CheckpointError(f"no config.json in EAGLE head directory {head_dir}")
-    hf = json.loads((head_dir / "config.json").read_text())
+    hf = read_config_json(head_dir)  # broken JSON: an error naming the file
     index = safetensors_index(head_dir)
     names = set(index)
     ecfg = eagle_config(hf, names, target, head_dir)

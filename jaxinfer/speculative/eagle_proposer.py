@@ -21,9 +21,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.cache.contiguous import KVCache, init_cache
 from jaxinfer.models import Weights
+from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.parallel.sharding import Layout
 from jaxinfer.speculative.eagle import EagleConfig, EagleParams, head_logits, head_step, project_features
 from jaxinfer.speculative.proposers import Proposal, draw_draft

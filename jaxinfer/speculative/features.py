@@ -12,11 +12,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.models.contiguous_decode import DecodeState, append_tokens, last_hidden_logits
 from jaxinfer.cache.contiguous import KVCache
-from jaxinfer.models import Weights
-from jaxinfer.models import forward_with_taps
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models import Weights, forward_with_taps
+from jaxinfer.models.contiguous_decode import DecodeState, append_tokens, last_hidden_logits
 from jaxinfer.sampling.sampler import sample
 
 

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.models.contiguous_decode import DecodeState, append_tokens
 from jaxinfer.models import Weights, lm_logits
+from jaxinfer.models.contiguous_decode import DecodeState, append_tokens
 from jaxinfer.sampling.sampler import sample
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.costs import PROBE_ITERATIONS, CostModel, heuristic_costs, round_plan

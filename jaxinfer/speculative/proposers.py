@@ -14,10 +14,10 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, forward, lm_logits
+from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.parallel.sharding import Layout
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, one_hot_logprobs, position_keys, sampled_logprobs
 

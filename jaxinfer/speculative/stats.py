@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer.engine.acceptance_summary import summarize
+from jaxinfer.speculative.acceptance_summary import summarize
 
 
 @jax.tree_util.register_dataclass

@@ -11,10 +11,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.cache.contiguous import KVCache
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
+from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.sampling.sampler import SamplingArrays
 from jaxinfer.speculative.features import target_forward
 from jaxinfer.speculative.rejection import Verdict, sampled_logprobs

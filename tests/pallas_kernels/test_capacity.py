@@ -13,6 +13,7 @@ import zlib
 import jax
 import jax.numpy as jnp
 import pytest
+from paged_kernel_inputs import assert_close, make_inputs
 
 from pallas_kernels import (
     paged_attention_gpu,
@@ -22,7 +23,6 @@ from pallas_kernels import (
     ragged_paged_attention_reference,
     ragged_paged_attention_tpu,
 )
-from paged_kernel_inputs import assert_close, make_inputs
 
 F32 = jnp.float32
 PAGE_SIZE, PAGES_PER_SEQ = 16, 3

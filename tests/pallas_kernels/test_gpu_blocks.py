@@ -7,6 +7,7 @@ import zlib
 import jax
 import jax.numpy as jnp
 import pytest
+from paged_kernel_inputs import assert_close, make_inputs
 
 from pallas_kernels import (
     kernel_supports,
@@ -18,7 +19,6 @@ from pallas_kernels import (
     unsupported_reason,
 )
 from pallas_kernels.gpu_blocks import MAX_BLOCK_ROWS, choose_blocks, padded_head_dim
-from paged_kernel_inputs import assert_close, make_inputs
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 H100_SHARED_MEMORY = 232448

@@ -8,16 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from pallas_kernels import (
-    choose_implementation,
-    dequantize_kv,
-    paged_attention,
-    paged_attention_gpu,
-    paged_attention_reference,
-    paged_attention_tpu,
-    quantize_kv,
-)
 from paged_kernel_inputs import (
     H100_SHARED_MEMORY,
     PagedInputs,
@@ -27,6 +17,16 @@ from paged_kernel_inputs import (
     make_inputs,
     require_device,
     triton_shared_memory,
+)
+
+from pallas_kernels import (
+    choose_implementation,
+    dequantize_kv,
+    paged_attention,
+    paged_attention_gpu,
+    paged_attention_reference,
+    paged_attention_tpu,
+    quantize_kv,
 )
 
 F32, BF16 = jnp.float32, jnp.bfloat16

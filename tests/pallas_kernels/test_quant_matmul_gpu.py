@@ -9,13 +9,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from paged_kernel_inputs import lower_for, require_device
 
 from jaxinfer.quantization import quantized_weight
 from pallas_kernels.quant_matmul_gpu import (
-    DEFAULT_NUM_CORES, Tiling, bf16_matmul_gpu, choose_quantized_tiling, choose_tiling, int4_matmul_gpu,
+    DEFAULT_NUM_CORES,
+    Tiling,
+    bf16_matmul_gpu,
+    choose_quantized_tiling,
+    choose_tiling,
+    int4_matmul_gpu,
     int8_matmul_gpu,
 )
-from paged_kernel_inputs import lower_for, require_device
 
 
 def _weight(k: int, n: int, mode: str, group: int, seed: int) -> quantized_weight.QuantizedWeight:

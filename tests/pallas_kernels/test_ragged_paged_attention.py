@@ -8,15 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from pallas_kernels import (
-    paged_attention_reference,
-    ragged_paged_attention,
-    ragged_paged_attention_gpu,
-    ragged_paged_attention_reference,
-    ragged_paged_attention_tpu,
-)
-from pallas_kernels.gpu_blocks import MAX_BLOCK_ROWS
 from paged_kernel_inputs import (
     H100_SHARED_MEMORY,
     PagedInputs,
@@ -27,6 +18,15 @@ from paged_kernel_inputs import (
     require_device,
     triton_shared_memory,
 )
+
+from pallas_kernels import (
+    paged_attention_reference,
+    ragged_paged_attention,
+    ragged_paged_attention_gpu,
+    ragged_paged_attention_reference,
+    ragged_paged_attention_tpu,
+)
+from pallas_kernels.gpu_blocks import MAX_BLOCK_ROWS
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -79,10 +80,11 @@ def _add_utility_routes(app: FastAPI, state: ServerState) -> None:
             raise APIError("give exactly one of prompt or messages", param="prompt")
         if state.tokenizer is None:
             raise APIError("this model has no tokenizer")
-        if body.messages is not None:
-            ids = chat_prompt_ids(state, body.messages)
+        if body.messages is not None:  # tokenizing is off the event loop
+            ids = await asyncio.to_thread(chat_prompt_ids, state, body.messages)
         else:
-            ids = list(state.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens))
+            ids = list(await asyncio.to_thread(state.tokenizer.encode, body.prompt,
+                                               add_special_tokens=body.add_special_tokens))
         return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": state.max_seq_len})
 
     @app.post("/detokenize")
@@ -91,5 +93,6 @@ def _add_utility_routes(app: FastAPI, state: ServerState) -> None:
         if state.tokenizer is None:
             raise APIError("this model has no tokenizer")
         state.encode(body.tokens, "tokens")  # checks the ids are in the vocabulary
-        text = state.tokenizer.decode(body.tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        text = await asyncio.to_thread(state.tokenizer.decode, body.tokens, skip_special_tokens=True,
+                                       clean_up_tokenization_spaces=False)
         return JSONResponse({"prompt": text})

@@ -24,7 +24,13 @@ import numpy as np
 from tqdm import tqdm
 
 from jaxinfer.entrypoints.openai.bench_data import (
-    DATASET_NAMES, Work, jsonl_workload, random_workload, resolve_dataset_name, sharegpt_pairs, sharegpt_workload,
+    DATASET_NAMES,
+    Work,
+    jsonl_workload,
+    random_workload,
+    resolve_dataset_name,
+    sharegpt_pairs,
+    sharegpt_workload,
 )
 
 

@@ -1,50 +1,56 @@
-"""POST /v1/chat/completions: messages through the chat template, then the completions machinery."""
+"""POST /v1/chat/completions: messages through the chat template, then the completions machinery.
+
+With tools, the chosen tool_choice constrains the output and the finished text is returned as
+`tool_calls` (tool_calls.py); a stream then sends the message whole when it ends.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from typing import Any, AsyncIterator
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, RequestOutput
+from jaxinfer.entrypoints import chat_template
+from jaxinfer.entrypoints.chat_template import DEFAULT_CHAT_TEMPLATE
 from jaxinfer.entrypoints.openai.completions import build_params
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, chat_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
 from jaxinfer.entrypoints.openai.serving import ServerState, collect, finish_error, merge, new_id
+from jaxinfer.entrypoints.openai.structured_fields import compile_constraint
+from jaxinfer.entrypoints.openai.tool_calls import ToolPlan, plan_tools, tool_message
 
-# Used when the tokenizer has no chat template of its own (the demo model has none): one
-# "role: content" line per message, then "assistant:" for the reply. Documented in the README.
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
+__all__ = ["DEFAULT_CHAT_TEMPLATE", "chat_prompt_ids", "create_chat_completion", "render_chat"]
 MAX_TOP_LOGPROBS = 20
 
 
-def render_chat(tokenizer: Any | None, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+def render_chat(
+    tokenizer: Any | None, messages: list[ChatMessage], add_generation_prompt: bool = True,
+    tools: list[dict] | None = None,
+) -> str:
     """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE."""
     if tokenizer is None:
         raise APIError("this model has no tokenizer, so chat is not available; use /v1/completions with token ids")
-    conversation = [{"role": m.role, "content": m.text()} for m in messages]
-    template = getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
     try:
-        return tokenizer.apply_chat_template(
-            conversation, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-    except Exception as error:  # a template may raise on roles or orders it does not accept
-        raise APIError(f"the chat template rejected these messages: {error}", param="messages") from None
-
-
-def chat_prompt_ids(state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
-    """Token ids of the rendered conversation (the template writes any BOS itself)."""
-    try:
-        text = render_chat(state.tokenizer, messages, add_generation_prompt)
-    except ValueError as error:  # a non-text content part
+        conversation = [{"role": m.role, "content": m.text(), **m.model_dump(include={"name", "tool_calls", "tool_call_id"},
+                                                                              exclude_none=True)} for m in messages]
+        return chat_template.render_chat(tokenizer, conversation, add_generation_prompt, tools=tools)
+    except ValueError as error:  # a non-text content part, or a template that rejects the messages
         raise APIError(str(error), param="messages") from None
-    return list(state.tokenizer.encode(text, add_special_tokens=False))
+
+
+def chat_prompt_ids(
+    state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True, tools: list[dict] | None = None
+) -> list[int]:
+    """Token ids of the rendered conversation (the template writes any BOS itself)."""
+    text = render_chat(state.tokenizer, messages, add_generation_prompt, tools)
+    return chat_template.chat_prompt_ids(state.tokenizer, text)
 
 
 def _top_logprobs(body: ChatCompletionRequest) -> int | None:
@@ -59,51 +65,80 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 async def create_chat_completion(body: ChatCompletionRequest, state: ServerState, request: Request):
     """Render, check and run one conversation; stream chunks or return the finished message."""
     state.check_model(body.model)
-    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt)
-    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    params = build_params(state, body, ids, None, _top_logprobs(body), requested)
+    ids, params, tools = await asyncio.to_thread(_prepare, state, body)  # tokenizing and compiling off the loop
     response_id = new_id("chatcmpl")
     stream = state.engine.generate(ids, params, response_id)
     header = {"id": response_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:
-        events = _stream(state, body, {**header, "object": "chat.completion.chunk"}, merge([stream]), len(ids))
+        events = _stream(state, body, {**header, "object": "chat.completion.chunk"}, merge([stream]), len(ids), tools)
         return StreamingResponse(events, media_type="text/event-stream")
     (output,) = await collect([stream], request)
     finish_error(output)
-    choices = [_choice(state, body, out) for out in output.outputs]
+    choices = [_choice(state, body, out, tools) for out in output.outputs]
     return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
+
+
+def _prepare(state: ServerState, body: ChatCompletionRequest) -> tuple[list[int], SamplingParams, ToolPlan | None]:
+    """The conversation's token ids, checked SamplingParams (4xx errors name the field) and the tools' plan."""
+    tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
+    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt, body.tools)
+    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    params = build_params(state, body, ids, None, _top_logprobs(body), requested)
+    constraint = None if tools is None else tools.constraint
+    if constraint is None:
+        return ids, params, tools
+    if params.structured_outputs is not None:
+        raise APIError(f"tool_choice {tools.mode!r} constrains the output, and so does response_format (or a "
+                       "guided field); give one of them", param="tool_choice")
+    compile_constraint(state, constraint, "tools")
+    return ids, dataclasses.replace(params, structured_outputs=constraint), tools
 
 
 def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict | None:
     if not body.logprobs or out.logprobs is None:
         return None
-    return chat_logprobs(state.tokenizer, out.token_ids, out.logprobs, body.top_logprobs or 0)
+    return chat_logprobs(out.token_ids, out.logprobs, body.top_logprobs or 0)
 
 
-def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict:
+def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput, tools: ToolPlan | None) -> dict:
+    message, finish_reason = tool_message(tools, out.text, out.finish_reason)
     return {
-        "index": out.index, "message": {"role": "assistant", "content": out.text},
-        "logprobs": _logprobs(state, body, out), "finish_reason": out.finish_reason, "stop_reason": out.stop_reason,
+        "index": out.index, "message": message,
+        "logprobs": _logprobs(state, body, out), "finish_reason": finish_reason, "stop_reason": out.stop_reason,
     }
 
 
 async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
-                  deltas: AsyncIterator[tuple[int, RequestOutput]], prompt_tokens: int) -> AsyncIterator[str]:
-    """A role chunk per choice, content chunks as tokens arrive, an optional usage chunk, then [DONE]."""
-    generated = 0
+                  deltas: AsyncIterator[tuple[int, RequestOutput]], prompt_tokens: int,
+                  tools: ToolPlan | None) -> AsyncIterator[str]:
+    """A role chunk per choice, content chunks as tokens arrive, an optional usage chunk, then [DONE].
+
+    With tools to call, each choice's text is held until it ends and sent as one message chunk
+    (tool_calls, or content when it called none): calls are only known once the text is whole.
+    """
+    generated, held = 0, {}
     for index in range(body.n):
         choice = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         yield sse({**header, "choices": [choice]})
+    finished = set()
     try:
         async for _, delta in deltas:
             if delta.error:
                 yield sse(error_body(f"generation failed: {delta.error}", "internal_server_error", None, 500))
                 continue
             for out in delta.outputs:
-                if out.token_ids or out.text or out.finish_reason:
+                if out.token_ids or out.text or (out.finish_reason and out.index not in finished):  # each finish once
+                    if out.finish_reason:
+                        finished.add(out.index)
                     generated += len(out.token_ids)
                     choice = {"index": out.index, "delta": {"content": out.text}, "logprobs": _logprobs(state, body, out),
                               "finish_reason": out.finish_reason}
+                    if tools is not None and tools.mode != "none":
+                        held[out.index] = held.get(out.index, "") + out.text
+                        if not out.finish_reason:
+                            continue
+                        message, reason = tool_message(tools, held[out.index], out.finish_reason)
+                        choice.update(delta={k: v for k, v in message.items() if k != "role"}, finish_reason=reason)
                     yield sse({**header, "choices": [choice]})
         if body.include_usage():
             yield sse({**header, "choices": [], "usage": usage(prompt_tokens, generated)})

@@ -12,6 +12,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jaxinfer.entrypoints.openai.protocol import UNKNOWN_FIELD
+
 
 class APIError(Exception):
     """An error to return as `{"error": {...}}` with an HTTP status."""
@@ -40,6 +42,9 @@ def _validation_error(exc: RequestValidationError) -> APIError:
         return APIError(f"request body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}")
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     param = ".".join(loc) or None
+    if first.get("type") == UNKNOWN_FIELD:  # named by the field itself, at whatever depth it sits
+        field = ".".join([*loc, first["ctx"]["field"]])
+        return APIError(f"{param}: {first['msg']}" if param else first["msg"], param=field)
     return APIError(f"{param or 'body'}: {first['msg']}", param=loc[0] if loc else None)
 
 

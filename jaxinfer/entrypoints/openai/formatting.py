@@ -6,6 +6,7 @@ import json
 from typing import Any, Sequence
 
 from jaxinfer.engine import RequestOutput
+from jaxinfer.sampling.logprob import Logprob
 
 DONE = "data: [DONE]\n\n"
 
@@ -29,41 +30,48 @@ def count_usage(outputs: Sequence[RequestOutput]) -> dict:
     return usage(prompt, sum(len(c.token_ids) for o in outputs for c in o.outputs))
 
 
-def token_text(tokenizer: Any | None, token_id: int) -> str:
-    """A token as text (OpenAI logprobs name tokens by their text); `token_id:N` without a tokenizer."""
+def token_text(token_id: int, logprob: Logprob | None, tokenizer: Any | None = None) -> str:
+    """A token as text (OpenAI logprobs name tokens by their text): its Logprob's, else the tokenizer's;
+    `token_id:N` without either."""
+    if logprob is not None and logprob.decoded_token is not None:
+        return logprob.decoded_token
     if tokenizer is None:
         return f"token_id:{token_id}"
     return tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
 def completion_logprobs(
-    tokenizer: Any | None, token_ids: Sequence[int], entries: Sequence[dict[int, float]], offset: int
+    token_ids: Sequence[int], entries: Sequence[dict[int, Logprob] | None], offset: int, tokenizer: Any | None = None
 ) -> dict:
-    """The completions layout: tokens, token_logprobs, top_logprobs and text_offset (from `offset`)."""
-    tokens = [token_text(tokenizer, t) for t in token_ids]
+    """The completions layout: tokens, token_logprobs, top_logprobs and text_offset (from `offset`).
+
+    An entry None (an echoed prompt's first token, which nothing predicts) gives null logprobs; its
+    text comes from the tokenizer.
+    """
+    tokens = [token_text(t, None if entry is None else entry[t], tokenizer) for t, entry in zip(token_ids, entries)]
     offsets = []
     for token in tokens:
         offsets.append(offset)
         offset += len(token)
     return {
         "tokens": tokens,
-        "token_logprobs": [entry.get(t) for t, entry in zip(token_ids, entries)],
-        "top_logprobs": [{token_text(tokenizer, i): lp for i, lp in entry.items()} for entry in entries],
+        "token_logprobs": [None if entry is None else entry[t].logprob for t, entry in zip(token_ids, entries)],
+        "top_logprobs": [
+            None if entry is None else {token_text(i, lp): lp.logprob for i, lp in entry.items()} for entry in entries
+        ],
         "text_offset": offsets,
     }
 
 
-def chat_logprobs(
-    tokenizer: Any | None, token_ids: Sequence[int], entries: Sequence[dict[int, float]], top: int
-) -> dict:
+def chat_logprobs(token_ids: Sequence[int], entries: Sequence[dict[int, Logprob]], top: int) -> dict:
     """The chat layout: per token its text, logprob, UTF-8 bytes and the `top` most likely alternatives."""
 
-    def item(token_id: int, logprob: float) -> dict:
-        text = token_text(tokenizer, token_id)
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+    def item(token_id: int, logprob: Logprob) -> dict:
+        text = token_text(token_id, logprob)
+        return {"token": text, "logprob": logprob.logprob, "bytes": list(text.encode())}
 
     content = []
     for token_id, entry in zip(token_ids, entries):
-        best = sorted(entry.items(), key=lambda kv: -kv[1])[:top]
-        content.append({**item(token_id, entry.get(token_id, -9999.0)), "top_logprobs": [item(*kv) for kv in best]})
+        best = sorted(entry.items(), key=lambda kv: kv[1].rank)[:top]
+        content.append({**item(token_id, entry[token_id]), "top_logprobs": [item(*kv) for kv in best]})
     return {"content": content}

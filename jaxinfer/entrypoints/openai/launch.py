@@ -1,13 +1,19 @@
-"""`jaxinfer serve`: its flags, and loading, warming and serving a model with uvicorn."""
+"""`jaxinfer serve`: its flags; the port bound, then the model loaded and warmed while uvicorn answers 503."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
+import signal
+import threading
+from typing import TYPE_CHECKING
 
 from jaxinfer.config import validation
-from jaxinfer.entrypoints.cli_args import add_parallel_args, add_quantization_args
+from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
+
+if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
+    from jaxinfer import LLM
+    from jaxinfer.entrypoints.openai.startup import StartingApp
 
 DEFAULT_PORT = 8000
 
@@ -17,23 +23,26 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser(
         "serve", help="serve a model over an OpenAI-compatible HTTP API",
         description="Serve a model over HTTP: /v1/completions, /v1/chat/completions, /v1/models, "
-        "/tokenize, /detokenize, /health and Prometheus /metrics. Needs the serve extra: pip install 'jaxinfer[serve]'.",
+        "/tokenize, /detokenize, /health (503 while the model loads and compiles) and Prometheus /metrics. "
+        "Needs the serve extra: pip install 'jaxinfer[serve]'.",
     )
     serve.add_argument("--model", default=None, help="HF or converted model directory (default: the demo model)")
     serve.add_argument("--served-model-name", default=None, help="the name clients pass as `model` (default: the directory name)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind; 0.0.0.0 exposes the server to the network (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT,
+                       help="TCP port, bound before the model loads; 0 picks a free one (default: %(default)s)")
     serve.add_argument("--api-key", default=os.environ.get("JAXINFER_API_KEY"),
                        help="require `Authorization: Bearer KEY` on /v1 routes (default: $JAXINFER_API_KEY, else none)")
     serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + completion in tokens (default: the model's, <= 2048)")
     serve.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     serve.add_argument("--max-num-seqs", type=int, default=64, help="sequences decoded together per step (default: %(default)s)")
     serve.add_argument("--max-num-batched-tokens", type=int, default=512, help="tokens per step; longer prompts are prefilled in chunks (default: %(default)s)")
-    serve.add_argument("--num-pages", type=int, default=None, help="KV-cache pages in the pool (default: room for half of max-num-seqs at full length)")
+    serve.add_argument("--num-pages", type=int, default=None, help="KV-cache pages in the pool (default: what --gpu-memory-utilization leaves on a GPU or TPU; on CPU room for half of max-num-seqs at full length)")
     serve.add_argument("--page-size", type=int, default=16, help="tokens per KV-cache page, a power of two (default: %(default)s)")
     serve.add_argument("--decode-steps", type=int, default=8, help="decode steps per device call when nothing waits (default: %(default)s)")
     add_parallel_args(serve)
     add_quantization_args(serve)
+    add_memory_args(serve)
     serve.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV pages of shared prompt prefixes")
     serve.add_argument("--speculative-method", choices=["ngram", "draft", "eagle"], default=None,
                        help="speculate inside the engine: ngram proposes what followed the last n tokens "
@@ -61,17 +70,50 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--speculative-model DIR goes with --speculative-method draft or eagle, and only with them")
     if args.speculative_model is not None:
         validation.model_dir(args.speculative_model, "--speculative-model")
+    if args.model is not None:  # before the port is bound: a wrong path is one error line, nothing else
+        validation.model_dir(args.model, "--model")
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Load the model, compile its step shapes, and serve until interrupted."""
+    """Bind the port, then load the model and compile its step shapes while /health answers 503,
+    and serve until interrupted (Ctrl-C or SIGTERM)."""
     _check(args)
     try:
         import uvicorn
 
+        from jaxinfer.entrypoints.openai.startup import StartingApp, bind
+
+        sock = bind(args.host, args.port)  # before minutes of loading: a taken port fails now
         from jaxinfer.entrypoints.openai.app import ServerConfig, build_app
     except ImportError as error:
         raise ValueError(f"jaxinfer serve needs the serve extra ({error.name} is missing): pip install 'jaxinfer[serve]'") from None
+    starting = StartingApp()
+    # lifespan off: the app starts as StartingApp, and the real one registers no lifespan events.
+    config = uvicorn.Config(starting, log_level=args.log_level, timeout_graceful_shutdown=5, lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), name="uvicorn", daemon=True)
+    thread.start()
+    host, port = sock.getsockname()[:2]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    starting.say(f"listening on {url}; GET /health answers 503 until the model is ready")
+    _terminate_as_interrupt()
+    try:
+        llm = _load(args, starting)
+        name = args.served_model_name or llm.model_dir.name
+        starting.ready(build_app(llm, ServerConfig(name, args.api_key, args.max_body_bytes)))
+        starting.say(f"ready: serving `{name}` at {url}/v1")
+        thread.join()
+    except KeyboardInterrupt:
+        starting.say("stopping")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+    return 0
+
+
+def _load(args: argparse.Namespace, starting: StartingApp) -> LLM:
+    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`."""
     from jaxinfer import LLM, SpeculativeConfig
 
     speculative = None
@@ -80,20 +122,23 @@ def run_serve(args: argparse.Namespace) -> int:
             method=args.speculative_method, draft_model=args.speculative_model,
             num_speculative_tokens=args.num_speculative_tokens,
         )
-    print("jaxinfer: loading the model", file=sys.stderr, flush=True)
+    starting.phase("loading the model")
     llm = LLM(
         args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
         decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
     )
     if not args.skip_warmup:
-        print("jaxinfer: compiling the engine's step shapes (once per machine with the compile cache)", file=sys.stderr, flush=True)
-        count = llm.engine.warmup(progress=True)
-        print(f"jaxinfer: {count} step programs ready", file=sys.stderr, flush=True)
-    name = args.served_model_name or llm.model_dir.name
-    app = build_app(llm, ServerConfig(name, args.api_key, args.max_body_bytes))
-    print(f"jaxinfer: serving `{name}` at http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
-    return 0
+        starting.phase("compiling step programs", "once per machine with the compile cache")
+        count = llm.engine.warmup(on_program=starting.compiled)
+        starting.say(f"{count} step programs ready")
+    return llm
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM stops the server as Ctrl-C does (uvicorn, on a thread here, cannot take signals)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -1,8 +1,9 @@
 """GET /metrics: the engine's metrics() in Prometheus text, named like vLLM's under `jaxinfer:`.
 
 A custom collector reads `engine.metrics()` at scrape time, so the numbers are the engine's
-own; nothing is double counted in the server. Latencies come as summaries (count, sum and the
-0.5 / 0.99 quantiles) because the engine keeps per-request samples, not histogram buckets.
+own; nothing is double counted in the server. Latencies are histograms with vLLM's bucket
+boundaries (the engine keeps the counts), so `histogram_quantile(0.99, rate(..._bucket[5m]))`
+works as it does on vLLM.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 PREFIX = "jaxinfer:"
 GAUGES = {
@@ -20,11 +22,11 @@ GAUGES = {
     "kv_cache_usage_perc": "Fraction of KV-cache pages in use (1 = full).",
 }
 COUNTERS = {  # prometheus_client adds the `_total` suffix
-    "prefix_cache_queries": "Prompt tokens looked up in the prefix cache.",
-    "prefix_cache_hits": "Prompt tokens found in the prefix cache.",
+    "prefix_cache_queries": "Prompt tokens of admitted requests looked up in the prefix cache.",
+    "prefix_cache_hits": "Prompt tokens of admitted requests found in the prefix cache.",
     "num_preemptions": "Requests preempted (to be recomputed).",
-    "prompt_tokens": "Prompt tokens of finished requests.",
-    "generation_tokens": "Generated tokens of finished requests.",
+    "prompt_tokens": "Prompt tokens of requests that produced a first token.",
+    "generation_tokens": "Generated tokens.",
     "spec_decode_num_drafts": "Speculative draft rounds.",
     "spec_decode_num_draft_tokens": "Speculative tokens drafted.",
     "spec_decode_num_accepted_tokens": "Speculative tokens accepted.",
@@ -32,24 +34,18 @@ COUNTERS = {  # prometheus_client adds the `_total` suffix
     "engine_step_seconds": "Wall seconds of those steps.",
     "engine_device_wait_seconds": "Of those, seconds in device calls and their outputs (the rest is host work).",
 }
-SUMMARIES = {
-    "time_to_first_token_seconds": "Time to first token.",
-    "time_per_output_token_seconds": "Time per output token after the first.",
-    "inter_token_latency_seconds": "Time between consecutive tokens.",
-    "e2e_request_latency_seconds": "Arrival to finish of a request.",
-    "request_queue_time_seconds": "Arrival to first schedule of a request.",
+HISTOGRAMS = {
+    "time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "request_time_per_output_token_seconds": "Histogram of time per output token after the first, per request.",
+    "e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+    "request_queue_time_seconds": "Histogram of arrival to first schedule of a request in seconds.",
 }
 
 
-def _summary(name: str, doc: str, values: dict) -> Metric:
-    metric = Metric(PREFIX + name, doc, "summary")
-    count = values["count"]
-    metric.add_sample(PREFIX + name + "_count", {}, float(count))
-    metric.add_sample(PREFIX + name + "_sum", {}, values["mean"] * count if count else 0.0)
-    if count:
-        for quantile, key in (("0.5", "p50"), ("0.99", "p99")):
-            metric.add_sample(PREFIX + name, {"quantile": quantile}, values[key])
-    return metric
+def _histogram(name: str, doc: str, values: dict) -> Metric:
+    buckets = [(floatToGoString(bound), count) for bound, count in values["buckets"]]
+    return HistogramMetricFamily(PREFIX + name, doc, buckets=buckets, sum_value=values["sum"])
 
 
 class EngineCollector(Collector):
@@ -82,9 +78,9 @@ class EngineCollector(Collector):
         for phase, seconds in sorted(snapshot.get("engine_phase_seconds", {}).items()):
             phases.add_metric([phase], seconds)
         yield phases
-        for name, doc in SUMMARIES.items():
+        for name, doc in HISTOGRAMS.items():
             if name in snapshot:
-                yield _summary(name, doc, snapshot[name])
+                yield _histogram(name, doc, snapshot[name])
 
 
 def metrics_text(registry: CollectorRegistry) -> bytes:

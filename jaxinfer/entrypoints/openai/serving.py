@@ -10,10 +10,10 @@ from typing import Any, AsyncIterator, Sequence
 
 from fastapi import Request
 
+from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import AsyncLLMEngine, RequestOutput
 from jaxinfer.engine.outputs import accumulate
 from jaxinfer.engine.prompt_checks import check_prompt
-from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.entrypoints.openai.errors import APIError
 
 

@@ -12,32 +12,30 @@ target and draft caches. One cache is kept (for the largest batch bucket used), 
 
 from __future__ import annotations
 
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer.runtime import step_programs
-from jaxinfer.runtime.cache_spec import CacheSpec, is_consumed
-from jaxinfer.config.model import ModelConfig
-from jaxinfer.parallel.distributed import shared_seed
-from jaxinfer.engine.outputs import CompletionOutput, RequestOutput
-from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.cache.contiguous import KVCache
-from jaxinfer.models import Weights
+from jaxinfer.cache.donation import is_consumed
 from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.sampling.sampler import sampling_arrays
+from jaxinfer.config.buckets import bucket
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine.outputs import CompletionOutput, RequestOutput
+from jaxinfer.models import Weights
+from jaxinfer.models.contiguous_decode import DecodeState
+from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
+from jaxinfer.runtime import step_programs
+from jaxinfer.runtime.cache_spec import CacheSpec
+from jaxinfer.sampling.sampler import sampling_arrays
 from jaxinfer.speculative import programs as spec_programs
 from jaxinfer.speculative.decoder import SpeculativeDecoder
 
 MIN_PROMPT_BUCKET = 16
-
-
-def next_power_of_two(n: int) -> int:
-    """Smallest power of two >= n (shape buckets keep compiled programs few)."""
-    return 1 << max(0, (n - 1).bit_length())
 
 
 class StaticBatchGenerator:
@@ -52,12 +50,18 @@ class StaticBatchGenerator:
         self.cache_spec, self.speculative, self.decode_text = cache_spec, speculative, decode_text
         self._cache: KVCache | PagedKVCache | None = None
 
-    def generate(self, prompts: list, ids: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
-        """One output per prompt, in order."""
+    def generate(
+        self, prompts: list, ids: list[list[int]], params: list[SamplingParams],
+        on_finished: Callable[[int], object] | None = None,
+    ) -> list[RequestOutput]:
+        """One output per prompt, in order; on_finished(count) hears each batch's end (a progress bar)."""
         outputs: list[RequestOutput] = []
         for start in range(0, len(ids), self.max_batch_size):
             chunk = slice(start, start + self.max_batch_size)
-            outputs += self._run_batch(prompts[chunk], ids[chunk], params[chunk], start)
+            batch = self._run_batch(prompts[chunk], ids[chunk], params[chunk], start)
+            outputs += batch
+            if on_finished is not None:
+                on_finished(len(batch))
         return outputs
 
     def release(self) -> None:
@@ -97,14 +101,14 @@ class StaticBatchGenerator:
         self, ids: list[list[int]], params: list[SamplingParams]
     ) -> tuple[DecodeState, jax.Array | None]:
         """The prefilled state, and the prompts' target features when the proposer reads them (EAGLE)."""
-        batch = min(next_power_of_two(len(ids)), max(self.max_batch_size, len(ids)))
-        bucket = min(next_power_of_two(max(MIN_PROMPT_BUCKET, *map(len, ids))), self.max_seq_len)
+        batch = min(bucket(len(ids)), max(self.max_batch_size, len(ids)))
+        prompt_bucket = min(bucket(max(map(len, ids)), MIN_PROMPT_BUCKET), self.max_seq_len)
         state = self._initial_state(ids, params, batch)
         layers = None if self.speculative is None or not self.speculative.enabled else self.speculative.feature_layers
         if layers is None:
-            return step_programs.prefill(self.weights, state, cfg=self.cfg, prompt_bucket=bucket), None
+            return step_programs.prefill(self.weights, state, cfg=self.cfg, prompt_bucket=prompt_bucket), None
         return spec_programs.prefill_features(
-            self.weights, state, cfg=self.cfg, prompt_bucket=bucket, feature_layers=layers
+            self.weights, state, cfg=self.cfg, prompt_bucket=prompt_bucket, feature_layers=layers
         )
 
     def _initial_state(self, ids: list[list[int]], params: list[SamplingParams], batch: int) -> DecodeState:
@@ -114,7 +118,7 @@ class StaticBatchGenerator:
         lengths = np.ones(batch, np.int32)
         max_lengths = np.ones(batch, np.int32)
         stops = [stop_ids(self.cfg, p) for p in params]
-        stop_array = np.full((batch, next_power_of_two(max(4, *map(len, stops)))), -1, np.int32)
+        stop_array = np.full((batch, bucket(max(4, *map(len, stops)))), -1, np.int32)
         for i, (seq, p, stop) in enumerate(zip(ids, params, stops)):
             tokens[i, : len(seq)] = seq
             lengths[i] = len(seq)

@@ -1,0 +1,76 @@
+"""Chat messages to prompt text through the tokenizer's chat template (`LLM.chat` and the server).
+
+No jax and no server extra: the checks raise ValueError/TypeError naming the field, and the
+server turns them into 400s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Used when the tokenizer has no chat template of its own (the demo model has none): one
+# "role: content" line per message, then "assistant:" for the reply. Documented in the README.
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def message_text(content: Any, field: str) -> str:
+    """A message's content as text: a str, None (empty) or a list of OpenAI text parts, joined."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, Sequence):
+        raise TypeError(f"{field} must be a str or a list of text parts, got {type(content).__name__}")
+    parts = []
+    for i, part in enumerate(content):
+        if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise ValueError(f"{field}[{i}]: only text content parts ({{'type': 'text', 'text': ...}}) are supported, "
+                             f"got {part!r:.80}")
+        parts.append(part["text"])
+    return "".join(parts)
+
+
+def conversation(messages: Any, field: str = "messages") -> list[dict[str, str]]:
+    """Checked messages as [{"role": ..., "content": text}, ...]; at least one."""
+    if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence) or not messages:
+        raise TypeError(f"{field} must be a non-empty list of {{'role': ..., 'content': ...}} dicts, "
+                        f"got {messages!r:.80}")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise TypeError(f"{field}[{i}] must be a dict with a str 'role' and a 'content', got {message!r:.80}")
+        out.append({"role": message["role"], "content": message_text(message.get("content"), f"{field}[{i}].content")})
+    return out
+
+
+def conversations(messages: Any) -> list[list[dict[str, str]]]:
+    """One conversation or a list of them (as vLLM's `LLM.chat` takes), checked, as a list."""
+    if isinstance(messages, Sequence) and not isinstance(messages, str) and messages and \
+            isinstance(messages[0], Sequence) and not isinstance(messages[0], str):
+        return [conversation(c, f"messages[{i}]") for i, c in enumerate(messages)]
+    return [conversation(messages)]
+
+
+def render_chat(
+    tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True, chat_template: str | None = None,
+    tools: list[dict] | None = None,
+) -> str:
+    """The conversation as prompt text: chat_template, else the tokenizer's, else DEFAULT_CHAT_TEMPLATE.
+
+    tools (OpenAI's tool list) go to the template as `tools`, which tool-calling templates render;
+    the default template has no place for them.
+    """
+    template = chat_template or getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
+    try:
+        return tokenizer.apply_chat_template(
+            messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, tools=tools
+        )
+    except Exception as error:  # a template may raise on roles or orders it does not accept
+        raise ValueError(f"messages: the chat template rejected them: {error}") from None
+
+
+def chat_prompt_ids(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered conversation (the template writes any BOS itself)."""
+    return list(tokenizer.encode(text, add_special_tokens=False))

@@ -1,0 +1,61 @@
+"""Scheduler decisions on a hand-made pool (no jax): what multi-step decode reserves and whom it preempts."""
+
+from __future__ import annotations
+
+from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine.block_manager import BlockManager
+from jaxinfer.engine.request import Request, Status
+from jaxinfer.engine.scheduler import Scheduler, SchedulerConfig
+
+PAGE = 4
+
+
+def decoding(blocks: BlockManager, name: str, num_tokens: int, max_tokens: int = 20) -> Request:
+    """A running request whose last token is the only one not in the cache, holding just the pages that takes."""
+    request = Request(name, 0, None, list(range(3, 3 + num_tokens - 1)), SamplingParams(max_tokens=max_tokens), 0, ())
+    request.output_ids = [7]
+    request.num_computed = num_tokens - 1
+    request.pages = blocks.allocate(blocks.pages_for(num_tokens - 1))
+    request.status = Status.RUNNING
+    return request
+
+
+def full_pool_scheduler(num_tokens: int, decode_steps: int = 4, lookahead: int = 1) -> Scheduler:
+    """Two decoding requests of num_tokens that hold every page of the pool."""
+    blocks = BlockManager(1 + 2 * BlockManager(2, PAGE, "").pages_for(num_tokens - 1), PAGE, "model")
+    scheduler = Scheduler(SchedulerConfig(4, 64, 4, decode_steps, lookahead=lookahead), blocks)
+    scheduler.running = [decoding(blocks, "a", num_tokens), decoding(blocks, "b", num_tokens)]
+    assert blocks.usable_pages == 0
+    return scheduler
+
+
+def test_multi_step_decode_runs_fewer_steps_rather_than_preempt():
+    # 6 tokens in 2 pages of 4: one step fits (position 5), four would need position 8 (a third page each).
+    scheduler = full_pool_scheduler(num_tokens=6)
+    schedule = scheduler.schedule()
+    assert scheduler.num_preemptions == 0 and not scheduler.waiting
+    assert [row.request.request_id for row in schedule.decodes] == ["a", "b"]
+    assert schedule.num_steps == schedule.lookahead == 3  # positions 5..7: the pages already held
+
+
+def test_speculative_lookahead_shrinks_to_the_pages_held():
+    scheduler = full_pool_scheduler(num_tokens=6, lookahead=10)
+    schedule = scheduler.schedule()
+    assert scheduler.num_preemptions == 0 and schedule.all_decode
+    assert schedule.lookahead == 3 and schedule.num_steps == 3  # drafts then fit in 2 tokens per row
+
+
+def test_a_single_step_that_cannot_run_still_preempts():
+    # 9 tokens: position 8 needs a third page, and the pool has none.
+    scheduler = full_pool_scheduler(num_tokens=9)
+    schedule = scheduler.schedule()
+    assert scheduler.num_preemptions == 1 and [r.request_id for r in scheduler.waiting] == ["b"]
+    assert [row.request.request_id for row in schedule.decodes] == ["a"]
+
+
+def test_a_roomy_pool_reserves_every_step():
+    blocks = BlockManager(64, PAGE, "model")
+    scheduler = Scheduler(SchedulerConfig(4, 64, 4, decode_steps=4), blocks)
+    scheduler.running = [decoding(blocks, "a", 6), decoding(blocks, "b", 6)]
+    schedule = scheduler.schedule()
+    assert schedule.num_steps == 4 and all(len(row.request.pages) == 3 for row in schedule.decodes)
