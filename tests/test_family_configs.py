@@ -19,6 +19,8 @@ def test_unsupported_architecture_names_the_supported_ones():
         from_hf_config({**BASE, "architectures": ["FalconForCausalLM"]})
     with pytest.raises(ConfigError, match="vision tower is not supported.*Gemma3ForCausalLM"):
         from_hf_config({**BASE, "architectures": ["Gemma3ForConditionalGeneration"]})
+    with pytest.raises(ConfigError, match="Qwen2MoeForCausalLM.*shared experts.*supported: LlamaForCausalLM"):
+        from_hf_config({**BASE, "architectures": ["Qwen2MoeForCausalLM"]})
     assert {"Gemma2ForCausalLM", "Gemma3ForCausalLM"} <= set(SUPPORTED_ARCHITECTURES)
 
 

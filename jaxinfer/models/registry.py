@@ -26,6 +26,13 @@ SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 NOT_SUPPORTED = {
     "Gemma3ForConditionalGeneration": "the Gemma 3 vision-language model (its vision tower is not supported; "
                                       "the text-only Gemma3ForCausalLM checkpoints are)",
+    "Phi3VForCausalLM": "Phi-3 vision (its image encoder is not supported; the text-only Phi3ForCausalLM "
+                        "checkpoints are)",
+    "Phi3SmallForCausalLM": "Phi-3-small (block-sparse attention and GeGELU, not Phi3ForCausalLM's layer; "
+                            "Phi-3-mini and -medium are Phi3ForCausalLM)",
+    "PhiMoEForCausalLM": "Phi-3.5-MoE (its sparsemixer routing is not supported; the MoE families are "
+                         "MixtralForCausalLM and Qwen3MoeForCausalLM)",
+    "Qwen2MoeForCausalLM": "Qwen1.5/Qwen2-MoE (shared experts are not supported; Qwen3MoeForCausalLM is)",
 }
 
 
