@@ -1,5 +1,5 @@
-"""The families beyond Llama through the engine: prefix caching on and off, LongRoPE past the original
-context, quantization and convert. (HF parity of each family's logits and greedy tokens is
+"""The families beyond Llama through the engine: prefix caching on and off, speculative decoding with
+one as the target, LongRoPE past the original context, quantization and convert. (HF parity of each family's logits and greedy tokens is
 test_hf_parity's; expert parallelism is test_expert_parallel's.)"""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 from hf_models import make_hf_model, save_hf_model
 
-from jaxinfer import LLM, SamplingParams, save_converted
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig, save_converted
 
 FAMILIES = ["gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe"]
 PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
@@ -47,6 +47,18 @@ def test_engine_greedy_matches_hf_with_shared_prefixes(checkpoint_dir, name, pre
         assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected, name
     hits = llm.metrics().get("prefix_cache_hits", 0)
     assert (hits > 0) == prefix_caching, hits
+
+
+@pytest.mark.parametrize("name", ["gemma2", "mixtral"])  # sliding windows and soft caps; routed experts
+def test_speculative_target_keeps_hf_greedy_tokens(checkpoint_dir, name):
+    """Prompt lookup drafting for the family in the engine's verify steps: HF's greedy tokens, drafts proposed."""
+    loop = [21, 22, 23, 24, 25, 26] * 4  # prompt lookup finds runs to copy here
+    prompts = [loop, PROMPTS[0]]
+    llm = LLM(checkpoint_dir(name), dtype="float32", max_seq_len=128,
+              speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False))
+    outs = llm.generate(prompts, GREEDY)
+    assert [o.outputs[0].token_ids for o in outs] == [hf_greedy(name, tuple(p)) for p in prompts], name
+    assert llm.metrics()["spec_decode_num_draft_tokens"] > 0
 
 
 def test_phi3_long_context_rope_and_partial_rotary_match_hf(tmp_path):
