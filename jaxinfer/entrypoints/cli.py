@@ -131,7 +131,9 @@ def _add_sampling_args(gen: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = OneLineParser(prog="jaxinfer", description="JAX inference for Llama-family models")
+    parser = OneLineParser(
+        prog="jaxinfer", description="JAX inference for Llama, Mistral, Qwen, Gemma, Phi-3 and MoE models"
+    )
     parser.add_argument("--version", action="version", version=f"jaxinfer {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help=f"show the traceback of an unexpected error (or set {DEBUG_ENV}=1)")
