@@ -34,7 +34,8 @@ print(json.dumps(out))
 
 def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
     meshes = [(1, 1), (2, 1), (1, 2), (2, 2)]
-    runs = [("mixtral", str(checkpoint_dir("mixtral")), meshes)]
+    # Qwen3-MoE's layer 0 is dense (mlp_only_layers): a Llama layer inside the expert-parallel model.
+    runs = [(name, str(checkpoint_dir(name)), meshes) for name in ("mixtral", "qwen3_moe")]
     header = f"runs = {runs!r}\n"
     out = json.loads(run_python(FAKE_DEVICES + header + SCRIPT, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
     for name, _, sizes in runs:
