@@ -48,8 +48,12 @@ def blocked_rows_attention(
     page_table: jax.Array,
     query_lens: jax.Array,
     dtype: jnp.dtype,
+    scale: float | None = None,
+    soft_cap: float | None = None,
 ) -> jax.Array:
     """q [R, T, H, K]: the first query_lens[r] queries of row r end at position lengths[r]-1.
+
+    scale: of the scores (None: head_dim ** -0.5); soft_cap: scores pass cap * tanh(s / cap).
 
     Keys are read in dtype with float32 scores and softmax, as the dense path does. Queries go
     in blocks of QUERY_BLOCK, each visiting only the key blocks its own positions can see (a
@@ -68,7 +72,7 @@ def blocked_rows_attention(
     def attend_rows(g: slice) -> jax.Array:
         parts = [
             _query_block(qg[:, g, :, first : first + QUERY_BLOCK], cache, layer, window, lengths[g], table[g],
-                         query_lens[g], first, block, dtype)
+                         query_lens[g], first, block, dtype, dim**-0.5 if scale is None else scale, soft_cap)
             for first in range(0, steps, QUERY_BLOCK)
         ]
         return _concatenate(parts, axis=3)
@@ -86,6 +90,8 @@ def blocked_token_attention(
     page_table: jax.Array,
     query_lens: jax.Array,
     dtype: jnp.dtype,
+    scale: float | None = None,
+    soft_cap: float | None = None,
 ) -> jax.Array:
     """blocked_rows_attention of one-query rows q [N, 1, H, K] (an engine step's tokens, each its own
     row), TOKEN_BLOCK rows at a time: a block gathers its rows' pages [KV, rows, keys, K] one key
@@ -93,10 +99,11 @@ def blocked_token_attention(
     rows = q.shape[0]
     block = math.gcd(rows, TOKEN_BLOCK)
     if block == rows:
-        return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype)
+        return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype, scale,
+                                      soft_cap)
 
     def one(args: tuple[jax.Array, ...]) -> jax.Array:
-        return blocked_rows_attention(args[0], cache, layer, window, *args[1:], dtype)
+        return blocked_rows_attention(args[0], cache, layer, window, *args[1:], dtype, scale, soft_cap)
 
     split = lambda a: a.reshape(rows // block, block, *a.shape[1:])  # noqa: E731
     out = jax.lax.map(one, (split(q), split(lengths), split(page_table), split(query_lens)))
@@ -118,9 +125,11 @@ def _query_block(
     first: int,
     block_pages: int,
     dtype: jnp.dtype,
+    scale: float,
+    soft_cap: float | None,
 ) -> jax.Array:
     """Online softmax of one block of queries over the key blocks they can see: [KV, R, G, Tb, K] f32."""
-    *_, steps, dim = qg.shape
+    steps = qg.shape[-2]
     block_keys = block_pages * cache.page_size
     offsets = first + jnp.arange(steps)
     positions = (lengths - query_lens)[:, None] + offsets[None, :]
@@ -137,7 +146,10 @@ def _query_block(
         if window > 0:
             visible &= positions[:, :, None] - keys[None, None, :] < window
         scores = jnp.einsum("krgtd,krsd->krgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
-        return jnp.where(visible[None, :, None], scores * dim**-0.5, NEG_INF), v
+        scores = scores * scale
+        if soft_cap is not None:
+            scores = soft_cap * jnp.tanh(scores / soft_cap)
+        return jnp.where(visible[None, :, None], scores, NEG_INF), v
 
     def weighted(probs: jax.Array, v: jax.Array) -> jax.Array:
         return jnp.einsum("krgts,krsd->krgtd", probs.astype(dtype), v, precision=precision,
