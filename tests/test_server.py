@@ -71,8 +71,11 @@ def _greedy(max_tokens: int, **fields) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True, **fields)
 
 
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
 def _metrics(base_url: str) -> dict[str, float]:
-    text = httpx.get(base_url + "/metrics").text
+    text = httpx.get(base_url + "/metrics", headers=AUTH).text
     values = {}
     for line in text.splitlines():
         match = re.match(r"^(jaxinfer:[^ ]+) ([0-9.e+-]+)$", line)
@@ -84,9 +87,9 @@ def _metrics(base_url: str) -> dict[str, float]:
 def test_models_health_and_tokenize(client, base_url, reference):
     assert [m.id for m in client.models.list().data] == ["tiny"]
     assert httpx.get(base_url + "/health").status_code == 200
-    ids = httpx.post(base_url + "/tokenize", json={"prompt": "def add"}).json()["tokens"]
+    ids = httpx.post(base_url + "/tokenize", json={"prompt": "def add"}, headers=AUTH).json()["tokens"]
     assert ids == reference.encode("def add")
-    assert httpx.post(base_url + "/detokenize", json={"tokens": ids}).json()["prompt"] == "def add"
+    assert httpx.post(base_url + "/detokenize", json={"tokens": ids}, headers=AUTH).json()["prompt"] == "def add"
 
 
 def test_completions_equal_llm_generate(client, reference):
@@ -326,7 +329,7 @@ VLLM_BUCKETS["request_queue_time_seconds"] = VLLM_BUCKETS["e2e_request_latency_s
 def test_latencies_are_prometheus_histograms_with_vllms_buckets(client, base_url):
     before = _metrics(base_url)
     client.completions.create(model="tiny", prompt="def add", max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
-    text = httpx.get(base_url + "/metrics").text
+    text = httpx.get(base_url + "/metrics", headers=AUTH).text
     after = _metrics(base_url)
     for name, bounds in VLLM_BUCKETS.items():
         metric = "jaxinfer:" + name

@@ -14,33 +14,60 @@ from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.entrypoints.openai.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
 from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_completion
 from jaxinfer.entrypoints.openai.errors import APIError, RequestGuard, install_handlers
+from jaxinfer.entrypoints.openai.gate import Admission, ServingGate, Traffic
+from jaxinfer.entrypoints.openai.limits import Limits
 from jaxinfer.entrypoints.openai.metrics import engine_registry, metrics_text
 from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
 from jaxinfer.entrypoints.openai.serving import ServerState
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt that fits the context
+DEFAULT_MAX_WAITING = 1024  # sequences: a bound, not a target; 503s start past it
+DEFAULT_WRITE_TIMEOUT = 60.0  # seconds a response may wait for its client to read
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-    """What the HTTP layer enforces: the served name, an optional API key and the body size limit."""
+    """What the HTTP layer enforces: the served name, the API key, and the bounds on requests and queues.
+
+    api_key guards every route but /health (and /metrics with metrics_without_key); None: no key.
+    max_waiting_requests: sequences that may wait for a slot before new requests get 503 (None: no bound).
+    request_timeout: seconds any request may take (a request's `timeout` field may ask for less).
+    write_timeout: seconds a response may wait for a client that reads nothing before it is dropped.
+    """
 
     model_name: str
     api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    metrics_without_key: bool = False
+    limits: Limits = Limits()
+    max_waiting_requests: int | None = DEFAULT_MAX_WAITING
+    request_timeout: float | None = None
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
 
 
 def build_app(llm: Any, config: ServerConfig) -> FastAPI:
-    """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings."""
+    """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings.
+
+    `app.state.traffic` is what the ServingGate counts (requests in flight; set `draining` to refuse new
+    ones); `app.state.server` the ServerState, whose `engine` is the AsyncLLMEngine.
+    """
     engine = llm.engine
+    async_engine = AsyncLLMEngine(engine)
+    traffic = Traffic()
+    admission = Admission(engine.config.max_num_seqs, config.max_waiting_requests, lambda: async_engine.waiting,
+                          traffic)
     state = ServerState(
-        AsyncLLMEngine(engine), llm.tokenizer, config.model_name, engine.config.max_seq_len,
-        engine.model_config.vocab_size, llm.default_params,
+        async_engine, llm.tokenizer, config.model_name, engine.config.max_seq_len,
+        engine.model_config.vocab_size, llm.default_params, admission, config.limits, config.request_timeout,
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state
+    app.state.traffic = traffic
     install_handlers(app)
-    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key)
+    public = frozenset({"/health", "/metrics"} if config.metrics_without_key else {"/health"})
+    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key, public_paths=public)
+    # Outermost (added last): it counts and drains every request, refused ones included.
+    app.add_middleware(ServingGate, traffic=traffic, admission=admission, write_timeout=config.write_timeout)
     registry = engine_registry(engine.metrics)
     _add_generation_routes(app, state)
     _add_utility_routes(app, state)

@@ -80,6 +80,7 @@ class SamplingFields(StrictBody):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    timeout: float | None = None  # seconds (jaxinfer's): past them the request is aborted, a 504
 
     def include_usage(self) -> bool:
         """True when the stream should end with a usage chunk."""
