@@ -41,7 +41,7 @@ from jaxinfer.runtime.device_inputs import device_inputs
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.host_step import HostStep
-from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
 from jaxinfer.runtime.packed_tree import PackedTree, pack_host, unpack_host
 from jaxinfer.runtime.pools import new_pools, pool_size
 from jaxinfer.runtime.prompt_logprobs import prompt_logprobs
@@ -218,10 +218,16 @@ class LLMEngine:
         """vLLM-named counters, gauges and latency histograms (see engine.metrics)."""
         scheduler = self.scheduler
         prefix = (scheduler.prefix_queries, scheduler.prefix_hits)
-        return snapshot(
+        values = snapshot(
             self.stats, len(scheduler.running), len(scheduler.waiting), self.blocks.usage, prefix,
             scheduler.num_preemptions,
         )
+        # Process-wide, for soak checks: no compile after the warm-up, device memory back to its baseline.
+        values["compiled_programs"] = compile_count()
+        device_bytes = device_bytes_in_use()
+        if device_bytes is not None:
+            values["device_memory_bytes_in_use"] = device_bytes
+        return values
 
     def speculation_metrics(self) -> dict | None:
         """Acceptance totals of the engine's speculation (drafted, accepted, rates), or None when off."""

@@ -20,7 +20,9 @@ GAUGES = {
     "num_requests_running": "Requests in the running batch.",
     "num_requests_waiting": "Requests waiting to be scheduled.",
     "kv_cache_usage_perc": "Fraction of KV-cache pages in use (1 = full).",
+    "device_memory_bytes_in_use": "Bytes JAX's allocators hold on this process's devices (absent on CPU).",
 }
+OPTIONAL = {"device_memory_bytes_in_use"}  # exported only where the engine reports them
 COUNTERS = {  # prometheus_client adds the `_total` suffix
     "prefix_cache_queries": "Prompt tokens of admitted requests looked up in the prefix cache.",
     "prefix_cache_hits": "Prompt tokens of admitted requests found in the prefix cache.",
@@ -33,6 +35,7 @@ COUNTERS = {  # prometheus_client adds the `_total` suffix
     "engine_steps": "Engine steps that ran a device call.",
     "engine_step_seconds": "Wall seconds of those steps.",
     "engine_device_wait_seconds": "Of those, seconds in device calls and their outputs (the rest is host work).",
+    "compiled_programs": "Programs compiled or loaded from the compilation cache in this process (JAX's events).",
 }
 HISTOGRAMS = {
     "time_to_first_token_seconds": "Histogram of time to first token in seconds.",
@@ -58,7 +61,8 @@ class EngineCollector(Collector):
         """Every metric of one snapshot."""
         snapshot = self.read()
         for name, doc in GAUGES.items():
-            yield GaugeMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
+            if name in snapshot or name not in OPTIONAL:
+                yield GaugeMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
         for name, doc in COUNTERS.items():
             yield CounterMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
         per_position = CounterMetricFamily(
