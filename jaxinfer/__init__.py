@@ -3,14 +3,20 @@
 from jaxinfer.checkpoint.loader import CheckpointError, load_weights, save_converted
 from jaxinfer.config.model import ConfigError, ModelConfig, from_hf_config, load_config
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.config.structured_outputs import StructuredOutputsParams
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.entrypoints.compare import Comparison, Configuration, compare
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
 from jaxinfer.sampling.logprob import Logprob
 from jaxinfer.speculative.config import SpeculativeConfig
 
 __all__ = [
     "LLM",
+    "compare",
+    "Configuration",
+    "Comparison",
     "SamplingParams",
+    "StructuredOutputsParams",
     "SpeculativeConfig",
     "RequestOutput",
     "CompletionOutput",

@@ -141,6 +141,38 @@ def test_the_docs_have_examples_to_run():
     assert any("jaxinfer generate" in block.code for block in ran if block.rule()[0] == "shell")
 
 
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(doc: Path) -> set[str]:
+    """GitHub's anchors for the headings of a markdown file (fenced blocks left out)."""
+    text = FENCE.sub("", doc.read_text())
+    headings = re.findall(r"^#+\s+(.*?)\s*$", text, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def test_relative_links_resolve():
+    """Every relative link of the docs names a file that exists, and a heading there if it has an anchor."""
+    broken = []
+    for doc in DOCS:
+        for target in LINK.findall(FENCE.sub("", doc.read_text())):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto: not checked offline
+            path, _, anchor = target.partition("#")
+            resolved = (doc.parent / path).resolve() if path else doc
+            if not resolved.exists():
+                broken.append(f"{doc.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                broken.append(f"{doc.relative_to(REPO)}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_the_docs_index_lists_every_page():
+    index = (REPO / "docs" / "index.md").read_text()
+    missing = [p.name for p in DOCS if p.parent == REPO / "docs" and p.name != "index.md" and f"({p.name})" not in index]
+    assert missing == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("block", _params())
 def test_block_runs(block: Block, tmp_path):

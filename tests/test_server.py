@@ -177,8 +177,9 @@ def test_bad_logit_bias_is_a_400_naming_it(client, bias, needle):
 
 
 UNIMPLEMENTED = {  # (route, extra fields, the param the 400 names)
-    "tools": ("chat", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
-    "response_format": ("chat", {"response_format": {"type": "json_object"}}, "response_format"),
+    "functions": ("chat", {"functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    "bad tool": ("chat", {"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools"),
+    "bad response_format": ("chat", {"response_format": {"type": "xml"}}, "response_format.type"),
     "suffix": ("completions", {"suffix": " end"}, "suffix"),
     "unknown": ("completions", {"temprature": 0.5}, "temprature"),
     "unknown nested": ("completions", {"stream": True, "stream_options": {"include_usage": True, "x": 1}},

@@ -55,9 +55,10 @@ def test_health_is_503_warming_up_until_the_model_is_ready(text_model_dir):
         statuses = []
         while (health := httpx.get(url + "/health", timeout=10)).status_code == 503:
             statuses.append(health.json())
-            try:
-                client.completions.create(model="m", prompt="x", max_tokens=1)
-            except openai.APIStatusError as error:  # a request before the end of the warm-up is refused, not queued
+            try:  # a request before the end of the warm-up is refused, not queued
+                client.completions.create(model=text_model_dir.name, prompt="x", max_tokens=1)
+                assert httpx.get(url + "/health", timeout=10).status_code == 200  # ready in between: served
+            except openai.APIStatusError as error:
                 assert error.status_code == 503 and "warming up" in error.message
             time.sleep(0.05)
         assert health.status_code == 200 and statuses

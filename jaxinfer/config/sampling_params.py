@@ -6,6 +6,7 @@ import dataclasses
 from typing import Mapping, Sequence
 
 from jaxinfer.config import validation as v
+from jaxinfer.config.structured_outputs import StructuredOutputsParams
 
 TOP_K_LIMIT = 2**31 - 1  # top_k lives in an int32 array
 MAX_LOGPROBS = 20
@@ -29,6 +30,8 @@ class SamplingParams:
     log-probabilities of each generated token (and `prompt_logprobs=k` of each prompt token);
     `n` samples share the prompt. `logit_bias` ({token id: bias in [-100, 100]}, OpenAI's) is
     added to those tokens' logits before penalties and sampling; logprobs stay the model's.
+    `structured_outputs` constrains the output to a JSON schema, regex, choice or grammar (the
+    `structured` extra); logprobs stay the model's there too.
     """
 
     max_tokens: int = 16
@@ -49,6 +52,7 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     n: int = 1
     logit_bias: Mapping[int, float] | None = None
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         self._set("max_tokens", v.positive_int(self.max_tokens, "max_tokens"))
@@ -75,6 +79,9 @@ class SamplingParams:
             self._set(name, v.optional_int(getattr(self, name), name, 0, MAX_LOGPROBS))
         self._set("n", v.integer(self.n, "n", 1, MAX_N))
         self._set("logit_bias", _logit_bias(self.logit_bias))
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
+            raise TypeError("structured_outputs must be a StructuredOutputsParams or None, got "
+                            f"{type(self.structured_outputs).__name__}")
 
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
@@ -83,6 +90,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         """True when tokens are chosen by argmax."""
         return self.temperature == 0
+
+    def stop_ids(self, eos_token_ids: Sequence[int]) -> tuple[int, ...]:
+        """The ids that end this request: the model's EOS ids (unless ignore_eos), then stop_token_ids, once each."""
+        eos = () if self.ignore_eos else tuple(eos_token_ids)
+        return tuple(dict.fromkeys(eos + tuple(self.stop_token_ids)))
 
     @property
     def penalized(self) -> bool:

@@ -32,6 +32,7 @@ from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
+from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.models import Weights
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
@@ -114,6 +115,8 @@ class LLMEngine:
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
         self.final_only: set[str] = set()  # requests that want their whole output once, no deltas
         self.token_texts = TokenTexts(tokenizer)  # logprobs' decoded tokens
+        # Compiled constraints and step masks; a constraint ends where the model's end-of-sequence ids may follow.
+        self.structured = StructuredOutputs(tokenizer, model_config.vocab_size, model_config.eos_token_ids)
         self.stats = EngineMetrics()
 
     def add_request(
@@ -133,7 +136,7 @@ class LLMEngine:
         ids = encode_prompt(prompt, self.tokenizer)
         check_prompt(ids, params.max_tokens, self.model_config.vocab_size, self.config.max_seq_len)
         check_logit_bias(params.logit_bias, self.model_config.vocab_size)
-        stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
+        stop_ids = params.stop_ids(self.model_config.eos_token_ids)
         group: list[Request] = []
         for i in range(params.n):
             seed = (params.seed + i) % 2**63 if params.seed is not None else shared_seed()
@@ -141,6 +144,7 @@ class LLMEngine:
                 request_id, i, prompt if isinstance(prompt, str) else None, ids, params, seed, stop_ids,
                 leader=group[0] if group else None,
                 detokenizer=Detokenizer(self.tokenizer) if self.tokenizer is not None else None,
+                grammar=self.structured.start(params),  # compiled (cached) here: a bad constraint raises before queueing
             )
             if self.speculator is not None:
                 request.spec_counts = zero_counts(self.speculator.k_max)
@@ -200,13 +204,21 @@ class LLMEngine:
         return outputs
 
     def _build(self, schedule: Schedule) -> HostStep:
+        """The step's arrays, with the structured-output masks of its constrained rows."""
+        host = self._build_step(schedule)
+        host.bitmask = self.structured.bitmask_for(schedule, host)
+        return host
+
+    def _build_step(self, schedule: Schedule) -> HostStep:
         """A verify step when the batch is all decodes and some row drafts, else the plain step."""
         if schedule.all_decode and self.speculator is not None:
             requests = [row.request for row in schedule.decodes]
             # A row's drafts are written at once, so they must fit the pages the scheduler reserved.
             drafts = self.speculator.plan(requests, bucket(len(requests)), schedule.lookahead - 1)
             if drafts is not None:
-                rounds = 1 if self.speculator.measuring else self.spec_rounds
+                # A constrained row's mask holds for one round: later rounds' drafts are unknown here.
+                one_round = self.speculator.measuring or any(r.grammar is not None for r in requests)
+                rounds = 1 if one_round else self.spec_rounds
                 return build_verify_step(
                     schedule, drafts, self.verify_chunk, self.config.page_size, self.max_pages, self.min_pages, rounds
                 )

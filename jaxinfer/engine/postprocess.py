@@ -1,8 +1,9 @@
 """After a step: append a sample's new tokens, detokenize, and decide whether it finished (no jax).
 
 Finish rules, checked token by token in this order: a stop token id (EOS unless ignore_eos,
-and stop_token_ids) once min_tokens are out; max_tokens; a stop string in the text (cut from
-the output, or kept as its end with include_stop_str_in_output). While a stop string could
+and stop_token_ids) once min_tokens are out; max_tokens; a structured-output constraint that is
+complete (nothing may follow it: "stop"); a stop string in the text (cut from the output, or kept
+as its end with include_stop_str_in_output). While a stop string could
 still be completing, its possible start is held back from streamed deltas.
 """
 
@@ -24,6 +25,10 @@ def append_token(request: Request, token: int, detokenize: bool = True) -> bool:
         request.finish("stop", None if eos else token)
     elif generated >= request.params.max_tokens:
         request.finish("length")
+    if request.grammar is not None and not request.finished:
+        request.grammar.accept(token)
+        if request.grammar.stopped:  # only an end-of-sequence token may follow: stop now, not a step later
+            request.finish("stop")
     if detokenize or request.finished:
         _detokenize(request)
     return request.finished

@@ -9,9 +9,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
+from typing import TYPE_CHECKING
 
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.sampling.logprob import Logprob
+
+if TYPE_CHECKING:
+    from jaxinfer.engine.structured.request_grammar import RequestGrammar  # structured imports the scheduler
 
 
 class Status(enum.Enum):
@@ -79,6 +83,7 @@ class Request:
     # Leading positions whose draft-model K/V are written: plain decode calls leave the draft
     # behind, the next verify step catches it up (batch_draft.catch_up).
     draft_computed: int = 0
+    grammar: "RequestGrammar | None" = None  # where the output is in its structured_outputs constraint
 
     @property
     def all_ids(self) -> list[int]:

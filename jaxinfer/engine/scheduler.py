@@ -97,7 +97,9 @@ class Scheduler:
         prefills = self._schedule_prefills(budget, decodes)
         if not (all_decode and not prefills):
             return Schedule(decodes, prefills)
-        return Schedule(decodes, prefills, min(reserve, self.config.decode_steps), True, reserve)
+        # A structured-output mask is made for one token: constrained rows take one per call.
+        steps = 1 if any(row.request.grammar is not None for row in decodes) else self.config.decode_steps
+        return Schedule(decodes, prefills, min(reserve, steps), True, reserve)
 
     def _affordable_lookahead(self, most: int) -> int:
         """The most tokens (up to `most`) every running row can reserve pages for without preempting

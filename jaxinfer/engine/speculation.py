@@ -13,7 +13,8 @@ request whose text starts repeating (or a machine that got less busy) switches s
 A call that measures (a row's first verify step, or the reprobe) runs one round, however many a
 draft model or head could run: `measuring`.
 Plain sampling features the verify step does not implement (penalties, logprobs) make the
-step run plainly.
+step run plainly. Structured-output rows verify host (n-gram) drafts under a mask per position; a
+draft model or head does not draft for them (the host cannot mask drafts it has not seen).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ class Speculator:
         room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, most)  # never past max_tokens
         config = self.config
         if config.method != "ngram":  # placeholders: the draft model or head fills them on the device
-            drafts = [np.zeros(k, np.int32) for k in room]
+            # Not for constrained rows: their drafts would need masks the host cannot make in advance.
+            drafts = [np.zeros(0 if r.grammar is not None else k, np.int32) for r, k in zip(requests, room)]
         else:
             drafts = [
                 ngram_draft(np.asarray(r.all_ids, np.int32), int(k), config.ngram_min, config.ngram_max) if k

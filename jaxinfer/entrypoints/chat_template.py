@@ -54,13 +54,18 @@ def conversations(messages: Any) -> list[list[dict[str, str]]]:
 
 
 def render_chat(
-    tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = True, chat_template: str | None = None
+    tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True, chat_template: str | None = None,
+    tools: list[dict] | None = None,
 ) -> str:
-    """The conversation as prompt text: chat_template, else the tokenizer's, else DEFAULT_CHAT_TEMPLATE."""
+    """The conversation as prompt text: chat_template, else the tokenizer's, else DEFAULT_CHAT_TEMPLATE.
+
+    tools (OpenAI's tool list) go to the template as `tools`, which tool-calling templates render;
+    the default template has no place for them.
+    """
     template = chat_template or getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
     try:
         return tokenizer.apply_chat_template(
-            messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt
+            messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, tools=tools
         )
     except Exception as error:  # a template may raise on roles or orders it does not accept
         raise ValueError(f"messages: the chat template rejected them: {error}") from None

@@ -1,4 +1,4 @@
-"""`jaxinfer generate | serve | convert | bench`: the command line."""
+"""`jaxinfer generate | serve | convert | bench | compare`: the command line."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from jaxinfer.entrypoints.cli_args import (
     add_quantization_args,
     initialize_distributed,
 )
+from jaxinfer.entrypoints.compare.cli import add_compare_parser
 from jaxinfer.entrypoints.openai.bench import add_bench_parser
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
 
@@ -99,7 +100,7 @@ def _leads() -> bool:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from jaxinfer.checkpoint.loader import load_hf_weights, save_converted, stored_dtype
+    from jaxinfer.checkpoint.loader import check_out_dir, load_hf_weights, save_converted, stored_dtype
     from jaxinfer.config.model import load_config
     from jaxinfer.config.validation import dtype_name, model_dir
     from jaxinfer.entrypoints.llm import DTYPES
@@ -109,9 +110,10 @@ def _convert(args: argparse.Namespace) -> int:
     src = model_dir(args.hf_dir, "HF_DIR")
     if args.out_dir.resolve() == src.resolve():
         raise ValueError(f"OUT_DIR {args.out_dir} is HF_DIR itself; choose a different output directory")
+    check_out_dir(args.out_dir, args.overwrite, "OUT_DIR", "--overwrite")  # before seconds of loading
     cfg = load_config(src)
     weights = quantize_weights(load_hf_weights(src, cfg, DTYPES[dtype]), args.quantize, args.group_size)
-    out = save_converted(weights, src, args.out_dir)
+    out = save_converted(weights, src, args.out_dir, overwrite=args.overwrite)
     quant = f", projections {args.quantize}" if args.quantize else ""
     print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {stored_dtype(weights)}{quant})")
     return 0
@@ -153,13 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
     dtypes = ", ".join((*DTYPE_NAMES, *DTYPE_ALIASES))
     conv = sub.add_parser("convert", help="HF safetensors checkpoint -> orbax checkpoint directory")
     conv.add_argument("hf_dir", type=Path, metavar="HF_DIR", help="an HF safetensors checkpoint directory")
-    conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new directory (not HF_DIR)")
+    conv.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="a new or empty directory (not HF_DIR)")
+    conv.add_argument("--overwrite", action="store_true",
+                      help="write into a non-empty OUT_DIR, replacing what a convert writes there (config, "
+                      "tokenizer files, weights); other files stay")
     conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes} (default: %(default)s)")
     conv.add_argument("--quantize", choices=WEIGHT_QUANTIZATIONS, default=None,
                       help="store the projections quantized (embedding, head and norms keep --dtype)")
     conv.add_argument("--group-size", type=int, default=32, help="int4 rows per scale: 32, 64 or 128 (default: %(default)s)")
     conv.set_defaults(run=_convert)
     add_bench_parser(sub)
+    add_compare_parser(sub)
     return parser
 
 

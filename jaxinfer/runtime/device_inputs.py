@@ -1,8 +1,10 @@
 """A host step's NumPy arrays as the compiled programs take them (`engine_step.StepInputs`),
-with each row's sampling settings and logit bias and, when a row asks for them, its penalty counts."""
+with each row's sampling settings, logit bias and structured-output mask and, when a row asks for
+them, its penalty counts."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,6 +16,7 @@ from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.packed_tree import PackedTree, pack_host
 from jaxinfer.sampling.penalties import Penalties
 from jaxinfer.sampling.sampler import sampling_arrays
+from jaxinfer.sampling.token_bitmask import all_allowed
 
 if TYPE_CHECKING:
     from jaxinfer.engine.request import Request  # rows carry the engine's requests; only their params are read
@@ -30,7 +33,8 @@ def device_inputs(host: HostStep, vocab_size: int, layout: Layout) -> PackedTree
     penalties = row_penalties(host, vocab_size) if any(r.params.penalized for r in live) else None
     bias_ids, bias = row_logit_bias(host.requests)
     sampling = RowSampling(
-        sampling_arrays(params, seeds), host.stop_ids, host.min_lengths, host.max_lengths, bias_ids, bias, penalties
+        sampling_arrays(params, seeds), host.stop_ids, host.min_lengths, host.max_lengths, bias_ids, bias, penalties,
+        step_bitmask(host, vocab_size),
     )
     return layout.put_tree(pack_host(StepInputs(
         tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, page_table=host.page_table,
@@ -38,6 +42,23 @@ def device_inputs(host: HostStep, vocab_size: int, layout: Layout) -> PackedTree
         next_tokens=host.next_tokens, sampling=sampling,
         num_decode=host.num_decode, want_logprobs=any(r.params.logprobs is not None for r in live),
     )))
+
+
+def step_bitmask(host: HostStep, vocab_size: int) -> np.ndarray:
+    """The step's structured-output masks, or all ones of the same shape: always an input, so constrained
+    and free rows run the programs warm-up compiled."""
+    if host.bitmask is not None:
+        return host.bitmask
+    positions = len(host.tokens) if host.drafts is not None else len(host.requests)
+    return _free_bitmask(positions, vocab_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _free_bitmask(positions: int, vocab_size: int) -> np.ndarray:
+    """One read-only all-ones mask per shape (not a new array per step)."""
+    mask = all_allowed(positions, vocab_size)
+    mask.flags.writeable = False
+    return mask
 
 
 def row_penalties(host: HostStep, vocab_size: int) -> Penalties:

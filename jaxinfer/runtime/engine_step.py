@@ -1,7 +1,8 @@
 """The serving engine's device programs: one ragged step, and up to N decode steps in a loop.
 
 Both are pure functions of (weights, page pools, inputs) built by the engine on the host.
-Sampling happens inside: logit bias, penalties, min_tokens (stop ids masked until reached), then the same
+Sampling happens inside: logit bias, penalties, min_tokens (stop ids masked until reached), the
+structured-output bitmask (all ones for free rows), then the same
 `sampling.sample` as the generation loop, keyed by (seed, position) so a request's tokens do
 not depend on what else is in the batch. Logprobs are the model's raw distribution.
 """
@@ -20,6 +21,7 @@ from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
 from jaxinfer.sampling.penalties import Penalties, add_logit_bias, apply_penalties, count_tokens
 from jaxinfer.sampling.sampler import SamplingArrays, sample
+from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 
 Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
 
@@ -38,6 +40,9 @@ class RowSampling:
     bias_ids: jax.Array  # [R, MAX_LOGIT_BIAS] int32 token ids of each row's logit_bias, -1 padded
     bias: jax.Array  # [R, MAX_LOGIT_BIAS] float32 what is added to those tokens' logits
     penalties: Penalties | None
+    # [P, ceil(V / 32)] int32 packed allowed tokens per sampled position (structured output; all ones
+    # where free): P = R in plain steps, R * C in verify steps (row r's position j at r * C + j)
+    bitmask: jax.Array
 
 
 @jax.tree_util.register_dataclass
@@ -81,6 +86,7 @@ def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array) -> jax.Ar
     if s.penalties is not None:
         logits = apply_penalties(logits, s.penalties)
     logits = mask_early_stops(logits, s.stop_ids, s.min_lengths, lengths)
+    logits = apply_token_bitmask(logits, s.bitmask)
     return sample(logits, s.params, lengths)
 
 

@@ -35,3 +35,6 @@ class HostStep:
     capacity: np.ndarray | None = None  # [R] int32 positions the row's reserved pages hold (verify steps)
     history: np.ndarray | None = None  # [R, pages * page_size] int32 each row's tokens (verify steps)
     draft_start: np.ndarray | None = None  # [R] int32 first position a draft model or head has not read
+    # [P, ceil(V / 32)] int32 structured-output masks per sampled position (R, or R * chunk in a verify
+    # step); None: every token allowed
+    bitmask: np.ndarray | None = None

@@ -26,6 +26,7 @@ from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepInputs, StepOutputs, feature_taps, mask_early_stops
 from jaxinfer.runtime.flat_forward import DraftModel, step_features
 from jaxinfer.sampling.penalties import add_logit_bias
+from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
 from jaxinfer.speculative.verify import repeat_rows
 
@@ -40,7 +41,8 @@ class Drafts:
 
 
 def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: int) -> jax.Array:
-    """Float32 logits [R, C, V] at every verified position, logit bias added, stop ids masked before min_tokens."""
+    """Float32 logits [R, C, V] at every verified position, logit bias added, stop ids masked before min_tokens,
+    each position's structured-output mask applied."""
     chunk = hidden.shape[0] // rows
     logits = lm_logits(weights, hidden).astype(jnp.float32)
     first_next = x.lengths - x.query_lens + 1  # index of the token the row's first query predicts
@@ -49,7 +51,7 @@ def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: in
     repeat = lambda a: jnp.repeat(a, chunk, axis=0)  # noqa: E731
     biased = add_logit_bias(logits, repeat(s.bias_ids), repeat(s.bias))
     masked = mask_early_stops(biased, repeat(s.stop_ids), repeat(s.min_lengths), next_index)
-    return masked.reshape(rows, chunk, -1)
+    return apply_token_bitmask(masked, s.bitmask).reshape(rows, chunk, -1)
 
 
 def verify_step(

@@ -1,8 +1,13 @@
-"""POST /v1/chat/completions: messages through the chat template, then the completions machinery."""
+"""POST /v1/chat/completions: messages through the chat template, then the completions machinery.
+
+With tools, the chosen tool_choice constrains the output and the finished text is returned as
+`tool_calls` (tool_calls.py); a stream then sends the message whole when it ends.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any, AsyncIterator
 
@@ -27,25 +32,34 @@ from jaxinfer.entrypoints.openai.serving import (
     merge,
     new_id,
 )
+from jaxinfer.entrypoints.openai.structured_fields import compile_constraint
+from jaxinfer.entrypoints.openai.tool_calls import ToolPlan, plan_tools, tool_message
 
 __all__ = ["DEFAULT_CHAT_TEMPLATE", "chat_prompt_ids", "create_chat_completion", "render_chat"]
 MAX_TOP_LOGPROBS = 20
 
 
-def render_chat(tokenizer: Any | None, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+def render_chat(
+    tokenizer: Any | None, messages: list[ChatMessage], add_generation_prompt: bool = True,
+    tools: list[dict] | None = None,
+) -> str:
     """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE."""
     if tokenizer is None:
         raise APIError("this model has no tokenizer, so chat is not available; use /v1/completions with token ids")
     try:
-        conversation = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in messages]
-        return chat_template.render_chat(tokenizer, conversation, add_generation_prompt)
+        conversation = [{"role": m.role, "content": m.text(), **m.model_dump(include={"name", "tool_calls", "tool_call_id"},
+                                                                              exclude_none=True)} for m in messages]
+        return chat_template.render_chat(tokenizer, conversation, add_generation_prompt, tools=tools)
     except ValueError as error:  # a non-text content part, or a template that rejects the messages
         raise APIError(str(error), param="messages") from None
 
 
-def chat_prompt_ids(state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
+def chat_prompt_ids(
+    state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True, tools: list[dict] | None = None
+) -> list[int]:
     """Token ids of the rendered conversation (the template writes any BOS itself)."""
-    return chat_template.chat_prompt_ids(state.tokenizer, render_chat(state.tokenizer, messages, add_generation_prompt))
+    text = render_chat(state.tokenizer, messages, add_generation_prompt, tools)
+    return chat_template.chat_prompt_ids(state.tokenizer, text)
 
 
 def _top_logprobs(body: ChatCompletionRequest) -> int | None:
@@ -62,27 +76,36 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     state.check_model(body.model)
     timeout = state.timeout(body.timeout)
     deadline = deadline_after(timeout)  # counted from arrival: rendering and queueing are part of it
-    ids, params = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
+    ids, params, tools = await asyncio.to_thread(_prepare, state, body)  # tokenizing and compiling off the loop
     state.start(request, body.n)
     response_id = new_id("chatcmpl")
     stream = state.engine.generate(ids, params, response_id, deadline)
     header = {"id": response_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:
         chunk_header = {**header, "object": "chat.completion.chunk"}
-        events = _stream(state, body, chunk_header, merge([stream]), len(ids), timeout)
+        events = _stream(state, body, chunk_header, merge([stream]), len(ids), timeout, tools)
         return EventStream(events)
     (output,) = await collect([stream], request, timeout)
     finish_error(output)
-    choices = [_choice(state, body, out) for out in output.outputs]
+    choices = [_choice(state, body, out, tools) for out in output.outputs]
     return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
 
 
-def _prepare(state: ServerState, body: ChatCompletionRequest) -> tuple[list[int], SamplingParams]:
-    """The conversation's token ids and checked SamplingParams (4xx errors name the field)."""
+def _prepare(state: ServerState, body: ChatCompletionRequest) -> tuple[list[int], SamplingParams, ToolPlan | None]:
+    """The conversation's token ids, checked SamplingParams (4xx errors name the field) and the tools' plan."""
     state.limits.check(body)
-    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt)
+    tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
+    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt, body.tools)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    return ids, build_params(state, body, ids, None, _top_logprobs(body), requested)
+    params = build_params(state, body, ids, None, _top_logprobs(body), requested)
+    constraint = None if tools is None else tools.constraint
+    if constraint is None:
+        return ids, params, tools
+    if params.structured_outputs is not None:
+        raise APIError(f"tool_choice {tools.mode!r} constrains the output, and so does response_format (or a "
+                       "guided field); give one of them", param="tool_choice")
+    compile_constraint(state, constraint, "tools")
+    return ids, dataclasses.replace(params, structured_outputs=constraint), tools
 
 
 def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict | None:
@@ -91,19 +114,24 @@ def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOu
     return chat_logprobs(out.token_ids, out.logprobs, body.top_logprobs or 0)
 
 
-def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict:
+def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput, tools: ToolPlan | None) -> dict:
+    message, finish_reason = tool_message(tools, out.text, out.finish_reason)
     return {
-        "index": out.index, "message": {"role": "assistant", "content": out.text},
-        "logprobs": _logprobs(state, body, out), "finish_reason": out.finish_reason, "stop_reason": out.stop_reason,
+        "index": out.index, "message": message,
+        "logprobs": _logprobs(state, body, out), "finish_reason": finish_reason, "stop_reason": out.stop_reason,
     }
 
 
 async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
                   deltas: AsyncIterator[tuple[int, RequestOutput]], prompt_tokens: int,
-                  timeout: float | None) -> AsyncIterator[str]:
+                  timeout: float | None, tools: ToolPlan | None) -> AsyncIterator[str]:
     """A role chunk per choice, content chunks as tokens arrive, an optional usage chunk, then [DONE];
-    a generation that raises (a timeout, a shutdown) ends with an error event instead of the usage."""
-    generated = 0
+    a generation that raises (a timeout, a shutdown) ends with an error event instead of the usage.
+
+    With tools to call, each choice's text is held until it ends and sent as one message chunk
+    (tool_calls, or content when it called none): calls are only known once the text is whole.
+    """
+    generated, held = 0, {}
     for index in range(body.n):
         choice = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         yield sse({**header, "choices": [choice]})
@@ -120,6 +148,12 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
                     generated += len(out.token_ids)
                     choice = {"index": out.index, "delta": {"content": out.text}, "logprobs": _logprobs(state, body, out),
                               "finish_reason": out.finish_reason}
+                    if tools is not None and tools.mode != "none":
+                        held[out.index] = held.get(out.index, "") + out.text
+                        if not out.finish_reason:
+                            continue
+                        message, reason = tool_message(tools, held[out.index], out.finish_reason)
+                        choice.update(delta={k: v for k, v in message.items() if k != "role"}, finish_reason=reason)
                     yield sse({**header, "choices": [choice]})
         if body.include_usage():
             yield sse({**header, "choices": [], "usage": usage(prompt_tokens, generated)})

@@ -31,6 +31,7 @@ from jaxinfer.entrypoints.openai.serving import (
     merge,
     new_id,
 )
+from jaxinfer.entrypoints.openai.structured_fields import compile_constraint, requested_constraint
 from jaxinfer.sampling.logprob import Logprob
 
 OPENAI_DEFAULT_MAX_TOKENS = 16  # the completions API's documented default
@@ -64,10 +65,14 @@ def build_params(state: ServerState, body: SamplingFields, ids: list[int], defau
     try:
         params = sampling_params(body, state.default_params, max_tokens, logprobs, prompt_logprobs)
         check_logit_bias(params.logit_bias, state.vocab_size)
-        return params
     except (ValueError, TypeError) as error:
         field = str(error).split(" ", 1)[0]
         raise APIError(str(error), param=field if field in type(body).model_fields else None) from None
+    constraint, field = requested_constraint(body)
+    if constraint is None:
+        return params
+    compile_constraint(state, constraint, field)
+    return dataclasses.replace(params, structured_outputs=constraint)
 
 
 def generated_max_tokens(body: CompletionRequest) -> int | None:

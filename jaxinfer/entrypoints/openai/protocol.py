@@ -1,8 +1,10 @@
 """Request bodies of the OpenAI API as strict pydantic models, and their mapping to SamplingParams.
 
 Strict types: a string where a number belongs is a 400, not a silent conversion. A field the
-server does not implement is a 400 naming it, never ignored: a client that asks for tools or a
-JSON schema must not get plain text back as if it had been honoured.
+server does not implement is a 400 naming it, never ignored: a client that asks for something the
+server cannot do must not get plain text back as if it had been honoured. The output-constraint
+fields (response_format, structured_outputs, guided_*) and tools are read by structured_fields.py
+and tool_calls.py, which name the field in each 400.
 """
 
 from __future__ import annotations
@@ -19,11 +21,9 @@ from jaxinfer.entrypoints.chat_template import message_text
 
 Stop = str | list[str] | None
 UNKNOWN_FIELD = "unknown_field"  # the pydantic error type errors.py turns into a 400 naming the field
-TOOLS = "tool calling is not implemented yet (it comes with structured output)"
-STRUCTURED = "structured output (JSON mode, JSON schemas, guided decoding) is not implemented yet"
+FUNCTIONS = "the deprecated functions API is not implemented; give tools and tool_choice"
 NOT_IMPLEMENTED = {  # fields OpenAI or vLLM define, with what their 400 says is missing
-    **dict.fromkeys(("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"), TOOLS),
-    **dict.fromkeys(("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar"), STRUCTURED),
+    **dict.fromkeys(("functions", "function_call"), FUNCTIONS),
     "suffix": "insertion (text after the completion) is not implemented",
     "audio": "only text output is implemented", "modalities": "only text output is implemented",
     "prediction": "predicted outputs are not implemented",
@@ -81,6 +81,13 @@ class SamplingFields(StrictBody):
     stream_options: StreamOptions | None = None
     user: str | None = None
     timeout: float | None = None  # seconds (jaxinfer's): past them the request is aborted, a 504
+    # Output constraints (at most one; see structured_fields.py): OpenAI's and vLLM's names.
+    response_format: dict | None = None
+    structured_outputs: dict | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
     def include_usage(self) -> bool:
         """True when the stream should end with a usage chunk."""
@@ -102,6 +109,8 @@ class ChatMessage(StrictBody):
     role: str
     content: str | list[dict] | None = None
     name: str | None = None
+    tool_calls: list[dict] | None = None  # an assistant's earlier calls, for the chat template
+    tool_call_id: str | None = None  # a tool message's answer to that call
 
     def text(self) -> str:
         """The message's text (text parts joined; other part types are a ValueError)."""
@@ -116,6 +125,9 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class TokenizeRequest(StrictBody):

@@ -12,6 +12,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from jaxinfer.config import validation
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import AsyncLLMEngine, RequestOutput
 from jaxinfer.engine.async_engine import RequestTimeout
@@ -65,9 +66,10 @@ class ServerState:
 
     def check_stop_ids(self, stop_token_ids: list[int] | None) -> None:
         """400 for stop token ids outside the vocabulary."""
-        bad = [t for t in stop_token_ids or () if not 0 <= t < self.vocab_size]
-        if bad:
-            raise APIError(f"stop_token_ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})", param="stop_token_ids")
+        try:
+            validation.token_ids(stop_token_ids or [], "stop_token_ids", self.vocab_size)
+        except ValueError as error:
+            raise APIError(str(error), param="stop_token_ids") from None
 
     def check_length(self, ids: list[int], max_tokens: int) -> None:
         """400 for an empty prompt or one that does not fit with max_tokens."""
