@@ -150,6 +150,38 @@ def test_a_detokenizer_failure_fails_only_its_request(llm, monkeypatch):
     assert [r.json()["choices"][0]["text"] for r in good] == expected
 
 
+def test_a_grammar_failure_fails_only_its_request(llm, monkeypatch):
+    """A constrained request whose matcher raises (a token its mask should have forbidden) fails with a
+    500 of its own; an unconstrained one running beside it and one waiting finish as LLM.generate does."""
+    pytest.importorskip("llguidance")
+    from jaxinfer.engine.structured.request_grammar import RequestGrammar
+
+    engine = llm.engine
+    prompts = _prompts(3)
+    expected = _expected(llm, prompts, 40)
+
+    def broken(grammar, token):
+        raise ValueError(f"injected grammar failure at token {token}")
+
+    monkeypatch.setattr(RequestGrammar, "accept", broken)
+
+    async def scenario(url: str):
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            good = [asyncio.create_task(client.post("/v1/completions", json=_body(p, 40))) for p in prompts[:2]]
+            await _until(lambda: len(engine.scheduler.running) == 2)
+            bad = asyncio.create_task(client.post("/v1/completions", json=_body(prompts[0], 8, guided_regex="[a-z]+")))
+            good.append(asyncio.create_task(client.post("/v1/completions", json=_body(prompts[2], 40))))
+            return await bad, await asyncio.gather(*good)
+
+    with serve_in_thread(llm, ServerConfig("tiny")) as (url, _):
+        bad, good = asyncio.run(scenario(url))
+        wait_until_idle(engine)
+        after = httpx.post(url + "/v1/completions", json=_body(prompts[1], 40), timeout=60)
+    assert bad.status_code == 500 and "injected grammar failure" in bad.json()["error"]["message"]
+    assert [r.json()["choices"][0]["text"] for r in good] == expected
+    assert after.status_code == 200 and after.json()["choices"][0]["text"] == expected[1]
+
+
 def test_one_request_larger_than_the_pool_is_preempted_in_turns_never_deadlocked(llm):
     """Four samples of 220 tokens need 56 pages of a 23-page pool, two running at once 28: they run by
     preemption, beside a small request, and every page comes back."""
