@@ -128,3 +128,17 @@ def test_the_default_bind_is_loopback():
     from jaxinfer.entrypoints.cli import parse
 
     assert parse(["serve"]).host == "127.0.0.1"
+
+
+def test_a_signal_whose_interrupt_was_dropped_while_loading_still_stops_the_start():
+    """The handler's KeyboardInterrupt can land inside a callback whose exceptions Python drops (jax's GC
+    callback did, and the server then loaded, warmed up and served on): the count it keeps stops the
+    start at the next compiled program or the end of the load."""
+    from jaxinfer.entrypoints.openai.shutdown import StopSignals
+
+    signals = StopSignals()
+    signals.check()  # no signal: the load goes on
+    with pytest.raises(KeyboardInterrupt):
+        signals._handle(signal.SIGTERM, None)  # raised, and here dropped as a GC callback would
+    with pytest.raises(KeyboardInterrupt):
+        signals.check()

@@ -8,7 +8,7 @@ import ipaddress
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
@@ -167,7 +167,8 @@ def run_serve(args: argparse.Namespace) -> int:
     signals = StopSignals()
     signals.install()
     try:
-        llm = _load(args, starting)
+        llm = _load(args, starting, signals.check)
+        signals.check()
         name = args.served_model_name or llm.model_dir.name
         app = build_app(llm, dataclasses.replace(server_config, model_name=name))
         starting.ready(app)
@@ -186,8 +187,9 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(args: argparse.Namespace, starting: StartingApp) -> LLM:
-    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`."""
+def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[[], None]) -> LLM:
+    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`; `check_stop`
+    runs after each compiled program (it raises to stop)."""
     from jaxinfer import LLM, SpeculativeConfig
 
     speculative = None
@@ -207,6 +209,10 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> LLM:
     )
     if not args.skip_warmup:
         starting.phase("compiling step programs", "once per machine with the compile cache")
-        count = llm.engine.warmup(on_program=starting.compiled)
+        def compiled(done: int, total: int) -> None:
+            check_stop()
+            starting.compiled(done, total)
+
+        count = llm.engine.warmup(on_program=compiled)
         starting.say(f"{count} step programs ready")
     return llm

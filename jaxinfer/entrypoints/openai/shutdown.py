@@ -2,7 +2,8 @@
 finish for up to --shutdown-timeout seconds, then abort the rest with an error result; the process exits 0.
 
 Signals land on the main thread (uvicorn runs on another one and takes none). While the model
-loads, a signal interrupts the load at once (KeyboardInterrupt). Once serving, the handler only
+loads, a signal interrupts the load at once (KeyboardInterrupt), or, when that interrupt landed
+where Python drops exceptions, at the next compiled program or the end of the load. Once serving, the handler only
 counts the signal and the main thread, which polls, drains: a handler that took a lock could
 deadlock with the code it interrupted. A second signal during the drain stops the waiting.
 """
@@ -38,9 +39,15 @@ class StopSignals:
                 signal.signal(number, self._handle)
 
     def _handle(self, number: int, frame: object) -> None:
+        self.received += 1
         if not self.serving:
             raise KeyboardInterrupt
-        self.received += 1
+
+    def check(self) -> None:
+        """KeyboardInterrupt when a signal came while loading. Its own may have been lost: raised inside
+        a callback whose exceptions Python prints and drops (jax's GC callback, a __del__)."""
+        if self.received:
+            raise KeyboardInterrupt
 
 
 def drain(traffic: Traffic, engine: AsyncLLMEngine, timeout: float, signals: StopSignals,
