@@ -91,6 +91,11 @@ class SamplingParams:
         """True when tokens are chosen by argmax."""
         return self.temperature == 0
 
+    def stop_ids(self, eos_token_ids: Sequence[int]) -> tuple[int, ...]:
+        """The ids that end this request: the model's EOS ids (unless ignore_eos), then stop_token_ids, once each."""
+        eos = () if self.ignore_eos else tuple(eos_token_ids)
+        return tuple(dict.fromkeys(eos + tuple(self.stop_token_ids)))
+
     @property
     def penalized(self) -> bool:
         """True when any penalty changes the logits."""

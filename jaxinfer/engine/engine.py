@@ -136,7 +136,7 @@ class LLMEngine:
         ids = encode_prompt(prompt, self.tokenizer)
         check_prompt(ids, params.max_tokens, self.model_config.vocab_size, self.config.max_seq_len)
         check_logit_bias(params.logit_bias, self.model_config.vocab_size)
-        stop_ids = tuple(dict.fromkeys(([] if params.ignore_eos else list(self.model_config.eos_token_ids)) + list(params.stop_token_ids)))
+        stop_ids = params.stop_ids(self.model_config.eos_token_ids)
         group: list[Request] = []
         for i in range(params.n):
             seed = (params.seed + i) % 2**63 if params.seed is not None else shared_seed()

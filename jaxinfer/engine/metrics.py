@@ -2,7 +2,7 @@
 
 Counters only grow for the life of the engine; latencies go into histograms with vLLM's bucket
 boundaries, fixed memory however long the engine serves; gauges are read at call time. The
-server exports them as Prometheus counters and histograms (server/metrics.py); the engine
+server exports them as Prometheus counters and histograms (entrypoints/openai/metrics.py); the engine
 keeps its own small histogram rather than prometheus_client's, which is the `serve` extra's.
 """
 

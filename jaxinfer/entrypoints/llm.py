@@ -25,6 +25,7 @@ from jaxinfer.config.generation import generation_defaults
 from jaxinfer.config.model import ModelConfig, load_config, read_config_json
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
@@ -309,7 +310,7 @@ class LLM:
             if self.speculative is not None and self.speculative.enabled and all(map(spec_supported, params_list)):
                 ids = [self.encode(p) for p in prompts]
                 for seq, p in zip(ids, params_list):
-                    self._check_prompt(seq, p.max_tokens)
+                    check_prompt(seq, p.max_tokens, self.config.vocab_size, self.max_seq_len)
                 release_programs_near_cap()  # the engine's steps do it on the other path
                 return self._static.generate(prompts, ids, params_list, on_finished=bar.update)
             return self._engine_generate(prompts, params_list, bar.update)
@@ -407,7 +408,7 @@ class LLM:
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""
         token_ids = validation.token_ids(token_ids, "token_ids", self.config.vocab_size)
-        self._check_prompt(token_ids, 0)
+        check_prompt(token_ids, 0, self.config.vocab_size, self.max_seq_len)
         release_programs_near_cap()
         return all_position_logits(
             self._run_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout
@@ -441,18 +442,6 @@ class LLM:
         for p in params_list:
             validation.token_ids(p.stop_token_ids, "stop_token_ids", self.config.vocab_size)
         return params_list
-
-    def _check_prompt(self, ids: list[int], max_tokens: int) -> None:
-        if not ids:
-            raise ValueError("prompt is empty; give at least one token")
-        if len(ids) + max_tokens > self.max_seq_len:
-            raise ValueError(
-                f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds max_seq_len "
-                f"{self.max_seq_len}; shorten the prompt, lower max_tokens or raise LLM(max_seq_len=...)"
-            )
-        bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
-        if bad:
-            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {self.config.vocab_size})")
 
     def _decode(self, ids: list[int]) -> str:
         return decode_text(self.tokenizer, ids) if self.tokenizer is not None else ""

@@ -84,7 +84,7 @@ class StaticBatchGenerator:
         outputs = []
         for i, (prompt, seq, p) in enumerate(zip(prompts, ids, params)):
             generated = tokens[i, len(seq) : lengths[i]].tolist()
-            stopped = bool(generated) and generated[-1] in stop_ids(self.cfg, p)
+            stopped = bool(generated) and generated[-1] in p.stop_ids(self.cfg.eos_token_ids)
             completion = CompletionOutput(
                 0, self.decode_text(generated), generated, "stop" if stopped else "length",
                 spec_stats=stats[i] if stats else None,
@@ -117,7 +117,7 @@ class StaticBatchGenerator:
         tokens = np.zeros((batch, S), np.int32)
         lengths = np.ones(batch, np.int32)
         max_lengths = np.ones(batch, np.int32)
-        stops = [stop_ids(self.cfg, p) for p in params]
+        stops = [p.stop_ids(self.cfg.eos_token_ids) for p in params]
         stop_array = np.full((batch, bucket(max(4, *map(len, stops)))), -1, np.int32)
         for i, (seq, p, stop) in enumerate(zip(ids, params, stops)):
             tokens[i, : len(seq)] = seq
@@ -143,8 +143,3 @@ class StaticBatchGenerator:
 def _cache_batch(cache: KVCache | PagedKVCache) -> int:
     return cache.page_table.shape[0] if isinstance(cache, PagedKVCache) else cache.k[0].shape[0]
 
-
-def stop_ids(cfg: ModelConfig, params: SamplingParams) -> list[int]:
-    """EOS ids (unless ignore_eos) and the request's stop_token_ids."""
-    eos = [] if params.ignore_eos else list(cfg.eos_token_ids)
-    return eos + list(params.stop_token_ids)

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from fastapi import Request
 
+from jaxinfer.config import validation
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import AsyncLLMEngine, RequestOutput
 from jaxinfer.engine.outputs import accumulate
@@ -57,9 +58,10 @@ class ServerState:
 
     def check_stop_ids(self, stop_token_ids: list[int] | None) -> None:
         """400 for stop token ids outside the vocabulary."""
-        bad = [t for t in stop_token_ids or () if not 0 <= t < self.vocab_size]
-        if bad:
-            raise APIError(f"stop_token_ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})", param="stop_token_ids")
+        try:
+            validation.token_ids(stop_token_ids or [], "stop_token_ids", self.vocab_size)
+        except ValueError as error:
+            raise APIError(str(error), param="stop_token_ids") from None
 
     def check_length(self, ids: list[int], max_tokens: int) -> None:
         """400 for an empty prompt or one that does not fit with max_tokens."""
