@@ -139,11 +139,16 @@ def test_debug_shadow_needs_the_key(lossy):
     assert httpx.get(lossy + "/metrics").status_code == 200  # scrapes stay open
 
 
+def lossless_kwargs(model: Path) -> dict:
+    """n-gram drafts on every step (not adaptive), so it speculates whatever it costs."""
+    return {"model": str(model), **KNOBS,
+            "speculative": SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)}
+
+
 @pytest.fixture(scope="module")
 def lossless(text_model_dir):
-    """A server speculating with n-gram drafts on every step (not adaptive), shadowed on its own weights."""
-    served_kwargs = {"model": str(text_model_dir), **KNOBS,
-                     "speculative": SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)}
+    """A server speculating, shadowed on its own weights."""
+    served_kwargs = lossless_kwargs(text_model_dir)
     llm = LLM(**served_kwargs)
     router = ShadowRouter(llm, served_kwargs, ShadowSettings(1.0, window=2, seed=0))
     yield from serve(llm, router)
@@ -182,6 +187,9 @@ def test_a_draft_that_raises_turns_speculation_off_and_serving_goes_on(lossless,
     assert metrics(lossless)['jaxinfer:fallback_active{optimization="speculation"}'] == 1
     # The next requests are served, plainly, and still equal the reference's.
     assert complete(client, REPEATING[1], 16) == reference.generate([REPEATING[1]], greedy(16))[0].text
+    # Without shadowing the router still turns a failing speculation off (no reference is loaded).
+    bare = ShadowRouter(router.llm, lossless_kwargs(router.llm.model_dir), ShadowSettings(0.0))
+    assert bare.reference is None and bare.optimizations == {"speculation": "lossless"}
     router.fallbacks.active.clear()  # switched back by hand for the next test
     router.llm.engine.speculator.disabled_reason = None
     router.llm.engine.blocks.prefix_caching = True

@@ -33,7 +33,7 @@ class ServerConfig:
 
 def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None) -> FastAPI:
     """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings;
-    with `shadow`, requests go through it (shadow validation and fallback) and /debug/shadow shows it."""
+    with `shadow`, requests go through it (fallback, and shadow validation shown at /debug/shadow)."""
     engine = llm.engine
     state = ServerState(
         shadow or AsyncLLMEngine(engine), llm.tokenizer, config.model_name, engine.config.max_seq_len,
@@ -46,7 +46,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))
     _add_generation_routes(app, state)
     _add_utility_routes(app, state)
-    if shadow is not None:
+    if shadow is not None and shadow.settings.fraction > 0:
         @app.get("/debug/shadow")
         async def debug_shadow() -> JSONResponse:
             return JSONResponse(shadow.debug())
@@ -61,7 +61,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
 def _fallback_collector(llm: Any, shadow: ShadowRouter | None) -> FallbackCollector | None:
     """The fallback gauges (and shadow metrics): the router's, or speculation's own switch alone."""
     if shadow is not None:
-        return FallbackCollector(shadow.fallback_states, shadow.stats.snapshot)
+        return FallbackCollector(shadow.fallback_states, shadow.stats.snapshot if shadow.settings.fraction > 0 else None)
     if llm.engine.speculator is None and llm.speculative is None:
         return None
     return FallbackCollector(lambda: {"speculation": speculation_fallback(llm)})

@@ -84,8 +84,8 @@ def add_shadow_args(serve: argparse.ArgumentParser) -> None:
                        help="measure only: never switch requests to the reference path")
 
 
-def shadow_settings(args: argparse.Namespace) -> ShadowSettings | None:
-    """The --shadow-* flags as settings (None: no shadowing); a bad value is a ValueError naming its flag."""
+def shadow_settings(args: argparse.Namespace) -> ShadowSettings:
+    """The --shadow-* flags as settings (fraction 0: no shadowing); a bad value is a ValueError naming its flag."""
     from jaxinfer.entrypoints.openai.shadow_stats import ShadowSettings
 
     settings = ShadowSettings(args.shadow_fraction, {}, args.shadow_min_agreement, args.shadow_window,
@@ -93,7 +93,7 @@ def shadow_settings(args: argparse.Namespace) -> ShadowSettings | None:
     if settings.fraction == 0:
         if args.shadow_config:
             raise ValueError("--shadow-config names the reference of shadow validation: give --shadow-fraction > 0 too")
-        return None
+        return settings
     from jaxinfer.entrypoints.compare.configs import parse_pairs  # loads jax: only when shadowing
 
     return dataclasses.replace(settings, reference=parse_pairs(args.shadow_config, "--shadow-config"))
@@ -179,12 +179,13 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
     return llm, kwargs
 
 
-def _shadow(llm: LLM, kwargs: dict, settings: ShadowSettings | None, starting: StartingApp) -> ShadowRouter | None:
-    """The shadow router with its reference loaded (on the served weights when it can), or None."""
-    if settings is None:
-        return None
+def _shadow(llm: LLM, kwargs: dict, settings: ShadowSettings, starting: StartingApp) -> ShadowRouter | None:
+    """The router: with shadowing, its reference loaded (on the served weights when it can); without,
+    only for speculation's fallback when the server speculates; else None."""
     from jaxinfer.entrypoints.openai.shadow import ShadowRouter
 
+    if settings.fraction == 0:
+        return None if kwargs["speculative"] is None else ShadowRouter(llm, kwargs, settings)
     starting.phase("loading the shadow reference")
     router = ShadowRouter(llm, kwargs, settings)
     shared = "the served weights" if router.shares_weights else "a second copy of the model"

@@ -74,10 +74,15 @@ class ShadowRouter:
         self.primary = AsyncLLMEngine(llm.engine)
         ref_kwargs = reference_kwargs(served_kwargs, settings.reference)
         self.optimizations = optimizations(served_kwargs, ref_kwargs)
+        if settings.fraction == 0:  # no shadowing: the router only turns a failing speculation off
+            self.optimizations = {k: v for k, v in self.optimizations.items() if k == "speculation"}
         self.lossy = sorted(name for name, kind in self.optimizations.items() if kind != "lossless")
         self.shares_weights = not self.lossy
-        self.reference_llm, reference_engine = self._load_reference(ref_kwargs)
-        self.reference = AsyncLLMEngine(reference_engine)
+        self.reference_llm: LLM | None = None
+        self.reference: AsyncLLMEngine | None = None  # none without shadowing: only in-engine fallbacks then
+        if settings.fraction > 0:
+            self.reference_llm, reference_engine = self._load_reference(ref_kwargs)
+            self.reference = AsyncLLMEngine(reference_engine)
         self.stats = ShadowStats(settings.window, settings.keep)
         self.fallbacks = Fallbacks()
         self.routed = False  # every request goes to the reference once a routing fallback switched on
@@ -101,7 +106,10 @@ class ShadowRouter:
     ) -> AsyncIterator[RequestOutput]:
         """The request's deltas from whichever engine serves it now; shadowed afterwards when sampled."""
         route = self.reference if self.routed else self.primary
-        shadowed = route is self.primary and self.settings.fraction > 0 and self.random.random() < self.settings.fraction
+        params = params or self.llm.default_params
+        # Shared weights give the same logits: only a greedy rerun has something to compare then.
+        shadowed = (route is self.primary and self.settings.fraction > 0 and self.random.random() < self.settings.fraction
+                    and (params.greedy or self.reference_llm is not None))
         total: RequestOutput | None = None
         try:
             async for delta in route.generate(prompt, params, request_id):
@@ -116,13 +124,13 @@ class ShadowRouter:
             raise
         self._note_speculation()
         if shadowed and total is not None and total.finished and not total.error:
-            self._submit(total.request_id, list(prompt), params or self.llm.default_params,
-                         list(total.outputs[0].token_ids))
+            self._submit(total.request_id, list(prompt), params, list(total.outputs[0].token_ids))
 
     async def abort(self, request_id: str) -> None:
         """Abort on both engines (a request lives on one of them)."""
         await self.primary.abort(request_id)
-        await self.reference.abort(request_id)
+        if self.reference is not None:
+            await self.reference.abort(request_id)
 
     def _submit(self, request_id: str, prompt: list[int], params: SamplingParams, output: list[int]) -> None:
         """Queue a shadow request, or drop it when the backlog is full."""
@@ -199,10 +207,12 @@ class ShadowRouter:
 
     def _switch(self, name: str, cause: str, reason: str) -> None:
         """One optimization to the reference path, logged once. Routing requests to the reference
-        turns every other optimization off with it."""
-        if not self.fallbacks.switch(name, cause, reason):
-            return
+        turns every other optimization off with it; without a reference (no shadowing) only
+        speculation and prefix caching can fall back."""
         engine = self.llm.engine
+        in_engine = name == "prefix_caching" or (name == "speculation" and engine.speculator is not None)
+        if not (in_engine or self.reference is not None) or not self.fallbacks.switch(name, cause, reason):
+            return
         if name == "speculation" and engine.speculator is not None:
             engine.speculator.disable(reason)  # the same engine, plain from its next step
         elif name == "prefix_caching":
