@@ -171,6 +171,20 @@ def test_lossless_speculation_never_falls_back(lossless, reference):
     assert "jaxinfer:shadow_kl_count" in values and values["jaxinfer:shadow_kl_count"] == 0  # same weights: no KL
 
 
+def test_a_client_that_disconnects_aborts_through_the_router(lossless):
+    lossless, router = lossless
+    before = debug(lossless)["counts"]["requests"]
+    body = {"prompt": "def add", "max_tokens": 100, "temperature": 0, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", lossless + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as r:
+        assert next(line for line in r.iter_lines() if line.startswith("data: "))
+    deadline = time.monotonic() + 30
+    while (m := metrics(lossless))["jaxinfer:num_requests_running"] or m["jaxinfer:kv_cache_usage_perc"]:
+        assert time.monotonic() < deadline, m
+        time.sleep(0.1)
+    assert m.get('jaxinfer:request_success_total{finished_reason="abort"}', 0) >= 1
+    assert debug(lossless)["counts"]["requests"] == before and not router.pending  # an aborted request is not shadowed
+
+
 def test_a_draft_that_raises_turns_speculation_off_and_serving_goes_on(lossless, reference, monkeypatch):
     lossless, router = lossless
     client = openai.OpenAI(base_url=lossless + "/v1", api_key=KEY, max_retries=0, timeout=60)

@@ -19,6 +19,7 @@ served engine, anything else routes every later request to the reference. One lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
@@ -112,11 +113,13 @@ class ShadowRouter:
                     and (params.greedy or self.reference_llm is not None))
         total: RequestOutput | None = None
         try:
-            async for delta in route.generate(prompt, params, request_id):
-                total = accumulate(total, delta) if shadowed or total is None else total
-                if delta.error or any(o.finish_reason == "error" for o in delta.outputs):
-                    self._failed(route, delta.error or "the engine failed the request")
-                yield delta
+            async with contextlib.aclosing(route.generate(prompt, params, request_id)) as deltas:
+                async for delta in deltas:  # closed with this generator: an early close aborts the request
+                    if shadowed:
+                        total = accumulate(total, delta)
+                    if delta.error or any(o.finish_reason == "error" for o in delta.outputs):
+                        self._failed(route, delta.error or "the engine failed the request")
+                    yield delta
         except (ValueError, TypeError):
             raise  # a request the engine refused: the client's error, no optimization's
         except Exception as error:
