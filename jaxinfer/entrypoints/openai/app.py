@@ -16,9 +16,10 @@ from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_co
 from jaxinfer.entrypoints.openai.errors import APIError, RequestGuard, install_handlers
 from jaxinfer.entrypoints.openai.gate import Admission, ServingGate, Traffic
 from jaxinfer.entrypoints.openai.limits import Limits
-from jaxinfer.entrypoints.openai.metrics import engine_registry, metrics_text
+from jaxinfer.entrypoints.openai.metrics import FallbackCollector, engine_registry, metrics_text
 from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
 from jaxinfer.entrypoints.openai.serving import ServerState
+from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt that fits the context
 DEFAULT_MAX_WAITING = 1024  # sequences: a bound, not a target; 503s start past it
@@ -45,19 +46,19 @@ class ServerConfig:
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
 
 
-def build_app(llm: Any, config: ServerConfig) -> FastAPI:
-    """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings.
+def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None) -> FastAPI:
+    """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings;
+    with `shadow`, requests go through it (fallback, and shadow validation shown at /debug/shadow).
 
     `app.state.traffic` is what the ServingGate counts (requests in flight; set `draining` to refuse new
-    ones); `app.state.server` the ServerState, whose `engine` is the AsyncLLMEngine.
+    ones); `app.state.server` the ServerState, whose `engine` is the AsyncLLMEngine (or the router).
     """
     engine = llm.engine
-    async_engine = AsyncLLMEngine(engine)
+    front = shadow or AsyncLLMEngine(engine)  # the router holds the engine's AsyncLLMEngine itself
     traffic = Traffic()
-    admission = Admission(engine.config.max_num_seqs, config.max_waiting_requests, lambda: async_engine.waiting,
-                          traffic)
+    admission = Admission(engine.config.max_num_seqs, config.max_waiting_requests, lambda: front.waiting, traffic)
     state = ServerState(
-        async_engine, llm.tokenizer, config.model_name, engine.config.max_seq_len,
+        front, llm.tokenizer, config.model_name, engine.config.max_seq_len,
         engine.model_config.vocab_size, llm.default_params, admission, config.limits, config.request_timeout,
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
@@ -68,15 +69,28 @@ def build_app(llm: Any, config: ServerConfig) -> FastAPI:
     app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key, public_paths=public)
     # Outermost (added last): it counts and drains every request, refused ones included.
     app.add_middleware(ServingGate, traffic=traffic, admission=admission, write_timeout=config.write_timeout)
-    registry = engine_registry(engine.metrics)
+    registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))
     _add_generation_routes(app, state)
     _add_utility_routes(app, state)
+    if shadow is not None and shadow.settings.fraction > 0:
+        @app.get("/debug/shadow")
+        async def debug_shadow() -> JSONResponse:
+            return JSONResponse(shadow.debug())
 
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(metrics_text(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _fallback_collector(llm: Any, shadow: ShadowRouter | None) -> FallbackCollector | None:
+    """The fallback gauges (and shadow metrics): the router's, or speculation's own switch alone."""
+    if shadow is not None:
+        return FallbackCollector(shadow.fallback_states, shadow.stats.snapshot if shadow.settings.fraction > 0 else None)
+    if llm.engine.speculator is None and llm.speculative is None:
+        return None
+    return FallbackCollector(lambda: {"speculation": speculation_fallback(llm)})
 
 
 def _add_generation_routes(app: FastAPI, state: ServerState) -> None:

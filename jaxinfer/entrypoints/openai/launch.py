@@ -16,6 +16,8 @@ from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, ad
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
     from jaxinfer.entrypoints.openai.app import ServerConfig
+    from jaxinfer.entrypoints.openai.shadow import ShadowRouter
+    from jaxinfer.entrypoints.openai.shadow_stats import ShadowSettings
     from jaxinfer.entrypoints.openai.startup import StartingApp
 
 DEFAULT_PORT = 8000
@@ -62,6 +64,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--num-speculative-tokens", type=int, default=4,
                        help="drafts per sequence and step at most, 1-32, with --speculative-method (default: %(default)s)")
     add_bounds_args(serve)
+    add_shadow_args(serve)
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                        help="uvicorn's log level; info logs every request (default: %(default)s)")
@@ -97,6 +100,40 @@ def add_bounds_args(serve: argparse.ArgumentParser) -> None:
         "before the rest are aborted with an error; a second signal aborts at once (default: %(default)s)")
 
 
+def add_shadow_args(serve: argparse.ArgumentParser) -> None:
+    """Shadow validation and automatic fallback (docs/validation.md)."""
+    serve.add_argument("--shadow-fraction", type=float, default=0.0,
+                       help="fraction of requests also run, after they finish and off their latency path, on a "
+                       "reference configuration and scored against it (/metrics, GET /debug/shadow); 0 turns it "
+                       "off (default: %(default)s)")
+    serve.add_argument("--shadow-config", default="",
+                       help="the reference as LLM key=value pairs over the served settings, which it takes without "
+                       "speculation, quantization, KV quantization or prefix caching (e.g. dtype=bfloat16; "
+                       "default: those alone)")
+    serve.add_argument("--shadow-min-agreement", type=float, default=0.9,
+                       help="a lossy optimization (quantization, kv-cache-dtype, another model or dtype) falls back "
+                       "to the reference when the mean shadow agreement drops below this (default: %(default)s)")
+    serve.add_argument("--shadow-window", type=int, default=16,
+                       help="... over this many recent shadowed requests (default: %(default)s)")
+    serve.add_argument("--no-fallback", action="store_true",
+                       help="measure only: never switch requests to the reference path")
+
+
+def shadow_settings(args: argparse.Namespace) -> ShadowSettings:
+    """The --shadow-* flags as settings (fraction 0: no shadowing); a bad value is a ValueError naming its flag."""
+    from jaxinfer.entrypoints.openai.shadow_stats import ShadowSettings
+
+    settings = ShadowSettings(args.shadow_fraction, {}, args.shadow_min_agreement, args.shadow_window,
+                              not args.no_fallback)
+    if settings.fraction == 0:
+        if args.shadow_config:
+            raise ValueError("--shadow-config names the reference of shadow validation: give --shadow-fraction > 0 too")
+        return settings
+    from jaxinfer.entrypoints.compare.configs import parse_pairs  # loads jax: only when shadowing
+
+    return dataclasses.replace(settings, reference=parse_pairs(args.shadow_config, "--shadow-config"))
+
+
 def _check(args: argparse.Namespace) -> None:
     validation.integer(args.port, "--port", 0, 65535)
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
@@ -113,6 +150,7 @@ def _check(args: argparse.Namespace) -> None:
         validation.model_dir(args.speculative_model, "--speculative-model")
     if args.model is not None:  # before the port is bound: a wrong path is one error line, nothing else
         validation.model_dir(args.model, "--model")
+    shadow_settings(args)  # every --shadow-* value, before the port is bound
 
 
 def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
@@ -167,10 +205,11 @@ def run_serve(args: argparse.Namespace) -> int:
     signals = StopSignals()
     signals.install()
     try:
-        llm = _load(args, starting, signals.check)
+        llm, kwargs = _load(args, starting, signals.check)
         signals.check()
         name = args.served_model_name or llm.model_dir.name
-        app = build_app(llm, dataclasses.replace(server_config, model_name=name))
+        shadow = _shadow(llm, kwargs, shadow_settings(args), starting)
+        app = build_app(llm, dataclasses.replace(server_config, model_name=name), shadow)
         starting.ready(app)
         starting.say(f"ready: serving `{name}` at {url}/v1")
         signals.serving = True  # from now on a signal drains instead of interrupting
@@ -187,9 +226,9 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[[], None]) -> LLM:
-    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`; `check_stop`
-    runs after each compiled program (it raises to stop)."""
+def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[[], None]) -> tuple[LLM, dict]:
+    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`, and its kwargs;
+    `check_stop` runs after each compiled program (it raises to stop)."""
     from jaxinfer import LLM, SpeculativeConfig
 
     speculative = None
@@ -199,14 +238,15 @@ def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[
             num_speculative_tokens=args.num_speculative_tokens,
         )
     starting.phase("loading the model")
-    llm = LLM(
-        args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+    kwargs = dict(
+        model=args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
         decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
-        tensor_parallel_size=args.tp, data_parallel_size=args.dp,
+        tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,
     )
+    llm = LLM(**kwargs)
     if not args.skip_warmup:
         starting.phase("compiling step programs", "once per machine with the compile cache")
         def compiled(done: int, total: int) -> None:
@@ -215,4 +255,20 @@ def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[
 
         count = llm.engine.warmup(on_program=compiled)
         starting.say(f"{count} step programs ready")
-    return llm
+    return llm, kwargs
+
+
+def _shadow(llm: LLM, kwargs: dict, settings: ShadowSettings, starting: StartingApp) -> ShadowRouter | None:
+    """The router: with shadowing, its reference loaded (on the served weights when it can); without,
+    only for speculation's fallback when the server speculates; else None."""
+    from jaxinfer.entrypoints.openai.shadow import ShadowRouter
+
+    if settings.fraction == 0:
+        return None if kwargs["speculative"] is None else ShadowRouter(llm, kwargs, settings)
+    starting.phase("loading the shadow reference")
+    router = ShadowRouter(llm, kwargs, settings)
+    shared = "the served weights" if router.shares_weights else "a second copy of the model"
+    checked = ", ".join(f"{name} ({kind})" for name, kind in router.optimizations.items()) or "nothing"
+    starting.say(f"shadowing {settings.fraction:g} of requests on {shared}; validating {checked}")
+    return router
+
