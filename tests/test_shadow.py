@@ -188,6 +188,21 @@ def test_a_client_that_disconnects_aborts_through_the_router(lossless):
     assert debug(lossless)["counts"]["requests"] == before and not router.pending  # an aborted request is not shadowed
 
 
+def test_a_request_past_its_timeout_is_a_504_and_no_optimizations_failure(lossless):
+    """A timeout through the router aborts the request as on the engine, and speculation stays on: the
+    client's deadline says nothing about the optimization (before the draft test turns it off)."""
+    lossless, _ = lossless
+    body = {"prompt": "def add", "max_tokens": 100, "temperature": 0, "ignore_eos": True, "timeout": 0.001}
+    response = httpx.post(lossless + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
+                          timeout=60)
+    assert response.status_code == 504 and response.json()["error"]["param"] == "timeout", response.text
+    deadline = time.monotonic() + 30
+    while (m := metrics(lossless))["jaxinfer:num_requests_running"] or m["jaxinfer:kv_cache_usage_perc"]:
+        assert time.monotonic() < deadline, m
+        time.sleep(0.1)
+    assert m['jaxinfer:fallback_active{optimization="speculation"}'] == 0
+
+
 def test_a_draft_that_raises_turns_speculation_off_and_serving_goes_on(lossless, reference, monkeypatch):
     lossless, router = lossless
     client = openai.OpenAI(base_url=lossless + "/v1", api_key=KEY, max_retries=0, timeout=60)
