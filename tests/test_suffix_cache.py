@@ -118,6 +118,8 @@ def test_shared_outputs_are_bounded_and_evicted_oldest_first():
     for key, output in outputs.items():
         cache.finish(key, output)
     assert list(cache.finished) == [3, 4] and cache.shared_tokens == 20
+    cache.forget_finished()
+    assert cache.shared.num_nodes == 1 and cache.shared_tokens == 0 and not cache.finished
     cache = SuffixCache(max_depth=8, max_cached_requests=0, max_cached_tokens=100)  # no shared outputs
     cache.finish(0, outputs[0])
     assert cache.shared.num_nodes == 1 and not cache.finished

@@ -40,6 +40,8 @@ class SuffixTree:
         self.children: list[dict[int, int] | None] = [{}]  # node -> {next token: child node}
         self.count: list[int] = [0]  # occurrences of the node's substring
         self.followed: list[int] = [0]  # ... that a next token follows within max_depth
+        # The most frequent next token (ties: the lowest), -1 until a walk asks for it or after a removal.
+        self.best: list[int] = [-1]
         self.free: list[int] = []  # node ids to reuse
         self.sequences: dict[Hashable, list[int]] = {}
         # Per sequence: the nodes of its suffixes of 1, 2, ... tokens ending at its last token.
@@ -59,8 +61,23 @@ class SuffixTree:
         """Append tokens to sequence `key` (a new sequence if unknown)."""
         sequence = self.sequences.setdefault(key, [])
         ends = self.ends.get(key, [])
+        children, count, followed, best = self.children, self.count, self.followed, self.best
         for token in map(int, tokens):
-            ends = [self._increment(parent, token) for parent in [ROOT, *ends[: self.max_depth - 1]]]
+            grown = []
+            for parent in [ROOT, *ends[: self.max_depth - 1]]:  # one node per suffix ending here (inlined: hot)
+                kids = children[parent]
+                if kids is None:
+                    kids = children[parent] = {}
+                child = kids.get(token)
+                if child is None:
+                    child = kids[token] = self._new_node()
+                count[child] += 1
+                followed[parent] += 1
+                top = best[parent]
+                if top >= 0 and top != token and (count[child], -token) > (count[kids[top]], -top):
+                    best[parent] = token
+                grown.append(child)
+            ends = grown
             sequence.append(token)
         self.ends[key] = ends
 
@@ -74,6 +91,7 @@ class SuffixTree:
                 child = self.children[node][token]
                 self.followed[node] -= 1
                 self.count[child] -= 1
+                self.best[node] = -1
                 path.append((node, token, child))
                 node = child
             for parent, token, child in reversed(path):
@@ -89,31 +107,47 @@ class SuffixTree:
         key: the sequence context is (its suffix nodes are then known without walking).
         """
         best: tuple[list[int], float] = ([], 0.0)
-        nodes = self.ends[key] if key is not None and key in self.ends else self._suffix_nodes(context)
-        for length in range(len(nodes), 0, -1):
+        ends = self.ends.get(key) if key is not None else None
+        longest = len(ends) if ends is not None else self._longest_match(context)
+        for length in range(longest, 0, -1):
             cap = min(k, int(length * max_spec_factor))
-            tokens, score = self._walk(nodes[length - 1], cap, min_token_prob)
+            if best[1] >= cap:
+                break  # shorter matches are capped lower still: none can score more
+            node = ends[length - 1] if ends is not None else self._find(context[len(context) - length :])
+            tokens, score = self._walk(node, cap, min_token_prob)
             if score > best[1]:
                 best = tokens, score
         return best
 
-    def _suffix_nodes(self, context: Sequence[int]) -> list[int]:
-        """Nodes of context's suffixes of 1, 2, ... tokens, up to the longest the tree holds."""
-        nodes = []
-        for length in range(1, min(len(context), self.max_depth) + 1):
-            node = ROOT
-            for token in context[len(context) - length :]:
-                node = (self.children[node] or {}).get(int(token), -1)
-                if node < 0:
-                    return nodes  # a longer suffix holds this one, so it is absent too
-            nodes.append(node)
-        return nodes
+    def _find(self, pattern: Sequence[int]) -> int:
+        """The node of pattern, or -1 when the tree does not hold it."""
+        node = ROOT
+        for token in pattern:
+            node = (self.children[node] or {}).get(int(token), -1)
+            if node < 0:
+                return -1
+        return node
+
+    def _longest_match(self, context: Sequence[int]) -> int:
+        """The length of context's longest suffix the tree holds (at most max_depth), by bisection:
+        a held suffix's own suffixes are held too."""
+        low, high = 0, min(len(context), self.max_depth)
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self._find(context[len(context) - mid :]) >= 0:
+                low = mid
+            else:
+                high = mid - 1
+        return low
 
     def _walk(self, node: int, cap: int, min_token_prob: float) -> tuple[list[int], float]:
         """Follow the most frequent child (ties: the lowest token) while the path's probability holds."""
         tokens, probability, score = [], 1.0, 0.0
         while len(tokens) < cap and self.followed[node]:
-            token, child = max(self.children[node].items(), key=lambda item: (self.count[item[1]], -item[0]))
+            token = self.best[node]
+            if token < 0:
+                token = self.best[node] = max(self.children[node].items(), key=lambda item: (self.count[item[1]], -item[0]))[0]
+            child = self.children[node][token]
             probability *= self.count[child] / self.followed[node]
             if probability < min_token_prob:
                 break
@@ -138,7 +172,9 @@ class SuffixTree:
         if self.free:
             node = self.free.pop()
             self.count[node] = self.followed[node] = 0
+            self.best[node] = -1
             return node
+        self.best.append(-1)
         self.children.append(None)
         self.count.append(0)
         self.followed.append(0)
@@ -187,6 +223,13 @@ class SuffixCache:
             self.finished[key] = len(self.shared.sequences[key])
         self._evict()
 
+    def forget_finished(self) -> None:
+        """Drop every finished request's output from the shared tree (live requests keep theirs)."""
+        while self.finished:
+            key, tokens = self.finished.popitem(last=False)
+            self.shared.remove(key)
+            self.shared_tokens -= tokens
+
     def _share(self, key: int, tokens: Sequence[int]) -> None:
         if self.max_cached_requests and len(tokens):
             self.shared.extend(key, tokens)
@@ -221,6 +264,11 @@ class SuffixDrafter:
             if id(request) not in self.live:
                 self.live[id(request)] = request, self.next_key
                 self.next_key += 1
+
+    def forget(self) -> None:
+        """Drop the outputs of finished requests (a benchmark's rounds, or a changed workload)."""
+        self.track([])
+        self.cache.forget_finished()
 
     def draft(self, request: Request, k: int) -> np.ndarray:
         """At most k tokens for a tracked request."""
