@@ -1,12 +1,13 @@
-"""jaxinfer: JAX/XLA inference for Llama-family language models on CPU, GPU and TPU."""
+"""jaxinfer: JAX/XLA inference for decoder language models (Llama, Gemma, Phi-3, MoE families) on CPU, GPU and TPU."""
 
 from jaxinfer.checkpoint.loader import CheckpointError, load_weights, save_converted
-from jaxinfer.config.model import ConfigError, ModelConfig, from_hf_config, load_config
+from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.config.structured_outputs import StructuredOutputsParams
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.entrypoints.compare import Comparison, Configuration, compare
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
+from jaxinfer.models.registry import from_hf_config, load_config
 from jaxinfer.sampling.logprob import Logprob
 from jaxinfer.speculative.config import SpeculativeConfig
 

@@ -57,12 +57,49 @@ ARCH_CONFIGS = {
         dict(use_sliding_window=True, sliding_window=12, layer_types=["sliding_attention", "full_attention"]),
     ),
 }
+# The families beyond Llama: windows shorter than the test prompts, caps small enough to bend scores.
+ARCH_CONFIGS.update({
+    "gemma2": (
+        transformers.Gemma2Config,
+        dict(head_dim=32, sliding_window=8, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
+             final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh"),
+    ),
+    "gemma3": (
+        transformers.Gemma3TextConfig,
+        dict(head_dim=32, sliding_window=8, query_pre_attn_scalar=24, layer_types=["sliding_attention", "full_attention"],
+             rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=20.0),
+                              "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=10000.0)}),
+    ),
+    "phi3": (  # head_dim 96, LongRoPE (short factors: the tests' contexts stay within the original 256)
+        transformers.Phi3Config,
+        dict(hidden_size=192, num_attention_heads=2, num_key_value_heads=1, pad_token_id=0, eos_token_id=2,
+             original_max_position_embeddings=256,
+             rope_scaling=dict(type="longrope", short_factor=[1.0 + i / 48 for i in range(48)],
+                               long_factor=[1.0 + i / 8 for i in range(48)])),
+    ),
+    "mixtral": (
+        transformers.MixtralConfig,
+        dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=16),
+    ),
+    "qwen3_moe": (
+        transformers.Qwen3MoeConfig,
+        dict(head_dim=32, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[0],
+             tie_word_embeddings=False),
+    ),
+})
+# Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
+ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
     transformers.Qwen2Config: transformers.Qwen2ForCausalLM,
     transformers.Qwen3Config: transformers.Qwen3ForCausalLM,
     transformers.GemmaConfig: transformers.GemmaForCausalLM,
+    transformers.Gemma2Config: transformers.Gemma2ForCausalLM,
+    transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,
+    transformers.Phi3Config: transformers.Phi3ForCausalLM,
+    transformers.MixtralConfig: transformers.MixtralForCausalLM,
+    transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,
 }
 
 

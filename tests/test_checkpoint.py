@@ -14,9 +14,9 @@ from hf_models import make_hf_model
 from jaxinfer import LLM, SamplingParams, save_converted
 from jaxinfer.checkpoint import loader
 from jaxinfer.checkpoint.loader import leaf_paths, load_hf_weights, restore_converted
-from jaxinfer.config.model import load_config
 from jaxinfer.entrypoints.cli import main as cli_main
 from jaxinfer.entrypoints.llm import DEMO_MODEL
+from jaxinfer.models.registry import load_config
 
 PROMPT = list(range(3, 40))
 

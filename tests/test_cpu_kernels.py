@@ -11,7 +11,6 @@ from python_subprocess import needs_compiler, on_cpu_backend
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.cache.contiguous import scatter_positions
 from jaxinfer.cache.paged import init_page_pool
-from jaxinfer.config.model import from_hf_config
 from jaxinfer.kernels.cpu import (
     decode_attention,
     decode_attention_applies,
@@ -21,6 +20,7 @@ from jaxinfer.kernels.cpu import (
 )
 from jaxinfer.kernels.cpu.decode_attention import PAGED_TARGET
 from jaxinfer.models.attention import causal_window_mask, dense_attention, gathered_rows_attend
+from jaxinfer.models.registry import from_hf_config
 from pallas_kernels import quantize_kv
 
 pytestmark = [on_cpu_backend, needs_compiler]

@@ -21,9 +21,8 @@ from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.checkpoint.loader import CheckpointError, load_weights
 from jaxinfer.entrypoints.llm import engine_speculation
-from jaxinfer.models import lm_logits
+from jaxinfer.models import forward_with_taps, lm_logits
 from jaxinfer.models.contiguous_decode import append_tokens
-from jaxinfer.models.llama import forward_with_taps
 from jaxinfer.speculative.eagle import EagleParams, head_logits, head_step
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
 from jaxinfer.speculative.features import target_forward

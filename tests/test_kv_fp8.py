@@ -11,9 +11,9 @@ import pallas_kernels
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.cache.contiguous import cache_bytes, init_cache
 from jaxinfer.cache.paged import init_page_pool, init_paged_cache, page_bytes
-from jaxinfer.config.model import from_hf_config
 from jaxinfer.kernels.cpu import kernels_available
 from jaxinfer.models.attention import attend, kernel_backend
+from jaxinfer.models.registry import from_hf_config
 from jaxinfer.runtime import step_programs
 from jaxinfer.runtime.cache_spec import CacheSpec
 

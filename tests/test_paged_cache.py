@@ -10,8 +10,8 @@ import pytest
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.cache.contiguous import cache_bytes, init_cache
 from jaxinfer.cache.paged import init_paged_cache
-from jaxinfer.config.model import from_hf_config
 from jaxinfer.models.attention import attend
+from jaxinfer.models.registry import from_hf_config
 
 CFG = from_hf_config(dict(architectures=["LlamaForCausalLM"], vocab_size=16, hidden_size=32,
                           intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,

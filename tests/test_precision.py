@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import pytest
 
 from jaxinfer.cache.contiguous import init_cache
-from jaxinfer.config.model import load_config
 from jaxinfer.models import abstract_weights, forward, lm_logits
 from jaxinfer.models.attention import dense_attention
 from jaxinfer.models.layers import linear, linear_transposed
+from jaxinfer.models.registry import load_config
 from jaxinfer.parallel.array_info import is_info
 from jaxinfer.quantization.quantized_weight import quantize, quantized_matmul
 

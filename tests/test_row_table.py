@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxinfer.models.layers import rms_norm
+from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.row_table import RowTable, as_row_table, full_table, take_rows
 
 VOCAB, WIDTH = 16384, 256

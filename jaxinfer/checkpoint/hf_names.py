@@ -1,4 +1,9 @@
-"""Where each jaxinfer weight leaf lives in an HF Llama-family checkpoint, and how to reshape it."""
+"""Where each jaxinfer weight leaf lives in an HF checkpoint, and how to reshape it.
+
+The families describe their layers' tensors (`models.family.HFLeaf`); this module turns each
+description into the transforms between the two layouts and `hf_index`, the HF slice holding
+a slice of the jaxinfer array (so each shard reads only its own part).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,19 @@ from typing import Callable
 import numpy as np
 
 from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.family import HFLeaf
+from jaxinfer.models.registry import family_of
 
 Index = tuple[slice, ...]
+Transforms = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], Callable[[Index], Index]]
 
 
 @dataclasses.dataclass(frozen=True)
 class HFTensor:
-    """An HF tensor name (with `{i}` for the layer), the transforms to and from jaxinfer's layout,
-    and `hf_index`: the HF slice holding a slice of the jaxinfer array (so shards read only theirs)."""
+    """An HF tensor name (with `{i}` for the layer, `{e}` for the expert), the transforms to and from
+    jaxinfer's layout, and `hf_index`: the HF slice holding a slice of the jaxinfer array (so shards
+    read only theirs). A leaf of `experts` > 0 stacks one stored tensor per expert on axis 0; the
+    transforms and hf_index then describe one expert's tensor."""
 
     name: str
     to_jax: Callable[[np.ndarray], np.ndarray]
@@ -23,21 +33,36 @@ class HFTensor:
     hf_index: Callable[[Index], Index]
     hf_shape: tuple[int, ...]
     per_layer: bool = True
+    experts: int = 0
 
 
 def _identity(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _heads_rows(heads: slice, dims: slice, head_dim: int) -> slice:
-    """HF rows (heads * head_dim flattened) of a slice of heads; head_dim is never split."""
+def _heads_rows(heads: slice, dims: slice, head_dim: int, offset: int = 0) -> slice:
+    """HF rows (heads * head_dim flattened, after `offset` rows) of a slice of heads; head_dim is never split."""
     if (dims.start, dims.stop) != (0, head_dim):
         raise ValueError(f"head_dim slices are not read from HF checkpoints, got {dims}")
-    return slice(heads.start * head_dim, heads.stop * head_dim)
+    return slice(offset + heads.start * head_dim, offset + heads.stop * head_dim)
 
 
-def _linear_in_heads(heads: int, head_dim: int) -> tuple[Callable, Callable, Callable]:
+def _shifted(rows: slice, offset: int) -> slice:
+    return slice(rows.start + offset, rows.stop + offset)
+
+
+def _same(leaf: HFLeaf) -> Transforms:
+    return _identity, _identity, lambda index: index
+
+
+def _transpose(leaf: HFLeaf) -> Transforms:
+    """torch Linear [out, in] <-> [in, out]; the out rows may sit after `row_offset` rows of a fused tensor."""
+    return (lambda w: w.T), (lambda w: w.T), (lambda index: (_shifted(index[1], leaf.row_offset), index[0]))
+
+
+def _in_heads(leaf: HFLeaf) -> Transforms:
     """torch Linear [heads*K, D] <-> jaxinfer [D, heads, K] (to_jax also takes a slice of heads)."""
+    heads, head_dim = leaf.heads, leaf.head_dim
 
     def to_jax(w: np.ndarray) -> np.ndarray:
         return w.T.reshape(w.shape[1], -1, head_dim)
@@ -46,13 +71,14 @@ def _linear_in_heads(heads: int, head_dim: int) -> tuple[Callable, Callable, Cal
         return w.reshape(w.shape[0], heads * head_dim).T
 
     def hf_index(index: Index) -> Index:
-        return _heads_rows(index[1], index[2], head_dim), index[0]
+        return _heads_rows(index[1], index[2], head_dim, leaf.row_offset), index[0]
 
     return to_jax, to_hf, hf_index
 
 
-def _linear_out_heads(heads: int, head_dim: int) -> tuple[Callable, Callable, Callable]:
+def _out_heads(leaf: HFLeaf) -> Transforms:
     """torch Linear [D, heads*K] <-> jaxinfer [heads, K, D]."""
+    heads, head_dim = leaf.heads, leaf.head_dim
 
     def to_jax(w: np.ndarray) -> np.ndarray:
         return w.T.reshape(-1, head_dim, w.shape[0])
@@ -66,59 +92,47 @@ def _linear_out_heads(heads: int, head_dim: int) -> tuple[Callable, Callable, Ca
     return to_jax, to_hf, hf_index
 
 
-def _bias_heads(heads: int, head_dim: int) -> tuple[Callable, Callable, Callable]:
+def _bias_heads(leaf: HFLeaf) -> Transforms:
+    heads, head_dim = leaf.heads, leaf.head_dim
     return (
         lambda b: b.reshape(-1, head_dim),
         lambda b: b.reshape(heads * head_dim),
-        lambda index: (_heads_rows(index[0], index[1], head_dim),),
+        lambda index: (_heads_rows(index[0], index[1], head_dim, leaf.row_offset),),
     )
 
 
-def _transpose() -> tuple[Callable, Callable, Callable]:
-    return (lambda w: w.T), (lambda w: w.T), (lambda index: index[::-1])
+KINDS: dict[str, Callable[[HFLeaf], Transforms]] = {
+    "same": _same, "transpose": _transpose, "in_heads": _in_heads, "out_heads": _out_heads, "bias_heads": _bias_heads,
+}
+
+
+def _tensor(leaf: HFLeaf) -> HFTensor:
+    return HFTensor(leaf.name, *KINDS[leaf.kind](leaf), leaf.hf_shape, experts=leaf.experts)
 
 
 def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     """jaxinfer leaf path ('layers.wq', 'embed', ...) -> HF tensor; only leaves the config has."""
-    H, KV, K = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    D, F, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-    attn = "model.layers.{i}.self_attn."
-    mlp = "model.layers.{i}.mlp."
-    same = (_identity, _identity, _identity)
-    table: dict[str, tuple[str, tuple[Callable, Callable, Callable], tuple[int, ...]]] = {
-        "layers.attn_norm": ("model.layers.{i}.input_layernorm.weight", same, (D,)),
-        "layers.wq": (attn + "q_proj.weight", _linear_in_heads(H, K), (H * K, D)),
-        "layers.wk": (attn + "k_proj.weight", _linear_in_heads(KV, K), (KV * K, D)),
-        "layers.wv": (attn + "v_proj.weight", _linear_in_heads(KV, K), (KV * K, D)),
-        "layers.wo": (attn + "o_proj.weight", _linear_out_heads(H, K), (D, H * K)),
-        "layers.mlp_norm": ("model.layers.{i}.post_attention_layernorm.weight", same, (D,)),
-        "layers.w_gate": (mlp + "gate_proj.weight", _transpose(), (F, D)),
-        "layers.w_up": (mlp + "up_proj.weight", _transpose(), (F, D)),
-        "layers.w_down": (mlp + "down_proj.weight", _transpose(), (D, F)),
-    }
-    if cfg.qkv_bias:
-        table["layers.bq"] = (attn + "q_proj.bias", _bias_heads(H, K), (H * K,))
-        table["layers.bk"] = (attn + "k_proj.bias", _bias_heads(KV, K), (KV * K,))
-        table["layers.bv"] = (attn + "v_proj.bias", _bias_heads(KV, K), (KV * K,))
-    if cfg.o_bias:
-        table["layers.bo"] = (attn + "o_proj.bias", same, (D,))
-    if cfg.qk_norm:
-        table["layers.q_norm"] = (attn + "q_norm.weight", same, (K,))
-        table["layers.k_norm"] = (attn + "k_norm.weight", same, (K,))
-    out = {path: HFTensor(name, *fns, shape) for path, (name, fns, shape) in table.items()}
+    D, V = cfg.hidden_size, cfg.vocab_size
+    out = {f"layers.{name}": _tensor(leaf) for name, leaf in family_of(cfg).hf_leaves(cfg).items()}
+    same = (_identity, _identity, lambda index: index)
     out["embed"] = HFTensor("model.embed_tokens.weight", *same, (V, D), per_layer=False)
     out["final_norm"] = HFTensor("model.norm.weight", *same, (D,), per_layer=False)
     if not cfg.tie_word_embeddings:
-        out["lm_head"] = HFTensor("lm_head.weight", *_transpose(), (V, D), per_layer=False)
+        out["lm_head"] = HFTensor("lm_head.weight", (lambda w: w.T), (lambda w: w.T), (lambda i: i[::-1]), (V, D),
+                                  per_layer=False)
     return out
 
 
-def expected_hf_names(cfg: ModelConfig) -> set[str]:
-    """Every tensor name a complete checkpoint for this config holds."""
-    names: set[str] = set()
-    for t in hf_tensor_map(cfg).values():
-        if t.per_layer:
-            names.update(t.name.format(i=i) for i in range(cfg.num_layers))
-        else:
-            names.add(t.name)
+def stored_names(t: HFTensor, layer: int | None) -> list[str]:
+    """The stored tensor names behind one leaf (one per expert for stacked leaves)."""
+    name = t.name if layer is None else t.name.replace("{i}", str(layer))
+    return [name.replace("{e}", str(e)) for e in range(t.experts)] if t.experts else [name]
+
+
+def expected_hf_names(cfg: ModelConfig, layer_fields: list[list[str]]) -> set[str]:
+    """Every tensor name a complete checkpoint holds, given each layer's leaf field names."""
+    tensors = hf_tensor_map(cfg)
+    names = {n for t in tensors.values() if not t.per_layer for n in stored_names(t, None)}
+    for i, fields in enumerate(layer_fields):
+        names.update(n for field in fields for n in stored_names(tensors[f"layers.{field}"], i))
     return names

@@ -14,11 +14,10 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map
+from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, stored_names
 from jaxinfer.config.errors import CheckpointError
-from jaxinfer.config.model import ModelConfig, load_config
-from jaxinfer.models import Weights, abstract_weights
-from jaxinfer.models.llama import PROJECTIONS
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models import Weights, abstract_weights, load_config, projections
 from jaxinfer.parallel.array_info import ArrayInfo, is_info
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.quantization.quantized_weight import QuantizedWeight
@@ -54,13 +53,19 @@ def _key_name(key: Any) -> str:
     return str(key)
 
 
-def hf_source(path: str, tensors: dict[str, HFTensor]) -> tuple[HFTensor, str]:
-    """The HF tensor description and concrete tensor name behind a leaf path like 'layers.3.wq'."""
+def hf_source(path: str, tensors: dict[str, HFTensor]) -> tuple[HFTensor, list[str]]:
+    """The HF tensor description and stored tensor names (one per expert for stacked leaves)
+    behind a leaf path like 'layers.3.wq'."""
     parts = path.split(".")
     if parts[0] == "layers":
         t = tensors[f"layers.{parts[2]}"]
-        return t, t.name.format(i=int(parts[1]))
-    return tensors[path], tensors[path].name
+        return t, stored_names(t, int(parts[1]))
+    return tensors[path], stored_names(tensors[path], None)
+
+
+def layer_fields(abstract: Weights) -> list[list[str]]:
+    """Each layer's leaf field names (fields a layer does not have are None in the abstract tree)."""
+    return [[f.name for f in dataclasses.fields(lw) if getattr(lw, f.name) is not None] for lw in abstract.layers]
 
 
 def open_safetensors(path: Path) -> Any:
@@ -113,7 +118,7 @@ def safetensors_index(model_dir: Path) -> dict[str, Path]:
 
 def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> None:
     """Fail on missing or unexpected tensors, naming them and where they were looked for."""
-    expected = expected_hf_names(cfg)
+    expected = expected_hf_names(cfg, layer_fields(abstract_weights(cfg)))
     found = {n for n in index if not n.endswith(IGNORED_SUFFIXES)}
     if cfg.tie_word_embeddings:
         found.discard("lm_head.weight")  # some exporters keep the tied copy
@@ -160,15 +165,20 @@ def transform_on_device() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def _leaf(reader: _TensorReader, t: HFTensor, name: str, info: ArrayInfo, dtype: Any, layout: Layout) -> jax.Array:
-    """One weight leaf placed in its sharding; each device's slice is read from the file on its own."""
-    tensor = reader.tensor(name, t.hf_shape)
-    if layout.mesh is None and transform_on_device():
-        stored = tensor[t.hf_index(tuple(slice(0, n) for n in info.shape))]
+def _leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: ArrayInfo, dtype: Any, layout: Layout) -> jax.Array:
+    """One weight leaf placed in its sharding; each device's slice is read from the file on its own.
+
+    A stacked leaf (one stored tensor per expert) reads the experts of its slice, each as one leaf.
+    """
+    tensors = [reader.tensor(name, t.hf_shape) for name in names]
+    if not t.experts and layout.mesh is None and transform_on_device():
+        stored = tensors[0][t.hf_index(tuple(slice(0, n) for n in info.shape))]
         return t.to_jax(jnp.asarray(stored)).astype(dtype)
 
     def read(index: tuple[slice, ...]) -> np.ndarray:
-        return t.to_jax(tensor[t.hf_index(index)]).astype(dtype)
+        if t.experts:  # index[0] selects experts, the rest each expert's own slice
+            return np.stack([t.to_jax(x[t.hf_index(index[1:])]) for x in tensors[index[0]]]).astype(dtype)
+        return t.to_jax(tensors[0][t.hf_index(index)]).astype(dtype)
 
     return layout.from_callback(info.shape, dtype, info.axes, read)
 
@@ -189,8 +199,8 @@ def load_hf_weights(
     np_dtype = jnp.dtype(dtype)
     arrays = {}
     for path, info in bar:
-        t, name = hf_source(path, tensors)
-        arrays[path] = _leaf(reader, t, name, info, np_dtype, layout)
+        t, names = hf_source(path, tensors)
+        arrays[path] = _leaf(reader, t, names, info, np_dtype, layout)
     return _unflatten(abstract, arrays)
 
 
@@ -269,7 +279,7 @@ def quantized_abstract(abstract: Weights, mode: str, group: int) -> Weights:
 
     def layer(lw):
         fields = {name: QuantizedWeight(placeholder, placeholder, getattr(lw, name).shape, c, mode, group)
-                  for name, c in PROJECTIONS.items()}
+                  for name, c in projections(lw).items()}
         return dataclasses.replace(lw, **fields)
 
     return dataclasses.replace(abstract, layers=[layer(lw) for lw in abstract.layers])

@@ -76,7 +76,7 @@ def _generate(args: argparse.Namespace) -> int:
     model = None if args.model is None else model_dir(args.model, "--model")  # the error names the flag
     llm = LLM(
         model, dtype=args.dtype, max_seq_len=args.max_seq_len,
-        tensor_parallel_size=args.tp, data_parallel_size=args.dp,
+        tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,
     )
@@ -101,10 +101,10 @@ def _leads() -> bool:
 
 def _convert(args: argparse.Namespace) -> int:
     from jaxinfer.checkpoint.loader import check_out_dir, load_hf_weights, save_converted, stored_dtype
-    from jaxinfer.config.model import load_config
     from jaxinfer.config.validation import dtype_name, model_dir
     from jaxinfer.entrypoints.llm import DTYPES
     from jaxinfer.models import quantize_weights
+    from jaxinfer.models.registry import load_config
 
     dtype = dtype_name(args.dtype, "--dtype", allow_auto=False)
     src = model_dir(args.hf_dir, "HF_DIR")
@@ -131,7 +131,9 @@ def _add_sampling_args(gen: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = OneLineParser(prog="jaxinfer", description="JAX inference for Llama-family models")
+    parser = OneLineParser(
+        prog="jaxinfer", description="JAX inference for Llama, Mistral, Qwen, Gemma, Phi-3 and MoE models"
+    )
     parser.add_argument("--version", action="version", version=f"jaxinfer {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help=f"show the traceback of an unexpected error (or set {DEBUG_ENV}=1)")

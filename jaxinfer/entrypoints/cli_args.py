@@ -12,9 +12,11 @@ KV_CACHE_DTYPES = ("auto", "int8", "fp8")
 
 
 def add_parallel_args(parser: argparse.ArgumentParser) -> None:
-    """--tp / --dp: the device mesh (LLM's tensor_parallel_size / data_parallel_size)."""
+    """--tp / --dp / --ep: the device mesh (LLM's tensor_, data_ and expert_parallel_size)."""
     parser.add_argument("--tp", type=int, default=1, help="tensor parallel: split heads, MLP and vocabulary over N devices (default: %(default)s)")
     parser.add_argument("--dp", type=int, default=1, help="data parallel: split the batch over N device groups (default: %(default)s)")
+    parser.add_argument("--ep", type=int, default=1, help="expert parallel: split a mixture-of-experts model's experts "
+                        "over N device groups, combinable with --tp (default: %(default)s)")
 
 
 def add_memory_args(parser: argparse.ArgumentParser) -> None:

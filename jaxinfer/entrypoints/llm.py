@@ -21,7 +21,7 @@ from jaxinfer.checkpoint.loader import load_weights, quantization_of
 from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
 from jaxinfer.config import validation
 from jaxinfer.config.generation import generation_defaults
-from jaxinfer.config.model import ModelConfig, load_config, read_config_json
+from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
@@ -38,7 +38,9 @@ from jaxinfer.models import (
     unpack_for_cpu,
     weights_to_run,
 )
-from jaxinfer.parallel.sharding import Layout, layout_for
+from jaxinfer.models.registry import load_config
+from jaxinfer.models.rope import for_context
+from jaxinfer.parallel.sharding import Layout, check_experts, layout_for
 from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.compile_cache import compile_cache_setting
@@ -108,14 +110,17 @@ def model_identity(model_dir: Path, dtype: jnp.dtype) -> str:
 
 
 def load_sharded(
-    model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int, quantize_lm_head: bool = False
+    model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int, quantize_lm_head: bool = False,
+    ep: int = 1,
 ) -> tuple[ModelConfig, Weights, Layout]:
-    """Config, weights (each leaf read into its sharding) and the layout for tp x dp devices."""
+    """Config, weights (each leaf read into its sharding) and the layout for tp x dp x ep devices."""
     validation.positive_int(tp, "tensor_parallel_size")
     validation.positive_int(dp, "data_parallel_size")
+    validation.positive_int(ep, "expert_parallel_size")
     validation.boolean(quantize_lm_head, "quantize_lm_head")
     cfg = load_config(model_dir)
-    layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp)
+    check_experts(cfg.num_experts, ep)
+    layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp, ep)
     cfg, weights = load_weights(model_dir, dtype, layout=layout)
     # Projections only (None: as loaded, so a converted quantized checkpoint stays quantized).
     weights = quantize_weights(weights, quantization)
@@ -184,8 +189,8 @@ class LLM:
     quantized copy: `weights` keeps the tie). quantized_kernel (None: on for one GPU) runs bf16
     int8/int4 decode products through a Triton kernel that reads the stored values in place.
     tensor_parallel_size splits heads, the MLP and the vocabulary over that many devices and
-    data_parallel_size splits the batch (see `jaxinfer.parallel.sharding`); with jax.distributed
-    initialized the devices may span processes.
+    data_parallel_size splits the batch and expert_parallel_size a mixture-of-experts model's experts (see
+    `jaxinfer.parallel.sharding`); with jax.distributed
     initialized the devices may span processes. max_seq_len (vLLM's name: max_model_len) is
     the longest prompt + completion.
     """
@@ -215,6 +220,7 @@ class LLM:
         quantized_kernel: bool | None = None,
         tensor_parallel_size: int = 1,
         data_parallel_size: int = 1,
+        expert_parallel_size: int = 1,
         max_model_len: int | None = None,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
@@ -225,7 +231,8 @@ class LLM:
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)
         self.config, weights, self.layout = load_sharded(
-            self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head
+            self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
+            expert_parallel_size,
         )
         # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0), never on a mesh.
         self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)
@@ -233,6 +240,7 @@ class LLM:
         quantized_kernel = resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels)
         self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel, self.layout)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
+        self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
         self.max_num_seqs = max_num_seqs  # the engine's rows and the static speculative batches alike
         self.cache_spec = CacheSpec(
             kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,

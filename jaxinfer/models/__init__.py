@@ -1,14 +1,13 @@
-"""Model families. Every supported architecture is a flag set on the Llama decoder."""
+"""Model families over shared blocks; `registry` maps HF architectures to them."""
 
-from jaxinfer.models.llama import (
-    LayerWeights,
-    Weights,
-    abstract_weights,
-    forward,
+from jaxinfer.models.decoder import Weights, abstract_weights, embed_tokens, forward, forward_with_taps, lm_logits
+from jaxinfer.models.llama import LayerWeights
+from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES, family_of, from_hf_config, load_config
+from jaxinfer.models.weight_ops import (
     join_projections,
-    lm_logits,
     mark_for_gpu_kernel,
     pack_for_cpu,
+    projections,
     quantize_head,
     quantize_weights,
     split_projections,
@@ -16,6 +15,7 @@ from jaxinfer.models.llama import (
     weights_to_run,
 )
 
-__all__ = ["LayerWeights", "Weights", "abstract_weights", "forward", "join_projections", "lm_logits", "mark_for_gpu_kernel",
-           "pack_for_cpu", "quantize_head", "quantize_weights", "split_projections", "unpack_for_cpu",
-           "weights_to_run"]
+__all__ = ["LayerWeights", "SUPPORTED_ARCHITECTURES", "Weights", "abstract_weights", "embed_tokens", "family_of",
+           "forward", "forward_with_taps", "from_hf_config", "join_projections", "lm_logits", "load_config",
+           "mark_for_gpu_kernel", "pack_for_cpu", "projections", "quantize_head", "quantize_weights",
+           "split_projections", "unpack_for_cpu", "weights_to_run"]

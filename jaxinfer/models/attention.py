@@ -50,12 +50,13 @@ def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int) -> jax.
 
 def dense_attention(
     q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float | None = None,
-    kv_scales: tuple[jax.Array, jax.Array] | None = None,
+    kv_scales: tuple[jax.Array, jax.Array] | None = None, soft_cap: float | None = None,
 ) -> jax.Array:
     """GQA attention: q [B,T,H,K], k [B,KV,S,K], v [B,KV,K,S], mask [B,T,S] -> [B,T,H,K]; f32 softmax.
 
     kv_scales (k, v) [B, KV, S] dequantize fp8 keys and values: they scale each key's score
     and each value's probability, so the cache is widened to q's dtype but never multiplied.
+    soft_cap: scaled scores pass through cap * tanh(score / cap) before the mask (Gemma 2).
     """
     b, t, h, d = q.shape
     kv_heads = k.shape[1]
@@ -67,11 +68,32 @@ def dense_attention(
     precision = matmul_precision(qg, k)
     scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
     scores = scores * (scale if kv_scales is None else scale * kv_scales[0][:, :, None, None, :])
+    scores = cap_scores(scores, soft_cap)
     scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1)
     probs = (probs if kv_scales is None else probs * kv_scales[1][:, :, None, None, :]).astype(v.dtype)
     out = jnp.einsum("bkgts,bkds->btkgd", probs, v, precision=precision, preferred_element_type=jnp.float32)
     return out.reshape(b, t, h, d).astype(q.dtype)
+
+
+def cap_scores(scores: jax.Array, soft_cap: float | None) -> jax.Array:
+    """Attention logit soft-capping: cap * tanh(scores / cap); scores as they are without a cap."""
+    return scores if soft_cap is None else soft_cap * jnp.tanh(scores / soft_cap)
+
+
+@functools.cache
+def _log_soft_cap_fallback() -> None:
+    """One line when capped layers leave the native CPU kernels (they cannot cap scores)."""
+    logger.info("attention soft-capping: the native CPU attention kernels do not cap scores; "
+                "soft-capped layers take the XLA (jnp) attention path")
+
+
+def native_kernel_applies(soft_cap: float | None) -> bool:
+    """Whether the native CPU attention kernels can run a layer (they take a scale and a window, no cap)."""
+    if soft_cap is None:
+        return True
+    _log_soft_cap_fallback()
+    return False
 
 
 @functools.cache
@@ -106,10 +128,13 @@ def paged_rows_attend(
     lengths: jax.Array,
     page_table: jax.Array,
     query_lens: jax.Array,
+    scale: float | None = None,
+    soft_cap: float | None = None,
 ) -> jax.Array:
     """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
     backend = kernel_backend(cache, q.shape[-1])
-    kernel = functools.partial(_rows_kernel, window=window, interpret=cache.interpret, backend=backend)
+    kernel = functools.partial(_rows_kernel, window=window, interpret=cache.interpret, backend=backend,
+                               scale=scale, soft_cap=soft_cap)
     pools = (cache.k_pages[layer], cache.v_pages[layer])
     scales = (cache.k_scales[layer], cache.v_scales[layer]) if cache.quantized else ()
     rows = (lengths, page_table, query_lens)
@@ -131,9 +156,12 @@ def _rows_kernel(
     window: int,
     interpret: bool,
     backend: str | None,
+    scale: float | None = None,
+    soft_cap: float | None = None,
 ) -> jax.Array:
     """The decode kernel for one query per row, the ragged one for several: [B, T, H, K]."""
-    common = dict(sliding_window=window or None, interpret=interpret, backend=backend)
+    common = dict(sliding_window=window or None, interpret=interpret, backend=backend, sm_scale=scale,
+                  soft_cap=soft_cap)
     if scales:
         common.update(k_scales=scales[0], v_scales=scales[1])
     if q.shape[1] == 1:
@@ -149,6 +177,8 @@ def gathered_rows_attend(
     lengths: jax.Array,
     page_table: jax.Array,
     query_lens: jax.Array,
+    scale: float | None = None,
+    soft_cap: float | None = None,
 ) -> jax.Array:
     """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
     otherwise XLA attention over blocks of each row's pages, up to the step's longest row."""
@@ -158,35 +188,47 @@ def gathered_rows_attend(
     # The native kernel reads 16/32-bit float pages, and int8 pages with their scales; fp8 pages
     # take XLA's path.
     int8 = cache.value_dtype == jnp.int8
-    if cache.cpu_kernels and (int8 or not cache.quantized) and decode_attention_applies(q.shape[1], dtype):
+    if (cache.cpu_kernels and (int8 or not cache.quantized) and decode_attention_applies(q.shape[1], dtype)
+            and native_kernel_applies(soft_cap)):
         pools = (cache.k_pages[layer], cache.v_pages[layer])
         scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if int8 else {}
-        return paged_decode_attention(q, *pools, page_table, positions, window, jnp.int8 if int8 else dtype, **scales)
-    return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype)
+        return paged_decode_attention(q, *pools, page_table, positions, window, jnp.int8 if int8 else dtype,
+                                      scale=scale, **scales)
+    return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype, scale, soft_cap)
 
 
-def paged_attend(q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int) -> jax.Array:
+def paged_attend(
+    q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int, scale: float | None = None,
+    soft_cap: float | None = None,
+) -> jax.Array:
     """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
     lengths = positions[:, -1] + 1
     query_lens = jnp.full_like(lengths, q.shape[1])
-    return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens)
+    return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens, scale, soft_cap)
 
 
 def attend(
-    q: jax.Array, cache: KVCache | PagedKVCache, layer: int, positions: jax.Array, window: int
+    q: jax.Array, cache: KVCache | PagedKVCache, layer: int, positions: jax.Array, window: int,
+    scale: float | None = None, soft_cap: float | None = None,
 ) -> jax.Array:
-    """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache."""
+    """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache.
+
+    scale: of the q.k scores (None: head_dim ** -0.5); soft_cap: scores capped by cap * tanh(s / cap)
+    (the Pallas kernels and the jnp paths cap; the native CPU kernels cannot, so capped layers skip them).
+    """
     if isinstance(cache, RaggedPagedCache):
         rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
-        return split_attend(q, cache, lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows))
+        return split_attend(
+            q, cache, lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows, scale, soft_cap)
+        )
     if isinstance(cache, PagedKVCache):
-        return paged_attend(q, cache, layer, positions, window)
+        return paged_attend(q, cache, layer, positions, window, scale, soft_cap)
     k, v = cache.k[layer], cache.v[layer]
     mask = causal_window_mask(positions, k.shape[2], window)
     if cache.quantized:
         # The native kernel reads 16/32-bit floats without scales: fp8 takes XLA's dense path.
         scales = (cache.k_scales[layer][..., 0], cache.v_scales[layer][..., 0])
-        return dense_attention(q, k, v, mask, kv_scales=scales)
-    if cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype):
-        return decode_attention(q, k, v, positions, window)
-    return dense_attention(q, k, v, mask)
+        return dense_attention(q, k, v, mask, scale, kv_scales=scales, soft_cap=soft_cap)
+    if cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype) and native_kernel_applies(soft_cap):
+        return decode_attention(q, k, v, positions, window, scale)
+    return dense_attention(q, k, v, mask, scale, soft_cap=soft_cap)

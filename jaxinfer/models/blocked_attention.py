@@ -45,8 +45,12 @@ def blocked_rows_attention(
     page_table: jax.Array,
     query_lens: jax.Array,
     dtype: jnp.dtype,
+    scale: float | None = None,
+    soft_cap: float | None = None,
 ) -> jax.Array:
     """q [R, T, H, K]: the first query_lens[r] queries of row r end at position lengths[r]-1.
+
+    scale: of the scores (None: head_dim ** -0.5); soft_cap: scores pass cap * tanh(s / cap).
 
     Keys are read in dtype with float32 scores and softmax, as the dense path does. Queries go
     in blocks of QUERY_BLOCK, each visiting only the key blocks its own positions can see (a
@@ -65,7 +69,7 @@ def blocked_rows_attention(
     def attend_rows(g: slice) -> jax.Array:
         parts = [
             _query_block(qg[:, g, :, first : first + QUERY_BLOCK], cache, layer, window, lengths[g], table[g],
-                         query_lens[g], first, block, dtype)
+                         query_lens[g], first, block, dtype, dim**-0.5 if scale is None else scale, soft_cap)
             for first in range(0, steps, QUERY_BLOCK)
         ]
         return _concatenate(parts, axis=3)
@@ -89,9 +93,11 @@ def _query_block(
     first: int,
     block_pages: int,
     dtype: jnp.dtype,
+    scale: float,
+    soft_cap: float | None,
 ) -> jax.Array:
     """Online softmax of one block of queries over the key blocks they can see: [KV, R, G, Tb, K] f32."""
-    *_, steps, dim = qg.shape
+    steps = qg.shape[-2]
     block_keys = block_pages * cache.page_size
     offsets = first + jnp.arange(steps)
     positions = (lengths - query_lens)[:, None] + offsets[None, :]
@@ -108,7 +114,10 @@ def _query_block(
         if window > 0:
             visible &= positions[:, :, None] - keys[None, None, :] < window
         scores = jnp.einsum("krgtd,krsd->krgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
-        return jnp.where(visible[None, :, None], scores * dim**-0.5, NEG_INF), v
+        scores = scores * scale
+        if soft_cap is not None:
+            scores = soft_cap * jnp.tanh(scores / soft_cap)
+        return jnp.where(visible[None, :, None], scores, NEG_INF), v
 
     def weighted(probs: jax.Array, v: jax.Array) -> jax.Array:
         return jnp.einsum("krgts,krsd->krgtd", probs.astype(dtype), v, precision=precision,

@@ -1,6 +1,6 @@
 """Device meshes and the one logical-axis rules table that weights, KV caches and activations share.
 
-A `Layout` is a mesh (axes "dp" and "tp") plus the rules table. Every array is described by
+A `Layout` is a mesh (axes "dp", "ep" and "tp") plus the rules table. Every array is described by
 logical axis names (`ArrayInfo.axes` for weights; fixed names for caches and activations) and
 `Layout.spec` turns them into a PartitionSpec. The unsharded layout has no mesh: every spec is
 empty and `constrain`/`put` do nothing, so single-device code is the same code.
@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-DP, TP = "dp", "tp"
+DP, EP, TP = "dp", "ep", "tp"
 # Logical axis -> mesh axis. Tensor parallel splits heads, the MLP and the vocabulary;
-# data parallel splits the batch (sequence rows, or the flat token stream of an engine step).
+# data parallel splits the batch (sequence rows, or the flat token stream of an engine step);
+# expert parallel splits a mixture-of-experts layer's experts (everything else is replicated over it).
 RULES: tuple[tuple[str, str | None], ...] = (
     ("batch", DP),
     ("tokens", DP),
@@ -29,6 +30,7 @@ RULES: tuple[tuple[str, str | None], ...] = (
     ("kv_heads", TP),
     ("head_dim", None),
     ("mlp", TP),
+    ("experts", EP),
 )
 
 Axes = Sequence[str | None]
@@ -39,22 +41,24 @@ def divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, limit + 1) if n % d == 0]
 
 
-def make_mesh(tp: int = 1, dp: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A (dp, tp) mesh over the first dp * tp devices (all processes' devices, in jax order).
+def make_mesh(tp: int = 1, dp: int = 1, devices: Sequence[jax.Device] | None = None, ep: int = 1) -> Mesh:
+    """A (dp, ep, tp) mesh over the first dp * ep * tp devices (all processes' devices, in jax order).
 
     Axis types are given explicitly (Auto: XLA propagates shardings from the constrained
     arrays), so the mesh means the same on jax versions whose `make_mesh` defaults differ.
     """
-    for name, value in (("tp", tp), ("dp", dp)):
+    for name, value in (("tp", tp), ("dp", dp), ("ep", ep)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     devices = list(jax.devices() if devices is None else devices)
-    if tp * dp > len(devices):
+    size = tp * dp * ep
+    if size > len(devices):
         raise ValueError(
-            f"tp={tp} x dp={dp} needs {tp * dp} devices, but {len(devices)} are present; choose tp * dp <= "
-            f"{len(devices)} (for example tp={largest_at_most(len(devices), tp)}, dp=1)"
+            f"tp={tp} x dp={dp} x ep={ep} needs {size} devices, but {len(devices)} are present; choose "
+            f"tp * dp * ep <= {len(devices)} (for example tp={largest_at_most(len(devices), tp)}, dp=1, ep=1)"
         )
-    return jax.make_mesh((dp, tp), (DP, TP), axis_types=(AxisType.Auto, AxisType.Auto), devices=devices[: tp * dp])
+    axis_types = (AxisType.Auto,) * 3
+    return jax.make_mesh((dp, ep, tp), (DP, EP, TP), axis_types=axis_types, devices=devices[:size])
 
 
 def largest_at_most(n: int, limit: int) -> int:
@@ -75,8 +79,8 @@ class Layout:
         return 1 if self.mesh is None else self.mesh.size
 
     def axis_size(self, mesh_axis: str) -> int:
-        """Devices along one mesh axis (1 when unsharded)."""
-        return 1 if self.mesh is None else self.mesh.shape[mesh_axis]
+        """Devices along one mesh axis (1 when unsharded or the mesh has no such axis)."""
+        return 1 if self.mesh is None else self.mesh.shape.get(mesh_axis, 1)
 
     def spec(self, shape: Sequence[int], axes: Axes) -> PartitionSpec:
         """The PartitionSpec of an array; a dimension its mesh axis does not divide stays whole."""
@@ -161,11 +165,12 @@ def shard_map(f: Callable, layout: Layout, in_specs: Any, out_specs: Any) -> Cal
     return experimental_shard_map(f, layout.mesh, in_specs, out_specs, check_rep=False)
 
 
-def check_layout(num_heads: int, num_kv_heads: int, tp: int, dp: int, num_devices: int) -> None:
+def check_layout(num_heads: int, num_kv_heads: int, tp: int, dp: int, num_devices: int, ep: int = 1) -> None:
     """Raise ValueError for a layout the model cannot take, naming sizes that would work."""
-    if tp * dp > num_devices:
+    if tp * dp * ep > num_devices:
+        parts = f"tensor_parallel_size={tp} x data_parallel_size={dp}" + (f" x expert_parallel_size={ep}" if ep > 1 else "")
         raise ValueError(
-            f"tensor_parallel_size={tp} x data_parallel_size={dp} needs {tp * dp} devices, but "
+            f"{parts} needs {tp * dp * ep} devices, but "
             f"{num_devices} are present; sizes whose product is <= {num_devices} work "
             f"(tensor_parallel_size one of {divisors(num_heads, num_devices)})"
         )
@@ -184,12 +189,22 @@ def check_layout(num_heads: int, num_kv_heads: int, tp: int, dp: int, num_device
         )
 
 
-def layout_for(num_heads: int, num_kv_heads: int, tp: int = 1, dp: int = 1) -> Layout:
-    """The layout for tp x dp devices after checking the model allows it; UNSHARDED for 1 x 1."""
-    check_layout(num_heads, num_kv_heads, tp, dp, len(jax.devices()))
-    if tp * dp == 1:
+def check_experts(num_experts: int, ep: int) -> None:
+    """Raise ValueError unless expert_parallel_size splits the model's experts evenly."""
+    if ep > 1 and not num_experts:
+        raise ValueError(f"expert_parallel_size={ep} needs a mixture-of-experts model; this one has no experts "
+                         "(use expert_parallel_size=1)")
+    if num_experts % ep:
+        raise ValueError(f"expert_parallel_size={ep} does not divide the model's {num_experts} experts; use one of "
+                         f"{divisors(num_experts, num_experts)}")
+
+
+def layout_for(num_heads: int, num_kv_heads: int, tp: int = 1, dp: int = 1, ep: int = 1) -> Layout:
+    """The layout for tp x dp x ep devices after checking the model allows it; UNSHARDED for 1 x 1 x 1."""
+    check_layout(num_heads, num_kv_heads, tp, dp, len(jax.devices()), ep)
+    if tp * dp * ep == 1:
         return UNSHARDED
-    return Layout(make_mesh(tp=tp, dp=dp))
+    return Layout(make_mesh(tp=tp, dp=dp, ep=ep))
 
 
 def to_host(tree: Any) -> Any:

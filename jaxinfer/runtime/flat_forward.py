@@ -17,8 +17,7 @@ import jax.numpy as jnp
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.models import Weights
-from jaxinfer.models.llama import forward_with_taps
+from jaxinfer.models import Weights, forward_with_taps
 
 if TYPE_CHECKING:
     from jaxinfer.runtime.engine_step import StepInputs

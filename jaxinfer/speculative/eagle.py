@@ -22,17 +22,11 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.kernels.cpu import pack_weight, packing_applies
 from jaxinfer.models import LayerWeights
 from jaxinfer.models.attention import attend
-from jaxinfer.models.layers import (
-    Weight,
-    apply_rope,
-    gated_mlp,
-    linear,
-    linear_transposed,
-    linears,
-    rms_norm,
-    rope_cos_sin,
-)
+from jaxinfer.models.layers import Weight, linear, linear_transposed, linears
 from jaxinfer.models.llama import PROJECTIONS
+from jaxinfer.models.mlp import gated_mlp
+from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.rope import apply_rope, rope_cos_sin
 from jaxinfer.models.row_table import take_rows
 from jaxinfer.parallel.array_info import ArrayInfo
 

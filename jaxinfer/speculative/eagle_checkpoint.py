@@ -20,7 +20,8 @@ import numpy as np
 from safetensors import numpy as st_numpy
 
 from jaxinfer.checkpoint.loader import CheckpointError, leaf_paths, safetensors_index
-from jaxinfer.config.model import ModelConfig, from_hf_config, read_config_json
+from jaxinfer.config.model import ModelConfig, read_config_json
+from jaxinfer.models.registry import from_hf_config
 from jaxinfer.parallel.array_info import ArrayInfo, is_info
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.speculative.eagle import EagleConfig, EagleWeights, abstract_eagle

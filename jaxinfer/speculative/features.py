@@ -14,9 +14,8 @@ import jax.numpy as jnp
 
 from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.models import Weights
+from jaxinfer.models import Weights, forward_with_taps
 from jaxinfer.models.contiguous_decode import DecodeState, append_tokens, last_hidden_logits
-from jaxinfer.models.llama import forward_with_taps
 from jaxinfer.sampling.sampler import sample
 
 

@@ -1,0 +1,62 @@
+"""What a model family provides to the shared decoder, the loader and the registry.
+
+A family is one module: how it reads its HF config, the leaves of each layer (as ArrayInfos),
+where each leaf lives in an HF checkpoint (`HFLeaf`, a description the checkpoint package
+turns into reads), and one decoder layer as a pure function. Everything else (the layer loop,
+embedding, output head, quantization, packing, sharding, the engine) is shared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Protocol
+
+import jax
+
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.rope import RopeTables
+
+HF_KINDS = ("same", "transpose", "in_heads", "out_heads", "bias_heads")
+
+
+@dataclasses.dataclass(frozen=True)
+class HFLeaf:
+    """One layer leaf in an HF checkpoint: tensor name ({i} the layer, {e} the expert) and layout.
+
+    kind: "same" (as stored), "transpose" (torch Linear [out, in] -> [in, out]), "in_heads"
+    (Linear [heads*K, D] -> [D, heads, K]), "out_heads" ([D, heads*K] -> [heads, K, D]),
+    "bias_heads" ([heads*K] -> [heads, K]). row_offset: rows of a fused tensor before this
+    leaf's (Phi-3's qkv_proj and gate_up_proj are split at load this way). experts > 0: one
+    stored tensor per expert, stacked on a new leading axis. hf_shape is one stored tensor's.
+    """
+
+    name: str
+    kind: str
+    hf_shape: tuple[int, ...]
+    heads: int = 0
+    head_dim: int = 0
+    row_offset: int = 0
+    experts: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in HF_KINDS:
+            raise ValueError(f"HFLeaf kind {self.kind!r} is not one of {HF_KINDS}")
+
+
+class DecoderLayer(Protocol):
+    """One layer: (cfg, x [B,T,D], cache, layer weights, index, positions [B,T], rope) -> (x, cache)."""
+
+    def __call__(self, cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array,
+                 rope: RopeTables) -> tuple[jax.Array, Any]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A model family: its architectures and the four functions the shared code calls."""
+
+    name: str
+    architectures: tuple[str, ...]
+    read_config: Callable[[Mapping[str, Any], str], ModelConfig]  # (HF config, architecture) -> ModelConfig
+    abstract_layer: Callable[[ModelConfig, int], Any]  # layer index -> its leaves as ArrayInfos
+    hf_leaves: Callable[[ModelConfig], dict[str, HFLeaf]]  # layer field name -> HF location
+    layer: DecoderLayer

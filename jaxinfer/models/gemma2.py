@@ -1,0 +1,161 @@
+"""The Gemma 2 family: Gemma 2 and Gemma 3 (text).
+
+Beside Gemma's (1 + w) norms, scaled embeddings and tied head: sliding-window layers
+alternating with global ones (`layer_types`, or Gemma 2's every other layer and Gemma 3's
+`sliding_window_pattern`), a norm after attention and one after the MLP (each before the
+residual add), scores scaled by `query_pre_attn_scalar` ** -0.5, and soft-capped attention
+scores and output logits (Gemma 2). Gemma 3 adds q/k norms and a RoPE base of its own for the
+sliding layers (`rope_local_base_freq`), `rope_scaling` applying to the global layers only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+import jax
+
+from jaxinfer.config.model import ConfigError, ModelConfig, RopeScaling, common_fields, field, layer_types, rope_fields
+from jaxinfer.models.family import Family, HFLeaf
+from jaxinfer.models.layers import Weight
+from jaxinfer.models.llama import LayerWeights, gemma_activation
+from jaxinfer.models.mlp import gated_mlp, mlp_hf_leaves, mlp_leaves
+from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.rope import RopeTables
+from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attention_leaves, self_attention
+from jaxinfer.parallel.array_info import ArrayInfo
+
+GEMMA2, GEMMA3 = "Gemma2ForCausalLM", "Gemma3ForCausalLM"
+# transformers' defaults for fields a config may leave out.
+DEFAULTS = {
+    GEMMA2: dict(attn_logit_softcapping=50.0, final_logit_softcapping=30.0, sliding_window_pattern=2),
+    GEMMA3: dict(attn_logit_softcapping=None, final_logit_softcapping=None, sliding_window_pattern=6),
+}
+GEMMA3_THETAS = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class SandwichLayerWeights:
+    """One Gemma 2/3 layer: each sublayer between an input norm and an output norm."""
+
+    attn_norm: jax.Array  # [D] input_layernorm
+    wq: Weight  # [D, H, K]
+    wk: Weight  # [D, KV, K]
+    wv: Weight  # [D, KV, K]
+    wo: Weight  # [H, K, D]
+    post_attn_norm: jax.Array  # [D]
+    mlp_norm: jax.Array  # [D] pre_feedforward_layernorm
+    w_gate: Weight  # [D, F]
+    w_up: Weight  # [D, F]
+    w_down: Weight  # [F, D]
+    post_mlp_norm: jax.Array  # [D]
+    bq: jax.Array | None = None  # [H, K]
+    bk: jax.Array | None = None  # [KV, K]
+    bv: jax.Array | None = None  # [KV, K]
+    bo: jax.Array | None = None  # [D]
+    q_norm: jax.Array | None = None  # [K] (Gemma 3)
+    k_norm: jax.Array | None = None  # [K]
+
+    PROJECTIONS: ClassVar[dict[str, int]] = LayerWeights.PROJECTIONS
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = LayerWeights.JOINED
+
+
+def abstract_layer(cfg: ModelConfig, layer: int = 0) -> SandwichLayerWeights:
+    """One layer's leaves as ArrayInfos (norm weights start at 0: they are stored as w - 1)."""
+    D = cfg.hidden_size
+    norms = {name: ArrayInfo((D,), ("embed",), init_value=0.0)
+             for name in ("attn_norm", "post_attn_norm", "mlp_norm", "post_mlp_norm")}
+    return SandwichLayerWeights(**norms, **attention_leaves(cfg), **mlp_leaves(D, cfg.intermediate_size))
+
+
+def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
+    """Where each layer field lives in an HF checkpoint."""
+    D, layer = cfg.hidden_size, "model.layers.{i}."
+    norms = {
+        "attn_norm": "input_layernorm", "post_attn_norm": "post_attention_layernorm",
+        "mlp_norm": "pre_feedforward_layernorm", "post_mlp_norm": "post_feedforward_layernorm",
+    }
+    return {
+        **{name: HFLeaf(f"{layer}{hf}.weight", "same", (D,)) for name, hf in norms.items()},
+        **attention_hf_leaves(cfg),
+        **mlp_hf_leaves(D, cfg.intermediate_size),
+    }
+
+
+def decoder_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: SandwichLayerWeights, layer: int, positions: jax.Array,
+    rope: RopeTables,
+) -> tuple[jax.Array, Any]:
+    """norm -> attention -> norm -> residual add, then norm -> MLP -> norm -> residual add."""
+    layout, eps, offset = cache.layout, cfg.rms_norm_eps, cfg.norm_weight_offset
+    h = rms_norm(x, lw.attn_norm, eps, offset)
+    out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
+    x = layout.constrain(x + rms_norm(out, lw.post_attn_norm, eps, offset), HIDDEN)
+    h = gated_mlp(rms_norm(x, lw.mlp_norm, eps, offset), lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
+    return layout.constrain(x + rms_norm(h, lw.post_mlp_norm, eps, offset), HIDDEN), cache
+
+
+def _windows(hf: Mapping[str, Any], arch: str, num_layers: int) -> tuple[int, ...]:
+    """Per-layer windows: `layer_types`, else transformers' pattern (every `pattern`-th layer global)."""
+    window = int(field(hf, "sliding_window", 4096))
+    types = layer_types(hf, num_layers)
+    if types is None:
+        pattern = int(field(hf, "sliding_window_pattern", DEFAULTS[arch]["sliding_window_pattern"]))
+        if pattern < 1:
+            raise ConfigError(f"sliding_window_pattern {pattern} must be >= 1 (every pattern-th layer is global)")
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(num_layers)]
+    if window < 1 and "sliding_attention" in types:
+        raise ConfigError(f"sliding_window {window} must be >= 1 for {arch}'s sliding layers")
+    return tuple(window if t == "sliding_attention" else 0 for t in types)
+
+
+def _gemma3_rope(hf: Mapping[str, Any]) -> tuple[float, RopeScaling, float]:
+    """(global theta, global scaling, local theta) from transformers 5's per-layer-type
+    `rope_parameters` or transformers 4's `rope_theta` / `rope_scaling` / `rope_local_base_freq`."""
+    params = hf.get("rope_parameters") or {}
+    if set(params) & set(GEMMA3_THETAS):
+        full = {"rope_theta": GEMMA3_THETAS["full_attention"], **(params.get("full_attention") or {})}
+        local = {"rope_theta": GEMMA3_THETAS["sliding_attention"], **(params.get("sliding_attention") or {})}
+    else:
+        full = {"rope_theta": field(hf, "rope_theta", GEMMA3_THETAS["full_attention"]), **(hf.get("rope_scaling") or {})}
+        local = {"rope_theta": field(hf, "rope_local_base_freq", GEMMA3_THETAS["sliding_attention"])}
+    theta, scaling = rope_fields(hf, full)
+    local_theta, local_scaling = rope_fields(hf, local)
+    if local_scaling != RopeScaling():
+        raise ConfigError(f"Gemma 3 sliding layers' rope {local!r} is not supported; they take the default rope "
+                          "with their own rope_theta (rope_local_base_freq)")
+    return theta, scaling, local_theta
+
+
+def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
+    """ModelConfig of a Gemma 2 or Gemma 3 (text) HF config."""
+    if hf.get("use_bidirectional_attention"):
+        raise ConfigError(f"use_bidirectional_attention=True ({arch} as an encoder) is not supported; "
+                          "jaxinfer runs causal decoders")
+    fields = common_fields(hf, arch)
+    if arch == GEMMA3:
+        theta, scaling, local_theta = _gemma3_rope(hf)
+        fields.update(rope_theta=theta, rope_scaling=scaling, local_rope_theta=local_theta)
+    if fields["rope_scaling"].rope_type == "longrope":
+        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
+    defaults = DEFAULTS[arch]
+    caps = {name: field(hf, name, defaults[name]) for name in ("attn_logit_softcapping", "final_logit_softcapping")}
+    bias = bool(hf.get("attention_bias", False))
+    return ModelConfig(
+        **{**fields, "head_dim": int(field(hf, "head_dim", 256)),
+           "tie_word_embeddings": bool(hf.get("tie_word_embeddings", True))},
+        qkv_bias=bias,
+        o_bias=bias,
+        qk_norm=arch == GEMMA3,
+        activation=gemma_activation(hf),
+        norm_weight_offset=1.0,
+        scale_embeddings=True,
+        layer_windows=_windows(hf, arch, fields["num_layers"]),
+        attn_scale=float(field(hf, "query_pre_attn_scalar", 256)) ** -0.5,
+        attn_soft_cap=None if caps["attn_logit_softcapping"] is None else float(caps["attn_logit_softcapping"]),
+        final_soft_cap=None if caps["final_logit_softcapping"] is None else float(caps["final_logit_softcapping"]),
+    )
+
+
+FAMILY = Family("gemma2", (GEMMA2, GEMMA3), read_config, abstract_layer, hf_leaves, decoder_layer)

@@ -1,0 +1,102 @@
+"""Experts' gated MLPs over rows sorted by expert: each row through its own expert only.
+
+On GPU and TPU `jax.lax.ragged_dot` lowers to a grouped matmul (XLA's ragged dot, Mosaic's
+gmm). On CPU, jax 0.10 lowers it to a masked product with every group (each row multiplied by
+every expert's weights, then masked), which is the dense all-experts compute it should avoid;
+there the rows are cut into tiles of one expert each and a loop with a data-dependent trip count
+visits only the tiles that exist, reading each tile's expert weights once.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.models.mlp import gate_product
+
+IMPLEMENTATIONS = ("auto", "tiled", "ragged_dot")
+MAX_TILE = 64  # rows per tile: padding per expert is at most MAX_TILE - 1 rows
+
+
+def tile_rows(num_rows: int, num_groups: int) -> int:
+    """Rows per tile: a power of two of at least twice the mean group size, at most MAX_TILE.
+
+    Each tile reads its expert's weights once, so an expert split over two tiles is read twice;
+    a tile of up to ~16 rows costs about what its weights take to read (memory bound), so
+    rounding up wastes little (decode of one sequence, 2 routed rows over 8 experts: 2).
+    """
+    target = -(-2 * num_rows // num_groups)
+    return min(MAX_TILE, 1 << max(0, target - 1).bit_length())
+
+
+def _dot(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x [M, K] @ w [K, N] accumulated in float32, returned in x's dtype (as a linear layer).
+
+    The weights may be wider than x (16-bit experts held as float32 on CPU, see
+    `weight_ops.widen_experts`); x is widened to them, which is exact.
+    """
+    xw = x.astype(w.dtype)
+    return jnp.dot(xw, w, precision=matmul_precision(xw, w), preferred_element_type=jnp.float32).astype(x.dtype)
+
+
+def tiled_expert_mlp(
+    x: jax.Array,  # [N, D] rows sorted by expert
+    gate: jax.Array,  # [E, D, F]
+    up: jax.Array,  # [E, D, F]
+    down: jax.Array,  # [E, F, D]
+    group_sizes: jax.Array,  # [E] int32 rows of each expert; rows past their sum give zeros
+    act: str,
+    tile: int | None = None,
+) -> jax.Array:
+    """Each row through its expert's MLP, tile by tile: [N, D] in x's dtype.
+
+    Each group is cut into tiles of `tile` rows (its last tile running into the next group's
+    rows); tiles are visited in row order, so a later tile overwrites those borrowed rows.
+    """
+    rows, dim = x.shape
+    groups = group_sizes.shape[0]
+    tile = tile or tile_rows(rows, groups)
+    tiles = (group_sizes + tile - 1) // tile  # [E]
+    tiles_end = jnp.cumsum(tiles)
+    first_row = jnp.cumsum(group_sizes) - group_sizes
+    index = jnp.arange(-(-rows // tile) + groups)  # an upper bound on the tiles
+    expert = jnp.minimum(jnp.searchsorted(tiles_end, index, side="right"), groups - 1)
+    start = first_row[expert] + (index - (tiles_end[expert] - tiles[expert])) * tile
+    padded = jnp.pad(x, ((0, tile), (0, 0)))
+
+    def visit(j: jax.Array, out: jax.Array) -> jax.Array:
+        e, row = expert[j], start[j]
+        rows_in = jax.lax.dynamic_slice_in_dim(padded, row, tile)
+        hidden = gate_product(act, _dot(rows_in, gate[e]), _dot(rows_in, up[e]))
+        return jax.lax.dynamic_update_slice_in_dim(out, _dot(hidden, down[e]), row, axis=0)
+
+    out = jax.lax.fori_loop(0, tiles_end[-1], visit, jnp.zeros_like(padded))[:rows]
+    return jnp.where(jnp.arange(rows)[:, None] < jnp.sum(group_sizes), out, 0)
+
+
+def ragged_expert_mlp(
+    x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, group_sizes: jax.Array, act: str,
+) -> jax.Array:
+    """`tiled_expert_mlp` through `jax.lax.ragged_dot` (the accelerators' grouped matmul)."""
+
+    def ragged(a: jax.Array, w: jax.Array) -> jax.Array:
+        out = jax.lax.ragged_dot(a, w, group_sizes, precision=matmul_precision(a, w),
+                                 preferred_element_type=jnp.float32)
+        return out.astype(a.dtype)
+
+    out = ragged(gate_product(act, ragged(x, gate), ragged(x, up)), down)
+    return jnp.where(jnp.arange(x.shape[0])[:, None] < jnp.sum(group_sizes), out, 0)
+
+
+def expert_mlp(
+    x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, group_sizes: jax.Array, act: str,
+    implementation: str = "auto",
+) -> jax.Array:
+    """Rows [N, D] sorted by expert through their experts' MLPs; "auto": tiles on CPU, ragged_dot elsewhere."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation {implementation!r} is not one of {IMPLEMENTATIONS}")
+    if implementation == "auto":
+        implementation = "tiled" if jax.default_backend() == "cpu" else "ragged_dot"
+    fn = tiled_expert_mlp if implementation == "tiled" else ragged_expert_mlp
+    return fn(x, gate, up, down, group_sizes, act)

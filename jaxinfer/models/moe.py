@@ -1,0 +1,170 @@
+"""Mixture-of-experts layers (Mixtral, Qwen3-MoE): top-k routing and experts over sorted rows.
+
+Routing is softmax over the router's logits, then the top k (renormalised where the model
+says so). Each token's k copies are sorted by expert and go through their experts only
+(`grouped_matmul.expert_mlp`); the outputs are put back in token order and mixed by the
+routing weights. On a mesh the block runs under `shard_map`: each device holds its experts
+(the `experts` axis over ep) and its slice of each expert's hidden units (`mlp` over tp),
+computes every routed row that falls to its experts, and one psum over ep and tp adds the
+partial outputs: tokens stay where they are (replicated over ep), so no all-to-all is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.family import HFLeaf
+from jaxinfer.models.grouped_matmul import expert_mlp
+from jaxinfer.models.layers import Weight, linear
+from jaxinfer.models.llama import LayerWeights
+from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.rope import RopeTables
+from jaxinfer.models.self_attention import HIDDEN, attention_leaves, self_attention
+from jaxinfer.parallel.array_info import ArrayInfo
+from jaxinfer.parallel.sharding import Layout, shard_map
+
+GATE_AXES = ("experts", "embed", "mlp")  # moe_gate, moe_up [E, D, F]
+DOWN_AXES = ("experts", "mlp", "embed")  # moe_down [E, F, D]
+ROUTER_AXES = ("embed", None)  # router [D, E]: every device routes every token
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class MoELayerWeights:
+    """One decoder layer whose MLP is routed experts."""
+
+    attn_norm: jax.Array  # [D]
+    wq: Weight  # [D, H, K]
+    wk: Weight  # [D, KV, K]
+    wv: Weight  # [D, KV, K]
+    wo: Weight  # [H, K, D]
+    mlp_norm: jax.Array  # [D]
+    router: jax.Array  # [D, E]
+    moe_gate: jax.Array  # [E, D, F]
+    moe_up: jax.Array  # [E, D, F]
+    moe_down: jax.Array  # [E, F, D]
+    bq: jax.Array | None = None  # [H, K]
+    bk: jax.Array | None = None  # [KV, K]
+    bv: jax.Array | None = None  # [KV, K]
+    bo: jax.Array | None = None  # [D]
+    q_norm: jax.Array | None = None  # [K]
+    k_norm: jax.Array | None = None  # [K]
+
+    # The attention projections; the experts keep their own layout (see grouped_matmul).
+    PROJECTIONS: ClassVar[dict[str, int]] = {"wq": 1, "wk": 1, "wv": 1, "wo": 2}
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("wq", "wk", "wv"),)
+    EXPERTS: ClassVar[tuple[str, ...]] = ("moe_gate", "moe_up", "moe_down")
+
+
+def abstract_moe_layer(cfg: ModelConfig) -> MoELayerWeights:
+    """One MoE layer's leaves as ArrayInfos."""
+    D, E, F = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    return MoELayerWeights(
+        attn_norm=ArrayInfo((D,), ("embed",), init_value=1.0),
+        mlp_norm=ArrayInfo((D,), ("embed",), init_value=1.0),
+        router=ArrayInfo((D, E), ROUTER_AXES),
+        moe_gate=ArrayInfo((E, D, F), GATE_AXES),
+        moe_up=ArrayInfo((E, D, F), GATE_AXES),
+        moe_down=ArrayInfo((E, F, D), DOWN_AXES),
+        **attention_leaves(cfg),
+    )
+
+
+def experts_hf_leaves(cfg: ModelConfig, prefix: str, names: tuple[str, str, str]) -> dict[str, HFLeaf]:
+    """Per-expert gate, up and down Linear tensors ("{prefix}{e}.{name}.weight"), each stacked on experts."""
+    D, E, F = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    gate, up, down = (f"{prefix}{{e}}.{name}.weight" for name in names)
+    return {
+        "moe_gate": HFLeaf(gate, "transpose", (F, D), experts=E),
+        "moe_up": HFLeaf(up, "transpose", (F, D), experts=E),
+        "moe_down": HFLeaf(down, "transpose", (D, F), experts=E),
+    }
+
+
+def route(x: jax.Array, router: jax.Array, k: int, renormalise: bool) -> tuple[jax.Array, jax.Array]:
+    """Routing weights [N, k] (float32) and expert ids [N, k] of rows x [N, D]: softmax, then top k."""
+    probs = jax.nn.softmax(linear(x, router).astype(jnp.float32), axis=-1)
+    weights, experts = jax.lax.top_k(probs, k)
+    if renormalise:
+        weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
+    return weights, experts
+
+
+def routed_experts(
+    x: jax.Array,  # [N, D]
+    weights: jax.Array,  # [N, k] f32
+    experts: jax.Array,  # [N, k] int32 global expert ids
+    gate: jax.Array,  # [E_local, D, F_local]
+    up: jax.Array,
+    down: jax.Array,  # [E_local, F_local, D]
+    first: jax.Array | int,  # global id of the first local expert
+    act: str,
+    implementation: str = "auto",  # see grouped_matmul.expert_mlp
+) -> jax.Array:
+    """The mixed output [N, D] (float32) of the routed rows that fall to the local experts (others add 0)."""
+    rows, k = experts.shape
+    local_count = gate.shape[0]
+    local = experts.reshape(-1) - first
+    # Rows of other devices' experts sort last, past every local group: they stay zero.
+    key = jnp.where((local >= 0) & (local < local_count), local, local_count)
+    order = jnp.argsort(key, stable=True)
+    sizes = jnp.bincount(key, length=local_count + 1)[:local_count].astype(jnp.int32)
+    out_sorted = expert_mlp(x[order // k], gate, up, down, sizes, act, implementation)
+    out = jnp.zeros_like(out_sorted).at[order].set(out_sorted).reshape(rows, k, -1)
+    return jnp.einsum("nkd,nk->nd", out.astype(jnp.float32), weights)
+
+
+def moe_block(x: jax.Array, lw: MoELayerWeights, cfg: ModelConfig, layout: Layout) -> jax.Array:
+    """The routed experts' output for x [B, T, D] in x's dtype."""
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    weights, experts = route(x2, lw.router, cfg.experts_per_token, cfg.norm_topk_prob)
+    if layout.mesh is None:
+        out = routed_experts(x2, weights, experts, lw.moe_gate, lw.moe_up, lw.moe_down, 0, cfg.activation)
+        return out.astype(x.dtype).reshape(shape)
+    return _sharded_moe(x2, weights, experts, lw, cfg, layout).astype(x.dtype).reshape(shape)
+
+
+def _sharded_moe(
+    x2: jax.Array, weights: jax.Array, experts: jax.Array, lw: MoELayerWeights, cfg: ModelConfig, layout: Layout
+) -> jax.Array:
+    """`routed_experts` on every device of the mesh over its experts and hidden units, partial sums added."""
+    gate_spec = layout.spec(lw.moe_gate.shape, GATE_AXES)
+    down_spec = layout.spec(lw.moe_down.shape, DOWN_AXES)
+    row_spec = layout.spec(x2.shape, ("tokens", None))
+    rows_only = PartitionSpec(row_spec[0], None)
+    expert_axis, hidden_axis = gate_spec[0], gate_spec[2]
+    summed = tuple(axis for axis in (expert_axis, hidden_axis) if axis is not None)
+    local_count = lw.moe_gate.shape[0] // layout.axis_size(expert_axis) if expert_axis else lw.moe_gate.shape[0]
+
+    def shard(x_part, w_part, e_part, gate, up, down):
+        first = jax.lax.axis_index(expert_axis) * local_count if expert_axis else 0
+        out = routed_experts(x_part, w_part, e_part, gate, up, down, first, cfg.activation)
+        return jax.lax.psum(out, summed) if summed else out
+
+    in_specs = (row_spec, rows_only, rows_only, gate_spec, gate_spec, down_spec)
+    return shard_map(shard, layout, in_specs, rows_only)(x2, weights, experts, lw.moe_gate, lw.moe_up, lw.moe_down)
+
+
+def moe_decoder_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: MoELayerWeights, layer: int, positions: jax.Array,
+    rope: RopeTables,
+) -> tuple[jax.Array, Any]:
+    """One pre-norm block: attention over the cache, then the routed experts."""
+    layout = cache.layout
+    h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps)
+    out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
+    x = layout.constrain(x + out, HIDDEN)
+    h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
+    return layout.constrain(x + moe_block(h, lw, cfg, layout), HIDDEN), cache
+
+
+def is_dense(lw: Any) -> bool:
+    """Whether a layer of an MoE model runs a dense MLP (Qwen3-MoE's `mlp_only_layers`)."""
+    return isinstance(lw, LayerWeights)

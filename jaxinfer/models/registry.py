@@ -1,0 +1,80 @@
+"""The model registry: HF `architectures` -> the family module that runs it.
+
+A new family is a new module defining `FAMILY` (see `models.family`) and one entry in
+`FAMILIES`. Configs are read here because the family decides what its fields mean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping
+
+from jaxinfer.config.generation import generation_defaults, merge_ids
+from jaxinfer.config.model import REQUIRED_FIELDS, ConfigError, ModelConfig, read_config_json
+from jaxinfer.models.family import Family
+from jaxinfer.models.gemma2 import FAMILY as GEMMA2
+from jaxinfer.models.llama import FAMILY as LLAMA
+from jaxinfer.models.mixtral import FAMILY as MIXTRAL
+from jaxinfer.models.phi3 import FAMILY as PHI3
+from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
+
+FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, MIXTRAL, QWEN3_MOE)
+BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
+SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
+# Architectures users meet that are not run, with what to use instead.
+NOT_SUPPORTED = {
+    "Gemma3ForConditionalGeneration": "the Gemma 3 vision-language model (its vision tower is not supported; "
+                                      "the text-only Gemma3ForCausalLM checkpoints are)",
+    "Phi3VForCausalLM": "Phi-3 vision (its image encoder is not supported; the text-only Phi3ForCausalLM "
+                        "checkpoints are)",
+    "Phi3SmallForCausalLM": "Phi-3-small (block-sparse attention and GeGELU, not Phi3ForCausalLM's layer; "
+                            "Phi-3-mini and -medium are Phi3ForCausalLM)",
+    "PhiMoEForCausalLM": "Phi-3.5-MoE (its sparsemixer routing is not supported; the MoE families are "
+                         "MixtralForCausalLM and Qwen3MoeForCausalLM)",
+    "Qwen2MoeForCausalLM": "Qwen1.5/Qwen2-MoE (shared experts are not supported; Qwen3MoeForCausalLM is)",
+}
+
+
+def _unsupported(arch: str) -> ConfigError:
+    hint = f" ({NOT_SUPPORTED[arch]})" if arch in NOT_SUPPORTED else ""
+    return ConfigError(f"architecture {arch!r} is not supported{hint}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+
+
+def family_for(architecture: str) -> Family:
+    """The family running `architecture`; ConfigError naming the supported ones otherwise."""
+    if architecture not in BY_ARCHITECTURE:
+        raise _unsupported(architecture)
+    return BY_ARCHITECTURE[architecture]
+
+
+def family_of(cfg: ModelConfig) -> Family:
+    """The family of a config."""
+    return family_for(cfg.architecture)
+
+
+def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
+    """Build a ModelConfig from an HF config dict; unsupported features raise ConfigError."""
+    archs = hf.get("architectures") or []
+    if len(archs) != 1:
+        raise ConfigError(
+            f"architectures must name exactly one architecture (got {archs!r}); supported: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    family = family_for(archs[0])
+    missing = [key for key in REQUIRED_FIELDS if hf.get(key) is None]
+    if missing:
+        raise ConfigError(f"no {', '.join(missing)}; an HF config of a {archs[0]} model sets "
+                          f"{', '.join(REQUIRED_FIELDS)}")
+    return family.read_config(hf, archs[0])
+
+
+def load_config(model_dir: str | Path) -> ModelConfig:
+    """Read `config.json` from a model directory (HF or converted), with generation_config's EOS ids."""
+    hf = read_config_json(model_dir)
+    try:
+        cfg = from_hf_config(hf)
+    except ConfigError as err:  # the dict-level message, with the file it came from
+        raise ConfigError(f"{Path(model_dir) / 'config.json'}: {err}") from None
+    eos = merge_ids(cfg.eos_token_ids, generation_defaults(model_dir).eos_token_ids)
+    return dataclasses.replace(cfg, eos_token_ids=eos)

@@ -1,0 +1,126 @@
+"""Rotary position embeddings: frequency tables (default, linear, llama3, LongRoPE) and their use.
+
+Tables are computed once per forward for each distinct (theta, scaling) the layers use:
+Gemma 3's sliding layers have their own base, so a forward may hold two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxinfer.config.model import ModelConfig, RopeScaling
+
+CosSin = tuple[jax.Array, jax.Array]  # each [B, T, rotated dims], float32
+
+
+def rope_inv_freq(dims: int, theta: float, scaling: RopeScaling) -> np.ndarray:
+    """Inverse rotary frequencies [dims // 2] (float32) for `dims` rotated head dims."""
+    exponents = np.arange(0, dims, 2, dtype=np.int64).astype(np.float32) / np.float32(dims)
+    base = np.float32(theta) ** exponents
+    if scaling.rope_type == "longrope":
+        factors = scaling.long_factor if scaling.long else scaling.short_factor
+        return (1.0 / (np.asarray(factors, np.float32) * base)).astype(np.float32)
+    inv_freq = (1.0 / base).astype(np.float32)
+    if scaling.rope_type == "linear":
+        return (inv_freq / np.float32(scaling.factor)).astype(np.float32)
+    if scaling.rope_type == "llama3":
+        return _llama3_inv_freq(inv_freq, scaling)
+    return inv_freq
+
+
+def _llama3_inv_freq(inv_freq: np.ndarray, s: RopeScaling) -> np.ndarray:
+    """Llama 3.1 frequency scaling: long wavelengths slowed by `factor`, a smooth band between."""
+    low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return np.where(is_medium, smoothed, scaled).astype(np.float32)
+
+
+def attention_factor(scaling: RopeScaling) -> float:
+    """The factor cos and sin are multiplied by (LongRoPE's magnitude correction; 1 otherwise)."""
+    if scaling.rope_type != "longrope":
+        return 1.0
+    if scaling.attention_factor is not None:
+        return float(scaling.attention_factor)
+    if scaling.factor <= 1.0:
+        return 1.0
+    return math.sqrt(1 + math.log(scaling.factor) / math.log(scaling.original_max_position_embeddings))
+
+
+def cos_sin(positions: jax.Array, dims: int, theta: float, scaling: RopeScaling) -> CosSin:
+    """cos, sin tables [*positions.shape, dims] in float32 for the given integer positions."""
+    inv_freq = jnp.asarray(rope_inv_freq(dims, theta, scaling))
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    factor = attention_factor(scaling)
+    if factor == 1.0:
+        return jnp.cos(emb), jnp.sin(emb)
+    return jnp.cos(emb) * np.float32(factor), jnp.sin(emb) * np.float32(factor)
+
+
+def rope_cos_sin(positions: jax.Array, cfg: ModelConfig) -> CosSin:
+    """The global layers' tables (every layer's, for families with one rope)."""
+    return cos_sin(positions, cfg.rotated_dims, cfg.rope_theta, cfg.rope_scaling)
+
+
+def layer_rope(cfg: ModelConfig, layer: int) -> tuple[float, RopeScaling]:
+    """(theta, scaling) of one layer: Gemma 3's sliding layers use their own base without scaling."""
+    if cfg.local_rope_theta is not None and cfg.layer_windows[layer]:
+        return cfg.local_rope_theta, RopeScaling()
+    return cfg.rope_theta, cfg.rope_scaling
+
+
+class RopeTables:
+    """The tables of one forward, computed on first use per distinct (theta, scaling)."""
+
+    def __init__(self, positions: jax.Array, cfg: ModelConfig):
+        self._positions, self._cfg = positions, cfg
+        self._tables: dict[tuple[float, RopeScaling], CosSin] = {}
+
+    def for_layer(self, layer: int) -> CosSin:
+        """cos, sin for `layer`'s queries and keys."""
+        key = layer_rope(self._cfg, layer)
+        if key not in self._tables:
+            self._tables[key] = cos_sin(self._positions, self._cfg.rotated_dims, *key)
+        return self._tables[key]
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate the leading cos.shape[-1] dims of x [B, T, heads, head_dim] (HF's rotate-half layout).
+
+    The remaining dims pass through (partial rotary embeddings).
+    """
+    dims = cos.shape[-1]
+    cos = cos[:, :, None, :].astype(x.dtype)
+    sin = sin[:, :, None, :].astype(x.dtype)
+    rot, rest = (x, None) if dims == x.shape[-1] else (x[..., :dims], x[..., dims:])
+    half = dims // 2
+    rotated = jnp.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)
+    out = rot * cos + rotated * sin
+    return out if rest is None else jnp.concatenate([out, rest], axis=-1)
+
+
+def for_context(cfg: ModelConfig, max_seq_len: int) -> ModelConfig:
+    """cfg for a model serving up to max_seq_len tokens: LongRoPE takes its long factors past the
+    original context.
+
+    transformers switches per call on the current length, so keys cached with the short factors
+    would meet queries rotated with the long ones; deciding once per served context (as vLLM
+    does) keeps a sequence's positions consistent and outputs independent of the batch.
+    """
+    scaling = cfg.rope_scaling
+    if scaling.rope_type != "longrope":
+        return cfg
+    long = max_seq_len > scaling.original_max_position_embeddings
+    return dataclasses.replace(cfg, rope_scaling=dataclasses.replace(scaling, long=long))

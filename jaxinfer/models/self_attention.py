@@ -1,0 +1,90 @@
+"""The self-attention block shared by every family: q/k/v projections, biases, q/k norms, rotary
+embeddings, the cache write, attention over the cache and the output projection.
+
+Layer weights are duck-typed: any dataclass with the fields `wq wk wv wo` and the optional
+`bq bk bv bo q_norm k_norm` (None when the family has none).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.attention import attend
+from jaxinfer.models.family import HFLeaf
+from jaxinfer.models.layers import linear, linears
+from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.rope import CosSin, apply_rope
+from jaxinfer.parallel.array_info import ArrayInfo
+
+# Logical axes of activations; the rules table maps them like the weights' (see sharding.py).
+HIDDEN = ("batch", "tokens", "embed")  # [B, T, D]
+Q_HEADS = ("batch", "tokens", "q_heads", "head_dim")  # [B, T, H, K]
+KV_HEADS = ("batch", "tokens", "kv_heads", "head_dim")  # [B, T, KV, K]
+
+
+def project_qkv(x: jax.Array, lw: Any, cfg: ModelConfig, rope: CosSin, layout: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """q [B,T,H,K], k/v [B,T,KV,K] with biases, q/k norms and rotary embeddings applied."""
+    q, k, v = linears(x, [lw.wq, lw.wk, lw.wv])
+    q, k, v = layout.constrain(q, Q_HEADS), layout.constrain(k, KV_HEADS), layout.constrain(v, KV_HEADS)
+    if lw.bq is not None:
+        q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
+    if lw.q_norm is not None:
+        q = rms_norm(q, lw.q_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+        k = rms_norm(k, lw.k_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+    cos, sin = rope
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def self_attention(
+    cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: CosSin
+) -> tuple[jax.Array, Any]:
+    """Attention of the normed input h [B,T,D] over the cache (after writing this step's K/V): [B,T,D]."""
+    layout = cache.layout
+    q, k, v = project_qkv(h, lw, cfg, rope, layout)
+    cache = cache.write(layer, k, v, positions)
+    window = cfg.layer_windows[layer]
+    attn = attend(q, cache, layer, positions, window, scale=cfg.attn_scale, soft_cap=cfg.attn_soft_cap)
+    out = linear(layout.constrain(attn, Q_HEADS), lw.wo, contract=2)
+    return (out if lw.bo is None else out + lw.bo), cache
+
+
+def attention_leaves(cfg: ModelConfig) -> dict[str, ArrayInfo | None]:
+    """The attention fields of a layer as ArrayInfos (None where the config has no such leaf)."""
+    D, H, KV, K = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    norm = 0.0 if cfg.norm_weight_offset else 1.0
+    return dict(
+        wq=ArrayInfo((D, H, K), ("embed", "q_heads", "head_dim")),
+        wk=ArrayInfo((D, KV, K), ("embed", "kv_heads", "head_dim")),
+        wv=ArrayInfo((D, KV, K), ("embed", "kv_heads", "head_dim")),
+        wo=ArrayInfo((H, K, D), ("q_heads", "head_dim", "embed")),
+        bq=ArrayInfo((H, K), ("q_heads", "head_dim")) if cfg.qkv_bias else None,
+        bk=ArrayInfo((KV, K), ("kv_heads", "head_dim")) if cfg.qkv_bias else None,
+        bv=ArrayInfo((KV, K), ("kv_heads", "head_dim")) if cfg.qkv_bias else None,
+        bo=ArrayInfo((D,), ("embed",)) if cfg.o_bias else None,
+        q_norm=ArrayInfo((K,), ("head_dim",), init_value=norm) if cfg.qk_norm else None,
+        k_norm=ArrayInfo((K,), ("head_dim",), init_value=norm) if cfg.qk_norm else None,
+    )
+
+
+def attention_hf_leaves(cfg: ModelConfig, prefix: str = "model.layers.{i}.self_attn.") -> dict[str, HFLeaf]:
+    """Where the attention fields live in a checkpoint with separate q/k/v projections."""
+    H, KV, K, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size
+    leaves = {
+        "wq": HFLeaf(prefix + "q_proj.weight", "in_heads", (H * K, D), H, K),
+        "wk": HFLeaf(prefix + "k_proj.weight", "in_heads", (KV * K, D), KV, K),
+        "wv": HFLeaf(prefix + "v_proj.weight", "in_heads", (KV * K, D), KV, K),
+        "wo": HFLeaf(prefix + "o_proj.weight", "out_heads", (D, H * K), H, K),
+    }
+    if cfg.qkv_bias:
+        leaves["bq"] = HFLeaf(prefix + "q_proj.bias", "bias_heads", (H * K,), H, K)
+        leaves["bk"] = HFLeaf(prefix + "k_proj.bias", "bias_heads", (KV * K,), KV, K)
+        leaves["bv"] = HFLeaf(prefix + "v_proj.bias", "bias_heads", (KV * K,), KV, K)
+    if cfg.o_bias:
+        leaves["bo"] = HFLeaf(prefix + "o_proj.bias", "same", (D,))
+    if cfg.qk_norm:
+        leaves["q_norm"] = HFLeaf(prefix + "q_norm.weight", "same", (K,))
+        leaves["k_norm"] = HFLeaf(prefix + "k_norm.weight", "same", (K,))
+    return leaves

@@ -1,0 +1,214 @@
+"""Whole-tree transforms of a model's weights: quantize, pack for the CPU kernels, join projections.
+
+Every family's layer dataclass names its projections (`PROJECTIONS`: field -> axes contracted
+with the activations) and the groups that read the same input (`JOINED`); the transforms here
+touch those fields only, so they serve every family. Fields that are None are skipped (a
+family without biases, a joined tree's later parts, an MoE layer's dense MLP).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+
+from jaxinfer.kernels.cpu import PackedWeight, pack_weight, packing_applies, unpack_weight
+from jaxinfer.models.decoder import Weights
+from jaxinfer.models.joined_weight import JoinedWeight, join, joinable, split
+from jaxinfer.models.layers import Weight
+from jaxinfer.models.row_table import RowTable, as_row_table, full_table
+from jaxinfer.parallel.sharding import Layout
+from jaxinfer.quantization import quantized_weight
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
+
+
+def projections(lw: Any) -> dict[str, int]:
+    """The layer's projection fields that are present: name -> axes contracted with the input."""
+    return {name: c for name, c in type(lw).PROJECTIONS.items() if getattr(lw, name) is not None}
+
+
+def map_projections(weights: Weights, fn: Callable[[Weight, int, str], Weight]) -> Weights:
+    """weights with each present projection replaced by fn(leaf, contract, "layers.i.name")."""
+    layers = [
+        dataclasses.replace(lw, **{name: fn(getattr(lw, name), c, f"layers.{i}.{name}")
+                                   for name, c in projections(lw).items()})
+        for i, lw in enumerate(weights.layers)
+    ]
+    return dataclasses.replace(weights, layers=layers)
+
+
+def quantize_weights(weights: Weights, mode: str | None, group: int = quantized_weight.DEFAULT_GROUP) -> Weights:
+    """The projections quantized to `mode` (embedding, head and norms as they are); None: `weights` unchanged.
+
+    A tree already quantized (a converted checkpoint) is returned as it is when the mode and
+    group match, and refused otherwise: quantizing quantized values again would lose accuracy.
+    """
+    if mode is None:
+        return weights
+    quantized_weight.check_mode(mode, group)
+    first = weights.layers[0].wq
+    if isinstance(first, QuantizedWeight):
+        if (first.mode, first.group) != (mode, group if mode == "int4" else 0):
+            raise ValueError(f"quantization={mode!r} (group {group}), but these weights are stored as "
+                             f"{first.mode!r} (group {first.group}); load them with quantization=None")
+        return weights
+    return map_projections(weights, lambda w, c, name: quantized_weight.quantize(w, c, mode, group, name))
+
+
+def quantize_head(weights: Weights, mode: str, group: int, layout: Layout) -> Weights:
+    """The output head quantized to `mode` like the projections; a tied head gets a quantized copy
+    of the embedding's transpose (the lookup keeps the embedding as it is).
+
+    Small models with large vocabularies spend a fifth or more of each decode step reading the
+    head (SmolLM-135M: 28M of 135M parameters), so quantizing only the projections leaves that.
+    """
+    if isinstance(weights.lm_head, QuantizedWeight):
+        return weights
+    head = weights.embed.T if weights.lm_head is None else weights.lm_head
+    q = quantized_weight.quantize(head, 1, mode, group, "lm_head")
+    return dataclasses.replace(weights, lm_head=quantized_weight.shard_quantized(q, ("embed", "vocab"), layout))
+
+
+def _pack_leaf(w: Weight, contract: int, name: str = "") -> Weight:
+    """One projection in the CPU kernel's layout: quantized tiles, packed bf16, or as it is."""
+    if isinstance(w, QuantizedWeight):
+        return quantized_weight.tile(w)
+    if isinstance(w, PackedWeight) or not packing_applies(w.dtype):
+        return w
+    return pack_weight(w, contract)
+
+
+def _in_kernel_layout(w: Weight | None) -> bool:
+    return isinstance(w, PackedWeight) or (isinstance(w, QuantizedWeight) and w.tiled)
+
+
+def _unpack_leaf(w: Weight, contract: int = 0, name: str = "") -> Weight:
+    """`_pack_leaf` undone (a copy of a packed leaf)."""
+    if isinstance(w, QuantizedWeight):
+        return quantized_weight.untile(w)
+    return unpack_weight(w) if isinstance(w, PackedWeight) else w
+
+
+def pack_for_cpu(weights: Weights) -> Weights:
+    """The projections in the CPU kernel's layouts (bf16 packed, int8/int4 tiled), others as they are.
+
+    For running only, when the CPU kernels are on: a packed tree is not the model's pytree
+    (`unpack_for_cpu` gives that back). With bf16 weights the embedding is kept as its bits for
+    the lookup (see row_table) and the output head is packed (a tied head gets a packed copy of
+    the embedding's transpose: vocab x hidden more bf16 values), read at the kernel's speed; a
+    quantized head (`quantize_head`) is tiled instead.
+    """
+    weights = map_projections(weights, _pack_leaf)
+    lm_head, embed = weights.lm_head, weights.embed
+    if lm_head is not None or packing_applies(embed.dtype):
+        lm_head = _pack_leaf(embed.T if lm_head is None else lm_head, 1)
+    if packing_applies(embed.dtype):  # the head is in a kernel layout then: the table only serves lookups
+        embed = as_row_table(embed)
+    return dataclasses.replace(weights, embed=embed, lm_head=lm_head)
+
+
+def join_projections(weights: Weights, release: bool = False) -> Weights:
+    """Each layer's `JOINED` groups (q/k/v, gate/up) as one `JoinedWeight` (in the first field, the
+    others None) where joinable.
+
+    For running on one device off the CPU kernels' path; `split_projections` gives the model's
+    tree back. release: free the parts as they are joined (a tree nothing else holds).
+    """
+
+    def joined(lw: Any) -> Any:
+        fields = {}
+        for names in type(lw).JOINED:
+            parts = [getattr(lw, name) for name in names]
+            if all(p is not None for p in parts) and joinable(parts):
+                fields.update({names[0]: join(parts, release), **{name: None for name in names[1:]}})
+        return dataclasses.replace(lw, **fields)
+
+    return dataclasses.replace(weights, layers=[joined(lw) for lw in weights.layers])
+
+
+def split_projections(weights: Weights) -> Weights:
+    """`join_projections` undone (copies of the parts); a tree with nothing joined as it is."""
+
+    def split_layer(lw: Any) -> Any:
+        fields = {}
+        for names in type(lw).JOINED:
+            if isinstance(first := getattr(lw, names[0]), JoinedWeight):
+                fields.update(zip(names, split(first)))
+        return dataclasses.replace(lw, **fields)
+
+    return dataclasses.replace(weights, layers=[split_layer(lw) for lw in weights.layers])
+
+
+def mark_for_gpu_kernel(weights: Weights, interpret: bool = False) -> Weights:
+    """Quantized projections (joined ones too) and head marked for the Triton decode kernel where it
+    takes them (others as they are)."""
+
+    def mark(w: Weight | None, contract: int = 0, name: str = "") -> Weight | None:
+        if isinstance(w, JoinedWeight):
+            return dataclasses.replace(w, weight=mark(w.weight))
+        return quantized_weight.for_gpu_kernel(w, interpret) if isinstance(w, QuantizedWeight) else w
+
+    return dataclasses.replace(map_projections(weights, mark), lm_head=mark(weights.lm_head))
+
+
+def _expert_fields(lw: Any) -> tuple[str, ...]:
+    return getattr(type(lw), "EXPERTS", ())
+
+
+def widen_experts(weights: Weights) -> Weights:
+    """16-bit expert weights as float32, for running on CPU.
+
+    XLA:CPU float-normalises a bf16 slice of the experts: it converted every expert's weights to
+    float32 before the tile loop on each call (all experts' bytes, a dense pass), and bf16 slices
+    bitcast from 16-bit integers inside the loop read at ~0.1-1 GB/s. Float32 experts are sliced
+    and multiplied at memory speed, for twice their bytes.
+    """
+    def widen(lw: Any) -> Any:
+        fields = {name: getattr(lw, name) for name in _expert_fields(lw)}
+        return dataclasses.replace(lw, **{name: w.astype(jax.numpy.float32) for name, w in fields.items()
+                                          if w.dtype.itemsize == 2})
+
+    return dataclasses.replace(weights, layers=[widen(lw) for lw in weights.layers])
+
+
+def narrow_experts(weights: Weights) -> Weights:
+    """`widen_experts` undone: experts back in the dtype of the other weights (their norms')."""
+    def narrow(lw: Any) -> Any:
+        dtype = lw.attn_norm.dtype
+        return dataclasses.replace(lw, **{name: getattr(lw, name).astype(dtype) for name in _expert_fields(lw)
+                                          if getattr(lw, name).dtype != dtype})
+
+    return dataclasses.replace(weights, layers=[narrow(lw) for lw in weights.layers])
+
+
+def weights_to_run(weights: Weights, cpu_kernels: bool, quantized_kernel: bool, layout: Layout) -> Weights:
+    """What runs (consumes `weights`): bf16 projections packed for the CPU kernels; on one device
+    q/k/v and gate/up joined where not packed (see joined_weight); quantized ones marked for the GPU's
+    kernel; 16-bit experts widened on CPU (see widen_experts)."""
+    if jax.default_backend() == "cpu":
+        weights = widen_experts(weights)
+    if cpu_kernels:
+        weights = pack_for_cpu(weights)
+    if layout.size == 1:
+        weights = join_projections(weights, release=True)
+    if quantized_kernel:
+        weights = mark_for_gpu_kernel(weights, interpret=jax.default_backend() != "gpu")
+    return weights
+
+
+def unpack_for_cpu(packed: Weights, tied: bool) -> Weights:
+    """The model's weights back from `pack_for_cpu`'s tree (a copy of each packed leaf); others as they are.
+
+    A tied model's running head (a packed or quantized copy of the embedding) is dropped; joined
+    projections are split.
+    """
+    packed = narrow_experts(split_projections(packed))
+    packed_any = isinstance(packed.embed, RowTable) or any(
+        _in_kernel_layout(w) for w in (packed.layers[0].wq, packed.lm_head)
+    )
+    if not packed_any:  # nothing was packed: the tree itself, no copy
+        return dataclasses.replace(packed, lm_head=None) if tied and packed.lm_head is not None else packed
+    unpacked = map_projections(packed, _unpack_leaf)
+    lm_head = None if tied else _unpack_leaf(packed.lm_head)
+    return dataclasses.replace(unpacked, embed=full_table(packed.embed), lm_head=lm_head)

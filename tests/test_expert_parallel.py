@@ -1,0 +1,49 @@
+"""Expert parallelism (ep, with and without tp) on fake CPU devices, against the unsharded run.
+
+The sharded runs happen in a subprocess (`jax_num_cpu_devices` must be set before jax starts);
+it prints JSON that the test checks here.
+"""
+
+from __future__ import annotations
+
+import json
+
+from python_subprocess import run_python
+
+FAKE_DEVICES = 'import jax\njax.config.update("jax_num_cpu_devices", 4)\n'
+SCRIPT = """
+import json
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.parallel.sharding import shard_shapes
+
+prompts = [[1, 5, 9, 33, 7, 81, 4, 4, 80, 17, 23, 99, 100, 3, 5, 9, 33, 7, 81, 4], [1, 4, 4, 80]]
+params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+out = {}
+for name, model, meshes in runs:
+    for tp, ep in meshes:
+        llm = LLM(model, dtype="float32", max_seq_len=64, max_num_seqs=2, tensor_parallel_size=tp,
+                  expert_parallel_size=ep)
+        layer = llm.weights.layers[-1]
+        out[f"{name} {tp}x{ep}"] = dict(
+            tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
+            gate=shard_shapes(layer.moe_gate), down=shard_shapes(layer.moe_down), wq=shard_shapes(layer.wq),
+        )
+print(json.dumps(out))
+"""
+
+
+def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
+    meshes = [(1, 1), (2, 1), (1, 2), (2, 2)]
+    # Qwen3-MoE's layer 0 is dense (mlp_only_layers): a Llama layer inside the expert-parallel model.
+    runs = [(name, str(checkpoint_dir(name)), meshes) for name in ("mixtral", "qwen3_moe")]
+    header = f"runs = {runs!r}\n"
+    out = json.loads(run_python(FAKE_DEVICES + header + SCRIPT, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
+    for name, _, sizes in runs:
+        reference = out[f"{name} 1x1"]["tokens"]
+        for tp, ep in sizes:
+            run = out[f"{name} {tp}x{ep}"]
+            assert run["tokens"] == reference, (name, tp, ep)
+            # 4 experts [E, D=64, F=32]: split by ep on experts and by tp on each expert's hidden units.
+            assert run["gate"] == [[4 // ep, 64, 32 // tp]] * (tp * ep), (name, tp, ep, run["gate"])
+            assert run["down"] == [[4 // ep, 32 // tp, 64]] * (tp * ep)
+            assert [shape[1] for shape in run["wq"]] == [4 // tp] * (tp * ep)  # heads: tp only, replicated over ep

@@ -1,0 +1,87 @@
+"""The families beyond Llama through the engine: prefix caching on and off, speculative decoding with
+one as the target, LongRoPE past the original context, quantization and convert. (HF parity of each family's logits and greedy tokens is
+test_hf_parity's; expert parallelism is test_expert_parallel's.)"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from hf_models import make_hf_model, save_hf_model
+
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig, save_converted
+
+FAMILIES = ["gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe"]
+PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
+# Two prompts sharing 20 tokens (a full page of 16), both longer than the sliding windows (8, 16).
+SHARED = PROMPT[:20]
+PROMPTS = [SHARED + PROMPT[40:44], SHARED + PROMPT[50:58]]
+GREEDY = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
+
+
+@functools.cache
+def hf_greedy(name: str, prompt: tuple[int, ...]) -> list[int]:
+    """HF's 32 greedy tokens after `prompt`."""
+    with torch.no_grad():
+        out = make_hf_model(name).generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False,
+                                           eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def _relative_error(got: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.abs(got - expected).max() / np.abs(expected).max())
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
+def test_engine_greedy_matches_hf_with_shared_prefixes(checkpoint_dir, name, prefix_caching):
+    """32 greedy tokens for two calls over prompts sharing a page (the second call hits the cache when it
+    is on): with the native CPU kernels where they build and caching on, on XLA's path with it off.
+    (test_hf_parity leaves these families' greedy tokens to this test.)"""
+    llm = LLM(checkpoint_dir(name), dtype="float32", max_seq_len=128, enable_prefix_caching=prefix_caching,
+              cpu_kernels=None if prefix_caching else False)
+    expected = [hf_greedy(name, tuple(p)) for p in PROMPTS]
+    for _ in range(2):
+        assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected, name
+    hits = llm.metrics().get("prefix_cache_hits", 0)
+    assert (hits > 0) == prefix_caching, hits
+
+
+@pytest.mark.parametrize("name", ["gemma2", "mixtral"])  # sliding windows and soft caps; routed experts
+def test_speculative_target_keeps_hf_greedy_tokens(checkpoint_dir, name):
+    """Prompt lookup drafting for the family in the engine's verify steps: HF's greedy tokens, drafts proposed."""
+    loop = [21, 22, 23, 24, 25, 26] * 4  # prompt lookup finds runs to copy here
+    prompts = [loop, PROMPTS[0]]
+    llm = LLM(checkpoint_dir(name), dtype="float32", max_seq_len=128,
+              speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False))
+    outs = llm.generate(prompts, GREEDY)
+    assert [o.outputs[0].token_ids for o in outs] == [hf_greedy(name, tuple(p)) for p in prompts], name
+    assert llm.metrics()["spec_decode_num_draft_tokens"] > 0
+
+
+def test_phi3_long_context_rope_and_partial_rotary_match_hf(tmp_path):
+    """Served past the original context, LongRoPE takes its long factors, as HF does for a prompt that long."""
+    overrides = dict(original_max_position_embeddings=32, partial_rotary_factor=0.5,
+                     rope_scaling=dict(type="longrope", short_factor=[1.0] * 24,
+                                       long_factor=[1.0 + i / 4 for i in range(24)]))
+    path = save_hf_model("phi3", tmp_path, **overrides)
+    with torch.no_grad():  # 64 tokens > 32: HF rotates every position with the long factors
+        expected = make_hf_model("phi3", **overrides)(torch.tensor([PROMPT])).logits[0].numpy()
+    llm = LLM(path, dtype="float32", max_seq_len=128, cpu_kernels=False)
+    assert llm.config.rope_scaling.long and llm.config.rotated_dims == 48
+    assert _relative_error(llm.logits(PROMPT), expected) <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["gemma2", "mixtral"])  # a sandwich-norm layer; an MoE layer (experts unquantized)
+def test_int8_quantized_model_converts_and_restores_identically(checkpoint_dir, name, tmp_path):
+    """int8 projections stay close to float32; the converted checkpoint gives the same logits."""
+    path = checkpoint_dir(name)
+    with torch.no_grad():
+        expected = make_hf_model(name)(torch.tensor([PROMPT])).logits[0].numpy()
+    llm = LLM(path, dtype="float32", max_seq_len=128, quantization="int8")
+    logits = llm.logits(PROMPT)
+    assert _relative_error(logits, expected) < 0.05, name
+    out = save_converted(llm.weights, path, tmp_path / "converted")
+    np.testing.assert_array_equal(LLM(out, max_seq_len=128).logits(PROMPT), logits)

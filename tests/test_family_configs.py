@@ -1,0 +1,107 @@
+"""Config reading of the families beyond Llama, and the registry's errors (no model is run here)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from jaxinfer import ConfigError, from_hf_config
+from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES
+from jaxinfer.models.rope import attention_factor, for_context
+
+BASE = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=6, num_attention_heads=2,
+            head_dim=8)
+
+
+def test_unsupported_architecture_names_the_supported_ones():
+    with pytest.raises(ConfigError, match="'FalconForCausalLM' is not supported; supported: LlamaForCausalLM"):
+        from_hf_config({**BASE, "architectures": ["FalconForCausalLM"]})
+    with pytest.raises(ConfigError, match="vision tower is not supported.*Gemma3ForCausalLM"):
+        from_hf_config({**BASE, "architectures": ["Gemma3ForConditionalGeneration"]})
+    with pytest.raises(ConfigError, match="Qwen2MoeForCausalLM.*shared experts.*supported: LlamaForCausalLM"):
+        from_hf_config({**BASE, "architectures": ["Qwen2MoeForCausalLM"]})
+    assert {"Gemma2ForCausalLM", "Gemma3ForCausalLM"} <= set(SUPPORTED_ARCHITECTURES)
+
+
+def test_gemma2_defaults_follow_transformers():
+    cfg = from_hf_config({**BASE, "architectures": ["Gemma2ForCausalLM"], "sliding_window": 4})
+    assert cfg.layer_windows == (4, 0, 4, 0, 4, 0)  # every other layer global, the first sliding
+    assert (cfg.attn_soft_cap, cfg.final_soft_cap) == (50.0, 30.0)
+    assert cfg.attn_scale == 256**-0.5 and cfg.tie_word_embeddings and cfg.norm_weight_offset == 1.0
+    assert not cfg.qk_norm and cfg.local_rope_theta is None
+
+
+def test_gemma3_transformers4_layout():
+    cfg = from_hf_config({
+        **BASE, "architectures": ["Gemma3ForCausalLM"], "sliding_window": 4, "sliding_window_pattern": 3,
+        "rope_theta": 1e6, "rope_local_base_freq": 1e4, "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "query_pre_attn_scalar": 64, "final_logit_softcapping": None,
+    })
+    assert cfg.layer_windows == (4, 4, 0, 4, 4, 0)
+    assert (cfg.rope_theta, cfg.local_rope_theta) == (1e6, 1e4)
+    assert (cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == ("linear", 8.0)
+    assert cfg.qk_norm and cfg.attn_soft_cap is None and cfg.final_soft_cap is None and cfg.attn_scale == 1 / 8
+
+
+def test_gemma3_transformers5_rope_per_layer_type():
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}}
+    cfg = from_hf_config({**BASE, "architectures": ["Gemma3ForCausalLM"], "rope_parameters": rope,
+                          "layer_types": ["sliding_attention", "full_attention"] * 3})
+    assert (cfg.rope_theta, cfg.local_rope_theta, cfg.rope_scaling.factor) == (500.0, 10.0, 2.0)
+    assert cfg.layer_windows == (4096, 0) * 3
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
+        (dict(sliding_window_pattern=0), "sliding_window_pattern 0 must be >= 1"),
+        (dict(rope_parameters={"sliding_attention": {"rope_type": "linear", "factor": 2.0}}),
+         "sliding layers' rope"),
+    ],
+)
+def test_gemma3_configs_that_cannot_run_are_rejected(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**BASE, "architectures": ["Gemma3ForCausalLM"], **fields})
+
+
+PHI3 = {**BASE, "architectures": ["Phi3ForCausalLM"], "max_position_embeddings": 1024,
+        "original_max_position_embeddings": 256}
+
+
+def test_phi3_longrope_reads_su_and_picks_factors_by_served_context():
+    rope = {"type": "su", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}
+    cfg = from_hf_config({**PHI3, "rope_scaling": rope})
+    s = cfg.rope_scaling
+    assert (s.rope_type, s.factor, s.original_max_position_embeddings) == ("longrope", 4.0, 256)
+    assert not s.long and for_context(cfg, 256).rope_scaling == s  # within the original context: short
+    assert for_context(cfg, 257).rope_scaling.long
+    assert attention_factor(s) == pytest.approx((1 + math.log(4) / math.log(256)) ** 0.5)
+
+
+def test_phi3_partial_rotary_factor():
+    cfg = from_hf_config({**PHI3, "partial_rotary_factor": 0.5})
+    assert (cfg.rotated_dims, cfg.head_dim) == (4, 8)
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(rope_scaling={"type": "longrope", "short_factor": [1.0] * 3, "long_factor": [1.0] * 4}),
+         "short_factor has 3 entries; LongRoPE needs one per rotated frequency: 4"),
+        (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "'llama3' is not supported for Phi3ForCausalLM"),
+        (dict(partial_rotary_factor=0.375), "partial_rotary_factor 0.375 must be in"),
+        (dict(attention_bias=True), "attention_bias=True is not supported"),
+    ],
+)
+def test_phi3_configs_that_cannot_run_are_rejected(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**PHI3, **fields})
+
+
+def test_longrope_is_refused_outside_phi3():
+    rope = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}
+    with pytest.raises(ConfigError, match="'longrope' is read for Phi3ForCausalLM only"):
+        from_hf_config({**BASE, "architectures": ["LlamaForCausalLM"], "rope_scaling": rope})
