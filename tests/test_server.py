@@ -534,6 +534,7 @@ def test_jaxinfer_serve_command(text_model_dir):
         per_pos = [metrics[f'jaxinfer:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}'] for i in range(2)]
         assert per_pos[0] >= per_pos[1]  # a draft token is accepted only after every one before it
         assert sum(per_pos) == metrics["jaxinfer:spec_decode_num_accepted_tokens_total"] > 0
+        assert 'jaxinfer:fallback_active{optimization="speculation"}' in metrics  # its own switch, shown
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -9,6 +9,7 @@ through it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -282,6 +283,16 @@ class LLM:
         self._static = None if self.speculative is None else StaticBatchGenerator(
             self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_num_seqs, self.cache_spec,
             self.speculative, self._decode,
+        )
+
+    def plain_engine(self, num_pages: int | None = None) -> LLMEngine:
+        """A second engine on these very weights (not a copy) with no speculation and no prefix caching,
+        and a page pool of its own (num_pages; None: the primary's knobs decide): the server's shadow
+        reference when the served configuration differs from it only losslessly."""
+        config = dataclasses.replace(self.engine.config, enable_prefix_caching=False, num_pages=num_pages)
+        return LLMEngine(
+            self._run_weights, self.config, self.tokenizer, config, self.dtype, self.cache_spec,
+            model_identity(self.model_dir, self.dtype), self.default_params,
         )
 
     @property

@@ -14,9 +14,10 @@ from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.entrypoints.openai.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
 from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_completion
 from jaxinfer.entrypoints.openai.errors import APIError, RequestGuard, install_handlers
-from jaxinfer.entrypoints.openai.metrics import engine_registry, metrics_text
+from jaxinfer.entrypoints.openai.metrics import FallbackCollector, engine_registry, metrics_text
 from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
 from jaxinfer.entrypoints.openai.serving import ServerState
+from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt that fits the context
 
@@ -30,26 +31,40 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
-def build_app(llm: Any, config: ServerConfig) -> FastAPI:
-    """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings."""
+def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None) -> FastAPI:
+    """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings;
+    with `shadow`, requests go through it (fallback, and shadow validation shown at /debug/shadow)."""
     engine = llm.engine
     state = ServerState(
-        AsyncLLMEngine(engine), llm.tokenizer, config.model_name, engine.config.max_seq_len,
+        shadow or AsyncLLMEngine(engine), llm.tokenizer, config.model_name, engine.config.max_seq_len,
         engine.model_config.vocab_size, llm.default_params,
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state
     install_handlers(app)
     app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key)
-    registry = engine_registry(engine.metrics)
+    registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))
     _add_generation_routes(app, state)
     _add_utility_routes(app, state)
+    if shadow is not None and shadow.settings.fraction > 0:
+        @app.get("/debug/shadow")
+        async def debug_shadow() -> JSONResponse:
+            return JSONResponse(shadow.debug())
 
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(metrics_text(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _fallback_collector(llm: Any, shadow: ShadowRouter | None) -> FallbackCollector | None:
+    """The fallback gauges (and shadow metrics): the router's, or speculation's own switch alone."""
+    if shadow is not None:
+        return FallbackCollector(shadow.fallback_states, shadow.stats.snapshot if shadow.settings.fraction > 0 else None)
+    if llm.engine.speculator is None and llm.speculative is None:
+        return None
+    return FallbackCollector(lambda: {"speculation": speculation_fallback(llm)})
 
 
 def _add_generation_routes(app: FastAPI, state: ServerState) -> None:

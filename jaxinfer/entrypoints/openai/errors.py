@@ -14,6 +14,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jaxinfer.entrypoints.openai.protocol import UNKNOWN_FIELD
 
+GUARDED_PATHS = ("/v1", "/debug")  # what the API key protects (/health and /metrics stay open)
+
 
 class APIError(Exception):
     """An error to return as `{"error": {...}}` with an HTTP status."""
@@ -77,7 +79,7 @@ class RequestGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if self.api_key is not None and scope["path"].startswith("/v1") and not self._authorized(scope):
+        if self.api_key is not None and scope["path"].startswith(GUARDED_PATHS) and not self._authorized(scope):
             return await _send_error(send, APIError("invalid or missing API key", 401, kind="authentication_error"))
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:

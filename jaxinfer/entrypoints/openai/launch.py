@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import threading
@@ -13,6 +14,8 @@ from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, ad
 
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
+    from jaxinfer.entrypoints.openai.shadow import ShadowRouter
+    from jaxinfer.entrypoints.openai.shadow_stats import ShadowSettings
     from jaxinfer.entrypoints.openai.startup import StartingApp
 
 DEFAULT_PORT = 8000
@@ -55,11 +58,46 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        "for eagle: an EAGLE-1 or EAGLE-3 head directory")
     serve.add_argument("--num-speculative-tokens", type=int, default=4,
                        help="drafts per sequence and step at most, 1-32, with --speculative-method (default: %(default)s)")
+    add_shadow_args(serve)
     serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default: %(default)s)")
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                        help="uvicorn's log level; info logs every request (default: %(default)s)")
     serve.set_defaults(run=run_serve)
+
+
+def add_shadow_args(serve: argparse.ArgumentParser) -> None:
+    """Shadow validation and automatic fallback (docs/validation.md)."""
+    serve.add_argument("--shadow-fraction", type=float, default=0.0,
+                       help="fraction of requests also run, after they finish and off their latency path, on a "
+                       "reference configuration and scored against it (/metrics, GET /debug/shadow); 0 turns it "
+                       "off (default: %(default)s)")
+    serve.add_argument("--shadow-config", default="",
+                       help="the reference as LLM key=value pairs over the served settings, which it takes without "
+                       "speculation, quantization, KV quantization or prefix caching (e.g. dtype=bfloat16; "
+                       "default: those alone)")
+    serve.add_argument("--shadow-min-agreement", type=float, default=0.9,
+                       help="a lossy optimization (quantization, kv-cache-dtype, another model or dtype) falls back "
+                       "to the reference when the mean shadow agreement drops below this (default: %(default)s)")
+    serve.add_argument("--shadow-window", type=int, default=16,
+                       help="... over this many recent shadowed requests (default: %(default)s)")
+    serve.add_argument("--no-fallback", action="store_true",
+                       help="measure only: never switch requests to the reference path")
+
+
+def shadow_settings(args: argparse.Namespace) -> ShadowSettings:
+    """The --shadow-* flags as settings (fraction 0: no shadowing); a bad value is a ValueError naming its flag."""
+    from jaxinfer.entrypoints.openai.shadow_stats import ShadowSettings
+
+    settings = ShadowSettings(args.shadow_fraction, {}, args.shadow_min_agreement, args.shadow_window,
+                              not args.no_fallback)
+    if settings.fraction == 0:
+        if args.shadow_config:
+            raise ValueError("--shadow-config names the reference of shadow validation: give --shadow-fraction > 0 too")
+        return settings
+    from jaxinfer.entrypoints.compare.configs import parse_pairs  # loads jax: only when shadowing
+
+    return dataclasses.replace(settings, reference=parse_pairs(args.shadow_config, "--shadow-config"))
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -73,6 +111,7 @@ def _check(args: argparse.Namespace) -> None:
         validation.model_dir(args.speculative_model, "--speculative-model")
     if args.model is not None:  # before the port is bound: a wrong path is one error line, nothing else
         validation.model_dir(args.model, "--model")
+    shadow_settings(args)  # every --shadow-* value, before the port is bound
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -99,9 +138,10 @@ def run_serve(args: argparse.Namespace) -> int:
     starting.say(f"listening on {url}; GET /health answers 503 until the model is ready")
     _terminate_as_interrupt()
     try:
-        llm = _load(args, starting)
+        llm, kwargs = _load(args, starting)
         name = args.served_model_name or llm.model_dir.name
-        starting.ready(build_app(llm, ServerConfig(name, args.api_key, args.max_body_bytes)))
+        shadow = _shadow(llm, kwargs, shadow_settings(args), starting)
+        starting.ready(build_app(llm, ServerConfig(name, args.api_key, args.max_body_bytes), shadow))
         starting.say(f"ready: serving `{name}` at {url}/v1")
         thread.join()
     except KeyboardInterrupt:
@@ -113,8 +153,8 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(args: argparse.Namespace, starting: StartingApp) -> LLM:
-    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`."""
+def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
+    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`; and its kwargs."""
     from jaxinfer import LLM, SpeculativeConfig
 
     speculative = None
@@ -124,19 +164,35 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> LLM:
             num_speculative_tokens=args.num_speculative_tokens,
         )
     starting.phase("loading the model")
-    llm = LLM(
-        args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+    kwargs = dict(
+        model=args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
         decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,
     )
+    llm = LLM(**kwargs)
     if not args.skip_warmup:
         starting.phase("compiling step programs", "once per machine with the compile cache")
         count = llm.engine.warmup(on_program=starting.compiled)
         starting.say(f"{count} step programs ready")
-    return llm
+    return llm, kwargs
+
+
+def _shadow(llm: LLM, kwargs: dict, settings: ShadowSettings, starting: StartingApp) -> ShadowRouter | None:
+    """The router: with shadowing, its reference loaded (on the served weights when it can); without,
+    only for speculation's fallback when the server speculates; else None."""
+    from jaxinfer.entrypoints.openai.shadow import ShadowRouter
+
+    if settings.fraction == 0:
+        return None if kwargs["speculative"] is None else ShadowRouter(llm, kwargs, settings)
+    starting.phase("loading the shadow reference")
+    router = ShadowRouter(llm, kwargs, settings)
+    shared = "the served weights" if router.shares_weights else "a second copy of the model"
+    checked = ", ".join(f"{name} ({kind})" for name, kind in router.optimizations.items()) or "nothing"
+    starting.say(f"shadowing {settings.fraction:g} of requests on {shared}; validating {checked}")
+    return router
 
 
 def _terminate_as_interrupt() -> None:

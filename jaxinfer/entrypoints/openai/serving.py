@@ -81,9 +81,11 @@ async def merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tu
     queue: asyncio.Queue[tuple[int, RequestOutput | None]] = asyncio.Queue()
 
     async def pump(i: int, stream: AsyncIterator[RequestOutput]) -> None:
-        async for delta in stream:
-            queue.put_nowait((i, delta))
-        queue.put_nowait((i, None))
+        try:
+            async for delta in stream:
+                queue.put_nowait((i, delta))
+        finally:  # a stream that raised ends too: its error surfaces below instead of a wait forever
+            queue.put_nowait((i, None))
 
     tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
     try:
