@@ -94,3 +94,13 @@ def test_no_shared_outputs_when_the_cache_holds_none(model):
     stats = [llm.generate([PROMPTS[3]], GREEDY)[0].spec_stats["tokens_per_target_pass"] for _ in range(2)]
     assert stats[1] == stats[0]
     assert llm.engine.speculator.suffix.cache.shared.num_nodes == 1
+
+
+def test_a_disabled_speculator_lets_go_of_the_tries():
+    """The server's fallback disables speculation for good: no request stays referenced by the tries."""
+    from jaxinfer.engine.speculation import Speculator
+
+    speculator = Speculator(SpeculativeConfig(method="suffix"))
+    assert speculator.suffix is not None
+    speculator.disable("shadow disagreement")
+    assert speculator.suffix is None and speculator.plan([], 1) is None
