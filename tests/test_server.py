@@ -509,6 +509,7 @@ def test_jaxinfer_serve_command(text_model_dir):
     base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]
     for flags, field in [(["--api-key", " "], "--api-key"), (["--speculative-method", "draft"], "--speculative-model"),
                          (["--speculative-method", "eagle"], "--speculative-model"),
+                         (["--speculative-method", "suffix", "--speculative-model", "/tmp"], "--speculative-model"),
                          (["--speculative-method", "draft", "--speculative-model", "/nonexistent"], "--speculative-model")]:
         bad = subprocess.run([*base, *flags], env=env, capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and field in bad.stderr, bad.stderr

@@ -80,7 +80,7 @@ class LLMEngine:
         self.verify_chunk = k_max + 1
         # A draft model or head drafts on the device, so one call may run several verify rounds, as
         # a plain call runs several decode steps (prompt lookup drafts on the host: one round).
-        on_device = speculative is not None and speculative.method != "ngram"
+        on_device = speculative is not None and not speculative.drafts_on_host
         self.spec_rounds = max(1, config.decode_steps // 2) if on_device else 1
         # Whether a multi-step call ends at the first finished row (see batch_step.multi_decode):
         # not on a GPU, where each iteration's continue-test is a host round trip.

@@ -83,7 +83,7 @@ def engine_speculation(
 ) -> tuple[SpeculativeConfig | None, EngineDraft | None]:
     """What the engine speculates with: prompt lookup, or the draft model or EAGLE head the static
     loop loaded (one that failed to load leaves the engine plain)."""
-    if config is None or config.method == "ngram":
+    if config is None or config.drafts_on_host:
         return config, None
     proposer = None if static is None else static.proposer
     if isinstance(proposer, DraftModelProposer):
@@ -264,7 +264,7 @@ class LLM:
         `generate` still runs draft-model requests as static batches beside it (the static
         speculative loop); `stream`, the server and everything else speculate in the engine.
         """
-        self._setup_speculative(None if speculative is None or speculative.method == "ngram" else speculative)
+        self._setup_speculative(None if speculative is None or speculative.drafts_on_host else speculative)
         in_engine, draft = engine_speculation(speculative, self.speculative, self._run_weights)
         self.engine = LLMEngine(
             self._run_weights, self.config, self.tokenizer, engine_config, self.dtype, self.cache_spec,
