@@ -14,6 +14,7 @@ and prompt lookup only support batch 1, so their larger-batch rows run the promp
 
     python scripts/bench_speculative.py                  # demo pair and head in jaxinfer/assets/demo
     python scripts/bench_speculative.py --workload edit --methods plain ngram --no-hf   # code editing
+    python scripts/bench_speculative.py --workload template --methods plain ngram suffix --no-hf --batches 1
     python scripts/bench_speculative.py --target T --draft D --eagle E --out results/x.json
 
 Speculative rows also print the acceptance at each draft position (accepted / drafted there), the
@@ -62,7 +63,16 @@ EDIT_SOURCE = [
     "def read_lines(path):\n    with open(path) as handle:\n        return [line.rstrip() for line in handle]\n",
 ]
 EDIT_PROMPTS = [f"{code}\n\n# The same code, unchanged:\n{code.splitlines()[0]}\n" for code in EDIT_SOURCE]
-WORKLOADS = {"code": PROMPTS, "edit": EDIT_PROMPTS}
+# Repeated structure (suffix decoding's case): unit-test stubs for four classes, whose outputs share
+# a template. A run sends them in turn, --batch at a time, so later requests can draft from earlier
+# outputs; suffix decoding's shared outputs are cleared before each run, so no run sees an earlier
+# round's (identical, greedy) outputs.
+TEMPLATE_PROMPTS = [
+    f"import unittest\n\n\nclass Test{name}(unittest.TestCase):\n    def test_{method}(self):\n"
+    for name, method in [("Parser", "parse"), ("Stack", "push"), ("Queue", "pop"), ("Cache", "get")]
+]
+WORKLOADS = {"code": PROMPTS, "edit": EDIT_PROMPTS, "template": TEMPLATE_PROMPTS}
+IN_TURN = {"template"}  # workloads whose runs send every prompt, in turns of the batch size
 MODES = {"greedy": 0.0, "t=0.8": 0.8}
 BATCHES = (1, 4, 16)  # 16: where adaptive speculation should have switched itself off
 
@@ -79,6 +89,7 @@ class Row:
     acceptance_rate: float | None = None
     mean_accepted_length: float | None = None
     acceptance_per_position: list[float | None] | None = None
+    tokens_per_pass: float | None = None  # decoded tokens per target pass (verify or plain), prefill aside
     draft_step_cost: float | None = None  # plain decode steps
     verify_cost: float | None = None  # plain decode steps, a round that drafts nothing
     ideal_speedup: float | None = None  # tokens per verify pass / (verify + draft steps per pass * draft step)
@@ -138,10 +149,32 @@ def spec_summary(outputs: list) -> tuple[float | None, float | None, list[float 
     return accepted / drafted, (accepted + passes) / passes, positions
 
 
+def tokens_per_pass(outputs: list) -> float | None:
+    """Decoded tokens (the prefill's first aside) per target pass, verifying or plain, over a batch's
+    requests as if each ran alone (batch 1: exactly the target passes it took)."""
+    stats = [(len(o.token_ids), o.spec_stats) for o in outputs if o.spec_stats]
+    if not stats:
+        return None
+    decoded = sum(n - 1 for n, _ in stats)
+    emitted = [round(s["tokens_per_target_pass"] * s["target_passes"]) for _, s in stats]  # by verify steps
+    passes = sum(s["target_passes"] + (n - 1 - e) for (n, s), e in zip(stats, emitted))  # verify + plain steps
+    return decoded / max(passes, 1)
+
+
 def engine_generate(llm: LLM, prompts: list, params: list[SamplingParams]) -> list:
     """`LLM.generate` through the serving engine, where draft models and EAGLE heads speculate too
     (`LLM.generate` sends their plain-sampling requests to the static loop)."""
     return llm._engine_generate(prompts, params)
+
+
+def in_turns(generate: Callable, llm: LLM, prompts: list, params: list[SamplingParams], batch: int) -> list:
+    """Every prompt, `batch` at a time (later turns may draw on earlier outputs), from a cleared
+    suffix cache."""
+    suffix = llm.engine.speculator.suffix if llm.engine.speculator is not None else None
+    if suffix is not None:
+        suffix.forget()
+    return [out for i in range(0, len(prompts), batch)
+            for out in generate(llm, prompts[i : i + batch], params[: len(prompts[i : i + batch])])]
 
 
 def round_costs(llm: LLM, batch: int, in_engine: bool) -> tuple[CostModel, str]:
@@ -187,6 +220,9 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
         "jaxinfer ngram": SpeculativeConfig(
             method="ngram", num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
+        "jaxinfer suffix": SpeculativeConfig(
+            method="suffix", num_speculative_tokens=args.k, adaptive=not args.fixed_k
+        ),
         "jaxinfer eagle": SpeculativeConfig(
             method="eagle", draft_model=str(args.eagle), num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
@@ -200,7 +236,7 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
         for engine, spec in engines.items()
     }
     rows = []
-    for mode, temperature in MODES.items():
+    for mode, temperature in [(m, MODES[m]) for m in args.modes]:
         for batch in args.batches:
             params = [
                 SamplingParams(max_tokens=args.max_tokens, temperature=temperature, seed=i, ignore_eos=True)
@@ -211,10 +247,17 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
                 name: functools.partial(engine_generate if in_engine(name) else LLM.generate, llm, batch_prompts, params)
                 for name, llm in llms.items()
             }
+            if args.workload in IN_TURN:
+                params = [dataclasses.replace(params[0], seed=i) for i in range(max(batch, len(prompts)))]
+                runs = {
+                    name: functools.partial(in_turns, engine_generate if in_engine(name) else LLM.generate, llm,
+                                            batch_of(prompts, max(batch, len(prompts))), params, batch)
+                    for name, llm in llms.items()
+                }
             for engine, (seconds, outs) in round_robin_times(runs, args.repeats).items():
                 rate, length, positions = spec_summary(outs) if engines[engine] else (None, None, None)
                 row = Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), float(np.median(seconds)), rate,
-                          length, positions, round_seconds=seconds)
+                          length, positions, tokens_per_pass(outs), round_seconds=seconds)
                 if engines[engine]:
                     row = priced_row(row, llms[engine], outs, args.k, temperature == 0, in_engine(engine))
                 rows.append(row)
@@ -241,7 +284,7 @@ def hf_rows(args: argparse.Namespace, prompts: list) -> list[Row]:
         "hf prompt-lookup": {"prompt_lookup_num_tokens": args.k},
     }
     rows = []
-    for mode, temperature in MODES.items():
+    for mode, temperature in [(m, MODES[m]) for m in args.modes]:
         sampling = dict(do_sample=bool(temperature))
         if temperature:
             sampling.update(temperature=temperature, top_k=0, top_p=1.0)
@@ -303,6 +346,8 @@ def ratios(rows: list[Row]) -> dict[str, float]:
     pairs = {
         "draft_vs_plain": ("jaxinfer draft", "jaxinfer plain"),
         "ngram_vs_plain": ("jaxinfer ngram", "jaxinfer plain"),
+        "suffix_vs_plain": ("jaxinfer suffix", "jaxinfer plain"),
+        "suffix_vs_ngram": ("jaxinfer suffix", "jaxinfer ngram"),
         "eagle_vs_plain": ("jaxinfer eagle", "jaxinfer plain"),
         "draft_engine_vs_plain": ("jaxinfer draft-engine", "jaxinfer plain"),
         "eagle_engine_vs_plain": ("jaxinfer eagle-engine", "jaxinfer plain"),
@@ -324,18 +369,20 @@ def print_table(rows: list[Row]) -> None:
     plain = {(r.mode, r.batch): r for r in rows if r.engine == "jaxinfer plain"}
     header = ["mode".ljust(7), "batch".rjust(5), " engine".ljust(18), "tok/s".rjust(8), "vs plain".rjust(8)]
     costs = ["draft".rjust(6), "verify".rjust(6), "ideal".rjust(6), "of best".rjust(8)]
-    print("\n" + " ".join(header + ["accept".rjust(7), "mean len".rjust(8)] + costs + [" per position / note"]))
+    print("\n" + " ".join(header + ["accept".rjust(7), "mean len".rjust(8), "tok/pass".rjust(8)] + costs
+                          + [" per position / note"]))
     for r in sorted(rows, key=lambda r: (list(MODES).index(r.mode), r.batch)):
         base = plain.get((r.mode, r.batch))
         gain = speedup(r, base) if base else None
         vs = f"{gain:7.2f}x" if base else ""
         acc = f"{r.acceptance_rate:7.2f}" if r.acceptance_rate is not None else ""
         mean = f"{r.mean_accepted_length:8.2f}" if r.mean_accepted_length is not None else ""
+        per_pass = f"{r.tokens_per_pass:8.2f}" if r.tokens_per_pass is not None else ""
         priced = [f"{c:6.2f}" if c is not None else "" for c in (r.draft_step_cost, r.verify_cost, r.ideal_speedup)]
         of_ideal = f"{gain / max(r.ideal_speedup, 1.0):7.0%}" if base and r.ideal_speedup else ""
         positions = " ".join("-" if a is None else f"{a:.2f}" for a in r.acceptance_per_position or [])
         note = f"{positions} ({r.cost_source} costs)" if r.cost_source else positions or r.note
-        print(f"{r.mode:7s} {r.batch:5d}  {r.engine:17s} {r.tokens_per_s:8.1f} {vs:>8s} {acc:>7s} {mean:>8s} "
+        print(f"{r.mode:7s} {r.batch:5d}  {r.engine:17s} {r.tokens_per_s:8.1f} {vs:>8s} {acc:>7s} {mean:>8s} {per_pass:>8s} "
               f"{' '.join(f'{c:>6s}' for c in priced)} {of_ideal:>8s}  {note}")
 
 
@@ -346,7 +393,8 @@ def main() -> None:
     parser.add_argument("--draft", type=Path, default=DEMO / "draft")
     parser.add_argument("--eagle", type=Path, default=DEMO / "eagle", help="EAGLE draft head for --target")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="code",
-                        help="code: open-ended prompts; edit: prompts holding the code being rewritten (n-gram's case)")
+                        help="code: open-ended prompts; edit: prompts holding the code being rewritten (n-gram's case); "
+                        "template: prompts whose outputs share a template, sent in turn (suffix decoding's case)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both models, both engines")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens (k_max when adaptive)")
@@ -354,8 +402,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="batch sizes to time")
     parser.add_argument("--no-hf", action="store_true", help="skip the HF transformers rows")
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES), help="sampling modes to time")
     parser.add_argument(
-        "--methods", nargs="+", choices=["plain", "draft", "ngram", "eagle", "draft-engine", "eagle-engine"],
+        "--methods", nargs="+",
+        choices=["plain", "draft", "ngram", "suffix", "eagle", "draft-engine", "eagle-engine"],
         default=["plain", "draft", "ngram", "eagle", "draft-engine", "eagle-engine"],
         help="jaxinfer engines to run (draft and eagle: LLM.generate's static loop; -engine: the serving engine)",
     )

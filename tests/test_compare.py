@@ -139,6 +139,9 @@ def test_configurations_parse_values_and_name_unknown_keys():
     with pytest.raises(ValueError, match=r"unknown key 'quantisation'; accepted keys .*quantization"):
         parse_configuration("quantisation=int8", "B")
     assert parse_configuration("speculative=draft:demo", "B").kwargs["speculative"].method == "draft"
+    assert parse_configuration("speculative=suffix", "B").kwargs["speculative"] == SpeculativeConfig(method="suffix")
+    with pytest.raises(ValueError, match="is not one of"):
+        parse_configuration("speculative=suffix:demo", "B")
     assert parse_configuration("hf", "B").reference == "hf"
 
 

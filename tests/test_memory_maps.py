@@ -80,3 +80,18 @@ def test_engine_drops_compiled_programs_near_the_cap(checkpoint_dir, monkeypatch
     assert again == expected
     # Loading the model compiled programs this generate did not bring back: they are unmapped.
     assert own_maps() < before
+
+
+def test_compile_count_grows_with_each_new_program_and_not_with_a_cached_one():
+    """What a soak reads (GET /metrics, jaxinfer:compiled_programs_total) to tell whether a warmed server
+    still compiles."""
+    import numpy as np
+
+    add = jax.jit(lambda x: x + 1.5)
+    before = memory_maps.compile_count()
+    add(np.zeros(3, np.float32))
+    once = memory_maps.compile_count()
+    add(np.ones(3, np.float32))  # the same shape: jit's cache, no compile
+    assert once == before + 1 and memory_maps.compile_count() == once
+    add(np.zeros(4, np.float32))
+    assert memory_maps.compile_count() == once + 1

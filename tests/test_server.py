@@ -71,8 +71,11 @@ def _greedy(max_tokens: int, **fields) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True, **fields)
 
 
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
 def _metrics(base_url: str) -> dict[str, float]:
-    text = httpx.get(base_url + "/metrics").text
+    text = httpx.get(base_url + "/metrics", headers=AUTH).text
     values = {}
     for line in text.splitlines():
         match = re.match(r"^(jaxinfer:[^ ]+) ([0-9.e+-]+)$", line)
@@ -84,9 +87,9 @@ def _metrics(base_url: str) -> dict[str, float]:
 def test_models_health_and_tokenize(client, base_url, reference):
     assert [m.id for m in client.models.list().data] == ["tiny"]
     assert httpx.get(base_url + "/health").status_code == 200
-    ids = httpx.post(base_url + "/tokenize", json={"prompt": "def add"}).json()["tokens"]
+    ids = httpx.post(base_url + "/tokenize", json={"prompt": "def add"}, headers=AUTH).json()["tokens"]
     assert ids == reference.encode("def add")
-    assert httpx.post(base_url + "/detokenize", json={"tokens": ids}).json()["prompt"] == "def add"
+    assert httpx.post(base_url + "/detokenize", json={"tokens": ids}, headers=AUTH).json()["prompt"] == "def add"
 
 
 def test_completions_equal_llm_generate(client, reference):
@@ -327,7 +330,7 @@ VLLM_BUCKETS["request_queue_time_seconds"] = VLLM_BUCKETS["e2e_request_latency_s
 def test_latencies_are_prometheus_histograms_with_vllms_buckets(client, base_url):
     before = _metrics(base_url)
     client.completions.create(model="tiny", prompt="def add", max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
-    text = httpx.get(base_url + "/metrics").text
+    text = httpx.get(base_url + "/metrics", headers=AUTH).text
     after = _metrics(base_url)
     for name, bounds in VLLM_BUCKETS.items():
         metric = "jaxinfer:" + name
@@ -506,6 +509,7 @@ def test_jaxinfer_serve_command(text_model_dir):
     base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]
     for flags, field in [(["--api-key", " "], "--api-key"), (["--speculative-method", "draft"], "--speculative-model"),
                          (["--speculative-method", "eagle"], "--speculative-model"),
+                         (["--speculative-method", "suffix", "--speculative-model", "/tmp"], "--speculative-model"),
                          (["--speculative-method", "draft", "--speculative-model", "/nonexistent"], "--speculative-model")]:
         bad = subprocess.run([*base, *flags], env=env, capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and field in bad.stderr, bad.stderr
@@ -533,6 +537,7 @@ def test_jaxinfer_serve_command(text_model_dir):
         per_pos = [metrics[f'jaxinfer:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}'] for i in range(2)]
         assert per_pos[0] >= per_pos[1]  # a draft token is accepted only after every one before it
         assert sum(per_pos) == metrics["jaxinfer:spec_decode_num_accepted_tokens_total"] > 0
+        assert 'jaxinfer:fallback_active{optimization="speculation"}' in metrics  # its own switch, shown
     finally:
         process.terminate()
         process.wait(timeout=30)

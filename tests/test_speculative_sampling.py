@@ -93,7 +93,7 @@ def measures_costs(spec: SpeculativeConfig) -> bool:
     machine's call, so only heuristic costs are held to drafting (losslessness is checked either way)."""
     if not spec.adaptive or spec.calibrate is False:
         return False
-    return bool(spec.calibrate) or spec.method == "ngram" or jax.default_backend() == "cpu"
+    return bool(spec.calibrate) or spec.drafts_on_host or jax.default_backend() == "cpu"
 
 
 def fit_pvalue(tokens: np.ndarray, probs: np.ndarray) -> float:
@@ -133,13 +133,15 @@ def spec_config(
         (None, False, None, False), ("draft", False, None, False), ("self", False, None, False),
         ("draft", True, False, False), ("draft", False, None, True), ("ngram", False, None, False),
         ("ngram", True, False, False), ("eagle", False, None, False), ("eagle", False, None, True),
+        ("suffix", False, None, False), ("suffix", True, False, False),
     ],
     ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "draft-in-engine", "ngram-in-engine",
-         "ngram-in-engine-adaptive", "eagle-head", "eagle-in-engine"],
+         "ngram-in-engine-adaptive", "eagle-head", "eagle-in-engine", "suffix-in-engine", "suffix-in-engine-adaptive"],
 )
 def test_sampling_matches_target_distribution(models, exact, method, adaptive, calibrate, engine):
     """Draft models and EAGLE heads run the static loop (-heuristic: the accelerators' cost model) or the
-    engine; n-gram the engine."""
+    engine; n-gram and suffix decoding the engine (suffix drafts from the prompt and every row's output
+    so far: other rows' samples, shared while they run)."""
     spec = spec_config(method, models, adaptive=adaptive, calibrate=calibrate) if method else None
     tokens = sampled(models, spec, engine)
     for position in range(3):
@@ -149,9 +151,10 @@ def test_sampling_matches_target_distribution(models, exact, method, adaptive, c
 @pytest.mark.parametrize(
     "method,rule,engine",
     [("draft", ALWAYS_ACCEPT, False), ("draft", RESAMPLE_FROM_P, False), ("draft", RESAMPLE_FROM_P, True),
-     ("ngram", ALWAYS_ACCEPT, False), ("eagle", ALWAYS_ACCEPT, False), ("eagle", RESAMPLE_FROM_P, True)],
+     ("ngram", ALWAYS_ACCEPT, False), ("eagle", ALWAYS_ACCEPT, False), ("eagle", RESAMPLE_FROM_P, True),
+     ("suffix", ALWAYS_ACCEPT, False)],
     ids=["draft-always-accept", "draft-resample-from-p", "draft-in-engine-resample-from-p", "ngram-always-accept",
-         "eagle-always-accept", "eagle-in-engine-resample-from-p"],
+         "eagle-always-accept", "eagle-in-engine-resample-from-p", "suffix-always-accept"],
 )
 def test_broken_acceptance_rule_is_caught(models, exact, method, rule, engine):
     tokens = sampled(models, spec_config(method, models, rule), engine)

@@ -7,6 +7,12 @@ prompt logprobs there) and then runs (vLLM v1's EngineCore input queue). Its out
 request's own collector (`output_collector`, the path `LLM` uses too). Concurrent callers are
 batched together; a consumer that stops iterating (a client that disconnected) aborts its
 request, which frees its pages.
+
+Nothing here grows without bound: each request puts one Add and at most one Abort into the
+inbox (the server bounds how many requests are in flight), and a collector merges the deltas
+its reader has not taken yet. A step that fails outside its device call (which the engine
+handles itself, failing that step's requests) fails every request in flight, and the loop
+keeps serving; a reader past its deadline gets `RequestTimeout` and its request is aborted.
 """
 
 from __future__ import annotations
@@ -14,15 +20,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 import queue
 from typing import TYPE_CHECKING, AsyncIterator, Sequence
 
 from jaxinfer.config.sampling_params import SamplingParams
-from jaxinfer.engine.output_collector import OutputRouter
+from jaxinfer.engine.output_collector import OutputRouter, RequestOutputCollector
 from jaxinfer.engine.outputs import RequestOutput
 
 if TYPE_CHECKING:
     from jaxinfer.engine.engine import LLMEngine  # the engine loads jax; its fronts only drive it
+
+log = logging.getLogger(__name__)
+
+
+class RequestTimeout(TimeoutError):
+    """A request passed its deadline before finishing; it was aborted and its pages freed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +59,8 @@ class StepResult:
     """What one pass of the step thread hands back to the loop."""
 
     outputs: list[RequestOutput]
-    failed: dict[str, Exception]  # requests the engine refused, by id
+    failed: dict[str, Exception]  # requests the engine refused or a failed step took down, by id
+    waiting: int  # sequences waiting for a slot after the step (the scheduler's queue)
 
 
 class AsyncLLMEngine:
@@ -59,18 +73,24 @@ class AsyncLLMEngine:
         self._ids = itertools.count()
         self._loop_task: asyncio.Task | None = None
         self._wake = asyncio.Event()
+        self.waiting = 0  # sequences in the scheduler's queue after the last step
 
     async def generate(
-        self, prompt: str | Sequence[int], params: SamplingParams | None = None, request_id: str | None = None
+        self, prompt: str | Sequence[int], params: SamplingParams | None = None, request_id: str | None = None,
+        deadline: float | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Deltas of one request until it finishes; an invalid request raises before the first one."""
+        """Deltas of one request until it finishes; an invalid request raises before the first one.
+
+        deadline: the event loop's time (`loop.time()`) by which the request must finish; past it
+        the request is aborted and RequestTimeout raised.
+        """
         request_id = request_id or f"async-{next(self._ids)}"
         collector = self._router.open(request_id)
         self._send(Add(request_id, prompt, params))
         finished = False
         try:
             while not finished:
-                delta = await collector.get()
+                delta = await _next_delta(collector, deadline)
                 finished = delta.finished
                 yield delta
         finally:
@@ -81,6 +101,18 @@ class AsyncLLMEngine:
     async def abort(self, request_id: str) -> None:
         """Stop a request and free its pages (at the end of the running step)."""
         self._send(Abort(request_id))
+
+    def abort_all(self, error: BaseException) -> int:
+        """Hand every reader `error` and abort its request (a server that stops); how many there were.
+
+        The aborts are sent here too, not left to the readers: a reader blocked elsewhere (a stream
+        whose client reads slowly) would otherwise keep its request running.
+        """
+        request_ids = self._router.request_ids()
+        for request_id in request_ids:
+            self._router.fail(request_id, error)
+            self._send(Abort(request_id))
+        return len(request_ids)
 
     def _send(self, command: Add | Abort) -> None:
         self._inbox.put(command)
@@ -104,6 +136,7 @@ class AsyncLLMEngine:
             for request_id, error in result.failed.items():
                 self._router.fail(request_id, error)
             self._router.route(result.outputs)
+            self.waiting = result.waiting
 
     def _step(self) -> StepResult:
         """In the worker thread: apply the inbox, then run one step if any request is in flight."""
@@ -121,5 +154,32 @@ class AsyncLLMEngine:
                 failed[command.request_id] = error
         outputs = self.engine.finish_aborted(aborted)
         if self.engine.has_unfinished():
-            outputs += self.engine.step()
-        return StepResult(outputs, failed)
+            try:
+                outputs += self.engine.step()
+            except Exception as error:  # host-side (the engine fails a device call's requests itself)
+                log.exception("engine step failed outside its device call; every request in flight is failed")
+                failed.update(self._fail_in_flight(error))
+        return StepResult(outputs, failed, len(self.engine.scheduler.waiting))
+
+    def _fail_in_flight(self, error: Exception) -> dict[str, Exception]:
+        """Abort every request the engine holds (freeing their pages), each failed with `error`.
+
+        The step's state is unknown after such a failure, so no request is kept to retry: a loop
+        that kept them would fail the same way at every step, its clients waiting forever.
+        """
+        request_ids = list(self.engine.groups)
+        for request_id in request_ids:
+            self.engine.abort(request_id)
+        self.engine.finish_aborted(request_ids)
+        return dict.fromkeys(request_ids, error)
+
+
+async def _next_delta(collector: RequestOutputCollector, deadline: float | None) -> RequestOutput:
+    """The collector's next delta, or RequestTimeout once the loop's clock passes `deadline`."""
+    if deadline is None:
+        return await collector.get()
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await collector.get()
+    except TimeoutError:
+        raise RequestTimeout("the request passed its deadline and was aborted") from None

@@ -187,10 +187,16 @@ class LLMEngine:
         """vLLM-named counters, gauges and latency histograms (see engine.metrics)."""
         scheduler = self.scheduler
         prefix = (scheduler.prefix_queries, scheduler.prefix_hits)
-        return snapshot(
+        values = snapshot(
             self.stats, len(scheduler.running), len(scheduler.waiting), self.blocks.usage, prefix,
             scheduler.num_preemptions,
         )
+        # Process-wide, for soak checks: no compile after the warm-up, device memory back to its baseline.
+        values["compiled_programs"] = self.runner.compiled_programs()
+        device_bytes = self.runner.device_bytes_in_use()
+        if device_bytes is not None:
+            values["device_memory_bytes_in_use"] = device_bytes
+        return values
 
     def speculation_metrics(self) -> dict | None:
         """Acceptance totals of the engine's speculation (drafted, accepted, rates), or None when off."""

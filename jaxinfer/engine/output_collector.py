@@ -60,6 +60,10 @@ class OutputRouter:
     def __getitem__(self, request_id: str) -> RequestOutputCollector:
         return self._collectors[request_id]
 
+    def request_ids(self) -> list[str]:
+        """The requests being read."""
+        return list(self._collectors)
+
     def close(self, request_id: str) -> None:
         """Stop collecting a request's outputs (later ones are dropped)."""
         self._collectors.pop(request_id, None)

@@ -1,10 +1,10 @@
 """Speculative decoding inside the engine: drafts planned on the host, verified on device.
 
 The engine knows every request's tokens on the host, so the n-gram proposer is a NumPy search
-there (no token buffer on the device). A draft model (`batch_draft`) or an EAGLE head
-(`batch_eagle`) drafts on the device inside the verify step; the host plans only how many
-tokens each row drafts. Each row drafts its own length: a moving average of
-its acceptance and a cost model, so speculation switches itself off as the batch grows or where a
+there (no token buffer on the device), and suffix decoding's tries live there (`suffix_cache`).
+A draft model (`batch_draft`) or an EAGLE head (`batch_eagle`) drafts on the device inside the
+verify step; the host plans only how many tokens each row drafts. Each row drafts its own
+length: a moving average of its acceptance and a cost model, so speculation switches itself off as the batch grows or where a
 verify step costs more than its accepted tokens save. The cost model is what the engine measured
 of its own steps at this batch size (`step_costs`; unless `calibrate=False`), the heuristic of
 `speculative.costs` until then. After REPROBE_STEPS plain steps in a row at one batch size, one
@@ -27,6 +27,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.step_costs import StepCosts
+from jaxinfer.engine.suffix_cache import SuffixDrafter
 from jaxinfer.models import Weights
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_cost, round_plan
@@ -78,12 +79,14 @@ class Speculator:
     """Plans each row's drafts for one verify step and keeps acceptance per request."""
 
     def __init__(self, config: SpeculativeConfig, draft: EngineDraft | None = None):
-        if config.method not in ("ngram", "draft", "eagle"):
-            raise ValueError(f"the engine speculates with method 'ngram', 'draft' or 'eagle', got {config.method!r}")
-        if (config.method != "ngram") != (draft is not None):
+        if config.drafts_on_host == (draft is not None):
             raise ValueError(f"method={config.method!r}: a draft model or EAGLE head is loaded for 'draft' and "
                              f"'eagle' only (got {'one' if draft is not None else 'none'})")
         self.config = config
+        self.suffix = None if config.method != "suffix" else SuffixDrafter(
+            config.suffix_max_depth, config.suffix_max_cached_requests, config.suffix_max_cached_tokens,
+            config.suffix_max_spec_factor, config.suffix_min_token_prob,
+        )
         # Prompt lookup runs on the host: no draft steps to pay for. NumPy: the plan is made on the host.
         draft_cost = 0.0 if draft is None else draft.cost
         self.heuristic = on_host(heuristic_costs(draft_cost, config))
@@ -96,6 +99,10 @@ class Speculator:
         # round (a draft model or head could run several), so finding out costs one round, not all.
         self.measuring = False
         self.totals = SpecMetrics(config.num_speculative_tokens)
+        # Why no step speculates any more (`disable`: for good), and whether the last plan at the
+        # plan's row bucket declined because drafting could not pay (it reprobes later).
+        self.disabled_reason: str | None = None
+        self.unpaid = False
 
     @property
     def k_max(self) -> int:
@@ -114,25 +121,26 @@ class Speculator:
         (the room its reserved pages leave; default k_max).
         """
         self.declined, self.measuring = {}, False
+        if self.disabled_reason is not None:
+            return None
+        if self.suffix is not None:  # every request, so finished ones' outputs reach the shared tree
+            self.suffix.track(requests)
         if any(r.params.penalized or r.params.logprobs is not None for r in requests):
             return None
         if self.config.adaptive and self.measured is not None and self.measured.needs_plain(rows):
             return None  # verify steps are timed: time plain ones too, which they must beat
         if self.config.adaptive and self._cannot_pay(rows) and not self._reprobing(rows):
             self.plain_run[rows] = self.plain_run.get(rows, 0) + 1  # no lookup or plan until the reprobe
+            self.unpaid = True
             return None
         most = self.k_max if most is None else min(most, self.k_max)
         room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, most)  # never past max_tokens
         config = self.config
-        if config.method != "ngram":  # placeholders: the draft model or head fills them on the device
+        if not config.drafts_on_host:  # placeholders: the draft model or head fills them on the device
             # Not for constrained rows: their drafts would need masks the host cannot make in advance.
             drafts = [np.zeros(0 if r.grammar is not None else k, np.int32) for r, k in zip(requests, room)]
         else:
-            drafts = [
-                ngram_draft(np.asarray(r.all_ids, np.int32), int(k), config.ngram_min, config.ngram_max) if k
-                else np.zeros(0, np.int32)
-                for r, k in zip(requests, room)
-            ]
+            drafts = [self._host_draft(r, int(k)) if k else np.zeros(0, np.int32) for r, k in zip(requests, room)]
         if config.adaptive:
             available = np.asarray([len(d) for d in drafts], np.int32)
             if not any(available):
@@ -141,11 +149,19 @@ class Speculator:
             self.measuring = self._reprobing(rows) or any(
                 k and r.spec_acceptance is None for r, k in zip(requests, lengths)
             )
-            if not any(lengths) and config.method == "ngram":
+            if not any(lengths) and config.drafts_on_host:
                 self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}
             drafts = [d[:k] for d, k in zip(drafts, lengths)]
             self.plain_run[rows] = 0 if any(lengths) else self.plain_run.get(rows, 0) + 1
+            self.unpaid = not any(lengths)
         return drafts if any(len(d) for d in drafts) else None
+
+    def _host_draft(self, request: Request, k: int) -> np.ndarray:
+        """At most k tokens from the request's tokens (n-gram) or the suffix trees (suffix)."""
+        if self.suffix is not None:
+            return self.suffix.draft(request, k)
+        config = self.config
+        return ngram_draft(np.asarray(request.all_ids, np.int32), k, config.ngram_min, config.ngram_max)
 
     def _reprobing(self, rows: int) -> bool:
         """True when this bucket ran REPROBE_STEPS plain steps in a row: every row drafts once."""
@@ -173,11 +189,23 @@ class Speculator:
             np.ones(len(requests), bool), np.bool_(greedy), self.costs(rows), self.config.min_gain,
         )
 
+    def disable(self, reason: str) -> None:
+        """Stop speculating for good (the server's fallback); every later step decodes plainly."""
+        self.disabled_reason = reason
+        self.suffix = None  # no more drafts: let go of the tries and the requests they follow
+
+    def fallback_reason(self) -> str | None:
+        """Why steps do not speculate now: disabled, or the last plan found drafting does not pay."""
+        if self.disabled_reason is not None:
+            return self.disabled_reason
+        return "does not pay at this batch size (the plan decodes plainly and reprobes)" if self.unpaid else None
+
     def metrics(self) -> dict:
         """Acceptance totals since the engine started, in the speculative loop's terms."""
         config = self.config
-        return {"speculative": True, "method": config.method, "num_speculative_tokens": config.num_speculative_tokens,
-                "fallback_reason": None, **self.totals.totals()}
+        return {"speculative": self.disabled_reason is None, "method": config.method,
+                "num_speculative_tokens": config.num_speculative_tokens, "fallback_reason": self.fallback_reason(),
+                **self.totals.totals()}
 
     def observe(self, requests: list[Request], drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Fold one step's outcome into each row's acceptance (kept on the request) and the totals."""

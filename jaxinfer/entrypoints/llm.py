@@ -9,6 +9,7 @@ through it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -83,7 +84,7 @@ def engine_speculation(
 ) -> tuple[SpeculativeConfig | None, EngineDraft | None]:
     """What the engine speculates with: prompt lookup, or the draft model or EAGLE head the static
     loop loaded (one that failed to load leaves the engine plain)."""
-    if config is None or config.method == "ngram":
+    if config is None or config.drafts_on_host:
         return config, None
     proposer = None if static is None else static.proposer
     if isinstance(proposer, DraftModelProposer):
@@ -264,7 +265,7 @@ class LLM:
         `generate` still runs draft-model requests as static batches beside it (the static
         speculative loop); `stream`, the server and everything else speculate in the engine.
         """
-        self._setup_speculative(None if speculative is None or speculative.method == "ngram" else speculative)
+        self._setup_speculative(None if speculative is None or speculative.drafts_on_host else speculative)
         in_engine, draft = engine_speculation(speculative, self.speculative, self._run_weights)
         runner = ModelRunner(
             self._run_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
@@ -287,6 +288,16 @@ class LLM:
         self._static = None if self.speculative is None else StaticBatchGenerator(
             self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_num_seqs, self.cache_spec,
             self.speculative, self._decode,
+        )
+
+    def plain_engine(self, num_pages: int | None = None) -> LLMEngine:
+        """A second engine on these very weights (not a copy) with no speculation and no prefix caching,
+        and a page pool of its own (num_pages; None: the primary's knobs decide): the server's shadow
+        reference when the served configuration differs from it only losslessly."""
+        config = dataclasses.replace(self.engine.config, enable_prefix_caching=False, num_pages=num_pages)
+        return LLMEngine(
+            self._run_weights, self.config, self.tokenizer, config, self.dtype, self.cache_spec,
+            model_identity(self.model_dir, self.dtype), self.default_params,
         )
 
     @property

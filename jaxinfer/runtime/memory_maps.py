@@ -72,6 +72,21 @@ def watch_compiles() -> None:
         _CompileCount.listening = True
 
 
+def compile_count() -> int:
+    """Programs compiled or loaded from the persistent cache in this process since the count began (the
+    first model load or engine step): a server that still compiles after its warm-up shows it here."""
+    watch_compiles()
+    return _CompileCount.total
+
+
+def device_bytes_in_use() -> int | None:
+    """Bytes JAX's allocators hold on this process's devices, or None where they report nothing (CPU)."""
+    stats = [device.memory_stats() for device in jax.local_devices()]
+    if not all(stats):
+        return None
+    return sum(int(s.get("bytes_in_use", 0)) for s in stats)
+
+
 def release_programs_near_cap() -> bool:
     """On CPU, drop every compiled program of the process (`jax.clear_caches`) when fewer than
     RELEASE_BELOW of the cap's regions are free; True when it did.

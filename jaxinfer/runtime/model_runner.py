@@ -33,7 +33,7 @@ from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.flat_forward import CATCH_UP_CHUNK, CATCH_UP_ROUNDS
 from jaxinfer.runtime.host_step import HostStep
-from jaxinfer.runtime.memory_maps import release_programs_near_cap
+from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
 from jaxinfer.runtime.packed_tree import pack_host, unpack_host
 from jaxinfer.runtime.penalty_slots import PenaltySlots, slot_ids
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
@@ -72,7 +72,7 @@ class ModelRunner:
         self.verify_chunk = k_max + 1
         # A draft model or head drafts on the device, so one call may run several verify rounds, as
         # a plain call runs several decode steps (prompt lookup drafts on the host: one round).
-        on_device = speculative is not None and speculative.method != "ngram"
+        on_device = speculative is not None and not speculative.drafts_on_host
         self.spec_rounds = max(1, config.decode_steps // 2) if on_device else 1
         self.width = bucket(config.pages_per_seq)  # every page table's width: lengths mask the rest
         self.spread_pages = self.platform == "cpu"  # see BlockManager(spread=...)
@@ -107,6 +107,14 @@ class ModelRunner:
         """Free the pools; the next step makes them again."""
         self.pages = self.draft = self.counts = None
         self.slots.clear()
+
+    def compiled_programs(self) -> int:
+        """Programs compiled or loaded from the persistent cache in this process (see memory_maps)."""
+        return compile_count()
+
+    def device_bytes_in_use(self) -> int | None:
+        """Bytes JAX's allocators hold on this process's devices, or None where they report nothing (CPU)."""
+        return device_bytes_in_use()
 
     def shared_seed(self) -> int:
         """A random seed for a request without one, the same on every process."""

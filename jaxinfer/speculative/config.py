@@ -7,7 +7,8 @@ from pathlib import Path
 
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule
 
-METHODS = ("draft", "ngram", "eagle")
+METHODS = ("draft", "ngram", "eagle", "suffix")
+HOST_METHODS = ("ngram", "suffix")  # drafted on the host from the tokens; no second model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +19,11 @@ class SpeculativeConfig:
     steps per target pass; "eagle" runs an EAGLE-1 or EAGLE-3 head (`draft_model` is its HF
     directory) over the target's hidden states, in `LLM.generate`'s static loop; "ngram" proposes
     what followed the latest earlier occurrence of the last n tokens (ngram_max down to ngram_min)
-    in the prompt and output, with no second model.
+    in the prompt and output, with no second model; "suffix" (suffix decoding, vLLM's name)
+    proposes the most frequent continuation of the longest-matching suffixes in the request's
+    prompt and output and in recent requests' outputs (`jaxinfer.engine.suffix_cache`), as many
+    tokens as the counts make likely: up to num_speculative_tokens, suffix_max_spec_factor x the
+    match length, while the path's empirical probability stays >= suffix_min_token_prob.
     num_speculative_tokens is k_max, fixed per compiled program. With adaptive=True each sequence
     picks its own k <= k_max from a moving average of its acceptance and a cost model, and stops
     speculating when the expected gain drops below 1. With calibrate=True the cost model is
@@ -37,6 +42,15 @@ class SpeculativeConfig:
     calibrate: bool | None = None  # None: probe on CPU (static loop); the engine always times its steps
     ngram_min: int = 1
     ngram_max: int = 3
+    # Suffix decoding (vLLM's suffix_decoding_* knobs): the longest substring counted (match plus
+    # draft; vLLM's 24 costs this Python trie ~1.5x the time and memory per token of 16), the most
+    # finished outputs (and their tokens; ~3 KB each at depth 16) kept for later requests, and the
+    # draft's bounds.
+    suffix_max_depth: int = 16
+    suffix_max_cached_requests: int = 1000
+    suffix_max_cached_tokens: int = 50_000
+    suffix_max_spec_factor: float = 1.0
+    suffix_min_token_prob: float = 0.1
     # Cost of one draft step relative to one target step; None estimates it from FLOPs.
     draft_cost: float | None = None
     # Tokens per target forward beyond which each extra verified token costs as much as a
@@ -50,6 +64,11 @@ class SpeculativeConfig:
     fallback: bool = True
     # The acceptance rule; only tests replace it (with broken rules that must be caught).
     rule: AcceptanceRule = EXACT_RULE
+
+    @property
+    def drafts_on_host(self) -> bool:
+        """True for the methods that draft from the tokens on the host (n-gram, suffix): no draft model."""
+        return self.method in HOST_METHODS
 
     def __post_init__(self) -> None:
         if isinstance(self.draft_model, Path):
@@ -70,6 +89,16 @@ class SpeculativeConfig:
         _check(
             1 <= self.ngram_min <= self.ngram_max,
             f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}",
+        )
+        _check(self.suffix_max_depth >= 1, f"suffix_max_depth must be >= 1, got {self.suffix_max_depth}")
+        _check(
+            self.suffix_max_cached_requests >= 0 and self.suffix_max_cached_tokens >= 0,
+            "suffix_max_cached_requests and suffix_max_cached_tokens must be >= 0 (0 keeps no outputs)",
+        )
+        _check(self.suffix_max_spec_factor > 0, f"suffix_max_spec_factor must be > 0, got {self.suffix_max_spec_factor}")
+        _check(
+            0 <= self.suffix_min_token_prob <= 1,
+            f"suffix_min_token_prob must be in [0, 1], got {self.suffix_min_token_prob}",
         )
         _check(self.draft_cost is None or self.draft_cost >= 0, f"draft_cost must be >= 0, got {self.draft_cost}")
         _check(self.verify_saturation_tokens >= 1, "verify_saturation_tokens must be >= 1")

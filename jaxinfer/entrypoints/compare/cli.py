@@ -59,7 +59,7 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     cmp.add_argument("--a", default="", metavar="KEY=VALUE,...",
                      help="A's LLM keyword arguments, e.g. dtype=bfloat16 (default: LLM's defaults, the demo model)")
     cmp.add_argument("--b", default="", metavar="KEY=VALUE,...",
-                     help="B's, e.g. dtype=bfloat16,quantization=int8 or speculative=ngram or kv_cache_dtype=fp8")
+                     help="B's, e.g. dtype=bfloat16,quantization=int8 or speculative=ngram|suffix or kv_cache_dtype=fp8")
     cmp.add_argument("--reference", choices=("hf",), default=None,
                      help="B is HF transformers (PyTorch) on A's checkpoint and dtype (instead of --b)")
     cmp.add_argument("--dataset", default=None, metavar="FILE",

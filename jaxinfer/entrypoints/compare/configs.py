@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, LLM
-from jaxinfer.speculative.config import METHODS, SpeculativeConfig
+from jaxinfer.speculative.config import HOST_METHODS, METHODS, SpeculativeConfig
 
 HF_REFERENCE = "hf"  # `--reference hf`: HF transformers (PyTorch) on A's checkpoint
 # The demo's own draft model and EAGLE head, so `speculative=draft:demo` needs no path.
 DEMO_DRAFTS = {"draft": DEMO_DRAFT, "eagle": DEMO_EAGLE}
-SPECULATIVE_SHAPE = "ngram, draft:DIR, eagle:DIR, or draft:demo / eagle:demo for the demo model's own"
+SPECULATIVE_SHAPE = "ngram, suffix, draft:DIR, eagle:DIR, or draft:demo / eagle:demo for the demo model's own"
 
 
 def accepted_keys() -> tuple[str, ...]:
@@ -78,14 +78,14 @@ def parse_value(key: str, text: str) -> Any:
 
 
 def parse_speculative(text: str) -> SpeculativeConfig | None:
-    """`ngram`, `draft:DIR`, `eagle:DIR` (`demo` for the demo's own) or `none` as a SpeculativeConfig."""
+    """`ngram`, `suffix`, `draft:DIR`, `eagle:DIR` (`demo` for the demo's own) or `none` as a SpeculativeConfig."""
     method, _, draft = text.strip().partition(":")
     if method.lower() in ("none", "null", ""):
         return None
-    if method not in METHODS or (method == "ngram") != (not draft):
+    if method not in METHODS or (method in HOST_METHODS) != (not draft):
         raise ValueError(f"speculative={text!r} is not one of: {SPECULATIVE_SHAPE}")
-    if method == "ngram":
-        return SpeculativeConfig(method="ngram")
+    if method in HOST_METHODS:
+        return SpeculativeConfig(method=method)
     path = DEMO_DRAFTS[method] if draft == "demo" else Path(draft)
     return SpeculativeConfig(method=method, draft_model=str(path))
 

@@ -14,42 +14,83 @@ from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.entrypoints.openai.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
 from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_completion
 from jaxinfer.entrypoints.openai.errors import APIError, RequestGuard, install_handlers
-from jaxinfer.entrypoints.openai.metrics import engine_registry, metrics_text
+from jaxinfer.entrypoints.openai.gate import Admission, ServingGate, Traffic
+from jaxinfer.entrypoints.openai.limits import Limits
+from jaxinfer.entrypoints.openai.metrics import FallbackCollector, engine_registry, metrics_text
 from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
 from jaxinfer.entrypoints.openai.serving import ServerState
+from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt that fits the context
+DEFAULT_MAX_WAITING = 1024  # sequences: a bound, not a target; 503s start past it
+DEFAULT_WRITE_TIMEOUT = 60.0  # seconds a response may wait for its client to read
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-    """What the HTTP layer enforces: the served name, an optional API key and the body size limit."""
+    """What the HTTP layer enforces: the served name, the API key, and the bounds on requests and queues.
+
+    api_key guards every route but /health (and /metrics with metrics_without_key); None: no key.
+    max_waiting_requests: sequences that may wait for a slot before new requests get 503 (None: no bound).
+    request_timeout: seconds any request may take (a request's `timeout` field may ask for less).
+    write_timeout: seconds a response may wait for a client that reads nothing before it is dropped.
+    """
 
     model_name: str
     api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    metrics_without_key: bool = False
+    limits: Limits = Limits()
+    max_waiting_requests: int | None = DEFAULT_MAX_WAITING
+    request_timeout: float | None = None
+    write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
 
 
-def build_app(llm: Any, config: ServerConfig) -> FastAPI:
-    """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings."""
+def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None) -> FastAPI:
+    """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings;
+    with `shadow`, requests go through it (fallback, and shadow validation shown at /debug/shadow).
+
+    `app.state.traffic` is what the ServingGate counts (requests in flight; set `draining` to refuse new
+    ones); `app.state.server` the ServerState, whose `engine` is the AsyncLLMEngine (or the router).
+    """
     engine = llm.engine
+    front = shadow or AsyncLLMEngine(engine)  # the router holds the engine's AsyncLLMEngine itself
+    traffic = Traffic()
+    admission = Admission(engine.config.max_num_seqs, config.max_waiting_requests, lambda: front.waiting, traffic)
     state = ServerState(
-        AsyncLLMEngine(engine), llm.tokenizer, config.model_name, engine.config.max_seq_len,
-        engine.model_config.vocab_size, llm.default_params,
+        front, llm.tokenizer, config.model_name, engine.config.max_seq_len,
+        engine.model_config.vocab_size, llm.default_params, admission, config.limits, config.request_timeout,
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state
+    app.state.traffic = traffic
     install_handlers(app)
-    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key)
-    registry = engine_registry(engine.metrics)
+    public = frozenset({"/health", "/metrics"} if config.metrics_without_key else {"/health"})
+    app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key, public_paths=public)
+    # Outermost (added last): it counts and drains every request, refused ones included.
+    app.add_middleware(ServingGate, traffic=traffic, admission=admission, write_timeout=config.write_timeout)
+    registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))
     _add_generation_routes(app, state)
     _add_utility_routes(app, state)
+    if shadow is not None and shadow.settings.fraction > 0:
+        @app.get("/debug/shadow")
+        async def debug_shadow() -> JSONResponse:
+            return JSONResponse(shadow.debug())
 
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(metrics_text(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _fallback_collector(llm: Any, shadow: ShadowRouter | None) -> FallbackCollector | None:
+    """The fallback gauges (and shadow metrics): the router's, or speculation's own switch alone."""
+    if shadow is not None:
+        return FallbackCollector(shadow.fallback_states, shadow.stats.snapshot if shadow.settings.fraction > 0 else None)
+    if llm.engine.speculator is None and llm.speculative is None:
+        return None
+    return FallbackCollector(lambda: {"speculation": speculation_fallback(llm)})
 
 
 def _add_generation_routes(app: FastAPI, state: ServerState) -> None:

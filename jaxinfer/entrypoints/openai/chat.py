@@ -12,7 +12,7 @@ import time
 from typing import Any, AsyncIterator
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, RequestOutput
@@ -22,7 +22,16 @@ from jaxinfer.entrypoints.openai.completions import build_params
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, chat_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
-from jaxinfer.entrypoints.openai.serving import ServerState, collect, finish_error, merge, new_id
+from jaxinfer.entrypoints.openai.serving import (
+    EventStream,
+    ServerState,
+    collect,
+    deadline_after,
+    error_event,
+    finish_error,
+    merge,
+    new_id,
+)
 from jaxinfer.entrypoints.openai.structured_fields import compile_constraint
 from jaxinfer.entrypoints.openai.tool_calls import ToolPlan, plan_tools, tool_message
 
@@ -65,14 +74,18 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 async def create_chat_completion(body: ChatCompletionRequest, state: ServerState, request: Request):
     """Render, check and run one conversation; stream chunks or return the finished message."""
     state.check_model(body.model)
+    timeout = state.timeout(body.timeout)
+    deadline = deadline_after(timeout)  # counted from arrival: rendering and queueing are part of it
     ids, params, tools = await asyncio.to_thread(_prepare, state, body)  # tokenizing and compiling off the loop
+    state.start(request, body.n)
     response_id = new_id("chatcmpl")
-    stream = state.engine.generate(ids, params, response_id)
+    stream = state.engine.generate(ids, params, response_id, deadline)
     header = {"id": response_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:
-        events = _stream(state, body, {**header, "object": "chat.completion.chunk"}, merge([stream]), len(ids), tools)
-        return StreamingResponse(events, media_type="text/event-stream")
-    (output,) = await collect([stream], request)
+        chunk_header = {**header, "object": "chat.completion.chunk"}
+        events = _stream(state, body, chunk_header, merge([stream]), len(ids), timeout, tools)
+        return EventStream(events)
+    (output,) = await collect([stream], request, timeout)
     finish_error(output)
     choices = [_choice(state, body, out, tools) for out in output.outputs]
     return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
@@ -80,6 +93,7 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
 
 def _prepare(state: ServerState, body: ChatCompletionRequest) -> tuple[list[int], SamplingParams, ToolPlan | None]:
     """The conversation's token ids, checked SamplingParams (4xx errors name the field) and the tools' plan."""
+    state.limits.check(body)
     tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
     ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt, body.tools)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
@@ -110,8 +124,9 @@ def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutp
 
 async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
                   deltas: AsyncIterator[tuple[int, RequestOutput]], prompt_tokens: int,
-                  tools: ToolPlan | None) -> AsyncIterator[str]:
-    """A role chunk per choice, content chunks as tokens arrive, an optional usage chunk, then [DONE].
+                  timeout: float | None, tools: ToolPlan | None) -> AsyncIterator[str]:
+    """A role chunk per choice, content chunks as tokens arrive, an optional usage chunk, then [DONE];
+    a generation that raises (a timeout, a shutdown) ends with an error event instead of the usage.
 
     With tools to call, each choice's text is held until it ends and sent as one message chunk
     (tool_calls, or content when it called none): calls are only known once the text is whole.
@@ -142,6 +157,8 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
                     yield sse({**header, "choices": [choice]})
         if body.include_usage():
             yield sse({**header, "choices": [], "usage": usage(prompt_tokens, generated)})
+    except Exception as error:  # the status line went out already: the error is the stream's last event
+        yield sse(error_event(error, timeout))
     finally:
         await deltas.aclose()  # a client gone mid-stream: abort the request and free its pages
     yield DONE

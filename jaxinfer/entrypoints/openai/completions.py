@@ -13,7 +13,7 @@ import time
 from typing import AsyncIterator
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, RequestOutput
@@ -21,7 +21,16 @@ from jaxinfer.engine.prompt_checks import check_logit_bias
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, completion_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import CompletionRequest, SamplingFields, sampling_params
-from jaxinfer.entrypoints.openai.serving import ServerState, collect, finish_error, merge, new_id
+from jaxinfer.entrypoints.openai.serving import (
+    EventStream,
+    ServerState,
+    collect,
+    deadline_after,
+    error_event,
+    finish_error,
+    merge,
+    new_id,
+)
 from jaxinfer.entrypoints.openai.structured_fields import compile_constraint, requested_constraint
 from jaxinfer.sampling.logprob import Logprob
 
@@ -81,14 +90,18 @@ async def create_completion(body: CompletionRequest, state: ServerState, request
     state.check_model(body.model)
     if body.best_of is not None and body.best_of != body.n:
         raise APIError("best_of other than n is not supported", param="best_of")
+    timeout = state.timeout(body.timeout)
+    deadline = deadline_after(timeout)  # counted from arrival: tokenizing and queueing are part of it
     prompts, params, echoes = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
+    state.start(request, body.n * len(prompts))
     response_id = new_id("cmpl")
-    streams = [state.engine.generate(ids, p, f"{response_id}-{i}") for i, (ids, p) in enumerate(zip(prompts, params))]
+    streams = [state.engine.generate(ids, p, f"{response_id}-{i}", deadline)
+               for i, (ids, p) in enumerate(zip(prompts, params))]
     header = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": state.model_name}
     if body.stream:
-        events = _stream(state, body, header, merge(streams), sum(map(len, prompts)), echoes)
-        return StreamingResponse(events, media_type="text/event-stream")
-    outputs = await collect(streams, request)
+        events = _stream(state, body, header, merge(streams), sum(map(len, prompts)), echoes, timeout)
+        return EventStream(events)
+    outputs = await collect(streams, request, timeout)
     for output in outputs:
         finish_error(output)
     choices = [
@@ -126,6 +139,7 @@ def _prepare(
 ) -> tuple[list[list[int]], list[SamplingParams], list[Echo] | None]:
     """Each prompt's token ids, checked SamplingParams (4xx errors name the field) and, with echo, what it echoes."""
     texts = prompt_list(body.prompt)
+    state.limits.check(body, len(texts))
     prompts = [state.encode(p) for p in texts]
     max_tokens = generated_max_tokens(body)
     prompt_logprobs = body.logprobs if body.echo else None
@@ -148,8 +162,9 @@ def _choice(state: ServerState, body: CompletionRequest, prompt_index: int, out:
 
 async def _stream(state: ServerState, body: CompletionRequest, header: dict,
                   deltas: AsyncIterator[tuple[int, RequestOutput]], prompt_tokens: int,
-                  echoes: list[Echo] | None) -> AsyncIterator[str]:
-    """SSE chunks as tokens arrive (with echo the prompt first), an optional usage chunk, then [DONE]."""
+                  echoes: list[Echo] | None, timeout: float | None) -> AsyncIterator[str]:
+    """SSE chunks as tokens arrive (with echo the prompt first), an optional usage chunk, then [DONE];
+    a generation that raises (a timeout, a shutdown) ends with an error event instead of the usage."""
     generated, offsets, prompt_logprobs, finished = 0, {}, {}, set()
     try:
         async for i, delta in deltas:
@@ -169,6 +184,8 @@ async def _stream(state: ServerState, body: CompletionRequest, header: dict,
                         finished.add(key)
         if body.include_usage():
             yield sse({**header, "choices": [], "usage": usage(prompt_tokens, generated)})
+    except Exception as error:  # the status line went out already: the error is the stream's last event
+        yield sse(error_event(error, timeout))
     finally:
         await deltas.aclose()  # a client gone mid-stream: abort whatever is still running
     yield DONE

@@ -1,7 +1,8 @@
-"""OpenAI-style error bodies, the handlers that produce them, and the request guards (size, API key)."""
+"""OpenAI-style error bodies, the handlers that produce them, and the request guard (size, API key)."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 from http import HTTPStatus
@@ -18,9 +19,10 @@ from jaxinfer.entrypoints.openai.protocol import UNKNOWN_FIELD
 class APIError(Exception):
     """An error to return as `{"error": {...}}` with an HTTP status."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None, kind: str | None = None):
+    def __init__(self, message: str, status: int = 400, param: str | None = None, kind: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.message, self.status, self.param = message, status, param
+        self.message, self.status, self.param, self.headers = message, status, param, headers or {}
         self.kind = kind or ("invalid_request_error" if status < 500 else "internal_server_error")
 
 
@@ -32,7 +34,8 @@ def error_body(message: str, kind: str, param: str | None, status: int) -> dict:
 
 def error_response(error: APIError) -> JSONResponse:
     """An APIError as a JSON response."""
-    return JSONResponse(error_body(error.message, error.kind, error.param, error.status), status_code=error.status)
+    body = error_body(error.message, error.kind, error.param, error.status)
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
 def _validation_error(exc: RequestValidationError) -> APIError:
@@ -69,28 +72,33 @@ def install_handlers(app: FastAPI) -> None:
 
 
 class RequestGuard:
-    """ASGI middleware: bodies over max_body_bytes get 413, and with an API key every /v1 call needs it."""
+    """ASGI middleware: bodies over max_body_bytes get 413, and with an API key every route but the
+    public ones (/health; /metrics too when asked) needs it: /tokenize and /detokenize run the
+    tokenizer and /metrics tells the load, so a key that guards /v1 alone guards little."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, api_key: str | None):
-        self.app, self.max_body_bytes, self.api_key = app, max_body_bytes, api_key
+    def __init__(self, app: ASGIApp, max_body_bytes: int, api_key: str | None, public_paths: frozenset[str]):
+        self.app, self.max_body_bytes, self.public_paths = app, max_body_bytes, public_paths
+        # Only the key's digest is kept: compared digests have one length, so the time taken tells
+        # neither how much of a guess was right nor how long the key is.
+        self._key_digest = None if api_key is None else _digest(f"Bearer {api_key}")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if self.api_key is not None and scope["path"].startswith("/v1") and not self._authorized(scope):
-            return await _send_error(send, APIError("invalid or missing API key", 401, kind="authentication_error"))
+        if self._key_digest is not None and scope["path"] not in self.public_paths and not self._authorized(scope):
+            return await send_error(send, APIError("invalid or missing API key", 401, kind="authentication_error",
+                                                   headers={"www-authenticate": "Bearer"}))
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            return await _send_error(send, self._too_large())
+            return await send_error(send, self._too_large())
         body = await self._read_body(receive)
         if body is None:
-            return await _send_error(send, self._too_large())
+            return await send_error(send, self._too_large())
         await self.app(scope, _replay(body, receive), send)
 
     def _authorized(self, scope: Scope) -> bool:
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        # compare_digest: the time taken does not tell how much of a guessed key was right.
-        return hmac.compare_digest(header.encode(), f"Bearer {self.api_key}".encode())
+        return hmac.compare_digest(_digest(header), self._key_digest)
 
     def _too_large(self) -> APIError:
         return APIError(f"request body exceeds {self.max_body_bytes} bytes", 413)
@@ -124,10 +132,14 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _send_error(send: Send, error: APIError) -> None:
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("latin-1", "replace")).digest()
+
+
+async def send_error(send: Send, error: APIError) -> None:
+    """An APIError as a whole response, from ASGI middleware (outside FastAPI's handlers)."""
     body = json.dumps(error_body(error.message, error.kind, error.param, error.status)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if error.status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
+    headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import ipaddress
 import os
-import signal
 import threading
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Callable
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
 
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
+    from jaxinfer.entrypoints.openai.app import ServerConfig
+    from jaxinfer.entrypoints.openai.shadow import ShadowRouter
+    from jaxinfer.entrypoints.openai.shadow_stats import ShadowSettings
     from jaxinfer.entrypoints.openai.startup import StartingApp
 
 DEFAULT_PORT = 8000
+DEFAULT_SHUTDOWN_TIMEOUT = 25.0  # below Kubernetes' 30 s grace period, leaving time to abort and exit
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +38,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=DEFAULT_PORT,
                        help="TCP port, bound before the model loads; 0 picks a free one (default: %(default)s)")
     serve.add_argument("--api-key", default=os.environ.get("JAXINFER_API_KEY"),
-                       help="require `Authorization: Bearer KEY` on /v1 routes (default: $JAXINFER_API_KEY, else none)")
+                       help="require `Authorization: Bearer KEY` on every route but /health (default: "
+                       "$JAXINFER_API_KEY, which unlike the flag other users cannot read in the process list; else none)")
+    serve.add_argument("--metrics-without-key", action="store_true",
+                       help="with --api-key: serve /metrics without the key (for a Prometheus scraper)")
     serve.add_argument("--max-model-len", type=int, default=None, help="longest prompt + completion in tokens (default: the model's, <= 2048)")
     serve.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     serve.add_argument("--max-num-seqs", type=int, default=64, help="sequences decoded together per step (default: %(default)s)")
@@ -44,9 +53,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_quantization_args(serve)
     add_memory_args(serve)
     serve.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV pages of shared prompt prefixes")
-    serve.add_argument("--speculative-method", choices=["ngram", "draft", "eagle"], default=None,
+    serve.add_argument("--speculative-method", choices=["ngram", "suffix", "draft", "eagle"], default=None,
                        help="speculate inside the engine: ngram proposes what followed the last n tokens "
-                       "earlier in the prompt and output (no second model), draft runs --speculative-model, "
+                       "earlier in the prompt and output (no second model), suffix the most frequent continuation in the "
+                       "prompt, output and recent requests' outputs (suffix decoding), draft runs --speculative-model, "
                        "eagle the EAGLE head in --speculative-model over the target's hidden states; "
                        "outputs keep the target's distribution (greedy: identical)")
     serve.add_argument("--speculative-model", default=None,
@@ -54,16 +64,85 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        "for eagle: an EAGLE-1 or EAGLE-3 head directory")
     serve.add_argument("--num-speculative-tokens", type=int, default=4,
                        help="drafts per sequence and step at most, 1-32, with --speculative-method (default: %(default)s)")
-    serve.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default: %(default)s)")
+    add_bounds_args(serve)
+    add_shadow_args(serve)
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                        help="uvicorn's log level; info logs every request (default: %(default)s)")
     serve.set_defaults(run=run_serve)
 
 
+def add_bounds_args(serve: argparse.ArgumentParser) -> None:
+    """Flags bounding requests, queues and times (see entrypoints/openai/limits.py, gate.py, shutdown.py)."""
+    from jaxinfer.config.sampling_params import MAX_LOGPROBS, MAX_N
+
+    add = serve.add_argument
+    add("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default: %(default)s)")
+    add("--max-n", type=int, default=MAX_N, help=f"most samples per prompt (`n`), 1-{MAX_N} (default: %(default)s)")
+    add("--max-tokens-limit", type=int, default=None,
+        help="most tokens a request may generate (`max_tokens`); requests that give none get at most this "
+        "(default: what the context leaves)")
+    add("--max-logprobs", type=int, default=MAX_LOGPROBS,
+        help=f"most log-probabilities per token (`logprobs`, `top_logprobs`), 0-{MAX_LOGPROBS} (default: %(default)s)")
+    add("--max-stop-sequences", type=int, default=16,
+        help="most entries in `stop` and in `stop_token_ids`, each (default: %(default)s)")
+    add("--max-prompts", type=int, default=256, help="most prompts in one /v1/completions call (default: %(default)s)")
+    add("--max-waiting-requests", type=int, default=1024,
+        help="sequences that may wait for a slot (a request of n samples is n); a request that would wait "
+        "past them behind others gets 503 with Retry-After (default: %(default)s)")
+    add("--request-timeout", type=float, default=None,
+        help="seconds a request may take from arrival; past them it is aborted (its pages freed) with a 504; "
+        "a request's `timeout` field may ask for less (default: none)")
+    add("--write-timeout", type=float, default=60.0,
+        help="seconds a response may wait for a client that reads nothing; then it is dropped and its "
+        "request aborted (default: %(default)s)")
+    add("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT,
+        help="on SIGTERM or SIGINT: seconds the requests in flight may take to finish (new ones get 503) "
+        "before the rest are aborted with an error; a second signal aborts at once (default: %(default)s)")
+
+
+def add_shadow_args(serve: argparse.ArgumentParser) -> None:
+    """Shadow validation and automatic fallback (docs/validation.md)."""
+    serve.add_argument("--shadow-fraction", type=float, default=0.0,
+                       help="fraction of requests also run, after they finish and off their latency path, on a "
+                       "reference configuration and scored against it (/metrics, GET /debug/shadow); 0 turns it "
+                       "off (default: %(default)s)")
+    serve.add_argument("--shadow-config", default="",
+                       help="the reference as LLM key=value pairs over the served settings, which it takes without "
+                       "speculation, quantization, KV quantization or prefix caching (e.g. dtype=bfloat16; "
+                       "default: those alone)")
+    serve.add_argument("--shadow-min-agreement", type=float, default=0.9,
+                       help="a lossy optimization (quantization, kv-cache-dtype, another model or dtype) falls back "
+                       "to the reference when the mean shadow agreement drops below this (default: %(default)s)")
+    serve.add_argument("--shadow-window", type=int, default=16,
+                       help="... over this many recent shadowed requests (default: %(default)s)")
+    serve.add_argument("--no-fallback", action="store_true",
+                       help="measure only: never switch requests to the reference path")
+
+
+def shadow_settings(args: argparse.Namespace) -> ShadowSettings:
+    """The --shadow-* flags as settings (fraction 0: no shadowing); a bad value is a ValueError naming its flag."""
+    from jaxinfer.entrypoints.openai.shadow_stats import ShadowSettings
+
+    settings = ShadowSettings(args.shadow_fraction, {}, args.shadow_min_agreement, args.shadow_window,
+                              not args.no_fallback)
+    if settings.fraction == 0:
+        if args.shadow_config:
+            raise ValueError("--shadow-config names the reference of shadow validation: give --shadow-fraction > 0 too")
+        return settings
+    from jaxinfer.entrypoints.compare.configs import parse_pairs  # loads jax: only when shadowing
+
+    return dataclasses.replace(settings, reference=parse_pairs(args.shadow_config, "--shadow-config"))
+
+
 def _check(args: argparse.Namespace) -> None:
     validation.integer(args.port, "--port", 0, 65535)
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
+    validation.integer(args.max_waiting_requests, "--max-waiting-requests", 0)
+    for flag in ("--request-timeout", "--write-timeout", "--shutdown-timeout"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None and not value > 0:
+            raise ValueError(f"{flag} must be a number of seconds > 0, got {value}")
     if args.api_key is not None and not args.api_key.strip():
         raise ValueError("--api-key is empty; give a key or leave the flag out")
     if (args.speculative_method in ("draft", "eagle")) != (args.speculative_model is not None):
@@ -72,21 +151,46 @@ def _check(args: argparse.Namespace) -> None:
         validation.model_dir(args.speculative_model, "--speculative-model")
     if args.model is not None:  # before the port is bound: a wrong path is one error line, nothing else
         validation.model_dir(args.model, "--model")
+    shadow_settings(args)  # every --shadow-* value, before the port is bound
+
+
+def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
+    """The server's bounds from the flags (Limits checks its own, naming the flag)."""
+    from jaxinfer.entrypoints.openai.app import ServerConfig
+    from jaxinfer.entrypoints.openai.limits import Limits
+
+    limits = Limits(max_n=args.max_n, max_tokens=args.max_tokens_limit, max_logprobs=args.max_logprobs,
+                    max_stop=args.max_stop_sequences, max_prompts=args.max_prompts)
+    return ServerConfig(
+        model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
+        args.request_timeout, args.write_timeout,
+    )
+
+
+def exposed_without_key(host: str, api_key: str | None) -> bool:
+    """True when the server would answer other machines (not a loopback address) and asks no key."""
+    if api_key is not None or host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return True
 
 
 def run_serve(args: argparse.Namespace) -> int:
     """Bind the port, then load the model and compile its step shapes while /health answers 503,
-    and serve until interrupted (Ctrl-C or SIGTERM)."""
+    and serve until SIGTERM or SIGINT (Ctrl-C), which drain the requests in flight first."""
     _check(args)
     try:
         import uvicorn
 
+        from jaxinfer.entrypoints.openai.app import build_app
+        from jaxinfer.entrypoints.openai.shutdown import StopSignals, drain
         from jaxinfer.entrypoints.openai.startup import StartingApp, bind
-
-        sock = bind(args.host, args.port)  # before minutes of loading: a taken port fails now
-        from jaxinfer.entrypoints.openai.app import ServerConfig, build_app
     except ImportError as error:
         raise ValueError(f"jaxinfer serve needs the serve extra ({error.name} is missing): pip install 'jaxinfer[serve]'") from None
+    server_config = _server_config(args, "")  # the bounds' flags checked before anything is bound or loaded
+    sock = bind(args.host, args.port)  # before minutes of loading: a taken port fails now
     starting = StartingApp()
     # lifespan off: the app starts as StartingApp, and the real one registers no lifespan events.
     config = uvicorn.Config(starting, log_level=args.log_level, timeout_graceful_shutdown=5, lifespan="off")
@@ -96,13 +200,24 @@ def run_serve(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     starting.say(f"listening on {url}; GET /health answers 503 until the model is ready")
-    _terminate_as_interrupt()
+    if exposed_without_key(args.host, args.api_key):
+        starting.say(f"warning: --host {args.host} answers other machines and no --api-key is set: anyone who "
+                     "reaches the port can use the model; set --api-key (or $JAXINFER_API_KEY)")
+    signals = StopSignals()
+    signals.install()
     try:
-        llm = _load(args, starting)
+        llm, kwargs = _load(args, starting, signals.check)
+        signals.check()
         name = args.served_model_name or llm.model_dir.name
-        starting.ready(build_app(llm, ServerConfig(name, args.api_key, args.max_body_bytes)))
+        shadow = _shadow(llm, kwargs, shadow_settings(args), starting)
+        app = build_app(llm, dataclasses.replace(server_config, model_name=name), shadow)
+        starting.ready(app)
         starting.say(f"ready: serving `{name}` at {url}/v1")
-        thread.join()
+        signals.serving = True  # from now on a signal drains instead of interrupting
+        while not signals.received and thread.is_alive():
+            time.sleep(0.1)
+        if signals.received:
+            drain(app.state.traffic, app.state.server.engine, args.shutdown_timeout, signals, starting.say)
     except KeyboardInterrupt:
         starting.say("stopping")
     finally:
@@ -112,8 +227,9 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(args: argparse.Namespace, starting: StartingApp) -> LLM:
-    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`."""
+def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[[], None]) -> tuple[LLM, dict]:
+    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`, and its kwargs;
+    `check_stop` runs after each compiled program (it raises to stop)."""
     from jaxinfer import LLM, SpeculativeConfig
 
     speculative = None
@@ -123,22 +239,37 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> LLM:
             num_speculative_tokens=args.num_speculative_tokens,
         )
     starting.phase("loading the model")
-    llm = LLM(
-        args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+    kwargs = dict(
+        model=args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
         decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,
     )
+    llm = LLM(**kwargs)
     if not args.skip_warmup:
         starting.phase("compiling programs", "once per machine with the compile cache")
-        count = llm.engine.warmup(on_program=starting.compiled)
+        def compiled(done: int, total: int) -> None:
+            check_stop()
+            starting.compiled(done, total)
+
+        count = llm.engine.warmup(on_program=compiled)
         starting.say(f"{count} programs ready")
-    return llm
+    return llm, kwargs
 
 
-def _terminate_as_interrupt() -> None:
-    """SIGTERM stops the server as Ctrl-C does (uvicorn, on a thread here, cannot take signals)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+def _shadow(llm: LLM, kwargs: dict, settings: ShadowSettings, starting: StartingApp) -> ShadowRouter | None:
+    """The router: with shadowing, its reference loaded (on the served weights when it can); without,
+    only for speculation's fallback when the server speculates; else None."""
+    from jaxinfer.entrypoints.openai.shadow import ShadowRouter
+
+    if settings.fraction == 0:
+        return None if kwargs["speculative"] is None else ShadowRouter(llm, kwargs, settings)
+    starting.phase("loading the shadow reference")
+    router = ShadowRouter(llm, kwargs, settings)
+    shared = "the served weights" if router.shares_weights else "a second copy of the model"
+    checked = ", ".join(f"{name} ({kind})" for name, kind in router.optimizations.items()) or "nothing"
+    starting.say(f"shadowing {settings.fraction:g} of requests on {shared}; validating {checked}")
+    return router
+

@@ -20,7 +20,9 @@ GAUGES = {
     "num_requests_running": "Requests in the running batch.",
     "num_requests_waiting": "Requests waiting to be scheduled.",
     "kv_cache_usage_perc": "Fraction of KV-cache pages in use (1 = full).",
+    "device_memory_bytes_in_use": "Bytes JAX's allocators hold on this process's devices (absent on CPU).",
 }
+OPTIONAL = {"device_memory_bytes_in_use"}  # exported only where the engine reports them
 COUNTERS = {  # prometheus_client adds the `_total` suffix
     "prefix_cache_queries": "Prompt tokens of admitted requests looked up in the prefix cache.",
     "prefix_cache_hits": "Prompt tokens of admitted requests found in the prefix cache.",
@@ -36,6 +38,13 @@ COUNTERS = {  # prometheus_client adds the `_total` suffix
     "engine_token_slots": "Token positions device calls computed, padding included.",
     "engine_real_tokens": "Of those, the scheduled ones (padding waste: slots / real - 1).",
     "engine_input_bytes": "Bytes of step inputs sent to the device (host to device).",
+    "compiled_programs": "Programs compiled or loaded from the compilation cache in this process (JAX's events).",
+}
+SHADOW_COUNTERS = {
+    "requests": "Requests shadowed on the reference and scored.",
+    "mismatches": "Shadowed requests whose greedy output (or a teacher-forced argmax) differed from the reference.",
+    "dropped": "Requests sampled for shadowing but dropped (backlog full, or no output).",
+    "errors": "Shadow runs that failed (serving is unaffected).",
 }
 HISTOGRAMS = {
     "time_to_first_token_seconds": "Histogram of time to first token in seconds.",
@@ -61,7 +70,8 @@ class EngineCollector(Collector):
         """Every metric of one snapshot."""
         snapshot = self.read()
         for name, doc in GAUGES.items():
-            yield GaugeMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
+            if name in snapshot or name not in OPTIONAL:
+                yield GaugeMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
         for name, doc in COUNTERS.items():
             yield CounterMetricFamily(PREFIX + name, doc, value=float(snapshot.get(name, 0)))
         per_position = CounterMetricFamily(
@@ -86,13 +96,52 @@ class EngineCollector(Collector):
                 yield _histogram(name, doc, snapshot[name])
 
 
+class FallbackCollector(Collector):
+    """Fallback gauges per optimization and, with shadow validation, its counters and histograms."""
+
+    def __init__(self, states: Callable[[], dict], shadow: Callable[[], dict] | None = None):
+        self.states, self.shadow = states, shadow
+
+    def collect(self) -> Iterator[Metric]:
+        """fallback_active / fallback_cause, then the shadow_* families when shadowing."""
+        active = GaugeMetricFamily(PREFIX + "fallback_active", "1 while the optimization runs on the reference "
+                                   "path (switched off or routed away), else 0.", labels=["optimization"])
+        cause = GaugeMetricFamily(PREFIX + "fallback_cause", "1 for why an active fallback is on (shadow_mismatch, "
+                                  "low_agreement, error, does_not_pay, load_failed, disabled).",
+                                  labels=["optimization", "cause"])
+        for name, state in sorted(self.states().items()):
+            active.add_metric([name], float(state is not None))
+            if state is not None:
+                cause.add_metric([name, state[0]], 1.0)
+        yield active
+        yield cause
+        if self.shadow is not None:
+            yield from _shadow_families(self.shadow())
+
+
+def _shadow_families(snapshot: dict) -> Iterator[Metric]:
+    """shadow_requests_total, _mismatches_total, _dropped_total, _errors_total, _agreement{kind}, _kl."""
+    for name, doc in SHADOW_COUNTERS.items():
+        yield CounterMetricFamily(PREFIX + "shadow_" + name, doc, value=float(snapshot[name]))
+    agreement = HistogramMetricFamily(PREFIX + "shadow_agreement", "Per shadowed request: greedy, the fraction of "
+                                      "output positions equal to the reference's; top1, the fraction whose argmax "
+                                      "the reference shares under teacher forcing.", labels=["kind"])
+    for kind, values in snapshot["agreement"].items():
+        agreement.add_metric([kind], [(floatToGoString(b), c) for b, c in values["buckets"]], values["sum"])
+    yield agreement
+    yield _histogram("shadow_kl", "Per shadowed request: mean KL(reference || served) per output token, nats.",
+                     snapshot["kl"])
+
+
 def metrics_text(registry: CollectorRegistry) -> bytes:
     """The registry in Prometheus' text exposition format."""
     return generate_latest(registry)
 
 
-def engine_registry(read: Callable[[], dict]) -> CollectorRegistry:
+def engine_registry(read: Callable[[], dict], fallback: FallbackCollector | None = None) -> CollectorRegistry:
     """A registry of its own per app (the global one would mix servers in one process, e.g. tests)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EngineCollector(read))
+    if fallback is not None:
+        registry.register(fallback)
     return registry

@@ -80,6 +80,7 @@ class SamplingFields(StrictBody):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    timeout: float | None = None  # seconds (jaxinfer's): past them the request is aborted, a 504
     # Output constraints (at most one; see structured_fields.py): OpenAI's and vLLM's names.
     response_format: dict | None = None
     structured_outputs: dict | None = None

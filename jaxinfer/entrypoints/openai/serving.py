@@ -9,13 +9,18 @@ import uuid
 from typing import Any, AsyncIterator, Sequence
 
 from fastapi import Request
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from jaxinfer.config import validation
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import AsyncLLMEngine, RequestOutput
+from jaxinfer.engine.async_engine import RequestTimeout
 from jaxinfer.engine.outputs import accumulate
 from jaxinfer.engine.prompt_checks import check_prompt
-from jaxinfer.entrypoints.openai.errors import APIError
+from jaxinfer.entrypoints.openai.errors import APIError, error_body
+from jaxinfer.entrypoints.openai.gate import Admission, ServerStopping
+from jaxinfer.entrypoints.openai.limits import Limits
 
 
 @dataclasses.dataclass
@@ -28,6 +33,9 @@ class ServerState:
     max_seq_len: int
     vocab_size: int
     default_params: SamplingParams
+    admission: Admission
+    limits: Limits = Limits()
+    request_timeout: float | None = None  # --request-timeout
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
@@ -51,7 +59,7 @@ class ServerState:
         """The request's max_tokens, or what is left of the context when it gives none."""
         value = requested if requested is not None else default
         if value is None:
-            value = self.max_seq_len - prompt_len
+            value = self.limits.default_max_tokens(self.max_seq_len - prompt_len)
         if value < 1:
             raise APIError(f"max_tokens must be >= 1, got {value}", param="max_tokens")
         return value
@@ -70,6 +78,59 @@ class ServerState:
         except ValueError as error:
             raise APIError(str(error), param="prompt") from None
 
+    def timeout(self, requested: float | None) -> float | None:
+        """Seconds a request may take: its `timeout` field or --request-timeout, the smaller where both are set."""
+        if requested is not None and not requested > 0:
+            raise APIError(f"timeout must be a number of seconds > 0, got {requested}", param="timeout")
+        given = [t for t in (requested, self.request_timeout) if t is not None]
+        return min(given) if given else None
+
+    def start(self, request: Request, samples: int) -> None:
+        """Admit a generation request's sequences (503 with Retry-After when the queue is full)."""
+        self.admission.admit(request.scope, samples)
+
+
+def deadline_after(timeout: float | None) -> float | None:
+    """The event loop's time `timeout` seconds from now (what AsyncLLMEngine.generate takes)."""
+    return None if timeout is None else asyncio.get_running_loop().time() + timeout
+
+
+def engine_error(error: BaseException, timeout: float | None = None) -> APIError:
+    """The error a request's client gets when its generation raised instead of finishing."""
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, RequestTimeout):
+        return APIError(f"the request did not finish within its timeout ({timeout:g} s, the `timeout` field or "
+                        "--request-timeout) and was aborted", 504, param="timeout", kind="timeout_error")
+    if isinstance(error, ServerStopping):
+        return APIError("the server is shutting down and aborted this request after --shutdown-timeout", 503,
+                        kind="service_unavailable")
+    return APIError(f"generation failed: {type(error).__name__}: {error}", 500)
+
+
+def error_event(error: BaseException, timeout: float | None) -> dict:
+    """The body of the error event a stream ends with when its generation raised."""
+    api = engine_error(error, timeout)
+    return error_body(api.message, api.kind, api.param, api.status)
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events that close their generator however the response ends.
+
+    Starlette leaves the generator of a response cut short (a disconnect, a stalled client) to the
+    garbage collector, which may take a while to find it in a reference cycle; its cleanup aborts
+    the request, so it must run now, or the request keeps its slot and pages meanwhile.
+    """
+
+    def __init__(self, events: AsyncIterator[str]):
+        super().__init__(events, media_type="text/event-stream")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
 
 def new_id(prefix: str) -> str:
     """A response id like OpenAI's (`cmpl-...`, `chatcmpl-...`)."""
@@ -77,32 +138,43 @@ def new_id(prefix: str) -> str:
 
 
 async def merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tuple[int, RequestOutput]]:
-    """(stream index, delta) from several streams as they arrive; closing it aborts the unfinished ones."""
-    queue: asyncio.Queue[tuple[int, RequestOutput | None]] = asyncio.Queue()
+    """(stream index, delta) from several streams as they arrive; a stream's error is raised here, and
+    closing it (or that error) aborts the unfinished ones.
+
+    The queue holds one item per stream at most: a reader that falls behind (a client reading
+    slowly) leaves the deltas merging in the engine's collectors instead of piling up here.
+    """
+    queue: asyncio.Queue[tuple[int, RequestOutput | Exception | None]] = asyncio.Queue(maxsize=len(streams))
 
     async def pump(i: int, stream: AsyncIterator[RequestOutput]) -> None:
-        async for delta in stream:
-            queue.put_nowait((i, delta))
-        queue.put_nowait((i, None))
+        try:
+            async for delta in stream:
+                await queue.put((i, delta))
+        except Exception as error:  # handed to the reader: a pump that died silently would hang it
+            await queue.put((i, error))
+            return
+        await queue.put((i, None))
 
     tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
     try:
         remaining = len(tasks)
         while remaining:
-            i, delta = await queue.get()
-            if delta is None:
+            i, item = await queue.get()
+            if item is None:
                 remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
             else:
-                yield i, delta
-        for task in tasks:
-            task.result()  # an engine failure surfaces here
+                yield i, item
     finally:
         for task in tasks:
             task.cancel()  # a cancelled pump closes its stream, which aborts the request
 
 
-async def collect(streams: list[AsyncIterator[RequestOutput]], request: Request) -> list[RequestOutput]:
-    """Final outputs of every stream; a client that disconnects first aborts them all."""
+async def collect(streams: list[AsyncIterator[RequestOutput]], request: Request,
+                  timeout: float | None = None) -> list[RequestOutput]:
+    """Final outputs of every stream; a client that disconnects first aborts them all, and a stream's
+    error (a timeout, a shutdown, an engine failure) is the response's (`timeout` names the former)."""
     totals: list[RequestOutput | None] = [None] * len(streams)
 
     async def gather() -> None:
@@ -116,7 +188,8 @@ async def collect(streams: list[AsyncIterator[RequestOutput]], request: Request)
     if work not in done:
         work.cancel()
         raise APIError("client disconnected", 499)
-    work.result()
+    if work.exception() is not None:
+        raise engine_error(work.exception(), timeout)
     return totals  # type: ignore[return-value]
 
 
