@@ -295,10 +295,8 @@ class LLM:
         and a page pool of its own (num_pages; None: the primary's knobs decide): the server's shadow
         reference when the served configuration differs from it only losslessly."""
         config = dataclasses.replace(self.engine.config, enable_prefix_caching=False, num_pages=num_pages)
-        return LLMEngine(
-            self._run_weights, self.config, self.tokenizer, config, self.dtype, self.cache_spec,
-            model_identity(self.model_dir, self.dtype), self.default_params,
-        )
+        runner = ModelRunner(self._run_weights, self.config, config, self.dtype, self.cache_spec)
+        return LLMEngine(runner, self.tokenizer, config, model_identity(self.model_dir, self.dtype), self.default_params)
 
     @property
     def weights(self) -> Weights:

@@ -106,7 +106,8 @@ def timed_cost(llm: LLM, workload: Workload, warm: bool, first: tuple[list[Reque
     if warm:
         llm.engine.reset_prefix_cache()
         outputs, seconds, peak = run_requests(llm, workload.prompts, [greedy_params(workload)] * len(workload.prompts))
-    pool = tree_bytes(llm.engine.pages) if llm.engine.pages is not None else None
+    pages = llm.engine.runner.pages
+    pool = tree_bytes(pages) if pages is not None else None
     slots = llm.engine.blocks.num_pages * llm.engine.blocks.page_size
     return Cost(
         seconds=seconds, generated_tokens=sum(len(o.token_ids) for o in outputs),
