@@ -81,7 +81,7 @@ class Request:
     spec_acceptance: float | None = None  # moving average of draft acceptance (engine speculation)
     spec_counts: dict | None = None  # this sample's verify-step counters (speculative.stats layout)
     # Leading positions whose draft-model K/V are written: plain decode calls leave the draft
-    # behind, the next verify step catches it up (batch_draft.catch_up).
+    # behind, the next verify step catches it up (runtime/draft_model_rider.catch_up).
     draft_computed: int = 0
     grammar: "RequestGrammar | None" = None  # where the output is in its structured_outputs constraint
 

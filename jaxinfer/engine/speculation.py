@@ -2,7 +2,7 @@
 
 The engine knows every request's tokens on the host, so the n-gram proposer is a NumPy search
 there (no token buffer on the device), and suffix decoding's tries live there (`suffix_cache`).
-A draft model (`batch_draft`) or an EAGLE head (`batch_eagle`) drafts on the device inside the
+A draft model (`runtime/draft_model_rider`) or an EAGLE head (`runtime/eagle_rider`) drafts on the device inside the
 verify step; the host plans only how many tokens each row drafts. Each row drafts its own
 length: a moving average of its acceptance and a cost model, so speculation switches itself off as the batch grows or where a
 verify step costs more than its accepted tokens save. The cost model is what the engine measured

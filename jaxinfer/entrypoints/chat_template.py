@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Used when the tokenizer has no chat template of its own (the demo model has none): one
-# "role: content" line per message, then "assistant:" for the reply. Documented in the README.
+# "role: content" line per message, then "assistant:" for the reply. Documented in docs/serving.md.
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"

@@ -1,6 +1,6 @@
 """Drafting with a draft model inside the serving engine's verify step.
 
-The draft's pool holds K/V of the tokens the target's does (see `step_forward`), except those of
+The draft's pool holds K/V of the tokens the target's does (see `flat_forward`), except those of
 plain decode calls: reading them would cost a draft forward per step even while speculation is
 off, so a verify step first catches the draft up on the positions it has not read (`catch_up`,
 CATCH_UP_CHUNK per row and forward). Then the draft decodes `[last token, d_1 .. d_k]` one token

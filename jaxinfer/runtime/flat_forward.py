@@ -3,7 +3,7 @@
 The draft keeps its own page pool, indexed by the target's page tables (same page ids, same
 page size), so the block manager's allocation, prefix sharing and preemption hold for both:
 every program that writes the target's K/V for a token also runs `read_tokens`. (An EAGLE
-head rides the same way: `batch_eagle`.)
+head rides the same way: `eagle_rider`.)
 """
 
 from __future__ import annotations

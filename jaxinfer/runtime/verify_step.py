@@ -4,7 +4,7 @@ Each row is laid out as a prefill chunk of `[last token, draft_1 .. draft_k]` (r
 the step's chunk), so the ragged step's forward writes their K/V and yields the target's
 distribution at every position. Acceptance is the exact rule of `speculative.rejection`: prompt
 lookup is deterministic, so q is one-hot and draft i is kept with probability p(draft_i); a
-draft model (`batch_draft`) or an EAGLE head (`batch_eagle`) drafts here first and its
+draft model (`runtime/draft_model_rider`) or an EAGLE head (`runtime/eagle_rider`) drafts here first and its
 processed distributions are q. Greedy
 rows keep drafts while they equal the argmax. K/V written for rejected drafts
 sit past the row's new length and are overwritten by later steps.
