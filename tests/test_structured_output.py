@@ -21,7 +21,7 @@ from jaxinfer import LLM, SamplingParams, SpeculativeConfig, StructuredOutputsPa
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("llguidance")
 
-SAMPLES = 32
+SAMPLES = 50  # the count: every sampled completion must parse and validate
 # A small pool forces preemption; one set of shapes for every engine here, so they share programs.
 KNOBS = dict(max_seq_len=128, max_num_seqs=8, max_num_batched_tokens=16, max_prefill_seqs=1, decode_steps=1,
              num_pages=20)
