@@ -370,10 +370,11 @@ def test_close_frees_every_cache_and_the_llm_still_works(models):
         weights = _bytes((llm._run_weights, llm.speculative.params))
         first = [[o.token_ids for o in llm.generate(PROMPTS[:n], greedy)] for n in (2, 1)]
         first.append(llm.generate(PROMPTS[0], engine_only)[0].token_ids)  # penalties run in the engine
-        pools, static, draft = (llm.engine.runner.pages, llm.engine.runner.draft), llm._static._cache, llm.speculative._cache
+        runner = llm.engine.runner  # its pools and the penalty counts it keeps on the device, freed by close()
+        pools, static, draft = (runner.pages, runner.draft, runner.counts), llm._static._cache, llm.speculative._cache
         assert _cache_batch(draft) == _cache_batch(static) == 1  # the last batch's; batch 2's were dropped
         held = _bytes(pools) + _bytes(static) + _bytes(draft)
-        del pools, static, draft
+        del pools, static, draft, runner
         assert _live_bytes() - baseline <= weights + held + 1024  # slack: acceptance prior, cost model
     closed = _live_bytes() - baseline
     assert closed <= weights + 1024, (closed, weights)

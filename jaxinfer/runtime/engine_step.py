@@ -111,7 +111,10 @@ def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.A
     The rank (1 + tokens more likely, vLLM's) is counted here: the host only sees the top K.
     """
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    top_values, top_ids = jax.lax.top_k(logp, MAX_LOGPROBS)
+    k = min(MAX_LOGPROBS, logp.shape[-1])  # a vocabulary smaller than K (tiny test models): pad the rest
+    top_values, top_ids = jax.lax.top_k(logp, k)
+    top_values = jnp.pad(top_values, ((0, 0), (0, MAX_LOGPROBS - k)), constant_values=-jnp.inf)
+    top_ids = jnp.pad(top_ids, ((0, 0), (0, MAX_LOGPROBS - k)))
     chosen = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
     ranks = 1 + jnp.sum(logp > chosen[:, None], axis=-1, dtype=jnp.int32)
     return chosen, top_ids.astype(jnp.int32), top_values, ranks

@@ -53,12 +53,13 @@ def warm_up(
     with ThreadPoolExecutor(max(threads, 1)) as pool:
         futures = []
         for make in programs:
-            per_program = 0 if start is None or not done else (start - map_headroom()) / done
+            submitted = len(futures)  # with several threads some may still be compiling: an estimate
+            per_program = 0 if start is None or not submitted else (start - map_headroom()) / submitted
             if jax.default_backend() == "cpu" and not warmup_may_continue(per_program):
                 log.warning(
                     "warm-up stopped after %d of %d programs: XLA:CPU maps ~%.0f memory regions per program and "
                     "this process is near vm.max_map_count (%s); the rest compile on first use. Raise the cap "
-                    "(sudo sysctl -w vm.max_map_count=262144)", done, len(programs), per_program,
+                    "(sudo sysctl -w vm.max_map_count=262144)", submitted, len(programs), per_program,
                     MAX_MAP_COUNT.read_text().strip(),
                 )
                 break
