@@ -102,7 +102,7 @@ def _leads() -> bool:
 def _convert(args: argparse.Namespace) -> int:
     from jaxinfer.checkpoint.loader import check_out_dir, load_hf_weights, save_converted, stored_dtype
     from jaxinfer.config.validation import dtype_name, model_dir
-    from jaxinfer.entrypoints.llm import DTYPES
+    from jaxinfer.entrypoints.model_loading import DTYPES
     from jaxinfer.models import quantize_weights
     from jaxinfer.models.registry import load_config
 

@@ -13,36 +13,34 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from jaxinfer.checkpoint.loader import load_weights, quantization_of
 from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
 from jaxinfer.config import validation
 from jaxinfer.config.generation import generation_defaults
-from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
+from jaxinfer.entrypoints.model_loading import (
+    load_sharded,
+    model_identity,
+    resolve_dtype,
+    resolve_kernels_for,
+    resolve_max_seq_len,
+    resolve_quantized_kernel,
+    seq_len_setting,
+)
 from jaxinfer.entrypoints.static_batch import StaticBatchGenerator
-from jaxinfer.kernels.cpu import resolve_cpu_kernels
 from jaxinfer.models import (
     Weights,
-    abstract_weights,
-    quantize_head,
-    quantize_weights,
     unpack_for_cpu,
     weights_to_run,
 )
-from jaxinfer.models.registry import load_config
 from jaxinfer.models.rope import for_context
-from jaxinfer.parallel.sharding import Layout, check_experts, layout_for
-from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.compile_cache import compile_cache_setting
 from jaxinfer.runtime.memory_maps import release_programs_near_cap
@@ -56,27 +54,8 @@ from jaxinfer.speculative.proposers import DraftModelProposer
 DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo" / "target"
 DEMO_DRAFT = Path(__file__).parents[1] / "assets" / "demo" / "draft"  # the demo target's speculative draft
 DEMO_EAGLE = Path(__file__).parents[1] / "assets" / "demo" / "eagle"  # an EAGLE-1 head for the demo target
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 Prompt = str | Sequence[int]
-
-
-def resolve_max_seq_len(requested: int | None, limit: int) -> int:
-    """The requested length (default: the model's, at most 2048), checked against the model's limit."""
-    length = int(requested or min(limit, 2048))
-    if length > limit:
-        raise ValueError(f"max_seq_len {length} exceeds the model's max_position_embeddings {limit}")
-    return length
-
-
-def seq_len_setting(max_seq_len: int | None, max_model_len: int | None) -> int | None:
-    """max_seq_len, or vLLM's name for it, max_model_len; both given must agree."""
-    validation.optional_int(max_seq_len, "max_seq_len", 1)
-    validation.optional_int(max_model_len, "max_model_len", 1)
-    if max_seq_len is not None and max_model_len is not None and max_seq_len != max_model_len:
-        raise ValueError(f"max_seq_len={max_seq_len} and max_model_len={max_model_len} disagree; max_model_len is "
-                         "vLLM's name for max_seq_len, so give one of them (or the same value)")
-    return max_model_len if max_seq_len is None else max_seq_len
 
 
 def engine_speculation(
@@ -92,76 +71,6 @@ def engine_speculation(
     if isinstance(proposer, EagleProposer):
         return config, EngineDraft(proposer.ecfg, proposer.with_target(static.params, target), proposer.draft_cost)
     return None, None
-
-
-def resolve_dtype(dtype: str, model_dir: Path) -> jnp.dtype:
-    """A jnp dtype from a name; "auto" takes the checkpoint's own dtype (float32 if unstated)."""
-    dtype = validation.dtype_name(dtype, "dtype")
-    if dtype == "auto":
-        cfg = read_config_json(model_dir)
-        stored = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"
-        dtype = validation.dtype_name(stored, f"{model_dir / 'config.json'} dtype", allow_auto=False)
-    return DTYPES[dtype]
-
-
-def model_identity(model_dir: Path, dtype: jnp.dtype) -> str:
-    """Names these weights for the prefix cache: path, dtype and the weight files' sizes and times."""
-    files = sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("**/*.zarray"))[:1]
-    marks = [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files]
-    return "|".join([str(model_dir.resolve()), jnp.dtype(dtype).name, *marks])
-
-
-def load_sharded(
-    model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int, quantize_lm_head: bool = False,
-    ep: int = 1,
-) -> tuple[ModelConfig, Weights, Layout]:
-    """Config, weights (each leaf read into its sharding) and the layout for tp x dp x ep devices."""
-    validation.positive_int(tp, "tensor_parallel_size")
-    validation.positive_int(dp, "data_parallel_size")
-    validation.positive_int(ep, "expert_parallel_size")
-    validation.boolean(quantize_lm_head, "quantize_lm_head")
-    cfg = load_config(model_dir)
-    check_experts(cfg.num_experts, ep)
-    layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp, ep)
-    cfg, weights = load_weights(model_dir, dtype, layout=layout)
-    # Projections only (None: as loaded, so a converted quantized checkpoint stays quantized).
-    weights = quantize_weights(weights, quantization)
-    if layout.size > 1 and quantization_of(weights) is not None:
-        # Quantized leaves take the shardings of the weights they replace (see quantized_specs).
-        weights = shard_quantized_tree(weights, abstract_weights(cfg), layout)
-    if quantize_lm_head:
-        if (quant := quantization_of(weights)) is None:
-            raise ValueError("quantize_lm_head=True quantizes the output head like the projections, so it needs "
-                             "quantization='int8', 'int4' or 'fp8' (or a quantized checkpoint); got quantization=None")
-        mode, group = quant
-        weights = quantize_head(weights, mode, group or DEFAULT_GROUP, layout)
-    return cfg, weights, layout
-
-
-def resolve_kernels_for(layout: Layout, cpu_kernels: bool | None) -> bool:
-    """The CPU kernels' switch: off on a mesh (FFI calls cannot be partitioned), else as asked."""
-    if layout.size == 1:
-        return resolve_cpu_kernels(cpu_kernels)
-    if cpu_kernels:
-        raise ValueError(
-            f"cpu_kernels=True cannot run on a mesh of {layout.size} devices (the native kernels are not "
-            "partitioned); pass cpu_kernels=None or False, or tensor_parallel_size=data_parallel_size=1"
-        )
-    return False
-
-
-def resolve_quantized_kernel(layout: Layout, setting: bool | None, interpret: bool) -> bool:
-    """The Triton quantized-matmul switch: None = on for one GPU; True needs a GPU (or interpret mode), never a mesh."""
-    on_gpu = jax.default_backend() == "gpu"
-    if setting is None:
-        return on_gpu and layout.size == 1
-    if setting and layout.size > 1:
-        raise ValueError(f"quantized_kernel=True cannot run on a mesh of {layout.size} devices (the Triton kernel is "
-                         "not partitioned); pass quantized_kernel=None or False")
-    if setting and not (on_gpu or interpret):
-        raise ValueError(f"quantized_kernel=True needs a GPU (this backend is {jax.default_backend()!r}); pass "
-                         "interpret_kernels=True to run it in interpret mode, or quantized_kernel=None or False")
-    return setting
 
 
 def spec_supported(params: SamplingParams) -> bool:
