@@ -14,6 +14,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jaxinfer.cache import per_layer
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.kernels.cpu import write_positions
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
@@ -65,6 +66,17 @@ class KVCache:
         k_scales[layer] = self.layout.constrain(k_scales[layer], SCALE_AXES)
         v_scales[layer] = self.layout.constrain(v_scales[layer], SCALE_AXES)
         return dataclasses.replace(self, k=new_k, v=new_v, k_scales=k_scales, v_scales=v_scales)
+
+    def layer_view(self, layer: int) -> "KVCache":
+        """These buffers of `layer` alone, as layer 0 (see models.layer_calls)."""
+        return per_layer.layer_view(self, LAYERED, layer)
+
+    def with_layer(self, layer: int, view: "KVCache") -> "KVCache":
+        """This cache with `layer`'s buffers taken from a one-layer view."""
+        return per_layer.with_layer(self, LAYERED, layer, view)
+
+
+LAYERED = ("k", "v", "k_scales", "v_scales")  # the fields holding one buffer per layer
 
 
 def scatter_positions(cache: jax.Array, updates: jax.Array, positions: jax.Array, transposed: bool) -> jax.Array:

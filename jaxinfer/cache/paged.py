@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxinfer.cache import per_layer
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from pallas_kernels import quantize_kv, quantize_kv_fp8
@@ -105,6 +106,16 @@ class PagedKVCache:
             pages[layer] = self.layout.constrain(new_pages, POOL_AXES)
         return dataclasses.replace(self, k_pages=k_pages, v_pages=v_pages, k_scales=k_scales, v_scales=v_scales)
 
+    def layer_view(self, layer: int) -> "PagedKVCache":
+        """These pools of `layer` alone, as layer 0 (see models.layer_calls)."""
+        return per_layer.layer_view(self, LAYERED, layer)
+
+    def with_layer(self, layer: int, view: "PagedKVCache") -> "PagedKVCache":
+        """This cache with `layer`'s pools taken from a one-layer view."""
+        return per_layer.with_layer(self, LAYERED, layer, view)
+
+
+LAYERED = ("k_pages", "v_pages", "k_scales", "v_scales")  # the fields holding one buffer per layer
 
 jax.tree_util.register_dataclass(
     PagedKVCache,

@@ -44,6 +44,14 @@ class RaggedPagedCache:
         pages = dataclasses.replace(written, page_table=self.pages.page_table)
         return dataclasses.replace(self, pages=pages)
 
+    def layer_view(self, layer: int) -> "RaggedPagedCache":
+        """This step's view of `layer`'s pools alone, as layer 0 (see models.layer_calls)."""
+        return dataclasses.replace(self, pages=self.pages.layer_view(layer))
+
+    def with_layer(self, layer: int, view: "RaggedPagedCache") -> "RaggedPagedCache":
+        """This view with `layer`'s pools taken from a one-layer view."""
+        return dataclasses.replace(self, pages=self.pages.with_layer(layer, view.pages))
+
 
 jax.tree_util.register_dataclass(RaggedPagedCache, data_fields=["pages", "token_rows"], meta_fields=[])
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
+GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 INCOMPLETE = "\ufffd"  # what a decoder returns for the bytes of a character not yet complete
 
@@ -13,9 +15,32 @@ def load_tokenizer(model_dir: Path) -> Any | None:
     """The model's HF tokenizer, or None when the directory ships no tokenizer files."""
     if not any((model_dir / m).is_file() for m in TOKENIZER_MARKERS):
         return None
-    from jaxinfer.checkpoint.hf_import import auto_tokenizer
+    from jaxinfer.checkpoint.hf_import import auto_tokenizer, tokenizer_class
 
-    return auto_tokenizer().from_pretrained(str(model_dir))
+    loader = None
+    if (generic := _generic_class(model_dir)) is not None:
+        try:
+            loader = tokenizer_class(generic)
+        except AttributeError:  # TokenizersBackend is transformers 5's name
+            pass
+    return (loader or auto_tokenizer()).from_pretrained(str(model_dir))
+
+
+def _generic_class(model_dir: Path) -> str | None:
+    """The tokenizer's class when it is transformers' generic fast tokenizer over tokenizer.json
+    (Llama 3's, for one), else None (AutoTokenizer resolves it).
+
+    AutoTokenizer would pick the same class, but on the way it imports transformers' model
+    configuration code and with it PyTorch where installed: ~3 s of a server's start.
+    """
+    config = model_dir / "tokenizer_config.json"
+    if not (model_dir / "tokenizer.json").is_file() or not config.is_file():
+        return None
+    try:
+        name = json.loads(config.read_text()).get("tokenizer_class")
+    except (OSError, ValueError):
+        return None
+    return name if name in GENERIC_CLASSES else None
 
 
 def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:

@@ -2,7 +2,8 @@
 
 Each layer owns its weight buffers and the layers are unrolled: a `lax.scan` over stacked
 weights makes XLA copy every layer's slice before its matmuls, which costs a third of decode
-speed on CPU. The layer itself is the family's (`models.registry`).
+speed on CPU. Each is called through `layer_calls`, so layers alike are traced once. The layer
+itself is the family's (`models.registry`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.layer_calls import call_layer
 from jaxinfer.models.layers import Weight, linear, linear_transposed
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.registry import family_of
@@ -78,7 +80,7 @@ def forward_with_taps(
     for layer, lw in enumerate(weights.layers):
         if layer in taps:
             tapped.append(x)
-        x, cache = layer_fn(cfg, x, cache, lw, layer, positions, rope)
+        x, cache = call_layer(layer_fn, cfg, x, cache, lw, layer, positions, rope)
     return rms_norm(x, weights.final_norm, cfg.rms_norm_eps, cfg.norm_weight_offset), tapped, cache
 
 

@@ -1,0 +1,56 @@
+"""Each distinct decoder layer traced once per program, not once per layer.
+
+The layers stay unrolled (see decoder.py), but each is called through a nested `jax.jit` over
+that layer's own cache buffers and weights. Layers alike in shapes and static settings (all of a
+Llama; Gemma 2's local and global kinds) then share one trace and one lowered function, which
+XLA inlines back into the program: the compiled program is the unrolled one, while tracing and
+lowering (most of a warm start, which loads the compiled programs from the persistent cache)
+no longer grow with depth.
+
+A layer reads its index only to pick its cache buffers, its window and its rope tables, so the
+call hands it a one-layer view of the cache as layer 0, a config whose every window is its
+window, and its rope tables ready made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.family import DecoderLayer
+from jaxinfer.models.rope import CosSin, RopeTables
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedRope:
+    """Rope tables already picked for one layer (what `RopeTables.for_layer` gave it)."""
+
+    tables: CosSin
+
+    def for_layer(self, layer: int) -> CosSin:
+        """The layer's cos, sin (whatever the index: the view holds one layer)."""
+        return self.tables
+
+
+def call_layer(
+    layer_fn: DecoderLayer, cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array,
+    rope: RopeTables,
+) -> tuple[jax.Array, Any]:
+    """`layer_fn` on layer `layer`, through the shared trace where the cache offers one-layer views."""
+    if not hasattr(cache, "layer_view"):
+        return layer_fn(cfg, x, cache, lw, layer, positions, rope)
+    window = cfg.layer_windows[layer]
+    alike = dataclasses.replace(cfg, layer_windows=(window,) * cfg.num_layers)
+    x, view = _one_layer(layer_fn, alike, x, cache.layer_view(layer), lw, positions, rope.for_layer(layer))
+    return x, cache.with_layer(layer, view)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _one_layer(
+    layer_fn: DecoderLayer, cfg: ModelConfig, x: jax.Array, view: Any, lw: Any, positions: jax.Array, tables: CosSin,
+) -> tuple[jax.Array, Any]:
+    return layer_fn(cfg, x, view, lw, 0, positions, FixedRope(tables))

@@ -1,0 +1,50 @@
+"""Tokenizer loading: a generic fast tokenizer loads without AutoTokenizer (and PyTorch), the same as through it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import transformers
+from hf_models import TOKENIZER_CORPUS, save_tiny_tokenizer
+from python_subprocess import child_env
+
+from jaxinfer.checkpoint.tokenizer import load_tokenizer
+from jaxinfer.entrypoints.llm import DEMO_MODEL
+
+CHAT = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+
+
+def test_generic_tokenizer_matches_auto_tokenizer(tmp_path: Path):
+    path = save_tiny_tokenizer(tmp_path)
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config["chat_template"] = TEMPLATE
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    ours, auto = load_tokenizer(path), transformers.AutoTokenizer.from_pretrained(path)
+    assert type(ours) is type(auto)
+    for text in TOKENIZER_CORPUS:
+        assert ours(text)["input_ids"] == auto(text)["input_ids"]
+    assert (ours.bos_token_id, ours.eos_token_id, ours.pad_token_id) == (auto.bos_token_id, auto.eos_token_id,
+                                                                          auto.pad_token_id)
+    assert ours.apply_chat_template(CHAT, tokenize=False) == auto.apply_chat_template(CHAT, tokenize=False)
+
+
+def test_a_model_specific_class_still_goes_through_auto_tokenizer(tmp_path: Path):
+    path = save_tiny_tokenizer(tmp_path)
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config["tokenizer_class"] = "GPT2Tokenizer"
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    assert type(load_tokenizer(path)) is type(transformers.AutoTokenizer.from_pretrained(path))
+
+
+def test_the_demo_tokenizer_loads_without_importing_torch():
+    script = (
+        "import sys; from pathlib import Path; from jaxinfer.checkpoint.tokenizer import load_tokenizer; "
+        f"tok = load_tokenizer(Path({str(DEMO_MODEL)!r})); assert tok('x = 1')['input_ids']; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
