@@ -104,6 +104,36 @@ def test_multi_step_call_stops_at_a_finish_only_when_asked(llm, stop_early, long
         engine.runner.stop_early = before
 
 
+def test_fixed_trip_engine_runs_single_steps_as_ragged_steps(llm):
+    """Where multi-step decode runs all its iterations (a GPU), a call of one step (a streamed row here)
+    takes the ragged program instead, computing one token per row; outputs stay those of the plain path."""
+    engine, before = llm.engine, llm.engine.runner.stop_early
+    expected = greedy_ids(llm, PROMPTS[:2])
+    engine.runner.stop_early = False
+    kinds = []
+    build = engine._build_step
+
+    def recording(schedule):
+        host = build(schedule)
+        kinds.append((host.decode, any(row.request.streamed for row in schedule.decodes)))
+        return host
+
+    engine._build_step = recording
+    try:
+        engine.add_request("watched", PROMPTS[0], GREEDY, streamed=True)
+        engine.add_request("other", PROMPTS[1], GREEDY)
+        got = {}
+        while engine.has_unfinished():
+            for delta in engine.step():
+                got.setdefault(delta.request_id, []).extend(delta.outputs[0].token_ids)
+    finally:
+        engine.runner.stop_early = before
+        del engine._build_step
+    assert [got["watched"], got["other"]] == expected
+    assert (True, True) not in kinds, "a one-step call ran the multi-step program"
+    assert (True, False) in kinds  # once the stream finished, the other request took several steps a call
+
+
 def test_seeded_sampling_does_not_depend_on_batch_or_steps(model, llm):
     params = SamplingParams(max_tokens=16, temperature=0.9, top_k=40, seed=5, ignore_eos=True)
     single = make(model, decode_steps=1)

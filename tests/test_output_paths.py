@@ -84,3 +84,11 @@ def test_stream_with_n_2_yields_every_sample(llm):
 def test_stream_of_several_prompts_says_to_use_generate(llm, prompts):
     with pytest.raises(TypeError, match=r"stream takes one prompt .* got a list of 2 prompts; use generate"):
         next(llm.stream(prompts))
+
+
+def test_a_stream_gets_its_tokens_each_step(llm, solo):
+    """decode_steps=4, stream_interval=1: a watched request's tokens come one call (one token) at a time."""
+    deltas = list(llm.stream(PROMPTS[0], GREEDY))
+    sizes = [len(o.token_ids) for d in deltas for o in d.outputs]
+    assert max(sizes) == 1 and sum(sizes) == GREEDY.max_tokens
+    assert _total(deltas).outputs[0].token_ids == solo[0].outputs[0].token_ids

@@ -59,3 +59,15 @@ def test_a_roomy_pool_reserves_every_step():
     scheduler.running = [decoding(blocks, "a", 6), decoding(blocks, "b", 6)]
     schedule = scheduler.schedule()
     assert schedule.num_steps == 4 and all(len(row.request.pages) == 3 for row in schedule.decodes)
+
+
+def test_a_streamed_request_limits_the_call_to_the_stream_interval():
+    """Someone watching a stream gets its tokens every stream_interval steps; alone, the batch runs decode_steps."""
+    blocks = BlockManager(64, PAGE, "model")
+    scheduler = Scheduler(SchedulerConfig(4, 64, 4, decode_steps=8, stream_interval=2), blocks)
+    scheduler.running = [decoding(blocks, "a", 6), decoding(blocks, "b", 6)]
+    assert scheduler.schedule().num_steps == 8
+    scheduler.running[1].streamed = True
+    assert scheduler.schedule().num_steps == 2
+    scheduler.remove(scheduler.running[1])  # the stream finished
+    assert scheduler.schedule().num_steps == 8

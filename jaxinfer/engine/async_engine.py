@@ -45,6 +45,7 @@ class Add:
     request_id: str
     prompt: str | Sequence[int]
     params: SamplingParams | None
+    streamed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,16 +78,17 @@ class AsyncLLMEngine:
 
     async def generate(
         self, prompt: str | Sequence[int], params: SamplingParams | None = None, request_id: str | None = None,
-        deadline: float | None = None,
+        deadline: float | None = None, streamed: bool = False,
     ) -> AsyncIterator[RequestOutput]:
         """Deltas of one request until it finishes; an invalid request raises before the first one.
 
         deadline: the event loop's time (`loop.time()`) by which the request must finish; past it
-        the request is aborted and RequestTimeout raised.
+        the request is aborted and RequestTimeout raised. streamed: its deltas go out as they come
+        (see LLMEngine.add_request).
         """
         request_id = request_id or f"async-{next(self._ids)}"
         collector = self._router.open(request_id)
-        self._send(Add(request_id, prompt, params))
+        self._send(Add(request_id, prompt, params, streamed))
         finished = False
         try:
             while not finished:
@@ -149,7 +151,8 @@ class AsyncLLMEngine:
                 aborted.append(command.request_id)
                 continue
             try:
-                self.engine.add_request(command.request_id, command.prompt, command.params)
+                self.engine.add_request(command.request_id, command.prompt, command.params,
+                                        streamed=command.streamed)
             except Exception as error:  # a bad request fails alone, at its reader
                 failed[command.request_id] = error
         outputs = self.engine.finish_aborted(aborted)

@@ -68,7 +68,7 @@ class LLMEngine:
         self.scheduler = Scheduler(
             SchedulerConfig(
                 config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
-                lookahead=runner.spec_rounds * (k_max + 1),
+                lookahead=runner.spec_rounds * (k_max + 1), stream_interval=config.stream_interval,
             ),
             self.blocks,
         )
@@ -82,12 +82,13 @@ class LLMEngine:
 
     def add_request(
         self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
-        final_only: bool = False,
+        final_only: bool = False, streamed: bool = False,
     ) -> None:
         """Queue a request (text or token ids); invalid ones raise here and never reach a step.
 
         final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` asks for): no deltas, only
-        the whole output once the request finishes.
+        the whole output once the request finishes. streamed: someone reads its deltas as they come
+        (a stream), so while it decodes each call runs at most `stream_interval` steps.
         """
         if request_id in self.groups:
             raise ValueError(f"request_id {request_id!r} is already in use; give each request a unique id")
@@ -107,6 +108,7 @@ class LLMEngine:
                 leader=group[0] if group else None,
                 detokenizer=Detokenizer(self.tokenizer) if self.tokenizer is not None else None,
                 grammar=self.structured.start(params),  # compiled (cached) here: a bad constraint raises before queueing
+                streamed=streamed,
             )
             if self.speculator is not None:
                 request.spec_counts = zero_counts(self.speculator.k_max)
@@ -181,7 +183,7 @@ class LLMEngine:
                 rounds = 1 if one_round else runner.spec_rounds
                 return build_verify_step(schedule, drafts, runner.verify_chunk, self.config.page_size, runner.width,
                                          rounds)
-        return build_step(schedule, self.config, self.runner.width)
+        return build_step(schedule, self.config, self.runner.width, fixed_trips=not self.runner.stop_early)
 
     def metrics(self) -> dict:
         """vLLM-named counters, gauges and latency histograms (see engine.metrics)."""

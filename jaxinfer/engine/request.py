@@ -84,6 +84,7 @@ class Request:
     # behind, the next verify step catches it up (runtime/draft_model_rider.catch_up).
     draft_computed: int = 0
     grammar: "RequestGrammar | None" = None  # where the output is in its structured_outputs constraint
+    streamed: bool = False  # someone reads its tokens as they come: calls run at most stream_interval steps
 
     @property
     def all_ids(self) -> list[int]:

@@ -27,6 +27,7 @@ class SchedulerConfig:
     max_prefill_seqs: int = 4  # prompts chunked in one step
     decode_steps: int = 8  # decode steps one call may run when the batch is all decodes
     lookahead: int = 1  # tokens an all-decode call may add per row (decode steps, or drafts + 1)
+    stream_interval: int = 1  # decode steps a call may run while a streamed request is in it
 
 
 @dataclasses.dataclass
@@ -94,9 +95,17 @@ class Scheduler:
         prefills = self._schedule_prefills(budget, decodes)
         if not (all_decode and not prefills):
             return Schedule(decodes, prefills)
-        # A structured-output mask is made for one token: constrained rows take one per call.
-        steps = 1 if any(row.request.grammar is not None for row in decodes) else self.config.decode_steps
-        return Schedule(decodes, prefills, min(reserve, steps), True, reserve)
+        return Schedule(decodes, prefills, min(reserve, self._decode_steps(decodes)), True, reserve)
+
+    def _decode_steps(self, decodes: list[Row]) -> int:
+        """Decode steps the call may run: one when a row is constrained (a structured-output mask is
+        made for one token), at most stream_interval when someone watches a row's tokens arrive (a
+        stream would otherwise get them in bursts of decode_steps), else decode_steps."""
+        if any(row.request.grammar is not None for row in decodes):
+            return 1
+        if any(row.request.streamed for row in decodes):
+            return min(self.config.decode_steps, self.config.stream_interval)
+        return self.config.decode_steps
 
     def _affordable_lookahead(self, most: int) -> int:
         """The most tokens (up to `most`) every running row can reserve pages for without preempting

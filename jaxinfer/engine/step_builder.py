@@ -19,19 +19,24 @@ from jaxinfer.engine.scheduler import Row, Schedule
 from jaxinfer.runtime.host_step import HostStep
 
 
-def step_shape(schedule: Schedule, config: EngineConfig) -> tuple[str, int, int]:
-    """(program kind, tokens, rows) of the padded step: all-decode schedules one token per row."""
+def step_shape(schedule: Schedule, config: EngineConfig, fixed_trips: bool = False) -> tuple[str, int, int]:
+    """(program kind, tokens, rows) of the padded step: all-decode schedules one token per row.
+
+    fixed_trips: multi-step decode runs all its decode_steps iterations (a GPU's branchless
+    programs), so a call of one step (a constrained or streamed row) takes the ragged program,
+    which computes one token per row, not decode_steps of which all but one are thrown away.
+    """
     rows = schedule.decodes + schedule.prefills
-    if not schedule.prefills:
+    if not schedule.prefills and not (fixed_trips and schedule.num_steps == 1):
         padded = bucket(len(rows))
         return "decode", padded, padded
     tokens = token_bucket(sum(row.count for row in rows), config.max_num_batched_tokens)
     return "ragged", tokens, ragged_rows(tokens, config.max_num_seqs)
 
 
-def build_step(schedule: Schedule, config: EngineConfig, width: int) -> HostStep:
-    """The packed tokens and per-row metadata of a schedule (decode rows first)."""
-    kind, num_tokens, num_rows = step_shape(schedule, config)
+def build_step(schedule: Schedule, config: EngineConfig, width: int, fixed_trips: bool = False) -> HostStep:
+    """The packed tokens and per-row metadata of a schedule (decode rows first; fixed_trips: see step_shape)."""
+    kind, num_tokens, num_rows = step_shape(schedule, config, fixed_trips)
     step = _empty(num_tokens, num_rows, width, kind == "decode", schedule.num_steps)
     _fill_decode_rows(step, schedule.decodes)
     offset = len(schedule.decodes)

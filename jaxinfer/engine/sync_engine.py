@@ -26,15 +26,17 @@ class SyncLLMEngine:
         self.router = OutputRouter()
         self._ids = itertools.count()
 
-    def add(self, prompts: Sequence[str | Sequence[int]], params: Sequence[SamplingParams], final_only: bool) -> list[str]:
-        """Queue all requests, or none: an invalid one aborts those queued before it and raises."""
+    def add(self, prompts: Sequence[str | Sequence[int]], params: Sequence[SamplingParams], final_only: bool,
+            streamed: bool = False) -> list[str]:
+        """Queue all requests, or none: an invalid one aborts those queued before it and raises
+        (final_only, streamed: see LLMEngine.add_request)."""
         added: list[str] = []
         try:
             for prompt, p in zip(prompts, params):
                 request_id = f"llm-{next(self._ids)}"
                 self.router.open(request_id)
                 added.append(request_id)
-                self.engine.add_request(request_id, prompt, p, final_only=final_only)
+                self.engine.add_request(request_id, prompt, p, final_only=final_only, streamed=streamed)
         except Exception:
             self.abort(added)
             raise

@@ -90,8 +90,10 @@ class LLM:
     (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
     chunked per step), num_pages or
     gpu_memory_utilization (the KV pool; on a GPU or TPU by default what 0.9 of the device's memory
-    leaves after the weights and a step's activations), page_size, enable_prefix_caching, and decode_steps
-    (decode steps one device call may run when no request is waiting). KV memory is held
+    leaves after the weights and a step's activations), page_size, enable_prefix_caching, decode_steps
+    (decode steps one device call may run when no request is waiting) and stream_interval (vLLM's
+    name: the most of them while a streamed request, `stream` or a server stream, is in the batch,
+    so its tokens arrive each stream_interval steps rather than in bursts). KV memory is held
     until `close()` (or the end of a `with LLM(...)` block) frees every cache; the object keeps
     working after it, re-making the caches on the next call. cpu_kernels (None: auto) picks the native
     CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
@@ -119,6 +121,7 @@ class LLM:
         page_size: int = 16,
         enable_prefix_caching: bool = True,
         decode_steps: int = 8,
+        stream_interval: int = 1,
         speculative: SpeculativeConfig | None = None,
         kv_cache: str = "auto",
         kv_cache_dtype: str = "auto",
@@ -165,6 +168,7 @@ class LLM:
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
             gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
+            stream_interval=stream_interval,
         )
         self._start_engine(engine_config, speculative)
 
@@ -277,7 +281,7 @@ class LLM:
         ids, its index and, once it ended, its finish reason. Closing the iterator early aborts the request.
         """
         prompt = validation.single_prompt(prompt, "prompt", "stream", self.config.vocab_size)
-        (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False)
+        (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False, streamed=True)
         yield from self._front.stream(request_id)
 
     def stream_text(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:

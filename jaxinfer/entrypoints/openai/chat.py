@@ -79,7 +79,7 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     ids, params, tools = await asyncio.to_thread(_prepare, state, body)  # tokenizing and compiling off the loop
     state.start(request, body.n)
     response_id = new_id("chatcmpl")
-    stream = state.engine.generate(ids, params, response_id, deadline)
+    stream = state.engine.generate(ids, params, response_id, deadline, streamed=body.stream)
     header = {"id": response_id, "created": int(time.time()), "model": state.model_name}
     if body.stream:
         chunk_header = {**header, "object": "chat.completion.chunk"}

@@ -95,7 +95,7 @@ async def create_completion(body: CompletionRequest, state: ServerState, request
     prompts, params, echoes = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
     state.start(request, body.n * len(prompts))
     response_id = new_id("cmpl")
-    streams = [state.engine.generate(ids, p, f"{response_id}-{i}", deadline)
+    streams = [state.engine.generate(ids, p, f"{response_id}-{i}", deadline, streamed=body.stream)
                for i, (ids, p) in enumerate(zip(prompts, params))]
     header = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": state.model_name}
     if body.stream:

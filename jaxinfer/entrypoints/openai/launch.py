@@ -49,6 +49,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--num-pages", type=int, default=None, help="KV-cache pages in the pool (default: what --gpu-memory-utilization leaves on a GPU or TPU; on CPU room for half of max-num-seqs at full length)")
     serve.add_argument("--page-size", type=int, default=16, help="tokens per KV-cache page, a power of two (default: %(default)s)")
     serve.add_argument("--decode-steps", type=int, default=8, help="decode steps per device call when nothing waits (default: %(default)s)")
+    serve.add_argument("--stream-interval", type=int, default=1,
+                       help="decode steps per device call at most while a stream is in the batch, so streamed "
+                            "tokens arrive that often rather than in bursts of --decode-steps (default: %(default)s)")
     add_parallel_args(serve)
     add_quantization_args(serve)
     add_memory_args(serve)
@@ -242,7 +245,7 @@ def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[
     kwargs = dict(
         model=args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
-        decode_steps=args.decode_steps, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
+        decode_steps=args.decode_steps, stream_interval=args.stream_interval, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,

@@ -116,7 +116,7 @@ class ShadowRouter:
 
     async def generate(
         self, prompt: Sequence[int], params: SamplingParams | None = None, request_id: str | None = None,
-        deadline: float | None = None,
+        deadline: float | None = None, streamed: bool = False,
     ) -> AsyncIterator[RequestOutput]:
         """The request's deltas from whichever engine serves it now; shadowed afterwards when sampled.
         A request past its deadline or stopped by a shutdown is no optimization's failure."""
@@ -127,7 +127,7 @@ class ShadowRouter:
                     and (params.greedy or self.reference_llm is not None))
         total: RequestOutput | None = None
         try:
-            async with contextlib.aclosing(route.generate(prompt, params, request_id, deadline)) as deltas:
+            async with contextlib.aclosing(route.generate(prompt, params, request_id, deadline, streamed)) as deltas:
                 async for delta in deltas:  # closed with this generator: an early close aborts the request
                     if shadowed:
                         total = accumulate(total, delta)
