@@ -160,6 +160,9 @@ runtime)
         --max-num-seqs 64 --max-num-batched-tokens 512 --cold-warm --out "$out/bench_warmup_runtime.json"
     step lowering 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_accelerator_lowering.py \
         tests/test_program_set.py
+    # what a warm start pays per step program: layers traced once vs each layer traced (no compiles)
+    step layer_tracing 40 python3 scripts/bench_layer_tracing.py --preset llama-3.2-1b --programs 3 --no-compile \
+        --out "$out/bench_layer_tracing.json"
     # host ms per step and the host's share of the time, beside engine tokens/s (HF on 2 batches, estimated)
     step host_share 150 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static --hf-batches 2 \
         --requests 128 --full-warmup

@@ -20,11 +20,10 @@ from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
+from jaxinfer.engine.output_processor import append_token, delta_output
 from jaxinfer.engine.outputs import RequestOutput
-from jaxinfer.engine.postprocess import append_token
 from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, check_stop_ids, encode_prompt
 from jaxinfer.engine.request import Request
-from jaxinfer.engine.request_outputs import delta_output
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
