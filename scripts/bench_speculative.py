@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig  # noqa: E402
 from jaxinfer.config.buckets import bucket  # noqa: E402
-from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_cost  # noqa: E402
+from jaxinfer.speculative.round_plan import CostModel, heuristic_costs, on_host, round_cost  # noqa: E402
 
 DEMO = ROOT / "jaxinfer" / "assets" / "demo"
 PROMPTS = [

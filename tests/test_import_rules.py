@@ -17,8 +17,6 @@ RANK = {
     "checkpoint": 5, "speculative": 6, "runtime": 7, "engine": 8, "entrypoints": 9,
 }
 ACCELERATOR_LIBRARIES = ("jax", "jaxlib", "pallas_kernels")
-# Engine modules that still hold device state, until the ModelRunner takes it (the runtime issue).
-ENGINE_DEVICE_SIDE = {"jaxinfer.engine.engine", "jaxinfer.engine.speculation", "jaxinfer.engine.step_costs"}
 
 
 def module_name(path: Path) -> str:
@@ -171,10 +169,7 @@ def loads_accelerator_code(module: str, seen: set[str] | None = None) -> list[st
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if package_of(m) == "engine"))
 def test_engine_host_side_imports_no_jax(module):
     chain = loads_accelerator_code(module)
-    if module in ENGINE_DEVICE_SIDE:
-        assert chain, f"{module} no longer loads jax: take it off ENGINE_DEVICE_SIDE"
-    else:
-        assert not chain, " -> ".join(chain)
+    assert not chain, " -> ".join(chain)
 
 
 def test_pallas_kernels_never_import_jaxinfer():

@@ -14,8 +14,9 @@ from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.speculative import costs as costs_module
-from jaxinfer.speculative.costs import calibrate, heuristic_costs, on_host, round_plan
+from jaxinfer.speculative.costs import calibrate, device_heuristic_costs
 from jaxinfer.speculative.decoder import SpeculativeError, SpeculativeFallbackWarning
+from jaxinfer.speculative.round_plan import heuristic_costs, on_host, round_plan
 
 PROMPTS = [np.random.RandomState(i).randint(3, 256, size=n).tolist() for i, n in enumerate([5, 17, 9, 30])]
 PROMPTS[2] = [11, 12, 13, 14, 11, 12, 13, 14, 11, 12]  # repetitive: n-gram lookup finds matches
@@ -158,7 +159,7 @@ def test_round_plan_on_the_host_equals_the_device_plan():
     rng = np.random.default_rng(0)
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=K)
     for draft_cost in (0.0, 0.3):
-        costs = heuristic_costs(draft_cost, spec)
+        costs = device_heuristic_costs(draft_cost, spec)
         for rows in (1, 3, 40):
             acceptance = rng.uniform(0, 1, (rows, K)).astype(np.float32)
             available = rng.integers(0, K + 1, rows).astype(np.int32)

@@ -18,7 +18,7 @@ from jaxinfer import SamplingParams, SpeculativeConfig
 from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.sampling.sampler import sampling_arrays
 from jaxinfer.speculative import loop
-from jaxinfer.speculative.costs import CostModel
+from jaxinfer.speculative.round_plan import CostModel
 
 K = 4
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxinfer"
@@ -108,3 +108,13 @@ def test_speculative_package_has_no_upward_import():
         back = {d for d in graph.get(name, ()) if inside(d)}
         assert not back, f"{name} (imported by jaxinfer.speculative) imports {sorted(back)}"
         todo += [d for d in graph.get(name, ()) if not inside(d)]
+
+
+def test_host_totals_read_the_device_counters_by_name():
+    """The host bookkeeping (no jax) names the device loop's counters itself: the two lists must agree."""
+    import dataclasses
+
+    from jaxinfer.speculative.acceptance_summary import COUNTER_FIELDS
+    from jaxinfer.speculative.stats import SpecCounters
+
+    assert tuple(f.name for f in dataclasses.fields(SpecCounters)) == COUNTER_FIELDS

@@ -20,6 +20,7 @@ draft model or head does not draft for them (the host cannot mask drafts it has 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -28,11 +29,13 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.step_costs import StepCosts
 from jaxinfer.engine.suffix_cache import SuffixDrafter
-from jaxinfer.models import Weights
+from jaxinfer.speculative.acceptance_summary import SpecMetrics
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.costs import CostModel, heuristic_costs, on_host, round_cost, round_plan
-from jaxinfer.speculative.eagle import EagleConfig, EagleParams
-from jaxinfer.speculative.stats import SpecMetrics
+from jaxinfer.speculative.round_plan import CostModel, heuristic_costs, on_host, round_cost, round_plan
+
+if TYPE_CHECKING:  # the drafts' weights and shapes are the runner's; the plan reads only their cost
+    from jaxinfer.models import Weights
+    from jaxinfer.speculative.eagle import EagleConfig, EagleParams
 
 REPROBE_STEPS = 16  # plain all-decode steps in a row (at one row bucket) before a measuring verify step
 

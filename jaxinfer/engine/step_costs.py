@@ -21,7 +21,7 @@ import collections
 
 import numpy as np
 
-from jaxinfer.speculative.costs import CostModel
+from jaxinfer.speculative.round_plan import CostModel
 
 WINDOW = 8  # recent steps per kind and row bucket
 

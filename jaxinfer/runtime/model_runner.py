@@ -145,7 +145,7 @@ class ModelRunner:
             drafts = layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
             capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
             args = [self.weights, pages, counts, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
-            kwargs = dict(cfg=cfg, max_rounds=self.spec_rounds, rule=self.speculative.rule)
+            kwargs = dict(cfg=cfg, max_rounds=self.spec_rounds, rule=self.speculative.acceptance_rule)
             return step_programs.verify_rounds, args, {**kwargs, **draft}
         if host.decode:
             # Only an EAGLE head rides decode calls (it stores their features); a draft model is

@@ -1,7 +1,7 @@
 """Speculative acceptance rates from raw counts (host side, NumPy only, no jax).
 
 Kept apart from `speculative.stats` (whose counters live on device) so that the engine's host
-bookkeeping can summarize a request's counts without importing jax.
+bookkeeping can summarize a request's counts and keep running totals without importing jax.
 """
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+# `stats.SpecCounters`' fields, in order: what the device loop counts per sequence.
+COUNTER_FIELDS = ("drafted", "accepted", "drafted_at", "accepted_at", "spec_passes", "target_passes", "emitted")
 
 
 def summarize(totals: dict[str, Any]) -> dict[str, Any]:
@@ -29,3 +32,29 @@ def summarize(totals: dict[str, Any]) -> dict[str, Any]:
         "target_passes": target_passes,
         "tokens_per_target_pass": int(totals["emitted"]) / target_passes if target_passes else 0.0,
     }
+
+
+
+def request_stats(counters: dict[str, np.ndarray], row: int) -> dict[str, Any]:
+    """Summary of one sequence from host copies of the counters."""
+    return summarize({name: counters[name][row] for name in COUNTER_FIELDS})
+
+
+class SpecMetrics:
+    """Running totals over every speculative call of one LLM (host side)."""
+
+    def __init__(self, k: int):
+        self._totals: dict[str, Any] = {name: 0 for name in COUNTER_FIELDS}
+        self._totals["drafted_at"] = np.zeros(k, np.int64)
+        self._totals["accepted_at"] = np.zeros(k, np.int64)
+        self.requests = 0
+
+    def add(self, counters: dict[str, np.ndarray], rows: int) -> None:
+        """Add the first `rows` sequences of one call (the rest are batch padding)."""
+        for name in COUNTER_FIELDS:
+            self._totals[name] = self._totals[name] + counters[name][:rows].sum(axis=0)
+        self.requests += rows
+
+    def totals(self) -> dict[str, Any]:
+        """Totals since load, with rates."""
+        return {"requests": self.requests, **summarize(self._totals)}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-
-from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule
+from typing import Any
 
 METHODS = ("draft", "ngram", "eagle", "suffix")
 HOST_METHODS = ("ngram", "suffix")  # drafted on the host from the tokens; no second model
@@ -62,8 +61,16 @@ class SpeculativeConfig:
     min_gain: float = 1.1
     initial_acceptance: float = 0.8
     fallback: bool = True
-    # The acceptance rule; only tests replace it (with broken rules that must be caught).
-    rule: AcceptanceRule = EXACT_RULE
+    # The acceptance rule (a `rejection.AcceptanceRule`; None: the exact one, `acceptance_rule`);
+    # only tests set one (broken rules that must be caught). Kept untyped: this module loads no jax.
+    rule: Any = None
+
+    @property
+    def acceptance_rule(self) -> Any:
+        """The rejection sampler's rule: `rule`, else the exact rule."""
+        from jaxinfer.speculative.rejection import EXACT_RULE
+
+        return EXACT_RULE if self.rule is None else self.rule
 
     @property
     def drafts_on_host(self) -> bool:

@@ -23,14 +23,15 @@ from jaxinfer.models import Weights, weights_to_run
 from jaxinfer.models.contiguous_decode import DecodeState
 from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.speculative import programs
+from jaxinfer.speculative.acceptance_summary import SpecMetrics, request_stats
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.costs import CostModel, calibrate, heuristic_costs
+from jaxinfer.speculative.costs import calibrate, device_heuristic_costs
 from jaxinfer.speculative.eagle import pack_eagle
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
 from jaxinfer.speculative.eagle_proposer import EagleProposer
 from jaxinfer.speculative.loop import AcceptancePrior, no_prior
 from jaxinfer.speculative.proposers import DraftModelProposer, NgramProposer, Proposer
-from jaxinfer.speculative.stats import SpecMetrics, request_stats
+from jaxinfer.speculative.round_plan import CostModel
 
 MIN_PROMPT_BUCKET = 16
 NGRAM_COST = 0.02  # token matching on the buffer: small next to any forward pass
@@ -217,7 +218,7 @@ class SpeculativeDecoder:
         if calibrating is None:
             calibrating = jax.default_backend() == "cpu"
         if not (self.config.adaptive and calibrating):
-            return heuristic_costs(self.proposer.draft_cost, self.config), state, pstate
+            return device_heuristic_costs(self.proposer.draft_cost, self.config), state, pstate
         batch = state.lengths.shape[0]
         if batch not in self.costs:
             self.costs[batch], state, pstate = calibrate(

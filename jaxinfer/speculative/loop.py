@@ -21,10 +21,11 @@ from jaxinfer.models import Weights, lm_logits
 from jaxinfer.models.contiguous_decode import DecodeState, append_tokens
 from jaxinfer.sampling.sampler import sample
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.costs import PROBE_ITERATIONS, CostModel, heuristic_costs, round_plan
+from jaxinfer.speculative.costs import PROBE_ITERATIONS, device_heuristic_costs
 from jaxinfer.speculative.features import target_forward
 from jaxinfer.speculative.proposers import Proposer
 from jaxinfer.speculative.rejection import Verdict, draw, position_keys, sampled_logprobs, verify
+from jaxinfer.speculative.round_plan import CostModel, round_plan
 from jaxinfer.speculative.stats import SpecCounters, zero_counters
 from jaxinfer.speculative.verify import accepted_run, append_run, verify_forward
 
@@ -167,7 +168,7 @@ def probe(
     Returns a scalar to wait on and the state and proposer state, unchanged but for entries past
     each sequence's length: handing them back lets the caller donate them, so no probe copies the cache.
     """
-    costs = heuristic_costs(proposer.draft_cost, spec)
+    costs = device_heuristic_costs(proposer.draft_cost, spec)
 
     def body(i: jax.Array, s: SpecState) -> SpecState:
         if kind == "plain":
@@ -233,7 +234,7 @@ def _spec_round(
     steps = jnp.max(s.plan)  # drafting stops at the longest plan; shorter plans are masked
     proposal = proposer.propose(draft_params, d, s.proposer_state, spec.num_speculative_tokens, steps)
     hidden, target_logprobs, cache = verify_forward(weights, d, proposal.tokens, cfg, proposer.feature_layers)
-    verdict = verify(target_logprobs, proposal.logprobs, proposal.tokens, s.plan, d.sampling, d.lengths, spec.rule)
+    verdict = verify(target_logprobs, proposal.logprobs, proposal.tokens, s.plan, d.sampling, d.lengths, spec.acceptance_rule)
     run = accepted_run(proposal.tokens, verdict)
     decode, emitted = append_run(dataclasses.replace(d, cache=cache), run, verdict.num_accepted + 1)
     pstate = proposer.after_verify(draft_params, proposal.state, hidden, verdict.num_accepted)
