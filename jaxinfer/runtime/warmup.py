@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import jax
@@ -35,8 +36,13 @@ def default_compile_threads() -> int:
 
 def compile_program(program: Program) -> None:
     """Compile one program for its arguments (into jit's cache), running nothing."""
+    lower(program).compile()
+
+
+def lower(program: Program) -> Any:
+    """The program traced and lowered for its arguments (holds the GIL: done on the calling thread)."""
     function, args, kwargs = program
-    function.lower(*args, **kwargs).compile()
+    return function.lower(*args, **kwargs)
 
 
 def warm_up(
@@ -63,7 +69,7 @@ def warm_up(
                     MAX_MAP_COUNT.read_text().strip(),
                 )
                 break
-            futures.append(pool.submit(compile_program, make()))
+            futures.append(pool.submit(lower(make()).compile))
             if threads <= 1:  # one at a time: the map count above sees each program
                 futures[-1].result()
                 done += 1
