@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from jax import monitoring
@@ -109,7 +111,9 @@ def test_fixed_trip_engine_runs_single_steps_as_ragged_steps(llm):
     takes the ragged program instead, computing one token per row; outputs stay those of the plain path."""
     engine, before = llm.engine, llm.engine.runner.stop_early
     expected = greedy_ids(llm, PROMPTS[:2])
+    paced = engine.scheduler.config
     engine.runner.stop_early = False
+    engine.scheduler.config = dataclasses.replace(paced, stream_interval=1)
     kinds = []
     build = engine._build_step
 
@@ -127,7 +131,7 @@ def test_fixed_trip_engine_runs_single_steps_as_ragged_steps(llm):
             for delta in engine.step():
                 got.setdefault(delta.request_id, []).extend(delta.outputs[0].token_ids)
     finally:
-        engine.runner.stop_early = before
+        engine.runner.stop_early, engine.scheduler.config = before, paced
         del engine._build_step
     assert [got["watched"], got["other"]] == expected
     assert (True, True) not in kinds, "a one-step call ran the multi-step program"

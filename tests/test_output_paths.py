@@ -13,7 +13,7 @@ GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def llm(text_model_dir):
-    return LLM(text_model_dir, dtype="float32", max_seq_len=128, decode_steps=4)
+    return LLM(text_model_dir, dtype="float32", max_seq_len=128, decode_steps=4, stream_interval=1)
 
 
 @pytest.fixture(scope="module")

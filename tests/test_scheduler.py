@@ -5,7 +5,7 @@ from __future__ import annotations
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.request import Request, Status
-from jaxinfer.engine.scheduler import Scheduler, SchedulerConfig
+from jaxinfer.engine.scheduler import STREAM_BURST_SECONDS, Scheduler, SchedulerConfig
 
 PAGE = 4
 
@@ -71,3 +71,17 @@ def test_a_streamed_request_limits_the_call_to_the_stream_interval():
     assert scheduler.schedule().num_steps == 2
     scheduler.remove(scheduler.running[1])  # the stream finished
     assert scheduler.schedule().num_steps == 8
+
+
+def test_streams_are_paced_by_the_measured_step_time():
+    """stream_interval None: a streamed row's calls run as many steps as take STREAM_BURST_SECONDS."""
+    blocks = BlockManager(64, PAGE, "model")
+    scheduler = Scheduler(SchedulerConfig(4, 64, 4, decode_steps=8), blocks)
+    scheduler.running = [decoding(blocks, "a", 6)]
+    scheduler.running[0].streamed = True
+    assert scheduler.schedule().num_steps == 8  # nothing measured yet
+    scheduler.observe_decode(seconds=30.0, steps=8)  # a call that compiled: alone it paces one step a call
+    assert scheduler.schedule().num_steps == 1
+    for _ in range(3):  # then steady steps of which 3 fit in a burst: the median forgets the outlier
+        scheduler.observe_decode(seconds=8 * STREAM_BURST_SECONDS / 3.5, steps=8)
+    assert scheduler.schedule().num_steps == 3

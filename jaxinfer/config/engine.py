@@ -27,12 +27,16 @@ class EngineConfig:
     page_size: int = 16
     enable_prefix_caching: bool = True
     decode_steps: int = 8
-    stream_interval: int = 1  # decode steps a call may run while a streamed request is in the batch
+    # Decode steps a call may run while a streamed request is in the batch; None: as many as fit
+    # in STREAM_BURST_SECONDS at the measured step time (up to decode_steps).
+    stream_interval: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens", "max_prefill_seqs", "decode_steps",
                      "stream_interval"):
             value = getattr(self, name)
+            if name == "stream_interval" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.page_size < 1 or self.page_size & (self.page_size - 1):

@@ -262,7 +262,10 @@ class LLMEngine:
         touched = self._apply(schedule, host, out)
         self.stats.record_padding(*self._token_slots(schedule, host, out))
         self.stats.record_inputs(self.runner.input_bytes)
-        self._time_decode_step(schedule, host, out, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self._time_decode_step(schedule, host, out, seconds)
+        if host.decode:
+            self.scheduler.observe_decode(seconds, self._iterations(host, out))
         clock.lap("apply")
         return touched
 
@@ -274,9 +277,12 @@ class LLMEngine:
             rounds = ran_rounds(out)
             return len(host.tokens) * rounds, len(rows) * self.runner.verify_chunk * rounds
         if host.decode:
-            iterations = int(np.max(out.counts)) if self.runner.stop_early else host.num_steps
-            return len(host.tokens) * iterations, int(np.sum(out.counts))
+            return len(host.tokens) * self._iterations(host, out), int(np.sum(out.counts))
         return len(host.tokens), sum(row.count for row in rows)
+
+    def _iterations(self, host: HostStep, out: "StepOutputs") -> int:
+        """Steps a multi-step decode call ran: to the first finished row, or all of them (fixed trips)."""
+        return int(np.max(out.counts)) if self.runner.stop_early else host.num_steps
 
     def _time_decode_step(self, schedule: Schedule, host: HostStep, out: "StepOutputs", seconds: float) -> None:
         """An all-decode step's time (scheduling to applied outputs) for the speculation plan."""

@@ -14,8 +14,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import numpy as np
+
 from jaxinfer.engine.block_manager import BlockManager, OutOfPages
 from jaxinfer.engine.request import Request, Status
+
+# A streamed request's tokens arrive at least this often while it decodes (stream_interval None):
+# bursts shorter than this read as smooth text, and longer calls save host round trips.
+STREAM_BURST_SECONDS = 0.05
+PACE_WINDOW = 16  # recent all-decode calls whose median step time paces streams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +34,7 @@ class SchedulerConfig:
     max_prefill_seqs: int = 4  # prompts chunked in one step
     decode_steps: int = 8  # decode steps one call may run when the batch is all decodes
     lookahead: int = 1  # tokens an all-decode call may add per row (decode steps, or drafts + 1)
-    stream_interval: int = 1  # decode steps a call may run while a streamed request is in it
+    stream_interval: int | None = None  # decode steps a call may run while a streamed request is in it (None: paced)
 
 
 @dataclasses.dataclass
@@ -69,6 +76,10 @@ class Scheduler:
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         # Counters live here, not in the block manager, which the engine replaces after a failed step.
+        # Decode steps that take about STREAM_BURST_SECONDS (the engine paces it from measured step
+        # times): what a call with a streamed row runs when stream_interval is None.
+        self.stream_steps = config.decode_steps
+        self._step_seconds: collections.deque[float] = collections.deque(maxlen=PACE_WINDOW)  # recent decode steps
         self.num_preemptions = 0
         self.prefix_queries = 0  # prompt tokens of admitted requests looked up in the prefix cache
         self.prefix_hits = 0  # of which found
@@ -97,14 +108,21 @@ class Scheduler:
             return Schedule(decodes, prefills)
         return Schedule(decodes, prefills, min(reserve, self._decode_steps(decodes)), True, reserve)
 
+    def observe_decode(self, seconds: float, steps: int) -> None:
+        """An all-decode call of `steps` steps took `seconds` (dispatch to applied outputs): paces streams."""
+        self._step_seconds.append(seconds / max(steps, 1))
+        step = float(np.median(self._step_seconds))  # a call that compiled, or a stall, is an outlier
+        self.stream_steps = max(1, min(self.config.decode_steps, int(STREAM_BURST_SECONDS / step)))
+
     def _decode_steps(self, decodes: list[Row]) -> int:
         """Decode steps the call may run: one when a row is constrained (a structured-output mask is
-        made for one token), at most stream_interval when someone watches a row's tokens arrive (a
-        stream would otherwise get them in bursts of decode_steps), else decode_steps."""
+        made for one token), at most stream_interval (None: stream_steps) when someone watches a
+        row's tokens arrive (a stream gets them in bursts of a call's steps), else decode_steps."""
         if any(row.request.grammar is not None for row in decodes):
             return 1
         if any(row.request.streamed for row in decodes):
-            return min(self.config.decode_steps, self.config.stream_interval)
+            interval = self.config.stream_interval or self.stream_steps
+            return min(self.config.decode_steps, interval)
         return self.config.decode_steps
 
     def _affordable_lookahead(self, most: int) -> int:

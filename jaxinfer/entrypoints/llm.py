@@ -92,8 +92,8 @@ class LLM:
     gpu_memory_utilization (the KV pool; on a GPU or TPU by default what 0.9 of the device's memory
     leaves after the weights and a step's activations), page_size, enable_prefix_caching, decode_steps
     (decode steps one device call may run when no request is waiting) and stream_interval (vLLM's
-    name: the most of them while a streamed request, `stream` or a server stream, is in the batch,
-    so its tokens arrive each stream_interval steps rather than in bursts). KV memory is held
+    name: the most of them while a streamed request, `stream` or a server stream, is in the batch;
+    None paces them so its tokens arrive at least every 50 ms). KV memory is held
     until `close()` (or the end of a `with LLM(...)` block) frees every cache; the object keeps
     working after it, re-making the caches on the next call. cpu_kernels (None: auto) picks the native
     CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
@@ -121,7 +121,7 @@ class LLM:
         page_size: int = 16,
         enable_prefix_caching: bool = True,
         decode_steps: int = 8,
-        stream_interval: int = 1,
+        stream_interval: int | None = None,
         speculative: SpeculativeConfig | None = None,
         kv_cache: str = "auto",
         kv_cache_dtype: str = "auto",

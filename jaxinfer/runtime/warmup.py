@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
 
 import jax
 from tqdm.auto import tqdm

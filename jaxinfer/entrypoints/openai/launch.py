@@ -49,9 +49,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--num-pages", type=int, default=None, help="KV-cache pages in the pool (default: what --gpu-memory-utilization leaves on a GPU or TPU; on CPU room for half of max-num-seqs at full length)")
     serve.add_argument("--page-size", type=int, default=16, help="tokens per KV-cache page, a power of two (default: %(default)s)")
     serve.add_argument("--decode-steps", type=int, default=8, help="decode steps per device call when nothing waits (default: %(default)s)")
-    serve.add_argument("--stream-interval", type=int, default=1,
-                       help="decode steps per device call at most while a stream is in the batch, so streamed "
-                            "tokens arrive that often rather than in bursts of --decode-steps (default: %(default)s)")
+    serve.add_argument("--stream-interval", type=int, default=None,
+                       help="decode steps per device call at most while a stream is in the batch (default: as "
+                            "many as take 50 ms at the measured step time, so streamed tokens arrive at least that "
+                            "often; 1: every token as it is made, at the cost of a host round trip per token)")
     add_parallel_args(serve)
     add_quantization_args(serve)
     add_memory_args(serve)
