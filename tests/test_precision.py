@@ -52,7 +52,8 @@ def test_float32_forward_lowers_every_dot_at_highest(checkpoint_dir, arch):
 
     lines = _dot_lines(run, weights, tokens, cache)
     assert all("HIGHEST" in line for line in lines), [l for l in lines if "HIGHEST" not in l]
-    assert len(lines) >= cfg.num_layers * 7 + 1  # q, k, v, o, gate, up, down per layer; the head
+    # q, k, v, o, gate, up, down in the layer function (all layers share one, models.layer_calls); the head
+    assert len(lines) >= 7 + 1
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
