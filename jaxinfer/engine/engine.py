@@ -26,6 +26,7 @@ from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, check_
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
+from jaxinfer.engine.step_accounting import decode_iterations, ran_rounds, token_slots
 from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
 from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.runtime.host_step import HostStep
@@ -260,29 +261,14 @@ class LLMEngine:
             produced = [(r, out.tokens[i, : out.counts[i]]) for i, r in enumerate(host.requests) if r is not None]
             self.speculator.observe_plain(produced)
         touched = self._apply(schedule, host, out)
-        self.stats.record_padding(*self._token_slots(schedule, host, out))
+        self.stats.record_padding(*token_slots(schedule, host, out, self.runner.stop_early, self.runner.verify_chunk))
         self.stats.record_inputs(self.runner.input_bytes)
         seconds = time.perf_counter() - started
         self._time_decode_step(schedule, host, out, seconds)
         if host.decode:
-            self.scheduler.observe_decode(seconds, self._iterations(host, out))
+            self.scheduler.observe_decode(seconds, decode_iterations(host, out, self.runner.stop_early))
         clock.lap("apply")
         return touched
-
-    def _token_slots(self, schedule: Schedule, host: HostStep, out: "StepOutputs") -> tuple[int, int]:
-        """(token positions the call computed, scheduled ones): a decode call runs until a row finishes
-        (or all its iterations where calls do not stop early), verify rounds over every chunk slot."""
-        rows = schedule.decodes + schedule.prefills
-        if host.drafts is not None:
-            rounds = ran_rounds(out)
-            return len(host.tokens) * rounds, len(rows) * self.runner.verify_chunk * rounds
-        if host.decode:
-            return len(host.tokens) * self._iterations(host, out), int(np.sum(out.counts))
-        return len(host.tokens), sum(row.count for row in rows)
-
-    def _iterations(self, host: HostStep, out: "StepOutputs") -> int:
-        """Steps a multi-step decode call ran: to the first finished row, or all of them (fixed trips)."""
-        return int(np.max(out.counts)) if self.runner.stop_early else host.num_steps
 
     def _time_decode_step(self, schedule: Schedule, host: HostStep, out: "StepOutputs", seconds: float) -> None:
         """An all-decode step's time (scheduling to applied outputs) for the speculation plan."""
@@ -398,7 +384,3 @@ class LLMEngine:
                 self.final_only.discard(request_id)
         return outputs
 
-
-def ran_rounds(out: "StepOutputs") -> int:
-    """Verify rounds a call ran (every live row runs each round; padding rows record -1)."""
-    return int(np.count_nonzero(np.max(out.drafted, axis=0) >= 0)) or 1

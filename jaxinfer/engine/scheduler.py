@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-
-import numpy as np
+import statistics
 
 from jaxinfer.engine.block_manager import BlockManager, OutOfPages
 from jaxinfer.engine.request import Request, Status
@@ -111,7 +110,7 @@ class Scheduler:
     def observe_decode(self, seconds: float, steps: int) -> None:
         """An all-decode call of `steps` steps took `seconds` (dispatch to applied outputs): paces streams."""
         self._step_seconds.append(seconds / max(steps, 1))
-        step = float(np.median(self._step_seconds))  # a call that compiled, or a stall, is an outlier
+        step = statistics.median(self._step_seconds)  # a call that compiled, or a stall, is an outlier
         self.stream_steps = max(1, min(self.config.decode_steps, int(STREAM_BURST_SECONDS / step)))
 
     def _decode_steps(self, decodes: list[Row]) -> int:

@@ -34,11 +34,6 @@ def default_compile_threads() -> int:
     return max(1, min(MAX_THREADS, os.cpu_count() or 1))
 
 
-def compile_program(program: Program) -> None:
-    """Compile one program for its arguments (into jit's cache), running nothing."""
-    lower(program).compile()
-
-
 def lower(program: Program) -> Any:
     """The program traced and lowered for its arguments (holds the GIL: done on the calling thread)."""
     function, args, kwargs = program
