@@ -39,7 +39,7 @@ class ClientStalled(OSError):
 class Traffic:
     """What the gate knows of the requests, read by a shutdown in another thread (`launch`)."""
 
-    active: int = 0  # HTTP requests being answered
+    active: int = 0  # HTTP requests being answered (health probes aside)
     draining: bool = False  # set when a shutdown begins: new requests get 503
     aborting: bool = False  # set when the shutdown aborts what is left: requests not yet started get 503
     loop: asyncio.AbstractEventLoop | None = None  # the server's loop, where the drain's aborts run
@@ -97,14 +97,17 @@ class ServingGate:
         traffic.loop = asyncio.get_running_loop()
         if traffic.draining:
             return await _refuse(scope, send)
-        traffic.active += 1
+        # Health probes are not work to drain: a load balancer's probe arriving with the signal is
+        # neither waited for nor reported as a request in flight.
+        counted = int(scope["path"] != "/health")
+        traffic.active += counted
         try:
             await self.app(scope, receive, self._timed(send))
         except ClientStalled as stalled:
             log.warning("%s %s: %s; its response is dropped and its request aborted", scope["method"],
                         scope["path"], stalled)
         finally:
-            traffic.active -= 1
+            traffic.active -= counted
             self.admission.release(scope)
 
     def _timed(self, send: Send) -> Send:
