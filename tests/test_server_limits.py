@@ -86,6 +86,7 @@ def _streamed(url: str, body: dict) -> list[dict]:
 
 def test_a_request_past_its_timeout_is_aborted_with_a_504_and_frees_its_pages(llm, slow_steps):
     with serve_in_thread(llm, ServerConfig("tiny")) as (url, _):
+        httpx.post(url + "/v1/completions", json=_body(8, 2), timeout=60)  # compiles before the 0.3 s budgets
         before = metrics(url)
         whole = httpx.post(url + "/v1/completions", json=_body(100, timeout=0.3), timeout=60)
         events = _streamed(url, _body(100, 1, timeout=0.3))
@@ -99,13 +100,26 @@ def test_a_request_past_its_timeout_is_aborted_with_a_504_and_frees_its_pages(ll
     assert after[aborted] - before.get(aborted, 0) == 2
 
 
+async def _long_pair_then(url: str, engine, last: dict) -> list[httpx.Response]:
+    """Two 100-token requests, and `last` only once both hold a slot (sent together, `last` could
+    take a slot first)."""
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        pair = [asyncio.create_task(client.post("/v1/completions", json=b))
+                for b in (_body(100, 0), _body(100, 1, timeout=30))]
+        deadline = time.monotonic() + 30
+        while len(engine.scheduler.running) < 2:
+            assert time.monotonic() < deadline, "the two long requests never both ran"
+            await asyncio.sleep(0.01)
+        return await asyncio.gather(*pair, client.post("/v1/completions", json=last))
+
+
 def test_the_servers_timeout_bounds_every_request_and_a_queued_one_times_out_too(llm, slower_steps):
     """--request-timeout applies without the field and caps a longer one; a request still waiting
     for a slot when its time is up leaves the queue."""
     with serve_in_thread(llm, ServerConfig("tiny", request_timeout=1.5)) as (url, _):
         for _ in range(3):  # compiles what a short request runs (a compile could take its whole budget)
             httpx.post(url + "/v1/completions", json=_body(4, 3), timeout=60)
-        responses = asyncio.run(_burst(url, [_body(100, 0), _body(100, 1, timeout=30), _body(4, 2, timeout=0.5)]))
+        responses = asyncio.run(_long_pair_then(url, llm.engine, _body(4, 2, timeout=0.5)))
         # the first short request after the burst may meet a step shape the engine has not compiled
         # (this LLM is not warmed up) and spend its budget compiling; the next must be served
         quick = [httpx.post(url + "/v1/completions", json=_body(4, 3), timeout=60) for _ in range(2)][-1]
