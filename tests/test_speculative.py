@@ -372,7 +372,7 @@ def test_close_frees_every_cache_and_the_llm_still_works(models):
         first = [[o.token_ids for o in llm.generate(PROMPTS[:n], greedy)] for n in (2, 1)]
         first.append(llm.generate(PROMPTS[0], engine_only)[0].token_ids)  # penalties run in the engine
         runner = llm.engine.runner  # its pools and the penalty counts it keeps on the device, freed by close()
-        pools, static, draft = (runner.pages, runner.draft, runner.counts), llm._static._cache, llm.speculative._cache
+        pools, static, draft = (runner.pages, runner.draft, runner.state), llm._static._cache, llm.speculative._cache
         assert _cache_batch(draft) == _cache_batch(static) == 1  # the last batch's; batch 2's were dropped
         held = _bytes(pools) + _bytes(static) + _bytes(draft)
         del pools, static, draft, runner

@@ -29,7 +29,7 @@ from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.step_accounting import decode_iterations, ran_rounds, token_slots
 from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
 from jaxinfer.engine.structured import StructuredOutputs
-from jaxinfer.runtime.host_step import HostStep
+from jaxinfer.runtime.host_step import HostStep, caught_up
 from jaxinfer.sampling.logprob import position_logprobs
 from jaxinfer.speculative.config import SpeculativeConfig
 
@@ -326,8 +326,8 @@ class LLMEngine:
             return 0
         produced = self._append(request, out, r)
         if host.drafts is not None:  # the verify rounds' draft (model) read every position they computed...
-            caught = self.runner.caught_up(int(host.draft_start[r]), row.start)
-            # ...unless its catch-up was cut short (a GPU's fixed-trip loop): the rest comes next time
+            caught = caught_up(int(host.draft_start[r]), row.start)
+            # ...unless its catch-up was cut short (CATCH_UP_SPAN positions a call): the rest comes next time
             request.draft_computed = request.num_computed if caught >= row.start else caught
         return produced
 

@@ -16,7 +16,7 @@ from jaxinfer.config.buckets import bucket, powers_of_two, ragged_rows, ragged_s
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.sampling_params import MAX_STOP_IDS
 from jaxinfer.engine.scheduler import Row, Schedule
-from jaxinfer.runtime.host_step import HostStep
+from jaxinfer.runtime.host_step import CATCH_UP_WINDOW, HostStep
 
 
 def step_shape(schedule: Schedule, config: EngineConfig, fixed_trips: bool = False) -> tuple[str, int, int]:
@@ -135,7 +135,7 @@ def program_shapes(config: EngineConfig, verify_chunk: int | None = None) -> lis
     return shapes
 
 
-def empty_step(kind: str, num_tokens: int, num_rows: int, width: int, page_size: int, decode_steps: int) -> HostStep:
+def empty_step(kind: str, num_tokens: int, num_rows: int, width: int, decode_steps: int) -> HostStep:
     """An all-padding step of one program's shape (compiles the program, computes nothing that is kept)."""
     if kind == "ragged":
         return _empty(num_tokens, num_rows, width)
@@ -147,7 +147,7 @@ def empty_step(kind: str, num_tokens: int, num_rows: int, width: int, page_size:
     step.last_index[:] = np.arange(num_rows) * chunk
     step.drafts = np.zeros((num_rows, chunk - 1), np.int32)
     step.num_drafts = np.zeros(num_rows, np.int32)
-    _verify_fields(step, num_rows, width * page_size)
+    _verify_fields(step, num_rows)
     return step
 
 
@@ -156,28 +156,29 @@ def build_verify_step(
 ) -> HostStep:
     """Every decode row as one chunk `[last token, drafts...]` (padded to `chunk`) for `verify_step`."""
     rows = bucket(len(schedule.decodes))
-    step = empty_step("verify", rows * chunk, rows, width, page_size, 1)
+    step = empty_step("verify", rows * chunk, rows, width, 1)
     step.num_rounds = rounds
     for r, (row, draft) in enumerate(zip(schedule.decodes, drafts)):
         _fill_row(step, r, r * chunk, dataclasses.replace(row, count=1 + len(draft)), draft)
         step.drafts[r, : len(draft)] = draft
+        step.samples[r] = True  # the row's chunk runs past its known tokens (its sampling slot is read)
         step.num_drafts[r] = len(draft)
         step.capacity[r] = min(len(row.request.pages), width) * page_size
-        ids = row.request.all_ids[: row.start + 1]
-        step.history[r, : len(ids)] = ids
-        step.draft_start[r] = min(row.request.draft_computed, row.start)
+        start = step.draft_start[r] = min(row.request.draft_computed, row.start)
+        ids = row.request.ids_between(start, min(row.start + 1, start + CATCH_UP_WINDOW))
+        step.window[r, : len(ids)] = ids
     return step
 
 
-def _verify_fields(step: HostStep, rows: int, positions: int) -> None:
+def _verify_fields(step: HostStep, rows: int) -> None:
     step.capacity = np.zeros(rows, np.int32)
-    step.history = np.zeros((rows, positions), np.int32)
     step.draft_start = np.zeros(rows, np.int32)
+    step.window = np.zeros((rows, CATCH_UP_WINDOW), np.int32)
 
 
 def warmup_steps(config: EngineConfig, width: int, verify_chunk: int | None) -> list[HostStep]:
     """A padding-only step of every program's shape (verify steps too when verify_chunk is set)."""
-    return [empty_step(*shape, width, config.page_size, config.decode_steps)
+    return [empty_step(*shape, width, config.decode_steps)
             for shape in program_shapes(config, verify_chunk)]
 
 
@@ -187,7 +188,7 @@ def profile_steps(config: EngineConfig, width: int, verify_chunk: int | None) ->
     shapes = program_shapes(config, verify_chunk)
     ragged = max((s for s in shapes if s[0] == "ragged"), key=lambda s: (s[1], s[2]))
     widest = [ragged] + ([max((s for s in shapes if s[0] == "verify"), key=lambda s: s[2])] if verify_chunk else [])
-    return [empty_step(*shape, width, config.page_size, config.decode_steps) for shape in widest]
+    return [empty_step(*shape, width, config.decode_steps) for shape in widest]
 
 
 def padding_waste(schedule: Schedule, config: EngineConfig) -> tuple[int, int]:

@@ -19,34 +19,33 @@ import jax.numpy as jnp
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime.engine_step import StepInputs
 from jaxinfer.runtime.flat_forward import (
-    CATCH_UP_CHUNK,
-    CATCH_UP_ROUNDS,
     DraftModel,
     catch_up_inputs,
+    catch_up_span,
     decode_inputs,
     step_hidden,
+    window_tokens,
 )
+from jaxinfer.runtime.host_step import CATCH_UP_CHUNK, CATCH_UP_ROUNDS
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
 
 
 def catch_up(
-    draft: DraftModel, draft_weights: Weights, x: StepInputs, history: jax.Array, start: jax.Array
+    draft: DraftModel, draft_weights: Weights, x: StepInputs, window: jax.Array, start: jax.Array
 ) -> DraftModel:
     """The draft with K/V written for positions start .. L-2 of each row (L-1: the row's last token,
-    the verify chunk's first); history [R, S] holds each row's tokens by position."""
-    end = x.lengths - x.query_lens  # the last token's position: `propose` writes it
+    the verify chunk's first; `propose` writes it), at most CATCH_UP_SPAN of them (see
+    flat_forward.catch_up_span); window [R, CATCH_UP_WINDOW] holds each row's tokens from start on."""
+    begin, end = catch_up_span(x, start)
     index = jnp.arange(CATCH_UP_CHUNK, dtype=jnp.int32)
 
     def step(carry: tuple) -> tuple:
         begin, pages = carry
-        positions = jnp.minimum(begin[:, None] + index[None, :], history.shape[1] - 1)
-        tokens = jnp.take_along_axis(history, positions, axis=1).reshape(-1)
+        tokens = window_tokens(window, start, begin[:, None] + index[None, :]).reshape(-1)
         inputs = dataclasses.replace(catch_up_inputs(x, begin, end, CATCH_UP_CHUNK), tokens=tokens)
         _, pages = step_hidden(draft_weights, pages, inputs, draft.cfg)
         return begin + CATCH_UP_CHUNK, pages
 
-    live = x.query_lens > 0
-    begin = jnp.where(live, start, end)
     carry = (begin, draft.pages)
     if x.sampling.params.branchless:  # finished rows' chunks are all padding: they write nothing
         _, pages = jax.lax.fori_loop(0, CATCH_UP_ROUNDS, lambda _, c: step(c), carry)

@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.runtime.flat_forward import CATCH_UP_CHUNK, CATCH_UP_ROUNDS, catch_up_inputs, decode_inputs, step_view
+from jaxinfer.runtime.flat_forward import catch_up_inputs, catch_up_span, decode_inputs, step_view, window_tokens
+from jaxinfer.runtime.host_step import CATCH_UP_CHUNK, CATCH_UP_ROUNDS
 from jaxinfer.speculative.eagle import EagleConfig, EagleParams, head_logits, head_step, project_features
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
 
@@ -93,24 +94,24 @@ def head_reads(
 
 
 def catch_up(
-    head: EagleDraft, params: EagleParams, x: "StepInputs", history: jax.Array, start: jax.Array
+    head: EagleDraft, params: EagleParams, x: "StepInputs", window: jax.Array, start: jax.Array
 ) -> EagleDraft:
     """The head over positions start .. L-2 of each row from the stored features, before a verify
-    step drafts (x: its layout, L-1 each row's last position; history [R, S]: tokens by position)."""
-    end = x.lengths - x.query_lens
+    step drafts, at most CATCH_UP_SPAN of them (x: its layout, L-1 each row's last position;
+    window [R, CATCH_UP_WINDOW]: each row's tokens from start on)."""
+    begin, end = catch_up_span(x, start)
     index = jnp.arange(CATCH_UP_CHUNK, dtype=jnp.int32)
 
     def step(carry: tuple) -> tuple:
         begin, head = carry
-        positions = jnp.minimum(begin[:, None] + index[None, :] + 1, history.shape[1] - 1)
-        following = jnp.take_along_axis(history, positions, axis=1)
+        following = window_tokens(window, start, begin[:, None] + index[None, :] + 1)
         inputs = catch_up_inputs(x, begin, end, CATCH_UP_CHUNK)
         table = inputs.page_table[inputs.token_rows]
         features = _load(head, head.features, table, inputs.positions)
         _, head = _head_pass(head, params, inputs, features, following.reshape(-1))
         return begin + CATCH_UP_CHUNK, head
 
-    carry = (jnp.where(x.query_lens > 0, start, end), head)
+    carry = (begin, head)
     if x.sampling.params.branchless:  # caught-up rows' chunks are padding: they write nothing
         return jax.lax.fori_loop(0, CATCH_UP_ROUNDS, lambda _, c: step(c), carry)[1]
     return jax.lax.while_loop(lambda c: jnp.any(c[0] < end), step, carry)[1]

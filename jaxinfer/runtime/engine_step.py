@@ -3,8 +3,8 @@
 A step is T tokens packed end to end (each row's tokens contiguous, then padding at position
 -1) over R rows; attention reads each token's row's pages up to its own position (see
 cache/ragged_view), so the layout needs no shape but (T, R). Both programs are pure functions of
-(weights, page pools, penalty counts, inputs) built by the runner on the host. Sampling happens
-inside: logit bias, penalties (from per-slot counts that stay on the device), min_tokens (stop
+(weights, page pools, sampling slot state, inputs) built by the runner on the host. Sampling happens
+inside: logit bias and penalties (from per-slot state that stays on the device), min_tokens (stop
 ids masked until reached), the structured-output bitmask (all ones for free rows), then the same
 `sampling.sample` as the generation loop, keyed by (seed, position) so a request's tokens do
 not depend on what else is in the batch. The top MAX_LOGPROBS logprobs of the model's raw
@@ -26,6 +26,7 @@ from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
 from jaxinfer.sampling.penalties import PenaltyCounts, PenaltyRows, add_logit_bias, count_tokens, penalize
 from jaxinfer.sampling.sampler import SamplingArrays, sample, skip_unless
+from jaxinfer.sampling.slot_state import SlotState, row_bias
 from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 
 Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
@@ -42,15 +43,17 @@ class RowSampling:
     stop_ids: jax.Array  # [R, MAX_STOP_IDS] int32, -1 padded
     min_lengths: jax.Array  # [R] int32 stop ids are masked while the new token's index is below this
     max_lengths: jax.Array  # [R] int32 a row is done once it holds this many tokens
-    bias_ids: jax.Array  # [R, MAX_LOGIT_BIAS] int32 token ids of each row's logit_bias, -1 padded
-    bias: jax.Array  # [R, MAX_LOGIT_BIAS] float32 what is added to those tokens' logits
+    # Filled on the device (`with_device_inputs`; None as the host ships them):
+    bias_ids: jax.Array | None  # [R, MAX_LOGIT_BIAS] int32 token ids of each row's logit_bias, -1 padded
+    bias: jax.Array | None  # [R, MAX_LOGIT_BIAS] float32 what is added to those tokens' logits
     penalties: PenaltyRows
     samples: jax.Array  # [R] bool the row's token is kept (counted for penalties)
     want_logprobs: jax.Array  # [R] bool
     # [P, ceil(V / 32)] int32 packed allowed tokens per sampled position (structured output; all ones
     # where free): P = R in plain and decode steps (every decode iteration; constrained rows run one),
-    # R * C in verify steps (row r's position j at r * C + j)
-    bitmask: jax.Array
+    # R * C in verify steps (row r's position j at r * C + j). A program argument of its own (a
+    # device-resident all-ones array when no row is constrained), set here on the device.
+    bitmask: jax.Array | None
 
 
 @jax.tree_util.register_dataclass
@@ -84,6 +87,13 @@ class StepOutputs:
     drafted: jax.Array | None = None  # [R, rounds] int32 drafts per verify round (-1: the round did not run)
     accepted: jax.Array | None = None  # [R, rounds] int32 of them accepted
     ranks: jax.Array | None = None  # [R, S] int32 the chosen token's rank (1 = most likely)
+
+
+def with_device_inputs(x: StepInputs, state: SlotState, bitmask: jax.Array) -> StepInputs:
+    """x with what the host does not ship: each row's logit bias from its sampling slot, and the
+    step's structured-output bitmask (see RowSampling)."""
+    ids, bias = row_bias(state, x.sampling.penalties.slots)
+    return dataclasses.replace(x, sampling=dataclasses.replace(x.sampling, bias_ids=ids, bias=bias, bitmask=bitmask))
 
 
 def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array, counts: PenaltyCounts) -> jax.Array:
@@ -160,20 +170,26 @@ def _outputs(logits: jax.Array, tokens: jax.Array, s: RowSampling) -> StepOutput
 
 
 def ragged_step(
-    weights: Weights, pages: PagedKVCache, counts: PenaltyCounts, x: StepInputs, cfg: ModelConfig,
+    weights: Weights, pages: PagedKVCache, state: SlotState, x: StepInputs, bitmask: jax.Array, cfg: ModelConfig,
     draft: Rider = None, draft_weights=None,
-) -> tuple[StepOutputs, PagedKVCache, PenaltyCounts, Rider]:
+) -> tuple[StepOutputs, PagedKVCache, SlotState, Rider]:
     """Run decode tokens and prefill chunks together; sample one token per row (the draft reads them too)."""
+    x = with_device_inputs(x, state, bitmask)
     logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
-    tokens = pick_tokens(logits, x.sampling, x.lengths, counts)
-    counts = count_tokens(counts, x.sampling.penalties.slots, tokens, x.sampling.samples)
-    return _outputs(logits, tokens, x.sampling), pages, counts, ride(draft, draft_weights, x, features, tokens)
+    tokens = pick_tokens(logits, x.sampling, x.lengths, state.counts)
+    state = _counted(state, x.sampling, tokens, x.sampling.samples)
+    return _outputs(logits, tokens, x.sampling), pages, state, ride(draft, draft_weights, x, features, tokens)
+
+
+def _counted(state: SlotState, s: RowSampling, tokens: jax.Array, kept: jax.Array) -> SlotState:
+    return dataclasses.replace(state, counts=count_tokens(state.counts, s.penalties.slots, tokens, kept))
 
 
 def multi_decode(
-    weights: Weights, pages: PagedKVCache, counts: PenaltyCounts, x: StepInputs, num_steps: jax.Array,
-    cfg: ModelConfig, max_steps: int, draft: Rider = None, draft_weights=None, stop_early: bool = True,
-) -> tuple[StepOutputs, PagedKVCache, PenaltyCounts, Rider]:
+    weights: Weights, pages: PagedKVCache, state: SlotState, x: StepInputs, bitmask: jax.Array,
+    num_steps: jax.Array, cfg: ModelConfig, max_steps: int, draft: Rider = None, draft_weights=None,
+    stop_early: bool = True,
+) -> tuple[StepOutputs, PagedKVCache, SlotState, Rider]:
     """Up to num_steps (<= max_steps) decode steps of an all-decode batch (one token per row, T == R).
 
     stop_early: the loop ends when any row finishes (its slot frees for a waiting request);
@@ -184,6 +200,7 @@ def multi_decode(
     A draft model or EAGLE head does not read them (an EAGLE head's features are stored): the
     next verify step catches it up (`draft_model_rider.catch_up`, `eagle_rider.catch_up`).
     """
+    x = with_device_inputs(x, state, bitmask)
     rows = x.lengths.shape[0]
     empty = StepOutputs(
         tokens=jnp.zeros((rows, max_steps), jnp.int32),
@@ -200,14 +217,14 @@ def multi_decode(
         return (step < num_steps) & ~jnp.any(done & ~start_done)
 
     def body(carry):
-        step, x, pages, counts, draft, done, out = carry
+        step, x, pages, state, draft, done, out = carry
         logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
         s = x.sampling
-        tokens = pick_tokens(logits, s, x.lengths, counts)
+        tokens = pick_tokens(logits, s, x.lengths, state.counts)
         if isinstance(draft, EagleDraft):  # the head catches up in the next verify step
             draft = remember(draft, x, features)
         active = ~done & (step < num_steps)
-        counts = count_tokens(counts, s.penalties.slots, tokens, active)
+        state = _counted(state, s, tokens, active)
         hit_stop = jnp.any(tokens[:, None] == s.stop_ids, axis=-1) & (x.lengths >= s.min_lengths)
         new_lengths = x.lengths + active.astype(jnp.int32)
         done = done | (active & (hit_stop | (new_lengths >= s.max_lengths)))
@@ -216,15 +233,15 @@ def multi_decode(
             x, tokens=jnp.where(active, tokens, x.tokens), positions=jnp.where(active, x.lengths, -1),
             lengths=new_lengths,
         )
-        return step + 1, x, pages, counts, draft, done, out
+        return step + 1, x, pages, state, draft, done, out
 
-    carry = (jnp.int32(0), x, pages, counts, draft, start_done, empty)
+    carry = (jnp.int32(0), x, pages, state, draft, start_done, empty)
     if stop_early:
         carry = jax.lax.while_loop(cond, body, carry)
     else:
         carry = jax.lax.fori_loop(0, max_steps, lambda _, c: body(c), carry)
-    _, _, pages, counts, draft, _, out = carry
-    return out, pages, counts, draft
+    _, _, pages, state, draft, _, out = carry
+    return out, pages, state, draft
 
 
 def _record(out: StepOutputs, step: jax.Array, tokens: jax.Array, active: jax.Array, logprobs: tuple) -> StepOutputs:

@@ -18,14 +18,11 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, forward_with_taps
+from jaxinfer.runtime.host_step import CATCH_UP_SPAN
 
 if TYPE_CHECKING:
     from jaxinfer.runtime.engine_step import StepInputs
 
-CATCH_UP_CHUNK = 16  # positions per row and draft forward (or head pass) when catching up after plain calls
-# Branchless programs (GPU) catch up at most this many chunks per call, a loop of known trip
-# count; the host advances `draft_computed` only as far (see ModelRunner.caught_up).
-CATCH_UP_ROUNDS = 4
 
 
 def step_hidden(
@@ -60,6 +57,21 @@ def decode_inputs(x: "StepInputs", tokens: jax.Array, positions: jax.Array, live
         x, tokens=tokens, positions=jnp.where(live, positions, -1), token_rows=index,
         lengths=jnp.where(live, positions + 1, 0), query_lens=live.astype(jnp.int32), last_index=index,
     )
+
+
+def catch_up_span(x: "StepInputs", start: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(first, end) [R] of the positions a verify call's catch-up reads: from start (the first
+    unread) to the row's last token (the verify chunk's first), at most CATCH_UP_SPAN of them;
+    rows that are padding read none."""
+    last = x.lengths - x.query_lens
+    end = jnp.minimum(last, start + CATCH_UP_SPAN)
+    return jnp.where(x.query_lens > 0, start, end), end
+
+
+def window_tokens(window: jax.Array, start: jax.Array, positions: jax.Array) -> jax.Array:
+    """Tokens [R, N] at positions [R, N] from each row's window [R, CATCH_UP_WINDOW] (its tokens from start [R] on)."""
+    index = jnp.clip(positions - start[:, None], 0, window.shape[1] - 1)
+    return jnp.take_along_axis(window, index, axis=1)
 
 
 def catch_up_inputs(x: "StepInputs", begin: jax.Array, end: jax.Array, chunk: int) -> "StepInputs":

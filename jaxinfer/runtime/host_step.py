@@ -12,6 +12,21 @@ from typing import Any
 
 import numpy as np
 
+# A draft model or EAGLE head catches up on the positions it has not read (after plain calls or a
+# prefix hit) in a verify call: CATCH_UP_CHUNK positions per row and forward, at most
+# CATCH_UP_ROUNDS forwards a call (a GPU's loop of known trip count runs them all); the step ships
+# each row's tokens from its first unread position on, CATCH_UP_WINDOW of them (the EAGLE head
+# reads the token after each position), not its whole history.
+CATCH_UP_CHUNK = 16
+CATCH_UP_ROUNDS = 4
+CATCH_UP_SPAN = CATCH_UP_CHUNK * CATCH_UP_ROUNDS
+CATCH_UP_WINDOW = CATCH_UP_SPAN + 1
+
+
+def caught_up(start: int, end: int) -> int:
+    """The position up to which a verify call brings a draft that had read positions < start (of end)."""
+    return min(end, start + CATCH_UP_SPAN)
+
 
 @dataclasses.dataclass
 class HostStep:
@@ -36,8 +51,8 @@ class HostStep:
     num_drafts: np.ndarray | None = None  # [R] int32
     num_rounds: int = 1  # verify rounds one call may run (draft model, EAGLE head)
     capacity: np.ndarray | None = None  # [R] int32 positions the row's reserved pages hold (verify steps)
-    history: np.ndarray | None = None  # [R, W * page_size] int32 each row's tokens (verify steps)
     draft_start: np.ndarray | None = None  # [R] int32 first position a draft model or head has not read
+    window: np.ndarray | None = None  # [R, CATCH_UP_WINDOW] int32 each row's tokens from draft_start on
     # [P, ceil(V / 32)] int32 structured-output masks per sampled position (R, or R * chunk in a verify
     # step); None: every token allowed
     bitmask: np.ndarray | None = None

@@ -1,13 +1,13 @@
 """`ModelRunner`: the serving engine's device side, the one place that holds its jax state.
 
 It owns the weights, the page pools (the target's and a draft model's or EAGLE head's), the
-penalty counts, the compiled programs, their dispatch and output readback, warm-up,
+sampling slots' state (penalty counts, logit bias), the compiled programs, their dispatch and output readback, warm-up,
 activation profiling and prompt logprobs. The engine (host only) plans each step as a
 `HostStep` and hands it to `run`; what it needs to know about the platform it reads here.
 
 Programs (see config/buckets): a ragged step per (tokens, rows) bucket pair, a multi-step
 decode per row bucket (its step count is data: one step runs it too), a verify step per row
-bucket when speculating, one penalty-slot reset, and one all-positions pass per prompt-length
+bucket when speculating, one sampling-slot reset, and one all-positions pass per prompt-length
 bucket (prompt logprobs). `warm_up` compiles all of them; after it no request mix compiles.
 """
 
@@ -23,6 +23,7 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.sampling_params import MAX_LOGIT_BIAS
 from jaxinfer.models import Weights
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
@@ -31,17 +32,18 @@ from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.device_inputs import device_inputs
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepOutputs
-from jaxinfer.runtime.flat_forward import CATCH_UP_CHUNK, CATCH_UP_ROUNDS
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
 from jaxinfer.runtime.packed_tree import pack_host, unpack_host
-from jaxinfer.runtime.penalty_slots import PenaltySlots, slot_ids
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
 from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
+from jaxinfer.runtime.sampling_slots import SamplingSlots, slot_ids
 from jaxinfer.runtime.verify_step import Drafts
 from jaxinfer.runtime.warmup import Program, Progress, activation_peak, warm_up
 from jaxinfer.sampling.logprob import Logprob, TokenText
 from jaxinfer.sampling.penalties import PenaltyCounts
+from jaxinfer.sampling.slot_state import SlotState
+from jaxinfer.sampling.token_bitmask import all_allowed
 from jaxinfer.speculative.config import SpeculativeConfig
 
 Pools = tuple[PagedKVCache, Rider]
@@ -80,16 +82,17 @@ class ModelRunner:
         self.input_bytes = 0  # the last dispatched step's inputs sent host -> device
         self.pages: PagedKVCache | None = None
         self.draft: Rider = None
-        self.slots = PenaltySlots(config.max_num_seqs + 1)
-        self.counts: PenaltyCounts | None = None
+        self.slots = SamplingSlots(config.max_num_seqs + 1)
+        self.state: SlotState | None = None
+        self.free_masks: dict[int, jax.Array] = {}  # sampled positions -> an all-ones bitmask on the device
 
     def allocate(self, profile_hosts: Callable[[], list[HostStep]]) -> int:
-        """Make the penalty counts, size and make the page pools; how many pages they hold.
+        """Make the sampling slots' state, size and make the page pools; how many pages they hold.
 
         profile_hosts: the steps whose programs hold the most activations, compiled (not run)
         only where the pool is sized from device memory (an accelerator with num_pages unset).
         """
-        self.counts = self._new_counts()
+        self.state = self._new_state()
         self.num_pages = pool_size(
             self.config, self.model_config, self.draft_cfg, self.dtype, self.cache_spec,
             lambda: self.activation_peak(profile_hosts()),
@@ -98,14 +101,14 @@ class ModelRunner:
         return self.num_pages
 
     def reset_pools(self) -> None:
-        """Fresh (zeroed) pools of num_pages pages and penalty counts, e.g. after a failed step consumed them."""
+        """Fresh (zeroed) pools of num_pages pages and slot state, e.g. after a failed step consumed them."""
         self.pages, self.draft = self._new_pools(self.num_pages)
-        self.counts = self._new_counts()
+        self.state = self._new_state()
         self.slots.clear()
 
     def release(self) -> None:
         """Free the pools; the next step makes them again."""
-        self.pages = self.draft = self.counts = None
+        self.pages = self.draft = self.state = None
         self.slots.clear()
 
     def compiled_programs(self) -> int:
@@ -120,31 +123,28 @@ class ModelRunner:
         """A random seed for a request without one, the same on every process."""
         return shared_seed()
 
-    def caught_up(self, start: int, end: int) -> int:
-        """The position up to which a verify call brings a draft that had read positions < start (of end)."""
-        return min(end, start + CATCH_UP_ROUNDS * CATCH_UP_CHUNK) if self.branchless else end
-
     def program_for(self, host: HostStep, state: tuple | None = None) -> Program:
         """The compiled program a host step runs, and its arguments.
 
-        state: (pools, counts) it runs on (default: the runner's, made first if released).
+        state: (pools, slot state) it runs on (default: the runner's, made first if released).
         """
         if state is None:
             if self.pages is None:
                 self.reset_pools()
             slots = self._slots_for(host)
-            state = (self.pages, self.draft), self.counts
+            state = (self.pages, self.draft), self.state
         else:
             slots = np.zeros(len(host.lengths), np.int32)
-        (pages, draft_pool), counts = state
-        inputs = device_inputs(host, slots, self.model_config.vocab_size, self.cache_spec.mesh_layout, self.branchless)
+        (pages, draft_pool), slot_state = state
+        layout = self.cache_spec.mesh_layout
+        inputs = device_inputs(host, slots, layout, self.branchless)
+        head = [self.weights, pages, slot_state, inputs, self._bitmask(host)]
         draft = dict(draft=draft_pool, draft_weights=self.draft_weights)
         cfg = self.model_config
         if host.drafts is not None:
-            layout = self.cache_spec.mesh_layout
             drafts = layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
-            capacity, history, start = layout.put_tree((host.capacity, host.history, host.draft_start))
-            args = [self.weights, pages, counts, inputs, drafts, np.int32(host.num_rounds), capacity, history, start]
+            capacity, window, start = layout.put_tree((host.capacity, host.window, host.draft_start))
+            args = [*head, drafts, np.int32(host.num_rounds), capacity, window, start]
             kwargs = dict(cfg=cfg, max_rounds=self.spec_rounds, rule=self.speculative.acceptance_rule)
             return step_programs.verify_rounds, args, {**kwargs, **draft}
         if host.decode:
@@ -152,17 +152,29 @@ class ModelRunner:
             # caught up by the next verify, so its pool and weights stay out.
             rides = isinstance(draft_pool, EagleDraft)
             kwargs = dict(cfg=cfg, max_steps=self.config.decode_steps, stop_early=self.stop_early)
-            args = [self.weights, pages, counts, inputs, np.int32(host.num_steps)]
+            args = [*head, np.int32(host.num_steps)]
             return step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}
-        return step_programs.ragged_step, [self.weights, pages, counts, inputs], dict(cfg=cfg, **draft)
+        return step_programs.ragged_step, head, dict(cfg=cfg, **draft)
+
+    def _bitmask(self, host: HostStep) -> jax.Array:
+        """The step's structured-output masks on the device: shipped when a row is constrained, else an
+        all-ones array of the same shape made once (free steps send no O(vocab) bytes)."""
+        layout = self.cache_spec.mesh_layout
+        if host.bitmask is not None:
+            return layout.put_tree(host.bitmask)
+        positions = len(host.tokens) if host.drafts is not None else len(host.requests)
+        if positions not in self.free_masks:
+            self.free_masks[positions] = layout.put(all_allowed(positions, self.model_config.vocab_size))
+        return self.free_masks[positions]
 
     def _slots_for(self, host: HostStep) -> np.ndarray:
-        """Each row's penalty slot, resetting the slots of rows that just got one."""
+        """Each row's sampling slot, writing the slots of rows that just got one."""
         slots, fresh = self.slots.assign(host.requests, host.samples)
         for slot, request in fresh:
             width = self.config.max_seq_len
-            self.counts = step_programs.reset_penalty_slot(
-                self.counts, np.int32(slot), slot_ids(request.prompt_ids, width), slot_ids(request.output_ids, width)
+            self.state = step_programs.reset_sampling_slot(
+                self.state, np.int32(slot), slot_ids(request.prompt_ids, width), slot_ids(request.output_ids, width),
+                *bias_row(request.params.logit_bias),
             )
         return slots
 
@@ -171,10 +183,11 @@ class ModelRunner:
         the end of making its inputs ("inputs") and of the call ("dispatch")."""
         release_programs_near_cap()  # XLA:CPU maps each compiled program into this process (see memory_maps)
         program, args, kwargs = self.program_for(host)
-        # what went host -> device: everything after the weights, pools and penalty counts
-        self.input_bytes = sum(int(leaf.nbytes) for leaf in jax.tree.leaves(args[3:]))
+        # what went host -> device: everything after the weights, pools and slot state, but a free bitmask
+        shipped = [a for a in args[3:] if not any(a is mask for mask in self.free_masks.values())]
+        self.input_bytes = sum(int(leaf.nbytes) for leaf in jax.tree.leaves(shipped))
         lap("inputs")
-        out, self.pages, self.counts, draft = program(*args, **kwargs)
+        out, self.pages, self.state, draft = program(*args, **kwargs)
         lap("dispatch")
         if "draft" in kwargs:  # the draft's pool went in, so its successor came out
             self.draft = draft
@@ -190,10 +203,10 @@ class ModelRunner:
 
     def programs(self, hosts: list[HostStep]) -> list[Callable[[], Program]]:
         """Every program the engine may run, as thunks: the step programs of `hosts` (one padding step
-        of each shape), the penalty-slot reset and the prompt-logprobs passes."""
+        of each shape), the sampling-slot reset and the prompt-logprobs passes."""
         width = self.config.max_seq_len
-        reset = (step_programs.reset_penalty_slot, [self.counts, np.int32(0), slot_ids([], width), slot_ids([], width)],
-                 {})
+        reset = (step_programs.reset_sampling_slot,
+                 [self.state, np.int32(0), slot_ids([], width), slot_ids([], width), *bias_row(None)], {})
         spec = self.cache_spec
         passes = [
             lambda size=size: logits_program(self.weights, self.model_config, size, self.dtype, spec.cpu_kernels,
@@ -213,7 +226,7 @@ class ModelRunner:
 
     def activation_peak(self, hosts: list[HostStep]) -> int:
         """Device bytes the programs of `hosts` need beside the weights and pools (see warmup.activation_peak)."""
-        state = self._new_pools(self.config.pages_per_seq + 1), self.counts
+        state = self._new_pools(self.config.pages_per_seq + 1), self.state
         return activation_peak([self.program_for(host, state) for host in hosts])
 
     def prompt_logprobs(self, ids: list[int], k: int, text: TokenText) -> list[dict[int, Logprob] | None]:
@@ -227,7 +240,19 @@ class ModelRunner:
         return new_pools(self.model_config, self.draft_cfg, num_pages, self.config.page_size, self.dtype,
                          self.cache_spec)
 
-    def _new_counts(self) -> PenaltyCounts:
-        """Zeroed penalty counts, one slot per engine row and slot 0, replicated over the mesh."""
-        shape, layout = (self.config.max_num_seqs + 1, self.model_config.vocab_size), self.cache_spec.mesh_layout
-        return PenaltyCounts(layout.zeros(shape, np.int32, (None, None)), layout.zeros(shape, bool, (None, None)))
+    def _new_state(self) -> SlotState:
+        """Empty sampling slots (zero counts, no bias), one per engine row and slot 0, replicated over the mesh."""
+        slots, layout = self.config.max_num_seqs + 1, self.cache_spec.mesh_layout
+        shape = (slots, self.model_config.vocab_size)
+        counts = PenaltyCounts(layout.zeros(shape, np.int32, (None, None)), layout.zeros(shape, bool, (None, None)))
+        ids, bias = bias_row(None)
+        return SlotState(counts, layout.put(np.tile(ids, (slots, 1))), layout.put(np.tile(bias, (slots, 1))))
+
+
+def bias_row(logit_bias: dict[int, float] | None) -> tuple[np.ndarray, np.ndarray]:
+    """A request's logit_bias as (token ids [MAX_LOGIT_BIAS], -1 padded; biases [MAX_LOGIT_BIAS])."""
+    ids, bias = np.full(MAX_LOGIT_BIAS, -1, np.int32), np.zeros(MAX_LOGIT_BIAS, np.float32)
+    if logit_bias:
+        ids[: len(logit_bias)] = list(logit_bias)
+        bias[: len(logit_bias)] = list(logit_bias.values())
+    return ids, bias

@@ -11,7 +11,7 @@ import jax
 from jaxinfer.models import contiguous_decode
 from jaxinfer.runtime import engine_step, verify_step
 from jaxinfer.runtime.packed_tree import pack_device, unpack_device
-from jaxinfer.sampling import penalties
+from jaxinfer.sampling import slot_state
 
 prefill = jax.jit(
     contiguous_decode.prefill, static_argnames=("cfg", "prompt_bucket"), donate_argnames=("state",)
@@ -34,18 +34,19 @@ def packed_io(program: Callable) -> Callable:
 
 
 def _verify(
-    weights, pages, counts, x, drafts, num_rounds, capacity, history, draft_start, cfg, max_rounds,
+    weights, pages, state, x, bitmask, drafts, num_rounds, capacity, window, draft_start, cfg, max_rounds,
     rule=verify_step.EXACT_RULE, draft=None, draft_weights=None,
 ):
-    """verify_rounds with the penalty counts passed through (penalized rows never verify), so every
-    engine step program takes and returns the same state."""
-    out, pages, draft = verify_step.verify_rounds(weights, pages, x, drafts, num_rounds, capacity, history,
+    """verify_rounds with the slot state read (logit bias) and passed through (penalized rows never
+    verify, so no counts change), so every engine step program takes and returns the same state."""
+    x = engine_step.with_device_inputs(x, state, bitmask)
+    out, pages, draft = verify_step.verify_rounds(weights, pages, x, drafts, num_rounds, capacity, window,
                                                   draft_start, cfg, max_rounds, rule, draft, draft_weights)
-    return out, pages, counts, draft
+    return out, pages, state, draft
 
 
 # The engine's steps; a draft model's pool (when speculating with one) is donated with the target's.
-DONATED = ("pages", "counts", "draft")
+DONATED = ("pages", "state", "draft")
 ragged_step = jax.jit(packed_io(engine_step.ragged_step), static_argnames=("cfg",), donate_argnames=DONATED)
 multi_decode = jax.jit(
     packed_io(engine_step.multi_decode), static_argnames=("cfg", "max_steps", "stop_early"), donate_argnames=DONATED,
@@ -53,4 +54,4 @@ multi_decode = jax.jit(
 verify_rounds = jax.jit(
     packed_io(_verify), static_argnames=("cfg", "max_rounds", "rule"), donate_argnames=DONATED,
 )
-reset_penalty_slot = jax.jit(penalties.reset_slot, donate_argnames=("counts",))
+reset_sampling_slot = jax.jit(slot_state.reset_slot, donate_argnames=("state",))

@@ -98,7 +98,7 @@ def with_drafts(flat: jax.Array, drafts: jax.Array) -> jax.Array:
 
 def verify_rounds(
     weights: Weights, pages: PagedKVCache, x: StepInputs, drafts: Drafts, num_rounds: jax.Array,
-    capacity: jax.Array, history: jax.Array, draft_start: jax.Array, cfg: ModelConfig, max_rounds: int,
+    capacity: jax.Array, window: jax.Array, draft_start: jax.Array, cfg: ModelConfig, max_rounds: int,
     rule: AcceptanceRule = EXACT_RULE, draft: Rider = None, draft_weights=None,
 ) -> tuple[StepOutputs, PagedKVCache, Rider]:
     """Up to num_rounds (<= max_rounds) verify steps in a while_loop: tokens [R, max_rounds * C]
@@ -109,7 +109,8 @@ def verify_rounds(
     as many tokens as drafts.count, fewer near max_tokens. The loop returns to the host when a
     row emits a stop id or reaches its length, or when another round would write past the pages
     reserved for a row (capacity [R], tokens), so new arrivals and finished rows wait at most one call.
-    A draft model or head first reads the positions from draft_start [R] on (history [R, S]: the rows' tokens).
+    A draft model or head first reads the positions from draft_start [R] on (window [R, CATCH_UP_WINDOW]:
+    each row's tokens from there; see flat_forward.catch_up_span).
     """
     rows = x.lengths.shape[0]
     chunk = x.tokens.shape[0] // rows
@@ -144,9 +145,9 @@ def verify_rounds(
         drafted=jnp.full((rows, max_rounds), -1, jnp.int32), accepted=jnp.zeros((rows, max_rounds), jnp.int32),
     )
     if isinstance(draft, DraftModel):
-        draft = catch_up(draft, draft_weights, x, history, draft_start)
+        draft = catch_up(draft, draft_weights, x, window, draft_start)
     elif isinstance(draft, EagleDraft):
-        draft = eagle_rider.catch_up(draft, draft_weights, x, history, draft_start)
+        draft = eagle_rider.catch_up(draft, draft_weights, x, window, draft_start)
     carry = (jnp.int32(0), x, drafts, pages, draft, empty, jnp.bool_(False))
     if s.params.branchless:
         carry = jax.lax.fori_loop(0, max_rounds, lambda _, c: _unless_halted(c, body, num_rounds), carry)

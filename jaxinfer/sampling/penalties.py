@@ -42,7 +42,7 @@ class PenaltyCounts:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class PenaltyRows:
-    """Each row's penalty settings and the slot holding its counts (0: not penalized)."""
+    """Each row's penalty settings and its sampling slot (its counts and logit bias; 0: none, see slot_state)."""
 
     presence: jax.Array  # [R] float32
     frequency: jax.Array  # [R] float32
@@ -72,7 +72,7 @@ def count_tokens(counts: PenaltyCounts, slots: jax.Array, tokens: jax.Array, kep
     return dataclasses.replace(counts, output_counts=counts.output_counts.at[slots, tokens].add(add))
 
 
-def reset_slot(counts: PenaltyCounts, slot: jax.Array, prompt: jax.Array, output: jax.Array) -> PenaltyCounts:
+def reset_counts(counts: PenaltyCounts, slot: jax.Array, prompt: jax.Array, output: jax.Array) -> PenaltyCounts:
     """Slot `slot` holding a request's prompt ids [L] and output ids [L] (both -1 padded)."""
     vocab = counts.output_counts.shape[1]
     seen = jnp.zeros((vocab,), bool).at[jnp.where(prompt >= 0, prompt, vocab)].set(True, mode="drop")

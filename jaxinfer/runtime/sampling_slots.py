@@ -1,12 +1,14 @@
-"""Which penalty-count slot each penalized request holds (host side; the counts live on the device).
+"""Which sampling slot each request holds (host side; the slots' state lives on the device, see
+`sampling.slot_state`).
 
-Repetition, presence and frequency penalties need every token a request has seen. Shipping
-them with each step cost the host [rows, vocab] arrays per step (~40 MB at 64 rows and a 128k
-vocabulary); instead the device keeps `PenaltyCounts` [slots, vocab] that the step programs
-update with each kept token, and a request gets a slot the first time it samples with
-penalties: the slot is reset from its prompt and output ids (one small program, O(sequence)
-once). A request that leaves the step's sampling rows (finished, aborted, preempted) gives its
-slot back; coming back, it is reset again from its ids, so a recompute keeps the counts exact.
+Repetition, presence and frequency penalties need every token a request has seen, and
+`logit_bias` up to MAX_LOGIT_BIAS entries. Shipping them with each step cost the host [rows,
+vocab] arrays (~40 MB at 64 rows and a 128k vocabulary) or [rows, MAX_LOGIT_BIAS] ones (~150 KB
+a step); instead the device keeps a `SlotState` that the step programs read (and update with
+each kept token), and a request that needs it gets a slot the first time it samples: the slot is
+reset from its prompt and output ids and its bias (one small program, O(sequence) once). A
+request that leaves the step's sampling rows (finished, aborted, preempted) gives its slot back;
+coming back, it is reset again from its ids, so a recompute keeps the counts exact.
 """
 
 from __future__ import annotations
@@ -16,8 +18,13 @@ from typing import Any
 import numpy as np
 
 
-class PenaltySlots:
-    """Slot 0 is every unpenalized row's (never read, never written); 1..num_slots-1 are handed out."""
+def holds_slot(params: Any) -> bool:
+    """Whether a request's sampling reads per-request device state (penalty counts, logit bias)."""
+    return params.penalized or bool(params.logit_bias)
+
+
+class SamplingSlots:
+    """Slot 0 is every row's that needs none (never read, never written); 1..num_slots-1 are handed out."""
 
     def __init__(self, num_slots: int):
         self.free = list(range(num_slots - 1, 0, -1))
@@ -25,7 +32,7 @@ class PenaltySlots:
 
     def assign(self, requests: list[Any], samples: np.ndarray) -> tuple[np.ndarray, list[tuple[int, Any]]]:
         """(slot of each row [R], (slot, request) pairs to reset before the step) for a step's rows."""
-        wanted = {id(r): r for r, kept in zip(requests, samples) if r is not None and kept and r.params.penalized}
+        wanted = {id(r): r for r, kept in zip(requests, samples) if r is not None and kept and holds_slot(r.params)}
         for key in [k for k in self.held if k not in wanted]:
             self.free.append(self.held.pop(key)[1])
         slots, fresh = np.zeros(len(requests), np.int32), []
