@@ -5,10 +5,12 @@ window of each row's tokens, not its history."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.config.sampling_params import MAX_LOGIT_BIAS
+from jaxinfer.runtime.page_table_diffs import PageTables
 
 KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, decode_steps=4, num_pages=40)
 SHORT = [21, 22, 23, 24, 25, 26]
@@ -71,3 +73,35 @@ def test_a_verify_step_ships_a_window_not_the_history(checkpoint_dir):
     assert verify and all(short[shape] == long[shape] for shape in verify), (short, long)
     for shape in verify:  # less than the rows' whole histories would take alone
         assert max(short[shape]) < shape[2] * 512 * 4
+
+
+def test_page_tables_ship_what_the_rows_gained():
+    tables = PageTables(num_slots=4, width=8)
+    pages_a, pages_b = [5, 6], [9]
+    entries = tables.changes(np.array([1, 2, 0]), [pages_a, pages_b, None], capacity=6)
+    assert entries[:3].tolist() == [[1, 0, 5], [1, 1, 6], [2, 0, 9]] and (entries[3:, 0] == 4).all()
+    pages_a.append(7)  # a decode call crossed into a new page
+    assert tables.changes(np.array([1, 2]), [pages_a, pages_b], capacity=4)[:1].tolist() == [[1, 2, 7]]
+    readmitted = [11, 12, 13]  # a new list: the slot's table is rewritten from column 0
+    assert tables.changes(np.array([1]), [readmitted], capacity=2) is None
+    assert tables.table[1, :3].tolist() == readmitted and tables.table[2, 0] == 9
+
+
+def test_a_prefix_hit_past_the_step_entries_sends_the_tables_whole_and_stays_exact(checkpoint_dir):
+    """A cached prefix brings more pages than a step ships entries for: the host's tables go whole."""
+    llm = LLM(checkpoint_dir("llama3"), **{**KNOBS, "max_seq_len": 256, "num_pages": 64})
+    prompt = (SHORT * 40)[:200]  # 12 full pages cached by the first run
+    first = llm.generate([prompt], GREEDY)[0].token_ids
+    runner, whole = llm.engine.runner, []
+    dispatch = runner.dispatch
+
+    def spy(host, *args, **kwargs):
+        out = dispatch(host, *args, **kwargs)
+        whole.append(runner.table_bytes)
+        return out
+
+    runner.dispatch = spy
+    again = llm.generate([prompt], GREEDY)[0].token_ids
+    del runner.dispatch
+    assert llm.engine.metrics()["prefix_cache_hits"] > 0 and any(whole), whole
+    assert again == first

@@ -90,9 +90,9 @@ def test_steps_pack_each_rows_tokens_end_to_end(seed):
     config = dataclasses.replace(CONFIG, num_pages=2000)
 
     def check(schedule: Schedule) -> None:
-        step = build_step(schedule, config, width=64)
+        step = build_step(schedule, config)
         kind, tokens, rows = step_shape(schedule, config)
-        assert step.tokens.shape == (tokens,) and step.page_table.shape == (rows, 64) and step.decode == (kind == "decode")
+        assert step.tokens.shape == (tokens,) and step.lengths.shape == (rows,) and step.decode == (kind == "decode")
         offset = 0
         for r, row in enumerate(schedule.decodes + schedule.prefills):
             span = slice(offset, offset + row.count)

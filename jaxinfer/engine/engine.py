@@ -183,7 +183,7 @@ class LLMEngine:
                 rounds = 1 if one_round else runner.spec_rounds
                 return build_verify_step(schedule, drafts, runner.verify_chunk, self.config.page_size, runner.width,
                                          rounds)
-        return build_step(schedule, self.config, self.runner.width, fixed_trips=not self.runner.stop_early)
+        return build_step(schedule, self.config, fixed_trips=not self.runner.stop_early)
 
     def metrics(self) -> dict:
         """vLLM-named counters, gauges and latency histograms (see engine.metrics)."""
@@ -218,7 +218,7 @@ class LLMEngine:
 
     def _profile_steps(self) -> list[HostStep]:
         """The steps whose programs hold the most activations (the runner sizes an accelerator's pool by them)."""
-        return profile_steps(self.config, self.runner.width, self._verify_chunk)
+        return profile_steps(self.config, self._verify_chunk)
 
     @property
     def _verify_chunk(self) -> int | None:
@@ -226,7 +226,7 @@ class LLMEngine:
 
     def step_hosts(self) -> list[HostStep]:
         """A padding-only step of every step program's shape (what `warmup` compiles, with the runner's own)."""
-        return warmup_steps(self.config, self.runner.width, self._verify_chunk)
+        return warmup_steps(self.config, self._verify_chunk)
 
     def program_count(self) -> int:
         """How many programs `warmup` compiles (steps, penalty-slot reset, prompt-logprobs passes)."""

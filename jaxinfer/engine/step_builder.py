@@ -3,7 +3,7 @@
 A step's tokens are packed end to end, decode rows first, then each prefill chunk, then padding
 (position -1, which writes nothing and attends to nothing that is kept) up to a token bucket;
 rows pad to a row bucket (see config/buckets). Padding rows have no tokens, length 1 and page
-0 (reserved). The page table is always `width` pages wide: lengths mask what a row does not hold.
+0 (reserved). Page tables are the runner's (see runtime/host_step).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ def step_shape(schedule: Schedule, config: EngineConfig, fixed_trips: bool = Fal
     return "ragged", tokens, ragged_rows(tokens, config.max_num_seqs)
 
 
-def build_step(schedule: Schedule, config: EngineConfig, width: int, fixed_trips: bool = False) -> HostStep:
+def build_step(schedule: Schedule, config: EngineConfig, fixed_trips: bool = False) -> HostStep:
     """The packed tokens and per-row metadata of a schedule (decode rows first; fixed_trips: see step_shape)."""
     kind, num_tokens, num_rows = step_shape(schedule, config, fixed_trips)
-    step = _empty(num_tokens, num_rows, width, kind == "decode", schedule.num_steps)
+    step = _empty(num_tokens, num_rows, kind == "decode", schedule.num_steps)
     _fill_decode_rows(step, schedule.decodes)
     offset = len(schedule.decodes)
     for r, row in enumerate(schedule.prefills, start=len(schedule.decodes)):
@@ -46,7 +46,7 @@ def build_step(schedule: Schedule, config: EngineConfig, width: int, fixed_trips
     return step
 
 
-def _empty(num_tokens: int, num_rows: int, width: int, decode: bool = False, num_steps: int = 1) -> HostStep:
+def _empty(num_tokens: int, num_rows: int, decode: bool = False, num_steps: int = 1) -> HostStep:
     """An all-padding step: padding tokens belong to the last row, each row's last index is its first
     token in the decode layout (one token per row)."""
     rows = np.arange(num_rows, dtype=np.int32)
@@ -54,7 +54,6 @@ def _empty(num_tokens: int, num_rows: int, width: int, decode: bool = False, num
         tokens=np.zeros(num_tokens, np.int32),
         positions=np.full(num_tokens, -1, np.int32),
         token_rows=rows.copy() if decode else np.full(num_tokens, num_rows - 1, np.int32),
-        page_table=np.zeros((num_rows, width), np.int32),
         lengths=np.ones(num_rows, np.int32),
         query_lens=np.zeros(num_rows, np.int32),
         last_index=rows.copy() if decode else np.zeros(num_rows, np.int32),
@@ -90,10 +89,7 @@ def _fill_decode_rows(step: HostStep, rows: list[Row]) -> None:
     step.min_lengths[:n] = [len(request.prompt_ids) + request.params.min_tokens for request in requests]
     step.max_lengths[:n] = [request.max_total for request in requests]
     step.requests[:n] = requests
-    width = step.page_table.shape[1]
     for r, request in enumerate(requests):
-        table = request.pages[:width]
-        step.page_table[r, : len(table)] = table
         stops = request.stop_ids[:MAX_STOP_IDS]
         step.stop_ids[r, : len(stops)] = stops
 
@@ -111,8 +107,6 @@ def _fill_row(step: HostStep, r: int, offset: int, row: Row, drafts: np.ndarray 
     step.tokens[offset:end] = ids
     step.positions[offset:end] = np.arange(row.start, row.start + row.count)
     step.token_rows[offset:end] = r
-    table = request.pages[: step.page_table.shape[1]]
-    step.page_table[r, : len(table)] = table
     step.lengths[r] = row.start + row.count
     step.query_lens[r] = row.count
     step.last_index[r] = end - 1
@@ -135,13 +129,13 @@ def program_shapes(config: EngineConfig, verify_chunk: int | None = None) -> lis
     return shapes
 
 
-def empty_step(kind: str, num_tokens: int, num_rows: int, width: int, decode_steps: int) -> HostStep:
+def empty_step(kind: str, num_tokens: int, num_rows: int, decode_steps: int) -> HostStep:
     """An all-padding step of one program's shape (compiles the program, computes nothing that is kept)."""
     if kind == "ragged":
-        return _empty(num_tokens, num_rows, width)
+        return _empty(num_tokens, num_rows)
     if kind == "decode":
-        return _empty(num_rows, num_rows, width, decode=True, num_steps=decode_steps)
-    step = _empty(num_tokens, num_rows, width)
+        return _empty(num_rows, num_rows, decode=True, num_steps=decode_steps)
+    step = _empty(num_tokens, num_rows)
     chunk = num_tokens // num_rows
     step.token_rows[:] = np.repeat(np.arange(num_rows), chunk)
     step.last_index[:] = np.arange(num_rows) * chunk
@@ -156,7 +150,7 @@ def build_verify_step(
 ) -> HostStep:
     """Every decode row as one chunk `[last token, drafts...]` (padded to `chunk`) for `verify_step`."""
     rows = bucket(len(schedule.decodes))
-    step = empty_step("verify", rows * chunk, rows, width, 1)
+    step = empty_step("verify", rows * chunk, rows, 1)
     step.num_rounds = rounds
     for r, (row, draft) in enumerate(zip(schedule.decodes, drafts)):
         _fill_row(step, r, r * chunk, dataclasses.replace(row, count=1 + len(draft)), draft)
@@ -176,19 +170,19 @@ def _verify_fields(step: HostStep, rows: int) -> None:
     step.window = np.zeros((rows, CATCH_UP_WINDOW), np.int32)
 
 
-def warmup_steps(config: EngineConfig, width: int, verify_chunk: int | None) -> list[HostStep]:
+def warmup_steps(config: EngineConfig, verify_chunk: int | None) -> list[HostStep]:
     """A padding-only step of every program's shape (verify steps too when verify_chunk is set)."""
-    return [empty_step(*shape, width, config.decode_steps)
+    return [empty_step(*shape, config.decode_steps)
             for shape in program_shapes(config, verify_chunk)]
 
 
-def profile_steps(config: EngineConfig, width: int, verify_chunk: int | None) -> list[HostStep]:
+def profile_steps(config: EngineConfig, verify_chunk: int | None) -> list[HostStep]:
     """The steps whose programs hold the most activations: the widest step with prefill chunks (most
     tokens, then rows), and when speculating the widest verify step (logits at every token)."""
     shapes = program_shapes(config, verify_chunk)
     ragged = max((s for s in shapes if s[0] == "ragged"), key=lambda s: (s[1], s[2]))
     widest = [ragged] + ([max((s for s in shapes if s[0] == "verify"), key=lambda s: s[2])] if verify_chunk else [])
-    return [empty_step(*shape, width, config.decode_steps) for shape in widest]
+    return [empty_step(*shape, config.decode_steps) for shape in widest]
 
 
 def padding_waste(schedule: Schedule, config: EngineConfig) -> tuple[int, int]:

@@ -1,8 +1,8 @@
 """A host step's NumPy arrays as the compiled programs take them (`engine_step.StepInputs`), with
-each row's sampling settings and sampling slot: O(rows) bytes per step whatever the context and
-vocabulary. Penalty counts and logit bias stay on the device in the rows' sampling slots (see
-`sampling_slots`); the structured-output bitmask is a program argument of its own (see
-`ModelRunner`)."""
+each row's sampling settings, its row slot and the page entries the slots gained: O(rows) bytes
+per step whatever the context and vocabulary. Page tables, penalty counts and logit bias stay on
+the device per row slot (see `row_state`); the structured-output bitmask is a program argument
+of its own (see `ModelRunner`)."""
 
 from __future__ import annotations
 
@@ -13,34 +13,47 @@ from jaxinfer.parallel.sharding import Layout
 from jaxinfer.runtime.engine_step import RowSampling, StepInputs
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.packed_tree import PackedTree, pack_host
+from jaxinfer.runtime.row_slots import holds_sampling_state
 from jaxinfer.sampling.penalties import PenaltyRows
 from jaxinfer.sampling.sampler import sampling_arrays
 
 PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they never draw
 
 
-def device_inputs(host: HostStep, slots: np.ndarray, layout: Layout, branchless: bool) -> PackedTree:
+def device_inputs(
+    host: HostStep, row_slots: np.ndarray, entries: np.ndarray, width: int, layout: Layout, branchless: bool,
+) -> PackedTree:
     """The step's inputs as one buffer (see packed_tree), replicated over the mesh (one global array
-    when the devices span processes). slots [R]: each row's sampling slot (0: none)."""
+    when the devices span processes). row_slots [R]: each row's slot (0: padding); entries [D, 3]:
+    the page entries the slots gained (see page_table_diffs)."""
     params = [r.params if r is not None else PADDING_PARAMS for r in host.requests]
     seeds = [r.seed if r is not None else 0 for r in host.requests]
     sampling = RowSampling(
         sampling_arrays(params, seeds, branchless), host.stop_ids, host.min_lengths, host.max_lengths,
-        bias_ids=None, bias=None, penalties=row_penalties(params, slots), samples=host.samples,
+        bias_ids=None, bias=None, penalties=row_penalties(params, row_slots), samples=host.samples,
         want_logprobs=np.asarray([p.logprobs is not None for p in params]), bitmask=None,
     )
     return layout.put_tree(pack_host(StepInputs(
-        tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, page_table=host.page_table,
+        tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, row_slots=row_slots,
+        page_entries=entries, page_counts=page_counts(host.requests, width), page_table=None,
         lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
         next_tokens=host.next_tokens, sampling=sampling,
     )))
 
 
-def row_penalties(params: list[SamplingParams], slots: np.ndarray) -> PenaltyRows:
-    """Each row's presence/frequency/repetition settings; rows without a slot get settings that change nothing."""
+def page_counts(requests: list, width: int) -> np.ndarray:
+    """[R] int32 pages each row's request holds (at most the table's width; padding rows none)."""
+    return np.asarray([min(len(r.pages), width) if r is not None else 0 for r in requests], np.int32)
+
+
+def row_penalties(params: list[SamplingParams], row_slots: np.ndarray) -> PenaltyRows:
+    """Each row's presence/frequency/repetition settings and the slot its sampling state is read from:
+    its own where it has some, else 0 (settings that change nothing, no counts kept)."""
     values = np.zeros((3, len(params)), np.float32)
     values[2] = 1.0
+    slots = np.zeros(len(params), np.int32)
     for r, p in enumerate(params):
-        if slots[r]:
+        if row_slots[r] and holds_sampling_state(p):
             values[:, r] = (p.presence_penalty, p.frequency_penalty, p.repetition_penalty)
-    return PenaltyRows(values[0], values[1], values[2], slots.astype(np.int32))
+            slots[r] = row_slots[r]
+    return PenaltyRows(values[0], values[1], values[2], slots)

@@ -3,7 +3,7 @@
 A step is T tokens packed end to end (each row's tokens contiguous, then padding at position
 -1) over R rows; attention reads each token's row's pages up to its own position (see
 cache/ragged_view), so the layout needs no shape but (T, R). Both programs are pure functions of
-(weights, page pools, sampling slot state, inputs) built by the runner on the host. Sampling happens
+(weights, page pools, row slot state, inputs) built by the runner on the host. Sampling happens
 inside: logit bias and penalties (from per-slot state that stays on the device), min_tokens (stop
 ids masked until reached), the structured-output bitmask (all ones for free rows), then the same
 `sampling.sample` as the generation loop, keyed by (seed, position) so a request's tokens do
@@ -24,9 +24,10 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
+from jaxinfer.runtime.row_state import RowState, with_page_entries
 from jaxinfer.sampling.penalties import PenaltyCounts, PenaltyRows, add_logit_bias, count_tokens, penalize
 from jaxinfer.sampling.sampler import SamplingArrays, sample, skip_unless
-from jaxinfer.sampling.slot_state import SlotState, row_bias
+from jaxinfer.sampling.slot_state import row_bias
 from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 
 Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
@@ -64,7 +65,10 @@ class StepInputs:
     tokens: jax.Array  # [T] int32
     positions: jax.Array  # [T] int32, -1 for padding
     token_rows: jax.Array  # [T] int32
-    page_table: jax.Array  # [R, W] int32
+    row_slots: jax.Array  # [R] int32 each row's slot (runtime/row_state; 0: padding)
+    page_entries: jax.Array  # [D, 3] int32 (slot, column, page) the slots' page tables gained (page_table_diffs)
+    page_counts: jax.Array  # [R] int32 pages each row holds: its table's columns past them read page 0
+    page_table: jax.Array | None  # [R, W] int32, read from the slots' tables on the device (None as shipped)
     lengths: jax.Array  # [R] int32 tokens per row after this step (index of the next token)
     query_lens: jax.Array  # [R] int32
     last_index: jax.Array  # [R] int32 flat index of each row's last token
@@ -89,11 +93,21 @@ class StepOutputs:
     ranks: jax.Array | None = None  # [R, S] int32 the chosen token's rank (1 = most likely)
 
 
-def with_device_inputs(x: StepInputs, state: SlotState, bitmask: jax.Array) -> StepInputs:
-    """x with what the host does not ship: each row's logit bias from its sampling slot, and the
-    step's structured-output bitmask (see RowSampling)."""
-    ids, bias = row_bias(state, x.sampling.penalties.slots)
-    return dataclasses.replace(x, sampling=dataclasses.replace(x.sampling, bias_ids=ids, bias=bias, bitmask=bitmask))
+def with_device_inputs(x: StepInputs, state: RowState, bitmask: jax.Array) -> tuple[StepInputs, RowState]:
+    """x with what the host does not ship, and the state with the step's page entries written: each
+    row's page table and logit bias from its slot, and the step's structured-output bitmask."""
+    state = with_page_entries(state, x.page_entries)
+    ids, bias = row_bias(state.sampling, x.sampling.penalties.slots)
+    sampling = dataclasses.replace(x.sampling, bias_ids=ids, bias=bias, bitmask=bitmask)
+    return dataclasses.replace(x, page_table=row_tables(state, x.row_slots, x.page_counts), sampling=sampling), state
+
+
+def row_tables(state: RowState, slots: jax.Array, counts: jax.Array) -> jax.Array:
+    """[R, W] each row's page table: its slot's first counts[r] entries, then page 0 (reserved), as a
+    fresh table would hold: what a slot's earlier holder left there is never read or written."""
+    tables = state.page_tables[slots]
+    held = jnp.arange(tables.shape[1], dtype=jnp.int32)[None, :] < counts[:, None]
+    return jnp.where(held, tables, 0)
 
 
 def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array, counts: PenaltyCounts) -> jax.Array:
@@ -170,26 +184,27 @@ def _outputs(logits: jax.Array, tokens: jax.Array, s: RowSampling) -> StepOutput
 
 
 def ragged_step(
-    weights: Weights, pages: PagedKVCache, state: SlotState, x: StepInputs, bitmask: jax.Array, cfg: ModelConfig,
+    weights: Weights, pages: PagedKVCache, state: RowState, x: StepInputs, bitmask: jax.Array, cfg: ModelConfig,
     draft: Rider = None, draft_weights=None,
-) -> tuple[StepOutputs, PagedKVCache, SlotState, Rider]:
+) -> tuple[StepOutputs, PagedKVCache, RowState, Rider]:
     """Run decode tokens and prefill chunks together; sample one token per row (the draft reads them too)."""
-    x = with_device_inputs(x, state, bitmask)
+    x, state = with_device_inputs(x, state, bitmask)
     logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
-    tokens = pick_tokens(logits, x.sampling, x.lengths, state.counts)
+    tokens = pick_tokens(logits, x.sampling, x.lengths, state.sampling.counts)
     state = _counted(state, x.sampling, tokens, x.sampling.samples)
     return _outputs(logits, tokens, x.sampling), pages, state, ride(draft, draft_weights, x, features, tokens)
 
 
-def _counted(state: SlotState, s: RowSampling, tokens: jax.Array, kept: jax.Array) -> SlotState:
-    return dataclasses.replace(state, counts=count_tokens(state.counts, s.penalties.slots, tokens, kept))
+def _counted(state: RowState, s: RowSampling, tokens: jax.Array, kept: jax.Array) -> RowState:
+    counts = count_tokens(state.sampling.counts, s.penalties.slots, tokens, kept)
+    return dataclasses.replace(state, sampling=dataclasses.replace(state.sampling, counts=counts))
 
 
 def multi_decode(
-    weights: Weights, pages: PagedKVCache, state: SlotState, x: StepInputs, bitmask: jax.Array,
+    weights: Weights, pages: PagedKVCache, state: RowState, x: StepInputs, bitmask: jax.Array,
     num_steps: jax.Array, cfg: ModelConfig, max_steps: int, draft: Rider = None, draft_weights=None,
     stop_early: bool = True,
-) -> tuple[StepOutputs, PagedKVCache, SlotState, Rider]:
+) -> tuple[StepOutputs, PagedKVCache, RowState, Rider]:
     """Up to num_steps (<= max_steps) decode steps of an all-decode batch (one token per row, T == R).
 
     stop_early: the loop ends when any row finishes (its slot frees for a waiting request);
@@ -200,7 +215,7 @@ def multi_decode(
     A draft model or EAGLE head does not read them (an EAGLE head's features are stored): the
     next verify step catches it up (`draft_model_rider.catch_up`, `eagle_rider.catch_up`).
     """
-    x = with_device_inputs(x, state, bitmask)
+    x, state = with_device_inputs(x, state, bitmask)
     rows = x.lengths.shape[0]
     empty = StepOutputs(
         tokens=jnp.zeros((rows, max_steps), jnp.int32),
@@ -220,7 +235,7 @@ def multi_decode(
         step, x, pages, state, draft, done, out = carry
         logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
         s = x.sampling
-        tokens = pick_tokens(logits, s, x.lengths, state.counts)
+        tokens = pick_tokens(logits, s, x.lengths, state.sampling.counts)
         if isinstance(draft, EagleDraft):  # the head catches up in the next verify step
             draft = remember(draft, x, features)
         active = ~done & (step < num_steps)

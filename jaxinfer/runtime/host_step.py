@@ -1,8 +1,9 @@
 """One engine step as host (NumPy) arrays: what the engine's step builder makes and the runner runs.
 
 Plain data, no jax: the engine builds it, `device_inputs` ships it. A step is T tokens packed end
-to end (each row's tokens contiguous, then padding with position -1) over R rows; the page
-table is always the engine's full width, so T and R are the only shape buckets.
+to end (each row's tokens contiguous, then padding with position -1) over R rows, so T and R are
+the only shape buckets. Page tables are not part of it: the runner keeps them on the device per
+row slot and ships what the rows' page lists gained (runtime/page_table_diffs).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ class HostStep:
     tokens: np.ndarray  # [T] int32
     positions: np.ndarray  # [T] int32, -1 for padding
     token_rows: np.ndarray  # [T] int32 row of each token
-    page_table: np.ndarray  # [R, W] int32
     lengths: np.ndarray  # [R] int32 tokens of each row once this step's are written
     query_lens: np.ndarray  # [R] int32 this step's tokens per row (0: a padding row)
     last_index: np.ndarray  # [R] int32 flat index of each row's last token

@@ -1,18 +1,19 @@
 """`ModelRunner`: the serving engine's device side, the one place that holds its jax state.
 
-It owns the weights, the page pools (the target's and a draft model's or EAGLE head's), the
-sampling slots' state (penalty counts, logit bias), the compiled programs, their dispatch and output readback, warm-up,
+It owns the weights, the page pools (the target's and a draft model's or EAGLE head's), the row
+slots' state (page tables, penalty counts, logit bias: runtime/row_state), the compiled programs, their dispatch and output readback, warm-up,
 activation profiling and prompt logprobs. The engine (host only) plans each step as a
 `HostStep` and hands it to `run`; what it needs to know about the platform it reads here.
 
 Programs (see config/buckets): a ragged step per (tokens, rows) bucket pair, a multi-step
 decode per row bucket (its step count is data: one step runs it too), a verify step per row
-bucket when speculating, one sampling-slot reset, and one all-positions pass per prompt-length
+bucket when speculating, one row-slot reset, and one all-positions pass per prompt-length
 bucket (prompt logprobs). `warm_up` compiles all of them; after it no request mix compiles.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -35,9 +36,11 @@ from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
 from jaxinfer.runtime.packed_tree import pack_host, unpack_host
+from jaxinfer.runtime.page_table_diffs import PageTables, diff_capacity
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
 from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
-from jaxinfer.runtime.sampling_slots import SamplingSlots, slot_ids
+from jaxinfer.runtime.row_slots import RowSlots, holds_sampling_state, slot_ids
+from jaxinfer.runtime.row_state import RowState
 from jaxinfer.runtime.verify_step import Drafts
 from jaxinfer.runtime.warmup import Program, Progress, activation_peak, warm_up
 from jaxinfer.sampling.logprob import Logprob, TokenText
@@ -82,12 +85,14 @@ class ModelRunner:
         self.input_bytes = 0  # the last dispatched step's inputs sent host -> device
         self.pages: PagedKVCache | None = None
         self.draft: Rider = None
-        self.slots = SamplingSlots(config.max_num_seqs + 1)
-        self.state: SlotState | None = None
+        self.slots = RowSlots(config.max_num_seqs + 1)
+        self.tables = PageTables(config.max_num_seqs + 1, self.width)
+        self.state: RowState | None = None
+        self.table_bytes = 0  # the last step's whole page tables sent (more entries changed than it ships)
         self.free_masks: dict[int, jax.Array] = {}  # sampled positions -> an all-ones bitmask on the device
 
     def allocate(self, profile_hosts: Callable[[], list[HostStep]]) -> int:
-        """Make the sampling slots' state, size and make the page pools; how many pages they hold.
+        """Make the row slots' state, size and make the page pools; how many pages they hold.
 
         profile_hosts: the steps whose programs hold the most activations, compiled (not run)
         only where the pool is sized from device memory (an accelerator with num_pages unset).
@@ -101,15 +106,17 @@ class ModelRunner:
         return self.num_pages
 
     def reset_pools(self) -> None:
-        """Fresh (zeroed) pools of num_pages pages and slot state, e.g. after a failed step consumed them."""
+        """Fresh (zeroed) pools of num_pages pages and row state, e.g. after a failed step consumed them."""
         self.pages, self.draft = self._new_pools(self.num_pages)
         self.state = self._new_state()
         self.slots.clear()
+        self.tables.clear()
 
     def release(self) -> None:
         """Free the pools; the next step makes them again."""
         self.pages = self.draft = self.state = None
         self.slots.clear()
+        self.tables.clear()
 
     def compiled_programs(self) -> int:
         """Programs compiled or loaded from the persistent cache in this process (see memory_maps)."""
@@ -126,19 +133,20 @@ class ModelRunner:
     def program_for(self, host: HostStep, state: tuple | None = None) -> Program:
         """The compiled program a host step runs, and its arguments.
 
-        state: (pools, slot state) it runs on (default: the runner's, made first if released).
+        state: (pools, row state) it runs on (default: the runner's, made first if released).
         """
+        capacity = diff_capacity(len(host.tokens), len(host.lengths), self.config.page_size)
         if state is None:
             if self.pages is None:
                 self.reset_pools()
-            slots = self._slots_for(host)
+            slots, entries = self._rows_for(host, capacity)
             state = (self.pages, self.draft), self.state
         else:
-            slots = np.zeros(len(host.lengths), np.int32)
-        (pages, draft_pool), slot_state = state
+            slots, entries = np.zeros(len(host.lengths), np.int32), self.tables.no_changes(capacity)
+        (pages, draft_pool), row_state = state
         layout = self.cache_spec.mesh_layout
-        inputs = device_inputs(host, slots, layout, self.branchless)
-        head = [self.weights, pages, slot_state, inputs, self._bitmask(host)]
+        inputs = device_inputs(host, slots, entries, self.width, layout, self.branchless)
+        head = [self.weights, pages, row_state, inputs, self._bitmask(host)]
         draft = dict(draft=draft_pool, draft_weights=self.draft_weights)
         cfg = self.model_config
         if host.drafts is not None:
@@ -167,16 +175,24 @@ class ModelRunner:
             self.free_masks[positions] = layout.put(all_allowed(positions, self.model_config.vocab_size))
         return self.free_masks[positions]
 
-    def _slots_for(self, host: HostStep) -> np.ndarray:
-        """Each row's sampling slot, writing the slots of rows that just got one."""
-        slots, fresh = self.slots.assign(host.requests, host.samples)
+    def _rows_for(self, host: HostStep, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+        """(each row's slot [R], the page entries its slot gained [capacity, 3]); writes the sampling
+        state of requests that just took a slot, and sends every slot's table whole when more changed."""
+        slots, fresh = self.slots.assign(host.requests)
         for slot, request in fresh:
-            width = self.config.max_seq_len
-            self.state = step_programs.reset_sampling_slot(
-                self.state, np.int32(slot), slot_ids(request.prompt_ids, width), slot_ids(request.output_ids, width),
-                *bias_row(request.params.logit_bias),
-            )
-        return slots
+            if holds_sampling_state(request.params):
+                width = self.config.max_seq_len
+                sampling = step_programs.reset_sampling_slot(
+                    self.state.sampling, np.int32(slot), slot_ids(request.prompt_ids, width),
+                    slot_ids(request.output_ids, width), *bias_row(request.params.logit_bias),
+                )
+                self.state = dataclasses.replace(self.state, sampling=sampling)
+        entries = self.tables.changes(slots, [r.pages if r is not None else None for r in host.requests], capacity)
+        self.table_bytes = 0
+        if entries is None:
+            self.state = dataclasses.replace(self.state, page_tables=self.cache_spec.mesh_layout.put(self.tables.table))
+            self.table_bytes, entries = self.tables.table.nbytes, self.tables.no_changes(capacity)
+        return slots, entries
 
     def dispatch(self, host: HostStep, lap: Callable[[str], None] = lambda phase: None) -> Any:
         """Start the step's program; its outputs come back packed (`read` them). lap(phase) marks
@@ -185,7 +201,7 @@ class ModelRunner:
         program, args, kwargs = self.program_for(host)
         # what went host -> device: everything after the weights, pools and slot state, but a free bitmask
         shipped = [a for a in args[3:] if not any(a is mask for mask in self.free_masks.values())]
-        self.input_bytes = sum(int(leaf.nbytes) for leaf in jax.tree.leaves(shipped))
+        self.input_bytes = sum(int(leaf.nbytes) for leaf in jax.tree.leaves(shipped)) + self.table_bytes
         lap("inputs")
         out, self.pages, self.state, draft = program(*args, **kwargs)
         lap("dispatch")
@@ -206,7 +222,7 @@ class ModelRunner:
         of each shape), the sampling-slot reset and the prompt-logprobs passes."""
         width = self.config.max_seq_len
         reset = (step_programs.reset_sampling_slot,
-                 [self.state, np.int32(0), slot_ids([], width), slot_ids([], width), *bias_row(None)], {})
+                 [self.state.sampling, np.int32(0), slot_ids([], width), slot_ids([], width), *bias_row(None)], {})
         spec = self.cache_spec
         passes = [
             lambda size=size: logits_program(self.weights, self.model_config, size, self.dtype, spec.cpu_kernels,
@@ -240,13 +256,15 @@ class ModelRunner:
         return new_pools(self.model_config, self.draft_cfg, num_pages, self.config.page_size, self.dtype,
                          self.cache_spec)
 
-    def _new_state(self) -> SlotState:
-        """Empty sampling slots (zero counts, no bias), one per engine row and slot 0, replicated over the mesh."""
+    def _new_state(self) -> RowState:
+        """Empty row slots (page 0 tables, zero counts, no bias), one per engine row and slot 0, replicated
+        over the mesh."""
         slots, layout = self.config.max_num_seqs + 1, self.cache_spec.mesh_layout
         shape = (slots, self.model_config.vocab_size)
         counts = PenaltyCounts(layout.zeros(shape, np.int32, (None, None)), layout.zeros(shape, bool, (None, None)))
         ids, bias = bias_row(None)
-        return SlotState(counts, layout.put(np.tile(ids, (slots, 1))), layout.put(np.tile(bias, (slots, 1))))
+        sampling = SlotState(counts, layout.put(np.tile(ids, (slots, 1))), layout.put(np.tile(bias, (slots, 1))))
+        return RowState(layout.zeros((slots, self.width), np.int32, (None, None)), sampling)
 
 
 def bias_row(logit_bias: dict[int, float] | None) -> tuple[np.ndarray, np.ndarray]:

@@ -37,9 +37,9 @@ def _verify(
     weights, pages, state, x, bitmask, drafts, num_rounds, capacity, window, draft_start, cfg, max_rounds,
     rule=verify_step.EXACT_RULE, draft=None, draft_weights=None,
 ):
-    """verify_rounds with the slot state read (logit bias) and passed through (penalized rows never
-    verify, so no counts change), so every engine step program takes and returns the same state."""
-    x = engine_step.with_device_inputs(x, state, bitmask)
+    """verify_rounds with the row state read (page tables, logit bias) and passed on (penalized rows
+    never verify, so no counts change), so every engine step program takes and returns the same state."""
+    x, state = engine_step.with_device_inputs(x, state, bitmask)
     out, pages, draft = verify_step.verify_rounds(weights, pages, x, drafts, num_rounds, capacity, window,
                                                   draft_start, cfg, max_rounds, rule, draft, draft_weights)
     return out, pages, state, draft
