@@ -54,6 +54,13 @@ def test_a_steps_inputs_do_not_grow_with_logit_bias_or_context(llm):
     assert rows_1 < 4 * (vocab // 32 + MAX_LOGIT_BIAS)  # neither a mask nor a bias row goes with it
 
 
+def test_a_decode_step_sends_the_same_bytes_whatever_max_seq_len(llm, checkpoint_dir):
+    """Page tables stay on the device: a longer max_seq_len (wider tables) sends nothing more a step."""
+    wide = LLM(checkpoint_dir("llama3"), **{**KNOBS, "max_seq_len": 512})
+    narrow_sent, wide_sent = (sent_per_shape(m, [SHORT], GREEDY) for m in (llm, wide))
+    assert narrow_sent[("decode", 1, 1)] == wide_sent[("decode", 1, 1)]
+
+
 def test_slots_are_reused_with_the_new_requests_bias(llm):
     """A slot a biased request gave back holds the next request's bias, not the old one's."""
     free = llm.generate([SHORT], GREEDY)[0].token_ids
