@@ -16,7 +16,7 @@ import pytest
 from python_subprocess import child_env
 from safetensors.numpy import load_file, save_file
 
-from jaxinfer import DEMO_MODEL, LLM, SpeculativeConfig
+from jaxinfer import DEMO_DRAFT, DEMO_MODEL, LLM, SpeculativeConfig
 from jaxinfer.entrypoints.cli import main as cli_main
 from jaxinfer.entrypoints.compare.api import compare as compare_api
 from jaxinfer.entrypoints.compare.api import judge_runs
@@ -80,8 +80,15 @@ def test_quantized_weights_pass_the_quantization_gates(side_a, run_a, workload, 
     assert result.metrics["cost"]["b"]["weight_bytes"] < result.metrics["cost"]["a"]["weight_bytes"]
 
 
-def test_ngram_speculation_is_exact_in_greedy_and_samples_the_same_distribution(side_a, run_a, workload):
-    kwargs = {**BASE, "speculative": SpeculativeConfig(method="ngram", adaptive=False)}  # drafts every step
+SPECULATIVE = {  # adaptive off: drafts every step
+    "ngram": dict(method="ngram", adaptive=False),
+    "draft": dict(method="draft", draft_model=str(DEMO_DRAFT), adaptive=False),
+}
+
+
+@pytest.mark.parametrize("method", list(SPECULATIVE))
+def test_speculation_is_exact_in_greedy_and_samples_the_same_distribution(side_a, run_a, workload, method):
+    kwargs = {**BASE, "speculative": SpeculativeConfig(**SPECULATIVE[method])}
     llm = LLM(**kwargs)
     result = judged(side_a, run_a, workload, Configuration(kwargs, "B", llm=llm))
     assert result.kinds == ["lossless"]

@@ -11,6 +11,7 @@ is static, so it is part of the compiled program's signature like the shapes it 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -32,8 +33,14 @@ class PackedTree:
     specs: tuple[Spec, ...] = dataclasses.field(metadata={"static": True})
 
 
+@functools.lru_cache(maxsize=None)
+def _dtype_name(dtype: Any) -> str:
+    """np.dtype(dtype).name, cached: the property costs ~10 us, ~0.25 ms an engine step's 25 leaves."""
+    return np.dtype(dtype).name
+
+
 def _specs(leaves: list) -> tuple[Spec, ...]:
-    specs = tuple((tuple(leaf.shape), np.dtype(leaf.dtype).name) for leaf in leaves)
+    specs = tuple((tuple(leaf.shape), _dtype_name(leaf.dtype)) for leaf in leaves)
     for shape, dtype in specs:
         if dtype not in PACKABLE:
             raise TypeError(f"cannot pack a {dtype} leaf of shape {shape}; packable dtypes: {', '.join(PACKABLE)}")
