@@ -178,3 +178,16 @@ def test_async_engine_batches_concurrent_requests_and_aborts_on_disconnect(llm):
     assert results[:-1] == expected
     assert not llm.engine.has_unfinished() or llm.engine.step() is not None
     assert llm.engine.blocks.usable_pages == free
+
+
+def test_host_seed_keys_are_the_keys_jax_builds():
+    """The step's keys, made on the host in one pass: seed_key of each seed (the high word too, which
+    jax.random.PRNGKey drops without x64), PRNGKey's own below 2**32."""
+    import jax
+
+    from jaxinfer.sampling.sampler import seed_key, seed_keys
+
+    small, large = [0, 1, 7, 2**32 - 1], [2**32 + 5, 2**63 - 1, 123456789012345]
+    np.testing.assert_array_equal(seed_keys(small + large), np.stack([seed_key(s) for s in small + large]))
+    jax_keys = np.stack([np.asarray(jax.random.key_data(jax.random.PRNGKey(s))) for s in small])
+    np.testing.assert_array_equal(seed_keys(small), jax_keys)

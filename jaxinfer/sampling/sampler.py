@@ -56,6 +56,12 @@ def seed_key(seed: int) -> np.ndarray:
     return np.array([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF], dtype=np.uint32)
 
 
+def seed_keys(seeds: Sequence[int]) -> np.ndarray:
+    """[N, 2] uint32: `seed_key` of each seed (seeds in [0, 2**64)), in one NumPy pass."""
+    wide = np.asarray(seeds, np.uint64).reshape(-1)
+    return np.stack([wide >> np.uint64(32), wide & np.uint64(0xFFFFFFFF)], axis=1).astype(np.uint32)
+
+
 def sampling_arrays(
     params: Sequence[SamplingParams], seeds: Sequence[int], branchless: bool = False
 ) -> SamplingArrays:
@@ -68,7 +74,7 @@ def sampling_arrays(
         top_k=np.asarray([p.top_k for p in params], np.int32),
         top_p=np.asarray([p.top_p for p in params], np.float32),
         min_p=np.asarray([p.min_p for p in params], np.float32),
-        keys=np.stack([seed_key(s) for s in seeds]),
+        keys=seed_keys(seeds),
         branchless=branchless,
     )
 
