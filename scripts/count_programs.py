@@ -1,7 +1,7 @@
 """How many programs an engine compiles for given knobs, per model shape (no model is loaded).
 
 The count depends on the engine knobs and on max_seq_len (default: the model's, at most 2048):
-step programs (`step_builder.program_shapes`), the penalty-slot reset, one all-positions pass per
+step programs (`step_builder.program_shapes`), the sampling-slot reset, one all-positions pass per
 prompt-logprobs length bucket. Writes JSON.
 
     python scripts/count_programs.py                         # demo, SmolLM-135M and Llama-3.2-1B shapes

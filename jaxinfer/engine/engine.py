@@ -229,7 +229,7 @@ class LLMEngine:
         return warmup_steps(self.config, self._verify_chunk)
 
     def program_count(self) -> int:
-        """How many programs `warmup` compiles (steps, penalty-slot reset, prompt-logprobs passes)."""
+        """How many programs `warmup` compiles (steps, sampling-slot reset, prompt-logprobs passes)."""
         return len(self.runner.programs(self.step_hosts()))
 
     def reset_prefix_cache(self) -> None:

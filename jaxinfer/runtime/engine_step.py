@@ -24,7 +24,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
-from jaxinfer.runtime.row_state import RowState, with_page_entries
+from jaxinfer.runtime.row_state import RowState, row_tables, with_page_entries
 from jaxinfer.sampling.penalties import PenaltyCounts, PenaltyRows, add_logit_bias, count_tokens, penalize
 from jaxinfer.sampling.sampler import SamplingArrays, sample, skip_unless
 from jaxinfer.sampling.slot_state import row_bias
@@ -100,14 +100,6 @@ def with_device_inputs(x: StepInputs, state: RowState, bitmask: jax.Array) -> tu
     ids, bias = row_bias(state.sampling, x.sampling.penalties.slots)
     sampling = dataclasses.replace(x.sampling, bias_ids=ids, bias=bias, bitmask=bitmask)
     return dataclasses.replace(x, page_table=row_tables(state, x.row_slots, x.page_counts), sampling=sampling), state
-
-
-def row_tables(state: RowState, slots: jax.Array, counts: jax.Array) -> jax.Array:
-    """[R, W] each row's page table: its slot's first counts[r] entries, then page 0 (reserved), as a
-    fresh table would hold: what a slot's earlier holder left there is never read or written."""
-    tables = state.page_tables[slots]
-    held = jnp.arange(tables.shape[1], dtype=jnp.int32)[None, :] < counts[:, None]
-    return jnp.where(held, tables, 0)
 
 
 def pick_tokens(logits: jax.Array, s: RowSampling, lengths: jax.Array, counts: PenaltyCounts) -> jax.Array:

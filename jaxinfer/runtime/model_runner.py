@@ -1,13 +1,13 @@
 """`ModelRunner`: the serving engine's device side, the one place that holds its jax state.
 
 It owns the weights, the page pools (the target's and a draft model's or EAGLE head's), the row
-slots' state (page tables, penalty counts, logit bias: runtime/row_state), the compiled programs, their dispatch and output readback, warm-up,
-activation profiling and prompt logprobs. The engine (host only) plans each step as a
+slots' state (page tables, penalty counts, logit bias: runtime/row_state), the compiled programs,
+their dispatch and output readback, warm-up, activation profiling and prompt logprobs. The engine (host only) plans each step as a
 `HostStep` and hands it to `run`; what it needs to know about the platform it reads here.
 
 Programs (see config/buckets): a ragged step per (tokens, rows) bucket pair, a multi-step
 decode per row bucket (its step count is data: one step runs it too), a verify step per row
-bucket when speculating, one row-slot reset, and one all-positions pass per prompt-length
+bucket when speculating, one sampling-slot reset, and one all-positions pass per prompt-length
 bucket (prompt logprobs). `warm_up` compiles all of them; after it no request mix compiles.
 """
 
@@ -24,7 +24,6 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.config.sampling_params import MAX_LOGIT_BIAS
 from jaxinfer.models import Weights
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
@@ -39,7 +38,7 @@ from jaxinfer.runtime.packed_tree import pack_host, unpack_host
 from jaxinfer.runtime.page_table_diffs import PageTables, diff_capacity
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
 from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
-from jaxinfer.runtime.row_slots import RowSlots, holds_sampling_state, slot_ids
+from jaxinfer.runtime.row_slots import RowSlots, bias_row, holds_sampling_state, slot_ids
 from jaxinfer.runtime.row_state import RowState
 from jaxinfer.runtime.verify_step import Drafts
 from jaxinfer.runtime.warmup import Program, Progress, activation_peak, warm_up
@@ -266,11 +265,3 @@ class ModelRunner:
         sampling = SlotState(counts, layout.put(np.tile(ids, (slots, 1))), layout.put(np.tile(bias, (slots, 1))))
         return RowState(layout.zeros((slots, self.width), np.int32, (None, None)), sampling)
 
-
-def bias_row(logit_bias: dict[int, float] | None) -> tuple[np.ndarray, np.ndarray]:
-    """A request's logit_bias as (token ids [MAX_LOGIT_BIAS], -1 padded; biases [MAX_LOGIT_BIAS])."""
-    ids, bias = np.full(MAX_LOGIT_BIAS, -1, np.int32), np.zeros(MAX_LOGIT_BIAS, np.float32)
-    if logit_bias:
-        ids[: len(logit_bias)] = list(logit_bias)
-        bias[: len(logit_bias)] = list(logit_bias.values())
-    return ids, bias

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxinfer.config.sampling_params import MAX_LOGIT_BIAS
+
 
 def holds_sampling_state(params: Any) -> bool:
     """Whether a request's sampling reads per-request device state (penalty counts, logit bias)."""
@@ -67,3 +69,13 @@ def slot_ids(ids: list[int], width: int) -> np.ndarray:
     out = np.full(width, -1, np.int32)
     out[: len(ids)] = ids
     return out
+
+
+def bias_row(logit_bias: dict[int, float] | None) -> tuple[np.ndarray, np.ndarray]:
+    """A request's logit_bias as (token ids [MAX_LOGIT_BIAS], -1 padded; biases [MAX_LOGIT_BIAS]): a slot
+    reset's fixed-shape input."""
+    ids, bias = np.full(MAX_LOGIT_BIAS, -1, np.int32), np.zeros(MAX_LOGIT_BIAS, np.float32)
+    if logit_bias:
+        ids[: len(logit_bias)] = list(logit_bias)
+        bias[: len(logit_bias)] = list(logit_bias.values())
+    return ids, bias

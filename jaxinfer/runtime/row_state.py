@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 
 from jaxinfer.sampling.slot_state import SlotState
 
@@ -29,3 +30,11 @@ def with_page_entries(state: RowState, entries: jax.Array) -> RowState:
     """state with (slot, column, page) entries [D, 3] written (out-of-range slots are padding)."""
     tables = state.page_tables.at[entries[:, 0], entries[:, 1]].set(entries[:, 2], mode="drop")
     return dataclasses.replace(state, page_tables=tables)
+
+
+def row_tables(state: RowState, slots: jax.Array, counts: jax.Array) -> jax.Array:
+    """[R, W] each row's page table: its slot's first counts[r] entries, then page 0 (reserved), as a
+    fresh table would hold: what a slot's earlier holder left there is never read or written."""
+    tables = state.page_tables[slots]
+    held = jnp.arange(tables.shape[1], dtype=jnp.int32)[None, :] < counts[:, None]
+    return jnp.where(held, tables, 0)
