@@ -187,7 +187,7 @@ def test_host_seed_keys_are_the_keys_jax_builds():
 
     from jaxinfer.sampling.sampler import seed_key, seed_keys
 
-    small, large = [0, 1, 7, 2**32 - 1], [2**32 + 5, 2**63 - 1, 123456789012345]
+    small, large = [0, 1, 7, 2**32 - 1], [2**32 + 5, 2**63 - 1, 123456789012345, -1523329929, -(2**63)]
     np.testing.assert_array_equal(seed_keys(small + large), np.stack([seed_key(s) for s in small + large]))
     jax_keys = np.stack([np.asarray(jax.random.key_data(jax.random.PRNGKey(s))) for s in small])
     np.testing.assert_array_equal(seed_keys(small), jax_keys)

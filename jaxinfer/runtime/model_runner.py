@@ -2,8 +2,9 @@
 
 It owns the weights, the page pools (the target's and a draft model's or EAGLE head's), the row
 slots' state (page tables, penalty counts, logit bias: runtime/row_state), the compiled programs,
-their dispatch and output readback, warm-up, activation profiling and prompt logprobs. The engine (host only) plans each step as a
-`HostStep` and hands it to `run`; what it needs to know about the platform it reads here.
+their dispatch and output readback, warm-up, activation profiling and prompt logprobs. The
+engine (host only) plans each step as a `HostStep` and hands it to `run`; what it needs to know
+about the platform it reads here.
 
 Programs (see config/buckets): a ragged step per (tokens, rows) bucket pair, a multi-step
 decode per row bucket (its step count is data: one step runs it too), a verify step per row

@@ -57,8 +57,10 @@ def seed_key(seed: int) -> np.ndarray:
 
 
 def seed_keys(seeds: Sequence[int]) -> np.ndarray:
-    """[N, 2] uint32: `seed_key` of each seed (seeds in [0, 2**64)), in one NumPy pass."""
-    wide = np.asarray(seeds, np.uint64).reshape(-1)
+    """[N, 2] uint32: `seed_key` of each seed in one NumPy pass. Seeds are in [-2**63, 2**63) (a
+    shared seed broadcast between processes is a signed int32): their 64-bit two's complement words,
+    as `seed_key`'s Python shifts and masks give."""
+    wide = np.asarray(seeds, np.int64).reshape(-1).view(np.uint64)
     return np.stack([wide >> np.uint64(32), wide & np.uint64(0xFFFFFFFF)], axis=1).astype(np.uint32)
 
 
