@@ -113,3 +113,22 @@ def test_first_verify_of_a_request_measures_with_one_round(models, plain):
     engine.runner.run = recording
     assert engine_ids(llm, PROMPTS[:1], GREEDY) == plain[:1]
     assert rounds[0] == 1 and max(rounds) == engine.runner.spec_rounds == 4, rounds
+
+
+def test_a_prefix_hit_on_pages_the_draft_read_skips_its_catch_up(models, plain):
+    """Pages a draft has read are flagged in the block manager: a repeated prompt is admitted with
+    the draft caught up to all but the last position of its cached pages, and a self-draft still
+    accepts every draft (a flag on a page the draft had not read would make it reject)."""
+    llm = make(models, "target")
+    engine = llm.engine
+    assert engine_ids(llm, PROMPTS[1:2], GREEDY) == plain[1:2]
+    engine.add_request("again", PROMPTS[1], GREEDY)
+    (request,) = engine.groups["again"]
+    ids = list(engine.step()[0].outputs[0].token_ids)  # its prefill: what the cache lacks
+    page_size = engine.config.page_size
+    assert request.draft_computed == (len(PROMPTS[1]) - 1) // page_size * page_size - 1 > 0
+    while engine.has_unfinished():
+        ids += [t for out in engine.step() for t in out.outputs[0].token_ids]
+    assert ids == plain[1]
+    metrics = engine.speculation_metrics()
+    assert metrics["accepted"] == metrics["drafted"] > 0

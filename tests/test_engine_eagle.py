@@ -88,23 +88,34 @@ def reference_predictions(weights, head, tokens, cfg, ecfg):
     return head_step(params, tokens[:, 1:], inputs, positions[:, :-1], cache, ecfg)[0][0]
 
 
-@pytest.mark.parametrize("stop_early", [True, False], ids=["stop_early", "all_steps"])
-def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_early):
+@pytest.mark.parametrize(("stop_early", "cached"), [(True, False), (False, False), (True, True)],
+                         ids=["stop_early", "all_steps", "cached_prefix"])
+def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_early, cached):
     """A 40-token prompt prefilled in chunks beside another request's decode steps, plain
     multi-step decode while a logprobs request runs (the verify step implements no logprobs), then
     verify steps: at every computed position of the running request the head's stored output is
     the recomputation's (fails if a program skips the head, feeds it a sampled token where the
     prompt's next one was known, or leaves the chain's predicted features where verified ones belong).
-    all_steps: multi-step calls run every iteration after the logprobs request ends (a GPU's loop)."""
+    all_steps: multi-step calls run every iteration after the logprobs request ends (a GPU's loop).
+    cached_prefix: the prompt's full pages come from an earlier request whose head read them, so
+    the head starts from their last position (a page flagged read whose outputs the head never
+    wrote would hold stale values)."""
     version, llm = eagle
     engine = llm.engine
     engine.reset_prefix_cache()
+    prompt = PROMPTS[1]
+    if cached:  # a second turn: the first's prompt and part of its output (verify steps read that)
+        prompt = prompt + engine_ids(llm, [prompt], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))[0][:10]
     engine.runner.stop_early = stop_early
     drafted_before = engine.speculation_metrics()["drafted"]
     engine.add_request("logprobs", PROMPTS[3], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True,
                                                               logprobs=1))
-    engine.add_request("long", PROMPTS[1], SamplingParams(max_tokens=50, temperature=0, ignore_eos=True))
+    engine.add_request("long", prompt, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
     (request,) = engine.groups["long"]
+    engine.step()
+    page_size = engine.config.page_size
+    if cached:  # admitted with the cached pages' positions read but the last (its prefill leaves that)
+        assert request.draft_computed == len(prompt) // page_size * page_size - 1 > len(PROMPTS[1])
     while len(request.output_ids) < 30:
         engine.step()
     assert engine.speculation_metrics()["drafted"] > drafted_before and not engine.groups.get("logprobs")
@@ -112,7 +123,6 @@ def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_
     ecfg, head = load_eagle(models[version], cfg, jnp.float32)
     expected = reference_predictions(weights, head, jnp.asarray([request.all_ids]), cfg=cfg, ecfg=ecfg)
     positions = np.arange(request.num_computed)
-    page_size = engine.config.page_size
     pages = np.asarray(request.pages)[positions // page_size]
     stored = np.asarray(engine.runner.draft.predicted)[pages, positions % page_size]
     engine.abort("long")

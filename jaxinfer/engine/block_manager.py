@@ -52,6 +52,9 @@ class BlockManager:
         self.evictable: collections.OrderedDict[int, None] = collections.OrderedDict()  # LRU
         self.by_hash: dict[bytes, int] = {}
         self.hash_of: dict[int, bytes] = {}
+        # Pages whose every position a draft model or EAGLE head has read (its K/V and outputs there
+        # written): a prefix hit on them spares the draft's catch-up. Cleared when a page is handed out.
+        self.draft_read: set[int] = set()
 
     @property
     def usable_pages(self) -> int:
@@ -115,6 +118,7 @@ class BlockManager:
         pages = following + sorted(rest)
         for page in pages:
             self.refs[page] = 1
+        self.draft_read.difference_update(pages)
         return pages
 
     def _take_run(self, count: int) -> list[int]:
@@ -151,6 +155,17 @@ class BlockManager:
             if parent not in self.by_hash and pages[i] not in self.hash_of:
                 self.by_hash[parent] = pages[i]
                 self.hash_of[pages[i]] = parent
+
+    def mark_draft_read(self, pages: list[int], positions: int) -> None:
+        """A draft has read positions 0 .. positions-1 of the sequence holding pages: flag its full pages."""
+        self.draft_read.update(pages[: positions // self.page_size])
+
+    def draft_read_prefix(self, pages: list[int]) -> int:
+        """How many leading pages of pages a draft has read (see mark_draft_read)."""
+        count = 0
+        while count < len(pages) and pages[count] in self.draft_read:
+            count += 1
+        return count
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix: unreferenced cached pages become free, no page is findable."""

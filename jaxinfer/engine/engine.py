@@ -301,6 +301,8 @@ class LLMEngine:
             row = rows[id(request)]
             try:
                 produced = self._advance(request, row, out, r, host)
+                if self.draft_spec is not None:
+                    self.blocks.mark_draft_read(request.pages, request.draft_computed)
             except Exception as error:  # e.g. a tokenizer failure: this request alone fails
                 log.exception("request %s failed", request.request_id)
                 request.finish("error")

@@ -200,7 +200,9 @@ class Scheduler:
             self.prefix_queries += request.num_tokens
             self.prefix_hits += computed
         request.pages, request.page_hashes, request.num_computed = pages, hashes, computed
-        request.draft_computed = 0  # cached pages may lack a draft's K/V: its first verify step writes them
+        # Cached pages a draft has read need no catch-up, but the last of their positions: an EAGLE
+        # head's output there read the token after it, which this request may not share.
+        request.draft_computed = max(self.blocks.draft_read_prefix(pages) * self.blocks.page_size - 1, 0)
         request.status = Status.RUNNING
         return Row(request, computed, count)
 

@@ -177,7 +177,7 @@ def rewrite(
 ) -> EagleDraft:
     """The head over each row's verified positions with the target's features [R*C, F]: position
     L-1+j reads emitted[r, j] (the accepted drafts, then the corrected or bonus token) for
-    j < counts[r]; what the chain wrote from predicted features there is replaced."""
+    j < counts[r]; what the chain wrote from predicted features there is replaced, and the features stored."""
     rows = counts.shape[0]
     chunk = emitted.shape[1]
     start = x.lengths - x.query_lens
@@ -187,4 +187,5 @@ def rewrite(
         x, positions=jnp.where(kept, start[:, None] + jnp.arange(chunk)[None, :], -1).reshape(-1),
         lengths=jnp.where(live, start + counts, x.lengths), query_lens=jnp.where(live, counts, 0),
     )
-    return _head_pass(head, params, verified, features, emitted.reshape(rows * chunk))[1]
+    # Their features are stored too: a later request sharing these pages re-reads a page's last position.
+    return _head_pass(remember(head, verified, features), params, verified, features, emitted.reshape(rows * chunk))[1]
