@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.engine import speculation
 from jaxinfer.engine.request import Request
-from jaxinfer.engine.speculation import REPROBE_STEPS, Speculator
+from jaxinfer.engine.speculation import Speculator
 from jaxinfer.engine.step_costs import StepCosts
 
 K = 3
 LOOP = [21, 22, 23, 24, 25, 26] * 4  # prompt lookup drafts it all, every draft accepted
-GREEDY = SamplingParams(max_tokens=4 * (REPROBE_STEPS + 8), temperature=0, ignore_eos=True)
+REPROBE = 32  # the tests' reprobe period (decode steps), shorter than the engine's
+GREEDY = SamplingParams(max_tokens=2 * REPROBE + 40, temperature=0, ignore_eos=True)
 KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2, decode_steps=4, num_pages=32)
 
 
@@ -57,8 +59,14 @@ def plain_steps_until_drafting(produce) -> int:
     while speculator.plan([request], rows=1) is None:
         draft = speculator.declined[id(request)]
         speculator.observe_plain([(request, produce(draft))])
+        speculator.count_plain(1, 1)
         steps += 1
     return steps
+
+
+@pytest.fixture(autouse=True)
+def short_reprobe(monkeypatch):
+    monkeypatch.setattr(speculation, "REPROBE_STEPS", REPROBE)
 
 
 def test_declined_drafts_are_scored_against_the_plain_steps():
@@ -66,7 +74,7 @@ def test_declined_drafts_are_scored_against_the_plain_steps():
     # estimate earns a verify step again, long before the reprobe.
     assert 3 <= plain_steps_until_drafting(lambda draft: draft) <= 8
     # They produce something else (the first token differs): only the reprobe drafts again.
-    assert plain_steps_until_drafting(lambda draft: draft + 1) == REPROBE_STEPS
+    assert plain_steps_until_drafting(lambda draft: draft + 1) == REPROBE
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +84,13 @@ def model(checkpoint_dir):
 
 @pytest.fixture(scope="module")
 def plain_ids(model):
-    llm = LLM(model, dtype="float32", max_seq_len=128, **KNOBS)
+    llm = LLM(model, dtype="float32", max_seq_len=160, **KNOBS)
     return llm.generate([LOOP], GREEDY)[0].token_ids
 
 
 def with_costs(model, monkeypatch, verify_steps: float) -> LLM:
     """An adaptive prompt-lookup engine whose verify step is held at verify_steps plain steps."""
-    llm = LLM(model, dtype="float32", max_seq_len=128, speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=K), **KNOBS)
+    llm = LLM(model, dtype="float32", max_seq_len=160, speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=K), **KNOBS)
     measured = llm.engine.speculator.measured
     for _ in range(3):
         measured.record_plain(1, 0.004, steps=4)
@@ -94,11 +102,11 @@ def with_costs(model, monkeypatch, verify_steps: float) -> LLM:
 
 def test_expensive_verify_steps_switch_prompt_lookup_off(model, plain_ids, monkeypatch):
     """No draft pays for a verify step of 20 plain steps: plain steps run, and after
-    REPROBE_STEPS of them (with something to draft) one measuring step drafts."""
+    REPROBE of them (with something to draft) one measuring step drafts."""
     llm = with_costs(model, monkeypatch, verify_steps=20)
     out = llm.generate([LOOP], GREEDY)[0]
     assert out.token_ids == plain_ids
-    assert 1 <= out.spec_stats["spec_passes"] <= len(plain_ids) // (KNOBS["decode_steps"] * REPROBE_STEPS)
+    assert 1 <= out.spec_stats["spec_passes"] <= len(plain_ids) // REPROBE
 
 
 def test_cheap_verify_steps_keep_prompt_lookup_on(model, plain_ids, monkeypatch):

@@ -264,23 +264,36 @@ class LLMEngine:
         self.stats.record_padding(*token_slots(schedule, host, out, self.runner.stop_early, self.runner.verify_chunk))
         self.stats.record_inputs(self.runner.input_bytes)
         seconds = time.perf_counter() - started
-        self._time_decode_step(schedule, host, out, seconds)
+        self._time_decode_step(schedule, host, out, seconds, sum(clock.laps.get(p, 0.0) for p in StepClock.DEVICE))
         if host.decode:
             self.scheduler.observe_decode(seconds, decode_iterations(host, out, self.runner.stop_early))
         clock.lap("apply")
         return touched
 
-    def _time_decode_step(self, schedule: Schedule, host: HostStep, out: "StepOutputs", seconds: float) -> None:
-        """An all-decode step's time (scheduling to applied outputs) for the speculation plan."""
-        measured = None if self.speculator is None else self.speculator.measured
-        if measured is None or schedule.prefills:
+    def _time_decode_step(
+        self, schedule: Schedule, host: HostStep, out: "StepOutputs", seconds: float, device_seconds: float
+    ) -> None:
+        """An all-decode step's time (scheduling to applied outputs) for the speculation plan, per decode
+        step or verify round. The host's share is spread over the steps or rounds the call was planned
+        to run: a measuring verify call runs one round, the ones it prices run spec_rounds."""
+        speculator = self.speculator
+        if speculator is None or schedule.prefills:
             return
         rows = bucket(len(schedule.decodes))
         if host.drafts is None:
-            measured.record_plain(rows, seconds, int(np.max(out.counts)))
-        else:  # per round, as plain calls are timed per decode step
+            ran, planned = decode_iterations(host, out, self.runner.stop_early), host.num_steps
+            speculator.count_plain(rows, ran)
+        else:
+            ran, planned = ran_rounds(out), self.runner.spec_rounds
+        measured = speculator.measured
+        if measured is None:
+            return
+        seconds = device_seconds + (seconds - device_seconds) * ran / max(planned, ran)
+        if host.drafts is None:
+            measured.record_plain(rows, seconds, ran)
+        else:
             draft_steps = int(np.max(host.num_drafts)) if self.draft_spec is not None else 0
-            measured.record_verify(rows, seconds / ran_rounds(out), draft_steps)
+            measured.record_verify(rows, seconds / ran, draft_steps)
 
     def _observe_drafts(self, schedule: Schedule, host: HostStep, out: "StepOutputs") -> None:
         """Acceptance per row and round into the speculator and the vLLM-named counters."""

@@ -37,7 +37,11 @@ if TYPE_CHECKING:  # the drafts' weights and shapes are the runner's; the plan r
     from jaxinfer.models import Weights
     from jaxinfer.speculative.eagle import EagleConfig, EagleParams
 
-REPROBE_STEPS = 16  # plain all-decode steps in a row (at one row bucket) before a measuring verify step
+# Plain decode steps in a row (at one row bucket; a multi-step call counts each) before a measuring
+# verify step. A measuring round costs a draft model ~7 plain steps at batch 1 on a CPU (one round,
+# the catch-up on the positions decoded plainly): every 32 steps made a weak pair 0.76x plain, every
+# 128 (16 default multi-step calls, the count before it was kept in steps) 0.95x.
+REPROBE_STEPS = 128
 
 
 def common_prefix(draft: np.ndarray, tokens: np.ndarray) -> int:
@@ -94,7 +98,7 @@ class Speculator:
         draft_cost = 0.0 if draft is None else draft.cost
         self.heuristic = on_host(heuristic_costs(draft_cost, config))
         self.measured = None if config.calibrate is False else StepCosts(draft_cost)
-        self.plain_run: dict[int, int] = {}  # plain steps in a row the plan chose, per row bucket
+        self.plain_run: dict[int, int] = {}  # plain decode steps in a row since a verify step, per row bucket
         # Prompt-lookup drafts the plan declined for the coming plain step, by request id(): scored
         # for free against the tokens that step produces (`observe_plain`).
         self.declined: dict[int, np.ndarray] = {}
@@ -133,8 +137,7 @@ class Speculator:
         if self.config.adaptive and self.measured is not None and self.measured.needs_plain(rows):
             return None  # verify steps are timed: time plain ones too, which they must beat
         if self.config.adaptive and self._cannot_pay(rows) and not self._reprobing(rows):
-            self.plain_run[rows] = self.plain_run.get(rows, 0) + 1  # no lookup or plan until the reprobe
-            self.unpaid = True
+            self.unpaid = True  # no lookup or plan until the reprobe
             return None
         most = self.k_max if most is None else min(most, self.k_max)
         room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, most)  # never past max_tokens
@@ -155,7 +158,8 @@ class Speculator:
             if not any(lengths) and config.drafts_on_host:
                 self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}
             drafts = [d[:k] for d, k in zip(drafts, lengths)]
-            self.plain_run[rows] = 0 if any(lengths) else self.plain_run.get(rows, 0) + 1
+            if any(lengths):
+                self.plain_run[rows] = 0
             self.unpaid = not any(lengths)
         return drafts if any(len(d) for d in drafts) else None
 
@@ -165,6 +169,10 @@ class Speculator:
             return self.suffix.draft(request, k)
         config = self.config
         return ngram_draft(np.asarray(request.all_ids, np.int32), k, config.ngram_min, config.ngram_max)
+
+    def count_plain(self, rows: int, steps: int) -> None:
+        """An all-decode call at this row bucket decoded `steps` steps plainly (toward the reprobe)."""
+        self.plain_run[rows] = self.plain_run.get(rows, 0) + steps
 
     def _reprobing(self, rows: int) -> bool:
         """True when this bucket ran REPROBE_STEPS plain steps in a row: every row drafts once."""

@@ -8,7 +8,11 @@ per call: their time is recorded per round). The heuristic cost model (a verify 
 misses both, and was measured speculating where it lost: adaptive n-gram at 0.6-0.9x of plain on
 a CPU at batch 4. So the engine times every all-decode step, from scheduling to applied outputs,
 per row bucket, and plans with those times once both kinds are known: round_base is a verify
-step over a plain step (less the draft steps it ran), with no extra per verified token.
+step over a plain step (less the draft steps it ran), with no extra per verified token. The
+host's share of a call (scheduling, inputs, applying outputs) is spread over the steps or rounds
+the call was planned to run, the device's over those it ran: a measuring verify call runs one
+round where the calls it prices run several, and charging it the whole host share priced a
+draft model's rounds at batch 1 a plain step dearer than they run.
 
 The first time of each kind and bucket is dropped (it compiles when the engine was not warmed
 up), and the fastest of the recent ones is used: load from other processes, or a compile for a
