@@ -136,7 +136,8 @@ def time_generate(llm: LLM, prompts: list[list[int]], new_tokens: int, repeats: 
 
 
 def bench_jaxinfer(
-    path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int, tp: int = 1, dp: int = 1
+    path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int, tp: int = 1, dp: int = 1,
+    static: bool = True,
 ) -> dict:
     """generate/prefill/step seconds and the bytes a decode step streams, for jaxinfer on a tp x dp mesh."""
     # No prefix cache: repeats of the same prompts would hit it, shortening (and recompiling) the prefill.
@@ -144,7 +145,7 @@ def bench_jaxinfer(
               tensor_parallel_size=tp, data_parallel_size=dp, enable_prefix_caching=False)
     times = time_generate(llm, prompts, new_tokens, repeats)
     context = len(prompts[0]) + new_tokens // 2
-    vs_static = static_ratio(llm, prompts, new_tokens, repeats) if tp == dp == 1 else float("nan")
+    vs_static = static_ratio(llm, prompts, new_tokens, repeats) if static and tp == dp == 1 else float("nan")
     return dict(times, step_bytes=decode_step_bytes(llm, len(prompts), context), vs_static=vs_static)
 
 
@@ -202,6 +203,7 @@ def main() -> None:
     parser.add_argument("--dp", type=int, default=1, help="data parallel device groups")
     parser.add_argument("--fake-cpu-devices", type=int, default=None, help="split the CPU into N jax devices")
     parser.add_argument("--skip-hf", action="store_true", help="time jaxinfer only (HF columns left empty)")
+    parser.add_argument("--skip-static", action="store_true", help="no `vs static` column (its programs compile)")
     args = parser.parse_args()
 
     path = make_checkpoint(args.preset, args.model_dir)
@@ -213,7 +215,8 @@ def main() -> None:
     for batch in args.batches:
         prompts = rng.randint(3, 32000, (batch, args.prompt_len)).tolist()
         for dtype in args.dtypes:
-            ours = bench_jaxinfer(path, dtype, prompts, args.new_tokens, args.repeats, args.tp, args.dp)
+            ours = bench_jaxinfer(path, dtype, prompts, args.new_tokens, args.repeats, args.tp, args.dp,
+                                  not args.skip_static)
             theirs = float("nan") if args.skip_hf else bench_hf(path, dtype, prompts, args.new_tokens, args.repeats)
             rows.append(summarize(batch, dtype, args.new_tokens, ours, theirs, copy_bw))
             print_row(rows[-1])

@@ -167,7 +167,7 @@ runtime)
     step host_share 150 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static --hf-batches 2 \
         --requests 128 --full-warmup
     step decode_b1 60 python3 scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16 --batches 1 \
-        --out "$out/bench_decode_b1.json"
+        --skip-static --out "$out/bench_decode_b1.json"
     ;;
 warmup-threads)
     out=${2:-results/gpu_session}
