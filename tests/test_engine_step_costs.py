@@ -11,7 +11,7 @@ from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.engine import speculation
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.speculation import Speculator
-from jaxinfer.engine.step_costs import StepCosts
+from jaxinfer.engine.step_costs import StepCosts, spread_host_share
 
 K = 3
 LOOP = [21, 22, 23, 24, 25, 26] * 4  # prompt lookup drafts it all, every draft accepted
@@ -35,6 +35,12 @@ def test_costs_need_both_kinds_and_drop_each_first_time():
     np.testing.assert_allclose(model.per_draft, [0.25, 0.25])
     assert float(model.verify_per_row) == 0.0
     assert costs.cost_model(8) is None  # per row bucket
+
+
+def test_a_short_call_pays_its_host_share_as_a_full_call_would():
+    # 10 ms of device and 4 ms of host for one round of the four a full call runs: 1 ms of host.
+    assert spread_host_share(0.014, 0.010, ran=1, planned=4) == pytest.approx(0.011)
+    assert spread_host_share(0.014, 0.010, ran=4, planned=4) == pytest.approx(0.014)
 
 
 def test_a_verify_never_counts_as_cheaper_than_a_plain_step():

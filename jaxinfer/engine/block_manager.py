@@ -156,9 +156,10 @@ class BlockManager:
                 self.by_hash[parent] = pages[i]
                 self.hash_of[pages[i]] = parent
 
-    def mark_draft_read(self, pages: list[int], positions: int) -> None:
-        """A draft has read positions 0 .. positions-1 of the sequence holding pages: flag its full pages."""
-        self.draft_read.update(pages[: positions // self.page_size])
+    def mark_draft_read(self, pages: list[int], before: int, after: int) -> None:
+        """A draft that had read positions 0 .. before-1 of the sequence holding pages now has read
+        0 .. after-1: flag the pages that became full of read positions (each step touches only those)."""
+        self.draft_read.update(pages[before // self.page_size : after // self.page_size])
 
     def draft_read_prefix(self, pages: list[int]) -> int:
         """How many leading pages of pages a draft has read (see mark_draft_read)."""

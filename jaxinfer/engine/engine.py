@@ -28,6 +28,7 @@ from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.step_accounting import decode_iterations, ran_rounds, token_slots
 from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
+from jaxinfer.engine.step_costs import spread_host_share
 from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.runtime.host_step import HostStep, caught_up
 from jaxinfer.sampling.logprob import position_logprobs
@@ -280,20 +281,19 @@ class LLMEngine:
         if speculator is None or schedule.prefills:
             return
         rows = bucket(len(schedule.decodes))
-        if host.drafts is None:
-            ran, planned = decode_iterations(host, out, self.runner.stop_early), host.num_steps
+        plain = host.drafts is None
+        ran = decode_iterations(host, out, self.runner.stop_early) if plain else ran_rounds(out)
+        if plain:
             speculator.count_plain(rows, ran)
-        else:
-            ran, planned = ran_rounds(out), self.runner.spec_rounds
-        measured = speculator.measured
-        if measured is None:
+        if speculator.measured is None:
             return
-        seconds = device_seconds + (seconds - device_seconds) * ran / max(planned, ran)
-        if host.drafts is None:
-            measured.record_plain(rows, seconds, ran)
+        planned = host.num_steps if plain else self.runner.spec_rounds
+        seconds = spread_host_share(seconds, device_seconds, ran, planned)
+        if plain:
+            speculator.measured.record_plain(rows, seconds, ran)
         else:
             draft_steps = int(np.max(host.num_drafts)) if self.draft_spec is not None else 0
-            measured.record_verify(rows, seconds / ran, draft_steps)
+            speculator.measured.record_verify(rows, seconds / ran, draft_steps)
 
     def _observe_drafts(self, schedule: Schedule, host: HostStep, out: "StepOutputs") -> None:
         """Acceptance per row and round into the speculator and the vLLM-named counters."""
@@ -313,9 +313,10 @@ class LLMEngine:
                 continue
             row = rows[id(request)]
             try:
+                read_before = request.draft_computed
                 produced = self._advance(request, row, out, r, host)
                 if self.draft_spec is not None:
-                    self.blocks.mark_draft_read(request.pages, request.draft_computed)
+                    self.blocks.mark_draft_read(request.pages, read_before, request.draft_computed)
             except Exception as error:  # e.g. a tokenizer failure: this request alone fails
                 log.exception("request %s failed", request.request_id)
                 request.finish("error")

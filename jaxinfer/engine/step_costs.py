@@ -30,6 +30,12 @@ from jaxinfer.speculative.round_plan import CostModel
 WINDOW = 8  # recent steps per kind and row bucket
 
 
+def spread_host_share(seconds: float, device_seconds: float, ran: int, planned: int) -> float:
+    """A call's seconds with its host share (all but device_seconds) spread over the `planned` steps
+    or rounds a full call runs, of which it ran `ran`."""
+    return device_seconds + (seconds - device_seconds) * ran / max(planned, ran)
+
+
 class StepCosts:
     """Seconds of plain steps and verify steps per row bucket, and the cost model they imply."""
 
