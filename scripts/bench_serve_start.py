@@ -30,7 +30,9 @@ KERNELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ja
 
 def start_seconds(checkout: Path, cache_home: Path, serve_args: list[str], limit: float) -> dict:
     """One `jaxinfer serve` start: seconds to a 200 from /health, and what its log says it compiled."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home), "PYTHONPATH": str(checkout)}
+    inherited = os.environ.get("PYTHONPATH")  # e.g. where a machine's extra wheels were unpacked
+    path = os.pathsep.join([str(checkout), *([inherited] if inherited else [])])
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home), "PYTHONPATH": path}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     command = [sys.executable, "-m", "jaxinfer", "serve", "--port", "0", *serve_args]
     start = time.perf_counter()

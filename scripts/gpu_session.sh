@@ -21,6 +21,10 @@
 #   bash scripts/gpu_session.sh command-buffers [OUT_DIR]  # batch-1 bf16/int8/int4 decode as is, then with the
 #                                                   # decode loop's while and conditionals in CUDA graphs too,
 #                                                   # and that run's trace (~5 min, untried)
+#   bash scripts/gpu_session.sh serving [OUT_DIR]  # batch-1/-8 decode over the copy bandwidth, paged attention
+#                                                   # at batch 8/32 and 4k/16k context, launch to healthy cold and
+#                                                   # warm, bench serve at concurrency 1/8/64 (~7 min, untried);
+#                                                   # needs fastapi/uvicorn importable (the device's README)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
@@ -169,6 +173,39 @@ runtime)
     step decode_b1 60 python3 scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16 --batches 1 \
         --skip-static --out "$out/bench_decode_b1.json"
     ;;
+serving)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    ckpt=/tmp/jaxinfer_bench
+    model=$ckpt/llama-3.2-1b
+    step decode 120 python3 scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16 --batches 1 8 \
+        --skip-static --skip-hf --model-dir "$ckpt" --out "$out/bench_decode.json"
+    step attention 90 python3 scripts/bench_attention.py --batch-sizes 8,32 --context-lengths 4096,16384 \
+        --head-dim 64 --out "$out/bench_attention.json"
+    serve=(--model "$model" --dtype bfloat16 --max-model-len 2048)
+    step serve_start 170 python3 scripts/bench_serve_start.py --limit 80 --out "$out/bench_serve_start.json" "${serve[@]}"
+    python3 -m jaxinfer serve "${serve[@]}" --port 8011 >"$out/server.log" 2>&1 &
+    local_server=$!
+    url=http://127.0.0.1:8011
+    ready="import sys, time, urllib.request as u
+for _ in range(90):
+    try:
+        sys.exit(u.urlopen('$url/health').status != 200)
+    except OSError:
+        time.sleep(1)
+sys.exit(1)"
+    compiled="import re, urllib.request as u
+print(re.findall(r'(?m)^\\S+compiled_programs_total (\\S+)$', u.urlopen('$url/metrics').read().decode()))"
+    if python3 -c "$ready"; then
+        python3 -c "$compiled"
+        for c in 1 8 64; do
+            step bench_c$c 60 python3 -m jaxinfer bench serve --base-url "$url" --num-prompts $((c * 4 > 16 ? c * 4 : 16)) \
+                --input-len 256 --output-len 128 --max-concurrency $c --disable-tqdm --result-file "$out/bench_serve_c$c.json"
+        done
+        python3 -c "$compiled"
+    fi
+    kill $local_server
+    ;;
 warmup-threads)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
@@ -205,3 +242,5 @@ suite)
     exit 2
     ;;
 esac
+# The device tool brings back only a few files: the logs travel as one archive.
+(cd "$out" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tar.gz ./*.log && rm -f ./*.log)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
@@ -10,12 +11,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import numpy as np
 import openai
 import pytest
 import uvicorn
+from hf_models import save_hf_model
 from python_subprocess import child_env
 
 from jaxinfer import LLM, SamplingParams
@@ -46,9 +49,10 @@ def served(text_model_dir):
     return LLM(text_model_dir, **KNOBS)
 
 
-@pytest.fixture(scope="module")
-def base_url(served):
-    app = build_app(served, ServerConfig("tiny", api_key=KEY, max_body_bytes=64 * 1024))
+@contextlib.contextmanager
+def _serving(llm: LLM) -> Iterator[str]:
+    """The app over `llm` on a free localhost port, in a thread; yields its base URL."""
+    app = build_app(llm, ServerConfig("tiny", api_key=KEY, max_body_bytes=64 * 1024))
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -57,9 +61,17 @@ def base_url(served):
     while not server.started:
         assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def base_url(served):
+    with _serving(served) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -486,6 +498,22 @@ def test_bench_serve_against_the_server(base_url, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "output_throughput" in captured.out
     assert "6/6" in captured.err  # the progress bar counted every request
+
+
+def test_bench_serve_times_tokens_of_a_model_without_tokenizer_files(tmp_path):
+    """Random-weight benchmark checkpoints ship no tokenizer: chunks carry ids and no text, and
+    TTFT and ITL must still be measured (vLLM counts every chunk with a choice)."""
+    from jaxinfer.entrypoints.cli import main
+
+    model = save_hf_model("llama2", tmp_path / "ids_only", num_hidden_layers=1)
+    out = tmp_path / "bench.json"
+    argv = ["bench", "serve", "--api-key", KEY, "--num-prompts", "2", "--input-len", "8", "--output-len", "5",
+            "--max-token-id", "64", "--disable-tqdm", "--result-file", str(out)]
+    with _serving(LLM(model, **KNOBS)) as url:
+        assert main([*argv, "--base-url", url]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["completed"] == 2 and summary["total_output_tokens"] > 2
+    assert summary["mean_ttft_ms"] > 0 and summary["mean_itl_ms"] > 0
 
 
 def test_bench_serve_sharegpt_counts_replies_with_the_servers_tokenizer(base_url, tmp_path, capsys):

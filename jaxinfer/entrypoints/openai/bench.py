@@ -4,7 +4,8 @@ Sends a workload (random token-id prompts, a JSONL file of {"prompt", "max_token
 ShareGPT JSON file, whose first human turn is the prompt and whose gpt turn after it sets the
 output length, as in vLLM) as streaming /v1/completions at a Poisson --request-rate and/or under --max-concurrency, and
 reports vLLM's serving-benchmark fields with the same definitions: TTFT is request start to
-first streamed text, ITL the gaps between streamed chunks, TPOT = (e2el - ttft) /
+the first streamed chunk with a choice (its text may be empty: a model without tokenizer files,
+or a partial character), ITL the gaps between such chunks, TPOT = (e2el - ttft) /
 (output_tokens - 1), throughputs over the whole run's wall time.
 """
 
@@ -93,7 +94,7 @@ async def send(client, url: str, model: str, work: Work) -> Result:
                 if chunk.get("usage"):
                     result.prompt_tokens = chunk["usage"]["prompt_tokens"]
                     result.output_tokens = chunk["usage"]["completion_tokens"]
-                if chunk["choices"] and chunk["choices"][0]["text"]:
+                if chunk["choices"]:  # tokens arrived, even where they decode to no text yet
                     now = time.perf_counter()
                     if result.ttft == 0.0:
                         result.ttft = now - start
