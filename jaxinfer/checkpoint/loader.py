@@ -173,7 +173,7 @@ def _leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: ArrayInfo,
     tensors = [reader.tensor(name, t.hf_shape) for name in names]
     if not t.experts and layout.mesh is None and transform_on_device():
         stored = tensors[0][t.hf_index(tuple(slice(0, n) for n in info.shape))]
-        return t.to_jax(jnp.asarray(stored)).astype(dtype)
+        return t.to_jax(jax.device_put(stored)).astype(dtype)
 
     def read(index: tuple[slice, ...]) -> np.ndarray:
         if t.experts:  # index[0] selects experts, the rest each expert's own slice

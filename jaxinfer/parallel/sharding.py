@@ -120,8 +120,8 @@ class Layout:
 
     def put(self, x: Any, axes: Axes | None = None) -> jax.Array:
         """A host array on the devices (replicated when axes is None); every process passes the same x."""
-        if self.mesh is None:
-            return jnp.asarray(x)
+        if self.mesh is None:  # a transfer: jnp.asarray would compile a copy program per shape
+            return x if isinstance(x, jax.Array) else jax.device_put(np.asarray(x))
         x = np.asarray(x)
         return jax.device_put(x, self.sharding(x.shape, axes or (None,) * x.ndim))
 
@@ -138,7 +138,7 @@ class Layout:
     def from_callback(self, shape: tuple[int, ...], dtype: Any, axes: Axes, read: Callable) -> jax.Array:
         """An array made shard by shard: read(index) returns the host slice each device holds."""
         if self.mesh is None:
-            return jnp.asarray(read(tuple(slice(0, n) for n in shape)))
+            return jax.device_put(np.asarray(read(tuple(slice(0, n) for n in shape))))
         cache: dict[tuple, np.ndarray] = {}
 
         def shard(index: tuple[slice, ...]) -> np.ndarray:
