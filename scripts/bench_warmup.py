@@ -4,7 +4,9 @@ Every setting loads the same checkpoint in its own interpreter with the persiste
 off, so each compiles every program its knobs allow, then runs a short greedy workload to
 check that nothing compiles after the warm-up. Prints a table and writes JSON. With --cold-warm
 each thread count runs twice over one fresh persistent cache: the first compiles (cold), the
-second loads what the first stored (warm).
+second loads what the first stored (warm). Each row splits its time: loading the model, then
+warm-up's tracing and lowering on the calling thread (what a warm start cannot skip) and its
+compiles or cache loads summed over the workers.
 
     python scripts/bench_warmup.py                                  # demo model, CPU: 1 vs 2 threads
     python scripts/bench_warmup.py --preset llama-3.2-1b --threads 1 8   # on a GPU
@@ -28,16 +30,19 @@ from jax import monitoring
 from jaxinfer import LLM, SamplingParams
 model, threads, seqs, tokens, seq_len = sys.argv[1] or None, *map(int, sys.argv[2:6])
 cache = sys.argv[6] or False
+loading = time.perf_counter()
 llm = LLM(model, dtype="bfloat16", max_seq_len=seq_len, max_num_seqs=seqs, max_num_batched_tokens=tokens,
           compile_cache=cache)
 start = time.perf_counter()
 programs = llm.engine.warmup(threads=threads)
 seconds = time.perf_counter() - start
+split = llm.engine.runner.warmup_seconds
 compiles = []
 monitoring.register_event_duration_secs_listener(
     lambda name, *a, **k: compiles.append(name) if name.endswith("backend_compile_duration") else None)
 llm.generate([[5] * 40, [7] * 90], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
-print(json.dumps(dict(threads=threads, programs=programs, seconds=seconds, compiles_after=len(compiles))))
+print(json.dumps(dict(threads=threads, programs=programs, seconds=seconds, compiles_after=len(compiles),
+                      load_s=start - loading, trace_s=split["trace"], compile_s=split["compile"])))
 """
 
 
@@ -74,15 +79,15 @@ def main() -> None:
         from bench_decode import make_checkpoint
 
         model = str(make_checkpoint(args.preset, args.checkpoints))
-    print(f"{'threads':>7} {'cache':>5} {'programs':>8} {'seconds':>8} {'vs first':>8} {'compiles after':>14}",
-          flush=True)
+    print(f"{'threads':>7} {'cache':>5} {'programs':>8} {'seconds':>8} {'vs first':>8} {'compiles after':>14} "
+          f"{'load s':>6} {'trace s':>7} {'compile s':>9}", flush=True)
     rows: list[dict] = []
     for threads in args.threads:  # each row as it finishes: a run cut short keeps the earlier ones
         for r in runs(model, threads, args):
             rows.append(r)
             ratio = rows[0]["seconds"] / r["seconds"]
             print(f"{r['threads']:>7} {r.get('cache', '-'):>5} {r['programs']:>8} {r['seconds']:>8.1f} {ratio:>8.2f} "
-                  f"{r['compiles_after']:>14}", flush=True)
+                  f"{r['compiles_after']:>14} {r['load_s']:>6.1f} {r['trace_s']:>7.1f} {r['compile_s']:>9.1f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(preset=args.preset, time=time.strftime("%Y%m%d-%H%M%S"), rows=rows), indent=2))
 

@@ -89,6 +89,7 @@ class ModelRunner:
         self.tables = PageTables(config.max_num_seqs + 1, self.width)
         self.state: RowState | None = None
         self.table_bytes = 0  # the last step's whole page tables sent (more entries changed than it ships)
+        self.warmup_seconds: dict[str, float] = {}  # the last warm-up's tracing and compiling (warmup.warm_up)
         self.free_masks: dict[int, jax.Array] = {}  # sampled positions -> an all-ones bitmask on the device
 
     def allocate(self, profile_hosts: Callable[[], list[HostStep]]) -> int:
@@ -235,10 +236,12 @@ class ModelRunner:
         self, hosts: list[HostStep], progress: bool = False, threads: int | None = None,
         on_program: Progress | None = None,
     ) -> int:
-        """Compile every program (see `programs`); how many were compiled."""
+        """Compile every program (see `programs`); how many were compiled. Its time, split into tracing
+        and compiling (see warmup.warm_up), is kept in `warmup_seconds`."""
         if self.pages is None:
             self.reset_pools()
-        return warm_up(self.programs(hosts), progress, threads, on_program)
+        self.warmup_seconds = {}
+        return warm_up(self.programs(hosts), progress, threads, on_program, self.warmup_seconds)
 
     def activation_peak(self, hosts: list[HostStep]) -> int:
         """Device bytes the programs of `hosts` need beside the weights and pools (see warmup.activation_peak)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
@@ -40,16 +41,29 @@ def lower(program: Program) -> Any:
     return function.lower(*args, **kwargs)
 
 
+def timed(seconds: dict[str, float], key: str, work: Callable[[], Any]) -> Any:
+    """work() with its wall seconds added to seconds[key] (workers add to their own key: no race on one)."""
+    start = time.perf_counter()
+    try:
+        return work()
+    finally:
+        seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+
+
 def warm_up(
     programs: list[Callable[[], Program]], progress: bool, threads: int | None, on_program: Progress | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> int:
     """Compile every program (each made by a thunk, on this thread) on `threads` workers; how many.
 
     On CPU it stops early when one more program would leave less than the reserve of the
-    process's memory-map cap (the rest compile on first use).
+    process's memory-map cap (the rest compile on first use). seconds, when given, gets "trace"
+    (making, tracing and lowering the programs on this thread: what a warm start cannot skip) and
+    "compile" (the workers' compiles or loads from the persistent cache, summed over workers).
     """
     threads = default_compile_threads() if threads is None else threads
     done, start = 0, map_headroom()
+    seconds = {} if seconds is None else seconds
     bar = tqdm(total=len(programs), **BAR, disable=not progress)
     with ThreadPoolExecutor(max(threads, 1)) as pool:
         futures = []
@@ -64,7 +78,8 @@ def warm_up(
                     MAX_MAP_COUNT.read_text().strip(),
                 )
                 break
-            futures.append(pool.submit(lower(make()).compile))
+            lowered = timed(seconds, "trace", lambda: lower(make()))
+            futures.append(pool.submit(timed, seconds, f"compile {len(futures)}", lowered.compile))
             if threads <= 1:  # one at a time: the map count above sees each program
                 futures[-1].result()
                 done += 1
@@ -74,6 +89,10 @@ def warm_up(
                 future.result()
                 _report(bar, on_program, done, len(programs))
     bar.close()
+    per_program = [key for key in seconds if key.startswith("compile ")]
+    seconds["compile"] = sum(seconds.pop(key) for key in per_program)
+    log.info("warm-up: %d programs; tracing and lowering %.1f s, compiling or loading %.1f s over %d workers",
+             len(futures), seconds.get("trace", 0.0), seconds["compile"], threads)
     return len(futures)
 
 
