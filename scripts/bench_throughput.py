@@ -119,6 +119,7 @@ def run_engine(llm: LLM, prompts, outputs, full_warmup: bool) -> dict:
     steps = m["engine_steps"] - before["engine_steps"]
     step_seconds = m["engine_step_seconds"] - before["engine_step_seconds"]
     device_wait = m["engine_device_wait_seconds"] - before["engine_device_wait_seconds"]
+    device_wait += m["engine_overlapped_seconds"] - before["engine_overlapped_seconds"]  # host work the device hid
     phases = {p: m["engine_phase_seconds"].get(p, 0.0) - before["engine_phase_seconds"].get(p, 0.0) for p in StepClock.PHASES}
     slots, real = (m[k] - before[k] for k in ("engine_token_slots", "engine_real_tokens"))
     return dict(

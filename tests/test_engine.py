@@ -292,6 +292,8 @@ def test_step_times_split_into_device_wait_and_host(llm):
     phases = {p: after["engine_phase_seconds"][p] - before["engine_phase_seconds"].get(p, 0.0) for p in StepClock.PHASES}
     assert all(t > 0 for t in phases.values()), phases
     assert sum(phases.values()) == pytest.approx(seconds) and phases["dispatch"] + phases["outputs"] == pytest.approx(wait)
+    overlapped = after["engine_overlapped_seconds"] - before["engine_overlapped_seconds"]
+    assert overlapped == pytest.approx(phases["overlapped"])  # outputs built while the next call ran
 
 
 def test_padding_and_input_bytes_are_counted(llm):

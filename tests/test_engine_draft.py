@@ -103,14 +103,14 @@ def test_first_verify_of_a_request_measures_with_one_round(models, plain):
     priced_to_pay = dict(adaptive=True, calibrate=False, draft_cost=0.0)
     llm = make(models, "target", priced_to_pay)
     engine, rounds = llm.engine, []
-    run = engine.runner.run
+    dispatch = engine.runner.dispatch
 
     def recording(host, lap=lambda phase: None):
         if host.drafts is not None:
             rounds.append(host.num_rounds)
-        return run(host, lap)
+        return dispatch(host, lap)
 
-    engine.runner.run = recording
+    engine.runner.dispatch = recording
     assert engine_ids(llm, PROMPTS[:1], GREEDY) == plain[:1]
     assert rounds[0] == 1 and max(rounds) == engine.runner.spec_rounds == 4, rounds
 
@@ -124,7 +124,8 @@ def test_a_prefix_hit_on_pages_the_draft_read_skips_its_catch_up(models, plain):
     assert engine_ids(llm, PROMPTS[1:2], GREEDY) == plain[1:2]
     engine.add_request("again", PROMPTS[1], GREEDY)
     (request,) = engine.groups["again"]
-    ids = list(engine.step()[0].outputs[0].token_ids)  # its prefill: what the cache lacks
+    # its prefill (what the cache lacks) starts; its token comes with a later step's outputs
+    ids = [t for out in engine.step() for t in out.outputs[0].token_ids]
     page_size = engine.config.page_size
     assert request.draft_computed == (len(PROMPTS[1]) - 1) // page_size * page_size - 1 > 0
     while engine.has_unfinished():

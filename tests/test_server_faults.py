@@ -59,16 +59,16 @@ def test_a_failed_device_call_fails_its_own_requests_and_the_waiting_ones_finish
     engine = llm.engine
     running, waiting = _prompts(2), _prompts(5)[2:]
     expected = _expected(llm, waiting, 8)
-    run, armed, failed_rows = engine.runner.run, [False], []
+    dispatch, armed, failed_rows = engine.runner.dispatch, [False], []
 
     def device_error(host, lap=lambda phase: None):
         if armed[0]:
             armed[0] = False
             failed_rows.extend(r.prompt_ids for r in host.requests if r is not None)
             raise RuntimeError("injected device error")
-        return run(host, lap)
+        return dispatch(host, lap)
 
-    monkeypatch.setattr(engine.runner, "run", device_error)
+    monkeypatch.setattr(engine.runner, "dispatch", device_error)
 
     async def scenario(url: str):
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:

@@ -62,6 +62,7 @@ def test_health_is_503_warming_up_until_the_model_is_ready(text_model_dir):
                 assert error.status_code == 503 and "warming up" in error.message
             time.sleep(0.05)
         assert health.status_code == 200 and statuses
+        stderr.wait_for(r"ready: serving", process)  # its line may trail the first 200 by a moment
         log = "".join(stderr.lines)
         count = int(re.search(r"(\d+) programs ready", log).group(1))
         assert f"compiled {count}/{count} programs" in log and "ready: serving" in log, log

@@ -65,6 +65,7 @@ def test_flush_returns_a_trailing_partial_character(cleanup_tokenizer):
     detok = Detokenizer(cleanup_tokenizer)
     partial = ids[:-1]  # the last byte of ✓ is missing
     assert detok.push(partial) + detok.flush() == decode_text(cleanup_tokenizer, partial)
+    assert detok.push(partial) + detok.flush() == ""  # flushed ids are emitted: pushed again, nothing
 
 
 class CountingTokenizer:

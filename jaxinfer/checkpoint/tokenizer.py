@@ -83,10 +83,12 @@ class Detokenizer:
         return text[len(before) :]
 
     def flush(self) -> str:
-        """Whatever is left once generation ends (a trailing partial character included)."""
+        """Whatever is left once generation ends (a trailing partial character included); every id
+        pushed so far counts as emitted after it, so pushing them again adds nothing."""
         if self._tokenizer is None or not self._window:
             return ""
         before, text = self._window_texts()
+        self._prefix = self._read = self._prefix + len(self._window)
         self._window = []
         return text[len(before) :]
 

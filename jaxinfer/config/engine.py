@@ -30,6 +30,10 @@ class EngineConfig:
     # Decode steps a call may run while a streamed request is in the batch; None: as many as fit
     # in STREAM_BURST_SECONDS at the measured step time (up to decode_steps).
     stream_interval: int | None = None
+    # step() dispatches the next device call before it turns the last one's tokens into outputs, so
+    # the device runs while the host detokenizes, builds outputs and the caller handles them; each
+    # step() then returns the outputs of the call before it. False: a call's outputs from its own step().
+    overlap_outputs: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens", "max_prefill_seqs", "decode_steps",

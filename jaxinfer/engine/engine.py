@@ -12,26 +12,25 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
-
 from jaxinfer.checkpoint.tokenizer import Detokenizer, TokenTexts
 from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.block_manager import BlockManager
+from jaxinfer.engine.in_flight import InFlight
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
-from jaxinfer.engine.output_processor import append_token, delta_output
+from jaxinfer.engine.output_processor import catch_up_text, delta_output
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, check_stop_ids, encode_prompt
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
-from jaxinfer.engine.step_accounting import decode_iterations, ran_rounds, token_slots
+from jaxinfer.engine.speculation_accounting import DecodeTime, observe_drafts, record_decode_time
+from jaxinfer.engine.step_accounting import decode_iterations, token_slots
+from jaxinfer.engine.step_apply import advance_request
 from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
-from jaxinfer.engine.step_costs import spread_host_share
 from jaxinfer.engine.structured import StructuredOutputs
-from jaxinfer.runtime.host_step import HostStep, caught_up
-from jaxinfer.sampling.logprob import position_logprobs
+from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.speculative.config import SpeculativeConfig
 
 if TYPE_CHECKING:
@@ -80,6 +79,7 @@ class LLMEngine:
         # Compiled constraints and step masks; a constraint ends where the model's end-of-sequence ids may follow.
         self.structured = StructuredOutputs(tokenizer, self.model_config.vocab_size, self.model_config.eos_token_ids)
         self.stats = EngineMetrics()
+        self.in_flight: InFlight | None = None  # the device call started and not yet landed
 
     def add_request(
         self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
@@ -141,29 +141,70 @@ class LLMEngine:
         return self._collect(done, final_only=False)
 
     def has_unfinished(self) -> bool:
-        """True while any request has output left to deliver."""
+        """True while any request has output left to deliver (a call in flight for aborted requests
+        only is landed by the next step, or `release`)."""
         return bool(self.groups)
 
     def step(self, final_only: bool = False) -> list[RequestOutput]:
         """Run one scheduled batch; deltas for every request that progressed or finished.
+
+        With overlap_outputs (the default) the call first lands the device call the last step()
+        started (waits for it, appends its tokens), then starts the next one, scheduled on what
+        just landed, and only then detokenizes and builds the outputs of the landed call, while
+        the device runs: each step() returns the outputs of the call before it. Without it a call
+        starts and lands in the same step().
 
         final_only (vLLM's FINAL_ONLY output kind, for every request of this step; add_request
         sets it per request): outputs only for the requests that finished, each whole (all that
         no earlier step returned), and no per-step deltas built for the others.
         """
         clock = StepClock()
+        touched, self.pending = self.pending | self._land(clock), set()
+        touched |= self._launch(clock)
+        if not self.config.overlap_outputs:
+            touched |= self._land(clock)
+        outputs = self._collect(touched, final_only)
+        clock.lap("overlapped" if self.in_flight is not None else "collect")
+        if any(phase in clock.laps for phase in StepClock.DEVICE):
+            self.stats.record_step(clock)
+        return outputs
+
+    def _launch(self, clock: StepClock) -> set[str]:
+        """Schedule and start the next device call (it stays in flight); the requests a failed start failed."""
         schedule = self.scheduler.schedule()
-        touched, self.pending = self.pending, set()
-        if schedule.empty:
-            return self._collect(touched, final_only)
         clock.lap("schedule")
+        if schedule.empty:
+            return set()
         started = time.perf_counter()
         host = self._build(schedule)
         clock.lap("build")
-        outputs = self._collect(touched | self._run_and_apply(schedule, host, started, clock), final_only)
-        clock.lap("collect")
-        self.stats.record_step(clock)
-        return outputs
+        now = time.monotonic()
+        for request in host.requests:
+            if request is not None and request.timing.first_scheduled is None:
+                request.timing.first_scheduled = now
+        try:
+            packed = self.runner.dispatch(host, clock.lap)
+        except Exception as error:  # a failed program must not take the other requests down
+            log.exception("engine step failed; its requests are failed, the rest recompute")
+            return self._fail_step(host, error)
+        self.in_flight = InFlight(schedule, host, packed, started, clock.laps.get("dispatch", 0.0))
+        return set()
+
+    def _land(self, clock: StepClock) -> set[str]:
+        """Wait for the call in flight, if any, and apply its tokens; the requests it touched."""
+        flight, self.in_flight = self.in_flight, None
+        if flight is None:
+            return set()
+        try:
+            out = self.runner.read(flight.packed)
+            clock.lap("outputs")
+        except Exception as error:
+            log.exception("engine step failed; its requests are failed, the rest recompute")
+            return self._fail_step(flight.host, error)
+        device_seconds = flight.dispatch_seconds + clock.laps["outputs"]
+        touched = self._apply_outputs(flight.schedule, flight.host, out, flight.started, device_seconds)
+        clock.lap("apply")
+        return touched
 
     def _build(self, schedule: Schedule) -> HostStep:
         """The step's arrays, with the structured-output masks of its constrained rows."""
@@ -235,29 +276,23 @@ class LLMEngine:
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
+        self.pending |= self._land(StepClock())  # a call in flight registers the pages it filled
         self.blocks.reset_prefix_cache()
 
     def release(self) -> None:
         """Free the page pool (and forget cached prefixes); it is re-made on the next step."""
+        self.pending |= self._land(StepClock())  # e.g. the last call of aborted requests
         if self.scheduler.running or self.scheduler.waiting:
             raise RuntimeError("release() with requests in flight; abort them first")
         self.runner.release()
         self._reset_blocks()
 
-    def _run_and_apply(self, schedule: Schedule, host: HostStep, started: float, clock: StepClock) -> set[str]:
-        """The requests the step touched; the clock's laps cover the call, its outputs and applying them."""
-        now = time.monotonic()
-        for request in host.requests:
-            if request is not None and request.timing.first_scheduled is None:
-                request.timing.first_scheduled = now
-        try:
-            out = self.runner.run(host, clock.lap)
-            clock.lap("outputs")
-        except Exception as error:  # a failed program must not take the other requests down
-            log.exception("engine step failed; its requests are failed, the rest recompute")
-            return self._fail_step(host, error)
+    def _apply_outputs(
+        self, schedule: Schedule, host: HostStep, out: "StepOutputs", started: float, device_seconds: float
+    ) -> set[str]:
+        """Apply a landed call's outputs and account for it; the requests it touched."""
         if host.drafts is not None:
-            self._observe_drafts(schedule, host, out)
+            observe_drafts(self.speculator, self.stats, schedule, out)
         elif self.speculator is not None and self.speculator.declined:
             produced = [(r, out.tokens[i, : out.counts[i]]) for i, r in enumerate(host.requests) if r is not None]
             self.speculator.observe_plain(produced)
@@ -265,56 +300,25 @@ class LLMEngine:
         self.stats.record_padding(*token_slots(schedule, host, out, self.runner.stop_early, self.runner.verify_chunk))
         self.stats.record_inputs(self.runner.input_bytes)
         seconds = time.perf_counter() - started
-        self._time_decode_step(schedule, host, out, seconds, sum(clock.laps.get(p, 0.0) for p in StepClock.DEVICE))
+        if self.speculator is not None and not schedule.prefills:
+            record_decode_time(self.speculator, host, out, DecodeTime(
+                bucket(len(schedule.decodes)), seconds, device_seconds, self.runner.stop_early,
+                self.runner.spec_rounds, self.draft_spec is not None))
         if host.decode:
             self.scheduler.observe_decode(seconds, decode_iterations(host, out, self.runner.stop_early))
-        clock.lap("apply")
         return touched
-
-    def _time_decode_step(
-        self, schedule: Schedule, host: HostStep, out: "StepOutputs", seconds: float, device_seconds: float
-    ) -> None:
-        """An all-decode step's time (scheduling to applied outputs) for the speculation plan, per decode
-        step or verify round. The host's share is spread over the steps or rounds the call was planned
-        to run: a measuring verify call runs one round, the ones it prices run spec_rounds."""
-        speculator = self.speculator
-        if speculator is None or schedule.prefills:
-            return
-        rows = bucket(len(schedule.decodes))
-        plain = host.drafts is None
-        ran = decode_iterations(host, out, self.runner.stop_early) if plain else ran_rounds(out)
-        if plain:
-            speculator.count_plain(rows, ran)
-        if speculator.measured is None:
-            return
-        planned = host.num_steps if plain else self.runner.spec_rounds
-        seconds = spread_host_share(seconds, device_seconds, ran, planned)
-        if plain:
-            speculator.measured.record_plain(rows, seconds, ran)
-        else:
-            draft_steps = int(np.max(host.num_drafts)) if self.draft_spec is not None else 0
-            speculator.measured.record_verify(rows, seconds / ran, draft_steps)
-
-    def _observe_drafts(self, schedule: Schedule, host: HostStep, out: "StepOutputs") -> None:
-        """Acceptance per row and round into the speculator and the vLLM-named counters."""
-        rows = len(schedule.decodes)
-        requests = [row.request for row in schedule.decodes]
-        for i in range(ran_rounds(out)):
-            drafted, accepted = np.maximum(out.drafted[:rows, i], 0), np.asarray(out.accepted[:rows, i])
-            self.speculator.observe(requests, drafted, accepted)
-            self.stats.record_drafts(drafted, accepted, self.speculator.k_max)
 
     def _apply(self, schedule: Schedule, host: HostStep, out: "StepOutputs") -> set[str]:
         """Advance each row's request by what the step computed; finish and free those that ended."""
         now, touched = time.monotonic(), set()
         rows = {id(row.request): row for row in schedule.decodes + schedule.prefills}
         for r, request in enumerate(host.requests):
-            if request is None:
+            if request is None or request.finished:  # finished: aborted while its call was in flight
                 continue
             row = rows[id(request)]
             try:
                 read_before = request.draft_computed
-                produced = self._advance(request, row, out, r, host)
+                produced = advance_request(request, row, out, r, host, self.token_texts)
                 if self.draft_spec is not None:
                     self.blocks.mark_draft_read(request.pages, read_before, request.draft_computed)
             except Exception as error:  # e.g. a tokenizer failure: this request alone fails
@@ -333,36 +337,6 @@ class LLMEngine:
                 if full > len(request.page_hashes):  # a page filled up: publish it for prefix caching
                     self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
         return touched
-
-    def _advance(self, request: Request, row, out: "StepOutputs", r: int, host: HostStep) -> int:
-        request.num_computed = row.start + row.count
-        if host.drafts is None and not host.decode and request.draft_computed == row.start:
-            request.draft_computed = request.num_computed  # a ragged step: a draft model read its tokens
-        if not row.samples:
-            return 0
-        produced = self._append(request, out, r)
-        if host.drafts is not None:  # the verify rounds' draft (model) read every position they computed...
-            caught = caught_up(int(host.draft_start[r]), row.start)
-            # ...unless its catch-up was cut short (CATCH_UP_SPAN positions a call): the rest comes next time
-            request.draft_computed = request.num_computed if caught >= row.start else caught
-        return produced
-
-    def _append(self, request: Request, out: "StepOutputs", r: int) -> int:
-        """Append row r's new tokens (and logprobs) until the request finishes; how many it took."""
-        count = int(out.counts[r]) if out.tokens.shape[1] > 1 else 1
-        per_token = bool(request.params.stop)  # a stop string can end the request at any token
-        for j in range(count):
-            if j:
-                request.num_computed += 1
-            if out.logprobs is not None and request.params.logprobs is not None:
-                k = request.params.logprobs
-                request.logprobs.append(position_logprobs(
-                    int(out.tokens[r, j]), out.logprobs[r, j], int(out.ranks[r, j]), out.top_ids[r, j, :k].tolist(),
-                    out.top_logprobs[r, j, :k].tolist(), self.token_texts,
-                ))
-            if append_token(request, int(out.tokens[r, j]), detokenize=per_token or j == count - 1):
-                return j + 1
-        return count
 
     def _fail_step(self, host: HostStep, error: Exception) -> set[str]:
         """Fail the step's requests, rebuild the (possibly consumed) pool, recompute everyone else."""
@@ -387,7 +361,22 @@ class LLMEngine:
         )
         self.scheduler.blocks = self.blocks
 
+    def _catch_up_texts(self, touched: set[str]) -> None:
+        """Detokenize what the touched requests' last call appended; a failure fails that request alone."""
+        for request_id in touched:
+            for request in self.groups[request_id]:
+                try:
+                    catch_up_text(request)
+                except Exception as error:  # e.g. a tokenizer failure
+                    log.exception("request %s failed", request.request_id)
+                    if not request.finished:
+                        self.scheduler.remove(request)
+                        request.finish("error")
+                        self.stats.record_finished(request)
+                    request.error = f"{type(error).__name__}: {error}"
+
     def _collect(self, touched: set[str], final_only: bool) -> list[RequestOutput]:
+        self._catch_up_texts(touched)
         outputs = []
         order = {request_id: i for i, request_id in enumerate(self.groups)}
         for request_id in sorted(touched, key=order.__getitem__):

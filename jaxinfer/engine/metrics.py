@@ -76,6 +76,7 @@ class EngineMetrics:
     engine_steps: int = 0
     engine_step_seconds: float = 0.0
     engine_device_wait_seconds: float = 0.0
+    engine_overlapped_seconds: float = 0.0  # host work done while a device call ran (overlap_outputs)
     # The same seconds by phase (StepClock.PHASES), to tell which host work a step waits on.
     engine_phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     # Token positions the device computed (padding included: tokens x iterations of each call) and
@@ -135,6 +136,7 @@ class EngineMetrics:
         self.engine_steps += 1
         self.engine_step_seconds += sum(clock.laps.values())
         self.engine_device_wait_seconds += sum(clock.laps.get(phase, 0.0) for phase in StepClock.DEVICE)
+        self.engine_overlapped_seconds += clock.laps.get("overlapped", 0.0)
         for phase, seconds in clock.laps.items():
             self.engine_phase_seconds[phase] = self.engine_phase_seconds.get(phase, 0.0) + seconds
 
@@ -145,10 +147,11 @@ class StepClock:
     schedule (the scheduler), build (the host step arrays), inputs (device inputs made and
     moved), dispatch (the program called; on a GPU this drives a multi-step loop, reading each
     iteration's continue-test), outputs (waiting for the outputs and reading them back), apply
-    (tokens appended, detokenized, finished requests freed), collect (RequestOutputs built).
+    (tokens appended, finished requests freed), collect (text detokenized, RequestOutputs built), or
+    overlapped (the same while the next device call runs: overlap_outputs).
     """
 
-    PHASES = ("schedule", "build", "inputs", "dispatch", "outputs", "apply", "collect")
+    PHASES = ("schedule", "build", "inputs", "dispatch", "outputs", "apply", "collect", "overlapped")
     DEVICE = ("dispatch", "outputs")
 
     def __init__(self) -> None:
@@ -188,6 +191,7 @@ def snapshot(
         "engine_steps": m.engine_steps,
         "engine_step_seconds": m.engine_step_seconds,
         "engine_device_wait_seconds": m.engine_device_wait_seconds,
+        "engine_overlapped_seconds": m.engine_overlapped_seconds,
         "engine_phase_seconds": dict(m.engine_phase_seconds),
         "engine_token_slots": m.engine_token_slots,
         "engine_real_tokens": m.engine_real_tokens,

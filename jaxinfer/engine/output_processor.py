@@ -37,6 +37,14 @@ def append_token(request: Request, token: int, detokenize: bool = True) -> bool:
     return request.finished
 
 
+def catch_up_text(request: Request) -> None:
+    """Text for the tokens appended with detokenize=False (done when outputs are built: under
+    overlap_outputs, while the device runs the next call). Stop strings' requests are detokenized
+    token by token as they go."""
+    if not request.params.stop:
+        _detokenize(request)
+
+
 def _detokenize(request: Request) -> None:
     """Extend request.text with the new text and apply stop strings."""
     if request.detokenizer is None:

@@ -35,6 +35,7 @@ COUNTERS = {  # prometheus_client adds the `_total` suffix
     "engine_steps": "Engine steps that ran a device call.",
     "engine_step_seconds": "Wall seconds of those steps.",
     "engine_device_wait_seconds": "Of those, seconds in device calls and their outputs (the rest is host work).",
+    "engine_overlapped_seconds": "Of the host work, seconds done while a device call ran (output processing).",
     "engine_token_slots": "Token positions device calls computed, padding included.",
     "engine_real_tokens": "Of those, the scheduled ones (padding waste: slots / real - 1).",
     "engine_input_bytes": "Bytes of step inputs sent to the device (host to device).",
