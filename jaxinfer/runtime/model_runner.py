@@ -214,10 +214,6 @@ class ModelRunner:
         """A dispatched step's outputs as NumPy (waits for the device)."""
         return unpack_host(to_host(packed))
 
-    def run(self, host: HostStep, lap: Callable[[str], None] = lambda phase: None) -> StepOutputs:
-        """Run the step and read its outputs."""
-        return self.read(self.dispatch(host, lap))
-
     def programs(self, hosts: list[HostStep]) -> list[Callable[[], Program]]:
         """Every program the engine may run, as thunks: the step programs of `hosts` (one padding step
         of each shape), the sampling-slot reset and the prompt-logprobs passes."""
