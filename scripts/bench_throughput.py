@@ -208,7 +208,7 @@ def shared_prefix(llm: LLM, vocab: int, n: int = 32, prefix: int = 1024) -> dict
 def bench_model(name: str, path: Path, dtype: str, args) -> dict:
     llm = LLM(path, dtype=dtype, max_seq_len=1024, max_num_seqs=args.max_num_seqs, decode_steps=args.decode_steps,
               kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size,
-              gpu_memory_utilization=args.gpu_memory_utilization)
+              gpu_memory_utilization=args.gpu_memory_utilization, overlap_outputs=not args.no_overlap)
     prompts, outputs = workload(args.requests, args.seed, llm.config.vocab_size)
     n_params = tree_bytes(llm.weights) // jnp.dtype(llm.dtype).itemsize
     total_tokens = sum(map(len, prompts)) + sum(outputs)
@@ -299,6 +299,8 @@ def main() -> None:
                         help="compile every program first (`warmup()`, as `jaxinfer serve` does) instead of an "
                         "untimed pass of the workload")
     parser.add_argument("--checkpoints", type=Path, default=Path("/tmp/jaxinfer-bench"))
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="each step() lands its own call (overlap_outputs=False): the host share before it")
     args = parser.parse_args()
     rows = []
     for name in args.models:

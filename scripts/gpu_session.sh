@@ -25,6 +25,9 @@
 #                                                   # at batch 8/32 and 4k/16k context, launch to healthy cold and
 #                                                   # warm, bench serve at concurrency 1/8/64 (~7 min, untried);
 #                                                   # needs fastapi/uvicorn importable (the device's README)
+#   bash scripts/gpu_session.sh overlap [OUT_DIR]  # the engine's host share with overlap_outputs off and on
+#                                                   # (Llama-3.2-1B shape, 128 requests), then warm-up cold/warm
+#                                                   # with its trace/compile split (~6 min, untried)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
@@ -205,6 +208,18 @@ print(re.findall(r'(?m)^\\S+compiled_programs_total (\\S+)$', u.urlopen('$url/me
         python3 -c "$compiled"
     fi
     kill $local_server
+    ;;
+overlap)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    for flag in --no-overlap ""; do  # off, then on (the default)
+        # shellcheck disable=SC2086  # an empty flag is no argument
+        step "throughput${flag:+_off}" 120 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static \
+            --skip-hf --requests 128 --full-warmup $flag
+    done
+    cp results/bench_throughput_*.json "$out"/ 2>/dev/null
+    step warmup 200 python3 scripts/bench_warmup.py --preset llama-3.2-1b --threads 8 --max-seq-len 2048 \
+        --max-num-seqs 64 --max-num-batched-tokens 512 --cold-warm --out "$out/bench_warmup_split.json"
     ;;
 warmup-threads)
     out=${2:-results/gpu_session}
