@@ -343,10 +343,7 @@ class LLMEngine:
         touched = set()
         for request in host.requests:
             if request is not None and not request.finished:
-                self.scheduler.remove(request)
-                request.finish("error")
-                request.error = f"{type(error).__name__}: {error}"
-                self.stats.record_finished(request)
+                self._fail_request(request, error)
                 touched.add(request.request_id)
         self.scheduler.preempt_all()
         self._reset_blocks()
@@ -369,11 +366,15 @@ class LLMEngine:
                     catch_up_text(request)
                 except Exception as error:  # e.g. a tokenizer failure
                     log.exception("request %s failed", request.request_id)
-                    if not request.finished:
-                        self.scheduler.remove(request)
-                        request.finish("error")
-                        self.stats.record_finished(request)
-                    request.error = f"{type(error).__name__}: {error}"
+                    self._fail_request(request, error)
+
+    def _fail_request(self, request: Request, error: Exception) -> None:
+        """End a request with `error`, freeing its pages, unless it already ended; its output carries the error."""
+        if not request.finished:
+            self.scheduler.remove(request)
+            request.finish("error")
+            self.stats.record_finished(request)
+        request.error = f"{type(error).__name__}: {error}"
 
     def _collect(self, touched: set[str], final_only: bool) -> list[RequestOutput]:
         self._catch_up_texts(touched)

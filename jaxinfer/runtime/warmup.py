@@ -41,13 +41,11 @@ def lower(program: Program) -> Any:
     return function.lower(*args, **kwargs)
 
 
-def timed(seconds: dict[str, float], key: str, work: Callable[[], Any]) -> Any:
-    """work() with its wall seconds added to seconds[key] (workers add to their own key: no race on one)."""
+def compiled_seconds(lowered: Any) -> float:
+    """Compile a lowered program (or load it from the persistent cache); the seconds it took."""
     start = time.perf_counter()
-    try:
-        return work()
-    finally:
-        seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+    lowered.compile()
+    return time.perf_counter() - start
 
 
 def warm_up(
@@ -62,38 +60,46 @@ def warm_up(
     "compile" (the workers' compiles or loads from the persistent cache, summed over workers).
     """
     threads = default_compile_threads() if threads is None else threads
-    done, start = 0, map_headroom()
-    seconds = {} if seconds is None else seconds
+    done, start, trace, compile_ = 0, map_headroom(), 0.0, 0.0
     bar = tqdm(total=len(programs), **BAR, disable=not progress)
     with ThreadPoolExecutor(max(threads, 1)) as pool:
         futures = []
         for make in programs:
-            submitted = len(futures)  # with several threads some may still be compiling: an estimate
-            per_program = 0 if start is None or not submitted else (start - map_headroom()) / submitted
-            if jax.default_backend() == "cpu" and not warmup_may_continue(per_program):
-                log.warning(
-                    "warm-up stopped after %d of %d programs: XLA:CPU maps ~%.0f memory regions per program and "
-                    "this process is near vm.max_map_count (%s); the rest compile on first use. Raise the cap "
-                    "(sudo sysctl -w vm.max_map_count=262144)", submitted, len(programs), per_program,
-                    MAX_MAP_COUNT.read_text().strip(),
-                )
+            if _near_map_cap(len(futures), len(programs), start):
                 break
-            lowered = timed(seconds, "trace", lambda: lower(make()))
-            futures.append(pool.submit(timed, seconds, f"compile {len(futures)}", lowered.compile))
+            began = time.perf_counter()
+            lowered = lower(make())
+            trace += time.perf_counter() - began
+            futures.append(pool.submit(compiled_seconds, lowered))
             if threads <= 1:  # one at a time: the map count above sees each program
-                futures[-1].result()
+                compile_ += futures[-1].result()
                 done += 1
                 _report(bar, on_program, done, len(programs))
         if threads > 1:
             for done, future in enumerate(as_completed(futures), start=1):
-                future.result()
+                compile_ += future.result()
                 _report(bar, on_program, done, len(programs))
     bar.close()
-    per_program = [key for key in seconds if key.startswith("compile ")]
-    seconds["compile"] = sum(seconds.pop(key) for key in per_program)
+    if seconds is not None:
+        seconds.update(trace=trace, compile=compile_)
     log.info("warm-up: %d programs; tracing and lowering %.1f s, compiling or loading %.1f s over %d workers",
-             len(futures), seconds.get("trace", 0.0), seconds["compile"], threads)
+             len(futures), trace, compile_, threads)
     return len(futures)
+
+
+def _near_map_cap(submitted: int, total: int, start: int | None) -> bool:
+    """On CPU, True (with a warning) when one more program would leave less than the reserve of the
+    memory-map cap; start is the headroom before the first program (None where unknown)."""
+    # with several threads some programs may still be compiling: an estimate
+    per_program = 0 if start is None or not submitted else (start - map_headroom()) / submitted
+    if jax.default_backend() != "cpu" or warmup_may_continue(per_program):
+        return False
+    log.warning(
+        "warm-up stopped after %d of %d programs: XLA:CPU maps ~%.0f memory regions per program and "
+        "this process is near vm.max_map_count (%s); the rest compile on first use. Raise the cap "
+        "(sudo sysctl -w vm.max_map_count=262144)", submitted, total, per_program, MAX_MAP_COUNT.read_text().strip(),
+    )
+    return True
 
 
 def _report(bar: tqdm, on_program: Progress | None, done: int, total: int) -> None:
