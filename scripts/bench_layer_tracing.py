@@ -66,7 +66,7 @@ def scanned_forward_with_taps(weights, tokens, positions, cache, cfg, taps):
 
 def stack_layers(program: tuple) -> tuple:
     """A step program's arguments with the weights' layers stacked on a leading axis (for the scan)."""
-    function, args, kwargs = program
+    function, args, kwargs, _ = program
     weights = args[0]
     layers = jax.tree.map(lambda *leaves: jnp.stack(leaves), *weights.layers)
     return function, [dataclasses.replace(weights, layers=layers), *args[1:]], kwargs
@@ -78,7 +78,7 @@ def time_programs(llm: LLM, count: int, compile_too: bool, scan: bool = False) -
     makers = runner.programs(llm.engine.step_hosts())[:count]
     lowers, compiles = [], []
     for make in makers:
-        function, args, kwargs = stack_layers(make()) if scan else make()
+        function, args, kwargs = stack_layers(make()) if scan else make()[:3]
         start = time.perf_counter()
         lowered = function.lower(*args, **kwargs)
         lowers.append(time.perf_counter() - start)

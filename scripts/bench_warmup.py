@@ -3,10 +3,12 @@
 Every setting loads the same checkpoint in its own interpreter with the persistent compile cache
 off, so each compiles every program its knobs allow, then runs a short greedy workload to
 check that nothing compiles after the warm-up. Prints a table and writes JSON. With --cold-warm
-each thread count runs twice over one fresh persistent cache: the first compiles (cold), the
-second loads what the first stored (warm). Each row splits its time: loading the model, then
-warm-up's tracing and lowering on the calling thread (what a warm start cannot skip) and its
-compiles or cache loads summed over the workers.
+each thread count runs three times over one fresh persistent cache: the first compiles (cold),
+the second finds its programs in JAX's compilation cache with the program store off (each
+traced and lowered first: "xla"), the third loads them from the program store untraced
+("store"). Each row splits its time: loading the model, then warm-up's tracing and lowering on
+the calling thread and its compiles or loads summed over the workers, and counts the programs
+that came from the store.
 
     python scripts/bench_warmup.py                                  # demo model, CPU: 1 vs 2 threads
     python scripts/bench_warmup.py --preset llama-3.2-1b --threads 1 8   # on a GPU
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,24 +45,29 @@ monitoring.register_event_duration_secs_listener(
     lambda name, *a, **k: compiles.append(name) if name.endswith("backend_compile_duration") else None)
 llm.generate([[5] * 40, [7] * 90], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
 print(json.dumps(dict(threads=threads, programs=programs, seconds=seconds, compiles_after=len(compiles),
-                      load_s=start - loading, trace_s=split["trace"], compile_s=split["compile"])))
+                      load_s=start - loading, trace_s=split["trace"], compile_s=split["compile"],
+                      stored=split["stored"])))
 """
 
 
-def run(model: str, threads: int, args: argparse.Namespace, cache: str = "") -> dict:
-    """One fresh interpreter's warm-up, as a dict (cache: a persistent compile cache directory, "" for none)."""
+def run(model: str, threads: int, args: argparse.Namespace, cache: str = "", store: bool = True) -> dict:
+    """One fresh interpreter's warm-up, as a dict (cache: a persistent compile cache directory, "" for none;
+    store: the program store beside it on)."""
     knobs = [args.max_num_seqs, args.max_num_batched_tokens, args.max_seq_len]
     command = [sys.executable, "-c", ONE_RUN, model, str(threads), *map(str, knobs), cache]
-    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    env = {**os.environ, "JAXINFER_PROGRAM_STORE": "1" if store else "0"}
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def runs(model: str, threads: int, args: argparse.Namespace) -> list[dict]:
-    """The runs of one thread count: one without a cache, or cold then warm over a fresh one."""
+    """The runs of one thread count: one without a cache, or over a fresh one: cold, warm with JAX's
+    compilation cache alone (every program traced), warm with the program store (none traced)."""
     if not args.cold_warm:
         return [run(model, threads, args)]
     with tempfile.TemporaryDirectory() as cache:
-        return [dict(run(model, threads, args, cache), cache=kind) for kind in ("cold", "warm")]
+        return [dict(run(model, threads, args, cache, store), cache=kind)
+                for kind, store in (("cold", True), ("xla", False), ("store", True))]
 
 
 def main() -> None:
@@ -80,14 +88,15 @@ def main() -> None:
 
         model = str(make_checkpoint(args.preset, args.checkpoints))
     print(f"{'threads':>7} {'cache':>5} {'programs':>8} {'seconds':>8} {'vs first':>8} {'compiles after':>14} "
-          f"{'load s':>6} {'trace s':>7} {'compile s':>9}", flush=True)
+          f"{'load s':>6} {'trace s':>7} {'compile s':>9} {'stored':>6}", flush=True)
     rows: list[dict] = []
     for threads in args.threads:  # each row as it finishes: a run cut short keeps the earlier ones
         for r in runs(model, threads, args):
             rows.append(r)
             ratio = rows[0]["seconds"] / r["seconds"]
             print(f"{r['threads']:>7} {r.get('cache', '-'):>5} {r['programs']:>8} {r['seconds']:>8.1f} {ratio:>8.2f} "
-                  f"{r['compiles_after']:>14} {r['load_s']:>6.1f} {r['trace_s']:>7.1f} {r['compile_s']:>9.1f}", flush=True)
+                  f"{r['compiles_after']:>14} {r['load_s']:>6.1f} {r['trace_s']:>7.1f} {r['compile_s']:>9.1f} "
+                  f"{r['stored']:>6}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(preset=args.preset, time=time.strftime("%Y%m%d-%H%M%S"), rows=rows), indent=2))
 

@@ -26,8 +26,9 @@
 #                                                   # warm, bench serve at concurrency 1/8/64 (~7 min, untried);
 #                                                   # needs fastapi/uvicorn importable (the device's README)
 #   bash scripts/gpu_session.sh overlap [OUT_DIR]  # the engine's host share with overlap_outputs off and on
-#                                                   # (Llama-3.2-1B shape, 128 requests), then warm-up cold/warm
-#                                                   # with its trace/compile split (~6 min, untried)
+#                                                   # (Llama-3.2-1B shape, 128 requests), then warm-up cold, warm
+#                                                   # from JAX's cache (traced) and warm from the program store
+#                                                   # (untraced), with its trace/compile split (~7 min, untried)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then

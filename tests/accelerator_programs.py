@@ -40,7 +40,7 @@ def step_programs(llm: LLM, platform: str) -> list[tuple[tuple, Any, list, dict]
     runner.branchless = platform == "gpu"
     runner.stop_early = platform != "gpu"
     runner.pages, runner.draft = on_platform(runner.pages, platform), on_platform(runner.draft, platform)
-    return [(host.shape, *runner.program_for(host)) for host in llm.engine.step_hosts()]
+    return [(host.shape, *runner.program_for(host)[:3]) for host in llm.engine.step_hosts()]
 
 
 def round_trips(jaxpr: Any) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from xla_flags import compile_tests_at_o0  # noqa: E402
 
 compile_tests_at_o0()
+# Tests patch traced functions, which the program store cannot see (its own tests turn it on).
+os.environ.setdefault("JAXINFER_PROGRAM_STORE", "0")
 
 from hf_models import save_hf_model, save_tiny_tokenizer  # noqa: E402
 
@@ -45,9 +48,9 @@ def release_compiled_programs():
     XLA:CPU maps each compiled kernel into memory separately (hundreds of regions per step
     program), and a pytest worker that keeps every module's programs runs into Linux's
     vm.max_map_count (65530) and segfaults in the JIT. Programs come back from the persistent
-    compilation cache when a later module needs them.
+    compilation cache or the program store when a later module needs them.
     """
     yield
-    import jax
+    from jaxinfer.runtime.memory_maps import drop_compiled_programs
 
-    jax.clear_caches()
+    drop_compiled_programs()

@@ -14,7 +14,7 @@ def layer_functions(path) -> tuple[int, int]:
     """(layer functions defined, calls of them) in the lowered text of the engine's first step program."""
     llm = LLM(str(path), max_seq_len=64, max_num_seqs=2, max_num_batched_tokens=16, compile_cache=False)
     runner = llm.engine.runner
-    function, args, kwargs = runner.programs(llm.engine.step_hosts())[0]()
+    function, args, kwargs, _ = runner.programs(llm.engine.step_hosts())[0]()
     text = function.lower(*args, **kwargs).as_text()
     defined = len(re.findall(r"func\.func private @_one_layer\w*\(", text))
     calls = len(re.findall(r"call @_one_layer\w*\(", text))

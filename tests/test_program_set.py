@@ -69,8 +69,8 @@ def test_nothing_compiles_after_warmup(checkpoint_dir, counter, method):
     verify = None if spec is None else 4
     steps = program_shapes(llm.engine.config, verify)
     assert programs == llm.engine.program_count() == len(steps) + 1 + len(prompt_buckets(KNOBS["max_seq_len"]))
-    assert set(llm.engine.runner.warmup_seconds) == {"trace", "compile"}  # what a warm start pays, and a cold one
-    assert all(seconds > 0 for seconds in llm.engine.runner.warmup_seconds.values())
+    seconds = llm.engine.runner.warmup_seconds  # what a warm start pays, and a cold one
+    assert seconds["trace"] > 0 and seconds["compile"] > 0 and seconds["stored"] == 0  # the suite has the store off
     counter.active = True
     try:
         mixed_workload(llm, seed=0)

@@ -338,7 +338,8 @@ class LLM:
         check_prompt(token_ids, 0, self.config.vocab_size, self.max_seq_len)
         release_programs_near_cap()
         return all_position_logits(
-            self._run_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout
+            self._run_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout,
+            self.engine.runner.executables,
         )
 
     def encode(self, prompt: Prompt) -> list[int]:

@@ -7,13 +7,15 @@ fails and LLVM aborts the process (a notebook kernel dies with every model it he
 warm-up stops before it and says how to raise the cap, and an engine about to run a step
 after new programs were compiled drops every compiled program of the process when the cap is
 close (`release_programs_near_cap`): they come back from the persistent compilation cache
-(~0.5 s for the demo model's) or compile again when next used.
+(~0.5 s for the demo model's) or the program store, or compile again when next used.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from pathlib import Path
+from typing import Protocol
 
 import jax
 
@@ -52,6 +54,25 @@ def warmup_may_continue(per_program: float) -> bool:
     return headroom - per_program > RESERVE * limit
 
 
+class ProgramHolder(Protocol):
+    def clear(self) -> None: ...
+
+
+_HOLDERS: weakref.WeakSet = weakref.WeakSet()  # what keeps compiled programs besides jax's caches
+
+
+def hold_programs(holder: ProgramHolder) -> None:
+    """Have `drop_compiled_programs` clear holder too (kept only while something else refers to it)."""
+    _HOLDERS.add(holder)
+
+
+def drop_compiled_programs() -> None:
+    """Drop every compiled program of the process: jax's caches and every holder's (e.g. runners' tables)."""
+    jax.clear_caches()
+    for holder in list(_HOLDERS):
+        holder.clear()
+
+
 class _CompileCount:
     """Programs compiled or loaded in this process, counted from JAX's monitoring events."""
 
@@ -63,6 +84,12 @@ class _CompileCount:
 def _count_compile(event: str, duration: float, **kwargs: object) -> None:
     if event == COMPILE_EVENT:
         _CompileCount.total += 1
+
+
+def count_loaded() -> None:
+    """Count a program loaded without jax's compile path (runtime/program_store), as jax counts its cache's."""
+    watch_compiles()
+    _CompileCount.total += 1
 
 
 def watch_compiles() -> None:
@@ -88,7 +115,7 @@ def device_bytes_in_use() -> int | None:
 
 
 def release_programs_near_cap() -> bool:
-    """On CPU, drop every compiled program of the process (`jax.clear_caches`) when fewer than
+    """On CPU, drop every compiled program of the process (`drop_compiled_programs`) when fewer than
     RELEASE_BELOW of the cap's regions are free; True when it did.
 
     The maps are read only when programs were compiled since the last look (reading 60k lines
@@ -112,5 +139,5 @@ def release_programs_near_cap() -> bool:
         "next used. Raise the cap (sudo sysctl -w vm.max_map_count=262144) or hold fewer models in one process",
         limit - headroom, limit,
     )
-    jax.clear_caches()
+    drop_compiled_programs()
     return True

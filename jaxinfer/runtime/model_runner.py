@@ -33,16 +33,18 @@ from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.device_inputs import device_inputs
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepOutputs
+from jaxinfer.runtime.executables import Executables, Program
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
 from jaxinfer.runtime.packed_tree import pack_host, unpack_host
 from jaxinfer.runtime.page_table_diffs import PageTables, diff_capacity
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
+from jaxinfer.runtime.program_store import default_store
 from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
 from jaxinfer.runtime.row_slots import RowSlots, bias_row, holds_sampling_state, slot_ids
 from jaxinfer.runtime.row_state import RowState
 from jaxinfer.runtime.verify_step import Drafts
-from jaxinfer.runtime.warmup import Program, Progress, activation_peak, warm_up
+from jaxinfer.runtime.warmup import Progress, activation_peak, warm_up
 from jaxinfer.sampling.logprob import Logprob, TokenText
 from jaxinfer.sampling.penalties import PenaltyCounts
 from jaxinfer.sampling.slot_state import SlotState
@@ -50,6 +52,7 @@ from jaxinfer.sampling.token_bitmask import all_allowed
 from jaxinfer.speculative.config import SpeculativeConfig
 
 Pools = tuple[PagedKVCache, Rider]
+FIXED_ARGS = 3  # a step program's weights, pools and row state: their types never change in a runner
 
 
 class ModelRunner:
@@ -90,6 +93,7 @@ class ModelRunner:
         self.state: RowState | None = None
         self.table_bytes = 0  # the last step's whole page tables sent (more entries changed than it ships)
         self.warmup_seconds: dict[str, float] = {}  # the last warm-up's tracing and compiling (warmup.warm_up)
+        self.executables = Executables(default_store(), step_programs.static_argnames)
         self.free_masks: dict[int, jax.Array] = {}  # sampled positions -> an all-ones bitmask on the device
 
     def allocate(self, profile_hosts: Callable[[], list[HostStep]]) -> int:
@@ -155,15 +159,15 @@ class ModelRunner:
             capacity, window, start = layout.put_tree((host.capacity, host.window, host.draft_start))
             args = [*head, drafts, np.int32(host.num_rounds), capacity, window, start]
             kwargs = dict(cfg=cfg, max_rounds=self.spec_rounds, rule=self.speculative.acceptance_rule)
-            return step_programs.verify_rounds, args, {**kwargs, **draft}
+            return Program(step_programs.verify_rounds, args, {**kwargs, **draft}, FIXED_ARGS)
         if host.decode:
             # Only an EAGLE head rides decode calls (it stores their features); a draft model is
             # caught up by the next verify, so its pool and weights stay out.
             rides = isinstance(draft_pool, EagleDraft)
             kwargs = dict(cfg=cfg, max_steps=self.config.decode_steps, stop_early=self.stop_early)
             args = [*head, np.int32(host.num_steps)]
-            return step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}
-        return step_programs.ragged_step, head, dict(cfg=cfg, **draft)
+            return Program(step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}, FIXED_ARGS)
+        return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft), FIXED_ARGS)
 
     def _bitmask(self, host: HostStep) -> jax.Array:
         """The step's structured-output masks on the device: shipped when a row is constrained, else an
@@ -183,10 +187,10 @@ class ModelRunner:
         for slot, request in fresh:
             if holds_sampling_state(request.params):
                 width = self.config.max_seq_len
-                sampling = step_programs.reset_sampling_slot(
+                sampling = self.executables(Program(step_programs.reset_sampling_slot, [
                     self.state.sampling, np.int32(slot), slot_ids(request.prompt_ids, width),
                     slot_ids(request.output_ids, width), *bias_row(request.params.logit_bias),
-                )
+                ], {}, fixed=1))
                 self.state = dataclasses.replace(self.state, sampling=sampling)
         entries = self.tables.changes(slots, [r.pages if r is not None else None for r in host.requests], capacity)
         self.table_bytes = 0
@@ -199,14 +203,14 @@ class ModelRunner:
         """Start the step's program; its outputs come back packed (`read` them). lap(phase) marks
         the end of making its inputs ("inputs") and of the call ("dispatch")."""
         release_programs_near_cap()  # XLA:CPU maps each compiled program into this process (see memory_maps)
-        program, args, kwargs = self.program_for(host)
+        program = self.program_for(host)
         # what went host -> device: everything after the weights, pools and slot state, but a free bitmask
-        shipped = [a for a in args[3:] if not any(a is mask for mask in self.free_masks.values())]
+        shipped = [a for a in program.args[FIXED_ARGS:] if not any(a is mask for mask in self.free_masks.values())]
         self.input_bytes = sum(int(leaf.nbytes) for leaf in jax.tree.leaves(shipped)) + self.table_bytes
         lap("inputs")
-        out, self.pages, self.state, draft = program(*args, **kwargs)
+        out, self.pages, self.state, draft = self.executables(program)
         lap("dispatch")
-        if "draft" in kwargs:  # the draft's pool went in, so its successor came out
+        if "draft" in program.kwargs:  # the draft's pool went in, so its successor came out
             self.draft = draft
         return out
 
@@ -218,8 +222,9 @@ class ModelRunner:
         """Every program the engine may run, as thunks: the step programs of `hosts` (one padding step
         of each shape), the sampling-slot reset and the prompt-logprobs passes."""
         width = self.config.max_seq_len
-        reset = (step_programs.reset_sampling_slot,
-                 [self.state.sampling, np.int32(0), slot_ids([], width), slot_ids([], width), *bias_row(None)], {})
+        reset = Program(step_programs.reset_sampling_slot,
+                        [self.state.sampling, np.int32(0), slot_ids([], width), slot_ids([], width), *bias_row(None)],
+                        {}, fixed=1)
         spec = self.cache_spec
         passes = [
             lambda size=size: logits_program(self.weights, self.model_config, size, self.dtype, spec.cpu_kernels,
@@ -237,18 +242,18 @@ class ModelRunner:
         if self.pages is None:
             self.reset_pools()
         self.warmup_seconds = {}
-        return warm_up(self.programs(hosts), progress, threads, on_program, self.warmup_seconds)
+        return warm_up(self.programs(hosts), self.executables, progress, threads, on_program, self.warmup_seconds)
 
     def activation_peak(self, hosts: list[HostStep]) -> int:
         """Device bytes the programs of `hosts` need beside the weights and pools (see warmup.activation_peak)."""
         state = self._new_pools(self.config.pages_per_seq + 1), self.state
-        return activation_peak([self.program_for(host, state) for host in hosts])
+        return activation_peak([self.program_for(host, state) for host in hosts], self.executables)
 
     def prompt_logprobs(self, ids: list[int], k: int, text: TokenText) -> list[dict[int, Logprob] | None]:
         """Per prompt token its logprob and the top k given the prefix (vLLM's prompt_logprobs)."""
         return prompt_logprobs(
             self.weights, self.model_config, ids, k, self.dtype, self.config.max_seq_len,
-            self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, text,
+            self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, text, self.executables,
         )
 
     def _new_pools(self, num_pages: int) -> Pools:

@@ -7,6 +7,9 @@ compute of its prompt (powers of two would double the programs for half the padd
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -15,6 +18,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.runtime import step_programs
+from jaxinfer.runtime.executables import Program
 from jaxinfer.sampling.logprob import Logprob, TokenText, no_text, position_logprobs
 
 MIN_BUCKET = 64
@@ -37,31 +41,41 @@ def prompt_bucket(n: int, max_len: int) -> int:
 def logits_program(
     weights: Weights, cfg: ModelConfig, size: int, dtype: jnp.dtype, cpu_kernels: bool = False,
     layout: Layout = UNSHARDED,
-) -> tuple:
-    """(program, args, kwargs) of the all-positions pass over `size` tokens (zeros: warm-up compiles it)."""
+) -> Program:
+    """The all-positions pass over `size` tokens (zeros: warm-up compiles it)."""
     cache = init_cache(cfg, 1, size, dtype, cpu_kernels, layout)
-    return step_programs.all_logits, [weights, layout.put(np.zeros((1, size), np.int32)), cache], dict(cfg=cfg)
+    tokens = layout.put(np.zeros((1, size), np.int32))
+    return Program(step_programs.all_logits, [weights, tokens, cache], dict(cfg=cfg), fixed=1)
+
+
+def run_jitted(program: Program) -> Any:
+    """Call a program through jit (a runner calls its own through its table: runtime/executables)."""
+    return program.function(*program.args, **program.kwargs)
 
 
 def all_position_logits(
     weights: Weights, cfg: ModelConfig, ids: list[int], dtype: jnp.dtype, max_len: int, cpu_kernels: bool = False,
-    layout: Layout = UNSHARDED,
+    layout: Layout = UNSHARDED, run: Callable[[Program], Any] = run_jitted,
 ) -> np.ndarray:
     """Float32 next-token logits [len(ids), V] at every position (lengths padded to `prompt_bucket`).
-    cpu_kernels: the weights are packed for them; layout: the mesh the weights are sharded over."""
+    cpu_kernels: the weights are packed for them; layout: the mesh the weights are sharded over;
+    run: how the program is called."""
     n, size = len(ids), prompt_bucket(len(ids), max_len)
-    program, (weights, _, cache), kwargs = logits_program(weights, cfg, size, dtype, cpu_kernels, layout)
+    program = logits_program(weights, cfg, size, dtype, cpu_kernels, layout)
     tokens = np.zeros((1, size), np.int32)
     tokens[0, :n] = ids
-    return to_host(program(weights, layout.put(tokens), cache, **kwargs))[0, :n]
+    program.args[1] = layout.put(tokens)
+    return to_host(run(program))[0, :n]
 
 
 def prompt_logprobs(
     weights: Weights, cfg: ModelConfig, ids: list[int], k: int, dtype: jnp.dtype, max_len: int,
     cpu_kernels: bool = False, layout: Layout = UNSHARDED, text: TokenText = no_text,
+    run: Callable[[Program], Any] = run_jitted,
 ) -> list[dict[int, Logprob] | None]:
     """Per prompt token: None for the first, else its id and the top-k ids -> Logprob given the prefix."""
-    logits = all_position_logits(weights, cfg, ids, dtype, max_len, cpu_kernels, layout)[:-1].astype(np.float64)
+    logits = all_position_logits(weights, cfg, ids, dtype, max_len, cpu_kernels, layout, run)[:-1]
+    logits = logits.astype(np.float64)
     # On the host: a jnp log-softmax would compile a program for each new prompt length.
     shifted = logits - logits.max(axis=-1, keepdims=True)
     logp = (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32)

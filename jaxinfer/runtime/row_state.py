@@ -14,6 +14,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jaxinfer.parallel.sharding import Layout
 from jaxinfer.sampling.slot_state import SlotState
 
 
@@ -38,3 +39,10 @@ def row_tables(state: RowState, slots: jax.Array, counts: jax.Array) -> jax.Arra
     tables = state.page_tables[slots]
     held = jnp.arange(tables.shape[1], dtype=jnp.int32)[None, :] < counts[:, None]
     return jnp.where(held, tables, 0)
+
+
+def replicated(state: RowState, layout: Layout) -> RowState:
+    """state pinned to every device of the mesh, inside a traced step: left to itself, XLA may hand
+    back the penalty counts split over the vocabulary as the tp-sharded logits are, and the next
+    call would then get a state of another sharding than it was compiled for."""
+    return jax.tree.map(layout.replicated, state)

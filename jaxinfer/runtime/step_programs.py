@@ -9,26 +9,40 @@ from collections.abc import Callable
 import jax
 
 from jaxinfer.models import contiguous_decode
-from jaxinfer.runtime import engine_step, verify_step
+from jaxinfer.runtime import engine_step, row_state, verify_step
 from jaxinfer.runtime.packed_tree import pack_device, unpack_device
 from jaxinfer.sampling import slot_state
 
-prefill = jax.jit(
-    contiguous_decode.prefill, static_argnames=("cfg", "prompt_bucket"), donate_argnames=("state",)
-)
-decode_loop = jax.jit(contiguous_decode.decode_loop, static_argnames=("cfg",), donate_argnames=("state",))
-all_logits = jax.jit(contiguous_decode.all_logits, static_argnames=("cfg",))
+_STATIC_ARGNAMES: dict[Callable, tuple[str, ...]] = {}
+
+
+def program(function: Callable, static: tuple[str, ...] = (), donate: tuple[str, ...] = ()) -> Callable:
+    """jax.jit of function, its static argument names kept for `static_argnames`."""
+    jitted = jax.jit(function, static_argnames=static, donate_argnames=donate)
+    _STATIC_ARGNAMES[jitted] = static
+    return jitted
+
+
+def static_argnames(jitted: Callable) -> tuple[str, ...]:
+    """The static argument names of a program made by `program` (runtime/executables keys calls on them)."""
+    return _STATIC_ARGNAMES[jitted]
+
+
+prefill = program(contiguous_decode.prefill, static=("cfg", "prompt_bucket"), donate=("state",))
+decode_loop = program(contiguous_decode.decode_loop, static=("cfg",), donate=("state",))
+all_logits = program(contiguous_decode.all_logits, static=("cfg",))
 
 
 def packed_io(program: Callable) -> Callable:
-    """program taking any argument as a `PackedTree` and returning its outputs (the first result) as one:
-    an engine step then makes one transfer each way, not one per small array."""
+    """An engine step program taking any argument as a `PackedTree` and returning its outputs as one:
+    an engine step then makes one transfer each way, not one per small array. Its row state comes
+    back replicated, as it went in (see row_state.replicated)."""
 
     @functools.wraps(program)
     def run(*args, **kwargs):
         args = [unpack_device(a) for a in args]
-        outputs, *rest = program(*args, **{k: unpack_device(v) for k, v in kwargs.items()})
-        return (pack_device(outputs), *rest)
+        outputs, pages, state, draft = program(*args, **{k: unpack_device(v) for k, v in kwargs.items()})
+        return pack_device(outputs), pages, row_state.replicated(state, pages.layout), draft
 
     return run
 
@@ -47,11 +61,7 @@ def _verify(
 
 # The engine's steps; a draft model's pool (when speculating with one) is donated with the target's.
 DONATED = ("pages", "state", "draft")
-ragged_step = jax.jit(packed_io(engine_step.ragged_step), static_argnames=("cfg",), donate_argnames=DONATED)
-multi_decode = jax.jit(
-    packed_io(engine_step.multi_decode), static_argnames=("cfg", "max_steps", "stop_early"), donate_argnames=DONATED,
-)
-verify_rounds = jax.jit(
-    packed_io(_verify), static_argnames=("cfg", "max_rounds", "rule"), donate_argnames=DONATED,
-)
-reset_sampling_slot = jax.jit(slot_state.reset_slot, donate_argnames=("state",))
+ragged_step = program(packed_io(engine_step.ragged_step), static=("cfg",), donate=DONATED)
+multi_decode = program(packed_io(engine_step.multi_decode), static=("cfg", "max_steps", "stop_early"), donate=DONATED)
+verify_rounds = program(packed_io(_verify), static=("cfg", "max_rounds", "rule"), donate=DONATED)
+reset_sampling_slot = program(slot_state.reset_slot, donate=("state",))

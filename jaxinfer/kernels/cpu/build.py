@@ -116,6 +116,7 @@ def compile_library(source: Path, target: Path, flags: tuple[str, ...]) -> None:
 
 
 _registered: dict[str, bool] = {}
+_specs: dict[str, tuple[str, str, str, tuple[str, ...]]] = {}  # target -> load()'s arguments, for those registered
 
 
 def load(source_name: str, symbol: str, target_name: str, extra_flags: tuple[str, ...] = ()) -> bool:
@@ -126,7 +127,15 @@ def load(source_name: str, symbol: str, target_name: str, extra_flags: tuple[str
     """
     if target_name not in _registered:
         _registered[target_name] = _build_and_register(source_name, symbol, target_name, FLAGS + extra_flags)
+        if _registered[target_name]:
+            _specs[target_name] = (source_name, symbol, target_name, extra_flags)
     return _registered[target_name]
+
+
+def registered_kernels() -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """`load`'s arguments for every kernel registered in this process: what a program compiled now may
+    call, so a process loading that program (runtime/program_store) registers them first."""
+    return list(_specs.values())
 
 
 def _build_and_register(source_name: str, symbol: str, target_name: str, flags: tuple[str, ...]) -> bool:

@@ -1,0 +1,120 @@
+"""A runner's compiled programs, called directly rather than through jit.
+
+A program is found in the table by what changes between calls (the function, its static
+arguments, and the shapes of the arguments after its `fixed` ones, which are the same for a
+runner's life: weights, pools, row state); a call it does not hold loads it from the program
+store or traces, compiles and stores it first. A compiled program checks every argument's type
+against what it was compiled for, so a wrong table entry raises rather than runs. Warm-up fills
+the table (`plan` on the calling thread, the job it returns on a worker).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxinfer.runtime.memory_maps import count_loaded, hold_programs
+from jaxinfer.runtime.program_store import ProgramStore, program_key
+
+
+class Program(NamedTuple):
+    """A jitted function with its arguments; the first `fixed` keep their types between calls."""
+
+    function: Callable
+    args: list
+    kwargs: dict
+    fixed: int = 0
+
+
+class Loaded(NamedTuple):
+    """What making a program ready took: seconds, and whether it came from the store."""
+
+    seconds: float
+    stored: bool
+
+
+class Executables:
+    """Compiled programs by call signature, backed by a program store (None: trace and compile each)."""
+
+    def __init__(self, store: ProgramStore | None, static_argnames: Callable[[Callable], tuple[str, ...]]):
+        self.store, self.static_argnames = store, static_argnames
+        self.table: dict[tuple, jax.stages.Compiled] = {}
+        hold_programs(self)  # memory_maps.drop_compiled_programs empties it
+
+    def clear(self) -> None:
+        self.table.clear()
+
+    def __call__(self, program: Program) -> Any:
+        """Run the program (made ready first if the table lacks it)."""
+        static, dynamic = self._split(program)
+        key = self._call_key(program, static, dynamic)
+        compiled = self.table.get(key)
+        if compiled is None:
+            self.plan(program)()
+            compiled = self.table[key]
+        return compiled(*program.args, **dynamic)
+
+    def plan(self, program: Program) -> Callable[[], Loaded]:
+        """Make the program ready: what must hold the GIL (tracing, lowering) is done here, and the
+        returned job loads or compiles it, stores it and puts it in the table (a worker may run it)."""
+        static, dynamic = self._split(program)
+        call_key = self._call_key(program, static, dynamic)
+        if call_key in self.table:
+            return lambda: Loaded(0.0, False)
+        compile_job = self._compile_job(program, static, dynamic)
+
+        def job() -> Loaded:
+            began = time.perf_counter()
+            compiled, stored = compile_job()
+            self.table[call_key] = compiled
+            return Loaded(time.perf_counter() - began, stored)
+
+        return job
+
+    def compiled(self, program: Program) -> jax.stages.Compiled:
+        """The program compiled (or loaded), not kept in the table: e.g. to read its memory analysis."""
+        static, dynamic = self._split(program)
+        return self._compile_job(program, static, dynamic)()[0]
+
+    def _compile_job(
+        self, program: Program, static: dict, dynamic: dict
+    ) -> Callable[[], tuple[jax.stages.Compiled, bool]]:
+        key = None if self.store is None else program_key(program.function, program.args, static, dynamic)
+        if key is not None and self.store.has(key):
+            def load() -> tuple[jax.stages.Compiled, bool]:
+                compiled = self.store.load(key)
+                if compiled is None:  # removed or unreadable since `has`: compile it after all
+                    return _compile_and_store(lower(program), self.store, key), False
+                count_loaded()
+                return compiled, True
+            return load
+        lowered = lower(program)
+        return lambda: (_compile_and_store(lowered, self.store, key), False)
+
+    def _split(self, program: Program) -> tuple[dict, dict]:
+        """The keyword arguments as (static, dynamic)."""
+        names = self.static_argnames(program.function)
+        static = {k: v for k, v in program.kwargs.items() if k in names}
+        return static, {k: v for k, v in program.kwargs.items() if k not in names}
+
+    @staticmethod
+    def _call_key(program: Program, static: dict, dynamic: dict) -> tuple:
+        leaves, tree = jax.tree.flatten(program.args[program.fixed:])
+        shapes = tuple((np.shape(leaf), getattr(leaf, "dtype", type(leaf))) for leaf in leaves)
+        return program.function, tuple(sorted(static.items())), tuple(sorted(dynamic)), tree, shapes
+
+
+def lower(program: Program) -> Any:
+    """The program traced and lowered for its arguments (holds the GIL: done on the calling thread)."""
+    return program.function.lower(*program.args, **program.kwargs)
+
+
+def _compile_and_store(lowered: Any, store: ProgramStore | None, key: str | None) -> jax.stages.Compiled:
+    compiled = lowered.compile()
+    if store is not None and key is not None:
+        store.save(key, compiled)
+    return compiled

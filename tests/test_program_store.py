@@ -1,0 +1,141 @@
+"""The program store: a warm start loads every program without tracing it, and runs the same tokens;
+keys follow what decides a program; a damaged entry compiles again."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import jax
+import numpy as np
+import pytest
+from hf_models import save_hf_model
+from python_subprocess import needs_compiler, on_cpu_backend, run_python
+
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.runtime import program_store
+from jaxinfer.runtime.executables import Executables, Program
+from jaxinfer.runtime.memory_maps import compile_count, drop_compiled_programs
+from jaxinfer.runtime.program_store import ProgramStore, program_key, store_beside
+from jaxinfer.runtime.step_programs import static_argnames
+
+KNOBS = dict(dtype="float32", max_seq_len=128, max_num_seqs=4, max_num_batched_tokens=32, decode_steps=4)
+
+# A fresh process: load, warm up, then a mixed generate; what warm-up took and what came out.
+START = """
+import json
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.runtime.memory_maps import compile_count
+llm = LLM({model!r}, compile_cache={cache!r}, **{knobs!r})
+programs = llm.engine.warmup()
+before = compile_count()
+params = [SamplingParams(max_tokens=12, temperature=0, logprobs=2),
+          SamplingParams(max_tokens=9, temperature=0.9, seed=4, presence_penalty=0.4, prompt_logprobs=1)]
+outs = llm.generate([[5, 9, 14, 3, 77], list(range(3, 60))], params)
+print(json.dumps(dict(programs=programs, seconds=llm.engine.runner.warmup_seconds,
+                      compiles=compile_count() - before, tokens=[o.outputs[0].token_ids for o in outs])))
+"""
+
+
+def start(model, cache, kernels: bool) -> dict:
+    script = START.format(model=str(model), cache=str(cache), knobs=KNOBS)
+    return json.loads(run_python(script, kernels=kernels, JAXINFER_PROGRAM_STORE="1").splitlines()[-1])
+
+
+@pytest.mark.parametrize("kernels", [False, pytest.param(True, marks=[needs_compiler, on_cpu_backend])],
+                         ids=["xla", "cpu-kernels"])
+def test_warm_start_loads_every_program_untraced_and_runs_the_same_tokens(tmp_path, kernels):
+    """The second process traces nothing (its kernels registered from the entries), compiles nothing
+    under traffic, and its tokens equal the first's."""
+    model = save_hf_model("llama3", tmp_path / "model")
+    cold = start(model, tmp_path / "xla", kernels)
+    warm = start(model, tmp_path / "xla", kernels)
+    assert cold["seconds"]["stored"] == 0 and warm["seconds"]["stored"] == warm["programs"] == cold["programs"]
+    assert warm["compiles"] == cold["compiles"] == 0
+    assert warm["tokens"] == cold["tokens"]
+    # no tracing left: making the arguments is all the calling thread does
+    assert warm["seconds"]["trace"] < 0.5 * cold["seconds"]["trace"]
+
+
+def toy(x: jax.Array, scale: float) -> jax.Array:
+    return x * scale
+
+
+TOY = jax.jit(toy, static_argnames=("scale",))
+
+
+def toy_program(x: jax.Array, scale: float = 2.0) -> Program:
+    return Program(TOY, [x], dict(scale=scale))
+
+
+def toy_statics(function) -> tuple[str, ...]:
+    return ("scale",) if function is TOY else static_argnames(function)
+
+
+def test_keys_follow_shapes_dtypes_statics_and_the_function():
+    x = jax.numpy.ones((4, 8), jax.numpy.float32)
+    key = program_key(TOY, [x], dict(scale=2.0), {})
+    assert key == program_key(TOY, [jax.numpy.zeros((4, 8), jax.numpy.float32)], dict(scale=2.0), {})  # values: no
+    others = [
+        program_key(TOY, [jax.numpy.ones((4, 9), jax.numpy.float32)], dict(scale=2.0), {}),
+        program_key(TOY, [jax.numpy.ones((4, 8), jax.numpy.bfloat16)], dict(scale=2.0), {}),
+        program_key(TOY, [np.ones((4, 8), np.float32)], dict(scale=2.0), {}),
+        program_key(TOY, [x], dict(scale=3.0), {}),
+        program_key(jax.jit(lambda x, scale: x + scale, static_argnames="scale"), [x], dict(scale=2.0), {}),
+    ]
+    assert len({key, *others}) == 1 + len(others)
+
+
+def test_a_key_with_no_stable_text_is_never_stored():
+    """A static argument whose text holds an address would differ in every process."""
+    assert program_key(TOY, [jax.numpy.ones(2)], dict(scale=object()), {}) is None
+
+
+def test_a_damaged_entry_is_removed_and_compiled_again(tmp_path, caplog):
+    store = ProgramStore(tmp_path)
+    x = jax.numpy.arange(6.0)
+    Executables(store, toy_statics)(toy_program(x))
+    [entry] = store.directory.iterdir()
+    entry.write_bytes(b"not a program")
+    with caplog.at_level(logging.WARNING, logger=program_store.__name__):
+        out = Executables(store, toy_statics)(toy_program(x))
+    assert np.array_equal(out, 2 * np.arange(6.0))
+    assert "does not load" in caplog.text
+    assert Executables(store, toy_statics).plan(toy_program(x))().stored  # stored again, whole
+
+
+def test_table_calls_what_it_holds_and_drop_empties_it(tmp_path):
+    table = Executables(ProgramStore(tmp_path), toy_statics)
+    x, y = jax.numpy.arange(4.0), jax.numpy.ones(4)
+    table(toy_program(x))
+    before = compile_count()
+    assert np.array_equal(table(toy_program(y)), 2 * np.ones(4)) and compile_count() == before
+    drop_compiled_programs()
+    assert not table.table
+    assert table.plan(toy_program(x))().stored  # back from the store, untraced
+    with pytest.raises(TypeError):  # a table entry never runs on arguments it was not compiled for
+        table.table[next(iter(table.table))](jax.numpy.arange(5.0))
+
+
+def test_store_is_off_without_the_compile_cache_or_when_switched_off(monkeypatch, tmp_path):
+    monkeypatch.setenv(program_store.ENV_SWITCH, "1")
+    assert store_beside(None) is None and store_beside("gs://bucket/xla") is None
+    assert store_beside(str(tmp_path)).root == tmp_path / program_store.SUBDIR
+    monkeypatch.setenv(program_store.ENV_SWITCH, "0")
+    assert store_beside(str(tmp_path)) is None
+
+
+def test_only_the_newest_stores_are_kept(tmp_path):
+    for n in range(program_store.KEEP_STORES + 2):
+        (tmp_path / f"old-{n}").mkdir()
+    store = ProgramStore(tmp_path)
+    store.save("k", jax.jit(toy, static_argnames="scale").lower(jax.numpy.ones(2), scale=1.0).compile())
+    kept = sorted(d.name for d in tmp_path.iterdir())
+    assert len(kept) == program_store.KEEP_STORES and store.directory.name in kept
+
+
+def test_llm_without_the_store_still_calls_programs_from_its_table(checkpoint_dir):
+    llm = LLM(checkpoint_dir("llama3"), compile_cache=False, **KNOBS)
+    assert llm.engine.runner.executables.store is None
+    out = llm.generate([[5, 9, 14]], SamplingParams(max_tokens=4, temperature=0))
+    assert len(out[0].outputs[0].token_ids) == 4 and llm.engine.runner.executables.table
