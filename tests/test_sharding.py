@@ -58,14 +58,18 @@ MATRIX = """
 import json
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.parallel.sharding import shard_shapes
+from jaxinfer.runtime.memory_maps import compile_count
 
 params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
 out = {}
 for tp, dp in [(1, 1)] + [tuple(m) for m in meshes]:
     llm = LLM(model, max_seq_len=64, max_num_seqs=2, decode_steps=1, tensor_parallel_size=tp, data_parallel_size=dp)
     w, lw = llm.weights, llm.weights.layers[0]
+    tokens = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    before = compile_count()
+    llm.generate(prompts, params)  # the same shapes again: each program's state comes back as it went in
     out[f"{tp}x{dp}"] = dict(
-        tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
+        tokens=tokens, recompiles=compile_count() - before,
         logits=llm.logits(prompts[0]).tolist(),
         cpu_kernels=llm.cpu_kernels,
         shards={name: shard_shapes(x) for name, x in dict(
@@ -93,6 +97,7 @@ def test_tp_dp_matrix_matches_unsharded(model_dir):
     for tp, dp in MESHES:
         run = out[f"{tp}x{dp}"]
         assert run["tokens"] == ref["tokens"], (tp, dp)
+        assert run["recompiles"] == 0, (tp, dp)
         np.testing.assert_allclose(run["logits"], ref["logits"], atol=1e-5, rtol=0, err_msg=f"tp={tp} dp={dp}")
         assert run["cpu_kernels"] is False  # FFI kernels cannot be partitioned: off on any mesh
         shards, kv = run["shards"], KV // tp if tp <= KV else KV  # kv heads < tp: every device holds all
