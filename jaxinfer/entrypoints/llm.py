@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -147,6 +148,8 @@ class LLM:
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)
+        # Importing transformers for the tokenizer takes ~1.8 s: done beside the weights' load.
+        tokenizer = ThreadPoolExecutor(1, thread_name_prefix="tokenizer").submit(load_tokenizer, self.model_dir)
         self.config, weights, self.layout = load_sharded(
             self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
             expert_parallel_size,
@@ -163,7 +166,7 @@ class LLM:
             kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
             mesh_layout=self.layout,
         )
-        self.tokenizer = load_tokenizer(self.model_dir)
+        self.tokenizer = tokenizer.result()
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         engine_config = EngineConfig(

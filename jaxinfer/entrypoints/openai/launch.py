@@ -259,7 +259,8 @@ def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[
             starting.compiled(done, total)
 
         count = llm.engine.warmup(on_program=compiled)
-        starting.say(f"{count} programs ready")
+        stored = int(llm.engine.runner.warmup_seconds.get("stored", 0))
+        starting.say(f"{count} programs ready, {stored} of them loaded untraced from the program store")
     return llm, kwargs
 
 
