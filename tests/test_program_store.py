@@ -56,6 +56,12 @@ def test_warm_start_loads_every_program_untraced_and_runs_the_same_tokens(tmp_pa
     assert warm["tokens"] == cold["tokens"]
     # no tracing left: making the arguments is all the calling thread does
     assert warm["seconds"]["trace"] < 0.5 * cold["seconds"]["trace"]
+    # A new store over a warm JAX cache, as after an upgrade: programs that cache held are not stored
+    # (XLA:CPU serializes them again without all of their code), and the next start runs the same tokens.
+    shutil.rmtree(tmp_path / "xla" / program_store.SUBDIR)
+    again = start(model, tmp_path / "xla", kernels)
+    after = start(model, tmp_path / "xla", kernels)
+    assert again["tokens"] == after["tokens"] == cold["tokens"] and after["compiles"] == 0
 
 
 def toy(x: jax.Array, scale: float) -> jax.Array:

@@ -3,13 +3,16 @@
 A program is found in the table by what changes between calls (the function, its static
 arguments, and the shapes of the arguments after its `fixed` ones, which are the same for a
 runner's life: weights, pools, row state); a call it does not hold loads it from the program
-store or traces, compiles and stores it first. A compiled program checks every argument's type
+store or traces, compiles and stores it first (a program JAX's persistent cache held is not
+stored: see `_compile_and_store`). A compiled program checks every argument's type
 against what it was compiled for, so a wrong table entry raises rather than runs. Warm-up fills
 the table (`plan` on the calling thread, the job it returns on a worker).
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -54,8 +57,7 @@ class Executables:
         key = self._call_key(program, static, dynamic)
         compiled = self.table.get(key)
         if compiled is None:
-            self.plan(program)()
-            compiled = self.table[key]
+            compiled = self.table[key] = self._compile_job(program, static, dynamic)()[0]
         return compiled(*program.args, **dynamic)
 
     def plan(self, program: Program) -> Callable[[], Loaded]:
@@ -114,7 +116,26 @@ def lower(program: Program) -> Any:
 
 
 def _compile_and_store(lowered: Any, store: ProgramStore | None, key: str | None) -> jax.stages.Compiled:
+    """Compile, and store the program unless it came from JAX's persistent cache: XLA:CPU serializes
+    such an executable without all of its code (the stored copy fails at run time, "Function ... not
+    found"), so only programs compiled here are stored."""
+    _watch_cache_hits()
+    _COMPILE.cache_hit = False
     compiled = lowered.compile()
-    if store is not None and key is not None:
+    if store is not None and key is not None and not _COMPILE.cache_hit:
         store.save(key, compiled)
     return compiled
+
+
+_COMPILE = threading.local()  # JAX reports a cache hit on the compiling thread, during compile()
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+
+
+def _note_cache_hit(event: str, **kwargs: Any) -> None:
+    if event == CACHE_HIT_EVENT:
+        _COMPILE.cache_hit = True
+
+
+@functools.cache
+def _watch_cache_hits() -> None:
+    jax.monitoring.register_event_listener(_note_cache_hit)
