@@ -101,6 +101,19 @@ def test_a_key_with_no_stable_text_is_never_stored():
     assert program_key(TOY, [jax.numpy.ones(2)], dict(scale=object()), {}) is None
 
 
+def test_a_program_jax_compiled_earlier_in_the_process_is_not_stored(tmp_path):
+    """A second compile of the same program returns jax's in-memory executable, which may have come
+    from JAX's persistent cache (XLA:CPU would serialize it without all of its code): only a
+    compile XLA ran then is stored."""
+    x, scale = jax.numpy.arange(3.0), SCALE + 1
+    Executables(None, toy_statics)(toy_program(x, scale))
+    store = ProgramStore(tmp_path)
+    assert not Executables(store, toy_statics).plan(toy_program(x, scale))().stored
+    assert not store.directory.exists() or not any(store.directory.iterdir())
+    Executables(store, toy_statics)(toy_program(x, scale + 1))  # compiled here and now: stored
+    assert len(list(store.directory.iterdir())) == 1
+
+
 def test_a_damaged_entry_is_removed_and_compiled_again(tmp_path, caplog):
     store = ProgramStore(tmp_path)
     x = jax.numpy.arange(6.0)

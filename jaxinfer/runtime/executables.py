@@ -3,8 +3,8 @@
 A program is found in the table by what changes between calls (the function, its static
 arguments, and the shapes of the arguments after its `fixed` ones, which are the same for a
 runner's life: weights, pools, row state); a call it does not hold loads it from the program
-store or traces, compiles and stores it first (a program JAX's persistent cache held is not
-stored: see `_compile_and_store`). A compiled program checks every argument's type
+store or traces, compiles and stores it first (only a program XLA compiled then is stored:
+see `_compile_and_store`). A compiled program checks every argument's type
 against what it was compiled for, so a wrong table entry raises rather than runs. Warm-up fills
 the table (`plan` on the calling thread, the job it returns on a worker).
 """
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxinfer.runtime.memory_maps import count_loaded, hold_programs
+from jaxinfer.runtime.memory_maps import COMPILE_EVENT, count_loaded, hold_programs
 from jaxinfer.runtime.program_store import ProgramStore, program_key
 
 
@@ -116,18 +116,25 @@ def lower(program: Program) -> Any:
 
 
 def _compile_and_store(lowered: Any, store: ProgramStore | None, key: str | None) -> jax.stages.Compiled:
-    """Compile, and store the program unless it came from JAX's persistent cache: XLA:CPU serializes
-    such an executable without all of its code (the stored copy fails at run time, "Function ... not
-    found"), so only programs compiled here are stored."""
-    _watch_cache_hits()
-    _COMPILE.cache_hit = False
+    """Compile, and store the program only if XLA compiled it here and then.
+
+    An executable XLA:CPU loaded from JAX's persistent cache serializes again without all of its
+    code (the stored copy fails at run time, "Function ... not found"). Such an executable also
+    comes back, with no cache event, when the same program is compiled again in the process
+    (jax's in-memory cache of compilations: e.g. a second engine on the same model). So the store
+    takes a program only on positive evidence: this thread saw the backend compile, and no
+    persistent-cache hit within it.
+    """
+    _watch_compiles()
+    _COMPILE.backend_compiled = _COMPILE.cache_hit = False
     compiled = lowered.compile()
-    if store is not None and key is not None and not _COMPILE.cache_hit:
+    fresh = _COMPILE.backend_compiled and not _COMPILE.cache_hit
+    if store is not None and key is not None and fresh:
         store.save(key, compiled)
     return compiled
 
 
-_COMPILE = threading.local()  # JAX reports a cache hit on the compiling thread, during compile()
+_COMPILE = threading.local()  # JAX reports both events on the compiling thread, during compile()
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 
@@ -136,6 +143,13 @@ def _note_cache_hit(event: str, **kwargs: Any) -> None:
         _COMPILE.cache_hit = True
 
 
+def _note_backend_compile(event: str, seconds: float, **kwargs: Any) -> None:
+    """Recorded around a compile or a persistent-cache load, never for jax's in-memory cache."""
+    if event == COMPILE_EVENT:
+        _COMPILE.backend_compiled = True
+
+
 @functools.cache
-def _watch_cache_hits() -> None:
+def _watch_compiles() -> None:
     jax.monitoring.register_event_listener(_note_cache_hit)
+    jax.monitoring.register_event_duration_secs_listener(_note_backend_compile)

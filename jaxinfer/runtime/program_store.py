@@ -12,7 +12,7 @@ read without tracing it:
 - the file: the function, its static arguments, and the tree, type, shape, dtype and sharding of
   every argument.
 
-Only programs compiled in the process are saved (runtime/executables: XLA:CPU re-serializes one
+Only programs XLA compiled then are saved (runtime/executables: XLA:CPU re-serializes one
 loaded from JAX's cache without all of its code). An entry also names the CPU kernels that were
 registered when it was saved (the FFI targets it may call): they are registered before it loads. The store lives beside JAX's cache and is on
 when that is (runtime/compile_cache), on one process, unless JAXINFER_PROGRAM_STORE=0 (what it
