@@ -12,6 +12,7 @@ from engine_runs import engine_ids
 from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.runtime.host_step import CATCH_UP_SPAN
 
 K = 3
 PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 40, 17, 9])]
@@ -93,6 +94,26 @@ def test_draft_catches_up_after_plain_calls(models, plain):
         for out in engine.step():
             ids[out.request_id] = ids.get(out.request_id, []) + list(out.outputs[0].token_ids)
     assert ids["greedy"] == plain[0]
+    metrics = engine.speculation_metrics()
+    assert metrics["accepted"] == metrics["drafted"] > 0
+
+
+def test_a_draft_further_behind_than_one_catch_up_drafts_only_once_caught_up(models):
+    """After more plain positions than one verify call's catch-up reads (CATCH_UP_SPAN), the row
+    first catches up drafting nothing: drafting past the gap in the draft's cache would have a
+    self-draft reject, and an adaptive plan would read the pair's acceptance as low."""
+    llm = make(models, "target")
+    engine = llm.engine
+    greedy = SamplingParams(max_tokens=96 - len(PROMPTS[0]) - 1, temperature=0, ignore_eos=True)
+    expected = engine_ids(make(models, None), PROMPTS[:1], greedy)[0]
+    plain_positions = CATCH_UP_SPAN + 12  # while the logprobs request runs, every call is plain
+    engine.add_request("logprobs", PROMPTS[3], SamplingParams(max_tokens=plain_positions, temperature=0,
+                                                              ignore_eos=True, logprobs=1))
+    engine.add_request("greedy", PROMPTS[0], greedy)
+    ids: list[int] = []
+    while engine.has_unfinished():
+        ids += [t for out in engine.step() if out.request_id == "greedy" for t in out.outputs[0].token_ids]
+    assert ids == expected
     metrics = engine.speculation_metrics()
     assert metrics["accepted"] == metrics["drafted"] > 0
 

@@ -70,6 +70,42 @@ def plain_steps_until_drafting(produce) -> int:
     return steps
 
 
+def test_a_new_request_counts_on_the_acceptance_the_pair_has_had():
+    """Unmeasured, a request counts on full acceptance until any row is measured; then on the
+    rows' moving average: after drafts that kept failing, a new request starts plain rather than
+    paying a measuring verify step (with a draft model, also the draft's read of its prompt)."""
+    speculator = Speculator(SpeculativeConfig(method="ngram", num_speculative_tokens=K))
+    for _ in range(2):  # a verify step costs 3 plain steps
+        speculator.measured.record_plain(1, 0.004, steps=4)
+        speculator.measured.record_verify(1, 0.003, draft_steps=0)
+    fresh = lambda name: Request(name, 0, None, LOOP, GREEDY, seed=0, stop_ids=())  # noqa: E731
+    assert speculator.plan([fresh("a")], rows=1) is not None
+    old = fresh("old")
+    for _ in range(4):
+        speculator.observe([old], np.array([K]), np.array([0]))
+    assert speculator.plan([fresh("b")], rows=1) is None
+    for _ in range(8):
+        speculator.observe([old], np.array([K]), np.array([K]))
+    assert speculator.plan([fresh("c")], rows=1) is not None
+
+
+def test_a_dear_measuring_call_waits_until_it_is_a_small_share_of_the_plain_steps():
+    costs = StepCosts(draft_cost=0.25)
+    for _ in range(2):
+        costs.record_plain(64, 0.008, steps=4)  # 2 ms a plain step
+    costs.record_probe(64, 0.060)
+    assert costs.probe_steps(64) == pytest.approx(30.0) and costs.probe_steps(1) is None
+    speculator = Speculator(SpeculativeConfig(method="ngram", num_speculative_tokens=K))
+    speculator.measured = costs
+    speculator.count_plain(64, REPROBE)
+    assert not speculator._reprobing(64, [])
+    speculator.count_plain(64, int(30 / speculation.PROBE_SHARE) - REPROBE)
+    assert speculator._reprobing(64, [])
+    costs.record_probe(64, 0.001)  # half a plain step: the fixed period
+    speculator.plain_run[64] = REPROBE
+    assert speculator._reprobing(64, [])
+
+
 @pytest.fixture(autouse=True)
 def short_reprobe(monkeypatch):
     monkeypatch.setattr(speculation, "REPROBE_STEPS", REPROBE)

@@ -7,8 +7,8 @@ verify step; the host plans only how many tokens each row drafts. Each row draft
 length: a moving average of its acceptance and a cost model, so speculation switches itself off as the batch grows or where a
 verify step costs more than its accepted tokens save. The cost model is what the engine measured
 of its own steps at this batch size (`step_costs`; unless `calibrate=False`), the heuristic of
-`speculative.costs` until then. After REPROBE_STEPS plain steps in a row at one batch size, one
-verify step drafts what it can: it measures the rows' acceptance and the verify cost again, so a
+`speculative.costs` until then. After REPROBE_STEPS plain steps in a row at one batch size (more
+where a measuring call is dear: PROBE_SHARE), one verify step drafts what it can: it measures the rows' acceptance and the verify cost again, so a
 request whose text starts repeating (or a machine that got less busy) switches speculation back on.
 A call that measures (a row's first verify step, or the reprobe) runs one round, however many a
 draft model or head could run: `measuring`.
@@ -29,6 +29,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.step_costs import StepCosts
 from jaxinfer.engine.suffix_cache import SuffixDrafter
+from jaxinfer.runtime.host_step import CATCH_UP_SPAN
 from jaxinfer.speculative.acceptance_summary import SpecMetrics
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.round_plan import CostModel, heuristic_costs, on_host, round_cost, round_plan
@@ -38,10 +39,14 @@ if TYPE_CHECKING:  # the drafts' weights and shapes are the runner's; the plan r
     from jaxinfer.speculative.eagle import EagleConfig, EagleParams
 
 # Plain decode steps in a row (at one row bucket; a multi-step call counts each) before a measuring
-# verify step. A measuring round costs a draft model ~7 plain steps at batch 1 on a CPU (one round,
-# the catch-up on the positions decoded plainly): every 32 steps made a weak pair 0.76x plain, every
-# 128 (16 default multi-step calls, the count before it was kept in steps) 0.95x.
+# verify step, at least. A measuring round costs a draft model ~7 plain steps at batch 1 on a CPU (one
+# round, the catch-up on the positions decoded plainly): every 32 steps made a weak pair 0.76x plain,
+# every 128 (16 default multi-step calls, the count before it was kept in steps) 0.95x.
 REPROBE_STEPS = 128
+# And at most this share of a bucket's time goes to measuring calls while speculation is off: at 64
+# rows a measuring call, the draft's catch-up for every row included, cost 20-30 plain steps, and
+# reprobing every 128 steps held a weak pair 10-17% below plain.
+PROBE_SHARE = 0.03
 
 
 def common_prefix(draft: np.ndarray, tokens: np.ndarray) -> int:
@@ -110,6 +115,9 @@ class Speculator:
         # plan's row bucket declined because drafting could not pay (it reprobes later).
         self.disabled_reason: str | None = None
         self.unpaid = False
+        # Every row's outcomes folded into one moving average: what a new request's drafts are
+        # expected to do until its own are measured (None: nothing measured yet, count on all).
+        self.pair_acceptance: float | None = None
 
     @property
     def k_max(self) -> int:
@@ -136,7 +144,8 @@ class Speculator:
             return None
         if self.config.adaptive and self.measured is not None and self.measured.needs_plain(rows):
             return None  # verify steps are timed: time plain ones too, which they must beat
-        if self.config.adaptive and self._cannot_pay(rows) and not self._reprobing(rows):
+        reprobe = self._reprobing(rows, requests)
+        if self.config.adaptive and self._cannot_pay(rows) and not reprobe:
             self.unpaid = True  # no lookup or plan until the reprobe
             return None
         most = self.k_max if most is None else min(most, self.k_max)
@@ -151,17 +160,22 @@ class Speculator:
             available = np.asarray([len(d) for d in drafts], np.int32)
             if not any(available):
                 return None
-            lengths = self._planned_lengths(requests, available, rows)
-            self.measuring = self._reprobing(rows) or any(
-                k and r.spec_acceptance is None for r, k in zip(requests, lengths)
-            )
+            lengths = available if reprobe else self._planned_lengths(requests, available, rows)
+            self.measuring = reprobe or any(k and r.spec_acceptance is None for r, k in zip(requests, lengths))
             if not any(lengths) and config.drafts_on_host:
                 self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}
             drafts = [d[:k] for d, k in zip(drafts, lengths)]
-            if any(lengths):
-                self.plain_run[rows] = 0
             self.unpaid = not any(lengths)
-        return drafts if any(len(d) for d in drafts) else None
+        if not any(len(d) for d in drafts):
+            return None
+        # A row whose draft is further behind than one call's catch-up would draft past a gap in its
+        # draft's cache, and its acceptance would read low: it catches up first, drafting nothing.
+        behind = [len(d) > 0 and self._lag(r) > CATCH_UP_SPAN for r, d in zip(requests, drafts)]
+        drafts = [d[:0] if late else d for d, late in zip(drafts, behind)]
+        self.measuring |= any(behind)  # a catch-up call runs one round
+        if config.adaptive and any(len(d) for d in drafts) and not any(behind):
+            self.plain_run[rows] = 0  # a reprobe goes on while any of its rows catches up
+        return drafts
 
     def _host_draft(self, request: Request, k: int) -> np.ndarray:
         """At most k tokens from the request's tokens (n-gram) or the suffix trees (suffix)."""
@@ -174,9 +188,20 @@ class Speculator:
         """An all-decode call at this row bucket decoded `steps` steps plainly (toward the reprobe)."""
         self.plain_run[rows] = self.plain_run.get(rows, 0) + steps
 
-    def _reprobing(self, rows: int) -> bool:
-        """True when this bucket ran REPROBE_STEPS plain steps in a row: every row drafts once."""
-        return self.plain_run.get(rows, 0) >= REPROBE_STEPS
+    def _lag(self, request: Request) -> int:
+        """Positions the request's draft model or head has not read (none for host drafts)."""
+        return 0 if self.config.drafts_on_host else request.num_computed - request.draft_computed
+
+    def _reprobing(self, rows: int, requests: list[Request]) -> bool:
+        """True when this bucket ran REPROBE_STEPS plain steps in a row and measuring again costs at
+        most PROBE_SHARE of them (a call per CATCH_UP_SPAN positions its drafts have not read, priced
+        as its last one-round call): every row drafts once."""
+        plain = self.plain_run.get(rows, 0)
+        probe = None if self.measured is None else self.measured.probe_steps(rows)
+        if plain < REPROBE_STEPS or probe is None:
+            return plain >= REPROBE_STEPS
+        calls = max(1, -(-max(map(self._lag, requests), default=0) // CATCH_UP_SPAN))
+        return probe * calls <= PROBE_SHARE * plain
 
     def _cannot_pay(self, rows: int) -> bool:
         """True when even every draft accepted would not beat plain steps at this bucket's costs
@@ -188,12 +213,13 @@ class Speculator:
     def _planned_lengths(self, requests: list[Request], available: np.ndarray, rows: int) -> np.ndarray:
         """The batch's round plan from each row's acceptance and what it can draft (all 0: plain).
 
-        A row not measured yet counts on full acceptance, as in the on-device loop: its first
-        verify step finds out. After REPROBE_STEPS plain steps every row drafts what it can, once.
+        A row not measured yet counts on the acceptance the engine's rows have had (full acceptance
+        before any was measured): where the pair's drafts have been failing, a new request starts
+        plain instead of paying a measuring round and the draft's read of its prompt. After
+        REPROBE_STEPS plain steps every row drafts what it can, once, which measures it.
         """
-        if self._reprobing(rows):
-            return available
-        accept = np.asarray([1.0 if r.spec_acceptance is None else r.spec_acceptance for r in requests])
+        prior = 1.0 if self.pair_acceptance is None else self.pair_acceptance
+        accept = np.asarray([prior if r.spec_acceptance is None else r.spec_acceptance for r in requests])
         greedy = all(r.params.temperature <= 0 for r in requests)
         return round_plan(
             np.repeat(accept[:, None], self.k_max, axis=1).astype(np.float32), available,
@@ -249,10 +275,14 @@ class Speculator:
         if not drafted:
             return
         rate = accepted / (accepted + (accepted < drafted))  # n passed, and one failed unless all did
-        # The first measurement replaces the initial guess (as in the on-device loop).
-        old = rate if request.spec_acceptance is None else request.spec_acceptance
         decay = self.config.acceptance_decay
-        request.spec_acceptance = decay * old + (1 - decay) * rate
+        request.spec_acceptance = _moving(request.spec_acceptance, rate, decay)
+        self.pair_acceptance = _moving(self.pair_acceptance, rate, decay)
+
+
+def _moving(average: float | None, rate: float, decay: float) -> float:
+    """A moving average with one more outcome; the first replaces the initial guess (as in the on-device loop)."""
+    return rate if average is None else decay * average + (1 - decay) * rate
 
 
 def zero_counts(k_max: int) -> dict:

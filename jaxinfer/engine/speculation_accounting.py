@@ -60,3 +60,5 @@ def record_decode_time(speculator: Speculator, host: HostStep, out: "StepOutputs
     else:
         draft_steps = int(np.max(host.num_drafts)) if time.draft_model else 0
         speculator.measured.record_verify(time.rows, seconds / ran, draft_steps)
+        if host.num_rounds == 1:
+            speculator.measured.record_probe(time.rows, time.seconds)

@@ -43,6 +43,7 @@ class StepCosts:
         self.draft_cost = draft_cost  # draft steps relative to a plain step (0 for n-gram lookup)
         self._plain: dict[int, collections.deque] = {}
         self._verify: dict[int, collections.deque] = {}
+        self._probe: dict[int, float] = {}  # seconds of the last one-round verify call, per row bucket
 
     def record_plain(self, rows: int, seconds: float, steps: int) -> None:
         """A plain call over `rows` (bucketed) rows that ran `steps` decode steps."""
@@ -52,6 +53,17 @@ class StepCosts:
     def record_verify(self, rows: int, seconds: float, draft_steps: int) -> None:
         """A verify step over `rows` rows whose drafts took `draft_steps` draft-model steps."""
         _add(self._verify, rows, (seconds, draft_steps))
+
+    def record_probe(self, rows: int, seconds: float) -> None:
+        """A verify call that ran one round (a measuring call: with a draft model or head, its
+        catch-up on the positions decoded plainly included), whole."""
+        self._probe[rows] = seconds
+
+    def probe_steps(self, rows: int) -> float | None:
+        """The last measuring call at this row bucket in plain steps, or None until both are timed."""
+        if rows not in self._probe or not _ready(self._plain, rows):
+            return None
+        return self._probe[rows] / min(list(self._plain[rows])[1:])
 
     def needs_plain(self, rows: int) -> bool:
         """True when verify steps at this row bucket are timed and plain steps not yet."""
