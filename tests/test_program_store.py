@@ -114,6 +114,21 @@ def test_a_program_jax_compiled_earlier_in_the_process_is_not_stored(tmp_path):
     assert len(list(store.directory.iterdir())) == 1
 
 
+def test_programs_from_the_store_are_compiled_again_after_one_fails_for_lack_of_its_code(tmp_path):
+    """XLA's missing-code error from a call means a stored copy is damaged in a way loading cannot
+    see: every program the table loaded from the store leaves the store and the table."""
+    store, x = ProgramStore(tmp_path), jax.numpy.arange(4.0)
+    Executables(store, toy_statics)(toy_program(x, SCALE + 2))
+    table = Executables(store, toy_statics)
+    assert table.plan(toy_program(x, SCALE + 2))().stored
+    assert not table.distrust_store_after(RuntimeError("RESOURCE_EXHAUSTED: out of memory"))
+    missing = RuntimeError("NOT_FOUND: Function slice_bitcast-convert_fusion.5 not found (type id: 1)")
+    assert table.distrust_store_after(missing)
+    assert not table.table and not any(store.directory.iterdir())
+    assert np.array_equal(table(toy_program(x, SCALE + 2)), (SCALE + 2) * np.arange(4.0))
+    assert not table.distrust_store_after(missing)  # nothing loaded from the store any more
+
+
 def test_a_damaged_entry_is_removed_and_compiled_again(tmp_path, caplog):
     store = ProgramStore(tmp_path)
     x = jax.numpy.arange(6.0)

@@ -12,6 +12,8 @@ the table (`plan` on the calling thread, the job it returns on a worker).
 from __future__ import annotations
 
 import functools
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +24,8 @@ import numpy as np
 
 from jaxinfer.runtime.memory_maps import COMPILE_EVENT, count_loaded, hold_programs
 from jaxinfer.runtime.program_store import ProgramStore, program_key
+
+log = logging.getLogger(__name__)
 
 
 class Program(NamedTuple):
@@ -46,10 +50,26 @@ class Executables:
     def __init__(self, store: ProgramStore | None, static_argnames: Callable[[Callable], tuple[str, ...]]):
         self.store, self.static_argnames = store, static_argnames
         self.table: dict[tuple, jax.stages.Compiled] = {}
+        self.from_store: dict[tuple, str] = {}  # table entries loaded from the store, with their store keys
         hold_programs(self)  # memory_maps.drop_compiled_programs empties it
 
     def clear(self) -> None:
         self.table.clear()
+        self.from_store.clear()
+
+    def distrust_store_after(self, error: BaseException) -> bool:
+        """After a call failed with XLA's missing-code error (a stored copy that lacks part of its
+        program: see `_compile_and_store`), remove every program this table loaded from the store,
+        from the store and the table, so the next calls compile them; True when it did."""
+        if not self.from_store or not MISSING_CODE.search(str(error)):
+            return False
+        log.error("a program loaded from the program store failed (%s); its %d stored programs are removed and "
+                  "compile again", error, len(self.from_store))
+        for call_key, store_key in self.from_store.items():
+            self.store.remove(store_key)
+            self.table.pop(call_key, None)
+        self.from_store.clear()
+        return True
 
     def __call__(self, program: Program) -> Any:
         """Run the program (made ready first if the table lacks it)."""
@@ -57,7 +77,7 @@ class Executables:
         key = self._call_key(program, static, dynamic)
         compiled = self.table.get(key)
         if compiled is None:
-            compiled = self.table[key] = self._compile_job(program, static, dynamic)()[0]
+            compiled = self._fill(key, *self._compile_job(program, static, dynamic)())
         return compiled(*program.args, **dynamic)
 
     def plan(self, program: Program) -> Callable[[], Loaded]:
@@ -71,11 +91,18 @@ class Executables:
 
         def job() -> Loaded:
             began = time.perf_counter()
-            compiled, stored = compile_job()
-            self.table[call_key] = compiled
-            return Loaded(time.perf_counter() - began, stored)
+            compiled, stored_key = compile_job()
+            self._fill(call_key, compiled, stored_key)
+            return Loaded(time.perf_counter() - began, stored_key is not None)
 
         return job
+
+    def _fill(self, call_key: tuple, compiled: jax.stages.Compiled, stored_key: str | None) -> jax.stages.Compiled:
+        """Put a ready program in the table (stored_key: the store's, where it was loaded from there)."""
+        self.table[call_key] = compiled
+        if stored_key is not None:
+            self.from_store[call_key] = stored_key
+        return compiled
 
     def compiled(self, program: Program) -> jax.stages.Compiled:
         """The program compiled (or loaded), not kept in the table: e.g. to read its memory analysis."""
@@ -84,18 +111,19 @@ class Executables:
 
     def _compile_job(
         self, program: Program, static: dict, dynamic: dict
-    ) -> Callable[[], tuple[jax.stages.Compiled, bool]]:
+    ) -> Callable[[], tuple[jax.stages.Compiled, str | None]]:
+        """A job making the program ready: (compiled, its store key where it was loaded from the store)."""
         key = None if self.store is None else program_key(program.function, program.args, static, dynamic)
         if key is not None and self.store.has(key):
-            def load() -> tuple[jax.stages.Compiled, bool]:
+            def load() -> tuple[jax.stages.Compiled, str | None]:
                 compiled = self.store.load(key)
                 if compiled is None:  # removed or unreadable since `has`: compile it after all
-                    return _compile_and_store(lower(program), self.store, key), False
+                    return _compile_and_store(lower(program), self.store, key), None
                 count_loaded()
-                return compiled, True
+                return compiled, key
             return load
         lowered = lower(program)
-        return lambda: (_compile_and_store(lowered, self.store, key), False)
+        return lambda: (_compile_and_store(lowered, self.store, key), None)
 
     def _split(self, program: Program) -> tuple[dict, dict]:
         """The keyword arguments as (static, dynamic)."""
@@ -134,6 +162,8 @@ def _compile_and_store(lowered: Any, store: ProgramStore | None, key: str | None
     return compiled
 
 
+# XLA:CPU's error when an executable lacks a function it calls (a stored copy missing part of its code)
+MISSING_CODE = re.compile(r"NOT_FOUND: Function \S+ not found")
 _COMPILE = threading.local()  # JAX reports both events on the compiling thread, during compile()
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 

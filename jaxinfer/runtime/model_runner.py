@@ -208,15 +208,25 @@ class ModelRunner:
         shipped = [a for a in program.args[FIXED_ARGS:] if not any(a is mask for mask in self.free_masks.values())]
         self.input_bytes = sum(int(leaf.nbytes) for leaf in jax.tree.leaves(shipped)) + self.table_bytes
         lap("inputs")
-        out, self.pages, self.state, draft = self.executables(program)
+        try:
+            out, self.pages, self.state, draft = self.executables(program)
+        except Exception as error:
+            self.executables.distrust_store_after(error)
+            raise
         lap("dispatch")
         if "draft" in program.kwargs:  # the draft's pool went in, so its successor came out
             self.draft = draft
         return out
 
     def read(self, packed: Any) -> StepOutputs:
-        """A dispatched step's outputs as NumPy (waits for the device)."""
-        return unpack_host(to_host(packed))
+        """A dispatched step's outputs as NumPy (waits for the device). A program that fails for
+        lack of its own code (a damaged stored copy) has every stored program of the runner
+        compiled again from the next call on."""
+        try:
+            return unpack_host(to_host(packed))
+        except Exception as error:
+            self.executables.distrust_store_after(error)
+            raise
 
     def programs(self, hosts: list[HostStep]) -> list[Callable[[], Program]]:
         """Every program the engine may run, as thunks: the step programs of `hosts` (one padding step

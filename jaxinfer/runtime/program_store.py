@@ -13,7 +13,8 @@ read without tracing it:
   every argument.
 
 Only programs XLA compiled then are saved (runtime/executables: XLA:CPU re-serializes one
-loaded from JAX's cache without all of its code). An entry also names the CPU kernels that were
+loaded from JAX's cache without all of its code), and a copy that fails at run time for lack of
+its code has the runner's stored programs removed and compiled again. An entry also names the CPU kernels that were
 registered when it was saved (the FFI targets it may call): they are registered before it loads. The store lives beside JAX's cache and is on
 when that is (runtime/compile_cache), on one process, unless JAXINFER_PROGRAM_STORE=0 (what it
 cannot see is code changed in memory: a patched traced function needs the store off, as the test
@@ -159,6 +160,10 @@ class ProgramStore:
                         path, type(err).__name__, err)
             path.unlink(missing_ok=True)
             return None
+
+    def remove(self, key: str) -> None:
+        """Drop an entry (one that failed at run time), if it is there."""
+        self._path(key).unlink(missing_ok=True)
 
     def save(self, key: str, compiled: jax.stages.Compiled) -> bool:
         """Store a compiled program (written whole, then renamed: readers never see part of one)."""
