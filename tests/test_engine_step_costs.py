@@ -101,7 +101,7 @@ def test_a_dear_measuring_call_waits_until_it_is_a_small_share_of_the_plain_step
     assert not speculator._reprobing(64, [])
     speculator.count_plain(64, int(30 / speculation.PROBE_SHARE) - REPROBE)
     assert speculator._reprobing(64, [])
-    costs.record_probe(64, 0.001)  # half a plain step: the fixed period
+    costs.record_probe(64, 0.002 * REPROBE * speculation.PROBE_SHARE / 2)  # cheap: the fixed period
     speculator.plain_run[64] = REPROBE
     assert speculator._reprobing(64, [])
 
