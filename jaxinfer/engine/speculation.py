@@ -8,8 +8,9 @@ length: a moving average of its acceptance and a cost model, so speculation swit
 verify step costs more than its accepted tokens save. The cost model is what the engine measured
 of its own steps at this batch size (`step_costs`; unless `calibrate=False`), the heuristic of
 `speculative.costs` until then. After REPROBE_STEPS plain steps in a row at one batch size (more
-where a measuring call is dear: PROBE_SHARE), one verify step drafts what it can: it measures the rows' acceptance and the verify cost again, so a
-request whose text starts repeating (or a machine that got less busy) switches speculation back on.
+where a measuring call is dear: PROBE_SHARE), one verify step drafts what it can: it measures the
+rows' acceptance and the verify cost again, so a request whose text starts repeating (or a
+machine that got less busy) switches speculation back on.
 A call that measures (a row's first verify step, or the reprobe) runs one round, however many a
 draft model or head could run: `measuring`.
 Plain sampling features the verify step does not implement (penalties, logprobs) make the
@@ -148,24 +149,9 @@ class Speculator:
         if self.config.adaptive and self._cannot_pay(rows) and not reprobe:
             self.unpaid = True  # no lookup or plan until the reprobe
             return None
-        most = self.k_max if most is None else min(most, self.k_max)
-        room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, most)  # never past max_tokens
-        config = self.config
-        if not config.drafts_on_host:  # placeholders: the draft model or head fills them on the device
-            # Not for constrained rows: their drafts would need masks the host cannot make in advance.
-            drafts = [np.zeros(0 if r.grammar is not None else k, np.int32) for r, k in zip(requests, room)]
-        else:
-            drafts = [self._host_draft(r, int(k)) if k else np.zeros(0, np.int32) for r, k in zip(requests, room)]
-        if config.adaptive:
-            available = np.asarray([len(d) for d in drafts], np.int32)
-            if not any(available):
-                return None
-            lengths = available if reprobe else self._planned_lengths(requests, available, rows)
-            self.measuring = reprobe or any(k and r.spec_acceptance is None for r, k in zip(requests, lengths))
-            if not any(lengths) and config.drafts_on_host:
-                self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}
-            drafts = [d[:k] for d, k in zip(drafts, lengths)]
-            self.unpaid = not any(lengths)
+        drafts = self._candidates(requests, self.k_max if most is None else min(most, self.k_max))
+        if self.config.adaptive:
+            drafts = self._adaptive(requests, drafts, rows, reprobe)
         if not any(len(d) for d in drafts):
             return None
         # A row whose draft is further behind than one call's catch-up would draft past a gap in its
@@ -173,9 +159,33 @@ class Speculator:
         behind = [len(d) > 0 and self._lag(r) > CATCH_UP_SPAN for r, d in zip(requests, drafts)]
         drafts = [d[:0] if late else d for d, late in zip(drafts, behind)]
         self.measuring |= any(behind)  # a catch-up call runs one round
-        if config.adaptive and any(len(d) for d in drafts) and not any(behind):
+        if self.config.adaptive and any(len(d) for d in drafts) and not any(behind):
             self.plain_run[rows] = 0  # a reprobe goes on while any of its rows catches up
         return drafts
+
+    def _candidates(self, requests: list[Request], most: int) -> list[np.ndarray]:
+        """What each row could draft: host drafts (n-gram, suffix), or placeholders a draft model or
+        head fills on the device; at most `most`, never past max_tokens."""
+        room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, most)
+        if self.config.drafts_on_host:
+            return [self._host_draft(r, int(k)) if k else np.zeros(0, np.int32) for r, k in zip(requests, room)]
+        # Not for constrained rows: their drafts would need masks the host cannot make in advance.
+        return [np.zeros(0 if r.grammar is not None else k, np.int32) for r, k in zip(requests, room)]
+
+    def _adaptive(
+        self, requests: list[Request], drafts: list[np.ndarray], rows: int, reprobe: bool
+    ) -> list[np.ndarray]:
+        """The candidates cut to the plan's lengths (all of them on a reprobe); host drafts the plan
+        declined are kept for `observe_plain`."""
+        available = np.asarray([len(d) for d in drafts], np.int32)
+        if not any(available):
+            return drafts
+        lengths = available if reprobe else self._planned_lengths(requests, available, rows)
+        self.measuring = reprobe or any(k and r.spec_acceptance is None for r, k in zip(requests, lengths))
+        if not any(lengths) and self.config.drafts_on_host:
+            self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}
+        self.unpaid = not any(lengths)
+        return [d[:k] for d, k in zip(drafts, lengths)]
 
     def _host_draft(self, request: Request, k: int) -> np.ndarray:
         """At most k tokens from the request's tokens (n-gram) or the suffix trees (suffix)."""
