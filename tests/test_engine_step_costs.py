@@ -10,8 +10,9 @@ import pytest
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.engine import speculation
 from jaxinfer.engine.request import Request
-from jaxinfer.engine.speculation import Speculator
+from jaxinfer.engine.speculation import EngineDraft, Speculator
 from jaxinfer.engine.step_costs import StepCosts, spread_host_share
+from jaxinfer.runtime.host_step import CATCH_UP_SPAN
 
 K = 3
 LOOP = [21, 22, 23, 24, 25, 26] * 4  # prompt lookup drafts it all, every draft accepted
@@ -104,6 +105,22 @@ def test_a_dear_measuring_call_waits_until_it_is_a_small_share_of_the_plain_step
     costs.record_probe(64, 0.002 * REPROBE * speculation.PROBE_SHARE / 2)  # cheap: the fixed period
     speculator.plain_run[64] = REPROBE
     assert speculator._reprobing(64, [])
+
+
+def test_a_row_far_behind_its_draft_catches_up_only_on_a_reprobe():
+    """A row decoded plainly for more positions than one call's catch-up reads would cost catch-up
+    calls the plan cannot price before it drafts (at a row bucket first met, e.g. a batch's tail,
+    each cost a CPU ~30 plain steps): outside a reprobe it stays plain, on one it catches up."""
+    speculator = Speculator(SpeculativeConfig(method="draft", draft_model="unused", num_speculative_tokens=K),
+                            EngineDraft(cfg=None, weights=None, cost=0.25))
+    request = Request("far", 0, None, LOOP, GREEDY, seed=0, stop_ids=())
+    request.num_computed = len(LOOP)
+    assert speculator.plan([request], rows=1) is not None  # its draft read the prompt: caught up
+    request.num_computed += CATCH_UP_SPAN + 1  # decoded plainly past one catch-up's reach
+    assert speculator.plan([request], rows=1) is None
+    speculator.count_plain(1, REPROBE)
+    drafts = speculator.plan([request], rows=1)
+    assert [len(d) for d in drafts] == [0] and speculator.measuring  # a one-round catch-up call
 
 
 @pytest.fixture(autouse=True)
