@@ -111,14 +111,15 @@ def batch_of(prompts: list, batch: int) -> list:
 def round_robin_times(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[list[float], Any]]:
     """Warm every run up once (compilation), then time them round-robin; wall times per round and last result each.
 
-    Interleaving keeps a burst of load from other processes from landing on one engine only.
+    Interleaving keeps a burst of load from other processes from landing on one engine only, and
+    every other round runs them in reverse, so no engine always follows the same one.
     """
     results = {name: run() for name, run in runs.items()}
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
+    for round_ in range(repeats):
+        for name in list(runs) if round_ % 2 == 0 else list(runs)[::-1]:
             start = time.perf_counter()
-            results[name] = run()
+            results[name] = runs[name]()
             times[name].append(time.perf_counter() - start)
     return {name: (times[name], results[name]) for name in runs}
 
