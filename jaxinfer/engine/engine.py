@@ -249,12 +249,12 @@ class LLMEngine:
     def warmup(
         self, progress: bool = False, threads: int | None = None, on_program: Callable[[int, int], None] | None = None
     ) -> int:
-        """Compile every step shape the knobs allow (default sampling variant); returns how many were compiled.
+        """Compile every program the knobs allow (see `program_count`); returns how many were made ready.
 
-        Padding-only batches run through each program, so nothing is written to the cache.
-        `progress` shows a bar on stderr (a serve start compiles a hundred or more programs).
-        threads: programs compiled at once (default 1 on CPU, else up to 8; see engine/warmup.py).
-        on_program(done, total) is called as programs are compiled (a server reports it on /health).
+        Programs are compiled (or loaded from the program store), not run, so nothing is written to
+        the cache. `progress` shows a bar on stderr. threads: programs compiled at once (default one
+        per core, up to 8; see runtime/warmup.py). on_program(done, total) is called as programs
+        are made ready (a server reports it on /health).
         """
         return self.runner.warm_up(self.step_hosts(), progress, threads, on_program)
 
