@@ -158,10 +158,11 @@ class Speculator:
         # draft's cache, and its acceptance would read low: it catches up first, drafting nothing.
         behind = [len(d) > 0 and self._lag(r) > CATCH_UP_SPAN for r, d in zip(requests, drafts)]
         drafts = [d[:0] if late else d for d, late in zip(drafts, behind)]
-        if self.config.adaptive and not reprobe and not any(len(d) for d in drafts):
+        drafting = any(len(d) for d in drafts)
+        if self.config.adaptive and not reprobe and not drafting:
             return None  # catch-up calls the plan cannot price: only a reprobe (priced) pays for them
         self.measuring |= any(behind)  # a catch-up call runs one round
-        if self.config.adaptive and any(len(d) for d in drafts) and not any(behind):
+        if self.config.adaptive and drafting and not any(behind):
             self.plain_run[rows] = 0  # a reprobe goes on while any of its rows catches up
         return drafts
 

@@ -14,11 +14,12 @@ read without tracing it:
 
 Only programs XLA compiled then are saved (runtime/executables: XLA:CPU re-serializes one
 loaded from JAX's cache without all of its code), and a copy that fails at run time for lack of
-its code has the runner's stored programs removed and compiled again. An entry also names the CPU kernels that were
-registered when it was saved (the FFI targets it may call): they are registered before it loads. The store lives beside JAX's cache and is on
-when that is (runtime/compile_cache), on one process, unless JAXINFER_PROGRAM_STORE=0 (what it
-cannot see is code changed in memory: a patched traced function needs the store off, as the test
-suite has it). Only the newest stores are kept.
+its code has the runner's stored programs removed and compiled again. An entry also names the
+CPU kernels that were registered when it was saved (the FFI targets it may call): they are
+registered before it loads. The store lives beside JAX's cache and is on when that is
+(runtime/compile_cache), on one process, unless JAXINFER_PROGRAM_STORE=0 (what it cannot see is
+code changed in memory: a patched traced function needs the store off, as the test suite has
+it). Only the newest stores are kept.
 """
 
 from __future__ import annotations
