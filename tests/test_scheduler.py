@@ -85,3 +85,34 @@ def test_streams_are_paced_by_the_measured_step_time():
     for _ in range(3):  # then steady steps of which 3 fit in a burst: the median forgets the outlier
         scheduler.observe_decode(seconds=8 * STREAM_BURST_SECONDS / 3.5, steps=8)
     assert scheduler.schedule().num_steps == 3
+
+
+def test_a_chained_call_reserves_pages_for_both_calls():
+    """Async scheduling: the call behind one in flight holds pages for the positions both can reach."""
+    blocks = BlockManager(64, PAGE, "model")
+    scheduler = Scheduler(SchedulerConfig(4, 64, 4, decode_steps=4), blocks)
+    scheduler.running = [decoding(blocks, "a", 6), decoding(blocks, "b", 6)]
+    flight = scheduler.schedule()  # positions 5..8 of each
+    chained = scheduler.chain(flight)
+    assert chained is not None and chained.num_steps == 4 and chained.all_decode
+    assert [row.start for row in chained.decodes] == [9, 9]  # placeholders: where the flight would leave them
+    assert all(len(row.request.pages) == blocks.pages_for(5 + 8) for row in chained.decodes)  # positions <= 12
+
+
+def test_no_call_is_chained_when_the_next_one_needs_the_landed_tokens():
+    blocks = BlockManager(64, PAGE, "model")
+    scheduler = Scheduler(SchedulerConfig(4, 64, 4, decode_steps=4), blocks)
+    scheduler.running = [decoding(blocks, "a", 6), decoding(blocks, "b", 6, max_tokens=3)]
+    flight = scheduler.schedule()
+    scheduler.add(Request("c", 0, None, [3, 4, 5], SamplingParams(max_tokens=4), 0, ()))
+    assert scheduler.chain(flight) is None  # "c" can be admitted once the flight lands
+    scheduler.waiting.clear()
+    assert scheduler.chain(flight, least_steps=5) is None  # a GPU's one-step call is not chained
+    scheduler.running[0].params = SamplingParams(max_tokens=5)  # "a" ends within the flight too (at 10 tokens)
+    assert scheduler.chain(flight) is None  # nobody decodes past the flight
+
+
+def test_a_short_pool_chains_nothing_rather_than_preempt():
+    scheduler = full_pool_scheduler(num_tokens=6)
+    flight = scheduler.schedule()
+    assert scheduler.chain(flight) is None and scheduler.num_preemptions == 0

@@ -34,6 +34,10 @@ class EngineConfig:
     # the device runs while the host detokenizes, builds outputs and the caller handles them; each
     # step() then returns the outputs of the call before it. False: a call's outputs from its own step().
     overlap_outputs: bool = True
+    # With overlap_outputs: a multi-step decode call whose rows go on decoding has the next one
+    # started behind it before it lands, on the tokens and lengths the device carries (vLLM's
+    # async_scheduling), so the device does not wait while the host lands, schedules and builds.
+    async_scheduling: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens", "max_prefill_seqs", "decode_steps",

@@ -28,7 +28,14 @@ from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
 from jaxinfer.engine.speculation_accounting import DecodeTime, observe_drafts, record_decode_time
 from jaxinfer.engine.step_accounting import decode_iterations, token_slots
 from jaxinfer.engine.step_apply import advance_request
-from jaxinfer.engine.step_builder import build_step, build_verify_step, profile_steps, warmup_steps
+from jaxinfer.engine.step_builder import (
+    build_chained_step,
+    build_step,
+    build_verify_step,
+    landed_rows,
+    profile_steps,
+    warmup_steps,
+)
 from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.speculative.config import SpeculativeConfig
@@ -80,6 +87,7 @@ class LLMEngine:
         self.structured = StructuredOutputs(tokenizer, self.model_config.vocab_size, self.model_config.eos_token_ids)
         self.stats = EngineMetrics()
         self.in_flight: InFlight | None = None  # the device call started and not yet landed
+        self.chained: InFlight | None = None  # inside step(): the call started behind in_flight (async_scheduling)
 
     def add_request(
         self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
@@ -152,15 +160,22 @@ class LLMEngine:
         started (waits for it, appends its tokens), then starts the next one, scheduled on what
         just landed, and only then detokenizes and builds the outputs of the landed call, while
         the device runs: each step() returns the outputs of the call before it. Without it a call
-        starts and lands in the same step().
+        starts and lands in the same step(). With async_scheduling too, when the call in flight is
+        a multi-step decode whose rows go on decoding, the next call starts before it lands, on the
+        tokens and lengths the device carries (`Scheduler.chain`): the device never waits for the
+        host between such calls.
 
         final_only (vLLM's FINAL_ONLY output kind, for every request of this step; add_request
         sets it per request): outputs only for the requests that finished, each whole (all that
         no earlier step returned), and no per-step deltas built for the others.
         """
         clock = StepClock()
-        touched, self.pending = self.pending | self._land(clock), set()
-        touched |= self._launch(clock)
+        touched, self.pending = self.pending, set()
+        touched |= self._chain(clock)
+        touched |= self._land(clock)
+        self.in_flight, self.chained = self.chained, None
+        if self.in_flight is None:
+            touched |= self._launch(clock)
         if not self.config.overlap_outputs:
             touched |= self._land(clock)
         outputs = self._collect(touched, final_only)
@@ -168,6 +183,40 @@ class LLMEngine:
         if any(phase in clock.laps for phase in StepClock.DEVICE):
             self.stats.record_step(clock)
         return outputs
+
+    def _chain(self, clock: StepClock) -> set[str]:
+        """Start the next multi-step decode call behind the one in flight, if its rows go on decoding
+        plainly (it becomes `chained`); the requests a failed start failed."""
+        flight, config = self.in_flight, self.config
+        if flight is None or not (config.async_scheduling and config.overlap_outputs) or not flight.host.decode:
+            return set()
+        # A GPU's fixed-trip decode runs all its iterations: one step goes through the ragged program.
+        least_steps = 1 if self.runner.stop_early else 2
+        schedule = None if not self._plain_next(flight) else self.scheduler.chain(flight.schedule, least_steps)
+        clock.lap("schedule")
+        if schedule is None:
+            return set()
+        host = build_chained_step(schedule, config)
+        clock.lap("build")
+        try:
+            packed = self.runner.dispatch(host, clock.lap)
+        except Exception as error:  # as in _launch; the call in flight ran on the pools this rebuilds
+            log.exception("engine step failed; its requests are failed, the rest recompute")
+            return self._fail_step(host, error)
+        self.chained = InFlight(schedule, host, packed, time.perf_counter(), clock.laps.get("dispatch", 0.0), True)
+        self.stats.engine_chained_calls += 1
+        return set()
+
+    def _plain_next(self, flight: InFlight) -> bool:
+        """Whether the call after `flight` decodes plainly: always without speculation, else when the
+        speculation plan declines the rows that decode past `flight` (planned on the tokens known
+        before it lands; rows that reach max_tokens in it, e.g. a logprobs request that keeps the
+        others plain, are left out)."""
+        if self.speculator is None:
+            return True
+        going_on = [row.request for row in flight.schedule.decodes if not row.request.finished]
+        requests = [r for r in going_on if r.max_total - r.num_tokens > flight.host.num_steps]
+        return bool(requests) and self.speculator.declines(requests, bucket(len(requests)))
 
     def _launch(self, clock: StepClock) -> set[str]:
         """Schedule and start the next device call (it stays in flight); the requests a failed start failed."""
@@ -201,8 +250,11 @@ class LLMEngine:
         except Exception as error:
             log.exception("engine step failed; its requests are failed, the rest recompute")
             return self._fail_step(flight.host, error)
+        if self.chained is not None:  # the device turns to it now: its time runs from here
+            self.chained.started = time.perf_counter()
         device_seconds = flight.dispatch_seconds + clock.laps["outputs"]
-        touched = self._apply_outputs(flight.schedule, flight.host, out, flight.started, device_seconds)
+        schedule = landed_rows(flight.schedule) if flight.carried else flight.schedule
+        touched = self._apply_outputs(schedule, flight.host, out, flight.started, device_seconds)
         clock.lap("apply")
         return touched
 
@@ -339,7 +391,10 @@ class LLMEngine:
         return touched
 
     def _fail_step(self, host: HostStep, error: Exception) -> set[str]:
-        """Fail the step's requests, rebuild the (possibly consumed) pool, recompute everyone else."""
+        """Fail the step's requests, rebuild the (possibly consumed) pool, recompute everyone else; a
+        call still in flight, or started behind it, ran on that pool and is dropped (its requests
+        are the step's)."""
+        self.in_flight = self.chained = None
         touched = set()
         for request in host.requests:
             if request is not None and not request.finished:

@@ -18,3 +18,4 @@ class InFlight:
     packed: Any  # the call's outputs on the device; the runner's `read` waits for them
     started: float  # perf_counter before the step was built: the call's time runs from here to applied
     dispatch_seconds: float  # its dispatch lap; with the wait for its outputs, its device time
+    carried: bool = False  # started before the call ahead of it landed: its rows' positions are placeholders

@@ -84,6 +84,7 @@ class EngineMetrics:
     engine_token_slots: int = 0
     engine_real_tokens: int = 0
     engine_input_bytes: int = 0  # step inputs copied host -> device (weights, pools and counts stay there)
+    engine_chained_calls: int = 0  # device calls started before the call ahead of them landed (async_scheduling)
 
     def record_tokens(self, request: Request, count: int, now: float) -> None:
         """A sample's `count` new tokens at `now`, observed as they come (a dashboard sees a long
@@ -196,4 +197,5 @@ def snapshot(
         "engine_token_slots": m.engine_token_slots,
         "engine_real_tokens": m.engine_real_tokens,
         "engine_input_bytes": m.engine_input_bytes,
+        "engine_chained_calls": m.engine_chained_calls,
     }

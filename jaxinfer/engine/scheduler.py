@@ -97,8 +97,7 @@ class Scheduler:
 
     def schedule(self) -> Schedule:
         """Rows for the next step."""
-        admissible = bool(self.waiting) and len(self.running) < self.config.max_num_seqs and self._head_fits()
-        all_decode = not admissible and not any(r.prefilling for r in self.running)
+        all_decode = self._steady()
         reserve = self._affordable_lookahead(max(self.config.decode_steps, self.config.lookahead)) if all_decode else 1
         decodes = self._schedule_decodes(reserve)
         budget = self.config.max_num_batched_tokens - len(decodes)
@@ -106,6 +105,38 @@ class Scheduler:
         if not (all_decode and not prefills):
             return Schedule(decodes, prefills)
         return Schedule(decodes, prefills, min(reserve, self._decode_steps(decodes)), True, reserve)
+
+    def chain(self, flight: Schedule, least_steps: int = 1) -> Schedule | None:
+        """The all-decode call to start behind `flight`, an all-decode call not landed yet, on the
+        tokens and lengths the device carries (asynchronous scheduling); None when the next call
+        needs what it returns first.
+
+        Its rows are the flight's requests still running, at the positions they reach if the flight
+        runs all its steps (placeholders: the device knows where they are), with pages reserved for
+        both calls. None when someone may be admitted, a row is constrained (its mask needs its
+        tokens), the running requests changed, every row ends within the flight, or the pool cannot
+        hold both calls' tokens without preempting anyone; also when the call would run fewer than
+        least_steps steps (a GPU's fixed-trip decode runs all its iterations for one).
+        """
+        requests = [row.request for row in flight.decodes if not row.request.finished]
+        ahead = flight.num_steps
+        if (not flight.all_decode or not self._steady() or {id(r) for r in requests} != {id(r) for r in self.running}
+                or any(r.grammar is not None for r in requests) or all(r.max_total - r.num_tokens <= ahead
+                                                                      for r in requests)):
+            return None
+        rows = [Row(r, r.num_tokens - 1 + ahead, 1) for r in requests]
+        steps = self._decode_steps(rows)
+        if steps < least_steps or pages_to_reserve(requests, ahead + steps, self.blocks) > self.blocks.usable_pages:
+            return None
+        for request in requests:
+            need = self.blocks.pages_for(min(request.num_tokens - 1 + ahead + steps, request.max_total))
+            request.pages += self.blocks.allocate(max(0, need - len(request.pages)), _last(request.pages))
+        return Schedule(rows, [], steps, True, steps)
+
+    def _steady(self) -> bool:
+        """True when nobody can be admitted and nobody prefills: the running requests all decode."""
+        admissible = bool(self.waiting) and len(self.running) < self.config.max_num_seqs and self._head_fits()
+        return not admissible and not any(r.prefilling for r in self.running)
 
     def observe_decode(self, seconds: float, steps: int) -> None:
         """An all-decode call of `steps` steps took `seconds` (dispatch to applied outputs): paces streams."""

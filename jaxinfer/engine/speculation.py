@@ -166,6 +166,16 @@ class Speculator:
             self.plain_run[rows] = 0  # a reprobe goes on while any of its rows catches up
         return drafts
 
+    def declines(self, requests: list[Request], rows: int) -> bool:
+        """Whether `plan` decodes these rows plainly; a plan that would draft is undone (the engine
+        asks before starting a plain call behind one in flight, whose tokens the plan has not seen:
+        it plans again once they land)."""
+        kept = dict(self.plain_run), self.declined, self.measuring, self.unpaid
+        if self.plan(requests, rows) is None:
+            return True
+        self.plain_run, self.declined, self.measuring, self.unpaid = kept
+        return False
+
     def _candidates(self, requests: list[Request], most: int) -> list[np.ndarray]:
         """What each row could draft: host drafts (n-gram, suffix), or placeholders a draft model or
         head fills on the device; at most `most`, never past max_tokens."""

@@ -68,8 +68,27 @@ def _empty(num_tokens: int, num_rows: int, decode: bool = False, num_steps: int 
     )
 
 
-def _fill_decode_rows(step: HostStep, rows: list[Row]) -> None:
-    """`_fill_row` for decode rows 0..n-1 (one token each, at flat offset r), a write per field.
+def build_chained_step(schedule: Schedule, config: EngineConfig) -> HostStep:
+    """The multi-step decode call of a `Scheduler.chain` schedule: every row carried (the device
+    reads its token and length from the call ahead of it; the rows' positions are placeholders)."""
+    _, num_tokens, num_rows = step_shape(schedule, config)
+    step = _empty(num_tokens, num_rows, True, schedule.num_steps)
+    _fill_decode_rows(step, schedule.decodes, carried=True)
+    step.carried = np.zeros(num_rows, bool)
+    step.carried[: len(schedule.decodes)] = True
+    return step
+
+
+def landed_rows(schedule: Schedule) -> Schedule:
+    """A chained call's schedule with its rows where they really started: once the call ahead of it
+    landed, each request's last token (build_chained_step's positions were placeholders)."""
+    decodes = [Row(row.request, row.request.num_tokens - 1, 1) for row in schedule.decodes]
+    return dataclasses.replace(schedule, decodes=decodes)
+
+
+def _fill_decode_rows(step: HostStep, rows: list[Row], carried: bool = False) -> None:
+    """`_fill_row` for decode rows 0..n-1 (one token each, at flat offset r), a write per field;
+    carried rows' tokens are left to the device.
 
     A step holds up to max_num_seqs of them; writing row by row cost the host more than the
     rest of the step's building.
@@ -79,7 +98,8 @@ def _fill_decode_rows(step: HostStep, rows: list[Row]) -> None:
         return
     requests = [row.request for row in rows]
     starts = np.array([row.start for row in rows], np.int32)
-    step.tokens[:n] = [request.ids_between(row.start, row.start + 1)[0] for request, row in zip(requests, rows)]
+    if not carried:
+        step.tokens[:n] = [request.ids_between(row.start, row.start + 1)[0] for request, row in zip(requests, rows)]
     step.positions[:n] = starts
     step.token_rows[:n] = np.arange(n)
     step.lengths[:n] = starts + 1

@@ -96,7 +96,9 @@ class LLM:
     name: the most of them while a streamed request, `stream` or a server stream, is in the batch;
     None paces them so its tokens arrive at least every 50 ms). overlap_outputs (default True) has the
     engine start each device call before it turns the previous call's tokens into outputs, so the
-    device works while the host does (vLLM's asynchronous output processing). KV memory is held
+    device works while the host does (vLLM's asynchronous output processing); async_scheduling
+    (default True, with it) starts a multi-step decode call before the one ahead of it lands, on the
+    tokens the device carries, so the device does not wait for the host between them. KV memory is held
     until `close()` (or the end of a `with LLM(...)` block) frees every cache; the object keeps
     working after it, re-making the caches on the next call. cpu_kernels (None: auto) picks the native
     CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
@@ -126,6 +128,7 @@ class LLM:
         decode_steps: int = 8,
         stream_interval: int | None = None,
         overlap_outputs: bool = True,
+        async_scheduling: bool = True,
         speculative: SpeculativeConfig | None = None,
         kv_cache: str = "auto",
         kv_cache_dtype: str = "auto",
@@ -174,7 +177,7 @@ class LLM:
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
             gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
-            stream_interval=stream_interval, overlap_outputs=overlap_outputs,
+            stream_interval=stream_interval, overlap_outputs=overlap_outputs, async_scheduling=async_scheduling,
         )
         self._start_engine(engine_config, speculative)
 

@@ -38,6 +38,7 @@ def device_inputs(
         page_entries=entries, page_counts=page_counts(host.requests, width), page_table=None,
         lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
         next_tokens=host.next_tokens, sampling=sampling,
+        carried=np.zeros(len(host.lengths), bool) if host.carried is None else host.carried,
     )))
 
 

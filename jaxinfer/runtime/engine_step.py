@@ -24,7 +24,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
-from jaxinfer.runtime.row_state import RowState, row_tables, with_page_entries
+from jaxinfer.runtime.row_state import RowState, carried_rows, row_tables, with_carry, with_page_entries
 from jaxinfer.sampling.penalties import PenaltyCounts, PenaltyRows, add_logit_bias, count_tokens, penalize
 from jaxinfer.sampling.sampler import SamplingArrays, sample, skip_unless
 from jaxinfer.sampling.slot_state import row_bias
@@ -76,6 +76,9 @@ class StepInputs:
     # one the step samples); an EAGLE head reads it
     next_tokens: jax.Array
     sampling: RowSampling
+    # [R] bool the row's token and length are the decode carry of its slot (row_state), not these
+    # inputs: the multi-step decode call before it was still running when this one was planned
+    carried: jax.Array
 
 
 @jax.tree_util.register_dataclass
@@ -204,10 +207,15 @@ def multi_decode(
     a loop's continue-predicate on the host after each iteration, a round trip that leaves the
     GPU idle; a loop of known trip count is queued without them.
     Rows with query_len 0 are padding and start done. Pages for every step were reserved.
+    Carried rows take their token and length from their slots' decode carry (a finished one is
+    padding); the call leaves every row's carry there, for a call planned before this one lands.
     A draft model or EAGLE head does not read them (an EAGLE head's features are stored): the
     next verify step catches it up (`draft_model_rider.catch_up`, `eagle_rider.catch_up`).
     """
     x, state = with_device_inputs(x, state, bitmask)
+    tokens, positions, lengths, query_lens = carried_rows(
+        state, x.row_slots, x.carried, x.tokens, x.positions, x.lengths, x.query_lens)
+    x = dataclasses.replace(x, tokens=tokens, positions=positions, lengths=lengths, query_lens=query_lens)
     rows = x.lengths.shape[0]
     empty = StepOutputs(
         tokens=jnp.zeros((rows, max_steps), jnp.int32),
@@ -247,8 +255,8 @@ def multi_decode(
         carry = jax.lax.while_loop(cond, body, carry)
     else:
         carry = jax.lax.fori_loop(0, max_steps, lambda _, c: body(c), carry)
-    _, _, pages, state, draft, _, out = carry
-    return out, pages, state, draft
+    _, x, pages, state, draft, done, out = carry
+    return out, pages, with_carry(state, x.row_slots, x.tokens, x.lengths, done), draft
 
 
 def _record(out: StepOutputs, step: jax.Array, tokens: jax.Array, active: jax.Array, logprobs: tuple) -> StepOutputs:

@@ -46,6 +46,9 @@ class HostStep:
     samples: np.ndarray  # [R] bool: the row's sampled token is kept (a decode, or a prompt's last chunk)
     requests: list[Any]  # per row, the engine's request (None for padding); the runner reads its params
     num_steps: int = 1  # decode steps of an all-decode call
+    # [R] bool rows whose token and length the device carries from the decode call ahead of this one
+    # (their tokens, positions and lengths here are placeholders); None: none
+    carried: np.ndarray | None = None
     decode: bool = False  # every row one decode token (T == R): the multi-step decode program runs it
     drafts: np.ndarray | None = None  # [R, chunk - 1] int32 for a verify step (rows are chunks)
     num_drafts: np.ndarray | None = None  # [R] int32

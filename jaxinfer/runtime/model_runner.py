@@ -271,12 +271,13 @@ class ModelRunner:
                          self.cache_spec)
 
     def _new_state(self) -> RowState:
-        """Empty row slots (page 0 tables, zero counts, no bias), one per engine row and slot 0, replicated
-        over the mesh."""
+        """Empty row slots (page 0 tables, zero counts, no bias, no decode carry), one per engine row and
+        slot 0, replicated over the mesh."""
         slots, layout = self.config.max_num_seqs + 1, self.cache_spec.mesh_layout
         shape = (slots, self.model_config.vocab_size)
         counts = PenaltyCounts(layout.zeros(shape, np.int32, (None, None)), layout.zeros(shape, bool, (None, None)))
         ids, bias = bias_row(None)
         sampling = SlotState(counts, layout.put(np.tile(ids, (slots, 1))), layout.put(np.tile(bias, (slots, 1))))
-        return RowState(layout.zeros((slots, self.width), np.int32, (None, None)), sampling)
+        carry = [layout.zeros((slots,), dtype, (None,)) for dtype in (np.int32, np.int32, bool)]
+        return RowState(layout.zeros((slots, self.width), np.int32, (None, None)), sampling, *carry)
 

@@ -44,8 +44,8 @@ DEFAULTS: dict[str, dict[str, float]] = {
 }
 KINDS = tuple(DEFAULTS)
 LOSSLESS_KEYS = frozenset({
-    "speculative", "enable_prefix_caching", "decode_steps", "stream_interval", "overlap_outputs", "max_num_seqs",
-    "max_num_batched_tokens", "max_prefill_seqs", "num_pages", "gpu_memory_utilization", "compile_cache",
+    "speculative", "enable_prefix_caching", "decode_steps", "stream_interval", "overlap_outputs", "async_scheduling",
+    "max_num_seqs", "max_num_batched_tokens", "max_prefill_seqs", "num_pages", "gpu_memory_utilization", "compile_cache",
 })
 
 
