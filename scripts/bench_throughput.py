@@ -208,7 +208,8 @@ def shared_prefix(llm: LLM, vocab: int, n: int = 32, prefix: int = 1024) -> dict
 def bench_model(name: str, path: Path, dtype: str, args) -> dict:
     llm = LLM(path, dtype=dtype, max_seq_len=1024, max_num_seqs=args.max_num_seqs, decode_steps=args.decode_steps,
               kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size,
-              gpu_memory_utilization=args.gpu_memory_utilization, overlap_outputs=not args.no_overlap)
+              gpu_memory_utilization=args.gpu_memory_utilization, overlap_outputs=not args.no_overlap,
+              async_scheduling=not args.no_async)
     prompts, outputs = workload(args.requests, args.seed, llm.config.vocab_size)
     n_params = tree_bytes(llm.weights) // jnp.dtype(llm.dtype).itemsize
     total_tokens = sum(map(len, prompts)) + sum(outputs)
@@ -301,6 +302,8 @@ def main() -> None:
     parser.add_argument("--checkpoints", type=Path, default=Path("/tmp/jaxinfer-bench"))
     parser.add_argument("--no-overlap", action="store_true",
                         help="each step() lands its own call (overlap_outputs=False): the host share before it")
+    parser.add_argument("--no-async", action="store_true",
+                        help="no decode call starts before the one ahead lands (async_scheduling=False)")
     args = parser.parse_args()
     rows = []
     for name in args.models:

@@ -25,8 +25,9 @@
 #                                                   # at batch 8/32 and 4k/16k context, launch to healthy cold and
 #                                                   # warm, bench serve at concurrency 1/8/64 (~7 min, untried);
 #                                                   # needs fastapi/uvicorn importable (the device's README)
-#   bash scripts/gpu_session.sh overlap [OUT_DIR]  # the engine's host share with overlap_outputs off and on
-#                                                   # (Llama-3.2-1B shape, 128 requests), then warm-up cold, warm
+#   bash scripts/gpu_session.sh overlap [OUT_DIR]  # the engine's host share and tok/s with async_scheduling
+#                                                   # off and on (Llama-3.2-1B shape, 128 requests; overlap_outputs
+#                                                   # off was measured on 2026-11-27), then warm-up cold, warm
 #                                                   # from JAX's cache (traced) and warm from the program store
 #                                                   # (untraced), with its trace/compile split (~7 min, untried)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
@@ -213,9 +214,9 @@ print(re.findall(r'(?m)^\\S+compiled_programs_total (\\S+)$', u.urlopen('$url/me
 overlap)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    for flag in --no-overlap ""; do  # off, then on (the default)
+    for flag in --no-async ""; do  # off, then on (the default)
         # shellcheck disable=SC2086  # an empty flag is no argument
-        step "throughput${flag:+_off}" 120 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static \
+        step "throughput${flag:+_no_async}" 120 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static \
             --skip-hf --requests 128 --full-warmup $flag
     done
     cp results/bench_throughput_*.json "$out"/ 2>/dev/null

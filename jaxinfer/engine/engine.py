@@ -205,6 +205,7 @@ class LLMEngine:
             return self._fail_step(host, error)
         self.chained = InFlight(schedule, host, packed, time.perf_counter(), clock.laps.get("dispatch", 0.0), True)
         self.stats.engine_chained_calls += 1
+        clock.chained = True
         return set()
 
     def _plain_next(self, flight: InFlight) -> bool:

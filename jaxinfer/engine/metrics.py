@@ -137,7 +137,7 @@ class EngineMetrics:
         self.engine_steps += 1
         self.engine_step_seconds += sum(clock.laps.values())
         self.engine_device_wait_seconds += sum(clock.laps.get(phase, 0.0) for phase in StepClock.DEVICE)
-        self.engine_overlapped_seconds += clock.laps.get("overlapped", 0.0)
+        self.engine_overlapped_seconds += clock.host_overlapped()
         for phase, seconds in clock.laps.items():
             self.engine_phase_seconds[phase] = self.engine_phase_seconds.get(phase, 0.0) + seconds
 
@@ -149,7 +149,9 @@ class StepClock:
     moved), dispatch (the program called; on a GPU this drives a multi-step loop, reading each
     iteration's continue-test), outputs (waiting for the outputs and reading them back), apply
     (tokens appended, finished requests freed), collect (text detokenized, RequestOutputs built), or
-    overlapped (the same while the next device call runs: overlap_outputs).
+    overlapped (the same while the next device call runs: overlap_outputs). In a `chained` step
+    (async_scheduling: the next call was started before this step landed the one ahead) the device
+    always had a call, so all the host's phases ran beside it: they count as overlapped.
     """
 
     PHASES = ("schedule", "build", "inputs", "dispatch", "outputs", "apply", "collect", "overlapped")
@@ -157,7 +159,14 @@ class StepClock:
 
     def __init__(self) -> None:
         self.laps: dict[str, float] = {}
+        self.chained = False
         self._last = time.perf_counter()
+
+    def host_overlapped(self) -> float:
+        """Seconds of host work the device did not wait for."""
+        if self.chained:
+            return sum(seconds for phase, seconds in self.laps.items() if phase not in self.DEVICE)
+        return self.laps.get("overlapped", 0.0)
 
     def lap(self, phase: str) -> None:
         """The time since the last lap (or the start) goes to `phase`."""
