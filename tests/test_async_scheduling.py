@@ -123,3 +123,16 @@ def test_a_speculating_engine_chains_only_the_calls_its_plan_decodes_plainly(tex
     plain, chained = (summary(llms[c].generate(prompts, params)) for c in (False, True))
     assert chained == plain
     assert chained_calls(llms[True]) > 0 and llms[True].engine.speculation_metrics()["drafted"] > 0
+
+
+def test_host_drafts_are_planned_on_landed_tokens(text_model_dir):
+    """Prompt lookup finds a match only in tokens the call in flight makes: no call is chained on
+    a plan that declined for want of them, so it drafts as the unchained engine does."""
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=2)
+    params = SamplingParams(max_tokens=12, temperature=0)
+    drafted = {}
+    for c in (False, True):
+        llm = LLM(text_model_dir, async_scheduling=c, speculative=spec, **KNOBS)
+        llm.generate(["a b c a b c a b c a b"], params)
+        drafted[c] = llm.metrics()["drafted"]
+    assert drafted[True] == drafted[False] > 0

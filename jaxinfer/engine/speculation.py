@@ -7,7 +7,7 @@ verify step; the host plans only how many tokens each row drafts. Each row draft
 length: a moving average of its acceptance and a cost model, so speculation switches itself off as the batch grows or where a
 verify step costs more than its accepted tokens save. The cost model is what the engine measured
 of its own steps at this batch size (`step_costs`; unless `calibrate=False`), the heuristic of
-`speculative.costs` until then. After REPROBE_STEPS plain steps in a row at one batch size (more
+`speculative.round_plan` until then. After REPROBE_STEPS plain steps in a row at one batch size (more
 where a measuring call is dear: PROBE_SHARE), one verify step drafts what it can: it measures the
 rows' acceptance and the verify cost again, so a request whose text starts repeating (or a
 machine that got less busy) switches speculation back on.
@@ -167,9 +167,20 @@ class Speculator:
         return drafts
 
     def declines(self, requests: list[Request], rows: int) -> bool:
-        """Whether `plan` decodes these rows plainly; a plan that would draft is undone (the engine
-        asks before starting a plain call behind one in flight, whose tokens the plan has not seen:
-        it plans again once they land)."""
+        """Whether `plan` decodes these rows plainly whatever tokens the call in flight still adds
+        (the engine asks before starting a plain call behind it, and plans on landed tokens when
+        not). Host drafts (n-gram, suffix) depend on those tokens: only what they cannot change
+        counts (speculation off, a row's sampling the verify step lacks, costs that cannot pay
+        before the reprobe). A device drafter's plan reads only acceptance, costs and lags: it is
+        asked, and undone when it would draft."""
+        if self.disabled_reason is not None or any(r.params.penalized or r.params.logprobs is not None
+                                                   for r in requests):
+            return True
+        if self.config.drafts_on_host:
+            if not self.config.adaptive:
+                return False
+            untimed = self.measured is not None and self.measured.needs_plain(rows)
+            return untimed or (self._cannot_pay(rows) and not self._reprobing(rows, requests))
         kept = dict(self.plain_run), self.declined, self.measuring, self.unpaid
         if self.plan(requests, rows) is None:
             return True
@@ -261,7 +272,7 @@ class Speculator:
         return "does not pay at this batch size (the plan decodes plainly and reprobes)" if self.unpaid else None
 
     def metrics(self) -> dict:
-        """Acceptance totals since the engine started, in the speculative loop's terms."""
+        """Acceptance totals since the engine started (drafted, accepted, rates; see acceptance_summary)."""
         config = self.config
         return {"speculative": self.disabled_reason is None, "method": config.method,
                 "num_speculative_tokens": config.num_speculative_tokens, "fallback_reason": self.fallback_reason(),
@@ -316,7 +327,7 @@ def zero_counts(k_max: int) -> dict:
 
 
 def step_counters(drafted: np.ndarray, accepted: np.ndarray, k_max: int) -> dict[str, np.ndarray]:
-    """One verify step in the speculative loop's counter layout (see speculative.stats)."""
+    """One verify step's per-row counters, in the layout of acceptance_summary.COUNTER_FIELDS."""
     position = np.arange(k_max)[None, :]
     emitted = accepted + 1
     return {
