@@ -1,8 +1,6 @@
 """Decode throughput: jaxinfer vs HF transformers `generate` on the same random-weight checkpoint.
 
-Prints tokens/s for both (whole `generate` calls) and their ratio, `LLM.generate` (the serving
-engine) against the pre-engine static path on the same weights (`vs static`: interleaved whole
-calls, unsharded runs only; the runtime issue's >= 0.95x), then jaxinfer's decode alone:
+Prints tokens/s for both (whole `generate` calls) and their ratio, then jaxinfer's decode alone:
 a step's time (a 1-token generate subtracted from an N-token one, so prefill is not in it), the
 bytes a step streams (every layer weight, the output head once, the KV cache read at the mean
 context; a tied embedding is read once, by the head, not by the token lookup) and that over
@@ -40,7 +38,6 @@ import torch
 import transformers
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.entrypoints.static_batch import StaticBatchGenerator
 from jaxinfer.parallel.array_info import tree_bytes
 from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
@@ -137,7 +134,6 @@ def time_generate(llm: LLM, prompts: list[list[int]], new_tokens: int, repeats: 
 
 def bench_jaxinfer(
     path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int, tp: int = 1, dp: int = 1,
-    static: bool = True,
 ) -> dict:
     """generate/prefill/step seconds and the bytes a decode step streams, for jaxinfer on a tp x dp mesh."""
     # No prefix cache: repeats of the same prompts would hit it, shortening (and recompiling) the prefill.
@@ -145,27 +141,7 @@ def bench_jaxinfer(
               tensor_parallel_size=tp, data_parallel_size=dp, enable_prefix_caching=False)
     times = time_generate(llm, prompts, new_tokens, repeats)
     context = len(prompts[0]) + new_tokens // 2
-    vs_static = static_ratio(llm, prompts, new_tokens, repeats) if static and tp == dp == 1 else float("nan")
-    return dict(times, step_bytes=decode_step_bytes(llm, len(prompts), context), vs_static=vs_static)
-
-
-def static_ratio(llm: LLM, prompts: list[list[int]], new_tokens: int, repeats: int) -> float:
-    """Static path seconds over `LLM.generate` seconds for the same greedy call, timed in
-    interleaved pairs (medians), outputs checked equal."""
-    static = StaticBatchGenerator(llm._run_weights, llm.config, llm.dtype, llm.max_seq_len, len(prompts),
-                                  llm.cache_spec, None, llm._decode)
-    params = [SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)] * len(prompts)
-    calls = {"engine": lambda: llm.generate(prompts, params), "static": lambda: static.generate(prompts, prompts, params)}
-    firsts = {name: [o.token_ids for o in call()] for name, call in calls.items()}
-    assert firsts["engine"] == firsts["static"], "the engine and the static path disagree"
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    static.release()
-    return statistics.median(times["static"]) / statistics.median(times["engine"])
+    return dict(times, step_bytes=decode_step_bytes(llm, len(prompts), context))
 
 
 def bench_hf(path: Path, dtype: str, prompts: list[list[int]], new_tokens: int, repeats: int) -> float:
@@ -203,7 +179,6 @@ def main() -> None:
     parser.add_argument("--dp", type=int, default=1, help="data parallel device groups")
     parser.add_argument("--fake-cpu-devices", type=int, default=None, help="split the CPU into N jax devices")
     parser.add_argument("--skip-hf", action="store_true", help="time jaxinfer only (HF columns left empty)")
-    parser.add_argument("--skip-static", action="store_true", help="no `vs static` column (its programs compile)")
     args = parser.parse_args()
 
     path = make_checkpoint(args.preset, args.model_dir)
@@ -215,8 +190,7 @@ def main() -> None:
     for batch in args.batches:
         prompts = rng.randint(3, 32000, (batch, args.prompt_len)).tolist()
         for dtype in args.dtypes:
-            ours = bench_jaxinfer(path, dtype, prompts, args.new_tokens, args.repeats, args.tp, args.dp,
-                                  not args.skip_static)
+            ours = bench_jaxinfer(path, dtype, prompts, args.new_tokens, args.repeats, args.tp, args.dp)
             theirs = float("nan") if args.skip_hf else bench_hf(path, dtype, prompts, args.new_tokens, args.repeats)
             rows.append(summarize(batch, dtype, args.new_tokens, ours, theirs, copy_bw))
             print_row(rows[-1])
@@ -238,7 +212,7 @@ def summarize(batch: int, dtype: str, new_tokens: int, ours: dict, hf_seconds: f
     step_bw = ours["step_bytes"] / ours["step_s"] if ours["step_s"] > 0 else float("nan")
     return dict(
         batch=batch, dtype=dtype, jaxinfer_tok_s=tokens / ours["generate_s"], hf_tok_s=tokens / hf_seconds,
-        ratio=hf_seconds / ours["generate_s"], vs_static=ours["vs_static"], prefill_ms=ours["prefill_s"] * 1e3, step_ms=ours["step_s"] * 1e3,
+        ratio=hf_seconds / ours["generate_s"], prefill_ms=ours["prefill_s"] * 1e3, step_ms=ours["step_s"] * 1e3,
         decode_tok_s=batch / ours["step_s"] if ours["step_s"] > 0 else float("nan"),
         step_bytes=ours["step_bytes"], step_gb_s=step_bw / 1e9, copy_fraction=step_bw / copy_bw,
     )
@@ -247,11 +221,11 @@ def summarize(batch: int, dtype: str, new_tokens: int, ours: dict, hf_seconds: f
 def print_row(row: dict) -> None:
     """One table line (the header is printed with the first row)."""
     if not getattr(print_row, "header_done", False):
-        print(f"{'batch':>5} {'dtype':>9} {'jaxinfer tok/s':>15} {'HF tok/s':>10} {'ratio':>6} {'vs static':>9} "
+        print(f"{'batch':>5} {'dtype':>9} {'jaxinfer tok/s':>15} {'HF tok/s':>10} {'ratio':>6} "
               f"{'prefill ms':>10} {'step ms':>8} {'decode tok/s':>12} {'step GB/s':>9} {'of copy':>8}")
         print_row.header_done = True
     print(f"{row['batch']:>5} {row['dtype']:>9} {row['jaxinfer_tok_s']:>15.1f} {row['hf_tok_s']:>10.1f} "
-          f"{row['ratio']:>6.2f} {row['vs_static']:>9.2f} {row['prefill_ms']:>10.1f} {row['step_ms']:>8.2f} {row['decode_tok_s']:>12.1f} "
+          f"{row['ratio']:>6.2f} {row['prefill_ms']:>10.1f} {row['step_ms']:>8.2f} {row['decode_tok_s']:>12.1f} "
           f"{row['step_gb_s']:>9.1f} {row['copy_fraction']:>8.1%}")
 
 

@@ -1,7 +1,6 @@
 """Speculative decoding benchmark: jaxinfer plain / draft model / n-gram / EAGLE head vs HF
 transformers plain / `assistant_model` / `prompt_lookup_num_tokens`, on the same weights, in one run.
-The draft model and the head run twice: in `LLM.generate`'s static loop and in the serving
-engine (`-engine` rows, what `LLM.stream` and the server run).
+Every jaxinfer row runs `LLM.generate`, the serving engine (what `LLM.stream` and the server run).
 
 Greedy and temperature 0.8, batch 1, 4 and 16 (--batches; the four prompts repeat); every request
 generates exactly --max-tokens tokens (EOS ignored) so tokens/s compare like for like. Both
@@ -18,8 +17,8 @@ and prompt lookup only support batch 1, so their larger-batch rows run the promp
     python scripts/bench_speculative.py --target T --draft D --eagle E --out results/x.json
 
 Speculative rows also print the acceptance at each draft position (accepted / drafted there), the
-cost of a draft step and of a verify pass in plain decode steps as the loop priced them (measured
-on the device when it calibrates, the heuristic otherwise), the ideal speedup those imply (tokens
+cost of a draft step and of a verify pass in plain decode steps as the engine priced them (its
+measured step times once both kinds are timed, the heuristic before), the ideal speedup those imply (tokens
 per verify pass over the cost of a round) and the achieved speedup as a fraction of the best an
 adaptive loop can do, max(ideal, 1): where rounds cannot pay it should decode plainly.
 """
@@ -44,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig  # noqa: E402
 from jaxinfer.config.buckets import bucket  # noqa: E402
-from jaxinfer.speculative.round_plan import CostModel, heuristic_costs, on_host, round_cost  # noqa: E402
+from jaxinfer.speculative.round_plan import CostModel, on_host, round_cost  # noqa: E402
 
 DEMO = ROOT / "jaxinfer" / "assets" / "demo"
 PROMPTS = [
@@ -162,12 +161,6 @@ def tokens_per_pass(outputs: list) -> float | None:
     return decoded / max(passes, 1)
 
 
-def engine_generate(llm: LLM, prompts: list, params: list[SamplingParams]) -> list:
-    """`LLM.generate` through the serving engine, where draft models and EAGLE heads speculate too
-    (`LLM.generate` sends their plain-sampling requests to the static loop)."""
-    return llm._engine_generate(prompts, params)
-
-
 def in_turns(generate: Callable, llm: LLM, prompts: list, params: list[SamplingParams], batch: int) -> list:
     """Every prompt, `batch` at a time (later turns may draw on earlier outputs), from a cleared
     suffix cache."""
@@ -178,21 +171,16 @@ def in_turns(generate: Callable, llm: LLM, prompts: list, params: list[SamplingP
             for out in generate(llm, prompts[i : i + batch], params[: len(prompts[i : i + batch])])]
 
 
-def round_costs(llm: LLM, batch: int, in_engine: bool) -> tuple[CostModel, str]:
-    """The cost model the loop planned this batch with, and whether it was measured or the heuristic."""
-    if not in_engine:  # the static loop (draft model, EAGLE head)
-        measured = llm.speculative.costs.get(batch)
-        heuristic = heuristic_costs(llm.speculative.proposer.draft_cost, llm.speculative.config)
-    else:  # the engine
-        speculator = llm.engine.speculator
-        measured = None if speculator.measured is None else speculator.measured.cost_model(bucket(batch))
-        heuristic = speculator.heuristic
-    return (heuristic, "heuristic") if measured is None else (measured, "measured")
+def round_costs(llm: LLM, batch: int) -> tuple[CostModel, str]:
+    """The cost model the engine planned this batch with, and whether it was measured or the heuristic."""
+    speculator = llm.engine.speculator
+    measured = None if speculator.measured is None else speculator.measured.cost_model(bucket(batch))
+    return (speculator.heuristic, "heuristic") if measured is None else (measured, "measured")
 
 
-def priced_row(row: Row, llm: LLM, outputs: list, k: int, greedy: bool, in_engine: bool) -> Row:
+def priced_row(row: Row, llm: LLM, outputs: list, k: int, greedy: bool) -> Row:
     """The row with its draft-step and verify-pass costs and the ideal speedup they imply."""
-    costs, source = round_costs(llm, row.batch, in_engine)
+    costs, source = round_costs(llm, row.batch)
     stats = [o.spec_stats for o in outputs if o.spec_stats]
     passes = sum(s["spec_passes"] for s in stats)
     per_round = np.asarray(round_cost(row.batch, np.bool_(greedy), on_host(costs), k), np.float64)
@@ -204,11 +192,6 @@ def priced_row(row: Row, llm: LLM, outputs: list, k: int, greedy: bool, in_engin
         ideal = row.mean_accepted_length / (verify + steps * draft_step)
     return dataclasses.replace(row, draft_step_cost=draft_step, verify_cost=verify, ideal_speedup=ideal,
                                cost_source=source)
-
-
-def in_engine(name: str) -> bool:
-    """Whether a jaxinfer row decodes in the serving engine (plain, prompt lookup, `-engine` drafters)."""
-    return not name.endswith((" draft", " eagle"))
 
 
 def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> list[Row]:
@@ -228,16 +211,14 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
             method="eagle", draft_model=str(args.eagle), num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
     }
-    for method in ("draft", "eagle"):  # the same drafters speculating in the serving engine
-        engines[f"jaxinfer {method}-engine"] = engines[f"jaxinfer {method}"]
     engines = {name: spec for name, spec in engines.items() if name.split()[-1] in args.methods}
     llms = {
         engine: LLM(args.target, dtype=args.dtype, max_seq_len=max_seq_len, max_num_seqs=max(args.batches),
                     speculative=spec)
         for engine, spec in engines.items()
     }
-    for llm in llms.values():  # every engine program, so no row's timing holds a compile (the static loop's
-        llm.engine.warmup()    # programs compile in round_robin_times' untimed first run)
+    for llm in llms.values():  # every engine program, so no row's timing holds a compile
+        llm.engine.warmup()
     rows = []
     for mode, temperature in [(m, MODES[m]) for m in args.modes]:
         for batch in args.batches:
@@ -247,14 +228,14 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
             ]
             batch_prompts = batch_of(prompts, batch)
             runs = {
-                name: functools.partial(engine_generate if in_engine(name) else LLM.generate, llm, batch_prompts, params)
+                name: functools.partial(LLM.generate, llm, batch_prompts, params)
                 for name, llm in llms.items()
             }
             if args.workload in IN_TURN:
                 params = [dataclasses.replace(params[0], seed=i) for i in range(max(batch, len(prompts)))]
                 runs = {
-                    name: functools.partial(in_turns, engine_generate if in_engine(name) else LLM.generate, llm,
-                                            batch_of(prompts, max(batch, len(prompts))), params, batch)
+                    name: functools.partial(in_turns, LLM.generate, llm, batch_of(prompts, max(batch, len(prompts))),
+                                            params, batch)
                     for name, llm in llms.items()
                 }
             for engine, (seconds, outs) in round_robin_times(runs, args.repeats).items():
@@ -262,7 +243,7 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
                 row = Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), float(np.median(seconds)), rate,
                           length, positions, tokens_per_pass(outs), round_seconds=seconds)
                 if engines[engine]:
-                    row = priced_row(row, llms[engine], outs, args.k, temperature == 0, in_engine(engine))
+                    row = priced_row(row, llms[engine], outs, args.k, temperature == 0)
                 rows.append(row)
                 print(f"  {engine:16s} {mode:7s} b={batch}: {rows[-1].tokens_per_s:8.1f} tok/s", flush=True)
     return rows
@@ -352,8 +333,6 @@ def ratios(rows: list[Row]) -> dict[str, float]:
         "suffix_vs_plain": ("jaxinfer suffix", "jaxinfer plain"),
         "suffix_vs_ngram": ("jaxinfer suffix", "jaxinfer ngram"),
         "eagle_vs_plain": ("jaxinfer eagle", "jaxinfer plain"),
-        "draft_engine_vs_plain": ("jaxinfer draft-engine", "jaxinfer plain"),
-        "eagle_engine_vs_plain": ("jaxinfer eagle-engine", "jaxinfer plain"),
         "draft_vs_hf_assisted": ("jaxinfer draft", "hf assisted"),
         "ngram_vs_hf_prompt_lookup": ("jaxinfer ngram", "hf prompt-lookup"),
         "plain_vs_hf_plain": ("jaxinfer plain", "hf plain"),
@@ -408,9 +387,8 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES), help="sampling modes to time")
     parser.add_argument(
         "--methods", nargs="+",
-        choices=["plain", "draft", "ngram", "suffix", "eagle", "draft-engine", "eagle-engine"],
-        default=["plain", "draft", "ngram", "eagle", "draft-engine", "eagle-engine"],
-        help="jaxinfer engines to run (draft and eagle: LLM.generate's static loop; -engine: the serving engine)",
+        choices=["plain", "draft", "ngram", "suffix", "eagle"], default=["plain", "draft", "ngram", "eagle"],
+        help="jaxinfer engines to run",
     )
     parser.add_argument(
         "--torch-threads", type=int, default=1,

@@ -1,6 +1,6 @@
-"""Serving throughput: the engine vs HF transformers `generate` (static padded batches) vs the static path.
+"""Serving throughput: the engine vs HF transformers `generate` (static padded batches).
 
-One workload for all three: N requests, prompt lengths uniform in [32, 512], output lengths
+One workload for both: N requests, prompt lengths uniform in [32, 512], output lengths
 uniform in [32, 256], fixed seed, ignore_eos, greedy. Prints output and total tokens/s, TTFT and
 TPOT (mean/p50/p99), peak KV usage, preemptions, host ms per step, padding waste (token
 positions the device computed beyond the scheduled ones, over the scheduled ones), host-to-device
@@ -32,7 +32,6 @@ from bench_decode import make_checkpoint, measure_read_bandwidth
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine.metrics import StepClock
 from jaxinfer.entrypoints.llm import DEMO_MODEL
-from jaxinfer.entrypoints.static_batch import StaticBatchGenerator
 from jaxinfer.parallel.array_info import tree_bytes
 
 RESULTS = Path(__file__).parents[1] / "results"
@@ -143,15 +142,6 @@ def _spread(samples: list[float]) -> dict:
     return dict(mean=float(values.mean()), p50=float(np.percentile(values, 50)), p99=float(np.percentile(values, 99)))
 
 
-def run_static(llm: LLM, prompts, outputs, batch: int = 16) -> dict:
-    """The pre-engine path: padded static batches decoded to their longest member (same packed CPU weights)."""
-    static = StaticBatchGenerator(llm._run_weights, llm.config, llm.dtype, llm.max_seq_len, batch, llm.cache_spec, None, llm._decode)
-    static.generate(prompts[:batch], prompts[:batch], params_of(outputs[:batch]))
-    start = time.perf_counter()
-    static.generate(prompts, prompts, params_of(outputs))
-    return dict(seconds=time.perf_counter() - start)
-
-
 def run_hf(path: Path, dtype: str, prompts, outputs, batch: int = 16, max_batches: int | None = None) -> dict:
     """HF transformers generate, left-padded static batches of `batch`, each to its longest output.
 
@@ -221,9 +211,6 @@ def bench_model(name: str, path: Path, dtype: str, args) -> dict:
                engine=run_engine(llm, prompts, outputs, args.full_warmup))
     row["engine"]["roofline"] = total_tokens * 2 * n_params / row["engine"]["seconds"] / flops
     _progress(name, "engine", row)
-    if not args.skip_static:
-        row["static"] = run_static(llm, prompts, outputs)
-        _progress(name, "static", row)
     if not args.skip_hf:
         row["hf"] = run_hf(path, dtype, prompts, outputs, max_batches=args.hf_batches)
         _progress(name, "hf", row)
@@ -252,7 +239,7 @@ def print_row(row: dict) -> None:
     print(f"\n{row['model']} ({row['dtype']}, KV pages {row['kv_cache_dtype']}, {row['params'] / 1e6:.1f}M params, "
           f"{row['requests']} requests, matmul {row['matmul_flops'] / 1e9:.0f} GFLOP/s)")
     print(f"{'path':<8} {'out tok/s':>10} {'total tok/s':>12} {'engine x':>9}")
-    for path in ("engine", "static", "hf"):
+    for path in ("engine", "hf"):
         if path in row:
             s = row[path]["seconds"]
             print(f"{path:<8} {out / s:>10.0f} {row['total_tokens'] / s:>12.0f} {s / e['seconds']:>9.2f}"
@@ -290,11 +277,10 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=None,
                         help="share of an accelerator's memory for weights, activations and KV pages (default 0.9)")
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "int8", "fp8"],
-                        help="the engine's KV pages (the static path uses the same LLM)")
+                        help="the engine's KV pages")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--hf-batches", type=int, default=None,
                         help="time HF on the first N batches of 16 and scale to all (printed as estimated)")
-    parser.add_argument("--skip-static", action="store_true")
     parser.add_argument("--shared-prefix", action="store_true")
     parser.add_argument("--full-warmup", action="store_true",
                         help="compile every program first (`warmup()`, as `jaxinfer serve` does) instead of an "

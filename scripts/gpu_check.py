@@ -56,7 +56,7 @@ def row(name: str, value: float | str, ok: bool | None = None, note: str = "") -
 def llm_kwargs() -> dict:
     """auto backend on accelerators; on CPU the interpreted kernel, so the same path is exercised."""
     if INTERPRET:
-        return dict(kv_cache="paged", attention_backend="pallas", interpret_kernels=True)
+        return dict(attention_backend="pallas", interpret_kernels=True)
     return dict(attention_backend="auto")
 
 

@@ -70,7 +70,7 @@ throughput)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     # The untimed warm-up pass compiles the ~27 step programs this workload uses (a CPU run's count).
-    step throughput 560 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static --hf-batches 4
+    step throughput 560 python3 scripts/bench_throughput.py --models llama-3.2-1b --hf-batches 4
     ;;
 quant)
     out=${2:-results/gpu_session}
@@ -84,7 +84,7 @@ serving-quant)
     ckpt=/tmp/jaxinfer_bench  # one random 1B checkpoint for both benchmarks
     PALLAS_KERNELS_DEVICE_TESTS=gpu step kernel_checks 120 python3 -m pytest -q -p no:cacheprovider -rfE \
         tests/pallas_kernels/test_quant_matmul_gpu.py tests/test_quantized_kernel_path.py -k "gpu or triton or llm_with"
-    step throughput 320 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static --hf-batches 2 \
+    step throughput 320 python3 scripts/bench_throughput.py --models llama-3.2-1b --hf-batches 2 \
         --checkpoints "$ckpt"
     cp results/bench_throughput_*.json "$out"/ 2>/dev/null
     step quant 190 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
@@ -94,7 +94,7 @@ decode-gaps)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     ckpt=/tmp/jaxinfer_bench
-    step throughput 300 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static --skip-hf \
+    step throughput 300 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-hf \
         --checkpoints "$ckpt"
     cp results/bench_throughput_*.json "$out"/ 2>/dev/null
     # Batch-1 matrix-vector products streamed at 1.6-2.9 TB/s through XLA's Triton gemm fusions on an H200.
@@ -173,10 +173,10 @@ runtime)
     step layer_tracing 40 python3 scripts/bench_layer_tracing.py --preset llama-3.2-1b --programs 3 --no-compile \
         --out "$out/bench_layer_tracing.json"
     # host ms per step and the host's share of the time, beside engine tokens/s (HF on 2 batches, estimated)
-    step host_share 150 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static --hf-batches 2 \
+    step host_share 150 python3 scripts/bench_throughput.py --models llama-3.2-1b --hf-batches 2 \
         --requests 128 --full-warmup
     step decode_b1 60 python3 scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16 --batches 1 \
-        --skip-static --out "$out/bench_decode_b1.json"
+        --out "$out/bench_decode_b1.json"
     ;;
 serving)
     out=${2:-results/gpu_session}
@@ -184,7 +184,7 @@ serving)
     ckpt=/tmp/jaxinfer_bench
     model=$ckpt/llama-3.2-1b
     step decode 120 python3 scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16 --batches 1 8 \
-        --skip-static --skip-hf --model-dir "$ckpt" --out "$out/bench_decode.json"
+        --skip-hf --model-dir "$ckpt" --out "$out/bench_decode.json"
     step attention 90 python3 scripts/bench_attention.py --batch-sizes 8,32 --context-lengths 4096,16384 \
         --head-dim 64 --out "$out/bench_attention.json"
     serve=(--model "$model" --dtype bfloat16 --max-model-len 2048)
@@ -216,7 +216,7 @@ overlap)
     mkdir -p "$out"
     for flag in --no-async ""; do  # off, then on (the default)
         # shellcheck disable=SC2086  # an empty flag is no argument
-        step "throughput${flag:+_no_async}" 120 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-static \
+        step "throughput${flag:+_no_async}" 120 python3 scripts/bench_throughput.py --models llama-3.2-1b \
             --skip-hf --requests 128 --full-warmup $flag
     done
     cp results/bench_throughput_*.json "$out"/ 2>/dev/null

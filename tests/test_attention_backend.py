@@ -24,7 +24,7 @@ def test_odd_head_dim_kernel_matches_reference(tmp_path, head_dim):
     path = save_hf_model("qwen3", tmp_path / f"qwen3_{head_dim}", head_dim=head_dim)
     runs = {}
     for backend in ("reference", "pallas"):
-        llm = LLM(path, dtype="float32", max_seq_len=32, kv_cache="paged", attention_backend=backend,
+        llm = LLM(path, dtype="float32", max_seq_len=32, attention_backend=backend,
                   interpret_kernels=backend == "pallas")
         runs[backend] = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
     assert runs["pallas"] == runs["reference"]

@@ -17,9 +17,9 @@ from engine_runs import engine_ids
 from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.checkpoint.loader import load_weights
+from jaxinfer.models import forward_with_taps
 from jaxinfer.speculative.eagle import EagleParams, head_step, project_features
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
-from jaxinfer.speculative.features import target_forward
 
 K = 3
 PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 40, 17, 9])]
@@ -80,8 +80,9 @@ def reference_predictions(weights, head, tokens, cfg, ecfg):
     target's features at every position, then the head reading (f_p, t_{p+1})."""
     length = tokens.shape[1]
     positions = jnp.arange(length)[None]
-    _, features, _ = target_forward(weights, tokens, positions, init_cache(cfg, 1, length, jnp.float32), cfg,
-                                    ecfg.feature_layers)
+    hidden, taps, _ = forward_with_taps(weights, tokens, positions, init_cache(cfg, 1, length, jnp.float32), cfg,
+                                        ecfg.feature_layers)
+    features = jnp.concatenate(taps, axis=-1) if ecfg.feature_layers else hidden
     params = EagleParams(head, weights.embed, weights.lm_head)
     inputs = project_features(params, features[:, :-1], ecfg)
     cache = init_cache(ecfg.layer, 1, length, jnp.float32)

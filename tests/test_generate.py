@@ -84,17 +84,6 @@ def test_text_prompts_and_token_prompts_agree(text_model_dir):
     assert by_text.token_ids == by_ids.token_ids
 
 
-def test_warm_engine_does_not_recompile_within_buckets(llm):
-    params = SamplingParams(max_tokens=5, temperature=0, ignore_eos=True)
-    llm.generate([[7] * 5, [8] * 9, [9] * 3], params)
-    from jaxinfer.runtime import step_programs
-
-    sizes = (step_programs.prefill._cache_size(), step_programs.decode_loop._cache_size())
-    llm.generate([[3] * 16, [4] * 2, [5] * 11, [6] * 7], SamplingParams(max_tokens=9, temperature=0.7, seed=1))
-    llm.generate([[1] * 12, [2] * 4, [3] * 1], [params, SamplingParams(max_tokens=3, stop_token_ids=[5, 6]), params])
-    assert (step_programs.prefill._cache_size(), step_programs.decode_loop._cache_size()) == sizes
-
-
 def test_interrupted_generate_leaves_no_requests_behind(llm, monkeypatch):
     """A KeyboardInterrupt (Ctrl-C in a notebook) mid-generate aborts its requests: the next call
     does not run them to the end first, and gives what it gives alone."""

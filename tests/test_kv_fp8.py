@@ -90,10 +90,8 @@ def test_pallas_backend_sends_fp8_pages_to_the_reference():
         assert "not float8_e4m3fn" in reason
 
 
-def test_fp8_takes_either_layout_and_the_contiguous_cache_rejects_int8_by_name():
-    # auto: the dense path on CPU, the Pallas kernels' pages on GPU/TPU
-    assert CacheSpec(kv_dtype="fp8").layout == ("contiguous" if jax.default_backend() == "cpu" else "paged")
-    assert CacheSpec(layout="paged", kv_dtype="fp8").layout == "paged"
+def test_the_contiguous_cache_rejects_int8_and_the_spec_unknown_dtypes_by_name():
+    assert CacheSpec(kv_dtype="fp8").kv_dtype == "fp8"
     with pytest.raises(ValueError, match="kv_dtype 'int8' is not one of auto, fp8"):
         init_cache(CFG, 1, 8, jnp.bfloat16, kv_dtype="int8")
     with pytest.raises(ValueError, match="kv_cache_dtype 'e5m2' is not one of auto, int8, fp8"):

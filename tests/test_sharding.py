@@ -125,8 +125,11 @@ ref = LLM(model, **knobs)
 out = dict(ref=tokens(ref), ref_logits=ref.logits(prompts[0]).tolist())
 spec = SpeculativeConfig(draft_model=draft, num_speculative_tokens=3, adaptive=False, fallback=False)
 llm = LLM(model, speculative=spec, tensor_parallel_size=4, data_parallel_size=2, **knobs)
-out.update(spec=tokens(llm), spec_on=llm.speculative.enabled, drafted=llm.metrics()["drafted"],
-           cache=shard_shapes(llm._static._cache.k[0]), draft_wq=shard_shapes(llm.speculative.params.layers[0].wq))
+out.update(spec=tokens(llm), spec_on=llm.metrics()["speculative"], drafted=llm.metrics()["drafted"])
+pool = llm.engine.runner.draft.pages.k_pages[0]  # read after the steps: each donates the one before
+out.update(
+           draft_pool=shard_shapes(pool), draft_pool_whole=list(pool.shape),
+           draft_wq=shard_shapes(llm.engine.runner.draft_weights.layers[0].wq))
 save_converted(llm.weights, model, converted)  # saved from the 4 x 2 mesh
 restored = LLM(converted, tensor_parallel_size=2, data_parallel_size=1, **knobs)
 out.update(restored=tokens(restored), restored_logits=restored.logits(prompts[0]).tolist(),
@@ -141,9 +144,9 @@ def test_speculative_and_orbax_on_a_mesh(model_dir, draft_dir, tmp_path):
         SPECULATIVE_AND_ORBAX, model=str(model_dir), draft=str(draft_dir), converted=str(tmp_path / "converted"),
         prompts=PROMPTS, max_tokens=MAX_TOKENS,
     )
-    assert out["spec_on"] and out["drafted"] > 0  # the loop ran sharded, no fallback
+    assert out["spec_on"] and out["drafted"] > 0  # the engine's drafts ran sharded, no fallback
     assert out["spec"] == out["ref"]
-    assert {tuple(s) for s in out["cache"]} == {(1, 2, 64, 8)}  # batch 2 over dp=2; 2 kv heads < tp=4: whole
+    assert {tuple(s) for s in out["draft_pool"]} == {tuple(out["draft_pool_whole"])}  # 2 kv heads < tp=4: whole
     assert {tuple(s) for s in out["draft_wq"]} == {(64, 2, 32)}  # 2 draft heads, tp=4: replicated
     assert out["restored"] == out["ref"]
     np.testing.assert_allclose(out["restored_logits"], out["ref_logits"], atol=1e-5, rtol=0)

@@ -1,4 +1,4 @@
-"""The speculative loop's round planning and the package's layering, without running a model.
+"""The speculation plan's rounds and the package's layering, without running a model.
 
 The planning cases are built from fixed costs and acceptance estimates, so the decisions are
 exact (no timing enters them).
@@ -7,54 +7,24 @@ exact (no timing enters them).
 from __future__ import annotations
 
 import ast
-import dataclasses
 from pathlib import Path
-from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
-from jaxinfer import SamplingParams, SpeculativeConfig
-from jaxinfer.models.contiguous_decode import DecodeState
-from jaxinfer.sampling.sampler import sampling_arrays
-from jaxinfer.speculative import loop
-from jaxinfer.speculative.round_plan import CostModel
+from jaxinfer.speculative.round_plan import CostModel, round_plan
 
 K = 4
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxinfer"
 
 
-@dataclasses.dataclass(frozen=True)
-class FixedProposer:
-    """A stateless proposer that can always draft `can_draft[b]` tokens for row b."""
-
-    can_draft: tuple[int, ...]
-    stateful: bool = False
-    draft_cost: float = 0.0
-
-    def available(self, params: Any, state: DecodeState, pstate: Any, k: int) -> jnp.ndarray:
-        return jnp.minimum(jnp.asarray(self.can_draft, jnp.int32), k)
-
-
 def plan_for(acceptance: list[float], can_draft: list[int], round_base: float) -> np.ndarray:
-    """The plan _replan makes for measured rows with these estimates, a round costing round_base plain steps."""
+    """The round plan for measured greedy rows with these estimates (min_gain 1.1), a round costing
+    round_base plain steps and drafts nothing."""
     batch = len(acceptance)
-    state = DecodeState(
-        tokens=jnp.zeros((batch, 32), jnp.int32), lengths=jnp.full((batch,), 8, jnp.int32),
-        max_lengths=jnp.full((batch,), 32, jnp.int32), done=jnp.zeros((batch,), bool),
-        stop_ids=jnp.full((batch, 4), -1, jnp.int32),
-        sampling=sampling_arrays([SamplingParams(temperature=0)] * batch, list(range(batch))), cache=None,
-    )
-    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=K, min_gain=1.1)
-    s = loop.initial_state(state, None, spec)
-    measured = dataclasses.replace(
-        s.adapt,
-        acceptance=jnp.repeat(jnp.asarray(acceptance, jnp.float32)[:, None], K, axis=1),
-        observed=jnp.ones((batch, K), jnp.int32),
-    )
-    costs = CostModel(jnp.full((2,), round_base), jnp.zeros((2,)), jnp.float32(0.0))
-    s = loop._replan(None, dataclasses.replace(s, adapt=measured), costs, FixedProposer(tuple(can_draft)), spec)
-    return np.asarray(s.plan)
+    accept = np.repeat(np.asarray(acceptance, np.float32)[:, None], K, axis=1)
+    available = np.minimum(np.asarray(can_draft, np.int32), K)
+    costs = CostModel(np.full((2,), round_base, np.float32), np.zeros((2,), np.float32), np.float32(0.0))
+    return round_plan(accept, available, np.ones(batch, bool), np.bool_(True), costs, 1.1)
 
 
 def test_plan_counts_only_what_the_proposer_can_draft():
@@ -110,11 +80,10 @@ def test_speculative_package_has_no_upward_import():
         todo += [d for d in graph.get(name, ()) if not inside(d)]
 
 
-def test_host_totals_read_the_device_counters_by_name():
-    """The host bookkeeping (no jax) names the device loop's counters itself: the two lists must agree."""
-    import dataclasses
-
+def test_the_engines_step_counters_carry_every_field_the_totals_sum():
+    """The verify step's per-row counters (engine) and the running totals (no jax) name the same fields."""
+    from jaxinfer.engine.speculation import step_counters
     from jaxinfer.speculative.acceptance_summary import COUNTER_FIELDS
-    from jaxinfer.speculative.stats import SpecCounters
 
-    assert tuple(f.name for f in dataclasses.fields(SpecCounters)) == COUNTER_FIELDS
+    counters = step_counters(np.asarray([2, 0]), np.asarray([1, 0]), K)
+    assert tuple(counters) == COUNTER_FIELDS

@@ -1,4 +1,4 @@
-"""The rejection sampler and n-gram proposer in isolation: exactness on synthetic distributions."""
+"""The rejection sampler in isolation: exactness on synthetic distributions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 from scipy import stats
 
 from jaxinfer.sampling.sampler import SamplingArrays
-from jaxinfer.speculative.proposers import NgramProposer
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, exact_accept, exact_residual, verify
 
 ROWS, VOCAB, K = 20000, 6, 2
@@ -97,15 +96,3 @@ def test_effective_length_masks_later_drafts():
     v = verify(p, p[:, :2], drafts, jnp.asarray([1], jnp.int32), params, jnp.asarray([3], jnp.int32))
     assert int(v.num_accepted[0]) == 1
     assert int(v.next_token[0]) == 2  # drawn from p at position 1 (a bonus), not the masked draft check
-
-
-def test_ngram_lookup_prefers_longest_latest_full_match():
-    proposer = NgramProposer(vocab_size=50, ngram_min=1, ngram_max=3, draft_cost=0.0)
-    seq = [7, 1, 2, 3, 9, 9, 1, 2, 3, 4, 5, 6, 8, 1, 2, 3]
-    tokens = jnp.zeros((3, 32), jnp.int32).at[0, : len(seq)].set(jnp.asarray(seq))
-    tokens = tokens.at[1, :6].set(jnp.asarray([5, 5, 5, 5, 5, 5]))
-    tokens = tokens.at[2, :4].set(jnp.asarray([1, 2, 3, 4]))
-    proposal, count = proposer.lookup(tokens, jnp.asarray([len(seq), 6, 4], jnp.int32), 3)
-    assert proposal[0].tolist() == [4, 5, 6] and int(count[0]) == 3  # "1 2 3" seen twice; latest full
-    assert proposal[1].tolist() == [5, 5, 5] and int(count[1]) == 3  # a period-1 loop still gives k
-    assert int(count[2]) == 0  # nothing repeats

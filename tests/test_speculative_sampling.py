@@ -10,12 +10,10 @@ deliberately broken acceptance rules.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from eagle_models import save_eagle1
-from engine_runs import engine_ids
 from hf_models import save_hf_model
 from scipy import stats
 
@@ -72,28 +70,25 @@ def next_token_probs(llm: LLM, prefixes: list[list[int]]) -> np.ndarray:
     return np.exp(np.asarray(processed_logprobs(logits, arrays), np.float64))
 
 
-def sampled(models, spec: SpeculativeConfig | None, engine: bool = False) -> np.ndarray:
-    """Generated tokens 2 to 4 [ROWS, 3] of ROWS seeds in one batch (`engine`: draft models and
-    heads speculate in the engine instead of LLM.generate's static batches)."""
+def sampled(models, spec: SpeculativeConfig | None) -> np.ndarray:
+    """Generated tokens 2 to 4 [ROWS, 3] of ROWS seeds in one batch."""
     # The engine admits every row in one step, so all of them decode (and draft) together.
     llm = LLM(
         models["target"], dtype="float32", max_seq_len=32, max_num_seqs=ROWS, speculative=spec,
         max_prefill_seqs=ROWS, max_num_batched_tokens=ROWS * 32,
     )
     params = [SamplingParams(**PARAMS, seed=seed) for seed in range(ROWS)]
-    ids = engine_ids(llm, [PROMPT] * ROWS, params) if engine else [o.token_ids for o in llm.generate([PROMPT] * ROWS, params)]
+    ids = [o.token_ids for o in llm.generate([PROMPT] * ROWS, params)]
     if spec is not None and not measures_costs(spec):
         assert llm.metrics()["drafted"] > (ROWS // 2 if not spec.adaptive else 0), llm.metrics()
     return np.asarray([ids[1:4] for ids in ids])
 
 
 def measures_costs(spec: SpeculativeConfig) -> bool:
-    """Costs from timings (the static loop's probes, its CPU default; the engine's own step times,
-    prompt lookup's path, unless calibrate=False): whether they let 2048 rows draft is the
-    machine's call, so only heuristic costs are held to drafting (losslessness is checked either way)."""
-    if not spec.adaptive or spec.calibrate is False:
-        return False
-    return bool(spec.calibrate) or spec.drafts_on_host or jax.default_backend() == "cpu"
+    """Costs from the engine's own step times (adaptive, unless calibrate=False): whether they let
+    2048 rows draft is the machine's call, so only heuristic costs are held to drafting
+    (losslessness is checked either way)."""
+    return spec.adaptive and spec.calibrate is not False
 
 
 def fit_pvalue(tokens: np.ndarray, probs: np.ndarray) -> float:
@@ -118,9 +113,8 @@ def spec_config(
     draft = None if draft is None else str(draft)
     method = "draft" if method == "self" else method
     # ROWS sequences saturate the default verify budget, and rows without an n-gram match share
-    # each round, so the accelerators' heuristic cost model would rarely draft; free verification
-    # and drafts keep the adaptive path under test on every backend (calibrated costs, the CPU
-    # default, ignore them).
+    # each round, so the heuristic cost model would rarely draft; free verification and drafts
+    # keep the adaptive path under test (measured costs, the default, ignore them).
     return SpeculativeConfig(
         method, draft, num_speculative_tokens=2, adaptive=adaptive, calibrate=calibrate,
         verify_saturation_tokens=2**30, draft_cost=0.0, min_gain=1.0, **extra,
@@ -128,34 +122,31 @@ def spec_config(
 
 
 @pytest.mark.parametrize(
-    "method,adaptive,calibrate,engine",
+    "method,adaptive,calibrate",
     [
-        (None, False, None, False), ("draft", False, None, False), ("self", False, None, False),
-        ("draft", True, False, False), ("draft", False, None, True), ("ngram", False, None, False),
-        ("ngram", True, False, False), ("eagle", False, None, False), ("eagle", False, None, True),
-        ("suffix", False, None, False), ("suffix", True, False, False),
+        (None, False, None), ("draft", False, None), ("self", False, None), ("draft", True, False),
+        ("ngram", False, None), ("ngram", True, False), ("eagle", False, None), ("suffix", False, None),
+        ("suffix", True, False),
     ],
-    ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "draft-in-engine", "ngram-in-engine",
-         "ngram-in-engine-adaptive", "eagle-head", "eagle-in-engine", "suffix-in-engine", "suffix-in-engine-adaptive"],
+    ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "ngram", "ngram-adaptive", "eagle-head",
+         "suffix", "suffix-adaptive"],
 )
-def test_sampling_matches_target_distribution(models, exact, method, adaptive, calibrate, engine):
-    """Draft models and EAGLE heads run the static loop (-heuristic: the accelerators' cost model) or the
-    engine; n-gram and suffix decoding the engine (suffix drafts from the prompt and every row's output
+def test_sampling_matches_target_distribution(models, exact, method, adaptive, calibrate):
+    """Every method speculates in the engine (suffix drafts from the prompt and every row's output
     so far: other rows' samples, shared while they run)."""
     spec = spec_config(method, models, adaptive=adaptive, calibrate=calibrate) if method else None
-    tokens = sampled(models, spec, engine)
+    tokens = sampled(models, spec)
     for position in range(3):
         assert fit_pvalue(tokens[:, position], exact[position]) > 1e-3
 
 
 @pytest.mark.parametrize(
-    "method,rule,engine",
-    [("draft", ALWAYS_ACCEPT, False), ("draft", RESAMPLE_FROM_P, False), ("draft", RESAMPLE_FROM_P, True),
-     ("ngram", ALWAYS_ACCEPT, False), ("eagle", ALWAYS_ACCEPT, False), ("eagle", RESAMPLE_FROM_P, True),
-     ("suffix", ALWAYS_ACCEPT, False)],
-    ids=["draft-always-accept", "draft-resample-from-p", "draft-in-engine-resample-from-p", "ngram-always-accept",
-         "eagle-always-accept", "eagle-in-engine-resample-from-p", "suffix-always-accept"],
+    "method,rule",
+    [("draft", ALWAYS_ACCEPT), ("draft", RESAMPLE_FROM_P), ("ngram", ALWAYS_ACCEPT), ("eagle", ALWAYS_ACCEPT),
+     ("eagle", RESAMPLE_FROM_P), ("suffix", ALWAYS_ACCEPT)],
+    ids=["draft-always-accept", "draft-resample-from-p", "ngram-always-accept", "eagle-always-accept",
+         "eagle-resample-from-p", "suffix-always-accept"],
 )
-def test_broken_acceptance_rule_is_caught(models, exact, method, rule, engine):
-    tokens = sampled(models, spec_config(method, models, rule), engine)
+def test_broken_acceptance_rule_is_caught(models, exact, method, rule):
+    tokens = sampled(models, spec_config(method, models, rule))
     assert min(fit_pvalue(tokens[:, position], exact[position]) for position in range(3)) < 1e-6

@@ -136,7 +136,7 @@ class LLMEngine:
             if not request.finished:
                 self.scheduler.remove(request)
                 request.finish("abort")
-                self.stats.record_finished(request)
+                self._record_finished(request)
                 self.pending.add(request_id)
 
     def finish_aborted(self, request_ids: Sequence[str]) -> list[RequestOutput]:
@@ -384,7 +384,7 @@ class LLMEngine:
                 touched.add(request.request_id)
             if request.finished:
                 self.scheduler.remove(request)
-                self.stats.record_finished(request)
+                self._record_finished(request)
             else:
                 full = request.num_computed // self.config.page_size
                 if full > len(request.page_hashes):  # a page filled up: publish it for prefix caching
@@ -424,12 +424,18 @@ class LLMEngine:
                     log.exception("request %s failed", request.request_id)
                     self._fail_request(request, error)
 
+    def _record_finished(self, request: Request) -> None:
+        """Count a request that ended (any reason) in the metrics and the speculation totals."""
+        self.stats.record_finished(request)
+        if self.speculator is not None:
+            self.speculator.totals.count_request()
+
     def _fail_request(self, request: Request, error: Exception) -> None:
         """End a request with `error`, freeing its pages, unless it already ended; its output carries the error."""
         if not request.finished:
             self.scheduler.remove(request)
             request.finish("error")
-            self.stats.record_finished(request)
+            self._record_finished(request)
         request.error = f"{type(error).__name__}: {error}"
 
     def _collect(self, touched: set[str], final_only: bool) -> list[RequestOutput]:

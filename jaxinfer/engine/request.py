@@ -79,7 +79,7 @@ class Request:
     timing: Timing = dataclasses.field(default_factory=Timing)
     detokenizer: object | None = None
     spec_acceptance: float | None = None  # moving average of draft acceptance (engine speculation)
-    spec_counts: dict | None = None  # this sample's verify-step counters (speculative.stats layout)
+    spec_counts: dict | None = None  # this sample's verify-step counters (acceptance_summary.COUNTER_FIELDS)
     # Leading positions whose draft-model K/V are written: plain decode calls leave the draft
     # behind, the next verify step catches it up (runtime/draft_model_rider.catch_up).
     draft_computed: int = 0

@@ -1,9 +1,8 @@
 """`LLM`: the notebook entry point. Loads a model once, then generates, streams or scores.
 
-Generation runs on the serving engine (continuous batching over the paged KV cache), which
-also runs prompt-lookup (n-gram) speculation; with a draft-model speculative config, requests
-that only use the sampling settings the speculative loop supports run as static batches
-through it.
+Generation runs on the serving engine (continuous batching over the paged KV cache), which also
+speculates when asked: prompt lookup (n-gram, suffix) from the host, a draft model or an EAGLE
+head on the device inside its verify step.
 """
 
 from __future__ import annotations
@@ -17,15 +16,15 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer
+from jaxinfer.checkpoint.tokenizer import load_tokenizer
 from jaxinfer.config import validation
 from jaxinfer.config.generation import generation_defaults
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
-from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
+from jaxinfer.entrypoints.draft_loading import engine_speculation
 from jaxinfer.entrypoints.model_loading import (
     load_sharded,
     model_identity,
@@ -35,7 +34,6 @@ from jaxinfer.entrypoints.model_loading import (
     resolve_quantized_kernel,
     seq_len_setting,
 )
-from jaxinfer.entrypoints.static_batch import StaticBatchGenerator
 from jaxinfer.models import (
     Weights,
     unpack_for_cpu,
@@ -47,10 +45,8 @@ from jaxinfer.runtime.compile_cache import compile_cache_setting
 from jaxinfer.runtime.memory_maps import release_programs_near_cap
 from jaxinfer.runtime.model_runner import ModelRunner
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
+from jaxinfer.speculative.acceptance_summary import SpecMetrics
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.decoder import SpeculativeDecoder, build_speculative
-from jaxinfer.speculative.eagle_proposer import EagleProposer
-from jaxinfer.speculative.proposers import DraftModelProposer
 
 DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo" / "target"
 DEMO_DRAFT = Path(__file__).parents[1] / "assets" / "demo" / "draft"  # the demo target's speculative draft
@@ -59,35 +55,11 @@ DEMO_EAGLE = Path(__file__).parents[1] / "assets" / "demo" / "eagle"  # an EAGLE
 Prompt = str | Sequence[int]
 
 
-def engine_speculation(
-    config: SpeculativeConfig | None, static: SpeculativeDecoder | None, target: Weights
-) -> tuple[SpeculativeConfig | None, EngineDraft | None]:
-    """What the engine speculates with: prompt lookup, or the draft model or EAGLE head the static
-    loop loaded (one that failed to load leaves the engine plain)."""
-    if config is None or config.drafts_on_host:
-        return config, None
-    proposer = None if static is None else static.proposer
-    if isinstance(proposer, DraftModelProposer):
-        return config, EngineDraft(proposer.cfg, static.params, proposer.draft_cost)
-    if isinstance(proposer, EagleProposer):
-        return config, EngineDraft(proposer.ecfg, proposer.with_target(static.params, target), proposer.draft_cost)
-    return None, None
-
-
-def spec_supported(params: SamplingParams) -> bool:
-    """True when the speculative loop implements every setting of params."""
-    plain = SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature, top_k=params.top_k,
-                           top_p=params.top_p, min_p=params.min_p, seed=params.seed,
-                           stop_token_ids=params.stop_token_ids, ignore_eos=params.ignore_eos)
-    return params == plain
-
-
 class LLM:
     """A loaded model: `generate` for batches, `chat` for conversations, `stream` for outputs as they are
     produced (`stream_text` for their text), `logits` for research.
 
-    The engine knobs follow vLLM: max_num_seqs (sequences per step, and prompts per static
-    speculative batch), max_num_batched_tokens
+    The engine knobs follow vLLM: max_num_seqs (sequences per step), max_num_batched_tokens
     (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
     chunked per step), num_pages or
     gpu_memory_utilization (the KV pool; on a GPU or TPU by default what 0.9 of the device's memory
@@ -130,7 +102,6 @@ class LLM:
         overlap_outputs: bool = True,
         async_scheduling: bool = True,
         speculative: SpeculativeConfig | None = None,
-        kv_cache: str = "auto",
         kv_cache_dtype: str = "auto",
         attention_backend: str = "auto",
         interpret_kernels: bool = False,
@@ -164,9 +135,8 @@ class LLM:
         self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel, self.layout)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
-        self.max_num_seqs = max_num_seqs  # the engine's rows and the static speculative batches alike
         self.cache_spec = CacheSpec(
-            kv_cache, page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
+            page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
             mesh_layout=self.layout,
         )
         self.tokenizer = tokenizer.result()
@@ -182,13 +152,13 @@ class LLM:
         self._start_engine(engine_config, speculative)
 
     def _start_engine(self, engine_config: EngineConfig, speculative: SpeculativeConfig | None) -> None:
-        """The serving engine, speculating with prompt lookup or a draft model.
-
-        `generate` still runs draft-model requests as static batches beside it (the static
-        speculative loop); `stream`, the server and everything else speculate in the engine.
-        """
-        self._setup_speculative(None if speculative is None or speculative.drafts_on_host else speculative)
-        in_engine, draft = engine_speculation(speculative, self.speculative, self._run_weights)
+        """The serving engine, speculating as `speculative` asks (a draft that cannot load leaves it
+        plain: `speculation_failure` says why)."""
+        self.speculative_config = speculative
+        in_engine, draft, self.speculation_failure = engine_speculation(
+            speculative, self.config, self._run_weights, self.tokenizer, self.dtype, self.max_seq_len,
+            self.cpu_kernels, self.layout,
+        )
         runner = ModelRunner(
             self._run_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
             None if draft is None else draft.cfg, None if draft is None else draft.weights,
@@ -197,20 +167,7 @@ class LLM:
             runner, self.tokenizer, engine_config, model_identity(self.model_dir, self.dtype), self.default_params,
             in_engine, draft,
         )
-        if draft is not None:  # one set of acceptance totals for the static loop and the engine
-            self.engine.speculator.totals = self.speculative.totals
         self._front = SyncLLMEngine(self.engine)  # generate, chat and stream read their outputs through it
-
-    def _setup_speculative(self, speculative: SpeculativeConfig | None) -> None:
-        """The static speculative loop for draft models (it loads the draft the engine shares)."""
-        self.speculative: SpeculativeDecoder | None = build_speculative(
-            speculative, self.config, self.tokenizer, self.dtype, self.max_seq_len, cpu_kernels=self.cpu_kernels,
-            layout=self.layout,
-        )
-        self._static = None if self.speculative is None else StaticBatchGenerator(
-            self._run_weights, self.config, self.dtype, self.max_seq_len, self.max_num_seqs, self.cache_spec,
-            self.speculative, self._decode,
-        )
 
     def plain_engine(self, num_pages: int | None = None) -> LLMEngine:
         """A second engine on these very weights (not a copy) with no speculation and no prefix caching,
@@ -240,12 +197,6 @@ class LLM:
         show = validation.boolean(use_tqdm, "use_tqdm")
         bar = tqdm(total=len(prompts), desc="Processed prompts", unit="req", disable=not show, dynamic_ncols=True)
         try:
-            if self.speculative is not None and self.speculative.enabled and all(map(spec_supported, params_list)):
-                ids = [self.encode(p) for p in prompts]
-                for seq, p in zip(ids, params_list):
-                    check_prompt(seq, p.max_tokens, self.config.vocab_size, self.max_seq_len)
-                release_programs_near_cap()  # the engine's steps do it on the other path
-                return self._static.generate(prompts, ids, params_list, on_finished=bar.update)
             return self._engine_generate(prompts, params_list, bar.update)
         finally:
             bar.close()
@@ -315,22 +266,25 @@ class LLM:
     def metrics(self) -> dict:
         """Engine metrics (vLLM names), plus the speculative totals (drafted, accepted, ...) when configured."""
         out = self.engine.metrics()
-        if self.speculative is not None:
-            out.update(self.speculative.metrics())
-        out.update(self.engine.speculation_metrics() or {})
+        out.update(self.engine.speculation_metrics() or self._failed_speculation_metrics())
         return out
 
+    def _failed_speculation_metrics(self) -> dict:
+        """Speculation's metrics when its draft failed to load: off, why, and no drafts."""
+        config = self.speculative_config
+        if self.speculation_failure is None or config is None:
+            return {}
+        return {"speculative": False, "method": config.method, "num_speculative_tokens": config.num_speculative_tokens,
+                "fallback_reason": self.speculation_failure,
+                **SpecMetrics(config.num_speculative_tokens).totals()}
+
     def close(self) -> None:
-        """Free the KV caches: the engine's page pools, the static batch's cache and the draft's.
+        """Free the KV caches: the engine's page pools (the target's and a draft model's or EAGLE head's).
 
         The weights stay loaded, so the object still works after close(): the next call re-makes
         the caches it needs. A generator from `stream` must be closed or exhausted first.
         """
         self.engine.release()
-        if self._static is not None:
-            self._static.release()
-        if self.speculative is not None:
-            self.speculative.release()
 
     def __enter__(self) -> "LLM":
         return self
@@ -376,6 +330,3 @@ class LLM:
         for p in params_list:
             validation.token_ids(p.stop_token_ids, "stop_token_ids", self.config.vocab_size)
         return params_list
-
-    def _decode(self, ids: list[int]) -> str:
-        return decode_text(self.tokenizer, ids) if self.tokenizer is not None else ""

@@ -41,8 +41,8 @@ def step_view(pages: PagedKVCache, x: "StepInputs") -> RaggedPagedCache:
 def step_features(
     weights: Weights, pages: PagedKVCache, x: "StepInputs", cfg: ModelConfig, taps: tuple[int, ...] | None
 ) -> tuple[jax.Array, jax.Array | None, PagedKVCache]:
-    """`step_hidden`, also returning the features [N, F] an EAGLE head reads (taps: see
-    `speculative.features`; None: no features)."""
+    """`step_hidden`, also returning the features [N, F] an EAGLE head reads (taps: the layers whose
+    input it reads, `EagleConfig.feature_layers`; None: no features)."""
     hidden, tapped, view = forward_with_taps(weights, x.tokens[None], x.positions[None], step_view(pages, x), cfg,
                                              taps or ())
     features = None if taps is None else jnp.concatenate(tapped, axis=-1)[0] if taps else hidden[0]

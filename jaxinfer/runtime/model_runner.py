@@ -118,8 +118,9 @@ class ModelRunner:
         self.tables.clear()
 
     def release(self) -> None:
-        """Free the pools; the next step makes them again."""
+        """Free the pools (and the all-ones masks); the next step makes them again."""
         self.pages = self.draft = self.state = None
+        self.free_masks = {}
         self.slots.clear()
         self.tables.clear()
 

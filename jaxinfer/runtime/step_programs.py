@@ -1,5 +1,5 @@
-"""The compiled programs of the package outside `speculative/` (whose loop is in
-`speculative/programs.py`); the cache is always donated."""
+"""The compiled programs of the package: the engine's steps (their pools and row state donated),
+the sampling-slot reset and the all-positions pass of prompt logprobs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import jax
 
-from jaxinfer.models import contiguous_decode
+from jaxinfer.models import all_positions
 from jaxinfer.runtime import engine_step, row_state, verify_step
 from jaxinfer.runtime.packed_tree import pack_device, unpack_device
 from jaxinfer.sampling import slot_state
@@ -28,9 +28,7 @@ def static_argnames(jitted: Callable) -> tuple[str, ...]:
     return _STATIC_ARGNAMES[jitted]
 
 
-prefill = program(contiguous_decode.prefill, static=("cfg", "prompt_bucket"), donate=("state",))
-decode_loop = program(contiguous_decode.decode_loop, static=("cfg",), donate=("state",))
-all_logits = program(contiguous_decode.all_logits, static=("cfg",))
+all_logits = program(all_positions.all_logits, static=("cfg",))
 
 
 def packed_io(program: Callable) -> Callable:

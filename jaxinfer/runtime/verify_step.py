@@ -26,9 +26,9 @@ from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepInputs, StepOutputs, feature_taps, mask_early_stops
 from jaxinfer.runtime.flat_forward import DraftModel, step_features
 from jaxinfer.sampling.penalties import add_logit_bias
+from jaxinfer.sampling.sampler import SamplingArrays
 from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
-from jaxinfer.speculative.verify import repeat_rows
 
 
 @jax.tree_util.register_dataclass
@@ -38,6 +38,11 @@ class Drafts:
 
     tokens: jax.Array  # [R, C - 1] int32, zero past count
     count: jax.Array  # [R] int32 drafts to verify (0: the row decodes plainly)
+
+
+def repeat_rows(params: SamplingArrays, times: int) -> SamplingArrays:
+    """Each row's sampling parameters repeated `times` times (one per verified position)."""
+    return jax.tree.map(lambda x: jnp.repeat(x, times, axis=0), params)
 
 
 def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: int) -> jax.Array:

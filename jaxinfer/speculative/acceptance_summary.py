@@ -1,7 +1,7 @@
 """Speculative acceptance rates from raw counts (host side, NumPy only, no jax).
 
-Kept apart from `speculative.stats` (whose counters live on device) so that the engine's host
-bookkeeping can summarize a request's counts and keep running totals without importing jax.
+The engine's host bookkeeping summarizes a request's verify-step counts and keeps running totals
+here without importing jax.
 """
 
 from __future__ import annotations
@@ -50,10 +50,13 @@ class SpecMetrics:
         self.requests = 0
 
     def add(self, counters: dict[str, np.ndarray], rows: int) -> None:
-        """Add the first `rows` sequences of one call (the rest are batch padding)."""
+        """Add the first `rows` sequences of one verify step (the rest are batch padding)."""
         for name in COUNTER_FIELDS:
             self._totals[name] = self._totals[name] + counters[name][:rows].sum(axis=0)
-        self.requests += rows
+
+    def count_request(self) -> None:
+        """One more request finished on a speculating engine (`requests` in the totals)."""
+        self.requests += 1
 
     def totals(self) -> dict[str, Any]:
         """Totals since load, with rates."""

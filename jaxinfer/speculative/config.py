@@ -12,11 +12,12 @@ HOST_METHODS = ("ngram", "suffix")  # drafted on the host from the tokens; no se
 
 @dataclasses.dataclass(frozen=True)
 class SpeculativeConfig:
-    """How to speculate; hashable so the compiled loop can take it as a static argument.
+    """How to speculate; hashable (its acceptance rule is a static argument of the verify program).
 
     method "draft" runs `draft_model` (a checkpoint directory sharing the target's tokenizer) k
     steps per target pass; "eagle" runs an EAGLE-1 or EAGLE-3 head (`draft_model` is its HF
-    directory) over the target's hidden states, in `LLM.generate`'s static loop; "ngram" proposes
+    directory) over the target's hidden states; both draft on the device inside the engine's
+    verify step; "ngram" proposes
     what followed the latest earlier occurrence of the last n tokens (ngram_max down to ngram_min)
     in the prompt and output, with no second model; "suffix" (suffix decoding, vLLM's name)
     proposes the most frequent continuation of the longest-matching suffixes in the request's
@@ -25,12 +26,10 @@ class SpeculativeConfig:
     match length, while the path's empirical probability stays >= suffix_min_token_prob.
     num_speculative_tokens is k_max, fixed per compiled program. With adaptive=True each sequence
     picks its own k <= k_max from a moving average of its acceptance and a cost model, and stops
-    speculating when the expected gain drops below 1. With calibrate=True the cost model is
-    measured on the device once per batch size (a few extra small compiles on first use);
-    otherwise draft_cost and verify_saturation_tokens give it. The default calibrates on CPU,
-    where each verified token costs real compute, and uses the heuristic on accelerators.
-    The serving engine times its own steps as it runs instead, on every platform (no probes),
-    and plans with those times unless calibrate=False.
+    speculating when the expected gain drops below 1. The engine times its own plain and verify
+    steps as it runs, on every platform, and plans with those times once both are known (the
+    heuristic of draft_cost and verify_saturation_tokens until then); calibrate=False keeps the
+    heuristic.
     With fallback=True a draft that cannot be used only warns and generation runs plain.
     """
 
@@ -38,7 +37,7 @@ class SpeculativeConfig:
     draft_model: str | None = None
     num_speculative_tokens: int = 4
     adaptive: bool = True
-    calibrate: bool | None = None  # None: probe on CPU (static loop); the engine always times its steps
+    calibrate: bool | None = None  # False: plan with the heuristic only; None or True: with measured step times
     ngram_min: int = 1
     ngram_max: int = 3
     # Suffix decoding (vLLM's suffix_decoding_* knobs): the longest substring counted (match plus

@@ -2,9 +2,9 @@
 
 A round always verifies k_max + 1 positions (static shapes) and drafts as many steps as the
 longest plan in the batch, so its cost is round_base + steps * per_draft plain steps, with a
-separate pair for all-greedy batches (no softmax or random draws) and sampled ones. The same
-functions plan on the host in NumPy (the engine) and on the device in jax.numpy (the static
-loop): each picks its array module from its inputs. `speculative.costs` measures the numbers.
+separate pair for all-greedy batches (no softmax or random draws) and sampled ones. The engine
+plans with them on the host in NumPy (each function picks its array module from its inputs); its
+`engine/step_costs` measures the numbers from its own steps.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def _fallback_collector(llm: Any, shadow: ShadowRouter | None) -> FallbackCollec
     """The fallback gauges (and shadow metrics): the router's, or speculation's own switch alone."""
     if shadow is not None:
         return FallbackCollector(shadow.fallback_states, shadow.stats.snapshot if shadow.settings.fraction > 0 else None)
-    if llm.engine.speculator is None and llm.speculative is None:
+    if llm.engine.speculator is None and llm.speculation_failure is None:
         return None
     return FallbackCollector(lambda: {"speculation": speculation_fallback(llm)})
 

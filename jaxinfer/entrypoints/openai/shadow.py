@@ -278,6 +278,6 @@ def speculation_fallback(llm: LLM) -> tuple[str, str] | None:
         if reason is None:
             return None
         return ("disabled" if speculator.disabled_reason is not None else "does_not_pay", reason)
-    if llm.speculative is not None and not llm.speculative.enabled:
-        return "load_failed", llm.speculative.disabled_reason
+    if llm.speculation_failure is not None:
+        return "load_failed", llm.speculation_failure
     return None

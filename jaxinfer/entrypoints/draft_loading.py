@@ -1,0 +1,115 @@
+"""Loading what drafts for the engine: a draft model or an EAGLE head, checked against the target.
+
+Anything that makes the draft unusable (a missing or unsupported checkpoint, a different
+tokenizer) switches speculation off with a warning saying why (unless the config's `fallback`
+is False: then it raises); the engine then decodes plainly, so no request is lost. Prompt
+lookup (n-gram, suffix) loads nothing.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from jaxinfer.checkpoint.loader import load_weights
+from jaxinfer.checkpoint.tokenizer import load_tokenizer
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.engine.speculation import EngineDraft
+from jaxinfer.models import Weights, weights_to_run
+from jaxinfer.parallel.sharding import UNSHARDED, Layout
+from jaxinfer.speculative.config import SpeculativeConfig
+from jaxinfer.speculative.eagle import EagleParams, pack_eagle
+from jaxinfer.speculative.eagle_checkpoint import load_eagle
+
+
+class SpeculativeError(ValueError):
+    """A draft model that cannot serve this target; the message says why."""
+
+
+class SpeculativeFallbackWarning(UserWarning):
+    """Speculative decoding was switched off; generation continues with plain decoding."""
+
+
+def decode_flops(cfg: ModelConfig, seq_len: int) -> float:
+    """Multiply-adds of one decode token: projections, MLP, attention over seq_len, LM head."""
+    d, k = cfg.hidden_size, cfg.head_dim
+    per_layer = d * (cfg.num_heads + 2 * cfg.num_kv_heads) * k + cfg.num_heads * k * d
+    per_layer += 3 * d * cfg.intermediate_size + 2 * cfg.num_heads * k * seq_len
+    return float(cfg.num_layers * per_layer + d * cfg.vocab_size)
+
+
+def check_vocab(target: ModelConfig, draft: ModelConfig, target_tok: Any, draft_tok: Any, draft_dir: Path) -> None:
+    """Raise SpeculativeError unless the draft's ids mean the same tokens as the target's."""
+    if draft.vocab_size > target.vocab_size:
+        raise SpeculativeError(
+            f"draft {draft_dir} has a larger vocabulary ({draft.vocab_size}) than the target "
+            f"({target.vocab_size}); the draft must use the target's tokenizer"
+        )
+    if target_tok is None or draft_tok is None:
+        return  # no tokenizer files to compare: ids are taken to be shared
+    target_vocab = target_tok.get_vocab()
+    for token, index in sorted(draft_tok.get_vocab().items(), key=lambda item: item[1]):
+        if target_vocab.get(token) != index:
+            raise SpeculativeError(
+                f"draft {draft_dir} has a different tokenizer: {token!r} is id {index} in the draft "
+                f"and {target_vocab.get(token)} in the target"
+            )
+
+
+def load_draft(
+    config: SpeculativeConfig, target: ModelConfig, target_weights: Weights, target_tok: Any, dtype: Any,
+    max_seq_len: int, cpu_kernels: bool = False, layout: Layout = UNSHARDED,
+) -> EngineDraft:
+    """The draft model or EAGLE head of a "draft" or "eagle" config, as the engine runs it (weights
+    packed for the CPU kernels when they are on; on a mesh laid out by the target's rules, dimensions
+    tp does not divide kept whole on every device), with its cost in target decode steps."""
+    draft_dir = Path(config.draft_model)
+    if not draft_dir.is_dir():
+        raise SpeculativeError(f"draft model directory {draft_dir} does not exist")
+    if config.method == "eagle":
+        return _load_eagle(config, target, target_weights, dtype, max_seq_len, cpu_kernels, layout)
+    draft_cfg, draft_weights = load_weights(draft_dir, dtype, progress=False, layout=layout)
+    check_vocab(target, draft_cfg, target_tok, load_tokenizer(draft_dir), draft_dir)
+    cost = config.draft_cost
+    if cost is None:
+        cost = decode_flops(draft_cfg, max_seq_len) / decode_flops(target, max_seq_len)
+    return EngineDraft(draft_cfg, weights_to_run(draft_weights, cpu_kernels, False, layout), cost)
+
+
+def _load_eagle(
+    config: SpeculativeConfig, target: ModelConfig, target_weights: Weights, dtype: Any, max_seq_len: int,
+    cpu_kernels: bool, layout: Layout,
+) -> EngineDraft:
+    """An EAGLE head with the target's embedding and LM head; a draft step costs its layer, fc and LM
+    head in target steps."""
+    ecfg, head = load_eagle(config.draft_model, target, dtype, layout)
+    cost = config.draft_cost
+    if cost is None:
+        layer = ecfg.layer
+        fc = ecfg.feature_size * layer.hidden_size if ecfg.version == 3 else 2 * layer.hidden_size**2
+        vocab = ecfg.draft_vocab if ecfg.version == 3 else layer.vocab_size
+        flops = decode_flops(layer, max_seq_len) - layer.hidden_size * (layer.vocab_size - vocab)
+        cost = (flops + fc) / decode_flops(target, max_seq_len)
+    head = pack_eagle(head) if cpu_kernels else head
+    return EngineDraft(ecfg, EagleParams(head, target_weights.embed, target_weights.lm_head), cost)
+
+
+def engine_speculation(
+    config: SpeculativeConfig | None, target: ModelConfig, target_weights: Weights, target_tok: Any, dtype: Any,
+    max_seq_len: int, cpu_kernels: bool = False, layout: Layout = UNSHARDED,
+) -> tuple[SpeculativeConfig | None, EngineDraft | None, str | None]:
+    """(the config the engine speculates with, its draft, why speculation is off): a draft that cannot
+    load leaves the engine plain with the reason (and a warning), unless `config.fallback` is False."""
+    if config is None or config.drafts_on_host:
+        return config, None, None
+    try:
+        draft = load_draft(config, target, target_weights, target_tok, dtype, max_seq_len, cpu_kernels, layout)
+    except Exception as err:  # noqa: BLE001 - an unusable draft must not stop the target from serving
+        if not config.fallback:
+            raise
+        reason = f"{type(err).__name__}: {err}"
+        warnings.warn(f"speculative decoding disabled, continuing with plain decoding: {reason}",
+                      SpeculativeFallbackWarning, stacklevel=3)
+        return None, None, reason
+    return config, draft, None
