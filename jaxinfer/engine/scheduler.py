@@ -120,9 +120,9 @@ class Scheduler:
         """
         requests = [row.request for row in flight.decodes if not row.request.finished]
         ahead = flight.num_steps
-        if (not flight.all_decode or not self._steady() or {id(r) for r in requests} != {id(r) for r in self.running}
-                or any(r.grammar is not None for r in requests) or all(r.max_total - r.num_tokens <= ahead
-                                                                      for r in requests)):
+        if not (flight.all_decode and self._steady() and self._only_running(requests)):
+            return None
+        if any(r.grammar is not None for r in requests) or all(r.max_total - r.num_tokens <= ahead for r in requests):
             return None
         rows = [Row(r, r.num_tokens - 1 + ahead, 1) for r in requests]
         steps = self._decode_steps(rows)
@@ -132,6 +132,10 @@ class Scheduler:
             need = self.blocks.pages_for(min(request.num_tokens - 1 + ahead + steps, request.max_total))
             request.pages += self.blocks.allocate(max(0, need - len(request.pages)), _last(request.pages))
         return Schedule(rows, [], steps, True, steps)
+
+    def _only_running(self, requests: list[Request]) -> bool:
+        """True when `requests` are exactly the running ones (none admitted or preempted since)."""
+        return {id(r) for r in requests} == {id(r) for r in self.running}
 
     def _steady(self) -> bool:
         """True when nobody can be admitted and nobody prefills: the running requests all decode."""
