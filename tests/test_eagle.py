@@ -1,5 +1,6 @@
 """EAGLE heads: loading the published layouts, the head against a PyTorch reference, and greedy
-identity through `LLM` (the engine; its head's outputs against recomputation: test_engine_eagle)."""
+identity through `LLM` when the adaptive plan lets rows decode plainly and then draft again
+(fixed-length drafting and the head's outputs against recomputation: test_engine_eagle)."""
 
 from __future__ import annotations
 
@@ -105,17 +106,6 @@ def plain(models):
 
 
 @pytest.mark.parametrize("version", [1, 3])
-def test_greedy_eagle_equals_plain(models, plain, version):
-    spec = SpeculativeConfig(method="eagle", draft_model=str(models[version]), num_speculative_tokens=K,
-                             calibrate=False)
-    llm = LLM(models["target"], dtype="float32", max_seq_len=64, speculative=spec)
-    outs = llm.generate(PROMPTS, GREEDY)
-    assert [o.token_ids for o in outs] == plain
-    assert llm.metrics()["speculative"] and llm.metrics()["drafted"] > 0
-    assert llm.engine.draft_spec.cfg.version == version
-
-
-@pytest.mark.parametrize("version", [1, 3])
 def test_heads_read_plain_steps_and_draft_again(models, plain, version):
     """Rounds priced so that only a lone running row pays: both prompts decode plainly, the head
     taking each plain step's features (EAGLE-3: three layers' worth), until the shorter one ends
@@ -129,7 +119,7 @@ def test_heads_read_plain_steps_and_draft_again(models, plain, version):
     assert outs[0].spec_stats["spec_passes"] >= 1 and outs[1].spec_stats["spec_passes"] == 0, outs[0].spec_stats
 
 
-DEMO_PROMPTS = ["def fibonacci(n):\n", "    for index, line in enumerate(lines):\n", "import os\n", "class Point:\n"]
+DEMO_PROMPTS = ["def fibonacci(n):\n", "import os\n", "class Point:\n"]
 DEMO_GREEDY = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
 
 
@@ -142,13 +132,13 @@ def demo_plain():
 def test_demo_head_drafts_again_after_plain_steps(demo_plain):
     """Rounds priced so that only a lone running row pays: the batch decodes plainly until the short
     requests end, then the head drafts from the features those plain steps handed it (the
-    plain steps' positions are checked exactly in test_incremental_drafts_equal_recomputation)."""
+    plain steps' positions are checked exactly in test_engine_eagle's
+    test_head_output_at_every_position_equals_recomputation)."""
     spec = SpeculativeConfig(method="eagle", draft_model=str(DEMO_EAGLE), num_speculative_tokens=4, draft_cost=0.0,
                              verify_saturation_tokens=2, calibrate=False)
     llm = LLM(dtype="float32", max_seq_len=128, speculative=spec)
-    prompts = [DEMO_PROMPTS[0], *DEMO_PROMPTS[2:]]
     short = dataclasses.replace(DEMO_GREEDY, max_tokens=12)
-    outs = llm.generate(prompts, [DEMO_GREEDY, short, short])
-    assert [o.token_ids for o in outs] == [demo_plain[0], demo_plain[2][:12], demo_plain[3][:12]]
+    outs = llm.generate(DEMO_PROMPTS, [DEMO_GREEDY, short, short])
+    assert [o.token_ids for o in outs] == [demo_plain[0], demo_plain[1][:12], demo_plain[2][:12]]
     assert outs[0].spec_stats["spec_passes"] >= 1 and all(o.spec_stats["spec_passes"] == 0 for o in outs[1:])
     assert llm.metrics()["acceptance_rate"] > 0.2, llm.metrics()

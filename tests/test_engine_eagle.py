@@ -56,10 +56,11 @@ def eagle(models, request):
 
 
 def test_greedy_eagle_in_engine_equals_plain(eagle, plain):
-    _, llm = eagle
+    version, llm = eagle
     assert engine_ids(llm, PROMPTS, GREEDY) == plain
     metrics = llm.engine.speculation_metrics()
     assert metrics["method"] == "eagle" and metrics["drafted"] > 0
+    assert llm.engine.draft_spec.cfg.version == version  # the head the engine drafts with is the one asked for
 
 
 def test_preemption_and_shared_prefixes_keep_the_output(models):
@@ -138,8 +139,9 @@ DEMO_GREEDY = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
 
 
 def test_demo_head_is_exact_and_accepted_in_the_engine():
-    """The shipped head drafts in the engine as it does in the static loop (an input off by one
-    position, or a stale feature, would accept almost nothing)."""
+    """The shipped head, trained by scripts/train_eagle.py on the demo target: greedy output is the
+    target's, and its drafts are accepted (an input off by one position, or a stale feature, would
+    accept almost nothing)."""
     knobs = dict(dtype="float32", max_seq_len=128)
     expected = engine_ids(LLM(**knobs), DEMO_PROMPTS, DEMO_GREEDY)
     spec = SpeculativeConfig(method="eagle", draft_model=str(DEMO_EAGLE), num_speculative_tokens=4, adaptive=False)

@@ -49,6 +49,7 @@ def test_ngram_lookup_prefers_the_longest_latest_full_match():
     assert ngram_draft(seq, 3, 1, 3).tolist() == [4, 5, 6]  # "1 2 3" seen twice: the latest with 3 after it
     assert ngram_draft(seq[:-1], 3, 1, 3).tolist() == [3, 4, 5]  # "1 2" too; "8 1 2" not seen before
     assert ngram_draft(np.full(6, 5, np.int32), 3, 1, 3).tolist() == [5, 5, 5]  # a period-1 loop still gives k
+    assert ngram_draft(np.asarray([1, 2, 1, 2], np.int32), 3, 1, 3).tolist() == [1, 2]  # no full match: the latest
     assert ngram_draft(np.asarray([1, 2, 3, 4], np.int32), 3, 1, 3).tolist() == []  # nothing repeats
 
 

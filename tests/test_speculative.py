@@ -72,9 +72,9 @@ def test_greedy_speculative_equals_plain(models, plain, spec):
     outs = llm.generate(PROMPTS, GREEDY)
     assert [o.token_ids for o in outs] == plain
     assert llm.metrics()["speculative"] and all(o.spec_stats is not None for o in outs)
-    # Whether measured costs let a round pay is the machine's call; fixed lengths and prompt lookup
-    # on the repetitive prompt must draft.
-    if not spec.get("adaptive", True) or spec["method"] == "ngram":
+    # Whether measured costs let a round pay is the machine's call; fixed lengths, the heuristic
+    # costs (calibrate=False) and prompt lookup on the repetitive prompt must draft.
+    if not spec.get("adaptive", True) or spec.get("calibrate") is False or spec["method"] == "ngram":
         assert llm.metrics()["drafted"] > 0
 
 
@@ -180,7 +180,9 @@ def test_vocabulary_mismatch_warns_and_decodes_plainly(models, plain):
 
 def test_missing_draft_warns(models):
     with pytest.warns(SpeculativeFallbackWarning, match="does not exist"):
-        make_llm(models, draft_model="/nonexistent/draft")
+        llm = make_llm(models, draft_model="/nonexistent/draft")
+    assert llm.engine.speculator is None and "does not exist" in llm.speculation_failure
+    assert llm.metrics()["speculative"] is False and llm.metrics()["fallback_reason"] == llm.speculation_failure
 
 
 def _live_bytes() -> int:
