@@ -1,5 +1,5 @@
-"""Token ids of requests run through `LLM.generate` (the serving engine, which runs every request,
-speculating ones included)."""
+"""Running requests through `LLM.generate` (the serving engine, which runs every request,
+speculating ones included), and comparing what engines with one knob flipped give."""
 
 from __future__ import annotations
 
@@ -11,3 +11,14 @@ from jaxinfer import LLM, SamplingParams
 def engine_ids(llm: LLM, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams]) -> list[list[int]]:
     """Generated token ids of each prompt (one params for all, or one per prompt), in order."""
     return [out.token_ids for out in llm.generate(list(prompts), params)]
+
+
+def engines_with_and_without(model_dir, knob: str, **knobs) -> dict[bool, LLM]:
+    """The same model twice, `knob` off (False) and on (True), the other knobs shared."""
+    return {flag: LLM(model_dir, **{knob: flag}, **knobs) for flag in (False, True)}
+
+
+def summary(outputs) -> list:
+    """Everything a caller reads from each completion (tokens, text, finish and stop reasons, logprobs)."""
+    return [[(c.token_ids, c.text, c.finish_reason, c.stop_reason, c.logprobs) for c in out.outputs]
+            for out in outputs]

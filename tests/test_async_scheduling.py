@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_runs import engines_with_and_without, summary
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 
@@ -22,12 +23,7 @@ KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_to
 @pytest.fixture(scope="module")
 def engines(text_model_dir) -> dict[bool, LLM]:
     """The same model with and without async scheduling (both overlap outputs)."""
-    return {chained: LLM(text_model_dir, async_scheduling=chained, **KNOBS) for chained in (False, True)}
-
-
-def summary(outputs) -> list:
-    return [[(c.token_ids, c.text, c.finish_reason, c.stop_reason, c.logprobs) for c in out.outputs]
-            for out in outputs]
+    return engines_with_and_without(text_model_dir, "async_scheduling", **KNOBS)
 
 
 def chained_calls(llm: LLM) -> int:
@@ -119,7 +115,7 @@ def test_a_speculating_engine_chains_only_the_calls_its_plan_decodes_plainly(tex
     params = [SamplingParams(max_tokens=40, temperature=0, ignore_eos=True),
               SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, presence_penalty=0.5)]
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)
-    llms = {c: LLM(text_model_dir, async_scheduling=c, speculative=spec, **KNOBS) for c in (False, True)}
+    llms = engines_with_and_without(text_model_dir, "async_scheduling", speculative=spec, **KNOBS)
     plain, chained = (summary(llms[c].generate(prompts, params)) for c in (False, True))
     assert chained == plain
     assert chained_calls(llms[True]) > 0 and llms[True].engine.speculation_metrics()["drafted"] > 0

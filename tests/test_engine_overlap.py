@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_runs import engines_with_and_without, summary
 
 from jaxinfer import LLM, SamplingParams
 
@@ -28,12 +29,7 @@ MIXED = [
 @pytest.fixture(scope="module")
 def engines(text_model_dir) -> dict[bool, LLM]:
     """The same model, step-synchronous and overlapped (the pool is small: the mix preempts)."""
-    return {overlap: LLM(text_model_dir, overlap_outputs=overlap, **KNOBS) for overlap in (False, True)}
-
-
-def summary(outputs) -> list:
-    return [[(c.token_ids, c.text, c.finish_reason, c.stop_reason, c.logprobs) for c in out.outputs]
-            for out in outputs]
+    return engines_with_and_without(text_model_dir, "overlap_outputs", **KNOBS)
 
 
 def test_overlapped_outputs_equal_step_synchronous_ones(engines):
