@@ -2,18 +2,18 @@
 
 The scheduler, block manager and requests decide who runs; each `step` plans one padded batch
 (a `HostStep`), has the `ModelRunner` (the device side: weights, pools, programs) run it, and
-turns the new tokens into `RequestOutput` deltas. Nothing here calls jax.
+turns the new tokens into `RequestOutput` deltas. The device-call cycle (start, chain, land,
+fail) is `StepCalls`, its base class; this file is request intake, outputs and administration.
+Nothing here calls jax.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jaxinfer.checkpoint.tokenizer import Detokenizer, TokenTexts
-from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.block_manager import BlockManager
@@ -23,31 +23,21 @@ from jaxinfer.engine.output_processor import catch_up_text, delta_output
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, check_stop_ids, encode_prompt
 from jaxinfer.engine.request import Request
-from jaxinfer.engine.scheduler import Schedule, Scheduler, SchedulerConfig
+from jaxinfer.engine.scheduler import Scheduler, SchedulerConfig
 from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
-from jaxinfer.engine.speculation_accounting import DecodeTime, observe_drafts, record_decode_time
-from jaxinfer.engine.step_accounting import decode_iterations, token_slots
-from jaxinfer.engine.step_apply import advance_request
-from jaxinfer.engine.step_builder import (
-    build_chained_step,
-    build_step,
-    build_verify_step,
-    landed_rows,
-    profile_steps,
-    warmup_steps,
-)
+from jaxinfer.engine.step_builder import profile_steps, warmup_steps
+from jaxinfer.engine.step_calls import StepCalls
 from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.speculative.config import SpeculativeConfig
 
 if TYPE_CHECKING:
-    from jaxinfer.runtime.engine_step import StepOutputs
     from jaxinfer.runtime.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
 
 
-class LLMEngine:
+class LLMEngine(StepCalls):
     """add_request / step / abort / has_unfinished over one model and one page pool."""
 
     def __init__(
@@ -184,102 +174,6 @@ class LLMEngine:
             self.stats.record_step(clock)
         return outputs
 
-    def _chain(self, clock: StepClock) -> set[str]:
-        """Start the next multi-step decode call behind the one in flight, if its rows go on decoding
-        plainly (it becomes `chained`); the requests a failed start failed."""
-        flight, config = self.in_flight, self.config
-        if flight is None or not (config.async_scheduling and config.overlap_outputs) or not flight.host.decode:
-            return set()
-        # A GPU's fixed-trip decode runs all its iterations: one step goes through the ragged program.
-        least_steps = 1 if self.runner.stop_early else 2
-        schedule = None if not self._plain_next(flight) else self.scheduler.chain(flight.schedule, least_steps)
-        clock.lap("schedule")
-        if schedule is None:
-            return set()
-        host = build_chained_step(schedule, config)
-        clock.lap("build")
-        try:
-            packed = self.runner.dispatch(host, clock.lap)
-        except Exception as error:  # as in _launch; the call in flight ran on the pools this rebuilds
-            log.exception("engine step failed; its requests are failed, the rest recompute")
-            return self._fail_step(host, error)
-        self.chained = InFlight(schedule, host, packed, time.perf_counter(), clock.laps.get("dispatch", 0.0), True)
-        self.stats.engine_chained_calls += 1
-        clock.chained = True
-        return set()
-
-    def _plain_next(self, flight: InFlight) -> bool:
-        """Whether the call after `flight` decodes plainly: always without speculation, else when the
-        speculation plan declines the rows that decode past `flight` (planned on the tokens known
-        before it lands; rows that reach max_tokens in it, e.g. a logprobs request that keeps the
-        others plain, are left out)."""
-        if self.speculator is None:
-            return True
-        going_on = [row.request for row in flight.schedule.decodes if not row.request.finished]
-        requests = [r for r in going_on if r.max_total - r.num_tokens > flight.host.num_steps]
-        return bool(requests) and self.speculator.declines(requests, bucket(len(requests)))
-
-    def _launch(self, clock: StepClock) -> set[str]:
-        """Schedule and start the next device call (it stays in flight); the requests a failed start failed."""
-        schedule = self.scheduler.schedule()
-        clock.lap("schedule")
-        if schedule.empty:
-            return set()
-        started = time.perf_counter()
-        host = self._build(schedule)
-        clock.lap("build")
-        now = time.monotonic()
-        for request in host.requests:
-            if request is not None and request.timing.first_scheduled is None:
-                request.timing.first_scheduled = now
-        try:
-            packed = self.runner.dispatch(host, clock.lap)
-        except Exception as error:  # a failed program must not take the other requests down
-            log.exception("engine step failed; its requests are failed, the rest recompute")
-            return self._fail_step(host, error)
-        self.in_flight = InFlight(schedule, host, packed, started, clock.laps.get("dispatch", 0.0))
-        return set()
-
-    def _land(self, clock: StepClock) -> set[str]:
-        """Wait for the call in flight, if any, and apply its tokens; the requests it touched."""
-        flight, self.in_flight = self.in_flight, None
-        if flight is None:
-            return set()
-        try:
-            out = self.runner.read(flight.packed)
-            clock.lap("outputs")
-        except Exception as error:
-            log.exception("engine step failed; its requests are failed, the rest recompute")
-            return self._fail_step(flight.host, error)
-        if self.chained is not None:  # the device turns to it now: its time runs from here
-            self.chained.started = time.perf_counter()
-        device_seconds = flight.dispatch_seconds + clock.laps["outputs"]
-        schedule = landed_rows(flight.schedule) if flight.carried else flight.schedule
-        touched = self._apply_outputs(schedule, flight.host, out, flight.started, device_seconds)
-        clock.lap("apply")
-        return touched
-
-    def _build(self, schedule: Schedule) -> HostStep:
-        """The step's arrays, with the structured-output masks of its constrained rows."""
-        host = self._build_step(schedule)
-        host.bitmask = self.structured.bitmask_for(schedule, host)
-        return host
-
-    def _build_step(self, schedule: Schedule) -> HostStep:
-        """A verify step when the batch is all decodes and some row drafts, else the plain step."""
-        if schedule.all_decode and self.speculator is not None:
-            requests = [row.request for row in schedule.decodes]
-            # A row's drafts are written at once, so they must fit the pages the scheduler reserved.
-            drafts = self.speculator.plan(requests, bucket(len(requests)), schedule.lookahead - 1)
-            if drafts is not None:
-                runner = self.runner
-                # A constrained row's mask holds for one round: later rounds' drafts are unknown here.
-                one_round = self.speculator.measuring or any(r.grammar is not None for r in requests)
-                rounds = 1 if one_round else runner.spec_rounds
-                return build_verify_step(schedule, drafts, runner.verify_chunk, self.config.page_size, runner.width,
-                                         rounds)
-        return build_step(schedule, self.config, fixed_trips=not self.runner.stop_early)
-
     def metrics(self) -> dict:
         """vLLM-named counters, gauges and latency histograms (see engine.metrics)."""
         scheduler = self.scheduler
@@ -340,80 +234,6 @@ class LLMEngine:
         self.runner.release()
         self._reset_blocks()
 
-    def _apply_outputs(
-        self, schedule: Schedule, host: HostStep, out: "StepOutputs", started: float, device_seconds: float
-    ) -> set[str]:
-        """Apply a landed call's outputs and account for it; the requests it touched."""
-        if host.drafts is not None:
-            observe_drafts(self.speculator, self.stats, schedule, out)
-        elif self.speculator is not None and self.speculator.declined:
-            produced = [(r, out.tokens[i, : out.counts[i]]) for i, r in enumerate(host.requests) if r is not None]
-            self.speculator.observe_plain(produced)
-        touched = self._apply(schedule, host, out)
-        self.stats.record_padding(*token_slots(schedule, host, out, self.runner.stop_early, self.runner.verify_chunk))
-        self.stats.record_inputs(self.runner.input_bytes)
-        seconds = time.perf_counter() - started
-        if self.speculator is not None and not schedule.prefills:
-            record_decode_time(self.speculator, host, out, DecodeTime(
-                bucket(len(schedule.decodes)), seconds, device_seconds, self.runner.stop_early,
-                self.runner.spec_rounds, self.draft_spec is not None))
-        if host.decode:
-            self.scheduler.observe_decode(seconds, decode_iterations(host, out, self.runner.stop_early))
-        return touched
-
-    def _apply(self, schedule: Schedule, host: HostStep, out: "StepOutputs") -> set[str]:
-        """Advance each row's request by what the step computed; finish and free those that ended."""
-        now, touched = time.monotonic(), set()
-        rows = {id(row.request): row for row in schedule.decodes + schedule.prefills}
-        for r, request in enumerate(host.requests):
-            if request is None or request.finished:  # finished: aborted while its call was in flight
-                continue
-            row = rows[id(request)]
-            try:
-                read_before = request.draft_computed
-                produced = advance_request(request, row, out, r, host, self.token_texts)
-                if self.draft_spec is not None:
-                    self.blocks.mark_draft_read(request.pages, read_before, request.draft_computed)
-            except Exception as error:  # e.g. a tokenizer failure: this request alone fails
-                log.exception("request %s failed", request.request_id)
-                request.finish("error")
-                request.error = f"{type(error).__name__}: {error}"
-                produced = 0
-            self.stats.record_tokens(request, produced, now)
-            if produced or request.finished:
-                touched.add(request.request_id)
-            if request.finished:
-                self.scheduler.remove(request)
-                self._record_finished(request)
-            else:
-                full = request.num_computed // self.config.page_size
-                if full > len(request.page_hashes):  # a page filled up: publish it for prefix caching
-                    self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
-        return touched
-
-    def _fail_step(self, host: HostStep, error: Exception) -> set[str]:
-        """Fail the step's requests, rebuild the (possibly consumed) pool, recompute everyone else; a
-        call still in flight, or started behind it, ran on that pool and is dropped (its requests
-        are the step's)."""
-        self.in_flight = self.chained = None
-        touched = set()
-        for request in host.requests:
-            if request is not None and not request.finished:
-                self._fail_request(request, error)
-                touched.add(request.request_id)
-        self.scheduler.preempt_all()
-        self._reset_blocks()
-        self.runner.reset_pools()
-        return touched
-
-    def _reset_blocks(self) -> None:
-        """A fresh block manager (no cached prefixes) over the same pool size."""
-        self.blocks = BlockManager(
-            self.blocks.num_pages, self.config.page_size, self.model_identity, self.config.enable_prefix_caching,
-            spread=self.blocks.spread,
-        )
-        self.scheduler.blocks = self.blocks
-
     def _catch_up_texts(self, touched: set[str]) -> None:
         """Detokenize what the touched requests' last call appended; a failure fails that request alone."""
         for request_id in touched:
@@ -423,20 +243,6 @@ class LLMEngine:
                 except Exception as error:  # e.g. a tokenizer failure
                     log.exception("request %s failed", request.request_id)
                     self._fail_request(request, error)
-
-    def _record_finished(self, request: Request) -> None:
-        """Count a request that ended (any reason) in the metrics and the speculation totals."""
-        self.stats.record_finished(request)
-        if self.speculator is not None:
-            self.speculator.totals.count_request()
-
-    def _fail_request(self, request: Request, error: Exception) -> None:
-        """End a request with `error`, freeing its pages, unless it already ended; its output carries the error."""
-        if not request.finished:
-            self.scheduler.remove(request)
-            request.finish("error")
-            self._record_finished(request)
-        request.error = f"{type(error).__name__}: {error}"
 
     def _collect(self, touched: set[str], final_only: bool) -> list[RequestOutput]:
         self._catch_up_texts(touched)
