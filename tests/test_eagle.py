@@ -19,6 +19,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.checkpoint.loader import CheckpointError, load_weights
+from jaxinfer.entrypoints.draft_loading import SpeculativeError
 from jaxinfer.speculative.eagle import EagleParams, head_logits, head_step
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
 
@@ -67,6 +68,9 @@ def test_unusable_heads_raise_naming_the_problem(models, tmp_path):
     save_file({k: v for k, v in tensors.items() if "up_proj" not in k}, broken / "model.safetensors")
     with pytest.raises(CheckpointError, match="missing.*layers.0.mlp.up_proj.weight"):
         load_eagle(broken, cfg, jnp.float32)
+    strict = SpeculativeConfig(method="eagle", draft_model=str(broken), fallback=False)
+    with pytest.raises(SpeculativeError, match="cannot be used: CheckpointError: .*up_proj"):
+        LLM(models["target"], dtype="float32", max_seq_len=64, speculative=strict)
     with pytest.raises(CheckpointError, match="hidden_size 64, the target 32"):
         load_eagle(models[1], dataclasses.replace(cfg, hidden_size=32), jnp.float32)
     with pytest.raises(CheckpointError, match="not an EAGLE head"):

@@ -108,7 +108,7 @@ def spec_config(method: str, models, rule: AcceptanceRule | None = None, adaptiv
     # keep the adaptive path under test. Adaptive cases plan with those heuristic costs only
     # (calibrate=False): the step times this machine measures would decide whether 2048 rows draft.
     return SpeculativeConfig(
-        method, draft, num_speculative_tokens=2, adaptive=adaptive, calibrate=False if adaptive else None,
+        method, draft, num_speculative_tokens=2, adaptive=adaptive, calibrate=not adaptive,
         verify_saturation_tokens=2**30, draft_cost=0.0, min_gain=1.0, **extra,
     )
 

@@ -103,7 +103,7 @@ class Speculator:
         # Prompt lookup runs on the host: no draft steps to pay for. NumPy: the plan is made on the host.
         draft_cost = 0.0 if draft is None else draft.cost
         self.heuristic = on_host(heuristic_costs(draft_cost, config))
-        self.measured = None if config.calibrate is False else StepCosts(draft_cost)
+        self.measured = StepCosts(draft_cost) if config.calibrate else None
         self.plain_run: dict[int, int] = {}  # plain decode steps in a row since a verify step, per row bucket
         # Prompt-lookup drafts the plan declined for the coming plain step, by request id(): scored
         # for free against the tokens that step produces (`observe_plain`).

@@ -106,9 +106,11 @@ def engine_speculation(
     try:
         draft = load_draft(config, target, target_weights, target_tok, dtype, max_seq_len, cpu_kernels, layout)
     except Exception as err:  # noqa: BLE001 - an unusable draft must not stop the target from serving
-        if not config.fallback:
-            raise
         reason = f"{type(err).__name__}: {err}"
+        if not config.fallback:
+            if isinstance(err, SpeculativeError):
+                raise
+            raise SpeculativeError(f"draft {config.draft_model} cannot be used: {reason}") from err
         warnings.warn(f"speculative decoding disabled, continuing with plain decoding: {reason}",
                       SpeculativeFallbackWarning, stacklevel=3)
         return None, None, reason

@@ -195,6 +195,27 @@ def _counted(state: RowState, s: RowSampling, tokens: jax.Array, kept: jax.Array
     return dataclasses.replace(state, sampling=dataclasses.replace(state.sampling, counts=counts))
 
 
+def decode_inputs(x: StepInputs, state: RowState, bitmask: jax.Array) -> tuple[StepInputs, RowState]:
+    """`with_device_inputs`, then each carried row's token, position and length from its slot's
+    decode carry (a row the call ahead finished becomes padding)."""
+    x, state = with_device_inputs(x, state, bitmask)
+    tokens, positions, lengths, query_lens = carried_rows(
+        state, x.row_slots, x.carried, x.tokens, x.positions, x.lengths, x.query_lens)
+    return dataclasses.replace(x, tokens=tokens, positions=positions, lengths=lengths, query_lens=query_lens), state
+
+
+def no_decode_outputs(rows: int, max_steps: int) -> StepOutputs:
+    """Zeroed outputs of `rows` rows over max_steps decode steps (each step records into them)."""
+    return StepOutputs(
+        tokens=jnp.zeros((rows, max_steps), jnp.int32),
+        counts=jnp.zeros((rows,), jnp.int32),
+        logprobs=jnp.zeros((rows, max_steps), jnp.float32),
+        top_ids=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.int32),
+        top_logprobs=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.float32),
+        ranks=jnp.zeros((rows, max_steps), jnp.int32),
+    )
+
+
 def multi_decode(
     weights: Weights, pages: PagedKVCache, state: RowState, x: StepInputs, bitmask: jax.Array,
     num_steps: jax.Array, cfg: ModelConfig, max_steps: int, draft: Rider = None, draft_weights=None,
@@ -212,19 +233,8 @@ def multi_decode(
     A draft model or EAGLE head does not read them (an EAGLE head's features are stored): the
     next verify step catches it up (`draft_model_rider.catch_up`, `eagle_rider.catch_up`).
     """
-    x, state = with_device_inputs(x, state, bitmask)
-    tokens, positions, lengths, query_lens = carried_rows(
-        state, x.row_slots, x.carried, x.tokens, x.positions, x.lengths, x.query_lens)
-    x = dataclasses.replace(x, tokens=tokens, positions=positions, lengths=lengths, query_lens=query_lens)
-    rows = x.lengths.shape[0]
-    empty = StepOutputs(
-        tokens=jnp.zeros((rows, max_steps), jnp.int32),
-        counts=jnp.zeros((rows,), jnp.int32),
-        logprobs=jnp.zeros((rows, max_steps), jnp.float32),
-        top_ids=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.int32),
-        top_logprobs=jnp.zeros((rows, max_steps, MAX_LOGPROBS), jnp.float32),
-        ranks=jnp.zeros((rows, max_steps), jnp.int32),
-    )
+    x, state = decode_inputs(x, state, bitmask)
+    empty = no_decode_outputs(x.lengths.shape[0], max_steps)
     start_done = x.query_lens == 0
 
     def cond(carry):

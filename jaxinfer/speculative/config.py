@@ -37,7 +37,7 @@ class SpeculativeConfig:
     draft_model: str | None = None
     num_speculative_tokens: int = 4
     adaptive: bool = True
-    calibrate: bool | None = None  # False: plan with the heuristic only; None or True: with measured step times
+    calibrate: bool = True  # False: plan with the heuristic only
     ngram_min: int = 1
     ngram_max: int = 3
     # Suffix decoding (vLLM's suffix_decoding_* knobs): the longest substring counted (match plus
