@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from engine_runs import engine_ids
 from hf_models import save_hf_model
+from jax import monitoring
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.runtime.host_step import CATCH_UP_SPAN
@@ -154,3 +155,49 @@ def test_a_prefix_hit_on_pages_the_draft_read_skips_its_catch_up(models, plain):
     assert ids == plain[1]
     metrics = engine.speculation_metrics()
     assert metrics["accepted"] == metrics["drafted"] > 0
+
+
+def recorded_steps(engine) -> list:
+    """The host steps the engine dispatches from now on (appended as they start)."""
+    steps, dispatch = [], engine.runner.dispatch
+
+    def recording(host, lap=lambda phase: None):
+        steps.append(host)
+        return dispatch(host, lap)
+
+    engine.runner.dispatch = recording
+    return steps
+
+
+def test_prompts_the_draft_did_not_read_are_caught_up_before_it_drafts(models, plain, monkeypatch):
+    """Ragged steps run without the draft's reads (what the engine does while drafting cannot pay);
+    the first verify step catches each row up first, so a self-draft still accepts every draft (a
+    draft drafting over the unread prompt would reject)."""
+    llm = make(models, "target")
+    engine = llm.engine
+    monkeypatch.setattr(engine.speculator, "reads_prompts", lambda: False)
+    steps = recorded_steps(engine)
+    assert engine_ids(llm, PROMPTS, GREEDY) == plain
+    kinds = {host.shape[0] for host in steps}
+    assert "ragged_unread" in kinds and "ragged" not in kinds and "verify" in kinds
+    metrics = engine.speculation_metrics()
+    assert metrics["accepted"] == metrics["drafted"] > 0
+
+
+def test_an_engine_whose_drafts_cannot_pay_stops_reading_prompts(models, plain):
+    """A draft step priced above a plain step: once a plan has declined, the draft reads no new
+    prompt (its prefill would cost a draft forward for drafts nobody makes), the outputs are plain
+    decoding's, and warm-up compiled the ragged steps without reads."""
+    llm = make(models, "draft", dict(adaptive=True, calibrate=False, draft_cost=5.0))
+    engine = llm.engine
+    engine.warmup()
+    traces = []
+    monitoring.register_event_duration_secs_listener(
+        lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
+    )
+    assert engine_ids(llm, PROMPTS[:2], GREEDY) == plain[:2]  # the first prefill reads: nothing planned yet
+    steps = recorded_steps(engine)
+    assert engine_ids(llm, PROMPTS[2:], GREEDY) == plain[2:]
+    reads = [host.draft_reads for host in steps if host.shape[0].startswith("ragged")]
+    assert reads and not any(reads)
+    assert engine.speculation_metrics()["drafted"] == 0 and traces == []

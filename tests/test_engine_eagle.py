@@ -90,9 +90,10 @@ def reference_predictions(weights, head, tokens, cfg, ecfg):
     return head_step(params, tokens[:, 1:], inputs, positions[:, :-1], cache, ecfg)[0][0]
 
 
-@pytest.mark.parametrize(("stop_early", "cached"), [(True, False), (False, False), (True, True)],
-                         ids=["stop_early", "all_steps", "cached_prefix"])
-def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_early, cached):
+@pytest.mark.parametrize(("stop_early", "cached", "reads"),
+                         [(True, False, True), (False, False, True), (True, True, True), (True, False, False)],
+                         ids=["stop_early", "all_steps", "cached_prefix", "unread_prompt"])
+def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_early, cached, reads, monkeypatch):
     """A 40-token prompt prefilled in chunks beside another request's decode steps, plain
     multi-step decode while a logprobs request runs (the verify step implements no logprobs), then
     verify steps: at every computed position of the running request the head's stored output is
@@ -101,9 +102,12 @@ def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_
     all_steps: multi-step calls run every iteration after the logprobs request ends (a GPU's loop).
     cached_prefix: the prompt's full pages come from an earlier request whose head read them, so
     the head starts from their last position (a page flagged read whose outputs the head never
-    wrote would hold stale values)."""
+    wrote would hold stale values).
+    unread_prompt: the prefill chunks only store their features (the engine's ragged steps while
+    drafting cannot pay): the verify steps' catch-up runs the head over the whole prompt."""
     version, llm = eagle
     engine = llm.engine
+    monkeypatch.setattr(engine.speculator, "reads_prompts", lambda: reads)
     engine.reset_prefix_cache()
     prompt = PROMPTS[1]
     if cached:  # a second turn: the first's prompt and part of its output (verify steps read that)

@@ -87,3 +87,6 @@ def test_default_knobs_need_few_programs():
     for max_seq_len, expected in ((2048, 18), (1024, 17)):
         config = EngineConfig(max_seq_len=max_seq_len)
         assert len(program_shapes(config)) + 1 + len(prompt_buckets(max_seq_len)) == expected
+    # Speculating with a draft model or EAGLE head: 7 verify programs and 6 ragged steps without its reads.
+    config = EngineConfig(max_seq_len=2048)
+    assert len(program_shapes(config, verify_chunk=5, draft_on_device=True)) + 1 + len(prompt_buckets(2048)) == 31

@@ -215,7 +215,7 @@ class LLMEngine(StepCalls):
 
     def step_hosts(self) -> list[HostStep]:
         """A padding-only step of every step program's shape (what `warmup` compiles, with the runner's own)."""
-        return warmup_steps(self.config, self._verify_chunk)
+        return warmup_steps(self.config, self._verify_chunk, self.draft_spec is not None)
 
     def program_count(self) -> int:
         """How many programs `warmup` compiles (steps, sampling-slot reset, prompt-logprobs passes)."""

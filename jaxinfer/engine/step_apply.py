@@ -21,7 +21,7 @@ def advance_request(
 ) -> int:
     """Move the request past what row r computed and append what it sampled; how many tokens it took."""
     request.num_computed = row.start + row.count
-    if host.drafts is None and not host.decode and request.draft_computed == row.start:
+    if host.draft_reads and host.drafts is None and not host.decode and request.draft_computed == row.start:
         request.draft_computed = request.num_computed  # a ragged step: a draft model read its tokens
     if not row.samples:
         return 0

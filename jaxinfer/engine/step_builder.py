@@ -138,10 +138,17 @@ def _fill_row(step: HostStep, r: int, offset: int, row: Row, drafts: np.ndarray 
     step.requests[r] = request
 
 
-def program_shapes(config: EngineConfig, verify_chunk: int | None = None) -> list[tuple[str, int, int]]:
-    """Every (program kind, tokens, rows) a workload under `config` can produce: the step programs."""
-    shapes = [("ragged", tokens, rows) for tokens, rows in ragged_shapes(config.max_num_batched_tokens,
-                                                                          config.max_num_seqs)]
+def program_shapes(
+    config: EngineConfig, verify_chunk: int | None = None, draft_on_device: bool = False
+) -> list[tuple[str, int, int]]:
+    """Every (program kind, tokens, rows) a workload under `config` can produce: the step programs.
+
+    verify_chunk: the engine speculates (verify steps of that chunk); draft_on_device: with a draft
+    model or EAGLE head, whose ragged steps also come without its reads ("ragged_unread").
+    """
+    ragged = ragged_shapes(config.max_num_batched_tokens, config.max_num_seqs)
+    kinds = ("ragged", "ragged_unread") if draft_on_device else ("ragged",)
+    shapes = [(kind, tokens, rows) for kind in kinds for tokens, rows in ragged]
     rows = powers_of_two(1, config.max_num_seqs)
     shapes += [("decode", r, r) for r in rows]
     if verify_chunk is not None:
@@ -151,8 +158,8 @@ def program_shapes(config: EngineConfig, verify_chunk: int | None = None) -> lis
 
 def empty_step(kind: str, num_tokens: int, num_rows: int, decode_steps: int) -> HostStep:
     """An all-padding step of one program's shape (compiles the program, computes nothing that is kept)."""
-    if kind == "ragged":
-        return _empty(num_tokens, num_rows)
+    if kind in ("ragged", "ragged_unread"):
+        return dataclasses.replace(_empty(num_tokens, num_rows), draft_reads=kind == "ragged")
     if kind == "decode":
         return _empty(num_rows, num_rows, decode=True, num_steps=decode_steps)
     step = _empty(num_tokens, num_rows)
@@ -190,10 +197,10 @@ def _verify_fields(step: HostStep, rows: int) -> None:
     step.window = np.zeros((rows, CATCH_UP_WINDOW), np.int32)
 
 
-def warmup_steps(config: EngineConfig, verify_chunk: int | None) -> list[HostStep]:
-    """A padding-only step of every program's shape (verify steps too when verify_chunk is set)."""
+def warmup_steps(config: EngineConfig, verify_chunk: int | None, draft_on_device: bool = False) -> list[HostStep]:
+    """A padding-only step of every program's shape (see program_shapes)."""
     return [empty_step(*shape, config.decode_steps)
-            for shape in program_shapes(config, verify_chunk)]
+            for shape in program_shapes(config, verify_chunk, draft_on_device)]
 
 
 def profile_steps(config: EngineConfig, verify_chunk: int | None) -> list[HostStep]:

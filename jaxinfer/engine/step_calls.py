@@ -145,7 +145,9 @@ class StepCalls:
                 rounds = 1 if one_round else runner.spec_rounds
                 return build_verify_step(schedule, drafts, runner.verify_chunk, self.config.page_size, runner.width,
                                          rounds)
-        return build_step(schedule, self.config, fixed_trips=not self.runner.stop_early)
+        host = build_step(schedule, self.config, fixed_trips=not self.runner.stop_early)
+        host.draft_reads = self.speculator is None or self.speculator.reads_prompts()
+        return host
 
     def _apply_outputs(
         self, schedule: Schedule, host: HostStep, out: "StepOutputs", started: float, device_seconds: float

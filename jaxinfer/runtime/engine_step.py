@@ -164,12 +164,15 @@ def _row_logits(weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: Model
     return lm_logits(weights, hidden[x.last_index]), features, pages
 
 
-def ride(draft: Rider, draft_weights, x: StepInputs, features: jax.Array | None, sampled: jax.Array) -> Rider:
+def ride(
+    draft: Rider, draft_weights, x: StepInputs, features: jax.Array | None, sampled: jax.Array, reads: bool = True
+) -> Rider:
     """The draft after a plain program: a draft model reads the step's tokens, an EAGLE head
-    their features and next tokens (the sampled [R] where the host did not know them)."""
+    their features and next tokens (the sampled [R] where the host did not know them). Without
+    reads a draft model is left as it was and a head only stores the features (for its catch-up)."""
     if isinstance(draft, EagleDraft):
-        return head_reads(draft, draft_weights, x, features, sampled)
-    return read_tokens(draft, draft_weights, x)
+        return head_reads(draft, draft_weights, x, features, sampled) if reads else remember(draft, x, features)
+    return read_tokens(draft, draft_weights, x) if reads else draft
 
 
 def _outputs(logits: jax.Array, tokens: jax.Array, s: RowSampling) -> StepOutputs:
@@ -180,14 +183,15 @@ def _outputs(logits: jax.Array, tokens: jax.Array, s: RowSampling) -> StepOutput
 
 def ragged_step(
     weights: Weights, pages: PagedKVCache, state: RowState, x: StepInputs, bitmask: jax.Array, cfg: ModelConfig,
-    draft: Rider = None, draft_weights=None,
+    draft: Rider = None, draft_weights=None, draft_reads: bool = True,
 ) -> tuple[StepOutputs, PagedKVCache, RowState, Rider]:
-    """Run decode tokens and prefill chunks together; sample one token per row (the draft reads them too)."""
+    """Run decode tokens and prefill chunks together; sample one token per row (the draft reads them
+    too, unless draft_reads is False: while speculation does not pay, see `ride`)."""
     x, state = with_device_inputs(x, state, bitmask)
     logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
     tokens = pick_tokens(logits, x.sampling, x.lengths, state.sampling.counts)
     state = _counted(state, x.sampling, tokens, x.sampling.samples)
-    return _outputs(logits, tokens, x.sampling), pages, state, ride(draft, draft_weights, x, features, tokens)
+    return _outputs(logits, tokens, x.sampling), pages, state, ride(draft, draft_weights, x, features, tokens, draft_reads)
 
 
 def _counted(state: RowState, s: RowSampling, tokens: jax.Array, kept: jax.Array) -> RowState:
@@ -195,7 +199,7 @@ def _counted(state: RowState, s: RowSampling, tokens: jax.Array, kept: jax.Array
     return dataclasses.replace(state, sampling=dataclasses.replace(state.sampling, counts=counts))
 
 
-def decode_inputs(x: StepInputs, state: RowState, bitmask: jax.Array) -> tuple[StepInputs, RowState]:
+def carried_decode_inputs(x: StepInputs, state: RowState, bitmask: jax.Array) -> tuple[StepInputs, RowState]:
     """`with_device_inputs`, then each carried row's token, position and length from its slot's
     decode carry (a row the call ahead finished becomes padding)."""
     x, state = with_device_inputs(x, state, bitmask)
@@ -233,7 +237,7 @@ def multi_decode(
     A draft model or EAGLE head does not read them (an EAGLE head's features are stored): the
     next verify step catches it up (`draft_model_rider.catch_up`, `eagle_rider.catch_up`).
     """
-    x, state = decode_inputs(x, state, bitmask)
+    x, state = carried_decode_inputs(x, state, bitmask)
     empty = no_decode_outputs(x.lengths.shape[0], max_steps)
     start_done = x.query_lens == 0
 

@@ -50,6 +50,9 @@ class HostStep:
     # (their tokens, positions and lengths here are placeholders); None: none
     carried: np.ndarray | None = None
     decode: bool = False  # every row one decode token (T == R): the multi-step decode program runs it
+    # A ragged step's draft model or EAGLE head reads its tokens (False: an EAGLE head only stores
+    # their features; a later verify step catches the draft up, as after plain decode calls)
+    draft_reads: bool = True
     drafts: np.ndarray | None = None  # [R, chunk - 1] int32 for a verify step (rows are chunks)
     num_drafts: np.ndarray | None = None  # [R] int32
     num_rounds: int = 1  # verify rounds one call may run (draft model, EAGLE head)
@@ -64,4 +67,6 @@ class HostStep:
     def shape(self) -> tuple[str, int, int]:
         """(program kind, tokens, rows): what selects the compiled program."""
         kind = "verify" if self.drafts is not None else "decode" if self.decode else "ragged"
+        if kind == "ragged" and not self.draft_reads:
+            kind = "ragged_unread"
         return kind, len(self.tokens), len(self.lengths)

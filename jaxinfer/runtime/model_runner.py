@@ -168,7 +168,8 @@ class ModelRunner:
             kwargs = dict(cfg=cfg, max_steps=self.config.decode_steps, stop_early=self.stop_early)
             args = [*head, np.int32(host.num_steps)]
             return Program(step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}, FIXED_ARGS)
-        return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft), FIXED_ARGS)
+        reads = {} if draft_pool is None else dict(draft_reads=host.draft_reads)
+        return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft, **reads), FIXED_ARGS)
 
     def _bitmask(self, host: HostStep) -> jax.Array:
         """The step's structured-output masks on the device: shipped when a row is constrained, else an

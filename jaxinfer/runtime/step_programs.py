@@ -59,7 +59,7 @@ def _verify(
 
 # The engine's steps; a draft model's pool (when speculating with one) is donated with the target's.
 DONATED = ("pages", "state", "draft")
-ragged_step = program(packed_io(engine_step.ragged_step), static=("cfg",), donate=DONATED)
+ragged_step = program(packed_io(engine_step.ragged_step), static=("cfg", "draft_reads"), donate=DONATED)
 multi_decode = program(packed_io(engine_step.multi_decode), static=("cfg", "max_steps", "stop_early"), donate=DONATED)
 verify_rounds = program(packed_io(_verify), static=("cfg", "max_rounds", "rule"), donate=DONATED)
 reset_sampling_slot = program(slot_state.reset_slot, donate=("state",))
