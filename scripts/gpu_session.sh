@@ -39,6 +39,11 @@
 #                                                   # draft-model engine runs, random mixes), with durations (~8 min)
 #   bash scripts/gpu_session.sh suite 1 [OUT_DIR]   # the first half of the test files on the GPU (~9 min)
 #   bash scripts/gpu_session.sh suite 2 [OUT_DIR]   # the second half
+#   bash scripts/gpu_session.sh train-pair [OUT_DIR]  # issue 51's next demo pair: a ~20M target and a distilled
+#                                                   # ~3M draft on the stdlib and the permissively licensed
+#                                                   # packages there (train_pair.py), an EAGLE-3 head for the
+#                                                   # target; all packed as pair.tar.part-* of <= 15 MiB
+#                                                   # (`cat pair.tar.part-* | tar -xf -`) (~8 min, untried)
 #   bash scripts/gpu_session.sh runtime [OUT_DIR]  # issue 52's GPU targets, Llama-3.2-1B shape, default knobs:
 #                                                   # program count, warm-up cold/warm on 8 threads, the
 #                                                   # branchless/lowering tests, host share of a step, batch-1
@@ -222,6 +227,18 @@ overlap)
     cp results/bench_throughput_*.json "$out"/ 2>/dev/null
     step warmup 200 python3 scripts/bench_warmup.py --preset llama-3.2-1b --threads 8 --max-seq-len 2048 \
         --max-num-seqs 64 --max-num-batched-tokens 512 --cold-warm --out "$out/bench_warmup_split.json"
+    ;;
+train-pair)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    step train_pair 330 python3 scripts/train_pair.py --out "$out/pair" --minutes 3.5
+    XLA_PYTHON_CLIENT_MEM_FRACTION=.6 step train_eagle 120 python3 scripts/train_eagle.py --version 3 \
+        --target "$out/pair/target" --out "$out/pair/eagle" --max-minutes 1.2 --steps 100000 --batch-size 32 \
+        --seq-len 512
+    # The device returns files of 16 MiB at most: the pair comes back in pieces.
+    tar -C "$out" -cf - pair | split -b 15m - "$out/pair.tar.part-"
+    cat "$out"/pair.tar.part-* | tar -xOf - pair/metrics.json
+    rm -rf "$out/pair"
     ;;
 warmup-threads)
     out=${2:-results/gpu_session}

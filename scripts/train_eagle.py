@@ -1,19 +1,25 @@
-"""Train an EAGLE-1 head for any supported target on the target's own outputs; writes the HF layout jaxinfer loads.
+"""Train an EAGLE-1 or EAGLE-3 head for any supported target on the target's own outputs; writes the HF layout jaxinfer loads.
 
 Teacher: the target's final hidden states and next-token distributions over a text corpus (default:
 the Python standard library's sources, without the ~2% of files `train_demo.py` holds out, which
 are used here to report agreement). The head at position i reads the target's feature f_i and the
 token t_{i+1} and predicts f_{i+1}; loss as in EAGLE-1: smooth-L1 regression of f_{i+1} plus 0.1 x
 cross-entropy of its distribution against the target's, with uniform noise on the input features
-(at decode time the head reads its own, imperfect, predictions). JAX and optax only, no torch.
+(at decode time the head reads its own, imperfect, predictions). `--version 3`: the head reads the
+residual stream entering three target layers (low, middle, high) through its fc, with a draft
+vocabulary of the target's (the identity map), and learns from the distribution loss alone (its
+output feeds its own next step through the same input, not a regression target); without
+EAGLE-3's training-time test, so its later drafts are as teacher-forced as EAGLE-1's. JAX and
+optax only, no torch.
 
-    python scripts/train_eagle.py --target DIR --out DIR [--steps N] [--data FILE_OR_DIR ...]
+    python scripts/train_eagle.py --target DIR --out DIR [--steps N] [--data FILE_OR_DIR ...] [--version 3]
     python -c "from jaxinfer import LLM, SpeculativeConfig as S; LLM(DIR, speculative=S('eagle', OUT_DIR))"
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import math
@@ -34,7 +40,7 @@ from jaxinfer.cache.contiguous import init_cache  # noqa: E402
 from jaxinfer.checkpoint.loader import load_weights  # noqa: E402
 from jaxinfer.checkpoint.tokenizer import load_tokenizer  # noqa: E402
 from jaxinfer.config.model import ModelConfig  # noqa: E402
-from jaxinfer.models import Weights, forward, lm_logits  # noqa: E402
+from jaxinfer.models import Weights, forward_with_taps, lm_logits  # noqa: E402
 from jaxinfer.speculative.eagle import (  # noqa: E402
     EagleConfig,
     EagleParams,
@@ -42,6 +48,7 @@ from jaxinfer.speculative.eagle import (  # noqa: E402
     head_logits,
     head_step,
     init_eagle,
+    project_features,
 )
 from jaxinfer.speculative.eagle_checkpoint import save_eagle  # noqa: E402
 
@@ -66,6 +73,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="stored dtype")
     parser.add_argument("--eval-windows", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--version", type=int, choices=[1, 3], default=1, help="EAGLE-1 or EAGLE-3 head")
     return parser.parse_args()
 
 
@@ -106,8 +114,19 @@ def windows(tokenizer, texts: list[str], seq_len: int, separator: int) -> np.nda
     return stream[: count * seq_len].reshape(count, seq_len)
 
 
-def head_shape(target: ModelConfig, intermediate: int | None) -> EagleConfig:
-    """A one-layer Llama head as wide as the target (EAGLE-1 with its fc bias)."""
+def feature_layers(num_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's low, middle and high layers: the reference code's (2, L/2, L-3) where distinct, else
+    the nearest distinct choice a shallow target allows."""
+    for layers in ((2, num_layers // 2, num_layers - 3), (1, num_layers // 2, num_layers - 2),
+                   (0, num_layers // 2, num_layers - 1)):
+        if len(set(layers)) == 3 and 0 <= min(layers) and max(layers) < num_layers:
+            return tuple(sorted(layers))
+    raise SystemExit(f"an EAGLE-3 head reads 3 distinct target layers; the target has {num_layers}")
+
+
+def head_shape(target: ModelConfig, intermediate: int | None, version: int = 1) -> EagleConfig:
+    """A one-layer Llama head as wide as the target (EAGLE-1 with its fc bias; EAGLE-3 over the
+    target's whole vocabulary)."""
     layer = ModelConfig(
         architecture="LlamaForCausalLM", vocab_size=target.vocab_size, hidden_size=target.hidden_size,
         intermediate_size=intermediate or target.intermediate_size, num_layers=1, num_heads=target.num_heads,
@@ -115,16 +134,22 @@ def head_shape(target: ModelConfig, intermediate: int | None) -> EagleConfig:
         rope_theta=target.rope_theta, rope_scaling=target.rope_scaling,
         max_position_embeddings=target.max_position_embeddings,
     )
+    if version == 3:
+        return EagleConfig(layer, 3, draft_vocab=target.vocab_size, feature_layers=feature_layers(target.num_layers))
     return EagleConfig(layer, 1, fc_bias=True)
 
 
-def teacher(weights: Weights, tokens: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.Array]:
-    """The target's final hidden states [B, T, D] and next-token log-probabilities [B, T, V]."""
+def teacher(
+    weights: Weights, tokens: jax.Array, cfg: ModelConfig, taps: tuple[int, ...] = ()
+) -> tuple[jax.Array, jax.Array]:
+    """The target's features [B, T, F] (its final hidden states, or the residual stream entering the
+    `taps` layers, concatenated) and next-token log-probabilities [B, T, V]."""
     batch, seq = tokens.shape
     cache = init_cache(cfg, batch, seq, jnp.float32)
     positions = jnp.broadcast_to(jnp.arange(seq, dtype=jnp.int32), tokens.shape)
-    hidden, _ = forward(weights, tokens, positions, cache, cfg)
-    return hidden, jax.nn.log_softmax(lm_logits(weights, hidden), axis=-1)
+    hidden, tapped, _ = forward_with_taps(weights, tokens, positions, cache, cfg, taps)
+    features = jnp.concatenate(tapped, axis=-1) if taps else hidden
+    return features, jax.nn.log_softmax(lm_logits(weights, hidden), axis=-1)
 
 
 def head_outputs(
@@ -135,20 +160,27 @@ def head_outputs(
     params = EagleParams(head, target.embed, target.lm_head)
     cache = init_cache(ecfg.layer, batch, seq - 1, jnp.float32)
     positions = jnp.broadcast_to(jnp.arange(seq - 1, dtype=jnp.int32), (batch, seq - 1))
-    predicted, _ = head_step(params, tokens[:, 1:], features[:, :-1], positions, cache, ecfg)
+    inputs = project_features(params, features[:, :-1], ecfg)
+    predicted, _ = head_step(params, tokens[:, 1:], inputs, positions, cache, ecfg)
     return predicted, jax.nn.log_softmax(head_logits(params, predicted, ecfg), axis=-1)
 
 
 def loss_fn(
-    head: EagleWeights, target: Weights, tokens: jax.Array, key: jax.Array, cfg: ModelConfig, ecfg: EagleConfig
+    head: EagleWeights, target: Weights, tokens: jax.Array, key: jax.Array, cfg: ModelConfig, ecfg: EagleConfig,
+    d2t: jax.Array | None = None,
 ) -> tuple[jax.Array, dict]:
-    """EAGLE-1's loss on one batch, and the head's top-1 agreement with the target."""
-    features, target_logp = jax.lax.stop_gradient(teacher(target, tokens, cfg))
+    """EAGLE-1's loss (EAGLE-3's: the distribution's alone) on one batch, and the head's top-1
+    agreement with the target."""
+    head = head if d2t is None else dataclasses.replace(head, d2t=d2t)  # EAGLE-3's id map: an input, not trained
+    features, target_logp = jax.lax.stop_gradient(teacher(target, tokens, cfg, ecfg.feature_layers))
     noisy = features + jax.random.uniform(key, features.shape, minval=-NOISE, maxval=NOISE)
     predicted, head_logp = head_outputs(head, target, tokens, noisy, ecfg)
-    regression = jnp.mean(optax.huber_loss(predicted, features[:, 1:], delta=1.0))
-    cross_entropy = -jnp.mean(jnp.sum(jnp.exp(target_logp[:, 1:]) * head_logp, axis=-1))
+    # A draft vocabulary's -inf logits (none here) would make 0 * -inf: such tokens count as never drafted.
+    cross_entropy = -jnp.mean(jnp.sum(jnp.exp(target_logp[:, 1:]) * jnp.maximum(head_logp, -1e9), axis=-1))
     agree = jnp.mean(jnp.argmax(head_logp, -1) == jnp.argmax(target_logp[:, 1:], -1))
+    if ecfg.version == 3:
+        return cross_entropy, {"ce": cross_entropy, "agree": agree}
+    regression = jnp.mean(optax.huber_loss(predicted, features[:, 1:], delta=1.0))
     return regression + CLS_WEIGHT * cross_entropy, {"regression": regression, "ce": cross_entropy, "agree": agree}
 
 
@@ -167,8 +199,9 @@ def main() -> None:
     train = windows(tokenizer, train_texts, args.seq_len, separator)
     held_out = windows(tokenizer, held_texts, args.seq_len, separator)[: args.eval_windows]
     print(f"{len(train)} training windows of {args.seq_len} tokens, {len(held_out)} held out", flush=True)
-    ecfg = head_shape(cfg, args.intermediate_size)
+    ecfg = head_shape(cfg, args.intermediate_size, args.version)
     head = init_eagle(ecfg, jax.random.key(args.seed), jnp.float32)
+    d2t, head = head.d2t, dataclasses.replace(head, d2t=None)  # gradients for the float weights only
     schedule = optax.warmup_cosine_decay_schedule(0.0, args.lr, args.warmup, max(args.steps, args.warmup + 1),
                                                   end_value=args.lr * 0.1)
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
@@ -176,7 +209,7 @@ def main() -> None:
 
     @jax.jit
     def update(head, opt_state, target, tokens, key):
-        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(head, target, tokens, key, cfg, ecfg)
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(head, target, tokens, key, cfg, ecfg, d2t)
         updates, opt_state = optimizer.update(grads, opt_state, head)
         return optax.apply_updates(head, updates), opt_state, metrics
 
@@ -191,12 +224,14 @@ def main() -> None:
         if args.max_minutes and time.time() - start > 60 * args.max_minutes:
             print(f"stopping at step {step}: --max-minutes {args.max_minutes} reached", flush=True)
             break
+    head = dataclasses.replace(head, d2t=d2t)
     agreement = evaluate(head, target, held_out, cfg, ecfg) if len(held_out) else math.nan
     print(f"held-out teacher-forced top-1 agreement with the target: {agreement:.4f}", flush=True)
-    stored = jax.tree.map(lambda x: x.astype(args.dtype), head)
+    stored = jax.tree.map(lambda x: x.astype(args.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, head)
     save_eagle(stored, ecfg, args.out, json.loads((args.target / "config.json").read_text()))
     summary = {"steps": step + 1, "seconds": round(time.time() - start, 1), "held_out_agreement": round(agreement, 4),
-               "held_out_windows": len(held_out), "seq_len": args.seq_len, "batch_size": args.batch_size}
+               "held_out_windows": len(held_out), "seq_len": args.seq_len, "batch_size": args.batch_size,
+               "version": args.version}
     (args.out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {args.out}", flush=True)
 

@@ -1,0 +1,85 @@
+"""scripts/train_pair.py (the GPU training of the next demo pair) and its corpus: only permissively
+licensed sources, each named in the card, and a quick run on CPU whose pair jaxinfer loads and
+speculates with."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from python_subprocess import REPO, child_env
+
+from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+
+sys.path.insert(0, str(Path(REPO) / "scripts"))
+import python_corpus  # noqa: E402
+
+
+@pytest.mark.parametrize(("statements", "accepted"), [
+    (["MIT"], "MIT"),
+    (["", "BSD License"], "BSD License"),
+    (["Apache-2.0 OR BSD-3-Clause"], "Apache-2.0 OR BSD-3-Clause"),
+    (["Apache-2.0 AND BSD-3-Clause AND MIT"], "Apache-2.0 AND BSD-3-Clause AND MIT"),
+    (["Python Software Foundation License"], "Python Software Foundation License"),
+    (["MPL-2.0 AND MIT"], None),  # a file-level copyleft part: left out
+    (["public domain, Python, 2-Clause BSD, GPL"], None),
+    (["GNU Lesser General Public License v3 (LGPLv3)"], None),
+    (["GPL-2.0-or-later OR MIT"], "GPL-2.0-or-later OR MIT"),  # a permissive alternative is offered
+    ([], None),  # unknown: left out
+    (["Proprietary"], None),
+])
+def test_only_permissive_licenses_are_taken(statements, accepted):
+    assert python_corpus.permissive_license(statements) == accepted
+
+
+def test_tests_and_vendored_copies_are_skipped():
+    paths = [Path(p) for p in ["pkg/a.py", "pkg/tests/test_a.py", "pkg/_vendor/six.py", "pkg/sub/b.py",
+                               "pkg/data.json", "pkg/third_party/x.py"]]
+    assert python_corpus.own_python_files(paths) == [Path("pkg/a.py"), Path("pkg/sub/b.py")]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Path:
+    """A pair from a quick run (tiny models, seconds of training on the stdlib)."""
+    out = tmp_path_factory.mktemp("train-pair") / "pair"
+    run_script("train_pair.py", "--out", str(out), "--quick")
+    return out
+
+
+def run_script(name: str, *args: str) -> None:
+    done = subprocess.run([sys.executable, str(Path(REPO) / "scripts" / name), *args], env=child_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def greedy_ids(target: Path, speculative: SpeculativeConfig | None = None) -> tuple[list[int], LLM]:
+    llm = LLM(target, dtype="float32", max_seq_len=64, speculative=speculative)
+    greedy = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    return llm.generate(["def f(x):\n"], greedy)[0].token_ids, llm
+
+
+def test_a_quick_run_writes_a_pair_jaxinfer_speculates_with(pair):
+    metrics = json.loads((pair / "metrics.json").read_text())
+    assert 0 < metrics["eval"]["bits_per_byte"]["target"] < 8 and metrics["training"]["draft"]["steps"] > 0
+    card = (pair / "README.md").read_text()
+    assert "| python-stdlib |" in card and "PSF" in card
+    plain, _ = greedy_ids(pair / "target")
+    spec = SpeculativeConfig(method="draft", draft_model=str(pair / "draft"), num_speculative_tokens=3,
+                             adaptive=False, fallback=False)
+    ids, llm = greedy_ids(pair / "target", spec)
+    assert ids == plain and llm.metrics()["drafted"] > 0
+
+
+def test_an_eagle3_head_trained_for_the_pair_loads_and_drafts(pair, tmp_path):
+    """train_eagle.py --version 3: the head taps three of the target's layers and drafts in the engine."""
+    run_script("train_eagle.py", "--target", str(pair / "target"), "--out", str(tmp_path / "eagle"), "--version", "3",
+               "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--eval-windows", "2")
+    plain, _ = greedy_ids(pair / "target")
+    spec = SpeculativeConfig(method="eagle", draft_model=str(tmp_path / "eagle"), num_speculative_tokens=3,
+                             adaptive=False, fallback=False)
+    ids, llm = greedy_ids(pair / "target", spec)
+    assert ids == plain and llm.metrics()["drafted"] > 0
+    assert llm.engine.draft_spec.cfg.version == 3 and llm.engine.draft_spec.cfg.feature_layers == (0, 1, 2)
