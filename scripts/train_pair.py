@@ -23,8 +23,8 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import python_corpus
 import numpy as np
+import python_corpus
 import torch
 import torch.nn.functional as F
 from train_demo import (
