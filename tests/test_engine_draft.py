@@ -13,6 +13,8 @@ from hf_models import save_hf_model
 from jax import monitoring
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
+from jaxinfer.engine.request import Request
+from jaxinfer.engine.speculation import Speculator
 from jaxinfer.runtime.host_step import CATCH_UP_SPAN
 
 K = 3
@@ -175,7 +177,7 @@ def test_prompts_the_draft_did_not_read_are_caught_up_before_it_drafts(models, p
     draft drafting over the unread prompt would reject)."""
     llm = make(models, "target")
     engine = llm.engine
-    monkeypatch.setattr(engine.speculator, "reads_prompts", lambda: False)
+    monkeypatch.setattr(engine.speculator, "reads_prompts", lambda rows: False)
     steps = recorded_steps(engine)
     assert engine_ids(llm, PROMPTS, GREEDY) == plain
     kinds = {host.shape[0] for host in steps}
@@ -201,3 +203,14 @@ def test_an_engine_whose_drafts_cannot_pay_stops_reading_prompts(models, plain):
     reads = [host.draft_reads for host in steps if host.shape[0].startswith("ragged")]
     assert reads and not any(reads)
     assert engine.speculation_metrics()["drafted"] == 0 and traces == []
+
+
+def test_prompts_are_read_where_the_rows_will_decode_at_a_bucket_that_pays():
+    """Whether a prefill feeds the draft is decided at the row bucket its rows decode at: a plan
+    that cannot pay at 64 rows (verifying 4 drafts a row costs 4 more steps there) leaves a lone
+    request's prompt read."""
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=K, verify_saturation_tokens=16, calibrate=False)
+    speculator = Speculator(spec)
+    requests = [Request(f"r{i}", 0, None, [5, 6, 7], GREEDY, seed=0, stop_ids=()) for i in range(64)]
+    assert speculator.plan(requests, 64) is None
+    assert not speculator.reads_prompts(64) and speculator.reads_prompts(1)

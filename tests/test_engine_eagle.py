@@ -107,7 +107,7 @@ def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_
     drafting cannot pay): the verify steps' catch-up runs the head over the whole prompt."""
     version, llm = eagle
     engine = llm.engine
-    monkeypatch.setattr(engine.speculator, "reads_prompts", lambda: reads)
+    monkeypatch.setattr(engine.speculator, "reads_prompts", lambda rows: reads)
     engine.reset_prefix_cache()
     prompt = PROMPTS[1]
     if cached:  # a second turn: the first's prompt and part of its output (verify steps read that)

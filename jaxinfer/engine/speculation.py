@@ -116,6 +116,7 @@ class Speculator:
         # plan's row bucket declined because drafting could not pay (it reprobes later).
         self.disabled_reason: str | None = None
         self.unpaid = False
+        self.unpaid_at: dict[int, bool] = {}  # `unpaid` of the last plan at each row bucket
         # Every row's outcomes folded into one moving average: what a new request's drafts are
         # expected to do until its own are measured (None: nothing measured yet, count on all).
         self.pair_acceptance: float | None = None
@@ -136,6 +137,11 @@ class Speculator:
         rows: the step's row bucket (costs are measured per bucket); most: drafts per row at most
         (the room its reserved pages leave; default k_max).
         """
+        drafts = self._plan(requests, rows, most)
+        self.unpaid_at[rows] = self.unpaid
+        return drafts
+
+    def _plan(self, requests: list[Request], rows: int, most: int | None) -> list[np.ndarray] | None:
         self.declined, self.measuring = {}, False
         if self.disabled_reason is not None:
             return None
@@ -181,18 +187,19 @@ class Speculator:
                 return False
             untimed = self.measured is not None and self.measured.needs_plain(rows)
             return untimed or (self._cannot_pay(rows) and not self._reprobing(rows, requests))
-        kept = dict(self.plain_run), self.declined, self.measuring, self.unpaid
+        kept = dict(self.plain_run), self.declined, self.measuring, self.unpaid, dict(self.unpaid_at)
         if self.plan(requests, rows) is None:
             return True
-        self.plain_run, self.declined, self.measuring, self.unpaid = kept
+        self.plain_run, self.declined, self.measuring, self.unpaid, self.unpaid_at = kept
         return False
 
-    def reads_prompts(self) -> bool:
-        """Whether a draft model or head reads the tokens of the ragged steps run now: not while
-        speculation is off for good, or while the last plan found drafting cannot pay (at 64 rows
-        the reads cost a draft model ~3% of plain throughput for drafts nobody makes). A row that
-        does draft later first catches up (`CATCH_UP_SPAN` a call), priced into the reprobe."""
-        return self.disabled_reason is None and not (self.config.adaptive and self.unpaid)
+    def reads_prompts(self, rows: int) -> bool:
+        """Whether a draft model or head reads the tokens of the ragged steps run now, whose rows will
+        decode at row bucket `rows`: not while speculation is off for good, or while the last plan
+        at that bucket found drafting cannot pay (at 64 rows the reads cost a draft model ~2% of
+        plain throughput for drafts nobody makes). A row that does draft later first catches up
+        (`CATCH_UP_SPAN` a call), priced into the reprobe."""
+        return self.disabled_reason is None and not (self.config.adaptive and self.unpaid_at.get(rows, False))
 
     def _candidates(self, requests: list[Request], most: int) -> list[np.ndarray]:
         """What each row could draft: host drafts (n-gram, suffix), or placeholders a draft model or
