@@ -191,7 +191,8 @@ def ragged_step(
     logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
     tokens = pick_tokens(logits, x.sampling, x.lengths, state.sampling.counts)
     state = _counted(state, x.sampling, tokens, x.sampling.samples)
-    return _outputs(logits, tokens, x.sampling), pages, state, ride(draft, draft_weights, x, features, tokens, draft_reads)
+    draft = ride(draft, draft_weights, x, features, tokens, draft_reads)
+    return _outputs(logits, tokens, x.sampling), pages, state, draft
 
 
 def _counted(state: RowState, s: RowSampling, tokens: jax.Array, kept: jax.Array) -> RowState:
