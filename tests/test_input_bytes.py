@@ -10,6 +10,8 @@ import pytest
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.config.sampling_params import MAX_LOGIT_BIAS
+from jaxinfer.runtime.model_runner import FIXED_ARGS
+from jaxinfer.runtime.packed_tree import PackedTree
 from jaxinfer.runtime.page_table_diffs import PageTables
 
 KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, decode_steps=4, num_pages=40)
@@ -112,3 +114,17 @@ def test_a_prefix_hit_past_the_step_entries_sends_the_tables_whole_and_stays_exa
     del runner.dispatch
     assert llm.engine.metrics()["prefix_cache_hits"] > 0 and any(whole), whole
     assert again == first
+
+
+def test_every_step_program_takes_its_inputs_in_one_buffer(checkpoint_dir):
+    """A verify call's drafts, rounds and catch-up window and a decode call's step count travel in
+    the step's one packed buffer (one host-to-device transfer): each step program's arguments after
+    the weights, pools and row state are that buffer and the structured-output bitmask."""
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)
+    llm = LLM(checkpoint_dir("llama3"), speculative=spec, **KNOBS)
+    kinds = set()
+    for host in llm.engine.step_hosts():
+        inputs, _bitmask = llm.engine.runner.program_for(host).args[FIXED_ARGS:]
+        assert isinstance(inputs, PackedTree), host.shape
+        kinds.add(host.shape[0])
+    assert kinds == {"ragged", "decode", "verify"}

@@ -36,14 +36,13 @@ from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.executables import Executables, Program
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
-from jaxinfer.runtime.packed_tree import pack_host, unpack_host
+from jaxinfer.runtime.packed_tree import unpack_host
 from jaxinfer.runtime.page_table_diffs import PageTables, diff_capacity
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
 from jaxinfer.runtime.program_store import default_store
 from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
 from jaxinfer.runtime.row_slots import RowSlots, bias_row, holds_sampling_state, slot_ids
 from jaxinfer.runtime.row_state import RowState
-from jaxinfer.runtime.verify_step import Drafts
 from jaxinfer.runtime.warmup import Progress, activation_peak, warm_up
 from jaxinfer.sampling.logprob import Logprob, TokenText
 from jaxinfer.sampling.penalties import PenaltyCounts
@@ -156,18 +155,14 @@ class ModelRunner:
         draft = dict(draft=draft_pool, draft_weights=self.draft_weights)
         cfg = self.model_config
         if host.drafts is not None:
-            drafts = layout.put_tree(pack_host(Drafts(host.drafts, host.num_drafts)))
-            capacity, window, start = layout.put_tree((host.capacity, host.window, host.draft_start))
-            args = [*head, drafts, np.int32(host.num_rounds), capacity, window, start]
             kwargs = dict(cfg=cfg, max_rounds=self.spec_rounds, rule=self.speculative.acceptance_rule)
-            return Program(step_programs.verify_rounds, args, {**kwargs, **draft}, FIXED_ARGS)
+            return Program(step_programs.verify_rounds, head, {**kwargs, **draft}, FIXED_ARGS)
         if host.decode:
             # Only an EAGLE head rides decode calls (it stores their features); a draft model is
             # caught up by the next verify, so its pool and weights stay out.
             rides = isinstance(draft_pool, EagleDraft)
             kwargs = dict(cfg=cfg, max_steps=self.config.decode_steps, stop_early=self.stop_early)
-            args = [*head, np.int32(host.num_steps)]
-            return Program(step_programs.multi_decode, args, {**kwargs, **(draft if rides else {})}, FIXED_ARGS)
+            return Program(step_programs.multi_decode, head, {**kwargs, **(draft if rides else {})}, FIXED_ARGS)
         reads = {} if draft_pool is None else dict(draft_reads=host.draft_reads)
         return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft, **reads), FIXED_ARGS)
 

@@ -32,14 +32,17 @@ all_logits = program(all_positions.all_logits, static=("cfg",))
 
 
 def packed_io(program: Callable) -> Callable:
-    """An engine step program taking any argument as a `PackedTree` and returning its outputs as one:
-    an engine step then makes one transfer each way, not one per small array. Its row state comes
-    back replicated, as it went in (see row_state.replicated)."""
+    """An engine step program called as (weights, pages, state, inputs, bitmask, **static and pools):
+    `inputs` is one `PackedTree` of (its StepInputs, the arguments it takes after the bitmask: see
+    device_inputs.step_extras), and its outputs come back as one, so a step makes one transfer each
+    way, not one per small array. Its row state comes back replicated, as it went in (see
+    row_state.replicated)."""
 
     @functools.wraps(program)
     def run(*args, **kwargs):
-        args = [unpack_device(a) for a in args]
-        outputs, pages, state, draft = program(*args, **{k: unpack_device(v) for k, v in kwargs.items()})
+        weights, pages, state, inputs, bitmask = args
+        x, extras = unpack_device(inputs)
+        outputs, pages, state, draft = program(weights, pages, state, x, bitmask, *extras, **kwargs)
         return pack_device(outputs), pages, row_state.replicated(state, pages.layout), draft
 
     return run
