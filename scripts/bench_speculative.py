@@ -123,14 +123,27 @@ def round_robin_times(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[
     return {name: (times[name], results[name]) for name in runs}
 
 
-def speedup(row: Row, base: Row) -> float:
-    """Median over rounds of row's throughput over base's in the same round, where both were timed in
-    the same rounds (jaxinfer rows with jaxinfer rows, HF with HF); else the ratio of medians."""
+def per_round_speedups(row: Row, base: Row) -> list[float] | None:
+    """Row's throughput over base's in each round, where both were timed in the same rounds
+    (jaxinfer rows with jaxinfer rows, HF with HF); else None."""
     interleaved = row.engine.split()[0] == base.engine.split()[0] and len(row.round_seconds) == len(base.round_seconds)
     if not interleaved or not row.round_seconds:
-        return row.tokens_per_s / base.tokens_per_s
-    per_round = [(row.tokens / a) / (base.tokens / b) for a, b in zip(row.round_seconds, base.round_seconds)]
-    return float(np.median(per_round))
+        return None
+    return [(row.tokens / a) / (base.tokens / b) for a, b in zip(row.round_seconds, base.round_seconds)]
+
+
+def speedup(row: Row, base: Row) -> float:
+    """Median over rounds of row's throughput over base's in the same round (see per_round_speedups);
+    else the ratio of medians."""
+    per_round = per_round_speedups(row, base)
+    return row.tokens_per_s / base.tokens_per_s if per_round is None else float(np.median(per_round))
+
+
+def spread(row: Row, base: Row) -> tuple[float, float] | None:
+    """The quartiles of the per-round speedups: how far one run's median may be from the next run's
+    on a noisy machine (a target met only inside this range is not met for sure)."""
+    per_round = per_round_speedups(row, base)
+    return None if per_round is None else tuple(float(q) for q in np.quantile(per_round, [0.25, 0.75]))
 
 
 def spec_summary(outputs: list) -> tuple[float | None, float | None, list[float | None] | None]:
@@ -324,8 +337,9 @@ def encode_hf(tokenizer: Any, prompts: list) -> dict:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def ratios(rows: list[Row]) -> dict[str, float]:
-    """Speedups the issue asks about, keyed like 'draft_vs_plain/greedy/b1'."""
+def ratios(rows: list[Row], measure: Callable = speedup) -> dict:
+    """Speedups the issue asks about (or another `measure` of a row against its base, e.g. `spread`),
+    keyed like 'draft_vs_plain/greedy/b1'."""
     found = {(r.engine, r.mode, r.batch): r for r in rows}
     pairs = {
         "draft_vs_plain": ("jaxinfer draft", "jaxinfer plain"),
@@ -342,7 +356,7 @@ def ratios(rows: list[Row]) -> dict[str, float]:
         for mode in MODES:
             for batch in sorted({r.batch for r in rows}):
                 if (a, mode, batch) in found and (b, mode, batch) in found:
-                    out[f"{name}/{mode}/b{batch}"] = speedup(found[(a, mode, batch)], found[(b, mode, batch)])
+                    out[f"{name}/{mode}/b{batch}"] = measure(found[(a, mode, batch)], found[(b, mode, batch)])
     return out
 
 
@@ -428,8 +442,11 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "rows": [{**dataclasses.asdict(r), "tokens_per_s": r.tokens_per_s} for r in rows],
         "ratios": ratios(rows),
+        "ratio_quartiles": ratios(rows, spread),
     }
-    print("\n" + "\n".join(f"{k:40s} {v:6.2f}x" for k, v in result["ratios"].items()))
+    quartiles = result["ratio_quartiles"]
+    print("\n" + "\n".join(f"{k:40s} {v:6.2f}x" + (f"  (rounds' quartiles {quartiles[k][0]:.2f}-{quartiles[k][1]:.2f})"
+                                                   if quartiles.get(k) else "") for k, v in result["ratios"].items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {args.out}")
