@@ -8,9 +8,10 @@ cross-entropy of its distribution against the target's, with uniform noise on th
 (at decode time the head reads its own, imperfect, predictions). `--version 3`: the head reads the
 residual stream entering three target layers (low, middle, high) through its fc, with a draft
 vocabulary of the target's (the identity map), and learns from the distribution loss alone (its
-output feeds its own next step through the same input, not a regression target); without
-EAGLE-3's training-time test, so its later drafts are as teacher-forced as EAGLE-1's. JAX and
-optax only, no torch.
+output feeds its own next step through the same input, not a regression target), at two steps
+as EAGLE-3's training-time test does: every position also runs as a draft chain's second step
+(reading the head's own output at the position before, attending to the entries the target's
+features wrote before it: `chained_head_step`). JAX and optax only, no torch.
 
     python scripts/train_eagle.py --target DIR --out DIR [--steps N] [--data FILE_OR_DIR ...] [--version 3]
     python -c "from jaxinfer import LLM, SpeculativeConfig as S; LLM(DIR, speculative=S('eagle', OUT_DIR))"
@@ -45,6 +46,7 @@ from jaxinfer.speculative.eagle import (  # noqa: E402
     EagleConfig,
     EagleParams,
     EagleWeights,
+    chained_head_step,
     head_logits,
     head_step,
     init_eagle,
@@ -154,15 +156,25 @@ def teacher(
 
 def head_outputs(
     head: EagleWeights, target: Weights, tokens: jax.Array, features: jax.Array, ecfg: EagleConfig
-) -> tuple[jax.Array, jax.Array]:
-    """Teacher-forced head: predicted f_{i+1} [B, T-1, D] and log q [B, T-1, V] from (f_i, t_{i+1})."""
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Teacher-forced head: predicted f_{i+1} [B, T-1, D] and log q [B, T-1, V] from (f_i, t_{i+1});
+    then log q [B, T-2, V] of each position i >= 1 as a draft chain's second step (reading its own
+    output at i-1 and t_{i+1}), which also predicts t_{i+2}."""
     batch, seq = tokens.shape
     params = EagleParams(head, target.embed, target.lm_head)
     cache = init_cache(ecfg.layer, batch, seq - 1, jnp.float32)
     positions = jnp.broadcast_to(jnp.arange(seq - 1, dtype=jnp.int32), (batch, seq - 1))
     inputs = project_features(params, features[:, :-1], ecfg)
-    predicted, _ = head_step(params, tokens[:, 1:], inputs, positions, cache, ecfg)
-    return predicted, jax.nn.log_softmax(head_logits(params, predicted, ecfg), axis=-1)
+    predicted, cache = head_step(params, tokens[:, 1:], inputs, positions, cache, ecfg)
+    second = chained_head_step(params, tokens[:, 2:], predicted[:, :-1], positions[:, 1:], cache, ecfg)
+    logp = lambda p: jax.nn.log_softmax(head_logits(params, p, ecfg), axis=-1)  # noqa: E731
+    return predicted, logp(predicted), logp(second)
+
+
+def soft_cross_entropy(target_logp: jax.Array, head_logp: jax.Array) -> jax.Array:
+    """Mean cross-entropy of the head's distributions against the target's (a draft vocabulary's -inf
+    logits would make 0 * -inf: such tokens count as never drafted)."""
+    return -jnp.mean(jnp.sum(jnp.exp(target_logp) * jnp.maximum(head_logp, -1e9), axis=-1))
 
 
 def loss_fn(
@@ -174,12 +186,13 @@ def loss_fn(
     head = head if d2t is None else dataclasses.replace(head, d2t=d2t)  # EAGLE-3's id map: an input, not trained
     features, target_logp = jax.lax.stop_gradient(teacher(target, tokens, cfg, ecfg.feature_layers))
     noisy = features + jax.random.uniform(key, features.shape, minval=-NOISE, maxval=NOISE)
-    predicted, head_logp = head_outputs(head, target, tokens, noisy, ecfg)
-    # A draft vocabulary's -inf logits (none here) would make 0 * -inf: such tokens count as never drafted.
-    cross_entropy = -jnp.mean(jnp.sum(jnp.exp(target_logp[:, 1:]) * jnp.maximum(head_logp, -1e9), axis=-1))
+    predicted, head_logp, second_logp = head_outputs(head, target, tokens, noisy, ecfg)
+    cross_entropy = soft_cross_entropy(target_logp[:, 1:], head_logp)
     agree = jnp.mean(jnp.argmax(head_logp, -1) == jnp.argmax(target_logp[:, 1:], -1))
     if ecfg.version == 3:
-        return cross_entropy, {"ce": cross_entropy, "agree": agree}
+        second = soft_cross_entropy(target_logp[:, 2:], second_logp)
+        agree2 = jnp.mean(jnp.argmax(second_logp, -1) == jnp.argmax(target_logp[:, 2:], -1))
+        return cross_entropy + second, {"ce": cross_entropy, "ce2": second, "agree": agree, "agree2": agree2}
     regression = jnp.mean(optax.huber_loss(predicted, features[:, 1:], delta=1.0))
     return regression + CLS_WEIGHT * cross_entropy, {"regression": regression, "ce": cross_entropy, "agree": agree}
 

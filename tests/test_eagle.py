@@ -20,7 +20,7 @@ from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.checkpoint.loader import CheckpointError, load_weights
 from jaxinfer.entrypoints.draft_loading import SpeculativeError
-from jaxinfer.speculative.eagle import EagleParams, head_logits, head_step
+from jaxinfer.speculative.eagle import EagleParams, chained_head_step, head_logits, head_step, project_features
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
 
 PROMPTS = [[5, 9, 31, 7, 200, 13], [40, 41, 42, 43, 44, 45, 46, 47, 48, 12, 3]]
@@ -102,6 +102,27 @@ def test_eagle1_head_matches_pytorch_reference(models):
     cache = init_cache(ecfg.layer, 1, 16, jnp.float32)
     got, _ = head_step(params, jnp.asarray(tokens), jnp.asarray(features), jnp.arange(9)[None], cache, ecfg)
     np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_chained_step_at_every_position_is_each_position_alone(models, version):
+    """chained_head_step (training on the head's own outputs) gives at each position p what head_step
+    gives at p alone over the same cache: attending to the entries before p and to its own key."""
+    cfg, target = load_weights(models["target"], jnp.float32, progress=False)
+    ecfg, head = load_eagle(models[version], cfg, jnp.float32)
+    params, steps = EagleParams(head, target.embed, target.lm_head), 9
+    rng = np.random.RandomState(version)
+    tokens, chained_tokens = (jnp.asarray(rng.randint(0, 256, (2, steps))) for _ in range(2))
+    features = jnp.asarray(rng.standard_normal((2, steps, ecfg.feature_size)).astype(np.float32))
+    own = jnp.asarray(rng.standard_normal((2, steps, cfg.hidden_size)).astype(np.float32))
+    positions = jnp.broadcast_to(jnp.arange(steps), (2, steps))
+    _, cache = head_step(params, tokens, project_features(params, features, ecfg), positions,
+                         init_cache(ecfg.layer, 2, steps, jnp.float32), ecfg)
+    together = chained_head_step(params, chained_tokens, own, positions, cache, ecfg)
+    for p in (0, 4, steps - 1):
+        alone, _ = head_step(params, chained_tokens[:, p : p + 1], own[:, p : p + 1], positions[:, p : p + 1], cache,
+                             ecfg)
+        np.testing.assert_allclose(together[:, p], alone[:, 0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.fixture(scope="module")

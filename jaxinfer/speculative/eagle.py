@@ -21,7 +21,7 @@ from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.kernels.cpu import pack_weight, packing_applies
 from jaxinfer.models import LayerWeights
-from jaxinfer.models.attention import attend
+from jaxinfer.models.attention import attend, dense_attention
 from jaxinfer.models.layers import Weight, linear, linear_transposed, linears
 from jaxinfer.models.llama import PROJECTIONS
 from jaxinfer.models.mlp import gated_mlp
@@ -154,6 +154,33 @@ def head_step(
 
     Returns the predicted features [B, T, D] (f_{i+1}, before EAGLE-3's norm) and the cache.
     """
+    x, q, k, v = _head_qkv(params, tokens, features, positions, ecfg)
+    cache = cache.write(0, k, v, positions)
+    return _head_output(params, x, attend(q, cache, 0, positions, 0), ecfg), cache
+
+
+def chained_head_step(
+    params: EagleParams, tokens: jax.Array, features: jax.Array, positions: jax.Array, cache: KVCache,
+    ecfg: EagleConfig,
+) -> jax.Array:
+    """The head at every position p of positions [B, T] at once, as a draft chain's later step runs it
+    there: reading tokens [B, T] and features [B, T, D] (the head's own earlier output), attending
+    to the cache's entries before p (those the target's features wrote) and to its own key only.
+    What `head_step` at p alone over that cache gives; for training on the head's own outputs
+    (EAGLE-3's training-time test). Returns the predicted features [B, T, D]."""
+    x, q, k, v = _head_qkv(params, tokens, features, positions, ecfg)
+    keys = jnp.concatenate([cache.k[0].astype(k.dtype), k.transpose(0, 2, 1, 3)], axis=2)  # [B, KV, S + T, K]
+    values = jnp.concatenate([cache.v[0].astype(v.dtype), v.transpose(0, 2, 3, 1)], axis=3)  # [B, KV, K, S + T]
+    batch, steps = positions.shape
+    before = jnp.arange(cache.k[0].shape[2])[None, None, :] < positions[:, :, None]
+    own = jnp.broadcast_to(jnp.eye(steps, dtype=bool)[None], (batch, steps, steps))
+    return _head_output(params, x, dense_attention(q, keys, values, jnp.concatenate([before, own], axis=-1)), ecfg)
+
+
+def _head_qkv(
+    params: EagleParams, tokens: jax.Array, features: jax.Array, positions: jax.Array, ecfg: EagleConfig
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """The head layer's residual input x [B, T, D] and its rotated q, k and v for (tokens, features)."""
     cfg, w = ecfg.layer, params.head
     lw = w.layer
     embeds = take_rows(params.embed, tokens).astype(features.dtype)
@@ -167,11 +194,15 @@ def head_step(
         h = jnp.concatenate(normed, axis=-1)
     cos, sin = rope_cos_sin(positions, cfg)
     q, k, v = linears(h, [lw.wq, lw.wk, lw.wv])
-    cache = cache.write(0, apply_rope(k, cos, sin), v, positions)
-    q = apply_rope(q, cos, sin)
-    x = x + linear(attend(q, cache, 0, positions, 0), lw.wo, contract=2)
+    return x, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def _head_output(params: EagleParams, x: jax.Array, attention: jax.Array, ecfg: EagleConfig) -> jax.Array:
+    """The head layer's output from its residual input and attention: projection, then the MLP."""
+    lw, cfg = params.head.layer, ecfg.layer
+    x = x + linear(attention, lw.wo, contract=2)
     mlp_in = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
-    return x + gated_mlp(mlp_in, lw.w_gate, lw.w_up, lw.w_down, cfg.activation), cache
+    return x + gated_mlp(mlp_in, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
 
 
 def head_logits(params: EagleParams, predicted: jax.Array, ecfg: EagleConfig) -> jax.Array:
