@@ -44,6 +44,10 @@
 #                                                   # packages there (train_pair.py), an EAGLE-3 head for the
 #                                                   # target; all packed as pair.tar.part-* of <= 15 MiB
 #                                                   # (`cat pair.tar.part-* | tar -xf -`) (~8 min, untried)
+#   bash scripts/gpu_session.sh spec-pair [OUT_DIR]  # right after train-pair, on the same warm machine: the
+#                                                   # new pair's draft model, n-gram and EAGLE-3 head against
+#                                                   # plain at batch 1, greedy and t=0.8 (issue 51's 2x
+#                                                   # targets; ~4 min, untried)
 #   bash scripts/gpu_session.sh runtime [OUT_DIR]  # issue 52's GPU targets, Llama-3.2-1B shape, default knobs:
 #                                                   # program count, warm-up cold/warm on 8 threads, the
 #                                                   # branchless/lowering tests, host share of a step, batch-1
@@ -236,10 +240,23 @@ train-pair)
     XLA_PYTHON_CLIENT_MEM_FRACTION=.6 step train_eagle 150 python3 scripts/train_eagle.py --version 3 \
         --target "$out/pair/target" --out "$out/pair/eagle" --max-minutes 1 --steps 100000 --batch-size 32 \
         --seq-len 512
+    # Kept on this machine for spec-pair (results/ is ignored, so it stays while the machine is warm).
+    rm -rf results/pair_gpu && cp -r "$out/pair" results/pair_gpu
     # The device returns files of 16 MiB at most: the pair comes back in pieces.
     tar -C "$out" -cf - pair | split -b 15m - "$out/pair.tar.part-"
     cat "$out"/pair.tar.part-* | tar -xOf - pair/metrics.json
     rm -rf "$out/pair"
+    ;;
+spec-pair)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    pair=results/pair_gpu
+    [ -d "$pair/eagle" ] || { echo "no $pair: run train-pair first on this (warm) machine"; exit 2; }
+    for mode in greedy t=0.8; do
+        step "speculative_${mode/=/}" 130 python3 scripts/bench_speculative.py --target "$pair/target" \
+            --draft "$pair/draft" --eagle "$pair/eagle" --dtype bfloat16 --no-hf --methods plain draft ngram eagle \
+            --batches 1 --modes "$mode" --repeats 3 --out "$out/bench_speculative_${mode/=/}.json"
+    done
     ;;
 warmup-threads)
     out=${2:-results/gpu_session}
