@@ -23,7 +23,6 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import python_corpus
 import torch
 import torch.nn.functional as F
@@ -34,6 +33,7 @@ from train_demo import (
     check_round_trip,
     save_model,
     to_windows,
+    tokenize_stream,
     train_tokenizer,
 )
 
@@ -69,14 +69,6 @@ def plan_for(args: argparse.Namespace) -> Plan:
                     tokenizer_bytes=400_000, max_package_bytes=0, max_total_bytes=0, eval_windows=8)
     seconds = args.minutes * 60
     return Plan(target_seconds=seconds * 2 / 3, draft_seconds=seconds / 3)
-
-
-def token_stream(tokenizer, texts: list[str]) -> torch.Tensor:
-    """The files' tokens end to end, each file after EOT (NumPy per file: 10^8 tokens as Python ints
-    would take minutes and gigabytes)."""
-    eot = np.asarray([tokenizer.convert_tokens_to_ids(EOT)], np.int64)
-    encoded = tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
-    return torch.from_numpy(np.concatenate([part for file in encoded for part in (eot, np.asarray(file.ids, np.int64))]))
 
 
 def lr_factor(progress: float) -> float:
@@ -200,8 +192,8 @@ def main() -> None:
     stride = max(1, sum(map(len, train_texts)) // plan.tokenizer_bytes)  # every stride-th file, ~tokenizer_bytes
     tokenizer = train_tokenizer(train_texts[::stride], plan.vocab_size)
     check_round_trip(tokenizer, held_out_texts[:5])
-    windows = to_windows(token_stream(tokenizer, train_texts), plan.seq_len).to(device)
-    held_out = to_windows(token_stream(tokenizer, held_out_texts), plan.seq_len)[: plan.eval_windows].to(device)
+    windows = to_windows(tokenize_stream(tokenizer, train_texts), plan.seq_len).to(device)
+    held_out = to_windows(tokenize_stream(tokenizer, held_out_texts), plan.seq_len)[: plan.eval_windows].to(device)
     print(f"corpus: {len(corpus.sources)} sources, {len(train_texts)} train files ({windows.numel():,} tokens), "
           f"{len(held_out_texts)} held out; prepared in {time.perf_counter() - started:.0f}s on {device}", flush=True)
     specs = (QUICK_TARGET, QUICK_DRAFT) if args.quick else (TARGET, DRAFT)

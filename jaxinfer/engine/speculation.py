@@ -287,10 +287,7 @@ class Speculator:
 
     def metrics(self) -> dict:
         """Acceptance totals since the engine started (drafted, accepted, rates; see acceptance_summary)."""
-        config = self.config
-        return {"speculative": self.disabled_reason is None, "method": config.method,
-                "num_speculative_tokens": config.num_speculative_tokens, "fallback_reason": self.fallback_reason(),
-                **self.totals.totals()}
+        return speculation_metrics(self.config, self.disabled_reason is None, self.fallback_reason(), self.totals)
 
     def observe(self, requests: list[Request], drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Fold one step's outcome into each row's acceptance (kept on the request) and the totals."""
@@ -326,6 +323,15 @@ class Speculator:
         decay = self.config.acceptance_decay
         request.spec_acceptance = _moving(request.spec_acceptance, rate, decay)
         self.pair_acceptance = _moving(self.pair_acceptance, rate, decay)
+
+
+def speculation_metrics(
+    config: SpeculativeConfig, speculating: bool, fallback_reason: str | None, totals: SpecMetrics
+) -> dict:
+    """What `LLM.metrics()` and the server report of speculation: on or off, why not, and the totals."""
+    return {"speculative": speculating, "method": config.method,
+            "num_speculative_tokens": config.num_speculative_tokens, "fallback_reason": fallback_reason,
+            **totals.totals()}
 
 
 def _moving(average: float | None, rate: float, decay: float) -> float:

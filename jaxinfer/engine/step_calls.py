@@ -146,9 +146,8 @@ class StepCalls:
                 return build_verify_step(schedule, drafts, runner.verify_chunk, self.config.page_size, runner.width,
                                          rounds)
         host = build_step(schedule, self.config, fixed_trips=not self.runner.stop_early)
-        # The rows decode at the bucket of every running request, these prefills included.
-        decode_rows = bucket(len(self.scheduler.running))
-        host.draft_reads = self.speculator is None or self.speculator.reads_prompts(decode_rows)
+        if self.speculator is not None:  # its rows decode at the bucket of every running request
+            host.draft_reads = self.speculator.reads_prompts(bucket(len(self.scheduler.running)))
         return host
 
     def _apply_outputs(

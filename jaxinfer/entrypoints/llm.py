@@ -22,6 +22,7 @@ from jaxinfer.config.generation import generation_defaults
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
+from jaxinfer.engine.speculation import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
 from jaxinfer.entrypoints.draft_loading import engine_speculation
@@ -274,9 +275,7 @@ class LLM:
         config = self.speculative_config
         if self.speculation_failure is None or config is None:
             return {}
-        return {"speculative": False, "method": config.method, "num_speculative_tokens": config.num_speculative_tokens,
-                "fallback_reason": self.speculation_failure,
-                **SpecMetrics(config.num_speculative_tokens).totals()}
+        return speculation_metrics(config, False, self.speculation_failure, SpecMetrics(config.num_speculative_tokens))
 
     def close(self) -> None:
         """Free the KV caches: the engine's page pools (the target's and a draft model's or EAGLE head's).
