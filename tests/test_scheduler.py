@@ -116,3 +116,26 @@ def test_a_short_pool_chains_nothing_rather_than_preempt():
     scheduler = full_pool_scheduler(num_tokens=6)
     flight = scheduler.schedule()
     assert scheduler.chain(flight) is None and scheduler.num_preemptions == 0
+
+
+def waiting(name: str, num_tokens: int) -> Request:
+    """A new request of num_tokens prompt tokens."""
+    return Request(name, 0, None, list(range(3, 3 + num_tokens)), SamplingParams(max_tokens=8), 0, ())
+
+
+def test_a_burst_of_short_prompts_prefills_in_one_step_as_the_budget_allows():
+    # vLLM's behaviour: no cap on prompts per step beyond max_num_seqs and the token budget, so a
+    # burst's last request does not wait a step per few prompts for its first token.
+    blocks = BlockManager(64, PAGE, "model", prefix_caching=False)
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=40), blocks)
+    for i in range(10):
+        scheduler.add(waiting(f"r{i}", 5))
+    first = scheduler.schedule()
+    assert [row.count for row in first.prefills] == [5] * 8  # max_num_seqs binds: 8 of 10
+    capped = Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=12, max_prefill_seqs=4),
+                       BlockManager(64, PAGE, "model", prefix_caching=False))
+    for i in range(10):
+        capped.add(waiting(f"r{i}", 5))
+    assert [row.count for row in capped.schedule().prefills] == [5, 5, 2]  # the budget binds, chunking the third
+    capped.config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_prefill_seqs=2)
+    assert len(capped.schedule().prefills) == 2  # the knob still caps when set: the chunked one and one new

@@ -21,7 +21,9 @@ class EngineConfig:
     max_seq_len: int
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 512
-    max_prefill_seqs: int = 4
+    # Prompts that prefill in one step; None: as many as max_num_seqs and the token budget allow
+    # (vLLM's behaviour). A burst of short prompts then gets its first tokens in a step or two.
+    max_prefill_seqs: int | None = None
     num_pages: int | None = None
     gpu_memory_utilization: float | None = None
     page_size: int = 16
@@ -43,7 +45,7 @@ class EngineConfig:
         for name in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens", "max_prefill_seqs", "decode_steps",
                      "stream_interval"):
             value = getattr(self, name)
-            if name == "stream_interval" and value is None:
+            if name in ("stream_interval", "max_prefill_seqs") and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")

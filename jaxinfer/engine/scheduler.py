@@ -30,7 +30,7 @@ class SchedulerConfig:
 
     max_num_seqs: int = 64  # rows of a step
     max_num_batched_tokens: int = 512  # tokens of a step (decodes + prefill chunks)
-    max_prefill_seqs: int = 4  # prompts chunked in one step
+    max_prefill_seqs: int | None = None  # prompts chunked in one step (None: up to max_num_seqs)
     decode_steps: int = 8  # decode steps one call may run when the batch is all decodes
     lookahead: int = 1  # tokens an all-decode call may add per row (decode steps, or drafts + 1)
     stream_interval: int | None = None  # decode steps a call may run while a streamed request is in it (None: paced)
@@ -201,15 +201,16 @@ class Scheduler:
 
     def _schedule_prefills(self, budget: int, decodes: list[Row]) -> list[Row]:
         rows: list[Row] = []
+        most = self.config.max_prefill_seqs or self.config.max_num_seqs
         for request in [r for r in self.running if r.prefilling]:
             count = min(request.num_tokens - request.num_computed, budget)
-            if count <= 0 or len(rows) >= self.config.max_prefill_seqs:
+            if count <= 0 or len(rows) >= most:
                 return rows
             need = self.blocks.pages_for(request.num_computed + count)
             if request.status is Status.RUNNING and self._grow(request, need, decodes + rows):
                 rows.append(Row(request, request.num_computed, count))
                 budget -= count
-        while self.waiting and budget > 0 and len(rows) < self.config.max_prefill_seqs:
+        while self.waiting and budget > 0 and len(rows) < most:
             if len(self.running) >= self.config.max_num_seqs or not self.waiting[0].ready:
                 break
             row = self._admit(self.waiting[0], budget)

@@ -62,7 +62,7 @@ class LLM:
 
     The engine knobs follow vLLM: max_num_seqs (sequences per step), max_num_batched_tokens
     (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
-    chunked per step), num_pages or
+    prefilled per step; None: as many as the other two allow), num_pages or
     gpu_memory_utilization (the KV pool; on a GPU or TPU by default what 0.9 of the device's memory
     leaves after the weights and a step's activations), page_size, enable_prefix_caching, decode_steps
     (decode steps one device call may run when no request is waiting) and stream_interval (vLLM's
@@ -93,7 +93,7 @@ class LLM:
         max_seq_len: int | None = None,
         max_num_seqs: int = 64,
         max_num_batched_tokens: int = 512,
-        max_prefill_seqs: int = 4,
+        max_prefill_seqs: int | None = None,
         num_pages: int | None = None,
         gpu_memory_utilization: float | None = None,
         page_size: int = 16,
