@@ -217,6 +217,9 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
         "jaxinfer ngram": SpeculativeConfig(
             method="ngram", num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
+        "jaxinfer ngram_device": SpeculativeConfig(
+            method="ngram_device", num_speculative_tokens=args.k, adaptive=not args.fixed_k
+        ),
         "jaxinfer suffix": SpeculativeConfig(
             method="suffix", num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
@@ -344,6 +347,8 @@ def ratios(rows: list[Row], measure: Callable = speedup) -> dict:
     pairs = {
         "draft_vs_plain": ("jaxinfer draft", "jaxinfer plain"),
         "ngram_vs_plain": ("jaxinfer ngram", "jaxinfer plain"),
+        "ngram_device_vs_plain": ("jaxinfer ngram_device", "jaxinfer plain"),
+        "ngram_device_vs_ngram": ("jaxinfer ngram_device", "jaxinfer ngram"),
         "suffix_vs_plain": ("jaxinfer suffix", "jaxinfer plain"),
         "suffix_vs_ngram": ("jaxinfer suffix", "jaxinfer ngram"),
         "eagle_vs_plain": ("jaxinfer eagle", "jaxinfer plain"),
@@ -401,7 +406,7 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES), help="sampling modes to time")
     parser.add_argument(
         "--methods", nargs="+",
-        choices=["plain", "draft", "ngram", "suffix", "eagle"], default=["plain", "draft", "ngram", "eagle"],
+        choices=["plain", "draft", "ngram", "ngram_device", "suffix", "eagle"], default=["plain", "draft", "ngram", "eagle"],
         help="jaxinfer engines to run",
     )
     parser.add_argument(

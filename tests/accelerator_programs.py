@@ -29,8 +29,8 @@ def on_platform(pools: Any, platform: str) -> Any:
     """A pool (a draft's or EAGLE head's too) whose Pallas kernels are `platform`'s."""
     if isinstance(pools, PagedKVCache):
         return dataclasses.replace(pools, platform=platform)
-    if pools is None:
-        return None
+    if pools is None or not hasattr(pools, "pages"):  # none, or the device lookup's token pool (no kernels)
+        return pools
     return dataclasses.replace(pools, pages=on_platform(pools.pages, platform))
 
 

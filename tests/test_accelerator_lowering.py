@@ -38,11 +38,12 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def speculation(models: dict, method: str | None) -> SpeculativeConfig | None:
     if method is None:
         return None
-    draft = {"ngram": None, "draft": str(models["target"]), "eagle": str(models["eagle"])}[method]
+    draft = {"ngram": None, "ngram_device": None, "draft": str(models["target"]), "eagle": str(models["eagle"])}[method]
     return SpeculativeConfig(method=method, draft_model=draft, num_speculative_tokens=2, adaptive=False, fallback=False)
 
 
-@pytest.fixture(scope="module", params=[None, "ngram", "draft", "eagle"], ids=["plain", "ngram", "draft", "eagle"])
+@pytest.fixture(scope="module", params=[None, "ngram", "ngram_device", "draft", "eagle"],
+                ids=["plain", "ngram", "ngram-device", "draft", "eagle"])
 def llm(models, request) -> LLM:
     return LLM(models["target"], speculative=speculation(models, request.param), **KNOBS)
 

@@ -61,9 +61,9 @@ def mixed_workload(llm: LLM, seed: int) -> None:
         llm.generate([long], SamplingParams(max_tokens=2, temperature=0))
 
 
-@pytest.mark.parametrize("method", [None, "ngram"], ids=["plain", "ngram"])
+@pytest.mark.parametrize("method", [None, "ngram", "ngram_device"], ids=["plain", "ngram", "ngram-device"])
 def test_nothing_compiles_after_warmup(checkpoint_dir, counter, method):
-    spec = None if method is None else SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)
+    spec = None if method is None else SpeculativeConfig(method=method, num_speculative_tokens=3, adaptive=False)
     llm = LLM(checkpoint_dir("llama3"), speculative=spec, **KNOBS)
     programs = llm.engine.warmup()
     verify = None if spec is None else 4
@@ -77,7 +77,7 @@ def test_nothing_compiles_after_warmup(checkpoint_dir, counter, method):
     finally:
         counter.active = False
     assert counter.count == 0
-    if method == "ngram":
+    if method is not None:
         assert llm.engine.speculation_metrics()["drafted"] > 0
 
 

@@ -117,10 +117,10 @@ def spec_config(method: str, models, rule: AcceptanceRule | None = None, adaptiv
     "method,adaptive",
     [
         (None, False), ("draft", False), ("self", False), ("draft", True), ("ngram", False), ("ngram", True),
-        ("eagle", False), ("suffix", False), ("suffix", True),
+        ("eagle", False), ("suffix", False), ("suffix", True), ("ngram_device", False),
     ],
     ids=["plain", "draft-model", "self-draft", "draft-adaptive-heuristic", "ngram", "ngram-adaptive", "eagle-head",
-         "suffix", "suffix-adaptive"],
+         "suffix", "suffix-adaptive", "ngram-device"],
 )
 def test_sampling_matches_target_distribution(models, exact, method, adaptive):
     """Every method speculates in the engine (suffix drafts from the prompt and every row's output
@@ -134,9 +134,9 @@ def test_sampling_matches_target_distribution(models, exact, method, adaptive):
 @pytest.mark.parametrize(
     "method,rule",
     [("draft", ALWAYS_ACCEPT), ("draft", RESAMPLE_FROM_P), ("ngram", ALWAYS_ACCEPT), ("eagle", ALWAYS_ACCEPT),
-     ("eagle", RESAMPLE_FROM_P), ("suffix", ALWAYS_ACCEPT)],
+     ("eagle", RESAMPLE_FROM_P), ("suffix", ALWAYS_ACCEPT), ("ngram_device", ALWAYS_ACCEPT)],
     ids=["draft-always-accept", "draft-resample-from-p", "ngram-always-accept", "eagle-always-accept",
-         "eagle-resample-from-p", "suffix-always-accept"],
+         "eagle-resample-from-p", "suffix-always-accept", "ngram-device-always-accept"],
 )
 def test_broken_acceptance_rule_is_caught(models, exact, method, rule):
     tokens = sampled(models, spec_config(method, models, rule))

@@ -215,7 +215,8 @@ class LLMEngine(StepCalls):
 
     def step_hosts(self) -> list[HostStep]:
         """A padding-only step of every step program's shape (what `warmup` compiles, with the runner's own)."""
-        return warmup_steps(self.config, self._verify_chunk, self.draft_spec is not None)
+        skips_reads = self.speculator is not None and self.speculator.config.catches_up
+        return warmup_steps(self.config, self._verify_chunk, skips_reads)
 
     def program_count(self) -> int:
         """How many programs `warmup` compiles (steps, sampling-slot reset, prompt-logprobs passes)."""

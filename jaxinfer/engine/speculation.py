@@ -37,6 +37,7 @@ from jaxinfer.speculative.round_plan import CostModel, heuristic_costs, on_host,
 
 if TYPE_CHECKING:  # the drafts' weights and shapes are the runner's; the plan reads only their cost
     from jaxinfer.models import Weights
+    from jaxinfer.runtime.ngram_rider import NgramLookup
     from jaxinfer.speculative.eagle import EagleConfig, EagleParams
 
 # Plain decode steps in a row (at one row bucket; a multi-step call counts each) before a measuring
@@ -79,12 +80,12 @@ def ngram_draft(ids: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> np.n
 
 @dataclasses.dataclass(frozen=True)
 class EngineDraft:
-    """A loaded draft model or EAGLE head for the engine: its shape, weights (a head's with the
-    target's embedding and LM head) and the cost of one draft step relative to a target decode
-    step (the adaptive plan's input)."""
+    """A loaded draft model or EAGLE head (or the device's prompt lookup) for the engine: its shape,
+    weights (a head's with the target's embedding and LM head; the lookup has none) and the cost of
+    one draft step relative to a target decode step (the adaptive plan's input)."""
 
-    cfg: ModelConfig | EagleConfig
-    weights: Weights | EagleParams
+    cfg: ModelConfig | EagleConfig | NgramLookup
+    weights: Weights | EagleParams | None
     cost: float
 
 
@@ -202,14 +203,20 @@ class Speculator:
         at that bucket found drafting cannot pay (at 64 rows the reads cost a draft model ~2% of
         plain throughput for drafts nobody makes). A row that does draft later first catches up
         (`CATCH_UP_SPAN` a call), priced into the reprobe."""
+        if not self.config.catches_up:  # the device's lookup stores every step's tokens (cheap)
+            return True
         return self.disabled_reason is None and not (self.config.adaptive and self.unpaid_at.get(rows, False))
 
     def _candidates(self, requests: list[Request], most: int) -> list[np.ndarray]:
-        """What each row could draft: host drafts (n-gram, suffix), or placeholders a draft model or
-        head fills on the device; at most `most`, never past max_tokens."""
+        """What each row could draft: host drafts (n-gram, suffix; for the device's lookup, what its
+        first round finds), or placeholders a draft model or head fills on the device; at most
+        `most`, never past max_tokens."""
         room = np.clip([r.max_total - r.num_tokens - 1 for r in requests], 0, most)
         if self.config.drafts_on_host:
             return [self._host_draft(r, int(k)) if k else np.zeros(0, np.int32) for r, k in zip(requests, room)]
+        if self.config.model_free:  # the device's lookup: it drafts what the host's finds, then goes on
+            return [self._host_draft(r, int(k)) if k and r.grammar is None else np.zeros(0, np.int32)
+                    for r, k in zip(requests, room)]
         # Not for constrained rows: their drafts would need masks the host cannot make in advance.
         return [np.zeros(0 if r.grammar is not None else k, np.int32) for r, k in zip(requests, room)]
 
@@ -222,8 +229,11 @@ class Speculator:
         if not any(available):
             return drafts
         lengths = available if reprobe else self._planned_lengths(requests, available, rows)
-        self.measuring = reprobe or any(k and r.spec_acceptance is None for r, k in zip(requests, lengths))
-        if not any(lengths) and self.config.drafts_on_host:
+        # The device's lookup runs every round of a measuring call: a round costs about a verify pass
+        # however its drafts fare, and one round would price the call's fixed cost as a round's.
+        one_round = self.config.method != "ngram_device"
+        self.measuring = one_round and (reprobe or any(k and r.spec_acceptance is None for r, k in zip(requests, lengths)))
+        if not any(lengths) and self.config.model_free:
             self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}
         self.unpaid = not any(lengths)
         return [d[:k] for d, k in zip(drafts, lengths)]
@@ -241,7 +251,7 @@ class Speculator:
 
     def _lag(self, request: Request) -> int:
         """Positions the request's draft model or head has not read (none for host drafts)."""
-        return 0 if self.config.drafts_on_host else request.num_computed - request.draft_computed
+        return request.num_computed - request.draft_computed if self.config.catches_up else 0
 
     def _reprobing(self, rows: int, requests: list[Request]) -> bool:
         """True when this bucket ran REPROBE_STEPS plain steps in a row and measuring again costs at
@@ -292,9 +302,16 @@ class Speculator:
         """Acceptance totals since the engine started (drafted, accepted, rates; see acceptance_summary)."""
         return speculation_metrics(self.config, self.disabled_reason is None, self.fallback_reason(), self.totals)
 
-    def observe(self, requests: list[Request], drafted: np.ndarray, accepted: np.ndarray) -> None:
-        """Fold one step's outcome into each row's acceptance (kept on the request) and the totals."""
-        for r, k, n in zip(requests, drafted, accepted):
+    def observe(
+        self, requests: list[Request], drafted: np.ndarray, accepted: np.ndarray, planned: np.ndarray | None = None
+    ) -> None:
+        """Fold one step's outcome into each row's acceptance (kept on the request) and the totals.
+
+        planned: the drafts the plan asked each row for, where the device's lookup may find fewer
+        (drafted): the plan's acceptance is per planned draft, so a lookup that finds nothing reads
+        as a rejection and the plan stops paying rounds for it; the totals count what was drafted.
+        """
+        for r, k, n in zip(requests, drafted if planned is None else planned, accepted):
             self._fold(r, int(k), int(n))
         counters = step_counters(drafted, accepted, self.k_max)
         self.totals.add(counters, len(requests))

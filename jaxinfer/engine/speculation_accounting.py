@@ -31,13 +31,19 @@ class DecodeTime:
     draft_model: bool  # a draft model or EAGLE head drafts (its draft steps are part of a round's cost)
 
 
-def observe_drafts(speculator: Speculator, stats: EngineMetrics, schedule: Schedule, out: "StepOutputs") -> None:
-    """Acceptance per row and round into the speculator and the vLLM-named counters."""
+def observe_drafts(
+    speculator: Speculator, stats: EngineMetrics, schedule: Schedule, host: HostStep, out: "StepOutputs"
+) -> None:
+    """Acceptance per row and round into the speculator and the vLLM-named counters (a device lookup's
+    rounds are scored against the drafts planned, which it may not have found)."""
     rows = len(schedule.decodes)
     requests = [row.request for row in schedule.decodes]
+    looked_up = speculator.config.method == "ngram_device"
     for i in range(ran_rounds(out)):
         drafted, accepted = np.maximum(out.drafted[:rows, i], 0), np.asarray(out.accepted[:rows, i])
-        speculator.observe(requests, drafted, accepted)
+        ran = np.asarray(out.drafted[:rows, i]) >= 0
+        planned = np.where(ran, host.num_drafts[:rows], 0) if looked_up else None
+        speculator.observe(requests, drafted, accepted, planned)
         stats.record_drafts(drafted, accepted, speculator.k_max)
 
 

@@ -157,7 +157,7 @@ class StepCalls:
     ) -> set[str]:
         """Apply a landed call's outputs and account for it; the requests it touched."""
         if host.drafts is not None:
-            observe_drafts(self.speculator, self.stats, schedule, out)
+            observe_drafts(self.speculator, self.stats, schedule, host, out)
         elif self.speculator is not None and self.speculator.declined:
             produced = [(r, out.tokens[i, : out.counts[i]]) for i, r in enumerate(host.requests) if r is not None]
             self.speculator.observe_plain(produced)

@@ -18,6 +18,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.models import Weights, weights_to_run
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
+from jaxinfer.runtime.ngram_rider import NgramLookup
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.eagle import EagleParams, pack_eagle
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
@@ -103,6 +104,9 @@ def engine_speculation(
     load leaves the engine plain with the reason (and a warning), unless `config.fallback` is False."""
     if config is None or config.drafts_on_host:
         return config, None, None
+    if config.method == "ngram_device":  # nothing to load: a lookup over a pool of tokens, ~free per draft
+        lookup = NgramLookup(config.ngram_min, config.ngram_max)
+        return config, EngineDraft(lookup, None, config.draft_cost or 0.0), None
     try:
         draft = load_draft(config, target, target_weights, target_tok, dtype, max_seq_len, cpu_kernels, layout)
     except Exception as err:  # noqa: BLE001 - an unusable draft must not stop the target from serving

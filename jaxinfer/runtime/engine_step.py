@@ -24,13 +24,15 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
+from jaxinfer.runtime.ngram_rider import NgramDraft, store
 from jaxinfer.runtime.row_state import RowState, carried_rows, row_tables, with_carry, with_page_entries
 from jaxinfer.sampling.penalties import PenaltyCounts, PenaltyRows, add_logit_bias, count_tokens, penalize
 from jaxinfer.sampling.sampler import SamplingArrays, sample, skip_unless
 from jaxinfer.sampling.slot_state import row_bias
 from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 
-Rider = DraftModel | EagleDraft | None  # what drafts beside the target: a draft model, an EAGLE head
+# What drafts beside the target: a draft model, an EAGLE head, the device's prompt lookup
+Rider = DraftModel | EagleDraft | NgramDraft | None
 
 MAX_LOGPROBS = 20
 
@@ -169,7 +171,10 @@ def ride(
 ) -> Rider:
     """The draft after a plain program: a draft model reads the step's tokens, an EAGLE head
     their features and next tokens (the sampled [R] where the host did not know them). Without
-    reads a draft model is left as it was and a head only stores the features (for its catch-up)."""
+    reads a draft model is left as it was and a head only stores the features (for its catch-up).
+    The device's prompt lookup always stores the tokens (it has no catch-up, and a store is cheap)."""
+    if isinstance(draft, NgramDraft):
+        return store(draft, x)
     if isinstance(draft, EagleDraft):
         return head_reads(draft, draft_weights, x, features, sampled) if reads else remember(draft, x, features)
     return read_tokens(draft, draft_weights, x) if reads else draft
@@ -253,6 +258,8 @@ def multi_decode(
         tokens = pick_tokens(logits, s, x.lengths, state.sampling.counts)
         if isinstance(draft, EagleDraft):  # the head catches up in the next verify step
             draft = remember(draft, x, features)
+        elif isinstance(draft, NgramDraft):  # the lookup reads every position's token
+            draft = store(draft, x)
         active = ~done & (step < num_steps)
         state = _counted(state, s, tokens, active)
         hit_stop = jnp.any(tokens[:, None] == s.stop_ids, axis=-1) & (x.lengths >= s.min_lengths)

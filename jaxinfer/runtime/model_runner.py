@@ -36,6 +36,7 @@ from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.executables import Executables, Program
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
+from jaxinfer.runtime.ngram_rider import NgramDraft
 from jaxinfer.runtime.packed_tree import unpack_host
 from jaxinfer.runtime.page_table_diffs import PageTables, diff_capacity
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
@@ -158,12 +159,14 @@ class ModelRunner:
             kwargs = dict(cfg=cfg, max_rounds=self.spec_rounds, rule=self.speculative.acceptance_rule)
             return Program(step_programs.verify_rounds, head, {**kwargs, **draft}, FIXED_ARGS)
         if host.decode:
-            # Only an EAGLE head rides decode calls (it stores their features); a draft model is
-            # caught up by the next verify, so its pool and weights stay out.
-            rides = isinstance(draft_pool, EagleDraft)
+            # An EAGLE head rides decode calls (it stores their features), as the device's lookup
+            # does (it stores their tokens); a draft model is caught up by the next verify, so its
+            # pool and weights stay out.
+            rides = isinstance(draft_pool, (EagleDraft, NgramDraft))
             kwargs = dict(cfg=cfg, max_steps=self.config.decode_steps, stop_early=self.stop_early)
             return Program(step_programs.multi_decode, head, {**kwargs, **(draft if rides else {})}, FIXED_ARGS)
-        reads = {} if draft_pool is None else dict(draft_reads=host.draft_reads)
+        skips = draft_pool is not None and not isinstance(draft_pool, NgramDraft)  # the lookup always stores
+        reads = dict(draft_reads=host.draft_reads) if skips else {}
         return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft, **reads), FIXED_ARGS)
 
     def _bitmask(self, host: HostStep) -> jax.Array:

@@ -21,9 +21,11 @@ from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider
 from jaxinfer.runtime.flat_forward import DraftModel
+from jaxinfer.runtime.ngram_rider import NgramDraft, NgramLookup
 from jaxinfer.speculative.eagle import EagleConfig
 
-DraftConfig = ModelConfig | EagleConfig | None  # a draft model's shape, an EAGLE head's, or none
+# A draft model's shape, an EAGLE head's, the device's prompt lookup, or none
+DraftConfig = ModelConfig | EagleConfig | NgramLookup | None
 
 
 def pool_size(
@@ -41,6 +43,8 @@ def pool_size(
         page_bytes += paged.page_bytes(draft_cfg.layer, config.page_size, dtype, cache_spec.kv_dtype)
         per_token = draft_cfg.layer.hidden_size + draft_cfg.feature_size
         page_bytes += config.page_size * per_token * jnp.dtype(eagle_pool_dtype(dtype)).itemsize
+    elif isinstance(draft_cfg, NgramLookup):  # a token per position
+        page_bytes += config.page_size * 4
     elif draft_cfg is not None:
         page_bytes += paged.page_bytes(draft_cfg, config.page_size, dtype, cache_spec.kv_dtype)
     stats = None if config.num_pages is not None else device_memory_stats()
@@ -54,7 +58,8 @@ def new_pools(
     model_config: ModelConfig, draft_cfg: DraftConfig, num_pages: int, page_size: int, dtype: jnp.dtype,
     cache_spec: CacheSpec,
 ) -> tuple[PagedKVCache, Rider]:
-    """The target's page pool and, when speculating with a draft model or an EAGLE head, its pools."""
+    """The target's page pool and, when speculating with a draft model, an EAGLE head or the device's
+    prompt lookup, its pools."""
 
     def pool(cfg: ModelConfig) -> PagedKVCache:
         return paged.init_page_pool(
@@ -69,6 +74,8 @@ def new_pools(
 
         predicted, features = per_position(draft_cfg.layer.hidden_size), per_position(draft_cfg.feature_size)
         draft = EagleDraft(pool(draft_cfg.layer), predicted, features, draft_cfg, jnp.dtype(dtype).name)
+    elif isinstance(draft_cfg, NgramLookup):
+        draft = NgramDraft(cache_spec.mesh_layout.zeros((num_pages, page_size), jnp.int32, (None, None)), draft_cfg)
     else:
         draft = None if draft_cfg is None else DraftModel(pool(draft_cfg), draft_cfg, model_config.vocab_size)
     return pool(model_config), draft

@@ -20,11 +20,12 @@ import jax.numpy as jnp
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
-from jaxinfer.runtime import eagle_rider
+from jaxinfer.runtime import eagle_rider, ngram_rider
 from jaxinfer.runtime.draft_model_rider import catch_up, propose
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider, StepInputs, StepOutputs, feature_taps, mask_early_stops
 from jaxinfer.runtime.flat_forward import DraftModel, step_features
+from jaxinfer.runtime.ngram_rider import NgramDraft
 from jaxinfer.sampling.penalties import add_logit_bias
 from jaxinfer.sampling.sampler import SamplingArrays
 from jaxinfer.sampling.token_bitmask import apply_token_bitmask
@@ -71,7 +72,9 @@ def verify_step(
     """
     rows = x.lengths.shape[0]
     chunk, vocab = x.tokens.shape[0] // rows, cfg.vocab_size
-    if draft is None:
+    if isinstance(draft, NgramDraft):  # looked up here: a row verifies the drafts it found
+        x, drafts, draft = _looked_up(draft, x, drafts)
+    if draft is None or isinstance(draft, NgramDraft):
         proposal = one_hot_logprobs(drafts.tokens, vocab)
     else:
         drafter = eagle_rider.propose if isinstance(draft, EagleDraft) else propose
@@ -91,7 +94,19 @@ def verify_step(
     tokens = jnp.where(columns < n[:, None], padded, verdict.next_token[:, None])
     if isinstance(draft, EagleDraft):
         draft = eagle_rider.rewrite(draft, draft_weights, x, features, tokens, n + 1)
-    return StepOutputs(tokens, n + 1, None, None, None), pages, draft
+    return StepOutputs(tokens, n + 1, None, None, None, drafted=drafts.count), pages, draft
+
+
+def _looked_up(draft: NgramDraft, x: StepInputs, drafts: Drafts) -> tuple[StepInputs, Drafts, NgramDraft]:
+    """The verify layout with each row's chunk cut to the drafts the device's lookup found (at most
+    drafts.count), those drafts, and the pool with the chunk's tokens stored (rejected drafts land
+    past the row's new length, where nothing reads them before they are overwritten)."""
+    rows = x.lengths.shape[0]
+    chunk = x.tokens.shape[0] // rows
+    tokens, found = ngram_rider.propose(draft, x, drafts.count)
+    x = next_round(x, x.tokens[::chunk], x.lengths - x.query_lens, found, x.query_lens > 0)
+    x = dataclasses.replace(x, tokens=with_drafts(x.tokens, tokens))
+    return x, Drafts(tokens, found), ngram_rider.store(draft, x)
 
 
 def with_drafts(flat: jax.Array, drafts: jax.Array) -> jax.Array:
@@ -133,7 +148,7 @@ def verify_rounds(
         out = dataclasses.replace(
             out, tokens=out.tokens.at[index[:, None], slots].set(step.tokens, mode="drop"),
             counts=out.counts + jnp.where(live, emitted, 0),
-            drafted=out.drafted.at[:, i].set(jnp.where(live, drafts.count, -1)),
+            drafted=out.drafted.at[:, i].set(jnp.where(live, step.drafted, -1)),
             accepted=out.accepted.at[:, i].set(jnp.where(live, emitted - 1, 0)),
         )
         last_position = x.lengths - x.query_lens + emitted  # of the row's new last token

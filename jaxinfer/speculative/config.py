@@ -6,8 +6,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-METHODS = ("draft", "ngram", "eagle", "suffix")
+METHODS = ("draft", "ngram", "eagle", "suffix", "ngram_device")
 HOST_METHODS = ("ngram", "suffix")  # drafted on the host from the tokens; no second model
+MODEL_FREE = (*HOST_METHODS, "ngram_device")  # no draft_model to give
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +20,10 @@ class SpeculativeConfig:
     directory) over the target's hidden states; both draft on the device inside the engine's
     verify step; "ngram" proposes
     what followed the latest earlier occurrence of the last n tokens (ngram_max down to ngram_min)
-    in the prompt and output, with no second model; "suffix" (suffix decoding, vLLM's name)
+    in the prompt and output, with no second model, on the host (one verify round per call: it
+    needs the tokens the call produced); "ngram_device" the same lookup on the device inside the
+    verify step, from a pool of every position's token, so one call runs several rounds as a draft
+    model's does; "suffix" (suffix decoding, vLLM's name)
     proposes the most frequent continuation of the longest-matching suffixes in the request's
     prompt and output and in recent requests' outputs (`jaxinfer.engine.suffix_cache`), as many
     tokens as the counts make likely: up to num_speculative_tokens, suffix_max_spec_factor x the
@@ -75,6 +79,18 @@ class SpeculativeConfig:
     def drafts_on_host(self) -> bool:
         """True for the methods that draft from the tokens on the host (n-gram, suffix): no draft model."""
         return self.method in HOST_METHODS
+
+    @property
+    def model_free(self) -> bool:
+        """True for the methods with no second model (n-gram on the host or device, suffix): the host's
+        lookup finds what a row can draft, so the plan knows it before a verify call."""
+        return self.method in MODEL_FREE
+
+    @property
+    def catches_up(self) -> bool:
+        """True for a draft model or EAGLE head: they skip plain decode calls (reading them would cost a
+        forward a step while speculation is off) and read the positions they missed before drafting."""
+        return self.method in ("draft", "eagle")
 
     def __post_init__(self) -> None:
         if isinstance(self.draft_model, Path):

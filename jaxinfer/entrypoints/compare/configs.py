@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, LLM
-from jaxinfer.speculative.config import HOST_METHODS, METHODS, SpeculativeConfig
+from jaxinfer.speculative.config import METHODS, MODEL_FREE, SpeculativeConfig
 
 HF_REFERENCE = "hf"  # `--reference hf`: HF transformers (PyTorch) on A's checkpoint
 # The demo's own draft model and EAGLE head, so `speculative=draft:demo` needs no path.
 DEMO_DRAFTS = {"draft": DEMO_DRAFT, "eagle": DEMO_EAGLE}
-SPECULATIVE_SHAPE = "ngram, suffix, draft:DIR, eagle:DIR, or draft:demo / eagle:demo for the demo model's own"
+SPECULATIVE_SHAPE = "ngram, ngram_device, suffix, draft:DIR, eagle:DIR, or draft:demo / eagle:demo for the demo model's own"
 
 
 def accepted_keys() -> tuple[str, ...]:
@@ -82,9 +82,9 @@ def parse_speculative(text: str) -> SpeculativeConfig | None:
     method, _, draft = text.strip().partition(":")
     if method.lower() in ("none", "null", ""):
         return None
-    if method not in METHODS or (method in HOST_METHODS) != (not draft):
+    if method not in METHODS or (method in MODEL_FREE) != (not draft):
         raise ValueError(f"speculative={text!r} is not one of: {SPECULATIVE_SHAPE}")
-    if method in HOST_METHODS:
+    if method in MODEL_FREE:
         return SpeculativeConfig(method=method)
     path = DEMO_DRAFTS[method] if draft == "demo" else Path(draft)
     return SpeculativeConfig(method=method, draft_model=str(path))

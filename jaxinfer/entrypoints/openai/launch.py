@@ -57,9 +57,11 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_quantization_args(serve)
     add_memory_args(serve)
     serve.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV pages of shared prompt prefixes")
-    serve.add_argument("--speculative-method", choices=["ngram", "suffix", "draft", "eagle"], default=None,
+    serve.add_argument("--speculative-method", choices=["ngram", "ngram_device", "suffix", "draft", "eagle"],
+                       default=None,
                        help="speculate inside the engine: ngram proposes what followed the last n tokens "
-                       "earlier in the prompt and output (no second model), suffix the most frequent continuation in the "
+                       "earlier in the prompt and output (no second model; ngram_device looks it up on the device, "
+                       "several verify rounds a call), suffix the most frequent continuation in the "
                        "prompt, output and recent requests' outputs (suffix decoding), draft runs --speculative-model, "
                        "eagle the EAGLE head in --speculative-model over the target's hidden states; "
                        "outputs keep the target's distribution (greedy: identical)")
