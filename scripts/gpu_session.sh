@@ -45,9 +45,9 @@
 #                                                   # target; all packed as pair.tar.part-* of <= 15 MiB
 #                                                   # (`cat pair.tar.part-* | tar -xf -`) (~8 min, untried)
 #   bash scripts/gpu_session.sh spec-pair [OUT_DIR]  # right after train-pair, on the same warm machine: the
-#                                                   # new pair's draft model, n-gram and EAGLE-3 head against
+#                                                   # new pair's draft model, n-gram (host and device) and EAGLE-3 head against
 #                                                   # plain at batch 1, greedy and t=0.8 (issue 51's 2x
-#                                                   # targets; ~4 min, untried)
+#                                                   # targets; ~5 min, untried)
 #   bash scripts/gpu_session.sh runtime [OUT_DIR]  # issue 52's GPU targets, Llama-3.2-1B shape, default knobs:
 #                                                   # program count, warm-up cold/warm on 8 threads, the
 #                                                   # branchless/lowering tests, host share of a step, batch-1
@@ -253,8 +253,9 @@ spec-pair)
     pair=results/pair_gpu
     [ -d "$pair/eagle" ] || { echo "no $pair: run train-pair first on this (warm) machine"; exit 2; }
     for mode in greedy t=0.8; do
-        step "speculative_${mode/=/}" 130 python3 scripts/bench_speculative.py --target "$pair/target" \
-            --draft "$pair/draft" --eagle "$pair/eagle" --dtype bfloat16 --no-hf --methods plain draft ngram eagle \
+        step "speculative_${mode/=/}" 150 python3 scripts/bench_speculative.py --target "$pair/target" \
+            --draft "$pair/draft" --eagle "$pair/eagle" --dtype bfloat16 --no-hf \
+            --methods plain draft ngram ngram_device eagle \
             --batches 1 --modes "$mode" --repeats 3 --out "$out/bench_speculative_${mode/=/}.json"
     done
     ;;

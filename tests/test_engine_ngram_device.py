@@ -10,7 +10,7 @@ import pytest
 from jax import monitoring
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
-from jaxinfer.engine.speculation import ngram_draft
+from jaxinfer.engine.ngram_lookup import ngram_draft
 from jaxinfer.runtime.ngram_rider import NgramLookup, latest_match
 
 K = 3

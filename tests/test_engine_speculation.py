@@ -9,7 +9,7 @@ import pytest
 from jax import monitoring
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
-from jaxinfer.engine.speculation import ngram_draft
+from jaxinfer.engine.ngram_lookup import ngram_draft
 
 K = 3
 # Repetitive prompts (prompt lookup finds runs to copy) next to random ones (it finds little).

@@ -82,7 +82,7 @@ def test_speculative_package_has_no_upward_import():
 
 def test_the_engines_step_counters_carry_every_field_the_totals_sum():
     """The verify step's per-row counters (engine) and the running totals (no jax) name the same fields."""
-    from jaxinfer.engine.speculation import step_counters
+    from jaxinfer.engine.spec_counters import step_counters
     from jaxinfer.speculative.acceptance_summary import COUNTER_FIELDS
 
     counters = step_counters(np.asarray([2, 0]), np.asarray([1, 0]), K)

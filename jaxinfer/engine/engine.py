@@ -24,7 +24,8 @@ from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, check_stop_ids, encode_prompt
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.scheduler import Scheduler, SchedulerConfig
-from jaxinfer.engine.speculation import EngineDraft, Speculator, zero_counts
+from jaxinfer.engine.spec_counters import zero_counts
+from jaxinfer.engine.speculation import EngineDraft, Speculator
 from jaxinfer.engine.step_builder import profile_steps, warmup_steps
 from jaxinfer.engine.step_calls import StepCalls
 from jaxinfer.engine.structured import StructuredOutputs

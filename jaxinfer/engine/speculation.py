@@ -24,10 +24,11 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from jaxinfer.config.model import ModelConfig
+from jaxinfer.engine.ngram_lookup import common_prefix, ngram_draft
 from jaxinfer.engine.request import Request
+from jaxinfer.engine.spec_counters import moving_average, speculation_metrics, step_counters, zero_counts
 from jaxinfer.engine.step_costs import StepCosts
 from jaxinfer.engine.suffix_cache import SuffixDrafter
 from jaxinfer.runtime.host_step import CATCH_UP_SPAN
@@ -49,33 +50,6 @@ REPROBE_STEPS = 128
 # rows a measuring call, the draft's catch-up for every row included, cost 20-30 plain steps, and
 # reprobing every 128 steps held a weak pair 10-17% below plain (issue 51 allows 3% at batch 64).
 PROBE_SHARE = 0.01
-
-
-def common_prefix(draft: np.ndarray, tokens: np.ndarray) -> int:
-    """How many leading tokens of draft equal tokens (both 1-D)."""
-    seen = min(len(draft), len(tokens))
-    mismatch = np.flatnonzero(np.asarray(draft[:seen]) != np.asarray(tokens[:seen]))
-    return int(mismatch[0]) if len(mismatch) else seen
-
-
-def ngram_draft(ids: np.ndarray, k: int, ngram_min: int, ngram_max: int) -> np.ndarray:
-    """What followed the latest earlier occurrence of the last n tokens (n = ngram_max down to ngram_min).
-
-    Among matches the latest with k tokens after it wins (a loop of period 1 still yields k),
-    else the latest match. At most k tokens; empty when nothing matches.
-    """
-    length = len(ids)
-    for n in range(ngram_max, ngram_min - 1, -1):
-        if length <= n:
-            continue
-        windows = sliding_window_view(ids[:-1], n)  # windows[s] ends at s + n - 1 <= length - 2
-        ends = np.flatnonzero(np.all(windows == ids[-n:], axis=1)) + n - 1
-        if len(ends) == 0:
-            continue
-        full = ends[ends <= length - 1 - k]
-        end = full[-1] if len(full) else ends[-1]
-        return ids[end + 1 : end + 1 + k]
-    return ids[:0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,41 +315,5 @@ class Speculator:
             return
         rate = accepted / (accepted + (accepted < drafted))  # n passed, and one failed unless all did
         decay = self.config.acceptance_decay
-        request.spec_acceptance = _moving(request.spec_acceptance, rate, decay)
-        self.pair_acceptance = _moving(self.pair_acceptance, rate, decay)
-
-
-def speculation_metrics(
-    config: SpeculativeConfig, speculating: bool, fallback_reason: str | None, totals: SpecMetrics
-) -> dict:
-    """What `LLM.metrics()` and the server report of speculation: on or off, why not, and the totals."""
-    return {"speculative": speculating, "method": config.method,
-            "num_speculative_tokens": config.num_speculative_tokens, "fallback_reason": fallback_reason,
-            **totals.totals()}
-
-
-def _moving(average: float | None, rate: float, decay: float) -> float:
-    """A moving average with one more outcome; the first replaces the initial guess (as in the on-device loop)."""
-    return rate if average is None else decay * average + (1 - decay) * rate
-
-
-def zero_counts(k_max: int) -> dict:
-    """A request's counters before its first verify step."""
-    per_position = np.zeros(k_max, np.int64)
-    return {"drafted": 0, "accepted": 0, "drafted_at": per_position, "accepted_at": per_position,
-            "spec_passes": 0, "target_passes": 0, "emitted": 0}
-
-
-def step_counters(drafted: np.ndarray, accepted: np.ndarray, k_max: int) -> dict[str, np.ndarray]:
-    """One verify step's per-row counters, in the layout of acceptance_summary.COUNTER_FIELDS."""
-    position = np.arange(k_max)[None, :]
-    emitted = accepted + 1
-    return {
-        "drafted": drafted,
-        "accepted": accepted,
-        "drafted_at": (position < drafted[:, None]).astype(np.int64),
-        "accepted_at": (position < accepted[:, None]).astype(np.int64),
-        "spec_passes": (drafted > 0).astype(np.int64),
-        "target_passes": np.ones_like(drafted),
-        "emitted": emitted,
-    }
+        request.spec_acceptance = moving_average(request.spec_acceptance, rate, decay)
+        self.pair_acceptance = moving_average(self.pair_acceptance, rate, decay)

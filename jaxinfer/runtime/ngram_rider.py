@@ -1,6 +1,6 @@
 """Prompt lookup on the device, inside the engine's verify step (`method="ngram_device"`).
 
-The host's n-gram lookup (`engine/speculation.ngram_draft`) needs the tokens a call produced,
+The host's n-gram lookup (`engine/ngram_lookup.ngram_draft`) needs the tokens a call produced,
 so a host-drafted verify call runs one round and every round pays a call's fixed cost (on a GPU
 ~2 ms, as much as a 1B model's decode step). Here a pool holds every position's token, indexed
 by the target's page tables like the K/V (same page ids: prefix sharing, preemption and
