@@ -174,7 +174,7 @@ class Speculator:
         at that bucket found drafting cannot pay (at 64 rows the reads cost a draft model ~2% of
         plain throughput for drafts nobody makes). A row that does draft later first catches up
         (`CATCH_UP_SPAN` a call), priced into the reprobe."""
-        if not self.config.catches_up:  # the device's lookup stores every step's tokens (cheap)
+        if self.config.method == "ngram_device":  # the lookup stores every step's tokens (cheap)
             return True
         return self.disabled_reason is None and not (self.config.adaptive and self.unpaid_at.get(rows, False))
 
