@@ -147,19 +147,22 @@ class Speculator:
             self.plain_run[rows] = 0  # a reprobe goes on while any of its rows catches up
         return drafts
 
-    def declines(self, requests: list[Request], rows: int) -> bool:
-        """Whether `plan` decodes these rows plainly whatever tokens the call in flight still adds
-        (the engine asks before starting a plain call behind it, and plans on landed tokens when
-        not). Host drafts (n-gram, suffix) depend on those tokens: only what they cannot change
-        counts (speculation off, a row's sampling the verify step lacks, costs that cannot pay
-        before the reprobe). A device drafter's plan reads only acceptance, costs and lags: it is
-        asked, and undone when it would draft."""
+    def declines(self, requests: list[Request], rows: int, just_declined: bool = False) -> bool:
+        """Whether the call after the one in flight decodes these rows plainly, whatever tokens the
+        call in flight still adds (the engine asks before starting a plain call behind it, and plans
+        on landed tokens when not). Host drafts (n-gram, suffix) depend on those tokens: only what
+        they cannot change counts (speculation off, a row's sampling the verify step lacks, costs
+        that cannot pay before the reprobe), and `just_declined`: the call in flight is plain
+        because a plan on landed tokens declined. Its rows' drafts then wait one call, so that
+        while the text gives the lookup nothing every other plain call overlaps the host's work
+        (the call after the chained one plans on landed tokens again). A device drafter's plan
+        reads only acceptance, costs and lags: it is asked, and undone when it would draft."""
         if self.disabled_reason is not None or any(r.params.penalized or r.params.logprobs is not None
                                                    for r in requests):
             return True
         if self.config.drafts_on_host:
-            if not self.config.adaptive:
-                return False
+            if just_declined or not self.config.adaptive:
+                return just_declined
             untimed = self.measured is not None and self.measured.needs_plain(rows)
             return untimed or (self._cannot_pay(rows) and not self._reprobing(rows, requests))
         kept = dict(self.plain_run), self.declined, self.measuring, self.unpaid, dict(self.unpaid_at)

@@ -78,13 +78,15 @@ class StepCalls:
     def _plain_next(self, flight: InFlight) -> bool:
         """Whether the call after `flight` decodes plainly: always without speculation, else when the
         speculation plan declines the rows that decode past `flight` (planned on the tokens known
-        before it lands; rows that reach max_tokens in it, e.g. a logprobs request that keeps the
-        others plain, are left out)."""
+        before it lands, and knowing whether a plan on landed tokens just declined `flight`'s rows;
+        rows that reach max_tokens in it, e.g. a logprobs request that keeps the others plain, are
+        left out)."""
         if self.speculator is None:
             return True
         going_on = [row.request for row in flight.schedule.decodes if not row.request.finished]
         requests = [r for r in going_on if r.max_total - r.num_tokens > flight.host.num_steps]
-        return bool(requests) and self.speculator.declines(requests, bucket(len(requests)))
+        just_declined = not flight.carried and flight.host.drafts is None
+        return bool(requests) and self.speculator.declines(requests, bucket(len(requests)), just_declined)
 
     def _launch(self, clock: StepClock) -> set[str]:
         """Schedule and start the next device call (it stays in flight); the requests a failed start failed."""
