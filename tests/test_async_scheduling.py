@@ -122,13 +122,16 @@ def test_a_speculating_engine_chains_only_the_calls_its_plan_decodes_plainly(tex
 
 
 def test_host_drafts_are_planned_on_landed_tokens(text_model_dir):
-    """Prompt lookup finds a match only in tokens the call in flight makes: no call is chained on
-    a plan that declined for want of them, so it drafts as the unchained engine does."""
+    """Prompt lookup finds a match only in tokens the call in flight makes: a request's first
+    declined plans chain nothing, so a short request drafts as the unchained engine does; after
+    two declines in a row one call is chained (`Speculator.declines`), and the lookup still drafts
+    once the text repeats. Outputs are the unchained engine's."""
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=2)
-    params = SamplingParams(max_tokens=12, temperature=0)
-    drafted = {}
+    drafted, outs = {}, {}
     for c in (False, True):
         llm = LLM(text_model_dir, async_scheduling=c, speculative=spec, **KNOBS)
-        llm.generate(["a b c a b c a b c a b"], params)
+        outs[c] = [summary(llm.generate(["a b c a b c a b c a b"], SamplingParams(max_tokens=n, temperature=0)))
+                   for n in (6, 40)]
         drafted[c] = llm.metrics()["drafted"]
-    assert drafted[True] == drafted[False] > 0
+    assert outs[True] == outs[False]
+    assert drafted[True] > 0 and drafted[False] > 0

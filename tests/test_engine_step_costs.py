@@ -177,11 +177,15 @@ def test_cheap_verify_steps_keep_prompt_lookup_on(model, plain_ids, monkeypatch)
 
 def test_host_drafts_wait_one_chained_call_after_a_plan_declined():
     """With costs that could pay, a host drafter's plan must see the call in flight's tokens, so no
-    call is chained behind it; but behind a call whose plan on landed tokens just declined, one is
-    (the text gave the lookup nothing: half the plain calls then overlap the host's work)."""
+    call is chained behind it; but behind a call whose plan on landed tokens just declined, the
+    second in a row or later, one is (the text gave the lookup nothing: half the plain calls then
+    overlap the host's work)."""
     speculator = Speculator(SpeculativeConfig(method="ngram", num_speculative_tokens=K, calibrate=False))
     request = Request("r", 0, None, LOOP, GREEDY, seed=0, stop_ids=())
     assert not speculator.declines([request], rows=1)
+    speculator.declined_run[1] = 1  # a request's first declined plan: its next call plans on landed tokens
+    assert not speculator.declines([request], rows=1, just_declined=True)
+    speculator.declined_run[1] = 2
     assert speculator.declines([request], rows=1, just_declined=True)
     speculator.disable("test")
     assert speculator.declines([request], rows=1)

@@ -92,6 +92,7 @@ class Speculator:
         self.disabled_reason: str | None = None
         self.unpaid = False
         self.unpaid_at: dict[int, bool] = {}  # `unpaid` of the last plan at each row bucket
+        self.declined_run: dict[int, int] = {}  # plans in a row at each row bucket that drafted nothing
         # Every row's outcomes folded into one moving average: what a new request's drafts are
         # expected to do until its own are measured (None: nothing measured yet, count on all).
         self.pair_acceptance: float | None = None
@@ -114,6 +115,7 @@ class Speculator:
         """
         drafts = self._plan(requests, rows, most)
         self.unpaid_at[rows] = self.unpaid
+        self.declined_run[rows] = 0 if drafts is not None else self.declined_run.get(rows, 0) + 1
         return drafts
 
     def _plan(self, requests: list[Request], rows: int, most: int | None) -> list[np.ndarray] | None:
@@ -153,22 +155,26 @@ class Speculator:
         on landed tokens when not). Host drafts (n-gram, suffix) depend on those tokens: only what
         they cannot change counts (speculation off, a row's sampling the verify step lacks, costs
         that cannot pay before the reprobe), and `just_declined`: the call in flight is plain
-        because a plan on landed tokens declined. Its rows' drafts then wait one call, so that
-        while the text gives the lookup nothing every other plain call overlaps the host's work
-        (the call after the chained one plans on landed tokens again). A device drafter's plan
+        because a plan on landed tokens declined, the second or later in a row at this bucket.
+        Its rows' drafts then wait one call, so that while the text gives the lookup nothing every
+        other plain call overlaps the host's work (the call after the chained one plans on landed
+        tokens again); a request's first plans are not delayed (a short one would end first). A device drafter's plan
         reads only acceptance, costs and lags: it is asked, and undone when it would draft."""
         if self.disabled_reason is not None or any(r.params.penalized or r.params.logprobs is not None
                                                    for r in requests):
             return True
         if self.config.drafts_on_host:
-            if just_declined or not self.config.adaptive:
-                return just_declined
+            if just_declined and self.declined_run.get(rows, 0) >= 2:
+                return True
+            if not self.config.adaptive:
+                return False
             untimed = self.measured is not None and self.measured.needs_plain(rows)
             return untimed or (self._cannot_pay(rows) and not self._reprobing(rows, requests))
-        kept = dict(self.plain_run), self.declined, self.measuring, self.unpaid, dict(self.unpaid_at)
+        kept = (dict(self.plain_run), self.declined, self.measuring, self.unpaid, dict(self.unpaid_at),
+                dict(self.declined_run))
         if self.plan(requests, rows) is None:
             return True
-        self.plain_run, self.declined, self.measuring, self.unpaid, self.unpaid_at = kept
+        self.plain_run, self.declined, self.measuring, self.unpaid, self.unpaid_at, self.declined_run = kept
         return False
 
     def reads_prompts(self, rows: int) -> bool:
