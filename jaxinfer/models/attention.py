@@ -23,7 +23,7 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.ragged_view import RaggedPagedCache, per_token_attend
 from jaxinfer.kernels.cpu import decode_attention, decode_attention_applies, paged_decode_attention
 from jaxinfer.kernels.precision import matmul_precision
-from jaxinfer.models.blocked_attention import NEG_INF, blocked_rows_attention, blocked_token_attention
+from jaxinfer.models.blocked_attention import NEG_INF, blocked_rows_attention, blocked_token_attention, cap_scores
 from jaxinfer.models.sharded_attention import per_shard_rows_attention
 
 logger = logging.getLogger(__name__)
@@ -74,11 +74,6 @@ def dense_attention(
     probs = (probs if kv_scales is None else probs * kv_scales[1][:, :, None, None, :]).astype(v.dtype)
     out = jnp.einsum("bkgts,bkds->btkgd", probs, v, precision=precision, preferred_element_type=jnp.float32)
     return out.reshape(b, t, h, d).astype(q.dtype)
-
-
-def cap_scores(scores: jax.Array, soft_cap: float | None) -> jax.Array:
-    """Attention logit soft-capping: cap * tanh(scores / cap); scores as they are without a cap."""
-    return scores if soft_cap is None else soft_cap * jnp.tanh(scores / soft_cap)
 
 
 @functools.cache

@@ -26,6 +26,11 @@ LOOPED_ROWS = 4  # up to this many rows (prefill chunks) each get their own key 
 TOKEN_BLOCK = 16  # one-query rows (an engine step's tokens) per shared key loop
 
 
+def cap_scores(scores: jax.Array, soft_cap: float | None) -> jax.Array:
+    """Attention logit soft-capping: cap * tanh(scores / cap); scores as they are without a cap."""
+    return scores if soft_cap is None else soft_cap * jnp.tanh(scores / soft_cap)
+
+
 def gather_pages(cache: PagedKVCache, pools: list[jax.Array], scales, layer: int, table: jax.Array, dtype) -> jax.Array:
     """The pages of each row as one contiguous block [KV, R, S, K] in dtype (dequantized)."""
     gathered = cache.from_storage(pools[layer][:, table])  # [KV, R, P, page, K]
@@ -146,9 +151,7 @@ def _query_block(
         if window > 0:
             visible &= positions[:, :, None] - keys[None, None, :] < window
         scores = jnp.einsum("krgtd,krsd->krgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
-        scores = scores * scale
-        if soft_cap is not None:
-            scores = soft_cap * jnp.tanh(scores / soft_cap)
+        scores = cap_scores(scores * scale, soft_cap)
         return jnp.where(visible[None, :, None], scores, NEG_INF), v
 
     def weighted(probs: jax.Array, v: jax.Array) -> jax.Array:
