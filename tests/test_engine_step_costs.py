@@ -38,6 +38,22 @@ def test_costs_need_both_kinds_and_drop_each_first_time():
     assert costs.cost_model(8) is None  # per row bucket
 
 
+def test_rounds_are_priced_from_calls_that_ran_every_round():
+    """A one-round measuring call pays the call's fixed cost in its one round (1.8-2.9x a round of a
+    whole call at batch 1 on the CPU, demo draft and head): once two whole calls are timed, only
+    they price a round; until then the first calls run whole."""
+    costs = StepCosts(draft_cost=0.0)
+    for seconds in (0.009, 0.004, 0.004):
+        costs.record_plain(1, seconds, steps=4)  # 1 ms a step
+    assert costs.needs_whole(1) and not costs.has_probe(1)
+    costs.record_verify(1, 0.005, draft_steps=0)  # one-round calls: 5 ms a round
+    costs.record_verify(1, 0.005, draft_steps=0)
+    assert float(costs.cost_model(1).round_base[0]) == 5.0
+    costs.record_verify(1, 0.030, draft_steps=0, whole=True)  # the first whole call may compile
+    costs.record_verify(1, 0.002, draft_steps=0, whole=True)
+    assert not costs.needs_whole(1) and float(costs.cost_model(1).round_base[0]) == 2.0
+
+
 def test_a_short_call_pays_its_host_share_as_a_full_call_would():
     # 10 ms of device and 4 ms of host for one round of the four a full call runs: 1 ms of host.
     assert spread_host_share(0.014, 0.010, ran=1, planned=4) == pytest.approx(0.011)

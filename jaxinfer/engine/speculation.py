@@ -211,7 +211,10 @@ class Speculator:
         lengths = available if reprobe else self._planned_lengths(requests, available, rows)
         # The device's lookup runs every round of a measuring call: a round costs about a verify pass
         # however its drafts fare, and one round would price the call's fixed cost as a round's.
-        one_round = self.config.method != "ngram_device"
+        # A draft model's or head's first calls at a row bucket run every round too: one round would
+        # price the call's fixed cost as a round's (`StepCosts.needs_whole`).
+        one_round = self.config.method != "ngram_device" and not (
+            self.measured is not None and self.measured.needs_whole(rows))
         self.measuring = one_round and (reprobe or any(k and r.spec_acceptance is None for r, k in zip(requests, lengths)))
         if not any(lengths) and self.config.model_free:
             self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}

@@ -65,6 +65,8 @@ def record_decode_time(speculator: Speculator, host: HostStep, out: "StepOutputs
         speculator.measured.record_plain(time.rows, seconds, ran)
     else:
         draft_steps = int(np.max(host.num_drafts)) if time.draft_model else 0
-        speculator.measured.record_verify(time.rows, seconds / ran, draft_steps)
-        if host.num_rounds == 1:
+        speculator.measured.record_verify(time.rows, seconds / ran, draft_steps, host.num_rounds == time.spec_rounds)
+        # A reprobe runs one round; until one is timed, a whole call's time bounds what it costs
+        # (the first calls at a row bucket run every round: `StepCosts.needs_whole`).
+        if host.num_rounds == 1 or not speculator.measured.has_probe(time.rows):
             speculator.measured.record_probe(time.rows, time.seconds)

@@ -14,6 +14,11 @@ the call was planned to run, the device's over those it ran: a measuring verify 
 round where the calls it prices run several, and charging it the whole host share priced a
 draft model's rounds at batch 1 a plain step dearer than they run.
 
+A one-round (measuring) call of a device drafter also pays the whole call's fixed cost (the
+dispatch, the output read, a draft's catch-up) in its one round, so it overprices a round: the
+first calls at a row bucket run every round (`needs_whole`) and, once two such calls are timed,
+only calls that ran every round price a round.
+
 The first time of each kind and bucket is dropped (it compiles when the engine was not warmed
 up), and the fastest of the recent ones is used: load from other processes, or a compile for a
 new page-table width, only ever slows a step down, so the minimum is the least disturbed time.
@@ -43,6 +48,7 @@ class StepCosts:
         self.draft_cost = draft_cost  # draft steps relative to a plain step (0 for n-gram lookup)
         self._plain: dict[int, collections.deque] = {}
         self._verify: dict[int, collections.deque] = {}
+        self._whole: dict[int, collections.deque] = {}  # verify calls that ran every round planned
         self._probe: dict[int, float] = {}  # seconds of the last one-round verify call, per row bucket
 
     def record_plain(self, rows: int, seconds: float, steps: int) -> None:
@@ -50,14 +56,25 @@ class StepCosts:
         if steps > 0:
             _add(self._plain, rows, seconds / steps)
 
-    def record_verify(self, rows: int, seconds: float, draft_steps: int) -> None:
-        """A verify step over `rows` rows whose drafts took `draft_steps` draft-model steps."""
+    def record_verify(self, rows: int, seconds: float, draft_steps: int, whole: bool = False) -> None:
+        """A verify round over `rows` rows whose drafts took `draft_steps` draft-model steps; whole:
+        its call ran every round a priced call runs (not a one-round measuring call)."""
         _add(self._verify, rows, (seconds, draft_steps))
+        if whole:
+            _add(self._whole, rows, (seconds, draft_steps))
+
+    def needs_whole(self, rows: int) -> bool:
+        """True until two verify calls at this row bucket ran every round (the first may compile)."""
+        return not _ready(self._whole, rows)
 
     def record_probe(self, rows: int, seconds: float) -> None:
         """A verify call that ran one round (a measuring call: with a draft model or head, its
         catch-up on the positions decoded plainly included), whole."""
         self._probe[rows] = seconds
+
+    def has_probe(self, rows: int) -> bool:
+        """True once a measuring (or, before one, a whole) verify call at this row bucket is timed."""
+        return rows in self._probe
 
     def probe_steps(self, rows: int) -> float | None:
         """The last measuring call at this row bucket in plain steps, or None until both are timed."""
@@ -74,7 +91,8 @@ class StepCosts:
         if not (_ready(self._plain, rows) and _ready(self._verify, rows)):
             return None
         plain = min(list(self._plain[rows])[1:])
-        seconds, draft_steps = min(list(self._verify[rows])[1:])
+        verify = self._whole if _ready(self._whole, rows) else self._verify
+        seconds, draft_steps = min(list(verify[rows])[1:])
         base = max(seconds / plain - draft_steps * self.draft_cost, 1.0)
         pair = np.full((2,), base, np.float32)
         return CostModel(pair, np.full((2,), self.draft_cost, np.float32), np.float32(0.0))
