@@ -158,8 +158,9 @@ class Speculator:
         because a plan on landed tokens declined, the second or later in a row at this bucket.
         Its rows' drafts then wait one call, so that while the text gives the lookup nothing every
         other plain call overlaps the host's work (the call after the chained one plans on landed
-        tokens again); a request's first plans are not delayed (a short one would end first). A device drafter's plan
-        reads only acceptance, costs and lags: it is asked, and undone when it would draft."""
+        tokens again); a request's first plans are not delayed (a short one would end first). A
+        device drafter's plan reads only acceptance, costs and lags (and, for the device's lookup,
+        the host's lookup on the tokens known): it is asked, and undone when it would draft."""
         if self.disabled_reason is not None or any(r.params.penalized or r.params.logprobs is not None
                                                    for r in requests):
             return True
@@ -183,7 +184,7 @@ class Speculator:
         at that bucket found drafting cannot pay (at 64 rows the reads cost a draft model ~2% of
         plain throughput for drafts nobody makes). A row that does draft later first catches up
         (`CATCH_UP_SPAN` a call), priced into the reprobe."""
-        if self.config.method == "ngram_device":  # the lookup stores every step's tokens (cheap)
+        if self.config.looks_up_on_device:  # the lookup stores every step's tokens (cheap)
             return True
         return self.disabled_reason is None and not (self.config.adaptive and self.unpaid_at.get(rows, False))
 
@@ -209,13 +210,13 @@ class Speculator:
         if not any(available):
             return drafts
         lengths = available if reprobe else self._planned_lengths(requests, available, rows)
-        # The device's lookup runs every round of a measuring call: a round costs about a verify pass
-        # however its drafts fare, and one round would price the call's fixed cost as a round's.
-        # A draft model's or head's first calls at a row bucket run every round too: one round would
-        # price the call's fixed cost as a round's (`StepCosts.needs_whole`).
-        one_round = self.config.method != "ngram_device" and not (
+        # One round would price the call's fixed cost as a round's (`StepCosts.needs_whole`): a batch
+        # size's first calls run every round, and the device's lookup always does (its rounds cost
+        # about a verify pass however its drafts fare).
+        one_round = not self.config.looks_up_on_device and not (
             self.measured is not None and self.measured.needs_whole(rows))
-        self.measuring = one_round and (reprobe or any(k and r.spec_acceptance is None for r, k in zip(requests, lengths)))
+        unmeasured = any(k and r.spec_acceptance is None for r, k in zip(requests, lengths))
+        self.measuring = one_round and (reprobe or unmeasured)
         if not any(lengths) and self.config.model_free:
             self.declined = {id(r): d for r, d in zip(requests, drafts) if len(d)}
         self.unpaid = not any(lengths)

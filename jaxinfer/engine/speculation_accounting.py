@@ -38,7 +38,7 @@ def observe_drafts(
     rounds are scored against the drafts planned, which it may not have found)."""
     rows = len(schedule.decodes)
     requests = [row.request for row in schedule.decodes]
-    looked_up = speculator.config.method == "ngram_device"
+    looked_up = speculator.config.looks_up_on_device
     for i in range(ran_rounds(out)):
         drafted, accepted = np.maximum(out.drafted[:rows, i], 0), np.asarray(out.accepted[:rows, i])
         ran = np.asarray(out.drafted[:rows, i]) >= 0

@@ -104,7 +104,7 @@ def engine_speculation(
     load leaves the engine plain with the reason (and a warning), unless `config.fallback` is False."""
     if config is None or config.drafts_on_host:
         return config, None, None
-    if config.method == "ngram_device":  # nothing to load: a lookup over a pool of tokens, ~free per draft
+    if config.looks_up_on_device:  # nothing to load: a lookup over a pool of tokens, ~free per draft
         lookup = NgramLookup(config.ngram_min, config.ngram_max)
         return config, EngineDraft(lookup, None, config.draft_cost or 0.0), None
     try:

@@ -87,6 +87,12 @@ class SpeculativeConfig:
         return self.method in MODEL_FREE
 
     @property
+    def looks_up_on_device(self) -> bool:
+        """True for "ngram_device": each verify round looks its drafts up on the device, from a pool
+        of every position's token that every step writes."""
+        return self.method == "ngram_device"
+
+    @property
     def catches_up(self) -> bool:
         """True for a draft model or EAGLE head: they skip plain decode calls (reading them would cost a
         forward a step while speculation is off) and read the positions they missed before drafting."""
