@@ -22,3 +22,18 @@ def summary(outputs) -> list:
     """Everything a caller reads from each completion (tokens, text, finish and stop reasons, logprobs)."""
     return [[(c.token_ids, c.text, c.finish_reason, c.stop_reason, c.logprobs) for c in out.outputs]
             for out in outputs]
+
+
+def traces_after_warmup(llm: LLM, prompts: Sequence) -> tuple[int, list[str]]:
+    """Warm the engine up, then generate a greedy and a sampled request: (programs warm-up made ready,
+    the programs traced while generating, which must be none)."""
+    from jax import monitoring
+
+    count = llm.engine.warmup()
+    traces = []
+    monitoring.register_event_duration_secs_listener(
+        lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
+    )
+    params = [SamplingParams(max_tokens=n, temperature=t, seed=1, ignore_eos=True) for n, t in [(9, 0), (20, 0.8)]]
+    llm.generate(prompts[:2], params)
+    return count, traces

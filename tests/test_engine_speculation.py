@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from jax import monitoring
+from engine_runs import traces_after_warmup
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.engine.ngram_lookup import ngram_draft
@@ -115,12 +115,6 @@ def test_adaptive_switch_off_when_verification_saturates(model, plain):
 
 def test_no_compiles_after_warmup(model):
     llm = make(model, dict(adaptive=False))
-    count = llm.engine.warmup()
-    traces = []
-    monitoring.register_event_duration_secs_listener(
-        lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
-    )
-    params = [SamplingParams(max_tokens=n, temperature=t, seed=1, ignore_eos=True) for n, t in [(9, 0), (20, 0.8)]]
-    llm.generate(PROMPTS[:2], params)
+    count, traces = traces_after_warmup(llm, PROMPTS)
     assert llm.metrics()["spec_decode_num_drafts"] > 0
     assert count > 4 and traces == []

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.runtime.flat_forward import catch_up_inputs, catch_up_span, decode_inputs, step_view, window_tokens
 from jaxinfer.runtime.host_step import CATCH_UP_CHUNK, CATCH_UP_ROUNDS
+from jaxinfer.runtime.position_pool import pool_index, store_at
 from jaxinfer.speculative.eagle import EagleConfig, EagleParams, head_logits, head_step, project_features
 from jaxinfer.speculative.rejection import DRAFT_TAG, draw, position_keys, sampled_logprobs
 
@@ -47,26 +48,14 @@ class EagleDraft:
     dtype: str = dataclasses.field(metadata=dict(static=True))  # the head's compute dtype
 
 
-def _pool_index(pool: jax.Array, table: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(page, slot) of positions [N] in page tables [N, P]; position -1 maps past the pool (dropped)."""
-    page_size = pool.shape[1]
-    page = jnp.take_along_axis(table, jnp.maximum(positions, 0)[:, None] // page_size, axis=1)[:, 0]
-    return jnp.where(positions >= 0, page, pool.shape[0]), positions % page_size
-
-
-def _store(pool: jax.Array, table: jax.Array, positions: jax.Array, values: jax.Array) -> jax.Array:
-    page, slot = _pool_index(pool, table, positions)
-    return pool.at[page, slot].set(values.astype(pool.dtype), mode="drop")
-
-
 def _load(head: EagleDraft, pool: jax.Array, table: jax.Array, positions: jax.Array) -> jax.Array:
-    page, slot = _pool_index(pool, table, positions)
+    page, slot = pool_index(pool, table, positions)
     return pool[page, slot].astype(head.dtype)
 
 
 def remember(head: EagleDraft, x: "StepInputs", features: jax.Array) -> EagleDraft:
     """The head with the target's features [N, F] of x's flat tokens stored (for a later `catch_up`)."""
-    stored = _store(head.features, x.page_table[x.token_rows], x.positions, features)
+    stored = store_at(head.features, x.page_table[x.token_rows], x.positions, features)
     return dataclasses.replace(head, features=stored)
 
 
@@ -80,7 +69,7 @@ def _head_pass(
         params, next_tokens[None], inputs[None], x.positions[None], step_view(head.pages, x), head.ecfg
     )
     pages = dataclasses.replace(view.pages, page_table=head.pages.page_table)
-    stored = _store(head.predicted, x.page_table[x.token_rows], x.positions, predicted[0])
+    stored = store_at(head.predicted, x.page_table[x.token_rows], x.positions, predicted[0])
     return predicted[0], dataclasses.replace(head, pages=pages, predicted=stored)
 
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
+from jaxinfer.runtime.position_pool import store_at
+
 if TYPE_CHECKING:
     from jaxinfer.runtime.engine_step import StepInputs
 
@@ -41,11 +43,7 @@ class NgramDraft:
 
 def store(draft: NgramDraft, x: "StepInputs") -> NgramDraft:
     """The pool with x's flat tokens stored at their positions (padding, position -1, writes nothing)."""
-    table = x.page_table[x.token_rows]
-    page_size = draft.tokens.shape[1]
-    page = jnp.take_along_axis(table, jnp.maximum(x.positions, 0)[:, None] // page_size, axis=1)[:, 0]
-    page = jnp.where(x.positions >= 0, page, draft.tokens.shape[0])
-    pool = draft.tokens.at[page, x.positions % page_size].set(x.tokens, mode="drop")
+    pool = store_at(draft.tokens, x.page_table[x.token_rows], x.positions, x.tokens)
     return dataclasses.replace(draft, tokens=pool)
 
 
