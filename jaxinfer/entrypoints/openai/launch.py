@@ -8,7 +8,7 @@ import ipaddress
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
@@ -195,6 +195,8 @@ def run_serve(args: argparse.Namespace) -> int:
         from jaxinfer.entrypoints.openai.startup import StartingApp, bind
     except ImportError as error:
         raise ValueError(f"jaxinfer serve needs the serve extra ({error.name} is missing): pip install 'jaxinfer[serve]'") from None
+    signals = StopSignals()
+    signals.install()  # first: a signal from now on ends the start at once (exit 0)
     server_config = _server_config(args, "")  # the bounds' flags checked before anything is bound or loaded
     sock = bind(args.host, args.port)  # before minutes of loading: a taken port fails now
     starting = StartingApp()
@@ -209,23 +211,18 @@ def run_serve(args: argparse.Namespace) -> int:
     if exposed_without_key(args.host, args.api_key):
         starting.say(f"warning: --host {args.host} answers other machines and no --api-key is set: anyone who "
                      "reaches the port can use the model; set --api-key (or $JAXINFER_API_KEY)")
-    signals = StopSignals()
-    signals.install()
     try:
-        llm, kwargs = _load(args, starting, signals.check)
-        signals.check()
+        llm, kwargs = _load(args, starting)
         name = args.served_model_name or llm.model_dir.name
         shadow = _shadow(llm, kwargs, shadow_settings(args), starting)
         app = build_app(llm, dataclasses.replace(server_config, model_name=name), shadow)
         starting.ready(app)
         starting.say(f"ready: serving `{name}` at {url}/v1")
-        signals.serving = True  # from now on a signal drains instead of interrupting
+        signals.serving = True  # from now on a signal drains instead of ending the process
         while not signals.received and thread.is_alive():
             time.sleep(0.1)
         if signals.received:
             drain(app.state.traffic, app.state.server.engine, args.shutdown_timeout, signals, starting.say)
-    except KeyboardInterrupt:
-        starting.say("stopping")
     finally:
         server.should_exit = True
         thread.join(timeout=30)
@@ -233,9 +230,8 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[[], None]) -> tuple[LLM, dict]:
-    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`, and its kwargs;
-    `check_stop` runs after each compiled program (it raises to stop)."""
+def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
+    """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`, and its kwargs."""
     from jaxinfer import LLM, SpeculativeConfig
 
     speculative = None
@@ -256,11 +252,7 @@ def _load(args: argparse.Namespace, starting: StartingApp, check_stop: Callable[
     llm = LLM(**kwargs)
     if not args.skip_warmup:
         starting.phase("compiling programs", "once per machine with the compile cache")
-        def compiled(done: int, total: int) -> None:
-            check_stop()
-            starting.compiled(done, total)
-
-        count = llm.engine.warmup(on_program=compiled)
+        count = llm.engine.warmup(on_program=starting.compiled)
         stored = int(llm.engine.runner.warmup_seconds.get("stored", 0))
         starting.say(f"{count} programs ready, {stored} of them loaded untraced from the program store")
     return llm, kwargs

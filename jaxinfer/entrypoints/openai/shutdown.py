@@ -2,8 +2,10 @@
 finish for up to --shutdown-timeout seconds, then abort the rest with an error result; the process exits 0.
 
 Signals land on the main thread (uvicorn runs on another one and takes none). While the model
-loads, a signal interrupts the load at once (KeyboardInterrupt), or, when that interrupt landed
-where Python drops exceptions, at the next compiled program or the end of the load. Once serving, the handler only
+loads, nothing has been served and nothing is lost, so a signal ends the process at once (exit 0)
+without unwinding: an exception raised wherever the load happened to be can be dropped (jax's GC
+callback), or leave an import lock held that the tokenizer's loading thread then waits on forever,
+and the interpreter's exit joins that thread (a CI run hung so). Once serving, the handler only
 counts the signal and the main thread, which polls, drains: a handler that took a lock could
 deadlock with the code it interrupted. A second signal during the drain stops the waiting.
 """
@@ -11,7 +13,9 @@ deadlock with the code it interrupted. A second signal during the drain stops th
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -26,7 +30,7 @@ ABORT_GRACE_SECONDS = 10.0  # for the aborted requests' error results to reach t
 
 
 class StopSignals:
-    """SIGTERM and SIGINT: KeyboardInterrupt until `serving` is set, then counted in `received`."""
+    """SIGTERM and SIGINT: the process ends at once until `serving` is set, then they are counted in `received`."""
 
     def __init__(self) -> None:
         self.serving = False
@@ -41,13 +45,18 @@ class StopSignals:
     def _handle(self, number: int, frame: object) -> None:
         self.received += 1
         if not self.serving:
-            raise KeyboardInterrupt
+            exit_while_loading(signal.Signals(number).name)
 
-    def check(self) -> None:
-        """KeyboardInterrupt when a signal came while loading. Its own may have been lost: raised inside
-        a callback whose exceptions Python prints and drops (jax's GC callback, a __del__)."""
-        if self.received:
-            raise KeyboardInterrupt
+
+def exit_while_loading(name: str) -> None:
+    """End the process now with status 0, saying why; only raw writes (the interrupted code may hold a stream's lock)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a reentrant flush, or a closed stream: the raw write below still lands
+            pass
+    os.write(2, f"jaxinfer: stopped by {name} while loading; nothing was served\n".encode())
+    os._exit(0)
 
 
 def drain(traffic: Traffic, engine: AsyncLLMEngine, timeout: float, signals: StopSignals,
