@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import transformers
 from hf_models import TOKENIZER_CORPUS, save_tiny_tokenizer
 from python_subprocess import child_env
@@ -48,3 +49,28 @@ def test_the_demo_tokenizer_loads_without_importing_torch():
     )
     out = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_background_load_gives_the_tokenizer_or_its_error(tmp_path: Path):
+    from jaxinfer.checkpoint.tokenizer import load_tokenizer_beside
+
+    path = save_tiny_tokenizer(tmp_path / "ok")
+    assert type(load_tokenizer_beside(path).result(timeout=60)) is type(load_tokenizer(path))
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ValueError, match="Expecting property name"):  # the parse error, raised in result()
+        load_tokenizer_beside(broken).result(timeout=60)
+
+
+def test_a_tokenizer_load_that_never_ends_does_not_hold_the_exit():
+    """An interrupted start can leave the load waiting forever on an import lock: the exit must not join it."""
+    script = (
+        "import sys, threading\n"
+        "import jaxinfer.checkpoint.tokenizer as t\n"
+        "t.load_tokenizer = lambda path: threading.Event().wait()\n"
+        "t.load_tokenizer_beside('unused')\n"
+        "sys.exit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr

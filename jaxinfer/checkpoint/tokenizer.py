@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,6 +26,23 @@ def load_tokenizer(model_dir: Path) -> Any | None:
         except AttributeError:  # TokenizersBackend is transformers 5's name
             pass
     return (loader or auto_tokenizer()).from_pretrained(str(model_dir))
+
+
+def load_tokenizer_beside(model_dir: Path) -> Future:
+    """`load_tokenizer(model_dir)` started on a daemon thread (importing transformers takes ~1.8 s:
+    done while the weights load). A daemon, not a pool's worker: the interpreter's exit joins those,
+    and a start interrupted while the main thread held an import lock leaves this load waiting on it
+    forever (a `jaxinfer serve` stopped while loading hung so)."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(load_tokenizer(model_dir))
+        except BaseException as error:  # the caller's result() raises it
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="tokenizer", daemon=True).start()
+    return future
 
 
 def _generic_class(model_dir: Path) -> str | None:

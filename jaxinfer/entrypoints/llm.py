@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
-from jaxinfer.checkpoint.tokenizer import load_tokenizer
+from jaxinfer.checkpoint.tokenizer import load_tokenizer_beside
 from jaxinfer.config import validation
 from jaxinfer.config.generation import generation_defaults
 from jaxinfer.config.sampling_params import SamplingParams
@@ -123,8 +122,7 @@ class LLM:
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
         self.dtype = resolve_dtype(dtype, self.model_dir)
-        # Importing transformers for the tokenizer takes ~1.8 s: done beside the weights' load.
-        tokenizer = ThreadPoolExecutor(1, thread_name_prefix="tokenizer").submit(load_tokenizer, self.model_dir)
+        tokenizer = load_tokenizer_beside(self.model_dir)
         self.config, weights, self.layout = load_sharded(
             self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
             expert_parallel_size,
