@@ -24,9 +24,9 @@ def summary(outputs) -> list:
             for out in outputs]
 
 
-def traces_after_warmup(llm: LLM, prompts: Sequence) -> tuple[int, list[str]]:
-    """Warm the engine up, then generate a greedy and a sampled request: (programs warm-up made ready,
-    the programs traced while generating, which must be none)."""
+def traces_after_warmup(llm: LLM, prompts: Sequence, greedy_tokens: int = 9) -> tuple[int, list[str]]:
+    """Warm the engine up, then generate a greedy request (greedy_tokens long) and a sampled one:
+    (programs warm-up made ready, the programs traced while generating, which must be none)."""
     from jax import monitoring
 
     count = llm.engine.warmup()
@@ -34,6 +34,7 @@ def traces_after_warmup(llm: LLM, prompts: Sequence) -> tuple[int, list[str]]:
     monitoring.register_event_duration_secs_listener(
         lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
     )
-    params = [SamplingParams(max_tokens=n, temperature=t, seed=1, ignore_eos=True) for n, t in [(9, 0), (20, 0.8)]]
+    params = [SamplingParams(max_tokens=n, temperature=t, seed=1, ignore_eos=True)
+              for n, t in [(greedy_tokens, 0), (20, 0.8)]]
     llm.generate(prompts[:2], params)
     return count, traces

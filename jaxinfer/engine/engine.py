@@ -152,9 +152,9 @@ class LLMEngine(StepCalls):
         just landed, and only then detokenizes and builds the outputs of the landed call, while
         the device runs: each step() returns the outputs of the call before it. Without it a call
         starts and lands in the same step(). With async_scheduling too, when the call in flight is
-        a multi-step decode whose rows go on decoding, the next call starts before it lands, on the
-        tokens and lengths the device carries (`Scheduler.chain`): the device never waits for the
-        host between such calls.
+        a multi-step decode (or a verify call whose drafts the device makes) whose rows go on
+        decoding, the next call starts before it lands, on the tokens and lengths the device
+        carries (`Scheduler.chain`): the device never waits for the host between such calls.
 
         final_only (vLLM's FINAL_ONLY output kind, for every request of this step; add_request
         sets it per request): outputs only for the requests that finished, each whole (all that

@@ -106,32 +106,36 @@ class Scheduler:
             return Schedule(decodes, prefills)
         return Schedule(decodes, prefills, min(reserve, self._decode_steps(decodes)), True, reserve)
 
-    def chain(self, flight: Schedule, least_steps: int = 1) -> Schedule | None:
+    def chain(self, flight: Schedule, least_steps: int = 1, ahead: int | None = None,
+              reach: int = 0) -> Schedule | None:
         """The all-decode call to start behind `flight`, an all-decode call not landed yet, on the
         tokens and lengths the device carries (asynchronous scheduling); None when the next call
         needs what it returns first.
 
         Its rows are the flight's requests still running, at the positions they reach if the flight
-        runs all its steps (placeholders: the device knows where they are), with pages reserved for
-        both calls. None when someone may be admitted, a row is constrained (its mask needs its
-        tokens), the running requests changed, every row ends within the flight, or the pool cannot
-        hold both calls' tokens without preempting anyone; also when the call would run fewer than
-        least_steps steps (a GPU's fixed-trip decode runs all its iterations for one).
+        adds `ahead` tokens to each (default its decode steps; a verify call's most; placeholders:
+        the device knows where they are), with pages reserved for both calls: the chained call's
+        decode steps, or `reach` tokens where more (a verify call's rounds). None when someone may
+        be admitted, a row is constrained (its mask needs its tokens), the running requests changed,
+        every row may end within the flight, or the pool cannot hold both calls' tokens without
+        preempting anyone; also when the call would run fewer than least_steps steps (a GPU's
+        fixed-trip decode runs all its iterations for one).
         """
         requests = [row.request for row in flight.decodes if not row.request.finished]
-        ahead = flight.num_steps
+        ahead = flight.num_steps if ahead is None else ahead
         if not (flight.all_decode and self._steady() and self._only_running(requests)):
             return None
         if any(r.grammar is not None for r in requests) or all(r.max_total - r.num_tokens <= ahead for r in requests):
             return None
         rows = [Row(r, r.num_tokens - 1 + ahead, 1) for r in requests]
         steps = self._decode_steps(rows)
-        if steps < least_steps or pages_to_reserve(requests, ahead + steps, self.blocks) > self.blocks.usable_pages:
+        room = max(steps, reach)
+        if steps < least_steps or pages_to_reserve(requests, ahead + room, self.blocks) > self.blocks.usable_pages:
             return None
         for request in requests:
-            need = self.blocks.pages_for(min(request.num_tokens - 1 + ahead + steps, request.max_total))
+            need = self.blocks.pages_for(min(request.num_tokens - 1 + ahead + room, request.max_total))
             request.pages += self.blocks.allocate(max(0, need - len(request.pages)), _last(request.pages))
-        return Schedule(rows, [], steps, True, steps)
+        return Schedule(rows, [], steps, True, room)
 
     def _only_running(self, requests: list[Request]) -> bool:
         """True when `requests` are exactly the running ones (none admitted or preempted since)."""

@@ -178,6 +178,18 @@ class Speculator:
         self.plain_run, self.declined, self.measuring, self.unpaid, self.unpaid_at, self.declined_run = kept
         return False
 
+    def drafts_chained(self, requests: list[Request], after_verify: bool) -> bool:
+        """Whether a verify call of these rows may start before the call in flight lands: the device
+        drafts them from where that call leaves them (`runtime/verify_carry`), which needs no
+        catch-up there. The device's lookup reads a pool every step fills; a draft model or head is
+        caught up only by a verify call, CATCH_UP_SPAN positions a row (after_verify: the call in
+        flight verifies), so every row must be at most that far behind before it."""
+        if self.config.drafts_on_host:
+            return False
+        if not self.config.catches_up:
+            return True
+        return after_verify and all(self._lag(r) <= CATCH_UP_SPAN for r in requests)
+
     def reads_prompts(self, rows: int) -> bool:
         """Whether a draft model or head reads the tokens of the ragged steps run now, whose rows will
         decode at row bucket `rows`: not while speculation is off for good, or while the last plan

@@ -27,8 +27,10 @@ def advance_request(
         return 0
     produced = append_row_tokens(request, out, r, texts)
     if host.drafts is not None:  # the verify rounds' draft (model) read every position they computed...
-        caught = caught_up(int(host.draft_start[r]), row.start)
-        # ...unless its catch-up was cut short (CATCH_UP_SPAN positions a call): the rest comes next time
+        # ...unless its catch-up was cut short (CATCH_UP_SPAN positions a call): the rest comes next time;
+        # a chained call's (carried) needed none: the call ahead of it left the draft caught up
+        carried = host.carried is not None and host.carried[r]
+        caught = row.start if carried else caught_up(int(host.draft_start[r]), row.start)
         request.draft_computed = request.num_computed if caught >= row.start else caught
     return produced
 

@@ -123,8 +123,14 @@ def _fill_row(step: HostStep, r: int, offset: int, row: Row, drafts: np.ndarray 
     else:  # the prompt tokens after this chunk's (an EAGLE head reads each token's successor)
         following = request.ids_between(row.start + 1, min(row.start + row.count + 1, request.num_tokens))
         step.next_tokens[offset : offset + len(following)] = following
+    step.tokens[offset : offset + row.count] = ids
+    _fill_row_layout(step, r, offset, row)
+
+
+def _fill_row_layout(step: HostStep, r: int, offset: int, row: Row) -> None:
+    """Row r's positions, length and sampling limits (its tokens are the caller's to write)."""
+    request = row.request
     end = offset + row.count
-    step.tokens[offset:end] = ids
     step.positions[offset:end] = np.arange(row.start, row.start + row.count)
     step.token_rows[offset:end] = r
     step.lengths[r] = row.start + row.count
@@ -174,20 +180,32 @@ def empty_step(kind: str, num_tokens: int, num_rows: int, decode_steps: int) -> 
 
 def build_verify_step(
     schedule: Schedule, drafts: list[np.ndarray], chunk: int, page_size: int, width: int, rounds: int = 1,
+    carried: bool = False,
 ) -> HostStep:
-    """Every decode row as one chunk `[last token, drafts...]` (padded to `chunk`) for `verify_step`."""
+    """Every decode row as one chunk `[last token, drafts...]` (padded to `chunk`) for `verify_step`.
+
+    carried: a `Scheduler.chain` schedule, started before the call ahead lands: the device lays
+    each row's chunk out from the decode carry (`runtime/verify_carry`), so its tokens and
+    positions here are placeholders, and only the drafts' counts count (a device drafter's).
+    """
     rows = bucket(len(schedule.decodes))
     step = empty_step("verify", rows * chunk, rows, 1)
     step.num_rounds = rounds
     for r, (row, draft) in enumerate(zip(schedule.decodes, drafts)):
-        _fill_row(step, r, r * chunk, dataclasses.replace(row, count=1 + len(draft)), draft)
-        step.drafts[r, : len(draft)] = draft
+        verified = dataclasses.replace(row, count=1 + len(draft))
+        if carried:
+            _fill_row_layout(step, r, r * chunk, verified)
+        else:
+            _fill_row(step, r, r * chunk, verified, draft)
+            step.drafts[r, : len(draft)] = draft
         step.samples[r] = True  # the row's chunk runs past its known tokens (its sampling slot is read)
         step.num_drafts[r] = len(draft)
         step.capacity[r] = min(len(row.request.pages), width) * page_size
-        start = step.draft_start[r] = min(row.request.draft_computed, row.start)
-        ids = row.request.ids_between(start, min(row.start + 1, start + CATCH_UP_WINDOW))
+        start = step.draft_start[r] = row.start if carried else min(row.request.draft_computed, row.start)
+        ids = [] if carried else row.request.ids_between(start, min(row.start + 1, start + CATCH_UP_WINDOW))
         step.window[r, : len(ids)] = ids
+    if carried:
+        step.carried = np.arange(rows) < len(schedule.decodes)
     return step
 
 

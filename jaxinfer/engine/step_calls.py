@@ -52,18 +52,26 @@ class StepCalls:
     chained: InFlight | None  # inside step(): the call started behind in_flight (async_scheduling)
 
     def _chain(self, clock: StepClock) -> set[str]:
-        """Start the next multi-step decode call behind the one in flight, if its rows go on decoding
-        plainly (it becomes `chained`); the requests a failed start failed."""
+        """Start the next all-decode call behind the one in flight, if its rows go on decoding (it
+        becomes `chained`): a verify call where the device drafts them from where the call in flight
+        leaves them and the plan drafts, else a multi-step decode call if the plan declines them
+        whatever lands; the requests a failed start failed."""
         flight, config = self.in_flight, self.config
-        if flight is None or not (config.async_scheduling and config.overlap_outputs) or not flight.host.decode:
+        if flight is None or not (config.async_scheduling and config.overlap_outputs):
+            return set()
+        if not (flight.host.decode or (flight.host.drafts is not None and self._drafts_on_device())):
             return set()
         # A GPU's fixed-trip decode runs all its iterations: one step goes through the ragged program.
         least_steps = 1 if self.runner.stop_early else 2
-        schedule = None if not self._plain_next(flight) else self.scheduler.chain(flight.schedule, least_steps)
+        verify = self._verify_next(flight)
+        schedule = None
+        if verify or self._plain_next(flight):
+            reach = self.scheduler.config.lookahead if verify else 0
+            schedule = self.scheduler.chain(flight.schedule, least_steps, self._flight_reach(flight), reach)
         clock.lap("schedule")
         if schedule is None:
             return set()
-        host = build_chained_step(schedule, config)
+        host = (self._chained_verify(schedule) if verify else None) or build_chained_step(schedule, config)
         clock.lap("build")
         try:
             packed = self.runner.dispatch(host, clock.lap)
@@ -75,6 +83,40 @@ class StepCalls:
         clock.chained = True
         return set()
 
+    def _drafts_on_device(self) -> bool:
+        """True when a draft model, an EAGLE head or the device's lookup drafts (nothing on the host)."""
+        return self.speculator is not None and not self.speculator.config.drafts_on_host
+
+    def _flight_reach(self, flight: InFlight) -> int:
+        """The most tokens the call in flight adds to a row: its decode steps, or a chunk per verify round."""
+        host = flight.host
+        return host.num_rounds * self.runner.verify_chunk if host.drafts is not None else host.num_steps
+
+    def _going_on(self, flight: InFlight) -> list[Request]:
+        """The flight's requests that go on decoding past it (those that reach max_tokens in it left out)."""
+        going_on = [row.request for row in flight.schedule.decodes if not row.request.finished]
+        return [r for r in going_on if r.max_total - r.num_tokens > flight.host.num_steps]
+
+    def _verify_next(self, flight: InFlight) -> bool:
+        """Whether a verify call may start behind `flight` (its plan then decides: verify or plain):
+        the device drafts its rows and they need no catch-up there (`Speculator.drafts_chained`)."""
+        unfinished = [row.request for row in flight.schedule.decodes if not row.request.finished]
+        return (bool(self._going_on(flight)) and self._drafts_on_device()
+                and self.speculator.drafts_chained(unfinished, flight.host.drafts is not None))
+
+    def _chained_verify(self, schedule: Schedule) -> HostStep | None:
+        """The verify call of a chained schedule, or None when its plan declines (the rows then decode
+        plainly behind the flight); planned on the tokens landed so far: the device cuts each row's
+        drafts to its max_tokens and looks them up or drafts them from where the flight leaves it."""
+        requests = [row.request for row in schedule.decodes]
+        drafts = self.speculator.plan(requests, bucket(len(requests)), schedule.lookahead - 1)
+        if drafts is None:
+            return None
+        runner = self.runner
+        rounds = 1 if self.speculator.measuring else runner.spec_rounds
+        return build_verify_step(schedule, drafts, runner.verify_chunk, self.config.page_size, runner.width, rounds,
+                                 carried=True)
+
     def _plain_next(self, flight: InFlight) -> bool:
         """Whether the call after `flight` decodes plainly: always without speculation, else when the
         speculation plan declines the rows that decode past `flight` (planned on the tokens known
@@ -83,8 +125,7 @@ class StepCalls:
         left out)."""
         if self.speculator is None:
             return True
-        going_on = [row.request for row in flight.schedule.decodes if not row.request.finished]
-        requests = [r for r in going_on if r.max_total - r.num_tokens > flight.host.num_steps]
+        requests = self._going_on(flight)
         just_declined = not flight.carried and flight.host.drafts is None
         return bool(requests) and self.speculator.declines(requests, bucket(len(requests)), just_declined)
 

@@ -1,16 +1,16 @@
 """What the device keeps per row slot between engine steps (vLLM's persistent input batch): each
 slot's page table, the sampling state of the slots whose requests need it, and where its last
-multi-step decode call left it (the decode carry).
+multi-step decode or verify call left it (the decode carry).
 
 Every request in a step holds a row slot (runtime/row_slots); a step ships each row's slot and
 the page-table entries added since the last step (runtime/page_table_diffs), and the program
 reads the rest here. Slot 0 is the padding rows': its table is never written and it holds no
 sampling state.
 
-The decode carry (last token, length, done) lets the engine start a multi-step decode call
-before the one ahead of it has landed (asynchronous scheduling): the new call's rows read their
-token and length here, so the host needs neither the tokens the earlier call is still making
-nor to wait for them.
+The decode carry (last token, length, done) lets the engine start a multi-step decode or verify
+call before the one ahead of it has landed (asynchronous scheduling): the new call's rows read
+their token and length here (runtime/verify_carry for verify calls), so the host needs neither
+the tokens the earlier call is still making nor to wait for them.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class RowState:
 
     page_tables: jax.Array
     sampling: SlotState
-    last_tokens: jax.Array  # [S] int32 the last token a multi-step decode call sampled for the slot
+    last_tokens: jax.Array  # [S] int32 the last token a multi-step decode or verify call made for the slot
     lengths: jax.Array  # [S] int32 the slot's tokens once that token is written (its position + 1)
     done: jax.Array  # [S] bool the call finished the slot's request (a stop id, max_tokens)
 

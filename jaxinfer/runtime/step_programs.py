@@ -9,7 +9,7 @@ from collections.abc import Callable
 import jax
 
 from jaxinfer.models import all_positions
-from jaxinfer.runtime import engine_step, row_state, verify_step
+from jaxinfer.runtime import engine_step, row_state, verify_carry, verify_step
 from jaxinfer.runtime.packed_tree import pack_device, unpack_device
 from jaxinfer.sampling import slot_state
 
@@ -52,12 +52,14 @@ def _verify(
     weights, pages, state, x, bitmask, drafts, num_rounds, capacity, window, draft_start, cfg, max_rounds,
     rule=verify_step.EXACT_RULE, draft=None, draft_weights=None,
 ):
-    """verify_rounds with the row state read (page tables, logit bias) and passed on (penalized rows
-    never verify, so no counts change), so every engine step program takes and returns the same state."""
+    """verify_rounds with the row state read (page tables, logit bias, the decode carry of rows started
+    before the call ahead landed) and passed on with each row's new carry (penalized rows never
+    verify, so no counts change), so every engine step program takes and returns the same state."""
     x, state = engine_step.with_device_inputs(x, state, bitmask)
+    x, drafts, draft_start = verify_carry.carried_verify_rows(state, x, drafts, draft_start)
     out, pages, draft = verify_step.verify_rounds(weights, pages, x, drafts, num_rounds, capacity, window,
                                                   draft_start, cfg, max_rounds, rule, draft, draft_weights)
-    return out, pages, state, draft
+    return out, pages, verify_carry.with_verify_carry(state, x, out), draft
 
 
 # The engine's steps; a draft model's pool (when speculating with one) is donated with the target's.

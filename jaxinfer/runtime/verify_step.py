@@ -168,7 +168,7 @@ def verify_rounds(
         draft = catch_up(draft, draft_weights, x, window, draft_start)
     elif isinstance(draft, EagleDraft):
         draft = eagle_rider.catch_up(draft, draft_weights, x, window, draft_start)
-    carry = (jnp.int32(0), x, drafts, pages, draft, empty, jnp.bool_(False))
+    carry = (jnp.int32(0), x, drafts, pages, draft, empty, ~jnp.any(live))  # every row finished ahead: no round
     if s.params.branchless:
         carry = jax.lax.fori_loop(0, max_rounds, lambda _, c: _unless_halted(c, body, num_rounds), carry)
     else:
