@@ -1,5 +1,5 @@
-"""Verify calls chained behind the call in flight (async scheduling with a draft model or the device's
-lookup): the device lays their rows out from the decode carry the call ahead left (`runtime/verify_carry`),
+"""Verify calls chained behind the call in flight (async scheduling with a draft model, an EAGLE head or
+the device's lookup): the device lays their rows out from the decode carry the call ahead left (`runtime/verify_carry`),
 so the host plans them before that call lands. Outputs are plain decoding's, rows that end inside the
 call ahead (max_tokens, a stop id) end there, and a self-draft still accepts every draft (its pool saw
 every position through chained calls, which catch nothing up)."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from eagle_models import tiny_target_and_heads
 from engine_runs import summary
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
@@ -110,3 +111,16 @@ def test_chained_verify_calls_decode_as_plain(target, plain, method):
     assert metrics["accepted"] > 0
     if method == "self-draft":  # ...and the draft's pool held every position they read
         assert metrics["accepted"] == metrics["drafted"]
+
+
+def test_chained_verify_calls_with_an_eagle_head_decode_as_plain(tmp_path_factory):
+    """The head drafts a chained call's first round from the features the call ahead stored."""
+    models = tiny_target_and_heads(tmp_path_factory.mktemp("chained-eagle"))
+    greedy = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    plain = LLM(models["target"], **KNOBS)
+    params = _params(plain.generate([PROMPTS[1]], greedy)[0].outputs[0].token_ids[21])
+    spec = SpeculativeConfig(method="eagle", draft_model=str(models[3]), num_speculative_tokens=3, adaptive=False)
+    llm = LLM(models["target"], speculative=spec, **KNOBS)
+    calls = verify_calls(llm)
+    assert summary(llm.generate(PROMPTS, params)) == summary(plain.generate(PROMPTS, params))
+    assert any(calls), calls
