@@ -19,3 +19,4 @@ class InFlight:
     started: float  # perf_counter before the step was built: the call's time runs from here to applied
     dispatch_seconds: float  # its dispatch lap; with the wait for its outputs, its device time
     carried: bool = False  # started before the call ahead of it landed: its rows' positions are placeholders
+    measuring: bool = False  # a verify call measuring acceptance: the next plan waits for what it measures

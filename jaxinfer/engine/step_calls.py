@@ -78,7 +78,8 @@ class StepCalls:
         except Exception as error:  # as in _launch; the call in flight ran on the pools this rebuilds
             log.exception("engine step failed; its requests are failed, the rest recompute")
             return self._fail_step(host, error)
-        self.chained = InFlight(schedule, host, packed, time.perf_counter(), clock.laps.get("dispatch", 0.0), True)
+        self.chained = InFlight(schedule, host, packed, time.perf_counter(), clock.laps.get("dispatch", 0.0), True,
+                                self._measuring(host))
         self.stats.engine_chained_calls += 1
         clock.chained = True
         return set()
@@ -99,10 +100,15 @@ class StepCalls:
 
     def _verify_next(self, flight: InFlight) -> bool:
         """Whether a verify call may start behind `flight` (its plan then decides: verify or plain):
-        the device drafts its rows and they need no catch-up there (`Speculator.drafts_chained`)."""
+        the device drafts its rows and they need no catch-up there (`Speculator.drafts_chained`),
+        and `flight` does not measure acceptance (a plan before it lands would measure again)."""
         unfinished = [row.request for row in flight.schedule.decodes if not row.request.finished]
-        return (bool(self._going_on(flight)) and self._drafts_on_device()
+        return (bool(self._going_on(flight)) and self._drafts_on_device() and not flight.measuring
                 and self.speculator.drafts_chained(unfinished, flight.host.drafts is not None))
+
+    def _measuring(self, host: HostStep) -> bool:
+        """Whether the verify call just planned measures acceptance (the plan's one-round calls)."""
+        return host.drafts is not None and self.speculator.measuring
 
     def _chained_verify(self, schedule: Schedule) -> HostStep | None:
         """The verify call of a chained schedule, or None when its plan declines (the rows then decode
@@ -147,7 +153,8 @@ class StepCalls:
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
             return self._fail_step(host, error)
-        self.in_flight = InFlight(schedule, host, packed, started, clock.laps.get("dispatch", 0.0))
+        self.in_flight = InFlight(schedule, host, packed, started, clock.laps.get("dispatch", 0.0),
+                                  measuring=self._measuring(host))
         return set()
 
     def _land(self, clock: StepClock) -> set[str]:
