@@ -2,7 +2,9 @@
 the device's lookup): the device lays their rows out from the decode carry the call ahead left (`runtime/verify_carry`),
 so the host plans them before that call lands. Outputs are plain decoding's, rows that end inside the
 call ahead (max_tokens, a stop id) end there, and a self-draft still accepts every draft (its pool saw
-every position through chained calls, which catch nothing up)."""
+every position through chained calls, which catch nothing up). Sampled rows, whose draws are keyed by
+seed and position, give the tokens unchained calls give: the statistical test of the acceptance rule
+(test_speculative_sampling) then holds for chained calls too."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 from eagle_models import tiny_target_and_heads
 from engine_runs import summary
+from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.runtime.engine_step import RowSampling, StepInputs, StepOutputs
@@ -124,3 +127,20 @@ def test_chained_verify_calls_with_an_eagle_head_decode_as_plain(tmp_path_factor
     calls = verify_calls(llm)
     assert summary(llm.generate(PROMPTS, params)) == summary(plain.generate(PROMPTS, params))
     assert any(calls), calls
+
+
+def test_sampled_rows_draw_what_unchained_calls_draw(target, tmp_path_factory):
+    """With a fixed draft length the draft model drafts the same tokens with or without chaining, so
+    every draw (draft, acceptance, residual, bonus) is the same: any slip in a chained call's layout
+    or carry shows as a different token."""
+    draft = save_hf_model("qwen2", tmp_path_factory.mktemp("chained-draft") / "draft", num_hidden_layers=1)
+    spec = SpeculativeConfig(method="draft", draft_model=str(draft), num_speculative_tokens=3, adaptive=False)
+    params = [SamplingParams(max_tokens=n, temperature=0.9, top_k=40, seed=seed, ignore_eos=True)
+              for seed, n in enumerate([40, 33, 17, 26])]
+    outs, calls = {}, {}
+    for chained in (False, True):
+        llm = LLM(target, speculative=spec, async_scheduling=chained, **KNOBS)
+        calls[chained] = verify_calls(llm)
+        outs[chained] = summary(llm.generate(PROMPTS, params))
+    assert outs[True] == outs[False]
+    assert any(calls[True]) and not any(calls[False])
