@@ -110,6 +110,7 @@ def test_chained_verify_calls_decode_as_plain(target, plain, method):
     assert outs == summary(plain.generate(PROMPTS, params))
     assert outs[1][0][2] == "stop" and outs[1][0][0][-1] == stop_at
     assert any(calls), calls  # verify calls were chained...
+    assert llm.metrics()["engine_chained_verify_calls"] == sum(calls)  # (and counted)
     metrics = llm.engine.speculation_metrics()
     assert metrics["accepted"] > 0
     if method == "self-draft":  # ...and the draft's pool held every position they read

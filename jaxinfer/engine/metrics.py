@@ -85,6 +85,7 @@ class EngineMetrics:
     engine_real_tokens: int = 0
     engine_input_bytes: int = 0  # step inputs copied host -> device (weights, pools and counts stay there)
     engine_chained_calls: int = 0  # device calls started before the call ahead of them landed (async_scheduling)
+    engine_chained_verify_calls: int = 0  # of those, verify calls (the device drafts: runtime/verify_carry)
 
     def record_tokens(self, request: Request, count: int, now: float) -> None:
         """A sample's `count` new tokens at `now`, observed as they come (a dashboard sees a long
@@ -207,4 +208,5 @@ def snapshot(
         "engine_real_tokens": m.engine_real_tokens,
         "engine_input_bytes": m.engine_input_bytes,
         "engine_chained_calls": m.engine_chained_calls,
+        "engine_chained_verify_calls": m.engine_chained_verify_calls,
     }

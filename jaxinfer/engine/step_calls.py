@@ -81,6 +81,7 @@ class StepCalls:
         self.chained = InFlight(schedule, host, packed, time.perf_counter(), clock.laps.get("dispatch", 0.0), True,
                                 self._measuring(host))
         self.stats.engine_chained_calls += 1
+        self.stats.engine_chained_verify_calls += host.drafts is not None
         clock.chained = True
         return set()
 

@@ -39,7 +39,8 @@ COUNTERS = {  # prometheus_client adds the `_total` suffix
     "engine_token_slots": "Token positions device calls computed, padding included.",
     "engine_real_tokens": "Of those, the scheduled ones (padding waste: slots / real - 1).",
     "engine_input_bytes": "Bytes of step inputs sent to the device (host to device).",
-    "engine_chained_calls": "Decode calls started before the call ahead of them landed (async scheduling).",
+    "engine_chained_calls": "Decode and verify calls started before the call ahead of them landed (async scheduling).",
+    "engine_chained_verify_calls": "Of those, verify calls (speculative; the device drafts).",
     "compiled_programs": "Programs compiled or loaded from the compilation cache in this process (JAX's events).",
 }
 SHADOW_COUNTERS = {
