@@ -93,6 +93,7 @@ class Row:
     verify_cost: float | None = None  # plain decode steps, a round that drafts nothing
     ideal_speedup: float | None = None  # tokens per verify pass / (verify + draft steps per pass * draft step)
     cost_source: str = ""
+    chained_verify: int | None = None  # verify calls started before the call ahead landed, over the timed rounds
     note: str = ""
     round_seconds: list[float] = dataclasses.field(default_factory=list)  # one per round-robin round
 
@@ -254,15 +255,22 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
                                             params, batch)
                     for name, llm in llms.items()
                 }
+            before = {name: chained_verify_calls(llm) for name, llm in llms.items()}
             for engine, (seconds, outs) in round_robin_times(runs, args.repeats).items():
                 rate, length, positions = spec_summary(outs) if engines[engine] else (None, None, None)
                 row = Row(mode, batch, engine, sum(len(o.token_ids) for o in outs), float(np.median(seconds)), rate,
-                          length, positions, tokens_per_pass(outs), round_seconds=seconds)
+                          length, positions, tokens_per_pass(outs), round_seconds=seconds,
+                          chained_verify=chained_verify_calls(llms[engine]) - before[engine])
                 if engines[engine]:
                     row = priced_row(row, llms[engine], outs, args.k, temperature == 0)
                 rows.append(row)
                 print(f"  {engine:16s} {mode:7s} b={batch}: {rows[-1].tokens_per_s:8.1f} tok/s", flush=True)
     return rows
+
+
+def chained_verify_calls(llm: LLM) -> int:
+    """Verify calls the engine started before the call ahead of them landed (async scheduling), so far."""
+    return llm.metrics()["engine_chained_verify_calls"]
 
 
 def hf_rows(args: argparse.Namespace, prompts: list) -> list[Row]:
@@ -382,7 +390,8 @@ def print_table(rows: list[Row]) -> None:
         priced = [f"{c:6.2f}" if c is not None else "" for c in (r.draft_step_cost, r.verify_cost, r.ideal_speedup)]
         of_ideal = f"{gain / max(r.ideal_speedup, 1.0):7.0%}" if base and r.ideal_speedup else ""
         positions = " ".join("-" if a is None else f"{a:.2f}" for a in r.acceptance_per_position or [])
-        note = f"{positions} ({r.cost_source} costs)" if r.cost_source else positions or r.note
+        chained = f"; {r.chained_verify} verify calls chained" if r.chained_verify else ""
+        note = f"{positions} ({r.cost_source} costs{chained})" if r.cost_source else positions or r.note
         print(f"{r.mode:7s} {r.batch:5d}  {r.engine:17s} {r.tokens_per_s:8.1f} {vs:>8s} {acc:>7s} {mean:>8s} {per_pass:>8s} "
               f"{' '.join(f'{c:>6s}' for c in priced)} {of_ideal:>8s}  {note}")
 
