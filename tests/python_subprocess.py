@@ -29,9 +29,15 @@ def child_env(*first: str, **extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
+def python_child(script: str, timeout: float | None = None, **env: str) -> subprocess.CompletedProcess:
+    """`script` run to its end in a fresh interpreter on this checkout (output captured as text, any exit
+    status; subprocess.TimeoutExpired past `timeout` seconds)."""
+    return subprocess.run([sys.executable, "-c", script], env=child_env(**env), capture_output=True, text=True,
+                          check=False, timeout=timeout)
+
+
 def run_python(script: str, kernels: bool = True, **env: str) -> str:
     """Stdout of `script` with the CPU kernels on or off and any extra environment variables."""
-    full_env = child_env(JAXINFER_CPU_KERNELS="1" if kernels else "0", **env)
-    out = subprocess.run([sys.executable, "-c", script], env=full_env, capture_output=True, text=True, check=False)
+    out = python_child(script, JAXINFER_CPU_KERNELS="1" if kernels else "0", **env)
     assert out.returncode == 0, f"subprocess failed:\n{out.stderr[-3000:]}"
     return out.stdout.strip()

@@ -7,13 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 
 import httpx
 import pytest
 from live_server import start_serve, wait_ready
-from python_subprocess import child_env
+from python_subprocess import python_child
 
 KEY = "shutdown-test-key-5c1f"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -147,6 +145,6 @@ def test_a_signal_while_loading_ends_the_process_even_when_a_thread_never_finish
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "time.sleep(60)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=50)
+    done = python_child(script, timeout=50)
     assert done.returncode == 0, done.stderr
     assert "stopped by SIGTERM while loading; nothing was served" in done.stderr

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import transformers
 from hf_models import TOKENIZER_CORPUS, save_tiny_tokenizer
-from python_subprocess import child_env
+from python_subprocess import python_child
 
 from jaxinfer.checkpoint.tokenizer import load_tokenizer
 from jaxinfer.entrypoints.llm import DEMO_MODEL
@@ -47,7 +45,8 @@ def test_the_demo_tokenizer_loads_without_importing_torch():
         f"tok = load_tokenizer(Path({str(DEMO_MODEL)!r})); assert tok('x = 1')['input_ids']; "
         "print('torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, check=True)
+    out = python_child(script)
+    assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", out.stderr
 
 
@@ -72,5 +71,5 @@ def test_a_tokenizer_load_that_never_ends_does_not_hold_the_exit():
         "t.load_tokenizer_beside('unused')\n"
         "sys.exit(3)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=60)
+    done = python_child(script, timeout=60)
     assert done.returncode == 3, done.stderr

@@ -94,18 +94,21 @@ class StepCalls:
         host = flight.host
         return host.num_rounds * self.runner.verify_chunk if host.drafts is not None else host.num_steps
 
+    @staticmethod
+    def _unfinished(flight: InFlight) -> list[Request]:
+        """The flight's requests still running (none finished since it was started)."""
+        return [row.request for row in flight.schedule.decodes if not row.request.finished]
+
     def _going_on(self, flight: InFlight) -> list[Request]:
         """The flight's requests that go on decoding past it (those that reach max_tokens in it left out)."""
-        going_on = [row.request for row in flight.schedule.decodes if not row.request.finished]
-        return [r for r in going_on if r.max_total - r.num_tokens > flight.host.num_steps]
+        return [r for r in self._unfinished(flight) if r.max_total - r.num_tokens > flight.host.num_steps]
 
     def _verify_next(self, flight: InFlight) -> bool:
         """Whether a verify call may start behind `flight` (its plan then decides: verify or plain):
         the device drafts its rows and they need no catch-up there (`Speculator.drafts_chained`),
         and `flight` does not measure acceptance (a plan before it lands would measure again)."""
-        unfinished = [row.request for row in flight.schedule.decodes if not row.request.finished]
         return (bool(self._going_on(flight)) and self._drafts_on_device() and not flight.measuring
-                and self.speculator.drafts_chained(unfinished, flight.host.drafts is not None))
+                and self.speculator.drafts_chained(self._unfinished(flight), flight.host.drafts is not None))
 
     def _measuring(self, host: HostStep) -> bool:
         """Whether the verify call just planned measures acceptance (the plan's one-round calls)."""
