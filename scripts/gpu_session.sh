@@ -24,7 +24,7 @@
 #   bash scripts/gpu_session.sh serving [OUT_DIR]  # batch-1/-8 decode over the copy bandwidth, paged attention
 #                                                   # at batch 8/32 and 4k/16k context, launch to healthy cold and
 #                                                   # warm, bench serve at concurrency 1/8/64 (~7 min, untried);
-#                                                   # needs fastapi/uvicorn importable (the device's README)
+#                                                   # needs the wheels of scripts/gpu_wheels.sh carried
 #   bash scripts/gpu_session.sh overlap [OUT_DIR]  # the engine's host share and tok/s with async_scheduling
 #                                                   # off and on (Llama-3.2-1B shape, 128 requests; overlap_outputs
 #                                                   # off was measured on 2026-11-27), then warm-up cold, warm
@@ -54,9 +54,15 @@
 #                                                   # decode vs HF (~8 min, untried)
 #
 # Each mode fits one device call (10 minutes at most), so no call cuts a later step off.
+# The server and some tests need packages the GPU image lacks: run `bash scripts/gpu_wheels.sh` here first
+# and carry .whl with the call (the device tool's carry [".whl"]); this script installs them into /tmp/site.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+if [ -d .whl ]; then  # the server's and the tests' packages the image lacks (scripts/gpu_wheels.sh), carried
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=.:/tmp/site${PYTHONPATH#.}
+fi
 
 step() {  # step NAME SECONDS COMMAND...: run it, keep its log, show its last lines without progress bars
     local name=$1 limit=$2 start=$SECONDS
