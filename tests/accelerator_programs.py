@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax import export
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from jaxinfer import LLM
 from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.sampling.row_order import TOPK_KERNEL_MAX
 
 EXPORT_PLATFORMS = {"gpu": "cuda", "tpu": "tpu"}
 KERNEL_CALLS = {"gpu": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
@@ -43,18 +45,35 @@ def step_programs(llm: LLM, platform: str) -> list[tuple[tuple, Any, list, dict]
     return [(host.shape, *runner.program_for(host)[:3]) for host in llm.engine.step_hosts()]
 
 
+def equations(jaxpr: Any) -> Iterator[Any]:
+    """Every equation of a jaxpr and of the jaxprs inside it, Pallas kernels' bodies left out."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        if eqn.primitive.name != "pallas_call":
+            for sub in _sub_jaxprs(eqn.params.values()):
+                yield from equations(sub)
+
+
+def _where(eqn: Any) -> str:
+    return f"{eqn.primitive.name} in {eqn.source_info.name_stack or 'the program'}"
+
+
 def round_trips(jaxpr: Any) -> list[str]:
     """Equations outside Pallas kernels that a GPU runs by reading a value back on the host: every
     `cond`, and every `while` (a loop of static trip count is a `scan`, fori_loop's lowering)."""
+    return [_where(eqn) for eqn in equations(jaxpr) if eqn.primitive.name in ("cond", "while")]
+
+
+def slow_orderings(jaxpr: Any) -> list[str]:
+    """Sorts and top-ks a GPU runs without its fast kernels (see sampling/row_order): a sort on a
+    float key (XLA's generic sort, not CUB's radix sort), a top_k of k > TOPK_KERNEL_MAX."""
     found = []
-    for eqn in jaxpr.eqns:
+    for eqn in equations(jaxpr):
         name = eqn.primitive.name
-        if name == "pallas_call":
-            continue
-        if name in ("cond", "while"):
-            found.append(f"{name} in {eqn.source_info.name_stack or 'the program'}")
-        for sub in _sub_jaxprs(eqn.params.values()):
-            found += round_trips(sub)
+        if name == "sort" and jnp.issubdtype(eqn.invars[0].aval.dtype, jnp.floating):
+            found.append(_where(eqn))
+        if name == "top_k" and eqn.params["k"] > TOPK_KERNEL_MAX:
+            found.append(f"{_where(eqn)} k={eqn.params['k']}")
     return found
 
 
@@ -70,10 +89,15 @@ def _sub_jaxprs(values: Any) -> list[Any]:
     return out
 
 
+def gpu_jaxprs(llm: LLM) -> dict[str, Any]:
+    """Each GPU-variant step program's jaxpr, by its shape."""
+    return {str(shape): program.trace(*args, **kwargs).jaxpr.jaxpr
+            for shape, program, args, kwargs in step_programs(llm, "gpu")}
+
+
 def gpu_round_trips(llm: LLM) -> dict[str, list[str]]:
     """Each GPU-variant step program's host round trips (none expected)."""
-    return {str(shape): round_trips(program.trace(*args, **kwargs).jaxpr.jaxpr)
-            for shape, program, args, kwargs in step_programs(llm, "gpu")}
+    return {shape: round_trips(jaxpr) for shape, jaxpr in gpu_jaxprs(llm).items()}
 
 
 def lowered_kernels(llm: LLM, platform: str) -> dict[str, int]:

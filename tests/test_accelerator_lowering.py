@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from accelerator_programs import gpu_round_trips, lowered_kernels
+from accelerator_programs import gpu_jaxprs, gpu_round_trips, lowered_kernels, slow_orderings
 from eagle_models import save_eagle1
 from hf_models import save_hf_model
 from python_subprocess import run_python
@@ -54,6 +54,11 @@ def test_gpu_step_programs_have_no_host_round_trips(llm):
     assert not any(found.values()), found
 
 
+def test_gpu_step_programs_sort_and_take_top_k_with_the_gpus_fast_kernels(llm):
+    found = {shape: slow_orderings(jaxpr) for shape, jaxpr in gpu_jaxprs(llm).items()}
+    assert not any(found.values()), found
+
+
 @pytest.mark.parametrize("platform", ["gpu", "tpu"])
 def test_every_step_program_lowers_for_the_accelerators(llm, platform):
     kernels = lowered_kernels(llm, platform)
@@ -64,7 +69,7 @@ def test_every_step_program_lowers_for_the_accelerators(llm, platform):
 SHARDED = """
 import json, sys
 sys.path.insert(0, {tests!r})
-from accelerator_programs import gpu_round_trips, lowered_kernels
+from accelerator_programs import gpu_jaxprs, gpu_round_trips, lowered_kernels, slow_orderings
 from jaxinfer import LLM, SpeculativeConfig
 out = {{}}
 for method in (None, "draft"):

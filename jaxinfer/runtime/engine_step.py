@@ -27,6 +27,7 @@ from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
 from jaxinfer.runtime.ngram_rider import NgramDraft, store
 from jaxinfer.runtime.row_state import RowState, carried_rows, row_tables, with_carry, with_page_entries
 from jaxinfer.sampling.penalties import PenaltyCounts, PenaltyRows, add_logit_bias, count_tokens, penalize
+from jaxinfer.sampling.row_order import top_k_in_parts
 from jaxinfer.sampling.sampler import SamplingArrays, sample, skip_unless
 from jaxinfer.sampling.slot_state import row_bias
 from jaxinfer.sampling.token_bitmask import apply_token_bitmask
@@ -133,7 +134,7 @@ def top_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.A
     """
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     k = min(MAX_LOGPROBS, logp.shape[-1])  # a vocabulary smaller than K (tiny test models): pad the rest
-    top_values, top_ids = jax.lax.top_k(logp, k)
+    top_values, top_ids = top_k_in_parts(logp, k)
     top_values = jnp.pad(top_values, ((0, 0), (0, MAX_LOGPROBS - k)), constant_values=-jnp.inf)
     top_ids = jnp.pad(top_ids, ((0, 0), (0, MAX_LOGPROBS - k)))
     chosen = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.sampling.row_order import sorted_descending
 
 NEG_INF = -jnp.inf
 ARGMAX_BLOCK = 256  # entries per block of first_argmax (a power of two)
@@ -112,7 +113,7 @@ def _first_index(x: jax.Array, value: jax.Array) -> jax.Array:
 def _top_k_top_p_mask(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
     """[B, V] bool of tokens kept by top-k then top-p (ties at the threshold are kept)."""
     vocab = logits.shape[-1]
-    ordered = jnp.sort(logits, axis=-1)[:, ::-1]
+    ordered = sorted_descending(logits)
     k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
     kth = jnp.take_along_axis(ordered, (k - 1)[:, None], axis=-1)
     ordered = jnp.where(jnp.arange(vocab)[None, :] < k[:, None], ordered, NEG_INF)
