@@ -30,6 +30,10 @@
 #                                                   # off was measured on 2026-11-27), then warm-up cold, warm
 #                                                   # from JAX's cache (traced) and warm from the program store
 #                                                   # (untraced), with its trace/compile split (~7 min, untried)
+#   bash scripts/gpu_session.sh sampling [OUT_DIR]  # what choosing a token costs a decode step at batch 1/8/64
+#                                                   # (128256 vocabulary): the branchless work every GPU step
+#                                                   # does against an argmax, float vs int-key sort, top_k(20)
+#                                                   # vs top-16 parts (~1 min, untried; run it after overlap)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
@@ -264,6 +268,11 @@ spec-pair)
             --methods plain draft ngram ngram_device eagle \
             --batches 1 --modes "$mode" --repeats 3 --out "$out/bench_speculative_${mode/=/}.json"
     done
+    ;;
+sampling)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    step sampling 150 python3 scripts/bench_sampling.py --rows 1 8 64 --out "$out/bench_sampling.json"
     ;;
 warmup-threads)
     out=${2:-results/gpu_session}
