@@ -1,8 +1,9 @@
 """Every engine step program as a GPU and a TPU would run it, checked on this CPU.
 
 The GPU variant has no host round trip inside a device call (no `cond`, no `while` whose trip
-count is data), and every step program, Pallas kernels included, lowers for CUDA and TPU with
-`jax.export`: plain, prompt-lookup, draft-model and EAGLE engines on one device, and plain and
+count is data) and orders rows only with XLA:GPU's fast kernels (no sort on a float key, no top_k
+over 16: see sampling/row_order), and every step program, Pallas kernels included, lowers for
+CUDA and TPU with `jax.export`: plain, prompt-lookup, draft-model and EAGLE engines on one device, and plain and
 draft-model engines on a mesh of fake CPU devices (tp=2, dp=2). A change that breaks an
 accelerator's lowering fails here, where no accelerator is at hand.
 """
@@ -69,7 +70,7 @@ def test_every_step_program_lowers_for_the_accelerators(llm, platform):
 SHARDED = """
 import json, sys
 sys.path.insert(0, {tests!r})
-from accelerator_programs import gpu_jaxprs, gpu_round_trips, lowered_kernels, slow_orderings
+from accelerator_programs import gpu_round_trips, lowered_kernels
 from jaxinfer import LLM, SpeculativeConfig
 out = {{}}
 for method in (None, "draft"):
