@@ -5,12 +5,15 @@ on the host), so every decode step of every row does all the work any row might 
 bias, penalties, min_tokens, the structured-output mask, top-k/top-p (a sort of each row),
 temperature and min-p, the draw, and the top-20 logprobs. This times that work (`branchless`,
 `engine_step.pick_tokens` and `row_logprobs` exactly as the decode program runs them) for an
-all-greedy batch, against what a program for all-greedy, plain rows would need (`argmax`), and
-the orderings `sampling/row_order` replaced: a float sort against the int32-key sort, `top_k(20)`
-against top-16 parts. Each stage runs `--passes` times inside one device call (a fixed-trip
-loop), so the figure is device time, not dispatch. Each is also shown as a share of a decode
-step whose weights (`--weight-gb`, default the Llama-3.2-1B shape's bf16 2.47 GB) stream at the
-copy bandwidth measured in the same run. Writes JSON.
+all-greedy batch, against what a program for all-greedy, plain rows would need (`argmax`); the
+same for a verify round of k = 4 prompt-lookup drafts a row (`verify_branchless`: the target's
+processed distribution at every position and the exact acceptance, as `verify_step` runs them,
+against `verify_argmax`, and `verify_with_conds`, the same with the conditionals a CPU or TPU
+program keeps); and the orderings `sampling/row_order` replaced: a float sort against
+the int32-key sort, `top_k(20)` against top-16 parts. Each stage runs `--passes` times inside
+one device call (a fixed-trip loop), so the figure is device time, not dispatch. Each is also
+shown as a share of a decode step whose weights (`--weight-gb`, default the Llama-3.2-1B
+shape's bf16 2.47 GB) stream at the copy bandwidth measured in the same run. Writes JSON.
 
     python scripts/bench_sampling.py --rows 1 8 64            # Llama-3 vocabulary (128256)
     python scripts/bench_sampling.py --rows 1 64 --vocab 49152 --passes 2
@@ -19,6 +22,7 @@ copy bandwidth measured in the same run. Writes JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -42,6 +46,7 @@ from jaxinfer.sampling.penalties import PenaltyCounts  # noqa: E402
 from jaxinfer.sampling.row_order import sorted_descending, top_k_in_parts  # noqa: E402
 from jaxinfer.sampling.sampler import first_argmax, sampling_arrays  # noqa: E402
 from jaxinfer.sampling.token_bitmask import all_allowed  # noqa: E402
+from jaxinfer.speculative.rejection import verify_logits  # noqa: E402
 
 
 def greedy_rows(rows: int, vocab: int) -> tuple[RowSampling, PenaltyCounts]:
@@ -61,28 +66,50 @@ def greedy_rows(rows: int, vocab: int) -> tuple[RowSampling, PenaltyCounts]:
 
 
 Stage = Callable[[jax.Array, tuple], jax.Array]
+VERIFY_CHUNK = 5  # a verify round's positions per row: the last token and k = 4 drafts
 
 
-def stages(rows: int, vocab: int) -> tuple[dict[str, Stage], tuple]:
-    """Each timed stage as (logits [rows, vocab], inputs) -> an array that depends on all of its work,
-    and the inputs: the rows' sampling state, passed as arguments (as constants XLA would fold the
-    greedy rows' choice and drop the work a branchless program does for them)."""
+def verify_greedy(logits: jax.Array, drafts: jax.Array) -> jax.Array:
+    """What an all-greedy verify round needs: each position's argmax, the drafts kept while they agree."""
+    rows = drafts.shape[0]
+    best = first_argmax(logits).reshape(rows, VERIFY_CHUNK)
+    accepted = jnp.sum(jnp.cumprod(best[:, :-1] == drafts, axis=-1), axis=-1)
+    return accepted + best[jnp.arange(rows), accepted]
+
+
+def stages(rows: int, vocab: int) -> tuple[dict[str, tuple[int, Stage]], tuple]:
+    """Each timed stage as (positions per row, (logits [rows * positions, vocab], inputs) -> an array
+    that depends on all of its work), and the inputs: the rows' sampling state and a verify round's
+    drafts, passed as arguments (as constants XLA would fold the greedy rows' choice and drop the
+    work a branchless program does for them)."""
     sampling, counts = greedy_rows(rows, vocab)
 
     def branchless(logits: jax.Array, inputs: tuple) -> jax.Array:
-        sampling, counts, lengths = inputs
+        sampling, counts, lengths, _ = inputs
         tokens = pick_tokens(logits, sampling, lengths, counts)
         chosen, top_ids, top_values, ranks = row_logprobs(logits, tokens, sampling)
         return tokens + top_ids[:, 0] + ranks + (chosen + top_values[:, 0] > 0)
 
+    def verify_round(logits: jax.Array, inputs: tuple, branchless: bool = True) -> jax.Array:
+        """A verify round's acceptance as `verify_step` runs it for prompt-lookup drafts (one-hot q);
+        branchless=False: with the conditionals a CPU or TPU program keeps."""
+        sampling, _, lengths, drafts = inputs
+        params = dataclasses.replace(sampling.params, branchless=branchless)
+        count = jnp.full((rows,), VERIFY_CHUNK - 1, jnp.int32)
+        verdict = verify_logits(logits.reshape(rows, VERIFY_CHUNK, vocab), None, drafts, count, params, lengths)
+        return verdict.num_accepted + verdict.next_token
+
     return {
-        "branchless": branchless,
-        "argmax": lambda logits, _: first_argmax(logits),
-        "sort_float": lambda logits, _: jnp.sort(logits, axis=-1)[:, -1],
-        "sort_int_keys": lambda logits, _: sorted_descending(logits)[:, 0],
-        "top_k_20": lambda logits, _: jax.lax.top_k(logits, MAX_LOGPROBS)[1][:, -1],
-        "top_k_16_parts": lambda logits, _: top_k_in_parts(logits, MAX_LOGPROBS)[1][:, -1],
-    }, (sampling, counts, jnp.ones((rows,), jnp.int32))
+        "branchless": (1, branchless),
+        "argmax": (1, lambda logits, _: first_argmax(logits)),
+        "verify_branchless": (VERIFY_CHUNK, verify_round),
+        "verify_with_conds": (VERIFY_CHUNK, lambda logits, inputs: verify_round(logits, inputs, branchless=False)),
+        "verify_argmax": (VERIFY_CHUNK, lambda logits, inputs: verify_greedy(logits, inputs[3])),
+        "sort_float": (1, lambda logits, _: jnp.sort(logits, axis=-1)[:, -1]),
+        "sort_int_keys": (1, lambda logits, _: sorted_descending(logits)[:, 0]),
+        "top_k_20": (1, lambda logits, _: jax.lax.top_k(logits, MAX_LOGPROBS)[1][:, -1]),
+        "top_k_16_parts": (1, lambda logits, _: top_k_in_parts(logits, MAX_LOGPROBS)[1][:, -1]),
+    }, (sampling, counts, jnp.ones((rows,), jnp.int32), jnp.zeros((rows, VERIFY_CHUNK - 1), jnp.int32))
 
 
 def device_ms(stage: Stage, logits: jax.Array, inputs: tuple, passes: int, repeats: int) -> float:
@@ -122,9 +149,9 @@ def main() -> None:
     print(f"{'rows':>5} {'stage':<16} {'ms/step':>9} {'of a step':>9}")
     results = []
     for rows in args.rows:
-        logits = jax.random.normal(jax.random.PRNGKey(rows), (rows, args.vocab), jnp.float32)
         timed, inputs = stages(rows, args.vocab)
-        for name, stage in timed.items():
+        for name, (positions, stage) in timed.items():
+            logits = jax.random.normal(jax.random.PRNGKey(rows), (rows * positions, args.vocab), jnp.float32)
             ms = device_ms(stage, logits, inputs, args.passes, args.repeats)
             results.append(dict(rows=rows, stage=name, ms=ms, share_of_step=ms / step_ms))
             print(f"{rows:>5} {name:<16} {ms:>9.3f} {ms / step_ms:>8.1%}", flush=True)

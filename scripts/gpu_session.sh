@@ -32,8 +32,8 @@
 #                                                   # (untraced), with its trace/compile split (~7 min, untried)
 #   bash scripts/gpu_session.sh sampling [OUT_DIR]  # what choosing a token costs a decode step at batch 1/8/64
 #                                                   # (128256 vocabulary): the branchless work every GPU step
-#                                                   # does against an argmax, float vs int-key sort, top_k(20)
-#                                                   # vs top-16 parts (~1 min, untried; run it after overlap)
+#                                                   # and verify round does against an argmax, float vs int-key
+#                                                   # sort, top_k(20) vs top-16 parts (~1 min, untried)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then

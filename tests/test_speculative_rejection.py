@@ -8,8 +8,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxinfer.sampling.sampler import SamplingArrays
-from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, exact_accept, exact_residual, verify
+from jaxinfer import SamplingParams
+from jaxinfer.sampling.sampler import SamplingArrays, sampling_arrays
+from jaxinfer.speculative.rejection import (
+    EXACT_RULE,
+    AcceptanceRule,
+    exact_accept,
+    exact_residual,
+    verify,
+    verify_logits,
+)
 
 ROWS, VOCAB, K = 20000, 6, 2
 P = np.array([[0.35, 0.25, 0.2, 0.1, 0.1, 0.0], [0.05, 0.05, 0.1, 0.2, 0.3, 0.3], [1 / 6] * 6])
@@ -96,3 +104,27 @@ def test_effective_length_masks_later_drafts():
     v = verify(p, p[:, :2], drafts, jnp.asarray([1], jnp.int32), params, jnp.asarray([3], jnp.int32))
     assert int(v.num_accepted[0]) == 1
     assert int(v.next_token[0]) == 2  # drawn from p at position 1 (a bonus), not the masked draft check
+
+
+@pytest.mark.parametrize("proposer", ["one-hot", "distribution"])
+def test_greedy_batches_take_the_argmax_path_with_the_exact_rules_verdict(proposer):
+    """verify_logits with conditionals skips the sampled path for an all-greedy batch; a branchless
+    program always runs it: both give the same verdict."""
+    rows, k, vocab = 64, 4, 50
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.standard_normal((rows, k + 1, vocab)), jnp.float32)
+    best = np.asarray(jnp.argmax(logits, axis=-1))
+    agree = rng.random((rows, k)) < 0.7  # most drafts the argmax, some not: every accepted count occurs
+    drafts = jnp.asarray(np.where(agree, best[:, :k], (best[:, :k] + 1) % vocab), jnp.int32)
+    k_eff = jnp.asarray(rng.integers(0, k + 1, rows), jnp.int32)
+    q = None if proposer == "one-hot" else jax.nn.log_softmax(jnp.asarray(rng.standard_normal((rows, k, vocab))))
+    start = jnp.full((rows,), 7, jnp.int32)
+
+    def verdict(branchless: bool):
+        params = sampling_arrays([SamplingParams(temperature=0.0)] * rows, list(range(rows)), branchless)
+        return jax.jit(verify_logits)(logits, q, drafts, k_eff, jax.tree.map(jnp.asarray, params), start)
+
+    argmax_path, sampled_path = verdict(branchless=False), verdict(branchless=True)
+    assert len(set(np.asarray(argmax_path.num_accepted).tolist())) == k + 1
+    for field in ("num_accepted", "next_token", "expected_acceptance"):
+        np.testing.assert_allclose(getattr(argmax_path, field), getattr(sampled_path, field), rtol=1e-6, err_msg=field)

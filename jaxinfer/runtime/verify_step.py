@@ -27,9 +27,8 @@ from jaxinfer.runtime.engine_step import Rider, StepInputs, StepOutputs, feature
 from jaxinfer.runtime.flat_forward import DraftModel, step_features
 from jaxinfer.runtime.ngram_rider import NgramDraft
 from jaxinfer.sampling.penalties import add_logit_bias
-from jaxinfer.sampling.sampler import SamplingArrays
 from jaxinfer.sampling.token_bitmask import apply_token_bitmask
-from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, one_hot_logprobs, sampled_logprobs, verify
+from jaxinfer.speculative.rejection import EXACT_RULE, AcceptanceRule, verify_logits
 
 
 @jax.tree_util.register_dataclass
@@ -39,11 +38,6 @@ class Drafts:
 
     tokens: jax.Array  # [R, C - 1] int32, zero past count
     count: jax.Array  # [R] int32 drafts to verify (0: the row decodes plainly)
-
-
-def repeat_rows(params: SamplingArrays, times: int) -> SamplingArrays:
-    """Each row's sampling parameters repeated `times` times (one per verified position)."""
-    return jax.tree.map(lambda x: jnp.repeat(x, times, axis=0), params)
 
 
 def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: int) -> jax.Array:
@@ -71,23 +65,19 @@ def verify_step(
     drafts.count tokens per row here; otherwise they are the host's (prompt lookup) with one-hot q.
     """
     rows = x.lengths.shape[0]
-    chunk, vocab = x.tokens.shape[0] // rows, cfg.vocab_size
+    chunk = x.tokens.shape[0] // rows
     if isinstance(draft, NgramDraft):  # looked up here: a row verifies the drafts it found
         x, drafts, draft = _looked_up(draft, x, drafts)
-    if draft is None or isinstance(draft, NgramDraft):
-        proposal = one_hot_logprobs(drafts.tokens, vocab)
-    else:
+    proposal = None  # a deterministic proposer's (prompt lookup): one-hot at its drafts
+    if draft is not None and not isinstance(draft, NgramDraft):
         drafter = eagle_rider.propose if isinstance(draft, EagleDraft) else propose
         tokens, proposal, draft = drafter(draft, draft_weights, x, drafts.count)
         drafts = dataclasses.replace(drafts, tokens=tokens)
         x = dataclasses.replace(x, tokens=with_drafts(x.tokens, tokens))
     hidden, features, pages = step_features(weights, pages, x, cfg, feature_taps(draft))
     logits = position_logits(hidden, weights, x, rows)
-    params = x.sampling.params
-    target = sampled_logprobs(logits.reshape(rows * chunk, vocab), repeat_rows(params, chunk))
-    target = target.reshape(rows, chunk, vocab)
     first_position = x.lengths - drafts.count
-    verdict = verify(target, proposal, drafts.tokens, drafts.count, params, first_position, rule)
+    verdict = verify_logits(logits, proposal, drafts.tokens, drafts.count, x.sampling.params, first_position, rule)
     n = verdict.num_accepted
     columns = jnp.arange(chunk, dtype=jnp.int32)[None, :]
     padded = jnp.pad(drafts.tokens, ((0, 0), (0, 1)))

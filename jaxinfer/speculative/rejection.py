@@ -118,6 +118,58 @@ def verify(
     return Verdict(num_accepted, next_token, expected)
 
 
+def repeat_rows(params: SamplingArrays, times: int) -> SamplingArrays:
+    """Each row's sampling parameters repeated `times` times (one per verified position)."""
+    return jax.tree.map(lambda x: jnp.repeat(x, times, axis=0), params)
+
+
+def verify_logits(
+    logits: jax.Array,
+    draft_logprobs: jax.Array | None,
+    draft_tokens: jax.Array,
+    k_eff: jax.Array,
+    params: SamplingArrays,
+    first_position: jax.Array,
+    rule: AcceptanceRule = EXACT_RULE,
+) -> Verdict:
+    """`verify` from the target's logits [B, K+1, V] (bias and masks applied): p is their processed
+    distribution. draft_logprobs [B, K, V] is q, or None for a deterministic proposer (one-hot q at
+    the drafts, built only where needed).
+
+    A batch of greedy rows only takes each position's argmax: its drafts are kept while they equal
+    it, and the token after them is the argmax there, which is what the exact rule reduces to for a
+    one-hot p (a broken `rule` is seen by sampled rows only). A program with conditionals skips the
+    [B, K+1, V] work of the sampled path then; a branchless one always runs the sampled path.
+    """
+    batch, positions, vocab = logits.shape
+
+    def sampled() -> Verdict:
+        flat = logits.reshape(batch * positions, vocab)
+        target = sampled_logprobs(flat, repeat_rows(params, positions)).reshape(batch, positions, vocab)
+        q = one_hot_logprobs(draft_tokens, vocab) if draft_logprobs is None else draft_logprobs
+        return verify(target, q, draft_tokens, k_eff, params, first_position, rule)
+
+    def greedy() -> Verdict:
+        return greedy_verdict(first_argmax(logits), draft_logprobs, draft_tokens, k_eff)
+
+    return skip_unless(~jnp.all(params.temperature <= 0), sampled, greedy, params.branchless)
+
+
+def greedy_verdict(
+    best: jax.Array, draft_logprobs: jax.Array | None, draft_tokens: jax.Array, k_eff: jax.Array
+) -> Verdict:
+    """The exact rule's verdict for greedy rows from each position's argmax best [B, K+1]: the leading
+    drafts equal to it, then its token; P(accept) is q at the argmax (1 or 0 for a one-hot q)."""
+    batch, k = draft_tokens.shape
+    agrees = (best[:, :k] == draft_tokens) & (jnp.arange(k)[None, :] < k_eff[:, None])
+    num_accepted = jnp.sum(jnp.cumprod(agrees, axis=-1), axis=-1).astype(jnp.int32)
+    if draft_logprobs is None:
+        expected = (best[:, :k] == draft_tokens).astype(jnp.float32)
+    else:
+        expected = jnp.exp(jnp.take_along_axis(draft_logprobs, best[:, :k, None], axis=-1)[..., 0])
+    return Verdict(num_accepted, best[jnp.arange(batch), num_accepted], expected)
+
+
 def _correction_or_bonus(
     target_logprobs: jax.Array,
     q: jax.Array,
