@@ -15,6 +15,7 @@ from jaxinfer.speculative.rejection import (
     AcceptanceRule,
     exact_accept,
     exact_residual,
+    one_hot_logprobs,
     verify,
     verify_logits,
 )
@@ -128,3 +129,20 @@ def test_greedy_batches_take_the_argmax_path_with_the_exact_rules_verdict(propos
     assert len(set(np.asarray(argmax_path.num_accepted).tolist())) == k + 1
     for field in ("num_accepted", "next_token", "expected_acceptance"):
         np.testing.assert_allclose(getattr(argmax_path, field), getattr(sampled_path, field), rtol=1e-6, err_msg=field)
+
+
+def test_a_deterministic_proposer_needs_no_q_arrays_and_gets_the_same_verdict():
+    """verify with draft_logprobs None (one-hot q at the drafts, never built whole) against the same
+    one-hot q passed in full, on sampled rows: identical draws, corrections and P(accept)."""
+    rows, k, vocab = 4000, 3, 7
+    rng = np.random.default_rng(1)
+    target = jax.nn.log_softmax(jnp.asarray(rng.standard_normal((rows, k + 1, vocab)) * 2, jnp.float32))
+    drafts = jnp.asarray(rng.integers(0, vocab, (rows, k)), jnp.int32)
+    k_eff = jnp.asarray(rng.integers(0, k + 1, rows), jnp.int32)
+    params, start = sampled_params(rows), jnp.full((rows,), 3, jnp.int32)
+    run = jax.jit(verify)
+    implicit = run(target, None, drafts, k_eff, params, start)
+    explicit = run(target, one_hot_logprobs(drafts, vocab), drafts, k_eff, params, start)
+    assert len(set(np.asarray(implicit.num_accepted).tolist())) == k + 1
+    for field in ("num_accepted", "next_token", "expected_acceptance"):
+        np.testing.assert_array_equal(getattr(implicit, field), getattr(explicit, field), err_msg=field)

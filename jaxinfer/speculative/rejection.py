@@ -91,7 +91,7 @@ def draw(logprobs: jax.Array, params: SamplingArrays, keys: jax.Array) -> jax.Ar
 
 def verify(
     target_logprobs: jax.Array,
-    draft_logprobs: jax.Array,
+    draft_logprobs: jax.Array | None,
     draft_tokens: jax.Array,
     k_eff: jax.Array,
     params: SamplingArrays,
@@ -101,20 +101,30 @@ def verify(
     """Accept/reject drafts [B, K] (draft token i sits at first_position + i).
 
     target_logprobs [B, K+1, V] are p at every draft position plus the bonus one, draft_logprobs
-    [B, K, V] are q; positions at or past k_eff [B] count as not drafted (adaptive length).
+    [B, K, V] are q, or None for a deterministic proposer: q one-hot at the drafts, so q(x) = 1 and
+    sum_v min(p, q) = p(x), and no [B, K, V] array of it is made (only the [B, V] row the residual
+    needs); positions at or past k_eff [B] count as not drafted (adaptive length).
     """
     batch, k = draft_tokens.shape
-    p, q = jnp.exp(target_logprobs), jnp.exp(draft_logprobs)
+    rows = jnp.arange(batch)
+    p = jnp.exp(target_logprobs)
     p_x = jnp.take_along_axis(p[:, :k], draft_tokens[..., None], axis=-1)[..., 0]
-    q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]
+    if draft_logprobs is None:
+        q_x, expected = jnp.ones_like(p_x), p_x
+        q_at = lambda i: jax.nn.one_hot(draft_tokens[rows, i], p.shape[-1], dtype=p.dtype)  # noqa: E731
+    else:
+        q = jnp.exp(draft_logprobs)
+        q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]
+        expected = jnp.sum(jnp.minimum(p[:, :k], q), axis=-1)
+        q_at = lambda i: q[rows, i]  # noqa: E731
     positions = first_position[:, None] + jnp.arange(k + 1, dtype=jnp.int32)[None, :]
     accept_keys = position_keys(params, positions[:, :k], ACCEPT_TAG)
     u = jax.vmap(jax.vmap(jax.random.uniform))(accept_keys)
     drafted = jnp.arange(k)[None, :] < k_eff[:, None]
     accepted = rule.accept(p_x, q_x, u) & drafted
     num_accepted = jnp.sum(jnp.cumprod(accepted, axis=-1), axis=-1).astype(jnp.int32)
-    next_token = _correction_or_bonus(target_logprobs, q, num_accepted, k_eff, params, positions, rule)
-    expected = jnp.sum(jnp.minimum(p[:, :k], q), axis=-1)
+    q_n = q_at(jnp.minimum(num_accepted, k - 1))
+    next_token = _correction_or_bonus(target_logprobs, q_n, num_accepted, k_eff, params, positions, rule)
     return Verdict(num_accepted, next_token, expected)
 
 
@@ -134,7 +144,7 @@ def verify_logits(
 ) -> Verdict:
     """`verify` from the target's logits [B, K+1, V] (bias and masks applied): p is their processed
     distribution. draft_logprobs [B, K, V] is q, or None for a deterministic proposer (one-hot q at
-    the drafts, built only where needed).
+    the drafts: see `verify`).
 
     A batch of greedy rows only takes each position's argmax: its drafts are kept while they equal
     it, and the token after them is the argmax there, which is what the exact rule reduces to for a
@@ -146,8 +156,7 @@ def verify_logits(
     def sampled() -> Verdict:
         flat = logits.reshape(batch * positions, vocab)
         target = sampled_logprobs(flat, repeat_rows(params, positions)).reshape(batch, positions, vocab)
-        q = one_hot_logprobs(draft_tokens, vocab) if draft_logprobs is None else draft_logprobs
-        return verify(target, q, draft_tokens, k_eff, params, first_position, rule)
+        return verify(target, draft_logprobs, draft_tokens, k_eff, params, first_position, rule)
 
     def greedy() -> Verdict:
         return greedy_verdict(first_argmax(logits), draft_logprobs, draft_tokens, k_eff)
@@ -172,19 +181,18 @@ def greedy_verdict(
 
 def _correction_or_bonus(
     target_logprobs: jax.Array,
-    q: jax.Array,
+    q_n: jax.Array,
     num_accepted: jax.Array,
     k_eff: jax.Array,
     params: SamplingArrays,
     positions: jax.Array,
     rule: AcceptanceRule,
 ) -> jax.Array:
-    """Token at position first + n: from the residual after a rejection, else (bonus) from p."""
-    batch, k = q.shape[:2]
-    rows = jnp.arange(batch)
+    """Token at position first + n: from the residual after a rejection (q_n [B, V]: q at the
+    rejected position), else (bonus) from p."""
+    rows = jnp.arange(q_n.shape[0])
     n = num_accepted
     p_n_log = target_logprobs[rows, n]
-    q_n = q[rows, jnp.minimum(n, k - 1)]
     rejected = n < k_eff
     residual = rule.residual(jnp.exp(p_n_log), q_n)
     # p == q up to rounding can leave no mass; then p itself is the exact answer.
