@@ -110,20 +110,19 @@ def verify(
     p = jnp.exp(target_logprobs)
     p_x = jnp.take_along_axis(p[:, :k], draft_tokens[..., None], axis=-1)[..., 0]
     if draft_logprobs is None:
-        q_x, expected = jnp.ones_like(p_x), p_x
-        q_at = lambda i: jax.nn.one_hot(draft_tokens[rows, i], p.shape[-1], dtype=p.dtype)  # noqa: E731
+        q, q_x, expected = None, jnp.ones_like(p_x), p_x
     else:
         q = jnp.exp(draft_logprobs)
         q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]
         expected = jnp.sum(jnp.minimum(p[:, :k], q), axis=-1)
-        q_at = lambda i: q[rows, i]  # noqa: E731
     positions = first_position[:, None] + jnp.arange(k + 1, dtype=jnp.int32)[None, :]
     accept_keys = position_keys(params, positions[:, :k], ACCEPT_TAG)
     u = jax.vmap(jax.vmap(jax.random.uniform))(accept_keys)
     drafted = jnp.arange(k)[None, :] < k_eff[:, None]
     accepted = rule.accept(p_x, q_x, u) & drafted
     num_accepted = jnp.sum(jnp.cumprod(accepted, axis=-1), axis=-1).astype(jnp.int32)
-    q_n = q_at(jnp.minimum(num_accepted, k - 1))
+    last = jnp.minimum(num_accepted, k - 1)  # the rejected position (the last one when none was)
+    q_n = jax.nn.one_hot(draft_tokens[rows, last], p.shape[-1], dtype=p.dtype) if q is None else q[rows, last]
     next_token = _correction_or_bonus(target_logprobs, q_n, num_accepted, k_eff, params, positions, rule)
     return Verdict(num_accepted, next_token, expected)
 
@@ -170,10 +169,11 @@ def greedy_verdict(
     """The exact rule's verdict for greedy rows from each position's argmax best [B, K+1]: the leading
     drafts equal to it, then its token; P(accept) is q at the argmax (1 or 0 for a one-hot q)."""
     batch, k = draft_tokens.shape
-    agrees = (best[:, :k] == draft_tokens) & (jnp.arange(k)[None, :] < k_eff[:, None])
+    matches = best[:, :k] == draft_tokens
+    agrees = matches & (jnp.arange(k)[None, :] < k_eff[:, None])
     num_accepted = jnp.sum(jnp.cumprod(agrees, axis=-1), axis=-1).astype(jnp.int32)
     if draft_logprobs is None:
-        expected = (best[:, :k] == draft_tokens).astype(jnp.float32)
+        expected = matches.astype(jnp.float32)
     else:
         expected = jnp.exp(jnp.take_along_axis(draft_logprobs, best[:, :k, None], axis=-1)[..., 0])
     return Verdict(num_accepted, best[jnp.arange(batch), num_accepted], expected)
