@@ -309,6 +309,17 @@ def test_padding_and_input_bytes_are_counted(llm):
     assert slots >= real > 0 and sent > 0
 
 
+def test_pages_a_finished_request_filled_in_its_last_call_stay_cached(model, llm):
+    """A next turn (the prompt, the reply, more) reuses every page the first turn filled, those of the
+    call that ended it too (a reply of 9 tokens fills the third page in its last call)."""
+    prompt = np.random.RandomState(5).randint(3, 250, size=40).tolist()
+    (reply,) = greedy_ids(llm, [prompt], SamplingParams(max_tokens=9, temperature=0, ignore_eos=True))
+    next_turn = prompt + reply + [7, 8]
+    before = llm.metrics()["prefix_cache_hits"]
+    assert greedy_ids(llm, [next_turn]) == greedy_ids(make(model, enable_prefix_caching=False), [next_turn])
+    assert llm.metrics()["prefix_cache_hits"] - before == 48  # positions 0-47: three full pages
+
+
 def test_reset_prefix_cache_frees_cached_pages(llm):
     greedy_ids(llm, SHARED_PROMPTS[:2])
     blocks = llm.engine.blocks

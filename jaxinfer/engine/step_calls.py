@@ -246,13 +246,12 @@ class StepCalls:
             self.stats.record_tokens(request, produced, now)
             if produced or request.finished:
                 touched.add(request.request_id)
-            if request.finished:
+            full = request.num_computed // self.config.page_size
+            if full > len(request.page_hashes):  # a page filled up: publish it for prefix caching
+                self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
+            if request.finished:  # its pages stay cached, the last call's too (a next turn starts with them)
                 self.scheduler.remove(request)
                 self._record_finished(request)
-            else:
-                full = request.num_computed // self.config.page_size
-                if full > len(request.page_hashes):  # a page filled up: publish it for prefix caching
-                    self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
         return touched
 
     def _fail_step(self, host: HostStep, error: Exception) -> set[str]:
