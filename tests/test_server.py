@@ -532,18 +532,21 @@ def test_bench_serve_sharegpt_counts_replies_with_the_servers_tokenizer(base_url
     assert summary["completed"] == 2 and summary["total_output_tokens"] == sum(counts)
 
 
-def test_jaxinfer_serve_command(text_model_dir):
+def test_jaxinfer_serve_command(text_model_dir, tmp_path):
     env = child_env()
     base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]
     for flags, field in [(["--api-key", " "], "--api-key"), (["--speculative-method", "draft"], "--speculative-model"),
                          (["--speculative-method", "eagle"], "--speculative-model"),
                          (["--speculative-method", "suffix", "--speculative-model", "/tmp"], "--speculative-model"),
-                         (["--speculative-method", "draft", "--speculative-model", "/nonexistent"], "--speculative-model")]:
+                         (["--speculative-method", "draft", "--speculative-model", "/nonexistent"], "--speculative-model"),
+                         (["--load-session", str(text_model_dir)], "--load-session")]:
         bad = subprocess.run([*base, *flags], env=env, capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and field in bad.stderr, bad.stderr
+    session_text = "a b c " * 5 + "a b"  # 22 tokens: its first page is restored at start
+    LLM(text_model_dir, max_seq_len=64).save_session(tmp_path / "session", session_text)
     port = _free_port()
     flags = ["--port", str(port), "--skip-warmup", "--max-model-len", "64", "--served-model-name", "m",
-             "--speculative-method", "ngram", "--num-speculative-tokens", "2"]
+             "--speculative-method", "ngram", "--num-speculative-tokens", "2", "--load-session", str(tmp_path / "session")]
     process = subprocess.Popen([*base, *flags], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -557,10 +560,11 @@ def test_jaxinfer_serve_command(text_model_dir):
             time.sleep(0.2)
         models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
         assert models["data"][0]["id"] == "m" and models["data"][0]["max_model_len"] == 64
-        body = {"model": "m", "prompt": "a b c a b c a b c a b", "max_tokens": 12, "temperature": 0}
+        body = {"model": "m", "prompt": session_text, "max_tokens": 12, "temperature": 0}
         completion = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120).json()
         assert completion["usage"]["completion_tokens"] >= 1
         metrics = _metrics(f"http://127.0.0.1:{port}")
+        assert metrics["jaxinfer:prefix_cache_hits_total"] == 16  # the session's page: the first request hits it
         assert metrics.get("jaxinfer:spec_decode_num_draft_tokens_total", 0) > 0  # prompt lookup finds the repeats
         per_pos = [metrics[f'jaxinfer:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}'] for i in range(2)]
         assert per_pos[0] >= per_pos[1]  # a draft token is accepted only after every one before it

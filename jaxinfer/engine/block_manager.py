@@ -84,9 +84,14 @@ class BlockManager:
         The pages are referenced for the caller. The last token is never served from the
         cache: its logits are needed.
         """
+        return self.match_pages(token_ids[: (len(token_ids) - 1) // self.page_size * self.page_size])
+
+    def match_pages(self, token_ids: list[int]) -> tuple[list[int], list[bytes]]:
+        """Cached pages (and their hashes) holding the longest prefix of token_ids' full pages,
+        referenced for the caller."""
         if not self.prefix_caching:
             return [], []
-        pages, hashes = [], self.chain(token_ids, (len(token_ids) - 1) // self.page_size)
+        pages, hashes = [], self.chain(token_ids, len(token_ids) // self.page_size)
         for h in hashes:
             page = self.by_hash.get(h)
             if page is None:

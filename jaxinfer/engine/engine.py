@@ -225,12 +225,17 @@ class LLMEngine(StepCalls):
 
     def reset_prefix_cache(self) -> None:
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
-        self.pending |= self._land(StepClock())  # a call in flight registers the pages it filled
+        self.land_in_flight()  # a call in flight registers the pages it filled
         self.blocks.reset_prefix_cache()
+
+    def land_in_flight(self) -> None:
+        """Wait for the call in flight, if any, and apply it (its outputs go out with the next step):
+        the pools and the block manager are then the engine's alone until the next step."""
+        self.pending |= self._land(StepClock())
 
     def release(self) -> None:
         """Free the page pool (and forget cached prefixes); it is re-made on the next step."""
-        self.pending |= self._land(StepClock())  # e.g. the last call of aborted requests
+        self.land_in_flight()  # e.g. the last call of aborted requests
         if self.scheduler.running or self.scheduler.waiting:
             raise RuntimeError("release() with requests in flight; abort them first")
         self.runner.release()

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from jaxinfer.checkpoint.kv_session import SessionInfo, weights_fingerprint
 from jaxinfer.checkpoint.tokenizer import load_tokenizer_beside
 from jaxinfer.config import validation
 from jaxinfer.config.generation import generation_defaults
@@ -23,6 +24,7 @@ from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
+from jaxinfer.entrypoints import sessions
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
 from jaxinfer.entrypoints.draft_loading import engine_speculation
 from jaxinfer.entrypoints.model_loading import (
@@ -148,6 +150,7 @@ class LLM:
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
             stream_interval=stream_interval, overlap_outputs=overlap_outputs, async_scheduling=async_scheduling,
         )
+        self._weights_fingerprint: str | None = None  # see save_session
         self._start_engine(engine_config, speculative)
 
     def _start_engine(self, engine_config: EngineConfig, speculative: SpeculativeConfig | None) -> None:
@@ -254,6 +257,28 @@ class LLM:
             for delta in deltas:
                 if delta.outputs[0].text:
                     yield delta.outputs[0].text
+
+    def save_session(self, path: str | Path, prompt: Prompt, overwrite: bool = False) -> SessionInfo:
+        """Save the KV cache of `prompt` (str or token ids; its whole pages) to the directory `path`,
+        computing it first where the prefix cache does not hold it. `load_session` restores it in any
+        later LLM on the same weights, dtype and cache settings: prompts that start with it then skip
+        its prefill (a long document or system prompt, a conversation to resume)."""
+        token_ids = self.encode(prompt)
+        check_prompt(token_ids, 1, self.config.vocab_size, self.max_seq_len)
+        sessions.check_engine(self.engine)
+        self._engine_generate([token_ids], [SamplingParams(max_tokens=1, temperature=0)])  # cached pages: no work
+        return sessions.save_session(self.engine, path, token_ids, self._fingerprint(), overwrite)
+
+    def load_session(self, path: str | Path) -> SessionInfo:
+        """Restore a session saved by `save_session` into the prefix cache; its `token_ids` are the
+        prompt it was saved from (prompts starting with them reuse its KV)."""
+        return sessions.load_session(self.engine, path, self._fingerprint())
+
+    def _fingerprint(self) -> str:
+        """The running weights' fingerprint (computed once): what a saved session must come from."""
+        if self._weights_fingerprint is None:
+            self._weights_fingerprint = weights_fingerprint(self._run_weights)
+        return self._weights_fingerprint
 
     def get_tokenizer(self) -> Any:
         """The model's HF tokenizer (vLLM's name); a model directory without tokenizer files has none."""

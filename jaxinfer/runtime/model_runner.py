@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxinfer.cache import page_io
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
@@ -40,6 +41,7 @@ from jaxinfer.runtime.ngram_rider import NgramDraft
 from jaxinfer.runtime.packed_tree import unpack_host
 from jaxinfer.runtime.page_table_diffs import PageTables, diff_capacity
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
+from jaxinfer.runtime.position_pool import store_pages
 from jaxinfer.runtime.program_store import default_store
 from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
 from jaxinfer.runtime.row_slots import RowSlots, bias_row, holds_sampling_state, slot_ids
@@ -265,6 +267,32 @@ class ModelRunner:
             self.weights, self.model_config, ids, k, self.dtype, self.config.max_seq_len,
             self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, text, self.executables,
         )
+
+    def page_specs(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The target pools' buffers without their page axis, and stored dtypes (see cache.page_io)."""
+        return page_io.buffer_specs(self._pools_made().pages)
+
+    def read_pages(self, pages: list[int]) -> dict[str, np.ndarray]:
+        """Host copies of the target's K/V (and scales) in `pages` (a saved session's contents)."""
+        return page_io.read_pages(self._pools_made().pages, pages)
+
+    def write_pages(self, pages: list[int], values: dict[str, np.ndarray], tokens: np.ndarray) -> None:
+        """Put K/V copied by `read_pages` into `pages`, whose tokens [len(pages), page_size] they hold; the
+        device's lookup stores the tokens too. A draft model's or head's pools are left as they are: the
+        engine has not marked these pages read by it, so a row using them catches its draft up."""
+        self.pages = page_io.write_pages(self._pools_made().pages, pages, values)
+        if isinstance(self.draft, NgramDraft):
+            padded = np.full(bucket(len(pages)), self.num_pages, np.int32)
+            padded[: len(pages)] = pages
+            rows = np.zeros((len(padded), tokens.shape[1]), np.int32)
+            rows[: len(pages)] = tokens
+            self.draft = dataclasses.replace(self.draft, tokens=store_pages(self.draft.tokens, padded, rows))
+
+    def _pools_made(self) -> "ModelRunner":
+        """This runner, its pools made first if they were released."""
+        if self.pages is None:
+            self.reset_pools()
+        return self
 
     def _new_pools(self, num_pages: int) -> Pools:
         return new_pools(self.model_config, self.draft_cfg, num_pages, self.config.page_size, self.dtype,

@@ -4,6 +4,8 @@ outputs, the device lookup's tokens."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -19,3 +21,9 @@ def store_at(pool: jax.Array, table: jax.Array, positions: jax.Array, values: ja
     """The pool with values [N, ...] written at positions [N] (tables [N, P]); padding writes nothing."""
     page, slot = pool_index(pool, table, positions)
     return pool.at[page, slot].set(values.astype(pool.dtype), mode="drop")
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def store_pages(pool: jax.Array, pages: jax.Array, values: jax.Array) -> jax.Array:
+    """The pool with whole pages [n] holding values [n, page_size, ...]; pages past the pool write nothing."""
+    return pool.at[pages].set(values.astype(pool.dtype), mode="drop")

@@ -73,6 +73,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_bounds_args(serve)
     add_shadow_args(serve)
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
+    serve.add_argument("--load-session", action="append", default=[], metavar="DIR",
+                       help="restore a session saved by LLM.save_session into the prefix cache before serving: "
+                       "requests whose prompts start with its prompt skip its prefill (repeatable)")
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                        help="uvicorn's log level; info logs every request (default: %(default)s)")
     serve.set_defaults(run=run_serve)
@@ -157,6 +160,16 @@ def _check(args: argparse.Namespace) -> None:
         validation.model_dir(args.speculative_model, "--speculative-model")
     if args.model is not None:  # before the port is bound: a wrong path is one error line, nothing else
         validation.model_dir(args.model, "--model")
+    if args.load_session:
+        from jaxinfer.checkpoint.kv_session import read_meta
+
+        for path in args.load_session:
+            try:
+                read_meta(path)  # a session directory this version reads
+            except ValueError as error:
+                raise ValueError(f"--load-session {path}: {error}") from None
+    if args.load_session and args.no_prefix_caching:
+        raise ValueError("--load-session restores into the prefix cache, which --no-prefix-caching turns off")
     shadow_settings(args)  # every --shadow-* value, before the port is bound
 
 
@@ -255,6 +268,9 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         count = llm.engine.warmup(on_program=starting.compiled)
         stored = int(llm.engine.runner.warmup_seconds.get("stored", 0))
         starting.say(f"{count} programs ready, {stored} of them loaded untraced from the program store")
+    for path in args.load_session:
+        info = llm.load_session(path)
+        starting.say(f"session {info.path}: the KV of {info.num_cached_tokens} prompt tokens restored")
     return llm, kwargs
 
 
