@@ -53,6 +53,13 @@ def test_a_loaded_session_serves_its_pages_and_keeps_greedy_outputs(model, saved
     assert llm.engine.blocks.usable_pages == usable
 
 
+def test_a_session_loads_however_the_same_weights_run(model, saved, expected):
+    """Packed for the CPU kernels when saved, unpacked here: the fingerprint is of the weights as loaded."""
+    llm = LLM(model, **KNOBS, cpu_kernels=False)
+    assert llm.load_session(saved).pages_written == 2
+    assert llm.generate([CONTINUED], GREEDY)[0].token_ids == expected
+
+
 def test_outputs_read_the_restored_pages(model, saved, expected, tmp_path):
     """The same session with its values scaled gives other tokens: the restored K/V is what runs."""
     meta = kv_session.read_meta(saved)

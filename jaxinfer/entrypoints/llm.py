@@ -275,9 +275,10 @@ class LLM:
         return sessions.load_session(self.engine, path, self._fingerprint())
 
     def _fingerprint(self) -> str:
-        """The running weights' fingerprint (computed once): what a saved session must come from."""
+        """The model's weights' fingerprint (computed once), as loaded and quantized: what a saved
+        session must come from, however they run (packed for the CPU kernels or not, sharded or not)."""
         if self._weights_fingerprint is None:
-            self._weights_fingerprint = weights_fingerprint(self._run_weights)
+            self._weights_fingerprint = weights_fingerprint(self.weights)
         return self._weights_fingerprint
 
     def get_tokenizer(self) -> Any:
