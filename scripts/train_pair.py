@@ -44,6 +44,7 @@ QUICK_TARGET = ModelSpec("target", 64, 3, 2, 1, 128, peak_lr=3e-3, steps=0)  # 3
 QUICK_DRAFT = ModelSpec("draft", 32, 1, 2, 1, 64, peak_lr=3e-3, steps=0)
 WARMUP_SHARE = 0.05  # of each model's budget, linear warm-up of the learning rate
 MIN_LR_RATIO = 0.1
+FINISH_SECONDS = 45  # evaluating both models and saving them (67 s on the 2-core CPU, seconds on a GPU)
 DISTILL_WEIGHT = 0.7  # the draft's loss: this much KL to the target, the rest cross-entropy on the data
 
 
@@ -69,6 +70,20 @@ def plan_for(args: argparse.Namespace) -> Plan:
                     tokenizer_bytes=400_000, max_package_bytes=0, max_total_bytes=0, eval_windows=8)
     seconds = args.minutes * 60
     return Plan(target_seconds=seconds * 2 / 3, draft_seconds=seconds / 3)
+
+
+def fit_deadline(plan: Plan, deadline_minutes: float | None, elapsed: float) -> Plan:
+    """The plan's training cut, keeping its 2:1 split, so the run (`elapsed` seconds of preparation so
+    far, then evaluation and saving: FINISH_SECONDS) ends within `deadline_minutes`; as it is without one."""
+    if deadline_minutes is None:
+        return plan
+    left = deadline_minutes * 60 - elapsed - FINISH_SECONDS
+    planned = plan.target_seconds + plan.draft_seconds
+    if left <= 0:
+        raise SystemExit(f"preparing the corpus took {elapsed:.0f}s: no time left to train before the "
+                         f"{deadline_minutes} minute deadline")
+    share = min(1.0, left / planned)
+    return replace(plan, target_seconds=plan.target_seconds * share, draft_seconds=plan.draft_seconds * share)
 
 
 def lr_factor(progress: float) -> float:
@@ -180,6 +195,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--minutes", type=float, default=4.5, help="training time of both models together")
+    parser.add_argument("--deadline-minutes", type=float, default=None,
+                        help="end the whole run within this (a GPU sitting's step limit): training is cut by "
+                        "what preparing the corpus took")
     parser.add_argument("--quick", action="store_true", help="tiny models, a few stdlib files, seconds (smoke test)")
     args = parser.parse_args()
     plan = plan_for(args)
@@ -196,6 +214,7 @@ def main() -> None:
     held_out = to_windows(tokenize_stream(tokenizer, held_out_texts), plan.seq_len)[: plan.eval_windows].to(device)
     print(f"corpus: {len(corpus.sources)} sources, {len(train_texts)} train files ({windows.numel():,} tokens), "
           f"{len(held_out_texts)} held out; prepared in {time.perf_counter() - started:.0f}s on {device}", flush=True)
+    plan = fit_deadline(plan, args.deadline_minutes, time.perf_counter() - started)
     specs = (QUICK_TARGET, QUICK_DRAFT) if args.quick else (TARGET, DRAFT)
     target = build_model(specs[0], tokenizer).to(device)
     training = {"target": train_for(target, windows, specs[0], plan, plan.target_seconds)}

@@ -41,6 +41,19 @@ def test_tests_and_vendored_copies_are_skipped():
     assert python_corpus.own_python_files(paths) == [Path("pkg/a.py"), Path("pkg/sub/b.py")]
 
 
+def test_a_deadline_cuts_training_by_what_preparing_took():
+    import train_pair
+
+    plan = train_pair.Plan(target_seconds=140, draft_seconds=70)
+    assert train_pair.fit_deadline(plan, None, 100.0) == plan
+    assert train_pair.fit_deadline(plan, 10, 60.0) == plan  # 600 s leave room for all 210
+    cut = train_pair.fit_deadline(plan, 5, 150.0)  # 300 - 150 - FINISH_SECONDS left
+    left = 300 - 150 - train_pair.FINISH_SECONDS
+    assert cut.target_seconds == pytest.approx(left * 2 / 3) and cut.draft_seconds == pytest.approx(left / 3)
+    with pytest.raises(SystemExit, match="no time left"):
+        train_pair.fit_deadline(plan, 3, 170.0)
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Path:
     """A pair from a quick run (tiny models, seconds of training on the stdlib)."""
