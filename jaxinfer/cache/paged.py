@@ -45,6 +45,10 @@ class PagedKVCache:
     # static: the platform whose kernels a "pallas" backend runs ("tpu", "gpu"; None: the default
     # backend's), so a program can be lowered for a platform this process does not run on
     platform: str | None = None
+    # static: attention does the same arithmetic for a token whatever else is in its step (LLM's
+    # batch_invariant): GPU kernels split no row's keys (their split count follows the batch size),
+    # the jnp path attends tokens in blocks of exactly TOKEN_BLOCK rows
+    batch_invariant: bool = False
 
     @property
     def page_size(self) -> int:
@@ -120,7 +124,7 @@ LAYERED = ("k_pages", "v_pages", "k_scales", "v_scales")  # the fields holding o
 jax.tree_util.register_dataclass(
     PagedKVCache,
     data_fields=["k_pages", "v_pages", "k_scales", "v_scales", "page_table"],
-    meta_fields=["backend", "interpret", "bits_of", "cpu_kernels", "layout", "platform"],
+    meta_fields=["backend", "interpret", "bits_of", "cpu_kernels", "layout", "platform", "batch_invariant"],
 )
 
 

@@ -33,6 +33,11 @@ class RaggedPagedCache:
         """The pools' layout (the model lays its activations out by it)."""
         return self.pages.layout
 
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether the step's arithmetic must not depend on its batch (see PagedKVCache)."""
+        return self.pages.batch_invariant
+
     def token_tables(self) -> jax.Array:
         """[T, W] int32: each token's row's page table."""
         return self.pages.page_table[self.token_rows]

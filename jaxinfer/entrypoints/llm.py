@@ -31,6 +31,7 @@ from jaxinfer.entrypoints.model_loading import (
     load_sharded,
     model_identity,
     resolve_dtype,
+    resolve_invariant_kernels,
     resolve_kernels_for,
     resolve_max_seq_len,
     resolve_quantized_kernel,
@@ -38,6 +39,7 @@ from jaxinfer.entrypoints.model_loading import (
 )
 from jaxinfer.models import (
     Weights,
+    batch_invariant_weights,
     unpack_for_cpu,
     weights_to_run,
 )
@@ -116,6 +118,7 @@ class LLM:
         data_parallel_size: int = 1,
         expert_parallel_size: int = 1,
         max_model_len: int | None = None,
+        batch_invariant: bool = False,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         max_seq_len = seq_len_setting(max_seq_len, max_model_len)
@@ -129,16 +132,19 @@ class LLM:
             self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
             expert_parallel_size,
         )
+        cpu_kernels = resolve_invariant_kernels(cpu_kernels, batch_invariant, self.config.num_experts)
         # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0), never on a mesh.
         self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)
         # What runs (`weights` gives the model's own).
         quantized_kernel = resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels)
         self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel, self.layout)
+        # What the engine runs: in fixed row blocks under batch_invariant (models/invariant_weight).
+        self._engine_weights = batch_invariant_weights(self._run_weights) if batch_invariant else self._run_weights
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
         self.cache_spec = CacheSpec(
             page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
-            mesh_layout=self.layout,
+            mesh_layout=self.layout, batch_invariant=batch_invariant,
         )
         self.tokenizer = tokenizer.result()
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
@@ -162,7 +168,7 @@ class LLM:
             self.cpu_kernels, self.layout,
         )
         runner = ModelRunner(
-            self._run_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
+            self._engine_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
             None if draft is None else draft.cfg, None if draft is None else draft.weights,
         )
         self.engine = LLMEngine(
@@ -176,7 +182,7 @@ class LLM:
         and a page pool of its own (num_pages; None: the primary's knobs decide): the server's shadow
         reference when the served configuration differs from it only losslessly."""
         config = dataclasses.replace(self.engine.config, enable_prefix_caching=False, num_pages=num_pages)
-        runner = ModelRunner(self._run_weights, self.config, config, self.dtype, self.cache_spec)
+        runner = ModelRunner(self._engine_weights, self.config, config, self.dtype, self.cache_spec)
         return LLMEngine(runner, self.tokenizer, config, model_identity(self.model_dir, self.dtype), self.default_params)
 
     @property
@@ -321,7 +327,7 @@ class LLM:
         check_prompt(token_ids, 0, self.config.vocab_size, self.max_seq_len)
         release_programs_near_cap()
         return all_position_logits(
-            self._run_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout,
+            self._engine_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout,
             self.engine.runner.executables,
         )
 

@@ -98,6 +98,25 @@ def resolve_kernels_for(layout: Layout, cpu_kernels: bool | None) -> bool:
     return False
 
 
+def resolve_invariant_kernels(cpu_kernels: bool | None, invariant: bool, num_experts: int) -> bool | None:
+    """The CPU kernels' setting under `batch_invariant`: off (their per-row results depend on the
+    batch) unless asked for, which is an error; MoE models, whose experts see a batch-sized share
+    of the tokens, are refused."""
+    if not validation.boolean(invariant, "batch_invariant"):
+        return cpu_kernels
+    if jax.default_backend() != "cpu":
+        raise ValueError(f"batch_invariant=True is supported on CPUs only so far (this is {jax.default_backend()}): "
+                         "on GPUs and TPUs XLA picks each program's fusions and kernel tilings by its shapes, "
+                         "which no test has pinned there yet")
+    if num_experts:
+        raise ValueError(f"batch_invariant=True does not cover mixture-of-experts models yet (this one has "
+                         f"{num_experts} experts, each of whose products sees a batch-sized share of the tokens)")
+    if cpu_kernels:
+        raise ValueError("batch_invariant=True runs without the native CPU kernels, whose per-row results depend "
+                         "on the batch; leave cpu_kernels unset or False")
+    return False
+
+
 def resolve_quantized_kernel(layout: Layout, setting: bool | None, interpret: bool) -> bool:
     """The Triton quantized-matmul switch: None = on for one GPU; True needs a GPU (or interpret mode), never a mesh."""
     on_gpu = jax.default_backend() == "gpu"

@@ -130,7 +130,7 @@ def paged_rows_attend(
     """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
     backend = kernel_backend(cache, q.shape[-1])
     kernel = functools.partial(_rows_kernel, window=window, interpret=cache.interpret, backend=backend,
-                               scale=scale, soft_cap=soft_cap)
+                               scale=scale, soft_cap=soft_cap, single_split=cache.batch_invariant)
     pools = (cache.k_pages[layer], cache.v_pages[layer])
     scales = (cache.k_scales[layer], cache.v_scales[layer]) if cache.quantized else ()
     rows = (lengths, page_table, query_lens)
@@ -154,10 +154,11 @@ def _rows_kernel(
     backend: str | None,
     scale: float | None = None,
     soft_cap: float | None = None,
+    single_split: bool = False,
 ) -> jax.Array:
     """The decode kernel for one query per row, the ragged one for several: [B, T, H, K]."""
     common = dict(sliding_window=window or None, interpret=interpret, backend=backend, sm_scale=scale,
-                  soft_cap=soft_cap)
+                  soft_cap=soft_cap, num_splits=1 if single_split else None)
     if scales:
         common.update(k_scales=scales[0], v_scales=scales[1])
     if q.shape[1] == 1:

@@ -100,8 +100,16 @@ def blocked_token_attention(
 ) -> jax.Array:
     """blocked_rows_attention of one-query rows q [N, 1, H, K] (an engine step's tokens, each its own
     row), TOKEN_BLOCK rows at a time: a block gathers its rows' pages [KV, rows, keys, K] one key
-    block at a time up to its own last position, so nothing the size of [N, S] is materialised."""
+    block at a time up to its own last position, so nothing the size of [N, S] is materialised.
+    Under the cache's `batch_invariant` every block has TOKEN_BLOCK rows (padding rows attend no
+    key), so a token's arithmetic does not depend on how many share its step."""
     rows = q.shape[0]
+    if cache.batch_invariant and rows % TOKEN_BLOCK:
+        pad = TOKEN_BLOCK - rows % TOKEN_BLOCK
+        grow = lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))  # noqa: E731
+        out = blocked_token_attention(grow(q), cache, layer, window, grow(lengths) + (jnp.arange(rows + pad) >= rows),
+                                      grow(page_table), grow(query_lens), dtype, scale, soft_cap)
+        return out[:rows]
     block = math.gcd(rows, TOKEN_BLOCK)
     if block == rows:
         return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype, scale,

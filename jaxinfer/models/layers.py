@@ -9,10 +9,11 @@ import jax.numpy as jnp
 
 from jaxinfer.kernels.cpu import PackedWeight, packed_matmul, packed_matmuls
 from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.models.invariant_weight import InvariantWeight, in_row_blocks
 from jaxinfer.models.joined_weight import JoinedWeight, split_outputs
 from jaxinfer.quantization.quantized_weight import QuantizedWeight, one_kernel_call, quantized_matmul, tiled_matmuls
 
-Weight = jax.Array | PackedWeight | QuantizedWeight | JoinedWeight
+Weight = jax.Array | PackedWeight | QuantizedWeight | JoinedWeight | InvariantWeight
 
 
 def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | None = None) -> jax.Array:
@@ -36,6 +37,10 @@ def _matmul(x2: jax.Array, w: Weight) -> jax.Array:
         return packed_matmul(x2, w)
     if isinstance(w, QuantizedWeight):
         return quantized_matmul(x2, w)
+    if isinstance(w, InvariantWeight):
+        inner = w.weight
+        return in_row_blocks((lambda rows: linear_transposed(rows, inner)) if w.transposed else
+                             (lambda rows: _matmul(rows, inner)), x2)
     w2 = w.reshape(x2.shape[1], -1)
     return jnp.dot(x2, w2, precision=matmul_precision(x2, w2), preferred_element_type=jnp.float32)
 

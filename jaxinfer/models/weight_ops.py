@@ -15,6 +15,7 @@ import jax
 
 from jaxinfer.kernels.cpu import PackedWeight, pack_weight, packing_applies, unpack_weight
 from jaxinfer.models.decoder import Weights
+from jaxinfer.models.invariant_weight import InvariantWeight
 from jaxinfer.models.joined_weight import JoinedWeight, join, joinable, split
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.row_table import RowTable, as_row_table, full_table
@@ -195,6 +196,25 @@ def weights_to_run(weights: Weights, cpu_kernels: bool, quantized_kernel: bool, 
     if quantized_kernel:
         weights = mark_for_gpu_kernel(weights, interpret=jax.default_backend() != "gpu")
     return weights
+
+
+def batch_invariant_weights(weights: Weights) -> Weights:
+    """Every projection, norm and the output head (a tied one reads the embedding) computed in fixed
+    row blocks (see invariant_weight); a joined projection's one matrix is wrapped, so it stays one product."""
+    def wrap(w: Weight, contract: int = 1, name: str = "") -> Weight:
+        if isinstance(w, JoinedWeight):
+            return dataclasses.replace(w, weight=InvariantWeight(w.weight))
+        return InvariantWeight(w)
+
+    def norms(tree: Any) -> dict[str, InvariantWeight]:
+        """Its norm weights (fields named *norm), wrapped."""
+        return {field.name: InvariantWeight(getattr(tree, field.name)) for field in dataclasses.fields(tree)
+                if field.name.endswith("norm") and getattr(tree, field.name) is not None}
+
+    projected = map_projections(weights, wrap)
+    layers = [dataclasses.replace(lw, **norms(lw)) for lw in projected.layers]
+    head = InvariantWeight(weights.embed, transposed=True) if weights.lm_head is None else wrap(weights.lm_head)
+    return dataclasses.replace(projected, layers=layers, lm_head=head, **norms(projected))
 
 
 def unpack_for_cpu(packed: Weights, tied: bool) -> Weights:

@@ -20,11 +20,15 @@ class CacheSpec:
     interpret: bool = False  # Pallas kernels in interpret mode (CPU checks of the kernel path)
     cpu_kernels: bool = False  # the pools and the prompt-logprobs pass use the native CPU kernels
     mesh_layout: Layout = UNSHARDED  # the mesh the caches are split over (by batch and kv heads)
+    batch_invariant: bool = False  # attention of the same arithmetic for a row in any batch (PagedKVCache)
 
     def __post_init__(self) -> None:
         if self.cpu_kernels and self.mesh_layout.size > 1:
             # FFI custom calls have no partitioning rule: XLA cannot split them over a mesh.
             raise ValueError(f"cpu_kernels=True cannot run on a mesh of {self.mesh_layout.size} devices; use cpu_kernels=False")
+        if self.cpu_kernels and self.batch_invariant:
+            raise ValueError("batch_invariant=True runs without the native CPU kernels, whose per-row results "
+                             "depend on the batch; leave cpu_kernels unset or False")
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_cache_dtype {self.kv_dtype!r} is not one of {', '.join(KV_DTYPES)}")
         if self.page_size < 1 or self.page_size & (self.page_size - 1):

@@ -47,8 +47,11 @@ class Loaded(NamedTuple):
 class Executables:
     """Compiled programs by call signature, backed by a program store (None: trace and compile each)."""
 
-    def __init__(self, store: ProgramStore | None, static_argnames: Callable[[Callable], tuple[str, ...]]):
-        self.store, self.static_argnames = store, static_argnames
+    def __init__(self, store: ProgramStore | None, static_argnames: Callable[[Callable], tuple[str, ...]],
+                 compiler_options: dict[str, str] | None = None):
+        """compiler_options: XLA options every program compiles with (JAX's cache and the store key
+        programs by them and by their argument types)."""
+        self.store, self.static_argnames, self.compiler_options = store, static_argnames, compiler_options
         self.table: dict[tuple, jax.stages.Compiled] = {}
         self.from_store: dict[tuple, str] = {}  # table entries loaded from the store, with their store keys
         hold_programs(self)  # memory_maps.drop_compiled_programs empties it
@@ -118,12 +121,12 @@ class Executables:
             def load() -> tuple[jax.stages.Compiled, str | None]:
                 compiled = self.store.load(key)
                 if compiled is None:  # removed or unreadable since `has`: compile it after all
-                    return _compile_and_store(lower(program), self.store, key), None
+                    return _compile_and_store(lower(program), self.store, key, self.compiler_options), None
                 count_loaded()
                 return compiled, key
             return load
         lowered = lower(program)
-        return lambda: (_compile_and_store(lowered, self.store, key), None)
+        return lambda: (_compile_and_store(lowered, self.store, key, self.compiler_options), None)
 
     def _split(self, program: Program) -> tuple[dict, dict]:
         """The keyword arguments as (static, dynamic)."""
@@ -143,7 +146,9 @@ def lower(program: Program) -> Any:
     return program.function.lower(*program.args, **program.kwargs)
 
 
-def _compile_and_store(lowered: Any, store: ProgramStore | None, key: str | None) -> jax.stages.Compiled:
+def _compile_and_store(
+    lowered: Any, store: ProgramStore | None, key: str | None, compiler_options: dict[str, str] | None = None
+) -> jax.stages.Compiled:
     """Compile, and store the program only if XLA compiled it here and then.
 
     An executable XLA:CPU loaded from JAX's persistent cache serializes again without all of its
@@ -155,7 +160,7 @@ def _compile_and_store(lowered: Any, store: ProgramStore | None, key: str | None
     """
     _watch_compiles()
     _COMPILE.backend_compiled = _COMPILE.cache_hit = False
-    compiled = lowered.compile()
+    compiled = lowered.compile(compiler_options)
     fresh = _COMPILE.backend_compiled and not _COMPILE.cache_hit
     if store is not None and key is not None and fresh:
         store.save(key, compiled)

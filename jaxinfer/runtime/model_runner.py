@@ -54,6 +54,10 @@ from jaxinfer.sampling.token_bitmask import all_allowed
 from jaxinfer.speculative.config import SpeculativeConfig
 
 Pools = tuple[PagedKVCache, Rider]
+# batch_invariant programs compile unfused: XLA fuses each program's elementwise work by its
+# shapes, and LLVM then contracts a multiply and an add into one FMA or not by that fusion (the
+# rotary products were the first seen to differ between a 1-row and a 2-row decode program).
+INVARIANT_COMPILE = {"xla_disable_hlo_passes": "fusion"}
 FIXED_ARGS = 3  # a step program's weights, pools and row state: their types never change in a runner
 
 
@@ -95,7 +99,8 @@ class ModelRunner:
         self.state: RowState | None = None
         self.table_bytes = 0  # the last step's whole page tables sent (more entries changed than it ships)
         self.warmup_seconds: dict[str, float] = {}  # the last warm-up's tracing and compiling (warmup.warm_up)
-        self.executables = Executables(default_store(), step_programs.static_argnames)
+        options = INVARIANT_COMPILE if self.cache_spec.batch_invariant else None
+        self.executables = Executables(default_store(), step_programs.static_argnames, options)
         self.free_masks: dict[int, jax.Array] = {}  # sampled positions -> an all-ones bitmask on the device
 
     def allocate(self, profile_hosts: Callable[[], list[HostStep]]) -> int:

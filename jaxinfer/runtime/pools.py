@@ -7,6 +7,7 @@ page: the K/V pools are split by kv heads over tp; an EAGLE head's outputs are r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
@@ -62,10 +63,11 @@ def new_pools(
     prompt lookup, its pools."""
 
     def pool(cfg: ModelConfig) -> PagedKVCache:
-        return paged.init_page_pool(
+        made = paged.init_page_pool(
             cfg, num_pages, page_size, dtype, cache_spec.kv_dtype,
             cache_spec.attention_backend, cache_spec.interpret, cache_spec.cpu_kernels, cache_spec.mesh_layout,
         )
+        return dataclasses.replace(made, batch_invariant=cache_spec.batch_invariant)
 
     if isinstance(draft_cfg, EagleConfig):
         def per_position(width: int) -> jax.Array:

@@ -57,6 +57,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_quantization_args(serve)
     add_memory_args(serve)
     serve.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV pages of shared prompt prefixes")
+    serve.add_argument("--batch-invariant", action="store_true",
+                       help="a request's tokens and logprobs bitwise the same whatever else is batched with it "
+                       "(CPU only so far; slower: see docs/engine.md)")
     serve.add_argument("--speculative-method", choices=["ngram", "ngram_device", "suffix", "draft", "eagle"],
                        default=None,
                        help="speculate inside the engine: ngram proposes what followed the last n tokens "
@@ -260,7 +263,7 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         decode_steps=args.decode_steps, stream_interval=args.stream_interval, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
-        gpu_memory_utilization=args.gpu_memory_utilization,
+        gpu_memory_utilization=args.gpu_memory_utilization, batch_invariant=args.batch_invariant,
     )
     llm = LLM(**kwargs)
     if not args.skip_warmup:
