@@ -49,8 +49,8 @@ class Executables:
 
     def __init__(self, store: ProgramStore | None, static_argnames: Callable[[Callable], tuple[str, ...]],
                  compiler_options: dict[str, str] | None = None):
-        """compiler_options: XLA options every program compiles with (JAX's cache and the store key
-        programs by them and by their argument types)."""
+        """compiler_options: XLA options every program compiles with (part of JAX's cache key and of
+        the program store's)."""
         self.store, self.static_argnames, self.compiler_options = store, static_argnames, compiler_options
         self.table: dict[tuple, jax.stages.Compiled] = {}
         self.from_store: dict[tuple, str] = {}  # table entries loaded from the store, with their store keys
@@ -116,7 +116,8 @@ class Executables:
         self, program: Program, static: dict, dynamic: dict
     ) -> Callable[[], tuple[jax.stages.Compiled, str | None]]:
         """A job making the program ready: (compiled, its store key where it was loaded from the store)."""
-        key = None if self.store is None else program_key(program.function, program.args, static, dynamic)
+        keyed = {**static, "compiler_options": self.compiler_options} if self.compiler_options else static
+        key = None if self.store is None else program_key(program.function, program.args, keyed, dynamic)
         if key is not None and self.store.has(key):
             def load() -> tuple[jax.stages.Compiled, str | None]:
                 compiled = self.store.load(key)
