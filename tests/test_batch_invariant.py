@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 
+import jax
 import pytest
 from python_subprocess import python_child
 from xla_flags import user_xla_flags
 
 from jaxinfer import LLM
+
+on_cpu = pytest.mark.skipif(jax.default_backend() != "cpu", reason="batch_invariant runs on CPUs only so far")
 
 OUTCOMES = """
 import json
@@ -40,6 +43,7 @@ print(json.dumps(runs))
 """
 
 
+@on_cpu
 def test_a_request_is_bitwise_the_same_alone_in_a_batch_and_from_the_prefix_cache():
     done = python_child(OUTCOMES, timeout=600, XLA_FLAGS=user_xla_flags(), JAXINFER_PROGRAM_STORE="0")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -48,6 +52,7 @@ def test_a_request_is_bitwise_the_same_alone_in_a_batch_and_from_the_prefix_cach
         assert all(other == alone for other in others), name
 
 
+@on_cpu
 def test_settings_it_cannot_keep_are_refused(checkpoint_dir):
     knobs = dict(dtype="float32", max_seq_len=64, num_pages=16)
     with pytest.raises(ValueError, match="without the native CPU kernels"):
@@ -56,3 +61,9 @@ def test_settings_it_cannot_keep_are_refused(checkpoint_dir):
         LLM(checkpoint_dir("mixtral"), **knobs, batch_invariant=True)
     with pytest.raises(TypeError, match="batch_invariant"):
         LLM(checkpoint_dir("llama3"), **knobs, batch_invariant="yes")
+
+
+@pytest.mark.skipif(jax.default_backend() == "cpu", reason="checks the refusal on a GPU or TPU")
+def test_other_platforms_refuse_it(checkpoint_dir):
+    with pytest.raises(ValueError, match="supported on CPUs only"):
+        LLM(checkpoint_dir("llama3"), dtype="float32", max_seq_len=64, num_pages=16, batch_invariant=True)
