@@ -6,7 +6,9 @@ A fence's info string is `LANG` or `LANG MODE: REASON`:
   `jaxinfer` and `python` are this checkout's;
 - `text`: not code (synopses, diagrams, output), never run;
 - `MODE` `no-run`: skipped, the reason shown in the test report (a server, the network, minutes);
-- `MODE` `jaxinfer-only`: a shell block of which only the `jaxinfer ...` commands run.
+- `MODE` `jaxinfer-only`: a shell block of which only the `jaxinfer ...` commands run;
+- `MODE` `cpu-only`: run where jax's backend is a CPU (what the block shows is CPU-only so far),
+  skipped elsewhere with the reason.
 A block with no language, another language, an unknown mode or no reason fails the test.
 
 Blocks run where `import torch` fails, as after the README's `pip install -e .`: torch is a test
@@ -22,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import jax
 import pytest
 from python_subprocess import child_env
 from xla_flags import user_xla_flags
@@ -31,7 +34,7 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 INFO = re.compile(r"^(?P<lang>\w+)(?:\s+(?P<mode>[\w-]+):\s*(?P<reason>\S.*))?$")
 LANGUAGES = {"python": "python", "py": "python", "bash": "shell", "sh": "shell", "text": "text"}
-MODES = {"no-run", "jaxinfer-only"}
+MODES = {"no-run", "jaxinfer-only", "cpu-only"}
 TIMEOUT_S = 600
 # The checkout's interpreter and CLI under the names the shell blocks use.
 SHELL_PRELUDE = f"""set -e
@@ -110,7 +113,8 @@ def _params() -> list:
             continue  # test_every_block_is_run_or_marked reports it
         if kind == "text":
             continue
-        marks = [pytest.mark.skip(reason=f"{block.where}: {reason}")] if mode == "no-run" else []
+        skipped = mode == "no-run" or (mode == "cpu-only" and jax.default_backend() != "cpu")
+        marks = [pytest.mark.skip(reason=f"{block.where}: {reason}")] if skipped else []
         params.append(pytest.param(block, id=block.where, marks=marks))
     return params
 
