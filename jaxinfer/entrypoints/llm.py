@@ -86,7 +86,8 @@ class LLM:
     data_parallel_size splits the batch and expert_parallel_size a mixture-of-experts model's experts (see
     `jaxinfer.parallel.sharding`); with jax.distributed
     initialized the devices may span processes. max_seq_len (vLLM's name: max_model_len) is
-    the longest prompt + completion.
+    the longest prompt + completion. batch_invariant=True makes a request's tokens and logprobs
+    bitwise the same whatever shares its steps (CPU only so far, slower: docs/engine.md).
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class LLM:
         batch_invariant: bool = False,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
+        batch_invariant = validation.boolean(batch_invariant, "batch_invariant")  # before minutes of loading
         max_seq_len = seq_len_setting(max_seq_len, max_model_len)
         compile_cache_setting(compile_cache)
         release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
