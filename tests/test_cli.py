@@ -29,6 +29,17 @@ def test_generate_streams_prompt_and_completion(text_model_dir):
     assert result.stdout == "def add" + expected.text + "\n"
 
 
+def test_generate_saves_the_prompts_session(text_model_dir, tmp_path):
+    prompt = "a b c " * 5 + "a b"  # 22 tokens: one whole page
+    result = _run("generate", "--model", str(text_model_dir), "--prompt", prompt, "--max-tokens", "2",
+                  "--save-session", str(tmp_path / "session"))
+    assert result.returncode == 0 and "saved the KV of 16 of the prompt's 22 tokens" in result.stderr, result.stderr
+    assert LLM(text_model_dir).load_session(tmp_path / "session").pages_written == 1
+    again = _run("generate", "--model", str(text_model_dir), "--prompt", prompt, "--max-tokens", "2",
+                 "--save-session", str(tmp_path / "session"))
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "is not empty" in again.stderr, again.stderr
+
+
 def test_bad_arguments_exit_2_with_reason(text_model_dir):
     result = _run("generate", "--model", str(text_model_dir), "--prompt", "x", "--top-p", "0")
     assert result.returncode == 2

@@ -89,6 +89,10 @@ def _generate(args: argparse.Namespace) -> int:
         out.write(piece)
         out.flush()
     out.write("\n")
+    if args.save_session is not None:
+        info = llm.save_session(args.save_session, args.prompt)
+        print(f"saved the KV of {info.num_cached_tokens} of the prompt's {len(info.token_ids)} tokens to {info.path}",
+              file=sys.stderr)
     return 0
 
 
@@ -147,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(gen)
     gen.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     gen.add_argument("--max-seq-len", type=int, default=None, help="cache length (default: the model's, <= 2048)")
+    gen.add_argument("--save-session", default=None, metavar="DIR",
+                     help="then save the KV of --prompt (its whole pages) to DIR, a new or empty directory, for "
+                     "`jaxinfer serve --load-session DIR` with the same model, dtype and cache settings")
     add_parallel_args(gen)
     add_distributed_args(gen)
     add_quantization_args(gen)
