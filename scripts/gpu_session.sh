@@ -60,8 +60,15 @@
 # Each mode fits one device call (10 minutes at most), so no call cuts a later step off.
 # The server and some tests need packages the GPU image lacks: run `bash scripts/gpu_wheels.sh` here first
 # and carry .whl with the call (the device tool's carry [".whl"]); this script installs them into /tmp/site.
+#
+# A rehearsal on a CPU runs a mode end to end before a sitting spends device time on it: e.g.
+#   GPU_SESSION_PRESET=smollm-135m GPU_SESSION_STRETCH=4 GPU_SESSION_THREADS=2 bash scripts/gpu_session.sh serving /tmp/out
+# (a smaller model shape, each step's limit x4, fewer compile threads; 2026-11-28 every mode ran through so).
 set -u
 cd "$(dirname "$0")/.."
+preset=${GPU_SESSION_PRESET:-llama-3.2-1b}  # the model shape every step runs
+stretch=${GPU_SESSION_STRETCH:-1}  # each step's time limit multiplied by this
+threads=${GPU_SESSION_THREADS:-8}  # warm-up's compile threads
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 if [ -d .whl ]; then  # the server's and the tests' packages the image lacks (scripts/gpu_wheels.sh), carried
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -71,7 +78,7 @@ fi
 step() {  # step NAME SECONDS COMMAND...: run it, keep its log, show its last lines without progress bars
     local name=$1 limit=$2 start=$SECONDS
     shift 2
-    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    timeout "$((limit * stretch))" "$@" >"$out/$name.log" 2>&1
     echo "== $name: exit $? after $((SECONDS - start)) s"
     tr '\r' '\n' <"$out/$name.log" | grep -vE '^\s*$|loading |Loading |Writing model' | tail -n 30
 }
@@ -81,20 +88,20 @@ timings)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     step timings 240 python3 scripts/gpu_check.py --only timings --out "$out/gpu_check.json"
-    step profile_b1 90 python3 scripts/profile_decode.py --preset llama-3.2-1b --batch 1 --out "$out"
-    step profile_b8 90 python3 scripts/profile_decode.py --preset llama-3.2-1b --batch 8 --out "$out"
+    step profile_b1 90 python3 scripts/profile_decode.py --preset "$preset" --batch 1 --out "$out"
+    step profile_b8 90 python3 scripts/profile_decode.py --preset "$preset" --batch 8 --out "$out"
     step quant_matmul 90 python3 scripts/bench_quant_matmul.py --out "$out/bench_quant_matmul.json"
     ;;
 throughput)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     # The untimed warm-up pass compiles the ~27 step programs this workload uses (a CPU run's count).
-    step throughput 560 python3 scripts/bench_throughput.py --models llama-3.2-1b --hf-batches 4
+    step throughput 560 python3 scripts/bench_throughput.py --models "$preset" --hf-batches 4
     ;;
 quant)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    step quant 500 python3 scripts/bench_quant.py --preset llama-3.2-1b --formats bf16 int8 int4 fp8 \
+    step quant 500 python3 scripts/bench_quant.py --preset "$preset" --formats bf16 int8 int4 fp8 \
         --out "$out/bench_quant.json"
     ;;
 serving-quant)
@@ -103,24 +110,24 @@ serving-quant)
     ckpt=/tmp/jaxinfer_bench  # one random 1B checkpoint for both benchmarks
     PALLAS_KERNELS_DEVICE_TESTS=gpu step kernel_checks 120 python3 -m pytest -q -p no:cacheprovider -rfE \
         tests/pallas_kernels/test_quant_matmul_gpu.py tests/test_quantized_kernel_path.py -k "gpu or triton or llm_with"
-    step throughput 320 python3 scripts/bench_throughput.py --models llama-3.2-1b --hf-batches 2 \
+    step throughput 320 python3 scripts/bench_throughput.py --models "$preset" --hf-batches 2 \
         --checkpoints "$ckpt"
     cp results/bench_throughput_*.json "$out"/ 2>/dev/null
-    step quant 190 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
+    step quant 190 python3 scripts/bench_quant.py --preset "$preset" --batches 1 --repeats 3 \
         --formats bf16 int8 int4 fp8 int8-xla int4-xla --model-dir "$ckpt" --out "$out/bench_quant.json"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     ckpt=/tmp/jaxinfer_bench
-    step throughput 300 python3 scripts/bench_throughput.py --models llama-3.2-1b --skip-hf \
+    step throughput 300 python3 scripts/bench_throughput.py --models "$preset" --skip-hf \
         --checkpoints "$ckpt"
     cp results/bench_throughput_*.json "$out"/ 2>/dev/null
     # Batch-1 matrix-vector products streamed at 1.6-2.9 TB/s through XLA's Triton gemm fusions on an H200.
-    step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" --batch 1 --top 12 \
+    step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/$preset" --batch 1 --top 12 \
         --out "$out/default"
     XLA_FLAGS=--xla_gpu_enable_triton_gemm=false step profile_b1_cublas 60 python3 scripts/profile_decode.py \
-        --model "$ckpt/llama-3.2-1b" --batch 1 --top 12 --out "$out/cublas"
+        --model "$ckpt/$preset" --batch 1 --top 12 --out "$out/cublas"
     ;;
 gemv)
     out=${2:-results/gpu_session}
@@ -130,18 +137,18 @@ gemv)
         --out "$out/gemv.json"
     XLA_FLAGS=--xla_gpu_enable_triton_gemm=false step gemv_cublas 60 python3 scripts/bench_quant_matmul.py \
         --dims 2048 8192 --layers 32 --batches 1 --repeats 10 --formats bf16 --out "$out/gemv_cublas.json"
-    step quant 150 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
+    step quant 150 python3 scripts/bench_quant.py --preset "$preset" --batches 1 --repeats 3 \
         --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant.json"
-    step steps32 70 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 --formats bf16 \
+    step steps32 70 python3 scripts/bench_quant.py --preset "$preset" --batches 1 --repeats 3 --formats bf16 \
         --decode-steps 32 --model-dir "$ckpt" --out "$out/bench_quant_steps32.json"
-    step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" --batch 1 --top 30 \
+    step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/$preset" --batch 1 --top 30 \
         --out "$out/trace"
     ;;
 quant-check)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     ckpt=/tmp/jaxinfer_bench
-    step quant 120 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
+    step quant 120 python3 scripts/bench_quant.py --preset "$preset" --batches 1 --repeats 3 \
         --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant.json"
     step gemv 60 python3 scripts/bench_quant_matmul.py --dims 2048 8192 --layers 32 --batches 1 --repeats 10 \
         --formats int8 int4 --out "$out/gemv.json"
@@ -161,9 +168,9 @@ joined)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     ckpt=/tmp/jaxinfer_bench
-    step joined 300 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 8 --repeats 3 \
+    step joined 300 python3 scripts/bench_quant.py --preset "$preset" --batches 1 8 --repeats 3 \
         --formats bf16 bf16-split int8 int8-split int4 int4-split --model-dir "$ckpt" --out "$out/bench_joined.json"
-    step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" --batch 1 --top 30 \
+    step profile_b1 60 python3 scripts/profile_decode.py --model "$ckpt/$preset" --batch 1 --top 30 \
         --out "$out/trace"
     ;;
 command-buffers)
@@ -173,36 +180,36 @@ command-buffers)
     # An H200 trace of batch-1 decode was 38% idle between kernels: launches. XLA puts fusions and
     # library calls in command buffers (CUDA graphs) by default, not the loop around them.
     graphs=--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL
-    step quant 150 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 --repeats 3 \
+    step quant 150 python3 scripts/bench_quant.py --preset "$preset" --batches 1 --repeats 3 \
         --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant.json"
-    XLA_FLAGS=$graphs step quant_graphs 150 python3 scripts/bench_quant.py --preset llama-3.2-1b --batches 1 \
+    XLA_FLAGS=$graphs step quant_graphs 150 python3 scripts/bench_quant.py --preset "$preset" --batches 1 \
         --repeats 3 --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant_graphs.json"
-    XLA_FLAGS=$graphs step profile_b1_graphs 60 python3 scripts/profile_decode.py --model "$ckpt/llama-3.2-1b" \
+    XLA_FLAGS=$graphs step profile_b1_graphs 60 python3 scripts/profile_decode.py --model "$ckpt/$preset" \
         --batch 1 --top 20 --out "$out/graphs"
     ;;
 runtime)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     step programs 30 python3 scripts/count_programs.py --out "$out/count_programs.json"
-    step warmup 200 python3 scripts/bench_warmup.py --preset llama-3.2-1b --threads 8 --max-seq-len 2048 \
+    step warmup 200 python3 scripts/bench_warmup.py --preset "$preset" --threads "$threads" --max-seq-len 2048 \
         --max-num-seqs 64 --max-num-batched-tokens 512 --cold-warm --out "$out/bench_warmup_runtime.json"
     step lowering 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_accelerator_lowering.py \
         tests/test_program_set.py
     # what a warm start pays per step program: layers traced once vs each layer traced (no compiles)
-    step layer_tracing 40 python3 scripts/bench_layer_tracing.py --preset llama-3.2-1b --programs 3 --no-compile \
+    step layer_tracing 40 python3 scripts/bench_layer_tracing.py --preset "$preset" --programs 3 --no-compile \
         --out "$out/bench_layer_tracing.json"
     # host ms per step and the host's share of the time, beside engine tokens/s (HF on 2 batches, estimated)
-    step host_share 150 python3 scripts/bench_throughput.py --models llama-3.2-1b --hf-batches 2 \
+    step host_share 150 python3 scripts/bench_throughput.py --models "$preset" --hf-batches 2 \
         --requests 128 --full-warmup
-    step decode_b1 60 python3 scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16 --batches 1 \
+    step decode_b1 60 python3 scripts/bench_decode.py --preset "$preset" --dtypes bfloat16 --batches 1 \
         --out "$out/bench_decode_b1.json"
     ;;
 serving)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     ckpt=/tmp/jaxinfer_bench
-    model=$ckpt/llama-3.2-1b
-    step decode 120 python3 scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16 --batches 1 8 \
+    model=$ckpt/$preset
+    step decode 120 python3 scripts/bench_decode.py --preset "$preset" --dtypes bfloat16 --batches 1 8 \
         --skip-hf --model-dir "$ckpt" --out "$out/bench_decode.json"
     step attention 90 python3 scripts/bench_attention.py --batch-sizes 8,32 --context-lengths 4096,16384 \
         --head-dim 64 --out "$out/bench_attention.json"
@@ -235,11 +242,11 @@ overlap)
     mkdir -p "$out"
     for flag in --no-async ""; do  # off, then on (the default)
         # shellcheck disable=SC2086  # an empty flag is no argument
-        step "throughput${flag:+_no_async}" 120 python3 scripts/bench_throughput.py --models llama-3.2-1b \
+        step "throughput${flag:+_no_async}" 120 python3 scripts/bench_throughput.py --models "$preset" \
             --skip-hf --requests 128 --full-warmup $flag
     done
     cp results/bench_throughput_*.json "$out"/ 2>/dev/null
-    step warmup 200 python3 scripts/bench_warmup.py --preset llama-3.2-1b --threads 8 --max-seq-len 2048 \
+    step warmup 200 python3 scripts/bench_warmup.py --preset "$preset" --threads "$threads" --max-seq-len 2048 \
         --max-num-seqs 64 --max-num-batched-tokens 512 --cold-warm --out "$out/bench_warmup_split.json"
     ;;
 train-pair)
@@ -279,7 +286,7 @@ sampling)
 warmup-threads)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    step warmup 560 python3 scripts/bench_warmup.py --preset llama-3.2-1b --threads 8 1 --max-num-seqs 4 \
+    step warmup 560 python3 scripts/bench_warmup.py --preset "$preset" --threads "$threads" 1 --max-num-seqs 4 \
         --max-num-batched-tokens 64 --out "$out/bench_warmup.json"
     ;;
 suite-all)
