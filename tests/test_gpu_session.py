@@ -15,11 +15,11 @@ from pathlib import Path
 from tests.python_subprocess import REPO, child_env
 
 SESSION = Path(REPO) / "scripts" / "gpu_session.sh"
-# Records one call's arguments (each ended by \x1f, the call by \x1e: `-c` snippets hold newlines) and
-# succeeds, so the modes' readiness checks pass.
+# Records one call's arguments (each ended by \x1f: `-c` snippets hold newlines) in a file of its own, and
+# succeeds, so the modes' readiness checks pass. A file per call: `serving` starts a server in the
+# background while its readiness check runs, and two calls appending to one file interleaved there.
 RECORDING_PYTHON = """#!/usr/bin/env bash
-printf '%s\\037' "$@" >> "$GPU_SESSION_CALLS"
-printf '\\036' >> "$GPU_SESSION_CALLS"
+printf '%s\\037' "$@" > "$(mktemp "$GPU_SESSION_CALLS/call.XXXXXXXX")"
 """
 
 
@@ -40,13 +40,14 @@ def recorded_calls(tmp_path: Path) -> list[list[str]]:
     (bin_dir / "python3").write_text(RECORDING_PYTHON)
     (bin_dir / "python3").chmod(0o755)
     calls = tmp_path / "calls"
+    calls.mkdir()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GPU_SESSION_CALLS": str(calls)}
     for mode in session_modes():
         (root / "results" / "pair_gpu" / "eagle").mkdir(parents=True, exist_ok=True)  # train-pair replaces it
         done = subprocess.run(["bash", str(root / "scripts" / "gpu_session.sh"), *mode, str(tmp_path / "out")],
                               env=env, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, (mode, done.stdout[-2000:], done.stderr[-2000:])
-    return [call.split("\x1f")[:-1] for call in calls.read_text().split("\x1e")[:-1]]
+    return [call.read_text().split("\x1f")[:-1] for call in calls.iterdir()]
 
 
 def parse_problems(commands: list[list[str]]) -> list[str]:
