@@ -31,18 +31,11 @@ from jaxinfer.entrypoints.model_loading import (
     load_sharded,
     model_identity,
     resolve_dtype,
-    resolve_invariant_kernels,
-    resolve_kernels_for,
     resolve_max_seq_len,
-    resolve_quantized_kernel,
+    running_weights,
     seq_len_setting,
 )
-from jaxinfer.models import (
-    Weights,
-    batch_invariant_weights,
-    unpack_for_cpu,
-    weights_to_run,
-)
+from jaxinfer.models import Weights, unpack_for_cpu
 from jaxinfer.models.rope import for_context
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.compile_cache import compile_cache_setting
@@ -134,14 +127,9 @@ class LLM:
             self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
             expert_parallel_size,
         )
-        cpu_kernels = resolve_invariant_kernels(cpu_kernels, batch_invariant, self.config.num_experts)
-        # None = auto: on where they build (and $JAXINFER_CPU_KERNELS does not say 0), never on a mesh.
-        self.cpu_kernels = resolve_kernels_for(self.layout, cpu_kernels)
         # What runs (`weights` gives the model's own).
-        quantized_kernel = resolve_quantized_kernel(self.layout, quantized_kernel, interpret_kernels)
-        self._run_weights = weights_to_run(weights, self.cpu_kernels, quantized_kernel, self.layout)
-        # What the engine runs: in fixed row blocks under batch_invariant (models/invariant_weight).
-        self._engine_weights = batch_invariant_weights(self._run_weights) if batch_invariant else self._run_weights
+        self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
+            weights, self.config, self.layout, cpu_kernels, quantized_kernel, interpret_kernels, batch_invariant)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
         self.cache_spec = CacheSpec(

@@ -2,12 +2,14 @@
 
 What `LLM.__init__` decides before any engine exists: the dtype ("auto" reads the checkpoint's),
 the context length (vLLM's max_model_len too), the mesh layout for tp x dp x ep, quantization of
-the projections and the head, and which platform kernels (native CPU, Triton quantized matmul) apply.
+the projections and the head, which platform kernels (native CPU, Triton quantized matmul) apply, and
+the weights as they run (`running_weights`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,14 @@ from jaxinfer.checkpoint.loader import load_weights, quantization_of
 from jaxinfer.config import validation
 from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.kernels.cpu import resolve_cpu_kernels
-from jaxinfer.models import Weights, abstract_weights, quantize_head, quantize_weights
+from jaxinfer.models import (
+    Weights,
+    abstract_weights,
+    batch_invariant_weights,
+    quantize_head,
+    quantize_weights,
+    weights_to_run,
+)
 from jaxinfer.models.registry import load_config
 from jaxinfer.parallel.sharding import Layout, check_experts, layout_for
 from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
@@ -129,3 +138,22 @@ def resolve_quantized_kernel(layout: Layout, setting: bool | None, interpret: bo
         raise ValueError(f"quantized_kernel=True needs a GPU (this backend is {jax.default_backend()!r}); pass "
                          "interpret_kernels=True to run it in interpret mode, or quantized_kernel=None or False")
     return setting
+
+
+class RunningWeights(NamedTuple):
+    """The weights as they run, and the switch that shaped them."""
+
+    cpu_kernels: bool  # the native CPU kernels' switch, resolved
+    run: Weights  # packed for the CPU kernels, joined, marked for the GPU's quantized kernel where they apply
+    engine: Weights  # what the engine runs: `run`, in fixed row blocks under batch_invariant
+
+
+def running_weights(
+    weights: Weights, cfg: ModelConfig, layout: Layout, cpu_kernels: bool | None, quantized_kernel: bool | None,
+    interpret_kernels: bool, batch_invariant: bool,
+) -> RunningWeights:
+    """Which platform kernels apply (None: auto: the CPU kernels where they build and $JAXINFER_CPU_KERNELS
+    does not say 0, never on a mesh) and the weights turned into what runs (consumes `weights`)."""
+    kernels = resolve_kernels_for(layout, resolve_invariant_kernels(cpu_kernels, batch_invariant, cfg.num_experts))
+    run = weights_to_run(weights, kernels, resolve_quantized_kernel(layout, quantized_kernel, interpret_kernels), layout)
+    return RunningWeights(kernels, run, batch_invariant_weights(run) if batch_invariant else run)

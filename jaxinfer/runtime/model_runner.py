@@ -150,8 +150,7 @@ class ModelRunner:
         """
         capacity = diff_capacity(len(host.tokens), len(host.lengths), self.config.page_size)
         if state is None:
-            if self.pages is None:
-                self.reset_pools()
+            self._pools_made()
             slots, entries = self._rows_for(host, capacity)
             state = (self.pages, self.draft), self.state
         else:
