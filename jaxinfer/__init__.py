@@ -1,6 +1,7 @@
 """jaxinfer: JAX/XLA inference for decoder language models (Llama, Gemma, Phi-3, MoE families) on CPU, GPU and TPU."""
 
 from jaxinfer.checkpoint.loader import CheckpointError, load_weights, save_converted
+from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.config.structured_outputs import StructuredOutputsParams
@@ -19,6 +20,7 @@ __all__ = [
     "SamplingParams",
     "StructuredOutputsParams",
     "SpeculativeConfig",
+    "LoRARequest",
     "RequestOutput",
     "CompletionOutput",
     "Logprob",

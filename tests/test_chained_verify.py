@@ -35,8 +35,8 @@ def _inputs(tokens, positions, lengths, query_lens, slots, carried, max_lengths,
     sampling = RowSampling(None, jnp.asarray(stop_ids, jnp.int32), None, jnp.asarray(max_lengths, jnp.int32),
                            None, None, None, None, None, None)
     i32 = lambda a: jnp.asarray(a, jnp.int32)  # noqa: E731
-    return StepInputs(i32(tokens), i32(positions), None, i32(slots), None, None, None, i32(lengths), i32(query_lens),
-                      None, None, sampling, jnp.asarray(carried, bool))
+    return StepInputs(i32(tokens), i32(positions), None, i32(slots), None, None, None, None, i32(lengths),
+                      i32(query_lens), None, None, sampling, jnp.asarray(carried, bool))
 
 
 def test_carried_rows_are_laid_out_from_the_carry():

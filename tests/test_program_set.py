@@ -6,31 +6,18 @@ for a load from the persistent cache alike), the listener `runtime.memory_maps` 
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
+from compile_counter import CompileCounter
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.engine.step_builder import program_shapes
-from jaxinfer.runtime.memory_maps import COMPILE_EVENT
 from jaxinfer.runtime.prompt_logprobs import prompt_buckets
 
 KNOBS = dict(dtype="float32", max_seq_len=160, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2,
              decode_steps=4, num_pages=40)
 REPEATING = [5, 6, 7, 8] * 6  # prompt lookup finds drafts in it
-
-
-class CompileCounter:
-    """Compile events while active (a listener cannot be removed: it checks a flag)."""
-
-    def __init__(self) -> None:
-        self.active, self.count = False, 0
-        jax.monitoring.register_event_duration_secs_listener(self._heard)
-
-    def _heard(self, event: str, duration: float, **kwargs: object) -> None:
-        if self.active and event == COMPILE_EVENT:
-            self.count += 1
 
 
 @pytest.fixture(scope="module")

@@ -70,28 +70,35 @@ class BlockManager:
         """Pages needed to hold num_tokens."""
         return -(-num_tokens // self.page_size)
 
-    def chain(self, token_ids: list[int], num_pages: int) -> list[bytes]:
+    def root_for(self, adapter: str | None) -> bytes:
+        """What a sequence's page hashes chain from: the model's identity, and its LoRA adapter's
+        name when it runs with one (the same tokens give other K/V under another adapter)."""
+        if adapter is None:
+            return self.root
+        return hashlib.blake2b(self.root + b"lora:" + adapter.encode(), digest_size=16).digest()
+
+    def chain(self, token_ids: list[int], num_pages: int, adapter: str | None = None) -> list[bytes]:
         """Hashes of the first num_pages full pages of token_ids."""
-        hashes, parent = [], self.root
+        hashes, parent = [], self.root_for(adapter)
         for i in range(num_pages):
             parent = page_hash(parent, token_ids[i * self.page_size : (i + 1) * self.page_size])
             hashes.append(parent)
         return hashes
 
-    def match_prefix(self, token_ids: list[int]) -> tuple[list[int], list[bytes]]:
+    def match_prefix(self, token_ids: list[int], adapter: str | None = None) -> tuple[list[int], list[bytes]]:
         """Cached pages (and their hashes) holding the longest full-page prefix of token_ids.
 
         The pages are referenced for the caller. The last token is never served from the
         cache: its logits are needed.
         """
-        return self.match_pages(token_ids[: (len(token_ids) - 1) // self.page_size * self.page_size])
+        return self.match_pages(token_ids[: (len(token_ids) - 1) // self.page_size * self.page_size], adapter)
 
-    def match_pages(self, token_ids: list[int]) -> tuple[list[int], list[bytes]]:
+    def match_pages(self, token_ids: list[int], adapter: str | None = None) -> tuple[list[int], list[bytes]]:
         """Cached pages (and their hashes) holding the longest prefix of token_ids' full pages,
         referenced for the caller."""
         if not self.prefix_caching:
             return [], []
-        pages, hashes = [], self.chain(token_ids, len(token_ids) // self.page_size)
+        pages, hashes = [], self.chain(token_ids, len(token_ids) // self.page_size, adapter)
         for h in hashes:
             page = self.by_hash.get(h)
             if page is None:
@@ -149,11 +156,14 @@ class BlockManager:
             else:
                 self.free[page] = None
 
-    def register(self, token_ids: list[int], pages: list[int], hashes: list[bytes], end: int) -> None:
-        """Publish full pages len(hashes)..end-1 of a sequence (K/V computed); extends `hashes` in place."""
+    def register(
+        self, token_ids: list[int], pages: list[int], hashes: list[bytes], end: int, adapter: str | None = None,
+    ) -> None:
+        """Publish full pages len(hashes)..end-1 of a sequence (K/V computed; under `adapter`, see
+        root_for); extends `hashes` in place."""
         if not self.prefix_caching:
             return
-        parent = hashes[-1] if hashes else self.root
+        parent = hashes[-1] if hashes else self.root_for(adapter)
         for i in range(len(hashes), end):
             parent = page_hash(parent, token_ids[i * self.page_size : (i + 1) * self.page_size])
             hashes.append(parent)

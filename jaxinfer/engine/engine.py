@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from jaxinfer.checkpoint.tokenizer import Detokenizer, TokenTexts
 from jaxinfer.config.engine import EngineConfig
+from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.engine.adapter_slots import AdapterSlots
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.in_flight import InFlight
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
@@ -69,6 +71,7 @@ class LLMEngine(StepCalls):
                 lookahead=runner.spec_rounds * (k_max + 1), stream_interval=config.stream_interval,
             ),
             self.blocks,
+            None if runner.adapters is None else AdapterSlots(runner.adapters.config.max_loras),
         )
         self.groups: dict[str, list[Request]] = {}
         self.pending: set[str] = set()  # aborted requests whose final output is still to be sent
@@ -82,9 +85,11 @@ class LLMEngine(StepCalls):
 
     def add_request(
         self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
-        final_only: bool = False, streamed: bool = False,
+        final_only: bool = False, streamed: bool = False, lora_request: LoRARequest | None = None,
     ) -> None:
         """Queue a request (text or token ids); invalid ones raise here and never reach a step.
+
+        lora_request: the LoRA adapter it runs with (read and checked here, on its first use).
 
         final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` asks for): no deltas, only
         the whole output once the request finishes. streamed: someone reads its deltas as they come
@@ -100,6 +105,7 @@ class LLMEngine(StepCalls):
         check_logit_bias(params.logit_bias, self.model_config.vocab_size)
         stop_ids = params.stop_ids(self.model_config.eos_token_ids)
         check_stop_ids(stop_ids, params.min_tokens)
+        adapter = self._adapter_name(lora_request, params)
         group: list[Request] = []
         for i in range(params.n):
             seed = (params.seed + i) % 2**63 if params.seed is not None else self.runner.shared_seed()
@@ -108,7 +114,7 @@ class LLMEngine(StepCalls):
                 leader=group[0] if group else None,
                 detokenizer=Detokenizer(self.tokenizer) if self.tokenizer is not None else None,
                 grammar=self.structured.start(params),  # compiled (cached) here: a bad constraint raises before queueing
-                streamed=streamed,
+                streamed=streamed, adapter=adapter,
             )
             if self.speculator is not None:
                 request.spec_counts = zero_counts(self.speculator.k_max)
@@ -120,6 +126,21 @@ class LLMEngine(StepCalls):
             self.final_only.add(request_id)
         for request in group:
             self.scheduler.add(request)
+
+    def _adapter_name(self, lora_request: LoRARequest | None, params: SamplingParams) -> str | None:
+        """The adapter's name, once the runner has read and checked it; None for the base model."""
+        if lora_request is None:
+            return None
+        if not isinstance(lora_request, LoRARequest):
+            raise TypeError(f"lora_request must be a LoRARequest, got {type(lora_request).__name__}")
+        if self.runner.adapters is None:
+            raise ValueError(f"lora_request {lora_request.lora_name!r} needs an engine made with enable_lora=True "
+                             "(LLM(..., enable_lora=True) or `jaxinfer serve --enable-lora`)")
+        if params.prompt_logprobs is not None:
+            raise ValueError("prompt_logprobs is not served with a lora_request yet (they are scored by the base "
+                             "model before the adapter has a slot); leave prompt_logprobs unset")
+        self.runner.adapters.register(lora_request)
+        return lora_request.lora_name
 
     def abort(self, request_id: str) -> None:
         """Stop a request now and free its pages; its final output comes from the next step."""

@@ -15,6 +15,7 @@ import collections
 import dataclasses
 import statistics
 
+from jaxinfer.engine.adapter_slots import AdapterSlots
 from jaxinfer.engine.block_manager import BlockManager, OutOfPages
 from jaxinfer.engine.request import Request, Status
 
@@ -69,9 +70,10 @@ class Schedule:
 class Scheduler:
     """Waiting and running queues over one block manager."""
 
-    def __init__(self, config: SchedulerConfig, blocks: BlockManager):
+    def __init__(self, config: SchedulerConfig, blocks: BlockManager, adapters: AdapterSlots | None = None):
         self.config = config
         self.blocks = blocks
+        self.adapters = adapters  # the device's LoRA adapter slots (None: served without adapters)
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         # Counters live here, not in the block manager, which the engine replaces after a failed step.
@@ -227,14 +229,21 @@ class Scheduler:
         return rows
 
     def _admit(self, request: Request, budget: int) -> Row | None:
-        """Give a waiting request its cached prefix and pages for a first chunk, or None if none fit."""
-        pages, hashes = self.blocks.match_prefix(request.all_ids)
+        """Give a waiting request its cached prefix and pages for a first chunk (and its LoRA adapter
+        a slot), or None if they do not fit."""
+        if request.adapter is not None:
+            slot = self.adapters.acquire(request.adapter)
+            if slot is None:
+                return None
+            request.adapter_slot = slot
+        pages, hashes = self.blocks.match_prefix(request.all_ids, request.adapter)
         computed = len(pages) * self.blocks.page_size
         count = min(request.num_tokens - computed, budget)  # >= 1: the caller checked the budget
         try:
             pages += self.blocks.allocate(self.blocks.pages_for(computed + count) - len(pages), _last(pages))
         except OutOfPages:
             self.blocks.release(pages)
+            self._release_adapter(request)
             return None
         if self.blocks.prefix_caching:  # counted once admitted: a request that waits for pages retries each step
             self.prefix_queries += request.num_tokens
@@ -278,6 +287,12 @@ class Scheduler:
     def _free(self, request: Request) -> None:
         self.blocks.release(request.pages)
         request.pages, request.page_hashes, request.num_computed = [], [], 0
+        self._release_adapter(request)
+
+    def _release_adapter(self, request: Request) -> None:
+        if request.adapter_slot >= 0:
+            self.adapters.release(request.adapter_slot)
+            request.adapter_slot = -1
 
 
 def pages_to_reserve(requests: list[Request], lookahead: int, blocks: BlockManager) -> int:

@@ -145,6 +145,7 @@ class StepCalls:
         clock.lap("schedule")
         if schedule.empty:
             return set()
+        self._load_adapters()
         started = time.perf_counter()
         host = self._build(schedule)
         clock.lap("build")
@@ -248,7 +249,7 @@ class StepCalls:
                 touched.add(request.request_id)
             full = request.num_computed // self.config.page_size
             if full > len(request.page_hashes):  # a page filled up: publish it for prefix caching
-                self.blocks.register(request.all_ids, request.pages, request.page_hashes, full)
+                self.blocks.register(request.all_ids, request.pages, request.page_hashes, full, request.adapter)
             if request.finished:  # its pages stay cached, the last call's too (a next turn starts with them)
                 self.scheduler.remove(request)
                 self._record_finished(request)
@@ -268,6 +269,12 @@ class StepCalls:
         self._reset_blocks()
         self.runner.reset_pools()
         return touched
+
+    def _load_adapters(self) -> None:
+        """Write the LoRA adapters newly admitted requests run with into their device slots."""
+        if self.scheduler.adapters is not None:
+            for slot, name in self.scheduler.adapters.take_loads().items():
+                self.runner.load_adapter(slot, name)
 
     def _reset_blocks(self) -> None:
         """A fresh block manager (no cached prefixes) over the same pool size."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
+from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.output_collector import OutputRouter
 from jaxinfer.engine.outputs import RequestOutput
@@ -27,16 +28,18 @@ class SyncLLMEngine:
         self._ids = itertools.count()
 
     def add(self, prompts: Sequence[str | Sequence[int]], params: Sequence[SamplingParams], final_only: bool,
-            streamed: bool = False) -> list[str]:
+            streamed: bool = False, lora_requests: Sequence[LoRARequest | None] | None = None) -> list[str]:
         """Queue all requests, or none: an invalid one aborts those queued before it and raises
-        (final_only, streamed: see LLMEngine.add_request)."""
+        (final_only, streamed, each prompt's lora_request: see LLMEngine.add_request)."""
         added: list[str] = []
+        adapters = lora_requests or [None] * len(prompts)
         try:
-            for prompt, p in zip(prompts, params):
+            for prompt, p, adapter in zip(prompts, params, adapters):
                 request_id = f"llm-{next(self._ids)}"
                 self.router.open(request_id)
                 added.append(request_id)
-                self.engine.add_request(request_id, prompt, p, final_only=final_only, streamed=streamed)
+                self.engine.add_request(request_id, prompt, p, final_only=final_only, streamed=streamed,
+                                        lora_request=adapter)
         except Exception:
             self.abort(added)
             raise

@@ -19,6 +19,7 @@ from jaxinfer.checkpoint.kv_session import SessionInfo, weights_fingerprint
 from jaxinfer.checkpoint.tokenizer import load_tokenizer_beside
 from jaxinfer.config import validation
 from jaxinfer.config.generation import generation_defaults
+from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
@@ -27,6 +28,7 @@ from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints import sessions
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
 from jaxinfer.entrypoints.draft_loading import engine_speculation
+from jaxinfer.entrypoints.lora_settings import check_lora_layout, lora_requests_for, lora_setting
 from jaxinfer.entrypoints.model_loading import (
     load_sharded,
     model_identity,
@@ -113,9 +115,13 @@ class LLM:
         expert_parallel_size: int = 1,
         max_model_len: int | None = None,
         batch_invariant: bool = False,
+        enable_lora: bool = False,
+        max_loras: int = 1,
+        max_lora_rank: int = 16,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         batch_invariant = validation.boolean(batch_invariant, "batch_invariant")  # before minutes of loading
+        self.lora_config = lora_setting(enable_lora, max_loras, max_lora_rank, batch_invariant)
         max_seq_len = seq_len_setting(max_seq_len, max_model_len)
         compile_cache_setting(compile_cache)
         release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
@@ -130,6 +136,7 @@ class LLM:
         # What runs (`weights` gives the model's own).
         self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
             weights, self.config, self.layout, cpu_kernels, quantized_kernel, interpret_kernels, batch_invariant)
+        check_lora_layout(self.lora_config, self.layout)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
         self.cache_spec = CacheSpec(
@@ -159,7 +166,7 @@ class LLM:
         )
         runner = ModelRunner(
             self._engine_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
-            None if draft is None else draft.cfg, None if draft is None else draft.weights,
+            None if draft is None else draft.cfg, None if draft is None else draft.weights, self.lora_config,
         )
         self.engine = LLMEngine(
             runner, self.tokenizer, engine_config, model_identity(self.model_dir, self.dtype), self.default_params,
@@ -185,25 +192,31 @@ class LLM:
         prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for one prompt or many (str or token ids); one output per prompt, in order.
 
-        use_tqdm=True shows a progress bar over the requests on stderr.
+        use_tqdm=True shows a progress bar over the requests on stderr. lora_request (vLLM's): the
+        LoRA adapter every prompt runs with, or one per prompt (None: the base model); needs
+        enable_lora=True.
         """
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
+        adapters = lora_requests_for(lora_request, len(prompts))
         show = validation.boolean(use_tqdm, "use_tqdm")
         bar = tqdm(total=len(prompts), desc="Processed prompts", unit="req", disable=not show, dynamic_ncols=True)
         try:
-            return self._engine_generate(prompts, params_list, bar.update)
+            return self._engine_generate(prompts, params_list, bar.update, adapters)
         finally:
             bar.close()
 
     def _engine_generate(
-        self, prompts: list[Prompt], params: list[SamplingParams], on_finished: Callable[[int], object] | None = None
+        self, prompts: list[Prompt], params: list[SamplingParams], on_finished: Callable[[int], object] | None = None,
+        lora_requests: list[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
-        return self._front.run(self._front.add(prompts, params, final_only=True), on_finished)
+        return self._front.run(self._front.add(prompts, params, final_only=True, lora_requests=lora_requests),
+                               on_finished)
 
     def chat(
         self,
@@ -213,6 +226,7 @@ class LLM:
         add_generation_prompt: bool = True,
         use_tqdm: bool = False,
         tools: list[dict] | None = None,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """Reply to one conversation ([{"role": ..., "content": ...}, ...]) or a list of them, as vLLM's chat.
 
@@ -228,18 +242,20 @@ class LLM:
         if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
             raise TypeError(f"tools must be a list of OpenAI tool dicts or None, got {tools!r:.80}")
         texts = [render_chat(tokenizer, c, generation_prompt, chat_template, tools) for c in conversations(messages)]
-        outputs = self.generate([chat_prompt_ids(tokenizer, t) for t in texts], params, use_tqdm)
+        outputs = self.generate([chat_prompt_ids(tokenizer, t) for t in texts], params, use_tqdm, lora_request)
         for text, output in zip(texts, outputs):
             output.prompt = text  # as vLLM's: the rendered conversation
         return outputs
 
-    def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[RequestOutput]:
+    def stream(self, prompt: Prompt, params: SamplingParams | None = None,
+               lora_request: LoRARequest | None = None) -> Iterator[RequestOutput]:
         """Yield one request's outputs as they are produced (a few tokens per device call), as vLLM's
         AsyncLLM.generate: RequestOutput deltas whose `outputs` hold every sample's new text and token
         ids, its index and, once it ended, its finish reason. Closing the iterator early aborts the request.
         """
         prompt = validation.single_prompt(prompt, "prompt", "stream", self.config.vocab_size)
-        (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False, streamed=True)
+        (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False, streamed=True,
+                                        lora_requests=lora_requests_for(lora_request, 1))
         yield from self._front.stream(request_id)
 
     def stream_text(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:

@@ -11,9 +11,10 @@ from jaxinfer.kernels.cpu import PackedWeight, packed_matmul, packed_matmuls
 from jaxinfer.kernels.precision import matmul_precision
 from jaxinfer.models.invariant_weight import InvariantWeight, in_row_blocks
 from jaxinfer.models.joined_weight import JoinedWeight, split_outputs
+from jaxinfer.models.lora_weight import LoRAWeight, adapter_delta
 from jaxinfer.quantization.quantized_weight import QuantizedWeight, one_kernel_call, quantized_matmul, tiled_matmuls
 
-Weight = jax.Array | PackedWeight | QuantizedWeight | JoinedWeight | InvariantWeight
+Weight = jax.Array | PackedWeight | QuantizedWeight | JoinedWeight | InvariantWeight | LoRAWeight
 
 
 def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | None = None) -> jax.Array:
@@ -24,6 +25,7 @@ def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | No
     a plain bf16 one to convert every weight to float32 at every step. Weights packed for the
     CPU kernel (bf16 on CPU, see `pack_for_cpu`) go to it: at decode it is about twice as fast.
     Quantized weights go to `quantized_matmul`, which reads them without a dequantized copy.
+    A `LoRAWeight` adds each row's adapter product (bound per step, see lora_weight).
     """
     if isinstance(w, (PackedWeight, QuantizedWeight)) and w.contract != contract:
         raise ValueError(f"weight stored with contract={w.contract}, used with contract={contract}")
@@ -33,6 +35,9 @@ def linear(x: jax.Array, w: Weight, contract: int = 1, out_dtype: jnp.dtype | No
 
 def _matmul(x2: jax.Array, w: Weight) -> jax.Array:
     """x2 [M, K] @ w (its first axes K) as float32 [M, N], by the weight's kind."""
+    if isinstance(w, LoRAWeight):
+        base = _matmul(x2, w.base)
+        return base if w.token_slots is None else base + adapter_delta(x2, w)
     if isinstance(w, PackedWeight):
         return packed_matmul(x2, w)
     if isinstance(w, QuantizedWeight):

@@ -37,6 +37,7 @@ def device_inputs(
     )
     inputs = StepInputs(
         tokens=host.tokens, positions=host.positions, token_rows=host.token_rows, row_slots=row_slots,
+        adapters=np.asarray([r.adapter_slot if r is not None else -1 for r in host.requests], np.int32),
         page_entries=entries, page_counts=page_counts(host.requests, width), page_table=None,
         lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
         next_tokens=host.next_tokens, sampling=sampling,

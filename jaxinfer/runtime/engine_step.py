@@ -69,6 +69,7 @@ class StepInputs:
     positions: jax.Array  # [T] int32, -1 for padding
     token_rows: jax.Array  # [T] int32
     row_slots: jax.Array  # [R] int32 each row's slot (runtime/row_state; 0: padding)
+    adapters: jax.Array  # [R] int32 each row's LoRA adapter slot (-1: the base model; models/lora_weight)
     page_entries: jax.Array  # [D, 3] int32 (slot, column, page) the slots' page tables gained (page_table_diffs)
     page_counts: jax.Array  # [R] int32 pages each row holds: its table's columns past them read page 0
     page_table: jax.Array | None  # [R, W] int32, read from the slots' tables on the device (None as shipped)

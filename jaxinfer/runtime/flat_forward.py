@@ -18,6 +18,7 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, forward_with_taps
+from jaxinfer.models.lora_weight import bind_token_slots, has_adapters
 from jaxinfer.runtime.host_step import CATCH_UP_SPAN
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ def step_features(
 ) -> tuple[jax.Array, jax.Array | None, PagedKVCache]:
     """`step_hidden`, also returning the features [N, F] an EAGLE head reads (taps: the layers whose
     input it reads, `EagleConfig.feature_layers`; None: no features)."""
+    if has_adapters(weights):  # each token through its row's LoRA adapter
+        weights = bind_token_slots(weights, x.adapters[x.token_rows])
     hidden, tapped, view = forward_with_taps(weights, x.tokens[None], x.positions[None], step_view(pages, x), cfg,
                                              taps or ())
     features = None if taps is None else jnp.concatenate(tapped, axis=-1)[0] if taps else hidden[0]

@@ -25,11 +25,15 @@ from jaxinfer.cache import page_io
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
+from jaxinfer.config.lora import LoRAConfig
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
+from jaxinfer.models.adapter_slots import slot_targets, with_adapter_slots
+from jaxinfer.models.lora_weight import adapter_factors, with_factors, write_slot
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
 from jaxinfer.runtime import step_programs
+from jaxinfer.runtime.adapter_store import AdapterStore
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.device_inputs import device_inputs
 from jaxinfer.runtime.eagle_rider import EagleDraft
@@ -67,9 +71,15 @@ class ModelRunner:
     def __init__(
         self, weights: Weights, model_config: ModelConfig, config: EngineConfig, dtype: Any,
         cache_spec: CacheSpec | None = None, speculative: SpeculativeConfig | None = None,
-        draft_cfg: DraftConfig = None, draft_weights: Any = None,
+        draft_cfg: DraftConfig = None, draft_weights: Any = None, lora: LoRAConfig | None = None,
     ):
+        """lora: serve LoRA adapters, `lora.max_loras` of them in one step (slots beside the weights)."""
         self.weights, self.model_config, self.config, self.dtype = weights, model_config, config, dtype
+        self.adapters: AdapterStore | None = None
+        self._write_slot: Callable | None = None
+        if lora is not None:
+            self.weights = with_adapter_slots(weights, lora.max_loras, lora.max_lora_rank)
+            self.adapters = AdapterStore(lora, model_config, slot_targets(weights), dtype)
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
         # not happen at import (jax.distributed.initialize has to come first).
         self.cache_spec = CacheSpec() if cache_spec is None else cache_spec
@@ -175,6 +185,19 @@ class ModelRunner:
         reads = dict(draft_reads=host.draft_reads) if skips else {}
         return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft, **reads), FIXED_ARGS)
 
+    def load_adapter(self, slot: int, name: str) -> None:
+        """Write a registered adapter's factors into device slot `slot`."""
+        factors = self._slot_writer()(adapter_factors(self.weights), np.int32(slot), self.adapters.slot_values(name))
+        self.weights = with_factors(self.weights, factors)
+
+    def _slot_writer(self) -> Callable:
+        """The one program that writes an adapter slot (any slot, any adapter), compiled on first use."""
+        if self._write_slot is None:
+            values = [jax.ShapeDtypeStruct(shape, self.dtype) for shape in self.adapters.slot_shapes()]
+            slot = jax.ShapeDtypeStruct((), np.int32)
+            self._write_slot = write_slot.lower(adapter_factors(self.weights), slot, values).compile()
+        return self._write_slot
+
     def _bitmask(self, host: HostStep) -> jax.Array:
         """The step's structured-output masks on the device: shipped when a row is constrained, else an
         all-ones array of the same shape made once (free steps send no O(vocab) bytes)."""
@@ -258,6 +281,8 @@ class ModelRunner:
         if self.pages is None:
             self.reset_pools()
         self.warmup_seconds = {}
+        if self.adapters is not None:
+            self._slot_writer()
         return warm_up(self.programs(hosts), self.executables, progress, threads, on_program, self.warmup_seconds)
 
     def activation_peak(self, hosts: list[HostStep]) -> int:

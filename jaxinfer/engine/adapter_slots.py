@@ -1,0 +1,51 @@
+"""Which LoRA adapter each device slot holds, and who runs with it (host only, no jax).
+
+A step serves at most `max_loras` adapters (the slots the device keeps beside the weights,
+models/lora_weight). A request takes its adapter's slot when it is admitted and gives it back
+when it finishes or is preempted; an adapter no running request uses stays in its slot (a
+later request reuses it without a load) until a new adapter needs the slot, the least recently
+used first. A request whose adapter finds no slot waits, as one that finds no pages does.
+"""
+
+from __future__ import annotations
+
+import collections
+
+
+class AdapterSlots:
+    """Slots 0 .. max_loras-1: the adapter each holds, its users, and the loads not yet done."""
+
+    def __init__(self, max_loras: int):
+        self.held: list[str | None] = [None] * max_loras
+        self.users = [0] * max_loras
+        self.recent: collections.OrderedDict[int, None] = collections.OrderedDict()  # unused slots, oldest first
+        self.loads: dict[int, str] = {}  # slot -> adapter to write before the next call
+        self.num_loads = 0
+
+    def acquire(self, adapter: str) -> int | None:
+        """The slot `adapter` runs in (loaded there if it was not), or None while every slot is in use."""
+        if adapter in self.held:
+            slot = self.held.index(adapter)
+        else:
+            free = [s for s, name in enumerate(self.held) if name is None]
+            idle = free or list(self.recent)
+            if not idle:
+                return None
+            slot = idle[0]
+            self.held[slot] = adapter
+            self.loads[slot] = adapter
+            self.num_loads += 1
+        self.users[slot] += 1
+        self.recent.pop(slot, None)
+        return slot
+
+    def release(self, slot: int) -> None:
+        """One user of `slot` is done; with none left it becomes the newest idle slot."""
+        self.users[slot] -= 1
+        if self.users[slot] == 0:
+            self.recent[slot] = None
+
+    def take_loads(self) -> dict[int, str]:
+        """The adapters to write into their slots before the next call (and forget them)."""
+        loads, self.loads = self.loads, {}
+        return loads
