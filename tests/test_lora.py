@@ -175,6 +175,7 @@ def test_adapters_that_cannot_be_served_are_refused_alone(llm, adapters, checkpo
     for i, (message, path) in enumerate(cases.items()):
         with pytest.raises(ValueError, match=message):
             llm.generate([PROMPTS[0]], GREEDY, lora_request=LoRARequest(f"bad{i}", 50 + i, path))
+    llm.generate([PROMPTS[0]], SamplingParams(max_tokens=1), lora_request=adapters["all"][0])
     with pytest.raises(ValueError, match="already served from"):
         llm.generate([PROMPTS[0]], GREEDY, lora_request=LoRARequest("all", 9, str(tmp_path / "rank")))
     with pytest.raises(ValueError, match="prompt_logprobs"):
