@@ -11,6 +11,7 @@ packages=(
     fastapi starlette uvicorn pydantic pydantic-core annotated-types typing-inspection opentelemetry-api
     openai httpx2 httpcore2 truststore jiter sniffio
     llguidance jsonschema jsonschema-specifications referencing rpds-py plotly
+    peft accelerate psutil
 )
 pins=$(python3 - "${packages[@]}" <<'EOF'
 import importlib.metadata as metadata

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 from compile_counter import CompileCounter
-from lora_adapters import save_adapter
+
+pytest.importorskip("peft", reason="the reference adapters are made and run by peft (pip install -e '.[test]')")
+from lora_adapters import save_adapter  # noqa: E402
 
 from jaxinfer import LLM, LoRARequest, SamplingParams, SpeculativeConfig
 from jaxinfer.engine.adapter_slots import AdapterSlots
