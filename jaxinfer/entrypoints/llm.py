@@ -28,7 +28,7 @@ from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints import sessions
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
 from jaxinfer.entrypoints.draft_loading import engine_speculation
-from jaxinfer.entrypoints.lora_settings import check_lora_layout, lora_requests_for, lora_setting
+from jaxinfer.entrypoints.lora_settings import lora_requests_for, lora_setting
 from jaxinfer.entrypoints.model_loading import (
     load_sharded,
     model_identity,
@@ -136,7 +136,6 @@ class LLM:
         # What runs (`weights` gives the model's own).
         self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
             weights, self.config, self.layout, cpu_kernels, quantized_kernel, interpret_kernels, batch_invariant)
-        check_lora_layout(self.lora_config, self.layout)
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
         self.cache_spec = CacheSpec(

@@ -6,7 +6,6 @@ from typing import Sequence
 
 from jaxinfer.config import validation
 from jaxinfer.config.lora import LoRAConfig, LoRARequest
-from jaxinfer.parallel.sharding import Layout
 
 
 def lora_setting(enable_lora: bool, max_loras: int, max_lora_rank: int, batch_invariant: bool) -> LoRAConfig | None:
@@ -18,13 +17,6 @@ def lora_setting(enable_lora: bool, max_loras: int, max_lora_rank: int, batch_in
         raise ValueError("enable_lora=True does not combine with batch_invariant=True yet (the adapters' products "
                          "are not computed in fixed row blocks); pass one of them")
     return config
-
-
-def check_lora_layout(config: LoRAConfig | None, layout: Layout) -> None:
-    """Adapters are served on one device so far."""
-    if config is not None and layout.size > 1:
-        raise ValueError(f"enable_lora=True is served on one device so far; this model is laid out over {layout.size} "
-                         "(tensor_parallel_size x data_parallel_size x expert_parallel_size): pass 1 for each")
 
 
 def lora_requests_for(lora_request: LoRARequest | Sequence[LoRARequest | None] | None,

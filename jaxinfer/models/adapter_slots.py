@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxinfer.models.decoder import Weights
 from jaxinfer.models.joined_weight import JoinedWeight
-from jaxinfer.models.lora_weight import with_slots
+from jaxinfer.models.lora_weight import Zeros, with_slots
 from jaxinfer.models.weight_ops import projections
 
 
@@ -31,8 +31,9 @@ class SlotTarget(NamedTuple):
     out_sizes: tuple[int, ...]  # each field's N
 
 
-def with_adapter_slots(weights: Weights, slots: int, rank: int) -> Weights:
-    """weights with zeroed factors for `slots` adapters of rank up to `rank` on every present projection."""
+def with_adapter_slots(weights: Weights, slots: int, rank: int, zeros: Zeros = jnp.zeros) -> Weights:
+    """weights with zeroed factors for `slots` adapters of rank up to `rank` on every present projection
+    (made by `zeros`: replicated over a mesh, where each product's partitioner places them)."""
     dtype = weights.final_norm.dtype
     layers = []
     for lw in weights.layers:
@@ -40,10 +41,10 @@ def with_adapter_slots(weights: Weights, slots: int, rank: int) -> Weights:
         for name, contract in projections(lw).items():
             w = getattr(lw, name)
             if isinstance(w, JoinedWeight):
-                inner = with_slots(w.weight, 1, slots, rank * len(w.shapes), dtype)
+                inner = with_slots(w.weight, 1, slots, rank * len(w.shapes), dtype, zeros)
                 fields[name] = dataclasses.replace(w, weight=inner)
             else:
-                fields[name] = with_slots(w, contract, slots, rank, dtype)
+                fields[name] = with_slots(w, contract, slots, rank, dtype, zeros)
         layers.append(dataclasses.replace(lw, **fields))
     return dataclasses.replace(weights, layers=layers)
 

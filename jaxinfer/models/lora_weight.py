@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -65,10 +66,13 @@ def adapter_delta(x2: jax.Array, w: LoRAWeight) -> jax.Array:
     return jnp.dot(xa, w.b, precision=matmul_precision(xa, w.b), preferred_element_type=jnp.float32)
 
 
-def with_slots(w: Any, contract: int, slots: int, width: int, dtype: jnp.dtype) -> LoRAWeight:
+Zeros = Callable[[tuple[int, ...], Any], jax.Array]  # (shape, dtype) -> a zeroed array where it is to live
+
+
+def with_slots(w: Any, contract: int, slots: int, width: int, dtype: jnp.dtype, zeros: Zeros = jnp.zeros) -> LoRAWeight:
     """w (its first `contract` axes the input) with zeroed factors for `slots` adapters of rank up to `width`."""
     k, n = math.prod(w.shape[:contract]), math.prod(w.shape[contract:])
-    return LoRAWeight(w, jnp.zeros((k, slots * width), dtype), jnp.zeros((slots * width, n), dtype), None, width)
+    return LoRAWeight(w, zeros((k, slots * width), dtype), zeros((slots * width, n), dtype), None, width)
 
 
 def is_lora(node: Any) -> bool:

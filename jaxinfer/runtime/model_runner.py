@@ -75,15 +75,17 @@ class ModelRunner:
     ):
         """lora: serve LoRA adapters, `lora.max_loras` of them in one step (slots beside the weights)."""
         self.weights, self.model_config, self.config, self.dtype = weights, model_config, config, dtype
-        self.adapters: AdapterStore | None = None
-        self._write_slot: Callable | None = None
-        if lora is not None:
-            self.weights = with_adapter_slots(weights, lora.max_loras, lora.max_lora_rank)
-            self.adapters = AdapterStore(lora, model_config, slot_targets(weights), dtype)
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
         # not happen at import (jax.distributed.initialize has to come first).
         self.cache_spec = CacheSpec() if cache_spec is None else cache_spec
         self.speculative, self.draft_cfg, self.draft_weights = speculative, draft_cfg, draft_weights
+        self.adapters: AdapterStore | None = None
+        self._write_slot: Callable | None = None
+        if lora is not None:
+            layout = self.cache_spec.mesh_layout
+            replicated = lambda shape, dtype: layout.zeros(shape, dtype, (None,) * len(shape))  # noqa: E731
+            self.weights = with_adapter_slots(weights, lora.max_loras, lora.max_lora_rank, replicated)
+            self.adapters = AdapterStore(lora, model_config, slot_targets(weights), dtype)
         self.platform = jax.default_backend()
         # A GPU runs a conditional or a loop of data-dependent trip count by reading its
         # predicate back on the host each time: its programs compute every option (branchless)
@@ -187,14 +189,18 @@ class ModelRunner:
 
     def load_adapter(self, slot: int, name: str) -> None:
         """Write a registered adapter's factors into device slot `slot`."""
-        factors = self._slot_writer()(adapter_factors(self.weights), np.int32(slot), self.adapters.slot_values(name))
+        layout = self.cache_spec.mesh_layout
+        values = [layout.put(v) for v in self.adapters.slot_values(name)]
+        factors = self._slot_writer()(adapter_factors(self.weights), layout.put(np.int32(slot)), values)
         self.weights = with_factors(self.weights, factors)
 
     def _slot_writer(self) -> Callable:
         """The one program that writes an adapter slot (any slot, any adapter), compiled on first use."""
         if self._write_slot is None:
-            values = [jax.ShapeDtypeStruct(shape, self.dtype) for shape in self.adapters.slot_shapes()]
-            slot = jax.ShapeDtypeStruct((), np.int32)
+            layout = self.cache_spec.mesh_layout
+            values = [jax.ShapeDtypeStruct(shape, self.dtype, sharding=layout.sharding(shape, (None, None)))
+                      for shape in self.adapters.slot_shapes()]
+            slot = jax.ShapeDtypeStruct((), np.int32, sharding=layout.sharding((), ()))
             self._write_slot = write_slot.lower(adapter_factors(self.weights), slot, values).compile()
         return self._write_slot
 
