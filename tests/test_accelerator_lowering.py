@@ -3,7 +3,7 @@
 The GPU variant has no host round trip inside a device call (no `cond`, no `while` whose trip
 count is data) and orders rows only with XLA:GPU's fast kernels (no sort on a float key, no top_k
 over 16: see sampling/row_order), and every step program, Pallas kernels included, lowers for
-CUDA and TPU with `jax.export`: plain, prompt-lookup, draft-model and EAGLE engines on one device, and plain and
+CUDA and TPU with `jax.export`: plain, prompt-lookup, draft-model, EAGLE and LoRA engines on one device, and plain and
 draft-model engines on a mesh of fake CPU devices (tp=2, dp=2). A change that breaks an
 accelerator's lowering fails here, where no accelerator is at hand.
 """
@@ -43,9 +43,11 @@ def speculation(models: dict, method: str | None) -> SpeculativeConfig | None:
     return SpeculativeConfig(method=method, draft_model=draft, num_speculative_tokens=2, adaptive=False, fallback=False)
 
 
-@pytest.fixture(scope="module", params=[None, "ngram", "ngram_device", "draft", "eagle"],
-                ids=["plain", "ngram", "ngram-device", "draft", "eagle"])
+@pytest.fixture(scope="module", params=[None, "ngram", "ngram_device", "draft", "eagle", "lora"],
+                ids=["plain", "ngram", "ngram-device", "draft", "eagle", "lora"])
 def llm(models, request) -> LLM:
+    if request.param == "lora":  # LoRA adapter slots on every projection
+        return LLM(models["target"], enable_lora=True, max_loras=2, **KNOBS)
     return LLM(models["target"], speculative=speculation(models, request.param), **KNOBS)
 
 

@@ -44,6 +44,9 @@ class LoRAWeight:
     b: jax.Array
     token_slots: jax.Array | None = None
     width: int = dataclasses.field(default=1, metadata={"static": True})
+    # Skip the products when no token of the step has an adapter (a conditional: not on GPUs,
+    # where XLA reads its predicate back on the host; there they always run).
+    skip_idle: bool = dataclasses.field(default=False, metadata={"static": True})
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -60,10 +63,17 @@ class LoRAWeight:
 
 def adapter_delta(x2: jax.Array, w: LoRAWeight) -> jax.Array:
     """x2 [M, K] through each row's adapter (B A x) as float32 [M, N]; zeros for rows of no adapter."""
-    xa = jnp.dot(x2, w.a, precision=matmul_precision(x2, w.a), preferred_element_type=jnp.float32)
-    column_slot = jnp.arange(w.a.shape[-1], dtype=jnp.int32) // w.width
-    xa = jnp.where(w.token_slots[:, None] == column_slot[None, :], xa, 0.0).astype(x2.dtype)
-    return jnp.dot(xa, w.b, precision=matmul_precision(xa, w.b), preferred_element_type=jnp.float32)
+
+    def delta() -> jax.Array:
+        xa = jnp.dot(x2, w.a, precision=matmul_precision(x2, w.a), preferred_element_type=jnp.float32)
+        column_slot = jnp.arange(w.a.shape[-1], dtype=jnp.int32) // w.width
+        xa = jnp.where(w.token_slots[:, None] == column_slot[None, :], xa, 0.0).astype(x2.dtype)
+        return jnp.dot(xa, w.b, precision=matmul_precision(xa, w.b), preferred_element_type=jnp.float32)
+
+    if not w.skip_idle:
+        return delta()
+    none = lambda: jnp.zeros((x2.shape[0], w.b.shape[-1]), jnp.float32)  # noqa: E731
+    return jax.lax.cond(jnp.any(w.token_slots != NO_ADAPTER), delta, none)
 
 
 Zeros = Callable[[tuple[int, ...], Any], jax.Array]  # (shape, dtype) -> a zeroed array where it is to live
@@ -79,10 +89,11 @@ def is_lora(node: Any) -> bool:
     return isinstance(node, LoRAWeight)
 
 
-def bind_token_slots(tree: Any, token_slots: jax.Array) -> Any:
-    """tree with every LoRAWeight reading token_slots [M] (trees without adapters as they are)."""
-    return jax.tree.map(lambda n: dataclasses.replace(n, token_slots=token_slots) if is_lora(n) else n, tree,
-                        is_leaf=is_lora)
+def bind_token_slots(tree: Any, token_slots: jax.Array, branchless: bool) -> Any:
+    """tree with every LoRAWeight reading token_slots [M] (trees without adapters as they are);
+    not branchless, a step whose tokens have no adapter skips the adapters' products."""
+    bound = lambda n: dataclasses.replace(n, token_slots=token_slots, skip_idle=not branchless)  # noqa: E731
+    return jax.tree.map(lambda n: bound(n) if is_lora(n) else n, tree, is_leaf=is_lora)
 
 
 def has_adapters(tree: Any) -> bool:

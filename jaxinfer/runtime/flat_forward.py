@@ -45,7 +45,7 @@ def step_features(
     """`step_hidden`, also returning the features [N, F] an EAGLE head reads (taps: the layers whose
     input it reads, `EagleConfig.feature_layers`; None: no features)."""
     if has_adapters(weights):  # each token through its row's LoRA adapter
-        weights = bind_token_slots(weights, x.adapters[x.token_rows])
+        weights = bind_token_slots(weights, x.adapters[x.token_rows], x.sampling.params.branchless)
     hidden, tapped, view = forward_with_taps(weights, x.tokens[None], x.positions[None], step_view(pages, x), cfg,
                                              taps or ())
     features = None if taps is None else jnp.concatenate(tapped, axis=-1)[0] if taps else hidden[0]
