@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--checkpoints", type=Path, default=Path("/tmp/jaxinfer-bench"))
+    parser.add_argument("--out", type=Path, default=None, help="the JSON file (default: results/bench_lora_*.json)")
     args = parser.parse_args()
     model = DEMO_MODEL if args.model == "demo" else make_checkpoint(args.model, args.checkpoints)
     root = Path(tempfile.mkdtemp())
@@ -138,8 +139,8 @@ def main() -> None:
         step = rows[1]["adapted"]["seconds"] / args.tokens
         share = (weight_bytes + slot_bytes) / step / bandwidth
         print(f"batch 1 adapted: {step * 1e3:.2f} ms a token, {share:.0%} of the copy bandwidth")
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench_lora_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = args.out or RESULTS / f"bench_lora_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(args={k: str(v) for k, v in vars(args).items()}, bandwidth=bandwidth,
                                    weight_bytes=weight_bytes, slot_bytes=slot_bytes, rows=rows), indent=2))
     print(f"wrote {out}")

@@ -33,7 +33,8 @@
 #   bash scripts/gpu_session.sh sampling [OUT_DIR]  # what choosing a token costs a decode step at batch 1/8/64
 #                                                   # (128256 vocabulary): the branchless work every GPU step
 #                                                   # and verify round does against an argmax, float vs int-key
-#                                                   # sort, top_k(20) vs top-16 parts (~1 min, untried)
+#                                                   # sort, top_k(20) vs top-16 parts; then LoRA adapter
+#                                                   # slots' cost at batch 1/8 (bench_lora.py) (~4 min, untried)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
@@ -282,6 +283,8 @@ sampling)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     step sampling 150 python3 scripts/bench_sampling.py --rows 1 8 64 --out "$out/bench_sampling.json"
+    step lora 240 python3 scripts/bench_lora.py --model "$preset" --dtype bfloat16 --batch 1 8 --tokens 64 \
+        --repeats 3 --skip-hf --out "$out/bench_lora.json"
     ;;
 warmup-threads)
     out=${2:-results/gpu_session}
