@@ -24,6 +24,7 @@ import logging
 import queue
 from typing import TYPE_CHECKING, AsyncIterator, Sequence
 
+from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.output_collector import OutputRouter, RequestOutputCollector
 from jaxinfer.engine.outputs import RequestOutput
@@ -46,6 +47,7 @@ class Add:
     prompt: str | Sequence[int]
     params: SamplingParams | None
     streamed: bool = False
+    lora_request: LoRARequest | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,17 +80,17 @@ class AsyncLLMEngine:
 
     async def generate(
         self, prompt: str | Sequence[int], params: SamplingParams | None = None, request_id: str | None = None,
-        deadline: float | None = None, streamed: bool = False,
+        deadline: float | None = None, streamed: bool = False, lora_request: LoRARequest | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Deltas of one request until it finishes; an invalid request raises before the first one.
 
         deadline: the event loop's time (`loop.time()`) by which the request must finish; past it
         the request is aborted and RequestTimeout raised. streamed: its deltas go out as they come
-        (see LLMEngine.add_request).
+        (see LLMEngine.add_request). lora_request: the LoRA adapter it runs with.
         """
         request_id = request_id or f"async-{next(self._ids)}"
         collector = self._router.open(request_id)
-        self._send(Add(request_id, prompt, params, streamed))
+        self._send(Add(request_id, prompt, params, streamed, lora_request))
         finished = False
         try:
             while not finished:
@@ -152,7 +154,7 @@ class AsyncLLMEngine:
                 continue
             try:
                 self.engine.add_request(command.request_id, command.prompt, command.params,
-                                        streamed=command.streamed)
+                                        streamed=command.streamed, lora_request=command.lora_request)
             except Exception as error:  # a bad request fails alone, at its reader
                 failed[command.request_id] = error
         outputs = self.engine.finish_aborted(aborted)

@@ -133,14 +133,19 @@ class LLMEngine(StepCalls):
             return None
         if not isinstance(lora_request, LoRARequest):
             raise TypeError(f"lora_request must be a LoRARequest, got {type(lora_request).__name__}")
-        if self.runner.adapters is None:
-            raise ValueError(f"lora_request {lora_request.lora_name!r} needs an engine made with enable_lora=True "
-                             "(LLM(..., enable_lora=True) or `jaxinfer serve --enable-lora`)")
         if params.prompt_logprobs is not None:
             raise ValueError("prompt_logprobs is not served with a lora_request yet (they are scored by the base "
                              "model before the adapter has a slot); leave prompt_logprobs unset")
-        self.runner.adapters.register(lora_request)
+        self.add_lora(lora_request)
         return lora_request.lora_name
+
+    def add_lora(self, lora_request: LoRARequest) -> None:
+        """Read and check an adapter now (vLLM's add_lora): requests naming it later start without
+        reading it; a bad one raises here (CheckpointError naming the file and what is wrong)."""
+        if self.runner.adapters is None:
+            raise ValueError(f"lora_request {lora_request.lora_name!r} needs an engine made with enable_lora=True "
+                             "(LLM(..., enable_lora=True) or `jaxinfer serve --enable-lora`)")
+        self.runner.adapters.register(lora_request)
 
     def abort(self, request_id: str) -> None:
         """Stop a request now and free its pages; its final output comes from the next step."""

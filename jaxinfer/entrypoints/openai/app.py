@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from jaxinfer.config.lora import LoRARequest
 from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.entrypoints.openai.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
 from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_completion
@@ -44,6 +45,7 @@ class ServerConfig:
     max_waiting_requests: int | None = DEFAULT_MAX_WAITING
     request_timeout: float | None = None
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
+    lora_modules: tuple[LoRARequest, ...] = ()  # adapters served by name (--lora-modules)
 
 
 def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None) -> FastAPI:
@@ -60,6 +62,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     state = ServerState(
         front, llm.tokenizer, config.model_name, engine.config.max_seq_len,
         engine.model_config.vocab_size, llm.default_params, admission, config.limits, config.request_timeout,
+        adapters={adapter.lora_name: adapter for adapter in config.lora_modules},
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state
@@ -112,7 +115,9 @@ def _add_utility_routes(app: FastAPI, state: ServerState) -> None:
     async def models() -> JSONResponse:
         card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "jaxinfer",
                 "max_model_len": state.max_seq_len}
-        return JSONResponse({"object": "list", "data": [card]})
+        adapters = [{**card, "id": name, "root": adapter.lora_path, "parent": state.model_name}
+                    for name, adapter in state.adapters.items()]
+        return JSONResponse({"object": "list", "data": [card, *adapters]})
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> JSONResponse:

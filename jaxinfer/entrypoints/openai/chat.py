@@ -73,14 +73,14 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 
 async def create_chat_completion(body: ChatCompletionRequest, state: ServerState, request: Request):
     """Render, check and run one conversation; stream chunks or return the finished message."""
-    state.check_model(body.model)
+    adapter = state.check_model(body.model)
     timeout = state.timeout(body.timeout)
     deadline = deadline_after(timeout)  # counted from arrival: rendering and queueing are part of it
     ids, params, tools = await asyncio.to_thread(_prepare, state, body)  # tokenizing and compiling off the loop
     state.start(request, body.n)
     response_id = new_id("chatcmpl")
-    stream = state.engine.generate(ids, params, response_id, deadline, streamed=body.stream)
-    header = {"id": response_id, "created": int(time.time()), "model": state.model_name}
+    stream = state.engine.generate(ids, params, response_id, deadline, streamed=body.stream, lora_request=adapter)
+    header = {"id": response_id, "created": int(time.time()), "model": adapter.lora_name if adapter else state.model_name}
     if body.stream:
         chunk_header = {**header, "object": "chat.completion.chunk"}
         events = _stream(state, body, chunk_header, merge([stream]), len(ids), timeout, tools)

@@ -87,7 +87,7 @@ def generated_max_tokens(body: CompletionRequest) -> int | None:
 
 async def create_completion(body: CompletionRequest, state: ServerState, request: Request):
     """Start every prompt of the request; stream chunks or return the finished response."""
-    state.check_model(body.model)
+    adapter = state.check_model(body.model)
     if body.best_of is not None and body.best_of != body.n:
         raise APIError("best_of other than n is not supported", param="best_of")
     timeout = state.timeout(body.timeout)
@@ -95,9 +95,10 @@ async def create_completion(body: CompletionRequest, state: ServerState, request
     prompts, params, echoes = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
     state.start(request, body.n * len(prompts))
     response_id = new_id("cmpl")
-    streams = [state.engine.generate(ids, p, f"{response_id}-{i}", deadline, streamed=body.stream)
+    streams = [state.engine.generate(ids, p, f"{response_id}-{i}", deadline, streamed=body.stream, lora_request=adapter)
                for i, (ids, p) in enumerate(zip(prompts, params))]
-    header = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": state.model_name}
+    model = adapter.lora_name if adapter else state.model_name
+    header = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": model}
     if body.stream:
         events = _stream(state, body, header, merge(streams), sum(map(len, prompts)), echoes, timeout)
         return EventStream(events)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
+from jaxinfer.entrypoints.openai.lora_modules import add_lora_args, lora_modules, register
 
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
@@ -75,6 +76,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        help="drafts per sequence and step at most, 1-32, with --speculative-method (default: %(default)s)")
     add_bounds_args(serve)
     add_shadow_args(serve)
+    add_lora_args(serve)
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--load-session", action="append", default=[], metavar="DIR",
                        help="restore a session saved by LLM.save_session into the prefix cache before serving: "
@@ -174,6 +176,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.load_session and args.no_prefix_caching:
         raise ValueError("--load-session restores into the prefix cache, which --no-prefix-caching turns off")
     shadow_settings(args)  # every --shadow-* value, before the port is bound
+    lora_modules(args)
 
 
 def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
@@ -185,7 +188,7 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
                     max_stop=args.max_stop_sequences, max_prompts=args.max_prompts)
     return ServerConfig(
         model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
-        args.request_timeout, args.write_timeout,
+        args.request_timeout, args.write_timeout, lora_modules(args),
     )
 
 
@@ -264,8 +267,10 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization, batch_invariant=args.batch_invariant,
+        enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
     )
     llm = LLM(**kwargs)
+    register(llm, lora_modules(args))
     if not args.skip_warmup:
         starting.phase("compiling programs", "once per machine with the compile cache")
         count = llm.engine.warmup(on_program=starting.compiled)

@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from jaxinfer.config import validation
+from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import AsyncLLMEngine, RequestOutput
 from jaxinfer.engine.async_engine import RequestTimeout
@@ -37,6 +38,7 @@ class ServerState:
     limits: Limits = Limits()
     request_timeout: float | None = None  # --request-timeout
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    adapters: dict[str, LoRARequest] = dataclasses.field(default_factory=dict)  # --lora-modules, by name
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
         """Token ids of a text or id prompt; ids must be in the vocabulary."""
@@ -49,11 +51,16 @@ class ServerState:
             raise APIError(f"{param}: token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})", param=param)
         return list(prompt)
 
-    def check_model(self, model: str | None) -> None:
-        """404 for a model name this server does not serve (None means the served one)."""
-        if model is not None and model != self.model_name:
-            raise APIError(f"the model `{model}` does not exist; this server serves `{self.model_name}`", 404, "model",
-                           kind="NotFoundError")
+    def check_model(self, model: str | None) -> LoRARequest | None:
+        """The LoRA adapter a model name asks for: None for the served model (or no name); 404 for a
+        name this server does not serve."""
+        if model is None or model == self.model_name:
+            return None
+        if model in self.adapters:
+            return self.adapters[model]
+        served = ", ".join(f"`{name}`" for name in [self.model_name, *self.adapters])
+        raise APIError(f"the model `{model}` does not exist; this server serves {served}", 404, "model",
+                       kind="NotFoundError")
 
     def max_tokens(self, requested: int | None, prompt_len: int, default: int | None) -> int:
         """The request's max_tokens, or what is left of the context when it gives none."""

@@ -27,6 +27,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 import numpy as np
 
+from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import AsyncLLMEngine, RequestOutput
 from jaxinfer.engine.async_engine import RequestTimeout
@@ -116,18 +117,21 @@ class ShadowRouter:
 
     async def generate(
         self, prompt: Sequence[int], params: SamplingParams | None = None, request_id: str | None = None,
-        deadline: float | None = None, streamed: bool = False,
+        deadline: float | None = None, streamed: bool = False, lora_request: LoRARequest | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """The request's deltas from whichever engine serves it now; shadowed afterwards when sampled.
-        A request past its deadline or stopped by a shutdown is no optimization's failure."""
-        route = self.reference if self.routed else self.primary
+        A request past its deadline or stopped by a shutdown is no optimization's failure. A LoRA
+        adapter's request runs on the served engine, unshadowed: the reference has no adapter slots."""
+        route = self.reference if self.routed and lora_request is None else self.primary
         params = params or self.llm.default_params
         # Shared weights give the same logits: only a greedy rerun has something to compare then.
-        shadowed = (route is self.primary and self.settings.fraction > 0 and self.random.random() < self.settings.fraction
+        shadowed = (route is self.primary and lora_request is None and self.settings.fraction > 0
+                    and self.random.random() < self.settings.fraction
                     and (params.greedy or self.reference_llm is not None))
         total: RequestOutput | None = None
         try:
-            async with contextlib.aclosing(route.generate(prompt, params, request_id, deadline, streamed)) as deltas:
+            async with contextlib.aclosing(route.generate(prompt, params, request_id, deadline, streamed,
+                                                          lora_request)) as deltas:
                 async for delta in deltas:  # closed with this generator: an early close aborts the request
                     if shadowed:
                         total = accumulate(total, delta)

@@ -1,0 +1,66 @@
+"""`jaxinfer serve`'s LoRA flags (vLLM's): --enable-lora, --lora-modules NAME=PATH, --max-loras, --max-lora-rank.
+
+Each adapter is served under its name: a request whose `model` is that name runs with it, and
+/v1/models lists it with the served model as its parent. Every adapter is read and checked
+before the server reports healthy, so a bad one stops the start with its flag value named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jaxinfer.config.lora import LoRARequest
+
+if TYPE_CHECKING:
+    from jaxinfer.entrypoints.llm import LLM
+
+ACCEPTED = 'NAME=PATH or {"name": NAME, "path": PATH} (a PEFT adapter directory)'
+
+
+def add_lora_args(serve: argparse.ArgumentParser) -> None:
+    add = serve.add_argument
+    add("--enable-lora", action="store_true", help="serve LoRA adapters (--lora-modules) beside the model")
+    add("--lora-modules", nargs="+", action="extend", default=[], metavar="NAME=PATH",
+        help=f"adapters served by name as the request's `model`: {ACCEPTED}")
+    add("--max-loras", type=int, default=1, help="adapters one step serves at once (default: %(default)s)")
+    add("--max-lora-rank", type=int, default=16, help="the largest adapter rank served (default: %(default)s)")
+
+
+def lora_modules(args: argparse.Namespace) -> tuple[LoRARequest, ...]:
+    """The --lora-modules values as LoRARequests; a ValueError naming the value that is not one."""
+    if args.lora_modules and not args.enable_lora:
+        raise ValueError("--lora-modules needs --enable-lora (the engine's adapter slots)")
+    modules = tuple(_module(value, i + 1) for i, value in enumerate(args.lora_modules))
+    names = [m.lora_name for m in modules]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--lora-modules names {names} repeat; give each adapter its own name")
+    return modules
+
+
+def _module(value: str, int_id: int) -> LoRARequest:
+    if value.lstrip().startswith("{"):
+        try:
+            fields = json.loads(value)
+            name, path = fields["name"], fields["path"]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"--lora-modules {value!r} is not {ACCEPTED}") from None
+    else:
+        name, sep, path = value.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ValueError(f"--lora-modules {value!r} is not {ACCEPTED}")
+    if not (Path(path).expanduser() / "adapter_config.json").is_file():
+        raise ValueError(f"--lora-modules {value!r}: {path} holds no adapter_config.json; expected a PEFT adapter "
+                         "directory")
+    return LoRARequest(str(name).strip(), int_id, str(path))
+
+
+def register(llm: "LLM", modules: tuple[LoRARequest, ...]) -> None:
+    """Read and check every adapter now, each error naming its flag value."""
+    for module in modules:
+        try:
+            llm.engine.add_lora(module)
+        except ValueError as error:
+            raise ValueError(f"--lora-modules {module.lora_name}={module.lora_path}: {error}") from None

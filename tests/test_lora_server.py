@@ -1,0 +1,89 @@
+"""LoRA adapters through the OpenAI-compatible server, with the official `openai` client, and
+`jaxinfer serve`'s LoRA flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import openai
+import pytest
+from live_server import serve_in_thread
+from python_subprocess import child_env
+
+pytest.importorskip("peft", reason="the test adapters are made by peft (pip install -e '.[test]')")
+from lora_adapters import save_adapter  # noqa: E402
+
+from jaxinfer import LLM, LoRARequest, SamplingParams  # noqa: E402
+from jaxinfer.entrypoints.openai import ServerConfig  # noqa: E402
+
+KNOBS = dict(dtype="float32", max_seq_len=128, max_num_seqs=8, num_pages=64)
+PROMPT = "def add(a, b):"
+
+
+@pytest.fixture(scope="module")
+def adapter(text_model_dir, tmp_path_factory) -> LoRARequest:
+    path, _ = save_adapter(text_model_dir, tmp_path_factory.mktemp("lora") / "sql")
+    return LoRARequest("sql", 1, str(path))
+
+
+@pytest.fixture(scope="module")
+def llm(text_model_dir, adapter) -> LLM:
+    served = LLM(text_model_dir, enable_lora=True, **KNOBS)
+    served.engine.add_lora(adapter)
+    return served
+
+
+@pytest.fixture(scope="module")
+def client(llm, adapter):
+    with serve_in_thread(llm, ServerConfig("tiny", lora_modules=(adapter,))) as (url, _):
+        yield openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+
+
+def test_models_list_the_adapters_with_their_parent(client, adapter):
+    cards = {card.id: card for card in client.models.list().data}
+    assert set(cards) == {"tiny", "sql"}
+    assert cards["sql"].parent == "tiny" and cards["sql"].root == adapter.lora_path
+
+
+def test_the_model_name_picks_the_adapter(client, llm, adapter):
+    """model="sql" gives LLM.generate's output with the adapter; the served name gives the base model's."""
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    with_adapter, base = llm.generate([PROMPT] * 2, params, lora_request=[adapter, None])
+    fields = dict(prompt=PROMPT, max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
+    served = client.completions.create(model="sql", **fields)
+    assert served.model == "sql" and served.choices[0].text == with_adapter.outputs[0].text
+    assert client.completions.create(model="tiny", **fields).choices[0].text == base.outputs[0].text
+    assert with_adapter.outputs[0].text != base.outputs[0].text
+    streamed = client.completions.create(model="sql", stream=True, **fields)
+    assert "".join(chunk.choices[0].text for chunk in streamed) == with_adapter.outputs[0].text
+
+
+def test_chat_with_an_adapter_and_unknown_names(client):
+    reply = client.chat.completions.create(model="sql", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    assert reply.model == "sql" and reply.choices[0].message.content is not None
+    with pytest.raises(openai.NotFoundError, match="`tiny`, `sql`"):
+        client.completions.create(model="nope", prompt=PROMPT, max_tokens=2)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--lora-modules", "a=/tmp"], "needs --enable-lora"),
+    (["--enable-lora", "--lora-modules", "no-path"], "'no-path' is not NAME=PATH"),
+    (["--enable-lora", "--lora-modules", "a=/nonexistent"], "holds no adapter_config.json"),
+    (["--enable-lora", "--lora-modules", "a={ADAPTER}", "b={ADAPTER}", "a={ADAPTER}"], "repeat"),
+])
+def test_bad_lora_flags_are_one_line_errors(text_model_dir, adapter, flags, words):
+    flags = [f.replace("{ADAPTER}", adapter.lora_path) for f in flags]
+    command = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir), *flags]
+    done = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+
+
+def test_an_adapter_that_does_not_fit_stops_the_start_naming_its_flag(text_model_dir, adapter):
+    """Read at start, before /health turns 200: rank 4 over --max-lora-rank 2."""
+    command = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir), "--port", "0",
+               "--skip-warmup", "--enable-lora", "--max-lora-rank", "2", "--lora-modules", f"sql={adapter.lora_path}"]
+    done = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "--lora-modules sql=" in last and "rank r=4" in last, done.stderr
+    assert "Traceback" not in done.stderr
