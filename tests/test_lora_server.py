@@ -1,5 +1,5 @@
-"""LoRA adapters through the OpenAI-compatible server, with the official `openai` client, and
-`jaxinfer serve`'s LoRA flags."""
+"""LoRA adapters through the OpenAI-compatible server, with the official `openai` client,
+`jaxinfer serve`'s LoRA flags and `jaxinfer generate --lora-path`."""
 
 from __future__ import annotations
 
@@ -87,3 +87,15 @@ def test_an_adapter_that_does_not_fit_stops_the_start_naming_its_flag(text_model
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2 and "--lora-modules sql=" in last and "rank r=4" in last, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_generate_command_runs_through_an_adapter(text_model_dir, llm, adapter):
+    params = SamplingParams(max_tokens=8, temperature=0)
+    expected = llm.generate([PROMPT], params, lora_request=adapter)[0].outputs[0].text
+    command = [sys.executable, "-m", "jaxinfer", "generate", "--model", str(text_model_dir), "--prompt", PROMPT,
+               "--max-tokens", "8", "--temperature", "0", "--lora-path", adapter.lora_path]
+    done = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == PROMPT + expected + "\n", done.stderr
+    bad = subprocess.run([*command, "--save-session", "/tmp/x"], env=child_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "--save-session" in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr

@@ -90,6 +90,11 @@ def read_adapter(request: LoRARequest, cfg: ModelConfig, max_rank: int) -> Adapt
     return Adapter(request.lora_name, path, rank, factors)
 
 
+def adapter_rank(path: str | Path) -> int:
+    """The rank a PEFT directory's adapter_config.json states (its settings checked as `read_adapter` does)."""
+    return int(_settings(Path(path).expanduser()).get("r") or 0)
+
+
 def _settings(path: Path) -> dict[str, Any]:
     """adapter_config.json, checked for what this reader serves: plain LoRA on Linear layers."""
     file = path / CONFIG_FILE

@@ -11,6 +11,7 @@ from typing import NoReturn, Sequence
 
 from jaxinfer import __version__
 from jaxinfer.checkpoint.loader import CheckpointError
+from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.model import ConfigError
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.config.validation import DTYPE_ALIASES, DTYPE_NAMES
@@ -74,13 +75,21 @@ def _generate(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     model = None if args.model is None else model_dir(args.model, "--model")  # the error names the flag
+    adapter, rank = _adapter(args)
     llm = LLM(
         model, dtype=args.dtype, max_seq_len=args.max_seq_len,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
-        gpu_memory_utilization=args.gpu_memory_utilization,
+        gpu_memory_utilization=args.gpu_memory_utilization, enable_lora=adapter is not None,
+        max_lora_rank=max(16, rank),
     )
-    pieces = llm.stream_text(args.prompt, params)
+    if adapter is not None:
+        try:
+            llm.engine.add_lora(adapter)
+        except ValueError as error:
+            raise ValueError(f"--lora-path {args.lora_path}: {error}") from None
+    pieces = llm.stream(args.prompt, params, lora_request=adapter)
+    pieces = (delta.outputs[0].text for delta in pieces if delta.outputs[0].text)
     first = next(pieces, "")  # validates and prefills before the prompt is echoed
     out = sys.stdout if _leads() else open(os.devnull, "w")  # every host decodes; process 0 prints
     out.write(args.prompt + first)
@@ -94,6 +103,21 @@ def _generate(args: argparse.Namespace) -> int:
         print(f"saved the KV of {info.num_cached_tokens} of the prompt's {len(info.token_ids)} tokens to {info.path}",
               file=sys.stderr)
     return 0
+
+
+def _adapter(args: argparse.Namespace) -> tuple[LoRARequest | None, int]:
+    """--lora-path as a LoRARequest and its rank, read before the model loads; (None, 0) without it."""
+    from jaxinfer.checkpoint.lora_adapter import adapter_rank
+
+    if args.lora_path is None:
+        return None, 0
+    if args.save_session is not None:
+        raise ValueError("--save-session saves the base model's KV of --prompt; leave --lora-path out to save one")
+    try:
+        rank = adapter_rank(args.lora_path)
+    except ValueError as error:
+        raise ValueError(f"--lora-path {args.lora_path}: {error}") from None
+    return LoRARequest("cli", 1, args.lora_path), rank
 
 
 def _leads() -> bool:
@@ -151,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(gen)
     gen.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16 or float16 (default: %(default)s)")
     gen.add_argument("--max-seq-len", type=int, default=None, help="cache length (default: the model's, <= 2048)")
+    gen.add_argument("--lora-path", default=None, metavar="DIR",
+                     help="generate through this LoRA adapter (a PEFT directory) of the model")
     gen.add_argument("--save-session", default=None, metavar="DIR",
                      help="then save the KV of --prompt (its whole pages) to DIR, a new or empty directory, for "
                      "`jaxinfer serve --load-session DIR` with the same model, dtype and cache settings")
