@@ -8,7 +8,7 @@ import sys
 
 import openai
 import pytest
-from live_server import serve_in_thread
+from live_server import metrics, serve_in_thread
 from python_subprocess import child_env
 
 pytest.importorskip("peft", reason="the test adapters are made by peft (pip install -e '.[test]')")
@@ -35,9 +35,14 @@ def llm(text_model_dir, adapter) -> LLM:
 
 
 @pytest.fixture(scope="module")
-def client(llm, adapter):
-    with serve_in_thread(llm, ServerConfig("tiny", lora_modules=(adapter,))) as (url, _):
-        yield openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+def url(llm, adapter):
+    with serve_in_thread(llm, ServerConfig("tiny", lora_modules=(adapter,))) as (base_url, _):
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
 
 
 def test_models_list_the_adapters_with_their_parent(client, adapter):
@@ -57,6 +62,13 @@ def test_the_model_name_picks_the_adapter(client, llm, adapter):
     assert with_adapter.outputs[0].text != base.outputs[0].text
     streamed = client.completions.create(model="sql", stream=True, **fields)
     assert "".join(chunk.choices[0].text for chunk in streamed) == with_adapter.outputs[0].text
+
+
+def test_metrics_count_slot_loads_and_name_the_adapters(client, url):
+    client.completions.create(model="sql", prompt=PROMPT, max_tokens=2)
+    text = metrics(url)
+    assert text["jaxinfer:lora_slot_loads_total"] >= 1
+    assert any(name.startswith('jaxinfer:lora_requests_info{max_lora="1"') for name in text), text
 
 
 def test_chat_with_an_adapter_and_unknown_names(client):

@@ -10,6 +10,10 @@ used first. A request whose adapter finds no slot waits, as one that finds no pa
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jaxinfer.engine.scheduler import Scheduler
 
 
 class AdapterSlots:
@@ -49,3 +53,13 @@ class AdapterSlots:
         """The adapters to write into their slots before the next call (and forget them)."""
         loads, self.loads = self.loads, {}
         return loads
+
+
+def adapter_metrics(scheduler: "Scheduler") -> dict:
+    """Slot loads so far, and which adapters run and wait (vLLM's lora_requests_info)."""
+    def names(requests) -> list[str]:
+        return sorted({r.adapter for r in requests if r.adapter is not None})
+
+    info = dict(running=names(scheduler.running), waiting=names(scheduler.waiting),
+                max_lora=len(scheduler.adapters.held))
+    return {"lora_slot_loads": scheduler.adapters.num_loads, "lora_requests_info": info}

@@ -17,7 +17,7 @@ from jaxinfer.checkpoint.tokenizer import Detokenizer, TokenTexts
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
-from jaxinfer.engine.adapter_slots import AdapterSlots
+from jaxinfer.engine.adapter_slots import AdapterSlots, adapter_metrics
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.in_flight import InFlight
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
@@ -209,6 +209,8 @@ class LLMEngine(StepCalls):
             self.stats, len(scheduler.running), len(scheduler.waiting), self.blocks.usage, prefix,
             scheduler.num_preemptions,
         )
+        if scheduler.adapters is not None:
+            values.update(adapter_metrics(scheduler))
         # Process-wide, for soak checks: no compile after the warm-up, device memory back to its baseline.
         values["compiled_programs"] = self.runner.compiled_programs()
         device_bytes = self.runner.device_bytes_in_use()

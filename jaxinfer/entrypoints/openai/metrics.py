@@ -8,6 +8,7 @@ works as it does on vLLM.
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -42,6 +43,7 @@ COUNTERS = {  # prometheus_client adds the `_total` suffix
     "engine_chained_calls": "Decode and verify calls started before the call ahead of them landed (async scheduling).",
     "engine_chained_verify_calls": "Of those, verify calls (speculative; the device drafts).",
     "compiled_programs": "Programs compiled or loaded from the compilation cache in this process (JAX's events).",
+    "lora_slot_loads": "LoRA adapters written into a device slot (a swap when every slot held another).",
 }
 SHADOW_COUNTERS = {
     "requests": "Requests shadowed on the reference and scored.",
@@ -61,6 +63,14 @@ HISTOGRAMS = {
 def _histogram(name: str, doc: str, values: dict) -> Metric:
     buckets = [(floatToGoString(bound), count) for bound, count in values["buckets"]]
     return HistogramMetricFamily(PREFIX + name, doc, buckets=buckets, sum_value=values["sum"])
+
+
+def _lora_info(info: dict) -> Metric:
+    """vLLM's lora_requests_info: the adapters running and waiting as labels, the time as the value."""
+    family = GaugeMetricFamily(PREFIX + "lora_requests_info", "LoRA adapters of running and waiting requests.",
+                               labels=["max_lora", "running_lora_adapters", "waiting_lora_adapters"])
+    family.add_metric([str(info["max_lora"]), ",".join(info["running"]), ",".join(info["waiting"])], time.time())
+    return family
 
 
 class EngineCollector(Collector):
@@ -89,6 +99,8 @@ class EngineCollector(Collector):
         for reason, count in sorted(snapshot.get("request_success", {}).items()):
             success.add_metric([str(reason)], float(count))
         yield success
+        if (lora := snapshot.get("lora_requests_info")) is not None:
+            yield _lora_info(lora)
         phases = CounterMetricFamily(PREFIX + "engine_phase_seconds", "Seconds of engine steps by phase (see "
                                      "engine.metrics.StepClock).", labels=["phase"])
         for phase, seconds in sorted(snapshot.get("engine_phase_seconds", {}).items()):
