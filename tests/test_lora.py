@@ -145,7 +145,7 @@ from jaxinfer import LLM, LoRARequest, SamplingParams
 params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
 adapter = LoRARequest("a", 1, adapter_path)
 out = {}
-for tp, dp in [(1, 1), (2, 1), (4, 2)]:
+for tp, dp in [(1, 1), (4, 2)]:
     llm = LLM(model, enable_lora=True, max_seq_len=64, max_num_seqs=4, tensor_parallel_size=tp, data_parallel_size=dp)
     outs = llm.generate(prompts, params, lora_request=[adapter, None, adapter])
     out[f"{tp}x{dp}"] = [o.outputs[0].token_ids for o in outs]
@@ -154,14 +154,14 @@ print(json.dumps(out))
 
 
 def test_adapters_on_a_mesh_match_one_device(tmp_path):
-    """Tensor and data parallel meshes (8 fake CPU devices) serve adapters with one device's tokens."""
+    """A tensor x data parallel mesh (4 x 2 fake CPU devices) serves adapters with one device's tokens."""
     model = save_hf_model("llama2", tmp_path / "m", num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=1)
     path, _ = save_adapter(model, tmp_path / "a")
     values = dict(model=str(model), adapter_path=str(path), prompts=[PROMPTS[0], PROMPTS[0], PROMPTS[2]])
     script = 'import jax\njax.config.update("jax_num_cpu_devices", 8)\n' + "".join(
         f"{k} = {v!r}\n" for k, v in values.items())
     runs = json.loads(run_python(script + MESH_RUN, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
-    assert runs["2x1"] == runs["1x1"] and runs["4x2"] == runs["1x1"]
+    assert runs["4x2"] == runs["1x1"]
     assert runs["1x1"][0] != runs["1x1"][1]  # one prompt, with the adapter and without
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import subprocess
 import sys
 
@@ -16,6 +18,7 @@ from lora_adapters import save_adapter  # noqa: E402
 
 from jaxinfer import LLM, LoRARequest, SamplingParams  # noqa: E402
 from jaxinfer.entrypoints.openai import ServerConfig  # noqa: E402
+from jaxinfer.entrypoints.openai.lora_modules import lora_modules  # noqa: E402
 
 KNOBS = dict(dtype="float32", max_seq_len=128, max_num_seqs=8, num_pages=64)
 PROMPT = "def add(a, b):"
@@ -78,11 +81,19 @@ def test_chat_with_an_adapter_and_unknown_names(client):
         client.completions.create(model="nope", prompt=PROMPT, max_tokens=2)
 
 
+def test_lora_modules_take_vllm_json_form_too(adapter):
+    """vLLM's '{"name": ..., "path": ...}' beside NAME=PATH, numbered in flag order."""
+    values = [json.dumps({"name": "sql", "path": adapter.lora_path}), f"chat={adapter.lora_path}"]
+    modules = lora_modules(argparse.Namespace(enable_lora=True, lora_modules=values))
+    assert modules == (LoRARequest("sql", 1, adapter.lora_path), LoRARequest("chat", 2, adapter.lora_path))
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--lora-modules", "a=/tmp"], "needs --enable-lora"),
     (["--enable-lora", "--lora-modules", "no-path"], "'no-path' is not NAME=PATH"),
     (["--enable-lora", "--lora-modules", "a=/nonexistent"], "holds no adapter_config.json"),
     (["--enable-lora", "--lora-modules", "a={ADAPTER}", "b={ADAPTER}", "a={ADAPTER}"], "repeat"),
+    (["--served-model-name", "a", "--enable-lora", "--lora-modules", "a={ADAPTER}"], "is the served model's name"),
 ])
 def test_bad_lora_flags_are_one_line_errors(text_model_dir, adapter, flags, words):
     flags = [f.replace("{ADAPTER}", adapter.lora_path) for f in flags]

@@ -80,7 +80,8 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     state.start(request, body.n)
     response_id = new_id("chatcmpl")
     stream = state.engine.generate(ids, params, response_id, deadline, streamed=body.stream, lora_request=adapter)
-    header = {"id": response_id, "created": int(time.time()), "model": adapter.lora_name if adapter else state.model_name}
+    model = adapter.lora_name if adapter else state.model_name
+    header = {"id": response_id, "created": int(time.time()), "model": model}
     if body.stream:
         chunk_header = {**header, "object": "chat.completion.chunk"}
         events = _stream(state, body, chunk_header, merge([stream]), len(ids), timeout, tools)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
-from jaxinfer.entrypoints.openai.lora_modules import add_lora_args, lora_modules, register
+from jaxinfer.entrypoints.openai.lora_modules import add_lora_args, check_served_name, lora_modules, register
 
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
@@ -176,7 +176,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.load_session and args.no_prefix_caching:
         raise ValueError("--load-session restores into the prefix cache, which --no-prefix-caching turns off")
     shadow_settings(args)  # every --shadow-* value, before the port is bound
-    lora_modules(args)
+    check_served_name(lora_modules(args), args.served_model_name)  # a directory's name: checked again once loaded
 
 
 def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
@@ -233,6 +233,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         llm, kwargs = _load(args, starting)
         name = args.served_model_name or llm.model_dir.name
+        check_served_name(server_config.lora_modules, name)
         shadow = _shadow(llm, kwargs, shadow_settings(args), starting)
         app = build_app(llm, dataclasses.replace(server_config, model_name=name), shadow)
         starting.ready(app)

@@ -57,6 +57,14 @@ def _module(value: str, int_id: int) -> LoRARequest:
     return LoRARequest(str(name).strip(), int_id, str(path))
 
 
+def check_served_name(modules: tuple[LoRARequest, ...], model_name: str | None) -> None:
+    """A ValueError when an adapter takes the served model's name: requests naming it would get the base model."""
+    for module in modules:
+        if module.lora_name == model_name:
+            raise ValueError(f"--lora-modules {module.lora_name}={module.lora_path}: `{model_name}` is the served "
+                             "model's name (--served-model-name, else the model directory's); give the adapter another")
+
+
 def register(llm: "LLM", modules: tuple[LoRARequest, ...]) -> None:
     """Read and check every adapter now, each error naming its flag value."""
     for module in modules:
