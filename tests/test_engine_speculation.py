@@ -80,6 +80,24 @@ def test_mixed_sampling_features_keep_outputs(plain, spec_llm):
     assert got[3].outputs[0].logprobs is not None and len(got[3].outputs[0].logprobs) == 12
 
 
+def test_logprobs_rows_draft_and_match_plain(plain, spec_llm):
+    """A row asking logprobs speculates (it no longer keeps the batch plain), and every token's
+    logprob, rank and top entries are those plain decoding reports for it."""
+    params = SamplingParams(max_tokens=16, temperature=0, logprobs=3, ignore_eos=True)
+    prompts = [LOOP, PROMPTS[1]]
+    expected = plain.generate(prompts, params)
+    before = spec_llm.metrics()
+    got = spec_llm.generate(prompts, params)
+    assert spec_llm.metrics()["accepted"] > before["accepted"]
+    for mine, theirs in zip(got, expected):
+        assert mine.token_ids == theirs.token_ids
+        mine_lp, theirs_lp = mine.outputs[0].logprobs, theirs.outputs[0].logprobs
+        assert len(mine_lp) == len(theirs_lp) == 16
+        for token, a, b in zip(mine.token_ids, mine_lp, theirs_lp):
+            assert list(a) == list(b) and a[token].rank == b[token].rank == 1
+            np.testing.assert_allclose([float(v) for v in a.values()], [float(v) for v in b.values()], atol=1e-4)
+
+
 def test_logit_bias_holds_in_verify_steps(plain, spec_llm):
     """A bias that bans a token the loop repeats: drafts holding it are rejected, outputs equal plain decoding's."""
     free = token_ids(plain, [LOOP])[0]

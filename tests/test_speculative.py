@@ -43,9 +43,13 @@ def make_llm(models, **spec) -> LLM:
 
 
 @pytest.fixture(scope="module")
-def plain(models):
-    llm = make_llm(models)
-    return [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
+def plain_llm(models):
+    return make_llm(models)
+
+
+@pytest.fixture(scope="module")
+def plain(plain_llm):
+    return [o.token_ids for o in plain_llm.generate(PROMPTS, GREEDY)]
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +117,19 @@ def test_self_speculation_accepts_everything(self_spec):
     assert stats["acceptance_per_position"] == [1.0] * K
     assert stats["target_passes"] == rounds and stats["tokens_per_target_pass"] == K + 1
     assert stats["mean_accepted_length"] == K + 1
+
+
+def test_logprobs_of_every_accepted_token_match_plain(self_spec, plain_llm):
+    """Verify calls of several rounds report each emitted token's logprobs, as plain decoding does."""
+    params = SamplingParams(max_tokens=1 + 3 * (K + 1), temperature=0, logprobs=2, ignore_eos=True)
+    expected = plain_llm.generate([PROMPTS[0]], params)[0].outputs[0]
+    out = self_spec.generate([PROMPTS[0]], params)[0]
+    assert out.spec_stats["acceptance_rate"] == 1.0
+    got = out.outputs[0]
+    assert got.token_ids == expected.token_ids and len(got.logprobs) == len(expected.logprobs)
+    for a, b in zip(got.logprobs, expected.logprobs):
+        assert [(t, v.rank) for t, v in a.items()] == [(t, v.rank) for t, v in b.items()]
+        np.testing.assert_allclose([float(v) for v in a.values()], [float(v) for v in b.values()], atol=1e-4)
 
 
 def test_stop_token_inside_accepted_run_ends_there(self_spec, plain):

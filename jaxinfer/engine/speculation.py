@@ -13,8 +13,8 @@ rows' acceptance and the verify cost again, so a request whose text starts repea
 machine that got less busy) switches speculation back on.
 A call that measures (a row's first verify step, or the reprobe) runs one round, however many a
 draft model or head could run: `measuring`.
-Plain sampling features the verify step does not implement (penalties, logprobs) make the
-step run plainly. Structured-output rows verify host (n-gram) drafts under a mask per position; a
+Penalties, which the verify step does not implement (a penalized row's counts change at every
+position it verifies), make the step run plainly; logprobs come from every verified position. Structured-output rows verify host (n-gram) drafts under a mask per position; a
 draft model or head does not draft for them (the host cannot mask drafts it has not seen).
 """
 
@@ -124,7 +124,7 @@ class Speculator:
             return None
         if self.suffix is not None:  # every request, so finished ones' outputs reach the shared tree
             self.suffix.track(requests)
-        if any(r.params.penalized or r.params.logprobs is not None for r in requests):
+        if any(r.params.penalized for r in requests):
             return None
         if self.config.adaptive and self.measured is not None and self.measured.needs_plain(rows):
             return None  # verify steps are timed: time plain ones too, which they must beat
@@ -161,8 +161,7 @@ class Speculator:
         tokens again); a request's first plans are not delayed (a short one would end first). A
         device drafter's plan reads only acceptance, costs and lags (and, for the device's lookup,
         the host's lookup on the tokens known): it is asked, and undone when it would draft."""
-        if self.disabled_reason is not None or any(r.params.penalized or r.params.logprobs is not None
-                                                   for r in requests):
+        if self.disabled_reason is not None or any(r.params.penalized for r in requests):
             return True
         if self.config.drafts_on_host:
             if just_declined and self.declined_run.get(rows, 0) >= 2:

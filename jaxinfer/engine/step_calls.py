@@ -131,7 +131,7 @@ class StepCalls:
         """Whether the call after `flight` decodes plainly: always without speculation, else when the
         speculation plan declines the rows that decode past `flight` (planned on the tokens known
         before it lands, and knowing whether a plan on landed tokens just declined `flight`'s rows;
-        rows that reach max_tokens in it, e.g. a logprobs request that keeps the others plain, are
+        rows that reach max_tokens in it, e.g. a penalized request that keeps the others plain, are
         left out)."""
         if self.speculator is None:
             return True

@@ -23,7 +23,9 @@ from jaxinfer.models import Weights, lm_logits
 from jaxinfer.runtime import eagle_rider, ngram_rider
 from jaxinfer.runtime.draft_model_rider import catch_up, propose
 from jaxinfer.runtime.eagle_rider import EagleDraft
-from jaxinfer.runtime.engine_step import Rider, StepInputs, StepOutputs, feature_taps, mask_early_stops
+from jaxinfer.runtime.engine_step import (
+    MAX_LOGPROBS, Rider, RowSampling, StepInputs, StepOutputs, feature_taps, mask_early_stops, row_logprobs,
+)
 from jaxinfer.runtime.flat_forward import DraftModel, step_features
 from jaxinfer.runtime.ngram_rider import NgramDraft
 from jaxinfer.sampling.penalties import add_logit_bias
@@ -40,11 +42,11 @@ class Drafts:
     count: jax.Array  # [R] int32 drafts to verify (0: the row decodes plainly)
 
 
-def position_logits(hidden: jax.Array, weights: Weights, x: StepInputs, rows: int) -> jax.Array:
-    """Float32 logits [R, C, V] at every verified position, logit bias added, stop ids masked before min_tokens,
-    each position's structured-output mask applied."""
-    chunk = hidden.shape[0] // rows
-    logits = lm_logits(weights, hidden).astype(jnp.float32)
+def position_logits(raw: jax.Array, x: StepInputs, rows: int) -> jax.Array:
+    """Float32 logits [R, C, V] at every verified position from the model's [R * C, V]: logit bias
+    added, stop ids masked before min_tokens, each position's structured-output mask applied."""
+    chunk = raw.shape[0] // rows
+    logits = raw.astype(jnp.float32)
     first_next = x.lengths - x.query_lens + 1  # index of the token the row's first query predicts
     next_index = (first_next[:, None] + jnp.arange(chunk, dtype=jnp.int32)[None, :]).reshape(-1)
     s = x.sampling
@@ -75,7 +77,8 @@ def verify_step(
         drafts = dataclasses.replace(drafts, tokens=tokens)
         x = dataclasses.replace(x, tokens=with_drafts(x.tokens, tokens))
     hidden, features, pages = step_features(weights, pages, x, cfg, feature_taps(draft))
-    logits = position_logits(hidden, weights, x, rows)
+    raw = lm_logits(weights, hidden)
+    logits = position_logits(raw, x, rows)
     first_position = x.lengths - drafts.count
     verdict = verify_logits(logits, proposal, drafts.tokens, drafts.count, x.sampling.params, first_position, rule)
     n = verdict.num_accepted
@@ -84,7 +87,16 @@ def verify_step(
     tokens = jnp.where(columns < n[:, None], padded, verdict.next_token[:, None])
     if isinstance(draft, EagleDraft):
         draft = eagle_rider.rewrite(draft, draft_weights, x, features, tokens, n + 1)
-    return StepOutputs(tokens, n + 1, None, None, None, drafted=drafts.count), pages, draft
+    chosen, ids, values, ranks = position_logprobs(raw, tokens, x.sampling)
+    return StepOutputs(tokens, n + 1, chosen, ids, values, drafted=drafts.count, ranks=ranks), pages, draft
+
+
+def position_logprobs(raw: jax.Array, tokens: jax.Array, s: RowSampling) -> tuple[jax.Array, ...]:
+    """`row_logprobs` at every verified position: of tokens [R, C] under the raw logits [R * C, V]
+    (the model's distribution, as plain steps report it), each result [R, C, ...]."""
+    rows, chunk = tokens.shape
+    flat = row_logprobs(raw, tokens.reshape(-1), s)
+    return tuple(a.reshape(rows, chunk, *a.shape[1:]) for a in flat)
 
 
 def _looked_up(draft: NgramDraft, x: StepInputs, drafts: Drafts) -> tuple[StepInputs, Drafts, NgramDraft]:
@@ -135,8 +147,11 @@ def verify_rounds(
         emitted = step.counts
         kept = live[:, None] & (columns < emitted[:, None])
         slots = jnp.where(kept, out.counts[:, None] + columns, width)
+        put = lambda packed, new: packed.at[index[:, None], slots].set(new, mode="drop")  # noqa: E731
         out = dataclasses.replace(
-            out, tokens=out.tokens.at[index[:, None], slots].set(step.tokens, mode="drop"),
+            out, tokens=put(out.tokens, step.tokens), logprobs=put(out.logprobs, step.logprobs),
+            top_ids=put(out.top_ids, step.top_ids), top_logprobs=put(out.top_logprobs, step.top_logprobs),
+            ranks=put(out.ranks, step.ranks),
             counts=out.counts + jnp.where(live, emitted, 0),
             drafted=out.drafted.at[:, i].set(jnp.where(live, step.drafted, -1)),
             accepted=out.accepted.at[:, i].set(jnp.where(live, emitted - 1, 0)),
@@ -151,8 +166,10 @@ def verify_rounds(
         return i + 1, x, Drafts(jnp.zeros_like(drafts.tokens), count), pages, draft, out, halt
 
     empty = StepOutputs(
-        jnp.zeros((rows, width), jnp.int32), jnp.zeros((rows,), jnp.int32), None, None, None,
+        jnp.zeros((rows, width), jnp.int32), jnp.zeros((rows,), jnp.int32), jnp.zeros((rows, width)),
+        jnp.zeros((rows, width, MAX_LOGPROBS), jnp.int32), jnp.zeros((rows, width, MAX_LOGPROBS)),
         drafted=jnp.full((rows, max_rounds), -1, jnp.int32), accepted=jnp.zeros((rows, max_rounds), jnp.int32),
+        ranks=jnp.ones((rows, width), jnp.int32),
     )
     if isinstance(draft, DraftModel):
         draft = catch_up(draft, draft_weights, x, window, draft_start)
