@@ -24,7 +24,14 @@ from jaxinfer.runtime import eagle_rider, ngram_rider
 from jaxinfer.runtime.draft_model_rider import catch_up, propose
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import (
-    MAX_LOGPROBS, Rider, RowSampling, StepInputs, StepOutputs, feature_taps, mask_early_stops, row_logprobs,
+    MAX_LOGPROBS,
+    Rider,
+    RowSampling,
+    StepInputs,
+    StepOutputs,
+    feature_taps,
+    mask_early_stops,
+    row_logprobs,
 )
 from jaxinfer.runtime.flat_forward import DraftModel, step_features
 from jaxinfer.runtime.ngram_rider import NgramDraft
