@@ -15,7 +15,8 @@ A call that measures (a row's first verify step, or the reprobe) runs one round,
 draft model or head could run: `measuring`.
 Penalties, which the verify step does not implement (a penalized row's counts change at every
 position it verifies), make the step run plainly; logprobs come from every verified position.
-Structured-output rows verify host (n-gram) drafts under a mask per position; a draft model or head does not draft for them (the host cannot mask drafts it has not seen).
+Structured-output rows verify host (n-gram) drafts under a mask per position; a draft model or
+head does not draft for them (the host cannot mask drafts it has not seen).
 """
 
 from __future__ import annotations
