@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import httpx
 import openai
 import pytest
 from live_server import metrics, serve_in_thread
@@ -39,7 +40,8 @@ def llm(text_model_dir, adapter) -> LLM:
 
 @pytest.fixture(scope="module")
 def url(llm, adapter):
-    with serve_in_thread(llm, ServerConfig("tiny", lora_modules=(adapter,))) as (base_url, _):
+    config = ServerConfig("tiny", lora_modules=(adapter,), runtime_lora_updating=True)
+    with serve_in_thread(llm, config) as (base_url, _):
         yield base_url
 
 
@@ -81,6 +83,35 @@ def test_chat_with_an_adapter_and_unknown_names(client):
         client.completions.create(model="nope", prompt=PROMPT, max_tokens=2)
 
 
+def test_adapters_load_and_unload_while_serving(client, url, llm, text_model_dir, tmp_path):
+    """vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter: a loaded adapter is served by name
+    (LLM.generate's output with it), a bad one is a 400 naming its path, an unloaded one a 404."""
+    path = str(save_adapter(text_model_dir, tmp_path / "fresh", seed=7)[0])
+    load = lambda body: httpx.post(url + "/v1/load_lora_adapter", json=body, timeout=60)  # noqa: E731
+    unload = lambda body: httpx.post(url + "/v1/unload_lora_adapter", json=body, timeout=60)  # noqa: E731
+    done = load({"lora_name": "fresh", "lora_path": path})
+    assert done.status_code == 200 and "added successfully" in done.text, done.text
+    assert {card.id for card in client.models.list().data} == {"tiny", "sql", "fresh"}
+    fields = dict(prompt=PROMPT, max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+    served = client.completions.create(model="fresh", **fields).choices[0].text
+    expected = llm.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True),
+                            lora_request=LoRARequest("fresh-reference", 99, path))[0].outputs[0].text
+    assert served == expected
+    for body, status, words in [
+        ({"lora_name": "fresh", "lora_path": path}, 400, "has already been loaded"),
+        ({"lora_name": "tiny", "lora_path": path}, 400, "served model's name"),
+        ({"lora_name": "gone", "lora_path": str(tmp_path / "missing")}, 400, "lora_path"),
+        ({"lora_name": "fresh"}, 400, "lora_path"),
+    ]:
+        refused = load(body)
+        assert refused.status_code == status and words in refused.json()["error"]["message"], refused.text
+    done = unload({"lora_name": "fresh"})
+    assert done.status_code == 200 and "removed successfully" in done.text
+    with pytest.raises(openai.NotFoundError, match="`tiny`, `sql`"):
+        client.completions.create(model="fresh", **fields)
+    assert unload({"lora_name": "fresh"}).status_code == 404
+
+
 def test_lora_modules_take_vllm_json_form_too(adapter):
     """vLLM's '{"name": ..., "path": ...}' beside NAME=PATH, numbered in flag order."""
     values = [json.dumps({"name": "sql", "path": adapter.lora_path}), f"chat={adapter.lora_path}"]
@@ -90,6 +121,7 @@ def test_lora_modules_take_vllm_json_form_too(adapter):
 
 @pytest.mark.parametrize("flags, words", [
     (["--lora-modules", "a=/tmp"], "needs --enable-lora"),
+    (["--allow-runtime-lora-updating"], "needs --enable-lora"),
     (["--enable-lora", "--lora-modules", "no-path"], "'no-path' is not NAME=PATH"),
     (["--enable-lora", "--lora-modules", "a=/nonexistent"], "holds no adapter_config.json"),
     (["--enable-lora", "--lora-modules", "a={ADAPTER}", "b={ADAPTER}", "a={ADAPTER}"], "repeat"),

@@ -36,3 +36,14 @@ class LoRAConfig:
     def __post_init__(self) -> None:
         validation.positive_int(self.max_loras, "max_loras")
         validation.positive_int(self.max_lora_rank, "max_lora_rank")
+
+
+def adapter_key(name: str, registration: int) -> str:
+    """The key of one registration of an adapter name: what requests, device slots and prefix-cache
+    hashes carry, so an adapter removed and loaded again under its name meets nothing of the old one."""
+    return f"{name}#{registration}"
+
+
+def adapter_name(key: str) -> str:
+    """The name a key was registered under."""
+    return key.rpartition("#")[0]

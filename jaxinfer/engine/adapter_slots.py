@@ -5,12 +5,15 @@ models/lora_weight). A request takes its adapter's slot when it is admitted and 
 when it finishes or is preempted; an adapter no running request uses stays in its slot (a
 later request reuses it without a load) until a new adapter needs the slot, the least recently
 used first. A request whose adapter finds no slot waits, as one that finds no pages does.
+Slots hold adapters by key (`config.lora.adapter_key`: a name and its registration).
 """
 
 from __future__ import annotations
 
 import collections
 from typing import TYPE_CHECKING
+
+from jaxinfer.config.lora import adapter_name
 
 if TYPE_CHECKING:
     from jaxinfer.engine.scheduler import Scheduler
@@ -49,6 +52,14 @@ class AdapterSlots:
         if self.users[slot] == 0:
             self.recent[slot] = None
 
+    def forget(self, adapter: str) -> None:
+        """Empty the slot holding `adapter` (a removed one) unless a request still runs with it."""
+        if adapter in self.held and self.users[self.held.index(adapter)] == 0:
+            slot = self.held.index(adapter)
+            self.held[slot] = None
+            self.recent.pop(slot, None)
+            self.loads.pop(slot, None)
+
     def take_loads(self) -> dict[int, str]:
         """The adapters to write into their slots before the next call (and forget them)."""
         loads, self.loads = self.loads, {}
@@ -58,7 +69,7 @@ class AdapterSlots:
 def adapter_metrics(scheduler: "Scheduler") -> dict:
     """Slot loads so far, and which adapters run and wait (vLLM's lora_requests_info)."""
     def names(requests) -> list[str]:
-        return sorted({r.adapter for r in requests if r.adapter is not None})
+        return sorted({adapter_name(r.adapter) for r in requests if r.adapter is not None})
 
     info = dict(running=names(scheduler.running), waiting=names(scheduler.waiting),
                 max_lora=len(scheduler.adapters.held))

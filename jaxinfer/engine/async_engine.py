@@ -3,7 +3,8 @@
 The event loop never touches the engine while a step runs (a device call, or a compile that
 takes seconds): `generate` and `abort` put commands into a thread-safe inbox and return, and
 the step, in a worker thread, first applies the inbox (tokenizing, validating and computing
-prompt logprobs there) and then runs (vLLM v1's EngineCore input queue). Its outputs reach each
+prompt logprobs there, and loading or removing LoRA adapters) and then runs (vLLM v1's EngineCore
+input queue). Its outputs reach each
 request's own collector (`output_collector`, the path `LLM` uses too). Concurrent callers are
 batched together; a consumer that stops iterating (a client that disconnected) aborts its
 request, which frees its pages.
@@ -22,7 +23,7 @@ import dataclasses
 import itertools
 import logging
 import queue
-from typing import TYPE_CHECKING, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence
 
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
@@ -57,6 +58,14 @@ class Abort:
     request_id: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """Run `function(engine)` in the step thread between steps; its result (or error) goes to `future`."""
+
+    function: Callable[[LLMEngine], Any]
+    future: asyncio.Future
+
+
 @dataclasses.dataclass
 class StepResult:
     """What one pass of the step thread hands back to the loop."""
@@ -64,6 +73,7 @@ class StepResult:
     outputs: list[RequestOutput]
     failed: dict[str, Exception]  # requests the engine refused or a failed step took down, by id
     waiting: int  # sequences waiting for a slot after the step (the scheduler's queue)
+    answers: list[tuple[asyncio.Future, Any, Exception | None]] = dataclasses.field(default_factory=list)  # Calls
 
 
 class AsyncLLMEngine:
@@ -71,7 +81,7 @@ class AsyncLLMEngine:
 
     def __init__(self, engine: LLMEngine):
         self.engine = engine
-        self._inbox: queue.SimpleQueue[Add | Abort] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Add | Abort | Call] = queue.SimpleQueue()
         self._router = OutputRouter()
         self._ids = itertools.count()
         self._loop_task: asyncio.Task | None = None
@@ -106,6 +116,20 @@ class AsyncLLMEngine:
         """Stop a request and free its pages (at the end of the running step)."""
         self._send(Abort(request_id))
 
+    async def add_lora(self, lora_request: LoRARequest) -> bool:
+        """Read and check an adapter between steps (LLMEngine.add_lora); its errors raise here."""
+        return await self._call(lambda engine: engine.add_lora(lora_request))
+
+    async def remove_lora(self, lora: str | int) -> bool:
+        """Stop serving an adapter between steps (LLMEngine.remove_lora); False when none is served so."""
+        return await self._call(lambda engine: engine.remove_lora(lora))
+
+    async def _call(self, function: Callable[[LLMEngine], Any]) -> Any:
+        """function(engine) in the step thread, where the engine is only ever touched."""
+        future = asyncio.get_running_loop().create_future()
+        self._send(Call(function, future))
+        return await future
+
     def abort_all(self, error: BaseException) -> int:
         """Hand every reader `error` and abort its request (a server that stops); how many there were.
 
@@ -118,7 +142,7 @@ class AsyncLLMEngine:
             self._send(Abort(request_id))
         return len(request_ids)
 
-    def _send(self, command: Add | Abort) -> None:
+    def _send(self, command: Add | Abort | Call) -> None:
         self._inbox.put(command)
         if self._loop_task is None or self._loop_task.done():
             self._wake = asyncio.Event()  # a fresh one: an event waited on is bound to its loop
@@ -137,6 +161,13 @@ class AsyncLLMEngine:
             except Exception as error:  # the engine itself failed: every waiter hears about it
                 self._router.fail_all(error)
                 raise
+            for future, value, error in result.answers:
+                if future.done():  # its caller was cancelled
+                    continue
+                if error is None:
+                    future.set_result(value)
+                else:
+                    future.set_exception(error)
             for request_id, error in result.failed.items():
                 self._router.fail(request_id, error)
             self._router.route(result.outputs)
@@ -146,8 +177,12 @@ class AsyncLLMEngine:
         """In the worker thread: apply the inbox, then run one step if any request is in flight."""
         failed: dict[str, Exception] = {}
         aborted: list[str] = []
+        answers = []
         while not self._inbox.empty():
             command = self._inbox.get()
+            if isinstance(command, Call):
+                answers.append(_answer(command, self.engine))
+                continue
             if isinstance(command, Abort):
                 self.engine.abort(command.request_id)
                 aborted.append(command.request_id)
@@ -164,7 +199,7 @@ class AsyncLLMEngine:
             except Exception as error:  # host-side (the engine fails a device call's requests itself)
                 log.exception("engine step failed outside its device call; every request in flight is failed")
                 failed.update(self._fail_in_flight(error))
-        return StepResult(outputs, failed, len(self.engine.scheduler.waiting))
+        return StepResult(outputs, failed, len(self.engine.scheduler.waiting), answers)
 
     def _fail_in_flight(self, error: Exception) -> dict[str, Exception]:
         """Abort every request the engine holds (freeing their pages), each failed with `error`.
@@ -177,6 +212,13 @@ class AsyncLLMEngine:
             self.engine.abort(request_id)
         self.engine.finish_aborted(request_ids)
         return dict.fromkeys(request_ids, error)
+
+
+def _answer(call: Call, engine: LLMEngine) -> tuple[asyncio.Future, Any, Exception | None]:
+    try:
+        return call.future, call.function(engine), None
+    except Exception as error:  # the caller's own error: the engine goes on
+        return call.future, None, error
 
 
 async def _next_delta(collector: RequestOutputCollector, deadline: float | None) -> RequestOutput:

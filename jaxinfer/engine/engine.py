@@ -35,6 +35,7 @@ from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.speculative.config import SpeculativeConfig
 
 if TYPE_CHECKING:
+    from jaxinfer.runtime.adapter_store import AdapterStore
     from jaxinfer.runtime.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,8 @@ class LLMEngine(StepCalls):
             self.scheduler.add(request)
 
     def _adapter_name(self, lora_request: LoRARequest | None, params: SamplingParams) -> str | None:
-        """The adapter's name, once the runner has read and checked it; None for the base model."""
+        """The adapter's key (config.lora.adapter_key), once the runner has read and checked it; None for
+        the base model."""
         if lora_request is None:
             return None
         if not isinstance(lora_request, LoRARequest):
@@ -136,16 +138,42 @@ class LLMEngine(StepCalls):
         if params.prompt_logprobs is not None:
             raise ValueError("prompt_logprobs is not served with a lora_request yet (they are scored by the base "
                              "model before the adapter has a slot); leave prompt_logprobs unset")
-        self.add_lora(lora_request)
-        return lora_request.lora_name
+        return self._adapters(lora_request.lora_name).register(lora_request)
 
-    def add_lora(self, lora_request: LoRARequest) -> None:
+    def add_lora(self, lora_request: LoRARequest) -> bool:
         """Read and check an adapter now (vLLM's add_lora): requests naming it later start without
         reading it; a bad one raises here (CheckpointError naming the file and what is wrong)."""
+        self._adapters(lora_request.lora_name).register(lora_request)
+        return True
+
+    def remove_lora(self, lora: str | int) -> bool:
+        """Stop serving an adapter, by lora_name or lora_int_id (vLLM's remove_lora); False when none
+        is served so. Requests running with it finish with it; a request naming it later reads it
+        again (its directory may have changed), and cached prefixes of the old one are never reused."""
+        removed = self._adapters().remove(lora) is not None
+        self._drop_removed_adapters()
+        return removed
+
+    def list_loras(self) -> set[int]:
+        """The lora_int_ids of the adapters served (vLLM's list_loras)."""
+        return {request.lora_int_id for request in self._adapters().served()}
+
+    def _adapters(self, name: str | None = None) -> AdapterStore:
         if self.runner.adapters is None:
-            raise ValueError(f"lora_request {lora_request.lora_name!r} needs an engine made with enable_lora=True "
-                             "(LLM(..., enable_lora=True) or `jaxinfer serve --enable-lora`)")
-        self.runner.adapters.register(lora_request)
+            asked = "LoRA adapters need" if name is None else f"lora_request {name!r} needs"
+            raise ValueError(f"{asked} an engine made with enable_lora=True (LLM(..., enable_lora=True) or "
+                             "`jaxinfer serve --enable-lora`)")
+        return self.runner.adapters
+
+    def _drop_removed_adapters(self) -> None:
+        """Forget removed adapters no request runs with any more (their factors, their idle slot)."""
+        store = self.runner.adapters
+        if store is None or not store.retired:
+            return
+        used = {r.adapter for group in self.groups.values() for r in group if not r.finished}
+        for key in store.retired - used:
+            store.drop(key)
+            self.scheduler.adapters.forget(key)
 
     def abort(self, request_id: str) -> None:
         """Stop a request now and free its pages; its final output comes from the next step."""
@@ -199,6 +227,7 @@ class LLMEngine(StepCalls):
         clock.lap("overlapped" if self.in_flight is not None else "collect")
         if any(phase in clock.laps for phase in StepClock.DEVICE):
             self.stats.record_step(clock)
+        self._drop_removed_adapters()
         return outputs
 
     def metrics(self) -> dict:

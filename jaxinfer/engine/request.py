@@ -78,7 +78,7 @@ class Request:
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     timing: Timing = dataclasses.field(default_factory=Timing)
     detokenizer: object | None = None
-    adapter: str | None = None  # the LoRA adapter it runs with (its name), None: the base model
+    adapter: str | None = None  # the LoRA adapter it runs with (its key, config.lora.adapter_key), None: base model
     adapter_slot: int = -1  # the device slot holding that adapter while it runs (engine/adapter_slots)
     spec_acceptance: float | None = None  # moving average of draft acceptance (engine speculation)
     spec_counts: dict | None = None  # this sample's verify-step counters (acceptance_summary.COUNTER_FIELDS)

@@ -17,6 +17,7 @@ from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_co
 from jaxinfer.entrypoints.openai.errors import APIError, RequestGuard, install_handlers
 from jaxinfer.entrypoints.openai.gate import Admission, ServingGate, Traffic
 from jaxinfer.entrypoints.openai.limits import Limits
+from jaxinfer.entrypoints.openai.lora_routes import add_lora_routes
 from jaxinfer.entrypoints.openai.metrics import FallbackCollector, engine_registry, metrics_text
 from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
 from jaxinfer.entrypoints.openai.serving import ServerState
@@ -46,6 +47,7 @@ class ServerConfig:
     request_timeout: float | None = None
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
     lora_modules: tuple[LoRARequest, ...] = ()  # adapters served by name (--lora-modules)
+    runtime_lora_updating: bool = False  # /v1/load_lora_adapter and /v1/unload_lora_adapter
 
 
 def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None) -> FastAPI:
@@ -75,6 +77,8 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))
     _add_generation_routes(app, state)
     _add_utility_routes(app, state)
+    if config.runtime_lora_updating:
+        add_lora_routes(app, state, shadow.primary if shadow is not None else front)
     if shadow is not None and shadow.settings.fraction > 0:
         @app.get("/debug/shadow")
         async def debug_shadow() -> JSONResponse:

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
-from jaxinfer.entrypoints.openai.lora_modules import add_lora_args, check_served_name, lora_modules, register
+from jaxinfer.entrypoints.openai.lora_modules import (
+    add_lora_args,
+    check_served_name,
+    lora_modules,
+    register,
+    runtime_lora_updating,
+)
 
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
@@ -177,6 +183,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--load-session restores into the prefix cache, which --no-prefix-caching turns off")
     shadow_settings(args)  # every --shadow-* value, before the port is bound
     check_served_name(lora_modules(args), args.served_model_name)  # a directory's name: checked again once loaded
+    runtime_lora_updating(args)
 
 
 def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
@@ -188,7 +195,7 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
                     max_stop=args.max_stop_sequences, max_prompts=args.max_prompts)
     return ServerConfig(
         model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
-        args.request_timeout, args.write_timeout, lora_modules(args),
+        args.request_timeout, args.write_timeout, lora_modules(args), runtime_lora_updating(args),
     )
 
 

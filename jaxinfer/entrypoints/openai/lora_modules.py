@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from jaxinfer.entrypoints.llm import LLM
 
 ACCEPTED = 'NAME=PATH or {"name": NAME, "path": PATH} (a PEFT adapter directory)'
+RUNTIME_UPDATING_VAR = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"  # vLLM's switch for the same routes
 
 
 def add_lora_args(serve: argparse.ArgumentParser) -> None:
@@ -27,6 +29,18 @@ def add_lora_args(serve: argparse.ArgumentParser) -> None:
         help=f"adapters served by name as the request's `model`: {ACCEPTED}")
     add("--max-loras", type=int, default=1, help="adapters one step serves at once (default: %(default)s)")
     add("--max-lora-rank", type=int, default=16, help="the largest adapter rank served (default: %(default)s)")
+    add("--allow-runtime-lora-updating", action="store_true",
+        help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (they read directories the client "
+             f"names; also on with {RUNTIME_UPDATING_VAR}=true)")
+
+
+def runtime_lora_updating(args: argparse.Namespace) -> bool:
+    """Whether the load/unload routes are served; a ValueError when asked for without --enable-lora."""
+    asked = args.allow_runtime_lora_updating or os.environ.get(RUNTIME_UPDATING_VAR, "").lower() in ("1", "true")
+    if asked and not args.enable_lora:
+        how = "--allow-runtime-lora-updating" if args.allow_runtime_lora_updating else f"{RUNTIME_UPDATING_VAR}"
+        raise ValueError(f"{how} needs --enable-lora (the engine's adapter slots)")
+    return asked
 
 
 def lora_modules(args: argparse.Namespace) -> tuple[LoRARequest, ...]:
