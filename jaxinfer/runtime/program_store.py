@@ -16,7 +16,9 @@ Only programs XLA compiled then are saved (runtime/executables: XLA:CPU re-seria
 loaded from JAX's cache without all of its code), and a copy that fails at run time for lack of
 its code has the runner's stored programs removed and compiled again. An entry also names the
 CPU kernels that were registered when it was saved (the FFI targets it may call): they are
-registered before it loads. The store lives beside JAX's cache and is on when that is
+registered before it loads. A sharded program's argument trees name its mesh's devices: they are
+pickled by platform and id (`_Pickler`), and an entry that still does not pickle is not stored
+(the program runs; it compiles again next start). The store lives beside JAX's cache and is on when that is
 (runtime/compile_cache), on one process, unless JAXINFER_PROGRAM_STORE=0 (what it cannot see is
 code changed in memory: a patched traced function needs the store off, as the test suite has
 it). Only the newest stores are kept.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import io
 import logging
 import os
 import pickle
@@ -135,6 +138,28 @@ def store_beside(cache_dir: str | None) -> ProgramStore | None:
     return ProgramStore(Path(cache_dir) / SUBDIR)
 
 
+def device_by_id(platform: str, device_id: int) -> jax.Device:
+    """This process's device of that platform and id (a stored program's mesh names its devices so)."""
+    return next(d for d in jax.devices(platform) if d.id == device_id)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles devices by platform and id: a sharded program's argument trees hold its mesh, whose
+    devices do not pickle. The store's directory key names the devices, so the ids mean the same
+    devices when an entry loads."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, jax.Device):
+            return device_by_id, (obj.platform, obj.id)
+        return NotImplemented
+
+
+def _dumps(entry: dict) -> bytes:
+    buffer = io.BytesIO()
+    _Pickler(buffer).dump(entry)
+    return buffer.getvalue()
+
+
 class ProgramStore:
     """Compiled programs of this code and platform, one file each under `directory`."""
 
@@ -150,7 +175,7 @@ class ProgramStore:
         """The stored program, or None (an unreadable entry is removed, with a warning)."""
         path = self._path(key)
         try:
-            entry = pickle.loads(path.read_bytes())
+            entry = pickle.loads(path.read_bytes())  # devices come back by platform and id: `_Pickler`
             for kernel in entry["kernels"]:
                 load_kernel(*kernel)
             return serialize_executable.deserialize_and_load(entry["payload"], entry["in_tree"], entry["out_tree"])
@@ -176,9 +201,14 @@ class ProgramStore:
         entry = dict(payload=payload, in_tree=in_tree, out_tree=out_tree, kernels=registered_kernels())
         path = self._path(key)
         try:
+            data = _dumps(entry)
+        except (TypeError, pickle.PicklingError, AttributeError) as err:  # a program is never lost to its copy
+            log.info("a compiled program is not stored (%s: %s)", type(err).__name__, err)
+            return False
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
-            partial.write_bytes(pickle.dumps(entry))
+            partial.write_bytes(data)
             os.replace(partial, path)
         except OSError as err:
             log.warning("could not store a compiled program in %s: %s", path.parent, err)
