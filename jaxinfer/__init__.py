@@ -6,6 +6,7 @@ from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.config.structured_outputs import StructuredOutputsParams
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
 from jaxinfer.entrypoints.compare import Comparison, Configuration, compare
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
 from jaxinfer.models.registry import from_hf_config, load_config
@@ -23,6 +24,8 @@ __all__ = [
     "LoRARequest",
     "RequestOutput",
     "CompletionOutput",
+    "EmbeddingRequestOutput",
+    "EmbeddingOutput",
     "Logprob",
     "LLMEngine",
     "EngineConfig",

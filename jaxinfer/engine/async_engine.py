@@ -3,7 +3,7 @@
 The event loop never touches the engine while a step runs (a device call, or a compile that
 takes seconds): `generate` and `abort` put commands into a thread-safe inbox and return, and
 the step, in a worker thread, first applies the inbox (tokenizing, validating and computing
-prompt logprobs there, and loading or removing LoRA adapters) and then runs (vLLM v1's EngineCore
+prompt logprobs there, embeddings, and loading or removing LoRA adapters) and then runs (vLLM v1's EngineCore
 input queue). Its outputs reach each
 request's own collector (`output_collector`, the path `LLM` uses too). Concurrent callers are
 batched together; a consumer that stops iterating (a client that disconnected) aborts its
@@ -123,6 +123,10 @@ class AsyncLLMEngine:
     async def remove_lora(self, lora: str | int) -> bool:
         """Stop serving an adapter between steps (LLMEngine.remove_lora); False when none is served so."""
         return await self._call(lambda engine: engine.remove_lora(lora))
+
+    async def embed(self, prompts: list[list[int]], pooling: str = "last", normalize: bool = True) -> list:
+        """Each prompt's embedding (a NumPy vector; see LLM.embed), computed between steps."""
+        return await self._call(lambda engine: [engine.runner.embed(ids, pooling, normalize) for ids in prompts])
 
     async def _call(self, function: Callable[[LLMEngine], Any]) -> Any:
         """function(engine) in the step thread, where the engine is only ever touched."""

@@ -90,3 +90,24 @@ def accumulate(total: RequestOutput | None, delta: RequestOutput) -> RequestOutp
     total.finished, total.metrics = delta.finished, delta.metrics
     total.error = total.error or delta.error
     return total
+
+
+@dataclasses.dataclass
+class EmbeddingOutput:
+    """A prompt's embedding (vLLM's EmbeddingOutput)."""
+
+    embedding: list[float]
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclasses.dataclass
+class EmbeddingRequestOutput:
+    """What `LLM.embed` returns per prompt (vLLM's EmbeddingRequestOutput)."""
+
+    request_id: str
+    outputs: EmbeddingOutput
+    prompt_token_ids: list[int]
+    finished: bool = True

@@ -22,6 +22,7 @@ from jaxinfer.config.generation import generation_defaults
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
@@ -41,6 +42,7 @@ from jaxinfer.models import Weights, unpack_for_cpu
 from jaxinfer.models.rope import for_context
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.compile_cache import compile_cache_setting
+from jaxinfer.runtime.embeddings import check_pooling
 from jaxinfer.runtime.memory_maps import release_programs_near_cap
 from jaxinfer.runtime.model_runner import ModelRunner
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
@@ -335,6 +337,26 @@ class LLM:
             self._engine_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout,
             self.engine.runner.executables,
         )
+
+    def embed(
+        self, prompts: Prompt | Sequence[Prompt], pooling: str = "last", normalize: bool = True,
+        use_tqdm: bool = False,
+    ) -> list[EmbeddingRequestOutput]:
+        """One embedding per prompt, in order (vLLM's `LLM.embed`): the final hidden states pooled,
+        "last" (the last token's, as decoder embedding models such as Qwen3-Embedding read them),
+        "mean" or "cls" (the first token's), unit length when `normalize`. Each prompt is one pass
+        beside the engine's steps (runtime/embeddings)."""
+        pooling = check_pooling(pooling)
+        normalize = validation.boolean(normalize, "normalize")
+        all_ids = [self.encode(prompt) for prompt in self._as_list(prompts)]
+        for ids in all_ids:
+            check_prompt(ids, 0, self.config.vocab_size, self.max_seq_len)
+        show = validation.boolean(use_tqdm, "use_tqdm")
+        return [
+            EmbeddingRequestOutput(str(i), EmbeddingOutput(self.engine.runner.embed(ids, pooling, normalize).tolist()),
+                                   ids)
+            for i, ids in enumerate(tqdm(all_ids, desc="Embedded prompts", unit="req", disable=not show))
+        ]
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt (strings go through the model's tokenizer)."""

@@ -1,4 +1,5 @@
-"""Logits at every position of whole sequences over a contiguous cache (prompt logprobs, `LLM.logits`)."""
+"""Logits at every position of whole sequences over a contiguous cache (prompt logprobs, `LLM.logits`),
+and pooled final hidden states (`LLM.embed`)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,19 @@ def all_logits(weights: Weights, tokens: jax.Array, cache: KVCache, cfg: ModelCo
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
     hidden, _ = forward(weights, tokens, positions, cache, cfg)
     return lm_logits(weights, hidden)
+
+
+def pooled_hidden(
+    weights: Weights, tokens: jax.Array, length: jax.Array, cache: KVCache, cfg: ModelConfig, pooling: str
+) -> jax.Array:
+    """Float32 [D]: the final hidden states of tokens [1, T] (the first `length` real, the rest padding)
+    pooled: "last" (the last real token's, as decoder embedding models read them), "mean" (over the
+    real tokens) or "cls" (the first token's). Causal attention keeps padding out of real positions."""
+    positions = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+    hidden = forward(weights, tokens, positions, cache, cfg)[0][0].astype(jnp.float32)
+    if pooling == "last":
+        return hidden[length - 1]
+    if pooling == "cls":
+        return hidden[0]
+    real = (jnp.arange(tokens.shape[1]) < length)[:, None]
+    return jnp.sum(jnp.where(real, hidden, 0.0), axis=0) / length

@@ -37,6 +37,7 @@ from jaxinfer.runtime.adapter_store import AdapterStore
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.device_inputs import device_inputs
 from jaxinfer.runtime.eagle_rider import EagleDraft
+from jaxinfer.runtime.embeddings import embedding
 from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.executables import Executables, Program
 from jaxinfer.runtime.host_step import HostStep
@@ -301,6 +302,14 @@ class ModelRunner:
         return prompt_logprobs(
             self.weights, self.model_config, ids, k, self.dtype, self.config.max_seq_len,
             self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, text, self.executables,
+        )
+
+    def embed(self, ids: list[int], pooling: str, normalize: bool) -> np.ndarray:
+        """The prompt's pooled final hidden states (see runtime/embeddings)."""
+        release_programs_near_cap()
+        return embedding(
+            self.weights, self.model_config, ids, self.dtype, self.config.max_seq_len, pooling, normalize,
+            self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, self.executables,
         )
 
     def page_specs(self) -> dict[str, tuple[tuple[int, ...], str]]:

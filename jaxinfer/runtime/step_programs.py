@@ -1,5 +1,5 @@
 """The compiled programs of the package: the engine's steps (their pools and row state donated),
-the sampling-slot reset and the all-positions pass of prompt logprobs."""
+the sampling-slot reset, the all-positions pass of prompt logprobs and the pooled pass of embeddings."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def static_argnames(jitted: Callable) -> tuple[str, ...]:
 
 
 all_logits = program(all_positions.all_logits, static=("cfg",))
+pooled_hidden = program(all_positions.pooled_hidden, static=("cfg", "pooling"))
 
 
 def packed_io(program: Callable) -> Callable:

@@ -14,6 +14,7 @@ from jaxinfer.config.lora import LoRARequest
 from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.entrypoints.openai.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
 from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_completion
+from jaxinfer.entrypoints.openai.embeddings import EmbeddingRequest, create_embeddings
 from jaxinfer.entrypoints.openai.errors import APIError, RequestGuard, install_handlers
 from jaxinfer.entrypoints.openai.gate import Admission, ServingGate, Traffic
 from jaxinfer.entrypoints.openai.limits import Limits
@@ -75,10 +76,11 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     # Outermost (added last): it counts and drains every request, refused ones included.
     app.add_middleware(ServingGate, traffic=traffic, admission=admission, write_timeout=config.write_timeout)
     registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))
-    _add_generation_routes(app, state)
+    served = shadow.primary if shadow is not None else front  # adapters and embeddings are never shadowed
+    _add_generation_routes(app, state, served)
     _add_utility_routes(app, state)
     if config.runtime_lora_updating:
-        add_lora_routes(app, state, shadow.primary if shadow is not None else front)
+        add_lora_routes(app, state, served)
     if shadow is not None and shadow.settings.fraction > 0:
         @app.get("/debug/shadow")
         async def debug_shadow() -> JSONResponse:
@@ -100,7 +102,11 @@ def _fallback_collector(llm: Any, shadow: ShadowRouter | None) -> FallbackCollec
     return FallbackCollector(lambda: {"speculation": speculation_fallback(llm)})
 
 
-def _add_generation_routes(app: FastAPI, state: ServerState) -> None:
+def _add_generation_routes(app: FastAPI, state: ServerState, served: AsyncLLMEngine) -> None:
+    @app.post("/v1/embeddings")
+    async def embeddings(body: EmbeddingRequest) -> JSONResponse:
+        return JSONResponse(await create_embeddings(body, state, served))
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         return await create_completion(body, state, request)
