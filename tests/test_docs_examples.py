@@ -89,11 +89,12 @@ def jaxinfer_commands(script: str) -> list[str]:
 
 def _env(cwd: Path) -> dict[str, str]:
     # This checkout, not whatever jaxinfer happens to be installed; no torch (see the module docstring);
-    # XLA compiling as it does for users (the session's -O0 is for speed: see xla_flags).
+    # XLA compiling as it does for users (the session's -O0 is for speed: see xla_flags), and the
+    # program store on, as users have it (the session turns it off for tests that patch traced code).
     site = cwd / ".site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text('import sys\nsys.modules["torch"] = None\n')
-    return child_env(str(site), XLA_FLAGS=user_xla_flags())
+    return child_env(str(site), XLA_FLAGS=user_xla_flags(), JAXINFER_PROGRAM_STORE="1")
 
 
 def _run(argv: list[str], cwd: Path, where: str) -> subprocess.CompletedProcess:
