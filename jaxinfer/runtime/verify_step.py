@@ -143,7 +143,6 @@ def verify_rounds(
     """
     rows = x.lengths.shape[0]
     chunk = x.tokens.shape[0] // rows
-    width = max_rounds * chunk
     index, columns = jnp.arange(rows), jnp.arange(chunk, dtype=jnp.int32)[None, :]
     live = x.query_lens > 0
     s = x.sampling
@@ -153,16 +152,7 @@ def verify_rounds(
         step, pages, draft = verify_step(weights, pages, x, drafts, cfg, rule, draft, draft_weights)
         emitted = step.counts
         kept = live[:, None] & (columns < emitted[:, None])
-        slots = jnp.where(kept, out.counts[:, None] + columns, width)
-        put = lambda packed, new: packed.at[index[:, None], slots].set(new, mode="drop")  # noqa: E731
-        out = dataclasses.replace(
-            out, tokens=put(out.tokens, step.tokens), logprobs=put(out.logprobs, step.logprobs),
-            top_ids=put(out.top_ids, step.top_ids), top_logprobs=put(out.top_logprobs, step.top_logprobs),
-            ranks=put(out.ranks, step.ranks),
-            counts=out.counts + jnp.where(live, emitted, 0),
-            drafted=out.drafted.at[:, i].set(jnp.where(live, step.drafted, -1)),
-            accepted=out.accepted.at[:, i].set(jnp.where(live, emitted - 1, 0)),
-        )
+        out = _recorded(out, step, i, live, kept)
         last_position = x.lengths - x.query_lens + emitted  # of the row's new last token
         stopped = jnp.any(kept[:, :, None] & (step.tokens[:, :, None] == s.stop_ids[:, None, :]), axis=(1, 2))
         finished = stopped | (last_position + 1 >= s.max_lengths)
@@ -172,12 +162,7 @@ def verify_rounds(
         halt = jnp.any(live & (finished | full))
         return i + 1, x, Drafts(jnp.zeros_like(drafts.tokens), count), pages, draft, out, halt
 
-    empty = StepOutputs(
-        jnp.zeros((rows, width), jnp.int32), jnp.zeros((rows,), jnp.int32), jnp.zeros((rows, width)),
-        jnp.zeros((rows, width, MAX_LOGPROBS), jnp.int32), jnp.zeros((rows, width, MAX_LOGPROBS)),
-        drafted=jnp.full((rows, max_rounds), -1, jnp.int32), accepted=jnp.zeros((rows, max_rounds), jnp.int32),
-        ranks=jnp.ones((rows, width), jnp.int32),
-    )
+    empty = _no_outputs(rows, chunk, max_rounds)
     if isinstance(draft, DraftModel):
         draft = catch_up(draft, draft_weights, x, window, draft_start)
     elif isinstance(draft, EagleDraft):
@@ -188,6 +173,33 @@ def verify_rounds(
     else:
         carry = jax.lax.while_loop(lambda c: (c[0] < num_rounds) & ~c[-1], body, carry)
     return carry[5], carry[3], carry[4]
+
+
+def _no_outputs(rows: int, chunk: int, max_rounds: int) -> StepOutputs:
+    """The packed outputs of a call before its first round: room for max_rounds rounds of chunk tokens a row."""
+    width = max_rounds * chunk
+    return StepOutputs(
+        jnp.zeros((rows, width), jnp.int32), jnp.zeros((rows,), jnp.int32), jnp.zeros((rows, width)),
+        jnp.zeros((rows, width, MAX_LOGPROBS), jnp.int32), jnp.zeros((rows, width, MAX_LOGPROBS)),
+        drafted=jnp.full((rows, max_rounds), -1, jnp.int32), accepted=jnp.zeros((rows, max_rounds), jnp.int32),
+        ranks=jnp.ones((rows, width), jnp.int32),
+    )
+
+
+def _recorded(out: StepOutputs, step: StepOutputs, i: jax.Array, live: jax.Array, kept: jax.Array) -> StepOutputs:
+    """out with round i's step appended: each live row's kept tokens (and their logprobs) packed after
+    the ones before, its drafts and acceptances in column i."""
+    rows, width = out.tokens.shape
+    columns = jnp.arange(kept.shape[1], dtype=jnp.int32)[None, :]
+    slots = jnp.where(kept, out.counts[:, None] + columns, width)
+    put = lambda packed, new: packed.at[jnp.arange(rows)[:, None], slots].set(new, mode="drop")  # noqa: E731
+    return dataclasses.replace(
+        out, tokens=put(out.tokens, step.tokens), logprobs=put(out.logprobs, step.logprobs),
+        top_ids=put(out.top_ids, step.top_ids), top_logprobs=put(out.top_logprobs, step.top_logprobs),
+        ranks=put(out.ranks, step.ranks), counts=out.counts + jnp.where(live, step.counts, 0),
+        drafted=out.drafted.at[:, i].set(jnp.where(live, step.drafted, -1)),
+        accepted=out.accepted.at[:, i].set(jnp.where(live, step.counts - 1, 0)),
+    )
 
 
 def _unless_halted(carry: tuple, body, num_rounds: jax.Array) -> tuple:
