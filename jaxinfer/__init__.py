@@ -1,11 +1,13 @@
 """jaxinfer: JAX/XLA inference for decoder language models (Llama, Gemma, Phi-3, MoE families) on CPU, GPU and TPU."""
 
 from jaxinfer.checkpoint.loader import CheckpointError, load_weights, save_converted
+from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.config.structured_outputs import StructuredOutputsParams
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.engine.beams import BeamSearchOutput, BeamSearchSequence
 from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
 from jaxinfer.entrypoints.compare import Comparison, Configuration, compare
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
@@ -19,6 +21,9 @@ __all__ = [
     "Configuration",
     "Comparison",
     "SamplingParams",
+    "BeamSearchParams",
+    "BeamSearchOutput",
+    "BeamSearchSequence",
     "StructuredOutputsParams",
     "SpeculativeConfig",
     "LoRARequest",

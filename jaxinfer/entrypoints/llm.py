@@ -16,17 +16,20 @@ import numpy as np
 from tqdm import tqdm
 
 from jaxinfer.checkpoint.kv_session import SessionInfo, weights_fingerprint
-from jaxinfer.checkpoint.tokenizer import load_tokenizer_beside
+from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer_beside
 from jaxinfer.config import validation
+from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.generation import generation_defaults
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.engine.beams import BeamSearchOutput
 from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints import sessions
+from jaxinfer.entrypoints.beam_search import beam_search
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
 from jaxinfer.entrypoints.draft_loading import engine_speculation
 from jaxinfer.entrypoints.lora_settings import lora_requests_for, lora_setting
@@ -218,6 +221,36 @@ class LLM:
         """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
         return self._front.run(self._front.add(prompts, params, final_only=True, lora_requests=lora_requests),
                                on_finished)
+
+    def beam_search(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: BeamSearchParams,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
+        use_tqdm: bool = False,
+    ) -> list[BeamSearchOutput]:
+        """Each prompt's params.beam_width likeliest continuations, best first (vLLM's `LLM.beam_search`;
+        HF transformers' `generate(num_beams=...)` without sampling): one BeamSearchOutput per prompt,
+        its `sequences` holding the prompt and generated ids, cumulative logprob and text of each beam.
+        use_tqdm=True shows a bar over the steps."""
+        if not isinstance(params, BeamSearchParams):
+            raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
+        all_ids = [self.encode(prompt) for prompt in self._as_list(prompts)]
+        for ids in all_ids:
+            check_prompt(ids, params.max_tokens, self.config.vocab_size, self.max_seq_len)
+        adapters = lora_requests_for(lora_request, len(all_ids))
+        show = validation.boolean(use_tqdm, "use_tqdm")
+        bar = tqdm(total=params.max_tokens, desc="Beam search", unit="step", disable=not show, dynamic_ncols=True)
+
+        def run(ids: list[list[int]], step: SamplingParams, loras: list[LoRARequest | None]) -> list[RequestOutput]:
+            return self._engine_generate(ids, [step] * len(ids), None, loras)
+
+        try:
+            return beam_search(run, all_ids, params, self.engine.model_config.eos_token_ids,
+                               lambda ids: decode_text(self.tokenizer, ids) if self.tokenizer else "", adapters,
+                               bar.update)
+        finally:
+            bar.close()
 
     def chat(
         self,

@@ -14,10 +14,12 @@ from typing import Any, AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.entrypoints import chat_template
 from jaxinfer.entrypoints.chat_template import DEFAULT_CHAT_TEMPLATE
+from jaxinfer.entrypoints.openai.beam_search import beam_or_sampling, generation
 from jaxinfer.entrypoints.openai.completions import build_params
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, chat_logprobs, count_usage, sse, usage
@@ -79,7 +81,7 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     ids, params, tools = await asyncio.to_thread(_prepare, state, body)  # tokenizing and compiling off the loop
     state.start(request, body.n)
     response_id = new_id("chatcmpl")
-    stream = state.engine.generate(ids, params, response_id, deadline, streamed=body.stream, lora_request=adapter)
+    stream = generation(state, ids, params, response_id, deadline, body.stream, adapter)
     model = adapter.lora_name if adapter else state.model_name
     header = {"id": response_id, "created": int(time.time()), "model": model}
     if body.stream:
@@ -92,14 +94,15 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
 
 
-def _prepare(state: ServerState, body: ChatCompletionRequest) -> tuple[list[int], SamplingParams, ToolPlan | None]:
+def _prepare(state: ServerState, body: ChatCompletionRequest
+             ) -> tuple[list[int], SamplingParams | BeamSearchParams, ToolPlan | None]:
     """The conversation's token ids, checked SamplingParams (4xx errors name the field) and the tools' plan."""
     state.limits.check(body)
     tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
     ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt, body.tools)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    params = build_params(state, body, ids, None, _top_logprobs(body), requested)
-    constraint = None if tools is None else tools.constraint
+    params = beam_or_sampling(body, build_params(state, body, ids, None, _top_logprobs(body), requested))
+    constraint = None if tools is None else tools.constraint  # tools are refused with beam search
     if constraint is None:
         return ids, params, tools
     if params.structured_outputs is not None:

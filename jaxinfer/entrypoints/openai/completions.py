@@ -15,9 +15,11 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.engine.prompt_checks import check_logit_bias
+from jaxinfer.entrypoints.openai.beam_search import beam_or_sampling, generation
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, completion_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import CompletionRequest, SamplingFields, sampling_params
@@ -95,7 +97,7 @@ async def create_completion(body: CompletionRequest, state: ServerState, request
     prompts, params, echoes = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
     state.start(request, body.n * len(prompts))
     response_id = new_id("cmpl")
-    streams = [state.engine.generate(ids, p, f"{response_id}-{i}", deadline, streamed=body.stream, lora_request=adapter)
+    streams = [generation(state, ids, p, f"{response_id}-{i}", deadline, body.stream, adapter)
                for i, (ids, p) in enumerate(zip(prompts, params))]
     model = adapter.lora_name if adapter else state.model_name
     header = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": model}
@@ -137,15 +139,15 @@ def echoed(out: CompletionOutput, echo: Echo, prompt_logprobs: Logprobs | None, 
 
 def _prepare(
     state: ServerState, body: CompletionRequest
-) -> tuple[list[list[int]], list[SamplingParams], list[Echo] | None]:
+) -> tuple[list[list[int]], list[SamplingParams | BeamSearchParams], list[Echo] | None]:
     """Each prompt's token ids, checked SamplingParams (4xx errors name the field) and, with echo, what it echoes."""
     texts = prompt_list(body.prompt)
     state.limits.check(body, len(texts))
     prompts = [state.encode(p) for p in texts]
     max_tokens = generated_max_tokens(body)
     prompt_logprobs = body.logprobs if body.echo else None
-    params = [build_params(state, body, ids, OPENAI_DEFAULT_MAX_TOKENS, body.logprobs, max_tokens, prompt_logprobs)
-              for ids in prompts]
+    params = [beam_or_sampling(body, build_params(state, body, ids, OPENAI_DEFAULT_MAX_TOKENS, body.logprobs,
+                                                  max_tokens, prompt_logprobs)) for ids in prompts]
     echoes = [_echo(state, body, text, ids) for text, ids in zip(texts, prompts)] if body.echo else None
     return prompts, params, echoes
 

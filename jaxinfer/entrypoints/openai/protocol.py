@@ -81,6 +81,8 @@ class SamplingFields(StrictBody):
     stream_options: StreamOptions | None = None
     user: str | None = None
     timeout: float | None = None  # seconds (jaxinfer's): past them the request is aborted, a 504
+    use_beam_search: bool = False  # vLLM's: the n likeliest continuations (beam_search.py)
+    length_penalty: float = 1.0  # ranks beams with use_beam_search
     # Output constraints (at most one; see structured_fields.py): OpenAI's and vLLM's names.
     response_format: dict | None = None
     structured_outputs: dict | None = None
