@@ -128,6 +128,14 @@ class AsyncLLMEngine:
         """Each prompt's embedding (a NumPy vector; see LLM.embed), computed between steps."""
         return await self._call(lambda engine: [engine.runner.embed(ids, pooling, normalize) for ids in prompts])
 
+    async def start_profile(self) -> Any:
+        """Start a device trace into $JAXINFER_PROFILER_DIR between steps; returns its directory."""
+        return await self._call(lambda engine: engine.runner.profiler.start())
+
+    async def stop_profile(self) -> Any:
+        """Land the call in flight, then stop the trace and write it; returns its directory."""
+        return await self._call(lambda engine: (engine.land_in_flight(), engine.runner.profiler.stop())[1])
+
     async def _call(self, function: Callable[[LLMEngine], Any]) -> Any:
         """function(engine) in the step thread, where the engine is only ever touched."""
         future = asyncio.get_running_loop().create_future()

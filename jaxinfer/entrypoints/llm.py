@@ -347,6 +347,22 @@ class LLM:
             return {}
         return speculation_metrics(config, False, self.speculation_failure, SpecMetrics(config.num_speculative_tokens))
 
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached prefix (vLLM's), e.g. between benchmark runs or after changing weights."""
+        self.engine.reset_prefix_cache()
+        return True
+
+    def start_profile(self, trace_dir: str | Path | None = None) -> Path:
+        """Start a device trace (vLLM's `start_profile`, through jax.profiler) into trace_dir or
+        $JAXINFER_PROFILER_DIR; returns the directory. Perfetto opens its trace.json.gz, XProf and
+        TensorBoard its xplane.pb."""
+        return self.engine.runner.profiler.start(trace_dir)
+
+    def stop_profile(self) -> Path:
+        """Wait for the call in flight, stop the trace and write it; returns its directory."""
+        self.engine.land_in_flight()
+        return self.engine.runner.profiler.stop()
+
     def close(self) -> None:
         """Free the KV caches: the engine's page pools (the target's and a draft model's or EAGLE head's).
 

@@ -47,6 +47,7 @@ from jaxinfer.runtime.packed_tree import unpack_host
 from jaxinfer.runtime.page_table_diffs import PageTables, diff_capacity
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
 from jaxinfer.runtime.position_pool import store_pages
+from jaxinfer.runtime.profiling import Profiler
 from jaxinfer.runtime.program_store import default_store
 from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
 from jaxinfer.runtime.row_slots import RowSlots, bias_row, holds_sampling_state, slot_ids
@@ -105,6 +106,7 @@ class ModelRunner:
         self.spread_pages = self.platform == "cpu"  # see BlockManager(spread=...)
         self.num_pages = 0
         self.input_bytes = 0  # the last dispatched step's inputs sent host -> device
+        self.profiler = Profiler()  # LLM.start_profile / stop_profile, the server's profile routes
         self.pages: PagedKVCache | None = None
         self.draft: Rider = None
         self.slots = RowSlots(config.max_num_seqs + 1)

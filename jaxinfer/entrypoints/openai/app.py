@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,9 +21,11 @@ from jaxinfer.entrypoints.openai.gate import Admission, ServingGate, Traffic
 from jaxinfer.entrypoints.openai.limits import Limits
 from jaxinfer.entrypoints.openai.lora_routes import add_lora_routes
 from jaxinfer.entrypoints.openai.metrics import FallbackCollector, engine_registry, metrics_text
+from jaxinfer.entrypoints.openai.profile_routes import add_profile_routes
 from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
 from jaxinfer.entrypoints.openai.serving import ServerState
 from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
+from jaxinfer.runtime.profiling import PROFILER_DIR_VAR
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt that fits the context
 DEFAULT_MAX_WAITING = 1024  # sequences: a bound, not a target; 503s start past it
@@ -81,6 +84,8 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     _add_utility_routes(app, state)
     if config.runtime_lora_updating:
         add_lora_routes(app, state, served)
+    if os.environ.get(PROFILER_DIR_VAR):
+        add_profile_routes(app, served)
     if shadow is not None and shadow.settings.fraction > 0:
         @app.get("/debug/shadow")
         async def debug_shadow() -> JSONResponse:
