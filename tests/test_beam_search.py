@@ -11,9 +11,9 @@ import transformers
 from live_server import serve_in_thread
 
 from jaxinfer import LLM, BeamSearchParams, Logprob
+from jaxinfer.engine.beams import PromptBeams, beam_score
 from jaxinfer.entrypoints.chat_template import render_chat
 from jaxinfer.entrypoints.openai import ServerConfig
-from jaxinfer.engine.beams import PromptBeams, beam_score
 
 PROMPTS = [[1, 5, 9, 33, 71, 100, 4, 8], list(range(3, 40))]  # 37 tokens: beams cross a page boundary
 
