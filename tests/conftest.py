@@ -10,13 +10,36 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from xla_flags import compile_tests_at_o0  # noqa: E402
+from xla_flags import compile_tests_fast  # noqa: E402
 
-compile_tests_at_o0()
+compile_tests_fast()
 # Tests patch traced functions, which the program store cannot see (its own tests turn it on).
 os.environ.setdefault("JAXINFER_PROGRAM_STORE", "0")
 
+import compile_log  # noqa: E402
 from hf_models import save_hf_model, save_tiny_tokenizer  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Test files go to xdist's workers in collection order (see pytest_collection_modifyitems),
+    not reordered by test count; and the opt-in compile log (JAXINFER_TESTS_COMPILE_LOG=DIR)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    compile_log.pytest_configure(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with slow tests first, then the rest by test count, each file's tests in their order.
+
+    A worker that takes a minute-long file last runs alone for that minute while the other waits:
+    xdist's default order (most tests first) put the one-test soak at the very end of the session.
+    """
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    slow = {name for name, tests in files.items() if any(t.get_closest_marker("slow") for t in tests)}
+    order = sorted(files, key=lambda name: (name not in slow, -len(files[name])))
+    items[:] = [item for name in order for item in files[name]]
 
 
 @pytest.fixture(scope="session")

@@ -44,6 +44,7 @@ print(json.dumps(runs))
 
 
 @on_cpu
+@pytest.mark.slow
 def test_a_request_is_bitwise_the_same_alone_in_a_batch_and_from_the_prefix_cache():
     done = python_child(OUTCOMES, timeout=600, XLA_FLAGS=user_xla_flags(), JAXINFER_PROGRAM_STORE="0")
     assert done.returncode == 0, done.stderr[-3000:]

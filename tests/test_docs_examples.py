@@ -13,6 +13,9 @@ A block with no language, another language, an unknown mode or no reason fails t
 
 Blocks run where `import torch` fails, as after the README's `pip install -e .`: torch is a test
 dependency only, and where it is installed transformers imports it (seconds) in every block's process.
+The README's blocks and those with batch_invariant=True (bitwise results: they hold at the flags
+users compile with) compile with the user's XLA flags; the other docs' with the session's
+(tests/xla_flags.py: what a block prints is the same, its compiles several times shorter).
 """
 
 from __future__ import annotations
@@ -87,18 +90,20 @@ def jaxinfer_commands(script: str) -> list[str]:
     return commands
 
 
-def _env(cwd: Path) -> dict[str, str]:
+def _env(cwd: Path, as_users: bool) -> dict[str, str]:
     # This checkout, not whatever jaxinfer happens to be installed; no torch (see the module docstring);
-    # XLA compiling as it does for users (the session's -O0 is for speed: see xla_flags), and the
-    # program store on, as users have it (the session turns it off for tests that patch traced code).
+    # blocks `as_users` compiling as they do for users (the session's flags are for speed: see
+    # xla_flags), and the program store on, as users have it (the session turns it off for tests that
+    # patch traced code).
     site = cwd / ".site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text('import sys\nsys.modules["torch"] = None\n')
-    return child_env(str(site), XLA_FLAGS=user_xla_flags(), JAXINFER_PROGRAM_STORE="1")
+    flags = {"XLA_FLAGS": user_xla_flags()} if as_users else {}
+    return child_env(str(site), JAXINFER_PROGRAM_STORE="1", **flags)
 
 
-def _run(argv: list[str], cwd: Path, where: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(argv, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=TIMEOUT_S)
+def _run(argv: list[str], cwd: Path, where: str, as_users: bool) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, cwd=cwd, env=_env(cwd, as_users), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0, f"{where} failed (exit {result.returncode}):\n{result.stderr[-4000:]}"
     assert "Traceback" not in result.stderr, f"{where}:\n{result.stderr[-4000:]}"
     return result
@@ -182,10 +187,11 @@ def test_the_docs_index_lists_every_page():
 @pytest.mark.parametrize("block", _params())
 def test_block_runs(block: Block, tmp_path):
     kind, mode, _ = block.rule()
+    as_users = block.where.startswith("README.md") or "batch_invariant=True" in block.code
     if kind == "python":
-        _run([sys.executable, "-c", block.code], tmp_path, block.where)
+        _run([sys.executable, "-c", block.code], tmp_path, block.where, as_users)
         return
     scripts = jaxinfer_commands(block.code) if mode == "jaxinfer-only" else [block.code]
     for script in scripts:
-        result = _run(["bash", "-c", SHELL_PRELUDE + script], tmp_path, f"{block.where}: {script}")
+        result = _run(["bash", "-c", SHELL_PRELUDE + script], tmp_path, f"{block.where}: {script}", as_users)
         assert result.stdout.strip(), f"{block.where}: {script} printed nothing"

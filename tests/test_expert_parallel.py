@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from python_subprocess import run_python
 
 FAKE_DEVICES = 'import jax\njax.config.update("jax_num_cpu_devices", 4)\n'
@@ -32,6 +33,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
     meshes = [(1, 1), (2, 1), (1, 2), (2, 2)]
     # Qwen3-MoE's layer 0 is dense (mlp_only_layers): a Llama layer inside the expert-parallel model.
