@@ -64,6 +64,20 @@ def text_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def served_text_model(text_model_dir):
+    """(LLM, official openai client) of the tiny text model served in a thread as "tiny", per module."""
+    import openai
+    from live_server import serve_in_thread
+
+    from jaxinfer import LLM
+    from jaxinfer.entrypoints.openai import ServerConfig
+
+    llm = LLM(text_model_dir, dtype="float32", max_seq_len=128)
+    with serve_in_thread(llm, ServerConfig("tiny")) as (url, _):
+        yield llm, openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def release_compiled_programs():
     """Drop every compiled program after each test module.

@@ -8,12 +8,10 @@ import openai
 import pytest
 import torch
 import transformers
-from live_server import serve_in_thread
 
 from jaxinfer import LLM, BeamSearchParams, Logprob
 from jaxinfer.engine.beams import PromptBeams, beam_score
 from jaxinfer.entrypoints.chat_template import render_chat
-from jaxinfer.entrypoints.openai import ServerConfig
 
 PROMPTS = [[1, 5, 9, 33, 71, 100, 4, 8], list(range(3, 40))]  # 37 tokens: beams cross a page boundary
 
@@ -101,15 +99,8 @@ def test_ignore_eos_keeps_eos_beams_running_and_max_tokens_ends_them():
     assert (beam.tokens, beam.text, beam.finish_reason) == ([7, 0, 0], "0,0", "length")
 
 
-@pytest.fixture(scope="module")
-def served(text_model_dir):
-    llm = LLM(text_model_dir, dtype="float32", max_seq_len=128)
-    with serve_in_thread(llm, ServerConfig("tiny")) as (url, _):
-        yield llm, openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
-
-
-def test_server_beam_search_returns_the_beams_of_llm_beam_search(served):
-    llm, client = served
+def test_server_beam_search_returns_the_beams_of_llm_beam_search(served_text_model):
+    llm, client = served_text_model
     prompt = "def add(a, b):"
     (expected,) = llm.beam_search([prompt], BeamSearchParams(beam_width=3, max_tokens=6, length_penalty=0.5))
     reply = client.completions.create(model="tiny", prompt=prompt, n=3, max_tokens=6,
@@ -135,8 +126,8 @@ def test_server_beam_search_returns_the_beams_of_llm_beam_search(served):
     (dict(logprobs=2), "logprobs is not supported with use_beam_search"),
     (dict(n=11), r"n is the beam width with use_beam_search and must be in \[1, 10\], got 11"),
 ])
-def test_bad_beam_search_requests_are_400s_naming_the_field(served, fields, words):
-    _, client = served
+def test_bad_beam_search_requests_are_400s_naming_the_field(served_text_model, fields, words):
+    _, client = served_text_model
     with pytest.raises(openai.BadRequestError, match=words):
         client.completions.create(model="tiny", prompt="hi", max_tokens=4, extra_body={"use_beam_search": True},
                                   **fields)

@@ -8,10 +8,8 @@ import openai
 import pytest
 import torch
 import transformers
-from live_server import serve_in_thread
 
 from jaxinfer import LLM
-from jaxinfer.entrypoints.openai import ServerConfig
 
 PROMPTS = [[1, 5, 9, 33, 71, 100, 4, 8], [7], list(range(3, 90))]  # 90 > 64: a second length bucket
 
@@ -52,15 +50,8 @@ def test_bad_embedding_arguments_name_what_is_accepted(pair):
         llm.embed([list(range(3, 140))])
 
 
-@pytest.fixture(scope="module")
-def served(text_model_dir):
-    llm = LLM(text_model_dir, dtype="float32", max_seq_len=128)
-    with serve_in_thread(llm, ServerConfig("tiny")) as (url, _):
-        yield llm, openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
-
-
-def test_server_embeddings_through_the_openai_client(served):
-    llm, client = served
+def test_server_embeddings_through_the_openai_client(served_text_model):
+    llm, client = served_text_model
     texts = ["def add(a, b):", "import os"]
     expected = [o.outputs.embedding for o in llm.embed(texts)]
     reply = client.embeddings.create(model="tiny", input=texts)  # the client asks for base64 and decodes it
@@ -77,7 +68,7 @@ def test_server_embeddings_through_the_openai_client(served):
     (dict(input=[[1, 2], [10_000]]), "outside the vocabulary"),
     (dict(input="hi", model="other"), "does not exist"),
 ])
-def test_bad_embedding_requests_are_400s_naming_the_field(served, fields, words):
-    _, client = served
+def test_bad_embedding_requests_are_400s_naming_the_field(served_text_model, fields, words):
+    _, client = served_text_model
     with pytest.raises((openai.BadRequestError, openai.NotFoundError), match=words):
         client.embeddings.create(**{"model": "tiny", **fields})
