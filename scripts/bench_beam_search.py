@@ -15,30 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 import transformers
+from bench_decode import median_time
 
 from jaxinfer import LLM, BeamSearchParams, SamplingParams
 from jaxinfer.entrypoints.llm import DEMO_MODEL
 
 RESULTS = Path(__file__).parents[1] / "results"
-
-
-def median_seconds(call: Callable[[], object], repeats: int) -> float:
-    """Median seconds of call() after one untimed call (compiles, caches)."""
-    call()
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
 
 
 def hf_beams(model: torch.nn.Module, prompts: list[list[int]], width: int, new_tokens: int) -> list[list[int]]:
@@ -54,10 +41,10 @@ def run(llm: LLM, hf: torch.nn.Module, batch: int, width: int, prompt_len: int, 
     rng = np.random.default_rng(batch)
     prompts = rng.integers(3, llm.config.vocab_size, (batch, prompt_len)).tolist()
     params = BeamSearchParams(beam_width=width, max_tokens=new_tokens, ignore_eos=True)
-    ours = median_seconds(lambda: llm.beam_search(prompts, params), repeats)
+    ours = median_time(lambda: llm.beam_search(prompts, params), repeats)
     plain_params = SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)
-    plain = median_seconds(lambda: llm.generate([p for p in prompts for _ in range(width)], plain_params), repeats)
-    theirs = median_seconds(lambda: hf_beams(hf, prompts, width, new_tokens), repeats)
+    plain = median_time(lambda: llm.generate([p for p in prompts for _ in range(width)], plain_params), repeats)
+    theirs = median_time(lambda: hf_beams(hf, prompts, width, new_tokens), repeats)
     best = [out.sequences[0].tokens[prompt_len:] for out in llm.beam_search(prompts, params)]
     same = np.mean([a == b for a, b in zip(best, hf_beams(hf, prompts, width, new_tokens))])
     return {"batch": batch, "width": width, "prompt_len": prompt_len, "new_tokens": new_tokens,

@@ -23,6 +23,7 @@ import dataclasses
 import itertools
 import logging
 import queue
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence
 
 from jaxinfer.config.lora import LoRARequest
@@ -128,13 +129,13 @@ class AsyncLLMEngine:
         """Each prompt's embedding (a NumPy vector; see LLM.embed), computed between steps."""
         return await self._call(lambda engine: [engine.runner.embed(ids, pooling, normalize) for ids in prompts])
 
-    async def start_profile(self) -> Any:
+    async def start_profile(self) -> Path:
         """Start a device trace into $JAXINFER_PROFILER_DIR between steps; returns its directory."""
-        return await self._call(lambda engine: engine.runner.profiler.start())
+        return await self._call(lambda engine: engine.start_profile())
 
-    async def stop_profile(self) -> Any:
+    async def stop_profile(self) -> Path:
         """Land the call in flight, then stop the trace and write it; returns its directory."""
-        return await self._call(lambda engine: (engine.land_in_flight(), engine.runner.profiler.stop())[1])
+        return await self._call(lambda engine: engine.stop_profile())
 
     async def _call(self, function: Callable[[LLMEngine], Any]) -> Any:
         """function(engine) in the step thread, where the engine is only ever touched."""

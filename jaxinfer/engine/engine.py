@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jaxinfer.checkpoint.tokenizer import Detokenizer, TokenTexts
@@ -284,6 +285,15 @@ class LLMEngine(StepCalls):
         """Drop all cached prefixes (e.g. before a benchmark or after changing weights)."""
         self.land_in_flight()  # a call in flight registers the pages it filled
         self.blocks.reset_prefix_cache()
+
+    def start_profile(self, trace_dir: str | Path | None = None) -> Path:
+        """Start the runner's device trace (runtime/profiling) into trace_dir or $JAXINFER_PROFILER_DIR."""
+        return self.runner.profiler.start(trace_dir)
+
+    def stop_profile(self) -> Path:
+        """Land the call in flight (so the trace holds it), then stop the trace and write it."""
+        self.land_in_flight()
+        return self.runner.profiler.stop()
 
     def land_in_flight(self) -> None:
         """Wait for the call in flight, if any, and apply it (its outputs go out with the next step):

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from jaxinfer.checkpoint.kv_session import SessionInfo, weights_fingerprint
 from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer_beside
@@ -30,6 +29,7 @@ from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints import sessions
 from jaxinfer.entrypoints.beam_search import beam_search
+from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
 from jaxinfer.entrypoints.draft_loading import engine_speculation
 from jaxinfer.entrypoints.lora_settings import lora_requests_for, lora_setting
@@ -56,7 +56,6 @@ DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo" / "target"
 DEMO_DRAFT = Path(__file__).parents[1] / "assets" / "demo" / "draft"  # the demo target's speculative draft
 DEMO_EAGLE = Path(__file__).parents[1] / "assets" / "demo" / "eagle"  # an EAGLE-1 head for the demo target
 
-Prompt = str | Sequence[int]
 
 
 class LLM:
@@ -207,8 +206,7 @@ class LLM:
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
         adapters = lora_requests_for(lora_request, len(prompts))
-        show = validation.boolean(use_tqdm, "use_tqdm")
-        bar = tqdm(total=len(prompts), desc="Processed prompts", unit="req", disable=not show, dynamic_ncols=True)
+        bar = progress_bar(use_tqdm, len(prompts), "Processed prompts", "req")
         try:
             return self._engine_generate(prompts, params_list, bar.update, adapters)
         finally:
@@ -235,12 +233,9 @@ class LLM:
         use_tqdm=True shows a bar over the steps."""
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
-        all_ids = [self.encode(prompt) for prompt in self._as_list(prompts)]
-        for ids in all_ids:
-            check_prompt(ids, params.max_tokens, self.config.vocab_size, self.max_seq_len)
+        all_ids = self._checked_ids(prompts, params.max_tokens)
         adapters = lora_requests_for(lora_request, len(all_ids))
-        show = validation.boolean(use_tqdm, "use_tqdm")
-        bar = tqdm(total=params.max_tokens, desc="Beam search", unit="step", disable=not show, dynamic_ncols=True)
+        bar = progress_bar(use_tqdm, params.max_tokens, "Beam search", "step")
 
         def run(ids: list[list[int]], step: SamplingParams, loras: list[LoRARequest | None]) -> list[RequestOutput]:
             return self._engine_generate(ids, [step] * len(ids), None, loras)
@@ -356,12 +351,11 @@ class LLM:
         """Start a device trace (vLLM's `start_profile`, through jax.profiler) into trace_dir or
         $JAXINFER_PROFILER_DIR; returns the directory. Perfetto opens its trace.json.gz, XProf and
         TensorBoard its xplane.pb."""
-        return self.engine.runner.profiler.start(trace_dir)
+        return self.engine.start_profile(trace_dir)
 
     def stop_profile(self) -> Path:
         """Wait for the call in flight, stop the trace and write it; returns its directory."""
-        self.engine.land_in_flight()
-        return self.engine.runner.profiler.stop()
+        return self.engine.stop_profile()
 
     def close(self) -> None:
         """Free the KV caches: the engine's page pools (the target's and a draft model's or EAGLE head's).
@@ -397,24 +391,22 @@ class LLM:
         beside the engine's steps (runtime/embeddings)."""
         pooling = check_pooling(pooling)
         normalize = validation.boolean(normalize, "normalize")
-        all_ids = [self.encode(prompt) for prompt in self._as_list(prompts)]
-        for ids in all_ids:
-            check_prompt(ids, 0, self.config.vocab_size, self.max_seq_len)
-        show = validation.boolean(use_tqdm, "use_tqdm")
-        return [
-            EmbeddingRequestOutput(str(i), EmbeddingOutput(self.engine.runner.embed(ids, pooling, normalize).tolist()),
-                                   ids)
-            for i, ids in enumerate(tqdm(all_ids, desc="Embedded prompts", unit="req", disable=not show))
-        ]
+        all_ids = self._checked_ids(prompts, 0)
+        with progress_bar(use_tqdm, len(all_ids), "Embedded prompts", "req") as bar:
+            outputs = []
+            for i, ids in enumerate(all_ids):
+                vector = self.engine.runner.embed(ids, pooling, normalize)
+                outputs.append(EmbeddingRequestOutput(str(i), EmbeddingOutput(vector.tolist()), ids))
+                bar.update()
+        return outputs
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt (strings go through the model's tokenizer)."""
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError(f"{self.model_dir} has no tokenizer files; pass token ids instead of text")
-            # verbose=False: the length check below says what to change; HF's warning only adds noise.
-            return list(self.tokenizer.encode(prompt, verbose=False))
-        return validation.token_ids(prompt, "prompt", self.config.vocab_size)
+        return encode(prompt, self.tokenizer, self.model_dir, self.config.vocab_size)
+
+    def _checked_ids(self, prompts: Prompt | Sequence[Prompt], max_tokens: int) -> list[list[int]]:
+        return checked_ids(self._as_list(prompts), self.tokenizer, self.model_dir, self.config.vocab_size,
+                           self.max_seq_len, max_tokens)
 
     def _as_list(self, prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
         return validation.prompts(prompts, "prompts", self.config.vocab_size)
@@ -422,16 +414,4 @@ class LLM:
     def _params_for(
         self, prompts: list[Prompt], params: SamplingParams | Sequence[SamplingParams] | None
     ) -> list[SamplingParams]:
-        if params is None or isinstance(params, SamplingParams):
-            params_list = [params or self.default_params] * len(prompts)
-        elif isinstance(params, (list, tuple)) and all(isinstance(p, SamplingParams) for p in params):
-            params_list = list(params)
-        else:
-            raise TypeError(
-                f"params must be a SamplingParams, a list of them (one per prompt) or None, got {type(params).__name__}"
-            )
-        if len(params_list) != len(prompts):
-            raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; pass one or one each")
-        for p in params_list:
-            validation.token_ids(p.stop_token_ids, "stop_token_ids", self.config.vocab_size)
-        return params_list
+        return params_for(prompts, params, self.default_params, self.config.vocab_size)

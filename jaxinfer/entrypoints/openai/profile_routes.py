@@ -7,6 +7,9 @@ starts and stops between engine steps (runtime/profiling.py says what it holds).
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Awaitable, Callable
+
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
@@ -19,16 +22,16 @@ def add_profile_routes(app: FastAPI, engine: AsyncLLMEngine) -> None:
 
     @app.post("/start_profile")
     async def start_profile() -> PlainTextResponse:
-        try:
-            directory = await engine.start_profile()
-        except RuntimeError as error:
-            raise APIError(str(error)) from None
-        return PlainTextResponse(f"Profiling into {directory}.")
+        return await _answer(engine.start_profile, "Profiling into")
 
     @app.post("/stop_profile")
     async def stop_profile() -> PlainTextResponse:
-        try:
-            directory = await engine.stop_profile()
-        except RuntimeError as error:
-            raise APIError(str(error)) from None
-        return PlainTextResponse(f"Profile written to {directory}.")
+        return await _answer(engine.stop_profile, "Profile written to")
+
+
+async def _answer(action: Callable[[], Awaitable[Path]], words: str) -> PlainTextResponse:
+    try:
+        directory = await action()
+    except RuntimeError as error:
+        raise APIError(str(error)) from None
+    return PlainTextResponse(f"{words} {directory}.")
