@@ -32,8 +32,8 @@ def test_unsupported_architecture_names_supported_ones(checkpoint_dir, tmp_path)
 
 def test_unsupported_rope_type_is_named():
     cfg = dict(architectures=["LlamaForCausalLM"], vocab_size=8, hidden_size=8, intermediate_size=8,
-               num_hidden_layers=1, num_attention_heads=2, rope_scaling={"rope_type": "yarn", "factor": 2.0})
-    with pytest.raises(ConfigError, match="rope type 'yarn'.*supported: default, linear, llama3"):
+               num_hidden_layers=1, num_attention_heads=2, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(ConfigError, match="rope type 'dynamic'.*supported: default, linear, llama3, longrope, yarn"):
         from_hf_config(cfg)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.generation import token_ids
 
-ROPE_TYPES = ("default", "linear", "llama3", "longrope")
+ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
 # families read it as the tanh approximation themselves).
 SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
@@ -36,6 +36,10 @@ class RopeScaling:
     longrope (Phi-3 "su"/"longrope"): per-frequency divisors `short_factor` and `long_factor`;
     `long` picks the long set, decided once for the context the model serves (see
     `models.rope.for_context`) so cached keys and new queries always agree.
+    yarn: `factor` slows the frequencies of dims that turn fewer than `beta_slow` times over the original
+    context, keeps those turning more than `beta_fast` times, ramps linearly between (whole dims unless
+    `truncate` is false); cos and sin are scaled by `attention_factor`, or one inferred from `factor` and
+    DeepSeek's `mscale` / `mscale_all_dim`.
     """
 
     rope_type: str = "default"
@@ -47,6 +51,11 @@ class RopeScaling:
     long_factor: tuple[float, ...] = ()
     attention_factor: float | None = None
     long: bool = False
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +169,30 @@ def rope_fields(hf: Mapping[str, Any], params: Mapping[str, Any] | None = None) 
         kwargs.setdefault("original_max_position_embeddings", int(field(hf, "original_max_position_embeddings", 4096)))
         if "factor" not in params:  # Phi-3 leaves it to max / original, as transformers does
             kwargs["factor"] = field(hf, "max_position_embeddings", 4096) / kwargs["original_max_position_embeddings"]
+    if rope_type == "yarn":
+        kwargs.update(_yarn_fields(hf, params))
     return theta, RopeScaling(rope_type=rope_type, **kwargs)
+
+
+def _yarn_fields(hf: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """YaRN's parameters with the defaults transformers' `_compute_yarn_parameters` gives them.
+
+    The original context comes from the top level first (transformers lets it override the rope
+    parameters, for Phi-3-style configs), then the parameters, then max_position_embeddings; a null
+    factor is their ratio (DeepSeek-V3); beta_fast / beta_slow are read with `or` and `truncate` by
+    truth, as transformers does, so a null bound takes its default and a null truncate means false.
+    """
+    max_len = field(hf, "max_position_embeddings", 4096)
+    original = field(params, "original_max_position_embeddings", max_len)
+    original = int(field(hf, "original_max_position_embeddings", original))
+    factor = params.get("factor")
+    return dict(
+        original_max_position_embeddings=original,
+        factor=float(max_len / original if factor is None else factor),
+        beta_fast=float(params.get("beta_fast") or 32),
+        beta_slow=float(params.get("beta_slow") or 1),
+        truncate=bool(params.get("truncate", True)),
+    )
 
 
 _SCALING_FIELDS = {f.name for f in dataclasses.fields(RopeScaling)} - {"rope_type", "long"}

@@ -1,4 +1,4 @@
-"""Rotary position embeddings: frequency tables (default, linear, llama3, LongRoPE) and their use.
+"""Rotary position embeddings: frequency tables (default, linear, llama3, LongRoPE, YaRN) and their use.
 
 Tables are computed once per forward for each distinct (theta, scaling) the layers use:
 Gemma 3's sliding layers have their own base, so a forward may hold two.
@@ -25,6 +25,8 @@ def rope_inv_freq(dims: int, theta: float, scaling: RopeScaling) -> np.ndarray:
     if scaling.rope_type == "longrope":
         factors = scaling.long_factor if scaling.long else scaling.short_factor
         return (1.0 / (np.asarray(factors, np.float32) * base)).astype(np.float32)
+    if scaling.rope_type == "yarn":
+        return _yarn_inv_freq(base, dims, theta, scaling)
     inv_freq = (1.0 / base).astype(np.float32)
     if scaling.rope_type == "linear":
         return (inv_freq / np.float32(scaling.factor)).astype(np.float32)
@@ -47,12 +49,50 @@ def _llama3_inv_freq(inv_freq: np.ndarray, s: RopeScaling) -> np.ndarray:
     return np.where(is_medium, smoothed, scaled).astype(np.float32)
 
 
+def _yarn_inv_freq(base: np.ndarray, dims: int, theta: float, s: RopeScaling) -> np.ndarray:
+    """YaRN: frequencies divided by `factor` below the ramp, kept above it, blended linearly across it.
+
+    The float32 operations follow transformers' order: from the same powers of theta, its table to the bit.
+    """
+    low, high = _yarn_correction_range(dims, theta, s)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    ramp = (np.arange(dims // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low)
+    extrapolation = (1 - np.clip(ramp, 0, 1)).astype(np.float32)
+    interpolated = (1.0 / (np.float32(s.factor) * base)).astype(np.float32)
+    kept = (1.0 / base).astype(np.float32)
+    return (interpolated * (1 - extrapolation) + kept * extrapolation).astype(np.float32)
+
+
+def _yarn_correction_range(dims: int, theta: float, s: RopeScaling) -> tuple[float, float]:
+    """The dims [low, high] between which YaRN's ramp runs, in float64 as transformers computes them."""
+    low = _yarn_correction_dim(s.beta_fast, dims, theta, s.original_max_position_embeddings)
+    high = _yarn_correction_dim(s.beta_slow, dims, theta, s.original_max_position_embeddings)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, dims - 1)
+
+
+def _yarn_correction_dim(rotations: float, dims: int, theta: float, context: int) -> float:
+    """The dim whose wavelength fits `rotations` times into `context` positions (fractional)."""
+    return (dims * math.log(context / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+
+def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction for a context stretched by `factor`."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
 def attention_factor(scaling: RopeScaling) -> float:
-    """The factor cos and sin are multiplied by (LongRoPE's magnitude correction; 1 otherwise)."""
-    if scaling.rope_type != "longrope":
+    """The factor cos and sin are multiplied by (LongRoPE's and YaRN's magnitude correction; 1 otherwise)."""
+    if scaling.rope_type not in ("longrope", "yarn"):
         return 1.0
     if scaling.attention_factor is not None:
         return float(scaling.attention_factor)
+    if scaling.rope_type == "yarn":
+        if scaling.mscale and scaling.mscale_all_dim:  # DeepSeek: the ratio of two corrections
+            return _yarn_mscale(scaling.factor, scaling.mscale) / _yarn_mscale(scaling.factor, scaling.mscale_all_dim)
+        return _yarn_mscale(scaling.factor)
     if scaling.factor <= 1.0:
         return 1.0
     return math.sqrt(1 + math.log(scaling.factor) / math.log(scaling.original_max_position_embeddings))
