@@ -39,6 +39,15 @@ def choose_implementation(backend: str | None, interpret: bool) -> Implementatio
     raise ValueError(f"unknown backend {platform!r}; expected tpu, gpu, cpu or reference")
 
 
+def _implementation_for(backend: str | None, interpret: bool, sinks: jax.Array | None) -> Implementation:
+    """choose_implementation, refusing sinks where the kernel has none (callers route such layers to the
+    reference: `jaxinfer.models.attention.kernel_backend`)."""
+    impl = choose_implementation(backend, interpret)
+    if sinks is not None and impl != "reference":
+        raise ValueError(f"the {impl} paged attention kernel takes no attention sinks; pass backend='reference'")
+    return impl
+
+
 def paged_attention(
     q: jax.Array,  # [batch, num_q_heads, head_dim]
     k_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
@@ -55,6 +64,7 @@ def paged_attention(
     backend: Backend | None = None,
     pages_per_block: int | None = None,
     num_splits: int | None = None,
+    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits: the reference only
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     options = dict(
@@ -62,7 +72,7 @@ def paged_attention(
         k_scales=k_scales, v_scales=v_scales,
     )
     args = (q, k_pages, v_pages, lengths, page_indices)
-    impl = choose_implementation(backend, interpret)
+    impl = _implementation_for(backend, interpret, sinks)
     if impl == "tpu":
         return paged_attention_tpu(*args, **options, pages_per_block=pages_per_block, interpret=interpret)
     if impl == "gpu":
@@ -70,7 +80,7 @@ def paged_attention(
             *args, **options, pages_per_block=pages_per_block, num_splits=num_splits,
             interpret=interpret,
         )
-    return paged_attention_reference(*args, **options)
+    return paged_attention_reference(*args, **options, sinks=sinks)
 
 
 def ragged_paged_attention(
@@ -91,6 +101,7 @@ def ragged_paged_attention(
     pages_per_block: int | None = None,
     block_rows: int | None = None,
     num_splits: int | None = None,
+    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits: the reference only
 ) -> jax.Array:
     """Causal multi-query attention: [batch, max_q, num_q_heads, head_dim], padding rows zero."""
     options = dict(
@@ -98,7 +109,7 @@ def ragged_paged_attention(
         k_scales=k_scales, v_scales=v_scales,
     )
     args = (q, k_pages, v_pages, lengths, page_indices, query_lens)
-    impl = choose_implementation(backend, interpret)
+    impl = _implementation_for(backend, interpret, sinks)
     if impl == "tpu":
         return ragged_paged_attention_tpu(
             *args, **options, pages_per_block=pages_per_block, block_rows=block_rows,
@@ -109,4 +120,4 @@ def ragged_paged_attention(
             *args, **options, pages_per_block=pages_per_block, block_rows=block_rows,
             num_splits=num_splits, interpret=interpret,
         )
-    return ragged_paged_attention_reference(*args, **options)
+    return ragged_paged_attention_reference(*args, **options, sinks=sinks)

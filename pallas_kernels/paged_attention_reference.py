@@ -46,6 +46,17 @@ def _ragged_mask(
     return mask
 
 
+def _softmax(logits: jax.Array, sinks: jax.Array | None, num_kv_heads: int) -> jax.Array:
+    """Softmax of logits [b, kv, g, q, s] over keys; with sinks, each head's sink logit is one more
+    key whose value is zero (it only takes its share of the mass)."""
+    if sinks is None:
+        return jax.nn.softmax(logits, axis=-1)
+    sink = sinks.astype(jnp.float32).reshape(num_kv_heads, -1)[None, :, :, None, None]
+    best = jnp.maximum(logits.max(-1, keepdims=True), sink)
+    weights = jnp.exp(logits - best)
+    return weights / (weights.sum(-1, keepdims=True) + jnp.exp(sink - best))
+
+
 @functools.partial(jax.jit, static_argnames=("sm_scale", "soft_cap", "sliding_window"))
 def ragged_paged_attention_reference(
     q: jax.Array,  # [batch, max_q, num_q_heads, head_dim]
@@ -60,6 +71,7 @@ def ragged_paged_attention_reference(
     sliding_window: int | None = None,
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
+    sinks: jax.Array | None = None,  # [num_q_heads]: attention-sink logits (keys without values)
 ) -> jax.Array:
     """Causal multi-query paged attention; rows i >= query_lens[b] are zeros."""
     batch, max_q, num_q_heads, head_dim = q.shape
@@ -84,7 +96,7 @@ def ragged_paged_attention_reference(
         logits = soft_cap * jnp.tanh(logits / soft_cap)
     logits = jnp.where(mask[:, None, None], logits, -jnp.inf)
     row_valid = jnp.any(mask, axis=-1)[:, None, None, :, None]
-    weights = jax.nn.softmax(jnp.where(row_valid, logits, 0.0), axis=-1)
+    weights = _softmax(jnp.where(row_valid, logits, 0.0), sinks, num_kv_heads)
     weights = jnp.where(row_valid, weights, 0.0)
     out = jnp.einsum("bkgqs,bksd->bqkgd", weights, v, precision=hi)
     return out.reshape(batch, max_q, num_q_heads, head_dim).astype(q.dtype)
@@ -102,12 +114,13 @@ def paged_attention_reference(
     sliding_window: int | None = None,
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
+    sinks: jax.Array | None = None,  # [num_q_heads]
 ) -> jax.Array:
     """Decode attention of the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     query_lens = jnp.ones_like(lengths)
     out = ragged_paged_attention_reference(
         q[:, None], k_pages, v_pages, lengths, page_indices, query_lens,
         sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window,
-        k_scales=k_scales, v_scales=v_scales,
+        k_scales=k_scales, v_scales=v_scales, sinks=sinks,
     )
     return out[:, 0]

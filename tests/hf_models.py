@@ -86,9 +86,15 @@ ARCH_CONFIGS.update({
         dict(head_dim=32, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[0],
              tie_word_embeddings=False),
     ),
+    "gpt_oss": (  # a swiglu_limit the tiny activations reach, so the experts' clamps act
+        transformers.GptOssConfig,
+        dict(head_dim=16, num_local_experts=4, num_experts_per_tok=3, intermediate_size=32, sliding_window=8,
+             layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.5, tie_word_embeddings=False,
+             initializer_range=0.2),
+    ),
 })
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
-ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe")
+ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe", "gpt_oss")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
@@ -100,6 +106,7 @@ MODEL_CLASSES = {
     transformers.Phi3Config: transformers.Phi3ForCausalLM,
     transformers.MixtralConfig: transformers.MixtralForCausalLM,
     transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,
+    transformers.GptOssConfig: transformers.GptOssForCausalLM,
 }
 
 
@@ -110,8 +117,8 @@ def make_hf_model(name: str, **overrides) -> torch.nn.Module:
     torch.manual_seed(0)
     model = MODEL_CLASSES[config_cls](config).eval()
     with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 1:  # norms (and biases): away from their trivial values
+        for name, param in model.named_parameters():
+            if param.dim() == 1 or name.endswith("_bias"):  # norms and biases: away from their trivial values
                 param.add_(0.1 * torch.randn_like(param))
     return model
 

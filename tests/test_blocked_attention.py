@@ -27,14 +27,14 @@ def _cache(seed: int, quantized: bool) -> PagedKVCache:
     return PagedKVCache([k], [v], [ks], [vs], jnp.zeros((1, WIDTH), jnp.int32))
 
 
-def _dense(q, cache, window, lengths, table, query_lens):
+def _dense(q, cache, window, lengths, table, query_lens, sinks=None):
     """Every row's whole table gathered, then one dense attention (the path blocks replace)."""
     k = gather_pages(cache, cache.k_pages, cache.k_scales, 0, table, jnp.float32).swapaxes(0, 1)
     v = gather_pages(cache, cache.v_pages, cache.v_scales, 0, table, jnp.float32).transpose(1, 0, 3, 2)
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
     mask = causal_window_mask(positions, k.shape[2], window) & (steps[None, :] < query_lens[:, None])[..., None]
-    return dense_attention(q, k, v, mask)
+    return dense_attention(q, k, v, mask, sinks=sinks)
 
 
 @pytest.mark.parametrize("window", [0, 100])

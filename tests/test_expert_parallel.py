@@ -28,6 +28,7 @@ for name, model, meshes in runs:
         out[f"{name} {tp}x{ep}"] = dict(
             tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
             gate=shard_shapes(layer.moe_gate), down=shard_shapes(layer.moe_down), wq=shard_shapes(layer.wq),
+            shared=shard_shapes(layer.shared_gate) if hasattr(layer, "shared_gate") else None,
         )
 print(json.dumps(out))
 """
@@ -38,6 +39,10 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
     meshes = [(1, 1), (2, 1), (1, 2), (2, 2)]
     # Qwen3-MoE's layer 0 is dense (mlp_only_layers): a Llama layer inside the expert-parallel model.
     runs = [(name, str(checkpoint_dir(name)), meshes) for name in ("mixtral", "qwen3_moe")]
+    # Qwen2-MoE's shared expert splits like a dense MLP, over tp only (one 2 x 2 mesh covers both axes).
+    runs.append(("qwen2_moe", str(checkpoint_dir("qwen2_moe")), [(1, 1), (2, 2)]))
+    # GPT-OSS's expert biases split like the experts (one 2 x 2 mesh covers both axes).
+    runs.append(("gpt_oss", str(checkpoint_dir("gpt_oss")), [(1, 1), (2, 2)]))
     header = f"runs = {runs!r}\n"
     out = json.loads(run_python(FAKE_DEVICES + header + SCRIPT, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
     for name, _, sizes in runs:
@@ -49,3 +54,5 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
             assert run["gate"] == [[4 // ep, 64, 32 // tp]] * (tp * ep), (name, tp, ep, run["gate"])
             assert run["down"] == [[4 // ep, 32 // tp, 64]] * (tp * ep)
             assert [shape[1] for shape in run["wq"]] == [4 // tp] * (tp * ep)  # heads: tp only, replicated over ep
+            if name == "qwen2_moe":  # the shared expert's [D=64, 48]
+                assert run["shared"] == [[64, 48 // tp]] * (tp * ep), (tp, ep, run["shared"])

@@ -9,11 +9,11 @@ import functools
 import numpy as np
 import pytest
 import torch
-from hf_models import make_hf_model, save_hf_model
+from hf_models import ENGINE_TESTED, make_hf_model, save_hf_model
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig, save_converted
 
-FAMILIES = ["gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe"]
+FAMILIES = list(ENGINE_TESTED)
 PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
 # Two prompts sharing 20 tokens (a full page of 16), both longer than the sliding windows (8, 16).
 SHARED = PROMPT[:20]

@@ -101,8 +101,25 @@ def _bias_heads(leaf: HFLeaf) -> Transforms:
     )
 
 
+def _interleaved(phase: int) -> Callable[[HFLeaf], Transforms]:
+    """The entries phase, phase + 2, ... of the last axis (a slice of them reads their span of the stored one)."""
+
+    def to_hf(w: np.ndarray) -> np.ndarray:
+        raise NotImplementedError("an interleaved half is not written back on its own")
+
+    def transforms(leaf: HFLeaf) -> Transforms:
+        def hf_index(index: Index) -> Index:
+            last = index[-1]
+            return (*index[:-1], slice(2 * last.start, 2 * last.stop))
+
+        return (lambda w: w[..., phase::2]), to_hf, hf_index
+
+    return transforms
+
+
 KINDS: dict[str, Callable[[HFLeaf], Transforms]] = {
     "same": _same, "transpose": _transpose, "in_heads": _in_heads, "out_heads": _out_heads, "bias_heads": _bias_heads,
+    "even_columns": _interleaved(0), "odd_columns": _interleaved(1),
 }
 
 

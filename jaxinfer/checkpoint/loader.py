@@ -15,6 +15,7 @@ from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
 from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, stored_names
+from jaxinfer.checkpoint.mxfp4 import Mxfp4Slice, packed_names
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
@@ -119,7 +120,9 @@ def safetensors_index(model_dir: Path) -> dict[str, Path]:
 def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> None:
     """Fail on missing or unexpected tensors, naming them and where they were looked for."""
     expected = expected_hf_names(cfg, layer_fields(abstract_weights(cfg)))
-    found = {n for n in index if not n.endswith(IGNORED_SUFFIXES)}
+    packed = packed_names(index)
+    found = {n for n in index if not n.endswith(IGNORED_SUFFIXES)} - {n for pair in packed.values() for n in pair}
+    found |= set(packed)
     if cfg.tie_word_embeddings:
         found.discard("lm_head.weight")  # some exporters keep the tied copy
     missing = sorted(expected - found)
@@ -131,7 +134,8 @@ def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> N
     if unexpected:
         raise CheckpointError(
             f"checkpoint {model_dir} has {len(unexpected)} tensor(s) the config does not describe "
-            f"(first: {unexpected[:5]}) in {index[unexpected[0]].name}; is config.json for this model?"
+            f"(first: {unexpected[:5]}) in {index[packed.get(unexpected[0], (unexpected[0],))[0]].name}; "
+            "is config.json for this model?"
         )
 
 
@@ -140,14 +144,21 @@ class _TensorReader:
 
     def __init__(self, index: dict[str, Path]):
         self._index = index
+        self._packed = packed_names(index)  # MXFP4 pairs, read by their unquantized names
         self._open: dict[Path, Any] = {}
 
-    def tensor(self, name: str, expected_shape: tuple[int, ...]) -> Any:
-        """A lazily read tensor (index it to read a slice), after checking its shape."""
+    def _slice(self, name: str) -> tuple[Any, Path]:
+        if name in self._packed:
+            blocks, scales = self._packed[name]
+            return Mxfp4Slice(self._slice(blocks)[0], self._slice(scales)[0]), self._index[blocks]
         path = self._index[name]
         if path not in self._open:
             self._open[path] = open_safetensors(path)
-        tensor = self._open[path].get_slice(name)
+        return self._open[path].get_slice(name), path
+
+    def tensor(self, name: str, expected_shape: tuple[int, ...]) -> Any:
+        """A lazily read tensor (index it to read a slice), after checking its shape."""
+        tensor, path = self._slice(name)
         if tuple(tensor.get_shape()) != expected_shape:
             raise CheckpointError(
                 f"tensor {name} in {path.name} has shape {tuple(tensor.get_shape())}, expected {expected_shape}"

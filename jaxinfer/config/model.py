@@ -92,6 +92,9 @@ class ModelConfig:
     attn_scale: float | None = None  # None: head_dim ** -0.5 (Gemma 2/3: query_pre_attn_scalar ** -0.5)
     attn_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap)
     final_soft_cap: float | None = None  # the same on the output logits
+    attn_sinks: bool = False  # a learned per-head sink logit in each softmax (GPT-OSS)
+    swiglu_alpha: float = 1.702  # GPT-OSS experts' gate: see models.mlp.ClampedSwiGLU
+    swiglu_limit: float = 7.0
     num_experts: int = 0  # mixture of experts: 0 = every layer dense
     experts_per_token: int = 0
     moe_intermediate_size: int = 0

@@ -23,7 +23,14 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.ragged_view import RaggedPagedCache, per_token_attend
 from jaxinfer.kernels.cpu import decode_attention, decode_attention_applies, paged_decode_attention
 from jaxinfer.kernels.precision import matmul_precision
-from jaxinfer.models.blocked_attention import NEG_INF, blocked_rows_attention, blocked_token_attention, cap_scores
+from jaxinfer.models.blocked_attention import (
+    NEG_INF,
+    blocked_rows_attention,
+    blocked_token_attention,
+    cap_scores,
+    sink_logits,
+    softmax_with_sinks,
+)
 from jaxinfer.models.sharded_attention import per_shard_rows_attention
 
 logger = logging.getLogger(__name__)
@@ -51,12 +58,14 @@ def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int) -> jax.
 def dense_attention(
     q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float | None = None,
     kv_scales: tuple[jax.Array, jax.Array] | None = None, soft_cap: float | None = None,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """GQA attention: q [B,T,H,K], k [B,KV,S,K], v [B,KV,K,S], mask [B,T,S] -> [B,T,H,K]; f32 softmax.
 
     kv_scales (k, v) [B, KV, S] dequantize fp8 keys and values: they scale each key's score
     and each value's probability, so the cache is widened to q's dtype but never multiplied.
     soft_cap: scaled scores pass through cap * tanh(score / cap) before the mask (Gemma 2).
+    sinks [H]: each head's attention-sink logit, a key without a value (GPT-OSS).
     """
     b, t, h, d = q.shape
     kv_heads = k.shape[1]
@@ -70,7 +79,7 @@ def dense_attention(
     scores = scores * (scale if kv_scales is None else scale * kv_scales[0][:, :, None, None, :])
     scores = cap_scores(scores, soft_cap)
     scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1)
+    probs = softmax_with_sinks(scores, None if sinks is None else sink_logits(sinks, kv_heads)[None, :, :, None, None])
     probs = (probs if kv_scales is None else probs * kv_scales[1][:, :, None, None, :]).astype(v.dtype)
     out = jnp.einsum("bkgts,bkds->btkgd", probs, v, precision=precision, preferred_element_type=jnp.float32)
     return out.reshape(b, t, h, d).astype(q.dtype)
@@ -83,8 +92,17 @@ def _log_soft_cap_fallback() -> None:
                 "soft-capped layers take the XLA (jnp) attention path")
 
 
-def native_kernel_applies(soft_cap: float | None) -> bool:
-    """Whether the native CPU attention kernels can run a layer (they take a scale and a window, no cap)."""
+@functools.cache
+def _log_sinks_fallback(path: str) -> None:
+    """One line when layers with attention sinks leave a kernel that has none."""
+    logger.info("attention sinks: the %s kernels do not take sink logits; layers with sinks take the jnp path", path)
+
+
+def native_kernel_applies(soft_cap: float | None, sinks: jax.Array | None = None) -> bool:
+    """Whether the native CPU attention kernels can run a layer (they take a scale and a window, no cap, no sinks)."""
+    if sinks is not None:
+        _log_sinks_fallback("native CPU attention")
+        return False
     if soft_cap is None:
         return True
     _log_soft_cap_fallback()
@@ -97,7 +115,7 @@ def _log_fallback(reason: str) -> None:
     logger.warning("paged attention falls back to the jnp reference: %s", reason)
 
 
-def kernel_backend(cache: PagedKVCache, head_dim: int) -> str | None:
+def kernel_backend(cache: PagedKVCache, head_dim: int, sinks: jax.Array | None = None) -> str | None:
     """The `backend` argument for pallas_kernels: the cache's platform (None: the default backend's
     kernel) or "reference".
 
@@ -105,6 +123,9 @@ def kernel_backend(cache: PagedKVCache, head_dim: int) -> str | None:
     `pallas_kernels.unsupported_reason`) takes the reference path, with one log line.
     """
     if cache.backend == "reference":
+        return "reference"
+    if sinks is not None:
+        _log_sinks_fallback("Pallas paged attention")
         return "reference"
     impl = pallas_kernels.choose_implementation(cache.platform, cache.interpret)
     if impl == "reference":
@@ -126,11 +147,12 @@ def paged_rows_attend(
     query_lens: jax.Array,
     scale: float | None = None,
     soft_cap: float | None = None,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
-    backend = kernel_backend(cache, q.shape[-1])
+    backend = kernel_backend(cache, q.shape[-1], sinks)
     kernel = functools.partial(_rows_kernel, window=window, interpret=cache.interpret, backend=backend,
-                               scale=scale, soft_cap=soft_cap, single_split=cache.batch_invariant)
+                               scale=scale, soft_cap=soft_cap, single_split=cache.batch_invariant, sinks=sinks)
     pools = (cache.k_pages[layer], cache.v_pages[layer])
     scales = (cache.k_scales[layer], cache.v_scales[layer]) if cache.quantized else ()
     rows = (lengths, page_table, query_lens)
@@ -155,10 +177,13 @@ def _rows_kernel(
     scale: float | None = None,
     soft_cap: float | None = None,
     single_split: bool = False,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """The decode kernel for one query per row, the ragged one for several: [B, T, H, K]."""
     common = dict(sliding_window=window or None, interpret=interpret, backend=backend, sm_scale=scale,
                   soft_cap=soft_cap, num_splits=1 if single_split else None)
+    if sinks is not None:  # only the reference takes them (kernel_backend)
+        common.update(sinks=sinks)
     if scales:
         common.update(k_scales=scales[0], v_scales=scales[1])
     if q.shape[1] == 1:
@@ -176,6 +201,7 @@ def gathered_rows_attend(
     query_lens: jax.Array,
     scale: float | None = None,
     soft_cap: float | None = None,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
     otherwise XLA attention over blocks of each row's pages, up to the step's longest row (one
@@ -188,48 +214,52 @@ def gathered_rows_attend(
     # take XLA's path.
     int8 = cache.value_dtype == jnp.int8
     if (cache.cpu_kernels and (int8 or not cache.quantized) and decode_attention_applies(q.shape[1], dtype)
-            and native_kernel_applies(soft_cap)):
+            and native_kernel_applies(soft_cap, sinks)):
         pools = (cache.k_pages[layer], cache.v_pages[layer])
         scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if int8 else {}
         return paged_decode_attention(q, *pools, page_table, positions, window, jnp.int8 if int8 else dtype,
                                       scale=scale, **scales)
+    rows = (lengths, page_table, query_lens)
     if q.shape[1] == 1:
-        return blocked_token_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype, scale, soft_cap)
-    return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype, scale, soft_cap)
+        return blocked_token_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks)
+    return blocked_rows_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks)
 
 
 def paged_attend(
     q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int, scale: float | None = None,
-    soft_cap: float | None = None,
+    soft_cap: float | None = None, sinks: jax.Array | None = None,
 ) -> jax.Array:
     """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
     lengths = positions[:, -1] + 1
     query_lens = jnp.full_like(lengths, q.shape[1])
-    return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens, scale, soft_cap)
+    return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens, scale, soft_cap, sinks)
 
 
 def attend(
     q: jax.Array, cache: KVCache | PagedKVCache, layer: int, positions: jax.Array, window: int,
-    scale: float | None = None, soft_cap: float | None = None,
+    scale: float | None = None, soft_cap: float | None = None, sinks: jax.Array | None = None,
 ) -> jax.Array:
     """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache.
 
     scale: of the q.k scores (None: head_dim ** -0.5); soft_cap: scores capped by cap * tanh(s / cap)
-    (the Pallas kernels and the jnp paths cap; the native CPU kernels cannot, so capped layers skip them).
+    (the Pallas kernels and the jnp paths cap; the native CPU kernels cannot, so capped layers skip them);
+    sinks [H]: attention-sink logits (GPT-OSS; the jnp paths only, so such layers skip the kernels).
     """
     if isinstance(cache, RaggedPagedCache):
         rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
         return per_token_attend(
-            q, cache, positions, lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows, scale, soft_cap)
+            q, cache, positions,
+            lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows, scale, soft_cap, sinks),
         )
     if isinstance(cache, PagedKVCache):
-        return paged_attend(q, cache, layer, positions, window, scale, soft_cap)
+        return paged_attend(q, cache, layer, positions, window, scale, soft_cap, sinks)
     k, v = cache.k[layer], cache.v[layer]
     mask = causal_window_mask(positions, k.shape[2], window)
     if cache.quantized:
         # The native kernel reads 16/32-bit floats without scales: fp8 takes XLA's dense path.
         scales = (cache.k_scales[layer][..., 0], cache.v_scales[layer][..., 0])
-        return dense_attention(q, k, v, mask, scale, kv_scales=scales, soft_cap=soft_cap)
-    if cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype) and native_kernel_applies(soft_cap):
+        return dense_attention(q, k, v, mask, scale, kv_scales=scales, soft_cap=soft_cap, sinks=sinks)
+    if (cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype)
+            and native_kernel_applies(soft_cap, sinks)):
         return decode_attention(q, k, v, positions, window, scale)
-    return dense_attention(q, k, v, mask, scale, soft_cap=soft_cap)
+    return dense_attention(q, k, v, mask, scale, soft_cap=soft_cap, sinks=sinks)

@@ -31,6 +31,24 @@ def cap_scores(scores: jax.Array, soft_cap: float | None) -> jax.Array:
     return scores if soft_cap is None else soft_cap * jnp.tanh(scores / soft_cap)
 
 
+def sink_logits(sinks: jax.Array, kv_heads: int) -> jax.Array:
+    """Per-head attention-sink logits [H] as [KV, G] float32 (query head h = kv head * G + g)."""
+    return sinks.astype(jnp.float32).reshape(kv_heads, -1)
+
+
+def softmax_with_sinks(scores: jax.Array, sinks: jax.Array | None) -> jax.Array:
+    """Softmax over the last axis, with each head's sink logit as one more key that has no value
+    (GPT-OSS): the sink takes its share of the probability mass and gives nothing back.
+
+    sinks broadcasts against scores[..., :1]; None is the plain softmax.
+    """
+    if sinks is None:
+        return jax.nn.softmax(scores, axis=-1)
+    best = jnp.maximum(scores.max(-1, keepdims=True), sinks)
+    weights = jnp.exp(scores - best)
+    return weights / (weights.sum(-1, keepdims=True) + jnp.exp(sinks - best))
+
+
 def gather_pages(cache: PagedKVCache, pools: list[jax.Array], scales, layer: int, table: jax.Array, dtype) -> jax.Array:
     """The pages of each row as one contiguous block [KV, R, S, K] in dtype (dequantized)."""
     gathered = cache.from_storage(pools[layer][:, table])  # [KV, R, P, page, K]
@@ -55,10 +73,12 @@ def blocked_rows_attention(
     dtype: jnp.dtype,
     scale: float | None = None,
     soft_cap: float | None = None,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """q [R, T, H, K]: the first query_lens[r] queries of row r end at position lengths[r]-1.
 
-    scale: of the scores (None: head_dim ** -0.5); soft_cap: scores pass cap * tanh(s / cap).
+    scale: of the scores (None: head_dim ** -0.5); soft_cap: scores pass cap * tanh(s / cap);
+    sinks [H]: each head's attention-sink logit (see `softmax_with_sinks`).
 
     Keys are read in dtype with float32 scores and softmax, as the dense path does. Queries go
     in blocks of QUERY_BLOCK, each visiting only the key blocks its own positions can see (a
@@ -73,11 +93,12 @@ def blocked_rows_attention(
     block = _block_pages(cache.page_size, page_table.shape[1])
     table = jnp.pad(page_table, ((0, 0), (0, -page_table.shape[1] % block)))
     groups = [slice(r, r + 1) for r in range(rows)] if rows <= LOOPED_ROWS else [slice(0, rows)]
+    sink = None if sinks is None else sink_logits(sinks, kv_heads)[:, None, :, None]  # [KV, 1, G, 1]
 
     def attend_rows(g: slice) -> jax.Array:
         parts = [
             _query_block(qg[:, g, :, first : first + QUERY_BLOCK], cache, layer, window, lengths[g], table[g],
-                         query_lens[g], first, block, dtype, dim**-0.5 if scale is None else scale, soft_cap)
+                         query_lens[g], first, block, dtype, dim**-0.5 if scale is None else scale, soft_cap, sink)
             for first in range(0, steps, QUERY_BLOCK)
         ]
         return _concatenate(parts, axis=3)
@@ -97,6 +118,7 @@ def blocked_token_attention(
     dtype: jnp.dtype,
     scale: float | None = None,
     soft_cap: float | None = None,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """blocked_rows_attention of one-query rows q [N, 1, H, K] (an engine step's tokens, each its own
     row), TOKEN_BLOCK rows at a time: a block gathers its rows' pages [KV, rows, keys, K] one key
@@ -108,15 +130,15 @@ def blocked_token_attention(
         pad = TOKEN_BLOCK - rows % TOKEN_BLOCK
         grow = lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))  # noqa: E731
         out = blocked_token_attention(grow(q), cache, layer, window, grow(lengths) + (jnp.arange(rows + pad) >= rows),
-                                      grow(page_table), grow(query_lens), dtype, scale, soft_cap)
+                                      grow(page_table), grow(query_lens), dtype, scale, soft_cap, sinks)
         return out[:rows]
     block = math.gcd(rows, TOKEN_BLOCK)
     if block == rows:
         return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype, scale,
-                                      soft_cap)
+                                      soft_cap, sinks)
 
     def one(args: tuple[jax.Array, ...]) -> jax.Array:
-        return blocked_rows_attention(args[0], cache, layer, window, *args[1:], dtype, scale, soft_cap)
+        return blocked_rows_attention(args[0], cache, layer, window, *args[1:], dtype, scale, soft_cap, sinks)
 
     split = lambda a: a.reshape(rows // block, block, *a.shape[1:])  # noqa: E731
     out = jax.lax.map(one, (split(q), split(lengths), split(page_table), split(query_lens)))
@@ -140,6 +162,7 @@ def _query_block(
     dtype: jnp.dtype,
     scale: float,
     soft_cap: float | None,
+    sink: jax.Array | None,  # [KV, 1, G, 1] f32 attention-sink logits
 ) -> jax.Array:
     """Online softmax of one block of queries over the key blocks they can see: [KV, R, G, Tb, K] f32."""
     steps = qg.shape[-2]
@@ -184,7 +207,9 @@ def _query_block(
         return new_best, total * fade + probs.sum(-1), acc * fade[..., None] + weighted(probs, v)
 
     first_block, num_blocks = _visited_blocks(positions, live, window, block_keys)
-    _, total, acc = jax.lax.fori_loop(first_block + 1, num_blocks, visit, opening(first_block))
+    best, total, acc = jax.lax.fori_loop(first_block + 1, num_blocks, visit, opening(first_block))
+    if sink is not None:  # the sink's share of the mass, relative to the running max (see softmax_with_sinks)
+        total = total + jnp.exp(sink - best)
     return acc / total[..., None]
 
 

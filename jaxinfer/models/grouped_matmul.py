@@ -13,10 +13,11 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.kernels.precision import matmul_precision
-from jaxinfer.models.mlp import gate_product
+from jaxinfer.models.mlp import Gate, gate_product
 
 IMPLEMENTATIONS = ("auto", "tiled", "ragged_dot")
 MAX_TILE = 64  # rows per tile: padding per expert is at most MAX_TILE - 1 rows
+RowBiases = tuple[jax.Array, jax.Array]  # each row's gate and up biases [N, F], in x's dtype
 
 
 def tile_rows(num_rows: int, num_groups: int) -> int:
@@ -46,8 +47,9 @@ def tiled_expert_mlp(
     up: jax.Array,  # [E, D, F]
     down: jax.Array,  # [E, F, D]
     group_sizes: jax.Array,  # [E] int32 rows of each expert; rows past their sum give zeros
-    act: str,
+    act: Gate,
     tile: int | None = None,
+    biases: RowBiases | None = None,
 ) -> jax.Array:
     """Each row through its expert's MLP, tile by tile: [N, D] in x's dtype.
 
@@ -63,12 +65,17 @@ def tiled_expert_mlp(
     index = jnp.arange(-(-rows // tile) + groups)  # an upper bound on the tiles
     expert = jnp.minimum(jnp.searchsorted(tiles_end, index, side="right"), groups - 1)
     start = first_row[expert] + (index - (tiles_end[expert] - tiles[expert])) * tile
-    padded = jnp.pad(x, ((0, tile), (0, 0)))
+    pad = lambda a: jnp.pad(a, ((0, tile), (0, 0)))  # noqa: E731
+    padded = pad(x)
+    padded_biases = None if biases is None else tuple(pad(b) for b in biases)
 
     def visit(j: jax.Array, out: jax.Array) -> jax.Array:
         e, row = expert[j], start[j]
         rows_in = jax.lax.dynamic_slice_in_dim(padded, row, tile)
-        hidden = gate_product(act, _dot(rows_in, gate[e]), _dot(rows_in, up[e]))
+        g, u = _dot(rows_in, gate[e]), _dot(rows_in, up[e])
+        if padded_biases is not None:
+            g, u = (h + jax.lax.dynamic_slice_in_dim(b, row, tile) for h, b in zip((g, u), padded_biases))
+        hidden = gate_product(act, g, u)
         return jax.lax.dynamic_update_slice_in_dim(out, _dot(hidden, down[e]), row, axis=0)
 
     out = jax.lax.fori_loop(0, tiles_end[-1], visit, jnp.zeros_like(padded))[:rows]
@@ -76,7 +83,8 @@ def tiled_expert_mlp(
 
 
 def ragged_expert_mlp(
-    x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, group_sizes: jax.Array, act: str,
+    x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, group_sizes: jax.Array, act: Gate,
+    biases: RowBiases | None = None,
 ) -> jax.Array:
     """`tiled_expert_mlp` through `jax.lax.ragged_dot` (the accelerators' grouped matmul)."""
 
@@ -85,18 +93,25 @@ def ragged_expert_mlp(
                                  preferred_element_type=jnp.float32)
         return out.astype(a.dtype)
 
-    out = ragged(gate_product(act, ragged(x, gate), ragged(x, up)), down)
+    g, u = ragged(x, gate), ragged(x, up)
+    if biases is not None:
+        g, u = g + biases[0], u + biases[1]
+    out = ragged(gate_product(act, g, u), down)
     return jnp.where(jnp.arange(x.shape[0])[:, None] < jnp.sum(group_sizes), out, 0)
 
 
 def expert_mlp(
-    x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, group_sizes: jax.Array, act: str,
-    implementation: str = "auto",
+    x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, group_sizes: jax.Array, act: Gate,
+    implementation: str = "auto", biases: RowBiases | None = None,
 ) -> jax.Array:
-    """Rows [N, D] sorted by expert through their experts' MLPs; "auto": tiles on CPU, ragged_dot elsewhere."""
+    """Rows [N, D] sorted by expert through their experts' MLPs; "auto": tiles on CPU, ragged_dot elsewhere.
+
+    biases: each row's gate and up biases [N, F] (its expert's, GPT-OSS), added before the gate.
+    """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation {implementation!r} is not one of {IMPLEMENTATIONS}")
     if implementation == "auto":
         implementation = "tiled" if jax.default_backend() == "cpu" else "ragged_dot"
-    fn = tiled_expert_mlp if implementation == "tiled" else ragged_expert_mlp
-    return fn(x, gate, up, down, group_sizes, act)
+    if implementation == "tiled":
+        return tiled_expert_mlp(x, gate, up, down, group_sizes, act, biases=biases)
+    return ragged_expert_mlp(x, gate, up, down, group_sizes, act, biases)

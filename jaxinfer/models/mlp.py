@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -19,10 +21,31 @@ def activation(name: str, x: jax.Array) -> jax.Array:
     return jax.nn.silu(x)
 
 
-def gate_product(name: str, gate: jax.Array, up: jax.Array) -> jax.Array:
+@dataclasses.dataclass(frozen=True)
+class ClampedSwiGLU:
+    """GPT-OSS's expert gate: g = min(gate, limit), u = clip(up, -limit, limit), (u + 1) * g * sigmoid(alpha * g).
+
+    Hashable, so it travels as the static `act` of the expert code where other models pass a name.
+    """
+
+    alpha: float
+    limit: float
+
+    def __call__(self, gate: jax.Array, up: jax.Array) -> jax.Array:
+        g = jnp.minimum(gate, self.limit)
+        u = jnp.clip(up, -self.limit, self.limit)
+        return (u + 1) * g * jax.nn.sigmoid(self.alpha * g)
+
+
+Gate = str | ClampedSwiGLU  # an activation name, or a gate that also transforms `up`
+
+
+def gate_product(act: Gate, gate: jax.Array, up: jax.Array) -> jax.Array:
     """act(gate) * up; the activation runs in float32 and is rounded once, as torch computes it for
     bf16 inputs (in bf16 XLA rounded after each of its five operations: a tenth of a CPU prefill step)."""
-    return activation(name, gate.astype(jnp.float32)).astype(gate.dtype) * up
+    if isinstance(act, ClampedSwiGLU):
+        return act(gate.astype(jnp.float32), up.astype(jnp.float32)).astype(gate.dtype)
+    return activation(act, gate.astype(jnp.float32)).astype(gate.dtype) * up
 
 
 def gated_mlp(x: jax.Array, gate: Weight, up: Weight, down: Weight, act: str) -> jax.Array:

@@ -20,9 +20,10 @@ from jax.sharding import PartitionSpec
 
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.family import HFLeaf
-from jaxinfer.models.grouped_matmul import expert_mlp
+from jaxinfer.models.grouped_matmul import RowBiases, expert_mlp
 from jaxinfer.models.layers import Weight, linear
 from jaxinfer.models.llama import LayerWeights
+from jaxinfer.models.mlp import Gate
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, attention_leaves, self_attention
@@ -104,8 +105,9 @@ def routed_experts(
     up: jax.Array,
     down: jax.Array,  # [E_local, F_local, D]
     first: jax.Array | int,  # global id of the first local expert
-    act: str,
+    act: Gate,
     implementation: str = "auto",  # see grouped_matmul.expert_mlp
+    biases: tuple[jax.Array, jax.Array] | None = None,  # local experts' gate and up biases [E_local, F_local]
 ) -> jax.Array:
     """The mixed output [N, D] (float32) of the routed rows that fall to the local experts (others add 0)."""
     rows, k = experts.shape
@@ -115,9 +117,16 @@ def routed_experts(
     key = jnp.where((local >= 0) & (local < local_count), local, local_count)
     order = jnp.argsort(key, stable=True)
     sizes = jnp.bincount(key, length=local_count + 1)[:local_count].astype(jnp.int32)
-    out_sorted = expert_mlp(x[order // k], gate, up, down, sizes, act, implementation)
+    row_biases = None if biases is None else _row_biases(biases, key[order], x.dtype)
+    out_sorted = expert_mlp(x[order // k], gate, up, down, sizes, act, implementation, row_biases)
     out = jnp.zeros_like(out_sorted).at[order].set(out_sorted).reshape(rows, k, -1)
     return jnp.einsum("nkd,nk->nd", out.astype(jnp.float32), weights)
+
+
+def _row_biases(biases: tuple[jax.Array, jax.Array], sorted_local: jax.Array, dtype: jnp.dtype) -> RowBiases:
+    """Each sorted row's expert's gate and up biases [N, F]; rows of other devices' experts get zeros."""
+    take = lambda b: jnp.take(b, sorted_local, axis=0, mode="fill", fill_value=0).astype(dtype)  # noqa: E731
+    return take(biases[0]), take(biases[1])
 
 
 def moe_block(x: jax.Array, lw: MoELayerWeights, cfg: ModelConfig, layout: Layout) -> jax.Array:
@@ -125,16 +134,20 @@ def moe_block(x: jax.Array, lw: MoELayerWeights, cfg: ModelConfig, layout: Layou
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
     weights, experts = route(x2, lw.router, cfg.experts_per_token, cfg.norm_topk_prob)
-    if layout.mesh is None:
-        out = routed_experts(x2, weights, experts, lw.moe_gate, lw.moe_up, lw.moe_down, 0, cfg.activation)
-        return out.astype(x.dtype).reshape(shape)
-    return _sharded_moe(x2, weights, experts, lw, cfg, layout).astype(x.dtype).reshape(shape)
+    return experts_output(x2, weights, experts, lw, layout, cfg.activation).astype(x.dtype).reshape(shape)
 
 
-def _sharded_moe(
-    x2: jax.Array, weights: jax.Array, experts: jax.Array, lw: MoELayerWeights, cfg: ModelConfig, layout: Layout
+def experts_output(
+    x2: jax.Array, weights: jax.Array, experts: jax.Array, lw: Any, layout: Layout, act: Gate,
+    biases: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
-    """`routed_experts` on every device of the mesh over its experts and hidden units, partial sums added."""
+    """`routed_experts` of rows x2 [N, D] over the layer's experts (`moe_gate`, `moe_up`, `moe_down`), on
+    one device or on each device of the mesh over its experts and hidden units, partial sums added: [N, D] f32.
+
+    biases: the experts' gate and up biases [E, F], sharded as the experts' hidden units are.
+    """
+    if layout.mesh is None:
+        return routed_experts(x2, weights, experts, lw.moe_gate, lw.moe_up, lw.moe_down, 0, act, biases=biases)
     gate_spec = layout.spec(lw.moe_gate.shape, GATE_AXES)
     down_spec = layout.spec(lw.moe_down.shape, DOWN_AXES)
     row_spec = layout.spec(x2.shape, ("tokens", None))
@@ -143,13 +156,15 @@ def _sharded_moe(
     summed = tuple(axis for axis in (expert_axis, hidden_axis) if axis is not None)
     local_count = lw.moe_gate.shape[0] // layout.axis_size(expert_axis) if expert_axis else lw.moe_gate.shape[0]
 
-    def shard(x_part, w_part, e_part, gate, up, down):
+    def shard(x_part, w_part, e_part, gate, up, down, *bias_parts):
         first = jax.lax.axis_index(expert_axis) * local_count if expert_axis else 0
-        out = routed_experts(x_part, w_part, e_part, gate, up, down, first, cfg.activation)
+        out = routed_experts(x_part, w_part, e_part, gate, up, down, first, act, biases=bias_parts or None)
         return jax.lax.psum(out, summed) if summed else out
 
-    in_specs = (row_spec, rows_only, rows_only, gate_spec, gate_spec, down_spec)
-    return shard_map(shard, layout, in_specs, rows_only)(x2, weights, experts, lw.moe_gate, lw.moe_up, lw.moe_down)
+    bias_spec = PartitionSpec(expert_axis, hidden_axis)
+    in_specs = (row_spec, rows_only, rows_only, gate_spec, gate_spec, down_spec) + (bias_spec,) * len(biases or ())
+    operands = (x2, weights, experts, lw.moe_gate, lw.moe_up, lw.moe_down, *(biases or ()))
+    return shard_map(shard, layout, in_specs, rows_only)(*operands)
 
 
 def moe_decoder_layer(

@@ -14,12 +14,13 @@ from jaxinfer.config.generation import generation_defaults, merge_ids
 from jaxinfer.config.model import REQUIRED_FIELDS, ConfigError, ModelConfig, read_config_json
 from jaxinfer.models.family import Family
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
+from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.phi3 import FAMILY as PHI3
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 
-FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, MIXTRAL, QWEN3_MOE)
+FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, MIXTRAL, QWEN3_MOE, GPT_OSS)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
@@ -53,6 +54,21 @@ def family_of(cfg: ModelConfig) -> Family:
     return family_for(cfg.architecture)
 
 
+# Checkpoint quantization formats read (dequantized as tensors load), beside unquantized ones.
+STORED_QUANTIZATION = {"mxfp4": "GPT-OSS's MXFP4 experts, dequantized as they load"}
+
+
+def _check_stored_quantization(hf: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint quantized in a format the loader cannot read, naming the ones it can."""
+    method = (hf.get("quantization_config") or {}).get("quant_method")
+    if method is not None and method not in STORED_QUANTIZATION:
+        accepted = "; ".join(f"{name} ({what})" for name, what in STORED_QUANTIZATION.items())
+        raise ConfigError(
+            f"quantization_config.quant_method {method!r} is not supported; supported: {accepted}. For other "
+            "formats load the unquantized checkpoint and quantize at load (quantization='int8', 'int4' or 'fp8')"
+        )
+
+
 def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
     """Build a ModelConfig from an HF config dict; unsupported features raise ConfigError."""
     archs = hf.get("architectures") or []
@@ -62,6 +78,7 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
             f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     family = family_for(archs[0])
+    _check_stored_quantization(hf)
     missing = [key for key in REQUIRED_FIELDS if hf.get(key) is None]
     if missing:
         raise ConfigError(f"no {', '.join(missing)}; an HF config of a {archs[0]} model sets "

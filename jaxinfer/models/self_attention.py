@@ -2,7 +2,7 @@
 embeddings, the cache write, attention over the cache and the output projection.
 
 Layer weights are duck-typed: any dataclass with the fields `wq wk wv wo` and the optional
-`bq bk bv bo q_norm k_norm` (None when the family has none).
+`bq bk bv bo q_norm k_norm`, and `sinks` where the config has attention sinks (GPT-OSS).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def self_attention(
     q, k, v = project_qkv(h, lw, cfg, rope, layout)
     cache = cache.write(layer, k, v, positions)
     window = cfg.layer_windows[layer]
-    attn = attend(q, cache, layer, positions, window, scale=cfg.attn_scale, soft_cap=cfg.attn_soft_cap)
+    attn = attend(q, cache, layer, positions, window, scale=cfg.attn_scale, soft_cap=cfg.attn_soft_cap,
+                  sinks=getattr(lw, "sinks", None))
     out = linear(layout.constrain(attn, Q_HEADS), lw.wo, contract=2)
     return (out if lw.bo is None else out + lw.bo), cache
 
@@ -55,6 +56,7 @@ def attention_leaves(cfg: ModelConfig) -> dict[str, ArrayInfo | None]:
     """The attention fields of a layer as ArrayInfos (None where the config has no such leaf)."""
     D, H, KV, K = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     norm = 0.0 if cfg.norm_weight_offset else 1.0
+    sinks = dict(sinks=ArrayInfo((H,), ("q_heads",))) if cfg.attn_sinks else {}
     return dict(
         wq=ArrayInfo((D, H, K), ("embed", "q_heads", "head_dim")),
         wk=ArrayInfo((D, KV, K), ("embed", "kv_heads", "head_dim")),
@@ -66,6 +68,7 @@ def attention_leaves(cfg: ModelConfig) -> dict[str, ArrayInfo | None]:
         bo=ArrayInfo((D,), ("embed",)) if cfg.o_bias else None,
         q_norm=ArrayInfo((K,), ("head_dim",), init_value=norm) if cfg.qk_norm else None,
         k_norm=ArrayInfo((K,), ("head_dim",), init_value=norm) if cfg.qk_norm else None,
+        **sinks,
     )
 
 
@@ -87,4 +90,6 @@ def attention_hf_leaves(cfg: ModelConfig, prefix: str = "model.layers.{i}.self_a
     if cfg.qk_norm:
         leaves["q_norm"] = HFLeaf(prefix + "q_norm.weight", "same", (K,))
         leaves["k_norm"] = HFLeaf(prefix + "k_norm.weight", "same", (K,))
+    if cfg.attn_sinks:
+        leaves["sinks"] = HFLeaf(prefix + "sinks", "same", (H,))
     return leaves

@@ -1,0 +1,109 @@
+"""Attention sinks (GPT-OSS): every jnp path against the definition, and the kernels that have none routed around.
+
+The definition is transformers': the sink logit joins each head's scores as one more column of the
+softmax, whose probability is then dropped (a key with a zero value).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_blocked_attention import DIM, HEADS, KV, PAGE, WIDTH, _cache, _dense
+
+import pallas_kernels
+from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.models.attention import causal_window_mask, dense_attention, kernel_backend, native_kernel_applies
+from jaxinfer.models.blocked_attention import (
+    NEG_INF,
+    blocked_rows_attention,
+    blocked_token_attention,
+    softmax_with_sinks,
+)
+
+SINKS = jnp.array([2.0, -1.0, 0.5, 4.0], jnp.float32)  # one per query head; large ones take most of the mass
+
+
+def by_definition(scores: np.ndarray, sinks: np.ndarray) -> np.ndarray:
+    """softmax([scores, sink])[..., :-1] with the sink broadcast over the last axis."""
+    joined = np.concatenate([scores, np.broadcast_to(sinks, scores[..., :1].shape)], axis=-1)
+    joined = np.exp(joined - joined.max(-1, keepdims=True))
+    return (joined / joined.sum(-1, keepdims=True))[..., :-1]
+
+
+def test_softmax_with_sinks_is_the_definition_and_fully_masked_rows_stay_finite():
+    scores = np.array(jax.random.normal(jax.random.key(0), (4, 3, 9)) * 3)
+    scores[1, 2] = NEG_INF  # a query that sees no key
+    sinks = np.asarray(SINKS)[:, None, None]
+    got = np.asarray(softmax_with_sinks(jnp.asarray(scores), jnp.asarray(sinks)))
+    np.testing.assert_allclose(got, by_definition(scores, sinks), rtol=1e-6, atol=1e-7)
+    assert np.isfinite(got).all() and np.all(got[1, 2] == 0)
+    assert np.all(got.sum(-1) < 1)  # the sinks keep a share
+    np.testing.assert_array_equal(np.asarray(softmax_with_sinks(jnp.asarray(scores), None)),
+                                  np.asarray(jax.nn.softmax(jnp.asarray(scores), axis=-1)))
+
+
+def test_dense_attention_with_sinks_is_the_definition():
+    b, t, s = 2, 5, 7
+    keys = jax.random.split(jax.random.key(1), 3)
+    q = jax.random.normal(keys[0], (b, t, HEADS, DIM))
+    k = jax.random.normal(keys[1], (b, KV, s, DIM))
+    v = jax.random.normal(keys[2], (b, KV, DIM, s))
+    positions = jnp.broadcast_to(jnp.arange(2, 2 + t), (b, t))
+    mask = causal_window_mask(positions, s, 0)
+    got = np.asarray(dense_attention(q, k, v, mask, sinks=SINKS))
+    group = HEADS // KV
+    qg = np.asarray(q).reshape(b, t, KV, group, DIM)
+    scores = np.einsum("btkgd,bksd->bkgts", qg, np.asarray(k)) * DIM**-0.5
+    scores = np.where(np.asarray(mask)[:, None, None], scores, -np.inf)
+    probs = by_definition(scores, np.asarray(SINKS).reshape(1, KV, group, 1, 1))
+    expected = np.einsum("bkgts,bkds->btkgd", probs, np.asarray(v)).reshape(b, t, HEADS, DIM)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _rows(rows: int, seed: int) -> tuple[jax.Array, ...]:
+    """Random rows over the blocked tests' pages: q [rows, T, H, K], lengths, table, query_lens (one padding row)."""
+    rng = np.random.default_rng(seed)
+    steps = 6 if rows > 1 else 1
+    lengths = np.array([30, 300, 7, 0, 130, 2], np.int32)[:rows]
+    query_lens = np.minimum(np.array([6, 1, 7, 0, 3, 2], np.int32)[:rows], steps)
+    table = np.stack([rng.permutation(3 * WIDTH)[:WIDTH] for _ in range(rows)]).astype(np.int32)
+    q = jax.random.normal(jax.random.key(seed), (rows, steps, HEADS, DIM), jnp.float32)
+    return q, jnp.asarray(lengths), jnp.asarray(table), jnp.asarray(query_lens)
+
+
+@pytest.mark.parametrize("window", [0, 20])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_blocked_and_reference_paged_attention_with_sinks_equal_dense(window, quantized):
+    """The CPU's blocked attention (rows and one-query tokens) and the Pallas kernels' jnp reference."""
+    cache = _cache(3 + window, quantized)
+    q, lengths, table, query_lens = _rows(6, window)
+    dense = np.asarray(_dense(q, cache, window, lengths, table, query_lens, SINKS))
+    live = np.arange(q.shape[1])[None, :] < np.asarray(query_lens)[:, None]
+    rows = jax.jit(blocked_rows_attention, static_argnums=(2, 3, 7))(
+        q, cache, 0, window, lengths, table, query_lens, jnp.float32, None, None, SINKS)
+    np.testing.assert_allclose(np.asarray(rows)[live], dense[live], rtol=2e-5, atol=2e-5)
+    scales = dict(k_scales=cache.k_scales[0], v_scales=cache.v_scales[0]) if quantized else {}
+    reference = pallas_kernels.ragged_paged_attention(
+        q, cache.k_pages[0], cache.v_pages[0], lengths, table, query_lens, sliding_window=window or None,
+        backend="reference", sinks=SINKS, **scales)
+    np.testing.assert_allclose(np.asarray(reference)[live], dense[live], rtol=2e-5, atol=2e-5)
+    one = jnp.minimum(query_lens, 1)  # each row's last query alone: the engine's one-query rows
+    last = q[jnp.arange(6), jnp.maximum(query_lens - 1, 0)][:, None]
+    tokens = blocked_token_attention(last, cache, 0, window, lengths, table, one, jnp.float32, None, None, SINKS)
+    expected = np.asarray(_dense(last, cache, window, lengths, table, one, SINKS))
+    np.testing.assert_allclose(np.asarray(tokens)[np.asarray(one) > 0], expected[np.asarray(one) > 0],
+                               rtol=2e-5, atol=2e-5)
+
+
+def test_layers_with_sinks_leave_the_kernels_that_have_none():
+    cache = PagedKVCache([jnp.zeros((KV, 4, PAGE, DIM))], [jnp.zeros((KV, 4, PAGE, DIM))], None, None,
+                         jnp.zeros((1, 4), jnp.int32), backend="pallas", interpret=True)
+    assert kernel_backend(cache, DIM) != "reference"  # the kernel runs this shape...
+    assert kernel_backend(cache, DIM, SINKS) == "reference"  # ...but not with sinks
+    assert native_kernel_applies(None) and not native_kernel_applies(None, SINKS)
+    q = jnp.zeros((1, HEADS, DIM))
+    with pytest.raises(ValueError, match="takes no attention sinks; pass backend='reference'"):
+        pallas_kernels.paged_attention(q, *cache.k_pages, *cache.v_pages, jnp.ones(1, jnp.int32),
+                                       jnp.zeros((1, 4), jnp.int32), backend="gpu", interpret=True, sinks=SINKS)

@@ -1,0 +1,82 @@
+"""MXFP4 checkpoints (GPT-OSS's released format): dequantized as read, as transformers dequantizes them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from hf_models import save_hf_model
+from safetensors.numpy import load_file, save_file
+from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+from jaxinfer import LLM
+from jaxinfer.checkpoint.mxfp4 import E2M1, GROUP, Mxfp4Slice, dequantize
+from jaxinfer.config.model import ConfigError
+from jaxinfer.models.registry import from_hf_config
+
+PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
+NOT_CONVERTED = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]
+
+
+def quantize(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """w [E, in, out] -> MXFP4 blocks [E, out, in / 32, 16] and scales [E, out, in / 32] (nearest E2M1 values)."""
+    groups = np.swapaxes(w, -1, -2).reshape(w.shape[0], w.shape[2], -1, GROUP)
+    exponent = np.ceil(np.log2(np.maximum(np.abs(groups).max(-1), 1e-30) / 6.0)).astype(np.int32)
+    scaled = groups / np.ldexp(1.0, exponent)[..., None]
+    codes = np.abs(scaled[..., None] - E2M1).argmin(-1).astype(np.uint8)
+    return codes[..., 0::2] | (codes[..., 1::2] << 4), (exponent + 127).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def mxfp4_checkpoint(tmp_path_factory):
+    """The tiny GPT-OSS checkpoint with its experts stored as MXFP4 (as the released ones are)."""
+    path = save_hf_model("gpt_oss", tmp_path_factory.mktemp("gpt_oss_mxfp4"))
+    tensors = load_file(path / "model.safetensors")
+    for name in [n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        tensors[f"{name}_blocks"], tensors[f"{name}_scales"] = quantize(tensors.pop(name))
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": NOT_CONVERTED}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def random_packed(shape: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 256, (*shape, 16), dtype=np.uint8),
+            rng.integers(120, 134, shape, dtype=np.uint8))
+
+
+def test_dequantize_matches_transformers():
+    blocks, scales = random_packed((3, 6, 4))  # [E, out, groups]
+    theirs = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales), dtype=torch.float32)
+    ours = np.swapaxes(dequantize(blocks, scales), -1, -2)  # [E, in, out], as transformers returns it
+    np.testing.assert_array_equal(ours, theirs.numpy())
+
+
+@pytest.mark.parametrize("index", [(slice(0, 3), slice(0, 128), slice(0, 6)),  # whole
+                                   (slice(1, 2), slice(40, 70), slice(2, 5)),  # mid-group inputs
+                                   (slice(0, 3), slice(96, 128), slice(0, 1))])
+def test_a_slice_reads_only_its_groups_and_equals_the_whole_tensors_slice(index):
+    blocks, scales = random_packed((3, 6, 4), seed=1)
+    whole = np.swapaxes(dequantize(blocks, scales), -1, -2)
+    np.testing.assert_array_equal(Mxfp4Slice(blocks, scales)[index], whole[index])
+
+
+def test_mxfp4_checkpoint_gives_transformers_logits(mxfp4_checkpoint):
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        mxfp4_checkpoint, quantization_config=transformers.Mxfp4Config(dequantize=True), dtype=torch.float32)
+    with torch.no_grad():
+        expected = hf(torch.tensor([PROMPT])).logits[0].numpy()
+    got = LLM(str(mxfp4_checkpoint), dtype="float32", max_seq_len=128).logits(PROMPT)
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def test_other_quantization_methods_are_refused_by_name():
+    hf = dict(architectures=["LlamaForCausalLM"], vocab_size=256, hidden_size=64, intermediate_size=128,
+              num_hidden_layers=2, num_attention_heads=4, quantization_config={"quant_method": "awq"})
+    with pytest.raises(ConfigError, match="quantization_config.quant_method 'awq' is not supported.*mxfp4"):
+        from_hf_config(hf)
