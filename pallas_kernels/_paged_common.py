@@ -219,10 +219,26 @@ def combine_splits(
     o: jax.Array,  # [..., splits, rows, head_dim] f32 unnormalized partial outputs
     m: jax.Array,  # [..., splits, rows, 1] f32 running maxima
     l: jax.Array,  # [..., splits, rows, 1] f32 partial denominators
+    sinks: jax.Array | None = None,  # [..., rows, 1] f32 attention-sink logit of each row
 ) -> jax.Array:
-    """Merge split-K partial results into [..., rows, head_dim] f32."""
+    """Merge split-K partial results into [..., rows, head_dim] f32.
+
+    A row's sink is one more key with a zero value: it joins the max and adds exp(sink - max) to the
+    denominator only (a padding row, with no keys, stays zero).
+    """
     m_all = jnp.max(m, axis=-3, keepdims=True)
+    if sinks is not None:
+        m_all = jnp.maximum(m_all, sinks[..., None, :, :])
     weight = jnp.exp(m - m_all)  # empty splits have m == MASK and weigh ~0
     o_sum = jnp.sum(o * weight, axis=-3)
     l_sum = jnp.sum(l * weight, axis=-3)
+    if sinks is not None:
+        l_sum = l_sum + jnp.exp(sinks - m_all[..., 0, :, :])
     return normalize(o_sum, l_sum)
+
+
+def row_sinks(sinks: jax.Array, num_kv_heads: int, max_q: int, num_rows: int) -> jax.Array:
+    """Sink logits [q_heads] laid out as the query rows are: [kv_heads, num_rows, 1] f32 (row = query * group + h)."""
+    per_kv = sinks.astype(jnp.float32).reshape(num_kv_heads, -1)  # [kv_heads, group]
+    rows = jnp.tile(per_kv, (1, max_q))
+    return jnp.pad(rows, ((0, 0), (0, num_rows - rows.shape[1])))[..., None]

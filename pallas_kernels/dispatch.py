@@ -40,10 +40,10 @@ def choose_implementation(backend: str | None, interpret: bool) -> Implementatio
 
 
 def _implementation_for(backend: str | None, interpret: bool, sinks: jax.Array | None) -> Implementation:
-    """choose_implementation, refusing sinks where the kernel has none (callers route such layers to the
-    reference: `jaxinfer.models.attention.kernel_backend`)."""
+    """choose_implementation, refusing sinks where the kernel has none, the TPU's (callers route such
+    layers to the reference: `jaxinfer.models.attention.kernel_backend`)."""
     impl = choose_implementation(backend, interpret)
-    if sinks is not None and impl != "reference":
+    if sinks is not None and impl == "tpu":
         raise ValueError(f"the {impl} paged attention kernel takes no attention sinks; pass backend='reference'")
     return impl
 
@@ -64,7 +64,7 @@ def paged_attention(
     backend: Backend | None = None,
     pages_per_block: int | None = None,
     num_splits: int | None = None,
-    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits: the reference only
+    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits: GPU kernel and reference
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     options = dict(
@@ -78,7 +78,7 @@ def paged_attention(
     if impl == "gpu":
         return paged_attention_gpu(
             *args, **options, pages_per_block=pages_per_block, num_splits=num_splits,
-            interpret=interpret,
+            interpret=interpret, sinks=sinks,
         )
     return paged_attention_reference(*args, **options, sinks=sinks)
 
@@ -101,7 +101,7 @@ def ragged_paged_attention(
     pages_per_block: int | None = None,
     block_rows: int | None = None,
     num_splits: int | None = None,
-    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits: the reference only
+    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits: GPU kernel and reference
 ) -> jax.Array:
     """Causal multi-query attention: [batch, max_q, num_q_heads, head_dim], padding rows zero."""
     options = dict(
@@ -118,6 +118,6 @@ def ragged_paged_attention(
     if impl == "gpu":
         return ragged_paged_attention_gpu(
             *args, **options, pages_per_block=pages_per_block, block_rows=block_rows,
-            num_splits=num_splits, interpret=interpret,
+            num_splits=num_splits, interpret=interpret, sinks=sinks,
         )
     return ragged_paged_attention_reference(*args, **options, sinks=sinks)

@@ -61,8 +61,10 @@ def _kernel(
     *refs,  # k_scales_ref, v_scales_ref [num_pages, page_size] when quantized; then outputs
     params: AttentionParams,
     num_splits: int,
+    partial: bool,
 ) -> None:
-    """One (sequence, kv head, query block, split): online softmax over its key blocks."""
+    """One (sequence, kv head, query block, split): online softmax over its key blocks; `partial`
+    writes the unnormalised (o, m, l) for a combine outside (splits, or sinks)."""
     k_scales_ref, v_scales_ref, *out_refs = refs if params.quantized else (None, None, *refs)
     b, split = pl.program_id(0), pl.program_id(3)
     block_rows, head_dim = q_ref.shape
@@ -98,7 +100,7 @@ def _kernel(
         return common.online_softmax_step(carry, logits, mask, v, v_scale)
 
     o, m, l = lax.fori_loop(blk_lo, blk_hi, body, common.initial_carry(block_rows, head_dim))
-    if num_splits == 1:
+    if not partial:
         (o_ref,) = out_refs
         o_ref[...] = common.normalize(o, l).astype(o_ref.dtype)
     else:
@@ -134,10 +136,10 @@ def _specs(
 
 def _out_shapes_and_specs(
     batch: int, num_kv_heads: int, num_rows: int, head_dim: int, block_rows: int, splits: int,
-    dtype: jnp.dtype,
+    dtype: jnp.dtype, partial: bool,
 ) -> tuple[list[jax.ShapeDtypeStruct], list[pl.BlockSpec]]:
-    """Outputs: final rows when unsplit, else f32 partial (o, m, l) per split."""
-    if splits == 1:
+    """Outputs: final rows, or (partial) f32 (o, m, l) per split."""
+    if not partial:
         shape = jax.ShapeDtypeStruct((batch, num_kv_heads, num_rows, head_dim), dtype)
         spec = pl.BlockSpec((None, None, block_rows, head_dim), lambda b, h, r, s: (b, h, r, 0))
         return [shape], [spec]
@@ -168,6 +170,7 @@ def paged_flash_gpu(
     num_warps: int,
     num_stages: int,
     interpret: bool,
+    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits
 ) -> jax.Array:
     """Run the kernel on query rows; returns [batch, max_q, num_q_heads, head_dim] in q.dtype.
 
@@ -180,7 +183,7 @@ def paged_flash_gpu(
     return _flash_rows(
         q, k_pages, v_pages, lengths, page_indices, query_lens, k_scales, v_scales, params=params,
         block_rows=block_rows, num_splits=num_splits, num_warps=num_warps, num_stages=num_stages,
-        interpret=interpret,
+        interpret=interpret, sinks=sinks,
     )[..., :head_dim]
 
 
@@ -207,16 +210,21 @@ def _flash_rows(
     num_warps: int,
     num_stages: int,
     interpret: bool,
+    sinks: jax.Array | None,
 ) -> jax.Array:
-    """The pallas_call over query rows: [batch, max_q, num_q_heads, head_dim] in q.dtype."""
+    """The pallas_call over query rows: [batch, max_q, num_q_heads, head_dim] in q.dtype.
+
+    With sinks the kernel writes partial results even unsplit: the sinks join in the combine.
+    """
     batch, max_q, num_q_heads, head_dim = q.shape
     num_kv_heads, num_pages, page_size, _ = k_pages.shape
     num_rows = pl.cdiv(max_q * params.group, block_rows) * block_rows
     rows = common.queries_to_rows(q, num_kv_heads, num_rows)
+    partial = num_splits > 1 or sinks is not None
     out_shapes, out_specs = _out_shapes_and_specs(
-        batch, num_kv_heads, num_rows, head_dim, block_rows, num_splits, q.dtype
+        batch, num_kv_heads, num_rows, head_dim, block_rows, num_splits, q.dtype, partial
     )
-    kernel = functools.partial(_kernel, params=params, num_splits=num_splits)
+    kernel = functools.partial(_kernel, params=params, num_splits=num_splits, partial=partial)
     outs = pl.pallas_call(
         kernel,
         grid=(batch, num_kv_heads, num_rows // block_rows, num_splits),
@@ -231,7 +239,11 @@ def _flash_rows(
         common.row_query_index(max_q, params.group, num_rows), rows, k_pages, v_pages,
         *((k_scales, v_scales) if params.quantized else ()),
     )
-    out_rows = outs[0] if num_splits == 1 else common.combine_splits(*outs)
+    if not partial:
+        out_rows = outs[0]
+    else:
+        row_sinks = None if sinks is None else common.row_sinks(sinks, num_kv_heads, max_q, num_rows)
+        out_rows = common.combine_splits(*outs, row_sinks)
     return common.rows_to_queries(out_rows.astype(q.dtype), max_q, num_q_heads)
 
 
@@ -292,6 +304,7 @@ def paged_attention_gpu(
     num_warps: int = 4,
     num_stages: int | None = None,
     interpret: bool = False,
+    sinks: jax.Array | None = None,  # [num_q_heads] f32 attention-sink logits
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     batch, num_q_heads, head_dim = q.shape
@@ -309,6 +322,6 @@ def paged_attention_gpu(
     out = paged_flash_gpu(
         q[:, None], k_pages, v_pages, lengths, page_indices, jnp.ones_like(lengths),
         k_scales, v_scales, params=params, block_rows=block_rows, num_splits=num_splits,
-        num_warps=num_warps, num_stages=num_stages, interpret=interpret,
+        num_warps=num_warps, num_stages=num_stages, interpret=interpret, sinks=sinks,
     )
     return out[:, 0]

@@ -1,10 +1,13 @@
-"""Attention sinks (GPT-OSS): every jnp path against the definition, and the kernels that have none routed around.
+"""Attention sinks (GPT-OSS): every jnp path and the GPU kernel against the definition; the kernels that have
+none (native CPU, TPU) routed around.
 
 The definition is transformers': the sink logit joins each head's scores as one more column of the
 softmax, whose probability is then dropped (a key with a zero value).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -97,13 +100,34 @@ def test_blocked_and_reference_paged_attention_with_sinks_equal_dense(window, qu
                                rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_gpu_kernel_with_sinks_equals_the_reference(splits, quantized):
+    """The Triton kernel (interpreted) adds the sinks when it combines its partial results, split or not."""
+    cache = _cache(11, quantized)
+    q, lengths, table, query_lens = _rows(6, 5)
+    scales = dict(k_scales=cache.k_scales[0], v_scales=cache.v_scales[0]) if quantized else {}
+    pools = (cache.k_pages[0], cache.v_pages[0])
+    run = functools.partial(pallas_kernels.ragged_paged_attention, sliding_window=20, sinks=SINKS, **scales)
+    kernel = run(q, *pools, lengths, table, query_lens, backend="gpu", interpret=True, num_splits=splits)
+    reference = run(q, *pools, lengths, table, query_lens, backend="reference")
+    np.testing.assert_allclose(np.asarray(kernel), np.asarray(reference), rtol=2e-5, atol=2e-5)
+    decode = functools.partial(pallas_kernels.paged_attention, q[:, 0], *pools, jnp.maximum(lengths, 1), table,
+                               sinks=SINKS, **scales)
+    np.testing.assert_allclose(np.asarray(decode(backend="gpu", interpret=True, num_splits=splits)),
+                               np.asarray(decode(backend="reference")), rtol=2e-5, atol=2e-5)
+
+
 def test_layers_with_sinks_leave_the_kernels_that_have_none():
-    cache = PagedKVCache([jnp.zeros((KV, 4, PAGE, DIM))], [jnp.zeros((KV, 4, PAGE, DIM))], None, None,
-                         jnp.zeros((1, 4), jnp.int32), backend="pallas", interpret=True)
-    assert kernel_backend(cache, DIM) != "reference"  # the kernel runs this shape...
-    assert kernel_backend(cache, DIM, SINKS) == "reference"  # ...but not with sinks
+    """The native CPU kernels and the TPU kernel have no sinks: such layers take the jnp reference."""
+    dim = 64  # a head size both kernels run
+    pools = dict(k_pages=[jnp.zeros((KV, 4, PAGE, dim))], v_pages=[jnp.zeros((KV, 4, PAGE, dim))], k_scales=None,
+                 v_scales=None, page_table=jnp.zeros((1, 4), jnp.int32), backend="pallas", interpret=True)
+    gpu, tpu = PagedKVCache(**pools), PagedKVCache(**pools, platform="tpu")
+    assert kernel_backend(gpu, dim, SINKS) == kernel_backend(gpu, dim) != "reference"
+    assert kernel_backend(tpu, dim) == "tpu" and kernel_backend(tpu, dim, SINKS) == "reference"
     assert native_kernel_applies(None) and not native_kernel_applies(None, SINKS)
-    q = jnp.zeros((1, HEADS, DIM))
-    with pytest.raises(ValueError, match="takes no attention sinks; pass backend='reference'"):
-        pallas_kernels.paged_attention(q, *cache.k_pages, *cache.v_pages, jnp.ones(1, jnp.int32),
-                                       jnp.zeros((1, 4), jnp.int32), backend="gpu", interpret=True, sinks=SINKS)
+    q = jnp.zeros((1, HEADS, dim))
+    with pytest.raises(ValueError, match="tpu paged attention kernel takes no attention sinks"):
+        pallas_kernels.paged_attention(q, *gpu.k_pages, *gpu.v_pages, jnp.ones(1, jnp.int32),
+                                       jnp.zeros((1, 4), jnp.int32), backend="tpu", interpret=True, sinks=SINKS)

@@ -49,6 +49,15 @@ def test_engine_greedy_matches_hf_with_shared_prefixes(checkpoint_dir, name, pre
     assert (hits > 0) == prefix_caching, hits
 
 
+def test_gpt_oss_through_the_gpu_kernel_keeps_hf_greedy_tokens(checkpoint_dir):
+    """The attention sinks inside the Triton paged kernel (interpreted): decode and prefill rows."""
+    llm = LLM(checkpoint_dir("gpt_oss"), dtype="float32", max_seq_len=64, attention_backend="pallas",
+              interpret_kernels=True)
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    expected = [hf_greedy("gpt_oss", tuple(p))[:8] for p in PROMPTS]
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)] == expected
+
+
 @pytest.mark.parametrize("name", ["gemma2", "mixtral"])  # sliding windows and soft caps; routed experts
 def test_speculative_target_keeps_hf_greedy_tokens(checkpoint_dir, name):
     """Prompt lookup drafting for the family in the engine's verify steps: HF's greedy tokens, drafts proposed."""

@@ -124,11 +124,11 @@ def kernel_backend(cache: PagedKVCache, head_dim: int, sinks: jax.Array | None =
     """
     if cache.backend == "reference":
         return "reference"
-    if sinks is not None:
-        _log_sinks_fallback("Pallas paged attention")
-        return "reference"
     impl = pallas_kernels.choose_implementation(cache.platform, cache.interpret)
     if impl == "reference":
+        return "reference"
+    if sinks is not None and (impl == "tpu" or cache.layout.size > 1):
+        _log_sinks_fallback("TPU (or sharded) Pallas paged attention")
         return "reference"
     reason = pallas_kernels.unsupported_reason(impl, head_dim, cache.value_dtype, cache.page_size, cache.quantized)
     if reason is None:
@@ -182,7 +182,7 @@ def _rows_kernel(
     """The decode kernel for one query per row, the ragged one for several: [B, T, H, K]."""
     common = dict(sliding_window=window or None, interpret=interpret, backend=backend, sm_scale=scale,
                   soft_cap=soft_cap, num_splits=1 if single_split else None)
-    if sinks is not None:  # only the reference takes them (kernel_backend)
+    if sinks is not None:  # the reference and the GPU kernel take them (kernel_backend)
         common.update(sinks=sinks)
     if scales:
         common.update(k_scales=scales[0], v_scales=scales[1])
@@ -243,7 +243,8 @@ def attend(
 
     scale: of the q.k scores (None: head_dim ** -0.5); soft_cap: scores capped by cap * tanh(s / cap)
     (the Pallas kernels and the jnp paths cap; the native CPU kernels cannot, so capped layers skip them);
-    sinks [H]: attention-sink logits (GPT-OSS; the jnp paths only, so such layers skip the kernels).
+    sinks [H]: attention-sink logits (GPT-OSS; the jnp paths and the GPU kernel: layers with sinks skip the
+    native CPU kernels, the TPU kernel and kernels under shard_map).
     """
     if isinstance(cache, RaggedPagedCache):
         rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend

@@ -183,6 +183,10 @@ def test_gpu_kernel_fits_h100_shared_memory(dtype):
     lowered = lower_for("cuda", run, *inputs.decode_args)
     assert "xla.gpu.triton" in lowered and 'name = "paged_attention_gpu"' in lowered
     assert f"num_stages = {blocks.compiler_params.num_stages}" in lowered
+    sinks = jnp.zeros(inputs.decode_args[0].shape[1])  # unsplit with sinks: partial outputs, combined outside
+    with_sinks = lower_for("cuda", lambda *args: paged_attention_gpu(*args, num_splits=1, sinks=sinks),
+                           *inputs.decode_args)
+    assert "xla.gpu.triton" in with_sinks
 
 
 @pytest.mark.parametrize("int8", [False, True])
@@ -213,7 +217,8 @@ def _device_case(dtype, int8: bool, seed: int) -> PagedInputs:
 def test_gpu_compiled(dtype, int8):
     require_device("gpu")
     inputs = _device_case(dtype, int8, 0)
-    for opts in (dict(), dict(soft_cap=30.0, sliding_window=300)):
+    sinks = jnp.linspace(-2.0, 3.0, inputs.decode_args[0].shape[1])  # GPT-OSS's per-head sink logits
+    for opts in (dict(), dict(soft_cap=30.0, sliding_window=300), dict(sinks=sinks)):
         out = paged_attention_gpu(*inputs.decode_args, **opts, **inputs.kwargs)
         assert_close(out, paged_attention_reference(*inputs.decode_args, **opts, **inputs.kwargs), dtype)
         assert_close(paged_attention(*inputs.decode_args, **opts, **inputs.kwargs), out, dtype)
