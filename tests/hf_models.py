@@ -86,6 +86,11 @@ ARCH_CONFIGS.update({
         dict(head_dim=32, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[0],
              tie_word_embeddings=False),
     ),
+    "qwen2_moe": (  # a shared expert, routing weights not renormalised; layer 0 dense and (even) sliding
+        transformers.Qwen2MoeConfig,
+        dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+             mlp_only_layers=[0], use_sliding_window=True, sliding_window=8, max_window_layers=1),
+    ),
     "gpt_oss": (  # a swiglu_limit the tiny activations reach, so the experts' clamps act
         transformers.GptOssConfig,
         dict(head_dim=16, num_local_experts=4, num_experts_per_tok=3, intermediate_size=32, sliding_window=8,
@@ -94,7 +99,7 @@ ARCH_CONFIGS.update({
     ),
 })
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
-ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen3_moe", "gpt_oss")
+ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
@@ -105,6 +110,7 @@ MODEL_CLASSES = {
     transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,
     transformers.Phi3Config: transformers.Phi3ForCausalLM,
     transformers.MixtralConfig: transformers.MixtralForCausalLM,
+    transformers.Qwen2MoeConfig: transformers.Qwen2MoeForCausalLM,
     transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,
     transformers.GptOssConfig: transformers.GptOssForCausalLM,
 }

@@ -19,9 +19,9 @@ def test_unsupported_architecture_names_the_supported_ones():
         from_hf_config({**BASE, "architectures": ["FalconForCausalLM"]})
     with pytest.raises(ConfigError, match="vision tower is not supported.*Gemma3ForCausalLM"):
         from_hf_config({**BASE, "architectures": ["Gemma3ForConditionalGeneration"]})
-    with pytest.raises(ConfigError, match="Qwen2MoeForCausalLM.*shared experts.*supported: LlamaForCausalLM"):
-        from_hf_config({**BASE, "architectures": ["Qwen2MoeForCausalLM"]})
-    assert {"Gemma2ForCausalLM", "Gemma3ForCausalLM"} <= set(SUPPORTED_ARCHITECTURES)
+    with pytest.raises(ConfigError, match="PhiMoEForCausalLM.*sparsemixer.*supported: LlamaForCausalLM"):
+        from_hf_config({**BASE, "architectures": ["PhiMoEForCausalLM"]})
+    assert {"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Qwen2MoeForCausalLM"} <= set(SUPPORTED_ARCHITECTURES)
 
 
 def test_gemma2_defaults_follow_transformers():

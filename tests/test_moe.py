@@ -105,6 +105,38 @@ def test_moe_configs_that_cannot_run_are_rejected(fields, message):
         from_hf_config({**MOE, "architectures": ["MixtralForCausalLM"], **fields})
 
 
+QWEN2_MOE = {**MOE, "architectures": ["Qwen2MoeForCausalLM"], "num_experts": 8, "moe_intermediate_size": 12}
+
+
+def test_qwen2_moe_config_fields():
+    """As transformers reads them: q/k/v biases, its defaults, sliding on even layers below max_window_layers."""
+    cfg = from_hf_config({**QWEN2_MOE, "shared_expert_intermediate_size": 24, "decoder_sparse_step": 2})
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.qk_norm, cfg.norm_topk_prob) == (True, False, False, False)
+    assert (cfg.experts_per_token, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size) == (4, 12, 24)
+    assert cfg.dense_layers == (0, 2) and cfg.layer_windows == (0,) * 4
+    defaults = from_hf_config({**MOE, "architectures": ["Qwen2MoeForCausalLM"], "num_experts": None, "qkv_bias": False})
+    assert (defaults.num_experts, defaults.moe_intermediate_size, defaults.shared_expert_intermediate_size) == (
+        60, 1408, 5632)
+    assert not defaults.qkv_bias
+    sliding = from_hf_config({**QWEN2_MOE, "use_sliding_window": True, "sliding_window": 6, "max_window_layers": 3})
+    assert sliding.layer_windows == (6, 0, 6, 0)  # Qwen2 would slide layer 3 only
+    listed = from_hf_config({**QWEN2_MOE, "use_sliding_window": True, "sliding_window": 6,
+                             "layer_types": ["full_attention"] * 3 + ["sliding_attention"]})
+    assert listed.layer_windows == (0, 0, 0, 6)
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(layer_types=["sliding_attention"] * 4), "has sliding layers but no window"),
+        (dict(shared_expert_intermediate_size=0), "shared_expert_intermediate_size 0 must be >= 1"),
+    ],
+)
+def test_qwen2_moe_configs_that_cannot_run_are_rejected(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**QWEN2_MOE, **fields})
+
+
 def test_expert_parallel_sizes_are_checked():
     check_experts(8, 4)
     with pytest.raises(ValueError, match="expert_parallel_size=3 does not divide the model's 8 experts; use one of"):

@@ -100,6 +100,7 @@ class ModelConfig:
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False  # renormalise the chosen experts' probabilities to sum to 1
     dense_layers: tuple[int, ...] = ()  # MoE models: layers with a dense MLP of intermediate_size
+    shared_expert_intermediate_size: int = 0  # Qwen2-MoE: hidden units of the shared expert of each MoE layer
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 

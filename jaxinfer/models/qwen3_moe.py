@@ -46,7 +46,7 @@ def decoder_layer(cfg: ModelConfig, x, cache, lw, layer: int, positions, rope: R
     return fn(cfg, x, cache, lw, layer, positions, rope)
 
 
-def _dense_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
+def dense_mlp_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
     """Layers transformers builds with a dense MLP: listed in mlp_only_layers or off the sparse step."""
     step = int(field(hf, "decoder_sparse_step", 1))
     if step < 1:
@@ -70,7 +70,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         activation=activation_name(hf.get("hidden_act") or "silu"),
         layer_windows=uniform_windows({}, arch, fields["num_layers"], window),
         norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
-        dense_layers=_dense_layers(hf, fields["num_layers"]),
+        dense_layers=dense_mlp_layers(hf, fields["num_layers"]),
         **moe_fields(hf, "num_experts", int(field(hf, "moe_intermediate_size", fields["intermediate_size"]))),
     )
 

@@ -18,9 +18,10 @@ from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.phi3 import FAMILY as PHI3
+from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 
-FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, MIXTRAL, QWEN3_MOE, GPT_OSS)
+FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
@@ -32,8 +33,7 @@ NOT_SUPPORTED = {
     "Phi3SmallForCausalLM": "Phi-3-small (block-sparse attention and GeGELU, not Phi3ForCausalLM's layer; "
                             "Phi-3-mini and -medium are Phi3ForCausalLM)",
     "PhiMoEForCausalLM": "Phi-3.5-MoE (its sparsemixer routing is not supported; the MoE families are "
-                         "MixtralForCausalLM and Qwen3MoeForCausalLM)",
-    "Qwen2MoeForCausalLM": "Qwen1.5/Qwen2-MoE (shared experts are not supported; Qwen3MoeForCausalLM is)",
+                         "MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM)",
 }
 
 
