@@ -6,6 +6,7 @@ server turns them into 400s.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,20 +56,32 @@ def conversations(messages: Any) -> list[list[dict[str, str]]]:
 
 def render_chat(
     tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True, chat_template: str | None = None,
-    tools: list[dict] | None = None,
+    tools: list[dict] | None = None, template_kwargs: Mapping[str, Any] | None = None,
 ) -> str:
     """The conversation as prompt text: chat_template, else the tokenizer's, else DEFAULT_CHAT_TEMPLATE.
 
     tools (OpenAI's tool list) go to the template as `tools`, which tool-calling templates render;
-    the default template has no place for them.
+    the default template has no place for them. template_kwargs are more template variables (e.g.
+    Qwen3's `enable_thinking`), checked by check_template_kwargs.
     """
     template = chat_template or getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
     try:
         return tokenizer.apply_chat_template(
-            messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, tools=tools
+            messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, tools=tools,
+            **(template_kwargs or {}),
         )
     except Exception as error:  # a template may raise on roles or orders it does not accept
         raise ValueError(f"messages: the chat template rejected them: {error}") from None
+
+
+def check_template_kwargs(tokenizer: Any, template_kwargs: Mapping[str, Any] | None) -> None:
+    """ValueError for a template variable that would set one of apply_chat_template's own arguments."""
+    own = {name for name, p in inspect.signature(tokenizer.apply_chat_template).parameters.items()
+           if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    taken = sorted(own.intersection(template_kwargs or {}))
+    if taken:
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(taken)}: the server sets them; give the "
+                         "template's own variables (e.g. enable_thinking)")
 
 
 def chat_prompt_ids(tokenizer: Any, text: str) -> list[int]:

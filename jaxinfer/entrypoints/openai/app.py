@@ -23,6 +23,7 @@ from jaxinfer.entrypoints.openai.lora_routes import add_lora_routes
 from jaxinfer.entrypoints.openai.metrics import FallbackCollector, engine_registry, metrics_text
 from jaxinfer.entrypoints.openai.profile_routes import add_profile_routes
 from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
+from jaxinfer.entrypoints.openai.reasoning import reasoning_parser
 from jaxinfer.entrypoints.openai.serving import ServerState
 from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
 from jaxinfer.runtime.profiling import PROFILER_DIR_VAR
@@ -52,6 +53,7 @@ class ServerConfig:
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
     lora_modules: tuple[LoRARequest, ...] = ()  # adapters served by name (--lora-modules)
     runtime_lora_updating: bool = False  # /v1/load_lora_adapter and /v1/unload_lora_adapter
+    reasoning_parser: str | None = None  # a name of reasoning.PARSERS: chat replies split into reasoning and content
 
 
 def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None) -> FastAPI:
@@ -69,6 +71,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
         front, llm.tokenizer, config.model_name, engine.config.max_seq_len,
         engine.model_config.vocab_size, llm.default_params, admission, config.limits, config.request_timeout,
         adapters={adapter.lora_name: adapter for adapter in config.lora_modules},
+        reasoning_parser=None if config.reasoning_parser is None else reasoning_parser(config.reasoning_parser),
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state

@@ -1,7 +1,8 @@
 """POST /v1/chat/completions: messages through the chat template, then the completions machinery.
 
 With tools, the chosen tool_choice constrains the output and the finished text is returned as
-`tool_calls` (tool_calls.py); a stream then sends the message whole when it ends.
+`tool_calls` (tool_calls.py); a stream then sends the message whole when it ends. With
+`--reasoning-parser`, the reasoning goes apart from the content (chat_messages.py, reasoning.py).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.entrypoints import chat_template
 from jaxinfer.entrypoints.chat_template import DEFAULT_CHAT_TEMPLATE
 from jaxinfer.entrypoints.openai.beam_search import beam_or_sampling, generation
+from jaxinfer.entrypoints.openai.chat_messages import ChoiceStream, ReplyPlan, assistant_message
 from jaxinfer.entrypoints.openai.completions import build_params
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, chat_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
+from jaxinfer.entrypoints.openai.reasoning import SplitState, start_split
 from jaxinfer.entrypoints.openai.serving import (
     EventStream,
     ServerState,
@@ -35,7 +38,7 @@ from jaxinfer.entrypoints.openai.serving import (
     new_id,
 )
 from jaxinfer.entrypoints.openai.structured_fields import compile_constraint
-from jaxinfer.entrypoints.openai.tool_calls import ToolPlan, plan_tools, tool_message
+from jaxinfer.entrypoints.openai.tool_calls import plan_tools
 
 __all__ = ["DEFAULT_CHAT_TEMPLATE", "chat_prompt_ids", "create_chat_completion", "render_chat"]
 MAX_TOP_LOGPROBS = 20
@@ -43,24 +46,31 @@ MAX_TOP_LOGPROBS = 20
 
 def render_chat(
     tokenizer: Any | None, messages: list[ChatMessage], add_generation_prompt: bool = True,
-    tools: list[dict] | None = None,
+    tools: list[dict] | None = None, template_kwargs: dict | None = None,
 ) -> str:
-    """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE."""
+    """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE;
+    template_kwargs (`chat_template_kwargs`) are more variables for the template."""
     if tokenizer is None:
         raise APIError("this model has no tokenizer, so chat is not available; use /v1/completions with token ids")
     try:
+        chat_template.check_template_kwargs(tokenizer, template_kwargs)
+    except ValueError as error:
+        raise APIError(str(error), param="chat_template_kwargs") from None
+    try:
         conversation = [{"role": m.role, "content": m.text(), **m.model_dump(include={"name", "tool_calls", "tool_call_id"},
                                                                               exclude_none=True)} for m in messages]
-        return chat_template.render_chat(tokenizer, conversation, add_generation_prompt, tools=tools)
+        return chat_template.render_chat(tokenizer, conversation, add_generation_prompt, tools=tools,
+                                         template_kwargs=template_kwargs)
     except ValueError as error:  # a non-text content part, or a template that rejects the messages
         raise APIError(str(error), param="messages") from None
 
 
 def chat_prompt_ids(
-    state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True, tools: list[dict] | None = None
+    state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True,
+    tools: list[dict] | None = None, template_kwargs: dict | None = None,
 ) -> list[int]:
     """Token ids of the rendered conversation (the template writes any BOS itself)."""
-    text = render_chat(state.tokenizer, messages, add_generation_prompt, tools)
+    text = render_chat(state.tokenizer, messages, add_generation_prompt, tools, template_kwargs)
     return chat_template.chat_prompt_ids(state.tokenizer, text)
 
 
@@ -78,7 +88,7 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     adapter = state.check_model(body.model)
     timeout = state.timeout(body.timeout)
     deadline = deadline_after(timeout)  # counted from arrival: rendering and queueing are part of it
-    ids, params, tools = await asyncio.to_thread(_prepare, state, body)  # tokenizing and compiling off the loop
+    ids, params, plan = await asyncio.to_thread(_prepare, state, body)  # tokenizing and compiling off the loop
     state.start(request, body.n)
     response_id = new_id("chatcmpl")
     stream = generation(state, ids, params, response_id, deadline, body.stream, adapter)
@@ -86,30 +96,45 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     header = {"id": response_id, "created": int(time.time()), "model": model}
     if body.stream:
         chunk_header = {**header, "object": "chat.completion.chunk"}
-        events = _stream(state, body, chunk_header, merge([stream]), len(ids), timeout, tools)
+        events = _stream(state, body, chunk_header, merge([stream]), len(ids), timeout, plan)
         return EventStream(events)
     (output,) = await collect([stream], request, timeout)
     finish_error(output)
-    choices = [_choice(state, body, out, tools) for out in output.outputs]
+    choices = [_choice(state, body, out, plan) for out in output.outputs]
     return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
 
 
 def _prepare(state: ServerState, body: ChatCompletionRequest
-             ) -> tuple[list[int], SamplingParams | BeamSearchParams, ToolPlan | None]:
-    """The conversation's token ids, checked SamplingParams (4xx errors name the field) and the tools' plan."""
+             ) -> tuple[list[int], SamplingParams | BeamSearchParams, ReplyPlan]:
+    """The conversation's token ids, checked SamplingParams (4xx errors name the field) and how its
+    choices become messages."""
     state.limits.check(body)
     tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
-    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt, body.tools)
+    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params = beam_or_sampling(body, build_params(state, body, ids, None, _top_logprobs(body), requested))
     constraint = None if tools is None else tools.constraint  # tools are refused with beam search
-    if constraint is None:
-        return ids, params, tools
-    if params.structured_outputs is not None:
-        raise APIError(f"tool_choice {tools.mode!r} constrains the output, and so does response_format (or a "
-                       "guided field); give one of them", param="tool_choice")
-    compile_constraint(state, constraint, "tools")
-    return ids, dataclasses.replace(params, structured_outputs=constraint), tools
+    if constraint is not None:
+        if params.structured_outputs is not None:
+            raise APIError(f"tool_choice {tools.mode!r} constrains the output, and so does response_format (or a "
+                           "guided field); give one of them", param="tool_choice")
+        compile_constraint(state, constraint, "tools")
+        params = dataclasses.replace(params, structured_outputs=constraint)
+    return ids, params, ReplyPlan(_reasoning_start(state, body, params), tools)
+
+
+def _reasoning_start(state: ServerState, body: ChatCompletionRequest,
+                     params: SamplingParams | BeamSearchParams) -> SplitState | None:
+    """Where each choice's reasoning split starts (None without --reasoning-parser).
+
+    A constrained output, or one whose request turned thinking off, begins as the constraint or the
+    answer does, not inside a reasoning the prompt opened: it is reasoning only where it writes `<think>`.
+    """
+    if state.reasoning_parser is None:
+        return None
+    constrained = getattr(params, "structured_outputs", None) is not None
+    thinking = (body.chat_template_kwargs or {}).get("enable_thinking") is not False
+    return start_split(state.reasoning_parser, implicit=thinking and not constrained)
 
 
 def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict | None:
@@ -118,8 +143,8 @@ def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOu
     return chat_logprobs(out.token_ids, out.logprobs, body.top_logprobs or 0)
 
 
-def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput, tools: ToolPlan | None) -> dict:
-    message, finish_reason = tool_message(tools, out.text, out.finish_reason)
+def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput, plan: ReplyPlan) -> dict:
+    message, finish_reason = assistant_message(plan, out.text, out.finish_reason)
     return {
         "index": out.index, "message": message,
         "logprobs": _logprobs(state, body, out), "finish_reason": finish_reason, "stop_reason": out.stop_reason,
@@ -128,14 +153,15 @@ def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutp
 
 async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
                   deltas: AsyncIterator[tuple[int, RequestOutput]], prompt_tokens: int,
-                  timeout: float | None, tools: ToolPlan | None) -> AsyncIterator[str]:
+                  timeout: float | None, plan: ReplyPlan) -> AsyncIterator[str]:
     """A role chunk per choice, content chunks as tokens arrive, an optional usage chunk, then [DONE];
     a generation that raises (a timeout, a shutdown) ends with an error event instead of the usage.
 
-    With tools to call, each choice's text is held until it ends and sent as one message chunk
-    (tool_calls, or content when it called none): calls are only known once the text is whole.
+    With a reasoning parser, reasoning chunks come before the content's. With tools to call, each
+    choice's content is held until it ends and sent as one message chunk (tool_calls, or content when
+    it called none): calls are only known once the text is whole.
     """
-    generated, held = 0, {}
+    generated, replies = 0, [ChoiceStream(plan) for _ in range(body.n)]
     for index in range(body.n):
         choice = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         yield sse({**header, "choices": [choice]})
@@ -150,14 +176,11 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
                     if out.finish_reason:
                         finished.add(out.index)
                     generated += len(out.token_ids)
-                    choice = {"index": out.index, "delta": {"content": out.text}, "logprobs": _logprobs(state, body, out),
-                              "finish_reason": out.finish_reason}
-                    if tools is not None and tools.mode != "none":
-                        held[out.index] = held.get(out.index, "") + out.text
-                        if not out.finish_reason:
-                            continue
-                        message, reason = tool_message(tools, held[out.index], out.finish_reason)
-                        choice.update(delta={k: v for k, v in message.items() if k != "role"}, finish_reason=reason)
+                    message, reason = replies[out.index].delta(out.text, out.finish_reason)
+                    logprobs = _logprobs(state, body, out)
+                    if message is None or not (message or reason or logprobs):  # held back: a tag may be starting
+                        continue
+                    choice = {"index": out.index, "delta": message, "logprobs": logprobs, "finish_reason": reason}
                     yield sse({**header, "choices": [choice]})
         if body.include_usage():
             yield sse({**header, "choices": [], "usage": usage(prompt_tokens, generated)})

@@ -19,6 +19,7 @@ from jaxinfer.entrypoints.openai.lora_modules import (
     register,
     runtime_lora_updating,
 )
+from jaxinfer.entrypoints.openai.reasoning import PARSERS
 
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
@@ -83,6 +84,11 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_bounds_args(serve)
     add_shadow_args(serve)
     add_lora_args(serve)
+    serve.add_argument("--reasoning-parser", choices=list(PARSERS), default=None,
+                       help="as vLLM's flag: chat replies carry the model's `<think> ... </think>` as "
+                       "reasoning_content (and vLLM's newer `reasoning`), the rest as content; deepseek_r1 "
+                       "(DeepSeek-R1, its distills, QwQ: text before </think> is reasoning, <think> or not), qwen3 "
+                       "(reasoning only when <think> opens the reply) (default: none, the reply is content)")
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--load-session", action="append", default=[], metavar="DIR",
                        help="restore a session saved by LLM.save_session into the prefix cache before serving: "
@@ -196,6 +202,7 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
     return ServerConfig(
         model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
         args.request_timeout, args.write_timeout, lora_modules(args), runtime_lora_updating(args),
+        args.reasoning_parser,
     )
 
 

@@ -130,6 +130,7 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict | None = None  # vLLM's: more variables for the chat template (e.g. enable_thinking)
 
 
 class TokenizeRequest(StrictBody):

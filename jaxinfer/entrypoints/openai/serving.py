@@ -22,6 +22,7 @@ from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.gate import Admission, ServerStopping
 from jaxinfer.entrypoints.openai.limits import Limits
+from jaxinfer.entrypoints.openai.reasoning import ReasoningParser
 
 
 @dataclasses.dataclass
@@ -39,6 +40,7 @@ class ServerState:
     request_timeout: float | None = None  # --request-timeout
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     adapters: dict[str, LoRARequest] = dataclasses.field(default_factory=dict)  # --lora-modules, by name
+    reasoning_parser: ReasoningParser | None = None  # --reasoning-parser: chat replies split into reasoning, content
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
         """Token ids of a text or id prompt; ids must be in the vocabulary."""

@@ -1,0 +1,119 @@
+"""--reasoning-parser through the server with the official `openai` client: the tiny model's output is
+forced through a regex (guided_regex) to hold thinking tags, and the reply's reasoning_content and
+content, streamed and not, must be its parts."""
+
+from __future__ import annotations
+
+import re
+
+import openai
+import pytest
+from live_server import serve_in_thread
+
+from jaxinfer import LLM
+from jaxinfer.entrypoints.openai import ServerConfig
+from jaxinfer.entrypoints.openai.reasoning import PARSERS
+
+pytest.importorskip("llguidance")
+
+THINKING = "<think>[a-z ]{1,20}</think>[a-z ]{1,20}"
+MESSAGES = [{"role": "user", "content": "think first"}]
+CALL = r'<tool_call>\{"name": "get_time", "arguments": \{\}\}</tool_call>'
+TOOLS = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+
+
+@pytest.fixture(scope="module")
+def served(text_model_dir):
+    """(ServerState, openai client) of the tiny text model served with --reasoning-parser deepseek_r1."""
+    llm = LLM(text_model_dir, dtype="float32", max_seq_len=128)
+    with serve_in_thread(llm, ServerConfig("tiny", reasoning_parser="deepseek_r1")) as (url, app):
+        yield app.state.server, openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+
+
+def chat(client: openai.OpenAI, regex: str | None = THINKING, **fields):
+    extra = {"guided_regex": regex} if regex else {}
+    fields = {"max_tokens": 60, "temperature": 1.0, "seed": 7, **fields}
+    return client.chat.completions.create(model="tiny", messages=MESSAGES,
+                                          extra_body={**extra, **fields.pop("extra_body", {})}, **fields)
+
+
+def raw_texts(served, monkeypatch, **fields) -> list[str]:
+    """The choices' text as a server without a reasoning parser returns it."""
+    state, client = served
+    with monkeypatch.context() as patch:
+        patch.setattr(state, "reasoning_parser", None)
+        response = chat(client, **fields)
+    assert all("reasoning_content" not in (c.message.model_extra or {}) for c in response.choices)
+    return [c.message.content for c in response.choices]
+
+
+def streamed(client: openai.OpenAI, n: int, **fields) -> list[tuple[str, str]]:
+    """Each choice's reasoning and content deltas, joined."""
+    parts = [["", ""] for _ in range(n)]
+    for chunk in chat(client, n=n, stream=True, **fields):
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            assert extra.get("reasoning") == extra.get("reasoning_content")
+            parts[choice.index][0] += extra.get("reasoning_content") or ""
+            parts[choice.index][1] += choice.delta.content or ""
+    return [tuple(p) for p in parts]
+
+
+def test_each_choice_splits_into_reasoning_and_content_streamed_or_not(served, monkeypatch):
+    _, client = served
+    texts = raw_texts(served, monkeypatch, n=3)
+    assert len(set(texts)) > 1  # the choices differ, and each is split on its own
+    response = chat(client, n=3)
+    for text, choice in zip(texts, response.choices):
+        message = choice.message
+        reasoning = message.model_extra["reasoning_content"]
+        assert message.model_extra["reasoning"] == reasoning
+        assert f"<think>{reasoning}</think>{message.content}" == text
+        assert re.fullmatch("[a-z ]+", reasoning) and re.fullmatch("[a-z ]+", message.content)
+    splits = [(c.message.model_extra["reasoning_content"], c.message.content) for c in response.choices]
+    assert streamed(client, 3) == splits
+
+
+def test_reasoning_content_is_none_without_thinking_tags(served, monkeypatch):
+    state, client = served
+    untagged = "[a-z ]{1,30}"  # constrained: the output begins as the constraint does, not inside a reasoning
+    (text,) = raw_texts(served, monkeypatch, regex=untagged)
+    for parser in ("deepseek_r1", "qwen3"):
+        monkeypatch.setattr(state, "reasoning_parser", PARSERS[parser])
+        message = chat(client, regex=untagged).choices[0].message
+        assert message.model_extra["reasoning_content"] is None and message.content == text
+        assert streamed(client, 1, regex=untagged) == [("", text)]
+
+
+def test_deepseek_r1_reads_an_untagged_free_output_as_reasoning_unless_thinking_is_off(served, monkeypatch):
+    _, client = served
+    (text,) = raw_texts(served, monkeypatch, regex=None, max_tokens=8)
+    message = chat(client, regex=None, max_tokens=8).choices[0].message
+    assert message.model_extra["reasoning_content"] == text and message.content is None
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    message = chat(client, regex=None, max_tokens=8, extra_body=off).choices[0].message
+    assert message.model_extra["reasoning_content"] is None and message.content == text
+
+
+def test_tool_calls_are_parsed_from_the_content_alone(served):
+    _, client = served
+    tools = dict(tools=TOOLS, tool_choice="auto", max_tokens=100)
+    response = chat(client, regex=f"<think>[a-z ]{{1,5}}</think>{CALL}", **tools)
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    assert re.fullmatch("[a-z ]+", choice.message.model_extra["reasoning_content"])
+    assert choice.message.tool_calls[0].function.name == "get_time"
+    in_reasoning = chat(client, regex=f"<think>{CALL}</think>[a-z]{{1,5}}", **tools)
+    choice = in_reasoning.choices[0]
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls
+    assert choice.message.model_extra["reasoning_content"].startswith("<tool_call>")
+    stream = list(chat(client, regex=f"<think>[a-z ]{{1,5}}</think>{CALL}", stream=True, **tools))
+    calls = [c.choices[0].delta.tool_calls for c in stream if c.choices and c.choices[0].delta.tool_calls]
+    assert [call.function.name for call in calls[-1]] == ["get_time"]
+
+
+def test_template_kwargs_that_set_the_servers_own_arguments_are_400s(served):
+    _, client = served
+    with pytest.raises(openai.BadRequestError) as error:
+        chat(client, extra_body={"chat_template_kwargs": {"tokenize": True}})
+    assert error.value.body["param"] == "chat_template_kwargs" and "tokenize" in error.value.body["message"]
