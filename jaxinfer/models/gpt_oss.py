@@ -20,10 +20,9 @@ from jaxinfer.config.model import ConfigError, ModelConfig, common_fields, field
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight, linear
 from jaxinfer.models.mlp import ClampedSwiGLU
-from jaxinfer.models.moe import DOWN_AXES, GATE_AXES, ROUTER_AXES, MoELayerWeights, experts_output
-from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.moe import DOWN_AXES, GATE_AXES, ROUTER_AXES, MoELayerWeights, experts_output, pre_norm_layer
 from jaxinfer.models.rope import RopeTables
-from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attention_leaves, self_attention
+from jaxinfer.models.self_attention import attention_hf_leaves, attention_leaves
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import Layout
 
@@ -124,12 +123,8 @@ def decoder_layer(
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
     """One pre-norm block: attention (with sinks) over the cache, then the experts."""
-    layout = cache.layout
-    h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps)
-    out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
-    x = layout.constrain(x + out, HIDDEN)
-    h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
-    return layout.constrain(x + experts_block(h, lw, cfg, layout), HIDDEN), cache
+    return pre_norm_layer(cfg, x, cache, lw, layer, positions, rope,
+                          lambda h, layout: experts_block(h, lw, cfg, layout))
 
 
 def _windows(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:

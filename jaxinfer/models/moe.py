@@ -12,7 +12,7 @@ partial outputs: tokens stay where they are (replicated over ep), so no all-to-a
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -167,17 +167,25 @@ def experts_output(
     return shard_map(shard, layout, in_specs, rows_only)(*operands)
 
 
-def moe_decoder_layer(
-    cfg: ModelConfig, x: jax.Array, cache: Any, lw: MoELayerWeights, layer: int, positions: jax.Array,
-    rope: RopeTables,
+def pre_norm_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
+    mlp: Callable[[jax.Array, Layout], jax.Array],
 ) -> tuple[jax.Array, Any]:
-    """One pre-norm block: attention over the cache, then the routed experts."""
+    """One pre-norm block: attention over the cache, then mlp(normed residual, layout), each added to the residual."""
     layout = cache.layout
     h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps)
     out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     x = layout.constrain(x + out, HIDDEN)
     h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
-    return layout.constrain(x + moe_block(h, lw, cfg, layout), HIDDEN), cache
+    return layout.constrain(x + mlp(h, layout), HIDDEN), cache
+
+
+def moe_decoder_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: MoELayerWeights, layer: int, positions: jax.Array,
+    rope: RopeTables,
+) -> tuple[jax.Array, Any]:
+    """One pre-norm block: attention over the cache, then the routed experts."""
+    return pre_norm_layer(cfg, x, cache, lw, layer, positions, rope, lambda h, layout: moe_block(h, lw, cfg, layout))
 
 
 def is_dense(lw: Any) -> bool:

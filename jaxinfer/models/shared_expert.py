@@ -18,11 +18,10 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import Weight, linear
 from jaxinfer.models.mlp import gated_mlp, mlp_hf_leaves, mlp_leaves
-from jaxinfer.models.moe import MoELayerWeights, abstract_moe_layer, moe_block
-from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.moe import MoELayerWeights, abstract_moe_layer, moe_block, pre_norm_layer
 from jaxinfer.models.rope import RopeTables
-from jaxinfer.models.self_attention import HIDDEN, self_attention
 from jaxinfer.parallel.array_info import ArrayInfo
+from jaxinfer.parallel.sharding import Layout
 
 # Shared-expert field -> the dense MLP field whose leaf description it takes.
 AS_DENSE = {"shared_gate": "w_gate", "shared_up": "w_up", "shared_down": "w_down"}
@@ -78,10 +77,8 @@ def shared_moe_decoder_layer(
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
     """One pre-norm block: attention over the cache, then the routed experts plus the gated shared expert."""
-    layout = cache.layout
-    h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps)
-    out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
-    x = layout.constrain(x + out, HIDDEN)
-    h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
-    mlp = moe_block(h, lw, cfg, layout) + shared_expert(h, lw, cfg.activation)
-    return layout.constrain(x + mlp, HIDDEN), cache
+
+    def mlp(h: jax.Array, layout: Layout) -> jax.Array:
+        return moe_block(h, lw, cfg, layout) + shared_expert(h, lw, cfg.activation)
+
+    return pre_norm_layer(cfg, x, cache, lw, layer, positions, rope, mlp)
