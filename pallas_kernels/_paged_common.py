@@ -210,6 +210,13 @@ def initial_carry(num_rows: int, head_dim: int) -> tuple[jax.Array, jax.Array, j
     )
 
 
+def sink_carry(sinks: jax.Array, head_dim: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Online-softmax state that has already seen each row's sink (sinks [rows, 1] f32): a key whose
+    logit is the sink and whose value is zero, so o stays 0 and l starts at exp(sink - sink) = 1."""
+    rows = sinks.shape[0]
+    return jnp.zeros((rows, head_dim), jnp.float32), sinks, jnp.ones((rows, 1), jnp.float32)
+
+
 def normalize(o: jax.Array, l: jax.Array) -> jax.Array:
     """o / l, and exactly zero for rows that attended nothing (padding rows)."""
     return jnp.where(l > 0.0, o / jnp.where(l > 0.0, l, 1.0), 0.0)

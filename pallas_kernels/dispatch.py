@@ -39,15 +39,6 @@ def choose_implementation(backend: str | None, interpret: bool) -> Implementatio
     raise ValueError(f"unknown backend {platform!r}; expected tpu, gpu, cpu or reference")
 
 
-def _implementation_for(backend: str | None, interpret: bool, sinks: jax.Array | None) -> Implementation:
-    """choose_implementation, refusing sinks where the kernel has none, the TPU's (callers route such
-    layers to the reference: `jaxinfer.models.attention.kernel_backend`)."""
-    impl = choose_implementation(backend, interpret)
-    if sinks is not None and impl == "tpu":
-        raise ValueError(f"the {impl} paged attention kernel takes no attention sinks; pass backend='reference'")
-    return impl
-
-
 def paged_attention(
     q: jax.Array,  # [batch, num_q_heads, head_dim]
     k_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
@@ -64,7 +55,7 @@ def paged_attention(
     backend: Backend | None = None,
     pages_per_block: int | None = None,
     num_splits: int | None = None,
-    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits: GPU kernel and reference
+    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits (GPT-OSS)
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     options = dict(
@@ -72,9 +63,10 @@ def paged_attention(
         k_scales=k_scales, v_scales=v_scales,
     )
     args = (q, k_pages, v_pages, lengths, page_indices)
-    impl = _implementation_for(backend, interpret, sinks)
+    impl = choose_implementation(backend, interpret)
     if impl == "tpu":
-        return paged_attention_tpu(*args, **options, pages_per_block=pages_per_block, interpret=interpret)
+        return paged_attention_tpu(*args, **options, pages_per_block=pages_per_block, interpret=interpret,
+                                   sinks=sinks)
     if impl == "gpu":
         return paged_attention_gpu(
             *args, **options, pages_per_block=pages_per_block, num_splits=num_splits,
@@ -101,7 +93,7 @@ def ragged_paged_attention(
     pages_per_block: int | None = None,
     block_rows: int | None = None,
     num_splits: int | None = None,
-    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits: GPU kernel and reference
+    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits (GPT-OSS)
 ) -> jax.Array:
     """Causal multi-query attention: [batch, max_q, num_q_heads, head_dim], padding rows zero."""
     options = dict(
@@ -109,11 +101,11 @@ def ragged_paged_attention(
         k_scales=k_scales, v_scales=v_scales,
     )
     args = (q, k_pages, v_pages, lengths, page_indices, query_lens)
-    impl = _implementation_for(backend, interpret, sinks)
+    impl = choose_implementation(backend, interpret)
     if impl == "tpu":
         return ragged_paged_attention_tpu(
             *args, **options, pages_per_block=pages_per_block, block_rows=block_rows,
-            interpret=interpret,
+            interpret=interpret, sinks=sinks,
         )
     if impl == "gpu":
         return ragged_paged_attention_gpu(

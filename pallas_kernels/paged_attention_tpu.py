@@ -69,11 +69,14 @@ def _kernel(
     q_ref,  # VMEM [block_rows, head_dim]
     k_pages_hbm,  # HBM [num_kv_heads, num_pages, page_size, head_dim]
     v_pages_hbm,  # HBM [num_kv_heads, num_pages, page_size, head_dim]
-    *refs,  # [k_scales_hbm, v_scales_hbm], o_ref, k_buf, v_buf, [ks_buf, vs_buf], sems
+    *refs,  # [sinks_ref], [k_scales_hbm, v_scales_hbm], o_ref, k_buf, v_buf, [ks_buf, vs_buf], sems
     params: AttentionParams,
     pages_per_seq: int,
+    has_sinks: bool,
 ) -> None:
-    """One (sequence, kv head, query block): double-buffered online softmax over key blocks."""
+    """One (sequence, kv head, query block): double-buffered online softmax over key blocks; with
+    sinks (VMEM [block_rows, 1] f32, each row's head's) the softmax starts from the sink."""
+    sinks_ref, *refs = refs if has_sinks else (None, *refs)
     if params.quantized:
         k_sc_hbm, v_sc_hbm, o_ref, k_buf, v_buf, ks_buf, vs_buf, sems = refs
         srcs, bufs = (k_pages_hbm, v_pages_hbm, k_sc_hbm, v_sc_hbm), (k_buf, v_buf, ks_buf, vs_buf)
@@ -116,7 +119,9 @@ def _kernel(
             length, query_len, params,
         )
 
-    o, _, l = lax.fori_loop(blk_lo, blk_hi, body, common.initial_carry(block_rows, head_dim))
+    carry = common.initial_carry(block_rows, head_dim) if sinks_ref is None else common.sink_carry(
+        sinks_ref[...], head_dim)
+    o, _, l = lax.fori_loop(blk_lo, blk_hi, body, carry)
     o_ref[...] = common.normalize(o, l).astype(o_ref.dtype)
 
 
@@ -182,6 +187,7 @@ def paged_flash_tpu(
     params: AttentionParams,
     block_rows: int | None,
     interpret: bool,
+    sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits
 ) -> jax.Array:
     """Run the kernel on query rows; returns [batch, max_q, num_q_heads, head_dim] in q.dtype."""
     batch, max_q, num_q_heads, head_dim = q.shape
@@ -192,16 +198,18 @@ def paged_flash_tpu(
     rows = common.queries_to_rows(q, num_kv_heads, num_rows)
     row_block = pl.BlockSpec((None, None, block_rows, head_dim), lambda b, h, r, *_: (b, h, r, 0))
     hbm = pl.BlockSpec(memory_space=pl.ANY)
+    row_sinks = () if sinks is None else (common.row_sinks(sinks, num_kv_heads, max_q, num_rows),)
+    sinks_specs = [pl.BlockSpec((None, block_rows, 1), lambda b, h, r, *_: (h, r, 0))] * len(row_sinks)
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=3,
         grid=(batch, num_kv_heads, num_rows // block_rows),
         in_specs=[pl.BlockSpec((block_rows, 1), lambda b, h, r, *_: (r, 0)), row_block, hbm, hbm]
-        + ([hbm, hbm] if params.quantized else []),
+        + sinks_specs + ([hbm, hbm] if params.quantized else []),
         out_specs=row_block,
         scratch_shapes=_scratch_shapes(params, head_dim, k_pages.dtype),
     )
     out = pl.pallas_call(
-        functools.partial(_kernel, params=params, pages_per_seq=pages_per_seq),
+        functools.partial(_kernel, params=params, pages_per_seq=pages_per_seq, has_sinks=sinks is not None),
         grid_spec=grid_spec,
         out_shape=jax.ShapeDtypeStruct((batch, num_kv_heads, num_rows, head_dim), q.dtype),
         compiler_params=_CompilerParams(dimension_semantics=("parallel", "parallel", "parallel")),
@@ -210,7 +218,7 @@ def paged_flash_tpu(
     )(
         lengths.astype(jnp.int32), query_lens.astype(jnp.int32),
         page_indices.astype(jnp.int32).reshape(-1),
-        common.row_query_index(max_q, params.group, num_rows), rows, k_pages, v_pages,
+        common.row_query_index(max_q, params.group, num_rows), rows, k_pages, v_pages, *row_sinks,
         *((k_scales, v_scales) if params.quantized else ()),
     )
     return common.rows_to_queries(out, max_q, num_q_heads)
@@ -254,6 +262,7 @@ def paged_attention_tpu(
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     pages_per_block: int | None = None,
     interpret: bool = False,
+    sinks: jax.Array | None = None,  # [num_q_heads] f32 attention-sink logits
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     _, num_q_heads, head_dim = q.shape
@@ -263,6 +272,6 @@ def paged_attention_tpu(
     params = tpu_params(num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block)
     out = paged_flash_tpu(
         q[:, None], k_pages, v_pages, lengths, page_indices, jnp.ones_like(lengths),
-        k_scales, v_scales, params=params, block_rows=None, interpret=interpret,
+        k_scales, v_scales, params=params, block_rows=None, interpret=interpret, sinks=sinks,
     )
     return out[:, 0]

@@ -37,6 +37,7 @@ def ragged_paged_attention_tpu(
     pages_per_block: int | None = None,
     block_rows: int | None = None,
     interpret: bool = False,
+    sinks: jax.Array | None = None,  # [num_q_heads] f32 attention-sink logits
 ) -> jax.Array:
     """Causal multi-query attention: [batch, max_q, num_q_heads, head_dim], padding rows zero."""
     _, _, num_q_heads, head_dim = q.shape
@@ -46,5 +47,5 @@ def ragged_paged_attention_tpu(
     params = tpu_params(num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block)
     return paged_flash_tpu(
         q, k_pages, v_pages, lengths, page_indices, query_lens, k_scales, v_scales,
-        params=params, block_rows=block_rows, interpret=interpret,
+        params=params, block_rows=block_rows, interpret=interpret, sinks=sinks,
     )

@@ -16,8 +16,7 @@ import pytest
 from test_blocked_attention import DIM, HEADS, KV, PAGE, WIDTH, _cache, _dense
 
 import pallas_kernels
-from jaxinfer.cache.paged import PagedKVCache
-from jaxinfer.models.attention import causal_window_mask, dense_attention, kernel_backend, native_kernel_applies
+from jaxinfer.models.attention import causal_window_mask, dense_attention, native_kernel_applies
 from jaxinfer.models.blocked_attention import (
     NEG_INF,
     blocked_rows_attention,
@@ -118,16 +117,27 @@ def test_gpu_kernel_with_sinks_equals_the_reference(splits, quantized):
                                np.asarray(decode(backend="reference")), rtol=2e-5, atol=2e-5)
 
 
-def test_layers_with_sinks_leave_the_kernels_that_have_none():
-    """The native CPU kernels and the TPU kernel have no sinks: such layers take the jnp reference."""
-    dim = 64  # a head size both kernels run
-    pools = dict(k_pages=[jnp.zeros((KV, 4, PAGE, dim))], v_pages=[jnp.zeros((KV, 4, PAGE, dim))], k_scales=None,
-                 v_scales=None, page_table=jnp.zeros((1, 4), jnp.int32), backend="pallas", interpret=True)
-    gpu, tpu = PagedKVCache(**pools), PagedKVCache(**pools, platform="tpu")
-    assert kernel_backend(gpu, dim, SINKS) == kernel_backend(gpu, dim) != "reference"
-    assert kernel_backend(tpu, dim) == "tpu" and kernel_backend(tpu, dim, SINKS) == "reference"
+@pytest.mark.parametrize("quantized", [False, True])
+def test_tpu_kernel_with_sinks_equals_the_reference(quantized):
+    """The Mosaic kernel (TPU interpret mode) starts each row's online softmax from its sink."""
+    dim = 64  # the TPU kernel's head sizes are multiples of 64
+    keys = jax.random.split(jax.random.key(3), 3)
+    shape = (KV, 3 * 4, PAGE, dim)
+    k, v = (jax.random.normal(key, shape, jnp.float32) for key in keys[:2])
+    scales = {}
+    if quantized:  # int8 pages with per-token scales
+        (k, k_scales), (v, v_scales) = pallas_kernels.quantize_kv(k), pallas_kernels.quantize_kv(v)
+        scales = dict(k_scales=k_scales, v_scales=v_scales)
+    lengths, query_lens = jnp.array([20, 45, 3], jnp.int32), jnp.array([4, 1, 3], jnp.int32)
+    table = jnp.arange(12, dtype=jnp.int32).reshape(3, 4)
+    q = jax.random.normal(keys[2], (3, 4, HEADS, dim), jnp.float32)
+    run = functools.partial(pallas_kernels.ragged_paged_attention, q, k, v, lengths, table, query_lens,
+                            sliding_window=30, sinks=SINKS, **scales)
+    np.testing.assert_allclose(np.asarray(run(backend="tpu", interpret=True)), np.asarray(run(backend="reference")),
+                               rtol=2e-5, atol=2e-5)
+
+
+def test_layers_with_sinks_leave_the_native_cpu_kernels():
+    """The native CPU kernels have no sinks: such layers take XLA's path."""
     assert native_kernel_applies(None) and not native_kernel_applies(None, SINKS)
-    q = jnp.zeros((1, HEADS, dim))
-    with pytest.raises(ValueError, match="tpu paged attention kernel takes no attention sinks"):
-        pallas_kernels.paged_attention(q, *gpu.k_pages, *gpu.v_pages, jnp.ones(1, jnp.int32),
-                                       jnp.zeros((1, 4), jnp.int32), backend="tpu", interpret=True, sinks=SINKS)
+    assert not native_kernel_applies(5.0)

@@ -20,10 +20,10 @@ from jaxinfer.parallel.sharding import shard_shapes
 prompts = [[1, 5, 9, 33, 7, 81, 4, 4, 80, 17, 23, 99, 100, 3, 5, 9, 33, 7, 81, 4], [1, 4, 4, 80]]
 params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
 out = {}
-for name, model, meshes in runs:
+for name, model, meshes, extra in runs:
     for tp, ep in meshes:
         llm = LLM(model, dtype="float32", max_seq_len=64, max_num_seqs=2, tensor_parallel_size=tp,
-                  expert_parallel_size=ep)
+                  expert_parallel_size=ep, **extra)
         layer = llm.weights.layers[-1]
         out[f"{name} {tp}x{ep}"] = dict(
             tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
@@ -38,15 +38,18 @@ print(json.dumps(out))
 def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
     meshes = [(1, 1), (2, 1), (1, 2), (2, 2)]
     # Qwen3-MoE's layer 0 is dense (mlp_only_layers): a Llama layer inside the expert-parallel model.
-    runs = [(name, str(checkpoint_dir(name)), meshes) for name in ("mixtral", "qwen3_moe")]
+    runs = [(name, str(checkpoint_dir(name)), meshes, {}) for name in ("mixtral", "qwen3_moe")]
     # Qwen2-MoE's shared expert splits like a dense MLP, over tp only (one 2 x 2 mesh covers both axes).
-    runs.append(("qwen2_moe", str(checkpoint_dir("qwen2_moe")), [(1, 1), (2, 2)]))
-    # GPT-OSS's expert biases split like the experts (one 2 x 2 mesh covers both axes).
-    runs.append(("gpt_oss", str(checkpoint_dir("gpt_oss")), [(1, 1), (2, 2)]))
+    runs.append(("qwen2_moe", str(checkpoint_dir("qwen2_moe")), [(1, 1), (2, 2)], {}))
+    # GPT-OSS's expert biases split like the experts (one 2 x 2 mesh covers both axes); then its attention
+    # sinks split like the query heads into the Pallas kernel each device runs (interpreted) under shard_map.
+    runs.append(("gpt_oss", str(checkpoint_dir("gpt_oss")), [(1, 1), (2, 2)], {}))
+    runs.append(("gpt_oss pallas", str(checkpoint_dir("gpt_oss")), [(2, 2)],
+                 dict(attention_backend="pallas", interpret_kernels=True)))
     header = f"runs = {runs!r}\n"
     out = json.loads(run_python(FAKE_DEVICES + header + SCRIPT, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
-    for name, _, sizes in runs:
-        reference = out[f"{name} 1x1"]["tokens"]
+    for name, _, sizes, _ in runs:
+        reference = out[f"{name.split()[0]} 1x1"]["tokens"]
         for tp, ep in sizes:
             run = out[f"{name} {tp}x{ep}"]
             assert run["tokens"] == reference, (name, tp, ep)

@@ -93,15 +93,16 @@ def _log_soft_cap_fallback() -> None:
 
 
 @functools.cache
-def _log_sinks_fallback(path: str) -> None:
-    """One line when layers with attention sinks leave a kernel that has none."""
-    logger.info("attention sinks: the %s kernels do not take sink logits; layers with sinks take the jnp path", path)
+def _log_sinks_fallback() -> None:
+    """One line when layers with attention sinks leave the native CPU kernels (they take no sinks)."""
+    logger.info("attention sinks: the native CPU attention kernels do not take sink logits; layers with sinks "
+                "take the XLA (jnp) attention path")
 
 
 def native_kernel_applies(soft_cap: float | None, sinks: jax.Array | None = None) -> bool:
     """Whether the native CPU attention kernels can run a layer (they take a scale and a window, no cap, no sinks)."""
     if sinks is not None:
-        _log_sinks_fallback("native CPU attention")
+        _log_sinks_fallback()
         return False
     if soft_cap is None:
         return True
@@ -115,7 +116,7 @@ def _log_fallback(reason: str) -> None:
     logger.warning("paged attention falls back to the jnp reference: %s", reason)
 
 
-def kernel_backend(cache: PagedKVCache, head_dim: int, sinks: jax.Array | None = None) -> str | None:
+def kernel_backend(cache: PagedKVCache, head_dim: int) -> str | None:
     """The `backend` argument for pallas_kernels: the cache's platform (None: the default backend's
     kernel) or "reference".
 
@@ -126,9 +127,6 @@ def kernel_backend(cache: PagedKVCache, head_dim: int, sinks: jax.Array | None =
         return "reference"
     impl = pallas_kernels.choose_implementation(cache.platform, cache.interpret)
     if impl == "reference":
-        return "reference"
-    if sinks is not None and (impl == "tpu" or cache.layout.size > 1):
-        _log_sinks_fallback("TPU (or sharded) Pallas paged attention")
         return "reference"
     reason = pallas_kernels.unsupported_reason(impl, head_dim, cache.value_dtype, cache.page_size, cache.quantized)
     if reason is None:
@@ -150,17 +148,17 @@ def paged_rows_attend(
     sinks: jax.Array | None = None,
 ) -> jax.Array:
     """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
-    backend = kernel_backend(cache, q.shape[-1], sinks)
+    backend = kernel_backend(cache, q.shape[-1])
     kernel = functools.partial(_rows_kernel, window=window, interpret=cache.interpret, backend=backend,
-                               scale=scale, soft_cap=soft_cap, single_split=cache.batch_invariant, sinks=sinks)
+                               scale=scale, soft_cap=soft_cap, single_split=cache.batch_invariant)
     pools = (cache.k_pages[layer], cache.v_pages[layer])
     scales = (cache.k_scales[layer], cache.v_scales[layer]) if cache.quantized else ()
     rows = (lengths, page_table, query_lens)
     # A kernel's custom call has no partitioning rule: on a mesh each device runs it on its shard.
     # (The jnp reference is plain HLO that XLA partitions itself.)
     if backend != "reference" and cache.layout.size > 1:
-        return per_shard_rows_attention(kernel, q, pools, scales, rows, cache.layout)
-    return kernel(q, *pools, *rows, *scales)
+        return per_shard_rows_attention(kernel, q, pools, scales, rows, cache.layout, sinks)
+    return kernel(q, *pools, *rows, *scales, sinks=sinks)
 
 
 def _rows_kernel(
@@ -182,7 +180,7 @@ def _rows_kernel(
     """The decode kernel for one query per row, the ragged one for several: [B, T, H, K]."""
     common = dict(sliding_window=window or None, interpret=interpret, backend=backend, sm_scale=scale,
                   soft_cap=soft_cap, num_splits=1 if single_split else None)
-    if sinks is not None:  # the reference and the GPU kernel take them (kernel_backend)
+    if sinks is not None:
         common.update(sinks=sinks)
     if scales:
         common.update(k_scales=scales[0], v_scales=scales[1])
@@ -243,8 +241,8 @@ def attend(
 
     scale: of the q.k scores (None: head_dim ** -0.5); soft_cap: scores capped by cap * tanh(s / cap)
     (the Pallas kernels and the jnp paths cap; the native CPU kernels cannot, so capped layers skip them);
-    sinks [H]: attention-sink logits (GPT-OSS; the jnp paths and the GPU kernel: layers with sinks skip the
-    native CPU kernels, the TPU kernel and kernels under shard_map).
+    sinks [H]: attention-sink logits (GPT-OSS; the jnp paths and the Pallas kernels take them; layers with
+    sinks skip the native CPU kernels and, on a mesh, the kernels under shard_map).
     """
     if isinstance(cache, RaggedPagedCache):
         rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend

@@ -203,6 +203,10 @@ def test_tpu_kernel_streams_lane_wide_pages_in_their_dtype(int8):
     assert [a.dtype for a in scales] == ([jnp.float32] * 2 if int8 else [])
     lowered = lower_for("tpu", run, *inputs.decode_args)
     assert "tpu_custom_call" in lowered and 'kernel_name = "paged_attention_tpu"' in lowered
+    sinks = jnp.zeros(inputs.decode_args[0].shape[1])  # each row's sink read as a VMEM block beside its query
+    with_sinks = lower_for("tpu", lambda *args: paged_attention_tpu(*args, sinks=sinks, **inputs.kwargs),
+                           *inputs.decode_args)
+    assert 'kernel_name = "paged_attention_tpu"' in with_sinks
 
 
 def _device_case(dtype, int8: bool, seed: int) -> PagedInputs:
@@ -230,6 +234,9 @@ def test_tpu_compiled(dtype, int8):
     inputs = _device_case(dtype, int8, 1)
     out = paged_attention_tpu(*inputs.decode_args, **inputs.kwargs)
     assert_close(out, paged_attention_reference(*inputs.decode_args, **inputs.kwargs), dtype)
+    sinks = jnp.linspace(-2.0, 3.0, inputs.decode_args[0].shape[1])  # GPT-OSS's per-head sink logits
+    out = paged_attention_tpu(*inputs.decode_args, sinks=sinks, **inputs.kwargs)
+    assert_close(out, paged_attention_reference(*inputs.decode_args, sinks=sinks, **inputs.kwargs), dtype)
 
 
 @pytest.mark.parametrize("platform", ["gpu", "tpu"])
