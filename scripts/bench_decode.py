@@ -10,6 +10,7 @@ for comparison: on an H100 it reads ~2.0 TB/s where a copy moves ~3.0. Writes JS
     python scripts/bench_decode.py                      # SmolLM-135M shape, CPU
     python scripts/bench_decode.py --preset llama-3.2-1b --dtypes bfloat16   # on a GPU
     python scripts/bench_decode.py --preset llama-110m --tp 2 --fake-cpu-devices 8 --skip-hf  # sharded
+    python scripts/bench_decode.py --preset gpt-oss-mini --dtypes float32   # GPT-OSS's layer at a CPU size
 
 --tp/--dp shard the model over a device mesh. With --fake-cpu-devices the "devices" are
 slices of one CPU: the figure is the overhead of the sharded program (collectives, smaller
@@ -41,20 +42,23 @@ from jaxinfer import LLM, SamplingParams
 from jaxinfer.parallel.array_info import tree_bytes
 from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
-PRESETS = {name: Path(__file__).parents[1] / "configs" / f"{name}.json" for name in ("smollm-135m", "llama-110m", "llama-3.2-1b")}
+PRESETS = {name: Path(__file__).parents[1] / "configs" / f"{name}.json"
+           for name in ("smollm-135m", "llama-110m", "llama-3.2-1b", "gpt-oss-mini", "gpt-oss-20b-6layers",
+                        "gpt-oss-20b")}
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def make_checkpoint(preset: str, root: Path) -> Path:
-    """Save a random-weight Llama of the preset's shape as an HF checkpoint (reused if present)."""
+    """Save a random-weight model of the preset's architecture and shape as an HF checkpoint (reused if present)."""
     path = root / preset
     if (path / "config.json").is_file():
         return path
     torch.manual_seed(0)
     fields = json.loads(PRESETS[preset].read_text())
-    fields.pop("architectures")
-    config = transformers.LlamaConfig(**fields, bos_token_id=1, eos_token_id=2)
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    model_class = getattr(transformers, fields.pop("architectures")[0])
+    stored = getattr(torch, fields.pop("torch_dtype", "float32"))  # large presets: bf16, as released
+    config = model_class.config_class(**fields, bos_token_id=1, eos_token_id=2)
+    model_class(config).to(stored).save_pretrained(path)
     return path
 
 
@@ -94,7 +98,8 @@ def measure_read_bandwidth(n_bytes: int = 1 << 30) -> float:
 
 
 def decode_step_bytes(llm: LLM, batch: int, context: int) -> int:
-    """Bytes one decode step streams: layer weights, final norm, the head once, and the KV cache read."""
+    """Bytes one decode step streams: layer weights (of routed experts, the share `batch` tokens reach),
+    final norm, the head once, and the KV cache read."""
     weights = llm.weights
     head = weights.embed if weights.lm_head is None else weights.lm_head  # a tied head reads embed
     if isinstance(llm._run_weights.lm_head, QuantizedWeight):  # quantize_lm_head: the quantized copy
@@ -102,7 +107,18 @@ def decode_step_bytes(llm: LLM, batch: int, context: int) -> int:
     cfg = llm.config
     kv_itemsize = jnp.dtype(llm.dtype).itemsize
     kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * kv_itemsize * context * batch
-    return tree_bytes(weights.layers) + tree_bytes(weights.final_norm) + tree_bytes(head) + kv
+    layers = sum(layer_bytes(lw, cfg, batch) for lw in weights.layers)
+    return int(layers) + tree_bytes(weights.final_norm) + tree_bytes(head) + kv
+
+
+def layer_bytes(lw, cfg, batch: int) -> float:
+    """One layer's bytes a step reads: its routed experts' leaves (any [E, ...] leaf of the layer's
+    EXPERTS, and their biases) in the expected share of experts `batch` tokens of k uniform picks touch."""
+    experts = set(getattr(type(lw), "EXPERTS", ()))
+    expert_leaves = {name for name in vars(lw) if name in experts or name in ("gate_bias", "up_bias", "down_bias")}
+    share = 1 - (1 - cfg.experts_per_token / cfg.num_experts) ** batch if experts else 1.0
+    routed = sum(tree_bytes(getattr(lw, name)) for name in expert_leaves)
+    return tree_bytes(lw) - routed + share * routed
 
 
 def median_time(fn, repeats: int) -> float:

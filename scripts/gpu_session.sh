@@ -36,6 +36,10 @@
 #                                                   # sort, top_k(20) vs top-16 parts; then LoRA adapter
 #                                                   # slots' cost at batch 1/8 (bench_lora.py) (~4 min, untried)
 #   bash scripts/gpu_session.sh warmup-threads [OUT_DIR]  # engine warm-up on 8 compile threads vs 1 (~6 min)
+#   bash scripts/gpu_session.sh gpt-oss [OUT_DIR]  # GPT-OSS on the GPU: the attention-sink kernels compiled,
+#                                                   # the family's engine and MXFP4 tests, then bf16 decode at
+#                                                   # batch 1/8 of gpt-oss-20b's layer (6 of its 24 layers, a
+#                                                   # 12 GB random checkpoint) vs HF (~7 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -116,6 +120,15 @@ serving-quant)
     cp results/bench_throughput_*.json "$out"/ 2>/dev/null
     step quant 190 python3 scripts/bench_quant.py --preset "$preset" --batches 1 --repeats 3 \
         --formats bf16 int8 int4 fp8 int8-xla int4-xla --model-dir "$ckpt" --out "$out/bench_quant.json"
+    ;;
+gpt-oss)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    PALLAS_KERNELS_DEVICE_TESTS=gpu step sinks_tests 150 python3 -m pytest -q -p no:cacheprovider -rfE \
+        tests/pallas_kernels/test_paged_attention.py tests/test_attention_sinks.py tests/test_mxfp4.py \
+        tests/test_families.py -k "gpu_compiled or sinks or mxfp4 or gpt_oss"
+    step decode 330 python3 scripts/bench_decode.py --preset gpt-oss-20b-6layers --batches 1 8 --dtypes bfloat16 \
+        --repeats 3 --out "$out/bench_decode_gpt_oss.json"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
