@@ -24,7 +24,8 @@ def test_presets_parse_to_their_json_values(path):
     assert cfg.head_dim == (hf.get("head_dim") or hf["hidden_size"] // heads)
     eos = hf.get("eos_token_id")
     assert cfg.eos_token_ids == tuple(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    assert cfg.layer_windows == (0,) * cfg.num_layers  # none of the presets slides
+    types = hf.get("layer_types") or ["full_attention"] * cfg.num_layers  # GPT-OSS's presets alternate
+    assert cfg.layer_windows == tuple(hf["sliding_window"] if t == "sliding_attention" else 0 for t in types)
     rope = hf.get("rope_parameters") or {}
     assert cfg.architecture == hf["architectures"][0] and cfg.rms_norm_eps == hf["rms_norm_eps"]
     assert cfg.rope_theta == hf.get("rope_theta", rope.get("rope_theta"))
