@@ -34,6 +34,13 @@ def test_presets_parse_to_their_json_values(path):
         hf["max_position_embeddings"], hf["tie_word_embeddings"])
 
 
+def test_llama3_rope_without_an_original_context_takes_the_models_own_as_transformers_does():
+    hf = dict(architectures=["LlamaForCausalLM"], vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+              num_attention_heads=2, max_position_embeddings=4096,
+              rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0))
+    assert from_hf_config(hf).rope_scaling.original_max_position_embeddings == 4096
+
+
 def test_transformers4_layout_with_rope_scaling():
     cfg = from_hf_config(dict(
         architectures=["LlamaForCausalLM"], vocab_size=8, hidden_size=8, intermediate_size=8,

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import transformers
 
 from jaxinfer import ConfigError, from_hf_config
 from jaxinfer.models.grouped_matmul import expert_mlp, tile_rows, tiled_expert_mlp
@@ -91,6 +92,16 @@ def test_moe_config_fields():
                            "mlp_only_layers": [3]})
     assert (qwen.num_experts, qwen.moe_intermediate_size, qwen.qk_norm, qwen.norm_topk_prob) == (4, 12, True, False)
     assert qwen.dense_layers == (0, 2, 3) and [qwen.is_moe_layer(i) for i in range(4)] == [False, True, False, False]
+
+
+@pytest.mark.parametrize("architecture", ["MixtralForCausalLM", "Qwen3MoeForCausalLM"])
+def test_routing_fields_a_config_leaves_out_take_transformers_defaults(architecture):
+    hf_config = getattr(transformers, architecture).config_class(**MOE)
+    cfg = from_hf_config({**MOE, "architectures": [architecture]})
+    experts = getattr(hf_config, "num_local_experts", None) or hf_config.num_experts
+    moe_width = getattr(hf_config, "moe_intermediate_size", hf_config.intermediate_size)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size) == (
+        experts, hf_config.num_experts_per_tok, moe_width)
 
 
 @pytest.mark.parametrize(

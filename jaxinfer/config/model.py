@@ -175,6 +175,8 @@ def rope_fields(hf: Mapping[str, Any], params: Mapping[str, Any] | None = None) 
             kwargs["factor"] = field(hf, "max_position_embeddings", 4096) / kwargs["original_max_position_embeddings"]
     if rope_type == "yarn":
         kwargs.update(_yarn_fields(hf, params))
+    if rope_type == "llama3":  # transformers' default: the model's own context
+        kwargs.setdefault("original_max_position_embeddings", int(field(hf, "max_position_embeddings", 8192)))
     return theta, RopeScaling(rope_type=rope_type, **kwargs)
 
 

@@ -33,12 +33,14 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     }
 
 
-def moe_fields(hf: Mapping[str, Any], experts_key: str, intermediate: int) -> dict[str, Any]:
-    """The routing fields of an MoE config, checked (the count of experts under `experts_key`)."""
-    experts = int(field(hf, experts_key, field(hf, "num_local_experts", 0)))
+def moe_fields(hf: Mapping[str, Any], experts_key: str, intermediate: int, experts: int = 8,
+               per_token: int = 2) -> dict[str, Any]:
+    """The routing fields of an MoE config, checked (the count of experts under `experts_key`); `experts`
+    and `per_token` are transformers' defaults for the family (Mixtral's: 8 and 2) where the config has none."""
+    experts = int(field(hf, experts_key, field(hf, "num_local_experts", experts)))
     if experts < 1:
         raise ConfigError(f"{experts_key} {experts} must be >= 1 for a mixture-of-experts model")
-    return dict(num_experts=experts, experts_per_token=int(field(hf, "num_experts_per_tok", 2)),
+    return dict(num_experts=experts, experts_per_token=int(field(hf, "num_experts_per_tok", per_token)),
                 moe_intermediate_size=intermediate)
 
 

@@ -71,7 +71,8 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         layer_windows=uniform_windows({}, arch, fields["num_layers"], window),
         norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
         dense_layers=dense_mlp_layers(hf, fields["num_layers"]),
-        **moe_fields(hf, "num_experts", int(field(hf, "moe_intermediate_size", fields["intermediate_size"]))),
+        # transformers' Qwen3MoeConfig defaults: 128 experts, 8 per token, 768 hidden units each.
+        **moe_fields(hf, "num_experts", int(field(hf, "moe_intermediate_size", 768)), experts=128, per_token=8),
     )
 
 
