@@ -52,6 +52,10 @@ ARCH_CONFIGS = {
         transformers.Qwen3Config,
         dict(head_dim=32, use_sliding_window=True, sliding_window=8, max_window_layers=1),
     ),
+    "smollm3": (  # every other layer without rotary embeddings, the tied head transformers defaults it to
+        transformers.SmolLM3Config,
+        dict(no_rope_layers=[1, 0], attention_bias=True, tie_word_embeddings=True, pad_token_id=0),
+    ),
     "qwen2_layer_types": (
         transformers.Qwen2Config,
         dict(use_sliding_window=True, sliding_window=12, layer_types=["sliding_attention", "full_attention"]),
@@ -105,6 +109,7 @@ MODEL_CLASSES = {
     transformers.MistralConfig: transformers.MistralForCausalLM,
     transformers.Qwen2Config: transformers.Qwen2ForCausalLM,
     transformers.Qwen3Config: transformers.Qwen3ForCausalLM,
+    transformers.SmolLM3Config: transformers.SmolLM3ForCausalLM,
     transformers.GemmaConfig: transformers.GemmaForCausalLM,
     transformers.Gemma2Config: transformers.Gemma2ForCausalLM,
     transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,

@@ -130,3 +130,20 @@ def test_layer_types_that_cannot_run_are_rejected(arch, types, message):
 def test_layer_types_matching_the_architecture_are_accepted():
     llama = from_hf_config({**BASE, "architectures": ["LlamaForCausalLM"], "layer_types": ["full_attention"] * 4})
     assert llama.layer_windows == (0,) * 4
+
+
+SMOLLM3 = dict(architectures=["SmolLM3ForCausalLM"], vocab_size=8, hidden_size=8, intermediate_size=8,
+               num_hidden_layers=8, num_attention_heads=2)
+
+
+def test_smollm3_reads_its_layers_without_rope_and_windows_as_transformers_does():
+    defaults = from_hf_config(SMOLLM3)  # transformers' default list: every 4th layer without rope; tied head
+    assert defaults.nope_layers == (3, 7) and defaults.tie_word_embeddings and defaults.layer_windows == (0,) * 8
+    listed = from_hf_config({**SMOLLM3, "no_rope_layers": [1, 0] * 4, "sliding_window": 4,
+                             "layer_types": ["sliding_attention", "full_attention"] * 4})
+    assert listed.nope_layers == (1, 3, 5, 7) and listed.layer_windows == (0,) * 8  # no use_sliding_window
+    sliding = from_hf_config({**SMOLLM3, "use_sliding_window": True, "sliding_window": 4,
+                              "layer_types": ["sliding_attention", "full_attention"] * 4})
+    assert sliding.layer_windows == (4, 0) * 4
+    with pytest.raises(ConfigError, match="no_rope_layers has 3 entries for 8 layers"):
+        from_hf_config({**SMOLLM3, "no_rope_layers": [1, 0, 1]})

@@ -29,9 +29,9 @@ from jaxinfer.models.rope import CosSin, RopeTables
 class FixedRope:
     """Rope tables already picked for one layer (what `RopeTables.for_layer` gave it)."""
 
-    tables: CosSin
+    tables: CosSin | None
 
-    def for_layer(self, layer: int) -> CosSin:
+    def for_layer(self, layer: int) -> CosSin | None:
         """The layer's cos, sin (whatever the index: the view holds one layer)."""
         return self.tables
 
@@ -51,6 +51,7 @@ def call_layer(
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _one_layer(
-    layer_fn: DecoderLayer, cfg: ModelConfig, x: jax.Array, view: Any, lw: Any, positions: jax.Array, tables: CosSin,
+    layer_fn: DecoderLayer, cfg: ModelConfig, x: jax.Array, view: Any, lw: Any, positions: jax.Array,
+    tables: CosSin | None,
 ) -> tuple[jax.Array, Any]:
     return layer_fn(cfg, x, view, lw, 0, positions, FixedRope(tables))

@@ -1,7 +1,7 @@
-"""The Llama family: Llama 2/3, Mistral, Qwen2, Qwen3 and Gemma (1), one pre-norm decoder layer.
+"""The Llama family: Llama 2/3, Mistral, Qwen2, Qwen3, Gemma (1) and SmolLM3, one pre-norm decoder layer.
 
 The architectures differ only by config fields (biases, q/k norm, norm offset, embedding
-scale, activation, sliding windows), read here; the layer is attention then a gated MLP,
+scale, activation, sliding windows, SmolLM3's layers without rotary embeddings), read here; the layer is attention then a gated MLP,
 each behind an RMSNorm and added to the residual stream.
 """
 
@@ -28,7 +28,9 @@ from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attention_leaves, self_attention
 from jaxinfer.parallel.array_info import ArrayInfo
 
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GemmaForCausalLM")
+SMOLLM3 = "SmolLM3ForCausalLM"
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GemmaForCausalLM",
+                 SMOLLM3)
 QWEN_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 HF_MAX_WINDOW_LAYERS = 28  # transformers' default for Qwen2/Qwen3
 
@@ -112,10 +114,29 @@ def _qwen_windows(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
     return tuple(window if t == "sliding_attention" else 0 for t in types)
 
 
+def _smollm3_windows(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
+    """SmolLM3: `sliding_window` on the layers `layer_types` marks sliding, only with `use_sliding_window`."""
+    window = int(hf.get("sliding_window") or 0) if hf.get("use_sliding_window") else 0
+    types = layer_types(hf, num_layers) or ["full_attention"] * num_layers
+    return tuple(window if t == "sliding_attention" else 0 for t in types)
+
+
+def nope_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
+    """SmolLM3's layers without rotary embeddings: zeros of `no_rope_layers`, by default every
+    `no_rope_layer_interval`-th layer (transformers' default list)."""
+    interval = int(hf.get("no_rope_layer_interval") or 4)
+    uses = hf.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if len(uses) != num_layers:
+        raise ConfigError(f"no_rope_layers has {len(uses)} entries for {num_layers} layers; give one 0/1 per layer")
+    return tuple(i for i, use in enumerate(uses) if not use)
+
+
 def _layer_windows(hf: Mapping[str, Any], arch: str, num_layers: int) -> tuple[int, ...]:
     """Sliding-window size per layer (0 = full attention), checked against any `layer_types`."""
     if arch in QWEN_ARCHITECTURES:
         return _qwen_windows(hf, num_layers)
+    if arch == SMOLLM3:
+        return _smollm3_windows(hf, num_layers)
     layer_types(hf, num_layers)
     sliding = arch == "MistralForCausalLM" and bool(hf.get("sliding_window"))
     return uniform_windows(hf, arch, num_layers, int(hf["sliding_window"]) if sliding else 0)
@@ -146,7 +167,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     # Qwen2 always biases q/k/v (not o); Mistral never has biases; the rest follow attention_bias.
     attention_bias = bool(hf.get("attention_bias", False)) and arch != "MistralForCausalLM"
     return ModelConfig(
-        **{**fields, "tie_word_embeddings": bool(hf.get("tie_word_embeddings", is_gemma))},
+        **{**fields, "tie_word_embeddings": bool(hf.get("tie_word_embeddings", is_gemma or arch == SMOLLM3))},
         qkv_bias=arch == "Qwen2ForCausalLM" or attention_bias,
         o_bias=attention_bias and arch != "Qwen2ForCausalLM",
         qk_norm=arch == "Qwen3ForCausalLM",
@@ -154,6 +175,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         norm_weight_offset=1.0 if is_gemma else 0.0,
         scale_embeddings=is_gemma,
         layer_windows=_layer_windows(hf, arch, fields["num_layers"]),
+        nope_layers=nope_layers(hf, fields["num_layers"]) if arch == SMOLLM3 else (),
     )
 
 

@@ -128,8 +128,10 @@ class RopeTables:
         self._positions, self._cfg = positions, cfg
         self._tables: dict[tuple[float, RopeScaling], CosSin] = {}
 
-    def for_layer(self, layer: int) -> CosSin:
-        """cos, sin for `layer`'s queries and keys."""
+    def for_layer(self, layer: int) -> CosSin | None:
+        """cos, sin for `layer`'s queries and keys; None for a layer without rotary embeddings."""
+        if layer in self._cfg.nope_layers:
+            return None
         key = layer_rope(self._cfg, layer)
         if key not in self._tables:
             self._tables[key] = cos_sin(self._positions, self._cfg.rotated_dims, *key)

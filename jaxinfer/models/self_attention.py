@@ -25,8 +25,10 @@ Q_HEADS = ("batch", "tokens", "q_heads", "head_dim")  # [B, T, H, K]
 KV_HEADS = ("batch", "tokens", "kv_heads", "head_dim")  # [B, T, KV, K]
 
 
-def project_qkv(x: jax.Array, lw: Any, cfg: ModelConfig, rope: CosSin, layout: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """q [B,T,H,K], k/v [B,T,KV,K] with biases, q/k norms and rotary embeddings applied."""
+def project_qkv(
+    x: jax.Array, lw: Any, cfg: ModelConfig, rope: CosSin | None, layout: Any,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """q [B,T,H,K], k/v [B,T,KV,K] with biases, q/k norms and rotary embeddings (none where rope is None) applied."""
     q, k, v = linears(x, [lw.wq, lw.wk, lw.wv])
     q, k, v = layout.constrain(q, Q_HEADS), layout.constrain(k, KV_HEADS), layout.constrain(v, KV_HEADS)
     if lw.bq is not None:
@@ -34,12 +36,14 @@ def project_qkv(x: jax.Array, lw: Any, cfg: ModelConfig, rope: CosSin, layout: A
     if lw.q_norm is not None:
         q = rms_norm(q, lw.q_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
         k = rms_norm(k, lw.k_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+    if rope is None:  # a NoPE layer (SmolLM3): positions reach it only through the causal mask
+        return q, k, v
     cos, sin = rope
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
 def self_attention(
-    cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: CosSin
+    cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: CosSin | None
 ) -> tuple[jax.Array, Any]:
     """Attention of the normed input h [B,T,D] over the cache (after writing this step's K/V): [B,T,D]."""
     layout = cache.layout
