@@ -1,8 +1,8 @@
 """The Llama family: Llama 2/3, Mistral, Qwen2, Qwen3, Gemma (1) and SmolLM3, one pre-norm decoder layer.
 
 The architectures differ only by config fields (biases, q/k norm, norm offset, embedding
-scale, activation, sliding windows, SmolLM3's layers without rotary embeddings), read here; the layer is attention then a gated MLP,
-each behind an RMSNorm and added to the residual stream.
+scale, activation, sliding windows, SmolLM3's layers without rotary embeddings), read here;
+the layer is attention then a gated MLP, each behind an RMSNorm and added to the residual stream.
 """
 
 from __future__ import annotations
