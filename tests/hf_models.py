@@ -81,6 +81,7 @@ ARCH_CONFIGS.update({
              rope_scaling=dict(type="longrope", short_factor=[1.0 + i / 48 for i in range(48)],
                                long_factor=[1.0 + i / 8 for i in range(48)])),
     ),
+    "olmo2": (transformers.Olmo2Config, dict(pad_token_id=0, tie_word_embeddings=False)),
     "mixtral": (
         transformers.MixtralConfig,
         dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=16),
@@ -114,6 +115,7 @@ MODEL_CLASSES = {
     transformers.Gemma2Config: transformers.Gemma2ForCausalLM,
     transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,
     transformers.Phi3Config: transformers.Phi3ForCausalLM,
+    transformers.Olmo2Config: transformers.Olmo2ForCausalLM,
     transformers.MixtralConfig: transformers.MixtralForCausalLM,
     transformers.Qwen2MoeConfig: transformers.Qwen2MoeForCausalLM,
     transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,

@@ -85,6 +85,7 @@ class ModelConfig:
     qkv_bias: bool = False
     o_bias: bool = False
     qk_norm: bool = False
+    qk_norm_whole: bool = False  # the q/k norms span all heads' dims at once (OLMo 2), not one head's
     activation: str = "silu"
     norm_weight_offset: float = 0.0  # Gemma stores norm weights as (w - 1).
     scale_embeddings: bool = False  # Gemma multiplies embeddings by sqrt(hidden_size).

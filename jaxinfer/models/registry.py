@@ -17,11 +17,12 @@ from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
+from jaxinfer.models.olmo2 import FAMILY as OLMO2
 from jaxinfer.models.phi3 import FAMILY as PHI3
 from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 
-FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS)
+FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.

@@ -34,12 +34,19 @@ def project_qkv(
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
     if lw.q_norm is not None:
-        q = rms_norm(q, lw.q_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
-        k = rms_norm(k, lw.k_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+        norm = whole_heads_norm if cfg.qk_norm_whole else rms_norm
+        q = norm(q, lw.q_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+        k = norm(k, lw.k_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
     if rope is None:  # a NoPE layer (SmolLM3): positions reach it only through the causal mask
         return q, k, v
     cos, sin = rope
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def whole_heads_norm(x: jax.Array, weight: jax.Array, eps: float, weight_offset: float = 0.0) -> jax.Array:
+    """RMSNorm of x [B, T, heads, K] over all its heads' dims at once (weight [heads, K])."""
+    flat = rms_norm(x.reshape(*x.shape[:2], -1), weight.reshape(-1), eps, weight_offset)
+    return flat.reshape(x.shape)
 
 
 def self_attention(
@@ -61,6 +68,9 @@ def attention_leaves(cfg: ModelConfig) -> dict[str, ArrayInfo | None]:
     D, H, KV, K = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     norm = 0.0 if cfg.norm_weight_offset else 1.0
     sinks = dict(sinks=ArrayInfo((H,), ("q_heads",))) if cfg.attn_sinks else {}
+    # Per head: one [K] weight every head shares; whole (OLMo 2): a weight per head and dim.
+    q_norm, k_norm = (((H, K), ("q_heads", "head_dim")), ((KV, K), ("kv_heads", "head_dim"))) if cfg.qk_norm_whole \
+        else (((K,), ("head_dim",)),) * 2
     return dict(
         wq=ArrayInfo((D, H, K), ("embed", "q_heads", "head_dim")),
         wk=ArrayInfo((D, KV, K), ("embed", "kv_heads", "head_dim")),
@@ -70,8 +80,8 @@ def attention_leaves(cfg: ModelConfig) -> dict[str, ArrayInfo | None]:
         bk=ArrayInfo((KV, K), ("kv_heads", "head_dim")) if cfg.qkv_bias else None,
         bv=ArrayInfo((KV, K), ("kv_heads", "head_dim")) if cfg.qkv_bias else None,
         bo=ArrayInfo((D,), ("embed",)) if cfg.o_bias else None,
-        q_norm=ArrayInfo((K,), ("head_dim",), init_value=norm) if cfg.qk_norm else None,
-        k_norm=ArrayInfo((K,), ("head_dim",), init_value=norm) if cfg.qk_norm else None,
+        q_norm=ArrayInfo(*q_norm, init_value=norm) if cfg.qk_norm else None,
+        k_norm=ArrayInfo(*k_norm, init_value=norm) if cfg.qk_norm else None,
         **sinks,
     )
 
@@ -91,7 +101,10 @@ def attention_hf_leaves(cfg: ModelConfig, prefix: str = "model.layers.{i}.self_a
         leaves["bv"] = HFLeaf(prefix + "v_proj.bias", "bias_heads", (KV * K,), KV, K)
     if cfg.o_bias:
         leaves["bo"] = HFLeaf(prefix + "o_proj.bias", "same", (D,))
-    if cfg.qk_norm:
+    if cfg.qk_norm and cfg.qk_norm_whole:
+        leaves["q_norm"] = HFLeaf(prefix + "q_norm.weight", "bias_heads", (H * K,), H, K)
+        leaves["k_norm"] = HFLeaf(prefix + "k_norm.weight", "bias_heads", (KV * K,), KV, K)
+    elif cfg.qk_norm:
         leaves["q_norm"] = HFLeaf(prefix + "q_norm.weight", "same", (K,))
         leaves["k_norm"] = HFLeaf(prefix + "k_norm.weight", "same", (K,))
     if cfg.attn_sinks:

@@ -176,6 +176,8 @@ def widen_experts(weights: Weights) -> Weights:
 def narrow_experts(weights: Weights) -> Weights:
     """`widen_experts` undone: experts back in the dtype of the other weights (their norms')."""
     def narrow(lw: Any) -> Any:
+        if not _expert_fields(lw):  # no experts (and maybe no attn_norm: OLMo 2 norms after its sublayers)
+            return lw
         dtype = lw.attn_norm.dtype
         return dataclasses.replace(lw, **{name: getattr(lw, name).astype(dtype) for name in _expert_fields(lw)
                                           if getattr(lw, name).dtype != dtype})

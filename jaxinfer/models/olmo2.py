@@ -1,0 +1,100 @@
+"""OLMo 2 (AI2's fully open models): the Llama layer with its norms moved after each sublayer.
+
+Each sublayer's output is normed before the residual add (`post_attention_layernorm`,
+`post_feedforward_layernorm`) and its input is not normed at all; the q/k norms span every
+head's dims at once (RMSNorm over the whole q or k projection, `cfg.qk_norm_whole`), not one head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+import jax
+
+from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, uniform_windows
+from jaxinfer.models.family import Family, HFLeaf
+from jaxinfer.models.layers import Weight
+from jaxinfer.models.llama import LayerWeights
+from jaxinfer.models.mlp import gated_mlp, mlp_hf_leaves, mlp_leaves
+from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.rope import RopeTables
+from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attention_leaves, self_attention
+from jaxinfer.parallel.array_info import ArrayInfo
+
+ARCHITECTURES = ("Olmo2ForCausalLM",)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class PostNormLayerWeights:
+    """One OLMo 2 layer: attention and the MLP, each followed by a norm of its output."""
+
+    wq: Weight  # [D, H, K]
+    wk: Weight  # [D, KV, K]
+    wv: Weight  # [D, KV, K]
+    wo: Weight  # [H, K, D]
+    q_norm: jax.Array  # [H, K]: one RMSNorm over all of q's heads
+    k_norm: jax.Array  # [KV, K]
+    post_attn_norm: jax.Array  # [D]
+    w_gate: Weight  # [D, F]
+    w_up: Weight  # [D, F]
+    w_down: Weight  # [F, D]
+    post_mlp_norm: jax.Array  # [D]
+    bq: jax.Array | None = None  # [H, K]
+    bk: jax.Array | None = None  # [KV, K]
+    bv: jax.Array | None = None  # [KV, K]
+    bo: jax.Array | None = None  # [D]
+
+    PROJECTIONS: ClassVar[dict[str, int]] = LayerWeights.PROJECTIONS
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = LayerWeights.JOINED
+
+
+def abstract_layer(cfg: ModelConfig, layer: int = 0) -> PostNormLayerWeights:
+    """One layer's leaves as ArrayInfos."""
+    D = cfg.hidden_size
+    norms = {name: ArrayInfo((D,), ("embed",), init_value=1.0) for name in ("post_attn_norm", "post_mlp_norm")}
+    return PostNormLayerWeights(**norms, **attention_leaves(cfg), **mlp_leaves(D, cfg.intermediate_size))
+
+
+def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
+    """Where each layer field lives in an HF checkpoint."""
+    D, layer = cfg.hidden_size, "model.layers.{i}."
+    return {
+        "post_attn_norm": HFLeaf(layer + "post_attention_layernorm.weight", "same", (D,)),
+        "post_mlp_norm": HFLeaf(layer + "post_feedforward_layernorm.weight", "same", (D,)),
+        **attention_hf_leaves(cfg),
+        **mlp_hf_leaves(D, cfg.intermediate_size),
+    }
+
+
+def decoder_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: PostNormLayerWeights, layer: int, positions: jax.Array,
+    rope: RopeTables,
+) -> tuple[jax.Array, Any]:
+    """attention -> norm -> residual add, then MLP -> norm -> residual add."""
+    layout, eps = cache.layout, cfg.rms_norm_eps
+    out, cache = self_attention(cfg, x, cache, lw, layer, positions, rope.for_layer(layer))
+    x = layout.constrain(x + rms_norm(out, lw.post_attn_norm, eps), HIDDEN)
+    h = gated_mlp(x, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
+    return layout.constrain(x + rms_norm(h, lw.post_mlp_norm, eps), HIDDEN), cache
+
+
+def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
+    """ModelConfig of an OLMo 2 HF config (full attention in every layer)."""
+    fields = common_fields(hf, arch)
+    if fields["rope_scaling"].rope_type == "longrope":
+        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
+    bias = bool(hf.get("attention_bias", False))
+    return ModelConfig(
+        **fields,
+        qkv_bias=bias,
+        o_bias=bias,
+        qk_norm=True,
+        qk_norm_whole=True,
+        activation=activation_name(hf.get("hidden_act") or "silu"),
+        layer_windows=uniform_windows(hf, arch, fields["num_layers"], 0),
+    )
+
+
+FAMILY = Family("olmo2", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer)
