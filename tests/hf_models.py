@@ -82,6 +82,11 @@ ARCH_CONFIGS.update({
                                long_factor=[1.0 + i / 8 for i in range(48)])),
     ),
     "olmo2": (transformers.Olmo2Config, dict(pad_token_id=0, tie_word_embeddings=False)),
+    "olmo3": (  # a window shorter than the prompts; yarn on the full layer only (transformers 4's layout)
+        transformers.Olmo3Config,
+        dict(pad_token_id=0, sliding_window=8, layer_types=["sliding_attention", "full_attention"], rope_theta=5000.0,
+             rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=128)),
+    ),
     "mixtral": (
         transformers.MixtralConfig,
         dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=16),
@@ -116,6 +121,7 @@ MODEL_CLASSES = {
     transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,
     transformers.Phi3Config: transformers.Phi3ForCausalLM,
     transformers.Olmo2Config: transformers.Olmo2ForCausalLM,
+    transformers.Olmo3Config: transformers.Olmo3ForCausalLM,
     transformers.MixtralConfig: transformers.MixtralForCausalLM,
     transformers.Qwen2MoeConfig: transformers.Qwen2MoeForCausalLM,
     transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,

@@ -147,3 +147,21 @@ def test_smollm3_reads_its_layers_without_rope_and_windows_as_transformers_does(
     assert sliding.layer_windows == (4, 0) * 4
     with pytest.raises(ConfigError, match="no_rope_layers has 3 entries for 8 layers"):
         from_hf_config({**SMOLLM3, "no_rope_layers": [1, 0, 1]})
+
+
+OLMO3 = dict(architectures=["Olmo3ForCausalLM"], vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=8,
+             num_attention_heads=2)
+
+
+def test_olmo3_reads_its_windows_and_per_layer_type_rope_as_transformers_does():
+    cfg = from_hf_config(OLMO3)  # transformers' defaults: 3 sliding layers of 4096 per full one, theta 500000
+    assert cfg.layer_windows == (4096, 4096, 4096, 0) * 2 and (cfg.rope_theta, cfg.local_rope_theta) == (5e5, 5e5)
+    yarn = dict(rope_type="yarn", factor=8.0, original_max_position_embeddings=8192, rope_theta=5e5)
+    plain = dict(rope_type="default", rope_theta=5e5)
+    per_type = from_hf_config({**OLMO3, "rope_parameters": {"full_attention": yarn, "sliding_attention": plain}})
+    scaling = {k: v for k, v in yarn.items() if k != "rope_theta"}
+    legacy = from_hf_config({**OLMO3, "rope_theta": 5e5, "rope_scaling": scaling})
+    for read in (per_type, legacy):  # yarn on the full layers only; the sliding ones unscaled
+        assert read.rope_scaling.rope_type == "yarn" and read.local_rope_theta == 5e5
+    with pytest.raises(ConfigError, match="Olmo3ForCausalLM sliding layers' rope"):
+        from_hf_config({**OLMO3, "rope_parameters": {"full_attention": yarn, "sliding_attention": yarn}})

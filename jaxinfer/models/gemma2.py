@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Mapping
 
 import jax
 
-from jaxinfer.config.model import ConfigError, ModelConfig, RopeScaling, common_fields, field, layer_types, rope_fields
+from jaxinfer.config.model import ConfigError, ModelConfig, common_fields, field, layer_type_rope, layer_types
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights, gemma_activation
@@ -110,24 +110,6 @@ def _windows(hf: Mapping[str, Any], arch: str, num_layers: int) -> tuple[int, ..
     return tuple(window if t == "sliding_attention" else 0 for t in types)
 
 
-def _gemma3_rope(hf: Mapping[str, Any]) -> tuple[float, RopeScaling, float]:
-    """(global theta, global scaling, local theta) from transformers 5's per-layer-type
-    `rope_parameters` or transformers 4's `rope_theta` / `rope_scaling` / `rope_local_base_freq`."""
-    params = hf.get("rope_parameters") or {}
-    if set(params) & set(GEMMA3_THETAS):
-        full = {"rope_theta": GEMMA3_THETAS["full_attention"], **(params.get("full_attention") or {})}
-        local = {"rope_theta": GEMMA3_THETAS["sliding_attention"], **(params.get("sliding_attention") or {})}
-    else:
-        full = {"rope_theta": field(hf, "rope_theta", GEMMA3_THETAS["full_attention"]), **(hf.get("rope_scaling") or {})}
-        local = {"rope_theta": field(hf, "rope_local_base_freq", GEMMA3_THETAS["sliding_attention"])}
-    theta, scaling = rope_fields(hf, full)
-    local_theta, local_scaling = rope_fields(hf, local)
-    if local_scaling != RopeScaling():
-        raise ConfigError(f"Gemma 3 sliding layers' rope {local!r} is not supported; they take the default rope "
-                          "with their own rope_theta (rope_local_base_freq)")
-    return theta, scaling, local_theta
-
-
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a Gemma 2 or Gemma 3 (text) HF config."""
     if hf.get("use_bidirectional_attention"):
@@ -135,7 +117,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
                           "jaxinfer runs causal decoders")
     fields = common_fields(hf, arch)
     if arch == GEMMA3:
-        theta, scaling, local_theta = _gemma3_rope(hf)
+        theta, scaling, local_theta = layer_type_rope(hf, GEMMA3_THETAS, "rope_local_base_freq", arch)
         fields.update(rope_theta=theta, rope_scaling=scaling, local_rope_theta=local_theta)
     if fields["rope_scaling"].rope_type == "longrope":
         raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")

@@ -1,8 +1,10 @@
-"""OLMo 2 (AI2's fully open models): the Llama layer with its norms moved after each sublayer.
+"""OLMo 2 and OLMo 3 (AI2's fully open models): the Llama layer with its norms moved after each sublayer.
 
 Each sublayer's output is normed before the residual add (`post_attention_layernorm`,
 `post_feedforward_layernorm`) and its input is not normed at all; the q/k norms span every
 head's dims at once (RMSNorm over the whole q or k projection, `cfg.qk_norm_whole`), not one head.
+OLMo 3 adds sliding-window layers (`layer_types`; by default three of every four) whose rope is
+unscaled, `rope_scaling` applying to the full-attention layers only, as transformers reads it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from typing import Any, ClassVar, Mapping
 
 import jax
 
-from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, uniform_windows
+from jaxinfer.config.model import (
+    ConfigError,
+    ModelConfig,
+    activation_name,
+    common_fields,
+    field,
+    layer_type_rope,
+    layer_types,
+    uniform_windows,
+)
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights
@@ -22,7 +33,9 @@ from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attention_leaves, self_attention
 from jaxinfer.parallel.array_info import ArrayInfo
 
-ARCHITECTURES = ("Olmo2ForCausalLM",)
+OLMO3 = "Olmo3ForCausalLM"
+ARCHITECTURES = ("Olmo2ForCausalLM", OLMO3)
+OLMO3_THETA = 500_000.0  # transformers' default for both layer types
 
 
 @jax.tree_util.register_dataclass
@@ -80,9 +93,25 @@ def decoder_layer(
     return layout.constrain(x + rms_norm(h, lw.post_mlp_norm, eps), HIDDEN), cache
 
 
+def _olmo3_windows(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
+    """`sliding_window` on the sliding layers of `layer_types` (transformers' default: all but every 4th)."""
+    window = int(field(hf, "sliding_window", 4096))
+    types = layer_types(hf, num_layers) or ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention"
+                                            for i in range(num_layers)]
+    if window < 1 and "sliding_attention" in types:
+        raise ConfigError(f"sliding_window {window} must be >= 1 for {OLMO3}'s sliding layers")
+    return tuple(window if t == "sliding_attention" else 0 for t in types)
+
+
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
-    """ModelConfig of an OLMo 2 HF config (full attention in every layer)."""
+    """ModelConfig of an OLMo 2 (full attention in every layer) or OLMo 3 HF config."""
     fields = common_fields(hf, arch)
+    if arch == OLMO3:
+        thetas = dict.fromkeys(("full_attention", "sliding_attention"), OLMO3_THETA)
+        theta, scaling, local_theta = layer_type_rope(hf, thetas, "rope_theta", arch)
+        fields.update(rope_theta=theta, rope_scaling=scaling, local_rope_theta=local_theta)
+    windows = _olmo3_windows(hf, fields["num_layers"]) if arch == OLMO3 else uniform_windows(
+        hf, arch, fields["num_layers"], 0)
     if fields["rope_scaling"].rope_type == "longrope":
         raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     bias = bool(hf.get("attention_bias", False))
@@ -93,7 +122,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         qk_norm=True,
         qk_norm_whole=True,
         activation=activation_name(hf.get("hidden_act") or "silu"),
-        layer_windows=uniform_windows(hf, arch, fields["num_layers"], 0),
+        layer_windows=windows,
     )
 
 
