@@ -62,16 +62,18 @@ def _generic_class(model_dir: Path) -> str | None:
     return name if name in GENERIC_CLASSES else None
 
 
-def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
-    """Generated ids -> text, exactly as the Detokenizer's pieces join up.
+def decode_text(tokenizer: Any, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+    """Generated ids -> text, exactly as the Detokenizer's pieces join up; special tokens left out unless
+    skip_special_tokens=False.
 
     Clean-up of tokenization spaces is off: it rewrites text already emitted (" ," -> ","),
     so a stream could never agree with it, and for byte-level BPE it corrupts code.
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:  # a fast tokenizer: what its decode returns, without the wrapper's per-call cost
-        return backend.decode(list(token_ids), skip_special_tokens=True)
-    return tokenizer.decode(list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        return backend.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+    return tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens,
+                            clean_up_tokenization_spaces=False)
 
 
 class Detokenizer:
@@ -83,8 +85,9 @@ class Detokenizer:
     tokens, not the length of the sequence.
     """
 
-    def __init__(self, tokenizer: Any | None):
+    def __init__(self, tokenizer: Any | None, skip_special_tokens: bool = True):
         self._tokenizer = tokenizer
+        self._skip_special = skip_special_tokens
         self._prefix = 0  # window start: context for the decoder, already emitted
         self._read = 0  # ids before this are emitted
         self._window: list[int] = []  # ids[prefix:] at the last push
@@ -114,7 +117,9 @@ class Detokenizer:
     def _window_texts(self) -> tuple[str, str]:
         """Text of the already-emitted context ids[prefix:read] and of the whole window."""
         emitted = self._read - self._prefix
-        return decode_text(self._tokenizer, self._window[:emitted]), decode_text(self._tokenizer, self._window)
+        skip = self._skip_special
+        return (decode_text(self._tokenizer, self._window[:emitted], skip),
+                decode_text(self._tokenizer, self._window, skip))
 
 
 

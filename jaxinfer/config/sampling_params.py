@@ -35,7 +35,8 @@ class SamplingParams:
     `n` samples share the prompt. `logit_bias` ({token id: bias in [-100, 100]}, OpenAI's) is
     added to those tokens' logits before penalties and sampling; logprobs stay the model's.
     `structured_outputs` constrains the output to a JSON schema, regex, choice or grammar (the
-    `structured` extra); logprobs stay the model's there too.
+    `structured` extra); logprobs stay the model's there too. `skip_special_tokens` (vLLM's, default
+    True) leaves special tokens out of the text; False keeps them, as markers a parser reads (GPT-OSS's).
     """
 
     max_tokens: int = 16
@@ -57,6 +58,7 @@ class SamplingParams:
     n: int = 1
     logit_bias: Mapping[int, float] | None = None
     structured_outputs: StructuredOutputsParams | None = None
+    skip_special_tokens: bool = True
 
     def __post_init__(self) -> None:
         self._set("max_tokens", v.positive_int(self.max_tokens, "max_tokens"))
@@ -83,6 +85,7 @@ class SamplingParams:
             self._set(name, v.optional_int(getattr(self, name), name, 0, MAX_LOGPROBS))
         self._set("n", v.integer(self.n, "n", 1, MAX_N))
         self._set("logit_bias", _logit_bias(self.logit_bias))
+        self._set("skip_special_tokens", v.boolean(self.skip_special_tokens, "skip_special_tokens"))
         if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
             raise TypeError("structured_outputs must be a StructuredOutputsParams or None, got "
                             f"{type(self.structured_outputs).__name__}")

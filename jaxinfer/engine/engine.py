@@ -114,7 +114,7 @@ class LLMEngine(StepCalls):
             request = Request(
                 request_id, i, prompt if isinstance(prompt, str) else None, ids, params, seed, stop_ids,
                 leader=group[0] if group else None,
-                detokenizer=Detokenizer(self.tokenizer) if self.tokenizer is not None else None,
+                detokenizer=None if self.tokenizer is None else Detokenizer(self.tokenizer, params.skip_special_tokens),
                 grammar=self.structured.start(params),  # compiled (cached) here: a bad constraint raises before queueing
                 streamed=streamed, adapter=adapter,
             )

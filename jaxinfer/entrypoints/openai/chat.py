@@ -26,7 +26,7 @@ from jaxinfer.entrypoints.openai.completions import build_params
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, chat_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
-from jaxinfer.entrypoints.openai.reasoning import SplitState, start_split
+from jaxinfer.entrypoints.openai.reasoning import Split, start_split
 from jaxinfer.entrypoints.openai.serving import (
     EventStream,
     ServerState,
@@ -120,11 +120,21 @@ def _prepare(state: ServerState, body: ChatCompletionRequest
                            "guided field); give one of them", param="tool_choice")
         compile_constraint(state, constraint, "tools")
         params = dataclasses.replace(params, structured_outputs=constraint)
+    if state.reasoning_parser is not None and state.reasoning_parser.harmony:
+        params = _keep_special_tokens(params)
     return ids, params, ReplyPlan(_reasoning_start(state, body, params), tools)
 
 
+def _keep_special_tokens(params: SamplingParams | BeamSearchParams) -> SamplingParams:
+    """The params with special tokens kept in the text: harmony's markers (reasoning.py's openai_gptoss)."""
+    if isinstance(params, BeamSearchParams):  # its beams are decoded without special tokens
+        raise APIError("use_beam_search is not supported with --reasoning-parser openai_gptoss",
+                       param="use_beam_search")
+    return dataclasses.replace(params, skip_special_tokens=False)
+
+
 def _reasoning_start(state: ServerState, body: ChatCompletionRequest,
-                     params: SamplingParams | BeamSearchParams) -> SplitState | None:
+                     params: SamplingParams | BeamSearchParams) -> Split | None:
     """Where each choice's reasoning split starts (None without --reasoning-parser).
 
     A constrained output, or one whose request turned thinking off, begins as the constraint or the

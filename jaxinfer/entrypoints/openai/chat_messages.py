@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxinfer.entrypoints.openai.reasoning import SplitState, split_delta, split_text
+from jaxinfer.entrypoints.openai.reasoning import Split, final_content, split_delta, split_text
 from jaxinfer.entrypoints.openai.tool_calls import ToolPlan, tool_message
 
 
@@ -13,7 +13,7 @@ from jaxinfer.entrypoints.openai.tool_calls import ToolPlan, tool_message
 class ReplyPlan:
     """How a request's choices become messages: where the reasoning split starts (None: no parser) and the tools."""
 
-    reasoning: SplitState | None = None
+    reasoning: Split | None = None
     tools: ToolPlan | None = None
 
     @property
@@ -64,6 +64,6 @@ class ChoiceStream:
         self.held += content
         if finish_reason is None:
             return delta or None, None
-        whole = None if self.split is not None and self.split.thought and not self.held else self.held
+        whole = self.held if self.split is None else final_content(self.split, self.held)
         message, finish_reason = _content_message(self.plan.tools, whole, finish_reason)
         return {**delta, **{k: v for k, v in message.items() if k != "role"}}, finish_reason

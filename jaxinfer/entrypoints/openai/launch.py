@@ -88,7 +88,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        help="as vLLM's flag: chat replies carry the model's `<think> ... </think>` as "
                        "reasoning_content (and vLLM's newer `reasoning`), the rest as content; deepseek_r1 "
                        "(DeepSeek-R1, its distills, QwQ: text before </think> is reasoning, <think> or not), qwen3 "
-                       "(reasoning only when <think> opens the reply) (default: none, the reply is content)")
+                       "(reasoning only when <think> opens the reply), openai_gptoss (GPT-OSS's harmony format: the "
+                       "analysis channel is reasoning, the final channel content) (default: none, the reply is content)")
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--load-session", action="append", default=[], metavar="DIR",
                        help="restore a session saved by LLM.save_session into the prefix cache before serving: "

@@ -1,9 +1,11 @@
-"""Reasoning apart from the answer (vLLM's `--reasoning-parser`): `<think> ... </think>` is reasoning, the rest content.
+"""Reasoning apart from the answer (vLLM's `--reasoning-parser`): `<think> ... </think>` is reasoning, the rest
+content; or, for GPT-OSS, the harmony format's analysis channel is reasoning and its final channel content.
 
 - deepseek_r1 (DeepSeek-R1 and its distills, QwQ): the chat template may open `<think>` in the prompt, so an
   output is reasoning up to its first `</think>` whether or not it opens with `<think>`; unclosed, all of it is;
 - qwen3 (Qwen3 in thinking mode): reasoning only when the output opens with `<think>` (up to `</think>`, or
-  all of it while unclosed); else all of it is content (thinking off, or a model that skipped it).
+  all of it while unclosed); else all of it is content (thinking off, or a model that skipped it);
+- openai_gptoss (GPT-OSS): harmony channels, read from the text with its special tokens kept (harmony.py).
 
 Pure text functions: `split_text` splits a finished output, `split_delta` a stream's text deltas, holding
 back what may be the start of a tag until the next delta (or the last) tells.
@@ -13,18 +15,26 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxinfer.entrypoints.openai.harmony import HarmonyState, harmony_delta, harmony_text, start_harmony
+
 START, END = "<think>", "</think>"
 
 
 @dataclasses.dataclass(frozen=True)
 class ReasoningParser:
-    """A parser by name; `implicit`: an output that does not open with `<think>` is still reasoning."""
+    """A parser by name; `implicit`: an output that does not open with `<think>` is still reasoning;
+    `harmony`: the output is in GPT-OSS's harmony format, whose markers are special tokens the text must keep."""
 
     name: str
     implicit: bool
+    harmony: bool = False
 
 
-PARSERS = {"deepseek_r1": ReasoningParser("deepseek_r1", True), "qwen3": ReasoningParser("qwen3", False)}
+PARSERS = {
+    "deepseek_r1": ReasoningParser("deepseek_r1", True),
+    "qwen3": ReasoningParser("qwen3", False),
+    "openai_gptoss": ReasoningParser("openai_gptoss", True, harmony=True),
+}
 
 
 def reasoning_parser(name: str) -> ReasoningParser:
@@ -48,15 +58,23 @@ class SplitState:
     thought: bool = False
 
 
-def start_split(parser: ReasoningParser, implicit: bool = True) -> SplitState:
+Split = SplitState | HarmonyState
+
+
+def start_split(parser: ReasoningParser, implicit: bool = True) -> Split:
     """The state before an output's first delta; implicit=False (a constrained output, or thinking turned off
-    by the request) makes an output that does not open with `<think>` content, whatever the parser."""
+    by the request) makes an output that does not open with `<think>` content, whatever the parser (harmony:
+    makes text outside any message content)."""
+    if parser.harmony:
+        return start_harmony(implicit)
     return SplitState("open", parser.implicit and implicit)
 
 
-def split_delta(state: SplitState, delta: str, final: bool = False) -> tuple[SplitState, str, str]:
+def split_delta(state: Split, delta: str, final: bool = False) -> tuple[Split, str, str]:
     """(next state, reasoning delta, content delta) of one text delta; `final` (the output's last) releases
     what was held back."""
+    if isinstance(state, HarmonyState):
+        return harmony_delta(state, delta, final)
     text, phase, reasoning = state.held + delta, state.phase, ""
     if phase == "open":
         stripped = text.lstrip()
@@ -85,10 +103,17 @@ def partial_tag(text: str, tag: str) -> int:
     return 0
 
 
-def split_text(state: SplitState, text: str) -> tuple[str | None, str | None]:
+def split_text(state: Split, text: str) -> tuple[str | None, str | None]:
     """(reasoning, content) of a finished output, as vLLM returns them: reasoning None when there was
-    none; content None when the output ends in (or right after) its reasoning."""
+    none; content None when the output ends in (or right after) its reasoning (harmony: either None when empty)."""
+    if isinstance(state, HarmonyState):
+        return harmony_text(state, text)
     state, reasoning, content = split_delta(state, text, final=True)
-    if not state.thought:
-        return None, content
-    return reasoning, content or None
+    return (reasoning, final_content(state, content)) if state.thought else (None, content)
+
+
+def final_content(state: Split, content: str) -> str | None:
+    """A finished output's whole content as vLLM gives it: None when empty after a reasoning (harmony: when
+    empty at all), else the text."""
+    empty_is_none = isinstance(state, HarmonyState) or state.thought
+    return None if empty_is_none and not content else content

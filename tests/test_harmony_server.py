@@ -1,0 +1,93 @@
+"""--reasoning-parser openai_gptoss through the server with the official `openai` client: the tiny model's
+tokenizer gains GPT-OSS's harmony markers as special tokens, a grammar (guided_grammar, whose `<|name|>`
+is a special token) forces harmony-shaped replies, and the reply's reasoning and content, streamed and
+not, must be the channels' text, with no marker in either."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import openai
+import pytest
+from live_server import serve_in_thread
+
+from jaxinfer import LLM
+from jaxinfer.entrypoints.openai import ServerConfig
+from jaxinfer.entrypoints.openai.harmony import MARKERS
+
+pytest.importorskip("llguidance")
+
+SPECIAL = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"]
+ANALYSIS = '<|channel|> "analysis" <|message|> /[a-z ]{1,15}/ <|end|>'
+FINAL = ' <|start|> "assistant" <|channel|> "final" <|message|> /[a-z ]{1,15}/ <|return|>'
+CALL = (' <|start|> "assistant" <|channel|> "commentary to=functions.get_time " <|constrain|> "json"'
+        ' <|message|> "{}" <|call|>')
+MESSAGES = [{"role": "user", "content": "think first"}]
+
+
+@pytest.fixture(scope="module")
+def client(text_model_dir, tmp_path_factory):
+    """The official client of the tiny text model, its tokenizer with harmony's markers (ids 300-306 of its
+    320), served with --reasoning-parser openai_gptoss."""
+    import transformers
+
+    path = tmp_path_factory.mktemp("harmony")
+    shutil.copytree(text_model_dir, path, dirs_exist_ok=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL})
+    tokenizer.save_pretrained(path)
+    llm = LLM(path, dtype="float32", max_seq_len=160)
+    with serve_in_thread(llm, ServerConfig("tiny", reasoning_parser="openai_gptoss")) as (url, _):
+        yield openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+
+
+def chat(client: openai.OpenAI, grammar: str, **fields):
+    fields = {"max_tokens": 80, "temperature": 1.0, "seed": 7, **fields}
+    return client.chat.completions.create(model="tiny", messages=MESSAGES,
+                                          extra_body={"guided_grammar": f"start: {grammar}"}, **fields)
+
+
+def streamed(client: openai.OpenAI, grammar: str, n: int) -> list[tuple[str, str]]:
+    """Each choice's reasoning and content deltas, joined."""
+    parts = [["", ""] for _ in range(n)]
+    for chunk in chat(client, grammar, n=n, stream=True):
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            assert extra.get("reasoning") == extra.get("reasoning_content")
+            parts[choice.index][0] += extra.get("reasoning_content") or ""
+            parts[choice.index][1] += choice.delta.content or ""
+    return [tuple(p) for p in parts]
+
+
+def test_analysis_is_reasoning_and_final_is_content_streamed_or_not(client):
+    response = chat(client, ANALYSIS + FINAL, n=2, logprobs=True)
+    splits = []
+    for choice in response.choices:
+        message = choice.message
+        reasoning, content = message.model_extra["reasoning_content"], message.content
+        assert message.model_extra["reasoning"] == reasoning and choice.finish_reason == "stop"
+        assert re.fullmatch("[a-z ]+", reasoning) and re.fullmatch("[a-z ]+", content)
+        tokens = "".join(t.token for t in choice.logprobs.content)  # the reply as generated, markers and all
+        assert tokens == (f"<|channel|>analysis<|message|>{reasoning}<|end|>"
+                          f"<|start|>assistant<|channel|>final<|message|>{content}<|return|>")
+        splits.append((reasoning, content))
+    assert splits[0] != splits[1]
+    assert streamed(client, ANALYSIS + FINAL, 2) == splits
+
+
+def test_a_tool_call_on_the_commentary_channel_is_not_content(client):
+    message = chat(client, ANALYSIS + CALL).choices[0].message
+    assert re.fullmatch("[a-z ]+", message.model_extra["reasoning_content"]) and message.content is None
+    (reasoning, content), = streamed(client, ANALYSIS + CALL, 1)
+    assert reasoning == message.model_extra["reasoning_content"] and content == ""
+
+
+def test_plain_constrained_text_is_content_and_beam_search_is_refused(client):
+    message = chat(client, "/[a-z ]{1,20}/").choices[0].message
+    assert message.model_extra["reasoning_content"] is None and re.fullmatch("[a-z ]+", message.content)
+    assert not any(m in message.content for m in MARKERS)
+    with pytest.raises(openai.BadRequestError) as error:
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, n=2,
+                                       extra_body={"use_beam_search": True})
+    assert error.value.body["param"] == "use_beam_search"
