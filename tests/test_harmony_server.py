@@ -11,6 +11,7 @@ import shutil
 import openai
 import pytest
 from live_server import serve_in_thread
+from reasoning_streams import stream_parts
 
 from jaxinfer import LLM
 from jaxinfer.entrypoints.openai import ServerConfig
@@ -50,14 +51,7 @@ def chat(client: openai.OpenAI, grammar: str, **fields):
 
 def streamed(client: openai.OpenAI, grammar: str, n: int) -> list[tuple[str, str]]:
     """Each choice's reasoning and content deltas, joined."""
-    parts = [["", ""] for _ in range(n)]
-    for chunk in chat(client, grammar, n=n, stream=True):
-        for choice in chunk.choices:
-            extra = choice.delta.model_extra or {}
-            assert extra.get("reasoning") == extra.get("reasoning_content")
-            parts[choice.index][0] += extra.get("reasoning_content") or ""
-            parts[choice.index][1] += choice.delta.content or ""
-    return [tuple(p) for p in parts]
+    return stream_parts(chat(client, grammar, n=n, stream=True), n)
 
 
 def test_analysis_is_reasoning_and_final_is_content_streamed_or_not(client):
@@ -91,3 +85,13 @@ def test_plain_constrained_text_is_content_and_beam_search_is_refused(client):
         client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, n=2,
                                        extra_body={"use_beam_search": True})
     assert error.value.body["param"] == "use_beam_search"
+
+
+def test_a_completion_keeps_special_tokens_only_when_asked(client):
+    """vLLM's skip_special_tokens on /v1/completions: the markers are in the text only with it false."""
+    grammar = {"guided_grammar": f"start: {FINAL.strip()}"}
+    texts = {skip: client.completions.create(model="tiny", prompt="hi", max_tokens=40, temperature=0,
+                                             extra_body={**grammar, "skip_special_tokens": skip}).choices[0].text
+             for skip in (True, False)}
+    assert re.fullmatch(r"<\|start\|>assistant<\|channel\|>final<\|message\|>[a-z ]+<\|return\|>", texts[False])
+    assert texts[True] == re.sub(r"<\|[a-z]+\|>", "", texts[False])

@@ -9,6 +9,7 @@ import re
 import openai
 import pytest
 from live_server import serve_in_thread
+from reasoning_streams import stream_parts
 
 from jaxinfer import LLM
 from jaxinfer.entrypoints.openai import ServerConfig
@@ -49,14 +50,7 @@ def raw_texts(served, monkeypatch, **fields) -> list[str]:
 
 def streamed(client: openai.OpenAI, n: int, **fields) -> list[tuple[str, str]]:
     """Each choice's reasoning and content deltas, joined."""
-    parts = [["", ""] for _ in range(n)]
-    for chunk in chat(client, n=n, stream=True, **fields):
-        for choice in chunk.choices:
-            extra = choice.delta.model_extra or {}
-            assert extra.get("reasoning") == extra.get("reasoning_content")
-            parts[choice.index][0] += extra.get("reasoning_content") or ""
-            parts[choice.index][1] += choice.delta.content or ""
-    return [tuple(p) for p in parts]
+    return stream_parts(chat(client, n=n, stream=True, **fields), n)
 
 
 def test_each_choice_splits_into_reasoning_and_content_streamed_or_not(served, monkeypatch):

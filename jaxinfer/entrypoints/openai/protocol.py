@@ -75,6 +75,7 @@ class SamplingFields(StrictBody):
     repetition_penalty: float | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
+    skip_special_tokens: bool = True  # vLLM's: False keeps special tokens (e.g. harmony's markers) in the text
     stop_token_ids: list[int] | None = None
     logit_bias: dict[str, float] | None = None  # OpenAI's JSON keys are token ids as strings
     stream: bool = False
@@ -166,6 +167,7 @@ def sampling_params(
         defaults, **given, max_tokens=max_tokens, n=request.n, stop=request.stop or (),
         include_stop_str_in_output=request.include_stop_str_in_output, ignore_eos=request.ignore_eos,
         min_tokens=request.min_tokens, stop_token_ids=tuple(request.stop_token_ids or ()),
+        skip_special_tokens=request.skip_special_tokens,
         logit_bias=logit_bias(request.logit_bias), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
     )
 
