@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from jaxinfer.entrypoints.openai.harmony import MARKERS, message_route, partial_marker
+from jaxinfer.entrypoints.openai.harmony import (
+    MARKERS,
+    HarmonyCall,
+    function_name,
+    harmony_calls,
+    harmony_delta,
+    message_route,
+    partial_marker,
+    start_harmony,
+)
 from jaxinfer.entrypoints.openai.reasoning import reasoning_parser, split_delta, split_text, start_split
 
 ANALYSIS = "<|channel|>analysis<|message|>{}<|end|>"
@@ -87,3 +96,46 @@ def test_a_constrained_output_outside_any_message_is_content():
 ])
 def test_message_route_follows_vllm(header, route):
     assert message_route(header) == route
+
+
+WEATHER = '{"city": "Paris"}'
+CALL_CASES = {  # output -> its function calls (name, arguments as written, ended)
+    ANALYSIS.format("I need the time") + CALL.format(): [("get_time", "{}", True)],
+    "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + WEATHER + "<|call|>":
+        [("get_weather", WEATHER, True)],
+    "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + WEATHER:
+        [("get_weather", WEATHER, False)],  # stopped on <|call|>, which the text lacks
+    ANALYSIS.format("two") + CALL.format() + CALL.replace("get_time", "get_date").format().replace("{}", '{"d": 1}'):
+        [("get_time", "{}", True), ("get_date", '{"d": 1}', True)],
+    "<|channel|>commentary<|message|>Checking.<|end|>" + CALL.format(): [("get_time", "{}", True)],
+    ANALYSIS.format("x") + "<|start|>assistant<|channel|>commentary to=functions.f<|message|>a < b<|channel|>final"
+        "<|message|>y": [("f", "a < b", True)],  # the model skipped the call's end
+    ANALYSIS.format("think hard") + FINAL.format("the answer"): [],
+    "<|channel|>commentary to=browser.search<|message|>{}<|end|>": [],
+    "<|channel|>analysis to=functions.f<|message|>{}<|end|>": [],
+    "no harmony markers at all": [],
+}
+
+
+def calls_of(state) -> list[tuple[str, str, bool]]:
+    return [(c.name, c.arguments, c.ended) for c in state.calls]
+
+
+@pytest.mark.parametrize("text", CALL_CASES)
+def test_function_calls_are_reported_whole_and_streamed_at_every_split(text):
+    expected = CALL_CASES[text]
+    assert [(c.name, c.arguments, c.ended) for c in harmony_calls(start_harmony(), text)] == expected
+    for cuts in [*([cut] for cut in range(len(text) + 1)), list(range(1, len(text)))]:
+        state, bounds = start_harmony(), [0, *cuts, len(text)]
+        for i, (start, end) in enumerate(zip(bounds, bounds[1:])):
+            state, _, _ = harmony_delta(state, text[start:end], final=i == len(bounds) - 2)
+        assert calls_of(state) == expected, cuts
+
+
+def test_a_call_is_neither_reasoning_nor_content_and_opens_when_its_body_does():
+    assert split_text(gptoss(), ANALYSIS.format("t") + CALL) == ("t", None)
+    state, _, _ = harmony_delta(start_harmony(), "<|channel|>commentary to=functions.f json<|message|>")
+    assert state.calls == (HarmonyCall("f"),)
+    assert function_name("assistant to=functions.f<|channel|>commentary") == "f"
+    assert function_name("<|channel|>commentary to=functions.") is None
+    assert function_name("<|channel|>commentary") is None

@@ -24,7 +24,11 @@ ANALYSIS = '<|channel|> "analysis" <|message|> /[a-z ]{1,15}/ <|end|>'
 FINAL = ' <|start|> "assistant" <|channel|> "final" <|message|> /[a-z ]{1,15}/ <|return|>'
 CALL = (' <|start|> "assistant" <|channel|> "commentary to=functions.get_time " <|constrain|> "json"'
         ' <|message|> "{}" <|call|>')
+WEATHER = (' <|start|> "assistant" <|channel|> "commentary to=functions.get_weather " <|constrain|> "json"'
+           ' <|message|> "{\\"city\\": \\"Paris\\"}" <|call|>')
+THINK = '<|channel|> "analysis" <|message|> /[a-z]{1,4}/ <|end|>'  # short: the call's header is long in bytes
 MESSAGES = [{"role": "user", "content": "think first"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +79,26 @@ def test_a_tool_call_on_the_commentary_channel_is_not_content(client):
     assert re.fullmatch("[a-z ]+", message.model_extra["reasoning_content"]) and message.content is None
     (reasoning, content), = streamed(client, ANALYSIS + CALL, 1)
     assert reasoning == message.model_extra["reasoning_content"] and content == ""
+
+
+def test_a_commentary_call_comes_back_as_tool_calls_with_tools(client):
+    """vLLM's `openai` tool parser: with tools (tool_choice auto), a call to functions.NAME is a tool call."""
+    choice = chat(client, THINK + WEATHER, tools=TOOLS, max_tokens=120).choices[0]
+    (call,) = choice.message.tool_calls
+    assert (call.function.name, call.function.arguments, call.type) == ("get_weather", '{"city": "Paris"}', "function")
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    assert re.fullmatch("[a-z]+", choice.message.model_extra["reasoning_content"])
+    names, arguments, reasons, thought = [], "", [], ""
+    for chunk in chat(client, THINK + WEATHER, tools=TOOLS, max_tokens=120, stream=True):
+        thought += (chunk.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+        for piece in chunk.choices[0].delta.tool_calls or []:
+            names += [piece.function.name] if piece.function.name else []
+            arguments += piece.function.arguments or ""
+        reasons += [chunk.choices[0].finish_reason] if chunk.choices[0].finish_reason else []
+    assert (names, arguments, reasons) == (["get_weather"], '{"city": "Paris"}', ["tool_calls"])
+    assert thought == choice.message.model_extra["reasoning_content"]
+    choice = chat(client, THINK + WEATHER, tools=TOOLS, max_tokens=120, tool_choice="none").choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop" and choice.message.content is None
 
 
 def test_plain_constrained_text_is_content_and_beam_search_is_refused(client):

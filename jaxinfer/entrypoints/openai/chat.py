@@ -2,7 +2,9 @@
 
 With tools, the chosen tool_choice constrains the output and the finished text is returned as
 `tool_calls` (tool_calls.py); a stream then sends the message whole when it ends. With
-`--reasoning-parser`, the reasoning goes apart from the content (chat_messages.py, reasoning.py).
+`--reasoning-parser`, the reasoning goes apart from the content (chat_messages.py, reasoning.py); under
+openai_gptoss with tool_choice "auto", GPT-OSS's harmony function calls are the tool_calls, streamed as
+they come.
 """
 
 from __future__ import annotations
@@ -169,7 +171,8 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
 
     With a reasoning parser, reasoning chunks come before the content's. With tools to call, each
     choice's content is held until it ends and sent as one message chunk (tool_calls, or content when
-    it called none): calls are only known once the text is whole.
+    it called none): calls are only known once the text is whole. Harmony calls are not in the content,
+    so nothing is held: their pieces come as they are written.
     """
     generated, replies = 0, [ChoiceStream(plan) for _ in range(body.n)]
     for index in range(body.n):

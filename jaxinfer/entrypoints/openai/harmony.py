@@ -9,6 +9,10 @@ other channel are neither. Several messages of one kind are joined by a newline.
 either part, and text outside any message is dropped, as vLLM's parser drops it; a constrained output
 (implicit=False) starts outside a message as plain text, so there that text is content.
 
+The tool calls are kept apart as data: each commentary message to `functions.NAME` (the recipient before
+or after the channel) is a `HarmonyCall`, its text the arguments, in the state's `calls` (tool_calls.py
+makes them OpenAI tool calls when the request has tools).
+
 The markers are special tokens, so the reply must be detokenized with them (skip_special_tokens=False).
 Pure text functions, streamed like reasoning.py's: a marker cut across deltas is held back until whole.
 """
@@ -23,12 +27,24 @@ MARKERS = (*ENDS, "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>")
 MARKER = re.compile("|".join(map(re.escape, MARKERS)))
 CHANNEL = re.compile(r"<\|channel\|>\s*([^\s<]+)")
 RECIPIENT = re.compile(r"(?:^|\s)to=([^\s<]+)")
+FUNCTIONS = "functions."
+
+
+@dataclasses.dataclass(frozen=True)
+class HarmonyCall:
+    """A commentary message to `functions.NAME`: a call of NAME, its text (so far) the arguments as written.
+    ended: its end marker (or the next message) came; the last call of a reply stopped on `<|call|>` may lack
+    it, the stop token not being in the text."""
+
+    name: str
+    arguments: str = ""
+    ended: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class HarmonyState:
     """Where a reply is: reading a message's "header" (up to `<|message|>`) or a "body" whose text goes to
-    `route` ("reasoning", "content", or "": dropped).
+    `route` ("reasoning", "content", "call": the last of `calls`, or "": dropped).
 
     implicit: text outside a message is dropped (vLLM's); False: it is content.
     header: the header read so far. held: a possible marker not yet seen whole.
@@ -42,6 +58,7 @@ class HarmonyState:
     held: str = ""
     spoke: bool = False
     said: frozenset[str] = frozenset()
+    calls: tuple[HarmonyCall, ...] = ()
 
 
 def start_harmony(implicit: bool = True) -> HarmonyState:
@@ -79,6 +96,9 @@ def _read(state: HarmonyState, text: str, parts: dict[str, list[str]]) -> Harmon
         return state
     if state.phase == "header":
         return dataclasses.replace(state, header=state.header + text)
+    if state.route == "call":
+        *done, call = state.calls
+        return dataclasses.replace(state, calls=(*done, dataclasses.replace(call, arguments=call.arguments + text)))
     if not state.route:
         return state
     joined = "\n" if not state.spoke and state.route in state.said else ""
@@ -89,17 +109,28 @@ def _read(state: HarmonyState, text: str, parts: dict[str, list[str]]) -> Harmon
 def _after_marker(state: HarmonyState, marker: str) -> HarmonyState:
     """The state a marker leads to: `<|message|>` ends a header, an end marker a message, `<|start|>` (or a
     `<|channel|>` in a body, the model having skipped the end) begins a header; the rest stay in a header."""
+    if state.phase == "body" and state.route == "call" and marker not in ("<|message|>", "<|constrain|>"):
+        *done, call = state.calls
+        state = dataclasses.replace(state, route="", calls=(*done, dataclasses.replace(call, ended=True)))
     if marker in ENDS:
         return _outside(state)
     if marker == "<|start|>":
         return dataclasses.replace(state, phase="header", header="", spoke=False)
     if state.phase == "header":
         if marker == "<|message|>":
-            return dataclasses.replace(state, phase="body", route=message_route(state.header), spoke=False)
+            return _body(state)
         return dataclasses.replace(state, header=state.header + marker)
     if marker == "<|channel|>":
         return dataclasses.replace(state, phase="header", header=marker, spoke=False)
     return state  # a stray <|message|> or <|constrain|> in a body: a marker, so not text
+
+
+def _body(state: HarmonyState) -> HarmonyState:
+    """The state at a message's `<|message|>`: its text routed by its header; a function call opens a new call."""
+    name = function_name(state.header)
+    if name is None:
+        return dataclasses.replace(state, phase="body", route=message_route(state.header), spoke=False)
+    return dataclasses.replace(state, phase="body", route="call", spoke=False, calls=(*state.calls, HarmonyCall(name)))
 
 
 def _outside(state: HarmonyState) -> HarmonyState:
@@ -119,7 +150,21 @@ def message_route(header: str) -> str:
     return ""
 
 
+def function_name(header: str) -> str | None:
+    """NAME of a commentary message to `functions.NAME` (a tool call), else None."""
+    channel, recipient = CHANNEL.search(header), RECIPIENT.search(header)
+    if not channel or channel.group(1) != "commentary" or not recipient:
+        return None
+    to = recipient.group(1)
+    return to[len(FUNCTIONS):] if to.startswith(FUNCTIONS) and len(to) > len(FUNCTIONS) else None
+
+
 def harmony_text(state: HarmonyState, text: str) -> tuple[str | None, str | None]:
     """(reasoning, content) of a finished reply, each None when empty (vLLM's)."""
     _, reasoning, content = harmony_delta(state, text, final=True)
     return reasoning or None, content or None
+
+
+def harmony_calls(state: HarmonyState, text: str) -> tuple[HarmonyCall, ...]:
+    """The function calls of a finished reply, in order."""
+    return harmony_delta(state, text, final=True)[0].calls

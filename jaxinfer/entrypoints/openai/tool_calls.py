@@ -7,6 +7,10 @@
   bare JSON `{"name": ..., "parameters": ...}` objects (separated by ";"); text that parses as neither
   stays content;
 - "none": free text, never parsed.
+
+Under `--reasoning-parser openai_gptoss` with "auto", the calls are GPT-OSS's harmony function calls instead
+(harmony.py's `HarmonyCall`s, as vLLM's `openai` tool parser reads them): each becomes one call of its name
+(one the request did not list too), its arguments the message text as written; the content is not parsed.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import dataclasses
 import json
 import re
 import uuid
-from typing import Any
+from typing import Any, Sequence
 
 from jaxinfer.config.structured_outputs import StructuredOutputsParams
 from jaxinfer.entrypoints.openai.errors import APIError
+from jaxinfer.entrypoints.openai.harmony import HarmonyCall
 
 CHOICES = ("none", "auto", "required")
 HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
@@ -133,3 +138,26 @@ def tool_message(plan: ToolPlan | None, text: str, finish_reason: str | None) ->
     if not calls:
         return {"role": "assistant", "content": text}, finish_reason
     return {"role": "assistant", "content": content, "tool_calls": calls}, "tool_calls"
+
+
+def made_calls(calls: Sequence[HarmonyCall], finish_reason: str | None) -> list[HarmonyCall]:
+    """The harmony calls a finished reply made: those whose message ended, and the one it stopped in (its
+    `<|call|>` a stop token the text may lack); not one cut off by max_tokens."""
+    return [call for call in calls if call.ended or finish_reason == "stop"]
+
+
+def harmony_tool_calls(calls: Sequence[HarmonyCall]) -> list[dict]:
+    """OpenAI tool_calls of harmony calls."""
+    return [tool_call(call.name, call.arguments) for call in calls]
+
+
+def tool_call_deltas(sent: Sequence[HarmonyCall], calls: Sequence[HarmonyCall]) -> list[dict]:
+    """A stream's tool_calls deltas from the calls seen before (`sent`) to those seen now, as vLLM streams
+    them: a call's first piece gives its index, id and name, later ones only more of its arguments."""
+    deltas = []
+    for index, call in enumerate(calls):
+        if index >= len(sent):
+            deltas.append({"index": index, **tool_call(call.name, call.arguments)})
+        elif len(call.arguments) > len(sent[index].arguments):
+            deltas.append({"index": index, "function": {"arguments": call.arguments[len(sent[index].arguments):]}})
+    return deltas
