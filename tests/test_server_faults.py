@@ -127,10 +127,10 @@ def test_a_detokenizer_failure_fails_only_its_request(llm, monkeypatch):
     poison = next(t for t in range(3, 256) if t not in generated and t not in sum(prompts, []))
     decode = tokenizer_module.decode_text
 
-    def choking(tokenizer, token_ids):
+    def choking(tokenizer, token_ids, *rest):
         if poison in token_ids:
             raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "injected detokenizer failure")
-        return decode(tokenizer, token_ids)
+        return decode(tokenizer, token_ids, *rest)
 
     monkeypatch.setattr(tokenizer_module, "decode_text", choking)
 
