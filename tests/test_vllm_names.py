@@ -93,3 +93,17 @@ def test_use_tqdm_shows_a_progress_bar_over_requests(llm, capsys):
     assert "Processed prompts" in capsys.readouterr().err
     llm.chat(MESSAGES, GREEDY)
     assert capsys.readouterr().err == ""
+
+
+def test_chat_template_kwargs_reach_the_template(llm):
+    """vLLM's chat_template_kwargs (Qwen3's enable_thinking, say) are template variables; the renderer's own are not."""
+    llm.tokenizer.chat_template = "{{ messages[-1]['content'] }}{% if thinking %}<think>{% endif %}:"
+    try:
+        on, off = (llm.chat(MESSAGES, GREEDY, chat_template_kwargs={"thinking": value})[0] for value in (True, False))
+        with pytest.raises(ValueError, match="chat_template_kwargs may not set tokenize"):
+            llm.chat(MESSAGES, GREEDY, chat_template_kwargs={"tokenize": True})
+        with pytest.raises(TypeError, match="chat_template_kwargs must be a dict"):
+            llm.chat(MESSAGES, GREEDY, chat_template_kwargs=["thinking"])
+    finally:
+        llm.tokenizer.chat_template = None
+    assert (on.prompt, off.prompt) == ("def add<think>:", "def add:")

@@ -80,7 +80,7 @@ def check_template_kwargs(tokenizer: Any, template_kwargs: Mapping[str, Any] | N
            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
     taken = sorted(own.intersection(template_kwargs or {}))
     if taken:
-        raise ValueError(f"chat_template_kwargs may not set {', '.join(taken)}: the server sets them; give the "
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(taken)}: the chat renderer sets them; give the "
                          "template's own variables (e.g. enable_thinking)")
 
 

@@ -30,7 +30,7 @@ from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints import sessions
 from jaxinfer.entrypoints.beam_search import beam_search
 from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
-from jaxinfer.entrypoints.chat_template import chat_prompt_ids, conversations, render_chat
+from jaxinfer.entrypoints.chat_template import chat_prompt_ids, check_template_kwargs, conversations, render_chat
 from jaxinfer.entrypoints.draft_loading import engine_speculation
 from jaxinfer.entrypoints.lora_settings import lora_requests_for, lora_setting
 from jaxinfer.entrypoints.model_loading import (
@@ -256,6 +256,7 @@ class LLM:
         use_tqdm: bool = False,
         tools: list[dict] | None = None,
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
         """Reply to one conversation ([{"role": ..., "content": ...}, ...]) or a list of them, as vLLM's chat.
 
@@ -263,6 +264,7 @@ class LLM:
         server's default template (one "role: content" line per message, then "assistant:").
         tools (OpenAI's list) are rendered by templates that take them, as vLLM's; to force a call,
         constrain the output (SamplingParams(structured_outputs=...)) as the server's tool_choice does.
+        chat_template_kwargs are more template variables (vLLM's; e.g. Qwen3's enable_thinking=False).
         """
         tokenizer = self.get_tokenizer()
         if chat_template is not None and not isinstance(chat_template, str):
@@ -270,7 +272,12 @@ class LLM:
         generation_prompt = validation.boolean(add_generation_prompt, "add_generation_prompt")
         if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
             raise TypeError(f"tools must be a list of OpenAI tool dicts or None, got {tools!r:.80}")
-        texts = [render_chat(tokenizer, c, generation_prompt, chat_template, tools) for c in conversations(messages)]
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+            raise TypeError(f"chat_template_kwargs must be a dict of template variables or None, "
+                            f"got {type(chat_template_kwargs).__name__}")
+        check_template_kwargs(tokenizer, chat_template_kwargs)
+        texts = [render_chat(tokenizer, c, generation_prompt, chat_template, tools, chat_template_kwargs)
+                 for c in conversations(messages)]
         outputs = self.generate([chat_prompt_ids(tokenizer, t) for t in texts], params, use_tqdm, lora_request)
         for text, output in zip(texts, outputs):
             output.prompt = text  # as vLLM's: the rendered conversation
