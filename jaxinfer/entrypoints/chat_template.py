@@ -10,6 +10,8 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jaxinfer.config import validation
+
 # Used when the tokenizer has no chat template of its own (the demo model has none): one
 # "role: content" line per message, then "assistant:" for the reply. Documented in docs/serving.md.
 DEFAULT_CHAT_TEMPLATE = (
@@ -82,6 +84,23 @@ def check_template_kwargs(tokenizer: Any, template_kwargs: Mapping[str, Any] | N
     if taken:
         raise ValueError(f"chat_template_kwargs may not set {', '.join(taken)}: the chat renderer sets them; give the "
                          "template's own variables (e.g. enable_thinking)")
+
+
+def render_conversations(
+    tokenizer: Any, messages: Any, chat_template: Any, add_generation_prompt: Any, tools: Any, template_kwargs: Any,
+) -> list[str]:
+    """`LLM.chat`'s arguments checked by name, and each conversation (one, or a list of them) rendered."""
+    if chat_template is not None and not isinstance(chat_template, str):
+        raise TypeError(f"chat_template must be a Jinja template string or None, got {type(chat_template).__name__}")
+    generation_prompt = validation.boolean(add_generation_prompt, "add_generation_prompt")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise TypeError(f"tools must be a list of OpenAI tool dicts or None, got {tools!r:.80}")
+    if template_kwargs is not None and not isinstance(template_kwargs, dict):
+        raise TypeError(f"chat_template_kwargs must be a dict of template variables or None, "
+                        f"got {type(template_kwargs).__name__}")
+    check_template_kwargs(tokenizer, template_kwargs)
+    return [render_chat(tokenizer, c, generation_prompt, chat_template, tools, template_kwargs)
+            for c in conversations(messages)]
 
 
 def chat_prompt_ids(tokenizer: Any, text: str) -> list[int]:

@@ -30,7 +30,7 @@ from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints import sessions
 from jaxinfer.entrypoints.beam_search import beam_search
 from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
-from jaxinfer.entrypoints.chat_template import chat_prompt_ids, check_template_kwargs, conversations, render_chat
+from jaxinfer.entrypoints.chat_template import chat_prompt_ids, render_conversations
 from jaxinfer.entrypoints.draft_loading import engine_speculation
 from jaxinfer.entrypoints.lora_settings import lora_requests_for, lora_setting
 from jaxinfer.entrypoints.model_loading import (
@@ -267,17 +267,8 @@ class LLM:
         chat_template_kwargs are more template variables (vLLM's; e.g. Qwen3's enable_thinking=False).
         """
         tokenizer = self.get_tokenizer()
-        if chat_template is not None and not isinstance(chat_template, str):
-            raise TypeError(f"chat_template must be a Jinja template string or None, got {type(chat_template).__name__}")
-        generation_prompt = validation.boolean(add_generation_prompt, "add_generation_prompt")
-        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-            raise TypeError(f"tools must be a list of OpenAI tool dicts or None, got {tools!r:.80}")
-        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
-            raise TypeError(f"chat_template_kwargs must be a dict of template variables or None, "
-                            f"got {type(chat_template_kwargs).__name__}")
-        check_template_kwargs(tokenizer, chat_template_kwargs)
-        texts = [render_chat(tokenizer, c, generation_prompt, chat_template, tools, chat_template_kwargs)
-                 for c in conversations(messages)]
+        texts = render_conversations(tokenizer, messages, chat_template, add_generation_prompt, tools,
+                                     chat_template_kwargs)
         outputs = self.generate([chat_prompt_ids(tokenizer, t) for t in texts], params, use_tqdm, lora_request)
         for text, output in zip(texts, outputs):
             output.prompt = text  # as vLLM's: the rendered conversation

@@ -86,28 +86,18 @@ def dense_attention(
 
 
 @functools.cache
-def _log_soft_cap_fallback() -> None:
-    """One line when capped layers leave the native CPU kernels (they cannot cap scores)."""
-    logger.info("attention soft-capping: the native CPU attention kernels do not cap scores; "
-                "soft-capped layers take the XLA (jnp) attention path")
-
-
-@functools.cache
-def _log_sinks_fallback() -> None:
-    """One line when layers with attention sinks leave the native CPU kernels (they take no sinks)."""
-    logger.info("attention sinks: the native CPU attention kernels do not take sink logits; layers with sinks "
-                "take the XLA (jnp) attention path")
+def _log_native_fallback(feature: str) -> None:
+    """One line per feature the native CPU attention kernels lack, when its layers leave them."""
+    logger.info("attention %s: the native CPU attention kernels do not take them; such layers take the XLA (jnp) "
+                "attention path", feature)
 
 
 def native_kernel_applies(soft_cap: float | None, sinks: jax.Array | None = None) -> bool:
     """Whether the native CPU attention kernels can run a layer (they take a scale and a window, no cap, no sinks)."""
-    if sinks is not None:
-        _log_sinks_fallback()
-        return False
-    if soft_cap is None:
-        return True
-    _log_soft_cap_fallback()
-    return False
+    missing = "sinks" if sinks is not None else "soft caps" if soft_cap is not None else None
+    if missing is not None:
+        _log_native_fallback(missing)
+    return missing is None
 
 
 @functools.cache
