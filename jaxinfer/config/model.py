@@ -78,6 +78,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling = RopeScaling()
     rotary_dim: int = 0  # leading head dims that rotate; 0 = all (Phi's partial_rotary_factor)
+    rope_interleaved: bool = False  # rotary pairs are adjacent dims (GLM), not dims i and i + rotated/2
     nope_layers: tuple[int, ...] = ()  # layers without rotary embeddings (SmolLM3's `no_rope_layers` zeros)
     local_rope_theta: float | None = None  # Gemma 3: sliding layers' own base, unscaled
     max_position_embeddings: int = 4096

@@ -138,18 +138,24 @@ class RopeTables:
         return self._tables[key]
 
 
-def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotate the leading cos.shape[-1] dims of x [B, T, heads, head_dim] (HF's rotate-half layout).
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array, interleaved: bool = False) -> jax.Array:
+    """Rotate the leading cos.shape[-1] dims of x [B, T, heads, head_dim]; the rest pass through (partial rotary).
 
-    The remaining dims pass through (partial rotary embeddings).
+    HF's rotate-half layout turns dim i with dim i + dims/2 by frequency i; the interleaved one (GLM's)
+    turns dims 2i and 2i + 1, each frequency read once from the first half of the tables.
     """
     dims = cos.shape[-1]
     cos = cos[:, :, None, :].astype(x.dtype)
     sin = sin[:, :, None, :].astype(x.dtype)
     rot, rest = (x, None) if dims == x.shape[-1] else (x[..., :dims], x[..., dims:])
     half = dims // 2
-    rotated = jnp.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)
-    out = rot * cos + rotated * sin
+    if interleaved:
+        pairs = rot.reshape(*rot.shape[:-1], half, 2)
+        even, odd, cos, sin = pairs[..., 0], pairs[..., 1], cos[..., :half], sin[..., :half]
+        out = jnp.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1).reshape(rot.shape)
+    else:
+        rotated = jnp.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)
+        out = rot * cos + rotated * sin
     return out if rest is None else jnp.concatenate([out, rest], axis=-1)
 
 

@@ -40,7 +40,7 @@ def project_qkv(
     if rope is None:  # a NoPE layer (SmolLM3): positions reach it only through the causal mask
         return q, k, v
     cos, sin = rope
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+    return apply_rope(q, cos, sin, cfg.rope_interleaved), apply_rope(k, cos, sin, cfg.rope_interleaved), v
 
 
 def whole_heads_norm(x: jax.Array, weight: jax.Array, eps: float, weight_offset: float = 0.0) -> jax.Array:

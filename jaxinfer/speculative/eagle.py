@@ -194,7 +194,7 @@ def _head_qkv(
         h = jnp.concatenate(normed, axis=-1)
     cos, sin = rope_cos_sin(positions, cfg)
     q, k, v = linears(h, [lw.wq, lw.wk, lw.wv])
-    return x, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+    return x, apply_rope(q, cos, sin, cfg.rope_interleaved), apply_rope(k, cos, sin, cfg.rope_interleaved), v
 
 
 def _head_output(params: EagleParams, x: jax.Array, attention: jax.Array, ecfg: EagleConfig) -> jax.Array:
