@@ -82,6 +82,15 @@ ARCH_CONFIGS.update({
                                long_factor=[1.0 + i / 8 for i in range(48)])),
     ),
     "olmo2": (transformers.Olmo2Config, dict(pad_token_id=0, tie_word_embeddings=False)),
+    "glm": (  # half of each 32-dim head turned (the default), in adjacent pairs; biased q/k/v; tied head
+        transformers.GlmConfig,
+        dict(head_dim=32, pad_token_id=0, tie_word_embeddings=True),
+    ),
+    "glm4": (  # post-sublayer norms; 12 of 16 head dims turned, YaRN-scaled
+        transformers.Glm4Config,
+        dict(head_dim=16, pad_token_id=0, rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0,
+             partial_rotary_factor=0.75, original_max_position_embeddings=128)),
+    ),
     "olmo3": (  # a window shorter than the prompts; yarn on the full layer only (transformers 4's layout)
         transformers.Olmo3Config,
         dict(pad_token_id=0, sliding_window=8, layer_types=["sliding_attention", "full_attention"], rope_theta=5000.0,
@@ -122,6 +131,8 @@ MODEL_CLASSES = {
     transformers.Phi3Config: transformers.Phi3ForCausalLM,
     transformers.Olmo2Config: transformers.Olmo2ForCausalLM,
     transformers.Olmo3Config: transformers.Olmo3ForCausalLM,
+    transformers.GlmConfig: transformers.GlmForCausalLM,
+    transformers.Glm4Config: transformers.Glm4ForCausalLM,
     transformers.MixtralConfig: transformers.MixtralForCausalLM,
     transformers.Qwen2MoeConfig: transformers.Qwen2MoeForCausalLM,
     transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,

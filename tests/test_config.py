@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import transformers
 
 from jaxinfer import ConfigError, from_hf_config
 
@@ -165,3 +166,41 @@ def test_olmo3_reads_its_windows_and_per_layer_type_rope_as_transformers_does():
         assert read.rope_scaling.rope_type == "yarn" and read.local_rope_theta == 5e5
     with pytest.raises(ConfigError, match="Olmo3ForCausalLM sliding layers' rope"):
         from_hf_config({**OLMO3, "rope_parameters": {"full_attention": yarn, "sliding_attention": yarn}})
+
+
+GLM = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=2, num_attention_heads=2)
+GLM_ROPE = [  # transformers' order: partial_rotary_factor in the rope parameters, else at the top level, else 0.5
+    {},
+    dict(partial_rotary_factor=0.25, rope_theta=500.0),
+    dict(partial_rotary_factor=0.25, rope_parameters=dict(rope_type="default", rope_theta=5.0)),
+    dict(partial_rotary_factor=0.25, rope_parameters=dict(rope_type="default", partial_rotary_factor=0.75)),
+    dict(rope_scaling=dict(rope_type="yarn", factor=4.0, partial_rotary_factor=1.0), max_position_embeddings=64),
+]
+
+
+@pytest.mark.parametrize("arch", ["GlmForCausalLM", "Glm4ForCausalLM"])
+@pytest.mark.parametrize("fields", GLM_ROPE)
+def test_glm_fields_a_config_leaves_out_read_as_transformers_reads_them(arch, fields):
+    ours = from_hf_config({**GLM, **fields, "architectures": [arch]})
+    theirs = getattr(transformers, arch).config_class(**GLM, **fields)
+    rope = theirs.rope_parameters
+    assert (ours.num_kv_heads, ours.head_dim, ours.rms_norm_eps, ours.max_position_embeddings) == (
+        theirs.num_key_value_heads, theirs.head_dim, theirs.rms_norm_eps, theirs.max_position_embeddings)
+    assert (ours.qkv_bias, ours.o_bias, ours.tie_word_embeddings) == (theirs.attention_bias, False, False)
+    assert ours.eos_token_ids == tuple(theirs.eos_token_id) and ours.activation == theirs.hidden_act
+    assert (ours.rope_theta, ours.rope_scaling.rope_type) == (rope["rope_theta"], rope["rope_type"])
+    assert ours.rotated_dims == int(theirs.head_dim * rope["partial_rotary_factor"]) and ours.rope_interleaved
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(partial_rotary_factor=1.5), "partial_rotary_factor 1.5 must be in"),
+        (dict(head_dim=10), r"an even number of the 10 head dims \(it turns 5\)"),
+        (dict(rope_scaling=dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0])), "'longrope' is read"),
+        (dict(layer_types=["sliding_attention"] * 2, sliding_window=4), "not supported for GlmForCausalLM"),
+    ],
+)
+def test_glm_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**GLM, **fields, "architectures": ["GlmForCausalLM"]})
