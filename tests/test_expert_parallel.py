@@ -18,6 +18,7 @@ from jaxinfer import LLM, SamplingParams
 from jaxinfer.parallel.sharding import shard_shapes
 
 prompts = [[1, 5, 9, 33, 7, 81, 4, 4, 80, 17, 23, 99, 100, 3, 5, 9, 33, 7, 81, 4], [1, 4, 4, 80]]
+values = lambda w: getattr(w, "values", w)  # quantized leaves: their values
 params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
 out = {}
 for name, model, meshes, extra in runs:
@@ -27,7 +28,8 @@ for name, model, meshes, extra in runs:
         layer = llm.weights.layers[-1]
         out[f"{name} {tp}x{ep}"] = dict(
             tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
-            gate=shard_shapes(layer.moe_gate), down=shard_shapes(layer.moe_down), wq=shard_shapes(layer.wq),
+            gate=shard_shapes(values(layer.moe_gate)), down=shard_shapes(values(layer.moe_down)),
+            wq=shard_shapes(values(layer.wq)),
             shared=shard_shapes(layer.shared_gate) if hasattr(layer, "shared_gate") else None,
         )
 print(json.dumps(out))
@@ -46,16 +48,23 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
     runs.append(("gpt_oss", str(checkpoint_dir("gpt_oss")), [(1, 1), (2, 2)], {}))
     runs.append(("gpt_oss pallas", str(checkpoint_dir("gpt_oss")), [(2, 2)],
                  dict(attention_backend="pallas", interpret_kernels=True)))
+    # Quantized experts (values and scales) split as the experts they replace: int8 over both axes; int4 over ep
+    # (its groups of 32 input rows do not split over tp here: down's 32 hidden units).
+    runs.append(("mixtral int8", str(checkpoint_dir("mixtral")), [(1, 1), (2, 2)], dict(quantization="int8")))
+    runs.append(("mixtral int4", str(checkpoint_dir("mixtral")), [(1, 1), (1, 2)], dict(quantization="int4")))
     header = f"runs = {runs!r}\n"
     out = json.loads(run_python(FAKE_DEVICES + header + SCRIPT, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
     for name, _, sizes, _ in runs:
-        reference = out[f"{name.split()[0]} 1x1"]["tokens"]
+        reference = out.get(f"{name} 1x1", out[f"{name.split()[0]} 1x1"])["tokens"]
         for tp, ep in sizes:
             run = out[f"{name} {tp}x{ep}"]
             assert run["tokens"] == reference, (name, tp, ep)
-            # 4 experts [E, D=64, F=32]: split by ep on experts and by tp on each expert's hidden units.
-            assert run["gate"] == [[4 // ep, 64, 32 // tp]] * (tp * ep), (name, tp, ep, run["gate"])
-            assert run["down"] == [[4 // ep, 32 // tp, 64]] * (tp * ep)
-            assert [shape[1] for shape in run["wq"]] == [4 // tp] * (tp * ep)  # heads: tp only, replicated over ep
+            # 4 experts [E, D=64, F=32]: split by ep on experts and by tp on each expert's hidden units
+            # (int4 values hold two input rows a byte).
+            packed = 2 if "int4" in name else 1
+            assert run["gate"] == [[4 // ep, 64 // packed, 32 // tp]] * (tp * ep), (name, tp, ep, run["gate"])
+            assert run["down"] == [[4 // ep, 32 // tp // packed, 64]] * (tp * ep)
+            if "int" not in name:  # heads: tp only, replicated over ep
+                assert [shape[1] for shape in run["wq"]] == [4 // tp] * (tp * ep)
             if name == "qwen2_moe":  # the shared expert's [D=64, 48]
                 assert run["shared"] == [[64, 48 // tp]] * (tp * ep), (tp, ep, run["shared"])

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +21,12 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
 from jaxinfer.parallel.array_info import ArrayInfo, is_info
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
+from jaxinfer.quantization.quantized_experts import QuantizedExperts
 from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 ORBAX_SUBDIR = "jaxinfer_weights"
-QUANT_KEY = "jaxinfer_quantization"  # config.json: {"mode": ..., "group_size": ...} of a quantized convert
+# config.json of a quantized convert: {"mode": ..., "group_size": ..., "experts": routed experts quantized too}
+QUANT_KEY = "jaxinfer_quantization"
 QUANT_SUFFIXES = (".values", ".scales")
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -38,6 +40,7 @@ CONVERTED_FILES = ("config.json", ORBAX_SUBDIR, *TOKENIZER_FILES)  # everything 
 # Buffers some exporters write that are derived, not learned.
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 PROGRESS_MIN_BYTES = 256 * 2**20
+LeafTransform = Callable[[str, jax.Array], Any]  # (dotted leaf path, leaf as read) -> what the tree holds
 
 
 def leaf_paths(tree: Any) -> Iterator[tuple[str, Any]]:
@@ -195,9 +198,14 @@ def _leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: ArrayInfo,
 
 
 def load_hf_weights(
-    model_dir: str | Path, cfg: ModelConfig, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED
+    model_dir: str | Path, cfg: ModelConfig, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED,
+    transform: LeafTransform | None = None,
 ) -> Weights:
-    """Read an HF safetensors checkpoint into the weights pytree, cast to `dtype`, laid out by `layout`."""
+    """Read an HF safetensors checkpoint into the weights pytree, cast to `dtype`, laid out by `layout`.
+
+    transform(path, leaf): applied to each leaf as it is read (quantizing it, see
+    `weight_ops.leaf_quantizer`), so no more than one leaf is ever held untransformed.
+    """
     model_dir = Path(model_dir)
     index = safetensors_index(model_dir)
     _check_names(cfg, index, model_dir)
@@ -211,7 +219,8 @@ def load_hf_weights(
     arrays = {}
     for path, info in bar:
         t, names = hf_source(path, tensors)
-        arrays[path] = _leaf(reader, t, names, info, np_dtype, layout)
+        leaf = _leaf(reader, t, names, info, np_dtype, layout)
+        arrays[path] = leaf if transform is None else transform(path, leaf)
     return _unflatten(abstract, arrays)
 
 
@@ -271,7 +280,7 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path, o
     _set_dtype(config, stored_dtype(weights))
     config.pop(QUANT_KEY, None)
     if (quant := quantization_of(weights)) is not None:
-        config[QUANT_KEY] = {"mode": quant[0], "group_size": quant[1]}
+        config[QUANT_KEY] = {"mode": quant[0], "group_size": quant[1], "experts": _experts_quantized(weights)}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(out / ORBAX_SUBDIR, dict(leaf_paths(weights)))
@@ -284,13 +293,22 @@ def quantization_of(weights: Weights) -> tuple[str, int] | None:
     return (first.mode, first.group) if isinstance(first, QuantizedWeight) else None
 
 
-def quantized_abstract(abstract: Weights, mode: str, group: int) -> Weights:
-    """The abstract tree with each projection a QuantizedWeight (placeholder values/scales, real statics)."""
+def _experts_quantized(weights: Weights) -> bool:
+    """Whether the routed experts are stored quantized (converts made before they were store them as floats)."""
+    return any(isinstance(leaf, QuantizedExperts) for lw in weights.layers for leaf in vars(lw).values())
+
+
+def quantized_abstract(abstract: Weights, mode: str, group: int, experts: bool = True) -> Weights:
+    """The abstract tree with each projection a QuantizedWeight and, where `experts`, each layer's routed
+    experts a QuantizedExperts (placeholder values/scales, real statics)."""
     placeholder = ArrayInfo((), ())
 
     def layer(lw):
         fields = {name: QuantizedWeight(placeholder, placeholder, getattr(lw, name).shape, c, mode, group)
                   for name, c in projections(lw).items()}
+        if experts:
+            fields.update({name: QuantizedExperts(placeholder, placeholder, mode, group if mode == "int4" else 0)
+                           for name in getattr(type(lw), "EXPERTS", ())})
         return dataclasses.replace(lw, **fields)
 
     return dataclasses.replace(abstract, layers=[layer(lw) for lw in abstract.layers])
@@ -314,7 +332,7 @@ def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any, layou
     abstract = abstract_weights(cfg)
     quant = json.loads((Path(model_dir) / "config.json").read_text()).get(QUANT_KEY)
     if quant is not None:
-        abstract = quantized_abstract(abstract, quant["mode"], quant["group_size"])
+        abstract = quantized_abstract(abstract, quant["mode"], quant["group_size"], quant.get("experts", False))
     path = Path(model_dir).absolute() / ORBAX_SUBDIR
     with ocp.StandardCheckpointer() as ckpt:
         meta = ckpt.metadata(path)
@@ -337,10 +355,15 @@ def is_converted(model_dir: str | Path) -> bool:
 
 
 def load_weights(
-    model_dir: str | Path, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED
+    model_dir: str | Path, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED,
+    transform: LeafTransform | None = None,
 ) -> tuple[ModelConfig, Weights]:
-    """Config and weights from an HF directory or a converted one, each leaf in its `layout` sharding."""
+    """Config and weights from an HF directory or a converted one, each leaf in its `layout` sharding.
+
+    transform: applied to each leaf of an HF checkpoint as it is read (see `load_hf_weights`); a
+    converted checkpoint is restored as it was stored.
+    """
     cfg = load_config(model_dir)
     if is_converted(model_dir):
         return cfg, restore_converted(model_dir, cfg, dtype, layout)
-    return cfg, load_hf_weights(model_dir, cfg, dtype, progress, layout)
+    return cfg, load_hf_weights(model_dir, cfg, dtype, progress, layout, transform)

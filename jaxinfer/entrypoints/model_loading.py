@@ -22,13 +22,15 @@ from jaxinfer.models import (
     Weights,
     abstract_weights,
     batch_invariant_weights,
+    leaf_quantizer,
     quantize_head,
     quantize_weights,
     weights_to_run,
 )
 from jaxinfer.models.registry import load_config
 from jaxinfer.parallel.sharding import Layout, check_experts, layout_for
-from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, shard_quantized_tree
+from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP
+from jaxinfer.quantization.sharding import shard_quantized_tree
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -80,8 +82,9 @@ def load_sharded(
     cfg = load_config(model_dir)
     check_experts(cfg.num_experts, ep)
     layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp, ep)
-    cfg, weights = load_weights(model_dir, dtype, layout=layout)
-    # Projections only (None: as loaded, so a converted quantized checkpoint stays quantized).
+    # Quantized as each leaf is read; a converted checkpoint is as stored, and checked against the mode.
+    cfg, weights = load_weights(model_dir, dtype, layout=layout,
+                                transform=leaf_quantizer(abstract_weights(cfg), quantization))
     weights = quantize_weights(weights, quantization)
     if layout.size > 1 and quantization_of(weights) is not None:
         # Quantized leaves take the shardings of the weights they replace (see quantized_specs).

@@ -6,6 +6,7 @@ from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES, family_of, from_hf
 from jaxinfer.models.weight_ops import (
     batch_invariant_weights,
     join_projections,
+    leaf_quantizer,
     mark_for_gpu_kernel,
     pack_for_cpu,
     projections,
@@ -18,6 +19,7 @@ from jaxinfer.models.weight_ops import (
 
 __all__ = ["LayerWeights", "SUPPORTED_ARCHITECTURES", "Weights", "abstract_weights", "batch_invariant_weights",
            "embed_tokens", "family_of",
-           "forward", "forward_with_taps", "from_hf_config", "join_projections", "lm_logits", "load_config",
+           "forward", "forward_with_taps", "from_hf_config", "join_projections", "leaf_quantizer", "lm_logits",
+           "load_config",
            "mark_for_gpu_kernel", "pack_for_cpu", "projections", "quantize_head", "quantize_weights",
            "split_projections", "unpack_for_cpu", "weights_to_run"]

@@ -8,9 +8,9 @@ weights. Attention, rotary embeddings, the fused MLP and the config are GLM's (`
 from __future__ import annotations
 
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.models import glm
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.gemma2 import SandwichLayerWeights, decoder_layer
+from jaxinfer.models.glm import mlp_hf_leaves, read_config
 from jaxinfer.models.mlp import mlp_leaves
 from jaxinfer.models.self_attention import attention_hf_leaves, attention_leaves
 from jaxinfer.parallel.array_info import ArrayInfo
@@ -34,8 +34,8 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     return {
         **{name: HFLeaf(f"{layer}{hf}.weight", "same", (D,)) for name, hf in NORMS.items()},
         **attention_hf_leaves(cfg),
-        **glm.mlp_hf_leaves(cfg),
+        **mlp_hf_leaves(cfg),
     }
 
 
-FAMILY = Family("glm4", ARCHITECTURES, glm.read_config, abstract_layer, hf_leaves, decoder_layer)
+FAMILY = Family("glm4", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer)

@@ -14,10 +14,12 @@ import jax.numpy as jnp
 
 from jaxinfer.kernels.precision import matmul_precision
 from jaxinfer.models.mlp import Gate, gate_product
+from jaxinfer.quantization.quantized_experts import QuantizedExperts, expert_dot, ragged_expert_dot
 
 IMPLEMENTATIONS = ("auto", "tiled", "ragged_dot")
 MAX_TILE = 64  # rows per tile: padding per expert is at most MAX_TILE - 1 rows
 RowBiases = tuple[jax.Array, jax.Array]  # each row's gate and up biases [N, F], in x's dtype
+Experts = jax.Array | QuantizedExperts  # stacked expert weights [E, K, N], as they are or quantized
 
 
 def tile_rows(num_rows: int, num_groups: int) -> int:
@@ -31,21 +33,24 @@ def tile_rows(num_rows: int, num_groups: int) -> int:
     return min(MAX_TILE, 1 << max(0, target - 1).bit_length())
 
 
-def _dot(x: jax.Array, w: jax.Array) -> jax.Array:
-    """x [M, K] @ w [K, N] accumulated in float32, returned in x's dtype (as a linear layer).
+def _dot(x: jax.Array, experts: Experts, e: jax.Array) -> jax.Array:
+    """x [M, K] @ expert e's weights [K, N] accumulated in float32, returned in x's dtype (as a linear layer).
 
     The weights may be wider than x (16-bit experts held as float32 on CPU, see
     `weight_ops.widen_experts`); x is widened to them, which is exact.
     """
+    if isinstance(experts, QuantizedExperts):
+        return expert_dot(x, experts, e).astype(x.dtype)
+    w = experts[e]
     xw = x.astype(w.dtype)
     return jnp.dot(xw, w, precision=matmul_precision(xw, w), preferred_element_type=jnp.float32).astype(x.dtype)
 
 
 def tiled_expert_mlp(
     x: jax.Array,  # [N, D] rows sorted by expert
-    gate: jax.Array,  # [E, D, F]
-    up: jax.Array,  # [E, D, F]
-    down: jax.Array,  # [E, F, D]
+    gate: Experts,  # [E, D, F]
+    up: Experts,  # [E, D, F]
+    down: Experts,  # [E, F, D]
     group_sizes: jax.Array,  # [E] int32 rows of each expert; rows past their sum give zeros
     act: Gate,
     tile: int | None = None,
@@ -72,23 +77,25 @@ def tiled_expert_mlp(
     def visit(j: jax.Array, out: jax.Array) -> jax.Array:
         e, row = expert[j], start[j]
         rows_in = jax.lax.dynamic_slice_in_dim(padded, row, tile)
-        g, u = _dot(rows_in, gate[e]), _dot(rows_in, up[e])
+        g, u = _dot(rows_in, gate, e), _dot(rows_in, up, e)
         if padded_biases is not None:
             g, u = (h + jax.lax.dynamic_slice_in_dim(b, row, tile) for h, b in zip((g, u), padded_biases))
         hidden = gate_product(act, g, u)
-        return jax.lax.dynamic_update_slice_in_dim(out, _dot(hidden, down[e]), row, axis=0)
+        return jax.lax.dynamic_update_slice_in_dim(out, _dot(hidden, down, e), row, axis=0)
 
     out = jax.lax.fori_loop(0, tiles_end[-1], visit, jnp.zeros_like(padded))[:rows]
     return jnp.where(jnp.arange(rows)[:, None] < jnp.sum(group_sizes), out, 0)
 
 
 def ragged_expert_mlp(
-    x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, group_sizes: jax.Array, act: Gate,
+    x: jax.Array, gate: Experts, up: Experts, down: Experts, group_sizes: jax.Array, act: Gate,
     biases: RowBiases | None = None,
 ) -> jax.Array:
     """`tiled_expert_mlp` through `jax.lax.ragged_dot` (the accelerators' grouped matmul)."""
 
-    def ragged(a: jax.Array, w: jax.Array) -> jax.Array:
+    def ragged(a: jax.Array, w: Experts) -> jax.Array:
+        if isinstance(w, QuantizedExperts):
+            return ragged_expert_dot(a, w, group_sizes).astype(a.dtype)
         out = jax.lax.ragged_dot(a, w, group_sizes, precision=matmul_precision(a, w),
                                  preferred_element_type=jnp.float32)
         return out.astype(a.dtype)
@@ -101,7 +108,7 @@ def ragged_expert_mlp(
 
 
 def expert_mlp(
-    x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, group_sizes: jax.Array, act: Gate,
+    x: jax.Array, gate: Experts, up: Experts, down: Experts, group_sizes: jax.Array, act: Gate,
     implementation: str = "auto", biases: RowBiases | None = None,
 ) -> jax.Array:
     """Rows [N, D] sorted by expert through their experts' MLPs; "auto": tiles on CPU, ragged_dot elsewhere.

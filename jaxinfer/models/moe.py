@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec
 
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.family import HFLeaf
-from jaxinfer.models.grouped_matmul import RowBiases, expert_mlp
+from jaxinfer.models.grouped_matmul import Experts, RowBiases, expert_mlp
 from jaxinfer.models.layers import Weight, linear
 from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.mlp import Gate
@@ -29,6 +29,7 @@ from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, attention_leaves, self_attention
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import Layout, shard_map
+from jaxinfer.quantization.quantized_experts import experts_spec
 
 GATE_AXES = ("experts", "embed", "mlp")  # moe_gate, moe_up [E, D, F]
 DOWN_AXES = ("experts", "mlp", "embed")  # moe_down [E, F, D]
@@ -47,9 +48,9 @@ class MoELayerWeights:
     wo: Weight  # [H, K, D]
     mlp_norm: jax.Array  # [D]
     router: jax.Array  # [D, E]
-    moe_gate: jax.Array  # [E, D, F]
-    moe_up: jax.Array  # [E, D, F]
-    moe_down: jax.Array  # [E, F, D]
+    moe_gate: Experts  # [E, D, F]
+    moe_up: Experts  # [E, D, F]
+    moe_down: Experts  # [E, F, D]
     bq: jax.Array | None = None  # [H, K]
     bk: jax.Array | None = None  # [KV, K]
     bv: jax.Array | None = None  # [KV, K]
@@ -101,9 +102,9 @@ def routed_experts(
     x: jax.Array,  # [N, D]
     weights: jax.Array,  # [N, k] f32
     experts: jax.Array,  # [N, k] int32 global expert ids
-    gate: jax.Array,  # [E_local, D, F_local]
-    up: jax.Array,
-    down: jax.Array,  # [E_local, F_local, D]
+    gate: Experts,  # [E_local, D, F_local]
+    up: Experts,
+    down: Experts,  # [E_local, F_local, D]
     first: jax.Array | int,  # global id of the first local expert
     act: Gate,
     implementation: str = "auto",  # see grouped_matmul.expert_mlp
@@ -149,7 +150,8 @@ def experts_output(
     if layout.mesh is None:
         return routed_experts(x2, weights, experts, lw.moe_gate, lw.moe_up, lw.moe_down, 0, act, biases=biases)
     gate_spec = layout.spec(lw.moe_gate.shape, GATE_AXES)
-    down_spec = layout.spec(lw.moe_down.shape, DOWN_AXES)
+    gate_specs, up_specs, down_specs = (experts_spec(getattr(lw, name), axes, layout, name) for name, axes in
+                                        (("moe_gate", GATE_AXES), ("moe_up", GATE_AXES), ("moe_down", DOWN_AXES)))
     row_spec = layout.spec(x2.shape, ("tokens", None))
     rows_only = PartitionSpec(row_spec[0], None)
     expert_axis, hidden_axis = gate_spec[0], gate_spec[2]
@@ -162,7 +164,7 @@ def experts_output(
         return jax.lax.psum(out, summed) if summed else out
 
     bias_spec = PartitionSpec(expert_axis, hidden_axis)
-    in_specs = (row_spec, rows_only, rows_only, gate_spec, gate_spec, down_spec) + (bias_spec,) * len(biases or ())
+    in_specs = (row_spec, rows_only, rows_only, gate_specs, up_specs, down_specs) + (bias_spec,) * len(biases or ())
     operands = (x2, weights, experts, lw.moe_gate, lw.moe_up, lw.moe_down, *(biases or ()))
     return shard_map(shard, layout, in_specs, rows_only)(*operands)
 

@@ -21,6 +21,7 @@ from jaxinfer.models.layers import Weight
 from jaxinfer.models.row_table import RowTable, as_row_table, full_table
 from jaxinfer.parallel.sharding import Layout
 from jaxinfer.quantization import quantized_weight
+from jaxinfer.quantization.quantized_experts import QuantizedExperts, quantize_experts
 from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 
@@ -40,7 +41,8 @@ def map_projections(weights: Weights, fn: Callable[[Weight, int, str], Weight]) 
 
 
 def quantize_weights(weights: Weights, mode: str | None, group: int = quantized_weight.DEFAULT_GROUP) -> Weights:
-    """The projections quantized to `mode` (embedding, head and norms as they are); None: `weights` unchanged.
+    """The projections and routed experts quantized to `mode` (embedding, head, norms and routers as
+    they are); None: `weights` unchanged.
 
     A tree already quantized (a converted checkpoint) is returned as it is when the mode and
     group match, and refused otherwise: quantizing quantized values again would lose accuracy.
@@ -54,7 +56,34 @@ def quantize_weights(weights: Weights, mode: str | None, group: int = quantized_
             raise ValueError(f"quantization={mode!r} (group {group}), but these weights are stored as "
                              f"{first.mode!r} (group {first.group}); load them with quantization=None")
         return weights
-    return map_projections(weights, lambda w, c, name: quantized_weight.quantize(w, c, mode, group, name))
+    weights = map_projections(weights, lambda w, c, name: quantized_weight.quantize(w, c, mode, group, name))
+    return map_experts(weights, lambda w, name: quantize_experts(w, mode, group, name))
+
+
+def leaf_quantizer(abstract: Weights, mode: str | None,
+                   group: int = quantized_weight.DEFAULT_GROUP) -> Callable[[str, jax.Array], Any] | None:
+    """fn(path, leaf) quantizing each leaf as `quantize_weights` would (projections and routed experts;
+    others as they are), for quantizing weights as they load; None when mode is None.
+
+    The loader holds then one unquantized leaf at a time beside the quantized ones: a model whose
+    weights fit in memory only quantized (an MoE model in int4, GPT-OSS-120B's experts) can load.
+    """
+    if mode is None:
+        return None
+    quantized_weight.check_mode(mode, group)
+    contracts: dict[str, int | None] = {}  # path -> axes a projection contracts; None for routed experts
+    for i, lw in enumerate(abstract.layers):
+        contracts.update({f"layers.{i}.{name}": c for name, c in projections(lw).items()})
+        contracts.update({f"layers.{i}.{name}": None for name in _expert_fields(lw)})
+
+    def quantize_leaf(path: str, leaf: jax.Array) -> Any:
+        if path not in contracts:
+            return leaf
+        if (contract := contracts[path]) is None:
+            return quantize_experts(leaf, mode, group, path)
+        return quantized_weight.quantize(leaf, contract, mode, group, path)
+
+    return quantize_leaf
 
 
 def quantize_head(weights: Weights, mode: str, group: int, layout: Layout) -> Weights:
@@ -157,6 +186,14 @@ def _expert_fields(lw: Any) -> tuple[str, ...]:
     return getattr(type(lw), "EXPERTS", ())
 
 
+def map_experts(weights: Weights, fn: Callable[[jax.Array, str], Any]) -> Weights:
+    """weights with each layer's routed experts (its `EXPERTS` fields) replaced by fn(leaf, "layers.i.name")."""
+    layers = [dataclasses.replace(lw, **{name: fn(getattr(lw, name), f"layers.{i}.{name}")
+                                         for name in _expert_fields(lw)})
+              for i, lw in enumerate(weights.layers)]
+    return dataclasses.replace(weights, layers=layers)
+
+
 def widen_experts(weights: Weights) -> Weights:
     """16-bit expert weights as float32, for running on CPU.
 
@@ -168,7 +205,7 @@ def widen_experts(weights: Weights) -> Weights:
     def widen(lw: Any) -> Any:
         fields = {name: getattr(lw, name) for name in _expert_fields(lw)}
         return dataclasses.replace(lw, **{name: w.astype(jax.numpy.float32) for name, w in fields.items()
-                                          if w.dtype.itemsize == 2})
+                                          if not isinstance(w, QuantizedExperts) and w.dtype.itemsize == 2})
 
     return dataclasses.replace(weights, layers=[widen(lw) for lw in weights.layers])
 
@@ -179,8 +216,9 @@ def narrow_experts(weights: Weights) -> Weights:
         if not _expert_fields(lw):  # no experts (and maybe no attn_norm: OLMo 2 norms after its sublayers)
             return lw
         dtype = lw.attn_norm.dtype
-        return dataclasses.replace(lw, **{name: getattr(lw, name).astype(dtype) for name in _expert_fields(lw)
-                                          if getattr(lw, name).dtype != dtype})
+        experts = {name: getattr(lw, name) for name in _expert_fields(lw)}
+        return dataclasses.replace(lw, **{name: w.astype(dtype) for name, w in experts.items()
+                                          if not isinstance(w, QuantizedExperts) and w.dtype != dtype})
 
     return dataclasses.replace(weights, layers=[narrow(lw) for lw in weights.layers])
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +31,6 @@ from jaxinfer.kernels.cpu.packed_quant import (
     untile_group_scales,
 )
 from jaxinfer.kernels.precision import matmul_precision
-from jaxinfer.parallel.array_info import ArrayInfo, is_info
 from jaxinfer.parallel.sharding import Layout
 from pallas_kernels.quant_matmul_gpu import ROWS as KERNEL_ROWS
 from pallas_kernels.quant_matmul_gpu import int4_matmul_gpu, int8_matmul_gpu
@@ -258,12 +256,3 @@ def shard_quantized(q: QuantizedWeight, axes: tuple[str | None, ...], layout: La
     # A jitted copy reshards arrays that span processes too (device_put needs them addressable).
     values, scales = jax.jit(lambda v, s: (v, s), out_shardings=shardings)(q.values, q.scales)
     return dataclasses.replace(q, values=values, scales=scales)
-
-
-def shard_quantized_tree(weights: Any, abstract: Any, layout: Layout) -> Any:
-    """Every QuantizedWeight of weights sharded by the ArrayInfo at its place in abstract (other leaves as they are)."""
-
-    def place(info: ArrayInfo, leaf: Any) -> Any:
-        return shard_quantized(leaf, info.axes, layout) if isinstance(leaf, QuantizedWeight) else leaf
-
-    return jax.tree.map(place, abstract, weights, is_leaf=is_info)

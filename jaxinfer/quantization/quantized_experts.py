@@ -1,0 +1,169 @@
+"""Routed experts' stacked weights [E, K, N] stored quantized: a `QuantizedExperts` leaf and its products.
+
+The modes are `quantized_weight`'s, applied to each expert on its own: "int8" and "fp8" keep one
+float32 scale per expert and output column, "int4" one bf16 scale per expert, output column and
+group of `group` input rows (two values per byte along the input). The values keep the experts'
+axis layout ([E, K, N], int4 [E, K / 2, N]), so they shard like the weights they replace: the
+experts over ep, the hidden units over tp (int4 only where each device holds whole groups).
+
+Products read them as they are: one expert's values, widened, in the CPU tile loop, with the
+int8/fp8 scales applied to the product; `jax.lax.ragged_dot` over the widened values on
+accelerators, scaled per row by its expert's columns (int4: over the dequantized stack, since its
+scales vary along the contracted axis). The widened copies are transient: memory at rest is the
+quantized bytes, which is what lets a mixture-of-experts model twice or four times its bf16 size fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.parallel.sharding import Layout
+from jaxinfer.quantization.quantized_weight import FP8_MAX, INT4_MAX, INT8_MAX, check_mode, int4_rows
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class QuantizedExperts:
+    """Experts' weights [E, K, N] as quantized `values` and float `scales` (see the module docstring)."""
+
+    values: jax.Array  # int8/fp8 [E, K, N]; int4 uint8 [E, K / 2, N] (row 2i low nibble, 2i + 1 high, each + 8)
+    scales: jax.Array  # int8/fp8 float32 [E, N]; int4 bfloat16 [E, K / group, N]
+    mode: str = dataclasses.field(metadata={"static": True})
+    group: int = dataclasses.field(default=0, metadata={"static": True})
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """The shape of the weights these replace, [E, K, N]."""
+        e, k, n = self.values.shape
+        return (e, 2 * k if self.mode == "int4" else k, n)
+
+
+def _absmax(w: jax.Array, axis: int) -> jax.Array:
+    """Per-slice max |w| in float32, all-zero slices given 1 (their values quantize to 0 anyway)."""
+    m = jnp.max(jnp.abs(w), axis=axis).astype(jnp.float32)
+    return jnp.where(m > 0, m, 1.0)
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "group"))
+def _quantize(w: jax.Array, mode: str, group: int) -> tuple[jax.Array, jax.Array]:
+    """(values, scales) of w [E, K, N]; the float32 intermediates fuse away (no widened copy of w)."""
+    if mode in ("int8", "fp8"):
+        scales = _absmax(w, 1) / (INT8_MAX if mode == "int8" else FP8_MAX)
+        scaled = w.astype(jnp.float32) / scales[:, None]
+        if mode == "fp8":
+            return scaled.astype(jnp.float8_e4m3fn), scales
+        return jnp.clip(jnp.round(scaled), -INT8_MAX, INT8_MAX).astype(jnp.int8), scales
+    e, k, n = w.shape
+    grouped = w.reshape(e, k // group, group, n)
+    # Scales are rounded to bf16 first, so values are chosen against the scale actually used.
+    scales = (_absmax(grouped, 2) / INT4_MAX).astype(jnp.bfloat16)
+    q = jnp.round(grouped.astype(jnp.float32) / scales[:, :, None].astype(jnp.float32))
+    pairs = (jnp.clip(q, -8, INT4_MAX).astype(jnp.int32) + 8).reshape(e, k // 2, 2, n).astype(jnp.uint8)
+    return pairs[:, :, 0] | (pairs[:, :, 1] << 4), scales
+
+
+def quantize_experts(w: jax.Array, mode: str, group: int, name: str = "experts") -> QuantizedExperts:
+    """Stacked expert weights w [E, K, N] quantized to `mode`, each expert on its own."""
+    check_mode(mode, group)
+    if mode == "int4" and w.shape[1] % group:
+        raise ValueError(f"int4 group size {group} does not divide {name}'s input size {w.shape[1]}; "
+                         "use a group size that does, or int8")
+    values, scales = _quantize(w, mode, group if mode == "int4" else 0)
+    return QuantizedExperts(values, scales, mode, group if mode == "int4" else 0)
+
+
+def _int4_matrix(values: jax.Array, scales: jax.Array, group: int) -> jax.Array:
+    """One expert's int4 bytes [K / 2, N] and group scales [K / group, N] as float32 [K, N]."""
+    rows = int4_rows(values).astype(jnp.float32)
+    k, n = rows.shape
+    return (rows.reshape(k // group, group, n) * scales[:, None].astype(jnp.float32)).reshape(k, n)
+
+
+def dequantize_experts(q: QuantizedExperts, dtype: jnp.dtype = jnp.float32) -> jax.Array:
+    """All experts' weights [E, K, N] in `dtype`."""
+    if q.mode == "int4":
+        return jax.vmap(functools.partial(_int4_matrix, group=q.group))(q.values, q.scales).astype(dtype)
+    return (q.values.astype(jnp.float32) * q.scales[:, None]).astype(dtype)
+
+
+def _compute_dtype(x: jax.Array) -> jnp.dtype:
+    """float32 for float32 activations (exact models stay exact), else bfloat16 (16-bit activations)."""
+    return jnp.float32 if x.dtype == jnp.float32 else jnp.bfloat16
+
+
+def expert_dot(x: jax.Array, q: QuantizedExperts, e: jax.Array) -> jax.Array:
+    """x [M, K] @ expert e's weights, float32 [M, N]: the CPU tile loop's product, in float32 (as the
+    loop's float experts are, `weight_ops.widen_experts`: XLA:CPU's bf16 products run far slower)."""
+    xw = x.astype(jnp.float32)
+    if q.mode == "int4":  # per-group sums, then scaled: no pass over the [K, N] weights to scale them
+        w3 = int4_rows(q.values[e]).astype(jnp.float32)
+        groups = w3.shape[0] // q.group
+        w3 = w3.reshape(groups, q.group, -1)
+        sums = jnp.einsum("mgk,gkn->mgn", xw.reshape(-1, groups, q.group), w3, precision=matmul_precision(xw, w3),
+                          preferred_element_type=jnp.float32)
+        return jnp.einsum("mgn,gn->mn", sums, q.scales[e].astype(jnp.float32), precision=matmul_precision(xw))
+    w = q.values[e].astype(jnp.float32)
+    return jnp.dot(xw, w, precision=matmul_precision(xw, w), preferred_element_type=jnp.float32) * q.scales[e]
+
+
+def row_experts(group_sizes: jax.Array, rows: int) -> jax.Array:
+    """The expert of each of `rows` rows sorted by expert ([rows] int32; rows past the groups get the last)."""
+    ends = jnp.cumsum(group_sizes)
+    # Compared with every end at once: a loop-free lowering (searchsorted's default is a loop).
+    found = jnp.searchsorted(ends, jnp.arange(rows), side="right", method="compare_all")
+    return jnp.minimum(found, group_sizes.shape[0] - 1)
+
+
+def ragged_expert_dot(x: jax.Array, q: QuantizedExperts, group_sizes: jax.Array) -> jax.Array:
+    """x [M, K] (rows sorted by expert, `group_sizes` per expert) @ each row's expert, float32 [M, N]."""
+    compute = _compute_dtype(x)
+    xw = x.astype(compute)
+    if q.mode == "int4":
+        w = dequantize_experts(q, compute)
+        return jax.lax.ragged_dot(xw, w, group_sizes, precision=matmul_precision(xw, w),
+                                  preferred_element_type=jnp.float32)
+    w = q.values.astype(compute)
+    out = jax.lax.ragged_dot(xw, w, group_sizes, precision=matmul_precision(xw, w),
+                             preferred_element_type=jnp.float32)
+    return out * jnp.take(q.scales, row_experts(group_sizes, x.shape[0]), axis=0)
+
+
+def experts_spec(w: jax.Array | QuantizedExperts, axes: tuple[str | None, ...], layout: Layout,
+                 name: str = "experts") -> PartitionSpec | QuantizedExperts:
+    """The sharding of an experts leaf from the logical axes of the weights [E, K, N]: a PartitionSpec,
+    or for quantized experts a QuantizedExperts whose values and scales are PartitionSpecs.
+
+    int4 values and scales split along the input only where each device holds whole groups (and
+    whole bytes); a split input that cannot is refused, since the experts' hidden units must split
+    alike in the gate/up and down products.
+    """
+    spec = layout.spec(w.shape, axes)
+    if not isinstance(w, QuantizedExperts):
+        return spec
+    e_axis, k_axis, n_axis = tuple(spec) + (None,) * (3 - len(spec))
+    if w.mode != "int4":
+        values, scales = PartitionSpec(e_axis, k_axis, n_axis), PartitionSpec(e_axis, n_axis)
+        return dataclasses.replace(w, values=values, scales=scales)
+    if k_axis is not None and (w.shape[1] // w.group) % layout.axis_size(k_axis):
+        raise ValueError(
+            f"{name}: int4 groups of {w.group} rows do not split evenly over {layout.axis_size(k_axis)} devices "
+            f"({w.shape[1]} input rows); use a smaller quantization group or int8 experts")
+    both = PartitionSpec(e_axis, k_axis, n_axis)
+    return dataclasses.replace(w, values=both, scales=both)
+
+
+def shard_experts(q: QuantizedExperts, axes: tuple[str | None, ...], layout: Layout,
+                  name: str = "experts") -> QuantizedExperts:
+    """q with values and scales moved to their shardings on layout's mesh (q itself when unsharded)."""
+    if layout.mesh is None:
+        return q
+    specs = experts_spec(q, axes, layout, name)
+    shardings = jax.tree.map(lambda s: jax.sharding.NamedSharding(layout.mesh, s), specs,
+                             is_leaf=lambda s: isinstance(s, PartitionSpec))
+    return jax.jit(lambda t: t, out_shardings=shardings)(q)
