@@ -101,15 +101,24 @@ def expert_dot(x: jax.Array, q: QuantizedExperts, e: jax.Array) -> jax.Array:
     """x [M, K] @ expert e's weights, float32 [M, N]: the CPU tile loop's product, in float32 (as the
     loop's float experts are, `weight_ops.widen_experts`: XLA:CPU's bf16 products run far slower)."""
     xw = x.astype(jnp.float32)
-    if q.mode == "int4":  # per-group sums, then scaled: no pass over the [K, N] weights to scale them
-        w3 = int4_rows(q.values[e]).astype(jnp.float32)
-        groups = w3.shape[0] // q.group
-        w3 = w3.reshape(groups, q.group, -1)
-        sums = jnp.einsum("mgk,gkn->mgn", xw.reshape(-1, groups, q.group), w3, precision=matmul_precision(xw, w3),
-                          preferred_element_type=jnp.float32)
-        return jnp.einsum("mgn,gn->mn", sums, q.scales[e].astype(jnp.float32), precision=matmul_precision(xw))
+    if q.mode == "int4":
+        return _int4_expert_dot(xw, q.values[e], q.scales[e], q.group)
     w = q.values[e].astype(jnp.float32)
     return jnp.dot(xw, w, precision=matmul_precision(xw, w), preferred_element_type=jnp.float32) * q.scales[e]
+
+
+def _int4_expert_dot(x: jax.Array, values: jax.Array, scales: jax.Array, group: int) -> jax.Array:
+    """float32 x [M, K] @ one expert's int4 bytes [K / 2, N] with group scales [K / group, N].
+
+    The even input rows are the low nibbles, the odd ones the high: two products over x's even and
+    odd columns read each byte once, with no interleaving copy of the unpacked rows (a whole-matrix
+    unpack, or per-group sums then scaled, ran 3-4x slower in the CPU tile loop).
+    """
+    row_scales = jnp.repeat(scales.astype(jnp.float32), group // 2, axis=0)  # [K / 2, N]: each byte's scale
+    low = ((values & 15).astype(jnp.float32) - 8) * row_scales
+    high = ((values >> 4).astype(jnp.float32) - 8) * row_scales
+    dot = functools.partial(jnp.dot, precision=matmul_precision(x), preferred_element_type=jnp.float32)
+    return dot(x[:, 0::2], low) + dot(x[:, 1::2], high)
 
 
 def row_experts(group_sizes: jax.Array, rows: int) -> jax.Array:
