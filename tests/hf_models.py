@@ -116,9 +116,25 @@ ARCH_CONFIGS.update({
              layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.5, tie_word_embeddings=False,
              initializer_range=0.2),
     ),
+    # Granite: every multiplier away from 1 (attention_multiplier 0.3 replaces 16 ** -0.5); q/k/v/o biases
+    "granite": (
+        transformers.GraniteConfig,
+        dict(embedding_multiplier=3.0, attention_multiplier=0.3, residual_multiplier=0.7, logits_scaling=2.5,
+             attention_bias=True, tie_word_embeddings=True),
+    ),
+    "granitemoe": (  # experts fused in input_linear / output_linear; top-k logits softmaxed among themselves
+        transformers.GraniteMoeConfig,
+        dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, embedding_multiplier=2.0,
+             attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=0.5),
+    ),
+    "granitemoe_shared": (  # a shared MLP beside the experts, gate and up fused in one tensor
+        transformers.GraniteMoeSharedConfig,
+        dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=48,
+             embedding_multiplier=2.0, attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=1.5),
+    ),
 })
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
-ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss")
+ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
@@ -137,6 +153,9 @@ MODEL_CLASSES = {
     transformers.Qwen2MoeConfig: transformers.Qwen2MoeForCausalLM,
     transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,
     transformers.GptOssConfig: transformers.GptOssForCausalLM,
+    transformers.GraniteConfig: transformers.GraniteForCausalLM,
+    transformers.GraniteMoeConfig: transformers.GraniteMoeForCausalLM,
+    transformers.GraniteMoeSharedConfig: transformers.GraniteMoeSharedForCausalLM,
 }
 
 

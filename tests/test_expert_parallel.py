@@ -43,6 +43,9 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
     runs = [(name, str(checkpoint_dir(name)), meshes, {}) for name in ("mixtral", "qwen3_moe")]
     # Qwen2-MoE's shared expert splits like a dense MLP, over tp only (one 2 x 2 mesh covers both axes).
     runs.append(("qwen2_moe", str(checkpoint_dir("qwen2_moe")), [(1, 1), (2, 2)], {}))
+    # Granite-MoE's experts are read as row ranges of one fused [E, 2F, D] tensor (each device its experts' and
+    # hidden units' rows), its shared MLP's gate and up from one [2S, D] tensor, split like Qwen2-MoE's.
+    runs.append(("granitemoe_shared", str(checkpoint_dir("granitemoe_shared")), [(1, 1), (2, 2)], {}))
     # GPT-OSS's expert biases split like the experts (one 2 x 2 mesh covers both axes); then its attention
     # sinks split like the query heads into the Pallas kernel each device runs (interpreted) under shard_map.
     runs.append(("gpt_oss", str(checkpoint_dir("gpt_oss")), [(1, 1), (2, 2)], {}))
@@ -66,5 +69,5 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
             assert run["down"] == [[4 // ep, 32 // tp // packed, 64]] * (tp * ep)
             if "int" not in name:  # heads: tp only, replicated over ep
                 assert [shape[1] for shape in run["wq"]] == [4 // tp] * (tp * ep)
-            if name == "qwen2_moe":  # the shared expert's [D=64, 48]
+            if name in ("qwen2_moe", "granitemoe_shared"):  # the shared expert's [D=64, 48]
                 assert run["shared"] == [[64, 48 // tp]] * (tp * ep), (tp, ep, run["shared"])

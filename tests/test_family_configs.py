@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import transformers
 
 from jaxinfer import ConfigError, from_hf_config
 from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES
@@ -105,3 +106,45 @@ def test_longrope_is_refused_outside_phi3():
     rope = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}
     with pytest.raises(ConfigError, match="'longrope' is read for Phi3ForCausalLM only"):
         from_hf_config({**BASE, "architectures": ["LlamaForCausalLM"], "rope_scaling": rope})
+
+
+GRANITES = ["GraniteForCausalLM", "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM"]
+
+
+@pytest.mark.parametrize("architecture", GRANITES)
+def test_granite_fields_a_config_leaves_out_take_transformers_defaults(architecture):
+    """Every multiplier 1.0 (the softmax scale too, not head_dim ** -0.5), 2048 positions, no biases or tied
+    head; the MoE ones 8 experts of intermediate_size, 2 per token, and no shared MLP."""
+    hf = getattr(transformers, architecture).config_class(**BASE)
+    cfg = from_hf_config({**BASE, "architectures": [architecture]})
+    assert (cfg.embedding_multiplier, cfg.attn_scale, cfg.residual_multiplier, cfg.logits_scaling) == (
+        hf.embedding_multiplier, hf.attention_multiplier, hf.residual_multiplier, hf.logits_scaling) == (1.0,) * 4
+    assert (cfg.max_position_embeddings, cfg.tie_word_embeddings, cfg.qkv_bias, cfg.o_bias) == (
+        hf.max_position_embeddings, hf.tie_word_embeddings, hf.attention_bias, hf.attention_bias)
+    if architecture != "GraniteForCausalLM":
+        assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size) == (
+            hf.num_local_experts, hf.num_experts_per_tok, hf.intermediate_size)
+        assert cfg.shared_expert_intermediate_size == getattr(hf, "shared_intermediate_size", 0) == 0
+
+
+def test_granite_reads_its_multipliers():
+    cfg = from_hf_config({**BASE, "architectures": ["GraniteMoeSharedForCausalLM"], "embedding_multiplier": 12,
+                          "attention_multiplier": 0.0078125, "residual_multiplier": 0.22, "logits_scaling": 8.0,
+                          "shared_intermediate_size": 16, "attention_bias": True})
+    assert (cfg.embedding_multiplier, cfg.attn_scale, cfg.residual_multiplier, cfg.logits_scaling) == (
+        12.0, 0.0078125, 0.22, 8.0)
+    assert cfg.shared_expert_intermediate_size == 16 and cfg.qkv_bias and cfg.o_bias
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(logits_scaling=0), "logits_scaling 0 is not supported for GraniteForCausalLM: it must be a positive"),
+        (dict(attention_multiplier="0.1"), "attention_multiplier '0.1' is not supported"),
+        (dict(mlp_bias=True), "mlp_bias=True is not supported for GraniteForCausalLM"),
+        (dict(layer_types=["sliding_attention"] * 6), "not supported for GraniteForCausalLM"),
+    ],
+)
+def test_granite_configs_that_cannot_run_are_rejected(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**BASE, "architectures": ["GraniteForCausalLM"], **fields})

@@ -56,8 +56,16 @@ def _same(leaf: HFLeaf) -> Transforms:
 
 
 def _transpose(leaf: HFLeaf) -> Transforms:
-    """torch Linear [out, in] <-> [in, out]; the out rows may sit after `row_offset` rows of a fused tensor."""
-    return (lambda w: w.T), (lambda w: w.T), (lambda index: (_shifted(index[1], leaf.row_offset), index[0]))
+    """torch Linear [out, in] <-> [in, out], the last two axes (experts stacked in one tensor [E, out, in] keep
+    their leading axis); the out rows may sit after `row_offset` rows of a fused tensor."""
+
+    def swap(w: np.ndarray) -> np.ndarray:
+        return w.swapaxes(-1, -2)
+
+    def hf_index(index: Index) -> Index:
+        return (*index[:-2], _shifted(index[-1], leaf.row_offset), index[-2])
+
+    return swap, swap, hf_index
 
 
 def _in_heads(leaf: HFLeaf) -> Transforms:

@@ -90,6 +90,9 @@ class ModelConfig:
     activation: str = "silu"
     norm_weight_offset: float = 0.0  # Gemma stores norm weights as (w - 1).
     scale_embeddings: bool = False  # Gemma multiplies embeddings by sqrt(hidden_size).
+    embedding_multiplier: float = 1.0  # Granite: embeddings scaled by it
+    residual_multiplier: float = 1.0  # Granite: each sublayer's output scaled by it before the residual add
+    logits_scaling: float = 1.0  # Granite: output logits divided by it
     # Per-layer sliding window in tokens; 0 means full attention.
     layer_windows: tuple[int, ...] = ()
     attn_scale: float | None = None  # None: head_dim ** -0.5 (Gemma 2/3: query_pre_attn_scalar ** -0.5)

@@ -32,6 +32,7 @@ class Weights:
     """All weights of one model; `lm_head` is None when tied to the embedding (packed trees aside).
 
     logit_soft_cap (static): the output logits pass through cap * tanh(logits / cap) (Gemma 2).
+    logits_scaling (static): the output logits are divided by it (Granite).
     """
 
     embed: jax.Array | RowTable  # [V, D]; a RowTable only in the CPU kernels' tree (pack_for_cpu)
@@ -39,6 +40,7 @@ class Weights:
     final_norm: jax.Array  # [D]
     lm_head: Weight | None = None  # [D, V]
     logit_soft_cap: float | None = dataclasses.field(default=None, metadata=dict(static=True))
+    logits_scaling: float = dataclasses.field(default=1.0, metadata=dict(static=True))
 
 
 def abstract_weights(cfg: ModelConfig) -> Weights:
@@ -52,14 +54,18 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
         final_norm=ArrayInfo((D,), ("embed",), init_value=norm),
         lm_head=None if cfg.tie_word_embeddings else ArrayInfo((D, V), ("embed", "vocab")),
         logit_soft_cap=cfg.final_soft_cap,
+        logits_scaling=cfg.logits_scaling,
     )
 
 
 def embed_tokens(weights: Weights, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """Token embeddings [B, T, D]; Gemma scales them by sqrt(D) in the weight dtype, as HF does."""
+    """Token embeddings [B, T, D]; Gemma scales them by sqrt(D) in the weight dtype, as HF does, and Granite
+    by its embedding_multiplier in float32, rounded once (as torch multiplies a 16-bit tensor by a Python float)."""
     x = take_rows(weights.embed, tokens)
     if cfg.scale_embeddings:
         x = x * jnp.asarray(math.sqrt(cfg.hidden_size), dtype=x.dtype)
+    if cfg.embedding_multiplier != 1.0:
+        x = (x.astype(jnp.float32) * cfg.embedding_multiplier).astype(x.dtype)
     return x
 
 
@@ -85,10 +91,13 @@ def forward_with_taps(
 
 
 def lm_logits(weights: Weights, hidden: jax.Array) -> jax.Array:
-    """Float32 next-token logits [..., V] from final hidden states [..., D] (soft-capped where the model caps)."""
+    """Float32 next-token logits [..., V] from final hidden states [..., D] (scaled and soft-capped where the
+    model says)."""
     if weights.lm_head is None:
         logits = linear_transposed(hidden, weights.embed)
     else:
         logits = linear(hidden, weights.lm_head, out_dtype=jnp.float32)
+    if weights.logits_scaling != 1.0:
+        logits = logits / weights.logits_scaling
     cap = weights.logit_soft_cap
     return logits if cap is None else cap * jnp.tanh(logits / cap)

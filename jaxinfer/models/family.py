@@ -23,12 +23,13 @@ HF_KINDS = ("same", "transpose", "in_heads", "out_heads", "bias_heads", "even_co
 class HFLeaf:
     """One layer leaf in an HF checkpoint: tensor name ({i} the layer, {e} the expert) and layout.
 
-    kind: "same" (as stored), "transpose" (torch Linear [out, in] -> [in, out]), "in_heads"
+    kind: "same" (as stored), "transpose" (torch Linear [out, in] -> [in, out]; experts stored in one tensor
+    [E, out, in] -> [E, in, out]), "in_heads"
     (Linear [heads*K, D] -> [D, heads, K]), "out_heads" ([D, heads*K] -> [heads, K, D]),
     "bias_heads" ([heads*K] -> [heads, K]), "even_columns" / "odd_columns" (the even or odd entries of
     the last axis: GPT-OSS interleaves gate and up units in one tensor). row_offset: rows of a fused tensor before this
-    leaf's (Phi-3's qkv_proj and gate_up_proj are split at load this way). experts > 0: one
-    stored tensor per expert, stacked on a new leading axis. hf_shape is one stored tensor's.
+    leaf's (Phi-3's qkv_proj and gate_up_proj, Granite-MoE's input_linear, are split at load this way). experts > 0:
+    one stored tensor per expert, stacked on a new leading axis. hf_shape is one stored tensor's.
     """
 
     name: str

@@ -98,9 +98,12 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     }
 
 
-def route_top_logits(x: jax.Array, router: jax.Array, bias: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
-    """Routing weights [N, k] (float32) and expert ids [N, k]: the top k biased logits, softmaxed among themselves."""
-    logits = linear(x, router).astype(jnp.float32) + bias.astype(jnp.float32)
+def route_top_logits(x: jax.Array, router: jax.Array, bias: jax.Array | None, k: int) -> tuple[jax.Array, jax.Array]:
+    """Routing weights [N, k] (float32) and expert ids [N, k]: the top k (biased) logits, softmaxed among
+    themselves (Granite-MoE's router has no bias)."""
+    logits = linear(x, router).astype(jnp.float32)
+    if bias is not None:
+        logits = logits + bias.astype(jnp.float32)
     top, experts = jax.lax.top_k(logits, k)
     return jax.nn.softmax(top, axis=-1), experts
 

@@ -17,6 +17,8 @@ from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.glm import FAMILY as GLM
 from jaxinfer.models.glm4 import FAMILY as GLM4
 from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
+from jaxinfer.models.granite import FAMILY as GRANITE
+from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
@@ -24,7 +26,8 @@ from jaxinfer.models.phi3 import FAMILY as PHI3
 from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 
-FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS)
+FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
+                                GRANITE_MOE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
