@@ -116,6 +116,12 @@ ARCH_CONFIGS.update({
              layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.5, tie_word_embeddings=False,
              initializer_range=0.2),
     ),
+    "glm4_moe": (  # grouped routing: 8 experts in 4 groups, 3 chosen in the best 2; 2 shared experts; layer 0 dense;
+        transformers.Glm4MoeConfig,  # q/k norms and biases, half of each 32-dim head rotated (the default)
+        dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
+             n_shared_experts=2, first_k_dense_replace=1, routed_scaling_factor=2.5, use_qk_norm=True,
+             attention_bias=True, pad_token_id=0),
+    ),
     # Granite: every multiplier away from 1 (attention_multiplier 0.3 replaces 16 ** -0.5); q/k/v/o biases
     "granite": (
         transformers.GraniteConfig,
@@ -134,7 +140,8 @@ ARCH_CONFIGS.update({
     ),
 })
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
-ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared")
+ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared",
+                 "glm4_moe")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
@@ -153,6 +160,7 @@ MODEL_CLASSES = {
     transformers.Qwen2MoeConfig: transformers.Qwen2MoeForCausalLM,
     transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,
     transformers.GptOssConfig: transformers.GptOssForCausalLM,
+    transformers.Glm4MoeConfig: transformers.Glm4MoeForCausalLM,
     transformers.GraniteConfig: transformers.GraniteForCausalLM,
     transformers.GraniteMoeConfig: transformers.GraniteMoeForCausalLM,
     transformers.GraniteMoeSharedConfig: transformers.GraniteMoeSharedForCausalLM,
@@ -169,6 +177,9 @@ def make_hf_model(name: str, **overrides) -> torch.nn.Module:
         for name, param in model.named_parameters():
             if param.dim() == 1 or name.endswith("_bias"):  # norms and biases: away from their trivial values
                 param.add_(0.1 * torch.randn_like(param))
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # GLM-4.5's routing bias is a buffer, zero at init
+                buffer.add_(0.1 * torch.randn_like(buffer))
     return model
 
 

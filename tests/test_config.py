@@ -204,3 +204,42 @@ def test_glm_fields_a_config_leaves_out_read_as_transformers_reads_them(arch, fi
 def test_glm_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**GLM, **fields, "architectures": ["GlmForCausalLM"]})
+
+
+GLM4_MOE = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=4, num_attention_heads=2)
+GLM4_MOE_ROUTING = dict(n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=4,
+                        n_shared_experts=2, first_k_dense_replace=3, routed_scaling_factor=2.5, norm_topk_prob=False,
+                        use_qk_norm=True, attention_bias=True, num_nextn_predict_layers=2)
+
+
+@pytest.mark.parametrize("fields", [*GLM_ROPE, GLM4_MOE_ROUTING])
+def test_glm4_moe_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    ours = from_hf_config({**GLM4_MOE, **fields, "architectures": ["Glm4MoeForCausalLM"]})
+    theirs = transformers.Glm4MoeConfig(**GLM4_MOE, **fields)
+    rope, head_dim = theirs.rope_parameters, theirs.hidden_size // theirs.num_attention_heads
+    assert (ours.num_experts, ours.experts_per_token, ours.moe_intermediate_size) == (
+        theirs.n_routed_experts, theirs.num_experts_per_tok, theirs.moe_intermediate_size)
+    assert ours.shared_expert_intermediate_size == theirs.n_shared_experts * theirs.moe_intermediate_size
+    assert (ours.expert_groups, ours.expert_groups_per_token, ours.routed_scaling_factor, ours.norm_topk_prob) == (
+        theirs.n_group, theirs.topk_group, theirs.routed_scaling_factor, theirs.norm_topk_prob)
+    assert ours.dense_layers == tuple(range(theirs.first_k_dense_replace)) and ours.mtp_layers == theirs.num_mtp_layers
+    assert (ours.qkv_bias, ours.o_bias, ours.qk_norm) == (theirs.attention_bias, False, theirs.use_qk_norm)
+    assert (ours.rms_norm_eps, ours.max_position_embeddings, ours.tie_word_embeddings, ours.activation) == (
+        theirs.rms_norm_eps, theirs.max_position_embeddings, theirs.tie_word_embeddings, theirs.hidden_act)
+    assert (ours.rope_theta, ours.rope_scaling.rope_type) == (rope["rope_theta"], rope["rope_type"])
+    assert ours.rotated_dims == int(head_dim * rope["partial_rotary_factor"]) and not ours.rope_interleaved
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(n_shared_experts=0), "n_shared_experts 0 must be >= 1"),
+        (dict(n_group=3), "n_group 3 must divide the 128 routed experts"),
+        (dict(n_group=8, topk_group=1, num_experts_per_tok=20), "num_experts_per_tok 20 is more than the 16 experts"),
+        (dict(rope_scaling=dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0])), "'longrope' is read"),
+        (dict(layer_types=["sliding_attention"] * 4, sliding_window=4), "not supported for Glm4MoeForCausalLM"),
+    ],
+)
+def test_glm4_moe_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**GLM4_MOE, **fields, "architectures": ["Glm4MoeForCausalLM"]})

@@ -51,6 +51,9 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
     runs.append(("gpt_oss", str(checkpoint_dir("gpt_oss")), [(1, 1), (2, 2)], {}))
     runs.append(("gpt_oss pallas", str(checkpoint_dir("gpt_oss")), [(2, 2)],
                  dict(attention_backend="pallas", interpret_kernels=True)))
+    # GLM-4.5's grouped routing (float32 router and bias, replicated) chooses among 8 experts before they split;
+    # its ungated shared experts [D=64, 64] split like Qwen2-MoE's.
+    runs.append(("glm4_moe", str(checkpoint_dir("glm4_moe")), [(1, 1), (2, 2)], {}))
     # Quantized experts (values and scales) split as the experts they replace: int8 over both axes; int4 over ep
     # (its groups of 32 input rows do not split over tp here: down's 32 hidden units).
     runs.append(("mixtral int8", str(checkpoint_dir("mixtral")), [(1, 1), (2, 2)], dict(quantization="int8")))
@@ -62,12 +65,14 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
         for tp, ep in sizes:
             run = out[f"{name} {tp}x{ep}"]
             assert run["tokens"] == reference, (name, tp, ep)
-            # 4 experts [E, D=64, F=32]: split by ep on experts and by tp on each expert's hidden units
+            # 4 experts (GLM-4.5 8) [E, D=64, F=32]: split by ep on experts and by tp on each expert's hidden units
             # (int4 values hold two input rows a byte).
-            packed = 2 if "int4" in name else 1
-            assert run["gate"] == [[4 // ep, 64 // packed, 32 // tp]] * (tp * ep), (name, tp, ep, run["gate"])
-            assert run["down"] == [[4 // ep, 32 // tp // packed, 64]] * (tp * ep)
+            packed, experts = 2 if "int4" in name else 1, 8 if name == "glm4_moe" else 4
+            assert run["gate"] == [[experts // ep, 64 // packed, 32 // tp]] * (tp * ep), (name, tp, ep, run["gate"])
+            assert run["down"] == [[experts // ep, 32 // tp // packed, 64]] * (tp * ep)
             if "int" not in name:  # heads: tp only, replicated over ep
                 assert [shape[1] for shape in run["wq"]] == [4 // tp] * (tp * ep)
             if name in ("qwen2_moe", "granitemoe_shared"):  # the shared expert's [D=64, 48]
                 assert run["shared"] == [[64, 48 // tp]] * (tp * ep), (tp, ep, run["shared"])
+            if name == "glm4_moe":  # n_shared_experts 2 x 32 hidden units
+                assert run["shared"] == [[64, 64 // tp]] * (tp * ep), (tp, ep, run["shared"])

@@ -8,6 +8,7 @@ a slice of the jaxinfer array (so each shard reads only its own part).
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable
 
 import numpy as np
@@ -152,6 +153,13 @@ def stored_names(t: HFTensor, layer: int | None) -> list[str]:
     """The stored tensor names behind one leaf (one per expert for stacked leaves)."""
     name = t.name if layer is None else t.name.replace("{i}", str(layer))
     return [name.replace("{e}", str(e)) for e in range(t.experts)] if t.experts else [name]
+
+
+def in_mtp_layer(cfg: ModelConfig, name: str) -> bool:
+    """Whether tensor `name` belongs to a multi-token-prediction layer stored after the decoder's
+    (GLM-4.5's `model.layers.{num_hidden_layers}.*`): not run, so not read (transformers skips them too)."""
+    layer = re.match(r"model\.layers\.(\d+)\.", name)
+    return layer is not None and cfg.num_layers <= int(layer.group(1)) < cfg.num_layers + cfg.mtp_layers
 
 
 def expected_hf_names(cfg: ModelConfig, layer_fields: list[list[str]]) -> set[str]:

@@ -14,7 +14,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, stored_names
+from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, in_mtp_layer, stored_names
 from jaxinfer.checkpoint.mxfp4 import Mxfp4Slice, packed_names
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.model import ModelConfig
@@ -124,7 +124,8 @@ def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> N
     """Fail on missing or unexpected tensors, naming them and where they were looked for."""
     expected = expected_hf_names(cfg, layer_fields(abstract_weights(cfg)))
     packed = packed_names(index)
-    found = {n for n in index if not n.endswith(IGNORED_SUFFIXES)} - {n for pair in packed.values() for n in pair}
+    found = {n for n in index if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)}
+    found -= {n for pair in packed.values() for n in pair}
     found |= set(packed)
     if cfg.tie_word_embeddings:
         found.discard("lm_head.weight")  # some exporters keep the tied copy
@@ -201,7 +202,8 @@ def load_hf_weights(
     model_dir: str | Path, cfg: ModelConfig, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED,
     transform: LeafTransform | None = None,
 ) -> Weights:
-    """Read an HF safetensors checkpoint into the weights pytree, cast to `dtype`, laid out by `layout`.
+    """Read an HF safetensors checkpoint into the weights pytree, cast to `dtype` (leaves with a dtype of their
+    own to theirs), laid out by `layout`.
 
     transform(path, leaf): applied to each leaf as it is read (quantizing it, see
     `weight_ops.leaf_quantizer`), so no more than one leaf is ever held untransformed.
@@ -219,7 +221,7 @@ def load_hf_weights(
     arrays = {}
     for path, info in bar:
         t, names = hf_source(path, tensors)
-        leaf = _leaf(reader, t, names, info, np_dtype, layout)
+        leaf = _leaf(reader, t, names, info, info.dtype_in(np_dtype), layout)
         arrays[path] = leaf if transform is None else transform(path, leaf)
     return _unflatten(abstract, arrays)
 
@@ -229,9 +231,12 @@ def _unflatten(abstract: Weights, arrays: dict[str, Any]) -> Weights:
     return jax.tree.unflatten(treedef, [arrays[p] for p, _ in leaf_paths(abstract)])
 
 
-def stored_dtype(weights: Weights) -> str:
-    """The one dtype name of every unquantized leaf ("bfloat16", ...); mixed trees are an error."""
-    names = {jnp.dtype(leaf.dtype).name for p, leaf in leaf_paths(weights) if not p.endswith(QUANT_SUFFIXES)}
+def stored_dtype(weights: Weights, cfg: ModelConfig) -> str:
+    """The one dtype name of every unquantized leaf without a dtype of its own ("bfloat16", ...); mixed trees
+    are an error."""
+    own = {path for path, info in leaf_paths(abstract_weights(cfg)) if info.dtype}
+    names = {jnp.dtype(leaf.dtype).name for p, leaf in leaf_paths(weights)
+             if not p.endswith(QUANT_SUFFIXES) and p not in own}
     if len(names) != 1:
         raise CheckpointError(f"weights mix dtypes {sorted(names)}; convert stores one dtype")
     return names.pop()
@@ -277,7 +282,7 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path, o
         if (src / name).is_file():
             shutil.copy2(src / name, out / name)
     config = json.loads((src / "config.json").read_text())
-    _set_dtype(config, stored_dtype(weights))
+    _set_dtype(config, stored_dtype(weights, load_config(src)))
     config.pop(QUANT_KEY, None)
     if (quant := quantization_of(weights)) is not None:
         config[QUANT_KEY] = {"mode": quant[0], "group_size": quant[1], "experts": _experts_quantized(weights)}
@@ -322,7 +327,8 @@ def _set_dtype(config: dict, dtype: str) -> None:
 
 
 def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any, layout: Layout = UNSHARDED) -> Weights:
-    """Read weights written by `save_converted`, cast to `dtype` (quantized values and scales as stored).
+    """Read weights written by `save_converted`, cast to `dtype` (quantized values and scales as stored, leaves
+    with a dtype of their own in theirs).
 
     With a mesh each leaf is restored straight into its sharding (orbax reads the slices each
     device holds), whatever mesh the checkpoint was saved from.
@@ -337,9 +343,11 @@ def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any, layou
     with ocp.StandardCheckpointer() as ckpt:
         meta = ckpt.metadata(path)
         tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta
-        target = {p: _restore_target(p, info, tree[p], layout) for p, info in leaf_paths(abstract)}
+        infos = dict(leaf_paths(abstract))
+        target = {p: _restore_target(p, info, tree[p], layout) for p, info in infos.items()}
         restored = ckpt.restore(path, target)
-    return _unflatten(abstract, {p: v if p.endswith(QUANT_SUFFIXES) else v.astype(dtype) for p, v in restored.items()})
+    return _unflatten(abstract, {p: v if p.endswith(QUANT_SUFFIXES) else v.astype(infos[p].dtype_in(dtype))
+                                 for p, v in restored.items()})
 
 
 def _restore_target(path: str, info: Any, stored: Any, layout: Layout) -> jax.ShapeDtypeStruct:

@@ -106,7 +106,13 @@ class ModelConfig:
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False  # renormalise the chosen experts' probabilities to sum to 1
     dense_layers: tuple[int, ...] = ()  # MoE models: layers with a dense MLP of intermediate_size
-    shared_expert_intermediate_size: int = 0  # Qwen2-MoE: hidden units of the shared expert of each MoE layer
+    shared_expert_intermediate_size: int = 0  # Qwen2-MoE, GLM-4.5: hidden units of each MoE layer's shared expert
+    # DeepSeek-V3's grouped routing (GLM-4.5; models.grouped_topk): experts in `expert_groups` groups (n_group),
+    # a token's chosen within its best `expert_groups_per_token` (topk_group), weights scaled by the factor.
+    expert_groups: int = 1
+    expert_groups_per_token: int = 1
+    routed_scaling_factor: float = 1.0
+    mtp_layers: int = 0  # multi-token-prediction layers stored after the decoder's (not run, their tensors skipped)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 

@@ -143,7 +143,7 @@ def _convert(args: argparse.Namespace) -> int:
     weights = quantize_weights(load_hf_weights(src, cfg, DTYPES[dtype]), args.quantize, args.group_size)
     out = save_converted(weights, src, args.out_dir, overwrite=args.overwrite)
     quant = f", projections {args.quantize}" if args.quantize else ""
-    print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {stored_dtype(weights)}{quant})")
+    print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {stored_dtype(weights, cfg)}{quant})")
     return 0
 
 

@@ -1,0 +1,55 @@
+"""DeepSeek-V3's "noaux_tc" routing (GLM-4.5 uses it too): sigmoid scores, experts chosen within the best groups.
+
+Each expert's score is sigmoid(router logit). A learned correction bias (`e_score_correction_bias`)
+is added for choosing only: it balances the experts' load without an auxiliary loss and never
+weights an output. The experts are split into `groups` equal groups; a group ranks by the sum of
+its two best biased scores, the best `groups_per_token` groups stay open, and the top k biased
+scores among their experts are chosen. Their weights are the unbiased scores, renormalised to sum
+to 1 where the model says so, times `scaling` (`routed_scaling_factor`). All in float32.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.config.model import ConfigError
+
+
+def grouped_topk(
+    logits: jax.Array,  # [N, E] router logits, float32
+    correction: jax.Array,  # [E] e_score_correction_bias, float32
+    k: int,
+    groups: int,
+    groups_per_token: int,
+    renormalise: bool,
+    scaling: float,
+) -> tuple[jax.Array, jax.Array]:
+    """Routing weights [N, k] (float32) and expert ids [N, k] of rows with router logits [N, E]."""
+    rows, experts = logits.shape
+    scores = jax.nn.sigmoid(logits.astype(jnp.float32))
+    for_choice = scores + correction.astype(jnp.float32)
+    grouped = for_choice.reshape(rows, groups, experts // groups)
+    group_scores = jnp.sum(jax.lax.top_k(grouped, 2)[0], axis=-1)  # [N, groups]
+    _, open_groups = jax.lax.top_k(group_scores, groups_per_token)
+    is_open = jnp.any(open_groups[:, :, None] == jnp.arange(groups), axis=1)  # [N, groups]
+    masked = jnp.where(is_open[:, :, None], grouped, -jnp.inf).reshape(rows, experts)
+    _, chosen = jax.lax.top_k(masked, k)
+    weights = jnp.take_along_axis(scores, chosen, axis=-1)
+    if renormalise:  # transformers' epsilon: an all-zero row stays finite
+        weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + 1e-20)
+    return weights * jnp.float32(scaling), chosen
+
+
+def check_groups(experts: int, groups: int, groups_per_token: int, k: int) -> None:
+    """Refuse a grouping transformers' router cannot run, naming the fields (n_group, topk_group)."""
+    if groups < 1 or experts % groups:
+        raise ConfigError(f"n_group {groups} must divide the {experts} routed experts into equal groups")
+    if experts // groups < 2:
+        raise ConfigError(f"n_group {groups} leaves {experts // groups} expert per group; a group ranks by its two "
+                          "best scores, so each needs at least 2 (n_routed_experts / n_group >= 2)")
+    if not 1 <= groups_per_token <= groups:
+        raise ConfigError(f"topk_group {groups_per_token} must be between 1 and n_group {groups}")
+    if k > groups_per_token * (experts // groups):
+        raise ConfigError(f"num_experts_per_tok {k} is more than the {groups_per_token * (experts // groups)} "
+                          f"experts of the topk_group {groups_per_token} groups a token chooses among")
