@@ -40,6 +40,12 @@
 #                                                   # the family's engine and MXFP4 tests, then bf16 decode at
 #                                                   # batch 1/8 of gpt-oss-20b's layer (6 of its 24 layers, a
 #                                                   # 12 GB random checkpoint) vs HF (~7 min, untried)
+#   bash scripts/gpu_session.sh moe [OUT_DIR]      # routed experts on the GPU: the expert tests (float and
+#                                                   # quantized), then ragged_dot vs gathered products at
+#                                                   # gpt-oss-20b's and Mixtral's expert shapes, 1-2048 tokens,
+#                                                   # bf16/int8/int4/fp8 experts, over the copy bandwidth; then
+#                                                   # gpt-oss-20b's 6 layers decoding with bf16/int8/int4
+#                                                   # experts (~7 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -129,6 +135,17 @@ gpt-oss)
         tests/test_families.py -k "gpu_compiled or sinks or mxfp4 or gpt_oss"
     step decode 330 python3 scripts/bench_decode.py --preset gpt-oss-20b-6layers --batches 1 8 --dtypes bfloat16 \
         --repeats 3 --out "$out/bench_decode_gpt_oss.json"
+    ;;
+moe)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    step moe_tests 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_moe.py tests/test_quantized_experts.py
+    step moe_gpt_oss 120 python3 scripts/bench_moe.py --experts 32 --top-k 4 --hidden 2880 --intermediate 2880 \
+        --tokens 1 8 64 512 2048 --formats bfloat16 int8 int4 fp8 --repeats 5 --out "$out/bench_moe_gpt_oss.json"
+    step moe_mixtral 90 python3 scripts/bench_moe.py --experts 8 --top-k 2 --hidden 4096 --intermediate 14336 \
+        --tokens 1 8 64 512 --formats bfloat16 int8 int4 --repeats 5 --out "$out/bench_moe_mixtral.json"
+    step quant_gpt_oss 150 python3 scripts/bench_quant.py --preset gpt-oss-20b-6layers --batches 1 8 --repeats 3 \
+        --formats bf16 int8 int4 --out "$out/bench_quant_gpt_oss.json"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}

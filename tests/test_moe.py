@@ -34,7 +34,7 @@ def _per_row(x: np.ndarray, experts: list[int], gate, up, down) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("implementation", ["tiled", "ragged_dot"])
+@pytest.mark.parametrize("implementation", ["tiled", "ragged_dot", "gathered"])
 @pytest.mark.parametrize("sizes", [[0, 1, 0, 0, 1, 0], [3, 0, 9, 1, 0, 2], [0, 0, 0, 0, 0, 5], [2, 0, 0, 0, 0, 0]])
 def test_expert_mlp_sends_each_row_through_its_expert_only(implementation, sizes):
     rows = sum(sizes) + 3  # the last rows belong to no expert here (another device's): zeros

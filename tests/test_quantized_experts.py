@@ -57,7 +57,7 @@ def test_dequantized_experts_are_close(mode, tolerance):
     assert error < tolerance, (mode, float(error))
 
 
-@pytest.mark.parametrize("implementation", ["tiled", "ragged_dot"])
+@pytest.mark.parametrize("implementation", ["tiled", "ragged_dot", "gathered"])
 @pytest.mark.parametrize("mode", MODES)
 def test_grouped_products_read_the_stored_values_as_the_dequantized_weights(implementation, mode):
     """Each row through its expert's quantized MLP equals the float MLP over the dequantized experts."""
@@ -136,13 +136,16 @@ def test_converts_with_float_experts_still_restore(checkpoint_dir, tmp_path):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_the_accelerators_path_lowers_for_cuda_and_tpu_without_host_round_trips(mode):
-    """`ragged_dot` over the stored values (what GPUs and TPUs run) in bf16: no cond or while, and it exports."""
+def test_the_accelerators_paths_lower_for_cuda_and_tpu_without_host_round_trips(mode):
+    """`ragged_dot` and the gathered products over the stored values (what GPUs and TPUs run) in bf16: no cond
+    or while, and they export."""
     stacks = [quantize_experts(_weights(shape, seed), mode, 32) for seed, shape in
               enumerate(((E, D, F), (E, D, F), (E, F, D)))]
     x, sizes = _weights((8, D), 3).astype(jnp.bfloat16), jnp.asarray([3, 0, 5, 0], jnp.int32)
-    program = jax.jit(functools.partial(expert_mlp, act="silu", implementation="ragged_dot"))
-    assert not round_trips(program.trace(x, *stacks, sizes).jaxpr.jaxpr)
-    for platform in ("cuda", "tpu"):
-        text = export.export(program, platforms=(platform,))(x, *stacks, sizes).mlir_module()
-        assert "ragged_dot" in text and "stablehlo.while" not in text, platform
+    for implementation in ("ragged_dot", "gathered"):
+        program = jax.jit(functools.partial(expert_mlp, act="silu", implementation=implementation))
+        assert not round_trips(program.trace(x, *stacks, sizes).jaxpr.jaxpr)
+        for platform in ("cuda", "tpu"):
+            text = export.export(program, platforms=(platform,))(x, *stacks, sizes).mlir_module()
+            assert "stablehlo.while" not in text, (implementation, platform)
+            assert ("ragged_dot" in text) == (implementation == "ragged_dot"), (implementation, platform)

@@ -4,7 +4,10 @@ On GPU and TPU `jax.lax.ragged_dot` lowers to a grouped matmul (XLA's ragged dot
 gmm). On CPU, jax 0.10 lowers it to a masked product with every group (each row multiplied by
 every expert's weights, then masked), which is the dense all-experts compute it should avoid;
 there the rows are cut into tiles of one expert each and a loop with a data-dependent trip count
-visits only the tiles that exist, reading each tile's expert weights once.
+visits only the tiles that exist, reading each tile's expert weights once. XLA:GPU may lower
+`ragged_dot` so too (each group zero-padded, a batched product with every expert) where no grouped
+GEMM takes it; "gathered" multiplies each row by its own expert's gathered weights instead, which
+reads only the experts the rows reach: `scripts/bench_moe.py` times the three on a device.
 """
 
 from __future__ import annotations
@@ -14,9 +17,15 @@ import jax.numpy as jnp
 
 from jaxinfer.kernels.precision import matmul_precision
 from jaxinfer.models.mlp import Gate, gate_product
-from jaxinfer.quantization.quantized_experts import QuantizedExperts, expert_dot, ragged_expert_dot
+from jaxinfer.quantization.quantized_experts import (
+    QuantizedExperts,
+    expert_dot,
+    gathered_expert_dot,
+    ragged_expert_dot,
+    row_experts,
+)
 
-IMPLEMENTATIONS = ("auto", "tiled", "ragged_dot")
+IMPLEMENTATIONS = ("auto", "tiled", "ragged_dot", "gathered")
 MAX_TILE = 64  # rows per tile: padding per expert is at most MAX_TILE - 1 rows
 RowBiases = tuple[jax.Array, jax.Array]  # each row's gate and up biases [N, F], in x's dtype
 Experts = jax.Array | QuantizedExperts  # stacked expert weights [E, K, N], as they are or quantized
@@ -107,6 +116,29 @@ def ragged_expert_mlp(
     return jnp.where(jnp.arange(x.shape[0])[:, None] < jnp.sum(group_sizes), out, 0)
 
 
+def gathered_expert_mlp(
+    x: jax.Array, gate: Experts, up: Experts, down: Experts, group_sizes: jax.Array, act: Gate,
+    biases: RowBiases | None = None,
+) -> jax.Array:
+    """`tiled_expert_mlp` with each row's expert weights gathered: N matrix-vector products over N experts'
+    weights, loop-free, reading only the experts rows reach (ragged_dot may lower to a product with every
+    expert); for few rows (decode) on accelerators."""
+    experts = row_experts(group_sizes, x.shape[0])
+
+    def product(a: jax.Array, w: Experts) -> jax.Array:
+        if isinstance(w, QuantizedExperts):
+            return gathered_expert_dot(a, w, experts).astype(a.dtype)
+        ws = w[experts]
+        return jnp.einsum("mk,mkn->mn", a.astype(ws.dtype), ws, precision=matmul_precision(a, ws),
+                          preferred_element_type=jnp.float32).astype(a.dtype)
+
+    g, u = product(x, gate), product(x, up)
+    if biases is not None:
+        g, u = g + biases[0], u + biases[1]
+    out = product(gate_product(act, g, u), down)
+    return jnp.where(jnp.arange(x.shape[0])[:, None] < jnp.sum(group_sizes), out, 0)
+
+
 def expert_mlp(
     x: jax.Array, gate: Experts, up: Experts, down: Experts, group_sizes: jax.Array, act: Gate,
     implementation: str = "auto", biases: RowBiases | None = None,
@@ -121,4 +153,6 @@ def expert_mlp(
         implementation = "tiled" if jax.default_backend() == "cpu" else "ragged_dot"
     if implementation == "tiled":
         return tiled_expert_mlp(x, gate, up, down, group_sizes, act, biases=biases)
+    if implementation == "gathered":
+        return gathered_expert_mlp(x, gate, up, down, group_sizes, act, biases)
     return ragged_expert_mlp(x, gate, up, down, group_sizes, act, biases)

@@ -143,6 +143,19 @@ def ragged_expert_dot(x: jax.Array, q: QuantizedExperts, group_sizes: jax.Array)
     return out * jnp.take(q.scales, row_experts(group_sizes, x.shape[0]), axis=0)
 
 
+def gathered_expert_dot(x: jax.Array, q: QuantizedExperts, experts: jax.Array) -> jax.Array:
+    """x [M, K] @ the expert `experts[m]` of each row, float32 [M, N]: each row's expert's values gathered."""
+    compute = _compute_dtype(x)
+    xw = x.astype(compute)
+    if q.mode == "int4":
+        w = jax.vmap(functools.partial(_int4_matrix, group=q.group))(q.values[experts], q.scales[experts])
+        return jnp.einsum("mk,mkn->mn", xw, w.astype(compute), precision=matmul_precision(xw),
+                          preferred_element_type=jnp.float32)
+    w = q.values[experts].astype(compute)
+    out = jnp.einsum("mk,mkn->mn", xw, w, precision=matmul_precision(xw, w), preferred_element_type=jnp.float32)
+    return out * q.scales[experts]
+
+
 def experts_spec(w: jax.Array | QuantizedExperts, axes: tuple[str | None, ...], layout: Layout,
                  name: str = "experts") -> PartitionSpec | QuantizedExperts:
     """The sharding of an experts leaf from the logical axes of the weights [E, K, N]: a PartitionSpec,
