@@ -14,10 +14,12 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
+from jaxinfer.checkpoint import fp8_blocks
 from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, in_mtp_layer, stored_names
 from jaxinfer.checkpoint.mxfp4 import Mxfp4Slice, packed_names
 from jaxinfer.config.errors import CheckpointError
-from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.fp8_checkpoint import block_size
+from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
 from jaxinfer.parallel.array_info import ArrayInfo, is_info
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
@@ -124,8 +126,10 @@ def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> N
     """Fail on missing or unexpected tensors, naming them and where they were looked for."""
     expected = expected_hf_names(cfg, layer_fields(abstract_weights(cfg)))
     packed = packed_names(index)
-    found = {n for n in index if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)}
+    found = {n for n in index if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)
+             and not fp8_blocks.is_activation_scale(n)}
     found -= {n for pair in packed.values() for n in pair}
+    found -= set(fp8_blocks.packed_names(index).values())  # an FP8 weight's scales: read with it
     found |= set(packed)
     if cfg.tie_word_embeddings:
         found.discard("lm_head.weight")  # some exporters keep the tied copy
@@ -146,15 +150,24 @@ def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> N
 class _TensorReader:
     """Reads named tensors, keeping each safetensors file open once."""
 
-    def __init__(self, index: dict[str, Path]):
+    def __init__(self, index: dict[str, Path], quantization: dict[str, Any] | None = None):
         self._index = index
         self._packed = packed_names(index)  # MXFP4 pairs, read by their unquantized names
+        self._fp8 = fp8_blocks.packed_names(index)  # FP8 weights -> their scales
+        if self._fp8 and (quantization or {}).get("quant_method") != "fp8":
+            raise CheckpointError(f"{next(iter(self._fp8))} is stored with FP8 block scales, but config.json's "
+                                  "quantization_config does not say quant_method 'fp8' (and the block size)")
+        self._fp8_block = block_size(quantization) if self._fp8 else None
         self._open: dict[Path, Any] = {}
 
     def _slice(self, name: str) -> tuple[Any, Path]:
         if name in self._packed:
             blocks, scales = self._packed[name]
             return Mxfp4Slice(self._slice(blocks)[0], self._slice(scales)[0]), self._index[blocks]
+        if name in self._fp8:
+            path = self._index[name]
+            values = fp8_blocks.raw_bytes(path, name)
+            return fp8_blocks.Fp8BlockSlice(values, self._slice(self._fp8[name])[0], self._fp8_block), path
         path = self._index[name]
         if path not in self._open:
             self._open[path] = open_safetensors(path)
@@ -211,7 +224,7 @@ def load_hf_weights(
     model_dir = Path(model_dir)
     index = safetensors_index(model_dir)
     _check_names(cfg, index, model_dir)
-    reader = _TensorReader(index)
+    reader = _TensorReader(index, read_config_json(model_dir).get("quantization_config"))
     tensors = hf_tensor_map(cfg)
     abstract = abstract_weights(cfg)
     total = sum(p.stat().st_size for p in set(index.values()))

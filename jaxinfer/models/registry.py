@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
+from jaxinfer.config.fp8_checkpoint import block_size as fp8_block_size
 from jaxinfer.config.generation import generation_defaults, merge_ids
 from jaxinfer.config.model import REQUIRED_FIELDS, ConfigError, ModelConfig, read_config_json
 from jaxinfer.models.family import Family
@@ -62,12 +63,18 @@ def family_of(cfg: ModelConfig) -> Family:
 
 
 # Checkpoint quantization formats read (dequantized as tensors load), beside unquantized ones.
-STORED_QUANTIZATION = {"mxfp4": "GPT-OSS's MXFP4 experts, dequantized as they load"}
+STORED_QUANTIZATION = {
+    "mxfp4": "GPT-OSS's MXFP4 experts, dequantized as they load",
+    "fp8": "block-wise FP8 e4m3 weights (DeepSeek-V3, Qwen3-FP8, ...), dequantized as they load",
+}
 
 
 def _check_stored_quantization(hf: Mapping[str, Any]) -> None:
     """Refuse a checkpoint quantized in a format the loader cannot read, naming the ones it can."""
-    method = (hf.get("quantization_config") or {}).get("quant_method")
+    quant = hf.get("quantization_config") or {}
+    method = quant.get("quant_method")
+    if method == "fp8":
+        fp8_block_size(quant)  # the settings the reader takes, checked before any tensor is read
     if method is not None and method not in STORED_QUANTIZATION:
         accepted = "; ".join(f"{name} ({what})" for name, what in STORED_QUANTIZATION.items())
         raise ConfigError(
