@@ -14,12 +14,12 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from jaxinfer.checkpoint import fp8_blocks
+from jaxinfer.checkpoint import scaled_weights
 from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, in_mtp_layer, stored_names
 from jaxinfer.checkpoint.mxfp4 import Mxfp4Slice, packed_names
 from jaxinfer.config.errors import CheckpointError
-from jaxinfer.config.fp8_checkpoint import block_size
 from jaxinfer.config.model import ModelConfig, read_config_json
+from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
 from jaxinfer.parallel.array_info import ArrayInfo, is_info
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
@@ -127,9 +127,10 @@ def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> N
     expected = expected_hf_names(cfg, layer_fields(abstract_weights(cfg)))
     packed = packed_names(index)
     found = {n for n in index if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)
-             and not fp8_blocks.is_activation_scale(n)}
+             and not scaled_weights.is_activation_scale(n)}
     found -= {n for pair in packed.values() for n in pair}
-    found -= set(fp8_blocks.packed_names(index).values())  # an FP8 weight's scales: read with it
+    if (scheme := scale_scheme(read_config_json(model_dir).get("quantization_config"))) is not None:
+        found -= set(scaled_weights.packed_names(index, scheme.suffix).values())  # a weight's scales: read with it
     found |= set(packed)
     if cfg.tie_word_embeddings:
         found.discard("lm_head.weight")  # some exporters keep the tied copy
@@ -153,25 +154,29 @@ class _TensorReader:
     def __init__(self, index: dict[str, Path], quantization: dict[str, Any] | None = None):
         self._index = index
         self._packed = packed_names(index)  # MXFP4 pairs, read by their unquantized names
-        self._fp8 = fp8_blocks.packed_names(index)  # FP8 weights -> their scales
-        if self._fp8 and (quantization or {}).get("quant_method") != "fp8":
-            raise CheckpointError(f"{next(iter(self._fp8))} is stored with FP8 block scales, but config.json's "
-                                  "quantization_config does not say quant_method 'fp8' (and the block size)")
-        self._fp8_block = block_size(quantization) if self._fp8 else None
+        self._scheme = scale_scheme(quantization)  # 8-bit weights times scales: FP8 blocks, compressed-tensors
+        self._scaled = scaled_weights.packed_names(index, self._scheme.suffix) if self._scheme else {}
         self._open: dict[Path, Any] = {}
 
     def _slice(self, name: str) -> tuple[Any, Path]:
         if name in self._packed:
             blocks, scales = self._packed[name]
             return Mxfp4Slice(self._slice(blocks)[0], self._slice(scales)[0]), self._index[blocks]
-        if name in self._fp8:
+        if name in self._scaled:
             path = self._index[name]
-            values = fp8_blocks.raw_bytes(path, name)
-            return fp8_blocks.Fp8BlockSlice(values, self._slice(self._fp8[name])[0], self._fp8_block), path
-        path = self._index[name]
+            if scaled_weights.stored_dtype(path, name) in scaled_weights.FP8_DTYPES:
+                values = scaled_weights.Fp8Values(scaled_weights.raw_bytes(path, name))
+            else:
+                values = self._open_slice(name, path)
+            scales = self._slice(self._scaled[name])[0]
+            return scaled_weights.ScaledSlice(values, scales, self._scheme.block), path
+        return self._open_slice(name, self._index[name]), self._index[name]
+
+    def _open_slice(self, name: str, path: Path) -> Any:
+        """A stored tensor as safetensors reads it."""
         if path not in self._open:
             self._open[path] = open_safetensors(path)
-        return self._open[path].get_slice(name), path
+        return self._open[path].get_slice(name)
 
     def tensor(self, name: str, expected_shape: tuple[int, ...]) -> Any:
         """A lazily read tensor (index it to read a slice), after checking its shape."""

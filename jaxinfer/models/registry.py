@@ -10,9 +10,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
-from jaxinfer.config.fp8_checkpoint import block_size as fp8_block_size
 from jaxinfer.config.generation import generation_defaults, merge_ids
 from jaxinfer.config.model import REQUIRED_FIELDS, ConfigError, ModelConfig, read_config_json
+from jaxinfer.config.scaled_checkpoint import scale_scheme
+from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
 from jaxinfer.models.family import Family
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.glm import FAMILY as GLM
@@ -29,7 +30,7 @@ from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
-                                GRANITE_MOE, GLM4_MOE)
+                                GRANITE_MOE, GLM4_MOE, DEEPSEEK)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
@@ -66,6 +67,8 @@ def family_of(cfg: ModelConfig) -> Family:
 STORED_QUANTIZATION = {
     "mxfp4": "GPT-OSS's MXFP4 experts, dequantized as they load",
     "fp8": "block-wise FP8 e4m3 weights (DeepSeek-V3, Qwen3-FP8, ...), dequantized as they load",
+    "compressed-tensors": "llm-compressor's 8-bit weights (float-quantized FP8, int-quantized int8; symmetric, "
+                          "per tensor, channel, group or block), dequantized as they load",
 }
 
 
@@ -73,8 +76,7 @@ def _check_stored_quantization(hf: Mapping[str, Any]) -> None:
     """Refuse a checkpoint quantized in a format the loader cannot read, naming the ones it can."""
     quant = hf.get("quantization_config") or {}
     method = quant.get("quant_method")
-    if method == "fp8":
-        fp8_block_size(quant)  # the settings the reader takes, checked before any tensor is read
+    scale_scheme(quant)  # an FP8 or compressed-tensors checkpoint's settings, checked before any tensor is read
     if method is not None and method not in STORED_QUANTIZATION:
         accepted = "; ".join(f"{name} ({what})" for name, what in STORED_QUANTIZATION.items())
         raise ConfigError(
