@@ -38,8 +38,8 @@ from jaxinfer.kernels.precision import matmul_precision
 from jaxinfer.models.grouped_matmul import tile_rows
 from jaxinfer.models.mlp import gate_product
 from jaxinfer.models.moe import route, routed_experts
-from jaxinfer.quantization.quantized_experts import QuantizedExperts, dequantize_experts, quantize_experts
-from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, MODES
+from jaxinfer.quantization.quantized_experts import EXPERT_MODES, QuantizedExperts, dequantize_experts, quantize_experts
+from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP
 
 FLOAT_FORMATS = ("bfloat16", "float32")
 
@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--intermediate", type=int, default=1792)
     parser.add_argument("--dtype", default="bfloat16", choices=list(FLOAT_FORMATS))
-    parser.add_argument("--formats", nargs="+", default=None, choices=list(FLOAT_FORMATS) + list(MODES),
+    parser.add_argument("--formats", nargs="+", default=None, choices=list(FLOAT_FORMATS) + list(EXPERT_MODES),
                         help="expert formats (default: the dtype, int8 and int4)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--gathered-max-rows", type=int, default=64,

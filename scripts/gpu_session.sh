@@ -141,7 +141,8 @@ moe)
     mkdir -p "$out"
     step moe_tests 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_moe.py tests/test_quantized_experts.py
     step moe_gpt_oss 120 python3 scripts/bench_moe.py --experts 32 --top-k 4 --hidden 2880 --intermediate 2880 \
-        --tokens 1 8 64 512 2048 --formats bfloat16 int8 int4 fp8 --repeats 5 --out "$out/bench_moe_gpt_oss.json"
+        --tokens 1 8 64 512 2048 --formats bfloat16 int8 int4 fp8 mxfp4 --repeats 5 \
+        --out "$out/bench_moe_gpt_oss.json"
     step moe_mixtral 90 python3 scripts/bench_moe.py --experts 8 --top-k 2 --hidden 4096 --intermediate 14336 \
         --tokens 1 8 64 512 --formats bfloat16 int8 int4 --repeats 5 --out "$out/bench_moe_mixtral.json"
     step quant_gpt_oss 150 python3 scripts/bench_quant.py --preset gpt-oss-20b-6layers --batches 1 8 --repeats 3 \

@@ -9,13 +9,19 @@ import pytest
 import torch
 import transformers
 from hf_models import save_hf_model
+from jax.sharding import AbstractMesh
 from safetensors.numpy import load_file, save_file
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 from jaxinfer import LLM
+from jaxinfer.checkpoint.loader import save_converted
 from jaxinfer.checkpoint.mxfp4 import E2M1, GROUP, Mxfp4Slice, dequantize
 from jaxinfer.config.model import ConfigError
+from jaxinfer.entrypoints.model_loading import stored_experts_mode
+from jaxinfer.models import load_config
 from jaxinfer.models.registry import from_hf_config
+from jaxinfer.parallel.sharding import Layout
+from jaxinfer.quantization.quantized_experts import QuantizedExperts
 
 PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
 NOT_CONVERTED = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]
@@ -66,13 +72,29 @@ def test_a_slice_reads_only_its_groups_and_equals_the_whole_tensors_slice(index)
     np.testing.assert_array_equal(Mxfp4Slice(blocks, scales)[index], whole[index])
 
 
-def test_mxfp4_checkpoint_gives_transformers_logits(mxfp4_checkpoint):
+def test_mxfp4_checkpoint_gives_transformers_logits(mxfp4_checkpoint, tmp_path):
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         mxfp4_checkpoint, quantization_config=transformers.Mxfp4Config(dequantize=True), dtype=torch.float32)
     with torch.no_grad():
         expected = hf(torch.tensor([PROMPT])).logits[0].numpy()
-    got = LLM(str(mxfp4_checkpoint), dtype="float32", max_seq_len=128).logits(PROMPT)
+    llm = LLM(str(mxfp4_checkpoint), dtype="float32", max_seq_len=128)
+    got = llm.logits(PROMPT)
     assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+    # The experts stay MXFP4 (as stored, a quarter of their bf16 bytes); a converted copy keeps them so.
+    experts = llm.weights.layers[0].moe_down
+    assert isinstance(experts, QuantizedExperts) and experts.mode == "mxfp4" and experts.values.dtype == np.uint8
+    restored = LLM(save_converted(llm.weights, mxfp4_checkpoint, tmp_path / "converted"), max_seq_len=128)
+    assert restored.weights.layers[0].moe_down.mode == "mxfp4"
+    np.testing.assert_array_equal(restored.logits(PROMPT), got)
+
+
+def test_mxfp4_experts_load_in_the_dtype_where_tp_would_cut_their_groups(mxfp4_checkpoint):
+    """The tiny model's 32 hidden units are one group: at tp 2 they cannot split, so the experts load as floats."""
+    cfg = load_config(mxfp4_checkpoint)
+    assert stored_experts_mode(mxfp4_checkpoint, cfg, Layout(), None) == "mxfp4"
+    assert stored_experts_mode(mxfp4_checkpoint, cfg, Layout(), "int8") is None  # the asked-for mode wins
+    split = Layout(AbstractMesh((1, 1, 2), ("dp", "ep", "tp")))
+    assert stored_experts_mode(mxfp4_checkpoint, cfg, split, None) is None
 
 
 def test_other_quantization_methods_are_refused_by_name():

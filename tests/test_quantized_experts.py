@@ -14,6 +14,7 @@ from accelerator_programs import round_trips
 from jax import export
 from jax.sharding import AbstractMesh, PartitionSpec
 
+from jaxinfer.checkpoint import mxfp4 as checkpoint_mxfp4
 from jaxinfer.checkpoint.loader import QUANT_KEY, load_weights, save_converted
 from jaxinfer.models import abstract_weights, leaf_quantizer, load_config, quantize_weights
 from jaxinfer.models.grouped_matmul import expert_mlp
@@ -29,14 +30,15 @@ from jaxinfer.quantization.quantized_experts import (
 from jaxinfer.quantization.quantized_weight import dequantize, quantize
 
 E, D, F = 4, 64, 32
-MODES = ("int8", "int4", "fp8")
+MODES = ("int8", "int4", "fp8", "mxfp4")
+PROJECTION_MODES = ("int8", "int4", "fp8")
 
 
 def _weights(shape: tuple[int, ...], seed: int) -> jax.Array:
     return jnp.asarray(np.random.RandomState(seed).randn(*shape), jnp.float32)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", PROJECTION_MODES)
 def test_each_expert_is_quantized_as_a_projection_of_its_own(mode):
     """Values and scales of expert e are those of `quantize(w[e])`: the same format, one expert at a time."""
     w = _weights((E, D, F), 0) * jnp.arange(1, E + 1)[:, None, None]  # experts of different ranges
@@ -50,7 +52,7 @@ def test_each_expert_is_quantized_as_a_projection_of_its_own(mode):
 
 
 # Gaussian weights: int8's rounding step is absmax / 127 (~2.5 / 127 of the deviation), ~0.6% in rms.
-@pytest.mark.parametrize("mode,tolerance", [("int8", 0.008), ("int4", 0.12), ("fp8", 0.07)])
+@pytest.mark.parametrize("mode,tolerance", [("int8", 0.008), ("int4", 0.12), ("fp8", 0.07), ("mxfp4", 0.15)])
 def test_dequantized_experts_are_close(mode, tolerance):
     w = _weights((E, D, F), 1)
     error = jnp.linalg.norm(dequantize_experts(quantize_experts(w, mode, 32)) - w) / jnp.linalg.norm(w)
@@ -71,6 +73,17 @@ def test_grouped_products_read_the_stored_values_as_the_dequantized_weights(impl
     # Scaling after the product (int8, fp8) rounds differently: float32 ulps of the largest outputs.
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-6 * np.abs(expected).max())
     assert not np.any(got[9:])
+
+
+def test_mxfp4_weights_quantize_back_to_themselves_as_the_checkpoint_reader_reads_them():
+    """Experts dequantized from an MXFP4 checkpoint re-quantize exactly, to the reader's (transformers') values."""
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, (E, F, D // 32, 16), dtype=np.uint8)  # [E, out, groups, 16] as stored
+    scales = rng.integers(118, 134, (E, F, D // 32), dtype=np.uint8)
+    stored = np.swapaxes(checkpoint_mxfp4.dequantize(blocks, scales), -1, -2)  # [E, in, out]
+    q = quantize_experts(jnp.asarray(stored), "mxfp4", 32)
+    assert q.values.dtype == q.scales.dtype == jnp.uint8 and q.shape == (E, D, F)
+    np.testing.assert_array_equal(dequantize_experts(q), stored)
 
 
 def test_row_experts_follow_the_group_sizes():
@@ -130,9 +143,21 @@ def test_converts_with_float_experts_still_restore(checkpoint_dir, tmp_path):
     projections_only = map_projections(plain, lambda w, c, name: quantize(w, c, "int8"))
     out = save_converted(projections_only, path, tmp_path / "converted")
     config = json.loads((out / "config.json").read_text())
-    assert config[QUANT_KEY].pop("experts") is False
+    assert config[QUANT_KEY].pop("experts") is None
     (out / "config.json").write_text(json.dumps(config))  # the key older converts lack
     _assert_trees_equal(load_weights(out, jnp.float32)[1], projections_only)
+
+
+def test_converts_that_marked_quantized_experts_true_restore(checkpoint_dir, tmp_path):
+    """Converts of 2026-11-29 wrote "experts": true (the projections' mode); they restore as stored."""
+    path = checkpoint_dir("mixtral")
+    quantized = quantize_weights(load_weights(path, jnp.float32, progress=False)[1], "int4")
+    out = save_converted(quantized, path, tmp_path / "converted")
+    config = json.loads((out / "config.json").read_text())
+    assert config[QUANT_KEY]["experts"] == {"mode": "int4", "group_size": 32}
+    config[QUANT_KEY]["experts"] = True
+    (out / "config.json").write_text(json.dumps(config))
+    _assert_trees_equal(load_weights(out, jnp.float32)[1], quantized)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -27,7 +27,8 @@ from jaxinfer.quantization.quantized_experts import QuantizedExperts
 from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 ORBAX_SUBDIR = "jaxinfer_weights"
-# config.json of a quantized convert: {"mode": ..., "group_size": ..., "experts": routed experts quantized too}
+# config.json of a quantized convert: {"mode": projections' or null, "group_size": ..., "experts": the routed
+# experts' {"mode", "group_size"} or null}
 QUANT_KEY = "jaxinfer_quantization"
 QUANT_SUFFIXES = (".values", ".scales")
 TOKENIZER_FILES = (
@@ -302,8 +303,10 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path, o
     config = json.loads((src / "config.json").read_text())
     _set_dtype(config, stored_dtype(weights, load_config(src)))
     config.pop(QUANT_KEY, None)
-    if (quant := quantization_of(weights)) is not None:
-        config[QUANT_KEY] = {"mode": quant[0], "group_size": quant[1], "experts": _experts_quantized(weights)}
+    quant, experts = quantization_of(weights), experts_quantization(weights)
+    if quant is not None or experts is not None:
+        mode, group = quant or (None, 0)
+        config[QUANT_KEY] = {"mode": mode, "group_size": group, "experts": experts}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(out / ORBAX_SUBDIR, dict(leaf_paths(weights)))
@@ -316,21 +319,36 @@ def quantization_of(weights: Weights) -> tuple[str, int] | None:
     return (first.mode, first.group) if isinstance(first, QuantizedWeight) else None
 
 
-def _experts_quantized(weights: Weights) -> bool:
-    """Whether the routed experts are stored quantized (converts made before they were store them as floats)."""
-    return any(isinstance(leaf, QuantizedExperts) for lw in weights.layers for leaf in vars(lw).values())
+def experts_quantization(weights: Weights) -> dict[str, Any] | None:
+    """{"mode", "group_size"} of a tree's quantized routed experts, else None."""
+    for lw in weights.layers:
+        for leaf in vars(lw).values():
+            if isinstance(leaf, QuantizedExperts):
+                return {"mode": leaf.mode, "group_size": leaf.group}
+    return None
 
 
-def quantized_abstract(abstract: Weights, mode: str, group: int, experts: bool = True) -> Weights:
-    """The abstract tree with each projection a QuantizedWeight and, where `experts`, each layer's routed
-    experts a QuantizedExperts (placeholder values/scales, real statics)."""
+def _stored_experts(quant: dict[str, Any]) -> dict[str, Any] | None:
+    """The experts' entry of a convert's QUANT_KEY: a dict, or (converts of 2026-11-29) True for the projections'
+    mode; absent or false (earlier converts): float experts."""
+    experts = quant.get("experts")
+    if experts is True:
+        return {"mode": quant["mode"], "group_size": quant["group_size"] if quant["mode"] == "int4" else 0}
+    return experts or None
+
+
+def quantized_abstract(abstract: Weights, mode: str | None, group: int,
+                       experts: dict[str, Any] | None = None) -> Weights:
+    """The abstract tree with each projection a QuantizedWeight (where `mode`) and each layer's routed experts
+    a QuantizedExperts (where `experts`: {"mode", "group_size"}), placeholder values/scales, real statics."""
     placeholder = ArrayInfo((), ())
 
     def layer(lw):
-        fields = {name: QuantizedWeight(placeholder, placeholder, getattr(lw, name).shape, c, mode, group)
-                  for name, c in projections(lw).items()}
-        if experts:
-            fields.update({name: QuantizedExperts(placeholder, placeholder, mode, group if mode == "int4" else 0)
+        fields = {} if mode is None else {
+            name: QuantizedWeight(placeholder, placeholder, getattr(lw, name).shape, c, mode, group)
+            for name, c in projections(lw).items()}
+        if experts is not None:
+            fields.update({name: QuantizedExperts(placeholder, placeholder, experts["mode"], experts["group_size"])
                            for name in getattr(type(lw), "EXPERTS", ())})
         return dataclasses.replace(lw, **fields)
 
@@ -356,7 +374,7 @@ def restore_converted(model_dir: str | Path, cfg: ModelConfig, dtype: Any, layou
     abstract = abstract_weights(cfg)
     quant = json.loads((Path(model_dir) / "config.json").read_text()).get(QUANT_KEY)
     if quant is not None:
-        abstract = quantized_abstract(abstract, quant["mode"], quant["group_size"], quant.get("experts", False))
+        abstract = quantized_abstract(abstract, quant["mode"], quant["group_size"], _stored_experts(quant))
     path = Path(model_dir).absolute() / ORBAX_SUBDIR
     with ocp.StandardCheckpointer() as ckpt:
         meta = ckpt.metadata(path)

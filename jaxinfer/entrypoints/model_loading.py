@@ -8,13 +8,14 @@ the weights as they run (`running_weights`).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.checkpoint.loader import load_weights, quantization_of
+from jaxinfer.checkpoint.loader import is_converted, load_weights, quantization_of
 from jaxinfer.config import validation
 from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.kernels.cpu import resolve_cpu_kernels
@@ -27,11 +28,15 @@ from jaxinfer.models import (
     quantize_weights,
     weights_to_run,
 )
+from jaxinfer.models.moe import DOWN_AXES
 from jaxinfer.models.registry import load_config
 from jaxinfer.parallel.sharding import Layout, check_experts, layout_for
+from jaxinfer.quantization import mxfp4_codes
+from jaxinfer.quantization.quantized_experts import packed_experts_fit
 from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP
 from jaxinfer.quantization.sharding import shard_quantized_tree
 
+log = logging.getLogger(__name__)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -83,10 +88,11 @@ def load_sharded(
     check_experts(cfg.num_experts, ep)
     layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp, ep)
     # Quantized as each leaf is read; a converted checkpoint is as stored, and checked against the mode.
-    cfg, weights = load_weights(model_dir, dtype, layout=layout,
-                                transform=leaf_quantizer(abstract_weights(cfg), quantization))
+    transform = leaf_quantizer(abstract_weights(cfg), quantization,
+                               experts_mode=stored_experts_mode(model_dir, cfg, layout, quantization))
+    cfg, weights = load_weights(model_dir, dtype, layout=layout, transform=transform)
     weights = quantize_weights(weights, quantization)
-    if layout.size > 1 and quantization_of(weights) is not None:
+    if layout.size > 1:
         # Quantized leaves take the shardings of the weights they replace (see quantized_specs).
         weights = shard_quantized_tree(weights, abstract_weights(cfg), layout)
     if quantize_lm_head:
@@ -96,6 +102,22 @@ def load_sharded(
         mode, group = quant
         weights = quantize_head(weights, mode, group or DEFAULT_GROUP, layout)
     return cfg, weights, layout
+
+
+def stored_experts_mode(model_dir: Path, cfg: ModelConfig, layout: Layout,
+                        quantization: str | None) -> str | None:
+    """"mxfp4" where a checkpoint's routed experts are stored in MXFP4 (GPT-OSS's releases) and no other
+    quantization is asked for: they stay in it (exactly: a quarter of their bf16 bytes, as vLLM keeps them),
+    unless a tp split would cut their groups of 32 hidden units, where they load in `dtype` (one log line)."""
+    stored = (read_config_json(model_dir).get("quantization_config") or {}).get("quant_method")
+    if stored != "mxfp4" or quantization is not None or is_converted(model_dir):
+        return None
+    down = (cfg.num_experts, cfg.moe_intermediate_size, cfg.hidden_size)
+    if not packed_experts_fit(down, DOWN_AXES, layout, mxfp4_codes.GROUP):
+        log.info("MXFP4 experts load in the model's dtype: %d hidden units in groups of %d do not split over tp=%d",
+                 cfg.moe_intermediate_size, mxfp4_codes.GROUP, layout.axis_size("tp"))
+        return None
+    return "mxfp4"
 
 
 def resolve_kernels_for(layout: Layout, cpu_kernels: bool | None) -> bool:

@@ -60,27 +60,32 @@ def quantize_weights(weights: Weights, mode: str | None, group: int = quantized_
     return map_experts(weights, lambda w, name: quantize_experts(w, mode, group, name))
 
 
-def leaf_quantizer(abstract: Weights, mode: str | None,
-                   group: int = quantized_weight.DEFAULT_GROUP) -> Callable[[str, jax.Array], Any] | None:
+def leaf_quantizer(abstract: Weights, mode: str | None, group: int = quantized_weight.DEFAULT_GROUP,
+                   experts_mode: str | None = None) -> Callable[[str, jax.Array], Any] | None:
     """fn(path, leaf) quantizing each leaf as `quantize_weights` would (projections and routed experts;
-    others as they are), for quantizing weights as they load; None when mode is None.
+    others as they are), for quantizing weights as they load; None when there is nothing to quantize.
 
-    The loader holds then one unquantized leaf at a time beside the quantized ones: a model whose
-    weights fit in memory only quantized (an MoE model in int4, GPT-OSS-120B's experts) can load.
+    experts_mode: the routed experts' mode where it differs from `mode` (GPT-OSS's MXFP4 experts
+    kept in "mxfp4" while the projections stay unquantized). The loader holds one unquantized leaf
+    at a time beside the quantized ones: a model whose weights fit in memory only quantized (an MoE
+    model in int4, GPT-OSS-120B's experts) can load.
     """
-    if mode is None:
+    experts_mode = experts_mode or mode
+    if mode is None and experts_mode is None:
         return None
-    quantized_weight.check_mode(mode, group)
+    if mode is not None:
+        quantized_weight.check_mode(mode, group)
     contracts: dict[str, int | None] = {}  # path -> axes a projection contracts; None for routed experts
     for i, lw in enumerate(abstract.layers):
-        contracts.update({f"layers.{i}.{name}": c for name, c in projections(lw).items()})
+        if mode is not None:
+            contracts.update({f"layers.{i}.{name}": c for name, c in projections(lw).items()})
         contracts.update({f"layers.{i}.{name}": None for name in _expert_fields(lw)})
 
     def quantize_leaf(path: str, leaf: jax.Array) -> Any:
         if path not in contracts:
             return leaf
         if (contract := contracts[path]) is None:
-            return quantize_experts(leaf, mode, group, path)
+            return quantize_experts(leaf, experts_mode, group, path)
         return quantized_weight.quantize(leaf, contract, mode, group, path)
 
     return quantize_leaf
