@@ -138,6 +138,10 @@ ARCH_CONFIGS.update({
         dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=48,
              embedding_multiplier=2.0, attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=1.5),
     ),
+    "seed_oss": (  # 32-dim heads (not 64 / 4), q/k/v biases by default and o's by attention_out_bias; Seed's theta
+        transformers.SeedOssConfig,
+        dict(head_dim=32, attention_out_bias=True, rope_parameters=dict(rope_type="default", rope_theta=1e7)),
+    ),
 })
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
 ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared",
@@ -164,6 +168,7 @@ MODEL_CLASSES = {
     transformers.GraniteConfig: transformers.GraniteForCausalLM,
     transformers.GraniteMoeConfig: transformers.GraniteMoeForCausalLM,
     transformers.GraniteMoeSharedConfig: transformers.GraniteMoeSharedForCausalLM,
+    transformers.SeedOssConfig: transformers.SeedOssForCausalLM,
 }
 
 

@@ -148,3 +148,40 @@ def test_granite_reads_its_multipliers():
 def test_granite_configs_that_cannot_run_are_rejected(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**BASE, "architectures": ["GraniteForCausalLM"], **fields})
+
+
+SEED_OSS = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=2, num_attention_heads=16)
+SEED_OSS_FIELDS = [
+    {},  # transformers' defaults: 8 KV heads of 128 dims, q/k/v biased and o not, 524288 positions
+    dict(num_key_value_heads=None, head_dim=None),  # nulls: one KV head per query head, hidden_size / heads dims
+    dict(attention_bias=False, attention_out_bias=True, rope_theta=1e7,
+         rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=4096)),
+]
+
+
+@pytest.mark.parametrize("fields", SEED_OSS_FIELDS)
+def test_seed_oss_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**SEED_OSS, **fields, "architectures": ["SeedOssForCausalLM"]})
+    hf = transformers.SeedOssConfig(**SEED_OSS, **fields)
+    rope = hf.rope_parameters
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.o_bias) == (
+        hf.num_key_value_heads, hf.head_dim, hf.attention_bias, hf.attention_out_bias)
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
+        rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0))
+    assert (cfg.max_position_embeddings, cfg.rms_norm_eps, cfg.tie_word_embeddings, cfg.activation) == (
+        hf.max_position_embeddings, hf.rms_norm_eps, hf.tie_word_embeddings, hf.hidden_act)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+    assert not cfg.rope_interleaved and cfg.rotated_dims == cfg.head_dim
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(mlp_bias=True), "mlp_bias=True is not supported for SeedOssForCausalLM"),
+        (dict(rope_scaling=dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0])), "'longrope' is read"),
+        (dict(layer_types=["sliding_attention"] * 2, sliding_window=4), "not supported for SeedOssForCausalLM"),
+    ],
+)
+def test_seed_oss_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**SEED_OSS, **fields, "architectures": ["SeedOssForCausalLM"]})
