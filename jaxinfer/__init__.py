@@ -4,6 +4,7 @@ from jaxinfer.checkpoint.loader import CheckpointError, load_weights, save_conve
 from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.model import ConfigError, ModelConfig
+from jaxinfer.config.pooler import PoolerConfig
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.config.structured_outputs import StructuredOutputsParams
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
@@ -27,6 +28,7 @@ __all__ = [
     "StructuredOutputsParams",
     "SpeculativeConfig",
     "LoRARequest",
+    "PoolerConfig",
     "RequestOutput",
     "CompletionOutput",
     "EmbeddingRequestOutput",

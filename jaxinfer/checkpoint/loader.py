@@ -14,7 +14,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from jaxinfer.checkpoint import scaled_weights
+from jaxinfer.checkpoint import base_model_names, scaled_weights
 from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, in_mtp_layer, stored_names
 from jaxinfer.checkpoint.mxfp4 import Mxfp4Slice, packed_names
 from jaxinfer.config.errors import CheckpointError
@@ -229,7 +229,8 @@ def load_hf_weights(
     """
     model_dir = Path(model_dir)
     index = safetensors_index(model_dir)
-    _check_names(cfg, index, model_dir)
+    stored = base_model_names.stored_names(index)  # a base model saved alone: names without "model."
+    _check_names(cfg, base_model_names.by_causal_names(index), model_dir)
     reader = _TensorReader(index, read_config_json(model_dir).get("quantization_config"))
     tensors = hf_tensor_map(cfg)
     abstract = abstract_weights(cfg)
@@ -240,7 +241,7 @@ def load_hf_weights(
     arrays = {}
     for path, info in bar:
         t, names = hf_source(path, tensors)
-        leaf = _leaf(reader, t, names, info, info.dtype_in(np_dtype), layout)
+        leaf = _leaf(reader, t, [stored.get(n, n) for n in names], info, info.dtype_in(np_dtype), layout)
         arrays[path] = leaf if transform is None else transform(path, leaf)
     return _unflatten(abstract, arrays)
 
@@ -400,14 +401,15 @@ def is_converted(model_dir: str | Path) -> bool:
 
 def load_weights(
     model_dir: str | Path, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED,
-    transform: LeafTransform | None = None,
+    transform: LeafTransform | None = None, cfg: ModelConfig | None = None,
 ) -> tuple[ModelConfig, Weights]:
     """Config and weights from an HF directory or a converted one, each leaf in its `layout` sharding.
 
     transform: applied to each leaf of an HF checkpoint as it is read (see `load_hf_weights`); a
-    converted checkpoint is restored as it was stored.
+    converted checkpoint is restored as it was stored. cfg: the config to read the weights by (None:
+    the directory's; a pooling model's is read as tied, so no output head is asked for).
     """
-    cfg = load_config(model_dir)
+    cfg = load_config(model_dir) if cfg is None else cfg
     if is_converted(model_dir):
         return cfg, restore_converted(model_dir, cfg, dtype, layout)
     return cfg, load_hf_weights(model_dir, cfg, dtype, progress, layout, transform)

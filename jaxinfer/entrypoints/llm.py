@@ -20,10 +20,12 @@ from jaxinfer.config import validation
 from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.generation import generation_defaults
 from jaxinfer.config.lora import LoRARequest
+from jaxinfer.config.model import read_config_json
+from jaxinfer.config.pooler import PoolerConfig, resolve_pooler
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.beams import BeamSearchOutput
-from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
+from jaxinfer.engine.outputs import EmbeddingRequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
@@ -41,11 +43,19 @@ from jaxinfer.entrypoints.model_loading import (
     running_weights,
     seq_len_setting,
 )
+from jaxinfer.entrypoints.pooling import (
+    check_pooling_knobs,
+    embed_settings,
+    embedding_outputs,
+    not_generating,
+    pooling_engine_config,
+    resolve_runner,
+)
 from jaxinfer.models import Weights, unpack_for_cpu
 from jaxinfer.models.rope import for_context
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.compile_cache import compile_cache_setting
-from jaxinfer.runtime.embeddings import check_pooling
+from jaxinfer.runtime.embeddings import finish_embeddings
 from jaxinfer.runtime.memory_maps import release_programs_near_cap
 from jaxinfer.runtime.model_runner import ModelRunner
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
@@ -87,6 +97,8 @@ class LLM:
     initialized the devices may span processes. max_seq_len (vLLM's name: max_model_len) is
     the longest prompt + completion. batch_invariant=True makes a request's tokens and logprobs
     bitwise the same whatever shares its steps (CPU only so far, slower: docs/engine.md).
+    runner (vLLM's): "pooling" starts an embedding model (`embed`; pooler_config, vLLM's, sets its
+    pooling), "generate" a generation model, "auto" pooling for a base model saved without a head.
     """
 
     def __init__(
@@ -122,8 +134,14 @@ class LLM:
         enable_lora: bool = False,
         max_loras: int = 1,
         max_lora_rank: int = 16,
+        runner: str = "auto",
+        pooler_config: PoolerConfig | dict | None = None,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
+        self.runner_type = resolve_runner(runner, self.model_dir)  # "generate" or "pooling" (entrypoints/pooling)
+        pooler_config = PoolerConfig.of(pooler_config)
+        if self.runner_type == "pooling":
+            check_pooling_knobs(speculative, enable_lora)
         batch_invariant = validation.boolean(batch_invariant, "batch_invariant")  # before minutes of loading
         self.lora_config = lora_setting(enable_lora, max_loras, max_lora_rank, batch_invariant)
         max_seq_len = seq_len_setting(max_seq_len, max_model_len)
@@ -135,8 +153,11 @@ class LLM:
         tokenizer = load_tokenizer_beside(self.model_dir)
         self.config, weights, self.layout = load_sharded(
             self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
-            expert_parallel_size,
+            expert_parallel_size, self.runner_type == "pooling",
         )
+        # LLM.embed's settings (a generation model's too: its final hidden states pooled as asked).
+        self.pooler = resolve_pooler(self.model_dir, read_config_json(self.model_dir), pooler_config,
+                                     self.config.hidden_size)
         # What runs (`weights` gives the model's own).
         self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
             weights, self.config, self.layout, cpu_kernels, quantized_kernel, interpret_kernels, batch_invariant)
@@ -156,6 +177,8 @@ class LLM:
             enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
             stream_interval=stream_interval, overlap_outputs=overlap_outputs, async_scheduling=async_scheduling,
         )
+        if self.runner_type == "pooling":
+            engine_config = pooling_engine_config(engine_config)
         self._weights_fingerprint: str | None = None  # see save_session
         self._start_engine(engine_config, speculative)
 
@@ -203,6 +226,7 @@ class LLM:
         LoRA adapter every prompt runs with, or one per prompt (None: the base model); needs
         enable_lora=True.
         """
+        self._check_generating("LLM.generate")
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
         adapters = lora_requests_for(lora_request, len(prompts))
@@ -231,6 +255,7 @@ class LLM:
         HF transformers' `generate(num_beams=...)` without sampling): one BeamSearchOutput per prompt,
         its `sequences` holding the prompt and generated ids, cumulative logprob and text of each beam.
         use_tqdm=True shows a bar over the steps."""
+        self._check_generating("LLM.beam_search")
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
         all_ids = self._checked_ids(prompts, params.max_tokens)
@@ -280,6 +305,7 @@ class LLM:
         AsyncLLM.generate: RequestOutput deltas whose `outputs` hold every sample's new text and token
         ids, its index and, once it ended, its finish reason. Closing the iterator early aborts the request.
         """
+        self._check_generating("LLM.stream")
         prompt = validation.single_prompt(prompt, "prompt", "stream", self.config.vocab_size)
         (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False, streamed=True,
                                         lora_requests=lora_requests_for(lora_request, 1))
@@ -302,6 +328,7 @@ class LLM:
         computing it first where the prefix cache does not hold it. `load_session` restores it in any
         later LLM on the same weights, dtype and cache settings: prompts that start with it then skip
         its prefill (a long document or system prompt, a conversation to resume)."""
+        self._check_generating("LLM.save_session (a prefill)")
         token_ids = self.encode(prompt)
         check_prompt(token_ids, 1, self.config.vocab_size, self.max_seq_len)
         sessions.check_engine(self.engine)
@@ -371,6 +398,7 @@ class LLM:
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""
+        self._check_generating("LLM.logits (the output head's)")
         token_ids = validation.token_ids(token_ids, "token_ids", self.config.vocab_size)
         check_prompt(token_ids, 0, self.config.vocab_size, self.max_seq_len)
         release_programs_near_cap()
@@ -380,27 +408,28 @@ class LLM:
         )
 
     def embed(
-        self, prompts: Prompt | Sequence[Prompt], pooling: str = "last", normalize: bool = True,
-        use_tqdm: bool = False,
+        self, prompts: Prompt | Sequence[Prompt], pooling: str | None = None, normalize: bool | None = None,
+        dimensions: int | None = None, use_tqdm: bool = False,
     ) -> list[EmbeddingRequestOutput]:
-        """One embedding per prompt, in order (vLLM's `LLM.embed`): the final hidden states pooled,
-        "last" (the last token's, as decoder embedding models such as Qwen3-Embedding read them),
-        "mean" or "cls" (the first token's), unit length when `normalize`. Each prompt is one pass
-        beside the engine's steps (runtime/embeddings)."""
-        pooling = check_pooling(pooling)
-        normalize = validation.boolean(normalize, "normalize")
+        """One embedding per prompt, in order (vLLM's `LLM.embed`): the final hidden states pooled, "last"
+        (the last token's, as decoder embedding models such as Qwen3-Embedding read them), "mean" or "cls"
+        (the first token's), unit length when `normalize`; None takes the model's (`self.pooler`:
+        pooler_config, a sentence-transformers directory's modules, else "last" and normalized).
+        dimensions: a Matryoshka model's vectors cut to that length, then normalized (vLLM's `dimensions`).
+        Prompts run in padded batches beside the engine's steps (runtime/embeddings)."""
+        pooling, normalize, dimensions = embed_settings(self.pooler, pooling, normalize, dimensions)
         all_ids = self._checked_ids(prompts, 0)
         with progress_bar(use_tqdm, len(all_ids), "Embedded prompts", "req") as bar:
-            outputs = []
-            for i, ids in enumerate(all_ids):
-                vector = self.engine.runner.embed(ids, pooling, normalize)
-                outputs.append(EmbeddingRequestOutput(str(i), EmbeddingOutput(vector.tolist()), ids))
-                bar.update()
-        return outputs
+            vectors = self.engine.runner.embed(all_ids, pooling, bar.update)
+        return embedding_outputs(finish_embeddings(vectors, dimensions, normalize), all_ids)
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt (strings go through the model's tokenizer)."""
         return encode(prompt, self.tokenizer, self.model_dir, self.config.vocab_size)
+
+    def _check_generating(self, what: str) -> None:
+        if self.runner_type == "pooling":
+            raise not_generating(what)
 
     def _checked_ids(self, prompts: Prompt | Sequence[Prompt], max_tokens: int) -> list[list[int]]:
         return checked_ids(self._as_list(prompts), self.tokenizer, self.model_dir, self.config.vocab_size,

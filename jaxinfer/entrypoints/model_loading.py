@@ -8,6 +8,7 @@ the weights as they run (`running_weights`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import NamedTuple
@@ -77,20 +78,23 @@ def model_identity(model_dir: Path, dtype: jnp.dtype) -> str:
 
 def load_sharded(
     model_dir: Path, dtype: jnp.dtype, quantization: str | None, tp: int, dp: int, quantize_lm_head: bool = False,
-    ep: int = 1,
+    ep: int = 1, pooling: bool = False,
 ) -> tuple[ModelConfig, Weights, Layout]:
-    """Config, weights (each leaf read into its sharding) and the layout for tp x dp x ep devices."""
+    """Config, weights (each leaf read into its sharding) and the layout for tp x dp x ep devices.
+    pooling: an embedding model's, whose output head is not read (a converted checkpoint keeps its own)."""
     validation.positive_int(tp, "tensor_parallel_size")
     validation.positive_int(dp, "data_parallel_size")
     validation.positive_int(ep, "expert_parallel_size")
     validation.boolean(quantize_lm_head, "quantize_lm_head")
     cfg = load_config(model_dir)
+    if pooling and not is_converted(model_dir):  # read as tied: no lm_head asked for, a stored one skipped
+        cfg = dataclasses.replace(cfg, tie_word_embeddings=True)
     check_experts(cfg.num_experts, ep)
     layout = layout_for(cfg.num_heads, cfg.num_kv_heads, tp, dp, ep)
     # Quantized as each leaf is read; a converted checkpoint is as stored, and checked against the mode.
     transform = leaf_quantizer(abstract_weights(cfg), quantization,
                                experts_mode=stored_experts_mode(model_dir, cfg, layout, quantization))
-    cfg, weights = load_weights(model_dir, dtype, layout=layout, transform=transform)
+    cfg, weights = load_weights(model_dir, dtype, layout=layout, transform=transform, cfg=cfg)
     weights = quantize_weights(weights, quantization)
     if layout.size > 1:
         # Quantized leaves take the shardings of the weights they replace (see quantized_specs).

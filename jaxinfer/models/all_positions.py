@@ -19,16 +19,16 @@ def all_logits(weights: Weights, tokens: jax.Array, cache: KVCache, cfg: ModelCo
 
 
 def pooled_hidden(
-    weights: Weights, tokens: jax.Array, length: jax.Array, cache: KVCache, cfg: ModelConfig, pooling: str
+    weights: Weights, tokens: jax.Array, lengths: jax.Array, cache: KVCache, cfg: ModelConfig, pooling: str
 ) -> jax.Array:
-    """Float32 [D]: the final hidden states of tokens [1, T] (the first `length` real, the rest padding)
-    pooled: "last" (the last real token's, as decoder embedding models read them), "mean" (over the
-    real tokens) or "cls" (the first token's). Causal attention keeps padding out of real positions."""
-    positions = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
-    hidden = forward(weights, tokens, positions, cache, cfg)[0][0].astype(jnp.float32)
+    """Float32 [B, D]: the final hidden states of tokens [B, T] (row b's first lengths[b] real, the rest
+    padding) pooled per row: "last" (the last real token's, as decoder embedding models read them), "mean"
+    (over the real tokens) or "cls" (the first token's). Causal attention keeps padding out of real positions."""
+    steps = jnp.arange(tokens.shape[1], dtype=jnp.int32)
+    hidden = forward(weights, tokens, jnp.broadcast_to(steps, tokens.shape), cache, cfg)[0].astype(jnp.float32)
     if pooling == "last":
-        return hidden[length - 1]
+        return jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)[:, 0]
     if pooling == "cls":
-        return hidden[0]
-    real = (jnp.arange(tokens.shape[1]) < length)[:, None]
-    return jnp.sum(jnp.where(real, hidden, 0.0), axis=0) / length
+        return hidden[:, 0]
+    real = (steps[None, :] < lengths[:, None])[..., None]
+    return jnp.sum(jnp.where(real, hidden, 0.0), axis=1) / lengths[:, None]

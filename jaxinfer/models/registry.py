@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from jaxinfer.config.generation import generation_defaults, merge_ids
 from jaxinfer.config.model import REQUIRED_FIELDS, ConfigError, ModelConfig, read_config_json
 from jaxinfer.config.scaled_checkpoint import scale_scheme
+from jaxinfer.models.base_models import causal_architecture, is_base_model
 from jaxinfer.models.family import Family
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.glm import FAMILY as GLM
@@ -93,13 +94,16 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
             f"architectures must name exactly one architecture (got {archs!r}); supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    family = family_for(archs[0])
+    arch = causal_architecture(archs[0])
+    family = family_for(arch)
     _check_stored_quantization(hf)
     missing = [key for key in REQUIRED_FIELDS if hf.get(key) is None]
     if missing:
         raise ConfigError(f"no {', '.join(missing)}; an HF config of a {archs[0]} model sets "
                           f"{', '.join(REQUIRED_FIELDS)}")
-    return family.read_config(hf, archs[0])
+    cfg = family.read_config(hf, arch)
+    # A base model stores no head: read as tied, nothing asks for one (it pools, never generates).
+    return dataclasses.replace(cfg, tie_word_embeddings=True) if is_base_model(archs[0]) else cfg
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:

@@ -10,6 +10,7 @@ Programs (see config/buckets): a ragged step per (tokens, rows) bucket pair, a m
 decode per row bucket (its step count is data: one step runs it too), a verify step per row
 bucket when speculating, one sampling-slot reset, and one all-positions pass per prompt-length
 bucket (prompt logprobs). `warm_up` compiles all of them; after it no request mix compiles.
+Embeddings' pooled passes (runtime/embeddings) compile on first use, or by `warm_up_embeddings`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from jaxinfer.runtime.adapter_store import AdapterStore
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.device_inputs import device_inputs
 from jaxinfer.runtime.eagle_rider import EagleDraft
-from jaxinfer.runtime.embeddings import embedding
+from jaxinfer.runtime.embeddings import embedding_programs, pooled_embeddings
 from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.executables import Executables, Program
 from jaxinfer.runtime.host_step import HostStep
@@ -306,13 +307,24 @@ class ModelRunner:
             self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, text, self.executables,
         )
 
-    def embed(self, ids: list[int], pooling: str, normalize: bool) -> np.ndarray:
-        """The prompt's pooled final hidden states (see runtime/embeddings)."""
+    def embed(self, prompts: list[list[int]], pooling: str, on_pass: Callable[[int], object] | None = None
+              ) -> np.ndarray:
+        """Float32 [len(prompts), D]: each prompt's pooled final hidden states, padded batches of at most
+        max_num_batched_tokens tokens (see runtime/embeddings)."""
         release_programs_near_cap()
-        return embedding(
-            self.weights, self.model_config, ids, self.dtype, self.config.max_seq_len, pooling, normalize,
-            self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, self.executables,
+        return pooled_embeddings(
+            self.weights, self.model_config, prompts, self.dtype, self.config.max_seq_len,
+            self.config.max_num_batched_tokens, pooling, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
+            self.executables, on_pass,
         )
+
+    def warm_up_embeddings(self, pooling: str, on_program: Progress | None = None) -> int:
+        """Compile every pass `embed` may run with `pooling` (a pooling server's warm-up); how many."""
+        programs = embedding_programs(
+            self.weights, self.model_config, self.dtype, self.config.max_seq_len, self.config.max_num_batched_tokens,
+            pooling, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
+        )
+        return warm_up(programs, self.executables, False, None, on_program, self.warmup_seconds)
 
     def page_specs(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """The target pools' buffers without their page axis, and stored dtypes (see cache.page_io)."""

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from jaxinfer.config.lora import LoRARequest
+from jaxinfer.config.pooler import Pooler
 from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.entrypoints.openai.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
 from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_completion
@@ -83,7 +84,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     app.add_middleware(ServingGate, traffic=traffic, admission=admission, write_timeout=config.write_timeout)
     registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))
     served = shadow.primary if shadow is not None else front  # adapters and embeddings are never shadowed
-    _add_generation_routes(app, state, served)
+    _add_generation_routes(app, state, served, llm.pooler if getattr(llm, "runner_type", "") == "pooling" else None)
     _add_utility_routes(app, state)
     if config.runtime_lora_updating:
         add_lora_routes(app, state, served)
@@ -110,18 +111,30 @@ def _fallback_collector(llm: Any, shadow: ShadowRouter | None) -> FallbackCollec
     return FallbackCollector(lambda: {"speculation": speculation_fallback(llm)})
 
 
-def _add_generation_routes(app: FastAPI, state: ServerState, served: AsyncLLMEngine) -> None:
+def _add_generation_routes(app: FastAPI, state: ServerState, served: AsyncLLMEngine, pooler: Pooler | None) -> None:
+    """The model's routes: embeddings for a pooling model (pooler), completions and chat for the others;
+    each route of the other kind is a 400 saying how to start a server that serves it."""
+
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingRequest) -> JSONResponse:
-        return JSONResponse(await create_embeddings(body, state, served))
+        return JSONResponse(await create_embeddings(body, state, served, pooler))
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
+        _check_generating(pooler, state, "/v1/completions")
         return await create_completion(body, state, request)
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request):
+        _check_generating(pooler, state, "/v1/chat/completions")
         return await create_chat_completion(body, state, request)
+
+
+def _check_generating(pooler: Pooler | None, state: ServerState, route: str) -> None:
+    if pooler is not None:
+        raise APIError(f"{route} is served by generation models, and `{state.model_name}` was started for "
+                       "embeddings (--runner pooling): POST /v1/embeddings, or start the model with --runner "
+                       "generate", param="model")
 
 
 def _add_utility_routes(app: FastAPI, state: ServerState) -> None:

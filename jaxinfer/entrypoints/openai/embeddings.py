@@ -1,20 +1,25 @@
-"""POST /v1/embeddings (OpenAI's embeddings API, as vLLM serves it for decoder models): each input's
-final hidden states pooled at its last token and L2-normalized (`LLM.embed`'s defaults), run in
-the engine's step thread between steps."""
+"""POST /v1/embeddings (OpenAI's embeddings API, as vLLM serves it): served by a model started for
+embeddings (`jaxinfer serve --runner pooling`, `LLM(runner="pooling")`), each input's final hidden
+states pooled and normalized as the model's pooler says (`LLM.embed`), `dimensions` for Matryoshka
+models, in padded batches run in the engine's step thread between steps. A generation model's
+server answers it with a 400 saying how to start an embedding one."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Literal
 
 import numpy as np
 
+from jaxinfer.config.pooler import Pooler
 from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.entrypoints.openai.completions import prompt_list
 from jaxinfer.entrypoints.openai.errors import APIError
 from jaxinfer.entrypoints.openai.formatting import usage
 from jaxinfer.entrypoints.openai.protocol import StrictBody
 from jaxinfer.entrypoints.openai.serving import ServerState
+from jaxinfer.runtime.embeddings import finish_embeddings
 
 
 class EmbeddingRequest(StrictBody):
@@ -27,13 +32,31 @@ class EmbeddingRequest(StrictBody):
     user: str | None = None
 
 
-async def create_embeddings(body: EmbeddingRequest, state: ServerState, engine: AsyncLLMEngine) -> dict:
-    """The response body: one embedding per input, in order, and the prompt tokens used."""
+async def create_embeddings(
+    body: EmbeddingRequest, state: ServerState, engine: AsyncLLMEngine, pooler: Pooler | None
+) -> dict:
+    """The response body: one embedding per input, in order, and the prompt tokens used. pooler: the
+    served model's (None: a generation model, which serves no embeddings)."""
+    if pooler is None:
+        raise APIError(f"/v1/embeddings is served by embedding models, and `{state.model_name}` was started to "
+                       "generate; start one with `jaxinfer serve --model DIR --runner pooling` (LLM(..., "
+                       "runner='pooling'))", param="model")
     if state.check_model(body.model) is not None:
         raise APIError("embeddings are served for the base model only, not through a LoRA adapter", param="model")
-    if body.dimensions is not None:
-        raise APIError("dimensions is not supported: embeddings keep the model's hidden size (no Matryoshka "
-                       "truncation); leave it out", param="dimensions")
+    try:
+        dimensions = pooler.check_dimensions(body.dimensions)
+    except (TypeError, ValueError) as error:
+        raise APIError(str(error), param="dimensions") from None
+    all_ids = await asyncio.to_thread(_input_ids, body, state)  # tokenized off the event loop
+    vectors = finish_embeddings(await engine.embed(all_ids, pooler.pooling), dimensions, pooler.normalize)
+    data = [{"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
+            for i, v in enumerate(vectors)]
+    tokens = sum(len(ids) for ids in all_ids)
+    return {"object": "list", "data": data, "model": body.model or state.model_name, "usage": usage(tokens, 0)}
+
+
+def _input_ids(body: EmbeddingRequest, state: ServerState) -> list[list[int]]:
+    """Each input's token ids, checked: not empty, in the vocabulary, within --max-model-len and --max-prompts."""
     try:
         inputs = prompt_list(body.input)
     except APIError as error:
@@ -43,17 +66,13 @@ async def create_embeddings(body: EmbeddingRequest, state: ServerState, engine: 
         raise APIError(f"input: {len(inputs)} inputs is over this server's limit of {bound} (--max-prompts); "
                        f"accepted: at most {bound}", param="input")
     all_ids = [state.encode(text, "input") for text in inputs]
-    for ids in all_ids:
+    for i, ids in enumerate(all_ids):
         try:
             state.check_length(ids, 0)
         except APIError as error:
-            raise APIError(f"input: {error.message}", param="input") from None
-    vectors = await engine.embed(all_ids)
-    data = [{"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
-            for i, v in enumerate(vectors)]
-    name = body.model or state.model_name
-    tokens = sum(len(ids) for ids in all_ids)
-    return {"object": "list", "data": data, "model": name, "usage": usage(tokens, 0)}
+            where = f"input[{i}]" if len(all_ids) > 1 else "input"
+            raise APIError(f"{where}: {error.message}", param="input") from None
+    return all_ids
 
 
 def _encoded(vector: np.ndarray, encoding_format: str) -> list[float] | str:

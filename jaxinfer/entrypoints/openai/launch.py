@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import ipaddress
+import json
 import os
 import threading
 import time
@@ -36,7 +37,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     """The `serve` subcommand and its flags (engine knobs default to LLM's)."""
     serve = sub.add_parser(
         "serve", help="serve a model over an OpenAI-compatible HTTP API",
-        description="Serve a model over HTTP: /v1/completions, /v1/chat/completions, /v1/models, "
+        description="Serve a model over HTTP: /v1/completions, /v1/chat/completions (or with --runner pooling "
+        "/v1/embeddings), /v1/models, "
         "/tokenize, /detokenize, /health (503 while the model loads and compiles) and Prometheus /metrics. "
         "Needs the serve extra: pip install 'jaxinfer[serve]'.",
     )
@@ -90,6 +92,14 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        "(DeepSeek-R1, its distills, QwQ: text before </think> is reasoning, <think> or not), qwen3 "
                        "(reasoning only when <think> opens the reply), openai_gptoss (GPT-OSS's harmony format: the "
                        "analysis channel is reasoning, the final channel content) (default: none, the reply is content)")
+    serve.add_argument("--runner", choices=["auto", "generate", "pooling"], default="auto",
+                       help="as vLLM's: pooling serves embeddings (POST /v1/embeddings: the final hidden states "
+                       "pooled, e.g. Qwen3-Embedding, e5-mistral), generate completions and chat; auto pools for a "
+                       "base model saved without an output head (Qwen3Model, MistralModel, ...) (default: %(default)s)")
+    serve.add_argument("--pooler-config", default=None, metavar="JSON",
+                       help='with --runner pooling, as vLLM\'s: {"pooling_type": "LAST"|"MEAN"|"CLS", "normalize": '
+                       "true|false}; fields left out take the model's sentence-transformers settings, else LAST "
+                       "and normalized")
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--load-session", action="append", default=[], metavar="DIR",
                        help="restore a session saved by LLM.save_session into the prefix cache before serving: "
@@ -162,6 +172,20 @@ def shadow_settings(args: argparse.Namespace) -> ShadowSettings:
     return dataclasses.replace(settings, reference=parse_pairs(args.shadow_config, "--shadow-config"))
 
 
+def pooler_config(text: str | None) -> dict | None:
+    """--pooler-config's JSON object (its fields are checked by LLM's PoolerConfig)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--pooler-config must be a JSON object, got {text!r} ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--pooler-config must be a JSON object such as '{{\"pooling_type\": \"MEAN\"}}', "
+                         f"got {text!r}")
+    return value
+
+
 def _check(args: argparse.Namespace) -> None:
     validation.integer(args.port, "--port", 0, 65535)
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
@@ -189,6 +213,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.load_session and args.no_prefix_caching:
         raise ValueError("--load-session restores into the prefix cache, which --no-prefix-caching turns off")
     shadow_settings(args)  # every --shadow-* value, before the port is bound
+    pooler_config(args.pooler_config)
     check_served_name(lora_modules(args), args.served_model_name)  # a directory's name: checked again once loaded
     runtime_lora_updating(args)
 
@@ -284,12 +309,16 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization, batch_invariant=args.batch_invariant,
         enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
+        runner=args.runner, pooler_config=pooler_config(args.pooler_config),
     )
     llm = LLM(**kwargs)
     register(llm, lora_modules(args))
     if not args.skip_warmup:
         starting.phase("compiling programs", "once per machine with the compile cache")
-        count = llm.engine.warmup(on_program=starting.compiled)
+        if llm.runner_type == "pooling":  # the embedding passes of the model's pooling type, not the engine's steps
+            count = llm.engine.runner.warm_up_embeddings(llm.pooler.pooling, on_program=starting.compiled)
+        else:
+            count = llm.engine.warmup(on_program=starting.compiled)
         stored = int(llm.engine.runner.warmup_seconds.get("stored", 0))
         starting.say(f"{count} programs ready, {stored} of them loaded untraced from the program store")
     for path in args.load_session:
@@ -303,6 +332,9 @@ def _shadow(llm: LLM, kwargs: dict, settings: ShadowSettings, starting: Starting
     only for speculation's fallback when the server speculates; else None."""
     from jaxinfer.entrypoints.openai.shadow import ShadowRouter
 
+    if settings.fraction > 0 and llm.runner_type == "pooling":
+        raise ValueError("--shadow-fraction validates generated tokens, and --runner pooling serves embeddings; "
+                         "leave the --shadow-* flags out")
     if settings.fraction == 0:
         return None if kwargs["speculative"] is None else ShadowRouter(llm, kwargs, settings)
     starting.phase("loading the shadow reference")
