@@ -14,9 +14,10 @@ from safetensors.numpy import load_file, save_file
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 from jaxinfer import LLM
-from jaxinfer.checkpoint.loader import save_converted
+from jaxinfer.checkpoint.loader import QUANT_KEY, save_converted
 from jaxinfer.checkpoint.mxfp4 import E2M1, GROUP, Mxfp4Slice, dequantize
 from jaxinfer.config.model import ConfigError
+from jaxinfer.entrypoints.cli import main as cli_main
 from jaxinfer.entrypoints.model_loading import stored_experts_mode
 from jaxinfer.models import load_config
 from jaxinfer.models.registry import from_hf_config
@@ -102,3 +103,13 @@ def test_other_quantization_methods_are_refused_by_name():
               num_hidden_layers=2, num_attention_heads=4, quantization_config={"quant_method": "awq"})
     with pytest.raises(ConfigError, match="quantization_config.quant_method 'awq' is not supported.*mxfp4"):
         from_hf_config(hf)
+
+
+def test_convert_keeps_mxfp4_experts(mxfp4_checkpoint, tmp_path):
+    """`jaxinfer convert` quantizes each leaf as it reads it: MXFP4 experts stay MXFP4 without --quantize."""
+    out = tmp_path / "converted"
+    assert cli_main(["convert", str(mxfp4_checkpoint), str(out), "--dtype", "float32"]) == 0
+    stored = json.loads((out / "config.json").read_text())[QUANT_KEY]
+    assert stored == {"mode": None, "group_size": 0, "experts": {"mode": "mxfp4", "group_size": 32}}
+    expected = LLM(str(mxfp4_checkpoint), dtype="float32", max_seq_len=128).logits(PROMPT)
+    np.testing.assert_array_equal(LLM(out, max_seq_len=128).logits(PROMPT), expected)

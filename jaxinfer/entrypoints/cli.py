@@ -128,11 +128,18 @@ def _leads() -> bool:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from jaxinfer.checkpoint.loader import check_out_dir, load_hf_weights, save_converted, stored_dtype
+    from jaxinfer.checkpoint.loader import (
+        check_out_dir,
+        experts_quantization,
+        load_hf_weights,
+        save_converted,
+        stored_dtype,
+    )
     from jaxinfer.config.validation import dtype_name, model_dir
-    from jaxinfer.entrypoints.model_loading import DTYPES
-    from jaxinfer.models import quantize_weights
+    from jaxinfer.entrypoints.model_loading import DTYPES, stored_experts_mode
+    from jaxinfer.models import abstract_weights, leaf_quantizer
     from jaxinfer.models.registry import load_config
+    from jaxinfer.parallel.sharding import UNSHARDED
 
     dtype = dtype_name(args.dtype, "--dtype", allow_auto=False)
     src = model_dir(args.hf_dir, "HF_DIR")
@@ -140,9 +147,14 @@ def _convert(args: argparse.Namespace) -> int:
         raise ValueError(f"OUT_DIR {args.out_dir} is HF_DIR itself; choose a different output directory")
     check_out_dir(args.out_dir, args.overwrite, "OUT_DIR", "--overwrite")  # before seconds of loading
     cfg = load_config(src)
-    weights = quantize_weights(load_hf_weights(src, cfg, DTYPES[dtype]), args.quantize, args.group_size)
+    # Quantized as each leaf is read (one float leaf held at a time); MXFP4 experts stay MXFP4 unless asked otherwise.
+    experts_mode = stored_experts_mode(src, cfg, UNSHARDED, args.quantize)
+    transform = leaf_quantizer(abstract_weights(cfg), args.quantize, args.group_size, experts_mode=experts_mode)
+    weights = load_hf_weights(src, cfg, DTYPES[dtype], transform=transform)
     out = save_converted(weights, src, args.out_dir, overwrite=args.overwrite)
+    experts = experts_quantization(weights)
     quant = f", projections {args.quantize}" if args.quantize else ""
+    quant += f", experts {experts['mode']}" if experts else ""
     print(f"wrote {out} ({cfg.architecture}, {cfg.num_layers} layers, {stored_dtype(weights, cfg)}{quant})")
     return 0
 
@@ -196,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "tokenizer files, weights); other files stay")
     conv.add_argument("--dtype", default="bfloat16", help=f"dtype of the stored weights: {dtypes} (default: %(default)s)")
     conv.add_argument("--quantize", choices=WEIGHT_QUANTIZATIONS, default=None,
-                      help="store the projections quantized (embedding, head and norms keep --dtype)")
+                      help="store the projections and routed experts quantized (embedding, head, norms and "
+                           "routers keep --dtype)")
     conv.add_argument("--group-size", type=int, default=32, help="int4 rows per scale: 32, 64 or 128 (default: %(default)s)")
     conv.set_defaults(run=_convert)
     add_bench_parser(sub)
