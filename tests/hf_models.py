@@ -143,9 +143,29 @@ ARCH_CONFIGS.update({
         dict(head_dim=32, attention_out_bias=True, rope_parameters=dict(rope_type="default", rope_theta=1e7)),
     ),
 })
+# DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
+# 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
+MLA = dict(num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=24,
+           moe_intermediate_size=32, first_k_dense_replace=1, pad_token_id=0)
+ARCH_CONFIGS.update({
+    "deepseek_v2": (  # one q_proj; softmax routing within the best of 2 groups, scaled; YaRN (transformers 4 layout)
+        transformers.DeepseekV2Config,  # whose mscale_all_dim scales the softmax and mscale / mscale_all_dim cos, sin
+        dict(**MLA, q_lora_rank=None, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+             topk_method="group_limited_greedy", n_group=2, topk_group=1, routed_scaling_factor=1.5,
+             rope_scaling=dict(type="yarn", factor=4.0, mscale=1.0, mscale_all_dim=0.8,
+                               original_max_position_embeddings=128)),
+    ),
+    "deepseek_v3": (  # a low-rank query (q_a, norm, q_b); sigmoid routing: 8 experts in 4 groups, 3 in the best 2
+        transformers.DeepseekV3Config,  # 2 shared experts; YaRN with DeepSeek-V3's mscale 1 / mscale_all_dim 1
+        dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
+             n_shared_experts=2, routed_scaling_factor=2.5,
+             rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0, mscale=1.0, mscale_all_dim=1.0,
+                                  original_max_position_embeddings=128)),
+    ),
+})
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
 ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared",
-                 "glm4_moe")
+                 "glm4_moe", "deepseek_v3")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
@@ -169,6 +189,8 @@ MODEL_CLASSES = {
     transformers.GraniteMoeConfig: transformers.GraniteMoeForCausalLM,
     transformers.GraniteMoeSharedConfig: transformers.GraniteMoeSharedForCausalLM,
     transformers.SeedOssConfig: transformers.SeedOssForCausalLM,
+    transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
+    transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }
 
 
@@ -183,7 +205,7 @@ def make_hf_model(name: str, **overrides) -> torch.nn.Module:
             if param.dim() == 1 or name.endswith("_bias"):  # norms and biases: away from their trivial values
                 param.add_(0.1 * torch.randn_like(param))
         for name, buffer in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):  # GLM-4.5's routing bias is a buffer, zero at init
+            if name.endswith("e_score_correction_bias"):  # GLM-4.5's, DeepSeek-V3's routing bias: a buffer, 0 at init
                 buffer.add_(0.1 * torch.randn_like(buffer))
     return model
 

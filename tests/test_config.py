@@ -243,3 +243,83 @@ def test_glm4_moe_fields_a_config_leaves_out_read_as_transformers_reads_them(fie
 def test_glm4_moe_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**GLM4_MOE, **fields, "architectures": ["Glm4MoeForCausalLM"]})
+
+
+DEEPSEEK = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=4, num_attention_heads=2,
+                num_experts_per_tok=2)  # DeepseekV2Config has no default for it
+DEEPSEEK_V2, DEEPSEEK_V3 = "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"
+DEEPSEEK_LAYOUTS = [
+    {},
+    dict(q_lora_rank=None, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=8, v_head_dim=24, n_routed_experts=8,
+         n_shared_experts=2, moe_intermediate_size=4, first_k_dense_replace=1, routed_scaling_factor=2.0,
+         num_nextn_predict_layers=2, rope_interleave=False, n_group=2, topk_group=1, norm_topk_prob=False),
+    # DeepSeek-V2-Lite's rope (transformers 4's layout): YaRN whose mscale_all_dim also scales the softmax
+    dict(rope_scaling=dict(type="yarn", factor=40, mscale=0.707, mscale_all_dim=0.707, beta_fast=32, beta_slow=1,
+                           original_max_position_embeddings=4096), rope_theta=10000, max_position_embeddings=163840),
+    # DeepSeek-V3's (transformers 5's layout); a linear rope with mscale_all_dim (transformers scales any but default)
+    dict(rope_parameters=dict(rope_type="yarn", factor=40.0, mscale=1.0, mscale_all_dim=1.0, rope_theta=10000.0,
+                              original_max_position_embeddings=4096), max_position_embeddings=163840),
+    dict(rope_parameters=dict(rope_type="linear", factor=2.0, mscale_all_dim=0.5, rope_theta=500.0)),
+]
+
+
+@pytest.mark.parametrize("arch", [DEEPSEEK_V2, DEEPSEEK_V3])
+@pytest.mark.parametrize("fields", DEEPSEEK_LAYOUTS)
+def test_deepseek_fields_a_config_leaves_out_read_as_transformers_reads_them(arch, fields):
+    ours = from_hf_config({**DEEPSEEK, **fields, "architectures": [arch]})
+    theirs = getattr(transformers, arch).config_class(**DEEPSEEK, **fields)
+    modeling = getattr(transformers.models, theirs.model_type)
+    mla, rope = ours.latent_attention, theirs.rope_parameters
+    assert (mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim, mla.q_lora_rank or None) == (
+        theirs.kv_lora_rank, theirs.qk_nope_head_dim, theirs.qk_rope_head_dim, theirs.v_head_dim, theirs.q_lora_rank)
+    # One cached row of the latent and the rotated key part; rope on those dims only
+    assert (ours.num_kv_heads, ours.head_dim, ours.rotated_dims) == (
+        1, theirs.kv_lora_rank + theirs.qk_rope_head_dim, theirs.qk_rope_head_dim)
+    scaling = getattr(modeling, f"modeling_{theirs.model_type}").yarn_apply_mscale(rope, theirs.qk_head_dim**-0.5)
+    assert ours.attn_scale == pytest.approx(scaling, rel=1e-12)
+    assert ours.rope_interleaved == (arch == DEEPSEEK_V2 or theirs.rope_interleave)
+    assert (ours.rope_theta, ours.rope_scaling.rope_type) == (rope["rope_theta"], rope["rope_type"])
+    assert (ours.num_experts, ours.experts_per_token, ours.moe_intermediate_size) == (
+        theirs.n_routed_experts, theirs.num_experts_per_tok, theirs.moe_intermediate_size)
+    assert ours.shared_expert_intermediate_size == theirs.n_shared_experts * theirs.moe_intermediate_size
+    assert (ours.dense_layers, ours.routed_scaling_factor) == (
+        tuple(range(theirs.first_k_dense_replace)), theirs.routed_scaling_factor)
+    if arch == DEEPSEEK_V3:
+        assert (ours.expert_groups, ours.expert_groups_per_token, ours.norm_topk_prob, ours.mtp_layers) == (
+            theirs.n_group, theirs.topk_group, theirs.norm_topk_prob, theirs.num_mtp_layers)
+    else:  # greedy: every expert open; the weights never renormalised
+        assert (ours.expert_groups, ours.expert_groups_per_token, ours.norm_topk_prob) == (1, 1, False)
+    assert (ours.rms_norm_eps, ours.max_position_embeddings, ours.tie_word_embeddings, ours.activation) == (
+        theirs.rms_norm_eps, theirs.max_position_embeddings, theirs.tie_word_embeddings, theirs.hidden_act)
+    assert (ours.bos_token_id, ours.eos_token_ids) == (theirs.bos_token_id, (theirs.eos_token_id,))
+
+
+def test_deepseek_v2_group_limited_greedy_reads_its_groups():
+    cfg = from_hf_config({**DEEPSEEK, "architectures": [DEEPSEEK_V2], "topk_method": "group_limited_greedy",
+                          "n_group": 8, "topk_group": 3, "n_routed_experts": 160})
+    assert (cfg.expert_groups, cfg.expert_groups_per_token, cfg.num_experts) == (8, 3, 160)
+
+
+@pytest.mark.parametrize(
+    "arch,fields,message",
+    [
+        (DEEPSEEK_V2, dict(attention_bias=True), "attention_bias=True is not supported"),
+        (DEEPSEEK_V2, dict(topk_method="noaux_tc"), "'noaux_tc' with scoring_func 'softmax' is not supported for"),
+        (DEEPSEEK_V3, dict(topk_method="greedy"), "topk_method 'greedy' .* not supported for DeepseekV3ForCausalLM"),
+        (DEEPSEEK_V3, dict(scoring_func="softmax"), "scoring_func 'softmax' is not supported"),
+        (DEEPSEEK_V3, dict(moe_layer_freq=2), "moe_layer_freq 2 is not supported"),
+        (DEEPSEEK_V2, dict(norm_topk_prob=True), "norm_topk_prob=True is not supported for DeepseekV2ForCausalLM"),
+        (DEEPSEEK_V3, dict(n_shared_experts=0), "n_shared_experts 0 must be >= 1"),
+        (DEEPSEEK_V2, dict(topk_method="group_limited_greedy"), "group_limited_greedy needs n_group and topk_group"),
+        (DEEPSEEK_V2, dict(topk_method="group_limited_greedy", n_group=3, topk_group=1),
+         "n_group 3 must divide the 64 routed experts"),
+        (DEEPSEEK_V3, dict(n_group=3), "n_group 3 must divide the 256 routed experts"),
+        (DEEPSEEK_V2, dict(num_experts_per_tok=None), "no num_experts_per_tok"),
+        (DEEPSEEK_V3, dict(qk_rope_head_dim=15), "rotary dims 15 must be even"),
+        (DEEPSEEK_V3, dict(rope_scaling=dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0])),
+         "'longrope' is read"),
+    ],
+)
+def test_deepseek_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**DEEPSEEK, **fields, "architectures": [arch]})

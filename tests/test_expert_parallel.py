@@ -31,6 +31,8 @@ for name, model, meshes, extra in runs:
             gate=shard_shapes(values(layer.moe_gate)), down=shard_shapes(values(layer.moe_down)),
             wq=shard_shapes(values(layer.wq)),
             shared=shard_shapes(layer.shared_gate) if hasattr(layer, "shared_gate") else None,
+            w_uk=shard_shapes(layer.w_uk) if hasattr(layer, "w_uk") else None,
+            wkv_a=shard_shapes(layer.wkv_a) if hasattr(layer, "wkv_a") else None,
         )
 print(json.dumps(out))
 """
@@ -54,6 +56,9 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
     # GLM-4.5's grouped routing (float32 router and bias, replicated) chooses among 8 experts before they split;
     # its ungated shared experts [D=64, 64] split like Qwen2-MoE's.
     runs.append(("glm4_moe", str(checkpoint_dir("glm4_moe")), [(1, 1), (2, 2)], {}))
+    # DeepSeek-V3's latent attention: the one cached row (and kv_a, which makes it) on every device, the query heads
+    # and each head's W_UK / W_UV split over tp; grouped routing and shared experts as GLM-4.5's.
+    runs.append(("deepseek_v3", str(checkpoint_dir("deepseek_v3")), [(1, 1), (2, 2)], {}))
     # Quantized experts (values and scales) split as the experts they replace: int8 over both axes; int4 over ep
     # (its groups of 32 input rows do not split over tp here: down's 32 hidden units).
     runs.append(("mixtral int8", str(checkpoint_dir("mixtral")), [(1, 1), (2, 2)], dict(quantization="int8")))
@@ -67,12 +72,14 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
             assert run["tokens"] == reference, (name, tp, ep)
             # 4 experts (GLM-4.5 8) [E, D=64, F=32]: split by ep on experts and by tp on each expert's hidden units
             # (int4 values hold two input rows a byte).
-            packed, experts = 2 if "int4" in name else 1, 8 if name == "glm4_moe" else 4
+            packed, experts = 2 if "int4" in name else 1, 8 if name in ("glm4_moe", "deepseek_v3") else 4
             assert run["gate"] == [[experts // ep, 64 // packed, 32 // tp]] * (tp * ep), (name, tp, ep, run["gate"])
             assert run["down"] == [[experts // ep, 32 // tp // packed, 64]] * (tp * ep)
             if "int" not in name:  # heads: tp only, replicated over ep
                 assert [shape[1] for shape in run["wq"]] == [4 // tp] * (tp * ep)
             if name in ("qwen2_moe", "granitemoe_shared"):  # the shared expert's [D=64, 48]
                 assert run["shared"] == [[64, 48 // tp]] * (tp * ep), (tp, ep, run["shared"])
-            if name == "glm4_moe":  # n_shared_experts 2 x 32 hidden units
+            if name in ("glm4_moe", "deepseek_v3"):  # n_shared_experts 2 x 32 hidden units
                 assert run["shared"] == [[64, 64 // tp]] * (tp * ep), (tp, ep, run["shared"])
+            if name == "deepseek_v3":  # W_UK [4 heads, R 32, N 16] by heads; kv_a [D 64, R + P 48] whole
+                assert (run["w_uk"], run["wkv_a"]) == ([[4 // tp, 32, 16]] * (tp * ep), [[64, 48]] * (tp * ep))

@@ -83,7 +83,8 @@ def test_phi3_long_context_rope_and_partial_rotary_match_hf(tmp_path):
     assert _relative_error(llm.logits(PROMPT), expected) <= 1e-5
 
 
-@pytest.mark.parametrize("name", ["gemma2", "mixtral"])  # a sandwich-norm layer; MoE layers (experts quantized too)
+# a sandwich-norm layer; MoE layers (experts quantized too); latent attention (its per-head W_UK, W_UV kept as loaded)
+@pytest.mark.parametrize("name", ["gemma2", "mixtral", "deepseek_v2"])
 def test_int8_quantized_model_converts_and_restores_identically(checkpoint_dir, name, tmp_path):
     """int8 projections (and experts) stay close to float32; the converted checkpoint gives the same logits."""
     path = checkpoint_dir(name)

@@ -110,6 +110,32 @@ def _bias_heads(leaf: HFLeaf) -> Transforms:
     )
 
 
+def _head_rows(transposed: bool) -> Callable[[HFLeaf], Transforms]:
+    """torch Linear [heads*S, D] -> jaxinfer [heads, K, D] ([heads, D, K] if transposed): the K rows from row_offset
+    of each head's S (a slice of heads reads those heads' rows whole and keeps its part)."""
+
+    def transforms(leaf: HFLeaf) -> Transforms:
+        rows, first = leaf.head_dim, leaf.row_offset
+        stride = leaf.hf_shape[0] // leaf.heads
+
+        def to_jax(w: np.ndarray) -> np.ndarray:
+            part = w.reshape(-1, stride, w.shape[-1])[:, first : first + rows]
+            return part.swapaxes(1, 2) if transposed else part
+
+        def to_hf(w: np.ndarray) -> np.ndarray:
+            raise NotImplementedError("a part of each head's rows is not written back on its own")
+
+        def hf_index(index: Index) -> Index:
+            heads, part, columns = (index[0], index[2], index[1]) if transposed else index
+            if (part.start, part.stop) != (0, rows):
+                raise ValueError(f"head_rows leaves are read a whole head at a time, got {part}")
+            return slice(heads.start * stride, heads.stop * stride), columns
+
+        return to_jax, to_hf, hf_index
+
+    return transforms
+
+
 def _interleaved(phase: int) -> Callable[[HFLeaf], Transforms]:
     """The entries phase, phase + 2, ... of the last axis (a slice of them reads their span of the stored one)."""
 
@@ -128,6 +154,7 @@ def _interleaved(phase: int) -> Callable[[HFLeaf], Transforms]:
 
 KINDS: dict[str, Callable[[HFLeaf], Transforms]] = {
     "same": _same, "transpose": _transpose, "in_heads": _in_heads, "out_heads": _out_heads, "bias_heads": _bias_heads,
+    "head_rows": _head_rows(False), "head_rows_transposed": _head_rows(True),
     "even_columns": _interleaved(0), "odd_columns": _interleaved(1),
 }
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.generation import token_ids
+from jaxinfer.config.latent_attention import LatentAttention
 
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
@@ -99,6 +100,8 @@ class ModelConfig:
     attn_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap)
     final_soft_cap: float | None = None  # the same on the output logits
     attn_sinks: bool = False  # a learned per-head sink logit in each softmax (GPT-OSS)
+    # DeepSeek's multi-head latent attention (models.latent_attention): num_kv_heads 1 and head_dim its cached dims
+    latent_attention: LatentAttention | None = None
     swiglu_alpha: float = 1.702  # GPT-OSS experts' gate: see models.mlp.ClampedSwiGLU
     swiglu_limit: float = 7.0
     num_experts: int = 0  # mixture of experts: 0 = every layer dense

@@ -78,7 +78,7 @@ def _yarn_correction_dim(rotations: float, dims: int, theta: float, context: int
     return (dims * math.log(context / (rotations * 2 * math.pi))) / (2 * math.log(theta))
 
 
-def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     """YaRN's magnitude correction for a context stretched by `factor`."""
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
@@ -91,8 +91,8 @@ def attention_factor(scaling: RopeScaling) -> float:
         return float(scaling.attention_factor)
     if scaling.rope_type == "yarn":
         if scaling.mscale and scaling.mscale_all_dim:  # DeepSeek: the ratio of two corrections
-            return _yarn_mscale(scaling.factor, scaling.mscale) / _yarn_mscale(scaling.factor, scaling.mscale_all_dim)
-        return _yarn_mscale(scaling.factor)
+            return yarn_mscale(scaling.factor, scaling.mscale) / yarn_mscale(scaling.factor, scaling.mscale_all_dim)
+        return yarn_mscale(scaling.factor)
     if scaling.factor <= 1.0:
         return 1.0
     return math.sqrt(1 + math.log(scaling.factor) / math.log(scaling.original_max_position_embeddings))
