@@ -142,6 +142,14 @@ ARCH_CONFIGS.update({
         transformers.SeedOssConfig,
         dict(head_dim=32, attention_out_bias=True, rope_parameters=dict(rope_type="default", rope_theta=1e7)),
     ),
+    "ernie4_5": (  # every dim of each 32-dim head turned in adjacent pairs; tied head (the default); theta 500000
+        transformers.Ernie4_5Config,
+        dict(head_dim=32),
+    ),
+    "ernie4_5_moe": (  # layer 0 dense (moe_layer_start_index 1); 3 of 8 experts chosen by softmax + correction
+        transformers.Ernie4_5_MoeConfig,  # bias, renormalised; 2 ungated shared experts; head_dim beside hidden/heads
+        dict(head_dim=32, moe_num_experts=8, moe_k=3, moe_intermediate_size=32, moe_num_shared_experts=2),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -165,7 +173,7 @@ ARCH_CONFIGS.update({
 })
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
 ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared",
-                 "glm4_moe", "deepseek_v3")
+                 "glm4_moe", "ernie4_5_moe", "deepseek_v3")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
@@ -189,6 +197,8 @@ MODEL_CLASSES = {
     transformers.GraniteMoeConfig: transformers.GraniteMoeForCausalLM,
     transformers.GraniteMoeSharedConfig: transformers.GraniteMoeSharedForCausalLM,
     transformers.SeedOssConfig: transformers.SeedOssForCausalLM,
+    transformers.Ernie4_5Config: transformers.Ernie4_5ForCausalLM,
+    transformers.Ernie4_5_MoeConfig: transformers.Ernie4_5_MoeForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }

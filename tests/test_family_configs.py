@@ -185,3 +185,81 @@ def test_seed_oss_fields_a_config_leaves_out_read_as_transformers_reads_them(fie
 def test_seed_oss_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**SEED_OSS, **fields, "architectures": ["SeedOssForCausalLM"]})
+
+
+ERNIE = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=2, num_attention_heads=16)
+ERNIE_FIELDS = [
+    {},  # transformers' defaults: 2 KV heads of 128 dims, theta 500000, tied head, no biases
+    dict(num_key_value_heads=None, head_dim=None),  # nulls: one KV head per query head, hidden_size / heads dims
+    dict(rope_theta=1e4, tie_word_embeddings=False, rope_scaling=dict(rope_type="linear", factor=2.0)),
+    dict(rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=4096)),
+]
+
+
+@pytest.mark.parametrize("fields", ERNIE_FIELDS)
+def test_ernie4_5_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**ERNIE, **fields, "architectures": ["Ernie4_5ForCausalLM"]})
+    hf = transformers.Ernie4_5Config(**ERNIE, **fields)
+    _check_ernie_attention(cfg, hf, hf.head_dim)
+    assert cfg.num_experts == 0
+
+
+def _check_ernie_attention(cfg, hf, head_dim: int) -> None:
+    """Both ERNIE 4.5 architectures: shapes, rope (every dim, adjacent pairs), head, token ids as transformers."""
+    rope = hf.rope_parameters
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.o_bias, cfg.qk_norm) == (
+        hf.num_key_value_heads, head_dim, False, False, False)
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
+        rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0))
+    assert cfg.rope_interleaved and cfg.rotated_dims == cfg.head_dim
+    assert (cfg.max_position_embeddings, cfg.rms_norm_eps, cfg.tie_word_embeddings, cfg.activation) == (
+        hf.max_position_embeddings, hf.rms_norm_eps, hf.tie_word_embeddings, hf.hidden_act)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+ERNIE_MOE = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=8, num_attention_heads=4,
+                 moe_intermediate_size=4)
+ERNIE_MOE_FIELDS = [
+    {},  # transformers' defaults: 64 experts, 6 per token, 2 shared; every layer from 1 on MoE
+    dict(moe_layer_start_index=2, moe_layer_interval=2, moe_layer_end_index=5, moe_num_shared_experts=0),
+    dict(num_experts=8, num_experts_per_tok=3, moe_layer_start_index=0, moe_layer_interval=3, head_dim=8,
+         rope_theta=1e4, num_nextn_predict_layers=1),  # transformers' aliases; MTP layers
+]
+
+
+@pytest.mark.parametrize("fields", ERNIE_MOE_FIELDS)
+def test_ernie4_5_moe_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    """Routing and shared experts as Ernie4_5_MoeConfig reads them; MoE layers where transformers builds them."""
+    cfg = from_hf_config({**ERNIE_MOE, **fields, "architectures": ["Ernie4_5_MoeForCausalLM"]})
+    hf = transformers.Ernie4_5_MoeConfig(**ERNIE_MOE, **fields)
+    _check_ernie_attention(cfg, hf, getattr(hf, "head_dim", hf.hidden_size // hf.num_attention_heads))
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.norm_topk_prob) == (
+        hf.moe_num_experts, hf.moe_k, hf.moe_intermediate_size, True)
+    assert cfg.shared_expert_intermediate_size == hf.moe_num_shared_experts * hf.moe_intermediate_size
+    assert cfg.mtp_layers == getattr(hf, "num_nextn_predict_layers", 0)
+    modeling = transformers.models.ernie4_5_moe.modeling_ernie4_5_moe
+    model = modeling.Ernie4_5_MoeModel(hf)
+    sparse = [isinstance(layer.mlp, modeling.Ernie4_5_MoeSparseMoeBlock) for layer in model.layers]
+    assert [cfg.is_moe_layer(i) for i in range(cfg.num_layers)] == sparse and any(sparse) and not all(sparse)
+
+
+@pytest.mark.parametrize(
+    "architecture,fields,message",
+    [
+        ("Ernie4_5ForCausalLM", dict(use_bias=True), "use_bias=True is not supported for Ernie4_5ForCausalLM"),
+        ("Ernie4_5_MoeForCausalLM", dict(use_bias=True), "use_bias=True is not supported for Ernie4_5_MoeForCausalLM"),
+        ("Ernie4_5ForCausalLM", dict(rope_scaling=dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0])),
+         "'longrope' is read"),
+        ("Ernie4_5ForCausalLM", dict(layer_types=["sliding_attention"] * 2, sliding_window=4),
+         "not supported for Ernie4_5ForCausalLM"),
+        ("Ernie4_5_MoeForCausalLM", dict(moe_k=[6, 8], moe_num_experts=[64, 64]), r"moe_k \[6, 8\] is not supported"),
+        ("Ernie4_5_MoeForCausalLM", dict(moe_norm_min=1e-6), "moe_norm_min 1e-06 is not supported"),
+        ("Ernie4_5_MoeForCausalLM", dict(moe_layer_interval=0), "moe_layer_interval 0 must be >= 1"),
+        ("Ernie4_5_MoeForCausalLM", dict(moe_num_shared_experts=-1), "moe_num_shared_experts -1 must be >= 0"),
+        ("Ernie4_5_MoeForCausalLM", dict(moe_k=9, moe_num_experts=8), "moe_k 9 must be between 1 and the 8 experts"),
+    ],
+)
+def test_ernie4_5_configs_that_cannot_run_are_refused_by_name(architecture, fields, message):
+    base = ERNIE if architecture == "Ernie4_5ForCausalLM" else ERNIE_MOE
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**base, **fields, "architectures": [architecture]})

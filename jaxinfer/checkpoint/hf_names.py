@@ -19,6 +19,7 @@ from jaxinfer.models.registry import family_of
 
 Index = tuple[slice, ...]
 Transforms = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], Callable[[Index], Index]]
+MTP_PREFIX = "model.mtp_"  # ERNIE 4.5's multi-token-prediction block, norms and projection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +185,10 @@ def stored_names(t: HFTensor, layer: int | None) -> list[str]:
 
 def in_mtp_layer(cfg: ModelConfig, name: str) -> bool:
     """Whether tensor `name` belongs to a multi-token-prediction layer stored after the decoder's
-    (GLM-4.5's `model.layers.{num_hidden_layers}.*`): not run, so not read (transformers skips them too)."""
+    (GLM-4.5's `model.layers.{num_hidden_layers}.*`) or beside it (ERNIE 4.5's `model.mtp_block.0.*`,
+    `model.mtp_emb_norm.0.weight`, ...): not run, so not read (transformers skips them too)."""
+    if cfg.mtp_layers and name.startswith(MTP_PREFIX):
+        return True
     layer = re.match(r"model\.layers\.(\d+)\.", name)
     return layer is not None and cfg.num_layers <= int(layer.group(1)) < cfg.num_layers + cfg.mtp_layers
 
