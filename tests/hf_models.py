@@ -150,6 +150,12 @@ ARCH_CONFIGS.update({
         transformers.Ernie4_5_MoeConfig,  # bias, renormalised; 2 ungated shared experts; head_dim beside hidden/heads
         dict(head_dim=32, moe_num_experts=8, moe_k=3, moe_intermediate_size=32, moe_num_shared_experts=2),
     ),
+    "exaone4": (  # layer 0 slides over 8 tokens with Llama 3's rope; layer 1 attends to all without rope
+        transformers.Exaone4Config,  # post-sublayer norms, per-head q/k norms, head_dim beside hidden/heads
+        dict(head_dim=32, sliding_window=8, sliding_window_pattern=2,
+             rope_parameters=dict(rope_type="llama3", rope_theta=1e6, factor=16.0, low_freq_factor=1.0,
+                                  high_freq_factor=4.0, original_max_position_embeddings=64)),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -199,6 +205,7 @@ MODEL_CLASSES = {
     transformers.SeedOssConfig: transformers.SeedOssForCausalLM,
     transformers.Ernie4_5Config: transformers.Ernie4_5ForCausalLM,
     transformers.Ernie4_5_MoeConfig: transformers.Ernie4_5_MoeForCausalLM,
+    transformers.Exaone4Config: transformers.Exaone4ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }

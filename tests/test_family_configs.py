@@ -263,3 +263,58 @@ def test_ernie4_5_configs_that_cannot_run_are_refused_by_name(architecture, fiel
     base = ERNIE if architecture == "Ernie4_5ForCausalLM" else ERNIE_MOE
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**base, **fields, "architectures": [architecture]})
+
+
+EXAONE = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=6, num_attention_heads=32)
+EXAONE_FIELDS = [
+    {},  # transformers' defaults: every 4th layer full, the others sliding over 4096; 32 KV heads; 2048 positions
+    dict(sliding_window=16, sliding_window_pattern=3, num_key_value_heads=8, head_dim=16,
+         rope_parameters=dict(rope_type="llama3", rope_theta=1e6, factor=16.0, low_freq_factor=1.0,
+                              high_freq_factor=4.0, original_max_position_embeddings=64)),
+    dict(sliding_window=8, layer_types=["full_attention", "sliding_attention"] * 3, rope_theta=5e5),
+    dict(sliding_window=None, layer_types=["full_attention"] * 6),  # EXAONE-4.0-1.2B: no window, rope everywhere
+]
+
+
+@pytest.mark.parametrize("fields", EXAONE_FIELDS)
+def test_exaone4_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    """Windows on the layers Exaone4Config marks sliding; rotary embeddings where Exaone4Attention applies them
+    (every layer without a window, else the sliding ones only)."""
+    cfg = from_hf_config({**EXAONE, **fields, "architectures": ["Exaone4ForCausalLM"]})
+    hf = transformers.Exaone4Config(**EXAONE, **fields)
+    sliding = [t == "sliding_attention" for t in hf.layer_types]
+    assert cfg.layer_windows == tuple(hf.sliding_window if s else 0 for s in sliding)
+    rotated = [hf.sliding_window is None or s for s in sliding]
+    assert cfg.nope_layers == tuple(i for i, r in enumerate(rotated) if not r)
+    rope = hf.rope_parameters
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
+        rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0))
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.o_bias, cfg.qk_norm, cfg.qk_norm_whole) == (
+        hf.num_key_value_heads, getattr(hf, "head_dim", hf.hidden_size // hf.num_attention_heads), False, False,
+        True, False)
+    assert (cfg.max_position_embeddings, cfg.rms_norm_eps, cfg.tie_word_embeddings, cfg.activation) == (
+        hf.max_position_embeddings, hf.rms_norm_eps, hf.tie_word_embeddings, hf.hidden_act)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+def test_exaone4_null_window_without_layer_types_is_full_attention_with_rope():
+    """transformers divides by the pattern a null window zeroes (an error); the attention it describes is this."""
+    cfg = from_hf_config({**EXAONE, "sliding_window": None, "architectures": ["Exaone4ForCausalLM"]})
+    assert cfg.layer_windows == (0,) * 6 and cfg.nope_layers == ()
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(sliding_window_pattern="LLLG"), "sliding_window_pattern 'LLLG' is not supported without layer_types"),
+        (dict(sliding_window_pattern=0), "sliding_window_pattern 0 is not supported without layer_types"),
+        (dict(sliding_window=None, layer_types=["sliding_attention"] * 6), "sliding layers but sliding_window is null"),
+        (dict(sliding_window=0), "sliding_window 0 must be >= 1"),
+        (dict(layer_types=["sliding_attention"] * 5), "layer_types .* for each of the 6 layers"),
+        (dict(rope_scaling=dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0])), "'longrope' is read"),
+        (dict(mlp_bias=True), "mlp_bias=True is not supported for Exaone4ForCausalLM"),
+    ],
+)
+def test_exaone4_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**EXAONE, **fields, "architectures": ["Exaone4ForCausalLM"]})

@@ -17,6 +17,7 @@ from jaxinfer.models.base_models import causal_architecture, is_base_model
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
 from jaxinfer.models.ernie4_5 import FAMILY as ERNIE4_5
 from jaxinfer.models.ernie4_5_moe import FAMILY as ERNIE4_5_MOE
+from jaxinfer.models.exaone4 import FAMILY as EXAONE4
 from jaxinfer.models.family import Family
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.glm import FAMILY as GLM
@@ -34,7 +35,8 @@ from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
-                                GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE)
+                                GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
+                                EXAONE4)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
