@@ -67,7 +67,7 @@ def test_warm_start_loads_every_program_untraced_and_runs_the_same_tokens(tmp_pa
 MESH_START = """
 import json
 import jax
-jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_num_cpu_devices", 4)
 from jaxinfer import LLM, SamplingParams
 llm = LLM({model!r}, compile_cache={cache!r}, tensor_parallel_size=2, **{knobs!r})
 out = llm.generate([[5, 9, 14, 3, 77]], SamplingParams(max_tokens=6, temperature=0))[0].outputs[0]
@@ -78,7 +78,8 @@ print(json.dumps(dict(tokens=out.token_ids, finish=out.finish_reason,
 
 def test_sharded_programs_are_stored_and_load_on_the_same_mesh(tmp_path):
     """A mesh's programs hold its devices (which do not pickle as they are): stored by platform and
-    id, a warm start on the same mesh loads them and runs the same tokens."""
+    id, a warm start on the same mesh loads them and runs the same tokens. The mesh is 2 of the 4
+    devices: a program loads onto the devices it was compiled for (loaded onto all 4, XLA aborted)."""
     model = save_hf_model("llama2", tmp_path / "model", num_attention_heads=4, num_key_value_heads=2,
                           num_hidden_layers=1)
     script = MESH_START.format(model=str(model), cache=str(tmp_path / "xla"), knobs=KNOBS)

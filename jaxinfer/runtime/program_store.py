@@ -16,8 +16,9 @@ Only programs XLA compiled then are saved (runtime/executables: XLA:CPU re-seria
 loaded from JAX's cache without all of its code), and a copy that fails at run time for lack of
 its code has the runner's stored programs removed and compiled again. An entry also names the
 CPU kernels that were registered when it was saved (the FFI targets it may call): they are
-registered before it loads. A sharded program's argument trees name its mesh's devices: they are
-pickled by platform and id (`_Pickler`), and an entry that still does not pickle is not stored
+registered before it loads, and the devices it runs on, in its device assignment's order (a mesh
+may hold only some of the devices), which it loads onto. A sharded program's argument trees name
+its mesh's devices: they are pickled by platform and id (`_Pickler`), and an entry that still does not pickle is not stored
 (the program runs; it compiles again next start). The store lives beside JAX's cache and is on when that is
 (runtime/compile_cache), on one process, unless JAXINFER_PROGRAM_STORE=0 (what it cannot see is
 code changed in memory: a patched traced function needs the store off, as the test suite has
@@ -178,7 +179,10 @@ class ProgramStore:
             entry = pickle.loads(path.read_bytes())  # devices come back by platform and id: `_Pickler`
             for kernel in entry["kernels"]:
                 load_kernel(*kernel)
-            return serialize_executable.deserialize_and_load(entry["payload"], entry["in_tree"], entry["out_tree"])
+            # Onto the devices it was compiled for, in their order (by default it would load onto every
+            # device of the backend, and XLA aborts where a mesh holds only some of them).
+            return serialize_executable.deserialize_and_load(entry["payload"], entry["in_tree"], entry["out_tree"],
+                                                             execution_devices=entry["devices"])
         except FileNotFoundError:
             return None
         except Exception as err:  # noqa: BLE001 - any damage to an entry means: compile it again
@@ -198,7 +202,8 @@ class ProgramStore:
         except Exception as err:  # noqa: BLE001 - a program the backend cannot serialize is compiled each start
             log.info("a compiled program is not stored (%s: %s)", type(err).__name__, err)
             return False
-        entry = dict(payload=payload, in_tree=in_tree, out_tree=out_tree, kernels=registered_kernels())
+        devices = list(compiled.runtime_executable().local_devices())  # the device assignment, in order
+        entry = dict(payload=payload, in_tree=in_tree, out_tree=out_tree, kernels=registered_kernels(), devices=devices)
         path = self._path(key)
         try:
             data = _dumps(entry)
