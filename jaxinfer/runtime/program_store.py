@@ -18,11 +18,11 @@ its code has the runner's stored programs removed and compiled again. An entry a
 CPU kernels that were registered when it was saved (the FFI targets it may call): they are
 registered before it loads, and the devices it runs on, in its device assignment's order (a mesh
 may hold only some of the devices), which it loads onto. A sharded program's argument trees name
-its mesh's devices: they are pickled by platform and id (`_Pickler`), and an entry that still does not pickle is not stored
-(the program runs; it compiles again next start). The store lives beside JAX's cache and is on when that is
-(runtime/compile_cache), on one process, unless JAXINFER_PROGRAM_STORE=0 (what it cannot see is
-code changed in memory: a patched traced function needs the store off, as the test suite has
-it). Only the newest stores are kept.
+its mesh's devices: they are pickled by platform and id (`_Pickler`), and an entry that still does
+not pickle is not stored (the program runs; it compiles again next start). The store lives beside
+JAX's cache and is on when that is (runtime/compile_cache), on one process, unless
+JAXINFER_PROGRAM_STORE=0 (what it cannot see is code changed in memory: a patched traced function
+needs the store off, as the test suite has it). Only the newest stores are kept.
 """
 
 from __future__ import annotations
