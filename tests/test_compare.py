@@ -267,6 +267,10 @@ def test_hf_reference_reads_the_same_tokens_and_agrees(side_a, run_a, workload):
     a = dataclasses.replace(run_a, prompt_ids=run_a.prompt_ids[:2], greedy=[g[:8] for g in run_a.greedy[:2]],
                             sampled=[], forced_texts=run_a.forced_texts[:1], logprobs=run_a.logprobs[:1],
                             held_out_count=1)
-    result = judge_runs(a, run_hf(small, a, "B"), small, *resolve_thresholds(side_a, parse_configuration("hf", "B")))
+    # One window (255 predictions) instead of the gate's eight (2040): at 0.99 two near-ties that bf16 rounds
+    # apart would fail it, and which ones do depends on the CPU's bf16 arithmetic (an AVX-512 BF16 Xeon read
+    # 0.988 against HF where AMD VMs read above 0.99); 0.98 keeps the slice's gate as tight as five flips.
+    thresholds = resolve_thresholds(side_a, parse_configuration("hf", "B"), overrides={"top1_min": 0.98})
+    result = judge_runs(a, run_hf(small, a, "B"), small, *thresholds)
     assert result.kinds == ["numerics"] and result.passed, result.failures()
     assert result.metrics["held_out"]["positions"] == 255 and "HF transformers" in result.b["reference"]
