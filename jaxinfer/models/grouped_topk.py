@@ -31,14 +31,18 @@ def grouped_topk(
     for_choice = scores + correction.astype(jnp.float32)
     grouped = for_choice.reshape(rows, groups, experts // groups)
     group_scores = jnp.sum(jax.lax.top_k(grouped, 2)[0], axis=-1)  # [N, groups]
-    _, open_groups = jax.lax.top_k(group_scores, groups_per_token)
-    is_open = jnp.any(open_groups[:, :, None] == jnp.arange(groups), axis=1)  # [N, groups]
-    masked = jnp.where(is_open[:, :, None], grouped, -jnp.inf).reshape(rows, experts)
-    _, chosen = jax.lax.top_k(masked, k)
+    masked = jnp.where(best_groups(group_scores, groups_per_token)[:, :, None], grouped, -jnp.inf)
+    _, chosen = jax.lax.top_k(masked.reshape(rows, experts), k)
     weights = jnp.take_along_axis(scores, chosen, axis=-1)
     if renormalise:  # transformers' epsilon: an all-zero row stays finite
         weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + 1e-20)
     return weights * jnp.float32(scaling), chosen
+
+
+def best_groups(group_scores: jax.Array, count: int) -> jax.Array:
+    """[N, groups] True for each row's `count` best-scored groups (the experts a token may choose among)."""
+    _, best = jax.lax.top_k(group_scores, count)
+    return jnp.any(best[:, :, None] == jnp.arange(group_scores.shape[-1]), axis=1)
 
 
 def check_groups(experts: int, groups: int, groups_per_token: int, k: int) -> None:

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ConfigError
+from jaxinfer.models.grouped_topk import best_groups
 
 
 def limited_greedy(
@@ -27,8 +28,7 @@ def limited_greedy(
     scores = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
     if groups_per_token < groups:
         grouped = scores.reshape(rows, groups, experts // groups)
-        _, open_groups = jax.lax.top_k(grouped.max(axis=-1), groups_per_token)
-        is_open = jnp.any(open_groups[:, :, None] == jnp.arange(groups), axis=1)  # [N, groups]
+        is_open = best_groups(grouped.max(axis=-1), groups_per_token)  # [N, groups]
         scores = jnp.where(is_open[:, :, None], grouped, 0.0).reshape(rows, experts)  # transformers zeroes them
     weights, chosen = jax.lax.top_k(scores, k)
     return weights * jnp.float32(scaling), chosen
