@@ -46,6 +46,11 @@
 #                                                   # bf16/int8/int4/fp8 experts, over the copy bandwidth; then
 #                                                   # gpt-oss-20b's 6 layers decoding with bf16/int8/int4
 #                                                   # experts (~7 min, untried)
+#   bash scripts/gpu_session.sh families [OUT_DIR]  # the families of 2026-11-29 on the GPU: their parity,
+#                                                   # engine and router tests (DeepSeek's latent attention
+#                                                   # included: it takes the jnp path there), then bf16 decode
+#                                                   # at batch 1/8 of DeepSeek-V2-Lite's and GLM-4.5-Air's
+#                                                   # shapes (4 layers each, random) vs HF (~7 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -147,6 +152,18 @@ moe)
         --tokens 1 8 64 512 --formats bfloat16 int8 int4 --repeats 5 --out "$out/bench_moe_mixtral.json"
     step quant_gpt_oss 150 python3 scripts/bench_quant.py --preset gpt-oss-20b-6layers --batches 1 8 --repeats 3 \
         --formats bf16 int8 int4 --out "$out/bench_quant_gpt_oss.json"
+    ;;
+families)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step family_tests 150 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+        tests/test_deepseek.py \
+        tests/test_glm4_moe.py tests/test_ernie4_5_moe.py tests/test_hf_parity.py tests/test_families.py \
+        -k "deepseek or glm or granite or ernie or exaone or seed or router or route"
+    step decode_deepseek 150 python3 scripts/bench_decode.py --preset deepseek-v2-lite-4layers --batches 1 8 \
+        --dtypes bfloat16 --repeats 2 --out "$out/bench_decode_deepseek.json"
+    step decode_glm45 150 python3 scripts/bench_decode.py --preset glm-4.5-air-4layers --batches 1 8 \
+        --dtypes bfloat16 --repeats 2 --out "$out/bench_decode_glm45.json"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
