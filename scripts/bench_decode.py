@@ -44,7 +44,7 @@ from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 PRESETS = {name: Path(__file__).parents[1] / "configs" / f"{name}.json"
            for name in ("smollm-135m", "llama-110m", "llama-3.2-1b", "gpt-oss-mini", "gpt-oss-20b-6layers",
-                        "gpt-oss-20b", "deepseek-v2-lite-4layers", "glm-4.5-air-4layers")}
+                        "gpt-oss-20b", "deepseek-v2-lite-4layers", "glm-4.5-air-2layers")}
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
