@@ -156,6 +156,12 @@ ARCH_CONFIGS.update({
              rope_parameters=dict(rope_type="llama3", rope_theta=1e6, factor=16.0, low_freq_factor=1.0,
                                   high_freq_factor=4.0, original_max_position_embeddings=64)),
     ),
+    "ministral3": (  # queries scaled past every 4 positions (the tests' prompts cross several); YaRN over 4 positions
+        transformers.Ministral3Config,  # head_dim 32 beside hidden/heads; Mistral's sliding window
+        dict(head_dim=32, sliding_window=12, rope_parameters=dict(
+            rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=4, beta_fast=32.0,
+            beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.5)),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -206,6 +212,7 @@ MODEL_CLASSES = {
     transformers.Ernie4_5Config: transformers.Ernie4_5ForCausalLM,
     transformers.Ernie4_5_MoeConfig: transformers.Ernie4_5_MoeForCausalLM,
     transformers.Exaone4Config: transformers.Exaone4ForCausalLM,
+    transformers.Ministral3Config: transformers.Ministral3ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import transformers
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from jaxinfer import ConfigError, from_hf_config
 from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES
@@ -318,3 +319,53 @@ def test_exaone4_null_window_without_layer_types_is_full_attention_with_rope():
 def test_exaone4_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**EXAONE, **fields, "architectures": ["Exaone4ForCausalLM"]})
+
+
+MINISTRAL3 = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=2, num_attention_heads=32)
+MINISTRAL3_FIELDS = [
+    {},  # transformers' defaults: YaRN x16 over 16384 positions, beta 0.1; head_dim 128, 8 KV heads; no window
+    dict(head_dim=16, num_key_value_heads=4, sliding_window=32, rope_theta=5e5),  # a bare rope_theta is ignored
+    dict(rope_parameters=dict(rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=64,
+                              llama_4_scaling_beta=0.5), max_position_embeddings=256),
+]
+
+
+@pytest.mark.parametrize("fields", MINISTRAL3_FIELDS)
+def test_ministral3_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    """Shapes, window, YaRN and the query scaling Ministral3Attention reads from its rope parameters."""
+    cfg = from_hf_config({**MINISTRAL3, **fields, "architectures": ["Ministral3ForCausalLM"]})
+    hf = transformers.Ministral3Config(**MINISTRAL3, **fields)
+    rope = hf.rope_parameters
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
+        rope["rope_theta"], rope["rope_type"], rope["factor"])
+    assert cfg.rope_scaling.original_max_position_embeddings == rope["original_max_position_embeddings"]
+    _, hf_factor = ROPE_INIT_FUNCTIONS["yarn"](hf)  # 1 from mscale / mscale_all_dim; factor 4's own without them
+    assert attention_factor(cfg.rope_scaling) == pytest.approx(hf_factor)
+    assert (cfg.query_scale_beta, cfg.query_scale_period) == (
+        rope["llama_4_scaling_beta"], rope["original_max_position_embeddings"])
+    assert cfg.layer_windows == (hf.sliding_window or 0,) * 2
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.o_bias, cfg.qk_norm) == (
+        hf.num_key_value_heads, hf.head_dim, False, False, False)
+    assert (cfg.max_position_embeddings, cfg.rms_norm_eps, cfg.tie_word_embeddings, cfg.activation) == (
+        hf.max_position_embeddings, hf.rms_norm_eps, hf.tie_word_embeddings, hf.hidden_act)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(rope_parameters=dict(rope_type="yarn", rope_theta=1e6, factor=4.0)),
+         "llama_4_scaling_beta None is not supported"),
+        (dict(rope_parameters=dict(rope_type="default", rope_theta=1e6, llama_4_scaling_beta=0.1)),
+         "rope type 'default' is not supported for Ministral3ForCausalLM"),
+        (dict(layer_types=["sliding_attention", "full_attention"], sliding_window=4), "not supported for Ministral3"),
+    ],
+)
+def test_ministral3_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**MINISTRAL3, **fields, "architectures": ["Ministral3ForCausalLM"]})
+
+
+def test_mistral3_vision_model_is_refused_by_name():
+    with pytest.raises(ConfigError, match="Pixtral vision tower.*Ministral3ForCausalLM"):
+        from_hf_config({**MINISTRAL3, "architectures": ["Mistral3ForConditionalGeneration"]})

@@ -82,6 +82,9 @@ class ModelConfig:
     rope_interleaved: bool = False  # rotary pairs are adjacent dims (GLM), not dims i and i + rotated/2
     nope_layers: tuple[int, ...] = ()  # layers without rotary embeddings (SmolLM3's `no_rope_layers` zeros)
     local_rope_theta: float | None = None  # Gemma 3: sliding layers' own base, unscaled
+    # Ministral 3 (Llama 4's attention temperature): queries scaled by 1 + beta * log(1 + floor(position / period))
+    query_scale_beta: float = 0.0
+    query_scale_period: int = 1
     max_position_embeddings: int = 4096
     tie_word_embeddings: bool = False
     qkv_bias: bool = False

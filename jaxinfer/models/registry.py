@@ -27,6 +27,7 @@ from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.llama import FAMILY as LLAMA
+from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
 from jaxinfer.models.phi3 import FAMILY as PHI3
@@ -36,13 +37,15 @@ from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
-                                EXAONE4)
+                                EXAONE4, MINISTRAL3)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
 NOT_SUPPORTED = {
     "Gemma3ForConditionalGeneration": "the Gemma 3 vision-language model (its vision tower is not supported; "
                                       "the text-only Gemma3ForCausalLM checkpoints are)",
+    "Mistral3ForConditionalGeneration": "Mistral 3 / Ministral 3 with their Pixtral vision tower (not supported; "
+                                        "text-only Ministral3ForCausalLM and MistralForCausalLM checkpoints are)",
     "Phi3VForCausalLM": "Phi-3 vision (its image encoder is not supported; the text-only Phi3ForCausalLM "
                         "checkpoints are)",
     "Phi3SmallForCausalLM": "Phi-3-small (block-sparse attention and GeGELU, not Phi3ForCausalLM's layer; "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.attention import attend
@@ -49,12 +50,21 @@ def whole_heads_norm(x: jax.Array, weight: jax.Array, eps: float, weight_offset:
     return flat.reshape(x.shape)
 
 
+def query_temperature(positions: jax.Array, beta: float, period: int) -> jax.Array:
+    """Llama 4's per-position query scale [B, T, 1, 1]: 1 within the first `period` positions, growing with the
+    log of how many periods lie behind (Ministral 3). Padding (position -1) reads as position 0."""
+    periods = jnp.floor(jnp.maximum(positions, 0).astype(jnp.float32) / period)
+    return (1 + beta * jnp.log(1 + periods))[:, :, None, None]
+
+
 def self_attention(
     cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: CosSin | None
 ) -> tuple[jax.Array, Any]:
     """Attention of the normed input h [B,T,D] over the cache (after writing this step's K/V): [B,T,D]."""
     layout = cache.layout
     q, k, v = project_qkv(h, lw, cfg, rope, layout)
+    if cfg.query_scale_beta:
+        q = q * query_temperature(positions, cfg.query_scale_beta, cfg.query_scale_period).astype(q.dtype)
     cache = cache.write(layer, k, v, positions)
     window = cfg.layer_windows[layer]
     attn = attend(q, cache, layer, positions, window, scale=cfg.attn_scale, soft_cap=cfg.attn_soft_cap,
