@@ -27,6 +27,7 @@ from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequ
 from jaxinfer.entrypoints.openai.reasoning import reasoning_parser
 from jaxinfer.entrypoints.openai.serving import ServerState
 from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
+from jaxinfer.entrypoints.openai.tool_parsers import ToolParser, tool_parser
 from jaxinfer.runtime.profiling import PROFILER_DIR_VAR
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt that fits the context
@@ -55,6 +56,18 @@ class ServerConfig:
     lora_modules: tuple[LoRARequest, ...] = ()  # adapters served by name (--lora-modules)
     runtime_lora_updating: bool = False  # /v1/load_lora_adapter and /v1/unload_lora_adapter
     reasoning_parser: str | None = None  # a name of reasoning.PARSERS: chat replies split into reasoning and content
+    tool_call_parser: str | None = None  # a name of tool_parsers.TOOL_PARSERS: the format "auto" reads calls in
+
+
+def _tool_parser(config: ServerConfig) -> ToolParser | None:
+    """The --tool-call-parser; `openai` (harmony calls) goes with --reasoning-parser openai_gptoss and only it."""
+    if config.tool_call_parser is None:
+        return None
+    parser = tool_parser(config.tool_call_parser)
+    if (parser.name == "openai") != (config.reasoning_parser == "openai_gptoss"):
+        raise ValueError(f"--tool-call-parser {parser.name} does not go with --reasoning-parser "
+                         f"{config.reasoning_parser}: GPT-OSS's harmony calls need both openai_gptoss and openai")
+    return parser
 
 
 def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None) -> FastAPI:
@@ -73,6 +86,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
         engine.model_config.vocab_size, llm.default_params, admission, config.limits, config.request_timeout,
         adapters={adapter.lora_name: adapter for adapter in config.lora_modules},
         reasoning_parser=None if config.reasoning_parser is None else reasoning_parser(config.reasoning_parser),
+        tool_parser=_tool_parser(config),
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state

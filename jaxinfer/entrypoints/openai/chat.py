@@ -111,7 +111,7 @@ def _prepare(state: ServerState, body: ChatCompletionRequest
     """The conversation's token ids, checked SamplingParams (4xx errors name the field) and how its
     choices become messages."""
     state.limits.check(body)
-    tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
+    tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, state.tool_parser)
     ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params = beam_or_sampling(body, build_params(state, body, ids, None, _top_logprobs(body), requested))
@@ -124,6 +124,8 @@ def _prepare(state: ServerState, body: ChatCompletionRequest
         params = dataclasses.replace(params, structured_outputs=constraint)
     if state.reasoning_parser is not None and state.reasoning_parser.harmony:
         params = _keep_special_tokens(params)
+    elif tools is not None and tools.mode == "auto" and tools.parser.keeps_special:  # its marker is a special token
+        params = dataclasses.replace(params, skip_special_tokens=False)
     return ids, params, ReplyPlan(_reasoning_start(state, body, params), tools)
 
 

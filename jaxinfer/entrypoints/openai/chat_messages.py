@@ -1,6 +1,7 @@
 """A chat choice's text as its assistant message, whole or streamed: reasoning apart (with
 `--reasoning-parser`, reasoning.py) and tool calls parsed from the content part alone (tool_calls.py);
-under openai_gptoss with tool_choice "auto", the calls are the reply's harmony function calls instead."""
+under openai_gptoss with tool_choice "auto", the calls are the reply's harmony function calls instead. A stream
+whose `--tool-call-parser` has a start marker sends the content up to it as it comes (tool_parsers/stream.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from jaxinfer.entrypoints.openai.tool_calls import (
     ToolPlan,
     harmony_tool_calls,
     made_calls,
+    tool_call,
     tool_call_deltas,
     tool_message,
 )
+from jaxinfer.entrypoints.openai.tool_parsers.stream import ToolStream, tool_stream_delta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,11 @@ class ReplyPlan:
     def holds_content(self) -> bool:
         """A stream holds the content until the choice ends: tool calls are only known once it is whole."""
         return self.tools is not None and self.tools.mode != "none" and not self.harmony_calls
+
+    @property
+    def streams_content(self) -> bool:
+        """A stream sends the content before the parser's start marker as it comes ("auto" with a marked format)."""
+        return self.holds_content and self.tools.mode == "auto" and self.tools.parser.start is not None
 
 
 def reasoning_fields(reasoning: str | None) -> dict:
@@ -75,6 +83,7 @@ class ChoiceStream:
         self.plan = plan
         self.split = plan.reasoning
         self.held = ""  # content held for the tool-call parser
+        self.calls = ToolStream()  # the content's progress through a marked tool-call format
 
     def delta(self, text: str, finish_reason: str | None) -> tuple[dict | None, str | None]:
         """(the chunk's delta, its finish reason) for a text delta; a None delta: nothing to send yet."""
@@ -88,12 +97,25 @@ class ChoiceStream:
             return self._harmony_delta(before, {**delta, **({"content": content} if content else {})}, finish_reason)
         if not self.plan.holds_content:
             return ({**delta, "content": content} if content or self.split is None else delta), finish_reason
+        if self.plan.streams_content:
+            return self._marked_delta(delta, content, finish_reason)
         self.held += content
         if finish_reason is None:
             return delta or None, None
         whole = self.held if self.split is None else final_content(self.split, self.held)
         message, finish_reason = _content_message(self.plan.tools, whole, finish_reason)
         return {**delta, **{k: v for k, v in message.items() if k != "role"}}, finish_reason
+
+    def _marked_delta(self, delta: dict, content: str, finish_reason: str | None) -> tuple[dict | None, str | None]:
+        """The delta with the content before the start marker, and the calls when the choice ends ("tool_calls")."""
+        tools = self.plan.tools
+        self.calls, content, calls = tool_stream_delta(self.calls, tools.parser, tools.parameters, content,
+                                                       finish_reason)
+        delta = {**delta, "content": content} if content else delta
+        if calls:
+            pieces = [{"index": index, **tool_call(name, arguments)} for index, (name, arguments) in enumerate(calls)]
+            return {**delta, "tool_calls": pieces}, "tool_calls"
+        return (delta or None) if finish_reason is None else delta, finish_reason
 
     def _harmony_delta(self, before: HarmonyState, delta: dict, finish_reason: str | None) -> tuple[dict, str | None]:
         """The delta with the harmony calls' new pieces, sent as they come (vLLM's); the finish reason is

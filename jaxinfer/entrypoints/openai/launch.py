@@ -21,6 +21,7 @@ from jaxinfer.entrypoints.openai.lora_modules import (
     runtime_lora_updating,
 )
 from jaxinfer.entrypoints.openai.reasoning import PARSERS
+from jaxinfer.entrypoints.openai.tool_parsers import TOOL_PARSERS
 
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
@@ -92,6 +93,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        "(DeepSeek-R1, its distills, QwQ: text before </think> is reasoning, <think> or not), qwen3 "
                        "(reasoning only when <think> opens the reply), openai_gptoss (GPT-OSS's harmony format: the "
                        "analysis channel is reasoning, the final channel content) (default: none, the reply is content)")
+    serve.add_argument("--tool-call-parser", choices=list(TOOL_PARSERS), default=None,
+                       help="as vLLM's flag: the format tool calls are read in from a chat reply with tool_choice "
+                       "auto, by model family (docs/serving.md); openai (GPT-OSS's harmony calls) goes with "
+                       "--reasoning-parser openai_gptoss (default: Hermes <tool_call> blocks, else Llama-3 JSON)")
     serve.add_argument("--runner", choices=["auto", "generate", "pooling"], default="auto",
                        help="as vLLM's: pooling serves embeddings (POST /v1/embeddings: the final hidden states "
                        "pooled, e.g. Qwen3-Embedding, e5-mistral), generate completions and chat; auto pools for a "
@@ -228,7 +233,7 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
     return ServerConfig(
         model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
         args.request_timeout, args.write_timeout, lora_modules(args), runtime_lora_updating(args),
-        args.reasoning_parser,
+        args.reasoning_parser, args.tool_call_parser,
     )
 
 

@@ -23,6 +23,7 @@ from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.gate import Admission, ServerStopping
 from jaxinfer.entrypoints.openai.limits import Limits
 from jaxinfer.entrypoints.openai.reasoning import ReasoningParser
+from jaxinfer.entrypoints.openai.tool_parsers import ToolParser
 
 
 @dataclasses.dataclass
@@ -41,6 +42,7 @@ class ServerState:
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     adapters: dict[str, LoRARequest] = dataclasses.field(default_factory=dict)  # --lora-modules, by name
     reasoning_parser: ReasoningParser | None = None  # --reasoning-parser: chat replies split into reasoning, content
+    tool_parser: ToolParser | None = None  # --tool-call-parser: the format "auto" reads calls in (None: Hermes/Llama-3)
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
         """Token ids of a text or id prompt; ids must be in the vocabulary."""

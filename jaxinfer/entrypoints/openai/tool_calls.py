@@ -3,9 +3,9 @@
 - "required": the output is a JSON array of {"name": <a tool>, "arguments": <its parameters schema>}
   (one item when parallel_tool_calls is false);
 - a named function: the output is that function's arguments;
-- "auto": free text, then parsed: Hermes/Qwen `<tool_call>{...}</tool_call>` blocks, else Llama-3's
-  bare JSON `{"name": ..., "parameters": ...}` objects (separated by ";"); text that parses as neither
-  stays content;
+- "auto": free text, then parsed by the `--tool-call-parser` format (tool_parsers/); without the flag,
+  Hermes/Qwen `<tool_call>{...}</tool_call>` blocks, else Llama-3's bare JSON `{"name": ..., "parameters": ...}`
+  objects (separated by ";"); text that holds no calls of the request's tools stays content;
 - "none": free text, never parsed.
 
 Under `--reasoning-parser openai_gptoss` with "auto", the calls are GPT-OSS's harmony function calls instead
@@ -16,17 +16,16 @@ Under `--reasoning-parser openai_gptoss` with "auto", the calls are GPT-OSS's ha
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
 import uuid
 from typing import Any, Sequence
 
 from jaxinfer.config.structured_outputs import StructuredOutputsParams
 from jaxinfer.entrypoints.openai.errors import APIError
 from jaxinfer.entrypoints.openai.harmony import HarmonyCall
+from jaxinfer.entrypoints.openai.tool_parsers import AUTO, ToolParser, parse_calls
+from jaxinfer.entrypoints.openai.tool_parsers.json_calls import json_calls
 
 CHOICES = ("none", "auto", "required")
-HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +36,7 @@ class ToolPlan:
     parameters: dict[str, dict]  # each tool's arguments schema, by name (in the request's order)
     named: str | None = None
     parallel: bool = True
+    parser: ToolParser = AUTO  # how "auto" reads calls from the text (--tool-call-parser)
 
     @property
     def constraint(self) -> StructuredOutputsParams | None:
@@ -52,7 +52,8 @@ class ToolPlan:
         return StructuredOutputsParams(json=array)
 
 
-def plan_tools(tools: list[dict] | None, tool_choice: Any, parallel: bool | None) -> ToolPlan | None:
+def plan_tools(tools: list[dict] | None, tool_choice: Any, parallel: bool | None,
+               parser: ToolParser | None = None) -> ToolPlan | None:
     """The request's plan (None without tools); 400s name tools, tool_choice and what they accept."""
     if tools is None:
         if tool_choice not in (None, "none"):
@@ -69,11 +70,11 @@ def plan_tools(tools: list[dict] | None, tool_choice: Any, parallel: bool | None
             raise APIError(f'tool_choice must be {{"type": "function", "function": {{"name": <one of '
                            f'{", ".join(parameters)}>}}}} or one of {", ".join(CHOICES)}; got {choice!r:.120}',
                            param="tool_choice")
-        return ToolPlan("named", parameters, named, parallel is not False)
+        return ToolPlan("named", parameters, named, parallel is not False, parser or AUTO)
     if choice not in CHOICES:
         raise APIError(f"tool_choice must be one of {', '.join(CHOICES)} or a named function, got {choice!r:.80}",
                        param="tool_choice")
-    return ToolPlan(choice, parameters, None, parallel is not False)
+    return ToolPlan(choice, parameters, None, parallel is not False, parser or AUTO)
 
 
 def _tool(tool: Any, field: str) -> tuple[str, dict]:
@@ -97,33 +98,14 @@ def parse_tool_calls(plan: ToolPlan | None, text: str) -> tuple[str | None, list
     if plan.mode == "required":
         calls = _json_calls(text, plan, "arguments")
         return (text, []) if calls is None else (None, calls)
-    blocks = HERMES_CALL.findall(text)
-    if blocks:
-        calls = [c for block in blocks for c in (_json_calls(block, plan, "arguments") or [])]
-        content = HERMES_CALL.sub("", text).strip()
-        return (content or None, calls) if calls else (text, [])
-    calls = _json_calls(text, plan, "parameters")
-    return (text, []) if calls is None else (None, calls)
+    content, calls = parse_calls(plan.parser, text, plan.parameters)
+    return content, [tool_call(name, arguments) for name, arguments in calls]
 
 
 def _json_calls(text: str, plan: ToolPlan, arguments_key: str) -> list[dict] | None:
-    """Calls from JSON text: an array of calls or calls separated by ";" (None unless all are calls of known tools)."""
-    decoder, items, at = json.JSONDecoder(), [], 0
-    text = text.strip()
-    try:
-        while at < len(text):
-            value, at = decoder.raw_decode(text, at)
-            items += value if isinstance(value, list) else [value]
-            at = len(text) - len(text[at:].lstrip().removeprefix(";").lstrip())
-    except json.JSONDecodeError:
-        return None
-    calls = []
-    for item in items:
-        if not isinstance(item, dict) or item.get("name") not in plan.parameters:
-            return None
-        arguments = item.get(arguments_key, item.get("arguments", item.get("parameters", {})))
-        calls.append(tool_call(item["name"], json.dumps(arguments)))
-    return calls or None
+    """OpenAI calls from JSON calls text (None unless all are calls of known tools)."""
+    calls = json_calls(text, plan.parameters, arguments_key)
+    return None if calls is None else [tool_call(name, arguments) for name, arguments in calls]
 
 
 def tool_call(name: str, arguments: str) -> dict:

@@ -1,0 +1,76 @@
+"""Tool calls read from a chat reply's free text, one module per format, as vLLM's `--tool-call-parser` names them.
+
+A parser is a start marker (where the calls begin; None: the whole reply may be calls) and a pure `read`
+of the text from that marker on, giving the calls (name, arguments as JSON text) and the text left over
+that is content; `read` gives None unless the text holds calls of the request's tools only, and then the
+whole reply stays content. `openai` reads nothing here: GPT-OSS's calls are harmony messages (harmony.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping
+
+from jaxinfer.entrypoints.openai.tool_parsers import (
+    hermes,
+    llama3_json,
+    mistral,
+)
+from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
+
+Read = Callable[[str, Mapping[str, dict]], "tuple[list[ParsedCall], str] | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolParser:
+    """A format by name. keeps_special: its start marker is a special token, so the text must keep them."""
+
+    name: str
+    start: str | None
+    read: Read | None
+    keeps_special: bool = False
+
+
+def _read_auto(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] | None:
+    """Hermes blocks where the reply has one, else Llama-3 JSON (the server's behaviour without the flag)."""
+    at = text.find(hermes.START)
+    if at < 0:
+        return llama3_json.read(text, tools)
+    found = hermes.read(text[at:], tools)
+    return None if found is None else (found[0], text[:at] + found[1])
+
+
+AUTO = ToolParser("auto", None, _read_auto)
+TOOL_PARSERS = {
+    "hermes": ToolParser("hermes", hermes.START, hermes.read),
+    "llama3_json": ToolParser("llama3_json", None, llama3_json.read),
+    "mistral": ToolParser("mistral", mistral.START, mistral.read, keeps_special=True),
+    "openai": ToolParser("openai", None, None),
+}
+
+
+def tool_parser(name: str) -> ToolParser:
+    """The parser called `name`; a ValueError naming the accepted ones otherwise."""
+    if name not in TOOL_PARSERS:
+        raise ValueError(f"unknown tool-call parser {name!r}; accepted: {', '.join(TOOL_PARSERS)}")
+    return TOOL_PARSERS[name]
+
+
+def read_calls(parser: ToolParser, text: str, tools: Mapping[str, dict]) -> tuple[str, list[ParsedCall]] | None:
+    """(the content text around the calls, the calls) of a finished reply; None when it holds no calls."""
+    at = 0 if parser.start is None else text.find(parser.start)
+    if parser.read is None or at < 0:
+        return None
+    found = parser.read(text[at:], tools)
+    if not found or not found[0]:
+        return None
+    return text[:at] + found[1], found[0]
+
+
+def parse_calls(parser: ToolParser, text: str, tools: Mapping[str, dict]) -> tuple[str | None, list[ParsedCall]]:
+    """(content, calls) of a finished reply: the text as it is without calls; else the text around them,
+    trailing space cut (None when empty)."""
+    found = read_calls(parser, text, tools)
+    if found is None:
+        return text, []
+    return found[0].rstrip() or None, found[1]

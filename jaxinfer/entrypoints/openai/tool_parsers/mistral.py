@@ -1,0 +1,33 @@
+"""Mistral: `[TOOL_CALLS]` then a JSON list of {"name", "arguments"} (tokenizers before v11), or, from v11,
+`[TOOL_CALLS]NAME[ARGS]{...}` per call. `[TOOL_CALLS]` is a control token: the text must keep special tokens."""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall, json_calls
+
+START, ARGS = "[TOOL_CALLS]", "[ARGS]"
+
+
+def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] | None:
+    """The calls after the marker (all the rest is calls); None unless they are calls of known tools."""
+    body = text[len(START):]
+    if body.lstrip()[:1] in ("[", "{"):
+        calls = json_calls(body, tools)
+        return None if calls is None else (calls, "")
+    calls = [_named_call(piece, tools) for piece in body.split(START)]
+    return None if None in calls else (calls, "")
+
+
+def _named_call(piece: str, tools: Mapping[str, dict]) -> ParsedCall | None:
+    """One v11 call `NAME[ARGS]{...}`."""
+    name, marker, arguments = piece.partition(ARGS)
+    if not marker or name.strip() not in tools:
+        return None
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return None
+    return (name.strip(), json.dumps(value)) if isinstance(value, dict) else None
