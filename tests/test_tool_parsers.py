@@ -20,6 +20,7 @@ TIME = {"type": "object", "properties": {"zone": {"type": "string"}}}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
          {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
 CALLS = [("get_weather", {"city": "Oslo", "days": 2}), ("get_time", {"zone": "UTC"})]
+DS_CALL = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>{}\n```json\n{}\n```<｜tool▁call▁end｜>"
 
 REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (None: none)
     "hermes": [('Checking.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>',
@@ -30,6 +31,9 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
         ('[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo", "days": 2}[TOOL_CALLS]get_time[ARGS]{"zone": "UTC"}',
          None, CALLS),
     ],
+    "deepseek_v3": [(
+        "Sure.\n<｜tool▁calls▁begin｜>" + DS_CALL.format("get_weather", '{"city": "Oslo", "days": 2}') + "\n"
+        + DS_CALL.format("get_time", '{"zone": "UTC"}') + "<｜tool▁calls▁end｜>", "Sure.", CALLS)],
 }
 CASES = [(name, *case) for name, cases in REPLIES.items() for case in cases]
 

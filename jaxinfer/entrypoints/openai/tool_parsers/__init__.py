@@ -12,6 +12,7 @@ import dataclasses
 from typing import Callable, Mapping
 
 from jaxinfer.entrypoints.openai.tool_parsers import (
+    deepseek_v3,
     hermes,
     llama3_json,
     mistral,
@@ -45,6 +46,7 @@ TOOL_PARSERS = {
     "hermes": ToolParser("hermes", hermes.START, hermes.read),
     "llama3_json": ToolParser("llama3_json", None, llama3_json.read),
     "mistral": ToolParser("mistral", mistral.START, mistral.read, keeps_special=True),
+    "deepseek_v3": ToolParser("deepseek_v3", deepseek_v3.START, deepseek_v3.read),
     "openai": ToolParser("openai", None, None),
 }
 
