@@ -4,6 +4,7 @@ content, streamed and not, must be its parts."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import openai
@@ -14,6 +15,7 @@ from reasoning_streams import stream_parts
 from jaxinfer import LLM
 from jaxinfer.entrypoints.openai import ServerConfig
 from jaxinfer.entrypoints.openai.reasoning import PARSERS
+from jaxinfer.entrypoints.openai.tool_parsers import TOOL_PARSERS
 
 pytest.importorskip("llguidance")
 
@@ -111,3 +113,21 @@ def test_template_kwargs_that_set_the_servers_own_arguments_are_400s(served):
     with pytest.raises(openai.BadRequestError) as error:
         chat(client, extra_body={"chat_template_kwargs": {"tokenize": True}})
     assert error.value.body["param"] == "chat_template_kwargs" and "tokenize" in error.value.body["message"]
+
+
+def test_a_tool_call_parser_reads_its_format_whole_and_streamed(served, monkeypatch):
+    state, client = served
+    monkeypatch.setattr(state, "reasoning_parser", None)
+    monkeypatch.setattr(state, "tool_parser", TOOL_PARSERS["glm45"])
+    tools = [{"type": "function", "function": {"name": "wait", "parameters": {
+        "type": "object", "properties": {"days": {"type": "integer"}}}}}]
+    glm = r"ok\.<tool_call>wait<arg_key>days</arg_key><arg_value>[1-7]</arg_value></tool_call>"
+    fields = dict(regex=glm, tools=tools, max_tokens=100)
+    choice = chat(client, **fields).choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "ok."
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "wait" and json.loads(call.function.arguments)["days"] in range(1, 8)  # typed
+    chunks = [c.choices[0] for c in chat(client, stream=True, **fields) if c.choices]
+    assert "".join(c.delta.content or "" for c in chunks) == "ok." and chunks[-1].finish_reason == "tool_calls"
+    (streamed,) = [c.delta.tool_calls for c in chunks if c.delta.tool_calls]
+    assert streamed[0].function.arguments == call.function.arguments  # seeded: the same reply

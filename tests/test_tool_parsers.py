@@ -13,6 +13,7 @@ from jaxinfer.entrypoints.openai.chat_messages import ChoiceStream, ReplyPlan, a
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
 from jaxinfer.entrypoints.openai.tool_calls import plan_tools
 from jaxinfer.entrypoints.openai.tool_parsers import TOOL_PARSERS, tool_parser
+from jaxinfer.entrypoints.openai.tool_parsers.values import typed_value
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
                                             "metric": {"type": "boolean"}, "hours": {"type": "array"}}}
@@ -20,6 +21,7 @@ TIME = {"type": "object", "properties": {"zone": {"type": "string"}}}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
          {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
 CALLS = [("get_weather", {"city": "Oslo", "days": 2}), ("get_time", {"zone": "UTC"})]
+TYPED = [("get_weather", {"city": "007", "days": 3, "metric": True, "hours": [6, 18]})]  # "007": a string by schema
 DS_CALL = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>{}\n```json\n{}\n```<｜tool▁call▁end｜>"
 
 REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (None: none)
@@ -34,6 +36,14 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
     "deepseek_v3": [(
         "Sure.\n<｜tool▁calls▁begin｜>" + DS_CALL.format("get_weather", '{"city": "Oslo", "days": 2}') + "\n"
         + DS_CALL.format("get_time", '{"zone": "UTC"}') + "<｜tool▁calls▁end｜>", "Sure.", CALLS)],
+    "glm45": [
+        ("Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n<arg_key>days</arg_key>"
+         "\n<arg_value>2</arg_value>\n</tool_call>\n<tool_call>get_time\n<arg_key>zone</arg_key>\n<arg_value>UTC"
+         "</arg_value>\n</tool_call>", "Sure.", CALLS),
+        ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>007</arg_value>\n<arg_key>days</arg_key>\n"
+         "<arg_value>3</arg_value>\n<arg_key>metric</arg_key>\n<arg_value>true</arg_value>\n<arg_key>hours</arg_key>"
+         "\n<arg_value>[6, 18]</arg_value>\n</tool_call>", None, TYPED),
+    ],
 }
 CASES = [(name, *case) for name, cases in REPLIES.items() for case in cases]
 
@@ -84,6 +94,15 @@ def test_a_reply_without_calls_of_the_tools_stays_content(parser):
     assert cut == ({"role": "assistant", "content": reply}, "length")
     assert streamed(plan(parser), [reply], "length") == (reply, [], "length")
     assert assistant_message(plan(parser, "none"), reply, "stop")[0]["content"] == reply
+
+
+def test_values_are_typed_by_the_parameters_schema():
+    assert typed_value("2", {"type": "integer"}) == 2 and typed_value("2", {"type": "string"}) == "2"
+    assert typed_value("2.5", {"type": "integer"}) == "2.5" and typed_value("2.5", {"type": "number"}) == 2.5
+    assert typed_value("false", {"type": "boolean"}) is False and typed_value("1", {"type": "boolean"}) == "1"
+    assert typed_value('{"a": 1}', {"type": "object"}) == {"a": 1} and typed_value("[1]", None) == [1]
+    assert typed_value("Oslo", None) == "Oslo" and typed_value("null", {"type": ["integer", "null"]}) is None
+    assert typed_value("7", {"type": ["integer", "string"]}) == "7"  # text that may be a string stays one
 
 
 def test_unknown_parser_names_are_refused_naming_the_accepted_ones(capsys):

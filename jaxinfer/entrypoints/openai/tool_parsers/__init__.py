@@ -13,6 +13,7 @@ from typing import Callable, Mapping
 
 from jaxinfer.entrypoints.openai.tool_parsers import (
     deepseek_v3,
+    glm45,
     hermes,
     llama3_json,
     mistral,
@@ -47,6 +48,7 @@ TOOL_PARSERS = {
     "llama3_json": ToolParser("llama3_json", None, llama3_json.read),
     "mistral": ToolParser("mistral", mistral.START, mistral.read, keeps_special=True),
     "deepseek_v3": ToolParser("deepseek_v3", deepseek_v3.START, deepseek_v3.read),
+    "glm45": ToolParser("glm45", glm45.START, glm45.read),
     "openai": ToolParser("openai", None, None),
 }
 
