@@ -44,6 +44,14 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
          "<arg_value>3</arg_value>\n<arg_key>metric</arg_key>\n<arg_value>true</arg_value>\n<arg_key>hours</arg_key>"
          "\n<arg_value>[6, 18]</arg_value>\n</tool_call>", None, TYPED),
     ],
+    "qwen3_coder": [
+        ("Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n"
+         "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n"
+         "</parameter>\n</function>\n</tool_call>", "Sure.", CALLS),
+        ("<tool_call>\n<function=get_weather>\n<parameter=city>\n007\n</parameter>\n<parameter=days>\n3\n"
+         "</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=hours>\n[6, 18]\n</parameter>\n"
+         "</function>\n</tool_call>", None, TYPED),
+    ],
 }
 CASES = [(name, *case) for name, cases in REPLIES.items() for case in cases]
 

@@ -17,6 +17,7 @@ from jaxinfer.entrypoints.openai.tool_parsers import (
     hermes,
     llama3_json,
     mistral,
+    qwen3_coder,
 )
 from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
 
@@ -49,6 +50,7 @@ TOOL_PARSERS = {
     "mistral": ToolParser("mistral", mistral.START, mistral.read, keeps_special=True),
     "deepseek_v3": ToolParser("deepseek_v3", deepseek_v3.START, deepseek_v3.read),
     "glm45": ToolParser("glm45", glm45.START, glm45.read),
+    "qwen3_coder": ToolParser("qwen3_coder", qwen3_coder.START, qwen3_coder.read),
     "openai": ToolParser("openai", None, None),
 }
 
