@@ -52,6 +52,8 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
          "</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=hours>\n[6, 18]\n</parameter>\n"
          "</function>\n</tool_call>", None, TYPED),
     ],
+    "granite": [('Sure.<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}, '
+                 '{"name": "get_time", "arguments": {"zone": "UTC"}}]', "Sure.", CALLS)],
 }
 CASES = [(name, *case) for name, cases in REPLIES.items() for case in cases]
 

@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 from jaxinfer.entrypoints.openai.tool_parsers import (
     deepseek_v3,
     glm45,
+    granite,
     hermes,
     llama3_json,
     mistral,
@@ -51,6 +52,7 @@ TOOL_PARSERS = {
     "deepseek_v3": ToolParser("deepseek_v3", deepseek_v3.START, deepseek_v3.read),
     "glm45": ToolParser("glm45", glm45.START, glm45.read),
     "qwen3_coder": ToolParser("qwen3_coder", qwen3_coder.START, qwen3_coder.read),
+    "granite": ToolParser("granite", granite.START, granite.read, keeps_special=True),
     "openai": ToolParser("openai", None, None),
 }
 

@@ -1,0 +1,15 @@
+"""Granite (3.0): `<|tool_call|>` then a JSON list of {"name", "arguments"}; the marker is a special token."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall, json_calls
+
+START = "<|tool_call|>"
+
+
+def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] | None:
+    """The calls after the marker (all the rest is calls); None unless they are calls of known tools."""
+    calls = json_calls(text[len(START):], tools)
+    return None if calls is None else (calls, "")
