@@ -162,6 +162,11 @@ ARCH_CONFIGS.update({
             rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=4, beta_fast=32.0,
             beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.5)),
     ),
+    "cohere2": (  # layer 0 slides over 8 tokens with interleaved rope, layer 1 attends to all without; logits x 0.25
+        transformers.Cohere2Config,  # one LayerNorm feeding attention and the MLP in parallel; q/k/v/o biases
+        dict(sliding_window=8, sliding_window_pattern=2, logit_scale=0.25, attention_bias=True, layer_norm_eps=1e-5,
+             tie_word_embeddings=False),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -213,6 +218,7 @@ MODEL_CLASSES = {
     transformers.Ernie4_5_MoeConfig: transformers.Ernie4_5_MoeForCausalLM,
     transformers.Exaone4Config: transformers.Exaone4ForCausalLM,
     transformers.Ministral3Config: transformers.Ministral3ForCausalLM,
+    transformers.Cohere2Config: transformers.Cohere2ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }

@@ -369,3 +369,46 @@ def test_ministral3_configs_that_cannot_run_are_refused_by_name(fields, message)
 def test_mistral3_vision_model_is_refused_by_name():
     with pytest.raises(ConfigError, match="Pixtral vision tower.*Ministral3ForCausalLM"):
         from_hf_config({**MINISTRAL3, "architectures": ["Mistral3ForConditionalGeneration"]})
+
+
+COHERE2 = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=6, num_attention_heads=4)
+COHERE2_FIELDS = [
+    {},  # transformers' defaults: every 4th layer full, the others sliding over 4096; logits x 0.0625; tied head
+    dict(sliding_window=16, sliding_window_pattern=3, num_key_value_heads=2, logit_scale=0.25, attention_bias=True,
+         layer_norm_eps=1e-6, rope_theta=5e4, tie_word_embeddings=False),
+    dict(sliding_window=8, layer_types=["full_attention", "sliding_attention"] * 3, head_dim=32),
+]
+
+
+@pytest.mark.parametrize("fields", COHERE2_FIELDS)
+def test_cohere2_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    """Windows and rotary embeddings on the layers Cohere2Config marks sliding (none on the full ones), LayerNorm,
+    the logit scale, biases and the tied head as transformers reads them."""
+    cfg = from_hf_config({**COHERE2, **fields, "architectures": ["Cohere2ForCausalLM"]})
+    hf = transformers.Cohere2Config(**COHERE2, **fields)
+    sliding = [t == "sliding_attention" for t in hf.layer_types]
+    assert cfg.layer_windows == tuple(hf.sliding_window if s else 0 for s in sliding)
+    assert cfg.nope_layers == tuple(i for i, s in enumerate(sliding) if not s)
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_interleaved) == (
+        hf.rope_parameters["rope_theta"], hf.rope_parameters["rope_type"], True)
+    assert (cfg.layer_norm, cfg.rms_norm_eps, cfg.logits_scaling) == (True, hf.layer_norm_eps, 1 / hf.logit_scale)
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.o_bias, cfg.qk_norm) == (
+        hf.num_key_value_heads, hf.head_dim, hf.attention_bias, hf.attention_bias, False)
+    assert (cfg.max_position_embeddings, cfg.tie_word_embeddings, cfg.activation) == (
+        hf.max_position_embeddings, hf.tie_word_embeddings, hf.hidden_act)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(sliding_window=None), "sliding_window None is not supported for Cohere2ForCausalLM"),
+        (dict(logit_scale=0), "logit_scale 0 is not supported for Cohere2ForCausalLM"),
+        (dict(sliding_window_pattern="LLLG"), "sliding_window_pattern 'LLLG' is not supported without layer_types"),
+        (dict(layer_types=["sliding_attention"] * 5), "layer_types .* for each of the 6 layers"),
+        (dict(mlp_bias=True), "mlp_bias=True is not supported for Cohere2ForCausalLM"),
+    ],
+)
+def test_cohere2_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**COHERE2, **fields, "architectures": ["Cohere2ForCausalLM"]})

@@ -75,7 +75,8 @@ class ModelConfig:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    rms_norm_eps: float = 1e-6
+    rms_norm_eps: float = 1e-6  # the norms' epsilon (Cohere's layer_norm_eps)
+    layer_norm: bool = False  # Cohere: bias-free LayerNorms (mean subtracted) in place of RMSNorms
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling = RopeScaling()
     rotary_dim: int = 0  # leading head dims that rotate; 0 = all (Phi's partial_rotary_factor)

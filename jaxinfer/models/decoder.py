@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.layer_calls import call_layer
 from jaxinfer.models.layers import Weight, linear, linear_transposed
-from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.norms import layer_norm, rms_norm
 from jaxinfer.models.registry import family_of
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.row_table import RowTable, take_rows
@@ -87,6 +87,8 @@ def forward_with_taps(
         if layer in taps:
             tapped.append(x)
         x, cache = call_layer(layer_fn, cfg, x, cache, lw, layer, positions, rope)
+    if cfg.layer_norm:
+        return layer_norm(x, weights.final_norm, cfg.rms_norm_eps), tapped, cache
     return rms_norm(x, weights.final_norm, cfg.rms_norm_eps, cfg.norm_weight_offset), tapped, cache
 
 

@@ -1,4 +1,4 @@
-"""RMSNorm, the one normalisation every supported family uses."""
+"""RMSNorm, the normalisation of every supported family but Cohere, and Cohere's bias-free LayerNorm."""
 
 from __future__ import annotations
 
@@ -22,3 +22,15 @@ def rms_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, weig
     if weight_offset:
         return (normed * (weight_offset + weight.astype(jnp.float32))).astype(x.dtype)
     return weight * normed.astype(x.dtype)
+
+
+def layer_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float) -> jax.Array:
+    """LayerNorm without a bias (Cohere): mean and variance in float32, scaled before the cast, as HF does."""
+    if isinstance(weight, InvariantWeight):
+        inner = weight.weight
+        rows = in_row_blocks(lambda block: layer_norm(block, inner, eps), x.reshape(-1, x.shape[-1]))
+        return rows.reshape(x.shape)
+    x32 = x.astype(jnp.float32)
+    centred = x32 - jnp.mean(x32, axis=-1, keepdims=True)
+    normed = centred * jax.lax.rsqrt(jnp.mean(centred * centred, axis=-1, keepdims=True) + eps)
+    return (weight.astype(jnp.float32) * normed).astype(x.dtype)
