@@ -167,6 +167,12 @@ ARCH_CONFIGS.update({
         dict(sliding_window=8, sliding_window_pattern=2, logit_scale=0.25, attention_bias=True, layer_norm_eps=1e-5,
              tie_word_embeddings=False),
     ),
+    "apertus": (  # q/k norms, q/k/v/o biases, an ungated xIELU MLP (slopes set apart by make_hf_model's noise)
+        transformers.ApertusConfig,  # Llama 3 rope over 64 original positions; head_dim 32 beside hidden/heads
+        dict(head_dim=32, attention_bias=True, rope_parameters=dict(
+            rope_type="llama3", rope_theta=1.2e7, factor=8.0, original_max_position_embeddings=64,
+            low_freq_factor=1.0, high_freq_factor=4.0)),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -219,6 +225,7 @@ MODEL_CLASSES = {
     transformers.Exaone4Config: transformers.Exaone4ForCausalLM,
     transformers.Ministral3Config: transformers.Ministral3ForCausalLM,
     transformers.Cohere2Config: transformers.Cohere2ForCausalLM,
+    transformers.ApertusConfig: transformers.ApertusForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }
@@ -236,6 +243,8 @@ def make_hf_model(name: str, **overrides) -> torch.nn.Module:
                 param.add_(0.1 * torch.randn_like(param))
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # GLM-4.5's, DeepSeek-V3's routing bias: a buffer, 0 at init
+                buffer.add_(0.1 * torch.randn_like(buffer))
+            if name.endswith("act_fn.beta"):  # Apertus' xIELU linear term: a buffer, 0.5 at init
                 buffer.add_(0.1 * torch.randn_like(buffer))
     return model
 

@@ -412,3 +412,41 @@ def test_cohere2_fields_a_config_leaves_out_read_as_transformers_reads_them(fiel
 def test_cohere2_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**COHERE2, **fields, "architectures": ["Cohere2ForCausalLM"]})
+
+
+APERTUS = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=2, num_attention_heads=4)
+APERTUS_FIELDS = [
+    {},  # transformers' defaults: Llama 3 rope x8 over 8192 positions, theta 1.2e7; 65536 positions; untied
+    dict(num_key_value_heads=2, head_dim=32, attention_bias=True, rms_norm_eps=1e-6, tie_word_embeddings=True,
+         rope_parameters=dict(rope_type="default", rope_theta=5e5)),
+]
+
+
+@pytest.mark.parametrize("fields", APERTUS_FIELDS)
+def test_apertus_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**APERTUS, **fields, "architectures": ["ApertusForCausalLM"]})
+    hf = transformers.ApertusConfig(**APERTUS, **fields)
+    rope = hf.rope_parameters
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
+        rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0))
+    if rope["rope_type"] == "llama3":
+        assert cfg.rope_scaling.original_max_position_embeddings == rope["original_max_position_embeddings"]
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.o_bias, cfg.qk_norm, cfg.activation) == (
+        hf.num_key_value_heads, getattr(hf, "head_dim", hf.hidden_size // hf.num_attention_heads),
+        hf.attention_bias, hf.attention_bias, True, hf.hidden_act)
+    assert (cfg.max_position_embeddings, cfg.rms_norm_eps, cfg.tie_word_embeddings) == (
+        hf.max_position_embeddings, hf.rms_norm_eps, hf.tie_word_embeddings)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(hidden_act="silu"), "hidden_act 'silu' is not supported for ApertusForCausalLM"),
+        (dict(mlp_bias=True), "mlp_bias=True is not supported for ApertusForCausalLM"),
+        (dict(layer_types=["sliding_attention"] * 2, sliding_window=4), "not supported for ApertusForCausalLM"),
+    ],
+)
+def test_apertus_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**APERTUS, **fields, "architectures": ["ApertusForCausalLM"]})

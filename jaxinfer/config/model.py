@@ -20,7 +20,7 @@ ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
 # families read it as the tanh approximation themselves).
 SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "xielu")  # xielu: Apertus' own MLP (models/xielu.py), set by it alone
 LAYER_TYPES = ("full_attention", "sliding_attention")
 # Read without a default: a config without them describes no model.
 REQUIRED_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
