@@ -15,8 +15,6 @@ from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import linear
 from jaxinfer.parallel.array_info import ArrayInfo
 
-XIELU_FIELDS = ("alpha_p", "alpha_n", "beta", "eps")
-
 
 def xielu(x: jax.Array, alpha_p: jax.Array, alpha_n: jax.Array, beta: jax.Array, eps: jax.Array) -> jax.Array:
     """xIELU of x, computed in float32 and rounded once to x's dtype."""
@@ -30,7 +28,7 @@ def xielu(x: jax.Array, alpha_p: jax.Array, alpha_n: jax.Array, beta: jax.Array,
 
 
 def xielu_mlp(x: jax.Array, lw: Any) -> jax.Array:
-    """down(xIELU(x @ up)): a layer with `w_up`, `w_down` and the xIELU fields."""
+    """down(xIELU(x @ up)): a layer with `w_up`, `w_down` and xIELU's `alpha_p alpha_n beta eps`."""
     h = linear(x, lw.w_up)
     return linear(xielu(h, lw.alpha_p, lw.alpha_n, lw.beta, lw.eps), lw.w_down)
 
