@@ -57,7 +57,7 @@ def make_checkpoint(preset: str, root: Path) -> Path:
     fields = json.loads(PRESETS[preset].read_text())
     model_class = getattr(transformers, fields.pop("architectures")[0])
     stored = getattr(torch, fields.pop("torch_dtype", "float32"))  # large presets: bf16, as released
-    config = model_class.config_class(**fields, bos_token_id=1, eos_token_id=2)
+    config = model_class.config_class(**{"bos_token_id": 1, "eos_token_id": 2, **fields})
     model_class(config).to(stored).save_pretrained(path)
     return path
 

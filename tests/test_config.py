@@ -21,8 +21,11 @@ def test_presets_parse_to_their_json_values(path):
     assert (cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size) == (
         hf["vocab_size"], hf["hidden_size"], hf["intermediate_size"])
     assert (cfg.num_layers, cfg.num_heads) == (hf["num_hidden_layers"], heads)
-    assert cfg.num_kv_heads == hf.get("num_key_value_heads", heads)
-    assert cfg.head_dim == (hf.get("head_dim") or hf["hidden_size"] // heads)
+    if hf.get("kv_lora_rank"):  # latent attention caches one row: the latent and the shared rotated key
+        assert (cfg.num_kv_heads, cfg.head_dim) == (1, hf["kv_lora_rank"] + hf["qk_rope_head_dim"])
+    else:
+        assert cfg.num_kv_heads == hf.get("num_key_value_heads", heads)
+        assert cfg.head_dim == (hf.get("head_dim") or hf["hidden_size"] // heads)
     eos = hf.get("eos_token_id")
     assert cfg.eos_token_ids == tuple(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     types = hf.get("layer_types") or ["full_attention"] * cfg.num_layers  # GPT-OSS's presets alternate
