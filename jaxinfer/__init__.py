@@ -1,6 +1,7 @@
 """jaxinfer: JAX/XLA inference for decoder language models (Llama, Gemma, Phi-3, MoE families) on CPU, GPU and TPU."""
 
-from jaxinfer.checkpoint.loader import CheckpointError, load_weights, save_converted
+from jaxinfer.checkpoint.converted import save_converted
+from jaxinfer.checkpoint.loader import CheckpointError, load_weights
 from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.model import ConfigError, ModelConfig

@@ -13,7 +13,9 @@ from hf_models import make_hf_model
 
 from jaxinfer import LLM, SamplingParams, save_converted
 from jaxinfer.checkpoint import loader
-from jaxinfer.checkpoint.loader import leaf_paths, load_hf_weights, restore_converted
+from jaxinfer.checkpoint.converted import restore_converted
+from jaxinfer.checkpoint.leaf_paths import leaf_paths
+from jaxinfer.checkpoint.loader import load_hf_weights
 from jaxinfer.entrypoints.cli import main as cli_main
 from jaxinfer.entrypoints.llm import DEMO_MODEL
 from jaxinfer.models.registry import load_config

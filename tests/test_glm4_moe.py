@@ -12,7 +12,8 @@ import transformers
 from safetensors.numpy import save_file
 
 from jaxinfer import CheckpointError, ConfigError, save_converted
-from jaxinfer.checkpoint.loader import load_hf_weights, restore_converted, stored_dtype
+from jaxinfer.checkpoint.converted import restore_converted, stored_dtype
+from jaxinfer.checkpoint.loader import load_hf_weights
 from jaxinfer.models.glm4_moe import Glm4MoeLayerWeights
 from jaxinfer.models.grouped_topk import check_groups, grouped_topk
 from jaxinfer.models.registry import load_config

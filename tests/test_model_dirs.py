@@ -16,7 +16,7 @@ import pytest
 from python_subprocess import child_env
 
 from jaxinfer import LLM, CheckpointError, ConfigError, load_weights, save_converted
-from jaxinfer.checkpoint.loader import ORBAX_SUBDIR
+from jaxinfer.checkpoint.converted import ORBAX_SUBDIR
 
 HUB_ID = "meta-llama/Llama-3.2-1B"
 Broken = Callable[[Path, Path], tuple[str, list[str]]]  # (good checkpoint, scratch dir) -> (model, needles)

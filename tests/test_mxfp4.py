@@ -14,7 +14,7 @@ from safetensors.numpy import load_file, save_file
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 from jaxinfer import LLM
-from jaxinfer.checkpoint.loader import QUANT_KEY, save_converted
+from jaxinfer.checkpoint.converted import QUANT_KEY, save_converted
 from jaxinfer.checkpoint.mxfp4 import E2M1, GROUP, Mxfp4Slice, dequantize
 from jaxinfer.config.model import ConfigError
 from jaxinfer.entrypoints.cli import main as cli_main

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from jaxinfer import LLM, SamplingParams
-from jaxinfer.checkpoint.loader import load_weights, save_converted
+from jaxinfer.checkpoint.converted import save_converted
+from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.entrypoints.cli import main as cli_main
 from jaxinfer.entrypoints.llm import DEMO_MODEL
 from jaxinfer.kernels.cpu import kernels_available

@@ -15,7 +15,8 @@ from jax import export
 from jax.sharding import AbstractMesh, PartitionSpec
 
 from jaxinfer.checkpoint import mxfp4 as checkpoint_mxfp4
-from jaxinfer.checkpoint.loader import QUANT_KEY, load_weights, save_converted
+from jaxinfer.checkpoint.converted import QUANT_KEY, save_converted
+from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.models import abstract_weights, leaf_quantizer, load_config, quantize_weights
 from jaxinfer.models.grouped_matmul import expert_mlp
 from jaxinfer.models.weight_ops import map_projections

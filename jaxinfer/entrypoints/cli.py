@@ -128,13 +128,8 @@ def _leads() -> bool:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from jaxinfer.checkpoint.loader import (
-        check_out_dir,
-        experts_quantization,
-        load_hf_weights,
-        save_converted,
-        stored_dtype,
-    )
+    from jaxinfer.checkpoint.converted import check_out_dir, experts_quantization, save_converted, stored_dtype
+    from jaxinfer.checkpoint.loader import load_hf_weights
     from jaxinfer.config.validation import dtype_name, model_dir
     from jaxinfer.entrypoints.model_loading import DTYPES, stored_experts_mode
     from jaxinfer.models import abstract_weights, leaf_quantizer

@@ -16,7 +16,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.checkpoint.loader import is_converted, load_weights, quantization_of
+from jaxinfer.checkpoint.converted import is_converted, quantization_of
+from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.config import validation
 from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.kernels.cpu import resolve_cpu_kernels

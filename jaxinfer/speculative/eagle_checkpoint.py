@@ -19,7 +19,8 @@ import jax
 import numpy as np
 from safetensors import numpy as st_numpy
 
-from jaxinfer.checkpoint.loader import CheckpointError, leaf_paths, safetensors_index
+from jaxinfer.checkpoint.leaf_paths import leaf_paths
+from jaxinfer.checkpoint.loader import CheckpointError, safetensors_index
 from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.models.registry import from_hf_config
 from jaxinfer.parallel.array_info import ArrayInfo, is_info
