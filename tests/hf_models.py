@@ -173,6 +173,11 @@ ARCH_CONFIGS.update({
             rope_type="llama3", rope_theta=1.2e7, factor=8.0, original_max_position_embeddings=64,
             low_freq_factor=1.0, high_freq_factor=4.0)),
     ),
+    "arcee": (  # an ungated relu(x)^2 MLP; YaRN over 128 original positions, as AFM-4.5B's (x20 over 4096)
+        transformers.ArceeConfig,
+        dict(head_dim=32, rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0,
+                                               original_max_position_embeddings=128)),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -226,6 +231,7 @@ MODEL_CLASSES = {
     transformers.Ministral3Config: transformers.Ministral3ForCausalLM,
     transformers.Cohere2Config: transformers.Cohere2ForCausalLM,
     transformers.ApertusConfig: transformers.ApertusForCausalLM,
+    transformers.ArceeConfig: transformers.ArceeForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }
@@ -254,6 +260,20 @@ def save_hf_model(name: str, path: Path, dtype: torch.dtype = torch.float32, **o
     model = make_hf_model(name, **overrides).to(dtype)
     model.save_pretrained(path, safe_serialization=True)
     return path
+
+
+def make_hf_classifier(name: str, num_labels: int, **overrides) -> torch.nn.Module:
+    """A random float32 `*ForSequenceClassification` of the named tiny config: `make_hf_model`'s decoder with a
+    `score` head of num_labels rows (unit normal, so the labels' probabilities differ)."""
+    causal = make_hf_model(name, **overrides)
+    fields = {k: v for k, v in causal.config.to_dict().items() if k not in ("id2label", "label2id")}
+    config = type(causal.config)(**fields, num_labels=num_labels)
+    model = getattr(transformers, type(causal).__name__.replace("ForCausalLM", "ForSequenceClassification"))(config)
+    model.model.load_state_dict(causal.model.state_dict())
+    torch.manual_seed(1)
+    with torch.no_grad():
+        model.score.weight.copy_(torch.randn_like(model.score.weight))
+    return model.eval()
 
 
 TOKENIZER_CORPUS = [

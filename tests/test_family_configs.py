@@ -450,3 +450,38 @@ def test_apertus_fields_a_config_leaves_out_read_as_transformers_reads_them(fiel
 def test_apertus_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**APERTUS, **fields, "architectures": ["ApertusForCausalLM"]})
+
+
+ARCEE = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=2, num_attention_heads=4)
+ARCEE_FIELDS = [
+    {},  # transformers' defaults: relu2, rms_norm_eps 1e-5, theta 10000, 4096 positions, untied, no biases
+    dict(num_key_value_heads=2, head_dim=32, attention_bias=True, tie_word_embeddings=True,
+         rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=20.0, original_max_position_embeddings=64)),
+]
+
+
+@pytest.mark.parametrize("fields", ARCEE_FIELDS)
+def test_arcee_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**ARCEE, **fields, "architectures": ["ArceeForCausalLM"]})
+    hf = transformers.ArceeConfig(**ARCEE, **fields)
+    rope = hf.rope_parameters
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
+        rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0))
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.o_bias, cfg.qk_norm, cfg.activation) == (
+        hf.num_key_value_heads, hf.head_dim, hf.attention_bias, hf.attention_bias, False, hf.hidden_act)
+    assert (cfg.max_position_embeddings, cfg.rms_norm_eps, cfg.tie_word_embeddings) == (
+        hf.max_position_embeddings, hf.rms_norm_eps, hf.tie_word_embeddings)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(hidden_act="relu"), "activation 'relu' is not supported"),
+        (dict(mlp_bias=True), "mlp_bias=True is not supported for ArceeForCausalLM"),
+        (dict(layer_types=["sliding_attention"] * 2, sliding_window=4), "not supported for ArceeForCausalLM"),
+    ],
+)
+def test_arcee_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**ARCEE, **fields, "architectures": ["ArceeForCausalLM"]})

@@ -19,8 +19,9 @@ from jaxinfer.config.latent_attention import LatentAttention
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
 # families read it as the tanh approximation themselves).
-SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "xielu")  # xielu: Apertus' own MLP (models/xielu.py), set by it alone
+SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu2": "relu2"}
+# relu2: relu(x) ** 2 (Arcee, Nemotron); xielu: Apertus' own MLP (models/xielu.py), set by it alone
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "xielu")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 # Read without a default: a config without them describes no model.
 REQUIRED_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
