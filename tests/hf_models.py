@@ -178,6 +178,10 @@ ARCH_CONFIGS.update({
         dict(head_dim=32, rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0,
                                                original_max_position_embeddings=128)),
     ),
+    "olmoe": (  # 2 of 4 experts by softmax, not renormalised (the default); q/k norms over all heads; q/k/v/o biases
+        transformers.OlmoeConfig,
+        dict(num_experts=4, num_experts_per_tok=2, intermediate_size=32, attention_bias=True, pad_token_id=0),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -201,7 +205,7 @@ ARCH_CONFIGS.update({
 })
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
 ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared",
-                 "glm4_moe", "ernie4_5_moe", "deepseek_v3")
+                 "glm4_moe", "ernie4_5_moe", "deepseek_v3", "olmoe")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
@@ -232,6 +236,7 @@ MODEL_CLASSES = {
     transformers.Cohere2Config: transformers.Cohere2ForCausalLM,
     transformers.ApertusConfig: transformers.ApertusForCausalLM,
     transformers.ArceeConfig: transformers.ArceeForCausalLM,
+    transformers.OlmoeConfig: transformers.OlmoeForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }

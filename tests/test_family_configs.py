@@ -485,3 +485,44 @@ def test_arcee_fields_a_config_leaves_out_read_as_transformers_reads_them(fields
 def test_arcee_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**ARCEE, **fields, "architectures": ["ArceeForCausalLM"]})
+
+
+OLMOE = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=2, num_attention_heads=4)
+OLMOE_FIELDS = [
+    {},  # transformers' defaults: 64 experts, 8 per token, not renormalised; rms_norm_eps 1e-5; untied; no biases
+    dict(num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, num_key_value_heads=2, attention_bias=True,
+         rope_theta=5e5, tie_word_embeddings=True),
+    dict(num_local_experts=16, rope_parameters=dict(rope_type="linear", rope_theta=1e4, factor=2.0)),  # the alias
+]
+
+
+@pytest.mark.parametrize("fields", OLMOE_FIELDS)
+def test_olmoe_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    """Routing, q/k norms over all heads, biases and rope as OlmoeConfig reads them."""
+    cfg = from_hf_config({**OLMOE, **fields, "architectures": ["OlmoeForCausalLM"]})
+    hf = transformers.OlmoeConfig(**OLMOE, **fields)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.norm_topk_prob) == (
+        hf.num_experts, hf.num_experts_per_tok, hf.intermediate_size, hf.norm_topk_prob)
+    assert cfg.dense_layers == () and cfg.is_moe_layer(0) and cfg.is_moe_layer(1)
+    rope = hf.rope_parameters
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
+        rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0))
+    assert (cfg.num_kv_heads, cfg.qkv_bias, cfg.o_bias, cfg.qk_norm, cfg.qk_norm_whole, cfg.activation) == (
+        hf.num_key_value_heads, hf.attention_bias, hf.attention_bias, True, True, hf.hidden_act)
+    assert (cfg.max_position_embeddings, cfg.rms_norm_eps, cfg.tie_word_embeddings) == (
+        hf.max_position_embeddings, hf.rms_norm_eps, hf.tie_word_embeddings)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(clip_qkv=8.0), "clip_qkv 8.0 is not supported for OlmoeForCausalLM"),
+        (dict(head_dim=32), "head_dim 32 is not supported for OlmoeForCausalLM.*16"),
+        (dict(num_experts_per_tok=9, num_experts=8), "num_experts_per_tok 9 must be between 1 and the 8 experts"),
+        (dict(layer_types=["sliding_attention"] * 2, sliding_window=4), "not supported for OlmoeForCausalLM"),
+    ],
+)
+def test_olmoe_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**OLMOE, **fields, "architectures": ["OlmoeForCausalLM"]})
