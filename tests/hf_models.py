@@ -182,6 +182,10 @@ ARCH_CONFIGS.update({
         transformers.OlmoeConfig,
         dict(num_experts=4, num_experts_per_tok=2, intermediate_size=32, attention_bias=True, pad_token_id=0),
     ),
+    "cohere": (  # Command R+: per-head q/k LayerNorms (a weight per head and dim); rope in adjacent pairs; logits x 0.25
+        transformers.CohereConfig,  # one LayerNorm feeding attention and the MLP in parallel; untied head
+        dict(use_qk_norm=True, logit_scale=0.25, layer_norm_eps=1e-5, rope_theta=1e4, tie_word_embeddings=False),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -237,6 +241,7 @@ MODEL_CLASSES = {
     transformers.ApertusConfig: transformers.ApertusForCausalLM,
     transformers.ArceeConfig: transformers.ArceeForCausalLM,
     transformers.OlmoeConfig: transformers.OlmoeForCausalLM,
+    transformers.CohereConfig: transformers.CohereForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }

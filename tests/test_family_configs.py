@@ -526,3 +526,43 @@ def test_olmoe_fields_a_config_leaves_out_read_as_transformers_reads_them(fields
 def test_olmoe_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**OLMOE, **fields, "architectures": ["OlmoeForCausalLM"]})
+
+
+COHERE = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=2, num_attention_heads=4)
+COHERE_FIELDS = [
+    {},  # transformers' defaults: theta 500000, logits x 0.0625, layer_norm_eps 1e-5, tied head, no q/k norms
+    dict(use_qk_norm=True, num_key_value_heads=2, logit_scale=0.125, attention_bias=True, layer_norm_eps=1e-6,
+         tie_word_embeddings=False, rope_parameters=dict(rope_type="linear", rope_theta=8e6, factor=2.0)),
+]
+
+
+@pytest.mark.parametrize("fields", COHERE_FIELDS)
+def test_cohere_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    """Rope in adjacent pairs in every layer (no window), LayerNorm, q/k norms, the logit scale, biases and the tied
+    head as CohereConfig reads them."""
+    cfg = from_hf_config({**COHERE, **fields, "architectures": ["CohereForCausalLM"]})
+    hf = transformers.CohereConfig(**COHERE, **fields)
+    rope = hf.rope_parameters
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor, cfg.rope_interleaved) == (
+        rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0), True)
+    assert cfg.layer_windows == (0, 0) and cfg.nope_layers == ()
+    assert (cfg.layer_norm, cfg.rms_norm_eps, cfg.logits_scaling, cfg.qk_norm) == (
+        True, hf.layer_norm_eps, 1 / hf.logit_scale, hf.use_qk_norm)
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.o_bias) == (
+        hf.num_key_value_heads, hf.hidden_size // hf.num_attention_heads, hf.attention_bias, hf.attention_bias)
+    assert (cfg.max_position_embeddings, cfg.tie_word_embeddings, cfg.activation) == (
+        hf.max_position_embeddings, hf.tie_word_embeddings, hf.hidden_act)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(logit_scale=None), "logit_scale None is not supported for CohereForCausalLM"),
+        (dict(layer_types=["sliding_attention"] * 2, sliding_window=4), "not supported for CohereForCausalLM"),
+        (dict(mlp_bias=True), "mlp_bias=True is not supported for CohereForCausalLM"),
+    ],
+)
+def test_cohere_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**COHERE, **fields, "architectures": ["CohereForCausalLM"]})

@@ -50,8 +50,8 @@ class ParallelLayerWeights:
     bk: jax.Array | None = None  # [KV, K]
     bv: jax.Array | None = None  # [KV, K]
     bo: jax.Array | None = None  # [D]
-    q_norm: None = None  # self_attention's optional fields; Cohere 2 has no q/k norms
-    k_norm: None = None
+    q_norm: jax.Array | None = None  # [H, K]: Command R's per-head LayerNorms (use_qk_norm); Cohere 2 has none
+    k_norm: jax.Array | None = None  # [KV, K]
 
     PROJECTIONS: ClassVar[dict[str, int]] = LayerWeights.PROJECTIONS
     JOINED: ClassVar[tuple[tuple[str, ...], ...]] = LayerWeights.JOINED

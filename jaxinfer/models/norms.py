@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -25,10 +27,12 @@ def rms_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, weig
 
 
 def layer_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float) -> jax.Array:
-    """LayerNorm without a bias (Cohere): mean and variance in float32, scaled before the cast, as HF does."""
+    """LayerNorm without a bias (Cohere) over x's last axis: mean and variance in float32, scaled before the
+    cast, as HF does. weight [D], or Cohere's q/k norms' [heads, K] (a weight per head and dim)."""
     if isinstance(weight, InvariantWeight):
         inner = weight.weight
-        rows = in_row_blocks(lambda block: layer_norm(block, inner, eps), x.reshape(-1, x.shape[-1]))
+        rows = in_row_blocks(lambda block: layer_norm(block.reshape(-1, *inner.shape), inner, eps).reshape(block.shape),
+                             x.reshape(-1, math.prod(inner.shape)))
         return rows.reshape(x.shape)
     x32 = x.astype(jnp.float32)
     centred = x32 - jnp.mean(x32, axis=-1, keepdims=True)

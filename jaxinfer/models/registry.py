@@ -16,6 +16,7 @@ from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models.apertus import FAMILY as APERTUS
 from jaxinfer.models.arcee import FAMILY as ARCEE
 from jaxinfer.models.base_models import causal_architecture, is_base_model
+from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
 from jaxinfer.models.ernie4_5 import FAMILY as ERNIE4_5
@@ -41,7 +42,7 @@ from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
-                                EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE)
+                                EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.

@@ -16,7 +16,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.attention import attend
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import linear, linears
-from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.norms import layer_norm, rms_norm
 from jaxinfer.models.rope import CosSin, apply_rope
 from jaxinfer.parallel.array_info import ArrayInfo
 
@@ -35,13 +35,20 @@ def project_qkv(
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
     if lw.q_norm is not None:
-        norm = whole_heads_norm if cfg.qk_norm_whole else rms_norm
-        q = norm(q, lw.q_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
-        k = norm(k, lw.k_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+        q, k = qk_norm(q, lw.q_norm, cfg), qk_norm(k, lw.k_norm, cfg)
     if rope is None:  # a NoPE layer (SmolLM3): positions reach it only through the causal mask
         return q, k, v
     cos, sin = rope
     return apply_rope(q, cos, sin, cfg.rope_interleaved), apply_rope(k, cos, sin, cfg.rope_interleaved), v
+
+
+def qk_norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """q or k [B, T, heads, K] normed per head: RMSNorm with one [K] weight, or over all heads' dims at once
+    (`cfg.qk_norm_whole`, OLMo 2), or Cohere's LayerNorm (`cfg.layer_norm`) with a weight per head and dim."""
+    if cfg.layer_norm:
+        return layer_norm(x, weight, cfg.rms_norm_eps)
+    norm = whole_heads_norm if cfg.qk_norm_whole else rms_norm
+    return norm(x, weight, cfg.rms_norm_eps, cfg.norm_weight_offset)
 
 
 def whole_heads_norm(x: jax.Array, weight: jax.Array, eps: float, weight_offset: float = 0.0) -> jax.Array:
@@ -78,8 +85,9 @@ def attention_leaves(cfg: ModelConfig) -> dict[str, ArrayInfo | None]:
     D, H, KV, K = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     norm = 0.0 if cfg.norm_weight_offset else 1.0
     sinks = dict(sinks=ArrayInfo((H,), ("q_heads",))) if cfg.attn_sinks else {}
-    # Per head: one [K] weight every head shares; whole (OLMo 2): a weight per head and dim.
-    q_norm, k_norm = (((H, K), ("q_heads", "head_dim")), ((KV, K), ("kv_heads", "head_dim"))) if cfg.qk_norm_whole \
+    # Per head: one [K] weight every head shares; whole (OLMo 2) and Cohere's LayerNorms: a weight per head and dim.
+    per_head_and_dim = cfg.qk_norm_whole or cfg.layer_norm
+    q_norm, k_norm = (((H, K), ("q_heads", "head_dim")), ((KV, K), ("kv_heads", "head_dim"))) if per_head_and_dim \
         else (((K,), ("head_dim",)),) * 2
     return dict(
         wq=ArrayInfo((D, H, K), ("embed", "q_heads", "head_dim")),
@@ -114,6 +122,9 @@ def attention_hf_leaves(cfg: ModelConfig, prefix: str = "model.layers.{i}.self_a
     if cfg.qk_norm and cfg.qk_norm_whole:
         leaves["q_norm"] = HFLeaf(prefix + "q_norm.weight", "bias_heads", (H * K,), H, K)
         leaves["k_norm"] = HFLeaf(prefix + "k_norm.weight", "bias_heads", (KV * K,), KV, K)
+    elif cfg.qk_norm and cfg.layer_norm:  # Cohere stores them [heads, K]
+        leaves["q_norm"] = HFLeaf(prefix + "q_norm.weight", "same", (H, K))
+        leaves["k_norm"] = HFLeaf(prefix + "k_norm.weight", "same", (KV, K))
     elif cfg.qk_norm:
         leaves["q_norm"] = HFLeaf(prefix + "q_norm.weight", "same", (K,))
         leaves["k_norm"] = HFLeaf(prefix + "k_norm.weight", "same", (K,))
