@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 
@@ -10,9 +10,9 @@ from jaxinfer.models import Weights
 from jaxinfer.parallel.array_info import is_info
 
 
-def leaf_paths(tree: Any) -> Iterator[tuple[str, Any]]:
-    """(dotted path, leaf) pairs of a weights tree: 'embed', 'layers.3.wq', ..."""
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_info)
+def leaf_paths(tree: Any, is_leaf: Callable[[Any], bool] = is_info) -> Iterator[tuple[str, Any]]:
+    """(dotted path, leaf) pairs of a weights tree: 'embed', 'layers.3.wq', ... (is_leaf: what ends a path)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
     for path, leaf in flat:
         yield ".".join(_key_name(k) for k in path), leaf
 

@@ -84,6 +84,7 @@ class LLMEngine(StepCalls):
         self.stats = EngineMetrics()
         self.in_flight: InFlight | None = None  # the device call started and not yet landed
         self.chained: InFlight | None = None  # inside step(): the call started behind in_flight (async_scheduling)
+        self.no_weights: str | None = None  # why no weights run now (LLM.sleep): requests are refused with it
 
     def add_request(
         self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
@@ -97,6 +98,8 @@ class LLMEngine(StepCalls):
         the whole output once the request finishes. streamed: someone reads its deltas as they come
         (a stream), so while it decodes each call runs at most `stream_interval` steps.
         """
+        if self.no_weights is not None:
+            raise RuntimeError(self.no_weights)
         if request_id in self.groups:
             raise ValueError(f"request_id {request_id!r} is already in use; give each request a unique id")
         params = self.default_params if params is None else params
@@ -302,11 +305,24 @@ class LLMEngine(StepCalls):
 
     def release(self) -> None:
         """Free the page pool (and forget cached prefixes); it is re-made on the next step."""
-        self.land_in_flight()  # e.g. the last call of aborted requests
-        if self.scheduler.running or self.scheduler.waiting:
-            raise RuntimeError("release() with requests in flight; abort them first")
+        self._check_idle("release()")
         self.runner.release()
         self._reset_blocks()
+
+    def replace_weights(self, weights: Any, draft_weights: Any = None) -> None:
+        """Run `weights` (the runner's kind; `draft_weights`: the draft's, where given) from the next step
+        on. Cached prefixes go: their K/V came from the old weights."""
+        self._check_idle("replacing the weights")
+        self.runner.replace_weights(weights, draft_weights)
+        self.blocks.reset_prefix_cache()
+        self.no_weights = None
+
+    def _check_idle(self, what: str) -> None:
+        """Land the call in flight (e.g. the last of aborted requests); RuntimeError if requests remain."""
+        self.land_in_flight()
+        if self.scheduler.running or self.scheduler.waiting:
+            count = len(self.scheduler.running) + len(self.scheduler.waiting)
+            raise RuntimeError(f"{what} with {count} request(s) in flight; let them finish or abort them first")
 
     def _catch_up_texts(self, touched: set[str]) -> None:
         """Detokenize what the touched requests' last call appended; a failure fails that request alone."""

@@ -29,7 +29,7 @@ from jaxinfer.engine.outputs import EmbeddingRequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
-from jaxinfer.entrypoints import sessions
+from jaxinfer.entrypoints import sessions, weight_updates
 from jaxinfer.entrypoints.beam_search import beam_search
 from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, render_conversations
@@ -161,6 +161,8 @@ class LLM:
         # What runs (`weights` gives the model's own).
         self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
             weights, self.config, self.layout, cpu_kernels, quantized_kernel, interpret_kernels, batch_invariant)
+        self._quantized_kernel = quantized_kernel  # weights given later are shaped to run as these were
+        self._asleep: weight_updates.Asleep | None = None  # see sleep()
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
         self.cache_spec = CacheSpec(
@@ -372,6 +374,37 @@ class LLM:
         self.engine.reset_prefix_cache()
         return True
 
+    def update_weights(self, weights: weight_updates.Updates) -> None:
+        """Serve new weights from the next request on (an RL loop's new policy); nothing recompiles.
+
+        weights: a pytree like `LLM.weights` (a JAX trainer's), or tensors under their HF checkpoint names,
+        as a mapping or (name, tensor) pairs (vLLM's `load_weights`; torch, NumPy or jax arrays), all or
+        some of the model's (pushed in buckets; each leaf's tensors together, e.g. a layer's q/k/v). Float
+        values for quantized leaves are quantized as served; each leaf goes where the served one is.
+        Cached prefixes are dropped. Refused while requests are in flight.
+        """
+        weight_updates.update(self, weights)
+
+    def update_weights_from_disk(self, model: str | Path) -> None:
+        """Serve the weights of checkpoint `model` (HF or converted; this model's architecture and
+        shapes), read leaf by leaf into the served format (SGLang's update_weights_from_disk)."""
+        weight_updates.update_from_disk(self, model)
+
+    def sleep(self, level: int = 1) -> None:
+        """Free the device memory the model holds between uses (vLLM's sleep mode): the KV pool, and the
+        weights, kept in host memory (level 1) or discarded (level 2: the next come from update_weights).
+        Requests are refused until `wake_up`; refused while requests are in flight."""
+        weight_updates.sleep(self, level)
+
+    def wake_up(self) -> None:
+        """Undo `sleep`: level 1's weights back on the devices (the KV pool is made on the next step)."""
+        weight_updates.wake_up(self)
+
+    @property
+    def is_sleeping(self) -> bool:
+        """Between `sleep` and `wake_up` (after level 2, weights are needed too before requests run)."""
+        return self._asleep is not None and not self._asleep.woken
+
     def start_profile(self, trace_dir: str | Path | None = None) -> Path:
         """Start a device trace (vLLM's `start_profile`, through jax.profiler) into trace_dir or
         $JAXINFER_PROFILER_DIR; returns the directory. Perfetto opens its trace.json.gz, XProf and
@@ -399,6 +432,8 @@ class LLM:
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""
         self._check_generating("LLM.logits (the output head's)")
+        if self.engine.no_weights is not None:
+            raise RuntimeError(self.engine.no_weights)
         token_ids = validation.token_ids(token_ids, "token_ids", self.config.vocab_size)
         check_prompt(token_ids, 0, self.config.vocab_size, self.max_seq_len)
         release_programs_near_cap()

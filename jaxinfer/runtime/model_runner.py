@@ -54,6 +54,7 @@ from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, pro
 from jaxinfer.runtime.row_slots import RowSlots, bias_row, holds_sampling_state, slot_ids
 from jaxinfer.runtime.row_state import RowState
 from jaxinfer.runtime.warmup import Progress, activation_peak, warm_up
+from jaxinfer.runtime.weight_swap import check_twins
 from jaxinfer.sampling.logprob import Logprob, TokenText
 from jaxinfer.sampling.penalties import PenaltyCounts
 from jaxinfer.sampling.slot_state import SlotState
@@ -146,6 +147,23 @@ class ModelRunner:
         self.free_masks = {}
         self.slots.clear()
         self.tables.clear()
+
+    def replace_weights(self, weights: Weights, draft_weights: Any = None) -> None:
+        """Run `weights` (and the draft's `draft_weights`, where given) from the next step on.
+
+        They must be the served trees' twins (types, shapes, dtypes, shardings: `weight_swap` makes
+        them so), which the compiled programs then take as they are; LoRA slots keep their adapters.
+        """
+        if self.adapters is not None:
+            lora, layout = self.adapters.config, self.cache_spec.mesh_layout
+            replicated = lambda shape, dtype: layout.zeros(shape, dtype, (None,) * len(shape))  # noqa: E731
+            slotted = with_adapter_slots(weights, lora.max_loras, lora.max_lora_rank, replicated)
+            weights = with_factors(slotted, adapter_factors(self.weights))
+        check_twins(weights, self.weights, "weights")
+        if draft_weights is not None:
+            check_twins(draft_weights, self.draft_weights, "draft weights")
+            self.draft_weights = draft_weights
+        self.weights = weights
 
     def compiled_programs(self) -> int:
         """Programs compiled or loaded from the persistent cache in this process (see memory_maps)."""

@@ -1,0 +1,146 @@
+"""New weights in a running `LLM`, and sleeping between uses: what an RL loop does between rollouts.
+
+vLLM serves RL trainers with `load_weights` (through `collective_rpc`) and `sleep`/`wake_up`,
+SGLang with `update_weights_from_disk`; here they are `LLM.update_weights`,
+`update_weights_from_disk`, `sleep` and `wake_up`. New leaves are made like the served ones
+(`runtime.weight_swap`: quantized as served, cast, in the same shardings), so every compiled
+program runs them as they are: an update compiles nothing. An EAGLE head reads the target's
+embedding and output head, so it gets the new ones; a draft model keeps its own weights.
+
+Sleeping frees the device memory the engine holds between uses (a trainer sharing the device
+needs it): level 1 moves the weights to host memory and frees the KV pool, level 2 discards the
+weights too (the next weights come from `update_weights`/`update_weights_from_disk`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from jaxinfer.checkpoint.converted import is_converted
+from jaxinfer.checkpoint.loader import load_weights
+from jaxinfer.checkpoint.named_tensors import leaf_updates
+from jaxinfer.config import validation
+from jaxinfer.entrypoints.model_loading import running_weights
+from jaxinfer.models import Weights, load_config
+from jaxinfer.models.weight_ops import batch_invariant_weights
+from jaxinfer.runtime.weight_swap import leaf_like, replaced, weight_leaves
+from jaxinfer.speculative.eagle import EagleParams
+
+if TYPE_CHECKING:
+    from jaxinfer.entrypoints.llm import LLM
+
+SLEEP_LEVELS = (1, 2)
+Updates = Weights | Mapping[str, Any] | Iterable[tuple[str, Any]]
+
+
+@dataclasses.dataclass
+class Asleep:
+    """An LLM's state while asleep: the level, and at level 1 its running weights in host memory."""
+
+    level: int
+    host: Any = None  # the running weights' leaves as NumPy arrays (level 1)
+    shardings: Any = None  # where each goes back
+    twin: Any = None  # the model's weights as shapes, dtypes and shardings (what new ones must match)
+    woken: bool = False  # level 2 after wake_up: awake, waiting for weights
+
+
+def model_twin(weights: Weights) -> Weights:
+    """The tree with each array as a ShapeDtypeStruct in its sharding (no device memory)."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), weights)
+
+
+def served_model_weights(llm: "LLM") -> Weights:
+    """What new leaves are made like: the model's weights, or their twin once sleep discarded them."""
+    return llm._asleep.twin if llm._asleep is not None else llm.weights
+
+
+def update(llm: "LLM", weights: Updates) -> None:
+    """`LLM.update_weights`: the given leaves replaced, the rest kept (after sleep(level=2): all needed)."""
+    if isinstance(weights, Weights):
+        updates = weight_leaves(weights)
+    else:
+        updates = leaf_updates(weights, llm.config, llm.dtype)
+    current = served_model_weights(llm)
+    if llm._asleep is not None and llm._asleep.level == 2:
+        missing = [p for p in weight_leaves(current) if p not in updates]
+        if missing:
+            raise ValueError(f"sleep(level=2) discarded the weights, so update_weights needs all of them; missing "
+                             f"{len(missing)} leaves (first: {missing[:3]})")
+    serve(llm, replaced(current, updates))
+
+
+def update_from_disk(llm: "LLM", model: str | Path) -> None:
+    """`LLM.update_weights_from_disk`: a checkpoint of the served architecture and shapes, each leaf made
+    like the served one as it is read (a quantized model's float checkpoint is never held whole)."""
+    model_dir = validation.model_dir(model, "model")
+    served = served_model_weights(llm)
+    leaves = weight_leaves(served)
+    stored = load_config(model_dir)
+    if stored.architecture != llm.config.architecture:
+        raise ValueError(f"{model_dir} holds a {stored.architecture}, this LLM serves a {llm.config.architecture}")
+    make_like = lambda path, leaf: leaf_like(leaf, leaves[path], path)  # noqa: E731
+    if is_converted(model_dir):
+        _, weights = load_weights(model_dir, llm.dtype, False, llm.layout, cfg=llm.config)
+        serve(llm, replaced(served, weight_leaves(weights)))
+        return
+    _, weights = load_weights(model_dir, llm.dtype, False, llm.layout, transform=make_like, cfg=llm.config)
+    serve(llm, weights)
+
+
+def serve(llm: "LLM", weights: Weights) -> None:
+    """Make `weights` (the model's, made like the served ones) what the engine runs, awake."""
+    spec = llm.cache_spec
+    shaped = running_weights(weights, llm.config, llm.layout, llm.cpu_kernels, llm._quantized_kernel, spec.interpret,
+                             spec.batch_invariant)
+    llm.engine.replace_weights(shaped.engine, eagle_params(llm, shaped.run))
+    llm._run_weights, llm._engine_weights = shaped.run, shaped.engine
+    llm._weights_fingerprint = None  # saved sessions name the weights they were computed by
+    llm._asleep = None
+
+
+def eagle_params(llm: "LLM", run: Weights) -> EagleParams | None:
+    """An EAGLE head's parameters with the target's new embedding and head; None for other drafts (kept)."""
+    params = llm.engine.runner.draft_weights
+    if not isinstance(params, EagleParams):
+        return None
+    return dataclasses.replace(params, embed=run.embed, lm_head=run.lm_head)
+
+
+def sleep(llm: "LLM", level: int) -> None:
+    """`LLM.sleep`: free the KV pool and the weights' device memory (level 1: kept in host memory)."""
+    if level not in SLEEP_LEVELS:
+        raise ValueError(f"level must be 1 (weights kept in host memory) or 2 (weights discarded), got {level!r}")
+    if llm._asleep is not None:
+        raise RuntimeError(f"already asleep (level {llm._asleep.level}); call wake_up() first")
+    llm.engine.release()  # refuses while requests are in flight
+    asleep = Asleep(level, twin=model_twin(llm.weights))
+    if level == 1:
+        asleep.shardings = jax.tree.map(lambda x: x.sharding, llm._run_weights)
+        asleep.host = jax.device_get(llm._run_weights)
+    for x in jax.tree.leaves(llm._run_weights):
+        x.delete()
+    llm._asleep = asleep
+    llm.engine.no_weights = (
+        "the LLM is asleep (sleep(level=1)): call wake_up() first" if level == 1 else
+        "sleep(level=2) discarded the weights: call update_weights(...) or update_weights_from_disk(...) first"
+    )
+
+
+def wake_up(llm: "LLM") -> None:
+    """`LLM.wake_up`: level 1's weights back on their devices (the KV pool is made on the next step);
+    after level 2 only the pool, the weights waiting for an update."""
+    asleep = llm._asleep
+    if asleep is None:
+        return
+    if asleep.level == 2:
+        asleep.woken = True
+        return
+    run = jax.tree.map(jax.device_put, asleep.host, asleep.shardings)
+    engine = batch_invariant_weights(run) if llm.cache_spec.batch_invariant else run
+    llm.engine.replace_weights(engine, eagle_params(llm, run))
+    llm._run_weights, llm._engine_weights, llm._asleep = run, engine, None
