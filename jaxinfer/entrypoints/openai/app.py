@@ -25,6 +25,8 @@ from jaxinfer.entrypoints.openai.metrics import FallbackCollector, engine_regist
 from jaxinfer.entrypoints.openai.profile_routes import add_profile_routes
 from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
 from jaxinfer.entrypoints.openai.reasoning import reasoning_parser
+from jaxinfer.entrypoints.openai.responses import add_responses_routes
+from jaxinfer.entrypoints.openai.responses_store import DEFAULT_MAX_STORED_RESPONSES, ResponseStore
 from jaxinfer.entrypoints.openai.serving import ServerState
 from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
 from jaxinfer.entrypoints.openai.tool_parsers import ToolParser, tool_parser
@@ -57,6 +59,7 @@ class ServerConfig:
     runtime_lora_updating: bool = False  # /v1/load_lora_adapter and /v1/unload_lora_adapter
     reasoning_parser: str | None = None  # a name of reasoning.PARSERS: chat replies split into reasoning and content
     tool_call_parser: str | None = None  # a name of tool_parsers.TOOL_PARSERS: the format "auto" reads calls in
+    max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES  # /v1/responses kept for previous_response_id (LRU)
 
 
 def _tool_parser(config: ServerConfig) -> ToolParser | None:
@@ -98,7 +101,10 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     app.add_middleware(ServingGate, traffic=traffic, admission=admission, write_timeout=config.write_timeout)
     registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))
     served = shadow.primary if shadow is not None else front  # adapters and embeddings are never shadowed
-    _add_generation_routes(app, state, served, llm.pooler if getattr(llm, "runner_type", "") == "pooling" else None)
+    pooler = llm.pooler if getattr(llm, "runner_type", "") == "pooling" else None
+    _add_generation_routes(app, state, served, pooler)
+    add_responses_routes(app, state, ResponseStore(config.max_stored_responses),
+                         lambda route: _check_generating(pooler, state, route))
     _add_utility_routes(app, state)
     if config.runtime_lora_updating:
         add_lora_routes(app, state, served)

@@ -42,7 +42,7 @@ from jaxinfer.entrypoints.openai.serving import (
 from jaxinfer.entrypoints.openai.structured_fields import compile_constraint
 from jaxinfer.entrypoints.openai.tool_calls import plan_tools
 
-__all__ = ["DEFAULT_CHAT_TEMPLATE", "chat_prompt_ids", "create_chat_completion", "render_chat"]
+__all__ = ["DEFAULT_CHAT_TEMPLATE", "chat_prompt_ids", "create_chat_completion", "prepare_chat", "render_chat"]
 MAX_TOP_LOGPROBS = 20
 
 
@@ -90,7 +90,7 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     adapter = state.check_model(body.model)
     timeout = state.timeout(body.timeout)
     deadline = deadline_after(timeout)  # counted from arrival: rendering and queueing are part of it
-    ids, params, plan = await asyncio.to_thread(_prepare, state, body)  # tokenizing and compiling off the loop
+    ids, params, plan = await asyncio.to_thread(prepare_chat, state, body)  # tokenizing and compiling off the loop
     state.start(request, body.n)
     response_id = new_id("chatcmpl")
     stream = generation(state, ids, params, response_id, deadline, body.stream, adapter)
@@ -106,10 +106,10 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
 
 
-def _prepare(state: ServerState, body: ChatCompletionRequest
-             ) -> tuple[list[int], SamplingParams | BeamSearchParams, ReplyPlan]:
+def prepare_chat(state: ServerState, body: ChatCompletionRequest
+                 ) -> tuple[list[int], SamplingParams | BeamSearchParams, ReplyPlan]:
     """The conversation's token ids, checked SamplingParams (4xx errors name the field) and how its
-    choices become messages."""
+    choices become messages (POST /v1/responses runs its requests through this too)."""
     state.limits.check(body)
     tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, state.tool_parser)
     ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs)

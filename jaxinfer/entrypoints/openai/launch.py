@@ -129,6 +129,9 @@ def add_bounds_args(serve: argparse.ArgumentParser) -> None:
     add("--max-stop-sequences", type=int, default=16,
         help="most entries in `stop` and in `stop_token_ids`, each (default: %(default)s)")
     add("--max-prompts", type=int, default=256, help="most prompts in one /v1/completions call (default: %(default)s)")
+    add("--max-stored-responses", type=int, default=1024,
+        help="/v1/responses kept in memory for previous_response_id and GET /v1/responses/{id}; past them the "
+        "least recently used are dropped; 0 keeps none (default: %(default)s)")
     add("--max-waiting-requests", type=int, default=1024,
         help="sequences that may wait for a slot (a request of n samples is n); a request that would wait "
         "past them behind others gets 503 with Retry-After (default: %(default)s)")
@@ -195,6 +198,7 @@ def _check(args: argparse.Namespace) -> None:
     validation.integer(args.port, "--port", 0, 65535)
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
     validation.integer(args.max_waiting_requests, "--max-waiting-requests", 0)
+    validation.integer(args.max_stored_responses, "--max-stored-responses", 0)
     for flag in ("--request-timeout", "--write-timeout", "--shutdown-timeout"):
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None and not value > 0:
@@ -233,7 +237,7 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
     return ServerConfig(
         model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
         args.request_timeout, args.write_timeout, lora_modules(args), runtime_lora_updating(args),
-        args.reasoning_parser, args.tool_call_parser,
+        args.reasoning_parser, args.tool_call_parser, args.max_stored_responses,
     )
 
 
