@@ -100,8 +100,8 @@ def test_mxfp4_experts_load_in_the_dtype_where_tp_would_cut_their_groups(mxfp4_c
 
 def test_other_quantization_methods_are_refused_by_name():
     hf = dict(architectures=["LlamaForCausalLM"], vocab_size=256, hidden_size=64, intermediate_size=128,
-              num_hidden_layers=2, num_attention_heads=4, quantization_config={"quant_method": "awq"})
-    with pytest.raises(ConfigError, match="quantization_config.quant_method 'awq' is not supported.*mxfp4"):
+              num_hidden_layers=2, num_attention_heads=4, quantization_config={"quant_method": "hqq"})
+    with pytest.raises(ConfigError, match="quantization_config.quant_method 'hqq' is not supported.*mxfp4"):
         from_hf_config(hf)
 
 

@@ -156,7 +156,7 @@ def compressed(weights: dict | None = None, **fields) -> dict:
     ({**FP8, "fmt": "e5m2"}, "quantization_config.fmt 'e5m2' is not supported"),
     ({**FP8, "weight_block_size": [128]}, r"weight_block_size \[128\] must be two positive integers"),
     ({**FP8, "scale_fmt": "e4m3"}, "quantization_config.scale_fmt 'e4m3' is not supported"),
-    (compressed(format="pack-quantized"), "quantization_config.format 'pack-quantized' is not supported"),
+    (compressed(format="marlin-24"), "quantization_config.format 'marlin-24' is not supported"),
     (compressed({"num_bits": 4, "type": "int"}), r"group_0.weights: 4-bit int weights are not supported"),
     (compressed({"symmetric": False}), "symmetric false \\(zero points\\) is not supported"),
     (compressed({"strategy": "tensor_group"}), "strategy 'tensor_group' is not supported"),

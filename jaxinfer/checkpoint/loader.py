@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,18 +14,22 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from jaxinfer.checkpoint import base_model_names, scaled_weights
+from jaxinfer.checkpoint import base_model_names, packed_weights, scaled_weights
 from jaxinfer.checkpoint.converted import is_converted, restore_converted
 from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, in_mtp_layer, stored_names
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.checkpoint.mxfp4 import Mxfp4Slice, packed_names
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.model import ModelConfig, read_config_json
+from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
-from jaxinfer.models import Weights, abstract_weights, load_config
+from jaxinfer.models import Weights, abstract_weights, load_config, projections
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
+from jaxinfer.quantization import stored_int4
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
+log = logging.getLogger(__name__)
 # Buffers some exporters write that are derived, not learned.
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 PROGRESS_MIN_BYTES = 256 * 2**20
@@ -101,8 +106,12 @@ def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> N
     found = {n for n in index if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)
              and not scaled_weights.is_activation_scale(n)}
     found -= {n for pair in packed.values() for n in pair}
-    if (scheme := scale_scheme(read_config_json(model_dir).get("quantization_config"))) is not None:
+    quant = read_config_json(model_dir).get("quantization_config")
+    if (scheme := scale_scheme(quant)) is not None:
         found -= set(scaled_weights.packed_names(index, scheme.suffix).values())  # a weight's scales: read with it
+    if (packed_int := packed_scheme(quant)) is not None:  # a packed weight's tensors read as its unquantized name
+        stored_parts = packed_weights.packed_names(index, packed_int)
+        found = (found - {n for parts in stored_parts.values() for n in parts.values()}) | set(stored_parts)
     found |= set(packed)
     if cfg.tie_word_embeddings:
         found.discard("lm_head.weight")  # some exporters keep the tied copy
@@ -128,12 +137,30 @@ class _TensorReader:
         self._packed = packed_names(index)  # MXFP4 pairs, read by their unquantized names
         self._scheme = scale_scheme(quantization)  # 8-bit weights times scales: FP8 blocks, compressed-tensors
         self._scaled = scaled_weights.packed_names(index, self._scheme.suffix) if self._scheme else {}
+        self.packed_scheme = packed_scheme(quantization)  # AWQ, GPTQ, compressed-tensors pack-quantized
+        self._packed_int = packed_weights.packed_names(index, self.packed_scheme) if self.packed_scheme else {}
         self._open: dict[Path, Any] = {}
+
+    def packed(self, name: str, expected_shape: tuple[int, ...]) -> packed_weights.PackedWeight | None:
+        """A packed-integer weight by its unquantized name, its shape checked (None: not stored packed)."""
+        if name not in self._packed_int:
+            return None
+        parts = self._packed_int[name]
+        weight = packed_weights.PackedWeight(parts, self._whole, self.packed_scheme)
+        self._check_shape(name, weight.view("weight"), self._index[next(iter(parts.values()))], expected_shape)
+        return weight
+
+    def _whole(self, name: str) -> np.ndarray:
+        return scaled_weights.whole(self._open_slice(name, self._index[name]))
 
     def _slice(self, name: str) -> tuple[Any, Path]:
         if name in self._packed:
             blocks, scales = self._packed[name]
             return Mxfp4Slice(self._slice(blocks)[0], self._slice(scales)[0]), self._index[blocks]
+        if name in self._packed_int:
+            parts = self._packed_int[name]
+            weight = packed_weights.PackedWeight(parts, self._whole, self.packed_scheme)
+            return weight.view("weight"), self._index[next(iter(parts.values()))]
         if name in self._scaled:
             path = self._index[name]
             if scaled_weights.stored_dtype(path, name) in scaled_weights.FP8_DTYPES:
@@ -153,11 +180,15 @@ class _TensorReader:
     def tensor(self, name: str, expected_shape: tuple[int, ...]) -> Any:
         """A lazily read tensor (index it to read a slice), after checking its shape."""
         tensor, path = self._slice(name)
+        self._check_shape(name, tensor, path, expected_shape)
+        return tensor
+
+    @staticmethod
+    def _check_shape(name: str, tensor: Any, path: Path, expected_shape: tuple[int, ...]) -> None:
         if tuple(tensor.get_shape()) != expected_shape:
             raise CheckpointError(
                 f"tensor {name} in {path.name} has shape {tuple(tensor.get_shape())}, expected {expected_shape}"
             )
-        return tensor
 
 
 def transform_on_device() -> bool:
@@ -170,12 +201,10 @@ def transform_on_device() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def _leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: ArrayInfo, dtype: Any, layout: Layout) -> jax.Array:
-    """One weight leaf placed in its sharding; each device's slice is read from the file on its own.
-
-    A stacked leaf (one stored tensor per expert) reads the experts of its slice, each as one leaf.
+def _leaf(tensors: list[Any], t: HFTensor, info: ArrayInfo, dtype: Any, layout: Layout) -> jax.Array:
+    """One weight leaf placed in its sharding from its stored tensors (slice-like, one per expert for a stacked
+    leaf); each device's slice is read from the file on its own, a stacked leaf's experts each as one leaf.
     """
-    tensors = [reader.tensor(name, t.hf_shape) for name in names]
     if not t.experts and layout.mesh is None and transform_on_device():
         stored = tensors[0][t.hf_index(tuple(slice(0, n) for n in info.shape))]
         return t.to_jax(jax.device_put(stored)).astype(dtype)
@@ -190,10 +219,13 @@ def _leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: ArrayInfo,
 
 def load_hf_weights(
     model_dir: str | Path, cfg: ModelConfig, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED,
-    transform: LeafTransform | None = None,
+    transform: LeafTransform | None = None, keep_int4: bool = False,
 ) -> Weights:
     """Read an HF safetensors checkpoint into the weights pytree, cast to `dtype` (leaves with a dtype of their
     own to theirs), laid out by `layout`.
+
+    keep_int4: projections stored packed in 4 bits (AWQ, GPTQ, compressed-tensors) load as int4 leaves of the
+    checkpoint's own levels instead (`transform` then skips them); other packed weights load dequantized.
 
     transform(path, leaf): applied to each leaf as it is read (quantizing it, see
     `weight_ops.leaf_quantizer`), so no more than one leaf is ever held untransformed.
@@ -210,16 +242,38 @@ def load_hf_weights(
     bar = tqdm(paths, desc=f"loading {model_dir.name}", disable=not progress or total < PROGRESS_MIN_BYTES)
     np_dtype = jnp.dtype(dtype)
     arrays = {}
+    contracts = {f"layers.{i}.{name}": c for i, lw in enumerate(abstract.layers) for name, c in projections(lw).items()}
     for path, info in bar:
         t, names = hf_source(path, tensors)
-        leaf = _leaf(reader, t, [stored.get(n, n) for n in names], info, info.dtype_in(np_dtype), layout)
+        names = [stored.get(n, n) for n in names]
+        kept = _int4_leaf(reader, t, names, info, layout, contracts[path]) if keep_int4 and path in contracts else None
+        if kept is not None:
+            arrays[path] = kept
+            continue
+        leaf = _leaf([reader.tensor(name, t.hf_shape) for name in names], t, info, info.dtype_in(np_dtype), layout)
         arrays[path] = leaf if transform is None else transform(path, leaf)
     return unflatten(abstract, arrays)
 
 
+def _int4_leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: ArrayInfo, layout: Layout,
+               contract: int) -> QuantizedWeight | None:
+    """A projection stored packed in 4 bits as an int4 leaf of the checkpoint's own levels (`stored_int4`);
+    None where it is not, or its groups are not runs of inputs (GPTQ's act order: read dequantized)."""
+    weight = reader.packed(names[0], t.hf_shape) if len(names) == 1 and not t.experts else None
+    if weight is None or reader.packed_scheme.bits != 4:
+        return None
+    views = {kind: weight.view(kind) for kind in ("codes", "zeros", "scales")}
+    arrays = {kind: _leaf([view], t, info, view.dtype, layout) for kind, view in views.items()}
+    leaf = stored_int4.from_levels(arrays["codes"], arrays["zeros"], arrays["scales"], contract,
+                                   reader.packed_scheme.group)
+    if leaf is None:
+        log.info("%s: its 4-bit groups are not runs of inputs (act order), so it loads dequantized", names[0])
+    return leaf
+
+
 def load_weights(
     model_dir: str | Path, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED,
-    transform: LeafTransform | None = None, cfg: ModelConfig | None = None,
+    transform: LeafTransform | None = None, cfg: ModelConfig | None = None, keep_int4: bool = False,
 ) -> tuple[ModelConfig, Weights]:
     """Config and weights from an HF directory or a converted one, each leaf in its `layout` sharding.
 
@@ -230,4 +284,4 @@ def load_weights(
     cfg = load_config(model_dir) if cfg is None else cfg
     if is_converted(model_dir):
         return cfg, restore_converted(model_dir, cfg, dtype, layout)
-    return cfg, load_hf_weights(model_dir, cfg, dtype, progress, layout, transform)
+    return cfg, load_hf_weights(model_dir, cfg, dtype, progress, layout, transform, keep_int4)

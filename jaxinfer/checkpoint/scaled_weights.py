@@ -84,7 +84,8 @@ def scale_values(scales: np.ndarray) -> np.ndarray:
     return scales.astype(np.float32)
 
 
-def _whole(tensor: Any) -> np.ndarray:
+def whole(tensor: Any) -> np.ndarray:
+    """A safetensors slice read whole."""
     return np.asarray(tensor[tuple(slice(None) for _ in tensor.get_shape())])
 
 
@@ -112,7 +113,7 @@ class ScaledSlice:
             raise ValueError(f"scaled tensors are read in contiguous slices, got {index}")
         values = np.asarray(self._values[tuple(slice(a, b) for a, b, _ in bounds)], np.float32)
         if self._block is None:
-            return values * scale_values(_whole(self._scales)).reshape(())
+            return values * scale_values(whole(self._scales)).reshape(())
         *lead, (r0, r1, _), (c0, c1, _) = bounds
         rows, cols = self._block
         blocks = tuple(slice(a, b) for a, b, _ in lead) + (slice(r0 // rows, -(-r1 // rows)),

@@ -80,7 +80,8 @@ def compressed_scheme(quant: Mapping[str, Any]) -> ScaleScheme:
     fmt = quant.get("format")
     if fmt not in COMPRESSED_FORMATS:
         raise ConfigError(f"quantization_config.format {fmt!r} is not supported; compressed-tensors checkpoints are "
-                          f"read in {', '.join(COMPRESSED_FORMATS)} (8-bit weights)")
+                          f"read in {', '.join(COMPRESSED_FORMATS)} (8-bit weights) and pack-quantized (4- or 8-bit "
+                          "integers)")
     groups = quant.get("config_groups") or {}
     blocks = {_weights_scheme(name, group.get("weights") or {}) for name, group in groups.items()}
     if len(blocks) != 1:
@@ -94,6 +95,6 @@ def scale_scheme(quant: Mapping[str, Any] | None) -> ScaleScheme | None:
     method = (quant or {}).get("quant_method")
     if method == "fp8":
         return fp8_block_scheme(quant)
-    if method == "compressed-tensors":
+    if method == "compressed-tensors" and quant.get("format") != "pack-quantized":  # packed: `packed_checkpoint`
         return compressed_scheme(quant)
     return None

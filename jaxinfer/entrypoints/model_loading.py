@@ -20,6 +20,7 @@ from jaxinfer.checkpoint.converted import is_converted, quantization_of
 from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.config import validation
 from jaxinfer.config.model import ModelConfig, read_config_json
+from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.kernels.cpu import resolve_cpu_kernels
 from jaxinfer.models import (
     Weights,
@@ -95,7 +96,8 @@ def load_sharded(
     # Quantized as each leaf is read; a converted checkpoint is as stored, and checked against the mode.
     transform = leaf_quantizer(abstract_weights(cfg), quantization,
                                experts_mode=stored_experts_mode(model_dir, cfg, layout, quantization))
-    cfg, weights = load_weights(model_dir, dtype, layout=layout, transform=transform, cfg=cfg)
+    cfg, weights = load_weights(model_dir, dtype, layout=layout, transform=transform, cfg=cfg,
+                                keep_int4=keeps_stored_int4(model_dir, cfg, quantization))
     weights = quantize_weights(weights, quantization)
     if layout.size > 1:
         # Quantized leaves take the shardings of the weights they replace (see quantized_specs).
@@ -123,6 +125,26 @@ def stored_experts_mode(model_dir: Path, cfg: ModelConfig, layout: Layout,
                  cfg.moe_intermediate_size, mxfp4_codes.GROUP, layout.axis_size("tp"))
         return None
     return "mxfp4"
+
+
+def keeps_stored_int4(model_dir: Path, cfg: ModelConfig, quantization: str | None) -> bool:
+    """Whether an AWQ, GPTQ or compressed-tensors 4-bit checkpoint's projections stay in its own 4-bit levels (as
+    vLLM runs them): where no quantization is asked for. Asked for, they are dequantized as read and quantized
+    again (a second rounding); routed experts and 8-bit weights load dequantized (one log line each)."""
+    scheme = packed_scheme(read_config_json(model_dir).get("quantization_config"))
+    if scheme is None or is_converted(model_dir):
+        return False
+    if quantization is not None:
+        log.info("the checkpoint's %d-bit %s weights are dequantized as read and quantized again to %s (a second "
+                 "rounding); quantization=None keeps its own levels", scheme.bits, scheme.method, quantization)
+        return False
+    if scheme.bits != 4:
+        log.info("the checkpoint's %d-bit %s weights load dequantized to the model's dtype", scheme.bits, scheme.method)
+        return False
+    if cfg.num_experts:
+        log.info("the checkpoint's 4-bit routed experts load dequantized to the model's dtype (its projections stay "
+                 "4-bit); quantization='int4' stores them in 4 bits, rounded again")
+    return True
 
 
 def resolve_kernels_for(layout: Layout, cpu_kernels: bool | None) -> bool:

@@ -46,8 +46,13 @@ def joinable(ws: Sequence[object]) -> bool:
         return all(w.dtype == first.dtype and w.shape[0] == first.shape[0] for w in ws)
     if not all(isinstance(w, QuantizedWeight) for w in ws):
         return False
-    same = (first.mode, first.group, first.in_size)
-    return all(not w.tiled and not w.gpu_kernel and w.contract == 1 and (w.mode, w.group, w.in_size) == same for w in ws)
+    same = _quantized_kind(first)
+    return all(not w.tiled and not w.gpu_kernel and w.contract == 1 and _quantized_kind(w) == same for w in ws)
+
+
+def _quantized_kind(w: QuantizedWeight) -> tuple:
+    """What quantized weights must share to be joined (a checkpoint's int4: its scales' dtype, zero levels or not)."""
+    return w.mode, w.group, w.in_size, w.scales.dtype, w.zeros is None
 
 
 def join(ws: Sequence[jax.Array | QuantizedWeight], release: bool = False) -> JoinedWeight:
@@ -58,13 +63,16 @@ def join(ws: Sequence[jax.Array | QuantizedWeight], release: bool = False) -> Jo
     unusable afterwards: only for trees nothing else holds).
     """
     shapes = tuple(tuple(w.shape) for w in ws)
-    buffers = [w.values for w in ws] + [w.scales for w in ws] if isinstance(ws[0], QuantizedWeight) else list(ws)
+    quantized = isinstance(ws[0], QuantizedWeight)
+    buffers = [a for w in ws for a in (w.values, w.scales, w.zeros) if a is not None] if quantized else list(ws)
     if isinstance(ws[0], jax.Array):
         joined = _concatenate_columns([w.reshape(w.shape[0], -1) for w in ws])
     else:
         values, scales = _concatenate_columns([q.values for q in ws]), _concatenate_columns([q.scales for q in ws])
         first = ws[0]
-        joined = QuantizedWeight(values, scales, (first.in_size, values.shape[-1]), 1, first.mode, first.group)
+        zeros = None if first.zeros is None else _concatenate_columns([q.zeros for q in ws])
+        joined = QuantizedWeight(values, scales, (first.in_size, values.shape[-1]), 1, first.mode, first.group,
+                                 zeros=zeros)
     if release:
         jax.block_until_ready(joined)
         for buffer in buffers:
@@ -83,7 +91,9 @@ def split(joined: JoinedWeight) -> list[jax.Array | QuantizedWeight]:
     for shape, width in zip(joined.shapes, joined.widths):
         columns = slice(start, start + width)
         if isinstance(w, QuantizedWeight):
-            parts.append(dataclasses.replace(w, values=w.values[:, columns], scales=w.scales[..., columns], shape=shape))
+            zeros = None if w.zeros is None else w.zeros[..., columns]
+            parts.append(dataclasses.replace(w, values=w.values[:, columns], scales=w.scales[..., columns],
+                                             zeros=zeros, shape=shape))
         else:
             parts.append(w[:, columns].reshape(shape))
         start += width

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from jaxinfer.config.generation import generation_defaults, merge_ids
 from jaxinfer.config.model import REQUIRED_FIELDS, ConfigError, ModelConfig, read_config_json
+from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models.apertus import FAMILY as APERTUS
 from jaxinfer.models.arcee import FAMILY as ARCEE
@@ -82,7 +83,10 @@ STORED_QUANTIZATION = {
     "mxfp4": "GPT-OSS's MXFP4 experts, dequantized as they load",
     "fp8": "block-wise FP8 e4m3 weights (DeepSeek-V3, Qwen3-FP8, ...), dequantized as they load",
     "compressed-tensors": "llm-compressor's 8-bit weights (float-quantized FP8, int-quantized int8; symmetric, "
-                          "per tensor, channel, group or block), dequantized as they load",
+                          "per tensor, channel, group or block), dequantized as they load, and its pack-quantized "
+                          "W4A16/W8A16 integer weights",
+    "awq": "AutoAWQ's GEMM 4-bit weights",
+    "gptq": "GPTQ's 4- and 8-bit weights (v1 and gptq_v2 formats, act order too)",
 }
 
 
@@ -91,6 +95,7 @@ def _check_stored_quantization(hf: Mapping[str, Any]) -> None:
     quant = hf.get("quantization_config") or {}
     method = quant.get("quant_method")
     scale_scheme(quant)  # an FP8 or compressed-tensors checkpoint's settings, checked before any tensor is read
+    packed_scheme(quant)  # AWQ's, GPTQ's and pack-quantized's likewise
     if method is not None and method not in STORED_QUANTIZATION:
         accepted = "; ".join(f"{name} ({what})" for name, what in STORED_QUANTIZATION.items())
         raise ConfigError(

@@ -4,6 +4,10 @@ Modes: "int8" (one float32 scale per output column), "int4" (symmetric, one bf16
 output column and group of `group` input rows, two values per byte: row 2i in the low nibble,
 2i + 1 in the high one, each stored + 8) and "fp8" (e4m3 values, one float32 scale per column).
 A weight of `shape` whose first `contract` axes are its input is stored as a matrix [K, N].
+An int4 weight read from an AWQ, GPTQ or compressed-tensors checkpoint (`stored_int4`) keeps
+that checkpoint's levels: its scales as stored (float16 too) and, where asymmetric, a zero level per
+group (`zeros`; None is the symmetric 8); only the XLA path reads those, the kernels take the
+symmetric layout with bf16 scales (`native_int4`).
 The model code is unchanged: `layers.linear` dispatches on the leaf type. On a mesh the values
 and scales take shardings derived from the logical axes of the weight they replace (`quantized_specs`).
 A leaf marked `gpu_kernel` (`for_gpu_kernel`) runs bf16 decode rows through the Pallas Triton
@@ -48,7 +52,8 @@ FP8_MAX = 448.0  # largest finite float8_e4m3fn
 class QuantizedWeight:
     """A weight of `shape` as quantized `values` and float `scales`; `tiled` when in the CPU kernel's layout.
 
-    rows layout: int8/fp8 values [K, N], scales f32 [N]; int4 values u8 [K / 2, N], scales bf16 [K / group, N].
+    rows layout: int8/fp8 values [K, N], scales f32 [N]; int4 values u8 [K / 2, N], scales bf16 [K / group, N]
+    (a checkpoint's: float16 or float32 too), zeros None or u8 [K / group, N] (a group's zero level, 0..16).
     tiled layout (CPU kernel, int8/int4 only): see `cpu_kernels.packed_quant`.
     gpu_kernel: bf16 products of up to KERNEL_ROWS rows (decode) run the Pallas Triton kernel
     (`interpret`: in interpret mode, for checks off the GPU); others the XLA dot.
@@ -63,6 +68,7 @@ class QuantizedWeight:
     tiled: bool = dataclasses.field(default=False, metadata={"static": True})
     gpu_kernel: bool = dataclasses.field(default=False, metadata={"static": True})
     interpret: bool = dataclasses.field(default=False, metadata={"static": True})
+    zeros: jax.Array | None = None
 
     @property
     def in_size(self) -> int:
@@ -133,12 +139,24 @@ def int4_rows(values: jax.Array) -> jax.Array:
     return jnp.stack([lo, hi], axis=1).reshape(2 * values.shape[0], values.shape[1])
 
 
+def _zero_shifts(zeros: jax.Array) -> jax.Array:
+    """Each group's zero level less the symmetric 8 (what `int4_rows` took off), float32 [K / group, N]."""
+    return zeros.astype(jnp.float32) - 8
+
+
+def native_int4(q: QuantizedWeight) -> bool:
+    """Whether an int4 weight is in the layout the CPU and GPU kernels read: symmetric, bf16 scales, a group size
+    of GROUP_SIZES."""
+    return q.zeros is None and q.scales.dtype == jnp.bfloat16 and q.group in GROUP_SIZES
+
+
 def dequantize(q: QuantizedWeight, dtype: jnp.dtype = jnp.float32) -> jax.Array:
     """The weight in its original shape and `dtype` (for tests and unquantizing, not for running)."""
     q = untile(q)
     if q.mode == "int4":
-        rows = int4_rows(q.values).astype(jnp.float32)
-        w2 = (rows.reshape(-1, q.group, q.out_size) * q.scales[:, None].astype(jnp.float32)).reshape(rows.shape)
+        rows = int4_rows(q.values).astype(jnp.float32).reshape(-1, q.group, q.out_size)
+        levels = rows if q.zeros is None else rows - _zero_shifts(q.zeros)[:, None]
+        w2 = (levels * q.scales[:, None].astype(jnp.float32)).reshape(q.in_size, q.out_size)
     else:
         w2 = q.values.astype(jnp.float32) * q.scales
     return w2.reshape(q.shape).astype(dtype)
@@ -146,7 +164,7 @@ def dequantize(q: QuantizedWeight, dtype: jnp.dtype = jnp.float32) -> jax.Array:
 
 def tile(q: QuantizedWeight) -> QuantizedWeight:
     """int8/int4 in the CPU kernel's tile layout; fp8 (no kernel) and tiled weights as they are."""
-    if q.tiled or q.mode == "fp8":
+    if q.tiled or q.mode == "fp8" or (q.mode == "int4" and not native_int4(q)):
         return q
     if q.mode == "int8":
         return dataclasses.replace(q, values=pair_tiles(q.values), scales=pad_columns(q.scales), tiled=True)
@@ -170,7 +188,8 @@ def gpu_kernel_fits(q: QuantizedWeight) -> bool:
     are powers of two and the kernel holds whole input rows) and outputs in blocks of 16."""
     k = q.in_size
     power_of_two = k >= 2 * KERNEL_ROWS and k & (k - 1) == 0
-    return q.mode in ("int8", "int4") and not q.tiled and power_of_two and q.out_size % 16 == 0
+    native = q.mode == "int8" or (q.mode == "int4" and native_int4(q))
+    return native and not q.tiled and power_of_two and q.out_size % 16 == 0
 
 
 def for_gpu_kernel(q: QuantizedWeight, interpret: bool = False) -> QuantizedWeight:
@@ -198,8 +217,10 @@ def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
     if jax.default_backend() == "cpu":  # XLA:CPU has no batched bf16 x bf16 -> f32 dot
         compute, x2 = jnp.float32, x2.astype(jnp.float32)
     w3 = int4_rows(q.values).astype(compute).reshape(groups, q.group, q.out_size)
-    y = jnp.einsum("mgk,gkn->mgn", x2.reshape(-1, groups, q.group), w3,
-                   precision=matmul_precision(x2, w3), preferred_element_type=jnp.float32)
+    xg = x2.reshape(-1, groups, q.group)
+    y = jnp.einsum("mgk,gkn->mgn", xg, w3, precision=matmul_precision(x2, w3), preferred_element_type=jnp.float32)
+    if q.zeros is not None:  # x (levels - z) = x (levels - 8) - (z - 8) sum(x) over each group
+        y = y - jnp.sum(xg.astype(jnp.float32), axis=2)[:, :, None] * _zero_shifts(q.zeros)[None]
     # Scaling the group sums is a dot too: exact for float32 models, the fast default for bf16 ones.
     return jnp.einsum("mgn,gn->mn", y, q.scales.astype(jnp.float32), precision=matmul_precision(x2))
 
@@ -252,7 +273,8 @@ def shard_quantized(q: QuantizedWeight, axes: tuple[str | None, ...], layout: La
     if layout.mesh is None:
         return q
     values_spec, scales_spec = quantized_specs(q, axes, layout)
-    shardings = (NamedSharding(layout.mesh, values_spec), NamedSharding(layout.mesh, scales_spec))
+    arrays = (q.values, q.scales) if q.zeros is None else (q.values, q.scales, q.zeros)  # zeros: one per scale
+    specs = (values_spec, scales_spec, scales_spec)[: len(arrays)]
     # A jitted copy reshards arrays that span processes too (device_put needs them addressable).
-    values, scales = jax.jit(lambda v, s: (v, s), out_shardings=shardings)(q.values, q.scales)
-    return dataclasses.replace(q, values=values, scales=scales)
+    moved = jax.jit(lambda *a: a, out_shardings=tuple(NamedSharding(layout.mesh, s) for s in specs))(*arrays)
+    return dataclasses.replace(q, values=moved[0], scales=moved[1], zeros=moved[2] if q.zeros is not None else None)

@@ -1,0 +1,50 @@
+"""A checkpoint's own 4-bit levels (AWQ, GPTQ, compressed-tensors) as an int4 `QuantizedWeight`, exactly.
+
+The loader reads a packed projection as three arrays in the weight's own layout (`checkpoint.packed_weights`
+views): its levels 0..15, and each input's group's zero level and scale repeated along the inputs. Where
+every group is a run of `group` inputs (not GPTQ's act order, whose `g_idx` scatters them) they fold back to
+one zero level and scale per group: the stored nibbles are the levels, the scales keep their stored dtype
+(fp16 into bf16 would round) and zero levels are kept unless all are the symmetric 8. A symmetric weight
+whose scales are bf16 values (llm-compressor's W4A16 of a bf16 model) lands on the kernels' layout exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
+
+SYMMETRIC_ZERO = 8
+
+
+@functools.partial(jax.jit, static_argnames=("k", "group"))
+def _fold(codes: jax.Array, zeros: jax.Array, scales: jax.Array, k: int, group: int) -> tuple[jax.Array, ...]:
+    """Packed values [K / 2, N], zero levels and scales [K / group, N], and whether each group's zeros and scales
+    were one run, whether every zero level is the symmetric 8 and whether the scales are bf16 values."""
+    pairs = codes.reshape(k // 2, 2, -1).astype(jnp.uint8)
+    z3, s3 = zeros.reshape(k // group, group, -1), scales.reshape(k // group, group, -1)
+    z, s = z3[:, 0], s3[:, 0]
+    runs = jnp.all(z3 == z[:, None]) & jnp.all(s3 == s[:, None])
+    bf16 = jnp.all(s.astype(jnp.bfloat16).astype(s.dtype) == s)
+    return pairs[:, 0] | (pairs[:, 1] << 4), z.astype(jnp.uint8), s, runs, jnp.all(z == SYMMETRIC_ZERO), bf16
+
+
+def from_levels(codes: jax.Array, zeros: jax.Array, scales: jax.Array, contract: int,
+                group: int) -> QuantizedWeight | None:
+    """The int4 weight whose product is (codes - zeros) * scales, each array of the weight's shape with its first
+    `contract` axes the input; group: inputs a scale covers (0: all). None where the groups are not runs."""
+    shape = tuple(codes.shape)
+    k = math.prod(shape[:contract])
+    group = group or k
+    if k % group or group % 2:
+        return None
+    values, z, s, runs, symmetric, bf16 = _fold(codes, zeros, scales, k, group)
+    if not bool(runs):
+        return None
+    if bool(symmetric):
+        return QuantizedWeight(values, s.astype(jnp.bfloat16) if bool(bf16) else s, shape, contract, "int4", group)
+    return QuantizedWeight(values, s, shape, contract, "int4", group, zeros=z)

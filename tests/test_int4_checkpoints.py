@@ -1,0 +1,219 @@
+"""AWQ, GPTQ and compressed-tensors pack-quantized checkpoints: the tiny Qwen3's projections quantized and packed
+here, by packers written from each format's description (not the loader's unpacking run backwards), then loaded."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from hf_models import make_hf_model
+from safetensors.torch import load_file, save_file
+
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.checkpoint.loader import load_weights
+from jaxinfer.config.model import ConfigError
+from jaxinfer.models.registry import from_hf_config
+from jaxinfer.quantization.quantized_weight import QuantizedWeight, dequantize, quantized_matmul, tile
+
+DEQUANTIZE = jax.jit(dequantize)  # one program per shape, not one per operation
+PROMPT = np.random.RandomState(0).randint(3, 256, size=24).tolist()
+GROUP = 32
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ GEMM: word slot i holds output column 8c + AWQ_ORDER[i]
+
+
+def quantize_levels(w: np.ndarray, groups: np.ndarray, symmetric: bool, lowest_zero: int = 0,
+                    scale_dtype: type = np.float16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """w [out, in] -> levels [out, in] (0..15), zero levels [out, G] and scales [out, G] (one per group of inputs,
+    `groups[i]` the group of input i): symmetric around 8, or min-max with zero levels from lowest_zero to 15."""
+    members = [groups == g for g in range(int(groups.max()) + 1)]
+    lo = np.stack([w[:, m].min(1) for m in members], 1).clip(max=0)
+    hi = np.stack([w[:, m].max(1) for m in members], 1).clip(min=0)
+    if symmetric:
+        scales = (np.maximum(hi, -lo) / 7).clip(min=1e-4).astype(scale_dtype)
+        zeros = np.full(scales.shape, 8)
+    else:
+        scales = ((hi - lo) / 15).clip(min=1e-4).astype(scale_dtype)
+        zeros = np.round(-lo / scales.astype(np.float32)).clip(lowest_zero, 15).astype(np.int64)
+    full_scales = scales.astype(np.float32)[:, groups]
+    levels = np.round(w / full_scales + zeros[:, groups]).clip(0, 15).astype(np.int64)
+    return levels, zeros, scales
+
+
+def as_torch(a: np.ndarray) -> torch.Tensor:
+    """A NumPy array as a torch tensor (bfloat16 through float32: every value is one already)."""
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def pack_words(values: np.ndarray, axis: int, slots: list[int] | None = None) -> np.ndarray:
+    """4-bit values [.., n, ..] -> int32 words [.., n / 8, ..] along `axis`: word slot i (bits 4i..4i+3) holds the
+    value at position slots[i] of its run of 8 (position i when slots is None)."""
+    moved = np.moveaxis(values.astype(np.uint64), axis, -1)
+    runs = moved.reshape(*moved.shape[:-1], -1, 8)
+    words = np.zeros(runs.shape[:-1], np.uint64)
+    for i in range(8):
+        words |= (runs[..., (slots or list(range(8)))[i]] & 0xF) << np.uint64(4 * i)
+    return np.ascontiguousarray(np.moveaxis(words.astype(np.uint32).view(np.int32), -1, axis))
+
+
+def pack_awq(levels, zeros, scales, groups) -> dict[str, np.ndarray]:
+    return {"qweight": pack_words(levels.T, 1, AWQ_ORDER), "qzeros": pack_words(zeros.T, 1, AWQ_ORDER),
+            "scales": scales.T}
+
+
+def pack_gptq(levels, zeros, scales, groups, v1: bool = True) -> dict[str, np.ndarray]:
+    stored_zeros = (zeros - 1) % 16 if v1 else zeros  # v1 stores each zero point minus one
+    return {"qweight": pack_words(levels.T, 0), "qzeros": pack_words(stored_zeros.T, 1), "scales": scales.T,
+            "g_idx": groups.astype(np.int32)}
+
+
+def pack_compressed(levels, zeros, scales, groups, symmetric: bool) -> dict[str, np.ndarray]:
+    """llm-compressor stores signed values plus 8: exactly the 0..15 levels (and zero levels)."""
+    out = {"weight_packed": pack_words(levels, 1), "weight_scale": scales,
+           "weight_shape": np.array(levels.shape, np.int32)}
+    if not symmetric:
+        out["weight_zero_point"] = pack_words(zeros, 0)
+    return out
+
+
+CASES = {  # name: (quantization_config, packer, (symmetric, scales' dtype, act order, lowest zero), stored suffixes)
+    "awq": ({"quant_method": "awq", "bits": 4, "group_size": GROUP, "zero_point": True, "version": "gemm"},
+            pack_awq, (False, np.float16, False, 0)),
+    "gptq v1 sym": ({"quant_method": "gptq", "bits": 4, "group_size": GROUP, "sym": True, "desc_act": False},
+                    pack_gptq, (True, np.float16, False, 0)),
+    "gptq v1 asym act-order": ({"quant_method": "gptq", "bits": 4, "group_size": GROUP, "sym": False, "desc_act": True},
+                               pack_gptq, (False, np.float16, True, 1)),
+    "gptq v2 asym": ({"quant_method": "gptq", "bits": 4, "group_size": GROUP, "sym": False,
+                      "checkpoint_format": "gptq_v2"},
+                     lambda *a: pack_gptq(*a, v1=False), (False, np.float16, False, 0)),
+    "compressed sym bf16": (
+        {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"], "config_groups": {
+            "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                                                          "strategy": "group", "group_size": GROUP}}}},
+        lambda *a: pack_compressed(*a, symmetric=True), (True, ml_dtypes.bfloat16, False, 0)),
+    "compressed asym": (
+        {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"], "config_groups": {
+            "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": False,
+                                                          "strategy": "group", "group_size": GROUP}}}},
+        lambda *a: pack_compressed(*a, symmetric=False), (False, np.float16, False, 0)),
+}
+
+
+def save_packed(path: Path, name: str) -> dict[str, torch.Tensor]:
+    """The tiny Qwen3 at path with its layers' projections packed as CASES[name] says; returns the state dict of
+    the test's own dequantization ((level - zero) * scale)."""
+    quant, packer, (symmetric, scale_dtype, act_order, lowest_zero) = CASES[name]
+    tensors = load_file(path / "model.safetensors")
+    dequantized = dict(tensors)
+    rng = np.random.default_rng(0)
+    for key in sorted(n for n in tensors if n.startswith("model.layers.") and n.endswith("proj.weight")):
+        w = tensors.pop(key).numpy()
+        inputs = w.shape[1]
+        groups = np.arange(inputs) // GROUP
+        if act_order:  # GPTQ's desc_act: groups follow a permutation of the inputs
+            groups = groups[np.argsort(rng.permutation(inputs))]
+        levels, zeros, scales = quantize_levels(w, groups, symmetric, lowest_zero, scale_dtype)
+        dequantized[key] = torch.from_numpy((levels - zeros[:, groups]) * scales.astype(np.float32)[:, groups]).float()
+        prefix = key[: -len("weight")]
+        tensors.update({prefix + suffix: as_torch(a) for suffix, a in packer(levels, zeros, scales, groups).items()})
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = quant
+    (path / "config.json").write_text(json.dumps(config))
+    return dequantized
+
+
+def packed_copy(base: Path, out: Path, name: str) -> dict[str, torch.Tensor]:
+    """A copy of the float checkpoint at base packed as CASES[name] says (see `save_packed`)."""
+    shutil.copytree(base, out)
+    return save_packed(out, name)
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def packed_checkpoint(request, checkpoint_dir, tmp_path_factory) -> tuple[str, Path, dict[str, torch.Tensor]]:
+    path = tmp_path_factory.mktemp("packed") / "model"
+    return request.param, path, packed_copy(checkpoint_dir("qwen3"), path, request.param)
+
+
+def test_packed_weights_read_as_the_tests_own_dequantization(packed_checkpoint):
+    """Read as floats, every projection equals (level - zero) * scale exactly; kept in 4 bits, its int4 leaf
+    dequantizes to the same values (act order, whose groups are not runs of inputs, loads as floats)."""
+    name, path, dequantized = packed_checkpoint
+    _, floats = load_weights(path, jnp.float32, progress=False)
+    np.testing.assert_array_equal(np.asarray(floats.layers[1].w_down),
+                                  dequantized["model.layers.1.mlp.down_proj.weight"].T)
+    np.testing.assert_array_equal(np.asarray(floats.layers[0].wq).reshape(64, -1),
+                                  dequantized["model.layers.0.self_attn.q_proj.weight"].T)
+    _, kept = load_weights(path, jnp.float32, progress=False, keep_int4=True)
+    for field in ("wq", "wo", "w_down"):
+        leaf, expected = getattr(kept.layers[0], field), getattr(floats.layers[0], field)
+        if "act-order" in name:
+            assert not isinstance(leaf, QuantizedWeight)
+            continue
+        assert isinstance(leaf, QuantizedWeight) and leaf.mode == "int4" and leaf.group == GROUP
+        assert (leaf.zeros is None) == ("sym" in name and "asym" not in name)
+        assert leaf.scales.dtype == (jnp.bfloat16 if "bf16" in name else jnp.float16)  # fp16 kept: bf16 would round
+        assert tile(leaf).tiled == ("bf16" in name)  # symmetric bf16 groups of 32: the CPU kernel's own layout
+        np.testing.assert_array_equal(np.asarray(DEQUANTIZE(leaf)), np.asarray(expected))
+
+
+@pytest.mark.parametrize("name", ["awq"])
+def test_packed_checkpoints_run_as_transformers_runs_their_dequantized_weights(checkpoint_dir, tmp_path, name):
+    """Logits against HF's float model holding the dequantized weights; greedy tokens through the engine equal HF's."""
+    path = tmp_path / "model"
+    hf = make_hf_model("qwen3")
+    hf.load_state_dict(packed_copy(checkpoint_dir("qwen3"), path, name), strict=False)
+    with torch.no_grad():
+        expected = hf(torch.tensor([PROMPT])).logits[0].numpy()
+        hf_tokens = hf.generate(torch.tensor([PROMPT]), max_new_tokens=8, do_sample=False)[0, len(PROMPT):].tolist()
+    llm = LLM(path, dtype="float32", max_seq_len=64)
+    assert isinstance(llm.weights.layers[0].w_down, QuantizedWeight)  # the checkpoint's 4 bits, in memory
+    logits = llm.logits(PROMPT)
+    assert np.max(np.abs(logits - expected)) <= 1e-5 * np.max(np.abs(expected)), name
+    greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    assert llm.generate([PROMPT], greedy)[0].outputs[0].token_ids == hf_tokens
+
+
+def test_zero_levels_enter_the_product_exactly():
+    """The XLA product of an int4 weight with zero levels and fp16 scales equals x @ its dequantized matrix."""
+    rng = np.random.default_rng(1)
+    q = QuantizedWeight(jnp.asarray(rng.integers(0, 256, (32, 48)), jnp.uint8),
+                        jnp.asarray(rng.uniform(0.01, 0.1, (2, 48)), jnp.float16), (64, 48), 1, "int4", 32,
+                        zeros=jnp.asarray(rng.integers(0, 17, (2, 48)), jnp.uint8))
+    x = jnp.asarray(rng.normal(size=(5, 64)), jnp.float32)
+    expected = np.asarray(x, np.float64) @ np.asarray(DEQUANTIZE(q), np.float64)
+    np.testing.assert_allclose(np.asarray(jax.jit(quantized_matmul)(x, q)), expected, rtol=1e-5, atol=1e-5)
+
+
+def _config(quant: dict) -> dict:
+    return {"architectures": ["Qwen3ForCausalLM"], "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "intermediate_size": 128, "quantization_config": quant}
+
+
+AWQ, GPTQ = CASES["awq"][0], CASES["gptq v1 sym"][0]
+PACKED = CASES["compressed asym"][0]
+
+
+@pytest.mark.parametrize("quant,message", [
+    ({**AWQ, "version": "gemv"}, "version 'gemv' is not supported; AWQ checkpoints are read in AutoAWQ's 'gemm'"),
+    ({**AWQ, "version": "marlin"}, "version 'marlin' is not supported"),
+    ({**AWQ, "zero_point": False}, "zero_point False is not supported"),
+    ({**GPTQ, "bits": 3}, "quantization_config.bits 3 is not supported; use one of 4, 8"),
+    ({**GPTQ, "checkpoint_format": "marlin"}, "checkpoint_format 'marlin' is not supported"),
+    ({**GPTQ, "group_size": 0}, "group_size 0 must be a positive integer or -1"),
+    ({**PACKED, "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "strategy": "group"}}}},
+     "4-bit float weights are not supported in pack-quantized"),
+    ({**PACKED, "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int", "strategy": "tensor"}}}},
+     "strategy 'tensor' is not supported in pack-quantized"),
+])
+def test_packed_settings_the_reader_does_not_take_are_refused_by_name(quant, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config(_config(quant))
