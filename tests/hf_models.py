@@ -186,6 +186,10 @@ ARCH_CONFIGS.update({
         transformers.CohereConfig,  # one LayerNorm feeding attention and the MLP in parallel; untied head
         dict(use_qk_norm=True, logit_scale=0.25, layer_norm_eps=1e-5, rope_theta=1e4, tie_word_embeddings=False),
     ),
+    "nemotron": (  # LayerNorm1P (weight + 1, a bias) everywhere; ungated relu(x)^2 MLP; half of each 32-dim head rotated
+        transformers.NemotronConfig,
+        dict(head_dim=32, norm_eps=1e-5, partial_rotary_factor=0.5, pad_token_id=0),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -242,6 +246,7 @@ MODEL_CLASSES = {
     transformers.ArceeConfig: transformers.ArceeForCausalLM,
     transformers.OlmoeConfig: transformers.OlmoeForCausalLM,
     transformers.CohereConfig: transformers.CohereForCausalLM,
+    transformers.NemotronConfig: transformers.NemotronForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }

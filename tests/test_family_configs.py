@@ -566,3 +566,43 @@ def test_cohere_fields_a_config_leaves_out_read_as_transformers_reads_them(field
 def test_cohere_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**COHERE, **fields, "architectures": ["CohereForCausalLM"]})
+
+
+NEMOTRON = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=2, num_attention_heads=4)
+NEMOTRON_FIELDS = [
+    {},  # transformers' defaults: relu2, norm_eps 1e-5, half of each head rotated, theta 10000, untied, no biases
+    dict(num_key_value_heads=2, head_dim=32, partial_rotary_factor=0.25, attention_bias=True, norm_eps=1e-6,
+         rope_theta=5e5, tie_word_embeddings=True),
+    dict(rope_parameters=dict(rope_type="linear", rope_theta=1e4, factor=2.0)),  # rope parameters without the factor
+]
+
+
+@pytest.mark.parametrize("fields", NEMOTRON_FIELDS)
+def test_nemotron_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    """LayerNorm1P (offset weight, bias), partial rotary and biases as NemotronConfig reads them."""
+    cfg = from_hf_config({**NEMOTRON, **fields, "architectures": ["NemotronForCausalLM"]})
+    hf = transformers.NemotronConfig(**NEMOTRON, **fields)
+    rope = hf.rope_parameters
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
+        rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0))
+    assert cfg.rotated_dims == int(hf.head_dim * rope["partial_rotary_factor"]) < cfg.head_dim == hf.head_dim
+    assert (cfg.layer_norm, cfg.norm_bias, cfg.norm_weight_offset, cfg.rms_norm_eps) == (True, True, 1.0, hf.norm_eps)
+    # NemotronConfig keeps a missing num_key_value_heads None (its attention then fails): one per query head here.
+    assert (cfg.num_kv_heads, cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias, cfg.activation) == (
+        hf.num_key_value_heads or hf.num_attention_heads, hf.attention_bias, hf.attention_bias, False, hf.hidden_act)
+    assert (cfg.max_position_embeddings, cfg.tie_word_embeddings) == (hf.max_position_embeddings, hf.tie_word_embeddings)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(partial_rotary_factor=0.4375), "partial_rotary_factor 0.4375 must be in .* turns 7"),
+        (dict(mlp_bias=True), "mlp_bias=True is not supported for NemotronForCausalLM"),
+        (dict(hidden_act="relu"), "activation 'relu' is not supported"),
+        (dict(layer_types=["sliding_attention"] * 2, sliding_window=4), "not supported for NemotronForCausalLM"),
+    ],
+)
+def test_nemotron_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**NEMOTRON, **fields, "architectures": ["NemotronForCausalLM"]})

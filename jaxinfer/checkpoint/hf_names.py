@@ -171,6 +171,8 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     same = (_identity, _identity, lambda index: index)
     out["embed"] = HFTensor("model.embed_tokens.weight", *same, (V, D), per_layer=False)
     out["final_norm"] = HFTensor("model.norm.weight", *same, (D,), per_layer=False)
+    if cfg.norm_bias:
+        out["final_norm_bias"] = HFTensor("model.norm.bias", *same, (D,), per_layer=False)
     if not cfg.tie_word_embeddings:
         out["lm_head"] = HFTensor("lm_head.weight", (lambda w: w.T), (lambda w: w.T), (lambda i: i[::-1]), (V, D),
                                   per_layer=False)

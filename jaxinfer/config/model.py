@@ -78,6 +78,7 @@ class ModelConfig:
     head_dim: int
     rms_norm_eps: float = 1e-6  # the norms' epsilon (Cohere's layer_norm_eps)
     layer_norm: bool = False  # Cohere: bias-free LayerNorms (mean subtracted) in place of RMSNorms
+    norm_bias: bool = False  # StarCoder2, Nemotron: the LayerNorms add a bias (the final norm's too)
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling = RopeScaling()
     rotary_dim: int = 0  # leading head dims that rotate; 0 = all (Phi's partial_rotary_factor)
@@ -91,10 +92,11 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
+    mlp_bias: bool = False  # StarCoder2: biases on the ungated MLP's two projections
     qk_norm: bool = False
     qk_norm_whole: bool = False  # the q/k norms span all heads' dims at once (OLMo 2), not one head's
     activation: str = "silu"
-    norm_weight_offset: float = 0.0  # Gemma stores norm weights as (w - 1).
+    norm_weight_offset: float = 0.0  # Gemma and Nemotron store norm weights as (w - 1).
     scale_embeddings: bool = False  # Gemma multiplies embeddings by sqrt(hidden_size).
     embedding_multiplier: float = 1.0  # Granite: embeddings scaled by it
     residual_multiplier: float = 1.0  # Granite: each sublayer's output scaled by it before the residual add

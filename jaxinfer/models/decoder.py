@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.layer_calls import call_layer
 from jaxinfer.models.layers import Weight, linear, linear_transposed
-from jaxinfer.models.norms import layer_norm, rms_norm
+from jaxinfer.models.norms import config_norm
 from jaxinfer.models.registry import family_of
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.row_table import RowTable, take_rows
@@ -39,6 +39,7 @@ class Weights:
     layers: list[Any]  # one family layer dataclass per layer
     final_norm: jax.Array  # [D]
     lm_head: Weight | None = None  # [D, V]
+    final_norm_bias: jax.Array | None = None  # [D]: StarCoder2's, Nemotron's final LayerNorm bias
     logit_soft_cap: float | None = dataclasses.field(default=None, metadata=dict(static=True))
     logits_scaling: float = dataclasses.field(default=1.0, metadata=dict(static=True))
 
@@ -53,6 +54,7 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
         layers=[family.abstract_layer(cfg, i) for i in range(cfg.num_layers)],
         final_norm=ArrayInfo((D,), ("embed",), init_value=norm),
         lm_head=None if cfg.tie_word_embeddings else ArrayInfo((D, V), ("embed", "vocab")),
+        final_norm_bias=ArrayInfo((D,), ("embed",)) if cfg.norm_bias else None,
         logit_soft_cap=cfg.final_soft_cap,
         logits_scaling=cfg.logits_scaling,
     )
@@ -87,9 +89,7 @@ def forward_with_taps(
         if layer in taps:
             tapped.append(x)
         x, cache = call_layer(layer_fn, cfg, x, cache, lw, layer, positions, rope)
-    if cfg.layer_norm:
-        return layer_norm(x, weights.final_norm, cfg.rms_norm_eps), tapped, cache
-    return rms_norm(x, weights.final_norm, cfg.rms_norm_eps, cfg.norm_weight_offset), tapped, cache
+    return config_norm(x, weights.final_norm, weights.final_norm_bias, cfg), tapped, cache
 
 
 def lm_logits(weights: Weights, hidden: jax.Array) -> jax.Array:

@@ -1,4 +1,5 @@
-"""RMSNorm, the normalisation of every supported family but Cohere, and Cohere's bias-free LayerNorm."""
+"""RMSNorm, the normalisation of most supported families, and LayerNorm (Cohere's bias-free; StarCoder2's and
+Nemotron's with a bias, Nemotron's weight stored less 1)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.invariant_weight import InvariantWeight, in_row_blocks
 
 
@@ -26,15 +28,29 @@ def rms_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, weig
     return weight * normed.astype(x.dtype)
 
 
-def layer_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float) -> jax.Array:
-    """LayerNorm without a bias (Cohere) over x's last axis: mean and variance in float32, scaled before the
-    cast, as HF does. weight [D], or Cohere's q/k norms' [heads, K] (a weight per head and dim)."""
+def layer_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, bias: jax.Array | None = None,
+               weight_offset: float = 0.0) -> jax.Array:
+    """LayerNorm over x's last axis: mean and variance in float32, scaled (by weight_offset + weight: Nemotron's
+    LayerNorm1P) and biased before the cast, as HF does. weight [D], or Cohere's q/k norms' [heads, K] (a weight
+    per head and dim); bias like the weight, or None (Cohere)."""
     if isinstance(weight, InvariantWeight):
         inner = weight.weight
-        rows = in_row_blocks(lambda block: layer_norm(block.reshape(-1, *inner.shape), inner, eps).reshape(block.shape),
-                             x.reshape(-1, math.prod(inner.shape)))
-        return rows.reshape(x.shape)
+
+        def block_norm(block: jax.Array) -> jax.Array:
+            return layer_norm(block.reshape(-1, *inner.shape), inner, eps, bias, weight_offset).reshape(block.shape)
+
+        return in_row_blocks(block_norm, x.reshape(-1, math.prod(inner.shape))).reshape(x.shape)
     x32 = x.astype(jnp.float32)
     centred = x32 - jnp.mean(x32, axis=-1, keepdims=True)
     normed = centred * jax.lax.rsqrt(jnp.mean(centred * centred, axis=-1, keepdims=True) + eps)
-    return (weight.astype(jnp.float32) * normed).astype(x.dtype)
+    out = (weight_offset + weight.astype(jnp.float32)) * normed
+    return (out if bias is None else out + bias.astype(jnp.float32)).astype(x.dtype)
+
+
+def config_norm(x: jax.Array, weight: jax.Array | InvariantWeight, bias: jax.Array | None,
+                cfg: ModelConfig) -> jax.Array:
+    """The norm the config names: LayerNorm (`cfg.layer_norm`, with its bias) or RMSNorm, each with the config's
+    epsilon and weight offset."""
+    if cfg.layer_norm:
+        return layer_norm(x, weight, cfg.rms_norm_eps, bias, cfg.norm_weight_offset)
+    return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_weight_offset)

@@ -34,6 +34,7 @@ from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
+from jaxinfer.models.nemotron import FAMILY as NEMOTRON
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
 from jaxinfer.models.olmoe import FAMILY as OLMOE
 from jaxinfer.models.phi3 import FAMILY as PHI3
@@ -43,7 +44,7 @@ from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
-                                EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE)
+                                EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
