@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from hf_models import make_hf_model
+from jax import export
 from safetensors.torch import load_file, save_file
 
 from jaxinfer import LLM, SamplingParams
@@ -191,6 +192,8 @@ def test_zero_levels_enter_the_product_exactly():
     x = jnp.asarray(rng.normal(size=(5, 64)), jnp.float32)
     expected = np.asarray(x, np.float64) @ np.asarray(DEQUANTIZE(q), np.float64)
     np.testing.assert_allclose(np.asarray(jax.jit(quantized_matmul)(x, q)), expected, rtol=1e-5, atol=1e-5)
+    for platform in ("cuda", "tpu"):  # plain XLA ops, no kernel: it lowers for the accelerators
+        export.export(jax.jit(quantized_matmul), platforms=[platform])(x.astype(jnp.bfloat16), q)
 
 
 def _config(quant: dict) -> dict:

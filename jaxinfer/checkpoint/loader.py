@@ -14,7 +14,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from jaxinfer.checkpoint import base_model_names, packed_weights, scaled_weights
+from jaxinfer.checkpoint import base_model_names, packed_weights, scaled_weights, vision_weights
 from jaxinfer.checkpoint.converted import is_converted, restore_converted
 from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, in_mtp_layer, stored_names
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
@@ -24,6 +24,7 @@ from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
+from jaxinfer.models.llava import LlavaConfig, LlavaWeights
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.quantization import stored_int4
@@ -232,8 +233,9 @@ def load_hf_weights(
     """
     model_dir = Path(model_dir)
     index = safetensors_index(model_dir)
-    stored = base_model_names.stored_names(index)  # a base model saved alone: names without "model."
-    _check_names(cfg, base_model_names.by_causal_names(index), model_dir)
+    # A base model saved alone (names without "model."), or a vision-language model's language model
+    stored = base_model_names.stored_names(index) or vision_weights.language_model_names(index)
+    _check_names(cfg, {name: index[s] for name, s in stored.items()} if stored else index, model_dir)
     reader = _TensorReader(index, read_config_json(model_dir).get("quantization_config"))
     tensors = hf_tensor_map(cfg)
     abstract = abstract_weights(cfg)
@@ -269,6 +271,11 @@ def _int4_leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: Array
     if leaf is None:
         log.info("%s: its 4-bit groups are not runs of inputs (act order), so it loads dequantized", names[0])
     return leaf
+
+
+def load_vision_weights(model_dir: str | Path, cfg: LlavaConfig, dtype: Any) -> LlavaWeights:
+    """A vision-language checkpoint's vision tower and projector (see checkpoint/vision_weights)."""
+    return vision_weights.read_llava_weights(safetensors_index(Path(model_dir)), open_safetensors, cfg, dtype)
 
 
 def load_weights(

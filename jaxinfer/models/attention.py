@@ -1,12 +1,14 @@
 """One attention interface over whatever KV cache the model carries.
 
 `attend` reads the cache after the current step's K/V were written, so a query at position p
-sees keys 0..p (within the layer's sliding window). The contiguous cache uses the dense `jnp`
-path, or on CPU for a few queries per sequence (decode, verification) a native kernel that
-reads only the visible keys; the paged cache dispatches to `pallas_kernels` (the Pallas kernel,
-or its `jnp` reference, as the cache's backend says, and the reference for shapes the kernel
-cannot run); on a mesh the kernels run per device under `shard_map` (`sharded_attention`).
-Queries of one call sit at consecutive positions.
+sees keys 0..p (within the layer's sliding window or attention chunk, `key_span`). The contiguous
+cache uses the dense `jnp` path, or on CPU for a few queries per sequence (decode, verification)
+a native kernel that reads only the visible keys; the paged cache dispatches to `pallas_kernels`
+(the Pallas kernel, or its `jnp` reference, as the cache's backend says, and the reference for
+shapes the kernel cannot run); on a mesh the kernels run per device under `shard_map`
+(`sharded_attention`). Queries of one call sit at consecutive positions. Chunked layers (Llama 4)
+take the XLA paths on every platform: the blocked path over the pages, or the dense one over a
+contiguous cache.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from jaxinfer.models.blocked_attention import (
     sink_logits,
     softmax_with_sinks,
 )
+from jaxinfer.models.key_span import visible_keys
 from jaxinfer.models.sharded_attention import per_shard_rows_attention
 
 logger = logging.getLogger(__name__)
@@ -47,12 +50,10 @@ def resolve_backend(name: str) -> str:
     return name
 
 
-def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int) -> jax.Array:
-    """[B, T, S] bool: key s is visible to the query at position p iff s <= p and p - s < window (if > 0)."""
-    s = jnp.arange(kv_len)[None, None, :]
-    p = q_positions[:, :, None]
-    visible = s <= p
-    return visible & (p - s < window) if window > 0 else visible
+def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int, chunk: int = 0) -> jax.Array:
+    """[B, T, S] bool: key s is visible to the query at position p iff s <= p and p - s < window (if > 0),
+    or s in p's chunk (if chunk > 0: s // chunk == p // chunk)."""
+    return visible_keys(jnp.arange(kv_len), q_positions, window, chunk)
 
 
 def dense_attention(
@@ -92,9 +93,11 @@ def _log_native_fallback(feature: str) -> None:
                 "attention path", feature)
 
 
-def native_kernel_applies(soft_cap: float | None, sinks: jax.Array | None = None) -> bool:
-    """Whether the native CPU attention kernels can run a layer (they take a scale and a window, no cap, no sinks)."""
-    missing = "sinks" if sinks is not None else "soft caps" if soft_cap is not None else None
+def native_kernel_applies(soft_cap: float | None, sinks: jax.Array | None = None, chunk: int = 0) -> bool:
+    """Whether the native CPU attention kernels can run a layer (they take a scale and a window; no cap, no sinks,
+    no attention chunks)."""
+    missing = ("sinks" if sinks is not None else "soft caps" if soft_cap is not None
+               else "chunks" if chunk > 0 else None)
     if missing is not None:
         _log_native_fallback(missing)
     return missing is None
@@ -190,10 +193,12 @@ def gathered_rows_attend(
     scale: float | None = None,
     soft_cap: float | None = None,
     sinks: jax.Array | None = None,
+    chunk: int = 0,
 ) -> jax.Array:
     """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
     otherwise XLA attention over blocks of each row's pages, up to the step's longest row (one
-    query per row, as an engine step's tokens are: a key loop per block of tokens)."""
+    query per row, as an engine step's tokens are: a key loop per block of tokens). Also every
+    platform's path for chunked layers (chunk > 0), which the Pallas kernels do not take."""
     dtype = q.dtype if cache.quantized else cache.value_dtype
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
@@ -202,53 +207,60 @@ def gathered_rows_attend(
     # take XLA's path.
     int8 = cache.value_dtype == jnp.int8
     if (cache.cpu_kernels and (int8 or not cache.quantized) and decode_attention_applies(q.shape[1], dtype)
-            and native_kernel_applies(soft_cap, sinks)):
+            and native_kernel_applies(soft_cap, sinks, chunk)):
         pools = (cache.k_pages[layer], cache.v_pages[layer])
         scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if int8 else {}
         return paged_decode_attention(q, *pools, page_table, positions, window, jnp.int8 if int8 else dtype,
                                       scale=scale, **scales)
     rows = (lengths, page_table, query_lens)
     if q.shape[1] == 1:
-        return blocked_token_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks)
-    return blocked_rows_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks)
+        return blocked_token_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks, chunk)
+    return blocked_rows_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks, chunk)
 
 
 def paged_attend(
     q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int, scale: float | None = None,
-    soft_cap: float | None = None, sinks: jax.Array | None = None,
+    soft_cap: float | None = None, sinks: jax.Array | None = None, chunk: int = 0,
 ) -> jax.Array:
-    """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
+    """Attention over the paged cache: the decode kernel for one query, the ragged one for several
+    (chunked layers: the blocked XLA path)."""
     lengths = positions[:, -1] + 1
     query_lens = jnp.full_like(lengths, q.shape[1])
+    if chunk > 0:
+        return gathered_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens, scale, soft_cap,
+                                    sinks, chunk)
     return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens, scale, soft_cap, sinks)
 
 
 def attend(
     q: jax.Array, cache: KVCache | PagedKVCache, layer: int, positions: jax.Array, window: int,
-    scale: float | None = None, soft_cap: float | None = None, sinks: jax.Array | None = None,
+    scale: float | None = None, soft_cap: float | None = None, sinks: jax.Array | None = None, chunk: int = 0,
 ) -> jax.Array:
     """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache.
 
     scale: of the q.k scores (None: head_dim ** -0.5); soft_cap: scores capped by cap * tanh(s / cap)
     (the Pallas kernels and the jnp paths cap; the native CPU kernels cannot, so capped layers skip them);
     sinks [H]: attention-sink logits (GPT-OSS; the jnp paths and the Pallas kernels take them; layers with
-    sinks skip the native CPU kernels and, on a mesh, the kernels under shard_map).
+    sinks skip the native CPU kernels and, on a mesh, the kernels under shard_map); chunk: Llama 4's attention
+    chunk, the keys of the query's own chunk only (the XLA paths on every platform: no kernel takes it).
     """
     if isinstance(cache, RaggedPagedCache):
-        rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
+        if chunk > 0 or cache.pages.backend == "reference":
+            return per_token_attend(q, cache, positions, lambda qg, *rows: gathered_rows_attend(
+                qg, cache.pages, layer, window, *rows, scale, soft_cap, sinks, chunk))
         return per_token_attend(
             q, cache, positions,
-            lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows, scale, soft_cap, sinks),
+            lambda qg, *rows: paged_rows_attend(qg, cache.pages, layer, window, *rows, scale, soft_cap, sinks),
         )
     if isinstance(cache, PagedKVCache):
-        return paged_attend(q, cache, layer, positions, window, scale, soft_cap, sinks)
+        return paged_attend(q, cache, layer, positions, window, scale, soft_cap, sinks, chunk)
     k, v = cache.k[layer], cache.v[layer]
-    mask = causal_window_mask(positions, k.shape[2], window)
+    mask = causal_window_mask(positions, k.shape[2], window, chunk)
     if cache.quantized:
         # The native kernel reads 16/32-bit floats without scales: fp8 takes XLA's dense path.
         scales = (cache.k_scales[layer][..., 0], cache.v_scales[layer][..., 0])
         return dense_attention(q, k, v, mask, scale, kv_scales=scales, soft_cap=soft_cap, sinks=sinks)
     if (cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype)
-            and native_kernel_applies(soft_cap, sinks)):
+            and native_kernel_applies(soft_cap, sinks, chunk)):
         return decode_attention(q, k, v, positions, window, scale)
     return dense_attention(q, k, v, mask, scale, soft_cap=soft_cap, sinks=sinks)

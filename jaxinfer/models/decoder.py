@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.embed_override import EmbedOverride, override_embeddings
 from jaxinfer.models.layer_calls import call_layer
 from jaxinfer.models.layers import Weight, linear, linear_transposed
 from jaxinfer.models.norms import config_norm
@@ -79,9 +80,12 @@ def forward(weights: Weights, tokens: jax.Array, positions: jax.Array, cache: An
 
 def forward_with_taps(
     weights: Weights, tokens: jax.Array, positions: jax.Array, cache: Any, cfg: ModelConfig, taps: tuple[int, ...],
+    override: EmbedOverride | None = None,
 ) -> tuple[jax.Array, list[jax.Array], Any]:
-    """`forward`, also returning the residual stream [B, T, D] entering each layer in `taps` (EAGLE-3 reads them)."""
-    x = cache.layout.constrain(embed_tokens(weights, tokens, cfg), HIDDEN)
+    """`forward`, also returning the residual stream [B, T, D] entering each layer in `taps` (EAGLE-3 reads them);
+    override: rows replacing some tokens' embeddings (a vision-language model's image features)."""
+    x = override_embeddings(embed_tokens(weights, tokens, cfg), override)
+    x = cache.layout.constrain(x, HIDDEN)
     rope = RopeTables(positions, cfg)
     layer_fn = family_of(cfg).layer
     tapped = []

@@ -32,6 +32,8 @@ from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.llama import FAMILY as LLAMA
+from jaxinfer.models.llava import ARCHITECTURES as VISION_LANGUAGE
+from jaxinfer.models.llava import text_hf_config
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.nemotron import FAMILY as NEMOTRON
@@ -113,6 +115,8 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
             f"architectures must name exactly one architecture (got {archs!r}); supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
+    if archs[0] in VISION_LANGUAGE:  # its language model runs as that family; the tower is models/llava's
+        return from_hf_config(text_hf_config(hf))
     arch = causal_architecture(archs[0])
     family = family_for(arch)
     _check_stored_quantization(hf)

@@ -1,0 +1,114 @@
+"""A vision-language checkpoint's tensors: the language model's under their causal-LM names, the
+vision tower's and projector's read into `LlavaWeights`.
+
+transformers 5.24 saves LLaVA as `language_model.model.*`, `language_model.lm_head.weight`,
+`vision_tower.*`, `multi_modal_projector.*`; hub checkpoints and its in-memory names differ in
+prefixes (`model.language_model.*`, `vision_tower.vision_model.*`, `model.multi_modal_projector.*`).
+Each part is found by its prefix, so all of them load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
+from jaxinfer.config.errors import CheckpointError
+from jaxinfer.models.llava import LlavaConfig, LlavaWeights, abstract_llava
+
+TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
+                 "language_model.lm_head.": "lm_head.", "lm_head.": "lm_head."}
+TOWER_PREFIXES = ("vision_tower.vision_model.", "model.vision_tower.vision_model.", "vision_tower.",
+                  "model.vision_tower.")
+PROJECTOR_PREFIXES = ("multi_modal_projector.", "model.multi_modal_projector.")
+LAYER_NAMES = {  # VisionLayer field -> tensor under encoder.layers.{i}.
+    "norm1": "layer_norm1.weight", "norm1_bias": "layer_norm1.bias", "wq": "self_attn.q_proj.weight",
+    "bq": "self_attn.q_proj.bias", "wk": "self_attn.k_proj.weight", "bk": "self_attn.k_proj.bias",
+    "wv": "self_attn.v_proj.weight", "bv": "self_attn.v_proj.bias", "wo": "self_attn.out_proj.weight",
+    "bo": "self_attn.out_proj.bias", "norm2": "layer_norm2.weight", "norm2_bias": "layer_norm2.bias",
+    "fc1": "mlp.fc1.weight", "fc1_bias": "mlp.fc1.bias", "fc2": "mlp.fc2.weight", "fc2_bias": "mlp.fc2.bias",
+}
+TOWER_NAMES = {
+    "patch": "embeddings.patch_embedding.weight", "patch_bias": "embeddings.patch_embedding.bias",
+    "class_embed": "embeddings.class_embedding", "positions": "embeddings.position_embedding.weight",
+    "pre_norm": "pre_layrnorm.weight", "pre_norm_bias": "pre_layrnorm.bias",
+    "post_norm": "post_layernorm.weight", "post_norm_bias": "post_layernorm.bias",
+}
+PROJECTOR_NAMES = {"w1": "linear_1.weight", "b1": "linear_1.bias", "w2": "linear_2.weight", "b2": "linear_2.bias"}
+
+
+def is_vision_language(index: dict[str, Path]) -> bool:
+    """Whether a checkpoint's tensors include a vision tower."""
+    return _prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"]) is not None
+
+
+def language_model_names(index: dict[str, Path]) -> dict[str, str]:
+    """Causal-LM tensor name -> stored name of a vision-language checkpoint's language model (the tower's
+    and projector's tensors left out); empty for a text-only checkpoint."""
+    if not is_vision_language(index):
+        return {}
+    names = {}
+    for stored in index:
+        for prefix, causal in TEXT_PREFIXES.items():
+            if stored.startswith(prefix):
+                names[causal + stored[len(prefix):]] = stored
+                break
+    return names
+
+
+def _prefix(index: dict[str, Any], prefixes: tuple[str, ...], probe: str) -> str | None:
+    return next((p for p in prefixes if p + probe in index), None)
+
+
+def _stored_name(path: str) -> str:
+    """A tower leaf path ('layers.3.wq', 'patch') -> its tensor name under the tower's prefix."""
+    parts = path.split(".")
+    if parts[0] == "layers":
+        return f"encoder.layers.{parts[1]}.{LAYER_NAMES[parts[2]]}"
+    return TOWER_NAMES[path]
+
+
+def _to_jax(name: str, tensor: np.ndarray) -> np.ndarray:
+    """Stored layout -> ours: Linear [out, in] transposed, the patch conv [D, C, p, p] as [C * p * p, D]."""
+    if name.endswith("patch_embedding.weight"):
+        return tensor.reshape(tensor.shape[0], -1).T
+    if tensor.ndim == 2 and not name.endswith("position_embedding.weight"):
+        return tensor.T
+    return tensor
+
+
+def read_llava_weights(
+    index: dict[str, Path], open_file: Callable[[Path], Any], cfg: LlavaConfig, dtype: Any
+) -> LlavaWeights:
+    """The tower and projector of a LLaVA checkpoint (its tensor -> file index; open_file opens one
+    safetensors file), cast to dtype; CheckpointError naming a missing tensor."""
+    tower = _prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"])
+    projector = _prefix(index, PROJECTOR_PREFIXES, PROJECTOR_NAMES["w1"])
+    if tower is None or projector is None:
+        raise CheckpointError(f"the checkpoint has no vision tower or multi_modal_projector tensors "
+                              f"(looked for {TOWER_PREFIXES[0]}{TOWER_NAMES['patch']} and "
+                              f"{PROJECTOR_PREFIXES[0]}{PROJECTOR_NAMES['w1']})")
+    abstract = abstract_llava(cfg)
+    opened: dict[Path, Any] = {}
+    arrays = {}
+    for path, info in leaf_paths(abstract):
+        part, leaf = path.split(".", 1)
+        name = tower + _stored_name(leaf) if part == "tower" else projector + PROJECTOR_NAMES[leaf]
+        if name not in index:
+            raise CheckpointError(f"tensor {name} is missing from the checkpoint (its vision tower or projector)")
+        file = index[name]
+        if file not in opened:
+            opened[file] = open_file(file)
+        arrays[path] = jnp.asarray(_checked(name, file, opened[file].get_tensor(name), info.shape), dtype)
+    return unflatten(abstract, arrays)
+
+
+def _checked(name: str, file: Path, stored: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A stored tensor in our layout, its shape checked."""
+    tensor = _to_jax(name, stored)
+    if tensor.shape != shape:
+        raise CheckpointError(f"tensor {name} in {file.name} has shape {stored.shape}, expected {shape} in our layout")
+    return tensor
