@@ -27,13 +27,13 @@ def _cache(seed: int, quantized: bool) -> PagedKVCache:
     return PagedKVCache([k], [v], [ks], [vs], jnp.zeros((1, WIDTH), jnp.int32))
 
 
-def _dense(q, cache, window, lengths, table, query_lens, sinks=None):
+def _dense(q, cache, window, lengths, table, query_lens, sinks=None, chunk=0):
     """Every row's whole table gathered, then one dense attention (the path blocks replace)."""
     k = gather_pages(cache, cache.k_pages, cache.k_scales, 0, table, jnp.float32).swapaxes(0, 1)
     v = gather_pages(cache, cache.v_pages, cache.v_scales, 0, table, jnp.float32).transpose(1, 0, 3, 2)
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
-    mask = causal_window_mask(positions, k.shape[2], window) & (steps[None, :] < query_lens[:, None])[..., None]
+    mask = causal_window_mask(positions, k.shape[2], window, chunk) & (steps[None, :] < query_lens[:, None])[..., None]
     return dense_attention(q, k, v, mask, sinks=sinks)
 
 
@@ -41,6 +41,17 @@ def _dense(q, cache, window, lengths, table, query_lens, sinks=None):
 @pytest.mark.parametrize("quantized", [False, True])
 @pytest.mark.parametrize("rows", [LOOPED_ROWS, LOOPED_ROWS + 2], ids=["row_loops", "shared_loop"])
 def test_blocked_equals_dense_on_random_rows(window, quantized, rows):
+    _check_random_rows(window, quantized, rows)
+
+
+@pytest.mark.parametrize("rows", [LOOPED_ROWS, LOOPED_ROWS + 2], ids=["row_loops", "shared_loop"])
+def test_blocked_equals_dense_within_attention_chunks(rows):
+    """Llama 4's chunks of 40 keys (not a page or block multiple): rows whose queries cross chunk boundaries."""
+    _check_random_rows(0, False, rows, chunk=40)
+
+
+def _check_random_rows(window: int, quantized: bool, rows: int, chunk: int = 0) -> None:
+    """Blocked and dense attention agree on rows ending in different key blocks, one of them padding."""
     rng = np.random.default_rng(window + quantized)
     cache = _cache(window + 7 * quantized, quantized)
     steps = 24
@@ -50,8 +61,9 @@ def test_blocked_equals_dense_on_random_rows(window, quantized, rows):
     table = np.stack([rng.permutation(3 * WIDTH)[:WIDTH] for _ in range(rows)]).astype(np.int32)
     q = jax.random.normal(jax.random.key(rows), (rows, steps, HEADS, DIM), jnp.float32)
     args = (jnp.asarray(lengths), jnp.asarray(table), jnp.asarray(query_lens))
-    blocked = jax.jit(blocked_rows_attention, static_argnums=(2, 3, 7))(q, cache, 0, window, *args, jnp.float32)
-    dense = _dense(q, cache, window, *args)
+    blocked = jax.jit(blocked_rows_attention, static_argnums=(2, 3, 7, 11))(q, cache, 0, window, *args, jnp.float32,
+                                                                             None, None, None, chunk)
+    dense = _dense(q, cache, window, *args, chunk=chunk)
     live = np.arange(steps)[None, :] < query_lens[:, None]
     np.testing.assert_allclose(np.asarray(blocked)[live], np.asarray(dense)[live], rtol=2e-5, atol=2e-5)
     assert np.isfinite(np.asarray(blocked)).all()  # padding rows stay finite

@@ -103,6 +103,8 @@ class ModelConfig:
     logits_scaling: float = 1.0  # Granite: output logits divided by it
     # Per-layer sliding window in tokens; 0 means full attention.
     layer_windows: tuple[int, ...] = ()
+    # Per-layer attention chunk in tokens (Llama 4): a query sees only its own chunk's keys; 0 = none.
+    layer_chunks: tuple[int, ...] = ()
     attn_scale: float | None = None  # None: head_dim ** -0.5 (Gemma 2/3: query_pre_attn_scalar ** -0.5)
     attn_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap)
     final_soft_cap: float | None = None  # the same on the output logits
@@ -129,6 +131,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if not self.layer_windows:
             object.__setattr__(self, "layer_windows", (0,) * self.num_layers)
+        if not self.layer_chunks:
+            object.__setattr__(self, "layer_chunks", (0,) * self.num_layers)
         _validate(self)
 
     @property
@@ -160,6 +164,11 @@ def _validate(cfg: ModelConfig) -> None:
         raise ConfigError(f"activation {cfg.activation!r} is not supported; supported: {', '.join(ACTIVATIONS)}")
     if len(cfg.layer_windows) != cfg.num_layers:
         raise ConfigError(f"layer_windows has {len(cfg.layer_windows)} entries for {cfg.num_layers} layers")
+    if len(cfg.layer_chunks) != cfg.num_layers:
+        raise ConfigError(f"layer_chunks has {len(cfg.layer_chunks)} entries for {cfg.num_layers} layers")
+    if any(w and c for w, c in zip(cfg.layer_windows, cfg.layer_chunks)):
+        raise ConfigError(f"a layer has both a sliding window and an attention chunk (layer_windows "
+                          f"{cfg.layer_windows}, layer_chunks {cfg.layer_chunks}); each layer takes one or neither")
     if cfg.rotated_dims % 2 or cfg.rotated_dims > cfg.head_dim:
         raise ConfigError(f"rotary dims {cfg.rotated_dims} must be even and at most head_dim {cfg.head_dim}")
     if cfg.num_experts and not 0 < cfg.experts_per_token <= cfg.num_experts:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.models.key_span import first_visible_key, visible_keys
 
 NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
 BLOCK_KEYS = 256  # keys per block: a few blocks even at long contexts, small score tiles
@@ -74,15 +75,17 @@ def blocked_rows_attention(
     scale: float | None = None,
     soft_cap: float | None = None,
     sinks: jax.Array | None = None,
+    chunk: int = 0,
 ) -> jax.Array:
     """q [R, T, H, K]: the first query_lens[r] queries of row r end at position lengths[r]-1.
 
     scale: of the scores (None: head_dim ** -0.5); soft_cap: scores pass cap * tanh(s / cap);
-    sinks [H]: each head's attention-sink logit (see `softmax_with_sinks`).
+    sinks [H]: each head's attention-sink logit (see `softmax_with_sinks`); chunk: each query sees
+    its own attention chunk's keys only (`key_span`).
 
     Keys are read in dtype with float32 scores and softmax, as the dense path does. Queries go
     in blocks of QUERY_BLOCK, each visiting only the key blocks its own positions can see (a
-    chunk's early queries skip the keys after them; with a window, the keys before it). A step
+    chunk's early queries skip the keys after them; with a window or an attention chunk, the keys before it). A step
     with up to LOOPED_ROWS rows loops over each row's keys separately, so a short prompt does
     not run to its neighbour's length; more rows (decodes on quantized pages) share one loop.
     """
@@ -98,7 +101,8 @@ def blocked_rows_attention(
     def attend_rows(g: slice) -> jax.Array:
         parts = [
             _query_block(qg[:, g, :, first : first + QUERY_BLOCK], cache, layer, window, lengths[g], table[g],
-                         query_lens[g], first, block, dtype, dim**-0.5 if scale is None else scale, soft_cap, sink)
+                         query_lens[g], first, block, dtype, dim**-0.5 if scale is None else scale, soft_cap, sink,
+                         chunk)
             for first in range(0, steps, QUERY_BLOCK)
         ]
         return _concatenate(parts, axis=3)
@@ -119,6 +123,7 @@ def blocked_token_attention(
     scale: float | None = None,
     soft_cap: float | None = None,
     sinks: jax.Array | None = None,
+    chunk: int = 0,
 ) -> jax.Array:
     """blocked_rows_attention of one-query rows q [N, 1, H, K] (an engine step's tokens, each its own
     row), TOKEN_BLOCK rows at a time: a block gathers its rows' pages [KV, rows, keys, K] one key
@@ -130,15 +135,15 @@ def blocked_token_attention(
         pad = TOKEN_BLOCK - rows % TOKEN_BLOCK
         grow = lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))  # noqa: E731
         out = blocked_token_attention(grow(q), cache, layer, window, grow(lengths) + (jnp.arange(rows + pad) >= rows),
-                                      grow(page_table), grow(query_lens), dtype, scale, soft_cap, sinks)
+                                      grow(page_table), grow(query_lens), dtype, scale, soft_cap, sinks, chunk)
         return out[:rows]
     block = math.gcd(rows, TOKEN_BLOCK)
     if block == rows:
         return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype, scale,
-                                      soft_cap, sinks)
+                                      soft_cap, sinks, chunk)
 
     def one(args: tuple[jax.Array, ...]) -> jax.Array:
-        return blocked_rows_attention(args[0], cache, layer, window, *args[1:], dtype, scale, soft_cap, sinks)
+        return blocked_rows_attention(args[0], cache, layer, window, *args[1:], dtype, scale, soft_cap, sinks, chunk)
 
     split = lambda a: a.reshape(rows // block, block, *a.shape[1:])  # noqa: E731
     out = jax.lax.map(one, (split(q), split(lengths), split(page_table), split(query_lens)))
@@ -163,6 +168,7 @@ def _query_block(
     scale: float,
     soft_cap: float | None,
     sink: jax.Array | None,  # [KV, 1, G, 1] f32 attention-sink logits
+    chunk: int = 0,
 ) -> jax.Array:
     """Online softmax of one block of queries over the key blocks they can see: [KV, R, G, Tb, K] f32."""
     steps = qg.shape[-2]
@@ -178,9 +184,7 @@ def _query_block(
         k = gather_pages(cache, cache.k_pages, cache.k_scales, layer, columns, dtype)
         v = gather_pages(cache, cache.v_pages, cache.v_scales, layer, columns, dtype)
         keys = index * block_keys + jnp.arange(block_keys)
-        visible = (keys[None, None, :] <= positions[:, :, None]) & live[:, :, None]
-        if window > 0:
-            visible &= positions[:, :, None] - keys[None, None, :] < window
+        visible = visible_keys(keys, positions, window, chunk) & live[:, :, None]
         scores = jnp.einsum("krgtd,krsd->krgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
         scores = cap_scores(scores * scale, soft_cap)
         return jnp.where(visible[None, :, None], scores, NEG_INF), v
@@ -206,18 +210,20 @@ def _query_block(
         probs = jnp.exp(scores - new_best[..., None])
         return new_best, total * fade + probs.sum(-1), acc * fade[..., None] + weighted(probs, v)
 
-    first_block, num_blocks = _visited_blocks(positions, live, window, block_keys)
+    first_block, num_blocks = _visited_blocks(positions, live, window, block_keys, chunk)
     best, total, acc = jax.lax.fori_loop(first_block + 1, num_blocks, visit, opening(first_block))
     if sink is not None:  # the sink's share of the mass, relative to the running max (see softmax_with_sinks)
         total = total + jnp.exp(sink - best)
     return acc / total[..., None]
 
 
-def _visited_blocks(positions: jax.Array, live: jax.Array, window: int, block_keys: int) -> tuple[jax.Array, jax.Array]:
+def _visited_blocks(
+    positions: jax.Array, live: jax.Array, window: int, block_keys: int, chunk: int = 0
+) -> tuple[jax.Array, jax.Array]:
     """[first, end) key blocks holding a key some live query sees; at least one (padding stays finite)."""
     last = jnp.max(jnp.where(live, positions, 0))
     end = last // block_keys + 1  # >= 1 even for padding-only rows, which stay finite
-    if window <= 0:
+    if window <= 0 and chunk <= 0:
         return jnp.zeros_like(end), end
-    earliest = jnp.min(jnp.where(live, jnp.maximum(positions - window + 1, 0), last))
+    earliest = jnp.min(jnp.where(live, first_visible_key(positions, window, chunk), last))
     return jnp.minimum(earliest // block_keys, end - 1), end

@@ -7,9 +7,9 @@ XLA inlines back into the program: the compiled program is the unrolled one, whi
 lowering (most of a warm start, which loads the compiled programs from the persistent cache)
 no longer grow with depth.
 
-A layer reads its index only to pick its cache buffers, its window and its rope tables, so the
-call hands it a one-layer view of the cache as layer 0, a config whose every window is its
-window, and its rope tables ready made.
+A layer reads its index only to pick its cache buffers, its window or attention chunk and its rope
+tables, so the call hands it a one-layer view of the cache as layer 0, a config whose every window
+and chunk are its own, and its rope tables ready made (None for a layer without rotary embeddings).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def call_layer(
     """`layer_fn` on layer `layer`, through the shared trace where the cache offers one-layer views."""
     if not hasattr(cache, "layer_view"):
         return layer_fn(cfg, x, cache, lw, layer, positions, rope)
-    window = cfg.layer_windows[layer]
-    alike = dataclasses.replace(cfg, layer_windows=(window,) * cfg.num_layers)
+    window, chunk = cfg.layer_windows[layer], cfg.layer_chunks[layer]
+    alike = dataclasses.replace(cfg, layer_windows=(window,) * cfg.num_layers, layer_chunks=(chunk,) * cfg.num_layers)
     x, view = _one_layer(layer_fn, alike, x, cache.layer_view(layer), lw, positions, rope.for_layer(layer))
     return x, cache.with_layer(layer, view)
 

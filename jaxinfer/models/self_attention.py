@@ -75,7 +75,7 @@ def self_attention(
     cache = cache.write(layer, k, v, positions)
     window = cfg.layer_windows[layer]
     attn = attend(q, cache, layer, positions, window, scale=cfg.attn_scale, soft_cap=cfg.attn_soft_cap,
-                  sinks=getattr(lw, "sinks", None))
+                  sinks=getattr(lw, "sinks", None), chunk=cfg.layer_chunks[layer])
     out = linear(layout.constrain(attn, Q_HEADS), lw.wo, contract=2)
     return (out if lw.bo is None else out + lw.bo), cache
 

@@ -1,0 +1,31 @@
+"""Which cached keys a query sees: causal, and within a sliding window or within its attention chunk.
+
+A sliding window (Mistral, Gemma 2) keeps the `window` positions up to the query's; a chunk (Llama 4's
+`attention_chunk_size`) keeps the positions of the query's own chunk, [p - p % chunk, p], so the first
+query of a chunk sees itself alone however long the context. Both come down to a first visible key per
+query: every attention path masks first <= key <= position and may skip the key blocks before the
+earliest first. A layer has a window or a chunk, never both (`ModelConfig` checks).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def first_visible_key(positions: jax.Array, window: int, chunk: int = 0) -> jax.Array:
+    """The earliest key position each query at `positions` sees (same shape; 0 with neither window nor chunk)."""
+    if chunk > 0:
+        return positions - positions % chunk
+    if window > 0:
+        return jnp.maximum(positions - window + 1, 0)
+    return jnp.zeros_like(positions)
+
+
+def visible_keys(keys: jax.Array, positions: jax.Array, window: int, chunk: int = 0) -> jax.Array:
+    """[..., T, S] bool: key position keys[s] is visible to the query at positions[..., t]."""
+    p = positions[..., :, None]
+    visible = keys <= p
+    if window > 0 or chunk > 0:
+        visible &= keys >= first_visible_key(p, window, chunk)
+    return visible
