@@ -19,6 +19,7 @@ from jaxinfer import LLM
 from jaxinfer.entrypoints.openai import ServerConfig
 from jaxinfer.entrypoints.openai.errors import APIError
 from jaxinfer.entrypoints.openai.protocol import ChatMessage
+from jaxinfer.entrypoints.openai.reasoning import reasoning_parser
 from jaxinfer.entrypoints.openai.responses_output import output_items, usage
 from jaxinfer.entrypoints.openai.responses_store import ResponseStore, StoredResponse
 from jaxinfer.entrypoints.openai.responses_stream import ResponseEvents
@@ -39,11 +40,12 @@ GREEDY = dict(model="tiny", temperature=0, max_output_tokens=8)
 
 @pytest.fixture(scope="module")
 def served(text_model_dir):
-    """(official client, base URL) of the tiny text model, its chat template one that renders tool calls."""
+    """(official client, base URL, ServerState) of the tiny text model, its chat template one that renders tool
+    calls."""
     llm = LLM(text_model_dir, dtype="float32", max_seq_len=128)
     llm.tokenizer.chat_template = TEMPLATE
-    with serve_in_thread(llm, ServerConfig("tiny", tool_call_parser="llama3_json")) as (url, _):
-        yield openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0), url
+    with serve_in_thread(llm, ServerConfig("tiny", tool_call_parser="llama3_json")) as (url, app):
+        yield openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0), url, app.state.server
 
 
 def _chat_text(client: openai.OpenAI, messages: list[dict], max_tokens: int = 8) -> tuple[str, int]:
@@ -52,7 +54,7 @@ def _chat_text(client: openai.OpenAI, messages: list[dict], max_tokens: int = 8)
 
 
 def test_greedy_text_equals_chat_and_streams_the_same(served):
-    client, _ = served
+    client, _, _ = served
     response = client.responses.create(input=[{"role": "user", "content": [{"type": "input_text", "text": "def add"}]}],
                                        instructions="be brief", metadata={"run": "1"}, **GREEDY)
     text, prompt_tokens = _chat_text(client, [{"role": "system", "content": "be brief"},
@@ -79,7 +81,7 @@ def test_greedy_text_equals_chat_and_streams_the_same(served):
 
 
 def test_tool_round_trip_through_function_call_output(served):
-    client, _ = served
+    client, _, _ = served
     ask = dict(model="tiny", input="Weather in Oslo?", tools=[TOOL], max_output_tokens=80, temperature=0,
                text={"format": {"type": "json_schema", "name": "call", "schema": CALL}})
     first = client.responses.create(**ask)
@@ -103,7 +105,7 @@ def test_tool_round_trip_through_function_call_output(served):
 
 
 def test_json_schema_format_and_stored_responses(served):
-    client, url = served
+    client, _, _ = served
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
               "additionalProperties": False}
     response = client.responses.create(input="a number", model="tiny", max_output_tokens=60, temperature=0,
@@ -120,7 +122,7 @@ def test_json_schema_format_and_stored_responses(served):
 
 
 def test_reasoning_effort_reaches_the_chat_template(served):
-    client, _ = served
+    client, _, _ = served
     response = client.responses.create(input="def add", reasoning={"effort": "high", "summary": "auto"}, **GREEDY)
     chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "def add"}],
                                           temperature=0, max_tokens=8,
@@ -129,6 +131,23 @@ def test_reasoning_effort_reaches_the_chat_template(served):
     assert response.usage.input_tokens == chat.usage.prompt_tokens > _chat_text(client, [{"role": "user",
                                                                                           "content": "def add"}])[1]
     assert response.reasoning.effort == "high"
+
+
+def test_reasoning_items_hold_what_the_reasoning_parser_splits_off(served, monkeypatch):
+    """Under deepseek_r1 an output without </think> is all reasoning: one reasoning item, streamed or not,
+    holding chat's reasoning_content."""
+    client, _, state = served
+    monkeypatch.setattr(state, "reasoning_parser", reasoning_parser("deepseek_r1"))
+    response = client.responses.create(input="def add", **GREEDY)
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "def add"}],
+                                          temperature=0, max_tokens=8)
+    (item,) = response.output
+    assert item.type == "reasoning" and item.content[0].text == chat.choices[0].message.reasoning_content
+    assert response.usage.output_tokens_details.reasoning_tokens > 0 and response.status == "incomplete"
+    events = list(client.responses.create(input="def add", stream=True, **GREEDY))
+    deltas = "".join(event.delta for event in events if event.type == "response.reasoning_text.delta")
+    assert deltas == item.content[0].text
+    assert [i.model_dump(exclude={"id"}) for i in events[-1].response.output] == [item.model_dump(exclude={"id"})]
 
 
 def test_streamed_reasoning_text_and_calls_replay_in_the_clients_stream_state():
@@ -164,7 +183,7 @@ def test_streamed_reasoning_text_and_calls_replay_in_the_clients_stream_state():
     ({"top_logprobs": 2}, "top_logprobs"),
 ])
 def test_bad_requests_are_400s_naming_the_field(served, fields, param):
-    _, url = served
+    _, url, _ = served
     reply = httpx.post(url + "/v1/responses", json={"model": "tiny", "input": "hi", **fields})
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == param
