@@ -1,23 +1,86 @@
-"""LLaVA's vision tower and projector against HF transformers on the same tiny weights and pixels."""
+"""LLaVA against HF transformers on the same tiny weights and pixels, through the model, the engine (chunked
+prefill cutting the image's placeholders, prefix caching on and off), LLM.chat and the server; bad inputs
+refused by name."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 
 import numpy as np
+import openai
+import pytest
 import torch
 import transformers
-from vision_models import save_tiny_llava
+from PIL import Image
+from vision_models import random_image, save_tiny_llava
 
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.checkpoint.loader import load_vision_weights
-from jaxinfer.models import load_config
+from jaxinfer.config.model import ConfigError
+from jaxinfer.models import forward_with_taps, lm_logits
+from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.llava import image_features, read_llava_config
 
+PROMPT = "USER: <image>\nThe quick brown fox ASSISTANT:"
+GREEDY = SamplingParams(max_tokens=6, temperature=0)
+# 16 tokens a step: the prompt's 16 image placeholders (from position 8) are cut across two chunks
+# XLA's attention (not the native CPU kernels): what accelerators compile, and what the lowering test exports.
+KNOBS = dict(dtype="float32", max_seq_len=96, max_num_batched_tokens=16, page_size=8, num_pages=48, max_num_seqs=2,
+             limit_mm_per_prompt={"image": 2}, cpu_kernels=False)
 
-def test_llava_reads_its_language_model_as_the_text_family(tmp_path):
-    path = save_tiny_llava(tmp_path)
-    cfg = load_config(path)
-    assert cfg.architecture == "LlamaForCausalLM" and cfg.vocab_size == 320 and cfg.num_layers == 2
+
+@pytest.fixture(scope="module")
+def llava_dir(tmp_path_factory):
+    return save_tiny_llava(tmp_path_factory.mktemp("llava"))
+
+
+@pytest.fixture(scope="module")
+def hf_llava(llava_dir):
+    return transformers.LlavaForConditionalGeneration.from_pretrained(llava_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def llm(llava_dir):
+    return LLM(llava_dir, **KNOBS)
+
+
+def hf_greedy(hf_llava, llm: LLM, image: np.ndarray, text: str = PROMPT) -> list[int]:
+    """HF's greedy tokens for the prompt as our processor expands it, on the same pixels."""
+    ids, images = llm.image_prompts.prompt(text, [Image.fromarray(image)], "test")
+    with torch.no_grad():
+        out = hf_llava.generate(input_ids=torch.tensor([ids]), pixel_values=torch.tensor(images[0].pixels[None]),
+                                max_new_tokens=GREEDY.max_tokens, do_sample=False)
+    return out[0, len(ids):].tolist()
+
+
+def image_prompt(image: np.ndarray, text: str = PROMPT) -> dict:
+    return {"prompt": text, "multi_modal_data": {"image": image}}
+
+
+def test_logits_match_hf(llava_dir, hf_llava, llm):
+    """Every position's float32 logits of a prompt with an image, image rows placed by the override."""
+    cfg = read_llava_config(json.loads((llava_dir / "config.json").read_text()))
+    ids, images = llm.image_prompts.prompt(PROMPT, [Image.fromarray(random_image(0))], "test")
+    pixels = images[0].pixels[None]
+    with torch.no_grad():
+        expected = hf_llava(input_ids=torch.tensor([ids]), pixel_values=torch.tensor(pixels)).logits[0].numpy()
+        hf_rows = hf_llava.model.get_image_features(pixel_values=torch.tensor(pixels))
+    rows = np.asarray(image_features(load_vision_weights(llava_dir, cfg, np.float32), pixels, cfg))[0]
+    hf_rows = getattr(hf_rows, "pooler_output", hf_rows)
+    hf_rows = np.asarray(hf_rows[0])
+    assert np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()  # float32 rounding only
+    placed = np.zeros((len(ids), cfg.text_hidden_size), np.float32)
+    placed[images[0].offset : images[0].offset + images[0].length] = rows
+    mask = np.asarray(ids) == cfg.image_token_id
+    cache = init_cache(llm.config, 1, 96, np.float32)
+    positions = np.arange(len(ids), dtype=np.int32)[None]
+    hidden, _, _ = forward_with_taps(llm.weights, np.asarray([ids]), positions, cache, llm.config, (),
+                                     EmbedOverride(placed, mask))
+    got = np.asarray(lm_logits(llm.weights, hidden))[0]
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
 
 
 def test_feature_layers_and_full_strategy_match_hf(tmp_path):
@@ -36,3 +99,117 @@ def test_feature_layers_and_full_strategy_match_hf(tmp_path):
     assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
 
 
+@pytest.mark.parametrize("caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
+def test_engine_greedy_matches_hf(llava_dir, hf_llava, llm, caching):
+    """Greedy tokens through the engine as HF's, with the image cut by chunked prefill; the same text with
+    another image gives other tokens and shares no page of the image (a second run is a prefix hit)."""
+    llm = llm if caching else LLM(llava_dir, enable_prefix_caching=False, **KNOBS)
+    a, b = random_image(0), random_image(1)
+    scheduler = llm.engine.scheduler
+    out_a = llm.generate(image_prompt(a), GREEDY)[0].outputs[0].token_ids
+    hits = scheduler.prefix_hits
+    out_b = llm.generate(image_prompt(b), GREEDY)[0].outputs[0].token_ids
+    hits_b = scheduler.prefix_hits - hits
+    again = llm.generate(image_prompt(a), GREEDY)[0].outputs[0].token_ids
+    hits_again = scheduler.prefix_hits - hits - hits_b
+    assert out_a == hf_greedy(hf_llava, llm, a) and out_b == hf_greedy(hf_llava, llm, b)
+    assert out_a != out_b and again == out_a
+    if llm.engine.blocks.prefix_caching:
+        ids, (image,) = llm.image_prompts.prompt(PROMPT, [Image.fromarray(a)], "test")
+        page = llm.engine.config.page_size
+        assert image.offset == 6 and hits_b == 0  # its first page holds placeholders: b shares no page with a
+        assert hits_again == (len(ids) - 1) // page * page  # a's text and image pages, all but the last token
+    assert llm.engine.runner.vision.images_encoded == 2  # once per image: chunks and the rerun read the kept rows
+
+
+def test_two_images_and_text_prompts_in_one_batch(llm, hf_llava):
+    """Prompts with and without images in one call; two images in one prompt take their own placeholders."""
+    a, b = random_image(2), random_image(3)
+    two = "USER: <image><image>\nThe quick ASSISTANT:"
+    outs = llm.generate([image_prompt(a), "The quick brown fox", image_prompt([a, b], two)], GREEDY)
+    assert outs[0].outputs[0].token_ids == hf_greedy(hf_llava, llm, a)
+    ids, images = llm.image_prompts.prompt(two, [Image.fromarray(a), Image.fromarray(b)], "test")
+    assert [(i.offset, i.length) for i in images] == [(6, 16), (22, 16)]  # back to back
+    with torch.no_grad():
+        hf = hf_llava.generate(input_ids=torch.tensor([ids]), max_new_tokens=GREEDY.max_tokens, do_sample=False,
+                               pixel_values=torch.tensor(np.stack([i.pixels for i in images])))
+    assert outs[2].outputs[0].token_ids == hf[0, len(ids):].tolist()
+
+
+def data_url(image: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def chat_message(image: np.ndarray) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(image)}},
+                                         {"type": "text", "text": "The quick brown fox"}]}]
+
+
+def test_chat_with_image_url(llm, hf_llava):
+    """LLM.chat reads a data: URL image part; the reply is HF's greedy reply to the rendered prompt."""
+    image = random_image(4)
+    (out,) = llm.chat(chat_message(image), GREEDY)
+    assert out.prompt == "USER: <image>The quick brown foxASSISTANT:"
+    assert out.outputs[0].token_ids == hf_greedy(hf_llava, llm, image, out.prompt)
+
+
+def test_bad_inputs_refused_by_name(llm, tmp_path):
+    image = random_image(5)
+    with pytest.raises(ValueError, match=r"limit_mm_per_prompt.*'image': 2"):
+        llm.generate(image_prompt([image] * 3, "<image>" * 3), GREEDY)
+    with pytest.raises(ValueError, match=r"marks 1 image\(s\) with '<image>' and 2 were given"):
+        llm.generate(image_prompt([image, image]), GREEDY)
+    with pytest.raises(ValueError, match="served modalities"):
+        llm.generate({"prompt": PROMPT, "multi_modal_data": {"video": image}}, GREEDY)
+    with pytest.raises(TypeError, match=r"multi_modal_data.image\[0\] must be a PIL image"):
+        llm.generate(image_prompt("not an image"), GREEDY)
+    local = tmp_path / "x.png"
+    Image.fromarray(image).save(local)
+    message = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"file://{local}"}}]}]
+    with pytest.raises(ValueError, match=r"messages\[0\].content\[0\].image_url.url: file:// URLs are refused"):
+        llm.chat(message, GREEDY)
+    with pytest.raises(ConfigError, match="limit_mm_per_prompt"):
+        LLM(llm.model_dir, limit_mm_per_prompt={"audio": 1})
+
+
+def test_server_chat_with_data_url(llm, hf_llava):
+    """The official openai client sends an image_url part; a text-only model refuses one with a 400 naming it."""
+    from live_server import serve_in_thread
+
+    from jaxinfer.entrypoints.openai import ServerConfig
+
+    image = random_image(6)
+    with serve_in_thread(llm, ServerConfig("llava")) as (url, _):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        reply = client.chat.completions.create(model="llava", messages=chat_message(image), max_tokens=6,
+                                               temperature=0)
+    (expected,) = llm.chat(chat_message(image), GREEDY)
+    assert reply.choices[0].message.content == expected.outputs[0].text
+
+
+def test_text_only_model_refuses_images(served_text_model):
+    llm, client = served_text_model
+    with pytest.raises(openai.BadRequestError, match=r"messages\[0\].content\[0\]"):
+        client.chat.completions.create(model="tiny", messages=chat_message(random_image(0)), max_tokens=2)
+    with pytest.raises(ValueError, match="this model takes no images"):
+        llm.generate(image_prompt(random_image(0)), GREEDY)
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_step_and_tower_programs_lower_for_the_accelerators(llm, platform):
+    """The ragged steps with their image rows, and the tower, lower for CUDA and TPU (no accelerator here)."""
+    from accelerator_programs import EXPORT_PLATFORMS, step_programs
+    from jax import export
+
+    runner = llm.engine.runner
+    try:
+        ragged = [(program, args, kwargs) for shape, program, args, kwargs in step_programs(llm, platform)
+                  if shape[0] == "ragged"]
+        assert all("images" in kwargs for _, _, kwargs in ragged)
+        tower = runner.vision.program()
+        for program, args, kwargs in ragged[-1:] + [(tower.function, tower.args, tower.kwargs)]:  # the widest step
+            export.export(program, platforms=(EXPORT_PLATFORMS[platform],))(*args, **kwargs)
+    finally:
+        runner.branchless, runner.stop_early = False, True

@@ -30,6 +30,7 @@ from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.output_collector import OutputRouter, RequestOutputCollector
 from jaxinfer.engine.outputs import RequestOutput
+from jaxinfer.runtime.image_input import ImageInput
 
 if TYPE_CHECKING:
     from jaxinfer.engine.engine import LLMEngine  # the engine loads jax; its fronts only drive it
@@ -50,6 +51,7 @@ class Add:
     params: SamplingParams | None
     streamed: bool = False
     lora_request: LoRARequest | None = None
+    images: tuple[ImageInput, ...] = ()  # a vision-language model's, over their placeholders in the prompt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,16 +94,18 @@ class AsyncLLMEngine:
     async def generate(
         self, prompt: str | Sequence[int], params: SamplingParams | None = None, request_id: str | None = None,
         deadline: float | None = None, streamed: bool = False, lora_request: LoRARequest | None = None,
+        images: tuple[ImageInput, ...] = (),
     ) -> AsyncIterator[RequestOutput]:
         """Deltas of one request until it finishes; an invalid request raises before the first one.
 
         deadline: the event loop's time (`loop.time()`) by which the request must finish; past it
         the request is aborted and RequestTimeout raised. streamed: its deltas go out as they come
-        (see LLMEngine.add_request). lora_request: the LoRA adapter it runs with.
+        (see LLMEngine.add_request). lora_request: the LoRA adapter it runs with. images: the prompt's
+        images over their placeholders (a vision-language model's).
         """
         request_id = request_id or f"async-{next(self._ids)}"
         collector = self._router.open(request_id)
-        self._send(Add(request_id, prompt, params, streamed, lora_request))
+        self._send(Add(request_id, prompt, params, streamed, lora_request, images))
         finished = False
         try:
             while not finished:
@@ -203,7 +207,8 @@ class AsyncLLMEngine:
                 continue
             try:
                 self.engine.add_request(command.request_id, command.prompt, command.params,
-                                        streamed=command.streamed, lora_request=command.lora_request)
+                                        streamed=command.streamed, lora_request=command.lora_request,
+                                        images=command.images)
             except Exception as error:  # a bad request fails alone, at its reader
                 failed[command.request_id] = error
         outputs = self.engine.finish_aborted(aborted)

@@ -33,6 +33,7 @@ from jaxinfer.engine.step_builder import profile_steps, warmup_steps
 from jaxinfer.engine.step_calls import StepCalls
 from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.runtime.host_step import HostStep
+from jaxinfer.runtime.image_input import ImageInput
 from jaxinfer.speculative.config import SpeculativeConfig
 
 if TYPE_CHECKING:
@@ -89,8 +90,12 @@ class LLMEngine(StepCalls):
     def add_request(
         self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
         final_only: bool = False, streamed: bool = False, lora_request: LoRARequest | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> None:
         """Queue a request (text or token ids); invalid ones raise here and never reach a step.
+
+        images: a vision-language model's images, each over its run of placeholder ids in the prompt
+        (the facade's processor expands them: entrypoints/multimodal).
 
         lora_request: the LoRA adapter it runs with (read and checked here, on its first use).
 
@@ -111,6 +116,7 @@ class LLMEngine(StepCalls):
         stop_ids = params.stop_ids(self.model_config.eos_token_ids)
         check_stop_ids(stop_ids, params.min_tokens)
         adapter = self._adapter_name(lora_request, params)
+        images = self._checked_images(images, ids, params)
         group: list[Request] = []
         for i in range(params.n):
             seed = (params.seed + i) % 2**63 if params.seed is not None else self.runner.shared_seed()
@@ -119,7 +125,7 @@ class LLMEngine(StepCalls):
                 leader=group[0] if group else None,
                 detokenizer=None if self.tokenizer is None else Detokenizer(self.tokenizer, params.skip_special_tokens),
                 grammar=self.structured.start(params),  # compiled (cached) here: a bad constraint raises before queueing
-                streamed=streamed, adapter=adapter,
+                streamed=streamed, adapter=adapter, images=images,
             )
             if self.speculator is not None:
                 request.spec_counts = zero_counts(self.speculator.k_max)
@@ -131,6 +137,22 @@ class LLMEngine(StepCalls):
             self.final_only.add(request_id)
         for request in group:
             self.scheduler.add(request)
+
+    def _checked_images(self, images: Sequence[ImageInput], ids: list[int], params: SamplingParams
+                        ) -> tuple[ImageInput, ...]:
+        """The images as a request carries them; ValueError naming what a model or request cannot take."""
+        images = tuple(images)
+        if not images:
+            return images
+        if self.runner.vision is None:
+            raise ValueError("multi_modal_data: this model takes no images (it has no vision tower); send text only")
+        if params.prompt_logprobs is not None:
+            raise ValueError("prompt_logprobs is not served with images yet; leave prompt_logprobs unset")
+        for image in images:
+            if not 0 <= image.offset <= image.offset + image.length <= len(ids):
+                raise ValueError(f"multi_modal_data: an image's placeholders [{image.offset}, "
+                                 f"{image.offset + image.length}) fall outside the {len(ids)}-token prompt")
+        return images
 
     def _adapter_name(self, lora_request: LoRARequest | None, params: SamplingParams) -> str | None:
         """The adapter's key (config.lora.adapter_key), once the runner has read and checked it; None for

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from jaxinfer.config.sampling_params import SamplingParams
+from jaxinfer.runtime.image_input import ImageInput, cache_keys
 from jaxinfer.sampling.logprob import Logprob
 
 if TYPE_CHECKING:
@@ -87,11 +88,20 @@ class Request:
     draft_computed: int = 0
     grammar: "RequestGrammar | None" = None  # where the output is in its structured_outputs constraint
     streamed: bool = False  # someone reads its tokens as they come: calls run at most stream_interval steps
+    images: tuple[ImageInput, ...] = ()  # the prompt's images (a vision-language model's), by placeholder range
+    # [sum of the images' lengths, D] float32: their features, made by the runner when first scheduled and kept
+    # through preemption (None until then)
+    image_rows: object | None = None
 
     @property
     def all_ids(self) -> list[int]:
         """Prompt then output ids: what the cache must hold when the request is fully computed."""
         return self.prompt_ids + self.output_ids
+
+    @property
+    def cache_ids(self) -> list[int | str]:
+        """all_ids as prefix caching keys them: image placeholders by their image's content hash."""
+        return cache_keys(self.all_ids, self.images)
 
     def ids_between(self, start: int, end: int) -> list[int]:
         """all_ids[start:end] without building all_ids (a decode step reads one or two ids of hundreds)."""

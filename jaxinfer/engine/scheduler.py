@@ -236,7 +236,7 @@ class Scheduler:
             if slot is None:
                 return None
             request.adapter_slot = slot
-        pages, hashes = self.blocks.match_prefix(request.all_ids, request.adapter)
+        pages, hashes = self.blocks.match_prefix(request.cache_ids, request.adapter)
         computed = len(pages) * self.blocks.page_size
         count = min(request.num_tokens - computed, budget)  # >= 1: the caller checked the budget
         try:

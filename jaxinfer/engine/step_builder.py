@@ -17,6 +17,7 @@ from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.sampling_params import MAX_STOP_IDS
 from jaxinfer.engine.scheduler import Row, Schedule
 from jaxinfer.runtime.host_step import CATCH_UP_WINDOW, HostStep
+from jaxinfer.runtime.image_input import image_token_rows
 
 
 def step_shape(schedule: Schedule, config: EngineConfig, fixed_trips: bool = False) -> tuple[str, int, int]:
@@ -124,7 +125,18 @@ def _fill_row(step: HostStep, r: int, offset: int, row: Row, drafts: np.ndarray 
         following = request.ids_between(row.start + 1, min(row.start + row.count + 1, request.num_tokens))
         step.next_tokens[offset : offset + len(following)] = following
     step.tokens[offset : offset + row.count] = ids
+    if request.images and drafts is None:
+        _mark_image_tokens(step, offset, row)
     _fill_row_layout(step, r, offset, row)
+
+
+def _mark_image_tokens(step: HostStep, offset: int, row: Row) -> None:
+    """Point the chunk's image placeholders at their rows of the request's image features."""
+    chunk, rows = image_token_rows(row.request.images, row.start, row.count)
+    if len(chunk):
+        if step.image_tokens is None:
+            step.image_tokens = np.full(len(step.tokens), -1, np.int32)
+        step.image_tokens[offset + chunk] = rows
 
 
 def _fill_row_layout(step: HostStep, r: int, offset: int, row: Row) -> None:

@@ -249,7 +249,7 @@ class StepCalls:
                 touched.add(request.request_id)
             full = request.num_computed // self.config.page_size
             if full > len(request.page_hashes):  # a page filled up: publish it for prefix caching
-                self.blocks.register(request.all_ids, request.pages, request.page_hashes, full, request.adapter)
+                self.blocks.register(request.cache_ids, request.pages, request.page_hashes, full, request.adapter)
             if request.finished:  # its pages stay cached, the last call's too (a next turn starts with them)
                 self.scheduler.remove(request)
                 self._record_finished(request)

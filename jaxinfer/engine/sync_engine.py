@@ -14,6 +14,7 @@ from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.output_collector import OutputRouter
 from jaxinfer.engine.outputs import RequestOutput
+from jaxinfer.runtime.image_input import ImageInput
 
 if TYPE_CHECKING:
     from jaxinfer.engine.engine import LLMEngine  # the engine loads jax; its fronts only drive it
@@ -28,18 +29,20 @@ class SyncLLMEngine:
         self._ids = itertools.count()
 
     def add(self, prompts: Sequence[str | Sequence[int]], params: Sequence[SamplingParams], final_only: bool,
-            streamed: bool = False, lora_requests: Sequence[LoRARequest | None] | None = None) -> list[str]:
+            streamed: bool = False, lora_requests: Sequence[LoRARequest | None] | None = None,
+            images: Sequence[Sequence[ImageInput]] | None = None) -> list[str]:
         """Queue all requests, or none: an invalid one aborts those queued before it and raises
-        (final_only, streamed, each prompt's lora_request: see LLMEngine.add_request)."""
+        (final_only, streamed, each prompt's lora_request and images: see LLMEngine.add_request)."""
         added: list[str] = []
         adapters = lora_requests or [None] * len(prompts)
+        pictures = images or [()] * len(prompts)
         try:
-            for prompt, p, adapter in zip(prompts, params, adapters):
+            for prompt, p, adapter, image in zip(prompts, params, adapters, pictures):
                 request_id = f"llm-{next(self._ids)}"
                 self.router.open(request_id)
                 added.append(request_id)
                 self.engine.add_request(request_id, prompt, p, final_only=final_only, streamed=streamed,
-                                        lora_request=adapter)
+                                        lora_request=adapter, images=image)
         except Exception:
             self.abort(added)
             raise

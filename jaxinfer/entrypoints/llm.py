@@ -51,6 +51,14 @@ from jaxinfer.entrypoints.pooling import (
     pooling_engine_config,
     resolve_runner,
 )
+from jaxinfer.entrypoints.multimodal import (
+    ImagePrompts,
+    chat_prompts,
+    image_limit,
+    load_vision,
+    media_dir,
+    split_prompts,
+)
 from jaxinfer.models import Weights, unpack_for_cpu
 from jaxinfer.models.rope import for_context
 from jaxinfer.runtime.cache_spec import CacheSpec
@@ -136,6 +144,8 @@ class LLM:
         max_lora_rank: int = 16,
         runner: str = "auto",
         pooler_config: PoolerConfig | dict | None = None,
+        limit_mm_per_prompt: dict[str, int] | None = None,
+        allowed_local_media_path: str | Path | None = None,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         self.runner_type = resolve_runner(runner, self.model_dir)  # "generate" or "pooling" (entrypoints/pooling)
@@ -170,6 +180,11 @@ class LLM:
             mesh_layout=self.layout, batch_invariant=batch_invariant,
         )
         self.tokenizer = tokenizer.result()
+        # A vision-language model's tower and projector; prompts' images through its processor (entrypoints/multimodal)
+        self._vision = load_vision(self.model_dir, self.dtype)
+        self.image_prompts = ImagePrompts(self.model_dir, None if self._vision is None else self._vision[0],
+                                          self.tokenizer, image_limit(limit_mm_per_prompt),
+                                          media_dir(allowed_local_media_path))
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         engine_config = EngineConfig(
@@ -195,6 +210,7 @@ class LLM:
         runner = ModelRunner(
             self._engine_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
             None if draft is None else draft.cfg, None if draft is None else draft.weights, self.lora_config,
+            self._vision,
         )
         self.engine = LLMEngine(
             runner, self.tokenizer, engine_config, model_identity(self.model_dir, self.dtype), self.default_params,
@@ -229,22 +245,23 @@ class LLM:
         enable_lora=True.
         """
         self._check_generating("LLM.generate")
+        prompts, images = split_prompts(prompts, self.image_prompts)
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
         adapters = lora_requests_for(lora_request, len(prompts))
         bar = progress_bar(use_tqdm, len(prompts), "Processed prompts", "req")
         try:
-            return self._engine_generate(prompts, params_list, bar.update, adapters)
+            return self._engine_generate(prompts, params_list, bar.update, adapters, images)
         finally:
             bar.close()
 
     def _engine_generate(
         self, prompts: list[Prompt], params: list[SamplingParams], on_finished: Callable[[int], object] | None = None,
-        lora_requests: list[LoRARequest | None] | None = None,
+        lora_requests: list[LoRARequest | None] | None = None, images: list[tuple] | None = None,
     ) -> list[RequestOutput]:
         """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
-        return self._front.run(self._front.add(prompts, params, final_only=True, lora_requests=lora_requests),
-                               on_finished)
+        added = self._front.add(prompts, params, final_only=True, lora_requests=lora_requests, images=images)
+        return self._front.run(added, on_finished)
 
     def beam_search(
         self,
@@ -294,9 +311,13 @@ class LLM:
         chat_template_kwargs are more template variables (vLLM's; e.g. Qwen3's enable_thinking=False).
         """
         tokenizer = self.get_tokenizer()
+        messages, images = chat_prompts(messages, self.image_prompts)  # image_url parts: see entrypoints/multimodal
         texts = render_conversations(tokenizer, messages, chat_template, add_generation_prompt, tools,
                                      chat_template_kwargs)
-        outputs = self.generate([chat_prompt_ids(tokenizer, t) for t in texts], params, use_tqdm, lora_request)
+        prompts = [chat_prompt_ids(tokenizer, t) for t in texts]
+        prompts = [{"prompt_token_ids": ids, "multi_modal_data": {"image": i}} if i else ids
+                   for ids, i in zip(prompts, images)]
+        outputs = self.generate(prompts, params, use_tqdm, lora_request)
         for text, output in zip(texts, outputs):
             output.prompt = text  # as vLLM's: the rendered conversation
         return outputs

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
+from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
 from jaxinfer.runtime.ngram_rider import NgramDraft, store
@@ -163,8 +164,9 @@ def feature_taps(draft: Rider) -> tuple[int, ...] | None:
     return draft.ecfg.feature_layers if isinstance(draft, EagleDraft) else None
 
 
-def _row_logits(weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig, draft: Rider):
-    hidden, features, pages = step_features(weights, pages, x, cfg, feature_taps(draft))
+def _row_logits(weights: Weights, pages: PagedKVCache, x: StepInputs, cfg: ModelConfig, draft: Rider,
+                override: EmbedOverride | None = None):
+    hidden, features, pages = step_features(weights, pages, x, cfg, feature_taps(draft), override)
     return lm_logits(weights, hidden[x.last_index]), features, pages
 
 
@@ -190,12 +192,13 @@ def _outputs(logits: jax.Array, tokens: jax.Array, s: RowSampling) -> StepOutput
 
 def ragged_step(
     weights: Weights, pages: PagedKVCache, state: RowState, x: StepInputs, bitmask: jax.Array, cfg: ModelConfig,
-    draft: Rider = None, draft_weights=None, draft_reads: bool = True,
+    draft: Rider = None, draft_weights=None, draft_reads: bool = True, images: EmbedOverride | None = None,
 ) -> tuple[StepOutputs, PagedKVCache, RowState, Rider]:
     """Run decode tokens and prefill chunks together; sample one token per row (the draft reads them
-    too, unless draft_reads is False: while speculation does not pay, see `ride`)."""
+    too, unless draft_reads is False: while speculation does not pay, see `ride`). images: a
+    vision-language model's image rows for the step's placeholder tokens (only its programs take them)."""
     x, state = with_device_inputs(x, state, bitmask)
-    logits, features, pages = _row_logits(weights, pages, x, cfg, draft)
+    logits, features, pages = _row_logits(weights, pages, x, cfg, draft, images)
     tokens = pick_tokens(logits, x.sampling, x.lengths, state.sampling.counts)
     state = _counted(state, x.sampling, tokens, x.sampling.samples)
     draft = ride(draft, draft_weights, x, features, tokens, draft_reads)

@@ -18,6 +18,7 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, forward_with_taps
+from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.lora_weight import bind_token_slots, has_adapters
 from jaxinfer.runtime.host_step import CATCH_UP_SPAN
 
@@ -40,14 +41,16 @@ def step_view(pages: PagedKVCache, x: "StepInputs") -> RaggedPagedCache:
 
 
 def step_features(
-    weights: Weights, pages: PagedKVCache, x: "StepInputs", cfg: ModelConfig, taps: tuple[int, ...] | None
+    weights: Weights, pages: PagedKVCache, x: "StepInputs", cfg: ModelConfig, taps: tuple[int, ...] | None,
+    override: EmbedOverride | None = None,
 ) -> tuple[jax.Array, jax.Array | None, PagedKVCache]:
     """`step_hidden`, also returning the features [N, F] an EAGLE head reads (taps: the layers whose
-    input it reads, `EagleConfig.feature_layers`; None: no features)."""
+    input it reads, `EagleConfig.feature_layers`; None: no features); override: image rows for the
+    step's placeholder tokens (a vision-language model's)."""
     if has_adapters(weights):  # each token through its row's LoRA adapter
         weights = bind_token_slots(weights, x.adapters[x.token_rows], x.sampling.params.branchless)
     hidden, tapped, view = forward_with_taps(weights, x.tokens[None], x.positions[None], step_view(pages, x), cfg,
-                                             taps or ())
+                                             taps or (), override)
     features = None if taps is None else jnp.concatenate(tapped, axis=-1)[0] if taps else hidden[0]
     return hidden[0], features, dataclasses.replace(view.pages, page_table=pages.page_table)
 

@@ -62,6 +62,9 @@ class HostStep:
     # [P, ceil(V / 32)] int32 structured-output masks per sampled position (R, or R * chunk in a verify
     # step); None: every token allowed
     bitmask: np.ndarray | None = None
+    # [T] int32 per flat token its row in its request's image rows (Request.image_rows), -1 for text;
+    # None: no image placeholder in the step
+    image_tokens: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[str, int, int]:

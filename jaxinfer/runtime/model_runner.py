@@ -9,7 +9,8 @@ about the platform it reads here.
 Programs (see config/buckets): a ragged step per (tokens, rows) bucket pair, a multi-step
 decode per row bucket (its step count is data: one step runs it too), a verify step per row
 bucket when speculating, one sampling-slot reset, and one all-positions pass per prompt-length
-bucket (prompt logprobs). `warm_up` compiles all of them; after it no request mix compiles.
+bucket (prompt logprobs), and a vision-language model's tower (runtime/vision_runner). `warm_up`
+compiles all of them; after it no request mix compiles.
 Embeddings' pooled passes (runtime/embeddings) compile on first use, or by `warm_up_embeddings`.
 """
 
@@ -30,6 +31,7 @@ from jaxinfer.config.lora import LoRAConfig
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.models.adapter_slots import slot_targets, with_adapter_slots
+from jaxinfer.models.llava import LlavaConfig, LlavaWeights
 from jaxinfer.models.lora_weight import adapter_factors, with_factors, write_slot
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
@@ -53,6 +55,7 @@ from jaxinfer.runtime.program_store import default_store
 from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
 from jaxinfer.runtime.row_slots import RowSlots, bias_row, holds_sampling_state, slot_ids
 from jaxinfer.runtime.row_state import RowState
+from jaxinfer.runtime.vision_runner import VisionRunner
 from jaxinfer.runtime.warmup import Progress, activation_peak, warm_up
 from jaxinfer.runtime.weight_swap import check_twins
 from jaxinfer.sampling.logprob import Logprob, TokenText
@@ -76,8 +79,10 @@ class ModelRunner:
         self, weights: Weights, model_config: ModelConfig, config: EngineConfig, dtype: Any,
         cache_spec: CacheSpec | None = None, speculative: SpeculativeConfig | None = None,
         draft_cfg: DraftConfig = None, draft_weights: Any = None, lora: LoRAConfig | None = None,
+        vision: tuple[LlavaConfig, LlavaWeights] | None = None,
     ):
-        """lora: serve LoRA adapters, `lora.max_loras` of them in one step (slots beside the weights)."""
+        """lora: serve LoRA adapters, `lora.max_loras` of them in one step (slots beside the weights).
+        vision: a vision-language model's tower and projector (its ragged steps take image rows)."""
         self.weights, self.model_config, self.config, self.dtype = weights, model_config, config, dtype
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
         # not happen at import (jax.distributed.initialize has to come first).
@@ -119,6 +124,7 @@ class ModelRunner:
         options = INVARIANT_COMPILE if self.cache_spec.batch_invariant else None
         self.executables = Executables(default_store(), step_programs.static_argnames, options)
         self.free_masks: dict[int, jax.Array] = {}  # sampled positions -> an all-ones bitmask on the device
+        self.vision = None if vision is None else VisionRunner(*vision, self.cache_spec.mesh_layout, self.executables)
 
     def allocate(self, profile_hosts: Callable[[], list[HostStep]]) -> int:
         """Make the row slots' state, size and make the page pools; how many pages they hold.
@@ -207,7 +213,8 @@ class ModelRunner:
             return Program(step_programs.multi_decode, head, {**kwargs, **(draft if rides else {})}, FIXED_ARGS)
         skips = draft_pool is not None and not isinstance(draft_pool, NgramDraft)  # the lookup always stores
         reads = dict(draft_reads=host.draft_reads) if skips else {}
-        return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft, **reads), FIXED_ARGS)
+        images = {} if self.vision is None else dict(images=self.vision.override(host))
+        return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft, **reads, **images), FIXED_ARGS)
 
     def load_adapter(self, slot: int, name: str) -> None:
         """Write a registered adapter's factors into device slot `slot`."""
@@ -298,7 +305,8 @@ class ModelRunner:
                                              spec.mesh_layout)
             for size in prompt_buckets(self.config.max_seq_len)
         ]
-        return [lambda host=host: self.program_for(host) for host in hosts] + [lambda: reset] + passes
+        tower = [] if self.vision is None else [self.vision.program]
+        return [lambda host=host: self.program_for(host) for host in hosts] + [lambda: reset] + passes + tower
 
     def warm_up(
         self, hosts: list[HostStep], progress: bool = False, threads: int | None = None,

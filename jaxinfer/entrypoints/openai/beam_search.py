@@ -54,11 +54,16 @@ def beam_or_sampling(body: SamplingFields, params: SamplingParams) -> SamplingPa
 
 
 def generation(state: ServerState, ids: list[int], params: SamplingParams | BeamSearchParams, request_id: str,
-               deadline: float | None, streamed: bool, adapter: LoRARequest | None) -> AsyncIterator[RequestOutput]:
-    """One prompt's outputs: the engine's deltas, or its beams as one final output."""
+               deadline: float | None, streamed: bool, adapter: LoRARequest | None,
+               images: tuple = ()) -> AsyncIterator[RequestOutput]:
+    """One prompt's outputs: the engine's deltas, or its beams as one final output (images: the prompt's,
+    a vision-language model's)."""
     if isinstance(params, BeamSearchParams):
+        if images:
+            raise APIError("use_beam_search is not served with images yet", param="use_beam_search")
         return beam_stream(state, ids, params, request_id, deadline, adapter)
-    return state.engine.generate(ids, params, request_id, deadline, streamed=streamed, lora_request=adapter)
+    return state.engine.generate(ids, params, request_id, deadline, streamed=streamed, lora_request=adapter,
+                                 images=images)
 
 
 async def beam_stream(state: ServerState, ids: list[int], params: BeamSearchParams, request_id: str,

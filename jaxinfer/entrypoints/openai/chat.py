@@ -23,6 +23,7 @@ from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.entrypoints import chat_template
 from jaxinfer.entrypoints.chat_template import DEFAULT_CHAT_TEMPLATE
 from jaxinfer.entrypoints.openai.beam_search import beam_or_sampling, generation
+from jaxinfer.entrypoints.openai.chat_images import take_images, with_images
 from jaxinfer.entrypoints.openai.chat_messages import ChoiceStream, ReplyPlan, assistant_message
 from jaxinfer.entrypoints.openai.completions import build_params
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
@@ -90,10 +91,11 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     adapter = state.check_model(body.model)
     timeout = state.timeout(body.timeout)
     deadline = deadline_after(timeout)  # counted from arrival: rendering and queueing are part of it
-    ids, params, plan = await asyncio.to_thread(prepare_chat, state, body)  # tokenizing and compiling off the loop
+    # tokenizing, reading images and compiling off the loop
+    ids, images, params, plan = await asyncio.to_thread(prepare_chat_images, state, body)
     state.start(request, body.n)
     response_id = new_id("chatcmpl")
-    stream = generation(state, ids, params, response_id, deadline, body.stream, adapter)
+    stream = generation(state, ids, params, response_id, deadline, body.stream, adapter, images)
     model = adapter.lora_name if adapter else state.model_name
     header = {"id": response_id, "created": int(time.time()), "model": model}
     if body.stream:
@@ -109,10 +111,21 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
 def prepare_chat(state: ServerState, body: ChatCompletionRequest
                  ) -> tuple[list[int], SamplingParams | BeamSearchParams, ReplyPlan]:
     """The conversation's token ids, checked SamplingParams (4xx errors name the field) and how its
-    choices become messages (POST /v1/responses runs its requests through this too)."""
+    choices become messages (POST /v1/responses runs its requests through this; it takes no images)."""
+    ids, images, params, plan = prepare_chat_images(state, body)
+    if images:
+        raise APIError("images are served by /v1/chat/completions only so far", param="messages")
+    return ids, params, plan
+
+
+def prepare_chat_images(state: ServerState, body: ChatCompletionRequest
+                        ) -> tuple[list[int], tuple, SamplingParams | BeamSearchParams, ReplyPlan]:
+    """`prepare_chat`, with the images of the messages' image_url parts over their placeholders in the ids."""
     state.limits.check(body)
     tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, state.tool_parser)
-    ids = chat_prompt_ids(state, body.messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs)
+    messages, images = take_images(state, body.messages)
+    ids = chat_prompt_ids(state, messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs)
+    ids, images = with_images(state, ids, images)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params = beam_or_sampling(body, build_params(state, body, ids, None, _top_logprobs(body), requested))
     constraint = None if tools is None else tools.constraint  # tools are refused with beam search
@@ -126,7 +139,7 @@ def prepare_chat(state: ServerState, body: ChatCompletionRequest
         params = _keep_special_tokens(params)
     elif tools is not None and tools.mode == "auto" and tools.parser.keeps_special:  # its marker is a special token
         params = dataclasses.replace(params, skip_special_tokens=False)
-    return ids, params, ReplyPlan(_reasoning_start(state, body, params), tools)
+    return ids, images, params, ReplyPlan(_reasoning_start(state, body, params), tools)
 
 
 def _keep_special_tokens(params: SamplingParams | BeamSearchParams) -> SamplingParams:

@@ -43,6 +43,7 @@ class ServerState:
     adapters: dict[str, LoRARequest] = dataclasses.field(default_factory=dict)  # --lora-modules, by name
     reasoning_parser: ReasoningParser | None = None  # --reasoning-parser: chat replies split into reasoning, content
     tool_parser: ToolParser | None = None  # --tool-call-parser: the format "auto" reads calls in (None: Hermes/Llama-3)
+    image_prompts: Any | None = None  # chat image_url parts -> images (LLM.image_prompts, entrypoints/multimodal)
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
         """Token ids of a text or id prompt; ids must be in the vocabulary."""

@@ -1,0 +1,222 @@
+"""Prompts with images (vLLM's `multi_modal_data`): the model's own HF image processor makes the
+pixels, and each image placeholder token of the prompt is expanded to the run of
+`image_seq_length` placeholders its features fill (what LLaVA's HF processor does to the text).
+
+A prompt is vLLM's dict, `{"prompt": text or "prompt_token_ids": ids, "multi_modal_data": {"image":
+image or [images]}}`; an image is a PIL image or a NumPy array (H x W x C, uint8). Each `<image>`
+(the processor's `image_token`) in the prompt takes the next image; a prompt may carry up to
+`limit_mm_per_prompt["image"]` of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxinfer.checkpoint.loader import load_vision_weights, safetensors_index
+from jaxinfer.checkpoint.vision_weights import is_vision_language
+from jaxinfer.config.model import ConfigError, read_config_json
+from jaxinfer.engine.prompt_checks import encode_prompt
+from jaxinfer.entrypoints.media import load_image
+from jaxinfer.models.llava import ARCHITECTURES, LlavaConfig, LlavaWeights, read_llava_config
+from jaxinfer.runtime.image_input import ImageInput
+
+MODALITIES = ("image",)
+DEFAULT_IMAGE_LIMIT = 999  # vLLM V1's default per modality
+
+
+def load_vision(model_dir: Path, dtype: Any) -> tuple[LlavaConfig, LlavaWeights] | None:
+    """A vision-language checkpoint's tower config and weights; None for a text-only model."""
+    hf = read_config_json(model_dir)
+    if (hf.get("architectures") or [None])[0] not in ARCHITECTURES:
+        return None
+    cfg = read_llava_config(hf)
+    if not is_vision_language(safetensors_index(model_dir)):
+        raise ConfigError(f"{model_dir}: a {hf['architectures'][0]} config without vision tower tensors")
+    return cfg, load_vision_weights(model_dir, cfg, dtype)
+
+
+def image_limit(limit_mm_per_prompt: Mapping[str, int] | None) -> int:
+    """Images a prompt may carry, from vLLM's `limit_mm_per_prompt` ({"image": n}); ConfigError naming it."""
+    if limit_mm_per_prompt is None:
+        return DEFAULT_IMAGE_LIMIT
+    if not isinstance(limit_mm_per_prompt, Mapping):
+        raise ConfigError(f"limit_mm_per_prompt must be a dict like {{'image': 2}}, got {limit_mm_per_prompt!r}")
+    unknown = sorted(set(limit_mm_per_prompt) - set(MODALITIES))
+    limit = limit_mm_per_prompt.get("image", DEFAULT_IMAGE_LIMIT)
+    if unknown or isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigError(f"limit_mm_per_prompt {dict(limit_mm_per_prompt)!r}: accepted is {{'image': n}} with "
+                          f"n >= 0 (modalities served: {', '.join(MODALITIES)})")
+    return limit
+
+
+def media_dir(value: str | Path | None) -> Path | None:
+    """vLLM's `allowed_local_media_path`: an existing directory, or None (no file:// images)."""
+    if value is None or value == "":
+        return None
+    path = Path(value)
+    if not path.is_dir():
+        raise ConfigError(f"allowed_local_media_path {str(value)!r} is not a directory; give the directory whose "
+                          "files file:// image URLs may name")
+    return path
+
+
+def as_images(data: Any, field: str) -> list[Any]:
+    """PIL images from a PIL image, a NumPy array [H, W, C] or a list of them; TypeError naming the field."""
+    from PIL import Image
+
+    items = list(data) if isinstance(data, (list, tuple)) else [data]
+    images = []
+    for i, item in enumerate(items):
+        if isinstance(item, np.ndarray):
+            item = Image.fromarray(item)
+        if not isinstance(item, Image.Image):
+            raise TypeError(f"{field}[{i}] must be a PIL image or a NumPy array, got {type(item).__name__}")
+        images.append(item.convert("RGB"))
+    return images
+
+
+class ImagePrompts:
+    """Turns a prompt and its images into token ids with expanded placeholders and `ImageInput`s."""
+
+    def __init__(self, model_dir: Path, cfg: LlavaConfig | None, tokenizer: Any, limit: int,
+                 allowed_local_media_path: Path | None = None):
+        self.model_dir, self.cfg, self.tokenizer, self.limit = model_dir, cfg, tokenizer, limit
+        self.allowed_local_media_path = allowed_local_media_path  # file:// image URLs only under it
+        self._processor = None
+
+    @property
+    def image_token(self) -> str:
+        """The placeholder text a prompt marks each image with ("<image>" for LLaVA)."""
+        return self.tokenizer.convert_ids_to_tokens(self.cfg.image_token_id)
+
+    def processor(self) -> Any:
+        """The checkpoint's HF image processor (loaded on first use); ValueError naming the missing file."""
+        if self._processor is None:
+            import transformers
+
+            try:
+                self._processor = transformers.AutoImageProcessor.from_pretrained(self.model_dir)
+            except (OSError, ValueError) as error:
+                raise ValueError(f"{self.model_dir} has no image processor (preprocessor_config.json): "
+                                 f"{error}") from None
+        return self._processor
+
+    def check_count(self, count: int, field: str) -> None:
+        """ValueError when a prompt carries images this model cannot take, or more than the limit."""
+        if self.cfg is None and count:
+            raise ValueError(f"{field}: this model takes no images (it has no vision tower); send text only")
+        if count > self.limit:
+            raise ValueError(f"{field}: {count} images in one prompt, more than limit_mm_per_prompt's "
+                             f"{{'image': {self.limit}}}")
+
+    def prompt(self, prompt: str | Sequence[int], images: list[Any], field: str) -> tuple[list[int], tuple]:
+        """(ids with each image's placeholders expanded, the images as the engine carries them)."""
+        self.check_count(len(images), field)
+        ids = encode_prompt(prompt, self.tokenizer)
+        if not images:
+            return ids, ()
+        token = self.cfg.image_token_id
+        marks = [i for i, t in enumerate(ids) if t == token]
+        if len(marks) != len(images):
+            raise ValueError(f"{field}: the prompt marks {len(marks)} image(s) with {self.image_token!r} and "
+                             f"{len(images)} were given; put one {self.image_token!r} where each image goes")
+        pixels = self.processor()(images, return_tensors="np")["pixel_values"]
+        v = self.cfg.vision
+        if pixels.shape[1:] != (v.num_channels, v.image_size, v.image_size):
+            raise ValueError(f"{field}: the image processor made {pixels.shape[1:]} pixels, the tower takes "
+                             f"{(v.num_channels, v.image_size, v.image_size)}")
+        return expand(ids, marks, pixels, self.cfg.image_seq_length)
+
+
+    def chat_images(self, contents: Sequence[Any], field: str) -> tuple[list[Any], list[Any]]:
+        """Messages' contents with each `image_url` part as the placeholder text, and the images (read from
+        their URLs, see entrypoints/media) in order; ValueError naming the part a model cannot take."""
+        out, images = [], []
+        for i, content in enumerate(contents):
+            if isinstance(content, str) or not isinstance(content, Sequence):
+                out.append(content)
+                continue
+            parts = []
+            for j, part in enumerate(content):
+                if not (isinstance(part, Mapping) and part.get("type") == "image_url"):
+                    parts.append(part)
+                    continue
+                where = f"{field}[{i}].content[{j}]"
+                if self.cfg is None:
+                    raise ValueError(f"{where}: this model takes no images (it has no vision tower); send text parts")
+                url = part.get("image_url")
+                url = url.get("url") if isinstance(url, Mapping) else url
+                images.append(load_image(url, f"{where}.image_url.url", self.allowed_local_media_path))
+                parts.append({"type": "text", "text": self.image_token})
+            out.append(parts)
+        self.check_count(len(images), field)
+        return out, images
+
+
+def chat_prompts(messages: Any, images: ImagePrompts) -> tuple[Any, list[list[Any]]]:
+    """`LLM.chat`'s conversation (or list of them) with image parts as placeholder text, and each one's images."""
+    several = isinstance(messages, Sequence) and not isinstance(messages, str) and bool(messages) and \
+        isinstance(messages[0], Sequence) and not isinstance(messages[0], (str, Mapping))
+    out, found = [], []
+    for c, conversation in enumerate(messages if several else [messages]):
+        if not isinstance(conversation, Sequence) or isinstance(conversation, str):
+            out.append(conversation)
+            found.append([])
+            continue
+        field = f"messages[{c}]" if several else "messages"
+        contents = [m.get("content") if isinstance(m, Mapping) else None for m in conversation]
+        contents, pictures = images.chat_images(contents, field)
+        out.append([{**m, "content": content} if isinstance(m, Mapping) else m
+                    for m, content in zip(conversation, contents)])
+        found.append(pictures)
+    return (out if several else out[0]), found
+
+
+def expand(ids: list[int], marks: list[int], pixels: np.ndarray, length: int) -> tuple[list[int], tuple]:
+    """ids with the placeholder at each mark repeated `length` times, and each image's ImageInput there."""
+    out, images, previous = [], [], 0
+    for mark, image in zip(marks, pixels):
+        out += ids[previous:mark]
+        images.append(ImageInput.of(len(out), length, image))
+        out += [ids[mark]] * length
+        previous = mark + 1
+    return out + ids[previous:], tuple(images)
+
+
+def split_prompts(prompts: Any, images: ImagePrompts) -> tuple[Any, list[tuple] | None]:
+    """vLLM's dict prompts as (token ids, images) pairs; other prompts pass as they are. Returns (prompts, each
+    one's images; None when no prompt was a dict)."""
+    if isinstance(prompts, Mapping):
+        prompts = [prompts]
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or \
+            not any(isinstance(p, Mapping) for p in prompts):
+        return prompts, None
+    out, carried = [], []
+    for i, prompt in enumerate(prompts):
+        if not isinstance(prompt, Mapping):
+            out.append(prompt)
+            carried.append(())
+            continue
+        ids, found = dict_prompt(prompt, images, f"prompts[{i}]")
+        out.append(ids)
+        carried.append(found)
+    return out, carried
+
+
+def dict_prompt(prompt: Mapping[str, Any], images: ImagePrompts, field: str) -> tuple[list[int], tuple]:
+    """One vLLM dict prompt's ids and images; ValueError naming a key it cannot take."""
+    unknown = sorted(set(prompt) - {"prompt", "prompt_token_ids", "multi_modal_data"})
+    if unknown or ("prompt" in prompt) == ("prompt_token_ids" in prompt):
+        raise ValueError(f"{field}: a dict prompt holds 'prompt' (text) or 'prompt_token_ids', and optionally "
+                         f"'multi_modal_data'; got keys {sorted(prompt)}")
+    data = prompt.get("multi_modal_data") or {}
+    if not isinstance(data, Mapping) or set(data) - set(MODALITIES):
+        raise ValueError(f"{field}.multi_modal_data: served modalities are {MODALITIES}, got "
+                         f"{sorted(data) if isinstance(data, Mapping) else type(data).__name__}")
+    pictures = as_images(data["image"], f"{field}.multi_modal_data.image") if "image" in data else []
+    text = prompt["prompt"] if "prompt" in prompt else prompt["prompt_token_ids"]
+    return images.prompt(text, pictures, f"{field}.multi_modal_data")
