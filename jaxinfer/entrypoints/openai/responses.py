@@ -54,7 +54,10 @@ def add_responses_routes(app: FastAPI, state: ServerState, store: ResponseStore,
         return await create_response(body, state, store, request)
 
     @app.get("/v1/responses/{response_id}")
-    async def retrieve(response_id: str) -> JSONResponse:
+    async def retrieve(response_id: str, stream: bool = False) -> JSONResponse:
+        if stream:
+            raise APIError("stream is not supported on GET /v1/responses/{id} (a stored response is finished); "
+                           "leave it out", param="stream")
         return JSONResponse(store.get(response_id).response)
 
     @app.delete("/v1/responses/{response_id}")

@@ -13,8 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pydantic import model_validator
+from pydantic_core import PydanticCustomError
+
 from jaxinfer.entrypoints.openai.errors import APIError
-from jaxinfer.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage, StrictBody
+from jaxinfer.entrypoints.openai.protocol import UNKNOWN_FIELD, ChatCompletionRequest, ChatMessage, StrictBody
 
 ROLES = ("user", "system", "developer", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
@@ -28,6 +31,15 @@ RESPONSES_NAMES = {
     "max_completion_tokens": "max_output_tokens", "max_tokens": "max_output_tokens", "messages": "input",
     "prompt": "input", "response_format.json_schema.schema": "text.format.schema", "response_format": "text.format",
     "chat_template_kwargs": "reasoning.effort",
+}
+
+NOT_IMPLEMENTED = {  # Responses fields OpenAI defines, with what their 400 says is missing
+    "conversation": "conversations are not implemented; chain responses with previous_response_id",
+    "prompt": "stored prompt templates are not implemented; give input and instructions",
+    "top_logprobs": "logprobs are not implemented on /v1/responses; /v1/chat/completions returns them",
+    "max_tool_calls": "it bounds built-in tool calls, and this server runs none",
+    "service_tier": "service tiers are not implemented", "stream_options": "stream options are not implemented",
+    "prompt_cache_key": "prefix caching needs no key here (shared prefixes are reused by their tokens)",
 }
 
 
@@ -66,6 +78,16 @@ class ResponsesRequest(StrictBody):
     background: bool = False
     include: list[str] | None = None
     truncation: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_implemented(cls, data: Any) -> Any:
+        """A field OpenAI defines that this server does not implement is a 400 saying what is missing."""
+        for name in data if isinstance(data, dict) else ():
+            if name in NOT_IMPLEMENTED:
+                message = f"{name} is not supported: {NOT_IMPLEMENTED[name]}; leave it out"
+                raise PydanticCustomError(UNKNOWN_FIELD, "{message}", {"field": name, "message": message})
+        return data
 
 
 def check_supported(body: ResponsesRequest) -> None:
