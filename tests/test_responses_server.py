@@ -97,6 +97,10 @@ def test_tool_round_trip_through_function_call_output(served):
                                               {"role": "tool", "content": "9C", "tool_call_id": call.call_id}])
     assert second.output_text == text and second.usage.input_tokens == prompt_tokens
     assert second.previous_response_id == first.id
+    replayed = client.responses.create(tools=[TOOL], **GREEDY, input=[  # the whole conversation sent back as items
+        {"role": "user", "content": "Weather in Oslo?"}, *first.output,
+        {"type": "function_call_output", "call_id": call.call_id, "output": "9C"}])
+    assert replayed.output_text == text and replayed.usage.input_tokens == prompt_tokens
 
     with client.responses.stream(**ask) as stream:  # the client's helper checks the events' order and ids
         arguments = [event.delta for event in stream if event.type == "response.function_call_arguments.delta"]
