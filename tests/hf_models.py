@@ -279,7 +279,7 @@ def save_hf_model(name: str, path: Path, dtype: torch.dtype = torch.float32, **o
 
 def make_hf_classifier(name: str, num_labels: int, **overrides) -> torch.nn.Module:
     """A random float32 `*ForSequenceClassification` of the named tiny config: `make_hf_model`'s decoder with a
-    `score` head of num_labels rows (unit normal, so the labels' probabilities differ)."""
+    `score` head of num_labels rows (normal, std 0.2: logits of a few units, so no probability saturates)."""
     causal = make_hf_model(name, **overrides)
     fields = {k: v for k, v in causal.config.to_dict().items() if k not in ("id2label", "label2id")}
     config = type(causal.config)(**fields, num_labels=num_labels)
@@ -287,7 +287,7 @@ def make_hf_classifier(name: str, num_labels: int, **overrides) -> torch.nn.Modu
     model.model.load_state_dict(causal.model.state_dict())
     torch.manual_seed(1)
     with torch.no_grad():
-        model.score.weight.copy_(torch.randn_like(model.score.weight))
+        model.score.weight.copy_(0.2 * torch.randn_like(model.score.weight))
     return model.eval()
 
 

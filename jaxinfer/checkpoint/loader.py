@@ -14,7 +14,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
-from jaxinfer.checkpoint import base_model_names, packed_weights, scaled_weights, vision_weights
+from jaxinfer.checkpoint import base_model_names, packed_weights, scaled_weights, score_head, vision_weights
 from jaxinfer.checkpoint.converted import is_converted, restore_converted
 from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, in_mtp_layer, stored_names
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
@@ -232,7 +232,7 @@ def load_hf_weights(
     `weight_ops.leaf_quantizer`), so no more than one leaf is ever held untransformed.
     """
     model_dir = Path(model_dir)
-    index = safetensors_index(model_dir)
+    index = score_head.decoder_index(read_config_json(model_dir), safetensors_index(model_dir))  # head: read apart
     # A base model saved alone (names without "model."), or a vision-language model's language model
     stored = base_model_names.stored_names(index) or vision_weights.language_model_names(index)
     _check_names(cfg, {name: index[s] for name, s in stored.items()} if stored else index, model_dir)

@@ -129,10 +129,10 @@ class AsyncLLMEngine:
         """Stop serving an adapter between steps (LLMEngine.remove_lora); False when none is served so."""
         return await self._call(lambda engine: engine.remove_lora(lora))
 
-    async def embed(self, prompts: list[list[int]], pooling: str = "last") -> Any:
-        """The prompts' pooled final hidden states (a NumPy array [len(prompts), D]; see LLM.embed),
-        computed between steps."""
-        return await self._call(lambda engine: engine.runner.embed(prompts, pooling))
+    async def embed(self, prompts: list[list[int]], pooling: str = "last", head: Any = None) -> Any:
+        """The prompts' pooled final hidden states (a NumPy array [len(prompts), D]; see LLM.embed), or with
+        a classifier's head its logits [len(prompts), num_labels] (LLM.classify), computed between steps."""
+        return await self._call(lambda engine: engine.runner.embed(prompts, pooling, head=head))
 
     async def start_profile(self) -> Path:
         """Start a device trace into $JAXINFER_PROFILER_DIR between steps; returns its directory."""

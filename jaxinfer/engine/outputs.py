@@ -111,3 +111,41 @@ class EmbeddingRequestOutput:
     outputs: EmbeddingOutput
     prompt_token_ids: list[int]
     finished: bool = True
+
+
+@dataclasses.dataclass
+class ClassificationOutput:
+    """A prompt's class probabilities, in label order (vLLM's ClassificationOutput)."""
+
+    probs: list[float]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.probs)
+
+
+@dataclasses.dataclass
+class ClassificationRequestOutput:
+    """What `LLM.classify` returns per prompt (vLLM's ClassificationRequestOutput)."""
+
+    request_id: str
+    outputs: ClassificationOutput
+    prompt_token_ids: list[int]
+    finished: bool = True
+
+
+@dataclasses.dataclass
+class ScoringOutput:
+    """A pair's score (vLLM's ScoringOutput): a cross-encoder's probability, or two embeddings' cosine."""
+
+    score: float
+
+
+@dataclasses.dataclass
+class ScoringRequestOutput:
+    """What `LLM.score` returns per pair (vLLM's ScoringRequestOutput); prompt_token_ids: the pair's tokens."""
+
+    request_id: str
+    outputs: ScoringOutput
+    prompt_token_ids: list[int]
+    finished: bool = True

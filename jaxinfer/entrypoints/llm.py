@@ -25,7 +25,7 @@ from jaxinfer.config.pooler import PoolerConfig, resolve_pooler
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.beams import BeamSearchOutput
-from jaxinfer.engine.outputs import EmbeddingRequestOutput
+from jaxinfer.engine.outputs import ClassificationRequestOutput, EmbeddingRequestOutput, ScoringRequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
@@ -50,6 +50,18 @@ from jaxinfer.entrypoints.pooling import (
     not_generating,
     pooling_engine_config,
     resolve_runner,
+)
+from jaxinfer.entrypoints.scoring import (
+    check_cross_encoder,
+    classification_outputs,
+    classified_ids,
+    classifier_for,
+    cosine_pair_scores,
+    pair_ids,
+    pair_texts,
+    probabilities,
+    score_pairs,
+    scoring_outputs,
 )
 from jaxinfer.entrypoints.multimodal import (
     ImagePrompts,
@@ -105,8 +117,9 @@ class LLM:
     initialized the devices may span processes. max_seq_len (vLLM's name: max_model_len) is
     the longest prompt + completion. batch_invariant=True makes a request's tokens and logprobs
     bitwise the same whatever shares its steps (CPU only so far, slower: docs/engine.md).
-    runner (vLLM's): "pooling" starts an embedding model (`embed`; pooler_config, vLLM's, sets its
-    pooling), "generate" a generation model, "auto" pooling for a base model saved without a head.
+    runner (vLLM's): "pooling" starts an embedding model (`embed`, `score`; pooler_config, vLLM's, sets its
+    pooling) or a `*ForSequenceClassification` one (`classify`, `score`), "generate" a generation model,
+    "auto" pooling for a model saved without an output head.
     """
 
     def __init__(
@@ -165,6 +178,9 @@ class LLM:
             self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
             expert_parallel_size, self.runner_type == "pooling",
         )
+        # A *ForSequenceClassification model's head and labels (LLM.classify, LLM.score); None for others.
+        self.classifier = (classifier_for(self.model_dir, self.config.hidden_size, self.dtype, self.layout)
+                           if self.runner_type == "pooling" else None)
         # LLM.embed's settings (a generation model's too: its final hidden states pooled as asked).
         self.pooler = resolve_pooler(self.model_dir, read_config_json(self.model_dir), pooler_config,
                                      self.config.hidden_size)
@@ -478,6 +494,45 @@ class LLM:
         with progress_bar(use_tqdm, len(all_ids), "Embedded prompts", "req") as bar:
             vectors = self.engine.runner.embed(all_ids, pooling, bar.update)
         return embedding_outputs(finish_embeddings(vectors, dimensions, normalize), all_ids)
+
+    def classify(self, prompts: Prompt | Sequence[Prompt], use_tqdm: bool = False) -> list[ClassificationRequestOutput]:
+        """Each prompt's probability of each label, in order (vLLM's `LLM.classify`): a
+        `*ForSequenceClassification` model's head on its last token's state, as HF picks that token
+        (entrypoints/scoring), then a softmax over the labels (a sigmoid for one); `classifier.labels` names them."""
+        if self.classifier is None:
+            raise ValueError("LLM.classify needs a *ForSequenceClassification checkpoint (a decoder with a `score` "
+                             f"head) started with runner='pooling' or 'auto'; {self.model_dir} was started "
+                             f"with runner={self.runner_type!r} and has no classifier head")
+        all_ids = self._checked_ids(prompts, 0)
+        return classification_outputs(probabilities(self._classifier_logits(all_ids, use_tqdm)), all_ids)
+
+    def score(self, text_1: str | Sequence[str], text_2: str | Sequence[str], use_tqdm: bool = False,
+              ) -> list[ScoringRequestOutput]:
+        """One score per pair (vLLM's `LLM.score`), pairs 1:1, 1:N (text_1 with each text_2) or N:N: a
+        cross-encoder's (a classifier of one label) sigmoid of its logit on the tokenizer's pair encoding, or
+        an embedding model's cosine similarity of the two texts' embeddings (entrypoints/scoring)."""
+        if self.runner_type != "pooling":
+            raise ValueError(
+                "LLM.score scores with a cross-encoder or an embedding model started with runner='pooling', and "
+                "this LLM was started to generate; start the model with runner='pooling'")
+        check_cross_encoder(self.classifier, "LLM.score")
+        pairs = score_pairs(text_1, text_2)
+        if self.classifier is not None:
+            all_ids = self._checked_ids(pair_ids(self.get_tokenizer(), pairs), 0)
+            return scoring_outputs(probabilities(self._classifier_logits(all_ids, use_tqdm))[:, 0], all_ids)
+        texts = pair_texts(pairs)
+        all_ids = self._checked_ids(texts, 0)
+        with progress_bar(use_tqdm, len(texts), "Embedded texts", "req") as bar:
+            vectors = self.engine.runner.embed(all_ids, self.pooler.pooling, bar.update)
+        ids = dict(zip(texts, all_ids))
+        return scoring_outputs(cosine_pair_scores(pairs, texts, vectors), [ids[a] + ids[b] for a, b in pairs])
+
+    def _classifier_logits(self, all_ids: list[list[int]], use_tqdm: bool) -> np.ndarray:
+        """Float32 [len(all_ids), num_labels]: the classifier's head on each prompt's pooled state."""
+        pad = self.classifier.pad_token_id if self.pooler.pooling == "last" else None
+        with progress_bar(use_tqdm, len(all_ids), "Classified prompts", "req") as bar:
+            return self.engine.runner.embed([classified_ids(ids, pad) for ids in all_ids], self.pooler.pooling,
+                                            bar.update, self.classifier.weight)
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt (strings go through the model's tokenizer)."""

@@ -1,10 +1,12 @@
 """`LLM(runner=...)` as vLLM's: a model started to generate, or to pool its final hidden states into
-embeddings (`runner="pooling"`: `LLM.embed`, the server's /v1/embeddings).
+embeddings (`runner="pooling"`: `LLM.embed`, the server's /v1/embeddings), or into a classifier's scores
+(`LLM.classify`, `LLM.score`, /classify, /v1/score, /rerank: entrypoints/scoring).
 
-"auto" pools for a base model saved without an output head (`models/base_models`, e.g. `Qwen3Model`,
-`MistralModel`) and generates otherwise, so a `*ForCausalLM` embedding checkpoint (Qwen3-Embedding)
-is started with runner="pooling", as in vLLM. A pooling model reads no head, keeps a KV pool of one
-sequence (the engine wants one; embeddings never use it) and refuses generation by name.
+"auto" pools for a model saved without an output head (`models/base_models`: a base model such as
+`Qwen3Model`, `MistralModel`, or a `*ForSequenceClassification` one) and generates otherwise, so a
+`*ForCausalLM` embedding checkpoint (Qwen3-Embedding) is started with runner="pooling", as in vLLM. A
+pooling model reads no output head, keeps a KV pool of one sequence (the engine wants one; pooling never
+uses it) and refuses generation by name.
 """
 
 from __future__ import annotations
@@ -20,22 +22,23 @@ from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.config.pooler import Pooler, check_pooling
 from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
-from jaxinfer.models.base_models import is_base_model
+from jaxinfer.models.base_models import pools_only
 
 RUNNERS = ("auto", "generate", "pooling")
 
 
 def resolve_runner(runner: Any, model_dir: Path) -> str:
-    """"generate" or "pooling": `runner` itself, or for "auto" pooling for a base model and generate otherwise."""
+    """"generate" or "pooling": `runner` itself, or for "auto" pooling for a model without an output head
+    and generate otherwise."""
     if runner not in RUNNERS:
         raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
     archs = read_config_json(model_dir).get("architectures") or []
-    base = len(archs) == 1 and is_base_model(archs[0])
+    headless = len(archs) == 1 and pools_only(archs[0])
     if runner == "auto":
-        return "pooling" if base else "generate"
-    if runner == "generate" and base:
+        return "pooling" if headless else "generate"
+    if runner == "generate" and headless:
         raise ConfigError(f"runner='generate' needs an output head, and {model_dir / 'config.json'} names {archs[0]}, "
-                          "a base model saved without one; use runner='pooling' (embeddings) or 'auto'")
+                          "a model saved without one; use runner='pooling' (embeddings, classify, score) or 'auto'")
     return runner
 
 
@@ -58,7 +61,8 @@ def pooling_engine_config(config: EngineConfig) -> EngineConfig:
 def not_generating(what: str) -> ValueError:
     """The error of a generation call on a pooling model."""
     return ValueError(f"{what} generates, and this LLM was started with runner='pooling' to compute embeddings "
-                      "(LLM.embed); start another with runner='generate' (a *ForCausalLM checkpoint) to generate")
+                      "(LLM.embed) or scores (LLM.classify, LLM.score); start another with runner='generate' "
+                      "(a *ForCausalLM checkpoint) to generate")
 
 
 def embed_settings(pooler: Pooler, pooling: Any, normalize: Any, dimensions: Any) -> tuple[str, bool, int | None]:

@@ -1,5 +1,5 @@
 """Logits at every position of whole sequences over a contiguous cache (prompt logprobs, `LLM.logits`),
-and pooled final hidden states (`LLM.embed`)."""
+and pooled final hidden states (`LLM.embed`), through a classifier's head (`LLM.classify`, `LLM.score`)."""
 
 from __future__ import annotations
 
@@ -19,16 +19,20 @@ def all_logits(weights: Weights, tokens: jax.Array, cache: KVCache, cfg: ModelCo
 
 
 def pooled_hidden(
-    weights: Weights, tokens: jax.Array, lengths: jax.Array, cache: KVCache, cfg: ModelConfig, pooling: str
+    weights: Weights, tokens: jax.Array, lengths: jax.Array, cache: KVCache, head: jax.Array | None, cfg: ModelConfig,
+    pooling: str,
 ) -> jax.Array:
     """Float32 [B, D]: the final hidden states of tokens [B, T] (row b's first lengths[b] real, the rest
     padding) pooled per row: "last" (the last real token's, as decoder embedding models read them), "mean"
-    (over the real tokens) or "cls" (the first token's). Causal attention keeps padding out of real positions."""
+    (over the real tokens) or "cls" (the first token's). Causal attention keeps padding out of real positions.
+    head: a classifier's [num_labels, D], giving its float32 logits [B, num_labels] instead."""
     steps = jnp.arange(tokens.shape[1], dtype=jnp.int32)
     hidden = forward(weights, tokens, jnp.broadcast_to(steps, tokens.shape), cache, cfg)[0].astype(jnp.float32)
     if pooling == "last":
-        return jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)[:, 0]
-    if pooling == "cls":
-        return hidden[:, 0]
-    real = (steps[None, :] < lengths[:, None])[..., None]
-    return jnp.sum(jnp.where(real, hidden, 0.0), axis=1) / lengths[:, None]
+        pooled = jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)[:, 0]
+    elif pooling == "cls":
+        pooled = hidden[:, 0]
+    else:
+        real = (steps[None, :] < lengths[:, None])[..., None]
+        pooled = jnp.sum(jnp.where(real, hidden, 0.0), axis=1) / lengths[:, None]
+    return pooled if head is None else jnp.einsum("bd,ld->bl", pooled, head.astype(jnp.float32))

@@ -16,7 +16,7 @@ from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models.apertus import FAMILY as APERTUS
 from jaxinfer.models.arcee import FAMILY as ARCEE
-from jaxinfer.models.base_models import causal_architecture, is_base_model
+from jaxinfer.models.base_models import causal_architecture, pools_only
 from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
@@ -125,8 +125,8 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
         raise ConfigError(f"no {', '.join(missing)}; an HF config of a {archs[0]} model sets "
                           f"{', '.join(REQUIRED_FIELDS)}")
     cfg = family.read_config(hf, arch)
-    # A base model stores no head: read as tied, nothing asks for one (it pools, never generates).
-    return dataclasses.replace(cfg, tie_word_embeddings=True) if is_base_model(archs[0]) else cfg
+    # A base model or classifier stores no output head: read as tied, nothing asks for one (it pools, never generates).
+    return dataclasses.replace(cfg, tie_word_embeddings=True) if pools_only(archs[0]) else cfg
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:

@@ -1,6 +1,7 @@
 """Embeddings of whole prompts (vLLM's `LLM.embed`, the server's /v1/embeddings): prompts padded into
 batches, one pass of the model's own forward each, every row's final hidden states pooled by its real
-length on the device; Matryoshka truncation and unit length on the host.
+length on the device (and through a classifier's head there: `LLM.classify`, `LLM.score`); Matryoshka
+truncation and unit length on the host.
 
 Lengths pad to the prompt-logprobs buckets (`prompt_logprobs.prompt_bucket`: 64, 256, 1024, ...,
 max_seq_len) and a pass's rows to a power of two, at most `max_tokens` tokens a pass (one prompt at
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -47,23 +49,25 @@ def embedding_batches(lengths: list[int], max_len: int, max_tokens: int) -> list
 
 def pooled_program(
     weights: Weights, cfg: ModelConfig, size: int, rows: int, dtype: jnp.dtype, pooling: str,
-    cpu_kernels: bool = False, layout: Layout = UNSHARDED,
+    cpu_kernels: bool = False, layout: Layout = UNSHARDED, head: jax.Array | None = None,
 ) -> Program:
-    """The pooled pass over `rows` x `size` tokens (zeros, lengths 1: filled in by `pooled_embeddings`)."""
+    """The pooled pass over `rows` x `size` tokens (zeros, lengths 1: filled in by `pooled_embeddings`);
+    with a classifier's head, its logits."""
     cache = init_cache(cfg, rows, size, dtype, cpu_kernels, layout)
     tokens = layout.put(np.zeros((rows, size), np.int32))
     lengths = layout.put(np.ones(rows, np.int32))
-    return Program(step_programs.pooled_hidden, [weights, tokens, lengths, cache],
+    return Program(step_programs.pooled_hidden, [weights, tokens, lengths, cache, head],
                    dict(cfg=cfg, pooling=pooling), fixed=1)
 
 
 def embedding_programs(
     weights: Weights, cfg: ModelConfig, dtype: jnp.dtype, max_len: int, max_tokens: int, pooling: str,
-    cpu_kernels: bool = False, layout: Layout = UNSHARDED,
+    cpu_kernels: bool = False, layout: Layout = UNSHARDED, head: jax.Array | None = None,
 ) -> list[Callable[[], Program]]:
     """Every pass a pooling type may run (each length bucket, each power of two of rows): what warm-up compiles."""
     return [
-        lambda size=size, rows=rows: pooled_program(weights, cfg, size, rows, dtype, pooling, cpu_kernels, layout)
+        lambda size=size, rows=rows: pooled_program(weights, cfg, size, rows, dtype, pooling, cpu_kernels, layout,
+                                                    head)
         for size in prompt_buckets(max_len)
         for rows in (1 << k for k in range(max_rows(size, max_tokens).bit_length()))
     ]
@@ -73,13 +77,15 @@ def pooled_embeddings(
     weights: Weights, cfg: ModelConfig, prompts: list[list[int]], dtype: jnp.dtype, max_len: int, max_tokens: int,
     pooling: str = "last", cpu_kernels: bool = False, layout: Layout = UNSHARDED,
     run: Callable[[Program], Any] = run_jitted, on_pass: Callable[[int], object] | None = None,
+    head: jax.Array | None = None,
 ) -> np.ndarray:
-    """Float32 [len(prompts), hidden size]: each prompt's pooled final hidden states, in order.
+    """Float32 [len(prompts), hidden size]: each prompt's pooled final hidden states, in order; with a
+    classifier's head [num_labels, D], its logits [len(prompts), num_labels].
     on_pass(n): told after each pass how many prompts it finished (a progress bar)."""
-    out = np.zeros((len(prompts), cfg.hidden_size), np.float32)
+    out = np.zeros((len(prompts), cfg.hidden_size if head is None else head.shape[0]), np.float32)
     for size, members in embedding_batches([len(p) for p in prompts], max_len, max_tokens):
         rows = bucket(len(members))
-        program = pooled_program(weights, cfg, size, rows, dtype, pooling, cpu_kernels, layout)
+        program = pooled_program(weights, cfg, size, rows, dtype, pooling, cpu_kernels, layout, head)
         tokens, lengths = np.zeros((rows, size), np.int32), np.ones(rows, np.int32)  # padding rows: length 1
         for row, i in enumerate(members):
             tokens[row, : len(prompts[i])] = prompts[i]

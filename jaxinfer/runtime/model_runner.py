@@ -333,22 +333,23 @@ class ModelRunner:
             self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, text, self.executables,
         )
 
-    def embed(self, prompts: list[list[int]], pooling: str, on_pass: Callable[[int], object] | None = None
-              ) -> np.ndarray:
+    def embed(self, prompts: list[list[int]], pooling: str, on_pass: Callable[[int], object] | None = None,
+              head: jax.Array | None = None) -> np.ndarray:
         """Float32 [len(prompts), D]: each prompt's pooled final hidden states, padded batches of at most
-        max_num_batched_tokens tokens (see runtime/embeddings)."""
+        max_num_batched_tokens tokens (see runtime/embeddings); with a classifier's head, its logits."""
         release_programs_near_cap()
         return pooled_embeddings(
             self.weights, self.model_config, prompts, self.dtype, self.config.max_seq_len,
             self.config.max_num_batched_tokens, pooling, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
-            self.executables, on_pass,
+            self.executables, on_pass, head,
         )
 
-    def warm_up_embeddings(self, pooling: str, on_program: Progress | None = None) -> int:
-        """Compile every pass `embed` may run with `pooling` (a pooling server's warm-up); how many."""
+    def warm_up_embeddings(self, pooling: str, on_program: Progress | None = None,
+                           head: jax.Array | None = None) -> int:
+        """Compile every pass `embed` may run with `pooling` (and `head`: a pooling server's warm-up); how many."""
         programs = embedding_programs(
             self.weights, self.model_config, self.dtype, self.config.max_seq_len, self.config.max_num_batched_tokens,
-            pooling, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout,
+            pooling, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, head,
         )
         return warm_up(programs, self.executables, False, None, on_program, self.warmup_seconds)
 

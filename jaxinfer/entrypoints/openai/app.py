@@ -27,6 +27,7 @@ from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequ
 from jaxinfer.entrypoints.openai.reasoning import reasoning_parser
 from jaxinfer.entrypoints.openai.responses import add_responses_routes
 from jaxinfer.entrypoints.openai.responses_store import DEFAULT_MAX_STORED_RESPONSES, ResponseStore
+from jaxinfer.entrypoints.openai.scoring import add_scoring_routes
 from jaxinfer.entrypoints.openai.serving import ServerState
 from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
 from jaxinfer.entrypoints.openai.tool_parsers import ToolParser, tool_parser
@@ -105,6 +106,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     _add_generation_routes(app, state, served, pooler)
     add_responses_routes(app, state, ResponseStore(config.max_stored_responses),
                          lambda route: _check_generating(pooler, state, route))
+    add_scoring_routes(app, state, served, llm)  # /classify, /v1/score, /rerank: pooling models only
     _add_utility_routes(app, state)
     if config.runtime_lora_updating:
         add_lora_routes(app, state, served)

@@ -47,7 +47,7 @@ async def create_embeddings(
         dimensions = pooler.check_dimensions(body.dimensions)
     except (TypeError, ValueError) as error:
         raise APIError(str(error), param="dimensions") from None
-    all_ids = await asyncio.to_thread(_input_ids, body, state)  # tokenized off the event loop
+    all_ids = await asyncio.to_thread(input_ids, body.input, state)  # tokenized off the event loop
     vectors = finish_embeddings(await engine.embed(all_ids, pooler.pooling), dimensions, pooler.normalize)
     data = [{"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
             for i, v in enumerate(vectors)]
@@ -55,10 +55,11 @@ async def create_embeddings(
     return {"object": "list", "data": data, "model": body.model or state.model_name, "usage": usage(tokens, 0)}
 
 
-def _input_ids(body: EmbeddingRequest, state: ServerState) -> list[list[int]]:
-    """Each input's token ids, checked: not empty, in the vocabulary, within --max-model-len and --max-prompts."""
+def input_ids(value: str | list, state: ServerState) -> list[list[int]]:
+    """Each input's token ids (a request's `input`: a text, ids, or a list of either), checked: not empty, in
+    the vocabulary, within --max-model-len and --max-prompts."""
     try:
-        inputs = prompt_list(body.input)
+        inputs = prompt_list(value)
     except APIError as error:
         raise APIError(error.message.replace("prompt", "input", 1), param="input") from None
     bound = state.limits.max_prompts

@@ -39,7 +39,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser(
         "serve", help="serve a model over an OpenAI-compatible HTTP API",
         description="Serve a model over HTTP: /v1/completions, /v1/chat/completions (or with --runner pooling "
-        "/v1/embeddings), /v1/models, "
+        "/v1/embeddings, /classify, /v1/score, /rerank), /v1/models, "
         "/tokenize, /detokenize, /health (503 while the model loads and compiles) and Prometheus /metrics. "
         "Needs the serve extra: pip install 'jaxinfer[serve]'.",
     )
@@ -99,8 +99,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        "--reasoning-parser openai_gptoss (default: Hermes <tool_call> blocks, else Llama-3 JSON)")
     serve.add_argument("--runner", choices=["auto", "generate", "pooling"], default="auto",
                        help="as vLLM's: pooling serves embeddings (POST /v1/embeddings: the final hidden states "
-                       "pooled, e.g. Qwen3-Embedding, e5-mistral), generate completions and chat; auto pools for a "
-                       "base model saved without an output head (Qwen3Model, MistralModel, ...) (default: %(default)s)")
+                       "pooled, e.g. Qwen3-Embedding, e5-mistral) and scores (/v1/score, /rerank; /classify for a "
+                       "*ForSequenceClassification model), generate completions and chat; auto pools for a model "
+                       "saved without an output head (Qwen3Model, Qwen2ForSequenceClassification, ...) "
+                       "(default: %(default)s)")
     serve.add_argument("--pooler-config", default=None, metavar="JSON",
                        help='with --runner pooling, as vLLM\'s: {"pooling_type": "LAST"|"MEAN"|"CLS", "normalize": '
                        "true|false}; fields left out take the model's sentence-transformers settings, else LAST "
@@ -324,8 +326,9 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
     register(llm, lora_modules(args))
     if not args.skip_warmup:
         starting.phase("compiling programs", "once per machine with the compile cache")
-        if llm.runner_type == "pooling":  # the embedding passes of the model's pooling type, not the engine's steps
-            count = llm.engine.runner.warm_up_embeddings(llm.pooler.pooling, on_program=starting.compiled)
+        if llm.runner_type == "pooling":  # the pooled passes of the model's pooling type (and head), not the steps
+            head = None if llm.classifier is None else llm.classifier.weight
+            count = llm.engine.runner.warm_up_embeddings(llm.pooler.pooling, starting.compiled, head)
         else:
             count = llm.engine.warmup(on_program=starting.compiled)
         stored = int(llm.engine.runner.warmup_seconds.get("stored", 0))
