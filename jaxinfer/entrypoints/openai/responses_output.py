@@ -1,9 +1,10 @@
 """The Response object of POST /v1/responses, and its output items, from a chat reply.
 
 A finished reply (chat_messages.assistant_message: content, reasoning, tool_calls) becomes OpenAI's
-output items in the order the model writes them: a `reasoning` item (its text as reasoning_text content;
-no summary is written), a `message` with one `output_text` part, then a `function_call` item per call.
-There is a message when the reply has text, or when nothing else came out. A reply cut by
+output items: a `reasoning` item (its text as reasoning_text content; no summary is written), a `message`
+with one `output_text` part, then a `function_call` item per call. There is a message when the reply has
+text, or when nothing else came out. (A stream sends items as they are written, so a harmony reply that
+goes back to reasoning after a call has more items there.) A reply cut by
 max_output_tokens is status "incomplete" with incomplete_details; the conversation it continues is
 kept as chat messages (`conversation`), for a later request's previous_response_id.
 """
