@@ -190,6 +190,10 @@ ARCH_CONFIGS.update({
         transformers.NemotronConfig,
         dict(head_dim=32, norm_eps=1e-5, partial_rotary_factor=0.5, pad_token_id=0),
     ),
+    "starcoder2": (  # LayerNorms with biases; q/k/v/o and c_fc/c_proj biased (use_bias, the default); a 16-token window
+        transformers.Starcoder2Config,
+        dict(sliding_window=16, norm_epsilon=1e-5, tie_word_embeddings=False),
+    ),
 })
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
@@ -247,6 +251,7 @@ MODEL_CLASSES = {
     transformers.OlmoeConfig: transformers.OlmoeForCausalLM,
     transformers.CohereConfig: transformers.CohereForCausalLM,
     transformers.NemotronConfig: transformers.NemotronForCausalLM,
+    transformers.Starcoder2Config: transformers.Starcoder2ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }

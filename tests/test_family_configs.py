@@ -606,3 +606,39 @@ def test_nemotron_fields_a_config_leaves_out_read_as_transformers_reads_them(fie
 def test_nemotron_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**NEMOTRON, **fields, "architectures": ["NemotronForCausalLM"]})
+
+
+STARCODER2 = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=2, num_attention_heads=4)
+STARCODER2_FIELDS = [
+    {},  # transformers' defaults: 2 KV heads, every projection biased, gelu-tanh, norm_epsilon 1e-5, no window, tied
+    dict(use_bias=False, num_key_value_heads=4, sliding_window=32, norm_epsilon=1e-6, hidden_act="gelu",
+         tie_word_embeddings=False, rope_theta=1e6),
+]
+
+
+@pytest.mark.parametrize("fields", STARCODER2_FIELDS)
+def test_starcoder2_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    """Biased LayerNorms, use_bias on every projection, the window and the tied head as Starcoder2Config reads them."""
+    cfg = from_hf_config({**STARCODER2, **fields, "architectures": ["Starcoder2ForCausalLM"]})
+    hf = transformers.Starcoder2Config(**STARCODER2, **fields)
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type) == (hf.rope_parameters["rope_theta"], "default")
+    assert cfg.layer_windows == (hf.sliding_window or 0,) * 2
+    assert (cfg.layer_norm, cfg.norm_bias, cfg.norm_weight_offset) == (True, True, 0.0)
+    assert (cfg.rms_norm_eps, cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias) == (hf.norm_epsilon, *(hf.use_bias,) * 3)
+    assert (cfg.num_kv_heads, cfg.head_dim) == (hf.num_key_value_heads, hf.hidden_size // hf.num_attention_heads)
+    assert cfg.activation == ("gelu_tanh" if hf.hidden_act == "gelu_pytorch_tanh" else hf.hidden_act)
+    assert (cfg.max_position_embeddings, cfg.tie_word_embeddings) == (hf.max_position_embeddings, hf.tie_word_embeddings)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(hidden_act="relu"), "activation 'relu' is not supported"),
+        (dict(layer_types=["full_attention"] * 2, sliding_window=4), "not supported for Starcoder2ForCausalLM"),
+        (dict(rope_scaling=dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0])), "'longrope' is read"),
+    ],
+)
+def test_starcoder2_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**STARCODER2, **fields, "architectures": ["Starcoder2ForCausalLM"]})
