@@ -64,7 +64,8 @@ def output_items(message: dict, finish_reason: str | None) -> list[dict]:
 
 
 def usage(input_tokens: int, output_tokens: int, reasoning_tokens: int) -> dict:
-    """Token counts; reasoning_tokens counts the reasoning text's tokens (its markers are not counted)."""
+    """Token counts; reasoning_tokens counts the reasoning text's tokens (its markers are not counted);
+    cached_tokens is 0: the engine reports no per-request prefix-cache hits (chat's usage has none either)."""
     return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
             "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": input_tokens + output_tokens}
