@@ -111,15 +111,17 @@ def test_tool_calls_come_from_the_content_alone():
                        "reasoning": f"still thinking {CALL}"} and reason == "length"
 
 
-def test_streamed_tool_calls_send_the_reasoning_first_and_the_calls_at_the_end():
+def test_streamed_tool_calls_send_the_reasoning_first_and_the_calls_as_they_are_written():
     plan = ReplyPlan(start_split(DEEPSEEK), plan_tools(TOOLS, "auto", None))
     stream = ChoiceStream(plan)
     text = f"I need the time</think>{CALL}"
     deltas = [stream.delta(text[i:i + 5], None) for i in range(0, len(text), 5)] + [stream.delta("", "stop")]
     reasoning = "".join(d["reasoning_content"] for d, _ in deltas if d and "reasoning_content" in d)
-    last, reason = deltas[-1]
-    assert reasoning == "I need the time" and reason == "tool_calls" and last["tool_calls"][0]["type"] == "function"
-    assert all(d is None or "content" not in d for d, _ in deltas[:-1])
+    pieces = [piece for d, _ in deltas if d for piece in d.get("tool_calls", ())]
+    assert reasoning == "I need the time" and deltas[-1] == ({}, "tool_calls")  # the call all sent before the end
+    assert pieces[0]["type"] == "function" and pieces[0]["function"]["name"] == "get_time"
+    assert "".join(piece["function"]["arguments"] for piece in pieces) == "{}"
+    assert all(d is None or "content" not in d for d, _ in deltas)
 
 
 def test_without_a_parser_the_message_and_deltas_are_as_before():

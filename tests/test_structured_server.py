@@ -62,6 +62,8 @@ def test_tool_choice_required_returns_parsed_tool_calls(client):
         (call,) = choice.message.tool_calls
         schema = {"get_weather": WEATHER, "get_time": TIME}[call.function.name]
         jsonschema.validate(json.loads(call.function.arguments), schema)
+    assert streamed_calls(client, tool_choice="required", parallel_tool_calls=False, temperature=1.0, seed=2) == [
+        (call.function.name, call.function.arguments)]  # the last seed's call, streamed as it is written
 
 
 def test_named_tool_choice_calls_that_function(client):
@@ -70,10 +72,22 @@ def test_named_tool_choice_calls_that_function(client):
     (call,) = response.choices[0].message.tool_calls
     assert call.function.name == "get_weather" and call.id.startswith("call_")
     jsonschema.validate(json.loads(call.function.arguments), WEATHER)
-    stream = chat(client, tools=TOOLS, tool_choice=named, temperature=0, stream=True)
-    chunks = [c for c in stream if c.choices]
-    streamed = [c.choices[0].delta.tool_calls for c in chunks if c.choices[0].delta.tool_calls]
-    assert streamed[0][0].function.arguments == call.function.arguments
+    assert streamed_calls(client, tool_choice=named, temperature=0) == [("get_weather", call.function.arguments)]
+
+
+def streamed_calls(client: openai.OpenAI, **fields) -> list[tuple[str, str]]:
+    """The (name, arguments) a stream's calls come to through the `openai` client's stream helper (it reads
+    strict tools only), checking they came as written: the arguments in several pieces, each call's joined."""
+    strict = [{**tool, "function": {**tool["function"], "strict": True}} for tool in TOOLS]
+    with client.chat.completions.stream(model="demo", messages=MESSAGES, max_tokens=60, tools=strict,
+                                        **fields) as stream:
+        events = list(stream)
+        final = stream.get_final_completion().choices[0]
+    pieces = [event for event in events if event.type == "tool_calls.function.arguments.delta"]
+    done = [(event.name, event.arguments) for event in events if event.type == "tool_calls.function.arguments.done"]
+    assert len(pieces) > 1 and final.finish_reason == "tool_calls" and not final.message.content
+    assert [(c.function.name, c.function.arguments) for c in final.message.tool_calls] == done
+    return done
 
 
 def test_json_schema_and_json_object_responses(client):

@@ -1,10 +1,13 @@
 """--tool-call-parser formats (vLLM's names), with no server: each reply parsed whole, and streamed through a
-ChoiceStream split at every point (and a character a delta), must give the same content and calls."""
+ChoiceStream split at every point (and a character a delta), must give the same content and calls; streamed
+a token-sized piece a delta, each call goes out as it is written (its name first, then its arguments in
+pieces), the content around it too, as do tool_choice "required" and a named function's."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -28,7 +31,14 @@ DS_REPLY = ("Sure.\n<｜tool▁calls▁begin｜>" + DS_CALL.format("get_weather"
 
 REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (None: none)
     "hermes": [('Checking.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>',
-                "Checking.", CALLS[1:])],
+                "Checking.", CALLS[1:]),
+               ('<tool_call>{"arguments":{"city":"Z\\u00fcrich \\"old\\"","days":2.50e1,"hours":[]},'
+                '"name":"get_weather"}</tool_call>\n'
+                '<tool_call>[{"name":"get_time", "arguments": {"zone":"Europe/Z\u00fcrich"}}]</tool_call>',
+                None, [("get_weather", {"city": 'Z\u00fcrich "old"', "days": 25.0, "hours": []}),
+                       ("get_time", {"zone": "Europe/Z\u00fcrich"})])],  # compact, escaped, name last: rewritten
+    "llama3_json": [('{"name": "get_weather", "parameters": {"city": "Oslo", "days": 2}}; '
+                     '{"name": "get_time", "parameters": {"zone": "UTC"}}', None, CALLS)],
     "mistral": [
         ('Let me look.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}, '
          '{"name": "get_time", "arguments": {"zone": "UTC"}}]', "Let me look.", CALLS),
@@ -66,15 +76,50 @@ def calls_of(message: dict) -> list[tuple[str, dict]]:
     return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message.get("tool_calls") or []]
 
 
-def streamed(reply_plan: ReplyPlan, deltas: list[str], finish_reason: str = "stop") -> tuple[str, list, str | None]:
-    """(content joined, calls, finish reason) of a stream of these text deltas, as a client joins them."""
-    stream, content, calls, reason = ChoiceStream(reply_plan), "", [], None
+def texts_of(message: dict) -> list[tuple[str, str]]:
+    return [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []]
+
+
+def stream_events(reply_plan: ReplyPlan, deltas: list[str], finish_reason: str = "stop") -> tuple[list, str | None]:
+    """(("content", text) / ("call", index, name, arguments) / ("arguments", index, text) per piece, each with
+    the delta it came in, finish reason) of a stream of these text deltas; checks each piece is as vLLM's:
+    a call's first gives its next index, id, type and name, later ones only arguments."""
+    stream, events, reason, started = ChoiceStream(reply_plan), [], None, 0
     for i, text in enumerate(deltas):
         delta, reason = stream.delta(text, finish_reason if i == len(deltas) - 1 else None)
-        content += (delta or {}).get("content") or ""
-        calls += [(c["index"], c) for c in (delta or {}).get("tool_calls", [])]
-    assert [index for index, _ in calls] == list(range(len(calls)))  # each call once, whole, in order
-    return content, calls_of({"tool_calls": [call for _, call in calls]}), reason
+        if (delta or {}).get("content"):
+            events.append(("content", delta["content"], i))
+        for piece in (delta or {}).get("tool_calls", []):
+            if "id" in piece:
+                assert piece["index"] == started and piece["type"] == "function" and piece["id"].startswith("call_")
+                events.append(("call", piece["index"], piece["function"]["name"], piece["function"]["arguments"], i))
+                started += 1
+            else:
+                assert piece.keys() == {"index", "function"} and piece["function"].keys() == {"arguments"}
+                assert piece["index"] < started and piece["function"]["arguments"]
+                events.append(("arguments", piece["index"], piece["function"]["arguments"], i))
+    return events, reason
+
+
+def joined(events: list) -> tuple[str, list[tuple[str, str]]]:
+    """(content, [(name, arguments text)]) as a client joins the pieces."""
+    calls = [[e[2], e[3]] for e in events if e[0] == "call"]
+    for event in events:
+        if event[0] == "arguments":
+            calls[event[1]][1] += event[2]
+    return "".join(e[1] for e in events if e[0] == "content"), [tuple(call) for call in calls]
+
+
+def streamed(reply_plan: ReplyPlan, deltas: list[str], finish_reason: str = "stop") -> tuple[str, list, str | None]:
+    """(content joined, calls, finish reason) of a stream of these text deltas, as a client joins them."""
+    events, reason = stream_events(reply_plan, deltas, finish_reason)
+    content, calls = joined(events)
+    return content, [(name, json.loads(arguments)) for name, arguments in calls], reason
+
+
+def tokens(text: str) -> list[str]:
+    """The text in token-sized pieces (words, spaces, single marks), as a model's deltas come."""
+    return re.findall(r"\w+|\s+|[^\w\s]", text)
 
 
 @pytest.mark.parametrize("parser, reply, content, calls", CASES)
@@ -84,15 +129,63 @@ def test_each_format_parses_whole_and_streamed_at_every_split(parser, reply, con
     assert all(c["id"].startswith("call_") and c["type"] == "function" for c in message["tool_calls"])
     splits = [[reply[:at], reply[at:]] for at in range(len(reply) + 1)] + [list(reply)]
     for deltas in splits:
-        assert streamed(plan(parser), deltas) == (content or "", calls, "tool_calls"), deltas
+        events, reason = stream_events(plan(parser), deltas)
+        assert (joined(events), reason) == ((content or "", texts_of(message)), "tool_calls"), deltas  # exactly
 
 
-@pytest.mark.parametrize("parser, reply, content, calls", [case for case in CASES if case[2]])
-def test_content_before_the_marker_streams_before_the_reply_ends(parser, reply, content, calls):
-    stream = ChoiceStream(plan(parser))
-    sent = [(stream.delta(char, None)[0] or {}).get("content") or "" for char in reply]
-    head = reply[:reply.index(TOOL_PARSERS[parser].start)].rstrip()
-    assert "".join(sent) == head  # all of it before the last delta, no part of a marker or the space before it
+@pytest.mark.parametrize("parser, reply, content, calls", CASES)
+def test_calls_stream_as_they_are_written(parser, reply, content, calls):
+    start = TOOL_PARSERS[parser].start
+    assert_streams_as_written(plan(parser), reply, reply[:reply.index(start)].rstrip() if start else "")
+
+
+@pytest.mark.parametrize("tool_choice, reply", [
+    ("required", '[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}, '
+                 '{"name": "get_time", "arguments": {"zone": "UTC"}}]'),
+    ({"type": "function", "function": {"name": "get_weather"}}, '{"city": "Oslo", "days": 2}'),
+])
+def test_required_and_named_tool_choice_stream_the_same_way(tool_choice, reply):
+    assert_streams_as_written(ReplyPlan(None, plan_tools(TOOLS, tool_choice, None)), reply, "")
+
+
+def assert_streams_as_written(reply_plan: ReplyPlan, reply: str, head: str) -> None:
+    """Streamed a token (or a character) a delta: joined, the pieces are the message parsed whole, exactly;
+    each call's name goes out first, its arguments over later deltas (unless written before the name), the
+    content before the calls (`head`) before them, and nothing waits for the reply's end."""
+    message = assistant_message(reply_plan, reply, "stop")[0]
+    for pieces in (tokens(reply), list(reply)):  # a character a delta cuts every marker
+        events, reason = stream_events(reply_plan, [*pieces, ""])  # the finish comes alone, after the text
+        assert joined(events) == (message["content"] or "", texts_of(message)) and reason == "tool_calls"
+        assert all(event[-1] < len(pieces) for event in events)  # all sent as it was decided
+        for index, (name, _) in enumerate(texts_of(message)):
+            call = [e for e in events if e[0] in ("call", "arguments") and e[1] == index]
+            assert call[0][:3] == ("call", index, name)
+            assert call[0][-1] < call[-1][-1] or reply.index('"name"') > reply.index('"arguments"')
+        first_call = next(e[-1] for e in events if e[0] == "call")
+        assert "".join(e[1] for e in events if e[0] == "content" and e[-1] < first_call) == head
+
+
+@pytest.mark.parametrize("parser, reply, decided_at", [
+    ("hermes", 'Checking.\n<tool_call>\n{"name": "get_date", "arguments": {}}\n</tool_call>', 'get_date"'),
+    ("glm45", "Sure.<tool_call>get_date\n<arg_key>days</arg_key><arg_value>2</arg_value></tool_call>", "get_d"),
+    ("llama3_json", "The answer is 42.", "The"),
+])
+def test_text_that_is_not_calls_streams_as_content_once_that_is_decided(parser, reply, decided_at):
+    events, reason = stream_events(plan(parser), [*tokens(reply), ""])
+    assert joined(events) == (reply, []) and reason == "stop"
+    decided = len(tokens(reply[:reply.index(decided_at) + len(decided_at)])) - 1  # the delta that tells
+    assert max(e[-1] for e in events if e[-1] <= decided) == decided  # the held text went out there
+    assert "".join(e[1] for e in events if e[-1] <= decided) == "".join(tokens(reply)[:decided + 1])
+
+
+def test_a_reply_that_goes_wrong_after_a_call_went_out_keeps_what_was_sent():
+    wrong = REPLIES["mistral"][0][0].replace("get_time", "get_date")  # its second call is of no tool
+    assert assistant_message(plan("mistral"), wrong, "stop") == ({"role": "assistant", "content": wrong}, "stop")
+    events, reason = stream_events(plan("mistral"), [*tokens(wrong), ""])
+    assert joined(events) == ("Let me look.", [("get_weather", '{"city": "Oslo", "days": 2}')]) and reason == "stop"
+    cut = REPLIES["hermes"][0][0][:-25]  # max_tokens inside the call's arguments
+    events, reason = stream_events(plan("hermes"), [*tokens(cut), ""], "length")
+    assert joined(events) == ("Checking.", [("get_time", '{"zo')]) and reason == "length"  # as written
 
 
 @pytest.mark.parametrize("parser", REPLIES)

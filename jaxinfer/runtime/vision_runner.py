@@ -4,9 +4,9 @@ step's rows for its placeholder tokens.
 The tower runs as its own program (one per tower and image size: every image reaches it at the
 size its model's processor makes) when a request with images is first scheduled; its rows go back
 to the host and stay with the request (`Request.image_rows`: float32, tokens_per_image x D per
-image, 2.4 MB for llava-1.5-7b's 576 x 4096 rows in bf16 terms, 9.4 MB as float32), so chunked
-prefill, recompute after preemption and n > 1 samples never run it again. Recently encoded images
-are kept by content hash too (the same image in another request is not encoded again). A ragged
+image, 9.4 MB for llava-1.5-7b's 576 x 4096), so chunked prefill and recompute after preemption
+never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
+same image in another request, are not encoded again). A ragged
 step of a vision-language model always takes an `EmbedOverride` (so its programs are the same
 with or without images): the rows its placeholder tokens read, or a device-resident empty one.
 """

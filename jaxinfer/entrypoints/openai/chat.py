@@ -1,7 +1,7 @@
 """POST /v1/chat/completions: messages through the chat template, then the completions machinery.
 
 With tools, the chosen tool_choice constrains the output and the finished text is returned as
-`tool_calls` (tool_calls.py); a stream then sends the message whole when it ends. With
+`tool_calls` (tool_calls.py); a stream sends each call as it is written (tool_stream.py). With
 `--reasoning-parser`, the reasoning goes apart from the content (chat_messages.py, reasoning.py); under
 openai_gptoss with tool_choice "auto", GPT-OSS's harmony function calls are the tool_calls, streamed as
 they come.
@@ -184,10 +184,9 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
     """A role chunk per choice, content chunks as tokens arrive, an optional usage chunk, then [DONE];
     a generation that raises (a timeout, a shutdown) ends with an error event instead of the usage.
 
-    With a reasoning parser, reasoning chunks come before the content's. With tools to call, each
-    choice's content is held until it ends and sent as one message chunk (tool_calls, or content when
-    it called none): calls are only known once the text is whole. Harmony calls are not in the content,
-    so nothing is held: their pieces come as they are written.
+    With a reasoning parser, reasoning chunks come before the content's. With tools to call, each call
+    goes out as it is written, its name first and then its arguments in pieces, the content around it as
+    it comes (tool_stream.py); harmony calls' pieces likewise.
     """
     generated, replies = 0, [ChoiceStream(plan) for _ in range(body.n)]
     for index in range(body.n):

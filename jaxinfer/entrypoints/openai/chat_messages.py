@@ -1,7 +1,7 @@
 """A chat choice's text as its assistant message, whole or streamed: reasoning apart (with
 `--reasoning-parser`, reasoning.py) and tool calls parsed from the content part alone (tool_calls.py);
 under openai_gptoss with tool_choice "auto", the calls are the reply's harmony function calls instead. A stream
-whose `--tool-call-parser` has a start marker sends the content up to it as it comes (tool_parsers/stream.py)."""
+sends the calls as they are written and the content around them as it comes (tool_stream.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from jaxinfer.entrypoints.openai.tool_calls import (
     ToolPlan,
     harmony_tool_calls,
     made_calls,
-    tool_call,
     tool_call_deltas,
     tool_message,
 )
-from jaxinfer.entrypoints.openai.tool_parsers.stream import ToolStream, tool_stream_delta
+from jaxinfer.entrypoints.openai.tool_stream import ToolCallStream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,14 +32,9 @@ class ReplyPlan:
         return isinstance(self.reasoning, HarmonyState) and self.tools is not None and self.tools.mode == "auto"
 
     @property
-    def holds_content(self) -> bool:
-        """A stream holds the content until the choice ends: tool calls are only known once it is whole."""
+    def reads_calls(self) -> bool:
+        """A stream reads the content for tool calls as it comes (tool_stream.py)."""
         return self.tools is not None and self.tools.mode != "none" and not self.harmony_calls
-
-    @property
-    def streams_content(self) -> bool:
-        """A stream sends the content before the parser's start marker as it comes ("auto" with a marked format)."""
-        return self.holds_content and self.tools.mode == "auto" and self.tools.parser.start is not None
 
 
 def reasoning_fields(reasoning: str | None) -> dict:
@@ -76,14 +70,14 @@ def _with_calls(message: dict, calls: list[HarmonyCall], finish_reason: str | No
 
 
 class ChoiceStream:
-    """One streamed choice: its text deltas as message deltas, the reasoning sent as it comes, the content
-    too unless tool calls may be in it."""
+    """One streamed choice: its text deltas as message deltas, the reasoning and content sent as they come,
+    tool calls as they are written."""
 
     def __init__(self, plan: ReplyPlan):
         self.plan = plan
         self.split = plan.reasoning
-        self.held = ""  # content held for the tool-call parser
-        self.calls = ToolStream()  # the content's progress through a marked tool-call format
+        self.text = ""  # the content so far: the last chunk compares the stream with it parsed whole
+        self.calls = ToolCallStream(plan.tools) if plan.reads_calls else None
 
     def delta(self, text: str, finish_reason: str | None) -> tuple[dict | None, str | None]:
         """(the chunk's delta, its finish reason) for a text delta; a None delta: nothing to send yet."""
@@ -95,32 +89,23 @@ class ChoiceStream:
         delta = reasoning_fields(reasoning) if reasoning else {}
         if self.plan.harmony_calls:
             return self._harmony_delta(before, {**delta, **({"content": content} if content else {})}, finish_reason)
-        if not self.plan.holds_content:
+        if self.calls is None:
             return ({**delta, "content": content} if content or self.split is None else delta), finish_reason
-        if self.plan.streams_content:
-            return self._marked_delta(delta, content, finish_reason)
-        self.held += content
+        self.text += content
         if finish_reason is None:
-            return delta or None, None
-        whole = self.held if self.split is None else final_content(self.split, self.held)
-        message, finish_reason = _content_message(self.plan.tools, whole, finish_reason)
-        return {**delta, **{k: v for k, v in message.items() if k != "role"}}, finish_reason
-
-    def _marked_delta(self, delta: dict, content: str, finish_reason: str | None) -> tuple[dict | None, str | None]:
-        """The delta with the content before the start marker, and the calls when the choice ends ("tool_calls")."""
-        tools = self.plan.tools
-        self.calls, content, calls = tool_stream_delta(self.calls, tools.parser, tools.parameters, content,
-                                                       finish_reason)
-        delta = {**delta, "content": content} if content else delta
-        if calls:
-            pieces = [{"index": index, **tool_call(name, arguments)} for index, (name, arguments) in enumerate(calls)]
-            return {**delta, "tool_calls": pieces}, "tool_calls"
+            content, calls = self.calls.delta(content)
+        else:
+            whole = self.text if self.split is None else final_content(self.split, self.text)
+            message, finish_reason = _content_message(self.plan.tools, whole, finish_reason)
+            content, calls = self.calls.finish(message)
+        delta = {**delta, **({"content": content} if content else {}), **({"tool_calls": calls} if calls else {})}
         return (delta or None) if finish_reason is None else delta, finish_reason
 
     def _harmony_delta(self, before: HarmonyState, delta: dict, finish_reason: str | None) -> tuple[dict, str | None]:
         """The delta with the harmony calls' new pieces, sent as they come (vLLM's); the finish reason is
         "tool_calls" when the reply made any (a call cut off by max_tokens was streamed but is not made)."""
-        calls = tool_call_deltas(before.calls, self.split.calls)
+        calls = tool_call_deltas([(c.name, c.arguments) for c in before.calls],
+                                 [(c.name, c.arguments) for c in self.split.calls])
         delta = {**delta, "tool_calls": calls} if calls else delta
         made = finish_reason is not None and made_calls(self.split.calls, finish_reason)
         return delta, "tool_calls" if made else finish_reason

@@ -107,6 +107,11 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                        help='with --runner pooling, as vLLM\'s: {"pooling_type": "LAST"|"MEAN"|"CLS", "normalize": '
                        "true|false}; fields left out take the model's sentence-transformers settings, else LAST "
                        "and normalized")
+    serve.add_argument("--limit-mm-per-prompt", default=None, metavar="JSON",
+                       help='as vLLM\'s: {"image": N}, the most images one chat request may carry (default 999)')
+    serve.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
+                       help="as vLLM's: the directory file:// image URLs may read from (default: none; data: and "
+                       "http(s) URLs are always read)")
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--load-session", action="append", default=[], metavar="DIR",
                        help="restore a session saved by LLM.save_session into the prefix cache before serving: "
@@ -196,6 +201,19 @@ def pooler_config(text: str | None) -> dict | None:
     return value
 
 
+def limit_mm_per_prompt(text: str | None) -> dict | None:
+    """--limit-mm-per-prompt's JSON object (its values are checked by LLM)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--limit-mm-per-prompt must be a JSON object, got {text!r} ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--limit-mm-per-prompt must be a JSON object such as '{{\"image\": 2}}', got {text!r}")
+    return value
+
+
 def _check(args: argparse.Namespace) -> None:
     validation.integer(args.port, "--port", 0, 65535)
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
@@ -225,6 +243,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--load-session restores into the prefix cache, which --no-prefix-caching turns off")
     shadow_settings(args)  # every --shadow-* value, before the port is bound
     pooler_config(args.pooler_config)
+    limit_mm_per_prompt(args.limit_mm_per_prompt)
     check_served_name(lora_modules(args), args.served_model_name)  # a directory's name: checked again once loaded
     runtime_lora_updating(args)
 
@@ -321,6 +340,8 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         gpu_memory_utilization=args.gpu_memory_utilization, batch_invariant=args.batch_invariant,
         enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
         runner=args.runner, pooler_config=pooler_config(args.pooler_config),
+        limit_mm_per_prompt=limit_mm_per_prompt(args.limit_mm_per_prompt),
+        allowed_local_media_path=args.allowed_local_media_path,
     )
     llm = LLM(**kwargs)
     register(llm, lora_modules(args))

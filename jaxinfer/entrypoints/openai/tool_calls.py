@@ -23,7 +23,7 @@ from jaxinfer.config.structured_outputs import StructuredOutputsParams
 from jaxinfer.entrypoints.openai.errors import APIError
 from jaxinfer.entrypoints.openai.harmony import HarmonyCall
 from jaxinfer.entrypoints.openai.tool_parsers import AUTO, ToolParser, parse_calls
-from jaxinfer.entrypoints.openai.tool_parsers.json_calls import json_calls
+from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall, json_calls
 
 CHOICES = ("none", "auto", "required")
 
@@ -133,13 +133,14 @@ def harmony_tool_calls(calls: Sequence[HarmonyCall]) -> list[dict]:
     return [tool_call(call.name, call.arguments) for call in calls]
 
 
-def tool_call_deltas(sent: Sequence[HarmonyCall], calls: Sequence[HarmonyCall]) -> list[dict]:
+def tool_call_deltas(sent: Sequence[ParsedCall], calls: Sequence[ParsedCall]) -> list[dict]:
     """A stream's tool_calls deltas from the calls seen before (`sent`) to those seen now, as vLLM streams
-    them: a call's first piece gives its index, id and name, later ones only more of its arguments."""
+    them: a call's first piece gives its index, id and name, later ones only more of its arguments (where
+    they extend what was sent)."""
     deltas = []
-    for index, call in enumerate(calls):
+    for index, (name, arguments) in enumerate(calls):
         if index >= len(sent):
-            deltas.append({"index": index, **tool_call(call.name, call.arguments)})
-        elif len(call.arguments) > len(sent[index].arguments):
-            deltas.append({"index": index, "function": {"arguments": call.arguments[len(sent[index].arguments):]}})
+            deltas.append({"index": index, **tool_call(name, arguments)})
+        elif name == sent[index][0] and arguments.startswith(sent[index][1]) and arguments != sent[index][1]:
+            deltas.append({"index": index, "function": {"arguments": arguments[len(sent[index][1]):]}})
     return deltas

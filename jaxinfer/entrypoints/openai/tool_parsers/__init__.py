@@ -3,7 +3,9 @@
 A parser is a start marker (where the calls begin; None: the whole reply may be calls) and a pure `read`
 of the text from that marker on, giving the calls (name, arguments as JSON text) and the text left over
 that is content; `read` gives None unless the text holds calls of the request's tools only, and then the
-whole reply stays content. `openai` reads nothing here: GPT-OSS's calls are harmony messages (harmony.py).
+whole reply stays content. Its `stream` reads a streaming reply (incremental.py): the content, each call's
+name once written and its arguments as they come, joined the same text `read` gives. `openai` reads
+nothing here: GPT-OSS's calls are harmony messages (harmony.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from jaxinfer.entrypoints.openai.tool_parsers import (
     mistral,
     qwen3_coder,
 )
+from jaxinfer.entrypoints.openai.tool_parsers.incremental import Progress, Reader, Source, Wait, skip_space
 from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
 
 Read = Callable[[str, Mapping[str, dict]], "tuple[list[ParsedCall], str] | None"]
@@ -32,6 +35,7 @@ class ToolParser:
     name: str
     start: str | None
     read: Read | None
+    stream: Reader | None = None
     keeps_special: bool = False
 
 
@@ -44,15 +48,23 @@ def _read_auto(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], 
     return None if found is None else (found[0], text[:at] + found[1])
 
 
-AUTO = ToolParser("auto", None, _read_auto)
+def _stream_auto(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
+    """Llama-3 JSON calls where the reply opens with a JSON value, else Hermes blocks."""
+    at = src.at
+    first = yield from skip_space(src)
+    src.at = at  # the space is content where the reply is not JSON calls
+    yield from (llama3_json.stream if first in ("[", "{") else hermes.stream)(src, out, tools)
+
+
+AUTO = ToolParser("auto", None, _read_auto, _stream_auto)
 TOOL_PARSERS = {
-    "hermes": ToolParser("hermes", hermes.START, hermes.read),
-    "llama3_json": ToolParser("llama3_json", None, llama3_json.read),
-    "mistral": ToolParser("mistral", mistral.START, mistral.read, keeps_special=True),
-    "deepseek_v3": ToolParser("deepseek_v3", deepseek_v3.START, deepseek_v3.read),
-    "glm45": ToolParser("glm45", glm45.START, glm45.read),
-    "qwen3_coder": ToolParser("qwen3_coder", qwen3_coder.START, qwen3_coder.read),
-    "granite": ToolParser("granite", granite.START, granite.read, keeps_special=True),
+    "hermes": ToolParser("hermes", hermes.START, hermes.read, hermes.stream),
+    "llama3_json": ToolParser("llama3_json", None, llama3_json.read, llama3_json.stream),
+    "mistral": ToolParser("mistral", mistral.START, mistral.read, mistral.stream, keeps_special=True),
+    "deepseek_v3": ToolParser("deepseek_v3", deepseek_v3.START, deepseek_v3.read, deepseek_v3.stream),
+    "glm45": ToolParser("glm45", glm45.START, glm45.read, glm45.stream),
+    "qwen3_coder": ToolParser("qwen3_coder", qwen3_coder.START, qwen3_coder.read, qwen3_coder.stream),
+    "granite": ToolParser("granite", granite.START, granite.read, granite.stream, keeps_special=True),
     "openai": ToolParser("openai", None, None),
 }
 

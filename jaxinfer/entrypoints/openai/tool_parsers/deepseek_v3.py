@@ -7,9 +7,24 @@ import json
 import re
 from typing import Mapping
 
+from jaxinfer.entrypoints.openai.tool_parsers import json_stream
+from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
+    JSON_SPACE,
+    Malformed,
+    Progress,
+    Source,
+    Wait,
+    content_rest,
+    content_until,
+    expect,
+    name_check,
+    skip_space,
+    until,
+)
 from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
 
 START, END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+CALL_BEGIN, SEP, FENCE, CALL_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "\n```json\n", "<｜tool▁call▁end｜>"
 CALL = re.compile(r"\s*<｜tool▁call▁begin｜>[^<]*<｜tool▁sep｜>(.*?)\n```json\n(.*?)\n```\s*<｜tool▁call▁end｜>", re.S)
 
 
@@ -29,3 +44,29 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
         calls.append((name, json.dumps(arguments)))
         at = found.end()
     return (calls, after) if calls and not span[at:].strip() else None
+
+
+def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
+    """Content up to the marker, each call's name at its fence and then its arguments (incremental.py), and
+    the text after the end marker as content."""
+    yield from content_until(src, out, START)
+    while (yield from skip_space(src)) and not (yield from expect(src, END)):
+        if not (yield from expect(src, CALL_BEGIN)):
+            raise Malformed(f"{START} must be followed by calls")
+        yield from until(src, (SEP,), _no_tag)
+        name, _ = yield from until(src, (FENCE,), name_check(tools))
+        call = out.call(name.strip(), tools)
+        if (yield from skip_space(src, JSON_SPACE)) != "{":
+            raise Malformed("a call's arguments must be a JSON object")
+        yield from json_stream.value(src, call.write)
+        yield from skip_space(src)
+        fenced = (yield from expect(src, "```")) and (yield from skip_space(src))
+        if not (fenced and (yield from expect(src, CALL_END))):
+            raise Malformed("text after a call's arguments")
+    yield from content_rest(src, out)
+
+
+def _no_tag(text: str) -> None:
+    """The call's type (`function`) holds no tag."""
+    if "<" in text:
+        raise Malformed("a tag before the call's name")

@@ -6,10 +6,22 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
+    Malformed,
+    Progress,
+    Source,
+    Wait,
+    content_until,
+    expect,
+    name_check,
+    skip_space,
+    until,
+)
 from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
-from jaxinfer.entrypoints.openai.tool_parsers.values import arguments_json
+from jaxinfer.entrypoints.openai.tool_parsers.values import argument_piece, arguments_end, arguments_json, typed_value
 
-START = "<tool_call>"
+START, END = "<tool_call>", "</tool_call>"
+KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
 BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
 
@@ -26,3 +38,26 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
         calls.append((name, arguments_json(name, PAIR.findall(pairs), tools)))
     rest = BLOCK.sub("", text)
     return (calls, rest) if calls and START not in rest else None  # a block left open: not a call
+
+
+def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
+    """Content up to each block, the call's name at its first tag, then each argument as its value closes
+    (typed then: a value's type is only known whole) (incremental.py)."""
+    while True:
+        yield from content_until(src, out, START)
+        name, marker = yield from until(src, (KEY, END), name_check(tools))
+        call = out.call(name.strip(), tools)
+        properties, count = tools[call.name].get("properties") or {}, 0
+        while marker == KEY:
+            key, _ = yield from until(src, (KEY_END,))
+            yield from skip_space(src)
+            if not (yield from expect(src, VALUE)):
+                raise Malformed(f"{KEY_END} must be followed by {VALUE}")
+            value, _ = yield from until(src, (VALUE_END,))
+            call.write(argument_piece(count, key, typed_value(value, properties.get(key))))
+            count += 1
+            yield from skip_space(src)
+            marker = KEY if (yield from expect(src, KEY)) else END if (yield from expect(src, END)) else ""
+        if marker != END:
+            raise Malformed(f"a {START} block holds more than arguments")
+        call.write(arguments_end(count))

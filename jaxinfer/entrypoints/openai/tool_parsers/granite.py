@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall, json_calls
+from jaxinfer.entrypoints.openai.tool_parsers.incremental import Malformed, Progress, Source, Wait, content_until
+from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall, json_calls, stream_json_calls
 
 START = "<|tool_call|>"
 
@@ -13,3 +14,10 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
     """The calls after the marker (all the rest is calls); None unless they are calls of known tools."""
     calls = json_calls(text[len(START):], tools)
     return None if calls is None else (calls, "")
+
+
+def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
+    """Content up to the marker, then the calls as they stream (incremental.py); nothing may follow them."""
+    yield from content_until(src, out, START)
+    yield from stream_json_calls(src, out, tools)
+    raise Malformed("text after the calls")

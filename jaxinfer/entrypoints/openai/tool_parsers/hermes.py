@@ -5,9 +5,17 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall, json_calls
+from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
+    Malformed,
+    Progress,
+    Source,
+    Wait,
+    content_until,
+    expect,
+)
+from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall, json_calls, stream_json_calls
 
-START = "<tool_call>"
+START, END = "<tool_call>", "</tool_call>"
 BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
 
@@ -22,3 +30,12 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
         calls += found
     rest = BLOCK.sub("", text)
     return (calls, rest) if calls and START not in rest else None  # a block left open: not a call
+
+
+def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
+    """Content up to each block, the block's calls as they stream (incremental.py)."""
+    while True:
+        yield from content_until(src, out, START)
+        yield from stream_json_calls(src, out, tools)
+        if not (yield from expect(src, END)):
+            raise Malformed(f"a {START} block holds more than calls")

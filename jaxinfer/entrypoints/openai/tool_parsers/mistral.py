@@ -6,7 +6,20 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
-from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall, json_calls
+from jaxinfer.entrypoints.openai.tool_parsers import json_stream
+from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
+    JSON_SPACE,
+    Malformed,
+    Progress,
+    Source,
+    Wait,
+    content_until,
+    expect,
+    name_check,
+    skip_space,
+    until,
+)
+from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall, json_calls, stream_json_calls
 
 START, ARGS = "[TOOL_CALLS]", "[ARGS]"
 
@@ -31,3 +44,21 @@ def _named_call(piece: str, tools: Mapping[str, dict]) -> ParsedCall | None:
     except json.JSONDecodeError:
         return None
     return (name.strip(), json.dumps(value)) if isinstance(value, dict) else None
+
+
+def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
+    """Content up to the marker, then the calls as they stream (incremental.py): a JSON list's, or each v11
+    call's name at its `[ARGS]` and then its arguments."""
+    yield from content_until(src, out, START)
+    if (yield from skip_space(src)) in ("[", "{"):
+        yield from stream_json_calls(src, out, tools)
+        raise Malformed("text after the calls")
+    while True:
+        name, _ = yield from until(src, (ARGS,), name_check(tools))
+        call = out.call(name.strip(), tools)
+        if (yield from skip_space(src, JSON_SPACE)) != "{":
+            raise Malformed(f"{ARGS} must be followed by a JSON object")
+        yield from json_stream.value(src, call.write)
+        yield from skip_space(src, JSON_SPACE)
+        if not (yield from expect(src, START)):
+            raise Malformed("text after a call")

@@ -4,12 +4,24 @@ the values are text (one newline each side is the format's), typed by the tool's
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Callable, Mapping
 
+from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
+    Malformed,
+    Progress,
+    Source,
+    Wait,
+    content_until,
+    expect,
+    name_check,
+    skip_space,
+    until,
+)
 from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
-from jaxinfer.entrypoints.openai.tool_parsers.values import arguments_json
+from jaxinfer.entrypoints.openai.tool_parsers.values import argument_piece, arguments_end, arguments_json, typed_value
 
-START = "<tool_call>"
+START, END, FUNCTION, FUNCTION_END = "<tool_call>", "</tool_call>", "<function=", "</function>"
+PARAMETER_START, PARAMETER_END = "<parameter=", "</parameter>"
 BLOCK = re.compile(r"<tool_call>\s*<function=([^>\n]*)>(.*?)</function>\s*</tool_call>", re.S)
 PARAMETER = re.compile(r"<parameter=([^>\n]*)>(.*?)</parameter>", re.S)
 
@@ -31,3 +43,34 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
 def _value(text: str) -> str:
     """A parameter's text without the newline the format writes on each side."""
     return text.removeprefix("\n").removesuffix("\n")
+
+
+def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
+    """Content up to each block, the call's name at its `>`, then each parameter as it closes (typed then: a
+    value's type is only known whole) (incremental.py)."""
+    while True:
+        yield from content_until(src, out, START)
+        yield from skip_space(src)
+        if not (yield from expect(src, FUNCTION)):
+            raise Malformed(f"{START} must be followed by {FUNCTION}NAME>")
+        name, _ = yield from until(src, (">",), _one_line(name_check(tools)))
+        call = out.call(name.strip(), tools)
+        properties, count = tools[call.name].get("properties") or {}, 0
+        while (yield from skip_space(src)) and (yield from expect(src, PARAMETER_START)):
+            key, _ = yield from until(src, (">",), _one_line(lambda text: None))
+            value, _ = yield from until(src, (PARAMETER_END,))
+            call.write(argument_piece(count, key.strip(), typed_value(_value(value), properties.get(key.strip()))))
+            count += 1
+        ended = (yield from expect(src, FUNCTION_END)) and (yield from skip_space(src))
+        if not (ended and (yield from expect(src, END))):
+            raise Malformed(f"a {START} block holds more than parameters")
+        call.write(arguments_end(count))
+
+
+def _one_line(check: Callable[[str], None]) -> Callable[[str], None]:
+    """`check`, and Malformed for a newline (a name or key is `[^>\\n]*`)."""
+    def checked(text: str) -> None:
+        if "\n" in text:
+            raise Malformed("a newline in a tag's name")
+        check(text)
+    return checked

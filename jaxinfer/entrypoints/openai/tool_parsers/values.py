@@ -27,6 +27,16 @@ def typed_value(text: str, schema: Mapping | None) -> Any:
     return value if fits else text
 
 
+def argument_piece(count: int, key: str, value: Any) -> str:
+    """What json.dumps writes of the arguments' key and value after `count` others (with the "{" or ", " before)."""
+    return ("{" if count == 0 else ", ") + json.dumps(key) + ": " + json.dumps(value)
+
+
+def arguments_end(count: int) -> str:
+    """What json.dumps writes after the arguments' last of `count` keys."""
+    return "}" if count else "{}"
+
+
 def arguments_json(name: str, pairs: list[tuple[str, str]], tools: Mapping[str, dict]) -> str:
     """The call's arguments as JSON text, each value typed by its parameter's schema."""
     properties = tools[name].get("properties") or {}
