@@ -17,12 +17,15 @@ from openai.types.responses import ResponseStreamEvent
 
 from jaxinfer import LLM
 from jaxinfer.entrypoints.openai import ServerConfig
+from jaxinfer.entrypoints.openai.chat_messages import ChoiceStream, ReplyPlan, assistant_message
 from jaxinfer.entrypoints.openai.errors import APIError
 from jaxinfer.entrypoints.openai.protocol import ChatMessage
-from jaxinfer.entrypoints.openai.reasoning import reasoning_parser
+from jaxinfer.entrypoints.openai.reasoning import reasoning_parser, start_split
 from jaxinfer.entrypoints.openai.responses_output import output_items, usage
+from jaxinfer.entrypoints.openai.responses_protocol import chat_tools
 from jaxinfer.entrypoints.openai.responses_store import ResponseStore, StoredResponse
 from jaxinfer.entrypoints.openai.responses_stream import ResponseEvents
+from jaxinfer.entrypoints.openai.tool_calls import plan_tools
 
 # Renders an assistant's tool calls (a function_call input item must reach the prompt) and reasoning_effort.
 TEMPLATE = ("{% if reasoning_effort is defined %}effort {{ reasoning_effort }}\n{% endif %}"
@@ -154,6 +157,41 @@ def test_reasoning_items_hold_what_the_reasoning_parser_splits_off(served, monke
     assert [i.model_dump(exclude={"id"}) for i in events[-1].response.output] == [item.model_dump(exclude={"id"})]
 
 
+def _replayed(events: list[dict], drop: set[str] = frozenset({"id"})) -> list[dict]:
+    """The output items the openai client's own stream state assembles from `events` (`drop`: keys left out)."""
+    state = ResponseStreamState(input_tools=[], text_format=openai.omit)
+    for event in events:
+        state.handle_event(construct_type(type_=ResponseStreamEvent, value=json.loads(json.dumps(event))))
+    return [item.model_dump(exclude=drop, exclude_none=True) for item in state._completed_response.output]
+
+
+def _without_ids(items: list[dict], drop: set[str] = frozenset({"id"})) -> list[dict]:
+    return [{key: value for key, value in item.items() if key not in drop} for item in items]
+
+
+HEADER = {"id": "resp_1", "object": "response", "created_at": 0, "model": "m", "output": [], "status": "in_progress",
+          "tools": [], "tool_choice": "auto", "parallel_tool_calls": True}
+
+
+def test_a_harmony_reply_is_reasoning_and_a_call_whole_or_streamed():
+    """GPT-OSS's analysis channel is the reasoning item and its commentary to functions.NAME the function_call,
+    through the chat path's harmony split as /v1/responses runs it (the reply's <|call|> is its stop token)."""
+    plan = ReplyPlan(start_split(reasoning_parser("openai_gptoss")), plan_tools(chat_tools([TOOL]), "auto", None))
+    text = ('<|channel|>analysis<|message|>need weather<|end|><|start|>assistant<|channel|>commentary '
+            'to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}')
+    whole = output_items(assistant_message(plan, text, "stop")[0], "stop")
+    assert [item["type"] for item in whole] == ["reasoning", "function_call"]
+    assert whole[0]["content"][0]["text"] == "need weather" and whole[1]["arguments"] == '{"city": "Oslo"}'
+    events, reply = ResponseEvents(dict(HEADER)), ChoiceStream(plan)
+    sent = events.start()
+    for at in range(0, len(text), 7):  # markers cut across deltas
+        last = at + 7 >= len(text)
+        sent += events.delta(reply.delta(text[at:at + 7], "stop" if last else None)[0] or {})
+    sent += events.close("stop")
+    ids = {"id", "call_id"}  # each reply's calls get new ids
+    assert _replayed([*sent, events.complete("stop", usage(3, 9, 2))[0]], ids) == _without_ids(whole, ids)
+
+
 def test_streamed_reasoning_text_and_calls_replay_in_the_clients_stream_state():
     """Events of a reply with reasoning, text and a call (in pieces), read by the openai client's own stream
     state: the Response it assembles has the items a whole reply gets."""
@@ -161,16 +199,11 @@ def test_streamed_reasoning_text_and_calls_replay_in_the_clients_stream_state():
     pieces = [{"reasoning_content": "think "}, {"reasoning_content": "more"}, {"content": "Hi"},
               {"tool_calls": [{"index": 0, **call, "function": {"name": "f", "arguments": '{"a"'}}]},
               {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}]
-    events = ResponseEvents({"id": "resp_1", "object": "response", "created_at": 0, "model": "m", "output": [],
-                             "status": "in_progress", "tools": [], "tool_choice": "auto", "parallel_tool_calls": True})
+    events = ResponseEvents(dict(HEADER))
     sent = [*events.start(), *(event for piece in pieces for event in events.delta(piece)), *events.close("stop")]
     terminal, final = events.complete("stop", usage(3, 5, 2))
-    state = ResponseStreamState(input_tools=[], text_format=openai.omit)
-    for event in [*sent, terminal]:
-        state.handle_event(construct_type(type_=ResponseStreamEvent, value=json.loads(json.dumps(event))))
-    assembled = [item.model_dump(exclude={"id"}, exclude_none=True) for item in state._completed_response.output]
     whole = output_items({"reasoning_content": "think more", "content": "Hi", "tool_calls": [call]}, "stop")
-    assert assembled == [{k: v for k, v in item.items() if k != "id"} for item in whole]
+    assert _replayed([*sent, terminal]) == _without_ids(whole)
     assert [event["sequence_number"] for event in [*sent, terminal]] == list(range(len(sent) + 1))
     assert [item["type"] for item in final["output"]] == ["reasoning", "message", "function_call"]
 
