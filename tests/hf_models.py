@@ -195,6 +195,16 @@ ARCH_CONFIGS.update({
         dict(sliding_window=16, norm_epsilon=1e-5, tie_word_embeddings=False),
     ),
 })
+# Llama 4: layer 0 rotary (Llama 3 scaling, adjacent pairs, q/k L2 norms) attending within chunks of 8 positions, with a
+# dense MLP of 64; layer 1 NoPE over every key, queries scaled up every 4 positions, 2 of 4 experts (inputs scaled by
+# their sigmoid scores) beside a shared expert of 32
+ARCH_CONFIGS["llama4"] = (
+    transformers.Llama4TextConfig,
+    dict(head_dim=32, intermediate_size=32, intermediate_size_mlp=64, num_local_experts=4, num_experts_per_tok=2,
+         interleave_moe_layer_step=2, no_rope_layers=[1, 0], attention_chunk_size=8, floor_scale=4, attn_scale=0.5,
+         rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+                              high_freq_factor=4.0, original_max_position_embeddings=64)),
+)
 # DeepSeek's latent attention: a 32-value latent and 16 rotated dims cached per token; 16 + 16 query/key dims and
 # 24 value dims per head (num_key_value_heads = heads, as transformers' MLA needs). Layer 0 dense.
 MLA = dict(num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=24,
@@ -217,7 +227,7 @@ ARCH_CONFIGS.update({
 })
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
 ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared",
-                 "glm4_moe", "ernie4_5_moe", "deepseek_v3", "olmoe")
+                 "glm4_moe", "ernie4_5_moe", "deepseek_v3", "olmoe", "llama4")
 MODEL_CLASSES = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
@@ -252,6 +262,7 @@ MODEL_CLASSES = {
     transformers.CohereConfig: transformers.CohereForCausalLM,
     transformers.NemotronConfig: transformers.NemotronForCausalLM,
     transformers.Starcoder2Config: transformers.Starcoder2ForCausalLM,
+    transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
 }

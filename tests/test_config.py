@@ -326,3 +326,68 @@ def test_deepseek_v2_group_limited_greedy_reads_its_groups():
 def test_deepseek_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**DEEPSEEK, **fields, "architectures": [arch]})
+
+
+LLAMA4 = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=8, num_attention_heads=8)
+LLAMA4_LAYOUTS = [  # Llama4TextConfig's defaults; nulls read as transformers reads them; Maverick's interleaving
+    {},
+    dict(attention_chunk_size=None, no_rope_layers=None, moe_layers=None, layer_types=None),
+    dict(interleave_moe_layer_step=2, use_qk_norm=False, no_rope_layers=[1, 0, 1, 1, 0, 1, 1, 1], floor_scale=4,
+         attn_temperature_tuning=False, attention_bias=True, rope_theta=5.0, intermediate_size_mlp=12),
+    dict(moe_layers=[1, 5], layer_types=["full_attention"] * 7 + ["chunked_attention"], attention_chunk_size=16,
+         rope_scaling=dict(rope_type="llama3", factor=16.0, low_freq_factor=1.0, high_freq_factor=1.0,
+                           original_max_position_embeddings=64), num_experts_per_tok=2, num_local_experts=4),
+]
+
+
+@pytest.mark.parametrize("conditional", [False, True], ids=["causal", "conditional"])
+@pytest.mark.parametrize("fields", LLAMA4_LAYOUTS)
+def test_llama4_fields_a_config_leaves_out_read_as_transformers_reads_them(fields, conditional):
+    """Llama4ForCausalLM's config, or the text_config of Llama4ForConditionalGeneration's (as Meta ships it)."""
+    text = {**LLAMA4, **fields}
+    hf = {"architectures": ["Llama4ForConditionalGeneration"], "text_config": text, "vision_config": {}} \
+        if conditional else {**text, "architectures": ["Llama4ForCausalLM"]}
+    ours, theirs = from_hf_config(hf), transformers.Llama4TextConfig(**text)
+    rope = theirs.rope_parameters
+    assert (ours.num_kv_heads, ours.head_dim, ours.rms_norm_eps, ours.max_position_embeddings) == (
+        theirs.num_key_value_heads, theirs.head_dim, theirs.rms_norm_eps, theirs.max_position_embeddings)
+    assert (ours.bos_token_id, ours.eos_token_ids, ours.tie_word_embeddings, ours.activation) == (
+        theirs.bos_token_id, (theirs.eos_token_id,), theirs.tie_word_embeddings, theirs.hidden_act)
+    assert (ours.rope_theta, ours.rope_scaling.rope_type, ours.rope_interleaved) == (
+        rope["rope_theta"], rope["rope_type"], True)
+    assert ours.nope_layers == tuple(i for i, rotary in enumerate(theirs.no_rope_layers[:8]) if not rotary)
+    assert ours.layer_chunks == tuple(theirs.attention_chunk_size if t == "chunked_attention" else 0
+                                      for t in theirs.layer_types)
+    assert ours.dense_layers == tuple(i for i in range(8) if i not in theirs.moe_layers)
+    assert (ours.num_experts, ours.experts_per_token, ours.moe_intermediate_size) == (
+        theirs.num_local_experts, theirs.num_experts_per_tok, theirs.intermediate_size)
+    assert (ours.shared_expert_intermediate_size, ours.intermediate_size) == (
+        theirs.intermediate_size, theirs.intermediate_size_mlp)
+    assert (ours.qk_l2_norm, ours.qkv_bias, ours.o_bias) == (theirs.use_qk_norm, theirs.attention_bias,
+                                                             theirs.attention_bias)
+    assert (ours.query_scale_beta, ours.query_scale_period) == (
+        theirs.attn_scale if theirs.attn_temperature_tuning else 0.0, theirs.floor_scale)
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(layer_types=["sliding_attention"] * 8), r"layer_types .* must list one of \['chunked_attention'"),
+        (dict(attention_chunk_size=None, layer_types=["chunked_attention"] * 8),
+         "attention_chunk_size None must be a positive number"),
+        (dict(no_rope_layers=[1, 2] * 4), r"no_rope_layers \[1, 2, .* must give 1 \(rotary\) or 0 \(NoPE\)"),
+        (dict(no_rope_layers=[1] * 9), r"no_rope_layers \[1, .* for each of the 8 layers"),
+        (dict(interleave_moe_layer_step=0), "interleave_moe_layer_step 0 must be >= 1"),
+        (dict(moe_layers=[8]), r"moe_layers \[8\] must be layer indices below num_hidden_layers 8"),
+        (dict(floor_scale=0), "floor_scale 0 must be >= 1 with attn_temperature_tuning"),
+        (dict(rope_scaling=dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0])), "'longrope' is read"),
+    ],
+)
+def test_llama4_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**LLAMA4, **fields, "architectures": ["Llama4ForCausalLM"]})
+
+
+def test_llama4_conditional_generation_without_a_text_config_is_refused_by_name():
+    with pytest.raises(ConfigError, match="text_config None is not supported: a Llama4ForConditionalGeneration"):
+        from_hf_config({**LLAMA4, "architectures": ["Llama4ForConditionalGeneration"]})

@@ -16,6 +16,7 @@ import numpy as np
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.registry import family_of
+from jaxinfer.models.text_part import tensor_prefix
 
 Index = tuple[slice, ...]
 Transforms = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], Callable[[Index], Index]]
@@ -153,10 +154,22 @@ def _interleaved(phase: int) -> Callable[[HFLeaf], Transforms]:
     return transforms
 
 
+def _columns(leaf: HFLeaf) -> Transforms:
+    """The last axis from row_offset on, as stored (a slice of it reads its span of the stored one)."""
+
+    def to_hf(w: np.ndarray) -> np.ndarray:
+        raise NotImplementedError("a part of a fused tensor's columns is not written back on its own")
+
+    def hf_index(index: Index) -> Index:
+        return (*index[:-1], _shifted(index[-1], leaf.row_offset))
+
+    return _identity, to_hf, hf_index
+
+
 KINDS: dict[str, Callable[[HFLeaf], Transforms]] = {
     "same": _same, "transpose": _transpose, "in_heads": _in_heads, "out_heads": _out_heads, "bias_heads": _bias_heads,
     "head_rows": _head_rows(False), "head_rows_transposed": _head_rows(True),
-    "even_columns": _interleaved(0), "odd_columns": _interleaved(1),
+    "even_columns": _interleaved(0), "odd_columns": _interleaved(1), "columns": _columns,
 }
 
 
@@ -165,7 +178,8 @@ def _tensor(leaf: HFLeaf) -> HFTensor:
 
 
 def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
-    """jaxinfer leaf path ('layers.wq', 'embed', ...) -> HF tensor; only leaves the config has."""
+    """jaxinfer leaf path ('layers.wq', 'embed', ...) -> HF tensor; only leaves the config has (under the
+    language model's prefix in a vision-language checkpoint run as text: `text_part`)."""
     D, V = cfg.hidden_size, cfg.vocab_size
     out = {f"layers.{name}": _tensor(leaf) for name, leaf in family_of(cfg).hf_leaves(cfg).items()}
     same = (_identity, _identity, lambda index: index)
@@ -176,7 +190,8 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     if not cfg.tie_word_embeddings:
         out["lm_head"] = HFTensor("lm_head.weight", (lambda w: w.T), (lambda w: w.T), (lambda i: i[::-1]), (V, D),
                                   per_layer=False)
-    return out
+    prefix = tensor_prefix(cfg.architecture)
+    return {path: dataclasses.replace(t, name=prefix + t.name) for path, t in out.items()} if prefix else out
 
 
 def stored_names(t: HFTensor, layer: int | None) -> list[str]:

@@ -25,6 +25,7 @@ from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
+from jaxinfer.models.text_part import skipped_tensors
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.quantization import stored_int4
@@ -107,6 +108,7 @@ def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> N
     found = {n for n in index if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)
              and not scaled_weights.is_activation_scale(n)}
     found -= {n for pair in packed.values() for n in pair}
+    found -= skipped_tensors(cfg.architecture, found)  # a vision tower whose language model runs alone
     quant = read_config_json(model_dir).get("quantization_config")
     if (scheme := scale_scheme(quant)) is not None:
         found -= set(scaled_weights.packed_names(index, scheme.suffix).values())  # a weight's scales: read with it

@@ -95,6 +95,7 @@ class ModelConfig:
     mlp_bias: bool = False  # StarCoder2: biases on the ungated MLP's two projections
     qk_norm: bool = False
     qk_norm_whole: bool = False  # the q/k norms span all heads' dims at once (OLMo 2), not one head's
+    qk_l2_norm: bool = False  # Llama 4: rotary layers' q and k RMS-normalised without a weight, after the rotation
     activation: str = "silu"
     norm_weight_offset: float = 0.0  # Gemma and Nemotron store norm weights as (w - 1).
     scale_embeddings: bool = False  # Gemma multiplies embeddings by sqrt(hidden_size).

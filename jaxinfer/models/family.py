@@ -17,7 +17,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.rope import RopeTables
 
 HF_KINDS = ("same", "transpose", "in_heads", "out_heads", "bias_heads", "head_rows", "head_rows_transposed",
-            "even_columns", "odd_columns")
+            "even_columns", "odd_columns", "columns")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +30,10 @@ class HFLeaf:
     "bias_heads" ([heads*K] -> [heads, K]), "head_rows" (Linear [heads*S, D] -> [heads, K, D]: K = head_dim rows
     from row_offset of each head's S = hf_shape[0] / heads; DeepSeek's kv_b_proj holds each head's key rows, then its
     value rows), "head_rows_transposed" (the same as [heads, D, K]), "even_columns" / "odd_columns" (the even or odd
-    entries of the last axis: GPT-OSS interleaves gate and up units in one tensor). row_offset: rows of a fused tensor
-    before this leaf's (Phi-3's qkv_proj and gate_up_proj, Granite-MoE's input_linear, are split at load this way);
+    entries of the last axis: GPT-OSS interleaves gate and up units in one tensor), "columns" (as stored, the last
+    axis from row_offset on: Llama 4's experts hold gate then up columns in one [E, D, 2F] tensor). row_offset: rows
+    of a fused tensor (columns for "columns") before this leaf's (Phi-3's qkv_proj and gate_up_proj, Granite-MoE's
+    input_linear, are split at load this way);
     head_rows: rows of each head before it. experts > 0:
     one stored tensor per expert, stacked on a new leading axis. hf_shape is one stored tensor's.
     """

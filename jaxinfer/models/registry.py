@@ -32,6 +32,7 @@ from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.llama import FAMILY as LLAMA
+from jaxinfer.models.llama4 import FAMILY as LLAMA4
 from jaxinfer.models.llava import ARCHITECTURES as VISION_LANGUAGE
 from jaxinfer.models.llava import text_hf_config
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
@@ -44,10 +45,12 @@ from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 from jaxinfer.models.starcoder2 import FAMILY as STARCODER2
+from jaxinfer.models.text_part import text_config
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
-                                EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2)
+                                EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
+                                LLAMA4)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
@@ -120,6 +123,7 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
         return from_hf_config(text_hf_config(hf))
     arch = causal_architecture(archs[0])
     family = family_for(arch)
+    hf = text_config(hf, arch)  # a vision-language checkpoint whose language model runs alone (Llama 4)
     _check_stored_quantization(hf)
     missing = [key for key in REQUIRED_FIELDS if hf.get(key) is None]
     if missing:

@@ -1,0 +1,60 @@
+"""Vision-language checkpoints whose language model runs alone, text in and text out, as vLLM runs them text-only.
+
+Meta ships Llama 4 as Llama4ForConditionalGeneration: the config nests the text model's under `text_config`,
+and the checkpoint stores it under `language_model.` (`language_model.model.layers.*`, `language_model.lm_head.*`)
+beside the vision tower (`vision_model.*`) and its projector (`multi_modal_projector.*`). The text config is
+read as the model's and the text tensors under their prefix; the vision tensors are skipped at load (one log
+line) and no image can reach the model: its vision tower never runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Iterable, Mapping
+
+from jaxinfer.config.model import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextPart:
+    """Where a vision-language checkpoint keeps its language model, and the prefixes of what is skipped."""
+
+    prefix: str
+    skipped: tuple[str, ...]
+
+
+TEXT_PARTS = {
+    "Llama4ForConditionalGeneration": TextPart("language_model.", ("vision_model.", "multi_modal_projector.")),
+}
+
+
+def text_config(hf: Mapping[str, Any], architecture: str) -> Mapping[str, Any]:
+    """The config the language model is read from: `text_config` for a TEXT_PARTS architecture (with the
+    checkpoint's architecture and quantization), the config itself otherwise."""
+    if architecture not in TEXT_PARTS:
+        return hf
+    text = hf.get("text_config")
+    if not isinstance(text, Mapping):
+        raise ConfigError(f"text_config {text!r} is not supported: a {architecture} config nests its language "
+                          "model's settings there as an object")
+    quantization = hf.get("quantization_config") or text.get("quantization_config")
+    return {**text, "architectures": [architecture], "quantization_config": quantization}
+
+
+def tensor_prefix(architecture: str) -> str:
+    """What the checkpoint puts before the causal LM's tensor names ('' for a text model)."""
+    part = TEXT_PARTS.get(architecture)
+    return part.prefix if part else ""
+
+
+def skipped_tensors(architecture: str, names: Iterable[str]) -> set[str]:
+    """The vision tower's and projector's tensors among `names` (not read), with one log line when there are any."""
+    part = TEXT_PARTS.get(architecture)
+    skipped = {n for n in names if n.startswith(part.skipped)} if part else set()
+    if skipped:
+        logger.info("%s: %d vision tower and projector tensors skipped; the language model runs alone "
+                    "(text in, text out: images are not supported)", architecture, len(skipped))
+    return skipped
