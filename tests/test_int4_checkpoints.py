@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+import transformers
 from hf_models import make_hf_model
 from jax import export
 from safetensors.torch import load_file, save_file
@@ -21,6 +22,7 @@ from jaxinfer import LLM, SamplingParams
 from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.config.model import ConfigError
 from jaxinfer.models.registry import from_hf_config
+from jaxinfer.quantization.quantized_experts import QuantizedExperts, dequantize_experts
 from jaxinfer.quantization.quantized_weight import QuantizedWeight, dequantize, quantized_matmul, tile
 
 DEQUANTIZE = jax.jit(dequantize)  # one program per shape, not one per operation
@@ -171,7 +173,7 @@ def test_packed_checkpoints_run_as_transformers_runs_their_dequantized_weights(c
     """Logits against HF's float model holding the dequantized weights; greedy tokens through the engine equal HF's."""
     path = tmp_path / "model"
     hf = make_hf_model("qwen3")
-    hf.load_state_dict(packed_copy(checkpoint_dir("qwen3"), path, name), strict=False)
+    assert not hf.load_state_dict(packed_copy(checkpoint_dir("qwen3"), path, name), strict=False).unexpected_keys
     with torch.no_grad():
         expected = hf(torch.tensor([PROMPT])).logits[0].numpy()
         hf_tokens = hf.generate(torch.tensor([PROMPT]), max_new_tokens=8, do_sample=False)[0, len(PROMPT):].tolist()
@@ -181,6 +183,28 @@ def test_packed_checkpoints_run_as_transformers_runs_their_dequantized_weights(c
     assert np.max(np.abs(logits - expected)) <= 1e-5 * np.max(np.abs(expected)), name
     greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     assert llm.generate([PROMPT], greedy)[0].outputs[0].token_ids == hf_tokens
+
+
+def test_moe_experts_stay_in_the_checkpoints_4_bits(checkpoint_dir, tmp_path):
+    """GPTQ's per-expert tensors (Qwen3-MoE: experts.{e}.*_proj) load as int4 experts with zero levels equal to
+    the test's dequantization; the router stays float; logits match HF's float model holding those weights."""
+    path = tmp_path / "model"
+    dequantized = packed_copy(checkpoint_dir("qwen3_moe"), path, "gptq v2 asym")
+    _, floats = load_weights(path, jnp.float32, progress=False)
+    expert = dequantized["model.layers.1.mlp.experts.3.down_proj.weight"].numpy()
+    np.testing.assert_array_equal(np.asarray(floats.layers[1].moe_down[3]), expert.T)
+    llm = LLM(path, dtype="float32", max_seq_len=64, cpu_kernels=False)
+    down, gate = llm.weights.layers[1].moe_down, llm.weights.layers[1].moe_gate
+    assert isinstance(down, QuantizedExperts) and down.zeros is not None and down.scales.dtype == jnp.float16
+    np.testing.assert_array_equal(np.asarray(jax.jit(dequantize_experts)(gate)), np.asarray(floats.layers[1].moe_gate))
+    # transformers 5 fuses the experts as it loads, so HF reads the dequantized weights from a checkpoint
+    shutil.copytree(checkpoint_dir("qwen3_moe"), tmp_path / "float")
+    save_file({k: v.contiguous() for k, v in dequantized.items()}, tmp_path / "float" / "model.safetensors",
+              metadata={"format": "pt"})
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "float", dtype=torch.float32)
+    with torch.no_grad():
+        expected = hf(torch.tensor([PROMPT])).logits[0].numpy()
+    assert np.max(np.abs(llm.logits(PROMPT) - expected)) <= 1e-5 * np.max(np.abs(expected))
 
 
 def test_zero_levels_enter_the_product_exactly():

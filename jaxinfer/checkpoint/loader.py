@@ -29,6 +29,7 @@ from jaxinfer.models.text_part import skipped_tensors
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.quantization import stored_int4
+from jaxinfer.quantization.quantized_experts import QuantizedExperts, packed_experts_fit
 from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 log = logging.getLogger(__name__)
@@ -247,6 +248,8 @@ def load_hf_weights(
     np_dtype = jnp.dtype(dtype)
     arrays = {}
     contracts = {f"layers.{i}.{name}": c for i, lw in enumerate(abstract.layers) for name, c in projections(lw).items()}
+    contracts |= {f"layers.{i}.{name}": None for i, lw in enumerate(abstract.layers)  # routed experts
+                  for name in getattr(type(lw), "EXPERTS", ())}
     for path, info in bar:
         t, names = hf_source(path, tensors)
         names = [stored.get(n, n) for n in names]
@@ -260,19 +263,33 @@ def load_hf_weights(
 
 
 def _int4_leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: ArrayInfo, layout: Layout,
-               contract: int) -> QuantizedWeight | None:
-    """A projection stored packed in 4 bits as an int4 leaf of the checkpoint's own levels (`stored_int4`);
-    None where it is not, or its groups are not runs of inputs (GPTQ's act order: read dequantized)."""
-    weight = reader.packed(names[0], t.hf_shape) if len(names) == 1 and not t.experts else None
-    if weight is None or reader.packed_scheme.bits != 4:
+               contract: int | None) -> QuantizedWeight | QuantizedExperts | None:
+    """A projection (contract: its input axes) or routed experts (None: one stored tensor per expert) stored
+    packed in 4 bits as an int4 leaf of the checkpoint's own levels (`stored_int4`); None where they are not,
+    or their groups are not runs of inputs (GPTQ's act order) or would be cut by a tp split: read dequantized."""
+    scheme = reader.packed_scheme
+    if scheme is None or scheme.bits != 4 or (contract is None) != bool(t.experts) or (t.experts and len(names) < 2):
         return None
-    views = {kind: weight.view(kind) for kind in ("codes", "zeros", "scales")}
-    arrays = {kind: _leaf([view], t, info, view.dtype, layout) for kind, view in views.items()}
-    leaf = stored_int4.from_levels(arrays["codes"], arrays["zeros"], arrays["scales"], contract,
-                                   reader.packed_scheme.group)
+    weights = [reader.packed(name, t.hf_shape) for name in names]
+    if any(w is None for w in weights):
+        return None
+    if contract is None and not packed_experts_fit(info.shape, info.axes, layout, scheme.group or info.shape[1]):
+        log.info("%s: 4-bit groups a tp split would cut, so the experts load dequantized", path_of(names))
+        return None
+    arrays = {kind: _leaf([w.view(kind) for w in weights], t, info, weights[0].view(kind).dtype, layout)
+              for kind in ("codes", "zeros", "scales")}
+    if contract is None:
+        leaf = stored_int4.experts_from_levels(arrays["codes"], arrays["zeros"], arrays["scales"], scheme.group)
+    else:
+        leaf = stored_int4.from_levels(arrays["codes"], arrays["zeros"], arrays["scales"], contract, scheme.group)
     if leaf is None:
-        log.info("%s: its 4-bit groups are not runs of inputs (act order), so it loads dequantized", names[0])
+        log.info("%s: its 4-bit groups are not runs of inputs (act order), so it loads dequantized", path_of(names))
     return leaf
+
+
+def path_of(names: list[str]) -> str:
+    """A leaf's stored tensor, or its first expert's, for log lines."""
+    return names[0] if len(names) == 1 else f"{names[0]} (and {len(names) - 1} more experts)"
 
 
 def load_vision_weights(model_dir: str | Path, cfg: LlavaConfig, dtype: Any) -> LlavaWeights:

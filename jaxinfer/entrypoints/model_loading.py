@@ -97,7 +97,7 @@ def load_sharded(
     transform = leaf_quantizer(abstract_weights(cfg), quantization,
                                experts_mode=stored_experts_mode(model_dir, cfg, layout, quantization))
     cfg, weights = load_weights(model_dir, dtype, layout=layout, transform=transform, cfg=cfg,
-                                keep_int4=keeps_stored_int4(model_dir, cfg, quantization))
+                                keep_int4=keeps_stored_int4(model_dir, quantization))
     weights = quantize_weights(weights, quantization)
     if layout.size > 1:
         # Quantized leaves take the shardings of the weights they replace (see quantized_specs).
@@ -127,10 +127,10 @@ def stored_experts_mode(model_dir: Path, cfg: ModelConfig, layout: Layout,
     return "mxfp4"
 
 
-def keeps_stored_int4(model_dir: Path, cfg: ModelConfig, quantization: str | None) -> bool:
-    """Whether an AWQ, GPTQ or compressed-tensors 4-bit checkpoint's projections stay in its own 4-bit levels (as
-    vLLM runs them): where no quantization is asked for. Asked for, they are dequantized as read and quantized
-    again (a second rounding); routed experts and 8-bit weights load dequantized (one log line each)."""
+def keeps_stored_int4(model_dir: Path, quantization: str | None) -> bool:
+    """Whether an AWQ, GPTQ or compressed-tensors 4-bit checkpoint's projections and routed experts stay in its own
+    4-bit levels (as vLLM runs them): where no quantization is asked for. Asked for, they are dequantized as read
+    and quantized again (a second rounding); 8-bit weights load dequantized (one log line each)."""
     scheme = packed_scheme(read_config_json(model_dir).get("quantization_config"))
     if scheme is None or is_converted(model_dir):
         return False
@@ -141,9 +141,6 @@ def keeps_stored_int4(model_dir: Path, cfg: ModelConfig, quantization: str | Non
     if scheme.bits != 4:
         log.info("the checkpoint's %d-bit %s weights load dequantized to the model's dtype", scheme.bits, scheme.method)
         return False
-    if cfg.num_experts:
-        log.info("the checkpoint's 4-bit routed experts load dequantized to the model's dtype (its projections stay "
-                 "4-bit); quantization='int4' stores them in 4 bits, rounded again")
     return True
 
 

@@ -4,7 +4,9 @@ The modes are `quantized_weight`'s, applied to each expert on its own: "int8" an
 float32 scale per expert and output column, "int4" one bf16 scale per expert, output column and
 group of `group` input rows (two values per byte along the input); and "mxfp4" (experts only:
 GPT-OSS's released format, `mxfp4_codes`) E2M1 codes two to a byte with a power-of-two scale per
-32 input rows. The values keep the experts' axis layout ([E, K, N], 4-bit [E, K / 2, N]), so they
+32 input rows. int4 experts read from an AWQ, GPTQ or compressed-tensors checkpoint (`stored_int4`) keep
+its scales' dtype and, where asymmetric, a zero level per expert, group and column (`zeros`).
+The values keep the experts' axis layout ([E, K, N], 4-bit [E, K / 2, N]), so they
 shard like the weights they replace: the experts over ep, the hidden units over tp (4-bit modes
 only where each device holds whole groups).
 
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,7 @@ class QuantizedExperts:
     scales: jax.Array  # int8/fp8 float32 [E, N]; int4 bfloat16 [E, K / group, N]; mxfp4 uint8 exponents [E, K / 32, N]
     mode: str = dataclasses.field(metadata={"static": True})
     group: int = dataclasses.field(default=0, metadata={"static": True})
+    zeros: jax.Array | None = None  # int4 from a checkpoint: None (the symmetric 8) or uint8 [E, K / group, N]
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -98,11 +100,14 @@ def quantize_experts(w: jax.Array, mode: str, group: int, name: str = "experts")
     return QuantizedExperts(values, scales, mode, group)
 
 
-def _int4_matrix(values: jax.Array, scales: jax.Array, group: int) -> jax.Array:
-    """One expert's int4 bytes [K / 2, N] and group scales [K / group, N] as float32 [K, N]."""
+def _int4_matrix(values: jax.Array, scales: jax.Array, zeros: jax.Array | None, group: int) -> jax.Array:
+    """One expert's int4 bytes [K / 2, N], group scales and zero levels [K / group, N] as float32 [K, N]."""
     rows = int4_rows(values).astype(jnp.float32)
     k, n = rows.shape
-    return (rows.reshape(k // group, group, n) * scales[:, None].astype(jnp.float32)).reshape(k, n)
+    levels = rows.reshape(k // group, group, n)
+    if zeros is not None:
+        levels = levels - (zeros.astype(jnp.float32) - 8)[:, None]
+    return (levels * scales[:, None].astype(jnp.float32)).reshape(k, n)
 
 
 def _mxfp4_matrix(values: jax.Array, exponents: jax.Array) -> jax.Array:
@@ -113,15 +118,20 @@ def _mxfp4_matrix(values: jax.Array, exponents: jax.Array) -> jax.Array:
     return (groups * mxfp4_codes.scale_values(exponents)[:, None]).reshape(k, n)
 
 
-def _matrix(q: QuantizedExperts) -> Callable[[jax.Array, jax.Array], jax.Array]:
-    """(one expert's values, its scales) -> its float32 [K, N], for the 4-bit modes."""
-    return _mxfp4_matrix if q.mode == "mxfp4" else functools.partial(_int4_matrix, group=q.group)
+def _matrices(q: QuantizedExperts, experts: jax.Array | None = None) -> jax.Array:
+    """The float32 [.., K, N] of the 4-bit experts `experts` (None: all of them)."""
+    pick = (lambda a: a) if experts is None else (lambda a: a[experts])
+    if q.mode == "mxfp4":
+        return jax.vmap(_mxfp4_matrix)(pick(q.values), pick(q.scales))
+    if q.zeros is None:
+        return jax.vmap(lambda v, s: _int4_matrix(v, s, None, q.group))(pick(q.values), pick(q.scales))
+    return jax.vmap(functools.partial(_int4_matrix, group=q.group))(pick(q.values), pick(q.scales), pick(q.zeros))
 
 
 def dequantize_experts(q: QuantizedExperts, dtype: jnp.dtype = jnp.float32) -> jax.Array:
     """All experts' weights [E, K, N] in `dtype`."""
     if q.mode in PACKED:
-        return jax.vmap(_matrix(q))(q.values, q.scales).astype(dtype)
+        return _matrices(q).astype(dtype)
     return (q.values.astype(jnp.float32) * q.scales[:, None]).astype(dtype)
 
 
@@ -135,23 +145,25 @@ def expert_dot(x: jax.Array, q: QuantizedExperts, e: jax.Array) -> jax.Array:
     loop's float experts are, `weight_ops.widen_experts`: XLA:CPU's bf16 products run far slower)."""
     xw = x.astype(jnp.float32)
     if q.mode == "int4":
-        return _int4_expert_dot(xw, q.values[e], q.scales[e], q.group)
+        return _int4_expert_dot(xw, q.values[e], q.scales[e], q.group, None if q.zeros is None else q.zeros[e])
     if q.mode == "mxfp4":
         return _mxfp4_expert_dot(xw, q.values[e], q.scales[e])
     w = q.values[e].astype(jnp.float32)
     return jnp.dot(xw, w, precision=matmul_precision(xw, w), preferred_element_type=jnp.float32) * q.scales[e]
 
 
-def _int4_expert_dot(x: jax.Array, values: jax.Array, scales: jax.Array, group: int) -> jax.Array:
-    """float32 x [M, K] @ one expert's int4 bytes [K / 2, N] with group scales [K / group, N].
+def _int4_expert_dot(x: jax.Array, values: jax.Array, scales: jax.Array, group: int,
+                     zeros: jax.Array | None = None) -> jax.Array:
+    """float32 x [M, K] @ one expert's int4 bytes [K / 2, N] with group scales (and zero levels) [K / group, N].
 
     The even input rows are the low nibbles, the odd ones the high: two products over x's even and
     odd columns read each byte once, with no interleaving copy of the unpacked rows (a whole-matrix
     unpack, or per-group sums then scaled, ran 3-4x slower in the CPU tile loop).
     """
     row_scales = jnp.repeat(scales.astype(jnp.float32), group // 2, axis=0)  # [K / 2, N]: each byte's scale
-    low = ((values & 15).astype(jnp.float32) - 8) * row_scales
-    high = ((values >> 4).astype(jnp.float32) - 8) * row_scales
+    zero = 8.0 if zeros is None else jnp.repeat(zeros.astype(jnp.float32), group // 2, axis=0)
+    low = ((values & 15).astype(jnp.float32) - zero) * row_scales
+    high = ((values >> 4).astype(jnp.float32) - zero) * row_scales
     dot = functools.partial(jnp.dot, precision=matmul_precision(x), preferred_element_type=jnp.float32)
     return dot(x[:, 0::2], low) + dot(x[:, 1::2], high)
 
@@ -192,7 +204,7 @@ def gathered_expert_dot(x: jax.Array, q: QuantizedExperts, experts: jax.Array) -
     compute = _compute_dtype(x)
     xw = x.astype(compute)
     if q.mode in PACKED:
-        w = jax.vmap(_matrix(q))(q.values[experts], q.scales[experts])
+        w = _matrices(q, experts)
         return jnp.einsum("mk,mkn->mn", xw, w.astype(compute), precision=matmul_precision(xw),
                           preferred_element_type=jnp.float32)
     w = q.values[experts].astype(compute)
@@ -221,7 +233,7 @@ def experts_spec(w: jax.Array | QuantizedExperts, axes: tuple[str | None, ...], 
             f"{name}: {w.mode} groups of {w.group} rows do not split evenly over {layout.axis_size(k_axis)} devices "
             f"({w.shape[1]} input rows); use a smaller quantization group or int8 experts")
     both = PartitionSpec(e_axis, k_axis, n_axis)
-    return dataclasses.replace(w, values=both, scales=both)
+    return dataclasses.replace(w, values=both, scales=both, zeros=None if w.zeros is None else both)
 
 
 def groups_split(rows: int, group: int, parts: int) -> bool:

@@ -4,7 +4,8 @@ The loader reads a packed projection as three arrays in the weight's own layout 
 views): its levels 0..15, and each input's group's zero level and scale repeated along the inputs. Where
 every group is a run of `group` inputs (not GPTQ's act order, whose `g_idx` scatters them) they fold back to
 one zero level and scale per group: the stored nibbles are the levels, the scales keep their stored dtype
-(fp16 into bf16 would round) and zero levels are kept unless all are the symmetric 8. A symmetric weight
+(fp16 into bf16 would round) and zero levels are kept unless all are the symmetric 8. Routed experts [E, K, N]
+fold the same way, each expert on its own, into a `QuantizedExperts`. A symmetric weight
 whose scales are bf16 values (llm-compressor's W4A16 of a bf16 model) lands on the kernels' layout exactly.
 """
 
@@ -16,12 +17,12 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxinfer.quantization.quantized_experts import QuantizedExperts
 from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 SYMMETRIC_ZERO = 8
 
 
-@functools.partial(jax.jit, static_argnames=("k", "group"))
 def _fold(codes: jax.Array, zeros: jax.Array, scales: jax.Array, k: int, group: int) -> tuple[jax.Array, ...]:
     """Packed values [K / 2, N], zero levels and scales [K / group, N], and whether each group's zeros and scales
     were one run, whether every zero level is the symmetric 8 and whether the scales are bf16 values."""
@@ -33,6 +34,16 @@ def _fold(codes: jax.Array, zeros: jax.Array, scales: jax.Array, k: int, group: 
     return pairs[:, 0] | (pairs[:, 1] << 4), z.astype(jnp.uint8), s, runs, jnp.all(z == SYMMETRIC_ZERO), bf16
 
 
+_fold_one = jax.jit(_fold, static_argnames=("k", "group"))
+
+
+@functools.partial(jax.jit, static_argnames=("k", "group"))
+def _fold_experts(codes: jax.Array, zeros: jax.Array, scales: jax.Array, k: int, group: int) -> tuple[jax.Array, ...]:
+    """`_fold` of each expert [E, K, N]; the flags over all of them."""
+    values, z, s, runs, symmetric, bf16 = jax.vmap(functools.partial(_fold, k=k, group=group))(codes, zeros, scales)
+    return values, z, s, jnp.all(runs), jnp.all(symmetric), jnp.all(bf16)
+
+
 def from_levels(codes: jax.Array, zeros: jax.Array, scales: jax.Array, contract: int,
                 group: int) -> QuantizedWeight | None:
     """The int4 weight whose product is (codes - zeros) * scales, each array of the weight's shape with its first
@@ -42,9 +53,23 @@ def from_levels(codes: jax.Array, zeros: jax.Array, scales: jax.Array, contract:
     group = group or k
     if k % group or group % 2:
         return None
-    values, z, s, runs, symmetric, bf16 = _fold(codes, zeros, scales, k, group)
+    values, z, s, runs, symmetric, bf16 = _fold_one(codes, zeros, scales, k=k, group=group)
     if not bool(runs):
         return None
     if bool(symmetric):
         return QuantizedWeight(values, s.astype(jnp.bfloat16) if bool(bf16) else s, shape, contract, "int4", group)
     return QuantizedWeight(values, s, shape, contract, "int4", group, zeros=z)
+
+
+def experts_from_levels(codes: jax.Array, zeros: jax.Array, scales: jax.Array, group: int) -> QuantizedExperts | None:
+    """`from_levels` for routed experts [E, K, N] (each expert's input K): an int4 `QuantizedExperts`."""
+    k = codes.shape[1]
+    group = group or k
+    if k % group or group % 2:
+        return None
+    values, z, s, runs, symmetric, bf16 = _fold_experts(codes, zeros, scales, k=k, group=group)
+    if not bool(runs):
+        return None
+    if bool(symmetric):
+        return QuantizedExperts(values, s.astype(jnp.bfloat16) if bool(bf16) else s, "int4", group)
+    return QuantizedExperts(values, s, "int4", group, zeros=z)
