@@ -23,12 +23,15 @@ from jaxinfer.config.model import ConfigError
 from jaxinfer.models import forward_with_taps, lm_logits
 from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.llava import image_features, read_llava_config
+from jaxinfer.runtime import step_programs
+from jaxinfer.runtime.prompt_logprobs import prompt_buckets
 
 PROMPT = "USER: <image>\nThe quick brown fox ASSISTANT:"
 GREEDY = SamplingParams(max_tokens=6, temperature=0)
 # 16 tokens a step: the prompt's 16 image placeholders (from position 8) are cut across two chunks
 # XLA's attention (not the native CPU kernels): what accelerators compile, and what the lowering test exports.
-KNOBS = dict(dtype="float32", max_seq_len=96, max_num_batched_tokens=16, page_size=8, num_pages=48, max_num_seqs=2,
+# 19 pages of 8 tokens: two image prompts decoding together run out of pages (see the preemption test)
+KNOBS = dict(dtype="float32", max_seq_len=96, max_num_batched_tokens=16, page_size=8, num_pages=20, max_num_seqs=2,
              limit_mm_per_prompt={"image": 2}, cpu_kernels=False)
 
 
@@ -134,6 +137,28 @@ def test_two_images_and_text_prompts_in_one_batch(llm, hf_llava):
         hf = hf_llava.generate(input_ids=torch.tensor([ids]), max_new_tokens=GREEDY.max_tokens, do_sample=False,
                                pixel_values=torch.tensor(np.stack([i.pixels for i in images])))
     assert outs[2].outputs[0].token_ids == hf[0, len(ids):].tolist()
+
+
+def test_preempted_image_requests_recompute_the_same_tokens(llm):
+    """Two image prompts that outgrow the pool together: one is preempted and recomputed from its kept image
+    rows (the tower does not run again), and both give the tokens they give alone."""
+    images = [random_image(7), random_image(8)]
+    params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    alone = [llm.generate(image_prompt(image), params)[0].outputs[0].token_ids for image in images]
+    preempted, encoded = llm.engine.scheduler.num_preemptions, llm.engine.runner.vision.images_encoded
+    llm.reset_prefix_cache()
+    together = llm.generate([image_prompt(image) for image in images], params)
+    assert llm.engine.scheduler.num_preemptions > preempted
+    assert [out.outputs[0].token_ids for out in together] == alone
+    assert llm.engine.runner.vision.images_encoded == encoded  # rows kept (by the request, and by content hash)
+
+
+def test_program_set_counts_the_tower(llm):
+    """A vision-language model's programs: the text model's, plus its tower's (compiled by warm-up)."""
+    runner = llm.engine.runner
+    text_programs = len(llm.engine.step_hosts()) + 1 + len(prompt_buckets(llm.engine.config.max_seq_len))
+    assert llm.engine.program_count() == text_programs + 1
+    assert runner.programs(llm.engine.step_hosts())[-1]().function is step_programs.image_features
 
 
 def data_url(image: np.ndarray) -> str:
