@@ -19,6 +19,7 @@ from jax import export
 from safetensors.torch import load_file, save_file
 
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.checkpoint.converted import save_converted
 from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.config.model import ConfigError
 from jaxinfer.models.registry import from_hf_config
@@ -32,20 +33,22 @@ AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ GEMM: word slot i holds output c
 
 
 def quantize_levels(w: np.ndarray, groups: np.ndarray, symmetric: bool, lowest_zero: int = 0,
-                    scale_dtype: type = np.float16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """w [out, in] -> levels [out, in] (0..15), zero levels [out, G] and scales [out, G] (one per group of inputs,
-    `groups[i]` the group of input i): symmetric around 8, or min-max with zero levels from lowest_zero to 15."""
+                    scale_dtype: type = np.float16, bits: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """w [out, in] -> levels [out, in] (0..2^bits - 1), zero levels [out, G] and scales [out, G] (one per group of
+    inputs, `groups[i]` the group of input i): symmetric around 2^(bits - 1), or min-max with zero levels from
+    lowest_zero up."""
+    top, middle = (1 << bits) - 1, 1 << (bits - 1)
     members = [groups == g for g in range(int(groups.max()) + 1)]
     lo = np.stack([w[:, m].min(1) for m in members], 1).clip(max=0)
     hi = np.stack([w[:, m].max(1) for m in members], 1).clip(min=0)
     if symmetric:
-        scales = (np.maximum(hi, -lo) / 7).clip(min=1e-4).astype(scale_dtype)
-        zeros = np.full(scales.shape, 8)
+        scales = (np.maximum(hi, -lo) / (middle - 1)).clip(min=1e-4).astype(scale_dtype)
+        zeros = np.full(scales.shape, middle)
     else:
-        scales = ((hi - lo) / 15).clip(min=1e-4).astype(scale_dtype)
-        zeros = np.round(-lo / scales.astype(np.float32)).clip(lowest_zero, 15).astype(np.int64)
+        scales = ((hi - lo) / top).clip(min=1e-4).astype(scale_dtype)
+        zeros = np.round(-lo / scales.astype(np.float32)).clip(lowest_zero, top).astype(np.int64)
     full_scales = scales.astype(np.float32)[:, groups]
-    levels = np.round(w / full_scales + zeros[:, groups]).clip(0, 15).astype(np.int64)
+    levels = np.round(w / full_scales + zeros[:, groups]).clip(0, top).astype(np.int64)
     return levels, zeros, scales
 
 
@@ -56,14 +59,15 @@ def as_torch(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def pack_words(values: np.ndarray, axis: int, slots: list[int] | None = None) -> np.ndarray:
-    """4-bit values [.., n, ..] -> int32 words [.., n / 8, ..] along `axis`: word slot i (bits 4i..4i+3) holds the
-    value at position slots[i] of its run of 8 (position i when slots is None)."""
+def pack_words(values: np.ndarray, axis: int, slots: list[int] | None = None, bits: int = 4) -> np.ndarray:
+    """bits-bit values [.., n, ..] -> int32 words [.., n * bits / 32, ..] along `axis`: word slot i (bits
+    bits * i and up) holds the value at position slots[i] of its run (position i when slots is None)."""
+    per = 32 // bits
     moved = np.moveaxis(values.astype(np.uint64), axis, -1)
-    runs = moved.reshape(*moved.shape[:-1], -1, 8)
+    runs = moved.reshape(*moved.shape[:-1], -1, per)
     words = np.zeros(runs.shape[:-1], np.uint64)
-    for i in range(8):
-        words |= (runs[..., (slots or list(range(8)))[i]] & 0xF) << np.uint64(4 * i)
+    for i in range(per):
+        words |= (runs[..., (slots or list(range(per)))[i]] & ((1 << bits) - 1)) << np.uint64(bits * i)
     return np.ascontiguousarray(np.moveaxis(words.astype(np.uint32).view(np.int32), -1, axis))
 
 
@@ -72,10 +76,10 @@ def pack_awq(levels, zeros, scales, groups) -> dict[str, np.ndarray]:
             "scales": scales.T}
 
 
-def pack_gptq(levels, zeros, scales, groups, v1: bool = True) -> dict[str, np.ndarray]:
-    stored_zeros = (zeros - 1) % 16 if v1 else zeros  # v1 stores each zero point minus one
-    return {"qweight": pack_words(levels.T, 0), "qzeros": pack_words(stored_zeros.T, 1), "scales": scales.T,
-            "g_idx": groups.astype(np.int32)}
+def pack_gptq(levels, zeros, scales, groups, v1: bool = True, bits: int = 4) -> dict[str, np.ndarray]:
+    stored_zeros = (zeros - 1) % (1 << bits) if v1 else zeros  # v1 stores each zero point minus one
+    return {"qweight": pack_words(levels.T, 0, bits=bits), "qzeros": pack_words(stored_zeros.T, 1, bits=bits),
+            "scales": scales.T, "g_idx": groups.astype(np.int32)}
 
 
 def pack_compressed(levels, zeros, scales, groups, symmetric: bool) -> dict[str, np.ndarray]:
@@ -97,6 +101,8 @@ CASES = {  # name: (quantization_config, packer, (symmetric, scales' dtype, act 
     "gptq v2 asym": ({"quant_method": "gptq", "bits": 4, "group_size": GROUP, "sym": False,
                       "checkpoint_format": "gptq_v2"},
                      lambda *a: pack_gptq(*a, v1=False), (False, np.float16, False, 0)),
+    "gptq 8-bit": ({"quant_method": "gptq", "bits": 8, "group_size": GROUP, "sym": False, "desc_act": False},
+                   lambda *a: pack_gptq(*a, bits=8), (False, np.float16, False, 1)),
     "compressed sym bf16": (
         {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"], "config_groups": {
             "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True,
@@ -123,7 +129,7 @@ def save_packed(path: Path, name: str) -> dict[str, torch.Tensor]:
         groups = np.arange(inputs) // GROUP
         if act_order:  # GPTQ's desc_act: groups follow a permutation of the inputs
             groups = groups[np.argsort(rng.permutation(inputs))]
-        levels, zeros, scales = quantize_levels(w, groups, symmetric, lowest_zero, scale_dtype)
+        levels, zeros, scales = quantize_levels(w, groups, symmetric, lowest_zero, scale_dtype, quant.get("bits", 4))
         dequantized[key] = torch.from_numpy((levels - zeros[:, groups]) * scales.astype(np.float32)[:, groups]).float()
         prefix = key[: -len("weight")]
         tensors.update({prefix + suffix: as_torch(a) for suffix, a in packer(levels, zeros, scales, groups).items()})
@@ -146,9 +152,10 @@ def packed_checkpoint(request, checkpoint_dir, tmp_path_factory) -> tuple[str, P
     return request.param, path, packed_copy(checkpoint_dir("qwen3"), path, request.param)
 
 
-def test_packed_weights_read_as_the_tests_own_dequantization(packed_checkpoint):
+def test_packed_weights_read_as_the_tests_own_dequantization(packed_checkpoint, tmp_path):
     """Read as floats, every projection equals (level - zero) * scale exactly; kept in 4 bits, its int4 leaf
-    dequantizes to the same values (act order, whose groups are not runs of inputs, loads as floats)."""
+    dequantizes to the same values (act order, whose groups are not runs of inputs, and 8-bit load as floats);
+    a converted checkpoint does not store zero levels or fp16 scales, and says so."""
     name, path, dequantized = packed_checkpoint
     _, floats = load_weights(path, jnp.float32, progress=False)
     np.testing.assert_array_equal(np.asarray(floats.layers[1].w_down),
@@ -158,7 +165,7 @@ def test_packed_weights_read_as_the_tests_own_dequantization(packed_checkpoint):
     _, kept = load_weights(path, jnp.float32, progress=False, keep_int4=True)
     for field in ("wq", "wo", "w_down"):
         leaf, expected = getattr(kept.layers[0], field), getattr(floats.layers[0], field)
-        if "act-order" in name:
+        if "act-order" in name or "8-bit" in name:  # loaded dequantized
             assert not isinstance(leaf, QuantizedWeight)
             continue
         assert isinstance(leaf, QuantizedWeight) and leaf.mode == "int4" and leaf.group == GROUP
@@ -166,6 +173,9 @@ def test_packed_weights_read_as_the_tests_own_dequantization(packed_checkpoint):
         assert leaf.scales.dtype == (jnp.bfloat16 if "bf16" in name else jnp.float16)  # fp16 kept: bf16 would round
         assert tile(leaf).tiled == ("bf16" in name)  # symmetric bf16 groups of 32: the CPU kernel's own layout
         np.testing.assert_array_equal(np.asarray(DEQUANTIZE(leaf)), np.asarray(expected))
+    if isinstance(kept.layers[0].wq, QuantizedWeight) and "bf16" not in name:
+        with pytest.raises(ValueError, match="layers.0.wq holds a 4-bit checkpoint's own levels"):
+            save_converted(kept, path, tmp_path / "converted")
 
 
 @pytest.mark.parametrize("name", ["awq"])

@@ -81,6 +81,10 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path, o
                          "checkpoints do not store; convert the model without it and pass quantize_lm_head at load")
     if src.resolve() == out.resolve():
         raise ValueError(f"out_dir {out} is src_dir itself; write the converted model to another directory")
+    if (path := _checkpoint_levels(weights)) is not None:
+        raise ValueError(f"{path} holds a 4-bit checkpoint's own levels (fp16 scales or zero levels), which converted "
+                         "checkpoints do not store; run the HF directory as it is, or `jaxinfer convert` it (its "
+                         "weights dequantized, or quantized again with --quantize)")
     check_out_dir(out, overwrite)
     _remove_converted(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -98,6 +102,17 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path, o
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(out / ORBAX_SUBDIR, dict(leaf_paths(weights)))
     return out
+
+
+def _checkpoint_levels(weights: Weights) -> str | None:
+    """The first leaf holding an AWQ/GPTQ/compressed-tensors checkpoint's int4 levels in a layout jaxinfer's own
+    int4 does not have (zero levels, non-bf16 scales), else None."""
+    for i, lw in enumerate(weights.layers):
+        for name, leaf in vars(lw).items():
+            if isinstance(leaf, (QuantizedWeight, QuantizedExperts)) and leaf.mode == "int4" and (
+                    leaf.zeros is not None or leaf.scales.dtype != jnp.bfloat16):
+                return f"layers.{i}.{name}"
+    return None
 
 
 def quantization_of(weights: Weights) -> tuple[str, int] | None:
