@@ -62,8 +62,9 @@ def generation(state: ServerState, ids: list[int], params: SamplingParams | Beam
         if images:
             raise APIError("use_beam_search is not served with images yet", param="use_beam_search")
         return beam_stream(state, ids, params, request_id, deadline, adapter)
+    with_images = {"images": images} if images else {}
     return state.engine.generate(ids, params, request_id, deadline, streamed=streamed, lora_request=adapter,
-                                 images=images)
+                                 **with_images)
 
 
 async def beam_stream(state: ServerState, ids: list[int], params: BeamSearchParams, request_id: str,

@@ -118,20 +118,23 @@ class ShadowRouter:
     async def generate(
         self, prompt: Sequence[int], params: SamplingParams | None = None, request_id: str | None = None,
         deadline: float | None = None, streamed: bool = False, lora_request: LoRARequest | None = None,
+        images: tuple = (),
     ) -> AsyncIterator[RequestOutput]:
         """The request's deltas from whichever engine serves it now; shadowed afterwards when sampled.
         A request past its deadline or stopped by a shutdown is no optimization's failure. A LoRA
-        adapter's request runs on the served engine, unshadowed: the reference has no adapter slots."""
-        route = self.reference if self.routed and lora_request is None else self.primary
+        adapter's request, or one with images, runs on the served engine, unshadowed: the reference
+        has no adapter slots and no vision tower."""
+        plain = lora_request is None and not images
+        route = self.reference if self.routed and plain else self.primary
         params = params or self.llm.default_params
         # Shared weights give the same logits: only a greedy rerun has something to compare then.
-        shadowed = (route is self.primary and lora_request is None and self.settings.fraction > 0
+        shadowed = (route is self.primary and plain and self.settings.fraction > 0
                     and self.random.random() < self.settings.fraction
                     and (params.greedy or self.reference_llm is not None))
         total: RequestOutput | None = None
         try:
             async with contextlib.aclosing(route.generate(prompt, params, request_id, deadline, streamed,
-                                                          lora_request)) as deltas:
+                                                          lora_request, images)) as deltas:
                 async for delta in deltas:  # closed with this generator: an early close aborts the request
                     if shadowed:
                         total = accumulate(total, delta)
