@@ -3,6 +3,7 @@ here, by packers written from each format's description (not the loader's unpack
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -154,7 +155,7 @@ def packed_checkpoint(request, checkpoint_dir, tmp_path_factory) -> tuple[str, P
 
 def test_packed_weights_read_as_the_tests_own_dequantization(packed_checkpoint, tmp_path):
     """Read as floats, every projection equals (level - zero) * scale exactly; kept in 4 bits, its int4 leaf
-    dequantizes to the same values (act order, whose groups are not runs of inputs, and 8-bit load as floats);
+    dequantizes to the same values (act order's inputs stored sorted by group; 8-bit loads as floats);
     a converted checkpoint does not store zero levels or fp16 scales, and says so."""
     name, path, dequantized = packed_checkpoint
     _, floats = load_weights(path, jnp.float32, progress=False)
@@ -165,10 +166,11 @@ def test_packed_weights_read_as_the_tests_own_dequantization(packed_checkpoint, 
     _, kept = load_weights(path, jnp.float32, progress=False, keep_int4=True)
     for field in ("wq", "wo", "w_down"):
         leaf, expected = getattr(kept.layers[0], field), getattr(floats.layers[0], field)
-        if "act-order" in name or "8-bit" in name:  # loaded dequantized
+        if "8-bit" in name:  # loaded dequantized
             assert not isinstance(leaf, QuantizedWeight)
             continue
         assert isinstance(leaf, QuantizedWeight) and leaf.mode == "int4" and leaf.group == GROUP
+        assert (leaf.perm is not None) == ("act-order" in name)  # inputs stored sorted by group
         assert (leaf.zeros is None) == ("sym" in name and "asym" not in name)
         assert leaf.scales.dtype == (jnp.bfloat16 if "bf16" in name else jnp.float16)  # fp16 kept: bf16 would round
         assert tile(leaf).tiled == ("bf16" in name)  # symmetric bf16 groups of 32: the CPU kernel's own layout
@@ -218,14 +220,18 @@ def test_moe_experts_stay_in_the_checkpoints_4_bits(checkpoint_dir, tmp_path):
 
 
 def test_zero_levels_enter_the_product_exactly():
-    """The XLA product of an int4 weight with zero levels and fp16 scales equals x @ its dequantized matrix."""
+    """The XLA product of an int4 weight with zero levels, fp16 scales and an input order equals x @ its
+    dequantized matrix."""
     rng = np.random.default_rng(1)
     q = QuantizedWeight(jnp.asarray(rng.integers(0, 256, (32, 48)), jnp.uint8),
                         jnp.asarray(rng.uniform(0.01, 0.1, (2, 48)), jnp.float16), (64, 48), 1, "int4", 32,
-                        zeros=jnp.asarray(rng.integers(0, 17, (2, 48)), jnp.uint8))
+                        zeros=jnp.asarray(rng.integers(0, 17, (2, 48)), jnp.uint8),
+                        perm=jnp.asarray(rng.permutation(64), jnp.int32))  # act order's input order
     x = jnp.asarray(rng.normal(size=(5, 64)), jnp.float32)
     expected = np.asarray(x, np.float64) @ np.asarray(DEQUANTIZE(q), np.float64)
     np.testing.assert_allclose(np.asarray(jax.jit(quantized_matmul)(x, q)), expected, rtol=1e-5, atol=1e-5)
+    unordered = np.asarray(DEQUANTIZE(dataclasses.replace(q, perm=None)))
+    np.testing.assert_array_equal(np.asarray(DEQUANTIZE(q))[np.asarray(q.perm)], unordered)  # row i is input perm[i]
     for platform in ("cuda", "tpu"):  # plain XLA ops, no kernel: it lowers for the accelerators
         export.export(jax.jit(quantized_matmul), platforms=[platform])(x.astype(jnp.bfloat16), q)
 

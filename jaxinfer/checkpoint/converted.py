@@ -106,11 +106,12 @@ def save_converted(weights: Weights, src_dir: str | Path, out_dir: str | Path, o
 
 def _checkpoint_levels(weights: Weights) -> str | None:
     """The first leaf holding an AWQ/GPTQ/compressed-tensors checkpoint's int4 levels in a layout jaxinfer's own
-    int4 does not have (zero levels, non-bf16 scales), else None."""
+    int4 does not have (zero levels, non-bf16 scales, act order's input order), else None."""
     for i, lw in enumerate(weights.layers):
         for name, leaf in vars(lw).items():
-            if isinstance(leaf, (QuantizedWeight, QuantizedExperts)) and leaf.mode == "int4" and (
-                    leaf.zeros is not None or leaf.scales.dtype != jnp.bfloat16):
+            if not isinstance(leaf, (QuantizedWeight, QuantizedExperts)) or leaf.mode != "int4":
+                continue
+            if leaf.zeros is not None or getattr(leaf, "perm", None) is not None or leaf.scales.dtype != jnp.bfloat16:
                 return f"layers.{i}.{name}"
     return None
 

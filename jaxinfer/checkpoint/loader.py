@@ -265,8 +265,9 @@ def load_hf_weights(
 def _int4_leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: ArrayInfo, layout: Layout,
                contract: int | None) -> QuantizedWeight | QuantizedExperts | None:
     """A projection (contract: its input axes) or routed experts (None: one stored tensor per expert) stored
-    packed in 4 bits as an int4 leaf of the checkpoint's own levels (`stored_int4`); None where they are not,
-    or their groups are not runs of inputs (GPTQ's act order) or would be cut by a tp split: read dequantized."""
+    packed in 4 bits as an int4 leaf of the checkpoint's own levels (`stored_int4`); None where they are not, or
+    their groups are not runs of inputs (GPTQ's act order: kept in its input order on one device, not on a mesh
+    nor for experts) or would be cut by a tp split: read dequantized."""
     scheme = reader.packed_scheme
     if scheme is None or scheme.bits != 4 or (contract is None) != bool(t.experts) or (t.experts and len(names) < 2):
         return None
@@ -282,8 +283,13 @@ def _int4_leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: Array
         leaf = stored_int4.experts_from_levels(arrays["codes"], arrays["zeros"], arrays["scales"], scheme.group)
     else:
         leaf = stored_int4.from_levels(arrays["codes"], arrays["zeros"], arrays["scales"], contract, scheme.group)
+    if leaf is None and contract is not None and layout.mesh is None:  # act order: kept on one device only
+        groups = _leaf([weights[0].view("groups")], t, info, jnp.int32, layout)
+        leaf = stored_int4.from_levels(arrays["codes"], arrays["zeros"], arrays["scales"], contract, scheme.group,
+                                       groups)
     if leaf is None:
-        log.info("%s: its 4-bit groups are not runs of inputs (act order), so it loads dequantized", path_of(names))
+        log.info("%s: its 4-bit groups are not runs of inputs (act order) %s, so it loads dequantized",
+                 path_of(names), "in experts" if contract is None else "on a mesh")
     return leaf
 
 

@@ -4,7 +4,8 @@ A packed weight is found by its values' tensor ("x.qweight", "x.weight_packed") 
 unquantized name ("x.weight"), so families describe the checkpoint as an unquantized one. Its views,
 each [out, in] like the unquantized tensor: "weight" (the dequantized float32 values), and for keeping
 the checkpoint's own levels in memory (`quantization.stored_int4`) "codes" (uint8 levels), "zeros" and
-"scales" (each input's group's zero level and scale, repeated along the inputs).
+"scales" (each input's group's zero level and scale, repeated along the inputs) and "groups" (each
+input's group, repeated along the outputs: GPTQ's act order).
 Layers the quantizer skipped (`modules_to_not_convert`, `ignore`, the head) are stored, and read, as floats.
 """
 
@@ -17,7 +18,7 @@ import numpy as np
 from jaxinfer.checkpoint.int4_packing import COMPONENTS, Levels, levels
 from jaxinfer.config.packed_checkpoint import PackedScheme
 
-VIEWS = ("weight", "codes", "zeros", "scales")
+VIEWS = ("weight", "codes", "zeros", "scales", "groups")
 
 
 def packed_names(names: set[str] | list[str] | dict[str, Any], scheme: PackedScheme) -> dict[str, dict[str, str]]:
@@ -67,7 +68,7 @@ class PackedView:
         """What the view reads as: float32 weights, uint8 codes and zero levels, scales as stored."""
         if self._kind == "scales":
             return self._weight.levels().scales.dtype
-        return np.dtype(np.float32 if self._kind == "weight" else np.uint8)
+        return np.dtype({"weight": np.float32, "groups": np.int32}.get(self._kind, np.uint8))
 
     def __getitem__(self, index: tuple[slice, ...]) -> np.ndarray:
         lv = self._weight.levels()
@@ -79,5 +80,7 @@ class PackedView:
             return lv.zeros[rows][:, groups].astype(np.uint8)
         if self._kind == "scales":
             return lv.scales[rows][:, groups]
+        if self._kind == "groups":
+            return np.broadcast_to(groups.astype(np.int32), (len(range(*rows.indices(lv.codes.shape[0]))), len(groups)))
         part = Levels(lv.codes[rows, cols], lv.zeros[rows], lv.scales[rows], groups)
         return part.dequantized()

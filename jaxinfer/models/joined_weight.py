@@ -47,12 +47,14 @@ def joinable(ws: Sequence[object]) -> bool:
     if not all(isinstance(w, QuantizedWeight) for w in ws):
         return False
     same = _quantized_kind(first)
-    return all(not w.tiled and not w.gpu_kernel and w.contract == 1 and _quantized_kind(w) == same for w in ws)
+    return first.perm is None and all(
+        not w.tiled and not w.gpu_kernel and w.contract == 1 and _quantized_kind(w) == same for w in ws)
 
 
 def _quantized_kind(w: QuantizedWeight) -> tuple:
-    """What quantized weights must share to be joined (a checkpoint's int4: its scales' dtype, zero levels or not)."""
-    return w.mode, w.group, w.in_size, w.scales.dtype, w.zeros is None
+    """What quantized weights must share to be joined (a checkpoint's int4: its scales' dtype, zero levels or not;
+    act order's input orders are not joined)."""
+    return w.mode, w.group, w.in_size, w.scales.dtype, w.zeros is None, w.perm is None
 
 
 def join(ws: Sequence[jax.Array | QuantizedWeight], release: bool = False) -> JoinedWeight:

@@ -5,8 +5,9 @@ output column and group of `group` input rows, two values per byte: row 2i in th
 2i + 1 in the high one, each stored + 8) and "fp8" (e4m3 values, one float32 scale per column).
 A weight of `shape` whose first `contract` axes are its input is stored as a matrix [K, N].
 An int4 weight read from an AWQ, GPTQ or compressed-tensors checkpoint (`stored_int4`) keeps
-that checkpoint's levels: its scales as stored (float16 too) and, where asymmetric, a zero level per
-group (`zeros`; None is the symmetric 8); only the XLA path reads those, the kernels take the
+that checkpoint's levels: its scales as stored (float16 too), where asymmetric a zero level per
+group (`zeros`; None is the symmetric 8), and for GPTQ's act order the input order its groups run in
+(`perm`, gathered from the activations); only the XLA path reads those, the kernels take the
 symmetric layout with bf16 scales (`native_int4`).
 The model code is unchanged: `layers.linear` dispatches on the leaf type. On a mesh the values
 and scales take shardings derived from the logical axes of the weight they replace (`quantized_specs`).
@@ -69,6 +70,7 @@ class QuantizedWeight:
     gpu_kernel: bool = dataclasses.field(default=False, metadata={"static": True})
     interpret: bool = dataclasses.field(default=False, metadata={"static": True})
     zeros: jax.Array | None = None
+    perm: jax.Array | None = None  # int4 from act order: int32 [K], values row i is input perm[i]
 
     @property
     def in_size(self) -> int:
@@ -147,7 +149,7 @@ def _zero_shifts(zeros: jax.Array) -> jax.Array:
 def native_int4(q: QuantizedWeight) -> bool:
     """Whether an int4 weight is in the layout the CPU and GPU kernels read: symmetric, bf16 scales, a group size
     of GROUP_SIZES."""
-    return q.zeros is None and q.scales.dtype == jnp.bfloat16 and q.group in GROUP_SIZES
+    return q.zeros is None and q.perm is None and q.scales.dtype == jnp.bfloat16 and q.group in GROUP_SIZES
 
 
 def dequantize(q: QuantizedWeight, dtype: jnp.dtype = jnp.float32) -> jax.Array:
@@ -157,6 +159,8 @@ def dequantize(q: QuantizedWeight, dtype: jnp.dtype = jnp.float32) -> jax.Array:
         rows = int4_rows(q.values).astype(jnp.float32).reshape(-1, q.group, q.out_size)
         levels = rows if q.zeros is None else rows - _zero_shifts(q.zeros)[:, None]
         w2 = (levels * q.scales[:, None].astype(jnp.float32)).reshape(q.in_size, q.out_size)
+        if q.perm is not None:  # stored rows back in input order
+            w2 = jnp.zeros_like(w2).at[q.perm].set(w2)
     else:
         w2 = q.values.astype(jnp.float32) * q.scales
     return w2.reshape(q.shape).astype(dtype)
@@ -208,7 +212,7 @@ def quantized_matmul(x2: jax.Array, q: QuantizedWeight) -> jax.Array:
             return int4_matmul_gpu(x2, q.values, q.scales, q.group, interpret=q.interpret)
         return int8_matmul_gpu(x2, q.values, q.scales, interpret=q.interpret)
     compute = jnp.float32 if x2.dtype == jnp.float32 else jnp.bfloat16
-    x2 = x2.astype(compute)
+    x2 = x2.astype(compute) if q.perm is None else jnp.take(x2.astype(compute), q.perm, axis=1)
     if q.mode != "int4":
         w2 = q.values.astype(compute)
         y = jnp.dot(x2, w2, precision=matmul_precision(x2, w2), preferred_element_type=jnp.float32)
@@ -273,8 +277,9 @@ def shard_quantized(q: QuantizedWeight, axes: tuple[str | None, ...], layout: La
     if layout.mesh is None:
         return q
     values_spec, scales_spec = quantized_specs(q, axes, layout)
-    arrays = (q.values, q.scales) if q.zeros is None else (q.values, q.scales, q.zeros)  # zeros: one per scale
-    specs = (values_spec, scales_spec, scales_spec)[: len(arrays)]
+    # zeros: one per scale; perm (act order's input order) whole on every device
+    specs = dict(values=values_spec, scales=scales_spec, zeros=scales_spec, perm=PartitionSpec())
+    arrays = {name: getattr(q, name) for name in specs if getattr(q, name) is not None}
+    shardings = {name: NamedSharding(layout.mesh, specs[name]) for name in arrays}
     # A jitted copy reshards arrays that span processes too (device_put needs them addressable).
-    moved = jax.jit(lambda *a: a, out_shardings=tuple(NamedSharding(layout.mesh, s) for s in specs))(*arrays)
-    return dataclasses.replace(q, values=moved[0], scales=moved[1], zeros=moved[2] if q.zeros is not None else None)
+    return dataclasses.replace(q, **jax.jit(lambda a: a, out_shardings=shardings)(arrays))
