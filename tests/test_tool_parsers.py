@@ -29,6 +29,7 @@ DS_CALL = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>{}\n```json\n{}\
 DS_REPLY = ("Sure.\n<｜tool▁calls▁begin｜>" + DS_CALL.format("get_weather", '{"city": "Oslo", "days": 2}') + "\n"
             + DS_CALL.format("get_time", '{"zone": "UTC"}') + "<｜tool▁calls▁end｜>")
 
+GLM_TEXT, QWEN_TEXT = 'x < y </arg\n"z" \u00e9', '\nline one\n  "two" </param\n'  # text values with tag-like parts
 REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (None: none)
     "hermes": [('Checking.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>',
                 "Checking.", CALLS[1:]),
@@ -53,6 +54,8 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
         ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>007</arg_value>\n<arg_key>days</arg_key>\n"
          "<arg_value>3</arg_value>\n<arg_key>metric</arg_key>\n<arg_value>true</arg_value>\n<arg_key>hours</arg_key>"
          "\n<arg_value>[6, 18]</arg_value>\n</tool_call>", None, TYPED),
+        (f"<tool_call>get_time\n<arg_key>zone</arg_key>\n<arg_value>{GLM_TEXT}</arg_value>\n</tool_call>", None,
+         [("get_time", {"zone": GLM_TEXT})]),
     ],
     "qwen3_coder": [
         ("Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n"
@@ -61,6 +64,8 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
         ("<tool_call>\n<function=get_weather>\n<parameter=city>\n007\n</parameter>\n<parameter=days>\n3\n"
          "</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=hours>\n[6, 18]\n</parameter>\n"
          "</function>\n</tool_call>", None, TYPED),
+        (f"<tool_call>\n<function=get_time>\n<parameter=zone>\n{QWEN_TEXT}\n</parameter>\n</function>\n</tool_call>",
+         None, [("get_time", {"zone": QWEN_TEXT})]),
     ],
     "granite": [('Sure.<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}, '
                  '{"name": "get_time", "arguments": {"zone": "UTC"}}]', "Sure.", CALLS)],
@@ -163,6 +168,17 @@ def assert_streams_as_written(reply_plan: ReplyPlan, reply: str, head: str) -> N
             assert call[0][-1] < call[-1][-1] or reply.index('"name"') > reply.index('"arguments"')
         first_call = next(e[-1] for e in events if e[0] == "call")
         assert "".join(e[1] for e in events if e[0] == "content" and e[-1] < first_call) == head
+
+
+@pytest.mark.parametrize("parser, value, end", [("glm45", GLM_TEXT, "</arg_value>"),
+                                               ("qwen3_coder", QWEN_TEXT, "\n</parameter>")])
+def test_text_values_go_out_as_they_come_not_when_they_close(parser, value, end):
+    reply = next(reply for reply, _, _ in REPLIES[parser] if value in reply)
+    pieces = tokens(reply)
+    events, _ = stream_events(plan(parser), [*pieces, ""])
+    closing = len(tokens(reply[:reply.index(value + end)] + value)) - 1  # the delta the value's last token came in
+    _, calls = joined([e for e in events if e[-1] <= closing])
+    assert calls[0][1] == '{"zone": ' + json.dumps(value)[:-1]  # all of the value before its end tag came
 
 
 @pytest.mark.parametrize("parser, reply, decided_at", [

@@ -7,6 +7,7 @@ import re
 from typing import Mapping
 
 from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
+    Call,
     Malformed,
     Progress,
     Source,
@@ -15,10 +16,19 @@ from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
     expect,
     name_check,
     skip_space,
+    text_until,
     until,
 )
 from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
-from jaxinfer.entrypoints.openai.tool_parsers.values import argument_piece, arguments_end, arguments_json, typed_value
+from jaxinfer.entrypoints.openai.tool_parsers.values import (
+    argument_key,
+    argument_piece,
+    arguments_end,
+    arguments_json,
+    is_text,
+    text_writer,
+    typed_value,
+)
 
 START, END = "<tool_call>", "</tool_call>"
 KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
@@ -41,8 +51,8 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
 
 
 def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
-    """Content up to each block, the call's name at its first tag, then each argument as its value closes
-    (typed then: a value's type is only known whole) (incremental.py)."""
+    """Content up to each block, the call's name at its first tag, then each argument: text as it comes,
+    another value as it closes (typed then: its type is only known whole) (incremental.py)."""
     while True:
         yield from content_until(src, out, START)
         name, marker = yield from until(src, (KEY, END), name_check(tools))
@@ -53,11 +63,22 @@ def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
             yield from skip_space(src)
             if not (yield from expect(src, VALUE)):
                 raise Malformed(f"{KEY_END} must be followed by {VALUE}")
-            value, _ = yield from until(src, (VALUE_END,))
-            call.write(argument_piece(count, key, typed_value(value, properties.get(key))))
+            yield from _value(src, call, count, key, properties.get(key))
             count += 1
             yield from skip_space(src)
             marker = KEY if (yield from expect(src, KEY)) else END if (yield from expect(src, END)) else ""
         if marker != END:
             raise Malformed(f"a {START} block holds more than arguments")
         call.write(arguments_end(count))
+
+
+def _value(src: Source, call: Call, count: int, key: str, schema: dict | None) -> Wait:
+    """An argument's value up to its end tag: text (its schema allows a string) written as it comes, another
+    value once whole, typed by the schema."""
+    if not is_text(schema):
+        value, _ = yield from until(src, (VALUE_END,))
+        call.write(argument_piece(count, key, typed_value(value, schema)))
+        return
+    call.write(argument_key(count, key) + '"')
+    yield from text_until(src, VALUE_END, text_writer(call.write))
+    call.write('"')

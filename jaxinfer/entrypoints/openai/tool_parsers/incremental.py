@@ -112,6 +112,26 @@ def until(src: Source, markers: tuple[str, ...], check: Callable[[str], None] = 
         yield
 
 
+def text_until(src: Source, marker: str, write: Callable[[str], None], trim: str = "") -> Wait:
+    """The text up to `marker` (taken), handed to `write` as it comes (a possible marker held back); `trim`:
+    a character the format writes on each side of the text, which is not the text's (the end one held
+    until the marker tells)."""
+    first = sent = scan = src.at
+    while True:
+        end = src.text.find(marker, scan)
+        scan = max(first, len(src.text) - len(marker) + 1)
+        stop = end if end >= 0 else max(first, len(src.text) - partial_tag(src.text, marker))
+        start = first + (trim != "" and stop > first and src.text[first] == trim)
+        cut = stop - (trim != "" and stop > start and src.text[stop - 1] == trim)
+        if cut > max(sent, start):
+            write(src.text[max(sent, start):cut])
+            sent = cut
+        if end >= 0:
+            src.at = end + len(marker)
+            return
+        yield
+
+
 def name_check(tools: Mapping[str, dict]) -> Callable[[str], None]:
     """A check for `until` on a name being written: Malformed once it can be none of the tools' names (space
     after it: it is written out, so it must be one whole)."""

@@ -7,6 +7,7 @@ import re
 from typing import Callable, Mapping
 
 from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
+    Call,
     Malformed,
     Progress,
     Source,
@@ -15,10 +16,19 @@ from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
     expect,
     name_check,
     skip_space,
+    text_until,
     until,
 )
 from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
-from jaxinfer.entrypoints.openai.tool_parsers.values import argument_piece, arguments_end, arguments_json, typed_value
+from jaxinfer.entrypoints.openai.tool_parsers.values import (
+    argument_key,
+    argument_piece,
+    arguments_end,
+    arguments_json,
+    is_text,
+    text_writer,
+    typed_value,
+)
 
 START, END, FUNCTION, FUNCTION_END = "<tool_call>", "</tool_call>", "<function=", "</function>"
 PARAMETER_START, PARAMETER_END = "<parameter=", "</parameter>"
@@ -46,8 +56,8 @@ def _value(text: str) -> str:
 
 
 def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
-    """Content up to each block, the call's name at its `>`, then each parameter as it closes (typed then: a
-    value's type is only known whole) (incremental.py)."""
+    """Content up to each block, the call's name at its `>`, then each parameter: text as it comes, another
+    value as it closes (typed then: its type is only known whole) (incremental.py)."""
     while True:
         yield from content_until(src, out, START)
         yield from skip_space(src)
@@ -58,13 +68,24 @@ def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
         properties, count = tools[call.name].get("properties") or {}, 0
         while (yield from skip_space(src)) and (yield from expect(src, PARAMETER_START)):
             key, _ = yield from until(src, (">",), _one_line(lambda text: None))
-            value, _ = yield from until(src, (PARAMETER_END,))
-            call.write(argument_piece(count, key.strip(), typed_value(_value(value), properties.get(key.strip()))))
+            yield from _parameter(src, call, count, key.strip(), properties.get(key.strip()))
             count += 1
         ended = (yield from expect(src, FUNCTION_END)) and (yield from skip_space(src))
         if not (ended and (yield from expect(src, END))):
             raise Malformed(f"a {START} block holds more than parameters")
         call.write(arguments_end(count))
+
+
+def _parameter(src: Source, call: Call, count: int, key: str, schema: dict | None) -> Wait:
+    """A parameter's value up to its end tag: text (its schema allows a string) written as it comes, another
+    value once whole, typed by the schema."""
+    if not is_text(schema):
+        value, _ = yield from until(src, (PARAMETER_END,))
+        call.write(argument_piece(count, key, typed_value(_value(value), schema)))
+        return
+    call.write(argument_key(count, key) + '"')
+    yield from text_until(src, PARAMETER_END, text_writer(call.write), trim="\n")
+    call.write('"')
 
 
 def _one_line(check: Callable[[str], None]) -> Callable[[str], None]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 KINDS = {"integer": (int,), "number": (int, float), "boolean": (bool,), "object": (dict,), "array": (list,),
          "null": (type(None),)}
@@ -12,8 +12,7 @@ KINDS = {"integer": (int,), "number": (int, float), "boolean": (bool,), "object"
 def typed_value(text: str, schema: Mapping | None) -> Any:
     """The value of `text` for a parameter's schema: a string stays text; another declared type is read as
     JSON when it gives that type (True/False for booleans too); no declared type: JSON when it parses; else text."""
-    kind = (schema or {}).get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if kind else []
+    kinds = _kinds(schema)
     if "string" in kinds:
         return text
     if "boolean" in kinds and text.strip() in ("True", "False"):
@@ -27,9 +26,30 @@ def typed_value(text: str, schema: Mapping | None) -> Any:
     return value if fits else text
 
 
+def is_text(schema: Mapping | None) -> bool:
+    """The parameter's value stays text whatever it holds (its schema allows a string), so it can be written
+    out as it comes."""
+    return "string" in _kinds(schema)
+
+
+def _kinds(schema: Mapping | None) -> list[str]:
+    kind = (schema or {}).get("type")
+    return kind if isinstance(kind, list) else [kind] if kind else []
+
+
+def argument_key(count: int, key: str) -> str:
+    """What json.dumps writes of the arguments' key after `count` others (with the "{" or ", " before it)."""
+    return ("{" if count == 0 else ", ") + json.dumps(key) + ": "
+
+
 def argument_piece(count: int, key: str, value: Any) -> str:
-    """What json.dumps writes of the arguments' key and value after `count` others (with the "{" or ", " before)."""
-    return ("{" if count == 0 else ", ") + json.dumps(key) + ": " + json.dumps(value)
+    """What json.dumps writes of the arguments' key and value after `count` others."""
+    return argument_key(count, key) + json.dumps(value)
+
+
+def text_writer(write: Callable[[str], None]) -> Callable[[str], None]:
+    """`write` for a JSON string's text: pieces of it as json.dumps escapes them (each character alone)."""
+    return lambda piece: write(json.dumps(piece)[1:-1])
 
 
 def arguments_end(count: int) -> str:
