@@ -4,8 +4,8 @@ stand in for the image placeholder tokens of any text family's prompt.
 The language model is the text family named by the checkpoint's `text_config` (its ModelConfig
 comes from `text_hf_config`); this module holds what the images add: the tower's config and the
 choice of its features (`vision_feature_layer`, an int or a list whose layers are concatenated;
-`vision_feature_select_strategy` "default" drops CLIP's class token, "full" keeps it), the
-projector, and the placeholder token and count per image.
+`vision_feature_select_strategy` "default" drops the first row, CLIP's class token, "full" keeps
+it), the projector, and the placeholder token and count per image.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class LlavaConfig:
     @property
     def tokens_per_image(self) -> int:
         """Rows the tower gives each image (the placeholders the prompt needs)."""
-        return self.vision.num_positions - (0 if self.full or not self.vision.class_token else 1)
+        return self.vision.num_positions - (0 if self.full else 1)
 
     @property
     def depth(self) -> int:
@@ -86,11 +86,12 @@ def abstract_llava(cfg: LlavaConfig) -> LlavaWeights:
 
 
 def select_features(states: list[jax.Array], cfg: LlavaConfig) -> jax.Array:
-    """The feature layers' rows [N, tokens_per_image, F_in] (class token dropped unless "full"); states:
+    """The feature layers' rows [N, tokens_per_image, F_in], the first (CLIP's class token) dropped unless "full"
+    (a SigLIP tower's first patch too, as transformers and vLLM drop it); states:
     hidden_states[0 .. depth] of the tower (the feature indices, taken modulo num_layers + 1, fall in it)."""
     total = cfg.vision.num_layers + 1
     chosen = jnp.concatenate([states[i % total] for i in cfg.feature_layers], axis=-1)
-    return chosen if cfg.full or not cfg.vision.class_token else chosen[:, 1:]
+    return chosen if cfg.full else chosen[:, 1:]
 
 
 def project(p: Projector, x: jax.Array, activation: str) -> jax.Array:
