@@ -33,6 +33,7 @@ class AttentionParams:
     soft_cap: float | None
     sliding_window: int | None
     quantized: bool  # int8 pages with per-token scales
+    attention_chunk: int | None = None  # a query sees keys of its own chunk of positions only (Llama 4)
 
     @property
     def block_k(self) -> int:
@@ -118,7 +119,10 @@ def key_range(
     last_query = jnp.minimum(lax.div(first_row + (num_rows - 1), group), query_len - 1)
     offset = length - query_len  # position of query 0
     key_hi = jnp.minimum(offset + last_query + 1, capacity)
-    if params.sliding_window is None:
+    if params.attention_chunk is not None:  # the first query's chunk start: later queries' chunks start later
+        first_pos = jnp.maximum(offset + first_query, 0)
+        key_lo = first_pos - lax.rem(first_pos, jnp.int32(params.attention_chunk))
+    elif params.sliding_window is None:
         key_lo = jnp.int32(0)
     else:
         key_lo = jnp.maximum(offset + first_query - (params.sliding_window - 1), 0)
@@ -144,12 +148,15 @@ def attention_mask(
     length: jax.Array,  # [] int32
     query_len: jax.Array,  # [] int32
     sliding_window: int | None,
+    attention_chunk: int | None = None,
 ) -> jax.Array:
-    """[rows, block_k] bool: causal, inside the window, and the row is a real query."""
+    """[rows, block_k] bool: causal, inside the window or the query's chunk, and the row is a real query."""
     query_pos = length - query_len + row_query
     mask = (row_query < query_len) & (key_pos <= query_pos)
     if sliding_window is not None:
         mask = mask & (query_pos - key_pos < sliding_window)
+    if attention_chunk is not None:
+        mask = mask & (key_pos >= query_pos - lax.rem(jnp.maximum(query_pos, 0), jnp.int32(attention_chunk)))
     return mask
 
 

@@ -49,6 +49,7 @@ def paged_attention(
     sm_scale: float | None = None,
     soft_cap: float | None = None,
     sliding_window: int | None = None,
+    attention_chunk: int | None = None,  # Llama 4: a query sees only its own chunk of positions
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     interpret: bool = False,
@@ -59,7 +60,7 @@ def paged_attention(
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     options = dict(
-        sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window,
+        sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window, attention_chunk=attention_chunk,
         k_scales=k_scales, v_scales=v_scales,
     )
     args = (q, k_pages, v_pages, lengths, page_indices)
@@ -86,6 +87,7 @@ def ragged_paged_attention(
     sm_scale: float | None = None,
     soft_cap: float | None = None,
     sliding_window: int | None = None,
+    attention_chunk: int | None = None,  # Llama 4: a query sees only its own chunk of positions
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     interpret: bool = False,
@@ -97,7 +99,7 @@ def ragged_paged_attention(
 ) -> jax.Array:
     """Causal multi-query attention: [batch, max_q, num_q_heads, head_dim], padding rows zero."""
     options = dict(
-        sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window,
+        sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window, attention_chunk=attention_chunk,
         k_scales=k_scales, v_scales=v_scales,
     )
     args = (q, k_pages, v_pages, lengths, page_indices, query_lens)

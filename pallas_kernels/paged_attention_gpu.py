@@ -95,7 +95,7 @@ def _kernel(
         logits = common.scaled_logits(q, k.astype(compute_dtype), k_scale, params)
         # key_ok also drops keys past the table's capacity, which the causal mask would keep.
         mask = key_ok[None, :] & common.attention_mask(
-            row_query, key_pos[None, :], length, query_len, params.sliding_window
+            row_query, key_pos[None, :], length, query_len, params.sliding_window, params.attention_chunk
         )
         return common.online_softmax_step(carry, logits, mask, v, v_scale)
 
@@ -257,6 +257,7 @@ def gpu_params(
     pages_per_block: int | None,
     block_rows: int,
     num_stages: int | None,
+    attention_chunk: int | None = None,
 ) -> tuple[AttentionParams, int]:
     """Static kernel settings and num_stages; blocks sized to fit the device's shared memory."""
     num_kv_heads, _, page_size, head_dim = k_pages.shape
@@ -275,7 +276,7 @@ def gpu_params(
     params = AttentionParams(
         group=q_heads // num_kv_heads, page_size=page_size, pages_per_block=blocks[0],
         sm_scale=common.default_sm_scale(head_dim, sm_scale), soft_cap=soft_cap,
-        sliding_window=sliding_window, quantized=quantized,
+        sliding_window=sliding_window, quantized=quantized, attention_chunk=attention_chunk,
     )
     return params, blocks[1]
 
@@ -283,7 +284,7 @@ def gpu_params(
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "sm_scale", "soft_cap", "sliding_window", "pages_per_block", "num_splits",
+        "sm_scale", "soft_cap", "sliding_window", "attention_chunk", "pages_per_block", "num_splits",
         "num_warps", "num_stages", "interpret",
     ),
 )
@@ -297,6 +298,7 @@ def paged_attention_gpu(
     sm_scale: float | None = None,
     soft_cap: float | None = None,
     sliding_window: int | None = None,
+    attention_chunk: int | None = None,  # Llama 4: a query sees only its own chunk of positions
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     pages_per_block: int | None = None,
@@ -314,7 +316,7 @@ def paged_attention_gpu(
     block_rows = max(MIN_BLOCK, common.next_power_of_2(num_q_heads // k_pages.shape[0]))
     params, num_stages = gpu_params(
         num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block,
-        block_rows, num_stages,
+        block_rows, num_stages, attention_chunk,
     )
     if num_splits is None:
         max_blocks = pl.cdiv(page_indices.shape[1], params.pages_per_block)

@@ -35,6 +35,7 @@ def _ragged_mask(
     max_q: int,
     num_keys: int,
     sliding_window: int | None,
+    attention_chunk: int | None = None,
 ) -> jax.Array:
     """[batch, max_q, num_keys] bool: which key each query attends."""
     query_idx = jnp.arange(max_q)[None, :, None]
@@ -43,6 +44,8 @@ def _ragged_mask(
     mask = (query_idx < query_lens[:, None, None]) & (key_pos <= query_pos)
     if sliding_window is not None:
         mask = mask & (query_pos - key_pos < sliding_window)
+    if attention_chunk is not None:
+        mask = mask & (key_pos // attention_chunk == query_pos // attention_chunk)
     return mask
 
 
@@ -57,7 +60,7 @@ def _softmax(logits: jax.Array, sinks: jax.Array | None, num_kv_heads: int) -> j
     return weights / (weights.sum(-1, keepdims=True) + jnp.exp(sink - best))
 
 
-@functools.partial(jax.jit, static_argnames=("sm_scale", "soft_cap", "sliding_window"))
+@functools.partial(jax.jit, static_argnames=("sm_scale", "soft_cap", "sliding_window", "attention_chunk"))
 def ragged_paged_attention_reference(
     q: jax.Array,  # [batch, max_q, num_q_heads, head_dim]
     k_pages: jax.Array,  # [num_kv_heads, num_pages, page_size, head_dim]
@@ -69,6 +72,7 @@ def ragged_paged_attention_reference(
     sm_scale: float | None = None,
     soft_cap: float | None = None,
     sliding_window: int | None = None,
+    attention_chunk: int | None = None,  # Llama 4: a query sees only its own chunk of positions
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     sinks: jax.Array | None = None,  # [num_q_heads]: attention-sink logits (keys without values)
@@ -82,7 +86,7 @@ def ragged_paged_attention_reference(
     group = num_q_heads // num_kv_heads
     k = _gather_pages(k_pages, k_scales, page_indices)
     v = _gather_pages(v_pages, v_scales, page_indices)
-    mask = _ragged_mask(lengths, query_lens, max_q, k.shape[2], sliding_window)
+    mask = _ragged_mask(lengths, query_lens, max_q, k.shape[2], sliding_window, attention_chunk)
     # Keys nobody attends may be stale or uninitialised pages: keep their NaNs out.
     needed = jnp.any(mask, axis=1)[:, None, :, None]
     k = jnp.where(needed, k, 0.0)
@@ -112,6 +116,7 @@ def paged_attention_reference(
     sm_scale: float | None = None,
     soft_cap: float | None = None,
     sliding_window: int | None = None,
+    attention_chunk: int | None = None,  # Llama 4: a query sees only its own chunk of positions
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     sinks: jax.Array | None = None,  # [num_q_heads]
@@ -120,7 +125,7 @@ def paged_attention_reference(
     query_lens = jnp.ones_like(lengths)
     out = ragged_paged_attention_reference(
         q[:, None], k_pages, v_pages, lengths, page_indices, query_lens,
-        sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window,
+        sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window, attention_chunk=attention_chunk,
         k_scales=k_scales, v_scales=v_scales, sinks=sinks,
     )
     return out[:, 0]

@@ -153,7 +153,8 @@ def _attend_block(
         v_scale = jnp.where(row_ok, vs_buf[slot].reshape(1, block_k), 0.0)
     logits = common.scaled_logits(q, k, k_scale, params)
     # row_ok also drops keys past the table's capacity, which the causal mask would keep.
-    mask = row_ok & common.attention_mask(row_query, key_row, length, query_len, params.sliding_window)
+    mask = row_ok & common.attention_mask(row_query, key_row, length, query_len, params.sliding_window,
+                                          params.attention_chunk)
     return common.online_softmax_step(carry, logits, mask, v, v_scale)
 
 
@@ -232,6 +233,7 @@ def tpu_params(
     soft_cap: float | None,
     sliding_window: int | None,
     pages_per_block: int | None,
+    attention_chunk: int | None = None,
 ) -> AttentionParams:
     """Static kernel settings for TPU: blocks of about one lane width of keys."""
     num_kv_heads, _, page_size, head_dim = k_pages.shape
@@ -240,13 +242,13 @@ def tpu_params(
     return AttentionParams(
         group=q_heads // num_kv_heads, page_size=page_size, pages_per_block=pages_per_block,
         sm_scale=common.default_sm_scale(head_dim, sm_scale), soft_cap=soft_cap,
-        sliding_window=sliding_window, quantized=k_scales is not None,
+        sliding_window=sliding_window, quantized=k_scales is not None, attention_chunk=attention_chunk,
     )
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("sm_scale", "soft_cap", "sliding_window", "pages_per_block", "interpret"),
+    static_argnames=("sm_scale", "soft_cap", "sliding_window", "attention_chunk", "pages_per_block", "interpret"),
 )
 def paged_attention_tpu(
     q: jax.Array,  # [batch, num_q_heads, head_dim]
@@ -258,6 +260,7 @@ def paged_attention_tpu(
     sm_scale: float | None = None,
     soft_cap: float | None = None,
     sliding_window: int | None = None,
+    attention_chunk: int | None = None,  # Llama 4: a query sees only its own chunk of positions
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     pages_per_block: int | None = None,
@@ -269,7 +272,8 @@ def paged_attention_tpu(
     common.validate_paged_inputs(
         num_q_heads, head_dim, k_pages, v_pages, k_scales, v_scales, sliding_window
     )
-    params = tpu_params(num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block)
+    params = tpu_params(num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block,
+                        attention_chunk)
     out = paged_flash_tpu(
         q[:, None], k_pages, v_pages, lengths, page_indices, jnp.ones_like(lengths),
         k_scales, v_scales, params=params, block_rows=None, interpret=interpret, sinks=sinks,

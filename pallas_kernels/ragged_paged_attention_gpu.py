@@ -30,7 +30,7 @@ def ragged_block_rows(max_q: int, group: int, block_rows: int | None) -> int:
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "sm_scale", "soft_cap", "sliding_window", "pages_per_block", "block_rows",
+        "sm_scale", "soft_cap", "sliding_window", "attention_chunk", "pages_per_block", "block_rows",
         "num_splits", "num_warps", "num_stages", "interpret",
     ),
 )
@@ -45,6 +45,7 @@ def ragged_paged_attention_gpu(
     sm_scale: float | None = None,
     soft_cap: float | None = None,
     sliding_window: int | None = None,
+    attention_chunk: int | None = None,  # Llama 4: a query sees only its own chunk of positions
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     pages_per_block: int | None = None,
@@ -63,7 +64,7 @@ def ragged_paged_attention_gpu(
     block_rows = ragged_block_rows(max_q, num_q_heads // k_pages.shape[0], block_rows)
     params, num_stages = gpu_params(
         num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block,
-        block_rows, num_stages,
+        block_rows, num_stages, attention_chunk,
     )
     if num_splits is None:
         query_blocks = pl.cdiv(max_q * params.group, block_rows)

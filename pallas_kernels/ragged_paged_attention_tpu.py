@@ -18,7 +18,7 @@ from pallas_kernels.paged_attention_tpu import paged_flash_tpu, tpu_params
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "sm_scale", "soft_cap", "sliding_window", "pages_per_block", "block_rows", "interpret",
+        "sm_scale", "soft_cap", "sliding_window", "attention_chunk", "pages_per_block", "block_rows", "interpret",
     ),
 )
 def ragged_paged_attention_tpu(
@@ -32,6 +32,7 @@ def ragged_paged_attention_tpu(
     sm_scale: float | None = None,
     soft_cap: float | None = None,
     sliding_window: int | None = None,
+    attention_chunk: int | None = None,  # Llama 4: a query sees only its own chunk of positions
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     pages_per_block: int | None = None,
@@ -44,7 +45,8 @@ def ragged_paged_attention_tpu(
     common.validate_paged_inputs(
         num_q_heads, head_dim, k_pages, v_pages, k_scales, v_scales, sliding_window
     )
-    params = tpu_params(num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block)
+    params = tpu_params(num_q_heads, k_pages, k_scales, sm_scale, soft_cap, sliding_window, pages_per_block,
+                        attention_chunk)
     return paged_flash_tpu(
         q, k_pages, v_pages, lengths, page_indices, query_lens, k_scales, v_scales,
         params=params, block_rows=block_rows, interpret=interpret, sinks=sinks,

@@ -40,6 +40,15 @@ def test_chunked_prefill_and_prefix_cache_keep_hf_greedy_tokens(checkpoint_dir):
     assert llm.metrics()["prefix_cache_hits"] == 20  # tokens: the 5 pages of positions 0..19
 
 
+def test_pallas_kernels_keep_hf_greedy_tokens(checkpoint_dir):
+    """The chunks inside the Triton kernels (interpreted): the ragged kernel's prefill of 27 tokens across three
+    chunk boundaries, the decode kernel's rows as they cross the fourth (position 32)."""
+    llm = LLM(checkpoint_dir("llama4"), dtype="float32", max_seq_len=64, attention_backend="pallas",
+              interpret_kernels=True)
+    params = SamplingParams(max_tokens=7, temperature=0, ignore_eos=True)
+    assert llm.generate([PROMPTS[0]], params)[0].outputs[0].token_ids == hf_greedy(PROMPTS[0], 7)
+
+
 def test_conditional_generation_checkpoint_runs_its_language_model(tmp_path, caplog):
     """Meta's layout: the text model under `language_model.`, a vision tower and projector beside it (skipped,
     one log line); the text config nested under text_config. Logits as HF's model gives them for text."""

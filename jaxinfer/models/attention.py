@@ -7,8 +7,7 @@ a native kernel that reads only the visible keys; the paged cache dispatches to 
 (the Pallas kernel, or its `jnp` reference, as the cache's backend says, and the reference for
 shapes the kernel cannot run); on a mesh the kernels run per device under `shard_map`
 (`sharded_attention`). Queries of one call sit at consecutive positions. Chunked layers (Llama 4)
-take the XLA paths on every platform: the blocked path over the pages, or the dense one over a
-contiguous cache.
+take every path but the native CPU kernels', which route them to XLA's.
 """
 
 from __future__ import annotations
@@ -139,11 +138,12 @@ def paged_rows_attend(
     scale: float | None = None,
     soft_cap: float | None = None,
     sinks: jax.Array | None = None,
+    chunk: int = 0,
 ) -> jax.Array:
     """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
     backend = kernel_backend(cache, q.shape[-1])
     kernel = functools.partial(_rows_kernel, window=window, interpret=cache.interpret, backend=backend,
-                               scale=scale, soft_cap=soft_cap, single_split=cache.batch_invariant)
+                               scale=scale, soft_cap=soft_cap, single_split=cache.batch_invariant, chunk=chunk)
     pools = (cache.k_pages[layer], cache.v_pages[layer])
     scales = (cache.k_scales[layer], cache.v_scales[layer]) if cache.quantized else ()
     rows = (lengths, page_table, query_lens)
@@ -169,10 +169,11 @@ def _rows_kernel(
     soft_cap: float | None = None,
     single_split: bool = False,
     sinks: jax.Array | None = None,
+    chunk: int = 0,
 ) -> jax.Array:
     """The decode kernel for one query per row, the ragged one for several: [B, T, H, K]."""
     common = dict(sliding_window=window or None, interpret=interpret, backend=backend, sm_scale=scale,
-                  soft_cap=soft_cap, num_splits=1 if single_split else None)
+                  soft_cap=soft_cap, num_splits=1 if single_split else None, attention_chunk=chunk or None)
     if sinks is not None:
         common.update(sinks=sinks)
     if scales:
@@ -197,8 +198,8 @@ def gathered_rows_attend(
 ) -> jax.Array:
     """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
     otherwise XLA attention over blocks of each row's pages, up to the step's longest row (one
-    query per row, as an engine step's tokens are: a key loop per block of tokens). Also every
-    platform's path for chunked layers (chunk > 0), which the Pallas kernels do not take."""
+    query per row, as an engine step's tokens are: a key loop per block of tokens); chunk: each query
+    sees its own attention chunk's keys only (the native kernel takes none: such layers go to XLA)."""
     dtype = q.dtype if cache.quantized else cache.value_dtype
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
@@ -222,14 +223,11 @@ def paged_attend(
     q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int, scale: float | None = None,
     soft_cap: float | None = None, sinks: jax.Array | None = None, chunk: int = 0,
 ) -> jax.Array:
-    """Attention over the paged cache: the decode kernel for one query, the ragged one for several
-    (chunked layers: the blocked XLA path)."""
+    """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
     lengths = positions[:, -1] + 1
     query_lens = jnp.full_like(lengths, q.shape[1])
-    if chunk > 0:
-        return gathered_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens, scale, soft_cap,
-                                    sinks, chunk)
-    return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens, scale, soft_cap, sinks)
+    return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens, scale, soft_cap, sinks,
+                             chunk)
 
 
 def attend(
@@ -242,15 +240,14 @@ def attend(
     (the Pallas kernels and the jnp paths cap; the native CPU kernels cannot, so capped layers skip them);
     sinks [H]: attention-sink logits (GPT-OSS; the jnp paths and the Pallas kernels take them; layers with
     sinks skip the native CPU kernels and, on a mesh, the kernels under shard_map); chunk: Llama 4's attention
-    chunk, the keys of the query's own chunk only (the XLA paths on every platform: no kernel takes it).
+    chunk, the keys of the query's own chunk only (the Pallas kernels and the jnp paths take it; layers with
+    chunks skip the native CPU kernels).
     """
     if isinstance(cache, RaggedPagedCache):
-        if chunk > 0 or cache.pages.backend == "reference":
-            return per_token_attend(q, cache, positions, lambda qg, *rows: gathered_rows_attend(
-                qg, cache.pages, layer, window, *rows, scale, soft_cap, sinks, chunk))
+        rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
         return per_token_attend(
             q, cache, positions,
-            lambda qg, *rows: paged_rows_attend(qg, cache.pages, layer, window, *rows, scale, soft_cap, sinks),
+            lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows, scale, soft_cap, sinks, chunk),
         )
     if isinstance(cache, PagedKVCache):
         return paged_attend(q, cache, layer, positions, window, scale, soft_cap, sinks, chunk)

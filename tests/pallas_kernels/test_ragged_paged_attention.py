@@ -126,6 +126,31 @@ def test_tpu_kernel_features():
     _assert_padding_rows_zero(out, inputs.query_lens)
 
 
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_kernels_take_attention_chunks(platform):
+    """Llama 4's chunks of 3 positions (queries of one row cross several; pages of 16, blocks of 1 page):
+    both kernels, interpreted, equal the reference, whose chunk mask is written apart (key // chunk ==
+    query // chunk); the chunked result differs from plain causal attention."""
+    inputs = _feature_inputs("soft_cap", out_of_range_entries=platform == "tpu")
+    opts = dict(attention_chunk=3, **inputs.kwargs)
+    kernel = ragged_paged_attention_gpu if platform == "gpu" else ragged_paged_attention_tpu
+    with jax.default_device(jax.devices("cpu")[0]):
+        out = kernel(*inputs.ragged_args, pages_per_block=1, interpret=True, **opts)
+    expected = ragged_paged_attention_reference(*inputs.ragged_args, **opts)
+    assert_close(out, expected, F32)
+    assert not np.allclose(np.asarray(expected), np.asarray(ragged_paged_attention_reference(*inputs.ragged_args)))
+    _assert_padding_rows_zero(out, inputs.query_lens)
+
+
+def test_chunked_kernels_lower_for_real_hardware():
+    """With an attention chunk the Triton and Mosaic kernels still lower for CUDA and TPU."""
+    inputs = _case_inputs("verify_gqa4_split")
+    gpu = lambda *args: ragged_paged_attention_gpu(*args, attention_chunk=8)  # noqa: E731
+    tpu = lambda *args: ragged_paged_attention_tpu(*args, attention_chunk=8)  # noqa: E731
+    assert "xla.gpu.triton" in lower_for("cuda", gpu, *inputs.ragged_args)
+    assert "tpu_custom_call" in lower_for("tpu", tpu, *inputs.ragged_args)
+
+
 def test_reference_matches_decode_per_query():
     """Query i of a ragged batch is decode attention at length L - query_len + i + 1."""
     inputs = _feature_inputs("window_shorter_than_queries")
