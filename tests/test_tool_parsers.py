@@ -153,6 +153,14 @@ def test_required_and_named_tool_choice_stream_the_same_way(tool_choice, reply):
     assert_streams_as_written(ReplyPlan(None, plan_tools(TOOLS, tool_choice, None)), reply, "")
 
 
+@pytest.mark.parametrize("reply, head", [
+    ('{"name": "get_time", "parameters": {"zone": "UTC"}}', ""),
+    ('[1] first, then <tool_call>{"name": "get_time", "arguments": {"zone": "UTC"}}</tool_call>', "[1] first, then"),
+])
+def test_the_default_reads_llama3_json_or_else_hermes_blocks_as_they_stream(reply, head):
+    assert_streams_as_written(ReplyPlan(None, plan_tools(TOOLS, "auto", None)), reply, head)
+
+
 def assert_streams_as_written(reply_plan: ReplyPlan, reply: str, head: str) -> None:
     """Streamed a token (or a character) a delta: joined, the pieces are the message parsed whole, exactly;
     each call's name goes out first, its arguments over later deltas (unless written before the name), the

@@ -22,7 +22,7 @@ from jaxinfer.entrypoints.openai.tool_parsers import (
     mistral,
     qwen3_coder,
 )
-from jaxinfer.entrypoints.openai.tool_parsers.incremental import Progress, Reader, Source, Wait, skip_space
+from jaxinfer.entrypoints.openai.tool_parsers.incremental import Malformed, Progress, Reader, Source, Wait, skip_space
 from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
 
 Read = Callable[[str, Mapping[str, dict]], "tuple[list[ParsedCall], str] | None"]
@@ -49,11 +49,17 @@ def _read_auto(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], 
 
 
 def _stream_auto(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
-    """Llama-3 JSON calls where the reply opens with a JSON value, else Hermes blocks."""
+    """Llama-3 JSON calls where the reply opens with them, else (from the start) Hermes blocks, as `_read_auto`
+    reads a reply that is not Llama-3 calls."""
     at = src.at
-    first = yield from skip_space(src)
-    src.at = at  # the space is content where the reply is not JSON calls
-    yield from (llama3_json.stream if first in ("[", "{") else hermes.stream)(src, out, tools)
+    if (yield from skip_space(src)) in ("[", "{"):
+        try:
+            yield from llama3_json.stream(src, out, tools)
+        except Malformed:
+            if out.calls:
+                raise
+    src.at = at  # the space, and JSON that is not calls, are content there
+    yield from hermes.stream(src, out, tools)
 
 
 AUTO = ToolParser("auto", None, _read_auto, _stream_auto)
