@@ -254,7 +254,9 @@ class LLM:
         use_tqdm: bool = False,
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
-        """Generate for one prompt or many (str or token ids); one output per prompt, in order.
+        """Generate for one prompt or many (str, token ids, or vLLM's dict {"prompt" or "prompt_token_ids",
+        "multi_modal_data": {"image": ...}} for a vision-language model: docs/multimodal.md); one output per
+        prompt, in order.
 
         use_tqdm=True shows a progress bar over the requests on stderr. lora_request (vLLM's): the
         LoRA adapter every prompt runs with, or one per prompt (None: the base model); needs
