@@ -143,6 +143,8 @@ def test_two_images_and_text_prompts_in_one_batch(llm, hf_llava):
         hf = hf_llava.generate(input_ids=torch.tensor([ids]), max_new_tokens=GREEDY.max_tokens, do_sample=False,
                                pixel_values=torch.tensor(np.stack([i.pixels for i in images])))
     assert outs[2].outputs[0].token_ids == hf[0, len(ids):].tolist()
+    expanded = llm.generate({"prompt_token_ids": ids, "multi_modal_data": {"image": [a, b]}}, GREEDY)
+    assert expanded[0].outputs[0].token_ids == outs[2].outputs[0].token_ids  # placeholders expanded already
 
 
 def test_preempted_image_requests_recompute_the_same_tokens(llm):

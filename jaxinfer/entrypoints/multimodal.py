@@ -119,9 +119,11 @@ class ImagePrompts:
         ids = encode_prompt(prompt, self.tokenizer)
         if not images:
             return ids, ()
-        token = self.cfg.image_token_id
+        token, length = self.cfg.image_token_id, self.cfg.image_seq_length
         marks = [i for i, t in enumerate(ids) if t == token]
-        if len(marks) != len(images):
+        expanded = len(marks) == len(images) * length and all(
+            marks[k * length + length - 1] - marks[k * length] == length - 1 for k in range(len(images)))
+        if len(marks) != len(images) and not expanded:
             raise ValueError(f"{field}: the prompt marks {len(marks)} image(s) with {self.image_token!r} and "
                              f"{len(images)} were given; put one {self.image_token!r} where each image goes")
         pixels = self.processor()(images, return_tensors="np")["pixel_values"]
@@ -129,8 +131,9 @@ class ImagePrompts:
         if pixels.shape[1:] != (v.num_channels, v.image_size, v.image_size):
             raise ValueError(f"{field}: the image processor made {pixels.shape[1:]} pixels, the tower takes "
                              f"{(v.num_channels, v.image_size, v.image_size)}")
-        return expand(ids, marks, pixels, self.cfg.image_seq_length)
-
+        if expanded:  # token ids whose placeholders were expanded already (as HF's processor returns them)
+            return ids, tuple(ImageInput.of(marks[k * length], length, p) for k, p in enumerate(pixels))
+        return expand(ids, marks, pixels, length)
 
     def chat_images(self, contents: Sequence[Any], field: str) -> tuple[list[Any], list[Any]]:
         """Messages' contents with each `image_url` part as the placeholder text, and the images (read from
