@@ -146,7 +146,7 @@ def name_check(tools: Mapping[str, dict]) -> Callable[[str], None]:
 def content_until(src: Source, out: Progress, marker: str) -> Wait:
     """Content up to `marker` (taken), said as it comes; a marker cut across deltas is held until whole."""
     while (at := src.text.find(marker, src.at)) < 0:
-        end = len(src.text) - partial_tag(src.text, marker)
+        end = max(src.at, len(src.text) - partial_tag(src.text, marker))
         out.say(src.text[src.at:end])
         src.at = end
         yield

@@ -33,7 +33,7 @@ def json_calls(text: str, tools: Mapping[str, dict], arguments_key: str = "argum
         return None
     calls = []
     for item in items:
-        if not isinstance(item, dict) or item.get("name") not in tools:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or item["name"] not in tools:
             return None
         arguments = item.get(arguments_key, item.get(ARGUMENTS[0], item.get(ARGUMENTS[1], {})))
         calls.append((item["name"], json.dumps(arguments)))
