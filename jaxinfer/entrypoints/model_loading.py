@@ -27,6 +27,7 @@ from jaxinfer.models import (
     abstract_weights,
     batch_invariant_weights,
     leaf_quantizer,
+    projections,
     quantize_head,
     quantize_weights,
     weights_to_run,
@@ -36,7 +37,7 @@ from jaxinfer.models.registry import load_config
 from jaxinfer.parallel.sharding import Layout, check_experts, layout_for
 from jaxinfer.quantization import mxfp4_codes
 from jaxinfer.quantization.quantized_experts import packed_experts_fit
-from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP
+from jaxinfer.quantization.quantized_weight import DEFAULT_GROUP, QuantizedWeight, native_int4
 from jaxinfer.quantization.sharding import shard_quantized_tree
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,12 @@ def keeps_stored_int4(model_dir: Path, quantization: str | None) -> bool:
     return True
 
 
+def kernel_less_int4(weights: Weights) -> int:
+    """How many projections are int4 in a layout the kernels do not read (a 4-bit checkpoint's own levels)."""
+    return sum(isinstance(w := getattr(lw, name), QuantizedWeight) and w.mode == "int4" and not native_int4(w)
+               for lw in weights.layers for name in projections(lw))
+
+
 def resolve_kernels_for(layout: Layout, cpu_kernels: bool | None) -> bool:
     """The CPU kernels' switch: off on a mesh (FFI calls cannot be partitioned), else as asked."""
     if layout.size == 1:
@@ -204,5 +211,9 @@ def running_weights(
     """Which platform kernels apply (None: auto: the CPU kernels where they build and $JAXINFER_CPU_KERNELS
     does not say 0, never on a mesh) and the weights turned into what runs (consumes `weights`)."""
     kernels = resolve_kernels_for(layout, resolve_invariant_kernels(cpu_kernels, batch_invariant, cfg.num_experts))
+    if kernels and (slow := kernel_less_int4(weights)):
+        log.info("%d projections keep a 4-bit checkpoint's zero levels, fp16 scales or act order, which the native CPU "
+                 "int4 kernel does not read: they run XLA's widen-and-multiply, far slower on CPUs (quantization.md); "
+                 "quantization='int4' re-quantizes them for the kernel (a second rounding)", slow)
     run = weights_to_run(weights, kernels, resolve_quantized_kernel(layout, quantized_kernel, interpret_kernels), layout)
     return RunningWeights(kernels, run, batch_invariant_weights(run) if batch_invariant else run)
