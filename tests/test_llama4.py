@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pytest
 import torch
 import transformers
 from hf_models import ARCH_CONFIGS, COMMON, make_hf_model
@@ -67,3 +68,6 @@ def test_conditional_generation_checkpoint_runs_its_language_model(tmp_path, cap
         "alone (text in, text out: images are not supported)"]
     got = llm.logits(PROMPT)
     assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+    image = {"prompt_token_ids": PROMPT[:8], "multi_modal_data": {"image": np.zeros((32, 32, 3), np.uint8)}}
+    with pytest.raises(ValueError, match="takes no images"):  # its vision tower is not run
+        llm.generate(image, SamplingParams(max_tokens=1))
