@@ -109,6 +109,11 @@ CASES = {  # name: (quantization_config, packer, (symmetric, scales' dtype, act 
             "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True,
                                                           "strategy": "group", "group_size": GROUP}}}},
         lambda *a: pack_compressed(*a, symmetric=True), (True, ml_dtypes.bfloat16, False, 0)),
+    "compressed channel": (  # one scale per output over all inputs (group 0)
+        {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {
+            "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                                                          "strategy": "channel"}}}},
+        lambda *a: pack_compressed(*a, symmetric=True), (True, np.float16, False, 0)),
     "compressed asym": (
         {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"], "config_groups": {
             "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": False,
@@ -127,7 +132,7 @@ def save_packed(path: Path, name: str) -> dict[str, torch.Tensor]:
     for key in sorted(n for n in tensors if n.startswith("model.layers.") and n.endswith("proj.weight")):
         w = tensors.pop(key).numpy()
         inputs = w.shape[1]
-        groups = np.arange(inputs) // GROUP
+        groups = np.arange(inputs) // (inputs if "channel" in name else GROUP)
         if act_order:  # GPTQ's desc_act: groups follow a permutation of the inputs
             groups = groups[np.argsort(rng.permutation(inputs))]
         levels, zeros, scales = quantize_levels(w, groups, symmetric, lowest_zero, scale_dtype, quant.get("bits", 4))
@@ -169,9 +174,10 @@ def test_packed_weights_read_as_the_tests_own_dequantization(packed_checkpoint, 
         if "8-bit" in name:  # loaded dequantized
             assert not isinstance(leaf, QuantizedWeight)
             continue
-        assert isinstance(leaf, QuantizedWeight) and leaf.mode == "int4" and leaf.group == GROUP
+        assert isinstance(leaf, QuantizedWeight) and leaf.mode == "int4"
+        assert leaf.group == (leaf.in_size if "channel" in name else GROUP)
         assert (leaf.perm is not None) == ("act-order" in name)  # inputs stored sorted by group
-        assert (leaf.zeros is None) == ("sym" in name and "asym" not in name)
+        assert (leaf.zeros is None) == CASES[name][2][0]  # zero levels kept unless symmetric
         assert leaf.scales.dtype == (jnp.bfloat16 if "bf16" in name else jnp.float16)  # fp16 kept: bf16 would round
         assert tile(leaf).tiled == ("bf16" in name)  # symmetric bf16 groups of 32: the CPU kernel's own layout
         np.testing.assert_array_equal(np.asarray(DEQUANTIZE(leaf)), np.asarray(expected))

@@ -81,6 +81,6 @@ class PackedView:
         if self._kind == "scales":
             return lv.scales[rows][:, groups]
         if self._kind == "groups":
-            return np.broadcast_to(groups.astype(np.int32), (len(range(*rows.indices(lv.codes.shape[0]))), len(groups)))
+            return np.broadcast_to(groups.astype(np.int32), lv.codes[rows, cols].shape)
         part = Levels(lv.codes[rows, cols], lv.zeros[rows], lv.scales[rows], groups)
         return part.dequantized()
