@@ -58,11 +58,13 @@ def test_update_from_named_tensors_in_buckets_decodes_as_a_fresh_load(checkpoint
     llm = LLM(checkpoint_dir("llama2"), dtype="float32", quantization=quantization, **KNOBS)
     before = tokens(llm)
     assert before != expected[quantization]
-    state = trained[0]
+    state = {n: t.clone() for n, t in trained[0].items()}  # a trainer's tensors, written to after the update
     layer0 = {n: t for n, t in state.items() if ".layers.0." in n}
     llm.update_weights(list(layer0.items()))  # one bucket, as (name, tensor) pairs
     assert tokens(llm) not in (before, expected[quantization])  # half new, half old
     llm.update_weights({n: t for n, t in state.items() if n not in layer0})
+    for t in state.values():
+        t.zero_()  # the served weights are copies
     assert step_compiles(llm) == 0  # float values quantized as served: the programs run them as they are
     assert tokens(llm) == expected[quantization]
     llm.update_weights_from_disk(checkpoint_dir("llama2"))
@@ -73,8 +75,10 @@ def test_update_from_a_pytree_and_the_prefix_cache_forgotten(checkpoint_dir, tra
     llm = LLM(checkpoint_dir("llama2"), dtype="float32", **KNOBS)
     tokens(llm)  # leaves the prompts' full pages cached
     hits = llm.engine.scheduler.prefix_hits
-    llm.update_weights(LLM(trained[1], dtype="float32", **KNOBS).weights)
+    given = LLM(trained[1], dtype="float32", **KNOBS).weights
+    llm.update_weights(given)
     assert tokens(llm) == expected[None]
+    assert not any(x.is_deleted() for x in jax.tree.leaves(given))  # the caller's arrays stay its own
     assert llm.engine.scheduler.prefix_hits == hits  # K/V of the old weights never served
 
 
@@ -101,6 +105,8 @@ def test_sleep_frees_the_weights_and_pool_and_wakes_decoding_as_before(checkpoin
     assert llm.is_sleeping and all(x.is_deleted() for x in held) and llm.engine.runner.pages is None
     with pytest.raises(RuntimeError, match="asleep"):
         llm.generate(PROMPTS, GREEDY)
+    with pytest.raises(RuntimeError, match="wake_up"):
+        llm.update_weights_from_disk(trained[1])
     llm.wake_up()
     assert not llm.is_sleeping and step_compiles(llm) == 0
     assert tokens(llm) == before

@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxinfer.checkpoint.hf_names import HFTensor, hf_tensor_map, in_mtp_layer
 from jaxinfer.checkpoint.leaf_paths import leaf_paths
-from jaxinfer.checkpoint.loader import IGNORED_SUFFIXES, hf_source
+from jaxinfer.checkpoint.loader import IGNORED_SUFFIXES, hf_source, transform_on_device
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import abstract_weights
@@ -65,16 +65,23 @@ def _sources(cfg: ModelConfig) -> dict[str, tuple[HFTensor, list[str], ArrayInfo
     return {path: (*hf_source(path, tensors), info) for path, info in leaf_paths(abstract_weights(cfg))}
 
 
-def _leaf(t: HFTensor, tensors: list[Any], info: ArrayInfo, dtype: Any) -> Any:
-    """One leaf from the tensors behind it, each checked against its HF shape, cast to the leaf's dtype."""
+def _leaf(t: HFTensor, tensors: list[tuple[str, Any]], info: ArrayInfo, dtype: Any) -> Any:
+    """One leaf from the tensors behind it, each checked against its HF shape, cast to the leaf's dtype.
+
+    NumPy arrays are reshaped by NumPy on a CPU backend (the loader's choice: see `transform_on_device`),
+    anything else by jax on its device.
+    """
     whole = tuple(slice(0, n) for n in info.shape)
     for name, x in tensors:
         if tuple(x.shape) != t.hf_shape:
             raise CheckpointError(f"tensor {name} has shape {tuple(x.shape)}, expected {t.hf_shape}")
+    on_host = not transform_on_device() and all(isinstance(x, np.ndarray) for _, x in tensors)
+    xp = np if on_host else jnp
     if t.experts:
-        stacked = [t.to_jax(jnp.asarray(x)[t.hf_index(whole[1:])]) for _, x in tensors]
-        return jnp.stack(stacked).astype(info.dtype_in(dtype))
-    return t.to_jax(jnp.asarray(tensors[0][1])[t.hf_index(whole)]).astype(info.dtype_in(dtype))
+        leaf = xp.stack([t.to_jax(xp.asarray(x)[t.hf_index(whole[1:])]) for _, x in tensors])
+    else:
+        leaf = t.to_jax(xp.asarray(tensors[0][1])[t.hf_index(whole)])
+    return leaf.astype(info.dtype_in(dtype))
 
 
 def leaf_updates(tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], cfg: ModelConfig,

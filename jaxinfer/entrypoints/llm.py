@@ -188,7 +188,7 @@ class LLM:
         self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
             weights, self.config, self.layout, cpu_kernels, quantized_kernel, interpret_kernels, batch_invariant)
         self._quantized_kernel = quantized_kernel  # weights given later are shaped to run as these were
-        self._asleep: weight_updates.Asleep | None = None  # see sleep()
+        self._weight_state = weight_updates.WeightState()  # update_weights' and sleep's
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
         self.cache_spec = CacheSpec(
@@ -442,7 +442,7 @@ class LLM:
     @property
     def is_sleeping(self) -> bool:
         """Between `sleep` and `wake_up` (after level 2, weights are needed too before requests run)."""
-        return self._asleep is not None and not self._asleep.woken
+        return self._weight_state.asleep > 0 and not self._weight_state.woken
 
     def start_profile(self, trace_dir: str | Path | None = None) -> Path:
         """Start a device trace (vLLM's `start_profile`, through jax.profiler) into trace_dir or

@@ -39,54 +39,60 @@ Updates = Weights | Mapping[str, Any] | Iterable[tuple[str, Any]]
 
 
 @dataclasses.dataclass
-class Asleep:
-    """An LLM's state while asleep: the level, and at level 1 its running weights in host memory."""
+class WeightState:
+    """What updates and sleep keep beside an LLM."""
 
-    level: int
-    host: Any = None  # the running weights' leaves as NumPy arrays (level 1)
-    shardings: Any = None  # where each goes back
-    twin: Any = None  # the model's weights as shapes, dtypes and shardings (what new ones must match)
+    twin: Any = None  # the model's weights as ShapeDtypeStructs in their shardings (made at the first need)
+    asleep: int = 0  # the sleep level, 0 when awake
     woken: bool = False  # level 2 after wake_up: awake, waiting for weights
+    host: Any = None  # level 1: the running weights' leaves as NumPy arrays
+    shardings: Any = None  # level 1: where each goes back
 
 
-def model_twin(weights: Weights) -> Weights:
-    """The tree with each array as a ShapeDtypeStruct in its sharding (no device memory)."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), weights)
-
-
-def served_model_weights(llm: "LLM") -> Weights:
-    """What new leaves are made like: the model's weights, or their twin once sleep discarded them."""
-    return llm._asleep.twin if llm._asleep is not None else llm.weights
+def model_twin(llm: "LLM") -> Weights:
+    """The model's weights as ShapeDtypeStructs in their shardings: what new leaves are made like."""
+    state = llm._weight_state
+    if state.twin is None:
+        state.twin = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), llm.weights)
+    return state.twin
 
 
 def update(llm: "LLM", weights: Updates) -> None:
     """`LLM.update_weights`: the given leaves replaced, the rest kept (after sleep(level=2): all needed)."""
+    check_not_asleep_with_weights(llm)
     if isinstance(weights, Weights):
         updates = weight_leaves(weights)
     else:
         updates = leaf_updates(weights, llm.config, llm.dtype)
-    current = served_model_weights(llm)
-    if llm._asleep is not None and llm._asleep.level == 2:
-        missing = [p for p in weight_leaves(current) if p not in updates]
-        if missing:
-            raise ValueError(f"sleep(level=2) discarded the weights, so update_weights needs all of them; missing "
-                             f"{len(missing)} leaves (first: {missing[:3]})")
-    serve(llm, replaced(current, updates))
+    twin = model_twin(llm)
+    missing = [p for p in weight_leaves(twin) if p not in updates]
+    if missing and llm._weight_state.asleep == 2:
+        raise ValueError(f"sleep(level=2) discarded the weights, so update_weights needs all of them; missing "
+                         f"{len(missing)} leaves (first: {missing[:3]})")
+    # A whole update needs only the served leaves' formats; a partial one keeps the others' values.
+    serve(llm, replaced(llm.weights if missing else twin, updates))
+
+
+def check_not_asleep_with_weights(llm: "LLM") -> None:
+    """RuntimeError while level 1's weights wait in host memory: wake_up brings them back first."""
+    if llm._weight_state.asleep == 1:
+        raise RuntimeError("the LLM is asleep (sleep(level=1)), its weights in host memory: call wake_up() first")
 
 
 def update_from_disk(llm: "LLM", model: str | Path) -> None:
     """`LLM.update_weights_from_disk`: a checkpoint of the served architecture and shapes, each leaf made
     like the served one as it is read (a quantized model's float checkpoint is never held whole)."""
+    check_not_asleep_with_weights(llm)
     model_dir = validation.model_dir(model, "model")
-    served = served_model_weights(llm)
+    served = model_twin(llm)
     leaves = weight_leaves(served)
     stored = load_config(model_dir)
     if stored.architecture != llm.config.architecture:
         raise ValueError(f"{model_dir} holds a {stored.architecture}, this LLM serves a {llm.config.architecture}")
-    make_like = lambda path, leaf: leaf_like(leaf, leaves[path], path)  # noqa: E731
+    make_like = lambda path, leaf: leaf_like(leaf, leaves[path], path, owned=True)  # noqa: E731
     if is_converted(model_dir):
         _, weights = load_weights(model_dir, llm.dtype, False, llm.layout, cfg=llm.config)
-        serve(llm, replaced(served, weight_leaves(weights)))
+        serve(llm, replaced(served, weight_leaves(weights), owned=True))
         return
     _, weights = load_weights(model_dir, llm.dtype, False, llm.layout, transform=make_like, cfg=llm.config)
     serve(llm, weights)
@@ -100,7 +106,7 @@ def serve(llm: "LLM", weights: Weights) -> None:
     llm.engine.replace_weights(shaped.engine, eagle_params(llm, shaped.run))
     llm._run_weights, llm._engine_weights = shaped.run, shaped.engine
     llm._weights_fingerprint = None  # saved sessions name the weights they were computed by
-    llm._asleep = None
+    llm._weight_state = dataclasses.replace(llm._weight_state, asleep=0, woken=False, host=None, shardings=None)
 
 
 def eagle_params(llm: "LLM", run: Weights) -> EagleParams | None:
@@ -115,16 +121,17 @@ def sleep(llm: "LLM", level: int) -> None:
     """`LLM.sleep`: free the KV pool and the weights' device memory (level 1: kept in host memory)."""
     if level not in SLEEP_LEVELS:
         raise ValueError(f"level must be 1 (weights kept in host memory) or 2 (weights discarded), got {level!r}")
-    if llm._asleep is not None:
-        raise RuntimeError(f"already asleep (level {llm._asleep.level}); call wake_up() first")
+    state = llm._weight_state
+    if state.asleep:
+        raise RuntimeError(f"already asleep (level {state.asleep}); call wake_up() first")
     llm.engine.release()  # refuses while requests are in flight
-    asleep = Asleep(level, twin=model_twin(llm.weights))
+    model_twin(llm)  # new weights are made like these after level 2
     if level == 1:
-        asleep.shardings = jax.tree.map(lambda x: x.sharding, llm._run_weights)
-        asleep.host = jax.device_get(llm._run_weights)
+        state.shardings = jax.tree.map(lambda x: x.sharding, llm._run_weights)
+        state.host = jax.device_get(llm._run_weights)
     for x in jax.tree.leaves(llm._run_weights):
         x.delete()
-    llm._asleep = asleep
+    state.asleep = level
     llm.engine.no_weights = (
         "the LLM is asleep (sleep(level=1)): call wake_up() first" if level == 1 else
         "sleep(level=2) discarded the weights: call update_weights(...) or update_weights_from_disk(...) first"
@@ -134,13 +141,13 @@ def sleep(llm: "LLM", level: int) -> None:
 def wake_up(llm: "LLM") -> None:
     """`LLM.wake_up`: level 1's weights back on their devices (the KV pool is made on the next step);
     after level 2 only the pool, the weights waiting for an update."""
-    asleep = llm._asleep
-    if asleep is None:
+    state = llm._weight_state
+    if state.asleep == 2:
+        state.woken = True
+    if state.asleep != 1:
         return
-    if asleep.level == 2:
-        asleep.woken = True
-        return
-    run = jax.tree.map(jax.device_put, asleep.host, asleep.shardings)
+    run = jax.tree.map(jax.device_put, state.host, state.shardings)
     engine = batch_invariant_weights(run) if llm.cache_spec.batch_invariant else run
     llm.engine.replace_weights(engine, eagle_params(llm, run))
-    llm._run_weights, llm._engine_weights, llm._asleep = run, engine, None
+    llm._run_weights, llm._engine_weights = run, engine
+    llm._weight_state = dataclasses.replace(state, asleep=0, host=None, shardings=None)

@@ -53,8 +53,12 @@ def _check_type(new: Any, old: Any, path: str) -> None:
                          f"{jax.tree.structure(old)}: give a float array (quantized as served) or the same format")
 
 
-def leaf_like(new: Any, old: Any, path: str) -> Any:
-    """`new` as the served leaf `old` holds it: quantized in its format, in its dtype, in its sharding."""
+def leaf_like(new: Any, old: Any, path: str, owned: bool = False) -> Any:
+    """`new` as the served leaf `old` holds it: quantized in its format, in its dtype, in its sharding.
+
+    owned: `new` was made for this (read from a file), so its buffers may become the served ones; a
+    caller's are copied (running the weights may consume buffers, and a trainer may write to its own).
+    """
     _check_type(new, old, path)
     if not is_weight(new):
         new = jnp.asarray(new) if not isinstance(new, jax.Array) else new
@@ -67,17 +71,19 @@ def leaf_like(new: Any, old: Any, path: str) -> Any:
         if n.shape != o.shape or n.dtype != o.dtype:
             raise ValueError(f"weights[{path!r}] holds {n.dtype}{list(n.shape)} where the served leaf holds "
                              f"{o.dtype}{list(o.shape)}")
-    return jax.tree.map(lambda n, o: jax.device_put(n, o.sharding), new, old)
+    alias = None if owned else False
+    return jax.tree.map(lambda n, o: jax.device_put(n, o.sharding, may_alias=alias), new, old)
 
 
-def replaced(current: Any, updates: dict[str, Any]) -> Any:
-    """`current` with the leaves at updates' paths replaced (each made like the one it replaces)."""
+def replaced(current: Any, updates: dict[str, Any], owned: bool = False) -> Any:
+    """`current` with the leaves at updates' paths replaced (each made like the one it replaces; owned: see
+    `leaf_like`)."""
     leaves = weight_leaves(current)
     unknown = sorted(set(updates) - set(leaves))
     if unknown:
         raise ValueError(f"{len(unknown)} weight path(s) are not leaves of this model (first: {unknown[:5]}); "
                          f"its leaves are {list(leaves)[:4]} ...")
-    new = {path: leaf_like(updates[path], old, path) if path in updates else old for path, old in leaves.items()}
+    new = {path: leaf_like(updates[path], old, path, owned) if path in updates else old for path, old in leaves.items()}
     flat, treedef = jax.tree.flatten(current, is_leaf=is_weight)
     return jax.tree.unflatten(treedef, [new[p] for p in leaves])
 
