@@ -159,7 +159,8 @@ families)
     XLA_PYTHON_CLIENT_PREALLOCATE=false step family_tests 120 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
         tests/test_deepseek.py \
         tests/test_glm4_moe.py tests/test_ernie4_5_moe.py tests/test_hf_parity.py tests/test_families.py \
-        -k "deepseek or glm or granite or ernie or exaone or seed or router or route or ministral3 or cohere2 or apertus"
+        -k "deepseek or glm or granite or ernie or exaone or seed or router or route or ministral3 or cohere or apertus \
+            or arcee or olmoe or nemotron or starcoder2"
     step decode_deepseek 170 python3 scripts/bench_decode.py --preset deepseek-v2-lite-4layers --batches 1 8 \
         --dtypes bfloat16 --repeats 2 --out "$out/bench_decode_deepseek.json"
     step decode_glm45 170 python3 scripts/bench_decode.py --preset glm-4.5-air-2layers --batches 1 8 \
