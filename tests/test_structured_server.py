@@ -28,8 +28,9 @@ WEATHER = {
 }
 TIME = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
         "additionalProperties": False}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Forecast", "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Forecast", "parameters": WEATHER,
+                                           "strict": True}},  # strict: the openai client's stream helper reads them
+         {"type": "function", "function": {"name": "get_time", "parameters": TIME, "strict": True}}]
 MESSAGES = [{"role": "user", "content": "What is the weather in Oslo?"}]
 
 
@@ -78,9 +79,7 @@ def test_named_tool_choice_calls_that_function(client):
 def streamed_calls(client: openai.OpenAI, **fields) -> list[tuple[str, str]]:
     """The (name, arguments) a stream's calls come to through the `openai` client's stream helper (it reads
     strict tools only), checking they came as written: the arguments in several pieces, each call's joined."""
-    strict = [{**tool, "function": {**tool["function"], "strict": True}} for tool in TOOLS]
-    with client.chat.completions.stream(model="demo", messages=MESSAGES, max_tokens=60, tools=strict,
-                                        **fields) as stream:
+    with client.chat.completions.stream(model="demo", messages=MESSAGES, max_tokens=60, tools=TOOLS, **fields) as stream:
         events = list(stream)
         final = stream.get_final_completion().choices[0]
     pieces = [event for event in events if event.type == "tool_calls.function.arguments.delta"]
