@@ -187,6 +187,29 @@ def test_paged_decode_attention_reads_int8_pages_with_their_scales(shape: tuple)
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_decode_attention_within_attention_chunks(paged: bool) -> None:
+    """Llama 4's chunks of 5 positions: 4 queries a row crossing a chunk boundary see their own chunk's keys
+    only, as the jnp mask has it (which differs from causal attention there); a padding row reads zeros."""
+    batch, steps, heads, kv, page, width, dim, chunk = 3, 4, 4, 2, 8, 4, 32, 5
+    rng = np.random.default_rng(chunk)
+    k_pool, v_pool = (rng.standard_normal((kv, batch * width, page, dim)).astype(np.float32) for _ in range(2))
+    table = rng.permutation(batch * width).reshape(batch, width).astype(np.int32)
+    seq = width * page
+    positions = jnp.asarray([[8, 9, 10, 11], [18, 19, 20, 21], [-1] * steps], jnp.int32)
+    q = jnp.asarray(rng.standard_normal((batch, steps, heads, dim)), jnp.float32)
+    keys, values = jnp.asarray(gathered(k_pool, table)), jnp.asarray(gathered(v_pool, table).swapaxes(2, 3))
+    expected = dense_attention(q, keys, values, causal_window_mask(positions, seq, 0, chunk)).at[-1].set(0)
+    causal = dense_attention(q, keys, values, causal_window_mask(positions, seq, 0)).at[-1].set(0)
+    if paged:
+        got = paged_decode_attention(q, jnp.asarray(k_pool), jnp.asarray(v_pool), jnp.asarray(table), positions, 0,
+                                     jnp.float32, chunk=chunk)
+    else:
+        got = decode_attention(q, keys, values, positions, 0, chunk=chunk)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=2e-6, rtol=0)
+    assert not np.allclose(np.asarray(expected), np.asarray(causal), atol=1e-3)
+
+
 def test_paged_decode_attention_wants_scales_exactly_for_int8() -> None:
     pools = jnp.zeros((1, 2, 4, 16), jnp.int8)
     args = (jnp.zeros((1, 1, 1, 16)), pools, pools, jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 1), jnp.int32), 0)

@@ -6,8 +6,8 @@ cache uses the dense `jnp` path, or on CPU for a few queries per sequence (decod
 a native kernel that reads only the visible keys; the paged cache dispatches to `pallas_kernels`
 (the Pallas kernel, or its `jnp` reference, as the cache's backend says, and the reference for
 shapes the kernel cannot run); on a mesh the kernels run per device under `shard_map`
-(`sharded_attention`). Queries of one call sit at consecutive positions. Chunked layers (Llama 4)
-take every path but the native CPU kernels', which route them to XLA's.
+(`sharded_attention`). Queries of one call sit at consecutive positions. Every path takes
+chunked layers (Llama 4).
 """
 
 from __future__ import annotations
@@ -92,11 +92,10 @@ def _log_native_fallback(feature: str) -> None:
                 "attention path", feature)
 
 
-def native_kernel_applies(soft_cap: float | None, sinks: jax.Array | None = None, chunk: int = 0) -> bool:
-    """Whether the native CPU attention kernels can run a layer (they take a scale and a window; no cap, no sinks,
-    no attention chunks)."""
-    missing = ("sinks" if sinks is not None else "soft caps" if soft_cap is not None
-               else "chunks" if chunk > 0 else None)
+def native_kernel_applies(soft_cap: float | None, sinks: jax.Array | None = None) -> bool:
+    """Whether the native CPU attention kernels can run a layer (they take a scale, a window and a chunk; no cap,
+    no sinks)."""
+    missing = "sinks" if sinks is not None else "soft caps" if soft_cap is not None else None
     if missing is not None:
         _log_native_fallback(missing)
     return missing is None
@@ -199,7 +198,7 @@ def gathered_rows_attend(
     """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
     otherwise XLA attention over blocks of each row's pages, up to the step's longest row (one
     query per row, as an engine step's tokens are: a key loop per block of tokens); chunk: each query
-    sees its own attention chunk's keys only (the native kernel takes none: such layers go to XLA)."""
+    sees its own attention chunk's keys only."""
     dtype = q.dtype if cache.quantized else cache.value_dtype
     steps = jnp.arange(q.shape[1])
     positions = (lengths - query_lens)[:, None] + steps[None, :]
@@ -208,11 +207,11 @@ def gathered_rows_attend(
     # take XLA's path.
     int8 = cache.value_dtype == jnp.int8
     if (cache.cpu_kernels and (int8 or not cache.quantized) and decode_attention_applies(q.shape[1], dtype)
-            and native_kernel_applies(soft_cap, sinks, chunk)):
+            and native_kernel_applies(soft_cap, sinks)):
         pools = (cache.k_pages[layer], cache.v_pages[layer])
         scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if int8 else {}
         return paged_decode_attention(q, *pools, page_table, positions, window, jnp.int8 if int8 else dtype,
-                                      scale=scale, **scales)
+                                      scale=scale, chunk=chunk, **scales)
     rows = (lengths, page_table, query_lens)
     if q.shape[1] == 1:
         return blocked_token_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks, chunk)
@@ -240,8 +239,7 @@ def attend(
     (the Pallas kernels and the jnp paths cap; the native CPU kernels cannot, so capped layers skip them);
     sinks [H]: attention-sink logits (GPT-OSS; the jnp paths and the Pallas kernels take them; layers with
     sinks skip the native CPU kernels and, on a mesh, the kernels under shard_map); chunk: Llama 4's attention
-    chunk, the keys of the query's own chunk only (the Pallas kernels and the jnp paths take it; layers with
-    chunks skip the native CPU kernels).
+    chunk, the keys of the query's own chunk only (every path takes it).
     """
     if isinstance(cache, RaggedPagedCache):
         rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
@@ -258,6 +256,6 @@ def attend(
         scales = (cache.k_scales[layer][..., 0], cache.v_scales[layer][..., 0])
         return dense_attention(q, k, v, mask, scale, kv_scales=scales, soft_cap=soft_cap, sinks=sinks)
     if (cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype)
-            and native_kernel_applies(soft_cap, sinks, chunk)):
-        return decode_attention(q, k, v, positions, window, scale)
+            and native_kernel_applies(soft_cap, sinks)):
+        return decode_attention(q, k, v, positions, window, scale, chunk)
     return dense_attention(q, k, v, mask, scale, soft_cap=soft_cap, sinks=sinks)

@@ -8,7 +8,8 @@
 //
 //   q [B, T, H, D] f32, keys [B, KV, S, D], values [B, KV, D, S] (f32, bf16 or f16; one dtype),
 //   positions [B, T] int32: query t of sequence b sits at positions[b, t] and sees keys
-//   s <= positions[b, t] (and positions[b, t] - s < window when window > 0).
+//   s <= positions[b, t] (and positions[b, t] - s < window when window > 0, or, when chunk > 0, s in the
+//   query's chunk of positions: s >= positions[b, t] - positions[b, t] % chunk; Llama 4).
 //   out [B, T, H, D] f32. A query that sees no key gets zeros.
 //
 // (sequence, KV head) pairs are split over XLA's intra-op thread pool (parallel_tasks.h).
@@ -58,6 +59,7 @@ struct Shape {
   int64_t B, T, H, KV, S, D;
   float scale;
   int64_t window;
+  int64_t chunk;
 };
 
 // Visible key range of each query of sequence b, and of all of them: [lo_all, lo_all + width).
@@ -72,7 +74,8 @@ Visible VisibleKeys(const Shape& sh, const int32_t* positions, int64_t b) {
   for (int64_t t = 0; t < sh.T; ++t) {
     const int64_t p = positions[b * sh.T + t];
     v.hi[t] = std::min<int64_t>(p, sh.S - 1);
-    v.lo[t] = sh.window > 0 ? std::max<int64_t>(0, p - sh.window + 1) : 0;
+    v.lo[t] = sh.chunk > 0 ? std::max<int64_t>(0, p - p % sh.chunk)
+              : sh.window > 0 ? std::max<int64_t>(0, p - sh.window + 1) : 0;
     if (v.hi[t] >= v.lo[t]) {
       lo_all = std::min(lo_all, v.lo[t]);
       hi_all = std::max(hi_all, v.hi[t]);
@@ -228,9 +231,10 @@ using Queries = ffi::Buffer<ffi::F32, 4>;
 using Positions = ffi::Buffer<ffi::S32, 2>;
 
 ffi::Error DecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer keys, ffi::AnyBuffer values,
-                           Positions positions, ffi::Result<Queries> out, float scale, int64_t window) {
+                           Positions positions, ffi::Result<Queries> out, float scale, int64_t window,
+                           int64_t chunk) {
   const auto qd = q.dimensions(), kd = keys.dimensions(), vd = values.dimensions();
-  Shape sh{qd[0], qd[1], qd[2], kd.size() == 4 ? kd[1] : 0, kd.size() == 4 ? kd[2] : 0, qd[3], scale, window};
+  Shape sh{qd[0], qd[1], qd[2], kd.size() == 4 ? kd[1] : 0, kd.size() == 4 ? kd[2] : 0, qd[3], scale, window, chunk};
   const bool shapes_ok = kd.size() == 4 && vd.size() == 4 && kd[0] == sh.B && kd[3] == sh.D && vd[0] == sh.B &&
                          vd[1] == sh.KV && vd[2] == sh.D && vd[3] == sh.S && sh.KV > 0 && sh.H % sh.KV == 0 &&
                          positions.dimensions()[0] == sh.B && positions.dimensions()[1] == sh.T;
@@ -277,7 +281,8 @@ void PagedAs(const Shape& sh, const Pages& pg, const float* q, const void* k, co
 // 3 int8 with scales [KV, P, page] float32 (other dtypes take empty scales).
 ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer keys, ffi::AnyBuffer values,
                                 PageTable table, Positions positions, Scales k_scales, Scales v_scales,
-                                ffi::Result<Queries> out, float scale, int64_t window, int64_t value_dtype) {
+                                ffi::Result<Queries> out, float scale, int64_t window, int64_t chunk,
+                                int64_t value_dtype) {
   const auto qd = q.dimensions(), kd = keys.dimensions(), td = table.dimensions();
   const bool shapes_ok = kd.size() == 4 && values.dimensions().size() == 4 && kd[3] == qd[3] && kd[0] > 0 &&
                          qd[2] % kd[0] == 0 && td[0] == qd[0] && positions.dimensions()[0] == qd[0] &&
@@ -286,7 +291,7 @@ ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, Queries q, ffi::AnyBuffer 
   if (!shapes_ok) {
     return ffi::Error::InvalidArgument("need q [B,T<=16,H,D], pools [KV,P,page,D] of one dtype, table [B,W]");
   }
-  Shape sh{qd[0], qd[1], qd[2], kd[0], td[1] * kd[2], qd[3], scale, window};
+  Shape sh{qd[0], qd[1], qd[2], kd[0], td[1] * kd[2], qd[3], scale, window, chunk};
   Pages pg{kd[1], kd[2], td[1], table.typed_data()};
   using Fn = void (*)(const Shape&, const Pages&, const float*, const void*, const void*, const int32_t*, float*,
                       int64_t, int64_t, Scratch&);
@@ -332,7 +337,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferDecodeAttention, DecodeAttention,
                                   .Arg<Positions>()
                                   .Ret<Queries>()
                                   .Attr<float>("scale")
-                                  .Attr<int64_t>("window"));
+                                  .Attr<int64_t>("window")
+                                  .Attr<int64_t>("chunk"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferPagedDecodeAttention, PagedDecodeAttention,
                               ffi::Ffi::Bind()
@@ -347,4 +353,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxinferPagedDecodeAttention, PagedDecodeAttention
                                   .Ret<Queries>()
                                   .Attr<float>("scale")
                                   .Attr<int64_t>("window")
+                                  .Attr<int64_t>("chunk")
                                   .Attr<int64_t>("value_dtype"));

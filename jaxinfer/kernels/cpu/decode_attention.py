@@ -23,11 +23,13 @@ def decode_attention_applies(num_queries: int, cache_dtype: jnp.dtype) -> bool:
 
 
 def decode_attention(
-    q: jax.Array, keys: jax.Array, values: jax.Array, positions: jax.Array, window: int, scale: float | None = None
+    q: jax.Array, keys: jax.Array, values: jax.Array, positions: jax.Array, window: int, scale: float | None = None,
+    chunk: int = 0,
 ) -> jax.Array:
     """q [B, T, H, D] over keys [B, KV, S, D] and values [B, KV, D, S] -> [B, T, H, D] in q's dtype.
 
-    The query at positions[b, t] sees keys s <= positions[b, t] (within `window` when > 0).
+    The query at positions[b, t] sees keys s <= positions[b, t] (within `window` when > 0, within its own
+    `chunk` of positions when > 0).
     Queries are rounded to the cache dtype first, as the dense path does.
     """
     if not load("decode_attention.cc", "JaxinferDecodeAttention", TARGET):
@@ -35,7 +37,8 @@ def decode_attention(
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32), vmap_method="sequential")
     q32 = q.astype(keys.dtype).astype(jnp.float32)
-    out = call(q32, keys, values, positions.astype(jnp.int32), scale=np.float32(scale), window=np.int64(window))
+    out = call(q32, keys, values, positions.astype(jnp.int32), scale=np.float32(scale), window=np.int64(window),
+               chunk=np.int64(chunk))
     return out.astype(q.dtype)
 
 
@@ -50,6 +53,7 @@ def paged_decode_attention(
     scale: float | None = None,
     k_scales: jax.Array | None = None,
     v_scales: jax.Array | None = None,
+    chunk: int = 0,
 ) -> jax.Array:
     """q [B, T, H, D] over pools [KV, P, page, D] through page_table [B, W] -> [B, T, H, D] in q's dtype.
 
@@ -68,6 +72,6 @@ def paged_decode_attention(
     out = call(
         q32, k_pool, v_pool, page_table.astype(jnp.int32), positions.astype(jnp.int32),
         empty if k_scales is None else k_scales, empty if v_scales is None else v_scales, scale=np.float32(scale),
-        window=np.int64(window), value_dtype=np.int64(VALUE_DTYPES[jnp.dtype(value_dtype).name]),
+        window=np.int64(window), chunk=np.int64(chunk), value_dtype=np.int64(VALUE_DTYPES[jnp.dtype(value_dtype).name]),
     )
     return out.astype(q.dtype)
