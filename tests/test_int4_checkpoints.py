@@ -258,6 +258,7 @@ PACKED = CASES["compressed asym"][0]
     ({**GPTQ, "bits": 3}, "quantization_config.bits 3 is not supported; use one of 4, 8"),
     ({**GPTQ, "checkpoint_format": "marlin"}, "checkpoint_format 'marlin' is not supported"),
     ({**GPTQ, "group_size": 0}, "group_size 0 must be a positive integer or -1"),
+    ({**GPTQ, "pack_dtype": "int16"}, "pack_dtype 'int16' is not supported; GPTQ checkpoints are read packed"),
     ({**PACKED, "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "strategy": "group"}}}},
      "4-bit float weights are not supported in pack-quantized"),
     ({**PACKED, "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int", "strategy": "tensor"}}}},

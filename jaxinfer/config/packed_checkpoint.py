@@ -80,6 +80,9 @@ def gptq_scheme(quant: Mapping[str, Any]) -> PackedScheme:
         raise ConfigError(f"quantization_config.checkpoint_format {fmt!r} is not supported; GPTQ checkpoints are "
                           f"read in {' or '.join(map(repr, GPTQ_FORMATS))} (not Marlin, BitBLAS or other repackings)")
     bits = _int_field(quant, "bits", "quantization_config.bits", (4, 8))
+    if quant.get("pack_dtype", "int32") not in ("int32", "torch.int32"):  # GPTQModel can pack into other words
+        raise ConfigError(f"quantization_config.pack_dtype {quant.get('pack_dtype')!r} is not supported; GPTQ "
+                          "checkpoints are read packed into int32 words")
     group = _group_size(quant.get("group_size", 128), "quantization_config.group_size")
     return PackedScheme("gptq", bits, group, symmetric=False, zero_offset=1 if fmt == "gptq" else 0)
 
