@@ -288,8 +288,8 @@ def _int4_leaf(reader: _TensorReader, t: HFTensor, names: list[str], info: Array
         leaf = stored_int4.from_levels(arrays["codes"], arrays["zeros"], arrays["scales"], contract, scheme.group,
                                        groups)
     if leaf is None:
-        log.info("%s: its 4-bit groups are not runs of inputs (act order) %s, so it loads dequantized",
-                 path_of(names), "in experts" if contract is None else "on a mesh")
+        log.info("%s: its 4-bit groups are not runs of %d inputs (act order in experts or on a mesh, or a group not "
+                 "dividing the input), so it loads dequantized", path_of(names), scheme.group)
     return leaf
 
 
