@@ -142,6 +142,11 @@ class AsyncLLMEngine:
         """Land the call in flight, then stop the trace and write it; returns its directory."""
         return await self._call(lambda engine: engine.stop_profile())
 
+    async def call(self, function: Callable[[], Any]) -> Any:
+        """function() in the step thread between steps, where nothing else touches the engine (an update of
+        its weights, sleep); its error is raised here."""
+        return await self._call(lambda engine: function())
+
     async def _call(self, function: Callable[[LLMEngine], Any]) -> Any:
         """function(engine) in the step thread, where the engine is only ever touched."""
         future = asyncio.get_running_loop().create_future()

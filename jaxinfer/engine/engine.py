@@ -19,6 +19,7 @@ from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.adapter_slots import AdapterSlots, adapter_metrics
+from jaxinfer.engine.asleep import EngineAsleep
 from jaxinfer.engine.block_manager import BlockManager
 from jaxinfer.engine.in_flight import InFlight
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
@@ -72,6 +73,7 @@ class LLMEngine(StepCalls):
             SchedulerConfig(
                 config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
                 lookahead=runner.spec_rounds * (k_max + 1), stream_interval=config.stream_interval,
+                whole_images=runner.vision is not None and runner.vision.bidirectional,
             ),
             self.blocks,
             None if runner.adapters is None else AdapterSlots(runner.adapters.config.max_loras),
@@ -85,7 +87,7 @@ class LLMEngine(StepCalls):
         self.stats = EngineMetrics()
         self.in_flight: InFlight | None = None  # the device call started and not yet landed
         self.chained: InFlight | None = None  # inside step(): the call started behind in_flight (async_scheduling)
-        self.no_weights: str | None = None  # why no weights run now (LLM.sleep): requests are refused with it
+        self.no_weights: EngineAsleep | None = None  # why no weights run now (LLM.sleep): requests get it
 
     def add_request(
         self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
@@ -104,7 +106,7 @@ class LLMEngine(StepCalls):
         (a stream), so while it decodes each call runs at most `stream_interval` steps.
         """
         if self.no_weights is not None:
-            raise RuntimeError(self.no_weights)
+            raise EngineAsleep(str(self.no_weights), self.no_weights.level)  # a fresh one per request
         if request_id in self.groups:
             raise ValueError(f"request_id {request_id!r} is already in use; give each request a unique id")
         params = self.default_params if params is None else params
@@ -152,6 +154,11 @@ class LLMEngine(StepCalls):
             if not 0 <= image.offset <= image.offset + image.length <= len(ids):
                 raise ValueError(f"multi_modal_data: an image's placeholders [{image.offset}, "
                                  f"{image.offset + image.length}) fall outside the {len(ids)}-token prompt")
+            if self.scheduler.config.whole_images and image.length > self.config.max_num_batched_tokens:
+                raise ValueError(f"multi_modal_data: an image takes {image.length} tokens, more than "
+                                 f"max_num_batched_tokens {self.config.max_num_batched_tokens}, and this model's "
+                                 "image tokens attend to each other both ways (one prefill chunk holds a whole "
+                                 "image); raise max_num_batched_tokens")
         return images
 
     def _adapter_name(self, lora_request: LoRARequest | None, params: SamplingParams) -> str | None:

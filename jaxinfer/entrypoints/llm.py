@@ -24,6 +24,7 @@ from jaxinfer.config.model import read_config_json
 from jaxinfer.config.pooler import PoolerConfig, resolve_pooler
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
+from jaxinfer.engine.asleep import EngineAsleep
 from jaxinfer.engine.beams import BeamSearchOutput
 from jaxinfer.engine.outputs import ClassificationRequestOutput, EmbeddingRequestOutput, ScoringRequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
@@ -472,7 +473,7 @@ class LLM:
         """Float32 next-token logits [len(token_ids), vocab] at every position of one sequence."""
         self._check_generating("LLM.logits (the output head's)")
         if self.engine.no_weights is not None:
-            raise RuntimeError(self.engine.no_weights)
+            raise EngineAsleep(str(self.engine.no_weights), self.engine.no_weights.level)
         token_ids = validation.token_ids(token_ids, "token_ids", self.config.vocab_size)
         check_prompt(token_ids, 0, self.config.vocab_size, self.max_seq_len)
         release_programs_near_cap()

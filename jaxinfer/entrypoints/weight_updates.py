@@ -25,6 +25,7 @@ from jaxinfer.checkpoint.converted import is_converted
 from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.checkpoint.named_tensors import leaf_updates
 from jaxinfer.config import validation
+from jaxinfer.engine.asleep import EngineAsleep
 from jaxinfer.entrypoints.model_loading import running_weights
 from jaxinfer.models import Weights, load_config
 from jaxinfer.models.weight_ops import batch_invariant_weights
@@ -132,9 +133,10 @@ def sleep(llm: "LLM", level: int) -> None:
     for x in jax.tree.leaves(llm._run_weights):
         x.delete()
     state.asleep = level
-    llm.engine.no_weights = (
+    llm.engine.no_weights = EngineAsleep(
         "the LLM is asleep (sleep(level=1)): call wake_up() first" if level == 1 else
-        "sleep(level=2) discarded the weights: call update_weights(...) or update_weights_from_disk(...) first"
+        "sleep(level=2) discarded the weights: call update_weights(...) or update_weights_from_disk(...) first",
+        level,
     )
 
 

@@ -31,6 +31,7 @@ from jaxinfer.entrypoints.openai.scoring import add_scoring_routes
 from jaxinfer.entrypoints.openai.serving import ServerState
 from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
 from jaxinfer.entrypoints.openai.tool_parsers import ToolParser, tool_parser
+from jaxinfer.entrypoints.openai.weight_routes import add_sleep_routes, add_update_routes
 from jaxinfer.runtime.profiling import PROFILER_DIR_VAR
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any prompt that fits the context
@@ -61,6 +62,8 @@ class ServerConfig:
     reasoning_parser: str | None = None  # a name of reasoning.PARSERS: chat replies split into reasoning and content
     tool_call_parser: str | None = None  # a name of tool_parsers.TOOL_PARSERS: the format "auto" reads calls in
     max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES  # /v1/responses kept for previous_response_id (LRU)
+    sleep_mode: bool = False  # POST /sleep, /wake_up, GET /is_sleeping (vLLM's --enable-sleep-mode)
+    weight_updates: bool = False  # POST /update_weights_from_disk (SGLang's route)
 
 
 def _tool_parser(config: ServerConfig) -> ToolParser | None:
@@ -110,6 +113,10 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     _add_utility_routes(app, state)
     if config.runtime_lora_updating:
         add_lora_routes(app, state, served)
+    if config.sleep_mode:
+        add_sleep_routes(app, served, llm)
+    if config.weight_updates:
+        add_update_routes(app, served, llm)
     if os.environ.get(PROFILER_DIR_VAR):
         add_profile_routes(app, served)
     if shadow is not None and shadow.settings.fraction > 0:

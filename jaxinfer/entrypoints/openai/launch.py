@@ -22,6 +22,7 @@ from jaxinfer.entrypoints.openai.lora_modules import (
 )
 from jaxinfer.entrypoints.openai.reasoning import PARSERS
 from jaxinfer.entrypoints.openai.tool_parsers import TOOL_PARSERS
+from jaxinfer.entrypoints.openai.weight_flags import add_weight_args, check_weight_flags
 
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
@@ -87,6 +88,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_bounds_args(serve)
     add_shadow_args(serve)
     add_lora_args(serve)
+    add_weight_args(serve)
     serve.add_argument("--reasoning-parser", choices=list(PARSERS), default=None,
                        help="as vLLM's flag: chat replies carry the model's `<think> ... </think>` as "
                        "reasoning_content (and vLLM's newer `reasoning`), the rest as content; deepseek_r1 "
@@ -246,6 +248,7 @@ def _check(args: argparse.Namespace) -> None:
     limit_mm_per_prompt(args.limit_mm_per_prompt)
     check_served_name(lora_modules(args), args.served_model_name)  # a directory's name: checked again once loaded
     runtime_lora_updating(args)
+    check_weight_flags(args)
 
 
 def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
@@ -258,7 +261,8 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
     return ServerConfig(
         model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
         args.request_timeout, args.write_timeout, lora_modules(args), runtime_lora_updating(args),
-        args.reasoning_parser, args.tool_call_parser, args.max_stored_responses,
+        args.reasoning_parser, args.tool_call_parser, args.max_stored_responses, args.enable_sleep_mode,
+        args.enable_weight_updates,
     )
 
 

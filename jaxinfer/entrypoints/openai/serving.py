@@ -16,6 +16,7 @@ from jaxinfer.config import validation
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import AsyncLLMEngine, RequestOutput
+from jaxinfer.engine.asleep import EngineAsleep
 from jaxinfer.engine.async_engine import RequestTimeout
 from jaxinfer.engine.outputs import accumulate
 from jaxinfer.engine.prompt_checks import check_prompt
@@ -114,6 +115,10 @@ def engine_error(error: BaseException, timeout: float | None = None) -> APIError
     if isinstance(error, RequestTimeout):
         return APIError(f"the request did not finish within its timeout ({timeout:g} s, the `timeout` field or "
                         "--request-timeout) and was aborted", 504, param="timeout", kind="timeout_error")
+    if isinstance(error, EngineAsleep):
+        return APIError("the server is asleep (POST /sleep): POST /wake_up first" if error.level == 1 else
+                        "the server's weights were discarded (POST /sleep?level=2): POST /wake_up and "
+                        "/update_weights_from_disk first", 503, kind="service_unavailable")
     if isinstance(error, ServerStopping):
         return APIError("the server is shutting down and aborted this request after --shutdown-timeout", 503,
                         kind="service_unavailable")
