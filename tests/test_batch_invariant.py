@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 
 import jax
+import numpy as np
 import pytest
 from python_subprocess import python_child
 from xla_flags import user_xla_flags
 
 from jaxinfer import LLM
+from jaxinfer.models.invariant_weight import InvariantWeight
+from jaxinfer.models.norms import layer_norm
+from jaxinfer.models.self_attention import whole_heads_norm
 
 on_cpu = pytest.mark.skipif(jax.default_backend() != "cpu", reason="batch_invariant runs on CPUs only so far")
 
@@ -68,3 +72,12 @@ def test_settings_it_cannot_keep_are_refused(checkpoint_dir):
 def test_other_platforms_refuse_it(checkpoint_dir):
     with pytest.raises(ValueError, match="supported on CPUs only"):
         LLM(checkpoint_dir("llama3"), dtype="float32", max_seq_len=64, num_pages=16, batch_invariant=True)
+
+
+def test_q_k_norm_weights_per_head_and_dim_run_in_row_blocks():
+    """q/k norm weights [heads, K] wrapped for fixed row blocks (batch_invariant_weights wraps every *norm) norm as
+    the plain weights do: OLMo 2's RMSNorm over all heads, Command R+'s per-head LayerNorm."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 9, 4, 16))  # [B, T, heads, K]
+    w = 1 + 0.1 * jax.random.normal(jax.random.PRNGKey(1), (4, 16))
+    for norm in (whole_heads_norm, layer_norm):
+        np.testing.assert_allclose(norm(x, InvariantWeight(w), 1e-5), norm(x, w, 1e-5), atol=1e-6, rtol=0)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.attention import attend
 from jaxinfer.models.family import HFLeaf
+from jaxinfer.models.invariant_weight import InvariantWeight
 from jaxinfer.models.layers import linear, linears
 from jaxinfer.models.norms import layer_norm, rms_norm
 from jaxinfer.models.rope import CosSin, apply_rope
@@ -51,9 +52,13 @@ def qk_norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig) -> jax.Array:
     return norm(x, weight, cfg.rms_norm_eps, cfg.norm_weight_offset)
 
 
-def whole_heads_norm(x: jax.Array, weight: jax.Array, eps: float, weight_offset: float = 0.0) -> jax.Array:
-    """RMSNorm of x [B, T, heads, K] over all its heads' dims at once (weight [heads, K])."""
-    flat = rms_norm(x.reshape(*x.shape[:2], -1), weight.reshape(-1), eps, weight_offset)
+def whole_heads_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float,
+                     weight_offset: float = 0.0) -> jax.Array:
+    """RMSNorm of x [B, T, heads, K] over all its heads' dims at once (weight [heads, K]; batch_invariant's
+    InvariantWeight of one stays one around the flattened weight)."""
+    inner = weight.weight if isinstance(weight, InvariantWeight) else weight
+    flat_weight = InvariantWeight(inner.reshape(-1)) if isinstance(weight, InvariantWeight) else inner.reshape(-1)
+    flat = rms_norm(x.reshape(*x.shape[:2], -1), flat_weight, eps, weight_offset)
     return flat.reshape(x.shape)
 
 
