@@ -267,3 +267,24 @@ PACKED = CASES["compressed asym"][0]
 def test_packed_settings_the_reader_does_not_take_are_refused_by_name(quant, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config(_config(quant))
+
+
+@pytest.mark.parametrize("name", ["awq", "gptq v1 asym act-order"])
+def test_a_float_update_is_quantized_in_the_checkpoints_layout(checkpoint_dir, tmp_path, name):
+    """LLM.update_weights with float weights: jaxinfer's symmetric int4 in the served leaves' layout (zero
+    levels of 8, float16 scales, the identity input order), decoding as the same weights loaded with
+    quantization="int4" and compiling no program."""
+    path = tmp_path / "model"
+    packed_copy(checkpoint_dir("qwen3"), path, name)
+    llm = LLM(path, dtype="float32", max_seq_len=64)
+    greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    llm.generate([PROMPT], greedy)
+    float_weights = LLM(checkpoint_dir("qwen3"), dtype="float32", max_seq_len=64).weights
+    llm.update_weights(float_weights)
+    served = llm.weights.layers[0].w_down
+    assert served.zeros is not None and served.scales.dtype == jnp.float16  # the checkpoint's layout kept
+    compiled = llm.engine.runner.compiled_programs()
+    tokens = llm.generate([PROMPT], greedy)[0].outputs[0].token_ids
+    assert llm.engine.runner.compiled_programs() == compiled
+    reference = LLM(checkpoint_dir("qwen3"), dtype="float32", max_seq_len=64, quantization="int4")
+    assert tokens == reference.generate([PROMPT], greedy)[0].outputs[0].token_ids

@@ -8,6 +8,7 @@ in the same mode and group, a float32 leaf for a bf16 one cast, each placed wher
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -41,10 +42,25 @@ def float_shape(leaf: Any) -> tuple[int, ...]:
 
 
 def _quantized_like(new: jax.Array, old: Any, path: str) -> Any:
+    """`new` quantized in `old`'s mode and group (jaxinfer's rounding), in `old`'s layout."""
     if isinstance(old, QuantizedWeight):
-        return quantized_weight.quantize(new, old.contract, old.mode, old.group or quantized_weight.DEFAULT_GROUP,
-                                         path)
-    return quantize_experts(new, old.mode, old.group, path)
+        q = quantized_weight.quantize(new, old.contract, old.mode, old.group or quantized_weight.DEFAULT_GROUP, path)
+    else:
+        q = quantize_experts(new, old.mode, old.group, path)
+    return in_layout_of(q, old)
+
+
+def in_layout_of(q: Any, old: Any) -> Any:
+    """A symmetric int4 weight in the layout of a 4-bit checkpoint's leaf `old`: its scales' dtype, zero levels
+    of 8 (the symmetric level) where it has zero levels, the identity input order where it has an act order."""
+    if q.mode != "int4":
+        return q
+    fields = dict(scales=q.scales.astype(old.scales.dtype))
+    if old.zeros is not None:
+        fields["zeros"] = jnp.full(old.zeros.shape, 8, old.zeros.dtype)
+    if getattr(old, "perm", None) is not None:
+        fields["perm"] = jnp.arange(old.perm.shape[0], dtype=old.perm.dtype)
+    return dataclasses.replace(q, **fields)
 
 
 def _check_type(new: Any, old: Any, path: str) -> None:
