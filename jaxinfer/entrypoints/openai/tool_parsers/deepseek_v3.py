@@ -7,7 +7,7 @@ import json
 import re
 from typing import Mapping
 
-from jaxinfer.entrypoints.openai.tool_parsers import json_stream
+import jaxinfer.entrypoints.openai.tool_parsers.json_stream as json_stream
 from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
     JSON_SPACE,
     Malformed,

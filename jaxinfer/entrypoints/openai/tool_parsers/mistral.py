@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
-from jaxinfer.entrypoints.openai.tool_parsers import json_stream
+import jaxinfer.entrypoints.openai.tool_parsers.json_stream as json_stream
 from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
     JSON_SPACE,
     Malformed,
