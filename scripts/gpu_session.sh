@@ -51,6 +51,14 @@
 #                                                   # included: it takes the jnp path there), then bf16 decode
 #                                                   # at batch 1/8 of DeepSeek-V2-Lite's and GLM-4.5-Air's
 #                                                   # shapes (4 and 2 random layers) vs HF (~8 min, untried)
+#   bash scripts/gpu_session.sh weights [OUT_DIR]  # weight updates and sleep mode on the GPU: their tests,
+#                                                   # then each way of serving new weights (a pytree on the
+#                                                   # device, HF-named host tensors, from disk, sleep 1/2)
+#                                                   # against a new LLM and the copy bandwidth, Llama-3.2-1B
+#                                                   # shape in bf16 (~5 min, untried)
+#   bash scripts/gpu_session.sh features [OUT_DIR]  # LLaVA, classify/score/rerank, the Responses API, tool-call
+#                                                   # streaming, Llama 4's chunked attention and the 4-bit
+#                                                   # checkpoints' tests on the GPU, 8 workers (~7 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -159,13 +167,29 @@ families)
     XLA_PYTHON_CLIENT_PREALLOCATE=false step family_tests 120 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
         tests/test_deepseek.py \
         tests/test_glm4_moe.py tests/test_ernie4_5_moe.py tests/test_hf_parity.py tests/test_families.py \
-        tests/test_llama4.py \
         -k "deepseek or glm or granite or ernie or exaone or seed or router or route or ministral3 or cohere or apertus \
-            or arcee or olmoe or nemotron or starcoder2 or llama4"
+            or arcee or olmoe or nemotron or starcoder2"
     step decode_deepseek 170 python3 scripts/bench_decode.py --preset deepseek-v2-lite-4layers --batches 1 8 \
         --dtypes bfloat16 --repeats 2 --out "$out/bench_decode_deepseek.json"
     step decode_glm45 170 python3 scripts/bench_decode.py --preset glm-4.5-air-2layers --batches 1 8 \
         --dtypes bfloat16 --repeats 2 --out "$out/bench_decode_glm45.json"
+    ;;
+weights)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    # The server's routes need FastAPI: carry the wheels of scripts/gpu_wheels.sh (.whl), else they skip.
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step weight_tests 150 python3 -m pytest -q -p no:cacheprovider -rfE -n 4 \
+        tests/test_weight_updates.py tests/test_weight_routes.py tests/test_int4_checkpoints.py
+    step weight_updates 240 python3 scripts/bench_weight_updates.py --preset "$preset" --dtype bfloat16 \
+        --out "$out/bench_weight_updates"
+    ;;
+features)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    # What landed on 2026-11-29 beside the families, on the GPU (server files need the carried .whl).
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature_tests 420 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+        --durations=15 tests/test_llava.py tests/test_classify.py tests/test_responses_server.py \
+        tests/test_tool_parsers.py tests/test_llama4.py tests/test_int4_checkpoints.py tests/test_blocked_attention.py
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
