@@ -19,8 +19,8 @@ BASE = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers
 def test_unsupported_architecture_names_the_supported_ones():
     with pytest.raises(ConfigError, match="'FalconForCausalLM' is not supported; supported: LlamaForCausalLM"):
         from_hf_config({**BASE, "architectures": ["FalconForCausalLM"]})
-    with pytest.raises(ConfigError, match="vision tower is not supported.*Gemma3ForCausalLM"):
-        from_hf_config({**BASE, "architectures": ["Gemma3ForConditionalGeneration"]})
+    with pytest.raises(ConfigError, match="Pixtral vision tower.*not supported.*Ministral3ForCausalLM"):
+        from_hf_config({**BASE, "architectures": ["Mistral3ForConditionalGeneration"]})
     with pytest.raises(ConfigError, match="PhiMoEForCausalLM.*sparsemixer.*supported: LlamaForCausalLM"):
         from_hf_config({**BASE, "architectures": ["PhiMoEForCausalLM"]})
     assert {"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Qwen2MoeForCausalLM"} <= set(SUPPORTED_ARCHITECTURES)

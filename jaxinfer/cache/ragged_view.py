@@ -27,6 +27,9 @@ class RaggedPagedCache:
 
     pages: PagedKVCache
     token_rows: jax.Array  # [T] int32 row of each flat token
+    # [T] int32: keys before it are visible past the token's own position (Gemma 3's image tokens see their
+    # whole image; 0 elsewhere); None (text-only models) leaves their programs as they were
+    key_ends: jax.Array | None = None
 
     @property
     def layout(self) -> Layout:
@@ -58,7 +61,7 @@ class RaggedPagedCache:
         return dataclasses.replace(self, pages=self.pages.with_layer(layer, view.pages))
 
 
-jax.tree_util.register_dataclass(RaggedPagedCache, data_fields=["pages", "token_rows"], meta_fields=[])
+jax.tree_util.register_dataclass(RaggedPagedCache, data_fields=["pages", "token_rows", "key_ends"], meta_fields=[])
 
 
 def per_token_attend(q: jax.Array, cache: RaggedPagedCache, positions: jax.Array, attend_rows) -> jax.Array:

@@ -24,8 +24,8 @@ from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
-from jaxinfer.models.llava import LlavaConfig, LlavaWeights
 from jaxinfer.models.text_part import skipped_tensors
+from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.quantization import stored_int4
@@ -298,7 +298,7 @@ def path_of(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{names[0]} (and {len(names) - 1} more experts)"
 
 
-def load_vision_weights(model_dir: str | Path, cfg: LlavaConfig, dtype: Any) -> LlavaWeights:
+def load_vision_weights(model_dir: str | Path, cfg: VisionLanguageConfig, dtype: Any) -> VisionLanguageWeights:
     """A vision-language checkpoint's vision tower and projector (see checkpoint/vision_weights)."""
     return vision_weights.read_llava_weights(safetensors_index(Path(model_dir)), open_safetensors, cfg, dtype)
 

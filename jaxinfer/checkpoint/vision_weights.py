@@ -1,8 +1,8 @@
 """A vision-language checkpoint's tensors: the language model's under their causal-LM names, the
-vision tower's and projector's read into `LlavaWeights`.
+vision tower's and projector's read into `LlavaWeights` (or `Gemma3VisionWeights`).
 
 transformers 5.24 saves LLaVA as `language_model.model.*`, `language_model.lm_head.weight`,
-`vision_tower.*`, `multi_modal_projector.*`; hub checkpoints and its in-memory names differ in
+`vision_tower.*`, `multi_modal_projector.*` (Gemma 3 under `model.`); hub checkpoints and its in-memory names differ in
 prefixes (`model.language_model.*`, `vision_tower.vision_model.*`, `model.multi_modal_projector.*`).
 Each part is found by its prefix, so all of them load.
 """
@@ -17,7 +17,8 @@ import numpy as np
 
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.config.errors import CheckpointError
-from jaxinfer.models.llava import LlavaConfig, LlavaWeights, abstract_llava
+from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
+from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, abstract_vision_language
 
 TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
                  "language_model.lm_head.": "lm_head.", "lm_head.": "lm_head."}
@@ -38,6 +39,8 @@ TOWER_NAMES = {
     "post_norm": "post_layernorm.weight", "post_norm_bias": "post_layernorm.bias",
 }
 PROJECTOR_NAMES = {"w1": "linear_1.weight", "b1": "linear_1.bias", "w2": "linear_2.weight", "b2": "linear_2.bias"}
+# Gemma 3's projector: its matrix is stored [V, D] as it is used (a Parameter, not a Linear: never transposed)
+GEMMA3_PROJECTOR_NAMES = {"norm": "mm_soft_emb_norm.weight", "projection": "mm_input_projection_weight"}
 
 
 def is_vision_language(index: dict[str, Path]) -> bool:
@@ -75,28 +78,30 @@ def _to_jax(name: str, tensor: np.ndarray) -> np.ndarray:
     """Stored layout -> ours: Linear [out, in] transposed, the patch conv [D, C, p, p] as [C * p * p, D]."""
     if name.endswith("patch_embedding.weight"):
         return tensor.reshape(tensor.shape[0], -1).T
-    if tensor.ndim == 2 and not name.endswith("position_embedding.weight"):
+    if tensor.ndim == 2 and not name.endswith(("position_embedding.weight", "mm_input_projection_weight")):
         return tensor.T
     return tensor
 
 
 def read_llava_weights(
-    index: dict[str, Path], open_file: Callable[[Path], Any], cfg: LlavaConfig, dtype: Any
-) -> LlavaWeights:
-    """The tower and projector of a LLaVA checkpoint (its tensor -> file index; open_file opens one
+    index: dict[str, Path], open_file: Callable[[Path], Any], cfg: VisionLanguageConfig, dtype: Any
+) -> VisionLanguageWeights:
+    """The tower and projector of a LLaVA (or Gemma 3) checkpoint (its tensor -> file index; open_file opens one
     safetensors file), cast to dtype; CheckpointError naming a missing tensor."""
+    projector_names = GEMMA3_PROJECTOR_NAMES if isinstance(cfg, Gemma3VisionConfig) else PROJECTOR_NAMES
+    probe = next(iter(projector_names.values()))
     tower = _prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"])
-    projector = _prefix(index, PROJECTOR_PREFIXES, PROJECTOR_NAMES["w1"])
+    projector = _prefix(index, PROJECTOR_PREFIXES, probe)
     if tower is None or projector is None:
         raise CheckpointError(f"the checkpoint has no vision tower or multi_modal_projector tensors "
                               f"(looked for {TOWER_PREFIXES[0]}{TOWER_NAMES['patch']} and "
-                              f"{PROJECTOR_PREFIXES[0]}{PROJECTOR_NAMES['w1']})")
-    abstract = abstract_llava(cfg)
+                              f"{PROJECTOR_PREFIXES[0]}{probe})")
+    abstract = abstract_vision_language(cfg)
     opened: dict[Path, Any] = {}
     arrays = {}
     for path, info in leaf_paths(abstract):
         part, leaf = path.split(".", 1)
-        name = tower + _stored_name(leaf) if part == "tower" else projector + PROJECTOR_NAMES[leaf]
+        name = tower + _stored_name(leaf) if part == "tower" else projector + projector_names[leaf]
         if name not in index:
             raise CheckpointError(f"tensor {name} is missing from the checkpoint (its vision tower or projector)")
         file = index[name]

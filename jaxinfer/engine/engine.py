@@ -73,6 +73,7 @@ class LLMEngine(StepCalls):
             SchedulerConfig(
                 config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
                 lookahead=runner.spec_rounds * (k_max + 1), stream_interval=config.stream_interval,
+                whole_images=runner.vision is not None and runner.vision.bidirectional,
             ),
             self.blocks,
             None if runner.adapters is None else AdapterSlots(runner.adapters.config.max_loras),
@@ -153,6 +154,11 @@ class LLMEngine(StepCalls):
             if not 0 <= image.offset <= image.offset + image.length <= len(ids):
                 raise ValueError(f"multi_modal_data: an image's placeholders [{image.offset}, "
                                  f"{image.offset + image.length}) fall outside the {len(ids)}-token prompt")
+            if self.scheduler.config.whole_images and image.length > self.config.max_num_batched_tokens:
+                raise ValueError(f"multi_modal_data: an image takes {image.length} tokens, more than "
+                                 f"max_num_batched_tokens {self.config.max_num_batched_tokens}, and this model's "
+                                 "image tokens attend to each other both ways (one prefill chunk holds a whole "
+                                 "image); raise max_num_batched_tokens")
         return images
 
     def _adapter_name(self, lora_request: LoRARequest | None, params: SamplingParams) -> str | None:

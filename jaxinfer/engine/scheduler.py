@@ -6,7 +6,8 @@ steps). A step's tokens are packed end to end (runtime/engine_step), so rows nee
 their own tokens. When the batch is all decodes and nobody is waiting, one call may run several decode
 steps; their pages are reserved first, and when the pool is short it runs fewer steps rather
 than preempt anyone. When pages run out for a single step, the most recently admitted request
-is preempted: its pages are released and it recomputes later, with identical output.
+is preempted: its pages are released and it recomputes later, with identical output. Where an
+image's tokens attend to each other both ways (Gemma 3), a chunk never ends inside an image.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import statistics
 from jaxinfer.engine.adapter_slots import AdapterSlots
 from jaxinfer.engine.block_manager import BlockManager, OutOfPages
 from jaxinfer.engine.request import Request, Status
+from jaxinfer.runtime.image_input import ImageInput
 
 # A streamed request's tokens arrive at least this often while it decodes (stream_interval None):
 # bursts shorter than this read as smooth text, and longer calls save host round trips.
@@ -35,6 +37,7 @@ class SchedulerConfig:
     decode_steps: int = 8  # decode steps one call may run when the batch is all decodes
     lookahead: int = 1  # tokens an all-decode call may add per row (decode steps, or drafts + 1)
     stream_interval: int | None = None  # decode steps a call may run while a streamed request is in it (None: paced)
+    whole_images: bool = False  # a prefill chunk never ends inside an image (Gemma 3's attend both ways)
 
 
 @dataclasses.dataclass
@@ -212,6 +215,9 @@ class Scheduler:
             count = min(request.num_tokens - request.num_computed, budget)
             if count <= 0 or len(rows) >= most:
                 return rows
+            count = self._chunk(request, request.num_computed, count)
+            if count <= 0:  # its next image does not fit in what is left of this step
+                continue
             need = self.blocks.pages_for(request.num_computed + count)
             if request.status is Status.RUNNING and self._grow(request, need, decodes + rows):
                 rows.append(Row(request, request.num_computed, count))
@@ -238,7 +244,11 @@ class Scheduler:
             request.adapter_slot = slot
         pages, hashes = self.blocks.match_prefix(request.cache_ids, request.adapter)
         computed = len(pages) * self.blocks.page_size
-        count = min(request.num_tokens - computed, budget)  # >= 1: the caller checked the budget
+        count = self._chunk(request, computed, min(request.num_tokens - computed, budget))
+        if count <= 0:  # its next image does not fit in what is left of this step: it waits for one that has room
+            self.blocks.release(pages)
+            self._release_adapter(request)
+            return None
         try:
             pages += self.blocks.allocate(self.blocks.pages_for(computed + count) - len(pages), _last(pages))
         except OutOfPages:
@@ -254,6 +264,11 @@ class Scheduler:
         request.draft_computed = max(self.blocks.draft_read_prefix(pages) * self.blocks.page_size - 1, 0)
         request.status = Status.RUNNING
         return Row(request, computed, count)
+
+    def _chunk(self, request: Request, start: int, count: int) -> int:
+        """count, shortened where whole_images says so to end before the image it would cut (0: the chunk
+        starts in that image and cannot hold the rest of it this step)."""
+        return whole_image_count(request.images, start, count) if self.config.whole_images else count
 
     def _grow(self, request: Request, need: int, scheduled: list[Row]) -> bool:
         """Give request `need` pages in all, preempting the latest-admitted unscheduled others.
@@ -300,6 +315,16 @@ def pages_to_reserve(requests: list[Request], lookahead: int, blocks: BlockManag
     return sum(
         max(0, blocks.pages_for(min(r.num_tokens - 1 + lookahead, r.max_total)) - len(r.pages)) for r in requests
     )
+
+
+def whole_image_count(images: tuple[ImageInput, ...], start: int, count: int) -> int:
+    """Tokens of a chunk [start, start + count) once it ends before any image it would cut: an image's tokens
+    see each other both ways, so all of an image's tokens still to compute go in one chunk (as vLLM schedules)."""
+    end = start + count
+    for image in images:
+        if image.offset < end < image.offset + image.length:
+            end = max(image.offset, start)
+    return end - start
 
 
 def _last(pages: list[int]) -> int | None:

@@ -1,6 +1,7 @@
 """Prompts with images (vLLM's `multi_modal_data`): the model's own HF image processor makes the
 pixels, and each image placeholder token of the prompt is expanded to the run of
-`image_seq_length` placeholders its features fill (what LLaVA's HF processor does to the text).
+`image_seq_length` placeholders its features fill (what LLaVA's HF processor does to the text; Gemma 3's
+start-of-image mark becomes its whole image sequence, as HF's Gemma3Processor makes it).
 
 A prompt is vLLM's dict, `{"prompt": text or "prompt_token_ids": ids, "multi_modal_data": {"image":
 image or [images]}}`; an image is a PIL image or a NumPy array (H x W x C, uint8). Each `<image>`
@@ -21,19 +22,25 @@ from jaxinfer.checkpoint.vision_weights import is_vision_language
 from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.engine.prompt_checks import encode_prompt
 from jaxinfer.entrypoints.media import load_image
-from jaxinfer.models.llava import ARCHITECTURES, LlavaConfig, LlavaWeights, read_llava_config
+from jaxinfer.models.vision_language import (
+    ARCHITECTURES,
+    VisionLanguageConfig,
+    VisionLanguageWeights,
+    mark_token_id,
+    read_vision_language_config,
+)
 from jaxinfer.runtime.image_input import ImageInput
 
 MODALITIES = ("image",)
 DEFAULT_IMAGE_LIMIT = 999  # vLLM V1's default per modality
 
 
-def load_vision(model_dir: Path, dtype: Any) -> tuple[LlavaConfig, LlavaWeights] | None:
+def load_vision(model_dir: Path, dtype: Any) -> tuple[VisionLanguageConfig, VisionLanguageWeights] | None:
     """A vision-language checkpoint's tower config and weights; None for a text-only model."""
     hf = read_config_json(model_dir)
     if (hf.get("architectures") or [None])[0] not in ARCHITECTURES:
         return None
-    cfg = read_llava_config(hf)
+    cfg = read_vision_language_config(hf)
     if not is_vision_language(safetensors_index(model_dir)):
         raise ConfigError(f"{model_dir}: a {hf['architectures'][0]} config without vision tower tensors")
     return cfg, load_vision_weights(model_dir, cfg, dtype)
@@ -82,7 +89,7 @@ def as_images(data: Any, field: str) -> list[Any]:
 class ImagePrompts:
     """Turns a prompt and its images into token ids with expanded placeholders and `ImageInput`s."""
 
-    def __init__(self, model_dir: Path, cfg: LlavaConfig | None, tokenizer: Any, limit: int,
+    def __init__(self, model_dir: Path, cfg: VisionLanguageConfig | None, tokenizer: Any, limit: int,
                  allowed_local_media_path: Path | None = None):
         self.model_dir, self.cfg, self.tokenizer, self.limit = model_dir, cfg, tokenizer, limit
         self.allowed_local_media_path = allowed_local_media_path  # file:// image URLs only under it
@@ -90,8 +97,35 @@ class ImagePrompts:
 
     @property
     def image_token(self) -> str:
-        """The placeholder text a prompt marks each image with ("<image>" for LLaVA)."""
-        return self.tokenizer.convert_ids_to_tokens(self.cfg.image_token_id)
+        """The placeholder text a prompt marks each image with ("<image>" for LLaVA, "<start_of_image>" for
+        Gemma 3)."""
+        return self.tokenizer.convert_ids_to_tokens(mark_token_id(self.cfg))
+
+    def full_image_sequence(self) -> str:
+        """What HF's Gemma3Processor puts for each start-of-image mark: blank lines around the mark, the image
+        tokens and the end-of-image token."""
+        image, end = self.tokenizer.convert_ids_to_tokens([self.cfg.image_token_id, self.cfg.eoi_token_id])
+        return f"\n\n{self.image_token}{image * self.cfg.image_seq_length}{end}\n\n"
+
+    def marked_ids(self, prompt: str | Sequence[int], count: int) -> tuple[list[int], int]:
+        """(token ids, marks found): Gemma 3's marks expanded to its full image sequence when there is one per
+        image (text through the string, as HF's processor does; ids spliced with the same tokens)."""
+        if mark_token_id(self.cfg) == self.cfg.image_token_id:  # LLaVA: expanded by `expand`
+            return encode_prompt(prompt, self.tokenizer), -1
+        if isinstance(prompt, str):
+            marks = prompt.count(self.image_token)
+            text = prompt.replace(self.image_token, self.full_image_sequence()) if marks == count else prompt
+            return encode_prompt(text, self.tokenizer), marks
+        ids = encode_prompt(prompt, self.tokenizer)
+        marks = [i for i, t in enumerate(ids) if t == self.cfg.boi_token_id]
+        if len(marks) != count or self.cfg.image_token_id in ids:
+            return ids, len(marks)
+        sequence = self.tokenizer.encode(self.full_image_sequence(), add_special_tokens=False)
+        out, previous = [], 0
+        for mark in marks:
+            out += ids[previous:mark] + sequence
+            previous = mark + 1
+        return out + ids[previous:], len(marks)
 
     def processor(self) -> Any:
         """The checkpoint's HF image processor (loaded on first use); ValueError naming the missing file."""
@@ -116,15 +150,16 @@ class ImagePrompts:
     def prompt(self, prompt: str | Sequence[int], images: list[Any], field: str) -> tuple[list[int], tuple]:
         """(ids with each image's placeholders expanded, the images as the engine carries them)."""
         self.check_count(len(images), field)
-        ids = encode_prompt(prompt, self.tokenizer)
         if not images:
-            return ids, ()
+            return encode_prompt(prompt, self.tokenizer), ()
+        ids, found = self.marked_ids(prompt, len(images))
         token, length = self.cfg.image_token_id, self.cfg.image_seq_length
         marks = [i for i, t in enumerate(ids) if t == token]
         expanded = len(marks) == len(images) * length and all(
             marks[k * length + length - 1] - marks[k * length] == length - 1 for k in range(len(images)))
-        if len(marks) != len(images) and not expanded:
-            raise ValueError(f"{field}: the prompt marks {len(marks)} image(s) with {self.image_token!r} and "
+        if (len(marks) != len(images) or found >= 0) and not expanded:
+            found = len(marks) if found < 0 else found
+            raise ValueError(f"{field}: the prompt marks {found} image(s) with {self.image_token!r} and "
                              f"{len(images)} were given; put one {self.image_token!r} where each image goes")
         pixels = self.processor()(images, return_tensors="np")["pixel_values"]
         v = self.cfg.vision

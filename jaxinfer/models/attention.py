@@ -218,6 +218,22 @@ def gathered_rows_attend(
     return blocked_rows_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks, chunk)
 
 
+def image_tokens_attend(
+    q: jax.Array, cache: RaggedPagedCache, layer: int, positions: jax.Array, window: int, scale: float | None,
+    soft_cap: float | None, sinks: jax.Array | None, chunk: int,
+) -> jax.Array:
+    """A step's attention where some tokens see keys past their position (`key_ends`: Gemma 3's image tokens
+    see their whole image): XLA's blocked path, the one that takes a last key per query (the Pallas and native
+    kernels mask at the query's position), so a Gemma 3 vision model's ragged steps always take it."""
+    dtype = q.dtype if cache.pages.quantized else cache.pages.value_dtype
+
+    def rows_attend(qg: jax.Array, lengths: jax.Array, table: jax.Array, query_lens: jax.Array) -> jax.Array:
+        return blocked_token_attention(qg, cache.pages, layer, window, lengths, table, query_lens, dtype, scale,
+                                       soft_cap, sinks, chunk, cache.key_ends)
+
+    return per_token_attend(q, cache, positions, rows_attend)
+
+
 def paged_attend(
     q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int, scale: float | None = None,
     soft_cap: float | None = None, sinks: jax.Array | None = None, chunk: int = 0,
@@ -241,6 +257,8 @@ def attend(
     sinks skip the native CPU kernels and, on a mesh, the kernels under shard_map); chunk: Llama 4's attention
     chunk, the keys of the query's own chunk only (every path takes it).
     """
+    if isinstance(cache, RaggedPagedCache) and cache.key_ends is not None:
+        return image_tokens_attend(q, cache, layer, positions, window, scale, soft_cap, sinks, chunk)
     if isinstance(cache, RaggedPagedCache):
         rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
         return per_token_attend(

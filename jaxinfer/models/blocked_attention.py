@@ -76,12 +76,14 @@ def blocked_rows_attention(
     soft_cap: float | None = None,
     sinks: jax.Array | None = None,
     chunk: int = 0,
+    key_ends: jax.Array | None = None,
 ) -> jax.Array:
     """q [R, T, H, K]: the first query_lens[r] queries of row r end at position lengths[r]-1.
 
     scale: of the scores (None: head_dim ** -0.5); soft_cap: scores pass cap * tanh(s / cap);
     sinks [H]: each head's attention-sink logit (see `softmax_with_sinks`); chunk: each query sees
-    its own attention chunk's keys only (`key_span`).
+    its own attention chunk's keys only (`key_span`); key_ends [R]: row r's queries also see the keys
+    before key_ends[r] past their own position (Gemma 3's image tokens; 0: none).
 
     Keys are read in dtype with float32 scores and softmax, as the dense path does. Queries go
     in blocks of QUERY_BLOCK, each visiting only the key blocks its own positions can see (a
@@ -102,7 +104,7 @@ def blocked_rows_attention(
         parts = [
             _query_block(qg[:, g, :, first : first + QUERY_BLOCK], cache, layer, window, lengths[g], table[g],
                          query_lens[g], first, block, dtype, dim**-0.5 if scale is None else scale, soft_cap, sink,
-                         chunk)
+                         chunk, None if key_ends is None else key_ends[g])
             for first in range(0, steps, QUERY_BLOCK)
         ]
         return _concatenate(parts, axis=3)
@@ -124,6 +126,7 @@ def blocked_token_attention(
     soft_cap: float | None = None,
     sinks: jax.Array | None = None,
     chunk: int = 0,
+    key_ends: jax.Array | None = None,
 ) -> jax.Array:
     """blocked_rows_attention of one-query rows q [N, 1, H, K] (an engine step's tokens, each its own
     row), TOKEN_BLOCK rows at a time: a block gathers its rows' pages [KV, rows, keys, K] one key
@@ -135,18 +138,22 @@ def blocked_token_attention(
         pad = TOKEN_BLOCK - rows % TOKEN_BLOCK
         grow = lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))  # noqa: E731
         out = blocked_token_attention(grow(q), cache, layer, window, grow(lengths) + (jnp.arange(rows + pad) >= rows),
-                                      grow(page_table), grow(query_lens), dtype, scale, soft_cap, sinks, chunk)
+                                      grow(page_table), grow(query_lens), dtype, scale, soft_cap, sinks, chunk,
+                                      None if key_ends is None else grow(key_ends))
         return out[:rows]
     block = math.gcd(rows, TOKEN_BLOCK)
     if block == rows:
         return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype, scale,
-                                      soft_cap, sinks, chunk)
+                                      soft_cap, sinks, chunk, key_ends)
 
     def one(args: tuple[jax.Array, ...]) -> jax.Array:
-        return blocked_rows_attention(args[0], cache, layer, window, *args[1:], dtype, scale, soft_cap, sinks, chunk)
+        ends = args[4] if len(args) > 4 else None
+        return blocked_rows_attention(args[0], cache, layer, window, *args[1:4], dtype, scale, soft_cap, sinks, chunk,
+                                      ends)
 
     split = lambda a: a.reshape(rows // block, block, *a.shape[1:])  # noqa: E731
-    out = jax.lax.map(one, (split(q), split(lengths), split(page_table), split(query_lens)))
+    ends = () if key_ends is None else (split(key_ends),)
+    out = jax.lax.map(one, (split(q), split(lengths), split(page_table), split(query_lens), *ends))
     return out.reshape(q.shape)
 
 
@@ -169,6 +176,7 @@ def _query_block(
     soft_cap: float | None,
     sink: jax.Array | None,  # [KV, 1, G, 1] f32 attention-sink logits
     chunk: int = 0,
+    key_ends: jax.Array | None = None,  # [R]
 ) -> jax.Array:
     """Online softmax of one block of queries over the key blocks they can see: [KV, R, G, Tb, K] f32."""
     steps = qg.shape[-2]
@@ -176,6 +184,7 @@ def _query_block(
     offsets = first + jnp.arange(steps)
     positions = (lengths - query_lens)[:, None] + offsets[None, :]
     live = offsets[None, :] < query_lens[:, None]
+    last = None if key_ends is None else jnp.maximum(positions, key_ends[:, None] - 1)
     precision = matmul_precision(qg)
 
     def block(index: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -184,7 +193,7 @@ def _query_block(
         k = gather_pages(cache, cache.k_pages, cache.k_scales, layer, columns, dtype)
         v = gather_pages(cache, cache.v_pages, cache.v_scales, layer, columns, dtype)
         keys = index * block_keys + jnp.arange(block_keys)
-        visible = visible_keys(keys, positions, window, chunk) & live[:, :, None]
+        visible = visible_keys(keys, positions, window, chunk, last) & live[:, :, None]
         scores = jnp.einsum("krgtd,krsd->krgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
         scores = cap_scores(scores * scale, soft_cap)
         return jnp.where(visible[None, :, None], scores, NEG_INF), v
@@ -210,7 +219,7 @@ def _query_block(
         probs = jnp.exp(scores - new_best[..., None])
         return new_best, total * fade + probs.sum(-1), acc * fade[..., None] + weighted(probs, v)
 
-    first_block, num_blocks = _visited_blocks(positions, live, window, block_keys, chunk)
+    first_block, num_blocks = _visited_blocks(positions, live, window, block_keys, chunk, last)
     best, total, acc = jax.lax.fori_loop(first_block + 1, num_blocks, visit, opening(first_block))
     if sink is not None:  # the sink's share of the mass, relative to the running max (see softmax_with_sinks)
         total = total + jnp.exp(sink - best)
@@ -218,10 +227,11 @@ def _query_block(
 
 
 def _visited_blocks(
-    positions: jax.Array, live: jax.Array, window: int, block_keys: int, chunk: int = 0
+    positions: jax.Array, live: jax.Array, window: int, block_keys: int, chunk: int = 0,
+    last_keys: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """[first, end) key blocks holding a key some live query sees; at least one (padding stays finite)."""
-    last = jnp.max(jnp.where(live, positions, 0))
+    last = jnp.max(jnp.where(live, positions if last_keys is None else last_keys, 0))
     end = last // block_keys + 1  # >= 1 even for padding-only rows, which stay finite
     if window <= 0 and chunk <= 0:
         return jnp.zeros_like(end), end

@@ -16,6 +16,8 @@ class EmbedOverride:
 
     rows: jax.Array  # [T, D] float32 (cast to the model's dtype where used)
     mask: jax.Array  # [T] bool
+    # [T] int32: each token's image end where its image's tokens see each other both ways (Gemma 3), 0 elsewhere
+    key_ends: jax.Array | None = None
 
 
 def override_embeddings(x: jax.Array, override: EmbedOverride | None) -> jax.Array:

@@ -4,7 +4,9 @@ A sliding window (Mistral, Gemma 2) keeps the `window` positions up to the query
 `attention_chunk_size`) keeps the positions of the query's own chunk, [p - p % chunk, p], so the first
 query of a chunk sees itself alone however long the context. Both come down to a first visible key per
 query: every attention path masks first <= key <= position and may skip the key blocks before the
-earliest first. A layer has a window or a chunk, never both (`ModelConfig` checks).
+earliest first. A layer has a window or a chunk, never both (`ModelConfig` checks). A query may see keys
+past its own position (Gemma 3's image tokens see their whole image): the window still starts from its
+position, as HF's AND(window, OR(causal, image)) mask does.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ def first_visible_key(positions: jax.Array, window: int, chunk: int = 0) -> jax.
     return jnp.zeros_like(positions)
 
 
-def visible_keys(keys: jax.Array, positions: jax.Array, window: int, chunk: int = 0) -> jax.Array:
-    """[..., T, S] bool: key position keys[s] is visible to the query at positions[..., t]."""
+def visible_keys(
+    keys: jax.Array, positions: jax.Array, window: int, chunk: int = 0, last: jax.Array | None = None
+) -> jax.Array:
+    """[..., T, S] bool: key position keys[s] is visible to the query at positions[..., t]; last (as positions):
+    the last key each query sees when past its own position (an image token's image end, Gemma 3)."""
     p = positions[..., :, None]
-    visible = keys <= p
+    visible = keys <= (p if last is None else last[..., :, None])
     if window > 0 or chunk > 0:
         visible &= keys >= first_visible_key(p, window, chunk)
     return visible

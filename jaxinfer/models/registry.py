@@ -33,7 +33,6 @@ from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.llama4 import FAMILY as LLAMA4
-from jaxinfer.models.llava import ARCHITECTURES as VISION_LANGUAGE
 from jaxinfer.models.llava import text_hf_config
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
@@ -46,6 +45,7 @@ from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 from jaxinfer.models.starcoder2 import FAMILY as STARCODER2
 from jaxinfer.models.text_part import text_config
+from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
@@ -55,8 +55,6 @@ BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.ar
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
 NOT_SUPPORTED = {
-    "Gemma3ForConditionalGeneration": "the Gemma 3 vision-language model (its vision tower is not supported; "
-                                      "the text-only Gemma3ForCausalLM checkpoints are)",
     "Mistral3ForConditionalGeneration": "Mistral 3 / Ministral 3 with their Pixtral vision tower (not supported; "
                                         "text-only Ministral3ForCausalLM and MistralForCausalLM checkpoints are)",
     "Phi3VForCausalLM": "Phi-3 vision (its image encoder is not supported; the text-only Phi3ForCausalLM "
@@ -119,7 +117,7 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
             f"architectures must name exactly one architecture (got {archs!r}); supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    if archs[0] in VISION_LANGUAGE:  # its language model runs as that family; the tower is models/llava's
+    if archs[0] in VISION_LANGUAGE:  # its language model runs as that family; the tower is models/vision_language's
         return from_hf_config(text_hf_config(hf))
     arch = causal_architecture(archs[0])
     family = family_for(arch)

@@ -49,8 +49,11 @@ def step_features(
     step's placeholder tokens (a vision-language model's)."""
     if has_adapters(weights):  # each token through its row's LoRA adapter
         weights = bind_token_slots(weights, x.adapters[x.token_rows], x.sampling.params.branchless)
-    hidden, tapped, view = forward_with_taps(weights, x.tokens[None], x.positions[None], step_view(pages, x), cfg,
-                                             taps or (), override)
+    view = step_view(pages, x)
+    if override is not None and override.key_ends is not None:  # image tokens see their whole image (Gemma 3)
+        view = dataclasses.replace(view, key_ends=override.key_ends)
+    hidden, tapped, view = forward_with_taps(weights, x.tokens[None], x.positions[None], view, cfg, taps or (),
+                                             override)
     features = None if taps is None else jnp.concatenate(tapped, axis=-1)[0] if taps else hidden[0]
     return hidden[0], features, dataclasses.replace(view.pages, page_table=pages.page_table)
 

@@ -31,8 +31,8 @@ from jaxinfer.config.lora import LoRAConfig
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.models.adapter_slots import slot_targets, with_adapter_slots
-from jaxinfer.models.llava import LlavaConfig, LlavaWeights
 from jaxinfer.models.lora_weight import adapter_factors, with_factors, write_slot
+from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
 from jaxinfer.runtime import step_programs
@@ -79,7 +79,7 @@ class ModelRunner:
         self, weights: Weights, model_config: ModelConfig, config: EngineConfig, dtype: Any,
         cache_spec: CacheSpec | None = None, speculative: SpeculativeConfig | None = None,
         draft_cfg: DraftConfig = None, draft_weights: Any = None, lora: LoRAConfig | None = None,
-        vision: tuple[LlavaConfig, LlavaWeights] | None = None,
+        vision: tuple[VisionLanguageConfig, VisionLanguageWeights] | None = None,
     ):
         """lora: serve LoRA adapters, `lora.max_loras` of them in one step (slots beside the weights).
         vision: a vision-language model's tower and projector (its ragged steps take image rows)."""

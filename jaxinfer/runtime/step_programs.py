@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import jax
 
-from jaxinfer.models import all_positions, llava
+from jaxinfer.models import all_positions, vision_language
 from jaxinfer.runtime import engine_step, row_state, verify_carry, verify_step
 from jaxinfer.runtime.packed_tree import pack_device, unpack_device
 from jaxinfer.sampling import slot_state
@@ -30,7 +30,8 @@ def static_argnames(jitted: Callable) -> tuple[str, ...]:
 
 all_logits = program(all_positions.all_logits, static=("cfg",))
 pooled_hidden = program(all_positions.pooled_hidden, static=("cfg", "pooling"))
-image_features = program(llava.image_features, static=("cfg",))  # a vision-language model's tower and projector
+# a vision-language model's tower and projector
+image_features = program(vision_language.image_features, static=("cfg",))
 
 
 def packed_io(program: Callable) -> Callable:

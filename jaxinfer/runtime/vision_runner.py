@@ -8,7 +8,8 @@ image, 9.4 MB for llava-1.5-7b's 576 x 4096), so chunked prefill and recompute a
 never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
 same image in another request, are not encoded again). A ragged
 step of a vision-language model always takes an `EmbedOverride` (so its programs are the same
-with or without images): the rows its placeholder tokens read, or a device-resident empty one.
+with or without images): the rows its placeholder tokens read, or a device-resident empty one; where
+an image's tokens see each other both ways (Gemma 3) it also carries each token's image end.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import jax
 import numpy as np
 
 from jaxinfer.models.embed_override import EmbedOverride
-from jaxinfer.models.llava import LlavaConfig, LlavaWeights
+from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, bidirectional
 from jaxinfer.parallel.sharding import Layout, to_host
 from jaxinfer.runtime import step_programs
 from jaxinfer.runtime.executables import Executables, Program
@@ -31,14 +32,16 @@ CACHED_IMAGES = 32  # encoded images kept by content hash (their rows are the re
 
 
 class VisionRunner:
-    """A LLaVA tower and projector on the device, its program run through the engine's table."""
+    """A LLaVA (or Gemma 3) tower and projector on the device, its program run through the engine's table."""
 
-    def __init__(self, cfg: LlavaConfig, weights: LlavaWeights, layout: Layout, executables: Executables):
+    def __init__(self, cfg: VisionLanguageConfig, weights: VisionLanguageWeights, layout: Layout,
+                 executables: Executables):
         self.cfg, self.layout, self.executables = cfg, layout, executables
         self.weights = layout.put_tree(weights) if layout.mesh is not None else weights
         self.encoded: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
         self.empty: dict[int, EmbedOverride] = {}  # tokens -> an all-text override on the device
         self.images_encoded = 0  # tower runs (the tests count them)
+        self.bidirectional = bidirectional(cfg)  # steps carry each image token's image end (Gemma 3)
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
         """The tower's program over one image [C, H, W] (zeros: what warm-up compiles)."""
@@ -72,7 +75,7 @@ class VisionRunner:
         if host.image_tokens is None:
             if tokens not in self.empty:
                 zeros = EmbedOverride(np.zeros((tokens, self.cfg.text_hidden_size), np.float32),
-                                      np.zeros(tokens, bool))
+                                      np.zeros(tokens, bool), self._no_key_ends(tokens))
                 self.empty[tokens] = jax.tree.map(self.layout.put, zeros)
             return self.empty[tokens]
         self.encode(host.requests)
@@ -80,7 +83,19 @@ class VisionRunner:
         mask = host.image_tokens >= 0
         flat = np.flatnonzero(mask)
         owners = host.token_rows[flat]
+        key_ends = self._no_key_ends(tokens)
         for r in np.unique(owners):
             mine = flat[owners == r]
             rows[mine] = host.requests[r].image_rows[host.image_tokens[mine]]
-        return self.layout.put_tree(EmbedOverride(rows, mask))
+            if key_ends is not None:
+                key_ends[mine] = image_ends(host.requests[r].images)[host.image_tokens[mine]]
+        return self.layout.put_tree(EmbedOverride(rows, mask, key_ends))
+
+    def _no_key_ends(self, tokens: int) -> np.ndarray | None:
+        """Zeros [tokens] int32 (every token sees up to its own position) where images attend both ways."""
+        return np.zeros(tokens, np.int32) if self.bidirectional else None
+
+
+def image_ends(images: tuple[ImageInput, ...]) -> np.ndarray:
+    """[image rows] int32: per row of the request's concatenated image rows, the end of its image."""
+    return np.concatenate([np.full(image.length, image.offset + image.length, np.int32) for image in images])
