@@ -26,7 +26,6 @@ from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.asleep import EngineAsleep
 from jaxinfer.engine.beams import BeamSearchOutput
-from jaxinfer.engine.outputs import ClassificationRequestOutput, EmbeddingRequestOutput, ScoringRequestOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
@@ -35,6 +34,7 @@ from jaxinfer.entrypoints.beam_search import beam_search
 from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, render_conversations
 from jaxinfer.entrypoints.draft_loading import engine_speculation
+from jaxinfer.entrypoints.llm_pooling import PoolingCalls
 from jaxinfer.entrypoints.lora_settings import lora_requests_for, lora_setting
 from jaxinfer.entrypoints.model_loading import (
     load_sharded,
@@ -44,26 +44,6 @@ from jaxinfer.entrypoints.model_loading import (
     running_weights,
     seq_len_setting,
 )
-from jaxinfer.entrypoints.pooling import (
-    check_pooling_knobs,
-    embed_settings,
-    embedding_outputs,
-    not_generating,
-    pooling_engine_config,
-    resolve_runner,
-)
-from jaxinfer.entrypoints.scoring import (
-    check_cross_encoder,
-    classification_outputs,
-    classified_ids,
-    classifier_for,
-    cosine_pair_scores,
-    pair_ids,
-    pair_texts,
-    probabilities,
-    score_pairs,
-    scoring_outputs,
-)
 from jaxinfer.entrypoints.multimodal import (
     ImagePrompts,
     chat_prompts,
@@ -72,11 +52,20 @@ from jaxinfer.entrypoints.multimodal import (
     media_dir,
     split_prompts,
 )
+from jaxinfer.entrypoints.pooling import (
+    check_pooling_knobs,
+    not_generating,
+    pooling_engine_config,
+    resolve_runner,
+)
+from jaxinfer.entrypoints.scoring import (
+    classifier_for,
+)
+from jaxinfer.entrypoints.weight_updates import WeightCalls
 from jaxinfer.models import Weights, unpack_for_cpu
 from jaxinfer.models.rope import for_context
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.compile_cache import compile_cache_setting
-from jaxinfer.runtime.embeddings import finish_embeddings
 from jaxinfer.runtime.memory_maps import release_programs_near_cap
 from jaxinfer.runtime.model_runner import ModelRunner
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
@@ -89,7 +78,7 @@ DEMO_EAGLE = Path(__file__).parents[1] / "assets" / "demo" / "eagle"  # an EAGLE
 
 
 
-class LLM:
+class LLM(PoolingCalls, WeightCalls):
     """A loaded model: `generate` for batches, `chat` for conversations, `stream` for outputs as they are
     produced (`stream_text` for their text), `logits` for research.
 
@@ -414,37 +403,6 @@ class LLM:
         self.engine.reset_prefix_cache()
         return True
 
-    def update_weights(self, weights: weight_updates.Updates) -> None:
-        """Serve new weights from the next request on (an RL loop's new policy); nothing recompiles.
-
-        weights: a pytree like `LLM.weights` (a JAX trainer's), or tensors under their HF checkpoint names,
-        as a mapping or (name, tensor) pairs (vLLM's `load_weights`; torch, NumPy or jax arrays), all or
-        some of the model's (pushed in buckets; each leaf's tensors together, e.g. a layer's q/k/v). Float
-        values for quantized leaves are quantized as served; each leaf goes where the served one is.
-        Cached prefixes are dropped. Refused while requests are in flight.
-        """
-        weight_updates.update(self, weights)
-
-    def update_weights_from_disk(self, model: str | Path) -> None:
-        """Serve the weights of checkpoint `model` (HF or converted; this model's architecture and
-        shapes), read leaf by leaf into the served format (SGLang's update_weights_from_disk)."""
-        weight_updates.update_from_disk(self, model)
-
-    def sleep(self, level: int = 1) -> None:
-        """Free the device memory the model holds between uses (vLLM's sleep mode): the KV pool, and the
-        weights, kept in host memory (level 1) or discarded (level 2: the next come from update_weights).
-        Requests are refused until `wake_up`; refused while requests are in flight."""
-        weight_updates.sleep(self, level)
-
-    def wake_up(self) -> None:
-        """Undo `sleep`: level 1's weights back on the devices (the KV pool is made on the next step)."""
-        weight_updates.wake_up(self)
-
-    @property
-    def is_sleeping(self) -> bool:
-        """Between `sleep` and `wake_up` (after level 2, weights are needed too before requests run)."""
-        return self._weight_state.asleep > 0 and not self._weight_state.woken
-
     def start_profile(self, trace_dir: str | Path | None = None) -> Path:
         """Start a device trace (vLLM's `start_profile`, through jax.profiler) into trace_dir or
         $JAXINFER_PROFILER_DIR; returns the directory. Perfetto opens its trace.json.gz, XProf and
@@ -481,61 +439,6 @@ class LLM:
             self._engine_weights, self.config, token_ids, self.dtype, self.max_seq_len, self.cpu_kernels, self.layout,
             self.engine.runner.executables,
         )
-
-    def embed(
-        self, prompts: Prompt | Sequence[Prompt], pooling: str | None = None, normalize: bool | None = None,
-        dimensions: int | None = None, use_tqdm: bool = False,
-    ) -> list[EmbeddingRequestOutput]:
-        """One embedding per prompt, in order (vLLM's `LLM.embed`): the final hidden states pooled, "last"
-        (the last token's, as decoder embedding models such as Qwen3-Embedding read them), "mean" or "cls"
-        (the first token's), unit length when `normalize`; None takes the model's (`self.pooler`:
-        pooler_config, a sentence-transformers directory's modules, else "last" and normalized).
-        dimensions: a Matryoshka model's vectors cut to that length, then normalized (vLLM's `dimensions`).
-        Prompts run in padded batches beside the engine's steps (runtime/embeddings)."""
-        pooling, normalize, dimensions = embed_settings(self.pooler, pooling, normalize, dimensions)
-        all_ids = self._checked_ids(prompts, 0)
-        with progress_bar(use_tqdm, len(all_ids), "Embedded prompts", "req") as bar:
-            vectors = self.engine.runner.embed(all_ids, pooling, bar.update)
-        return embedding_outputs(finish_embeddings(vectors, dimensions, normalize), all_ids)
-
-    def classify(self, prompts: Prompt | Sequence[Prompt], use_tqdm: bool = False) -> list[ClassificationRequestOutput]:
-        """Each prompt's probability of each label, in order (vLLM's `LLM.classify`): a
-        `*ForSequenceClassification` model's head on its last token's state, as HF picks that token
-        (entrypoints/scoring), then a softmax over the labels (a sigmoid for one); `classifier.labels` names them."""
-        if self.classifier is None:
-            raise ValueError("LLM.classify needs a *ForSequenceClassification checkpoint (a decoder with a `score` "
-                             f"head) started with runner='pooling' or 'auto'; {self.model_dir} was started "
-                             f"with runner={self.runner_type!r} and has no classifier head")
-        all_ids = self._checked_ids(prompts, 0)
-        return classification_outputs(probabilities(self._classifier_logits(all_ids, use_tqdm)), all_ids)
-
-    def score(self, text_1: str | Sequence[str], text_2: str | Sequence[str], use_tqdm: bool = False,
-              ) -> list[ScoringRequestOutput]:
-        """One score per pair (vLLM's `LLM.score`), pairs 1:1, 1:N (text_1 with each text_2) or N:N: a
-        cross-encoder's (a classifier of one label) sigmoid of its logit on the tokenizer's pair encoding, or
-        an embedding model's cosine similarity of the two texts' embeddings (entrypoints/scoring)."""
-        if self.runner_type != "pooling":
-            raise ValueError(
-                "LLM.score scores with a cross-encoder or an embedding model started with runner='pooling', and "
-                "this LLM was started to generate; start the model with runner='pooling'")
-        check_cross_encoder(self.classifier, "LLM.score")
-        pairs = score_pairs(text_1, text_2)
-        if self.classifier is not None:
-            all_ids = self._checked_ids(pair_ids(self.get_tokenizer(), pairs), 0)
-            return scoring_outputs(probabilities(self._classifier_logits(all_ids, use_tqdm))[:, 0], all_ids)
-        texts = pair_texts(pairs)
-        all_ids = self._checked_ids(texts, 0)
-        with progress_bar(use_tqdm, len(texts), "Embedded texts", "req") as bar:
-            vectors = self.engine.runner.embed(all_ids, self.pooler.pooling, bar.update)
-        ids = dict(zip(texts, all_ids))
-        return scoring_outputs(cosine_pair_scores(pairs, texts, vectors), [ids[a] + ids[b] for a, b in pairs])
-
-    def _classifier_logits(self, all_ids: list[list[int]], use_tqdm: bool) -> np.ndarray:
-        """Float32 [len(all_ids), num_labels]: the classifier's head on each prompt's pooled state."""
-        pad = self.classifier.pad_token_id if self.pooler.pooling == "last" else None
-        with progress_bar(use_tqdm, len(all_ids), "Classified prompts", "req") as bar:
-            return self.engine.runner.embed([classified_ids(ids, pad) for ids in all_ids], self.pooler.pooling,
-                                            bar.update, self.classifier.weight)
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt (strings go through the model's tokenizer)."""

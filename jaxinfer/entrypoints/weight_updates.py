@@ -58,7 +58,7 @@ def model_twin(llm: "LLM") -> Weights:
     return state.twin
 
 
-def update(llm: "LLM", weights: Updates) -> None:
+def apply_update(llm: "LLM", weights: Updates) -> None:
     """`LLM.update_weights`: the given leaves replaced, the rest kept (after sleep(level=2): all needed)."""
     check_not_asleep_with_weights(llm)
     if isinstance(weights, Weights):
@@ -80,7 +80,7 @@ def check_not_asleep_with_weights(llm: "LLM") -> None:
         raise RuntimeError("the LLM is asleep (sleep(level=1)), its weights in host memory: call wake_up() first")
 
 
-def update_from_disk(llm: "LLM", model: str | Path) -> None:
+def apply_from_disk(llm: "LLM", model: str | Path) -> None:
     """`LLM.update_weights_from_disk`: a checkpoint of the served architecture and shapes, each leaf made
     like the served one as it is read (a quantized model's float checkpoint is never held whole)."""
     check_not_asleep_with_weights(llm)
@@ -118,7 +118,7 @@ def eagle_params(llm: "LLM", run: Weights) -> EagleParams | None:
     return dataclasses.replace(params, embed=run.embed, lm_head=run.lm_head)
 
 
-def sleep(llm: "LLM", level: int) -> None:
+def put_to_sleep(llm: "LLM", level: int) -> None:
     """`LLM.sleep`: free the KV pool and the weights' device memory (level 1: kept in host memory)."""
     if level not in SLEEP_LEVELS:
         raise ValueError(f"level must be 1 (weights kept in host memory) or 2 (weights discarded), got {level!r}")
@@ -140,7 +140,7 @@ def sleep(llm: "LLM", level: int) -> None:
     )
 
 
-def wake_up(llm: "LLM") -> None:
+def wake(llm: "LLM") -> None:
     """`LLM.wake_up`: level 1's weights back on their devices (the KV pool is made on the next step);
     after level 2 only the pool, the weights waiting for an update."""
     state = llm._weight_state
@@ -153,3 +153,38 @@ def wake_up(llm: "LLM") -> None:
     llm.engine.replace_weights(engine, eagle_params(llm, run))
     llm._run_weights, llm._engine_weights = run, engine
     llm._weight_state = dataclasses.replace(state, asleep=0, host=None, shardings=None)
+
+
+class WeightCalls:
+    """`LLM`'s weight-update and sleep-mode calls (mixed into it: `self` is the LLM)."""
+
+    def update_weights(self: LLM, weights: Updates) -> None:
+        """Serve new weights from the next request on (an RL loop's new policy); nothing recompiles.
+
+        weights: a pytree like `LLM.weights` (a JAX trainer's), or tensors under their HF checkpoint names,
+        as a mapping or (name, tensor) pairs (vLLM's `load_weights`; torch, NumPy or jax arrays), all or
+        some of the model's (pushed in buckets; each leaf's tensors together, e.g. a layer's q/k/v). Float
+        values for quantized leaves are quantized as served; each leaf goes where the served one is.
+        Cached prefixes are dropped. Refused while requests are in flight.
+        """
+        apply_update(self, weights)
+
+    def update_weights_from_disk(self: LLM, model: str | Path) -> None:
+        """Serve the weights of checkpoint `model` (HF or converted; this model's architecture and
+        shapes), read leaf by leaf into the served format (SGLang's update_weights_from_disk)."""
+        apply_from_disk(self, model)
+
+    def sleep(self: LLM, level: int = 1) -> None:
+        """Free the device memory the model holds between uses (vLLM's sleep mode): the KV pool, and the
+        weights, kept in host memory (level 1) or discarded (level 2: the next come from update_weights).
+        Requests are refused until `wake_up`; refused while requests are in flight."""
+        put_to_sleep(self, level)
+
+    def wake_up(self: LLM) -> None:
+        """Undo `sleep`: level 1's weights back on the devices (the KV pool is made on the next step)."""
+        wake(self)
+
+    @property
+    def is_sleeping(self: LLM) -> bool:
+        """Between `sleep` and `wake_up` (after level 2, weights are needed too before requests run)."""
+        return self._weight_state.asleep > 0 and not self._weight_state.woken
