@@ -85,7 +85,8 @@ def test_routes_are_off_unless_asked_and_flags_checked(text_model_dir):
     with serve_in_thread(llm, ServerConfig("tiny")) as (url, _):
         assert httpx.post(url + "/sleep").status_code == 404
         assert httpx.post(url + "/update_weights_from_disk", json={"model_path": "x"}).status_code == 404
-    args = argparse.Namespace(enable_sleep_mode=True, enable_weight_updates=False, speculative_method="ngram",
+    args = argparse.Namespace(enable_sleep_mode=True, enable_weight_updates=False, speculative_method="eagle",
                               shadow_fraction=0.0)
-    with pytest.raises(ValueError, match="--enable-sleep-mode do not go with --speculative-method"):
-        check_weight_flags(args)
+    check_weight_flags(args)  # speculation falls back in the engine, and an EAGLE head follows the new weights
+    with pytest.raises(ValueError, match="--enable-sleep-mode do not go with --shadow-fraction"):
+        check_weight_flags(argparse.Namespace(**{**vars(args), "shadow_fraction": 0.1}))

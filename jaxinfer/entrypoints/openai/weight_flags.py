@@ -20,7 +20,6 @@ def check_weight_flags(args: argparse.Namespace) -> None:
                                    ("--enable-weight-updates", args.enable_weight_updates)) if on]
     if not asked:
         return
-    if args.speculative_method is not None or args.shadow_fraction > 0:
-        other = "--speculative-method" if args.speculative_method is not None else "--shadow-fraction"
-        raise ValueError(f"{' and '.join(asked)} do not go with {other} yet: its reference engine (speculation's "
-                         "fallback, shadow validation) would keep serving the old weights")
+    if args.shadow_fraction > 0:  # speculation goes: its fallback is in the engine, an EAGLE head follows
+        raise ValueError(f"{' and '.join(asked)} do not go with --shadow-fraction yet: shadow validation's "
+                         "reference would keep the old weights and judge the new ones by them")
