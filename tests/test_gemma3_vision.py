@@ -20,6 +20,7 @@ from jaxinfer.cache.paged import init_paged_cache
 from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.checkpoint.loader import load_vision_weights
 from jaxinfer.engine.scheduler import whole_image_count
+from jaxinfer.entrypoints.multimodal import ImagePrompts
 from jaxinfer.models import forward_with_taps, lm_logits
 from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.gemma3_vision import read_gemma3_vision_config
@@ -65,7 +66,11 @@ def hf_greedy(hf_gemma3, llm: LLM, image: np.ndarray, text: str = PROMPT) -> lis
 
 def hf_greedy_logprobs(hf_gemma3, llm: LLM, image: np.ndarray, text: str = PROMPT) -> tuple[list[int], np.ndarray]:
     """HF's greedy tokens and each one's logprob."""
-    inputs = hf_inputs(llm, image, text)
+    return hf_generate(hf_gemma3, hf_inputs(llm, image, text))
+
+
+def hf_generate(hf_gemma3, inputs: dict) -> tuple[list[int], np.ndarray]:
+    """HF's greedy tokens and each one's logprob for its inputs."""
     with torch.no_grad():
         out = hf_gemma3.generate(**inputs, max_new_tokens=GREEDY.max_tokens, do_sample=False, output_scores=True,
                                  return_dict_in_generate=True)
@@ -74,9 +79,10 @@ def hf_greedy_logprobs(hf_gemma3, llm: LLM, image: np.ndarray, text: str = PROMP
     return tokens, np.asarray(logprobs)
 
 
-def greedy_logprobs(llm: LLM, image: np.ndarray) -> tuple[list[int], np.ndarray]:
+def greedy_logprobs(llm: LLM, image: np.ndarray | list[np.ndarray], text: str = PROMPT
+                    ) -> tuple[list[int], np.ndarray]:
     """Our greedy tokens and each one's logprob."""
-    out = llm.generate(image_prompt(image, PROMPT), WITH_LOGPROBS)[0].outputs[0]
+    out = llm.generate(image_prompt(image, text), WITH_LOGPROBS)[0].outputs[0]
     return out.token_ids, np.asarray([step[t].logprob for step, t in zip(out.logprobs, out.token_ids)])
 
 
@@ -155,9 +161,33 @@ def test_engine_greedy_matches_hf(gemma3_dir, hf_gemma3, llm, caching):
     assert (llm.engine.scheduler.prefix_hits > hits) == caching
 
 
+def test_two_images_see_their_own(llm, hf_gemma3):
+    """Two images in one prompt: each image's tokens see their own image whole, not the other's (HF's block ids)."""
+    a, b = random_image(2), random_image(3)
+    two = f"USER: {BOI}{BOI}The quick ASSISTANT:"
+    ids, images = llm.image_prompts.prompt(two, [Image.fromarray(a), Image.fromarray(b)], "test")
+    assert [i.length for i in images] == [4, 4]
+    assert images[1].offset - images[0].offset == 10  # 4 image tokens, eoi, 4 x "\n", boi
+    inputs = torch.tensor([ids])
+    hf, hf_logprobs = hf_generate(hf_gemma3, dict(
+        input_ids=inputs, pixel_values=torch.tensor(np.stack([i.pixels for i in images])),
+        token_type_ids=(inputs == llm.image_prompts.cfg.image_token_id).long()))
+    out, logprobs = greedy_logprobs(llm, [a, b], two)
+    assert out == hf and np.abs(logprobs - hf_logprobs).max() <= 1e-4
+
+
 def test_image_longer_than_a_step_refused(gemma3_dir, llm):
     with pytest.raises(ValueError, match="max_num_batched_tokens 3.*both ways"):
         LLM(gemma3_dir, **{**KNOBS, "max_num_batched_tokens": 3}).generate(image_prompt(random_image(0), PROMPT))
+
+
+def test_pan_and_scan_refused(llm, gemma3_dir, tmp_path):
+    """Gemma 3's pan-and-scan crops (several pixel sets per image) are refused by their field."""
+    config = json.loads((gemma3_dir / "preprocessor_config.json").read_text())
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({**config, "do_pan_and_scan": True}))
+    prompts = ImagePrompts(tmp_path, llm.image_prompts.cfg, llm.image_prompts.tokenizer, 2)
+    with pytest.raises(ValueError, match="do_pan_and_scan true is not supported"):
+        prompts.prompt(PROMPT, [Image.fromarray(random_image(0))], "test")
 
 
 def test_chat_with_image_url(llm, hf_gemma3):

@@ -133,10 +133,14 @@ class ImagePrompts:
             import transformers
 
             try:
-                self._processor = transformers.AutoImageProcessor.from_pretrained(self.model_dir)
+                processor = transformers.AutoImageProcessor.from_pretrained(self.model_dir)
             except (OSError, ValueError) as error:
                 raise ValueError(f"{self.model_dir} has no image processor (preprocessor_config.json): "
                                  f"{error}") from None
+            if getattr(processor, "do_pan_and_scan", False):  # Gemma 3's extra crops: more images than marks
+                raise ValueError(f"{self.model_dir}: preprocessor_config.json's do_pan_and_scan true is not "
+                                 "supported (one image, one crop); set it false")
+            self._processor = processor
         return self._processor
 
     def check_count(self, count: int, field: str) -> None:
