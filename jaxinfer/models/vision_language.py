@@ -10,7 +10,8 @@ from typing import Any, Mapping, Union
 
 import jax
 
-from jaxinfer.models import gemma3_vision, llava
+import jaxinfer.models.gemma3_vision as gemma3_vision
+import jaxinfer.models.llava as llava
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
 
