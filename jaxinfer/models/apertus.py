@@ -102,8 +102,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     if not (hf.get("rope_parameters") or hf.get("rope_scaling")):
         hf["rope_parameters"] = {**DEFAULT_ROPE, **({"rope_theta": hf["rope_theta"]} if hf.get("rope_theta") else {})}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     act = hf.get("hidden_act") or "xielu"
     if act != "xielu":
         raise ConfigError(f"hidden_act {act!r} is not supported for {arch}: its MLP is read as xIELU's "

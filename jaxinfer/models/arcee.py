@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, uniform_windows
+from jaxinfer.config.model import ModelConfig, activation_name, common_fields, uniform_windows
 from jaxinfer.models.family import Family
 from jaxinfer.models.ungated_mlp import abstract_layer, decoder_layer, hf_leaves
 
@@ -22,8 +22,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of an Arcee HF config."""
     hf = {**DEFAULTS, **hf}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     bias = bool(hf.get("attention_bias", False))
     return ModelConfig(
         **fields,

@@ -26,8 +26,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a Command R / R+ HF config."""
     hf = {**DEFAULTS, **hf}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     scale = hf["logit_scale"]
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
         raise ConfigError(f"logit_scale {scale!r} is not supported for {arch}: a number > 0")

@@ -89,8 +89,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a Command R7B / Command A HF config."""
     hf = {**DEFAULTS, **hf}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     window, scale = hf["sliding_window"], hf["logit_scale"]
     if window is None or int(window) < 1:
         raise ConfigError(f"sliding_window {window!r} is not supported for {arch}: an integer >= 1 (transformers "

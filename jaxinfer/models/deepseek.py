@@ -240,8 +240,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     if field(hf, "num_experts_per_tok") is None:
         raise ConfigError(f"no num_experts_per_tok; a {arch} config sets how many experts route each token")
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     mla = _latent_dims(hf)
     moe = moe_fields(hf, "n_routed_experts", int(hf["moe_intermediate_size"]))
     return ModelConfig(

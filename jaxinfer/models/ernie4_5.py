@@ -29,8 +29,6 @@ def ernie_fields(hf: Mapping[str, Any], arch: str) -> dict[str, Any]:
         raise ConfigError(f"use_bias=True is not supported for {arch}: it biases the MLPs too (no released "
                           "checkpoint sets it)")
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     return dict(
         **fields,
         rope_interleaved=True,

@@ -44,8 +44,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of an EXAONE 4.0 HF config."""
     hf = {**DEFAULTS, **hf}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     window = hf["sliding_window"]
     sliding = sliding_layers(hf, fields["num_layers"])
     if window is None and any(sliding):

@@ -119,8 +119,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     if arch == GEMMA3:
         theta, scaling, local_theta = layer_type_rope(hf, GEMMA3_THETAS, "rope_local_base_freq", arch)
         fields.update(rope_theta=theta, rope_scaling=scaling, local_rope_theta=local_theta)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     defaults = DEFAULTS[arch]
     caps = {name: field(hf, name, defaults[name]) for name in ("attn_logit_softcapping", "final_logit_softcapping")}
     bias = bool(hf.get("attention_bias", False))

@@ -61,8 +61,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a GLM or GLM-4-0414 HF config (fields it leaves out or nulls take GlmConfig's defaults)."""
     hf = {**DEFAULTS, **{key: value for key, value in hf.items() if value is not None}}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     return ModelConfig(
         **fields,
         rotary_dim=rotary_dim(hf, fields["head_dim"]),

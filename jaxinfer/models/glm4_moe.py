@@ -99,8 +99,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a GLM-4.5 / GLM-4.6 HF config (fields it leaves out or nulls take Glm4MoeConfig's defaults)."""
     hf = {**HF_DEFAULTS, **{key: value for key, value in hf.items() if value is not None}}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     moe = moe_fields(hf, "n_routed_experts", int(hf["moe_intermediate_size"]), experts=128, per_token=8)
     shared = int(hf["n_shared_experts"])
     if shared < 1:

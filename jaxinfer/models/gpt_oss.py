@@ -141,8 +141,6 @@ def _windows(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a GPT-OSS HF config."""
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     experts = int(field(hf, "num_local_experts", 0))
     if experts < 1:
         raise ConfigError(f"num_local_experts {experts} must be >= 1 for {arch}")

@@ -75,8 +75,6 @@ def granite_fields(hf: Mapping[str, Any], arch: str) -> dict[str, Any]:
     """What every Granite architecture reads the same way: Llama's fields, the multipliers, attention biases
     on q/k/v/o together (`attention_bias`) and no sliding windows."""
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     bias = bool(hf.get("attention_bias", False))
     return dict(
         fields,

@@ -161,8 +161,6 @@ def gemma_activation(hf: Mapping[str, Any]) -> str:
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a Llama-family HF config."""
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     is_gemma = arch == "GemmaForCausalLM"
     # Qwen2 always biases q/k/v (not o); Mistral never has biases; the rest follow attention_bias.
     attention_bias = bool(hf.get("attention_bias", False)) and arch != "MistralForCausalLM"

@@ -184,8 +184,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     hands over as the config: `text_part`)."""
     hf = _with_defaults(hf)
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     layers = fields["num_layers"]
     rope_layers = _rope_layers(hf, layers)
     moe = set(_moe_layers(hf, layers))

@@ -47,8 +47,6 @@ def moe_fields(hf: Mapping[str, Any], experts_key: str, intermediate: int, exper
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a Mixtral HF config."""
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     return ModelConfig(
         **fields,
         activation=activation_name(hf.get("hidden_act") or "silu"),

@@ -112,8 +112,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         fields.update(rope_theta=theta, rope_scaling=scaling, local_rope_theta=local_theta)
     windows = _olmo3_windows(hf, fields["num_layers"]) if arch == OLMO3 else uniform_windows(
         hf, arch, fields["num_layers"], 0)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     bias = bool(hf.get("attention_bias", False))
     return ModelConfig(
         **fields,

@@ -43,8 +43,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of an OLMoE HF config."""
     hf = {**DEFAULTS, **hf}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     if hf.get("clip_qkv") is not None:
         raise ConfigError(f"clip_qkv {hf['clip_qkv']!r} is not supported for {arch}: null only (no clamp of q, k "
                           "and v; the released OLMoE checkpoints set none)")

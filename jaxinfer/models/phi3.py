@@ -59,7 +59,7 @@ def _check_longrope(cfg: ModelConfig) -> None:
 
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a Phi-3 HF config (its sliding_window, when set, applies to every layer)."""
-    fields = common_fields(hf, arch)
+    fields = common_fields(hf, arch, longrope=True)
     if fields["rope_scaling"].rope_type not in ("default", "longrope"):
         raise ConfigError(f"rope type {fields['rope_scaling'].rope_type!r} is not supported for {arch}; "
                           "supported: default, longrope (su)")

@@ -68,8 +68,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a Qwen2-MoE HF config."""
     hf = {**HF_DEFAULTS, **{key: value for key, value in hf.items() if value is not None}}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     shared = int(hf["shared_expert_intermediate_size"])
     if shared < 1:
         raise ConfigError(f"shared_expert_intermediate_size {shared} must be >= 1 (each MoE layer has a shared expert)")

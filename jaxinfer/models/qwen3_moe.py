@@ -58,8 +58,6 @@ def dense_mlp_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a Qwen3-MoE HF config (a sliding window, when used, applies to every layer)."""
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     window = int(field(hf, "sliding_window", 0)) if hf.get("use_sliding_window") else 0
     bias = bool(hf.get("attention_bias", False))
     return ModelConfig(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, field, uniform_windows
+from jaxinfer.config.model import ModelConfig, activation_name, common_fields, field, uniform_windows
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.ungated_mlp import abstract_layer, decoder_layer
 from jaxinfer.models.ungated_mlp import hf_leaves as ungated_hf_leaves
@@ -31,8 +31,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a StarCoder2 HF config."""
     hf = {**DEFAULTS, **hf}
     fields = common_fields(hf, arch)
-    if fields["rope_scaling"].rope_type == "longrope":
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     bias = bool(hf["use_bias"])
     return ModelConfig(
         **{**fields, "rms_norm_eps": float(field(hf, "norm_epsilon", 1e-5))},
