@@ -21,7 +21,11 @@ from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, abstract_vision_language
 
 TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
-                 "language_model.lm_head.": "lm_head.", "lm_head.": "lm_head."}
+                 "language_model.lm_head.": "lm_head.", "lm_head.": "lm_head.", "model.": "model."}
+# Qwen2-VL's tower and merger (`visual.*` in the hub's checkpoints, `model.visual.*` in transformers 5's
+# in-memory names); its language model is stored under the causal LM's own names
+QWEN_TOWER_PREFIXES = ("visual.", "model.visual.")
+QWEN_PATCH = "patch_embed.proj.weight"
 TOWER_PREFIXES = ("vision_tower.vision_model.", "model.vision_tower.vision_model.", "vision_tower.",
                   "model.vision_tower.")
 PROJECTOR_PREFIXES = ("multi_modal_projector.", "model.multi_modal_projector.")
@@ -45,7 +49,8 @@ GEMMA3_PROJECTOR_NAMES = {"norm": "mm_soft_emb_norm.weight", "projection": "mm_i
 
 def is_vision_language(index: dict[str, Path]) -> bool:
     """Whether a checkpoint's tensors include a vision tower."""
-    return _prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"]) is not None
+    return (_prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"]) or _prefix(index, QWEN_TOWER_PREFIXES, QWEN_PATCH)) \
+        is not None
 
 
 def language_model_names(index: dict[str, Path]) -> dict[str, str]:
@@ -54,7 +59,10 @@ def language_model_names(index: dict[str, Path]) -> dict[str, str]:
     if not is_vision_language(index):
         return {}
     names = {}
+    image_side = TOWER_PREFIXES + PROJECTOR_PREFIXES + QWEN_TOWER_PREFIXES
     for stored in index:
+        if stored.startswith(image_side):
+            continue
         for prefix, causal in TEXT_PREFIXES.items():
             if stored.startswith(prefix):
                 names[causal + stored[len(prefix):]] = stored

@@ -85,6 +85,8 @@ class ModelConfig:
     rope_interleaved: bool = False  # rotary pairs are adjacent dims (GLM), not dims i and i + rotated/2
     nope_layers: tuple[int, ...] = ()  # layers without rotary embeddings (SmolLM3's `no_rope_layers` zeros)
     local_rope_theta: float | None = None  # Gemma 3: sliding layers' own base, unscaled
+    # Qwen2-VL's M-RoPE: rotary frequencies per (temporal, height, width) position stream; () for one stream
+    mrope_section: tuple[int, ...] = ()
     # Ministral 3 (Llama 4's attention temperature): queries scaled by 1 + beta * log(1 + floor(position / period))
     query_scale_beta: float = 0.0
     query_scale_period: int = 1
@@ -172,6 +174,9 @@ def _validate(cfg: ModelConfig) -> None:
                           f"{cfg.layer_windows}, layer_chunks {cfg.layer_chunks}); each layer takes one or neither")
     if cfg.rotated_dims % 2 or cfg.rotated_dims > cfg.head_dim:
         raise ConfigError(f"rotary dims {cfg.rotated_dims} must be even and at most head_dim {cfg.head_dim}")
+    if cfg.mrope_section and sum(cfg.mrope_section) != cfg.rotated_dims // 2:
+        raise ConfigError(f"mrope_section {list(cfg.mrope_section)} must add up to the {cfg.rotated_dims // 2} "
+                          f"rotary frequencies of head_dim {cfg.head_dim}")
     if cfg.num_experts and not 0 < cfg.experts_per_token <= cfg.num_experts:
         raise ConfigError(
             f"num_experts_per_tok {cfg.experts_per_token} must be between 1 and the {cfg.num_experts} experts"
@@ -292,16 +297,13 @@ def uniform_windows(hf: Mapping[str, Any], arch: str, num_layers: int, window: i
     return (window,) * num_layers
 
 
-def common_fields(hf: Mapping[str, Any], arch: str, longrope: bool = False) -> dict[str, Any]:
-    """The ModelConfig fields every family reads the same way (shapes, norms, rope, token ids).
-    longrope: whether the family reads LongRoPE's factors (Phi-3's); the others refuse it by name."""
+def common_fields(hf: Mapping[str, Any], arch: str) -> dict[str, Any]:
+    """The ModelConfig fields every family reads the same way (shapes, norms, rope, token ids)."""
     if hf.get("mlp_bias"):
         raise ConfigError(f"mlp_bias=True is not supported for {arch} (no released checkpoint uses it)")
     heads = int(hf["num_attention_heads"])
     hidden = int(hf["hidden_size"])
     theta, scaling = rope_fields(hf)
-    if scaling.rope_type == "longrope" and not longrope:
-        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     return dict(
         architecture=arch,
         vocab_size=int(hf["vocab_size"]),

@@ -1,0 +1,49 @@
+"""Qwen2-VL and Qwen2.5-VL's language model: Qwen2's decoder with multimodal rotary embeddings (M-RoPE).
+
+The rotary frequencies are split into `mrope_section` (temporal, height, width) parts, each turned by its own
+position stream; a text token has all three streams equal, which is Qwen2's rope, so the language model runs as
+`Qwen2ForCausalLM` with the sections kept in `ModelConfig.mrope_section` for the image tokens' positions.
+Configs come nested (transformers 5: `text_config`) or flat (the hub's: text fields beside `vision_config`,
+`rope_scaling` {"type": "mrope", "mrope_section": [...]}); both are read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from jaxinfer.config.model import ConfigError
+
+ARCHITECTURES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration")
+MROPE_TYPES = ("default", "mrope")  # "mrope" is the hub's name for the default rope split into sections
+# Settings of the whole checkpoint a flat config keeps beside the text model's (not the language model's)
+NOT_TEXT = ("vision_config", "architectures", "model_type", "image_token_id", "video_token_id",
+            "vision_start_token_id", "vision_end_token_id", "vision_token_id", "text_config")
+TOP_LEVEL = ("tie_word_embeddings", "quantization_config")  # the checkpoint's, read over text_config's
+
+
+def qwen2_text_config(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """The language model's config as a Qwen2ForCausalLM checkpoint would hold it (rope without sections)."""
+    nested = hf.get("text_config")
+    text = dict(nested) if isinstance(nested, Mapping) else {k: v for k, v in hf.items() if k not in NOT_TEXT}
+    text.update({k: hf[k] for k in TOP_LEVEL if hf.get(k) is not None})
+    params = {**(text.pop("rope_parameters", None) or {}), **(text.pop("rope_scaling", None) or {})}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in MROPE_TYPES:
+        raise ConfigError(f"rope type {rope_type!r} is not supported for {hf['architectures'][0]}; "
+                          f"supported: {', '.join(MROPE_TYPES)}")
+    theta = params.get("rope_theta", text.pop("rope_theta", 10000.0))
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    text["architectures"] = ["Qwen2ForCausalLM"]
+    return text
+
+
+def mrope_section(hf: Mapping[str, Any]) -> tuple[int, ...]:
+    """The (temporal, height, width) frequency counts of the config's M-RoPE (transformers' default
+    [16, 24, 24] when it names none)."""
+    nested = hf.get("text_config")
+    text = nested if isinstance(nested, Mapping) else hf
+    params = {**(text.get("rope_parameters") or {}), **(text.get("rope_scaling") or {})}
+    section = tuple(int(s) for s in params.get("mrope_section") or (16, 24, 24))
+    if len(section) != 3:
+        raise ConfigError(f"mrope_section {list(section)} must give 3 frequency counts (temporal, height, width)")
+    return section

@@ -1,0 +1,60 @@
+"""Tiny Qwen2-VL and Qwen2.5-VL checkpoints (2-layer towers over 8x8 patches merged 2x2, a 2-layer language
+model whose rope splits its 8 frequencies into M-RoPE sections 2, 3, 3), saved with a tokenizer holding the
+vision tokens and a Qwen2-VL image processor like real ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+from hf_models import COMMON, save_tiny_tokenizer
+
+VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"
+CHAT_TEMPLATE = (  # Qwen's turns; an image part renders as the vision start, image pad and vision end tokens
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+MROPE_SECTION = [2, 3, 3]  # head_dim 16: 8 rotary frequencies
+TOWERS = {  # 8x8 patches, merged 2x2 (one image token per 16x16 pixels)
+    "qwen2_vl": dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, patch_size=8, mlp_ratio=2),
+    # window of 32 pixels (2x2 merged tokens) with layer 1 attending to the whole image
+    "qwen2_5_vl": dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2, patch_size=8,
+                       window_size=32, fullatt_block_indexes=[1]),
+}
+CLASSES = {"qwen2_vl": (transformers.Qwen2VLConfig, transformers.Qwen2VLForConditionalGeneration),
+           "qwen2_5_vl": (transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration)}
+PIXELS = dict(min_pixels=16 * 16, max_pixels=64 * 64)  # 1 to 16 image tokens
+
+
+def make_qwen2_vl(kind: str, ids: dict[str, int]) -> transformers.PreTrainedModel:
+    """A random float32 model of `kind` ("qwen2_vl" or "qwen2_5_vl") over COMMON's language model."""
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": MROPE_SECTION}
+    text = {**COMMON, "vocab_size": 320, "rope_parameters": rope}
+    config_class, model_class = CLASSES[kind]
+    config = config_class(text_config=text, vision_config=TOWERS[kind], image_token_id=ids[IMAGE_PAD],
+                          video_token_id=ids[VIDEO_PAD], vision_start_token_id=ids[VISION_START],
+                          vision_end_token_id=ids[VISION_END], bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    model = model_class(config).eval()
+    with torch.no_grad():  # a tower loud enough that images move the logits; norms and biases off their init
+        for name, param in model.named_parameters():
+            if "visual" in name:
+                param.mul_(4.0) if param.dim() > 1 else param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+def save_tiny_qwen2_vl(path: Path, kind: str = "qwen2_vl") -> Path:
+    """Save the tiny model with its tokenizer (Qwen's vision tokens, a chat template) and image processor."""
+    save_tiny_tokenizer(path, vocab_size=240)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    tokenizer.add_special_tokens({"additional_special_tokens": [VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD]})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(path)
+    ids = dict(zip([VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD],
+                   tokenizer.convert_tokens_to_ids([VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD])))
+    make_qwen2_vl(kind, ids).save_pretrained(path, safe_serialization=True)
+    transformers.Qwen2VLImageProcessor(patch_size=8, merge_size=2, **PIXELS).save_pretrained(path)
+    return path
