@@ -297,13 +297,16 @@ def uniform_windows(hf: Mapping[str, Any], arch: str, num_layers: int, window: i
     return (window,) * num_layers
 
 
-def common_fields(hf: Mapping[str, Any], arch: str) -> dict[str, Any]:
-    """The ModelConfig fields every family reads the same way (shapes, norms, rope, token ids)."""
+def common_fields(hf: Mapping[str, Any], arch: str, longrope: bool = False) -> dict[str, Any]:
+    """The ModelConfig fields every family reads the same way (shapes, norms, rope, token ids).
+    longrope: whether the family reads LongRoPE's factors (Phi-3's); the others refuse it by name."""
     if hf.get("mlp_bias"):
         raise ConfigError(f"mlp_bias=True is not supported for {arch} (no released checkpoint uses it)")
     heads = int(hf["num_attention_heads"])
     hidden = int(hf["hidden_size"])
     theta, scaling = rope_fields(hf)
+    if scaling.rope_type == "longrope" and not longrope:
+        raise ConfigError(f"rope type 'longrope' is read for Phi3ForCausalLM only, not {arch}")
     return dict(
         architecture=arch,
         vocab_size=int(hf["vocab_size"]),
