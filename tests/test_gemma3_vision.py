@@ -25,8 +25,8 @@ from jaxinfer.models import forward_with_taps, lm_logits
 from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.gemma3_vision import read_gemma3_vision_config
 from jaxinfer.models.vision_language import image_features
+from jaxinfer.runtime.embed_rows import image_ends
 from jaxinfer.runtime.image_input import ImageInput
-from jaxinfer.runtime.vision_runner import image_ends
 
 PROMPT = f"USER: {BOI}The quick brown fox ASSISTANT:"  # text after the image: its bidirectional mask matters
 GREEDY = SamplingParams(max_tokens=6, temperature=0)

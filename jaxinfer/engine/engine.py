@@ -144,6 +144,8 @@ class LLMEngine(StepCalls):
                         ) -> tuple[ImageInput, ...]:
         """The images as a request carries them; ValueError naming what a model or request cannot take."""
         images = tuple(images)
+        if any(image.rows is not None for image in images):
+            return self._checked_embeds(images, params)
         if not images:
             return images
         if self.runner.vision is None:
@@ -160,6 +162,17 @@ class LLMEngine(StepCalls):
                                  "image tokens attend to each other both ways (one prefill chunk holds a whole "
                                  "image); raise max_num_batched_tokens")
         return images
+
+    def _checked_embeds(self, given: tuple[ImageInput, ...], params: SamplingParams) -> tuple[ImageInput, ...]:
+        """A prompt_embeds prompt's rows (entrypoints/prompt_embeds); ValueError naming what goes not with them."""
+        if not self.runner.prompt_embeds:
+            raise ValueError("prompt_embeds needs an engine started with enable_prompt_embeds=True")
+        if len(given) != 1 or given[0].offset != 0:
+            raise ValueError("prompt_embeds: the embeddings are the whole prompt; images go in prompts of their own")
+        if params.prompt_logprobs is not None:
+            raise ValueError("prompt_logprobs is not served with prompt_embeds (the prompt has no token ids to "
+                             "score; vLLM refuses it too); leave prompt_logprobs unset")
+        return given
 
     def _adapter_name(self, lora_request: LoRARequest | None, params: SamplingParams) -> str | None:
         """The adapter's key (config.lora.adapter_key), once the runner has read and checked it; None for

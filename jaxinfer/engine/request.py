@@ -99,6 +99,12 @@ class Request:
         return self.prompt_ids + self.output_ids
 
     @property
+    def known_prompt_ids(self) -> list[int]:
+        """The prompt's real token ids (repetition penalties count them): none where its rows were given
+        (prompt_embeds: its ids are placeholders)."""
+        return [] if any(image.rows is not None for image in self.images) else self.prompt_ids
+
+    @property
     def cache_ids(self) -> list[int | str]:
         """all_ids as prefix caching keys them: image placeholders by their image's content hash."""
         return cache_keys(self.all_ids, self.images)

@@ -322,7 +322,7 @@ def whole_image_count(images: tuple[ImageInput, ...], start: int, count: int) ->
     see each other both ways, so all of an image's tokens still to compute go in one chunk (as vLLM schedules)."""
     end = start + count
     for image in images:
-        if image.offset < end < image.offset + image.length:
+        if image.rows is None and image.offset < end < image.offset + image.length:  # given rows see causally
             end = max(image.offset, start)
     return end - start
 

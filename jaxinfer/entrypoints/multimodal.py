@@ -22,6 +22,7 @@ from jaxinfer.checkpoint.vision_weights import is_vision_language
 from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.engine.prompt_checks import encode_prompt
 from jaxinfer.entrypoints.media import load_image
+from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.models.vision_language import (
     ARCHITECTURES,
     VisionLanguageConfig,
@@ -229,9 +230,10 @@ def expand(ids: list[int], marks: list[int], pixels: np.ndarray, length: int) ->
     return out + ids[previous:], tuple(images)
 
 
-def split_prompts(prompts: Any, images: ImagePrompts) -> tuple[Any, list[tuple] | None]:
-    """vLLM's dict prompts as (token ids, images) pairs; other prompts pass as they are. Returns (prompts, each
-    one's images; None when no prompt was a dict)."""
+def split_prompts(prompts: Any, images: ImagePrompts, embeds: PromptEmbeds | None = None
+                  ) -> tuple[Any, list[tuple] | None]:
+    """vLLM's dict prompts as (token ids, images) pairs (a prompt_embeds dict's images: its given rows); other
+    prompts pass as they are. Returns (prompts, each one's images; None when no prompt was a dict)."""
     if isinstance(prompts, Mapping):
         prompts = [prompts]
     if isinstance(prompts, str) or not isinstance(prompts, Sequence) or \
@@ -243,14 +245,17 @@ def split_prompts(prompts: Any, images: ImagePrompts) -> tuple[Any, list[tuple] 
             out.append(prompt)
             carried.append(())
             continue
-        ids, found = dict_prompt(prompt, images, f"prompts[{i}]")
+        ids, found = dict_prompt(prompt, images, f"prompts[{i}]", embeds)
         out.append(ids)
         carried.append(found)
     return out, carried
 
 
-def dict_prompt(prompt: Mapping[str, Any], images: ImagePrompts, field: str) -> tuple[list[int], tuple]:
+def dict_prompt(prompt: Mapping[str, Any], images: ImagePrompts, field: str, embeds: PromptEmbeds | None = None
+                ) -> tuple[list[int], tuple]:
     """One vLLM dict prompt's ids and images; ValueError naming a key it cannot take."""
+    if "prompt_embeds" in prompt:
+        return (embeds or PromptEmbeds(False, 0)).dict_prompt(prompt, field)
     unknown = sorted(set(prompt) - {"prompt", "prompt_token_ids", "multi_modal_data"})
     if unknown or ("prompt" in prompt) == ("prompt_token_ids" in prompt):
         raise ValueError(f"{field}: a dict prompt holds 'prompt' (text) or 'prompt_token_ids', and optionally "

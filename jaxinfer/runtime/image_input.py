@@ -1,4 +1,5 @@
-"""A prompt's images as the engine carries them (plain data, no jax: the host's request holds them).
+"""A prompt's images as the engine carries them (plain data, no jax: the host's request holds them), and
+prompt embeddings (vLLM's `prompt_embeds`), carried the same way: rows given instead of made by a tower.
 
 Each image has a run of placeholder tokens in the prompt (`offset`, `length`); the vision tower
 turns its pixels into `length` rows that replace those tokens' embeddings. The rows are computed
@@ -6,6 +7,8 @@ once, when the request is first scheduled (runtime/vision_runner), and stay with
 (`Request.image_rows`), so chunked prefill and recompute after preemption read them again
 without running the tower. `content_hash` names the pixels: prefix caching keys the pages holding
 placeholders by it (`cache_keys`), so the same prompt text with another image shares no such page.
+A prompt_embeds prompt is one such input over all its positions, its `rows` the embeddings themselves
+(entrypoints/prompt_embeds): the same override, chunk slicing, preemption and prefix keys, no tower.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class ImageInput:
-    """One image of a prompt: its placeholder positions and preprocessed pixels."""
+    """One image of a prompt: its placeholder positions and preprocessed pixels (or given rows)."""
 
     offset: int  # first placeholder position in the prompt
     length: int  # placeholder tokens (the rows its features fill)
     content_hash: str
-    pixels: np.ndarray = dataclasses.field(repr=False)  # [C, H, W] float32 as the model's image processor made it
+    pixels: np.ndarray | None = dataclasses.field(repr=False)  # [C, H, W] float32 as the image processor made it
+    # [length, D] float32 rows given as they are (prompt embeddings): no tower runs, and they see causally only
+    rows: np.ndarray | None = dataclasses.field(default=None, repr=False)
 
     @staticmethod
     def of(offset: int, length: int, pixels: np.ndarray) -> "ImageInput":
@@ -32,6 +37,14 @@ class ImageInput:
         digest = hashlib.blake2b(str(pixels.shape).encode(), digest_size=16)
         digest.update(pixels.tobytes())
         return ImageInput(offset, length, digest.hexdigest(), pixels)
+
+    @staticmethod
+    def given(rows: np.ndarray) -> "ImageInput":
+        """Rows [L, D] standing for a whole L-token prompt (prompt_embeds), hashed by their content."""
+        rows = np.ascontiguousarray(rows, np.float32)
+        digest = hashlib.blake2b(str(rows.shape).encode(), digest_size=16)
+        digest.update(rows.tobytes())
+        return ImageInput(0, len(rows), "embeds-" + digest.hexdigest(), None, rows)
 
 
 def cache_keys(ids: list[int], images: tuple[ImageInput, ...]) -> list[int | str]:

@@ -1,5 +1,5 @@
 """The vision tower beside the engine's steps: image features made once per image, and each ragged
-step's rows for its placeholder tokens.
+step's rows for its placeholder tokens (runtime/embed_rows).
 
 The tower runs as its own program (one per tower and image size: every image reaches it at the
 size its model's processor makes) when a request with images is first scheduled; its rows go back
@@ -15,17 +15,14 @@ an image's tokens see each other both ways (Gemma 3) it also carries each token'
 from __future__ import annotations
 
 import collections
-from typing import Any
 
-import jax
 import numpy as np
 
-from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, bidirectional
 from jaxinfer.parallel.sharding import Layout, to_host
 from jaxinfer.runtime import step_programs
+from jaxinfer.runtime.embed_rows import StepRows
 from jaxinfer.runtime.executables import Executables, Program
-from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.image_input import ImageInput
 
 CACHED_IMAGES = 32  # encoded images kept by content hash (their rows are the request's anyway)
@@ -39,9 +36,9 @@ class VisionRunner:
         self.cfg, self.layout, self.executables = cfg, layout, executables
         self.weights = layout.put_tree(weights) if layout.mesh is not None else weights
         self.encoded: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
-        self.empty: dict[int, EmbedOverride] = {}  # tokens -> an all-text override on the device
         self.images_encoded = 0  # tower runs (the tests count them)
         self.bidirectional = bidirectional(cfg)  # steps carry each image token's image end (Gemma 3)
+        self.rows = StepRows(cfg.text_hidden_size, layout, self.features, self.bidirectional)
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
         """The tower's program over one image [C, H, W] (zeros: what warm-up compiles)."""
@@ -62,40 +59,3 @@ class VisionRunner:
                 self.encoded.popitem(last=False)
         self.encoded.move_to_end(image.content_hash)
         return rows
-
-    def encode(self, requests: list[Any]) -> None:
-        """Give each request with images and no rows yet its image rows (its first schedule)."""
-        for request in requests:
-            if request is not None and request.images and request.image_rows is None:
-                request.image_rows = np.concatenate([self.features(image) for image in request.images])
-
-    def override(self, host: HostStep) -> EmbedOverride:
-        """The step's image rows at its placeholder tokens (its requests' images encoded first)."""
-        tokens = len(host.tokens)
-        if host.image_tokens is None:
-            if tokens not in self.empty:
-                zeros = EmbedOverride(np.zeros((tokens, self.cfg.text_hidden_size), np.float32),
-                                      np.zeros(tokens, bool), self._no_key_ends(tokens))
-                self.empty[tokens] = jax.tree.map(self.layout.put, zeros)
-            return self.empty[tokens]
-        self.encode(host.requests)
-        rows = np.zeros((tokens, self.cfg.text_hidden_size), np.float32)
-        mask = host.image_tokens >= 0
-        flat = np.flatnonzero(mask)
-        owners = host.token_rows[flat]
-        key_ends = self._no_key_ends(tokens)
-        for r in np.unique(owners):
-            mine = flat[owners == r]
-            rows[mine] = host.requests[r].image_rows[host.image_tokens[mine]]
-            if key_ends is not None:
-                key_ends[mine] = image_ends(host.requests[r].images)[host.image_tokens[mine]]
-        return self.layout.put_tree(EmbedOverride(rows, mask, key_ends))
-
-    def _no_key_ends(self, tokens: int) -> np.ndarray | None:
-        """Zeros [tokens] int32 (every token sees up to its own position) where images attend both ways."""
-        return np.zeros(tokens, np.int32) if self.bidirectional else None
-
-
-def image_ends(images: tuple[ImageInput, ...]) -> np.ndarray:
-    """[image rows] int32: per row of the request's concatenated image rows, the end of its image."""
-    return np.concatenate([np.full(image.length, image.offset + image.length, np.int32) for image in images])

@@ -94,6 +94,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
         adapters={adapter.lora_name: adapter for adapter in config.lora_modules},
         reasoning_parser=None if config.reasoning_parser is None else reasoning_parser(config.reasoning_parser),
         tool_parser=_tool_parser(config), image_prompts=getattr(llm, "image_prompts", None),
+        prompt_embeds=getattr(llm, "prompt_embeds", None),
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state

@@ -20,6 +20,7 @@ from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.engine.prompt_checks import check_logit_bias
 from jaxinfer.entrypoints.openai.beam_search import beam_or_sampling, generation
+from jaxinfer.entrypoints.openai.embeds_prompts import embedded_prompts
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.formatting import DONE, completion_logprobs, count_usage, sse, usage
 from jaxinfer.entrypoints.openai.protocol import CompletionRequest, SamplingFields, sampling_params
@@ -49,8 +50,10 @@ class Echo:
     only: bool  # max_tokens 0: the prompt alone; the one token the engine generated is dropped
 
 
-def prompt_list(prompt: str | list) -> list[str | list[int]]:
+def prompt_list(prompt: str | list | None) -> list[str | list[int]]:
     """The request's prompts: one text, one id list, or a batch of either."""
+    if prompt is None:
+        raise APIError("prompt is required (or prompt_embeds, with --enable-prompt-embeds)", param="prompt")
     if isinstance(prompt, str):
         return [prompt]
     if not prompt:
@@ -94,11 +97,11 @@ async def create_completion(body: CompletionRequest, state: ServerState, request
         raise APIError("best_of other than n is not supported", param="best_of")
     timeout = state.timeout(body.timeout)
     deadline = deadline_after(timeout)  # counted from arrival: tokenizing and queueing are part of it
-    prompts, params, echoes = await asyncio.to_thread(_prepare, state, body)  # tokenizing is off the event loop
+    prompts, params, echoes, images = await asyncio.to_thread(_prepare, state, body)  # tokenizing: off the loop
     state.start(request, body.n * len(prompts))
     response_id = new_id("cmpl")
-    streams = [generation(state, ids, p, f"{response_id}-{i}", deadline, body.stream, adapter)
-               for i, (ids, p) in enumerate(zip(prompts, params))]
+    streams = [generation(state, ids, p, f"{response_id}-{i}", deadline, body.stream, adapter, rows)
+               for i, (ids, p, rows) in enumerate(zip(prompts, params, images))]
     model = adapter.lora_name if adapter else state.model_name
     header = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": model}
     if body.stream:
@@ -139,17 +142,19 @@ def echoed(out: CompletionOutput, echo: Echo, prompt_logprobs: Logprobs | None, 
 
 def _prepare(
     state: ServerState, body: CompletionRequest
-) -> tuple[list[list[int]], list[SamplingParams | BeamSearchParams], list[Echo] | None]:
-    """Each prompt's token ids, checked SamplingParams (4xx errors name the field) and, with echo, what it echoes."""
-    texts = prompt_list(body.prompt)
-    state.limits.check(body, len(texts))
-    prompts = [state.encode(p) for p in texts]
+) -> tuple[list[list[int]], list[SamplingParams | BeamSearchParams], list[Echo] | None, list[tuple]]:
+    """Each prompt's token ids, checked SamplingParams (4xx errors name the field), with echo what it echoes,
+    and its given rows (prompt_embeds: theirs come first, then the text prompts')."""
+    embedded = embedded_prompts(state, body)
+    texts = [] if embedded and body.prompt in (None, "") else prompt_list(body.prompt)
+    state.limits.check(body, len(embedded) + len(texts))
+    prompts = [ids for ids, _ in embedded] + [state.encode(p) for p in texts]
     max_tokens = generated_max_tokens(body)
     prompt_logprobs = body.logprobs if body.echo else None
     params = [beam_or_sampling(body, build_params(state, body, ids, OPENAI_DEFAULT_MAX_TOKENS, body.logprobs,
                                                   max_tokens, prompt_logprobs)) for ids in prompts]
     echoes = [_echo(state, body, text, ids) for text, ids in zip(texts, prompts)] if body.echo else None
-    return prompts, params, echoes
+    return prompts, params, echoes, [rows for _, rows in embedded] + [()] * len(texts)
 
 
 def _choice(state: ServerState, body: CompletionRequest, prompt_index: int, out: CompletionOutput,

@@ -100,7 +100,8 @@ class SamplingFields(StrictBody):
 class CompletionRequest(SamplingFields):
     """POST /v1/completions."""
 
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[int] | list[list[int]] | None = None
+    prompt_embeds: str | list[str] | None = None  # vLLM's: base64 of torch.save'd [L, hidden] tensors
     logprobs: int | None = None
     echo: bool = False  # the prompt before the completion, and with logprobs the prompt's logprobs
     best_of: int | None = None

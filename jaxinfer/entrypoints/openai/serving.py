@@ -45,6 +45,7 @@ class ServerState:
     reasoning_parser: ReasoningParser | None = None  # --reasoning-parser: chat replies split into reasoning, content
     tool_parser: ToolParser | None = None  # --tool-call-parser: the format "auto" reads calls in (None: Hermes/Llama-3)
     image_prompts: Any | None = None  # chat image_url parts -> images (LLM.image_prompts, entrypoints/multimodal)
+    prompt_embeds: Any | None = None  # /v1/completions' prompt_embeds (LLM.prompt_embeds, entrypoints/prompt_embeds)
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
         """Token ids of a text or id prompt; ids must be in the vocabulary."""

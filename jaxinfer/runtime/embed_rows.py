@@ -1,0 +1,75 @@
+"""Each ragged step's `EmbedOverride`: the rows its placeholder tokens read instead of their embeddings.
+
+The rows are a request's `image_rows` (float32, one per placeholder, in the order of its `images`):
+an image's made by its model's tower, a prompt_embeds prompt's given (`ImageInput.rows`). A step
+of a model whose steps take an override always gets one (a device-resident empty one when none of
+its tokens is a placeholder), so its programs are the same with or without such inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxinfer.models.embed_override import EmbedOverride
+from jaxinfer.parallel.sharding import Layout
+from jaxinfer.runtime.host_step import HostStep
+from jaxinfer.runtime.image_input import ImageInput
+
+Encoder = Callable[[ImageInput], np.ndarray]  # one image's [length, D] float32 rows (its tower's)
+
+
+def no_tower(image: ImageInput) -> np.ndarray:
+    """The encoder of a model without a vision tower: only given rows (prompt_embeds) reach it."""
+    raise ValueError("multi_modal_data: this model takes no images (it has no vision tower); send text only")
+
+
+class StepRows:
+    """Builds each ragged step's override; `bidirectional`: also each image token's image end (Gemma 3)."""
+
+    def __init__(self, hidden_size: int, layout: Layout, encode: Encoder = no_tower, bidirectional: bool = False):
+        self.hidden_size, self.layout, self.encode, self.bidirectional = hidden_size, layout, encode, bidirectional
+        self.empty: dict[int, EmbedOverride] = {}  # tokens -> an all-text override on the device
+
+    def fill(self, requests: list[Any]) -> None:
+        """Give each request with images (or given rows) and no rows yet its rows (its first schedule)."""
+        for request in requests:
+            if request is not None and request.images and request.image_rows is None:
+                request.image_rows = np.concatenate([
+                    image.rows if image.rows is not None else self.encode(image) for image in request.images])
+
+    def override(self, host: HostStep) -> EmbedOverride:
+        """The step's rows at its placeholder tokens (its requests' rows made first)."""
+        tokens = len(host.tokens)
+        if host.image_tokens is None:
+            if tokens not in self.empty:
+                zeros = EmbedOverride(np.zeros((tokens, self.hidden_size), np.float32), np.zeros(tokens, bool),
+                                      self._no_key_ends(tokens))
+                self.empty[tokens] = jax.tree.map(self.layout.put, zeros)
+            return self.empty[tokens]
+        self.fill(host.requests)
+        rows = np.zeros((tokens, self.hidden_size), np.float32)
+        mask = host.image_tokens >= 0
+        flat = np.flatnonzero(mask)
+        owners = host.token_rows[flat]
+        key_ends = self._no_key_ends(tokens)
+        for r in np.unique(owners):
+            mine = flat[owners == r]
+            rows[mine] = host.requests[r].image_rows[host.image_tokens[mine]]
+            if key_ends is not None:
+                key_ends[mine] = image_ends(host.requests[r].images)[host.image_tokens[mine]]
+        return self.layout.put_tree(EmbedOverride(rows, mask, key_ends))
+
+    def _no_key_ends(self, tokens: int) -> np.ndarray | None:
+        """Zeros [tokens] int32 (every token sees up to its own position) where images attend both ways."""
+        return np.zeros(tokens, np.int32) if self.bidirectional else None
+
+
+def image_ends(images: tuple[ImageInput, ...]) -> np.ndarray:
+    """[image rows] int32: per row of the request's concatenated image rows, the end of its image (0 for given
+    rows: they see causally, as text does)."""
+    return np.concatenate([np.full(image.length, 0 if image.rows is not None else image.offset + image.length,
+                                   np.int32) for image in images])
