@@ -37,6 +37,11 @@ class PagedKVCache:
     k_scales: list[jax.Array] | None  # L x [KV, P, page_size] float32 (int8/fp8 storage only)
     v_scales: list[jax.Array] | None
     page_table: jax.Array  # [B, pages_per_seq] int32
+    # A model with Mamba2 layers (cache/state_pool): per layer, None for attention layers (whose K/V pools are
+    # the ones above; a state layer's are empty): the conv state [S, K-1, C] and SSM state [S, H, P, N]
+    # (float32) of each row slot S. None for attention-only models.
+    conv_states: list[jax.Array | None] | None = None
+    ssm_states: list[jax.Array | None] | None = None
     backend: str = "reference"  # static: "reference" | "pallas"
     interpret: bool = False  # static: run Pallas kernels in interpret mode (CPU tests)
     bits_of: str | None = None  # static: pools hold the unsigned-integer bits of this fp8/16-bit float dtype
@@ -119,11 +124,11 @@ class PagedKVCache:
         return per_layer.with_layer(self, LAYERED, layer, view)
 
 
-LAYERED = ("k_pages", "v_pages", "k_scales", "v_scales")  # the fields holding one buffer per layer
+LAYERED = ("k_pages", "v_pages", "k_scales", "v_scales", "conv_states", "ssm_states")  # one buffer per layer
 
 jax.tree_util.register_dataclass(
     PagedKVCache,
-    data_fields=["k_pages", "v_pages", "k_scales", "v_scales", "page_table"],
+    data_fields=["k_pages", "v_pages", "k_scales", "v_scales", "page_table", "conv_states", "ssm_states"],
     meta_fields=["backend", "interpret", "bits_of", "cpu_kernels", "layout", "platform", "batch_invariant"],
 )
 
@@ -157,7 +162,9 @@ def init_paged_cache(
     store = QUANTIZED_KV.get(kv_dtype, dtype) if storage is None else storage
 
     def pool(dt: jnp.dtype, shp: tuple[int, ...], axes: tuple) -> list[jax.Array]:
-        return [layout.zeros(shp, dt, axes) for _ in range(cfg.num_layers)]
+        # A state layer keeps no K/V: its buffers are empty (width 0), so its pages cost nothing.
+        return [layout.zeros((*shp[:-1], 0) if cfg.is_state_layer(i) else shp, dt, axes)
+                for i in range(cfg.num_layers)]
 
     scales = (lambda: pool(jnp.float32, shape[:3], SCALE_AXES)) if kv_dtype in QUANTIZED_KV else (lambda: None)
     return PagedKVCache(
@@ -173,11 +180,13 @@ def init_paged_cache(
 
 
 def page_bytes(cfg: ModelConfig, page_size: int, dtype: jnp.dtype, kv_dtype: str = "auto") -> int:
-    """Device bytes of one page across all layers (keys, values and int8/fp8 scales)."""
+    """Device bytes of one page across all attention layers (keys, values and int8/fp8 scales; state layers
+    keep none)."""
     quantized = kv_dtype in QUANTIZED_KV
     per_token = cfg.num_kv_heads * cfg.head_dim * (1 if quantized else jnp.dtype(dtype).itemsize)
     scales = cfg.num_kv_heads * 4 if quantized else 0
-    return 2 * cfg.num_layers * page_size * (per_token + scales)
+    attention_layers = sum(not cfg.is_state_layer(i) for i in range(cfg.num_layers))
+    return 2 * attention_layers * page_size * (per_token + scales)
 
 
 def init_page_pool(

@@ -30,6 +30,9 @@ class RaggedPagedCache:
     # [T] int32: keys before it are visible past the token's own position (Gemma 3's image tokens see their
     # whole image; 0 elsewhere); None (text-only models) leaves their programs as they were
     key_ends: jax.Array | None = None
+    # [T] int32 the row slot of each flat token (its row's): where a Mamba2 layer's state for it lives
+    # (cache/state_pool); None for attention-only models
+    token_slots: jax.Array | None = None
 
     @property
     def layout(self) -> Layout:
@@ -61,7 +64,9 @@ class RaggedPagedCache:
         return dataclasses.replace(self, pages=self.pages.with_layer(layer, view.pages))
 
 
-jax.tree_util.register_dataclass(RaggedPagedCache, data_fields=["pages", "token_rows", "key_ends"], meta_fields=[])
+jax.tree_util.register_dataclass(
+    RaggedPagedCache, data_fields=["pages", "token_rows", "key_ends", "token_slots"], meta_fields=[]
+)
 
 
 def per_token_attend(q: jax.Array, cache: RaggedPagedCache, positions: jax.Array, attend_rows) -> jax.Array:

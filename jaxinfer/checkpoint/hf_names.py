@@ -181,10 +181,12 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     """jaxinfer leaf path ('layers.wq', 'embed', ...) -> HF tensor; only leaves the config has (under the
     language model's prefix in a vision-language checkpoint run as text: `text_part`)."""
     D, V = cfg.hidden_size, cfg.vocab_size
-    out = {f"layers.{name}": _tensor(leaf) for name, leaf in family_of(cfg).hf_leaves(cfg).items()}
+    family = family_of(cfg)
+    out = {f"layers.{name}": _tensor(leaf) for name, leaf in family.hf_leaves(cfg).items()}
     same = (_identity, _identity, lambda index: index)
-    out["embed"] = HFTensor("model.embed_tokens.weight", *same, (V, D), per_layer=False)
-    out["final_norm"] = HFTensor("model.norm.weight", *same, (D,), per_layer=False)
+    embed, final_norm = family.top_names
+    out["embed"] = HFTensor(embed, *same, (V, D), per_layer=False)
+    out["final_norm"] = HFTensor(final_norm, *same, (D,), per_layer=False)
     if cfg.norm_bias:
         out["final_norm_bias"] = HFTensor("model.norm.bias", *same, (D,), per_layer=False)
     if not cfg.tie_word_embeddings:

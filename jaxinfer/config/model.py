@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.generation import token_ids
 from jaxinfer.config.latent_attention import LatentAttention
+from jaxinfer.config.state_space import StateSpace
 
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
@@ -114,6 +115,8 @@ class ModelConfig:
     attn_sinks: bool = False  # a learned per-head sink logit in each softmax (GPT-OSS)
     # DeepSeek's multi-head latent attention (models.latent_attention): num_kv_heads 1 and head_dim its cached dims
     latent_attention: LatentAttention | None = None
+    # Mamba2 state-space layers (models.mamba2_mixer): their dims and which layers they are; None: attention only
+    state_space: StateSpace | None = None
     swiglu_alpha: float = 1.702  # GPT-OSS experts' gate: see models.mlp.ClampedSwiGLU
     swiglu_limit: float = 7.0
     num_experts: int = 0  # mixture of experts: 0 = every layer dense
@@ -147,6 +150,10 @@ class ModelConfig:
     def rotated_dims(self) -> int:
         """Head dims the rotary embedding turns (the rest pass through)."""
         return self.rotary_dim or self.head_dim
+
+    def is_state_layer(self, layer: int) -> bool:
+        """Whether `layer` is a Mamba2 mixer (a per-request state, no K/V pages) rather than attention."""
+        return self.state_space is not None and layer in self.state_space.layers
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether `layer` runs routed experts rather than a dense MLP."""

@@ -58,10 +58,10 @@ from jaxinfer.entrypoints.pooling import (
     pooling_engine_config,
     resolve_runner,
 )
-from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds, enabled_setting
 from jaxinfer.entrypoints.scoring import (
     classifier_for,
 )
+from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
 from jaxinfer.entrypoints.weight_updates import WeightCalls
 from jaxinfer.models import Weights, unpack_for_cpu
 from jaxinfer.models.rope import for_context
@@ -87,8 +87,9 @@ class LLM(PoolingCalls, WeightCalls):
     (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
     prefilled per step; None: as many as the other two allow), num_pages or
     gpu_memory_utilization (the KV pool; on a GPU or TPU by default what 0.9 of the device's memory
-    leaves after the weights and a step's activations), page_size, enable_prefix_caching, decode_steps
-    (decode steps one device call may run when no request is waiting) and stream_interval (vLLM's
+    leaves after the weights and a step's activations), page_size, enable_prefix_caching (None: on, but off
+    for a model with Mamba2 state layers, which refuse True), decode_steps (decode steps one device call
+    may run when no request is waiting) and stream_interval (vLLM's
     name: the most of them while a streamed request, `stream` or a server stream, is in the batch;
     None paces them so its tokens arrive at least every 50 ms). overlap_outputs (default True) has the
     engine start each device call before it turns the previous call's tokens into outputs, so the
@@ -124,7 +125,7 @@ class LLM(PoolingCalls, WeightCalls):
         num_pages: int | None = None,
         gpu_memory_utilization: float | None = None,
         page_size: int = 16,
-        enable_prefix_caching: bool = True,
+        enable_prefix_caching: bool | None = None,
         decode_steps: int = 8,
         stream_interval: int | None = None,
         overlap_outputs: bool = True,
@@ -150,7 +151,6 @@ class LLM(PoolingCalls, WeightCalls):
         pooler_config: PoolerConfig | dict | None = None,
         limit_mm_per_prompt: dict[str, int] | None = None,
         allowed_local_media_path: str | Path | None = None,
-        enable_prompt_embeds: bool = False,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         self.runner_type = resolve_runner(runner, self.model_dir)  # "generate" or "pooling" (entrypoints/pooling)
@@ -164,7 +164,6 @@ class LLM(PoolingCalls, WeightCalls):
         release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
-        enable_prompt_embeds = enabled_setting(enable_prompt_embeds, speculative)
         self.dtype = resolve_dtype(dtype, self.model_dir)
         tokenizer = load_tokenizer_beside(self.model_dir)
         self.config, weights, self.layout = load_sharded(
@@ -194,17 +193,17 @@ class LLM(PoolingCalls, WeightCalls):
         self.image_prompts = ImagePrompts(self.model_dir, None if self._vision is None else self._vision[0],
                                           self.tokenizer, image_limit(limit_mm_per_prompt),
                                           media_dir(allowed_local_media_path))
-        # vLLM's prompt_embeds: [L, hidden_size] rows for a whole prompt (entrypoints/prompt_embeds)
-        self.prompt_embeds = PromptEmbeds(enable_prompt_embeds, self.config.hidden_size)
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         engine_config = EngineConfig(
             max_seq_len=self.max_seq_len, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
             gpu_memory_utilization=gpu_memory_utilization, page_size=page_size,
-            enable_prefix_caching=enable_prefix_caching, decode_steps=decode_steps,
+            enable_prefix_caching=prefix_caching_setting(enable_prefix_caching, self.config),
+            decode_steps=decode_steps,
             stream_interval=stream_interval, overlap_outputs=overlap_outputs, async_scheduling=async_scheduling,
         )
+        check_speculation(speculative, self.config)
         if self.runner_type == "pooling":
             engine_config = pooling_engine_config(engine_config)
         self._weights_fingerprint: str | None = None  # see save_session
@@ -221,7 +220,7 @@ class LLM(PoolingCalls, WeightCalls):
         runner = ModelRunner(
             self._engine_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
             None if draft is None else draft.cfg, None if draft is None else draft.weights, self.lora_config,
-            self._vision, self.prompt_embeds.enabled,
+            self._vision,
         )
         self.engine = LLMEngine(
             runner, self.tokenizer, engine_config, model_identity(self.model_dir, self.dtype), self.default_params,
@@ -250,15 +249,15 @@ class LLM(PoolingCalls, WeightCalls):
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for one prompt or many (str, token ids, or vLLM's dict {"prompt" or "prompt_token_ids",
-        "multi_modal_data": {"image": ...}} for a vision-language model: docs/multimodal.md; or {"prompt_embeds":
-        [L, hidden_size] tensor} with enable_prompt_embeds=True); one output per prompt, in order.
+        "multi_modal_data": {"image": ...}} for a vision-language model: docs/multimodal.md); one output per
+        prompt, in order.
 
         use_tqdm=True shows a progress bar over the requests on stderr. lora_request (vLLM's): the
         LoRA adapter every prompt runs with, or one per prompt (None: the base model); needs
         enable_lora=True.
         """
         self._check_generating("LLM.generate")
-        prompts, images = split_prompts(prompts, self.image_prompts, self.prompt_embeds)
+        prompts, images = split_prompts(prompts, self.image_prompts)
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
         adapters = lora_requests_for(lora_request, len(prompts))

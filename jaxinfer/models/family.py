@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import jax
 
-from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.model import REQUIRED_FIELDS, ModelConfig
 from jaxinfer.models.rope import RopeTables
 
 HF_KINDS = ("same", "transpose", "in_heads", "out_heads", "bias_heads", "head_rows", "head_rows_transposed",
@@ -60,7 +60,8 @@ class DecoderLayer(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """A model family: its architectures and the four functions the shared code calls."""
+    """A model family: its architectures and the four functions the shared code calls (and, where they differ
+    from the Llama-like families', its top-level tensor names and required config keys)."""
 
     name: str
     architectures: tuple[str, ...]
@@ -68,3 +69,6 @@ class Family:
     abstract_layer: Callable[[ModelConfig, int], Any]  # layer index -> its leaves as ArrayInfos
     hf_leaves: Callable[[ModelConfig], dict[str, HFLeaf]]  # layer field name -> HF location
     layer: DecoderLayer
+    # HF names of the embedding and the final norm (Mamba2 keeps its decoder under `backbone.`)
+    top_names: tuple[str, str] = ("model.embed_tokens.weight", "model.norm.weight")
+    required: tuple[str, ...] = REQUIRED_FIELDS  # HF config keys a checkpoint of the family must set

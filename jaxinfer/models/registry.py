@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from jaxinfer.config.generation import generation_defaults, merge_ids
-from jaxinfer.config.model import REQUIRED_FIELDS, ConfigError, ModelConfig, read_config_json
+from jaxinfer.config.model import ConfigError, ModelConfig, read_config_json
 from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models.apertus import FAMILY as APERTUS
@@ -34,6 +34,7 @@ from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.llama4 import FAMILY as LLAMA4
 from jaxinfer.models.llava import text_hf_config
+from jaxinfer.models.mamba2 import FAMILY as MAMBA2
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.nemotron import FAMILY as NEMOTRON
@@ -52,7 +53,7 @@ from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
-                                LLAMA4)
+                                LLAMA4, MAMBA2)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
 # Architectures users meet that are not run, with what to use instead.
@@ -127,10 +128,10 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
     family = family_for(arch)
     hf = text_config(hf, arch)  # a vision-language checkpoint whose language model runs alone (Llama 4)
     _check_stored_quantization(hf)
-    missing = [key for key in REQUIRED_FIELDS if hf.get(key) is None]
+    missing = [key for key in family.required if hf.get(key) is None]
     if missing:
         raise ConfigError(f"no {', '.join(missing)}; an HF config of a {archs[0]} model sets "
-                          f"{', '.join(REQUIRED_FIELDS)}")
+                          f"{', '.join(family.required)}")
     cfg = family.read_config(hf, arch)
     # A base model or classifier stores no output head: read as tied, nothing asks for one (it pools, never generates).
     return dataclasses.replace(cfg, tie_word_embeddings=True) if pools_only(archs[0]) else cfg

@@ -36,8 +36,9 @@ def step_hidden(
 
 
 def step_view(pages: PagedKVCache, x: "StepInputs") -> RaggedPagedCache:
-    """A pool as the step's flat tokens see it (the step's page tables)."""
-    return RaggedPagedCache(dataclasses.replace(pages, page_table=x.page_table), x.token_rows)
+    """A pool as the step's flat tokens see it (the step's page tables; with Mamba2 layers, each token's slot)."""
+    token_slots = None if pages.conv_states is None else x.row_slots[x.token_rows]
+    return RaggedPagedCache(dataclasses.replace(pages, page_table=x.page_table), x.token_rows, token_slots=token_slots)
 
 
 def step_features(

@@ -16,6 +16,7 @@ import numpy as np
 
 from jaxinfer.cache import paged
 from jaxinfer.cache.paged import PagedKVCache
+from jaxinfer.cache.state_pool import state_bytes, with_states
 from jaxinfer.config.engine import EngineConfig, device_pages
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.runtime.cache_spec import CacheSpec
@@ -48,19 +49,24 @@ def pool_size(
         page_bytes += config.page_size * 4
     elif draft_cfg is not None:
         page_bytes += paged.page_bytes(draft_cfg, config.page_size, dtype, cache_spec.kv_dtype)
+    if page_bytes == 0:  # no layer attends (Mamba2): pages are bookkeeping only, so every slot gets a whole table
+        return config.resolve_num_pages(0, config.max_num_seqs * config.pages_per_seq + 1)
     stats = None if config.num_pages is not None else device_memory_stats()
     pages = None
     if stats is not None:
-        pages = least_over_processes(device_pages(stats, config.memory_utilization, page_bytes, activation_bytes()))
+        states = state_bytes(model_config, config.max_num_seqs + 1)  # the state layers' pools sit beside the pages
+        pages = device_pages(stats, config.memory_utilization, page_bytes, activation_bytes() + states)
+        pages = least_over_processes(pages)
     return config.resolve_num_pages(page_bytes, pages)
 
 
 def new_pools(
     model_config: ModelConfig, draft_cfg: DraftConfig, num_pages: int, page_size: int, dtype: jnp.dtype,
-    cache_spec: CacheSpec,
+    cache_spec: CacheSpec, state_slots: int = 0,
 ) -> tuple[PagedKVCache, Rider]:
     """The target's page pool and, when speculating with a draft model, an EAGLE head or the device's
-    prompt lookup, its pools."""
+    prompt lookup, its pools. state_slots: row slots of a model with Mamba2 layers, whose states the
+    target's pool holds beside its pages (cache/state_pool)."""
 
     def pool(cfg: ModelConfig) -> PagedKVCache:
         made = paged.init_page_pool(
@@ -80,7 +86,7 @@ def new_pools(
         draft = NgramDraft(cache_spec.mesh_layout.zeros((num_pages, page_size), jnp.int32, (None, None)), draft_cfg)
     else:
         draft = None if draft_cfg is None else DraftModel(pool(draft_cfg), draft_cfg, model_config.vocab_size)
-    return pool(model_config), draft
+    return with_states(pool(model_config), model_config, state_slots, cache_spec.mesh_layout), draft
 
 
 def eagle_pool_dtype(dtype: jnp.dtype) -> jnp.dtype:

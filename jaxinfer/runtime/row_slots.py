@@ -43,7 +43,10 @@ class RowSlots:
             if key not in present and request.finished:
                 self._give_back(key)
         wanted = len(present - self.held.keys())
-        for key in [k for k in self.held if k not in present][: max(0, wanted - len(self.free))]:
+        # Requests with nothing computed (preempted ones) give theirs first: one still prefilling in chunks
+        # keeps its slot, where a Mamba2 layer's state for it lives (cache/state_pool).
+        absent = sorted((k for k in self.held if k not in present), key=lambda k: self.held[k][0].num_computed > 0)
+        for key in absent[: max(0, wanted - len(self.free))]:
             self._give_back(key)
         slots, fresh = np.zeros(len(requests), np.int32), []
         for i, request in enumerate(requests):

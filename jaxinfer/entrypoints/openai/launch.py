@@ -114,9 +114,6 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                        help="as vLLM's: the directory file:// image URLs may read from (default: none; data: and "
                        "http(s) URLs are always read)")
-    serve.add_argument("--enable-prompt-embeds", action="store_true",
-                       help="as vLLM's: /v1/completions takes prompt_embeds, base64 of torch.save'd [L, hidden] "
-                       "tensors (default: off)")
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--load-session", action="append", default=[], metavar="DIR",
                        help="restore a session saved by LLM.save_session into the prefix cache before serving: "
@@ -341,14 +338,14 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
     kwargs = dict(
         model=args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
-        decode_steps=args.decode_steps, stream_interval=args.stream_interval, enable_prefix_caching=not args.no_prefix_caching, speculative=speculative,
+        decode_steps=args.decode_steps, stream_interval=args.stream_interval, enable_prefix_caching=False if args.no_prefix_caching else None, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization, batch_invariant=args.batch_invariant,
         enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
         runner=args.runner, pooler_config=pooler_config(args.pooler_config),
         limit_mm_per_prompt=limit_mm_per_prompt(args.limit_mm_per_prompt),
-        allowed_local_media_path=args.allowed_local_media_path, enable_prompt_embeds=args.enable_prompt_embeds,
+        allowed_local_media_path=args.allowed_local_media_path,
     )
     llm = LLM(**kwargs)
     register(llm, lora_modules(args))

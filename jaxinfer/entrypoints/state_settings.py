@@ -1,0 +1,30 @@
+"""What a model with Mamba2 state layers runs without, refused by name (see cache/state_pool).
+
+Prefix caching: a cached page holds K/V, not the recurrent state after it, so a request cannot start
+from another's pages (vLLM served these models without it at first too); it is off by default for
+them and `enable_prefix_caching=True` is refused. Speculative decoding: a rejected draft would have to
+roll the state back, which the per-slot state cannot.
+"""
+
+from __future__ import annotations
+
+from jaxinfer.config.model import ConfigError, ModelConfig
+from jaxinfer.speculative.config import SpeculativeConfig
+
+
+def prefix_caching_setting(asked: bool | None, cfg: ModelConfig) -> bool:
+    """enable_prefix_caching as it runs: None is on, unless the model has state layers (then off)."""
+    if cfg.state_space is None:
+        return True if asked is None else bool(asked)
+    if asked:
+        raise ConfigError(f"enable_prefix_caching=True is not supported for {cfg.architecture}: its Mamba2 layers "
+                          "keep a recurrent state per request, which cached pages do not hold; leave it unset or False")
+    return False
+
+
+def check_speculation(speculative: SpeculativeConfig | None, cfg: ModelConfig) -> None:
+    """Refuse speculative decoding for a model with state layers (a rejected draft cannot be rolled back)."""
+    if speculative is not None and cfg.state_space is not None:
+        raise ConfigError(f"speculative decoding (method {speculative.method!r}) is not supported for "
+                          f"{cfg.architecture}: its Mamba2 layers' recurrent state cannot be rolled back past a "
+                          "rejected draft; leave speculative unset")

@@ -1,0 +1,155 @@
+"""The Mamba2 mixer as pure functions: in_proj -> causal depthwise conv over (x, B, C) -> the SSD
+recurrence (per-head scalar decay A, dt through softplus with dt_bias, D skip) -> gated RMSNorm -> out_proj.
+
+A step's tokens are packed end to end (several requests, each continuing from its row slot's state:
+cache/state_pool). The projections and the norm run over all of them at once; the recurrence is a
+`lax.scan` over the flat tokens, each reading and writing its own slot's conv and SSM state (a state
+starts from zeros at a request's position 0; padding tokens write nothing). A decode step is the
+same scan over one token per row. This is the correctness-first form: a GPU would want a chunked SSD
+(the state passed between chunks of one request, segment-aware across requests) instead of one token
+per iteration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.cache.state_pool import LayerState
+from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models.family import HFLeaf
+from jaxinfer.models.layers import Weight, linear
+from jaxinfer.parallel.array_info import ArrayInfo
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class MixerWeights:
+    """One Mamba2 mixer's weights (C = conv channels, H heads, I = H * head_dim)."""
+
+    in_proj: Weight  # [D, I + C + H]: the gate z, the conv's channels (x, B, C), dt
+    conv_weight: jax.Array  # [C, 1, K] as HF stores the depthwise Conv1d
+    dt_bias: jax.Array  # [H]
+    a_log: jax.Array  # [H]: A = -exp(a_log)
+    d_skip: jax.Array  # [H]
+    gate_norm: jax.Array  # [I]
+    out_proj: Weight  # [I, D]
+    conv_bias: jax.Array | None = None  # [C]
+    in_bias: jax.Array | None = None  # [I + C + H]
+    out_bias: jax.Array | None = None  # [D]
+
+    PROJECTIONS: ClassVar[dict[str, int]] = {"in_proj": 1, "out_proj": 1}
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = ()  # no two projections read the same activations
+
+
+def mixer_leaves(ss: StateSpace, hidden: int) -> dict[str, ArrayInfo | None]:
+    """The mixer's leaves as ArrayInfos (the `MixerWeights` fields)."""
+    H, C = ss.num_heads, ss.conv_dim
+    return dict(
+        in_proj=ArrayInfo((hidden, ss.projected), ("embed", None)),
+        conv_weight=ArrayInfo((C, 1, ss.conv_kernel), (None, None, None), init_std=0.3),
+        dt_bias=ArrayInfo((H,), (None,), init_value=0.5),
+        a_log=ArrayInfo((H,), (None,), init_value=0.0),
+        d_skip=ArrayInfo((H,), (None,), init_value=1.0),
+        gate_norm=ArrayInfo((ss.inner,), (None,), init_value=1.0),
+        out_proj=ArrayInfo((ss.inner, hidden), (None, "embed")),
+        conv_bias=ArrayInfo((C,), (None,)) if ss.conv_bias else None,
+        in_bias=ArrayInfo((ss.projected,), (None,)) if ss.proj_bias else None,
+        out_bias=ArrayInfo((hidden,), ("embed",)) if ss.proj_bias else None,
+    )
+
+
+def mixer_hf_leaves(ss: StateSpace, hidden: int, prefix: str) -> dict[str, HFLeaf]:
+    """Where the mixer's leaves live under `prefix` (e.g. "backbone.layers.{i}.mixer.")."""
+    H, C = ss.num_heads, ss.conv_dim
+    leaves = dict(
+        in_proj=HFLeaf(prefix + "in_proj.weight", "transpose", (ss.projected, hidden)),
+        conv_weight=HFLeaf(prefix + "conv1d.weight", "same", (C, 1, ss.conv_kernel)),
+        dt_bias=HFLeaf(prefix + "dt_bias", "same", (H,)),
+        a_log=HFLeaf(prefix + "A_log", "same", (H,)),
+        d_skip=HFLeaf(prefix + "D", "same", (H,)),
+        gate_norm=HFLeaf(prefix + "norm.weight", "same", (ss.inner,)),
+        out_proj=HFLeaf(prefix + "out_proj.weight", "transpose", (hidden, ss.inner)),
+    )
+    if ss.conv_bias:
+        leaves["conv_bias"] = HFLeaf(prefix + "conv1d.bias", "same", (C,))
+    if ss.proj_bias:
+        leaves["in_bias"] = HFLeaf(prefix + "in_proj.bias", "same", (ss.projected,))
+        leaves["out_bias"] = HFLeaf(prefix + "out_proj.bias", "same", (hidden,))
+    return leaves
+
+
+def _biased(y: jax.Array, bias: jax.Array | None) -> jax.Array:
+    return y if bias is None else y + bias.astype(y.dtype)
+
+
+def token_step(
+    ss: StateSpace, w: MixerWeights, conv: jax.Array, ssm: jax.Array, xbc: jax.Array, dt: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One token of one request: (conv state [K-1, C], SSM state [H, P, N]) and its conv input xbc [C] and raw
+    dt [H] -> (new conv state, new SSM state, y [H, P]), in float32."""
+    H, P, G, N = ss.num_heads, ss.head_dim, ss.n_groups, ss.state_size
+    window = jnp.concatenate([conv, xbc[None]], axis=0)  # [K, C]
+    mixed = jnp.einsum("kc,ck->c", window, w.conv_weight[:, 0].astype(jnp.float32))
+    mixed = jax.nn.silu(_biased(mixed, None if w.conv_bias is None else w.conv_bias.astype(jnp.float32)))
+    x, b, c = jnp.split(mixed, [ss.inner, ss.inner + G * N])
+    x = x.reshape(H, P)
+    b = jnp.repeat(b.reshape(G, N), H // G, axis=0)  # [H, N]: each group's B shared by its heads
+    c = jnp.repeat(c.reshape(G, N), H // G, axis=0)
+    dt = jax.nn.softplus(dt + w.dt_bias.astype(jnp.float32))
+    dt = jnp.clip(dt, *ss.time_step_limit)
+    decay = jnp.exp(dt * -jnp.exp(w.a_log.astype(jnp.float32)))  # [H]
+    ssm = ssm * decay[:, None, None] + (dt[:, None] * x)[:, :, None] * b[:, None, :]
+    y = jnp.einsum("hpn,hn->hp", ssm, c) + w.d_skip.astype(jnp.float32)[:, None] * x
+    return window[1:], ssm, y
+
+
+def packed_scan(
+    ss: StateSpace, w: MixerWeights, state: LayerState, xbc: jax.Array, dt: jax.Array, positions: jax.Array
+) -> tuple[LayerState, jax.Array]:
+    """The recurrence over T flat tokens (xbc [T, C], dt [T, H], positions [T], -1 padding), each through its
+    slot's state (zeros at position 0); returns the pools after them and y [T, H, P] float32."""
+    slots = state.token_slots
+    num_slots = state.conv.shape[0]
+
+    def step(pools, token):
+        conv_pool, ssm_pool = pools
+        slot, position, xbc_t, dt_t = token
+        fresh = position == 0
+        conv = jnp.where(fresh, 0.0, conv_pool[slot])
+        ssm = jnp.where(fresh, 0.0, ssm_pool[slot])
+        conv, ssm, y = token_step(ss, w, conv, ssm, xbc_t, dt_t)
+        target = jnp.where(position >= 0, slot, num_slots)  # padding: dropped
+        conv_pool = conv_pool.at[target].set(conv, mode="drop")
+        ssm_pool = ssm_pool.at[target].set(ssm, mode="drop")
+        return (conv_pool, ssm_pool), y
+
+    tokens = (slots, positions, xbc.astype(jnp.float32), dt.astype(jnp.float32))
+    (conv, ssm), y = jax.lax.scan(step, (state.conv, state.ssm), tokens)
+    return dataclasses.replace(state, conv=conv, ssm=ssm), y
+
+
+def gated_rms_norm(y: jax.Array, gate: jax.Array, weight: jax.Array, groups: int, eps: float) -> jax.Array:
+    """y [T, I] times silu(gate), RMS-normed within each of `groups` groups, times weight (float32 math;
+    transformers' MambaRMSNormGated with norm_before_gate=False)."""
+    h = y.astype(jnp.float32) * jax.nn.silu(gate.astype(jnp.float32))
+    grouped = h.reshape(*h.shape[:-1], groups, -1)
+    grouped = grouped * jax.lax.rsqrt(jnp.mean(grouped * grouped, axis=-1, keepdims=True) + eps)
+    return weight.astype(jnp.float32) * grouped.reshape(h.shape)
+
+
+def mixer(
+    ss: StateSpace, w: MixerWeights, h: jax.Array, positions: jax.Array, state: LayerState
+) -> tuple[jax.Array, LayerState]:
+    """The mixer over normed hidden states h [B, T, D] at positions [B, T] (rows flattened in order, each row's
+    tokens in its state's token_slots); returns its output [B, T, D] and the state after them."""
+    B, T, D = h.shape
+    projected = _biased(linear(h.reshape(B * T, D), w.in_proj), w.in_bias)
+    gate, xbc, dt = jnp.split(projected, [ss.inner, ss.inner + ss.conv_dim], axis=-1)
+    state, y = packed_scan(ss, w, state, xbc, dt, positions.reshape(-1))
+    normed = gated_rms_norm(y.reshape(B * T, ss.inner), gate, w.gate_norm, ss.n_groups, ss.norm_eps)
+    out = _biased(linear(normed.astype(h.dtype), w.out_proj), w.out_bias)
+    return out.reshape(B, T, D), state
