@@ -58,6 +58,7 @@ from jaxinfer.entrypoints.pooling import (
     pooling_engine_config,
     resolve_runner,
 )
+from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds, enabled_setting
 from jaxinfer.entrypoints.scoring import (
     classifier_for,
 )
@@ -151,6 +152,7 @@ class LLM(PoolingCalls, WeightCalls):
         pooler_config: PoolerConfig | dict | None = None,
         limit_mm_per_prompt: dict[str, int] | None = None,
         allowed_local_media_path: str | Path | None = None,
+        enable_prompt_embeds: bool = False,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         self.runner_type = resolve_runner(runner, self.model_dir)  # "generate" or "pooling" (entrypoints/pooling)
@@ -164,6 +166,7 @@ class LLM(PoolingCalls, WeightCalls):
         release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
         if speculative is not None and not isinstance(speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
+        enable_prompt_embeds = enabled_setting(enable_prompt_embeds, speculative)
         self.dtype = resolve_dtype(dtype, self.model_dir)
         tokenizer = load_tokenizer_beside(self.model_dir)
         self.config, weights, self.layout = load_sharded(
@@ -193,6 +196,8 @@ class LLM(PoolingCalls, WeightCalls):
         self.image_prompts = ImagePrompts(self.model_dir, None if self._vision is None else self._vision[0],
                                           self.tokenizer, image_limit(limit_mm_per_prompt),
                                           media_dir(allowed_local_media_path))
+        # vLLM's prompt_embeds: [L, hidden_size] rows for a whole prompt (entrypoints/prompt_embeds)
+        self.prompt_embeds = PromptEmbeds(enable_prompt_embeds, self.config.hidden_size)
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
         engine_config = EngineConfig(
@@ -220,7 +225,7 @@ class LLM(PoolingCalls, WeightCalls):
         runner = ModelRunner(
             self._engine_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
             None if draft is None else draft.cfg, None if draft is None else draft.weights, self.lora_config,
-            self._vision,
+            self._vision, self.prompt_embeds.enabled,
         )
         self.engine = LLMEngine(
             runner, self.tokenizer, engine_config, model_identity(self.model_dir, self.dtype), self.default_params,
@@ -249,15 +254,15 @@ class LLM(PoolingCalls, WeightCalls):
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for one prompt or many (str, token ids, or vLLM's dict {"prompt" or "prompt_token_ids",
-        "multi_modal_data": {"image": ...}} for a vision-language model: docs/multimodal.md); one output per
-        prompt, in order.
+        "multi_modal_data": {"image": ...}} for a vision-language model: docs/multimodal.md; or {"prompt_embeds":
+        [L, hidden_size] tensor} with enable_prompt_embeds=True); one output per prompt, in order.
 
         use_tqdm=True shows a progress bar over the requests on stderr. lora_request (vLLM's): the
         LoRA adapter every prompt runs with, or one per prompt (None: the base model); needs
         enable_lora=True.
         """
         self._check_generating("LLM.generate")
-        prompts, images = split_prompts(prompts, self.image_prompts)
+        prompts, images = split_prompts(prompts, self.image_prompts, self.prompt_embeds)
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
         adapters = lora_requests_for(lora_request, len(prompts))

@@ -40,6 +40,7 @@ from jaxinfer.runtime.adapter_store import AdapterStore
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.device_inputs import device_inputs
 from jaxinfer.runtime.eagle_rider import EagleDraft
+from jaxinfer.runtime.embed_rows import StepRows
 from jaxinfer.runtime.embeddings import embedding_programs, pooled_embeddings
 from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.executables import Executables, Program
@@ -79,10 +80,11 @@ class ModelRunner:
         self, weights: Weights, model_config: ModelConfig, config: EngineConfig, dtype: Any,
         cache_spec: CacheSpec | None = None, speculative: SpeculativeConfig | None = None,
         draft_cfg: DraftConfig = None, draft_weights: Any = None, lora: LoRAConfig | None = None,
-        vision: tuple[VisionLanguageConfig, VisionLanguageWeights] | None = None,
+        vision: tuple[VisionLanguageConfig, VisionLanguageWeights] | None = None, prompt_embeds: bool = False,
     ):
         """lora: serve LoRA adapters, `lora.max_loras` of them in one step (slots beside the weights).
-        vision: a vision-language model's tower and projector (its ragged steps take image rows)."""
+        vision: a vision-language model's tower and projector (its ragged steps take image rows).
+        prompt_embeds: requests may give their prompt's embedding rows (its ragged steps take them, as images)."""
         self.weights, self.model_config, self.config, self.dtype = weights, model_config, config, dtype
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
         # not happen at import (jax.distributed.initialize has to come first).
@@ -125,6 +127,10 @@ class ModelRunner:
         self.executables = Executables(default_store(), step_programs.static_argnames, options)
         self.free_masks: dict[int, jax.Array] = {}  # sampled positions -> an all-ones bitmask on the device
         self.vision = None if vision is None else VisionRunner(*vision, self.cache_spec.mesh_layout, self.executables)
+        self.prompt_embeds = prompt_embeds
+        # What makes each ragged step's embedding override; None: its steps take none (a text-only model's)
+        self.step_rows = self.vision.rows if self.vision is not None else (
+            StepRows(model_config.hidden_size, self.cache_spec.mesh_layout) if prompt_embeds else None)
 
     def allocate(self, profile_hosts: Callable[[], list[HostStep]]) -> int:
         """Make the row slots' state, size and make the page pools; how many pages they hold.
@@ -213,7 +219,7 @@ class ModelRunner:
             return Program(step_programs.multi_decode, head, {**kwargs, **(draft if rides else {})}, FIXED_ARGS)
         skips = draft_pool is not None and not isinstance(draft_pool, NgramDraft)  # the lookup always stores
         reads = dict(draft_reads=host.draft_reads) if skips else {}
-        images = {} if self.vision is None else dict(images=self.vision.override(host))
+        images = {} if self.step_rows is None else dict(images=self.step_rows.override(host))
         return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft, **reads, **images), FIXED_ARGS)
 
     def load_adapter(self, slot: int, name: str) -> None:
@@ -252,7 +258,7 @@ class ModelRunner:
             if holds_sampling_state(request.params):
                 width = self.config.max_seq_len
                 sampling = self.executables(Program(step_programs.reset_sampling_slot, [
-                    self.state.sampling, np.int32(slot), slot_ids(request.prompt_ids, width),
+                    self.state.sampling, np.int32(slot), slot_ids(request.known_prompt_ids, width),
                     slot_ids(request.output_ids, width), *bias_row(request.params.logit_bias),
                 ], {}, fixed=1))
                 self.state = dataclasses.replace(self.state, sampling=sampling)

@@ -114,6 +114,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                        help="as vLLM's: the directory file:// image URLs may read from (default: none; data: and "
                        "http(s) URLs are always read)")
+    serve.add_argument("--enable-prompt-embeds", action="store_true",
+                       help="as vLLM's: /v1/completions takes prompt_embeds, base64 of torch.save'd [L, hidden] "
+                       "tensors (default: off)")
     serve.add_argument("--skip-warmup", action="store_true", help="start at once and compile on first use instead of ahead of time")
     serve.add_argument("--load-session", action="append", default=[], metavar="DIR",
                        help="restore a session saved by LLM.save_session into the prefix cache before serving: "
@@ -345,7 +348,7 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
         runner=args.runner, pooler_config=pooler_config(args.pooler_config),
         limit_mm_per_prompt=limit_mm_per_prompt(args.limit_mm_per_prompt),
-        allowed_local_media_path=args.allowed_local_media_path,
+        allowed_local_media_path=args.allowed_local_media_path, enable_prompt_embeds=args.enable_prompt_embeds,
     )
     llm = LLM(**kwargs)
     register(llm, lora_modules(args))
