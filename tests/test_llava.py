@@ -5,6 +5,7 @@ refused by name."""
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import json
 
@@ -19,7 +20,9 @@ from vision_models import random_image, save_tiny_llava
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.checkpoint.loader import load_vision_weights
+from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.model import ConfigError
+from jaxinfer.engine.beams import beam_score
 from jaxinfer.models import forward_with_taps, lm_logits
 from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.llava import image_features, read_llava_config
@@ -131,6 +134,25 @@ def test_engine_greedy_matches_hf(llava_dir, hf_llava, llm, caching):
     assert llm.engine.runner.vision.images_encoded == 2  # once per image: chunks and the rerun read the kept rows
 
 
+def test_beam_search_with_an_image_matches_hf(llm, hf_llava):
+    """LLM.beam_search of an image prompt: HF's num_beams beams and scores on the same pixels (every step
+    runs the image with its beam: pages shared by content hash, the tower run once)."""
+    image, params = random_image(9), BeamSearchParams(beam_width=2, max_tokens=4, ignore_eos=True)
+    encoded = llm.engine.runner.vision.images_encoded
+    (out,) = llm.beam_search([image_prompt(image)], params)
+    ids, images = llm.image_prompts.prompt(PROMPT, [Image.fromarray(image)], "test")
+    config = copy.deepcopy(hf_llava.generation_config)
+    config.eos_token_id = None  # every beam runs to max_new_tokens, as ignore_eos
+    with torch.no_grad():
+        hf = hf_llava.generate(input_ids=torch.tensor([ids]), pixel_values=torch.tensor(images[0].pixels[None]),
+                               generation_config=config, num_beams=2, num_return_sequences=2, do_sample=False,
+                               max_new_tokens=4, return_dict_in_generate=True, output_scores=True, pad_token_id=0)
+    assert [seq.tokens[len(ids):] for seq in out.sequences] == [s[len(ids):].tolist() for s in hf.sequences]
+    np.testing.assert_allclose([beam_score(seq.cum_logprob, 4, 1.0) for seq in out.sequences],
+                               hf.sequences_scores.numpy(), atol=1e-4)
+    assert llm.engine.runner.vision.images_encoded == encoded + 1
+
+
 def test_two_images_and_text_prompts_in_one_batch(llm, hf_llava):
     """Prompts with and without images in one call; two images in one prompt take their own placeholders."""
     a, b = random_image(2), random_image(3)
@@ -218,8 +240,12 @@ def test_server_chat_with_data_url(llm, hf_llava):
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         reply = client.chat.completions.create(model="llava", messages=chat_message(image), max_tokens=6,
                                                temperature=0)
+        beams = client.chat.completions.create(model="llava", messages=chat_message(image), max_tokens=3, n=2,
+                                               extra_body={"use_beam_search": True})
     (expected,) = llm.chat(chat_message(image), GREEDY)
     assert reply.choices[0].message.content == expected.outputs[0].text
+    (searched,) = llm.beam_search([image_prompt(image, expected.prompt)], BeamSearchParams(beam_width=2, max_tokens=3))
+    assert [c.message.content for c in beams.choices] == [seq.text for seq in searched.sequences]
 
 
 def test_text_only_model_refuses_images(served_text_model):

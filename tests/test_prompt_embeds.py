@@ -15,6 +15,7 @@ import torch
 import transformers
 
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.model import ConfigError
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
@@ -100,6 +101,16 @@ def test_preempted_embeds_requests_recompute_the_same_tokens(llm, hf_llama):
     assert [out.outputs[0].token_ids for out in together] == alone
 
 
+def test_beam_search_over_table_rows_is_the_ids_search(llm, hf_llama):
+    """LLM.beam_search of {"prompt_embeds": table[ids]}: the beams and scores of the ids' search."""
+    params = BeamSearchParams(beam_width=2, max_tokens=3, ignore_eos=True)
+    (by_rows,), (by_ids,) = llm.beam_search([{"prompt_embeds": table_rows(hf_llama, IDS)}], params), \
+        llm.beam_search([IDS], params)
+    assert [s.tokens[len(IDS):] for s in by_rows.sequences] == [s.tokens[len(IDS):] for s in by_ids.sequences]
+    assert [s.cum_logprob for s in by_rows.sequences] == pytest.approx([s.cum_logprob for s in by_ids.sequences],
+                                                                       abs=1e-5)
+
+
 def test_no_program_added(llm, text_model_dir):
     """enable_prompt_embeds compiles the text model's programs and no more (its steps take the rows as data)."""
     plain = LLM(text_model_dir, **{**KNOBS, "enable_prompt_embeds": False})
@@ -164,6 +175,10 @@ def test_server_completions_take_base64_prompt_embeds(llm, hf_llama):
         both = client.completions.create(model="tiny", prompt="hello", max_tokens=5, temperature=0,
                                          extra_body={"prompt_embeds": [base64_tensor(rows)]})
         assert [c.text for c in both.choices][0] == reply.choices[0].text and len(both.choices) == 2
+        beams = client.completions.create(model="tiny", prompt="", max_tokens=3, n=2,
+                                          extra_body={"prompt_embeds": base64_tensor(rows), "use_beam_search": True})
+        (searched,) = llm.beam_search([{"prompt_embeds": rows}], BeamSearchParams(beam_width=2, max_tokens=3))
+        assert [c.text for c in beams.choices] == [s.text for s in searched.sequences]
         for extra, message in (({"prompt_embeds": base64_tensor(rows[:, :8])}, "hidden_size is 64"),
                                ({"prompt_embeds": "not base64!"}, "not base64"),
                                ({"prompt_embeds": base64_tensor(rows), "echo": True}, "echo is not served")):

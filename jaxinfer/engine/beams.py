@@ -25,6 +25,7 @@ class BeamSearchSequence:
     text: str | None = None
     finish_reason: str | None = None  # "stop" at an EOS id, "length" at max_tokens
     lora_request: LoRARequest | None = None
+    images: tuple = ()  # the prompt's images (ImageInputs over their placeholders), run with every step
 
 
 @dataclasses.dataclass
@@ -43,11 +44,11 @@ class PromptBeams:
     """One prompt's search: up to beam_width `running` beams, likeliest first, and the best `finished`."""
 
     def __init__(self, prompt_ids: Sequence[int], params: BeamSearchParams, eos_ids: Collection[int],
-                 lora_request: LoRARequest | None = None):
+                 lora_request: LoRARequest | None = None, images: tuple = ()):
         self.params = params
         self.prompt_len = len(prompt_ids)
         self.eos = frozenset() if params.ignore_eos else frozenset(eos_ids)
-        self.running = [BeamSearchSequence(list(prompt_ids), lora_request=lora_request)]
+        self.running = [BeamSearchSequence(list(prompt_ids), lora_request=lora_request, images=images)]
         self.finished: list[BeamSearchSequence] = []
         self.generated = 0
 
@@ -68,7 +69,8 @@ class PromptBeams:
         for beam, step in zip(self.running, candidates, strict=True):
             for token, logprob in step.items():
                 child = BeamSearchSequence(beam.tokens + [token], beam.logprobs + [step],
-                                           beam.cum_logprob + logprob.logprob, lora_request=beam.lora_request)
+                                           beam.cum_logprob + logprob.logprob, lora_request=beam.lora_request,
+                                           images=beam.images)
                 if token in self.eos:
                     child.finish_reason = "stop"
                     self.finished.append(child)

@@ -13,22 +13,27 @@ from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.beams import BeamSearchOutput, PromptBeams, candidates_of, search_steps, step_params
 from jaxinfer.engine.outputs import RequestOutput
 
-# Runs prompts (token ids) to the end with one SamplingParams and one adapter (or None) each.
-StepGenerate = Callable[[list[list[int]], SamplingParams, list[LoRARequest | None]], list[RequestOutput]]
+# Runs prompts (token ids) to the end with one SamplingParams, and one adapter (or None) and images each.
+StepGenerate = Callable[[list[list[int]], SamplingParams, list[LoRARequest | None], list[tuple]], list[RequestOutput]]
 
 
 def beam_search(
     generate: StepGenerate, prompts: Sequence[list[int]], params: BeamSearchParams, eos_ids: Sequence[int],
     decode: Callable[[list[int]], str], lora_requests: Sequence[LoRARequest | None],
-    on_step: Callable[[], object] = lambda: None,
+    on_step: Callable[[], object] = lambda: None, images: Sequence[tuple] | None = None,
 ) -> list[BeamSearchOutput]:
-    """Each prompt's beam_width best sequences, in prompt order; on_step after each batch of steps."""
-    searches = [PromptBeams(ids, params, eos_ids, lora) for ids, lora in zip(prompts, lora_requests, strict=True)]
+    """Each prompt's beam_width best sequences, in prompt order; on_step after each batch of steps. images:
+    each prompt's (a vision-language model's), run with each of its beams' steps (their pages shared by
+    content hash, their rows encoded once)."""
+    images = images or [()] * len(prompts)
+    searches = [PromptBeams(ids, params, eos_ids, lora, found)
+                for ids, lora, found in zip(prompts, lora_requests, images, strict=True)]
     steps, step = search_steps(searches), step_params(params)
     with contextlib.suppress(StopIteration):
         beams = next(steps)
         while True:
-            outputs = generate([beam.tokens for beam in beams], step, [beam.lora_request for beam in beams])
+            outputs = generate([beam.tokens for beam in beams], step, [beam.lora_request for beam in beams],
+                               [beam.images for beam in beams])
             on_step()
             beams = steps.send(candidates_of(outputs))
     return [BeamSearchOutput(search.best(decode)) for search in searches]

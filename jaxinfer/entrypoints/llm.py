@@ -290,21 +290,24 @@ class LLM(PoolingCalls, WeightCalls):
         """Each prompt's params.beam_width likeliest continuations, best first (vLLM's `LLM.beam_search`;
         HF transformers' `generate(num_beams=...)` without sampling): one BeamSearchOutput per prompt,
         its `sequences` holding the prompt and generated ids, cumulative logprob and text of each beam.
-        use_tqdm=True shows a bar over the steps."""
+        Prompts may be vLLM's dicts as `generate` takes them (images, prompt_embeds). use_tqdm=True shows a
+        bar over the steps."""
         self._check_generating("LLM.beam_search")
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
+        prompts, images = split_prompts(prompts, self.image_prompts, self.prompt_embeds)
         all_ids = self._checked_ids(prompts, params.max_tokens)
         adapters = lora_requests_for(lora_request, len(all_ids))
         bar = progress_bar(use_tqdm, params.max_tokens, "Beam search", "step")
 
-        def run(ids: list[list[int]], step: SamplingParams, loras: list[LoRARequest | None]) -> list[RequestOutput]:
-            return self._engine_generate(ids, [step] * len(ids), None, loras)
+        def run(ids: list[list[int]], step: SamplingParams, loras: list[LoRARequest | None],
+                found: list[tuple]) -> list[RequestOutput]:
+            return self._engine_generate(ids, [step] * len(ids), None, loras, found)
 
         try:
             return beam_search(run, all_ids, params, self.engine.model_config.eos_token_ids,
                                lambda ids: decode_text(self.tokenizer, ids) if self.tokenizer else "", adapters,
-                               bar.update)
+                               bar.update, images)
         finally:
             bar.close()
 

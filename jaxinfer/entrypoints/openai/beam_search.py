@@ -28,6 +28,7 @@ from jaxinfer.entrypoints.openai.serving import ServerState
 BEAM_FIELDS = {
     "model", "prompt", "messages", "add_generation_prompt", "max_tokens", "max_completion_tokens", "n",
     "temperature", "ignore_eos", "stream", "stream_options", "user", "timeout", "use_beam_search", "length_penalty",
+    "prompt_embeds",
 }
 
 
@@ -59,17 +60,18 @@ def generation(state: ServerState, ids: list[int], params: SamplingParams | Beam
     """One prompt's outputs: the engine's deltas, or its beams as one final output (images: the prompt's,
     a vision-language model's)."""
     if isinstance(params, BeamSearchParams):
-        if images:
-            raise APIError("use_beam_search is not served with images yet", param="use_beam_search")
-        return beam_stream(state, ids, params, request_id, deadline, adapter)
+        return beam_stream(state, ids, params, request_id, deadline, adapter, images)
     with_images = {"images": images} if images else {}
     return state.engine.generate(ids, params, request_id, deadline, streamed=streamed, lora_request=adapter,
                                  **with_images)
 
 
 async def beam_stream(state: ServerState, ids: list[int], params: BeamSearchParams, request_id: str,
-                      deadline: float | None, adapter: LoRARequest | None) -> AsyncIterator[RequestOutput]:
-    """The search's one final output (its beams as samples), or the first failed step's output."""
+                      deadline: float | None, adapter: LoRARequest | None, images: tuple = ()
+                      ) -> AsyncIterator[RequestOutput]:
+    """The search's one final output (its beams as samples), or the first failed step's output (images: the
+    prompt's, run with every step)."""
+    with_images = {"images": images} if images else {}
     search = PromptBeams(ids, params, state.engine.engine.model_config.eos_token_ids, adapter)
     steps, step = search_steps([search]), step_params(params)
     with contextlib.suppress(StopIteration):
@@ -77,7 +79,7 @@ async def beam_stream(state: ServerState, ids: list[int], params: BeamSearchPara
         for number in itertools.count():
             outputs = await asyncio.gather(*(
                 _final(state.engine.generate(beam.tokens, step, f"{request_id}-{number}-{k}", deadline,
-                                             lora_request=adapter))
+                                             lora_request=adapter, **with_images))
                 for k, beam in enumerate(beams)))
             failed = [output for output in outputs if output.error]
             if failed:

@@ -14,9 +14,8 @@ def embedded_prompts(state: ServerState, body: CompletionRequest) -> list[tuple[
     """Each prompt_embeds tensor as (placeholder ids, its rows as the engine carries them); 400s name the field."""
     if body.prompt_embeds is None:
         return []
-    for field, refused in (("echo", body.echo), ("use_beam_search", body.use_beam_search)):
-        if refused:
-            raise APIError(f"{field} is not served with prompt_embeds (they have no token ids)", param=field)
+    if body.echo:
+        raise APIError("echo is not served with prompt_embeds (they have no text)", param="echo")
     items = [body.prompt_embeds] if isinstance(body.prompt_embeds, str) else body.prompt_embeds
     if not items:
         raise APIError("prompt_embeds is an empty list; give base64 of torch.save'd tensors", param="prompt_embeds")
