@@ -9,7 +9,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
-import jax
 import jax.numpy as jnp
 from safetensors import safe_open
 
@@ -25,9 +24,10 @@ SCORE_HEAD = "score.weight"
 class Classifier:
     """A classifier's head on the device and what its outputs mean."""
 
-    weight: jax.Array  # [num_labels, D], replicated
+    weight: Any  # [num_labels, D], replicated; an encoder's EncoderHead (models/encoder_heads)
     labels: tuple[str, ...]  # id2label, in label order
     pad_token_id: int | None  # HF picks the last token that is not it (None: the last token)
+    token_types: bool = False  # pairs go with their token types in the ids (a BERT cross-encoder: models/encoder)
 
     @property
     def num_labels(self) -> int:

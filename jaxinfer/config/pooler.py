@@ -3,9 +3,10 @@ become its one vector, and which vector lengths a request may ask for. No jax.
 
 Where the settings come from, the first that says: the user's `PoolerConfig` (vLLM's), the model
 directory's sentence-transformers files (`modules.json`; its Pooling module's `config.json` for the
-pooling type, a Normalize module for unit length), then vLLM's defaults for decoder models: the last
-token's state, normalized. `config.json`'s `is_matryoshka` / `matryoshka_dimensions` (vLLM's names,
-which its `hf_overrides` sets) say whether `dimensions` may shorten the vector.
+pooling type, a Normalize module for unit length), then vLLM's defaults: the last token's state for
+decoder models, the first ([CLS]) for encoders, normalized. `config.json`'s `is_matryoshka` /
+`matryoshka_dimensions` (vLLM's names, which its `hf_overrides` sets) say whether `dimensions` may
+shorten the vector.
 """
 
 from __future__ import annotations
@@ -93,11 +94,13 @@ class Pooler:
         return validation.integer(dimensions, field, 1, self.hidden_size, "the model's hidden size is the most")
 
 
-def resolve_pooler(model_dir: Path, hf: Mapping[str, Any], requested: PoolerConfig, hidden_size: int) -> Pooler:
-    """The model's pooling settings: `requested`'s fields, else the sentence-transformers files', else LAST and
-    normalized; Matryoshka lengths from config.json (`hf`)."""
+def resolve_pooler(model_dir: Path, hf: Mapping[str, Any], requested: PoolerConfig, hidden_size: int,
+                   default: str = "last") -> Pooler:
+    """The model's pooling settings: `requested`'s fields, else the sentence-transformers files', else the
+    model's default pooling (LAST for decoders, CLS for encoders, as vLLM's) and normalized; Matryoshka
+    lengths from config.json (`hf`)."""
     st_pooling, st_normalize = sentence_transformers_pooling(model_dir)
-    pooling = requested.pooling_type or st_pooling or "last"
+    pooling = requested.pooling_type or st_pooling or default
     normalize = next(v for v in (requested.normalize, st_normalize, True) if v is not None)
     matryoshka, dimensions = _matryoshka(hf, hidden_size, model_dir / "config.json")
     return Pooler(check_pooling(pooling), normalize, hidden_size, matryoshka, dimensions)

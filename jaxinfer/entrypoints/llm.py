@@ -34,6 +34,7 @@ from jaxinfer.entrypoints.beam_search import beam_search
 from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, render_conversations
 from jaxinfer.entrypoints.draft_loading import engine_speculation
+from jaxinfer.entrypoints.encoder_loading import check_encoder_settings, is_encoder_dir, load_encoder
 from jaxinfer.entrypoints.llm_pooling import PoolingCalls
 from jaxinfer.entrypoints.lora_settings import lora_requests_for, lora_setting
 from jaxinfer.entrypoints.model_loading import (
@@ -65,7 +66,9 @@ from jaxinfer.entrypoints.scoring import (
 from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
 from jaxinfer.entrypoints.weight_updates import WeightCalls
 from jaxinfer.models import Weights, unpack_for_cpu
+from jaxinfer.models.encoder import EncoderWeights
 from jaxinfer.models.rope import for_context
+from jaxinfer.parallel.sharding import UNSHARDED
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.compile_cache import compile_cache_setting
 from jaxinfer.runtime.memory_maps import release_programs_near_cap
@@ -169,19 +172,28 @@ class LLM(PoolingCalls, WeightCalls):
         enable_prompt_embeds = enabled_setting(enable_prompt_embeds, speculative)
         self.dtype = resolve_dtype(dtype, self.model_dir)
         tokenizer = load_tokenizer_beside(self.model_dir)
-        self.config, weights, self.layout = load_sharded(
-            self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
-            expert_parallel_size, self.runner_type == "pooling",
-        )
-        # A *ForSequenceClassification model's head and labels (LLM.classify, LLM.score); None for others.
-        self.classifier = (classifier_for(self.model_dir, self.config.hidden_size, self.dtype, self.layout)
-                           if self.runner_type == "pooling" else None)
+        encoder = is_encoder_dir(self.model_dir)  # BERT, RoBERTa, XLM-R: pooled passes only (encoder_loading)
+        if encoder:
+            check_encoder_settings(dict(
+                quantization=quantization, quantize_lm_head=quantize_lm_head, tensor_parallel_size=tensor_parallel_size,
+                data_parallel_size=data_parallel_size, expert_parallel_size=expert_parallel_size,
+                batch_invariant=batch_invariant, cpu_kernels=cpu_kernels, quantized_kernel=quantized_kernel))
+            self.config, weights, self.classifier = load_encoder(self.model_dir, self.dtype)
+            self.layout, self.cpu_kernels, self._run_weights, self._engine_weights = UNSHARDED, False, weights, weights
+        else:
+            self.config, weights, self.layout = load_sharded(
+                self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
+                expert_parallel_size, self.runner_type == "pooling",
+            )
+            # A *ForSequenceClassification model's head and labels (LLM.classify, LLM.score); None for others.
+            self.classifier = (classifier_for(self.model_dir, self.config.hidden_size, self.dtype, self.layout)
+                               if self.runner_type == "pooling" else None)
+            # What runs (`weights` gives the model's own).
+            self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
+                weights, self.config, self.layout, cpu_kernels, quantized_kernel, interpret_kernels, batch_invariant)
         # LLM.embed's settings (a generation model's too: its final hidden states pooled as asked).
         self.pooler = resolve_pooler(self.model_dir, read_config_json(self.model_dir), pooler_config,
-                                     self.config.hidden_size)
-        # What runs (`weights` gives the model's own).
-        self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
-            weights, self.config, self.layout, cpu_kernels, quantized_kernel, interpret_kernels, batch_invariant)
+                                     self.config.hidden_size, "cls" if encoder else "last")
         self._quantized_kernel = quantized_kernel  # weights given later are shaped to run as these were
         self._weight_state = weight_updates.WeightState()  # update_weights' and sleep's
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
@@ -244,6 +256,8 @@ class LLM(PoolingCalls, WeightCalls):
     @property
     def weights(self) -> Weights:
         """The model's weights pytree (what `save_converted` writes); unpacked on each access when packed."""
+        if isinstance(self._run_weights, EncoderWeights):  # an encoder's run as loaded
+            return self._run_weights
         return unpack_for_cpu(self._run_weights, self.config.tie_word_embeddings)
 
     def generate(

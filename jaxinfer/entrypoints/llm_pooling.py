@@ -15,8 +15,9 @@ from jaxinfer.entrypoints.scoring import (
     classification_outputs,
     classified_ids,
     cosine_pair_scores,
-    pair_ids,
+    pair_encodings,
     pair_texts,
+    passed_ids,
     probabilities,
     score_pairs,
     scoring_outputs,
@@ -69,8 +70,10 @@ class PoolingCalls:
         check_cross_encoder(self.classifier, "LLM.score")
         pairs = score_pairs(text_1, text_2)
         if self.classifier is not None:
-            all_ids = self._checked_ids(pair_ids(self.get_tokenizer(), pairs), 0)
-            return scoring_outputs(probabilities(self._classifier_logits(all_ids, use_tqdm))[:, 0], all_ids)
+            encodings = pair_encodings(self.get_tokenizer(), pairs)
+            all_ids = self._checked_ids([ids for ids, _ in encodings], 0)
+            logits = self._classifier_logits(passed_ids(encodings, self.classifier.token_types), use_tqdm)
+            return scoring_outputs(probabilities(logits)[:, 0], all_ids)
         texts = pair_texts(pairs)
         all_ids = self._checked_ids(texts, 0)
         with progress_bar(use_tqdm, len(texts), "Embedded texts", "req") as bar:

@@ -3,7 +3,8 @@ embeddings (`runner="pooling"`: `LLM.embed`, the server's /v1/embeddings), or in
 (`LLM.classify`, `LLM.score`, /classify, /v1/score, /rerank: entrypoints/scoring).
 
 "auto" pools for a model saved without an output head (`models/base_models`: a base model such as
-`Qwen3Model`, `MistralModel`, or a `*ForSequenceClassification` one) and generates otherwise, so a
+`Qwen3Model`, `MistralModel`, a `*ForSequenceClassification` one, or an encoder: BERT, RoBERTa, XLM-R,
+entrypoints/encoder_loading) and generates otherwise, so a
 `*ForCausalLM` embedding checkpoint (Qwen3-Embedding) is started with runner="pooling", as in vLLM. A
 pooling model reads no output head, keeps a KV pool of one sequence (the engine wants one; pooling never
 uses it) and refuses generation by name.
@@ -23,6 +24,7 @@ from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.config.pooler import Pooler, check_pooling
 from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
 from jaxinfer.models.base_models import pools_only
+from jaxinfer.models.encoder_config import is_encoder
 
 RUNNERS = ("auto", "generate", "pooling")
 
@@ -36,6 +38,10 @@ def resolve_runner(runner: Any, model_dir: Path) -> str:
     headless = len(archs) == 1 and pools_only(archs[0])
     if runner == "auto":
         return "pooling" if headless else "generate"
+    if runner == "generate" and headless and is_encoder(archs[0]):
+        raise ConfigError(f"runner='generate' needs a decoder, and {model_dir / 'config.json'} names {archs[0]}, an "
+                          "encoder (bidirectional: it embeds and scores, never generates); use runner='pooling' or "
+                          "'auto'")
     if runner == "generate" and headless:
         raise ConfigError(f"runner='generate' needs an output head, and {model_dir / 'config.json'} names {archs[0]}, "
                           "a model saved without one; use runner='pooling' (embeddings, classify, score) or 'auto'")

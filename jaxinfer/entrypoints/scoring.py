@@ -10,7 +10,8 @@ Classify's probabilities are a softmax over the labels, a sigmoid for one label 
 
 Score: a cross-encoder (a classifier of one label) reads each pair as its tokenizer's pair encoding
 (`tokenizer(text_1, text_pair=text_2)`, as vLLM and sentence-transformers' CrossEncoder build it; no
-prompt template is applied) and scores it by the sigmoid of its logit; an embedding model scores a pair
+prompt template is applied; a BERT cross-encoder reads the encoding's token types too) and scores it by
+the sigmoid of its logit; an embedding model scores a pair
 by the cosine similarity of the two texts' embeddings. Pairs go 1:1, 1:N (text_1 against each text_2)
 or N:N (in order), as vLLM pairs them.
 """
@@ -32,6 +33,7 @@ from jaxinfer.engine.outputs import (
     ScoringRequestOutput,
 )
 from jaxinfer.models.base_models import is_classifier
+from jaxinfer.models.encoder import TYPE_SHIFT
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 
 
@@ -79,9 +81,23 @@ def score_pairs(text_1: Any, text_2: Any, names: tuple[str, str] = ("text_1", "t
     return list(zip(firsts, seconds))
 
 
-def pair_ids(tokenizer: Any, pairs: Sequence[tuple[str, str]]) -> list[list[int]]:
-    """Each pair as the tokenizer's pair encoding (its special tokens around and between the two texts)."""
-    return [list(tokenizer(first, text_pair=second)["input_ids"]) for first, second in pairs]
+def pair_encodings(tokenizer: Any, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """Each pair's (ids, token types) as the tokenizer's pair encoding (its special tokens around and between
+    the two texts): types 1 on the second text's tokens where the tokenizer gives them (BERT's), else 0."""
+    out = []
+    for first, second in pairs:
+        encoding = tokenizer(first, text_pair=second)
+        ids = list(encoding["input_ids"])
+        out.append((ids, list(encoding.get("token_type_ids") or [0] * len(ids))))
+    return out
+
+
+def passed_ids(encodings: Sequence[tuple[list[int], list[int]]], token_types: bool) -> list[list[int]]:
+    """The ids a classifier's pass reads: with `token_types` (a BERT cross-encoder, Classifier.token_types) each
+    type-1 token marked in bit TYPE_SHIFT (models/encoder), else the ids as they are."""
+    if not token_types:
+        return [ids for ids, _ in encodings]
+    return [[token | (kind << TYPE_SHIFT) for token, kind in zip(ids, types)] for ids, types in encodings]
 
 
 def check_cross_encoder(classifier: Classifier | None, what: str) -> None:

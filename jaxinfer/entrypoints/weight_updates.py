@@ -26,6 +26,7 @@ from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.checkpoint.named_tensors import leaf_updates
 from jaxinfer.config import validation
 from jaxinfer.engine.asleep import EngineAsleep
+from jaxinfer.entrypoints.encoder_loading import refuse_weight_calls
 from jaxinfer.entrypoints.model_loading import running_weights
 from jaxinfer.models import Weights, load_config
 from jaxinfer.models.weight_ops import batch_invariant_weights
@@ -167,17 +168,20 @@ class WeightCalls:
         values for quantized leaves are quantized as served; each leaf goes where the served one is.
         Cached prefixes are dropped. Refused while requests are in flight.
         """
+        refuse_weight_calls(self._run_weights, "LLM.update_weights")
         apply_update(self, weights)
 
     def update_weights_from_disk(self: LLM, model: str | Path) -> None:
         """Serve the weights of checkpoint `model` (HF or converted; this model's architecture and
         shapes), read leaf by leaf into the served format (SGLang's update_weights_from_disk)."""
+        refuse_weight_calls(self._run_weights, "LLM.update_weights_from_disk")
         apply_from_disk(self, model)
 
     def sleep(self: LLM, level: int = 1) -> None:
         """Free the device memory the model holds between uses (vLLM's sleep mode): the KV pool, and the
         weights, kept in host memory (level 1) or discarded (level 2: the next come from update_weights).
         Requests are refused until `wake_up`; refused while requests are in flight."""
+        refuse_weight_calls(self._run_weights, "LLM.sleep")
         put_to_sleep(self, level)
 
     def wake_up(self: LLM) -> None:

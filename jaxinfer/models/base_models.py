@@ -7,6 +7,8 @@ with no output head to read, so it serves `LLM(runner="pooling")` and never gene
 
 from __future__ import annotations
 
+from jaxinfer.models.encoder_config import is_encoder
+
 BASE_MODELS = {
     "LlamaModel": "LlamaForCausalLM",
     "MistralModel": "MistralForCausalLM",
@@ -36,5 +38,6 @@ def is_classifier(architecture: str) -> bool:
 
 
 def pools_only(architecture: str) -> bool:
-    """Whether `architecture` has no output head to generate with: a base model or a classifier."""
-    return is_base_model(architecture) or is_classifier(architecture)
+    """Whether `architecture` has no output head to generate with: a base model, a classifier or an encoder
+    (BERT, RoBERTa, XLM-R: models/encoder_config)."""
+    return is_base_model(architecture) or is_classifier(architecture) or is_encoder(architecture)

@@ -23,6 +23,8 @@ from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.config.buckets import bucket
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
+from jaxinfer.models.encoder import EncoderWeights
+from jaxinfer.models.encoder_heads import EncoderHead
 from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.runtime import step_programs
 from jaxinfer.runtime.executables import Program
@@ -52,10 +54,12 @@ def pooled_program(
     cpu_kernels: bool = False, layout: Layout = UNSHARDED, head: jax.Array | None = None,
 ) -> Program:
     """The pooled pass over `rows` x `size` tokens (zeros, lengths 1: filled in by `pooled_embeddings`);
-    with a classifier's head, its logits."""
-    cache = init_cache(cfg, rows, size, dtype, cpu_kernels, layout)
+    with a classifier's head, its logits. An encoder's (BERT, RoBERTa) attends both ways and keeps no cache."""
     tokens = layout.put(np.zeros((rows, size), np.int32))
     lengths = layout.put(np.ones(rows, np.int32))
+    if isinstance(weights, EncoderWeights):
+        return Program(step_programs.encoder_pooled, [weights, tokens, lengths, head], dict(pooling=pooling), fixed=1)
+    cache = init_cache(cfg, rows, size, dtype, cpu_kernels, layout)
     return Program(step_programs.pooled_hidden, [weights, tokens, lengths, cache, head],
                    dict(cfg=cfg, pooling=pooling), fixed=1)
 
@@ -73,6 +77,13 @@ def embedding_programs(
     ]
 
 
+def output_width(cfg: ModelConfig, head: Any) -> int:
+    """A pooled pass's output width: the hidden size, or a classifier head's labels."""
+    if head is None:
+        return cfg.hidden_size
+    return head.out.weight.shape[1] if isinstance(head, EncoderHead) else head.shape[0]
+
+
 def pooled_embeddings(
     weights: Weights, cfg: ModelConfig, prompts: list[list[int]], dtype: jnp.dtype, max_len: int, max_tokens: int,
     pooling: str = "last", cpu_kernels: bool = False, layout: Layout = UNSHARDED,
@@ -80,9 +91,9 @@ def pooled_embeddings(
     head: jax.Array | None = None,
 ) -> np.ndarray:
     """Float32 [len(prompts), hidden size]: each prompt's pooled final hidden states, in order; with a
-    classifier's head [num_labels, D], its logits [len(prompts), num_labels].
+    classifier's head ([num_labels, D], or an encoder's EncoderHead), its logits [len(prompts), num_labels].
     on_pass(n): told after each pass how many prompts it finished (a progress bar)."""
-    out = np.zeros((len(prompts), cfg.hidden_size if head is None else head.shape[0]), np.float32)
+    out = np.zeros((len(prompts), output_width(cfg, head)), np.float32)
     for size, members in embedding_batches([len(p) for p in prompts], max_len, max_tokens):
         rows = bucket(len(members))
         program = pooled_program(weights, cfg, size, rows, dtype, pooling, cpu_kernels, layout, head)

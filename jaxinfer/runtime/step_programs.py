@@ -1,5 +1,6 @@
 """The compiled programs of the package: the engine's steps (their pools and row state donated),
-the sampling-slot reset, the all-positions pass of prompt logprobs and the pooled pass of embeddings."""
+the sampling-slot reset, the all-positions pass of prompt logprobs and the pooled pass of embeddings (a
+decoder's, or an encoder's: models/encoder_heads)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 
 import jax
 
-from jaxinfer.models import all_positions, vision_language
+from jaxinfer.models import all_positions, encoder_heads, vision_language
 from jaxinfer.runtime import engine_step, row_state, verify_carry, verify_step
 from jaxinfer.runtime.packed_tree import pack_device, unpack_device
 from jaxinfer.sampling import slot_state
@@ -30,6 +31,7 @@ def static_argnames(jitted: Callable) -> tuple[str, ...]:
 
 all_logits = program(all_positions.all_logits, static=("cfg",))
 pooled_hidden = program(all_positions.pooled_hidden, static=("cfg", "pooling"))
+encoder_pooled = program(encoder_heads.encoder_pooled, static=("pooling",))  # an encoder's (its config in its weights)
 # a vision-language model's tower and projector
 image_features = program(vision_language.image_features, static=("cfg",))
 

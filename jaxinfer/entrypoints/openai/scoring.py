@@ -82,9 +82,11 @@ class Scorer:
         except ValueError as error:
             raise APIError(str(error), param="model") from None
         if self.classifier is not None:
-            all_ids = await asyncio.to_thread(scoring.pair_ids, self._tokenizer(), pairs)
+            encodings = await asyncio.to_thread(scoring.pair_encodings, self._tokenizer(), pairs)
+            all_ids = [ids for ids, _ in encodings]
             self._check_lengths(all_ids, names[1])
-            return (await self.probabilities(all_ids))[:, 0], sum(map(len, all_ids))
+            passed = scoring.passed_ids(encodings, self.classifier.token_types)
+            return (await self.probabilities(passed))[:, 0], sum(map(len, all_ids))
         texts = scoring.pair_texts(pairs)
         all_ids = await asyncio.to_thread(lambda: [self.state.encode(text, names[1]) for text in texts])
         self._check_lengths(all_ids, names[1])
