@@ -179,6 +179,9 @@ def test_two_images_see_their_own(llm, hf_gemma3):
 def test_image_longer_than_a_step_refused(gemma3_dir, llm):
     with pytest.raises(ValueError, match="max_num_batched_tokens 3.*both ways"):
         LLM(gemma3_dir, **{**KNOBS, "max_num_batched_tokens": 3}).generate(image_prompt(random_image(0), PROMPT))
+    # the all-positions pass attends causally only (LLaVA's images take prompt_logprobs)
+    with pytest.raises(ValueError, match="prompt_logprobs is not served with images on this model"):
+        llm.generate(image_prompt(random_image(0), PROMPT), SamplingParams(max_tokens=1, prompt_logprobs=1))
 
 
 def test_pan_and_scan_refused(llm, gemma3_dir, tmp_path):

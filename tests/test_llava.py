@@ -153,6 +153,19 @@ def test_beam_search_with_an_image_matches_hf(llm, hf_llava):
     assert llm.engine.runner.vision.images_encoded == encoded + 1
 
 
+def test_prompt_logprobs_with_an_image_match_hf(llm, hf_llava):
+    """prompt_logprobs of an image prompt: HF's log-softmax at every position, the image rows in the pass."""
+    image = random_image(10)
+    (out,) = llm.generate(image_prompt(image), SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=2))
+    ids, images = llm.image_prompts.prompt(PROMPT, [Image.fromarray(image)], "test")
+    with torch.no_grad():
+        logits = hf_llava(input_ids=torch.tensor([ids]), pixel_values=torch.tensor(images[0].pixels[None])).logits
+    expected = torch.log_softmax(logits[0, :-1].double(), -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+    assert out.prompt_token_ids == ids and out.prompt_logprobs[0] is None
+    got = [step[token].logprob for step, token in zip(out.prompt_logprobs[1:], ids[1:])]
+    np.testing.assert_allclose(got, expected.numpy(), atol=1e-4)
+
+
 def test_two_images_and_text_prompts_in_one_batch(llm, hf_llava):
     """Prompts with and without images in one call; two images in one prompt take their own placeholders."""
     a, b = random_image(2), random_image(3)

@@ -133,7 +133,8 @@ class LLMEngine(StepCalls):
                 request.spec_counts = zero_counts(self.speculator.k_max)
             group.append(request)
         if params.prompt_logprobs is not None:
-            group[0].prompt_logprobs = self.runner.prompt_logprobs(ids, params.prompt_logprobs, self.token_texts)
+            group[0].prompt_logprobs = self.runner.prompt_logprobs(ids, params.prompt_logprobs, self.token_texts,
+                                                                   images)
         self.groups[request_id] = group
         if final_only:
             self.final_only.add(request_id)
@@ -150,8 +151,9 @@ class LLMEngine(StepCalls):
             return images
         if self.runner.vision is None:
             raise ValueError("multi_modal_data: this model takes no images (it has no vision tower); send text only")
-        if params.prompt_logprobs is not None:
-            raise ValueError("prompt_logprobs is not served with images yet; leave prompt_logprobs unset")
+        if params.prompt_logprobs is not None and self.runner.vision.bidirectional:
+            raise ValueError("prompt_logprobs is not served with images on this model yet (its image tokens see "
+                             "each other both ways, which the all-positions pass does not do); leave it unset")
         for image in images:
             if not 0 <= image.offset <= image.offset + image.length <= len(ids):
                 raise ValueError(f"multi_modal_data: an image's placeholders [{image.offset}, "

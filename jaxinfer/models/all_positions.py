@@ -8,13 +8,16 @@ import jax.numpy as jnp
 
 from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.models import Weights, forward, lm_logits
+from jaxinfer.models import Weights, forward, forward_with_taps, lm_logits
+from jaxinfer.models.embed_override import EmbedOverride
 
 
-def all_logits(weights: Weights, tokens: jax.Array, cache: KVCache, cfg: ModelConfig) -> jax.Array:
-    """Float32 next-token logits [B, T, V] at every position of tokens [B, T] (from position 0)."""
+def all_logits(weights: Weights, tokens: jax.Array, cache: KVCache, cfg: ModelConfig,
+               override: EmbedOverride | None = None) -> jax.Array:
+    """Float32 next-token logits [B, T, V] at every position of tokens [B, T] (from position 0); override: rows
+    replacing some tokens' embeddings (a vision-language model's image features, B * T of them)."""
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
-    hidden, _ = forward(weights, tokens, positions, cache, cfg)
+    hidden, _, _ = forward_with_taps(weights, tokens, positions, cache, cfg, (), override)
     return lm_logits(weights, hidden)
 
 

@@ -45,6 +45,7 @@ from jaxinfer.runtime.embeddings import embedding_programs, pooled_embeddings
 from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.executables import Executables, Program
 from jaxinfer.runtime.host_step import HostStep
+from jaxinfer.runtime.image_input import ImageInput
 from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
 from jaxinfer.runtime.ngram_rider import NgramDraft
 from jaxinfer.runtime.packed_tree import unpack_host
@@ -308,7 +309,7 @@ class ModelRunner:
         spec = self.cache_spec
         passes = [
             lambda size=size: logits_program(self.weights, self.model_config, size, self.dtype, spec.cpu_kernels,
-                                             spec.mesh_layout)
+                                             spec.mesh_layout, None if self.vision is None else self.vision.prompt_rows(0))
             for size in prompt_buckets(self.config.max_seq_len)
         ]
         tower = [] if self.vision is None else [self.vision.program]
@@ -332,11 +333,14 @@ class ModelRunner:
         state = self._new_pools(self.config.pages_per_seq + 1), self.state
         return activation_peak([self.program_for(host, state) for host in hosts], self.executables)
 
-    def prompt_logprobs(self, ids: list[int], k: int, text: TokenText) -> list[dict[int, Logprob] | None]:
-        """Per prompt token its logprob and the top k given the prefix (vLLM's prompt_logprobs)."""
+    def prompt_logprobs(self, ids: list[int], k: int, text: TokenText, images: tuple[ImageInput, ...] = ()
+                        ) -> list[dict[int, Logprob] | None]:
+        """Per prompt token its logprob and the top k given the prefix (vLLM's prompt_logprobs); images: the
+        prompt's (a vision-language model's pass always takes image rows: all text without them)."""
         return prompt_logprobs(
             self.weights, self.model_config, ids, k, self.dtype, self.config.max_seq_len,
             self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, text, self.executables,
+            None if self.vision is None else self.vision.prompt_rows(len(ids), images),
         )
 
     def embed(self, prompts: list[list[int]], pooling: str, on_pass: Callable[[int], object] | None = None,

@@ -59,3 +59,12 @@ class VisionRunner:
                 self.encoded.popitem(last=False)
         self.encoded.move_to_end(image.content_hash)
         return rows
+
+    def prompt_rows(self, length: int, images: tuple[ImageInput, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """([length, D] float32 rows, [length] bool mask) of a prompt's images at their placeholders: what an
+        all-positions pass (prompt logprobs) reads instead of those tokens' embeddings."""
+        rows, mask = np.zeros((length, self.cfg.text_hidden_size), np.float32), np.zeros(length, bool)
+        for image in images:
+            rows[image.offset : image.offset + image.length] = self.features(image)
+            mask[image.offset : image.offset + image.length] = True
+        return rows, mask
