@@ -1,0 +1,149 @@
+"""IBM Granite 4.0 hybrids (`GraniteMoeHybridForCausalLM`): Granite-MoE-Shared's layer with a Mamba2 mixer in
+place of attention on the layers `layer_types` marks "mamba" (transformers 5: "linear_attention").
+
+Every layer is pre-norm: its mixer (attention or Mamba2, `mamba2_mixer`) then routed experts plus the shared
+MLP (`granite_moe.experts_block`), each output scaled by `residual_multiplier` before its residual add, with
+Granite's embedding and logit multipliers. Attention layers rotate only with `position_embedding_type`
+"rope" (Granite 4.0 ships none: NoPE). The mixer's tensors sit under `model.layers.{i}.mamba.`. The
+dense hybrids (`num_local_experts` 0: only the shared MLP) are refused by name for now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+import jax
+
+from jaxinfer.cache.state_pool import read_state, write_state
+from jaxinfer.config.model import ConfigError, ModelConfig, field
+from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models.family import Family, HFLeaf
+from jaxinfer.models.granite import granite_fields, scaled
+from jaxinfer.models.granite_moe import SharedMLPLayerWeights, experts_block
+from jaxinfer.models.granite_moe import abstract_layer as moe_abstract_layer
+from jaxinfer.models.granite_moe import hf_leaves as moe_hf_leaves
+from jaxinfer.models.layers import Weight
+from jaxinfer.models.mamba2 import check_activation, time_step_limit
+from jaxinfer.models.mamba2_mixer import MixerWeights, mixer, mixer_hf_leaves, mixer_leaves
+from jaxinfer.models.mixtral import moe_fields
+from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.rope import RopeTables
+from jaxinfer.models.self_attention import HIDDEN, self_attention
+
+ARCHITECTURES = ("GraniteMoeHybridForCausalLM",)
+STATE_TYPES, ATTENTION_TYPES = ("mamba", "linear_attention"), ("attention", "full_attention")
+ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class MambaMoELayer(SharedMLPLayerWeights):
+    """A Granite MoE layer whose mixer is Mamba2 (its attention fields None; the mixer's fields default to
+    None only because the parent's do)."""
+
+    in_proj: Weight | None = None  # the MixerWeights fields (see mamba2_mixer)
+    conv_weight: jax.Array | None = None
+    dt_bias: jax.Array | None = None
+    a_log: jax.Array | None = None
+    d_skip: jax.Array | None = None
+    gate_norm: jax.Array | None = None
+    out_proj: Weight | None = None
+    conv_bias: jax.Array | None = None
+    in_bias: jax.Array | None = None
+    out_bias: jax.Array | None = None
+
+    PROJECTIONS: ClassVar[dict[str, int]] = {
+        **{k: v for k, v in SharedMLPLayerWeights.PROJECTIONS.items() if k not in ATTENTION_FIELDS},
+        **MixerWeights.PROJECTIONS,
+    }
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("shared_gate", "shared_up"),)
+
+
+def abstract_layer(cfg: ModelConfig, layer: int = 0) -> SharedMLPLayerWeights:
+    """Layer `layer`'s leaves: Granite-MoE-Shared's, with the mixer's in place of attention on state layers."""
+    moe = moe_abstract_layer(cfg, layer)
+    if not cfg.is_state_layer(layer):
+        return moe
+    kept = {f.name: getattr(moe, f.name) for f in dataclasses.fields(moe) if f.name not in ATTENTION_FIELDS}
+    return MambaMoELayer(**kept, **{name: None for name in ATTENTION_FIELDS},
+                         **mixer_leaves(cfg.state_space, cfg.hidden_size))
+
+
+def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
+    """Granite-MoE-Shared's tensors and the mixer's under `model.layers.{i}.mamba.` (each layer reads its own)."""
+    return {**moe_hf_leaves(cfg), **mixer_hf_leaves(cfg.state_space, cfg.hidden_size, "model.layers.{i}.mamba.")}
+
+
+def decoder_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: SharedMLPLayerWeights, layer: int, positions: jax.Array,
+    rope: RopeTables,
+) -> tuple[jax.Array, Any]:
+    """The mixer (Mamba2 or attention), then the experts and shared MLP, each scaled before its residual add."""
+    layout, eps, multiplier = cache.layout, cfg.rms_norm_eps, cfg.residual_multiplier
+    h = rms_norm(x, lw.attn_norm, eps)
+    if isinstance(lw, MambaMoELayer):
+        state = read_state(cache, layer, cfg, x.shape[0], x.shape[1])
+        out, state = mixer(cfg.state_space, lw, h, positions, state)
+        cache = write_state(cache, layer, state)
+    else:
+        out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
+    x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
+    mlp = experts_block(rms_norm(x, lw.mlp_norm, eps), lw, cfg, layout)
+    return layout.constrain(x + scaled(mlp, multiplier), HIDDEN), cache
+
+
+def state_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
+    """The layers `layer_types` (or `layers_block_type`) marks Mamba2; transformers' default: all of them."""
+    types = field(hf, "layer_types", field(hf, "layers_block_type", ["mamba"] * num_layers))
+    if len(types) != num_layers or not set(types) <= set(STATE_TYPES + ATTENTION_TYPES):
+        raise ConfigError(f"layer_types {types!r} must list one of {list(STATE_TYPES + ATTENTION_TYPES)} for each "
+                          f"of the {num_layers} layers")
+    return tuple(i for i, t in enumerate(types) if t in STATE_TYPES)
+
+
+def state_space(hf: Mapping[str, Any], layers: tuple[int, ...], hidden: int) -> StateSpace:
+    """The mixer's dims from the `mamba_*` keys (transformers' defaults where absent)."""
+    heads = int(field(hf, "mamba_n_heads", 128))
+    head_dim = field(hf, "mamba_d_head", "auto")
+    inner = int(field(hf, "mamba_expand", 2)) * hidden
+    head_dim = inner // heads if head_dim == "auto" else int(head_dim)
+    if heads * head_dim != inner:
+        raise ConfigError(f"mamba_n_heads {heads} x mamba_d_head {head_dim} must equal mamba_expand x hidden_size "
+                          f"({inner})")
+    groups = int(field(hf, "mamba_n_groups", 1))
+    if heads % groups:
+        raise ConfigError(f"mamba_n_heads ({heads}) must be a multiple of mamba_n_groups ({groups})")
+    return StateSpace(
+        layers=layers, num_heads=heads, head_dim=head_dim, state_size=int(field(hf, "mamba_d_state", 256)),
+        n_groups=groups, conv_kernel=int(field(hf, "mamba_d_conv", 4)),
+        conv_bias=bool(field(hf, "mamba_conv_bias", True)), proj_bias=bool(field(hf, "mamba_proj_bias", False)),
+        norm_eps=float(field(hf, "rms_norm_eps", 1e-6)), time_step_limit=time_step_limit(hf),
+    )
+
+
+def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
+    """ModelConfig of a GraniteMoeHybrid HF config."""
+    check_activation(hf, "hidden_act", arch)
+    rope = field(hf, "position_embedding_type", None)
+    if rope not in (None, "nope", "rope"):
+        raise ConfigError(f"position_embedding_type {rope!r} is not supported for {arch}; supported: None, 'rope'")
+    layers = int(hf["num_hidden_layers"])
+    fields = granite_fields({k: v for k, v in hf.items() if k not in ("layer_types", "layers_block_type")}, arch)
+    experts = int(field(hf, "num_local_experts", 8))
+    if experts == 0:
+        raise ConfigError(f"num_local_experts 0 (a dense Granite 4.0 hybrid, only the shared MLP) is not supported "
+                          f"for {arch} yet; supported: 1 or more routed experts beside the shared MLP")
+    shared = int(field(hf, "shared_intermediate_size", 1024))
+    if shared <= 0:
+        raise ConfigError(f"shared_intermediate_size {shared} must be > 0 for {arch} (every layer has a shared MLP)")
+    return ModelConfig(
+        **fields,
+        shared_expert_intermediate_size=shared,
+        nope_layers=() if rope == "rope" else tuple(range(layers)),
+        state_space=state_space(hf, state_layers(hf, layers), fields["hidden_size"]),
+        **moe_fields(hf, "num_local_experts", fields["intermediate_size"]),
+    )
+
+
+FAMILY = Family("granite_moe_hybrid", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer)
