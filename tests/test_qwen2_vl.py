@@ -1,6 +1,8 @@
 """Qwen2-VL and Qwen2.5-VL against HF transformers on the same tiny weights: text prompts through the language
 model (M-RoPE with its three position streams equal is Qwen2's rope), every position's logits and greedy tokens
-through LLM.generate; configs nested (transformers 5) and flat (the hub's) read alike."""
+through LLM.generate; configs nested (transformers 5) and flat (the hub's) read alike. With images: the tower's
+rows and the M-RoPE positions as HF's, every position's logits, greedy tokens and logprobs through the engine
+(chunks cutting the image, prefix caching on and off), two images of different sizes, LLM.chat."""
 
 from __future__ import annotations
 
@@ -9,17 +11,30 @@ import json
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from qwen2_vl_models import CLASSES, MROPE_SECTION, save_tiny_qwen2_vl
+from test_llava import chat_message
+from vision_models import random_image
 
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.cache.paged import init_paged_cache
+from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.config.model import ConfigError
+from jaxinfer.models import forward_with_taps, lm_logits
+from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.registry import from_hf_config
+from jaxinfer.runtime.mrope_positions import offsets, total_delta
+from jaxinfer.speculative.config import SpeculativeConfig
 
 KINDS = ["qwen2_vl", "qwen2_5_vl"]
 TEXT = "The quick brown fox jumps over the lazy dog"
 GREEDY = SamplingParams(max_tokens=8, temperature=0)
-KNOBS = dict(dtype="float32", max_seq_len=128, max_num_batched_tokens=16, page_size=4, num_pages=40, max_num_seqs=2,
-             limit_mm_per_prompt={"image": 2})
+WITH_LOGPROBS = SamplingParams(max_tokens=8, temperature=0, logprobs=0)
+IMAGE_PROMPT = "USER: <|vision_start|><|image_pad|><|vision_end|>The quick brown fox ASSISTANT:"
+# 16 tokens a step: an 80x48 image's 15 pads (3 x 5 merged blocks, from position 7) are cut across two chunks;
+# XLA's attention (not the native CPU kernels): what accelerators compile, and what the lowering test exports
+KNOBS = dict(dtype="float32", max_seq_len=128, max_num_batched_tokens=16, page_size=4, num_pages=60, max_num_seqs=2,
+             limit_mm_per_prompt={"image": 2}, cpu_kernels=False)
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -42,16 +57,34 @@ def llm(model_dir):
     return LLM(model_dir, **KNOBS)
 
 
-def test_text_logits_and_greedy_match_hf(llm, hf_model):
+def first_kind_only(kind: str) -> None:
+    """Checks of what both models share (the language model's wiring, prompts, refusals, the step programs)
+    run on Qwen2-VL only; Qwen2.5-VL runs those of its own tower (image logits, the engine)."""
+    if kind != KINDS[0]:
+        pytest.skip("shared with Qwen2-VL's run: only Qwen2.5-VL's tower differs")
+
+
+def our_logits(llm: LLM, ids: np.ndarray, placed: np.ndarray | None = None, streams: np.ndarray | None = None
+               ) -> np.ndarray:
+    """Every position's float32 logits of one sequence through the model (image rows placed at the pads;
+    streams [3, 1, T]: M-RoPE's rotary positions, None: all equal to the positions)."""
+    positions = np.arange(len(ids), dtype=np.int32)
+    view = RaggedPagedCache(init_paged_cache(llm.config, 1, 128, np.float32, page_size=4), np.zeros(len(ids), np.int32))
+    override = None if placed is None else EmbedOverride(placed, ids == llm.image_prompts.cfg.image_token_id)
+    hidden, _, _ = forward_with_taps(llm.weights, ids[None], positions[None], view, llm.config, (), override, streams)
+    return np.asarray(lm_logits(llm.weights, hidden))[0]
+
+
+def test_text_logits_and_greedy_match_hf(llm, hf_model, kind):
     """A text prompt: every position's float32 logits within 1e-5 of the largest, greedy tokens HF's."""
+    first_kind_only(kind)
     ids = llm.tokenizer.encode(TEXT)
     with torch.no_grad():
         expected = hf_model(input_ids=torch.tensor([ids])).logits[0].numpy()
         hf_tokens = hf_model.generate(input_ids=torch.tensor([ids]), max_new_tokens=GREEDY.max_tokens,
                                       do_sample=False)[0, len(ids):].tolist()
-    got = llm.logits(ids)
     assert llm.config.mrope_section == tuple(MROPE_SECTION)
-    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+    assert np.abs(our_logits(llm, np.asarray(ids)) - expected).max() <= 1e-5 * np.abs(expected).max()
     assert llm.generate(TEXT, GREEDY)[0].outputs[0].token_ids == hf_tokens
 
 
@@ -75,3 +108,117 @@ def test_bad_mrope_refused(model_dir):
     yarn = {**hf, "text_config": {**hf["text_config"], "rope_parameters": {"rope_type": "yarn", "factor": 2.0}}}
     with pytest.raises(ConfigError, match="rope type 'yarn' is not supported for Qwen2"):
         from_hf_config(yarn)
+
+
+def picture(seed: int, width: int = 80, height: int = 48) -> Image.Image:
+    """A random image the processor keeps at width x height (multiples of 16: one merged block each)."""
+    return Image.fromarray(random_image(seed, 56)).resize((width, height))
+
+
+def hf_inputs(llm: LLM, images: list[Image.Image], text: str = IMAGE_PROMPT) -> dict:
+    """HF's inputs for the prompt as our processor expands it: ids, the same patches, grids and token types."""
+    ids, carried = llm.image_prompts.prompt(text, images, "test")
+    ids = torch.tensor([ids])
+    pixels = np.concatenate([i.pixels.reshape(-1, i.pixels.shape[-1]) for i in carried])
+    grids = torch.tensor([[1, 2 * i.pixels.shape[0], 2 * i.pixels.shape[1]] for i in carried])
+    return dict(input_ids=ids, pixel_values=torch.tensor(pixels), image_grid_thw=grids,
+                mm_token_type_ids=(ids == llm.image_prompts.cfg.image_token_id).int())
+
+
+def hf_generate(hf_model, inputs: dict) -> tuple[list[int], np.ndarray]:
+    """HF's greedy tokens and each one's logprob."""
+    with torch.no_grad():
+        out = hf_model.generate(**inputs, max_new_tokens=GREEDY.max_tokens, do_sample=False, output_scores=True,
+                                return_dict_in_generate=True)
+    tokens = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
+    return tokens, np.asarray([torch.log_softmax(s[0], -1)[t].item() for s, t in zip(out.scores, tokens)])
+
+
+def greedy_logprobs(llm: LLM, images: list[Image.Image], text: str = IMAGE_PROMPT) -> tuple[list[int], np.ndarray]:
+    out = llm.generate({"prompt": text, "multi_modal_data": {"image": images}}, WITH_LOGPROBS)[0].outputs[0]
+    return out.token_ids, np.asarray([step[t].logprob for step, t in zip(out.logprobs, out.token_ids)])
+
+
+def test_image_logits_and_positions_match_hf(llm, hf_model):
+    """The tower's rows, the M-RoPE positions (and the decode delta) and every position's float32 logits of a
+    prompt with text after an image; without the image's 3-D positions the logits are not HF's."""
+    inputs = hf_inputs(llm, [picture(0)])
+    ids = inputs["input_ids"][0].numpy()
+    (image,) = llm.image_prompts.prompt(IMAGE_PROMPT, [picture(0)], "test")[1]
+    assert (image.offset, image.length, image.pixels.shape[:2]) == (7, 15, (3, 5))
+    with torch.no_grad():
+        expected = hf_model(**inputs).logits[0].numpy()
+        hf_rows = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"],
+                                                    image_grid_thw=inputs["image_grid_thw"]).pooler_output[0].numpy()
+        hf_positions, hf_delta = hf_model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
+                                                               inputs["image_grid_thw"])
+    rows = llm.engine.runner.vision.features(image)
+    assert np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
+    positions = np.arange(len(ids), dtype=np.int32)
+    streams = (positions[:, None] + offsets((image,), positions)).T[:, None, :]
+    assert np.array_equal(streams[:, 0], hf_positions[:, 0].numpy()) and total_delta((image,)) == hf_delta.item()
+    placed = np.zeros((len(ids), rows.shape[1]), np.float32)
+    placed[image.offset : image.offset + image.length] = rows
+    assert np.abs(our_logits(llm, ids, placed, streams) - expected).max() <= 1e-5 * np.abs(expected).max()
+    assert np.abs(our_logits(llm, ids, placed) - expected).max() > 1e-2 * np.abs(expected).max()
+
+
+def test_engine_greedy_matches_hf(hf_model, llm):
+    """Greedy tokens and logprobs through the engine as HF's (16-token chunks cut the image; decode rotates by
+    the image's delta); another image gives other tokens; a rerun hits the prefix cache, its image's pages too."""
+    (out_a, logprobs_a), (out_b, _) = greedy_logprobs(llm, [picture(0)]), greedy_logprobs(llm, [picture(1)])
+    hits = llm.engine.scheduler.prefix_hits
+    again = llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(0)}}, GREEDY)
+    hf_a, hf_logprobs_a = hf_generate(hf_model, hf_inputs(llm, [picture(0)]))
+    assert out_a == hf_a and out_b == hf_generate(hf_model, hf_inputs(llm, [picture(1)]))[0]
+    assert np.abs(logprobs_a - hf_logprobs_a).max() <= 1e-4
+    assert out_a != out_b and again[0].outputs[0].token_ids == out_a
+    assert llm.engine.scheduler.prefix_hits > hits
+
+
+def test_two_images_of_different_sizes(llm, hf_model, kind):
+    """Two images whose pad counts differ (3 x 5 and 2 x 2 merged blocks), text between and after them."""
+    first_kind_only(kind)
+    two = "USER: <|vision_start|><|image_pad|><|vision_end|> and <|vision_start|><|image_pad|><|vision_end|> fox:"
+    images = [picture(2), picture(3, 32, 32)]
+    _, carried = llm.image_prompts.prompt(two, images, "test")
+    assert [i.length for i in carried] == [15, 4]
+    hf, hf_logprobs = hf_generate(hf_model, hf_inputs(llm, images, two))
+    out, logprobs = greedy_logprobs(llm, images, two)
+    assert out == hf and np.abs(logprobs - hf_logprobs).max() <= 1e-4
+
+
+def test_chat_with_image_url(llm, hf_model, kind):
+    """LLM.chat reads a data: URL image part inside the vision start and end tokens; the reply is HF's."""
+    first_kind_only(kind)
+    image = random_image(4, 56)
+    (out,) = llm.chat(chat_message(image), GREEDY)
+    assert out.prompt.count("<|vision_start|><|image_pad|><|vision_end|>") == 1
+    inputs = hf_inputs(llm, [Image.fromarray(image)], out.prompt)
+    assert out.outputs[0].token_ids == hf_generate(hf_model, inputs)[0]
+
+
+def test_video_and_speculation_refused(llm, model_dir, kind):
+    first_kind_only(kind)
+    with pytest.raises(ValueError, match=r"served modalities are \('image',\), got \['video'\]"):
+        llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"video": [picture(0)]}}, GREEDY)
+    with pytest.raises(ConfigError, match="speculative decoding .* not supported for M-RoPE"):
+        LLM(model_dir, speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=2), **KNOBS)
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_steps_with_rope_offsets_lower_for_the_accelerators(llm, kind, platform):
+    """The widest ragged step and the decode step, their tokens' rotary offsets among the inputs, lower for CUDA
+    and TPU (no accelerator here)."""
+    from accelerator_programs import EXPORT_PLATFORMS, step_programs
+    from jax import export
+
+    first_kind_only(kind)
+    runner = llm.engine.runner
+    try:
+        programs = step_programs(llm, platform)
+        for wanted in ("ragged", "decode"):
+            program, args, kwargs = [(p, a, k) for shape, p, a, k in programs if shape[0] == wanted][-1]
+            export.export(program, platforms=(EXPORT_PLATFORMS[platform],))(*args, **kwargs)
+    finally:
+        runner.branchless, runner.stop_early = False, True

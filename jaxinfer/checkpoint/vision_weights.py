@@ -16,8 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
+from jaxinfer.checkpoint.qwen2_vl_weights import read_qwen2_vl_weights
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
+from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, abstract_vision_language
 
 TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
@@ -96,6 +98,8 @@ def read_llava_weights(
 ) -> VisionLanguageWeights:
     """The tower and projector of a LLaVA (or Gemma 3) checkpoint (its tensor -> file index; open_file opens one
     safetensors file), cast to dtype; CheckpointError naming a missing tensor."""
+    if isinstance(cfg, Qwen2VLConfig):
+        return read_qwen2_vl_weights(index, open_file, cfg, dtype)
     projector_names = GEMMA3_PROJECTOR_NAMES if isinstance(cfg, Gemma3VisionConfig) else PROJECTOR_NAMES
     probe = next(iter(projector_names.values()))
     tower = _prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"])

@@ -23,6 +23,8 @@ from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.engine.prompt_checks import encode_prompt
 from jaxinfer.entrypoints.media import load_image
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
+from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
+from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import (
     ARCHITECTURES,
     VisionLanguageConfig,
@@ -102,6 +104,14 @@ class ImagePrompts:
         Gemma 3)."""
         return self.tokenizer.convert_ids_to_tokens(mark_token_id(self.cfg))
 
+    def image_text(self) -> str:
+        """What an image part of a chat message becomes: the mark, inside Qwen2-VL's vision start and end."""
+        if isinstance(self.cfg, Qwen2VLConfig):
+            start, end = self.tokenizer.convert_ids_to_tokens([self.cfg.vision_start_token_id,
+                                                              self.cfg.vision_end_token_id])
+            return f"{start}{self.image_token}{end}"
+        return self.image_token
+
     def full_image_sequence(self) -> str:
         """What HF's Gemma3Processor puts for each start-of-image mark: blank lines around the mark, the image
         tokens and the end-of-image token."""
@@ -157,6 +167,8 @@ class ImagePrompts:
         self.check_count(len(images), field)
         if not images:
             return encode_prompt(prompt, self.tokenizer), ()
+        if isinstance(self.cfg, Qwen2VLConfig):  # a pad count per image, from its size
+            return qwen2_vl_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         ids, found = self.marked_ids(prompt, len(images))
         token, length = self.cfg.image_token_id, self.cfg.image_seq_length
         marks = [i for i, t in enumerate(ids) if t == token]
@@ -194,7 +206,7 @@ class ImagePrompts:
                 url = part.get("image_url")
                 url = url.get("url") if isinstance(url, Mapping) else url
                 images.append(load_image(url, f"{where}.image_url.url", self.allowed_local_media_path))
-                parts.append({"type": "text", "text": self.image_token})
+                parts.append({"type": "text", "text": self.image_text()})
             out.append(parts)
         self.check_count(len(images), field)
         return out, images

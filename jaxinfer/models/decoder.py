@@ -80,13 +80,14 @@ def forward(weights: Weights, tokens: jax.Array, positions: jax.Array, cache: An
 
 def forward_with_taps(
     weights: Weights, tokens: jax.Array, positions: jax.Array, cache: Any, cfg: ModelConfig, taps: tuple[int, ...],
-    override: EmbedOverride | None = None,
+    override: EmbedOverride | None = None, streams: jax.Array | None = None,
 ) -> tuple[jax.Array, list[jax.Array], Any]:
     """`forward`, also returning the residual stream [B, T, D] entering each layer in `taps` (EAGLE-3 reads them);
-    override: rows replacing some tokens' embeddings (a vision-language model's image features)."""
+    override: rows replacing some tokens' embeddings (a vision-language model's image features); streams
+    [3, B, T]: M-RoPE's rotary positions where they differ from `positions` (Qwen2-VL's image tokens)."""
     x = override_embeddings(embed_tokens(weights, tokens, cfg), override)
     x = cache.layout.constrain(x, HIDDEN)
-    rope = RopeTables(positions, cfg)
+    rope = RopeTables(positions, cfg, streams)
     layer_fn = family_of(cfg).layer
     tapped = []
     for layer, lw in enumerate(weights.layers):

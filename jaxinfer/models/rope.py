@@ -109,6 +109,18 @@ def cos_sin(positions: jax.Array, dims: int, theta: float, scaling: RopeScaling)
     return jnp.cos(emb) * np.float32(factor), jnp.sin(emb) * np.float32(factor)
 
 
+def mrope_cos_sin(streams: jax.Array, dims: int, theta: float, scaling: RopeScaling,
+                  section: tuple[int, ...]) -> CosSin:
+    """Qwen2-VL's M-RoPE tables [B, T, dims]: frequency i turned by the (temporal, height, width) stream whose
+    `section` holds it; streams [3, B, T] integer positions (all equal for text: the one-stream tables)."""
+    inv_freq = jnp.asarray(rope_inv_freq(dims, theta, scaling))
+    freqs = streams.astype(jnp.float32)[..., None] * inv_freq  # [3, B, T, dims // 2]
+    owner = np.repeat(np.arange(len(section)), section)  # the stream of each frequency
+    picked = jnp.where(owner == 0, freqs[0], jnp.where(owner == 1, freqs[1], freqs[2]))
+    emb = jnp.concatenate([picked, picked], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
+
+
 def rope_cos_sin(positions: jax.Array, cfg: ModelConfig) -> CosSin:
     """The global layers' tables (every layer's, for families with one rope)."""
     return cos_sin(positions, cfg.rotated_dims, cfg.rope_theta, cfg.rope_scaling)
@@ -124,8 +136,9 @@ def layer_rope(cfg: ModelConfig, layer: int) -> tuple[float, RopeScaling]:
 class RopeTables:
     """The tables of one forward, computed on first use per distinct (theta, scaling)."""
 
-    def __init__(self, positions: jax.Array, cfg: ModelConfig):
-        self._positions, self._cfg = positions, cfg
+    def __init__(self, positions: jax.Array, cfg: ModelConfig, streams: jax.Array | None = None):
+        """streams [3, B, T]: M-RoPE's position streams (Qwen2-VL with images); None: each equal to positions."""
+        self._positions, self._cfg, self._streams = positions, cfg, streams
         self._tables: dict[tuple[float, RopeScaling], CosSin] = {}
 
     def for_layer(self, layer: int) -> CosSin | None:
@@ -133,6 +146,8 @@ class RopeTables:
         if layer in self._cfg.nope_layers:
             return None
         key = layer_rope(self._cfg, layer)
+        if key not in self._tables and self._cfg.mrope_section and self._streams is not None:
+            self._tables[key] = mrope_cos_sin(self._streams, self._cfg.rotated_dims, *key, self._cfg.mrope_section)
         if key not in self._tables:
             self._tables[key] = cos_sin(self._positions, self._cfg.rotated_dims, *key)
         return self._tables[key]

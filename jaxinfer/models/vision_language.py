@@ -9,21 +9,27 @@ from __future__ import annotations
 from typing import Any, Mapping, Union
 
 import jax
+import numpy as np
 
 import jaxinfer.models.gemma3_vision as gemma3_vision
 import jaxinfer.models.llava as llava
+import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
+from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig, QwenTowerWeights
 
-ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES
-VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig]
-VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights]
+ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vision.QWEN2_VL,
+                                                                    qwen2_vl_vision.QWEN2_5_VL)
+VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig]
+VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
     """The image side of a vision-language checkpoint's config (by its architecture)."""
     if hf["architectures"][0] in gemma3_vision.ARCHITECTURES:
         return gemma3_vision.read_gemma3_vision_config(hf)
+    if hf["architectures"][0] in (qwen2_vl_vision.QWEN2_VL, qwen2_vl_vision.QWEN2_5_VL):
+        return qwen2_vl_vision.read_qwen2_vl_config(hf)
     return llava.read_llava_config(hf)
 
 
@@ -31,14 +37,28 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
     """The tower and projector leaves as ArrayInfos."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.abstract_gemma3_vision(cfg)
+    if isinstance(cfg, Qwen2VLConfig):
+        return qwen2_vl_vision.abstract_qwen2_vl(cfg)
     return llava.abstract_llava(cfg)
 
 
 def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: VisionLanguageConfig) -> jax.Array:
-    """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W]."""
+    """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, rows, D] of
+    one image's patches [1, blocks_h, blocks_w, m*m, F])."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, Qwen2VLConfig):
+        return qwen2_vl_vision.image_features(weights, pixels, cfg)
     return llava.image_features(weights, pixels, cfg)
+
+
+def blank_pixels(cfg: VisionLanguageConfig) -> np.ndarray:
+    """Zero pixels of one image as the tower takes it (what warm-up compiles; Qwen2-VL: one merged block, its
+    other grid sizes compile on first use)."""
+    if isinstance(cfg, Qwen2VLConfig):
+        return qwen2_vl_vision.blank_pixels(cfg)
+    v = cfg.vision
+    return np.zeros((v.num_channels, v.image_size, v.image_size), np.float32)
 
 
 def mark_token_id(cfg: VisionLanguageConfig) -> int:

@@ -13,6 +13,7 @@ from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.parallel.sharding import Layout
 from jaxinfer.runtime.engine_step import RowSampling, StepInputs
 from jaxinfer.runtime.host_step import HostStep
+from jaxinfer.runtime.mrope_positions import step_offsets
 from jaxinfer.runtime.packed_tree import PackedTree, pack_host
 from jaxinfer.runtime.row_slots import holds_sampling_state
 from jaxinfer.runtime.verify_step import Drafts
@@ -24,10 +25,12 @@ PADDING_PARAMS = SamplingParams(temperature=0)  # padding rows: greedy, so they 
 
 def device_inputs(
     host: HostStep, row_slots: np.ndarray, entries: np.ndarray, width: int, layout: Layout, branchless: bool,
+    mrope: bool = False,
 ) -> PackedTree:
     """(the step's `StepInputs`, its `step_extras`) as one buffer (see packed_tree), replicated over
     the mesh (one global array when the devices span processes). row_slots [R]: each row's slot
-    (0: padding); entries [D, 3]: the page entries the slots gained (see page_table_diffs)."""
+    (0: padding); entries [D, 3]: the page entries the slots gained (see page_table_diffs); mrope: the
+    model rotates by M-RoPE (its tokens' rotary offsets go too)."""
     params = [r.params if r is not None else PADDING_PARAMS for r in host.requests]
     seeds = [r.seed if r is not None else 0 for r in host.requests]
     sampling = RowSampling(
@@ -42,6 +45,7 @@ def device_inputs(
         lengths=host.lengths, query_lens=host.query_lens, last_index=host.last_index,
         next_tokens=host.next_tokens, sampling=sampling,
         carried=np.zeros(len(host.lengths), bool) if host.carried is None else host.carried,
+        rope_offsets=step_offsets(host) if mrope else None,
     )
     return layout.put_tree(pack_host((inputs, step_extras(host))))
 

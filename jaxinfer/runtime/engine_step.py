@@ -84,6 +84,9 @@ class StepInputs:
     # [R] bool the row's token and length are the decode carry of its slot (row_state), not these
     # inputs: the multi-step decode call before it was still running when this one was planned
     carried: jax.Array
+    # [T, 3] int32 M-RoPE models only (Qwen2-VL): each token's (temporal, height, width) rotary position minus
+    # its position (image tokens' grid offsets, the images' delta after them); None for every other model
+    rope_offsets: jax.Array | None = None
 
 
 @jax.tree_util.register_dataclass

@@ -53,8 +53,9 @@ def step_features(
     view = step_view(pages, x)
     if override is not None and override.key_ends is not None:  # image tokens see their whole image (Gemma 3)
         view = dataclasses.replace(view, key_ends=override.key_ends)
+    streams = None if x.rope_offsets is None else (x.positions[:, None] + x.rope_offsets).T[:, None, :]
     hidden, tapped, view = forward_with_taps(weights, x.tokens[None], x.positions[None], view, cfg, taps or (),
-                                             override)
+                                             override, streams)
     features = None if taps is None else jnp.concatenate(tapped, axis=-1)[0] if taps else hidden[0]
     return hidden[0], features, dataclasses.replace(view.pages, page_table=pages.page_table)
 

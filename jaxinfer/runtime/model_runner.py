@@ -28,7 +28,7 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.lora import LoRAConfig
-from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.models.adapter_slots import slot_targets, with_adapter_slots
 from jaxinfer.models.lora_weight import adapter_factors, with_factors, write_slot
@@ -91,6 +91,9 @@ class ModelRunner:
         # not happen at import (jax.distributed.initialize has to come first).
         self.cache_spec = CacheSpec() if cache_spec is None else cache_spec
         self.speculative, self.draft_cfg, self.draft_weights = speculative, draft_cfg, draft_weights
+        if speculative is not None and model_config.mrope_section:  # verify steps repack tokens; offsets do not follow
+            raise ConfigError(f"speculative decoding (method {speculative.method!r}) is not supported for M-RoPE "
+                              "models (Qwen2-VL, Qwen2.5-VL) yet; leave speculative unset")
         self.adapters: AdapterStore | None = None
         self._write_slot: Callable | None = None
         if lora is not None:
@@ -204,7 +207,8 @@ class ModelRunner:
             slots, entries = np.zeros(len(host.lengths), np.int32), self.tables.no_changes(capacity)
         (pages, draft_pool), row_state = state
         layout = self.cache_spec.mesh_layout
-        inputs = device_inputs(host, slots, entries, self.width, layout, self.branchless)
+        inputs = device_inputs(host, slots, entries, self.width, layout, self.branchless,
+                               bool(self.model_config.mrope_section))
         head = [self.weights, pages, row_state, inputs, self._bitmask(host)]
         draft = dict(draft=draft_pool, draft_weights=self.draft_weights)
         cfg = self.model_config

@@ -18,7 +18,7 @@ import collections
 
 import numpy as np
 
-from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, bidirectional
+from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, bidirectional, blank_pixels
 from jaxinfer.parallel.sharding import Layout, to_host
 from jaxinfer.runtime import step_programs
 from jaxinfer.runtime.embed_rows import StepRows
@@ -42,9 +42,8 @@ class VisionRunner:
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
         """The tower's program over one image [C, H, W] (zeros: what warm-up compiles)."""
-        v = self.cfg.vision
         if pixels is None:
-            pixels = np.zeros((v.num_channels, v.image_size, v.image_size), np.float32)
+            pixels = blank_pixels(self.cfg)
         return Program(step_programs.image_features, [self.weights, self.layout.put_tree(pixels[None])],
                        dict(cfg=self.cfg), fixed=1)
 
