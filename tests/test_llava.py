@@ -255,8 +255,11 @@ def test_server_chat_with_data_url(llm, hf_llava):
                                                temperature=0)
         beams = client.chat.completions.create(model="llava", messages=chat_message(image), max_tokens=3, n=2,
                                                extra_body={"use_beam_search": True})
+        response = client.responses.create(model="llava", max_output_tokens=6, temperature=0, input=[
+            {"role": "user", "content": [{"type": "input_image", "image_url": data_url(image)},
+                                         {"type": "input_text", "text": "The quick brown fox"}]}])
     (expected,) = llm.chat(chat_message(image), GREEDY)
-    assert reply.choices[0].message.content == expected.outputs[0].text
+    assert reply.choices[0].message.content == expected.outputs[0].text == response.output_text
     (searched,) = llm.beam_search([image_prompt(image, expected.prompt)], BeamSearchParams(beam_width=2, max_tokens=3))
     assert [c.message.content for c in beams.choices] == [seq.text for seq in searched.sequences]
 

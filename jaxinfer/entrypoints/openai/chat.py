@@ -43,7 +43,7 @@ from jaxinfer.entrypoints.openai.serving import (
 from jaxinfer.entrypoints.openai.structured_fields import compile_constraint
 from jaxinfer.entrypoints.openai.tool_calls import plan_tools
 
-__all__ = ["DEFAULT_CHAT_TEMPLATE", "chat_prompt_ids", "create_chat_completion", "prepare_chat", "render_chat"]
+__all__ = ["DEFAULT_CHAT_TEMPLATE", "chat_prompt_ids", "create_chat_completion", "prepare_chat_images", "render_chat"]
 MAX_TOP_LOGPROBS = 20
 
 
@@ -108,19 +108,11 @@ async def create_chat_completion(body: ChatCompletionRequest, state: ServerState
     return JSONResponse({**header, "object": "chat.completion", "choices": choices, "usage": count_usage([output])})
 
 
-def prepare_chat(state: ServerState, body: ChatCompletionRequest
-                 ) -> tuple[list[int], SamplingParams | BeamSearchParams, ReplyPlan]:
-    """The conversation's token ids, checked SamplingParams (4xx errors name the field) and how its
-    choices become messages (POST /v1/responses runs its requests through this; it takes no images)."""
-    ids, images, params, plan = prepare_chat_images(state, body)
-    if images:
-        raise APIError("images are served by /v1/chat/completions only so far", param="messages")
-    return ids, params, plan
-
-
 def prepare_chat_images(state: ServerState, body: ChatCompletionRequest
                         ) -> tuple[list[int], tuple, SamplingParams | BeamSearchParams, ReplyPlan]:
-    """`prepare_chat`, with the images of the messages' image_url parts over their placeholders in the ids."""
+    """The conversation's token ids, the images of its image_url parts over their placeholders in them,
+    checked SamplingParams (4xx errors name the field) and how its choices become messages (POST
+    /v1/responses runs its requests through this too)."""
     state.limits.check(body)
     tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, state.tool_parser)
     messages, images = take_images(state, body.messages)

@@ -1,9 +1,10 @@
 """POST /v1/responses (OpenAI's Responses API) on the chat path, and GET/DELETE /v1/responses/{id}.
 
-A request becomes a chat request (responses_protocol.py) and runs as one: chat.prepare_chat renders
-and checks it, the engine generates, chat_messages turns the text into the assistant's reasoning,
-content and tool calls (whole, or ChoiceStream's deltas), and those become the Response's output items
-(responses_output.py) or its stream of events (responses_stream.py). With `store` (the default) the
+A request becomes a chat request (responses_protocol.py) and runs as one: chat.prepare_chat_images
+renders and checks it (its input_image parts read as chat's image_url parts), the engine generates,
+chat_messages turns the text into the assistant's reasoning, content and tool calls (whole, or
+ChoiceStream's deltas), and those become the Response's output items (responses_output.py) or its
+stream of events (responses_stream.py). With `store` (the default) the
 finished Response and its conversation are kept (responses_store.py) for `previous_response_id`, whose
 turns come before the new input, and for GET.
 """
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 
 from jaxinfer.engine import RequestOutput
 from jaxinfer.entrypoints.openai.beam_search import generation
-from jaxinfer.entrypoints.openai.chat import prepare_chat
+from jaxinfer.entrypoints.openai.chat import prepare_chat_images
 from jaxinfer.entrypoints.openai.chat_messages import ChoiceStream, ReplyPlan, assistant_message
 from jaxinfer.entrypoints.openai.errors import APIError
 from jaxinfer.entrypoints.openai.formatting import sse
@@ -75,10 +76,10 @@ async def create_response(body: ResponsesRequest, state: ServerState, store: Res
     deadline = deadline_after(timeout)
     turn = [*_history(store, body.previous_response_id), *input_messages(body.input)]
     chat = chat_request(body, turn)
-    ids, params, plan = await asyncio.to_thread(_prepare, state, chat)
+    ids, images, params, plan = await asyncio.to_thread(_prepare, state, chat)  # reading images: off the loop
     state.start(request, 1)
     ident = item_id("resp")
-    outputs = generation(state, ids, params, ident, deadline, body.stream, adapter)
+    outputs = generation(state, ids, params, ident, deadline, body.stream, adapter, images)
     response = response_object(body, ident, adapter.lora_name if adapter else state.model_name, params)
     if body.stream:
         return EventStream(_stream(state, store if body.store else None, response, turn, merge([outputs]), len(ids),
@@ -102,10 +103,10 @@ def _history(store: ResponseStore, previous_response_id: str | None) -> list[Cha
     return store.get(previous_response_id, "previous_response_id").conversation
 
 
-def _prepare(state: ServerState, chat: ChatCompletionRequest) -> tuple[list[int], Any, ReplyPlan]:
-    """chat's prepare, its 400s naming the Responses fields."""
+def _prepare(state: ServerState, chat: ChatCompletionRequest) -> tuple[list[int], tuple, Any, ReplyPlan]:
+    """chat's prepare (ids, images, params, plan), its 400s naming the Responses fields."""
     try:
-        return prepare_chat(state, chat)
+        return prepare_chat_images(state, chat)
     except APIError as error:
         raise responses_error(error) from None
 

@@ -5,6 +5,8 @@ outputs; `instructions` a system message; function tools are flat ({"type": "fun
 `text.format` is response_format; `reasoning.effort` a chat-template variable (GPT-OSS's template reads
 `reasoning_effort`). So a request becomes a ChatCompletionRequest and runs the chat path (template,
 sampling, structured output, tools, reasoning parser, harmony); each 400 names the Responses field.
+A message's `input_image` parts (`image_url`: a data: or http(s) URL) become chat's `image_url` parts,
+which a vision-language model reads as chat does.
 Built-in tools (web search, file search, ...) are refused by name: this server runs none.
 """
 
@@ -22,6 +24,7 @@ from jaxinfer.entrypoints.openai.protocol import UNKNOWN_FIELD, ChatCompletionRe
 ROLES = ("user", "system", "developer", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 TEXT_PARTS = ("input_text", "output_text")
+IMAGE_PART = "input_image"
 FORMATS = ("text", "json_object", "json_schema")
 FORMAT_KEYS = {"type", "name", "schema", "strict", "description"}
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -161,7 +164,28 @@ def _message(item: dict, field: str) -> ChatMessage:
     role = item.get("role")
     if role not in ROLES:
         raise APIError(f"{field}.role must be one of {', '.join(ROLES)}, got {role!r:.40}", param=f"{field}.role")
-    return ChatMessage(role=role, content=_text(item.get("content"), f"{field}.content"))
+    return ChatMessage(role=role, content=_content(item.get("content"), f"{field}.content"))
+
+
+def _content(content: Any, field: str) -> str | list[dict]:
+    """A message's text, or where it has input_image parts chat's text and image_url parts, in order."""
+    if not isinstance(content, list) or not any(_is_image(part) for part in content):
+        return _text(content, field)
+    parts = []
+    for j, part in enumerate(content):
+        if not _is_image(part):
+            parts.append({"type": "text", "text": _text_part(part, f"{field}[{j}]")})
+            continue
+        url = part.get("image_url")
+        if not isinstance(url, str) or not url:
+            raise APIError(f"{field}[{j}].image_url must be the image's URL (data: or http(s)); file_id is not "
+                           f"supported, got {url!r:.60}", param=f"{field}[{j}].image_url")
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def _is_image(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == IMAGE_PART
 
 
 def _text(content: Any, field: str) -> str:
@@ -170,14 +194,16 @@ def _text(content: Any, field: str) -> str:
         return content
     if not isinstance(content, list):
         raise APIError(f"{field} must be a string or a list of input_text parts, got {content!r:.60}", param=field)
-    texts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise APIError(f"{field}[{j}]: only text parts ({', '.join(TEXT_PARTS)}) are supported, got "
-                           f"{part!r:.80}", param=f"{field}[{j}]")
-        texts.append(part["text"])
-    return "".join(texts)
+    return "".join(_text_part(part, f"{field}[{j}]") for j, part in enumerate(content))
+
+
+def _text_part(part: Any, field: str) -> str:
+    """An input_text/output_text part's text; other parts are refused by name."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
+        raise APIError(f"{field}: only text and image parts ({', '.join(TEXT_PARTS)}, {IMAGE_PART}) are supported, "
+                       f"got {part!r:.80}", param=field)
+    return part["text"]
 
 
 def _string(item: dict, key: str, field: str) -> str:
