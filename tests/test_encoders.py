@@ -2,7 +2,7 @@
 `*ForSequenceClassification` checkpoints saved by transformers, against HF on the same weights: pooled embeddings
 (cls and mean, prompts of different lengths padded in one batch), classifier logits, cross-encoder scores on the
 tokenizer's pair encoding (BERT's token types), a sentence-transformers directory's pooling, bfloat16, the
-server's routes, and the refusals."""
+server's routes, the refusals, and the pooled pass lowered for CUDA and TPU."""
 
 from __future__ import annotations
 
@@ -146,3 +146,15 @@ def test_encoders_refuse_generation_and_what_they_do_not_run_by_name(encoders):
                                 ("hidden_act", "swish", "hidden_act 'swish' is not supported for BertModel")]:
         with pytest.raises(ConfigError, match=words):
             read_encoder_config({**base, field: value})
+
+
+def test_the_pooled_pass_lowers_for_gpus_and_tpus(encoders):
+    from jax import export
+
+    from jaxinfer.runtime.embeddings import pooled_program
+
+    llm = encoders["BertForSequenceClassification"][0]
+    program = pooled_program(llm.weights, llm.config, 64, 2, llm.dtype, "cls", head=llm.classifier.weight)
+    for platform in ("cuda", "tpu"):
+        exported = export.export(program.function, platforms=(platform,))(*program.args, **program.kwargs)
+        assert exported.out_avals[0].shape == (2, 1)
