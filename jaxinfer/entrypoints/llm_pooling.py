@@ -50,7 +50,8 @@ class PoolingCalls:
     def classify(self: LLM, prompts: Prompt | Sequence[Prompt], use_tqdm: bool = False) -> list[ClassificationRequestOutput]:
         """Each prompt's probability of each label, in order (vLLM's `LLM.classify`): a
         `*ForSequenceClassification` model's head on its last token's state, as HF picks that token
-        (entrypoints/scoring), then a softmax over the labels (a sigmoid for one); `classifier.labels` names them."""
+        (entrypoints/scoring; an encoder's head reads the first token's: models/encoder_heads), then a softmax
+        over the labels (a sigmoid for one); `classifier.labels` names them."""
         if self.classifier is None:
             raise ValueError("LLM.classify needs a *ForSequenceClassification checkpoint (a decoder with a `score` "
                              f"head) started with runner='pooling' or 'auto'; {self.model_dir} was started "
