@@ -22,11 +22,12 @@ from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.config.model import ConfigError
 from jaxinfer.models import forward_with_taps, lm_logits
 from jaxinfer.models.embed_override import EmbedOverride
-from jaxinfer.models.registry import from_hf_config
+from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES, from_hf_config
 from jaxinfer.runtime.mrope_positions import offsets, total_delta
 from jaxinfer.speculative.config import SpeculativeConfig
 
 KINDS = ["qwen2_vl", "qwen2_5_vl"]
+KIND_ARCHITECTURES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration")
 TEXT = "The quick brown fox jumps over the lazy dog"
 GREEDY = SamplingParams(max_tokens=8, temperature=0)
 WITH_LOGPROBS = SamplingParams(max_tokens=8, temperature=0, logprobs=0)
@@ -97,6 +98,7 @@ def test_flat_hub_config_reads_as_nested(model_dir):
             "rope_scaling": {"type": "mrope", "mrope_section": MROPE_SECTION}}
     flat.pop("rope_parameters")
     assert from_hf_config(flat) == from_hf_config(nested)
+    assert set(KIND_ARCHITECTURES) <= set(SUPPORTED_ARCHITECTURES)  # named where an unsupported one is refused
 
 
 def test_bad_mrope_refused(model_dir):
@@ -198,10 +200,13 @@ def test_chat_with_image_url(llm, hf_model, kind):
     assert out.outputs[0].token_ids == hf_generate(hf_model, inputs)[0]
 
 
-def test_video_and_speculation_refused(llm, model_dir, kind):
+def test_video_speculation_and_prompt_logprobs_refused(llm, model_dir, kind):
     first_kind_only(kind)
     with pytest.raises(ValueError, match=r"served modalities are \('image',\), got \['video'\]"):
         llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"video": [picture(0)]}}, GREEDY)
+    with pytest.raises(ValueError, match="prompt_logprobs is not served with images on M-RoPE models"):
+        llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(0)}},
+                     SamplingParams(max_tokens=1, prompt_logprobs=1))
     with pytest.raises(ConfigError, match="speculative decoding .* not supported for M-RoPE"):
         LLM(model_dir, speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=2), **KNOBS)
 

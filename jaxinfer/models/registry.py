@@ -56,7 +56,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, MAMBA2, GRANITE_MOE_HYBRID)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
-SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE)
+SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
 NOT_SUPPORTED = {
     "Mistral3ForConditionalGeneration": "Mistral 3 / Ministral 3 with their Pixtral vision tower (not supported; "
