@@ -38,11 +38,11 @@ def hf_model() -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def llm(hf_model, tmp_path_factory) -> LLM:
-    """The model saved and loaded in float32: 16 tokens a step (the 28-token prompt prefills in two chunks) and 5
-    pages of 16 for 3 requests of up to 44 tokens (some are preempted)."""
+    """The model saved and loaded in float32: 16 tokens a step (the 28-token prompt prefills in two chunks) and 4
+    pages of 16 for 2 requests at a time of up to 44 tokens (some are preempted)."""
     path = tmp_path_factory.mktemp("granite_moe_hybrid")
     hf_model.save_pretrained(path)
-    return LLM(str(path), dtype="float32", max_seq_len=64, max_num_seqs=4, max_num_batched_tokens=16, num_pages=6,
+    return LLM(str(path), dtype="float32", max_seq_len=64, max_num_seqs=2, max_num_batched_tokens=16, num_pages=5,
                cpu_kernels=False)
 
 
