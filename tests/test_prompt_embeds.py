@@ -184,3 +184,23 @@ def test_server_completions_take_base64_prompt_embeds(llm, hf_llama):
                                ({"prompt_embeds": base64_tensor(rows), "echo": True}, "echo is not served")):
             with pytest.raises(openai.BadRequestError, match=message):
                 client.completions.create(model="tiny", prompt="", max_tokens=2, extra_body=extra)
+
+
+@pytest.fixture(scope="module")
+def xla_llm(text_model_dir):
+    """The module's model on XLA's attention (not the native CPU kernels): what accelerators compile."""
+    return LLM(text_model_dir, **KNOBS, cpu_kernels=False)
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_ragged_step_with_embeddings_lowers_for_the_accelerators(xla_llm, platform):
+    """The widest ragged step, with its embedding rows, lowers for CUDA and TPU (no accelerator here)."""
+    from accelerator_programs import DISABLED, EXPORT_PLATFORMS, step_programs, triton_target_without_a_gpu
+    from jax import export
+
+    ragged = [(program, args, kwargs) for shape, program, args, kwargs in step_programs(xla_llm, platform)
+              if shape[0] == "ragged"]
+    assert all("images" in kwargs for _, _, kwargs in ragged)
+    program, args, kwargs = ragged[-1]
+    with triton_target_without_a_gpu():
+        export.export(program, platforms=(EXPORT_PLATFORMS[platform],), disabled_checks=DISABLED)(*args, **kwargs)
