@@ -115,7 +115,8 @@ class LLM(PoolingCalls, WeightCalls):
     bitwise the same whatever shares its steps (CPU only so far, slower: docs/engine.md).
     runner (vLLM's): "pooling" starts an embedding model (`embed`, `score`; pooler_config, vLLM's, sets its
     pooling) or a `*ForSequenceClassification` one (`classify`, `score`), "generate" a generation model,
-    "auto" pooling for a model saved without an output head.
+    "auto" pooling for a model saved without an output head. enable_prompt_embeds=True (vLLM's): `generate`
+    and `beam_search` take {"prompt_embeds": [L, hidden_size] tensor} prompts (docs/multimodal.md).
     """
 
     def __init__(
