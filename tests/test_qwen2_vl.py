@@ -178,6 +178,22 @@ def test_engine_greedy_matches_hf(hf_model, llm):
     assert llm.engine.scheduler.prefix_hits > hits
 
 
+def test_prompt_logprobs_with_an_image_match_hf(llm, hf_model, kind):
+    """prompt_logprobs of an image prompt: HF's log-softmax at every position (the all-positions pass takes the
+    image rows and the tokens' rotary offsets)."""
+    first_kind_only(kind)
+    (out,) = llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(5)}},
+                          SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=2))
+    inputs = hf_inputs(llm, [picture(5)])
+    ids = inputs["input_ids"][0]
+    with torch.no_grad():
+        logits = hf_model(**inputs).logits[0, :-1].double()
+    expected = torch.log_softmax(logits, -1).gather(1, ids[1:, None])[:, 0].numpy()
+    assert out.prompt_token_ids == ids.tolist() and out.prompt_logprobs[0] is None
+    got = [step[token].logprob for step, token in zip(out.prompt_logprobs[1:], ids[1:].tolist())]
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
 def test_two_images_of_different_sizes(llm, hf_model, kind):
     """Two images whose pad counts differ (3 x 5 and 2 x 2 merged blocks), text between and after them."""
     first_kind_only(kind)
@@ -200,13 +216,10 @@ def test_chat_with_image_url(llm, hf_model, kind):
     assert out.outputs[0].token_ids == hf_generate(hf_model, inputs)[0]
 
 
-def test_video_speculation_and_prompt_logprobs_refused(llm, model_dir, kind):
+def test_video_and_speculation_refused(llm, model_dir, kind):
     first_kind_only(kind)
     with pytest.raises(ValueError, match=r"served modalities are \('image',\), got \['video'\]"):
         llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"video": [picture(0)]}}, GREEDY)
-    with pytest.raises(ValueError, match="prompt_logprobs is not served with images on M-RoPE models"):
-        llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(0)}},
-                     SamplingParams(max_tokens=1, prompt_logprobs=1))
     with pytest.raises(ConfigError, match="speculative decoding .* not supported for M-RoPE"):
         LLM(model_dir, speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=2), **KNOBS)
 

@@ -154,9 +154,6 @@ class LLMEngine(StepCalls):
         if params.prompt_logprobs is not None and self.runner.vision.bidirectional:
             raise ValueError("prompt_logprobs is not served with images on this model yet (its image tokens see "
                              "each other both ways, which the all-positions pass does not do); leave it unset")
-        if params.prompt_logprobs is not None and self.runner.model_config.mrope_section:
-            raise ValueError("prompt_logprobs is not served with images on M-RoPE models (Qwen2-VL, Qwen2.5-VL) yet "
-                             "(the all-positions pass rotates by one position stream); leave it unset")
         for image in images:
             if not 0 <= image.offset <= image.offset + image.length <= len(ids):
                 raise ValueError(f"multi_modal_data: an image's placeholders [{image.offset}, "

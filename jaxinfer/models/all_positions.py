@@ -13,11 +13,13 @@ from jaxinfer.models.embed_override import EmbedOverride
 
 
 def all_logits(weights: Weights, tokens: jax.Array, cache: KVCache, cfg: ModelConfig,
-               override: EmbedOverride | None = None) -> jax.Array:
+               override: EmbedOverride | None = None, rope_offsets: jax.Array | None = None) -> jax.Array:
     """Float32 next-token logits [B, T, V] at every position of tokens [B, T] (from position 0); override: rows
-    replacing some tokens' embeddings (a vision-language model's image features, B * T of them)."""
+    replacing some tokens' embeddings (a vision-language model's image features, B * T of them); rope_offsets
+    [B, T, 3]: an M-RoPE model's rotary offsets of each token (runtime/mrope_positions)."""
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
-    hidden, _, _ = forward_with_taps(weights, tokens, positions, cache, cfg, (), override)
+    streams = None if rope_offsets is None else jnp.moveaxis(positions[..., None] + rope_offsets, -1, 0)
+    hidden, _, _ = forward_with_taps(weights, tokens, positions, cache, cfg, (), override, streams)
     return lm_logits(weights, hidden)
 
 

@@ -25,8 +25,9 @@ from jaxinfer.runtime.executables import Program
 from jaxinfer.sampling.logprob import Logprob, TokenText, no_text, position_logprobs
 
 MIN_BUCKET = 64
-# A prompt's image rows for the pass: ([n, D] float32 rows, [n] bool where they replace the embeddings)
-ImageRows = tuple[np.ndarray, np.ndarray]
+# A prompt's image rows for the pass: ([n, D] float32 rows, [n] bool where they replace the embeddings,
+# [n, 3] int32 rotary offsets of an M-RoPE model's tokens or None)
+ImageRows = tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
 
 def prompt_buckets(max_len: int) -> list[int]:
@@ -54,8 +55,12 @@ def logits_program(
     images = {}
     if rows is not None:
         padded = np.zeros((size, rows[0].shape[1]), np.float32), np.zeros(size, bool)
-        padded[0][: len(rows[0])], padded[1][: len(rows[1])] = rows
+        padded[0][: len(rows[0])], padded[1][: len(rows[1])] = rows[:2]
         images = dict(override=layout.put_tree(EmbedOverride(*padded)))
+        if rows[2] is not None:  # M-RoPE: the image tokens' grid offsets, the images' deltas after them
+            offsets = np.zeros((1, size, 3), np.int32)
+            offsets[0, : len(rows[2])] = rows[2]
+            images["rope_offsets"] = layout.put(offsets)
     return Program(step_programs.all_logits, [weights, tokens, cache], dict(cfg=cfg, **images), fixed=1)
 
 

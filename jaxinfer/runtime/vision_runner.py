@@ -18,12 +18,14 @@ import collections
 
 import numpy as np
 
+from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, bidirectional, blank_pixels
 from jaxinfer.parallel.sharding import Layout, to_host
 from jaxinfer.runtime import step_programs
 from jaxinfer.runtime.embed_rows import StepRows
 from jaxinfer.runtime.executables import Executables, Program
 from jaxinfer.runtime.image_input import ImageInput
+from jaxinfer.runtime.mrope_positions import offsets
 
 CACHED_IMAGES = 32  # encoded images kept by content hash (their rows are the request's anyway)
 
@@ -59,11 +61,14 @@ class VisionRunner:
         self.encoded.move_to_end(image.content_hash)
         return rows
 
-    def prompt_rows(self, length: int, images: tuple[ImageInput, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    def prompt_rows(self, length: int, images: tuple[ImageInput, ...] = ()
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """([length, D] float32 rows, [length] bool mask) of a prompt's images at their placeholders: what an
-        all-positions pass (prompt logprobs) reads instead of those tokens' embeddings."""
+        all-positions pass (prompt logprobs) reads instead of those tokens' embeddings; and an M-RoPE model's
+        [length, 3] rotary offsets of its tokens (None for the others)."""
         rows, mask = np.zeros((length, self.cfg.text_hidden_size), np.float32), np.zeros(length, bool)
         for image in images:
             rows[image.offset : image.offset + image.length] = self.features(image)
             mask[image.offset : image.offset + image.length] = True
-        return rows, mask
+        rotary = offsets(images, np.arange(length)) if isinstance(self.cfg, Qwen2VLConfig) else None
+        return rows, mask, rotary
