@@ -61,13 +61,15 @@ class Plan:
     max_package_bytes: int = 16_000_000
     max_total_bytes: int = 200_000_000
     eval_windows: int = 256
+    stdlib_files: int | None = None  # the stdlib's first files only (None: all of it)
 
 
 def plan_for(args: argparse.Namespace) -> Plan:
     """The run's plan: --minutes split 2:1 between target and draft, or the --quick sizes."""
     if args.quick:
         return Plan(vocab_size=512, seq_len=64, batch_size=4, target_seconds=4, draft_seconds=3,
-                    tokenizer_bytes=400_000, max_package_bytes=0, max_total_bytes=0, eval_windows=8)
+                    tokenizer_bytes=400_000, max_package_bytes=0, max_total_bytes=0, eval_windows=8,
+                    stdlib_files=120)
     seconds = args.minutes * 60
     return Plan(target_seconds=seconds * 2 / 3, draft_seconds=seconds / 3)
 
@@ -205,7 +207,7 @@ def main() -> None:
     torch.manual_seed(0)
     started = time.perf_counter()
     corpus = python_corpus.collect(plan.max_package_bytes, plan.max_total_bytes, packages=not args.quick,
-                                   max_stdlib_files=None)
+                                   max_stdlib_files=plan.stdlib_files)
     train_texts, held_out_texts = list(corpus.train.values()), list(corpus.held_out.values())
     stride = max(1, sum(map(len, train_texts)) // plan.tokenizer_bytes)  # every stride-th file, ~tokenizer_bytes
     tokenizer = train_tokenizer(train_texts[::stride], plan.vocab_size)

@@ -89,7 +89,8 @@ def test_a_quick_run_writes_a_pair_jaxinfer_speculates_with(pair):
 def test_an_eagle3_head_trained_for_the_pair_loads_and_drafts(pair, tmp_path):
     """train_eagle.py --version 3: the head taps three of the target's layers and drafts in the engine."""
     run_script("train_eagle.py", "--target", str(pair / "target"), "--out", str(tmp_path / "eagle"), "--version", "3",
-               "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--eval-windows", "2")
+               "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--eval-windows", "2",
+               "--data", str(Path(json.__file__).parent))  # a dozen stdlib files: tokenizing all of it took ~15 s
     plain, _ = greedy_ids(pair / "target")
     spec = SpeculativeConfig(method="eagle", draft_model=str(tmp_path / "eagle"), num_speculative_tokens=3,
                              adaptive=False, fallback=False)
