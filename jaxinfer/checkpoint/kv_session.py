@@ -56,17 +56,24 @@ def _first_values(leaves: list[jax.Array]) -> jax.Array:
     return jnp.concatenate([row[:SAMPLED_VALUES].astype(jnp.float32) for row in rows])
 
 
+def session_target(path: str | Path, overwrite: bool) -> Path:
+    """`path` as an absolute directory a session may be written to (new, empty, or a saved session when
+    `overwrite`); a CheckpointError naming it otherwise. Callers check early, before minutes of work."""
+    path = Path(path).absolute()
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f"session path {path} is a file; give a directory to save the session into")
+    if path.is_dir() and any(path.iterdir()) and (not overwrite or not (path / META_FILE).is_file()):
+        raise CheckpointError(f"session path {path} is not empty; give a new or empty directory"
+                              + ("" if overwrite else ", or pass overwrite=True to replace a saved session"))
+    return path
+
+
 def write_session(path: Path, meta: dict, token_ids: list[int], pages: dict[str, np.ndarray], overwrite: bool) -> None:
     """Write a session directory at `path` (new or empty, or replaced when `overwrite`)."""
     from orbax import checkpoint as ocp
 
-    path = Path(path).absolute()
-    if path.exists() and not path.is_dir():
-        raise CheckpointError(f"session path {path} is a file; give a directory to save the session into")
+    path = session_target(path, overwrite)
     if path.is_dir() and any(path.iterdir()):
-        if not overwrite or not (path / META_FILE).is_file():
-            raise CheckpointError(f"session path {path} is not empty; give a new or empty directory"
-                                  + ("" if overwrite else ", or pass overwrite=True to replace a saved session"))
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     with ocp.StandardCheckpointer() as checkpointer:

@@ -62,6 +62,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _generate(args: argparse.Namespace) -> int:
     from jaxinfer import LLM
+    from jaxinfer.checkpoint.kv_session import session_target
     from jaxinfer.config.validation import model_dir
 
     initialize_distributed(args)  # before anything touches the devices: every host runs this command
@@ -76,6 +77,8 @@ def _generate(args: argparse.Namespace) -> int:
     )
     model = None if args.model is None else model_dir(args.model, "--model")  # the error names the flag
     adapter, rank = _adapter(args)
+    if args.save_session is not None:  # a path it cannot save to fails now, not after the generation
+        session_target(args.save_session, overwrite=False)
     llm = LLM(
         model, dtype=args.dtype, max_seq_len=args.max_seq_len,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
