@@ -135,21 +135,24 @@ def patch_grid(blocks_h: int, blocks_w: int, merge: int) -> tuple[np.ndarray, np
     return np.broadcast_to(row, shape).reshape(-1), np.broadcast_to(col, shape).reshape(-1)
 
 
-def rotary(rows: np.ndarray, cols: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+def rotary(rows: np.ndarray, cols: np.ndarray, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
     """cos, sin [N, head_dim] float32: the first quarter of frequencies turned by the row, the next by the
-    column, the second half repeating both (HF's rotate-half layout)."""
+    column, the second half repeating both (HF's rotate-half layout). Made in the program from the N rows and
+    columns (no N x head_dim constants)."""
     quarter = head_dim // 2
     inv_freq = 1.0 / (np.float32(theta) ** (np.arange(0, quarter, 2, dtype=np.float32) / np.float32(quarter)))
-    freqs = np.concatenate([rows[:, None] * inv_freq, cols[:, None] * inv_freq], axis=-1).astype(np.float32)
-    emb = np.concatenate([freqs, freqs], axis=-1)
-    return np.cos(emb), np.sin(emb)
+    turns = lambda index: jnp.asarray(index.astype(np.float32))[:, None] * inv_freq  # noqa: E731
+    freqs = jnp.concatenate([turns(rows), turns(cols)], axis=-1)
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
 
 
-def window_mask(blocks_h: int, blocks_w: int, cfg: QwenTowerConfig) -> np.ndarray:
-    """[N, N] bool: patches in the same window of cfg.window x cfg.window merged blocks (Qwen2.5-VL)."""
+def window_mask(blocks_h: int, blocks_w: int, cfg: QwenTowerConfig) -> jax.Array:
+    """[N, N] bool: patches in the same window of cfg.window x cfg.window merged blocks (Qwen2.5-VL). Made in
+    the program from each patch's window id, so the program holds N ids, not an N x N constant."""
     block_row = np.repeat(np.arange(blocks_h) // cfg.window, blocks_w)
     block_col = np.tile(np.arange(blocks_w) // cfg.window, blocks_h)
-    window = np.repeat(block_row * blocks_w + block_col, cfg.merge ** 2)
+    window = jnp.asarray(np.repeat(block_row * blocks_w + block_col, cfg.merge ** 2).astype(np.int32))
     return window[:, None] == window[None, :]
 
 
