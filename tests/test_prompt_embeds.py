@@ -61,6 +61,17 @@ def test_table_rows_give_the_token_prompts_tokens(llm, hf_llama):
 
 
 @pytest.mark.filterwarnings("ignore:Passing `repetition_penalty` with `inputs_embeds`")
+def test_stream_takes_an_embeds_prompt(llm, hf_llama):
+    """LLM.stream / stream_text of {"prompt_embeds": rows}: the deltas join to generate's tokens and text."""
+    prompt = {"prompt_embeds": table_rows(hf_llama, IDS, noise=0.05)}
+    whole = llm.generate(prompt, GREEDY)[0].outputs[0]
+    deltas = [delta.outputs[0] for delta in llm.stream(prompt, GREEDY)]
+    assert [t for d in deltas for t in d.token_ids] == whole.token_ids and len(deltas) > 1
+    assert "".join(llm.stream_text(prompt, GREEDY)) == whole.text
+    with pytest.raises(ValueError, match="prompt: a prompt_embeds prompt takes no"):
+        next(llm.stream({**prompt, "prompt": "x"}, GREEDY))
+
+
 def test_perturbed_rows_match_hf_inputs_embeds(llm, hf_llama):
     """Rows off the table: greedy tokens HF's from the same inputs_embeds (chunks of 16 slice them); another
     tensor with the same placeholder ids shares no page, the same tensor again is a prefix hit."""

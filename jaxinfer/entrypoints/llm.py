@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from jaxinfer.entrypoints.model_loading import (
 from jaxinfer.entrypoints.multimodal import (
     ImagePrompts,
     chat_prompts,
+    dict_prompt,
     image_limit,
     load_vision,
     media_dir,
@@ -362,17 +363,24 @@ class LLM(PoolingCalls, WeightCalls):
         """Yield one request's outputs as they are produced (a few tokens per device call), as vLLM's
         AsyncLLM.generate: RequestOutput deltas whose `outputs` hold every sample's new text and token
         ids, its index and, once it ended, its finish reason. Closing the iterator early aborts the request.
+        The prompt may be vLLM's dict, as `generate` takes it (images, prompt_embeds).
         """
         self._check_generating("LLM.stream")
-        prompt = validation.single_prompt(prompt, "prompt", "stream", self.config.vocab_size)
+        prompt, images = self._stream_prompt(prompt, "stream")
         (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False, streamed=True,
-                                        lora_requests=lora_requests_for(lora_request, 1))
+                                        lora_requests=lora_requests_for(lora_request, 1), images=images)
         yield from self._front.stream(request_id)
+
+    def _stream_prompt(self, prompt: Prompt, method: str) -> tuple[Prompt, list[tuple] | None]:
+        """One prompt of `method` checked: a str or ids as they are, a dict prompt as (its ids, [its images])."""
+        if isinstance(prompt, Mapping):
+            ids, images = dict_prompt(prompt, self.image_prompts, "prompt", self.prompt_embeds)
+            return ids, [images]
+        return validation.single_prompt(prompt, "prompt", method, self.config.vocab_size), None
 
     def stream_text(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield the text pieces of one single-sample request as they are produced (`stream` gives more)."""
-        prompt = validation.single_prompt(prompt, "prompt", "stream_text", self.config.vocab_size)
-        (params,) = self._params_for([prompt], params)
+        (params,) = self._params_for([self._stream_prompt(prompt, "stream_text")[0]], params)
         if params.n != 1:
             raise ValueError(f"stream_text streams one sample's text, got SamplingParams(n={params.n}); use "
                              "stream(), whose deltas carry each sample's index")
