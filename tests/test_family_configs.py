@@ -19,8 +19,6 @@ BASE = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers
 def test_unsupported_architecture_names_the_supported_ones():
     with pytest.raises(ConfigError, match="'FalconForCausalLM' is not supported; supported: LlamaForCausalLM"):
         from_hf_config({**BASE, "architectures": ["FalconForCausalLM"]})
-    with pytest.raises(ConfigError, match="Pixtral vision tower.*not supported.*Ministral3ForCausalLM"):
-        from_hf_config({**BASE, "architectures": ["Mistral3ForConditionalGeneration"]})
     with pytest.raises(ConfigError, match="PhiMoEForCausalLM.*sparsemixer.*supported: LlamaForCausalLM"):
         from_hf_config({**BASE, "architectures": ["PhiMoEForCausalLM"]})
     assert {"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Qwen2MoeForCausalLM"} <= set(SUPPORTED_ARCHITECTURES)
@@ -366,9 +364,12 @@ def test_ministral3_configs_that_cannot_run_are_refused_by_name(fields, message)
         from_hf_config({**MINISTRAL3, **fields, "architectures": ["Ministral3ForCausalLM"]})
 
 
-def test_mistral3_vision_model_is_refused_by_name():
-    with pytest.raises(ConfigError, match="Pixtral vision tower.*Ministral3ForCausalLM"):
-        from_hf_config({**MINISTRAL3, "architectures": ["Mistral3ForConditionalGeneration"]})
+def test_mistral3_vision_model_runs_its_ministral3_text_config():
+    """Mistral3ForConditionalGeneration (Ministral 3's vision model) reads its text_config's Ministral 3 config (its
+    Pixtral tower: tests/test_pixtral.py)."""
+    vision = {"architectures": ["Mistral3ForConditionalGeneration"], "text_config": {**MINISTRAL3,
+                                                                                  "model_type": "ministral3"}}
+    assert from_hf_config(vision) == from_hf_config({**MINISTRAL3, "architectures": ["Ministral3ForCausalLM"]})
 
 
 COHERE2 = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=6, num_attention_heads=4)

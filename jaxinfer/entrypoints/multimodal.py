@@ -22,8 +22,10 @@ from jaxinfer.checkpoint.vision_weights import is_vision_language
 from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.engine.prompt_checks import encode_prompt
 from jaxinfer.entrypoints.media import load_image
+from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
+from jaxinfer.models.pixtral_vision import Mistral3Config, with_token_ids
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import (
     ARCHITECTURES,
@@ -46,6 +48,10 @@ def load_vision(model_dir: Path, dtype: Any) -> tuple[VisionLanguageConfig, Visi
     cfg = read_vision_language_config(hf)
     if not is_vision_language(safetensors_index(model_dir)):
         raise ConfigError(f"{model_dir}: a {hf['architectures'][0]} config without vision tower tensors")
+    if isinstance(cfg, Mistral3Config):  # its image runs hold [IMG_BREAK] / [IMG_END], ids only its tokenizer has
+        import transformers
+
+        cfg = with_token_ids(cfg, transformers.AutoTokenizer.from_pretrained(model_dir))
     return cfg, load_vision_weights(model_dir, cfg, dtype)
 
 
@@ -169,6 +175,8 @@ class ImagePrompts:
             return encode_prompt(prompt, self.tokenizer), ()
         if isinstance(self.cfg, Qwen2VLConfig):  # a pad count per image, from its size
             return qwen2_vl_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
+        if isinstance(self.cfg, Mistral3Config):  # a run of [IMG] rows and breaks per image, from its size
+            return mistral3_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         ids, found = self.marked_ids(prompt, len(images))
         token, length = self.cfg.image_token_id, self.cfg.image_seq_length
         marks = [i for i, t in enumerate(ids) if t == token]

@@ -59,8 +59,6 @@ BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.ar
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
 NOT_SUPPORTED = {
-    "Mistral3ForConditionalGeneration": "Mistral 3 / Ministral 3 with their Pixtral vision tower (not supported; "
-                                        "text-only Ministral3ForCausalLM and MistralForCausalLM checkpoints are)",
     "Phi3VForCausalLM": "Phi-3 vision (its image encoder is not supported; the text-only Phi3ForCausalLM "
                         "checkpoints are)",
     "Phi3SmallForCausalLM": "Phi-3-small (block-sparse attention and GeGELU, not Phi3ForCausalLM's layer; "

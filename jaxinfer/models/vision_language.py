@@ -13,15 +13,18 @@ import numpy as np
 
 import jaxinfer.models.gemma3_vision as gemma3_vision
 import jaxinfer.models.llava as llava
+import jaxinfer.models.pixtral_vision as pixtral_vision
 import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
+from jaxinfer.models.pixtral_vision import Mistral3Config, PixtralWeights
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig, QwenTowerWeights
 
 ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vision.QWEN2_VL,
-                                                                    qwen2_vl_vision.QWEN2_5_VL)
-VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig]
-VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights]
+                                                                    qwen2_vl_vision.QWEN2_5_VL) + \
+    pixtral_vision.ARCHITECTURES
+VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config]
+VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, PixtralWeights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
@@ -30,6 +33,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return gemma3_vision.read_gemma3_vision_config(hf)
     if hf["architectures"][0] in (qwen2_vl_vision.QWEN2_VL, qwen2_vl_vision.QWEN2_5_VL):
         return qwen2_vl_vision.read_qwen2_vl_config(hf)
+    if hf["architectures"][0] in pixtral_vision.ARCHITECTURES:
+        return pixtral_vision.read_mistral3_config(hf)
     return llava.read_llava_config(hf)
 
 
@@ -39,24 +44,31 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
         return gemma3_vision.abstract_gemma3_vision(cfg)
     if isinstance(cfg, Qwen2VLConfig):
         return qwen2_vl_vision.abstract_qwen2_vl(cfg)
+    if isinstance(cfg, Mistral3Config):
+        return pixtral_vision.abstract_mistral3(cfg)
     return llava.abstract_llava(cfg)
 
 
 def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: VisionLanguageConfig) -> jax.Array:
     """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, rows, D] of
-    one image's patches [1, blocks_h, blocks_w, m*m, F])."""
+    one image's patches [1, blocks_h, blocks_w, m*m, F]; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at
+    its own size)."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen2VLConfig):
         return qwen2_vl_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, Mistral3Config):
+        return pixtral_vision.image_features(weights, pixels, cfg)
     return llava.image_features(weights, pixels, cfg)
 
 
 def blank_pixels(cfg: VisionLanguageConfig) -> np.ndarray:
-    """Zero pixels of one image as the tower takes it (what warm-up compiles; Qwen2-VL: one merged block, its
-    other grid sizes compile on first use)."""
+    """Zero pixels of one image as the tower takes it (what warm-up compiles; Qwen2-VL, Mistral 3: one merged
+    block, their other sizes compile on first use)."""
     if isinstance(cfg, Qwen2VLConfig):
         return qwen2_vl_vision.blank_pixels(cfg)
+    if isinstance(cfg, Mistral3Config):
+        return pixtral_vision.blank_pixels(cfg)
     v = cfg.vision
     return np.zeros((v.num_channels, v.image_size, v.image_size), np.float32)
 
