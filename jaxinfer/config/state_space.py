@@ -26,6 +26,7 @@ class StateSpace:
     proj_bias: bool = False  # in_proj and out_proj biases (mamba_proj_bias / use_bias)
     norm_eps: float = 1e-6  # the gated RMSNorm's epsilon
     time_step_limit: tuple[float, float] = (0.0, math.inf)  # dt is clamped to it after the softplus
+    residual_in_fp32: bool = False  # Mamba2's residual stream kept in float32 across its layers (residual_in_fp32)
 
     @property
     def inner(self) -> int:

@@ -2,9 +2,10 @@
 
 No layer attends, so the engine keeps no K/V for it (its pages are empty) and one recurrent state per
 request instead (cache/state_pool). The decoder lives under `backbone.` in its checkpoints, with the
-embedding at `backbone.embeddings` and the final norm at `backbone.norm_f`. transformers keeps the
-residual stream in float32 (`residual_in_fp32`); here it stays in the model's dtype, which only a
-16-bit run can tell.
+embedding at `backbone.embeddings` and the final norm at `backbone.norm_f`. With `residual_in_fp32`
+(transformers' default) the residual stream is float32 from the first layer's add on, as transformers
+keeps it: each layer norms it rounded to the model's dtype, adds the mixer's output in float32, and the
+final norm reads it in float32 (a 16-bit run's logits then track transformers').
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from typing import Any, Mapping
 
 import jax
+import jax.numpy as jnp
 
 from jaxinfer.cache.state_pool import read_state, write_state
 from jaxinfer.config.generation import token_ids
@@ -56,10 +58,15 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
 def mamba_block(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, norm: jax.Array, layer: int, positions: jax.Array
 ) -> tuple[jax.Array, Any]:
-    """x plus the mixer of RMSNorm(x) (weights `lw`, norm weight `norm`), its state read and written in cache."""
+    """x plus the mixer of RMSNorm(x) (weights `lw`, norm weight `norm`), its state read and written in cache;
+    with `residual_in_fp32` the norm reads x in the weights' dtype and the sum is float32."""
+    fp32 = cfg.state_space.residual_in_fp32
+    dtype = getattr(norm, "weight", norm).dtype  # an InvariantWeight holds its array
     state = read_state(cache, layer, cfg, x.shape[0], x.shape[1])
-    out, state = mixer(cfg.state_space, lw, rms_norm(x, norm, cfg.rms_norm_eps), positions, state)
-    return cache.layout.constrain(x + out, HIDDEN), write_state(cache, layer, state)
+    h = rms_norm(x.astype(dtype) if fp32 else x, norm, cfg.rms_norm_eps)
+    out, state = mixer(cfg.state_space, lw, h, positions, state)
+    x = x.astype(jnp.float32) + out.astype(jnp.float32) if fp32 else x + out
+    return cache.layout.constrain(x, HIDDEN), write_state(cache, layer, state)
 
 
 def decoder_layer(
@@ -100,6 +107,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         state_size=int(hf["state_size"]), n_groups=int(field(hf, "n_groups", 8)),
         conv_kernel=int(field(hf, "conv_kernel", 4)), conv_bias=bool(field(hf, "use_conv_bias", True)),
         proj_bias=bool(field(hf, "use_bias", False)), norm_eps=eps, time_step_limit=time_step_limit(hf),
+        residual_in_fp32=bool(field(hf, "residual_in_fp32", True)),
     )
     if ss.num_heads % ss.n_groups:
         raise ConfigError(f"num_heads ({ss.num_heads}) must be a multiple of n_groups ({ss.n_groups})")

@@ -269,8 +269,9 @@ def unpack_for_cpu(packed: Weights, tied: bool) -> Weights:
     projections are split.
     """
     packed = narrow_experts(split_projections(packed))
+    first = packed.layers[0]  # its projections by name: a Mamba2 layer has no wq
     packed_any = isinstance(packed.embed, RowTable) or any(
-        _in_kernel_layout(w) for w in (packed.layers[0].wq, packed.lm_head)
+        _in_kernel_layout(w) for w in (*(getattr(first, name) for name in first.PROJECTIONS), packed.lm_head)
     )
     if not packed_any:  # nothing was packed: the tree itself, no copy
         return dataclasses.replace(packed, lm_head=None) if tied and packed.lm_head is not None else packed
