@@ -173,7 +173,8 @@ KINDS: dict[str, Callable[[HFLeaf], Transforms]] = {
 }
 
 
-def _tensor(leaf: HFLeaf) -> HFTensor:
+def hf_tensor(leaf: HFLeaf) -> HFTensor:
+    """The transforms and slicing of one described leaf (`HFLeaf`)."""
     return HFTensor(leaf.name, *KINDS[leaf.kind](leaf), leaf.hf_shape, experts=leaf.experts)
 
 
@@ -182,7 +183,7 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     language model's prefix in a vision-language checkpoint run as text: `text_part`)."""
     D, V = cfg.hidden_size, cfg.vocab_size
     family = family_of(cfg)
-    out = {f"layers.{name}": _tensor(leaf) for name, leaf in family.hf_leaves(cfg).items()}
+    out = {f"layers.{name}": hf_tensor(leaf) for name, leaf in family.hf_leaves(cfg).items()}
     same = (_identity, _identity, lambda index: index)
     embed, final_norm = family.top_names
     out["embed"] = HFTensor(embed, *same, (V, D), per_layer=False)

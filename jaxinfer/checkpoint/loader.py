@@ -221,6 +221,17 @@ def _leaf(tensors: list[Any], t: HFTensor, info: ArrayInfo, dtype: Any, layout: 
     return layout.from_callback(info.shape, dtype, info.axes, read)
 
 
+def load_named_leaves(
+    model_dir: Path, sources: dict[str, tuple[HFTensor, list[str], ArrayInfo]], dtype: Any, layout: Layout = UNSHARDED,
+) -> dict[str, jax.Array]:
+    """Leaves outside the decoder's tree (a model's MTP layer), by path: (HF tensor, stored names, ArrayInfo), each
+    read as `load_hf_weights` reads its own (FP8 blocks and MXFP4 dequantized), cast and laid out."""
+    reader = _TensorReader(safetensors_index(model_dir), read_config_json(model_dir).get("quantization_config"))
+    np_dtype = jnp.dtype(dtype)
+    return {path: _leaf([reader.tensor(name, t.hf_shape) for name in names], t, info, info.dtype_in(np_dtype), layout)
+            for path, (t, names, info) in sources.items()}
+
+
 def load_hf_weights(
     model_dir: str | Path, cfg: ModelConfig, dtype: Any, progress: bool = True, layout: Layout = UNSHARDED,
     transform: LeafTransform | None = None, keep_int4: bool = False,

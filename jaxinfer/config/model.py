@@ -130,7 +130,7 @@ class ModelConfig:
     expert_groups: int = 1
     expert_groups_per_token: int = 1
     routed_scaling_factor: float = 1.0
-    mtp_layers: int = 0  # multi-token-prediction layers stored after the decoder's (not run, their tensors skipped)
+    mtp_layers: int = 0  # multi-token-prediction layers after the decoder's (skipped by it; method "mtp" drafts)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 

@@ -69,8 +69,8 @@ class Speculator:
 
     def __init__(self, config: SpeculativeConfig, draft: EngineDraft | None = None):
         if config.drafts_on_host == (draft is not None):
-            raise ValueError(f"method={config.method!r}: a draft model or EAGLE head is loaded for 'draft' and "
-                             f"'eagle' only (got {'one' if draft is not None else 'none'})")
+            raise ValueError(f"method={config.method!r}: a draft model or head is loaded for 'draft', 'eagle', "
+                             f"'mtp' and 'ngram_device' only (got {'one' if draft is not None else 'none'})")
         self.config = config
         self.suffix = None if config.method != "suffix" else SuffixDrafter(
             config.suffix_max_depth, config.suffix_max_cached_requests, config.suffix_max_cached_tokens,

@@ -1,4 +1,5 @@
-"""Loading what drafts for the engine: a draft model or an EAGLE head, checked against the target.
+"""Loading what drafts for the engine: a draft model, an EAGLE head or the target's own MTP layer, checked
+against the target.
 
 Anything that makes the draft unusable (a missing or unsupported checkpoint, a different
 tokenizer) switches speculation off with a warning saying why (unless the config's `fallback`
@@ -22,6 +23,7 @@ from jaxinfer.runtime.ngram_rider import NgramLookup
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.eagle import EagleParams, pack_eagle
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
+from jaxinfer.speculative.mtp_checkpoint import load_mtp
 
 
 class SpeculativeError(ValueError):
@@ -60,11 +62,14 @@ def check_vocab(target: ModelConfig, draft: ModelConfig, target_tok: Any, draft_
 
 def load_draft(
     config: SpeculativeConfig, target: ModelConfig, target_weights: Weights, target_tok: Any, dtype: Any,
-    max_seq_len: int, cpu_kernels: bool = False, layout: Layout = UNSHARDED,
+    max_seq_len: int, cpu_kernels: bool = False, layout: Layout = UNSHARDED, model_dir: Path | None = None,
 ) -> EngineDraft:
-    """The draft model or EAGLE head of a "draft" or "eagle" config, as the engine runs it (weights
-    packed for the CPU kernels when they are on; on a mesh laid out by the target's rules, dimensions
-    tp does not divide kept whole on every device), with its cost in target decode steps."""
+    """The draft model, EAGLE head or MTP layer (read from the target's model_dir) of a "draft", "eagle" or
+    "mtp" config, as the engine runs it (weights packed for the CPU kernels when they are on; on a mesh laid
+    out by the target's rules, dimensions tp does not divide kept whole on every device), with its cost in
+    target decode steps."""
+    if config.method == "mtp":
+        return _load_mtp(config, target, target_weights, dtype, max_seq_len, layout, model_dir)
     draft_dir = Path(config.draft_model)
     if not draft_dir.is_dir():
         raise SpeculativeError(f"draft model directory {draft_dir} does not exist")
@@ -96,25 +101,43 @@ def _load_eagle(
     return EngineDraft(ecfg, EagleParams(head, target_weights.embed, target_weights.lm_head), cost)
 
 
+def _load_mtp(
+    config: SpeculativeConfig, target: ModelConfig, target_weights: Weights, dtype: Any, max_seq_len: int,
+    layout: Layout, model_dir: Path | None,
+) -> EngineDraft:
+    """The target's first MTP layer with the target's embedding (and LM head where it stores none); a draft
+    step costs that layer, eh_proj and the head in target steps. Its weights stay unpacked with the CPU
+    kernels on (the family's layer reads either layout)."""
+    if model_dir is None:
+        raise SpeculativeError('method="mtp" reads the target\'s checkpoint directory; none was given')
+    ecfg, head = load_mtp(model_dir, target, dtype, layout)
+    cost = config.draft_cost
+    if cost is None:
+        cost = (decode_flops(ecfg.layer, max_seq_len) + 2 * target.hidden_size**2) / decode_flops(target, max_seq_len)
+    return EngineDraft(ecfg, EagleParams(head, target_weights.embed, target_weights.lm_head), cost)
+
+
 def engine_speculation(
     config: SpeculativeConfig | None, target: ModelConfig, target_weights: Weights, target_tok: Any, dtype: Any,
-    max_seq_len: int, cpu_kernels: bool = False, layout: Layout = UNSHARDED,
+    max_seq_len: int, cpu_kernels: bool = False, layout: Layout = UNSHARDED, model_dir: Path | None = None,
 ) -> tuple[SpeculativeConfig | None, EngineDraft | None, str | None]:
     """(the config the engine speculates with, its draft, why speculation is off): a draft that cannot
-    load leaves the engine plain with the reason (and a warning), unless `config.fallback` is False."""
+    load leaves the engine plain with the reason (and a warning), unless `config.fallback` is False.
+    model_dir: the target's checkpoint, where method "mtp" finds its layer."""
     if config is None or config.drafts_on_host:
         return config, None, None
     if config.looks_up_on_device:  # nothing to load: a lookup over a pool of tokens, ~free per draft
         lookup = NgramLookup(config.ngram_min, config.ngram_max)
         return config, EngineDraft(lookup, None, config.draft_cost or 0.0), None
     try:
-        draft = load_draft(config, target, target_weights, target_tok, dtype, max_seq_len, cpu_kernels, layout)
+        draft = load_draft(config, target, target_weights, target_tok, dtype, max_seq_len, cpu_kernels, layout,
+                           model_dir)
     except Exception as err:  # noqa: BLE001 - an unusable draft must not stop the target from serving
         reason = f"{type(err).__name__}: {err}"
         if not config.fallback:
             if isinstance(err, SpeculativeError):
                 raise
-            raise SpeculativeError(f"draft {config.draft_model} cannot be used: {reason}") from err
+            raise SpeculativeError(f"draft {config.draft_model or config.method} cannot be used: {reason}") from err
         warnings.warn(f"speculative decoding disabled, continuing with plain decoding: {reason}",
                       SpeculativeFallbackWarning, stacklevel=3)
         return None, None, reason

@@ -77,6 +77,7 @@ from jaxinfer.runtime.model_runner import ModelRunner
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
 from jaxinfer.speculative.acceptance_summary import SpecMetrics
 from jaxinfer.speculative.config import SpeculativeConfig
+from jaxinfer.speculative.mtp import check_mtp_target
 
 DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo" / "target"
 DEMO_DRAFT = Path(__file__).parents[1] / "assets" / "demo" / "draft"  # the demo target's speculative draft
@@ -223,6 +224,8 @@ class LLM(PoolingCalls, WeightCalls):
             stream_interval=stream_interval, overlap_outputs=overlap_outputs, async_scheduling=async_scheduling,
         )
         check_speculation(speculative, self.config)
+        if speculative is not None and speculative.method == "mtp":
+            check_mtp_target(self.config)
         if self.runner_type == "pooling":
             engine_config = pooling_engine_config(engine_config)
         self._weights_fingerprint: str | None = None  # see save_session
@@ -234,7 +237,7 @@ class LLM(PoolingCalls, WeightCalls):
         self.speculative_config = speculative
         in_engine, draft, self.speculation_failure = engine_speculation(
             speculative, self.config, self._run_weights, self.tokenizer, self.dtype, self.max_seq_len,
-            self.cpu_kernels, self.layout,
+            self.cpu_kernels, self.layout, self.model_dir,
         )
         runner = ModelRunner(
             self._engine_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,

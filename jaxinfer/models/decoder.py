@@ -82,7 +82,8 @@ def forward_with_taps(
     weights: Weights, tokens: jax.Array, positions: jax.Array, cache: Any, cfg: ModelConfig, taps: tuple[int, ...],
     override: EmbedOverride | None = None, streams: jax.Array | None = None,
 ) -> tuple[jax.Array, list[jax.Array], Any]:
-    """`forward`, also returning the residual stream [B, T, D] entering each layer in `taps` (EAGLE-3 reads them);
+    """`forward`, also returning the residual stream [B, T, D] entering each layer in `taps` (EAGLE-3 reads them;
+    tap num_layers is the stream leaving the last layer, before the final norm: what an MTP layer reads);
     override: rows replacing some tokens' embeddings (a vision-language model's image features); streams
     [3, B, T]: M-RoPE's rotary positions where they differ from `positions` (Qwen2-VL's image tokens)."""
     x = override_embeddings(embed_tokens(weights, tokens, cfg), override)
@@ -94,6 +95,8 @@ def forward_with_taps(
         if layer in taps:
             tapped.append(x)
         x, cache = call_layer(layer_fn, cfg, x, cache, lw, layer, positions, rope)
+    if len(weights.layers) in taps:
+        tapped.append(x)
     return config_norm(x, weights.final_norm, weights.final_norm_bias, cfg), tapped, cache
 
 

@@ -14,7 +14,8 @@ as transformers keeps them, and route float32 rows:
   two best, renormalised with norm_topk_prob, times routed_scaling_factor); rotary pairs adjacent with
   `rope_interleave` (the default), rotate-half without.
 
-Multi-token-prediction layers stored after the decoder's (`num_nextn_predict_layers`) are not run or read.
+Multi-token-prediction layers stored after the decoder's (`num_nextn_predict_layers`) are skipped by the decoder;
+V3's first drafts for speculative decoding (`speculative.mtp`, method "mtp").
 """
 
 from __future__ import annotations

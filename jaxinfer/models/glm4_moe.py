@@ -8,7 +8,8 @@ would in float32. Beside them, ungated shared experts: one dense MLP of n_shared
 moe_intermediate_size (`models.shared_expert`). Attention has q/k/v biases with `attention_bias` (never
 an o bias), per-head q/k RMSNorms with `use_qk_norm`, and rotary embeddings on the leading
 `partial_rotary_factor` of each head (0.5 unless set) in the rotate-half layout. Checkpoints store
-multi-token-prediction layers after the decoder's (`num_nextn_predict_layers`); they are not run.
+multi-token-prediction layers after the decoder's (`num_nextn_predict_layers`): the decoder skips them,
+speculative decoding can draft with the first (`speculative.mtp`, method "mtp").
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-METHODS = ("draft", "ngram", "eagle", "suffix", "ngram_device")
+METHODS = ("draft", "ngram", "eagle", "suffix", "ngram_device", "mtp")
+ALIASES = {"deepseek_mtp": "mtp"}  # vLLM's other name for a model's own MTP layers
 HOST_METHODS = ("ngram", "suffix")  # drafted on the host from the tokens; no second model
 MODEL_FREE = (*HOST_METHODS, "ngram_device")  # no draft_model to give
 
@@ -23,7 +24,9 @@ class SpeculativeConfig:
     in the prompt and output, with no second model, on the host (one verify round per call: it
     needs the tokens the call produced); "ngram_device" the same lookup on the device inside the
     verify step, from a pool of every position's token, so one call runs several rounds as a draft
-    model's does; "suffix" (suffix decoding, vLLM's name)
+    model's does; "mtp" (alias "deepseek_mtp") runs the target's own multi-token-prediction layer
+    (DeepSeek-V3, GLM-4.5: `num_nextn_predict_layers`; no draft_model) as an EAGLE head runs;
+    "suffix" (suffix decoding, vLLM's name)
     proposes the most frequent continuation of the longest-matching suffixes in the request's
     prompt and output and in recent requests' outputs (`jaxinfer.engine.suffix_cache`), as many
     tokens as the counts make likely: up to num_speculative_tokens, suffix_max_spec_factor x the
@@ -94,14 +97,20 @@ class SpeculativeConfig:
 
     @property
     def catches_up(self) -> bool:
-        """True for a draft model or EAGLE head: they skip plain decode calls (reading them would cost a
+        """True for a draft model, EAGLE head or MTP layer: they skip plain decode calls (reading them would cost a
         forward a step while speculation is off) and read the positions they missed before drafting."""
-        return self.method in ("draft", "eagle")
+        return self.method in ("draft", "eagle", "mtp")
 
     def __post_init__(self) -> None:
         if isinstance(self.draft_model, Path):
             object.__setattr__(self, "draft_model", str(self.draft_model))
-        _check(self.method in METHODS, f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        object.__setattr__(self, "method", ALIASES.get(self.method, self.method))
+        _check(self.method in METHODS,
+               f"method must be one of {', '.join((*METHODS, *ALIASES))}, got {self.method!r}")
+        _check(
+            self.method != "mtp" or self.draft_model is None,
+            f'method="mtp" runs the target\'s own MTP layers and takes no draft_model, got {self.draft_model!r}',
+        )
         _check(
             self.method != "draft" or self.draft_model is not None,
             'method="draft" needs draft_model=<checkpoint directory>; use method="ngram" for no second model',

@@ -8,6 +8,9 @@ entering three target layers (low, middle, high); the layer normalises the embed
 feature apart and attends over their concatenation [2D]; its output (before `norm`) is the next
 feature, and `norm` + its own LM head over a reduced draft vocabulary give the logits (draft id
 d is target id d + d2t[d]). Both read the target's embedding, never a copy of their own.
+A model's own multi-token-prediction layer (version MTP, `speculative.mtp`) is run as a head too: the
+feature is the target's final hidden state before its final norm (the residual stream leaving its last
+layer, tapped as EAGLE-3's are).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import apply_rope, rope_cos_sin
 from jaxinfer.models.row_table import take_rows
 from jaxinfer.parallel.array_info import ArrayInfo
+from jaxinfer.speculative.mtp import MtpWeights, mtp_logits, mtp_step
 
-VERSIONS = (1, 3)
+MTP = "mtp"  # a model's own multi-token-prediction layer (`speculative.mtp`)
+VERSIONS = (1, 3, MTP)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +43,11 @@ class EagleConfig:
     """Shape of an EAGLE head; hashable (a static argument of the compiled loop)."""
 
     layer: ModelConfig  # the head's one decoder layer (heads, MLP, rope, eps); vocab_size = the target's
-    version: int  # 1 or 3
+    version: int | str  # 1, 3 or MTP
     fc_bias: bool = False  # EAGLE-1 heads from the reference code have one
     draft_vocab: int = 0  # EAGLE-3: size of its own LM head's vocabulary
-    feature_layers: tuple[int, ...] = ()  # EAGLE-3: target layers whose input residual stream is read
+    # EAGLE-3: target layers whose input residual stream is read; MTP: (the target's num_layers,), what leaves its last
+    feature_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.version not in VERSIONS:
@@ -78,7 +84,7 @@ class EagleWeights:
 class EagleParams:
     """What the compiled loop hands the head: its weights and the target's embedding and LM head."""
 
-    head: EagleWeights
+    head: EagleWeights | MtpWeights
     embed: jax.Array  # [V, D] the target's
     lm_head: Weight | None  # [D, V] the target's (None: tied to embed)
 
@@ -140,7 +146,8 @@ def pack_eagle(head: EagleWeights) -> EagleWeights:
 
 
 def project_features(params: EagleParams, features: jax.Array, ecfg: EagleConfig) -> jax.Array:
-    """Target features [..., F] as the head's input feature [..., D] (EAGLE-3's fc; EAGLE-1 reads them as they are)."""
+    """Target features [..., F] as the head's input feature [..., D] (EAGLE-3's fc; EAGLE-1 and MTP read them as they
+    are)."""
     if ecfg.version == 3:
         return linear(features, params.head.fc)
     return features
@@ -154,6 +161,8 @@ def head_step(
 
     Returns the predicted features [B, T, D] (f_{i+1}, before EAGLE-3's norm) and the cache.
     """
+    if ecfg.version == MTP:
+        return mtp_step(params, tokens, features, positions, cache, ecfg.layer)
     x, q, k, v = _head_qkv(params, tokens, features, positions, ecfg)
     cache = cache.write(0, k, v, positions)
     return _head_output(params, x, attend(q, cache, 0, positions, 0), ecfg), cache
@@ -168,6 +177,8 @@ def chained_head_step(
     to the cache's entries before p (those the target's features wrote) and to its own key only.
     What `head_step` at p alone over that cache gives; for training on the head's own outputs
     (EAGLE-3's training-time test). Returns the predicted features [B, T, D]."""
+    if ecfg.version == MTP:
+        raise ValueError("chained_head_step trains EAGLE heads; an MTP layer is trained with its model")
     x, q, k, v = _head_qkv(params, tokens, features, positions, ecfg)
     keys = jnp.concatenate([cache.k[0].astype(k.dtype), k.transpose(0, 2, 1, 3)], axis=2)  # [B, KV, S + T, K]
     values = jnp.concatenate([cache.v[0].astype(v.dtype), v.transpose(0, 2, 3, 1)], axis=3)  # [B, KV, K, S + T]
@@ -207,6 +218,8 @@ def _head_output(params: EagleParams, x: jax.Array, attention: jax.Array, ecfg: 
 
 def head_logits(params: EagleParams, predicted: jax.Array, ecfg: EagleConfig) -> jax.Array:
     """Float32 logits [..., V_target] of predicted features [..., D]; outside EAGLE-3's draft vocabulary -inf."""
+    if ecfg.version == MTP:
+        return mtp_logits(params, predicted, ecfg.layer)
     if ecfg.version == 1:
         if params.lm_head is None:
             return linear_transposed(predicted, params.embed)
