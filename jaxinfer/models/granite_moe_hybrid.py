@@ -5,7 +5,8 @@ Every layer is pre-norm: its mixer (attention or Mamba2, `mamba2_mixer`) then ro
 MLP (`granite_moe.experts_block`), each output scaled by `residual_multiplier` before its residual add, with
 Granite's embedding and logit multipliers. Attention layers rotate only with `position_embedding_type`
 "rope" (Granite 4.0 ships none: NoPE). The mixer's tensors sit under `model.layers.{i}.mamba.`. The
-dense hybrids (`num_local_experts` 0: only the shared MLP) are refused by name for now.
+dense hybrids (`num_local_experts` 0: Granite 4.0-H-Micro, only the shared MLP) run `hybrid`'s dense layer,
+the shared MLP as its gated MLP.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any, ClassVar, Mapping
 
 import jax
 
-from jaxinfer.cache.state_pool import read_state, write_state
 from jaxinfer.config.model import ConfigError, ModelConfig, field
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.family import Family, HFLeaf
@@ -23,17 +23,25 @@ from jaxinfer.models.granite import granite_fields, scaled
 from jaxinfer.models.granite_moe import SharedMLPLayerWeights, experts_block
 from jaxinfer.models.granite_moe import abstract_layer as moe_abstract_layer
 from jaxinfer.models.granite_moe import hf_leaves as moe_hf_leaves
+from jaxinfer.models.hybrid import (
+    ATTENTION_FIELDS,
+    abstract_dense_layer,
+    dense_hybrid_layer,
+    token_mixer,
+    without_attention,
+)
 from jaxinfer.models.layers import Weight
+from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.mamba2 import check_activation, time_step_limit
-from jaxinfer.models.mamba2_mixer import MixerWeights, mixer, mixer_hf_leaves, mixer_leaves
+from jaxinfer.models.mamba2_mixer import MixerWeights, mixer_hf_leaves
 from jaxinfer.models.mixtral import moe_fields
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import RopeTables
-from jaxinfer.models.self_attention import HIDDEN, self_attention
+from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves
 
 ARCHITECTURES = ("GraniteMoeHybridForCausalLM",)
 STATE_TYPES, ATTENTION_TYPES = ("mamba", "linear_attention"), ("attention", "full_attention")
-ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
+SHARED_MLP = "model.layers.{i}.shared_mlp."
 
 
 @jax.tree_util.register_dataclass
@@ -60,34 +68,46 @@ class MambaMoELayer(SharedMLPLayerWeights):
     JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("shared_gate", "shared_up"),)
 
 
-def abstract_layer(cfg: ModelConfig, layer: int = 0) -> SharedMLPLayerWeights:
-    """Layer `layer`'s leaves: Granite-MoE-Shared's, with the mixer's in place of attention on state layers."""
+def abstract_layer(cfg: ModelConfig, layer: int = 0) -> LayerWeights:
+    """Layer `layer`'s leaves: Granite-MoE-Shared's (a dense hybrid's: Llama's), with the mixer's in place of
+    attention on state layers."""
+    if not cfg.num_experts:
+        return abstract_dense_layer(cfg, layer)
     moe = moe_abstract_layer(cfg, layer)
-    if not cfg.is_state_layer(layer):
-        return moe
-    kept = {f.name: getattr(moe, f.name) for f in dataclasses.fields(moe) if f.name not in ATTENTION_FIELDS}
-    return MambaMoELayer(**kept, **{name: None for name in ATTENTION_FIELDS},
-                         **mixer_leaves(cfg.state_space, cfg.hidden_size))
+    return without_attention(moe, cfg, MambaMoELayer) if cfg.is_state_layer(layer) else moe
+
+
+def dense_hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
+    """A dense hybrid's MLP: the shared MLP (gate and up as row ranges of its fused `input_linear`)."""
+    D, S = cfg.hidden_size, cfg.intermediate_size
+    fused = (SHARED_MLP + "input_linear.weight", "transpose", (2 * S, D))
+    return {
+        "w_gate": HFLeaf(*fused), "w_up": HFLeaf(*fused, row_offset=S),
+        "w_down": HFLeaf(SHARED_MLP + "output_linear.weight", "transpose", (D, S)),
+    }
 
 
 def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     """Granite-MoE-Shared's tensors and the mixer's under `model.layers.{i}.mamba.` (each layer reads its own)."""
-    return {**moe_hf_leaves(cfg), **mixer_hf_leaves(cfg.state_space, cfg.hidden_size, "model.layers.{i}.mamba.")}
+    mixer_leaves = mixer_hf_leaves(cfg.state_space, cfg.hidden_size, "model.layers.{i}.mamba.")
+    if cfg.num_experts:
+        return {**moe_hf_leaves(cfg), **mixer_leaves}
+    D = cfg.hidden_size
+    norms = {"attn_norm": HFLeaf("model.layers.{i}.input_layernorm.weight", "same", (D,)),
+             "mlp_norm": HFLeaf("model.layers.{i}.post_attention_layernorm.weight", "same", (D,))}
+    return {**norms, **attention_hf_leaves(cfg), **dense_hf_leaves(cfg), **mixer_leaves}
 
 
 def decoder_layer(
-    cfg: ModelConfig, x: jax.Array, cache: Any, lw: SharedMLPLayerWeights, layer: int, positions: jax.Array,
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: LayerWeights, layer: int, positions: jax.Array,
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
-    """The mixer (Mamba2 or attention), then the experts and shared MLP, each scaled before its residual add."""
+    """The mixer (Mamba2 or attention), then the experts and shared MLP (a dense hybrid's shared MLP alone),
+    each scaled before its residual add."""
+    if not cfg.num_experts:
+        return dense_hybrid_layer(cfg, x, cache, lw, layer, positions, rope)
     layout, eps, multiplier = cache.layout, cfg.rms_norm_eps, cfg.residual_multiplier
-    h = rms_norm(x, lw.attn_norm, eps)
-    if isinstance(lw, MambaMoELayer):
-        state = read_state(cache, layer, cfg, x.shape[0], x.shape[1])
-        out, state = mixer(cfg.state_space, lw, h, positions, state)
-        cache = write_state(cache, layer, state)
-    else:
-        out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
+    out, cache = token_mixer(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions, rope)
     x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
     mlp = experts_block(rms_norm(x, lw.mlp_norm, eps), lw, cfg, layout)
     return layout.constrain(x + scaled(mlp, multiplier), HIDDEN), cache
@@ -130,19 +150,20 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         raise ConfigError(f"position_embedding_type {rope!r} is not supported for {arch}; supported: None, 'rope'")
     layers = int(hf["num_hidden_layers"])
     fields = granite_fields({k: v for k, v in hf.items() if k not in ("layer_types", "layers_block_type")}, arch)
-    experts = int(field(hf, "num_local_experts", 8))
-    if experts == 0:
-        raise ConfigError(f"num_local_experts 0 (a dense Granite 4.0 hybrid, only the shared MLP) is not supported "
-                          f"for {arch} yet; supported: 1 or more routed experts beside the shared MLP")
     shared = int(field(hf, "shared_intermediate_size", 1024))
     if shared <= 0:
         raise ConfigError(f"shared_intermediate_size {shared} must be > 0 for {arch} (every layer has a shared MLP)")
+    experts = int(field(hf, "num_local_experts", 8))
+    if experts < 0:
+        raise ConfigError(f"num_local_experts {experts} must be >= 0 for {arch} (0: a dense hybrid)")
+    # A dense hybrid's one MLP is the shared MLP: it runs as the dense layer's, intermediate_size wide.
+    mlp = moe_fields(hf, "num_local_experts", fields["intermediate_size"]) if experts else \
+        dict(intermediate_size=shared)
     return ModelConfig(
-        **fields,
-        shared_expert_intermediate_size=shared,
+        **{**fields, **mlp},
+        shared_expert_intermediate_size=shared if experts else 0,
         nope_layers=() if rope == "rope" else tuple(range(layers)),
         state_space=state_space(hf, state_layers(hf, layers), fields["hidden_size"]),
-        **moe_fields(hf, "num_local_experts", fields["intermediate_size"]),
     )
 
 

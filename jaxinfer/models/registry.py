@@ -16,6 +16,7 @@ from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models.apertus import FAMILY as APERTUS
 from jaxinfer.models.arcee import FAMILY as ARCEE
+from jaxinfer.models.bamba import FAMILY as BAMBA
 from jaxinfer.models.base_models import causal_architecture, pools_only
 from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
@@ -54,7 +55,7 @@ from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
-                                LLAMA4, MAMBA2, GRANITE_MOE_HYBRID)
+                                LLAMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
@@ -65,6 +66,11 @@ NOT_SUPPORTED = {
                             "Phi-3-mini and -medium are Phi3ForCausalLM)",
     "PhiMoEForCausalLM": "Phi-3.5-MoE (its sparsemixer routing is not supported; the MoE families are "
                          "MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM)",
+    "FalconH1ForCausalLM": "Falcon-H1 (attention and a Mamba2 mixer in parallel in every layer, with its "
+                           "multipliers, is not supported; the Mamba2 hybrids are BambaForCausalLM and "
+                           "GraniteMoeHybridForCausalLM)",
+    "NemotronHForCausalLM": "Nemotron-H (its hybrid_override_pattern of Mamba2, attention and ReLU^2 MLP layers is "
+                            "not supported; the Mamba2 hybrids are BambaForCausalLM and GraniteMoeHybridForCausalLM)",
 }
 
 

@@ -1,0 +1,92 @@
+"""What the hybrid families (Mamba2 layers beside attention layers) share: a layer's token mixer by its kind,
+and the dense hybrid layer (Bamba's, dense Granite 4.0-H's).
+
+A dense hybrid layer is Llama's pre-norm layer (`llama.LayerWeights`) whose attention is a Mamba2 mixer
+(models/mamba2_mixer) on the state layers: `MambaDenseLayer` keeps the norms and the gated MLP, drops the
+attention fields and adds the mixer's. Each sublayer's output may be scaled before its residual add (Granite's
+`residual_multiplier`; 1.0 for Bamba).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+
+from jaxinfer.cache.state_pool import read_state, write_state
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.granite import scaled
+from jaxinfer.models.layers import Weight
+from jaxinfer.models.llama import LayerWeights
+from jaxinfer.models.llama import abstract_layer as llama_abstract_layer
+from jaxinfer.models.mamba2_mixer import MixerWeights, mixer, mixer_leaves
+from jaxinfer.models.mlp import gated_mlp
+from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.rope import RopeTables
+from jaxinfer.models.self_attention import HIDDEN, self_attention
+
+ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class MambaDenseLayer(LayerWeights):
+    """A dense layer whose mixer is Mamba2 (its attention fields None; the mixer's fields default to None only
+    because the parent's do)."""
+
+    in_proj: Weight | None = None  # the MixerWeights fields (see mamba2_mixer)
+    conv_weight: jax.Array | None = None
+    dt_bias: jax.Array | None = None
+    a_log: jax.Array | None = None
+    d_skip: jax.Array | None = None
+    gate_norm: jax.Array | None = None
+    out_proj: Weight | None = None
+    conv_bias: jax.Array | None = None
+    in_bias: jax.Array | None = None
+    out_bias: jax.Array | None = None
+
+    PROJECTIONS: ClassVar[dict[str, int]] = {
+        **{k: v for k, v in LayerWeights.PROJECTIONS.items() if k not in ATTENTION_FIELDS},
+        **MixerWeights.PROJECTIONS,
+    }
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("w_gate", "w_up"),)
+
+
+def without_attention(layer: Any, cfg: ModelConfig, mamba_type: type) -> Any:
+    """`layer`'s leaves as a `mamba_type` (a subclass of its class): attention's None, the mixer's added."""
+    kept = {f.name: getattr(layer, f.name) for f in dataclasses.fields(layer) if f.name not in ATTENTION_FIELDS}
+    return mamba_type(**kept, **{name: None for name in ATTENTION_FIELDS},
+                      **mixer_leaves(cfg.state_space, cfg.hidden_size))
+
+
+def abstract_dense_layer(cfg: ModelConfig, layer: int = 0) -> LayerWeights:
+    """Layer `layer`'s leaves: Llama's, with the mixer's in place of attention on state layers."""
+    dense = llama_abstract_layer(cfg, layer)
+    return without_attention(dense, cfg, MambaDenseLayer) if cfg.is_state_layer(layer) else dense
+
+
+def token_mixer(
+    cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables
+) -> tuple[jax.Array, Any]:
+    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2 (its state read and written in the cache) on a
+    state layer, else attention (its K/V written). The weights tell which: `layer` is 0 in a one-layer view."""
+    if getattr(lw, "in_proj", None) is None:
+        return self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
+    state = read_state(cache, layer, cfg, h.shape[0], h.shape[1])
+    out, state = mixer(cfg.state_space, lw, h, positions, state)
+    return out, write_state(cache, layer, state)
+
+
+def dense_hybrid_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: LayerWeights, layer: int, positions: jax.Array,
+    rope: RopeTables,
+) -> tuple[jax.Array, Any]:
+    """The mixer (Mamba2 or attention), then the gated MLP, each behind an RMSNorm and scaled by
+    `residual_multiplier` before its residual add."""
+    layout, eps, multiplier = cache.layout, cfg.rms_norm_eps, cfg.residual_multiplier
+    out, cache = token_mixer(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions, rope)
+    x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
+    mlp = gated_mlp(rms_norm(x, lw.mlp_norm, eps), lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
+    return layout.constrain(x + scaled(mlp, multiplier), HIDDEN), cache
+

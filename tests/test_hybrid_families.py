@@ -1,0 +1,98 @@
+"""The dense hybrid families (Mamba2 layers beside attention layers, then a gated MLP: models/hybrid): dense
+Granite 4.0-H (`GraniteMoeHybridForCausalLM` with no routed experts) and IBM Bamba, each against transformers
+on the same tiny saved weights: logits, and a batched, chunked and preempted engine run giving each prompt
+transformers' greedy tokens for it alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from jaxinfer import LLM, ConfigError, SamplingParams, from_hf_config
+
+# Mamba2, attention, Mamba2 layers; the mixer's every axis > 1 (8 heads of 16 dims in 2 groups, 16 state dims).
+MAMBA = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16,
+             mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16, initializer_range=0.1, max_position_embeddings=512,
+             bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# Granite 4.0-H-Micro's shape: no routed experts, the shared MLP alone; Granite's multipliers away from 1.
+DENSE_GRANITE = dict(MAMBA, layer_types=["mamba", "attention", "mamba"], num_local_experts=0,
+                     shared_intermediate_size=48, embedding_multiplier=2.0, residual_multiplier=0.5,
+                     attention_multiplier=0.2, logits_scaling=0.5)
+# Bamba's attention at layer 1, rotating half of each head (transformers' partial_rotary_factor for Bamba).
+BAMBA = dict(MAMBA, attn_layer_indices=[1], rms_norm_eps=1e-5)
+PROMPT = np.random.RandomState(2).randint(3, 256, size=40).tolist()
+# Bamba's run batches 6 and 28 tokens, the longer prefilled over two steps, one preempted; dense Granite's (the same
+# layer code, so a lighter run: fewer step programs to compile) prefills the 28 over two steps alone.
+FAMILIES = {
+    "dense_granite_hybrid": (transformers.GraniteMoeHybridForCausalLM, transformers.GraniteMoeHybridConfig,
+                             DENSE_GRANITE, [PROMPT[2:30]]),
+    "bamba": (transformers.BambaForCausalLM, transformers.BambaConfig, BAMBA, [PROMPT[:6], PROMPT[2:30]]),
+}
+GREEDY = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def hf_model(family) -> torch.nn.Module:
+    """A random float32 model of the family (1-d parameters moved off their init values)."""
+    model_class, config_class, config, _ = FAMILIES[family]
+    torch.manual_seed(0)
+    model = model_class(config_class(**config)).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 1:
+                param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+@pytest.fixture(scope="module")
+def llm(hf_model, tmp_path_factory) -> LLM:
+    """The model saved and loaded in float32: 16 tokens a step (the 28-token prompt prefills in two chunks) and 4
+    pages of 16 for 2 requests of up to 22 and 44 tokens (one is preempted)."""
+    path = tmp_path_factory.mktemp("hybrid")
+    hf_model.save_pretrained(path)
+    return LLM(str(path), dtype="float32", max_seq_len=64, max_num_seqs=2, max_num_batched_tokens=16, num_pages=5,
+               cpu_kernels=False)
+
+
+def hf_greedy(model: torch.nn.Module, prompt: list[int]) -> list[int]:
+    """transformers' 16 greedy tokens for the prompt alone."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def test_logits_match_hf(hf_model, llm):
+    with torch.no_grad():
+        expected = hf_model(torch.tensor([PROMPT])).logits[0].numpy()
+    got = llm.logits(PROMPT)
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def test_chunked_and_preempted_engine_run_matches_each_prompt_alone_in_hf(family, hf_model, llm):
+    """Each prompt gets transformers' greedy tokens for it alone (transformers' Mamba2 generate is its slow torch
+    path: few prompts), the 28-token one prefilled over two steps; Bamba's batch preempts one and recomputes it from
+    a fresh state."""
+    prompts = FAMILIES[family][3]
+    expected = [hf_greedy(hf_model, p) for p in prompts]
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)] == expected
+    assert (llm.metrics()["num_preemptions"] > 0) == (len(prompts) > 1)
+    assert llm.engine.config.enable_prefix_caching is False
+
+
+def test_bamba_config_as_transformers_reads_it():
+    """Half of each head rotates (transformers' partial_rotary_factor for Bamba), the mixer's gated norm takes
+    rms_norm_eps; attention indices past the layers are refused by name."""
+    hf = {**BAMBA, "architectures": ["BambaForCausalLM"]}
+    cfg = from_hf_config(hf)
+    assert (cfg.rotary_dim, cfg.head_dim, cfg.state_space.layers, cfg.state_space.norm_eps) == (8, 16, (0, 2), 1e-5)
+    with pytest.raises(ConfigError, match=r"attn_layer_indices \[3\] must index the 3 layers"):
+        from_hf_config({**hf, "attn_layer_indices": [3]})
