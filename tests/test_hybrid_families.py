@@ -89,10 +89,14 @@ def test_chunked_and_preempted_engine_run_matches_each_prompt_alone_in_hf(family
 
 
 def test_bamba_config_as_transformers_reads_it():
-    """Half of each head rotates (transformers' partial_rotary_factor for Bamba), the mixer's gated norm takes
-    rms_norm_eps; attention indices past the layers are refused by name."""
+    """Half of each head rotates (transformers sets partial_rotary_factor 0.5 for Bamba, over a top-level value;
+    the rope parameters' wins), the mixer's gated norm takes rms_norm_eps; attention indices past the layers are
+    refused by name."""
     hf = {**BAMBA, "architectures": ["BambaForCausalLM"]}
     cfg = from_hf_config(hf)
     assert (cfg.rotary_dim, cfg.head_dim, cfg.state_space.layers, cfg.state_space.norm_eps) == (8, 16, (0, 2), 1e-5)
+    assert from_hf_config({**hf, "partial_rotary_factor": 1.0}).rotary_dim == 8  # transformers overrides it
+    rope = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1.0}
+    assert from_hf_config({**hf, "rope_parameters": rope}).rotary_dim == 16
     with pytest.raises(ConfigError, match=r"attn_layer_indices \[3\] must index the 3 layers"):
         from_hf_config({**hf, "attn_layer_indices": [3]})

@@ -2,7 +2,8 @@
 followed by a gated MLP (`hybrid.dense_hybrid_layer`).
 
 The attention layers rotate only the leading `partial_rotary_factor` of each head (transformers hard-codes
-0.5 for Bamba unless the rope parameters say otherwise), rotate-half, with Llama's softmax scale. A
+0.5 for Bamba, over a top-level value too, unless the rope parameters say otherwise), rotate-half, with
+Llama's softmax scale. A
 layer's norms are `input_layernorm` and `pre_ff_layernorm`, its MLP `feed_forward.*`, its mixer under
 `mamba.`; the final norm is `model.final_layernorm`.
 """
@@ -60,7 +61,8 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         qkv_bias=bias,
         o_bias=bias,
         activation=activation_name(field(hf, "hidden_act", "silu")),
-        rotary_dim=rotary_dim(hf, fields["head_dim"]),
+        # transformers sets a top-level partial_rotary_factor to 0.5 for Bamba: only the rope parameters' counts
+        rotary_dim=rotary_dim({k: v for k, v in hf.items() if k != "partial_rotary_factor"}, fields["head_dim"]),
         state_space=state_space({**hf, "rms_norm_eps": eps}, tuple(i for i in range(layers) if i not in attention),
                                 fields["hidden_size"]),
     )
