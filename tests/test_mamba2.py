@@ -19,9 +19,11 @@ from jaxinfer.config.model import ConfigError
 from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
 from jaxinfer.models.mamba2 import mamba_block
 
-# 2 layers, 8 heads of 16 dims in 2 groups, 16 state dims, a 4-wide conv: the mixer's every axis > 1.
+# 2 layers, 8 heads of 16 dims in 2 groups, 16 state dims, a 4-wide conv: the mixer's every axis > 1. Chunks of 8
+# force the chunked SSD (models/ssd_chunks) on every step of 8 tokens or more: each 16-token prefill step runs two
+# chunks (requests' segments inside and across them), the 40-token logits pass five or more; decode steps the scan.
 CONFIG = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16, state_size=16,
-              n_groups=2, conv_kernel=4, expand=2, chunk_size=16, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+              n_groups=2, conv_kernel=4, expand=2, chunk_size=8, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 PROMPT = np.random.RandomState(0).randint(3, 256, size=40).tolist()
 PROMPTS = [PROMPT[:5], PROMPT[3:30], PROMPT[:12]]  # 5, 27 and 12 tokens
 GREEDY = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
@@ -69,7 +71,7 @@ def token_ids(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
 
 
 def test_logits_match_hf(hf_model, llm):
-    """Every position's logits of a 40-token prompt (transformers' chunked SSD over chunks of 16)."""
+    """Every position's logits of a 40-token prompt (both chunked SSDs over chunks of 8)."""
     with torch.no_grad():
         expected = hf_model(torch.tensor([PROMPT])).logits[0].numpy()
     got = llm.logits(PROMPT)
@@ -81,6 +83,7 @@ def test_batch_chunked_and_preempted_matches_each_prompt_alone_in_hf(hf_model, l
     across chunks), some preempted and recomputed from a fresh state: each gets transformers' greedy tokens
     for it alone (each slot's state carries its own request). Again in reverse order: each request starts
     afresh in a slot another left its state in."""
+    assert llm.config.state_space.chunk_size == 8 < llm.engine.config.max_num_batched_tokens  # the chunked SSD
     expected = [hf_greedy(hf_model, p) for p in PROMPTS]
     assert token_ids(llm, PROMPTS) == expected
     assert llm.metrics()["num_preemptions"] > 0

@@ -27,6 +27,8 @@ class StateSpace:
     norm_eps: float = 1e-6  # the gated RMSNorm's epsilon
     time_step_limit: tuple[float, float] = (0.0, math.inf)  # dt is clamped to it after the softplus
     residual_in_fp32: bool = False  # Mamba2's residual stream kept in float32 across its layers (residual_in_fp32)
+    # the chunked SSD's chunk (chunk_size / mamba_chunk_size); a step of at least this many tokens runs it
+    chunk_size: int = 256
 
     @property
     def inner(self) -> int:

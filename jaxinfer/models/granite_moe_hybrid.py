@@ -139,6 +139,7 @@ def state_space(hf: Mapping[str, Any], layers: tuple[int, ...], hidden: int) -> 
         n_groups=groups, conv_kernel=int(field(hf, "mamba_d_conv", 4)),
         conv_bias=bool(field(hf, "mamba_conv_bias", True)), proj_bias=bool(field(hf, "mamba_proj_bias", False)),
         norm_eps=float(field(hf, "rms_norm_eps", 1e-6)), time_step_limit=time_step_limit(hf),
+        chunk_size=int(field(hf, "mamba_chunk_size", 256)),
     )
 
 

@@ -108,6 +108,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         conv_kernel=int(field(hf, "conv_kernel", 4)), conv_bias=bool(field(hf, "use_conv_bias", True)),
         proj_bias=bool(field(hf, "use_bias", False)), norm_eps=eps, time_step_limit=time_step_limit(hf),
         residual_in_fp32=bool(field(hf, "residual_in_fp32", True)),
+        chunk_size=int(field(hf, "chunk_size", 256)),
     )
     if ss.num_heads % ss.n_groups:
         raise ConfigError(f"num_heads ({ss.num_heads}) must be a multiple of n_groups ({ss.n_groups})")

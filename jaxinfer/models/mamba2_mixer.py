@@ -5,9 +5,9 @@ A step's tokens are packed end to end (several requests, each continuing from it
 cache/state_pool). The projections and the norm run over all of them at once; the recurrence is a
 `lax.scan` over the flat tokens, each reading and writing its own slot's conv and SSM state (a state
 starts from zeros at a request's position 0; padding tokens write nothing). A decode step is the
-same scan over one token per row. This is the correctness-first form: a GPU would want a chunked SSD
-(the state passed between chunks of one request, segment-aware across requests) instead of one token
-per iteration.
+same scan over one token per row. A step of at least `chunk_size` tokens (prefill) runs the chunked SSD
+instead (models/ssd_chunks: matmuls within chunks, segment-aware across requests), which gives the scan's
+outputs and states with the matmul units doing the work rather than T sequential tiny steps.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import Weight, linear
+from jaxinfer.models.ssd_chunks import chunked_ssd, conv_windows, segments
 from jaxinfer.parallel.array_info import ArrayInfo
 
 
@@ -86,22 +87,34 @@ def _biased(y: jax.Array, bias: jax.Array | None) -> jax.Array:
     return y if bias is None else y + bias.astype(y.dtype)
 
 
+def conv_mix(ss: StateSpace, w: MixerWeights, window: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Conv windows [..., K, C] -> SiLU'd x [..., H, P], B and C [..., G, N], in float32."""
+    mixed = jnp.sum(window * w.conv_weight[:, 0].T.astype(jnp.float32), axis=-2)  # K products per channel
+    mixed = jax.nn.silu(_biased(mixed, None if w.conv_bias is None else w.conv_bias.astype(jnp.float32)))
+    x, b, c = jnp.split(mixed, [ss.inner, ss.inner + ss.n_groups * ss.state_size], axis=-1)
+    lead = mixed.shape[:-1]
+    groups = (*lead, ss.n_groups, ss.state_size)
+    return x.reshape(*lead, ss.num_heads, ss.head_dim), b.reshape(groups), c.reshape(groups)
+
+
+def time_steps(ss: StateSpace, w: MixerWeights, dt: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Raw dt [..., H] -> (dt after softplus and clamp, A [H] = -exp(a_log)), in float32."""
+    dt = jnp.clip(jax.nn.softplus(dt + w.dt_bias.astype(jnp.float32)), *ss.time_step_limit)
+    return dt, -jnp.exp(w.a_log.astype(jnp.float32))
+
+
 def token_step(
     ss: StateSpace, w: MixerWeights, conv: jax.Array, ssm: jax.Array, xbc: jax.Array, dt: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One token of one request: (conv state [K-1, C], SSM state [H, P, N]) and its conv input xbc [C] and raw
     dt [H] -> (new conv state, new SSM state, y [H, P]), in float32."""
-    H, P, G, N = ss.num_heads, ss.head_dim, ss.n_groups, ss.state_size
+    repeats = ss.num_heads // ss.n_groups
     window = jnp.concatenate([conv, xbc[None]], axis=0)  # [K, C]
-    mixed = jnp.einsum("kc,ck->c", window, w.conv_weight[:, 0].astype(jnp.float32))
-    mixed = jax.nn.silu(_biased(mixed, None if w.conv_bias is None else w.conv_bias.astype(jnp.float32)))
-    x, b, c = jnp.split(mixed, [ss.inner, ss.inner + G * N])
-    x = x.reshape(H, P)
-    b = jnp.repeat(b.reshape(G, N), H // G, axis=0)  # [H, N]: each group's B shared by its heads
-    c = jnp.repeat(c.reshape(G, N), H // G, axis=0)
-    dt = jax.nn.softplus(dt + w.dt_bias.astype(jnp.float32))
-    dt = jnp.clip(dt, *ss.time_step_limit)
-    decay = jnp.exp(dt * -jnp.exp(w.a_log.astype(jnp.float32)))  # [H]
+    x, b, c = conv_mix(ss, w, window)
+    b = jnp.repeat(b, repeats, axis=0)  # [H, N]: each group's B shared by its heads
+    c = jnp.repeat(c, repeats, axis=0)
+    dt, a = time_steps(ss, w, dt)
+    decay = jnp.exp(dt * a)  # [H]
     ssm = ssm * decay[:, None, None] + (dt[:, None] * x)[:, :, None] * b[:, None, :]
     y = jnp.einsum("hpn,hn->hp", ssm, c) + w.d_skip.astype(jnp.float32)[:, None] * x
     return window[1:], ssm, y
@@ -132,6 +145,23 @@ def packed_scan(
     return dataclasses.replace(state, conv=conv, ssm=ssm), y
 
 
+def packed_chunked(
+    ss: StateSpace, w: MixerWeights, state: LayerState, xbc: jax.Array, dt: jax.Array, positions: jax.Array
+) -> tuple[LayerState, jax.Array]:
+    """`packed_scan`'s result through the chunked SSD (models/ssd_chunks) in chunks of ss.chunk_size."""
+    slots, num_slots = state.token_slots, state.conv.shape[0]
+    seg = segments(slots, positions, min(num_slots, positions.shape[0]))
+    windows = conv_windows(state.conv, xbc.astype(jnp.float32), slots, positions, seg)  # [T, K, C]
+    x, b, c = conv_mix(ss, w, windows)
+    dt, a = time_steps(ss, w, dt.astype(jnp.float32))
+    y, final = chunked_ssd(x, b, c, dt, a, state.ssm, slots, positions, seg, ss.chunk_size)
+    y = y + w.d_skip.astype(jnp.float32)[:, None] * x
+    target = jnp.where(seg.valid, slots[seg.first], num_slots)  # past the segments: dropped
+    conv = state.conv.at[target].set(windows[seg.last, 1:], mode="drop")
+    ssm = state.ssm.at[target].set(final, mode="drop")
+    return dataclasses.replace(state, conv=conv, ssm=ssm), y
+
+
 def gated_rms_norm(y: jax.Array, gate: jax.Array, weight: jax.Array, groups: int, eps: float) -> jax.Array:
     """y [T, I] times silu(gate), RMS-normed within each of `groups` groups, times weight (float32 math;
     transformers' MambaRMSNormGated with norm_before_gate=False)."""
@@ -149,7 +179,8 @@ def mixer(
     B, T, D = h.shape
     projected = _biased(linear(h.reshape(B * T, D), w.in_proj), w.in_bias)
     gate, xbc, dt = jnp.split(projected, [ss.inner, ss.inner + ss.conv_dim], axis=-1)
-    state, y = packed_scan(ss, w, state, xbc, dt, positions.reshape(-1))
+    recurrence = packed_chunked if B * T >= ss.chunk_size else packed_scan  # static: by the step's shape
+    state, y = recurrence(ss, w, state, xbc, dt, positions.reshape(-1))
     normed = gated_rms_norm(y.reshape(B * T, ss.inner), gate, w.gate_norm, ss.n_groups, ss.norm_eps)
     out = _biased(linear(normed.astype(h.dtype), w.out_proj), w.out_bias)
     return out.reshape(B, T, D), state

@@ -1,0 +1,65 @@
+"""The chunked SSD (models/ssd_chunks) against the per-token scan it replaces for prefill steps: the same outputs
+and slot states on a packed step of random inputs, float32, and the same program lowering for CUDA and TPU with
+no host round trip."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from accelerator_programs import round_trips
+from jax import export
+
+from jaxinfer.cache.state_pool import LayerState
+from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models.mamba2_mixer import MixerWeights, packed_chunked, packed_scan
+
+# 4 heads of 3 dims in 2 groups, 5 state dims, a 4-wide conv, chunks of 8.
+SS = StateSpace(layers=(0,), num_heads=4, head_dim=3, state_size=5, n_groups=2, conv_kernel=4, chunk_size=8)
+SLOTS = 6
+# (slot, first position, tokens) packed end to end, then 4 padding tokens: 37 tokens, 5 chunks (the last partial).
+# Slot 2 continues its state at a chunk's start, slot 0 starts afresh mid-chunk, slot 3 is one decode token at
+# a chunk's start, slot 1 starts afresh and spans three chunks, slot 4 continues mid-chunk across three chunks;
+# slot 5 is in none (its state must stay).
+PLAN = [(2, 5, 5), (0, 0, 3), (3, 7, 1), (1, 0, 14), (4, 3, 10)]
+
+
+def packed_step() -> tuple[LayerState, jax.Array, jax.Array, jax.Array, MixerWeights]:
+    """(random pools with the step's token slots, xbc [T, C], dt [T, H], positions [T], weights)."""
+    rng = np.random.RandomState(0)
+
+    def normal(*shape: int, scale: float = 1.0) -> jax.Array:
+        return jnp.asarray(rng.randn(*shape).astype(np.float32) * scale)
+
+    slots = [s for s, _, n in PLAN for _ in range(n)] + [1] * 4
+    positions = [p for _, first, n in PLAN for p in range(first, first + n)] + [-1] * 4
+    C, H, T = SS.conv_dim, SS.num_heads, len(slots)
+    weights = MixerWeights(in_proj=None, conv_weight=normal(C, 1, 4, scale=0.5), dt_bias=normal(H, scale=0.5),
+                           a_log=normal(H, scale=0.5), d_skip=normal(H), gate_norm=None, out_proj=None,
+                           conv_bias=normal(C, scale=0.1))
+    state = LayerState(normal(SLOTS, 3, C), normal(SLOTS, H, SS.head_dim, SS.state_size), jnp.asarray(slots))
+    return state, normal(T, C), normal(T, H), jnp.asarray(positions), weights
+
+
+def recurrence(run):
+    """run(ss, w, state, xbc, dt, positions) jitted over everything but the dims."""
+    return jax.jit(lambda state, xbc, dt, positions, w: run(SS, w, state, xbc, dt, positions))
+
+
+def test_chunked_ssd_gives_the_scans_outputs_and_states():
+    step = packed_step()
+    scanned, y_scan = recurrence(packed_scan)(*step)
+    chunked, y_chunk = recurrence(packed_chunked)(*step)
+    real = np.asarray(step[3]) >= 0  # padding outputs are never read
+    assert np.abs(np.asarray(y_chunk - y_scan)[real]).max() <= 2e-6 * np.abs(np.asarray(y_scan)).max()
+    assert np.abs(np.asarray(chunked.ssm - scanned.ssm)).max() <= 2e-6 * np.abs(np.asarray(scanned.ssm)).max()
+    np.testing.assert_array_equal(chunked.conv, scanned.conv)
+    np.testing.assert_array_equal(chunked.ssm[5], step[0].ssm[5])
+
+
+def test_chunked_ssd_lowers_for_gpu_and_tpu_with_no_host_round_trip():
+    step = packed_step()
+    program = recurrence(packed_chunked)
+    assert round_trips(jax.make_jaxpr(program)(*step).jaxpr) == []
+    exported = export.export(program, platforms=("cuda", "tpu"))(*step)
+    assert exported.out_avals[-1].shape == (37, SS.num_heads, SS.head_dim)  # y, after the pools
