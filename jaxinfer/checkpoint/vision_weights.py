@@ -2,7 +2,8 @@
 vision tower's and projector's read into `LlavaWeights` (or `Gemma3VisionWeights`).
 
 transformers 5.24 saves LLaVA as `language_model.model.*`, `language_model.lm_head.weight`,
-`vision_tower.*`, `multi_modal_projector.*` (Gemma 3 under `model.`); hub checkpoints and its in-memory names differ in
+`vision_tower.*`, `multi_modal_projector.*` (Gemma 3 under `model.`; Idefics3 and SmolVLM as `model.text_model.*`,
+`model.vision_model.*`, `model.connector.*`); hub checkpoints and its in-memory names differ in
 prefixes (`model.language_model.*`, `vision_tower.vision_model.*`, `model.multi_modal_projector.*`).
 Each part is found by its prefix, so all of them load.
 """
@@ -20,19 +21,20 @@ from jaxinfer.checkpoint.pixtral_weights import is_pixtral, read_mistral3_weight
 from jaxinfer.checkpoint.qwen2_vl_weights import read_qwen2_vl_weights
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
+from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, abstract_vision_language
 
-TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
+TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.", "model.text_model.": "model.",
                  "language_model.lm_head.": "lm_head.", "lm_head.": "lm_head.", "model.": "model."}
 # Qwen2-VL's tower and merger (`visual.*` in the hub's checkpoints, `model.visual.*` in transformers 5's
 # in-memory names); its language model is stored under the causal LM's own names
 QWEN_TOWER_PREFIXES = ("visual.", "model.visual.")
 QWEN_PATCH = "patch_embed.proj.weight"
 TOWER_PREFIXES = ("vision_tower.vision_model.", "model.vision_tower.vision_model.", "vision_tower.",
-                  "model.vision_tower.")
-PROJECTOR_PREFIXES = ("multi_modal_projector.", "model.multi_modal_projector.")
+                  "model.vision_tower.", "model.vision_model.")  # the last: Idefics3's / SmolVLM's
+PROJECTOR_PREFIXES = ("multi_modal_projector.", "model.multi_modal_projector.", "model.connector.")
 LAYER_NAMES = {  # VisionLayer field -> tensor under encoder.layers.{i}.
     "norm1": "layer_norm1.weight", "norm1_bias": "layer_norm1.bias", "wq": "self_attn.q_proj.weight",
     "bq": "self_attn.q_proj.bias", "wk": "self_attn.k_proj.weight", "bk": "self_attn.k_proj.bias",
@@ -49,6 +51,7 @@ TOWER_NAMES = {
 PROJECTOR_NAMES = {"w1": "linear_1.weight", "b1": "linear_1.bias", "w2": "linear_2.weight", "b2": "linear_2.bias"}
 # Gemma 3's projector: its matrix is stored [V, D] as it is used (a Parameter, not a Linear: never transposed)
 GEMMA3_PROJECTOR_NAMES = {"norm": "mm_soft_emb_norm.weight", "projection": "mm_input_projection_weight"}
+IDEFICS3_PROJECTOR_NAMES = {"projection": "modality_projection.proj.weight"}  # its connector's Linear, no bias
 
 
 def is_vision_language(index: dict[str, Path]) -> bool:
@@ -104,7 +107,8 @@ def read_llava_weights(
         return read_qwen2_vl_weights(index, open_file, cfg, dtype)
     if isinstance(cfg, Mistral3Config):
         return read_mistral3_weights(index, open_file, cfg, dtype)
-    projector_names = GEMMA3_PROJECTOR_NAMES if isinstance(cfg, Gemma3VisionConfig) else PROJECTOR_NAMES
+    projector_names = GEMMA3_PROJECTOR_NAMES if isinstance(cfg, Gemma3VisionConfig) else \
+        IDEFICS3_PROJECTOR_NAMES if isinstance(cfg, Idefics3VisionConfig) else PROJECTOR_NAMES
     probe = next(iter(projector_names.values()))
     tower = _prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"])
     projector = _prefix(index, PROJECTOR_PREFIXES, probe)

@@ -12,19 +12,21 @@ import jax
 import numpy as np
 
 import jaxinfer.models.gemma3_vision as gemma3_vision
+import jaxinfer.models.idefics3_vision as idefics3_vision
 import jaxinfer.models.llava as llava
 import jaxinfer.models.pixtral_vision as pixtral_vision
 import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
+from jaxinfer.models.idefics3_vision import Idefics3VisionConfig, Idefics3Weights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
 from jaxinfer.models.pixtral_vision import Mistral3Config, PixtralWeights
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig, QwenTowerWeights
 
 ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vision.QWEN2_VL,
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
-    pixtral_vision.ARCHITECTURES
-VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config]
-VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, PixtralWeights]
+    pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES
+VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config, Idefics3VisionConfig]
+VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, PixtralWeights, Idefics3Weights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
@@ -35,6 +37,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return qwen2_vl_vision.read_qwen2_vl_config(hf)
     if hf["architectures"][0] in pixtral_vision.ARCHITECTURES:
         return pixtral_vision.read_mistral3_config(hf)
+    if hf["architectures"][0] in idefics3_vision.ARCHITECTURES:
+        return idefics3_vision.read_idefics3_config(hf)
     return llava.read_llava_config(hf)
 
 
@@ -46,19 +50,23 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
         return qwen2_vl_vision.abstract_qwen2_vl(cfg)
     if isinstance(cfg, Mistral3Config):
         return pixtral_vision.abstract_mistral3(cfg)
+    if isinstance(cfg, Idefics3VisionConfig):
+        return idefics3_vision.abstract_idefics3(cfg)
     return llava.abstract_llava(cfg)
 
 
 def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: VisionLanguageConfig) -> jax.Array:
     """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, rows, D] of
     one image's patches [1, blocks_h, blocks_w, m*m, F]; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at
-    its own size)."""
+    its own size; Idefics3's: [N, image_seq_len, D] of tiles [N, C, S, S])."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen2VLConfig):
         return qwen2_vl_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Mistral3Config):
         return pixtral_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, Idefics3VisionConfig):
+        return idefics3_vision.image_features(weights, pixels, cfg)
     return llava.image_features(weights, pixels, cfg)
 
 
