@@ -59,13 +59,15 @@ def add_engine_args(serve: argparse.ArgumentParser) -> None:
 
 def add_speculative_args(serve: argparse.ArgumentParser) -> None:
     """Speculative decoding inside the engine."""
-    serve.add_argument("--speculative-method", choices=["ngram", "ngram_device", "suffix", "draft", "eagle"],
+    serve.add_argument("--speculative-method",
+                       choices=["ngram", "ngram_device", "suffix", "draft", "eagle", "mtp", "deepseek_mtp"],
                        default=None,
                        help="speculate inside the engine: ngram proposes what followed the last n tokens "
                        "earlier in the prompt and output (no second model; ngram_device looks it up on the device, "
                        "several verify rounds a call), suffix the most frequent continuation in the "
                        "prompt, output and recent requests' outputs (suffix decoding), draft runs --speculative-model, "
-                       "eagle the EAGLE head in --speculative-model over the target's hidden states; "
+                       "eagle the EAGLE head in --speculative-model over the target's hidden states, mtp "
+                       "(deepseek_mtp) the MTP layer DeepSeek-V3 and GLM-4.5 checkpoints ship; "
                        "outputs keep the target's distribution (greedy: identical)")
     serve.add_argument("--speculative-model", default=None,
                        help="for --speculative-method draft: a draft model directory (same tokenizer as --model); "
