@@ -227,6 +227,9 @@ def jaxinfer_rows(args: argparse.Namespace, prompts: list, max_seq_len: int) -> 
         "jaxinfer eagle": SpeculativeConfig(
             method="eagle", draft_model=str(args.eagle), num_speculative_tokens=args.k, adaptive=not args.fixed_k
         ),
+        "jaxinfer mtp": SpeculativeConfig(  # the target's own MTP layer: a DeepSeek-V3 or GLM-4.5 --target
+            method="mtp", num_speculative_tokens=args.k, adaptive=not args.fixed_k
+        ),
     }
     engines = {name: spec for name, spec in engines.items() if name.split()[-1] in args.methods}
     llms = {
@@ -415,8 +418,9 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES), help="sampling modes to time")
     parser.add_argument(
         "--methods", nargs="+",
-        choices=["plain", "draft", "ngram", "ngram_device", "suffix", "eagle"], default=["plain", "draft", "ngram", "eagle"],
-        help="jaxinfer engines to run",
+        choices=["plain", "draft", "ngram", "ngram_device", "suffix", "eagle", "mtp"],
+        default=["plain", "draft", "ngram", "eagle"],
+        help="jaxinfer engines to run (mtp: the --target checkpoint's own MTP layer, DeepSeek-V3 or GLM-4.5)",
     )
     parser.add_argument(
         "--torch-threads", type=int, default=1,
