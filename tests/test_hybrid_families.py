@@ -1,9 +1,11 @@
-"""The dense hybrid families (Mamba2 layers beside attention layers, then a gated MLP: models/hybrid): dense
-Granite 4.0-H (`GraniteMoeHybridForCausalLM` with no routed experts) and IBM Bamba, each against transformers
-on the same tiny saved weights: logits, and a batched, chunked and preempted engine run giving each prompt
-transformers' greedy tokens for it alone."""
+"""Hybrid families on the Mamba2 layers: dense Granite 4.0-H (`GraniteMoeHybridForCausalLM` with no routed
+experts) and IBM Bamba (Mamba2 or attention, then a gated MLP: models/hybrid), and Nemotron-H (one Mamba2,
+attention or MLP mixer per layer), each against transformers on the same tiny saved weights: logits, and a
+chunked engine run (Bamba's batched and preempted) giving each prompt transformers' greedy tokens for it alone."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -23,13 +25,20 @@ DENSE_GRANITE = dict(MAMBA, layer_types=["mamba", "attention", "mamba"], num_loc
                      attention_multiplier=0.2, logits_scaling=0.5)
 # Bamba's attention at layer 1, rotating half of each head (transformers' partial_rotary_factor for Bamba).
 BAMBA = dict(MAMBA, attn_layer_indices=[1], rms_norm_eps=1e-5)
+# Nemotron-H's pattern: Mamba2, attention (NoPE), ReLU^2 MLP layers; its own names for the mixer's dims.
+NEMOTRON_H = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, layers_block_type=["mamba", "attention", "mlp"], mamba_num_heads=8, mamba_head_dim=16,
+                  n_groups=2, ssm_state_size=16, conv_kernel=4, expand=2, chunk_size=16, initializer_range=0.1,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
 PROMPT = np.random.RandomState(2).randint(3, 256, size=40).tolist()
 # Bamba's run batches 6 and 28 tokens, the longer prefilled over two steps, one preempted; dense Granite's (the same
-# layer code, so a lighter run: fewer step programs to compile) prefills the 28 over two steps alone.
+# layer code) and Nemotron-H's (the state pool's handling is Bamba's) prefill the 28 over two steps alone: lighter
+# runs, fewer step programs to compile.
 FAMILIES = {
     "dense_granite_hybrid": (transformers.GraniteMoeHybridForCausalLM, transformers.GraniteMoeHybridConfig,
                              DENSE_GRANITE, [PROMPT[2:30]]),
     "bamba": (transformers.BambaForCausalLM, transformers.BambaConfig, BAMBA, [PROMPT[:6], PROMPT[2:30]]),
+    "nemotron_h": (transformers.NemotronHForCausalLM, transformers.NemotronHConfig, NEMOTRON_H, [PROMPT[2:30]]),
 }
 GREEDY = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
 
@@ -100,3 +109,15 @@ def test_bamba_config_as_transformers_reads_it():
     assert from_hf_config({**hf, "rope_parameters": rope}).rotary_dim == 16
     with pytest.raises(ConfigError, match=r"attn_layer_indices \[3\] must index the 3 layers"):
         from_hf_config({**hf, "attn_layer_indices": [3]})
+
+
+def test_nemotron_h_config_as_transformers_reads_it():
+    """A released config's hybrid_override_pattern (M Mamba2, * attention, - MLP): no layer rotates, dt clamped
+    to (time_step_min, inf) as transformers' mixer does; MoE layers ("E") refused by name."""
+    hf = {**{k: v for k, v in NEMOTRON_H.items() if k != "layers_block_type"}, "hybrid_override_pattern": "M*-M",
+          "architectures": ["NemotronHForCausalLM"], "time_step_min": 0.002}
+    cfg = from_hf_config(hf)
+    assert (cfg.state_space.layers, cfg.mlp_only_layers, cfg.nope_layers) == ((0, 3), (2,), (0, 1, 2, 3))
+    assert cfg.state_space.time_step_limit == (0.002, math.inf) and cfg.activation == "relu2"
+    with pytest.raises(ConfigError, match="MoE layers .* not supported for NemotronHForCausalLM"):
+        from_hf_config({**hf, "hybrid_override_pattern": "M*E-"})

@@ -40,6 +40,7 @@ from jaxinfer.models.mamba2 import FAMILY as MAMBA2
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.nemotron import FAMILY as NEMOTRON
+from jaxinfer.models.nemotron_h import FAMILY as NEMOTRON_H
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
 from jaxinfer.models.olmoe import FAMILY as OLMOE
 from jaxinfer.models.phi3 import FAMILY as PHI3
@@ -55,7 +56,7 @@ from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
-                                LLAMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA)
+                                LLAMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
@@ -67,10 +68,8 @@ NOT_SUPPORTED = {
     "PhiMoEForCausalLM": "Phi-3.5-MoE (its sparsemixer routing is not supported; the MoE families are "
                          "MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM)",
     "FalconH1ForCausalLM": "Falcon-H1 (attention and a Mamba2 mixer in parallel in every layer, with its "
-                           "multipliers, is not supported; the Mamba2 hybrids are BambaForCausalLM and "
-                           "GraniteMoeHybridForCausalLM)",
-    "NemotronHForCausalLM": "Nemotron-H (its hybrid_override_pattern of Mamba2, attention and ReLU^2 MLP layers is "
-                            "not supported; the Mamba2 hybrids are BambaForCausalLM and GraniteMoeHybridForCausalLM)",
+                           "multipliers, is not supported; the Mamba2 hybrids are BambaForCausalLM, "
+                           "GraniteMoeHybridForCausalLM and NemotronHForCausalLM)",
 }
 
 
