@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from accelerator_programs import round_trips
 from jax import export
 
@@ -63,3 +64,8 @@ def test_chunked_ssd_lowers_for_gpu_and_tpu_with_no_host_round_trip():
     assert round_trips(jax.make_jaxpr(program)(*step).jaxpr) == []
     exported = export.export(program, platforms=("cuda", "tpu"))(*step)
     assert exported.out_avals[-1].shape == (37, SS.num_heads, SS.head_dim)  # y, after the pools
+
+
+def test_a_chunk_size_below_one_is_refused_by_name():
+    with pytest.raises(ValueError, match="chunk_size 0 is not supported for the Mamba2 mixer"):
+        StateSpace(layers=(0,), num_heads=4, head_dim=3, state_size=5, n_groups=2, conv_kernel=4, chunk_size=0)

@@ -30,6 +30,12 @@ class StateSpace:
     # the chunked SSD's chunk (chunk_size / mamba_chunk_size); a step of at least this many tokens runs it
     chunk_size: int = 256
 
+    def __post_init__(self) -> None:
+        """Refuse a chunk the chunked SSD cannot cut a step into."""
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size {self.chunk_size!r} is not supported for the Mamba2 mixer: give a positive "
+                             "token count (mamba_chunk_size for hybrids)")
+
     @property
     def inner(self) -> int:
         """The mixer's width: H * P (expand * hidden_size)."""
