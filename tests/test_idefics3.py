@@ -137,15 +137,17 @@ def test_layout_rows_and_logits_match_hf(llm, hf_model):
 
 
 def test_engine_greedy_matches_hf(hf_model, llm):
-    """Greedy tokens and logprobs through the engine as HF's generate (16-token chunks cut the tiles' runs); another
-    image gives other tokens; HF's already-expanded ids run as they are."""
-    (out_a, logprobs_a), (out_b, _) = greedy_logprobs(llm, picture(0)), greedy_logprobs(llm, picture(1))
-    inputs = hf_inputs(llm, picture(0))
-    hf_a, hf_logprobs_a = hf_generate(hf_model, inputs)
-    assert out_a == hf_a and out_a != out_b
-    assert np.abs(logprobs_a - hf_logprobs_a).max() <= 1e-4
-    expanded = {"prompt_token_ids": inputs["input_ids"][0].tolist(), "multi_modal_data": {"image": picture(0)}}
-    assert llm.generate(expanded, GREEDY)[0].outputs[0].token_ids == out_a
+    """Greedy tokens and logprobs through the engine as HF's generate (16-token chunks cut the tiles' runs); the
+    image's 5 new tiles go through the tower in one call (of 8); HF's already-expanded ids run as they are."""
+    vision = llm.engine.runner.vision
+    encoded, calls = vision.images_encoded, vision.tower_calls
+    out, logprobs = greedy_logprobs(llm, picture(1))
+    assert (vision.images_encoded - encoded, vision.tower_calls - calls) == (5, 1)
+    inputs = hf_inputs(llm, picture(1))
+    hf, hf_logprobs = hf_generate(hf_model, inputs)
+    assert out == hf and np.abs(logprobs - hf_logprobs).max() <= 1e-4
+    expanded = {"prompt_token_ids": inputs["input_ids"][0].tolist(), "multi_modal_data": {"image": picture(1)}}
+    assert llm.generate(expanded, GREEDY)[0].outputs[0].token_ids == out
 
 
 def test_unsplit_image_matches_hf(hf_model, llm, unsplit):

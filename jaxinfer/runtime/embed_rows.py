@@ -19,10 +19,10 @@ from jaxinfer.parallel.sharding import Layout
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.image_input import ImageInput
 
-Encoder = Callable[[ImageInput], np.ndarray]  # one image's [length, D] float32 rows (its tower's)
+Encoder = Callable[[list[ImageInput]], list[np.ndarray]]  # each image's [length, D] float32 rows (its tower's)
 
 
-def no_tower(image: ImageInput) -> np.ndarray:
+def no_tower(images: list[ImageInput]) -> list[np.ndarray]:
     """The encoder of a model without a vision tower: only given rows (prompt_embeds) reach it."""
     raise ValueError("multi_modal_data: this model takes no images (it has no vision tower); send text only")
 
@@ -38,8 +38,10 @@ class StepRows:
         """Give each request with images (or given rows) and no rows yet its rows (its first schedule)."""
         for request in requests:
             if request is not None and request.images and request.image_rows is None:
+                tower = [image for image in request.images if image.rows is None]  # a request's images at once
+                made = iter(self.encode(tower) if tower else ())
                 request.image_rows = np.concatenate([
-                    image.rows if image.rows is not None else self.encode(image) for image in request.images])
+                    image.rows if image.rows is not None else next(made) for image in request.images])
 
     def override(self, host: HostStep) -> EmbedOverride:
         """The step's rows at its placeholder tokens (its requests' rows made first)."""

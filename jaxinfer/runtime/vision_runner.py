@@ -6,7 +6,9 @@ size its model's processor makes) when a request with images is first scheduled;
 to the host and stay with the request (`Request.image_rows`: float32, tokens_per_image x D per
 image, 9.4 MB for llava-1.5-7b's 576 x 4096), so chunked prefill and recompute after preemption
 never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
-same image in another request, are not encoded again). A ragged
+same image in another request, are not encoded again). Idefics3's tiles, all one size, go through
+together: a request's new tiles in one call of the next power of two (up to MAX_TILES, zero tiles
+padding it), so its tower has at most five programs whatever its images' tile counts. A ragged
 step of a vision-language model always takes an `EmbedOverride` (so its programs are the same
 with or without images): the rows its placeholder tokens read, or a device-resident empty one; where
 an image's tokens see each other both ways (Gemma 3) it also carries each token's image end.
@@ -18,6 +20,7 @@ import collections
 
 import numpy as np
 
+from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, bidirectional, blank_pixels
 from jaxinfer.parallel.sharding import Layout, to_host
@@ -28,6 +31,7 @@ from jaxinfer.runtime.image_input import ImageInput
 from jaxinfer.runtime.mrope_positions import offsets
 
 CACHED_IMAGES = 32  # encoded images kept by content hash (their rows are the request's anyway)
+MAX_TILES = 16  # tiles one tower call takes (Idefics3): a request's new tiles in calls of 1, 2, 4, 8 or 16
 
 
 class VisionRunner:
@@ -38,28 +42,53 @@ class VisionRunner:
         self.cfg, self.layout, self.executables = cfg, layout, executables
         self.weights = layout.put_tree(weights) if layout.mesh is not None else weights
         self.encoded: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
-        self.images_encoded = 0  # tower runs (the tests count them)
+        self.images_encoded = 0  # images (tiles) through the tower (the tests count them)
+        self.tower_calls = 0
         self.bidirectional = bidirectional(cfg)  # steps carry each image token's image end (Gemma 3)
-        self.rows = StepRows(cfg.text_hidden_size, layout, self.features, self.bidirectional)
+        self.tiled = isinstance(cfg, Idefics3VisionConfig)  # a request's same-size tiles go through together
+        self.rows = StepRows(cfg.text_hidden_size, layout, self.encode, self.bidirectional)
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
-        """The tower's program over one image [C, H, W] (zeros: what warm-up compiles)."""
-        if pixels is None:
-            pixels = blank_pixels(self.cfg)
-        return Program(step_programs.image_features, [self.weights, self.layout.put_tree(pixels[None])],
+        """The tower's program over one image (zeros: what warm-up compiles)."""
+        return self.batch_program((blank_pixels(self.cfg) if pixels is None else pixels)[None])
+
+    def batch_program(self, images: np.ndarray) -> Program:
+        """The tower's program over images [B, ...] (Idefics3's: B tiles [C, S, S])."""
+        return Program(step_programs.image_features, [self.weights, self.layout.put_tree(images)],
                        dict(cfg=self.cfg), fixed=1)
+
+    def encode(self, images: list[ImageInput]) -> list[np.ndarray]:
+        """Each image's [length, D] float32 rows; an Idefics3 request's tiles not seen recently go through the
+        tower together, in calls of a power-of-two count up to MAX_TILES (zero tiles fill the rest)."""
+        new = list({i.content_hash: i for i in images if i.content_hash not in self.encoded}.values())
+        made = {}
+        for start in range(0, len(new) if self.tiled else 0, MAX_TILES):
+            part = new[start : start + MAX_TILES]
+            pixels = np.zeros((1 << (len(part) - 1).bit_length(), *part[0].pixels.shape), np.float32)
+            pixels[: len(part)] = [image.pixels for image in part]
+            rows = np.asarray(to_host(self.executables(self.batch_program(pixels))), np.float32)
+            made.update((image.content_hash, rows[k]) for k, image in enumerate(part))
+            self.images_encoded, self.tower_calls = self.images_encoded + len(part), self.tower_calls + 1
+        out = [made[i.content_hash] if i.content_hash in made else self.features(i) for i in images]
+        for key, rows in made.items():
+            self.remember(key, rows)
+        return out
 
     def features(self, image: ImageInput) -> np.ndarray:
         """[length, D] float32 rows of one image (encoded now unless recently seen)."""
         rows = self.encoded.get(image.content_hash)
         if rows is None:
             rows = np.asarray(to_host(self.executables(self.program(image.pixels))), np.float32)[0]
-            self.images_encoded += 1
-            self.encoded[image.content_hash] = rows
-            if len(self.encoded) > CACHED_IMAGES:
-                self.encoded.popitem(last=False)
-        self.encoded.move_to_end(image.content_hash)
+            self.images_encoded, self.tower_calls = self.images_encoded + 1, self.tower_calls + 1
+        self.remember(image.content_hash, rows)
         return rows
+
+    def remember(self, content_hash: str, rows: np.ndarray) -> None:
+        """Keep an image's rows as the most recent of the CACHED_IMAGES."""
+        self.encoded[content_hash] = rows
+        self.encoded.move_to_end(content_hash)
+        if len(self.encoded) > CACHED_IMAGES:
+            self.encoded.popitem(last=False)
 
     def prompt_rows(self, length: int, images: tuple[ImageInput, ...] = ()
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -67,8 +96,8 @@ class VisionRunner:
         all-positions pass (prompt logprobs) reads instead of those tokens' embeddings; and an M-RoPE model's
         [length, 3] rotary offsets of its tokens (None for the others)."""
         rows, mask = np.zeros((length, self.cfg.text_hidden_size), np.float32), np.zeros(length, bool)
-        for image in images:
-            rows[image.offset : image.offset + image.length] = self.features(image)
+        for image, made in zip(images, self.encode(list(images))):
+            rows[image.offset : image.offset + image.length] = made
             mask[image.offset : image.offset + image.length] = True
         rotary = offsets(images, np.arange(length)) if isinstance(self.cfg, Qwen2VLConfig) else None
         return rows, mask, rotary
