@@ -119,5 +119,6 @@ def test_nemotron_h_config_as_transformers_reads_it():
     cfg = from_hf_config(hf)
     assert (cfg.state_space.layers, cfg.mlp_only_layers, cfg.nope_layers) == ((0, 3), (2,), (0, 1, 2, 3))
     assert cfg.state_space.time_step_limit == (0.002, math.inf) and cfg.activation == "relu2"
+    assert cfg.state_space.chunk_size == 16  # the chunked SSD's chunk: a 16-token prefill step runs it
     with pytest.raises(ConfigError, match="MoE layers .* not supported for NemotronHForCausalLM"):
         from_hf_config({**hf, "hybrid_override_pattern": "M*E-"})

@@ -144,6 +144,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         proj_bias=bool(field(hf, "mamba_proj_bias", False)), norm_eps=eps,
         # transformers' Nemotron-H mixer clamps dt to (time_step_min, inf), whatever time_step_limit says
         time_step_limit=(float(field(hf, "time_step_min", 0.001)), math.inf),
+        chunk_size=int(field(hf, "chunk_size", 128)),
     )
     if ss.num_heads % ss.n_groups:
         raise ConfigError(f"mamba_num_heads ({ss.num_heads}) must be a multiple of n_groups ({ss.n_groups})")
