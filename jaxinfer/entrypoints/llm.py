@@ -176,24 +176,11 @@ class LLM(PoolingCalls, WeightCalls):
         self.dtype = resolve_dtype(dtype, self.model_dir)
         tokenizer = load_tokenizer_beside(self.model_dir)
         encoder = is_encoder_dir(self.model_dir)  # BERT, RoBERTa, XLM-R: pooled passes only (encoder_loading)
-        if encoder:
-            check_encoder_settings(dict(
-                quantization=quantization, quantize_lm_head=quantize_lm_head, tensor_parallel_size=tensor_parallel_size,
-                data_parallel_size=data_parallel_size, expert_parallel_size=expert_parallel_size,
-                batch_invariant=batch_invariant, cpu_kernels=cpu_kernels, quantized_kernel=quantized_kernel))
-            self.config, weights, self.classifier = load_encoder(self.model_dir, self.dtype)
-            self.layout, self.cpu_kernels, self._run_weights, self._engine_weights = UNSHARDED, False, weights, weights
-        else:
-            self.config, weights, self.layout = load_sharded(
-                self.model_dir, self.dtype, quantization, tensor_parallel_size, data_parallel_size, quantize_lm_head,
-                expert_parallel_size, self.runner_type == "pooling",
-            )
-            # A *ForSequenceClassification model's head and labels (LLM.classify, LLM.score); None for others.
-            self.classifier = (classifier_for(self.model_dir, self.config.hidden_size, self.dtype, self.layout)
-                               if self.runner_type == "pooling" else None)
-            # What runs (`weights` gives the model's own).
-            self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
-                weights, self.config, self.layout, cpu_kernels, quantized_kernel, interpret_kernels, batch_invariant)
+        self._load_weights(encoder, dict(
+            quantization=quantization, quantize_lm_head=quantize_lm_head, tensor_parallel_size=tensor_parallel_size,
+            data_parallel_size=data_parallel_size, expert_parallel_size=expert_parallel_size,
+            batch_invariant=batch_invariant, cpu_kernels=cpu_kernels, quantized_kernel=quantized_kernel,
+            interpret_kernels=interpret_kernels))
         # LLM.embed's settings (a generation model's too: its final hidden states pooled as asked).
         self.pooler = resolve_pooler(self.model_dir, read_config_json(self.model_dir), pooler_config,
                                      self.config.hidden_size, "cls" if encoder else "last")
@@ -205,16 +192,7 @@ class LLM(PoolingCalls, WeightCalls):
             page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
             mesh_layout=self.layout, batch_invariant=batch_invariant,
         )
-        self.tokenizer = tokenizer.result()
-        # A vision-language model's tower and projector; prompts' images through its processor (entrypoints/multimodal)
-        self._vision = load_vision(self.model_dir, self.dtype)
-        self.image_prompts = ImagePrompts(self.model_dir, None if self._vision is None else self._vision[0],
-                                          self.tokenizer, image_limit(limit_mm_per_prompt),
-                                          media_dir(allowed_local_media_path))
-        # vLLM's prompt_embeds: [L, hidden_size] rows for a whole prompt (entrypoints/prompt_embeds)
-        self.prompt_embeds = PromptEmbeds(enable_prompt_embeds, self.config.hidden_size)
-        # Used when a call passes no SamplingParams: the model's generation_config.json settings.
-        self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
+        self._load_inputs(tokenizer.result(), limit_mm_per_prompt, allowed_local_media_path, enable_prompt_embeds)
         engine_config = EngineConfig(
             max_seq_len=self.max_seq_len, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_seqs=max_prefill_seqs, num_pages=num_pages,
@@ -230,6 +208,41 @@ class LLM(PoolingCalls, WeightCalls):
             engine_config = pooling_engine_config(engine_config)
         self._weights_fingerprint: str | None = None  # see save_session
         self._start_engine(engine_config, speculative)
+
+    def _load_weights(self, encoder: bool, knobs: dict[str, Any]) -> None:
+        """The model's config, weights as loaded (sharded, quantized) and as they run, its mesh layout and a
+        pooling model's classifier head; `knobs` are LLM's loading arguments by name."""
+        if encoder:
+            check_encoder_settings({k: v for k, v in knobs.items() if k != "interpret_kernels"})
+            self.config, weights, self.classifier = load_encoder(self.model_dir, self.dtype)
+            self.layout, self.cpu_kernels, self._run_weights, self._engine_weights = UNSHARDED, False, weights, weights
+            return
+        self.config, weights, self.layout = load_sharded(
+            self.model_dir, self.dtype, knobs["quantization"], knobs["tensor_parallel_size"],
+            knobs["data_parallel_size"], knobs["quantize_lm_head"], knobs["expert_parallel_size"],
+            self.runner_type == "pooling",
+        )
+        # A *ForSequenceClassification model's head and labels (LLM.classify, LLM.score); None for others.
+        self.classifier = (classifier_for(self.model_dir, self.config.hidden_size, self.dtype, self.layout)
+                           if self.runner_type == "pooling" else None)
+        # What runs (`weights` gives the model's own).
+        self.cpu_kernels, self._run_weights, self._engine_weights = running_weights(
+            weights, self.config, self.layout, knobs["cpu_kernels"], knobs["quantized_kernel"],
+            knobs["interpret_kernels"], knobs["batch_invariant"])
+
+    def _load_inputs(self, tokenizer: Any, limit_mm_per_prompt: dict[str, int] | None,
+                     allowed_local_media_path: str | Path | None, enable_prompt_embeds: bool) -> None:
+        """What prompts go through before the engine: the tokenizer, a vision-language model's tower and image
+        processing (entrypoints/multimodal), prompt_embeds' settings, the model's default SamplingParams."""
+        self.tokenizer = tokenizer
+        self._vision = load_vision(self.model_dir, self.dtype)
+        self.image_prompts = ImagePrompts(self.model_dir, None if self._vision is None else self._vision[0],
+                                          self.tokenizer, image_limit(limit_mm_per_prompt),
+                                          media_dir(allowed_local_media_path))
+        # vLLM's prompt_embeds: [L, hidden_size] rows for a whole prompt (entrypoints/prompt_embeds)
+        self.prompt_embeds = PromptEmbeds(enable_prompt_embeds, self.config.hidden_size)
+        # Used when a call passes no SamplingParams: the model's generation_config.json settings.
+        self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
 
     def _start_engine(self, engine_config: EngineConfig, speculative: SpeculativeConfig | None) -> None:
         """The serving engine, speculating as `speculative` asks (a draft that cannot load leaves it
