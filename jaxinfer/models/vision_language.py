@@ -1,4 +1,6 @@
-"""The vision-language architectures by name: LLaVA's (models/llava) and Gemma 3's (models/gemma3_vision).
+"""The vision-language architectures by name: LLaVA's (models/llava), Gemma 3's (models/gemma3_vision),
+Qwen2-VL's and Qwen2.5-VL's (models/qwen2_vl_vision), Mistral 3's (models/pixtral_vision) and Idefics3's /
+SmolVLM's (models/idefics3_vision).
 
 Each runs its language model as the text family its `text_config` names; this module picks what the images
 add (config, weight tree, features program) by the checkpoint's architecture or its config's type.
