@@ -5,6 +5,7 @@ greedy tokens as transformers gives them to it alone; what the state layers run 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -19,9 +20,9 @@ from jaxinfer.config.model import ConfigError
 from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
 from jaxinfer.models.mamba2 import mamba_block
 
-# 2 layers, 8 heads of 16 dims in 2 groups, 16 state dims, a 4-wide conv: the mixer's every axis > 1. Chunks of 8
-# force the chunked SSD (models/ssd_chunks) on every step of 8 tokens or more: each 16-token prefill step runs two
-# chunks (requests' segments inside and across them), the 40-token logits pass five or more; decode steps the scan.
+# 2 layers, 8 heads of 16 dims in 2 groups, 16 state dims, a 4-wide conv: the mixer's every axis > 1. Chunks of 8:
+# where the chunked SSD runs (models/ssd_chunks: the engine's steps below), each 16-token prefill step is two chunks
+# with requests' segments inside and across them; decode steps run the scan.
 CONFIG = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16, state_size=16,
               n_groups=2, conv_kernel=4, expand=2, chunk_size=8, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 PROMPT = np.random.RandomState(0).randint(3, 256, size=40).tolist()
@@ -53,9 +54,13 @@ def model_dir(hf_model, tmp_path_factory) -> str:
 def llm(model_dir) -> LLM:
     """The checkpoint loaded in float32 (prefix caching off by default for it): 16 tokens a step, so longer
     prompts prefill in chunks, and 4 pages of 16 tokens for 2 requests at a time of up to 43 tokens, so some
-    are preempted (2 rows at most: fewer step programs to compile)."""
-    return LLM(model_dir, dtype="float32", max_seq_len=64, max_num_seqs=2, max_num_batched_tokens=16, num_pages=5,
-               cpu_kernels=False)
+    are preempted (2 rows at most: fewer step programs to compile). Its pools say "gpu", so its step programs take
+    the accelerators' form of the recurrence, the chunked SSD, on every prefill step (a CPU's pick the scan)."""
+    llm = LLM(model_dir, dtype="float32", max_seq_len=64, max_num_seqs=2, max_num_batched_tokens=16, num_pages=5,
+              cpu_kernels=False)
+    runner = llm.engine.runner
+    runner.pages = dataclasses.replace(runner.pages, platform="gpu")
+    return llm
 
 
 def hf_greedy(model: torch.nn.Module, prompt: list[int]) -> list[int]:
@@ -71,7 +76,7 @@ def token_ids(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
 
 
 def test_logits_match_hf(hf_model, llm):
-    """Every position's logits of a 40-token prompt (both chunked SSDs over chunks of 8)."""
+    """Every position's logits of a 40-token prompt (transformers' chunked SSD over chunks of 8, this CPU's scan)."""
     with torch.no_grad():
         expected = hf_model(torch.tensor([PROMPT])).logits[0].numpy()
     got = llm.logits(PROMPT)
@@ -84,6 +89,7 @@ def test_batch_chunked_and_preempted_matches_each_prompt_alone_in_hf(hf_model, l
     for it alone (each slot's state carries its own request). Again in reverse order: each request starts
     afresh in a slot another left its state in."""
     assert llm.config.state_space.chunk_size == 8 < llm.engine.config.max_num_batched_tokens  # the chunked SSD
+    assert llm.engine.runner.pages.platform == "gpu"
     expected = [hf_greedy(hf_model, p) for p in PROMPTS]
     assert token_ids(llm, PROMPTS) == expected
     assert llm.metrics()["num_preemptions"] > 0

@@ -13,7 +13,7 @@ from jax import export
 
 from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
-from jaxinfer.models.mamba2_mixer import MixerWeights, packed_chunked, packed_scan
+from jaxinfer.models.mamba2_mixer import MixerWeights, chunked_form, packed_chunked, packed_scan
 
 # 4 heads of 3 dims in 2 groups, 5 state dims, a 4-wide conv, chunks of 8.
 SS = StateSpace(layers=(0,), num_heads=4, head_dim=3, state_size=5, n_groups=2, conv_kernel=4, chunk_size=8)
@@ -69,3 +69,9 @@ def test_chunked_ssd_lowers_for_gpu_and_tpu_with_no_host_round_trip():
 def test_a_chunk_size_below_one_is_refused_by_name():
     with pytest.raises(ValueError, match="chunk_size 0 is not supported for the Mamba2 mixer"):
         StateSpace(layers=(0,), num_heads=4, head_dim=3, state_size=5, n_groups=2, conv_kernel=4, chunk_size=0)
+
+
+def test_steps_of_a_chunk_or_more_take_the_chunked_form_on_accelerators_only():
+    assert chunked_form(SS, 8, "gpu") and chunked_form(SS, 512, "tpu")
+    assert not chunked_form(SS, 7, "gpu")  # decode and small steps: the scan
+    assert not chunked_form(SS, 512, "cpu")  # a CPU ran the scan faster at every size measured

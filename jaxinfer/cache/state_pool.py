@@ -38,6 +38,9 @@ class LayerState:
     conv: jax.Array  # [S, K-1, C] float32
     ssm: jax.Array  # [S, H, P, N] float32
     token_slots: jax.Array  # [T] int32
+    # static: the platform the step runs on ("cpu", "gpu", "tpu": the pools' own, else the default backend's),
+    # which picks the recurrence's form (models/mamba2_mixer)
+    platform: str = dataclasses.field(default="cpu", metadata=dict(static=True))
 
 
 def with_states(pages: PagedKVCache, cfg: ModelConfig, slots: int, layout: Layout) -> PagedKVCache:
@@ -65,7 +68,7 @@ def fresh_state(cfg: ModelConfig, rows: int, tokens: int) -> LayerState:
     return LayerState(
         conv=jnp.zeros((rows, ss.conv_kernel - 1, ss.conv_dim), jnp.float32),
         ssm=jnp.zeros((rows, ss.num_heads, ss.head_dim, ss.state_size), jnp.float32),
-        token_slots=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), tokens),
+        token_slots=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), tokens), platform=jax.default_backend(),
     )
 
 
@@ -74,7 +77,8 @@ def read_state(cache: Any, layer: int, cfg: ModelConfig, rows: int, tokens: int)
     else (a whole-sequence pass) fresh zeros."""
     if isinstance(cache, RaggedPagedCache) and cache.pages.conv_states is not None:
         pages = cache.pages
-        return LayerState(pages.conv_states[layer], pages.ssm_states[layer], cache.token_slots)
+        platform = pages.platform or jax.default_backend()
+        return LayerState(pages.conv_states[layer], pages.ssm_states[layer], cache.token_slots, platform)
     return fresh_state(cfg, rows, tokens)
 
 

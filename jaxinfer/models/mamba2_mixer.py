@@ -5,9 +5,9 @@ A step's tokens are packed end to end (several requests, each continuing from it
 cache/state_pool). The projections and the norm run over all of them at once; the recurrence is a
 `lax.scan` over the flat tokens, each reading and writing its own slot's conv and SSM state (a state
 starts from zeros at a request's position 0; padding tokens write nothing). A decode step is the
-same scan over one token per row. A step of at least `chunk_size` tokens (prefill) runs the chunked SSD
-instead (models/ssd_chunks: matmuls within chunks, segment-aware across requests), which gives the scan's
-outputs and states with the matmul units doing the work rather than T sequential tiny steps.
+same scan over one token per row. On a GPU or TPU a step of at least `chunk_size` tokens (prefill) runs the
+chunked SSD instead (models/ssd_chunks: matmuls within chunks, segment-aware across requests), which gives the
+scan's outputs and states with the matmul units doing the work rather than T sequential tiny steps.
 """
 
 from __future__ import annotations
@@ -162,6 +162,12 @@ def packed_chunked(
     return dataclasses.replace(state, conv=conv, ssm=ssm), y
 
 
+def chunked_form(ss: StateSpace, tokens: int, platform: str) -> bool:
+    """Whether a step of `tokens` flat tokens runs the chunked SSD (static: by its shape and platform): from
+    chunk_size tokens on, on an accelerator; a CPU ran the scan faster at every size measured (docs/benchmarks.md)."""
+    return tokens >= ss.chunk_size and platform != "cpu"
+
+
 def gated_rms_norm(y: jax.Array, gate: jax.Array, weight: jax.Array, groups: int, eps: float) -> jax.Array:
     """y [T, I] times silu(gate), RMS-normed within each of `groups` groups, times weight (float32 math;
     transformers' MambaRMSNormGated with norm_before_gate=False)."""
@@ -179,7 +185,7 @@ def mixer(
     B, T, D = h.shape
     projected = _biased(linear(h.reshape(B * T, D), w.in_proj), w.in_bias)
     gate, xbc, dt = jnp.split(projected, [ss.inner, ss.inner + ss.conv_dim], axis=-1)
-    recurrence = packed_chunked if B * T >= ss.chunk_size else packed_scan  # static: by the step's shape
+    recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan
     state, y = recurrence(ss, w, state, xbc, dt, positions.reshape(-1))
     normed = gated_rms_norm(y.reshape(B * T, ss.inner), gate, w.gate_norm, ss.n_groups, ss.norm_eps)
     out = _biased(linear(normed.astype(h.dtype), w.out_proj), w.out_bias)
