@@ -59,6 +59,11 @@
 #   bash scripts/gpu_session.sh features [OUT_DIR]  # LLaVA, classify/score/rerank, the Responses API, tool-call
 #                                                   # streaming, Llama 4's chunked attention and the 4-bit
 #                                                   # checkpoints' tests on the GPU, 8 workers (~7 min, untried)
+#   bash scripts/gpu_session.sh features2 [OUT_DIR]  # what landed on 2026-11-29 (second sitting) on the GPU:
+#                                                   # encoders, Qwen2-VL, Mistral 3, Idefics3, prompt_embeds,
+#                                                   # Mamba2 and the hybrids (the chunked SSD runs there), MTP;
+#                                                   # then Mamba2 prefill, per-token scan vs chunked SSD, at
+#                                                   # T = 512/2048/8192, chunks of 64/256 (~8 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -190,6 +195,15 @@ features)
     XLA_PYTHON_CLIENT_PREALLOCATE=false step feature_tests 420 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
         --durations=15 tests/test_llava.py tests/test_classify.py tests/test_responses_server.py \
         tests/test_tool_parsers.py tests/test_llama4.py tests/test_int4_checkpoints.py tests/test_blocked_attention.py
+    ;;
+features2)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature2_tests 330 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+        --durations=15 tests/test_encoders.py tests/test_qwen2_vl.py tests/test_pixtral.py tests/test_idefics3.py \
+        tests/test_prompt_embeds.py tests/test_mamba2.py tests/test_ssd_chunks.py tests/test_granite_moe_hybrid.py \
+        tests/test_hybrid_families.py tests/test_engine_mtp.py
+    step ssd 120 python3 scripts/bench_ssd.py --tokens 512 2048 8192 --chunks 64 256 --out "$out/bench_ssd.json"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
