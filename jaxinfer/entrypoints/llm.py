@@ -7,14 +7,12 @@ head on the device inside its verify step.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jaxinfer.checkpoint.kv_session import SessionInfo, weights_fingerprint
 from jaxinfer.checkpoint.tokenizer import decode_text, load_tokenizer_beside
 from jaxinfer.config import validation
 from jaxinfer.config.beam_search import BeamSearchParams
@@ -29,13 +27,15 @@ from jaxinfer.engine.beams import BeamSearchOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
-from jaxinfer.entrypoints import sessions, weight_updates
+from jaxinfer.entrypoints import weight_updates
 from jaxinfer.entrypoints.beam_search import beam_search
 from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, render_conversations
 from jaxinfer.entrypoints.draft_loading import engine_speculation
 from jaxinfer.entrypoints.encoder_loading import check_encoder_settings, is_encoder_dir, load_encoder
 from jaxinfer.entrypoints.llm_pooling import PoolingCalls
+from jaxinfer.entrypoints.llm_sessions import SessionCalls
+from jaxinfer.entrypoints.llm_streaming import StreamCalls
 from jaxinfer.entrypoints.lora_settings import lora_requests_for, lora_setting
 from jaxinfer.entrypoints.model_loading import (
     load_sharded,
@@ -48,7 +48,6 @@ from jaxinfer.entrypoints.model_loading import (
 from jaxinfer.entrypoints.multimodal import (
     ImagePrompts,
     chat_prompts,
-    dict_prompt,
     image_limit,
     load_vision,
     media_dir,
@@ -85,7 +84,7 @@ DEMO_EAGLE = Path(__file__).parents[1] / "assets" / "demo" / "eagle"  # an EAGLE
 
 
 
-class LLM(PoolingCalls, WeightCalls):
+class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     """A loaded model: `generate` for batches, `chat` for conversations, `stream` for outputs as they are
     produced (`stream_text` for their text), `logits` for research.
 
@@ -373,61 +372,6 @@ class LLM(PoolingCalls, WeightCalls):
         for text, output in zip(texts, outputs):
             output.prompt = text  # as vLLM's: the rendered conversation
         return outputs
-
-    def stream(self, prompt: Prompt, params: SamplingParams | None = None,
-               lora_request: LoRARequest | None = None) -> Iterator[RequestOutput]:
-        """Yield one request's outputs as they are produced (a few tokens per device call), as vLLM's
-        AsyncLLM.generate: RequestOutput deltas whose `outputs` hold every sample's new text and token
-        ids, its index and, once it ended, its finish reason. Closing the iterator early aborts the request.
-        The prompt may be vLLM's dict, as `generate` takes it (images, prompt_embeds).
-        """
-        self._check_generating("LLM.stream")
-        prompt, images = self._stream_prompt(prompt, "stream")
-        (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False, streamed=True,
-                                        lora_requests=lora_requests_for(lora_request, 1), images=images)
-        yield from self._front.stream(request_id)
-
-    def _stream_prompt(self, prompt: Prompt, method: str) -> tuple[Prompt, list[tuple] | None]:
-        """One prompt of `method` checked: a str or ids as they are, a dict prompt as (its ids, [its images])."""
-        if isinstance(prompt, Mapping):
-            ids, images = dict_prompt(prompt, self.image_prompts, "prompt", self.prompt_embeds)
-            return ids, [images]
-        return validation.single_prompt(prompt, "prompt", method, self.config.vocab_size), None
-
-    def stream_text(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
-        """Yield the text pieces of one single-sample request as they are produced (`stream` gives more)."""
-        (params,) = self._params_for([self._stream_prompt(prompt, "stream_text")[0]], params)
-        if params.n != 1:
-            raise ValueError(f"stream_text streams one sample's text, got SamplingParams(n={params.n}); use "
-                             "stream(), whose deltas carry each sample's index")
-        with contextlib.closing(self.stream(prompt, params)) as deltas:  # stopping early aborts the request
-            for delta in deltas:
-                if delta.outputs[0].text:
-                    yield delta.outputs[0].text
-
-    def save_session(self, path: str | Path, prompt: Prompt, overwrite: bool = False) -> SessionInfo:
-        """Save the KV cache of `prompt` (str or token ids; its whole pages) to the directory `path`,
-        computing it first where the prefix cache does not hold it. `load_session` restores it in any
-        later LLM on the same weights, dtype and cache settings: prompts that start with it then skip
-        its prefill (a long document or system prompt, a conversation to resume)."""
-        self._check_generating("LLM.save_session (a prefill)")
-        token_ids = self.encode(prompt)
-        check_prompt(token_ids, 1, self.config.vocab_size, self.max_seq_len)
-        sessions.check_engine(self.engine)
-        self._engine_generate([token_ids], [SamplingParams(max_tokens=1, temperature=0)])  # cached pages: no work
-        return sessions.save_session(self.engine, path, token_ids, self._fingerprint(), overwrite)
-
-    def load_session(self, path: str | Path) -> SessionInfo:
-        """Restore a session saved by `save_session` into the prefix cache; its `token_ids` are the
-        prompt it was saved from (prompts starting with them reuse its KV)."""
-        return sessions.load_session(self.engine, path, self._fingerprint())
-
-    def _fingerprint(self) -> str:
-        """The model's weights' fingerprint (computed once), as loaded and quantized: what a saved
-        session must come from, however they run (packed for the CPU kernels or not, sharded or not)."""
-        if self._weights_fingerprint is None:
-            self._weights_fingerprint = weights_fingerprint(self.weights)
-        return self._weights_fingerprint
 
     def get_tokenizer(self) -> Any:
         """The model's HF tokenizer (vLLM's name); a model directory without tokenizer files has none."""
