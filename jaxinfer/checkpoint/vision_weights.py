@@ -16,12 +16,14 @@ from typing import Any, Callable
 import jax.numpy as jnp
 import numpy as np
 
+from jaxinfer.checkpoint.internvl_weights import is_internvl, read_internvl_weights
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.checkpoint.pixtral_weights import is_pixtral, read_mistral3_weights
 from jaxinfer.checkpoint.qwen2_vl_weights import read_qwen2_vl_weights
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
+from jaxinfer.models.internvl_vision import InternVLVisionConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, abstract_vision_language
@@ -57,7 +59,7 @@ IDEFICS3_PROJECTOR_NAMES = {"projection": "modality_projection.proj.weight"}  # 
 def is_vision_language(index: dict[str, Path]) -> bool:
     """Whether a checkpoint's tensors include a vision tower."""
     return (_prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"]) or _prefix(index, QWEN_TOWER_PREFIXES, QWEN_PATCH)) \
-        is not None or is_pixtral(index)
+        is not None or is_pixtral(index) or is_internvl(index)
 
 
 def language_model_names(index: dict[str, Path]) -> dict[str, str]:
@@ -107,6 +109,8 @@ def read_llava_weights(
         return read_qwen2_vl_weights(index, open_file, cfg, dtype)
     if isinstance(cfg, Mistral3Config):
         return read_mistral3_weights(index, open_file, cfg, dtype)
+    if isinstance(cfg, InternVLVisionConfig):
+        return read_internvl_weights(index, open_file, cfg, dtype)
     projector_names = GEMMA3_PROJECTOR_NAMES if isinstance(cfg, Gemma3VisionConfig) else \
         IDEFICS3_PROJECTOR_NAMES if isinstance(cfg, Idefics3VisionConfig) else PROJECTOR_NAMES
     probe = next(iter(projector_names.values()))

@@ -22,11 +22,13 @@ from jaxinfer.checkpoint.vision_weights import is_vision_language
 from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.engine.prompt_checks import encode_prompt
 from jaxinfer.entrypoints.idefics3_prompts import idefics3_prompt
+from jaxinfer.entrypoints.internvl_prompts import internvl_prompt
 from jaxinfer.entrypoints.media import load_image
 from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
+from jaxinfer.models.internvl_vision import InternVLVisionConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config, with_token_ids
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import (
@@ -181,6 +183,8 @@ class ImagePrompts:
             return mistral3_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, Idefics3VisionConfig):  # tiles, each its own run of <image> rows between text marks
             return idefics3_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
+        if isinstance(self.cfg, InternVLVisionConfig):  # tiles end to end in one <IMG_CONTEXT> run per image
+            return internvl_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         ids, found = self.marked_ids(prompt, len(images))
         token, length = self.cfg.image_token_id, self.cfg.image_seq_length
         marks = [i for i, t in enumerate(ids) if t == token]

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import jax
 
 from jaxinfer.config.model import ConfigError
+from jaxinfer.models.pixel_shuffle import pixel_shuffle
 from jaxinfer.models.vision_tower import (
     VISION_ACTIVATIONS,
     VisionConfig,
@@ -67,16 +68,6 @@ def abstract_idefics3(cfg: Idefics3VisionConfig) -> Idefics3Weights:
     rows = cfg.vision.hidden_size * cfg.scale ** 2
     return Idefics3Weights(abstract_vision(cfg.vision),
                            Idefics3Projector(ArrayInfo((rows, cfg.text_hidden_size), (None, None))))
-
-
-def pixel_shuffle(x: jax.Array, scale: int) -> jax.Array:
-    """States [N, S, E] of a square patch grid -> [N, S / scale^2, E * scale^2]: HF's Idefics3Connector order (each
-    row's `scale` neighbouring patches joined, then `scale` such rows of the same columns)."""
-    n, seq, e = x.shape
-    side = int(round(seq ** 0.5))
-    x = x.reshape(n, side, side // scale, e * scale).transpose(0, 2, 1, 3)
-    x = x.reshape(n, side // scale, side // scale, e * scale * scale).transpose(0, 2, 1, 3)
-    return x.reshape(n, seq // scale ** 2, e * scale * scale)
 
 
 def image_features(weights: Idefics3Weights, pixels: jax.Array, cfg: Idefics3VisionConfig) -> jax.Array:

@@ -1,6 +1,6 @@
 """The vision-language architectures by name: LLaVA's (models/llava), Gemma 3's (models/gemma3_vision),
 Qwen2-VL's and Qwen2.5-VL's (models/qwen2_vl_vision), Mistral 3's (models/pixtral_vision) and Idefics3's /
-SmolVLM's (models/idefics3_vision).
+SmolVLM's (models/idefics3_vision); InternVL's (models/internvl_vision).
 
 Each runs its language model as the text family its `text_config` names; this module picks what the images
 add (config, weight tree, features program) by the checkpoint's architecture or its config's type.
@@ -15,20 +15,25 @@ import numpy as np
 
 import jaxinfer.models.gemma3_vision as gemma3_vision
 import jaxinfer.models.idefics3_vision as idefics3_vision
+import jaxinfer.models.internvl_vision as internvl_vision
 import jaxinfer.models.llava as llava
 import jaxinfer.models.pixtral_vision as pixtral_vision
 import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig, Idefics3Weights
+from jaxinfer.models.internvl_vision import InternVLVisionConfig, InternVLWeights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
 from jaxinfer.models.pixtral_vision import Mistral3Config, PixtralWeights
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig, QwenTowerWeights
 
 ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vision.QWEN2_VL,
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
-    pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES
-VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config, Idefics3VisionConfig]
-VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, PixtralWeights, Idefics3Weights]
+    pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
+    internvl_vision.ARCHITECTURES
+VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config, Idefics3VisionConfig,
+                             InternVLVisionConfig]
+VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, PixtralWeights, Idefics3Weights,
+                              InternVLWeights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
@@ -41,6 +46,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return pixtral_vision.read_mistral3_config(hf)
     if hf["architectures"][0] in idefics3_vision.ARCHITECTURES:
         return idefics3_vision.read_idefics3_config(hf)
+    if hf["architectures"][0] in internvl_vision.ARCHITECTURES:
+        return internvl_vision.read_internvl_config(hf)
     return llava.read_llava_config(hf)
 
 
@@ -54,13 +61,15 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
         return pixtral_vision.abstract_mistral3(cfg)
     if isinstance(cfg, Idefics3VisionConfig):
         return idefics3_vision.abstract_idefics3(cfg)
+    if isinstance(cfg, InternVLVisionConfig):
+        return internvl_vision.abstract_internvl(cfg)
     return llava.abstract_llava(cfg)
 
 
 def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: VisionLanguageConfig) -> jax.Array:
     """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, rows, D] of
     one image's patches [1, blocks_h, blocks_w, m*m, F]; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at
-    its own size; Idefics3's: [N, image_seq_len, D] of tiles [N, C, S, S])."""
+    its own size; Idefics3's and InternVL's: [N, image_seq_len, D] of tiles [N, C, S, S])."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen2VLConfig):
@@ -69,6 +78,8 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
         return pixtral_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Idefics3VisionConfig):
         return idefics3_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, InternVLVisionConfig):
+        return internvl_vision.image_features(weights, pixels, cfg)
     return llava.image_features(weights, pixels, cfg)
 
 
@@ -91,3 +102,9 @@ def mark_token_id(cfg: VisionLanguageConfig) -> int:
 def bidirectional(cfg: VisionLanguageConfig | None) -> bool:
     """Whether an image's tokens attend to each other both ways (a prefill chunk must hold a whole image)."""
     return isinstance(cfg, Gemma3VisionConfig)
+
+
+def tiled(cfg: VisionLanguageConfig) -> bool:
+    """Whether images reach the tower as tiles all of its image size (Idefics3's, InternVL's): a request's new tiles
+    go through together."""
+    return isinstance(cfg, (Idefics3VisionConfig, InternVLVisionConfig))

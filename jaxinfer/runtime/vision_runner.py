@@ -6,7 +6,7 @@ size its model's processor makes) when a request with images is first scheduled;
 to the host and stay with the request (`Request.image_rows`: float32, tokens_per_image x D per
 image, 9.4 MB for llava-1.5-7b's 576 x 4096), so chunked prefill and recompute after preemption
 never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
-same image in another request, are not encoded again). Idefics3's tiles, all one size, go through
+same image in another request, are not encoded again). Idefics3's and InternVL's tiles, all one size, go through
 together: a request's new tiles in one call of the next power of two (up to MAX_TILES, zero tiles
 padding it), so its tower has at most five programs whatever its images' tile counts. A ragged
 step of a vision-language model always takes an `EmbedOverride` (so its programs are the same
@@ -20,9 +20,14 @@ import collections
 
 import numpy as np
 
-from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
-from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, bidirectional, blank_pixels
+from jaxinfer.models.vision_language import (
+    VisionLanguageConfig,
+    VisionLanguageWeights,
+    bidirectional,
+    blank_pixels,
+    tiled,
+)
 from jaxinfer.parallel.sharding import Layout, to_host
 from jaxinfer.runtime import step_programs
 from jaxinfer.runtime.embed_rows import StepRows
@@ -31,7 +36,7 @@ from jaxinfer.runtime.image_input import ImageInput
 from jaxinfer.runtime.mrope_positions import offsets
 
 CACHED_IMAGES = 32  # encoded images kept by content hash (their rows are the request's anyway)
-MAX_TILES = 16  # tiles one tower call takes (Idefics3): a request's new tiles in calls of 1, 2, 4, 8 or 16
+MAX_TILES = 16  # tiles one tower call takes (Idefics3, InternVL): a request's new tiles in calls of 1, 2, 4, 8 or 16
 
 
 class VisionRunner:
@@ -45,7 +50,7 @@ class VisionRunner:
         self.images_encoded = 0  # images (tiles) through the tower (the tests count them)
         self.tower_calls = 0
         self.bidirectional = bidirectional(cfg)  # steps carry each image token's image end (Gemma 3)
-        self.tiled = isinstance(cfg, Idefics3VisionConfig)  # a request's same-size tiles go through together
+        self.tiled = tiled(cfg)  # a request's same-size tiles go through together (Idefics3, InternVL)
         self.rows = StepRows(cfg.text_hidden_size, layout, self.encode, self.bidirectional)
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
@@ -53,13 +58,13 @@ class VisionRunner:
         return self.batch_program((blank_pixels(self.cfg) if pixels is None else pixels)[None])
 
     def batch_program(self, images: np.ndarray) -> Program:
-        """The tower's program over images [B, ...] (Idefics3's: B tiles [C, S, S])."""
+        """The tower's program over images [B, ...] (Idefics3's, InternVL's: B tiles [C, S, S])."""
         return Program(step_programs.image_features, [self.weights, self.layout.put_tree(images)],
                        dict(cfg=self.cfg), fixed=1)
 
     def encode(self, images: list[ImageInput]) -> list[np.ndarray]:
-        """Each image's [length, D] float32 rows; an Idefics3 request's tiles not seen recently go through the
-        tower together, in calls of a power-of-two count up to MAX_TILES (zero tiles fill the rest)."""
+        """Each image's [length, D] float32 rows; an Idefics3 or InternVL request's tiles not seen recently go
+        through the tower together, in calls of a power-of-two count up to MAX_TILES (zero tiles fill the rest)."""
         new = list({i.content_hash: i for i in images if i.content_hash not in self.encoded}.values())
         made = {}
         for start in range(0, len(new) if self.tiled else 0, MAX_TILES):
