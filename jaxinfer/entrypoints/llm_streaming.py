@@ -30,7 +30,12 @@ class StreamCalls:
         """
         self._check_generating("LLM.stream")
         prompt, images = self._stream_prompt(prompt, "stream")
-        (request_id,) = self._front.add([prompt], self._params_for([prompt], params), final_only=False, streamed=True,
+        yield from self._stream_checked(prompt, images, self._params_for([prompt], params), lora_request)
+
+    def _stream_checked(self: LLM, prompt: Prompt, images: list[tuple] | None, params: list[SamplingParams],
+                        lora_request: LoRARequest | None) -> Iterator[RequestOutput]:
+        """`stream` of a prompt `_stream_prompt` already read (a dict prompt's images decoded once)."""
+        (request_id,) = self._front.add([prompt], params, final_only=False, streamed=True,
                                         lora_requests=lora_requests_for(lora_request, 1), images=images)
         yield from self._front.stream(request_id)
 
@@ -43,11 +48,14 @@ class StreamCalls:
 
     def stream_text(self: LLM, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield the text pieces of one single-sample request as they are produced (`stream` gives more)."""
-        (params,) = self._params_for([self._stream_prompt(prompt, "stream_text")[0]], params)
-        if params.n != 1:
-            raise ValueError(f"stream_text streams one sample's text, got SamplingParams(n={params.n}); use "
+        self._check_generating("LLM.stream_text")
+        prompt, images = self._stream_prompt(prompt, "stream_text")
+        checked = self._params_for([prompt], params)
+        if checked[0].n != 1:
+            raise ValueError(f"stream_text streams one sample's text, got SamplingParams(n={checked[0].n}); use "
                              "stream(), whose deltas carry each sample's index")
-        with contextlib.closing(self.stream(prompt, params)) as deltas:  # stopping early aborts the request
+        # stopping early aborts the request
+        with contextlib.closing(self._stream_checked(prompt, images, checked, None)) as deltas:
             for delta in deltas:
                 if delta.outputs[0].text:
                     yield delta.outputs[0].text
