@@ -42,6 +42,10 @@ class PagedKVCache:
     # (float32) of each row slot S. None for attention-only models.
     conv_states: list[jax.Array | None] | None = None
     ssm_states: list[jax.Array | None] | None = None
+    # An encoder-decoder model (Whisper, cache/cross_pool): per layer the cross-attention keys and values
+    # [S, F, H, K] of each row slot S; None for decoder-only models.
+    cross_keys: list[jax.Array] | None = None
+    cross_values: list[jax.Array] | None = None
     backend: str = "reference"  # static: "reference" | "pallas"
     interpret: bool = False  # static: run Pallas kernels in interpret mode (CPU tests)
     bits_of: str | None = None  # static: pools hold the unsigned-integer bits of this fp8/16-bit float dtype
@@ -124,11 +128,13 @@ class PagedKVCache:
         return per_layer.with_layer(self, LAYERED, layer, view)
 
 
-LAYERED = ("k_pages", "v_pages", "k_scales", "v_scales", "conv_states", "ssm_states")  # one buffer per layer
+# one buffer per layer
+LAYERED = ("k_pages", "v_pages", "k_scales", "v_scales", "conv_states", "ssm_states", "cross_keys", "cross_values")
 
 jax.tree_util.register_dataclass(
     PagedKVCache,
-    data_fields=["k_pages", "v_pages", "k_scales", "v_scales", "page_table", "conv_states", "ssm_states"],
+    data_fields=["k_pages", "v_pages", "k_scales", "v_scales", "page_table", "conv_states", "ssm_states",
+                 "cross_keys", "cross_values"],
     meta_fields=["backend", "interpret", "bits_of", "cpu_kernels", "layout", "platform", "batch_invariant"],
 )
 

@@ -117,6 +117,8 @@ class ModelConfig:
     latent_attention: LatentAttention | None = None
     # Mamba2 state-space layers (models.mamba2_mixer): their dims and which layers they are; None: attention only
     state_space: StateSpace | None = None
+    # Whisper: the encoder's output frames every layer cross-attends (kept per row slot: cache/cross_pool); 0: none
+    encoder_frames: int = 0
     mlp_only_layers: tuple[int, ...] = ()  # hybrid layers that neither attend nor keep a state (Nemotron-H's "-")
     swiglu_alpha: float = 1.702  # GPT-OSS experts' gate: see models.mlp.ClampedSwiGLU
     swiglu_limit: float = 7.0

@@ -34,6 +34,7 @@ from jaxinfer.engine.step_builder import profile_steps, warmup_steps
 from jaxinfer.engine.step_calls import StepCalls
 from jaxinfer.engine.structured import StructuredOutputs
 from jaxinfer.runtime.host_step import HostStep
+from jaxinfer.runtime.audio_input import split_audio
 from jaxinfer.runtime.image_input import ImageInput
 from jaxinfer.speculative.config import SpeculativeConfig
 
@@ -97,7 +98,8 @@ class LLMEngine(StepCalls):
         """Queue a request (text or token ids); invalid ones raise here and never reach a step.
 
         images: a vision-language model's images, each over its run of placeholder ids in the prompt
-        (the facade's processor expands them: entrypoints/multimodal).
+        (the facade's processor expands them: entrypoints/multimodal); an encoder-decoder model's
+        (Whisper's) audio travels here too, as one `AudioInput` (runtime/audio_input).
 
         lora_request: the LoRA adapter it runs with (read and checked here, on its first use).
 
@@ -118,6 +120,8 @@ class LLMEngine(StepCalls):
         stop_ids = params.stop_ids(self.model_config.eos_token_ids)
         check_stop_ids(stop_ids, params.min_tokens)
         adapter = self._adapter_name(lora_request, params)
+        audio, images = split_audio(images)
+        self._check_audio(audio, params)
         images = self._checked_images(images, ids, params)
         group: list[Request] = []
         for i in range(params.n):
@@ -127,7 +131,7 @@ class LLMEngine(StepCalls):
                 leader=group[0] if group else None,
                 detokenizer=None if self.tokenizer is None else Detokenizer(self.tokenizer, params.skip_special_tokens),
                 grammar=self.structured.start(params),  # compiled (cached) here: a bad constraint raises before queueing
-                streamed=streamed, adapter=adapter, images=images,
+                streamed=streamed, adapter=adapter, images=images, audio=audio,
             )
             if self.speculator is not None:
                 request.spec_counts = zero_counts(self.speculator.k_max)
@@ -140,6 +144,20 @@ class LLMEngine(StepCalls):
             self.final_only.add(request_id)
         for request in group:
             self.scheduler.add(request)
+
+    def _check_audio(self, audio: object | None, params: SamplingParams) -> None:
+        """ValueError naming what an encoder-decoder model's request lacks, or a decoder-only one cannot take."""
+        arch = self.model_config.architecture
+        if not self.model_config.encoder_frames:
+            if audio is not None:
+                raise ValueError(f"multi_modal_data.audio: {arch} takes no audio (it has no audio encoder)")
+            return
+        if audio is None:
+            raise ValueError(f"multi_modal_data.audio: {arch} transcribes audio; give each prompt "
+                             "{'prompt': ..., 'multi_modal_data': {'audio': (samples, sample_rate)}}")
+        if params.prompt_logprobs is not None:
+            raise ValueError(f"prompt_logprobs is not served for {arch} (its cross-attention runs in the engine's "
+                             "steps only); leave it unset")
 
     def _checked_images(self, images: Sequence[ImageInput], ids: list[int], params: SamplingParams
                         ) -> tuple[ImageInput, ...]:

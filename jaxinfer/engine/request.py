@@ -92,6 +92,7 @@ class Request:
     # [sum of the images' lengths, D] float32: their features, made by the runner when first scheduled and kept
     # through preemption (None until then)
     image_rows: object | None = None
+    audio: object | None = None  # [mel bins, frames] float32 log-mel features (an encoder-decoder model's)
 
     @property
     def all_ids(self) -> list[int]:

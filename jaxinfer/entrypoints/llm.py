@@ -28,6 +28,7 @@ from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.engine.sync_engine import SyncLLMEngine
 from jaxinfer.entrypoints import weight_updates
+from jaxinfer.entrypoints.audio_prompts import AudioPrompts
 from jaxinfer.entrypoints.beam_search import beam_search
 from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, render_conversations
@@ -65,6 +66,7 @@ from jaxinfer.entrypoints.scoring import (
 )
 from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
 from jaxinfer.entrypoints.weight_updates import WeightCalls
+from jaxinfer.entrypoints.whisper_loading import check_speech_settings, is_speech_dir, load_speech
 from jaxinfer.models import Weights, unpack_for_cpu
 from jaxinfer.models.encoder import EncoderWeights
 from jaxinfer.models.rope import for_context
@@ -211,6 +213,13 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     def _load_weights(self, encoder: bool, knobs: dict[str, Any]) -> None:
         """The model's config, weights as loaded (sharded, quantized) and as they run, its mesh layout and a
         pooling model's classifier head; `knobs` are LLM's loading arguments by name."""
+        self._audio = None  # an encoder-decoder speech model's encoder and its features' shape
+        if is_speech_dir(self.model_dir):  # Whisper: the decoder runs in the engine, the encoder beside it
+            check_speech_settings(knobs)
+            self.config, weights, self._audio = load_speech(self.model_dir, self.dtype)
+            self.layout, self.cpu_kernels, self._run_weights, self._engine_weights = UNSHARDED, False, weights, weights
+            self.classifier = None
+            return
         if encoder:
             check_encoder_settings({k: v for k, v in knobs.items() if k != "interpret_kernels"})
             self.config, weights, self.classifier = load_encoder(self.model_dir, self.dtype)
@@ -235,6 +244,8 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         processing (entrypoints/multimodal), prompt_embeds' settings, the model's default SamplingParams."""
         self.tokenizer = tokenizer
         self._vision = load_vision(self.model_dir, self.dtype)
+        # vLLM's {"prompt", "multi_modal_data": {"audio": (samples, rate)}} of a speech model (Whisper)
+        self.audio_prompts = None if self._audio is None else AudioPrompts(self.model_dir, tokenizer, self._audio[1])
         self.image_prompts = ImagePrompts(self.model_dir, None if self._vision is None else self._vision[0],
                                           self.tokenizer, image_limit(limit_mm_per_prompt),
                                           media_dir(allowed_local_media_path))
@@ -254,7 +265,7 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         runner = ModelRunner(
             self._engine_weights, self.config, engine_config, self.dtype, self.cache_spec, in_engine,
             None if draft is None else draft.cfg, None if draft is None else draft.weights, self.lora_config,
-            self._vision, self.prompt_embeds.enabled,
+            self._vision, self.prompt_embeds.enabled, self._audio,
         )
         self.engine = LLMEngine(
             runner, self.tokenizer, engine_config, model_identity(self.model_dir, self.dtype), self.default_params,
@@ -293,7 +304,10 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         enable_lora=True.
         """
         self._check_generating("LLM.generate")
-        prompts, images = split_prompts(prompts, self.image_prompts, self.prompt_embeds)
+        if self.audio_prompts is not None:  # a speech model's prompts carry their audio (entrypoints/audio_prompts)
+            prompts, images = self.audio_prompts.split(prompts)
+        else:
+            prompts, images = split_prompts(prompts, self.image_prompts, self.prompt_embeds)
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
         adapters = lora_requests_for(lora_request, len(prompts))

@@ -13,7 +13,13 @@ from jaxinfer.speculative.config import SpeculativeConfig
 
 
 def prefix_caching_setting(asked: bool | None, cfg: ModelConfig) -> bool:
-    """enable_prefix_caching as it runs: None is on, unless the model has state layers (then off)."""
+    """enable_prefix_caching as it runs: None is on, unless the model has state layers or cross-attends
+    (then off)."""
+    if cfg.encoder_frames:  # Whisper: a page's K/V follow the request's audio, which page hashes do not see
+        if asked:
+            raise ConfigError(f"enable_prefix_caching=True is not supported for {cfg.architecture}: its pages' K/V "
+                              "depend on each request's audio; leave it unset or False")
+        return False
     if cfg.state_space is None:
         return True if asked is None else bool(asked)
     if asked:
@@ -23,7 +29,11 @@ def prefix_caching_setting(asked: bool | None, cfg: ModelConfig) -> bool:
 
 
 def check_speculation(speculative: SpeculativeConfig | None, cfg: ModelConfig) -> None:
-    """Refuse speculative decoding for a model with state layers (a rejected draft cannot be rolled back)."""
+    """Refuse speculative decoding for a model with state layers (a rejected draft cannot be rolled back) or
+    cross-attention (drafters read no audio)."""
+    if speculative is not None and cfg.encoder_frames:
+        raise ConfigError(f"speculative decoding (method {speculative.method!r}) is not supported for "
+                          f"{cfg.architecture}: its drafters would not see the audio; leave speculative unset")
     if speculative is not None and cfg.state_space is not None:
         raise ConfigError(f"speculative decoding (method {speculative.method!r}) is not supported for "
                           f"{cfg.architecture}: its Mamba2 layers' recurrent state cannot be rolled back past a "

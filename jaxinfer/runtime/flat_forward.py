@@ -36,8 +36,10 @@ def step_hidden(
 
 
 def step_view(pages: PagedKVCache, x: "StepInputs") -> RaggedPagedCache:
-    """A pool as the step's flat tokens see it (the step's page tables; with Mamba2 layers, each token's slot)."""
-    token_slots = None if pages.conv_states is None else x.row_slots[x.token_rows]
+    """A pool as the step's flat tokens see it (the step's page tables; with Mamba2 layers or cross-attention,
+    each token's slot)."""
+    per_slot = pages.conv_states is not None or pages.cross_keys is not None
+    token_slots = x.row_slots[x.token_rows] if per_slot else None
     return RaggedPagedCache(dataclasses.replace(pages, page_table=x.page_table), x.token_rows, token_slots=token_slots)
 
 

@@ -32,11 +32,13 @@ from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.models.adapter_slots import slot_targets, with_adapter_slots
 from jaxinfer.models.lora_weight import adapter_factors, with_factors, write_slot
+from jaxinfer.models.whisper_encoder import AudioEncoder
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
 from jaxinfer.runtime import step_programs
 from jaxinfer.runtime.adapter_store import AdapterStore
+from jaxinfer.runtime.audio_runner import AudioRunner
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.device_inputs import device_inputs
 from jaxinfer.runtime.eagle_rider import EagleDraft
@@ -82,10 +84,12 @@ class ModelRunner:
         cache_spec: CacheSpec | None = None, speculative: SpeculativeConfig | None = None,
         draft_cfg: DraftConfig = None, draft_weights: Any = None, lora: LoRAConfig | None = None,
         vision: tuple[VisionLanguageConfig, VisionLanguageWeights] | None = None, prompt_embeds: bool = False,
+        audio: tuple[AudioEncoder, tuple[int, int]] | None = None,
     ):
         """lora: serve LoRA adapters, `lora.max_loras` of them in one step (slots beside the weights).
         vision: a vision-language model's tower and projector (its ragged steps take image rows).
-        prompt_embeds: requests may give their prompt's embedding rows (its ragged steps take them, as images)."""
+        prompt_embeds: requests may give their prompt's embedding rows (its ragged steps take them, as images).
+        audio: an encoder-decoder model's encoder and its features' shape (runtime/audio_runner)."""
         self.weights, self.model_config, self.config, self.dtype = weights, model_config, config, dtype
         # Made here, not as a default argument: CacheSpec() asks jax for the platform, which must
         # not happen at import (jax.distributed.initialize has to come first).
@@ -132,6 +136,7 @@ class ModelRunner:
         self.free_masks: dict[int, jax.Array] = {}  # sampled positions -> an all-ones bitmask on the device
         self.vision = None if vision is None else VisionRunner(*vision, self.cache_spec.mesh_layout, self.executables)
         self.prompt_embeds = prompt_embeds
+        self.audio = None if audio is None else AudioRunner(*audio, self.cache_spec.mesh_layout, self.executables)
         # What makes each ragged step's embedding override; None: its steps take none (a text-only model's)
         self.step_rows = self.vision.rows if self.vision is not None else (
             StepRows(model_config.hidden_size, self.cache_spec.mesh_layout) if prompt_embeds else None)
@@ -202,6 +207,8 @@ class ModelRunner:
         if state is None:
             self._pools_made()
             slots, entries = self._rows_for(host, capacity)
+            if self.audio is not None:  # rows starting their request: its encoder first (cache/cross_pool)
+                self.pages = self.audio.fill(self.pages, host, slots)
             state = (self.pages, self.draft), self.state
         else:
             slots, entries = np.zeros(len(host.lengths), np.int32), self.tables.no_changes(capacity)
@@ -315,8 +322,10 @@ class ModelRunner:
             lambda size=size: logits_program(self.weights, self.model_config, size, self.dtype, spec.cpu_kernels,
                                              spec.mesh_layout, None if self.vision is None else self.vision.prompt_rows(0))
             for size in prompt_buckets(self.config.max_seq_len)
-        ]
+        ] if not self.model_config.encoder_frames else []  # cross-attention runs in the engine's steps only
         tower = [] if self.vision is None else [self.vision.program]
+        if self.audio is not None:
+            tower = [lambda: self.audio.program(self._pools_made().pages)]
         return [lambda host=host: self.program_for(host) for host in hosts] + [lambda: reset] + passes + tower
 
     def warm_up(

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.cache import paged
+from jaxinfer.cache.cross_pool import cross_bytes, with_cross
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.state_pool import state_bytes, with_states
 from jaxinfer.config.engine import EngineConfig, device_pages
@@ -55,6 +56,7 @@ def pool_size(
     pages = None
     if stats is not None:
         states = state_bytes(model_config, config.max_num_seqs + 1)  # the state layers' pools sit beside the pages
+        states += cross_bytes(model_config, config.max_num_seqs + 1, jnp.dtype(dtype).itemsize)  # and Whisper's
         pages = device_pages(stats, config.memory_utilization, page_bytes, activation_bytes() + states)
         pages = least_over_processes(pages)
     return config.resolve_num_pages(page_bytes, pages)
@@ -86,7 +88,8 @@ def new_pools(
         draft = NgramDraft(cache_spec.mesh_layout.zeros((num_pages, page_size), jnp.int32, (None, None)), draft_cfg)
     else:
         draft = None if draft_cfg is None else DraftModel(pool(draft_cfg), draft_cfg, model_config.vocab_size)
-    return with_states(pool(model_config), model_config, state_slots, cache_spec.mesh_layout), draft
+    target = with_states(pool(model_config), model_config, state_slots, cache_spec.mesh_layout)
+    return with_cross(target, model_config, state_slots, cache_spec.mesh_layout), draft
 
 
 def eagle_pool_dtype(dtype: jnp.dtype) -> jnp.dtype:

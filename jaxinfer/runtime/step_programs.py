@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import jax
 
-from jaxinfer.models import all_positions, encoder_heads, vision_language
+from jaxinfer.models import all_positions, encoder_heads, vision_language, whisper_encoder
 from jaxinfer.runtime import engine_step, row_state, verify_carry, verify_step
 from jaxinfer.runtime.packed_tree import pack_device, unpack_device
 from jaxinfer.sampling import slot_state
@@ -34,6 +34,8 @@ pooled_hidden = program(all_positions.pooled_hidden, static=("cfg", "pooling"))
 encoder_pooled = program(encoder_heads.encoder_pooled, static=("pooling",))  # an encoder's (its config in its weights)
 # a vision-language model's tower and projector
 image_features = program(vision_language.image_features, static=("cfg",))
+# an encoder-decoder model's encoder, writing one row slot's cross-attention keys and values into the pools
+encode_audio = program(whisper_encoder.encode_into_slot, donate=("pages",))
 
 
 def packed_io(program: Callable) -> Callable:

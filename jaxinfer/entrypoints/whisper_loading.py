@@ -1,0 +1,44 @@
+"""An encoder-decoder speech checkpoint (Whisper) for `LLM`: the decoder's config and weights the engine runs,
+the encoder and its features' shape (runtime/audio_runner), and what it does not run refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+
+from jaxinfer.checkpoint.whisper_weights import as_dtype, audio_encoder, decoder_weights, tensor_reader
+from jaxinfer.config.model import ConfigError, ModelConfig, read_config_json
+from jaxinfer.models.decoder import Weights
+from jaxinfer.models.registry import load_config
+from jaxinfer.models.whisper import ARCHITECTURES
+from jaxinfer.models.whisper_encoder import AudioEncoder
+
+# LLM's loading arguments this model runs without, with the value it needs
+PLAIN = dict(quantization=None, quantize_lm_head=False, tensor_parallel_size=1, data_parallel_size=1,
+             expert_parallel_size=1, batch_invariant=False)
+
+
+def is_speech_dir(model_dir: Path) -> bool:
+    """Whether the checkpoint is an encoder-decoder speech model (Whisper)."""
+    return (read_config_json(model_dir).get("architectures") or [None])[0] in ARCHITECTURES
+
+
+def check_speech_settings(knobs: dict[str, Any]) -> None:
+    """ConfigError naming a loading argument a speech model does not run with."""
+    for name, plain in PLAIN.items():
+        if knobs.get(name, plain) != plain:
+            raise ConfigError(f"{name}={knobs[name]!r} is not supported for Whisper yet; leave it at {plain!r}")
+    if knobs.get("cpu_kernels"):
+        raise ConfigError("cpu_kernels=True is not supported for Whisper yet; leave it unset or False")
+
+
+def load_speech(model_dir: Path, dtype: jnp.dtype) -> tuple[ModelConfig, Weights, tuple[AudioEncoder, tuple[int, int]]]:
+    """(the decoder's config, its weights, (the encoder, its features' (mel bins, frames)))."""
+    cfg = load_config(model_dir)
+    hf = read_config_json(model_dir)
+    read = tensor_reader(model_dir)
+    encoder = audio_encoder(read, cfg, int(hf["encoder_layers"]), int(hf["encoder_attention_heads"]))
+    shape = (int(hf.get("num_mel_bins") or 80), 2 * cfg.encoder_frames)
+    return cfg, as_dtype(decoder_weights(read, cfg), dtype), (as_dtype(encoder, dtype), shape)

@@ -1,0 +1,120 @@
+"""Whisper (`WhisperForConditionalGeneration`) against transformers on a tiny random checkpoint: the encoder's
+output, the decoder's log-probabilities and greedy tokens through the engine, batches of audio requests, the
+prompt's checks and the resampler."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from whisper_models import PROMPT, save_whisper, tone
+
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.config.model import ConfigError
+from jaxinfer.entrypoints.resample import resample
+
+CLIPS = [(0.6, 440.0), (0.3, 1200.0), (0.9, 300.0)]  # (seconds, pitch) of three requests' audio
+MAX_TOKENS = [10, 6, 12]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_whisper(tmp_path_factory.mktemp("whisper"))
+
+
+@pytest.fixture(scope="module")
+def hf(model_dir):
+    return transformers.WhisperForConditionalGeneration.from_pretrained(model_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir):
+    # 16-token steps: a request's prompt and another's decode share steps
+    return LLM(str(model_dir), max_num_seqs=4, max_num_batched_tokens=16, max_seq_len=64)
+
+
+def features(model_dir, audio: np.ndarray) -> torch.Tensor:
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(model_dir)
+    return extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
+
+
+def prompt_ids(llm: LLM) -> list[int]:
+    return llm.tokenizer.encode(PROMPT, add_special_tokens=False)
+
+
+def hf_greedy(hf, model_dir, audio: np.ndarray, ids: list[int], max_tokens: int) -> list[int]:
+    """HF generate's greedy tokens after the prompt (Whisper's generate returns those alone)."""
+    with torch.no_grad():
+        out = hf.generate(input_features=features(model_dir, audio), decoder_input_ids=torch.tensor([ids]),
+                          max_new_tokens=max_tokens, do_sample=False)
+    return out[0].tolist()
+
+
+def request(audio: np.ndarray, rate: int = 16000) -> dict:
+    return {"prompt": PROMPT, "multi_modal_data": {"audio": (audio, rate)}}
+
+
+def test_encoder_matches_hf(llm, hf, model_dir):
+    from jaxinfer.models.whisper_encoder import encode
+
+    feats = features(model_dir, tone(0.6))
+    with torch.no_grad():
+        want = hf.model.encoder(feats).last_hidden_state.numpy()
+    got = np.asarray(encode(llm._audio[0], feats.numpy()))
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_logprobs_and_greedy_tokens_match_hf(llm, hf, model_dir):
+    audio, ids = tone(0.6), prompt_ids(llm)
+    out = llm.generate(request(audio), SamplingParams(max_tokens=10, temperature=0, logprobs=20))[0].outputs[0]
+    assert out.token_ids == hf_greedy(hf, model_dir, audio, ids, 10)
+    with torch.no_grad():
+        logits = hf(input_features=features(model_dir, audio),
+                    decoder_input_ids=torch.tensor([ids + out.token_ids[:-1]])).logits[0, len(ids) - 1:]
+    want = torch.log_softmax(logits, -1).numpy()
+    worst = max(abs(lp.logprob - want[step, token]) for step, top in enumerate(out.logprobs)
+                for token, lp in top.items())
+    assert worst < 1e-4, worst
+
+
+def test_batched_requests_equal_each_alone_and_hf(llm, hf, model_dir):
+    clips = [tone(seconds, pitch=pitch, seed=i) for i, (seconds, pitch) in enumerate(CLIPS)]
+    params = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in MAX_TOKENS]
+    encoded = llm.engine.runner.audio.encoded
+    together = [r.outputs[0].token_ids for r in llm.generate([request(c) for c in clips], params)]
+    assert llm.engine.runner.audio.encoded - encoded == len(clips)  # one encoder call per request
+    alone = [llm.generate(request(c), p)[0].outputs[0].token_ids for c, p in zip(clips, params)]
+    assert together == alone
+    ids = prompt_ids(llm)
+    assert together == [hf_greedy(hf, model_dir, c, ids, n) for c, n in zip(clips, MAX_TOKENS)]
+    assert len({tuple(t[:6]) for t in together}) == len(clips)  # the audio decides the tokens
+
+
+def test_prompt_checks(llm, model_dir):
+    greedy = SamplingParams(max_tokens=2, temperature=0)
+    with pytest.raises(ValueError, match="multi_modal_data.audio: WhisperForConditionalGeneration transcribes"):
+        llm.generate(PROMPT, greedy)
+    with pytest.raises(ValueError, match=r"longer than the model's 1 s window"):
+        llm.generate(request(tone(1.5)), greedy)
+    with pytest.raises(ValueError, match=r"1-D \(mono\)"):
+        llm.generate(request(np.stack([tone(0.2), tone(0.2)], axis=1)), greedy)
+    with pytest.raises(ValueError, match="sample_rate must be a positive integer"):
+        llm.generate(request(tone(0.2), rate=0), greedy)
+    with pytest.raises(ValueError, match="prompt_logprobs is not served"):
+        llm.generate(request(tone(0.2)), SamplingParams(max_tokens=2, prompt_logprobs=1))
+    with pytest.raises(ConfigError, match="enable_prefix_caching=True is not supported"):
+        LLM(str(model_dir), enable_prefix_caching=True)
+
+
+def test_other_rates_are_resampled(llm):
+    at_16k, at_44k = tone(0.5, rate=16000, seed=3), tone(0.5, rate=44100, seed=3)
+    resampled = resample(np.sin(2 * np.pi * 440 * np.arange(22050) / 44100), 44100, 16000)
+    assert len(resampled) == 8000
+    np.testing.assert_allclose(resampled[200:-200], np.sin(2 * np.pi * 440 * np.arange(8000) / 16000)[200:-200],
+                               atol=2e-3)
+    above_nyquist = resample(np.sin(2 * np.pi * 10000 * np.arange(22050) / 44100), 44100, 16000)
+    assert np.abs(above_nyquist[200:-200]).max() < 0.02  # filtered out, not folded back to 6 kHz
+    greedy = SamplingParams(max_tokens=4, temperature=0)
+    assert llm.generate(request(at_44k, 44100), greedy)[0].outputs[0].token_ids
+    assert len(at_16k) == 8000
