@@ -1,7 +1,9 @@
-"""Hybrid families on the Mamba2 layers: dense Granite 4.0-H (`GraniteMoeHybridForCausalLM` with no routed
-experts) and IBM Bamba (Mamba2 or attention, then a gated MLP: models/hybrid), and Nemotron-H (one Mamba2,
-attention or MLP mixer per layer), each against transformers on the same tiny saved weights: logits, and a
-chunked engine run (Bamba's batched and preempted) giving each prompt transformers' greedy tokens for it alone."""
+"""Hybrid families with a recurrent state: dense Granite 4.0-H (`GraniteMoeHybridForCausalLM` with no routed
+experts) and IBM Bamba (Mamba2 or attention, then a gated MLP: models/hybrid), Nemotron-H (one Mamba2, attention
+or MLP mixer per layer) and Qwen3-Next (Gated DeltaNet or gated attention, then experts beside a gated shared
+expert: models/qwen3_next), each against transformers on the same tiny saved weights: logits, and a chunked
+engine run (Bamba's and Qwen3-Next's batched and preempted) giving each prompt transformers' greedy tokens for it
+alone."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import torch
 import transformers
 
 from jaxinfer import LLM, ConfigError, SamplingParams, from_hf_config
+from jaxinfer.checkpoint.hf_names import in_mtp_layer
 
 # Mamba2, attention, Mamba2 layers; the mixer's every axis > 1 (8 heads of 16 dims in 2 groups, 16 state dims).
 MAMBA = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
@@ -30,15 +33,25 @@ NEMOTRON_H = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_atte
                   head_dim=16, layers_block_type=["mamba", "attention", "mlp"], mamba_num_heads=8, mamba_head_dim=16,
                   n_groups=2, ssm_state_size=16, conv_kernel=4, expand=2, chunk_size=16, initializer_range=0.1,
                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# Qwen3-Next: a Gated DeltaNet layer (2 q/k heads of 8 dims, each serving 2 of the 4 value heads of 16), then gated
+# attention rotating a quarter of each 16-dim head; 2 of 4 experts beside a 48-wide shared expert in both.
+QWEN3_NEXT = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, layer_types=["linear_attention", "full_attention"],
+                  linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16,
+                  linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                  shared_expert_intermediate_size=48, initializer_range=0.1, max_position_embeddings=512,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
 PROMPT = np.random.RandomState(2).randint(3, 256, size=40).tolist()
-# Bamba's run batches 6 and 28 tokens, the longer prefilled over two steps, one preempted; dense Granite's (the same
-# layer code) and Nemotron-H's (the state pool's handling is Bamba's) prefill the 28 over two steps alone: lighter
-# runs, fewer step programs to compile.
+# Bamba's and Qwen3-Next's runs batch 6 and 28 tokens, the longer prefilled over two steps, one preempted; dense
+# Granite's (the same layer code) and Nemotron-H's (the state pool's handling is Bamba's) prefill the 28 over two
+# steps alone: lighter runs, fewer step programs to compile.
 FAMILIES = {
     "dense_granite_hybrid": (transformers.GraniteMoeHybridForCausalLM, transformers.GraniteMoeHybridConfig,
                              DENSE_GRANITE, [PROMPT[2:30]]),
     "bamba": (transformers.BambaForCausalLM, transformers.BambaConfig, BAMBA, [PROMPT[:6], PROMPT[2:30]]),
     "nemotron_h": (transformers.NemotronHForCausalLM, transformers.NemotronHConfig, NEMOTRON_H, [PROMPT[2:30]]),
+    "qwen3_next": (transformers.Qwen3NextForCausalLM, transformers.Qwen3NextConfig, QWEN3_NEXT,
+                   [PROMPT[:6], PROMPT[2:30]]),
 }
 GREEDY = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
 
@@ -122,3 +135,23 @@ def test_nemotron_h_config_as_transformers_reads_it():
     assert cfg.state_space.chunk_size == 16  # the chunked SSD's chunk: a 16-token prefill step runs it
     with pytest.raises(ConfigError, match="MoE layers .* not supported for NemotronHForCausalLM"):
         from_hf_config({**hf, "hybrid_override_pattern": "M*E-"})
+
+
+def test_qwen3_next_config_as_transformers_reads_it():
+    """Without layer_types every full_attention_interval-th layer attends (transformers' default: 4); a quarter of
+    each head rotates; the DeltaNet's state takes Mamba2's shapes (value heads, value dims, key dims, key heads; q, k
+    and v's conv channels); the checkpoint's MTP module is not read; dense MLP layers, value heads not a multiple of
+    the key heads and unknown layer types are refused by name."""
+    hf = {**{k: v for k, v in QWEN3_NEXT.items() if k != "layer_types"}, "num_hidden_layers": 8,
+          "architectures": ["Qwen3NextForCausalLM"]}
+    cfg = from_hf_config(hf)
+    ss = cfg.state_space
+    assert (ss.layers, cfg.rotary_dim, cfg.norm_weight_offset) == ((0, 1, 2, 4, 5, 6), 4, 1.0)
+    assert (ss.num_heads, ss.head_dim, ss.state_size, ss.n_groups, ss.conv_dim) == (4, 16, 8, 2, 96)
+    assert in_mtp_layer(cfg, "mtp.layers.0.mlp.gate.weight") and not in_mtp_layer(cfg, "model.layers.0.mlp.gate.weight")
+    with pytest.raises(ConfigError, match=r"dense MLP layers \[1\] \(mlp_only_layers \[1\].*Qwen3NextForCausalLM"):
+        from_hf_config({**hf, "mlp_only_layers": [1]})
+    with pytest.raises(ConfigError, match=r"linear_num_value_heads \(3\) must be a multiple of linear_num_key_heads"):
+        from_hf_config({**hf, "linear_num_value_heads": 3})
+    with pytest.raises(ConfigError, match=r"layer_types \['mamba'.* must list one of \['linear_attention'"):
+        from_hf_config({**hf, "layer_types": ["mamba"] * 8})

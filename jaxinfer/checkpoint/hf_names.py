@@ -21,6 +21,7 @@ from jaxinfer.models.text_part import tensor_prefix
 Index = tuple[slice, ...]
 Transforms = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], Callable[[Index], Index]]
 MTP_PREFIX = "model.mtp_"  # ERNIE 4.5's multi-token-prediction block, norms and projection
+MTP_MODULE = "mtp."  # Qwen3-Next's multi-token-prediction module, beside `model.` (transformers skips it too)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,23 +113,23 @@ def _bias_heads(leaf: HFLeaf) -> Transforms:
     )
 
 
-def _head_rows(transposed: bool) -> Callable[[HFLeaf], Transforms]:
-    """torch Linear [heads*S, D] -> jaxinfer [heads, K, D] ([heads, D, K] if transposed): the K rows from row_offset
-    of each head's S (a slice of heads reads those heads' rows whole and keeps its part)."""
+def _head_rows(order: tuple[int, int, int]) -> Callable[[HFLeaf], Transforms]:
+    """torch Linear [heads*S, D] -> jaxinfer [heads, K, D] with its axes in `order` ((0, 2, 1): [heads, D, K];
+    (2, 0, 1): [D, heads, K]): the K rows from row_offset of each head's S (a slice of heads reads those heads' rows
+    whole and keeps its part)."""
 
     def transforms(leaf: HFLeaf) -> Transforms:
         rows, first = leaf.head_dim, leaf.row_offset
         stride = leaf.hf_shape[0] // leaf.heads
 
         def to_jax(w: np.ndarray) -> np.ndarray:
-            part = w.reshape(-1, stride, w.shape[-1])[:, first : first + rows]
-            return part.swapaxes(1, 2) if transposed else part
+            return w.reshape(-1, stride, w.shape[-1])[:, first : first + rows].transpose(order)
 
         def to_hf(w: np.ndarray) -> np.ndarray:
             raise NotImplementedError("a part of each head's rows is not written back on its own")
 
         def hf_index(index: Index) -> Index:
-            heads, part, columns = (index[0], index[2], index[1]) if transposed else index
+            heads, part, columns = (index[order.index(axis)] for axis in range(3))
             if (part.start, part.stop) != (0, rows):
                 raise ValueError(f"head_rows leaves are read a whole head at a time, got {part}")
             return slice(heads.start * stride, heads.stop * stride), columns
@@ -168,7 +169,8 @@ def _columns(leaf: HFLeaf) -> Transforms:
 
 KINDS: dict[str, Callable[[HFLeaf], Transforms]] = {
     "same": _same, "transpose": _transpose, "in_heads": _in_heads, "out_heads": _out_heads, "bias_heads": _bias_heads,
-    "head_rows": _head_rows(False), "head_rows_transposed": _head_rows(True),
+    "head_rows": _head_rows((0, 1, 2)), "head_rows_transposed": _head_rows((0, 2, 1)),
+    "in_head_rows": _head_rows((2, 0, 1)),
     "even_columns": _interleaved(0), "odd_columns": _interleaved(1), "columns": _columns,
 }
 
@@ -206,8 +208,8 @@ def stored_names(t: HFTensor, layer: int | None) -> list[str]:
 def in_mtp_layer(cfg: ModelConfig, name: str) -> bool:
     """Whether tensor `name` belongs to a multi-token-prediction layer stored after the decoder's
     (GLM-4.5's `model.layers.{num_hidden_layers}.*`) or beside it (ERNIE 4.5's `model.mtp_block.0.*`,
-    `model.mtp_emb_norm.0.weight`, ...): not run, so not read (transformers skips them too)."""
-    if cfg.mtp_layers and name.startswith(MTP_PREFIX):
+    `model.mtp_emb_norm.0.weight`, ...; Qwen3-Next's `mtp.*`): not run, so not read (transformers skips them too)."""
+    if (cfg.mtp_layers and name.startswith(MTP_PREFIX)) or name.startswith(MTP_MODULE):
         return True
     layer = re.match(r"model\.layers\.(\d+)\.", name)
     return layer is not None and cfg.num_layers <= int(layer.group(1)) < cfg.num_layers + cfg.mtp_layers

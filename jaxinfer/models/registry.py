@@ -48,6 +48,7 @@ from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen2_vl import ARCHITECTURES as QWEN2_VL
 from jaxinfer.models.qwen2_vl import mrope_section, qwen2_text_config
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
+from jaxinfer.models.qwen3_next import FAMILY as QWEN3_NEXT
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 from jaxinfer.models.starcoder2 import FAMILY as STARCODER2
 from jaxinfer.models.text_part import text_config
@@ -57,7 +58,7 @@ from jaxinfer.models.whisper import FAMILY as WHISPER
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
-                                LLAMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER)
+                                LLAMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.

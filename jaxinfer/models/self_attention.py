@@ -2,7 +2,8 @@
 embeddings, the cache write, attention over the cache and the output projection.
 
 Layer weights are duck-typed: any dataclass with the fields `wq wk wv wo` and the optional
-`bq bk bv bo q_norm k_norm`, and `sinks` where the config has attention sinks (GPT-OSS).
+`bq bk bv bo q_norm k_norm`, `sinks` where the config has attention sinks (GPT-OSS), and `attn_gate` [D, H, K]
+where the attention output is gated per head and dim by sigmoid(h @ attn_gate) before wo (Qwen3-Next).
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ def self_attention(
     window = cfg.layer_windows[layer]
     attn = attend(q, cache, layer, positions, window, scale=cfg.attn_scale, soft_cap=cfg.attn_soft_cap,
                   sinks=getattr(lw, "sinks", None), chunk=cfg.layer_chunks[layer])
+    gate = getattr(lw, "attn_gate", None)
+    if gate is not None:
+        attn = attn * jax.nn.sigmoid(linear(h, gate))
     out = linear(layout.constrain(attn, Q_HEADS), lw.wo, contract=2)
     return (out if lw.bo is None else out + lw.bo), cache
 

@@ -1,0 +1,140 @@
+"""Gated DeltaNet (Qwen3-Next's `linear_attention` layers) as pure functions: in_proj_qkvz and in_proj_ba -> a
+causal depthwise conv over (q, k, v) with SiLU -> the gated delta rule per value head -> gated RMSNorm -> out_proj.
+
+The recurrence is transformers' `torch_recurrent_gated_delta_rule`: q and k L2-normed, q scaled by
+key_dim ** -0.5; each value head's state S decays by exp(g), g = -exp(A_log) * softplus(a + dt_bias), then
+takes the delta rule's correction beta * (v - S k) k^T, beta = sigmoid(b), and the head reads y = S q. Each
+value_heads / key_heads value heads share one q/k head.
+
+The state has Mamba2's shapes (config/state_space, cache/state_pool), by `deltanet_state`'s mapping: the conv
+state [K-1, C] holds the last q, k, v inputs (C = 2 * key_heads * key_dim + value_heads * value_dim = Mamba2's
+inner + 2 * G * N), the SSM state [H, P, N] each value head's S as [value_dim, key_dim] (transformers keeps its
+transpose). The recurrence is a per-token scan over the step's packed tokens (models/slot_scan) on every
+platform: there is no chunked form yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.cache.state_pool import LayerState
+from jaxinfer.config.model import ConfigError
+from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models.family import HFLeaf
+from jaxinfer.models.layers import linear
+from jaxinfer.models.slot_scan import slot_scan
+from jaxinfer.parallel.array_info import ArrayInfo
+
+L2_EPS = 1e-6  # the FLA kernels' (and transformers' l2norm) epsilon for q and k
+
+
+def deltanet_state(layers: tuple[int, ...], key_heads: int, key_dim: int, value_heads: int, value_dim: int,
+                   conv_kernel: int, eps: float) -> StateSpace:
+    """The state layers' dims as Mamba2's: H value heads of P = value_dim, G = key_heads groups of N = key_dim."""
+    if value_heads % key_heads:
+        raise ConfigError(f"linear_num_value_heads ({value_heads}) must be a multiple of linear_num_key_heads "
+                          f"({key_heads}): each q/k head serves a whole group of value heads")
+    return StateSpace(layers=layers, num_heads=value_heads, head_dim=value_dim, state_size=key_dim,
+                      n_groups=key_heads, conv_kernel=conv_kernel, conv_bias=False, norm_eps=eps)
+
+
+def _key_width(ss: StateSpace) -> int:
+    """q's (and k's) channels: key_heads * key_dim."""
+    return ss.n_groups * ss.state_size
+
+
+def deltanet_leaves(ss: StateSpace, hidden: int) -> dict[str, ArrayInfo]:
+    """The mixer's leaves as ArrayInfos (in_qkvz keeps transformers' per-key-head interleaving)."""
+    H, V = ss.num_heads, ss.inner
+    return dict(
+        in_qkvz=ArrayInfo((hidden, 2 * _key_width(ss) + 2 * V), ("embed", None)),
+        in_ba=ArrayInfo((hidden, 2 * H), ("embed", None)),
+        conv_weight=ArrayInfo((ss.conv_dim, 1, ss.conv_kernel), (None, None, None), init_std=0.3),
+        dt_bias=ArrayInfo((H,), (None,), init_value=1.0),
+        a_log=ArrayInfo((H,), (None,), init_value=0.0),
+        gate_norm=ArrayInfo((ss.head_dim,), (None,), init_value=1.0),
+        out_proj=ArrayInfo((V, hidden), (None, "embed")),
+    )
+
+
+def deltanet_hf_leaves(ss: StateSpace, hidden: int, prefix: str) -> dict[str, HFLeaf]:
+    """Where the mixer's leaves live under `prefix` (e.g. "model.layers.{i}.linear_attn.")."""
+    H, V = ss.num_heads, ss.inner
+    return dict(
+        in_qkvz=HFLeaf(prefix + "in_proj_qkvz.weight", "transpose", (2 * _key_width(ss) + 2 * V, hidden)),
+        in_ba=HFLeaf(prefix + "in_proj_ba.weight", "transpose", (2 * H, hidden)),
+        conv_weight=HFLeaf(prefix + "conv1d.weight", "same", (ss.conv_dim, 1, ss.conv_kernel)),
+        dt_bias=HFLeaf(prefix + "dt_bias", "same", (H,)),
+        a_log=HFLeaf(prefix + "A_log", "same", (H,)),
+        gate_norm=HFLeaf(prefix + "norm.weight", "same", (ss.head_dim,)),
+        out_proj=HFLeaf(prefix + "out_proj.weight", "transpose", (hidden, V)),
+    )
+
+
+def split_projections(
+    ss: StateSpace, qkvz: jax.Array, ba: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """in_proj_qkvz's [N, 2Kd + 2Vd] and in_proj_ba's [N, 2H] outputs, each interleaved per key head as
+    transformers' fix_query_key_value_ordering reads them -> the conv's inputs [N, C] (all q, all k, all v), the
+    gate z [N, H, P] and b, a [N, H]."""
+    N, G, N_k, P = qkvz.shape[0], ss.n_groups, ss.state_size, ss.head_dim
+    r = ss.num_heads // G
+    q, k, v, z = jnp.split(qkvz.reshape(N, G, 2 * N_k + 2 * r * P), [N_k, 2 * N_k, 2 * N_k + r * P], axis=-1)
+    b, a = jnp.split(ba.reshape(N, G, 2 * r), [r], axis=-1)
+    qkv = jnp.concatenate([q.reshape(N, -1), k.reshape(N, -1), v.reshape(N, -1)], axis=-1)
+    return qkv, z.reshape(N, ss.num_heads, P), b.reshape(N, -1), a.reshape(N, -1)
+
+
+def l2_normed(x: jax.Array) -> jax.Array:
+    """x over its last axis divided by its L2 norm (FLA's epsilon)."""
+    return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + L2_EPS)
+
+
+def token_step(
+    ss: StateSpace, w: Any, states: tuple[jax.Array, jax.Array], qkv: jax.Array, g: jax.Array, beta: jax.Array
+) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+    """One token of one request: (conv state [K-1, C], S [H, P, N]), its conv input qkv [C], log decay g [H] and
+    beta [H] -> (the states after it, y [H, P]), in float32."""
+    conv, state = states
+    window = jnp.concatenate([conv, qkv[None]], axis=0)  # [K, C]
+    mixed = jax.nn.silu(jnp.sum(window * w.conv_weight[:, 0].T.astype(jnp.float32), axis=0))
+    q, k, v = jnp.split(mixed, [_key_width(ss), 2 * _key_width(ss)])
+    r = ss.num_heads // ss.n_groups
+    q = jnp.repeat(l2_normed(q.reshape(ss.n_groups, -1)), r, axis=0) * ss.state_size**-0.5  # [H, N]
+    k = jnp.repeat(l2_normed(k.reshape(ss.n_groups, -1)), r, axis=0)
+    state = state * jnp.exp(g)[:, None, None]
+    delta = (v.reshape(ss.num_heads, ss.head_dim) - jnp.einsum("hpn,hn->hp", state, k)) * beta[:, None]
+    state = state + delta[:, :, None] * k[:, None, :]
+    return (window[1:], state), jnp.einsum("hpn,hn->hp", state, q)
+
+
+def gated_rms_norm(y: jax.Array, z: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """y [N, H, P] RMS-normed per head in float32, times weight in y's dtype, then times silu(z) (transformers'
+    Qwen3NextRMSNormGated: the norm before the gate, unlike Mamba2's); in y's dtype."""
+    y32 = y.astype(jnp.float32)
+    normed = y32 * jax.lax.rsqrt(jnp.mean(y32 * y32, axis=-1, keepdims=True) + eps)
+    scaled = (weight * normed.astype(y.dtype)).astype(jnp.float32)
+    return (scaled * jax.nn.silu(z.astype(jnp.float32))).astype(y.dtype)
+
+
+def deltanet(
+    ss: StateSpace, w: Any, h: jax.Array, positions: jax.Array, state: LayerState
+) -> tuple[jax.Array, LayerState]:
+    """The mixer over normed hidden states h [B, T, D] at positions [B, T] (rows flattened in order, each row's
+    tokens in its state's token_slots); returns its output [B, T, D] and the state after them."""
+    B, T, D = h.shape
+    x = h.reshape(B * T, D)
+    qkv, z, b, a = split_projections(ss, linear(x, w.in_qkvz), linear(x, w.in_ba))
+    g = -jnp.exp(w.a_log.astype(jnp.float32)) * jax.nn.softplus(a.astype(jnp.float32) + w.dt_bias.astype(jnp.float32))
+    beta = jax.nn.sigmoid(b).astype(jnp.float32)
+    step = functools.partial(token_step, ss, w)
+    inputs = (qkv.astype(jnp.float32), g, beta)
+    (conv, ssm), y = slot_scan(step, (state.conv, state.ssm), state.token_slots, positions.reshape(-1), inputs)
+    normed = gated_rms_norm(y.astype(h.dtype), z, w.gate_norm, ss.norm_eps)
+    out = linear(normed.reshape(B * T, ss.inner), w.out_proj)
+    return out.reshape(B, T, D), dataclasses.replace(state, conv=conv, ssm=ssm)
