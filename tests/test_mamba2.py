@@ -17,7 +17,7 @@ import transformers
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.config.model import ConfigError
-from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
+from jaxinfer.entrypoints.state_settings import check_offloading, check_speculation, prefix_caching_setting
 from jaxinfer.models.mamba2 import mamba_block
 
 # 2 layers, 8 heads of 16 dims in 2 groups, 16 state dims, a 4-wide conv: the mixer's every axis > 1. Chunks of 8:
@@ -103,6 +103,9 @@ def test_prefix_caching_and_speculation_are_refused_by_name(llm):
         prefix_caching_setting(True, llm.config)
     with pytest.raises(ConfigError, match="speculative decoding .* not supported for Mamba2ForCausalLM"):
         check_speculation(SpeculativeConfig(method="ngram", num_speculative_tokens=2), llm.config)
+    with pytest.raises(ConfigError, match="kv_offloading_size=1.5 is not supported for Mamba2ForCausalLM"):
+        check_offloading(1.5, llm.config)
+    assert check_offloading(0, llm.config) == 0
 
 
 def test_bf16_keeps_the_residual_stream_in_float32_as_hf(hf_model, model_dir):

@@ -3,13 +3,13 @@
 Every per-layer buffer of a pool holds pages on axis 1 ([KV, P, page_size, K] values, [KV, P,
 page_size] scales of int8/fp8 pools), so one gather or scatter over that axis serves K, V and
 their scales alike. Page lists are padded to a power of two, so a handful of small programs serve
-every count. Saved sessions (`checkpoint/kv_session`) are made of these copies.
+every count. Saved sessions (`checkpoint/kv_session`) are made of these copies, and the prefix
+cache's host tier (runtime/kv_offload) runs `take` and `put` as programs of its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 
 import jax
@@ -40,31 +40,47 @@ def buffer_specs(cache: PagedKVCache) -> dict[str, tuple[tuple[int, ...], str]]:
 
 def read_pages(cache: PagedKVCache, pages: Sequence[int]) -> dict[str, np.ndarray]:
     """Host copies of `pages`, per field stacked over layers: [L, KV, len(pages), page_size, ...]."""
-    padded = np.zeros(bucket(len(pages)), np.int32)  # page 0 is a real page: reading it is harmless
+    return stacked_on_host(_take(page_buffers(cache), jnp.asarray(padded_reads(pages))), len(pages))
+
+
+def padded_reads(pages: Sequence[int]) -> np.ndarray:
+    """Page ids padded to a power of two with page 0 (a real page: reading it is harmless)."""
+    padded = np.zeros(bucket(len(pages)), np.int32)
     padded[: len(pages)] = pages
-    taken = _take(page_buffers(cache), jnp.asarray(padded))
-    return {name: np.stack([np.asarray(layer)[:, : len(pages)] for layer in layers]) for name, layers in taken.items()}
+    return padded
+
+
+def stacked_on_host(taken: Buffers, count: int) -> dict[str, np.ndarray]:
+    """`take`'s buffers as NumPy (waits for them), the padding cut: [L, KV, count, page_size, ...] per field."""
+    return {name: np.stack([np.asarray(layer)[:, :count] for layer in layers]) for name, layers in taken.items()}
 
 
 def write_pages(cache: PagedKVCache, pages: Sequence[int], values: dict[str, np.ndarray]) -> PagedKVCache:
     """The cache with `pages` holding `values` (as `read_pages` returns them); its buffers are donated."""
-    count, padded_count = len(pages), bucket(len(pages))
-    num_pages = cache.k_pages[0].shape[1]
-    padded = np.full(padded_count, num_pages, np.int32)  # past the pool: those writes are dropped
-    padded[:count] = pages
-    widths = [(0, 0)] * 2 + [(0, padded_count - count)]
-    fill = {name: np.pad(stacked, widths + [(0, 0)] * (stacked.ndim - 3)) for name, stacked in values.items()}
-    written = _put(page_buffers(cache), jnp.asarray(padded), fill, cache.layout)
+    targets, fill = padded_writes(cache, pages, values)
+    written = _put(page_buffers(cache), jnp.asarray(targets), fill, cache.layout)
     return dataclasses.replace(cache, **written)
 
 
-@jax.jit
-def _take(buffers: Buffers, pages: jax.Array) -> Buffers:
+def padded_writes(
+    cache: PagedKVCache, pages: Sequence[int], values: dict[str, np.ndarray]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """`put`'s page ids and values padded to a power of two: the padding targets a page past the pool,
+    whose writes are dropped."""
+    count, padded_count = len(pages), bucket(len(pages))
+    padded = np.full(padded_count, cache.k_pages[0].shape[1], np.int32)
+    padded[:count] = pages
+    widths = [(0, 0)] * 2 + [(0, padded_count - count)]
+    return padded, {name: np.pad(stacked, widths + [(0, 0)] * (stacked.ndim - 3)) for name, stacked in values.items()}
+
+
+def take(buffers: Buffers, pages: jax.Array) -> Buffers:
+    """Every buffer's pages `pages` (axis 1)."""
     return jax.tree.map(lambda buffer: jnp.take(buffer, pages, axis=1), buffers)
 
 
-@functools.partial(jax.jit, static_argnums=3, donate_argnums=0)
-def _put(buffers: Buffers, pages: jax.Array, values: dict[str, jax.Array], layout: Layout) -> Buffers:
+def put(buffers: Buffers, pages: jax.Array, values: dict[str, jax.Array], layout: Layout) -> Buffers:
+    """The buffers with pages `pages` set to values[name][layer] (out-of-range pages dropped), in their layout."""
     written = {}
     for name, layers in buffers.items():
         axes = POOL_AXES if layers[0].ndim == len(POOL_AXES) else SCALE_AXES
@@ -73,3 +89,7 @@ def _put(buffers: Buffers, pages: jax.Array, values: dict[str, jax.Array], layou
             for i, layer in enumerate(layers)
         ]
     return written
+
+
+_take = jax.jit(take)
+_put = jax.jit(put, static_argnums=3, donate_argnums=0)

@@ -40,6 +40,9 @@ class EngineConfig:
     # started behind it before it lands, on the tokens and lengths the device carries (vLLM's
     # async_scheduling), so the device does not wait while the host lands, schedules and builds.
     async_scheduling: bool = True
+    # GiB of host memory keeping prefix pages the device pool evicts (vLLM's kv_offloading_size): a later
+    # prompt that starts with them copies them back instead of recomputing. None or 0: off.
+    kv_offloading_size: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens", "max_prefill_seqs", "decode_steps",
@@ -56,6 +59,7 @@ class EngineConfig:
         fraction = self.gpu_memory_utilization
         if fraction is not None and not 0 < fraction <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {fraction!r}")
+        check_offloading(self.kv_offloading_size, self.enable_prefix_caching)
 
     @property
     def pages_per_seq(self) -> int:
@@ -82,10 +86,28 @@ class EngineConfig:
         return pages
 
     @property
+    def offload_bytes(self) -> int:
+        """Bytes of host memory for offloaded prefix pages (0: offloading off)."""
+        return int((self.kv_offloading_size or 0) * 2**30)
+
+    @property
     def memory_utilization(self) -> float:
         """gpu_memory_utilization, or vLLM's default where it is None."""
         fraction = self.gpu_memory_utilization
         return DEFAULT_GPU_MEMORY_UTILIZATION if fraction is None else fraction
+
+
+def check_offloading(size: object, prefix_caching: bool) -> None:
+    """ValueError naming kv_offloading_size unless it is None or a number of GiB >= 0, and on only with
+    prefix caching (offloaded pages are found by the prefix cache's page hashes)."""
+    if size is None:
+        return
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not size >= 0 or size == float("inf"):
+        raise ValueError(f"kv_offloading_size must be a number of GiB >= 0 (0 or None: off), got {size!r}")
+    if size and not prefix_caching:
+        raise ValueError(f"kv_offloading_size={size!r} keeps evicted prefix-cache pages in host memory, and "
+                         "prefix caching is off (enable_prefix_caching=False); turn it on or leave "
+                         "kv_offloading_size unset")
 
 
 def device_pages(stats: Mapping[str, int], utilization: float, bytes_per_page: int, activation_bytes: int) -> int:

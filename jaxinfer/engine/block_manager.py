@@ -14,6 +14,12 @@ the middle of the largest run of free pages, leaving the sequence before the run
 to grow into, so sequences growing side by side keep their pages adjacent: 5-7% more serving
 throughput on this project's 2-core CPU (demo and SmolLM-135M shapes). Which pages a sequence
 holds never changes a result.
+
+With a host tier (`host`: engine/host_kv_store), an evicted cached page is queued in `offloads` to
+be copied there, and a prefix lookup that stops matching in the pool goes on in the host store:
+each page found there gets a fresh pool page, published at once under its hash and queued in
+`uploads`. The engine hands both queues to the runner before the next device call (`take_moves`),
+copies out first, so a page evicted and reused in one schedule is saved before it is overwritten.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import collections
 import hashlib
 
 import numpy as np
+
+from jaxinfer.engine.host_kv_store import HostPageStore
 
 
 def page_hash(parent: bytes, token_ids: list[int]) -> bytes:
@@ -39,8 +47,10 @@ class BlockManager:
     """The page pool of the paged KV cache. Page 0 is reserved as padding for unused table slots."""
 
     def __init__(
-        self, num_pages: int, page_size: int, model_identity: str, prefix_caching: bool = True, spread: bool = False
+        self, num_pages: int, page_size: int, model_identity: str, prefix_caching: bool = True, spread: bool = False,
+        host: HostPageStore | None = None,
     ):
+        """host: the prefix cache's host tier (None: evicted pages are forgotten)."""
         self.num_pages = num_pages
         self.page_size = page_size
         self.prefix_caching = prefix_caching
@@ -55,6 +65,9 @@ class BlockManager:
         # Pages whose every position a draft model or EAGLE head has read (its K/V and outputs there
         # written): a prefix hit on them spares the draft's catch-up. Cleared when a page is handed out.
         self.draft_read: set[int] = set()
+        self.host = host
+        self.offloads: list[tuple[int, bytes]] = []  # evicted (page, hash) to copy to the host store
+        self.uploads: dict[int, tuple[object, list[int]]] = {}  # page -> (host copy, its tokens) to copy back
 
     @property
     def usable_pages(self) -> int:
@@ -89,9 +102,34 @@ class BlockManager:
         """Cached pages (and their hashes) holding the longest full-page prefix of token_ids.
 
         The pages are referenced for the caller. The last token is never served from the
-        cache: its logits are needed.
+        cache: its logits are needed. With a host tier, pages found there continue the match.
         """
-        return self.match_pages(token_ids[: (len(token_ids) - 1) // self.page_size * self.page_size], adapter)
+        covered = token_ids[: (len(token_ids) - 1) // self.page_size * self.page_size]
+        pages, hashes = self.match_pages(covered, adapter)
+        if self.host is None or len(pages) * self.page_size == len(covered):
+            return pages, hashes
+        return self._match_host(covered, pages, hashes, adapter)
+
+    def _match_host(
+        self, token_ids: list[int], pages: list[int], hashes: list[bytes], adapter: str | None
+    ) -> tuple[list[int], list[bytes]]:
+        """pages and hashes continued by the pages of token_ids the host store holds, each given a fresh
+        pool page (while one is free or evictable) that is published and queued for its copy back."""
+        chained = self.chain(token_ids, len(token_ids) // self.page_size, adapter)
+        for i in range(len(pages), len(chained)):
+            if chained[i] not in self.host or not self.usable_pages:
+                break
+            page = self.allocate(1, after=pages[-1] if pages else None)[0]
+            self.by_hash[chained[i]], self.hash_of[page] = page, chained[i]
+            self.uploads[page] = (self.host.take(chained[i]), token_ids[i * self.page_size : (i + 1) * self.page_size])
+            pages.append(page)
+        return pages, chained[: len(pages)]
+
+    def take_moves(self) -> tuple[list[tuple[int, bytes]], dict[int, tuple[object, list[int]]]]:
+        """The queued copies (offloads, uploads), emptied: the runner makes them before the next call."""
+        moves = self.offloads, self.uploads
+        self.offloads, self.uploads = [], {}
+        return moves
 
     def match_pages(self, token_ids: list[int], adapter: str | None = None) -> tuple[list[int], list[bytes]]:
         """Cached pages (and their hashes) holding the longest prefix of token_ids' full pages,
@@ -189,6 +227,9 @@ class BlockManager:
         self.evictable.clear()
         self.by_hash.clear()
         self.hash_of.clear()
+        self.offloads, self.uploads = [], {}
+        if self.host is not None:
+            self.host.clear()
 
     def _ref(self, page: int) -> None:
         if self.refs[page] == 0:
@@ -197,8 +238,12 @@ class BlockManager:
 
     def _evict_one(self) -> None:
         page, _ = self.evictable.popitem(last=False)
-        del self.by_hash[self.hash_of.pop(page)]
+        page_hash = self.hash_of.pop(page)
+        del self.by_hash[page_hash]
         self.free[page] = None
+        # A page still waiting for its copy back was never written: the host store has (or dropped) it.
+        if self.host is not None and self.uploads.pop(page, None) is None and page_hash not in self.host:
+            self.offloads.append((page, page_hash))
 
 
 def largest_run(pages: np.ndarray) -> tuple[int, int]:

@@ -21,6 +21,7 @@ from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.adapter_slots import AdapterSlots, adapter_metrics
 from jaxinfer.engine.asleep import EngineAsleep
 from jaxinfer.engine.block_manager import BlockManager
+from jaxinfer.engine.host_kv_store import HostPageStore
 from jaxinfer.engine.in_flight import InFlight
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
 from jaxinfer.engine.output_processor import catch_up_text, delta_output
@@ -33,8 +34,8 @@ from jaxinfer.engine.speculation import EngineDraft, Speculator
 from jaxinfer.engine.step_builder import profile_steps, warmup_steps
 from jaxinfer.engine.step_calls import StepCalls
 from jaxinfer.engine.structured import StructuredOutputs
-from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.audio_input import split_audio
+from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.image_input import ImageInput
 from jaxinfer.speculative.config import SpeculativeConfig
 
@@ -67,8 +68,10 @@ class LLMEngine(StepCalls):
         self.default_params = default_params or SamplingParams()
         self.model_identity = model_identity
         num_pages = runner.allocate(self._profile_steps)
+        # The prefix cache's host tier (KV offloading): evicted pages' K/V, copied back on a later hit.
+        host = HostPageStore(config.offload_bytes, runner.page_bytes()) if config.offload_bytes else None
         self.blocks = BlockManager(num_pages, config.page_size, model_identity, config.enable_prefix_caching,
-                                   spread=runner.spread_pages)
+                                   spread=runner.spread_pages, host=host)
         k_max = 0 if speculative is None else speculative.num_speculative_tokens
         self.scheduler = Scheduler(
             SchedulerConfig(
@@ -306,6 +309,8 @@ class LLMEngine(StepCalls):
         )
         if scheduler.adapters is not None:
             values.update(adapter_metrics(scheduler))
+        if self.blocks.host is not None:
+            values.update(self.blocks.host.metrics())
         # Process-wide, for soak checks: no compile after the warm-up, device memory back to its baseline.
         values["compiled_programs"] = self.runner.compiled_programs()
         device_bytes = self.runner.device_bytes_in_use()
@@ -368,6 +373,7 @@ class LLMEngine(StepCalls):
     def release(self) -> None:
         """Free the page pool (and forget cached prefixes); it is re-made on the next step."""
         self._check_idle("release()")
+        self.blocks.reset_prefix_cache()  # the host tier's pages too: close() frees every cache
         self.runner.release()
         self._reset_blocks()
 

@@ -115,4 +115,5 @@ def delta_output(group: list[Request]) -> RequestOutput:
         metrics=_metrics(leader),
         prompt_logprobs=leader.prompt_logprobs if first else None,
         error=errors[0] if errors else None,
+        num_cached_tokens=leader.num_cached_tokens,
     )

@@ -52,6 +52,7 @@ class RequestOutput:
     metrics: RequestMetrics | None = None
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # per prompt token (None for the first)
     error: str | None = None  # why the request failed, when finish_reason is "error"
+    num_cached_tokens: int | None = None  # vLLM's: prompt tokens served by the prefix cache (None: not scheduled yet)
 
     @property
     def text(self) -> str:

@@ -66,6 +66,7 @@ class Request:
     leader: "Request | None" = None  # sample 0 of the group: later samples wait for its prefill
     output_ids: list[int] = dataclasses.field(default_factory=list)
     num_computed: int = 0  # tokens whose K/V are in the cache
+    num_cached_tokens: int | None = None  # prompt tokens its first admission found cached (device or host tier)
     pages: list[int] = dataclasses.field(default_factory=list)
     page_hashes: list[bytes] = dataclasses.field(default_factory=list)  # chained hashes of full pages
     status: Status = Status.WAITING

@@ -259,6 +259,8 @@ class Scheduler:
             self.prefix_queries += request.num_tokens
             self.prefix_hits += computed
         request.pages, request.page_hashes, request.num_computed = pages, hashes, computed
+        if request.num_cached_tokens is None:  # as vLLM: the first admission's (a preempted request recomputes)
+            request.num_cached_tokens = computed
         # Cached pages a draft has read need no catch-up, but the last of their positions: an EAGLE
         # head's output there read the token after it, which this request may not share.
         request.draft_computed = max(self.blocks.draft_read_prefix(pages) * self.blocks.page_size - 1, 0)

@@ -12,6 +12,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.engine.block_manager import BlockManager
@@ -74,6 +76,7 @@ class StepCalls:
         host = (self._chained_verify(schedule) if verify else None) or build_chained_step(schedule, config)
         clock.lap("build")
         try:
+            self.move_pages()
             packed = self.runner.dispatch(host, clock.lap)
         except Exception as error:  # as in _launch; the call in flight ran on the pools this rebuilds
             log.exception("engine step failed; its requests are failed, the rest recompute")
@@ -154,6 +157,7 @@ class StepCalls:
             if request is not None and request.timing.first_scheduled is None:
                 request.timing.first_scheduled = now
         try:
+            self.move_pages()
             packed = self.runner.dispatch(host, clock.lap)
         except Exception as error:  # a failed program must not take the other requests down
             log.exception("engine step failed; its requests are failed, the rest recompute")
@@ -161,6 +165,23 @@ class StepCalls:
         self.in_flight = InFlight(schedule, host, packed, started, clock.laps.get("dispatch", 0.0),
                                   measuring=self._measuring(host))
         return set()
+
+    def move_pages(self) -> None:
+        """Make the page copies the block manager queued (its host tier), before the next device call:
+        evicted pages out to the host store first (a page evicted and reused is saved before anything
+        writes it), then the pages found there back into the pool."""
+        blocks = self.blocks
+        if blocks.host is None or not (blocks.offloads or blocks.uploads):
+            return
+        offloads, uploads = blocks.take_moves()
+        copies = self.runner.offload_pages([page for page, _ in offloads]) if offloads else []
+        if uploads:
+            pages = list(uploads)
+            tokens = np.asarray([uploads[page][1] for page in pages], np.int32)
+            self.runner.load_pages(pages, [uploads[page][0] for page in pages], tokens)
+            blocks.host.loaded_pages += len(pages)
+        for (_, page_hash), copy in zip(offloads, copies):
+            blocks.host.put(page_hash, copy)
 
     def _land(self, clock: StepClock) -> set[str]:
         """Wait for the call in flight, if any, and apply its tokens; the requests it touched."""
@@ -280,7 +301,7 @@ class StepCalls:
         """A fresh block manager (no cached prefixes) over the same pool size."""
         self.blocks = BlockManager(
             self.blocks.num_pages, self.config.page_size, self.model_identity, self.config.enable_prefix_caching,
-            spread=self.blocks.spread,
+            spread=self.blocks.spread, host=self.blocks.host,
         )
         self.scheduler.blocks = self.blocks
 

@@ -64,7 +64,7 @@ from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds, enabled_setting
 from jaxinfer.entrypoints.scoring import (
     classifier_for,
 )
-from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
+from jaxinfer.entrypoints.state_settings import check_offloading, check_speculation, prefix_caching_setting
 from jaxinfer.entrypoints.weight_updates import WeightCalls
 from jaxinfer.entrypoints.whisper_loading import check_speech_settings, is_speech_dir, load_speech
 from jaxinfer.models import Weights, unpack_for_cpu
@@ -120,6 +120,8 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     pooling) or a `*ForSequenceClassification` one (`classify`, `score`), "generate" a generation model,
     "auto" pooling for a model saved without an output head. enable_prompt_embeds=True (vLLM's): `generate`
     and `beam_search` take {"prompt_embeds": [L, hidden_size] tensor} prompts (docs/multimodal.md).
+    kv_offloading_size (vLLM's): GiB of host memory keeping the prefix pages the KV pool evicts, copied back
+    when a later prompt starts with them (None or 0: off; docs/engine.md).
     """
 
     def __init__(
@@ -160,6 +162,7 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         limit_mm_per_prompt: dict[str, int] | None = None,
         allowed_local_media_path: str | Path | None = None,
         enable_prompt_embeds: bool = False,
+        kv_offloading_size: float | None = None,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         self.runner_type = resolve_runner(runner, self.model_dir)  # "generate" or "pooling" (entrypoints/pooling)
@@ -201,6 +204,7 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
             enable_prefix_caching=prefix_caching_setting(enable_prefix_caching, self.config),
             decode_steps=decode_steps,
             stream_interval=stream_interval, overlap_outputs=overlap_outputs, async_scheduling=async_scheduling,
+            kv_offloading_size=check_offloading(kv_offloading_size, self.config),
         )
         check_speculation(speculative, self.config)
         if speculative is not None and speculative.method == "mtp":

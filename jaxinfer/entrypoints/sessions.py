@@ -71,6 +71,7 @@ def load_session(engine: LLMEngine, path: str | Path, fingerprint: str) -> Sessi
                          "free or evictable; load it into an LLM with a larger pool (num_pages or "
                          "gpu_memory_utilization), or with fewer requests running") from None
     try:
+        engine.move_pages()  # pages the allocation evicted go to the host tier before they are overwritten
         if fresh:
             tokens = np.asarray(covered, np.int32).reshape(full, page_size)[len(held):]
             engine.runner.write_pages(fresh, {name: stacked[:, :, len(held):] for name, stacked in values.items()},

@@ -3,7 +3,8 @@
 Prefix caching: a cached page holds K/V, not the recurrent state after it, so a request cannot start
 from another's pages (vLLM served these models without it at first too); it is off by default for
 them and `enable_prefix_caching=True` is refused. Speculative decoding: a rejected draft would have to
-roll the state back, which the per-slot state cannot.
+roll the state back, which the per-slot state cannot. KV offloading keeps evicted prefix-cache pages,
+so it is refused with prefix caching.
 """
 
 from __future__ import annotations
@@ -38,3 +39,11 @@ def check_speculation(speculative: SpeculativeConfig | None, cfg: ModelConfig) -
         raise ConfigError(f"speculative decoding (method {speculative.method!r}) is not supported for "
                           f"{cfg.architecture}: its Mamba2 layers' recurrent state cannot be rolled back past a "
                           "rejected draft; leave speculative unset")
+
+
+def check_offloading(size: float | None, cfg: ModelConfig) -> float | None:
+    """kv_offloading_size as given; refused for a model with state layers (it has no prefix cache to offload)."""
+    if size and cfg.state_space is not None:
+        raise ConfigError(f"kv_offloading_size={size!r} is not supported for {cfg.architecture}: it keeps evicted "
+                          "prefix-cache pages, and its Mamba2 layers run without prefix caching; leave it unset")
+    return size

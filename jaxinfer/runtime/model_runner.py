@@ -9,7 +9,8 @@ about the platform it reads here.
 Programs (see config/buckets): a ragged step per (tokens, rows) bucket pair, a multi-step
 decode per row bucket (its step count is data: one step runs it too), a verify step per row
 bucket when speculating, one sampling-slot reset, and one all-positions pass per prompt-length
-bucket (prompt logprobs), and a vision-language model's tower (runtime/vision_runner). `warm_up`
+bucket (prompt logprobs), a vision-language model's tower (runtime/vision_runner), and with KV
+offloading a page gather and scatter per page-count bucket (runtime/kv_offload). `warm_up`
 compiles all of them; after it no request mix compiles.
 Embeddings' pooled passes (runtime/embeddings) compile on first use, or by `warm_up_embeddings`.
 """
@@ -48,6 +49,7 @@ from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.executables import Executables, Program
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.image_input import ImageInput
+from jaxinfer.runtime.kv_offload import HostPage, PageMover, page_bytes
 from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
 from jaxinfer.runtime.ngram_rider import NgramDraft
 from jaxinfer.runtime.packed_tree import unpack_host
@@ -98,6 +100,9 @@ class ModelRunner:
         if speculative is not None and model_config.mrope_section:  # verify steps repack tokens; offsets do not follow
             raise ConfigError(f"speculative decoding (method {speculative.method!r}) is not supported for M-RoPE "
                               "models (Qwen2-VL, Qwen2.5-VL) yet; leave speculative unset")
+        if config.offload_bytes and jax.process_count() > 1:  # the host store holds whole pages in one process
+            raise ConfigError(f"kv_offloading_size is served by single-process engines; this one spans "
+                              f"{jax.process_count()} processes: leave it unset")
         self.adapters: AdapterStore | None = None
         self._write_slot: Callable | None = None
         if lora is not None:
@@ -134,6 +139,7 @@ class ModelRunner:
         options = INVARIANT_COMPILE if self.cache_spec.batch_invariant else None
         self.executables = Executables(default_store(), step_programs.static_argnames, options)
         self.free_masks: dict[int, jax.Array] = {}  # sampled positions -> an all-ones bitmask on the device
+        self.mover = PageMover(self.executables, config.pages_per_seq)  # sessions' and offloading's page copies
         self.vision = None if vision is None else VisionRunner(*vision, self.cache_spec.mesh_layout, self.executables)
         self.prompt_embeds = prompt_embeds
         self.audio = None if audio is None else AudioRunner(*audio, self.cache_spec.mesh_layout, self.executables)
@@ -305,10 +311,12 @@ class ModelRunner:
         lack of its own code (a damaged stored copy) has every stored program of the runner
         compiled again from the next call on."""
         try:
-            return unpack_host(to_host(packed))
+            out = unpack_host(to_host(packed))
         except Exception as error:
             self.executables.distrust_store_after(error)
             raise
+        self.mover.settle()  # pages offloaded before this call: their copies have landed by now
+        return out
 
     def programs(self, hosts: list[HostStep]) -> list[Callable[[], Program]]:
         """Every program the engine may run, as thunks: the step programs of `hosts` (one padding step
@@ -326,7 +334,8 @@ class ModelRunner:
         tower = [] if self.vision is None else [self.vision.program]
         if self.audio is not None:
             tower = [lambda: self.audio.program(self._pools_made().pages)]
-        return [lambda host=host: self.program_for(host) for host in hosts] + [lambda: reset] + passes + tower
+        moves = self.mover.programs(lambda: self._pools_made().pages) if self.config.offload_bytes else []
+        return [lambda host=host: self.program_for(host) for host in hosts] + [lambda: reset] + passes + tower + moves
 
     def warm_up(
         self, hosts: list[HostStep], progress: bool = False, threads: int | None = None,
@@ -380,15 +389,28 @@ class ModelRunner:
         """The target pools' buffers without their page axis, and stored dtypes (see cache.page_io)."""
         return page_io.buffer_specs(self._pools_made().pages)
 
+    def page_bytes(self) -> int:
+        """Host bytes of one page's copy (every layer's K/V and scales, unsharded)."""
+        return page_bytes(self.page_specs())
+
     def read_pages(self, pages: list[int]) -> dict[str, np.ndarray]:
         """Host copies of the target's K/V (and scales) in `pages` (a saved session's contents)."""
-        return page_io.read_pages(self._pools_made().pages, pages)
+        return self.mover.read(self._pools_made().pages, pages)
+
+    def offload_pages(self, pages: list[int]) -> list[HostPage]:
+        """Start copying the target's `pages` to the host (before the next call overwrites them); their copies."""
+        return self.mover.offload(self._pools_made().pages, pages)
+
+    def load_pages(self, pages: list[int], copies: list[HostPage], tokens: np.ndarray) -> None:
+        """Write offloaded copies back into `pages` (see write_pages), before the next call reads them."""
+        values = [copy.values() for copy in copies]
+        self.write_pages(pages, {name: np.stack([v[name] for v in values], axis=2) for name in values[0]}, tokens)
 
     def write_pages(self, pages: list[int], values: dict[str, np.ndarray], tokens: np.ndarray) -> None:
         """Put K/V copied by `read_pages` into `pages`, whose tokens [len(pages), page_size] they hold; the
         device's lookup stores the tokens too. A draft model's or head's pools are left as they are: the
         engine has not marked these pages read by it, so a row using them catches its draft up."""
-        self.pages = page_io.write_pages(self._pools_made().pages, pages, values)
+        self.pages = self.mover.write(self._pools_made().pages, pages, values)
         if isinstance(self.draft, NgramDraft):
             padded = np.full(bucket(len(pages)), self.num_pages, np.int32)
             padded[: len(pages)] = pages

@@ -236,6 +236,7 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         runner=args.runner, pooler_config=pooler_config(args.pooler_config),
         limit_mm_per_prompt=limit_mm_per_prompt(args.limit_mm_per_prompt),
         allowed_local_media_path=args.allowed_local_media_path, enable_prompt_embeds=args.enable_prompt_embeds,
+        kv_offloading_size=args.kv_offloading_size,
     )
     llm = LLM(**kwargs)
     register(llm, lora_modules(args))

@@ -22,8 +22,11 @@ GAUGES = {
     "num_requests_waiting": "Requests waiting to be scheduled.",
     "kv_cache_usage_perc": "Fraction of KV-cache pages in use (1 = full).",
     "device_memory_bytes_in_use": "Bytes JAX's allocators hold on this process's devices (absent on CPU).",
+    "kv_offload_store_bytes": "Bytes of evicted KV pages the host tier holds (KV offloading).",
+    "kv_offload_store_capacity_bytes": "Bytes the host tier may hold (--kv-offloading-size).",
 }
-OPTIONAL = {"device_memory_bytes_in_use"}  # exported only where the engine reports them
+# exported only where the engine reports them (offloading's where it is on)
+OPTIONAL = {"device_memory_bytes_in_use", "kv_offload_store_bytes", "kv_offload_store_capacity_bytes"}
 COUNTERS = {  # prometheus_client adds the `_total` suffix
     "prefix_cache_queries": "Prompt tokens of admitted requests looked up in the prefix cache.",
     "prefix_cache_hits": "Prompt tokens of admitted requests found in the prefix cache.",
@@ -44,6 +47,10 @@ COUNTERS = {  # prometheus_client adds the `_total` suffix
     "engine_chained_verify_calls": "Of those, verify calls (speculative; the device drafts).",
     "compiled_programs": "Programs compiled or loaded from the compilation cache in this process (JAX's events).",
     "lora_slot_loads": "LoRA adapters written into a device slot (a swap when every slot held another).",
+    "kv_offload_stored_pages": "KV pages evicted from the device pool and copied to the host tier.",
+    "kv_offload_stored_bytes": "Bytes of those pages.",
+    "kv_offload_loaded_pages": "KV pages found in the host tier and copied back (host-tier prefix hits).",
+    "kv_offload_loaded_bytes": "Bytes of those pages.",
 }
 SHADOW_COUNTERS = {
     "requests": "Requests shadowed on the reference and scored.",

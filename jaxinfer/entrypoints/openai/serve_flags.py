@@ -52,6 +52,9 @@ def add_engine_args(serve: argparse.ArgumentParser) -> None:
                             "often; 1: every token as it is made, at the cost of a host round trip per token)")
     serve.add_argument("--no-prefix-caching", action="store_true",
                        help="do not reuse the KV pages of shared prompt prefixes")
+    serve.add_argument("--kv-offloading-size", type=float, default=None, metavar="GIB",
+                       help="GiB of host memory keeping prefix-cache pages the KV pool evicts, copied back when a "
+                       "later prompt starts with them (vLLM's flag; default: off)")
     serve.add_argument("--batch-invariant", action="store_true",
                        help="a request's tokens and logprobs bitwise the same whatever else is batched with it "
                        "(CPU only so far; slower: see docs/engine.md)")
