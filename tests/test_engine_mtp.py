@@ -144,3 +144,26 @@ def test_refusals_name_the_cause(checkpoint_dir, tmp_path):
         LLM(none, speculative=mtp_spec(1), **KNOBS)
     with pytest.raises(SpeculativeError, match=r"lacks \d+ of the first one's tensors.*model\.layers\.2\."):
         LLM(checkpoint_dir("glm4_moe"), speculative=mtp_spec(1), **KNOBS)
+
+
+def leaves_equal(served, expected) -> bool:
+    """Whether two MTP layers hold the same values, leaf by leaf."""
+    return all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
+               zip(jax.tree.leaves(served), jax.tree.leaves(expected), strict=True))
+
+
+@pytest.mark.parametrize("family", ["glm4_moe"], indirect=True)
+def test_new_weights_reach_the_mtp_layer(family, tmp_path):
+    """An RL trainer's update carries the MTP layer's tensors (`model.layers.{N}.*`): update_weights puts them in
+    the layer that drafts, as update_weights_from_disk does with a checkpoint's, and greedy output stays plain
+    decoding's (fails if the MTP names are dropped, as they were, or the layer is kept)."""
+    name, path, expected = family
+    llm = LLM(path, speculative=mtp_spec(ENGINE_K[name]), **KNOBS)
+    other = save_with_mtp(name, tmp_path, follows={})  # the same decoder, an MTP layer of noise
+    served = lambda: llm.engine.runner.draft_weights.head  # noqa: E731
+    assert not leaves_equal(served(), load_mtp(other, llm.config, jnp.float32)[1])
+    llm.update_weights(load_file(other / "mtp.safetensors"))
+    assert leaves_equal(served(), load_mtp(other, llm.config, jnp.float32)[1])
+    assert engine_ids(llm, PROMPTS, GREEDY) == expected
+    llm.update_weights_from_disk(path)
+    assert leaves_equal(served(), load_mtp(path, llm.config, jnp.float32)[1])

@@ -65,6 +65,25 @@ def _sources(cfg: ModelConfig) -> dict[str, tuple[HFTensor, list[str], ArrayInfo
     return {path: (*hf_source(path, tensors), info) for path, info in leaf_paths(abstract_weights(cfg))}
 
 
+def sourced_leaves(named: Mapping[str, Any], sources: Mapping[str, tuple[HFTensor, list[str], ArrayInfo]],
+                   dtype: Any) -> tuple[dict[str, Any], set[str]]:
+    """({leaf path: float leaf} for each source whose tensors `named` holds, the names used); CheckpointError for
+    a leaf given some but not all of its tensors."""
+    used: set[str] = set()
+    out = {}
+    for path, (t, names, info) in sources.items():
+        given = [n for n in names if n in named]
+        if not given:
+            continue
+        if len(given) < len(names):
+            missing = [n for n in names if n not in named]
+            raise CheckpointError(f"weights for {path} need all of its {len(names)} tensors; missing "
+                                  f"{len(missing)} (first: {missing[:3]}): push a leaf's tensors together")
+        out[path] = _leaf(t, [(n, as_array(named[n])) for n in names], info, dtype)
+        used.update(names)
+    return out, used
+
+
 def _leaf(t: HFTensor, tensors: list[tuple[str, Any]], info: ArrayInfo, dtype: Any) -> Any:
     """One leaf from the tensors behind it, each checked against its HF shape, cast to the leaf's dtype.
 
@@ -95,18 +114,7 @@ def leaf_updates(tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], cfg: Mo
              if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)}
     if cfg.tie_word_embeddings:
         named.pop("lm_head.weight", None)  # a tied copy some state dicts keep
-    used: set[str] = set()
-    out = {}
-    for path, (t, names, info) in _sources(cfg).items():
-        given = [n for n in names if n in named]
-        if not given:
-            continue
-        if len(given) < len(names):
-            missing = [n for n in names if n not in named]
-            raise CheckpointError(f"weights for {path} need all of its {len(names)} tensors; missing "
-                                  f"{len(missing)} (first: {missing[:3]}): push a leaf's tensors together")
-        out[path] = _leaf(t, [(n, named[n]) for n in names], info, dtype)
-        used.update(names)
+    out, used = sourced_leaves(named, _sources(cfg), dtype)
     unknown = sorted(set(named) - used)
     if unknown:
         raise CheckpointError(f"{len(unknown)} tensor name(s) are not weights of this model (first: {unknown[:5]}); "

@@ -5,7 +5,8 @@ SGLang with `update_weights_from_disk`; here they are `LLM.update_weights`,
 `update_weights_from_disk`, `sleep` and `wake_up`. New leaves are made like the served ones
 (`runtime.weight_swap`: quantized as served, cast, in the same shardings), so every compiled
 program runs them as they are: an update compiles nothing. An EAGLE head reads the target's
-embedding and output head, so it gets the new ones; a draft model keeps its own weights.
+embedding and output head, so it gets the new ones; a checkpoint's own MTP layer (method "mtp") takes
+its tensors from the update too (`model.layers.{num_hidden_layers}.*`); a draft model keeps its own weights.
 
 Sleeping frees the device memory the engine holds between uses (a trainer sharing the device
 needs it): level 1 moves the weights to host memory and frees the KV pool, level 2 discards the
@@ -23,7 +24,7 @@ import jax
 
 from jaxinfer.checkpoint.converted import is_converted
 from jaxinfer.checkpoint.loader import load_weights
-from jaxinfer.checkpoint.named_tensors import leaf_updates
+from jaxinfer.checkpoint.named_tensors import leaf_updates, named_dict
 from jaxinfer.config import validation
 from jaxinfer.engine.asleep import EngineAsleep
 from jaxinfer.entrypoints.encoder_loading import refuse_weight_calls
@@ -32,6 +33,8 @@ from jaxinfer.models import Weights, load_config
 from jaxinfer.models.weight_ops import batch_invariant_weights
 from jaxinfer.runtime.weight_swap import leaf_like, replaced, weight_leaves
 from jaxinfer.speculative.eagle import EagleParams
+from jaxinfer.speculative.mtp import MtpWeights
+from jaxinfer.speculative.mtp_checkpoint import load_mtp, mtp_updates
 
 if TYPE_CHECKING:
     from jaxinfer.entrypoints.llm import LLM
@@ -62,17 +65,35 @@ def model_twin(llm: "LLM") -> Weights:
 def apply_update(llm: "LLM", weights: Updates) -> None:
     """`LLM.update_weights`: the given leaves replaced, the rest kept (after sleep(level=2): all needed)."""
     check_not_asleep_with_weights(llm)
+    head = None
     if isinstance(weights, Weights):
         updates = weight_leaves(weights)
     else:
-        updates = leaf_updates(weights, llm.config, llm.dtype)
+        named = named_dict(weights)
+        updates, head = leaf_updates(named, llm.config, llm.dtype), mtp_head_update(llm, named)
     twin = model_twin(llm)
     missing = [p for p in weight_leaves(twin) if p not in updates]
     if missing and llm._weight_state.asleep == 2:
         raise ValueError(f"sleep(level=2) discarded the weights, so update_weights needs all of them; missing "
                          f"{len(missing)} leaves (first: {missing[:3]})")
     # A whole update needs only the served leaves' formats; a partial one keeps the others' values.
-    serve(llm, replaced(llm.weights if missing else twin, updates))
+    serve(llm, replaced(llm.weights if missing else twin, updates), head)
+
+
+def _mtp_head(llm: "LLM") -> MtpWeights | None:
+    """The served MTP layer when the LLM speculates with its checkpoint's own (method "mtp"), else None."""
+    params = llm.engine.runner.draft_weights
+    return params.head if isinstance(params, EagleParams) and isinstance(params.head, MtpWeights) else None
+
+
+def mtp_head_update(llm: "LLM", named: Mapping[str, Any]) -> MtpWeights | None:
+    """The MTP layer drafting with the first MTP layer's tensors among `named` (others kept); None when the
+    LLM drafts no MTP or `named` holds none of its tensors (a trainer that updates the decoder alone)."""
+    head = _mtp_head(llm)
+    if head is None:
+        return None
+    updates = mtp_updates(named, llm.config, llm.dtype, head)
+    return replaced(head, updates) if updates else None
 
 
 def check_not_asleep_with_weights(llm: "LLM") -> None:
@@ -92,31 +113,37 @@ def apply_from_disk(llm: "LLM", model: str | Path) -> None:
     if stored.architecture != llm.config.architecture:
         raise ValueError(f"{model_dir} holds a {stored.architecture}, this LLM serves a {llm.config.architecture}")
     make_like = lambda path, leaf: leaf_like(leaf, leaves[path], path, owned=True)  # noqa: E731
+    head = _mtp_head(llm)
+    if head is not None:  # the new checkpoint's MTP layer drafts for its decoder
+        head = replaced(head, weight_leaves(load_mtp(model_dir, llm.config, llm.dtype, llm.layout)[1]), owned=True)
     if is_converted(model_dir):
         _, weights = load_weights(model_dir, llm.dtype, False, llm.layout, cfg=llm.config)
-        serve(llm, replaced(served, weight_leaves(weights), owned=True))
+        serve(llm, replaced(served, weight_leaves(weights), owned=True), head)
         return
     _, weights = load_weights(model_dir, llm.dtype, False, llm.layout, transform=make_like, cfg=llm.config)
-    serve(llm, weights)
+    serve(llm, weights, head)
 
 
-def serve(llm: "LLM", weights: Weights) -> None:
-    """Make `weights` (the model's, made like the served ones) what the engine runs, awake."""
+def serve(llm: "LLM", weights: Weights, mtp_head: MtpWeights | None = None) -> None:
+    """Make `weights` (the model's, made like the served ones) what the engine runs, awake; `mtp_head`: a new
+    MTP layer to draft with (None: the served one kept)."""
     spec = llm.cache_spec
     shaped = running_weights(weights, llm.config, llm.layout, llm.cpu_kernels, llm._quantized_kernel, spec.interpret,
                              spec.batch_invariant)
-    llm.engine.replace_weights(shaped.engine, eagle_params(llm, shaped.run))
+    llm.engine.replace_weights(shaped.engine, eagle_params(llm, shaped.run, mtp_head))
     llm._run_weights, llm._engine_weights = shaped.run, shaped.engine
     llm._weights_fingerprint = None  # saved sessions name the weights they were computed by
     llm._weight_state = dataclasses.replace(llm._weight_state, asleep=0, woken=False, host=None, shardings=None)
 
 
-def eagle_params(llm: "LLM", run: Weights) -> EagleParams | None:
-    """An EAGLE head's parameters with the target's new embedding and head; None for other drafts (kept)."""
+def eagle_params(llm: "LLM", run: Weights, mtp_head: MtpWeights | None = None) -> EagleParams | None:
+    """An EAGLE head's or MTP layer's parameters with the target's new embedding and head (and `mtp_head` for
+    the MTP layer where given); None for other drafts (kept)."""
     params = llm.engine.runner.draft_weights
     if not isinstance(params, EagleParams):
         return None
-    return dataclasses.replace(params, embed=run.embed, lm_head=run.lm_head)
+    head = params.head if mtp_head is None else mtp_head
+    return dataclasses.replace(params, head=head, embed=run.embed, lm_head=run.lm_head)
 
 
 def put_to_sleep(llm: "LLM", level: int) -> None:

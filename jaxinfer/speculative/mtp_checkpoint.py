@@ -8,12 +8,14 @@ names at index num_hidden_layers) plus `enorm`, `hnorm`, `eh_proj` and `shared_h
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from jaxinfer.checkpoint.hf_names import HFTensor, hf_tensor, hf_tensor_map, stored_names
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.checkpoint.loader import CheckpointError, load_named_leaves, safetensors_index
+from jaxinfer.checkpoint.named_tensors import sourced_leaves
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
@@ -54,6 +56,14 @@ def _sources(target: ModelConfig, layer_cfg: ModelConfig, abstract: MtpWeights) 
         else:
             out[path] = (own[top], stored_names(own[top], None), info)
     return out
+
+
+def mtp_updates(named: Mapping[str, Any], target: ModelConfig, dtype: Any, head: MtpWeights) -> dict[str, Any]:
+    """{leaf path of `head`: float leaf} for the first MTP layer's tensors among `named` (HF names: an RL
+    trainer's update); the later MTP layers' and the layer's `embed_tokens` copy are not read, as at load."""
+    layer_cfg = mtp_layer_config(target)
+    sources = _sources(target, layer_cfg, abstract_mtp(layer_cfg, own_head=head.lm_head is not None))
+    return sourced_leaves(named, sources, dtype)[0]
 
 
 def load_mtp(
