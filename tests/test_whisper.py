@@ -4,7 +4,12 @@ prompt's checks and the resampler."""
 
 from __future__ import annotations
 
+import io
+import struct
+import wave
+
 import numpy as np
+import openai
 import pytest
 import torch
 import transformers
@@ -43,12 +48,14 @@ def prompt_ids(llm: LLM) -> list[int]:
     return llm.tokenizer.encode(PROMPT, add_special_tokens=False)
 
 
-def hf_greedy(hf, model_dir, audio: np.ndarray, ids: list[int], max_tokens: int) -> list[int]:
-    """HF generate's greedy tokens after the prompt (Whisper's generate returns those alone)."""
+def hf_greedy(hf, model_dir, clips: list[np.ndarray], ids: list[int], max_tokens: int) -> list[list[int]]:
+    """HF generate's greedy tokens after the prompt for each clip, in one batched call (Whisper's generate
+    returns the new tokens alone)."""
+    feats = torch.cat([features(model_dir, clip) for clip in clips])
     with torch.no_grad():
-        out = hf.generate(input_features=features(model_dir, audio), decoder_input_ids=torch.tensor([ids]),
+        out = hf.generate(input_features=feats, decoder_input_ids=torch.tensor([ids] * len(clips)),
                           max_new_tokens=max_tokens, do_sample=False)
-    return out[0].tolist()
+    return out.tolist()
 
 
 def request(audio: np.ndarray, rate: int = 16000) -> dict:
@@ -68,7 +75,7 @@ def test_encoder_matches_hf(llm, hf, model_dir):
 def test_logprobs_and_greedy_tokens_match_hf(llm, hf, model_dir):
     audio, ids = tone(0.6), prompt_ids(llm)
     out = llm.generate(request(audio), SamplingParams(max_tokens=10, temperature=0, logprobs=20))[0].outputs[0]
-    assert out.token_ids == hf_greedy(hf, model_dir, audio, ids, 10)
+    assert out.token_ids == hf_greedy(hf, model_dir, [audio], ids, 10)[0]
     with torch.no_grad():
         logits = hf(input_features=features(model_dir, audio),
                     decoder_input_ids=torch.tensor([ids + out.token_ids[:-1]])).logits[0, len(ids) - 1:]
@@ -87,7 +94,8 @@ def test_batched_requests_equal_each_alone_and_hf(llm, hf, model_dir):
     alone = [llm.generate(request(c), p)[0].outputs[0].token_ids for c, p in zip(clips, params)]
     assert together == alone
     ids = prompt_ids(llm)
-    assert together == [hf_greedy(hf, model_dir, c, ids, n) for c, n in zip(clips, MAX_TOKENS)]
+    want = hf_greedy(hf, model_dir, clips, ids, max(MAX_TOKENS))  # no row reaches EOS in these tokens
+    assert together == [row[:n] for row, n in zip(want, MAX_TOKENS)]
     assert len({tuple(t[:6]) for t in together}) == len(clips)  # the audio decides the tokens
 
 
@@ -118,3 +126,61 @@ def test_other_rates_are_resampled(llm):
     greedy = SamplingParams(max_tokens=4, temperature=0)
     assert llm.generate(request(at_44k, 44100), greedy)[0].outputs[0].token_ids
     assert len(at_16k) == 8000
+
+
+def wav_bytes(samples: np.ndarray, rate: int = 16000, float32: bool = False) -> bytes:
+    """A mono WAV file: 16-bit PCM through the stdlib, or 32-bit IEEE float written by hand (wave writes PCM only)."""
+    if not float32:
+        buffer = io.BytesIO()
+        with wave.open(buffer, "wb") as w:
+            w.setnchannels(1), w.setsampwidth(2), w.setframerate(rate)
+            w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+        return buffer.getvalue()
+    data = samples.astype("<f4").tobytes()
+    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)
+    return b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " + struct.pack("<I", 16) + fmt + b"data" + \
+        struct.pack("<I", len(data)) + data
+
+
+def test_server_transcriptions_with_the_openai_client(llm):
+    """client.audio.transcriptions.create: the engine's greedy text (HF's: the tests above) for a float and a PCM
+    WAV, json and text formats; refusals by field."""
+    from live_server import serve_in_thread
+
+    from jaxinfer.entrypoints.openai import ServerConfig
+
+    audio = tone(0.6)
+    max_tokens = llm.engine.config.max_seq_len - len(prompt_ids(llm))
+    expected = llm.generate(request(audio), SamplingParams(max_tokens=max_tokens, temperature=0))[0].outputs[0].text
+    with serve_in_thread(llm, ServerConfig("whisper")) as (url, _):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        reply = client.audio.transcriptions.create(file=("a.wav", wav_bytes(audio, float32=True)), model="whisper")
+        assert reply.text == expected.strip() and reply.text
+        # 16-bit PCM rounds the samples: its text is the engine's on the rounded ones
+        in_pcm = client.audio.transcriptions.create(file=("a.wav", wav_bytes(audio)), model="whisper",
+                                                    response_format="text", language="en", temperature=0.0)
+        rounded = np.frombuffer(wav_bytes(audio)[44:], "<i2").astype(np.float32) / 32768.0
+        alone = llm.generate(request(rounded), SamplingParams(max_tokens=max_tokens, temperature=0))
+        assert in_pcm.strip() == alone[0].outputs[0].text.strip()
+        for kwargs, message in ((dict(response_format="srt"), "response_format 'srt' is not supported"),
+                                (dict(language="xx"), "language 'xx' is not one"),
+                                (dict(file=("a.wav", b"RIFF....WAVEjunk")), "no fmt chunk"),
+                                (dict(file=("a.wav", wav_bytes(tone(1.5)))), "longer than the model's 1 s window")):
+            with pytest.raises(openai.BadRequestError, match=message):
+                client.audio.transcriptions.create(**{"file": ("a.wav", wav_bytes(audio)), "model": "whisper",
+                                                      **kwargs})
+
+
+def test_audio_routes_of_another_model_are_400s():
+    """A server of a model without audio answers both routes with a 400 naming what serves them."""
+    import asyncio
+    import types
+
+    from jaxinfer.entrypoints.openai.errors import APIError
+    from jaxinfer.entrypoints.openai.transcriptions import transcribe
+
+    state = types.SimpleNamespace(model_name="llama")
+    call = types.SimpleNamespace(url=types.SimpleNamespace(path="/v1/audio/translations"))
+    with pytest.raises(APIError, match="/v1/audio/translations is served by speech models") as error:
+        asyncio.run(transcribe(call, state, None, "translate"))
+    assert error.value.status == 400 and error.value.param == "model"

@@ -31,6 +31,7 @@ from jaxinfer.entrypoints.openai.scoring import add_scoring_routes
 from jaxinfer.entrypoints.openai.serving import ServerState
 from jaxinfer.entrypoints.openai.shadow import ShadowRouter, speculation_fallback
 from jaxinfer.entrypoints.openai.tool_parsers import ToolParser, tool_parser
+from jaxinfer.entrypoints.openai.transcriptions import add_audio_routes
 from jaxinfer.entrypoints.openai.weight_routes import add_sleep_routes, add_update_routes
 from jaxinfer.runtime.profiling import PROFILER_DIR_VAR
 
@@ -111,6 +112,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     add_responses_routes(app, state, ResponseStore(config.max_stored_responses),
                          lambda route: _check_generating(pooler, state, route))
     add_scoring_routes(app, state, served, llm)  # /classify, /v1/score, /rerank: pooling models only
+    add_audio_routes(app, state, llm)  # /v1/audio/transcriptions, /translations: speech models only (Whisper)
     _add_utility_routes(app, state)
     if config.runtime_lora_updating:
         add_lora_routes(app, state, served)
