@@ -6,9 +6,11 @@ q/k norms, no q/k/v bias, a final LayerNorm, an earlier feature layer), LLM.chat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -148,29 +150,39 @@ def test_engine_greedy_matches_hf(llm, hf_model):
 
 
 def test_batch_of_image_and_text_prompts_as_each_alone(llm):
-    """Image and text prompts in one batch, chunked prefill cutting their tiles, give each one's tokens alone."""
+    """Image and text prompts in one batch, chunked prefill cutting their tiles, give each one's tokens alone; the
+    prefix cache serves a rerun's image pages, and none past the first tile's start to the same text with other
+    images (pages keyed by each tile's pixels)."""
     one = "USER: <IMG_CONTEXT>\nThe quick brown fox ASSISTANT:"
     prompts = [{"prompt": TWO, "multi_modal_data": {"image": images_of(20)}}, "The quick brown fox",
-               {"prompt": one, "multi_modal_data": {"image": picture(22, 48, 80)}}]
+               {"prompt": one, "multi_modal_data": {"image": picture(22, 40, 40)}}]  # one tile, no thumbnail
     together = tokens(llm, prompts)
     llm.reset_prefix_cache()
     assert together == [tokens(llm, [p])[0] for p in prompts]
+    again = llm.generate(prompts[0], GREEDY)[0]
+    other = llm.generate({"prompt": TWO, "multi_modal_data": {"image": images_of(30)}}, GREEDY)[0]
+    first = llm.image_prompts.prompt(TWO, images_of(30), "test")[1][0].offset
+    assert again.num_cached_tokens >= 64 and other.num_cached_tokens <= first
 
 
-@pytest.mark.parametrize("variant", [
-    dict(norm_type="rms_norm", use_qk_norm=True, attention_bias=False, vision_feature_layer=-2),
-    dict(use_mean_pooling=False, vision_feature_layer=-1)], ids=["rms-qk-norm-layer-2", "final-layernorm"])
-def test_tower_variants_match_hf(tmp_path, variant):
-    """InternViT-6B's RMSNorm and q/k norms without q/k/v biases at an earlier feature layer, and a final LayerNorm
-    (use_mean_pooling false): the tiles' rows within 1e-5 of HF's get_image_features."""
-    path = save_tiny_internvl(tmp_path, **variant)
-    hf = transformers.InternVLForConditionalGeneration.from_pretrained(path).eval()
+def test_tower_variants_match_hf(tmp_path, llm, hf_model):
+    """InternViT-6B's RMSNorm and q/k norms without q/k/v biases, with a final LayerNorm (use_mean_pooling false);
+    and the module's tower read at vision_feature_layer -2: the tiles' rows within 1e-5 of HF's get_image_features."""
     pixels = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
-    with torch.no_grad():
-        expected = hf.model.get_image_features(pixel_values=torch.tensor(pixels)).pooler_output.numpy()
+    path = save_tiny_internvl(tmp_path, norm_type="rms_norm", use_qk_norm=True, attention_bias=False,
+                              use_mean_pooling=False)
+    hf = transformers.InternVLForConditionalGeneration.from_pretrained(path).eval()
     cfg = read_vision_language_config(json.loads((path / "config.json").read_text()))
-    rows = np.asarray(image_features(load_vision_weights(path, cfg, np.float32), pixels, cfg))
-    assert np.abs(rows - expected).max() <= 1e-5 * np.abs(expected).max()
+    earlier = dataclasses.replace(llm.image_prompts.cfg, feature_layer=-2)
+    with torch.no_grad():
+        expected = [hf.model.get_image_features(pixel_values=torch.tensor(pixels)).pooler_output.numpy(),
+                    hf_model.model.get_image_features(pixel_values=torch.tensor(pixels),
+                                                      vision_feature_layer=-2).pooler_output.numpy()]
+    features = jax.jit(image_features, static_argnames="cfg")  # one program each (op by op is slower, cold)
+    rows = [features(load_vision_weights(path, cfg, np.float32), pixels, cfg=cfg),
+            features(llm.engine.runner.vision.weights, pixels, cfg=earlier)]
+    for ours, theirs in zip(rows, expected):
+        assert np.abs(np.asarray(ours) - theirs).max() <= 1e-5 * np.abs(theirs).max()
 
 
 def test_chat_with_image_url(llm, hf_model):
@@ -201,3 +213,13 @@ def test_registry_runs_the_text_config(model_dir):
     hf = json.loads((model_dir / "config.json").read_text())
     assert "InternVLForConditionalGeneration" in SUPPORTED_ARCHITECTURES
     assert from_hf_config(hf) == from_hf_config({**hf["text_config"], "architectures": ["Qwen2ForCausalLM"]})
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_tower_program_lowers_for_the_accelerators(llm, platform):
+    """The tower's batched program over tiles (InternViT, shuffle, projector) lowers for CUDA and TPU."""
+    from accelerator_programs import EXPORT_PLATFORMS
+    from jax import export
+
+    tower = llm.engine.runner.vision.batch_program(np.zeros((2, 3, 32, 32), np.float32))
+    export.export(tower.function, platforms=(EXPORT_PLATFORMS[platform],))(*tower.args, **tower.kwargs)
