@@ -3,7 +3,9 @@ experts) and IBM Bamba (Mamba2 or attention, then a gated MLP: models/hybrid), N
 or MLP mixer per layer) and Qwen3-Next (Gated DeltaNet or gated attention, then experts beside a gated shared
 expert: models/qwen3_next), each against transformers on the same tiny saved weights: logits, and a chunked
 engine run (Bamba's and Qwen3-Next's batched and preempted) giving each prompt transformers' greedy tokens for it
-alone."""
+alone. Falcon-H1 (attention and Mamba2 side by side in every layer, muP multipliers) and LFM2 (gated short
+convs or attention) run the same checks, Falcon-H1's batched and preempted; LFM2's prefills the 28 over two steps
+alone (its short conv's fresh and continued slot states: tests/test_ssd_chunks.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import transformers
 
 from jaxinfer import LLM, ConfigError, SamplingParams, from_hf_config
 from jaxinfer.checkpoint.hf_names import in_mtp_layer
+from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models.mamba2_mixer import gated_output
 
 # Mamba2, attention, Mamba2 layers; the mixer's every axis > 1 (8 heads of 16 dims in 2 groups, 16 state dims).
 MAMBA = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
@@ -41,6 +45,21 @@ QWEN3_NEXT = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidd
                   linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                   shared_expert_intermediate_size=48, initializer_range=0.1, max_position_embeddings=512,
                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# Falcon-H1: attention and a Mamba2 mixer (6 heads of 16 in 2 groups: mamba_d_ssm 96, not mamba_expand x 64) in each
+# of 2 layers; every muP multiplier away from 1; no gated norm (FalconH1Config's default; the norms: see below).
+FALCON_H1 = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, mamba_d_ssm=96, mamba_n_heads=6, mamba_d_head=16, mamba_n_groups=2,
+                 mamba_d_state=16, mamba_d_conv=4, mamba_chunk_size=16, embedding_multiplier=2.0,
+                 lm_head_multiplier=0.5, key_multiplier=0.7, attention_in_multiplier=0.8, attention_out_multiplier=1.3,
+                 ssm_in_multiplier=1.2, ssm_out_multiplier=0.6, mlp_multipliers=[1.5, 0.7],
+                 ssm_multipliers=[0.9, 1.1, 1.2, 0.8, 1.3], initializer_range=0.1, max_position_embeddings=512,
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# LFM2: a short conv (3 taps, biased) then attention (q/k norms); the MLP sized as transformers adjusts it: 2/3 of
+# 96, times 1.5, rounded up to a multiple of 16.
+LFM2 = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, layer_types=["conv", "full_attention"], conv_L_cache=3, conv_bias=True,
+            block_multiple_of=16, block_ffn_dim_multiplier=1.5, initializer_range=0.1, max_position_embeddings=512,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0)
 PROMPT = np.random.RandomState(2).randint(3, 256, size=40).tolist()
 # Bamba's and Qwen3-Next's runs batch 6 and 28 tokens, the longer prefilled over two steps, one preempted; dense
 # Granite's (the same layer code) and Nemotron-H's (the state pool's handling is Bamba's) prefill the 28 over two
@@ -50,6 +69,8 @@ FAMILIES = {
                              DENSE_GRANITE, [PROMPT[2:30]]),
     "bamba": (transformers.BambaForCausalLM, transformers.BambaConfig, BAMBA, [PROMPT[:6], PROMPT[2:30]]),
     "nemotron_h": (transformers.NemotronHForCausalLM, transformers.NemotronHConfig, NEMOTRON_H, [PROMPT[2:30]]),
+    "falcon_h1": (transformers.FalconH1ForCausalLM, transformers.FalconH1Config, FALCON_H1, [PROMPT[:6], PROMPT[2:30]]),
+    "lfm2": (transformers.Lfm2ForCausalLM, transformers.Lfm2Config, LFM2, [PROMPT[2:30]]),
     "qwen3_next": (transformers.Qwen3NextForCausalLM, transformers.Qwen3NextConfig, QWEN3_NEXT,
                    [PROMPT[:6], PROMPT[2:30]]),
 }
@@ -155,3 +176,68 @@ def test_qwen3_next_config_as_transformers_reads_it():
         from_hf_config({**hf, "linear_num_value_heads": 3})
     with pytest.raises(ConfigError, match=r"layer_types \['mamba'.* must list one of \['linear_attention'"):
         from_hf_config({**hf, "layer_types": ["mamba"] * 8})
+
+
+def test_falcon_h1_config_as_transformers_reads_it():
+    """Every layer a state layer that keeps K/V too; the multipliers where the code reads them (the key's on the
+    softmax scale, the logits' as logits_scaling); mamba_d_ssm the mixer's width; the gate by mamba_rms_norm and
+    mamba_norm_before_gate; in_proj and out_proj biases apart refused by name."""
+    hf = {**FALCON_H1, "architectures": ["FalconH1ForCausalLM"]}
+    cfg = from_hf_config(hf)
+    ss = cfg.state_space
+    assert (ss.layers, ss.inner, ss.gate, ss.proj_multipliers) == ((0, 1), 96, "gate", (0.9, 1.1, 1.2, 0.8, 1.3))
+    assert cfg.keeps_kv(0) and cfg.keeps_kv(1) and cfg.is_state_layer(0)
+    assert (cfg.embedding_multiplier, cfg.logits_scaling, cfg.attn_scale) == (2.0, 2.0, 16**-0.5 * 0.7)
+    m = cfg.multipliers
+    assert (m.attention_in, m.attention_out, m.ssm_in, m.ssm_out, m.mlp_gate, m.mlp_down) == (0.8, 1.3, 1.2, 0.6, 1.5,
+                                                                                              0.7)
+    assert from_hf_config({**hf, "mamba_rms_norm": True}).state_space.gate == "norm_then_gate"
+    assert from_hf_config({**hf, "mamba_rms_norm": True, "mamba_norm_before_gate": False}).state_space.gate == \
+        "norm_gated"
+    with pytest.raises(ConfigError, match="mamba_proj_bias and projectors_bias must be equal for FalconH1"):
+        from_hf_config({**hf, "projectors_bias": True})
+    with pytest.raises(ConfigError, match=r"mamba_n_heads 6 x mamba_d_head 16 must equal mamba_d_ssm \(128\)"):
+        from_hf_config({**hf, "mamba_d_ssm": 128})
+
+
+@pytest.mark.parametrize("norm_before_gate", [True, False, None])
+def test_falcon_h1_mixer_gate_matches_transformers(norm_before_gate):
+    """The mixer's output meets its gate as transformers' FalconH1RMSNormGated (normed before or after the gate, in
+    2 groups), or with no norm (mamba_rms_norm off: y * silu(z))."""
+    from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1RMSNormGated
+
+    torch.manual_seed(0)
+    y, z, weight = torch.randn(5, 32), torch.randn(5, 32), 1 + 0.1 * torch.randn(32)
+    gate = {True: "norm_then_gate", False: "norm_gated", None: "gate"}[norm_before_gate]
+    ss = StateSpace(layers=(0,), num_heads=2, head_dim=16, state_size=4, n_groups=2, conv_kernel=4, norm_eps=1e-5,
+                    gate=gate)
+    if norm_before_gate is None:
+        expected = y * torch.nn.functional.silu(z)
+    else:
+        norm = FalconH1RMSNormGated(32, eps=1e-5, n_groups=2, norm_before_gate=norm_before_gate)
+        with torch.no_grad():
+            norm.weight.copy_(weight)
+            expected = norm(y, z)
+    got = gated_output(ss, y.numpy(), z.numpy(), None if norm_before_gate is None else weight.numpy())
+    np.testing.assert_allclose(np.asarray(got), expected.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_lfm2_config_as_transformers_reads_it():
+    """Conv layers by layer_types, else the layers full_attn_idxs leaves out; the MLP's width as transformers
+    adjusts it; q/k norms; rope theta 1e6 where the config gives none; tie_embedding read; a conv of one tap and
+    unknown layer types refused by name."""
+    hf = {**LFM2, "architectures": ["Lfm2ForCausalLM"]}
+    cfg = from_hf_config(hf)
+    ss = cfg.state_space
+    assert (ss.layers, ss.conv_dim, ss.conv_kernel, ss.has_ssm, ss.conv_bias) == ((0,), 64, 3, False, True)
+    assert (cfg.intermediate_size, cfg.qk_norm, cfg.rope_theta, cfg.keeps_kv(0), cfg.keeps_kv(1)) == (
+        96, True, 1e6, False, True)
+    released = {**{k: v for k, v in hf.items() if k != "layer_types"}, "num_hidden_layers": 3,
+                "full_attn_idxs": [2], "block_ff_dim": 192,
+                "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256, "tie_embedding": False}
+    cfg = from_hf_config(released)
+    assert (cfg.state_space.layers, cfg.intermediate_size, cfg.tie_word_embeddings) == ((0, 1), 256, False)
+    with pytest.raises(ConfigError, match="conv_L_cache 1 is not supported for Lfm2ForCausalLM"):
+        from_hf_config({**hf, "conv_L_cache": 1})
+    with pytest.raises(ConfigError, match=r"layer_types \['conv', 'mamba'\] must list one of"):
+        from_hf_config({**hf, "layer_types": ["conv", "mamba"]})

@@ -1,6 +1,6 @@
 """The chunked SSD (models/ssd_chunks) against the per-token scan it replaces for prefill steps: the same outputs
 and slot states on a packed step of random inputs, float32, and the same program lowering for CUDA and TPU with
-no host round trip."""
+no host round trip; LFM2's short conv, which reads the same conv windows, likewise against a per-token conv."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from jax import export
 from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.mamba2_mixer import MixerWeights, chunked_form, packed_chunked, packed_scan
+from jaxinfer.models.short_conv import ShortConvWeights, short_conv
 
 # 4 heads of 3 dims in 2 groups, 5 state dims, a 4-wide conv, chunks of 8.
 SS = StateSpace(layers=(0,), num_heads=4, head_dim=3, state_size=5, n_groups=2, conv_kernel=4, chunk_size=8)
@@ -75,3 +76,35 @@ def test_steps_of_a_chunk_or_more_take_the_chunked_form_on_accelerators_only():
     assert chunked_form(SS, 8, "gpu") and chunked_form(SS, 512, "tpu")
     assert not chunked_form(SS, 7, "gpu")  # decode and small steps: the scan
     assert not chunked_form(SS, 512, "cpu")  # a CPU ran the scan faster at every size measured
+
+
+def test_short_conv_gives_a_per_token_convs_outputs_and_states_and_lowers_for_gpu_and_tpu():
+    """LFM2's short conv (models/short_conv) over the same packed step reads the same segment-aware windows: its
+    outputs and slot states are a token-by-token conv's from each slot's state (zeros at position 0; slot 5 kept),
+    and the program lowers for CUDA and TPU with no host round trip."""
+    state, _, _, positions, _ = packed_step()
+    rng = np.random.RandomState(1)
+    D, K, T = 8, 3, positions.shape[0]
+    w = ShortConvWeights(conv_in=jnp.asarray(rng.randn(D, 3 * D), jnp.float32),
+                         conv_weight=jnp.asarray(rng.randn(D, 1, K), jnp.float32),
+                         conv_out=jnp.asarray(rng.randn(D, D), jnp.float32),
+                         conv_bias=jnp.asarray(rng.randn(D), jnp.float32))
+    pools = LayerState(jnp.asarray(rng.randn(SLOTS, K - 1, D), jnp.float32), None, state.token_slots)
+    h = jnp.asarray(rng.randn(1, T, D), jnp.float32)
+    program = jax.jit(short_conv)
+    out, after = program(w, h, positions[None], pools)
+    b, c, x = np.split(np.asarray(h[0]) @ np.asarray(w.conv_in), 3, axis=-1)
+    conv, expected = np.array(pools.conv), np.zeros((T, D), np.float32)
+    for t, (slot, position) in enumerate(zip(np.asarray(state.token_slots), np.asarray(positions))):
+        if position < 0:
+            continue
+        window = np.concatenate([0 * conv[slot] if position == 0 else conv[slot], (b * x)[t][None]])
+        conv[slot] = window[1:]
+        mixed = (window * np.asarray(w.conv_weight)[:, 0].T).sum(0) + np.asarray(w.conv_bias)
+        expected[t] = (c[t] * mixed) @ np.asarray(w.conv_out)
+    real = np.asarray(positions) >= 0
+    np.testing.assert_allclose(np.asarray(out[0])[real], expected[real], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(after.conv), conv, rtol=1e-5, atol=1e-5)
+    assert round_trips(jax.make_jaxpr(program)(w, h, positions[None], pools).jaxpr) == []
+    exported = export.export(program, platforms=("cuda", "tpu"))(w, h, positions[None], pools)
+    assert exported.out_avals[0].shape == (1, T, D)

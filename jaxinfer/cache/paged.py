@@ -168,8 +168,8 @@ def init_paged_cache(
     store = QUANTIZED_KV.get(kv_dtype, dtype) if storage is None else storage
 
     def pool(dt: jnp.dtype, shp: tuple[int, ...], axes: tuple) -> list[jax.Array]:
-        # A state layer keeps no K/V: its buffers are empty (width 0), so its pages cost nothing.
-        return [layout.zeros((*shp[:-1], 0) if cfg.is_state_layer(i) else shp, dt, axes)
+        # A state layer keeps no K/V (Falcon-H1's do): its buffers are empty (width 0), its pages cost nothing.
+        return [layout.zeros(shp if cfg.keeps_kv(i) else (*shp[:-1], 0), dt, axes)
                 for i in range(cfg.num_layers)]
 
     scales = (lambda: pool(jnp.float32, shape[:3], SCALE_AXES)) if kv_dtype in QUANTIZED_KV else (lambda: None)
@@ -191,7 +191,7 @@ def page_bytes(cfg: ModelConfig, page_size: int, dtype: jnp.dtype, kv_dtype: str
     quantized = kv_dtype in QUANTIZED_KV
     per_token = cfg.num_kv_heads * cfg.head_dim * (1 if quantized else jnp.dtype(dtype).itemsize)
     scales = cfg.num_kv_heads * 4 if quantized else 0
-    attention_layers = sum(not cfg.is_state_layer(i) for i in range(cfg.num_layers))
+    attention_layers = sum(cfg.keeps_kv(i) for i in range(cfg.num_layers))
     return 2 * attention_layers * page_size * (per_token + scales)
 
 

@@ -36,7 +36,7 @@ class LayerState:
     """One state layer's pools and where each of a step's flat tokens keeps its state."""
 
     conv: jax.Array  # [S, K-1, C] float32
-    ssm: jax.Array  # [S, H, P, N] float32
+    ssm: jax.Array | None  # [S, H, P, N] float32; None for a short conv (LFM2), which keeps a conv state alone
     token_slots: jax.Array  # [T] int32
     # static: the platform the step runs on ("cpu", "gpu", "tpu": the pools' own, else the default backend's),
     # which picks the recurrence's form (models/mamba2_mixer)
@@ -52,7 +52,7 @@ def with_states(pages: PagedKVCache, cfg: ModelConfig, slots: int, layout: Layou
     ssm_shape = (slots, ss.num_heads, ss.head_dim, ss.state_size)
     state = [cfg.is_state_layer(i) for i in range(cfg.num_layers)]
     conv = [layout.zeros(conv_shape, jnp.float32, CONV_AXES) if s else None for s in state]
-    ssm = [layout.zeros(ssm_shape, jnp.float32, SSM_AXES) if s else None for s in state]
+    ssm = [layout.zeros(ssm_shape, jnp.float32, SSM_AXES) if s and ss.has_ssm else None for s in state]
     return dataclasses.replace(pages, conv_states=conv, ssm_states=ssm)
 
 
@@ -67,7 +67,7 @@ def fresh_state(cfg: ModelConfig, rows: int, tokens: int) -> LayerState:
     ss = cfg.state_space
     return LayerState(
         conv=jnp.zeros((rows, ss.conv_kernel - 1, ss.conv_dim), jnp.float32),
-        ssm=jnp.zeros((rows, ss.num_heads, ss.head_dim, ss.state_size), jnp.float32),
+        ssm=jnp.zeros((rows, ss.num_heads, ss.head_dim, ss.state_size), jnp.float32) if ss.has_ssm else None,
         token_slots=jnp.repeat(jnp.arange(rows, dtype=jnp.int32), tokens), platform=jax.default_backend(),
     )
 

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.config.generation import token_ids
 from jaxinfer.config.latent_attention import LatentAttention
+from jaxinfer.config.multipliers import SublayerMultipliers
 from jaxinfer.config.state_space import StateSpace
 
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")
@@ -120,6 +121,7 @@ class ModelConfig:
     # Whisper: the encoder's output frames every layer cross-attends (kept per row slot: cache/cross_pool); 0: none
     encoder_frames: int = 0
     mlp_only_layers: tuple[int, ...] = ()  # hybrid layers that neither attend nor keep a state (Nemotron-H's "-")
+    multipliers: SublayerMultipliers = SublayerMultipliers()  # Falcon-H1's muP scalars on each sublayer
     swiglu_alpha: float = 1.702  # GPT-OSS experts' gate: see models.mlp.ClampedSwiGLU
     swiglu_limit: float = 7.0
     num_experts: int = 0  # mixture of experts: 0 = every layer dense
@@ -157,6 +159,10 @@ class ModelConfig:
     def is_state_layer(self, layer: int) -> bool:
         """Whether `layer` is a Mamba2 mixer (a per-request state, no K/V pages) rather than attention."""
         return self.state_space is not None and layer in self.state_space.layers
+
+    def keeps_kv(self, layer: int) -> bool:
+        """Whether `layer` writes K/V pages: every layer but a state layer, unless it also attends (Falcon-H1)."""
+        return not self.is_state_layer(layer) or self.state_space.parallel_attention
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether `layer` runs routed experts rather than a dense MLP."""

@@ -1,9 +1,10 @@
-"""The shape of a model's Mamba2 state-space layers, as a config holds it (`ModelConfig.state_space`).
+"""The shape of a model's state layers, as a config holds it (`ModelConfig.state_space`).
 
 A layer listed in `layers` runs a Mamba2 mixer (models/mamba2_mixer) in place of attention: it keeps
 no K/V per token but a fixed-size recurrent state per request (a conv state of the last conv_kernel - 1
 inputs and an SSM state per head), which the engine keeps in a pool indexed by the request's row slot
-(cache/state_pool).
+(cache/state_pool). Falcon-H1's layers run the mixer beside attention (`parallel_attention`: they keep
+K/V too); LFM2's short-conv layers (`StateSpace.short_conv`) keep a conv state alone (no SSM heads).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+GATES = ("norm_gated", "norm_then_gate", "gate")  # how the mixer's output meets its gate z (see `gate`)
+
 
 @dataclasses.dataclass(frozen=True)
 class StateSpace:
-    """Mamba2's dims (HF names in comments)."""
+    """Mamba2's dims (HF names in comments); a short conv's (LFM2) are its conv's alone."""
 
-    layers: tuple[int, ...]  # the decoder layers that are Mamba2 mixers
+    layers: tuple[int, ...]  # the decoder layers that keep a state (Mamba2 mixers, LFM2's short convs)
     num_heads: int  # H (mamba_n_heads / num_heads)
     head_dim: int  # P (mamba_d_head / head_dim)
     state_size: int  # N (mamba_d_state / state_size)
@@ -29,12 +32,34 @@ class StateSpace:
     residual_in_fp32: bool = False  # Mamba2's residual stream kept in float32 across its layers (residual_in_fp32)
     # the chunked SSD's chunk (chunk_size / mamba_chunk_size); a step of at least this many tokens runs it
     chunk_size: int = 256
+    # y meets the gate z: "norm_gated" RMSNorm(y * silu(z)) (Mamba2's), "norm_then_gate" RMSNorm(y) * silu(z),
+    # "gate" y * silu(z) with no norm (Falcon-H1 without mamba_rms_norm; with it and mamba_norm_before_gate:
+    # "norm_then_gate")
+    gate: str = "norm_gated"
+    # in_proj's outputs scaled per part (z, x, B, C, dt) before anything reads them (Falcon-H1's ssm_multipliers)
+    proj_multipliers: tuple[float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0)
+    parallel_attention: bool = False  # each state layer also attends (Falcon-H1): its K/V kept beside the state
+    conv_channels: int = 0  # a short-conv layer's (LFM2) conv width; 0: Mamba2's (x, B, C)
 
     def __post_init__(self) -> None:
-        """Refuse a chunk the chunked SSD cannot cut a step into."""
+        """Refuse a chunk the chunked SSD cannot cut a step into, and a gate it does not know."""
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size {self.chunk_size!r} is not supported for the Mamba2 mixer: give a positive "
                              "token count (mamba_chunk_size for hybrids)")
+        if self.gate not in GATES:
+            raise ValueError(f"gate {self.gate!r} is not supported for the Mamba2 mixer; supported: {list(GATES)}")
+
+    @classmethod
+    def short_conv(cls, layers: tuple[int, ...], channels: int, kernel: int, bias: bool) -> StateSpace:
+        """The state of gated short-conv layers (LFM2): the last kernel - 1 inputs of `channels` channels, no SSM;
+        bias: the conv's and its two projections' (LFM2's conv_bias)."""
+        return cls(layers=layers, num_heads=0, head_dim=0, state_size=0, n_groups=1, conv_kernel=kernel,
+                   conv_channels=channels, conv_bias=bias, proj_bias=bias)
+
+    @property
+    def has_ssm(self) -> bool:
+        """Whether the layers keep an SSM state (Mamba2's) beside the conv state (not a short conv's)."""
+        return self.num_heads > 0
 
     @property
     def inner(self) -> int:
@@ -43,8 +68,8 @@ class StateSpace:
 
     @property
     def conv_dim(self) -> int:
-        """Channels the conv runs over: x, then B and C (inner + 2 * G * N)."""
-        return self.inner + 2 * self.n_groups * self.state_size
+        """Channels the conv runs over: x, then B and C (inner + 2 * G * N); a short conv's own width."""
+        return self.conv_channels or self.inner + 2 * self.n_groups * self.state_size
 
     @property
     def projected(self) -> int:

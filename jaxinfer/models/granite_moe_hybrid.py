@@ -122,15 +122,16 @@ def state_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
     return tuple(i for i, t in enumerate(types) if t in STATE_TYPES)
 
 
-def state_space(hf: Mapping[str, Any], layers: tuple[int, ...], hidden: int) -> StateSpace:
-    """The mixer's dims from the `mamba_*` keys (transformers' defaults where absent)."""
+def state_space(hf: Mapping[str, Any], layers: tuple[int, ...], hidden: int, inner: int | None = None) -> StateSpace:
+    """The mixer's dims from the `mamba_*` keys (transformers' defaults where absent); inner: its width where the
+    config sets it apart from mamba_expand x hidden_size (Falcon-H1's mamba_d_ssm)."""
     heads = int(field(hf, "mamba_n_heads", 128))
     head_dim = field(hf, "mamba_d_head", "auto")
-    inner = int(field(hf, "mamba_expand", 2)) * hidden
+    width = "mamba_expand x hidden_size" if inner is None else "mamba_d_ssm"
+    inner = int(field(hf, "mamba_expand", 2)) * hidden if inner is None else inner
     head_dim = inner // heads if head_dim == "auto" else int(head_dim)
     if heads * head_dim != inner:
-        raise ConfigError(f"mamba_n_heads {heads} x mamba_d_head {head_dim} must equal mamba_expand x hidden_size "
-                          f"({inner})")
+        raise ConfigError(f"mamba_n_heads {heads} x mamba_d_head {head_dim} must equal {width} ({inner})")
     groups = int(field(hf, "mamba_n_groups", 1))
     if heads % groups:
         raise ConfigError(f"mamba_n_heads ({heads}) must be a multiple of mamba_n_groups ({groups})")

@@ -1,10 +1,10 @@
-"""What the hybrid families (Mamba2 layers beside attention layers) share: a layer's token mixer by its kind,
-and the dense hybrid layer (Bamba's, dense Granite 4.0-H's).
+"""What the hybrid families (state layers beside attention layers) share: a layer's token mixer by its kind,
+and the dense hybrid layer (Bamba's, dense Granite 4.0-H's, LFM2's).
 
 A dense hybrid layer is Llama's pre-norm layer (`llama.LayerWeights`) whose attention is a Mamba2 mixer
 (models/mamba2_mixer) on the state layers: `MambaDenseLayer` keeps the norms and the gated MLP, drops the
-attention fields and adds the mixer's. Each sublayer's output may be scaled before its residual add (Granite's
-`residual_multiplier`; 1.0 for Bamba).
+attention fields and adds the mixer's (LFM2's `ShortConvLayer` adds a short conv's instead: models/short_conv).
+Each sublayer's output may be scaled before its residual add (Granite's `residual_multiplier`; 1.0 for Bamba).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from jaxinfer.models.mlp import gated_mlp
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, self_attention
+from jaxinfer.models.short_conv import short_conv
 
 ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
 
@@ -69,12 +70,16 @@ def abstract_dense_layer(cfg: ModelConfig, layer: int = 0) -> LayerWeights:
 def token_mixer(
     cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables
 ) -> tuple[jax.Array, Any]:
-    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2 (its state read and written in the cache) on a
-    state layer, else attention (its K/V written). The weights tell which: `layer` is 0 in a one-layer view."""
-    if getattr(lw, "in_proj", None) is None:
+    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2 or LFM2's short conv (its state read and written
+    in the cache) on a state layer, else attention (its K/V written). The weights tell which: `layer` is 0 in a
+    one-layer view."""
+    if getattr(lw, "in_proj", None) is None and getattr(lw, "conv_in", None) is None:
         return self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     state = read_state(cache, layer, cfg, h.shape[0], h.shape[1])
-    out, state = mixer(cfg.state_space, lw, h, positions, state)
+    if getattr(lw, "conv_in", None) is not None:
+        out, state = short_conv(lw, h, positions, state)
+    else:
+        out, state = mixer(cfg.state_space, lw, h, positions, state)
     return out, write_state(cache, layer, state)
 
 

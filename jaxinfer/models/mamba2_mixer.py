@@ -1,5 +1,7 @@
 """The Mamba2 mixer as pure functions: in_proj -> causal depthwise conv over (x, B, C) -> the SSD
 recurrence (per-head scalar decay A, dt through softplus with dt_bias, D skip) -> gated RMSNorm -> out_proj.
+Falcon-H1's variants are config (`StateSpace`): in_proj's parts scaled by its ssm_multipliers, and the gate met
+with the norm after it or with no norm at all.
 
 A step's tokens are packed end to end (several requests, each continuing from its row slot's state:
 cache/state_pool). The projections and the norm run over all of them at once; the recurrence is a
@@ -17,6 +19,7 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
@@ -36,7 +39,7 @@ class MixerWeights:
     dt_bias: jax.Array  # [H]
     a_log: jax.Array  # [H]: A = -exp(a_log)
     d_skip: jax.Array  # [H]
-    gate_norm: jax.Array  # [I]
+    gate_norm: jax.Array | None  # [I]; None where the gate meets y with no norm (Falcon-H1's mamba_rms_norm off)
     out_proj: Weight  # [I, D]
     conv_bias: jax.Array | None = None  # [C]
     in_bias: jax.Array | None = None  # [I + C + H]
@@ -55,7 +58,7 @@ def mixer_leaves(ss: StateSpace, hidden: int) -> dict[str, ArrayInfo | None]:
         dt_bias=ArrayInfo((H,), (None,), init_value=0.5),
         a_log=ArrayInfo((H,), (None,), init_value=0.0),
         d_skip=ArrayInfo((H,), (None,), init_value=1.0),
-        gate_norm=ArrayInfo((ss.inner,), (None,), init_value=1.0),
+        gate_norm=None if ss.gate == "gate" else ArrayInfo((ss.inner,), (None,), init_value=1.0),
         out_proj=ArrayInfo((ss.inner, hidden), (None, "embed")),
         conv_bias=ArrayInfo((C,), (None,)) if ss.conv_bias else None,
         in_bias=ArrayInfo((ss.projected,), (None,)) if ss.proj_bias else None,
@@ -72,9 +75,10 @@ def mixer_hf_leaves(ss: StateSpace, hidden: int, prefix: str) -> dict[str, HFLea
         dt_bias=HFLeaf(prefix + "dt_bias", "same", (H,)),
         a_log=HFLeaf(prefix + "A_log", "same", (H,)),
         d_skip=HFLeaf(prefix + "D", "same", (H,)),
-        gate_norm=HFLeaf(prefix + "norm.weight", "same", (ss.inner,)),
         out_proj=HFLeaf(prefix + "out_proj.weight", "transpose", (hidden, ss.inner)),
     )
+    if ss.gate != "gate":
+        leaves["gate_norm"] = HFLeaf(prefix + "norm.weight", "same", (ss.inner,))
     if ss.conv_bias:
         leaves["conv_bias"] = HFLeaf(prefix + "conv1d.bias", "same", (C,))
     if ss.proj_bias:
@@ -168,13 +172,31 @@ def chunked_form(ss: StateSpace, tokens: int, platform: str) -> bool:
     return tokens >= ss.chunk_size and platform != "cpu"
 
 
-def gated_rms_norm(y: jax.Array, gate: jax.Array, weight: jax.Array, groups: int, eps: float) -> jax.Array:
-    """y [T, I] times silu(gate), RMS-normed within each of `groups` groups, times weight (float32 math;
-    transformers' MambaRMSNormGated with norm_before_gate=False)."""
-    h = y.astype(jnp.float32) * jax.nn.silu(gate.astype(jnp.float32))
+def grouped_rms_norm(h: jax.Array, weight: jax.Array, groups: int, eps: float) -> jax.Array:
+    """h [T, I] RMS-normed within each of `groups` groups, times weight (float32 math)."""
+    h = h.astype(jnp.float32)
     grouped = h.reshape(*h.shape[:-1], groups, -1)
     grouped = grouped * jax.lax.rsqrt(jnp.mean(grouped * grouped, axis=-1, keepdims=True) + eps)
     return weight.astype(jnp.float32) * grouped.reshape(h.shape)
+
+
+def gated_output(ss: StateSpace, y: jax.Array, gate: jax.Array, weight: jax.Array | None) -> jax.Array:
+    """y [T, I] met with silu(gate) as ss.gate says (transformers' MambaRMSNormGated, norm_before_gate False:
+    "norm_gated"; Falcon-H1's with it True: "norm_then_gate"; no norm: "gate"), in float32."""
+    gated = jax.nn.silu(gate.astype(jnp.float32))
+    if ss.gate == "norm_then_gate":
+        return grouped_rms_norm(y, weight, ss.n_groups, ss.norm_eps) * gated
+    h = y.astype(jnp.float32) * gated
+    return h if ss.gate == "gate" else grouped_rms_norm(h, weight, ss.n_groups, ss.norm_eps)
+
+
+def proj_scales(ss: StateSpace) -> np.ndarray | None:
+    """in_proj's per-output scale [I + C + H] by ss.proj_multipliers (z, x, B, C, dt); None when all are 1."""
+    if ss.proj_multipliers == (1.0,) * 5:
+        return None
+    GN = ss.n_groups * ss.state_size
+    widths = (ss.inner, ss.inner, GN, GN, ss.num_heads)
+    return np.concatenate([np.full(n, m, np.float32) for n, m in zip(widths, ss.proj_multipliers)])
 
 
 def mixer(
@@ -184,9 +206,11 @@ def mixer(
     tokens in its state's token_slots); returns its output [B, T, D] and the state after them."""
     B, T, D = h.shape
     projected = _biased(linear(h.reshape(B * T, D), w.in_proj), w.in_bias)
+    scales = proj_scales(ss)
+    projected = projected if scales is None else projected * scales.astype(projected.dtype)
     gate, xbc, dt = jnp.split(projected, [ss.inner, ss.inner + ss.conv_dim], axis=-1)
     recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan
     state, y = recurrence(ss, w, state, xbc, dt, positions.reshape(-1))
-    normed = gated_rms_norm(y.reshape(B * T, ss.inner), gate, w.gate_norm, ss.n_groups, ss.norm_eps)
+    normed = gated_output(ss, y.reshape(B * T, ss.inner), gate, w.gate_norm)
     out = _biased(linear(normed.astype(h.dtype), w.out_proj), w.out_bias)
     return out.reshape(B, T, D), state

@@ -24,6 +24,7 @@ from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
 from jaxinfer.models.ernie4_5 import FAMILY as ERNIE4_5
 from jaxinfer.models.ernie4_5_moe import FAMILY as ERNIE4_5_MOE
 from jaxinfer.models.exaone4 import FAMILY as EXAONE4
+from jaxinfer.models.falcon_h1 import FAMILY as FALCON_H1
 from jaxinfer.models.family import Family
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.glm import FAMILY as GLM
@@ -33,6 +34,7 @@ from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
+from jaxinfer.models.lfm2 import FAMILY as LFM2
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.llama4 import FAMILY as LLAMA4
 from jaxinfer.models.llava import text_hf_config
@@ -58,7 +60,8 @@ from jaxinfer.models.whisper import FAMILY as WHISPER
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
-                                LLAMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT)
+                                LLAMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
+                                FALCON_H1, LFM2)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
@@ -69,9 +72,8 @@ NOT_SUPPORTED = {
                             "Phi-3-mini and -medium are Phi3ForCausalLM)",
     "PhiMoEForCausalLM": "Phi-3.5-MoE (its sparsemixer routing is not supported; the MoE families are "
                          "MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM)",
-    "FalconH1ForCausalLM": "Falcon-H1 (attention and a Mamba2 mixer in parallel in every layer, with its "
-                           "multipliers, is not supported; the Mamba2 hybrids are BambaForCausalLM, "
-                           "GraniteMoeHybridForCausalLM and NemotronHForCausalLM)",
+    "Lfm2MoeForCausalLM": "LFM2-MoE (LFM2-8B-A1B: its experts, sigmoid-routed with an expert bias, are not "
+                          "supported; the dense LFM2 checkpoints are Lfm2ForCausalLM)",
 }
 
 
