@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -19,7 +21,11 @@ import transformers
 from jaxinfer import LLM, ConfigError, SamplingParams, from_hf_config
 from jaxinfer.checkpoint.hf_names import in_mtp_layer
 from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models.decoder import abstract_weights
 from jaxinfer.models.mamba2_mixer import gated_output
+from jaxinfer.models.weight_ops import quantize_weights
+from jaxinfer.parallel.array_info import is_info
+from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 # Mamba2, attention, Mamba2 layers; the mixer's every axis > 1 (8 heads of 16 dims in 2 groups, 16 state dims).
 MAMBA = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
@@ -129,6 +135,17 @@ def test_chunked_and_preempted_engine_run_matches_each_prompt_alone_in_hf(family
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)] == expected
     assert (llm.metrics()["num_preemptions"] > 0) == (len(prompts) > 1)
     assert llm.engine.config.enable_prefix_caching is False
+
+
+def test_int8_quantization_with_a_state_layer_first():
+    """A tree quantized as it was read (the loader's way) is returned as it is where layer 0 keeps a state and has no
+    wq (weight_ops looked for the quantized tree in layer 0's wq, and quantized its quantized leaves again)."""
+    cfg = from_hf_config({**QWEN3_NEXT, "architectures": ["Qwen3NextForCausalLM"]})
+    weights = jax.tree.map(lambda info: jnp.full(info.shape, 0.1, jnp.float32), abstract_weights(cfg),
+                           is_leaf=is_info)
+    quantized = quantize_weights(weights, "int8")
+    assert quantized.layers[0].wq is None and isinstance(quantized.layers[0].in_qkvz, QuantizedWeight)
+    assert quantize_weights(quantized, "int8") is quantized
 
 
 def test_bamba_config_as_transformers_reads_it():

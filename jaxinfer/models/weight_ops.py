@@ -50,7 +50,8 @@ def quantize_weights(weights: Weights, mode: str | None, group: int = quantized_
     if mode is None:
         return weights
     quantized_weight.check_mode(mode, group)
-    first = weights.layers[0].wq
+    # The first layer's first projection tells (wq is None, or absent, on a hybrid's state layer).
+    first = next((getattr(weights.layers[0], name) for name in projections(weights.layers[0])), None)
     if isinstance(first, QuantizedWeight):
         if (first.mode, first.group) != (mode, group if mode == "int4" else 0):
             raise ValueError(f"quantization={mode!r} (group {group}), but these weights are stored as "
