@@ -32,15 +32,14 @@ def save_whisper_tokenizer(path: Path) -> transformers.PreTrainedTokenizerFast:
     return fast
 
 
-def make_whisper(vocab_size: int) -> transformers.WhisperForConditionalGeneration:
+def make_whisper(vocab_size: int, **overrides) -> transformers.WhisperForConditionalGeneration:
     """A random float32 2+2-layer Whisper (d_model 32) over 50 encoder positions; matrices normal with std
     2 / sqrt(fan-in) (greedy tokens then vary with the audio), norms and biases moved off their init."""
-    config = transformers.WhisperConfig(
+    config = transformers.WhisperConfig(**{**dict(
         vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=80,
         max_source_positions=FRAMES, max_target_positions=64, decoder_start_token_id=1, eos_token_id=0,
-        pad_token_id=0, bos_token_id=0, suppress_tokens=[], begin_suppress_tokens=None,
-    )
+        pad_token_id=0, bos_token_id=0, suppress_tokens=[], begin_suppress_tokens=None), **overrides})
     torch.manual_seed(0)
     model = transformers.WhisperForConditionalGeneration(config).eval()
     with torch.no_grad():
@@ -55,10 +54,11 @@ def make_whisper(vocab_size: int) -> transformers.WhisperForConditionalGeneratio
     return model
 
 
-def save_whisper(path: Path) -> Path:
-    """The checkpoint, its tokenizer and its WhisperFeatureExtractor (1 s windows) in `path`."""
+def save_whisper(path: Path, **overrides) -> Path:
+    """The checkpoint (WhisperConfig fields overridden), its tokenizer and its WhisperFeatureExtractor (1 s
+    windows) in `path`."""
     tokenizer = save_whisper_tokenizer(path)
-    make_whisper(len(tokenizer)).save_pretrained(path, safe_serialization=True)
+    make_whisper(len(tokenizer), **overrides).save_pretrained(path, safe_serialization=True)
     transformers.WhisperFeatureExtractor(feature_size=80, chunk_length=CHUNK_SECONDS).save_pretrained(path)
     return path
 
