@@ -186,10 +186,11 @@ def test_tower_variants_match_hf(tmp_path, llm, hf_model):
 
 
 def test_chat_with_image_url(llm, hf_model):
-    """LLM.chat puts one <IMG_CONTEXT> for a data: URL image part; the reply is HF's."""
+    """LLM.chat puts <IMG_CONTEXT> and a newline (as InternVL's chat template renders an image part) for a data: URL
+    image part; the reply is HF's."""
     image = random_image(4, 56)
     (out,) = llm.chat(chat_message(image), GREEDY)
-    assert out.prompt == "USER: <IMG_CONTEXT>The quick brown fox ASSISTANT:"
+    assert out.prompt == "USER: <IMG_CONTEXT>\nThe quick brown fox ASSISTANT:"
     assert out.outputs[0].token_ids == hf_generate(hf_model, hf_inputs(llm, [Image.fromarray(image)], out.prompt))
 
 
@@ -209,10 +210,13 @@ def test_videos_and_bad_configs_refused(llm, model_dir):
 
 
 def test_registry_runs_the_text_config(model_dir):
-    """InternVLForConditionalGeneration runs its text_config's Qwen2."""
+    """InternVLForConditionalGeneration runs its text_config's Qwen2 (InternVL3), Qwen3 (InternVL3.5) or Llama."""
     hf = json.loads((model_dir / "config.json").read_text())
     assert "InternVLForConditionalGeneration" in SUPPORTED_ARCHITECTURES
     assert from_hf_config(hf) == from_hf_config({**hf["text_config"], "architectures": ["Qwen2ForCausalLM"]})
+    for kind, arch in [("qwen3", "Qwen3ForCausalLM"), ("llama", "LlamaForCausalLM")]:
+        text = {**COMMON, "model_type": kind, "head_dim": 16}
+        assert from_hf_config({**hf, "text_config": text}) == from_hf_config({**text, "architectures": [arch]})
 
 
 @pytest.mark.parametrize("platform", ["gpu", "tpu"])
