@@ -5,7 +5,7 @@ with the norm after it or with no norm at all.
 
 A step's tokens are packed end to end (several requests, each continuing from its row slot's state:
 cache/state_pool). The projections and the norm run over all of them at once; the recurrence is a
-`lax.scan` over the flat tokens, each reading and writing its own slot's conv and SSM state (a state
+`lax.scan` over the flat tokens (models/slot_scan), each reading and writing its own slot's conv and SSM state (a state
 starts from zeros at a request's position 0; padding tokens write nothing). A decode step is the
 same scan over one token per row. On a GPU or TPU a step of at least `chunk_size` tokens (prefill) runs the
 chunked SSD instead (models/ssd_chunks: matmuls within chunks, segment-aware across requests), which gives the
@@ -25,6 +25,7 @@ from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import Weight, linear
+from jaxinfer.models.slot_scan import slot_scan
 from jaxinfer.models.ssd_chunks import chunked_ssd, conv_windows, segments
 from jaxinfer.parallel.array_info import ArrayInfo
 
@@ -129,23 +130,13 @@ def packed_scan(
 ) -> tuple[LayerState, jax.Array]:
     """The recurrence over T flat tokens (xbc [T, C], dt [T, H], positions [T], -1 padding), each through its
     slot's state (zeros at position 0); returns the pools after them and y [T, H, P] float32."""
-    slots = state.token_slots
-    num_slots = state.conv.shape[0]
 
-    def step(pools, token):
-        conv_pool, ssm_pool = pools
-        slot, position, xbc_t, dt_t = token
-        fresh = position == 0
-        conv = jnp.where(fresh, 0.0, conv_pool[slot])
-        ssm = jnp.where(fresh, 0.0, ssm_pool[slot])
-        conv, ssm, y = token_step(ss, w, conv, ssm, xbc_t, dt_t)
-        target = jnp.where(position >= 0, slot, num_slots)  # padding: dropped
-        conv_pool = conv_pool.at[target].set(conv, mode="drop")
-        ssm_pool = ssm_pool.at[target].set(ssm, mode="drop")
-        return (conv_pool, ssm_pool), y
+    def step(states: tuple[jax.Array, jax.Array], xbc_t: jax.Array, dt_t: jax.Array):
+        conv, ssm, y = token_step(ss, w, *states, xbc_t, dt_t)
+        return (conv, ssm), y
 
-    tokens = (slots, positions, xbc.astype(jnp.float32), dt.astype(jnp.float32))
-    (conv, ssm), y = jax.lax.scan(step, (state.conv, state.ssm), tokens)
+    inputs = (xbc.astype(jnp.float32), dt.astype(jnp.float32))
+    (conv, ssm), y = slot_scan(step, (state.conv, state.ssm), state.token_slots, positions, inputs)
     return dataclasses.replace(state, conv=conv, ssm=ssm), y
 
 
