@@ -56,6 +56,7 @@ def run_json(script: str, **values: object) -> dict:
 
 MATRIX = """
 import json
+import numpy as np
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.parallel.sharding import shard_shapes
 from jaxinfer.runtime.memory_maps import compile_count
@@ -77,6 +78,16 @@ for tp, dp in [(1, 1)] + [tuple(m) for m in meshes]:
             pool=llm.engine.runner.pages.k_pages[0],
         ).items()},
     )
+    if (tp, dp) != (2, 2):
+        continue
+    # KV offloading's copies: what device_get gives (all kv heads), written back in the pool's sharding
+    runner = llm.engine.runner
+    copies, before = runner.offload_pages([1, 2]), runner.read_pages([1, 2])
+    runner.load_pages([3, 4], copies, np.zeros((2, 16), np.int32))
+    after = runner.read_pages([3, 4])
+    out["offload"] = dict(
+        kv_heads=copies[0].values()["k_pages"].shape[1], same=all((before[n] == after[n]).all() for n in before),
+        used=bool(np.abs(before["k_pages"]).sum() > 0), pool=shard_shapes(runner.pages.k_pages[0]))
 try:
     LLM(model, tensor_parallel_size=8, data_parallel_size=2)
 except ValueError as err:
@@ -109,6 +120,8 @@ def test_tp_dp_matrix_matches_unsharded(model_dir):
         for name, shape in expected.items():
             assert {tuple(s) for s in shards[name]} == {tuple(shape)}, (tp, dp, name, shards[name])
         assert {s[0] for s in shards["pool"]} == {kv}, (tp, dp, shards["pool"])
+    # KV offloading on tp=2 x dp=2: the host copy has both kv heads, the copy back keeps the pool's sharding
+    assert out["offload"] == dict(kv_heads=KV, same=True, used=True, pool=out["2x2"]["shards"]["pool"])
     assert "needs 16 devices" in out["too_many"] and "8 are present" in out["too_many"]
     assert "cpu_kernels=True cannot run on a mesh of 2 devices" in out["kernels"]
 
