@@ -157,7 +157,8 @@ class ModelConfig:
         return self.rotary_dim or self.head_dim
 
     def is_state_layer(self, layer: int) -> bool:
-        """Whether `layer` is a Mamba2 mixer (a per-request state, no K/V pages) rather than attention."""
+        """Whether `layer` keeps a per-request state (a Mamba2 mixer, LFM2's short conv) rather than K/V pages
+        (Falcon-H1's keep both: `keeps_kv`)."""
         return self.state_space is not None and layer in self.state_space.layers
 
     def keeps_kv(self, layer: int) -> bool:
