@@ -1,6 +1,8 @@
-"""Tiny Qwen2-VL and Qwen2.5-VL checkpoints (2-layer towers over 8x8 patches merged 2x2, a 2-layer language
-model whose rope splits its 8 frequencies into M-RoPE sections 2, 3, 3), saved with a tokenizer holding the
-vision tokens and a Qwen2-VL image processor like real ones."""
+"""Tiny Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE checkpoints (2-layer towers over 8x8 patches merged 2x2,
+a 2-layer language model (Qwen3-VL's: 3 layers, DeepStack adding to the first 2) whose rope splits its 8
+frequencies into M-RoPE sections 2, 3, 3), saved with a tokenizer holding the vision tokens and a Qwen2-VL image
+processor like real ones (Qwen3-VL's: its mean and std of 0.5). Qwen3-VL-MoE's experts are stored as the hub's
+checkpoints hold them (gate_up_proj [E, D, 2F], down_proj [E, F, D]; transformers 5 saves them transposed)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 import torch
 import transformers
 from hf_models import COMMON, save_tiny_tokenizer
+from safetensors.torch import load_file, save_file
 
 VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"
 CHAT_TEMPLATE = (  # Qwen's turns; an image part renders as the vision start, image pad and vision end tokens
@@ -23,16 +26,25 @@ TOWERS = {  # 8x8 patches, merged 2x2 (one image token per 16x16 pixels)
     # window of 32 pixels (2x2 merged tokens) with layer 1 attending to the whole image
     "qwen2_5_vl": dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2, patch_size=8,
                        window_size=32, fullatt_block_indexes=[1]),
+    # a 4x4 learned position grid resampled to each image's patches; DeepStack from both layers
+    "qwen3_vl": dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2, patch_size=8,
+                     num_position_embeddings=16, deepstack_visual_indexes=[0, 1]),
 }
+TOWERS["qwen3_vl_moe"] = TOWERS["qwen3_vl"]
+TEXT = {"qwen3_vl": dict(num_hidden_layers=3, head_dim=16),  # experts of 24 units: 2F differs from D (64)
+        "qwen3_vl_moe": dict(num_hidden_layers=3, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                             moe_intermediate_size=24)}
 CLASSES = {"qwen2_vl": (transformers.Qwen2VLConfig, transformers.Qwen2VLForConditionalGeneration),
-           "qwen2_5_vl": (transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration)}
+           "qwen2_5_vl": (transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration),
+           "qwen3_vl": (transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration),
+           "qwen3_vl_moe": (transformers.Qwen3VLMoeConfig, transformers.Qwen3VLMoeForConditionalGeneration)}
 PIXELS = dict(min_pixels=16 * 16, max_pixels=64 * 64)  # 1 to 16 image tokens
 
 
 def make_qwen2_vl(kind: str, ids: dict[str, int]) -> transformers.PreTrainedModel:
     """A random float32 model of `kind` ("qwen2_vl" or "qwen2_5_vl") over COMMON's language model."""
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": MROPE_SECTION}
-    text = {**COMMON, "vocab_size": 320, "rope_parameters": rope}
+    text = {**COMMON, "vocab_size": 320, "rope_parameters": rope, **TEXT.get(kind, {})}
     config_class, model_class = CLASSES[kind]
     config = config_class(text_config=text, vision_config=TOWERS[kind], image_token_id=ids[IMAGE_PAD],
                           video_token_id=ids[VIDEO_PAD], vision_start_token_id=ids[VISION_START],
@@ -56,5 +68,16 @@ def save_tiny_qwen2_vl(path: Path, kind: str = "qwen2_vl") -> Path:
     ids = dict(zip([VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD],
                    tokenizer.convert_tokens_to_ids([VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD])))
     make_qwen2_vl(kind, ids).save_pretrained(path, safe_serialization=True)
-    transformers.Qwen2VLImageProcessor(patch_size=8, merge_size=2, **PIXELS).save_pretrained(path)
+    if kind == "qwen3_vl_moe":
+        as_on_the_hub(path / "model.safetensors")
+    norm = dict(image_mean=[0.5] * 3, image_std=[0.5] * 3) if kind.startswith("qwen3") else {}
+    transformers.Qwen2VLImageProcessor(patch_size=8, merge_size=2, **PIXELS, **norm).save_pretrained(path)
     return path
+
+
+def as_on_the_hub(file: Path) -> None:
+    """Rewrite transformers' fused experts [E, 2F, D] and [E, D, F] as the hub's [E, D, 2F] and [E, F, D]."""
+    tensors = load_file(file)
+    fused = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+    save_file({k: v.transpose(1, 2).contiguous() if k.endswith(fused) else v for k, v in tensors.items()}, file,
+              metadata={"format": "pt"})

@@ -1,11 +1,13 @@
-"""Qwen2-VL and Qwen2.5-VL against HF transformers on the same tiny weights: text prompts through the language
-model (M-RoPE with its three position streams equal is Qwen2's rope), every position's logits and greedy tokens
-through LLM.generate; configs nested (transformers 5) and flat (the hub's) read alike. With images: the tower's
-rows and the M-RoPE positions as HF's, every position's logits, greedy tokens and logprobs through the engine
-(chunks cutting the image, prefix caching on and off), two images of different sizes, LLM.chat."""
+"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE against HF transformers on the same tiny weights: text prompts
+through the language model (M-RoPE with its three position streams equal is Qwen2's rope), every position's logits
+and greedy tokens through LLM.generate; configs nested (transformers 5) and flat (the hub's) read alike. With images:
+the tower's rows (Qwen3-VL's DeepStack rows too) and the M-RoPE positions as HF's, every position's logits, greedy
+tokens and logprobs through the engine (chunks cutting the image, prefix caching on and off), two images of
+different sizes, a batch of image and text prompts as each alone, LLM.chat."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -21,13 +23,14 @@ from jaxinfer.cache.paged import init_paged_cache
 from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.config.model import ConfigError
 from jaxinfer.models import forward_with_taps, lm_logits
-from jaxinfer.models.embed_override import EmbedOverride
+from jaxinfer.models.embed_override import stacked_override
 from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES, from_hf_config
 from jaxinfer.runtime.mrope_positions import offsets, total_delta
 from jaxinfer.speculative.config import SpeculativeConfig
 
-KINDS = ["qwen2_vl", "qwen2_5_vl"]
-KIND_ARCHITECTURES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration")
+KINDS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
+KIND_ARCHITECTURES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+                      "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
 TEXT = "The quick brown fox jumps over the lazy dog"
 GREEDY = SamplingParams(max_tokens=8, temperature=0)
 WITH_LOGPROBS = SamplingParams(max_tokens=8, temperature=0, logprobs=0)
@@ -58,11 +61,12 @@ def llm(model_dir):
     return LLM(model_dir, **KNOBS)
 
 
-def first_kind_only(kind: str) -> None:
-    """Checks of what both models share (the language model's wiring, prompts, refusals, the step programs)
-    run on Qwen2-VL only; Qwen2.5-VL runs those of its own tower (image logits, the engine)."""
-    if kind != KINDS[0]:
-        pytest.skip("shared with Qwen2-VL's run: only Qwen2.5-VL's tower differs")
+def first_kind_only(kind: str, *also: str) -> None:
+    """Checks of what the models share (the language model's wiring, prompts, refusals, the step programs)
+    run on Qwen2-VL (and the kinds named) only; the others run those of their own tower and language model
+    (image logits, the engine)."""
+    if kind != KINDS[0] and kind not in also:
+        pytest.skip("shared with Qwen2-VL's run: only the tower (Qwen3-VL's: and the language model) differs")
 
 
 def our_logits(llm: LLM, ids: np.ndarray, placed: np.ndarray | None = None, streams: np.ndarray | None = None
@@ -71,7 +75,8 @@ def our_logits(llm: LLM, ids: np.ndarray, placed: np.ndarray | None = None, stre
     streams [3, 1, T]: M-RoPE's rotary positions, None: all equal to the positions)."""
     positions = np.arange(len(ids), dtype=np.int32)
     view = RaggedPagedCache(init_paged_cache(llm.config, 1, 128, np.float32, page_size=4), np.zeros(len(ids), np.int32))
-    override = None if placed is None else EmbedOverride(placed, ids == llm.image_prompts.cfg.image_token_id)
+    mask = ids == llm.image_prompts.cfg.image_token_id
+    override = None if placed is None else stacked_override(placed, mask, llm.config.hidden_size)
     hidden, _, _ = forward_with_taps(llm.weights, ids[None], positions[None], view, llm.config, (), override, streams)
     return np.asarray(lm_logits(llm.weights, hidden))[0]
 
@@ -89,8 +94,10 @@ def test_text_logits_and_greedy_match_hf(llm, hf_model, kind):
     assert llm.generate(TEXT, GREEDY)[0].outputs[0].token_ids == hf_tokens
 
 
-def test_flat_hub_config_reads_as_nested(model_dir):
+def test_flat_hub_config_reads_as_nested(model_dir, kind):
     """The hub's flat config (text fields at the top, rope_scaling type "mrope") gives the same ModelConfig."""
+    if kind.startswith("qwen3"):
+        pytest.skip("Qwen3-VL's configs come nested only")
     nested = json.loads((model_dir / "config.json").read_text())
     text = nested["text_config"]
     flat = {**{k: v for k, v in nested.items() if k != "text_config"}, **text,
@@ -108,7 +115,7 @@ def test_bad_mrope_refused(model_dir):
     with pytest.raises(ConfigError, match=r"mrope_section \[2, 3, 4\] must add up to the 8"):
         from_hf_config(bad)
     yarn = {**hf, "text_config": {**hf["text_config"], "rope_parameters": {"rope_type": "yarn", "factor": 2.0}}}
-    with pytest.raises(ConfigError, match="rope type 'yarn' is not supported for Qwen2"):
+    with pytest.raises(ConfigError, match="rope type 'yarn' is not supported for Qwen[23]"):
         from_hf_config(yarn)
 
 
@@ -142,20 +149,23 @@ def greedy_logprobs(llm: LLM, images: list[Image.Image], text: str = IMAGE_PROMP
 
 
 def test_image_logits_and_positions_match_hf(llm, hf_model):
-    """The tower's rows, the M-RoPE positions (and the decode delta) and every position's float32 logits of a
-    prompt with text after an image; without the image's 3-D positions the logits are not HF's."""
+    """The tower's rows (Qwen3-VL's DeepStack rows beside), the M-RoPE positions (and the decode delta) and every
+    position's float32 logits of a prompt with text after an image; without the image's 3-D positions (Qwen3-VL:
+    its DeepStack rows, or its sections interleaved) the logits are not HF's."""
     inputs = hf_inputs(llm, [picture(0)])
     ids = inputs["input_ids"][0].numpy()
     (image,) = llm.image_prompts.prompt(IMAGE_PROMPT, [picture(0)], "test")[1]
     assert (image.offset, image.length, image.pixels.shape[:2]) == (7, 15, (3, 5))
     with torch.no_grad():
         expected = hf_model(**inputs).logits[0].numpy()
-        hf_rows = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"],
-                                                    image_grid_thw=inputs["image_grid_thw"]).pooler_output[0].numpy()
+        features = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"],
+                                                     image_grid_thw=inputs["image_grid_thw"])
         hf_positions, hf_delta = hf_model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
                                                                inputs["image_grid_thw"])
+    hf_rows = np.concatenate([features.pooler_output[0].numpy(),
+                              *[deep[0].numpy() for deep in getattr(features, "deepstack_features", None) or ()]], 1)
     rows = llm.engine.runner.vision.features(image)
-    assert np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
+    assert rows.shape == hf_rows.shape and np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
     positions = np.arange(len(ids), dtype=np.int32)
     streams = (positions[:, None] + offsets((image,), positions)).T[:, None, :]
     assert np.array_equal(streams[:, 0], hf_positions[:, 0].numpy()) and total_delta((image,)) == hf_delta.item()
@@ -163,11 +173,22 @@ def test_image_logits_and_positions_match_hf(llm, hf_model):
     placed[image.offset : image.offset + image.length] = rows
     assert np.abs(our_logits(llm, ids, placed, streams) - expected).max() <= 1e-5 * np.abs(expected).max()
     assert np.abs(our_logits(llm, ids, placed) - expected).max() > 1e-2 * np.abs(expected).max()
+    if llm.config.mrope_interleaved:  # Qwen3-VL
+        text_only = np.where(np.arange(placed.shape[1]) < llm.config.hidden_size, placed, 0)
+        assert np.abs(our_logits(llm, ids, text_only, streams) - expected).max() > 1e-2 * np.abs(expected).max()
+        llm.config = dataclasses.replace(llm.config, mrope_interleaved=False)
+        try:
+            assert np.abs(our_logits(llm, ids, placed, streams) - expected).max() > 1e-2 * np.abs(expected).max()
+        finally:
+            llm.config = dataclasses.replace(llm.config, mrope_interleaved=True)
 
 
-def test_engine_greedy_matches_hf(hf_model, llm):
+def test_engine_greedy_matches_hf(hf_model, llm, kind):
     """Greedy tokens and logprobs through the engine as HF's (16-token chunks cut the image; decode rotates by
-    the image's delta); another image gives other tokens; a rerun hits the prefix cache, its image's pages too."""
+    the image's delta); another image gives other tokens; a rerun hits the prefix cache, its image's pages too.
+    (Qwen3-VL-MoE's language model is checked by its image logits: its step programs would cost 13 s to compile.)"""
+    if kind == "qwen3_vl_moe":
+        pytest.skip("Qwen3-VL's engine run covers the DeepStack rows; the MoE layers' logits are checked above")
     (out_a, logprobs_a), (out_b, _) = greedy_logprobs(llm, [picture(0)]), greedy_logprobs(llm, [picture(1)])
     hits = llm.engine.scheduler.prefix_hits
     again = llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(0)}}, GREEDY)
@@ -196,7 +217,7 @@ def test_prompt_logprobs_with_an_image_match_hf(llm, hf_model, kind):
 
 def test_two_images_of_different_sizes(llm, hf_model, kind):
     """Two images whose pad counts differ (3 x 5 and 2 x 2 merged blocks), text between and after them."""
-    first_kind_only(kind)
+    first_kind_only(kind, "qwen3_vl")
     two = "USER: <|vision_start|><|image_pad|><|vision_end|> and <|vision_start|><|image_pad|><|vision_end|> fox:"
     images = [picture(2), picture(3, 32, 32)]
     _, carried = llm.image_prompts.prompt(two, images, "test")
@@ -204,6 +225,23 @@ def test_two_images_of_different_sizes(llm, hf_model, kind):
     hf, hf_logprobs = hf_generate(hf_model, hf_inputs(llm, images, two))
     out, logprobs = greedy_logprobs(llm, images, two)
     assert out == hf and np.abs(logprobs - hf_logprobs).max() <= 1e-4
+
+
+def test_batch_of_image_and_text_prompts_matches_each_alone(llm, kind):
+    """An image prompt and a text prompt in one batch of 16-token chunks: each one's greedy tokens and logprobs as
+    when it runs alone (the image's rows, DeepStack's too, follow its tokens whichever chunk and batch row they
+    land in)."""
+    if kind != "qwen3_vl":
+        pytest.skip("Qwen3-VL's: its image rows carry DeepStack's beside (the others' batches run in the engine tests)")
+    prompts = [{"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(6)}}, TEXT]
+    params = SamplingParams(max_tokens=4, temperature=0, logprobs=0)
+    together = llm.generate(prompts, params)
+    for prompt, out in zip(prompts, together):
+        (alone,) = llm.generate(prompt, params)
+        assert out.outputs[0].token_ids == alone.outputs[0].token_ids
+        logprobs = [[step[t].logprob for step, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)]
+                    for o in (out, alone)]
+        np.testing.assert_allclose(*logprobs, atol=1e-5)
 
 
 def test_chat_with_image_url(llm, hf_model, kind):
@@ -227,15 +265,15 @@ def test_video_and_speculation_refused(llm, model_dir, kind):
 @pytest.mark.parametrize("platform", ["gpu", "tpu"])
 def test_steps_with_rope_offsets_lower_for_the_accelerators(llm, kind, platform):
     """The widest ragged step and the decode step, their tokens' rotary offsets among the inputs, lower for CUDA
-    and TPU (no accelerator here)."""
+    and TPU (no accelerator here); Qwen3-VL's ragged step with its DeepStack rows too."""
     from accelerator_programs import EXPORT_PLATFORMS, step_programs
     from jax import export
 
-    first_kind_only(kind)
+    first_kind_only(kind, "qwen3_vl")
     runner = llm.engine.runner
     try:
         programs = step_programs(llm, platform)
-        for wanted in ("ragged", "decode"):
+        for wanted in ("ragged",) if kind == "qwen3_vl" else ("ragged", "decode"):
             program, args, kwargs = [(p, a, k) for shape, p, a, k in programs if shape[0] == wanted][-1]
             export.export(program, platforms=(EXPORT_PLATFORMS[platform],))(*args, **kwargs)
     finally:

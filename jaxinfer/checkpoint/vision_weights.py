@@ -20,12 +20,14 @@ from jaxinfer.checkpoint.internvl_weights import is_internvl, read_internvl_weig
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.checkpoint.pixtral_weights import is_pixtral, read_mistral3_weights
 from jaxinfer.checkpoint.qwen2_vl_weights import read_qwen2_vl_weights
+from jaxinfer.checkpoint.qwen3_vl_weights import read_qwen3_vl_weights
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
+from jaxinfer.models.qwen3_vl_vision import Qwen3VLConfig
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, abstract_vision_language
 
 TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.", "model.text_model.": "model.",
@@ -105,6 +107,8 @@ def read_llava_weights(
 ) -> VisionLanguageWeights:
     """The tower and projector of a LLaVA (or Gemma 3) checkpoint (its tensor -> file index; open_file opens one
     safetensors file), cast to dtype; CheckpointError naming a missing tensor."""
+    if isinstance(cfg, Qwen3VLConfig):
+        return read_qwen3_vl_weights(index, open_file, cfg, dtype)
     if isinstance(cfg, Qwen2VLConfig):
         return read_qwen2_vl_weights(index, open_file, cfg, dtype)
     if isinstance(cfg, Mistral3Config):

@@ -89,6 +89,7 @@ class ModelConfig:
     local_rope_theta: float | None = None  # Gemma 3: sliding layers' own base, unscaled
     # Qwen2-VL's M-RoPE: rotary frequencies per (temporal, height, width) position stream; () for one stream
     mrope_section: tuple[int, ...] = ()
+    mrope_interleaved: bool = False  # Qwen3-VL: frequencies owned t, h, w in turn (its sections from the front)
     # Ministral 3 (Llama 4's attention temperature): queries scaled by 1 + beta * log(1 + floor(position / period))
     query_scale_beta: float = 0.0
     query_scale_period: int = 1

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.models.embed_override import EmbedOverride, override_embeddings
+from jaxinfer.models.embed_override import EmbedOverride, add_deepstack, override_embeddings
 from jaxinfer.models.layer_calls import call_layer
 from jaxinfer.models.layers import Weight, linear, linear_transposed
 from jaxinfer.models.norms import config_norm
@@ -84,7 +84,8 @@ def forward_with_taps(
 ) -> tuple[jax.Array, list[jax.Array], Any]:
     """`forward`, also returning the residual stream [B, T, D] entering each layer in `taps` (EAGLE-3 reads them;
     tap num_layers is the stream leaving the last layer, before the final norm: what an MTP layer reads);
-    override: rows replacing some tokens' embeddings (a vision-language model's image features); streams
+    override: rows replacing some tokens' embeddings (a vision-language model's image features), and rows added
+    to their hidden states after the first layers (Qwen3-VL's DeepStack); streams
     [3, B, T]: M-RoPE's rotary positions where they differ from `positions` (Qwen2-VL's image tokens)."""
     x = override_embeddings(embed_tokens(weights, tokens, cfg), override)
     x = cache.layout.constrain(x, HIDDEN)
@@ -95,6 +96,7 @@ def forward_with_taps(
         if layer in taps:
             tapped.append(x)
         x, cache = call_layer(layer_fn, cfg, x, cache, lw, layer, positions, rope)
+        x = add_deepstack(x, override, layer)
     if len(weights.layers) in taps:
         tapped.append(x)
     return config_norm(x, weights.final_norm, weights.final_norm_bias, cfg), tapped, cache

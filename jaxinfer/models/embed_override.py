@@ -1,9 +1,17 @@
 """Rows that stand in for token embeddings: a vision-language model's image features at its
-placeholder tokens (the prompt holds `image_token_id` where each image's rows go)."""
+placeholder tokens (the prompt holds `image_token_id` where each image's rows go); and Qwen3-VL's
+DeepStack rows, added to the hidden states at those tokens after each of the first K layers.
+
+A request's image rows travel as one row per placeholder, DeepStack's K beside the embedding's
+([T, (1 + K) * D]: `stacked_override` splits them), so the host carries them, chunks them and
+keeps them across preemption as it does any image rows: a chunk cutting an image takes its part
+of all K + 1. Other models' overrides have no DeepStack leaf (their step programs are unchanged).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +26,17 @@ class EmbedOverride:
     mask: jax.Array  # [T] bool
     # [T] int32: each token's image end where its image's tokens see each other both ways (Gemma 3), 0 elsewhere
     key_ends: jax.Array | None = None
+    deepstack: jax.Array | None = None  # [K, T, D] float32: added after layer k < K where `mask` is set (Qwen3-VL)
+
+
+def stacked_override(rows: Any, mask: Any, hidden_size: int, key_ends: Any = None) -> EmbedOverride:
+    """The override of rows [T, (1 + K) * D] (host or device arrays): the first D columns replace the
+    embeddings, the next K groups of D are DeepStack's (none when K is 0)."""
+    layers = rows.shape[1] // hidden_size - 1
+    if layers == 0:
+        return EmbedOverride(rows, mask, key_ends)
+    deepstack = rows[:, hidden_size:].reshape(rows.shape[0], layers, hidden_size).transpose(1, 0, 2)
+    return EmbedOverride(rows[:, :hidden_size], mask, key_ends, deepstack)
 
 
 def override_embeddings(x: jax.Array, override: EmbedOverride | None) -> jax.Array:
@@ -26,3 +45,11 @@ def override_embeddings(x: jax.Array, override: EmbedOverride | None) -> jax.Arr
         return x
     rows = override.rows.reshape(x.shape).astype(x.dtype)
     return jnp.where(override.mask.reshape(x.shape[:-1])[..., None], rows, x)
+
+
+def add_deepstack(x: jax.Array, override: EmbedOverride | None, layer: int) -> jax.Array:
+    """Hidden states x [B, T, D] leaving `layer`, plus its DeepStack rows at the image tokens (layer < K)."""
+    if override is None or override.deepstack is None or layer >= override.deepstack.shape[0]:
+        return x
+    rows = override.deepstack[layer].reshape(x.shape).astype(x.dtype)
+    return jnp.where(override.mask.reshape(x.shape[:-1])[..., None], x + rows, x)

@@ -1,10 +1,13 @@
-"""Qwen2-VL and Qwen2.5-VL's language model: Qwen2's decoder with multimodal rotary embeddings (M-RoPE).
+"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL's language model: Qwen2's (Qwen3's, Qwen3-MoE's) decoder with multimodal
+rotary embeddings (M-RoPE).
 
 The rotary frequencies are split into `mrope_section` (temporal, height, width) parts, each turned by its own
 position stream; a text token has all three streams equal, which is Qwen2's rope, so the language model runs as
 `Qwen2ForCausalLM` with the sections kept in `ModelConfig.mrope_section` for the image tokens' positions.
 Configs come nested (transformers 5: `text_config`) or flat (the hub's: text fields beside `vision_config`,
-`rope_scaling` {"type": "mrope", "mrope_section": [...]}); both are read.
+`rope_scaling` {"type": "mrope", "mrope_section": [...]}); both are read. Qwen3-VL interleaves the sections
+(frequencies owned t, h, w in turn: models/rope's `mrope_owners`) whatever its `mrope_interleaved` says, as HF does;
+Qwen3-VL-MoE's experts always renormalise their routing weights.
 """
 
 from __future__ import annotations
@@ -13,7 +16,13 @@ from typing import Any, Mapping
 
 from jaxinfer.config.model import ConfigError
 
-ARCHITECTURES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration")
+TEXT_ARCHITECTURES = {  # the checkpoint's -> its language model's (the Qwen3-VL-MoE one reads experts fused)
+    "Qwen2VLForConditionalGeneration": "Qwen2ForCausalLM", "Qwen2_5_VLForConditionalGeneration": "Qwen2ForCausalLM",
+    "Qwen3VLForConditionalGeneration": "Qwen3ForCausalLM",
+    "Qwen3VLMoeForConditionalGeneration": "Qwen3VLMoeTextForCausalLM",
+}
+ARCHITECTURES = tuple(TEXT_ARCHITECTURES)
+INTERLEAVED = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
 MROPE_TYPES = ("default", "mrope")  # "mrope" is the hub's name for the default rope split into sections
 # Settings of the whole checkpoint a flat config keeps beside the text model's (not the language model's)
 NOT_TEXT = ("vision_config", "architectures", "model_type", "image_token_id", "video_token_id",
@@ -22,7 +31,8 @@ TOP_LEVEL = ("tie_word_embeddings", "quantization_config")  # the checkpoint's, 
 
 
 def qwen2_text_config(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """The language model's config as a Qwen2ForCausalLM checkpoint would hold it (rope without sections)."""
+    """The language model's config as a Qwen2ForCausalLM (Qwen3ForCausalLM, ...) checkpoint would hold it (rope
+    without sections)."""
     nested = hf.get("text_config")
     text = dict(nested) if isinstance(nested, Mapping) else {k: v for k, v in hf.items() if k not in NOT_TEXT}
     text.update({k: hf[k] for k in TOP_LEVEL if hf.get(k) is not None})
@@ -33,8 +43,15 @@ def qwen2_text_config(hf: Mapping[str, Any]) -> dict[str, Any]:
                           f"supported: {', '.join(MROPE_TYPES)}")
     theta = params.get("rope_theta", text.pop("rope_theta", 10000.0))
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
-    text["architectures"] = ["Qwen2ForCausalLM"]
+    text["architectures"] = [TEXT_ARCHITECTURES[hf["architectures"][0]]]
+    if hf["architectures"][0] == "Qwen3VLMoeForConditionalGeneration":
+        text["norm_topk_prob"] = True
     return text
+
+
+def mrope_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """The ModelConfig fields of the checkpoint's M-RoPE: its sections, and whether they interleave (Qwen3-VL)."""
+    return dict(mrope_section=mrope_section(hf), mrope_interleaved=hf["architectures"][0] in INTERLEAVED)
 
 
 def mrope_section(hf: Mapping[str, Any]) -> tuple[int, ...]:

@@ -2,7 +2,9 @@
 
 Routing renormalises the chosen experts' weights only with `norm_topk_prob`. Layers listed in
 `mlp_only_layers`, or off the `decoder_sparse_step` stride, keep a dense MLP of
-`intermediate_size`; the experts have `moe_intermediate_size` hidden units.
+`intermediate_size`; the experts have `moe_intermediate_size` hidden units. Qwen3-VL-MoE's language model
+(`FUSED`) stores each layer's experts in two tensors, as the hub's checkpoints hold them: gate_up_proj
+[E, D, 2F] (gate columns, then up) and down_proj [E, F, D].
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from jaxinfer.models.moe import abstract_moe_layer, experts_hf_leaves, is_dense,
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import attention_hf_leaves
 
-ARCHITECTURES = ("Qwen3MoeForCausalLM",)
+FUSED = "Qwen3VLMoeTextForCausalLM"  # Qwen3-VL-MoE's language model (models/qwen2_vl), its experts fused
+ARCHITECTURES = ("Qwen3MoeForCausalLM", FUSED)
 
 
 def abstract_layer(cfg: ModelConfig, layer: int) -> Any:
@@ -36,7 +39,18 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
         "router": HFLeaf(mlp + "gate.weight", "transpose", (E, D)),
         **attention_hf_leaves(cfg),
         **mlp_hf_leaves(D, cfg.intermediate_size),
-        **experts_hf_leaves(cfg, mlp + "experts.", ("gate_proj", "up_proj", "down_proj")),
+        **(fused_experts_hf_leaves(cfg, mlp + "experts.") if cfg.architecture == FUSED else
+           experts_hf_leaves(cfg, mlp + "experts.", ("gate_proj", "up_proj", "down_proj"))),
+    }
+
+
+def fused_experts_hf_leaves(cfg: ModelConfig, prefix: str) -> dict[str, HFLeaf]:
+    """The experts as two stored tensors: gate_up_proj [E, D, 2F] (gate columns first) and down_proj [E, F, D]."""
+    D, E, F = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    return {
+        "moe_gate": HFLeaf(prefix + "gate_up_proj", "columns", (E, D, 2 * F)),
+        "moe_up": HFLeaf(prefix + "gate_up_proj", "columns", (E, D, 2 * F), row_offset=F),
+        "moe_down": HFLeaf(prefix + "down_proj", "same", (E, F, D)),
     }
 
 

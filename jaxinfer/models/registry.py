@@ -48,7 +48,7 @@ from jaxinfer.models.olmoe import FAMILY as OLMOE
 from jaxinfer.models.phi3 import FAMILY as PHI3
 from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen2_vl import ARCHITECTURES as QWEN2_VL
-from jaxinfer.models.qwen2_vl import mrope_section, qwen2_text_config
+from jaxinfer.models.qwen2_vl import mrope_fields, qwen2_text_config
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.qwen3_next import FAMILY as QWEN3_NEXT
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
@@ -128,8 +128,8 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
             f"architectures must name exactly one architecture (got {archs!r}); supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    if archs[0] in QWEN2_VL:  # Qwen2's decoder, its rope split into (temporal, height, width) sections
-        return dataclasses.replace(from_hf_config(qwen2_text_config(hf)), mrope_section=mrope_section(hf))
+    if archs[0] in QWEN2_VL:  # Qwen2's (Qwen3's) decoder, its rope split into (temporal, height, width) sections
+        return dataclasses.replace(from_hf_config(qwen2_text_config(hf)), **mrope_fields(hf))
     if archs[0] in VISION_LANGUAGE:  # its language model runs as that family; the tower is models/vision_language's
         return from_hf_config(text_hf_config(hf))
     arch = causal_architecture(archs[0])

@@ -109,13 +109,25 @@ def cos_sin(positions: jax.Array, dims: int, theta: float, scaling: RopeScaling)
     return jnp.cos(emb) * np.float32(factor), jnp.sin(emb) * np.float32(factor)
 
 
+def mrope_owners(section: tuple[int, ...], interleaved: bool) -> np.ndarray:
+    """The stream (0 temporal, 1 height, 2 width) turning each frequency: in sections one after another
+    (Qwen2-VL), or t, h, w in turn while section[1] and section[2] last, temporal after (Qwen3-VL's layout)."""
+    if not interleaved:
+        return np.repeat(np.arange(len(section)), section)
+    index = np.arange(sum(section))
+    owner = np.zeros(len(index), np.int64)
+    for stream in (1, 2):
+        owner[(index % 3 == stream) & (index < 3 * section[stream])] = stream
+    return owner
+
+
 def mrope_cos_sin(streams: jax.Array, dims: int, theta: float, scaling: RopeScaling,
-                  section: tuple[int, ...]) -> CosSin:
-    """Qwen2-VL's M-RoPE tables [B, T, dims]: frequency i turned by the (temporal, height, width) stream whose
-    `section` holds it; streams [3, B, T] integer positions (all equal for text: the one-stream tables)."""
+                  section: tuple[int, ...], interleaved: bool = False) -> CosSin:
+    """Qwen2-VL's M-RoPE tables [B, T, dims]: frequency i turned by the (temporal, height, width) stream that
+    owns it (`mrope_owners`); streams [3, B, T] integer positions (all equal for text: the one-stream tables)."""
     inv_freq = jnp.asarray(rope_inv_freq(dims, theta, scaling))
     freqs = streams.astype(jnp.float32)[..., None] * inv_freq  # [3, B, T, dims // 2]
-    owner = np.repeat(np.arange(len(section)), section)  # the stream of each frequency
+    owner = mrope_owners(section, interleaved)
     picked = jnp.where(owner == 0, freqs[0], jnp.where(owner == 1, freqs[1], freqs[2]))
     emb = jnp.concatenate([picked, picked], axis=-1)
     return jnp.cos(emb), jnp.sin(emb)
@@ -147,7 +159,8 @@ class RopeTables:
             return None
         key = layer_rope(self._cfg, layer)
         if key not in self._tables and self._cfg.mrope_section and self._streams is not None:
-            self._tables[key] = mrope_cos_sin(self._streams, self._cfg.rotated_dims, *key, self._cfg.mrope_section)
+            self._tables[key] = mrope_cos_sin(self._streams, self._cfg.rotated_dims, *key, self._cfg.mrope_section,
+                                              self._cfg.mrope_interleaved)
         if key not in self._tables:
             self._tables[key] = cos_sin(self._positions, self._cfg.rotated_dims, *key)
         return self._tables[key]

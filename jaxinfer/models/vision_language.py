@@ -3,7 +3,8 @@ Qwen2-VL's and Qwen2.5-VL's (models/qwen2_vl_vision), Mistral 3's (models/pixtra
 SmolVLM's (models/idefics3_vision); InternVL's (models/internvl_vision).
 
 Each runs its language model as the text family its `text_config` names; this module picks what the images
-add (config, weight tree, features program) by the checkpoint's architecture or its config's type.
+add (config, weight tree, features program) by the checkpoint's architecture or its config's type. Qwen3-VL's
+(models/qwen3_vl_vision) is a Qwen2-VL config (its prompts, its M-RoPE positions) with its own tower.
 """
 
 from __future__ import annotations
@@ -19,21 +20,23 @@ import jaxinfer.models.internvl_vision as internvl_vision
 import jaxinfer.models.llava as llava
 import jaxinfer.models.pixtral_vision as pixtral_vision
 import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
+import jaxinfer.models.qwen3_vl_vision as qwen3_vl_vision
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig, Idefics3Weights
 from jaxinfer.models.internvl_vision import InternVLVisionConfig, InternVLWeights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
 from jaxinfer.models.pixtral_vision import Mistral3Config, PixtralWeights
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig, QwenTowerWeights
+from jaxinfer.models.qwen3_vl_vision import Qwen3TowerWeights, Qwen3VLConfig
 
 ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vision.QWEN2_VL,
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
-    pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
+    qwen3_vl_vision.ARCHITECTURES + pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
     internvl_vision.ARCHITECTURES
 VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config, Idefics3VisionConfig,
                              InternVLVisionConfig]
-VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, PixtralWeights, Idefics3Weights,
-                              InternVLWeights]
+VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, Qwen3TowerWeights, PixtralWeights,
+                              Idefics3Weights, InternVLWeights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
@@ -42,6 +45,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return gemma3_vision.read_gemma3_vision_config(hf)
     if hf["architectures"][0] in (qwen2_vl_vision.QWEN2_VL, qwen2_vl_vision.QWEN2_5_VL):
         return qwen2_vl_vision.read_qwen2_vl_config(hf)
+    if hf["architectures"][0] in qwen3_vl_vision.ARCHITECTURES:
+        return qwen3_vl_vision.read_qwen3_vl_config(hf)
     if hf["architectures"][0] in pixtral_vision.ARCHITECTURES:
         return pixtral_vision.read_mistral3_config(hf)
     if hf["architectures"][0] in idefics3_vision.ARCHITECTURES:
@@ -55,6 +60,8 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
     """The tower and projector leaves as ArrayInfos."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.abstract_gemma3_vision(cfg)
+    if isinstance(cfg, Qwen3VLConfig):
+        return qwen3_vl_vision.abstract_qwen3_vl(cfg)
     if isinstance(cfg, Qwen2VLConfig):
         return qwen2_vl_vision.abstract_qwen2_vl(cfg)
     if isinstance(cfg, Mistral3Config):
@@ -68,10 +75,13 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
 
 def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: VisionLanguageConfig) -> jax.Array:
     """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, rows, D] of
-    one image's patches [1, blocks_h, blocks_w, m*m, F]; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at
-    its own size; Idefics3's and InternVL's: [N, image_seq_len, D] of tiles [N, C, S, S])."""
+    one image's patches [1, blocks_h, blocks_w, m*m, F]; Qwen3-VL's: [1, rows, (1 + K) * D], its K DeepStack rows
+    beside; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at its own size; Idefics3's and InternVL's:
+    [N, image_seq_len, D] of tiles [N, C, S, S])."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, Qwen3VLConfig):
+        return qwen3_vl_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen2VLConfig):
         return qwen2_vl_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Mistral3Config):
@@ -97,6 +107,11 @@ def blank_pixels(cfg: VisionLanguageConfig) -> np.ndarray:
 def mark_token_id(cfg: VisionLanguageConfig) -> int:
     """The token a prompt marks each image with (LLaVA's image token; Gemma 3's start of image)."""
     return cfg.boi_token_id if isinstance(cfg, Gemma3VisionConfig) else cfg.image_token_id
+
+
+def deepstack_layers(cfg: VisionLanguageConfig | None) -> int:
+    """How many language-model layers add an image's DeepStack rows (Qwen3-VL's); 0 for the others."""
+    return cfg.deepstack_layers if isinstance(cfg, Qwen3VLConfig) else 0
 
 
 def bidirectional(cfg: VisionLanguageConfig | None) -> bool:

@@ -3,7 +3,9 @@
 The rows are a request's `image_rows` (float32, one per placeholder, in the order of its `images`):
 an image's made by its model's tower, a prompt_embeds prompt's given (`ImageInput.rows`). A step
 of a model whose steps take an override always gets one (a device-resident empty one when none of
-its tokens is a placeholder), so its programs are the same with or without such inputs.
+its tokens is a placeholder), so its programs are the same with or without such inputs. Qwen3-VL's
+rows carry its K DeepStack rows beside (`deepstack` > 0: [length, (1 + K) * D]); given rows (prompt_embeds)
+get zeros there.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxinfer.models.embed_override import EmbedOverride
+from jaxinfer.models.embed_override import EmbedOverride, stacked_override
 from jaxinfer.parallel.sharding import Layout
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.image_input import ImageInput
@@ -28,10 +30,13 @@ def no_tower(images: list[ImageInput]) -> list[np.ndarray]:
 
 
 class StepRows:
-    """Builds each ragged step's override; `bidirectional`: also each image token's image end (Gemma 3)."""
+    """Builds each ragged step's override; `bidirectional`: also each image token's image end (Gemma 3);
+    `deepstack`: the DeepStack rows each image row carries beside (Qwen3-VL's K)."""
 
-    def __init__(self, hidden_size: int, layout: Layout, encode: Encoder = no_tower, bidirectional: bool = False):
+    def __init__(self, hidden_size: int, layout: Layout, encode: Encoder = no_tower, bidirectional: bool = False,
+                 deepstack: int = 0):
         self.hidden_size, self.layout, self.encode, self.bidirectional = hidden_size, layout, encode, bidirectional
+        self.width = hidden_size * (1 + deepstack)  # of one image row
         self.empty: dict[int, EmbedOverride] = {}  # tokens -> an all-text override on the device
 
     def fill(self, requests: list[Any]) -> None:
@@ -41,19 +46,23 @@ class StepRows:
                 tower = [image for image in request.images if image.rows is None]  # a request's images at once
                 made = iter(self.encode(tower) if tower else ())
                 request.image_rows = np.concatenate([
-                    image.rows if image.rows is not None else next(made) for image in request.images])
+                    self.widened(image.rows) if image.rows is not None else next(made) for image in request.images])
+
+    def widened(self, rows: np.ndarray) -> np.ndarray:
+        """Given rows [L, D] as image rows: zeros where DeepStack's would be (they add nothing)."""
+        return np.pad(rows, ((0, 0), (0, self.width - rows.shape[1])))
 
     def override(self, host: HostStep) -> EmbedOverride:
         """The step's rows at its placeholder tokens (its requests' rows made first)."""
         tokens = len(host.tokens)
         if host.image_tokens is None:
             if tokens not in self.empty:
-                zeros = EmbedOverride(np.zeros((tokens, self.hidden_size), np.float32), np.zeros(tokens, bool),
-                                      self._no_key_ends(tokens))
+                zeros = stacked_override(np.zeros((tokens, self.width), np.float32), np.zeros(tokens, bool),
+                                         self.hidden_size, self._no_key_ends(tokens))
                 self.empty[tokens] = jax.tree.map(self.layout.put, zeros)
             return self.empty[tokens]
         self.fill(host.requests)
-        rows = np.zeros((tokens, self.hidden_size), np.float32)
+        rows = np.zeros((tokens, self.width), np.float32)
         mask = host.image_tokens >= 0
         flat = np.flatnonzero(mask)
         owners = host.token_rows[flat]
@@ -63,7 +72,7 @@ class StepRows:
             rows[mine] = host.requests[r].image_rows[host.image_tokens[mine]]
             if key_ends is not None:
                 key_ends[mine] = image_ends(host.requests[r].images)[host.image_tokens[mine]]
-        return self.layout.put_tree(EmbedOverride(rows, mask, key_ends))
+        return self.layout.put_tree(stacked_override(rows, mask, self.hidden_size, key_ends))
 
     def _no_key_ends(self, tokens: int) -> np.ndarray | None:
         """Zeros [tokens] int32 (every token sees up to its own position) where images attend both ways."""

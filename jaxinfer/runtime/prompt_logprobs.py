@@ -18,15 +18,15 @@ import numpy as np
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights
-from jaxinfer.models.embed_override import EmbedOverride
+from jaxinfer.models.embed_override import stacked_override
 from jaxinfer.parallel.sharding import UNSHARDED, Layout, to_host
 from jaxinfer.runtime import step_programs
 from jaxinfer.runtime.executables import Program
 from jaxinfer.sampling.logprob import Logprob, TokenText, no_text, position_logprobs
 
 MIN_BUCKET = 64
-# A prompt's image rows for the pass: ([n, D] float32 rows, [n] bool where they replace the embeddings,
-# [n, 3] int32 rotary offsets of an M-RoPE model's tokens or None)
+# A prompt's image rows for the pass: ([n, D] float32 rows (Qwen3-VL's: [n, (1 + K) * D], DeepStack's beside),
+# [n] bool where they replace the embeddings, [n, 3] int32 rotary offsets of an M-RoPE model's tokens or None)
 ImageRows = tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
 
@@ -56,7 +56,7 @@ def logits_program(
     if rows is not None:
         padded = np.zeros((size, rows[0].shape[1]), np.float32), np.zeros(size, bool)
         padded[0][: len(rows[0])], padded[1][: len(rows[1])] = rows[:2]
-        images = dict(override=layout.put_tree(EmbedOverride(*padded)))
+        images = dict(override=layout.put_tree(stacked_override(*padded, cfg.hidden_size)))
         if rows[2] is not None:  # M-RoPE: the image tokens' grid offsets, the images' deltas after them
             offsets = np.zeros((1, size, 3), np.int32)
             offsets[0, : len(rows[2])] = rows[2]

@@ -4,7 +4,7 @@ step's rows for its placeholder tokens (runtime/embed_rows).
 The tower runs as its own program (one per tower and image size: every image reaches it at the
 size its model's processor makes) when a request with images is first scheduled; its rows go back
 to the host and stay with the request (`Request.image_rows`: float32, tokens_per_image x D per
-image, 9.4 MB for llava-1.5-7b's 576 x 4096), so chunked prefill and recompute after preemption
+image, 9.4 MB for llava-1.5-7b's 576 x 4096; Qwen3-VL's: (1 + K) x D), so chunked prefill and recompute after preemption
 never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
 same image in another request, are not encoded again). Idefics3's and InternVL's tiles, all one size, go through
 together: a request's new tiles in one call of the next power of two (up to MAX_TILES, zero tiles
@@ -26,6 +26,7 @@ from jaxinfer.models.vision_language import (
     VisionLanguageWeights,
     bidirectional,
     blank_pixels,
+    deepstack_layers,
     tiled,
 )
 from jaxinfer.parallel.sharding import Layout, to_host
@@ -51,7 +52,7 @@ class VisionRunner:
         self.tower_calls = 0
         self.bidirectional = bidirectional(cfg)  # steps carry each image token's image end (Gemma 3)
         self.tiled = tiled(cfg)  # a request's same-size tiles go through together (Idefics3, InternVL)
-        self.rows = StepRows(cfg.text_hidden_size, layout, self.encode, self.bidirectional)
+        self.rows = StepRows(cfg.text_hidden_size, layout, self.encode, self.bidirectional, deepstack_layers(cfg))
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
         """The tower's program over one image (zeros: what warm-up compiles)."""
@@ -100,7 +101,7 @@ class VisionRunner:
         """([length, D] float32 rows, [length] bool mask) of a prompt's images at their placeholders: what an
         all-positions pass (prompt logprobs) reads instead of those tokens' embeddings; and an M-RoPE model's
         [length, 3] rotary offsets of its tokens (None for the others)."""
-        rows, mask = np.zeros((length, self.cfg.text_hidden_size), np.float32), np.zeros(length, bool)
+        rows, mask = np.zeros((length, self.rows.width), np.float32), np.zeros(length, bool)
         for image, made in zip(images, self.encode(list(images))):
             rows[image.offset : image.offset + image.length] = made
             mask[image.offset : image.offset + image.length] = True

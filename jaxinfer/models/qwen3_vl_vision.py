@@ -1,0 +1,193 @@
+"""Qwen3-VL's and Qwen3-VL-MoE's vision tower: one image's patches in, its image tokens' rows and DeepStack's
+rows out.
+
+The patches reach the tower as Qwen2-VL's do ([blocks_h, blocks_w, merge * merge, C * T * p * p], the image
+processor's order), and attention, its 2-D rotary and the layers' LayerNorms are Qwen2-VL's (models/
+qwen2_vl_vision). What differs: the patch embedding has a bias; a learned square grid of position embeddings
+(`num_position_embeddings`) is resampled bilinearly (corners aligned) to the image's patch grid and added; the
+MLP is fc1-act-fc2 with biases; and after each layer in `deepstack_visual_indexes` a DeepStack merger (its
+LayerNorm over each merge block's four patches together: "post-shuffle") maps the stream to language-model
+rows, which the language model adds to its hidden states at the image's tokens after its first layers
+(models/embed_override). An image's rows go out side by side: [1, N, (1 + K) * D], the final merger's first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxinfer.config.model import ConfigError
+from jaxinfer.models.qwen2_vl_vision import (
+    ACTIVATIONS,
+    Qwen2VLConfig,
+    QwenBlock,
+    attention,
+    mlp,
+    norm,
+    patch_grid,
+    rotary,
+)
+from jaxinfer.parallel.array_info import ArrayInfo
+
+ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen3TowerConfig:
+    """The tower's shape (hashable: a static program argument)."""
+
+    depth: int
+    width: int  # hidden_size
+    heads: int
+    mlp_width: int
+    activation: str
+    patch_size: int
+    temporal_patch_size: int
+    merge: int  # spatial_merge_size
+    channels: int
+    theta: float
+    grid_side: int  # the learned position grid's side: sqrt(num_position_embeddings)
+    deepstack: tuple[int, ...]  # deepstack_visual_indexes: the layers whose output DeepStack merges
+
+    @property
+    def patch_dims(self) -> int:
+        """Pixels per patch: C * T * p * p."""
+        return self.channels * self.temporal_patch_size * self.patch_size ** 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen3VLConfig(Qwen2VLConfig):
+    """A Qwen2-VL-like checkpoint (its prompts and M-RoPE positions) with Qwen3-VL's tower."""
+
+    vision: Qwen3TowerConfig  # type: ignore[assignment]
+
+    @property
+    def deepstack_layers(self) -> int:
+        """How many language-model layers take DeepStack rows (added after layers 0 .. K - 1)."""
+        return len(self.vision.deepstack)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class QwenMerger:
+    """A patch merger: LayerNorm (over E, or over 4E after the shuffle), fc1 [4E, 4E], GELU, fc2 [4E, D]."""
+
+    norm: jax.Array
+    norm_bias: jax.Array
+    w1: jax.Array
+    b1: jax.Array
+    w2: jax.Array
+    b2: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Qwen3TowerWeights:
+    """Patch embedding [C*T*p*p, E] and bias, position grid [side * side, E], layers, merger, DeepStack's."""
+
+    patch: jax.Array
+    patch_bias: jax.Array
+    pos_embed: jax.Array
+    blocks: list[QwenBlock]
+    merger: QwenMerger
+    deepstack: list[QwenMerger]
+
+
+def abstract_qwen3_vl(cfg: Qwen3VLConfig) -> Qwen3TowerWeights:
+    """Every tower and merger leaf as an ArrayInfo."""
+    v = cfg.vision
+    e, f, merged = v.width, v.mlp_width, v.width * v.merge ** 2
+    vec = lambda n, value=0.0: ArrayInfo((n,), (None,), init_value=value)  # noqa: E731
+    mat = lambda a, b: ArrayInfo((a, b), (None, None))  # noqa: E731
+
+    def block() -> QwenBlock:
+        return QwenBlock(vec(e, 1.0), vec(e), mat(e, 3 * e), vec(3 * e), mat(e, e), vec(e), vec(e, 1.0), vec(e),
+                         mat(e, f), vec(f), mat(f, e), vec(e))
+
+    def merger(normed: int) -> QwenMerger:
+        return QwenMerger(vec(normed, 1.0), vec(normed), mat(merged, merged), vec(merged),
+                          mat(merged, cfg.text_hidden_size), vec(cfg.text_hidden_size))
+
+    return Qwen3TowerWeights(mat(v.patch_dims, e), vec(e), mat(v.grid_side ** 2, e), [block() for _ in range(v.depth)],
+                             merger(e), [merger(merged) for _ in v.deepstack])
+
+
+def interpolation(rows: np.ndarray, cols: np.ndarray, height: int, width: int, side: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(indices [N, 4] into the side x side grid, float32 weights [N, 4]): bilinear resampling with corners
+    aligned (HF's `F.interpolate(align_corners=True)` as four taps) of each patch (row, col) of a height x width
+    patch grid."""
+    def taps(index: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+        src = index.astype(np.float32) * np.float32(side - 1) / np.float32(max(size - 1, 1))
+        floor = np.floor(src)
+        at = floor[:, None] + np.arange(2, dtype=np.float32)
+        return np.clip(at, 0, side - 1).astype(np.int32), np.maximum(1 - np.abs(src[:, None] - at), 0)
+
+    row_taps, row_weights = taps(rows, height)
+    col_taps, col_weights = taps(cols, width)
+    indices = (row_taps[:, :, None] * side + col_taps[:, None, :]).reshape(-1, 4)
+    return indices, (row_weights[:, :, None] * col_weights[:, None, :]).reshape(-1, 4).astype(np.float32)
+
+
+def merge(m: QwenMerger, x: jax.Array, width: int, post_shuffle: bool) -> jax.Array:
+    """Language-model rows [N / merge², D] of patches x [N, E] (width: E * merge²)."""
+    merged = norm(x.reshape(-1, width), m.norm, m.norm_bias) if post_shuffle else \
+        norm(x, m.norm, m.norm_bias).reshape(-1, width)
+    return jax.nn.gelu(merged @ m.w1 + m.b1, approximate=False) @ m.w2 + m.b2
+
+
+def image_features(weights: Qwen3TowerWeights, pixels: jax.Array, cfg: Qwen3VLConfig) -> jax.Array:
+    """Rows [1, blocks_h * blocks_w, (1 + K) * D] of one image's patches [1, blocks_h, blocks_w, m*m, F]: the
+    merger's, then each DeepStack merger's."""
+    v = cfg.vision
+    _, blocks_h, blocks_w, _, _ = pixels.shape
+    rows, cols = patch_grid(blocks_h, blocks_w, v.merge)
+    indices, taps = interpolation(rows, cols, blocks_h * v.merge, blocks_w * v.merge, v.grid_side)
+    x = pixels.reshape(-1, v.patch_dims).astype(weights.patch.dtype) @ weights.patch + weights.patch_bias
+    x = x + jnp.einsum("nt,nte->ne", jnp.asarray(taps, x.dtype), weights.pos_embed[jnp.asarray(indices)])
+    cos, sin = rotary(rows, cols, v.width // v.heads, v.theta)
+    width, deep = v.width * v.merge ** 2, []
+    for layer, b in enumerate(weights.blocks):
+        x = x + attention(b, norm(x, b.norm1, b.norm1_bias), v.heads, cos, sin, None)
+        x = x + mlp(b, norm(x, b.norm2, b.norm2_bias), v.activation)
+        if layer in v.deepstack:
+            deep.append(merge(weights.deepstack[v.deepstack.index(layer)], x, width, post_shuffle=True))
+    return jnp.concatenate([merge(weights.merger, x, width, post_shuffle=False), *deep], axis=-1)[None]
+
+
+def read_qwen3_vl_config(hf: Mapping[str, Any]) -> Qwen3VLConfig:
+    """A Qwen3VLConfig from an HF Qwen3-VL / Qwen3-VL-MoE config; ConfigError naming a field it cannot run."""
+    vision, text = hf.get("vision_config") or {}, hf.get("text_config") or {}
+    act = vision.get("hidden_act", "gelu_pytorch_tanh")
+    if act not in ACTIVATIONS:
+        raise ConfigError(f"vision_config.hidden_act {act!r} is not supported; supported: {ACTIVATIONS}")
+    width, heads = int(vision.get("hidden_size", 1152)), int(vision.get("num_heads", 16))
+    if width % heads or (width // heads) % 4:
+        raise ConfigError(f"vision_config: hidden_size {width} over num_heads {heads} must give a head size that "
+                          "is a multiple of 4 (its 2-D rotary turns a quarter of it by rows, a quarter by columns)")
+    positions = int(vision.get("num_position_embeddings", 2304))
+    side = int(round(positions ** 0.5))
+    if side * side != positions:
+        raise ConfigError(f"vision_config.num_position_embeddings {positions} must be a square (a side x side grid)")
+    depth = int(vision.get("depth", 27))
+    deepstack = tuple(int(i) for i in vision.get("deepstack_visual_indexes", (8, 16, 24)))
+    if any(not 0 <= i < depth for i in deepstack):
+        raise ConfigError(f"vision_config.deepstack_visual_indexes {list(deepstack)} must name layers 0 to "
+                          f"{depth - 1} of the tower's {depth}")
+    tower = Qwen3TowerConfig(
+        depth=depth, width=width, heads=heads, mlp_width=int(vision.get("intermediate_size", 4304)), activation=act,
+        patch_size=int(vision.get("patch_size", 16)), temporal_patch_size=int(vision.get("temporal_patch_size", 2)),
+        merge=int(vision.get("spatial_merge_size", 2)), channels=int(vision.get("in_channels", 3)),
+        theta=float((vision.get("rope_parameters") or {}).get("rope_theta", 10000.0)), grid_side=side,
+        deepstack=deepstack,
+    )
+    return Qwen3VLConfig(
+        vision=tower, text_hidden_size=int(text.get("hidden_size", vision.get("out_hidden_size", 3584))),
+        image_token_id=int(hf.get("image_token_id", 151655)),
+        vision_start_token_id=int(hf.get("vision_start_token_id", 151652)),
+        vision_end_token_id=int(hf.get("vision_end_token_id", 151653)),
+    )
