@@ -18,9 +18,10 @@ import pytest
 import torch
 import transformers
 
-from jaxinfer import LLM, ConfigError, SamplingParams, from_hf_config
+from jaxinfer import LLM, ConfigError, SamplingParams, SpeculativeConfig, from_hf_config
 from jaxinfer.checkpoint.hf_names import in_mtp_layer
 from jaxinfer.config.state_space import StateSpace
+from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
 from jaxinfer.models.decoder import abstract_weights
 from jaxinfer.models.mamba2_mixer import gated_output
 from jaxinfer.models.weight_ops import quantize_weights
@@ -179,7 +180,8 @@ def test_qwen3_next_config_as_transformers_reads_it():
     """Without layer_types every full_attention_interval-th layer attends (transformers' default: 4); a quarter of
     each head rotates; the DeltaNet's state takes Mamba2's shapes (value heads, value dims, key dims, key heads; q, k
     and v's conv channels); the checkpoint's MTP module is not read; dense MLP layers, value heads not a multiple of
-    the key heads and unknown layer types are refused by name."""
+    the key heads and unknown layer types are refused by name, and so are prefix caching and speculation (its MTP
+    module's too: the state cannot be rolled back)."""
     hf = {**{k: v for k, v in QWEN3_NEXT.items() if k != "layer_types"}, "num_hidden_layers": 8,
           "architectures": ["Qwen3NextForCausalLM"]}
     cfg = from_hf_config(hf)
@@ -187,6 +189,11 @@ def test_qwen3_next_config_as_transformers_reads_it():
     assert (ss.layers, cfg.rotary_dim, cfg.norm_weight_offset) == ((0, 1, 2, 4, 5, 6), 4, 1.0)
     assert (ss.num_heads, ss.head_dim, ss.state_size, ss.n_groups, ss.conv_dim) == (4, 16, 8, 2, 96)
     assert in_mtp_layer(cfg, "mtp.layers.0.mlp.gate.weight") and not in_mtp_layer(cfg, "model.layers.0.mlp.gate.weight")
+    with pytest.raises(ConfigError, match="not supported for Qwen3NextForCausalLM: the recurrent state of its state "
+                                          r"layers \(Mamba2, Gated DeltaNet or short conv\) cannot be rolled back"):
+        check_speculation(SpeculativeConfig(method="mtp", num_speculative_tokens=1), cfg)
+    with pytest.raises(ConfigError, match="enable_prefix_caching=True is not supported for Qwen3NextForCausalLM"):
+        prefix_caching_setting(True, cfg)
     with pytest.raises(ConfigError, match=r"dense MLP layers \[1\] \(mlp_only_layers \[1\].*Qwen3NextForCausalLM"):
         from_hf_config({**hf, "mlp_only_layers": [1]})
     with pytest.raises(ConfigError, match=r"linear_num_value_heads \(3\) must be a multiple of linear_num_key_heads"):

@@ -1,4 +1,5 @@
-"""What a model with Mamba2 state layers runs without, refused by name (see cache/state_pool).
+"""What a model with state layers (Mamba2, Gated DeltaNet, short convs) runs without, refused by name (see
+cache/state_pool).
 
 Prefix caching: a cached page holds K/V, not the recurrent state after it, so a request cannot start
 from another's pages (vLLM served these models without it at first too); it is off by default for
@@ -12,6 +13,8 @@ from __future__ import annotations
 from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.speculative.config import SpeculativeConfig
 
+STATE_LAYERS = "state layers (Mamba2, Gated DeltaNet or short conv)"  # how the messages name them
+
 
 def prefix_caching_setting(asked: bool | None, cfg: ModelConfig) -> bool:
     """enable_prefix_caching as it runs: None is on, unless the model has state layers or cross-attends
@@ -24,7 +27,7 @@ def prefix_caching_setting(asked: bool | None, cfg: ModelConfig) -> bool:
     if cfg.state_space is None:
         return True if asked is None else bool(asked)
     if asked:
-        raise ConfigError(f"enable_prefix_caching=True is not supported for {cfg.architecture}: its Mamba2 layers "
+        raise ConfigError(f"enable_prefix_caching=True is not supported for {cfg.architecture}: its {STATE_LAYERS} "
                           "keep a recurrent state per request, which cached pages do not hold; leave it unset or False")
     return False
 
@@ -37,13 +40,13 @@ def check_speculation(speculative: SpeculativeConfig | None, cfg: ModelConfig) -
                           f"{cfg.architecture}: its drafters would not see the audio; leave speculative unset")
     if speculative is not None and cfg.state_space is not None:
         raise ConfigError(f"speculative decoding (method {speculative.method!r}) is not supported for "
-                          f"{cfg.architecture}: its Mamba2 layers' recurrent state cannot be rolled back past a "
-                          "rejected draft; leave speculative unset")
+                          f"{cfg.architecture}: the recurrent state of its {STATE_LAYERS} cannot be rolled back "
+                          "past a rejected draft; leave speculative unset")
 
 
 def check_offloading(size: float | None, cfg: ModelConfig) -> float | None:
     """kv_offloading_size as given; refused for a model with state layers (it has no prefix cache to offload)."""
     if size and cfg.state_space is not None:
         raise ConfigError(f"kv_offloading_size={size!r} is not supported for {cfg.architecture}: it keeps evicted "
-                          "prefix-cache pages, and its Mamba2 layers run without prefix caching; leave it unset")
+                          f"prefix-cache pages, and its {STATE_LAYERS} run without prefix caching; leave it unset")
     return size
