@@ -81,6 +81,8 @@ def test_encoder_matches_hf(llm, hf, model_dir):
         want = hf.model.encoder(feats).last_hidden_state.numpy()
     got = np.asarray(encode(llm._audio[0], feats.numpy()))
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    decoder = llm.weights  # the decoder's tree as LLM.weights gives every model's
+    np.testing.assert_array_equal(decoder.layers[0].positions, hf.model.decoder.embed_positions.weight.detach().numpy())
 
 
 def test_logprobs_and_greedy_tokens_match_hf(llm, hf, model_dir, clips, hf_tokens):

@@ -12,7 +12,7 @@ product; here the scores are (the same up to rounding).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +62,11 @@ class WhisperLayer:
     w_down: Weight  # [F, D]
     b_down: jax.Array  # [D]
     positions: jax.Array | None = None  # [max_target_positions, D], layer 0 only
+
+    # The tree-wide transforms' view (models/weight_ops): the matmul weights; none joined (Whisper loads as read)
+    PROJECTIONS: ClassVar[dict[str, int]] = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "cq": 1, "co": 2, "w_up": 1,
+                                             "w_down": 1}
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
 
 def abstract_layer(cfg: ModelConfig, layer: int = 0) -> WhisperLayer:
