@@ -69,6 +69,12 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
     ],
     "granite": [('Sure.<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}, '
                  '{"name": "get_time", "arguments": {"zone": "UTC"}}]', "Sure.", CALLS)],
+    "pythonic": [
+        ('[get_weather(city="Oslo", days=2), get_time(zone=\'UTC\')]', None, CALLS),
+        ("<|python_start|>[get_weather(city='007', days=3, metric=True, hours=(6, 18),)]<|python_end|>", None, TYPED),
+        ('[get_time(zone="a, (b) \\"c, d\\" \u00e9"), get_time(zone=\'\'\'it\'s)\'\'\')]', None,
+         [("get_time", {"zone": 'a, (b) "c, d" \u00e9'}), ("get_time", {"zone": "it's)"})]),
+    ],
 }
 CASES = [(name, *case) for name, cases in REPLIES.items() for case in cases]
 
@@ -193,6 +199,8 @@ def test_text_values_go_out_as_they_come_not_when_they_close(parser, value, end)
     ("hermes", 'Checking.\n<tool_call>\n{"name": "get_date", "arguments": {}}\n</tool_call>', 'get_date"'),
     ("glm45", "Sure.<tool_call>get_date\n<arg_key>days</arg_key><arg_value>2</arg_value></tool_call>", "get_d"),
     ("llama3_json", "The answer is 42.", "The"),
+    ("pythonic", "[get_date(), get_weather(city='Oslo')]", "get_d"),
+    ("pythonic", "[get_weather('Oslo')]", "'"),
 ])
 def test_text_that_is_not_calls_streams_as_content_once_that_is_decided(parser, reply, decided_at):
     events, reason = stream_events(plan(parser), [*tokens(reply), ""])

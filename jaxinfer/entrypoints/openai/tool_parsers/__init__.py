@@ -20,6 +20,7 @@ from jaxinfer.entrypoints.openai.tool_parsers import (
     hermes,
     llama3_json,
     mistral,
+    pythonic,
     qwen3_coder,
 )
 from jaxinfer.entrypoints.openai.tool_parsers.incremental import Malformed, Progress, Reader, Source, Wait, skip_space
@@ -71,6 +72,7 @@ TOOL_PARSERS = {
     "glm45": ToolParser("glm45", glm45.START, glm45.read, glm45.stream),
     "qwen3_coder": ToolParser("qwen3_coder", qwen3_coder.START, qwen3_coder.read, qwen3_coder.stream),
     "granite": ToolParser("granite", granite.START, granite.read, granite.stream, keeps_special=True),
+    "pythonic": ToolParser("pythonic", None, pythonic.read, pythonic.stream),
     "openai": ToolParser("openai", None, None),
 }
 
