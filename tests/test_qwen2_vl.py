@@ -3,7 +3,7 @@ through the language model (M-RoPE with its three position streams equal is Qwen
 and greedy tokens through LLM.generate; configs nested (transformers 5) and flat (the hub's) read alike. With images:
 the tower's rows (Qwen3-VL's DeepStack rows too) and the M-RoPE positions as HF's, every position's logits, greedy
 tokens and logprobs through the engine (chunks cutting the image, prefix caching on and off), two images of
-different sizes, a batch of image and text prompts as each alone, LLM.chat."""
+different sizes (Qwen3-VL's batched with a text prompt), LLM.chat."""
 
 from __future__ import annotations
 
@@ -216,32 +216,24 @@ def test_prompt_logprobs_with_an_image_match_hf(llm, hf_model, kind):
 
 
 def test_two_images_of_different_sizes(llm, hf_model, kind):
-    """Two images whose pad counts differ (3 x 5 and 2 x 2 merged blocks), text between and after them."""
+    """Two images whose pad counts differ (3 x 5 and 2 x 2 merged blocks), text between and after them: HF's
+    tokens and logprobs. Qwen3-VL's prompt runs batched with a text prompt in 16-token chunks (the images' rows,
+    DeepStack's too, follow their tokens whichever chunk and batch row they land in); the text one's tokens are
+    its tokens alone."""
     first_kind_only(kind, "qwen3_vl")
     two = "USER: <|vision_start|><|image_pad|><|vision_end|> and <|vision_start|><|image_pad|><|vision_end|> fox:"
     images = [picture(2), picture(3, 32, 32)]
     _, carried = llm.image_prompts.prompt(two, images, "test")
     assert [i.length for i in carried] == [15, 4]
     hf, hf_logprobs = hf_generate(hf_model, hf_inputs(llm, images, two))
-    out, logprobs = greedy_logprobs(llm, images, two)
+    if kind == "qwen3_vl":
+        with_text = llm.generate([{"prompt": two, "multi_modal_data": {"image": images}}, TEXT], WITH_LOGPROBS)
+        out = with_text[0].outputs[0].token_ids
+        logprobs = np.asarray([step[t].logprob for step, t in zip(with_text[0].outputs[0].logprobs, out)])
+        assert with_text[1].outputs[0].token_ids == llm.generate(TEXT, GREEDY)[0].outputs[0].token_ids
+    else:
+        out, logprobs = greedy_logprobs(llm, images, two)
     assert out == hf and np.abs(logprobs - hf_logprobs).max() <= 1e-4
-
-
-def test_batch_of_image_and_text_prompts_matches_each_alone(llm, kind):
-    """An image prompt and a text prompt in one batch of 16-token chunks: each one's greedy tokens and logprobs as
-    when it runs alone (the image's rows, DeepStack's too, follow its tokens whichever chunk and batch row they
-    land in)."""
-    if kind != "qwen3_vl":
-        pytest.skip("Qwen3-VL's: its image rows carry DeepStack's beside (the others' batches run in the engine tests)")
-    prompts = [{"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(6)}}, TEXT]
-    params = SamplingParams(max_tokens=4, temperature=0, logprobs=0)
-    together = llm.generate(prompts, params)
-    for prompt, out in zip(prompts, together):
-        (alone,) = llm.generate(prompt, params)
-        assert out.outputs[0].token_ids == alone.outputs[0].token_ids
-        logprobs = [[step[t].logprob for step, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)]
-                    for o in (out, alone)]
-        np.testing.assert_allclose(*logprobs, atol=1e-5)
 
 
 def test_chat_with_image_url(llm, hf_model, kind):
