@@ -19,6 +19,7 @@ import torch
 import transformers
 
 from jaxinfer import LLM, ConfigError, SamplingParams, SpeculativeConfig, from_hf_config
+from jaxinfer.cache.paged import page_bytes
 from jaxinfer.checkpoint.hf_names import in_mtp_layer
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
@@ -172,6 +173,9 @@ def test_nemotron_h_config_as_transformers_reads_it():
     assert (cfg.state_space.layers, cfg.mlp_only_layers, cfg.nope_layers) == ((0, 3), (2,), (0, 1, 2, 3))
     assert cfg.state_space.time_step_limit == (0.002, math.inf) and cfg.activation == "relu2"
     assert cfg.state_space.chunk_size == 16  # the chunked SSD's chunk: a 16-token prefill step runs it
+    # Only the attention layer keeps K/V: a page holds one layer's (the MLP layer's buffers are empty, as Mamba2's).
+    assert [cfg.keeps_kv(i) for i in range(4)] == [False, True, False, False]
+    assert page_bytes(cfg, 16, jnp.float32) == 2 * 16 * cfg.num_kv_heads * cfg.head_dim * 4
     with pytest.raises(ConfigError, match="MoE layers .* not supported for NemotronHForCausalLM"):
         from_hf_config({**hf, "hybrid_override_pattern": "M*E-"})
 

@@ -163,7 +163,10 @@ class ModelConfig:
         return self.state_space is not None and layer in self.state_space.layers
 
     def keeps_kv(self, layer: int) -> bool:
-        """Whether `layer` writes K/V pages: every layer but a state layer, unless it also attends (Falcon-H1)."""
+        """Whether `layer` writes K/V pages: every layer but a state layer, unless it also attends (Falcon-H1), and
+        but an MLP-only one (Nemotron-H's "-": half its layers, whose buffers would be a pool's worth unused)."""
+        if layer in self.mlp_only_layers:
+            return False
         return not self.is_state_layer(layer) or self.state_space.parallel_attention
 
     def is_moe_layer(self, layer: int) -> bool:

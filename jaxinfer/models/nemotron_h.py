@@ -3,7 +3,7 @@
 added to the residual stream.
 
 The attention layers have no rotary embeddings (NoPE) and no biases; the MLP layers keep neither K/V nor a state
-(`cfg.mlp_only_layers`; the engine still sizes K/V buffers for them, unused). Every tensor sits under
+(`cfg.mlp_only_layers`: their K/V buffers are empty, as a Mamba2 layer's are). Every tensor sits under
 `backbone.layers.{i}.mixer.`, beside the layer's `norm`; embeddings and the final norm as Mamba2's. The MoE
 layers ("E", Nemotron 3 Nano) are refused by name.
 """
