@@ -16,6 +16,7 @@ import transformers
 from whisper_models import PROMPT, save_whisper, tone
 
 from jaxinfer import LLM, SamplingParams
+from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.model import ConfigError
 from jaxinfer.entrypoints.resample import resample
 
@@ -98,6 +99,11 @@ def test_logprobs_and_greedy_tokens_match_hf(llm, hf, model_dir, clips, hf_token
     worst = max(abs(lp.logprob - want[step, token]) for step, top in enumerate(out.logprobs)
                 for token, lp in top.items())
     assert worst < 1e-4, worst
+    streamed = [t for delta in llm.stream(request(audio), SamplingParams(max_tokens=10, temperature=0))
+                for t in delta.outputs[0].token_ids]
+    assert streamed == out.token_ids
+    (beams,) = llm.beam_search([request(audio)], BeamSearchParams(beam_width=1, max_tokens=4))
+    assert beams.sequences[0].tokens == ids + out.token_ids[:4]
 
 
 def test_batched_requests_equal_each_alone_and_hf(llm, clips, hf_tokens):

@@ -308,10 +308,7 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         enable_lora=True.
         """
         self._check_generating("LLM.generate")
-        if self.audio_prompts is not None:  # a speech model's prompts carry their audio (entrypoints/audio_prompts)
-            prompts, images = self.audio_prompts.split(prompts)
-        else:
-            prompts, images = split_prompts(prompts, self.image_prompts, self.prompt_embeds)
+        prompts, images = self._split_prompts(prompts)
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, params)
         adapters = lora_requests_for(lora_request, len(prompts))
@@ -320,6 +317,13 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
             return self._engine_generate(prompts, params_list, bar.update, adapters, images)
         finally:
             bar.close()
+
+    def _split_prompts(self, prompts: Any) -> tuple[Any, list[tuple] | None]:
+        """vLLM's dict prompts as (ids, each one's images); a speech model's carry their audio instead
+        (entrypoints/audio_prompts)."""
+        if self.audio_prompts is not None:
+            return self.audio_prompts.split(prompts)
+        return split_prompts(prompts, self.image_prompts, self.prompt_embeds)
 
     def _engine_generate(
         self, prompts: list[Prompt], params: list[SamplingParams], on_finished: Callable[[int], object] | None = None,
@@ -344,7 +348,7 @@ class LLM(PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         self._check_generating("LLM.beam_search")
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
-        prompts, images = split_prompts(prompts, self.image_prompts, self.prompt_embeds)
+        prompts, images = self._split_prompts(prompts)
         all_ids = self._checked_ids(prompts, params.max_tokens)
         adapters = lora_requests_for(lora_request, len(all_ids))
         bar = progress_bar(use_tqdm, params.max_tokens, "Beam search", "step")

@@ -41,6 +41,9 @@ class StreamCalls:
 
     def _stream_prompt(self: LLM, prompt: Prompt, method: str) -> tuple[Prompt, list[tuple] | None]:
         """One prompt of `method` checked: a str or ids as they are, a dict prompt as (its ids, [its images])."""
+        if isinstance(prompt, Mapping) and self.audio_prompts is not None:  # a speech model's: its audio
+            ids, audio = self.audio_prompts.prompt(prompt, "prompt")
+            return ids, [audio]
         if isinstance(prompt, Mapping):
             ids, images = dict_prompt(prompt, self.image_prompts, "prompt", self.prompt_embeds)
             return ids, [images]
