@@ -9,8 +9,9 @@ value_heads / key_heads value heads share one q/k head.
 The state has Mamba2's shapes (config/state_space, cache/state_pool), by `deltanet_state`'s mapping: the conv
 state [K-1, C] holds the last q, k, v inputs (C = 2 * key_heads * key_dim + value_heads * value_dim = Mamba2's
 inner + 2 * G * N), the SSM state [H, P, N] each value head's S as [value_dim, key_dim] (transformers keeps its
-transpose). The recurrence is a per-token scan over the step's packed tokens (models/slot_scan) on every
-platform: there is no chunked form yet.
+transpose). The recurrence is a per-token scan over the step's packed tokens (models/slot_scan); on a GPU or
+TPU a step of at least CHUNK tokens runs the chunked form instead (models/delta_chunks: the UT transform within
+chunks, segment-aware across requests), as Mamba2's mixer picks its chunked SSD (mamba2_mixer.chunked_form).
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ import jax.numpy as jnp
 from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.model import ConfigError
 from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models.delta_chunks import chunked_delta
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import linear
+from jaxinfer.models.mamba2_mixer import chunked_form
 from jaxinfer.models.slot_scan import slot_scan
+from jaxinfer.models.ssd_chunks import conv_windows, segments
 from jaxinfer.parallel.array_info import ArrayInfo
 
 L2_EPS = 1e-6  # the FLA kernels' (and transformers' l2norm) epsilon for q and k
+CHUNK = 64  # the chunked form's chunk (transformers' and FLA's): a step of this many tokens runs it on accelerators
 
 
 def deltanet_state(layers: tuple[int, ...], key_heads: int, key_dim: int, value_heads: int, value_dim: int,
@@ -40,7 +45,7 @@ def deltanet_state(layers: tuple[int, ...], key_heads: int, key_dim: int, value_
         raise ConfigError(f"linear_num_value_heads ({value_heads}) must be a multiple of linear_num_key_heads "
                           f"({key_heads}): each q/k head serves a whole group of value heads")
     return StateSpace(layers=layers, num_heads=value_heads, head_dim=value_dim, state_size=key_dim,
-                      n_groups=key_heads, conv_kernel=conv_kernel, conv_bias=False, norm_eps=eps)
+                      n_groups=key_heads, conv_kernel=conv_kernel, conv_bias=False, norm_eps=eps, chunk_size=CHUNK)
 
 
 def _key_width(ss: StateSpace) -> int:
@@ -95,6 +100,16 @@ def l2_normed(x: jax.Array) -> jax.Array:
     return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + L2_EPS)
 
 
+def conv_qkv(ss: StateSpace, w: Any, window: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Conv windows [..., K, C] -> q and k [..., H, N] (L2-normed, each q/k head repeated for its value heads, q
+    scaled by N ** -0.5) and v [..., H, P], in float32."""
+    mixed = jax.nn.silu(jnp.sum(window * w.conv_weight[:, 0].T.astype(jnp.float32), axis=-2))
+    q, k, v = jnp.split(mixed, [_key_width(ss), 2 * _key_width(ss)], axis=-1)
+    lead, r = mixed.shape[:-1], ss.num_heads // ss.n_groups
+    q, k = (jnp.repeat(l2_normed(x.reshape(*lead, ss.n_groups, -1)), r, axis=-2) for x in (q, k))
+    return q * ss.state_size**-0.5, k, v.reshape(*lead, ss.num_heads, ss.head_dim)
+
+
 def token_step(
     ss: StateSpace, w: Any, states: tuple[jax.Array, jax.Array], qkv: jax.Array, g: jax.Array, beta: jax.Array
 ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
@@ -102,15 +117,34 @@ def token_step(
     beta [H] -> (the states after it, y [H, P]), in float32."""
     conv, state = states
     window = jnp.concatenate([conv, qkv[None]], axis=0)  # [K, C]
-    mixed = jax.nn.silu(jnp.sum(window * w.conv_weight[:, 0].T.astype(jnp.float32), axis=0))
-    q, k, v = jnp.split(mixed, [_key_width(ss), 2 * _key_width(ss)])
-    r = ss.num_heads // ss.n_groups
-    q = jnp.repeat(l2_normed(q.reshape(ss.n_groups, -1)), r, axis=0) * ss.state_size**-0.5  # [H, N]
-    k = jnp.repeat(l2_normed(k.reshape(ss.n_groups, -1)), r, axis=0)
+    q, k, v = conv_qkv(ss, w, window)
     state = state * jnp.exp(g)[:, None, None]
-    delta = (v.reshape(ss.num_heads, ss.head_dim) - jnp.einsum("hpn,hn->hp", state, k)) * beta[:, None]
+    delta = (v - jnp.einsum("hpn,hn->hp", state, k)) * beta[:, None]
     state = state + delta[:, :, None] * k[:, None, :]
     return (window[1:], state), jnp.einsum("hpn,hn->hp", state, q)
+
+
+def packed_scan(ss: StateSpace, w: Any, state: LayerState, qkv: jax.Array, g: jax.Array, beta: jax.Array,
+                positions: jax.Array) -> tuple[LayerState, jax.Array]:
+    """The recurrence over T flat tokens (qkv [T, C], g and beta [T, H], positions [T], -1 padding), each through
+    its slot's state (models/slot_scan); returns the pools after them and y [T, H, P] float32."""
+    step = functools.partial(token_step, ss, w)
+    (conv, ssm), y = slot_scan(step, (state.conv, state.ssm), state.token_slots, positions, (qkv, g, beta))
+    return dataclasses.replace(state, conv=conv, ssm=ssm), y
+
+
+def packed_chunked(ss: StateSpace, w: Any, state: LayerState, qkv: jax.Array, g: jax.Array, beta: jax.Array,
+                   positions: jax.Array) -> tuple[LayerState, jax.Array]:
+    """`packed_scan`'s result through the chunked delta rule (models/delta_chunks) in chunks of ss.chunk_size."""
+    slots, num_slots = state.token_slots, state.conv.shape[0]
+    seg = segments(slots, positions, min(num_slots, positions.shape[0]))
+    windows = conv_windows(state.conv, qkv, slots, positions, seg)  # [T, K, C]
+    q, k, v = conv_qkv(ss, w, windows)
+    y, final = chunked_delta(q, k, v, g, beta, state.ssm, slots, positions, seg, ss.chunk_size)
+    target = jnp.where(seg.valid, slots[seg.first], num_slots)  # past the segments: dropped
+    conv = state.conv.at[target].set(windows[seg.last, 1:], mode="drop")
+    ssm = state.ssm.at[target].set(final, mode="drop")
+    return dataclasses.replace(state, conv=conv, ssm=ssm), y
 
 
 def gated_rms_norm(y: jax.Array, z: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
@@ -132,9 +166,8 @@ def deltanet(
     qkv, z, b, a = split_projections(ss, linear(x, w.in_qkvz), linear(x, w.in_ba))
     g = -jnp.exp(w.a_log.astype(jnp.float32)) * jax.nn.softplus(a.astype(jnp.float32) + w.dt_bias.astype(jnp.float32))
     beta = jax.nn.sigmoid(b).astype(jnp.float32)
-    step = functools.partial(token_step, ss, w)
-    inputs = (qkv.astype(jnp.float32), g, beta)
-    (conv, ssm), y = slot_scan(step, (state.conv, state.ssm), state.token_slots, positions.reshape(-1), inputs)
+    recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan
+    state, y = recurrence(ss, w, state, qkv.astype(jnp.float32), g, beta, positions.reshape(-1))
     normed = gated_rms_norm(y.astype(h.dtype), z, w.gate_norm, ss.norm_eps)
     out = linear(normed.reshape(B * T, ss.inner), w.out_proj)
-    return out.reshape(B, T, D), dataclasses.replace(state, conv=conv, ssm=ssm)
+    return out.reshape(B, T, D), state
