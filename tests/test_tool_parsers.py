@@ -29,6 +29,13 @@ DS_CALL = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>{}\n```json\n{}\
 DS_REPLY = ("Sure.\n<｜tool▁calls▁begin｜>" + DS_CALL.format("get_weather", '{"city": "Oslo", "days": 2}') + "\n"
             + DS_CALL.format("get_time", '{"zone": "UTC"}') + "<｜tool▁calls▁end｜>")
 
+KIMI_CALL = "<|tool_call_begin|>functions.{}:{}<|tool_call_argument_begin|>{}<|tool_call_end|>"
+KIMI_REPLY = ("Sure.\n<|tool_calls_section_begin|>" + KIMI_CALL.format("get_weather", 0, '{"city": "Oslo", "days": 2}')
+              + "\n" + KIMI_CALL.format("get_time", 1, '{"zone": "UTC"}') + "<|tool_calls_section_end|>")
+KIMI_SPACED = KIMI_REPLY.replace(" 2}<", " 2}\n<") + "\nDone."  # space after the arguments, text after the section
+KIMI_TYPED = ("<|tool_calls_section_begin|> <|tool_call_begin|> get_weather:0 <|tool_call_argument_begin|> "
+              '{"city":"007","days":3,"metric":true,"hours":[6,18]} <|tool_call_end|> <|tool_calls_section_end|>')
+
 GLM_TEXT, QWEN_TEXT = 'x < y </arg\n"z" \u00e9', '\nline one\n  "two" </param\n'  # text values with tag-like parts
 REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (None: none)
     "hermes": [('Checking.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>',
@@ -69,6 +76,7 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
     ],
     "granite": [('Sure.<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}, '
                  '{"name": "get_time", "arguments": {"zone": "UTC"}}]', "Sure.", CALLS)],
+    "kimi_k2": [(KIMI_REPLY, "Sure.", CALLS), (KIMI_TYPED, None, TYPED), (KIMI_SPACED, "Sure.\n\nDone.", CALLS)],
     "pythonic": [
         ('[get_weather(city="Oslo", days=2), get_time(zone=\'UTC\')]', None, CALLS),
         ("<|python_start|>[get_weather(city='007', days=3, metric=True, hours=(6, 18),)]<|python_end|>", None, TYPED),
@@ -200,6 +208,10 @@ def test_text_values_go_out_as_they_come_not_when_they_close(parser, value, end)
     ("glm45", "Sure.<tool_call>get_date\n<arg_key>days</arg_key><arg_value>2</arg_value></tool_call>", "get_d"),
     ("llama3_json", "The answer is 42.", "The"),
     ("pythonic", "[get_date(), get_weather(city='Oslo')]", "get_d"),
+    ("kimi_k2", "Sure.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_date:0<|tool_call_argument_begin|>{}"
+     "<|tool_call_end|><|tool_calls_section_end|>", "get_d"),
+    ("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:<|tool_call_argument_begin|>{}",
+     "argument_begin|>"),  # an id without its index
     ("pythonic", "[get_weather('Oslo')]", "'"),
 ])
 def test_text_that_is_not_calls_streams_as_content_once_that_is_decided(parser, reply, decided_at):
@@ -251,6 +263,8 @@ def test_unknown_parser_names_are_refused_naming_the_accepted_ones(capsys):
         commands.choices["serve"].parse_args(["--tool-call-parser", "nope"])
     assert "--tool-call-parser: invalid choice: 'nope'" in capsys.readouterr().err
     assert set(TOOL_PARSERS) == {*REPLIES, "llama3_json", "openai"}  # each format here is tested
+    special = {name for name, parser in TOOL_PARSERS.items() if parser.keeps_special}
+    assert special == {"mistral", "granite", "kimi_k2"}  # their markers are special tokens, dropped from the text else
     with pytest.raises(ValueError, match="openai_gptoss and openai"):
         _tool_parser(ServerConfig("m", tool_call_parser="openai"))
     with pytest.raises(ValueError, match="openai_gptoss and openai"):

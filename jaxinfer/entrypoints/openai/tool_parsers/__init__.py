@@ -18,6 +18,7 @@ from jaxinfer.entrypoints.openai.tool_parsers import (
     glm45,
     granite,
     hermes,
+    kimi_k2,
     llama3_json,
     mistral,
     pythonic,
@@ -73,6 +74,7 @@ TOOL_PARSERS = {
     "qwen3_coder": ToolParser("qwen3_coder", qwen3_coder.START, qwen3_coder.read, qwen3_coder.stream),
     "granite": ToolParser("granite", granite.START, granite.read, granite.stream, keeps_special=True),
     "pythonic": ToolParser("pythonic", None, pythonic.read, pythonic.stream),
+    "kimi_k2": ToolParser("kimi_k2", kimi_k2.START, kimi_k2.read, kimi_k2.stream, keeps_special=True),
     "openai": ToolParser("openai", None, None),
 }
 
