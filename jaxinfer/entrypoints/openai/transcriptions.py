@@ -1,7 +1,8 @@
 """OpenAI's `POST /v1/audio/transcriptions` and `/v1/audio/translations` for a speech model (Whisper), as vLLM
 serves them: a multipart form (`file`: a WAV file, `model`, `language`, `prompt`, `response_format` json or text,
 `temperature`) decoded (entrypoints/wav), made into log-mel features (entrypoints/audio_prompts) and run through
-the engine as one request after Whisper's decoder prompt:
+the engine after Whisper's decoder prompt, one request per window of the model's length (a longer file is cut
+into consecutive windows, run together, their texts joined by spaces, as vLLM's server splits long audio):
 `[<|startofprev|> prompt] <|startoftranscript|> <|language|> <|transcribe|>/<|translate|> <|notimestamps|>`.
 Another model's server answers both routes with a 400 naming what serves them. Forms need python-multipart
 (the `serve` extra); without it these routes answer 400 saying so.
@@ -18,6 +19,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.entrypoints.openai.errors import APIError
 from jaxinfer.entrypoints.openai.serving import ServerState, collect, deadline_after, new_id
+from jaxinfer.entrypoints.resample import resample
 from jaxinfer.entrypoints.wav import read_wav
 from jaxinfer.runtime.audio_input import AudioInput
 
@@ -79,15 +81,19 @@ def _temperature(value: Any) -> float:
     return temperature
 
 
-def _prepare(state: ServerState, prompts: Any, fields: dict[str, Any], task: str) -> tuple[list[int], AudioInput]:
-    """The request's decoder ids and audio features (off the event loop: decoding and the extractor)."""
+def _prepare(state: ServerState, prompts: Any, fields: dict[str, Any], task: str
+             ) -> tuple[list[int], list[AudioInput]]:
+    """The request's decoder ids and each window's audio features (off the event loop: decoding, the extractor)."""
     try:
         samples, rate = read_wav(fields["file"])
-        features = prompts.features((samples, rate), "file")
+        samples = resample(samples, rate, prompts.rate)
+        window = prompts.extractor.n_samples
+        audio = [AudioInput(prompts.features((samples[start : start + window], prompts.rate), "file"))
+                 for start in range(0, len(samples), window)]
     except ValueError as error:
         raise APIError(f"file: {error}", param="file") from None
     ids = decoder_prompt(state.tokenizer, task, str(fields.get("language") or "en"), str(fields.get("prompt") or ""))
-    return ids, AudioInput(features)
+    return ids, audio
 
 
 async def transcribe(request: Request, state: ServerState, prompts: Any, task: str) -> Response:
@@ -106,8 +112,10 @@ async def transcribe(request: Request, state: ServerState, prompts: Any, task: s
     ids, audio = await asyncio.to_thread(_prepare, state, prompts, fields, task)
     params = SamplingParams(temperature=temperature, max_tokens=max(1, state.max_seq_len - len(ids)))
     timeout = state.timeout(None)
-    state.start(request, 1)
-    stream = state.engine.generate(ids, params, new_id("trsc"), deadline_after(timeout), images=(audio,))
-    output = (await collect([stream], request, timeout))[0]  # a refused request: its 400
-    text = output.outputs[0].text.strip()
+    state.start(request, len(audio))
+    deadline, request_id = deadline_after(timeout), new_id("trsc")
+    streams = [state.engine.generate(ids, params, f"{request_id}-{i}", deadline, images=(window,))
+               for i, window in enumerate(audio)]
+    outputs = await collect(streams, request, timeout)  # a refused request: its 400
+    text = " ".join(piece for piece in (out.outputs[0].text.strip() for out in outputs) if piece)
     return PlainTextResponse(text) if response_format == "text" else JSONResponse({"text": text})
