@@ -4,7 +4,7 @@
 
 Audio at another rate than the extractor's (16 kHz) is resampled (entrypoints/resample: a windowed-sinc low-pass,
 then linear interpolation); stereo and other shapes are refused by name. A clip longer than the extractor's window
-(`chunk_length`, 30 s) is refused: split it and transcribe the parts (the server does not split either). The text
+(`chunk_length`, 30 s) is refused: split it and transcribe the parts (the server cuts it into windows). The text
 prompt is encoded without the tokenizer's own special tokens (Whisper's would add <|startoftranscript|> and
 <|endoftext|> around it): it is the decoder's whole prefix, as vLLM takes it.
 """
