@@ -16,9 +16,12 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
+import transformers
 from hf_models import save_hf_model
 from jax.sharding import AbstractMesh, AxisType, PartitionSpec
 from python_subprocess import child_env, run_python
+from test_hybrid_families import BAMBA
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.entrypoints.cli_args import add_distributed_args, distributed_settings
@@ -305,6 +308,32 @@ def test_int8_weights_sharded_match_unsharded(model_dir):
     # quantize_lm_head: the int8 head [64, 256 vocab] splits its vocabulary columns over tp=2.
     assert out["2x2+head"]["tokens"] == out["1x1+head"]["tokens"]
     assert [{tuple(s) for s in part} for part in out["2x2+head"]["head"]] == [{(64, 128)}, {(128,)}]
+
+
+HYBRID = """
+import json
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.parallel.sharding import shard_shapes
+params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+out = {}
+for tp in (1, 2):
+    llm = LLM(model, dtype="float32", max_seq_len=64, max_num_seqs=2, max_num_batched_tokens=16,
+              tensor_parallel_size=tp)
+    out[tp] = dict(tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
+                   empty=shard_shapes(llm.engine.runner.pages.k_pages[0]))
+print(json.dumps(out))
+"""
+
+
+def test_a_hybrid_on_a_mesh_matches_unsharded(tmp_path):
+    """Bamba (Mamba2, attention, Mamba2) on tp=2: the Mamba2 layers' empty K/V buffers stay replicated, so the
+    16-token step program runs again after its first call (it returned them replicated; compiled for kv heads over
+    tp, its second call refused them: the 28-token prompt's second chunk failed)."""
+    torch.manual_seed(0)
+    transformers.BambaForCausalLM(transformers.BambaConfig(**BAMBA)).save_pretrained(tmp_path)
+    out = run_json(HYBRID, model=str(tmp_path), prompts=[PROMPTS[0], list(range(3, 31))])
+    assert out["2"]["tokens"] == out["1"]["tokens"] and all(len(t) == 4 for t in out["2"]["tokens"])
+    assert out["2"]["empty"] == [[2, 5, 16, 0]] * 2  # [kv heads, pages, page size, 0] whole on each device
 
 
 def _abstract_layout(tp: int) -> Layout:

@@ -168,8 +168,11 @@ def init_paged_cache(
     store = QUANTIZED_KV.get(kv_dtype, dtype) if storage is None else storage
 
     def pool(dt: jnp.dtype, shp: tuple[int, ...], axes: tuple) -> list[jax.Array]:
-        # A state layer keeps no K/V (Falcon-H1's do): its buffers are empty (width 0), its pages cost nothing.
-        return [layout.zeros(shp if cfg.keeps_kv(i) else (*shp[:-1], 0), dt, axes)
+        # A layer that keeps no K/V (a state layer, Nemotron-H's MLP layers): its buffers are empty (width 0), its
+        # pages cost nothing. Replicated: a program returns an empty array replicated whatever its input's
+        # sharding, and a program compiled for kv heads over tp would refuse that buffer on its next call.
+        empty = (None,) * len(shp)
+        return [layout.zeros(shp, dt, axes) if cfg.keeps_kv(i) else layout.zeros((*shp[:-1], 0), dt, empty)
                 for i in range(cfg.num_layers)]
 
     scales = (lambda: pool(jnp.float32, shape[:3], SCALE_AXES)) if kv_dtype in QUANTIZED_KV else (lambda: None)
