@@ -64,6 +64,12 @@
 #                                                   # Mamba2 and the hybrids (the chunked SSD runs there), MTP;
 #                                                   # then Mamba2 prefill, per-token scan vs chunked SSD, at
 #                                                   # T = 512/2048/8192, chunks of 64/256 (~8 min, untried)
+#   bash scripts/gpu_session.sh features3 [OUT_DIR]  # what landed on 2026-11-29 (third sitting) on the GPU:
+#                                                   # KV offloading, Qwen3-Next (its chunked delta rule runs
+#                                                   # there), Qwen3-VL, InternVL, Falcon-H1, LFM2, Whisper and its
+#                                                   # server (python-multipart: carry .whl); then turn 2 of a
+#                                                   # 4096-token conversation with the host tier against
+#                                                   # recomputing it, Llama-3.2-1B shape, bf16 (~8 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -204,6 +210,15 @@ features2)
         tests/test_prompt_embeds.py tests/test_mamba2.py tests/test_ssd_chunks.py tests/test_granite_moe_hybrid.py \
         tests/test_hybrid_families.py tests/test_engine_mtp.py
     step ssd 120 python3 scripts/bench_ssd.py --tokens 512 2048 8192 --chunks 64 256 --out "$out/bench_ssd.json"
+    ;;
+features3)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature3_tests 330 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+        --durations=15 tests/test_kv_offloading.py tests/test_hybrid_families.py tests/test_delta_chunks.py \
+        tests/test_qwen2_vl.py tests/test_internvl.py tests/test_whisper.py tests/test_engine_mtp.py
+    step kv_offload 150 python3 scripts/bench_kv_offload.py --preset llama-3.2-1b --dtype bfloat16 \
+        --prompt-tokens 4096 --rounds 5 --out "$out/bench_kv_offload.json"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
