@@ -26,7 +26,7 @@ from jaxinfer.engine.in_flight import InFlight
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
 from jaxinfer.engine.output_processor import catch_up_text, delta_output
 from jaxinfer.engine.outputs import RequestOutput
-from jaxinfer.engine.prompt_checks import check_logit_bias, check_prompt, check_stop_ids, encode_prompt
+from jaxinfer.engine.prompt_checks import check_audio, check_logit_bias, check_prompt, check_stop_ids, encode_prompt
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.scheduler import Scheduler, SchedulerConfig
 from jaxinfer.engine.spec_counters import zero_counts
@@ -124,7 +124,7 @@ class LLMEngine(StepCalls):
         check_stop_ids(stop_ids, params.min_tokens)
         adapter = self._adapter_name(lora_request, params)
         audio, images = split_audio(images)
-        self._check_audio(audio, params)
+        check_audio(self.model_config, audio, params)
         images = self._checked_images(images, ids, params)
         group: list[Request] = []
         for i in range(params.n):
@@ -147,20 +147,6 @@ class LLMEngine(StepCalls):
             self.final_only.add(request_id)
         for request in group:
             self.scheduler.add(request)
-
-    def _check_audio(self, audio: object | None, params: SamplingParams) -> None:
-        """ValueError naming what an encoder-decoder model's request lacks, or a decoder-only one cannot take."""
-        arch = self.model_config.architecture
-        if not self.model_config.encoder_frames:
-            if audio is not None:
-                raise ValueError(f"multi_modal_data.audio: {arch} takes no audio (it has no audio encoder)")
-            return
-        if audio is None:
-            raise ValueError(f"multi_modal_data.audio: {arch} transcribes audio; give each prompt "
-                             "{'prompt': ..., 'multi_modal_data': {'audio': (samples, sample_rate)}}")
-        if params.prompt_logprobs is not None:
-            raise ValueError(f"prompt_logprobs is not served for {arch} (its cross-attention runs in the engine's "
-                             "steps only); leave it unset")
 
     def _checked_images(self, images: Sequence[ImageInput], ids: list[int], params: SamplingParams
                         ) -> tuple[ImageInput, ...]:

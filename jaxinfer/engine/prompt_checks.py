@@ -6,7 +6,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from jaxinfer.config.sampling_params import MAX_STOP_IDS
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.sampling_params import MAX_STOP_IDS, SamplingParams
 
 
 def encode_prompt(prompt: str | Sequence[int], tokenizer: Any | None) -> list[int]:
@@ -51,3 +52,18 @@ def check_stop_ids(stop_ids: Sequence[int], min_tokens: int) -> None:
             f"min_tokens={min_tokens} with {len(stop_ids)} stop token ids (EOS included): at most {MAX_STOP_IDS} "
             "can be held back until min_tokens; pass fewer stop_token_ids (or ignore_eos=True) or min_tokens=0"
         )
+
+
+def check_audio(model_config: ModelConfig, audio: object | None, params: SamplingParams) -> None:
+    """ValueError naming what an encoder-decoder model's request lacks, or a decoder-only one cannot take."""
+    arch = model_config.architecture
+    if not model_config.encoder_frames:
+        if audio is not None:
+            raise ValueError(f"multi_modal_data.audio: {arch} takes no audio (it has no audio encoder)")
+        return
+    if audio is None:
+        raise ValueError(f"multi_modal_data.audio: {arch} transcribes audio; give each prompt "
+                         "{'prompt': ..., 'multi_modal_data': {'audio': (samples, sample_rate)}}")
+    if params.prompt_logprobs is not None:
+        raise ValueError(f"prompt_logprobs is not served for {arch} (its cross-attention runs in the engine's "
+                         "steps only); leave it unset")

@@ -24,7 +24,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxinfer.cache import page_io
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.buckets import bucket
 from jaxinfer.config.engine import EngineConfig
@@ -33,8 +32,8 @@ from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.models.adapter_slots import slot_targets, with_adapter_slots
 from jaxinfer.models.lora_weight import adapter_factors, with_factors, write_slot
-from jaxinfer.models.whisper_encoder import AudioEncoder
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights
+from jaxinfer.models.whisper_encoder import AudioEncoder
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
 from jaxinfer.runtime import step_programs
@@ -49,13 +48,13 @@ from jaxinfer.runtime.engine_step import Rider, StepOutputs
 from jaxinfer.runtime.executables import Executables, Program
 from jaxinfer.runtime.host_step import HostStep
 from jaxinfer.runtime.image_input import ImageInput
-from jaxinfer.runtime.kv_offload import HostPage, PageMover, page_bytes
+from jaxinfer.runtime.kv_offload import PageMover
 from jaxinfer.runtime.memory_maps import compile_count, device_bytes_in_use, release_programs_near_cap
 from jaxinfer.runtime.ngram_rider import NgramDraft
 from jaxinfer.runtime.packed_tree import unpack_host
+from jaxinfer.runtime.page_copies import PageCopies
 from jaxinfer.runtime.page_table_diffs import PageTables, diff_capacity
 from jaxinfer.runtime.pools import DraftConfig, new_pools, pool_size
-from jaxinfer.runtime.position_pool import store_pages
 from jaxinfer.runtime.profiling import Profiler
 from jaxinfer.runtime.program_store import default_store
 from jaxinfer.runtime.prompt_logprobs import logits_program, prompt_buckets, prompt_logprobs
@@ -78,7 +77,7 @@ INVARIANT_COMPILE = {"xla_disable_hlo_passes": "fusion"}
 FIXED_ARGS = 3  # a step program's weights, pools and row state: their types never change in a runner
 
 
-class ModelRunner:
+class ModelRunner(PageCopies):
     """Weights, pools and programs of one engine; `run` executes a host step."""
 
     def __init__(
@@ -325,10 +324,10 @@ class ModelRunner:
         reset = Program(step_programs.reset_sampling_slot,
                         [self.state.sampling, np.int32(0), slot_ids([], width), slot_ids([], width), *bias_row(None)],
                         {}, fixed=1)
-        spec = self.cache_spec
+        spec, vision = self.cache_spec, self.vision
         passes = [
             lambda size=size: logits_program(self.weights, self.model_config, size, self.dtype, spec.cpu_kernels,
-                                             spec.mesh_layout, None if self.vision is None else self.vision.prompt_rows(0))
+                                             spec.mesh_layout, None if vision is None else vision.prompt_rows(0))
             for size in prompt_buckets(self.config.max_seq_len)
         ] if not self.model_config.encoder_frames else []  # cross-attention runs in the engine's steps only
         tower = [] if self.vision is None else [self.vision.program]
@@ -384,39 +383,6 @@ class ModelRunner:
             pooling, self.cache_spec.cpu_kernels, self.cache_spec.mesh_layout, head,
         )
         return warm_up(programs, self.executables, False, None, on_program, self.warmup_seconds)
-
-    def page_specs(self) -> dict[str, tuple[tuple[int, ...], str]]:
-        """The target pools' buffers without their page axis, and stored dtypes (see cache.page_io)."""
-        return page_io.buffer_specs(self._pools_made().pages)
-
-    def page_bytes(self) -> int:
-        """Host bytes of one page's copy (every layer's K/V and scales, unsharded)."""
-        return page_bytes(self.page_specs())
-
-    def read_pages(self, pages: list[int]) -> dict[str, np.ndarray]:
-        """Host copies of the target's K/V (and scales) in `pages` (a saved session's contents)."""
-        return self.mover.read(self._pools_made().pages, pages)
-
-    def offload_pages(self, pages: list[int]) -> list[HostPage]:
-        """Start copying the target's `pages` to the host (before the next call overwrites them); their copies."""
-        return self.mover.offload(self._pools_made().pages, pages)
-
-    def load_pages(self, pages: list[int], copies: list[HostPage], tokens: np.ndarray) -> None:
-        """Write offloaded copies back into `pages` (see write_pages), before the next call reads them."""
-        values = [copy.values() for copy in copies]
-        self.write_pages(pages, {name: np.stack([v[name] for v in values], axis=2) for name in values[0]}, tokens)
-
-    def write_pages(self, pages: list[int], values: dict[str, np.ndarray], tokens: np.ndarray) -> None:
-        """Put K/V copied by `read_pages` into `pages`, whose tokens [len(pages), page_size] they hold; the
-        device's lookup stores the tokens too. A draft model's or head's pools are left as they are: the
-        engine has not marked these pages read by it, so a row using them catches its draft up."""
-        self.pages = self.mover.write(self._pools_made().pages, pages, values)
-        if isinstance(self.draft, NgramDraft):
-            padded = np.full(bucket(len(pages)), self.num_pages, np.int32)
-            padded[: len(pages)] = pages
-            rows = np.zeros((len(padded), tokens.shape[1]), np.int32)
-            rows[: len(pages)] = tokens
-            self.draft = dataclasses.replace(self.draft, tokens=store_pages(self.draft.tokens, padded, rows))
 
     def _pools_made(self) -> "ModelRunner":
         """This runner, its pools made first if they were released."""
