@@ -61,12 +61,11 @@ def llm(model_dir):
     return LLM(model_dir, **KNOBS)
 
 
-def first_kind_only(kind: str, *also: str) -> None:
+def first_kind_only(*also: str) -> pytest.MarkDecorator:
     """Checks of what the models share (the language model's wiring, prompts, refusals, the step programs)
     run on Qwen2-VL (and the kinds named) only; the others run those of their own tower and language model
     (image logits, the engine)."""
-    if kind != KINDS[0] and kind not in also:
-        pytest.skip("shared with Qwen2-VL's run: only the tower (Qwen3-VL's: and the language model) differs")
+    return pytest.mark.parametrize("kind", [KINDS[0], *also], indirect=True)
 
 
 def our_logits(llm: LLM, ids: np.ndarray, placed: np.ndarray | None = None, streams: np.ndarray | None = None
@@ -81,9 +80,9 @@ def our_logits(llm: LLM, ids: np.ndarray, placed: np.ndarray | None = None, stre
     return np.asarray(lm_logits(llm.weights, hidden))[0]
 
 
+@first_kind_only()
 def test_text_logits_and_greedy_match_hf(llm, hf_model, kind):
     """A text prompt: every position's float32 logits within 1e-5 of the largest, greedy tokens HF's."""
-    first_kind_only(kind)
     ids = llm.tokenizer.encode(TEXT)
     with torch.no_grad():
         expected = hf_model(input_ids=torch.tensor([ids])).logits[0].numpy()
@@ -94,10 +93,9 @@ def test_text_logits_and_greedy_match_hf(llm, hf_model, kind):
     assert llm.generate(TEXT, GREEDY)[0].outputs[0].token_ids == hf_tokens
 
 
+@pytest.mark.parametrize("kind", KINDS[:2], indirect=True)  # Qwen3-VL's configs come nested only
 def test_flat_hub_config_reads_as_nested(model_dir, kind):
     """The hub's flat config (text fields at the top, rope_scaling type "mrope") gives the same ModelConfig."""
-    if kind.startswith("qwen3"):
-        pytest.skip("Qwen3-VL's configs come nested only")
     nested = json.loads((model_dir / "config.json").read_text())
     text = nested["text_config"]
     flat = {**{k: v for k, v in nested.items() if k != "text_config"}, **text,
@@ -183,12 +181,12 @@ def test_image_logits_and_positions_match_hf(llm, hf_model):
             llm.config = dataclasses.replace(llm.config, mrope_interleaved=True)
 
 
+# Qwen3-VL-MoE: Qwen3-VL's engine run covers the DeepStack rows; the MoE layers' logits are checked above.
+@pytest.mark.parametrize("kind", KINDS[:3], indirect=True)
 def test_engine_greedy_matches_hf(hf_model, llm, kind):
     """Greedy tokens and logprobs through the engine as HF's (16-token chunks cut the image; decode rotates by
     the image's delta); another image gives other tokens; a rerun hits the prefix cache, its image's pages too.
     (Qwen3-VL-MoE's language model is checked by its image logits: its step programs would cost 13 s to compile.)"""
-    if kind == "qwen3_vl_moe":
-        pytest.skip("Qwen3-VL's engine run covers the DeepStack rows; the MoE layers' logits are checked above")
     (out_a, logprobs_a), (out_b, _) = greedy_logprobs(llm, [picture(0)]), greedy_logprobs(llm, [picture(1)])
     hits = llm.engine.scheduler.prefix_hits
     again = llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(0)}}, GREEDY)
@@ -199,10 +197,10 @@ def test_engine_greedy_matches_hf(hf_model, llm, kind):
     assert llm.engine.scheduler.prefix_hits > hits
 
 
+@first_kind_only()
 def test_prompt_logprobs_with_an_image_match_hf(llm, hf_model, kind):
     """prompt_logprobs of an image prompt: HF's log-softmax at every position (the all-positions pass takes the
     image rows and the tokens' rotary offsets)."""
-    first_kind_only(kind)
     (out,) = llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(5)}},
                           SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=2))
     inputs = hf_inputs(llm, [picture(5)])
@@ -215,12 +213,12 @@ def test_prompt_logprobs_with_an_image_match_hf(llm, hf_model, kind):
     np.testing.assert_allclose(got, expected, atol=1e-4)
 
 
+@first_kind_only("qwen3_vl")
 def test_two_images_of_different_sizes(llm, hf_model, kind):
     """Two images whose pad counts differ (3 x 5 and 2 x 2 merged blocks), text between and after them: HF's
     tokens and logprobs. Qwen3-VL's prompt runs batched with a text prompt in 16-token chunks (the images' rows,
     DeepStack's too, follow their tokens whichever chunk and batch row they land in); the text one's tokens are
     its tokens alone."""
-    first_kind_only(kind, "qwen3_vl")
     two = "USER: <|vision_start|><|image_pad|><|vision_end|> and <|vision_start|><|image_pad|><|vision_end|> fox:"
     images = [picture(2), picture(3, 32, 32)]
     _, carried = llm.image_prompts.prompt(two, images, "test")
@@ -236,9 +234,9 @@ def test_two_images_of_different_sizes(llm, hf_model, kind):
     assert out == hf and np.abs(logprobs - hf_logprobs).max() <= 1e-4
 
 
+@first_kind_only()
 def test_chat_with_image_url(llm, hf_model, kind):
     """LLM.chat reads a data: URL image part inside the vision start and end tokens; the reply is HF's."""
-    first_kind_only(kind)
     image = random_image(4, 56)
     (out,) = llm.chat(chat_message(image), GREEDY)
     assert out.prompt.count("<|vision_start|><|image_pad|><|vision_end|>") == 1
@@ -246,8 +244,8 @@ def test_chat_with_image_url(llm, hf_model, kind):
     assert out.outputs[0].token_ids == hf_generate(hf_model, inputs)[0]
 
 
+@first_kind_only()
 def test_video_and_speculation_refused(llm, model_dir, kind):
-    first_kind_only(kind)
     with pytest.raises(ValueError, match=r"served modalities are \('image',\), got \['video'\]"):
         llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"video": [picture(0)]}}, GREEDY)
     with pytest.raises(ConfigError, match="speculative decoding .* not supported for M-RoPE"):
@@ -255,14 +253,15 @@ def test_video_and_speculation_refused(llm, model_dir, kind):
 
 
 @pytest.mark.parametrize("platform", ["gpu", "tpu"])
+@first_kind_only("qwen3_vl")
 def test_steps_with_rope_offsets_lower_for_the_accelerators(llm, kind, platform):
     """The widest ragged step and the decode step, their tokens' rotary offsets among the inputs, lower for CUDA
     and TPU (no accelerator here); Qwen3-VL's ragged step with its DeepStack rows too."""
     from accelerator_programs import EXPORT_PLATFORMS, step_programs
     from jax import export
 
-    first_kind_only(kind, "qwen3_vl")
     runner = llm.engine.runner
+    pools = runner.pages, runner.draft  # step_programs gives them the platform's kernels: the engine's back after
     try:
         programs = step_programs(llm, platform)
         for wanted in ("ragged",) if kind == "qwen3_vl" else ("ragged", "decode"):
@@ -270,3 +269,4 @@ def test_steps_with_rope_offsets_lower_for_the_accelerators(llm, kind, platform)
             export.export(program, platforms=(EXPORT_PLATFORMS[platform],))(*args, **kwargs)
     finally:
         runner.branchless, runner.stop_early = False, True
+        runner.pages, runner.draft = pools
