@@ -45,13 +45,29 @@ def step_programs(llm: LLM, platform: str) -> list[tuple[tuple, Any, list, dict]
     return [(host.shape, *runner.program_for(host)[:3]) for host in llm.engine.step_hosts()]
 
 
-def equations(jaxpr: Any) -> Iterator[Any]:
-    """Every equation of a jaxpr and of the jaxprs inside it, Pallas kernels' bodies left out."""
+def equations(jaxpr: Any, platform: str = "cuda") -> Iterator[Any]:
+    """Every equation of a jaxpr and of the jaxprs inside it that `platform` runs: Pallas kernels' bodies left
+    out, and of a `lax.platform_dependent` choice (a cond over `branches_platforms`) only the platform's branch."""
     for eqn in jaxpr.eqns:
+        if _by_platform(eqn):
+            yield from equations(_platform_branch(eqn, platform).jaxpr, platform)
+            continue
         yield eqn
         if eqn.primitive.name != "pallas_call":
             for sub in _sub_jaxprs(eqn.params.values()):
-                yield from equations(sub)
+                yield from equations(sub, platform)
+
+
+def _by_platform(eqn: Any) -> bool:
+    """A cond whose branch the lowering platform picks (no value read back: resolved when lowered)."""
+    return eqn.primitive.name == "cond" and eqn.params.get("branches_platforms") is not None
+
+
+def _platform_branch(eqn: Any, platform: str) -> Any:
+    """The branch of a platform-dependent cond that `platform` lowers (a named one, else the default)."""
+    named = [i for i, names in enumerate(eqn.params["branches_platforms"]) if names and platform in names]
+    default = [i for i, names in enumerate(eqn.params["branches_platforms"]) if names is None]
+    return eqn.params["branches"][(named or default)[0]]
 
 
 def _where(eqn: Any) -> str:

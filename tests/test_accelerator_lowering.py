@@ -3,8 +3,8 @@
 The GPU variant has no host round trip inside a device call (no `cond`, no `while` whose trip
 count is data) and orders rows only with XLA:GPU's fast kernels (no sort on a float key, no top_k
 over 16: see sampling/row_order), and every step program, Pallas kernels included, lowers for
-CUDA and TPU with `jax.export`: plain, prompt-lookup, draft-model, EAGLE and LoRA engines on one device, and plain and
-draft-model engines on a mesh of fake CPU devices (tp=2, dp=2). A change that breaks an
+CUDA and TPU with `jax.export`: plain, prompt-lookup, draft-model, EAGLE, LoRA and mixture-of-experts engines on one
+device, and plain and draft-model engines on a mesh of fake CPU devices (tp=2, dp=2). A change that breaks an
 accelerator's lowering fails here, where no accelerator is at hand.
 """
 
@@ -33,7 +33,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("accelerators")
     target = save_hf_model("llama2", root / "target", hidden_size=128, num_attention_heads=2, num_key_value_heads=1,
                            num_hidden_layers=1)
-    return {"target": target, "eagle": save_eagle1(root / "eagle", target)}
+    # Routed experts: their products lowered as GPUs and TPUs run them (ragged_dot), not the CPU's tiled loop.
+    moe = save_hf_model("mixtral", root / "moe", hidden_size=128, num_attention_heads=2, num_key_value_heads=1,
+                        num_hidden_layers=1)
+    return {"target": target, "eagle": save_eagle1(root / "eagle", target), "moe": moe}
 
 
 def speculation(models: dict, method: str | None) -> SpeculativeConfig | None:
@@ -43,11 +46,13 @@ def speculation(models: dict, method: str | None) -> SpeculativeConfig | None:
     return SpeculativeConfig(method=method, draft_model=draft, num_speculative_tokens=2, adaptive=False, fallback=False)
 
 
-@pytest.fixture(scope="module", params=[None, "ngram", "ngram_device", "draft", "eagle", "lora"],
-                ids=["plain", "ngram", "ngram-device", "draft", "eagle", "lora"])
+@pytest.fixture(scope="module", params=[None, "ngram", "ngram_device", "draft", "eagle", "lora", "moe"],
+                ids=["plain", "ngram", "ngram-device", "draft", "eagle", "lora", "moe"])
 def llm(models, request) -> LLM:
     if request.param == "lora":  # LoRA adapter slots on every projection
         return LLM(models["target"], enable_lora=True, max_loras=2, **KNOBS)
+    if request.param == "moe":
+        return LLM(models["moe"], **KNOBS)
     return LLM(models["target"], speculative=speculation(models, request.param), **KNOBS)
 
 

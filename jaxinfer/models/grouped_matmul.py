@@ -145,12 +145,17 @@ def expert_mlp(
 ) -> jax.Array:
     """Rows [N, D] sorted by expert through their experts' MLPs; "auto": tiles on CPU, ragged_dot elsewhere.
 
+    "auto" is chosen by the platform the program is lowered for (`lax.platform_dependent`), not the one this
+    process runs on, so a step program lowered for a GPU or TPU from a CPU holds what those run.
     biases: each row's gate and up biases [N, F] (its expert's, GPT-OSS), added before the gate.
     """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation {implementation!r} is not one of {IMPLEMENTATIONS}")
     if implementation == "auto":
-        implementation = "tiled" if jax.default_backend() == "cpu" else "ragged_dot"
+        return jax.lax.platform_dependent(
+            cpu=lambda: tiled_expert_mlp(x, gate, up, down, group_sizes, act, biases=biases),
+            default=lambda: ragged_expert_mlp(x, gate, up, down, group_sizes, act, biases),
+        )
     if implementation == "tiled":
         return tiled_expert_mlp(x, gate, up, down, group_sizes, act, biases=biases)
     if implementation == "gathered":
