@@ -375,7 +375,9 @@ def _seconds(call) -> float:
 
 def test_a_slow_step_blocks_neither_health_nor_new_requests(served, base_url, monkeypatch):
     """While a step takes 2 s (a long device call, or a compile), the event loop keeps answering:
-    /health, a new stream's acceptance (its 200) and a bad request's 400 each within 100 ms."""
+    /health, a new stream's acceptance (its 200) and a bad request's 400 each well within the step (a
+    blocked loop makes a call wait for the rest of its 2 s; most take a few ms, and 1 s leaves room for a
+    2-core machine whose other test worker is compiling: 0.62 s was seen once so)."""
     step, entered, left = served.engine.step, threading.Event(), threading.Event()
 
     def slow_once(*args, **kwargs):
@@ -400,7 +402,7 @@ def test_a_slow_step_blocks_neither_health_nor_new_requests(served, base_url, mo
             assert first.status_code == 200 and entered.wait(30)
             latencies = [_seconds(call) for call in [accepted, lambda: client.get("/health"), rejected] * 2]
             assert not left.is_set(), f"the step ended before the measurements did: {latencies}"
-            assert max(latencies) < 0.1, latencies
+            assert max(latencies) < 1.0 and sorted(latencies)[len(latencies) // 2] < 0.1, latencies
             assert "".join(line for line in first.iter_lines())  # the slow step's request still completes
     deadline = time.monotonic() + 30
     while served.engine.has_unfinished():
