@@ -25,12 +25,12 @@ from jaxinfer.models.granite_moe import abstract_layer as moe_abstract_layer
 from jaxinfer.models.granite_moe import hf_leaves as moe_hf_leaves
 from jaxinfer.models.hybrid import (
     ATTENTION_FIELDS,
+    MixerFields,
     abstract_dense_layer,
     dense_hybrid_layer,
     token_mixer,
     without_attention,
 )
-from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.mamba2 import check_activation, time_step_limit
 from jaxinfer.models.mamba2_mixer import MixerWeights, mixer_hf_leaves
@@ -46,20 +46,9 @@ SHARED_MLP = "model.layers.{i}.shared_mlp."
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
-class MambaMoELayer(SharedMLPLayerWeights):
-    """A Granite MoE layer whose mixer is Mamba2 (its attention fields None; the mixer's fields default to
-    None only because the parent's do)."""
+class MambaMoELayer(MixerFields, SharedMLPLayerWeights):
+    """A Granite MoE layer whose mixer is Mamba2 (its attention fields None)."""
 
-    in_proj: Weight | None = None  # the MixerWeights fields (see mamba2_mixer)
-    conv_weight: jax.Array | None = None
-    dt_bias: jax.Array | None = None
-    a_log: jax.Array | None = None
-    d_skip: jax.Array | None = None
-    gate_norm: jax.Array | None = None
-    out_proj: Weight | None = None
-    conv_bias: jax.Array | None = None
-    in_bias: jax.Array | None = None
-    out_bias: jax.Array | None = None
 
     PROJECTIONS: ClassVar[dict[str, int]] = {
         **{k: v for k, v in SharedMLPLayerWeights.PROJECTIONS.items() if k not in ATTENTION_FIELDS},

@@ -30,13 +30,13 @@ from jaxinfer.models.short_conv import short_conv
 ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
 
 
-@jax.tree_util.register_dataclass
 @dataclasses.dataclass
-class MambaDenseLayer(LayerWeights):
-    """A dense layer whose mixer is Mamba2 (its attention fields None; the mixer's fields default to None only
-    because the parent's do)."""
+class MixerFields:
+    """The Mamba2 mixer's fields (see mamba2_mixer.MixerWeights) a hybrid layer adds after its parent's (listed
+    after the parent, they come after its fields in the pytree); None by default only because the parent's
+    fields have defaults."""
 
-    in_proj: Weight | None = None  # the MixerWeights fields (see mamba2_mixer)
+    in_proj: Weight | None = None
     conv_weight: jax.Array | None = None
     dt_bias: jax.Array | None = None
     a_log: jax.Array | None = None
@@ -46,6 +46,13 @@ class MambaDenseLayer(LayerWeights):
     conv_bias: jax.Array | None = None
     in_bias: jax.Array | None = None
     out_bias: jax.Array | None = None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class MambaDenseLayer(MixerFields, LayerWeights):
+    """A dense layer whose mixer is Mamba2 (its attention fields None)."""
+
 
     PROJECTIONS: ClassVar[dict[str, int]] = {
         **{k: v for k, v in LayerWeights.PROJECTIONS.items() if k not in ATTENTION_FIELDS},
