@@ -3,9 +3,10 @@ experts) and IBM Bamba (Mamba2 or attention, then a gated MLP: models/hybrid), N
 or MLP mixer per layer) and Qwen3-Next (Gated DeltaNet or gated attention, then experts beside a gated shared
 expert: models/qwen3_next), each against transformers on the same tiny saved weights: logits, and a chunked
 engine run (Bamba's and Qwen3-Next's batched and preempted) giving each prompt transformers' greedy tokens for it
-alone. Falcon-H1 (attention and Mamba2 side by side in every layer, muP multipliers) and LFM2 (gated short
-convs or attention) run the same checks, Falcon-H1's batched and preempted; LFM2's prefills the 28 over two steps
-alone (its short conv's fresh and continued slot states: tests/test_ssd_chunks.py)."""
+alone. Falcon-H1 (attention and Mamba2 side by side in every layer, muP multipliers), LFM2 (gated short
+convs or attention) and LFM2-MoE (those mixers before routed experts) run the same checks, Falcon-H1's
+batched and preempted; LFM2's and LFM2-MoE's prefill the 28 over two steps alone
+(its short conv's fresh and continued slot states: tests/test_ssd_chunks.py)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,12 @@ LFM2 = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_lay
             num_key_value_heads=2, layer_types=["conv", "full_attention"], conv_L_cache=3, conv_bias=True,
             block_multiple_of=16, block_ffn_dim_multiplier=1.5, initializer_range=0.1, max_position_embeddings=512,
             bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# LFM2-MoE: a dense conv layer (num_dense_layers 1), then attention and a conv each before 2 of 4 sigmoid-routed
+# experts (the expert_bias moved off zero below, the weights scaled by 1.5).
+LFM2_MOE = dict(vocab_size=256, hidden_size=64, intermediate_size=48, moe_intermediate_size=32, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
+                conv_L_cache=3, num_experts=4, num_experts_per_tok=2, num_dense_layers=1, routed_scaling_factor=1.5,
+                initializer_range=0.1, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 PROMPT = np.random.RandomState(2).randint(3, 256, size=40).tolist()
 # Bamba's and Qwen3-Next's runs batch 6 and 28 tokens, the longer prefilled over two steps, one preempted; dense
 # Granite's (the same layer code) and Nemotron-H's (the state pool's handling is Bamba's) prefill the 28 over two
@@ -79,6 +86,7 @@ FAMILIES = {
     "nemotron_h": (transformers.NemotronHForCausalLM, transformers.NemotronHConfig, NEMOTRON_H, [PROMPT[2:30]]),
     "falcon_h1": (transformers.FalconH1ForCausalLM, transformers.FalconH1Config, FALCON_H1, [PROMPT[:6], PROMPT[2:30]]),
     "lfm2": (transformers.Lfm2ForCausalLM, transformers.Lfm2Config, LFM2, [PROMPT[2:30]]),
+    "lfm2_moe": (transformers.Lfm2MoeForCausalLM, transformers.Lfm2MoeConfig, LFM2_MOE, [PROMPT[2:30]]),
     "qwen3_next": (transformers.Qwen3NextForCausalLM, transformers.Qwen3NextConfig, QWEN3_NEXT,
                    [PROMPT[:6], PROMPT[2:30]]),
 }
@@ -92,7 +100,8 @@ def family(request) -> str:
 
 @pytest.fixture(scope="module")
 def hf_model(family) -> torch.nn.Module:
-    """A random float32 model of the family (1-d parameters moved off their init values)."""
+    """A random float32 model of the family (1-d parameters and LFM2-MoE's expert_bias buffers moved off their
+    init values)."""
     model_class, config_class, config, _ = FAMILIES[family]
     torch.manual_seed(0)
     model = model_class(config_class(**config)).eval()
@@ -100,6 +109,9 @@ def hf_model(family) -> torch.nn.Module:
         for param in model.parameters():
             if param.dim() == 1:
                 param.add_(0.1 * torch.randn_like(param))
+        for name, buffer in model.named_buffers():
+            if name.endswith("expert_bias"):
+                buffer.add_(0.3 * torch.randn_like(buffer))
     return model
 
 
@@ -269,3 +281,18 @@ def test_lfm2_config_as_transformers_reads_it():
         from_hf_config({**hf, "conv_L_cache": 1})
     with pytest.raises(ConfigError, match=r"layer_types \['conv', 'mamba'\] must list one of"):
         from_hf_config({**hf, "layer_types": ["conv", "mamba"]})
+
+
+def test_lfm2_moe_config_as_transformers_reads_it():
+    """intermediate_size as stored (no block_auto_adjust_ff_dim) for the first num_dense_layers; Lfm2MoeConfig's
+    routing defaults; a router without its expert_bias refused by name."""
+    hf = {**LFM2_MOE, "architectures": ["Lfm2MoeForCausalLM"]}
+    cfg = from_hf_config(hf)
+    assert (cfg.intermediate_size, cfg.moe_intermediate_size, cfg.dense_layers, cfg.state_space.layers) == (
+        48, 32, (0,), (0, 2))
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.norm_topk_prob, cfg.routed_scaling_factor) == (4, 2, True, 1.5)
+    defaults = from_hf_config({k: v for k, v in hf.items() if k not in ("num_experts", "num_experts_per_tok",
+                                                                         "num_dense_layers", "routed_scaling_factor")})
+    assert (defaults.num_experts, defaults.experts_per_token, defaults.dense_layers) == (32, 4, (0, 1))
+    with pytest.raises(ConfigError, match="use_expert_bias False is not supported for Lfm2MoeForCausalLM"):
+        from_hf_config({**hf, "use_expert_bias": False})

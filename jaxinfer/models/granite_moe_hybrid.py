@@ -19,7 +19,7 @@ import jax
 from jaxinfer.config.model import ConfigError, ModelConfig, field
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.family import Family, HFLeaf
-from jaxinfer.models.granite import granite_fields, scaled
+from jaxinfer.models.granite import granite_fields
 from jaxinfer.models.granite_moe import SharedMLPLayerWeights, experts_block
 from jaxinfer.models.granite_moe import abstract_layer as moe_abstract_layer
 from jaxinfer.models.granite_moe import hf_leaves as moe_hf_leaves
@@ -28,16 +28,15 @@ from jaxinfer.models.hybrid import (
     MixerFields,
     abstract_dense_layer,
     dense_hybrid_layer,
-    token_mixer,
+    hybrid_layer,
     without_attention,
 )
 from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.mamba2 import check_activation, time_step_limit
 from jaxinfer.models.mamba2_mixer import MixerWeights, mixer_hf_leaves
 from jaxinfer.models.mixtral import moe_fields
-from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import RopeTables
-from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves
+from jaxinfer.models.self_attention import attention_hf_leaves
 
 ARCHITECTURES = ("GraniteMoeHybridForCausalLM",)
 STATE_TYPES, ATTENTION_TYPES = ("mamba", "linear_attention"), ("attention", "full_attention")
@@ -95,11 +94,7 @@ def decoder_layer(
     each scaled before its residual add."""
     if not cfg.num_experts:
         return dense_hybrid_layer(cfg, x, cache, lw, layer, positions, rope)
-    layout, eps, multiplier = cache.layout, cfg.rms_norm_eps, cfg.residual_multiplier
-    out, cache = token_mixer(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions, rope)
-    x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
-    mlp = experts_block(rms_norm(x, lw.mlp_norm, eps), lw, cfg, layout)
-    return layout.constrain(x + scaled(mlp, multiplier), HIDDEN), cache
+    return hybrid_layer(cfg, x, cache, lw, layer, positions, rope, lambda h, layout: experts_block(h, lw, cfg, layout))
 
 
 def state_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:

@@ -24,8 +24,10 @@ def grouped_topk(
     groups_per_token: int,
     renormalise: bool,
     scaling: float,
+    epsilon: float = 1e-20,
 ) -> tuple[jax.Array, jax.Array]:
-    """Routing weights [N, k] (float32) and expert ids [N, k] of rows with router logits [N, E]."""
+    """Routing weights [N, k] (float32) and expert ids [N, k] of rows with router logits [N, E]; `epsilon` is added
+    to the sum the weights are renormalised by (transformers' 1e-20 for DeepSeek-V3 and GLM-4.5, LFM2-MoE's 1e-6)."""
     rows, experts = logits.shape
     scores = jax.nn.sigmoid(logits.astype(jnp.float32))
     for_choice = scores + correction.astype(jnp.float32)
@@ -34,8 +36,8 @@ def grouped_topk(
     masked = jnp.where(best_groups(group_scores, groups_per_token)[:, :, None], grouped, -jnp.inf)
     _, chosen = jax.lax.top_k(masked.reshape(rows, experts), k)
     weights = jnp.take_along_axis(scores, chosen, axis=-1)
-    if renormalise:  # transformers' epsilon: an all-zero row stays finite
-        weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + 1e-20)
+    if renormalise:  # the epsilon keeps an all-zero row finite
+        weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + epsilon)
     return weights * jnp.float32(scaling), chosen
 
 

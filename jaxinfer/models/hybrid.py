@@ -1,5 +1,6 @@
 """What the hybrid families (state layers beside attention layers) share: a layer's token mixer by its kind,
-and the dense hybrid layer (Bamba's, dense Granite 4.0-H's, LFM2's).
+and the hybrid layer: the mixer, then an MLP (a gated one in Bamba's, dense Granite 4.0-H's and LFM2's;
+experts in Granite 4.0-H's and LFM2-MoE's).
 
 A dense hybrid layer is Llama's pre-norm layer (`llama.LayerWeights`) whose attention is a Mamba2 mixer
 (models/mamba2_mixer) on the state layers: `MambaDenseLayer` keeps the norms and the gated MLP, drops the
@@ -10,7 +11,7 @@ Each sublayer's output may be scaled before its residual add (Granite's `residua
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import jax
 
@@ -26,6 +27,7 @@ from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, self_attention
 from jaxinfer.models.short_conv import short_conv
+from jaxinfer.parallel.sharding import Layout
 
 ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
 
@@ -90,15 +92,22 @@ def token_mixer(
     return out, write_state(cache, layer, state)
 
 
+def hybrid_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
+    mlp: Callable[[jax.Array, Layout], jax.Array],
+) -> tuple[jax.Array, Any]:
+    """The mixer (a state layer's or attention), then mlp(normed residual, layout), each behind an RMSNorm and
+    scaled by `residual_multiplier` before its residual add."""
+    layout, eps, multiplier = cache.layout, cfg.rms_norm_eps, cfg.residual_multiplier
+    out, cache = token_mixer(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions, rope)
+    x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
+    return layout.constrain(x + scaled(mlp(rms_norm(x, lw.mlp_norm, eps), layout), multiplier), HIDDEN), cache
+
+
 def dense_hybrid_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: LayerWeights, layer: int, positions: jax.Array,
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
-    """The mixer (Mamba2 or attention), then the gated MLP, each behind an RMSNorm and scaled by
-    `residual_multiplier` before its residual add."""
-    layout, eps, multiplier = cache.layout, cfg.rms_norm_eps, cfg.residual_multiplier
-    out, cache = token_mixer(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions, rope)
-    x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
-    mlp = gated_mlp(rms_norm(x, lw.mlp_norm, eps), lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
-    return layout.constrain(x + scaled(mlp, multiplier), HIDDEN), cache
-
+    """`hybrid_layer` with the gated MLP."""
+    mlp = lambda h, _: gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)  # noqa: E731
+    return hybrid_layer(cfg, x, cache, lw, layer, positions, rope, mlp)

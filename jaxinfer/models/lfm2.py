@@ -54,14 +54,16 @@ class ShortConvLayer(LayerWeights):
     JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("w_gate", "w_up"),)
 
 
+def with_short_conv(layer: Any, cfg: ModelConfig, conv_type: type) -> Any:
+    """`layer`'s leaves as a `conv_type` (a subclass of its class): attention's None, the short conv's added."""
+    kept = {f.name: getattr(layer, f.name) for f in dataclasses.fields(layer) if f.name not in ATTENTION_FIELDS}
+    return conv_type(**kept, **{name: None for name in ATTENTION_FIELDS}, **short_conv_leaves(cfg.state_space))
+
+
 def abstract_layer(cfg: ModelConfig, layer: int = 0) -> LayerWeights:
     """Layer `layer`'s leaves: Llama's (with q/k norms), the short conv's in place of attention on conv layers."""
     dense = llama_abstract_layer(cfg, layer)
-    if not cfg.is_state_layer(layer):
-        return dense
-    kept = {f.name: getattr(dense, f.name) for f in dataclasses.fields(dense) if f.name not in ATTENTION_FIELDS}
-    return ShortConvLayer(**kept, **{name: None for name in ATTENTION_FIELDS},
-                          **short_conv_leaves(cfg.state_space))
+    return with_short_conv(dense, cfg, ShortConvLayer) if cfg.is_state_layer(layer) else dense
 
 
 def attention_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
@@ -114,13 +116,17 @@ def conv_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
 
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of an LFM2 HF config (Lfm2Config's defaults where a key is absent)."""
-    width = mlp_width(hf)
+    return ModelConfig(**lfm2_fields(hf, arch, mlp_width(hf)))
+
+
+def lfm2_fields(hf: Mapping[str, Any], arch: str, width: int) -> dict[str, Any]:
+    """ModelConfig fields of an LFM2 or LFM2-MoE config whose dense MLPs have `width` hidden units."""
     hf = {"rope_theta": HF_THETA, **hf, "intermediate_size": width}
     fields = common_fields({k: v for k, v in hf.items() if k != "layer_types"}, arch)
     layers, kernel = fields["num_layers"], int(field(hf, "conv_L_cache", 3))
     if kernel < 2:
         raise ConfigError(f"conv_L_cache {kernel} is not supported for {arch}; give a conv of at least 2 taps")
-    return ModelConfig(
+    return dict(
         **{**fields, "rms_norm_eps": float(field(hf, "norm_eps", 1e-5)),
            "max_position_embeddings": int(field(hf, "max_position_embeddings", 128000)),
            "tie_word_embeddings": bool(field(hf, "tie_embedding", field(hf, "tie_word_embeddings", True)))},

@@ -35,6 +35,7 @@ from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
 from jaxinfer.models.lfm2 import FAMILY as LFM2
+from jaxinfer.models.lfm2_moe import FAMILY as LFM2_MOE
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.llama4 import FAMILY as LLAMA4
 from jaxinfer.models.llava import text_hf_config
@@ -61,7 +62,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
-                                FALCON_H1, LFM2)
+                                FALCON_H1, LFM2, LFM2_MOE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
@@ -72,8 +73,6 @@ NOT_SUPPORTED = {
                             "Phi-3-mini and -medium are Phi3ForCausalLM)",
     "PhiMoEForCausalLM": "Phi-3.5-MoE (its sparsemixer routing is not supported; the MoE families are "
                          "MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM)",
-    "Lfm2MoeForCausalLM": "LFM2-MoE (LFM2-8B-A1B: its experts, sigmoid-routed with an expert bias, are not "
-                          "supported; the dense LFM2 checkpoints are Lfm2ForCausalLM)",
 }
 
 
