@@ -102,14 +102,15 @@ def safetensors_index(model_dir: Path) -> dict[str, Path]:
     return out
 
 
-def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path) -> None:
-    """Fail on missing or unexpected tensors, naming them and where they were looked for."""
+def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path, skipped: set[str]) -> None:
+    """Fail on missing or unexpected tensors, naming them and where they were looked for (`skipped`: a vision
+    tower's whose language model runs alone, not read)."""
     expected = expected_hf_names(cfg, layer_fields(abstract_weights(cfg)))
     packed = packed_names(index)
     found = {n for n in index if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)
              and not scaled_weights.is_activation_scale(n)}
     found -= {n for pair in packed.values() for n in pair}
-    found -= skipped_tensors(cfg.architecture, found)  # a vision tower whose language model runs alone
+    found -= skipped
     quant = read_config_json(model_dir).get("quantization_config")
     if (scheme := scale_scheme(quant)) is not None:
         found -= set(scaled_weights.packed_names(index, scheme.suffix).values())  # a weight's scales: read with it
@@ -248,8 +249,9 @@ def load_hf_weights(
     model_dir = Path(model_dir)
     index = score_head.decoder_index(read_config_json(model_dir), safetensors_index(model_dir))  # head: read apart
     # A base model saved alone (names without "model."), or a vision-language model's language model
+    skipped = skipped_tensors(cfg.architecture, index)  # counted in one log line before any renaming drops them
     stored = base_model_names.stored_names(index) or vision_weights.language_model_names(index)
-    _check_names(cfg, {name: index[s] for name, s in stored.items()} if stored else index, model_dir)
+    _check_names(cfg, {name: index[s] for name, s in stored.items()} if stored else index, model_dir, skipped)
     reader = _TensorReader(index, read_config_json(model_dir).get("quantization_config"))
     tensors = hf_tensor_map(cfg)
     abstract = abstract_weights(cfg)

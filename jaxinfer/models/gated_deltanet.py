@@ -1,5 +1,7 @@
-"""Gated DeltaNet (Qwen3-Next's `linear_attention` layers) as pure functions: in_proj_qkvz and in_proj_ba -> a
-causal depthwise conv over (q, k, v) with SiLU -> the gated delta rule per value head -> gated RMSNorm -> out_proj.
+"""Gated DeltaNet (Qwen3-Next's and Qwen3.5's `linear_attention` layers) as pure functions: the input projections
+-> a causal depthwise conv over (q, k, v) with SiLU -> the gated delta rule per value head -> gated RMSNorm ->
+out_proj. Qwen3-Next fuses the projections in two tensors interleaved per key head (in_proj_qkvz, in_proj_ba);
+Qwen3.5 stores four apart, each in plain head order (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: the `split` leaves).
 
 The recurrence is transformers' `torch_recurrent_gated_delta_rule`: q and k L2-normed, q scaled by
 key_dim ** -0.5; each value head's state S decays by exp(g), g = -exp(A_log) * softplus(a + dt_bias), then
@@ -53,12 +55,20 @@ def _key_width(ss: StateSpace) -> int:
     return ss.n_groups * ss.state_size
 
 
-def deltanet_leaves(ss: StateSpace, hidden: int) -> dict[str, ArrayInfo]:
-    """The mixer's leaves as ArrayInfos (in_qkvz keeps transformers' per-key-head interleaving)."""
+def _projection_widths(ss: StateSpace, split: bool) -> dict[str, int]:
+    """Each input projection leaf's output width: fused (in_qkvz, in_ba) or split (Qwen3.5's four)."""
+    H, V = ss.num_heads, ss.inner
+    if split:
+        return {"in_qkv": 2 * _key_width(ss) + V, "in_z": V, "in_b": H, "in_a": H}
+    return {"in_qkvz": 2 * _key_width(ss) + 2 * V, "in_ba": 2 * H}
+
+
+def deltanet_leaves(ss: StateSpace, hidden: int, split: bool = False) -> dict[str, ArrayInfo]:
+    """The mixer's leaves as ArrayInfos (in_qkvz keeps transformers' per-key-head interleaving; `split`: Qwen3.5's
+    four projections in their place)."""
     H, V = ss.num_heads, ss.inner
     return dict(
-        in_qkvz=ArrayInfo((hidden, 2 * _key_width(ss) + 2 * V), ("embed", None)),
-        in_ba=ArrayInfo((hidden, 2 * H), ("embed", None)),
+        **{name: ArrayInfo((hidden, width), ("embed", None)) for name, width in _projection_widths(ss, split).items()},
         conv_weight=ArrayInfo((ss.conv_dim, 1, ss.conv_kernel), (None, None, None), init_std=0.3),
         dt_bias=ArrayInfo((H,), (None,), init_value=1.0),
         a_log=ArrayInfo((H,), (None,), init_value=0.0),
@@ -67,12 +77,13 @@ def deltanet_leaves(ss: StateSpace, hidden: int) -> dict[str, ArrayInfo]:
     )
 
 
-def deltanet_hf_leaves(ss: StateSpace, hidden: int, prefix: str) -> dict[str, HFLeaf]:
-    """Where the mixer's leaves live under `prefix` (e.g. "model.layers.{i}.linear_attn.")."""
+def deltanet_hf_leaves(ss: StateSpace, hidden: int, prefix: str, split: bool = False) -> dict[str, HFLeaf]:
+    """Where the mixer's leaves live under `prefix` (e.g. "model.layers.{i}.linear_attn."); leaf in_X is
+    tensor in_proj_X."""
     H, V = ss.num_heads, ss.inner
     return dict(
-        in_qkvz=HFLeaf(prefix + "in_proj_qkvz.weight", "transpose", (2 * _key_width(ss) + 2 * V, hidden)),
-        in_ba=HFLeaf(prefix + "in_proj_ba.weight", "transpose", (2 * H, hidden)),
+        **{name: HFLeaf(f"{prefix}in_proj_{name[3:]}.weight", "transpose", (width, hidden))
+           for name, width in _projection_widths(ss, split).items()},
         conv_weight=HFLeaf(prefix + "conv1d.weight", "same", (ss.conv_dim, 1, ss.conv_kernel)),
         dt_bias=HFLeaf(prefix + "dt_bias", "same", (H,)),
         a_log=HFLeaf(prefix + "A_log", "same", (H,)),
@@ -93,6 +104,15 @@ def split_projections(
     b, a = jnp.split(ba.reshape(N, G, 2 * r), [r], axis=-1)
     qkv = jnp.concatenate([q.reshape(N, -1), k.reshape(N, -1), v.reshape(N, -1)], axis=-1)
     return qkv, z.reshape(N, ss.num_heads, P), b.reshape(N, -1), a.reshape(N, -1)
+
+
+def mixer_inputs(ss: StateSpace, w: Any, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Normed rows x [N, D] -> the conv's inputs [N, C], z [N, H, P], b and a [N, H], through the fused projections
+    or the split ones (whichever the layer has)."""
+    if getattr(w, "in_qkvz", None) is not None:
+        return split_projections(ss, linear(x, w.in_qkvz), linear(x, w.in_ba))
+    z = linear(x, w.in_z).reshape(x.shape[0], ss.num_heads, ss.head_dim)
+    return linear(x, w.in_qkv), z, linear(x, w.in_b), linear(x, w.in_a)
 
 
 def l2_normed(x: jax.Array) -> jax.Array:
@@ -163,7 +183,7 @@ def deltanet(
     tokens in its state's token_slots); returns its output [B, T, D] and the state after them."""
     B, T, D = h.shape
     x = h.reshape(B * T, D)
-    qkv, z, b, a = split_projections(ss, linear(x, w.in_qkvz), linear(x, w.in_ba))
+    qkv, z, b, a = mixer_inputs(ss, w, x)
     g = -jnp.exp(w.a_log.astype(jnp.float32)) * jax.nn.softplus(a.astype(jnp.float32) + w.dt_bias.astype(jnp.float32))
     beta = jax.nn.sigmoid(b).astype(jnp.float32)
     recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan

@@ -15,7 +15,7 @@ released checkpoint has one.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 
@@ -35,6 +35,7 @@ from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, self_attention
 from jaxinfer.models.shared_expert import SharedExpertLayerWeights, abstract_shared_moe_layer, shared_expert
 from jaxinfer.parallel.array_info import ArrayInfo
+from jaxinfer.parallel.sharding import Layout
 
 ARCHITECTURES = ("Qwen3NextForCausalLM",)
 LAYER_TYPES = ("linear_attention", "full_attention")
@@ -86,34 +87,49 @@ def abstract_layer(cfg: ModelConfig, layer: int = 0) -> SharedExpertLayerWeights
     return GatedAttentionLayer(**leaves, attn_gate=gate)
 
 
-def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
-    """Qwen2-MoE's names, q_proj read as the queries and the gate of each head, and the DeltaNet's tensors."""
+def gated_query_hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
+    """q_proj read as the queries and the output gate of each head (each head's query rows, then its gate's)."""
     D, H, K = cfg.hidden_size, cfg.num_heads, cfg.head_dim
     q_proj = ("model.layers.{i}.self_attn.q_proj.weight", "in_head_rows", (2 * H * K, D), H, K)
+    return {"wq": HFLeaf(*q_proj), "attn_gate": HFLeaf(*q_proj, row_offset=K)}
+
+
+def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
+    """Qwen2-MoE's names, q_proj read as the queries and the gate of each head, and the DeltaNet's tensors."""
     return {
         **qwen2_moe_hf_leaves(cfg),
-        "wq": HFLeaf(*q_proj),
-        "attn_gate": HFLeaf(*q_proj, row_offset=K),
-        **deltanet_hf_leaves(cfg.state_space, D, "model.layers.{i}.linear_attn."),
+        **gated_query_hf_leaves(cfg),
+        **deltanet_hf_leaves(cfg.state_space, cfg.hidden_size, "model.layers.{i}.linear_attn."),
     }
+
+
+def hybrid_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
+    mlp: Callable[[jax.Array, Layout], jax.Array],
+) -> tuple[jax.Array, Any]:
+    """The mixer (Gated DeltaNet or gated attention, chosen by the weights: `layer` is 0 in a one-layer view), then
+    mlp(normed residual, layout), each behind a zero-centred RMSNorm and added to the residual stream."""
+    layout, eps, offset = cache.layout, cfg.rms_norm_eps, cfg.norm_weight_offset
+    h = rms_norm(x, lw.attn_norm, eps, offset)
+    if getattr(lw, "a_log", None) is None:
+        out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
+    else:
+        out, state = deltanet(cfg.state_space, lw, h, positions, read_state(cache, layer, cfg, *h.shape[:2]))
+        cache = write_state(cache, layer, state)
+    x = layout.constrain(x + out, HIDDEN)
+    return layout.constrain(x + mlp(rms_norm(x, lw.mlp_norm, eps, offset), layout), HIDDEN), cache
 
 
 def decoder_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: SharedExpertLayerWeights, layer: int, positions: jax.Array,
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
-    """The mixer (Gated DeltaNet or gated attention, chosen by the weights: `layer` is 0 in a one-layer view), then
-    the experts and the shared expert, each behind a zero-centred RMSNorm and added to the residual stream."""
-    layout, eps, offset = cache.layout, cfg.rms_norm_eps, cfg.norm_weight_offset
-    h = rms_norm(x, lw.attn_norm, eps, offset)
-    if getattr(lw, "in_qkvz", None) is None:
-        out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
-    else:
-        out, state = deltanet(cfg.state_space, lw, h, positions, read_state(cache, layer, cfg, *h.shape[:2]))
-        cache = write_state(cache, layer, state)
-    x = layout.constrain(x + out, HIDDEN)
-    h = rms_norm(x, lw.mlp_norm, eps, offset)
-    return layout.constrain(x + moe_block(h, lw, cfg, layout) + shared_expert(h, lw, cfg.activation), HIDDEN), cache
+    """The hybrid layer over the routed experts plus the shared expert."""
+
+    def mlp(h: jax.Array, layout: Layout) -> jax.Array:
+        return moe_block(h, lw, cfg, layout) + shared_expert(h, lw, cfg.activation)
+
+    return hybrid_layer(cfg, x, cache, lw, layer, positions, rope, mlp)
 
 
 def linear_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
@@ -127,15 +143,9 @@ def linear_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
     return tuple(i for i, t in enumerate(types) if t == "linear_attention")
 
 
-def check_supported(hf: Mapping[str, Any], arch: str, num_layers: int) -> None:
-    """Refuse by name what no released Qwen3-Next checkpoint uses: dense MLP layers, attention biases, a conv
-    activation other than SiLU."""
-    dense = dense_mlp_layers(hf, num_layers)
-    if dense or int(field(hf, "num_experts", 512)) < 1:
-        raise ConfigError(f"dense MLP layers {list(dense)} (mlp_only_layers {field(hf, 'mlp_only_layers', [])!r}, "
-                          f"decoder_sparse_step {field(hf, 'decoder_sparse_step', 1)!r}, num_experts "
-                          f"{field(hf, 'num_experts', 512)!r}) are not supported for {arch}: every layer must route "
-                          "through experts (mlp_only_layers [], decoder_sparse_step 1, num_experts >= 1)")
+def check_supported(hf: Mapping[str, Any], arch: str) -> None:
+    """Refuse by name what no released Qwen3-Next or Qwen3.5 checkpoint uses: attention biases, a conv activation
+    other than SiLU."""
     if hf.get("attention_bias"):
         raise ConfigError(f"attention_bias=True is not supported for {arch}; supported: False")
     act = field(hf, "hidden_act", "silu")
@@ -144,31 +154,51 @@ def check_supported(hf: Mapping[str, Any], arch: str, num_layers: int) -> None:
                           "supported: 'silu'")
 
 
-def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
-    """ModelConfig of a Qwen3-Next HF config (transformers' defaults where a key is absent)."""
+def hybrid_fields(hf: Mapping[str, Any], arch: str) -> dict[str, Any]:
+    """The ModelConfig fields Qwen3-Next and Qwen3.5 read alike (transformers' defaults where a key is absent): the
+    common ones, the DeltaNet's state, q/k norms, zero-centred norms, partial rotary."""
+    check_supported(hf, arch)
     fields = common_fields(hf, arch)
-    layers = fields["num_layers"]
-    check_supported(hf, arch, layers)
     state = deltanet_state(
-        linear_layers(hf, layers), key_heads=int(field(hf, "linear_num_key_heads", 16)),
+        linear_layers(hf, fields["num_layers"]), key_heads=int(field(hf, "linear_num_key_heads", 16)),
         key_dim=int(field(hf, "linear_key_head_dim", 128)), value_heads=int(field(hf, "linear_num_value_heads", 32)),
         value_dim=int(field(hf, "linear_value_head_dim", 128)), conv_kernel=int(field(hf, "linear_conv_kernel_dim", 4)),
         eps=fields["rms_norm_eps"],
     )
-    shared = int(field(hf, "shared_expert_intermediate_size", 512))
-    if shared < 1:
-        raise ConfigError(f"shared_expert_intermediate_size {shared} must be >= 1 (each layer has a shared expert)")
-    return ModelConfig(
+    return dict(
         **fields,
         qk_norm=True,
         norm_weight_offset=1.0,
         rotary_dim=rotary_dim({"partial_rotary_factor": PARTIAL_ROTARY_FACTOR, **hf}, fields["head_dim"]),
         activation=activation_name(field(hf, "hidden_act", "silu")),
+        state_space=state,
+    )
+
+
+def shared_expert_width(hf: Mapping[str, Any]) -> int:
+    """shared_expert_intermediate_size (transformers' default 512), checked: every MoE layer has a shared expert."""
+    shared = int(field(hf, "shared_expert_intermediate_size", 512))
+    if shared < 1:
+        raise ConfigError(f"shared_expert_intermediate_size {shared} must be >= 1 (each layer has a shared expert)")
+    return shared
+
+
+def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
+    """ModelConfig of a Qwen3-Next HF config; dense MLP layers are refused by name (no released checkpoint has one:
+    every layer must route through experts)."""
+    layers = int(hf["num_hidden_layers"])
+    dense = dense_mlp_layers(hf, layers)
+    if dense or int(field(hf, "num_experts", 512)) < 1:
+        raise ConfigError(f"dense MLP layers {list(dense)} (mlp_only_layers {field(hf, 'mlp_only_layers', [])!r}, "
+                          f"decoder_sparse_step {field(hf, 'decoder_sparse_step', 1)!r}, num_experts "
+                          f"{field(hf, 'num_experts', 512)!r}) are not supported for {arch}: every layer must route "
+                          "through experts (mlp_only_layers [], decoder_sparse_step 1, num_experts >= 1)")
+    return ModelConfig(
+        **hybrid_fields(hf, arch),
         norm_topk_prob=bool(field(hf, "norm_topk_prob", True)),
-        shared_expert_intermediate_size=shared,
+        shared_expert_intermediate_size=shared_expert_width(hf),
         # transformers' Qwen3NextConfig defaults: 512 experts, 10 per token, 512 hidden units each.
         **moe_fields(hf, "num_experts", int(field(hf, "moe_intermediate_size", 512)), experts=512, per_token=10),
-        state_space=state,
     )
 
 

@@ -4,7 +4,10 @@ Meta ships Llama 4 as Llama4ForConditionalGeneration: the config nests the text 
 and the checkpoint stores it under `language_model.` (`language_model.model.layers.*`, `language_model.lm_head.*`)
 beside the vision tower (`vision_model.*`) and its projector (`multi_modal_projector.*`). The text config is
 read as the model's and the text tensors under their prefix; the vision tensors are skipped at load (one log
-line) and no image can reach the model: its vision tower never runs.
+line) and no image can reach the model: its vision tower never runs. Qwen3.5's conditional-generation checkpoints
+(models/qwen3_5) run the same way: their language model under `model.language_model.` (renamed to the causal LM's
+names as every Qwen vision-language checkpoint's: checkpoint/vision_weights), their tower under `model.visual.`.
+As transformers ties the output head by the outer config's `tie_word_embeddings`, so does the text config here.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import dataclasses
 import logging
 from typing import Any, Iterable, Mapping
 
-from jaxinfer.config.model import ConfigError
+from jaxinfer.config.model import ConfigError, field
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +31,8 @@ class TextPart:
 
 TEXT_PARTS = {
     "Llama4ForConditionalGeneration": TextPart("language_model.", ("vision_model.", "multi_modal_projector.")),
+    "Qwen3_5ForConditionalGeneration": TextPart("", ("model.visual.", "visual.")),
+    "Qwen3_5MoeForConditionalGeneration": TextPart("", ("model.visual.", "visual.")),
 }
 
 
@@ -41,7 +46,8 @@ def text_config(hf: Mapping[str, Any], architecture: str) -> Mapping[str, Any]:
         raise ConfigError(f"text_config {text!r} is not supported: a {architecture} config nests its language "
                           "model's settings there as an object")
     quantization = hf.get("quantization_config") or text.get("quantization_config")
-    return {**text, "architectures": [architecture], "quantization_config": quantization}
+    tie = field(hf, "tie_word_embeddings", text.get("tie_word_embeddings"))
+    return {**text, "architectures": [architecture], "quantization_config": quantization, "tie_word_embeddings": tie}
 
 
 def tensor_prefix(architecture: str) -> str:
