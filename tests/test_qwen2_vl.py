@@ -146,6 +146,30 @@ def greedy_logprobs(llm: LLM, images: list[Image.Image], text: str = IMAGE_PROMP
     return out.token_ids, np.asarray([step[t].logprob for step, t in zip(out.logprobs, out.token_ids)])
 
 
+def hf_image_rows(hf_model, inputs: dict) -> np.ndarray:
+    """HF's rows [tokens, D] of the inputs' one image (Qwen3-VL's DeepStack rows beside: [tokens, (1 + K) * D])."""
+    with torch.no_grad():
+        features = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"],
+                                                     image_grid_thw=inputs["image_grid_thw"])
+    return np.concatenate([features.pooler_output[0].numpy(),
+                           *[deep[0].numpy() for deep in getattr(features, "deepstack_features", None) or ()]], 1)
+
+
+@first_kind_only("qwen2_5_vl", "qwen3_vl")
+def test_images_of_sizes_in_one_bucket_share_a_tower_program_and_keep_hf_rows(llm, hf_model, kind):
+    """Grids of 3 x 4, 4 x 3, 2 x 5 and 5 x 2 merged blocks, padded to 12 (models/tower_patches): one tower
+    program, each image's rows HF's (Qwen2.5-VL's windows cut differently in each)."""
+    table = llm.engine.runner.executables.table
+    before = len(table)
+    for seed, (width, height) in enumerate([(64, 48), (48, 64), (80, 32), (32, 80)]):
+        image = picture(10 + seed, width, height)
+        (carried,) = llm.image_prompts.prompt(IMAGE_PROMPT, [image], "test")[1]
+        expected = hf_image_rows(hf_model, hf_inputs(llm, [image]))
+        rows = llm.engine.runner.vision.features(carried)
+        assert rows.shape == expected.shape and np.abs(rows - expected).max() <= 1e-5 * np.abs(expected).max()
+    assert len(table) == before + 1
+
+
 def test_image_logits_and_positions_match_hf(llm, hf_model):
     """The tower's rows (Qwen3-VL's DeepStack rows beside), the M-RoPE positions (and the decode delta) and every
     position's float32 logits of a prompt with text after an image; without the image's 3-D positions (Qwen3-VL:
@@ -156,12 +180,9 @@ def test_image_logits_and_positions_match_hf(llm, hf_model):
     assert (image.offset, image.length, image.pixels.shape[:2]) == (7, 15, (3, 5))
     with torch.no_grad():
         expected = hf_model(**inputs).logits[0].numpy()
-        features = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"],
-                                                     image_grid_thw=inputs["image_grid_thw"])
         hf_positions, hf_delta = hf_model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
                                                                inputs["image_grid_thw"])
-    hf_rows = np.concatenate([features.pooler_output[0].numpy(),
-                              *[deep[0].numpy() for deep in getattr(features, "deepstack_features", None) or ()]], 1)
+    hf_rows = hf_image_rows(hf_model, inputs)
     rows = llm.engine.runner.vision.features(image)
     assert rows.shape == hf_rows.shape and np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
     positions = np.arange(len(ids), dtype=np.int32)

@@ -2,13 +2,15 @@
 
 The image processor (Qwen2VLImageProcessor) resizes an image to multiples of patch * merge pixels and flattens
 it into patches of (temporal_patch_size, patch, patch) pixels, each 2x2 merge block's four patches together;
-an image reaches the tower as [blocks_h, blocks_w, merge * merge, C * T * p * p] (the processor's order, the
-merged grid in the shape), so each grid size is its own program. The patch embedding (a Conv3d with its stride
+an image is [blocks_h, blocks_w, merge * merge, C * T * p * p] (the processor's order) and reaches the tower
+flattened, padded to a bucket of merged blocks with each patch's position as data (models/tower_patches), so
+images of many sizes share a program. The patch embedding (a Conv3d with its stride
 equal to its kernel) is a linear map of the flattened patch; attention rotates queries and keys by each patch's
 (row, column) (2-D rotary, half the frequencies each); the merger norms each patch and maps each merge block's
 four to one language-model row. Qwen2-VL: LayerNorms, a fc1-act-fc2 MLP, every layer attends to the whole
 image. Qwen2.5-VL: RMSNorms, a gated SiLU MLP with biases, and layers outside `fullatt_block_indexes` attend
 within windows of window_size pixels (HF permutes patches into window order; a mask is the same attention).
+Padding patches are masked apart from the image's in every layer.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.config.model import ConfigError
+from jaxinfer.models.tower_patches import PAD_WINDOW, TowerPatches
 from jaxinfer.models.vision_tower import layer_norm, vision_activation
 from jaxinfer.parallel.array_info import ArrayInfo
 
@@ -127,33 +130,23 @@ def norm(x: jax.Array, weight: jax.Array, bias: jax.Array | None) -> jax.Array:
     return (normed * weight.astype(jnp.float32)).astype(x.dtype)
 
 
-def patch_grid(blocks_h: int, blocks_w: int, merge: int) -> tuple[np.ndarray, np.ndarray]:
-    """(row, column) [N] of each patch in the processor's order (merge blocks row-major, patches within)."""
-    row = np.arange(blocks_h)[:, None, None, None] * merge + np.arange(merge)[None, None, :, None]
-    col = np.arange(blocks_w)[None, :, None, None] * merge + np.arange(merge)[None, None, None, :]
-    shape = (blocks_h, blocks_w, merge, merge)
-    return np.broadcast_to(row, shape).reshape(-1), np.broadcast_to(col, shape).reshape(-1)
-
-
-def rotary(rows: np.ndarray, cols: np.ndarray, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
-    """cos, sin [N, head_dim] float32: the first quarter of frequencies turned by the row, the next by the
-    column, the second half repeating both (HF's rotate-half layout). Made in the program from the N rows and
-    columns (no N x head_dim constants)."""
+def rotary(rows: jax.Array, cols: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """cos, sin [N, head_dim] float32 of patches at (rows, cols) [N]: the first quarter of frequencies turned by
+    the row, the next by the column, the second half repeating both (HF's rotate-half layout)."""
     quarter = head_dim // 2
     inv_freq = 1.0 / (np.float32(theta) ** (np.arange(0, quarter, 2, dtype=np.float32) / np.float32(quarter)))
-    turns = lambda index: jnp.asarray(index.astype(np.float32))[:, None] * inv_freq  # noqa: E731
+    turns = lambda index: jnp.asarray(index).astype(jnp.float32)[:, None] * inv_freq  # noqa: E731
     freqs = jnp.concatenate([turns(rows), turns(cols)], axis=-1)
     emb = jnp.concatenate([freqs, freqs], axis=-1)
     return jnp.cos(emb), jnp.sin(emb)
 
 
-def window_mask(blocks_h: int, blocks_w: int, cfg: QwenTowerConfig) -> jax.Array:
-    """[N, N] bool: patches in the same window of cfg.window x cfg.window merged blocks (Qwen2.5-VL). Made in
-    the program from each patch's window id, so the program holds N ids, not an N x N constant."""
-    block_row = np.repeat(np.arange(blocks_h) // cfg.window, blocks_w)
-    block_col = np.tile(np.arange(blocks_w) // cfg.window, blocks_h)
-    window = jnp.asarray(np.repeat(block_row * blocks_w + block_col, cfg.merge ** 2).astype(np.int32))
-    return window[:, None] == window[None, :]
+def tower_masks(windows: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """([N, N] the image's patches with each other and padding's with padding's: what every layer of a
+    full-attention tower and Qwen2.5-VL's `full_layers` see; [N, N] patches in the same window), from each
+    patch's window id (models/tower_patches)."""
+    image = windows != PAD_WINDOW
+    return image[:, None] == image[None, :], windows[:, None] == windows[None, :]
 
 
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
@@ -186,15 +179,15 @@ def mlp(b: QwenBlock, x: jax.Array, activation: str) -> jax.Array:
     return h @ b.fc2 + b.fc2_bias
 
 
-def image_features(weights: QwenTowerWeights, pixels: jax.Array, cfg: Qwen2VLConfig) -> jax.Array:
-    """Language-model rows [1, blocks_h * blocks_w, D] of one image's patches [1, blocks_h, blocks_w, m*m, F]."""
+def image_features(weights: QwenTowerWeights, patches: TowerPatches, cfg: Qwen2VLConfig) -> jax.Array:
+    """Language-model rows [1, bucket blocks, D] of one image's padded patches (models/tower_patches); the rows
+    past the image's blocks are padding's."""
     v = cfg.vision
-    _, blocks_h, blocks_w, _, _ = pixels.shape
-    x = pixels.reshape(-1, v.patch_dims).astype(weights.patch.dtype) @ weights.patch
-    cos, sin = rotary(*patch_grid(blocks_h, blocks_w, v.merge), v.width // v.heads, v.theta)
-    windows = window_mask(blocks_h, blocks_w, v) if v.windowed else None
+    x = patches.pixels.reshape(-1, v.patch_dims).astype(weights.patch.dtype) @ weights.patch
+    cos, sin = rotary(patches.rows, patches.cols, v.width // v.heads, v.theta)
+    whole, windows = tower_masks(patches.windows)
     for layer, b in enumerate(weights.blocks):
-        mask = None if windows is None or layer in v.full_layers else windows
+        mask = windows if v.windowed and layer not in v.full_layers else whole
         x = x + attention(b, norm(x, b.norm1, b.norm1_bias), v.heads, cos, sin, mask)
         x = x + mlp(b, norm(x, b.norm2, b.norm2_bias), v.activation)
     merged = norm(x, weights.merger_norm, weights.merger_norm_bias).reshape(-1, v.width * v.merge ** 2)

@@ -18,7 +18,6 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxinfer.config.model import ConfigError
 from jaxinfer.models.qwen2_vl_vision import (
@@ -28,9 +27,10 @@ from jaxinfer.models.qwen2_vl_vision import (
     attention,
     mlp,
     norm,
-    patch_grid,
     rotary,
+    tower_masks,
 )
+from jaxinfer.models.tower_patches import TowerPatches
 from jaxinfer.parallel.array_info import ArrayInfo
 
 ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
@@ -116,23 +116,6 @@ def abstract_qwen3_vl(cfg: Qwen3VLConfig) -> Qwen3TowerWeights:
                              merger(e), [merger(merged) for _ in v.deepstack])
 
 
-def interpolation(rows: np.ndarray, cols: np.ndarray, height: int, width: int, side: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(indices [N, 4] into the side x side grid, float32 weights [N, 4]): bilinear resampling with corners
-    aligned (HF's `F.interpolate(align_corners=True)` as four taps) of each patch (row, col) of a height x width
-    patch grid."""
-    def taps(index: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-        src = index.astype(np.float32) * np.float32(side - 1) / np.float32(max(size - 1, 1))
-        floor = np.floor(src)
-        at = floor[:, None] + np.arange(2, dtype=np.float32)
-        return np.clip(at, 0, side - 1).astype(np.int32), np.maximum(1 - np.abs(src[:, None] - at), 0)
-
-    row_taps, row_weights = taps(rows, height)
-    col_taps, col_weights = taps(cols, width)
-    indices = (row_taps[:, :, None] * side + col_taps[:, None, :]).reshape(-1, 4)
-    return indices, (row_weights[:, :, None] * col_weights[:, None, :]).reshape(-1, 4).astype(np.float32)
-
-
 def merge(m: QwenMerger, x: jax.Array, width: int, post_shuffle: bool) -> jax.Array:
     """Language-model rows [N / merge², D] of patches x [N, E] (width: E * merge²)."""
     merged = norm(x.reshape(-1, width), m.norm, m.norm_bias) if post_shuffle else \
@@ -140,19 +123,17 @@ def merge(m: QwenMerger, x: jax.Array, width: int, post_shuffle: bool) -> jax.Ar
     return jax.nn.gelu(merged @ m.w1 + m.b1, approximate=False) @ m.w2 + m.b2
 
 
-def image_features(weights: Qwen3TowerWeights, pixels: jax.Array, cfg: Qwen3VLConfig) -> jax.Array:
-    """Rows [1, blocks_h * blocks_w, (1 + K) * D] of one image's patches [1, blocks_h, blocks_w, m*m, F]: the
-    merger's, then each DeepStack merger's."""
+def image_features(weights: Qwen3TowerWeights, patches: TowerPatches, cfg: Qwen3VLConfig) -> jax.Array:
+    """Rows [1, bucket blocks, (1 + K) * D] of one image's padded patches (models/tower_patches): the merger's, then
+    each DeepStack merger's; the rows past the image's blocks are padding's."""
     v = cfg.vision
-    _, blocks_h, blocks_w, _, _ = pixels.shape
-    rows, cols = patch_grid(blocks_h, blocks_w, v.merge)
-    indices, taps = interpolation(rows, cols, blocks_h * v.merge, blocks_w * v.merge, v.grid_side)
-    x = pixels.reshape(-1, v.patch_dims).astype(weights.patch.dtype) @ weights.patch + weights.patch_bias
-    x = x + jnp.einsum("nt,nte->ne", jnp.asarray(taps, x.dtype), weights.pos_embed[jnp.asarray(indices)])
-    cos, sin = rotary(rows, cols, v.width // v.heads, v.theta)
+    x = patches.pixels.reshape(-1, v.patch_dims).astype(weights.patch.dtype) @ weights.patch + weights.patch_bias
+    x = x + jnp.einsum("nt,nte->ne", patches.grid_weights.astype(x.dtype), weights.pos_embed[patches.grid_taps])
+    cos, sin = rotary(patches.rows, patches.cols, v.width // v.heads, v.theta)
+    mask, _ = tower_masks(patches.windows)
     width, deep = v.width * v.merge ** 2, []
     for layer, b in enumerate(weights.blocks):
-        x = x + attention(b, norm(x, b.norm1, b.norm1_bias), v.heads, cos, sin, None)
+        x = x + attention(b, norm(x, b.norm1, b.norm1_bias), v.heads, cos, sin, mask)
         x = x + mlp(b, norm(x, b.norm2, b.norm2_bias), v.activation)
         if layer in v.deepstack:
             deep.append(merge(weights.deepstack[v.deepstack.index(layer)], x, width, post_shuffle=True))

@@ -74,8 +74,8 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
 
 
 def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: VisionLanguageConfig) -> jax.Array:
-    """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, rows, D] of
-    one image's patches [1, blocks_h, blocks_w, m*m, F]; Qwen3-VL's: [1, rows, (1 + K) * D], its K DeepStack rows
+    """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, bucket, D] of
+    one image's padded patches, models/tower_patches; Qwen3-VL's: [1, bucket, (1 + K) * D], its K DeepStack rows
     beside; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at its own size; Idefics3's and InternVL's:
     [N, image_seq_len, D] of tiles [N, C, S, S])."""
     if isinstance(cfg, Gemma3VisionConfig):

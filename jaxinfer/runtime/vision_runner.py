@@ -2,7 +2,8 @@
 step's rows for its placeholder tokens (runtime/embed_rows).
 
 The tower runs as its own program (one per tower and image size: every image reaches it at the
-size its model's processor makes) when a request with images is first scheduled; its rows go back
+size its model's processor makes; Qwen-VL images padded to a few sizes, models/tower_patches) when a request
+with images is first scheduled; its rows go back
 to the host and stay with the request (`Request.image_rows`: float32, tokens_per_image x D per
 image, 9.4 MB for llava-1.5-7b's 576 x 4096; Qwen3-VL's: (1 + K) x D), so chunked prefill and recompute after preemption
 never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
@@ -21,6 +22,7 @@ import collections
 import numpy as np
 
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
+from jaxinfer.models.tower_patches import TowerPatches, tower_patches
 from jaxinfer.models.vision_language import (
     VisionLanguageConfig,
     VisionLanguageWeights,
@@ -55,11 +57,18 @@ class VisionRunner:
         self.rows = StepRows(cfg.text_hidden_size, layout, self.encode, self.bidirectional, deepstack_layers(cfg))
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
-        """The tower's program over one image (zeros: what warm-up compiles)."""
-        return self.batch_program((blank_pixels(self.cfg) if pixels is None else pixels)[None])
+        """The tower's program over one image (zeros: what warm-up compiles); a Qwen-VL image's patches padded to
+        a bucket of merged blocks (models/tower_patches)."""
+        pixels = blank_pixels(self.cfg) if pixels is None else pixels
+        if not isinstance(self.cfg, Qwen2VLConfig):
+            return self.batch_program(pixels[None])
+        tower = self.cfg.vision
+        window = tower.window if getattr(tower, "windowed", False) else 0
+        return self.batch_program(tower_patches(pixels, tower.merge, window, getattr(tower, "grid_side", 0)))
 
-    def batch_program(self, images: np.ndarray) -> Program:
-        """The tower's program over images [B, ...] (Idefics3's, InternVL's: B tiles [C, S, S])."""
+    def batch_program(self, images: np.ndarray | TowerPatches) -> Program:
+        """The tower's program over images [B, ...] (Idefics3's, InternVL's: B tiles [C, S, S]; a Qwen-VL image's
+        padded patches)."""
         return Program(step_programs.image_features, [self.weights, self.layout.put_tree(images)],
                        dict(cfg=self.cfg), fixed=1)
 
@@ -83,8 +92,8 @@ class VisionRunner:
     def features(self, image: ImageInput) -> np.ndarray:
         """[length, D] float32 rows of one image (encoded now unless recently seen)."""
         rows = self.encoded.get(image.content_hash)
-        if rows is None:
-            rows = np.asarray(to_host(self.executables(self.program(image.pixels))), np.float32)[0]
+        if rows is None:  # a Qwen-VL image's padding rows dropped
+            rows = np.asarray(to_host(self.executables(self.program(image.pixels))), np.float32)[0, : image.length]
             self.images_encoded, self.tower_calls = self.images_encoded + 1, self.tower_calls + 1
         self.remember(image.content_hash, rows)
         return rows

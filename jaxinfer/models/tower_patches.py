@@ -1,0 +1,98 @@
+"""A Qwen-VL tower's input padded to a bucket of merged blocks, so images of many sizes share a few programs.
+
+The image processor makes each image [blocks_h, blocks_w, merge², F] patches, its grid in the shape: one tower
+program per distinct grid, compiled when an image of that size first comes (seconds on an accelerator, in a
+request's time to first token). Here the grid becomes data: the patches go in flattened and padded with zero
+blocks to `bucket_blocks(blocks_h * blocks_w)` (1, 2, 3, 4, 6, 8, 12, ...: at most 1.5x the image's own), with
+each patch's (row, column) for the 2-D rotary, its window id (Qwen2.5-VL's window attention; one id for a whole
+image otherwise) and, for Qwen3-VL, its four position-grid taps. Padding patches take window id -1, so every
+layer's mask keeps them apart from the image's (they attend among themselves and their rows are dropped): the
+image's rows are the unpadded program's, the few programs are per bucket, not per grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+PAD_WINDOW = -1  # the window id of padding patches: never the image's
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class TowerPatches:
+    """One image's patches padded to a bucket: P = bucket blocks x merge² patches."""
+
+    pixels: np.ndarray  # [1, P, F] float32
+    rows: np.ndarray  # [P] int32: each patch's row in the patch grid (0 for padding)
+    cols: np.ndarray  # [P] int32
+    windows: np.ndarray  # [P] int32: attention window id (PAD_WINDOW for padding)
+    grid_taps: np.ndarray | None = None  # Qwen3-VL: [P, 4] int32 indices into its learned position grid
+    grid_weights: np.ndarray | None = None  # Qwen3-VL: [P, 4] float32 bilinear weights (0 for padding)
+
+
+def bucket_blocks(blocks: int) -> int:
+    """The smallest 2^k or 3 x 2^k merged blocks holding `blocks`."""
+    power = 1 << max(blocks - 1, 0).bit_length()
+    return power * 3 // 4 if power >= 4 and power * 3 // 4 >= blocks else power
+
+
+def patch_grid(blocks_h: int, blocks_w: int, merge: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, column) [N] of each patch in the processor's order (merge blocks row-major, patches within)."""
+    row = np.arange(blocks_h)[:, None, None, None] * merge + np.arange(merge)[None, None, :, None]
+    col = np.arange(blocks_w)[None, :, None, None] * merge + np.arange(merge)[None, None, None, :]
+    shape = (blocks_h, blocks_w, merge, merge)
+    return np.broadcast_to(row, shape).reshape(-1), np.broadcast_to(col, shape).reshape(-1)
+
+
+def window_ids(blocks_h: int, blocks_w: int, merge: int, window: int) -> np.ndarray:
+    """[N] each patch's window of `window` x `window` merged blocks (Qwen2.5-VL), or 0 for all with window 0."""
+    if window == 0:
+        return np.zeros(blocks_h * blocks_w * merge ** 2, np.int32)
+    block_row = np.repeat(np.arange(blocks_h) // window, blocks_w)
+    block_col = np.tile(np.arange(blocks_w) // window, blocks_h)
+    return np.repeat(block_row * blocks_w + block_col, merge ** 2).astype(np.int32)
+
+
+def padded(values: np.ndarray, length: int, fill: float = 0) -> np.ndarray:
+    """values [N, ...] with rows of `fill` after them up to `length`."""
+    out = np.full((length, *values.shape[1:]), fill, values.dtype)
+    out[: len(values)] = values
+    return out
+
+
+def interpolation(rows: np.ndarray, cols: np.ndarray, height: int, width: int, side: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(indices [N, 4] into the side x side grid, float32 weights [N, 4]): bilinear resampling with corners
+    aligned (HF's `F.interpolate(align_corners=True)` as four taps) of each patch (row, col) of a height x width
+    patch grid."""
+    def taps(index: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+        src = index.astype(np.float32) * np.float32(side - 1) / np.float32(max(size - 1, 1))
+        floor = np.floor(src)
+        at = floor[:, None] + np.arange(2, dtype=np.float32)
+        return np.clip(at, 0, side - 1).astype(np.int32), np.maximum(1 - np.abs(src[:, None] - at), 0)
+
+    row_taps, row_weights = taps(rows, height)
+    col_taps, col_weights = taps(cols, width)
+    indices = (row_taps[:, :, None] * side + col_taps[:, None, :]).reshape(-1, 4)
+    return indices, (row_weights[:, :, None] * col_weights[:, None, :]).reshape(-1, 4).astype(np.float32)
+
+
+def tower_patches(pixels: np.ndarray, merge: int, window: int = 0, grid_side: int = 0) -> TowerPatches:
+    """The padded input of one image's patches [blocks_h, blocks_w, merge², F]; grid_side > 0 (Qwen3-VL) adds the
+    bilinear taps of its learned grid_side x grid_side position grid."""
+    blocks_h, blocks_w, per_block, features = pixels.shape
+    length = bucket_blocks(blocks_h * blocks_w) * per_block
+    rows, cols = patch_grid(blocks_h, blocks_w, merge)
+    taps = weights = None
+    if grid_side:
+        indices, bilinear = interpolation(rows, cols, blocks_h * merge, blocks_w * merge, grid_side)
+        taps, weights = padded(indices.astype(np.int32), length), padded(bilinear, length)
+    return TowerPatches(
+        pixels=padded(pixels.reshape(-1, features).astype(np.float32), length)[None],
+        rows=padded(rows.astype(np.int32), length), cols=padded(cols.astype(np.int32), length),
+        windows=padded(window_ids(blocks_h, blocks_w, merge, window), length, PAD_WINDOW),
+        grid_taps=taps, grid_weights=weights,
+    )
