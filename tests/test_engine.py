@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from engine_knobs import ENGINE
 from jax import monitoring
 
 from jaxinfer import LLM, SamplingParams
@@ -23,13 +24,10 @@ def model(checkpoint_dir):
     return checkpoint_dir("llama3")
 
 
-# One set of shapes for every engine here (the pool is small enough to force preemption), so
-# they share compiled programs; only the behaviour knobs differ between them.
-KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=1, decode_steps=4, num_pages=16)
-
-
 def make(model, **knobs) -> LLM:
-    return LLM(model, dtype="float32", max_seq_len=96, **{**KNOBS, **knobs})
+    """An engine on the shared knobs (its pool of 15 pages makes the longer workloads preempt), prefilling
+    one prompt a step, as the step-by-step tests here count on (a knob no program's shape depends on)."""
+    return LLM(model, **{**ENGINE, "max_prefill_seqs": 1, **knobs})
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +83,7 @@ def test_decode_steps_one_and_many_agree(model, llm):
     assert greedy_ids(single, PROMPTS, params) == greedy_ids(llm, PROMPTS, params)
 
 
-@pytest.mark.parametrize("stop_early,long_tokens", [(True, 1), (False, KNOBS["decode_steps"])])
+@pytest.mark.parametrize("stop_early,long_tokens", [(True, 1), (False, ENGINE["decode_steps"])])
 def test_multi_step_call_stops_at_a_finish_only_when_asked(llm, stop_early, long_tokens):
     """A row finishing one token into a 4-step call ends the call (stop_early, CPU's choice) or
     idles while the others run all 4 steps (a GPU's: no per-iteration round trip)."""

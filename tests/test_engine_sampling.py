@@ -6,23 +6,21 @@ import asyncio
 
 import numpy as np
 import pytest
+from engine_knobs import ENGINE
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.checkpoint.tokenizer import decode_text
 from jaxinfer.engine import AsyncLLMEngine
 
 PROMPT = np.random.RandomState(3).randint(3, 250, size=11).tolist()
-KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=1, decode_steps=4, num_pages=16)
-
-
 @pytest.fixture(scope="module")
 def llm(checkpoint_dir):
-    return LLM(checkpoint_dir("llama3"), dtype="float32", max_seq_len=96, **KNOBS)
+    return LLM(checkpoint_dir("llama3"), **ENGINE)
 
 
 @pytest.fixture(scope="module")
 def text_llm(text_model_dir):
-    return LLM(text_model_dir, dtype="float32", max_seq_len=96, **KNOBS)
+    return LLM(text_model_dir, **ENGINE)
 
 
 def greedy(n: int = 24, **kw) -> SamplingParams:

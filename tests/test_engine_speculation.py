@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_knobs import ENGINE
 from engine_runs import traces_after_warmup
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
@@ -17,7 +18,6 @@ LOOP = [21, 22, 23, 24, 25, 26] * 4
 PROMPTS = [LOOP, LOOP[:9] + [40, 41] + LOOP[:9], *[np.random.RandomState(i).randint(3, 250, size=n).tolist()
                                                   for i, n in enumerate([5, 30])]]
 GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
-KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2, decode_steps=4, num_pages=16)
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +25,9 @@ def model(checkpoint_dir):
     return checkpoint_dir("llama3")
 
 
-def make(model, spec: dict | None = None, **knobs) -> LLM:
+def make(model, spec: dict | None = None) -> LLM:
     config = SpeculativeConfig(method="ngram", num_speculative_tokens=K, **spec) if spec is not None else None
-    return LLM(model, dtype="float32", max_seq_len=96, speculative=config, **{**KNOBS, **knobs})
+    return LLM(model, speculative=config, **ENGINE)
 
 
 @pytest.fixture(scope="module")
