@@ -194,6 +194,10 @@ ARCH_CONFIGS.update({
         transformers.Starcoder2Config,
         dict(sliding_window=16, norm_epsilon=1e-5, tie_word_embeddings=False),
     ),
+    "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
+        transformers.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
+        dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
+    ),
 })
 # Llama 4: layer 0 rotary (Llama 3 scaling, adjacent pairs, q/k L2 norms) attending within chunks of 8 positions, with a
 # dense MLP of 64; layer 1 NoPE over every key, queries scaled up every 4 positions, 2 of 4 experts (inputs scaled by
@@ -262,6 +266,7 @@ MODEL_CLASSES = {
     transformers.CohereConfig: transformers.CohereForCausalLM,
     transformers.NemotronConfig: transformers.NemotronForCausalLM,
     transformers.Starcoder2Config: transformers.Starcoder2ForCausalLM,
+    transformers.MiniMaxM2Config: transformers.MiniMaxM2ForCausalLM,
     transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
@@ -279,7 +284,7 @@ def make_hf_model(name: str, **overrides) -> torch.nn.Module:
             if param.dim() == 1 or name.endswith("_bias"):  # norms and biases: away from their trivial values
                 param.add_(0.1 * torch.randn_like(param))
         for name, buffer in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):  # GLM-4.5's, DeepSeek-V3's routing bias: a buffer, 0 at init
+            if name.endswith("e_score_correction_bias"):  # routing bias (GLM-4.5, DeepSeek-V3, MiniMax-M2): 0 at init
                 buffer.add_(0.1 * torch.randn_like(buffer))
             if name.endswith("act_fn.beta"):  # Apertus' xIELU linear term: a buffer, 0.5 at init
                 buffer.add_(0.1 * torch.randn_like(buffer))

@@ -248,6 +248,56 @@ def test_glm4_moe_configs_that_cannot_run_are_refused_by_name(fields, message):
         from_hf_config({**GLM4_MOE, **fields, "architectures": ["Glm4MoeForCausalLM"]})
 
 
+MINIMAX_M2 = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=2, num_attention_heads=8)
+# MiniMax-M2's config.json as released (transformers 4's layout): rotary_dim and rope_theta at the top, and fields
+# transformers' MiniMaxM2 does not read (its one way of running them), MTP modules stored after the decoder's layers
+MINIMAX_M2_RELEASED = dict(head_dim=8, num_key_value_heads=2, rotary_dim=4, rope_theta=5e6, attn_type_list=[1, 1],
+                           use_qk_norm=True, qk_norm_type="per_layer", scoring_func="sigmoid", use_routing_bias=True,
+                           shared_intermediate_size=0, num_mtp_modules=3, use_mtp=True, num_local_experts=16,
+                           num_experts_per_tok=4, rms_norm_eps=1e-5)
+
+
+@pytest.mark.parametrize("fields", [
+    {}, MINIMAX_M2_RELEASED,
+    dict(head_dim=8, rotary_dim=4, partial_rotary_factor=0.25),  # the factor wins over the legacy rotary_dim
+    dict(head_dim=8, rotary_dim=4, rope_parameters=dict(rope_type="default", rope_theta=1e4,
+                                                       partial_rotary_factor=1.0)),
+])
+def test_minimax_m2_fields_read_as_transformers_reads_them(fields):
+    ours = from_hf_config({**MINIMAX_M2, **fields, "architectures": ["MiniMaxM2ForCausalLM"]})
+    theirs = transformers.MiniMaxM2Config(**MINIMAX_M2, **fields)
+    rope = theirs.rope_parameters
+    assert (ours.num_kv_heads, ours.head_dim, ours.rotated_dims) == (
+        theirs.num_key_value_heads, theirs.head_dim, int(theirs.head_dim * rope.get("partial_rotary_factor", 1.0)))
+    assert (ours.rope_theta, ours.rope_scaling.rope_type, ours.rope_interleaved) == (
+        rope["rope_theta"], "default", False)
+    assert (ours.num_experts, ours.experts_per_token, ours.moe_intermediate_size) == (
+        theirs.num_local_experts, theirs.num_experts_per_tok, theirs.intermediate_size)
+    assert (ours.norm_topk_prob, ours.expert_groups, ours.routed_scaling_factor, ours.shared_expert_intermediate_size) \
+        == (True, 1, 1.0, 0)
+    assert (ours.qk_norm, ours.qk_norm_whole, ours.qkv_bias, ours.dense_layers) == (True, True, False, ())
+    assert (ours.rms_norm_eps, ours.max_position_embeddings, ours.tie_word_embeddings, ours.eos_token_ids) == (
+        theirs.rms_norm_eps, theirs.max_position_embeddings, theirs.tie_word_embeddings, (theirs.eos_token_id,))
+    assert ours.mtp_layers == fields.get("num_mtp_modules", 0)
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(scoring_func="softmax"), "scoring_func 'softmax' is not supported .* 'sigmoid' only"),
+        (dict(use_qk_norm=False), "use_qk_norm False is not supported"),
+        (dict(qk_norm_type="per_head"), "qk_norm_type 'per_head' is not supported .* 'per_layer' only"),
+        (dict(use_routing_bias=False), "use_routing_bias False is not supported"),
+        (dict(shared_intermediate_size=64), "shared_intermediate_size 64 is not supported"),
+        (dict(attn_type_list=[0, 1]), r"attn_type_list \[0, 1\] is not supported .* lightning attention"),
+        (dict(head_dim=8, rotary_dim=3), "partial_rotary_factor 0.375 must be in"),
+    ],
+)
+def test_minimax_m2_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**MINIMAX_M2, **fields, "architectures": ["MiniMaxM2ForCausalLM"]})
+
+
 DEEPSEEK = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=4, num_attention_heads=2,
                 num_experts_per_tok=2)  # DeepseekV2Config has no default for it
 DEEPSEEK_V2, DEEPSEEK_V3 = "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"

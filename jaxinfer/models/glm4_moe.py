@@ -10,6 +10,7 @@ an o bias), per-head q/k RMSNorms with `use_qk_norm`, and rotary embeddings on t
 `partial_rotary_factor` of each head (0.5 unless set) in the rotate-half layout. Checkpoints store
 multi-token-prediction layers after the decoder's (`num_nextn_predict_layers`): the decoder skips them,
 speculative decoding can draft with the first (`speculative.mtp`, method "mtp").
+MiniMax-M2 (`models.minimax_m2`) runs this MoE layer with one group and no shared experts.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from jaxinfer.models.layers import linear
 from jaxinfer.models.llama import abstract_layer as dense_leaves
 from jaxinfer.models.llama import decoder_layer as dense_layer
 from jaxinfer.models.mixtral import moe_fields
-from jaxinfer.models.moe import ROUTER_AXES, experts_output, is_dense, pre_norm_layer
+from jaxinfer.models.moe import ROUTER_AXES, abstract_moe_layer, experts_output, is_dense, pre_norm_layer
 from jaxinfer.models.qwen3_moe import hf_leaves as qwen3_moe_hf_leaves
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.shared_expert import (
@@ -56,13 +57,15 @@ class Glm4MoeLayerWeights(SharedExpertLayerWeights):
 
 
 def abstract_layer(cfg: ModelConfig, layer: int) -> Any:
-    """One layer's leaves as ArrayInfos: routed and shared experts, or a dense MLP in `dense_layers`."""
+    """One layer's leaves as ArrayInfos: routed and shared experts (none where their size is 0), or a dense MLP
+    in `dense_layers`."""
     if not cfg.is_moe_layer(layer):
         return dense_leaves(cfg, layer)
-    shared = abstract_shared_moe_layer(cfg, gated=False)
+    routed = abstract_shared_moe_layer(cfg, gated=False) if cfg.shared_expert_intermediate_size else \
+        abstract_moe_layer(cfg)
     D, E = cfg.hidden_size, cfg.num_experts
     return Glm4MoeLayerWeights(
-        **{**{f.name: getattr(shared, f.name) for f in dataclasses.fields(shared)},
+        **{**{f.name: getattr(routed, f.name) for f in dataclasses.fields(routed)},
            "router": ArrayInfo((D, E), ROUTER_AXES, dtype="float32")},
         score_correction=ArrayInfo((E,), (None,), init_value=0.0, dtype="float32"),
     )
@@ -79,14 +82,14 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
 
 
 def moe_block(x: jax.Array, lw: Glm4MoeLayerWeights, cfg: ModelConfig, layout: Layout) -> jax.Array:
-    """The routed experts' output plus the shared experts' for x [B, T, D], in x's dtype."""
+    """The routed experts' output plus any shared experts' for x [B, T, D], in x's dtype."""
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
     logits = linear(x2.astype(jnp.float32), lw.router)  # float32 rows and router, as transformers computes them
     weights, experts = grouped_topk(logits, lw.score_correction, cfg.experts_per_token, cfg.expert_groups,
                                     cfg.expert_groups_per_token, cfg.norm_topk_prob, cfg.routed_scaling_factor)
     routed = experts_output(x2, weights, experts, lw, layout, cfg.activation).astype(x.dtype).reshape(shape)
-    return routed + shared_expert(x, lw, cfg.activation)
+    return routed if lw.shared_gate is None else routed + shared_expert(x, lw, cfg.activation)
 
 
 def decoder_layer(cfg: ModelConfig, x, cache, lw, layer: int, positions, rope: RopeTables):

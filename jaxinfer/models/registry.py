@@ -40,6 +40,7 @@ from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.llama4 import FAMILY as LLAMA4
 from jaxinfer.models.llava import text_hf_config
 from jaxinfer.models.mamba2 import FAMILY as MAMBA2
+from jaxinfer.models.minimax_m2 import FAMILY as MINIMAX_M2
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.nemotron import FAMILY as NEMOTRON
@@ -64,7 +65,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
-                                FALCON_H1, LFM2, QWEN3_5, QWEN3_5_MOE, LFM2_MOE)
+                                FALCON_H1, LFM2, QWEN3_5, QWEN3_5_MOE, LFM2_MOE, MINIMAX_M2)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
