@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -145,6 +146,25 @@ def test_tower_rows_and_logits_match_hf(llm, hf_model):
     placed[image.offset : image.offset + image.length], mask[image.offset : image.offset + image.length] = \
         rows.reshape(15, -1), True
     assert np.abs(our_logits(llm, ids, placed, mask) - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def test_a_padded_image_shares_its_bucket_program_and_keeps_hf_rows(llm, hf_model):
+    """A 3 x 3-block image padded to 12 blocks (models/tower_patches) takes the tower program of 4 x 3 and 3 x 4
+    images (the same input shapes); its [IMG] rows are HF's within 1e-5, its run's breaks and end in place."""
+    vision, cfg = llm.engine.runner.vision, llm.image_prompts.cfg
+    images = [picture(4, 48, 48), picture(5, 64, 48), picture(6, 48, 64)]
+    shapes = [jax.tree.map(np.shape, vision.program(i.pixels).args[1]) for i in
+              (llm.image_prompts.prompt(PROMPT, [image], "test")[1][0] for image in images)]
+    assert shapes[0] == shapes[1] == shapes[2]
+    (image,) = llm.image_prompts.prompt(PROMPT, images[:1], "test")[1]
+    inputs = hf_inputs(llm, images[:1])
+    with torch.no_grad():
+        hf_rows = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"],
+                                                    image_sizes=inputs["image_sizes"]).pooler_output[0].numpy()
+    rows = vision.features(image).reshape(3, 4, -1)
+    assert np.abs(rows[:, :3].reshape(9, -1) - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
+    table = hf_model.get_input_embeddings().weight.detach().numpy()
+    assert np.array_equal(rows[:, 3], table[[cfg.image_break_token_id] * 2 + [cfg.image_end_token_id]])
 
 
 def test_engine_greedy_matches_hf(hf_model, llm):

@@ -1,18 +1,20 @@
-"""Mistral 3's (Mistral Small 3.1 / 3.2, Ministral 3) Pixtral vision tower and projector: one image's pixels in,
-its image tokens' rows out, the [IMG_BREAK] / [IMG_END] rows in their places.
+"""Mistral 3's (Mistral Small 3.1 / 3.2, Ministral 3) Pixtral vision tower and projector: one image's pixels in, its
+image tokens' rows out, the [IMG_BREAK] / [IMG_END] rows in their places.
 
-The image processor (PixtralImageProcessor) resizes each image, within `image_size`, to multiples of
-patch_size * spatial_merge_size pixels, so each image reaches the tower at its own size [C, H, W] and each size
-is its own program. The tower: a conv patch embedding (stride = kernel, no bias) as one matrix, `ln_pre` RMSNorm,
-layers of RMSNorm, attention rotated by each patch's (row, column) (2-D rotary: the even frequencies turned by
-the row, the odd by the column) and a gated MLP; every patch attends to the whole image (HF's block mask keeps
-images apart: one image per program is the same). The projector: RMSNorm, the patch merger (each merge x merge
-block's patches concatenated channel-major, as torch's unfold lays them, then a linear), linear-GELU-linear.
+The image processor (PixtralImageProcessor) resizes each image, within `image_size`, to multiples of patch_size *
+spatial_merge_size pixels; an image [C, H, W] reaches the tower as its patches in merge-block order, padded to a
+bucket of merged blocks with each patch's (row, column) as data (models/tower_patches), so images of many sizes
+share a program. The tower: a conv patch embedding (stride = kernel, no bias) as one matrix, `ln_pre` RMSNorm,
+layers of RMSNorm, attention rotated by each patch's (row, column) (2-D rotary: the even frequencies turned by the
+row, the odd by the column) and a gated MLP; every patch attends to the whole image (HF's block mask keeps images
+apart: one image per program is the same), padding patches only among themselves. The projector: RMSNorm, the patch
+merger (each merge x merge block's patches concatenated channel-major, as torch's unfold lays them, then a linear),
+linear-GELU-linear.
 
-The prompt holds, per merged row, one [IMG] per merged block then [IMG_BREAK], the last row's break being
-[IMG_END]: the image's placeholders are that whole run, and the rows at the break and end positions are those
-tokens' own embeddings (`break_row`, `end_row`, read from the language model's table), so the step's embedding
-override covers the run as one image and the text tokens in it read what their embedding would give.
+The prompt holds, per merged row, one [IMG] per merged block then [IMG_BREAK], the last row's break being [IMG_END]:
+the image's placeholders are that whole run, and the rows at the break and end positions are those tokens' own
+embeddings (`break_row`, `end_row`, read from the language model's table), so the step's embedding override covers
+the run as one image and the text tokens in it read what their embedding would give.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.config.model import ConfigError
+from jaxinfer.models.qwen2_vl_vision import tower_masks
+from jaxinfer.models.tower_patches import TowerPatches
 from jaxinfer.models.vision_tower import vision_activation
 from jaxinfer.parallel.array_info import ArrayInfo
 
@@ -129,12 +133,11 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return weight * normed
 
 
-def rotary(rows: int, cols: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
-    """cos, sin [rows * cols, head_dim] float32 of the row-major patch grid: the even frequencies turned by the
-    patch's row, the odd by its column, the two halves alike (HF's axial rope in rotate-half layout)."""
+def rotary(rows: jax.Array, cols: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """cos, sin [N, head_dim] float32 of patches at (rows, cols) [N]: the even frequencies turned by the patch's
+    row, the odd by its column, the two halves alike (HF's axial rope in rotate-half layout)."""
     inv_freq = 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))
-    row = jnp.repeat(jnp.arange(rows, dtype=jnp.float32), cols)[:, None]
-    col = jnp.tile(jnp.arange(cols, dtype=jnp.float32), rows)[:, None]
+    row, col = (jnp.asarray(index).astype(jnp.float32)[:, None] for index in (rows, cols))
     freqs = jnp.concatenate([row * inv_freq[0::2], col * inv_freq[1::2]], axis=-1)
     emb = jnp.concatenate([freqs, freqs], axis=-1)
     return jnp.cos(emb), jnp.sin(emb)
@@ -148,12 +151,14 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (x32 * cos[:, None] + turned * sin[:, None]).astype(x.dtype)
 
 
-def attention(layer: PixtralLayer, x: jax.Array, heads: int, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Bidirectional attention over one image's patches x [N, E]."""
+def attention(layer: PixtralLayer, x: jax.Array, heads: int, cos: jax.Array, sin: jax.Array, mask: jax.Array
+              ) -> jax.Array:
+    """Bidirectional attention over one image's patches x [N, E] (mask [N, N]: padding apart)."""
     n, e = x.shape
     split = lambda w: (x @ w).reshape(n, heads, e // heads)  # noqa: E731
     q, k, v = rotate(split(layer.wq), cos, sin), rotate(split(layer.wk), cos, sin), split(layer.wv)
     scores = jnp.einsum("qhd,khd->hqk", q, k).astype(jnp.float32) * (e // heads) ** -0.5
+    scores = jnp.where(mask[None], scores, -jnp.inf)
     out = jnp.einsum("hqk,khd->qhd", jax.nn.softmax(scores, axis=-1).astype(v.dtype), v)
     return out.reshape(n, e) @ layer.wo
 
@@ -165,42 +170,36 @@ def mlp(layer: PixtralLayer, x: jax.Array, activation: str) -> jax.Array:
     return (act * (x @ layer.up)) @ layer.down
 
 
-def tower(weights: PixtralWeights, pixels: jax.Array, v: PixtralTowerConfig) -> jax.Array:
-    """The feature layer's states [rows * cols, E] of one image [C, H, W] (rows, cols: its patch grid)."""
-    c, h, w = pixels.shape
-    rows, cols, p = h // v.patch_size, w // v.patch_size, v.patch_size
-    patches = pixels.reshape(c, rows, p, cols, p).transpose(1, 3, 0, 2, 4).reshape(rows * cols, v.patch_dims)
-    x = rms_norm(patches.astype(weights.patch.dtype) @ weights.patch, weights.ln_pre, TOWER_EPS)
-    cos, sin = rotary(rows, cols, v.width // v.heads, v.theta)
+def tower(weights: PixtralWeights, patches: TowerPatches, v: PixtralTowerConfig) -> jax.Array:
+    """The feature layer's states [P, E] of one image's padded patches [1, P, C * p * p] (merge-block order)."""
+    x = rms_norm(patches.pixels[0].astype(weights.patch.dtype) @ weights.patch, weights.ln_pre, TOWER_EPS)
+    cos, sin = rotary(patches.rows, patches.cols, v.width // v.heads, v.theta)
+    mask, _ = tower_masks(patches.windows)
     for layer in weights.layers:
-        x = x + attention(layer, rms_norm(x, layer.attention_norm, TOWER_EPS), v.heads, cos, sin)
+        x = x + attention(layer, rms_norm(x, layer.attention_norm, TOWER_EPS), v.heads, cos, sin, mask)
         x = x + mlp(layer, rms_norm(x, layer.ffn_norm, TOWER_EPS), v.activation)
     return x
 
 
-def project(weights: PixtralWeights, x: jax.Array, rows: int, cols: int, cfg: Mistral3Config) -> jax.Array:
-    """Language-model rows [rows/m * cols/m, D] of the tower's states x [rows * cols, E]: norm, each m x m
-    block's patches concatenated channel-major (torch's unfold), the merging linear, linear-GELU-linear."""
+def project(weights: PixtralWeights, x: jax.Array, cfg: Mistral3Config) -> jax.Array:
+    """Language-model rows [P / m², D] of the tower's states x [P, E] in merge-block order: norm, each block's m²
+    patches concatenated channel-major (torch's unfold), the merging linear, linear-GELU-linear."""
     m, e = cfg.merge, x.shape[-1]
-    x = rms_norm(x, weights.norm, cfg.norm_eps).reshape(rows // m, m, cols // m, m, e)
-    blocks = x.transpose(0, 2, 4, 1, 3).reshape((rows // m) * (cols // m), e * m * m)
+    x = rms_norm(x, weights.norm, cfg.norm_eps).reshape(-1, m * m, e)
+    blocks = x.transpose(0, 2, 1).reshape(-1, e * m * m)
     h = (blocks @ weights.merger) @ weights.w1 + (0 if weights.b1 is None else weights.b1)
     h = jax.nn.gelu(h, approximate=False) @ weights.w2
     return h + (0 if weights.b2 is None else weights.b2)
 
 
-def image_features(weights: PixtralWeights, pixels: jax.Array, cfg: Mistral3Config) -> jax.Array:
-    """The rows [1, R * (C + 1), D] of one image [1, C, H, W]'s placeholder run: each merged row's C image rows
-    and the [IMG_BREAK] embedding, the last row's break being [IMG_END]'s (R, C: its merged grid)."""
-    _, _, h, w = pixels.shape
-    v = cfg.vision
-    rows, cols = h // v.patch_size, w // v.patch_size
-    image = project(weights, tower(weights, pixels[0], v), rows, cols, cfg)
-    grid_rows, grid_cols = rows // cfg.merge, cols // cfg.merge
-    breaks = jnp.broadcast_to(weights.break_row.astype(image.dtype), (grid_rows, 1, image.shape[-1]))
-    breaks = breaks.at[-1, 0].set(weights.end_row.astype(image.dtype))
-    run = jnp.concatenate([image.reshape(grid_rows, grid_cols, -1), breaks], axis=1)
-    return run.reshape(1, grid_rows * (grid_cols + 1), -1)
+def image_features(weights: PixtralWeights, patches: TowerPatches, cfg: Mistral3Config) -> jax.Array:
+    """The rows [1, 2 x bucket, D] of one image's placeholder run (models/tower_patches.pixtral_patches): each
+    merged row's image rows and the [IMG_BREAK] embedding, the last row's break being [IMG_END]'s; the rows past
+    the run are padding's."""
+    image = project(weights, tower(weights, patches, cfg.vision), cfg)
+    table = jnp.concatenate([image, weights.break_row[None].astype(image.dtype),
+                             weights.end_row[None].astype(image.dtype)])
+    return table[patches.run][None]
 
 
 def placeholder_count(height: int, width: int, cfg: Mistral3Config) -> int:

@@ -1,12 +1,14 @@
-"""A Qwen-VL tower's input padded to a bucket of merged blocks, so images of many sizes share a few programs.
+"""A Qwen-VL or Pixtral tower's input padded to a bucket of merged blocks, so images of many sizes share a few
+programs.
 
 The image processor makes each image [blocks_h, blocks_w, merge², F] patches, its grid in the shape: one tower
 program per distinct grid, compiled when an image of that size first comes (seconds on an accelerator, in a
-request's time to first token). Here the grid becomes data: the patches go in flattened and padded with zero
-blocks to `bucket_blocks(blocks_h * blocks_w)` (1, 2, 3, 4, 6, 8, 12, ...: at most 1.5x the image's own), with
-each patch's (row, column) for the 2-D rotary, its window id (Qwen2.5-VL's window attention; one id for a whole
-image otherwise) and, for Qwen3-VL, its four position-grid taps. Padding patches take window id -1, so every
-layer's mask keeps them apart from the image's (they attend among themselves and their rows are dropped): the
+request's time to first token). Here the grid becomes data: the patches go in flattened and padded with zero blocks
+to `bucket_blocks(blocks_h * blocks_w)` (1, 2, 3, 4, 6, 8, 12, ...: at most 1.5x the image's own), with each patch's
+(row, column) for the 2-D rotary, its window id (Qwen2.5-VL's window attention; one id for a whole image otherwise)
+and, for Qwen3-VL, its four position-grid taps; for Pixtral, whose placeholder run puts an [IMG_BREAK] after each
+merged row (the last an [IMG_END]), where each row of the run comes from. Padding patches take window id -1, so
+every layer's mask keeps them apart from the image's (they attend among themselves and their rows are dropped): the
 image's rows are the unpadded program's, the few programs are per bucket, not per grid.
 """
 
@@ -31,6 +33,7 @@ class TowerPatches:
     windows: np.ndarray  # [P] int32: attention window id (PAD_WINDOW for padding)
     grid_taps: np.ndarray | None = None  # Qwen3-VL: [P, 4] int32 indices into its learned position grid
     grid_weights: np.ndarray | None = None  # Qwen3-VL: [P, 4] float32 bilinear weights (0 for padding)
+    run: np.ndarray | None = None  # Pixtral: [2 x bucket] int32, each placeholder's row of [image rows, break, end]
 
 
 def bucket_blocks(blocks: int) -> int:
@@ -96,3 +99,20 @@ def tower_patches(pixels: np.ndarray, merge: int, window: int = 0, grid_side: in
         windows=padded(window_ids(blocks_h, blocks_w, merge, window), length, PAD_WINDOW),
         grid_taps=taps, grid_weights=weights,
     )
+
+
+def pixtral_patches(pixels: np.ndarray, patch: int, merge: int) -> TowerPatches:
+    """The padded input of one Pixtral image [C, H, W]: its patches (C * p * p pixels each, channel-major) in
+    merge-block order, and its run: per merged row its blocks' rows then the break's (index bucket; the last row's
+    the end's, bucket + 1), padded with the break's to 2 x bucket (a run holds at most 2 rows a block)."""
+    channels, height, width = pixels.shape
+    rows, cols = height // patch, width // patch
+    grid = pixels.reshape(channels, rows, patch, cols, patch).transpose(1, 3, 0, 2, 4)
+    blocks = grid.reshape(rows // merge, merge, cols // merge, merge, -1).transpose(0, 2, 1, 3, 4)
+    patches = tower_patches(blocks.reshape(rows // merge, cols // merge, merge * merge, -1), merge)
+    bucket = len(patches.rows) // merge ** 2
+    block_ids = np.arange((rows // merge) * (cols // merge)).reshape(rows // merge, cols // merge)
+    ends = np.full((rows // merge, 1), bucket)
+    ends[-1] = bucket + 1
+    run = np.concatenate([block_ids, ends], axis=1).reshape(-1).astype(np.int32)
+    return dataclasses.replace(patches, run=padded(run, 2 * bucket, bucket))
