@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_knobs import ENGINE
 from engine_runs import engines_with_and_without, summary
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 
 PROMPTS = [np.random.RandomState(10 + i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 19, 9, 27])]
-KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2,
-             decode_steps=4)
 
 
 @pytest.fixture(scope="module")
 def engines(text_model_dir) -> dict[bool, LLM]:
     """The same model with and without async scheduling (both overlap outputs)."""
-    return engines_with_and_without(text_model_dir, "async_scheduling", **KNOBS)
+    return engines_with_and_without(text_model_dir, "async_scheduling", **ENGINE)
 
 
 def chained_calls(llm: LLM) -> int:
@@ -115,7 +114,7 @@ def test_a_speculating_engine_chains_only_the_calls_its_plan_decodes_plainly(tex
     params = [SamplingParams(max_tokens=40, temperature=0, ignore_eos=True),
               SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, presence_penalty=0.5)]
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)
-    llms = engines_with_and_without(text_model_dir, "async_scheduling", speculative=spec, **KNOBS)
+    llms = engines_with_and_without(text_model_dir, "async_scheduling", speculative=spec, **ENGINE)
     plain, chained = (summary(llms[c].generate(prompts, params)) for c in (False, True))
     assert chained == plain
     assert chained_calls(llms[True]) > 0 and llms[True].engine.speculation_metrics()["drafted"] > 0
@@ -129,7 +128,7 @@ def test_host_drafts_are_planned_on_landed_tokens(text_model_dir):
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=2)
     drafted, outs = {}, {}
     for c in (False, True):
-        llm = LLM(text_model_dir, async_scheduling=c, speculative=spec, **KNOBS)
+        llm = LLM(text_model_dir, async_scheduling=c, speculative=spec, **ENGINE)
         outs[c] = [summary(llm.generate(["a b c a b c a b c a b"], SamplingParams(max_tokens=n, temperature=0)))
                    for n in (6, 40)]
         drafted[c] = llm.metrics()["drafted"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from engine_knobs import ENGINE
 from engine_runs import traces_after_warmup
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
@@ -18,7 +19,6 @@ LOOP = [21, 22, 23, 24, 25, 26] * 4
 PROMPTS = [LOOP, LOOP[:9] + [40, 41] + LOOP[:9], *[np.random.RandomState(i).randint(3, 250, size=n).tolist()
                                                   for i, n in enumerate([5, 30])]]
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
-KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, decode_steps=4, num_pages=16)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def model(checkpoint_dir):
 def make(model, **spec) -> LLM:
     config = None if spec.pop("plain", False) else SpeculativeConfig(
         method="ngram_device", num_speculative_tokens=K, **spec)
-    return LLM(model, dtype="float32", max_seq_len=96, speculative=config, **KNOBS)
+    return LLM(model, speculative=config, **ENGINE)
 
 
 @pytest.fixture(scope="module")

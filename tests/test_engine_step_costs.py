@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_knobs import ENGINE
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.engine import speculation
@@ -17,8 +18,8 @@ from jaxinfer.runtime.host_step import CATCH_UP_SPAN
 K = 3
 LOOP = [21, 22, 23, 24, 25, 26] * 4  # prompt lookup drafts it all, every draft accepted
 REPROBE = 32  # the tests' reprobe period (decode steps), shorter than the engine's
-GREEDY = SamplingParams(max_tokens=2 * REPROBE + 40, temperature=0, ignore_eos=True)
-KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2, decode_steps=4, num_pages=32)
+# Two reprobe periods and more, as long as the shared max_seq_len lets LOOP run.
+GREEDY = SamplingParams(max_tokens=ENGINE["max_seq_len"] - len(LOOP), temperature=0, ignore_eos=True)
 
 
 def test_costs_need_both_kinds_and_drop_each_first_time():
@@ -159,13 +160,13 @@ def model(checkpoint_dir):
 
 @pytest.fixture(scope="module")
 def plain_ids(model):
-    llm = LLM(model, dtype="float32", max_seq_len=160, **KNOBS)
+    llm = LLM(model, **ENGINE)
     return llm.generate([LOOP], GREEDY)[0].token_ids
 
 
 def with_costs(model, monkeypatch, verify_steps: float) -> LLM:
     """An adaptive prompt-lookup engine whose verify step is held at verify_steps plain steps."""
-    llm = LLM(model, dtype="float32", max_seq_len=160, speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=K), **KNOBS)
+    llm = LLM(model, speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=K), **ENGINE)
     measured = llm.engine.speculator.measured
     for _ in range(3):
         measured.record_plain(1, 0.004, steps=4)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_knobs import DEMO, ENGINE
 from engine_runs import engine_ids
 
 from jaxinfer import DEMO_MODEL, LLM, SamplingParams, SpeculativeConfig
@@ -16,7 +17,6 @@ LOOP = [21, 22, 23, 24, 25, 26] * 4
 PROMPTS = [LOOP, LOOP[:9] + [40, 41] + LOOP[:9], *[np.random.RandomState(i).randint(3, 250, size=n).tolist()
                                                   for i, n in enumerate([5, 30])]]
 GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
-KNOBS = dict(max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2, decode_steps=4, num_pages=24)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def model(checkpoint_dir):
 
 def make(model, method: str | None = "suffix", **spec) -> LLM:
     config = None if method is None else SpeculativeConfig(method=method, num_speculative_tokens=K, **spec)
-    return LLM(model, dtype="float32", max_seq_len=96, speculative=config, **KNOBS)
+    return LLM(model, speculative=config, **ENGINE)
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,7 @@ def test_greedy_equals_plain_in_a_batch_mix(model, plain, adaptive):
 def test_engine_steps_with_prefix_caching_and_preemption_keep_outputs(model, plain):
     """Long loops that do not fit the pool together (preempted mid-speculation); the last prompt
     starts with the first's full pages (a prefix-cache hit)."""
-    llm = LLM(model, dtype="float32", max_seq_len=96, speculative=SpeculativeConfig(
-        method="suffix", num_speculative_tokens=K, adaptive=False), **{**KNOBS, "num_pages": 16})
+    llm = make(model, adaptive=False)
     params = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
     prompts = [LOOP, LOOP[1:], LOOP[2:], LOOP + PROMPTS[3][:6]]
     assert engine_ids(llm, prompts, params) == engine_ids(plain, prompts, params)
@@ -78,7 +77,7 @@ def test_later_requests_draft_from_earlier_outputs():
     params = SamplingParams(max_tokens=64, temperature=0, ignore_eos=True)
     passes, outputs = {}, {}
     for method in ("ngram", "suffix"):
-        llm = LLM(DEMO_MODEL, dtype="float32", max_seq_len=256, speculative=SpeculativeConfig(method, adaptive=False))
+        llm = LLM(DEMO_MODEL, speculative=SpeculativeConfig(method, adaptive=False), **DEMO)
         outs = [llm.generate(prompt, params)[0] for prompt in prompts]
         passes[method] = np.asarray([o.spec_stats["tokens_per_target_pass"] for o in outs])
         outputs[method] = [o.token_ids for o in outs]

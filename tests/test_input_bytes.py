@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_knobs import ENGINE, WIDE
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.config.sampling_params import MAX_LOGIT_BIAS
@@ -14,7 +15,6 @@ from jaxinfer.runtime.model_runner import FIXED_ARGS
 from jaxinfer.runtime.packed_tree import PackedTree
 from jaxinfer.runtime.page_table_diffs import PageTables
 
-KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, decode_steps=4, num_pages=40)
 SHORT = [21, 22, 23, 24, 25, 26]
 LONG = SHORT * 10  # 60 tokens
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -40,7 +40,7 @@ def sent_per_shape(llm: LLM, prompts: list[list[int]], params: SamplingParams | 
 
 @pytest.fixture(scope="module")
 def llm(checkpoint_dir):
-    return LLM(checkpoint_dir("llama3"), **KNOBS)
+    return LLM(checkpoint_dir("llama3"), **ENGINE)
 
 
 def test_a_steps_inputs_do_not_grow_with_logit_bias_or_context(llm):
@@ -58,7 +58,7 @@ def test_a_steps_inputs_do_not_grow_with_logit_bias_or_context(llm):
 
 def test_a_decode_step_sends_the_same_bytes_whatever_max_seq_len(llm, checkpoint_dir):
     """Page tables stay on the device: a longer max_seq_len (wider tables) sends nothing more a step."""
-    wide = LLM(checkpoint_dir("llama3"), **{**KNOBS, "max_seq_len": 512})
+    wide = LLM(checkpoint_dir("llama3"), **WIDE)
     narrow_sent, wide_sent = (sent_per_shape(m, [SHORT], GREEDY) for m in (llm, wide))
     assert narrow_sent[("decode", 1, 1)] == wide_sent[("decode", 1, 1)]
 
@@ -76,12 +76,12 @@ def test_slots_are_reused_with_the_new_requests_bias(llm):
 
 def test_a_verify_step_ships_a_window_not_the_history(checkpoint_dir):
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)
-    llm = LLM(checkpoint_dir("llama3"), speculative=spec, **{**KNOBS, "max_seq_len": 512})
+    llm = LLM(checkpoint_dir("llama3"), speculative=spec, **WIDE)
     short, long = (sent_per_shape(llm, [p], GREEDY) for p in (SHORT * 2, LONG))
     verify = [shape for shape in short if shape[0] == "verify" and shape in long]
     assert verify and all(short[shape] == long[shape] for shape in verify), (short, long)
     for shape in verify:  # less than the rows' whole histories would take alone
-        assert max(short[shape]) < shape[2] * 512 * 4
+        assert max(short[shape]) < shape[2] * WIDE["max_seq_len"] * 4
 
 
 def test_page_tables_ship_what_the_rows_gained():
@@ -98,8 +98,8 @@ def test_page_tables_ship_what_the_rows_gained():
 
 def test_a_prefix_hit_past_the_step_entries_sends_the_tables_whole_and_stays_exact(checkpoint_dir):
     """A cached prefix brings more pages than a step ships entries for: the host's tables go whole."""
-    llm = LLM(checkpoint_dir("llama3"), **{**KNOBS, "max_seq_len": 256, "num_pages": 64})
-    prompt = (SHORT * 40)[:200]  # 12 full pages cached by the first run
+    llm = LLM(checkpoint_dir("llama3"), **WIDE)
+    prompt = (SHORT * 40)[:148]  # 9 full pages cached by the first run
     first = llm.generate([prompt], GREEDY)[0].token_ids
     runner, whole = llm.engine.runner, []
     dispatch = runner.dispatch
@@ -121,7 +121,7 @@ def test_every_step_program_takes_its_inputs_in_one_buffer(checkpoint_dir):
     the step's one packed buffer (one host-to-device transfer): each step program's arguments after
     the weights, pools and row state are that buffer and the structured-output bitmask."""
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)
-    llm = LLM(checkpoint_dir("llama3"), speculative=spec, **KNOBS)
+    llm = LLM(checkpoint_dir("llama3"), speculative=spec, **ENGINE)
     kinds = set()
     for host in llm.engine.step_hosts():
         inputs, _bitmask = llm.engine.runner.program_for(host).args[FIXED_ARGS:]

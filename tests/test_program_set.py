@@ -9,14 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from compile_counter import CompileCounter
+from engine_knobs import WIDE  # the workload's 150-token prompt hits more pages than a step ships
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.engine.step_builder import program_shapes
 from jaxinfer.runtime.prompt_logprobs import prompt_buckets
 
-KNOBS = dict(dtype="float32", max_seq_len=160, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2,
-             decode_steps=4, num_pages=40)
 REPEATING = [5, 6, 7, 8] * 6  # prompt lookup finds drafts in it
 
 
@@ -51,11 +50,11 @@ def mixed_workload(llm: LLM, seed: int) -> None:
 @pytest.mark.parametrize("method", [None, "ngram", "ngram_device"], ids=["plain", "ngram", "ngram-device"])
 def test_nothing_compiles_after_warmup(checkpoint_dir, counter, method):
     spec = None if method is None else SpeculativeConfig(method=method, num_speculative_tokens=3, adaptive=False)
-    llm = LLM(checkpoint_dir("llama3"), speculative=spec, **KNOBS)
+    llm = LLM(checkpoint_dir("llama3"), speculative=spec, **WIDE)
     programs = llm.engine.warmup()
     verify = None if spec is None else 4
     steps = program_shapes(llm.engine.config, verify)
-    assert programs == llm.engine.program_count() == len(steps) + 1 + len(prompt_buckets(KNOBS["max_seq_len"]))
+    assert programs == llm.engine.program_count() == len(steps) + 1 + len(prompt_buckets(WIDE["max_seq_len"]))
     seconds = llm.engine.runner.warmup_seconds  # what a warm start pays, and a cold one
     assert seconds["trace"] > 0 and seconds["compile"] > 0 and seconds["stored"] == 0  # the suite has the store off
     counter.active = True

@@ -10,6 +10,7 @@ import shutil
 import jax
 import numpy as np
 import pytest
+from engine_knobs import ENGINE
 from hf_models import save_hf_model
 from python_subprocess import run_python
 
@@ -199,7 +200,7 @@ def test_only_the_newest_stores_are_kept(tmp_path):
 
 
 def test_llm_without_the_store_still_calls_programs_from_its_table(checkpoint_dir):
-    llm = LLM(checkpoint_dir("llama3"), compile_cache=False, **KNOBS)
+    llm = LLM(checkpoint_dir("llama3"), compile_cache=False, **ENGINE)
     assert llm.engine.runner.executables.store is None
     out = llm.generate([[5, 9, 14]], SamplingParams(max_tokens=4, temperature=0))
     assert len(out[0].outputs[0].token_ids) == 4 and llm.engine.runner.executables.table
