@@ -1,11 +1,13 @@
 """--reasoning-parser through the server with the official `openai` client: the tiny model's output is
 forced through a regex (guided_regex) to hold thinking tags, and the reply's reasoning_content and
-content, streamed and not, must be its parts."""
+content, streamed and not, must be its parts. Tool-call parsers through the same server: their calls,
+streamed and not (Kimi K2's ids as the reply writes them)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import openai
 import pytest
@@ -23,12 +25,22 @@ THINKING = "<think>[a-z ]{1,20}</think>[a-z ]{1,20}"
 MESSAGES = [{"role": "user", "content": "think first"}]
 CALL = r'<tool_call>\{"name": "get_time", "arguments": \{\}\}</tool_call>'
 TOOLS = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+KIMI_MARKERS = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                "<|tool_call_end|>", "<|tool_calls_section_end|>"]
 
 
 @pytest.fixture(scope="module")
-def served(text_model_dir):
-    """(ServerState, openai client) of the tiny text model served with --reasoning-parser deepseek_r1."""
-    llm = LLM(text_model_dir, dtype="float32", max_seq_len=128)
+def served(text_model_dir, tmp_path_factory):
+    """(ServerState, openai client) of the tiny text model served with --reasoning-parser deepseek_r1; its
+    tokenizer has Kimi K2's tool-call markers as special tokens (ids 300-304 of its 320), as Kimi's has."""
+    import transformers
+
+    path = tmp_path_factory.mktemp("kimi_markers")
+    shutil.copytree(text_model_dir, path, dirs_exist_ok=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    tokenizer.add_special_tokens({"additional_special_tokens": KIMI_MARKERS})
+    tokenizer.save_pretrained(path)
+    llm = LLM(path, dtype="float32", max_seq_len=128)
     with serve_in_thread(llm, ServerConfig("tiny", reasoning_parser="deepseek_r1")) as (url, app):
         yield app.state.server, openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
 
@@ -132,3 +144,27 @@ def test_a_tool_call_parser_reads_its_format_whole_and_streamed(served, monkeypa
     pieces = [piece for c in chunks for piece in c.delta.tool_calls or ()]
     assert pieces[0].function.name == "wait" and len(pieces) > 1  # the name first, the arguments as they close
     assert "".join(p.function.arguments for p in pieces) == call.function.arguments  # seeded: the same reply
+
+
+def test_kimi_k2_calls_reach_the_client_with_their_ids(served, monkeypatch):
+    """A Kimi K2 reply (its markers special tokens, forced by a grammar): the call's id is `functions.NAME:IDX`
+    as written, whole and in the stream's first piece of the call (Kimi's template sends it back as the next
+    turn's tool_call_id)."""
+    state, client = served
+    monkeypatch.setattr(state, "reasoning_parser", None)
+    monkeypatch.setattr(state, "tool_parser", TOOL_PARSERS["kimi_k2"])
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"days": {"type": "integer"}}}}}]
+    grammar = ('start: "ok." <|tool_calls_section_begin|> <|tool_call_begin|> "functions.get_weather:0" '
+               '<|tool_call_argument_begin|> "{\\"days\\": " /[1-7]/ "}" <|tool_call_end|> <|tool_calls_section_end|>')
+    fields = dict(regex=None, tools=tools, max_tokens=60, extra_body={"guided_grammar": grammar})
+    choice = chat(client, **fields).choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "ok."
+    (call,) = choice.message.tool_calls
+    assert (call.id, call.function.name) == ("functions.get_weather:0", "get_weather")
+    assert json.loads(call.function.arguments)["days"] in range(1, 8)
+    chunks = [c.choices[0] for c in chat(client, stream=True, **fields) if c.choices]
+    assert "".join(c.delta.content or "" for c in chunks) == "ok." and chunks[-1].finish_reason == "tool_calls"
+    pieces = [piece for c in chunks for piece in c.delta.tool_calls or ()]
+    assert (pieces[0].id, pieces[0].function.name) == ("functions.get_weather:0", "get_weather")
+    assert "".join(p.function.arguments or "" for p in pieces) == call.function.arguments  # seeded: the same reply

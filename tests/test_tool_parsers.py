@@ -1,7 +1,8 @@
 """--tool-call-parser formats (vLLM's names), with no server: each reply parsed whole, and streamed through a
-ChoiceStream split at every point (and a character a delta), must give the same content and calls; streamed
-a token-sized piece a delta, each call goes out as it is written (its name first, then its arguments in
-pieces), the content around it too, as do tool_choice "required" and a named function's."""
+ChoiceStream split at every point (and a character a delta), must give the same content and calls (and the
+ids a format writes, Kimi K2's); streamed a token-sized piece a delta, each call goes out as it is written (its
+name and id first, then its arguments in pieces), the content around it too, as do tool_choice "required" and a
+named function's."""
 
 from __future__ import annotations
 
@@ -33,8 +34,10 @@ KIMI_CALL = "<|tool_call_begin|>functions.{}:{}<|tool_call_argument_begin|>{}<|t
 KIMI_REPLY = ("Sure.\n<|tool_calls_section_begin|>" + KIMI_CALL.format("get_weather", 0, '{"city": "Oslo", "days": 2}')
               + "\n" + KIMI_CALL.format("get_time", 1, '{"zone": "UTC"}') + "<|tool_calls_section_end|>")
 KIMI_SPACED = KIMI_REPLY.replace(" 2}<", " 2}\n<") + "\nDone."  # space after the arguments, text after the section
+KIMI_SINGULAR = KIMI_SPACED.replace("tool_calls_section", "tool_call_section")  # the markers some checkpoints write
 KIMI_TYPED = ("<|tool_calls_section_begin|> <|tool_call_begin|> get_weather:0 <|tool_call_argument_begin|> "
               '{"city":"007","days":3,"metric":true,"hours":[6,18]} <|tool_call_end|> <|tool_calls_section_end|>')
+KIMI_CALLS = [(*call, f"functions.{call[0]}:{index}") for index, call in enumerate(CALLS)]  # ids as written
 
 GLM_TEXT, QWEN_TEXT = 'x < y </arg\n"z" \u00e9', '\nline one\n  "two" </param\n'  # text values with tag-like parts
 REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (None: none)
@@ -76,7 +79,8 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
     ],
     "granite": [('Sure.<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}, '
                  '{"name": "get_time", "arguments": {"zone": "UTC"}}]', "Sure.", CALLS)],
-    "kimi_k2": [(KIMI_REPLY, "Sure.", CALLS), (KIMI_TYPED, None, TYPED), (KIMI_SPACED, "Sure.\n\nDone.", CALLS)],
+    "kimi_k2": [(KIMI_REPLY, "Sure.", KIMI_CALLS), (KIMI_TYPED, None, [(*TYPED[0], "get_weather:0")]),
+                (KIMI_SPACED, "Sure.\n\nDone.", KIMI_CALLS), (KIMI_SINGULAR, "Sure.\n\nDone.", KIMI_CALLS)],
     "pythonic": [
         ('[get_weather(city="Oslo", days=2), get_time(zone=\'UTC\')]', None, CALLS),
         ("<|python_start|>[get_weather(city='007', days=3, metric=True, hours=(6, 18),)]<|python_end|>", None, TYPED),
@@ -91,16 +95,25 @@ def plan(parser: str, tool_choice: str = "auto") -> ReplyPlan:
     return ReplyPlan(None, plan_tools(TOOLS, tool_choice, None, tool_parser(parser)))
 
 
-def calls_of(message: dict) -> list[tuple[str, dict]]:
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message.get("tool_calls") or []]
+def format_id(call_id: str) -> tuple[str, ...]:
+    """(the id,) where the format wrote it; () for the server's own `call_...` (new each time)."""
+    return () if call_id.startswith("call_") else (call_id,)
 
 
-def texts_of(message: dict) -> list[tuple[str, str]]:
-    return [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []]
+def calls_of(message: dict) -> list[tuple]:
+    """(name, arguments, the format's id if any) of each call."""
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"]), *format_id(c["id"]))
+            for c in message.get("tool_calls") or []]
+
+
+def texts_of(message: dict) -> list[tuple]:
+    """(name, arguments text, the format's id if any) of each call."""
+    return [(c["function"]["name"], c["function"]["arguments"], *format_id(c["id"]))
+            for c in message.get("tool_calls") or []]
 
 
 def stream_events(reply_plan: ReplyPlan, deltas: list[str], finish_reason: str = "stop") -> tuple[list, str | None]:
-    """(("content", text) / ("call", index, name, arguments) / ("arguments", index, text) per piece, each with
+    """(("content", text) / ("call", index, name, arguments, id) / ("arguments", index, text) per piece, each with
     the delta it came in, finish reason) of a stream of these text deltas; checks each piece is as vLLM's:
     a call's first gives its next index, id, type and name, later ones only arguments."""
     stream, events, reason, started = ChoiceStream(reply_plan), [], None, 0
@@ -110,8 +123,9 @@ def stream_events(reply_plan: ReplyPlan, deltas: list[str], finish_reason: str =
             events.append(("content", delta["content"], i))
         for piece in (delta or {}).get("tool_calls", []):
             if "id" in piece:
-                assert piece["index"] == started and piece["type"] == "function" and piece["id"].startswith("call_")
-                events.append(("call", piece["index"], piece["function"]["name"], piece["function"]["arguments"], i))
+                assert piece["index"] == started and piece["type"] == "function" and piece["id"]
+                function = piece["function"]
+                events.append(("call", piece["index"], function["name"], function["arguments"], piece["id"], i))
                 started += 1
             else:
                 assert piece.keys() == {"index", "function"} and piece["function"].keys() == {"arguments"}
@@ -120,9 +134,9 @@ def stream_events(reply_plan: ReplyPlan, deltas: list[str], finish_reason: str =
     return events, reason
 
 
-def joined(events: list) -> tuple[str, list[tuple[str, str]]]:
-    """(content, [(name, arguments text)]) as a client joins the pieces."""
-    calls = [[e[2], e[3]] for e in events if e[0] == "call"]
+def joined(events: list) -> tuple[str, list[tuple]]:
+    """(content, [(name, arguments text, the format's id if any)]) as a client joins the pieces."""
+    calls = [[e[2], e[3], *format_id(e[4])] for e in events if e[0] == "call"]
     for event in events:
         if event[0] == "arguments":
             calls[event[1]][1] += event[2]
@@ -133,7 +147,7 @@ def streamed(reply_plan: ReplyPlan, deltas: list[str], finish_reason: str = "sto
     """(content joined, calls, finish reason) of a stream of these text deltas, as a client joins them."""
     events, reason = stream_events(reply_plan, deltas, finish_reason)
     content, calls = joined(events)
-    return content, [(name, json.loads(arguments)) for name, arguments in calls], reason
+    return content, [(name, json.loads(arguments), *call_id) for name, arguments, *call_id in calls], reason
 
 
 def tokens(text: str) -> list[str]:
@@ -145,7 +159,7 @@ def tokens(text: str) -> list[str]:
 def test_each_format_parses_whole_and_streamed_at_every_split(parser, reply, content, calls):
     message, reason = assistant_message(plan(parser), reply, "stop")
     assert (message["content"], calls_of(message), reason) == (content, calls, "tool_calls")
-    assert all(c["id"].startswith("call_") and c["type"] == "function" for c in message["tool_calls"])
+    assert all(c["id"] and c["type"] == "function" for c in message["tool_calls"])
     splits = [[reply[:at], reply[at:]] for at in range(len(reply) + 1)] + [list(reply)]
     for deltas in splits:
         events, reason = stream_events(plan(parser), deltas)
@@ -154,8 +168,7 @@ def test_each_format_parses_whole_and_streamed_at_every_split(parser, reply, con
 
 @pytest.mark.parametrize("parser, reply, content, calls", CASES)
 def test_calls_stream_as_they_are_written(parser, reply, content, calls):
-    start = TOOL_PARSERS[parser].start
-    assert_streams_as_written(plan(parser), reply, reply[:reply.index(start)].rstrip() if start else "")
+    assert_streams_as_written(plan(parser), reply, reply[:TOOL_PARSERS[parser].find_start(reply)].rstrip())
 
 
 @pytest.mark.parametrize("tool_choice, reply", [
@@ -184,7 +197,7 @@ def assert_streams_as_written(reply_plan: ReplyPlan, reply: str, head: str) -> N
         events, reason = stream_events(reply_plan, [*pieces, ""])  # the finish comes alone, after the text
         assert joined(events) == (message["content"] or "", texts_of(message)) and reason == "tool_calls"
         assert all(event[-1] < len(pieces) for event in events)  # all sent as it was decided
-        for index, (name, _) in enumerate(texts_of(message)):
+        for index, (name, *_) in enumerate(texts_of(message)):
             call = [e for e in events if e[0] in ("call", "arguments") and e[1] == index]
             assert call[0][:3] == ("call", index, name)
             assert call[0][-1] < call[-1][-1] or reply.index('"name"') > reply.index('"arguments"')

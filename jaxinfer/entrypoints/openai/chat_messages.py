@@ -16,6 +16,7 @@ from jaxinfer.entrypoints.openai.tool_calls import (
     tool_call_deltas,
     tool_message,
 )
+from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
 from jaxinfer.entrypoints.openai.tool_stream import ToolCallStream
 
 
@@ -104,8 +105,8 @@ class ChoiceStream:
     def _harmony_delta(self, before: HarmonyState, delta: dict, finish_reason: str | None) -> tuple[dict, str | None]:
         """The delta with the harmony calls' new pieces, sent as they come (vLLM's); the finish reason is
         "tool_calls" when the reply made any (a call cut off by max_tokens was streamed but is not made)."""
-        calls = tool_call_deltas([(c.name, c.arguments) for c in before.calls],
-                                 [(c.name, c.arguments) for c in self.split.calls])
+        calls = tool_call_deltas([ParsedCall(c.name, c.arguments) for c in before.calls],
+                                 [ParsedCall(c.name, c.arguments) for c in self.split.calls])
         delta = {**delta, "tool_calls": calls} if calls else delta
         made = finish_reason is not None and made_calls(self.split.calls, finish_reason)
         return delta, "tool_calls" if made else finish_reason

@@ -99,18 +99,20 @@ def parse_tool_calls(plan: ToolPlan | None, text: str) -> tuple[str | None, list
         calls = _json_calls(text, plan, "arguments")
         return (text, []) if calls is None else (None, calls)
     content, calls = parse_calls(plan.parser, text, plan.parameters)
-    return content, [tool_call(name, arguments) for name, arguments in calls]
+    return content, [tool_call(*call) for call in calls]
 
 
 def _json_calls(text: str, plan: ToolPlan, arguments_key: str) -> list[dict] | None:
     """OpenAI calls from JSON calls text (None unless all are calls of known tools)."""
     calls = json_calls(text, plan.parameters, arguments_key)
-    return None if calls is None else [tool_call(name, arguments) for name, arguments in calls]
+    return None if calls is None else [tool_call(*call) for call in calls]
 
 
-def tool_call(name: str, arguments: str) -> dict:
-    """One OpenAI tool call (arguments as JSON text)."""
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": arguments}}
+def tool_call(name: str, arguments: str, call_id: str | None = None) -> dict:
+    """One OpenAI tool call (arguments as JSON text), its id the format's where it writes one, else a new
+    `call_...`."""
+    return {"id": call_id or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": name, "arguments": arguments}}
 
 
 def tool_message(plan: ToolPlan | None, text: str, finish_reason: str | None) -> tuple[dict, str | None]:
@@ -138,9 +140,11 @@ def tool_call_deltas(sent: Sequence[ParsedCall], calls: Sequence[ParsedCall]) ->
     them: a call's first piece gives its index, id and name, later ones only more of its arguments (where
     they extend what was sent)."""
     deltas = []
-    for index, (name, arguments) in enumerate(calls):
+    for index, call in enumerate(calls):
         if index >= len(sent):
-            deltas.append({"index": index, **tool_call(name, arguments)})
-        elif name == sent[index][0] and arguments.startswith(sent[index][1]) and arguments != sent[index][1]:
-            deltas.append({"index": index, "function": {"arguments": arguments[len(sent[index][1]):]}})
+            deltas.append({"index": index, **tool_call(*call)})
+            continue
+        before = sent[index].arguments
+        if call.name == sent[index].name and call.arguments.startswith(before) and call.arguments != before:
+            deltas.append({"index": index, "function": {"arguments": call.arguments[len(before):]}})
     return deltas

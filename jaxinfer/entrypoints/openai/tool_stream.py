@@ -44,12 +44,13 @@ class ToolCallStream:
                 self.reading, self.plain = False, not self.progress.calls
         if self.plain:
             return self._send(self.source.text, [])
-        return self._send(self.progress.content, [(call.name, call.arguments) for call in self.progress.calls])
+        return self._send(self.progress.content, [ParsedCall(c.name, c.arguments, c.id) for c in self.progress.calls])
 
     def finish(self, message: dict) -> tuple[str, list[dict]]:
         """(content, tool_calls pieces) of the last delta: what the finished message has that was not sent;
         nothing once calls went out that the message does not make."""
-        calls = [(call["function"]["name"], call["function"]["arguments"]) for call in message.get("tool_calls", [])]
+        calls = [ParsedCall(call["function"]["name"], call["function"]["arguments"], call["id"])
+                 for call in message.get("tool_calls", [])]
         if self.calls and not calls:
             return "", []
         return self._send(message["content"] or "", calls)
@@ -62,9 +63,10 @@ class ToolCallStream:
         for delta in deltas:
             index, function = delta["index"], delta["function"]
             if index < len(self.calls):
-                self.calls[index] = (self.calls[index][0], self.calls[index][1] + function["arguments"])
+                sent = self.calls[index]
+                self.calls[index] = sent._replace(arguments=sent.arguments + function["arguments"])
             else:
-                self.calls.append((function["name"], function["arguments"]))
+                self.calls.append(ParsedCall(function["name"], function["arguments"], delta["id"]))
         return piece, deltas
 
 

@@ -1,11 +1,12 @@
 """Tool calls read from a chat reply's free text, one module per format, as vLLM's `--tool-call-parser` names them.
 
 A parser is a start marker (where the calls begin; None: the whole reply may be calls) and a pure `read`
-of the text from that marker on, giving the calls (name, arguments as JSON text) and the text left over
-that is content; `read` gives None unless the text holds calls of the request's tools only, and then the
-whole reply stays content. Its `stream` reads a streaming reply (incremental.py): the content, each call's
-name once written and its arguments as they come, joined the same text `read` gives. `openai` reads
-nothing here: GPT-OSS's calls are harmony messages (harmony.py).
+of the text from that marker on, giving the calls (`ParsedCall`: name, arguments as JSON text, and the id
+where the format writes one) and the text left over that is content; `read` gives None unless the text
+holds calls of the request's tools only, and then the whole reply stays content. Its `stream` reads a
+streaming reply (incremental.py): the content, each call's name (and id) once written and its arguments as
+they come, joined the same text `read` gives. `openai` reads nothing here: GPT-OSS's calls are harmony
+messages (harmony.py).
 """
 
 from __future__ import annotations
@@ -32,13 +33,22 @@ Read = Callable[[str, Mapping[str, dict]], "tuple[list[ParsedCall], str] | None"
 
 @dataclasses.dataclass(frozen=True)
 class ToolParser:
-    """A format by name. keeps_special: its start marker is a special token, so the text must keep them."""
+    """A format by name. keeps_special: its start marker is a special token, so the text must keep them;
+    other_starts: markers that begin the calls as `start` does (Kimi K2's singular section marker)."""
 
     name: str
     start: str | None
     read: Read | None
     stream: Reader | None = None
     keeps_special: bool = False
+    other_starts: tuple[str, ...] = ()
+
+    def find_start(self, text: str) -> int:
+        """Where the calls begin in `text`: its first start marker (0 without one; -1: none there)."""
+        if self.start is None:
+            return 0
+        found = [at for marker in (self.start, *self.other_starts) if (at := text.find(marker)) >= 0]
+        return min(found, default=-1)
 
 
 def _read_auto(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] | None:
@@ -74,7 +84,8 @@ TOOL_PARSERS = {
     "qwen3_coder": ToolParser("qwen3_coder", qwen3_coder.START, qwen3_coder.read, qwen3_coder.stream),
     "granite": ToolParser("granite", granite.START, granite.read, granite.stream, keeps_special=True),
     "pythonic": ToolParser("pythonic", None, pythonic.read, pythonic.stream),
-    "kimi_k2": ToolParser("kimi_k2", kimi_k2.START, kimi_k2.read, kimi_k2.stream, keeps_special=True),
+    "kimi_k2": ToolParser("kimi_k2", kimi_k2.START, kimi_k2.read, kimi_k2.stream, keeps_special=True,
+                          other_starts=(kimi_k2.SINGULAR_START,)),
     "openai": ToolParser("openai", None, None),
 }
 
@@ -88,7 +99,7 @@ def tool_parser(name: str) -> ToolParser:
 
 def read_calls(parser: ToolParser, text: str, tools: Mapping[str, dict]) -> tuple[str, list[ParsedCall]] | None:
     """(the content text around the calls, the calls) of a finished reply; None when it holds no calls."""
-    at = 0 if parser.start is None else text.find(parser.start)
+    at = parser.find_start(text)
     if parser.read is None or at < 0:
         return None
     found = parser.read(text[at:], tools)

@@ -41,7 +41,7 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
             return None
         if name not in tools or not isinstance(arguments, dict):
             return None
-        calls.append((name, json.dumps(arguments)))
+        calls.append(ParsedCall(name, json.dumps(arguments)))
         at = found.end()
     return (calls, after) if calls and not span[at:].strip() else None
 

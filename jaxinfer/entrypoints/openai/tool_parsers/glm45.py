@@ -45,7 +45,7 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
         name, pairs = name.strip(), marker + pairs
         if name not in tools or PAIR.sub("", pairs).strip():
             return None
-        calls.append((name, arguments_json(name, PAIR.findall(pairs), tools)))
+        calls.append(ParsedCall(name, arguments_json(name, PAIR.findall(pairs), tools)))
     rest = BLOCK.sub("", text)
     return (calls, rest) if calls and START not in rest else None  # a block left open: not a call
 

@@ -30,10 +30,12 @@ class Source:
 
 @dataclasses.dataclass
 class Call:
-    """A call as read so far: its name, and its arguments JSON text decided so far."""
+    """A call as read so far: its name, its arguments JSON text decided so far and the id the format writes
+    for it (None: the server's own)."""
 
     name: str
     arguments: str = ""
+    id: str | None = None
 
     def write(self, piece: str) -> None:
         """More of the arguments."""
@@ -55,11 +57,12 @@ class Progress:
         body = text.rstrip()
         self.content, self.space = self.content + body, text[len(body):]
 
-    def call(self, name: str, tools: Mapping[str, dict]) -> Call:
-        """A call of `name` begins (Malformed unless it names one of the request's tools)."""
+    def call(self, name: str, tools: Mapping[str, dict], call_id: str | None = None) -> Call:
+        """A call of `name` begins, with the format's id for it if it writes one (Malformed unless it names one
+        of the request's tools)."""
         if name not in tools:
             raise Malformed(f"{name!r} is not a tool of the request")
-        self.calls.append(Call(name))
+        self.calls.append(Call(name, id=call_id))
         return self.calls[-1]
 
 
@@ -143,13 +146,15 @@ def name_check(tools: Mapping[str, dict]) -> Callable[[str], None]:
     return check
 
 
-def content_until(src: Source, out: Progress, marker: str) -> Wait:
-    """Content up to `marker` (taken), said as it comes; a marker cut across deltas is held until whole."""
-    while (at := src.text.find(marker, src.at)) < 0:
-        end = max(src.at, len(src.text) - partial_tag(src.text, marker))
+def content_until(src: Source, out: Progress, *markers: str) -> Wait:
+    """Content up to the first of `markers` (taken), said as it comes; a marker cut across deltas is held until
+    whole."""
+    while not (found := [(at, m) for m in markers if (at := src.text.find(m, src.at)) >= 0]):
+        end = max(src.at, len(src.text) - max(partial_tag(src.text, m) for m in markers))
         out.say(src.text[src.at:end])
         src.at = end
         yield
+    at, marker = min(found)
     out.say(src.text[src.at:at])
     src.at = at + len(marker)
 

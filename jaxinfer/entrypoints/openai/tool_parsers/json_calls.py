@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import jaxinfer.entrypoints.openai.tool_parsers.json_stream as json_stream
 from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
@@ -17,7 +17,16 @@ from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
 )
 
 ARGUMENTS = ("arguments", "parameters")
-ParsedCall = tuple[str, str]  # (tool name, arguments as JSON text)
+
+
+class ParsedCall(NamedTuple):
+    """A call read from a reply: its tool's name, its arguments as JSON text and the id the format writes for it
+    (Kimi K2's `functions.NAME:IDX`, which its next turn's `tool_call_id` must give back; None: the server's own)."""
+
+    name: str
+    arguments: str
+    id: str | None = None
+
 
 
 def json_calls(text: str, tools: Mapping[str, dict], arguments_key: str = "arguments") -> list[ParsedCall] | None:
@@ -36,7 +45,7 @@ def json_calls(text: str, tools: Mapping[str, dict], arguments_key: str = "argum
         if not isinstance(item, dict) or not isinstance(item.get("name"), str) or item["name"] not in tools:
             return None
         arguments = item.get(arguments_key, item.get(ARGUMENTS[0], item.get(ARGUMENTS[1], {})))
-        calls.append((item["name"], json.dumps(arguments)))
+        calls.append(ParsedCall(item["name"], json.dumps(arguments)))
     return calls or None
 
 

@@ -43,7 +43,7 @@ def _named_call(piece: str, tools: Mapping[str, dict]) -> ParsedCall | None:
         value = json.loads(arguments)
     except json.JSONDecodeError:
         return None
-    return (name.strip(), json.dumps(value)) if isinstance(value, dict) else None
+    return ParsedCall(name.strip(), json.dumps(value)) if isinstance(value, dict) else None
 
 
 def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:

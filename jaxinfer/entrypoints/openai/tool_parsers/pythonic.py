@@ -46,7 +46,7 @@ def _call(node: ast.expr, tools: Mapping[str, dict]) -> ParsedCall | None:
     if not named or node.args or any(keyword.arg is None for keyword in node.keywords):
         return None
     try:
-        return node.func.id, json.dumps({keyword.arg: _literal(keyword.value) for keyword in node.keywords})
+        return ParsedCall(node.func.id, json.dumps({keyword.arg: _literal(keyword.value) for keyword in node.keywords}))
     except ValueError:
         return None
 

@@ -45,7 +45,7 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
         if name not in tools or PARAMETER.sub("", body).strip():
             return None
         pairs = [(key.strip(), _value(value)) for key, value in PARAMETER.findall(body)]
-        calls.append((name, arguments_json(name, pairs, tools)))
+        calls.append(ParsedCall(name, arguments_json(name, pairs, tools)))
     rest = BLOCK.sub("", text)
     return (calls, rest) if calls and START not in rest else None  # a block left open: not a call
 
