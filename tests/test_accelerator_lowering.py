@@ -3,9 +3,9 @@
 The GPU variant has no host round trip inside a device call (no `cond`, no `while` whose trip
 count is data) and orders rows only with XLA:GPU's fast kernels (no sort on a float key, no top_k
 over 16: see sampling/row_order), and every step program, Pallas kernels included, lowers for
-CUDA and TPU with `jax.export`: plain, prompt-lookup, draft-model, EAGLE, LoRA and mixture-of-experts engines on one
-device, and plain and draft-model engines on a mesh of fake CPU devices (tp=2, dp=2). A change that breaks an
-accelerator's lowering fails here, where no accelerator is at hand.
+CUDA and TPU with `jax.export`: plain, prompt-lookup, draft-model, EAGLE, LoRA, mixture-of-experts and Whisper engines
+on one device (Whisper's lowered only), and plain and draft-model engines on a mesh of fake CPU devices (tp=2, dp=2).
+A change that breaks an accelerator's lowering fails here, where no accelerator is at hand.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from accelerator_programs import gpu_jaxprs, gpu_round_trips, lowered_kernels, s
 from eagle_models import save_eagle1
 from hf_models import save_hf_model
 from python_subprocess import run_python
+from whisper_models import save_whisper
 
 from jaxinfer import LLM, SpeculativeConfig
 
@@ -36,7 +37,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # Routed experts: their products lowered as GPUs and TPUs run them (ragged_dot), not the CPU's tiled loop.
     moe = save_hf_model("mixtral", root / "moe", hidden_size=128, num_attention_heads=2, num_key_value_heads=1,
                         num_hidden_layers=1)
-    return {"target": target, "eagle": save_eagle1(root / "eagle", target), "moe": moe}
+    # Whisper: its cross-attention reads each row slot's cross pages through the same paged kernels.
+    whisper = save_whisper(root / "whisper", d_model=128, encoder_attention_heads=2, decoder_attention_heads=2,
+                           encoder_layers=1, decoder_layers=1, max_target_positions=128)
+    return {"target": target, "eagle": save_eagle1(root / "eagle", target), "moe": moe, "whisper": whisper}
 
 
 def speculation(models: dict, method: str | None) -> SpeculativeConfig | None:
@@ -72,6 +76,20 @@ def test_every_step_program_lowers_for_the_accelerators(llm, platform):
     kernels = lowered_kernels(llm, platform)
     assert len(kernels) == len(llm.engine.step_hosts())
     assert all(count > 0 for count in kernels.values()), kernels  # attention runs the platform's kernel
+
+
+@pytest.fixture(scope="module")
+def whisper(models) -> LLM:
+    return LLM(models["whisper"], **{**KNOBS, "max_num_seqs": 1})  # one row: a ragged and a decode program
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_whisper_step_programs_lower_for_the_accelerators(whisper, platform):
+    """Whisper's cross-attention reads its slots' cross pages in place through the platform's paged kernel: one
+    call per layer beside self-attention's in every step program."""
+    kernels = lowered_kernels(whisper, platform)
+    assert len(kernels) == len(whisper.engine.step_hosts())
+    assert all(count == 2 * whisper.config.num_layers for count in kernels.values()), kernels
 
 
 SHARDED = """

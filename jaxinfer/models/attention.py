@@ -234,6 +234,18 @@ def image_tokens_attend(
     return per_token_attend(q, cache, positions, rows_attend)
 
 
+def all_keys_attend(q: jax.Array, pages: PagedKVCache, lengths: jax.Array, live: jax.Array, scale: float) -> jax.Array:
+    """q [T, H, K]: token t attends every one of the first lengths[t] keys of its row of pages.page_table
+    (layer 0), no causal mask (an encoder-decoder's cross-attention: cache/cross_pool); live [T] bool (padding
+    tokens attend no key, their outputs never read) -> [T, H, K].
+
+    Each token is a one-query row whose query sits at position lengths - 1, so the paged kernels' causal mask
+    hides nothing: the same kernels as self-attention (Pallas decode on GPU/TPU, XLA's blocked key loop on CPU).
+    """
+    rows_attend = gathered_rows_attend if pages.backend == "reference" else paged_rows_attend
+    return rows_attend(q[:, None], pages, 0, 0, lengths, pages.page_table, live.astype(jnp.int32), scale)[:, 0]
+
+
 def paged_attend(
     q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int, scale: float | None = None,
     soft_cap: float | None = None, sinks: jax.Array | None = None, chunk: int = 0,

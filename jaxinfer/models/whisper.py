@@ -4,9 +4,10 @@ Each layer is pre-LayerNorm (with biases): causal self-attention over the paged 
 the encoder's frames, then fc2(gelu(fc1(x))). Positions are learned (`embed_positions`, added to the token
 embeddings: layer 0 carries the table and adds it, so no rope runs and the shared embedding code is unchanged);
 the output head is tied to the embedding. The cross-attention keys and values are computed once per request from
-the encoder's output (models/whisper_encoder) and kept per row slot (cache/cross_pool); a layer reads its
-tokens' slots' rows. HF's k_proj has no bias (its q, v and out projections do). HF scales the queries before the
-product; here the scores are (the same up to rounding).
+the encoder's output (models/whisper_encoder) and kept in each row slot's run of cross pages (cache/cross_pool);
+a layer's tokens attend their slots' pages in place, through the paged attention self-attention uses. HF's
+k_proj has no bias (its q, v and out projections do). HF scales the queries before the product; here the
+scores are (the same up to rounding).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Any, ClassVar, Mapping
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.cache.cross_pool import read_cross
+from jaxinfer.cache.cross_pool import cross_view
 from jaxinfer.config.generation import token_ids
 from jaxinfer.config.model import ConfigError, ModelConfig, field
-from jaxinfer.models.attention import attend
+from jaxinfer.models.attention import all_keys_attend, attend
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight, linear
 from jaxinfer.models.mlp import activation
@@ -132,13 +133,14 @@ def self_attention(cfg: ModelConfig, h: jax.Array, cache: Any, lw: WhisperLayer,
     return linear(cache.layout.constrain(attn, Q_HEADS), lw.wo, contract=2) + lw.bo, cache
 
 
-def cross_attention(cfg: ModelConfig, h: jax.Array, cache: Any, lw: WhisperLayer, layer: int) -> jax.Array:
-    """Attention of the normed h [1, T, D] over each token's request's encoder frames (its slot's rows)."""
-    keys, values = read_cross(cache, layer)  # [T, F, H, K] each
-    q = heads(h, lw.cq, lw.cbq)[0].astype(jnp.float32)  # [T, H, K]
-    scale = cfg.head_dim ** -0.5
-    scores = jnp.einsum("thk,tfhk->thf", q, keys.astype(jnp.float32)) * scale
-    attn = jnp.einsum("thf,tfhk->thk", jax.nn.softmax(scores, axis=-1), values.astype(jnp.float32))
+def cross_attention(cfg: ModelConfig, h: jax.Array, cache: Any, lw: WhisperLayer, layer: int,
+                    positions: jax.Array) -> jax.Array:
+    """Attention of the normed h [1, T, D] at positions [1, T] over each token's request's encoder frames: its
+    row slot's cross pages, read in place (cache/cross_pool)."""
+    pages = cross_view(cache, layer, cfg.encoder_frames)
+    q = heads(h, lw.cq, lw.cbq)[0]  # [T, H, K]
+    frames = jnp.full(q.shape[:1], cfg.encoder_frames, jnp.int32)
+    attn = all_keys_attend(q, pages, frames, positions[0] >= 0, cfg.head_dim ** -0.5)
     return linear(attn[None].astype(h.dtype), lw.co, contract=2) + lw.cbo
 
 
@@ -151,7 +153,7 @@ def decoder_layer(
     eps = cfg.rms_norm_eps
     attn, cache = self_attention(cfg, layer_norm(x, lw.attn_norm, eps, lw.attn_norm_bias), cache, lw, layer, positions)
     x = x + attn
-    x = x + cross_attention(cfg, layer_norm(x, lw.cross_norm, eps, lw.cross_norm_bias), cache, lw, layer)
+    x = x + cross_attention(cfg, layer_norm(x, lw.cross_norm, eps, lw.cross_norm_bias), cache, lw, layer, positions)
     h = layer_norm(x, lw.mlp_norm, eps, lw.mlp_norm_bias)
     up = activation(cfg.activation, linear(h, lw.w_up) + lw.b_up)
     x = x + linear(up, lw.w_down) + lw.b_down

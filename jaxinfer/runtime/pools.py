@@ -56,7 +56,8 @@ def pool_size(
     pages = None
     if stats is not None:
         states = state_bytes(model_config, config.max_num_seqs + 1)  # the state layers' pools sit beside the pages
-        states += cross_bytes(model_config, config.max_num_seqs + 1, jnp.dtype(dtype).itemsize)  # and Whisper's
+        # and Whisper's cross pages
+        states += cross_bytes(model_config, config.max_num_seqs + 1, config.page_size, jnp.dtype(dtype).itemsize)
         pages = device_pages(stats, config.memory_utilization, page_bytes, activation_bytes() + states)
         pages = least_over_processes(pages)
     return config.resolve_num_pages(page_bytes, pages)
