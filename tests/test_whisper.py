@@ -8,6 +8,7 @@ import io
 import struct
 import wave
 
+import jax
 import numpy as np
 import openai
 import pytest
@@ -75,8 +76,6 @@ def request(audio: np.ndarray, rate: int = 16000) -> dict:
 
 
 def test_encoder_matches_hf(llm, hf, model_dir):
-    import jax
-
     from jaxinfer.models.whisper_encoder import encode
 
     feats = features(model_dir, tone(0.6))
@@ -121,6 +120,23 @@ def test_batched_requests_equal_each_alone_and_hf(llm, clips, hf_tokens):
     assert len({tuple(t[:6]) for t in together}) == len(clips)  # the audio decides the tokens
 
 
+def test_sleep_and_wake_up_keep_the_transcription_and_weight_updates_are_refused(llm, model_dir, hf_tokens, clips):
+    """sleep(level=1) frees the decoder's weights and the pools (the cross pages too) and wake_up brings them back:
+    HF's tokens again. Weight updates (and sleep(level=2), which needs one) are refused by name: the encoder and
+    the cross k/v projections live beside the decoder's weights, so a new checkpoint would be half served."""
+    greedy = SamplingParams(max_tokens=6, temperature=0)
+    llm.sleep(level=1)
+    assert llm.is_sleeping and llm.engine.runner.pages is None
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(llm.weights))
+    llm.wake_up()
+    assert llm.generate(request(clips[0]), greedy)[0].outputs[0].token_ids == hf_tokens[0][:6]
+    for call, argument in ((llm.update_weights, llm.weights), (llm.update_weights_from_disk, model_dir),
+                           (llm.sleep, 2)):
+        with pytest.raises(ValueError, match=r"not supported for Whisper yet: it swaps the decoder's weights"):
+            call(argument)
+    assert not llm.is_sleeping
+
+
 def test_prompt_checks(llm, model_dir):
     greedy = SamplingParams(max_tokens=2, temperature=0)
     with pytest.raises(ValueError, match="multi_modal_data.audio: WhisperForConditionalGeneration transcribes"):
@@ -135,6 +151,8 @@ def test_prompt_checks(llm, model_dir):
         llm.generate(request(tone(0.2)), SamplingParams(max_tokens=2, prompt_logprobs=1))
     with pytest.raises(ConfigError, match="enable_prefix_caching=True is not supported"):
         LLM(str(model_dir), enable_prefix_caching=True)
+    with pytest.raises(ConfigError, match="kv_cache_dtype='int8' is not supported for Whisper"):
+        LLM(str(model_dir), kv_cache_dtype="int8")  # the cross pages hold the encoder's keys unquantized
 
 
 def test_other_rates_are_resampled(llm):

@@ -167,7 +167,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
             quantization=quantization, quantize_lm_head=quantize_lm_head, tensor_parallel_size=tensor_parallel_size,
             data_parallel_size=data_parallel_size, expert_parallel_size=expert_parallel_size,
             batch_invariant=batch_invariant, cpu_kernels=cpu_kernels, quantized_kernel=quantized_kernel,
-            interpret_kernels=interpret_kernels))
+            interpret_kernels=interpret_kernels, kv_cache_dtype=kv_cache_dtype))
         # LLM.embed's settings (a generation model's too: its final hidden states pooled as asked).
         self.pooler = resolve_pooler(self.model_dir, read_config_json(self.model_dir), pooler_config,
                                      self.config.hidden_size, "cls" if encoder else "last")

@@ -29,6 +29,7 @@ from jaxinfer.config import validation
 from jaxinfer.engine.asleep import EngineAsleep
 from jaxinfer.entrypoints.encoder_loading import refuse_weight_calls
 from jaxinfer.entrypoints.model_loading import running_weights
+from jaxinfer.entrypoints.whisper_loading import refuse_speech_weight_calls
 from jaxinfer.models import Weights, load_config
 from jaxinfer.models.weight_ops import batch_invariant_weights
 from jaxinfer.runtime.weight_swap import leaf_like, replaced, weight_leaves
@@ -196,12 +197,14 @@ class WeightCalls:
         Cached prefixes are dropped. Refused while requests are in flight.
         """
         refuse_weight_calls(self._run_weights, "LLM.update_weights")
+        refuse_speech_weight_calls(self._audio, "LLM.update_weights")
         apply_update(self, weights)
 
     def update_weights_from_disk(self: LLM, model: str | Path) -> None:
         """Serve the weights of checkpoint `model` (HF or converted; this model's architecture and
         shapes), read leaf by leaf into the served format (SGLang's update_weights_from_disk)."""
         refuse_weight_calls(self._run_weights, "LLM.update_weights_from_disk")
+        refuse_speech_weight_calls(self._audio, "LLM.update_weights_from_disk")
         apply_from_disk(self, model)
 
     def sleep(self: LLM, level: int = 1) -> None:
@@ -209,6 +212,8 @@ class WeightCalls:
         weights, kept in host memory (level 1) or discarded (level 2: the next come from update_weights).
         Requests are refused until `wake_up`; refused while requests are in flight."""
         refuse_weight_calls(self._run_weights, "LLM.sleep")
+        if level == 2:  # the next weights would come from update_weights
+            refuse_speech_weight_calls(self._audio, "LLM.sleep(level=2)")
         put_to_sleep(self, level)
 
     def wake_up(self: LLM) -> None:

@@ -16,8 +16,9 @@ from jaxinfer.models.whisper import ARCHITECTURES
 from jaxinfer.models.whisper_encoder import AudioEncoder
 
 # LLM's loading arguments this model runs without, with the value it needs
+# (kv_cache_dtype: the cross-attention pages hold the encoder's keys and values unquantized, cache/cross_pool)
 PLAIN = dict(quantization=None, quantize_lm_head=False, tensor_parallel_size=1, data_parallel_size=1,
-             expert_parallel_size=1, batch_invariant=False)
+             expert_parallel_size=1, batch_invariant=False, kv_cache_dtype="auto")
 
 
 def is_speech_dir(model_dir: Path) -> bool:
@@ -32,6 +33,16 @@ def check_speech_settings(knobs: dict[str, Any]) -> None:
             raise ConfigError(f"{name}={knobs[name]!r} is not supported for Whisper yet; leave it at {plain!r}")
     if knobs.get("cpu_kernels"):
         raise ConfigError("cpu_kernels=True is not supported for Whisper yet; leave it unset or False")
+
+
+def refuse_speech_weight_calls(audio: Any, what: str) -> None:
+    """Refuse `what` (a weight update, or sleep(level=2), which needs one) on a speech model, by name: the
+    encoder and each decoder layer's cross-attention k/v projections (`AudioEncoder`) live beside the
+    decoder's `Weights` those calls swap, so a new checkpoint would be half served."""
+    if audio is not None:
+        raise ValueError(f"{what} is not supported for Whisper yet: it swaps the decoder's weights, while the "
+                         "encoder and the cross-attention k/v projections live beside them (a new checkpoint would "
+                         "be half served); start a new LLM on the new checkpoint (sleep(level=1) and wake_up work)")
 
 
 def load_speech(model_dir: Path, dtype: jnp.dtype) -> tuple[ModelConfig, Weights, tuple[AudioEncoder, tuple[int, int]]]:
