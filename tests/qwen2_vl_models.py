@@ -1,8 +1,9 @@
-"""Tiny Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE checkpoints (2-layer towers over 8x8 patches merged 2x2,
-a 2-layer language model (Qwen3-VL's: 3 layers, DeepStack adding to the first 2) whose rope splits its 8
+"""Tiny Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE and Qwen3.5 checkpoints (2-layer towers over 8x8 patches merged
+2x2, a 2-layer language model (Qwen3-VL's: 3 layers, DeepStack adding to the first 2) whose rope splits its 8
 frequencies into M-RoPE sections 2, 3, 3), saved with a tokenizer holding the vision tokens and a Qwen2-VL image
 processor like real ones (Qwen3-VL's: its mean and std of 0.5). Qwen3-VL-MoE's experts are stored as the hub's
-checkpoints hold them (gate_up_proj [E, D, 2F], down_proj [E, F, D]; transformers 5 saves them transposed)."""
+checkpoints hold them (gate_up_proj [E, D, 2F], down_proj [E, F, D]; transformers 5 saves them transposed). Qwen3.5's
+is Qwen3-VL's tower without DeepStack over Qwen3.5's hybrid language model."""
 
 from __future__ import annotations
 
@@ -31,19 +32,28 @@ TOWERS = {  # 8x8 patches, merged 2x2 (one image token per 16x16 pixels)
                      num_position_embeddings=16, deepstack_visual_indexes=[0, 1]),
 }
 TOWERS["qwen3_vl_moe"] = TOWERS["qwen3_vl"]
+TOWERS["qwen3_5"] = {k: v for k, v in TOWERS["qwen3_vl"].items() if k != "deepstack_visual_indexes"}
+# Qwen3.5: a DeltaNet layer, then gated attention turning half of each 32-dim head (8 of its 16 frequencies in
+# the M-RoPE sections); head_dim sets where the rotary stops, so the sections must add up to the rotary's half
+QWEN3_5_TEXT = dict(head_dim=32, layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+                    linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                    intermediate_size=48)
+ROPE = {"qwen3_5": {"partial_rotary_factor": 0.5}}
 TEXT = {"qwen3_vl": dict(num_hidden_layers=3, head_dim=16),  # experts of 24 units: 2F differs from D (64)
         "qwen3_vl_moe": dict(num_hidden_layers=3, head_dim=16, num_experts=4, num_experts_per_tok=2,
-                             moe_intermediate_size=24)}
+                             moe_intermediate_size=24),
+        "qwen3_5": QWEN3_5_TEXT}
 CLASSES = {"qwen2_vl": (transformers.Qwen2VLConfig, transformers.Qwen2VLForConditionalGeneration),
            "qwen2_5_vl": (transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration),
            "qwen3_vl": (transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration),
-           "qwen3_vl_moe": (transformers.Qwen3VLMoeConfig, transformers.Qwen3VLMoeForConditionalGeneration)}
+           "qwen3_vl_moe": (transformers.Qwen3VLMoeConfig, transformers.Qwen3VLMoeForConditionalGeneration),
+           "qwen3_5": (transformers.Qwen3_5Config, transformers.Qwen3_5ForConditionalGeneration)}
 PIXELS = dict(min_pixels=16 * 16, max_pixels=64 * 64)  # 1 to 16 image tokens
 
 
 def make_qwen2_vl(kind: str, ids: dict[str, int]) -> transformers.PreTrainedModel:
     """A random float32 model of `kind` ("qwen2_vl" or "qwen2_5_vl") over COMMON's language model."""
-    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": MROPE_SECTION}
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": MROPE_SECTION, **ROPE.get(kind, {})}
     text = {**COMMON, "vocab_size": 320, "rope_parameters": rope, **TEXT.get(kind, {})}
     config_class, model_class = CLASSES[kind]
     config = config_class(text_config=text, vision_config=TOWERS[kind], image_token_id=ids[IMAGE_PAD],
@@ -55,6 +65,8 @@ def make_qwen2_vl(kind: str, ids: dict[str, int]) -> transformers.PreTrainedMode
         for name, param in model.named_parameters():
             if "visual" in name:
                 param.mul_(4.0) if param.dim() > 1 else param.add_(0.1 * torch.randn_like(param))
+            elif kind == "qwen3_5" and param.dim() == 1:  # zero-centred norms, dt_bias, A_log
+                param.add_(0.1 * torch.randn_like(param))
     return model
 
 

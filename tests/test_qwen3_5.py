@@ -1,8 +1,9 @@
 """Qwen3.5 (models/qwen3_5) against transformers on the same tiny saved weights: the dense `Qwen3_5ForCausalLM`'s
-logits and greedy choices; Qwen3.5-MoE
-as Qwen ships it (`Qwen3_5MoeForConditionalGeneration`: nested text config, the language model under
-`model.language_model.`, fused experts, a vision tower skipped at load) to transformers' logits; and how the configs
-and tensor names are read."""
+logits and greedy choices; `Qwen3_5ForConditionalGeneration` with an image (the tower's rows, the image's 3-D M-RoPE
+positions over the partial rotary, every position's logits, an engine run); Qwen3.5-MoE as Qwen ships it
+(`Qwen3_5MoeForConditionalGeneration`: nested text config, the language model under `model.language_model.`, fused
+experts, its vision tower beside) to transformers' logits, and as transformers saves it (one tensor per expert); and
+how the configs and tensor names are read."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ import pytest
 import safetensors.torch
 import torch
 import transformers
+from qwen2_vl_models import CLASSES, save_tiny_qwen2_vl
 from test_hybrid_families import PROMPT, QWEN3_NEXT
+from test_qwen2_vl import IMAGE_PROMPT, KNOBS, TEXT, hf_image_rows, hf_inputs, picture
 
-from jaxinfer import LLM, from_hf_config
+from jaxinfer import LLM, ConfigError, from_hf_config
 from jaxinfer.checkpoint.hf_names import expected_hf_names
-from jaxinfer.checkpoint.loader import layer_fields
+from jaxinfer.checkpoint.loader import layer_fields, load_hf_weights
 from jaxinfer.models.decoder import abstract_weights
+from jaxinfer.runtime.mrope_positions import offsets, total_delta
+from jaxinfer.runtime.prompt_logprobs import all_position_logits
 
 # Qwen3-Next's shapes (a DeltaNet layer, then gated attention rotating a quarter of each 16-dim head), its DeltaNet's
 # projections stored apart; a 48-wide dense MLP in both layers, or 2 of 4 experts beside a 48-wide shared expert.
@@ -70,43 +75,122 @@ def test_dense_logits_match_hf(dense_hf, dense_llm):
     assert (got.argmax(-1) == expected.argmax(-1)).all()
 
 
-def test_moe_conditional_generation_checkpoint_as_the_hub_holds_it(tmp_path, caplog):
-    """The checkpoint written from the model's own state dict, as Qwen's are (each layer's experts in two fused
-    tensors; transformers' save_pretrained would split them per expert): its vision tower skipped with one log line,
-    the language model's logits transformers' on text alone."""
+@pytest.fixture(scope="module")
+def vl_dir(tmp_path_factory):
+    """A Qwen3_5ForConditionalGeneration saved by transformers: Qwen3-VL's tower without DeepStack over the hybrid
+    language model, its M-RoPE sections (2, 3, 3) over half of each 32-dim head."""
+    return save_tiny_qwen2_vl(tmp_path_factory.mktemp("qwen3_5_vl"), "qwen3_5")
+
+
+@pytest.fixture(scope="module")
+def vl_hf(vl_dir):
+    return CLASSES["qwen3_5"][1].from_pretrained(vl_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def vl_llm(vl_dir):
+    return LLM(vl_dir, **KNOBS)
+
+
+def test_image_rows_positions_and_logits_match_hf(vl_llm, vl_hf):
+    """The tower's rows (no DeepStack rows beside), the image's 3-D positions and every position's float32 logits of
+    a prompt with text after the image, through the all-positions pass (without the positions they are not HF's); a
+    text prompt's through the same program. (An engine run with the image gave transformers' 8 greedy tokens but
+    cost 13.6 s of the suite from an empty compilation cache, over what this file may add.)"""
+    inputs = hf_inputs(vl_llm, [picture(0)])
+    ids = inputs["input_ids"][0].numpy()
+    (image,) = vl_llm.image_prompts.prompt(IMAGE_PROMPT, [picture(0)], "test")[1]
+    text = vl_llm.tokenizer.encode(TEXT)
+    with torch.no_grad():
+        expected = vl_hf(**inputs).logits[0].numpy()
+        expected_text = vl_hf(input_ids=torch.tensor([text])).logits[0].numpy()
+        hf_positions, hf_delta = vl_hf.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
+                                                            inputs["image_grid_thw"])
+    hf_rows = hf_image_rows(vl_hf, inputs)
+    rows = vl_llm.engine.runner.vision.features(image)
+    assert rows.shape == hf_rows.shape == (15, vl_llm.config.hidden_size)
+    assert max_error(rows, hf_rows) <= 1e-5
+    positions = np.arange(len(ids))
+    rope_offsets = offsets((image,), positions)
+    assert np.array_equal(positions + rope_offsets.T, hf_positions[:, 0].numpy())
+    assert total_delta((image,)) == hf_delta.item()
+    placed = np.zeros((len(ids), rows.shape[1]), np.float32)
+    placed[image.offset : image.offset + image.length] = rows
+
+    def logits(tokens: list[int], rows: np.ndarray, rope: np.ndarray) -> np.ndarray:
+        mask = np.asarray(tokens) == vl_llm.image_prompts.cfg.image_token_id
+        return all_position_logits(vl_llm.weights, vl_llm.config, tokens, vl_llm.dtype, vl_llm.max_seq_len,
+                                   rows=(rows, mask, rope))
+
+    assert max_error(logits(ids.tolist(), placed, rope_offsets), expected) <= 1e-5
+    assert max_error(logits(ids.tolist(), placed, 0 * rope_offsets), expected) > 1e-2
+    no_rows = np.zeros((len(text), rows.shape[1]), np.float32)
+    got_text = logits(text, no_rows, np.zeros((len(text), 3), np.int64))
+    assert max_error(got_text, expected_text) <= 1e-5
+    assert (got_text.argmax(-1) == expected_text.argmax(-1)).all()
+
+
+@pytest.fixture(scope="module")
+def moe_hf() -> torch.nn.Module:
     torch.manual_seed(0)
-    config = transformers.Qwen3_5MoeConfig(text_config=MOE, vision_config=VISION)
-    hf = perturbed(transformers.Qwen3_5MoeForConditionalGeneration(config))
+    rope = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0]}
+    config = transformers.Qwen3_5MoeConfig(text_config={**MOE, "rope_parameters": rope}, vision_config=VISION)
+    return perturbed(transformers.Qwen3_5MoeForConditionalGeneration(config))
+
+
+def test_moe_conditional_generation_checkpoint_as_the_hub_holds_it(moe_hf, tmp_path, caplog):
+    """The checkpoint written from the model's own state dict, as Qwen's are (each layer's experts in two fused
+    tensors): its vision tower loaded (no DeepStack), nothing skipped; the language model's logits transformers' on
+    text alone."""
+    config = moe_hf.config
     config.architectures = ["Qwen3_5MoeForConditionalGeneration"]
     config.save_pretrained(tmp_path)
-    state = {name: tensor.contiguous() for name, tensor in hf.state_dict().items()}
+    state = {name: tensor.contiguous() for name, tensor in moe_hf.state_dict().items()}
     assert "model.language_model.layers.0.mlp.experts.gate_up_proj" in state
     safetensors.torch.save_file(state, tmp_path / "model.safetensors")
     with caplog.at_level(logging.INFO, logger="jaxinfer.models.text_part"):
         llm = LLM(str(tmp_path), dtype="float32", max_seq_len=64, cpu_kernels=False)
-    skipped = [r.getMessage() for r in caplog.records if "vision tower" in r.getMessage()]
-    visual = sum(name.startswith("model.visual.") for name in state)
-    assert skipped == [f"Qwen3_5MoeForConditionalGeneration: {visual} vision tower and projector tensors skipped; "
-                       "the language model runs alone (text in, text out: images are not supported)"]
+    assert not [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert llm.image_prompts.cfg.deepstack_layers == 0 and llm.config.mrope_interleaved
     with torch.no_grad():
-        expected = hf(input_ids=torch.tensor([PROMPT])).logits[0].numpy()
+        expected = moe_hf(input_ids=torch.tensor([PROMPT])).logits[0].numpy()
     got = llm.logits(PROMPT)
     assert max_error(got, expected) <= 1e-5
     assert (got.argmax(-1) == expected.argmax(-1)).all()
 
 
+def test_moe_conditional_generation_saved_per_expert(moe_hf, tmp_path):
+    """transformers' save_pretrained writes the experts one tensor per expert: they load as the fused ones do."""
+    moe_hf.save_pretrained(tmp_path)
+    index = safetensors.torch.load_file(tmp_path / "model.safetensors")
+    assert "model.language_model.layers.0.mlp.experts.3.gate_proj.weight" in index
+    cfg = from_hf_config(moe_hf.config.to_dict())
+    layer = load_hf_weights(tmp_path, cfg, np.float32, progress=False).layers[0]
+    experts = moe_hf.model.language_model.layers[0].mlp.experts
+    gate_up = experts.gate_up_proj.detach().numpy()  # [E, 2F, D]: gate rows, then up
+    F = gate_up.shape[1] // 2
+    np.testing.assert_array_equal(np.asarray(layer.moe_gate), gate_up[:, :F].transpose(0, 2, 1))
+    np.testing.assert_array_equal(np.asarray(layer.moe_up), gate_up[:, F:].transpose(0, 2, 1))
+    np.testing.assert_array_equal(np.asarray(layer.moe_down), experts.down_proj.detach().numpy().transpose(0, 2, 1))
+
+
 def test_configs_as_transformers_reads_them():
     """A conditional-generation config reads its text_config (the head tied by the outer flag, as transformers ties
-    it); the M-RoPE sections leave a text model's plain partial rotary; the MoE router always renormalises, its
-    experts are one tensor per expert as transformers saves Qwen3_5MoeForCausalLM, two fused in the hub's
-    conditional-generation checkpoints; the DeltaNet's four projections are read apart."""
+    it) as Qwen3_5ForCausalLM's with the M-RoPE sections interleaved over the partial rotary (sections adding up to
+    the whole head's frequencies are refused); the MoE router always renormalises, its experts are one tensor per
+    expert as transformers saves them, two fused in the hub's conditional-generation checkpoints (the loader reads
+    whichever is stored); the DeltaNet's four projections are read apart."""
     rope = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
             "mrope_interleaved": True}
     hf = {"architectures": ["Qwen3_5ForConditionalGeneration"], "tie_word_embeddings": True,
           "text_config": {**DENSE, "rope_parameters": rope}, "vision_config": VISION}
     cfg = from_hf_config(hf)
     assert (cfg.architecture, cfg.tie_word_embeddings, cfg.rotary_dim, cfg.rope_theta) == (
-        "Qwen3_5ForConditionalGeneration", True, 4, 1e7)
+        "Qwen3_5ForCausalLM", True, 4, 1e7)
+    assert (cfg.mrope_section, cfg.mrope_interleaved) == ((1, 1, 0), True)
+    whole_head = {**hf, "text_config": {**DENSE, "rope_parameters": {**rope, "mrope_section": [2, 3, 3]}}}
+    with pytest.raises(ConfigError, match=r"mrope_section \[2, 3, 3\] must add up to the 2 rotary frequencies"):
+        from_hf_config(whole_head)
     assert (cfg.state_space.layers, cfg.norm_weight_offset, cfg.intermediate_size) == ((0,), 1.0, 48)
     names = expected_hf_names(cfg, layer_fields(abstract_weights(cfg)))
     split = {f"model.layers.0.linear_attn.in_proj_{p}.weight" for p in ("qkv", "z", "b", "a")}
@@ -115,7 +199,8 @@ def test_configs_as_transformers_reads_them():
     assert (moe.norm_topk_prob, moe.num_experts, moe.moe_intermediate_size, moe.intermediate_size) == (True, 4, 32, 32)
     per_expert = expected_hf_names(moe, layer_fields(abstract_weights(moe)))
     assert "model.layers.1.mlp.experts.3.gate_proj.weight" in per_expert
-    hub = from_hf_config({"architectures": ["Qwen3_5MoeForConditionalGeneration"], "text_config": MOE})
+    hub = from_hf_config({"architectures": ["Qwen3_5MoeForConditionalGeneration"],
+                          "text_config": {**MOE, "rope_parameters": rope}})
     fused = expected_hf_names(hub, layer_fields(abstract_weights(hub)))
     assert {n for n in fused if re.search(r"experts\.(gate_up|down)_proj$", n)} == {
         f"model.layers.{i}.mlp.experts.{p}_proj" for i in (0, 1) for p in ("gate_up", "down")}

@@ -24,6 +24,7 @@ from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
+from jaxinfer.models.qwen3_5 import experts_as_stored
 from jaxinfer.models.text_part import skipped_tensors
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights
 from jaxinfer.parallel.array_info import ArrayInfo
@@ -251,6 +252,7 @@ def load_hf_weights(
     # A base model saved alone (names without "model."), or a vision-language model's language model
     skipped = skipped_tensors(cfg.architecture, index)  # counted in one log line before any renaming drops them
     stored = base_model_names.stored_names(index) or vision_weights.language_model_names(index)
+    cfg = experts_as_stored(cfg, stored or index)  # Qwen3.5-MoE's experts: fused (the hub's) or one per expert
     _check_names(cfg, {name: index[s] for name, s in stored.items()} if stored else index, model_dir, skipped)
     reader = _TensorReader(index, read_config_json(model_dir).get("quantization_config"))
     tensors = hf_tensor_map(cfg)

@@ -1,5 +1,5 @@
-"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL's language model: Qwen2's (Qwen3's, Qwen3-MoE's) decoder with multimodal
-rotary embeddings (M-RoPE).
+"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5's language model: Qwen2's (Qwen3's, Qwen3-MoE's, Qwen3.5's hybrid)
+decoder with multimodal rotary embeddings (M-RoPE).
 
 The rotary frequencies are split into `mrope_section` (temporal, height, width) parts, each turned by its own
 position stream; a text token has all three streams equal, which is Qwen2's rope, so the language model runs as
@@ -7,7 +7,10 @@ position stream; a text token has all three streams equal, which is Qwen2's rope
 Configs come nested (transformers 5: `text_config`) or flat (the hub's: text fields beside `vision_config`,
 `rope_scaling` {"type": "mrope", "mrope_section": [...]}); both are read. Qwen3-VL interleaves the sections
 (frequencies owned t, h, w in turn: models/rope's `mrope_owners`) whatever its `mrope_interleaved` says, as HF does;
-Qwen3-VL-MoE's experts always renormalise their routing weights.
+Qwen3-VL-MoE's experts always renormalise their routing weights. Qwen3.5 interleaves Qwen3-VL's way over its partial
+rotary (`partial_rotary_factor` of each head, kept: its sections add up to the rotated dims' frequencies, default
+[11, 11, 10]); its language model is models/qwen3_5's, the MoE one reading the hub's fused experts unless the
+checkpoint stores one tensor per expert (qwen3_5.experts_as_stored).
 """
 
 from __future__ import annotations
@@ -20,9 +23,14 @@ TEXT_ARCHITECTURES = {  # the checkpoint's -> its language model's (the Qwen3-VL
     "Qwen2VLForConditionalGeneration": "Qwen2ForCausalLM", "Qwen2_5_VLForConditionalGeneration": "Qwen2ForCausalLM",
     "Qwen3VLForConditionalGeneration": "Qwen3ForCausalLM",
     "Qwen3VLMoeForConditionalGeneration": "Qwen3VLMoeTextForCausalLM",
+    "Qwen3_5ForConditionalGeneration": "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeTextForCausalLM",
 }
 ARCHITECTURES = tuple(TEXT_ARCHITECTURES)
-INTERLEAVED = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
+INTERLEAVED = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+               "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
+# transformers' default sections: Qwen3.5's over its quarter-head rotary (32 frequencies), the others' over 64
+DEFAULT_SECTIONS = {"Qwen3_5ForConditionalGeneration": (11, 11, 10), "Qwen3_5MoeForConditionalGeneration": (11, 11, 10)}
 MROPE_TYPES = ("default", "mrope")  # "mrope" is the hub's name for the default rope split into sections
 # Settings of the whole checkpoint a flat config keeps beside the text model's (not the language model's)
 NOT_TEXT = ("vision_config", "architectures", "model_type", "image_token_id", "video_token_id",
@@ -42,7 +50,8 @@ def qwen2_text_config(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"rope type {rope_type!r} is not supported for {hf['architectures'][0]}; "
                           f"supported: {', '.join(MROPE_TYPES)}")
     theta = params.get("rope_theta", text.pop("rope_theta", 10000.0))
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    partial = {"partial_rotary_factor": params["partial_rotary_factor"]} if "partial_rotary_factor" in params else {}
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": theta, **partial}
     text["architectures"] = [TEXT_ARCHITECTURES[hf["architectures"][0]]]
     if hf["architectures"][0] == "Qwen3VLMoeForConditionalGeneration":
         text["norm_topk_prob"] = True
@@ -55,12 +64,13 @@ def mrope_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def mrope_section(hf: Mapping[str, Any]) -> tuple[int, ...]:
-    """The (temporal, height, width) frequency counts of the config's M-RoPE (transformers' default
-    [16, 24, 24] when it names none)."""
+    """The (temporal, height, width) frequency counts of the config's M-RoPE (transformers' default when it names
+    none: [16, 24, 24], Qwen3.5's [11, 11, 10])."""
     nested = hf.get("text_config")
     text = nested if isinstance(nested, Mapping) else hf
     params = {**(text.get("rope_parameters") or {}), **(text.get("rope_scaling") or {})}
-    section = tuple(int(s) for s in params.get("mrope_section") or (16, 24, 24))
+    default = DEFAULT_SECTIONS.get(hf["architectures"][0], (16, 24, 24))
+    section = tuple(int(s) for s in params.get("mrope_section") or default)
     if len(section) != 3:
         raise ConfigError(f"mrope_section {list(section)} must give 3 frequency counts (temporal, height, width)")
     return section

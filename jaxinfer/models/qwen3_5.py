@@ -5,22 +5,23 @@ experts beside a sigmoid-gated shared expert (Qwen3.5-MoE; its router, Qwen3-VL-
 top-k probabilities: the config has no `norm_topk_prob`).
 
 What differs from Qwen3-Next is where the weights live. The DeltaNet's input projections are four tensors in plain
-head order (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`: gated_deltanet's split leaves). A
-conditional-generation checkpoint nests the text config under `text_config` and stores the language model under
-`model.language_model.` beside the vision tower (`model.visual.*`, skipped at load: models/text_part); Qwen3.5-MoE's
-hub checkpoints keep each layer's experts in two fused tensors, gate_up_proj [E, 2F, D] (gate rows, then up) and
-down_proj [E, D, F], where transformers writes a `Qwen3_5MoeForCausalLM` with one tensor per expert.
+head order (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`: gated_deltanet's split leaves). Qwen3.5-MoE's hub
+checkpoints keep each layer's experts in two fused tensors, gate_up_proj [E, 2F, D] (gate rows, then up) and
+down_proj [E, D, F], where transformers' save_pretrained writes one tensor per expert: the loader reads whichever
+the checkpoint stores (`experts_as_stored`).
 
-The text rotary is Qwen3-VL's interleaved M-RoPE (`mrope_section`, `mrope_interleaved`): each frequency takes the
-temporal, height or width position. A text token has the same position on all three axes, so every frequency turns
-by that position: the plain rotary over `partial_rotary_factor` of each head, which is what runs here (no image
-reaches the model, so no token has distinct axes).
+The conditional-generation checkpoints Qwen ships (`Qwen3_5ForConditionalGeneration`,
+`Qwen3_5MoeForConditionalGeneration`) run with images as Qwen3-VL's do (models/qwen2_vl: the text config under
+`text_config`, the language model under `model.language_model.`; models/qwen3_vl_vision: the tower, without
+DeepStack). Their text rotary is Qwen3-VL's interleaved M-RoPE (`mrope_section`, `mrope_interleaved`) over
+`partial_rotary_factor` of each head: each frequency takes the temporal, height or width position. A text token has
+the same position on all three axes, so for text it is the plain partial rotary (all Qwen3_5ForCausalLM runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Collection, Mapping
 
 import jax
 
@@ -48,9 +49,12 @@ from jaxinfer.models.shared_expert import SharedExpertLayerWeights
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import Layout
 
-DENSE_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
-MOE_CONDITIONAL = "Qwen3_5MoeForConditionalGeneration"  # the hub's: experts in two fused tensors
-MOE_ARCHITECTURES = ("Qwen3_5MoeForCausalLM", MOE_CONDITIONAL)
+DENSE_ARCHITECTURES = ("Qwen3_5ForCausalLM",)
+PER_EXPERT = "Qwen3_5MoeForCausalLM"  # one tensor per expert, as transformers saves it
+# Qwen3_5MoeForConditionalGeneration's language model (models/qwen2_vl): the hub's two fused tensors per layer
+FUSED = "Qwen3_5MoeTextForCausalLM"
+MOE_ARCHITECTURES = (PER_EXPERT, FUSED)
+FUSED_SUFFIX = ".mlp.experts.gate_up_proj"
 DELTANET = "model.layers.{i}.linear_attn."
 SPLIT_PROJECTIONS = {"in_qkv": 1, "in_z": 1, "in_b": 1, "in_a": 1, "out_proj": 1}
 
@@ -137,12 +141,20 @@ def dense_hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
 
 
 def moe_hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
-    """Qwen3-Next's names with the split DeltaNet's tensors; the hub's fused experts in a conditional-generation
-    checkpoint."""
+    """Qwen3-Next's names with the split DeltaNet's tensors; the hub's fused experts for FUSED."""
     leaves = {**qwen3_next_hf_leaves(cfg), **deltanet_hf_leaves(cfg.state_space, cfg.hidden_size, DELTANET, split=True)}
-    if cfg.architecture == MOE_CONDITIONAL:
+    if cfg.architecture == FUSED:
         leaves.update(fused_experts_hf_leaves(cfg, "model.layers.{i}.mlp.experts."))
     return leaves
+
+
+def experts_as_stored(cfg: ModelConfig, names: Collection[str]) -> ModelConfig:
+    """`cfg` reading a Qwen3.5-MoE checkpoint's experts as its stored `names` hold them: fused (the hub's) or one
+    tensor per expert (transformers' save_pretrained, either class); any other config unchanged."""
+    if cfg.architecture not in MOE_ARCHITECTURES:
+        return cfg
+    fused = any(name.endswith(FUSED_SUFFIX) for name in names)
+    return dataclasses.replace(cfg, architecture=FUSED if fused else PER_EXPERT)
 
 
 def fused_experts_hf_leaves(cfg: ModelConfig, prefix: str) -> dict[str, HFLeaf]:

@@ -9,6 +9,9 @@ MLP is fc1-act-fc2 with biases; and after each layer in `deepstack_visual_indexe
 LayerNorm over each merge block's four patches together: "post-shuffle") maps the stream to language-model
 rows, which the language model adds to its hidden states at the image's tokens after its first layers
 (models/embed_override). An image's rows go out side by side: [1, N, (1 + K) * D], the final merger's first.
+
+Qwen3.5's and Qwen3.5-MoE's tower (transformers' Qwen3_5VisionModel) is this one without DeepStack: no
+`deepstack_visual_indexes`, no DeepStack mergers, so its rows are the final merger's alone ([1, N, D]).
 """
 
 from __future__ import annotations
@@ -33,7 +36,11 @@ from jaxinfer.models.qwen2_vl_vision import (
 from jaxinfer.models.tower_patches import TowerPatches
 from jaxinfer.parallel.array_info import ArrayInfo
 
-ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
+QWEN3_5 = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")  # no DeepStack
+ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration") + QWEN3_5
+# transformers' Qwen3_5Config token ids (image, vision start, vision end); Qwen3-VL's are Qwen2-VL's
+QWEN3_5_TOKENS = (248056, 248053, 248054)
+QWEN3_VL_TOKENS = (151655, 151652, 151653)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +148,8 @@ def image_features(weights: Qwen3TowerWeights, patches: TowerPatches, cfg: Qwen3
 
 
 def read_qwen3_vl_config(hf: Mapping[str, Any]) -> Qwen3VLConfig:
-    """A Qwen3VLConfig from an HF Qwen3-VL / Qwen3-VL-MoE config; ConfigError naming a field it cannot run."""
+    """A Qwen3VLConfig from an HF Qwen3-VL / Qwen3-VL-MoE / Qwen3.5 / Qwen3.5-MoE config; ConfigError naming a field
+    it cannot run."""
     vision, text = hf.get("vision_config") or {}, hf.get("text_config") or {}
     act = vision.get("hidden_act", "gelu_pytorch_tanh")
     if act not in ACTIVATIONS:
@@ -155,7 +163,9 @@ def read_qwen3_vl_config(hf: Mapping[str, Any]) -> Qwen3VLConfig:
     if side * side != positions:
         raise ConfigError(f"vision_config.num_position_embeddings {positions} must be a square (a side x side grid)")
     depth = int(vision.get("depth", 27))
-    deepstack = tuple(int(i) for i in vision.get("deepstack_visual_indexes", (8, 16, 24)))
+    qwen3_5 = hf["architectures"][0] in QWEN3_5
+    # Qwen3.5's tower has no DeepStack mergers, whatever its config says (transformers drops the setting)
+    deepstack = () if qwen3_5 else tuple(int(i) for i in vision.get("deepstack_visual_indexes", (8, 16, 24)))
     if any(not 0 <= i < depth for i in deepstack):
         raise ConfigError(f"vision_config.deepstack_visual_indexes {list(deepstack)} must name layers 0 to "
                           f"{depth - 1} of the tower's {depth}")
@@ -166,9 +176,10 @@ def read_qwen3_vl_config(hf: Mapping[str, Any]) -> Qwen3VLConfig:
         theta=float((vision.get("rope_parameters") or {}).get("rope_theta", 10000.0)), grid_side=side,
         deepstack=deepstack,
     )
+    tokens = QWEN3_5_TOKENS if qwen3_5 else QWEN3_VL_TOKENS
     return Qwen3VLConfig(
         vision=tower, text_hidden_size=int(text.get("hidden_size", vision.get("out_hidden_size", 3584))),
-        image_token_id=int(hf.get("image_token_id", 151655)),
-        vision_start_token_id=int(hf.get("vision_start_token_id", 151652)),
-        vision_end_token_id=int(hf.get("vision_end_token_id", 151653)),
+        image_token_id=int(hf.get("image_token_id", tokens[0])),
+        vision_start_token_id=int(hf.get("vision_start_token_id", tokens[1])),
+        vision_end_token_id=int(hf.get("vision_end_token_id", tokens[2])),
     )

@@ -4,10 +4,9 @@ Meta ships Llama 4 as Llama4ForConditionalGeneration: the config nests the text 
 and the checkpoint stores it under `language_model.` (`language_model.model.layers.*`, `language_model.lm_head.*`)
 beside the vision tower (`vision_model.*`) and its projector (`multi_modal_projector.*`). The text config is
 read as the model's and the text tensors under their prefix; the vision tensors are skipped at load (one log
-line) and no image can reach the model: its vision tower never runs. Qwen3.5's conditional-generation checkpoints
-(models/qwen3_5) run the same way: their language model under `model.language_model.` (renamed to the causal LM's
-names as every Qwen vision-language checkpoint's: checkpoint/vision_weights), their tower under `model.visual.`.
-As transformers ties the output head by the outer config's `tie_word_embeddings`, so does the text config here.
+line) and no image can reach the model: its vision tower never runs (Qwen3.5's conditional-generation checkpoints
+run their tower: models/qwen2_vl). As transformers ties the output head by the outer config's
+`tie_word_embeddings`, so does the text config here.
 """
 
 from __future__ import annotations
@@ -31,8 +30,6 @@ class TextPart:
 
 TEXT_PARTS = {
     "Llama4ForConditionalGeneration": TextPart("language_model.", ("vision_model.", "multi_modal_projector.")),
-    "Qwen3_5ForConditionalGeneration": TextPart("", ("model.visual.", "visual.")),
-    "Qwen3_5MoeForConditionalGeneration": TextPart("", ("model.visual.", "visual.")),
 }
 
 
