@@ -40,6 +40,11 @@ KIMI_TYPED = ("<|tool_calls_section_begin|> <|tool_call_begin|> get_weather:0 <|
 KIMI_CALLS = [(*call, f"functions.{call[0]}:{index}") for index, call in enumerate(CALLS)]  # ids as written
 
 GLM_TEXT, QWEN_TEXT = 'x < y </arg\n"z" \u00e9', '\nline one\n  "two" </param\n'  # text values with tag-like parts
+MINIMAX_TEXT = 'x < y </param\n  "z" \u00e9'  # its whitespace around is the format's (cut), inside it the value's
+MINIMAX_CALL = '<invoke name="{}">\n{}</invoke>\n'
+MINIMAX_WEATHER = MINIMAX_CALL.format("get_weather", '<parameter name="city">Oslo</parameter>\n'
+                                      '<parameter name="days">2</parameter>\n')
+MINIMAX_TIME = MINIMAX_CALL.format("get_time", '<parameter name="zone">UTC</parameter>\n')
 REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (None: none)
     "hermes": [('Checking.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>',
                 "Checking.", CALLS[1:]),
@@ -76,6 +81,15 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
          "</function>\n</tool_call>", None, TYPED),
         (f"<tool_call>\n<function=get_time>\n<parameter=zone>\n{QWEN_TEXT}\n</parameter>\n</function>\n</tool_call>",
          None, [("get_time", {"zone": QWEN_TEXT})]),
+    ],
+    "minimax_m2": [
+        (f"Sure.\n<minimax:tool_call>\n{MINIMAX_WEATHER}{MINIMAX_TIME}</minimax:tool_call>", "Sure.", CALLS),
+        ("<minimax:tool_call>\n" + MINIMAX_CALL.format("get_weather", '<parameter name="city">007</parameter>\n'
+         '<parameter name="days"> 3 </parameter>\n<parameter name="metric">true</parameter>\n<parameter name='
+         '"hours">[6, 18]</parameter>\n') + "</minimax:tool_call>", None, TYPED),
+        (f"<minimax:tool_call>{MINIMAX_WEATHER}</minimax:tool_call> then <minimax:tool_call>"
+         + MINIMAX_CALL.format("get_time", f'<parameter name="zone">\n {MINIMAX_TEXT}\n</parameter>')
+         + "</minimax:tool_call>\nDone.", " then \nDone.", [CALLS[0], ("get_time", {"zone": MINIMAX_TEXT})]),
     ],
     "granite": [('Sure.<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}, '
                  '{"name": "get_time", "arguments": {"zone": "UTC"}}]', "Sure.", CALLS)],
@@ -206,14 +220,15 @@ def assert_streams_as_written(reply_plan: ReplyPlan, reply: str, head: str) -> N
 
 
 @pytest.mark.parametrize("parser, value, end", [("glm45", GLM_TEXT, "</arg_value>"),
-                                               ("qwen3_coder", QWEN_TEXT, "\n</parameter>")])
+                                               ("qwen3_coder", QWEN_TEXT, "\n</parameter>"),
+                                               ("minimax_m2", MINIMAX_TEXT, "\n</parameter>")])
 def test_text_values_go_out_as_they_come_not_when_they_close(parser, value, end):
     reply = next(reply for reply, _, _ in REPLIES[parser] if value in reply)
     pieces = tokens(reply)
     events, _ = stream_events(plan(parser), [*pieces, ""])
     closing = len(tokens(reply[:reply.index(value + end)] + value)) - 1  # the delta the value's last token came in
     _, calls = joined([e for e in events if e[-1] <= closing])
-    assert calls[0][1] == '{"zone": ' + json.dumps(value)[:-1]  # all of the value before its end tag came
+    assert calls[-1][1] == '{"zone": ' + json.dumps(value)[:-1]  # all of the value before its end tag came
 
 
 @pytest.mark.parametrize("parser, reply, decided_at", [
@@ -226,6 +241,8 @@ def test_text_values_go_out_as_they_come_not_when_they_close(parser, value, end)
     ("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:<|tool_call_argument_begin|>{}",
      "argument_begin|>"),  # an id without its index
     ("pythonic", "[get_weather('Oslo')]", "'"),
+    ("minimax_m2", 'Sure.<minimax:tool_call>\n<invoke name="get_date">\n<parameter name="days">2</parameter>\n'
+     "</invoke>\n</minimax:tool_call>", "get_d"),
 ])
 def test_text_that_is_not_calls_streams_as_content_once_that_is_decided(parser, reply, decided_at):
     events, reason = stream_events(plan(parser), [*tokens(reply), ""])

@@ -21,6 +21,7 @@ from jaxinfer.entrypoints.openai.tool_parsers import (
     hermes,
     kimi_k2,
     llama3_json,
+    minimax_m2,
     mistral,
     pythonic,
     qwen3_coder,
@@ -86,6 +87,7 @@ TOOL_PARSERS = {
     "pythonic": ToolParser("pythonic", None, pythonic.read, pythonic.stream),
     "kimi_k2": ToolParser("kimi_k2", kimi_k2.START, kimi_k2.read, kimi_k2.stream, keeps_special=True,
                           other_starts=(kimi_k2.SINGULAR_START,)),
+    "minimax_m2": ToolParser("minimax_m2", minimax_m2.START, minimax_m2.read, minimax_m2.stream),
     "openai": ToolParser("openai", None, None),
 }
 
