@@ -229,6 +229,25 @@ ARCH_CONFIGS.update({
                                   original_max_position_embeddings=128)),
     ),
 })
+# Tested in their own modules, not by every parametrized family test (whose ~6 runs per family would cost a minute).
+# Gemma 4 (test_gemma4): sliding layers (head_dim 8, 2 kv heads, window 8) and global ones (head_dim 16, 1 kv head,
+# values = keys, proportional rope on a quarter of the dims); layers 2-3 read layers 0-1's K/V (their MLPs
+# double-wide); per-layer inputs of 8; 4 experts (2 per token) beside every dense MLP. gemma4_dense: all of those
+# off (v_proj, no sharing, no per-layer inputs or experts).
+GEMMA4 = dict(head_dim=8, global_head_dim=16, sliding_window=8, pad_token_id=0, final_logit_softcapping=30.0)
+OWN_MODULE_CONFIGS = {
+    "gemma4": (
+        transformers.Gemma4TextConfig,
+        dict(GEMMA4, num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,
+             num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=2, use_double_wide_mlp=True,
+             hidden_size_per_layer_input=8, vocab_size_per_layer_input=256, enable_moe_block=True, num_experts=4,
+             top_k_experts=2, moe_intermediate_size=32),
+    ),
+    "gemma4_dense": (
+        transformers.Gemma4TextConfig,
+        dict(GEMMA4, layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=0),
+    ),
+}
 # Families whose greedy tokens test_families checks (two prompts, prefix caching on and off).
 ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared",
                  "glm4_moe", "ernie4_5_moe", "deepseek_v3", "olmoe", "llama4")
@@ -241,6 +260,7 @@ MODEL_CLASSES = {
     transformers.GemmaConfig: transformers.GemmaForCausalLM,
     transformers.Gemma2Config: transformers.Gemma2ForCausalLM,
     transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,
+    transformers.Gemma4TextConfig: transformers.Gemma4ForCausalLM,
     transformers.Phi3Config: transformers.Phi3ForCausalLM,
     transformers.Olmo2Config: transformers.Olmo2ForCausalLM,
     transformers.Olmo3Config: transformers.Olmo3ForCausalLM,
@@ -275,7 +295,7 @@ MODEL_CLASSES = {
 
 def make_hf_model(name: str, **overrides) -> torch.nn.Module:
     """A random float32 HF model of the named tiny config (weights scaled up to give peaky logits)."""
-    config_cls, extra = ARCH_CONFIGS[name]
+    config_cls, extra = ARCH_CONFIGS[name] if name in ARCH_CONFIGS else OWN_MODULE_CONFIGS[name]
     config = config_cls(**{**COMMON, **extra, **overrides})
     torch.manual_seed(0)
     model = MODEL_CLASSES[config_cls](config).eval()
@@ -286,7 +306,7 @@ def make_hf_model(name: str, **overrides) -> torch.nn.Module:
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # routing bias (GLM-4.5, DeepSeek-V3, MiniMax-M2): 0 at init
                 buffer.add_(0.1 * torch.randn_like(buffer))
-            if name.endswith("act_fn.beta"):  # Apertus' xIELU linear term: a buffer, 0.5 at init
+            if name.endswith(("act_fn.beta", "layer_scalar")):  # Apertus' xIELU term (0.5), Gemma 4's scalar (1)
                 buffer.add_(0.1 * torch.randn_like(buffer))
     return model
 

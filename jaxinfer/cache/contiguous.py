@@ -107,18 +107,26 @@ def init_cache(
     left the fast dot path on CPU. On a mesh the batch splits over dp and kv heads over tp
     (kept whole on every device when tp does not divide them).
     """
-    k_shape = (batch, cfg.num_kv_heads, max_seq_len, cfg.head_dim)
-    v_shape = (batch, cfg.num_kv_heads, cfg.head_dim, max_seq_len)
     if kv_dtype not in CONTIGUOUS_KV_DTYPES:
         raise ValueError(f"kv_dtype {kv_dtype!r} is not one of {', '.join(CONTIGUOUS_KV_DTYPES)} (contiguous cache)")
     fp8 = kv_dtype == "fp8"
     store = jnp.float8_e4m3fn if fp8 else dtype
-    zeros = lambda shape, dt, axes: [layout.zeros(shape, dt, axes) for _ in range(cfg.num_layers)]  # noqa: E731
-    scale_shape = (batch, cfg.num_kv_heads, max_seq_len, 1)
-    scales = lambda: zeros(scale_shape, jnp.float32, SCALE_AXES) if fp8 else None  # noqa: E731
+
+    def zeros(part: str, dt: jnp.dtype, axes: tuple) -> list[jax.Array]:
+        # Each layer's own kv heads and head dim; a Gemma 4 layer reading another's K/V holds none (width 0).
+        buffers = []
+        for i in range(cfg.num_layers):
+            heads, head_dim = cfg.kv_shape(i)
+            head_dim = head_dim if cfg.kv_source(i) == i else 0
+            shape = {"k": (batch, heads, max_seq_len, head_dim), "v": (batch, heads, head_dim, max_seq_len),
+                     "scale": (batch, heads, max_seq_len, 1)}[part]
+            buffers.append(layout.zeros(shape, dt, axes if head_dim else (None,) * 4))
+        return buffers
+
+    scales = lambda: zeros("scale", jnp.float32, SCALE_AXES) if fp8 else None  # noqa: E731
     return KVCache(
-        zeros(k_shape, store, K_AXES), zeros(v_shape, store, V_AXES), scales(), scales(),
-        cpu_kernels=cpu_kernels, layout=layout,
+        zeros("k", store, K_AXES), zeros("v", store, V_AXES), scales(), scales(), cpu_kernels=cpu_kernels,
+        layout=layout,
     )
 
 

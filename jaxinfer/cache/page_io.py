@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxinfer.cache.paged import LAYERED, POOL_AXES, SCALE_AXES, PagedKVCache
 from jaxinfer.config.buckets import bucket
+from jaxinfer.config.model import ConfigError
 from jaxinfer.parallel.sharding import Layout
 
 Buffers = dict[str, list[jax.Array]]  # LAYERED name -> one buffer per layer
@@ -34,6 +35,10 @@ def buffer_specs(cache: PagedKVCache) -> dict[str, tuple[tuple[int, ...], str]]:
     specs = {}
     for name, layers in page_buffers(cache).items():
         shape = layers[0].shape
+        if any(layer.shape != shape for layer in layers):  # Gemma 4's layers of their own K/V shapes
+            raise ConfigError(f"page copies (kv_offloading_size, saved sessions) stack every layer's pages, but this "
+                              f"model's {name} layers differ in shape ({sorted({x.shape for x in layers})}); "
+                              "run it without them")
         specs[name] = ((len(layers), shape[0], *shape[2:]), jnp.dtype(layers[0].dtype).name)
     return specs
 

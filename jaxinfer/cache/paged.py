@@ -164,21 +164,25 @@ def init_paged_cache(
     pages_per_seq = math.ceil(max_seq_len / page_size)
     table = identity_page_table(batch, pages_per_seq) if page_table is None else page_table
     num_pages = int(table.max()) + 1
-    shape = (cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
     store = QUANTIZED_KV.get(kv_dtype, dtype) if storage is None else storage
 
-    def pool(dt: jnp.dtype, shp: tuple[int, ...], axes: tuple) -> list[jax.Array]:
-        # A layer that keeps no K/V (a state layer, Nemotron-H's MLP layers): its buffers are empty (width 0), its
-        # pages cost nothing. Replicated: a program returns an empty array replicated whatever its input's
-        # sharding, and a program compiled for kv heads over tp would refuse that buffer on its next call.
-        empty = (None,) * len(shp)
-        return [layout.zeros(shp, dt, axes) if cfg.keeps_kv(i) else layout.zeros((*shp[:-1], 0), dt, empty)
-                for i in range(cfg.num_layers)]
+    def pool(dt: jnp.dtype, axes: tuple, scale: bool = False) -> list[jax.Array]:
+        # A layer that keeps no K/V (a state layer, Nemotron-H's MLP layers, a Gemma 4 layer reading another's):
+        # its buffers are empty (width 0), its pages cost nothing. Replicated: a program returns an empty array
+        # replicated whatever its input's sharding, and a program compiled for kv heads over tp would refuse that
+        # buffer on its next call. Each layer's own kv heads and head dim (Gemma 4's global layers differ).
+        buffers = []
+        for i in range(cfg.num_layers):
+            heads, head_dim = cfg.kv_shape(i)
+            shp = (heads, num_pages, page_size) if scale else (heads, num_pages, page_size, head_dim)
+            keeps = cfg.keeps_kv(i)
+            buffers.append(layout.zeros(shp if keeps else (*shp[:-1], 0), dt, axes if keeps else (None,) * len(shp)))
+        return buffers
 
-    scales = (lambda: pool(jnp.float32, shape[:3], SCALE_AXES)) if kv_dtype in QUANTIZED_KV else (lambda: None)
+    scales = (lambda: pool(jnp.float32, SCALE_AXES, True)) if kv_dtype in QUANTIZED_KV else (lambda: None)
     return PagedKVCache(
-        k_pages=pool(store, shape, POOL_AXES),
-        v_pages=pool(store, shape, POOL_AXES),
+        k_pages=pool(store, POOL_AXES),
+        v_pages=pool(store, POOL_AXES),
         k_scales=scales(),
         v_scales=scales(),
         page_table=layout.put(np.asarray(table, np.int32)),
@@ -192,10 +196,12 @@ def page_bytes(cfg: ModelConfig, page_size: int, dtype: jnp.dtype, kv_dtype: str
     """Device bytes of one page across all attention layers (keys, values and int8/fp8 scales; state layers
     keep none)."""
     quantized = kv_dtype in QUANTIZED_KV
-    per_token = cfg.num_kv_heads * cfg.head_dim * (1 if quantized else jnp.dtype(dtype).itemsize)
-    scales = cfg.num_kv_heads * 4 if quantized else 0
-    attention_layers = sum(cfg.keeps_kv(i) for i in range(cfg.num_layers))
-    return 2 * attention_layers * page_size * (per_token + scales)
+    itemsize = 1 if quantized else jnp.dtype(dtype).itemsize
+    per_token = 0
+    for layer in [i for i in range(cfg.num_layers) if cfg.keeps_kv(i)]:  # each its own shape (Gemma 4)
+        heads, head_dim = cfg.kv_shape(layer)
+        per_token += heads * head_dim * itemsize + (heads * 4 if quantized else 0)
+    return 2 * page_size * per_token
 
 
 def init_page_pool(

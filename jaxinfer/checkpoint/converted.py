@@ -152,7 +152,7 @@ def quantized_abstract(abstract: Weights, mode: str | None, group: int,
             for name, c in projections(lw).items()}
         if experts is not None:
             fields.update({name: QuantizedExperts(placeholder, placeholder, experts["mode"], experts["group_size"])
-                           for name in getattr(type(lw), "EXPERTS", ())})
+                           for name in getattr(type(lw), "EXPERTS", ()) if getattr(lw, name) is not None})
         return dataclasses.replace(lw, **fields)
 
     return dataclasses.replace(abstract, layers=[layer(lw) for lw in abstract.layers])

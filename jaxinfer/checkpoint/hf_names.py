@@ -16,7 +16,7 @@ import numpy as np
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.registry import family_of
-from jaxinfer.models.text_part import tensor_prefix
+from jaxinfer.models.text_part import stored_name
 
 Index = tuple[slice, ...]
 Transforms = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], Callable[[Index], Index]]
@@ -186,6 +186,9 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     D, V = cfg.hidden_size, cfg.vocab_size
     family = family_of(cfg)
     out = {f"layers.{name}": hf_tensor(leaf) for name, leaf in family.hf_leaves(cfg).items()}
+    if family.layer_hf_leaves is not None:  # one layer's own (read first: `layer_tensor`)
+        out |= {f"layers.{i}.{name}": hf_tensor(leaf) for i in range(cfg.num_layers)
+                for name, leaf in family.layer_hf_leaves(cfg, i).items()}
     same = (_identity, _identity, lambda index: index)
     embed, final_norm = family.top_names
     out["embed"] = HFTensor(embed, *same, (V, D), per_layer=False)
@@ -195,8 +198,12 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     if not cfg.tie_word_embeddings:
         out["lm_head"] = HFTensor("lm_head.weight", (lambda w: w.T), (lambda w: w.T), (lambda i: i[::-1]), (V, D),
                                   per_layer=False)
-    prefix = tensor_prefix(cfg.architecture)
-    return {path: dataclasses.replace(t, name=prefix + t.name) for path, t in out.items()} if prefix else out
+    return {path: dataclasses.replace(t, name=stored_name(cfg.architecture, t.name)) for path, t in out.items()}
+
+
+def layer_tensor(tensors: dict[str, HFTensor], layer: int, name: str) -> HFTensor:
+    """The HF tensor of field `name` in `layer`: the layer's own where the family gives one, else every layer's."""
+    return tensors.get(f"layers.{layer}.{name}") or tensors[f"layers.{name}"]
 
 
 def stored_names(t: HFTensor, layer: int | None) -> list[str]:
@@ -220,5 +227,5 @@ def expected_hf_names(cfg: ModelConfig, layer_fields: list[list[str]]) -> set[st
     tensors = hf_tensor_map(cfg)
     names = {n for t in tensors.values() if not t.per_layer for n in stored_names(t, None)}
     for i, fields in enumerate(layer_fields):
-        names.update(n for field in fields for n in stored_names(tensors[f"layers.{field}"], i))
+        names.update(n for field in fields for n in stored_names(layer_tensor(tensors, i, field), i))
     return names

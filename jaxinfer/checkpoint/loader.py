@@ -16,7 +16,14 @@ from tqdm.auto import tqdm
 
 from jaxinfer.checkpoint import base_model_names, packed_weights, scaled_weights, score_head, vision_weights
 from jaxinfer.checkpoint.converted import is_converted, restore_converted
-from jaxinfer.checkpoint.hf_names import HFTensor, expected_hf_names, hf_tensor_map, in_mtp_layer, stored_names
+from jaxinfer.checkpoint.hf_names import (
+    HFTensor,
+    expected_hf_names,
+    hf_tensor_map,
+    in_mtp_layer,
+    layer_tensor,
+    stored_names,
+)
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.checkpoint.mxfp4 import Mxfp4Slice, packed_names
 from jaxinfer.config.errors import CheckpointError
@@ -45,7 +52,7 @@ def hf_source(path: str, tensors: dict[str, HFTensor]) -> tuple[HFTensor, list[s
     behind a leaf path like 'layers.3.wq'."""
     parts = path.split(".")
     if parts[0] == "layers":
-        t = tensors[f"layers.{parts[2]}"]
+        t = layer_tensor(tensors, int(parts[1]), parts[2])
         return t, stored_names(t, int(parts[1]))
     return tensors[path], stored_names(tensors[path], None)
 

@@ -18,7 +18,7 @@ from jaxinfer.config.latent_attention import LatentAttention
 from jaxinfer.config.multipliers import SublayerMultipliers
 from jaxinfer.config.state_space import StateSpace
 
-ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")
+ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn", "proportional")
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
 # families read it as the tanh approximation themselves).
 SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu2": "relu2"}
@@ -44,6 +44,8 @@ class RopeScaling:
     context, keeps those turning more than `beta_fast` times, ramps linearly between (whole dims unless
     `truncate` is false); cos and sin are scaled by `attention_factor`, or one inferred from `factor` and
     DeepSeek's `mscale` / `mscale_all_dim`.
+    proportional (Gemma 4's global layers): the default rope over the whole head, its frequencies past the
+    leading `rotated_fraction` zero (those dims pass through), all divided by `factor`.
     """
 
     rope_type: str = "default"
@@ -60,6 +62,7 @@ class RopeScaling:
     mscale: float | None = None
     mscale_all_dim: float | None = None
     truncate: bool = True
+    rotated_fraction: float = 1.0  # proportional: transformers' partial_rotary_factor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +81,16 @@ class ModelConfig:
     num_heads: int
     num_kv_heads: int
     head_dim: int
+    # Gemma 4: per-layer kv heads and head dims where layers differ (its global layers'); () = the fields above
+    layer_kv_heads: tuple[int, ...] = ()
+    layer_head_dims: tuple[int, ...] = ()
+    # Gemma 4's KV sharing: the layer whose K/V pages each layer attends over (a "reuse" layer reads an earlier
+    # "store" layer's and keeps none); () = each its own
+    kv_sources: tuple[int, ...] = ()
+    # Gemma 4's per-layer inputs (PLE): their width; > 0 hands every layer the step's tokens and input embeddings
+    per_layer_input_size: int = 0
+    layer_intermediate_sizes: tuple[int, ...] = ()  # Gemma 4: per-layer dense MLP widths; () = intermediate_size
+    values_from_keys: tuple[int, ...] = ()  # Gemma 4's attention_k_eq_v: layers without v_proj (values = raw keys)
     rms_norm_eps: float = 1e-6  # the norms' epsilon (Cohere's layer_norm_eps)
     layer_norm: bool = False  # Cohere: bias-free LayerNorms (mean subtracted) in place of RMSNorms
     norm_bias: bool = False  # StarCoder2, Nemotron: the LayerNorms add a bias (the final norm's too)
@@ -103,6 +116,7 @@ class ModelConfig:
     qk_l2_norm: bool = False  # Llama 4: rotary layers' q and k RMS-normalised without a weight, after the rotation
     activation: str = "silu"
     norm_weight_offset: float = 0.0  # Gemma and Nemotron store norm weights as (w - 1).
+    norm_scale_first: bool = False  # Gemma 4: RMSNorms scale by w in float32, then cast (Gemma's order, no 1 +)
     scale_embeddings: bool = False  # Gemma multiplies embeddings by sqrt(hidden_size).
     embedding_multiplier: float = 1.0  # Granite: embeddings scaled by it
     residual_multiplier: float = 1.0  # Granite: each sublayer's output scaled by it before the residual add
@@ -157,6 +171,19 @@ class ModelConfig:
         """Head dims the rotary embedding turns (the rest pass through)."""
         return self.rotary_dim or self.head_dim
 
+    def kv_shape(self, layer: int) -> tuple[int, int]:
+        """(kv heads, head dim) of `layer`'s keys and values."""
+        heads = self.layer_kv_heads[layer] if self.layer_kv_heads else self.num_kv_heads
+        return heads, self.layer_head_dims[layer] if self.layer_head_dims else self.head_dim
+
+    def layer_rotated_dims(self, layer: int) -> int:
+        """Head dims the rotary embedding turns in `layer`."""
+        return self.rotary_dim or self.kv_shape(layer)[1]
+
+    def kv_source(self, layer: int) -> int:
+        """The layer whose K/V pages `layer` attends over (itself but for Gemma 4's KV-sharing layers)."""
+        return self.kv_sources[layer] if self.kv_sources else layer
+
     def is_state_layer(self, layer: int) -> bool:
         """Whether `layer` keeps a per-request state (a Mamba2 mixer, LFM2's short conv) rather than K/V pages
         (Falcon-H1's keep both: `keeps_kv`)."""
@@ -164,8 +191,9 @@ class ModelConfig:
 
     def keeps_kv(self, layer: int) -> bool:
         """Whether `layer` writes K/V pages: every layer but a state layer, unless it also attends (Falcon-H1), and
-        but an MLP-only one (Nemotron-H's "-": half its layers, whose buffers would be a pool's worth unused)."""
-        if layer in self.mlp_only_layers:
+        but an MLP-only one (Nemotron-H's "-": half its layers, whose buffers would be a pool's worth unused) and
+        one reading another's (Gemma 4's KV sharing)."""
+        if layer in self.mlp_only_layers or self.kv_source(layer) != layer:
             return False
         return not self.is_state_layer(layer) or self.state_space.parallel_attention
 
@@ -193,6 +221,11 @@ def _validate(cfg: ModelConfig) -> None:
     if any(w and c for w, c in zip(cfg.layer_windows, cfg.layer_chunks)):
         raise ConfigError(f"a layer has both a sliding window and an attention chunk (layer_windows "
                           f"{cfg.layer_windows}, layer_chunks {cfg.layer_chunks}); each layer takes one or neither")
+    for name in ("layer_kv_heads", "layer_head_dims", "kv_sources", "layer_intermediate_sizes"):
+        if getattr(cfg, name) and len(getattr(cfg, name)) != cfg.num_layers:
+            raise ConfigError(f"{name} has {len(getattr(cfg, name))} entries for {cfg.num_layers} layers")
+    if any(cfg.kv_source(i) > i for i in range(cfg.num_layers)):
+        raise ConfigError(f"kv_sources {cfg.kv_sources} must name each layer itself or an earlier layer")
     if cfg.rotated_dims % 2 or cfg.rotated_dims > cfg.head_dim:
         raise ConfigError(f"rotary dims {cfg.rotated_dims} must be even and at most head_dim {cfg.head_dim}")
     if cfg.mrope_section and sum(cfg.mrope_section) != cfg.rotated_dims // 2:
@@ -233,6 +266,8 @@ def rope_fields(hf: Mapping[str, Any], params: Mapping[str, Any] | None = None) 
             kwargs["factor"] = field(hf, "max_position_embeddings", 4096) / kwargs["original_max_position_embeddings"]
     if rope_type == "yarn":
         kwargs.update(_yarn_fields(hf, params))
+    if rope_type == "proportional":
+        kwargs["rotated_fraction"] = float(params.get("partial_rotary_factor", 1.0))
     if rope_type == "llama3":  # transformers' default: the model's own context
         kwargs.setdefault("original_max_position_embeddings", int(field(hf, "max_position_embeddings", 8192)))
     return theta, RopeScaling(rope_type=rope_type, **kwargs)

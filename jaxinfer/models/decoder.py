@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.embed_override import EmbedOverride, add_deepstack, override_embeddings
-from jaxinfer.models.layer_calls import call_layer
+from jaxinfer.models.layer_calls import LayerInputs, call_layer
 from jaxinfer.models.layers import Weight, linear, linear_transposed
 from jaxinfer.models.norms import config_norm
 from jaxinfer.models.registry import family_of
@@ -91,11 +91,12 @@ def forward_with_taps(
     x = cache.layout.constrain(x, HIDDEN)
     rope = RopeTables(positions, cfg, streams)
     layer_fn = family_of(cfg).layer
+    inputs = LayerInputs(tokens, x) if cfg.per_layer_input_size else None  # Gemma 4's per-layer inputs read them
     tapped = []
     for layer, lw in enumerate(weights.layers):
         if layer in taps:
             tapped.append(x)
-        x, cache = call_layer(layer_fn, cfg, x, cache, lw, layer, positions, rope)
+        x, cache = call_layer(layer_fn, cfg, x, cache, lw, layer, positions, rope, inputs)
         x = add_deepstack(x, override, layer)
     if len(weights.layers) in taps:
         tapped.append(x)

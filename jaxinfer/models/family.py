@@ -73,3 +73,6 @@ class Family:
     # HF names of the embedding and the final norm (Mamba2 keeps its decoder under `backbone.`)
     top_names: tuple[str, str] = ("model.embed_tokens.weight", "model.norm.weight")
     required: tuple[str, ...] = REQUIRED_FIELDS  # HF config keys a checkpoint of the family must set
+    # (cfg, layer) -> the layer's fields whose HF tensors differ from hf_leaves' (Gemma 4: its global layers' head
+    # dims, its per-layer inputs' slices); None: every layer as hf_leaves says
+    layer_hf_leaves: Callable[[ModelConfig, int], dict[str, HFLeaf]] | None = None

@@ -12,18 +12,21 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.invariant_weight import InvariantWeight, in_row_blocks
 
 
-def rms_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, weight_offset: float = 0.0) -> jax.Array:
-    """RMSNorm computed in float32; Gemma (offset 1) scales before the cast, Llama after, as HF does.
+def rms_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, weight_offset: float = 0.0,
+             scale_first: bool = False) -> jax.Array:
+    """RMSNorm computed in float32; Gemma (offset 1, or Gemma 4's `scale_first` without it) scales before the
+    cast, Llama after, as HF does.
 
     An InvariantWeight norms the rows in fixed blocks: XLA vectorizes a row's sum of squares
     differently from 8 rows on (XLA:CPU), so it would move with the step's token count."""
     if isinstance(weight, InvariantWeight):
         inner = weight.weight
-        rows = in_row_blocks(lambda block: rms_norm(block, inner, eps, weight_offset), x.reshape(-1, x.shape[-1]))
+        rows = in_row_blocks(lambda block: rms_norm(block, inner, eps, weight_offset, scale_first),
+                             x.reshape(-1, x.shape[-1]))
         return rows.reshape(x.shape)
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    if weight_offset:
+    if weight_offset or scale_first:
         return (normed * (weight_offset + weight.astype(jnp.float32))).astype(x.dtype)
     return weight * normed.astype(x.dtype)
 
@@ -53,4 +56,4 @@ def config_norm(x: jax.Array, weight: jax.Array | InvariantWeight, bias: jax.Arr
     epsilon and weight offset."""
     if cfg.layer_norm:
         return layer_norm(x, weight, cfg.rms_norm_eps, bias, cfg.norm_weight_offset)
-    return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_weight_offset)
+    return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_weight_offset, cfg.norm_scale_first)

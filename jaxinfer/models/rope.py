@@ -1,7 +1,8 @@
-"""Rotary position embeddings: frequency tables (default, linear, llama3, LongRoPE, YaRN) and their use.
+"""Rotary position embeddings: frequency tables (default, linear, llama3, LongRoPE, YaRN, proportional) and
+their use.
 
-Tables are computed once per forward for each distinct (theta, scaling) the layers use:
-Gemma 3's sliding layers have their own base, so a forward may hold two.
+Tables are computed once per forward for each distinct (dims, theta, scaling) the layers use:
+Gemma 3's sliding layers have their own base, so a forward may hold two (Gemma 4's also their own head dims).
 """
 
 from __future__ import annotations
@@ -32,7 +33,18 @@ def rope_inv_freq(dims: int, theta: float, scaling: RopeScaling) -> np.ndarray:
         return (inv_freq / np.float32(scaling.factor)).astype(np.float32)
     if scaling.rope_type == "llama3":
         return _llama3_inv_freq(inv_freq, scaling)
+    if scaling.rope_type == "proportional":
+        return _proportional_inv_freq(inv_freq, scaling)
     return inv_freq
+
+
+def _proportional_inv_freq(inv_freq: np.ndarray, s: RopeScaling) -> np.ndarray:
+    """Gemma 4's proportional rope: the leading rotated_fraction of the frequencies (exponents over the whole
+    head), the rest zero so their dims keep cos 1, sin 0; all divided by `factor` (transformers'
+    `_compute_proportional_rope_parameters`)."""
+    turned = int(s.rotated_fraction * len(inv_freq) * 2 // 2)
+    kept = np.where(np.arange(len(inv_freq)) < turned, inv_freq, np.float32(0))
+    return (kept / np.float32(s.factor)).astype(np.float32)
 
 
 def _llama3_inv_freq(inv_freq: np.ndarray, s: RopeScaling) -> np.ndarray:
@@ -151,18 +163,18 @@ class RopeTables:
     def __init__(self, positions: jax.Array, cfg: ModelConfig, streams: jax.Array | None = None):
         """streams [3, B, T]: M-RoPE's position streams (Qwen2-VL with images); None: each equal to positions."""
         self._positions, self._cfg, self._streams = positions, cfg, streams
-        self._tables: dict[tuple[float, RopeScaling], CosSin] = {}
+        self._tables: dict[tuple[int, float, RopeScaling], CosSin] = {}
 
     def for_layer(self, layer: int) -> CosSin | None:
         """cos, sin for `layer`'s queries and keys; None for a layer without rotary embeddings."""
         if layer in self._cfg.nope_layers:
             return None
-        key = layer_rope(self._cfg, layer)
+        key = (self._cfg.layer_rotated_dims(layer), *layer_rope(self._cfg, layer))
         if key not in self._tables and self._cfg.mrope_section and self._streams is not None:
-            self._tables[key] = mrope_cos_sin(self._streams, self._cfg.rotated_dims, *key, self._cfg.mrope_section,
+            self._tables[key] = mrope_cos_sin(self._streams, *key, self._cfg.mrope_section,
                                               self._cfg.mrope_interleaved)
         if key not in self._tables:
-            self._tables[key] = cos_sin(self._positions, self._cfg.rotated_dims, *key)
+            self._tables[key] = cos_sin(self._positions, *key)
         return self._tables[key]
 
 

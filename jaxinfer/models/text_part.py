@@ -6,7 +6,9 @@ beside the vision tower (`vision_model.*`) and its projector (`multi_modal_proje
 read as the model's and the text tensors under their prefix; the vision tensors are skipped at load (one log
 line) and no image can reach the model: its vision tower never runs (Qwen3.5's conditional-generation checkpoints
 run their tower: models/qwen2_vl). As transformers ties the output head by the outer config's
-`tie_word_embeddings`, so does the text config here.
+`tie_word_embeddings`, so does the text config here. Google ships Gemma 4 as Gemma4ForConditionalGeneration:
+`model.language_model.*` (read under that name: `TextPart.replaced`) beside `model.vision_tower.*`,
+`model.audio_tower.*` and their embedders, all skipped.
 """
 
 from __future__ import annotations
@@ -22,14 +24,21 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class TextPart:
-    """Where a vision-language checkpoint keeps its language model, and the prefixes of what is skipped."""
+    """Where a vision-language checkpoint keeps its language model, and the prefixes of what is skipped.
+
+    replaced: the start of a causal LM's tensor names that `prefix` stands in for ('' puts it before every name;
+    Gemma 4 keeps `model.*` under `model.language_model.*` and its tied head nowhere)."""
 
     prefix: str
     skipped: tuple[str, ...]
+    replaced: str = ""
 
 
 TEXT_PARTS = {
     "Llama4ForConditionalGeneration": TextPart("language_model.", ("vision_model.", "multi_modal_projector.")),
+    "Gemma4ForConditionalGeneration": TextPart(
+        "model.language_model.", ("model.vision_tower.", "model.embed_vision.", "model.audio_tower.",
+                                  "model.embed_audio."), replaced="model."),
 }
 
 
@@ -47,10 +56,12 @@ def text_config(hf: Mapping[str, Any], architecture: str) -> Mapping[str, Any]:
     return {**text, "architectures": [architecture], "quantization_config": quantization, "tie_word_embeddings": tie}
 
 
-def tensor_prefix(architecture: str) -> str:
-    """What the checkpoint puts before the causal LM's tensor names ('' for a text model)."""
+def stored_name(architecture: str, name: str) -> str:
+    """A causal LM's tensor name as the checkpoint of `architecture` stores it (unchanged for a text model)."""
     part = TEXT_PARTS.get(architecture)
-    return part.prefix if part else ""
+    if part is None or not name.startswith(part.replaced):
+        return name
+    return part.prefix + name[len(part.replaced):]
 
 
 def skipped_tensors(architecture: str, names: Iterable[str]) -> set[str]:

@@ -189,7 +189,8 @@ def mark_for_gpu_kernel(weights: Weights, interpret: bool = False) -> Weights:
 
 
 def _expert_fields(lw: Any) -> tuple[str, ...]:
-    return getattr(type(lw), "EXPERTS", ())
+    """The layer's routed-expert fields that it has (Gemma 4's are None without its MoE block)."""
+    return tuple(name for name in getattr(type(lw), "EXPERTS", ()) if getattr(lw, name) is not None)
 
 
 def map_experts(weights: Weights, fn: Callable[[jax.Array, str], Any]) -> Weights:
