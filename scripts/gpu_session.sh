@@ -70,6 +70,11 @@
 #                                                   # server (python-multipart: carry .whl); then turn 2 of a
 #                                                   # 4096-token conversation with the host tier against
 #                                                   # recomputing it, Llama-3.2-1B shape, bf16 (~8 min, untried)
+#   bash scripts/gpu_session.sh features4 [OUT_DIR]  # what landed on 2026-11-29 (fourth sitting) on the GPU:
+#                                                   # Qwen3.5 (text and images), Gemma 4, MiniMax-M2, LFM2-MoE,
+#                                                   # the bucketed Qwen-VL and Pixtral towers, Whisper's paged
+#                                                   # cross-attention through the Pallas kernel, the tool-call
+#                                                   # parsers (~6 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -219,6 +224,14 @@ features3)
         tests/test_qwen2_vl.py tests/test_internvl.py tests/test_whisper.py tests/test_engine_mtp.py
     step kv_offload 150 python3 scripts/bench_kv_offload.py --preset llama-3.2-1b --dtype bfloat16 \
         --prompt-tokens 4096 --rounds 5 --out "$out/bench_kv_offload.json"
+    ;;
+features4)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature4_tests 360 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+        --durations=15 tests/test_qwen3_5.py tests/test_gemma4.py tests/test_whisper.py tests/test_qwen2_vl.py \
+        tests/test_pixtral.py tests/test_hybrid_families.py tests/test_tool_parsers.py tests/test_hf_parity.py \
+        -k "not hf_parity or minimax or gemma4"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
