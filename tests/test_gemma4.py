@@ -78,6 +78,12 @@ def test_kv_sharing_layers_keep_no_pages(llm, checkpoint_dir):
         LLM(checkpoint_dir("gemma4"), dtype="float32", max_seq_len=128, kv_offloading_size=0.001)
 
 
+def test_prompt_embeds_are_refused(checkpoint_dir):
+    """The per-layer inputs read each token's id; a prompt_embeds prompt has placeholders only."""
+    with pytest.raises(ConfigError, match="enable_prompt_embeds"):
+        LLM(checkpoint_dir("gemma4"), dtype="float32", max_seq_len=128, enable_prompt_embeds=True)
+
+
 def test_conditional_generation_checkpoint_reads_its_language_model(tmp_path, checkpoint_dir):
     """Google's layout: `model.language_model.*` beside an image tower and its embedder (skipped), the text config
     under text_config: the same config and weights as the causal LM's checkpoint."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jaxinfer.config.generation import generation_defaults
+from jaxinfer.config.model import ConfigError
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import EngineConfig, LLMEngine
 from jaxinfer.engine.sync_engine import SyncLLMEngine
@@ -69,6 +70,9 @@ class LoadingSteps:
                                           self.tokenizer, image_limit(limit_mm_per_prompt),
                                           media_dir(allowed_local_media_path))
         # vLLM's prompt_embeds: [L, hidden_size] rows for a whole prompt (entrypoints/prompt_embeds)
+        if enable_prompt_embeds and self.config.per_layer_input_size:
+            raise ConfigError(f"enable_prompt_embeds=True is not supported for {self.config.architecture}: its "
+                              "per-layer inputs read each token's id, which a prompt_embeds prompt does not have")
         self.prompt_embeds = PromptEmbeds(enable_prompt_embeds, self.config.hidden_size)
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
