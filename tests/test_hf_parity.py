@@ -60,16 +60,16 @@ def arch(request, checkpoint_dir):
     return request.param, checkpoint_dir(request.param)
 
 
-def skip_kernels_twin(name: str, kernels: bool) -> None:
-    """Skip the native-kernels run of an XLA_ONLY family."""
-    if kernels and name in XLA_ONLY:
-        pytest.skip(f"{name} runs on XLA's path only (XLA_ONLY)")
+def runs(names: list[str]) -> list:
+    """(arch, kernels) params of the families `names`, each with and without the native kernels (XLA_ONLY
+    families without), for `indirect=["arch"]`: the runs a family skips are not generated."""
+    return [pytest.param(name, kernels.values[0], marks=kernels.marks, id=f"{name}-{kernels.id}")
+            for name in names for kernels in KERNELS if not (kernels.values[0] and name in XLA_ONLY)]
 
 
-@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("arch, kernels", runs(ARCHS), indirect=["arch"])
 def test_logits_match_hf(arch, kernels):
     name, path = arch
-    skip_kernels_twin(name, kernels)
     expected = hf_logits(name, torch.float32)
     got = LLM(path, dtype="float32", max_seq_len=128, cpu_kernels=kernels).logits(PROMPT)
     assert got.shape == expected.shape == (64, 256)
@@ -77,23 +77,20 @@ def test_logits_match_hf(arch, kernels):
     assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max(), name
 
 
-@pytest.mark.parametrize("kernels", KERNELS)
+# test_families checks the ENGINE_TESTED families' greedy tokens through the engine, prefix caching on and off.
+@pytest.mark.parametrize("arch, kernels", runs([a for a in ARCHS if a not in ENGINE_TESTED]), indirect=["arch"])
 def test_greedy_tokens_match_hf_generate(arch, kernels):
     name, path = arch
-    skip_kernels_twin(name, kernels)
-    if name in ENGINE_TESTED:
-        pytest.skip("test_families checks this family's greedy tokens through the engine, prefix caching on and off")
     llm = LLM(path, dtype="float32", max_seq_len=128, cpu_kernels=kernels)
     out = llm.generate([PROMPT[:12]], SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))[0]
     assert out.token_ids == hf_greedy(name), name
     assert out.finish_reason == "length"
 
 
-@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("arch, kernels", runs(ARCHS), indirect=["arch"])
 def test_bfloat16_error_matches_hf_bfloat16(arch, kernels):
     """Our bf16 run is as close to float32 as HF's own bf16 run is, at worst and on average."""
     name, path = arch
-    skip_kernels_twin(name, kernels)
     llm = LLM(path, dtype="bfloat16", max_seq_len=128, cpu_kernels=kernels)
     assert llm.weights.embed.dtype == np.dtype("bfloat16")
     got, hf_bf16, hf_f32 = llm.logits(PROMPT), hf_logits(name, torch.bfloat16), hf_logits(name, torch.float32)
