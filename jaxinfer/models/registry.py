@@ -52,9 +52,9 @@ from jaxinfer.models.phi3 import FAMILY as PHI3
 from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen2_vl import ARCHITECTURES as QWEN2_VL
 from jaxinfer.models.qwen2_vl import mrope_fields, qwen2_text_config
-from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.qwen3_5 import FAMILY as QWEN3_5
 from jaxinfer.models.qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
+from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.qwen3_next import FAMILY as QWEN3_NEXT
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 from jaxinfer.models.starcoder2 import FAMILY as STARCODER2
@@ -66,7 +66,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
-                                FALCON_H1, LFM2, QWEN3_5, QWEN3_5_MOE, LFM2_MOE, MINIMAX_M2)
+                                FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
