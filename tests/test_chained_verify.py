@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from eagle_models import tiny_target_and_heads
+from engine_knobs import SPECULATION
 from engine_runs import summary
 from hf_models import save_hf_model
 
@@ -23,7 +24,6 @@ from jaxinfer.runtime.verify_step import Drafts
 
 LOOP = [21, 22, 23, 24, 25, 26] * 3
 PROMPTS = [LOOP, LOOP[2:] + [40], np.random.RandomState(3).randint(3, 250, size=11).tolist(), LOOP[:7]]
-KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, decode_steps=8)
 
 
 def _state(last_tokens, lengths, done) -> RowState:
@@ -89,7 +89,7 @@ def target(checkpoint_dir):
 
 @pytest.fixture(scope="module")
 def plain(target):
-    return LLM(target, **KNOBS)
+    return LLM(target, **SPECULATION)
 
 
 def _params(stop_at: int) -> list[SamplingParams]:
@@ -104,7 +104,7 @@ def test_chained_verify_calls_decode_as_plain(target, plain, method):
     params = _params(stop_at)
     draft = dict(method="ngram_device") if method == "ngram_device" else dict(method="draft", draft_model=str(target))
     spec = SpeculativeConfig(**draft, num_speculative_tokens=3, adaptive=False)
-    llm = LLM(target, speculative=spec, **KNOBS)
+    llm = LLM(target, speculative=spec, **SPECULATION)
     calls = verify_calls(llm)
     outs = summary(llm.generate(PROMPTS, params))
     assert outs == summary(plain.generate(PROMPTS, params))
@@ -121,10 +121,10 @@ def test_chained_verify_calls_with_an_eagle_head_decode_as_plain(tmp_path_factor
     """The head drafts a chained call's first round from the features the call ahead stored."""
     models = tiny_target_and_heads(tmp_path_factory.mktemp("chained-eagle"))
     greedy = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
-    plain = LLM(models["target"], **KNOBS)
+    plain = LLM(models["target"], **SPECULATION)
     params = _params(plain.generate([PROMPTS[1]], greedy)[0].outputs[0].token_ids[21])
     spec = SpeculativeConfig(method="eagle", draft_model=str(models[3]), num_speculative_tokens=3, adaptive=False)
-    llm = LLM(models["target"], speculative=spec, **KNOBS)
+    llm = LLM(models["target"], speculative=spec, **SPECULATION)
     calls = verify_calls(llm)
     assert summary(llm.generate(PROMPTS, params)) == summary(plain.generate(PROMPTS, params))
     assert any(calls), calls
@@ -140,7 +140,7 @@ def test_sampled_rows_draw_what_unchained_calls_draw(target, tmp_path_factory):
               for seed, n in enumerate([40, 33, 17, 26])]
     outs, calls = {}, {}
     for chained in (False, True):
-        llm = LLM(target, speculative=spec, async_scheduling=chained, **KNOBS)
+        llm = LLM(target, speculative=spec, async_scheduling=chained, **SPECULATION)
         calls[chained] = verify_calls(llm)
         outs[chained] = summary(llm.generate(PROMPTS, params))
     assert outs[True] == outs[False]

@@ -13,6 +13,7 @@ import pytest
 import torch
 import transformers
 from eagle_models import tiny_target_and_heads
+from engine_knobs import DEMO, SPECULATION
 from safetensors.numpy import load_file, save_file
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
@@ -70,7 +71,7 @@ def test_unusable_heads_raise_naming_the_problem(models, tmp_path):
         load_eagle(broken, cfg, jnp.float32)
     strict = SpeculativeConfig(method="eagle", draft_model=str(broken), fallback=False)
     with pytest.raises(SpeculativeError, match="cannot be used: CheckpointError: .*up_proj"):
-        LLM(models["target"], dtype="float32", max_seq_len=64, speculative=strict)
+        LLM(models["target"], speculative=strict, **SPECULATION)
     with pytest.raises(CheckpointError, match="hidden_size 64, the target 32"):
         load_eagle(models[1], dataclasses.replace(cfg, hidden_size=32), jnp.float32)
     with pytest.raises(CheckpointError, match="not an EAGLE head"):
@@ -127,7 +128,7 @@ def test_chained_step_at_every_position_is_each_position_alone(models, version):
 
 @pytest.fixture(scope="module")
 def plain(models):
-    return [o.token_ids for o in LLM(models["target"], dtype="float32", max_seq_len=64).generate(PROMPTS, GREEDY)]
+    return [o.token_ids for o in LLM(models["target"], **SPECULATION).generate(PROMPTS, GREEDY)]
 
 
 @pytest.mark.parametrize("version", [1, 3])
@@ -137,7 +138,7 @@ def test_heads_read_plain_steps_and_draft_again(models, plain, version):
     and the longer speculates; the output stays the target's."""
     spec = SpeculativeConfig(method="eagle", draft_model=str(models[version]), num_speculative_tokens=K,
                              draft_cost=0.0, verify_saturation_tokens=2, calibrate=False)
-    llm = LLM(models["target"], dtype="float32", max_seq_len=64, speculative=spec)
+    llm = LLM(models["target"], speculative=spec, **SPECULATION)
     params = [GREEDY, dataclasses.replace(GREEDY, max_tokens=4)]
     outs = llm.generate(PROMPTS, params)
     assert [o.token_ids for o in outs] == [plain[0], plain[1][:4]]
@@ -151,7 +152,7 @@ DEMO_GREEDY = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
 @pytest.fixture(scope="module")
 def demo_plain():
     """The demo target's greedy continuations of DEMO_PROMPTS."""
-    return [o.token_ids for o in LLM(dtype="float32", max_seq_len=128).generate(DEMO_PROMPTS, DEMO_GREEDY)]
+    return [o.token_ids for o in LLM(**DEMO).generate(DEMO_PROMPTS, DEMO_GREEDY)]
 
 
 def test_demo_head_drafts_again_after_plain_steps(demo_plain):
@@ -161,7 +162,7 @@ def test_demo_head_drafts_again_after_plain_steps(demo_plain):
     test_head_output_at_every_position_equals_recomputation)."""
     spec = SpeculativeConfig(method="eagle", draft_model=str(DEMO_EAGLE), num_speculative_tokens=4, draft_cost=0.0,
                              verify_saturation_tokens=2, calibrate=False)
-    llm = LLM(dtype="float32", max_seq_len=128, speculative=spec)
+    llm = LLM(speculative=spec, **DEMO)
     short = dataclasses.replace(DEMO_GREEDY, max_tokens=12)
     outs = llm.generate(DEMO_PROMPTS, [DEMO_GREEDY, short, short])
     assert [o.token_ids for o in outs] == [demo_plain[0], demo_plain[1][:12], demo_plain[2][:12]]

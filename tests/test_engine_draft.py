@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from engine_knobs import SPECULATION
 from engine_runs import engine_ids
 from hf_models import save_hf_model
 from jax import monitoring
@@ -20,11 +21,6 @@ from jaxinfer.runtime.host_step import CATCH_UP_SPAN
 K = 3
 PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 40, 17, 9])]
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
-# One page pool and step count for every engine of the file: they then share compiled programs
-# (the pool's shape and the rounds per call are part of them). 14 pages cannot hold four 70-token
-# sequences, so the longer workloads preempt; decode_steps=8 lets one call run 4 verify rounds.
-KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2,
-             decode_steps=8, num_pages=14)
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +29,11 @@ def models(tmp_path_factory, checkpoint_dir):
     return {"target": checkpoint_dir("llama2"), "draft": save_hf_model("qwen2", root / "draft", num_hidden_layers=1)}
 
 
-def make(models, draft: str | None, spec_knobs: dict | None = None, **knobs) -> LLM:
+def make(models, draft: str | None, spec_knobs: dict | None = None) -> LLM:
     spec = None if draft is None else SpeculativeConfig(
         method="draft", draft_model=str(models[draft]), num_speculative_tokens=K, **{"adaptive": False, **(spec_knobs or {})}
     )
-    return LLM(models["target"], speculative=spec, **{**KNOBS, **knobs})
+    return LLM(models["target"], speculative=spec, **SPECULATION)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from eagle_models import tiny_target_and_heads
+from engine_knobs import DEMO, SPECULATION
 from engine_runs import engine_ids
 
 from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
@@ -24,11 +25,6 @@ from jaxinfer.speculative.eagle_checkpoint import load_eagle
 K = 3
 PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 40, 17, 9])]
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
-# One page pool and step count for every engine of the file: they then share compiled programs
-# (the pool's shape and the rounds per call are part of them). 14 pages cannot hold four 70-token
-# sequences, so the longer workloads preempt; decode_steps=8 lets one call run 4 verify rounds.
-KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=2,
-             decode_steps=8, num_pages=14)
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +33,11 @@ def models(tmp_path_factory):
     return tiny_target_and_heads(tmp_path_factory.mktemp("engine-eagle"))
 
 
-def make(models, version: int | None, **knobs) -> LLM:
+def make(models, version: int | None) -> LLM:
     spec = None if version is None else SpeculativeConfig(
         method="eagle", draft_model=str(models[version]), num_speculative_tokens=K, adaptive=False, fallback=False
     )
-    return LLM(models["target"], speculative=spec, **{**KNOBS, **knobs})
+    return LLM(models["target"], speculative=spec, **SPECULATION)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +123,11 @@ def test_head_output_at_every_position_equals_recomputation(models, eagle, stop_
     assert engine.speculation_metrics()["drafted"] > drafted_before and not engine.groups.get("logprobs")
     cfg, weights = load_weights(models["target"], jnp.float32, progress=False)
     ecfg, head = load_eagle(models[version], cfg, jnp.float32)
-    expected = reference_predictions(weights, head, jnp.asarray([request.all_ids]), cfg=cfg, ecfg=ecfg)
+    # Padded to max_seq_len: one compile per head whatever the run's length (causal, so the padding changes
+    # no position read).
+    tokens = np.zeros((1, SPECULATION["max_seq_len"]), np.int32)
+    tokens[0, : len(request.all_ids)] = request.all_ids
+    expected = reference_predictions(weights, head, jnp.asarray(tokens), cfg=cfg, ecfg=ecfg)
     positions = np.arange(request.num_computed)
     pages = np.asarray(request.pages)[positions // page_size]
     stored = np.asarray(engine.runner.draft.predicted)[pages, positions % page_size]
@@ -146,9 +146,8 @@ def test_demo_head_is_exact_and_accepted_in_the_engine():
     """The shipped head, trained by scripts/train_eagle.py on the demo target: greedy output is the
     target's, and its drafts are accepted (an input off by one position, or a stale feature, would
     accept almost nothing)."""
-    knobs = dict(dtype="float32", max_seq_len=128)
-    expected = engine_ids(LLM(**knobs), DEMO_PROMPTS, DEMO_GREEDY)
+    expected = engine_ids(LLM(**DEMO), DEMO_PROMPTS, DEMO_GREEDY)
     spec = SpeculativeConfig(method="eagle", draft_model=str(DEMO_EAGLE), num_speculative_tokens=4, adaptive=False)
-    llm = LLM(speculative=spec, **knobs)
+    llm = LLM(speculative=spec, **DEMO)
     assert engine_ids(llm, DEMO_PROMPTS, DEMO_GREEDY) == expected
     assert llm.engine.speculation_metrics()["acceptance_rate"] > 0.35, llm.engine.speculation_metrics()

@@ -15,6 +15,7 @@ import numpy as np
 import openai
 import pytest
 import uvicorn
+from engine_knobs import ENGINE
 from safetensors.numpy import load_file, save_file
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
@@ -24,7 +25,6 @@ from jaxinfer.entrypoints.openai.shadow import ShadowRouter, optimizations, refe
 from jaxinfer.entrypoints.openai.shadow_stats import ShadowSettings
 
 KEY = "shadow-key"
-KNOBS = dict(dtype="float32", max_seq_len=128, max_num_seqs=8, max_num_batched_tokens=128, num_pages=48, decode_steps=4)
 PROMPTS = ["def add(a, b):", "class Stack:", "import os\n", "x = [1, 2"]
 REPEATING = ["a b c a b c a b c a b", "for i in range(10): for i in range(10):", "x = 1\nx = 1\nx = 1\n"]
 
@@ -95,14 +95,14 @@ def greedy(max_tokens: int = 12) -> SamplingParams:
 @pytest.fixture(scope="module")
 def reference(text_model_dir):
     """The reference configuration as its own LLM: what outputs after a fallback must equal."""
-    return LLM(text_model_dir, **KNOBS)
+    return LLM(text_model_dir, **ENGINE)
 
 
 @pytest.fixture(scope="module")
 def lossy(text_model_dir, tmp_path_factory):
     """A server on a perturbed copy of the model, shadowed (every request) on the real one."""
     model = perturbed_model(text_model_dir, tmp_path_factory.mktemp("lossy") / "model", 1.0)
-    served_kwargs = {"model": str(model), **KNOBS}
+    served_kwargs = {"model": str(model), **ENGINE}
     llm = LLM(**served_kwargs)
     settings = ShadowSettings(1.0, {"model": str(text_model_dir)}, min_agreement=0.9, window=2, seed=0)
     router = ShadowRouter(llm, served_kwargs, settings)
@@ -144,7 +144,7 @@ def test_debug_shadow_needs_the_key(lossy):
 
 def lossless_kwargs(model: Path) -> dict:
     """n-gram drafts on every step (not adaptive), so it speculates whatever it costs."""
-    return {"model": str(model), **KNOBS,
+    return {"model": str(model), **ENGINE,
             "speculative": SpeculativeConfig(method="ngram", num_speculative_tokens=3, adaptive=False)}
 
 
@@ -177,7 +177,7 @@ def test_lossless_speculation_never_falls_back(lossless, reference):
 def test_a_client_that_disconnects_aborts_through_the_router(lossless):
     lossless, router = lossless
     before = debug(lossless)["counts"]["requests"]
-    body = {"prompt": "def add", "max_tokens": 100, "temperature": 0, "ignore_eos": True, "stream": True}
+    body = {"prompt": "def add", "max_tokens": 90, "temperature": 0, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", lossless + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as r:
         assert next(line for line in r.iter_lines() if line.startswith("data: "))
     deadline = time.monotonic() + 30
@@ -192,7 +192,7 @@ def test_a_request_past_its_timeout_is_a_504_and_no_optimizations_failure(lossle
     """A timeout through the router aborts the request as on the engine, and speculation stays on: the
     client's deadline says nothing about the optimization (before the draft test turns it off)."""
     lossless, _ = lossless
-    body = {"prompt": "def add", "max_tokens": 100, "temperature": 0, "ignore_eos": True, "timeout": 0.001}
+    body = {"prompt": "def add", "max_tokens": 90, "temperature": 0, "ignore_eos": True, "timeout": 0.001}
     response = httpx.post(lossless + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
                           timeout=60)
     assert response.status_code == 504 and response.json()["error"]["param"] == "timeout", response.text

@@ -8,6 +8,7 @@ import gc
 import jax
 import numpy as np
 import pytest
+from engine_knobs import SPECULATION
 from hf_models import save_hf_model
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
@@ -39,7 +40,7 @@ def models(tmp_path_factory, checkpoint_dir):
 
 def make_llm(models, **spec) -> LLM:
     config = SpeculativeConfig(**spec) if spec else None
-    return LLM(models["target"], dtype="float32", max_seq_len=64, speculative=config)
+    return LLM(models["target"], speculative=config, **SPECULATION)
 
 
 @pytest.fixture(scope="module")
@@ -88,12 +89,12 @@ def test_a_draft_model_costs_its_flops_in_target_steps(models):
     llm = make_llm(models, draft_model=str(models["draft"]), num_speculative_tokens=K, calibrate=False)
     speculator = llm.engine.speculator
     assert speculator.measured is None  # calibrate=False: the heuristic only
-    # Per layer 64*8*16 + 4*16*64 + 3*64*128 + 2*4*16*64 = 45056 multiply-adds, head 64*256 = 16384:
-    # the 1-layer draft over the 2-layer target at max_seq_len 64 is 61440 / 106496 = 15/26.
-    assert llm.engine.draft_spec.cost == pytest.approx(15 / 26, rel=1e-12)
+    # Per layer 64*8*16 + 4*16*64 + 3*64*128 + 2*4*16*96 = 49152 multiply-adds, head 64*256 = 16384:
+    # the 1-layer draft over the 2-layer target at max_seq_len 96 is 65536 / 114688 = 4/7.
+    assert SPECULATION["max_seq_len"] == 96 and llm.engine.draft_spec.cost == pytest.approx(4 / 7, rel=1e-12)
     costs = heuristic_costs(llm.engine.draft_spec.cost, speculator.config)
     np.testing.assert_allclose(np.asarray(costs.round_base), [1.0, 1.0])
-    np.testing.assert_allclose(np.asarray(costs.per_draft), [15 / 26] * 2, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(costs.per_draft), [4 / 7] * 2, rtol=1e-6)
     assert float(costs.verify_per_row) == pytest.approx(1 / speculator.config.verify_saturation_tokens)
 
 
