@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_knobs import ENGINE
 from engine_runs import engines_with_and_without, summary
 
 from jaxinfer import LLM, SamplingParams
 
 PROMPTS = [np.random.RandomState(i).randint(3, 250, size=n).tolist() for i, n in enumerate([5, 37, 9, 21, 1, 50])]
-KNOBS = dict(dtype="float32", max_seq_len=96, max_num_seqs=4, max_num_batched_tokens=32, max_prefill_seqs=1,
-             decode_steps=4, num_pages=10)
 MIXED = [
     SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, logprobs=3),
     SamplingParams(max_tokens=30, temperature=0.9, seed=4, ignore_eos=True),
@@ -28,8 +27,10 @@ MIXED = [
 
 @pytest.fixture(scope="module")
 def engines(text_model_dir) -> dict[bool, LLM]:
-    """The same model, step-synchronous and overlapped (the pool is small: the mix preempts)."""
-    return engines_with_and_without(text_model_dir, "overlap_outputs", **KNOBS)
+    """The same model, step-synchronous and overlapped; a pool smaller than the shared one, filled one prefill
+    a step, so the mix preempts (what the first test checks the overlap through)."""
+    return engines_with_and_without(text_model_dir, "overlap_outputs", **{**ENGINE, "num_pages": 10,
+                                                                          "max_prefill_seqs": 1})
 
 
 def test_overlapped_outputs_equal_step_synchronous_ones(engines):

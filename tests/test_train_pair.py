@@ -74,24 +74,28 @@ def greedy_ids(target: Path, speculative: SpeculativeConfig | None = None) -> tu
     return llm.generate(["def f(x):\n"], greedy)[0].token_ids, llm
 
 
-def test_a_quick_run_writes_a_pair_jaxinfer_speculates_with(pair):
+@pytest.fixture(scope="module")
+def plain(pair) -> list[int]:
+    """The pair's target decoding on its own: what each draft speculating for it must give."""
+    return greedy_ids(pair / "target")[0]
+
+
+def test_a_quick_run_writes_a_pair_jaxinfer_speculates_with(pair, plain):
     metrics = json.loads((pair / "metrics.json").read_text())
     assert 0 < metrics["eval"]["bits_per_byte"]["target"] < 8 and metrics["training"]["draft"]["steps"] > 0
     card = (pair / "README.md").read_text()
     assert "| python-stdlib |" in card and "PSF" in card
-    plain, _ = greedy_ids(pair / "target")
     spec = SpeculativeConfig(method="draft", draft_model=str(pair / "draft"), num_speculative_tokens=3,
                              adaptive=False, fallback=False)
     ids, llm = greedy_ids(pair / "target", spec)
     assert ids == plain and llm.metrics()["drafted"] > 0
 
 
-def test_an_eagle3_head_trained_for_the_pair_loads_and_drafts(pair, tmp_path):
+def test_an_eagle3_head_trained_for_the_pair_loads_and_drafts(pair, plain, tmp_path):
     """train_eagle.py --version 3: the head taps three of the target's layers and drafts in the engine."""
     run_script("train_eagle.py", "--target", str(pair / "target"), "--out", str(tmp_path / "eagle"), "--version", "3",
                "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--eval-windows", "2",
                "--data", str(Path(json.__file__).parent))  # a dozen stdlib files: tokenizing all of it took ~15 s
-    plain, _ = greedy_ids(pair / "target")
     spec = SpeculativeConfig(method="eagle", draft_model=str(tmp_path / "eagle"), num_speculative_tokens=3,
                              adaptive=False, fallback=False)
     ids, llm = greedy_ids(pair / "target", spec)
