@@ -1,13 +1,16 @@
 """Expert parallelism (ep, with and without tp) on fake CPU devices, against the unsharded run.
 
 The sharded runs happen in a subprocess (`jax_num_cpu_devices` must be set before jax starts);
-it prints JSON that the test checks here.
+it prints JSON that the test checks here. Every run's logits are compared (the experts split in
+the model's forward, which the engine's steps run too: one program a run); the engine's tokens
+where its paged steps hold something of the family's own (ENGINE_RUNS), each run two programs more.
 """
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from python_subprocess import run_python
 
@@ -25,9 +28,10 @@ for name, model, meshes, extra in runs:
     for tp, ep in meshes:
         llm = LLM(model, dtype="float32", max_seq_len=64, max_num_seqs=2, tensor_parallel_size=tp,
                   expert_parallel_size=ep, **extra)
-        layer = llm.weights.layers[-1]
-        out[f"{name} {tp}x{ep}"] = dict(
-            tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
+        layer, run = llm.weights.layers[-1], f"{name} {tp}x{ep}"
+        out[run] = dict(
+            logits=llm.logits(prompts[0]).tolist(),
+            tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)] if run in engine_runs else None,
             gate=shard_shapes(values(layer.moe_gate)), down=shard_shapes(values(layer.moe_down)),
             wq=shard_shapes(values(layer.wq)),
             shared=shard_shapes(layer.shared_gate) if hasattr(layer, "shared_gate") else None,
@@ -38,8 +42,14 @@ print(json.dumps(out))
 """
 
 
+# The engine's paged steps on a mesh: Mixtral's experts over both axes (and its unsharded run), GPT-OSS's sinks in the
+# Pallas kernel under shard_map, DeepSeek-V3's one cached latent row on every device. Multi-step decode of a dense
+# model on a mesh: test_sharding.py (two processes, decode_steps=4; speculation on 4 x 2).
+ENGINE_RUNS = ("mixtral 1x1", "mixtral 2x2", "gpt_oss 1x1", "gpt_oss pallas 2x2", "deepseek_v3 1x1", "deepseek_v3 2x2")
+
+
 @pytest.mark.slow
-def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
+def test_expert_and_tensor_parallel_give_the_unsharded_logits_and_tokens(checkpoint_dir):
     meshes = [(1, 1), (2, 1), (1, 2), (2, 2)]
     # Qwen3-MoE's layer 0 is dense (mlp_only_layers): a Llama layer inside the expert-parallel model.
     runs = [(name, str(checkpoint_dir(name)), meshes, {}) for name in ("mixtral", "qwen3_moe")]
@@ -63,13 +73,17 @@ def test_expert_and_tensor_parallel_give_the_unsharded_tokens(checkpoint_dir):
     # (its groups of 32 input rows do not split over tp here: down's 32 hidden units).
     runs.append(("mixtral int8", str(checkpoint_dir("mixtral")), [(1, 1), (2, 2)], dict(quantization="int8")))
     runs.append(("mixtral int4", str(checkpoint_dir("mixtral")), [(1, 1), (1, 2)], dict(quantization="int4")))
-    header = f"runs = {runs!r}\n"
+    header = f"runs = {runs!r}\nengine_runs = {ENGINE_RUNS!r}\n"
     out = json.loads(run_python(FAKE_DEVICES + header + SCRIPT, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
+    assert all(out[run]["tokens"] for run in ENGINE_RUNS)  # each named run exists and generated
     for name, _, sizes, _ in runs:
-        reference = out.get(f"{name} 1x1", out[f"{name.split()[0]} 1x1"])["tokens"]
+        reference = out.get(f"{name} 1x1", out[f"{name.split()[0]} 1x1"])
         for tp, ep in sizes:
-            run = out[f"{name} {tp}x{ep}"]
-            assert run["tokens"] == reference, (name, tp, ep)
+            key = f"{name} {tp}x{ep}"
+            run = out[key]
+            np.testing.assert_allclose(run["logits"], reference["logits"], atol=1e-5, rtol=0, err_msg=key)
+            if run["tokens"] is not None:
+                assert run["tokens"] == reference["tokens"], (name, tp, ep)
             # 4 experts (GLM-4.5 8) [E, D=64, F=32]: split by ep on experts and by tp on each expert's hidden units
             # (int4 values hold two input rows a byte).
             packed, experts = 2 if "int4" in name else 1, 8 if name in ("glm4_moe", "deepseek_v3") else 4
