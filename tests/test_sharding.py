@@ -1,7 +1,9 @@
 """Tensor and data parallelism on 8 fake CPU devices, against the unsharded run.
 
-The sharded runs happen in subprocesses (`jax_num_cpu_devices=8` must be set before jax starts,
-and the rest of the suite runs on one device); each prints JSON that the tests check here.
+The sharded runs happen in a subprocess (`jax_num_cpu_devices=8` must be set before jax starts,
+and the rest of the suite runs on one device): one child runs every section (SECTIONS) once per
+module, each against the one unsharded run of the tp/dp matrix where the model and prompts are
+its, and prints JSON that the tests check here.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from jax.sharding import AbstractMesh, AxisType, PartitionSpec
 from python_subprocess import child_env, run_python
 from test_hybrid_families import BAMBA
 
-from jaxinfer import LLM, SamplingParams
+from jaxinfer import LLM
 from jaxinfer.entrypoints.cli_args import add_distributed_args, distributed_settings
 from jaxinfer.parallel.sharding import DP, TP, Layout, check_layout
 from jaxinfer.quantization.quantized_weight import quantize, quantized_specs
@@ -55,6 +57,13 @@ def run_json(script: str, **values: object) -> dict:
     header = "".join(f"{name} = {value!r}\n" for name, value in values.items())
     # JAX_PLATFORMS=cpu: on a GPU machine too, the mesh is the 8 fake CPU devices.
     return json.loads(run_python(FAKE_DEVICES + header + script, kernels=False, JAX_PLATFORMS="cpu").splitlines()[-1])
+
+
+def run_sections(sections: dict[str, str], **values: object) -> dict:
+    """Each section's `out` (a script that fills a dict `out`), all run by one child: one interpreter's imports
+    and checkpoint reads, and the programs of identical engines compiled once."""
+    body = "".join(f"out = {{}}\n{script}\nsections[{name!r}] = out\n" for name, script in sections.items())
+    return run_json("import json\nsections = {}\n" + body + "print(json.dumps(sections))\n", **values)
 
 
 MATRIX = """
@@ -99,13 +108,12 @@ try:
     LLM(model, tensor_parallel_size=2, cpu_kernels=True)
 except ValueError as err:
     out["kernels"] = str(err)
-print(json.dumps(out))
 """
 
 
 @pytest.mark.slow
-def test_tp_dp_matrix_matches_unsharded(model_dir):
-    out = run_json(MATRIX, model=str(model_dir), meshes=MESHES, prompts=PROMPTS, max_tokens=MAX_TOKENS)
+def test_tp_dp_matrix_matches_unsharded(mesh_runs):
+    out = mesh_runs["matrix"]
     ref = out["1x1"]
     V, D, H, KV, K, F = 256, 64, 8, 2, 8, 128
     for tp, dp in MESHES:
@@ -130,42 +138,35 @@ def test_tp_dp_matrix_matches_unsharded(model_dir):
 
 
 SPECULATIVE_AND_ORBAX = """
-import json
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig, save_converted
 from jaxinfer.parallel.sharding import shard_shapes
 
 params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
-knobs = dict(max_seq_len=64, max_num_seqs=2)
 tokens = lambda llm: [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-ref = LLM(model, **knobs)
-out = dict(ref=tokens(ref), ref_logits=ref.logits(prompts[0]).tolist())
 spec = SpeculativeConfig(draft_model=draft, num_speculative_tokens=3, adaptive=False, fallback=False)
-llm = LLM(model, speculative=spec, tensor_parallel_size=4, data_parallel_size=2, **knobs)
+llm = LLM(model, speculative=spec, tensor_parallel_size=4, data_parallel_size=2, max_seq_len=64, max_num_seqs=2)
 out.update(spec=tokens(llm), spec_on=llm.metrics()["speculative"], drafted=llm.metrics()["drafted"])
 pool = llm.engine.runner.draft.pages.k_pages[0]  # read after the steps: each donates the one before
 out.update(
            draft_pool=shard_shapes(pool), draft_pool_whole=list(pool.shape),
            draft_wq=shard_shapes(llm.engine.runner.draft_weights.layers[0].wq))
 save_converted(llm.weights, model, converted)  # saved from the 4 x 2 mesh
-restored = LLM(converted, tensor_parallel_size=2, data_parallel_size=1, **knobs)
+# The matrix's knobs on its 2 x 1 mesh: the same programs, loaded from the compilation cache.
+restored = LLM(converted, max_seq_len=64, max_num_seqs=2, decode_steps=1, tensor_parallel_size=2, data_parallel_size=1)
 out.update(restored=tokens(restored), restored_logits=restored.logits(prompts[0]).tolist(),
            restored_wq=shard_shapes(restored.weights.layers[0].wq))
-print(json.dumps(out))
 """
 
 
 @pytest.mark.slow
-def test_speculative_and_orbax_on_a_mesh(model_dir, draft_dir, tmp_path):
-    out = run_json(
-        SPECULATIVE_AND_ORBAX, model=str(model_dir), draft=str(draft_dir), converted=str(tmp_path / "converted"),
-        prompts=PROMPTS, max_tokens=MAX_TOKENS,
-    )
+def test_speculative_and_orbax_on_a_mesh(mesh_runs):
+    out, ref = mesh_runs["speculative_and_orbax"], mesh_runs["matrix"]["1x1"]
     assert out["spec_on"] and out["drafted"] > 0  # the engine's drafts ran sharded, no fallback
-    assert out["spec"] == out["ref"]
+    assert out["spec"] == ref["tokens"]
     assert {tuple(s) for s in out["draft_pool"]} == {tuple(out["draft_pool_whole"])}  # 2 kv heads < tp=4: whole
     assert {tuple(s) for s in out["draft_wq"]} == {(64, 2, 32)}  # 2 draft heads, tp=4: replicated
-    assert out["restored"] == out["ref"]
-    np.testing.assert_allclose(out["restored_logits"], out["ref_logits"], atol=1e-5, rtol=0)
+    assert out["restored"] == ref["tokens"]
+    np.testing.assert_allclose(out["restored_logits"], ref["logits"], atol=1e-5, rtol=0)
     assert {tuple(s) for s in out["restored_wq"]} == {(64, 4, 8)}
 
 
@@ -193,8 +194,9 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_processes_match_one(model_dir):
-    """Two localhost processes (2 CPU devices each, gloo collectives) run one 2 x 2 mesh, joined by the CLI's flags."""
+def test_two_processes_match_one(model_dir, mesh_runs):
+    """Two localhost processes (2 CPU devices each, gloo collectives) run one 2 x 2 mesh, joined by the CLI's flags,
+    decoding 4 steps a call (the one multi-step decode on a mesh without speculation) as the matrix's one device."""
     values = dict(coordinator=f"127.0.0.1:{free_port()}", model=str(model_dir), prompts=PROMPTS, max_tokens=MAX_TOKENS)
     env = child_env(JAXINFER_CPU_KERNELS="0", JAX_PLATFORMS="cpu")
     procs = []
@@ -207,9 +209,7 @@ def test_two_processes_match_one(model_dir):
         stdout, stderr = proc.communicate(timeout=600)
         assert proc.returncode == 0, stderr[-3000:]
         results.append(json.loads(stdout.splitlines()[-1]))
-    llm = LLM(model_dir, max_seq_len=64, max_num_seqs=2, decode_steps=4)
-    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True)
-    single = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)]
+    single = mesh_runs["matrix"]["1x1"]["tokens"]
     assert [r["process"] for r in results] == [0, 1]
     assert all(r["devices"] == 4 and r["local"] == 2 for r in results)
     assert results[0]["tokens"] == results[1]["tokens"] == single
@@ -245,11 +245,10 @@ from jaxinfer.models.attention import paged_rows_attend
 from jaxinfer.cache.paged import POOL_AXES, PagedKVCache
 from jaxinfer.parallel.sharding import Layout, make_mesh
 
-params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+params = SamplingParams(max_tokens=pallas_tokens, temperature=0, ignore_eos=True)
 knobs = dict(max_seq_len=32, max_num_seqs=2, decode_steps=1)
 tokens = lambda llm: [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-out = dict(ref=tokens(LLM(model, attention_backend="reference", **knobs)))
-for tp, dp in meshes:
+for tp, dp in pallas_meshes:
     llm = LLM(model, attention_backend="pallas", interpret_kernels=True, tensor_parallel_size=tp,
               data_parallel_size=dp, **knobs)
     out[f"{tp}x{dp}"] = tokens(llm)
@@ -262,76 +261,85 @@ rows = jnp.ones((2,), jnp.int32)
 jaxpr = jax.make_jaxpr(lambda q: paged_rows_attend(q, cache, 0, 0, rows, cache.page_table, rows))(
     jnp.zeros((2, 1, 8, 16), jnp.float32))
 out["shard_map"] = "shard_map" in str(jaxpr)
-print(json.dumps(out))
 """
+PALLAS_MESHES = [(2, 2), (4, 1)]
+PALLAS_TOKENS = 3  # interpreted kernels are slow
 
 
 @pytest.mark.slow
-def test_pallas_kernels_per_shard_match_unsharded(model_dir):
-    """Interpreted Pallas kernels under shard_map: kv heads split (tp=2, dp=2) and kept whole (tp=4 > 2 kv heads)."""
-    meshes = [(2, 2), (4, 1)]
-    out = run_json(PALLAS, model=str(model_dir), meshes=meshes, prompts=PROMPTS, max_tokens=3)
-    for tp, dp in meshes:
-        assert out[f"{tp}x{dp}"] == out["ref"], (tp, dp)
+def test_pallas_kernels_per_shard_match_unsharded(mesh_runs):
+    """Interpreted Pallas kernels under shard_map: kv heads split (tp=2, dp=2) and kept whole (tp=4 > 2 kv heads),
+    against the matrix's one device (the engine's own attention there)."""
+    out, ref = mesh_runs["pallas"], [t[:PALLAS_TOKENS] for t in mesh_runs["matrix"]["1x1"]["tokens"]]
+    for tp, dp in PALLAS_MESHES:
+        assert out[f"{tp}x{dp}"] == ref, (tp, dp)
     assert out["shard_map"]
 
 
 QUANTIZED = """
-import json
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.parallel.sharding import shard_shapes
 
-params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
-out = {}
-for tp, dp, head in [(1, 1, False), (2, 2, False), (1, 1, True), (2, 2, True)]:
+params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+# quantize_lm_head: int8 projections and head. (The float head beside int8 projections splits as the matrix's.)
+for tp, dp in [(1, 1), (2, 2)]:
     llm = LLM(model, quantization="int8", max_seq_len=32, max_num_seqs=2, decode_steps=1, tensor_parallel_size=tp,
-              data_parallel_size=dp, quantize_lm_head=head)
+              data_parallel_size=dp, quantize_lm_head=True)
     lw, run_head = llm.weights.layers[0], llm._run_weights.lm_head
-    out[f"{tp}x{dp}" + ("+head" if head else "")] = dict(
+    out[f"{tp}x{dp}"] = dict(
         tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
         shards={name: [shard_shapes(getattr(lw, name).values), shard_shapes(getattr(lw, name).scales)]
                 for name in ("wq", "wo", "w_down")},
-        head=[shard_shapes(run_head.values), shard_shapes(run_head.scales)] if head else None,
+        head=[shard_shapes(run_head.values), shard_shapes(run_head.scales)],
     )
-print(json.dumps(out))
 """
 
 
 @pytest.mark.slow
-def test_int8_weights_sharded_match_unsharded(model_dir):
-    """int8 projections, and with quantize_lm_head the head too, on a 2 x 2 mesh == one device."""
-    out = run_json(QUANTIZED, model=str(model_dir), prompts=PROMPTS, max_tokens=4)
+def test_int8_weights_sharded_match_unsharded(mesh_runs):
+    """int8 projections and head (quantize_lm_head) on a 2 x 2 mesh == one device."""
+    out = mesh_runs["int8"]
     assert out["2x2"]["tokens"] == out["1x1"]["tokens"]
     shards = {name: [{tuple(s) for s in parts} for parts in pair] for name, pair in out["2x2"]["shards"].items()}
     # wq [64, 8 heads x 8] by output columns, wo [8 heads x 8, 64] and w_down [128, 64] by input rows.
     assert shards == dict(wq=[{(64, 32)}, {(32,)}], wo=[{(32, 64)}, {(64,)}], w_down=[{(64, 64)}, {(64,)}])
-    # quantize_lm_head: the int8 head [64, 256 vocab] splits its vocabulary columns over tp=2.
-    assert out["2x2+head"]["tokens"] == out["1x1+head"]["tokens"]
-    assert [{tuple(s) for s in part} for part in out["2x2+head"]["head"]] == [{(64, 128)}, {(128,)}]
+    # The int8 head [64, 256 vocab] splits its vocabulary columns over tp=2.
+    assert [{tuple(s) for s in part} for part in out["2x2"]["head"]] == [{(64, 128)}, {(128,)}]
 
 
 HYBRID = """
-import json
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.parallel.sharding import shard_shapes
 params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
-out = {}
 for tp in (1, 2):
-    llm = LLM(model, dtype="float32", max_seq_len=64, max_num_seqs=2, max_num_batched_tokens=16,
+    llm = LLM(bamba, dtype="float32", max_seq_len=64, max_num_seqs=2, max_num_batched_tokens=16,
               tensor_parallel_size=tp)
-    out[tp] = dict(tokens=[o.outputs[0].token_ids for o in llm.generate(prompts, params)],
+    out[tp] = dict(tokens=[o.outputs[0].token_ids for o in llm.generate(bamba_prompts, params)],
                    empty=shard_shapes(llm.engine.runner.pages.k_pages[0]))
-print(json.dumps(out))
 """
+SECTIONS = dict(matrix=MATRIX, speculative_and_orbax=SPECULATIVE_AND_ORBAX, pallas=PALLAS, int8=QUANTIZED,
+                hybrid=HYBRID)
 
 
-def test_a_hybrid_on_a_mesh_matches_unsharded(tmp_path):
+@pytest.fixture(scope="module")
+def mesh_runs(model_dir, draft_dir, tmp_path_factory) -> dict:
+    """Every section's output, from one child on 8 fake devices."""
+    bamba = tmp_path_factory.mktemp("bamba")
+    torch.manual_seed(0)
+    transformers.BambaForCausalLM(transformers.BambaConfig(**BAMBA)).save_pretrained(bamba)
+    converted = tmp_path_factory.mktemp("orbax") / "converted"
+    return run_sections(
+        SECTIONS, model=str(model_dir), draft=str(draft_dir), converted=str(converted), bamba=str(bamba),
+        prompts=PROMPTS, max_tokens=MAX_TOKENS, meshes=MESHES, pallas_meshes=PALLAS_MESHES,
+        pallas_tokens=PALLAS_TOKENS, bamba_prompts=[PROMPTS[0], list(range(3, 31))],
+    )
+
+
+def test_a_hybrid_on_a_mesh_matches_unsharded(mesh_runs):
     """Bamba (Mamba2, attention, Mamba2) on tp=2: the Mamba2 layers' empty K/V buffers stay replicated, so the
     16-token step program runs again after its first call (it returned them replicated; compiled for kv heads over
     tp, its second call refused them: the 28-token prompt's second chunk failed)."""
-    torch.manual_seed(0)
-    transformers.BambaForCausalLM(transformers.BambaConfig(**BAMBA)).save_pretrained(tmp_path)
-    out = run_json(HYBRID, model=str(tmp_path), prompts=[PROMPTS[0], list(range(3, 31))])
+    out = mesh_runs["hybrid"]
     assert out["2"]["tokens"] == out["1"]["tokens"] and all(len(t) == 4 for t in out["2"]["tokens"])
     assert out["2"]["empty"] == [[2, 5, 16, 0]] * 2  # [kv heads, pages, page size, 0] whole on each device
 
