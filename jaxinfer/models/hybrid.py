@@ -1,6 +1,6 @@
 """What the hybrid families (state layers beside attention layers) share: a layer's token mixer by its kind,
-and the hybrid layer: the mixer, then an MLP (a gated one in Bamba's, dense Granite 4.0-H's and LFM2's;
-experts in Granite 4.0-H's and LFM2-MoE's).
+and the hybrid layer: the mixer, then an MLP (a gated one in Bamba's, dense Granite 4.0-H's, LFM2's and
+Qwen3.5's; experts in Granite 4.0-H's, LFM2-MoE's, Qwen3-Next's and Qwen3.5-MoE's).
 
 A dense hybrid layer is Llama's pre-norm layer (`llama.LayerWeights`) whose attention is a Mamba2 mixer
 (models/mamba2_mixer) on the state layers: `MambaDenseLayer` keeps the norms and the gated MLP, drops the
@@ -17,6 +17,7 @@ import jax
 
 from jaxinfer.cache.state_pool import read_state, write_state
 from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.gated_deltanet import deltanet
 from jaxinfer.models.granite import scaled
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights
@@ -30,6 +31,8 @@ from jaxinfer.models.short_conv import short_conv
 from jaxinfer.parallel.sharding import Layout
 
 ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
+# A state layer's input projection: Mamba2's, LFM2's short conv's, the Gated DeltaNet's (fused or apart)
+STATE_MIXER_FIELDS = ("in_proj", "conv_in", "in_qkvz", "in_qkv")
 
 
 @dataclasses.dataclass
@@ -79,16 +82,18 @@ def abstract_dense_layer(cfg: ModelConfig, layer: int = 0) -> LayerWeights:
 def token_mixer(
     cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables
 ) -> tuple[jax.Array, Any]:
-    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2 or LFM2's short conv (its state read and written
-    in the cache) on a state layer, else attention (its K/V written). The weights tell which: `layer` is 0 in a
-    one-layer view."""
-    if getattr(lw, "in_proj", None) is None and getattr(lw, "conv_in", None) is None:
+    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2, LFM2's short conv or the Gated DeltaNet (its
+    state read and written in the cache) on a state layer, else attention (its K/V written). The weights tell
+    which: `layer` is 0 in a one-layer view."""
+    if all(getattr(lw, name, None) is None for name in STATE_MIXER_FIELDS):
         return self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     state = read_state(cache, layer, cfg, h.shape[0], h.shape[1])
     if getattr(lw, "conv_in", None) is not None:
         out, state = short_conv(lw, h, positions, state)
-    else:
+    elif getattr(lw, "in_proj", None) is not None:
         out, state = mixer(cfg.state_space, lw, h, positions, state)
+    else:
+        out, state = deltanet(cfg.state_space, lw, h, positions, state)
     return out, write_state(cache, layer, state)
 
 
@@ -96,12 +101,14 @@ def hybrid_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
     mlp: Callable[[jax.Array, Layout], jax.Array],
 ) -> tuple[jax.Array, Any]:
-    """The mixer (a state layer's or attention), then mlp(normed residual, layout), each behind an RMSNorm and
-    scaled by `residual_multiplier` before its residual add."""
-    layout, eps, multiplier = cache.layout, cfg.rms_norm_eps, cfg.residual_multiplier
-    out, cache = token_mixer(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions, rope)
+    """The mixer (a state layer's or attention), then mlp(normed residual, layout), each behind an RMSNorm
+    (zero-centred where `norm_weight_offset` says: Qwen3-Next's, Qwen3.5's) and scaled by `residual_multiplier`
+    before its residual add."""
+    layout, eps, offset, multiplier = cache.layout, cfg.rms_norm_eps, cfg.norm_weight_offset, cfg.residual_multiplier
+    out, cache = token_mixer(cfg, rms_norm(x, lw.attn_norm, eps, offset), cache, lw, layer, positions, rope)
     x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
-    return layout.constrain(x + scaled(mlp(rms_norm(x, lw.mlp_norm, eps), layout), multiplier), HIDDEN), cache
+    mixed = mlp(rms_norm(x, lw.mlp_norm, eps, offset), layout)
+    return layout.constrain(x + scaled(mixed, multiplier), HIDDEN), cache
 
 
 def dense_hybrid_layer(

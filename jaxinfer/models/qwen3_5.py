@@ -1,5 +1,5 @@
 """Qwen3.5 (`Qwen3_5ForCausalLM`, `Qwen3_5MoeForCausalLM` and the `...ForConditionalGeneration` checkpoints Qwen
-ships): Qwen3-Next's hybrid layer (`qwen3_next.hybrid_layer`: Gated DeltaNet or gated attention by `layer_types`,
+ships): Qwen3-Next's hybrid layer (`hybrid.hybrid_layer`: Gated DeltaNet or gated attention by `layer_types`,
 zero-centred RMSNorms, a quarter of each head rotated) over a dense gated MLP (Qwen3.5) or Qwen3-Next's routed
 experts beside a sigmoid-gated shared expert (Qwen3.5-MoE; its router, Qwen3-VL-MoE's, always renormalises the
 top-k probabilities: the config has no `norm_topk_prob`).
@@ -28,7 +28,7 @@ import jax
 from jaxinfer.config.model import REQUIRED_FIELDS, ModelConfig, field
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.gated_deltanet import deltanet_hf_leaves, deltanet_leaves
-from jaxinfer.models.hybrid import ATTENTION_FIELDS
+from jaxinfer.models.hybrid import ATTENTION_FIELDS, hybrid_layer
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.llama import abstract_layer as llama_abstract_layer
@@ -40,7 +40,6 @@ from jaxinfer.models.qwen3_next import decoder_layer as moe_layer
 from jaxinfer.models.qwen3_next import (
     gated_query_hf_leaves,
     hybrid_fields,
-    hybrid_layer,
     shared_expert_width,
 )
 from jaxinfer.models.qwen3_next import hf_leaves as qwen3_next_hf_leaves

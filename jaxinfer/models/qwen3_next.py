@@ -15,24 +15,21 @@ released checkpoint has one.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 import jax
 
-from jaxinfer.cache.state_pool import read_state, write_state
 from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, field
 from jaxinfer.models.family import Family, HFLeaf
-from jaxinfer.models.gated_deltanet import deltanet, deltanet_hf_leaves, deltanet_leaves, deltanet_state
+from jaxinfer.models.gated_deltanet import deltanet_hf_leaves, deltanet_leaves, deltanet_state
 from jaxinfer.models.glm import rotary_dim
-from jaxinfer.models.hybrid import ATTENTION_FIELDS
+from jaxinfer.models.hybrid import ATTENTION_FIELDS, hybrid_layer
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.mixtral import moe_fields
 from jaxinfer.models.moe import moe_block
-from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.qwen2_moe import hf_leaves as qwen2_moe_hf_leaves
 from jaxinfer.models.qwen3_moe import dense_mlp_layers
 from jaxinfer.models.rope import RopeTables
-from jaxinfer.models.self_attention import HIDDEN, self_attention
 from jaxinfer.models.shared_expert import SharedExpertLayerWeights, abstract_shared_moe_layer, shared_expert
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import Layout
@@ -101,23 +98,6 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
         **gated_query_hf_leaves(cfg),
         **deltanet_hf_leaves(cfg.state_space, cfg.hidden_size, "model.layers.{i}.linear_attn."),
     }
-
-
-def hybrid_layer(
-    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
-    mlp: Callable[[jax.Array, Layout], jax.Array],
-) -> tuple[jax.Array, Any]:
-    """The mixer (Gated DeltaNet or gated attention, chosen by the weights: `layer` is 0 in a one-layer view), then
-    mlp(normed residual, layout), each behind a zero-centred RMSNorm and added to the residual stream."""
-    layout, eps, offset = cache.layout, cfg.rms_norm_eps, cfg.norm_weight_offset
-    h = rms_norm(x, lw.attn_norm, eps, offset)
-    if getattr(lw, "a_log", None) is None:
-        out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
-    else:
-        out, state = deltanet(cfg.state_space, lw, h, positions, read_state(cache, layer, cfg, *h.shape[:2]))
-        cache = write_state(cache, layer, state)
-    x = layout.constrain(x + out, HIDDEN)
-    return layout.constrain(x + mlp(rms_norm(x, lw.mlp_norm, eps, offset), layout), HIDDEN), cache
 
 
 def decoder_layer(
