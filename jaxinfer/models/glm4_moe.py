@@ -81,13 +81,15 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     }
 
 
-def moe_block(x: jax.Array, lw: Glm4MoeLayerWeights, cfg: ModelConfig, layout: Layout) -> jax.Array:
-    """The routed experts' output plus any shared experts' for x [B, T, D], in x's dtype."""
+def moe_block(x: jax.Array, lw: Glm4MoeLayerWeights, cfg: ModelConfig, layout: Layout, epsilon: float = 1e-20
+              ) -> jax.Array:
+    """The routed experts' output plus any shared experts' for x [B, T, D], in x's dtype (`epsilon`: grouped_topk's
+    renormalising one, LFM2-MoE's 1e-6)."""
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
     logits = linear(x2.astype(jnp.float32), lw.router)  # float32 rows and router, as transformers computes them
     weights, experts = grouped_topk(logits, lw.score_correction, cfg.experts_per_token, cfg.expert_groups,
-                                    cfg.expert_groups_per_token, cfg.norm_topk_prob, cfg.routed_scaling_factor)
+                                    cfg.expert_groups_per_token, cfg.norm_topk_prob, cfg.routed_scaling_factor, epsilon)
     routed = experts_output(x2, weights, experts, lw, layout, cfg.activation).astype(x.dtype).reshape(shape)
     return routed if lw.shared_gate is None else routed + shared_expert(x, lw, cfg.activation)
 

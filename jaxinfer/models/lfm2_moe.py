@@ -4,7 +4,8 @@ attention by `layer_types`) with routed experts in place of the SwiGLU MLP past 
 The router scores each of `num_experts` experts by sigmoid(logit) (float32 here, as vLLM keeps it); the top
 `num_experts_per_tok` of score + `expert_bias` are chosen (the bias balances load, never weights an output) and
 weighted by their unbiased scores, renormalised with `norm_topk_prob` (epsilon 1e-6) and times
-`routed_scaling_factor`: DeepSeek-V3's routing with one group (`models.grouped_topk`). The experts are SwiGLU MLPs
+`routed_scaling_factor`: DeepSeek-V3's routing with one group (`models.grouped_topk`), GLM-4.5's routed block
+(`glm4_moe.moe_block`) without shared experts. The experts are SwiGLU MLPs
 of `moe_intermediate_size` stored per expert (`feed_forward.experts.{e}.w1 / w3 / w2`); the dense layers' MLPs
 have `intermediate_size` hidden units as stored (no `block_auto_adjust_ff_dim` here). `use_expert_bias` false is
 refused by name: the released checkpoint has the bias, and a missing tensor would read as zeros silently.
@@ -16,23 +17,19 @@ import dataclasses
 from typing import Any, ClassVar, Mapping
 
 import jax
-import jax.numpy as jnp
 
 from jaxinfer.config.model import ConfigError, ModelConfig, field
 from jaxinfer.models.family import Family, HFLeaf
-from jaxinfer.models.glm4_moe import Glm4MoeLayerWeights
-from jaxinfer.models.grouped_topk import grouped_topk
+from jaxinfer.models.glm4_moe import Glm4MoeLayerWeights, moe_block
 from jaxinfer.models.hybrid import ATTENTION_FIELDS, dense_hybrid_layer, hybrid_layer
-from jaxinfer.models.layers import linear
 from jaxinfer.models.lfm2 import LAYER, lfm2_fields, with_short_conv
 from jaxinfer.models.lfm2 import abstract_layer as dense_layer
 from jaxinfer.models.lfm2 import hf_leaves as dense_hf_leaves
 from jaxinfer.models.mixtral import moe_fields
-from jaxinfer.models.moe import ROUTER_AXES, abstract_moe_layer, experts_hf_leaves, experts_output, is_dense
+from jaxinfer.models.moe import ROUTER_AXES, abstract_moe_layer, experts_hf_leaves, is_dense
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.short_conv import ShortConvWeights
 from jaxinfer.parallel.array_info import ArrayInfo
-from jaxinfer.parallel.sharding import Layout
 
 ARCHITECTURES = ("Lfm2MoeForCausalLM",)
 RENORMALISE_EPSILON = 1e-6  # Lfm2MoeTopKRouter's
@@ -87,23 +84,14 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     }
 
 
-def routed_experts(x: jax.Array, lw: Glm4MoeLayerWeights, cfg: ModelConfig, layout: Layout) -> jax.Array:
-    """The routed experts' output for x [B, T, D], in x's dtype."""
-    shape = x.shape
-    rows = x.reshape(-1, shape[-1])
-    logits = linear(rows.astype(jnp.float32), lw.router)
-    weights, experts = grouped_topk(logits, lw.score_correction, cfg.experts_per_token, 1, 1, cfg.norm_topk_prob,
-                                    cfg.routed_scaling_factor, epsilon=RENORMALISE_EPSILON)
-    return experts_output(rows, weights, experts, lw, layout, cfg.activation).astype(x.dtype).reshape(shape)
-
-
 def decoder_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
     """The mixer (short conv or attention), then the dense SwiGLU or the routed experts."""
     if is_dense(lw):
         return dense_hybrid_layer(cfg, x, cache, lw, layer, positions, rope)
-    return hybrid_layer(cfg, x, cache, lw, layer, positions, rope, lambda h, layout: routed_experts(h, lw, cfg, layout))
+    return hybrid_layer(cfg, x, cache, lw, layer, positions, rope,
+                        lambda h, layout: moe_block(h, lw, cfg, layout, RENORMALISE_EPSILON))
 
 
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
