@@ -282,6 +282,8 @@ def test_values_are_typed_by_the_parameters_schema():
     assert typed_value('{"a": 1}', {"type": "object"}) == {"a": 1} and typed_value("[1]", None) == [1]
     assert typed_value("Oslo", None) == "Oslo" and typed_value("null", {"type": ["integer", "null"]}) is None
     assert typed_value("7", {"type": ["integer", "string"]}) == "7"  # text that may be a string stays one
+    assert typed_value(" null", {"type": "integer"}) is None and typed_value("null", {"type": "object"}) is None
+    assert typed_value("null", {"type": "string"}) == "null"  # streamed as text before its end is seen
 
 
 def test_unknown_parser_names_are_refused_naming_the_accepted_ones(capsys):

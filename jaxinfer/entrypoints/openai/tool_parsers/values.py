@@ -11,7 +11,9 @@ KINDS = {"integer": (int,), "number": (int, float), "boolean": (bool,), "object"
 
 def typed_value(text: str, schema: Mapping | None) -> Any:
     """The value of `text` for a parameter's schema: a string stays text; another declared type is read as
-    JSON when it gives that type (True/False for booleans too); no declared type: JSON when it parses; else text."""
+    JSON when it gives that type (True/False for booleans too), or null (an optional argument left out, as vLLM
+    reads it whatever the declared type); no declared type: JSON when it parses; else text. A string parameter's
+    "null" stays text: it is streamed as text before its end is seen."""
     kinds = _kinds(schema)
     if "string" in kinds:
         return text
@@ -22,7 +24,7 @@ def typed_value(text: str, schema: Mapping | None) -> Any:
     except json.JSONDecodeError:
         return text
     accepted = tuple(t for k in kinds for t in KINDS.get(k, ()))
-    fits = not kinds or (isinstance(value, accepted) and not (isinstance(value, bool) and bool not in accepted))
+    fits = value is None or not kinds or (isinstance(value, accepted) and not (isinstance(value, bool) and bool not in accepted))
     return value if fits else text
 
 
