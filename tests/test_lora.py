@@ -165,13 +165,18 @@ def test_adapters_on_a_mesh_match_one_device(tmp_path):
     assert runs["1x1"][0] != runs["1x1"][1]  # one prompt, with the adapter and without
 
 
-def test_fused_projections_match_peft(checkpoint_dir, tmp_path):
-    """Phi-3 stores q/k/v and gate/up fused: one adapter module feeds several projections."""
-    model_dir = checkpoint_dir("phi3")
-    path, model = save_adapter(model_dir, tmp_path / "a", ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
+@pytest.mark.parametrize("name, targets", [("phi3", ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
+                                           ("gemma4", None)])
+def test_fused_and_per_layer_projections_match_peft(checkpoint_dir, tmp_path, name, targets):
+    """Phi-3 stores q/k/v and gate/up fused: one adapter module feeds several projections. Gemma 4's layers
+    differ (its global layers' k serves as v, KV-sharing layers have no k): each layer's own projections."""
+    model_dir = checkpoint_dir(name)
+    path, model = save_adapter(model_dir, tmp_path / "a", targets)
     llm = LLM(model_dir, enable_lora=True, **KNOBS)
     out = llm.generate([PROMPTS[0]], GREEDY, lora_request=LoRARequest("a", 1, str(path)))[0].outputs[0]
-    assert out.token_ids == peft_greedy(model, PROMPTS[0], 10)[0]
+    tokens, logprobs = peft_greedy(model, PROMPTS[0], 10)
+    assert out.token_ids == tokens
+    np.testing.assert_allclose([lp[t].logprob for lp, t in zip(out.logprobs, tokens)], logprobs, atol=2e-4)
 
 
 def test_adapter_slots_reuse_idle_slots_oldest_first():

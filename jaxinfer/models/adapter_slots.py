@@ -50,10 +50,12 @@ def with_adapter_slots(weights: Weights, slots: int, rank: int, zeros: Zeros = j
 
 
 def slot_targets(weights: Weights) -> list[SlotTarget]:
-    """The tree's LoRAWeights in tree order (`lora_weight.adapter_factors`' order)."""
+    """The tree's LoRAWeights in tree order (`lora_weight.adapter_factors`' order): a layer's fields as its
+    dataclass declares them, which need not be PROJECTIONS' order (Gemma 4's optional wk comes last)."""
     targets = []
     for i, lw in enumerate(weights.layers):
-        for name, contract in projections(lw).items():
+        present = projections(lw)
+        for name, contract in ((f.name, present[f.name]) for f in dataclasses.fields(lw) if f.name in present):
             w = getattr(lw, name)
             if isinstance(w, JoinedWeight):
                 joined = tuple(next(g for g in type(lw).JOINED if g[0] == name))
