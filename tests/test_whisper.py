@@ -121,13 +121,14 @@ def test_batched_requests_equal_each_alone_and_hf(llm, clips, hf_tokens):
 
 
 def test_sleep_and_wake_up_keep_the_transcription_and_weight_updates_are_refused(llm, model_dir, hf_tokens, clips):
-    """sleep(level=1) frees the decoder's weights and the pools (the cross pages too) and wake_up brings them back:
-    HF's tokens again. Weight updates (and sleep(level=2), which needs one) are refused by name: the encoder and
-    the cross k/v projections live beside the decoder's weights, so a new checkpoint would be half served."""
+    """sleep(level=1) frees the weights (the encoder's too) and the pools (the cross pages too); wake_up brings
+    them back: HF's tokens again. Weight updates (and sleep(level=2), which needs one) are refused by name: the
+    encoder and the cross k/v projections live beside the decoder's weights, so a new checkpoint would be half
+    served."""
     greedy = SamplingParams(max_tokens=6, temperature=0)
     llm.sleep(level=1)
     assert llm.is_sleeping and llm.engine.runner.pages is None
-    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(llm.weights))
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves((llm.weights, llm.engine.runner.audio.encoder)))
     llm.wake_up()
     assert llm.generate(request(clips[0]), greedy)[0].outputs[0].token_ids == hf_tokens[0][:6]
     for call, argument in ((llm.update_weights, llm.weights), (llm.update_weights_from_disk, model_dir),

@@ -51,7 +51,7 @@ class WeightState:
     twin: Any = None  # the model's weights as ShapeDtypeStructs in their shardings (made at the first need)
     asleep: int = 0  # the sleep level, 0 when awake
     woken: bool = False  # level 2 after wake_up: awake, waiting for weights
-    host: Any = None  # level 1: the running weights' leaves as NumPy arrays
+    host: Any = None  # level 1: the running weights' (and a speech encoder's) leaves as NumPy arrays
     shardings: Any = None  # level 1: where each goes back
 
 
@@ -156,10 +156,11 @@ def put_to_sleep(llm: "LLM", level: int) -> None:
         raise RuntimeError(f"already asleep (level {state.asleep}); call wake_up() first")
     llm.engine.release()  # refuses while requests are in flight
     model_twin(llm)  # new weights are made like these after level 2
+    held = (llm._run_weights, _speech_encoder(llm))
     if level == 1:
-        state.shardings = jax.tree.map(lambda x: x.sharding, llm._run_weights)
-        state.host = jax.device_get(llm._run_weights)
-    for x in jax.tree.leaves(llm._run_weights):
+        state.shardings = jax.tree.map(lambda x: x.sharding, held)
+        state.host = jax.device_get(held)
+    for x in jax.tree.leaves(held):
         x.delete()
     state.asleep = level
     llm.engine.no_weights = EngineAsleep(
@@ -167,6 +168,12 @@ def put_to_sleep(llm: "LLM", level: int) -> None:
         "sleep(level=2) discarded the weights: call update_weights(...) or update_weights_from_disk(...) first",
         level,
     )
+
+
+def _speech_encoder(llm: "LLM") -> Any:
+    """A speech model's encoder weights (beside the decoder's, in its audio runner); None for other models."""
+    audio = llm.engine.runner.audio
+    return None if audio is None else audio.encoder
 
 
 def wake(llm: "LLM") -> None:
@@ -177,7 +184,9 @@ def wake(llm: "LLM") -> None:
         state.woken = True
     if state.asleep != 1:
         return
-    run = jax.tree.map(jax.device_put, state.host, state.shardings)
+    run, encoder = jax.tree.map(jax.device_put, state.host, state.shardings)
+    if encoder is not None:
+        llm.engine.runner.audio.encoder = encoder
     engine = batch_invariant_weights(run) if llm.cache_spec.batch_invariant else run
     llm.engine.replace_weights(engine, eagle_params(llm, run))
     llm._run_weights, llm._engine_weights = run, engine
