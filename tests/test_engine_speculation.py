@@ -37,7 +37,10 @@ def plain(model):
 
 @pytest.fixture(scope="module")
 def spec_llm(model):
-    return make(model, dict(adaptive=False))
+    """Set up as a vLLM user writes it (vLLM's name and dict; `speculative.vllm_config`)."""
+    llm = LLM(model, speculative_config={"method": "ngram", "num_speculative_tokens": K, "adaptive": False}, **ENGINE)
+    assert llm.speculative_config == SpeculativeConfig(method="ngram", num_speculative_tokens=K, adaptive=False)
+    return llm
 
 
 def token_ids(llm: LLM, prompts, params=GREEDY) -> list[list[int]]:

@@ -548,7 +548,8 @@ def test_jaxinfer_serve_command(text_model_dir, tmp_path):
     LLM(text_model_dir, max_seq_len=64).save_session(tmp_path / "session", session_text)
     port = _free_port()
     flags = ["--port", str(port), "--skip-warmup", "--max-model-len", "64", "--served-model-name", "m",
-             "--speculative-method", "ngram", "--num-speculative-tokens", "2", "--load-session", str(tmp_path / "session")]
+             "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2}',  # vLLM's flag
+             "--load-session", str(tmp_path / "session")]
     process = subprocess.Popen([*base, *flags], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

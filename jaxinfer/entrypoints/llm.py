@@ -62,6 +62,7 @@ from jaxinfer.runtime.prompt_logprobs import all_position_logits
 from jaxinfer.speculative.acceptance_summary import SpecMetrics
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.mtp import check_mtp_target
+from jaxinfer.speculative.vllm_config import speculative_setting
 
 DEMO_MODEL = Path(__file__).parents[1] / "assets" / "demo" / "target"
 DEMO_DRAFT = Path(__file__).parents[1] / "assets" / "demo" / "draft"  # the demo target's speculative draft
@@ -104,7 +105,9 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     "auto" pooling for a model saved without an output head. enable_prompt_embeds=True (vLLM's): `generate`
     and `beam_search` take {"prompt_embeds": [L, hidden_size] tensor} prompts (docs/multimodal.md).
     kv_offloading_size (vLLM's): GiB of host memory keeping the prefix pages the KV pool evicts, copied back
-    when a later prompt starts with them (None or 0: off; docs/engine.md).
+    when a later prompt starts with them (None or 0: off; docs/engine.md). speculative takes a
+    SpeculativeConfig or a dict of its fields or vLLM's keys; speculative_config is vLLM's name for it
+    (`speculative.vllm_config`: {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}).
     """
 
     def __init__(
@@ -123,7 +126,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         stream_interval: int | None = None,
         overlap_outputs: bool = True,
         async_scheduling: bool = True,
-        speculative: SpeculativeConfig | None = None,
+        speculative: SpeculativeConfig | dict | None = None,
         kv_cache_dtype: str = "auto",
         attention_backend: str = "auto",
         interpret_kernels: bool = False,
@@ -146,6 +149,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         allowed_local_media_path: str | Path | None = None,
         enable_prompt_embeds: bool = False,
         kv_offloading_size: float | None = None,
+        speculative_config: SpeculativeConfig | dict | None = None,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
         self.runner_type = resolve_runner(runner, self.model_dir)  # "generate" or "pooling" (entrypoints/pooling)
@@ -157,8 +161,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         max_seq_len = seq_len_setting(max_seq_len, max_model_len)
         compile_cache_setting(compile_cache)
         release_programs_near_cap()  # loading compiles programs too, each mapped on CPU (see memory_maps)
-        if speculative is not None and not isinstance(speculative, SpeculativeConfig):
-            raise TypeError(f"speculative must be a SpeculativeConfig or None, got {type(speculative).__name__}")
+        speculative = speculative_setting(speculative, speculative_config)
         enable_prompt_embeds = enabled_setting(enable_prompt_embeds, speculative)
         self.dtype = resolve_dtype(dtype, self.model_dir)
         tokenizer = load_tokenizer_beside(self.model_dir)

@@ -30,6 +30,8 @@ from jaxinfer.entrypoints.openai.serve_flags import (
     add_startup_args,
 )
 from jaxinfer.entrypoints.openai.weight_flags import add_weight_args, check_weight_flags
+from jaxinfer.speculative.config import SpeculativeConfig
+from jaxinfer.speculative.vllm_config import from_vllm
 
 if TYPE_CHECKING:  # imported when serving: StartingApp needs the serve extra, which `jaxinfer --help` must not
     from jaxinfer import LLM
@@ -79,31 +81,42 @@ def shadow_settings(args: argparse.Namespace) -> ShadowSettings:
     return dataclasses.replace(settings, reference=parse_pairs(args.shadow_config, "--shadow-config"))
 
 
-def pooler_config(text: str | None) -> dict | None:
-    """--pooler-config's JSON object (its fields are checked by LLM's PoolerConfig)."""
+def json_object(text: str | None, flag: str, example: str) -> dict | None:
+    """A flag's JSON object (its fields are checked where they are used); None when the flag is not given."""
     if text is None:
         return None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"--pooler-config must be a JSON object, got {text!r} ({error})") from None
+        raise ValueError(f"{flag} must be a JSON object, got {text!r} ({error})") from None
     if not isinstance(value, dict):
-        raise ValueError(f"--pooler-config must be a JSON object such as '{{\"pooling_type\": \"MEAN\"}}', "
-                         f"got {text!r}")
+        raise ValueError(f"{flag} must be a JSON object such as '{example}', got {text!r}")
     return value
+
+
+def pooler_config(text: str | None) -> dict | None:
+    """--pooler-config's JSON object (its fields are checked by LLM's PoolerConfig)."""
+    return json_object(text, "--pooler-config", '{"pooling_type": "MEAN"}')
 
 
 def limit_mm_per_prompt(text: str | None) -> dict | None:
     """--limit-mm-per-prompt's JSON object (its values are checked by LLM)."""
-    if text is None:
+    return json_object(text, "--limit-mm-per-prompt", '{"image": 2}')
+
+
+def speculative_config(args: argparse.Namespace) -> SpeculativeConfig | None:
+    """The server's speculation: --speculative-config's JSON object (vLLM's keys, `speculative.vllm_config`), or
+    --speculative-method with --speculative-model and --num-speculative-tokens; None for neither."""
+    settings = json_object(args.speculative_config, "--speculative-config", '{"method": "ngram"}')
+    if settings is not None:
+        if args.speculative_method is not None or args.speculative_model is not None:
+            raise ValueError("--speculative-config holds the whole setting (vLLM's flag): give it alone, without "
+                             "--speculative-method / --speculative-model / --num-speculative-tokens")
+        return from_vllm(settings, "--speculative-config")
+    if args.speculative_method is None:
         return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"--limit-mm-per-prompt must be a JSON object, got {text!r} ({error})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"--limit-mm-per-prompt must be a JSON object such as '{{\"image\": 2}}', got {text!r}")
-    return value
+    return SpeculativeConfig(method=args.speculative_method, draft_model=args.speculative_model,
+                             num_speculative_tokens=args.num_speculative_tokens)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -121,6 +134,9 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--speculative-model DIR goes with --speculative-method draft or eagle, and only with them")
     if args.speculative_model is not None:
         validation.model_dir(args.speculative_model, "--speculative-model")
+    speculative = speculative_config(args)
+    if args.speculative_config is not None and speculative.draft_model is not None:
+        validation.model_dir(speculative.draft_model, "--speculative-config's model")
     if args.model is not None:  # before the port is bound: a wrong path is one error line, nothing else
         validation.model_dir(args.model, "--model")
     if args.load_session:
@@ -177,7 +193,8 @@ def run_serve(args: argparse.Namespace) -> int:
         from jaxinfer.entrypoints.openai.shutdown import StopSignals, drain
         from jaxinfer.entrypoints.openai.startup import StartingApp, bind
     except ImportError as error:
-        raise ValueError(f"jaxinfer serve needs the serve extra ({error.name} is missing): pip install 'jaxinfer[serve]'") from None
+        raise ValueError(f"jaxinfer serve needs the serve extra ({error.name} is missing): "
+                         "pip install 'jaxinfer[serve]'") from None
     signals = StopSignals()
     signals.install()  # first: a signal from now on ends the start at once (exit 0)
     server_config = _server_config(args, "")  # the bounds' flags checked before anything is bound or loaded
@@ -216,19 +233,15 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
     """The model, loaded and (unless --skip-warmup) compiled, its progress told to `starting`, and its kwargs."""
-    from jaxinfer import LLM, SpeculativeConfig
+    from jaxinfer import LLM
 
-    speculative = None
-    if args.speculative_method is not None:
-        speculative = SpeculativeConfig(
-            method=args.speculative_method, draft_model=args.speculative_model,
-            num_speculative_tokens=args.num_speculative_tokens,
-        )
+    speculative = speculative_config(args)
     starting.phase("loading the model")
     kwargs = dict(
         model=args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
-        decode_steps=args.decode_steps, stream_interval=args.stream_interval, enable_prefix_caching=False if args.no_prefix_caching else None, speculative=speculative,
+        decode_steps=args.decode_steps, stream_interval=args.stream_interval,
+        enable_prefix_caching=False if args.no_prefix_caching else None, speculative=speculative,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization, batch_invariant=args.batch_invariant,

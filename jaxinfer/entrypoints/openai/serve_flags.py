@@ -78,6 +78,11 @@ def add_speculative_args(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--num-speculative-tokens", type=int, default=4,
                        help="drafts per sequence and step at most, 1-32, with --speculative-method "
                        "(default: %(default)s)")
+    serve.add_argument("--speculative-config", default=None,
+                       help="vLLM's flag: the whole setting as a JSON object of vLLM's speculative_config keys "
+                       "(method, model, num_speculative_tokens, prompt_lookup_max/min, suffix_decoding_*) or "
+                       "SpeculativeConfig's fields, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": "
+                       "4}'; instead of the three flags above")
 
 
 def add_bounds_args(serve: argparse.ArgumentParser) -> None:
