@@ -139,6 +139,23 @@ def _head_rows(order: tuple[int, int, int]) -> Callable[[HFLeaf], Transforms]:
     return transforms
 
 
+def _bias_head_rows(leaf: HFLeaf) -> Transforms:
+    """A bias [heads*S] -> [heads, K]: the K entries from row_offset of each head's S (as `_head_rows`' rows)."""
+    rows, first = leaf.head_dim, leaf.row_offset
+    stride = leaf.hf_shape[0] // leaf.heads
+
+    def to_hf(b: np.ndarray) -> np.ndarray:
+        raise NotImplementedError("a part of each head's bias is not written back on its own")
+
+    def hf_index(index: Index) -> Index:
+        heads, part = index
+        if (part.start, part.stop) != (0, rows):
+            raise ValueError(f"bias_head_rows leaves are read a whole head at a time, got {part}")
+        return (slice(heads.start * stride, heads.stop * stride),)
+
+    return (lambda b: b.reshape(-1, stride)[:, first : first + rows]), to_hf, hf_index
+
+
 def _interleaved(phase: int) -> Callable[[HFLeaf], Transforms]:
     """The entries phase, phase + 2, ... of the last axis (a slice of them reads their span of the stored one)."""
 
@@ -170,7 +187,7 @@ def _columns(leaf: HFLeaf) -> Transforms:
 KINDS: dict[str, Callable[[HFLeaf], Transforms]] = {
     "same": _same, "transpose": _transpose, "in_heads": _in_heads, "out_heads": _out_heads, "bias_heads": _bias_heads,
     "head_rows": _head_rows((0, 1, 2)), "head_rows_transposed": _head_rows((0, 2, 1)),
-    "in_head_rows": _head_rows((2, 0, 1)),
+    "in_head_rows": _head_rows((2, 0, 1)), "bias_head_rows": _bias_head_rows,
     "even_columns": _interleaved(0), "odd_columns": _interleaved(1), "columns": _columns,
 }
 
@@ -194,10 +211,10 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     out["embed"] = HFTensor(embed, *same, (V, D), per_layer=False)
     out["final_norm"] = HFTensor(final_norm, *same, (D,), per_layer=False)
     if cfg.norm_bias:
-        out["final_norm_bias"] = HFTensor("model.norm.bias", *same, (D,), per_layer=False)
+        out["final_norm_bias"] = HFTensor(final_norm.removesuffix("weight") + "bias", *same, (D,), per_layer=False)
     if not cfg.tie_word_embeddings:
-        out["lm_head"] = HFTensor("lm_head.weight", (lambda w: w.T), (lambda w: w.T), (lambda i: i[::-1]), (V, D),
-                                  per_layer=False)
+        out["lm_head"] = HFTensor(family.head_name + ".weight", (lambda w: w.T), (lambda w: w.T), (lambda i: i[::-1]),
+                                  (V, D), per_layer=False)
     return {path: dataclasses.replace(t, name=stored_name(cfg.architecture, t.name)) for path, t in out.items()}
 
 

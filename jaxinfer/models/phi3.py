@@ -36,9 +36,10 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     }
 
 
-def _rotary_dim(hf: Mapping[str, Any], head_dim: int) -> int:
-    """Rotated dims per head from `partial_rotary_factor` (top level, or in rope_parameters)."""
-    factor = float(field(hf, "partial_rotary_factor", (hf.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0)))
+def partial_rotary_dims(hf: Mapping[str, Any], head_dim: int, default: float = 1.0) -> int:
+    """Rotated dims per head from `partial_rotary_factor` (top level, or in rope_parameters; else `default`)."""
+    nested = (hf.get("rope_parameters") or {}).get("partial_rotary_factor", default)
+    factor = float(field(hf, "partial_rotary_factor", nested))
     dims = int(head_dim * factor)
     if not 0 < factor <= 1 or dims % 2:
         raise ConfigError(f"partial_rotary_factor {factor} must be in (0, 1] and turn an even number of the "
@@ -67,7 +68,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         raise ConfigError(f"attention_bias=True is not supported for {arch} (its projections have no biases)")
     cfg = ModelConfig(
         **fields,
-        rotary_dim=_rotary_dim(hf, fields["head_dim"]),
+        rotary_dim=partial_rotary_dims(hf, fields["head_dim"]),
         activation=activation_name(hf.get("hidden_act") or "silu"),
         layer_windows=uniform_windows(hf, arch, fields["num_layers"], int(field(hf, "sliding_window", 0))),
     )

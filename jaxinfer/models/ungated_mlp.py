@@ -1,10 +1,12 @@
-"""The ungated MLP, down(act(x @ up + b_up)) + b_down, and the pre-norm layer around it (Arcee, Nemotron, StarCoder2).
+"""The ungated MLP, down(act(x @ up + b_up)) + b_down, and the pre-norm layer around it (Arcee, Nemotron, StarCoder2,
+GPT-NeoX, Phi).
 
 Arcee and Nemotron square a ReLU (`relu2`) and StarCoder2 runs GELU where Llama gates: one
 projection up, one down, so the layer has `w_up` and `w_down` and no `w_gate`. Arcee's norms are
 RMSNorms; StarCoder2's and Nemotron's LayerNorms (`cfg.layer_norm`) with biases (`cfg.norm_bias`),
 Nemotron's weights stored less 1 (`cfg.norm_weight_offset`). StarCoder2 biases both projections
-(`cfg.mlp_bias`).
+(`cfg.mlp_bias`). With `cfg.parallel_residual` attention and the MLP both read the layer's input and
+are added to it together (GPT-NeoX: each through its own norm; Phi: one norm, `mlp_norm` None).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class UngatedLayerWeights:
     wk: Weight  # [D, KV, K]
     wv: Weight  # [D, KV, K]
     wo: Weight  # [H, K, D]
-    mlp_norm: jax.Array  # [D]
+    mlp_norm: jax.Array | None  # [D]; None: the MLP reads attention's normed input (Phi's one norm)
     w_up: Weight  # [D, F]
     w_down: Weight  # [F, D]
     attn_norm_bias: jax.Array | None = None  # [D]
@@ -106,10 +108,14 @@ def decoder_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: UngatedLayerWeights, layer: int, positions: jax.Array,
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
-    """Pre-norm attention, then the pre-norm ungated MLP, each added to the residual stream."""
+    """Pre-norm attention, then the pre-norm ungated MLP, each added to the residual stream; with
+    `cfg.parallel_residual` both read x: x + attention(norm(x)) + MLP(norm'(x)) (norm' = norm without mlp_norm)."""
     layout = cache.layout
-    out, cache = self_attention(cfg, config_norm(x, lw.attn_norm, lw.attn_norm_bias, cfg), cache, lw, layer,
-                                positions, rope.for_layer(layer))
+    h = config_norm(x, lw.attn_norm, lw.attn_norm_bias, cfg)
+    out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
+    if cfg.parallel_residual:
+        mlp_in = h if lw.mlp_norm is None else config_norm(x, lw.mlp_norm, lw.mlp_norm_bias, cfg)
+        return layout.constrain(x + out + ungated_mlp(mlp_in, lw, cfg.activation), HIDDEN), cache
     x = layout.constrain(x + out, HIDDEN)
     h = ungated_mlp(config_norm(x, lw.mlp_norm, lw.mlp_norm_bias, cfg), lw, cfg.activation)
     return layout.constrain(x + h, HIDDEN), cache
