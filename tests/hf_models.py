@@ -194,14 +194,15 @@ ARCH_CONFIGS.update({
         transformers.Starcoder2Config,
         dict(sliding_window=16, norm_epsilon=1e-5, tie_word_embeddings=False),
     ),
-    "gpt_neox": (  # Pythia's layer: the residual in parallel, 4 of each 16-dim head's dims rotated (rotary_pct 0.25)
-        transformers.GPTNeoXConfig,  # q/k/v fused per head; LayerNorms and every projection biased; untied embed_out
-        dict(),
-    ),
-    "gpt_neox_sequential": (transformers.GPTNeoXConfig, dict(use_parallel_residual=False)),  # attention, then MLP
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         transformers.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
+    ),
+    "dots1": (  # Qwen3's attention (per-head q/k norms, q/k/v/o biases; layer 1 slides over 8 tokens) over GLM-4.5's
+        transformers.Dots1Config,  # MoE: 3 of 8 experts in the best 2 of 4 groups, not renormalised; layer 0 dense
+        dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
+             n_shared_experts=2, first_k_dense_replace=1, routed_scaling_factor=2.5, attention_bias=True,
+             sliding_window=8, max_window_layers=1),
     ),
 })
 # Llama 4: layer 0 rotary (Llama 3 scaling, adjacent pairs, q/k L2 norms) attending within chunks of 8 positions, with a
@@ -292,7 +293,7 @@ MODEL_CLASSES = {
     transformers.NemotronConfig: transformers.NemotronForCausalLM,
     transformers.Starcoder2Config: transformers.Starcoder2ForCausalLM,
     transformers.MiniMaxM2Config: transformers.MiniMaxM2ForCausalLM,
-    transformers.GPTNeoXConfig: transformers.GPTNeoXForCausalLM,
+    transformers.Dots1Config: transformers.Dots1ForCausalLM,
     transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,

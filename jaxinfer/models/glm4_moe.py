@@ -101,16 +101,31 @@ def decoder_layer(cfg: ModelConfig, x, cache, lw, layer: int, positions, rope: R
     return pre_norm_layer(cfg, x, cache, lw, layer, positions, rope, lambda h, layout: moe_block(h, lw, cfg, layout))
 
 
+def routing_fields(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """The MoE fields of a GLM-4.5-style config (its defaults filled in): routed and shared experts, DeepSeek-V3's
+    grouping and scaling, and the first `first_k_dense_replace` layers dense (dots.llm1, Solar Open and Sarvam-MoE
+    read theirs here too)."""
+    moe = moe_fields(hf, "n_routed_experts", int(hf["moe_intermediate_size"]), experts=128, per_token=8)
+    shared = int(hf["n_shared_experts"])
+    if shared < 1:
+        raise ConfigError(f"n_shared_experts {shared} must be >= 1 (every released checkpoint has a shared expert)")
+    groups, groups_per_token = int(hf["n_group"]), int(hf["topk_group"])
+    check_groups(moe["num_experts"], groups, groups_per_token, moe["experts_per_token"])
+    return dict(
+        norm_topk_prob=bool(hf["norm_topk_prob"]),
+        dense_layers=tuple(range(min(int(hf["first_k_dense_replace"]), num_layers))),
+        shared_expert_intermediate_size=shared * moe["moe_intermediate_size"],
+        expert_groups=groups,
+        expert_groups_per_token=groups_per_token,
+        routed_scaling_factor=float(hf["routed_scaling_factor"]),
+        **moe,
+    )
+
+
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a GLM-4.5 / GLM-4.6 HF config (fields it leaves out or nulls take Glm4MoeConfig's defaults)."""
     hf = {**HF_DEFAULTS, **{key: value for key, value in hf.items() if value is not None}}
     fields = common_fields(hf, arch)
-    moe = moe_fields(hf, "n_routed_experts", int(hf["moe_intermediate_size"]), experts=128, per_token=8)
-    shared = int(hf["n_shared_experts"])
-    if shared < 1:
-        raise ConfigError(f"n_shared_experts {shared} must be >= 1 (every released {arch} has a shared expert)")
-    groups, groups_per_token = int(hf["n_group"]), int(hf["topk_group"])
-    check_groups(moe["num_experts"], groups, groups_per_token, moe["experts_per_token"])
     bias = bool(hf["attention_bias"])
     return ModelConfig(
         **fields,
@@ -119,14 +134,8 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         qk_norm=bool(hf["use_qk_norm"]),
         activation=activation_name(hf.get("hidden_act") or "silu"),
         layer_windows=uniform_windows(hf, arch, fields["num_layers"], 0),
-        norm_topk_prob=bool(hf["norm_topk_prob"]),
-        dense_layers=tuple(range(min(int(hf["first_k_dense_replace"]), fields["num_layers"]))),
-        shared_expert_intermediate_size=shared * moe["moe_intermediate_size"],
-        expert_groups=groups,
-        expert_groups_per_token=groups_per_token,
-        routed_scaling_factor=float(hf["routed_scaling_factor"]),
         mtp_layers=int(field(hf, "num_nextn_predict_layers", field(hf, "num_mtp_layers", 1))),
-        **moe,
+        **routing_fields(hf, fields["num_layers"]),
     )
 
 

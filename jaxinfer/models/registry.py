@@ -21,6 +21,7 @@ from jaxinfer.models.base_models import causal_architecture, pools_only
 from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
+from jaxinfer.models.dots1 import FAMILY as DOTS1
 from jaxinfer.models.ernie4_5 import FAMILY as ERNIE4_5
 from jaxinfer.models.ernie4_5_moe import FAMILY as ERNIE4_5_MOE
 from jaxinfer.models.exaone4 import FAMILY as EXAONE4
@@ -31,7 +32,6 @@ from jaxinfer.models.gemma4 import FAMILY as GEMMA4
 from jaxinfer.models.glm import FAMILY as GLM
 from jaxinfer.models.glm4 import FAMILY as GLM4
 from jaxinfer.models.glm4_moe import FAMILY as GLM4_MOE
-from jaxinfer.models.gpt_neox import FAMILY as GPT_NEOX
 from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
@@ -67,7 +67,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
-                                FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GPT_NEOX)
+                                FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,
+                                DOTS1)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
