@@ -194,6 +194,11 @@ ARCH_CONFIGS.update({
         transformers.Starcoder2Config,
         dict(sliding_window=16, norm_epsilon=1e-5, tie_word_embeddings=False),
     ),
+    "gpt_neox": (  # Pythia's layer: the residual in parallel, 4 of each 16-dim head's dims rotated (rotary_pct 0.25)
+        transformers.GPTNeoXConfig,  # q/k/v fused per head; LayerNorms and every projection biased; untied embed_out
+        dict(),
+    ),
+    "gpt_neox_sequential": (transformers.GPTNeoXConfig, dict(use_parallel_residual=False)),  # attention, then MLP
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         transformers.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
@@ -294,6 +299,7 @@ MODEL_CLASSES = {
     transformers.Starcoder2Config: transformers.Starcoder2ForCausalLM,
     transformers.MiniMaxM2Config: transformers.MiniMaxM2ForCausalLM,
     transformers.Dots1Config: transformers.Dots1ForCausalLM,
+    transformers.GPTNeoXConfig: transformers.GPTNeoXForCausalLM,
     transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
