@@ -199,6 +199,10 @@ ARCH_CONFIGS.update({
         dict(),
     ),
     "gpt_neox_sequential": (transformers.GPTNeoXConfig, dict(use_parallel_residual=False)),  # attention, then MLP
+    "phi": (  # Phi-2's layer (one LayerNorm feeding attention and the MLP in parallel), 6 of each 16-dim head's dims
+        transformers.PhiConfig,  # rotated (Phi-2's 0.4); q/k LayerNorms (qk_layernorm) with biases; lm_head biased
+        dict(qk_layernorm=True, partial_rotary_factor=0.4, layer_norm_eps=1e-5, pad_token_id=0),
+    ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         transformers.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
@@ -300,6 +304,7 @@ MODEL_CLASSES = {
     transformers.MiniMaxM2Config: transformers.MiniMaxM2ForCausalLM,
     transformers.Dots1Config: transformers.Dots1ForCausalLM,
     transformers.GPTNeoXConfig: transformers.GPTNeoXForCausalLM,
+    transformers.PhiConfig: transformers.PhiForCausalLM,
     transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,

@@ -215,6 +215,8 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     if not cfg.tie_word_embeddings:
         out["lm_head"] = HFTensor(family.head_name + ".weight", (lambda w: w.T), (lambda w: w.T), (lambda i: i[::-1]),
                                   (V, D), per_layer=False)
+    if cfg.lm_head_bias:
+        out["lm_head_bias"] = HFTensor(family.head_name + ".bias", *same, (V,), per_layer=False)
     return {path: dataclasses.replace(t, name=stored_name(cfg.architecture, t.name)) for path, t in out.items()}
 
 

@@ -21,7 +21,8 @@ from jaxinfer.config.state_space import StateSpace
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn", "proportional")
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
 # families read it as the tanh approximation themselves).
-SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu2": "relu2"}
+SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu2": "relu2",
+                         "gelu_new": "gelu_tanh"}  # gelu_new: GPT-2's and Phi's name for the tanh approximation
 # relu2: relu(x) ** 2 (Arcee, Nemotron); xielu: Apertus' own MLP (models/xielu.py), set by it alone
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "xielu")
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -112,6 +113,7 @@ class ModelConfig:
     o_bias: bool = False
     mlp_bias: bool = False  # StarCoder2: biases on the ungated MLP's two projections
     parallel_residual: bool = False  # GPT-NeoX, Phi: x + attention(norm(x)) + MLP(norm'(x)), not one after the other
+    lm_head_bias: bool = False  # Phi: the output head adds a bias [V]
     qk_norm: bool = False
     qk_norm_whole: bool = False  # the q/k norms span all heads' dims at once (OLMo 2), not one head's
     qk_l2_norm: bool = False  # Llama 4: rotary layers' q and k RMS-normalised without a weight, after the rotation

@@ -41,6 +41,7 @@ class Weights:
     final_norm: jax.Array  # [D]
     lm_head: Weight | None = None  # [D, V]
     final_norm_bias: jax.Array | None = None  # [D]: StarCoder2's, Nemotron's final LayerNorm bias
+    lm_head_bias: jax.Array | None = None  # [V]: Phi's output head bias
     logit_soft_cap: float | None = dataclasses.field(default=None, metadata=dict(static=True))
     logits_scaling: float = dataclasses.field(default=1.0, metadata=dict(static=True))
 
@@ -56,6 +57,7 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
         final_norm=ArrayInfo((D,), ("embed",), init_value=norm),
         lm_head=None if cfg.tie_word_embeddings else ArrayInfo((D, V), ("embed", "vocab")),
         final_norm_bias=ArrayInfo((D,), ("embed",)) if cfg.norm_bias else None,
+        lm_head_bias=ArrayInfo((V,), ("vocab",)) if cfg.lm_head_bias else None,
         logit_soft_cap=cfg.final_soft_cap,
         logits_scaling=cfg.logits_scaling,
     )
@@ -104,12 +106,14 @@ def forward_with_taps(
 
 
 def lm_logits(weights: Weights, hidden: jax.Array) -> jax.Array:
-    """Float32 next-token logits [..., V] from final hidden states [..., D] (scaled and soft-capped where the
-    model says)."""
+    """Float32 next-token logits [..., V] from final hidden states [..., D] (biased, scaled and soft-capped where
+    the model says)."""
     if weights.lm_head is None:
         logits = linear_transposed(hidden, weights.embed)
     else:
         logits = linear(hidden, weights.lm_head, out_dtype=jnp.float32)
+    if weights.lm_head_bias is not None:
+        logits = logits + weights.lm_head_bias.astype(jnp.float32)
     if weights.logits_scaling != 1.0:
         logits = logits / weights.logits_scaling
     cap = weights.logit_soft_cap

@@ -50,6 +50,7 @@ from jaxinfer.models.nemotron import FAMILY as NEMOTRON
 from jaxinfer.models.nemotron_h import FAMILY as NEMOTRON_H
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
 from jaxinfer.models.olmoe import FAMILY as OLMOE
+from jaxinfer.models.phi import FAMILY as PHI
 from jaxinfer.models.phi3 import FAMILY as PHI3
 from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen2_vl import ARCHITECTURES as QWEN2_VL
@@ -69,7 +70,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,
-                                DOTS1, GPT_NEOX)
+                                DOTS1, GPT_NEOX, PHI)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.

@@ -2,8 +2,9 @@
 embeddings, the cache write, attention over the cache and the output projection.
 
 Layer weights are duck-typed: any dataclass with the fields `wq wk wv wo` and the optional
-`bq bk bv bo q_norm k_norm`, `sinks` where the config has attention sinks (GPT-OSS), and `attn_gate` [D, H, K]
-where the attention output is gated per head and dim by sigmoid(h @ attn_gate) before wo (Qwen3-Next).
+`bq bk bv bo q_norm k_norm` (`q_norm_bias k_norm_bias`: Phi's q/k LayerNorms'), `sinks` where the config has
+attention sinks (GPT-OSS), and `attn_gate` [D, H, K] where the attention output is gated per head and dim by
+sigmoid(h @ attn_gate) before wo (Qwen3-Next).
 """
 
 from __future__ import annotations
@@ -37,18 +38,20 @@ def project_qkv(
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
     if lw.q_norm is not None:
-        q, k = qk_norm(q, lw.q_norm, cfg), qk_norm(k, lw.k_norm, cfg)
+        q = qk_norm(q, lw.q_norm, cfg, getattr(lw, "q_norm_bias", None))
+        k = qk_norm(k, lw.k_norm, cfg, getattr(lw, "k_norm_bias", None))
     if rope is None:  # a NoPE layer (SmolLM3): positions reach it only through the causal mask
         return q, k, v
     cos, sin = rope
     return apply_rope(q, cos, sin, cfg.rope_interleaved), apply_rope(k, cos, sin, cfg.rope_interleaved), v
 
 
-def qk_norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig) -> jax.Array:
+def qk_norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig, bias: jax.Array | None = None) -> jax.Array:
     """q or k [B, T, heads, K] normed per head: RMSNorm with one [K] weight, or over all heads' dims at once
-    (`cfg.qk_norm_whole`, OLMo 2), or Cohere's LayerNorm (`cfg.layer_norm`) with a weight per head and dim."""
+    (`cfg.qk_norm_whole`, OLMo 2), or a LayerNorm (`cfg.layer_norm`): Cohere's with a weight per head and dim,
+    Phi's with one [K] weight and bias every head shares."""
     if cfg.layer_norm:
-        return layer_norm(x, weight, cfg.rms_norm_eps)
+        return layer_norm(x, weight, cfg.rms_norm_eps, bias)
     norm = whole_heads_norm if cfg.qk_norm_whole else rms_norm
     return norm(x, weight, cfg.rms_norm_eps, cfg.norm_weight_offset)
 

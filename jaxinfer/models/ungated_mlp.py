@@ -48,8 +48,10 @@ class UngatedLayerWeights:
     bk: jax.Array | None = None  # [KV, K]
     bv: jax.Array | None = None  # [KV, K]
     bo: jax.Array | None = None  # [D]
-    q_norm: None = None  # self_attention's optional fields; these families have no q/k norms
-    k_norm: None = None
+    q_norm: jax.Array | None = None  # [K]: Phi's q/k LayerNorms (qk_layernorm), one head's dims, with biases
+    k_norm: jax.Array | None = None  # [K]
+    q_norm_bias: jax.Array | None = None  # [K]
+    k_norm_bias: jax.Array | None = None  # [K]
 
     PROJECTIONS: ClassVar[dict[str, int]] = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "w_up": 1, "w_down": 1}
     JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("wq", "wk", "wv"),)
