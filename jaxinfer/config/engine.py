@@ -43,6 +43,9 @@ class EngineConfig:
     # GiB of host memory keeping prefix pages the device pool evicts (vLLM's kv_offloading_size): a later
     # prompt that starts with them copies them back instead of recomputing. None or 0: off.
     kv_offloading_size: float | None = None
+    # vLLM's engine seed: requests that give no seed draw theirs from one stream seeded by it, so sampled
+    # outputs repeat from run to run (`engine/request_seeds`). None: a fresh random seed per request.
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens", "max_prefill_seqs", "decode_steps",
@@ -52,6 +55,8 @@ class EngineConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"seed must be an integer >= 0 or None (a random seed per request), got {self.seed!r}")
         if self.page_size < 1 or self.page_size & (self.page_size - 1):
             raise ValueError(f"page_size must be a power of two, got {self.page_size!r}")
         if self.num_pages is not None and (not isinstance(self.num_pages, int) or self.num_pages < 2):

@@ -28,6 +28,7 @@ from jaxinfer.engine.output_processor import catch_up_text, delta_output
 from jaxinfer.engine.outputs import RequestOutput
 from jaxinfer.engine.prompt_checks import check_audio, check_logit_bias, check_prompt, check_stop_ids, encode_prompt
 from jaxinfer.engine.request import Request
+from jaxinfer.engine.request_seeds import RequestSeeds
 from jaxinfer.engine.scheduler import Scheduler, SchedulerConfig
 from jaxinfer.engine.spec_counters import zero_counts
 from jaxinfer.engine.speculation import EngineDraft, Speculator
@@ -66,6 +67,7 @@ class LLMEngine(StepCalls):
         self.draft_spec = draft
         self.speculator = None if speculative is None else Speculator(speculative, draft)
         self.default_params = default_params or SamplingParams()
+        self.seeds = RequestSeeds(config.seed, runner.shared_seed)  # for requests that give none
         self.model_identity = model_identity
         num_pages = runner.allocate(self._profile_steps)
         # The prefix cache's host tier (KV offloading): evicted pages' K/V, copied back on a later hit.
@@ -128,12 +130,12 @@ class LLMEngine(StepCalls):
         images = self._checked_images(images, ids, params)
         group: list[Request] = []
         for i in range(params.n):
-            seed = (params.seed + i) % 2**63 if params.seed is not None else self.runner.shared_seed()
+            seed = (params.seed + i) % 2**63 if params.seed is not None else self.seeds()
             request = Request(
                 request_id, i, prompt if isinstance(prompt, str) else None, ids, params, seed, stop_ids,
                 leader=group[0] if group else None,
                 detokenizer=None if self.tokenizer is None else Detokenizer(self.tokenizer, params.skip_special_tokens),
-                grammar=self.structured.start(params),  # compiled (cached) here: a bad constraint raises before queueing
+                grammar=self.structured.start(params),  # compiled (cached) here: bad constraints raise before queueing
                 streamed=streamed, adapter=adapter, images=images, audio=audio,
             )
             if self.speculator is not None:

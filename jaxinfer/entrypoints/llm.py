@@ -51,6 +51,7 @@ from jaxinfer.entrypoints.pooling import (
 )
 from jaxinfer.entrypoints.prompt_embeds import enabled_setting
 from jaxinfer.entrypoints.state_settings import check_offloading, check_speculation, prefix_caching_setting
+from jaxinfer.entrypoints.vllm_arguments import vllm_arguments
 from jaxinfer.entrypoints.weight_updates import WeightCalls
 from jaxinfer.models import Weights, unpack_for_cpu
 from jaxinfer.models.encoder import EncoderWeights
@@ -74,40 +75,40 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     """A loaded model: `generate` for batches, `chat` for conversations, `stream` for outputs as they are
     produced (`stream_text` for their text), `logits` for research.
 
-    The engine knobs follow vLLM: max_num_seqs (sequences per step), max_num_batched_tokens
-    (tokens per step; longer prompts are prefilled in chunks), max_prefill_seqs (prompts
-    prefilled per step; None: as many as the other two allow), num_pages or
-    gpu_memory_utilization (the KV pool; on a GPU or TPU by default what 0.9 of the device's memory
-    leaves after the weights and a step's activations), page_size, enable_prefix_caching (None: on, but off
-    for a model with Mamba2 state layers, which refuse True), decode_steps (decode steps one device call
-    may run when no request is waiting) and stream_interval (vLLM's
-    name: the most of them while a streamed request, `stream` or a server stream, is in the batch;
-    None paces them so its tokens arrive at least every 50 ms). overlap_outputs (default True) has the
-    engine start each device call before it turns the previous call's tokens into outputs, so the
-    device works while the host does (vLLM's asynchronous output processing); async_scheduling
-    (default True, with it) starts a multi-step decode call before the one ahead of it lands, on the
-    tokens the device carries, so the device does not wait for the host between them. KV memory is held
-    until `close()` (or the end of a `with LLM(...)` block) frees every cache; the object keeps
-    working after it, re-making the caches on the next call. cpu_kernels (None: auto) picks the native
-    CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a directory)
-    keeps compiled programs across processes. quantization ("int8", "int4", "fp8") quantizes the
-    projections at load; quantize_lm_head=True quantizes the output head too (for a tied head a
-    quantized copy: `weights` keeps the tie). quantized_kernel (None: on for one GPU) runs bf16
-    int8/int4 decode products through a Triton kernel that reads the stored values in place.
-    tensor_parallel_size splits heads, the MLP and the vocabulary over that many devices and
-    data_parallel_size splits the batch and expert_parallel_size a mixture-of-experts model's experts (see
-    `jaxinfer.parallel.sharding`); with jax.distributed
-    initialized the devices may span processes. max_seq_len (vLLM's name: max_model_len) is
-    the longest prompt + completion. batch_invariant=True makes a request's tokens and logprobs
-    bitwise the same whatever shares its steps (CPU only so far, slower: docs/engine.md).
-    runner (vLLM's): "pooling" starts an embedding model (`embed`, `score`; pooler_config, vLLM's, sets its
-    pooling) or a `*ForSequenceClassification` one (`classify`, `score`), "generate" a generation model,
-    "auto" pooling for a model saved without an output head. enable_prompt_embeds=True (vLLM's): `generate`
-    and `beam_search` take {"prompt_embeds": [L, hidden_size] tensor} prompts (docs/multimodal.md).
-    kv_offloading_size (vLLM's): GiB of host memory keeping the prefix pages the KV pool evicts, copied back
-    when a later prompt starts with them (None or 0: off; docs/engine.md). speculative takes a
-    SpeculativeConfig or a dict of its fields or vLLM's keys; speculative_config is vLLM's name for it
-    (`speculative.vllm_config`: {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}).
+    The engine knobs follow vLLM: max_num_seqs (sequences per step), max_num_batched_tokens (tokens per step;
+    longer prompts are prefilled in chunks), max_prefill_seqs (prompts prefilled per step; None: as many as the
+    other two allow), num_pages or gpu_memory_utilization (the KV pool; on a GPU or TPU by default what 0.9 of
+    the device's memory leaves after the weights and a step's activations), page_size (vLLM's block_size; None:
+    16), enable_prefix_caching (None: on, but off for a model with Mamba2 state layers, which refuse True),
+    decode_steps (decode steps one device call may run when no request is waiting) and stream_interval (vLLM's
+    name: the most of them while a streamed request, `stream` or a server stream, is in the batch; None paces
+    them so its tokens arrive at least every 50 ms). overlap_outputs (default True) has the engine start each
+    device call before it turns the previous call's tokens into outputs, so the device works while the host
+    does (vLLM's asynchronous output processing); async_scheduling (default True, with it) starts a multi-step
+    decode call before the one ahead of it lands, on the tokens the device carries, so the device does not wait
+    for the host between them. KV memory is held until `close()` (or the end of a `with LLM(...)` block) frees
+    every cache; the object keeps working after it, re-making the caches on the next call. cpu_kernels (None:
+    auto) picks the native CPU kernels; compile_cache (None: on unless JAXINFER_COMPILE_CACHE=0, or a
+    directory) keeps compiled programs across processes. quantization ("int8", "int4", "fp8") quantizes the
+    projections at load; quantize_lm_head=True quantizes the output head too (for a tied head a quantized copy:
+    `weights` keeps the tie). quantized_kernel (None: on for one GPU) runs bf16 int8/int4 decode products
+    through a Triton kernel that reads the stored values in place. tensor_parallel_size splits heads, the MLP
+    and the vocabulary over that many devices and data_parallel_size splits the batch and expert_parallel_size
+    a mixture-of-experts model's experts (see `jaxinfer.parallel.sharding`); with jax.distributed initialized
+    the devices may span processes. max_seq_len (vLLM's name: max_model_len) is the longest prompt +
+    completion. batch_invariant=True makes a request's tokens and logprobs bitwise the same whatever shares its
+    steps (CPU only so far, slower: docs/engine.md). runner (vLLM's): "pooling" starts an embedding model
+    (`embed`, `score`; pooler_config, vLLM's, sets its pooling) or a `*ForSequenceClassification` one
+    (`classify`, `score`), "generate" a generation model, "auto" pooling for a model saved without an output
+    head. enable_prompt_embeds=True (vLLM's): `generate` and `beam_search` take {"prompt_embeds": [L,
+    hidden_size] tensor} prompts (docs/multimodal.md). kv_offloading_size (vLLM's): GiB of host memory keeping
+    the prefix pages the KV pool evicts, copied back when a later prompt starts with them (None or 0: off;
+    docs/engine.md). speculative takes a SpeculativeConfig or a dict of its fields or vLLM's keys;
+    speculative_config is vLLM's name for it (`speculative.vllm_config`). seed (vLLM's): requests that give no
+    seed draw theirs from a stream it seeds, so sampled outputs repeat from run to run (None: random).
+    tokenizer (vLLM's): a directory to read the tokenizer from instead of the model's. Other vLLM arguments
+    (`entrypoints.vllm_arguments`: trust_remote_code, enforce_eager=False, swap_space, ...) are taken where
+    they change nothing here and refused by name where they would.
     """
 
     def __init__(
@@ -120,7 +121,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         max_prefill_seqs: int | None = None,
         num_pages: int | None = None,
         gpu_memory_utilization: float | None = None,
-        page_size: int = 16,
+        page_size: int | None = None,
         enable_prefix_caching: bool | None = None,
         decode_steps: int = 8,
         stream_interval: int | None = None,
@@ -150,8 +151,12 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         enable_prompt_embeds: bool = False,
         kv_offloading_size: float | None = None,
         speculative_config: SpeculativeConfig | dict | None = None,
+        seed: int | None = None,
+        tokenizer: str | Path | None = None,
+        **vllm_engine_args: Any,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
+        page_size = vllm_arguments(vllm_engine_args, dict(page_size=page_size)).get("page_size", page_size) or 16
         self.runner_type = resolve_runner(runner, self.model_dir)  # "generate" or "pooling" (entrypoints/pooling)
         pooler_config = PoolerConfig.of(pooler_config)
         if self.runner_type == "pooling":
@@ -164,7 +169,8 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         speculative = speculative_setting(speculative, speculative_config)
         enable_prompt_embeds = enabled_setting(enable_prompt_embeds, speculative)
         self.dtype = resolve_dtype(dtype, self.model_dir)
-        tokenizer = load_tokenizer_beside(self.model_dir)
+        tokenizer = load_tokenizer_beside(self.model_dir if tokenizer is None else
+                                          validation.model_dir(tokenizer, "tokenizer"))
         encoder = is_encoder_dir(self.model_dir)  # BERT, RoBERTa, XLM-R: pooled passes only (encoder_loading)
         self._load_weights(encoder, dict(
             quantization=quantization, quantize_lm_head=quantize_lm_head, tensor_parallel_size=tensor_parallel_size,
@@ -190,7 +196,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
             enable_prefix_caching=prefix_caching_setting(enable_prefix_caching, self.config),
             decode_steps=decode_steps,
             stream_interval=stream_interval, overlap_outputs=overlap_outputs, async_scheduling=async_scheduling,
-            kv_offloading_size=check_offloading(kv_offloading_size, self.config),
+            kv_offloading_size=check_offloading(kv_offloading_size, self.config), seed=seed,
         )
         check_speculation(speculative, self.config)
         if speculative is not None and speculative.method == "mtp":

@@ -1,0 +1,67 @@
+"""vLLM's LLM(...) arguments: seed (sampled outputs repeat from run to run), tokenizer (read from another
+directory), block_size (page_size's name), and the rest taken where they change nothing and refused by name
+where they would."""
+
+from __future__ import annotations
+
+import pytest
+from engine_knobs import ENGINE
+
+from jaxinfer import LLM, SamplingParams
+from jaxinfer.engine.request_seeds import RequestSeeds
+from jaxinfer.entrypoints.vllm_arguments import vllm_arguments
+
+SAMPLED = SamplingParams(max_tokens=12, temperature=1.0, ignore_eos=True)
+
+
+def test_inert_arguments_pass_and_block_size_is_page_size():
+    given = dict(trust_remote_code=True, enforce_eager=False, swap_space=4, disable_log_stats=True, revision=None,
+                 enable_chunked_prefill=True, pipeline_parallel_size=1, block_size=32, max_seq_len_to_capture=8192)
+    assert vllm_arguments(given, dict(page_size=None)) == {"page_size": 32}
+    assert vllm_arguments({"block_size": 16}, dict(page_size=16)) == {"page_size": 16}
+    with pytest.raises(ValueError, match="block_size=32 and page_size=16 disagree; block_size is vLLM's name"):
+        vllm_arguments({"block_size": 32}, dict(page_size=16))
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("enforce_eager", True, "enforce_eager=True is not served (every step is a compiled XLA program"),
+    ("pipeline_parallel_size", 2, "pipeline_parallel_size=2 is not served (models split over a jax mesh by "
+                                  "tensor_parallel_size"),
+    ("revision", "main", "revision='main' is not served (there is no model hub here"),
+    ("cpu_offload_gb", 4, "cpu_offload_gb=4 is not served (weights stay on the devices; kv_offloading_size"),
+    ("enable_chunked_prefill", False, "enable_chunked_prefill=False is not served (prompts are always prefilled"),
+    ("swap_space", "4GB", "swap_space='4GB' is not served (preempted requests are recomputed"),
+])
+def test_values_that_would_change_something_are_refused_by_name(name, value, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        vllm_arguments({name: value}, {})
+
+
+def test_unknown_names_are_a_type_error_with_the_closest_name():
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_num_seq'; did you mean 'max_num_seqs'"):
+        vllm_arguments({"max_num_seq": 8}, dict(max_num_seqs=64))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'frobnicate'$"):
+        vllm_arguments({"frobnicate": 1}, {})
+
+
+def test_request_seeds_repeat_for_one_seed_and_are_fresh_without_one():
+    first, again = RequestSeeds(7, lambda: 0), RequestSeeds(7, lambda: 0)
+    drawn = [first() for _ in range(4)]
+    assert drawn == [again() for _ in range(4)] and len(set(drawn)) == 4
+    assert all(0 <= s < 2**63 for s in drawn)
+    assert [RequestSeeds(None, lambda: 5)() for _ in range(2)] == [5, 5]
+
+
+def test_seed_repeats_sampled_outputs_and_tokenizer_reads_another_directory(text_model_dir, tmp_path):
+    weights_only = tmp_path / "weights"
+    weights_only.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (weights_only / name).symlink_to(text_model_dir / name)
+    runs = []
+    for _ in range(2):
+        llm = LLM(weights_only, tokenizer=text_model_dir, seed=7, trust_remote_code=True, **ENGINE)
+        runs.append([llm.generate("a b c", SAMPLED)[0].outputs[0].text for _ in range(2)])
+    assert runs[0] == runs[1]  # the same engine seed: the same samples, call after call
+    assert runs[0][0] != runs[0][1]  # each request its own seed from the stream
+    with pytest.raises(ValueError, match="seed must be an integer >= 0 or None"):
+        LLM(weights_only, tokenizer=text_model_dir, seed=-1, **ENGINE)
