@@ -244,6 +244,25 @@ ARCH_CONFIGS.update({
                                   original_max_position_embeddings=128)),
     ),
 })
+# GLM-4.7-Flash: DeepSeek-V3's layer under GLM's config (layer 0 dense by mlp_layer_types' default; 3 of 8 experts in
+# the best 2 of 4 groups by sigmoid score + correction bias; 2 shared experts; plain rope in adjacent pairs).
+# Mistral 4: V3's layer with its softmax router (2 of 8 experts in the best of 2 groups, renormalised, scaled) and
+# Llama 4's query temperature (up every 16 positions, beta 0.5); YaRN x4 over those 16.
+ARCH_CONFIGS.update({
+    "glm4_moe_lite": (
+        transformers.Glm4MoeLiteConfig,
+        dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
+             n_shared_experts=2, routed_scaling_factor=1.8, rope_parameters=dict(rope_type="default", rope_theta=1e4)),
+    ),
+    "mistral4": (
+        transformers.Mistral4Config,
+        dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=2,
+             n_shared_experts=1, routed_scaling_factor=1.5,
+             rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0, original_max_position_embeddings=16,
+                                  beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0,
+                                  llama_4_scaling_beta=0.5, partial_rotary_factor=0.5)),
+    ),
+})
 # Tested in their own modules, not by every parametrized family test (whose ~6 runs per family would cost a minute).
 # Gemma 4 (test_gemma4): sliding layers (head_dim 8, 2 kv heads, window 8) and global ones (head_dim 16, 1 kv head,
 # values = keys, proportional rope on a quarter of the dims); layers 2-3 read layers 0-1's K/V (their MLPs
@@ -308,6 +327,8 @@ MODEL_CLASSES = {
     transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
+    transformers.Glm4MoeLiteConfig: transformers.Glm4MoeLiteForCausalLM,
+    transformers.Mistral4Config: transformers.Mistral4ForCausalLM,
 }
 
 

@@ -16,12 +16,15 @@ as transformers keeps them, and route float32 rows:
 
 Multi-token-prediction layers stored after the decoder's (`num_nextn_predict_layers`) are skipped by the decoder;
 V3's first drafts for speculative decoding (`speculative.mtp`, method "mtp").
+
+GLM-4.7-Flash (`models.glm4_moe_lite`) and Mistral 4 (`models.mistral4`) run this layer: the first with V3's
+routing (`correction`), the second with its own router (`router`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -108,14 +111,20 @@ class DeepseekMoELayerWeights(LatentAttentionLayer):
     EXPERTS: ClassVar[tuple[str, ...]] = ("moe_gate", "moe_up", "moe_down")
 
 
-def abstract_layer(cfg: ModelConfig, layer: int) -> Any:
-    """One layer's leaves as ArrayInfos: a dense MLP in `dense_layers`, routed and shared experts elsewhere."""
+def _corrected(cfg: ModelConfig, correction: bool | None) -> bool:
+    """Whether the MoE layers hold e_score_correction_bias: `correction`, or where None V3's do."""
+    return cfg.architecture == V3 if correction is None else correction
+
+
+def abstract_layer(cfg: ModelConfig, layer: int, correction: bool | None = None) -> Any:
+    """One layer's leaves as ArrayInfos: a dense MLP in `dense_layers`, routed and shared experts elsewhere
+    (`correction`: the MoE layers hold e_score_correction_bias; None: V3's do)."""
     D, E, F = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
     attention = latent_attention_leaves(cfg)
     if not cfg.is_moe_layer(layer):
         return DeepseekLayerWeights(**attention, **mlp_leaves(D, cfg.intermediate_size))
     shared = mlp_leaves(D, cfg.shared_expert_intermediate_size)
-    correction = ArrayInfo((E,), (None,), init_value=0.0, dtype="float32") if cfg.architecture == V3 else None
+    bias = ArrayInfo((E,), (None,), init_value=0.0, dtype="float32") if _corrected(cfg, correction) else None
     return DeepseekMoELayerWeights(
         **attention,
         router=ArrayInfo((D, E), ROUTER_AXES, dtype="float32"),
@@ -123,12 +132,13 @@ def abstract_layer(cfg: ModelConfig, layer: int) -> Any:
         moe_up=ArrayInfo((E, D, F), GATE_AXES),
         moe_down=ArrayInfo((E, F, D), DOWN_AXES),
         shared_gate=shared["w_gate"], shared_up=shared["w_up"], shared_down=shared["w_down"],
-        score_correction=correction,
+        score_correction=bias,
     )
 
 
-def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
-    """Where each layer field lives (the dense MLP's fields only in dense layers, the experts' in the others)."""
+def hf_leaves(cfg: ModelConfig, correction: bool | None = None) -> dict[str, HFLeaf]:
+    """Where each layer field lives (the dense MLP's fields only in dense layers, the experts' in the others;
+    `correction` as abstract_layer's)."""
     D, E, mlp = cfg.hidden_size, cfg.num_experts, "model.layers.{i}.mlp."
     shared = mlp_hf_leaves(D, cfg.shared_expert_intermediate_size, mlp + "shared_experts.")
     leaves = {
@@ -140,36 +150,46 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
         **experts_hf_leaves(cfg, mlp + "experts.", ("gate_proj", "up_proj", "down_proj")),
         "shared_gate": shared["w_gate"], "shared_up": shared["w_up"], "shared_down": shared["w_down"],
     }
-    if cfg.architecture == V3:
+    if _corrected(cfg, correction):
         leaves["score_correction"] = HFLeaf(mlp + "gate.e_score_correction_bias", "same", (E,))
     return leaves
 
 
-def moe_mlp(h: jax.Array, lw: DeepseekMoELayerWeights, cfg: ModelConfig, layout: Layout) -> jax.Array:
+# (router logits [N, E] float32, the layer, cfg) -> routing weights [N, k] float32 and expert ids [N, k]
+Router = Callable[[jax.Array, DeepseekMoELayerWeights, ModelConfig], tuple[jax.Array, jax.Array]]
+
+
+def route(logits: jax.Array, lw: DeepseekMoELayerWeights, cfg: ModelConfig) -> tuple[jax.Array, jax.Array]:
+    """V3's noaux_tc where the layer holds a correction bias, V2's softmax top k otherwise."""
+    choice = (cfg.experts_per_token, cfg.expert_groups, cfg.expert_groups_per_token)
+    if lw.score_correction is not None:
+        return grouped_topk(logits, lw.score_correction, *choice, cfg.norm_topk_prob, cfg.routed_scaling_factor)
+    return limited_greedy(logits, *choice, cfg.routed_scaling_factor)
+
+
+def moe_mlp(h: jax.Array, lw: DeepseekMoELayerWeights, cfg: ModelConfig, layout: Layout, router: Router = route
+            ) -> jax.Array:
     """The routed experts' output plus the shared experts' for the normed h [B, T, D], in h's dtype."""
     x2 = h.reshape(-1, h.shape[-1])
     logits = linear(x2.astype(jnp.float32), lw.router)  # float32 rows and router, as transformers computes them
-    choice = (cfg.experts_per_token, cfg.expert_groups, cfg.expert_groups_per_token)
-    if cfg.architecture == V3:
-        weights, experts = grouped_topk(logits, lw.score_correction, *choice, cfg.norm_topk_prob,
-                                        cfg.routed_scaling_factor)
-    else:
-        weights, experts = limited_greedy(logits, *choice, cfg.routed_scaling_factor)
+    weights, experts = router(logits, lw, cfg)
     routed = experts_output(x2, weights, experts, lw, layout, cfg.activation).astype(h.dtype).reshape(h.shape)
     return routed + gated_mlp(h, lw.shared_gate, lw.shared_up, lw.shared_down, cfg.activation)
 
 
 def decoder_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
+    router: Router = route,
 ) -> tuple[jax.Array, Any]:
-    """One pre-norm block: latent attention over the cache, then the dense MLP or the experts."""
+    """One pre-norm block: latent attention over the cache, then the dense MLP or the experts (routed by
+    `router`)."""
     layout = cache.layout
     h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps)
     out, cache = latent_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     x = layout.constrain(x + out, HIDDEN)
     h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
     if isinstance(lw, DeepseekMoELayerWeights):
-        mlp = moe_mlp(h, lw, cfg, layout)
+        mlp = moe_mlp(h, lw, cfg, layout, router)
     else:
         mlp = gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
     return layout.constrain(x + mlp, HIDDEN), cache
@@ -203,32 +223,65 @@ def _check_routing(hf: Mapping[str, Any], arch: str) -> None:
     if arch == V2 and hf.get("norm_topk_prob"):
         raise ConfigError(f"norm_topk_prob=True is not supported for {arch}: transformers' router never renormalises "
                           "(no released DeepSeek-V2 sets it)")
+
+
+def latent_fields(hf: Mapping[str, Any], fields: Mapping[str, Any], interleaved: bool) -> dict[str, Any]:
+    """common_fields' `fields` with MLA's: one cached row per token (num_kv_heads 1, head_dim kv_lora_rank +
+    qk_rope_head_dim), rope on the qk_rope_head_dim dims (adjacent pairs where `interleaved`), transformers'
+    softmax scale."""
     if hf.get("attention_bias"):
-        raise ConfigError(f"attention_bias=True is not supported for {arch} (no released checkpoint uses it)")
+        raise ConfigError(f"attention_bias=True is not supported for {fields['architecture']} (no released "
+                          "checkpoint uses it)")
+    mla = _latent_dims(hf)
+    return dict(
+        **{**fields, "num_kv_heads": 1, "head_dim": mla.cached_dims},
+        latent_attention=mla,
+        rotary_dim=mla.qk_rope_head_dim,
+        rope_interleaved=interleaved,
+        attn_scale=softmax_scale(mla.qk_head_dim, fields["rope_scaling"]),
+    )
 
 
-def _routing_fields(hf: Mapping[str, Any], arch: str, moe: Mapping[str, Any]) -> dict[str, Any]:
-    """The MoE fields beyond moe_fields': shared experts, groups, scaling, renormalising, dense layers."""
-    experts, k = moe["num_experts"], moe["experts_per_token"]
+def shared_experts_size(hf: Mapping[str, Any], arch: str, moe: Mapping[str, Any]) -> int:
+    """The shared experts' hidden units (n_shared_experts x moe_intermediate_size), at least one expert's."""
     shared = int(hf["n_shared_experts"])
     if shared < 1:
         raise ConfigError(f"n_shared_experts {shared} must be >= 1 (every released {arch} has shared experts)")
-    groups, groups_per_token = 1, 1
+    return shared * moe["moe_intermediate_size"]
+
+
+def grouped_fields(hf: Mapping[str, Any], arch: str, moe: Mapping[str, Any]) -> dict[str, Any]:
+    """V3's routing fields beyond moe_fields' (GLM-4.7-Flash's and Mistral 4's too): shared experts, n_group /
+    topk_group checked, routed_scaling_factor, norm_topk_prob."""
+    groups, groups_per_token = int(hf["n_group"]), int(hf["topk_group"])
+    check_groups(moe["num_experts"], groups, groups_per_token, moe["experts_per_token"])
+    return dict(
+        shared_expert_intermediate_size=shared_experts_size(hf, arch, moe),
+        expert_groups=groups,
+        expert_groups_per_token=groups_per_token,
+        routed_scaling_factor=float(hf["routed_scaling_factor"]),
+        norm_topk_prob=bool(hf["norm_topk_prob"]),
+    )
+
+
+def _routing_fields(hf: Mapping[str, Any], arch: str, moe: Mapping[str, Any]) -> dict[str, Any]:
+    """The MoE fields beyond moe_fields': shared experts, groups, scaling, renormalising."""
     if arch == V3:
-        groups, groups_per_token = int(hf["n_group"]), int(hf["topk_group"])
-        check_groups(experts, groups, groups_per_token, k)
-    elif hf["topk_method"] == "group_limited_greedy":
+        return grouped_fields(hf, arch, moe)
+    experts, k = moe["num_experts"], moe["experts_per_token"]
+    groups, groups_per_token = 1, 1
+    if hf["topk_method"] == "group_limited_greedy":
         if field(hf, "n_group") is None or field(hf, "topk_group") is None:
             raise ConfigError(f"topk_method group_limited_greedy needs n_group and topk_group (got {hf.get('n_group')}"
                               f", {hf.get('topk_group')})")
         groups, groups_per_token = int(hf["n_group"]), int(hf["topk_group"])
         check_limited_groups(experts, groups, groups_per_token, k)
     return dict(
-        shared_expert_intermediate_size=shared * moe["moe_intermediate_size"],
+        shared_expert_intermediate_size=shared_experts_size(hf, arch, moe),
         expert_groups=groups,
         expert_groups_per_token=groups_per_token,
         routed_scaling_factor=float(hf["routed_scaling_factor"]),
-        norm_topk_prob=arch == V3 and bool(hf["norm_topk_prob"]),
+        norm_topk_prob=False,
     )
 
 
@@ -241,14 +294,9 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     if field(hf, "num_experts_per_tok") is None:
         raise ConfigError(f"no num_experts_per_tok; a {arch} config sets how many experts route each token")
     fields = common_fields(hf, arch)
-    mla = _latent_dims(hf)
     moe = moe_fields(hf, "n_routed_experts", int(hf["moe_intermediate_size"]))
     return ModelConfig(
-        **{**fields, "num_kv_heads": 1, "head_dim": mla.cached_dims},
-        latent_attention=mla,
-        rotary_dim=mla.qk_rope_head_dim,
-        rope_interleaved=arch == V2 or bool(hf["rope_interleave"]),
-        attn_scale=softmax_scale(mla.qk_head_dim, fields["rope_scaling"]),
+        **latent_fields(hf, fields, arch == V2 or bool(hf["rope_interleave"])),
         activation=activation_name(hf.get("hidden_act") or "silu"),
         layer_windows=uniform_windows(hf, arch, fields["num_layers"], 0),
         dense_layers=tuple(range(min(int(hf["first_k_dense_replace"]), fields["num_layers"]))),

@@ -6,6 +6,7 @@ weights an output. The experts are split into `groups` equal groups; a group ran
 its two best biased scores, the best `groups_per_token` groups stay open, and the top k biased
 scores among their experts are chosen. Their weights are the unbiased scores, renormalised to sum
 to 1 where the model says so, times `scaling` (`routed_scaling_factor`). All in float32.
+Mistral 4 routes the same way with softmax scores and no bias (`softmax`).
 """
 
 from __future__ import annotations
@@ -18,19 +19,22 @@ from jaxinfer.config.model import ConfigError
 
 def grouped_topk(
     logits: jax.Array,  # [N, E] router logits, float32
-    correction: jax.Array,  # [E] e_score_correction_bias, float32
+    correction: jax.Array | None,  # [E] e_score_correction_bias, float32; None: choose by the scores alone
     k: int,
     groups: int,
     groups_per_token: int,
     renormalise: bool,
     scaling: float,
     epsilon: float = 1e-20,
+    softmax: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """Routing weights [N, k] (float32) and expert ids [N, k] of rows with router logits [N, E]; `epsilon` is added
-    to the sum the weights are renormalised by (transformers' 1e-20 for DeepSeek-V3 and GLM-4.5, LFM2-MoE's 1e-6)."""
+    to the sum the weights are renormalised by (transformers' 1e-20 for DeepSeek-V3 and GLM-4.5, LFM2-MoE's 1e-6);
+    `softmax`: scores are the softmax over the experts, not each logit's sigmoid (Mistral 4)."""
     rows, experts = logits.shape
-    scores = jax.nn.sigmoid(logits.astype(jnp.float32))
-    for_choice = scores + correction.astype(jnp.float32)
+    logits = logits.astype(jnp.float32)
+    scores = jax.nn.softmax(logits, axis=-1) if softmax else jax.nn.sigmoid(logits)
+    for_choice = scores if correction is None else scores + correction.astype(jnp.float32)
     grouped = for_choice.reshape(rows, groups, experts // groups)
     group_scores = jnp.sum(jax.lax.top_k(grouped, 2)[0], axis=-1)  # [N, groups]
     masked = jnp.where(best_groups(group_scores, groups_per_token)[:, :, None], grouped, -jnp.inf)

@@ -16,6 +16,8 @@ and paged caches, the native CPU kernels, the Pallas kernels where they take the
 
 Rotary embeddings turn the P rope dims only, in DeepSeek's adjacent pairs (`cfg.rope_interleaved`; DeepSeek-V3's
 `rope_interleave` false: rotate-half). The two low-rank norms take transformers' default eps, not rms_norm_eps.
+Mistral 4 scales each query by Llama 4's attention temperature (`cfg.query_scale_beta`, as Ministral 3 does):
+one factor per position on the whole query, so on the absorbed one alike.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import Weight, linear, linears
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import CosSin, apply_rope
-from jaxinfer.models.self_attention import KV_HEADS, Q_HEADS
+from jaxinfer.models.self_attention import KV_HEADS, Q_HEADS, query_temperature
 from jaxinfer.parallel.array_info import ArrayInfo
 
 LATENT_NORM_EPS = 1e-6  # q_a_layernorm and kv_a_layernorm: transformers builds them with its default eps
@@ -144,6 +146,8 @@ def latent_attention(
     cache = cache.write(layer, row, row, positions)
     q_latent = _per_head(layout.constrain(q_nope, Q_HEADS), lw.w_uk, "bthn,hrn->bthr")
     q = layout.constrain(jnp.concatenate([q_latent, q_pe], axis=-1), Q_HEADS)
+    if cfg.query_scale_beta:
+        q = q * query_temperature(positions, cfg.query_scale_beta, cfg.query_scale_period).astype(q.dtype)
     weighted = attend(q, cache, layer, positions, cfg.layer_windows[layer], scale=cfg.attn_scale)
     heads = _per_head(weighted[..., : cfg.latent_attention.kv_lora_rank], lw.w_uv, "bthr,hvr->bthv")
     return linear(layout.constrain(heads, Q_HEADS), lw.wo, contract=2), cache

@@ -28,6 +28,9 @@ from jaxinfer.models.vision_tower import (
 from jaxinfer.parallel.array_info import ArrayInfo
 
 ARCHITECTURES = ("LlavaForConditionalGeneration",)
+# Language models transformers' causal-LM map leaves out (5.24 lists Mistral4ForCausalLM for pretraining only):
+# Mistral Small 4 ships as Mistral3ForConditionalGeneration around one.
+CAUSAL_LM_UNMAPPED = {"mistral4": "Mistral4ForCausalLM"}
 STRATEGIES = ("default", "full")
 PROJECTOR_ACTIVATIONS = ("gelu", "gelu_pytorch_tanh", "gelu_new", "quick_gelu")
 
@@ -120,7 +123,7 @@ def text_hf_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     import transformers
 
     text = dict(complete_config(hf)["text_config"])
-    names = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    names = {**transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, **CAUSAL_LM_UNMAPPED}
     if text.get("model_type") not in names:
         raise ConfigError(f"text_config.model_type {text.get('model_type')!r} has no causal LM in transformers")
     text["architectures"] = [names[text["model_type"]]]

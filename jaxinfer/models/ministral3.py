@@ -32,21 +32,21 @@ DEFAULT_ROPE = dict(rope_type="yarn", rope_theta=1e6, factor=16.0, original_max_
 SCALED_ROPE_TYPES = ("yarn", "llama3")  # the types whose parameters carry original_max_position_embeddings
 
 
-def rope_parameters(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """The rope parameters transformers runs: the config's own, else Ministral3Config's (ignoring a bare
-    `rope_theta`, as transformers does)."""
+def rope_parameters(hf: Mapping[str, Any], default: Mapping[str, Any] = DEFAULT_ROPE) -> dict[str, Any]:
+    """The rope parameters transformers runs: the config's own, else `default` (Ministral3Config's; ignoring a
+    bare `rope_theta`, as transformers does)."""
     params = {**(hf.get("rope_parameters") or {}), **(hf.get("rope_scaling") or {})}
-    return params or dict(DEFAULT_ROPE)
+    return params or dict(default)
 
 
-def query_scale_beta(params: Mapping[str, Any], rope_type: str) -> float:
-    """`llama_4_scaling_beta`, checked: Ministral3Attention reads it and original_max_position_embeddings."""
+def query_scale_beta(params: Mapping[str, Any], rope_type: str, arch: str = ARCHITECTURES[0]) -> float:
+    """`llama_4_scaling_beta`, checked: `arch`'s attention reads it and original_max_position_embeddings."""
     beta = params.get("llama_4_scaling_beta")
     if isinstance(beta, bool) or not isinstance(beta, (int, float)):
-        raise ConfigError(f"rope_parameters.llama_4_scaling_beta {beta!r} is not supported: Ministral3ForCausalLM "
+        raise ConfigError(f"rope_parameters.llama_4_scaling_beta {beta!r} is not supported: {arch} "
                           "scales queries by it; give a number (0 for no scaling)")
     if rope_type not in SCALED_ROPE_TYPES:
-        raise ConfigError(f"rope type {rope_type!r} is not supported for Ministral3ForCausalLM: its query scaling "
+        raise ConfigError(f"rope type {rope_type!r} is not supported for {arch}: its query scaling "
                           f"reads original_max_position_embeddings, which only {', '.join(SCALED_ROPE_TYPES)} carry")
     return float(beta)
 

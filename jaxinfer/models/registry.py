@@ -32,6 +32,7 @@ from jaxinfer.models.gemma4 import FAMILY as GEMMA4
 from jaxinfer.models.glm import FAMILY as GLM
 from jaxinfer.models.glm4 import FAMILY as GLM4
 from jaxinfer.models.glm4_moe import FAMILY as GLM4_MOE
+from jaxinfer.models.glm4_moe_lite import FAMILY as GLM4_MOE_LITE
 from jaxinfer.models.gpt_neox import FAMILY as GPT_NEOX
 from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.granite import FAMILY as GRANITE
@@ -45,6 +46,7 @@ from jaxinfer.models.llava import text_hf_config
 from jaxinfer.models.mamba2 import FAMILY as MAMBA2
 from jaxinfer.models.minimax_m2 import FAMILY as MINIMAX_M2
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
+from jaxinfer.models.mistral4 import FAMILY as MISTRAL4
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.nemotron import FAMILY as NEMOTRON
 from jaxinfer.models.nemotron_h import FAMILY as NEMOTRON_H
@@ -70,7 +72,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,
-                                DOTS1, GPT_NEOX, PHI)
+                                DOTS1, GPT_NEOX, PHI,
+                                GLM4_MOE_LITE, MISTRAL4)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Architectures users meet that are not run, with what to use instead.
@@ -81,6 +84,9 @@ NOT_SUPPORTED = {
                             "Phi-3-mini and -medium are Phi3ForCausalLM)",
     "PhiMoEForCausalLM": "Phi-3.5-MoE (its sparsemixer routing is not supported; the MoE families are "
                          "MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM)",
+    "MistralLarge4ForConditionalGeneration": "Mistral Large 4 (its indexer layers sharing one top-k, softmax "
+                                             "scaling and vision tower are not supported; Mistral Small 4's "
+                                             "Mistral4ForCausalLM is)",
 }
 
 

@@ -1,9 +1,9 @@
-"""Multi-token-prediction (MTP) layers as a draft head: DeepSeek-V3's and GLM-4.5's `num_nextn_predict_layers`.
+"""Multi-token-prediction (MTP) layers as a draft head: DeepSeek-V3's, GLM-4.5's, GLM-4.7-Flash's.
 
 At position i the layer reads the target's final hidden state h_i (before the final norm) and the
 embedding of t_{i+1}: x = eh_proj([enorm(embed(t_{i+1})); hnorm(h_i)]), then one decoder layer of
 the target's own kind (its family's layer function: GQA + MoE for GLM-4.5, latent attention + MoE
-for DeepSeek-V3), whose output is the next step's h; shared_head.norm and shared_head.head turn it
+for DeepSeek-V3 and GLM-4.7-Flash), whose output is the next step's h; shared_head.norm and shared_head.head turn it
 into the logits of t_{i+2}. Drafting k > 1 tokens chains the one layer on its own output, as vLLM
 does. The shape is EAGLE-1's (a feature in, the next feature out), so the EAGLE rider runs it
 (`speculative.eagle` dispatches on `EagleConfig.version == MTP`).
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from jaxinfer.speculative.eagle import EagleParams
 
 # Architectures whose MTP layer is a decoder layer of their own family after the decoder's (vLLM's
-# deepseek_mtp and glm4_moe_mtp); ERNIE 4.5's `model.mtp_*` block is laid out differently.
-MTP_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM")
+# deepseek_mtp, glm4_moe_mtp and glm4_moe_lite_mtp); ERNIE 4.5's `model.mtp_*` block is laid out differently.
+MTP_ARCHITECTURES = ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM")
 
 
 @jax.tree_util.register_dataclass
