@@ -213,6 +213,15 @@ ARCH_CONFIGS.update({
              n_shared_experts=2, first_k_dense_replace=1, routed_scaling_factor=2.5, attention_bias=True,
              sliding_window=8, max_window_layers=1),
     ),
+    "hunyuan_moe": (  # q/k norms after rotary, whose base NTK-alpha scaling raises (alpha 1000: 10000 -> 1.6e7); a float32
+        transformers.HunYuanMoEV1Config,  # router: 2 of 4 experts by softmax, renormalised, beside a shared MLP
+        dict(head_dim=32, intermediate_size=32, num_experts=4, moe_topk=2, attention_bias=True,
+             rope_parameters=dict(rope_type="dynamic", factor=1.0, alpha=1000.0, rope_theta=10000.0)),
+    ),
+    "hunyuan_dense": (  # the same attention (no biases) before Llama's MLP
+        transformers.HunYuanDenseV1Config,
+        dict(head_dim=32, rope_parameters=dict(rope_type="dynamic", factor=1.0, alpha=1000.0, rope_theta=10000.0)),
+    ),
 })
 # Llama 4: layer 0 rotary (Llama 3 scaling, adjacent pairs, q/k L2 norms) attending within chunks of 8 positions, with a
 # dense MLP of 64; layer 1 NoPE over every key, queries scaled up every 4 positions, 2 of 4 experts (inputs scaled by
@@ -322,6 +331,8 @@ MODEL_CLASSES = {
     transformers.Starcoder2Config: transformers.Starcoder2ForCausalLM,
     transformers.MiniMaxM2Config: transformers.MiniMaxM2ForCausalLM,
     transformers.Dots1Config: transformers.Dots1ForCausalLM,
+    transformers.HunYuanMoEV1Config: transformers.HunYuanMoEV1ForCausalLM,
+    transformers.HunYuanDenseV1Config: transformers.HunYuanDenseV1ForCausalLM,
     transformers.GPTNeoXConfig: transformers.GPTNeoXForCausalLM,
     transformers.PhiConfig: transformers.PhiForCausalLM,
     transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,

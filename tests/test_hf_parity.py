@@ -23,9 +23,12 @@ KERNELS = [pytest.param(True, marks=[on_cpu_backend, needs_compiler], id="kernel
 # before; GLM-4.7-Flash's and Mistral 4's latent attention is DeepSeek's, whose kernels runs are tested), and their
 # kernels twins would add an MoE engine's compiles to the suite (MiniMax-M2: ~5 s).
 XLA_ONLY = ("minimax_m2", "dots1", "glm4_moe_lite", "mistral4")
+# HunYuan's attention too: its q/k norms follow the rotation, before the kernels see q and k.
+XLA_ONLY += ("hunyuan_moe",)
 # A second form of a family tested in full, checked by its float32 logits on XLA alone (~0.5 s, not ~6 s): what it
 # changes (GPT-NeoX's sequential residual) shows in them.
 LOGITS_ONLY = ("gpt_neox_sequential",)
+LOGITS_ONLY += ("hunyuan_dense",)  # HunYuan-MoE's attention before Llama's MLP
 # Families whose decoding runs another family's layer unchanged, its greedy tokens checked there: GLM-4.7-Flash's is
 # DeepSeek-V3's (test_families), so its logits are checked here but not its greedy tokens (~3 s saved).
 DECODES_AS_ANOTHER = ("glm4_moe_lite",)

@@ -45,3 +45,52 @@ def test_dots1_fields_read_as_transformers_reads_them(fields):
 def test_dots1_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**DOTS1, **fields})
+
+
+HUNYUAN = dict(SHAPE, num_key_value_heads=1, head_dim=8)
+# Hunyuan-A13B's config.json layout (transformers 4's): NTK-alpha as rope_scaling "dynamic", vLLM's per-layer lists
+HUNYUAN_A13B = dict(rope_theta=10000.0, rope_scaling=dict(type="dynamic", alpha=1000.0, factor=1.0, beta_fast=32,
+                                                          beta_slow=1, mscale=1.0, mscale_all_dim=1.0),
+                    num_experts=4, moe_topk=[2] * 4, moe_intermediate_size=[8] * 4, num_shared_expert=[1] * 4,
+                    use_mixed_mlp_moe=True, use_qk_norm=True, use_cla=False, attention_head_dim=8)
+
+
+@pytest.mark.parametrize("arch,fields", [
+    ("HunYuanDenseV1ForCausalLM", {}),
+    ("HunYuanDenseV1ForCausalLM", dict(rope_parameters=dict(rope_type="dynamic", factor=1.0, alpha=50.0,
+                                                           rope_theta=1e4), attention_bias=True)),
+    ("HunYuanMoEV1ForCausalLM", dict(num_experts=4, moe_topk=2)),
+    ("HunYuanMoEV1ForCausalLM", HUNYUAN_A13B),
+])
+def test_hunyuan_fields_read_as_transformers_reads_them(arch, fields):
+    from transformers.models.hunyuan_v1_moe.modeling_hunyuan_v1_moe import HunYuanMoEV1RotaryEmbedding
+
+    from jaxinfer.models.rope import rope_inv_freq
+
+    ours = from_hf_config({**HUNYUAN, **fields, "architectures": [arch]})
+    config_cls = transformers.HunYuanMoEV1Config if "MoE" in arch else transformers.HunYuanDenseV1Config
+    theirs = config_cls(**HUNYUAN, **fields)
+    inv_freq = HunYuanMoEV1RotaryEmbedding(theirs).inv_freq.numpy()
+    assert abs(rope_inv_freq(ours.head_dim, ours.rope_theta, ours.rope_scaling) / inv_freq - 1).max() < 1e-6
+    assert (ours.qk_norm, ours.qk_norm_after_rope, ours.qkv_bias, ours.o_bias) == (
+        True, True, theirs.attention_bias, theirs.attention_bias)
+    assert (ours.num_kv_heads, ours.head_dim, ours.rms_norm_eps, ours.max_position_embeddings) == (
+        theirs.num_key_value_heads, theirs.head_dim, theirs.rms_norm_eps, theirs.max_position_embeddings)
+    if "MoE" in arch:  # transformers sizes experts and the shared MLP by intermediate_size, as these configs agree
+        assert (ours.num_experts, ours.experts_per_token, ours.norm_topk_prob) == (4, 2, True)
+        assert ours.moe_intermediate_size == ours.shared_expert_intermediate_size == theirs.intermediate_size
+    else:
+        assert ours.num_experts == 0
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(use_cla=True, cla_share_factor=2), "use_cla True is not supported .* cross-layer attention"),
+    (dict(use_qk_norm=False), "use_qk_norm False is not supported"),
+    (dict(use_mixed_mlp_moe=False), "use_mixed_mlp_moe False is not supported"),
+    (dict(rope_scaling=dict(type="dynamic", factor=2.0)), "rope type 'dynamic' without an alpha is not supported"),
+    (dict(moe_topk=[2, 2, 1, 1]), r"moe_topk \[2, 2, 1, 1\] is not supported: one value shared by all 4 layers"),
+    (dict(num_experts=1), "num_experts 1 must be >= 2"),
+])
+def test_hunyuan_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**HUNYUAN, **HUNYUAN_A13B, **fields, "architectures": ["HunYuanMoEV1ForCausalLM"]})

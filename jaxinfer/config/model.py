@@ -117,6 +117,7 @@ class ModelConfig:
     qk_norm: bool = False
     qk_norm_whole: bool = False  # the q/k norms span all heads' dims at once (OLMo 2), not one head's
     qk_l2_norm: bool = False  # Llama 4: rotary layers' q and k RMS-normalised without a weight, after the rotation
+    qk_norm_after_rope: bool = False  # HunYuan: the q/k norms apply to the rotated q and k, not before the rotation
     activation: str = "silu"
     norm_weight_offset: float = 0.0  # Gemma and Nemotron store norm weights as (w - 1).
     norm_scale_first: bool = False  # Gemma 4: RMSNorms scale by w in float32, then cast (Gemma's order, no 1 +)

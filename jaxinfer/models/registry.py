@@ -38,6 +38,7 @@ from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
+from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
 from jaxinfer.models.lfm2 import FAMILY as LFM2
 from jaxinfer.models.lfm2_moe import FAMILY as LFM2_MOE
 from jaxinfer.models.llama import FAMILY as LLAMA
@@ -72,7 +73,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,
-                                DOTS1, GPT_NEOX, PHI,
+                                DOTS1, HUNYUAN, GPT_NEOX, PHI,
                                 GLM4_MOE_LITE, MISTRAL4)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family

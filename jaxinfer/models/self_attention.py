@@ -37,13 +37,15 @@ def project_qkv(
     q, k, v = layout.constrain(q, Q_HEADS), layout.constrain(k, KV_HEADS), layout.constrain(v, KV_HEADS)
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
-    if lw.q_norm is not None:
+    if lw.q_norm is not None and not cfg.qk_norm_after_rope:
         q = qk_norm(q, lw.q_norm, cfg, getattr(lw, "q_norm_bias", None))
         k = qk_norm(k, lw.k_norm, cfg, getattr(lw, "k_norm_bias", None))
-    if rope is None:  # a NoPE layer (SmolLM3): positions reach it only through the causal mask
-        return q, k, v
-    cos, sin = rope
-    return apply_rope(q, cos, sin, cfg.rope_interleaved), apply_rope(k, cos, sin, cfg.rope_interleaved), v
+    if rope is not None:  # None: a NoPE layer (SmolLM3), positions reach it only through the causal mask
+        cos, sin = rope
+        q, k = apply_rope(q, cos, sin, cfg.rope_interleaved), apply_rope(k, cos, sin, cfg.rope_interleaved)
+    if lw.q_norm is not None and cfg.qk_norm_after_rope:  # HunYuan normalises the rotated q and k
+        q, k = qk_norm(q, lw.q_norm, cfg), qk_norm(k, lw.k_norm, cfg)
+    return q, k, v
 
 
 def qk_norm(x: jax.Array, weight: jax.Array, cfg: ModelConfig, bias: jax.Array | None = None) -> jax.Array:
