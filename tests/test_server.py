@@ -536,7 +536,7 @@ def test_bench_serve_sharegpt_counts_replies_with_the_servers_tokenizer(base_url
 
 def test_jaxinfer_serve_command(text_model_dir, tmp_path):
     env = child_env()
-    base = [sys.executable, "-m", "jaxinfer", "serve", "--model", str(text_model_dir)]
+    base = [sys.executable, "-m", "jaxinfer", "serve", str(text_model_dir)]  # the model positional, as vLLM's
     for flags, field in [(["--api-key", " "], "--api-key"), (["--speculative-method", "draft"], "--speculative-model"),
                          (["--speculative-method", "eagle"], "--speculative-model"),
                          (["--speculative-method", "suffix", "--speculative-model", "/tmp"], "--speculative-model"),
@@ -548,7 +548,9 @@ def test_jaxinfer_serve_command(text_model_dir, tmp_path):
     LLM(text_model_dir, max_seq_len=64).save_session(tmp_path / "session", session_text)
     port = _free_port()
     flags = ["--port", str(port), "--skip-warmup", "--max-model-len", "64", "--served-model-name", "m",
-             "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2}',  # vLLM's flag
+             "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2}',  # vLLM's flags
+             "--tensor-parallel-size", "1", "--trust-remote-code", "--seed", "0", "--disable-log-requests",
+             "--chat-template", "{% for m in messages %}<{{ m['content'] }}>{% endfor %}",
              "--load-session", str(tmp_path / "session")]
     process = subprocess.Popen([*base, *flags], env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -566,6 +568,10 @@ def test_jaxinfer_serve_command(text_model_dir, tmp_path):
         body = {"model": "m", "prompt": session_text, "max_tokens": 12, "temperature": 0}
         completion = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120).json()
         assert completion["usage"]["completion_tokens"] >= 1
+        chat = {"model": "m", "messages": [{"role": "user", "content": "a b"}], "max_tokens": 1}
+        rendered = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=chat, timeout=120).json()
+        template_ids = httpx.post(f"http://127.0.0.1:{port}/tokenize", json={"prompt": "<a b>"}, timeout=5).json()
+        assert rendered["usage"]["prompt_tokens"] == template_ids["count"]  # --chat-template's rendering
         metrics = _metrics(f"http://127.0.0.1:{port}")
         assert metrics["jaxinfer:prefix_cache_hits_total"] == 16  # the session's page: the first request hits it
         assert metrics.get("jaxinfer:spec_decode_num_draft_tokens_total", 0) > 0  # prompt lookup finds the repeats

@@ -1,14 +1,20 @@
-"""vLLM's LLM(...) arguments: seed (sampled outputs repeat from run to run), tokenizer (read from another
-directory), block_size (page_size's name), and the rest taken where they change nothing and refused by name
-where they would."""
+"""vLLM's LLM(...) arguments and `vllm serve` flags: seed (sampled outputs repeat from run to run), tokenizer
+(read from another directory), block_size (page_size's name), the positional model, the chat template, and the
+rest taken where they change nothing and refused by name where they would. (test_server runs a vLLM command
+line end to end.)"""
 
 from __future__ import annotations
+
+import argparse
+import re
 
 import pytest
 from engine_knobs import ENGINE
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine.request_seeds import RequestSeeds
+from jaxinfer.entrypoints.openai.launch import add_serve_parser
+from jaxinfer.entrypoints.openai.vllm_flags import prefix_caching, settle_vllm_flags
 from jaxinfer.entrypoints.vllm_arguments import vllm_arguments
 
 SAMPLED = SamplingParams(max_tokens=12, temperature=1.0, ignore_eos=True)
@@ -65,3 +71,38 @@ def test_seed_repeats_sampled_outputs_and_tokenizer_reads_another_directory(text
     assert runs[0][0] != runs[0][1]  # each request its own seed from the stream
     with pytest.raises(ValueError, match="seed must be an integer >= 0 or None"):
         LLM(weights_only, tokenizer=text_model_dir, seed=-1, **ENGINE)
+
+
+def _serve(*argv: str) -> argparse.Namespace:
+    """`jaxinfer serve ARGV` parsed by the real parser, vLLM's flags settled as the server does before it binds."""
+    commands = argparse.ArgumentParser(prog="jaxinfer").add_subparsers()
+    add_serve_parser(commands)
+    args = commands.choices["serve"].parse_args(list(argv))
+    settle_vllm_flags(args)
+    return args
+
+
+def test_a_vllm_serve_command_line_parses_into_ours(tmp_path):
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    args = _serve("/models/m", "--tensor-parallel-size", "2", "-dp", "1", "--block-size", "32", "--seed", "0",
+                  "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--trust-remote-code", "--swap-space",
+                  "4", "--disable-log-stats", "--no-enable-prefix-caching", "--chat-template", str(template))
+    assert (args.model, args.tp, args.dp, args.page_size, args.seed) == ("/models/m", 2, 1, 32, 0)
+    assert args.chat_template == template.read_text() and prefix_caching(args) is False
+    assert prefix_caching(_serve("--enable-prefix-caching")) is True and prefix_caching(_serve()) is None
+    assert _serve("--chat-template", "{{ messages[0]['content'] }}").chat_template == "{{ messages[0]['content'] }}"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--enforce-eager"], "--enforce-eager is not served: every step is a compiled XLA program"),
+    (["-pp", "2"], "--pipeline-parallel-size 2 is not served: models split over a jax mesh"),
+    (["--enable-auto-tool-choice"], "--enable-auto-tool-choice needs --tool-call-parser NAME"),
+    (["/models/a", "--model", "/models/b"], "the model is given twice, as '/models/a' and as --model '/models/b'"),
+    (["--chat-template", "chat.jinja"], "--chat-template 'chat.jinja' is neither a file nor a Jinja template"),
+    (["--enable-prefix-caching", "--no-prefix-caching"], "--enable-prefix-caching and --no-prefix-caching"),
+    (["--tokenizer", "/nonexistent"], "--tokenizer"),
+])
+def test_vllm_serve_flags_that_cannot_be_served_are_refused_by_name(argv, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _serve(*argv)

@@ -13,8 +13,10 @@ KV_CACHE_DTYPES = ("auto", "int8", "fp8")
 
 def add_parallel_args(parser: argparse.ArgumentParser) -> None:
     """--tp / --dp / --ep: the device mesh (LLM's tensor_, data_ and expert_parallel_size)."""
-    parser.add_argument("--tp", type=int, default=1, help="tensor parallel: split heads, MLP and vocabulary over N devices (default: %(default)s)")
-    parser.add_argument("--dp", type=int, default=1, help="data parallel: split the batch over N device groups (default: %(default)s)")
+    parser.add_argument("--tp", "--tensor-parallel-size", "-tp", type=int, default=1,
+                        help="tensor parallel: split heads, MLP and vocabulary over N devices (default: %(default)s)")
+    parser.add_argument("--dp", "--data-parallel-size", "-dp", type=int, default=1,
+                        help="data parallel: split the batch over N device groups (default: %(default)s)")
     parser.add_argument("--ep", type=int, default=1, help="expert parallel: split a mixture-of-experts model's experts "
                         "over N device groups, combinable with --tp (default: %(default)s)")
 
@@ -32,7 +34,8 @@ def memory_fraction(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number (accepted: a fraction in (0, 1] such as 0.9)") from None
+        message = f"{text!r} is not a number (accepted: a fraction in (0, 1] such as 0.9)"
+        raise argparse.ArgumentTypeError(message) from None
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not in (0, 1] (accepted: a fraction such as 0.9)")
     return value
@@ -76,7 +79,8 @@ def initialize_distributed(args: argparse.Namespace) -> None:
 
 
 def add_quantization_args(parser: argparse.ArgumentParser) -> None:
-    """--quantization / --quantize-lm-head / --kv-cache-dtype (LLM's quantization / quantize_lm_head / kv_cache_dtype)."""
+    """--quantization / --quantize-lm-head / --kv-cache-dtype (LLM's quantization / quantize_lm_head /
+    kv_cache_dtype)."""
     parser.add_argument("--quantization", choices=WEIGHT_QUANTIZATIONS, default=None,
                         help="quantize the projection weights at load: int8 per column, int4 per group of 32 rows, "
                         "fp8 e4m3 per column (default: as stored; a `convert --quantize` checkpoint stays quantized)")

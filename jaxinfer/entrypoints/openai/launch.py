@@ -29,6 +29,7 @@ from jaxinfer.entrypoints.openai.serve_flags import (
     add_speculative_args,
     add_startup_args,
 )
+from jaxinfer.entrypoints.openai.vllm_flags import add_vllm_flags, prefix_caching, settle_vllm_flags
 from jaxinfer.entrypoints.openai.weight_flags import add_weight_args, check_weight_flags
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.vllm_config import from_vllm
@@ -63,6 +64,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_chat_args(serve)
     add_input_args(serve)
     add_startup_args(serve)
+    add_vllm_flags(serve)
     serve.set_defaults(run=run_serve)
 
 
@@ -120,6 +122,7 @@ def speculative_config(args: argparse.Namespace) -> SpeculativeConfig | None:
 
 
 def _check(args: argparse.Namespace) -> None:
+    settle_vllm_flags(args)
     validation.integer(args.port, "--port", 0, 65535)
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
     validation.integer(args.max_waiting_requests, "--max-waiting-requests", 0)
@@ -241,7 +244,7 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         model=args.model, dtype=args.dtype, max_seq_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
         decode_steps=args.decode_steps, stream_interval=args.stream_interval,
-        enable_prefix_caching=False if args.no_prefix_caching else None, speculative=speculative,
+        enable_prefix_caching=prefix_caching(args), speculative=speculative, seed=args.seed, tokenizer=args.tokenizer,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization, batch_invariant=args.batch_invariant,
@@ -252,6 +255,8 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         kv_offloading_size=args.kv_offloading_size,
     )
     llm = LLM(**kwargs)
+    if args.chat_template is not None:  # the server renders every chat through the tokenizer's template
+        llm.get_tokenizer().chat_template = args.chat_template
     register(llm, lora_modules(args))
     if not args.skip_warmup:
         starting.phase("compiling programs", "once per machine with the compile cache")

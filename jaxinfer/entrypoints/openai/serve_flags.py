@@ -42,7 +42,7 @@ def add_engine_args(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--num-pages", type=int, default=None,
                        help="KV-cache pages in the pool (default: what --gpu-memory-utilization leaves on a GPU or "
                        "TPU; on CPU room for half of max-num-seqs at full length)")
-    serve.add_argument("--page-size", type=int, default=16,
+    serve.add_argument("--page-size", "--block-size", type=int, default=16,
                        help="tokens per KV-cache page, a power of two (default: %(default)s)")
     serve.add_argument("--decode-steps", type=int, default=8,
                        help="decode steps per device call when nothing waits (default: %(default)s)")
@@ -50,7 +50,7 @@ def add_engine_args(serve: argparse.ArgumentParser) -> None:
                        help="decode steps per device call at most while a stream is in the batch (default: as "
                             "many as take 50 ms at the measured step time, so streamed tokens arrive at least that "
                             "often; 1: every token as it is made, at the cost of a host round trip per token)")
-    serve.add_argument("--no-prefix-caching", action="store_true",
+    serve.add_argument("--no-prefix-caching", "--no-enable-prefix-caching", action="store_true",
                        help="do not reuse the KV pages of shared prompt prefixes")
     serve.add_argument("--kv-offloading-size", type=float, default=None, metavar="GIB",
                        help="GiB of host memory keeping prefix-cache pages the KV pool evicts, copied back when a "

@@ -1,0 +1,88 @@
+"""`vllm serve`'s flags that `jaxinfer serve` has no flag of its own for, so a vLLM command line runs as written
+(`jaxinfer serve MODEL --tensor-parallel-size 2 --enable-auto-tool-choice --tool-call-parser hermes --seed 0`).
+
+Flags with a meaning here are served (the positional model, --seed, --tokenizer, --chat-template,
+--enable-prefix-caching; --tensor-parallel-size, --data-parallel-size, --block-size and
+--no-enable-prefix-caching are other names of ours, given beside them in serve_flags / cli_args); flags
+that change nothing here are accepted and say so in --help; a value that would change something not
+served is refused before the model loads, naming the flag and why (as `entrypoints.vllm_arguments` does
+for `LLM(...)`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jaxinfer.config import validation
+
+
+def add_vllm_flags(serve: argparse.ArgumentParser) -> None:
+    """vLLM's serve flags without a jaxinfer flag of their own."""
+    add = serve.add_argument
+    add("model_tag", nargs="?", default=None, metavar="MODEL",
+        help="the model directory, as `vllm serve MODEL` takes it (the same as --model)")
+    add("--seed", type=int, default=None,
+        help="requests that give no seed draw theirs from a stream this seeds, so sampled outputs repeat from "
+        "run to run (default: random)")
+    add("--tokenizer", default=None, metavar="DIR", help="read the tokenizer from DIR instead of the model's")
+    add("--chat-template", default=None, metavar="FILE_OR_TEMPLATE",
+        help="a Jinja chat template (a file, or the template itself) used instead of the tokenizer's")
+    add("--enable-prefix-caching", action="store_true",
+        help="prefix caching (on by default; a model with Mamba2 state layers refuses it)")
+    add("--enable-auto-tool-choice", action="store_true",
+        help="vLLM's switch for tool_choice \"auto\": accepted with --tool-call-parser, which enables it here")
+    add("--trust-remote-code", action="store_true",
+        help="accepted for vLLM's command lines: jaxinfer runs no checkpoint code, its families are built in")
+    add("--disable-log-requests", "--disable-log-stats", action="store_true",
+        help="accepted for vLLM's command lines: requests and periodic stats are not logged (/metrics has them)")
+    add("--swap-space", type=float, default=None, metavar="GIB",
+        help="accepted for vLLM's command lines: preempted requests are recomputed, never swapped (as in vLLM V1)")
+    add("--enforce-eager", action="store_true",
+        help="refused: every step is a compiled XLA program (there is no eager mode); the compilation cache "
+        "makes restarts fast")
+    add("--pipeline-parallel-size", "-pp", type=int, default=1,
+        help="only 1: models split over a jax mesh by --tp / --dp / --ep")
+
+
+def settle_vllm_flags(args: argparse.Namespace) -> None:
+    """Check vLLM's flags and fold them into ours, in place (before the port is bound): the positional model
+    into --model, a --chat-template file into its text; ValueError naming the flag for what is not served."""
+    if args.model_tag is not None:
+        if args.model is not None and args.model != args.model_tag:
+            raise ValueError(f"the model is given twice, as {args.model_tag!r} and as --model {args.model!r}; "
+                             "give one of them")
+        args.model = args.model_tag
+    if args.enforce_eager:
+        raise ValueError("--enforce-eager is not served: every step is a compiled XLA program (there is no eager "
+                         "mode); leave it out (the compilation cache makes restarts fast)")
+    if args.pipeline_parallel_size != 1:
+        raise ValueError(f"--pipeline-parallel-size {args.pipeline_parallel_size} is not served: models split over "
+                         "a jax mesh by --tp (--tensor-parallel-size), --dp and --ep; accepted: 1")
+    if args.enable_auto_tool_choice and args.tool_call_parser is None:
+        raise ValueError("--enable-auto-tool-choice needs --tool-call-parser NAME (the format the model writes "
+                         "its calls in)")
+    if args.enable_prefix_caching and args.no_prefix_caching:
+        raise ValueError("--enable-prefix-caching and --no-prefix-caching (--no-enable-prefix-caching) disagree; "
+                         "give one of them")
+    if args.tokenizer is not None:
+        validation.model_dir(args.tokenizer, "--tokenizer")
+    if args.chat_template is not None:
+        args.chat_template = chat_template_text(args.chat_template)
+
+
+def chat_template_text(value: str) -> str:
+    """--chat-template's template: a file's text, or the value itself when it is a template (vLLM's rule:
+    a value with a Jinja tag or expression in it is the template; anything else must be a file)."""
+    if "{%" in value or "{{" in value:
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise ValueError(f"--chat-template {value!r} is neither a file nor a Jinja template (no '{{%' or '{{{{' "
+                         "in it)")
+    return path.read_text()
+
+
+def prefix_caching(args: argparse.Namespace) -> bool | None:
+    """LLM's enable_prefix_caching from the flags: False, True, or None (on where the model allows it)."""
+    return False if args.no_prefix_caching else True if args.enable_prefix_caching else None
