@@ -15,6 +15,7 @@ from transformers.models.mistral4 import modeling_mistral4
 
 from jaxinfer import ConfigError, from_hf_config
 from jaxinfer.models.grouped_topk import grouped_topk
+from jaxinfer.speculative.mtp import check_mtp_target
 
 SHAPE = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=3, num_attention_heads=2)
 GLM_LITE, MISTRAL4 = "Glm4MoeLiteForCausalLM", "Mistral4ForCausalLM"
@@ -63,6 +64,14 @@ def test_glm4_moe_lite_fields_read_as_transformers_reads_them(fields):
     assert ours.attn_scale == pytest.approx(scale, rel=1e-12)
     assert ours.dense_layers == tuple(i for i, kind in enumerate(theirs.mlp_layer_types) if kind == "dense")
     assert ours.mtp_layers == fields.get("num_nextn_predict_layers", 0)
+
+
+def test_glm4_moe_lite_mtp_layer_drafts_as_deepseek_v3s():
+    """method "mtp" takes GLM-4.7-Flash's MTP layer (DeepSeek-V3's layer after the decoder's; test_engine_mtp runs
+    V3's and GLM-4.5's) and refuses a checkpoint declaring none."""
+    check_mtp_target(from_hf_config({**SHAPE, **GLM_LITE_RELEASED, "architectures": [GLM_LITE]}))
+    with pytest.raises(ConfigError, match="needs MTP layers; this Glm4MoeLiteForCausalLM checkpoint has"):
+        check_mtp_target(from_hf_config({**SHAPE, "architectures": [GLM_LITE]}))
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from jaxinfer.models.deepseek import (
     hf_leaves,
     latent_fields,
 )
-from jaxinfer.models.family import Family
+from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.mixtral import moe_fields
 
 ARCHITECTURES = ("Glm4MoeLiteForCausalLM",)
@@ -89,7 +89,7 @@ def _abstract_layer(cfg: ModelConfig, layer: int) -> Any:
     return abstract_layer(cfg, layer, correction=True)
 
 
-def _hf_leaves(cfg: ModelConfig) -> dict:
+def _hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     """DeepSeek-V3's tensor names (per-expert experts, as transformers saves them), the correction bias too."""
     return hf_leaves(cfg, correction=True)
 
