@@ -222,6 +222,11 @@ ARCH_CONFIGS.update({
         transformers.HunYuanDenseV1Config,
         dict(head_dim=32, rope_parameters=dict(rope_type="dynamic", factor=1.0, alpha=1000.0, rope_theta=10000.0)),
     ),
+    "solar_open": (  # GLM-4.5's MoE in every layer: 3 of 8 experts in the best 2 of 4 groups, scaled; 2 shared experts;
+        transformers.SolarOpenConfig,  # Llama's attention (q/k/v biases, no q/k norms, rotary over the whole head)
+        dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
+             n_shared_experts=2, routed_scaling_factor=2.5, attention_bias=True),
+    ),
 })
 # Llama 4: layer 0 rotary (Llama 3 scaling, adjacent pairs, q/k L2 norms) attending within chunks of 8 positions, with a
 # dense MLP of 64; layer 1 NoPE over every key, queries scaled up every 4 positions, 2 of 4 experts (inputs scaled by
@@ -333,6 +338,7 @@ MODEL_CLASSES = {
     transformers.Dots1Config: transformers.Dots1ForCausalLM,
     transformers.HunYuanMoEV1Config: transformers.HunYuanMoEV1ForCausalLM,
     transformers.HunYuanDenseV1Config: transformers.HunYuanDenseV1ForCausalLM,
+    transformers.SolarOpenConfig: transformers.SolarOpenForCausalLM,
     transformers.GPTNeoXConfig: transformers.GPTNeoXForCausalLM,
     transformers.PhiConfig: transformers.PhiForCausalLM,
     transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,

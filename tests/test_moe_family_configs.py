@@ -94,3 +94,40 @@ def test_hunyuan_fields_read_as_transformers_reads_them(arch, fields):
 def test_hunyuan_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**HUNYUAN, **HUNYUAN_A13B, **fields, "architectures": ["HunYuanMoEV1ForCausalLM"]})
+
+
+SOLAR = dict(vocab_size=8, hidden_size=16, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+             architectures=["SolarOpenForCausalLM"])
+
+
+@pytest.mark.parametrize("fields", [
+    {},
+    dict(head_dim=8, partial_rotary_factor=0.5, attention_bias=True, n_routed_experts=8, n_group=4, topk_group=2,
+         num_experts_per_tok=3, moe_intermediate_size=4, n_shared_experts=2, routed_scaling_factor=2.5),
+    dict(head_dim=8, rope_parameters=dict(rope_type="default", rope_theta=5e4, partial_rotary_factor=0.25),
+         intermediate_size=64, first_k_dense_replace=0, use_qk_norm=False),  # dropped fields at the values it runs
+])
+def test_solar_open_fields_read_as_transformers_reads_them(fields):
+    ours = from_hf_config({**SOLAR, **fields})
+    theirs = transformers.SolarOpenConfig(**{**SOLAR, **fields})
+    rope = theirs.rope_parameters
+    assert (ours.num_experts, ours.experts_per_token, ours.moe_intermediate_size) == (
+        theirs.n_routed_experts, theirs.num_experts_per_tok, theirs.moe_intermediate_size)
+    assert ours.shared_expert_intermediate_size == theirs.n_shared_experts * theirs.moe_intermediate_size
+    assert (ours.expert_groups, ours.expert_groups_per_token, ours.routed_scaling_factor, ours.norm_topk_prob) == (
+        theirs.n_group, theirs.topk_group, theirs.routed_scaling_factor, theirs.norm_topk_prob)
+    assert (ours.dense_layers, ours.qkv_bias, ours.o_bias, ours.qk_norm) == ((), theirs.attention_bias, False, False)
+    assert (ours.num_kv_heads, ours.head_dim, ours.rms_norm_eps, ours.max_position_embeddings) == (
+        theirs.num_key_value_heads, theirs.head_dim, theirs.rms_norm_eps, theirs.max_position_embeddings)
+    assert (ours.rope_theta, ours.rotated_dims) == (
+        rope["rope_theta"], int(theirs.head_dim * rope.get("partial_rotary_factor", 1.0)))
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(first_k_dense_replace=1), "first_k_dense_replace 1 is not supported for SolarOpenForCausalLM: 0 only"),
+    (dict(use_qk_norm=True), "use_qk_norm True is not supported for SolarOpenForCausalLM: false only"),
+    (dict(n_group=3), "n_group 3 must divide the 128 routed experts"),
+])
+def test_solar_open_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**SOLAR, **fields})

@@ -63,6 +63,7 @@ from jaxinfer.models.qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.qwen3_next import FAMILY as QWEN3_NEXT
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
+from jaxinfer.models.solar_open import FAMILY as SOLAR_OPEN
 from jaxinfer.models.starcoder2 import FAMILY as STARCODER2
 from jaxinfer.models.text_part import text_config
 from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
@@ -73,7 +74,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,
-                                DOTS1, HUNYUAN, GPT_NEOX, PHI,
+                                DOTS1, HUNYUAN, SOLAR_OPEN, GPT_NEOX, PHI,
                                 GLM4_MOE_LITE, MISTRAL4)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
