@@ -203,6 +203,10 @@ ARCH_CONFIGS.update({
         transformers.PhiConfig,  # rotated (Phi-2's 0.4); q/k LayerNorms (qk_layernorm) with biases; lm_head biased
         dict(qk_layernorm=True, partial_rotary_factor=0.4, layer_norm_eps=1e-5, pad_token_id=0),
     ),
+    "gpt2": (  # learned positions (wpe), Conv1D weights, q/k/v fused in c_attn, tied head; n_inner 128 (not 4 x 64)
+        transformers.GPT2Config,
+        dict(n_inner=128),
+    ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         transformers.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
@@ -341,6 +345,7 @@ MODEL_CLASSES = {
     transformers.SolarOpenConfig: transformers.SolarOpenForCausalLM,
     transformers.GPTNeoXConfig: transformers.GPTNeoXForCausalLM,
     transformers.PhiConfig: transformers.PhiForCausalLM,
+    transformers.GPT2Config: transformers.GPT2LMHeadModel,
     transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,

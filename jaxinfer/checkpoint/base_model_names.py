@@ -12,12 +12,14 @@ PREFIX = "model."
 BASE_EMBEDDING = "embed_tokens.weight"  # present, and no name prefixed: the decoder was saved alone
 
 
-def stored_names(index: dict[str, Path]) -> dict[str, str]:
-    """Causal-LM tensor name -> the name stored, for a checkpoint whose decoder tensors lack the `model.`
-    prefix; empty for one that has it (its names are the causal LM's)."""
-    if BASE_EMBEDDING not in index or any(name.startswith(PREFIX) for name in index):
+def stored_names(index: dict[str, Path], embed: str = PREFIX + BASE_EMBEDDING) -> dict[str, str]:
+    """Causal-LM tensor name -> the name stored, for a checkpoint whose decoder tensors lack the prefix of the
+    family's embedding name `embed` (`model.`; GPT-2's `transformer.`, as the hub's gpt2 files store them); empty
+    for one that has it (its names are the causal LM's)."""
+    prefix, base = embed.split(".", 1)
+    if base not in index or any(name.startswith(prefix + ".") for name in index):
         return {}
-    return {PREFIX + name: name for name in index}
+    return {f"{prefix}.{name}": name for name in index}
 
 
 def by_causal_names(index: dict[str, Path]) -> dict[str, Path]:

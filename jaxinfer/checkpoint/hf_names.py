@@ -156,6 +156,22 @@ def _bias_head_rows(leaf: HFLeaf) -> Transforms:
     return (lambda b: b.reshape(-1, stride)[:, first : first + rows]), to_hf, hf_index
 
 
+def _in_head_columns(leaf: HFLeaf) -> Transforms:
+    """Conv1D [D, heads*K] (stored [in, out]) <-> jaxinfer [D, heads, K], the columns from row_offset on."""
+    heads, head_dim = leaf.heads, leaf.head_dim
+
+    def to_jax(w: np.ndarray) -> np.ndarray:
+        return w.reshape(w.shape[0], -1, head_dim)
+
+    def to_hf(w: np.ndarray) -> np.ndarray:
+        return w.reshape(w.shape[0], heads * head_dim)
+
+    def hf_index(index: Index) -> Index:
+        return index[0], _heads_rows(index[1], index[2], head_dim, leaf.row_offset)
+
+    return to_jax, to_hf, hf_index
+
+
 def _interleaved(phase: int) -> Callable[[HFLeaf], Transforms]:
     """The entries phase, phase + 2, ... of the last axis (a slice of them reads their span of the stored one)."""
 
@@ -187,7 +203,7 @@ def _columns(leaf: HFLeaf) -> Transforms:
 KINDS: dict[str, Callable[[HFLeaf], Transforms]] = {
     "same": _same, "transpose": _transpose, "in_heads": _in_heads, "out_heads": _out_heads, "bias_heads": _bias_heads,
     "head_rows": _head_rows((0, 1, 2)), "head_rows_transposed": _head_rows((0, 2, 1)),
-    "in_head_rows": _head_rows((2, 0, 1)), "bias_head_rows": _bias_head_rows,
+    "in_head_rows": _head_rows((2, 0, 1)), "bias_head_rows": _bias_head_rows, "in_head_columns": _in_head_columns,
     "even_columns": _interleaved(0), "odd_columns": _interleaved(1), "columns": _columns,
 }
 
@@ -217,6 +233,9 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
                                   (V, D), per_layer=False)
     if cfg.lm_head_bias:
         out["lm_head_bias"] = HFTensor(family.head_name + ".bias", *same, (V,), per_layer=False)
+    if cfg.learned_positions:
+        out["position_embed"] = HFTensor(family.positions_name, *same, (cfg.max_position_embeddings, D),
+                                         per_layer=False)
     return {path: dataclasses.replace(t, name=stored_name(cfg.architecture, t.name)) for path, t in out.items()}
 
 

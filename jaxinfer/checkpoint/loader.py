@@ -32,6 +32,7 @@ from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models import Weights, abstract_weights, load_config, projections
 from jaxinfer.models.qwen3_5 import experts_as_stored
+from jaxinfer.models.registry import family_of
 from jaxinfer.models.text_part import skipped_tensors
 from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights
 from jaxinfer.parallel.array_info import ArrayInfo
@@ -41,8 +42,10 @@ from jaxinfer.quantization.quantized_experts import QuantizedExperts, packed_exp
 from jaxinfer.quantization.quantized_weight import QuantizedWeight
 
 log = logging.getLogger(__name__)
-# Buffers some exporters write that are derived, not learned.
-IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# Buffers some exporters write that are derived, not learned (GPT-2's and GPT-NeoX's causal masks, as older
+# transformers saved them; transformers skips them too).
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias", ".attention.bias",
+                    ".attention.masked_bias")
 PROGRESS_MIN_BYTES = 256 * 2**20
 LeafTransform = Callable[[str, jax.Array], Any]  # (dotted leaf path, leaf as read) -> what the tree holds
 
@@ -258,7 +261,8 @@ def load_hf_weights(
     index = score_head.decoder_index(read_config_json(model_dir), safetensors_index(model_dir))  # head: read apart
     # A base model saved alone (names without "model."), or a vision-language model's language model
     skipped = skipped_tensors(cfg.architecture, index)  # counted in one log line before any renaming drops them
-    stored = base_model_names.stored_names(index) or vision_weights.language_model_names(index)
+    stored = (base_model_names.stored_names(index, family_of(cfg).top_names[0])
+              or vision_weights.language_model_names(index))
     cfg = experts_as_stored(cfg, stored or index)  # Qwen3.5-MoE's experts: fused (the hub's) or one per expert
     _check_names(cfg, {name: index[s] for name, s in stored.items()} if stored else index, model_dir, skipped)
     reader = _TensorReader(index, read_config_json(model_dir).get("quantization_config"))

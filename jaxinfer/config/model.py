@@ -114,6 +114,7 @@ class ModelConfig:
     mlp_bias: bool = False  # StarCoder2: biases on the ungated MLP's two projections
     parallel_residual: bool = False  # GPT-NeoX, Phi: x + attention(norm(x)) + MLP(norm'(x)), not one after the other
     lm_head_bias: bool = False  # Phi: the output head adds a bias [V]
+    learned_positions: bool = False  # GPT-2: a learned table [max_position_embeddings, D] added to the embeddings
     qk_norm: bool = False
     qk_norm_whole: bool = False  # the q/k norms span all heads' dims at once (OLMo 2), not one head's
     qk_l2_norm: bool = False  # Llama 4: rotary layers' q and k RMS-normalised without a weight, after the rotation

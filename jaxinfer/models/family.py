@@ -17,7 +17,7 @@ from jaxinfer.config.model import REQUIRED_FIELDS, ModelConfig
 from jaxinfer.models.rope import RopeTables
 
 HF_KINDS = ("same", "transpose", "in_heads", "out_heads", "bias_heads", "head_rows", "head_rows_transposed",
-            "in_head_rows", "bias_head_rows", "even_columns", "odd_columns", "columns")
+            "in_head_rows", "bias_head_rows", "in_head_columns", "even_columns", "odd_columns", "columns")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,8 @@ class HFLeaf:
     from row_offset of each head's S = hf_shape[0] / heads; DeepSeek's kv_b_proj holds each head's key rows, then its
     value rows), "head_rows_transposed" (the same as [heads, D, K]), "in_head_rows" (the same as [D, heads, K]:
     Qwen3-Next's q_proj holds each head's query rows, then its output gate's; GPT-NeoX's query_key_value each
-    head's q, k and v rows), "bias_head_rows" (a bias [heads*S] -> [heads, K] alike), "even_columns" /
+    head's q, k and v rows), "bias_head_rows" (a bias [heads*S] -> [heads, K] alike), "in_head_columns" (Conv1D
+    [D, heads*K], stored [in, out], -> [D, heads, K], from column row_offset: GPT-2's c_attn), "even_columns" /
     "odd_columns" (the even or odd entries of the last axis: GPT-OSS interleaves gate and up units in one tensor),
     "columns" (as stored, the last axis from row_offset on: Llama 4's experts hold gate then up columns in one
     [E, D, 2F] tensor).
@@ -75,6 +76,7 @@ class Family:
     # HF names of the embedding and the final norm (Mamba2 keeps its decoder under `backbone.`)
     top_names: tuple[str, str] = ("model.embed_tokens.weight", "model.norm.weight")
     head_name: str = "lm_head"  # HF module of the untied output head (`.weight`, Phi's `.bias`); GPT-NeoX: embed_out
+    positions_name: str = ""  # HF name of the learned position table (GPT-2's wpe), read where cfg.learned_positions
     required: tuple[str, ...] = REQUIRED_FIELDS  # HF config keys a checkpoint of the family must set
     # (cfg, layer) -> the layer's fields whose HF tensors differ from hf_leaves' (Gemma 4: its global layers' head
     # dims, its per-layer inputs' slices); None: every layer as hf_leaves says
