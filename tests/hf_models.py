@@ -281,6 +281,12 @@ ARCH_CONFIGS.update({
                                   llama_4_scaling_beta=0.5, partial_rotary_factor=0.5)),
     ),
 })
+# DeepSeek-V3.2's sparse attention: V3's layers with an indexer keeping the 8 best tokens, so the 64-token prompt's
+# later queries attend a few of their keys. 32 index heads of 24 dims (16 rotated): a score ties at exactly 0 (every
+# head's relu 0; torch's topk and lax.top_k break such ties their own ways) once in 2^32, not once in 2^8.
+DSA = dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
+           n_shared_experts=2, index_topk=8, index_head_dim=24, index_n_heads=32)
+ARCH_CONFIGS["deepseek_v32"] = (transformers.DeepseekV32Config, DSA)
 # Tested in their own modules, not by every parametrized family test (whose ~6 runs per family would cost a minute).
 # Gemma 4 (test_gemma4): sliding layers (head_dim 8, 2 kv heads, window 8) and global ones (head_dim 16, 1 kv head,
 # values = keys, proportional rope on a quarter of the dims); layers 2-3 read layers 0-1's K/V (their MLPs
@@ -288,6 +294,8 @@ ARCH_CONFIGS.update({
 # off (v_proj, no sharing, no per-layer inputs or experts).
 GEMMA4 = dict(head_dim=8, global_head_dim=16, sliding_window=8, pad_token_id=0, final_logit_softcapping=30.0)
 OWN_MODULE_CONFIGS = {
+    "glm_moe_dsa": (transformers.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
+                                                   num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
     "gemma4": (
         transformers.Gemma4TextConfig,
         dict(GEMMA4, num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,
@@ -349,6 +357,8 @@ MODEL_CLASSES = {
     transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,
     transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
     transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
+    transformers.DeepseekV32Config: transformers.DeepseekV32ForCausalLM,
+    transformers.GlmMoeDsaConfig: transformers.GlmMoeDsaForCausalLM,
     transformers.Glm4MoeLiteConfig: transformers.Glm4MoeLiteForCausalLM,
     transformers.Mistral4Config: transformers.Mistral4ForCausalLM,
 }

@@ -6,6 +6,18 @@ import dataclasses
 
 
 @dataclasses.dataclass(frozen=True)
+class LightningIndexer:
+    """DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5; HF names): each token caches one index key of
+    `index_head_dim` values beside its latent row; a query's `index_n_heads` heads score every earlier token's key
+    and the MLA attends only the best `index_topk` (see `models.sparse_latent_attention`)."""
+
+    index_topk: int  # tokens each query attends
+    index_head_dim: int  # I: the index key's width (its first qk_rope_head_dim dims rotated)
+    index_n_heads: int  # the scorer's heads
+    rope_interleaved: bool  # its rotary pairs: adjacent (GLM-5) or rotate-half (DeepSeek-V3.2)
+
+
+@dataclasses.dataclass(frozen=True)
 class LatentAttention:
     """MLA's dims (HF names). Each token caches one normed latent of `kv_lora_rank` values and one rotated key
     part of `qk_rope_head_dim` that every head shares; each head's key and value are projections of the latent
@@ -17,11 +29,14 @@ class LatentAttention:
     qk_rope_head_dim: int  # P: the rotated dims (the key's are shared by every head)
     v_head_dim: int  # V: each head's value width
     q_lora_rank: int = 0  # the query's low-rank bottleneck (q_a_proj, a norm, q_b_proj); 0: one q_proj
+    indexer: LightningIndexer | None = None  # DeepSeek Sparse Attention's (None: dense MLA)
 
     @property
     def cached_dims(self) -> int:
-        """Values cached per token and layer: the latent, then the rotated key part (R + P)."""
-        return self.kv_lora_rank + self.qk_rope_head_dim
+        """Values cached per token and layer: the latent, then the rotated key part (R + P), then the indexer's
+        key where there is one (R + P + I)."""
+        index = self.indexer.index_head_dim if self.indexer else 0
+        return self.kv_lora_rank + self.qk_rope_head_dim + index
 
     @property
     def qk_head_dim(self) -> int:

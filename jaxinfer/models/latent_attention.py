@@ -109,7 +109,7 @@ def latent_attention_hf_leaves(cfg: ModelConfig, prefix: str = "model.layers.{i}
     }
 
 
-def _per_head(x: jax.Array, w: jax.Array, subscripts: str) -> jax.Array:
+def per_head(x: jax.Array, w: jax.Array, subscripts: str) -> jax.Array:
     """x [B, T, H, a] times each head's own matrix of w [H, b, a] (the contracted axis last in both: XLA:CPU has
     no bf16 dot with float32 results for the others), accumulated in float32, in x's dtype."""
     w = w.astype(x.dtype)
@@ -117,16 +117,24 @@ def _per_head(x: jax.Array, w: jax.Array, subscripts: str) -> jax.Array:
     return out.astype(x.dtype)
 
 
-def project_latent_qkv(
-    h: jax.Array, lw: LatentAttentionLayer, cfg: ModelConfig, rope: CosSin,
+def latent_projections(
+    h: jax.Array, lw: LatentAttentionLayer, cfg: ModelConfig,
+) -> tuple[jax.Array | None, jax.Array, jax.Array]:
+    """The normed low-rank query [B, T, Q] (None without q_lora_rank; DeepSeek-V3.2's indexer reads it too), the
+    query [B, T, H, N + P] and kv_a_proj_with_mqa's output [B, T, R + P]."""
+    if not cfg.latent_attention.q_lora_rank:
+        q, kv = linears(h, [lw.wq, lw.wkv_a])
+        return None, q, kv
+    q_low, kv = linears(h, [lw.wq_a, lw.wkv_a])
+    q_low = rms_norm(q_low, lw.q_a_norm, LATENT_NORM_EPS)
+    return q_low, linear(q_low, lw.wq), kv
+
+
+def latent_rows(
+    q: jax.Array, kv: jax.Array, lw: LatentAttentionLayer, cfg: ModelConfig, rope: CosSin,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """q_nope [B, T, H, N], rotated q_pe [B, T, H, P] and the cache row [B, T, 1, R + P] ([c, rotated k_pe])."""
     mla = cfg.latent_attention
-    if mla.q_lora_rank:
-        q_low, kv = linears(h, [lw.wq_a, lw.wkv_a])
-        q = linear(rms_norm(q_low, lw.q_a_norm, LATENT_NORM_EPS), lw.wq)
-    else:
-        q, kv = linears(h, [lw.wq, lw.wkv_a])
     R, N = mla.kv_lora_rank, mla.qk_nope_head_dim
     latent = rms_norm(kv[..., :R], lw.kv_a_norm, LATENT_NORM_EPS)
     cos, sin = rope
@@ -141,13 +149,14 @@ def latent_attention(
 ) -> tuple[jax.Array, Any]:
     """Attention of the normed input h [B, T, D] over the cache after writing this step's rows: [B, T, D]."""
     layout = cache.layout
-    q_nope, q_pe, row = project_latent_qkv(h, lw, cfg, rope)
+    _, q, kv = latent_projections(h, lw, cfg)
+    q_nope, q_pe, row = latent_rows(q, kv, lw, cfg, rope)
     row = layout.constrain(row, KV_HEADS)
     cache = cache.write(layer, row, row, positions)
-    q_latent = _per_head(layout.constrain(q_nope, Q_HEADS), lw.w_uk, "bthn,hrn->bthr")
+    q_latent = per_head(layout.constrain(q_nope, Q_HEADS), lw.w_uk, "bthn,hrn->bthr")
     q = layout.constrain(jnp.concatenate([q_latent, q_pe], axis=-1), Q_HEADS)
     if cfg.query_scale_beta:
         q = q * query_temperature(positions, cfg.query_scale_beta, cfg.query_scale_period).astype(q.dtype)
     weighted = attend(q, cache, layer, positions, cfg.layer_windows[layer], scale=cfg.attn_scale)
-    heads = _per_head(weighted[..., : cfg.latent_attention.kv_lora_rank], lw.w_uv, "bthr,hvr->bthv")
+    heads = per_head(weighted[..., : cfg.latent_attention.kv_lora_rank], lw.w_uv, "bthr,hvr->bthv")
     return linear(layout.constrain(heads, Q_HEADS), lw.wo, contract=2), cache

@@ -21,6 +21,7 @@ from jaxinfer.models.base_models import causal_architecture, pools_only
 from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
+from jaxinfer.models.deepseek_v32 import FAMILY as DEEPSEEK_V32
 from jaxinfer.models.dots1 import FAMILY as DOTS1
 from jaxinfer.models.ernie4_5 import FAMILY as ERNIE4_5
 from jaxinfer.models.ernie4_5_moe import FAMILY as ERNIE4_5_MOE
@@ -71,7 +72,7 @@ from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
 from jaxinfer.models.whisper import FAMILY as WHISPER
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
-                                GRANITE_MOE, GLM4_MOE, DEEPSEEK, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
+                                GRANITE_MOE, GLM4_MOE, DEEPSEEK, DEEPSEEK_V32, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,

@@ -1,0 +1,143 @@
+"""DeepSeek Sparse Attention (DSA): latent attention over the `index_topk` cached rows the indexer picks per query.
+
+The cache row of a DSA layer is MLA's widened by the token's index key: [c, k_pe, index key] (R + P + I values, the
+one KV head's head_dim), so every cache (contiguous, paged, an engine step's ragged view) and everything that
+moves pages (prefix caching, preemption, offload, page copies) carries the index keys with the rows unchanged.
+
+Per query token, in blocks of `SPARSE_BLOCK` tokens (so the gathered keys stay block x S x I): the index keys of
+every position its row's page table holds are gathered, scored (`lightning_indexer.index_scores`), positions past
+the query's own masked out, the top `min(index_topk, S)` kept (`lax.top_k`: ties to the earlier position), and
+those rows gathered from the pages (as vLLM's sparse FlashMLA reads them); the absorbed MLA query attends them, the
+chosen positions past the query's own (a context shorter than index_topk) masked. Where a query sees at most
+index_topk tokens it attends them all: dense MLA. It is XLA gathers and one top_k, lowering on every platform; a
+Pallas kernel for it is future work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.cache.contiguous import KVCache
+from jaxinfer.cache.ragged_view import RaggedPagedCache
+from jaxinfer.config.model import ModelConfig
+from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.models.blocked_attention import NEG_INF
+from jaxinfer.models.latent_attention import LatentAttentionLayer, latent_projections, latent_rows, per_head
+from jaxinfer.models.layers import linear
+from jaxinfer.models.lightning_indexer import IndexerWeights, index_key, index_query, index_scores
+from jaxinfer.models.rope import CosSin
+from jaxinfer.models.self_attention import KV_HEADS, Q_HEADS
+
+SPARSE_BLOCK = 16  # query tokens scored and attended at once
+
+
+@dataclasses.dataclass(frozen=True)
+class CachedRows:
+    """One layer's cached rows as pages, and the page table each query token reads."""
+
+    pool: jax.Array  # [pages, page_size, K] as stored
+    tables: jax.Array  # [rows, W] int32 pages of each row
+    token_rows: jax.Array  # [N] int32 each query token's row
+    from_storage: Callable[[jax.Array], jax.Array]  # stored values -> their float dtype
+
+    @property
+    def capacity(self) -> int:
+        """Positions a row's table addresses (S)."""
+        return self.tables.shape[1] * self.pool.shape[1]
+
+    def gather(self, rows: jax.Array, positions: jax.Array, lo: int, hi: int) -> jax.Array:
+        """Columns lo:hi of the rows at positions [n, s] of tokens' rows [n]: [n, s, hi - lo]."""
+        page_size = self.pool.shape[1]
+        positions = jnp.clip(positions, 0, self.capacity - 1)
+        pages = jnp.take_along_axis(self.tables[rows], positions // page_size, axis=1)
+        return self.from_storage(self.pool[pages, positions % page_size, lo:hi])
+
+
+def cached_rows(cache: Any, layer: int, batch: int, steps: int) -> CachedRows:
+    """`layer`'s rows of a contiguous cache (each sequence one page), a paged one or an engine step's view."""
+    row_of_token = jnp.repeat(jnp.arange(batch, dtype=jnp.int32), steps)
+    if isinstance(cache, KVCache):
+        if cache.quantized:
+            raise ValueError("kv_dtype 'fp8' is not supported with DeepSeek Sparse Attention (an fp8 index-key "
+                             "cache is not implemented); use kv_dtype 'auto'")
+        return CachedRows(cache.k[layer][:, 0], jnp.arange(batch, dtype=jnp.int32)[:, None], row_of_token,
+                          lambda x: x)
+    ragged = isinstance(cache, RaggedPagedCache)
+    pages, token_rows = (cache.pages, cache.token_rows) if ragged else (cache, row_of_token)
+    if pages.quantized:
+        raise ValueError("kv_cache_dtype int8/fp8 is not supported with DeepSeek Sparse Attention (quantized index "
+                         "keys are not implemented); use kv_cache_dtype 'auto'")
+    return CachedRows(pages.k_pages[layer][0], pages.page_table, token_rows, pages.from_storage)
+
+
+def attend_selected(q: jax.Array, rows: jax.Array, valid: jax.Array, latent: int, scale: float) -> jax.Array:
+    """Absorbed queries q [n, H, C] over their chosen rows [n, k, C] (valid [n, k]): the weighted latents [n, H, R]."""
+    q = q.astype(rows.dtype)
+    precision = matmul_precision(q, rows)
+    scores = jnp.einsum("nhc,nkc->nhk", q, rows, precision=precision, preferred_element_type=jnp.float32)
+    scores = jnp.where(valid[:, None, :], scores * scale, NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(rows.dtype)
+    values = jnp.swapaxes(rows[..., :latent], 1, 2)  # [n, R, k]: the contracted axis last (XLA:CPU's bf16 dot)
+    out = jnp.einsum("nhk,nrk->nhr", probs, values, precision=precision, preferred_element_type=jnp.float32)
+    return out.astype(q.dtype)
+
+
+def _sparse_block(
+    q: jax.Array, index_q: jax.Array, index_w: jax.Array, positions: jax.Array, token_rows: jax.Array,
+    rows: CachedRows, cfg: ModelConfig,
+) -> jax.Array:
+    """One block of query tokens (q [n, H, C], index heads [n, J, I] and weights [n, J], positions [n], -1 for
+    padding): index scores over each token's row, the top k, attention over those rows: [n, H, R]."""
+    mla = cfg.latent_attention
+    width, capacity = mla.kv_lora_rank + mla.qk_rope_head_dim, rows.capacity
+    every = jnp.broadcast_to(jnp.arange(capacity), (q.shape[0], capacity))
+    keys = rows.gather(token_rows, every, width, width + mla.indexer.index_head_dim)  # [n, S, I]
+    scores = jnp.where(every <= positions[:, None], index_scores(index_q, index_w, keys), -jnp.inf)
+    _, chosen = jax.lax.top_k(scores, min(mla.indexer.index_topk, capacity))  # [n, k]
+    selected = rows.gather(token_rows, chosen, 0, width)  # [n, k, R + P]
+    return attend_selected(q, selected, chosen <= positions[:, None], mla.kv_lora_rank, cfg.attn_scale)
+
+
+def sparse_attend(
+    q: jax.Array, index_q: jax.Array, index_w: jax.Array, cache: Any, layer: int, positions: jax.Array,
+    cfg: ModelConfig,
+) -> jax.Array:
+    """q [B, T, H, C] (C = R + P), index heads [B, T, J, I] and weights [B, T, J] at positions [B, T] over the
+    cache after this step's rows were written: each head's weighted latents [B, T, H, R]."""
+    batch, steps = positions.shape
+    rows = cached_rows(cache, layer, batch, steps)
+    tokens = batch * steps
+    block = min(SPARSE_BLOCK, tokens)
+    num_blocks = -(-tokens // block)
+
+    def blocks(x: jax.Array, fill: int = 0) -> jax.Array:
+        x = x.reshape(tokens, *x.shape[2:])
+        x = jnp.pad(x, [(0, num_blocks * block - tokens)] + [(0, 0)] * (x.ndim - 1), constant_values=fill)
+        return x.reshape(num_blocks, block, *x.shape[1:])
+
+    token_rows = rows.token_rows.reshape(batch, steps)
+    parts = (blocks(q), blocks(index_q), blocks(index_w), blocks(positions, -1), blocks(token_rows))
+    out = jax.lax.map(lambda part: _sparse_block(*part, rows, cfg), parts)
+    return out.reshape(num_blocks * block, *out.shape[2:])[:tokens].reshape(batch, steps, *out.shape[2:])
+
+
+def sparse_latent_attention(
+    cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: CosSin,
+) -> tuple[jax.Array, Any]:
+    """`latent_attention` of a DSA layer (lw: `LatentAttentionLayer` and `IndexerWeights`): the row cached with
+    its index key, the query attending its top-k rows only: [B, T, D]."""
+    assert isinstance(lw, LatentAttentionLayer) and isinstance(lw, IndexerWeights)
+    layout, indexer = cache.layout, cfg.latent_attention.indexer
+    q_low, q, kv = latent_projections(h, lw, cfg)
+    q_nope, q_pe, row = latent_rows(q, kv, lw, cfg, rope)
+    row = layout.constrain(jnp.concatenate([row, index_key(h, lw, indexer, rope).astype(row.dtype)], -1), KV_HEADS)
+    cache = cache.write(layer, row, row, positions)
+    q_latent = per_head(layout.constrain(q_nope, Q_HEADS), lw.w_uk, "bthn,hrn->bthr")
+    index_q, index_w = index_query(h, q_low, lw, indexer, rope)
+    weighted = sparse_attend(jnp.concatenate([q_latent, q_pe], -1), index_q, index_w, cache, layer, positions, cfg)
+    heads = per_head(weighted, lw.w_uv, "bthr,hvr->bthv")
+    return linear(layout.constrain(heads, Q_HEADS), lw.wo, contract=2), cache
