@@ -231,6 +231,11 @@ ARCH_CONFIGS.update({
         dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
              n_shared_experts=2, routed_scaling_factor=2.5, attention_bias=True),
     ),
+    "sarvam_moe": (  # GLM-4.5's model (layer 0 dense; 3 of 8 experts in the best 2 of 4 groups; 2 shared experts; q/k
+        transformers.SarvamMoEConfig,  # norms) with rotary over the whole head; q, k, v and biases in one tensor
+        dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
+             n_shared_experts=2, first_k_dense_replace=1, attention_bias=True),
+    ),
 })
 # Llama 4: layer 0 rotary (Llama 3 scaling, adjacent pairs, q/k L2 norms) attending within chunks of 8 positions, with a
 # dense MLP of 64; layer 1 NoPE over every key, queries scaled up every 4 positions, 2 of 4 experts (inputs scaled by
@@ -351,6 +356,7 @@ MODEL_CLASSES = {
     transformers.HunYuanMoEV1Config: transformers.HunYuanMoEV1ForCausalLM,
     transformers.HunYuanDenseV1Config: transformers.HunYuanDenseV1ForCausalLM,
     transformers.SolarOpenConfig: transformers.SolarOpenForCausalLM,
+    transformers.SarvamMoEConfig: transformers.Glm4MoeForCausalLM,  # as transformers runs (and saves) it
     transformers.GPTNeoXConfig: transformers.GPTNeoXForCausalLM,
     transformers.PhiConfig: transformers.PhiForCausalLM,
     transformers.GPT2Config: transformers.GPT2LMHeadModel,

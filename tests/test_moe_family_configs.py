@@ -131,3 +131,39 @@ def test_solar_open_fields_read_as_transformers_reads_them(fields):
 def test_solar_open_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**SOLAR, **fields})
+
+
+SARVAM = dict(SHAPE, num_key_value_heads=1, head_dim=8)
+# sarvam-30b's config.json names (transformers' attribute map reads them as n_routed_experts, ...)
+SARVAM_30B = dict(architectures=["SarvamMoEForCausalLM"], model_type="sarvam_moe", num_experts=8, num_shared_experts=2,
+                  use_qkv_bias=True, num_experts_per_tok=3, moe_intermediate_size=4, score_function="sigmoid")
+
+
+@pytest.mark.parametrize("fields", [
+    SARVAM_30B,
+    dict(SARVAM_30B, n_group=4, topk_group=2, first_k_dense_replace=2, routed_scaling_factor=1.5, use_qk_norm=False),
+    # as transformers saves it: Glm4MoeForCausalLM's name, the model_type naming the family; rope_parameters written
+    dict(architectures=["Glm4MoeForCausalLM"], model_type="sarvam_moe", n_routed_experts=8, n_shared_experts=1,
+         rope_parameters=dict(rope_type="default", rope_theta=8e6, partial_rotary_factor=0.5)),
+])
+def test_sarvam_moe_fields_read_as_transformers_reads_them(fields):
+    ours = from_hf_config({**SARVAM, **fields})
+    theirs = transformers.SarvamMoEConfig(**{**SARVAM, **fields})
+    rope = theirs.rope_parameters
+    assert ours.architecture == "SarvamMoEForCausalLM"
+    assert (ours.num_experts, ours.experts_per_token, ours.moe_intermediate_size) == (
+        theirs.n_routed_experts, theirs.num_experts_per_tok, theirs.moe_intermediate_size)
+    assert ours.shared_expert_intermediate_size == theirs.n_shared_experts * theirs.moe_intermediate_size
+    assert (ours.expert_groups, ours.expert_groups_per_token, ours.routed_scaling_factor, ours.norm_topk_prob) == (
+        theirs.n_group, theirs.topk_group, theirs.routed_scaling_factor, theirs.norm_topk_prob)
+    assert ours.dense_layers == tuple(range(theirs.first_k_dense_replace))
+    assert (ours.qkv_bias, ours.o_bias, ours.qk_norm) == (theirs.attention_bias, False, theirs.use_qk_norm)
+    assert (ours.num_kv_heads, ours.head_dim, ours.rms_norm_eps, ours.max_position_embeddings) == (
+        theirs.num_key_value_heads, theirs.head_dim, theirs.rms_norm_eps, theirs.max_position_embeddings)
+    assert (ours.rope_theta, ours.rotated_dims) == (
+        rope["rope_theta"], int(theirs.head_dim * rope["partial_rotary_factor"]))
+
+
+def test_sarvam_moe_configs_that_cannot_run_are_refused_by_name():
+    with pytest.raises(ConfigError, match="score_function 'softmax' is not supported for SarvamMoEForCausalLM"):
+        from_hf_config({**SARVAM, **SARVAM_30B, "score_function": "softmax"})

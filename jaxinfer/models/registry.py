@@ -64,6 +64,8 @@ from jaxinfer.models.qwen3_5 import FAMILY as QWEN3_5
 from jaxinfer.models.qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.qwen3_next import FAMILY as QWEN3_NEXT
+from jaxinfer.models.sarvam_moe import FAMILY as SARVAM_MOE
+from jaxinfer.models.sarvam_moe import MODEL_TYPE as SARVAM_MODEL_TYPE
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 from jaxinfer.models.solar_open import FAMILY as SOLAR_OPEN
 from jaxinfer.models.starcoder2 import FAMILY as STARCODER2
@@ -76,10 +78,13 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,
-                                DOTS1, HUNYUAN, SOLAR_OPEN, GPT_NEOX, PHI, GPT2,
+                                DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
                                 GLM4_MOE_LITE, MISTRAL4)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
+# Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
+# Glm4MoeForCausalLM): their model_type says which family reads them.
+BY_MODEL_TYPE = {SARVAM_MODEL_TYPE: SARVAM_MOE.architectures[0]}
 # Architectures users meet that are not run, with what to use instead.
 NOT_SUPPORTED = {
     "Phi3VForCausalLM": "Phi-3 vision (its image encoder is not supported; the text-only Phi3ForCausalLM "
@@ -149,7 +154,7 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
         return dataclasses.replace(from_hf_config(qwen2_text_config(hf)), **mrope_fields(hf))
     if archs[0] in VISION_LANGUAGE:  # its language model runs as that family; the tower is models/vision_language's
         return from_hf_config(text_hf_config(hf))
-    arch = causal_architecture(archs[0])
+    arch = BY_MODEL_TYPE.get(hf.get("model_type"), causal_architecture(archs[0]))
     family = family_for(arch)
     hf = text_config(hf, arch)  # a vision-language checkpoint whose language model runs alone (Llama 4)
     _check_stored_quantization(hf)
