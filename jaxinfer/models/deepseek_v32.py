@@ -8,7 +8,8 @@ first qk_rope_head_dim dims rotate-half (DeepSeek-V3.2) or in adjacent pairs (GL
 
 Refused by name: GLM-5's layers that reuse a previous layer's choice (`indexer_types` "shared", from
 `index_topk_freq` / `index_topk_pattern`), MLP layouts other than the first `first_k_dense_replace` dense, and
-V3.2's MTP layer as a draft (it carries an indexer; speculative.mtp takes DeepSeek-V3's and GLM-4.5's).
+their MTP layers as drafts (each carries an indexer; `speculative.mtp` refuses architectures outside its
+MTP_ARCHITECTURES).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ V32, GLM5 = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"
 ARCHITECTURES = (V32, GLM5)
 _INDEXER = dict(index_topk=2048, index_head_dim=128)
 # transformers' DeepseekV32Config / GlmMoeDsaConfig defaults where they differ from DeepseekV3Config's (which
-# `deepseek.read_config` supplies for the rest).
+# deepseek's read_config supplies for the rest).
 HF_DEFAULTS = {
     V32: {**_INDEXER, "index_n_heads": 64, "max_position_embeddings": 163840},
     GLM5: {**_INDEXER, "index_n_heads": 32, "max_position_embeddings": 202752, "n_group": 1, "topk_group": 1,
@@ -56,14 +57,9 @@ class DsaMoELayerWeights(DeepseekMoELayerWeights, IndexerWeights):
     """An MoE layer with the indexer."""
 
 
-def _as_v3(cfg: ModelConfig) -> ModelConfig:
-    """cfg as DeepSeek-V3's reader and layer know it (V3's routing leaves and router)."""
-    return dataclasses.replace(cfg, architecture=V3)
-
-
 def abstract_layer(cfg: ModelConfig, layer: int) -> Any:
-    """DeepSeek-V3's layer leaves plus the indexer's."""
-    v3 = v3_layer(_as_v3(cfg), layer)
+    """DeepSeek-V3's layer leaves (its correction bias too) plus the indexer's."""
+    v3 = v3_layer(cfg, layer, correction=True)
     kind = DsaMoELayerWeights if isinstance(v3, DeepseekMoELayerWeights) else DsaLayerWeights
     fields = {f.name: getattr(v3, f.name) for f in dataclasses.fields(v3)}
     return kind(**fields, **indexer_leaves(cfg))
@@ -71,7 +67,7 @@ def abstract_layer(cfg: ModelConfig, layer: int) -> Any:
 
 def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     """DeepSeek-V3's tensor names plus `self_attn.indexer.*`."""
-    return {**v3_hf_leaves(_as_v3(cfg)), **indexer_hf_leaves(cfg)}
+    return {**v3_hf_leaves(cfg, correction=True), **indexer_hf_leaves(cfg)}
 
 
 def decoder_layer(
@@ -84,7 +80,7 @@ def decoder_layer(
     x = layout.constrain(x + out, HIDDEN)
     h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
     if isinstance(lw, DeepseekMoELayerWeights):
-        mlp = moe_mlp(h, lw, _as_v3(cfg), layout)
+        mlp = moe_mlp(h, lw, cfg, layout)  # V3's noaux_tc: the layer holds the correction bias
     else:
         mlp = gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
     return layout.constrain(x + mlp, HIDDEN), cache
