@@ -113,6 +113,22 @@ def test_completions_equal_llm_generate(client, reference):
     assert out.usage.prompt_tokens == sum(len(reference.encode(p)) for p in PROMPTS)
 
 
+def test_vllms_token_filters_equal_llm_generate(client, reference):
+    """allowed_token_ids, bad_words and truncate_prompt_tokens (vLLM's extra fields) as SamplingParams takes them."""
+    allowed = list(range(200, 300))
+    plain = reference.generate(PROMPTS[0], _greedy(8, allowed_token_ids=allowed))[0].outputs[0]
+    word = reference.get_tokenizer().decode(plain.token_ids[1:2]).strip() or "x"
+    fields = dict(allowed_token_ids=allowed, bad_words=[word], truncate_prompt_tokens=3)
+    expected = reference.generate(PROMPTS[0], _greedy(8, **fields))[0].outputs[0]
+    out = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=8, temperature=0,
+                                    extra_body={"ignore_eos": True, **fields})
+    assert out.choices[0].text == expected.text and set(expected.token_ids) <= set(allowed)
+    assert out.usage.prompt_tokens == 3
+    with pytest.raises(openai.BadRequestError, match="truncate_prompt_tokens must be >= 1"):
+        client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=2,
+                                  extra_body={"truncate_prompt_tokens": -1})
+
+
 def test_chat_equals_llm_generate_on_the_default_template(client, reference):
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "def add"}]
     text = reference.tokenizer.apply_chat_template(messages, chat_template=DEFAULT_CHAT_TEMPLATE, tokenize=False,

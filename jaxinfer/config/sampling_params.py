@@ -37,6 +37,10 @@ class SamplingParams:
     `structured_outputs` constrains the output to a JSON schema, regex, choice or grammar (the
     `structured` extra); logprobs stay the model's there too. `skip_special_tokens` (vLLM's, default
     True) leaves special tokens out of the text; False keeps them, as markers a parser reads (GPT-OSS's).
+    vLLM's `allowed_token_ids` samples only those ids (the end-of-sequence ids too only when listed);
+    `bad_words` never completes one of those words (each tokenized as written and after a space: its last
+    token is banned where the output ends with the rest). `truncate_prompt_tokens=k` keeps a prompt's last
+    k tokens (-1: as many as the context takes with max_tokens).
     """
 
     max_tokens: int = 16
@@ -59,6 +63,9 @@ class SamplingParams:
     logit_bias: Mapping[int, float] | None = None
     structured_outputs: StructuredOutputsParams | None = None
     skip_special_tokens: bool = True
+    allowed_token_ids: Sequence[int] | None = None
+    bad_words: Sequence[str] | None = None
+    truncate_prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
         self._set("max_tokens", v.positive_int(self.max_tokens, "max_tokens"))
@@ -86,6 +93,16 @@ class SamplingParams:
         self._set("n", v.integer(self.n, "n", 1, MAX_N))
         self._set("logit_bias", _logit_bias(self.logit_bias))
         self._set("skip_special_tokens", v.boolean(self.skip_special_tokens, "skip_special_tokens"))
+        if self.allowed_token_ids is not None:
+            allowed = tuple(dict.fromkeys(v.token_ids(self.allowed_token_ids, "allowed_token_ids")))
+            if not allowed:
+                raise ValueError("allowed_token_ids is empty: give at least one token id (or None for any)")
+            self._set("allowed_token_ids", allowed)
+        self._set("bad_words", _bad_words(self.bad_words))
+        truncate = v.optional_int(self.truncate_prompt_tokens, "truncate_prompt_tokens", -1, v.INT32_LIMIT)
+        self._set("truncate_prompt_tokens", truncate)
+        if truncate == 0:
+            raise ValueError("truncate_prompt_tokens must be >= 1 (the last k prompt tokens) or -1, got 0")
         if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
             raise TypeError("structured_outputs must be a StructuredOutputsParams or None, got "
                             f"{type(self.structured_outputs).__name__}")
@@ -102,6 +119,19 @@ class SamplingParams:
         """The ids that end this request: the model's EOS ids (unless ignore_eos), then stop_token_ids, once each."""
         eos = () if self.ignore_eos else tuple(eos_token_ids)
         return tuple(dict.fromkeys(eos + tuple(self.stop_token_ids)))
+
+    def kept_prompt(self, ids: list[int], max_seq_len: int) -> list[int]:
+        """The prompt ids the request keeps: the last truncate_prompt_tokens (-1: as many as fit beside
+        max_tokens), else all."""
+        keep = self.truncate_prompt_tokens
+        if keep is None:
+            return ids
+        return ids[-(max(max_seq_len - self.max_tokens, 1) if keep == -1 else keep):]
+
+    @property
+    def filters_tokens(self) -> bool:
+        """True when allowed_token_ids or bad_words take tokens away (a mask every step, as a constraint's)."""
+        return self.allowed_token_ids is not None or bool(self.bad_words)
 
     @property
     def penalized(self) -> bool:
@@ -126,6 +156,16 @@ def _stop_strings(value: object) -> tuple[str, ...]:
     if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
         raise TypeError(f"stop must be a non-empty string or a list of them, got {value!r}")
     return tuple(stops)
+
+
+def _bad_words(value: object) -> tuple[str, ...] | None:
+    """A list of non-empty words (strings); None when empty."""
+    if value is None:
+        return None
+    words = value if isinstance(value, (list, tuple)) else None
+    if words is None or not all(isinstance(w, str) and w.strip() for w in words):
+        raise TypeError(f"bad_words must be a list of non-empty strings, got {value!r}")
+    return tuple(words) or None
 
 
 def _logit_bias(value: object) -> dict[int, float] | None:

@@ -119,7 +119,7 @@ class LLMEngine(StepCalls):
         params = self.default_params if params is None else params
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-        ids = encode_prompt(prompt, self.tokenizer)
+        ids = params.kept_prompt(encode_prompt(prompt, self.tokenizer), self.config.max_seq_len)
         check_prompt(ids, params.max_tokens, self.model_config.vocab_size, self.config.max_seq_len)
         check_logit_bias(params.logit_bias, self.model_config.vocab_size)
         stop_ids = params.stop_ids(self.model_config.eos_token_ids)

@@ -2,7 +2,8 @@
 
 Host only, no jax. A step's mask has one row per sampled position in llguidance's packed layout
 (int32 [rows, ceil(V / 32)], all ones where a row is free), filled for the constrained rows by
-llguidance's thread pool with the GIL released; a step without constrained rows has no mask (the
+llguidance's thread pool with the GIL released and narrowed by their token filters
+(`token_filter`: allowed_token_ids, bad_words); a step without constrained rows has no mask (the
 runtime then sends its cached all-ones mask). A verify step's mask has a row per verified
 position: a row's drafts are walked through its matcher and each position gets its own mask, so
 a draft the constraint forbids has probability 0 and is rejected.
@@ -16,10 +17,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from jaxinfer.config import validation
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine.scheduler import Schedule
 from jaxinfer.engine.structured.grammars import GrammarCache, llguidance_module
 from jaxinfer.engine.structured.request_grammar import RequestGrammar
+from jaxinfer.engine.structured.token_filter import TokenFilter, bad_word_ids, packed_words
 from jaxinfer.runtime.host_step import HostStep
 
 
@@ -28,17 +31,30 @@ class StructuredOutputs:
 
     def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: Sequence[int] = ()):
         self.grammars = GrammarCache(tokenizer, vocab_size, eos_token_ids)
+        self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self._executor: Any = None
         self.mask_rows = 0  # masks filled so far (the overhead benchmark reads these two)
         self.mask_seconds = 0.0
 
     def start(self, params: SamplingParams) -> RequestGrammar | None:
-        """A new sample's matcher, or None for an unconstrained request; ValueError when it does not compile."""
+        """A new sample's matcher and token filter, or None for an unconstrained request; ValueError when a
+        constraint does not compile or a filter does not fit the model."""
         constraint = params.structured_outputs
-        if constraint is None:
+        if constraint is None and not params.filters_tokens:
             return None
-        return RequestGrammar(self.grammars.matcher(constraint), constraint.kind)
+        matcher = None if constraint is None else self.grammars.matcher(constraint)
+        kind = "allowed_token_ids/bad_words" if constraint is None else constraint.kind
+        return RequestGrammar(matcher, kind, self._token_filter(params) if params.filters_tokens else None)
+
+    def _token_filter(self, params: SamplingParams) -> TokenFilter:
+        if params.allowed_token_ids is not None:
+            validation.token_ids(params.allowed_token_ids, "allowed_token_ids", self.vocab_size)
+        if params.bad_words and self.tokenizer is None:
+            raise ValueError("bad_words needs the model's tokenizer to find the words' tokens; this model directory "
+                             "has none (ban token ids with logit_bias instead)")
+        words = bad_word_ids(self.tokenizer, params.bad_words) if params.bad_words else []
+        return TokenFilter(self.vocab_size, params.allowed_token_ids, words)
 
     @property
     def executor(self) -> Any:
@@ -64,9 +80,13 @@ class StructuredOutputs:
         if not rows:
             return None
         started = time.perf_counter()
-        llg = llguidance_module()
-        bitmask = llg.numpy.allocate_token_bitmask(num_rows, self.vocab_size)
-        llg.numpy.fill_next_token_bitmask_par(self.executor, [(g.matcher, r) for r, g in rows], bitmask)
+        bitmask = np.full((num_rows, packed_words(self.vocab_size)), -1, np.int32)
+        matched = [(g.matcher, r) for r, g in rows if g.matcher is not None]
+        if matched:
+            llguidance_module().numpy.fill_next_token_bitmask_par(self.executor, matched, bitmask)
+        for r, grammar in rows:
+            if grammar.token_filter is not None:
+                bitmask[r] &= grammar.token_filter.row()
         self._count(len(rows), started)
         return bitmask
 
@@ -78,10 +98,14 @@ class StructuredOutputs:
         if not rows:
             return None
         started = time.perf_counter()
-        llg = llguidance_module()
-        bitmask = llg.numpy.allocate_token_bitmask(num_positions, self.vocab_size)
-        jobs = [(g.matcher, p, [int(t) for t in drafts]) for p, g, drafts in rows]
-        llg.numpy.fill_next_token_bitmask_par_with_draft_tokens(self.executor, jobs, bitmask)
+        bitmask = np.full((num_positions, packed_words(self.vocab_size)), -1, np.int32)
+        jobs = [(g.matcher, p, [int(t) for t in drafts]) for p, g, drafts in rows if g.matcher is not None]
+        if jobs:
+            llguidance_module().numpy.fill_next_token_bitmask_par_with_draft_tokens(self.executor, jobs, bitmask)
+        for p, grammar, drafts in rows:
+            if grammar.token_filter is not None:
+                for i in range(len(drafts) + 1):
+                    bitmask[p + i] &= grammar.token_filter.row(drafts[:i])
         self._count(sum(1 + len(d) for _, _, d in rows), started)
         return bitmask
 

@@ -64,6 +64,11 @@ def prompt_list(prompt: str | list | None) -> list[str | list[int]]:
 def build_params(state: ServerState, body: SamplingFields, ids: list[int], default_max: int | None,
                  logprobs: int | None, requested_max: int | None, prompt_logprobs: int | None = None) -> SamplingParams:
     """Checked SamplingParams for one prompt; bad values are 400s that name the field."""
+    if body.truncate_prompt_tokens is not None:  # the engine keeps the same last ids (SamplingParams.kept_prompt)
+        if body.truncate_prompt_tokens < 1:
+            raise APIError(f"truncate_prompt_tokens must be >= 1 (the prompt's last k tokens), got "
+                           f"{body.truncate_prompt_tokens}", param="truncate_prompt_tokens")
+        ids = ids[-body.truncate_prompt_tokens:]
     max_tokens = state.max_tokens(requested_max, len(ids), default_max)
     state.check_length(ids, max_tokens)
     state.check_stop_ids(body.stop_token_ids)

@@ -78,6 +78,9 @@ class SamplingFields(StrictBody):
     skip_special_tokens: bool = True  # vLLM's: False keeps special tokens (e.g. harmony's markers) in the text
     stop_token_ids: list[int] | None = None
     logit_bias: dict[str, float] | None = None  # OpenAI's JSON keys are token ids as strings
+    allowed_token_ids: list[int] | None = None  # vLLM's: sample only these
+    bad_words: list[str] | None = None  # vLLM's: never complete one of these words
+    truncate_prompt_tokens: int | None = None  # vLLM's: keep the prompt's last k tokens
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
@@ -170,6 +173,8 @@ def sampling_params(
         min_tokens=request.min_tokens, stop_token_ids=tuple(request.stop_token_ids or ()),
         skip_special_tokens=request.skip_special_tokens,
         logit_bias=logit_bias(request.logit_bias), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+        allowed_token_ids=request.allowed_token_ids, bad_words=request.bad_words,
+        truncate_prompt_tokens=request.truncate_prompt_tokens,
     )
 
 
