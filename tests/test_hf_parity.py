@@ -34,6 +34,7 @@ XLA_ONLY += ("hunyuan_moe",)
 LOGITS_ONLY = ("gpt_neox_sequential",)
 LOGITS_ONLY += ("hunyuan_dense",)  # HunYuan-MoE's attention before Llama's MLP
 LOGITS_ONLY += ("solar_open",)  # GLM-4.5's layer with Llama's attention options
+LOGITS_ONLY += ("dots1",)  # GLM-4.5's layer with Qwen3's attention options
 LOGITS_ONLY += ("sarvam_moe",)  # GLM-4.5's model under other names and defaults
 # Families whose decoding runs another family's layer unchanged, its greedy tokens checked there: GLM-4.7-Flash's is
 # DeepSeek-V3's (test_families), so its logits are checked here but not its greedy tokens (~3 s saved).
