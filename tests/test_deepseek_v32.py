@@ -13,6 +13,7 @@ from hf_models import ARCH_CONFIGS, make_hf_model, save_hf_model
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.config.model import ConfigError
 from jaxinfer.models.registry import from_hf_config
+from jaxinfer.models.sparse_latent_attention import block_tokens
 
 PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
 # 40 shared tokens (two full pages of 16), then 10 of each prompt's own: 50 tokens, prefilled in 32-token chunks,
@@ -57,6 +58,12 @@ def test_step_programs_lower_for_the_accelerators(one_layer):
               max_prefill_seqs=1, decode_steps=4, num_pages=24, attention_backend="pallas", cpu_kernels=False)
     for platform in ("gpu", "tpu"):
         assert len(lowered_kernels(llm, platform)) == len(llm.engine.step_hosts())
+
+
+def test_long_contexts_score_fewer_tokens_a_block():
+    """A block's index scores stay within SCORE_BUDGET: 16 tokens over short contexts, 2 at DeepSeek-V3.2's 64
+    heads over 128k positions, 1 beyond."""
+    assert [block_tokens(t, s, 64) for t, s in [(100, 96), (5, 96), (100, 1 << 17), (100, 1 << 22)]] == [16, 5, 2, 1]
 
 
 def _hf_config(**overrides) -> dict:

@@ -6,7 +6,7 @@ latent attention reads (`models.sparse_latent_attention`). The latent attention 
 always has a low-rank query (q_a_proj), whose normed output the indexer's query reads; the indexer rotates its
 first qk_rope_head_dim dims rotate-half (DeepSeek-V3.2) or in adjacent pairs (GLM-5).
 
-Refused by name: GLM-5's layers that reuse a previous layer's choice (`indexer_types` "shared", from
+Refused by name: GLM-5.2's layers that reuse the last full layer's choice (`indexer_types` "shared", from
 `index_topk_freq` / `index_topk_pattern`), MLP layouts other than the first `first_k_dense_replace` dense, and
 their MTP layers as drafts (each carries an indexer; `speculative.mtp` refuses architectures outside its
 MTP_ARCHITECTURES).
@@ -98,7 +98,7 @@ def _check_layer_kinds(hf: Mapping[str, Any], arch: str, num_layers: int) -> Non
     for name, expected in kinds.items():
         if field(hf, name) is not None and list(hf[name]) != expected:
             raise ConfigError(f"{name} {hf[name]!r} is not supported for {arch}: its layers are {expected!r} "
-                              "(GLM-5's layers sharing a previous layer's top-k, 'shared', are not implemented)")
+                              "(GLM-5.2's layers reusing the last full layer's top-k, 'shared', are not implemented)")
     pattern = field(hf, "index_topk_pattern")
     if int(field(hf, "index_topk_freq", 1)) > 1 or (pattern is not None and set(pattern) - {"F", "full"}):
         raise ConfigError(f"index_topk_freq {hf.get('index_topk_freq')} / index_topk_pattern {pattern!r} is not "

@@ -4,13 +4,13 @@ The cache row of a DSA layer is MLA's widened by the token's index key: [c, k_pe
 one KV head's head_dim), so every cache (contiguous, paged, an engine step's ragged view) and everything that
 moves pages (prefix caching, preemption, offload, page copies) carries the index keys with the rows unchanged.
 
-Per query token, in blocks of `SPARSE_BLOCK` tokens (so the gathered keys stay block x S x I): the index keys of
-every position its row's page table holds are gathered, scored (`lightning_indexer.index_scores`), positions past
-the query's own masked out, the top `min(index_topk, S)` kept (`lax.top_k`: ties to the earlier position), and
-those rows gathered from the pages (as vLLM's sparse FlashMLA reads them); the absorbed MLA query attends them, the
-chosen positions past the query's own (a context shorter than index_topk) masked. Where a query sees at most
-index_topk tokens it attends them all: dense MLA. It is XLA gathers and one top_k, lowering on every platform; a
-Pallas kernel for it is future work.
+Per query token, in blocks of up to `SPARSE_BLOCK` tokens (fewer where the context is long: `block_tokens` keeps a
+block's float32 scores, J x S per token, within `SCORE_BUDGET`): the index keys of every position its row's page
+table holds are gathered, scored (`lightning_indexer.index_scores`), positions past the query's own masked out, the
+top `min(index_topk, S)` kept (`lax.top_k`: ties to the earlier position), and those rows gathered from the pages
+(as vLLM's sparse FlashMLA reads them); the absorbed MLA query attends them, the chosen positions past the query's
+own (a context shorter than index_topk) masked. Where a query sees at most index_topk tokens it attends them all:
+dense MLA. It is XLA gathers and one top_k, lowering on every platform; a Pallas kernel for it is future work.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from jaxinfer.models.lightning_indexer import IndexerWeights, index_key, index_q
 from jaxinfer.models.rope import CosSin
 from jaxinfer.models.self_attention import KV_HEADS, Q_HEADS
 
-SPARSE_BLOCK = 16  # query tokens scored and attended at once
+SPARSE_BLOCK = 16  # query tokens scored and attended at once, at most
+SCORE_BUDGET = 1 << 24  # float32 index scores a block may hold (64 MiB): DeepSeek-V3.2 at 128k positions, 2 tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +75,12 @@ def cached_rows(cache: Any, layer: int, batch: int, steps: int) -> CachedRows:
     return CachedRows(pages.k_pages[layer][0], pages.page_table, token_rows, pages.from_storage)
 
 
+def block_tokens(tokens: int, capacity: int, index_heads: int) -> int:
+    """Query tokens per block: SPARSE_BLOCK, fewer where their index scores (heads x capacity each) would pass
+    SCORE_BUDGET, at least one."""
+    return max(1, min(SPARSE_BLOCK, tokens, SCORE_BUDGET // (capacity * index_heads)))
+
+
 def attend_selected(q: jax.Array, rows: jax.Array, valid: jax.Array, latent: int, scale: float) -> jax.Array:
     """Absorbed queries q [n, H, C] over their chosen rows [n, k, C] (valid [n, k]): the weighted latents [n, H, R]."""
     q = q.astype(rows.dtype)
@@ -111,7 +118,7 @@ def sparse_attend(
     batch, steps = positions.shape
     rows = cached_rows(cache, layer, batch, steps)
     tokens = batch * steps
-    block = min(SPARSE_BLOCK, tokens)
+    block = block_tokens(tokens, rows.capacity, cfg.latent_attention.indexer.index_n_heads)
     num_blocks = -(-tokens // block)
 
     def blocks(x: jax.Array, fill: int = 0) -> jax.Array:
