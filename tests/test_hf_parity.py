@@ -29,6 +29,10 @@ XLA_ONLY += ("deepseek_v32",)  # its sparse attention reads the cache itself, ne
 GREEDY_ELSEWHERE = ENGINE_TESTED + ("deepseek_v32",)
 # HunYuan's attention too: its q/k norms follow the rotation, before the kernels see q and k.
 XLA_ONLY += ("hunyuan_moe",)
+# GPT-NeoX, Phi and GPT-2 too: what they change (the parallel residual, fused q/k/v, partial rotary, biases, learned
+# positions, the head's bias) is outside attention; their kernels twins would cost ~25 s of compiles (loaded 2 cores).
+XLA_ONLY += ("gpt_neox", "phi", "gpt2")
+GREEDY_ELSEWHERE += ("gpt2",)  # test_gpt2: each decode step's pick and log-probability against HF's forward
 # A second form of a family tested in full, checked by its float32 logits on XLA alone (~0.5 s, not ~6 s): what it
 # changes (GPT-NeoX's sequential residual) shows in them.
 LOGITS_ONLY = ("gpt_neox_sequential",)
