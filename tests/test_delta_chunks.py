@@ -1,6 +1,7 @@
 """The chunked gated delta rule (models/delta_chunks) against the per-token scan it replaces for prefill steps on
-accelerators: the same outputs and slot states on a packed step of random inputs, float32, and the program
-lowering for CUDA and TPU with no host round trip."""
+accelerators: the same outputs and slot states on a packed step of random inputs, float32, with a decay per token
+and head (Gated DeltaNet's) or per key channel (Kimi Delta Attention's), and the program lowering for CUDA and TPU
+with no host round trip."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import types
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from accelerator_programs import round_trips
 from jax import export
 
@@ -27,8 +29,9 @@ SLOTS = 6
 PLAN = [(2, 5, 5), (0, 0, 3), (3, 7, 1), (1, 0, 14), (4, 3, 10)]
 
 
-def packed_step() -> tuple:
-    """(random pools with the step's token slots, qkv [T, C], g [T, H], beta [T, H], positions [T], weights)."""
+def packed_step(per_channel: bool = False) -> tuple:
+    """(random pools with the step's token slots, qkv [T, C], g [T, H] (or [T, H, N] per key channel, Kimi Delta
+    Attention's), beta [T, H], positions [T], weights)."""
     rng = np.random.RandomState(0)
 
     def normal(*shape: int, scale: float = 1.0) -> jax.Array:
@@ -38,14 +41,16 @@ def packed_step() -> tuple:
     positions = [p for _, first, n in PLAN for p in range(first, first + n)] + [-1] * 4
     C, H, T = SS.conv_dim, SS.num_heads, len(slots)
     state = LayerState(normal(SLOTS, 3, C), normal(SLOTS, H, SS.head_dim, SS.state_size), jnp.asarray(slots))
-    g = -jax.nn.softplus(normal(T, H))  # log decays, as -exp(A_log) * softplus(a + dt_bias) gives them
+    # log decays, as -exp(A_log) * softplus(a + dt_bias) gives them
+    g = -jax.nn.softplus(normal(T, H, *(SS.state_size,) * per_channel))
     beta = jax.nn.sigmoid(normal(T, H))
     weights = types.SimpleNamespace(conv_weight=normal(C, 1, 4, scale=0.5))
     return state, normal(T, C), g, beta, jnp.asarray(positions), weights
 
 
-def test_chunked_delta_rule_gives_the_scans_outputs_and_states():
-    state, qkv, g, beta, positions, w = packed_step()
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_token", "per_channel"])
+def test_chunked_delta_rule_gives_the_scans_outputs_and_states(per_channel: bool):
+    state, qkv, g, beta, positions, w = packed_step(per_channel)
     scanned, y_scan = jax.jit(lambda *a: packed_scan(SS, w, *a))(state, qkv, g, beta, positions)
     chunked, y_chunk = jax.jit(lambda *a: packed_chunked(SS, w, *a))(state, qkv, g, beta, positions)
     real = np.asarray(positions) >= 0  # padding outputs are never read
@@ -55,8 +60,9 @@ def test_chunked_delta_rule_gives_the_scans_outputs_and_states():
     np.testing.assert_array_equal(chunked.ssm[5], state.ssm[5])
 
 
-def test_chunked_delta_rule_lowers_for_gpu_and_tpu_with_no_host_round_trip():
-    state, qkv, g, beta, positions, w = packed_step()
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_token", "per_channel"])
+def test_chunked_delta_rule_lowers_for_gpu_and_tpu_with_no_host_round_trip(per_channel: bool):
+    state, qkv, g, beta, positions, w = packed_step(per_channel)
     program = jax.jit(lambda *a: packed_chunked(SS, w, *a))
     assert round_trips(jax.make_jaxpr(program)(state, qkv, g, beta, positions).jaxpr) == []
     exported = export.export(program, platforms=("cuda", "tpu"))(state, qkv, g, beta, positions)

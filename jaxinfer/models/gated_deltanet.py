@@ -133,12 +133,13 @@ def conv_qkv(ss: StateSpace, w: Any, window: jax.Array) -> tuple[jax.Array, jax.
 def token_step(
     ss: StateSpace, w: Any, states: tuple[jax.Array, jax.Array], qkv: jax.Array, g: jax.Array, beta: jax.Array
 ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
-    """One token of one request: (conv state [K-1, C], S [H, P, N]), its conv input qkv [C], log decay g [H] and
-    beta [H] -> (the states after it, y [H, P]), in float32."""
+    """One token of one request: (conv state [K-1, C], S [H, P, N]), its conv input qkv [C], log decay g [H] (per
+    head) or [H, N] (per key channel: Kimi Delta Attention) and beta [H] -> (the states after it, y [H, P]), in
+    float32."""
     conv, state = states
     window = jnp.concatenate([conv, qkv[None]], axis=0)  # [K, C]
     q, k, v = conv_qkv(ss, w, window)
-    state = state * jnp.exp(g)[:, None, None]
+    state = state * jnp.exp(g).reshape(g.shape[0], 1, -1)  # over S's key axis: [H, 1, 1] or [H, 1, N]
     delta = (v - jnp.einsum("hpn,hn->hp", state, k)) * beta[:, None]
     state = state + delta[:, :, None] * k[:, None, :]
     return (window[1:], state), jnp.einsum("hpn,hn->hp", state, q)
@@ -146,8 +147,9 @@ def token_step(
 
 def packed_scan(ss: StateSpace, w: Any, state: LayerState, qkv: jax.Array, g: jax.Array, beta: jax.Array,
                 positions: jax.Array) -> tuple[LayerState, jax.Array]:
-    """The recurrence over T flat tokens (qkv [T, C], g and beta [T, H], positions [T], -1 padding), each through
-    its slot's state (models/slot_scan); returns the pools after them and y [T, H, P] float32."""
+    """The recurrence over T flat tokens (qkv [T, C], g [T, H] or [T, H, N], beta [T, H], positions [T], -1
+    padding), each through its slot's state (models/slot_scan); returns the pools after them and y [T, H, P]
+    float32."""
     step = functools.partial(token_step, ss, w)
     (conv, ssm), y = slot_scan(step, (state.conv, state.ssm), state.token_slots, positions, (qkv, g, beta))
     return dataclasses.replace(state, conv=conv, ssm=ssm), y
