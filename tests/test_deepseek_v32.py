@@ -53,11 +53,12 @@ def test_engine_greedy_matches_hf_through_chunked_prefill_and_prefix_cache(one_l
 
 def test_step_programs_lower_for_the_accelerators(one_layer):
     """Every engine step program lowers for CUDA and TPU (jax.export): the sparse attention is XLA gathers and one
-    top_k, no kernel (test_accelerator_lowering's knobs: two rows, 16-token steps)."""
-    llm = LLM(one_layer, dtype="float32", max_seq_len=128, max_num_seqs=2, max_num_batched_tokens=16,
-              max_prefill_seqs=1, decode_steps=4, num_pages=24, attention_backend="pallas", cpu_kernels=False)
+    top_k, no kernel. One row and 16-token steps: a ragged and a decode program (the sparse path is the same in
+    every program; more rows only add programs to lower)."""
+    llm = LLM(one_layer, dtype="float32", max_seq_len=128, max_num_seqs=1, max_num_batched_tokens=16,
+              decode_steps=4, num_pages=24, attention_backend="pallas", cpu_kernels=False)
     for platform in ("gpu", "tpu"):
-        assert len(lowered_kernels(llm, platform)) == len(llm.engine.step_hosts())
+        assert len(lowered_kernels(llm, platform)) == len(llm.engine.step_hosts()) == 2
 
 
 def test_long_contexts_score_fewer_tokens_a_block():
