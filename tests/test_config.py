@@ -102,8 +102,8 @@ def test_gemma_activations_that_transformers_versions_read_differently_are_rejec
 
 
 def test_unknown_activation_names_what_is_supported():
-    with pytest.raises(ConfigError, match="activation 'gelu_new' is not supported; supported: silu"):
-        from_hf_config({**BASE, "architectures": ["LlamaForCausalLM"], "hidden_act": "gelu_new"})
+    with pytest.raises(ConfigError, match="activation 'quick_gelu' is not supported; supported: silu"):
+        from_hf_config({**BASE, "architectures": ["LlamaForCausalLM"], "hidden_act": "quick_gelu"})
 
 
 @pytest.mark.parametrize("arch", ["Qwen2ForCausalLM", "Qwen3ForCausalLM"])
