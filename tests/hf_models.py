@@ -198,7 +198,10 @@ ARCH_CONFIGS.update({
         transformers.GPTNeoXConfig,  # q/k/v fused per head; LayerNorms and every projection biased; untied embed_out
         dict(),
     ),
-    "gpt_neox_sequential": (transformers.GPTNeoXConfig, dict(use_parallel_residual=False)),  # attention, then MLP
+    "gpt_neox_sequential": (  # attention, then the MLP; GPT-NeoX-20B's activation name
+        transformers.GPTNeoXConfig,
+        dict(use_parallel_residual=False, hidden_act="gelu_fast"),
+    ),
     "phi": (  # Phi-2's layer (one LayerNorm feeding attention and the MLP in parallel), 6 of each 16-dim head's dims
         transformers.PhiConfig,  # rotated (Phi-2's 0.4); q/k LayerNorms (qk_layernorm) with biases; lm_head biased
         dict(qk_layernorm=True, partial_rotary_factor=0.4, layer_norm_eps=1e-5, pad_token_id=0),

@@ -22,7 +22,8 @@ ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn", "proportional")
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
 # families read it as the tanh approximation themselves).
 SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu2": "relu2",
-                         "gelu_new": "gelu_tanh"}  # gelu_new: GPT-2's and Phi's name for the tanh approximation
+                         "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
+# gelu_new (GPT-2's, Phi's) and gelu_fast (GPT-NeoX-20B's) are transformers' names for the tanh approximation too
 # relu2: relu(x) ** 2 (Arcee, Nemotron); xielu: Apertus' own MLP (models/xielu.py), set by it alone
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "xielu")
 LAYER_TYPES = ("full_attention", "sliding_attention")
