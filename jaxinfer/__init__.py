@@ -13,6 +13,7 @@ from jaxinfer.engine.beams import BeamSearchOutput, BeamSearchSequence
 from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
 from jaxinfer.entrypoints.compare import Comparison, Configuration, compare
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
+from jaxinfer.entrypoints.prompt_types import TextPrompt, TokensPrompt
 from jaxinfer.models.registry import from_hf_config, load_config
 from jaxinfer.sampling.logprob import Logprob
 from jaxinfer.speculative.config import SpeculativeConfig
@@ -23,6 +24,8 @@ __all__ = [
     "Configuration",
     "Comparison",
     "SamplingParams",
+    "TextPrompt",
+    "TokensPrompt",
     "BeamSearchParams",
     "BeamSearchOutput",
     "BeamSearchSequence",

@@ -129,6 +129,19 @@ def test_vllms_token_filters_equal_llm_generate(client, reference):
                                   extra_body={"truncate_prompt_tokens": -1})
 
 
+def test_chat_continues_the_final_message_as_llm_chat_does(client, reference):
+    messages = [{"role": "user", "content": "def add"}, {"role": "assistant", "content": "def add(a"}]
+    expected = reference.chat(messages, _greedy(6), add_generation_prompt=False, continue_final_message=True)[0]
+    out = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0,
+                                         extra_body={"ignore_eos": True, "add_generation_prompt": False,
+                                                     "continue_final_message": True})
+    assert out.choices[0].message.content == expected.outputs[0].text
+    assert out.usage.prompt_tokens == len(expected.prompt_token_ids)
+    with pytest.raises(openai.BadRequestError, match="continue_final_message=True continues the last message"):
+        client.chat.completions.create(model="tiny", messages=messages, max_tokens=2,
+                                       extra_body={"continue_final_message": True})
+
+
 def test_chat_equals_llm_generate_on_the_default_template(client, reference):
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "def add"}]
     text = reference.tokenizer.apply_chat_template(messages, chat_template=DEFAULT_CHAT_TEMPLATE, tokenize=False,

@@ -11,7 +11,7 @@ import re
 import pytest
 from engine_knobs import ENGINE
 
-from jaxinfer import LLM, SamplingParams
+from jaxinfer import LLM, SamplingParams, TextPrompt, TokensPrompt
 from jaxinfer.engine.request_seeds import RequestSeeds
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
 from jaxinfer.entrypoints.openai.vllm_flags import prefix_caching, settle_vllm_flags
@@ -106,3 +106,25 @@ def test_a_vllm_serve_command_line_parses_into_ours(tmp_path):
 def test_vllm_serve_flags_that_cannot_be_served_are_refused_by_name(argv, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         _serve(*argv)
+
+
+def test_vllms_call_names_and_output_fields(text_model_dir):
+    """generate/stream's sampling_params keyword, TokensPrompt/TextPrompt, cumulative_logprob, chat's
+    continue_final_message: vLLM's names for what LLM does."""
+    llm = LLM(text_model_dir, **ENGINE)
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, logprobs=2)
+    ids = llm.encode("def add")
+    by_name = llm.generate(prompts=[TokensPrompt(prompt_token_ids=ids), TextPrompt(prompt="def add")],
+                           sampling_params=params)
+    out = by_name[0].outputs[0]
+    assert out.token_ids == by_name[1].outputs[0].token_ids == llm.generate(ids, params)[0].outputs[0].token_ids
+    assert out.cumulative_logprob == pytest.approx(sum(lp[t].logprob for lp, t in zip(out.logprobs, out.token_ids)))
+    assert out.cumulative_logprob < 0
+    assert llm.generate(ids, SamplingParams(max_tokens=2))[0].outputs[0].cumulative_logprob is None  # not asked
+    streamed = [d.outputs[0].token_ids for d in llm.stream(ids, sampling_params=params)]
+    assert sum(streamed, []) == out.token_ids
+    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "def add"}]
+    continued = llm.chat(conversation, params, add_generation_prompt=False, continue_final_message=True)[0]
+    assert continued.prompt.rstrip().endswith("def add")  # the assistant's message left open, no new turn
+    with pytest.raises(ValueError, match="continue_final_message=True continues the last message"):
+        llm.chat(conversation, params, continue_final_message=True)

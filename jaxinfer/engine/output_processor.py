@@ -82,8 +82,10 @@ def _completion_delta(request: Request) -> CompletionOutput:
     logprobs = request.logprobs[request.emitted_tokens :] if request.params.logprobs is not None else None
     request.emitted_chars, request.emitted_tokens = end, len(request.output_ids)
     spec_stats = summarize(request.spec_counts) if request.spec_counts else None
+    cumulative = None if logprobs is None else sum(
+        top[token].logprob for top, token in zip(request.logprobs, request.output_ids))
     return CompletionOutput(
-        request.index, text, ids, request.finish_reason, request.stop_reason, logprobs, spec_stats
+        request.index, text, ids, request.finish_reason, request.stop_reason, logprobs, spec_stats, cumulative
     )
 
 

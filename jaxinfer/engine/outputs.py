@@ -22,6 +22,8 @@ class CompletionOutput:
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
     logprobs: list[dict[int, Logprob]] | None = None  # per generated token: top ids and the token -> Logprob
     spec_stats: dict | None = None  # speculative acceptance for this sample (None when plain)
+    # vLLM's: the summed log-probability of every token generated so far (None unless logprobs were asked)
+    cumulative_logprob: float | None = None
 
     @property
     def finished(self) -> bool:

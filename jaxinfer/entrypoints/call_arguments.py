@@ -34,7 +34,8 @@ def params_for(prompts: list[Prompt], params: SamplingParams | Sequence[Sampling
         params_list = list(params)
     else:
         raise TypeError(
-            f"params must be a SamplingParams, a list of them (one per prompt) or None, got {type(params).__name__}"
+            f"sampling_params must be a SamplingParams, a list of them (one per prompt) or None, got "
+            f"{type(params).__name__}"
         )
     if len(params_list) != len(prompts):
         raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; pass one or one each")

@@ -59,18 +59,20 @@ def conversations(messages: Any) -> list[list[dict[str, str]]]:
 def render_chat(
     tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True, chat_template: str | None = None,
     tools: list[dict] | None = None, template_kwargs: Mapping[str, Any] | None = None,
+    continue_final_message: bool = False,
 ) -> str:
     """The conversation as prompt text: chat_template, else the tokenizer's, else DEFAULT_CHAT_TEMPLATE.
 
     tools (OpenAI's tool list) go to the template as `tools`, which tool-calling templates render;
     the default template has no place for them. template_kwargs are more template variables (e.g.
-    Qwen3's `enable_thinking`), checked by check_template_kwargs.
+    Qwen3's `enable_thinking`), checked by check_template_kwargs. continue_final_message leaves the last
+    message open for the model to go on with (an assistant prefill), as transformers renders it.
     """
     template = chat_template or getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
     try:
         return tokenizer.apply_chat_template(
             messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, tools=tools,
-            **(template_kwargs or {}),
+            continue_final_message=continue_final_message, **(template_kwargs or {}),
         )
     except Exception as error:  # a template may raise on roles or orders it does not accept
         raise ValueError(f"messages: the chat template rejected them: {error}") from None
@@ -88,19 +90,31 @@ def check_template_kwargs(tokenizer: Any, template_kwargs: Mapping[str, Any] | N
 
 def render_conversations(
     tokenizer: Any, messages: Any, chat_template: Any, add_generation_prompt: Any, tools: Any, template_kwargs: Any,
+    continue_final_message: Any = False,
 ) -> list[str]:
     """`LLM.chat`'s arguments checked by name, and each conversation (one, or a list of them) rendered."""
     if chat_template is not None and not isinstance(chat_template, str):
         raise TypeError(f"chat_template must be a Jinja template string or None, got {type(chat_template).__name__}")
     generation_prompt = validation.boolean(add_generation_prompt, "add_generation_prompt")
+    continue_final = check_continuation(generation_prompt, continue_final_message)
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise TypeError(f"tools must be a list of OpenAI tool dicts or None, got {tools!r:.80}")
     if template_kwargs is not None and not isinstance(template_kwargs, dict):
         raise TypeError(f"chat_template_kwargs must be a dict of template variables or None, "
                         f"got {type(template_kwargs).__name__}")
     check_template_kwargs(tokenizer, template_kwargs)
-    return [render_chat(tokenizer, c, generation_prompt, chat_template, tools, template_kwargs)
+    return [render_chat(tokenizer, c, generation_prompt, chat_template, tools, template_kwargs, continue_final)
             for c in conversations(messages)]
+
+
+def check_continuation(add_generation_prompt: bool, continue_final_message: Any) -> bool:
+    """continue_final_message as a bool; with add_generation_prompt it is a ValueError (vLLM's: a new
+    assistant turn and the last message continued are two different prompts)."""
+    continue_final = validation.boolean(continue_final_message, "continue_final_message")
+    if continue_final and add_generation_prompt:
+        raise ValueError("continue_final_message=True continues the last message, add_generation_prompt=True starts "
+                         "a new one: set add_generation_prompt=False")
+    return continue_final
 
 
 def chat_prompt_ids(tokenizer: Any, text: str) -> list[int]:

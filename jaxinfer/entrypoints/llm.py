@@ -216,7 +216,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     def generate(
         self,
         prompts: Prompt | Sequence[Prompt],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
@@ -231,7 +231,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         self._check_generating("LLM.generate")
         prompts, images = self._split_prompts(prompts)
         prompts = self._as_list(prompts)
-        params_list = self._params_for(prompts, params)
+        params_list = self._params_for(prompts, sampling_params)
         adapters = lora_requests_for(lora_request, len(prompts))
         bar = progress_bar(use_tqdm, len(prompts), "Processed prompts", "req")
         try:
@@ -288,13 +288,14 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     def chat(
         self,
         messages: Sequence[dict] | Sequence[Sequence[dict]],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
         use_tqdm: bool = False,
         tools: list[dict] | None = None,
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        continue_final_message: bool = False,
     ) -> list[RequestOutput]:
         """Reply to one conversation ([{"role": ..., "content": ...}, ...]) or a list of them, as vLLM's chat.
 
@@ -303,15 +304,17 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         tools (OpenAI's list) are rendered by templates that take them, as vLLM's; to force a call,
         constrain the output (SamplingParams(structured_outputs=...)) as the server's tool_choice does.
         chat_template_kwargs are more template variables (vLLM's; e.g. Qwen3's enable_thinking=False).
+        continue_final_message=True (vLLM's; with add_generation_prompt=False) continues the last message,
+        an assistant's prefill, instead of starting a new one.
         """
         tokenizer = self.get_tokenizer()
         messages, images = chat_prompts(messages, self.image_prompts)  # image_url parts: see entrypoints/multimodal
         texts = render_conversations(tokenizer, messages, chat_template, add_generation_prompt, tools,
-                                     chat_template_kwargs)
+                                     chat_template_kwargs, continue_final_message)
         prompts = [chat_prompt_ids(tokenizer, t) for t in texts]
         prompts = [{"prompt_token_ids": ids, "multi_modal_data": {"image": i}} if i else ids
                    for ids, i in zip(prompts, images)]
-        outputs = self.generate(prompts, params, use_tqdm, lora_request)
+        outputs = self.generate(prompts, sampling_params, use_tqdm, lora_request)
         for text, output in zip(texts, outputs):
             output.prompt = text  # as vLLM's: the rendered conversation
         return outputs

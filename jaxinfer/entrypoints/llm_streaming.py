@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class StreamCalls:
     """The streaming calls of `LLM` (mixed into it: `self` is the LLM)."""
 
-    def stream(self: LLM, prompt: Prompt, params: SamplingParams | None = None,
+    def stream(self: LLM, prompt: Prompt, sampling_params: SamplingParams | None = None,
                lora_request: LoRARequest | None = None) -> Iterator[RequestOutput]:
         """Yield one request's outputs as they are produced (a few tokens per device call), as vLLM's
         AsyncLLM.generate: RequestOutput deltas whose `outputs` hold every sample's new text and token
@@ -30,7 +30,7 @@ class StreamCalls:
         """
         self._check_generating("LLM.stream")
         prompt, images = self._stream_prompt(prompt, "stream")
-        yield from self._stream_checked(prompt, images, self._params_for([prompt], params), lora_request)
+        yield from self._stream_checked(prompt, images, self._params_for([prompt], sampling_params), lora_request)
 
     def _stream_checked(self: LLM, prompt: Prompt, images: list[tuple] | None, params: list[SamplingParams],
                         lora_request: LoRARequest | None) -> Iterator[RequestOutput]:
@@ -49,11 +49,11 @@ class StreamCalls:
             return ids, [images]
         return validation.single_prompt(prompt, "prompt", method, self.config.vocab_size), None
 
-    def stream_text(self: LLM, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
+    def stream_text(self: LLM, prompt: Prompt, sampling_params: SamplingParams | None = None) -> Iterator[str]:
         """Yield the text pieces of one single-sample request as they are produced (`stream` gives more)."""
         self._check_generating("LLM.stream_text")
         prompt, images = self._stream_prompt(prompt, "stream_text")
-        checked = self._params_for([prompt], params)
+        checked = self._params_for([prompt], sampling_params)
         if checked[0].n != 1:
             raise ValueError(f"stream_text streams one sample's text, got SamplingParams(n={checked[0].n}); use "
                              "stream(), whose deltas carry each sample's index")

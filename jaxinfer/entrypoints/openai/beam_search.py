@@ -100,4 +100,5 @@ async def _final(deltas: AsyncIterator[RequestOutput]) -> RequestOutput:
 
 
 def _sample(index: int, beam: BeamSearchSequence, prompt_len: int) -> CompletionOutput:
-    return CompletionOutput(index, beam.text or "", beam.tokens[prompt_len:], beam.finish_reason)
+    return CompletionOutput(index, beam.text or "", beam.tokens[prompt_len:], beam.finish_reason,
+                            cumulative_logprob=beam.cum_logprob)

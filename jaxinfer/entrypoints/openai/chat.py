@@ -49,7 +49,7 @@ MAX_TOP_LOGPROBS = 20
 
 def render_chat(
     tokenizer: Any | None, messages: list[ChatMessage], add_generation_prompt: bool = True,
-    tools: list[dict] | None = None, template_kwargs: dict | None = None,
+    tools: list[dict] | None = None, template_kwargs: dict | None = None, continue_final_message: bool = False,
 ) -> str:
     """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE;
     template_kwargs (`chat_template_kwargs`) are more variables for the template."""
@@ -60,20 +60,26 @@ def render_chat(
     except ValueError as error:
         raise APIError(str(error), param="chat_template_kwargs") from None
     try:
+        chat_template.check_continuation(add_generation_prompt, continue_final_message)
+    except ValueError as error:
+        raise APIError(str(error), param="continue_final_message") from None
+    try:
         conversation = [{"role": m.role, "content": m.text(), **m.model_dump(include={"name", "tool_calls", "tool_call_id"},
                                                                               exclude_none=True)} for m in messages]
         return chat_template.render_chat(tokenizer, conversation, add_generation_prompt, tools=tools,
-                                         template_kwargs=template_kwargs)
+                                         template_kwargs=template_kwargs,
+                                         continue_final_message=continue_final_message)
     except ValueError as error:  # a non-text content part, or a template that rejects the messages
         raise APIError(str(error), param="messages") from None
 
 
 def chat_prompt_ids(
     state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True,
-    tools: list[dict] | None = None, template_kwargs: dict | None = None,
+    tools: list[dict] | None = None, template_kwargs: dict | None = None, continue_final_message: bool = False,
 ) -> list[int]:
     """Token ids of the rendered conversation (the template writes any BOS itself)."""
-    text = render_chat(state.tokenizer, messages, add_generation_prompt, tools, template_kwargs)
+    text = render_chat(state.tokenizer, messages, add_generation_prompt, tools, template_kwargs,
+                       continue_final_message)
     return chat_template.chat_prompt_ids(state.tokenizer, text)
 
 
@@ -116,7 +122,8 @@ def prepare_chat_images(state: ServerState, body: ChatCompletionRequest
     state.limits.check(body)
     tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, state.tool_parser)
     messages, images = take_images(state, body.messages)
-    ids = chat_prompt_ids(state, messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs)
+    ids = chat_prompt_ids(state, messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs,
+                          body.continue_final_message)
     ids, images = with_images(state, ids, images)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params = beam_or_sampling(body, build_params(state, body, ids, None, _top_logprobs(body), requested))

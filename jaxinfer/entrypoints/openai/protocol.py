@@ -132,6 +132,7 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = None
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
+    continue_final_message: bool = False  # vLLM's: go on with the last (assistant) message
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None

@@ -24,7 +24,8 @@ def typed_value(text: str, schema: Mapping | None) -> Any:
     except json.JSONDecodeError:
         return text
     accepted = tuple(t for k in kinds for t in KINDS.get(k, ()))
-    fits = value is None or not kinds or (isinstance(value, accepted) and not (isinstance(value, bool) and bool not in accepted))
+    fits = value is None or not kinds or (
+        isinstance(value, accepted) and not (isinstance(value, bool) and bool not in accepted))
     return value if fits else text
 
 
