@@ -16,9 +16,10 @@ from jaxinfer.models.registry import from_hf_config
 from jaxinfer.models.sparse_latent_attention import block_tokens
 
 PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
-# 40 shared tokens (two full pages of 16), then 10 of each prompt's own: 50 tokens, prefilled in 32-token chunks,
-# every query past the first 8 attending 8 of its keys.
-PROMPTS = [PROMPT[:50], PROMPT[:40] + PROMPT[50:60]]
+# 40 shared tokens (two full pages of 16), then 8 of each prompt's own: 48 tokens, prefilled in 32-token steps (every
+# step a full 32-token one and the two rows decoding together: two step programs to compile), every query past the
+# first 8 attending 8 of its keys.
+PROMPTS = [PROMPT[:48], PROMPT[:40] + PROMPT[50:58]]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def test_glm5_logits_match_hf(checkpoint_dir):
 
 
 def test_engine_greedy_matches_hf_through_chunked_prefill_and_prefix_cache(one_layer):
-    """Two calls of two 50-token prompts (32-token steps: chunked prefill past index_topk); the second call's
+    """Two calls of two 48-token prompts (32-token steps: chunked prefill past index_topk); the second call's
     prompts start from the first's cached pages, whose rows carry their index keys: HF's greedy tokens."""
     params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     with torch.no_grad():  # the prompts are as long: one batch, no padding
