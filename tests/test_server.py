@@ -104,6 +104,18 @@ def test_models_health_and_tokenize(client, base_url, reference):
     assert httpx.post(base_url + "/detokenize", json={"tokens": ids}, headers=AUTH).json()["prompt"] == "def add"
 
 
+def test_model_retrieval_version_and_ping(client, base_url):
+    """OpenAI's models.retrieve, and vLLM's /version and /ping (SageMaker's probe), the last two without a key."""
+    assert client.models.retrieve("tiny").id == "tiny"
+    with pytest.raises(openai.NotFoundError, match="The model `nope` does not exist"):
+        client.models.retrieve("nope")
+    from jaxinfer import __version__
+
+    assert httpx.get(base_url + "/version").json() == {"version": __version__}
+    assert httpx.get(base_url + "/ping").status_code == httpx.post(base_url + "/ping").status_code == 200
+    assert httpx.get(base_url + "/v1/models").status_code == 401  # the API itself still needs the key
+
+
 def test_completions_equal_llm_generate(client, reference):
     expected = reference.generate(PROMPTS, _greedy(12))
     out = client.completions.create(model="tiny", prompt=PROMPTS, max_tokens=12, temperature=0,

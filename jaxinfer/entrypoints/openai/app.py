@@ -101,7 +101,8 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     app.state.server = state
     app.state.traffic = traffic
     install_handlers(app)
-    public = frozenset({"/health", "/metrics"} if config.metrics_without_key else {"/health"})
+    probes = {"/health", "/ping", "/version"}  # a load balancer's probes (SageMaker's /ping) need no key
+    public = frozenset(probes | {"/metrics"} if config.metrics_without_key else probes)
     app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key, public_paths=public)
     # Outermost (added last): it counts and drains every request, refused ones included.
     app.add_middleware(ServingGate, traffic=traffic, admission=admission, write_timeout=config.write_timeout)
@@ -174,13 +175,26 @@ def _add_utility_routes(app: FastAPI, state: ServerState) -> None:
     async def health() -> Response:
         return Response(status_code=200)
 
+    @app.api_route("/ping", methods=["GET", "POST"])
+    async def ping() -> Response:  # SageMaker's health check, as vLLM answers it
+        return Response(status_code=200)
+
+    @app.get("/version")
+    async def version() -> JSONResponse:
+        from jaxinfer import __version__
+
+        return JSONResponse({"version": __version__})
+
     @app.get("/v1/models")
     async def models() -> JSONResponse:
-        card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "jaxinfer",
-                "max_model_len": state.max_seq_len}
-        adapters = [{**card, "id": name, "root": adapter.lora_path, "parent": state.model_name}
-                    for name, adapter in state.adapters.items()]
-        return JSONResponse({"object": "list", "data": [card, *adapters]})
+        return JSONResponse({"object": "list", "data": _model_cards(state)})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> JSONResponse:  # OpenAI's retrieve: `client.models.retrieve(name)`
+        card = next((c for c in _model_cards(state) if c["id"] == model_id), None)
+        if card is None:
+            raise APIError(f"The model `{model_id}` does not exist.", status=404, param="model", kind="NotFoundError")
+        return JSONResponse(card)
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> JSONResponse:
@@ -205,3 +219,12 @@ def _add_utility_routes(app: FastAPI, state: ServerState) -> None:
         text = await asyncio.to_thread(state.tokenizer.decode, body.tokens, skip_special_tokens=True,
                                        clean_up_tokenization_spaces=False)
         return JSONResponse({"prompt": text})
+
+
+def _model_cards(state: ServerState) -> list[dict]:
+    """The served model's card, then each LoRA adapter's (its `parent` the model), as /v1/models lists them."""
+    card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "jaxinfer",
+            "max_model_len": state.max_seq_len}
+    adapters = [{**card, "id": name, "root": adapter.lora_path, "parent": state.model_name}
+                for name, adapter in state.adapters.items()]
+    return [card, *adapters]
