@@ -25,6 +25,7 @@ from jaxinfer import LLM, SamplingParams
 from jaxinfer.engine.metrics import StepClock
 from jaxinfer.entrypoints.openai import ServerConfig, build_app
 from jaxinfer.entrypoints.openai.chat import DEFAULT_CHAT_TEMPLATE
+from jaxinfer.entrypoints.openai.cors import Cors
 
 KEY = "test-key"
 KNOBS = dict(dtype="float32", max_seq_len=128, max_num_seqs=16, max_num_batched_tokens=128, num_pages=96, decode_steps=4)
@@ -114,6 +115,26 @@ def test_model_retrieval_version_and_ping(client, base_url):
     assert httpx.get(base_url + "/version").json() == {"version": __version__}
     assert httpx.get(base_url + "/ping").status_code == httpx.post(base_url + "/ping").status_code == 200
     assert httpx.get(base_url + "/v1/models").status_code == 401  # the API itself still needs the key
+
+
+def test_cross_origin_requests_are_answered_only_for_the_origins_given(served, base_url):
+    """--allowed-origins: a browser's preflight is answered (before the API key is asked) for those origins alone;
+    the default server sends no CORS headers at all."""
+    preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization,content-type"}
+    assert "access-control-allow-origin" not in httpx.options(base_url + "/v1/completions", headers=preflight).headers
+    app = build_app(served, ServerConfig("tiny", api_key=KEY, cors=Cors(("https://app.example",))))
+
+    async def ask() -> list[httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+            return [await http.options("/v1/completions", headers=preflight),
+                    await http.options("/v1/completions", headers={**preflight, "Origin": "https://evil.example"}),
+                    await http.get("/health", headers={"Origin": "https://app.example"})]
+
+    allowed, other, simple = asyncio.run(ask())
+    assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+    assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+    assert simple.headers["access-control-allow-origin"] == "https://app.example"
 
 
 def test_completions_equal_llm_generate(client, reference):

@@ -13,8 +13,9 @@ from engine_knobs import ENGINE
 
 from jaxinfer import LLM, SamplingParams, TextPrompt, TokensPrompt
 from jaxinfer.engine.request_seeds import RequestSeeds
+from jaxinfer.entrypoints.openai.cors import Cors
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
-from jaxinfer.entrypoints.openai.vllm_flags import prefix_caching, settle_vllm_flags
+from jaxinfer.entrypoints.openai.vllm_flags import cors_settings, prefix_caching, settle_vllm_flags
 from jaxinfer.entrypoints.vllm_arguments import vllm_arguments
 
 SAMPLED = SamplingParams(max_tokens=12, temperature=1.0, ignore_eos=True)
@@ -92,6 +93,8 @@ def test_a_vllm_serve_command_line_parses_into_ours(tmp_path):
     assert args.chat_template == template.read_text() and prefix_caching(args) is False
     assert prefix_caching(_serve("--enable-prefix-caching")) is True and prefix_caching(_serve()) is None
     assert _serve("--chat-template", "{{ messages[0]['content'] }}").chat_template == "{{ messages[0]['content'] }}"
+    cors = cors_settings(_serve("--allowed-origins", '["https://a.example"]', "--allowed-methods", '["POST"]'))
+    assert cors == Cors(("https://a.example",), ("POST",), ("*",), False) and cors_settings(_serve()) == Cors()
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -102,6 +105,8 @@ def test_a_vllm_serve_command_line_parses_into_ours(tmp_path):
     (["--chat-template", "chat.jinja"], "--chat-template 'chat.jinja' is neither a file nor a Jinja template"),
     (["--enable-prefix-caching", "--no-prefix-caching"], "--enable-prefix-caching and --no-prefix-caching"),
     (["--tokenizer", "/nonexistent"], "--tokenizer"),
+    (["--allowed-origins", "https://a.example"], "--allowed-origins must be a JSON list of strings"),
+    (["--allow-credentials"], "--allowed-methods, --allowed-headers and --allow-credentials go with --allowed-origins"),
 ])
 def test_vllm_serve_flags_that_cannot_be_served_are_refused_by_name(argv, message):
     with pytest.raises(ValueError, match=re.escape(message)):

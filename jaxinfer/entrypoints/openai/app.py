@@ -16,6 +16,7 @@ from jaxinfer.config.pooler import Pooler
 from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.entrypoints.openai.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
 from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_completion
+from jaxinfer.entrypoints.openai.cors import Cors, add_cors
 from jaxinfer.entrypoints.openai.embeddings import EmbeddingRequest, create_embeddings
 from jaxinfer.entrypoints.openai.errors import APIError, RequestGuard, install_handlers
 from jaxinfer.entrypoints.openai.gate import Admission, ServingGate, Traffic
@@ -65,6 +66,7 @@ class ServerConfig:
     max_stored_responses: int = DEFAULT_MAX_STORED_RESPONSES  # /v1/responses kept for previous_response_id (LRU)
     sleep_mode: bool = False  # POST /sleep, /wake_up, GET /is_sleeping (vLLM's --enable-sleep-mode)
     weight_updates: bool = False  # POST /update_weights_from_disk (SGLang's route)
+    cors: Cors = Cors()  # cross-origin requests from web pages (off: no origins)
 
 
 def _tool_parser(config: ServerConfig) -> ToolParser | None:
@@ -104,6 +106,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     probes = {"/health", "/ping", "/version"}  # a load balancer's probes (SageMaker's /ping) need no key
     public = frozenset(probes | {"/metrics"} if config.metrics_without_key else probes)
     app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key, public_paths=public)
+    add_cors(app, config.cors)
     # Outermost (added last): it counts and drains every request, refused ones included.
     app.add_middleware(ServingGate, traffic=traffic, admission=admission, write_timeout=config.write_timeout)
     registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))

@@ -29,7 +29,7 @@ from jaxinfer.entrypoints.openai.serve_flags import (
     add_speculative_args,
     add_startup_args,
 )
-from jaxinfer.entrypoints.openai.vllm_flags import add_vllm_flags, prefix_caching, settle_vllm_flags
+from jaxinfer.entrypoints.openai.vllm_flags import add_vllm_flags, cors_settings, prefix_caching, settle_vllm_flags
 from jaxinfer.entrypoints.openai.weight_flags import add_weight_args, check_weight_flags
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.vllm_config import from_vllm
@@ -171,7 +171,7 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
         model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
         args.request_timeout, args.write_timeout, lora_modules(args), runtime_lora_updating(args),
         args.reasoning_parser, args.tool_call_parser, args.max_stored_responses, args.enable_sleep_mode,
-        args.enable_weight_updates,
+        args.enable_weight_updates, cors_settings(args),
     )
 
 

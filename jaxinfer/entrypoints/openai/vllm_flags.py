@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from jaxinfer.config import validation
+from jaxinfer.entrypoints.openai.cors import Cors, string_list
 
 
 def add_vllm_flags(serve: argparse.ArgumentParser) -> None:
@@ -43,6 +44,12 @@ def add_vllm_flags(serve: argparse.ArgumentParser) -> None:
         "makes restarts fast")
     add("--pipeline-parallel-size", "-pp", type=int, default=1,
         help="only 1: models split over a jax mesh by --tp / --dp / --ep")
+    add("--allowed-origins", default=None, metavar="JSON",
+        help="origins web pages may call the server from, a JSON list ('[\"https://app.example\"]' or "
+        "'[\"*\"]'); default: none (vLLM's default '[\"*\"]' lets any page open in a browser call a local server)")
+    add("--allowed-methods", default=None, metavar="JSON", help="with --allowed-origins: a JSON list (default all)")
+    add("--allowed-headers", default=None, metavar="JSON", help="with --allowed-origins: a JSON list (default all)")
+    add("--allow-credentials", action="store_true", help="with --allowed-origins: cookies and auth headers too")
 
 
 def settle_vllm_flags(args: argparse.Namespace) -> None:
@@ -69,6 +76,18 @@ def settle_vllm_flags(args: argparse.Namespace) -> None:
         validation.model_dir(args.tokenizer, "--tokenizer")
     if args.chat_template is not None:
         args.chat_template = chat_template_text(args.chat_template)
+    cors_settings(args)  # checked before the port is bound
+
+
+def cors_settings(args: argparse.Namespace) -> Cors:
+    """The CORS flags as settings; methods, headers or credentials without origins are a ValueError."""
+    origins = string_list(args.allowed_origins, "--allowed-origins") or ()
+    methods = string_list(args.allowed_methods, "--allowed-methods")
+    headers = string_list(args.allowed_headers, "--allowed-headers")
+    if not origins and (methods or headers or args.allow_credentials):
+        raise ValueError("--allowed-methods, --allowed-headers and --allow-credentials go with --allowed-origins "
+                         "(no origins: cross-origin requests are not answered)")
+    return Cors(origins, methods or ("*",), headers or ("*",), args.allow_credentials)
 
 
 def chat_template_text(value: str) -> str:
