@@ -16,6 +16,7 @@ from typing import Any, Callable
 import jax.numpy as jnp
 import numpy as np
 
+from jaxinfer.checkpoint.gemma4_vision_weights import read_gemma4_vision_weights
 from jaxinfer.checkpoint.internvl_weights import is_internvl, read_internvl_weights
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.checkpoint.pixtral_weights import is_pixtral, read_mistral3_weights
@@ -23,6 +24,7 @@ from jaxinfer.checkpoint.qwen2_vl_weights import read_qwen2_vl_weights
 from jaxinfer.checkpoint.qwen3_vl_weights import read_qwen3_vl_weights
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
+from jaxinfer.models.gemma4_vision import Gemma4VisionConfig
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config
@@ -115,6 +117,8 @@ def read_llava_weights(
         return read_mistral3_weights(index, open_file, cfg, dtype)
     if isinstance(cfg, InternVLVisionConfig):
         return read_internvl_weights(index, open_file, cfg, dtype)
+    if isinstance(cfg, Gemma4VisionConfig):
+        return read_gemma4_vision_weights(index, open_file, cfg, dtype)
     projector_names = GEMMA3_PROJECTOR_NAMES if isinstance(cfg, Gemma3VisionConfig) else \
         IDEFICS3_PROJECTOR_NAMES if isinstance(cfg, Idefics3VisionConfig) else PROJECTOR_NAMES
     probe = next(iter(projector_names.values()))

@@ -158,6 +158,7 @@ class ModelConfig:
     routed_scaling_factor: float = 1.0
     mtp_layers: int = 0  # multi-token-prediction layers after the decoder's (skipped by it; method "mtp" drafts)
     bos_token_id: int | None = None
+    pad_token_id: int = 0  # Gemma 4: the token an image token's per-layer input reads (HF's Gemma4Model)
     eos_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:

@@ -1,7 +1,8 @@
 """Prompts with images (vLLM's `multi_modal_data`): the model's own HF image processor makes the
 pixels, and each image placeholder token of the prompt is expanded to the run of
 `image_seq_length` placeholders its features fill (what LLaVA's HF processor does to the text; Gemma 3's
-start-of-image mark becomes its whole image sequence, as HF's Gemma3Processor makes it).
+start-of-image mark becomes its whole image sequence, as HF's Gemma3Processor makes it; Gemma 4's image token
+<boi>, a row count of its own per image and <eoi>: entrypoints/gemma4_prompts).
 
 A prompt is vLLM's dict, `{"prompt": text or "prompt_token_ids": ids, "multi_modal_data": {"image":
 image or [images]}}`; an image is a PIL image or a NumPy array (H x W x C, uint8). Each `<image>`
@@ -17,22 +18,25 @@ from typing import Any
 
 import numpy as np
 
+from jaxinfer.checkpoint.gemma4_vision_weights import is_gemma4_vision
 from jaxinfer.checkpoint.loader import load_vision_weights, safetensors_index
 from jaxinfer.checkpoint.vision_weights import is_vision_language
 from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.engine.prompt_checks import encode_prompt
+from jaxinfer.entrypoints.gemma4_prompts import gemma4_prompt
 from jaxinfer.entrypoints.idefics3_prompts import idefics3_prompt
 from jaxinfer.entrypoints.internvl_prompts import internvl_prompt
 from jaxinfer.entrypoints.media import load_image
 from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
+from jaxinfer.models.gemma4_vision import Gemma4VisionConfig
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config, with_token_ids
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import (
-    ARCHITECTURES,
+    IMAGE_ARCHITECTURES,
     VisionLanguageConfig,
     VisionLanguageWeights,
     mark_token_id,
@@ -47,16 +51,23 @@ DEFAULT_IMAGE_LIMIT = 999  # vLLM V1's default per modality
 def load_vision(model_dir: Path, dtype: Any) -> tuple[VisionLanguageConfig, VisionLanguageWeights] | None:
     """A vision-language checkpoint's tower config and weights; None for a text-only model."""
     hf = read_config_json(model_dir)
-    if (hf.get("architectures") or [None])[0] not in ARCHITECTURES:
+    if (hf.get("architectures") or [None])[0] not in IMAGE_ARCHITECTURES or not takes_images(hf):
         return None
     cfg = read_vision_language_config(hf)
-    if not is_vision_language(safetensors_index(model_dir)):
+    index = safetensors_index(model_dir)
+    if not (is_vision_language(index) or is_gemma4_vision(index)):
         raise ConfigError(f"{model_dir}: a {hf['architectures'][0]} config without vision tower tensors")
     if isinstance(cfg, Mistral3Config):  # its image runs hold [IMG_BREAK] / [IMG_END], ids only its tokenizer has
         import transformers
 
         cfg = with_token_ids(cfg, transformers.AutoTokenizer.from_pretrained(model_dir))
     return cfg, load_vision_weights(model_dir, cfg, dtype)
+
+
+def takes_images(hf: Mapping[str, Any]) -> bool:
+    """Whether a vision-language config has a tower (a Gemma 4 one without `vision_config` runs text-only, as
+    transformers builds it without one)."""
+    return hf["architectures"][0] != "Gemma4ForConditionalGeneration" or hf.get("vision_config") is not None
 
 
 def image_limit(limit_mm_per_prompt: Mapping[str, int] | None) -> int:
@@ -189,6 +200,8 @@ class ImagePrompts:
             return idefics3_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, InternVLVisionConfig):  # tiles end to end in one <IMG_CONTEXT> run per image
             return internvl_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
+        if isinstance(self.cfg, Gemma4VisionConfig):  # <boi>, a row count per image from its size, <eoi>
+            return gemma4_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         ids, found = self.marked_ids(prompt, len(images))
         token, length = self.cfg.image_token_id, self.cfg.image_seq_length
         marks = [i for i, t in enumerate(ids) if t == token]

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.models.embed_override import EmbedOverride, add_deepstack, override_embeddings
+from jaxinfer.models.embed_override import EmbedOverride, add_deepstack, override_embeddings, placeholders_as
 from jaxinfer.models.layer_calls import LayerInputs, call_layer
 from jaxinfer.models.layers import Weight, linear, linear_transposed
 from jaxinfer.models.norms import config_norm
@@ -104,7 +104,8 @@ def forward_with_taps(
     x = cache.layout.constrain(x, HIDDEN)
     rope = RopeTables(positions, cfg, streams)
     layer_fn = family_of(cfg).layer
-    inputs = LayerInputs(tokens, x) if cfg.per_layer_input_size else None  # Gemma 4's per-layer inputs read them
+    # Gemma 4's per-layer inputs read them (an image token as the pad token)
+    inputs = LayerInputs(placeholders_as(tokens, override, cfg.pad_token_id), x) if cfg.per_layer_input_size else None
     tapped = []
     for layer, lw in enumerate(weights.layers):
         if layer in taps:

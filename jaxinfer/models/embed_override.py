@@ -47,6 +47,14 @@ def override_embeddings(x: jax.Array, override: EmbedOverride | None) -> jax.Arr
     return jnp.where(override.mask.reshape(x.shape[:-1])[..., None], rows, x)
 
 
+def placeholders_as(tokens: jax.Array, override: EmbedOverride | None, token: int) -> jax.Array:
+    """tokens [B, T] with `token` where the override's mask is set: Gemma 4's per-layer inputs read an image token
+    as the pad token (HF's Gemma4Model looks the pad's up there; the image's rows still feed their other part)."""
+    if override is None:
+        return tokens
+    return jnp.where(override.mask.reshape(tokens.shape), jnp.asarray(token, tokens.dtype), tokens)
+
+
 def add_deepstack(x: jax.Array, override: EmbedOverride | None, layer: int) -> jax.Array:
     """Hidden states x [B, T, D] leaving `layer`, plus its DeepStack rows at the image tokens (layer < K)."""
     if override is None or override.deepstack is None or layer >= override.deepstack.shape[0]:

@@ -14,7 +14,8 @@ Gemma 3's sandwich layer (a norm before and after attention and the MLP; sliding
   slices of the packed [V, L * P] table and [L * P, D] projection);
 - the MoE block (`enable_moe_block`): beside the dense MLP, experts on the pre-MLP residual, routed by a normed,
   scaled router (softmax, top k renormalised, times `per_expert_scale`), each branch normed before the sum;
-- the layer's output times its `layer_scalar`.
+- the layer's output times its `layer_scalar`;
+- with images (models/gemma4_vision), an image's tokens see each other both ways on the sliding layers only.
 """
 
 from __future__ import annotations
@@ -210,8 +211,15 @@ def attention(cfg: ModelConfig, h: jax.Array, cache: Any, lw: Gemma4LayerWeights
         k = apply_rope(_norm(layout.constrain(k, KV_HEADS), lw.k_norm, cfg), *rope)
         cache = cache.write(layer, k, _unit_norm(v, eps), positions)
     q = apply_rope(_norm(layout.constrain(q, Q_HEADS), lw.q_norm, cfg), *rope)
-    attn = attend(q, cache, cfg.kv_source(layer), positions, cfg.layer_windows[layer], scale=cfg.attn_scale)
+    window = cfg.layer_windows[layer]
+    attn = attend(q, cache if window else causal(cache), cfg.kv_source(layer), positions, window, scale=cfg.attn_scale)
     return linear(layout.constrain(attn, Q_HEADS), lw.wo, contract=2), cache
+
+
+def causal(cache: Any) -> Any:
+    """The cache as a global layer attends over it: an image's tokens see their image both ways on the sliding
+    layers only (`key_ends`: HF's create_masks_for_vision_model keeps the full-attention layers causal)."""
+    return dataclasses.replace(cache, key_ends=None) if getattr(cache, "key_ends", None) is not None else cache
 
 
 def per_layer_input(lw: Gemma4LayerWeights, inputs: LayerInputs, cfg: ModelConfig) -> jax.Array:

@@ -68,9 +68,10 @@ def kv_shapes(hf: Mapping[str, Any], types: list[str], head_dim: int, kv_heads: 
 
 def _refuse(hf: Mapping[str, Any], arch: str) -> None:
     """ConfigError naming a setting transformers runs that jaxinfer does not."""
-    if hf.get("use_bidirectional_attention") is not None:
+    if hf.get("use_bidirectional_attention") not in (None, "vision"):
         raise ConfigError(f"use_bidirectional_attention={hf['use_bidirectional_attention']!r} is not supported for "
-                          f"{arch}; jaxinfer runs it as a causal decoder (null)")
+                          f"{arch}; accepted: null, or 'vision' (an image's tokens see each other on the sliding "
+                          "layers: models/gemma4_vision; text stays causal)")
     if hf.get("attention_bias"):
         raise ConfigError(f"attention_bias=True is not supported for {arch} (Gemma 4's releases have none)")
 
@@ -126,6 +127,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         values_from_keys=tuple(i for i, t in enumerate(types)
                                if hf.get("attention_k_eq_v") and t == "full_attention" and sources[i] == i),
         per_layer_input_size=_per_layer_input_size(hf, fields["vocab_size"]),
+        pad_token_id=int(field(hf, "pad_token_id", 0)),
         qk_norm=True,
         activation=gemma_activation(hf),
         norm_scale_first=True,

@@ -8,7 +8,8 @@ line) and no image can reach the model: its vision tower never runs (Qwen3.5's c
 run their tower: models/qwen2_vl). As transformers ties the output head by the outer config's
 `tie_word_embeddings`, so does the text config here. Google ships Gemma 4 as Gemma4ForConditionalGeneration:
 `model.language_model.*` (read under that name: `TextPart.replaced`) beside `model.vision_tower.*`,
-`model.audio_tower.*` and their embedders, all skipped.
+`model.audio_tower.*` and their embedders, all skipped here (its vision tower and embedder are read apart, where
+the config has a `vision_config`: checkpoint/gemma4_vision_weights; audio is refused).
 """
 
 from __future__ import annotations

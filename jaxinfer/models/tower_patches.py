@@ -7,7 +7,8 @@ request's time to first token). Here the grid becomes data: the patches go in fl
 to `bucket_blocks(blocks_h * blocks_w)` (1, 2, 3, 4, 6, 8, 12, ...: at most 1.5x the image's own), with each patch's
 (row, column) for the 2-D rotary, its window id (Qwen2.5-VL's window attention; one id for a whole image otherwise)
 and, for Qwen3-VL, its four position-grid taps; for Pixtral, whose placeholder run puts an [IMG_BREAK] after each
-merged row (the last an [IMG_END]), where each row of the run comes from. Padding patches take window id -1, so
+merged row (the last an [IMG_END]), where each row of the run comes from; for Gemma 4, whose tower pools k x k
+squares by position, buckets of pooled rows. Padding patches take window id -1, so
 every layer's mask keeps them apart from the image's (they attend among themselves and their rows are dropped): the
 image's rows are the unpadded program's, the few programs are per bucket, not per grid.
 """
@@ -116,3 +117,18 @@ def pixtral_patches(pixels: np.ndarray, patch: int, merge: int) -> TowerPatches:
     ends[-1] = bucket + 1
     run = np.concatenate([block_ids, ends], axis=1).reshape(-1).astype(np.int32)
     return dataclasses.replace(patches, run=padded(run, 2 * bucket, bucket))
+
+
+def gemma4_patches(pixels: np.ndarray, patch: int, pool: int) -> TowerPatches:
+    """The padded input of one Gemma 4 image [C, H, W] (sides multiples of pool x patch pixels): its patches (p x p x C
+    pixels each, row, column, channel order: HF's Gemma4ImageProcessor's) row-major, padded with zero patches to
+    bucket_blocks(pooled rows) x pool² patches, each one's (row, column); padding's window PAD_WINDOW."""
+    channels, height, width = pixels.shape
+    rows, cols = height // patch, width // patch
+    grid = pixels.reshape(channels, rows, patch, cols, patch).transpose(1, 3, 2, 4, 0).reshape(rows * cols, -1)
+    length = bucket_blocks(rows * cols // pool ** 2) * pool ** 2
+    row, col = np.divmod(np.arange(rows * cols, dtype=np.int32), np.int32(cols))
+    return TowerPatches(
+        pixels=padded(grid.astype(np.float32), length)[None], rows=padded(row, length), cols=padded(col, length),
+        windows=padded(np.zeros(rows * cols, np.int32), length, PAD_WINDOW),
+    )

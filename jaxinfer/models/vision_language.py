@@ -1,6 +1,6 @@
 """The vision-language architectures by name: LLaVA's (models/llava), Gemma 3's (models/gemma3_vision),
 Qwen2-VL's and Qwen2.5-VL's (models/qwen2_vl_vision), Mistral 3's (models/pixtral_vision) and Idefics3's /
-SmolVLM's (models/idefics3_vision); InternVL's (models/internvl_vision).
+SmolVLM's (models/idefics3_vision); InternVL's (models/internvl_vision); Gemma 4's (models/gemma4_vision).
 
 Each runs its language model as the text family its `text_config` names; this module picks what the images
 add (config, weight tree, features program) by the checkpoint's architecture or its config's type. Qwen3-VL's
@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 import jaxinfer.models.gemma3_vision as gemma3_vision
+import jaxinfer.models.gemma4_vision as gemma4_vision
 import jaxinfer.models.idefics3_vision as idefics3_vision
 import jaxinfer.models.internvl_vision as internvl_vision
 import jaxinfer.models.llava as llava
@@ -22,6 +23,7 @@ import jaxinfer.models.pixtral_vision as pixtral_vision
 import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
 import jaxinfer.models.qwen3_vl_vision as qwen3_vl_vision
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
+from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, Gemma4VisionWeights
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig, Idefics3Weights
 from jaxinfer.models.internvl_vision import InternVLVisionConfig, InternVLWeights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
@@ -33,10 +35,13 @@ ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vi
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
     qwen3_vl_vision.ARCHITECTURES + pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
     internvl_vision.ARCHITECTURES
+# Those and Gemma 4's take images; Gemma 4's language model is read as its own family's (models/text_part), not
+# through the registry's vision-language path
+IMAGE_ARCHITECTURES = ARCHITECTURES + gemma4_vision.ARCHITECTURES
 VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config, Idefics3VisionConfig,
-                             InternVLVisionConfig]
+                             InternVLVisionConfig, Gemma4VisionConfig]
 VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, Qwen3TowerWeights, PixtralWeights,
-                              Idefics3Weights, InternVLWeights]
+                              Idefics3Weights, InternVLWeights, Gemma4VisionWeights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
@@ -53,6 +58,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return idefics3_vision.read_idefics3_config(hf)
     if hf["architectures"][0] in internvl_vision.ARCHITECTURES:
         return internvl_vision.read_internvl_config(hf)
+    if hf["architectures"][0] in gemma4_vision.ARCHITECTURES:
+        return gemma4_vision.read_gemma4_vision_config(hf)
     return llava.read_llava_config(hf)
 
 
@@ -70,6 +77,8 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
         return idefics3_vision.abstract_idefics3(cfg)
     if isinstance(cfg, InternVLVisionConfig):
         return internvl_vision.abstract_internvl(cfg)
+    if isinstance(cfg, Gemma4VisionConfig):
+        return gemma4_vision.abstract_gemma4_vision(cfg)
     return llava.abstract_llava(cfg)
 
 
@@ -77,7 +86,7 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
     """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, bucket, D] of
     one image's padded patches, models/tower_patches; Qwen3-VL's: [1, bucket, (1 + K) * D], its K DeepStack rows
     beside; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at its own size; Idefics3's and InternVL's:
-    [N, image_seq_len, D] of tiles [N, C, S, S])."""
+    [N, image_seq_len, D] of tiles [N, C, S, S]; Gemma 4's: [1, bucket, D] of one image's padded patches)."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen3VLConfig):
@@ -90,12 +99,16 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
         return idefics3_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, InternVLVisionConfig):
         return internvl_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, Gemma4VisionConfig):
+        return gemma4_vision.image_features(weights, pixels, cfg)
     return llava.image_features(weights, pixels, cfg)
 
 
 def blank_pixels(cfg: VisionLanguageConfig) -> np.ndarray:
     """Zero pixels of one image as the tower takes it (what warm-up compiles; Qwen2-VL, Mistral 3: one merged
-    block, their other sizes compile on first use)."""
+    block, Gemma 4: one pooled row; their other sizes compile on first use)."""
+    if isinstance(cfg, Gemma4VisionConfig):
+        return gemma4_vision.blank_pixels(cfg)
     if isinstance(cfg, Qwen2VLConfig):
         return qwen2_vl_vision.blank_pixels(cfg)
     if isinstance(cfg, Mistral3Config):
@@ -115,8 +128,9 @@ def deepstack_layers(cfg: VisionLanguageConfig | None) -> int:
 
 
 def bidirectional(cfg: VisionLanguageConfig | None) -> bool:
-    """Whether an image's tokens attend to each other both ways (a prefill chunk must hold a whole image)."""
-    return isinstance(cfg, Gemma3VisionConfig)
+    """Whether an image's tokens attend to each other both ways (a prefill chunk must hold a whole image): Gemma 3's;
+    Gemma 4's on its sliding layers where its text config says so (models/gemma4_vision)."""
+    return isinstance(cfg, Gemma3VisionConfig) or (isinstance(cfg, Gemma4VisionConfig) and cfg.bidirectional)
 
 
 def tiled(cfg: VisionLanguageConfig) -> bool:

@@ -2,8 +2,8 @@
 step's rows for its placeholder tokens (runtime/embed_rows).
 
 The tower runs as its own program (one per tower and image size: every image reaches it at the
-size its model's processor makes; Qwen-VL and Pixtral images padded to a few sizes, models/tower_patches) when a request
-with images is first scheduled; its rows go back
+size its model's processor makes; Qwen-VL, Pixtral and Gemma 4 images padded to a few sizes,
+models/tower_patches) when a request with images is first scheduled; its rows go back
 to the host and stay with the request (`Request.image_rows`: float32, tokens_per_image x D per
 image, 9.4 MB for llava-1.5-7b's 576 x 4096; Qwen3-VL's: (1 + K) x D), so chunked prefill and recompute after preemption
 never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
@@ -21,9 +21,10 @@ import collections
 
 import numpy as np
 
+from jaxinfer.models.gemma4_vision import Gemma4VisionConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
-from jaxinfer.models.tower_patches import TowerPatches, pixtral_patches, tower_patches
+from jaxinfer.models.tower_patches import TowerPatches, gemma4_patches, pixtral_patches, tower_patches
 from jaxinfer.models.vision_language import (
     VisionLanguageConfig,
     VisionLanguageWeights,
@@ -59,8 +60,10 @@ class VisionRunner:
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
         """The tower's program over one image (zeros: what warm-up compiles); a Qwen-VL or Pixtral image's patches
-        padded to a bucket of merged blocks (models/tower_patches)."""
+        padded to a bucket of merged blocks, a Gemma 4 image's to a bucket of pooled rows (models/tower_patches)."""
         pixels = blank_pixels(self.cfg) if pixels is None else pixels
+        if isinstance(self.cfg, Gemma4VisionConfig):
+            return self.batch_program(gemma4_patches(pixels, self.cfg.vision.patch_size, self.cfg.vision.pool))
         if isinstance(self.cfg, Mistral3Config):
             return self.batch_program(pixtral_patches(pixels, self.cfg.vision.patch_size, self.cfg.merge))
         if not isinstance(self.cfg, Qwen2VLConfig):
@@ -95,7 +98,7 @@ class VisionRunner:
     def features(self, image: ImageInput) -> np.ndarray:
         """[length, D] float32 rows of one image (encoded now unless recently seen)."""
         rows = self.encoded.get(image.content_hash)
-        if rows is None:  # a Qwen-VL or Pixtral image's padding rows dropped
+        if rows is None:  # a Qwen-VL, Pixtral or Gemma 4 image's padding rows dropped
             rows = np.asarray(to_host(self.executables(self.program(image.pixels))), np.float32)[0, : image.length]
             self.images_encoded, self.tower_calls = self.images_encoded + 1, self.tower_calls + 1
         self.remember(image.content_hash, rows)
