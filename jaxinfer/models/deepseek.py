@@ -179,13 +179,13 @@ def moe_mlp(h: jax.Array, lw: DeepseekMoELayerWeights, cfg: ModelConfig, layout:
 
 def decoder_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
-    router: Router = route,
+    router: Router = route, attention: Callable = latent_attention,
 ) -> tuple[jax.Array, Any]:
-    """One pre-norm block: latent attention over the cache, then the dense MLP or the experts (routed by
-    `router`)."""
+    """One pre-norm block: latent attention over the cache (`attention`: DeepSeek-V3.2's sparse one), then the
+    dense MLP or the experts (routed by `router`)."""
     layout = cache.layout
     h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps)
-    out, cache = latent_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
+    out, cache = attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     x = layout.constrain(x + out, HIDDEN)
     h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
     if isinstance(lw, DeepseekMoELayerWeights):

@@ -15,22 +15,19 @@ MTP_ARCHITECTURES).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Mapping
 
 import jax
 
 from jaxinfer.config.latent_attention import LightningIndexer
 from jaxinfer.config.model import ConfigError, ModelConfig, field
-from jaxinfer.models.deepseek import V3, DeepseekLayerWeights, DeepseekMoELayerWeights, moe_mlp
+from jaxinfer.models.deepseek import V3, DeepseekLayerWeights, DeepseekMoELayerWeights, decoder_layer
 from jaxinfer.models.deepseek import abstract_layer as v3_layer
 from jaxinfer.models.deepseek import hf_leaves as v3_hf_leaves
 from jaxinfer.models.deepseek import read_config as v3_config
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.lightning_indexer import IndexerWeights, indexer_hf_leaves, indexer_leaves
-from jaxinfer.models.mlp import gated_mlp
-from jaxinfer.models.norms import rms_norm
-from jaxinfer.models.rope import RopeTables
-from jaxinfer.models.self_attention import HIDDEN
 from jaxinfer.models.sparse_latent_attention import sparse_latent_attention
 
 V32, GLM5 = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"
@@ -68,22 +65,6 @@ def abstract_layer(cfg: ModelConfig, layer: int) -> Any:
 def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     """DeepSeek-V3's tensor names plus `self_attn.indexer.*`."""
     return {**v3_hf_leaves(cfg, correction=True), **indexer_hf_leaves(cfg)}
-
-
-def decoder_layer(
-    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
-) -> tuple[jax.Array, Any]:
-    """DeepSeek-V3's pre-norm block with sparse latent attention."""
-    layout = cache.layout
-    h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps)
-    out, cache = sparse_latent_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
-    x = layout.constrain(x + out, HIDDEN)
-    h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
-    if isinstance(lw, DeepseekMoELayerWeights):
-        mlp = moe_mlp(h, lw, cfg, layout)  # V3's noaux_tc: the layer holds the correction bias
-    else:
-        mlp = gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
-    return layout.constrain(x + mlp, HIDDEN), cache
 
 
 def _check_layer_kinds(hf: Mapping[str, Any], arch: str, num_layers: int) -> None:
@@ -125,4 +106,6 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     return dataclasses.replace(cfg, architecture=arch, latent_attention=mla, head_dim=mla.cached_dims)
 
 
-FAMILY = Family("deepseek_v32", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer)
+# DeepSeek-V3's pre-norm block with the sparse latent attention (V3's noaux_tc routing: the layer holds the bias)
+FAMILY = Family("deepseek_v32", ARCHITECTURES, read_config, abstract_layer, hf_leaves,
+                functools.partial(decoder_layer, attention=sparse_latent_attention))
