@@ -51,8 +51,8 @@ def packed_step(per_channel: bool = False) -> tuple:
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_token", "per_channel"])
 def test_chunked_delta_rule_gives_the_scans_outputs_and_states(per_channel: bool):
     state, qkv, g, beta, positions, w = packed_step(per_channel)
-    scanned, y_scan = jax.jit(lambda *a: packed_scan(SS, w, *a))(state, qkv, g, beta, positions)
-    chunked, y_chunk = jax.jit(lambda *a: packed_chunked(SS, w, *a))(state, qkv, g, beta, positions)
+    scanned, y_scan = jax.jit(lambda *a: packed_scan(SS, w.conv_weight, *a))(state, qkv, g, beta, positions)
+    chunked, y_chunk = jax.jit(lambda *a: packed_chunked(SS, w.conv_weight, *a))(state, qkv, g, beta, positions)
     real = np.asarray(positions) >= 0  # padding outputs are never read
     assert np.abs(np.asarray(y_chunk - y_scan)[real]).max() <= 2e-6 * np.abs(np.asarray(y_scan)).max()
     assert np.abs(np.asarray(chunked.ssm - scanned.ssm)).max() <= 2e-6 * np.abs(np.asarray(scanned.ssm)).max()
@@ -63,7 +63,7 @@ def test_chunked_delta_rule_gives_the_scans_outputs_and_states(per_channel: bool
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_token", "per_channel"])
 def test_chunked_delta_rule_lowers_for_gpu_and_tpu_with_no_host_round_trip(per_channel: bool):
     state, qkv, g, beta, positions, w = packed_step(per_channel)
-    program = jax.jit(lambda *a: packed_chunked(SS, w, *a))
+    program = jax.jit(lambda *a: packed_chunked(SS, w.conv_weight, *a))
     assert round_trips(jax.make_jaxpr(program)(state, qkv, g, beta, positions).jaxpr) == []
     exported = export.export(program, platforms=("cuda", "tpu"))(state, qkv, g, beta, positions)
     assert exported.out_avals[-1].shape == (37, SS.num_heads, SS.head_dim)  # y, after the pools

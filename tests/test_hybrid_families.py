@@ -11,6 +11,7 @@ batched and preempted; LFM2's and LFM2-MoE's prefill the 28 over two steps alone
 from __future__ import annotations
 
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +26,8 @@ from jaxinfer.checkpoint.hf_names import in_mtp_layer
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
 from jaxinfer.models.decoder import abstract_weights
+from jaxinfer.models.kimi_delta import forget_gate
+from jaxinfer.models.kimi_linear import stored_names
 from jaxinfer.models.mamba2_mixer import gated_output
 from jaxinfer.models.weight_ops import quantize_weights
 from jaxinfer.parallel.array_info import is_info
@@ -75,6 +78,15 @@ LFM2_MOE = dict(vocab_size=256, hidden_size=64, intermediate_size=48, moe_interm
                 num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
                 conv_L_cache=3, num_experts=4, num_experts_per_tok=2, num_dense_layers=1, routed_scaling_factor=1.5,
                 initializer_range=0.1, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# Kimi Linear: KDA (4 heads of 16), NoPE latent attention (32-value latent, 16 + 16 query/key dims, 24 value dims),
+# KDA, by the hub's 1-indexed linear_attn_config; layer 0's MLP dense, then 2 of 4 sigmoid-routed experts (their
+# correction bias moved off zero below) beside a shared expert.
+KIMI_LINEAR = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+                   num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=24,
+                   q_lora_rank=None, moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+                   n_shared_experts=1, first_k_dense_replace=1, initializer_range=0.1, max_position_embeddings=512,
+                   linear_attn_config=dict(head_dim=16, num_heads=4, short_conv_kernel_size=4, kda_layers=[1, 3],
+                                           full_attn_layers=[2]), bos_token_id=1, eos_token_id=2, pad_token_id=0)
 PROMPT = np.random.RandomState(2).randint(3, 256, size=40).tolist()
 # Bamba's and Qwen3-Next's runs batch 6 and 28 tokens, the longer prefilled over two steps, one preempted; dense
 # Granite's (the same layer code) and Nemotron-H's (the state pool's handling is Bamba's) prefill the 28 over two
@@ -89,6 +101,7 @@ FAMILIES = {
     "lfm2_moe": (transformers.Lfm2MoeForCausalLM, transformers.Lfm2MoeConfig, LFM2_MOE, [PROMPT[2:30]]),
     "qwen3_next": (transformers.Qwen3NextForCausalLM, transformers.Qwen3NextConfig, QWEN3_NEXT,
                    [PROMPT[:6], PROMPT[2:30]]),
+    "kimi_linear": (transformers.KimiLinearForCausalLM, transformers.KimiLinearConfig, KIMI_LINEAR, [PROMPT[2:30]]),
 }
 GREEDY = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
 
@@ -110,7 +123,7 @@ def hf_model(family) -> torch.nn.Module:
             if param.dim() == 1:
                 param.add_(0.1 * torch.randn_like(param))
         for name, buffer in model.named_buffers():
-            if name.endswith("expert_bias"):
+            if name.endswith("expert_bias") or name.endswith("e_score_correction_bias"):
                 buffer.add_(0.3 * torch.randn_like(buffer))
     return model
 
@@ -126,10 +139,16 @@ def llm(hf_model, tmp_path_factory) -> LLM:
 
 
 def hf_greedy(model: torch.nn.Module, prompt: list[int]) -> list[int]:
-    """transformers' 16 greedy tokens for the prompt alone."""
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None,
-                             pad_token_id=0)
+    """transformers' 16 greedy tokens for the prompt alone, on one torch thread: its depthwise conv1d (the state
+    layers' conv update) takes ~50 ms a call on two threads of this 2-core machine, 0.07 ms on one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None,
+                                 pad_token_id=0)
+    finally:
+        torch.set_num_threads(threads)
     return out[0, len(prompt):].tolist()
 
 
@@ -296,3 +315,54 @@ def test_lfm2_moe_config_as_transformers_reads_it():
     assert (defaults.num_experts, defaults.experts_per_token, defaults.dense_layers) == (32, 4, (0, 1))
     with pytest.raises(ConfigError, match="use_expert_bias False is not supported for Lfm2MoeForCausalLM"):
         from_hf_config({**hf, "use_expert_bias": False})
+
+
+def test_kimi_linear_config_as_transformers_reads_it():
+    """A hub config (Moonshot's key names, 1-indexed linear_attn_config, no layer_types): its KDA layers, NoPE
+    latent attention at qk_head_dim ** -0.5, the dense first layer, V3's routing; without the lists every fourth
+    layer from layer 4 attends; rotary MLA, another router and layer numbers past the layers refused by name;
+    transformers' saved names for a dense MLP read as the hub's."""
+    hub = {**{k: v for k, v in KIMI_LINEAR.items() if k not in ("num_local_experts", "num_experts_per_tok",
+                                                                 "n_shared_experts", "max_position_embeddings")},
+           "num_experts": 4, "num_experts_per_token": 2, "num_shared_experts": 1, "num_expert_group": 1,
+           "moe_renormalize": True, "model_max_length": 512, "mla_use_nope": True, "num_hidden_layers": 5,
+           "architectures": ["KimiLinearForCausalLM"], "linear_attn_config": {
+               **KIMI_LINEAR["linear_attn_config"], "kda_layers": [1, 3, 4], "full_attn_layers": [2, 5]}}
+    cfg = from_hf_config(hub)
+    ss = cfg.state_space
+    assert (ss.layers, cfg.nope_layers, cfg.dense_layers, cfg.max_position_embeddings) == ((0, 2, 3), (0, 1, 2, 3, 4),
+                                                                                           (0,), 512)
+    assert (ss.num_heads, ss.head_dim, ss.state_size, ss.n_groups, ss.conv_dim) == (4, 16, 16, 4, 192)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.norm_topk_prob, cfg.attn_scale) == (4, 2, True, 32**-0.5)
+    default = {k: v for k, v in hub.items() if k != "linear_attn_config"}
+    assert from_hf_config({**default, "num_hidden_layers": 9}).state_space.layers == (0, 1, 2, 3, 5, 6, 7)
+    with pytest.raises(ConfigError, match="mla_use_nope False is not supported for KimiLinearForCausalLM"):
+        from_hf_config({**hub, "mla_use_nope": False})
+    with pytest.raises(ConfigError, match="moe_router_activation_func 'softmax' is not supported"):
+        from_hf_config({**hub, "moe_router_activation_func": "softmax"})
+    with pytest.raises(ConfigError, match=r"linear_attn_config kda_layers \[0, 3\] must number layers from 1 to 5"):
+        from_hf_config({**hub, "linear_attn_config": {**hub["linear_attn_config"], "kda_layers": [0, 3]}})
+    saved = ["model.layers.0.block_sparse_moe.gate_proj.weight", "model.layers.1.block_sparse_moe.experts.0.w1.weight"]
+    assert stored_names(saved) == {"model.layers.0.mlp.gate_proj.weight": saved[0], saved[1]: saved[1]}
+    assert stored_names(["model.layers.0.mlp.gate_proj.weight", saved[1]]) == {}
+
+
+def test_kda_forget_gate_matches_transformers_per_channel_and_past_its_softplus_bound():
+    """The log decay per head and key channel, as KimiLinearForgetGate gives it, with inputs past the softplus
+    bound (20, where log(1 + exp(x)) would overflow to inf at ~89) taken as themselves."""
+    from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearForgetGate
+
+    torch.manual_seed(0)
+    gate = KimiLinearForgetGate(transformers.KimiLinearConfig(**KIMI_LINEAR))
+    with torch.no_grad():
+        for param in gate.parameters():
+            param.copy_(torch.randn_like(param))
+        gate.dt_bias[:8] += 150.0  # head 0's first 8 channels far past the bound
+        x = torch.randn(1, 5, 64)
+        expected = gate(x)[0].numpy()
+    ss = from_hf_config({**KIMI_LINEAR, "architectures": ["KimiLinearForCausalLM"]}).state_space
+    w = types.SimpleNamespace(f_a=gate.f_a_proj.weight.T.detach().numpy(), f_b=gate.f_b_proj.weight.T.detach().numpy(),
+                              dt_bias=gate.dt_bias.detach().numpy(), a_log=gate.A_log.detach().numpy())
+    got = np.asarray(forget_gate(ss, w, jnp.asarray(x[0].numpy())))
+    assert np.isfinite(got).all() and expected[:, 0, :8].max() < -50  # the bound at work: finite, steep decays
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

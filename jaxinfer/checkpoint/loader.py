@@ -262,7 +262,7 @@ def load_hf_weights(
     # A base model saved alone (names without "model."), or a vision-language model's language model
     skipped = skipped_tensors(cfg.architecture, index)  # counted in one log line before any renaming drops them
     stored = (base_model_names.stored_names(index, family_of(cfg).top_names[0])
-              or vision_weights.language_model_names(index))
+              or vision_weights.language_model_names(index) or family_of(cfg).stored_names(index))
     cfg = experts_as_stored(cfg, stored or index)  # Qwen3.5-MoE's experts: fused (the hub's) or one per expert
     _check_names(cfg, {name: index[s] for name, s in stored.items()} if stored else index, model_dir, skipped)
     reader = _TensorReader(index, read_config_json(model_dir).get("quantization_config"))

@@ -9,7 +9,7 @@ embedding, output head, quantization, packing, sharding, the engine) is shared.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Collection, Mapping, Protocol
 
 import jax
 
@@ -78,6 +78,9 @@ class Family:
     head_name: str = "lm_head"  # HF module of the untied output head (`.weight`, Phi's `.bias`); GPT-NeoX: embed_out
     positions_name: str = ""  # HF name of the learned position table (GPT-2's wpe), read where cfg.learned_positions
     required: tuple[str, ...] = REQUIRED_FIELDS  # HF config keys a checkpoint of the family must set
+    # (stored tensor names) -> {hf_leaves' name: the name stored} where a checkpoint writes some tensors under other
+    # names (Kimi Linear's as transformers saves it); empty: every name as hf_leaves gives it
+    stored_names: Callable[[Collection[str]], dict[str, str]] = lambda names: {}
     # (cfg, layer) -> the layer's fields whose HF tensors differ from hf_leaves' (Gemma 4: its global layers' head
     # dims, its per-layer inputs' slices); None: every layer as hf_leaves says
     layer_hf_leaves: Callable[[ModelConfig, int], dict[str, HFLeaf]] | None = None

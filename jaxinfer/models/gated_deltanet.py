@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -120,10 +120,10 @@ def l2_normed(x: jax.Array) -> jax.Array:
     return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + L2_EPS)
 
 
-def conv_qkv(ss: StateSpace, w: Any, window: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Conv windows [..., K, C] -> q and k [..., H, N] (L2-normed, each q/k head repeated for its value heads, q
-    scaled by N ** -0.5) and v [..., H, P], in float32."""
-    mixed = jax.nn.silu(jnp.sum(window * w.conv_weight[:, 0].T.astype(jnp.float32), axis=-2))
+def conv_qkv(ss: StateSpace, conv_weight: jax.Array, window: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Conv windows [..., K, C] through conv_weight [C, 1, K] -> q and k [..., H, N] (L2-normed, each q/k head
+    repeated for its value heads, q scaled by N ** -0.5) and v [..., H, P], in float32."""
+    mixed = jax.nn.silu(jnp.sum(window * conv_weight[:, 0].T.astype(jnp.float32), axis=-2))
     q, k, v = jnp.split(mixed, [_key_width(ss), 2 * _key_width(ss)], axis=-1)
     lead, r = mixed.shape[:-1], ss.num_heads // ss.n_groups
     q, k = (jnp.repeat(l2_normed(x.reshape(*lead, ss.n_groups, -1)), r, axis=-2) for x in (q, k))
@@ -131,37 +131,38 @@ def conv_qkv(ss: StateSpace, w: Any, window: jax.Array) -> tuple[jax.Array, jax.
 
 
 def token_step(
-    ss: StateSpace, w: Any, states: tuple[jax.Array, jax.Array], qkv: jax.Array, g: jax.Array, beta: jax.Array
+    ss: StateSpace, conv_weight: jax.Array, states: tuple[jax.Array, jax.Array], qkv: jax.Array, g: jax.Array,
+    beta: jax.Array,
 ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
     """One token of one request: (conv state [K-1, C], S [H, P, N]), its conv input qkv [C], log decay g [H] (per
     head) or [H, N] (per key channel: Kimi Delta Attention) and beta [H] -> (the states after it, y [H, P]), in
     float32."""
     conv, state = states
     window = jnp.concatenate([conv, qkv[None]], axis=0)  # [K, C]
-    q, k, v = conv_qkv(ss, w, window)
+    q, k, v = conv_qkv(ss, conv_weight, window)
     state = state * jnp.exp(g).reshape(g.shape[0], 1, -1)  # over S's key axis: [H, 1, 1] or [H, 1, N]
     delta = (v - jnp.einsum("hpn,hn->hp", state, k)) * beta[:, None]
     state = state + delta[:, :, None] * k[:, None, :]
     return (window[1:], state), jnp.einsum("hpn,hn->hp", state, q)
 
 
-def packed_scan(ss: StateSpace, w: Any, state: LayerState, qkv: jax.Array, g: jax.Array, beta: jax.Array,
-                positions: jax.Array) -> tuple[LayerState, jax.Array]:
+def packed_scan(ss: StateSpace, conv_weight: jax.Array, state: LayerState, qkv: jax.Array, g: jax.Array,
+                beta: jax.Array, positions: jax.Array) -> tuple[LayerState, jax.Array]:
     """The recurrence over T flat tokens (qkv [T, C], g [T, H] or [T, H, N], beta [T, H], positions [T], -1
     padding), each through its slot's state (models/slot_scan); returns the pools after them and y [T, H, P]
     float32."""
-    step = functools.partial(token_step, ss, w)
+    step = functools.partial(token_step, ss, conv_weight)
     (conv, ssm), y = slot_scan(step, (state.conv, state.ssm), state.token_slots, positions, (qkv, g, beta))
     return dataclasses.replace(state, conv=conv, ssm=ssm), y
 
 
-def packed_chunked(ss: StateSpace, w: Any, state: LayerState, qkv: jax.Array, g: jax.Array, beta: jax.Array,
-                   positions: jax.Array) -> tuple[LayerState, jax.Array]:
+def packed_chunked(ss: StateSpace, conv_weight: jax.Array, state: LayerState, qkv: jax.Array, g: jax.Array,
+                   beta: jax.Array, positions: jax.Array) -> tuple[LayerState, jax.Array]:
     """`packed_scan`'s result through the chunked delta rule (models/delta_chunks) in chunks of ss.chunk_size."""
     slots, num_slots = state.token_slots, state.conv.shape[0]
     seg = segments(slots, positions, min(num_slots, positions.shape[0]))
     windows = conv_windows(state.conv, qkv, slots, positions, seg)  # [T, K, C]
-    q, k, v = conv_qkv(ss, w, windows)
+    q, k, v = conv_qkv(ss, conv_weight, windows)
     y, final = chunked_delta(q, k, v, g, beta, state.ssm, slots, positions, seg, ss.chunk_size)
     target = jnp.where(seg.valid, slots[seg.first], num_slots)  # past the segments: dropped
     conv = state.conv.at[target].set(windows[seg.last, 1:], mode="drop")
@@ -169,13 +170,18 @@ def packed_chunked(ss: StateSpace, w: Any, state: LayerState, qkv: jax.Array, g:
     return dataclasses.replace(state, conv=conv, ssm=ssm), y
 
 
-def gated_rms_norm(y: jax.Array, z: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
-    """y [N, H, P] RMS-normed per head in float32, times weight in y's dtype, then times silu(z) (transformers'
-    Qwen3NextRMSNormGated: the norm before the gate, unlike Mamba2's); in y's dtype."""
+def gated_rms_norm(y: jax.Array, z: jax.Array, weight: jax.Array, eps: float,
+                   gate: Callable[[jax.Array], jax.Array] = jax.nn.silu, strict_fp32: bool = False) -> jax.Array:
+    """y [N, H, P] RMS-normed per head in float32, times weight in y's dtype, then times gate(z) (transformers'
+    Qwen3NextRMSNormGated: the norm before the gate, unlike Mamba2's); in y's dtype. Kimi Delta Attention's
+    (`gate` sigmoid, `strict_fp32`) takes the weight in float32 too, the normed y never rounded to y's dtype."""
     y32 = y.astype(jnp.float32)
     normed = y32 * jax.lax.rsqrt(jnp.mean(y32 * y32, axis=-1, keepdims=True) + eps)
-    scaled = (weight * normed.astype(y.dtype)).astype(jnp.float32)
-    return (scaled * jax.nn.silu(z.astype(jnp.float32))).astype(y.dtype)
+    if strict_fp32:
+        scaled = weight.astype(jnp.float32) * normed
+    else:
+        scaled = (weight * normed.astype(y.dtype)).astype(jnp.float32)
+    return (scaled * gate(z.astype(jnp.float32))).astype(y.dtype)
 
 
 def deltanet(
@@ -189,7 +195,7 @@ def deltanet(
     g = -jnp.exp(w.a_log.astype(jnp.float32)) * jax.nn.softplus(a.astype(jnp.float32) + w.dt_bias.astype(jnp.float32))
     beta = jax.nn.sigmoid(b).astype(jnp.float32)
     recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan
-    state, y = recurrence(ss, w, state, qkv.astype(jnp.float32), g, beta, positions.reshape(-1))
+    state, y = recurrence(ss, w.conv_weight, state, qkv.astype(jnp.float32), g, beta, positions.reshape(-1))
     normed = gated_rms_norm(y.astype(h.dtype), z, w.gate_norm, ss.norm_eps)
     out = linear(normed.reshape(B * T, ss.inner), w.out_proj)
     return out.reshape(B, T, D), state

@@ -19,6 +19,7 @@ from jaxinfer.cache.state_pool import read_state, write_state
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.gated_deltanet import deltanet
 from jaxinfer.models.granite import scaled
+from jaxinfer.models.kimi_delta import kda
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.llama import abstract_layer as llama_abstract_layer
@@ -31,8 +32,8 @@ from jaxinfer.models.short_conv import short_conv
 from jaxinfer.parallel.sharding import Layout
 
 ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
-# A state layer's input projection: Mamba2's, LFM2's short conv's, the Gated DeltaNet's (fused or apart)
-STATE_MIXER_FIELDS = ("in_proj", "conv_in", "in_qkvz", "in_qkv")
+# A state layer's input projection: Mamba2's, LFM2's short conv's, the Gated DeltaNet's (fused or apart), KDA's
+STATE_MIXER_FIELDS = ("in_proj", "conv_in", "in_qkvz", "in_qkv", "in_q")
 
 
 @dataclasses.dataclass
@@ -82,9 +83,9 @@ def abstract_dense_layer(cfg: ModelConfig, layer: int = 0) -> LayerWeights:
 def token_mixer(
     cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables
 ) -> tuple[jax.Array, Any]:
-    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2, LFM2's short conv or the Gated DeltaNet (its
-    state read and written in the cache) on a state layer, else attention (its K/V written). The weights tell
-    which: `layer` is 0 in a one-layer view."""
+    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2, LFM2's short conv, the Gated DeltaNet or Kimi
+    Delta Attention (its state read and written in the cache) on a state layer, else attention (its K/V written).
+    The weights tell which: `layer` is 0 in a one-layer view."""
     if all(getattr(lw, name, None) is None for name in STATE_MIXER_FIELDS):
         return self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     state = read_state(cache, layer, cfg, h.shape[0], h.shape[1])
@@ -92,6 +93,8 @@ def token_mixer(
         out, state = short_conv(lw, h, positions, state)
     elif getattr(lw, "in_proj", None) is not None:
         out, state = mixer(cfg.state_space, lw, h, positions, state)
+    elif getattr(lw, "in_q", None) is not None:
+        out, state = kda(cfg.state_space, lw, h, positions, state)
     else:
         out, state = deltanet(cfg.state_space, lw, h, positions, state)
     return out, write_state(cache, layer, state)

@@ -15,7 +15,8 @@ values alike) and are dropped. So the one `attend` serves this layer on every pa
 and paged caches, the native CPU kernels, the Pallas kernels where they take the width (see `kernel_backend`).
 
 Rotary embeddings turn the P rope dims only, in DeepSeek's adjacent pairs (`cfg.rope_interleaved`; DeepSeek-V3's
-`rope_interleave` false: rotate-half). The two low-rank norms take transformers' default eps, not rms_norm_eps.
+`rope_interleave` false: rotate-half); in a layer of `cfg.nope_layers` (Kimi Linear's, all) they pass unturned,
+the P dims still scored and cached. The two low-rank norms take transformers' default eps, not rms_norm_eps.
 Mistral 4 scales each query by Llama 4's attention temperature (`cfg.query_scale_beta`, as Ministral 3 does):
 one factor per position on the whole query, so on the absorbed one alike.
 """
@@ -131,21 +132,22 @@ def latent_projections(
 
 
 def latent_rows(
-    q: jax.Array, kv: jax.Array, lw: LatentAttentionLayer, cfg: ModelConfig, rope: CosSin,
+    q: jax.Array, kv: jax.Array, lw: LatentAttentionLayer, cfg: ModelConfig, rope: CosSin | None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """q_nope [B, T, H, N], rotated q_pe [B, T, H, P] and the cache row [B, T, 1, R + P] ([c, rotated k_pe])."""
+    """q_nope [B, T, H, N], rotated q_pe [B, T, H, P] and the cache row [B, T, 1, R + P] ([c, rotated k_pe]); with
+    no rope (a NoPE layer: Kimi Linear's) q_pe and k_pe pass unturned."""
     mla = cfg.latent_attention
     R, N = mla.kv_lora_rank, mla.qk_nope_head_dim
     latent = rms_norm(kv[..., :R], lw.kv_a_norm, LATENT_NORM_EPS)
-    cos, sin = rope
-    q_pe = apply_rope(q[..., N:], cos, sin, cfg.rope_interleaved)
-    k_pe = apply_rope(kv[..., None, R:], cos, sin, cfg.rope_interleaved)
+    q_pe, k_pe = q[..., N:], kv[..., None, R:]
+    if rope is not None:
+        q_pe, k_pe = (apply_rope(x, *rope, cfg.rope_interleaved) for x in (q_pe, k_pe))
     return q[..., :N], q_pe, jnp.concatenate([latent[..., None, :], k_pe], axis=-1)
 
 
 def latent_attention(
     cfg: ModelConfig, h: jax.Array, cache: Any, lw: LatentAttentionLayer, layer: int, positions: jax.Array,
-    rope: CosSin,
+    rope: CosSin | None,
 ) -> tuple[jax.Array, Any]:
     """Attention of the normed input h [B, T, D] over the cache after writing this step's rows: [B, T, D]."""
     layout = cache.layout
