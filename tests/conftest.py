@@ -17,7 +17,13 @@ compile_tests_fast()
 os.environ.setdefault("JAXINFER_PROGRAM_STORE", "0")
 
 import compile_log  # noqa: E402
+import torch  # noqa: E402
 from hf_models import save_hf_model, save_tiny_tokenizer  # noqa: E402
+
+# The HF reference models are tiny: their ops take microseconds, and torch's intra-op threads (one per core) spend
+# them waiting on two cores that the other xdist worker and XLA also run on. One thread: HF's 32-token greedy
+# generate of a tiny family took 0.6-2.5 s of CPU on two threads, 0.04 s on one (the same tokens).
+torch.set_num_threads(1)
 
 
 def pytest_configure(config: pytest.Config) -> None:
