@@ -320,8 +320,8 @@ def test_lfm2_moe_config_as_transformers_reads_it():
 def test_kimi_linear_config_as_transformers_reads_it():
     """A hub config (Moonshot's key names, 1-indexed linear_attn_config, no layer_types): its KDA layers, NoPE
     latent attention at qk_head_dim ** -0.5, the dense first layer, V3's routing; without the lists every fourth
-    layer from layer 4 attends; rotary MLA, another router and layer numbers past the layers refused by name;
-    transformers' saved names for a dense MLP read as the hub's."""
+    layer from layer 4 attends; rotary MLA, another router, layer numbers past the layers and GLM-5.3-Flash (KDA
+    with hyper-connections) refused by name; transformers' saved names for a dense MLP read as the hub's."""
     hub = {**{k: v for k, v in KIMI_LINEAR.items() if k not in ("num_local_experts", "num_experts_per_tok",
                                                                  "n_shared_experts", "max_position_embeddings")},
            "num_experts": 4, "num_experts_per_token": 2, "num_shared_experts": 1, "num_expert_group": 1,
@@ -342,6 +342,8 @@ def test_kimi_linear_config_as_transformers_reads_it():
         from_hf_config({**hub, "moe_router_activation_func": "softmax"})
     with pytest.raises(ConfigError, match=r"linear_attn_config kda_layers \[0, 3\] must number layers from 1 to 5"):
         from_hf_config({**hub, "linear_attn_config": {**hub["linear_attn_config"], "kda_layers": [0, 3]}})
+    with pytest.raises(ConfigError, match=r"'Glm5NextForConditionalGeneration' is not supported \(GLM-5.3-Flash"):
+        from_hf_config({**hub, "architectures": ["Glm5NextForConditionalGeneration"]})
     saved = ["model.layers.0.block_sparse_moe.gate_proj.weight", "model.layers.1.block_sparse_moe.experts.0.w1.weight"]
     assert stored_names(saved) == {"model.layers.0.mlp.gate_proj.weight": saved[0], saved[1]: saved[1]}
     assert stored_names(["model.layers.0.mlp.gate_proj.weight", saved[1]]) == {}

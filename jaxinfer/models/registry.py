@@ -98,6 +98,9 @@ NOT_SUPPORTED = {
     "MistralLarge4ForConditionalGeneration": "Mistral Large 4 (its indexer layers sharing one top-k, softmax "
                                              "scaling and vision tower are not supported; Mistral Small 4's "
                                              "Mistral4ForCausalLM is)",
+    "Glm5NextForConditionalGeneration": "GLM-5.3-Flash (Kimi Delta Attention with a lower-bounded gate, but its "
+                                        "hyper-connections (several residual streams mixed per layer) and vision "
+                                        "tower are not supported; Kimi Linear's KimiLinearForCausalLM is)",
 }
 
 
