@@ -52,11 +52,10 @@ def test_warm_start_loads_every_program_untraced_and_runs_the_same_tokens(tmp_pa
     model = save_hf_model("llama3", tmp_path / "model")
     cold = start(model, tmp_path / "xla", kernels)
     warm = start(model, tmp_path / "xla", kernels)
+    # Every program loaded from the store, which never lowers (traces) one: Executables._compile_job.
     assert cold["seconds"]["stored"] == 0 and warm["seconds"]["stored"] == warm["programs"] == cold["programs"]
     assert warm["compiles"] == cold["compiles"] == 0
     assert warm["tokens"] == cold["tokens"]
-    # no tracing left: making the arguments is all the calling thread does
-    assert warm["seconds"]["trace"] < 0.5 * cold["seconds"]["trace"]
     # A new store over a warm JAX cache, as after an upgrade: programs that cache held are not stored
     # (XLA:CPU serializes them again without all of their code), and the next start runs the same tokens.
     shutil.rmtree(tmp_path / "xla" / program_store.SUBDIR)
