@@ -1,7 +1,8 @@
 """Every supported architecture against HF transformers on the same tiny random weights.
 
-Each runs with the native CPU kernels on and off (off is the XLA code accelerators compile),
-in float32 (to float32 rounding) and in bfloat16 (against HF's own bfloat16 run).
+Each family's float32 logits (to float32 rounding) with the native CPU kernels on and off (off is the XLA code
+accelerators compile); its greedy tokens through the engine and its bfloat16 logits (against HF's own bfloat16
+run) once, on the path LLM takes by default (the kernels on a CPU that builds them, XLA elsewhere): see `one_run`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def hf_logits(name: str, dtype: torch.dtype) -> np.ndarray:
 
 @functools.cache
 def hf_greedy(name: str) -> list[int]:
-    """HF's 32 greedy tokens after PROMPT[:12] (computed once for both kernel settings: ~1 s of CPU each)."""
+    """HF's 32 greedy tokens after PROMPT[:12]."""
     with torch.no_grad():
         out = make_hf_model(name).generate(torch.tensor([PROMPT[:12]]), max_new_tokens=32, do_sample=False,
                                            eos_token_id=None, pad_token_id=0)
@@ -88,6 +89,17 @@ def runs(names: list[str]) -> list:
             for name in names for kernels in KERNELS if not (kernels.values[0] and name in XLA_ONLY + LOGITS_ONLY)]
 
 
+def one_run(names: list[str]) -> list:
+    """(arch, kernels) params of the families `names`, one each: cpu_kernels None (LLM's default: the native kernels
+    where they build, XLA elsewhere), XLA_ONLY families on XLA. What a kernels run changes per family shows in
+    test_logits_match_hf's two runs (float32) and in this bfloat16 one (only bfloat16 weights are packed for the
+    kernels' matmuls); in a float32 engine the rest is the cache writes and the paged attention, taking any family's
+    q, k, v, window, scale and chunk alike: both paths are tested against dense attention (test_cpu_kernels,
+    test_blocked_attention) and through the engine per family in test_families (prefix caching on: the kernels;
+    off: XLA). A twin run per family cost ~70 s of a cold suite (greedy ~50, bfloat16 ~21)."""
+    return [pytest.param(name, False if name in XLA_ONLY else None, id=name) for name in names]
+
+
 @pytest.mark.parametrize("arch, kernels", runs(ARCHS), indirect=["arch"])
 def test_logits_match_hf(arch, kernels):
     name, path = arch
@@ -100,7 +112,7 @@ def test_logits_match_hf(arch, kernels):
 
 # test_families checks the ENGINE_TESTED families' greedy tokens through the engine, prefix caching on and off.
 @pytest.mark.parametrize("arch, kernels",
-                         runs([a for a in ARCHS if a not in GREEDY_ELSEWHERE + DECODES_AS_ANOTHER + LOGITS_ONLY]),
+                         one_run([a for a in ARCHS if a not in GREEDY_ELSEWHERE + DECODES_AS_ANOTHER + LOGITS_ONLY]),
                          indirect=["arch"])
 def test_greedy_tokens_match_hf_generate(arch, kernels):
     name, path = arch
@@ -110,7 +122,7 @@ def test_greedy_tokens_match_hf_generate(arch, kernels):
     assert out.finish_reason == "length"
 
 
-@pytest.mark.parametrize("arch, kernels", runs([a for a in ARCHS if a not in LOGITS_ONLY]), indirect=["arch"])
+@pytest.mark.parametrize("arch, kernels", one_run([a for a in ARCHS if a not in LOGITS_ONLY]), indirect=["arch"])
 def test_bfloat16_error_matches_hf_bfloat16(arch, kernels):
     """Our bf16 run is as close to float32 as HF's own bf16 run is, at worst and on average."""
     name, path = arch
