@@ -120,7 +120,8 @@ def our_logits(llm: LLM, ids: list[int], rows: np.ndarray, image, both_ways: boo
 
 def test_tower_rows_match_hf_and_two_sizes_share_a_program(llm, hf_model):
     """A square and a 2:1 image (64 and 55 rows, HF's processor's counts) expand to <boi>, their rows' image tokens,
-    <eoi>; both pad to one tower program; their rows are HF's get_image_features' within 1e-5 of the largest."""
+    <eoi>; both pad to one tower program (an image of the processor's 70 rows to 70, not the 96 bucket); their rows
+    are HF's get_image_features' within 1e-5 of the largest."""
     vision, cfg = llm.engine.runner.vision, llm.image_prompts.cfg
     images = [picture(0), picture(1, 80, 40)]
     ids, carried = llm.image_prompts.prompt(f"{IMAGE} and {IMAGE}", images, "test")
@@ -129,6 +130,8 @@ def test_tower_rows_match_hf_and_two_sizes_share_a_program(llm, hf_model):
         assert ids[image.offset - 1] == cfg.boi_token_id and ids[image.offset + image.length] == cfg.eoi_token_id
     shapes = [jax.tree.map(np.shape, vision.program(i.pixels).args[1]) for i in carried]
     assert shapes[0] == shapes[1]
+    (largest,) = llm.image_prompts.prompt(IMAGE, [picture(5, 50, 35)], "test")[1]  # 10 x 7 rows: the processor's 70
+    assert largest.length == 70 and vision.program(largest.pixels).args[1].pixels.shape[1] == 70 * 4  # not 96's
     inputs = hf_inputs(llm, images, ids)
     with torch.no_grad():
         hf_rows = hf_model.model.get_image_features(inputs["pixel_values"], inputs["image_position_ids"]).pooler_output

@@ -12,6 +12,7 @@ image or [images]}}`; an image is a PIL image or a NumPy array (H x W x C, uint8
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from jaxinfer.entrypoints.media import load_image
 from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
-from jaxinfer.models.gemma4_vision import Gemma4VisionConfig
+from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, with_processor_limit
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config, with_token_ids
@@ -61,7 +62,15 @@ def load_vision(model_dir: Path, dtype: Any) -> tuple[VisionLanguageConfig, Visi
         import transformers
 
         cfg = with_token_ids(cfg, transformers.AutoTokenizer.from_pretrained(model_dir))
+    if isinstance(cfg, Gemma4VisionConfig):  # its processor's ceiling on an image's rows caps the tower's buckets
+        cfg = with_processor_limit(cfg, read_processor_config(model_dir))
     return cfg, load_vision_weights(model_dir, cfg, dtype)
+
+
+def read_processor_config(model_dir: Path) -> dict[str, Any]:
+    """The checkpoint's preprocessor_config.json (empty when it has none: its processor is refused on first use)."""
+    path = Path(model_dir) / "preprocessor_config.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def takes_images(hf: Mapping[str, Any]) -> bool:

@@ -11,8 +11,9 @@ position, scaled, RMS-normed without a weight and projected to the language mode
   optionally standardized (`standardize`: minus std_bias, times std_scale).
 
 The patches go in padded to a bucket of pooled rows (models/tower_patches.gemma4_patches: 1, 2, 3, 4, 6, 8, ...:
-at most 1.5x the image's), their (row, column) as data: padding patches see no image patch, take no position
-embedding and pool into no image row, so the image's rows are its own size's and images share a few programs.
+at most 1.5x the image's, never past the processor's max_soft_tokens), their (row, column) as data: padding
+patches see no image patch, take no position embedding and pool into no image row, so the image's rows are its
+own size's and images share a few programs.
 Each image mark of a prompt becomes <boi>, one image token per row, <eoi> (HF's Gemma4Processor). Where the text
 config says `use_bidirectional_attention: vision`, an image's tokens see each other both ways on the sliding
 layers only (the global layers stay causal: HF's `create_masks_for_vision_model`), the engine's `whole_images`.
@@ -72,6 +73,7 @@ class Gemma4VisionConfig:
     boi_token_id: int
     eoi_token_id: int
     bidirectional: bool  # text_config.use_bidirectional_attention == "vision"
+    max_soft_tokens: int = 0  # the image processor's rows per image at most (0: unknown): the buckets' ceiling
 
 
 @jax.tree_util.register_dataclass
@@ -236,6 +238,11 @@ def read_gemma4_vision_config(hf: Mapping[str, Any]) -> Gemma4VisionConfig:
         eoi_token_id=int(hf.get("eoi_token_id", 258_882)),
         bidirectional=bidirectional == "vision",
     )
+
+
+def with_processor_limit(cfg: Gemma4VisionConfig, processor_config: Mapping[str, Any]) -> Gemma4VisionConfig:
+    """cfg with the image processor's `max_soft_tokens` (transformers' default 280) as its buckets' ceiling."""
+    return dataclasses.replace(cfg, max_soft_tokens=int(processor_config.get("max_soft_tokens") or 280))
 
 
 def blank_pixels(cfg: Gemma4VisionConfig) -> np.ndarray:

@@ -119,14 +119,16 @@ def pixtral_patches(pixels: np.ndarray, patch: int, merge: int) -> TowerPatches:
     return dataclasses.replace(patches, run=padded(run, 2 * bucket, bucket))
 
 
-def gemma4_patches(pixels: np.ndarray, patch: int, pool: int) -> TowerPatches:
+def gemma4_patches(pixels: np.ndarray, patch: int, pool: int, most: int = 0) -> TowerPatches:
     """The padded input of one Gemma 4 image [C, H, W] (sides multiples of pool x patch pixels): its patches (p x p x C
     pixels each, row, column, channel order: HF's Gemma4ImageProcessor's) row-major, padded with zero patches to
-    bucket_blocks(pooled rows) x pool² patches, each one's (row, column); padding's window PAD_WINDOW."""
+    bucket_blocks(pooled rows) x pool² patches (at most `most` rows' worth when given: the processor's ceiling, HF's
+    own padded length), each one's (row, column); padding's window PAD_WINDOW."""
     channels, height, width = pixels.shape
     rows, cols = height // patch, width // patch
     grid = pixels.reshape(channels, rows, patch, cols, patch).transpose(1, 3, 2, 4, 0).reshape(rows * cols, -1)
-    length = bucket_blocks(rows * cols // pool ** 2) * pool ** 2
+    pooled = rows * cols // pool ** 2
+    length = max(min(bucket_blocks(pooled), most or pooled), pooled) * pool ** 2
     row, col = np.divmod(np.arange(rows * cols, dtype=np.int32), np.int32(cols))
     return TowerPatches(
         pixels=padded(grid.astype(np.float32), length)[None], rows=padded(row, length), cols=padded(col, length),

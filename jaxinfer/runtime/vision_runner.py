@@ -63,7 +63,8 @@ class VisionRunner:
         padded to a bucket of merged blocks, a Gemma 4 image's to a bucket of pooled rows (models/tower_patches)."""
         pixels = blank_pixels(self.cfg) if pixels is None else pixels
         if isinstance(self.cfg, Gemma4VisionConfig):
-            return self.batch_program(gemma4_patches(pixels, self.cfg.vision.patch_size, self.cfg.vision.pool))
+            tower = self.cfg.vision
+            return self.batch_program(gemma4_patches(pixels, tower.patch_size, tower.pool, self.cfg.max_soft_tokens))
         if isinstance(self.cfg, Mistral3Config):
             return self.batch_program(pixtral_patches(pixels, self.cfg.vision.patch_size, self.cfg.merge))
         if not isinstance(self.cfg, Qwen2VLConfig):
