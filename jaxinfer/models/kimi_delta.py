@@ -23,12 +23,14 @@ from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.gated_deltanet import deltanet_state, gated_rms_norm, packed_chunked, packed_scan
-from jaxinfer.models.layers import linear
+from jaxinfer.models.layers import linear, linears
 from jaxinfer.models.mamba2_mixer import chunked_form
 from jaxinfer.parallel.array_info import ArrayInfo
 
 SOFTPLUS_BOUND = 20.0  # transformers' (and FLA's) forget gate: softplus(x) taken as x past it
 INPUTS = ("q", "k", "v")  # the conv's inputs, in its channel order
+# Every projection of the layer's normed input: one matrix product where joined (models/joined_weight)
+INPUT_PROJECTIONS = ("in_q", "in_k", "in_v", "f_a", "in_b", "g_a")
 
 
 def kda_state(layers: tuple[int, ...], heads: int, head_dim: int, conv_kernel: int, eps: float) -> StateSpace:
@@ -73,10 +75,10 @@ def kda_hf_leaves(ss: StateSpace, hidden: int, prefix: str) -> dict[str, HFLeaf]
     )
 
 
-def forget_gate(ss: StateSpace, w: Any, x: jax.Array) -> jax.Array:
-    """Rows x [N, D] -> the log decay per head and key channel [N, H, K], float32 (<= 0)."""
-    a = linear(linear(x, w.f_a), w.f_b).astype(jnp.float32) + w.dt_bias.astype(jnp.float32)
-    a = a.reshape(x.shape[0], ss.num_heads, ss.head_dim)
+def forget_gate(ss: StateSpace, w: Any, low: jax.Array) -> jax.Array:
+    """f_a's output [N, K] -> the log decay per head and key channel [N, H, K], float32 (<= 0)."""
+    a = linear(low, w.f_b).astype(jnp.float32) + w.dt_bias.astype(jnp.float32)
+    a = a.reshape(low.shape[0], ss.num_heads, ss.head_dim)
     softplus = jnp.where(a > SOFTPLUS_BOUND, a, jnp.log(1.0 + jnp.exp(a)))
     return -jnp.exp(w.a_log.astype(jnp.float32)).reshape(ss.num_heads, 1) * softplus
 
@@ -86,13 +88,14 @@ def kda(ss: StateSpace, w: Any, h: jax.Array, positions: jax.Array, state: Layer
     tokens in its state's token_slots); returns its output [B, T, D] and the state after them."""
     B, T, D = h.shape
     x = h.reshape(B * T, D)
-    qkv = jnp.concatenate([linear(x, getattr(w, f"in_{n}")) for n in INPUTS], axis=-1)
+    q, k, v, f_low, b, g_low = linears(x, [getattr(w, name) for name in INPUT_PROJECTIONS])
+    qkv = jnp.concatenate([q, k, v], axis=-1)
     conv_weight = jnp.concatenate([getattr(w, f"conv_{n}") for n in INPUTS])
-    beta = jax.nn.sigmoid(linear(x, w.in_b)).astype(jnp.float32)
+    beta = jax.nn.sigmoid(b).astype(jnp.float32)
     recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan
-    state, y = recurrence(ss, conv_weight, state, qkv.astype(jnp.float32), forget_gate(ss, w, x), beta,
+    state, y = recurrence(ss, conv_weight, state, qkv.astype(jnp.float32), forget_gate(ss, w, f_low), beta,
                           positions.reshape(-1))
-    gate = linear(linear(x, w.g_a), w.g_b).reshape(B * T, ss.num_heads, ss.head_dim)
+    gate = linear(g_low, w.g_b).reshape(B * T, ss.num_heads, ss.head_dim)
     normed = gated_rms_norm(y.astype(h.dtype), gate, w.gate_norm, ss.norm_eps, jax.nn.sigmoid, strict_fp32=True)
     out = linear(normed.reshape(B * T, ss.inner), w.out_proj)
     return out.reshape(B, T, D), state

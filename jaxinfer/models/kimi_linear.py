@@ -38,7 +38,7 @@ from jaxinfer.models.deepseek import decoder_layer as deepseek_decoder_layer
 from jaxinfer.models.deepseek import hf_leaves as deepseek_hf_leaves
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.hybrid import hybrid_layer
-from jaxinfer.models.kimi_delta import kda_hf_leaves, kda_leaves, kda_state
+from jaxinfer.models.kimi_delta import INPUT_PROJECTIONS, kda_hf_leaves, kda_leaves, kda_state
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.mixtral import moe_fields
 from jaxinfer.models.mlp import gated_mlp, mlp_hf_leaves
@@ -96,7 +96,7 @@ class KdaDenseLayer(KdaFields, DeepseekLayerWeights):
     """A KDA layer with the dense MLP."""
 
     PROJECTIONS: ClassVar[dict[str, int]] = {"w_gate": 1, "w_up": 1, "w_down": 1, **KdaFields.PROJECTIONS}
-    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("w_gate", "w_up"),)
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (INPUT_PROJECTIONS, ("w_gate", "w_up"))
 
 
 @jax.tree_util.register_dataclass
@@ -106,7 +106,7 @@ class KdaMoELayer(KdaFields, DeepseekMoELayerWeights):
 
     PROJECTIONS: ClassVar[dict[str, int]] = {"shared_gate": 1, "shared_up": 1, "shared_down": 1,
                                              **KdaFields.PROJECTIONS}
-    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("shared_gate", "shared_up"),)
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (INPUT_PROJECTIONS, ("shared_gate", "shared_up"))
 
 
 def abstract_layer(cfg: ModelConfig, layer: int) -> Any:
