@@ -214,6 +214,14 @@ ARCH_CONFIGS.update({
         transformers.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
     ),
+    "mimo_v2_flash": (  # layer 0 full and dense; layer 1 slides over 8 tokens (7 + the query) with twice the kv heads
+        transformers.MiMoV2FlashConfig,  # and sinks, its own rope theta, over 3 of 8 experts in the best 2 of 4 groups;
+        dict(head_dim=32, v_head_dim=16, sliding_window_size=7, n_routed_experts=8, n_group=4, topk_group=2,  # 10 of
+             num_experts_per_tok=3, moe_intermediate_size=32, routed_scaling_factor=2.5,  # 32 head dims rotated
+             layer_types=["full_attention", "sliding_attention"],
+             rope_parameters={kind: dict(rope_type="default", rope_theta=theta, partial_rotary_factor=0.334)
+                              for kind, theta in (("full_attention", 5e6), ("sliding_attention", 1e4))}),
+    ),
     "dots1": (  # Qwen3's attention (per-head q/k norms, q/k/v/o biases; layer 1 slides over 8 tokens) over GLM-4.5's
         transformers.Dots1Config,  # MoE: 3 of 8 experts in the best 2 of 4 groups, not renormalised; layer 0 dense
         dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
@@ -355,6 +363,7 @@ MODEL_CLASSES = {
     transformers.NemotronConfig: transformers.NemotronForCausalLM,
     transformers.Starcoder2Config: transformers.Starcoder2ForCausalLM,
     transformers.MiniMaxM2Config: transformers.MiniMaxM2ForCausalLM,
+    transformers.MiMoV2FlashConfig: transformers.MiMoV2FlashForCausalLM,
     transformers.Dots1Config: transformers.Dots1ForCausalLM,
     transformers.HunYuanMoEV1Config: transformers.HunYuanMoEV1ForCausalLM,
     transformers.HunYuanDenseV1Config: transformers.HunYuanDenseV1ForCausalLM,

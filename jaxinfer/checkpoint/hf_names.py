@@ -21,7 +21,8 @@ from jaxinfer.models.text_part import stored_name
 Index = tuple[slice, ...]
 Transforms = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], Callable[[Index], Index]]
 MTP_PREFIX = "model.mtp_"  # ERNIE 4.5's multi-token-prediction block, norms and projection
-MTP_MODULE = "mtp."  # Qwen3-Next's multi-token-prediction module, beside `model.` (transformers skips it too)
+# Multi-token-prediction modules transformers skips too: Qwen3-Next's beside `model.`, MiMo-V2-Flash's inside it
+MTP_MODULE = ("mtp.", "model.mtp.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +254,8 @@ def stored_names(t: HFTensor, layer: int | None) -> list[str]:
 def in_mtp_layer(cfg: ModelConfig, name: str) -> bool:
     """Whether tensor `name` belongs to a multi-token-prediction layer stored after the decoder's
     (GLM-4.5's `model.layers.{num_hidden_layers}.*`) or beside it (ERNIE 4.5's `model.mtp_block.0.*`,
-    `model.mtp_emb_norm.0.weight`, ...; Qwen3-Next's `mtp.*`): not run, so not read (transformers skips them too)."""
+    `model.mtp_emb_norm.0.weight`, ...; Qwen3-Next's `mtp.*`, MiMo-V2-Flash's `model.mtp.*`): not run, so not read
+    (transformers skips them too)."""
     if (cfg.mtp_layers and name.startswith(MTP_PREFIX)) or name.startswith(MTP_MODULE):
         return True
     layer = re.match(r"model\.layers\.(\d+)\.", name)

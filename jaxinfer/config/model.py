@@ -93,6 +93,8 @@ class ModelConfig:
     per_layer_input_size: int = 0
     layer_intermediate_sizes: tuple[int, ...] = ()  # Gemma 4: per-layer dense MLP widths; () = intermediate_size
     values_from_keys: tuple[int, ...] = ()  # Gemma 4's attention_k_eq_v: layers without v_proj (values = raw keys)
+    v_head_dim: int = 0  # MiMo-V2-Flash: value heads narrower than head_dim (cached zero-padded to it); 0 = head_dim
+    value_scale: float = 1.0  # MiMo-V2-Flash's attention_value_scale: values multiplied by it before the cache
     rms_norm_eps: float = 1e-6  # the norms' epsilon (Cohere's layer_norm_eps)
     layer_norm: bool = False  # Cohere: bias-free LayerNorms (mean subtracted) in place of RMSNorms
     norm_bias: bool = False  # StarCoder2, Nemotron: the LayerNorms add a bias (the final norm's too)
