@@ -27,7 +27,8 @@ PROMPT = f"A {IMAGE} fox jumps"  # text after the image: its tokens' mask matter
 # 4-pixel patches pooled 2 x 2, at most 70 rows an image: a square image becomes 64 x 64 pixels (8 x 8 rows), a
 # 2:1 one 88 x 40 (11 x 5 rows); both pad to the 64-row bucket
 TOWER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-             head_dim=16, patch_size=4, pooling_kernel_size=2, position_embedding_size=32, standardize=True)
+             head_dim=16, patch_size=4, pooling_kernel_size=2, position_embedding_size=32, standardize=True,
+             use_clipped_linears=True)
 # A sliding layer (window 8, shorter than an image) and a global one, per-layer inputs (an image token's read as the
 # pad's), over a vocabulary holding the image tokens
 TEXT = dict(layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=8, vocab_size=320,
@@ -38,7 +39,8 @@ KNOBS = dict(dtype="float32", max_seq_len=128, max_num_batched_tokens=80, max_nu
 
 def save_tiny_gemma4(path: Path) -> Path:
     """A random float32 Gemma 4 (a 2-layer language model, image tokens bidirectional on its sliding layer; a 2-layer
-    tower, one kv head, standardized) with a tokenizer holding the image tokens and its image processor."""
+    tower, one kv head, standardized, its linears clipped) with a tokenizer holding the image tokens and its image
+    processor."""
     save_tiny_tokenizer(path, vocab_size=240)  # 259 tokens (the byte alphabet's 256 and 3 specials) and 3 below 320
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     tokenizer.add_special_tokens({"additional_special_tokens": [BOI, IMAGE, EOI]})
@@ -56,6 +58,9 @@ def save_tiny_gemma4(path: Path) -> Path:
         for name, buffer in model.named_buffers():
             if "std_" in name:
                 buffer.copy_(torch.randn_like(buffer) * 0.1 + (1.0 if "scale" in name else 0.0))
+            if name.endswith(("_min", "_max")):  # clip ranges the activations reach (outputs ~0.5 in scale)
+                bound = (0.4 if "output" in name else 1.5) + 0.4 * torch.rand(())
+                buffer.copy_(-bound if name.endswith("_min") else bound)
     model.save_pretrained(path)
     transformers.Gemma4ImageProcessorPil(patch_size=4, max_soft_tokens=70, pooling_kernel_size=2).save_pretrained(path)
     return path

@@ -1,6 +1,7 @@
 """Gemma 4's vision tower and its embedder read into `Gemma4VisionWeights`: transformers 5.24 saves them as
 `model.vision_tower.*` (each linear a `Gemma4ClippableLinear`: `<name>.linear.weight`) and
-`model.embed_vision.embedding_projection.weight`; the language model beside them is `model.language_model.*`
+`model.embed_vision.embedding_projection.weight` (under use_clipped_linears each linear's `input_min`, `input_max`,
+`output_min`, `output_max` too); the language model beside them is `model.language_model.*`
 (models/text_part). The audio tower's tensors are not read: audio input is refused by name."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.config.errors import CheckpointError
-from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, Gemma4VisionWeights, abstract_gemma4_vision
+from jaxinfer.models.gemma4_vision import CLIPPED, Gemma4VisionConfig, Gemma4VisionWeights, abstract_gemma4_vision
 
 TOWER = "model.vision_tower."
 PATCH = "patch_embedder.input_proj.weight"
@@ -25,6 +26,7 @@ LAYER_NAMES = {  # Gemma4TowerLayer field -> tensor under encoder.layers.{i}.
     "gate": "mlp.gate_proj.linear.weight", "up": "mlp.up_proj.linear.weight", "down": "mlp.down_proj.linear.weight",
     "post_mlp_norm": "post_feedforward_layernorm.weight",
 }
+CLIP_BOUNDS = ("input_min", "input_max", "output_min", "output_max")  # a ClippableLinear's buffers, `clips`' columns
 TOWER_NAMES = {"patch": TOWER + PATCH, "positions": TOWER + "patch_embedder.position_embedding_table",
                "std_bias": TOWER + "std_bias", "std_scale": TOWER + "std_scale",
                "projection": "model.embed_vision.embedding_projection.weight"}
@@ -35,12 +37,17 @@ def is_gemma4_vision(index: dict[str, Any]) -> bool:
     return TOWER + PATCH in index
 
 
-def stored_name(path: str) -> str:
-    """A leaf path ('layers.1.wq', 'patch') -> its stored tensor name."""
+def stored_names(path: str) -> list[str]:
+    """A leaf path ('layers.1.wq', 'patch') -> its stored tensor name; a layer's `clips`: each clipped linear's four
+    bounds, row by row."""
     parts = path.split(".")
-    if parts[0] == "layers":
-        return f"{TOWER}encoder.layers.{parts[1]}.{LAYER_NAMES[parts[2]]}"
-    return TOWER_NAMES[path]
+    if parts[0] != "layers":
+        return [TOWER_NAMES[path]]
+    layer = f"{TOWER}encoder.layers.{parts[1]}."
+    if parts[2] == "clips":
+        linears = [LAYER_NAMES[name].removesuffix(".linear.weight") for name in CLIPPED]
+        return [f"{layer}{linear}.{bound}" for linear in linears for bound in CLIP_BOUNDS]
+    return [layer + LAYER_NAMES[parts[2]]]
 
 
 def read_gemma4_vision_weights(index: dict[str, Path], open_file: Callable[[Path], Any], cfg: Gemma4VisionConfig,
@@ -50,14 +57,21 @@ def read_gemma4_vision_weights(index: dict[str, Path], open_file: Callable[[Path
     abstract = abstract_gemma4_vision(cfg)
     opened: dict[Path, Any] = {}
     arrays = {}
-    for path, info in leaf_paths(abstract):
-        name = stored_name(path)
+    def tensor(name: str) -> np.ndarray:
         if name not in index:
             raise CheckpointError(f"tensor {name} is missing from the checkpoint (Gemma 4's vision tower or embedder)")
         if index[name] not in opened:
             opened[index[name]] = open_file(index[name])
-        stored = np.asarray(opened[index[name]].get_tensor(name))
-        ours = stored.T if stored.ndim == 2 else stored
+        return np.asarray(opened[index[name]].get_tensor(name))
+
+    for path, info in leaf_paths(abstract):
+        names = stored_names(path)
+        name = names[0]
+        if len(names) > 1:  # a layer's clip bounds, one scalar each
+            stored = np.asarray([tensor(n) for n in names], np.float32).reshape(info.shape)
+        else:
+            stored = tensor(name)
+        ours = stored.T if stored.ndim == 2 and len(names) == 1 else stored
         if ours.shape != info.shape:
             raise CheckpointError(f"tensor {name} in {index[name].name} has shape {stored.shape}, expected "
                                   f"{info.shape} in our layout")

@@ -6,7 +6,8 @@ position, scaled, RMS-normed without a weight and projected to the language mode
   column and row embeddings (`position_embedding_table` [2, S, E]).
 - Layers: Gemma 4's sandwich norms (RMSNorm times w), q/k RMS-normed with a weight, v without, the 2-D rotary
   (the first half of each head's dims turned by the patch's column, the second by its row, rotate-half within
-  each), scores unscaled, bidirectional over the image; a gated MLP.
+  each), scores unscaled, bidirectional over the image; a gated MLP; under `use_clipped_linears` each linear's
+  input and output clamped to ranges the checkpoint stores.
 - Pooler: each k x k square of patches averaged into one row (row-major over the pooled grid), times sqrt(E);
   optionally standardized (`standardize`: minus std_bias, times std_scale).
 
@@ -29,13 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.config.model import ConfigError, activation_name
-from jaxinfer.models.mlp import gated_mlp
+from jaxinfer.models.mlp import gate_product
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.qwen2_vl_vision import rotate, tower_masks
 from jaxinfer.models.tower_patches import TowerPatches
 from jaxinfer.parallel.array_info import ArrayInfo
 
 ARCHITECTURES = ("Gemma4ForConditionalGeneration",)
+CLIPPED = ("wq", "wk", "wv", "wo", "gate", "up", "down")  # the layer's linears, in `clips`' row order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Gemma4TowerConfig:
     eps: float
     activation: str
     standardize: bool
+    clipped: bool = False  # use_clipped_linears: each linear's input and output clamped to stored ranges
     num_channels: int = 3
 
     @property
@@ -94,6 +97,8 @@ class Gemma4TowerLayer:
     up: jax.Array  # [E, F]
     down: jax.Array  # [F, E]
     post_mlp_norm: jax.Array  # [E]
+    # use_clipped_linears: [7, 4] (input min, input max, output min, output max) of each of CLIPPED, in that order
+    clips: jax.Array | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -115,8 +120,9 @@ def abstract_gemma4_vision(cfg: Gemma4VisionConfig) -> Gemma4VisionWeights:
     e, f, q, kv = v.width, v.mlp_width, v.heads * v.head_dim, v.kv_heads * v.head_dim
     mat = lambda a, b: ArrayInfo((a, b), (None, None))  # noqa: E731
     vec = lambda n: ArrayInfo((n,), (None,), init_value=1.0)  # noqa: E731
+    clips = ArrayInfo((len(CLIPPED), 4), (None, None)) if v.clipped else None
     layer = lambda: Gemma4TowerLayer(vec(e), mat(e, q), mat(e, kv), mat(e, kv), mat(q, e), vec(v.head_dim),  # noqa: E731
-                                     vec(v.head_dim), vec(e), vec(e), mat(e, f), mat(e, f), mat(f, e), vec(e))
+                                     vec(v.head_dim), vec(e), vec(e), mat(e, f), mat(e, f), mat(f, e), vec(e), clips)
     std = ArrayInfo((e,), (None,), init_value=0.0) if v.standardize else None
     return Gemma4VisionWeights(mat(v.patch_dims, e), ArrayInfo((2, v.positions, e), (None, None, None)),
                                [layer() for _ in range(v.depth)], mat(e, cfg.text_hidden_size), std,
@@ -140,20 +146,30 @@ def rotate_halves(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
                             rotate(x[..., half:], cos[:, half:], sin[:, half:])], axis=-1)
 
 
+def project(lw: Gemma4TowerLayer, name: str, x: jax.Array) -> jax.Array:
+    """x @ the layer's linear `name`, its input and output clamped to their stored ranges under use_clipped_linears
+    (HF's Gemma4ClippableLinear)."""
+    weight = getattr(lw, name)
+    if lw.clips is None:
+        return x @ weight
+    lo_in, hi_in, lo_out, hi_out = (lw.clips[CLIPPED.index(name), i].astype(x.dtype) for i in range(4))
+    return jnp.clip(jnp.clip(x, lo_in, hi_in) @ weight, lo_out, hi_out)
+
+
 def attention(lw: Gemma4TowerLayer, x: jax.Array, v: Gemma4TowerConfig, cos: jax.Array, sin: jax.Array,
               mask: jax.Array) -> jax.Array:
     """Bidirectional attention over one image's patches x [N, E] (mask [N, N]: padding apart), scores unscaled."""
     n = x.shape[0]
-    q = rms_norm((x @ lw.wq).reshape(n, v.heads, v.head_dim), lw.q_norm, v.eps, scale_first=True)
-    k = rms_norm((x @ lw.wk).reshape(n, v.kv_heads, v.head_dim), lw.k_norm, v.eps, scale_first=True)
-    values = rms_norm((x @ lw.wv).reshape(n, v.kv_heads, v.head_dim), jnp.ones((), jnp.float32), v.eps,
+    q = rms_norm(project(lw, "wq", x).reshape(n, v.heads, v.head_dim), lw.q_norm, v.eps, scale_first=True)
+    k = rms_norm(project(lw, "wk", x).reshape(n, v.kv_heads, v.head_dim), lw.k_norm, v.eps, scale_first=True)
+    values = rms_norm(project(lw, "wv", x).reshape(n, v.kv_heads, v.head_dim), jnp.ones((), jnp.float32), v.eps,
                       scale_first=True)
     q, k = rotate_halves(q, cos, sin), rotate_halves(k, cos, sin)
     group = v.heads // v.kv_heads
     k, values = jnp.repeat(k, group, axis=1), jnp.repeat(values, group, axis=1)
     scores = jnp.where(mask[None], jnp.einsum("qhd,khd->hqk", q, k).astype(jnp.float32), -jnp.inf)
     out = jnp.einsum("hqk,khd->qhd", jax.nn.softmax(scores, axis=-1).astype(values.dtype), values)
-    return out.reshape(n, -1) @ lw.wo
+    return project(lw, "wo", out.reshape(n, -1))
 
 
 def encoder_layer(lw: Gemma4TowerLayer, x: jax.Array, v: Gemma4TowerConfig, cos: jax.Array, sin: jax.Array,
@@ -161,7 +177,9 @@ def encoder_layer(lw: Gemma4TowerLayer, x: jax.Array, v: Gemma4TowerConfig, cos:
     """Sandwich-normed attention, then the sandwich-normed gated MLP, each added to the residual stream."""
     norm = lambda h, w: rms_norm(h, w, v.eps, scale_first=True)  # noqa: E731
     x = x + norm(attention(lw, norm(x, lw.attn_norm), v, cos, sin, mask), lw.post_attn_norm)
-    return x + norm(gated_mlp(norm(x, lw.mlp_norm), lw.gate, lw.up, lw.down, v.activation), lw.post_mlp_norm)
+    h = norm(x, lw.mlp_norm)
+    h = project(lw, "down", gate_product(v.activation, project(lw, "gate", h), project(lw, "up", h)))
+    return x + norm(h, lw.post_mlp_norm)
 
 
 def embed(weights: Gemma4VisionWeights, patches: TowerPatches, live: jax.Array) -> jax.Array:
@@ -207,9 +225,6 @@ def read_gemma4_vision_config(hf: Mapping[str, Any]) -> Gemma4VisionConfig:
     if not isinstance(vision, Mapping):
         raise ConfigError(f"vision_config {vision!r}: a Gemma4ForConditionalGeneration config that takes images "
                           "nests its tower's settings there as an object")
-    if vision.get("use_clipped_linears"):
-        raise ConfigError("vision_config.use_clipped_linears=True is not supported (the tower's linears clamped to "
-                          "stored ranges); accepted: false")
     rope = vision.get("rope_parameters") or {}
     if rope.get("rope_type", "axial") != "axial":
         raise ConfigError(f"vision_config.rope_parameters.rope_type {rope.get('rope_type')!r} is not supported; "
@@ -230,7 +245,7 @@ def read_gemma4_vision_config(hf: Mapping[str, Any]) -> Gemma4VisionConfig:
         positions=int(vision.get("position_embedding_size", 10 * 1024)),
         theta=float(rope.get("rope_theta", 100.0)), eps=float(vision.get("rms_norm_eps", 1e-6)),
         activation=activation_name(vision.get("hidden_activation", "gelu_pytorch_tanh")),
-        standardize=bool(vision.get("standardize", False)),
+        standardize=bool(vision.get("standardize", False)), clipped=bool(vision.get("use_clipped_linears", False)),
     )
     return Gemma4VisionConfig(
         vision=tower, text_hidden_size=int(text["hidden_size"]),
