@@ -222,6 +222,11 @@ ARCH_CONFIGS.update({
              rope_parameters={kind: dict(rope_type="default", rope_theta=theta, partial_rotary_factor=0.334)
                               for kind, theta in (("full_attention", 5e6), ("sliding_attention", 1e4))}),
     ),
+    "exaone_moe": (  # EXAONE 4.0's attention (per-head q/k norms; layer 0 slides over 8 tokens with rotary, layer 1
+        transformers.ExaoneMoeConfig,  # full without: NoPE) in GLM-4.5's pre-norm MoE layer: layer 0 dense, layer 1
+        dict(sliding_window=8, sliding_window_pattern=2, num_experts=8, n_group=4, topk_group=2,  # 3 of 8 experts
+             num_experts_per_tok=3, moe_intermediate_size=32, num_shared_experts=2),  # in the best 2 of 4 groups
+    ),
     "dots1": (  # Qwen3's attention (per-head q/k norms, q/k/v/o biases; layer 1 slides over 8 tokens) over GLM-4.5's
         transformers.Dots1Config,  # MoE: 3 of 8 experts in the best 2 of 4 groups, not renormalised; layer 0 dense
         dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
@@ -364,6 +369,7 @@ MODEL_CLASSES = {
     transformers.Starcoder2Config: transformers.Starcoder2ForCausalLM,
     transformers.MiniMaxM2Config: transformers.MiniMaxM2ForCausalLM,
     transformers.MiMoV2FlashConfig: transformers.MiMoV2FlashForCausalLM,
+    transformers.ExaoneMoeConfig: transformers.ExaoneMoeForCausalLM,
     transformers.Dots1Config: transformers.Dots1ForCausalLM,
     transformers.HunYuanMoEV1Config: transformers.HunYuanMoEV1ForCausalLM,
     transformers.HunYuanDenseV1Config: transformers.HunYuanDenseV1ForCausalLM,

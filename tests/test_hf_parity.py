@@ -45,6 +45,7 @@ LOGITS_ONLY += ("hunyuan_dense",)  # HunYuan-MoE's attention before Llama's MLP
 LOGITS_ONLY += ("solar_open",)  # GLM-4.5's layer with Llama's attention options
 LOGITS_ONLY += ("dots1",)  # GLM-4.5's layer with Qwen3's attention options
 LOGITS_ONLY += ("sarvam_moe",)  # GLM-4.5's model under other names and defaults
+LOGITS_ONLY += ("exaone_moe",)  # GLM-4.5's layer with EXAONE 4.0's attention (windows, NoPE full layers)
 # Families whose decoding runs another family's layer unchanged, its greedy tokens checked there: GLM-4.7-Flash's is
 # DeepSeek-V3's (test_families), so its logits are checked here but not its greedy tokens (~3 s saved).
 DECODES_AS_ANOTHER = ("glm4_moe_lite",)

@@ -40,23 +40,25 @@ def sliding_layers(hf: Mapping[str, Any], num_layers: int) -> list[bool]:
     return [(i + 1) % pattern != 0 for i in range(num_layers)]
 
 
-def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
-    """ModelConfig of an EXAONE 4.0 HF config."""
-    hf = {**DEFAULTS, **hf}
-    fields = common_fields(hf, arch)
+def attention_fields(hf: Mapping[str, Any], arch: str, num_layers: int) -> dict[str, Any]:
+    """The attention's ModelConfig fields (per-head q/k norms, windows, the global NoPE layers) of a config whose
+    defaults are filled in, keeping a null `sliding_window` (EXAONE-MoE reads its attention here too)."""
     window = hf["sliding_window"]
-    sliding = sliding_layers(hf, fields["num_layers"])
+    sliding = sliding_layers(hf, num_layers)
     if window is None and any(sliding):
         raise ConfigError(f"layer_types has sliding layers but sliding_window is null for {arch}; set sliding_window")
     if window is not None and int(window) < 1:
         raise ConfigError(f"sliding_window {window} must be >= 1 (or null for full attention in every layer)")
-    return ModelConfig(
-        **fields,
-        qk_norm=True,
-        activation=activation_name(hf.get("hidden_act") or "silu"),
-        layer_windows=tuple(int(window) if s else 0 for s in sliding),
-        nope_layers=() if window is None else tuple(i for i, s in enumerate(sliding) if not s),
-    )
+    return dict(qk_norm=True, layer_windows=tuple(int(window) if s else 0 for s in sliding),
+                nope_layers=() if window is None else tuple(i for i, s in enumerate(sliding) if not s))
+
+
+def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
+    """ModelConfig of an EXAONE 4.0 HF config."""
+    hf = {**DEFAULTS, **hf}
+    fields = common_fields(hf, arch)
+    return ModelConfig(**fields, activation=activation_name(hf.get("hidden_act") or "silu"),
+                       **attention_fields(hf, arch, fields["num_layers"]))
 
 
 FAMILY = Family("exaone4", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer)
