@@ -139,16 +139,10 @@ def llm(hf_model, tmp_path_factory) -> LLM:
 
 
 def hf_greedy(model: torch.nn.Module, prompt: list[int]) -> list[int]:
-    """transformers' 16 greedy tokens for the prompt alone, on one torch thread: its depthwise conv1d (the state
-    layers' conv update) takes ~50 ms a call on two threads of this 2-core machine, 0.07 ms on one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.no_grad():
-            out = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None,
-                                 pad_token_id=0)
-    finally:
-        torch.set_num_threads(threads)
+    """transformers' 16 greedy tokens for the prompt alone."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)
     return out[0, len(prompt):].tolist()
 
 
