@@ -75,6 +75,12 @@
 #                                                   # the bucketed Qwen-VL and Pixtral towers, Whisper's paged
 #                                                   # cross-attention through the Pallas kernel, the tool-call
 #                                                   # parsers (~6 min, untried)
+#   bash scripts/gpu_session.sh features5 [OUT_DIR]  # what landed on 2026-11-29 (fifth sitting) on the GPU:
+#                                                   # GPT-2/NeoX/Phi, GLM-4.7-Flash, Mistral 4, dots1, HunYuan,
+#                                                   # Solar Open, Sarvam-MoE, EXAONE-MoE, MiMo-V2-Flash,
+#                                                   # DeepSeek-V3.2's sparse attention, Kimi Linear's
+#                                                   # per-channel delta rule, Gemma 4's vision tower, the
+#                                                   # token filters and vLLM's argument names (~6 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -232,6 +238,15 @@ features4)
         --durations=15 tests/test_qwen3_5.py tests/test_gemma4.py tests/test_whisper.py tests/test_qwen2_vl.py \
         tests/test_pixtral.py tests/test_hybrid_families.py tests/test_tool_parsers.py tests/test_hf_parity.py \
         -k "not hf_parity or minimax or gemma4"
+    ;;
+features5)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature5_tests 360 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+        --durations=15 tests/test_deepseek_v32.py tests/test_gpt2.py tests/test_gemma4_vision.py \
+        tests/test_mimo_v2_flash.py tests/test_delta_chunks.py tests/test_hybrid_families.py \
+        tests/test_token_filters.py tests/test_vllm_arguments.py tests/test_mla_families.py tests/test_hf_parity.py \
+        -k "not hf_parity or gpt or phi or glm4_moe_lite or mistral4 or dots1 or hunyuan or solar or sarvam or exaone_moe or mimo or deepseek_v32 or glm_moe_dsa"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
