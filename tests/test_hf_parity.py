@@ -37,7 +37,6 @@ XLA_ONLY += ("gpt_neox", "phi", "gpt2")
 # (zero-padded) v as any GQA layer does.
 XLA_ONLY += ("mimo_v2_flash",)
 GREEDY_ELSEWHERE += ("gpt2",)  # test_gpt2: each decode step's pick and log-probability against HF's forward
-GREEDY_ELSEWHERE += ("mimo_v2_flash",)  # test_mimo_v2_flash: each pick against HF's forward (its generate: ~4 s)
 # A second form of a family tested in full, checked by its float32 logits on XLA alone (~0.5 s, not ~6 s): what it
 # changes (GPT-NeoX's sequential residual) shows in them.
 LOGITS_ONLY = ("gpt_neox_sequential",)
