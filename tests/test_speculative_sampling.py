@@ -72,10 +72,11 @@ def next_token_probs(llm: LLM, prefixes: list[list[int]]) -> np.ndarray:
 
 def sampled(models, spec: SpeculativeConfig | None) -> np.ndarray:
     """Generated tokens 2 to 4 [ROWS, 3] of ROWS seeds in one batch."""
-    # The engine admits every row in one step, so all of them decode (and draft) together.
+    # The engine admits every row in one step, so all of them decode (and draft) together. A budget of exactly the
+    # prompts' tokens is the top token bucket: ROWS * 32 padded their 43,008 tokens to 65,536.
     llm = LLM(
         models["target"], dtype="float32", max_seq_len=32, max_num_seqs=ROWS, speculative=spec,
-        max_prefill_seqs=ROWS, max_num_batched_tokens=ROWS * 32,
+        max_prefill_seqs=ROWS, max_num_batched_tokens=ROWS * len(PROMPT),
     )
     params = [SamplingParams(**PARAMS, seed=seed) for seed in range(ROWS)]
     ids = [o.token_ids for o in llm.generate([PROMPT] * ROWS, params)]
