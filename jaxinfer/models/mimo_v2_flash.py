@@ -12,44 +12,34 @@ then stored zero-padded to the key width in the paged cache (which keeps K and V
 the cache), and each head's output drops the padding (its zero columns) before o_proj.
 The MLP is dense where `mlp_layer_types` says "dense" (the first layer), else GLM-4.5's MoE layer (`glm4_moe`):
 DeepSeek-V3's grouped sigmoid routing with a correction bias and `routed_scaling_factor`, no shared experts.
-Multi-token-prediction weights (`model.mtp.*`) are not run, and not read.
+Multi-token-prediction weights (`model.mtp.*`) are not run, and not read. The config (transformers' spelling
+and the released checkpoint's) is read in `mimo_v2_flash_config`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, layer_type_rope
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.attention import attend
 from jaxinfer.models.family import Family, HFLeaf
-from jaxinfer.models.glm import rotary_dim
 from jaxinfer.models.glm4_moe import Glm4MoeLayerWeights, moe_block
 from jaxinfer.models.glm4_moe import abstract_layer as glm4_moe_layer
 from jaxinfer.models.glm4_moe import hf_leaves as glm4_moe_hf_leaves
-from jaxinfer.models.grouped_topk import check_groups
 from jaxinfer.models.layers import linear, linears
 from jaxinfer.models.llama import LayerWeights
-from jaxinfer.models.mixtral import moe_fields
+from jaxinfer.models.mimo_v2_flash_config import ARCHITECTURES, read_config
 from jaxinfer.models.mlp import gated_mlp
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import CosSin, RopeTables, apply_rope
 from jaxinfer.models.self_attention import HIDDEN, KV_HEADS, Q_HEADS
 from jaxinfer.parallel.array_info import ArrayInfo
 
-ARCHITECTURES = ("MiMoV2FlashForCausalLM",)
 ATTN = "model.layers.{i}.self_attn."
-# MiMoV2FlashConfig's defaults for the fields a config leaves out (or nulls) that differ from ours.
-HF_DEFAULTS = dict(vocab_size=152576, hidden_size=4096, intermediate_size=16384, num_hidden_layers=48,
-                   num_attention_heads=64, num_key_value_heads=4, head_dim=192, v_head_dim=128, rms_norm_eps=1e-5,
-                   max_position_embeddings=131072, moe_intermediate_size=2048, num_experts_per_tok=8,
-                   n_routed_experts=256, routed_scaling_factor=1.0, n_group=1, topk_group=1, norm_topk_prob=True,
-                   sliding_window=129, attention_value_scale=0.707, attention_bias=False, bos_token_id=1)
-THETAS = {"full_attention": 5_000_000.0, "sliding_attention": 10_000.0}
-PARTIAL_ROTARY_FACTOR = 0.334
 
 
 @jax.tree_util.register_dataclass
@@ -128,64 +118,6 @@ def decoder_layer(cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: in
     mlp = gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation) if isinstance(lw, DenseLayerWeights) \
         else moe_block(h, lw, cfg, layout)
     return layout.constrain(x + mlp, HIDDEN), cache
-
-
-def _layer_kinds(hf: Mapping[str, Any], num_layers: int) -> tuple[list[str], list[str]]:
-    """(attention kind, MLP kind) per layer: the config's lists, else MiMoV2FlashConfig's (full first and every
-    6th; dense first)."""
-    kinds = hf.get("layer_types") or ["full_attention" if i == 0 or (i + 1) % 6 == 0 else "sliding_attention"
-                                      for i in range(num_layers)]
-    mlps = hf.get("mlp_layer_types") or ["dense"] + ["sparse"] * (num_layers - 1)
-    for name, value, accepted in (("layer_types", kinds, {"full_attention", "sliding_attention"}),
-                                  ("mlp_layer_types", mlps, {"dense", "sparse"})):
-        if len(value) != num_layers or not set(value) <= accepted:
-            raise ConfigError(f"{name} {value!r} must list one of {sorted(accepted)} for each of the {num_layers} "
-                              "layers")
-    return kinds, mlps
-
-
-def _rotary_dims(hf: Mapping[str, Any], head_dim: int) -> int:
-    """The rotated dims, one partial_rotary_factor for both layer kinds (what the released checkpoint sets)."""
-    params = hf.get("rope_parameters") or {}
-    factors = {float((params.get(kind) or {}).get("partial_rotary_factor", PARTIAL_ROTARY_FACTOR)) for kind in THETAS}
-    if len(factors) > 1:
-        raise ConfigError(f"rope_parameters' partial_rotary_factor {sorted(factors)} is not supported: one factor "
-                          "for the full and the sliding layers")
-    return rotary_dim({"partial_rotary_factor": factors.pop()}, head_dim)
-
-
-def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
-    """ModelConfig of a MiMo-V2-Flash HF config (fields it leaves out or nulls take MiMoV2FlashConfig's defaults)."""
-    hf = {**HF_DEFAULTS, **{key: value for key, value in hf.items() if value is not None}}
-    if hf["attention_bias"]:
-        raise ConfigError(f"attention_bias=True is not supported for {arch} (no released checkpoint has biases)")
-    theta, scaling, local_theta = layer_type_rope({**hf, "rope_theta": None}, THETAS, "swa_rope_theta", arch)
-    fields = {**common_fields({**hf, "rope_parameters": None}, arch), "rope_theta": theta, "rope_scaling": scaling}
-    layers, kv_heads = fields["num_layers"], fields["num_kv_heads"]
-    kinds, mlps = _layer_kinds(hf, layers)
-    # transformers' note: `sliding_window_size` keys before the query, so the window (query included) is one more
-    window = int(hf["sliding_window_size"]) + 1 if hf.get("sliding_window_size") is not None \
-        else int(hf["sliding_window"])
-    moe = moe_fields(hf, "n_routed_experts", int(hf["moe_intermediate_size"]), experts=256, per_token=8)
-    groups, groups_per_token = int(hf["n_group"]), int(hf["topk_group"])
-    check_groups(moe["num_experts"], groups, groups_per_token, moe["experts_per_token"])
-    sliding = [kind == "sliding_attention" for kind in kinds]
-    return ModelConfig(
-        **fields,
-        layer_kv_heads=tuple(2 * kv_heads if s else kv_heads for s in sliding),
-        v_head_dim=int(hf["v_head_dim"]),
-        value_scale=float(hf["attention_value_scale"]),
-        rotary_dim=_rotary_dims(hf, fields["head_dim"]),
-        local_rope_theta=local_theta,
-        activation=activation_name(hf.get("hidden_act") or "silu"),
-        layer_windows=tuple(window if s else 0 for s in sliding),
-        dense_layers=tuple(i for i, kind in enumerate(mlps) if kind == "dense"),
-        norm_topk_prob=bool(hf["norm_topk_prob"]),
-        expert_groups=groups,
-        expert_groups_per_token=groups_per_token,
-        routed_scaling_factor=float(hf["routed_scaling_factor"]),
-        **moe,
-    )
 
 
 FAMILY = Family("mimo_v2_flash", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer,
