@@ -106,9 +106,8 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     docs/engine.md). speculative takes a SpeculativeConfig or a dict of its fields or vLLM's keys;
     speculative_config is vLLM's name for it (`speculative.vllm_config`). seed (vLLM's): requests that give no
     seed draw theirs from a stream it seeds, so sampled outputs repeat from run to run (None: random).
-    tokenizer (vLLM's): a directory to read the tokenizer from instead of the model's. Other vLLM arguments
-    (`entrypoints.vllm_arguments`: trust_remote_code, enforce_eager=False, swap_space, ...) are taken where
-    they change nothing here and refused by name where they would.
+    tokenizer (vLLM's): another directory to read the tokenizer from. Other vLLM arguments (docs/vllm.md) are
+    taken where they change nothing here and refused by name where they would (`entrypoints.vllm_arguments`).
     """
 
     def __init__(
@@ -299,13 +298,12 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     ) -> list[RequestOutput]:
         """Reply to one conversation ([{"role": ..., "content": ...}, ...]) or a list of them, as vLLM's chat.
 
-        The prompt is the conversation through chat_template, else the tokenizer's, else the
-        server's default template (one "role: content" line per message, then "assistant:").
-        tools (OpenAI's list) are rendered by templates that take them, as vLLM's; to force a call,
-        constrain the output (SamplingParams(structured_outputs=...)) as the server's tool_choice does.
-        chat_template_kwargs are more template variables (vLLM's; e.g. Qwen3's enable_thinking=False).
-        continue_final_message=True (vLLM's; with add_generation_prompt=False) continues the last message,
-        an assistant's prefill, instead of starting a new one.
+        The prompt is the conversation through chat_template, else the tokenizer's, else the server's default
+        template (one "role: content" line per message, then "assistant:"). tools (OpenAI's list) are rendered
+        by templates that take them, as vLLM's; to force a call, constrain the output
+        (SamplingParams(structured_outputs=...)) as the server's tool_choice does. chat_template_kwargs are more
+        template variables (vLLM's; e.g. Qwen3's enable_thinking=False). continue_final_message=True (vLLM's;
+        with add_generation_prompt=False) continues the last message, an assistant's prefill.
         """
         tokenizer = self.get_tokenizer()
         messages, images = chat_prompts(messages, self.image_prompts)  # image_url parts: see entrypoints/multimodal

@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Mapping
 
 import jax
 
-from jaxinfer.config.model import ConfigError, ModelConfig, common_fields, field, layer_type_rope, layer_types
+from jaxinfer.config.layer_type_rope import layer_type_rope
+from jaxinfer.config.model import ConfigError, ModelConfig, common_fields, field, layer_types
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights, gemma_activation

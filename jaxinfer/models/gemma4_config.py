@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from jaxinfer.config.model import ConfigError, ModelConfig, common_fields, field, layer_type_rope, layer_types
+from jaxinfer.config.layer_type_rope import layer_type_rope
+from jaxinfer.config.model import ConfigError, ModelConfig, common_fields, field, layer_types
 from jaxinfer.models.llama import gemma_activation
 
 # transformers' Gemma4TextConfig defaults for the fields a config may leave out.

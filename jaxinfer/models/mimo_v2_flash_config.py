@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, layer_type_rope
+from jaxinfer.config.layer_type_rope import layer_type_rope
+from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields
 from jaxinfer.models.glm import rotary_dim
 from jaxinfer.models.grouped_topk import check_groups
 from jaxinfer.models.mixtral import moe_fields

@@ -14,13 +14,13 @@ from typing import Any, ClassVar, Mapping
 
 import jax
 
+from jaxinfer.config.layer_type_rope import layer_type_rope
 from jaxinfer.config.model import (
     ConfigError,
     ModelConfig,
     activation_name,
     common_fields,
     field,
-    layer_type_rope,
     layer_types,
     uniform_windows,
 )
