@@ -233,7 +233,8 @@ ARCH_CONFIGS.update({
              n_shared_experts=2, first_k_dense_replace=1, routed_scaling_factor=2.5, attention_bias=True,
              sliding_window=8, max_window_layers=1),
     ),
-    "hunyuan_moe": (  # q/k norms after rotary, whose base NTK-alpha scaling raises (alpha 1000: 10000 -> 1.6e7); a float32
+    # q/k norms after rotary, whose base NTK-alpha scaling raises (alpha 1000: 10000 -> 1.6e7); a float32
+    "hunyuan_moe": (
         transformers.HunYuanMoEV1Config,  # router: 2 of 4 experts by softmax, renormalised, beside a shared MLP
         dict(head_dim=32, intermediate_size=32, num_experts=4, moe_topk=2, attention_bias=True,
              rope_parameters=dict(rope_type="dynamic", factor=1.0, alpha=1000.0, rope_theta=10000.0)),

@@ -121,8 +121,11 @@ def abstract_gemma4_vision(cfg: Gemma4VisionConfig) -> Gemma4VisionWeights:
     mat = lambda a, b: ArrayInfo((a, b), (None, None))  # noqa: E731
     vec = lambda n: ArrayInfo((n,), (None,), init_value=1.0)  # noqa: E731
     clips = ArrayInfo((len(CLIPPED), 4), (None, None)) if v.clipped else None
-    layer = lambda: Gemma4TowerLayer(vec(e), mat(e, q), mat(e, kv), mat(e, kv), mat(q, e), vec(v.head_dim),  # noqa: E731
-                                     vec(v.head_dim), vec(e), vec(e), mat(e, f), mat(e, f), mat(f, e), vec(e), clips)
+
+    def layer() -> Gemma4TowerLayer:
+        return Gemma4TowerLayer(vec(e), mat(e, q), mat(e, kv), mat(e, kv), mat(q, e), vec(v.head_dim),
+                                vec(v.head_dim), vec(e), vec(e), mat(e, f), mat(e, f), mat(f, e), vec(e), clips)
+
     std = ArrayInfo((e,), (None,), init_value=0.0) if v.standardize else None
     return Gemma4VisionWeights(mat(v.patch_dims, e), ArrayInfo((2, v.positions, e), (None, None, None)),
                                [layer() for _ in range(v.depth)], mat(e, cfg.text_hidden_size), std,
