@@ -26,7 +26,14 @@ from jaxinfer.engine.in_flight import InFlight
 from jaxinfer.engine.metrics import EngineMetrics, StepClock, snapshot
 from jaxinfer.engine.output_processor import catch_up_text, delta_output
 from jaxinfer.engine.outputs import RequestOutput
-from jaxinfer.engine.prompt_checks import check_audio, check_logit_bias, check_prompt, check_stop_ids, encode_prompt
+from jaxinfer.engine.prompt_checks import (
+    check_audio,
+    check_images,
+    check_logit_bias,
+    check_prompt,
+    check_stop_ids,
+    encode_prompt,
+)
 from jaxinfer.engine.request import Request
 from jaxinfer.engine.request_seeds import RequestSeeds
 from jaxinfer.engine.scheduler import Scheduler, SchedulerConfig
@@ -127,7 +134,8 @@ class LLMEngine(StepCalls):
         adapter = self._adapter_name(lora_request, params)
         audio, images = split_audio(images)
         check_audio(self.model_config, audio, params)
-        images = self._checked_images(images, ids, params)
+        images = check_images(images, ids, params, self.runner.vision, self.runner.prompt_embeds,
+                              self.scheduler.config.whole_images, self.config.max_num_batched_tokens)
         group: list[Request] = []
         for i in range(params.n):
             seed = (params.seed + i) % 2**63 if params.seed is not None else self.seeds()
@@ -149,41 +157,6 @@ class LLMEngine(StepCalls):
             self.final_only.add(request_id)
         for request in group:
             self.scheduler.add(request)
-
-    def _checked_images(self, images: Sequence[ImageInput], ids: list[int], params: SamplingParams
-                        ) -> tuple[ImageInput, ...]:
-        """The images as a request carries them; ValueError naming what a model or request cannot take."""
-        images = tuple(images)
-        if any(image.rows is not None for image in images):
-            return self._checked_embeds(images, params)
-        if not images:
-            return images
-        if self.runner.vision is None:
-            raise ValueError("multi_modal_data: this model takes no images (it has no vision tower); send text only")
-        if params.prompt_logprobs is not None and self.runner.vision.bidirectional:
-            raise ValueError("prompt_logprobs is not served with images on this model yet (its image tokens see "
-                             "each other both ways, which the all-positions pass does not do); leave it unset")
-        for image in images:
-            if not 0 <= image.offset <= image.offset + image.length <= len(ids):
-                raise ValueError(f"multi_modal_data: an image's placeholders [{image.offset}, "
-                                 f"{image.offset + image.length}) fall outside the {len(ids)}-token prompt")
-            if self.scheduler.config.whole_images and image.length > self.config.max_num_batched_tokens:
-                raise ValueError(f"multi_modal_data: an image takes {image.length} tokens, more than "
-                                 f"max_num_batched_tokens {self.config.max_num_batched_tokens}, and this model's "
-                                 "image tokens attend to each other both ways (one prefill chunk holds a whole "
-                                 "image); raise max_num_batched_tokens")
-        return images
-
-    def _checked_embeds(self, given: tuple[ImageInput, ...], params: SamplingParams) -> tuple[ImageInput, ...]:
-        """A prompt_embeds prompt's rows (entrypoints/prompt_embeds); ValueError naming what goes not with them."""
-        if not self.runner.prompt_embeds:
-            raise ValueError("prompt_embeds needs an engine started with enable_prompt_embeds=True")
-        if len(given) != 1 or given[0].offset != 0:
-            raise ValueError("prompt_embeds: the embeddings are the whole prompt; images go in prompts of their own")
-        if params.prompt_logprobs is not None:
-            raise ValueError("prompt_logprobs is not served with prompt_embeds (the prompt has no token ids to "
-                             "score; vLLM refuses it too); leave prompt_logprobs unset")
-        return given
 
     def _adapter_name(self, lora_request: LoRARequest | None, params: SamplingParams) -> str | None:
         """The adapter's key (config.lora.adapter_key), once the runner has read and checked it; None for

@@ -8,6 +8,7 @@ import numpy as np
 
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.config.sampling_params import MAX_STOP_IDS, SamplingParams
+from jaxinfer.runtime.image_input import ImageInput
 
 
 def encode_prompt(prompt: str | Sequence[int], tokenizer: Any | None) -> list[int]:
@@ -67,3 +68,42 @@ def check_audio(model_config: ModelConfig, audio: object | None, params: Samplin
     if params.prompt_logprobs is not None:
         raise ValueError(f"prompt_logprobs is not served for {arch} (its cross-attention runs in the engine's "
                          "steps only); leave it unset")
+
+
+def check_images(images: Sequence[ImageInput], ids: list[int], params: SamplingParams, vision: Any,
+                 prompt_embeds: bool, whole_images: bool, max_batched: int) -> tuple[ImageInput, ...]:
+    """The images as a request carries them; ValueError naming what a model or request cannot take.
+
+    vision: the runner's vision tower (None: the model takes no images); prompt_embeds: the engine serves
+    prompt_embeds prompts; whole_images: an image's tokens attend both ways, so one prefill chunk holds it."""
+    images = tuple(images)
+    if any(image.rows is not None for image in images):
+        return _checked_embeds(images, params, prompt_embeds)
+    if not images:
+        return images
+    if vision is None:
+        raise ValueError("multi_modal_data: this model takes no images (it has no vision tower); send text only")
+    if params.prompt_logprobs is not None and vision.bidirectional:
+        raise ValueError("prompt_logprobs is not served with images on this model yet (its image tokens see "
+                         "each other both ways, which the all-positions pass does not do); leave it unset")
+    for image in images:
+        if not 0 <= image.offset <= image.offset + image.length <= len(ids):
+            raise ValueError(f"multi_modal_data: an image's placeholders [{image.offset}, "
+                             f"{image.offset + image.length}) fall outside the {len(ids)}-token prompt")
+        if whole_images and image.length > max_batched:
+            raise ValueError(f"multi_modal_data: an image takes {image.length} tokens, more than "
+                             f"max_num_batched_tokens {max_batched}, and this model's image tokens attend to each "
+                             "other both ways (one prefill chunk holds a whole image); raise max_num_batched_tokens")
+    return images
+
+
+def _checked_embeds(given: tuple[ImageInput, ...], params: SamplingParams, served: bool) -> tuple[ImageInput, ...]:
+    """A prompt_embeds prompt's rows (entrypoints/prompt_embeds); ValueError naming what goes not with them."""
+    if not served:
+        raise ValueError("prompt_embeds needs an engine started with enable_prompt_embeds=True")
+    if len(given) != 1 or given[0].offset != 0:
+        raise ValueError("prompt_embeds: the embeddings are the whole prompt; images go in prompts of their own")
+    if params.prompt_logprobs is not None:
+        raise ValueError("prompt_logprobs is not served with prompt_embeds (the prompt has no token ids to "
+                         "score; vLLM refuses it too); leave prompt_logprobs unset")
+    return given
