@@ -82,8 +82,9 @@ def _completion_delta(request: Request) -> CompletionOutput:
     logprobs = request.logprobs[request.emitted_tokens :] if request.params.logprobs is not None else None
     request.emitted_chars, request.emitted_tokens = end, len(request.output_ids)
     spec_stats = summarize(request.spec_counts) if request.spec_counts else None
-    cumulative = None if logprobs is None else sum(
-        top[token].logprob for top, token in zip(request.logprobs, request.output_ids))
+    if logprobs is not None:  # only the new tokens: a stream's deltas never sum the whole output again
+        request.cumulative_logprob += sum(top[token].logprob for top, token in zip(logprobs, ids))
+    cumulative = None if logprobs is None else request.cumulative_logprob
     return CompletionOutput(
         request.index, text, ids, request.finish_reason, request.stop_reason, logprobs, spec_stats, cumulative
     )

@@ -77,6 +77,7 @@ class Request:
     emitted_chars: int = 0  # prefix of `text` already sent as deltas
     emitted_tokens: int = 0
     logprobs: list[dict[int, Logprob]] = dataclasses.field(default_factory=list)
+    cumulative_logprob: float = 0.0  # of the tokens sent so far (summed as each delta is made: once each)
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     timing: Timing = dataclasses.field(default_factory=Timing)
     detokenizer: object | None = None
