@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
+import pytest
 import torch
 import transformers
+
+
+class _Lacking:
+    """A transformers class this version lacks: building it skips the test that asked for it (the GPU machines'
+    transformers is older than the CPU's, and one family's class must not stop every other test)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        pytest.skip(f"transformers {transformers.__version__} has no {self.name}")
+
+
+@functools.cache
+def _hf_class(name: str) -> object:
+    return getattr(transformers, name, None) or _Lacking(name)
+
+
+class _Classes:
+    """transformers' classes by attribute, each one this version lacks as a `_Lacking`."""
+
+    def __getattr__(self, name: str) -> object:
+        return _hf_class(name)
+
+
+hf = _Classes()
+
 
 COMMON = dict(
     vocab_size=256,
@@ -22,9 +51,9 @@ COMMON = dict(
 )
 
 ARCH_CONFIGS = {
-    "llama2": (transformers.LlamaConfig, dict(tie_word_embeddings=False)),
+    "llama2": (hf.LlamaConfig, dict(tie_word_embeddings=False)),
     "llama3": (
-        transformers.LlamaConfig,
+        hf.LlamaConfig,
         dict(
             num_key_value_heads=1,
             rope_theta=500000.0,
@@ -38,184 +67,184 @@ ARCH_CONFIGS = {
         ),
     ),
     "llama_linear_rope": (
-        transformers.LlamaConfig,
+        hf.LlamaConfig,
         dict(rope_scaling=dict(rope_type="linear", factor=2.0), attention_bias=True, tie_word_embeddings=True),
     ),
-    "mistral": (transformers.MistralConfig, dict(sliding_window=16, tie_word_embeddings=False)),
-    "qwen2": (transformers.Qwen2Config, dict(tie_word_embeddings=True)),
-    "qwen3": (transformers.Qwen3Config, dict(head_dim=32, tie_word_embeddings=False)),
-    "gemma": (transformers.GemmaConfig, dict(head_dim=32, num_key_value_heads=1, hidden_activation="gelu_pytorch_tanh")),
+    "mistral": (hf.MistralConfig, dict(sliding_window=16, tie_word_embeddings=False)),
+    "qwen2": (hf.Qwen2Config, dict(tie_word_embeddings=True)),
+    "qwen3": (hf.Qwen3Config, dict(head_dim=32, tie_word_embeddings=False)),
+    "gemma": (hf.GemmaConfig, dict(head_dim=32, num_key_value_heads=1, hidden_activation="gelu_pytorch_tanh")),
     # Settings whose reading differs by architecture (see config.py).
-    "llama_exact_gelu": (transformers.LlamaConfig, dict(hidden_act="gelu")),
-    "gemma_legacy_gelu": (transformers.GemmaConfig, dict(head_dim=32, num_key_value_heads=1, hidden_act="gelu")),
+    "llama_exact_gelu": (hf.LlamaConfig, dict(hidden_act="gelu")),
+    "gemma_legacy_gelu": (hf.GemmaConfig, dict(head_dim=32, num_key_value_heads=1, hidden_act="gelu")),
     "qwen3_sliding": (
-        transformers.Qwen3Config,
+        hf.Qwen3Config,
         dict(head_dim=32, use_sliding_window=True, sliding_window=8, max_window_layers=1),
     ),
     "smollm3": (  # every other layer without rotary embeddings, the tied head transformers defaults it to
-        transformers.SmolLM3Config,
+        hf.SmolLM3Config,
         dict(no_rope_layers=[1, 0], attention_bias=True, tie_word_embeddings=True, pad_token_id=0),
     ),
     "qwen2_layer_types": (
-        transformers.Qwen2Config,
+        hf.Qwen2Config,
         dict(use_sliding_window=True, sliding_window=12, layer_types=["sliding_attention", "full_attention"]),
     ),
 }
 # The families beyond Llama: windows shorter than the test prompts, caps small enough to bend scores.
 ARCH_CONFIGS.update({
     "gemma2": (
-        transformers.Gemma2Config,
+        hf.Gemma2Config,
         dict(head_dim=32, sliding_window=8, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
              final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh"),
     ),
     "gemma3": (
-        transformers.Gemma3TextConfig,
+        hf.Gemma3TextConfig,
         dict(head_dim=32, sliding_window=8, query_pre_attn_scalar=24, layer_types=["sliding_attention", "full_attention"],
              rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=20.0),
                               "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=10000.0)}),
     ),
     "phi3": (  # head_dim 96, LongRoPE (short factors: the tests' contexts stay within the original 256)
-        transformers.Phi3Config,
+        hf.Phi3Config,
         dict(hidden_size=192, num_attention_heads=2, num_key_value_heads=1, pad_token_id=0, eos_token_id=2,
              original_max_position_embeddings=256,
              rope_scaling=dict(type="longrope", short_factor=[1.0 + i / 48 for i in range(48)],
                                long_factor=[1.0 + i / 8 for i in range(48)])),
     ),
-    "olmo2": (transformers.Olmo2Config, dict(pad_token_id=0, tie_word_embeddings=False)),
+    "olmo2": (hf.Olmo2Config, dict(pad_token_id=0, tie_word_embeddings=False)),
     "glm": (  # half of each 32-dim head turned (the default), in adjacent pairs; biased q/k/v; tied head
-        transformers.GlmConfig,
+        hf.GlmConfig,
         dict(head_dim=32, pad_token_id=0, tie_word_embeddings=True),
     ),
     "glm4": (  # post-sublayer norms; 12 of 16 head dims turned, YaRN-scaled
-        transformers.Glm4Config,
+        hf.Glm4Config,
         dict(head_dim=16, pad_token_id=0, rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0,
              partial_rotary_factor=0.75, original_max_position_embeddings=128)),
     ),
     "olmo3": (  # a window shorter than the prompts; yarn on the full layer only (transformers 4's layout)
-        transformers.Olmo3Config,
+        hf.Olmo3Config,
         dict(pad_token_id=0, sliding_window=8, layer_types=["sliding_attention", "full_attention"], rope_theta=5000.0,
              rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=128)),
     ),
     "mixtral": (
-        transformers.MixtralConfig,
+        hf.MixtralConfig,
         dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=16),
     ),
     "qwen3_moe": (
-        transformers.Qwen3MoeConfig,
+        hf.Qwen3MoeConfig,
         dict(head_dim=32, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[0],
              tie_word_embeddings=False),
     ),
     "qwen2_moe": (  # a shared expert, routing weights not renormalised; layer 0 dense and (even) sliding
-        transformers.Qwen2MoeConfig,
+        hf.Qwen2MoeConfig,
         dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
              mlp_only_layers=[0], use_sliding_window=True, sliding_window=8, max_window_layers=1),
     ),
     "gpt_oss": (  # a swiglu_limit the tiny activations reach, so the experts' clamps act
-        transformers.GptOssConfig,
+        hf.GptOssConfig,
         dict(head_dim=16, num_local_experts=4, num_experts_per_tok=3, intermediate_size=32, sliding_window=8,
              layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.5, tie_word_embeddings=False,
              initializer_range=0.2),
     ),
     "glm4_moe": (  # grouped routing: 8 experts in 4 groups, 3 chosen in the best 2; 2 shared experts; layer 0 dense;
-        transformers.Glm4MoeConfig,  # q/k norms and biases, half of each 32-dim head rotated (the default)
+        hf.Glm4MoeConfig,  # q/k norms and biases, half of each 32-dim head rotated (the default)
         dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
              n_shared_experts=2, first_k_dense_replace=1, routed_scaling_factor=2.5, use_qk_norm=True,
              attention_bias=True, pad_token_id=0),
     ),
     # Granite: every multiplier away from 1 (attention_multiplier 0.3 replaces 16 ** -0.5); q/k/v/o biases
     "granite": (
-        transformers.GraniteConfig,
+        hf.GraniteConfig,
         dict(embedding_multiplier=3.0, attention_multiplier=0.3, residual_multiplier=0.7, logits_scaling=2.5,
              attention_bias=True, tie_word_embeddings=True),
     ),
     "granitemoe": (  # experts fused in input_linear / output_linear; top-k logits softmaxed among themselves
-        transformers.GraniteMoeConfig,
+        hf.GraniteMoeConfig,
         dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, embedding_multiplier=2.0,
              attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=0.5),
     ),
     "granitemoe_shared": (  # a shared MLP beside the experts, gate and up fused in one tensor
-        transformers.GraniteMoeSharedConfig,
+        hf.GraniteMoeSharedConfig,
         dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=48,
              embedding_multiplier=2.0, attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=1.5),
     ),
     "seed_oss": (  # 32-dim heads (not 64 / 4), q/k/v biases by default and o's by attention_out_bias; Seed's theta
-        transformers.SeedOssConfig,
+        hf.SeedOssConfig,
         dict(head_dim=32, attention_out_bias=True, rope_parameters=dict(rope_type="default", rope_theta=1e7)),
     ),
     "ernie4_5": (  # every dim of each 32-dim head turned in adjacent pairs; tied head (the default); theta 500000
-        transformers.Ernie4_5Config,
+        hf.Ernie4_5Config,
         dict(head_dim=32),
     ),
     "ernie4_5_moe": (  # layer 0 dense (moe_layer_start_index 1); 3 of 8 experts chosen by softmax + correction
-        transformers.Ernie4_5_MoeConfig,  # bias, renormalised; 2 ungated shared experts; head_dim beside hidden/heads
+        hf.Ernie4_5_MoeConfig,  # bias, renormalised; 2 ungated shared experts; head_dim beside hidden/heads
         dict(head_dim=32, moe_num_experts=8, moe_k=3, moe_intermediate_size=32, moe_num_shared_experts=2),
     ),
     "exaone4": (  # layer 0 slides over 8 tokens with Llama 3's rope; layer 1 attends to all without rope
-        transformers.Exaone4Config,  # post-sublayer norms, per-head q/k norms, head_dim beside hidden/heads
+        hf.Exaone4Config,  # post-sublayer norms, per-head q/k norms, head_dim beside hidden/heads
         dict(head_dim=32, sliding_window=8, sliding_window_pattern=2,
              rope_parameters=dict(rope_type="llama3", rope_theta=1e6, factor=16.0, low_freq_factor=1.0,
                                   high_freq_factor=4.0, original_max_position_embeddings=64)),
     ),
     "ministral3": (  # queries scaled past every 4 positions (the tests' prompts cross several); YaRN over 4 positions
-        transformers.Ministral3Config,  # head_dim 32 beside hidden/heads; Mistral's sliding window
+        hf.Ministral3Config,  # head_dim 32 beside hidden/heads; Mistral's sliding window
         dict(head_dim=32, sliding_window=12, rope_parameters=dict(
             rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=4, beta_fast=32.0,
             beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.5)),
     ),
     "cohere2": (  # layer 0 slides over 8 tokens with interleaved rope, layer 1 attends to all without; logits x 0.25
-        transformers.Cohere2Config,  # one LayerNorm feeding attention and the MLP in parallel; q/k/v/o biases
+        hf.Cohere2Config,  # one LayerNorm feeding attention and the MLP in parallel; q/k/v/o biases
         dict(sliding_window=8, sliding_window_pattern=2, logit_scale=0.25, attention_bias=True, layer_norm_eps=1e-5,
              tie_word_embeddings=False),
     ),
     "apertus": (  # q/k norms, q/k/v/o biases, an ungated xIELU MLP (slopes set apart by make_hf_model's noise)
-        transformers.ApertusConfig,  # Llama 3 rope over 64 original positions; head_dim 32 beside hidden/heads
+        hf.ApertusConfig,  # Llama 3 rope over 64 original positions; head_dim 32 beside hidden/heads
         dict(head_dim=32, attention_bias=True, rope_parameters=dict(
             rope_type="llama3", rope_theta=1.2e7, factor=8.0, original_max_position_embeddings=64,
             low_freq_factor=1.0, high_freq_factor=4.0)),
     ),
     "arcee": (  # an ungated relu(x)^2 MLP; YaRN over 128 original positions, as AFM-4.5B's (x20 over 4096)
-        transformers.ArceeConfig,
+        hf.ArceeConfig,
         dict(head_dim=32, rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0,
                                                original_max_position_embeddings=128)),
     ),
     "olmoe": (  # 2 of 4 experts by softmax, not renormalised (the default); q/k norms over all heads; q/k/v/o biases
-        transformers.OlmoeConfig,
+        hf.OlmoeConfig,
         dict(num_experts=4, num_experts_per_tok=2, intermediate_size=32, attention_bias=True, pad_token_id=0),
     ),
     "cohere": (  # Command R+: per-head q/k LayerNorms (a weight per head and dim); rope in adjacent pairs; logits x 0.25
-        transformers.CohereConfig,  # one LayerNorm feeding attention and the MLP in parallel; untied head
+        hf.CohereConfig,  # one LayerNorm feeding attention and the MLP in parallel; untied head
         dict(use_qk_norm=True, logit_scale=0.25, layer_norm_eps=1e-5, rope_theta=1e4, tie_word_embeddings=False),
     ),
     "nemotron": (  # LayerNorm1P (weight + 1, a bias) everywhere; ungated relu(x)^2 MLP; half of each 32-dim head rotated
-        transformers.NemotronConfig,
+        hf.NemotronConfig,
         dict(head_dim=32, norm_eps=1e-5, partial_rotary_factor=0.5, pad_token_id=0),
     ),
     "starcoder2": (  # LayerNorms with biases; q/k/v/o and c_fc/c_proj biased (use_bias, the default); a 16-token window
-        transformers.Starcoder2Config,
+        hf.Starcoder2Config,
         dict(sliding_window=16, norm_epsilon=1e-5, tie_word_embeddings=False),
     ),
     "gpt_neox": (  # Pythia's layer: the residual in parallel, 4 of each 16-dim head's dims rotated (rotary_pct 0.25)
-        transformers.GPTNeoXConfig,  # q/k/v fused per head; LayerNorms and every projection biased; untied embed_out
+        hf.GPTNeoXConfig,  # q/k/v fused per head; LayerNorms and every projection biased; untied embed_out
         dict(),
     ),
     "gpt_neox_sequential": (  # attention, then the MLP; GPT-NeoX-20B's activation name
-        transformers.GPTNeoXConfig,
+        hf.GPTNeoXConfig,
         dict(use_parallel_residual=False, hidden_act="gelu_fast"),
     ),
     "phi": (  # Phi-2's layer (one LayerNorm feeding attention and the MLP in parallel), 6 of each 16-dim head's dims
-        transformers.PhiConfig,  # rotated (Phi-2's 0.4); q/k LayerNorms (qk_layernorm) with biases; lm_head biased
+        hf.PhiConfig,  # rotated (Phi-2's 0.4); q/k LayerNorms (qk_layernorm) with biases; lm_head biased
         dict(qk_layernorm=True, partial_rotary_factor=0.4, layer_norm_eps=1e-5, pad_token_id=0),
     ),
     "gpt2": (  # learned positions (wpe), Conv1D weights, q/k/v fused in c_attn, tied head; n_inner 128 (not 4 x 64)
-        transformers.GPT2Config,
+        hf.GPT2Config,
         dict(n_inner=128),
     ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
-        transformers.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
+        hf.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
     ),
     "mimo_v2_flash": (  # layer 0 full and dense; layer 1 slides over 8 tokens (7 + the query) with twice the kv heads
-        transformers.MiMoV2FlashConfig,  # and sinks, its own rope theta, over 3 of 8 experts in the best 2 of 4 groups;
+        hf.MiMoV2FlashConfig,  # and sinks, its own rope theta, over 3 of 8 experts in the best 2 of 4 groups;
         dict(head_dim=32, v_head_dim=16, sliding_window_size=7, n_routed_experts=8, n_group=4, topk_group=2,  # 10 of
              num_experts_per_tok=3, moe_intermediate_size=32, routed_scaling_factor=2.5,  # 32 head dims rotated
              layer_types=["full_attention", "sliding_attention"],
@@ -223,33 +252,33 @@ ARCH_CONFIGS.update({
                               for kind, theta in (("full_attention", 5e6), ("sliding_attention", 1e4))}),
     ),
     "exaone_moe": (  # EXAONE 4.0's attention (per-head q/k norms; layer 0 slides over 8 tokens with rotary, layer 1
-        transformers.ExaoneMoeConfig,  # full without: NoPE) in GLM-4.5's pre-norm MoE layer: layer 0 dense, layer 1
+        hf.ExaoneMoeConfig,  # full without: NoPE) in GLM-4.5's pre-norm MoE layer: layer 0 dense, layer 1
         dict(sliding_window=8, sliding_window_pattern=2, num_experts=8, n_group=4, topk_group=2,  # 3 of 8 experts
              num_experts_per_tok=3, moe_intermediate_size=32, num_shared_experts=2),  # in the best 2 of 4 groups
     ),
     "dots1": (  # Qwen3's attention (per-head q/k norms, q/k/v/o biases; layer 1 slides over 8 tokens) over GLM-4.5's
-        transformers.Dots1Config,  # MoE: 3 of 8 experts in the best 2 of 4 groups, not renormalised; layer 0 dense
+        hf.Dots1Config,  # MoE: 3 of 8 experts in the best 2 of 4 groups, not renormalised; layer 0 dense
         dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
              n_shared_experts=2, first_k_dense_replace=1, routed_scaling_factor=2.5, attention_bias=True,
              sliding_window=8, max_window_layers=1),
     ),
     # q/k norms after rotary, whose base NTK-alpha scaling raises (alpha 1000: 10000 -> 1.6e7); a float32
     "hunyuan_moe": (
-        transformers.HunYuanMoEV1Config,  # router: 2 of 4 experts by softmax, renormalised, beside a shared MLP
+        hf.HunYuanMoEV1Config,  # router: 2 of 4 experts by softmax, renormalised, beside a shared MLP
         dict(head_dim=32, intermediate_size=32, num_experts=4, moe_topk=2, attention_bias=True,
              rope_parameters=dict(rope_type="dynamic", factor=1.0, alpha=1000.0, rope_theta=10000.0)),
     ),
     "hunyuan_dense": (  # the same attention (no biases) before Llama's MLP
-        transformers.HunYuanDenseV1Config,
+        hf.HunYuanDenseV1Config,
         dict(head_dim=32, rope_parameters=dict(rope_type="dynamic", factor=1.0, alpha=1000.0, rope_theta=10000.0)),
     ),
     "solar_open": (  # GLM-4.5's MoE in every layer: 3 of 8 experts in the best 2 of 4 groups, scaled; 2 shared experts;
-        transformers.SolarOpenConfig,  # Llama's attention (q/k/v biases, no q/k norms, rotary over the whole head)
+        hf.SolarOpenConfig,  # Llama's attention (q/k/v biases, no q/k norms, rotary over the whole head)
         dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
              n_shared_experts=2, routed_scaling_factor=2.5, attention_bias=True),
     ),
     "sarvam_moe": (  # GLM-4.5's model (layer 0 dense; 3 of 8 experts in the best 2 of 4 groups; 2 shared experts; q/k
-        transformers.SarvamMoEConfig,  # norms) with rotary over the whole head; q, k, v and biases in one tensor
+        hf.SarvamMoEConfig,  # norms) with rotary over the whole head; q, k, v and biases in one tensor
         dict(head_dim=32, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, moe_intermediate_size=32,
              n_shared_experts=2, first_k_dense_replace=1, attention_bias=True),
     ),
@@ -258,7 +287,7 @@ ARCH_CONFIGS.update({
 # dense MLP of 64; layer 1 NoPE over every key, queries scaled up every 4 positions, 2 of 4 experts (inputs scaled by
 # their sigmoid scores) beside a shared expert of 32
 ARCH_CONFIGS["llama4"] = (
-    transformers.Llama4TextConfig,
+    hf.Llama4TextConfig,
     dict(head_dim=32, intermediate_size=32, intermediate_size_mlp=64, num_local_experts=4, num_experts_per_tok=2,
          interleave_moe_layer_step=2, no_rope_layers=[1, 0], attention_chunk_size=8, floor_scale=4, attn_scale=0.5,
          rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
@@ -270,14 +299,14 @@ MLA = dict(num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_
            moe_intermediate_size=32, first_k_dense_replace=1, pad_token_id=0)
 ARCH_CONFIGS.update({
     "deepseek_v2": (  # one q_proj; softmax routing within the best of 2 groups, scaled; YaRN (transformers 4 layout)
-        transformers.DeepseekV2Config,  # whose mscale_all_dim scales the softmax and mscale / mscale_all_dim cos, sin
+        hf.DeepseekV2Config,  # whose mscale_all_dim scales the softmax and mscale / mscale_all_dim cos, sin
         dict(**MLA, q_lora_rank=None, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
              topk_method="group_limited_greedy", n_group=2, topk_group=1, routed_scaling_factor=1.5,
              rope_scaling=dict(type="yarn", factor=4.0, mscale=1.0, mscale_all_dim=0.8,
                                original_max_position_embeddings=128)),
     ),
     "deepseek_v3": (  # a low-rank query (q_a, norm, q_b); sigmoid routing: 8 experts in 4 groups, 3 in the best 2
-        transformers.DeepseekV3Config,  # 2 shared experts; YaRN with DeepSeek-V3's mscale 1 / mscale_all_dim 1
+        hf.DeepseekV3Config,  # 2 shared experts; YaRN with DeepSeek-V3's mscale 1 / mscale_all_dim 1
         dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
              n_shared_experts=2, routed_scaling_factor=2.5,
              rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0, mscale=1.0, mscale_all_dim=1.0,
@@ -290,12 +319,12 @@ ARCH_CONFIGS.update({
 # Llama 4's query temperature (up every 16 positions, beta 0.5); YaRN x4 over those 16.
 ARCH_CONFIGS.update({
     "glm4_moe_lite": (
-        transformers.Glm4MoeLiteConfig,
+        hf.Glm4MoeLiteConfig,
         dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
              n_shared_experts=2, routed_scaling_factor=1.8, rope_parameters=dict(rope_type="default", rope_theta=1e4)),
     ),
     "mistral4": (
-        transformers.Mistral4Config,
+        hf.Mistral4Config,
         dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=2,
              n_shared_experts=1, routed_scaling_factor=1.5,
              rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0, original_max_position_embeddings=16,
@@ -308,7 +337,7 @@ ARCH_CONFIGS.update({
 # head's relu 0; torch's topk and lax.top_k break such ties their own ways) once in 2^32, not once in 2^8.
 DSA = dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
            n_shared_experts=2, index_topk=8, index_head_dim=24, index_n_heads=32)
-ARCH_CONFIGS["deepseek_v32"] = (transformers.DeepseekV32Config, DSA)
+ARCH_CONFIGS["deepseek_v32"] = (hf.DeepseekV32Config, DSA)
 # Tested in their own modules, not by every parametrized family test (whose ~6 runs per family would cost a minute).
 # Gemma 4 (test_gemma4): sliding layers (head_dim 8, 2 kv heads, window 8) and global ones (head_dim 16, 1 kv head,
 # values = keys, proportional rope on a quarter of the dims); layers 2-3 read layers 0-1's K/V (their MLPs
@@ -316,17 +345,17 @@ ARCH_CONFIGS["deepseek_v32"] = (transformers.DeepseekV32Config, DSA)
 # off (v_proj, no sharing, no per-layer inputs or experts).
 GEMMA4 = dict(head_dim=8, global_head_dim=16, sliding_window=8, pad_token_id=0, final_logit_softcapping=30.0)
 OWN_MODULE_CONFIGS = {
-    "glm_moe_dsa": (transformers.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
+    "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
     "gemma4": (
-        transformers.Gemma4TextConfig,
+        hf.Gemma4TextConfig,
         dict(GEMMA4, num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,
              num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=2, use_double_wide_mlp=True,
              hidden_size_per_layer_input=8, vocab_size_per_layer_input=256, enable_moe_block=True, num_experts=4,
              top_k_experts=2, moe_intermediate_size=32),
     ),
     "gemma4_dense": (
-        transformers.Gemma4TextConfig,
+        hf.Gemma4TextConfig,
         dict(GEMMA4, layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=0),
     ),
 }
@@ -334,58 +363,58 @@ OWN_MODULE_CONFIGS = {
 ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared",
                  "glm4_moe", "ernie4_5_moe", "deepseek_v3", "olmoe", "llama4")
 MODEL_CLASSES = {
-    transformers.LlamaConfig: transformers.LlamaForCausalLM,
-    transformers.MistralConfig: transformers.MistralForCausalLM,
-    transformers.Qwen2Config: transformers.Qwen2ForCausalLM,
-    transformers.Qwen3Config: transformers.Qwen3ForCausalLM,
-    transformers.SmolLM3Config: transformers.SmolLM3ForCausalLM,
-    transformers.GemmaConfig: transformers.GemmaForCausalLM,
-    transformers.Gemma2Config: transformers.Gemma2ForCausalLM,
-    transformers.Gemma3TextConfig: transformers.Gemma3ForCausalLM,
-    transformers.Gemma4TextConfig: transformers.Gemma4ForCausalLM,
-    transformers.Phi3Config: transformers.Phi3ForCausalLM,
-    transformers.Olmo2Config: transformers.Olmo2ForCausalLM,
-    transformers.Olmo3Config: transformers.Olmo3ForCausalLM,
-    transformers.GlmConfig: transformers.GlmForCausalLM,
-    transformers.Glm4Config: transformers.Glm4ForCausalLM,
-    transformers.MixtralConfig: transformers.MixtralForCausalLM,
-    transformers.Qwen2MoeConfig: transformers.Qwen2MoeForCausalLM,
-    transformers.Qwen3MoeConfig: transformers.Qwen3MoeForCausalLM,
-    transformers.GptOssConfig: transformers.GptOssForCausalLM,
-    transformers.Glm4MoeConfig: transformers.Glm4MoeForCausalLM,
-    transformers.GraniteConfig: transformers.GraniteForCausalLM,
-    transformers.GraniteMoeConfig: transformers.GraniteMoeForCausalLM,
-    transformers.GraniteMoeSharedConfig: transformers.GraniteMoeSharedForCausalLM,
-    transformers.SeedOssConfig: transformers.SeedOssForCausalLM,
-    transformers.Ernie4_5Config: transformers.Ernie4_5ForCausalLM,
-    transformers.Ernie4_5_MoeConfig: transformers.Ernie4_5_MoeForCausalLM,
-    transformers.Exaone4Config: transformers.Exaone4ForCausalLM,
-    transformers.Ministral3Config: transformers.Ministral3ForCausalLM,
-    transformers.Cohere2Config: transformers.Cohere2ForCausalLM,
-    transformers.ApertusConfig: transformers.ApertusForCausalLM,
-    transformers.ArceeConfig: transformers.ArceeForCausalLM,
-    transformers.OlmoeConfig: transformers.OlmoeForCausalLM,
-    transformers.CohereConfig: transformers.CohereForCausalLM,
-    transformers.NemotronConfig: transformers.NemotronForCausalLM,
-    transformers.Starcoder2Config: transformers.Starcoder2ForCausalLM,
-    transformers.MiniMaxM2Config: transformers.MiniMaxM2ForCausalLM,
-    transformers.MiMoV2FlashConfig: transformers.MiMoV2FlashForCausalLM,
-    transformers.ExaoneMoeConfig: transformers.ExaoneMoeForCausalLM,
-    transformers.Dots1Config: transformers.Dots1ForCausalLM,
-    transformers.HunYuanMoEV1Config: transformers.HunYuanMoEV1ForCausalLM,
-    transformers.HunYuanDenseV1Config: transformers.HunYuanDenseV1ForCausalLM,
-    transformers.SolarOpenConfig: transformers.SolarOpenForCausalLM,
-    transformers.SarvamMoEConfig: transformers.Glm4MoeForCausalLM,  # as transformers runs (and saves) it
-    transformers.GPTNeoXConfig: transformers.GPTNeoXForCausalLM,
-    transformers.PhiConfig: transformers.PhiForCausalLM,
-    transformers.GPT2Config: transformers.GPT2LMHeadModel,
-    transformers.Llama4TextConfig: transformers.Llama4ForCausalLM,
-    transformers.DeepseekV2Config: transformers.DeepseekV2ForCausalLM,
-    transformers.DeepseekV3Config: transformers.DeepseekV3ForCausalLM,
-    transformers.DeepseekV32Config: transformers.DeepseekV32ForCausalLM,
-    transformers.GlmMoeDsaConfig: transformers.GlmMoeDsaForCausalLM,
-    transformers.Glm4MoeLiteConfig: transformers.Glm4MoeLiteForCausalLM,
-    transformers.Mistral4Config: transformers.Mistral4ForCausalLM,
+    hf.LlamaConfig: hf.LlamaForCausalLM,
+    hf.MistralConfig: hf.MistralForCausalLM,
+    hf.Qwen2Config: hf.Qwen2ForCausalLM,
+    hf.Qwen3Config: hf.Qwen3ForCausalLM,
+    hf.SmolLM3Config: hf.SmolLM3ForCausalLM,
+    hf.GemmaConfig: hf.GemmaForCausalLM,
+    hf.Gemma2Config: hf.Gemma2ForCausalLM,
+    hf.Gemma3TextConfig: hf.Gemma3ForCausalLM,
+    hf.Gemma4TextConfig: hf.Gemma4ForCausalLM,
+    hf.Phi3Config: hf.Phi3ForCausalLM,
+    hf.Olmo2Config: hf.Olmo2ForCausalLM,
+    hf.Olmo3Config: hf.Olmo3ForCausalLM,
+    hf.GlmConfig: hf.GlmForCausalLM,
+    hf.Glm4Config: hf.Glm4ForCausalLM,
+    hf.MixtralConfig: hf.MixtralForCausalLM,
+    hf.Qwen2MoeConfig: hf.Qwen2MoeForCausalLM,
+    hf.Qwen3MoeConfig: hf.Qwen3MoeForCausalLM,
+    hf.GptOssConfig: hf.GptOssForCausalLM,
+    hf.Glm4MoeConfig: hf.Glm4MoeForCausalLM,
+    hf.GraniteConfig: hf.GraniteForCausalLM,
+    hf.GraniteMoeConfig: hf.GraniteMoeForCausalLM,
+    hf.GraniteMoeSharedConfig: hf.GraniteMoeSharedForCausalLM,
+    hf.SeedOssConfig: hf.SeedOssForCausalLM,
+    hf.Ernie4_5Config: hf.Ernie4_5ForCausalLM,
+    hf.Ernie4_5_MoeConfig: hf.Ernie4_5_MoeForCausalLM,
+    hf.Exaone4Config: hf.Exaone4ForCausalLM,
+    hf.Ministral3Config: hf.Ministral3ForCausalLM,
+    hf.Cohere2Config: hf.Cohere2ForCausalLM,
+    hf.ApertusConfig: hf.ApertusForCausalLM,
+    hf.ArceeConfig: hf.ArceeForCausalLM,
+    hf.OlmoeConfig: hf.OlmoeForCausalLM,
+    hf.CohereConfig: hf.CohereForCausalLM,
+    hf.NemotronConfig: hf.NemotronForCausalLM,
+    hf.Starcoder2Config: hf.Starcoder2ForCausalLM,
+    hf.MiniMaxM2Config: hf.MiniMaxM2ForCausalLM,
+    hf.MiMoV2FlashConfig: hf.MiMoV2FlashForCausalLM,
+    hf.ExaoneMoeConfig: hf.ExaoneMoeForCausalLM,
+    hf.Dots1Config: hf.Dots1ForCausalLM,
+    hf.HunYuanMoEV1Config: hf.HunYuanMoEV1ForCausalLM,
+    hf.HunYuanDenseV1Config: hf.HunYuanDenseV1ForCausalLM,
+    hf.SolarOpenConfig: hf.SolarOpenForCausalLM,
+    hf.SarvamMoEConfig: hf.Glm4MoeForCausalLM,  # as transformers runs (and saves) it
+    hf.GPTNeoXConfig: hf.GPTNeoXForCausalLM,
+    hf.PhiConfig: hf.PhiForCausalLM,
+    hf.GPT2Config: hf.GPT2LMHeadModel,
+    hf.Llama4TextConfig: hf.Llama4ForCausalLM,
+    hf.DeepseekV2Config: hf.DeepseekV2ForCausalLM,
+    hf.DeepseekV3Config: hf.DeepseekV3ForCausalLM,
+    hf.DeepseekV32Config: hf.DeepseekV32ForCausalLM,
+    hf.GlmMoeDsaConfig: hf.GlmMoeDsaForCausalLM,
+    hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
+    hf.Mistral4Config: hf.Mistral4ForCausalLM,
 }
 
 
@@ -449,7 +478,7 @@ def save_tiny_tokenizer(path: Path, vocab_size: int = 300) -> Path:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(TOKENIZER_CORPUS, trainer)
-    fast = transformers.PreTrainedTokenizerFast(
+    fast = hf.PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
     )
     fast.save_pretrained(path)
