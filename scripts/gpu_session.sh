@@ -93,7 +93,8 @@
 #                                                   # ~3M draft on the stdlib and the permissively licensed
 #                                                   # packages there (train_pair.py), an EAGLE-3 head for the
 #                                                   # target; all packed as pair.tar.part-* of <= 15 MiB
-#                                                   # (`cat pair.tar.part-* | tar -xf -`) (~8 min, untried)
+#                                                   # (`cat pair.tar.part-* | tar -xf -`) (~8.5 min; an H200
+#                                                   # trained the pair in 241 s on 2026-11-29)
 #   bash scripts/gpu_session.sh spec-pair [OUT_DIR]  # right after train-pair, on the same warm machine: the
 #                                                   # new pair's draft model, n-gram (host and device) and EAGLE-3 head against
 #                                                   # plain at batch 1, greedy and t=0.8 (issue 51's 2x
@@ -154,7 +155,7 @@ serving-quant)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     ckpt=/tmp/jaxinfer_bench  # one random 1B checkpoint for both benchmarks
-    PALLAS_KERNELS_DEVICE_TESTS=gpu step kernel_checks 120 python3 -m pytest -q -p no:cacheprovider -rfE \
+    PALLAS_KERNELS_DEVICE_TESTS=gpu step kernel_checks 120 python3 -m pytest -v -p no:cacheprovider -rfE \
         tests/pallas_kernels/test_quant_matmul_gpu.py tests/test_quantized_kernel_path.py -k "gpu or triton or llm_with"
     step throughput 320 python3 scripts/bench_throughput.py --models "$preset" --hf-batches 2 \
         --checkpoints "$ckpt"
@@ -165,7 +166,7 @@ serving-quant)
 gpt-oss)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    PALLAS_KERNELS_DEVICE_TESTS=gpu step sinks_tests 150 python3 -m pytest -q -p no:cacheprovider -rfE \
+    PALLAS_KERNELS_DEVICE_TESTS=gpu step sinks_tests 150 python3 -m pytest -v -p no:cacheprovider -rfE \
         tests/pallas_kernels/test_paged_attention.py tests/test_attention_sinks.py tests/test_mxfp4.py \
         tests/test_families.py -k "gpu_compiled or sinks or mxfp4 or gpt_oss"
     step decode 330 python3 scripts/bench_decode.py --preset gpt-oss-20b-6layers --batches 1 8 --dtypes bfloat16 \
@@ -174,7 +175,7 @@ gpt-oss)
 moe)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    step moe_tests 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_moe.py tests/test_quantized_experts.py
+    step moe_tests 90 python3 -m pytest -v -p no:cacheprovider -rfE tests/test_moe.py tests/test_quantized_experts.py
     step moe_gpt_oss 120 python3 scripts/bench_moe.py --experts 32 --top-k 4 --hidden 2880 --intermediate 2880 \
         --tokens 1 8 64 512 2048 --formats bfloat16 int8 int4 fp8 mxfp4 --repeats 5 \
         --out "$out/bench_moe_gpt_oss.json"
@@ -186,7 +187,7 @@ moe)
 families)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    XLA_PYTHON_CLIENT_PREALLOCATE=false step family_tests 120 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step family_tests 120 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 \
         tests/test_deepseek.py \
         tests/test_glm4_moe.py tests/test_ernie4_5_moe.py tests/test_hf_parity.py tests/test_families.py \
         -k "deepseek or glm or granite or ernie or exaone or seed or router or route or ministral3 or cohere or apertus \
@@ -200,7 +201,7 @@ weights)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     # The server's routes need FastAPI: carry the wheels of scripts/gpu_wheels.sh (.whl), else they skip.
-    XLA_PYTHON_CLIENT_PREALLOCATE=false step weight_tests 150 python3 -m pytest -q -p no:cacheprovider -rfE -n 4 \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step weight_tests 150 python3 -m pytest -v -p no:cacheprovider -rfE -n 4 \
         tests/test_weight_updates.py tests/test_weight_routes.py tests/test_int4_checkpoints.py
     step weight_updates 240 python3 scripts/bench_weight_updates.py --preset "$preset" --dtype bfloat16 \
         --out "$out/bench_weight_updates"
@@ -209,14 +210,14 @@ features)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
     # What landed on 2026-11-29 beside the families, on the GPU (server files need the carried .whl).
-    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature_tests 420 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature_tests 420 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 \
         --durations=15 tests/test_llava.py tests/test_classify.py tests/test_responses_server.py \
         tests/test_tool_parsers.py tests/test_llama4.py tests/test_int4_checkpoints.py tests/test_blocked_attention.py
     ;;
 features2)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature2_tests 330 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature2_tests 330 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 \
         --durations=15 tests/test_encoders.py tests/test_qwen2_vl.py tests/test_pixtral.py tests/test_idefics3.py \
         tests/test_prompt_embeds.py tests/test_mamba2.py tests/test_ssd_chunks.py tests/test_granite_moe_hybrid.py \
         tests/test_hybrid_families.py tests/test_engine_mtp.py
@@ -225,7 +226,7 @@ features2)
 features3)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature3_tests 330 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature3_tests 330 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 \
         --durations=15 tests/test_kv_offloading.py tests/test_hybrid_families.py tests/test_delta_chunks.py \
         tests/test_qwen2_vl.py tests/test_internvl.py tests/test_whisper.py tests/test_engine_mtp.py
     step kv_offload 150 python3 scripts/bench_kv_offload.py --preset llama-3.2-1b --dtype bfloat16 \
@@ -234,7 +235,7 @@ features3)
 features4)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature4_tests 360 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature4_tests 360 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 \
         --durations=15 tests/test_qwen3_5.py tests/test_gemma4.py tests/test_whisper.py tests/test_qwen2_vl.py \
         tests/test_pixtral.py tests/test_hybrid_families.py tests/test_tool_parsers.py tests/test_hf_parity.py \
         -k "not hf_parity or minimax or gemma4"
@@ -242,7 +243,7 @@ features4)
 features5)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature5_tests 360 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature5_tests 360 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 \
         --durations=15 tests/test_deepseek_v32.py tests/test_gpt2.py tests/test_gemma4_vision.py \
         tests/test_mimo_v2_flash.py tests/test_delta_chunks.py tests/test_hybrid_families.py \
         tests/test_token_filters.py tests/test_vllm_arguments.py tests/test_mla_families.py tests/test_hf_parity.py \
@@ -284,15 +285,15 @@ quant-check)
         --formats bf16 int8 int4 --model-dir "$ckpt" --out "$out/bench_quant.json"
     step gemv 60 python3 scripts/bench_quant_matmul.py --dims 2048 8192 --layers 32 --batches 1 --repeats 10 \
         --formats int8 int4 --out "$out/gemv.json"
-    PALLAS_KERNELS_DEVICE_TESTS=gpu step kernel_checks 150 python3 -m pytest -q -p no:cacheprovider -rfE \
+    PALLAS_KERNELS_DEVICE_TESTS=gpu step kernel_checks 150 python3 -m pytest -v -p no:cacheprovider -rfE \
         tests/pallas_kernels/test_quant_matmul_gpu.py tests/test_quantized_kernel_path.py -k "gpu or triton or llm_with"
-    XLA_PYTHON_CLIENT_PREALLOCATE=false step engine_tests 200 python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step engine_tests 200 python3 -m pytest -v -n 8 -p no:cacheprovider -rfE \
         tests/test_engine.py tests/test_step_shapes.py
     ;;
 engine-suite)
     out=${2:-results/gpu_session}
     mkdir -p "$out"
-    PALLAS_KERNELS_DEVICE_TESTS=gpu XLA_PYTHON_CLIENT_PREALLOCATE=false step engine_suite 240 python3 -m pytest -q \
+    PALLAS_KERNELS_DEVICE_TESTS=gpu XLA_PYTHON_CLIENT_PREALLOCATE=false step engine_suite 240 python3 -m pytest -v \
         -n 12 -p no:cacheprovider -rfE --durations=5 tests/test_engine_random_mix.py tests/test_engine_sampling.py \
         tests/test_engine_speculation.py tests/test_generate.py tests/test_paged_cache.py
     ;;
@@ -325,7 +326,7 @@ runtime)
     step programs 30 python3 scripts/count_programs.py --out "$out/count_programs.json"
     step warmup 200 python3 scripts/bench_warmup.py --preset "$preset" --threads "$threads" --max-seq-len 2048 \
         --max-num-seqs 64 --max-num-batched-tokens 512 --cold-warm --out "$out/bench_warmup_runtime.json"
-    step lowering 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_accelerator_lowering.py \
+    step lowering 60 python3 -m pytest -v -x -p no:cacheprovider tests/test_accelerator_lowering.py \
         tests/test_program_set.py
     # what a warm start pays per step program: layers traced once vs each layer traced (no compiles)
     step layer_tracing 40 python3 scripts/bench_layer_tracing.py --preset "$preset" --programs 3 --no-compile \
@@ -386,13 +387,14 @@ train-pair)
     mkdir -p "$out"
     # The corpus took 102 s to prepare on the 2-core CPU (a rehearsal of this mode there, 2026-11-28): the
     # deadline cuts training by what it takes here, so the step ends, and saves the pair, inside its limit.
-    step train_pair 330 python3 scripts/train_pair.py --out "$out/pair" --minutes 3.5 --deadline-minutes 5.2
-    # Its first step and its evaluation each compile (~20-40 s on a GPU): 1 minute of steps in 150 s.
-    XLA_PYTHON_CLIENT_MEM_FRACTION=.6 step train_eagle 150 python3 scripts/train_eagle.py --version 3 \
-        --target "$out/pair/target" --out "$out/pair/eagle" --max-minutes 1 --steps 100000 --batch-size 32 \
-        --seq-len 512
+    step train_pair 300 python3 scripts/train_pair.py --out "$out/pair" --minutes 3.2 --deadline-minutes 4.8
+    # On an H200 (2026-11-29) its first step took 117 s, compiling with XLA's gemm autotuning, and the step's
+    # limit cut it before saving: autotuning off, and --max-minutes counts from the end of that first step.
+    XLA_FLAGS=--xla_gpu_autotune_level=0 XLA_PYTHON_CLIENT_MEM_FRACTION=.6 step train_eagle 250 python3 \
+        scripts/train_eagle.py --version 3 --target "$out/pair/target" --out "$out/pair/eagle" --max-minutes 1.5 \
+        --steps 100000 --batch-size 32 --seq-len 512
     # Kept on this machine for spec-pair (results/ is ignored, so it stays while the machine is warm).
-    rm -rf results/pair_gpu && cp -r "$out/pair" results/pair_gpu
+    mkdir -p results && rm -rf results/pair_gpu && cp -r "$out/pair" results/pair_gpu
     # The device returns files of 16 MiB at most: the pair comes back in pieces.
     tar -C "$out" -cf - pair | split -b 15m - "$out/pair.tar.part-"
     cat "$out"/pair.tar.part-* | tar -xOf - pair/metrics.json
@@ -446,7 +448,7 @@ suite)
     files=$(ls tests/test_*.py tests/pallas_kernels/test_*.py | awk -v h="$half" 'NR % 2 == h % 2')
     # shellcheck disable=SC2086  # one argument per test file
     PALLAS_KERNELS_DEVICE_TESTS=gpu XLA_PYTHON_CLIENT_PREALLOCATE=false \
-        step "suite$half" 560 python3 -m pytest -q -n 12 -p no:cacheprovider -rfE $files
+        step "suite$half" 560 python3 -m pytest -v -n 12 -p no:cacheprovider -rfE $files
     ;;
 *)
     sed -n '2,/^# Each mode/p' "$0"
