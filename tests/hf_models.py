@@ -239,6 +239,10 @@ ARCH_CONFIGS.update({
         hf.GPT2Config,
         dict(n_inner=128),
     ),
+    "opt": (  # learned positions from row 2 of embed_positions, ReLU MLP fc1/fc2, q/k/v/out_proj and LayerNorms
+        hf.OPTConfig,  # biased, tied head
+        dict(ffn_dim=128, pad_token_id=0),
+    ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         hf.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
@@ -408,6 +412,7 @@ MODEL_CLASSES = {
     hf.GPTNeoXConfig: hf.GPTNeoXForCausalLM,
     hf.PhiConfig: hf.PhiForCausalLM,
     hf.GPT2Config: hf.GPT2LMHeadModel,
+    hf.OPTConfig: hf.OPTForCausalLM,
     hf.Llama4TextConfig: hf.Llama4ForCausalLM,
     hf.DeepseekV2Config: hf.DeepseekV2ForCausalLM,
     hf.DeepseekV3Config: hf.DeepseekV3ForCausalLM,

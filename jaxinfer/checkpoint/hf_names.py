@@ -235,8 +235,8 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     if cfg.lm_head_bias:
         out["lm_head_bias"] = HFTensor(family.head_name + ".bias", *same, (V,), per_layer=False)
     if cfg.learned_positions:
-        out["position_embed"] = HFTensor(family.positions_name, *same, (cfg.max_position_embeddings, D),
-                                         per_layer=False)
+        rows = cfg.max_position_embeddings + cfg.position_offset  # OPT's first two rows unused
+        out["position_embed"] = HFTensor(family.positions_name, *same, (rows, D), per_layer=False)
     return {path: dataclasses.replace(t, name=stored_name(cfg.architecture, t.name)) for path, t in out.items()}
 
 

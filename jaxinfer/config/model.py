@@ -24,8 +24,9 @@ ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn", "proportional")
 SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu2": "relu2",
                          "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
 # gelu_new (GPT-2's, Phi's) and gelu_fast (GPT-NeoX-20B's) are transformers' names for the tanh approximation too
-# relu2: relu(x) ** 2 (Arcee, Nemotron); xielu: Apertus' own MLP (models/xielu.py), set by it alone
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "xielu")
+# relu2: relu(x) ** 2 (Arcee, Nemotron); xielu: Apertus' own MLP (models/xielu.py), set by it alone; relu: OPT's,
+# set by it alone (other families' configs naming relu stay refused: none released runs it)
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "xielu", "relu")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 # Read without a default: a config without them describes no model.
 REQUIRED_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -118,6 +119,7 @@ class ModelConfig:
     parallel_residual: bool = False  # GPT-NeoX, Phi: x + attention(norm(x)) + MLP(norm'(x)), not one after the other
     lm_head_bias: bool = False  # Phi: the output head adds a bias [V]
     learned_positions: bool = False  # GPT-2: a learned table [max_position_embeddings, D] added to the embeddings
+    position_offset: int = 0  # OPT: the table's first rows unused, position p reading row p + offset (its 2)
     qk_norm: bool = False
     qk_norm_whole: bool = False  # the q/k norms span all heads' dims at once (OLMo 2), not one head's
     qk_l2_norm: bool = False  # Llama 4: rotary layers' q and k RMS-normalised without a weight, after the rotation

@@ -42,7 +42,7 @@ class Weights:
     lm_head: Weight | None = None  # [D, V]
     final_norm_bias: jax.Array | None = None  # [D]: StarCoder2's, Nemotron's final LayerNorm bias
     lm_head_bias: jax.Array | None = None  # [V]: Phi's output head bias
-    position_embed: jax.Array | None = None  # [P, D]: GPT-2's learned positions, a row per position
+    position_embed: jax.Array | None = None  # [P, D]: GPT-2's learned positions, a row per position (OPT: from row 2)
     logit_soft_cap: float | None = dataclasses.field(default=None, metadata=dict(static=True))
     logits_scaling: float = dataclasses.field(default=1.0, metadata=dict(static=True))
 
@@ -59,7 +59,7 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
         lm_head=None if cfg.tie_word_embeddings else ArrayInfo((D, V), ("embed", "vocab")),
         final_norm_bias=ArrayInfo((D,), ("embed",)) if cfg.norm_bias else None,
         lm_head_bias=ArrayInfo((V,), ("vocab",)) if cfg.lm_head_bias else None,
-        position_embed=ArrayInfo((cfg.max_position_embeddings, D), (None, "embed")) if cfg.learned_positions else None,
+        position_embed=ArrayInfo((position_rows(cfg), D), (None, "embed")) if cfg.learned_positions else None,
         logit_soft_cap=cfg.final_soft_cap,
         logits_scaling=cfg.logits_scaling,
     )
@@ -76,12 +76,18 @@ def embed_tokens(weights: Weights, tokens: jax.Array, cfg: ModelConfig) -> jax.A
     return x
 
 
-def add_positions(x: jax.Array, table: jax.Array | None, positions: jax.Array) -> jax.Array:
-    """x [B, T, D] plus each token's row of a learned position table [P, D] (GPT-2), gathered: positions are
-    data. Padding (position -1) reads row 0; no request reaches past the table (max_seq_len <= P, checked at load)."""
+def position_rows(cfg: ModelConfig) -> int:
+    """Rows of the learned position table: one per position, after OPT's `position_offset` unused ones."""
+    return cfg.max_position_embeddings + cfg.position_offset
+
+
+def add_positions(x: jax.Array, table: jax.Array | None, positions: jax.Array, offset: int = 0) -> jax.Array:
+    """x [B, T, D] plus each token's row of a learned position table [P, D] (GPT-2; OPT's from row `offset`),
+    gathered: positions are data. Padding (position -1) reads row `offset`; no request reaches past the table
+    (max_seq_len <= max_position_embeddings, checked at load)."""
     if table is None:
         return x
-    return x + jnp.take(table, jnp.maximum(positions, 0), axis=0).astype(x.dtype)
+    return x + jnp.take(table, jnp.maximum(positions, 0) + offset, axis=0).astype(x.dtype)
 
 
 def forward(weights: Weights, tokens: jax.Array, positions: jax.Array, cache: Any, cfg: ModelConfig) -> tuple[jax.Array, Any]:
@@ -100,7 +106,7 @@ def forward_with_taps(
     to their hidden states after the first layers (Qwen3-VL's DeepStack); streams
     [3, B, T]: M-RoPE's rotary positions where they differ from `positions` (Qwen2-VL's image tokens)."""
     x = add_positions(override_embeddings(embed_tokens(weights, tokens, cfg), override), weights.position_embed,
-                      positions)
+                      positions, cfg.position_offset)
     x = cache.layout.constrain(x, HIDDEN)
     rope = RopeTables(positions, cfg, streams)
     layer_fn = family_of(cfg).layer

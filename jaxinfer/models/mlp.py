@@ -20,6 +20,8 @@ def activation(name: str, x: jax.Array) -> jax.Array:
         return jax.nn.gelu(x, approximate=False)
     if name == "relu2":
         return jnp.square(jax.nn.relu(x))
+    if name == "relu":
+        return jax.nn.relu(x)
     return jax.nn.silu(x)
 
 

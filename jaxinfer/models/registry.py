@@ -58,6 +58,7 @@ from jaxinfer.models.nemotron import FAMILY as NEMOTRON
 from jaxinfer.models.nemotron_h import FAMILY as NEMOTRON_H
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
 from jaxinfer.models.olmoe import FAMILY as OLMOE
+from jaxinfer.models.opt import FAMILY as OPT
 from jaxinfer.models.phi import FAMILY as PHI
 from jaxinfer.models.phi3 import FAMILY as PHI3
 from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
@@ -82,7 +83,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
-                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE)
+                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, OPT)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

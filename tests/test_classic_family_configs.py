@@ -1,0 +1,45 @@
+"""Config reading of the classic families (OPT, ...): fields a config leaves out read as transformers reads them,
+the settings not run refused by name (no model is run here; test_hf_parity runs each against HF)."""
+
+from __future__ import annotations
+
+import pytest
+import transformers
+
+from jaxinfer import ConfigError, from_hf_config
+from jaxinfer.entrypoints.model_loading import resolve_max_seq_len
+
+OPT = dict(vocab_size=8, hidden_size=64, ffn_dim=32, num_hidden_layers=2, num_attention_heads=4)
+OPT_FIELDS = [
+    {},  # transformers' defaults: ReLU, every projection biased, 2048 positions, tied head
+    dict(enable_bias=False, activation_function="gelu", max_position_embeddings=64, tie_word_embeddings=False),
+]
+
+
+@pytest.mark.parametrize("fields", OPT_FIELDS)
+def test_opt_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**OPT, **fields, "architectures": ["OPTForCausalLM"]})
+    hf = transformers.OPTConfig(**OPT, **fields)
+    assert (cfg.learned_positions, cfg.position_offset, cfg.nope_layers) == (True, 2, (0, 1))
+    assert (cfg.max_position_embeddings, cfg.intermediate_size) == (hf.max_position_embeddings, hf.ffn_dim)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias) == (hf.enable_bias,) * 3
+    assert (cfg.layer_norm, cfg.norm_bias, cfg.activation) == (True, True, hf.activation_function)
+    assert (cfg.tie_word_embeddings, cfg.bos_token_id, cfg.eos_token_ids) == (
+        hf.tie_word_embeddings, hf.bos_token_id, (hf.eos_token_id,))
+    with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings"):
+        resolve_max_seq_len(hf.max_position_embeddings + 1, cfg.max_position_embeddings)
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(do_layer_norm_before=False), "do_layer_norm_before=False is not supported for OPTForCausalLM"),
+        (dict(word_embed_proj_dim=32), "word_embed_proj_dim 32 is not supported for OPTForCausalLM"),
+        (dict(_remove_final_layer_norm=True), "_remove_final_layer_norm=True is not supported"),
+        (dict(layer_norm_elementwise_affine=False), "layer_norm_elementwise_affine=False is not supported"),
+        (dict(activation_function="quick_gelu"), "activation 'quick_gelu' is not supported"),
+    ],
+)
+def test_opt_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**OPT, **fields, "architectures": ["OPTForCausalLM"]})
