@@ -243,6 +243,10 @@ ARCH_CONFIGS.update({
         hf.OPTConfig,  # biased, tied head
         dict(ffn_dim=128, pad_token_id=0),
     ),
+    "gptj": (  # one LayerNorm feeding attention and the biased gelu_new MLP in parallel; 8 of each 16-dim head's dims
+        hf.GPTJConfig,  # rotated in adjacent pairs; no q/k/v/out_proj biases; untied lm_head with a bias
+        dict(rotary_dim=8, n_inner=128),
+    ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         hf.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
@@ -412,6 +416,7 @@ MODEL_CLASSES = {
     hf.GPTNeoXConfig: hf.GPTNeoXForCausalLM,
     hf.PhiConfig: hf.PhiForCausalLM,
     hf.GPT2Config: hf.GPT2LMHeadModel,
+    hf.GPTJConfig: hf.GPTJForCausalLM,
     hf.OPTConfig: hf.OPTForCausalLM,
     hf.Llama4TextConfig: hf.Llama4ForCausalLM,
     hf.DeepseekV2Config: hf.DeepseekV2ForCausalLM,

@@ -43,3 +43,25 @@ def test_opt_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
 def test_opt_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**OPT, **fields, "architectures": ["OPTForCausalLM"]})
+
+
+GPTJ = dict(vocab_size=8, n_embd=512, n_layer=2, n_head=4)  # head_dim 128: the default rotary_dim 64 fits
+
+
+@pytest.mark.parametrize("fields", [{}, dict(rotary_dim=32, n_inner=64, n_positions=128, tie_word_embeddings=True)])
+def test_gptj_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**GPTJ, **fields, "architectures": ["GPTJForCausalLM"]})
+    hf = transformers.GPTJConfig(**GPTJ, **fields)
+    assert (cfg.rotary_dim, cfg.rope_interleaved, cfg.rope_theta, cfg.head_dim) == (hf.rotary_dim, True, 1e4, 128)
+    assert (cfg.intermediate_size, cfg.max_position_embeddings) == (hf.n_inner or 4 * hf.n_embd, hf.n_positions)
+    assert (cfg.parallel_residual, cfg.layer_norm, cfg.norm_bias, cfg.rms_norm_eps) == (
+        True, True, True, hf.layer_norm_epsilon)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias, cfg.lm_head_bias) == (False, False, True, True)
+    assert (cfg.activation, cfg.tie_word_embeddings, cfg.eos_token_ids) == (
+        "gelu_tanh", hf.tie_word_embeddings, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 7, 256])
+def test_gptj_rotary_dims_that_cannot_run_are_refused_by_name(rotary_dim):
+    with pytest.raises(ConfigError, match=f"rotary_dim {rotary_dim} is not supported for GPTJForCausalLM"):
+        from_hf_config({**GPTJ, "rotary_dim": rotary_dim, "architectures": ["GPTJForCausalLM"]})

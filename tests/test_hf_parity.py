@@ -33,6 +33,7 @@ XLA_ONLY += ("hunyuan_moe",)
 # GPT-NeoX, Phi and GPT-2 too: what they change (the parallel residual, fused q/k/v, partial rotary, biases, learned
 # positions, the head's bias) is outside attention; their kernels twins would cost ~25 s of compiles (loaded 2 cores).
 XLA_ONLY += ("gpt_neox", "phi", "gpt2")
+XLA_ONLY += ("gptj",)  # Phi's parallel layer, q and k rotated in pairs before the kernels see them
 XLA_ONLY += ("opt",)  # GPT-2's learned positions (OPT's from row 2), a ReLU MLP: outside attention too
 # MiMo-V2-Flash too: its sliding layers' sinks skip the native kernels, and its full layer hands them q, k and
 # (zero-padded) v as any GQA layer does.
