@@ -129,6 +129,17 @@ ARCH_CONFIGS.update({
         hf.MixtralConfig,
         dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=16),
     ),
+    # Phi-3.5-MoE: sparsemixer over 4 experts (a jitter threshold of 0.1, not the hub's 0.01, so that some tokens'
+    # weights are softmaxes over several logits, not 1); LayerNorms, q/k/v/o and head biases; LongRoPE within the
+    # original 256 positions, its cos and sin times the mscale 1.2
+    "phimoe": (
+        hf.PhimoeConfig,
+        dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, attention_bias=True, lm_head_bias=True,
+             router_jitter_noise=0.1, rope_parameters=dict(
+                 rope_type="longrope", rope_theta=1e4, short_factor=[1.0 + i / 8 for i in range(8)],
+                 long_factor=[1.0 + i for i in range(8)], short_mscale=1.2, long_mscale=1.2,
+                 original_max_position_embeddings=256)),
+    ),
     "qwen3_moe": (
         hf.Qwen3MoeConfig,
         dict(head_dim=32, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[0],
@@ -386,6 +397,7 @@ MODEL_CLASSES = {
     hf.GlmConfig: hf.GlmForCausalLM,
     hf.Glm4Config: hf.Glm4ForCausalLM,
     hf.MixtralConfig: hf.MixtralForCausalLM,
+    hf.PhimoeConfig: hf.PhimoeForCausalLM,
     hf.Qwen2MoeConfig: hf.Qwen2MoeForCausalLM,
     hf.Qwen3MoeConfig: hf.Qwen3MoeForCausalLM,
     hf.GptOssConfig: hf.GptOssForCausalLM,

@@ -38,6 +38,9 @@ XLA_ONLY += ("opt",)  # GPT-2's learned positions (OPT's from row 2), a ReLU MLP
 # MiMo-V2-Flash too: its sliding layers' sinks skip the native kernels, and its full layer hands them q, k and
 # (zero-padded) v as any GQA layer does.
 XLA_ONLY += ("mimo_v2_flash",)
+# Phi-3.5-MoE too: its q, k, v reach the kernels as any biased GQA layer's; what it changes (sparsemixer, LayerNorms,
+# the mscale) comes before or after attention.
+XLA_ONLY += ("phimoe",)
 GREEDY_ELSEWHERE += ("gpt2",)  # test_gpt2: each decode step's pick and log-probability against HF's forward
 # A second form of a family tested in full, checked by its float32 logits on XLA alone (~0.5 s, not ~6 s): what it
 # changes (GPT-NeoX's sequential residual) shows in them.

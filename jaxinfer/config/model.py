@@ -153,6 +153,7 @@ class ModelConfig:
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False  # renormalise the chosen experts' probabilities to sum to 1
+    router_jitter_eps: float = 0.0  # Phi-3.5-MoE's sparsemixer: logits this far below the best are masked
     dense_layers: tuple[int, ...] = ()  # MoE models: layers with a dense MLP of intermediate_size
     shared_expert_intermediate_size: int = 0  # Qwen2-MoE, GLM-4.5: hidden units of each MoE layer's shared expert
     # DeepSeek-V3's grouped routing (GLM-4.5; models.grouped_topk): experts in `expert_groups` groups (n_group),

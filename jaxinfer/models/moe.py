@@ -24,7 +24,7 @@ from jaxinfer.models.grouped_matmul import Experts, RowBiases, expert_mlp
 from jaxinfer.models.layers import Weight, linear
 from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.mlp import Gate
-from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.norms import config_norm
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, attention_leaves, self_attention
 from jaxinfer.parallel.array_info import ArrayInfo
@@ -57,6 +57,8 @@ class MoELayerWeights:
     bo: jax.Array | None = None  # [D]
     q_norm: jax.Array | None = None  # [K]
     k_norm: jax.Array | None = None  # [K]
+    attn_norm_bias: jax.Array | None = None  # [D]: Phi-3.5-MoE's LayerNorms (cfg.norm_bias)
+    mlp_norm_bias: jax.Array | None = None  # [D]
 
     # The attention projections; the experts keep their own layout (see grouped_matmul).
     PROJECTIONS: ClassVar[dict[str, int]] = {"wq": 1, "wk": 1, "wv": 1, "wo": 2}
@@ -67,8 +69,11 @@ class MoELayerWeights:
 def abstract_moe_layer(cfg: ModelConfig) -> MoELayerWeights:
     """One MoE layer's leaves as ArrayInfos."""
     D, E, F = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    norm_bias = ArrayInfo((D,), ("embed",)) if cfg.norm_bias else None
     return MoELayerWeights(
         attn_norm=ArrayInfo((D,), ("embed",), init_value=1.0),
+        attn_norm_bias=norm_bias,
+        mlp_norm_bias=norm_bias,
         mlp_norm=ArrayInfo((D,), ("embed",), init_value=1.0),
         router=ArrayInfo((D, E), ROUTER_AXES),
         moe_gate=ArrayInfo((E, D, F), GATE_AXES),
@@ -173,12 +178,13 @@ def pre_norm_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
     mlp: Callable[[jax.Array, Layout], jax.Array],
 ) -> tuple[jax.Array, Any]:
-    """One pre-norm block: attention over the cache, then mlp(normed residual, layout), each added to the residual."""
+    """One pre-norm block: attention over the cache, then mlp(normed residual, layout), each added to the residual.
+    The norms are RMSNorms, or LayerNorms (`cfg.layer_norm`) with the layer's biases where it has them."""
     layout = cache.layout
-    h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps)
+    h = config_norm(x, lw.attn_norm, getattr(lw, "attn_norm_bias", None), cfg)
     out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     x = layout.constrain(x + out, HIDDEN)
-    h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
+    h = config_norm(x, lw.mlp_norm, getattr(lw, "mlp_norm_bias", None), cfg)
     return layout.constrain(x + mlp(h, layout), HIDDEN), cache
 
 

@@ -47,7 +47,7 @@ def partial_rotary_dims(hf: Mapping[str, Any], head_dim: int, default: float = 1
     return dims
 
 
-def _check_longrope(cfg: ModelConfig) -> None:
+def check_longrope(cfg: ModelConfig) -> None:
     """LongRoPE needs one short and one long factor per rotated frequency."""
     s = cfg.rope_scaling
     if s.rope_type != "longrope":
@@ -72,7 +72,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         activation=activation_name(hf.get("hidden_act") or "silu"),
         layer_windows=uniform_windows(hf, arch, fields["num_layers"], int(field(hf, "sliding_window", 0))),
     )
-    _check_longrope(cfg)
+    check_longrope(cfg)
     return cfg
 
 

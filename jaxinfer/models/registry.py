@@ -62,6 +62,7 @@ from jaxinfer.models.olmoe import FAMILY as OLMOE
 from jaxinfer.models.opt import FAMILY as OPT
 from jaxinfer.models.phi import FAMILY as PHI
 from jaxinfer.models.phi3 import FAMILY as PHI3
+from jaxinfer.models.phimoe import FAMILY as PHIMOE
 from jaxinfer.models.qwen2_moe import FAMILY as QWEN2_MOE
 from jaxinfer.models.qwen2_vl import ARCHITECTURES as QWEN2_VL
 from jaxinfer.models.qwen2_vl import mrope_fields, qwen2_text_config
@@ -84,7 +85,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
-                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, OPT, GPTJ)
+                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, OPT, GPTJ)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
@@ -96,8 +97,6 @@ NOT_SUPPORTED = {
                         "checkpoints are)",
     "Phi3SmallForCausalLM": "Phi-3-small (block-sparse attention and GeGELU, not Phi3ForCausalLM's layer; "
                             "Phi-3-mini and -medium are Phi3ForCausalLM)",
-    "PhiMoEForCausalLM": "Phi-3.5-MoE (its sparsemixer routing is not supported; the MoE families are "
-                         "MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM)",
     "MistralLarge4ForConditionalGeneration": "Mistral Large 4 (its indexer layers sharing one top-k, softmax "
                                              "scaling and vision tower are not supported; Mistral Small 4's "
                                              "Mistral4ForCausalLM is)",
