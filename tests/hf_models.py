@@ -258,6 +258,14 @@ ARCH_CONFIGS.update({
         hf.GPTJConfig,  # rotated in adjacent pairs; no q/k/v/out_proj biases; untied lm_head with a bias
         dict(rotary_dim=8, n_inner=128),
     ),
+    "gpt_bigcode": (  # GPT-2's model over Linear weights with one K/V head (multi_query): c_attn's q rows, then k,
+        hf.GPTBigCodeConfig,  # then v; learned positions, LayerNorms and projections biased, gelu-tanh MLP, tied
+        dict(n_inner=128),
+    ),
+    "gpt_bigcode_mha": (  # multi_query false: every head its own K/V, c_attn per head ([heads, 3, head_dim])
+        hf.GPTBigCodeConfig,
+        dict(n_inner=128, multi_query=False, activation_function="gelu"),
+    ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         hf.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
@@ -428,6 +436,7 @@ MODEL_CLASSES = {
     hf.GPTNeoXConfig: hf.GPTNeoXForCausalLM,
     hf.PhiConfig: hf.PhiForCausalLM,
     hf.GPT2Config: hf.GPT2LMHeadModel,
+    hf.GPTBigCodeConfig: hf.GPTBigCodeForCausalLM,
     hf.GPTJConfig: hf.GPTJForCausalLM,
     hf.OPTConfig: hf.OPTForCausalLM,
     hf.Llama4TextConfig: hf.Llama4ForCausalLM,

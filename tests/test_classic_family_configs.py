@@ -65,3 +65,24 @@ def test_gptj_fields_a_config_leaves_out_read_as_transformers_reads_them(fields)
 def test_gptj_rotary_dims_that_cannot_run_are_refused_by_name(rotary_dim):
     with pytest.raises(ConfigError, match=f"rotary_dim {rotary_dim} is not supported for GPTJForCausalLM"):
         from_hf_config({**GPTJ, "rotary_dim": rotary_dim, "architectures": ["GPTJForCausalLM"]})
+
+
+BIGCODE = dict(vocab_size=8, n_embd=64, n_layer=2, n_head=4)
+
+
+@pytest.mark.parametrize("fields", [{}, dict(multi_query=False, activation_function="gelu", n_inner=32,
+                                             scale_attn_weights=False, n_positions=64)])
+def test_gpt_bigcode_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BIGCODE, **fields, "architectures": ["GPTBigCodeForCausalLM"]})
+    hf = transformers.GPTBigCodeConfig(**BIGCODE, **fields)
+    assert (cfg.num_heads, cfg.num_kv_heads) == (4, 1 if hf.multi_query else 4)
+    assert (cfg.learned_positions, cfg.position_offset, cfg.max_position_embeddings) == (True, 0, hf.n_positions)
+    assert (cfg.intermediate_size, cfg.attn_scale) == (hf.n_inner or 4 * hf.n_embd, None if hf.scale_attn_weights
+                                                       else 1.0)
+    assert cfg.activation == ("gelu_tanh" if hf.activation_function == "gelu_pytorch_tanh" else "gelu")
+    assert (cfg.tie_word_embeddings, cfg.eos_token_ids) == (hf.tie_word_embeddings, (hf.eos_token_id,))
+
+
+def test_gpt_bigcode_cross_attention_is_refused_by_name():
+    with pytest.raises(ConfigError, match="add_cross_attention=True is not supported for GPTBigCodeForCausalLM"):
+        from_hf_config({**BIGCODE, "add_cross_attention": True, "architectures": ["GPTBigCodeForCausalLM"]})

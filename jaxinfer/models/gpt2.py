@@ -62,8 +62,8 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     hf = {**DEFAULTS, **hf}
     for name, what in REFUSED.items():
         if hf[name]:
-            raise ConfigError(f"{name}=True is not supported for {arch} ({what}); supported: false, every released "
-                              "GPT-2's")
+            raise ConfigError(f"{name}=True is not supported for {arch} ({what}); supported: false, every "
+                              "release's (GPT-2's, GPTBigCode's)")
     D, H, layers = int(hf["n_embd"]), int(hf["n_head"]), int(hf["n_layer"])
     if D % H:
         raise ConfigError(f"n_embd ({D}) must be a multiple of n_head ({H})")

@@ -36,6 +36,7 @@ from jaxinfer.models.glm4 import FAMILY as GLM4
 from jaxinfer.models.glm4_moe import FAMILY as GLM4_MOE
 from jaxinfer.models.glm4_moe_lite import FAMILY as GLM4_MOE_LITE
 from jaxinfer.models.gpt2 import FAMILY as GPT2
+from jaxinfer.models.gpt_bigcode import FAMILY as GPT_BIGCODE
 from jaxinfer.models.gpt_neox import FAMILY as GPT_NEOX
 from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.gptj import FAMILY as GPTJ
@@ -85,7 +86,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
-                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, OPT, GPTJ)
+                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, OPT, GPTJ,
+                                GPT_BIGCODE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
