@@ -371,6 +371,13 @@ ARCH_CONFIGS["deepseek_v32"] = (hf.DeepseekV32Config, DSA)
 # double-wide); per-layer inputs of 8; 4 experts (2 per token) beside every dense MLP. gemma4_dense: all of those
 # off (v_proj, no sharing, no per-layer inputs or experts).
 GEMMA4 = dict(head_dim=8, global_head_dim=16, sliding_window=8, pad_token_id=0, final_logit_softcapping=30.0)
+# Mamba-1 (every layer a selective mixer: 128 channels, 16 state entries, dt rank "auto" = 4, a 4-wide conv) and
+# FalconMamba (the same with weightless RMS norms on dt, B and C, an epsilon of 1e-3 that shows in the logits); heads
+# untied (as FalconMamba-7B's): a tied one on these random weights picks mostly the input token, whatever the state.
+ARCH_CONFIGS.update({
+    "mamba": (hf.MambaConfig, dict(pad_token_id=0, tie_word_embeddings=False)),
+    "falcon_mamba": (hf.FalconMambaConfig, dict(pad_token_id=0, mixer_rms_eps=1e-3, tie_word_embeddings=False)),
+})
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -390,6 +397,8 @@ OWN_MODULE_CONFIGS = {
 ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "granitemoe_shared",
                  "glm4_moe", "ernie4_5_moe", "deepseek_v3", "olmoe", "llama4")
 MODEL_CLASSES = {
+    hf.MambaConfig: hf.MambaForCausalLM,
+    hf.FalconMambaConfig: hf.FalconMambaForCausalLM,
     hf.LlamaConfig: hf.LlamaForCausalLM,
     hf.MistralConfig: hf.MistralForCausalLM,
     hf.Qwen2Config: hf.Qwen2ForCausalLM,

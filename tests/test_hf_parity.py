@@ -55,6 +55,10 @@ LOGITS_ONLY += ("exaone_moe",)  # GLM-4.5's layer with EXAONE 4.0's attention (w
 # Families whose decoding runs another family's layer unchanged, its greedy tokens checked there: GLM-4.7-Flash's is
 # DeepSeek-V3's (test_families), so its logits are checked here but not its greedy tokens (~3 s saved).
 DECODES_AS_ANOTHER = ("glm4_moe_lite",)
+# Mamba-1 and FalconMamba: no layer attends, so a kernels twin would run the same step; FalconMamba's dt, B and C
+# norms show in its float32 logits, and its engine runs would repeat Mamba's (the same mixer and state pool).
+XLA_ONLY += ("mamba",)
+LOGITS_ONLY += ("falcon_mamba",)
 
 
 @functools.cache

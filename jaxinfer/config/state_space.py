@@ -4,7 +4,9 @@ A layer listed in `layers` runs a Mamba2 mixer (models/mamba2_mixer) in place of
 no K/V per token but a fixed-size recurrent state per request (a conv state of the last conv_kernel - 1
 inputs and an SSM state per head), which the engine keeps in a pool indexed by the request's row slot
 (cache/state_pool). Falcon-H1's layers run the mixer beside attention (`parallel_attention`: they keep
-K/V too); LFM2's short-conv layers (`StateSpace.short_conv`) keep a conv state alone (no SSM heads).
+K/V too); LFM2's short-conv layers (`StateSpace.short_conv`) keep a conv state alone (no SSM heads). Mamba-1's
+selective mixer (`StateSpace.selective`: Mamba, FalconMamba, Jamba) keeps a [state_size] row per inner channel:
+its channels are the "heads" (head_dim 1), so the pools keep Mamba2's shapes.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class StateSpace:
     proj_multipliers: tuple[float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0)
     parallel_attention: bool = False  # each state layer also attends (Falcon-H1): its K/V kept beside the state
     conv_channels: int = 0  # a short-conv layer's (LFM2) conv width; 0: Mamba2's (x, B, C)
+    time_step_rank: int = 0  # Mamba-1's dt rank (time_step_rank / mamba_dt_rank); 0: not Mamba-1's mixer
+    bcdt_norm: bool = False  # Mamba-1's dt, B and C RMS-normed (FalconMamba's, Jamba's), norm_eps their epsilon
 
     def __post_init__(self) -> None:
         """Refuse a chunk the chunked SSD cannot cut a step into, and a gate it does not know."""
@@ -55,6 +59,17 @@ class StateSpace:
         bias: the conv's and its two projections' (LFM2's conv_bias)."""
         return cls(layers=layers, num_heads=0, head_dim=0, state_size=0, n_groups=1, conv_kernel=kernel,
                    conv_channels=channels, conv_bias=bias, proj_bias=bias)
+
+    @classmethod
+    def selective(cls, layers: tuple[int, ...], inner: int, state_size: int, kernel: int, rank: int, conv_bias: bool,
+                  proj_bias: bool, bcdt_norm_eps: float | None = None) -> StateSpace:
+        """Mamba-1's selective mixer (models/mamba1_mixer) of `inner` channels, each with its own `state_size`
+        decays; bcdt_norm_eps: the epsilon of its dt, B and C norms, None without them (Mamba's)."""
+        if rank < 1:
+            raise ValueError(f"time_step_rank {rank!r} is not supported for the Mamba mixer: give a positive rank")
+        return cls(layers=layers, num_heads=inner, head_dim=1, state_size=state_size, n_groups=1, conv_kernel=kernel,
+                   conv_channels=inner, conv_bias=conv_bias, proj_bias=proj_bias, time_step_rank=rank,
+                   bcdt_norm=bcdt_norm_eps is not None, norm_eps=1e-6 if bcdt_norm_eps is None else bcdt_norm_eps)
 
     @property
     def has_ssm(self) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -56,15 +56,17 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
 
 
 def mamba_block(
-    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, norm: jax.Array, layer: int, positions: jax.Array
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, norm: jax.Array, layer: int, positions: jax.Array,
+    mix: Callable[..., tuple[jax.Array, Any]] = mixer,
 ) -> tuple[jax.Array, Any]:
-    """x plus the mixer of RMSNorm(x) (weights `lw`, norm weight `norm`), its state read and written in cache;
-    with `residual_in_fp32` the norm reads x in the weights' dtype and the sum is float32."""
+    """x plus the mixer `mix` (Mamba2's; Mamba-1's for models/mamba) of RMSNorm(x) (weights `lw`, norm weight
+    `norm`), its state read and written in cache; with `residual_in_fp32` the norm reads x in the weights' dtype and
+    the sum is float32."""
     fp32 = cfg.state_space.residual_in_fp32
     dtype = getattr(norm, "weight", norm).dtype  # an InvariantWeight holds its array
     state = read_state(cache, layer, cfg, x.shape[0], x.shape[1])
     h = rms_norm(x.astype(dtype) if fp32 else x, norm, cfg.rms_norm_eps)
-    out, state = mixer(cfg.state_space, lw, h, positions, state)
+    out, state = mix(cfg.state_space, lw, h, positions, state)
     x = x.astype(jnp.float32) + out.astype(jnp.float32) if fp32 else x + out
     return cache.layout.constrain(x, HIDDEN), write_state(cache, layer, state)
 
