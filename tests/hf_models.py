@@ -365,6 +365,16 @@ ARCH_CONFIGS.update({
 DSA = dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
            n_shared_experts=2, index_topk=8, index_head_dim=24, index_n_heads=32)
 ARCH_CONFIGS["deepseek_v32"] = (hf.DeepseekV32Config, DSA)
+# Gemma 3n: sliding (window 8) and global layers in turn, layers 2-3 reading layers 0-1's K/V; the first two MLP
+# gates cut at their 0.95 Gaussian quantile; layers 1 and 3's MLPs narrower; 4 AltUp streams, LAuReL rank 8,
+# per-layer inputs of 8 over the first 200 ids (the prompt's ids past them read row 0)
+ARCH_CONFIGS["gemma3n"] = (
+    hf.Gemma3nTextConfig,
+    dict(head_dim=16, sliding_window=8, pad_token_id=0, layer_types=["sliding_attention", "full_attention"] * 2,
+         num_hidden_layers=4, num_kv_shared_layers=2, activation_sparsity_pattern=[0.95, 0.95, 0.0, 0.0],
+         intermediate_size=[128, 96, 128, 96], altup_num_inputs=4, laurel_rank=8, hidden_size_per_layer_input=8,
+         vocab_size_per_layer_input=200),
+)
 # Tested in their own modules, not by every parametrized family test (whose ~6 runs per family would cost a minute).
 # Gemma 4 (test_gemma4): sliding layers (head_dim 8, 2 kv heads, window 8) and global ones (head_dim 16, 1 kv head,
 # values = keys, proportional rope on a quarter of the dims); layers 2-3 read layers 0-1's K/V (their MLPs
@@ -408,6 +418,7 @@ MODEL_CLASSES = {
     hf.Gemma2Config: hf.Gemma2ForCausalLM,
     hf.Gemma3TextConfig: hf.Gemma3ForCausalLM,
     hf.Gemma4TextConfig: hf.Gemma4ForCausalLM,
+    hf.Gemma3nTextConfig: hf.Gemma3nForCausalLM,
     hf.Phi3Config: hf.Phi3ForCausalLM,
     hf.Olmo2Config: hf.Olmo2ForCausalLM,
     hf.Olmo3Config: hf.Olmo3ForCausalLM,

@@ -43,6 +43,10 @@ XLA_ONLY += ("mimo_v2_flash",)
 # the mscale) comes before or after attention.
 XLA_ONLY += ("phimoe",)
 GREEDY_ELSEWHERE += ("gpt2",)  # test_gpt2: each decode step's pick and log-probability against HF's forward
+# Gemma 3n: Gemma 4's attention (its q, k, v reach the kernels as any GQA layer's; AltUp, LAuReL and the sparse gate
+# are outside it); its greedy tokens in test_gemma3n, through the engine with a prefix-cache hit.
+XLA_ONLY += ("gemma3n",)
+GREEDY_ELSEWHERE += ("gemma3n",)
 # A second form of a family tested in full, checked by its float32 logits on XLA alone (~0.5 s, not ~6 s): what it
 # changes (GPT-NeoX's sequential residual) shows in them.
 LOGITS_ONLY = ("gpt_neox_sequential",)

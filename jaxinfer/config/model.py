@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from jaxinfer.config.errors import CheckpointError
+from jaxinfer.config.gemma3n import Gemma3nFields
 from jaxinfer.config.generation import token_ids
 from jaxinfer.config.latent_attention import LatentAttention
 from jaxinfer.config.multipliers import SublayerMultipliers
@@ -94,6 +95,8 @@ class ModelConfig:
     per_layer_input_size: int = 0
     layer_intermediate_sizes: tuple[int, ...] = ()  # Gemma 4: per-layer dense MLP widths; () = intermediate_size
     values_from_keys: tuple[int, ...] = ()  # Gemma 4's attention_k_eq_v: layers without v_proj (values = raw keys)
+    layer_sparsity: tuple[float, ...] = ()  # Gemma 3n: each MLP gate's activation_sparsity; () = none
+    gemma3n: Gemma3nFields | None = None  # Gemma 3n's AltUp streams, LAuReL rank, per-layer inputs' vocabulary
     v_head_dim: int = 0  # MiMo-V2-Flash: value heads narrower than head_dim (cached zero-padded to it); 0 = head_dim
     value_scale: float = 1.0  # MiMo-V2-Flash's attention_value_scale: values multiplied by it before the cache
     rms_norm_eps: float = 1e-6  # the norms' epsilon (Cohere's layer_norm_eps)
@@ -233,7 +236,7 @@ def _validate(cfg: ModelConfig) -> None:
     if any(w and c for w, c in zip(cfg.layer_windows, cfg.layer_chunks)):
         raise ConfigError(f"a layer has both a sliding window and an attention chunk (layer_windows "
                           f"{cfg.layer_windows}, layer_chunks {cfg.layer_chunks}); each layer takes one or neither")
-    for name in ("layer_kv_heads", "layer_head_dims", "kv_sources", "layer_intermediate_sizes"):
+    for name in ("layer_kv_heads", "layer_head_dims", "kv_sources", "layer_intermediate_sizes", "layer_sparsity"):
         if getattr(cfg, name) and len(getattr(cfg, name)) != cfg.num_layers:
             raise ConfigError(f"{name} has {len(getattr(cfg, name))} entries for {cfg.num_layers} layers")
     if any(cfg.kv_source(i) > i for i in range(cfg.num_layers)):

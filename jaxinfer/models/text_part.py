@@ -9,7 +9,9 @@ run their tower: models/qwen2_vl). As transformers ties the output head by the o
 `tie_word_embeddings`, so does the text config here. Google ships Gemma 4 as Gemma4ForConditionalGeneration:
 `model.language_model.*` (read under that name: `TextPart.replaced`) beside `model.vision_tower.*`,
 `model.audio_tower.*` and their embedders, all skipped here (its vision tower and embedder are read apart, where
-the config has a `vision_config`: checkpoint/gemma4_vision_weights; audio is refused).
+the config has a `vision_config`: checkpoint/gemma4_vision_weights; audio is refused). Gemma 3n's
+Gemma3nForConditionalGeneration is laid out as Gemma 4's; its MobileNet vision tower and audio tower are never
+read: it runs text only.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class TextPart:
 TEXT_PARTS = {
     "Llama4ForConditionalGeneration": TextPart("language_model.", ("vision_model.", "multi_modal_projector.")),
     "Gemma4ForConditionalGeneration": TextPart(
+        "model.language_model.", ("model.vision_tower.", "model.embed_vision.", "model.audio_tower.",
+                                  "model.embed_audio."), replaced="model."),
+    "Gemma3nForConditionalGeneration": TextPart(
         "model.language_model.", ("model.vision_tower.", "model.embed_vision.", "model.audio_tower.",
                                   "model.embed_audio."), replaced="model."),
 }
