@@ -129,6 +129,14 @@ ARCH_CONFIGS.update({
         hf.MixtralConfig,
         dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=16),
     ),
+    # DBRX: Wqkv clamped at 1.0 (a fifth of q/k/v entries clipped), bias-free LayerNorms; 2 of 4 experts
+    # (fused w1/v1/w2 tensors) by softmax, divided by their 2-norm (the release's p is 1: an L1 renormalisation)
+    "dbrx": (
+        hf.DbrxConfig,
+        dict(d_model=64, n_heads=4, n_layers=2, max_seq_len=512, vocab_size=256,
+             attn_config=dict(kv_n_heads=2, clip_qkv=1.0, rope_theta=1e4),
+             ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=2, moe_normalize_expert_weights=2.0)),
+    ),
     # Phi-3.5-MoE: sparsemixer over 4 experts (a jitter threshold of 0.1, not the hub's 0.01, so that some tokens'
     # weights are softmaxes over several logits, not 1); LayerNorms, q/k/v/o and head biases; LongRoPE within the
     # original 256 positions, its cos and sin times the mscale 1.2
@@ -426,6 +434,7 @@ MODEL_CLASSES = {
     hf.Glm4Config: hf.Glm4ForCausalLM,
     hf.MixtralConfig: hf.MixtralForCausalLM,
     hf.PhimoeConfig: hf.PhimoeForCausalLM,
+    hf.DbrxConfig: hf.DbrxForCausalLM,
     hf.Qwen2MoeConfig: hf.Qwen2MoeForCausalLM,
     hf.Qwen3MoeConfig: hf.Qwen3MoeForCausalLM,
     hf.GptOssConfig: hf.GptOssForCausalLM,

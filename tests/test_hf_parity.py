@@ -42,6 +42,7 @@ XLA_ONLY += ("mimo_v2_flash",)
 # Phi-3.5-MoE too: its q, k, v reach the kernels as any biased GQA layer's; what it changes (sparsemixer, LayerNorms,
 # the mscale) comes before or after attention.
 XLA_ONLY += ("phimoe",)
+XLA_ONLY += ("dbrx",)  # DBRX too: its clamp comes before q, k, v reach the kernels
 GREEDY_ELSEWHERE += ("gpt2",)  # test_gpt2: each decode step's pick and log-probability against HF's forward
 # Gemma 3n: Gemma 4's attention (its q, k, v reach the kernels as any GQA layer's; AltUp, LAuReL and the sparse gate
 # are outside it); its greedy tokens in test_gemma3n, through the engine with a prefix-cache hit.

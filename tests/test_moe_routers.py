@@ -1,13 +1,17 @@
 """The routers other MoE families do not share, against transformers' own routing code on the same logits:
-Phi-3.5-MoE's sparsemixer; and the settings of those families' configs that cannot run, refused by name."""
+Phi-3.5-MoE's sparsemixer, DBRX's p-normalised top k; and the settings of those families' configs that cannot
+run, refused by name."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 import torch
+import transformers
 
 from jaxinfer import ConfigError, from_hf_config
+from jaxinfer.models.dbrx import p_normalised
 from jaxinfer.models.sparsemixer import sparsemixer
 
 # Router logits of 16 experts: random, some rows with the best two (or three) within the jitter threshold's reach
@@ -44,3 +48,36 @@ def test_phimoe_reads_the_mscale_as_the_rope_attention_factor():
 def test_phimoe_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**PHIMOE, **fields})
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 0.5, None])
+def test_dbrx_routing_matches_transformers(p):
+    dbrx = pytest.importorskip("transformers.models.dbrx.modeling_dbrx")
+    config = transformers.DbrxConfig(d_model=16, n_heads=2, n_layers=1, ffn_config=dict(
+        ffn_hidden_size=8, moe_num_experts=16, moe_top_k=4, moe_normalize_expert_weights=p))
+    weights, experts = dbrx.DbrxFFN(config).route_tokens_to_experts(torch.tensor(LOGITS))
+    got_weights, got_experts = jax.lax.top_k(jax.nn.softmax(LOGITS), 4)
+    got_weights = p_normalised(got_weights, 0.0 if p is None else p)
+    np.testing.assert_array_equal(np.asarray(got_experts), experts.numpy())
+    np.testing.assert_allclose(np.asarray(got_weights), weights.numpy(), rtol=1e-6, atol=1e-7)
+
+
+DBRX = dict(architectures=["DbrxForCausalLM"], vocab_size=8, d_model=16, n_heads=2, n_layers=2)
+
+
+def test_dbrx_reads_its_nested_config():
+    cfg = from_hf_config({**DBRX, "attn_config": dict(kv_n_heads=1, clip_qkv=8, rope_theta=5e5),
+                          "ffn_config": dict(ffn_hidden_size=12, moe_num_experts=16, moe_top_k=4)})
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.clip_qkv, cfg.rope_theta) == (1, 8, 8.0, 5e5)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size) == (16, 4, 12)
+    assert cfg.expert_weights_p_norm == 1.0 and cfg.layer_norm and not cfg.norm_bias and not cfg.norm_topk_prob
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(ffn_config=dict(moe_normalize_expert_weights=0)), "moe_normalize_expert_weights 0 must be a positive p"),
+    (dict(attn_config=dict(clip_qkv=-1)), "clip_qkv -1 must be positive or null"),
+    (dict(tie_word_embeddings=True), "tie_word_embeddings=True is not supported for DbrxForCausalLM"),
+])
+def test_dbrx_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**DBRX, **fields})

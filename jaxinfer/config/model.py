@@ -117,6 +117,7 @@ class ModelConfig:
     max_position_embeddings: int = 4096
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
+    clip_qkv: float | None = None  # DBRX: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
     o_bias: bool = False
     mlp_bias: bool = False  # StarCoder2: biases on the ungated MLP's two projections
     parallel_residual: bool = False  # GPT-NeoX, Phi: x + attention(norm(x)) + MLP(norm'(x)), not one after the other
@@ -156,6 +157,7 @@ class ModelConfig:
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False  # renormalise the chosen experts' probabilities to sum to 1
+    expert_weights_p_norm: float = 0.0  # DBRX: the chosen weights divided by their p-norm; 0: left as they are
     router_jitter_eps: float = 0.0  # Phi-3.5-MoE's sparsemixer: logits this far below the best are masked
     dense_layers: tuple[int, ...] = ()  # MoE models: layers with a dense MLP of intermediate_size
     shared_expert_intermediate_size: int = 0  # Qwen2-MoE, GLM-4.5: hidden units of each MoE layer's shared expert

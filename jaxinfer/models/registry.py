@@ -20,6 +20,7 @@ from jaxinfer.models.bamba import FAMILY as BAMBA
 from jaxinfer.models.base_models import causal_architecture, pools_only
 from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
+from jaxinfer.models.dbrx import FAMILY as DBRX
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
 from jaxinfer.models.deepseek_v32 import FAMILY as DEEPSEEK_V32
 from jaxinfer.models.dots1 import FAMILY as DOTS1
@@ -88,7 +89,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 MAMBA, FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GEMMA3N,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
-                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, OPT, GPTJ,
+                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX, OPT, GPTJ,
                                 GPT_BIGCODE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family

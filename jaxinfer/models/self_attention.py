@@ -32,11 +32,14 @@ KV_HEADS = ("batch", "tokens", "kv_heads", "head_dim")  # [B, T, KV, K]
 def project_qkv(
     x: jax.Array, lw: Any, cfg: ModelConfig, rope: CosSin | None, layout: Any,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """q [B,T,H,K], k/v [B,T,KV,K] with biases, q/k norms and rotary embeddings (none where rope is None) applied."""
+    """q [B,T,H,K], k/v [B,T,KV,K] with biases, DBRX's clamp, q/k norms and rotary embeddings (none where rope is None)
+    applied."""
     q, k, v = linears(x, [lw.wq, lw.wk, lw.wv])
     q, k, v = layout.constrain(q, Q_HEADS), layout.constrain(k, KV_HEADS), layout.constrain(v, KV_HEADS)
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
+    if cfg.clip_qkv is not None:  # DBRX
+        q, k, v = (jnp.clip(t, -cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
     if lw.q_norm is not None and not cfg.qk_norm_after_rope:
         q = qk_norm(q, lw.q_norm, cfg, getattr(lw, "q_norm_bias", None))
         k = qk_norm(k, lw.k_norm, cfg, getattr(lw, "k_norm_bias", None))
