@@ -15,12 +15,13 @@ import dataclasses
 from typing import Any, Mapping
 
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.models import gpt2
 from jaxinfer.models.family import Family, HFLeaf
+from jaxinfer.models.gpt2 import FAMILY as GPT2
+from jaxinfer.models.gpt2 import PREFIX, REQUIRED
+from jaxinfer.models.gpt2 import read_config as gpt2_config
 from jaxinfer.models.ungated_mlp import abstract_layer, decoder_layer
 
 ARCHITECTURES = ("GPTBigCodeForCausalLM",)
-PREFIX = gpt2.PREFIX
 # GPTBigCodeConfig's defaults where GPT2Config's differ.
 DEFAULTS = dict(activation_function="gelu_pytorch_tanh", multi_query=True)
 
@@ -67,9 +68,9 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a GPTBigCode HF config: GPT-2's reading, one K/V head under multi_query."""
     hf = {**DEFAULTS, **hf}
-    cfg = gpt2.read_config(hf, arch)
+    cfg = gpt2_config(hf, arch)
     return dataclasses.replace(cfg, num_kv_heads=1 if hf["multi_query"] else cfg.num_heads)
 
 
 FAMILY = Family("gpt_bigcode", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer,
-                top_names=gpt2.FAMILY.top_names, positions_name=gpt2.FAMILY.positions_name, required=gpt2.REQUIRED)
+                top_names=GPT2.top_names, positions_name=GPT2.positions_name, required=REQUIRED)
