@@ -274,6 +274,14 @@ ARCH_CONFIGS.update({
         hf.GPTBigCodeConfig,
         dict(n_inner=128, multi_query=False, activation_function="gelu"),
     ),
+    "stablelm": (  # LayerNorms with biases around Llama's gated MLP; 8 of each 16-dim head's dims rotated; q/k/v
+        hf.StableLmConfig,  # biases; per-head q/k LayerNorms (qk_layernorm, a weight per head and dim, 2 KV heads)
+        dict(use_qkv_bias=True, qk_layernorm=True, partial_rotary_factor=0.5, layer_norm_eps=1e-5),
+    ),
+    "stablelm_parallel": (  # StableLM 2 12B's layer: one LayerNorm feeding attention and the MLP in parallel
+        hf.StableLmConfig,
+        dict(use_parallel_residual=True, qk_layernorm=True, layer_norm_eps=1e-5),
+    ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         hf.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
@@ -465,6 +473,7 @@ MODEL_CLASSES = {
     hf.GPTNeoXConfig: hf.GPTNeoXForCausalLM,
     hf.PhiConfig: hf.PhiForCausalLM,
     hf.GPT2Config: hf.GPT2LMHeadModel,
+    hf.StableLmConfig: hf.StableLmForCausalLM,
     hf.GPTBigCodeConfig: hf.GPTBigCodeForCausalLM,
     hf.GPTJConfig: hf.GPTJForCausalLM,
     hf.OPTConfig: hf.OPTForCausalLM,

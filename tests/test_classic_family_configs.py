@@ -86,3 +86,28 @@ def test_gpt_bigcode_fields_a_config_leaves_out_read_as_transformers_reads_them(
 def test_gpt_bigcode_cross_attention_is_refused_by_name():
     with pytest.raises(ConfigError, match="add_cross_attention=True is not supported for GPTBigCodeForCausalLM"):
         from_hf_config({**BIGCODE, "add_cross_attention": True, "architectures": ["GPTBigCodeForCausalLM"]})
+
+
+STABLELM = dict(vocab_size=8, hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4)
+
+
+@pytest.mark.parametrize("fields", [
+    dict(num_key_value_heads=4),  # transformers' defaults otherwise: a quarter of each head rotated, sequential
+    dict(num_key_value_heads=2, use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True,
+         partial_rotary_factor=0.5, rope_theta=1e5, layer_norm_eps=1e-6, tie_word_embeddings=True),  # transformers 4's
+])
+def test_stablelm_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**STABLELM, **fields, "architectures": ["StableLmForCausalLM"]})
+    hf = transformers.StableLmConfig(**STABLELM, **fields)
+    rope = hf.rope_parameters
+    assert (cfg.rotary_dim, cfg.rope_theta) == (int(16 * rope["partial_rotary_factor"]), rope["rope_theta"])
+    assert (cfg.num_kv_heads, cfg.qkv_bias, cfg.o_bias, cfg.qk_norm, cfg.parallel_residual) == (
+        hf.num_key_value_heads, hf.use_qkv_bias, False, hf.qk_layernorm, hf.use_parallel_residual)
+    assert (cfg.layer_norm, cfg.norm_bias, cfg.rms_norm_eps, cfg.activation) == (True, True, hf.layer_norm_eps, "silu")
+    assert (cfg.tie_word_embeddings, cfg.bos_token_id, cfg.eos_token_ids) == (
+        hf.tie_word_embeddings, hf.bos_token_id, (hf.eos_token_id,))
+
+
+def test_stablelm_kv_heads_default_to_transformers_32():
+    with pytest.raises(ConfigError, match=r"\(4\) must be a multiple of num_key_value_heads \(32\)"):
+        from_hf_config({**STABLELM, "architectures": ["StableLmForCausalLM"]})

@@ -78,6 +78,7 @@ from jaxinfer.models.sarvam_moe import FAMILY as SARVAM_MOE
 from jaxinfer.models.sarvam_moe import MODEL_TYPE as SARVAM_MODEL_TYPE
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 from jaxinfer.models.solar_open import FAMILY as SOLAR_OPEN
+from jaxinfer.models.stablelm import FAMILY as STABLELM
 from jaxinfer.models.starcoder2 import FAMILY as STARCODER2
 from jaxinfer.models.text_part import text_config
 from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
@@ -90,7 +91,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 MAMBA, FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GEMMA3N,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX, OPT, GPTJ,
-                                GPT_BIGCODE)
+                                GPT_BIGCODE, STABLELM)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

@@ -6,13 +6,14 @@ projection up, one down, so the layer has `w_up` and `w_down` and no `w_gate`. A
 RMSNorms; StarCoder2's and Nemotron's LayerNorms (`cfg.layer_norm`) with biases (`cfg.norm_bias`),
 Nemotron's weights stored less 1 (`cfg.norm_weight_offset`). StarCoder2 biases both projections
 (`cfg.mlp_bias`). With `cfg.parallel_residual` attention and the MLP both read the layer's input and
-are added to it together (GPT-NeoX: each through its own norm; Phi: one norm, `mlp_norm` None).
+are added to it together (GPT-NeoX: each through its own norm; Phi: one norm, `mlp_norm` None). StableLM runs
+the same residual structure around a gated MLP (`norm_layer` takes the MLP).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -112,12 +113,20 @@ def decoder_layer(
 ) -> tuple[jax.Array, Any]:
     """Pre-norm attention, then the pre-norm ungated MLP, each added to the residual stream; with
     `cfg.parallel_residual` both read x: x + attention(norm(x)) + MLP(norm'(x)) (norm' = norm without mlp_norm)."""
+    return norm_layer(cfg, x, cache, lw, layer, positions, rope, ungated_mlp)
+
+
+def norm_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: UngatedLayerWeights, layer: int, positions: jax.Array,
+    rope: RopeTables, mlp: Callable[[jax.Array, Any, str], jax.Array],
+) -> tuple[jax.Array, Any]:
+    """`decoder_layer` with the MLP `mlp(h, lw, activation)` (StableLM's gated one)."""
     layout = cache.layout
     h = config_norm(x, lw.attn_norm, lw.attn_norm_bias, cfg)
     out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     if cfg.parallel_residual:
         mlp_in = h if lw.mlp_norm is None else config_norm(x, lw.mlp_norm, lw.mlp_norm_bias, cfg)
-        return layout.constrain(x + out + ungated_mlp(mlp_in, lw, cfg.activation), HIDDEN), cache
+        return layout.constrain(x + out + mlp(mlp_in, lw, cfg.activation), HIDDEN), cache
     x = layout.constrain(x + out, HIDDEN)
-    h = ungated_mlp(config_norm(x, lw.mlp_norm, lw.mlp_norm_bias, cfg), lw, cfg.activation)
+    h = mlp(config_norm(x, lw.mlp_norm, lw.mlp_norm_bias, cfg), lw, cfg.activation)
     return layout.constrain(x + h, HIDDEN), cache
