@@ -83,3 +83,10 @@ def _hf_config(**overrides) -> dict:
 def test_unsupported_settings_are_refused_by_name(overrides, named):
     with pytest.raises(ConfigError, match=named):
         from_hf_config(_hf_config(**overrides))
+
+
+def test_older_transformers_layer_types_spelling_is_read():
+    """transformers 5.17's configs name the indexed layer "deepseek_sparse_attention" (later ones "indexed_attention"):
+    the same layout, read alike."""
+    cfg = from_hf_config(_hf_config(layer_types=["deepseek_sparse_attention"] * 2))
+    assert cfg == from_hf_config(_hf_config(layer_types=["indexed_attention"] * 2))

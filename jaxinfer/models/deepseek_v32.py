@@ -31,6 +31,8 @@ from jaxinfer.models.lightning_indexer import IndexerWeights, indexer_hf_leaves,
 from jaxinfer.models.sparse_latent_attention import sparse_latent_attention
 
 V32, GLM5 = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"
+# The indexed layer's name in the layer_types transformers 5.17's configs write (later ones write "indexed_attention")
+OLDER_SPELLINGS = {"deepseek_sparse_attention": "indexed_attention"}
 ARCHITECTURES = (V32, GLM5)
 _INDEXER = dict(index_topk=2048, index_head_dim=128)
 # transformers' DeepseekV32Config / GlmMoeDsaConfig defaults where they differ from DeepseekV3Config's (which
@@ -77,7 +79,7 @@ def _check_layer_kinds(hf: Mapping[str, Any], arch: str, num_layers: int) -> Non
         "indexer_types": ["full"] * num_layers,
     }
     for name, expected in kinds.items():
-        if field(hf, name) is not None and list(hf[name]) != expected:
+        if field(hf, name) is not None and [OLDER_SPELLINGS.get(k, k) for k in hf[name]] != expected:
             raise ConfigError(f"{name} {hf[name]!r} is not supported for {arch}: its layers are {expected!r} "
                               "(GLM-5.2's layers reusing the last full layer's top-k, 'shared', are not implemented)")
     pattern = field(hf, "index_topk_pattern")
