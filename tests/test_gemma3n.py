@@ -39,9 +39,9 @@ def test_engine_greedy_matches_hf_with_a_prefix_cache_hit(llm):
     only): HF's greedy tokens for both."""
     hf_model = make_hf_model("gemma3n")
     with torch.no_grad():
-        expected = [hf_model.generate(torch.tensor([p]), max_new_tokens=24, do_sample=False, eos_token_id=None,
+        expected = [hf_model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False, eos_token_id=None,
                                       pad_token_id=0)[0, len(p):].tolist() for p in PROMPTS]
-    outs = llm.generate(PROMPTS, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
+    outs = llm.generate(PROMPTS, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
     assert [o.outputs[0].token_ids for o in outs] == expected
     assert llm.metrics()["prefix_cache_hits"] == 16
 
@@ -103,7 +103,7 @@ def test_unsupported_settings_are_refused_by_name(setting, value):
 
 def test_fields_a_config_leaves_out_read_as_transformers_reads_them():
     """transformers' Gemma3nTextConfig defaults at 12 layers: every 5th global, the first 10 MLP gates sparse (0.95),
-        the shared layers (4 here: the default 15 is more than 12) each reading the last earlier layer of its type."""
+    the shared layers (4 here: the default 15 is more than 12) each reading the last earlier layer of its type."""
     given = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=12, num_attention_heads=4,
                  num_kv_shared_layers=4, vocab_size_per_layer_input=256)
     hf = transformers.Gemma3nTextConfig(**given)
