@@ -18,6 +18,7 @@ from vision_models import random_image
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.cache.paged import init_paged_cache
 from jaxinfer.cache.ragged_view import RaggedPagedCache
+from jaxinfer.checkpoint.hf_import import auto_image_processor
 from jaxinfer.models import forward_with_taps, lm_logits
 from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.runtime.embed_rows import image_ends
@@ -87,7 +88,7 @@ def picture(seed: int, width: int = 40, height: int = 40) -> Image.Image:
 
 def hf_inputs(llm: LLM, images: list[Image.Image], ids: list[int]) -> dict:
     """HF's inputs: our expanded ids, the pixels and positions of HF's own image processor, the image tokens' types."""
-    made = transformers.AutoImageProcessor.from_pretrained(llm.image_prompts.model_dir)(images, return_tensors="pt")
+    made = auto_image_processor().from_pretrained(llm.image_prompts.model_dir)(images, return_tensors="pt")
     types = (torch.tensor([ids]) == llm.image_prompts.cfg.image_token_id).long()
     return dict(input_ids=torch.tensor([ids]), pixel_values=made["pixel_values"],
                 image_position_ids=made["image_position_ids"], mm_token_type_ids=types)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from jaxinfer.checkpoint.gemma4_vision_weights import is_gemma4_vision
+from jaxinfer.checkpoint.hf_import import auto_image_processor
 from jaxinfer.checkpoint.loader import load_vision_weights, safetensors_index
 from jaxinfer.checkpoint.vision_weights import is_vision_language
 from jaxinfer.config.model import ConfigError, read_config_json
@@ -175,10 +176,8 @@ class ImagePrompts:
     def processor(self) -> Any:
         """The checkpoint's HF image processor (loaded on first use); ValueError naming the missing file."""
         if self._processor is None:
-            import transformers
-
             try:
-                processor = transformers.AutoImageProcessor.from_pretrained(self.model_dir)
+                processor = auto_image_processor().from_pretrained(self.model_dir)
             except (OSError, ValueError) as error:
                 raise ValueError(f"{self.model_dir} has no image processor (preprocessor_config.json): "
                                  f"{error}") from None
