@@ -158,11 +158,11 @@ ARCH_CONFIGS.update({
         dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
              mlp_only_layers=[0], use_sliding_window=True, sliding_window=8, max_window_layers=1),
     ),
-    "gpt_oss": (  # a swiglu_limit the tiny activations reach, so the experts' clamps act
-        hf.GptOssConfig,
+    "gpt_oss": (  # a swiglu_limit the tiny activations reach, so the experts' clamps act (where transformers reads
+        hf.GptOssConfig,  # it: 5.17 hard-codes 7.0, which they never reach)
         dict(head_dim=16, num_local_experts=4, num_experts_per_tok=3, intermediate_size=32, sliding_window=8,
-             layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.5, tie_word_embeddings=False,
-             initializer_range=0.2),
+             layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=False, initializer_range=0.2,
+             **({"swiglu_limit": 0.5} if hasattr(hf.GptOssConfig, "swiglu_limit") else {})),
     ),
     "glm4_moe": (  # grouped routing: 8 experts in 4 groups, 3 chosen in the best 2; 2 shared experts; layer 0 dense;
         hf.Glm4MoeConfig,  # q/k norms and biases, half of each 32-dim head rotated (the default)
@@ -283,12 +283,14 @@ ARCH_CONFIGS.update({
         dict(use_parallel_residual=True, qk_layernorm=True, layer_norm_eps=1e-5),
     ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
-        hf.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated
-        dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16),
+        hf.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated (the
+        dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16,  # factor
+             partial_rotary_factor=0.5),  # too: transformers 5.17 ignores the released rotary_dim and turns all 32)
     ),
     "mimo_v2_flash": (  # layer 0 full and dense; layer 1 slides over 8 tokens (7 + the query) with twice the kv heads
         hf.MiMoV2FlashConfig,  # and sinks, its own rope theta, over 3 of 8 experts in the best 2 of 4 groups;
         dict(head_dim=32, v_head_dim=16, sliding_window_size=7, n_routed_experts=8, n_group=4, topk_group=2,  # 10 of
+             sliding_window=8,  # the same window as transformers 5.17 reads it (it ignores sliding_window_size)
              num_experts_per_tok=3, moe_intermediate_size=32, routed_scaling_factor=2.5,  # 32 head dims rotated
              layer_types=["full_attention", "sliding_attention"],
              rope_parameters={kind: dict(rope_type="default", rope_theta=theta, partial_rotary_factor=0.334)

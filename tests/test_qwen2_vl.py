@@ -151,8 +151,10 @@ def hf_image_rows(hf_model, inputs: dict) -> np.ndarray:
     with torch.no_grad():
         features = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"],
                                                      image_grid_thw=inputs["image_grid_thw"])
+    deep = getattr(features, "deepstack_features", None) or ()
+    # transformers 5.17 splits the main rows by image but not the DeepStack ones: one image, so they are all its own
     return np.concatenate([features.pooler_output[0].numpy(),
-                           *[deep[0].numpy() for deep in getattr(features, "deepstack_features", None) or ()]], 1)
+                           *[(d if isinstance(d, torch.Tensor) else d[0]).numpy() for d in deep]], 1)
 
 
 @first_kind_only("qwen2_5_vl", "qwen3_vl")
