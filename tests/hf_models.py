@@ -282,6 +282,18 @@ ARCH_CONFIGS.update({
         hf.StableLmConfig,
         dict(use_parallel_residual=True, qk_layernorm=True, layer_norm_eps=1e-5),
     ),
+    "falcon": (  # Falcon-7B's layer: one LayerNorm feeding attention and the gelu MLP in parallel, one K/V head
+        hf.FalconConfig,  # (multi_query: query_key_value's q rows, then k, then v); rotary; no biases; tied head
+        dict(ffn_hidden_size=128),
+    ),
+    "falcon_new": (  # Falcon-40B's: ln_attn and ln_mlp in parallel, 2 K/V groups (each group's q heads, k, v)
+        hf.FalconConfig,
+        dict(ffn_hidden_size=128, new_decoder_architecture=True, num_kv_heads=2),
+    ),
+    "falcon_sequential": (  # attention, then the MLP behind post_attention_layernorm; every head its own K/V
+        hf.FalconConfig,
+        dict(ffn_hidden_size=128, parallel_attn=False, multi_query=False),
+    ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         hf.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated (the
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16,  # factor
@@ -475,6 +487,7 @@ MODEL_CLASSES = {
     hf.GPTNeoXConfig: hf.GPTNeoXForCausalLM,
     hf.PhiConfig: hf.PhiForCausalLM,
     hf.GPT2Config: hf.GPT2LMHeadModel,
+    hf.FalconConfig: hf.FalconForCausalLM,
     hf.StableLmConfig: hf.StableLmForCausalLM,
     hf.GPTBigCodeConfig: hf.GPTBigCodeForCausalLM,
     hf.GPTJConfig: hf.GPTJForCausalLM,

@@ -1,5 +1,6 @@
-"""Config reading of the classic families (OPT, ...): fields a config leaves out read as transformers reads them,
-the settings not run refused by name (no model is run here; test_hf_parity runs each against HF)."""
+"""Config reading of the classic families (OPT, GPT-J, GPTBigCode, StableLM, Falcon): fields a config leaves out
+read as transformers reads them, the settings not run refused by name (no model is run here; test_hf_parity runs
+each against HF)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,40 @@ def test_stablelm_fields_a_config_leaves_out_read_as_transformers_reads_them(fie
 def test_stablelm_kv_heads_default_to_transformers_32():
     with pytest.raises(ConfigError, match=r"\(4\) must be a multiple of num_key_value_heads \(32\)"):
         from_hf_config({**STABLELM, "architectures": ["StableLmForCausalLM"]})
+
+
+FALCON = dict(vocab_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+FALCON_FORMS = [  # (fields, kv heads, parallel, one norm)
+    ({}, 1, True, True),  # transformers' defaults: Falcon-7B's layer, multi-query
+    (dict(new_decoder_architecture=True, num_kv_heads=2, ffn_hidden_size=32, rope_theta=1e5), 2, True, False),
+    (dict(new_decoder_architecture=True, num_ln_in_parallel_attn=1), 4, True, True),  # num_kv_heads: the heads
+    (dict(parallel_attn=False, multi_query=False, num_kv_heads=2), 4, False, False),  # num_kv_heads not read
+]
+
+
+@pytest.mark.parametrize("fields, kv_heads, parallel, one_norm", FALCON_FORMS)
+def test_falcon_fields_a_config_leaves_out_read_as_transformers_reads_them(fields, kv_heads, parallel, one_norm):
+    cfg = from_hf_config({**FALCON, **fields, "architectures": ["FalconForCausalLM"]})
+    hf = transformers.FalconConfig(**FALCON, **fields)
+    assert (cfg.num_kv_heads, cfg.parallel_residual, cfg.one_norm) == (kv_heads, parallel, one_norm)
+    assert (cfg.intermediate_size, cfg.rope_theta, cfg.rotated_dims) == (
+        hf.ffn_hidden_size, hf.rope_parameters["rope_theta"], 16)
+    assert (cfg.layer_norm, cfg.norm_bias, cfg.rms_norm_eps, cfg.activation) == (
+        True, True, hf.layer_norm_epsilon, hf.activation)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias) == (False, False, False)
+    assert (cfg.tie_word_embeddings, cfg.max_position_embeddings, cfg.eos_token_ids) == (
+        hf.tie_word_embeddings, hf.max_position_embeddings, (hf.eos_token_id,))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(alibi=True), "alibi=True is not supported for FalconForCausalLM .ALiBi"),
+        (dict(bias=True), "bias=True is not supported for FalconForCausalLM"),
+        (dict(new_decoder_architecture=True, parallel_attn=False), "parallel_attn=False is not supported"),
+        (dict(new_decoder_architecture=True, num_ln_in_parallel_attn=3), "num_ln_in_parallel_attn 3 is not"),
+    ],
+)
+def test_falcon_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**FALCON, **fields, "architectures": ["FalconForCausalLM"]})

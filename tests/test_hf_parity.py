@@ -33,6 +33,7 @@ XLA_ONLY += ("hunyuan_moe",)
 # GPT-NeoX, Phi and GPT-2 too: what they change (the parallel residual, fused q/k/v, partial rotary, biases, learned
 # positions, the head's bias) is outside attention; their kernels twins would cost ~25 s of compiles (loaded 2 cores).
 XLA_ONLY += ("gpt_neox", "phi", "gpt2")
+XLA_ONLY += ("falcon",)  # the ungated layer with one K/V head: the kernels take it as any GQA layer's
 XLA_ONLY += ("stablelm",)  # LayerNorms around Llama's MLP, per-head q/k LayerNorms before the rotation
 XLA_ONLY += ("gpt_bigcode",)  # GPT-2's model with one K/V head: the kernels take it as any GQA layer's
 XLA_ONLY += ("gptj",)  # Phi's parallel layer, q and k rotated in pairs before the kernels see them
@@ -58,6 +59,7 @@ LOGITS_ONLY += ("dots1",)  # GLM-4.5's layer with Qwen3's attention options
 LOGITS_ONLY += ("sarvam_moe",)  # GLM-4.5's model under other names and defaults
 LOGITS_ONLY += ("gpt_bigcode_mha",)  # GPTBigCode without multi_query: c_attn per head, as GPT-NeoX's
 LOGITS_ONLY += ("stablelm_parallel",)  # StableLM's parallel residual off one norm, as Phi's
+LOGITS_ONLY += ("falcon_new", "falcon_sequential")  # Falcon's other two arrangements and q/k/v layouts
 LOGITS_ONLY += ("exaone_moe",)  # GLM-4.5's layer with EXAONE 4.0's attention (windows, NoPE full layers)
 # Families whose decoding runs another family's layer unchanged, its greedy tokens checked there: GLM-4.7-Flash's is
 # DeepSeek-V3's (test_families), so its logits are checked here but not its greedy tokens (~3 s saved).

@@ -23,6 +23,8 @@ Transforms = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np
 MTP_PREFIX = "model.mtp_"  # ERNIE 4.5's multi-token-prediction block, norms and projection
 # Multi-token-prediction modules transformers skips too: Qwen3-Next's beside `model.`, MiMo-V2-Flash's inside it
 MTP_MODULE = ("mtp.", "model.mtp.")
+# a layer's K/V projections and norms, wherever the checkpoint keeps its layers (`model.language_model.layers.*`)
+KV_TENSOR = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.(?:k_proj|v_proj|k_norm|v_norm)\.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +142,28 @@ def _head_rows(order: tuple[int, int, int]) -> Callable[[HFLeaf], Transforms]:
     return transforms
 
 
+def _group_rows(leaf: HFLeaf) -> Transforms:
+    """torch Linear [groups*S, D] -> jaxinfer [D, heads, K]: heads / groups heads of K rows from row_offset of each
+    group's S (a slice of heads reads whole groups' rows and keeps its part)."""
+    first, head_dim, per_group = leaf.row_offset, leaf.head_dim, leaf.heads // leaf.groups
+    stride = leaf.hf_shape[0] // leaf.groups
+
+    def to_jax(w: np.ndarray) -> np.ndarray:
+        rows = w.reshape(-1, stride, w.shape[-1])[:, first : first + per_group * head_dim]
+        return rows.reshape(-1, head_dim, w.shape[-1]).transpose(2, 0, 1)
+
+    def to_hf(w: np.ndarray) -> np.ndarray:
+        raise NotImplementedError("a part of each group's rows is not written back on its own")
+
+    def hf_index(index: Index) -> Index:
+        columns, heads, part = index
+        if (part.start, part.stop) != (0, head_dim) or heads.start % per_group or heads.stop % per_group:
+            raise ValueError(f"in_group_rows leaves are read whole groups of {per_group} heads at a time, got {heads}")
+        return slice(heads.start // per_group * stride, heads.stop // per_group * stride), columns
+
+    return to_jax, to_hf, hf_index
+
+
 def _bias_head_rows(leaf: HFLeaf) -> Transforms:
     """A bias [heads*S] -> [heads, K]: the K entries from row_offset of each head's S (as `_head_rows`' rows)."""
     rows, first = leaf.head_dim, leaf.row_offset
@@ -205,7 +229,7 @@ KINDS: dict[str, Callable[[HFLeaf], Transforms]] = {
     "same": _same, "transpose": _transpose, "in_heads": _in_heads, "out_heads": _out_heads, "bias_heads": _bias_heads,
     "head_rows": _head_rows((0, 1, 2)), "head_rows_transposed": _head_rows((0, 2, 1)),
     "in_head_rows": _head_rows((2, 0, 1)), "bias_head_rows": _bias_head_rows, "in_head_columns": _in_head_columns,
-    "even_columns": _interleaved(0), "odd_columns": _interleaved(1), "columns": _columns,
+    "even_columns": _interleaved(0), "odd_columns": _interleaved(1), "columns": _columns, "in_group_rows": _group_rows,
 }
 
 
@@ -260,6 +284,23 @@ def in_mtp_layer(cfg: ModelConfig, name: str) -> bool:
         return True
     layer = re.match(r"model\.layers\.(\d+)\.", name)
     return layer is not None and cfg.num_layers <= int(layer.group(1)) < cfg.num_layers + cfg.mtp_layers
+
+
+def in_kv_sharing_layer(cfg: ModelConfig, name: str) -> bool:
+    """Whether tensor `name` is a K/V projection or norm of a layer that reads another layer's K/V (Gemma 4's and
+    Gemma 3n's last `num_kv_shared_layers`): Google's releases ship them, transformers neither builds nor reads them
+    (its `_keys_to_ignore_on_load_unexpected`), so neither does jaxinfer."""
+    match = KV_TENSOR.search(name) if cfg.kv_sources else None
+    if match is None:
+        return False
+    layer = int(match.group(1))
+    return layer < cfg.num_layers and cfg.kv_source(layer) != layer
+
+
+def unread_tensor(cfg: ModelConfig, name: str) -> bool:
+    """Whether tensor `name` is one a checkpoint may hold that the model never reads (an MTP layer's, a KV-sharing
+    layer's K/V)."""
+    return in_mtp_layer(cfg, name) or in_kv_sharing_layer(cfg, name)
 
 
 def expected_hf_names(cfg: ModelConfig, layer_fields: list[list[str]]) -> set[str]:

@@ -121,6 +121,7 @@ class ModelConfig:
     o_bias: bool = False
     mlp_bias: bool = False  # StarCoder2: biases on the ungated MLP's two projections
     parallel_residual: bool = False  # GPT-NeoX, Phi: x + attention(norm(x)) + MLP(norm'(x)), not one after the other
+    one_norm: bool = False  # Falcon-7B: the parallel layer's one norm feeds both (Phi's and GPT-J's families fix it)
     lm_head_bias: bool = False  # Phi: the output head adds a bias [V]
     learned_positions: bool = False  # GPT-2: a learned table [max_position_embeddings, D] added to the embeddings
     position_offset: int = 0  # OPT: the table's first rows unused, position p reading row p + offset (its 2)

@@ -17,7 +17,8 @@ from jaxinfer.config.model import REQUIRED_FIELDS, ModelConfig
 from jaxinfer.models.rope import RopeTables
 
 HF_KINDS = ("same", "transpose", "in_heads", "out_heads", "bias_heads", "head_rows", "head_rows_transposed",
-            "in_head_rows", "bias_head_rows", "in_head_columns", "even_columns", "odd_columns", "columns")
+            "in_head_rows", "bias_head_rows", "in_head_columns", "even_columns", "odd_columns", "columns",
+            "in_group_rows")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,9 @@ class HFLeaf:
     [D, heads*K], stored [in, out], -> [D, heads, K], from column row_offset: GPT-2's c_attn), "even_columns" /
     "odd_columns" (the even or odd entries of the last axis: GPT-OSS interleaves gate and up units in one tensor),
     "columns" (as stored, the last axis from row_offset on: Llama 4's experts hold gate then up columns in one
-    [E, D, 2F] tensor).
+    [E, D, 2F] tensor), "in_group_rows" (Linear [groups*S, D] -> [D, heads, K]: heads / groups heads of K rows
+    from row_offset of each group's S = hf_shape[0] / groups; Falcon-40B's query_key_value holds each KV group's
+    query heads, then its key, then its value).
     row_offset: rows of a fused tensor (columns for "columns") before this leaf's (Phi-3's qkv_proj and
     gate_up_proj, Granite-MoE's input_linear, are split at load this way);
     head_rows: rows of each head before it. experts > 0:
@@ -49,6 +52,7 @@ class HFLeaf:
     head_dim: int = 0
     row_offset: int = 0
     experts: int = 0
+    groups: int = 0  # "in_group_rows": the groups the stored rows fall into
 
     def __post_init__(self) -> None:
         if self.kind not in HF_KINDS:

@@ -28,6 +28,7 @@ from jaxinfer.models.ernie4_5 import FAMILY as ERNIE4_5
 from jaxinfer.models.ernie4_5_moe import FAMILY as ERNIE4_5_MOE
 from jaxinfer.models.exaone4 import FAMILY as EXAONE4
 from jaxinfer.models.exaone_moe import FAMILY as EXAONE_MOE
+from jaxinfer.models.falcon import FAMILY as FALCON
 from jaxinfer.models.falcon_h1 import FAMILY as FALCON_H1
 from jaxinfer.models.family import Family
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
@@ -91,7 +92,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 MAMBA, FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GEMMA3N,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX, OPT, GPTJ,
-                                GPT_BIGCODE, STABLELM)
+                                GPT_BIGCODE, STABLELM, FALCON)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
