@@ -64,9 +64,10 @@ def test_images_and_audio_are_refused(llm):
 
 
 def test_conditional_generation_checkpoint_reads_its_language_model(tmp_path, checkpoint_dir):
-    """Google's layout: `model.language_model.*` beside the vision and audio towers and their embedders (skipped),
-    the text config under text_config. transformers builds Gemma3nForConditionalGeneration's vision tower with timm,
-    which the suite does not install, so the checkpoint is the causal LM's tensors renamed as Google stores them."""
+    """Google's layout: `model.language_model.*` beside the vision and audio towers and their embedders, and the
+    KV-sharing layers' k/v tensors (all skipped), the text config under text_config. transformers builds
+    Gemma3nForConditionalGeneration's vision tower with timm, which the suite does not install, so the checkpoint is
+    the causal LM's tensors renamed as Google stores them."""
     causal_dir = checkpoint_dir("gemma3n")
     tensors = {name.replace("model.", "model.language_model.", 1): array
                for name, array in load_file(causal_dir / "model.safetensors").items()}
@@ -74,7 +75,11 @@ def test_conditional_generation_checkpoint_reads_its_language_model(tmp_path, ch
                                                                                  "embed_vision.embedding",
                                                                                  "audio_tower.conformer.0.norm",
                                                                                  "embed_audio.embedding")}
-    save_file({**tensors, **towers}, tmp_path / "model.safetensors")
+    # Google's releases also ship the KV-sharing layers' k/v projections and k norm, which nothing reads
+    redundant = {f"model.language_model.layers.{i}.self_attn.{name}.weight": tensors[
+        f"model.language_model.layers.{i - 2}.self_attn.{name}.weight"] for i in (2, 3)
+        for name in ("k_proj", "v_proj", "k_norm")}
+    save_file({**tensors, **towers, **redundant}, tmp_path / "model.safetensors")
     text = json.loads((causal_dir / "config.json").read_text())
     config = {"architectures": ["Gemma3nForConditionalGeneration"], "model_type": "gemma3n", "text_config": text,
               "vision_config": {"model_type": "gemma3n_vision"}, "audio_config": {"model_type": "gemma3n_audio"}}

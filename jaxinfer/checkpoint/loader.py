@@ -20,9 +20,9 @@ from jaxinfer.checkpoint.hf_names import (
     HFTensor,
     expected_hf_names,
     hf_tensor_map,
-    in_mtp_layer,
     layer_tensor,
     stored_names,
+    unread_tensor,
 )
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.checkpoint.mxfp4 import Mxfp4Slice, packed_names
@@ -118,7 +118,7 @@ def _check_names(cfg: ModelConfig, index: dict[str, Path], model_dir: Path, skip
     tower's whose language model runs alone, not read)."""
     expected = expected_hf_names(cfg, layer_fields(abstract_weights(cfg)))
     packed = packed_names(index)
-    found = {n for n in index if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)
+    found = {n for n in index if not n.endswith(IGNORED_SUFFIXES) and not unread_tensor(cfg, n)
              and not scaled_weights.is_activation_scale(n)}
     found -= {n for pair in packed.values() for n in pair}
     found -= skipped

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from jaxinfer.checkpoint.hf_names import HFTensor, hf_tensor_map, in_mtp_layer
+from jaxinfer.checkpoint.hf_names import HFTensor, hf_tensor_map, unread_tensor
 from jaxinfer.checkpoint.leaf_paths import leaf_paths
 from jaxinfer.checkpoint.loader import IGNORED_SUFFIXES, hf_source, transform_on_device
 from jaxinfer.config.errors import CheckpointError
@@ -111,7 +111,7 @@ def leaf_updates(tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], cfg: Mo
     a tensor of the wrong shape.
     """
     named = {n: as_array(x) for n, x in named_dict(tensors).items()
-             if not n.endswith(IGNORED_SUFFIXES) and not in_mtp_layer(cfg, n)}
+             if not n.endswith(IGNORED_SUFFIXES) and not unread_tensor(cfg, n)}
     if cfg.tie_word_embeddings:
         named.pop("lm_head.weight", None)  # a tied copy some state dicts keep
     out, used = sourced_leaves(named, _sources(cfg), dtype)
