@@ -418,6 +418,14 @@ ARCH_CONFIGS.update({
     "mamba": (hf.MambaConfig, dict(pad_token_id=0, tie_word_embeddings=False)),
     "falcon_mamba": (hf.FalconMambaConfig, dict(pad_token_id=0, mixer_rms_eps=1e-3, tie_word_embeddings=False)),
 })
+# Jamba: Mamba-1 layers (weighted dt, B, C norms) and NoPE GQA attention at layer 1 (period 3, offset 1); 2 of 4
+# softmax-routed experts (not renormalised) at layer 0 (period 3, offset 0), a gated MLP elsewhere: Mamba + experts,
+# attention + MLP, Mamba + MLP (Jamba's own three; attention + experts is any MoE family's layer).
+ARCH_CONFIGS.update({
+    "jamba": (hf.JambaConfig, dict(num_hidden_layers=3, intermediate_size=64, num_experts=4, num_experts_per_tok=2,
+                                   attn_layer_period=3, attn_layer_offset=1, expert_layer_period=3,
+                                   expert_layer_offset=0, pad_token_id=0)),
+})
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -439,6 +447,7 @@ ENGINE_TESTED = ("gemma2", "gemma3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe"
 MODEL_CLASSES = {
     hf.MambaConfig: hf.MambaForCausalLM,
     hf.FalconMambaConfig: hf.FalconMambaForCausalLM,
+    hf.JambaConfig: hf.JambaForCausalLM,
     hf.LlamaConfig: hf.LlamaForCausalLM,
     hf.MistralConfig: hf.MistralForCausalLM,
     hf.Qwen2Config: hf.Qwen2ForCausalLM,

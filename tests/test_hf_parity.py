@@ -68,6 +68,11 @@ DECODES_AS_ANOTHER = ("glm4_moe_lite",)
 # norms show in its float32 logits, and its engine runs would repeat Mamba's (the same mixer and state pool).
 XLA_ONLY += ("mamba",)
 LOGITS_ONLY += ("falcon_mamba",)
+# Jamba: its float32 logits here (its NoPE attention hands the kernels q, k and v as any GQA layer does); its greedy
+# tokens in test_jamba, two requests decoding together; in bfloat16 its parts are Mamba's mixer (above) and any GQA
+# and MoE layer's. That engine test runs Mamba-1's mixer and state pools for Mamba too: its greedy tokens there.
+LOGITS_ONLY += ("jamba",)
+GREEDY_ELSEWHERE += ("mamba",)
 
 
 @functools.cache

@@ -23,6 +23,7 @@ from jaxinfer.models.kimi_delta import kda
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.llama import abstract_layer as llama_abstract_layer
+from jaxinfer.models.mamba1_mixer import selective_mixer
 from jaxinfer.models.mamba2_mixer import MixerWeights, mixer, mixer_leaves
 from jaxinfer.models.mlp import gated_mlp
 from jaxinfer.models.norms import rms_norm
@@ -83,7 +84,7 @@ def abstract_dense_layer(cfg: ModelConfig, layer: int = 0) -> LayerWeights:
 def token_mixer(
     cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables
 ) -> tuple[jax.Array, Any]:
-    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2, LFM2's short conv, the Gated DeltaNet or Kimi
+    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2, Mamba-1, LFM2's short conv, the Gated DeltaNet or Kimi
     Delta Attention (its state read and written in the cache) on a state layer, else attention (its K/V written).
     The weights tell which: `layer` is 0 in a one-layer view."""
     if all(getattr(lw, name, None) is None for name in STATE_MIXER_FIELDS):
@@ -91,6 +92,8 @@ def token_mixer(
     state = read_state(cache, layer, cfg, h.shape[0], h.shape[1])
     if getattr(lw, "conv_in", None) is not None:
         out, state = short_conv(lw, h, positions, state)
+    elif getattr(lw, "x_proj", None) is not None:  # Mamba-1's (Jamba's): its in_proj is no Mamba2 mixer's
+        out, state = selective_mixer(cfg.state_space, lw, h, positions, state)
     elif getattr(lw, "in_proj", None) is not None:
         out, state = mixer(cfg.state_space, lw, h, positions, state)
     elif getattr(lw, "in_q", None) is not None:

@@ -47,6 +47,7 @@ from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
 from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
+from jaxinfer.models.jamba import FAMILY as JAMBA
 from jaxinfer.models.kimi_linear import FAMILY as KIMI_LINEAR
 from jaxinfer.models.lfm2 import FAMILY as LFM2
 from jaxinfer.models.lfm2_moe import FAMILY as LFM2_MOE
@@ -89,7 +90,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, DEEPSEEK_V32, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
-                                MAMBA, FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GEMMA3N,
+                                MAMBA, JAMBA, FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GEMMA3N,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX, OPT, GPTJ,
                                 GPT_BIGCODE, STABLELM, FALCON)
