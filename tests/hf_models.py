@@ -370,6 +370,15 @@ ARCH_CONFIGS.update({
                                   original_max_position_embeddings=128)),
     ),
 })
+# MiniCPM3: DeepSeek-V2's latent attention (MLA's dims; a low-rank query) with rotary in halves, LongRoPE within
+# the original 256 positions; a dense MLP in every layer; embeddings x 12, residual branches x 0.7 / sqrt(2), logits / 4
+ARCH_CONFIGS["minicpm3"] = (
+    hf.MiniCPM3Config,
+    dict(num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=24,
+         q_lora_rank=24, scale_emb=12, scale_depth=0.7, dim_model_base=16, pad_token_id=0,
+         rope_parameters=dict(rope_type="longrope", rope_theta=1e4, short_factor=[1.0 + i / 8 for i in range(8)],
+                              long_factor=[1.0 + i for i in range(8)], original_max_position_embeddings=256)),
+)
 # GLM-4.7-Flash: DeepSeek-V3's layer under GLM's config (layer 0 dense by mlp_layer_types' default; 3 of 8 experts in
 # the best 2 of 4 groups by sigmoid score + correction bias; 2 shared experts; plain rope in adjacent pairs).
 # Mistral 4: V3's layer with its softmax router (2 of 8 experts in the best of 2 groups, renormalised, scaled) and
@@ -508,6 +517,7 @@ MODEL_CLASSES = {
     hf.GlmMoeDsaConfig: hf.GlmMoeDsaForCausalLM,
     hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
+    hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,
 }
 
 

@@ -1,8 +1,11 @@
-"""DeepSeek-V3's layer under other names beyond the parity tests every family runs (test_hf_parity): GLM-4.7-Flash's
-and Mistral 4's configs read as transformers reads them, what cannot run refused by name, Mistral 4's router against
-transformers' own, Mistral Small 4's Mistral3ForConditionalGeneration config. No model is run here."""
+"""DeepSeek's latent attention under other names beyond the parity tests every family runs (test_hf_parity):
+GLM-4.7-Flash's, Mistral 4's and MiniCPM3's configs read as transformers reads them, what cannot run refused by name,
+Mistral 4's router against transformers' own, Mistral Small 4's Mistral3ForConditionalGeneration config. No model is
+run here."""
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -174,3 +177,41 @@ def test_mistral4_routing_matches_transformers_router():
                                   np.take_along_axis(expected_experts.numpy(), expected_order, -1))
     np.testing.assert_allclose(np.take_along_axis(np.asarray(weights), order, -1),
                                np.take_along_axis(expected_weights.numpy(), expected_order, -1), rtol=1e-6)
+
+
+MINICPM3 = "MiniCPM3ForCausalLM"
+LONGROPE = dict(rope_type="longrope", rope_theta=1e4, short_factor=[1.0] * 16, long_factor=[2.0] * 16,
+                original_max_position_embeddings=1024)
+
+
+@pytest.mark.parametrize("fields", [
+    {},  # MiniCPM3-4B's defaults
+    dict(scale_depth=None, dim_model_base=None, q_lora_rank=None, v_head_dim=None, scale_emb=1.0,
+         max_position_embeddings=4096, rope_parameters=LONGROPE, tie_word_embeddings=False),
+])
+def test_minicpm3_fields_read_as_transformers_reads_them(fields):
+    ours = from_hf_config({**SHAPE, **fields, "architectures": [MINICPM3]})
+    theirs = transformers.MiniCPM3Config(**SHAPE, **fields)
+    mla = ours.latent_attention
+    assert (mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim, mla.q_lora_rank) == (
+        theirs.kv_lora_rank, theirs.qk_nope_head_dim, theirs.qk_rope_head_dim, theirs.v_head_dim,
+        theirs.q_lora_rank or 0)
+    assert (ours.num_kv_heads, ours.rotated_dims, ours.rope_interleaved) == (1, theirs.qk_rope_head_dim, False)
+    assert ours.attn_scale == pytest.approx(theirs.qk_head_dim**-0.5, rel=1e-12)
+    assert ours.embedding_multiplier == theirs.scale_emb and ours.logits_scaling == theirs.logits_scaling
+    assert ours.residual_multiplier == pytest.approx(theirs.scale_depth / math.sqrt(theirs.num_hidden_layers))
+    assert ours.rope_scaling.rope_type == theirs.rope_parameters["rope_type"]
+    assert (ours.rms_norm_eps, ours.max_position_embeddings, ours.tie_word_embeddings, ours.activation) == (
+        theirs.rms_norm_eps, theirs.max_position_embeddings, theirs.tie_word_embeddings, theirs.hidden_act)
+    assert ours.num_experts == 0 and ours.dense_layers == ()
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(rope_parameters=dict(rope_type="yarn", factor=4.0)), "rope type 'yarn' is not supported for MiniCPM3"),
+    (dict(rope_parameters=dict(LONGROPE, short_factor=[1.0] * 8)), "short_factor has 8 entries; LongRoPE needs one"),
+    (dict(attention_bias=True), "attention_bias=True is not supported for MiniCPM3ForCausalLM"),
+    (dict(dim_model_base=0), "dim_model_base 0 must be positive"),
+])
+def test_minicpm3_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**SHAPE, **fields, "architectures": [MINICPM3]})

@@ -36,13 +36,12 @@ def scaled(x: jax.Array, multiplier: float) -> jax.Array:
 
 def scaled_residual_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
-    mlp: Callable[[jax.Array, Layout], jax.Array],
+    mlp: Callable[[jax.Array, Layout], jax.Array], attention: Callable = self_attention,
 ) -> tuple[jax.Array, Any]:
     """One pre-norm block whose attention and mlp(normed residual, layout) outputs are each scaled by
-    `residual_multiplier` before they are added to the residual stream."""
+    `residual_multiplier` before they are added to the residual stream (`attention`: MiniCPM3's latent one)."""
     layout, eps, multiplier = cache.layout, cfg.rms_norm_eps, cfg.residual_multiplier
-    out, cache = self_attention(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions,
-                                rope.for_layer(layer))
+    out, cache = attention(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions, rope.for_layer(layer))
     x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
     h = mlp(rms_norm(x, lw.mlp_norm, eps), layout)
     return layout.constrain(x + scaled(h, multiplier), HIDDEN), cache

@@ -57,6 +57,7 @@ from jaxinfer.models.llava import text_hf_config
 from jaxinfer.models.mamba import FAMILY as MAMBA
 from jaxinfer.models.mamba2 import FAMILY as MAMBA2
 from jaxinfer.models.mimo_v2_flash import FAMILY as MIMO_V2_FLASH
+from jaxinfer.models.minicpm3 import FAMILY as MINICPM3
 from jaxinfer.models.minimax_m2 import FAMILY as MINIMAX_M2
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mistral4 import FAMILY as MISTRAL4
@@ -92,8 +93,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 MAMBA, JAMBA, FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GEMMA3N,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
-                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX, OPT, GPTJ,
-                                GPT_BIGCODE, STABLELM, FALCON)
+                                GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
+                                MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
