@@ -25,8 +25,6 @@ MTP_PREFIX = "model.mtp_"  # ERNIE 4.5's multi-token-prediction block, norms and
 MTP_MODULE = ("mtp.", "model.mtp.")
 # a layer's K/V projections and norms, wherever the checkpoint keeps its layers (`model.language_model.layers.*`)
 KV_TENSOR = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.(?:k_proj|v_proj|k_norm|v_norm)\.")
-# a layer's K/V projections and norms, wherever the checkpoint keeps its layers (`model.language_model.layers.*`)
-KV_TENSOR = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.(?:k_proj|v_proj|k_norm|v_norm)\.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,23 +284,6 @@ def in_mtp_layer(cfg: ModelConfig, name: str) -> bool:
         return True
     layer = re.match(r"model\.layers\.(\d+)\.", name)
     return layer is not None and cfg.num_layers <= int(layer.group(1)) < cfg.num_layers + cfg.mtp_layers
-
-
-def in_kv_sharing_layer(cfg: ModelConfig, name: str) -> bool:
-    """Whether tensor `name` is a K/V projection or norm of a layer that reads another layer's K/V (Gemma 4's and
-    Gemma 3n's last `num_kv_shared_layers`): Google's releases ship them, transformers neither builds nor reads them
-    (its `_keys_to_ignore_on_load_unexpected`), so neither does jaxinfer."""
-    match = KV_TENSOR.search(name) if cfg.kv_sources else None
-    if match is None:
-        return False
-    layer = int(match.group(1))
-    return layer < cfg.num_layers and cfg.kv_source(layer) != layer
-
-
-def unread_tensor(cfg: ModelConfig, name: str) -> bool:
-    """Whether tensor `name` is one a checkpoint may hold that the model never reads (an MTP layer's, a KV-sharing
-    layer's K/V)."""
-    return in_mtp_layer(cfg, name) or in_kv_sharing_layer(cfg, name)
 
 
 def in_kv_sharing_layer(cfg: ModelConfig, name: str) -> bool:
