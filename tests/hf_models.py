@@ -536,7 +536,17 @@ def make_hf_model(name: str, **overrides) -> torch.nn.Module:
                 buffer.add_(0.1 * torch.randn_like(buffer))
             if name.endswith(("act_fn.beta", "layer_scalar")):  # Apertus' xIELU term (0.5), Gemma 4's scalar (1)
                 buffer.add_(0.1 * torch.randn_like(buffer))
+    if type(model).__name__ == "Gemma3nForCausalLM":
+        _per_layer_ids_clamped(model)
     return model
+
+
+def _per_layer_ids_clamped(model: torch.nn.Module) -> None:
+    """Gemma 3n's ids past vocab_size_per_layer_input read row 0 of the per-layer table, as transformers 5.24 reads
+    them (5.17's Gemma3nForCausalLM indexes past its table; its Gemma3nModel, Google's checkpoints' class, clamps)."""
+    text, rows = model.model, model.config.vocab_size_per_layer_input
+    read = text.get_per_layer_inputs
+    text.get_per_layer_inputs = lambda ids: read(torch.where((ids >= 0) & (ids < rows), ids, 0))
 
 
 def save_hf_model(name: str, path: Path, dtype: torch.dtype = torch.float32, **overrides) -> Path:
