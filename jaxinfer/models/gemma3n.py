@@ -11,6 +11,9 @@ the last earlier layer of their type's) and its per-layer inputs (PLE; the token
 - the first layers' MLP gates pass a Gaussian top-k cutoff (`cfg.layer_sparsity`);
 - the per-layer input is gated by the corrected active stream (times `altup_correct_scale`'s learned scale) and
   added to every stream but the first.
+Not matched: transformers' Gemma3nModel embeds ids from `vocab_size_per_layer_input` on (the image and audio soft
+tokens) through its multimodal embedders; here they read `embed_tokens` like any id (text reaches them only as those
+special tokens written out).
 """
 
 from __future__ import annotations
