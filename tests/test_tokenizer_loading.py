@@ -47,7 +47,17 @@ def test_the_demo_tokenizer_loads_without_importing_torch():
     )
     out = python_child(script)
     assert out.returncode == 0, out.stderr
+    if out.stdout.strip() == "True" and _tokenizer_class_imports_torch():
+        pytest.skip(f"transformers {transformers.__version__}'s fast tokenizer module imports torch itself "
+                    "(its GGUF loader, where torch is installed)")
     assert out.stdout.strip() == "False", out.stderr
+
+
+def _tokenizer_class_imports_torch() -> bool:
+    """Whether transformers' generic fast tokenizer class alone imports torch (5.17's does), which no loader can
+    avoid."""
+    out = python_child("import sys, transformers; transformers.PreTrainedTokenizerFast; print('torch' in sys.modules)")
+    return out.stdout.strip() == "True"
 
 
 def test_the_background_load_gives_the_tokenizer_or_its_error(tmp_path: Path):
