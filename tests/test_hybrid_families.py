@@ -233,7 +233,8 @@ def test_qwen3_next_config_as_transformers_reads_it():
     assert (ss.num_heads, ss.head_dim, ss.state_size, ss.n_groups, ss.conv_dim) == (4, 16, 8, 2, 96)
     assert in_mtp_layer(cfg, "mtp.layers.0.mlp.gate.weight") and not in_mtp_layer(cfg, "model.layers.0.mlp.gate.weight")
     with pytest.raises(ConfigError, match="not supported for Qwen3NextForCausalLM: the recurrent state of its state "
-                                          r"layers \(Mamba2, Gated DeltaNet or short conv\) cannot be rolled back"):
+                                          r"layers \(Mamba-1, Mamba2, Gated DeltaNet or short conv\) cannot be "
+                                          "rolled back"):
         check_speculation(SpeculativeConfig(method="mtp", num_speculative_tokens=1), cfg)
     with pytest.raises(ConfigError, match="enable_prefix_caching=True is not supported for Qwen3NextForCausalLM"):
         prefix_caching_setting(True, cfg)

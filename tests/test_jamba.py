@@ -1,7 +1,7 @@
 """JambaForCausalLM: two requests decoding together through the engine (Mamba-1 states in the row-slot pools, K/V
 of the attention layer in the pages) give each transformers' greedy tokens for it alone; the layer schedule read
-from the periods and offsets, and what it cannot be, refused by name. (Its logits and bfloat16 run against
-transformers: test_hf_parity's "jamba".)"""
+from the periods and offsets, and what it cannot be (and what the state layers run without), refused by name.
+(Its float32 logits against transformers: test_hf_parity's "jamba".)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 from hf_models import make_hf_model
 
-from jaxinfer import LLM, ConfigError, SamplingParams
+from jaxinfer import LLM, ConfigError, SamplingParams, SpeculativeConfig
+from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
 from jaxinfer.models.jamba import read_config
 
 PROMPT = np.random.RandomState(0).randint(3, 256, size=40).tolist()
@@ -65,3 +66,13 @@ def test_layer_schedule_follows_the_periods_and_offsets():
 def test_unsupported_schedules_are_refused_by_name(override, message):
     with pytest.raises(ConfigError, match=message):
         read_config({**V0_1, **override}, "JambaForCausalLM")
+
+
+def test_prefix_caching_and_speculation_are_refused_by_name():
+    """As for every model with state layers: a cached page holds K/V, not the Mamba state after it."""
+    cfg = read_config(V0_1, "JambaForCausalLM")
+    assert prefix_caching_setting(None, cfg) is False
+    with pytest.raises(ConfigError, match="enable_prefix_caching=True is not supported for JambaForCausalLM"):
+        prefix_caching_setting(True, cfg)
+    with pytest.raises(ConfigError, match="speculative decoding .* not supported for JambaForCausalLM"):
+        check_speculation(SpeculativeConfig(method="ngram", num_speculative_tokens=2), cfg)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.speculative.config import SpeculativeConfig
 
-STATE_LAYERS = "state layers (Mamba2, Gated DeltaNet or short conv)"  # how the messages name them
+STATE_LAYERS = "state layers (Mamba-1, Mamba2, Gated DeltaNet or short conv)"  # how the messages name them
 
 
 def prefix_caching_setting(asked: bool | None, cfg: ModelConfig) -> bool:
