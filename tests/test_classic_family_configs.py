@@ -1,14 +1,18 @@
 """Config reading of the classic families (OPT, GPT-J, GPTBigCode, StableLM, Falcon): fields a config leaves out
-read as transformers reads them, the settings not run refused by name (no model is run here; test_hf_parity runs
-each against HF)."""
+read as transformers reads them, the settings not run refused by name, OPT's hub file names (no model is run here;
+test_hf_parity runs each against HF)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import transformers
 
 from jaxinfer import ConfigError, from_hf_config
+from jaxinfer.checkpoint.base_model_names import stored_names
 from jaxinfer.entrypoints.model_loading import resolve_max_seq_len
+from jaxinfer.models.opt import FAMILY as OPT_FAMILY
 
 OPT = dict(vocab_size=8, hidden_size=64, ffn_dim=32, num_hidden_layers=2, num_attention_heads=4)
 OPT_FIELDS = [
@@ -44,6 +48,15 @@ def test_opt_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
 def test_opt_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**OPT, **fields, "architectures": ["OPTForCausalLM"]})
+
+
+def test_opt_hub_names_map_to_the_causal_lm_names():
+    """The hub's OPT files name the decoder as OPTModel does (`decoder.*`), some beside a tied `lm_head` copy: the
+    decoder's names take the family's `model.` prefix, the head keeps its own (the loader drops a tied copy)."""
+    names = ("decoder.embed_tokens.weight", "decoder.layers.0.fc1.weight", "lm_head.weight")
+    assert stored_names(dict.fromkeys(names, Path("model.safetensors")), OPT_FAMILY.top_names[0]) == {
+        "model.decoder.embed_tokens.weight": names[0], "model.decoder.layers.0.fc1.weight": names[1],
+        "lm_head.weight": names[2]}
 
 
 GPTJ = dict(vocab_size=8, n_embd=512, n_layer=2, n_head=4)  # head_dim 128: the default rotary_dim 64 fits
