@@ -65,9 +65,10 @@ LOGITS_ONLY += ("phimoe", "dbrx", "minicpm3")
 # Families whose decoding runs another family's layer unchanged, its greedy tokens checked there: GLM-4.7-Flash's is
 # DeepSeek-V3's (test_families), so its logits are checked here but not its greedy tokens (~3 s saved).
 DECODES_AS_ANOTHER = ("glm4_moe_lite",)
-# GPT-J, GPTBigCode, StableLM and Falcon decode through layers whose greedy runs are checked here (ungated_mlp's
-# layer: GPT-NeoX's, Phi's, GPT-2's; with Llama's gated MLP: Llama's), rotating and caching as families checked here
-# do (Cohere's adjacent pairs, Llama 3's one K/V head); what each changes shows in its float32 and bfloat16 logits
+# GPT-J, GPTBigCode, StableLM and Falcon decode through layers whose greedy runs are checked (ungated_mlp's layer:
+# GPT-NeoX's and Phi's here, GPT-2's in test_gpt2; with Llama's gated MLP: Llama's here), rotating and caching as
+# families checked here do (Cohere's adjacent pairs, Llama 3's one K/V head); what each changes shows in its float32
+# and bfloat16 logits
 # (prefill and decode call the same layer). Their greedy runs passed and would add ~3.5 s each from a cold cache on
 # the loaded 2 cores; OPT keeps its own: its positions' offset is gathered by each decode step.
 DECODES_AS_ANOTHER += ("gptj", "gpt_bigcode", "stablelm", "falcon")
