@@ -46,6 +46,15 @@ GREEDY_ELSEWHERE += ("gpt2",)  # test_gpt2: each decode step's pick and log-prob
 # are outside it); its greedy tokens in test_gemma3n, through the engine with a prefix-cache hit.
 XLA_ONLY += ("gemma3n",)
 GREEDY_ELSEWHERE += ("gemma3n",)
+# A float32 kernels twin checks the native cache write and paged attention (float32 weights are not packed), which
+# take any family's q, k and v alike but for the options they are given: windows, scales, soft caps, chunks, latent
+# (MLA) rows, head sizes. These families' attention reaches the kernels as Llama's does (llama2 and llama3 keep their
+# twins; what these change -- rope layouts, norms, MLPs, routers, residual and logit scales -- comes before or
+# after), so their twins add no check: ~1-2 s of compiles each from an empty cache. Their greedy and bfloat16 runs
+# (one_run) keep LLM's default path, whose packed bfloat16 matmuls the kernels do change.
+LLAMA_ATTENTION = ("apertus", "arcee", "cohere", "ernie4_5", "ernie4_5_moe", "gemma", "gemma_legacy_gelu", "glm",
+                   "glm4", "glm4_moe", "granitemoe", "granitemoe_shared", "llama_exact_gelu", "llama_linear_rope",
+                   "nemotron", "olmo2", "olmoe", "phi3", "qwen2", "qwen3_moe", "seed_oss", "smollm3")
 # A second form of a family tested in full, checked by its float32 logits on XLA alone (~0.5 s, not ~6 s): what it
 # changes (GPT-NeoX's sequential residual) shows in them.
 LOGITS_ONLY = ("gpt_neox_sequential",)
@@ -120,10 +129,12 @@ def arch(request, checkpoint_dir):
 
 
 def runs(names: list[str]) -> list:
-    """(arch, kernels) params of the families `names`, each with and without the native kernels (XLA_ONLY
-    families without), for `indirect=["arch"]`: the runs a family skips are not generated."""
+    """(arch, kernels) params of the families `names`, each with and without the native kernels (XLA_ONLY,
+    LOGITS_ONLY and LLAMA_ATTENTION families without), for `indirect=["arch"]`: the runs a family skips are not
+    generated."""
     return [pytest.param(name, kernels.values[0], marks=kernels.marks, id=f"{name}-{kernels.id}")
-            for name in names for kernels in KERNELS if not (kernels.values[0] and name in XLA_ONLY + LOGITS_ONLY)]
+            for name in names for kernels in KERNELS
+            if not (kernels.values[0] and name in XLA_ONLY + LOGITS_ONLY + LLAMA_ATTENTION)]
 
 
 def one_run(names: list[str]) -> list:
