@@ -118,24 +118,32 @@ def _bias_heads(leaf: HFLeaf) -> Transforms:
 
 def _head_rows(order: tuple[int, int, int]) -> Callable[[HFLeaf], Transforms]:
     """torch Linear [heads*S, D] -> jaxinfer [heads, K, D] with its axes in `order` ((0, 2, 1): [heads, D, K];
-    (2, 0, 1): [D, heads, K]): the K rows from row_offset of each head's S (a slice of heads reads those heads' rows
-    whole and keeps its part)."""
+    (2, 0, 1): [D, heads, K]): the K rows from row_offset of each head's S. A slice of heads with all their K rows
+    reads those heads' rows whole and keeps its part; with a part of the K rows (tp splitting DBRX's experts'
+    hidden units, one "head" per expert) it reads one run of rows, from the first head's part to the last's, whose
+    length (heads - 1) * S + part (part < S) tells to_jax the part it keeps of each head."""
 
     def transforms(leaf: HFLeaf) -> Transforms:
         rows, first = leaf.head_dim, leaf.row_offset
         stride = leaf.hf_shape[0] // leaf.heads
 
         def to_jax(w: np.ndarray) -> np.ndarray:
-            return w.reshape(-1, stride, w.shape[-1])[:, first : first + rows].transpose(order)
+            part = w.shape[0] % stride
+            if not part:  # whole heads (every device-side read: the whole tensor)
+                return w.reshape(-1, stride, w.shape[-1])[:, first : first + rows].transpose(order)
+            tail = np.zeros((stride - part, w.shape[-1]), w.dtype)  # the last head's rows past its part
+            whole = np.concatenate([np.asarray(w), tail]).reshape(-1, stride, w.shape[-1])
+            return whole[:, :part].transpose(order)
 
         def to_hf(w: np.ndarray) -> np.ndarray:
             raise NotImplementedError("a part of each head's rows is not written back on its own")
 
         def hf_index(index: Index) -> Index:
             heads, part, columns = (index[order.index(axis)] for axis in range(3))
-            if (part.start, part.stop) != (0, rows):
-                raise ValueError(f"head_rows leaves are read a whole head at a time, got {part}")
-            return slice(heads.start * stride, heads.stop * stride), columns
+            if (part.start, part.stop) == (0, rows):
+                return slice(heads.start * stride, heads.stop * stride), columns
+            start = heads.start * stride + first + part.start
+            return slice(start, (heads.stop - 1) * stride + first + part.stop), columns
 
         return to_jax, to_hf, hf_index
 
