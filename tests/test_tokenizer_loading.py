@@ -39,6 +39,21 @@ def test_a_model_specific_class_still_goes_through_auto_tokenizer(tmp_path: Path
     assert type(load_tokenizer(path)) is type(transformers.AutoTokenizer.from_pretrained(path))
 
 
+def test_a_transformers_5_tokenizer_loads_where_tokenizers_backend_is_missing(monkeypatch: pytest.MonkeyPatch):
+    """The demo's tokenizer_config.json names TokenizersBackend (transformers 5's generic class): where transformers
+    lacks that name (4.x, whose AutoTokenizer refuses it), PreTrainedTokenizerFast loads the same tokenizer."""
+    import jaxinfer.checkpoint.hf_import as hf_import
+
+    expected = load_tokenizer(DEMO_MODEL)
+    real = hf_import.tokenizer_class
+    monkeypatch.setattr(hf_import, "tokenizer_class",
+                        lambda name: real(name) if name != "TokenizersBackend" else getattr(object, name))
+    monkeypatch.setattr(hf_import, "auto_tokenizer", lambda: pytest.fail("AutoTokenizer refuses TokenizersBackend"))
+    loaded = load_tokenizer(DEMO_MODEL)
+    assert type(loaded) is real("PreTrainedTokenizerFast")  # transformers 5's alias of TokenizersBackend
+    assert [loaded(t)["input_ids"] for t in TOKENIZER_CORPUS] == [expected(t)["input_ids"] for t in TOKENIZER_CORPUS]
+
+
 def test_the_demo_tokenizer_loads_without_importing_torch():
     script = (
         "import sys; from pathlib import Path; from jaxinfer.checkpoint.tokenizer import load_tokenizer; "

@@ -17,15 +17,24 @@ def load_tokenizer(model_dir: Path) -> Any | None:
     """The model's HF tokenizer, or None when the directory ships no tokenizer files."""
     if not any((model_dir / m).is_file() for m in TOKENIZER_MARKERS):
         return None
-    from jaxinfer.checkpoint.hf_import import auto_tokenizer, tokenizer_class
+    from jaxinfer.checkpoint.hf_import import auto_tokenizer
 
-    loader = None
-    if (generic := _generic_class(model_dir)) is not None:
-        try:
-            loader = tokenizer_class(generic)
-        except AttributeError:  # TokenizersBackend is transformers 5's name
-            pass
+    generic = _generic_class(model_dir)
+    loader = _generic_loader(generic) if generic is not None else None
     return (loader or auto_tokenizer()).from_pretrained(str(model_dir))
+
+
+def _generic_loader(name: str) -> Any | None:
+    """transformers' generic fast tokenizer class by the name given, else by its other name: TokenizersBackend is
+    transformers 5's, which transformers 4 (PreTrainedTokenizerFast) lacks and its AutoTokenizer refuses."""
+    from jaxinfer.checkpoint.hf_import import tokenizer_class
+
+    for candidate in (name, *GENERIC_CLASSES):
+        try:
+            return tokenizer_class(candidate)
+        except AttributeError:
+            continue
+    return None
 
 
 def load_tokenizer_beside(model_dir: Path) -> Future:
