@@ -315,8 +315,11 @@ def dict_prompt(prompt: Mapping[str, Any], images: ImagePrompts, field: str, emb
                          f"'multi_modal_data'; got keys {sorted(prompt)}")
     data = prompt.get("multi_modal_data") or {}
     if not isinstance(data, Mapping) or set(data) - set(MODALITIES):
-        raise ValueError(f"{field}.multi_modal_data: served modalities are {MODALITIES}, got "
-                         f"{sorted(data) if isinstance(data, Mapping) else type(data).__name__}")
+        got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+        if images.cfg is None:  # a text model (Gemma 3n's checkpoints hold audio and vision towers it does not run)
+            raise ValueError(f"{field}.multi_modal_data: this model runs no vision or audio tower, so it takes text "
+                             f"only; got {got}")
+        raise ValueError(f"{field}.multi_modal_data: served modalities are {MODALITIES}, got {got}")
     pictures = as_images(data["image"], f"{field}.multi_modal_data.image") if "image" in data else []
     text = prompt["prompt"] if "prompt" in prompt else prompt["prompt_token_ids"]
     return images.prompt(text, pictures, f"{field}.multi_modal_data")
