@@ -33,7 +33,8 @@ def test_cache_holds_the_normed_latent_and_rotated_key_part_as_transformers_cach
     _, cache = forward(weights, tokens, jnp.arange(len(PROMPT))[None], init_cache(cfg, 1, 16, jnp.float32), cfg)
     assert cache_bytes(cache) == cfg.num_layers * 2 * 16 * 48 * 4  # layers x (K, V) x positions x row x float32
     with torch.no_grad():
-        theirs = make_hf_model("deepseek_v2")(torch.tensor([PROMPT]), use_cache=True).cache
+        out = make_hf_model("deepseek_v2")(torch.tensor([PROMPT]), use_cache=True)
+    theirs = out.cache if hasattr(out, "cache") else out.past_key_values  # transformers 5.17's name
     for layer in range(cfg.num_layers):
         rows = np.asarray(cache.k[layer][0, 0, : len(PROMPT)])
         np.testing.assert_allclose(rows[:, :32], theirs.layers[layer].keys[0, 0].numpy(), atol=2e-5)
