@@ -92,10 +92,10 @@ ARCH_CONFIGS = {
 }
 # The families beyond Llama: windows shorter than the test prompts, caps small enough to bend scores.
 ARCH_CONFIGS.update({
-    "gemma2": (
+    "gemma2": (  # eager attention: transformers 5.17 runs Gemma 2 on SDPA, which drops the attention soft cap
         hf.Gemma2Config,
         dict(head_dim=32, sliding_window=8, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
-             final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh"),
+             final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh", attn_implementation="eager"),
     ),
     "gemma3": (
         hf.Gemma3TextConfig,
