@@ -187,6 +187,20 @@ def scaled_logits(
     return logits
 
 
+def alibi_bias(
+    slopes: jax.Array,  # [rows, 1] f32 ALiBi slope of each row's head
+    row_query: jax.Array,  # [rows, 1] int32, query index of each row
+    key_pos: jax.Array,  # [1, block_k] int32, position of each key
+    length: jax.Array,  # [] int32
+    query_len: jax.Array,  # [] int32
+) -> jax.Array:
+    """[rows, block_k] f32 ALiBi bias slope * (key position - query position): 0 on the diagonal, more negative
+    further back (BLOOM, MPT). Relative, not slope * key position: the same softmax, with small values where
+    the keys that matter are."""
+    query_pos = length - query_len + row_query
+    return slopes * (key_pos - query_pos).astype(jnp.float32)
+
+
 def online_softmax_step(
     carry: tuple[jax.Array, jax.Array, jax.Array],  # o [rows, d] f32, m [rows, 1], l [rows, 1]
     logits: jax.Array,  # [rows, block_k] f32
@@ -251,8 +265,9 @@ def combine_splits(
     return normalize(o_sum, l_sum)
 
 
-def row_sinks(sinks: jax.Array, num_kv_heads: int, max_q: int, num_rows: int) -> jax.Array:
-    """Sink logits [q_heads] laid out as the query rows are: [kv_heads, num_rows, 1] f32 (row = query * group + h)."""
-    per_kv = sinks.astype(jnp.float32).reshape(num_kv_heads, -1)  # [kv_heads, group]
+def head_rows(values: jax.Array, num_kv_heads: int, max_q: int, num_rows: int) -> jax.Array:
+    """A value per query head [q_heads] (sink logits, ALiBi slopes) laid out as the query rows are:
+    [kv_heads, num_rows, 1] f32 (row = query * group + h)."""
+    per_kv = values.astype(jnp.float32).reshape(num_kv_heads, -1)  # [kv_heads, group]
     rows = jnp.tile(per_kv, (1, max_q))
     return jnp.pad(rows, ((0, 0), (0, num_rows - rows.shape[1])))[..., None]

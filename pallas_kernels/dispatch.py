@@ -57,11 +57,12 @@ def paged_attention(
     pages_per_block: int | None = None,
     num_splits: int | None = None,
     sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits (GPT-OSS)
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads] ALiBi slopes (BLOOM, MPT)
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     options = dict(
         sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window, attention_chunk=attention_chunk,
-        k_scales=k_scales, v_scales=v_scales,
+        k_scales=k_scales, v_scales=v_scales, alibi_slopes=alibi_slopes,
     )
     args = (q, k_pages, v_pages, lengths, page_indices)
     impl = choose_implementation(backend, interpret)
@@ -96,11 +97,12 @@ def ragged_paged_attention(
     block_rows: int | None = None,
     num_splits: int | None = None,
     sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits (GPT-OSS)
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads] ALiBi slopes (BLOOM, MPT)
 ) -> jax.Array:
     """Causal multi-query attention: [batch, max_q, num_q_heads, head_dim], padding rows zero."""
     options = dict(
         sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window, attention_chunk=attention_chunk,
-        k_scales=k_scales, v_scales=v_scales,
+        k_scales=k_scales, v_scales=v_scales, alibi_slopes=alibi_slopes,
     )
     args = (q, k_pages, v_pages, lengths, page_indices, query_lens)
     impl = choose_implementation(backend, interpret)

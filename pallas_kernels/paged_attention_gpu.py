@@ -58,13 +58,17 @@ def _kernel(
     q_ref,  # [block_rows, head_dim]
     k_pages_ref,  # [num_pages, page_size, head_dim]
     v_pages_ref,  # [num_pages, page_size, head_dim]
-    *refs,  # k_scales_ref, v_scales_ref [num_pages, page_size] when quantized; then outputs
+    *refs,  # [slopes_ref [block_rows, 1] f32], k_scales_ref, v_scales_ref [num_pages, page_size] when quantized;
+    # then outputs
     params: AttentionParams,
     num_splits: int,
     partial: bool,
+    has_alibi: bool,
 ) -> None:
-    """One (sequence, kv head, query block, split): online softmax over its key blocks; `partial`
-    writes the unnormalised (o, m, l) for a combine outside (splits, or sinks)."""
+    """One (sequence, kv head, query block, split): online softmax over its key blocks, each row's scores biased
+    by its head's ALiBi slope where given; `partial` writes the unnormalised (o, m, l) for a combine outside
+    (splits, or sinks)."""
+    slopes_ref, *refs = refs if has_alibi else (None, *refs)
     k_scales_ref, v_scales_ref, *out_refs = refs if params.quantized else (None, None, *refs)
     b, split = pl.program_id(0), pl.program_id(3)
     block_rows, head_dim = q_ref.shape
@@ -93,6 +97,8 @@ def _kernel(
         if v_scale is not None:
             v_scale = jnp.where(key_ok[None, :], v_scale, 0.0)
         logits = common.scaled_logits(q, k.astype(compute_dtype), k_scale, params)
+        if slopes_ref is not None:
+            logits = logits + common.alibi_bias(slopes_ref[...], row_query, key_pos[None, :], length, query_len)
         # key_ok also drops keys past the table's capacity, which the causal mask would keep.
         mask = key_ok[None, :] & common.attention_mask(
             row_query, key_pos[None, :], length, query_len, params.sliding_window, params.attention_chunk
@@ -117,7 +123,7 @@ def default_num_splits(programs: int, max_blocks: int) -> int:
 
 
 def _specs(
-    num_pages: int, page_size: int, head_dim: int, block_rows: int, quantized: bool
+    num_pages: int, page_size: int, head_dim: int, block_rows: int, quantized: bool, has_alibi: bool
 ) -> list[pl.BlockSpec]:
     """BlockSpecs of the kernel inputs, in `_kernel` argument order."""
     whole = pl.no_block_spec  # small int32 tables read with scalar / gather loads
@@ -128,6 +134,8 @@ def _specs(
         pl.BlockSpec((None, None, block_rows, head_dim), lambda b, h, r, s: (b, h, r, 0)),
         pages, pages,
     ]
+    if has_alibi:  # each row's slope, laid out as the rows are: [kv_heads, rows, 1]
+        specs.append(pl.BlockSpec((None, block_rows, 1), lambda b, h, r, s: (h, r, 0)))
     if quantized:
         scales = pl.BlockSpec((None, num_pages, page_size), lambda b, h, r, s: (h, 0, 0))
         specs += [scales, scales]
@@ -171,6 +179,7 @@ def paged_flash_gpu(
     num_stages: int,
     interpret: bool,
     sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads] ALiBi slopes
 ) -> jax.Array:
     """Run the kernel on query rows; returns [batch, max_q, num_q_heads, head_dim] in q.dtype.
 
@@ -183,7 +192,7 @@ def paged_flash_gpu(
     return _flash_rows(
         q, k_pages, v_pages, lengths, page_indices, query_lens, k_scales, v_scales, params=params,
         block_rows=block_rows, num_splits=num_splits, num_warps=num_warps, num_stages=num_stages,
-        interpret=interpret, sinks=sinks,
+        interpret=interpret, sinks=sinks, alibi_slopes=alibi_slopes,
     )[..., :head_dim]
 
 
@@ -211,6 +220,7 @@ def _flash_rows(
     num_stages: int,
     interpret: bool,
     sinks: jax.Array | None,
+    alibi_slopes: jax.Array | None,
 ) -> jax.Array:
     """The pallas_call over query rows: [batch, max_q, num_q_heads, head_dim] in q.dtype.
 
@@ -224,11 +234,13 @@ def _flash_rows(
     out_shapes, out_specs = _out_shapes_and_specs(
         batch, num_kv_heads, num_rows, head_dim, block_rows, num_splits, q.dtype, partial
     )
-    kernel = functools.partial(_kernel, params=params, num_splits=num_splits, partial=partial)
+    has_alibi = alibi_slopes is not None
+    kernel = functools.partial(_kernel, params=params, num_splits=num_splits, partial=partial, has_alibi=has_alibi)
+    row_slopes = (common.head_rows(alibi_slopes, num_kv_heads, max_q, num_rows),) if has_alibi else ()
     outs = pl.pallas_call(
         kernel,
         grid=(batch, num_kv_heads, num_rows // block_rows, num_splits),
-        in_specs=_specs(num_pages, page_size, head_dim, block_rows, params.quantized),
+        in_specs=_specs(num_pages, page_size, head_dim, block_rows, params.quantized, has_alibi),
         out_specs=out_specs,
         out_shape=out_shapes,
         compiler_params=_CompilerParams(num_warps=num_warps, num_stages=num_stages),
@@ -236,13 +248,13 @@ def _flash_rows(
         name="paged_attention_gpu",
     )(
         lengths.astype(jnp.int32), query_lens.astype(jnp.int32), page_indices.astype(jnp.int32),
-        common.row_query_index(max_q, params.group, num_rows), rows, k_pages, v_pages,
+        common.row_query_index(max_q, params.group, num_rows), rows, k_pages, v_pages, *row_slopes,
         *((k_scales, v_scales) if params.quantized else ()),
     )
     if not partial:
         out_rows = outs[0]
     else:
-        row_sinks = None if sinks is None else common.row_sinks(sinks, num_kv_heads, max_q, num_rows)
+        row_sinks = None if sinks is None else common.head_rows(sinks, num_kv_heads, max_q, num_rows)
         out_rows = common.combine_splits(*outs, row_sinks)
     return common.rows_to_queries(out_rows.astype(q.dtype), max_q, num_q_heads)
 
@@ -307,6 +319,7 @@ def paged_attention_gpu(
     num_stages: int | None = None,
     interpret: bool = False,
     sinks: jax.Array | None = None,  # [num_q_heads] f32 attention-sink logits
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads] f32 ALiBi slopes (BLOOM, MPT)
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     batch, num_q_heads, head_dim = q.shape
@@ -324,6 +337,6 @@ def paged_attention_gpu(
     out = paged_flash_gpu(
         q[:, None], k_pages, v_pages, lengths, page_indices, jnp.ones_like(lengths),
         k_scales, v_scales, params=params, block_rows=block_rows, num_splits=num_splits,
-        num_warps=num_warps, num_stages=num_stages, interpret=interpret, sinks=sinks,
+        num_warps=num_warps, num_stages=num_stages, interpret=interpret, sinks=sinks, alibi_slopes=alibi_slopes,
     )
     return out[:, 0]

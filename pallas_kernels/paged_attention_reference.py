@@ -60,6 +60,16 @@ def _softmax(logits: jax.Array, sinks: jax.Array | None, num_kv_heads: int) -> j
     return weights / (weights.sum(-1, keepdims=True) + jnp.exp(sink - best))
 
 
+def _alibi(
+    slopes: jax.Array, lengths: jax.Array, query_lens: jax.Array, max_q: int, num_keys: int, num_kv_heads: int
+) -> jax.Array:
+    """[b, kv, g, q, s] f32 ALiBi bias: each head's slope times (key position - query position)."""
+    query_pos = (lengths - query_lens)[:, None] + jnp.arange(max_q)[None, :]  # [b, q]
+    distance = jnp.arange(num_keys)[None, None, :] - query_pos[:, :, None]  # [b, q, s]
+    slope = slopes.astype(jnp.float32).reshape(num_kv_heads, -1)[None, :, :, None, None]
+    return slope * distance[:, None, None].astype(jnp.float32)
+
+
 @functools.partial(jax.jit, static_argnames=("sm_scale", "soft_cap", "sliding_window", "attention_chunk"))
 def ragged_paged_attention_reference(
     q: jax.Array,  # [batch, max_q, num_q_heads, head_dim]
@@ -76,6 +86,7 @@ def ragged_paged_attention_reference(
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     sinks: jax.Array | None = None,  # [num_q_heads]: attention-sink logits (keys without values)
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads]: ALiBi slopes, score + slope * (key pos - query pos)
 ) -> jax.Array:
     """Causal multi-query paged attention; rows i >= query_lens[b] are zeros."""
     batch, max_q, num_q_heads, head_dim = q.shape
@@ -98,6 +109,8 @@ def ragged_paged_attention_reference(
     logits = logits * default_sm_scale(head_dim, sm_scale)
     if soft_cap is not None:
         logits = soft_cap * jnp.tanh(logits / soft_cap)
+    if alibi_slopes is not None:
+        logits = logits + _alibi(alibi_slopes, lengths, query_lens, max_q, k.shape[2], num_kv_heads)
     logits = jnp.where(mask[:, None, None], logits, -jnp.inf)
     row_valid = jnp.any(mask, axis=-1)[:, None, None, :, None]
     weights = _softmax(jnp.where(row_valid, logits, 0.0), sinks, num_kv_heads)
@@ -120,12 +133,13 @@ def paged_attention_reference(
     k_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     v_scales: jax.Array | None = None,  # [num_kv_heads, num_pages, page_size] f32
     sinks: jax.Array | None = None,  # [num_q_heads]
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads]
 ) -> jax.Array:
     """Decode attention of the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     query_lens = jnp.ones_like(lengths)
     out = ragged_paged_attention_reference(
         q[:, None], k_pages, v_pages, lengths, page_indices, query_lens,
         sm_scale=sm_scale, soft_cap=soft_cap, sliding_window=sliding_window, attention_chunk=attention_chunk,
-        k_scales=k_scales, v_scales=v_scales, sinks=sinks,
+        k_scales=k_scales, v_scales=v_scales, sinks=sinks, alibi_slopes=alibi_slopes,
     )
     return out[:, 0]

@@ -69,14 +69,17 @@ def _kernel(
     q_ref,  # VMEM [block_rows, head_dim]
     k_pages_hbm,  # HBM [num_kv_heads, num_pages, page_size, head_dim]
     v_pages_hbm,  # HBM [num_kv_heads, num_pages, page_size, head_dim]
-    *refs,  # [sinks_ref], [k_scales_hbm, v_scales_hbm], o_ref, k_buf, v_buf, [ks_buf, vs_buf], sems
+    *refs,  # [sinks_ref], [slopes_ref], [k_scales_hbm, v_scales_hbm], o_ref, k_buf, v_buf, [ks_buf, vs_buf], sems
     params: AttentionParams,
     pages_per_seq: int,
     has_sinks: bool,
+    has_alibi: bool = False,
 ) -> None:
     """One (sequence, kv head, query block): double-buffered online softmax over key blocks; with
-    sinks (VMEM [block_rows, 1] f32, each row's head's) the softmax starts from the sink."""
+    sinks (VMEM [block_rows, 1] f32, each row's head's) the softmax starts from the sink; with ALiBi slopes
+    (the same layout) each row's scores are biased by its head's slope times the keys' distance."""
     sinks_ref, *refs = refs if has_sinks else (None, *refs)
+    slopes_ref, *refs = refs if has_alibi else (None, *refs)
     if params.quantized:
         k_sc_hbm, v_sc_hbm, o_ref, k_buf, v_buf, ks_buf, vs_buf, sems = refs
         srcs, bufs = (k_pages_hbm, v_pages_hbm, k_sc_hbm, v_sc_hbm), (k_buf, v_buf, ks_buf, vs_buf)
@@ -105,6 +108,7 @@ def _kernel(
 
     q = q_ref[...].astype(jnp.float32)
     row_query = row_query_ref[...]
+    slopes = None if slopes_ref is None else slopes_ref[...]
 
     def body(blk, carry):
         slot = lax.rem(blk - blk_lo, 2)
@@ -116,7 +120,7 @@ def _kernel(
         wait(blk, slot)
         return _attend_block(
             carry, q, row_query, (k_buf, v_buf, ks_buf, vs_buf), slot, blk, key_lo, key_hi,
-            length, query_len, params,
+            length, query_len, params, slopes,
         )
 
     carry = common.initial_carry(block_rows, head_dim) if sinks_ref is None else common.sink_carry(
@@ -128,13 +132,13 @@ def _kernel(
 def _attend_block(
     carry: tuple[jax.Array, jax.Array, jax.Array], q: jax.Array, row_query: jax.Array,
     buffers: tuple, slot: jax.Array, blk: jax.Array, key_lo: jax.Array, key_hi: jax.Array,
-    length: jax.Array, query_len: jax.Array, params: AttentionParams,
+    length: jax.Array, query_len: jax.Array, params: AttentionParams, slopes: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Score one VMEM block into the carry.
 
     buffers: k_buf, v_buf [2, ppb, page_size, head_dim] and ks_buf, vs_buf
     [2, ppb, page_size] (None unless quantized); q [rows, head_dim] f32;
-    row_query [rows, 1] int32.
+    row_query [rows, 1] int32; slopes [rows, 1] f32 ALiBi slopes or None.
     """
     k_buf, v_buf, ks_buf, vs_buf = buffers
     block_k = params.block_k
@@ -152,6 +156,8 @@ def _attend_block(
         k_scale = ks_buf[slot].reshape(1, block_k)
         v_scale = jnp.where(row_ok, vs_buf[slot].reshape(1, block_k), 0.0)
     logits = common.scaled_logits(q, k, k_scale, params)
+    if slopes is not None:
+        logits = logits + common.alibi_bias(slopes, row_query, key_row, length, query_len)
     # row_ok also drops keys past the table's capacity, which the causal mask would keep.
     mask = row_ok & common.attention_mask(row_query, key_row, length, query_len, params.sliding_window,
                                           params.attention_chunk)
@@ -189,6 +195,7 @@ def paged_flash_tpu(
     block_rows: int | None,
     interpret: bool,
     sinks: jax.Array | None = None,  # [num_q_heads] attention-sink logits
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads] ALiBi slopes
 ) -> jax.Array:
     """Run the kernel on query rows; returns [batch, max_q, num_q_heads, head_dim] in q.dtype."""
     batch, max_q, num_q_heads, head_dim = q.shape
@@ -199,18 +206,20 @@ def paged_flash_tpu(
     rows = common.queries_to_rows(q, num_kv_heads, num_rows)
     row_block = pl.BlockSpec((None, None, block_rows, head_dim), lambda b, h, r, *_: (b, h, r, 0))
     hbm = pl.BlockSpec(memory_space=pl.ANY)
-    row_sinks = () if sinks is None else (common.row_sinks(sinks, num_kv_heads, max_q, num_rows),)
-    sinks_specs = [pl.BlockSpec((None, block_rows, 1), lambda b, h, r, *_: (h, r, 0))] * len(row_sinks)
+    # Per-head sinks and slopes, each read as a VMEM block [block_rows, 1] beside the query rows.
+    per_row = tuple(common.head_rows(x, num_kv_heads, max_q, num_rows) for x in (sinks, alibi_slopes) if x is not None)
+    per_row_specs = [pl.BlockSpec((None, block_rows, 1), lambda b, h, r, *_: (h, r, 0))] * len(per_row)
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=3,
         grid=(batch, num_kv_heads, num_rows // block_rows),
         in_specs=[pl.BlockSpec((block_rows, 1), lambda b, h, r, *_: (r, 0)), row_block, hbm, hbm]
-        + sinks_specs + ([hbm, hbm] if params.quantized else []),
+        + per_row_specs + ([hbm, hbm] if params.quantized else []),
         out_specs=row_block,
         scratch_shapes=_scratch_shapes(params, head_dim, k_pages.dtype),
     )
     out = pl.pallas_call(
-        functools.partial(_kernel, params=params, pages_per_seq=pages_per_seq, has_sinks=sinks is not None),
+        functools.partial(_kernel, params=params, pages_per_seq=pages_per_seq, has_sinks=sinks is not None,
+                          has_alibi=alibi_slopes is not None),
         grid_spec=grid_spec,
         out_shape=jax.ShapeDtypeStruct((batch, num_kv_heads, num_rows, head_dim), q.dtype),
         compiler_params=_CompilerParams(dimension_semantics=("parallel", "parallel", "parallel")),
@@ -219,7 +228,7 @@ def paged_flash_tpu(
     )(
         lengths.astype(jnp.int32), query_lens.astype(jnp.int32),
         page_indices.astype(jnp.int32).reshape(-1),
-        common.row_query_index(max_q, params.group, num_rows), rows, k_pages, v_pages, *row_sinks,
+        common.row_query_index(max_q, params.group, num_rows), rows, k_pages, v_pages, *per_row,
         *((k_scales, v_scales) if params.quantized else ()),
     )
     return common.rows_to_queries(out, max_q, num_q_heads)
@@ -266,6 +275,7 @@ def paged_attention_tpu(
     pages_per_block: int | None = None,
     interpret: bool = False,
     sinks: jax.Array | None = None,  # [num_q_heads] f32 attention-sink logits
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads] f32 ALiBi slopes (BLOOM, MPT)
 ) -> jax.Array:
     """Decode attention for the token at position lengths-1: [batch, num_q_heads, head_dim]."""
     _, num_q_heads, head_dim = q.shape
@@ -277,5 +287,6 @@ def paged_attention_tpu(
     out = paged_flash_tpu(
         q[:, None], k_pages, v_pages, lengths, page_indices, jnp.ones_like(lengths),
         k_scales, v_scales, params=params, block_rows=None, interpret=interpret, sinks=sinks,
+        alibi_slopes=alibi_slopes,
     )
     return out[:, 0]

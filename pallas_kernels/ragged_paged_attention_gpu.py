@@ -55,6 +55,7 @@ def ragged_paged_attention_gpu(
     num_stages: int | None = None,
     interpret: bool = False,
     sinks: jax.Array | None = None,  # [num_q_heads] f32 attention-sink logits
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads] f32 ALiBi slopes (BLOOM, MPT)
 ) -> jax.Array:
     """Causal multi-query attention: [batch, max_q, num_q_heads, head_dim], padding rows zero."""
     batch, max_q, num_q_heads, head_dim = q.shape
@@ -74,4 +75,5 @@ def ragged_paged_attention_gpu(
         q, k_pages, v_pages, lengths, page_indices, query_lens, k_scales, v_scales,
         params=params, block_rows=block_rows, num_splits=num_splits,
         num_warps=num_warps, num_stages=num_stages, interpret=interpret, sinks=sinks,
+        alibi_slopes=alibi_slopes,
     )

@@ -39,6 +39,7 @@ def ragged_paged_attention_tpu(
     block_rows: int | None = None,
     interpret: bool = False,
     sinks: jax.Array | None = None,  # [num_q_heads] f32 attention-sink logits
+    alibi_slopes: jax.Array | None = None,  # [num_q_heads] f32 ALiBi slopes (BLOOM, MPT)
 ) -> jax.Array:
     """Causal multi-query attention: [batch, max_q, num_q_heads, head_dim], padding rows zero."""
     _, _, num_q_heads, head_dim = q.shape
@@ -50,4 +51,5 @@ def ragged_paged_attention_tpu(
     return paged_flash_tpu(
         q, k_pages, v_pages, lengths, page_indices, query_lens, k_scales, v_scales,
         params=params, block_rows=block_rows, interpret=interpret, sinks=sinks,
+        alibi_slopes=alibi_slopes,
     )

@@ -1,7 +1,8 @@
 """One attention interface over whatever KV cache the model carries.
 
 `attend` reads the cache after the current step's K/V were written, so a query at position p
-sees keys 0..p (within the layer's sliding window or attention chunk, `key_span`). The contiguous
+sees keys 0..p (within the layer's sliding window or attention chunk, `key_span`), its scores biased by ALiBi's
+per-head slopes where the model has them (`alibi`; every path but the native CPU kernels). The contiguous
 cache uses the dense `jnp` path, or on CPU for a few queries per sequence (decode, verification)
 a native kernel that reads only the visible keys; the paged cache dispatches to `pallas_kernels`
 (the Pallas kernel, or its `jnp` reference, as the cache's backend says, and the reference for
@@ -24,6 +25,7 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.ragged_view import RaggedPagedCache, per_token_attend
 from jaxinfer.kernels.cpu import decode_attention, decode_attention_applies, paged_decode_attention
 from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.models.alibi import distance, grouped_slopes
 from jaxinfer.models.blocked_attention import (
     NEG_INF,
     blocked_rows_attention,
@@ -58,7 +60,7 @@ def causal_window_mask(q_positions: jax.Array, kv_len: int, window: int, chunk: 
 def dense_attention(
     q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float | None = None,
     kv_scales: tuple[jax.Array, jax.Array] | None = None, soft_cap: float | None = None,
-    sinks: jax.Array | None = None,
+    sinks: jax.Array | None = None, bias: jax.Array | None = None,
 ) -> jax.Array:
     """GQA attention: q [B,T,H,K], k [B,KV,S,K], v [B,KV,K,S], mask [B,T,S] -> [B,T,H,K]; f32 softmax.
 
@@ -66,6 +68,7 @@ def dense_attention(
     and each value's probability, so the cache is widened to q's dtype but never multiplied.
     soft_cap: scaled scores pass through cap * tanh(score / cap) before the mask (Gemma 2).
     sinks [H]: each head's attention-sink logit, a key without a value (GPT-OSS).
+    bias [B, KV, G, T, S] f32 (or broadcasting to it): added to the capped scores (ALiBi, `dense_alibi_bias`).
     """
     b, t, h, d = q.shape
     kv_heads = k.shape[1]
@@ -78,11 +81,19 @@ def dense_attention(
     scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
     scores = scores * (scale if kv_scales is None else scale * kv_scales[0][:, :, None, None, :])
     scores = cap_scores(scores, soft_cap)
+    if bias is not None:
+        scores = scores + bias
     scores = jnp.where(mask[:, None, None, :, :], scores, NEG_INF)
     probs = softmax_with_sinks(scores, None if sinks is None else sink_logits(sinks, kv_heads)[None, :, :, None, None])
     probs = (probs if kv_scales is None else probs * kv_scales[1][:, :, None, None, :]).astype(v.dtype)
     out = jnp.einsum("bkgts,bkds->btkgd", probs, v, precision=precision, preferred_element_type=jnp.float32)
     return out.reshape(b, t, h, d).astype(q.dtype)
+
+
+def dense_alibi_bias(slopes: jax.Array, q_positions: jax.Array, kv_len: int, kv_heads: int) -> jax.Array:
+    """ALiBi's bias [B, KV, G, T, S] f32 for queries at q_positions [B, T] over keys 0..kv_len-1 (slopes [H])."""
+    keys_behind = distance(jnp.arange(kv_len), q_positions)  # [B, T, S]
+    return grouped_slopes(slopes, kv_heads)[None, :, :, None, None] * keys_behind[:, None, None]
 
 
 @functools.cache
@@ -92,10 +103,12 @@ def _log_native_fallback(feature: str) -> None:
                 "attention path", feature)
 
 
-def native_kernel_applies(soft_cap: float | None, sinks: jax.Array | None = None) -> bool:
+def native_kernel_applies(soft_cap: float | None, sinks: jax.Array | None = None,
+                          alibi: jax.Array | None = None) -> bool:
     """Whether the native CPU attention kernels can run a layer (they take a scale, a window and a chunk; no cap,
-    no sinks)."""
-    missing = "sinks" if sinks is not None else "soft caps" if soft_cap is not None else None
+    no sinks, no ALiBi slopes)."""
+    missing = ("sinks" if sinks is not None else "soft caps" if soft_cap is not None
+               else "ALiBi slopes" if alibi is not None else None)
     if missing is not None:
         _log_native_fallback(missing)
     return missing is None
@@ -138,6 +151,7 @@ def paged_rows_attend(
     soft_cap: float | None = None,
     sinks: jax.Array | None = None,
     chunk: int = 0,
+    alibi: jax.Array | None = None,
 ) -> jax.Array:
     """q [B, T, H, K]: the first query_lens[b] queries of row b end at position lengths[b]-1."""
     backend = kernel_backend(cache, q.shape[-1])
@@ -149,8 +163,8 @@ def paged_rows_attend(
     # A kernel's custom call has no partitioning rule: on a mesh each device runs it on its shard.
     # (The jnp reference is plain HLO that XLA partitions itself.)
     if backend != "reference" and cache.layout.size > 1:
-        return per_shard_rows_attention(kernel, q, pools, scales, rows, cache.layout, sinks)
-    return kernel(q, *pools, *rows, *scales, sinks=sinks)
+        return per_shard_rows_attention(kernel, q, pools, scales, rows, cache.layout, sinks, alibi)
+    return kernel(q, *pools, *rows, *scales, sinks=sinks, alibi=alibi)
 
 
 def _rows_kernel(
@@ -169,12 +183,15 @@ def _rows_kernel(
     single_split: bool = False,
     sinks: jax.Array | None = None,
     chunk: int = 0,
+    alibi: jax.Array | None = None,
 ) -> jax.Array:
     """The decode kernel for one query per row, the ragged one for several: [B, T, H, K]."""
     common = dict(sliding_window=window or None, interpret=interpret, backend=backend, sm_scale=scale,
                   soft_cap=soft_cap, num_splits=1 if single_split else None, attention_chunk=chunk or None)
     if sinks is not None:
         common.update(sinks=sinks)
+    if alibi is not None:
+        common.update(alibi_slopes=alibi)
     if scales:
         common.update(k_scales=scales[0], v_scales=scales[1])
     if q.shape[1] == 1:
@@ -194,6 +211,7 @@ def gathered_rows_attend(
     soft_cap: float | None = None,
     sinks: jax.Array | None = None,
     chunk: int = 0,
+    alibi: jax.Array | None = None,
 ) -> jax.Array:
     """paged_rows_attend for the CPU: few queries -> the native kernel reading the pages in place;
     otherwise XLA attention over blocks of each row's pages, up to the step's longest row (one
@@ -207,20 +225,21 @@ def gathered_rows_attend(
     # take XLA's path.
     int8 = cache.value_dtype == jnp.int8
     if (cache.cpu_kernels and (int8 or not cache.quantized) and decode_attention_applies(q.shape[1], dtype)
-            and native_kernel_applies(soft_cap, sinks)):
+            and native_kernel_applies(soft_cap, sinks, alibi)):
         pools = (cache.k_pages[layer], cache.v_pages[layer])
         scales = dict(k_scales=cache.k_scales[layer], v_scales=cache.v_scales[layer]) if int8 else {}
         return paged_decode_attention(q, *pools, page_table, positions, window, jnp.int8 if int8 else dtype,
                                       scale=scale, chunk=chunk, **scales)
     rows = (lengths, page_table, query_lens)
     if q.shape[1] == 1:
-        return blocked_token_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks, chunk)
-    return blocked_rows_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks, chunk)
+        return blocked_token_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks, chunk,
+                                       alibi=alibi)
+    return blocked_rows_attention(q, cache, layer, window, *rows, dtype, scale, soft_cap, sinks, chunk, alibi=alibi)
 
 
 def image_tokens_attend(
     q: jax.Array, cache: RaggedPagedCache, layer: int, positions: jax.Array, window: int, scale: float | None,
-    soft_cap: float | None, sinks: jax.Array | None, chunk: int,
+    soft_cap: float | None, sinks: jax.Array | None, chunk: int, alibi: jax.Array | None = None,
 ) -> jax.Array:
     """A step's attention where some tokens see keys past their position (`key_ends`: Gemma 3's image tokens
     see their whole image): XLA's blocked path, the one that takes a last key per query (the Pallas and native
@@ -229,7 +248,7 @@ def image_tokens_attend(
 
     def rows_attend(qg: jax.Array, lengths: jax.Array, table: jax.Array, query_lens: jax.Array) -> jax.Array:
         return blocked_token_attention(qg, cache.pages, layer, window, lengths, table, query_lens, dtype, scale,
-                                       soft_cap, sinks, chunk, cache.key_ends)
+                                       soft_cap, sinks, chunk, cache.key_ends, alibi)
 
     return per_token_attend(q, cache, positions, rows_attend)
 
@@ -248,18 +267,19 @@ def all_keys_attend(q: jax.Array, pages: PagedKVCache, lengths: jax.Array, live:
 
 def paged_attend(
     q: jax.Array, cache: PagedKVCache, layer: int, positions: jax.Array, window: int, scale: float | None = None,
-    soft_cap: float | None = None, sinks: jax.Array | None = None, chunk: int = 0,
+    soft_cap: float | None = None, sinks: jax.Array | None = None, chunk: int = 0, alibi: jax.Array | None = None,
 ) -> jax.Array:
     """Attention over the paged cache: the decode kernel for one query, the ragged one for several."""
     lengths = positions[:, -1] + 1
     query_lens = jnp.full_like(lengths, q.shape[1])
     return paged_rows_attend(q, cache, layer, window, lengths, cache.page_table, query_lens, scale, soft_cap, sinks,
-                             chunk)
+                             chunk, alibi)
 
 
 def attend(
     q: jax.Array, cache: KVCache | PagedKVCache, layer: int, positions: jax.Array, window: int,
     scale: float | None = None, soft_cap: float | None = None, sinks: jax.Array | None = None, chunk: int = 0,
+    alibi: jax.Array | None = None,
 ) -> jax.Array:
     """Attention of q [B, T, H, K] at positions [B, T] over `layer` of the cache.
 
@@ -267,25 +287,28 @@ def attend(
     (the Pallas kernels and the jnp paths cap; the native CPU kernels cannot, so capped layers skip them);
     sinks [H]: attention-sink logits (GPT-OSS; the jnp paths and the Pallas kernels take them; layers with
     sinks skip the native CPU kernels and, on a mesh, the kernels under shard_map); chunk: Llama 4's attention
-    chunk, the keys of the query's own chunk only (every path takes it).
+    chunk, the keys of the query's own chunk only (every path takes it); alibi [H]: ALiBi slopes, each head's
+    scores plus slope * (key position - query position) (BLOOM, MPT; the jnp paths and the Pallas kernels take
+    them, the native CPU kernels do not: such layers take XLA's path there).
     """
     if isinstance(cache, RaggedPagedCache) and cache.key_ends is not None:
-        return image_tokens_attend(q, cache, layer, positions, window, scale, soft_cap, sinks, chunk)
+        return image_tokens_attend(q, cache, layer, positions, window, scale, soft_cap, sinks, chunk, alibi)
     if isinstance(cache, RaggedPagedCache):
         rows_attend = gathered_rows_attend if cache.pages.backend == "reference" else paged_rows_attend
         return per_token_attend(
             q, cache, positions,
-            lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows, scale, soft_cap, sinks, chunk),
+            lambda qg, *rows: rows_attend(qg, cache.pages, layer, window, *rows, scale, soft_cap, sinks, chunk, alibi),
         )
     if isinstance(cache, PagedKVCache):
-        return paged_attend(q, cache, layer, positions, window, scale, soft_cap, sinks, chunk)
+        return paged_attend(q, cache, layer, positions, window, scale, soft_cap, sinks, chunk, alibi)
     k, v = cache.k[layer], cache.v[layer]
     mask = causal_window_mask(positions, k.shape[2], window, chunk)
+    bias = None if alibi is None else dense_alibi_bias(alibi, positions, k.shape[2], k.shape[1])
     if cache.quantized:
         # The native kernel reads 16/32-bit floats without scales: fp8 takes XLA's dense path.
         scales = (cache.k_scales[layer][..., 0], cache.v_scales[layer][..., 0])
-        return dense_attention(q, k, v, mask, scale, kv_scales=scales, soft_cap=soft_cap, sinks=sinks)
+        return dense_attention(q, k, v, mask, scale, kv_scales=scales, soft_cap=soft_cap, sinks=sinks, bias=bias)
     if (cache.cpu_kernels and decode_attention_applies(q.shape[1], k.dtype)
-            and native_kernel_applies(soft_cap, sinks)):
+            and native_kernel_applies(soft_cap, sinks, alibi)):
         return decode_attention(q, k, v, positions, window, scale, chunk)
-    return dense_attention(q, k, v, mask, scale, soft_cap=soft_cap, sinks=sinks)
+    return dense_attention(q, k, v, mask, scale, soft_cap=soft_cap, sinks=sinks, bias=bias)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.kernels.precision import matmul_precision
+from jaxinfer.models.alibi import distance, grouped_slopes
 from jaxinfer.models.key_span import first_visible_key, visible_keys
 
 NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
@@ -77,13 +78,15 @@ def blocked_rows_attention(
     sinks: jax.Array | None = None,
     chunk: int = 0,
     key_ends: jax.Array | None = None,
+    alibi: jax.Array | None = None,
 ) -> jax.Array:
     """q [R, T, H, K]: the first query_lens[r] queries of row r end at position lengths[r]-1.
 
     scale: of the scores (None: head_dim ** -0.5); soft_cap: scores pass cap * tanh(s / cap);
     sinks [H]: each head's attention-sink logit (see `softmax_with_sinks`); chunk: each query sees
     its own attention chunk's keys only (`key_span`); key_ends [R]: row r's queries also see the keys
-    before key_ends[r] past their own position (Gemma 3's image tokens; 0: none).
+    before key_ends[r] past their own position (Gemma 3's image tokens; 0: none); alibi [H]: ALiBi slopes
+    (scores plus slope * (key position - query position)).
 
     Keys are read in dtype with float32 scores and softmax, as the dense path does. Queries go
     in blocks of QUERY_BLOCK, each visiting only the key blocks its own positions can see (a
@@ -99,12 +102,13 @@ def blocked_rows_attention(
     table = jnp.pad(page_table, ((0, 0), (0, -page_table.shape[1] % block)))
     groups = [slice(r, r + 1) for r in range(rows)] if rows <= LOOPED_ROWS else [slice(0, rows)]
     sink = None if sinks is None else sink_logits(sinks, kv_heads)[:, None, :, None]  # [KV, 1, G, 1]
+    slopes = None if alibi is None else grouped_slopes(alibi, kv_heads)[:, None, :, None, None]  # [KV, 1, G, 1, 1]
 
     def attend_rows(g: slice) -> jax.Array:
         parts = [
             _query_block(qg[:, g, :, first : first + QUERY_BLOCK], cache, layer, window, lengths[g], table[g],
                          query_lens[g], first, block, dtype, dim**-0.5 if scale is None else scale, soft_cap, sink,
-                         chunk, None if key_ends is None else key_ends[g])
+                         chunk, None if key_ends is None else key_ends[g], slopes)
             for first in range(0, steps, QUERY_BLOCK)
         ]
         return _concatenate(parts, axis=3)
@@ -127,6 +131,7 @@ def blocked_token_attention(
     sinks: jax.Array | None = None,
     chunk: int = 0,
     key_ends: jax.Array | None = None,
+    alibi: jax.Array | None = None,
 ) -> jax.Array:
     """blocked_rows_attention of one-query rows q [N, 1, H, K] (an engine step's tokens, each its own
     row), TOKEN_BLOCK rows at a time: a block gathers its rows' pages [KV, rows, keys, K] one key
@@ -139,17 +144,17 @@ def blocked_token_attention(
         grow = lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))  # noqa: E731
         out = blocked_token_attention(grow(q), cache, layer, window, grow(lengths) + (jnp.arange(rows + pad) >= rows),
                                       grow(page_table), grow(query_lens), dtype, scale, soft_cap, sinks, chunk,
-                                      None if key_ends is None else grow(key_ends))
+                                      None if key_ends is None else grow(key_ends), alibi)
         return out[:rows]
     block = math.gcd(rows, TOKEN_BLOCK)
     if block == rows:
         return blocked_rows_attention(q, cache, layer, window, lengths, page_table, query_lens, dtype, scale,
-                                      soft_cap, sinks, chunk, key_ends)
+                                      soft_cap, sinks, chunk, key_ends, alibi)
 
     def one(args: tuple[jax.Array, ...]) -> jax.Array:
         ends = args[4] if len(args) > 4 else None
         return blocked_rows_attention(args[0], cache, layer, window, *args[1:4], dtype, scale, soft_cap, sinks, chunk,
-                                      ends)
+                                      ends, alibi)
 
     split = lambda a: a.reshape(rows // block, block, *a.shape[1:])  # noqa: E731
     ends = () if key_ends is None else (split(key_ends),)
@@ -177,6 +182,7 @@ def _query_block(
     sink: jax.Array | None,  # [KV, 1, G, 1] f32 attention-sink logits
     chunk: int = 0,
     key_ends: jax.Array | None = None,  # [R]
+    slopes: jax.Array | None = None,  # [KV, 1, G, 1, 1] f32 ALiBi slopes
 ) -> jax.Array:
     """Online softmax of one block of queries over the key blocks they can see: [KV, R, G, Tb, K] f32."""
     steps = qg.shape[-2]
@@ -196,6 +202,8 @@ def _query_block(
         visible = visible_keys(keys, positions, window, chunk, last) & live[:, :, None]
         scores = jnp.einsum("krgtd,krsd->krgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
         scores = cap_scores(scores * scale, soft_cap)
+        if slopes is not None:
+            scores = scores + slopes * distance(keys, positions)[None, :, None]  # [R, Tb, S] per head
         return jnp.where(visible[None, :, None], scores, NEG_INF), v
 
     def weighted(probs: jax.Array, v: jax.Array) -> jax.Array:

@@ -49,6 +49,7 @@ def per_shard_rows_attention(
     rows: tuple[jax.Array, jax.Array, jax.Array],  # lengths [B], page_table [B, pages], query_lens [B]
     layout: Layout,
     sinks: jax.Array | None = None,  # [H] attention-sink logits, split like q's heads
+    alibi: jax.Array | None = None,  # [H] ALiBi slopes, split like q's heads
 ) -> jax.Array:
     """kernel run by every device of layout's mesh on its shard; the result is split like q."""
     num_kv_heads = pools[0].shape[0]
@@ -60,18 +61,20 @@ def per_shard_rows_attention(
     group, local = q.shape[2] // num_kv_heads, q.shape[2] // layout.axis_size(TP)
 
     def shard(q_part: jax.Array, k_pages: jax.Array, v_pages: jax.Array, *rest: jax.Array) -> jax.Array:
-        row_parts, scale_parts, sink_part = rest[:3], rest[3 : 3 + len(scales)], rest[3 + len(scales) :]
+        row_parts, scale_parts, heads_parts = rest[:3], rest[3 : 3 + len(scales)], rest[3 + len(scales) :]
         kv = (k_pages, v_pages, *scale_parts)
         if slice_kv:  # a copy of one kv head's pages per call: the kernels take no head offset
             first = jax.lax.axis_index(TP) * local // group
             kv = tuple(jax.lax.dynamic_slice_in_dim(x, first, 1, axis=0) for x in kv)
-        return kernel(q_part, kv[0], kv[1], *row_parts, *kv[2:], **({"sinks": sink_part[0]} if sink_part else {}))
+        return kernel(q_part, kv[0], kv[1], *row_parts, *kv[2:], **dict(zip(per_head, heads_parts)))
 
+    # Per-head vectors (sinks, ALiBi slopes): each device takes its own heads' values.
+    per_head = {name: x for name, x in (("sinks", sinks), ("alibi", alibi)) if x is not None}
     row_spec = layout.spec(rows[0].shape, ROW_AXES)
     in_specs = (
         q_spec, pool_spec, pool_spec, row_spec, layout.spec(rows[1].shape, TABLE_AXES), row_spec,
         *(layout.spec(s.shape, SCALE_AXES) for s in scales),
-        *((PartitionSpec(q_spec[2]),) if sinks is not None else ()),
+        *(PartitionSpec(q_spec[2]) for _ in per_head),
     )
-    operands = (q, *pools, *rows, *scales, *((sinks,) if sinks is not None else ()))
+    operands = (q, *pools, *rows, *scales, *per_head.values())
     return shard_map(shard, layout, in_specs, q_spec)(*operands)

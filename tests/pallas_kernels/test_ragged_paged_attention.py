@@ -142,6 +142,43 @@ def test_kernels_take_attention_chunks(platform):
     _assert_padding_rows_zero(out, inputs.query_lens)
 
 
+# BLOOM's slopes for 8 heads (2^-1 .. 2^-8), the first heads' steep enough that far keys barely count.
+SLOPES = 2.0 ** -jnp.arange(1, 9, dtype=jnp.float32)
+
+
+@pytest.mark.parametrize("platform,int8", [("gpu", False), ("tpu", True)])
+def test_kernels_take_alibi_slopes(platform, int8):
+    """ALiBi (BLOOM, MPT): both kernels, interpreted (the GPU one over 2 splits, so the bias survives the combine),
+    equal the reference on rows whose queries sit at different offsets, float and int8 pages; the slopes change
+    the result, and reversed slopes change it again (each head reads its own slope)."""
+    name = "int8" if int8 else "soft_cap"
+    inputs = _feature_inputs(name, out_of_range_entries=platform == "tpu")
+    opts = dict(alibi_slopes=SLOPES, **inputs.kwargs)
+    with jax.default_device(jax.devices("cpu")[0]):
+        if platform == "gpu":
+            out = ragged_paged_attention_gpu(*inputs.ragged_args, pages_per_block=1, num_splits=2, interpret=True,
+                                             **opts)
+        else:
+            out = ragged_paged_attention_tpu(*inputs.ragged_args, pages_per_block=1, interpret=True, **opts)
+    expected = ragged_paged_attention_reference(*inputs.ragged_args, **opts)
+    assert_close(out, expected, F32)
+    _assert_padding_rows_zero(out, inputs.query_lens)
+    if platform == "gpu":
+        plain = ragged_paged_attention_reference(*inputs.ragged_args, **inputs.kwargs)
+        reversed_slopes = ragged_paged_attention_reference(*inputs.ragged_args, alibi_slopes=SLOPES[::-1])
+        assert not np.allclose(np.asarray(expected), np.asarray(plain), atol=1e-3)
+        assert not np.allclose(np.asarray(expected), np.asarray(reversed_slopes), atol=1e-3)
+
+
+def test_alibi_kernels_lower_for_real_hardware():
+    """With ALiBi slopes the Triton and Mosaic kernels still lower for CUDA and TPU."""
+    inputs = _case_inputs("verify_gqa4_split")
+    gpu = lambda *args: ragged_paged_attention_gpu(*args, alibi_slopes=SLOPES)  # noqa: E731
+    tpu = lambda *args: ragged_paged_attention_tpu(*args, alibi_slopes=SLOPES)  # noqa: E731
+    assert "xla.gpu.triton" in lower_for("cuda", gpu, *inputs.ragged_args)
+    assert "tpu_custom_call" in lower_for("tpu", tpu, *inputs.ragged_args)
+
+
 def test_chunked_kernels_lower_for_real_hardware():
     """With an attention chunk the Triton and Mosaic kernels still lower for CUDA and TPU."""
     inputs = _case_inputs("verify_gqa4_split")
