@@ -435,6 +435,13 @@ ARCH_CONFIGS.update({
                                    attn_layer_period=3, attn_layer_offset=1, expert_layer_period=3,
                                    expert_layer_offset=0, pad_token_id=0)),
 })
+# LFM3: a short conv (3 taps), a sliding layer (window 8, default rope of theta 1e4) and a full one (proportional
+# rope turning half the frequencies of theta 1e6), the attention heads gated, every sublayer's output normed.
+ARCH_CONFIGS["lfm3"] = (
+    hf.Lfm3Config,
+    dict(num_hidden_layers=3, head_dim=16, sliding_window=8, conv_L_cache=3, pad_token_id=0,
+         layer_types=["conv", "sliding_attention", "full_attention"]),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -518,6 +525,7 @@ MODEL_CLASSES = {
     hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
     hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,
+    hf.Lfm3Config: hf.Lfm3ForCausalLM,
 }
 
 

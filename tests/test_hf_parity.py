@@ -90,6 +90,11 @@ LOGITS_ONLY += ("falcon_mamba",)
 # and MoE layer's. That engine test runs Mamba-1's mixer and state pools for Mamba too: its greedy tokens there.
 LOGITS_ONLY += ("jamba",)
 GREEDY_ELSEWHERE += ("mamba",)
+# LFM3: LFM2's short conv and state pool (their decode checked by test_hybrid_families' LFM2 engine run) beside
+# attention whose gate, norms and ropes come before or after the kernels (its windows reach them as Mistral's): its
+# float32 logits here, on XLA, and its bfloat16 error; a greedy run would add ~3 s.
+LLAMA_ATTENTION += ("lfm3",)
+DECODES_AS_ANOTHER += ("lfm3",)
 
 
 @functools.cache

@@ -377,3 +377,21 @@ def test_kda_forget_gate_matches_transformers_per_channel_and_past_its_softplus_
     got = np.asarray(forget_gate(ss, w, jnp.asarray(x[0].numpy()) @ w.f_a))
     assert np.isfinite(got).all() and expected[:, 0, :8].max() < -50  # the bound at work: finite, steep decays
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_lfm3_config_as_transformers_reads_it():
+    """Lfm3Config's defaults: every fourth layer from 2 full attention, from 4 sliding (256 tokens, theta 1e4), the
+    rest short convs of 7 taps; the full layers' proportional rope turns half the frequencies of theta 1e6. The gate,
+    the sandwich norms and unbiased attention are what the release has: the others are refused by name."""
+    hf = dict(vocab_size=256, hidden_size=64, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2,
+              architectures=["Lfm3ForCausalLM"])
+    cfg = from_hf_config(hf)
+    assert (cfg.state_space.layers, cfg.layer_windows) == ((0, 1, 3, 5, 7), (0, 0, 0, 0, 256, 0, 0, 0))
+    assert (cfg.state_space.conv_kernel, cfg.head_dim, cfg.intermediate_size) == (7, 128, 7680)
+    assert (cfg.local_rope_theta, cfg.rope_theta, cfg.rope_scaling.rope_type) == (1e4, 1e6, "proportional")
+    assert cfg.rope_scaling.rotated_fraction == 0.5 and cfg.tie_word_embeddings
+    for name, value in (("use_attention_gate", False), ("use_sandwich_norm", False), ("attention_bias", True)):
+        with pytest.raises(ConfigError, match=f"{name} {value} is not supported for Lfm3ForCausalLM"):
+            from_hf_config({**hf, name: value})
+    with pytest.raises(ConfigError, match=r"layer_types \['mamba'.* must list one of \['conv', 'sliding_attention'"):
+        from_hf_config({**hf, "layer_types": ["mamba"] * 8})

@@ -108,13 +108,21 @@ def hybrid_layer(
     mlp: Callable[[jax.Array, Layout], jax.Array],
 ) -> tuple[jax.Array, Any]:
     """The mixer (a state layer's or attention), then mlp(normed residual, layout), each behind an RMSNorm
-    (zero-centred where `norm_weight_offset` says: Qwen3-Next's, Qwen3.5's) and scaled by `residual_multiplier`
-    before its residual add."""
-    layout, eps, offset, multiplier = cache.layout, cfg.rms_norm_eps, cfg.norm_weight_offset, cfg.residual_multiplier
+    (zero-centred where `norm_weight_offset` says: Qwen3-Next's, Qwen3.5's), its output normed where the layer has
+    `post_attn_norm` / `post_mlp_norm` (LFM3) and scaled by `residual_multiplier` before its residual add."""
+    layout, eps, offset = cache.layout, cfg.rms_norm_eps, cfg.norm_weight_offset
     out, cache = token_mixer(cfg, rms_norm(x, lw.attn_norm, eps, offset), cache, lw, layer, positions, rope)
-    x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
+    x = layout.constrain(x + sublayer_output(cfg, out, getattr(lw, "post_attn_norm", None)), HIDDEN)
     mixed = mlp(rms_norm(x, lw.mlp_norm, eps, offset), layout)
-    return layout.constrain(x + scaled(mixed, multiplier), HIDDEN), cache
+    return layout.constrain(x + sublayer_output(cfg, mixed, getattr(lw, "post_mlp_norm", None)), HIDDEN), cache
+
+
+def sublayer_output(cfg: ModelConfig, out: jax.Array, post_norm: jax.Array | None) -> jax.Array:
+    """A sublayer's output as the residual stream takes it: RMS-normed where the layer has a post norm (LFM3's
+    sandwich norms), scaled by `residual_multiplier`."""
+    if post_norm is not None:
+        out = rms_norm(out, post_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+    return scaled(out, cfg.residual_multiplier)
 
 
 def dense_hybrid_layer(

@@ -101,15 +101,15 @@ def mlp_width(hf: Mapping[str, Any]) -> int:
     return multiple * ((int(float(multiplier) * width) + multiple - 1) // multiple)
 
 
-def conv_layers(hf: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
+def conv_layers(hf: Mapping[str, Any], num_layers: int, kinds: tuple[str, ...] = LAYER_TYPES) -> tuple[int, ...]:
     """The layers `layer_types` marks "conv" (else those `full_attn_idxs` leaves out; transformers' default:
-    every layer attends)."""
+    every layer attends); kinds: the layer types the family accepts (LFM3 adds "sliding_attention")."""
     attention = field(hf, "full_attn_idxs", None)
     attention = range(num_layers) if attention is None else attention
     types = field(hf, "layer_types", None) or ["full_attention" if i in attention else "conv"
                                                 for i in range(num_layers)]
-    if len(types) != num_layers or not set(types) <= set(LAYER_TYPES):
-        raise ConfigError(f"layer_types {types!r} must list one of {list(LAYER_TYPES)} for each of the {num_layers} "
+    if len(types) != num_layers or not set(types) <= set(kinds):
+        raise ConfigError(f"layer_types {types!r} must list one of {list(kinds)} for each of the {num_layers} "
                           "layers")
     return tuple(i for i, t in enumerate(types) if t == "conv")
 
@@ -119,8 +119,9 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     return ModelConfig(**lfm2_fields(hf, arch, mlp_width(hf)))
 
 
-def lfm2_fields(hf: Mapping[str, Any], arch: str, width: int) -> dict[str, Any]:
-    """ModelConfig fields of an LFM2 or LFM2-MoE config whose dense MLPs have `width` hidden units."""
+def lfm2_fields(hf: Mapping[str, Any], arch: str, width: int, kinds: tuple[str, ...] = LAYER_TYPES) -> dict[str, Any]:
+    """ModelConfig fields of an LFM2, LFM2-MoE or LFM3 config whose dense MLPs have `width` hidden units (kinds: the
+    layer types it accepts)."""
     hf = {"rope_theta": HF_THETA, **hf, "intermediate_size": width}
     fields = common_fields({k: v for k, v in hf.items() if k != "layer_types"}, arch)
     layers, kernel = fields["num_layers"], int(field(hf, "conv_L_cache", 3))
@@ -131,7 +132,7 @@ def lfm2_fields(hf: Mapping[str, Any], arch: str, width: int) -> dict[str, Any]:
            "max_position_embeddings": int(field(hf, "max_position_embeddings", 128000)),
            "tie_word_embeddings": bool(field(hf, "tie_embedding", field(hf, "tie_word_embeddings", True)))},
         qk_norm=True,
-        state_space=StateSpace.short_conv(conv_layers(hf, layers), fields["hidden_size"], kernel,
+        state_space=StateSpace.short_conv(conv_layers(hf, layers, kinds), fields["hidden_size"], kernel,
                                           bool(field(hf, "conv_bias", False))),
     )
 

@@ -3,8 +3,8 @@ embeddings, the cache write, attention over the cache and the output projection.
 
 Layer weights are duck-typed: any dataclass with the fields `wq wk wv wo` and the optional
 `bq bk bv bo q_norm k_norm` (`q_norm_bias k_norm_bias`: Phi's q/k LayerNorms'), `sinks` where the config has
-attention sinks (GPT-OSS), and `attn_gate` [D, H, K] where the attention output is gated per head and dim by
-sigmoid(h @ attn_gate) before wo (Qwen3-Next).
+attention sinks (GPT-OSS), `attn_gate` [D, H, K] where the attention output is gated per head and dim by
+sigmoid(h @ attn_gate) before wo (Qwen3-Next), and `head_gate` [D, H] where it is gated per head alone (LFM3).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.alibi import slopes_array
 from jaxinfer.models.attention import attend
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.invariant_weight import InvariantWeight
@@ -89,10 +90,13 @@ def self_attention(
     cache = cache.write(layer, k, v, positions)
     window = cfg.layer_windows[layer]
     attn = attend(q, cache, layer, positions, window, scale=cfg.attn_scale, soft_cap=cfg.attn_soft_cap,
-                  sinks=getattr(lw, "sinks", None), chunk=cfg.layer_chunks[layer])
+                  sinks=getattr(lw, "sinks", None), chunk=cfg.layer_chunks[layer], alibi=slopes_array(cfg.alibi_slopes))
     gate = getattr(lw, "attn_gate", None)
     if gate is not None:
         attn = attn * jax.nn.sigmoid(linear(h, gate))
+    head_gate = getattr(lw, "head_gate", None)
+    if head_gate is not None:
+        attn = attn * jax.nn.sigmoid(linear(h, head_gate))[..., None]
     out = linear(layout.constrain(attn, Q_HEADS), lw.wo, contract=2)
     return (out if lw.bo is None else out + lw.bo), cache
 
