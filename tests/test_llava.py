@@ -23,6 +23,7 @@ from jaxinfer.checkpoint.loader import load_vision_weights
 from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.model import ConfigError
 from jaxinfer.engine.beams import beam_score
+from jaxinfer.entrypoints.multimodal import ImagePrompts
 from jaxinfer.models import forward_with_taps, lm_logits
 from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.llava import image_features, read_llava_config
@@ -288,3 +289,20 @@ def test_step_and_tower_programs_lower_for_the_accelerators(llm, platform):
             export.export(program, platforms=(EXPORT_PLATFORMS[platform],))(*args, **kwargs)
     finally:
         runner.branchless, runner.stop_early = False, True
+
+
+def test_a_model_type_the_installed_transformers_lacks_is_refused_by_name():
+    """A vision-language config's defaults come from transformers' config class: a model_type it lacks (an older
+    transformers than the checkpoint's) is a ConfigError naming it and the version, not transformers' list."""
+    version = transformers.__version__
+    with pytest.raises(ConfigError, match=rf"model_type 'llava_from_2030' is unknown to .*\({version}\)"):
+        read_llava_config({"model_type": "llava_from_2030", "architectures": ["LlavaForConditionalGeneration"]})
+
+
+def test_an_image_processor_the_installed_transformers_lacks_is_refused_by_name(tmp_path):
+    """preprocessor_config.json naming a processor class this transformers lacks (an older one than the
+    checkpoint's): a ValueError naming the file and the version, on the first image."""
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"image_processor_type": "FutureImageProcessor"}))
+    with pytest.raises(ValueError, match=rf"preprocessor_config.json\) that the installed transformers "
+                                         rf"\({transformers.__version__}\) loads"):
+        ImagePrompts(tmp_path, None, None, 1).processor()

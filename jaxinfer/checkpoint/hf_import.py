@@ -23,6 +23,11 @@ def auto_image_processor() -> Any:
     return _module(IMAGE_PROCESSING_AUTO).AutoImageProcessor
 
 
+def transformers_version() -> str:
+    """The installed transformers' version, for messages about what it lacks."""
+    return _module("transformers").__version__
+
+
 def tokenizer_class(name: str) -> Any:
     """A tokenizer class of transformers by name. Only the class's own module is imported (transformers imports
     lazily)."""

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from jaxinfer.checkpoint.gemma4_vision_weights import is_gemma4_vision
-from jaxinfer.checkpoint.hf_import import auto_image_processor
+from jaxinfer.checkpoint.hf_import import auto_image_processor, transformers_version
 from jaxinfer.checkpoint.loader import load_vision_weights, safetensors_index
 from jaxinfer.checkpoint.vision_weights import is_vision_language
 from jaxinfer.config.model import ConfigError, read_config_json
@@ -178,9 +178,9 @@ class ImagePrompts:
         if self._processor is None:
             try:
                 processor = auto_image_processor().from_pretrained(self.model_dir)
-            except (OSError, ValueError) as error:
-                raise ValueError(f"{self.model_dir} has no image processor (preprocessor_config.json): "
-                                 f"{error}") from None
+            except (OSError, ValueError) as error:  # no file, or a processor class older transformers lack
+                raise ValueError(f"{self.model_dir} has no image processor (preprocessor_config.json) that the "
+                                 f"installed transformers ({transformers_version()}) loads: {error}") from None
             if getattr(processor, "do_pan_and_scan", False):  # Gemma 3's extra crops: more images than marks
                 raise ValueError(f"{self.model_dir}: preprocessor_config.json's do_pan_and_scan true is not "
                                  "supported (one image, one crop); set it false")

@@ -115,7 +115,12 @@ def complete_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     import transformers
 
     fields = {k: v for k, v in hf.items() if k not in ("model_type", "architectures")}
-    return transformers.AutoConfig.for_model(hf.get("model_type", "llava"), **fields).to_dict()
+    model_type = hf.get("model_type", "llava")
+    if model_type not in transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES:
+        raise ConfigError(f"model_type {model_type!r} is unknown to the installed transformers "
+                          f"({transformers.__version__}), whose config class fills in its defaults: install a "
+                          "transformers that has it")
+    return transformers.AutoConfig.for_model(model_type, **fields).to_dict()
 
 
 def text_hf_config(hf: Mapping[str, Any]) -> dict[str, Any]:
