@@ -442,6 +442,19 @@ ARCH_CONFIGS["lfm3"] = (
     dict(num_hidden_layers=3, head_dim=16, sliding_window=8, conv_L_cache=3, pad_token_id=0,
          layer_types=["conv", "sliding_attention", "full_attention"]),
 )
+# Kimi K2.5: DeepSeek-V3's tiny language model (above) under Kimi_K25ForConditionalGeneration, beside a one-block
+# MoonViT tower and its projector (16 wide), the head untied as the outer config says.
+KIMI_TOWER = dict(patch_size=4, pos_emb_height=4, pos_emb_width=4, pos_emb_time=1, num_attention_heads=2,
+                  num_hidden_layers=1, hidden_size=16, intermediate_size=32)
+
+
+def kimi_k25_config(**text) -> transformers.PretrainedConfig:
+    """A Kimi_K25Config nesting DeepseekV3Config(**text) (the class skips the test where transformers lacks it)."""
+    return hf.Kimi_K25Config(text_config=hf.DeepseekV3Config(**text).to_dict(), vision_config=KIMI_TOWER,
+                             projection_hidden_size=16, tie_word_embeddings=False)
+
+
+ARCH_CONFIGS["kimi_k25"] = (kimi_k25_config, ARCH_CONFIGS["deepseek_v3"][1])
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -525,6 +538,7 @@ MODEL_CLASSES = {
     hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
     hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,
+    kimi_k25_config: hf.Kimi_K25ForConditionalGeneration,
     hf.Lfm3Config: hf.Lfm3ForCausalLM,
 }
 

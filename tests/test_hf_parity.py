@@ -90,6 +90,9 @@ LOGITS_ONLY += ("falcon_mamba",)
 # and MoE layer's. That engine test runs Mamba-1's mixer and state pools for Mamba too: its greedy tokens there.
 LOGITS_ONLY += ("jamba",)
 GREEDY_ELSEWHERE += ("mamba",)
+# Kimi K2.5: DeepSeek-V3's language model unchanged, checked in full above; its float32 logits check where the
+# wrapper keeps it (its prefixes, the head untied by the outer config): test_text_only_wrappers for Moonshot's layout.
+LOGITS_ONLY += ("kimi_k25",)
 # LFM3: LFM2's short conv and state pool (their decode checked by test_hybrid_families' LFM2 engine run) beside
 # attention whose gate, norms and ropes come before or after the kernels (its windows reach them as Mistral's): its
 # float32 logits here, on XLA, and its bfloat16 error; a greedy run would add ~3 s.

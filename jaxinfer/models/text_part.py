@@ -11,7 +11,9 @@ run their tower: models/qwen2_vl). As transformers ties the output head by the o
 `model.audio_tower.*` and their embedders, all skipped here (its vision tower and embedder are read apart, where
 the config has a `vision_config`: checkpoint/gemma4_vision_weights; audio is refused). Gemma 3n's
 Gemma3nForConditionalGeneration is laid out as Gemma 4's; its MobileNet vision tower and audio tower are never
-read: it runs text only.
+read: it runs text only. Moonshot ships Kimi K2.5 laid out as Llama 4 (`language_model.model.*`,
+`language_model.lm_head.*`) beside its MoonViT tower (`vision_tower.*`) and projector (`mm_projector.*`, which
+transformers saves in part as `model.mm_projector.*`): models/kimi_k25.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ TEXT_PARTS = {
     "Gemma3nForConditionalGeneration": TextPart(
         "model.language_model.", ("model.vision_tower.", "model.embed_vision.", "model.audio_tower.",
                                   "model.embed_audio."), replaced="model."),
+    **dict.fromkeys(("Kimi_K25ForConditionalGeneration", "KimiK25ForConditionalGeneration"), TextPart(
+        "language_model.", ("vision_tower.", "mm_projector.", "model.vision_tower.", "model.mm_projector."))),
 }
 
 
