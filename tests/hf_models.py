@@ -294,6 +294,14 @@ ARCH_CONFIGS.update({
         hf.FalconConfig,
         dict(ffn_hidden_size=128, parallel_attn=False, multi_query=False),
     ),
+    "bloom": (  # ALiBi (BLOOM's slopes, 4 heads), the embeddings' LayerNorm, query_key_value per head, LayerNorms and
+        hf.BloomConfig,  # projections biased, gelu-tanh MLP 4 x 64 wide, tied head
+        dict(),
+    ),
+    "mpt": (  # ALiBi with MPT's slopes over 6 heads (not a power of two: the interleaved rule), Wqkv clamped
+        hf.MptConfig,  # (clip_qkv 1.5), bias-free LayerNorms and projections, exact-GELU MLP, tied head
+        dict(hidden_size=96, num_attention_heads=6, attn_config=dict(clip_qkv=1.5)),
+    ),
     "minimax_m2": (  # 2 of 4 experts by sigmoid score + correction bias, renormalised; q/k norms over the whole
         hf.MiniMaxM2Config,  # projection (4 heads of 32 dims, beside hidden/heads); half of each head rotated (the
         dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, rotary_dim=16,  # factor
@@ -526,6 +534,8 @@ MODEL_CLASSES = {
     hf.PhiConfig: hf.PhiForCausalLM,
     hf.GPT2Config: hf.GPT2LMHeadModel,
     hf.FalconConfig: hf.FalconForCausalLM,
+    hf.BloomConfig: hf.BloomForCausalLM,
+    hf.MptConfig: hf.MptForCausalLM,
     hf.StableLmConfig: hf.StableLmForCausalLM,
     hf.GPTBigCodeConfig: hf.GPTBigCodeForCausalLM,
     hf.GPTJConfig: hf.GPTJForCausalLM,

@@ -95,3 +95,14 @@ def test_int8_quantized_model_converts_and_restores_identically(checkpoint_dir, 
     assert _relative_error(logits, expected) < 0.05, name
     out = save_converted(llm.weights, path, tmp_path / "converted")
     np.testing.assert_array_equal(LLM(out, max_seq_len=128).logits(PROMPT), logits)
+
+
+def test_bloom_alibi_through_the_paged_cache_keeps_hf_greedy_tokens(checkpoint_dir):
+    """BLOOM (ALiBi): 32 greedy tokens for two calls over prompts sharing a page, prefix caching on (the second call
+    reads cached pages), the native CPU kernels where they build: its attention leaves them for XLA's paged paths
+    (the ragged step's blocked key loops), whose biases take each key's position from the page table."""
+    llm = LLM(checkpoint_dir("bloom"), dtype="float32", max_seq_len=128, enable_prefix_caching=True)
+    expected = [hf_greedy("bloom", tuple(p)) for p in PROMPTS]
+    for _ in range(2):
+        assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+    assert llm.metrics().get("prefix_cache_hits", 0) > 0

@@ -90,6 +90,12 @@ LOGITS_ONLY += ("falcon_mamba",)
 # and MoE layer's. That engine test runs Mamba-1's mixer and state pools for Mamba too: its greedy tokens there.
 LOGITS_ONLY += ("jamba",)
 GREEDY_ELSEWHERE += ("mamba",)
+# BLOOM and MPT: ALiBi's slopes keep their attention off the native kernels (XLA's path: a kernels twin would run the
+# same attention). BLOOM's greedy tokens in test_families (two prompts sharing a page, prefix caching on: the paged
+# path); MPT decodes through the same ungated layer and attention paths, its slopes and clamp shown by its logits.
+XLA_ONLY += ("bloom", "mpt")
+GREEDY_ELSEWHERE += ("bloom",)
+DECODES_AS_ANOTHER += ("mpt",)
 # Kimi K2.5: DeepSeek-V3's language model unchanged, checked in full above; its float32 logits check where the
 # wrapper keeps it (its prefixes, the head untied by the outer config): test_text_only_wrappers for Moonshot's layout.
 LOGITS_ONLY += ("kimi_k25",)

@@ -144,6 +144,8 @@ class ModelConfig:
     attn_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap)
     final_soft_cap: float | None = None  # the same on the output logits
     attn_sinks: bool = False  # a learned per-head sink logit in each softmax (GPT-OSS)
+    # ALiBi (BLOOM, MPT; models.alibi): each head's scores plus slope * (key - query position); () = none
+    alibi_slopes: tuple[float, ...] = ()
     # DeepSeek's multi-head latent attention (models.latent_attention): num_kv_heads 1 and head_dim its cached dims
     latent_attention: LatentAttention | None = None
     # Mamba2 state-space layers (models.mamba2_mixer): their dims and which layers they are; None: attention only
@@ -236,6 +238,9 @@ def _validate(cfg: ModelConfig) -> None:
         raise ConfigError(f"layer_windows has {len(cfg.layer_windows)} entries for {cfg.num_layers} layers")
     if len(cfg.layer_chunks) != cfg.num_layers:
         raise ConfigError(f"layer_chunks has {len(cfg.layer_chunks)} entries for {cfg.num_layers} layers")
+    if cfg.alibi_slopes and len(cfg.alibi_slopes) != cfg.num_heads:
+        raise ConfigError(f"alibi_slopes has {len(cfg.alibi_slopes)} entries for {cfg.num_heads} heads; one per "
+                          "query head, or none")
     if any(w and c for w, c in zip(cfg.layer_windows, cfg.layer_chunks)):
         raise ConfigError(f"a layer has both a sliding window and an attention chunk (layer_windows "
                           f"{cfg.layer_windows}, layer_chunks {cfg.layer_chunks}); each layer takes one or neither")

@@ -18,6 +18,7 @@ from jaxinfer.models.apertus import FAMILY as APERTUS
 from jaxinfer.models.arcee import FAMILY as ARCEE
 from jaxinfer.models.bamba import FAMILY as BAMBA
 from jaxinfer.models.base_models import causal_architecture, pools_only
+from jaxinfer.models.bloom import FAMILY as BLOOM
 from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
 from jaxinfer.models.dbrx import FAMILY as DBRX
@@ -64,6 +65,7 @@ from jaxinfer.models.minimax_m2 import FAMILY as MINIMAX_M2
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mistral4 import FAMILY as MISTRAL4
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
+from jaxinfer.models.mpt import FAMILY as MPT
 from jaxinfer.models.nemotron import FAMILY as NEMOTRON
 from jaxinfer.models.nemotron_h import FAMILY as NEMOTRON_H
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
@@ -94,7 +96,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 EXAONE4, MINISTRAL3, COHERE2, APERTUS, ARCEE, OLMOE, COHERE, NEMOTRON, STARCODER2,
                                 LLAMA4, GEMMA4, MAMBA2, GRANITE_MOE_HYBRID, BAMBA, NEMOTRON_H, WHISPER, QWEN3_NEXT,
                                 MAMBA, JAMBA, FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GEMMA3N,
-                                DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2,
+                                DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2, BLOOM, MPT,
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, KIMI_K25, LFM3)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}

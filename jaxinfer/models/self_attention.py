@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
+from jaxinfer.models.alibi import slopes_array
 from jaxinfer.models.attention import attend
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.invariant_weight import InvariantWeight
@@ -89,7 +90,7 @@ def self_attention(
     cache = cache.write(layer, k, v, positions)
     window = cfg.layer_windows[layer]
     attn = attend(q, cache, layer, positions, window, scale=cfg.attn_scale, soft_cap=cfg.attn_soft_cap,
-                  sinks=getattr(lw, "sinks", None), chunk=cfg.layer_chunks[layer])
+                  sinks=getattr(lw, "sinks", None), chunk=cfg.layer_chunks[layer], alibi=slopes_array(cfg.alibi_slopes))
     gate = getattr(lw, "attn_gate", None)
     if gate is not None:
         attn = attn * jax.nn.sigmoid(linear(h, gate))
