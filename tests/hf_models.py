@@ -463,6 +463,10 @@ def kimi_k25_config(**text) -> transformers.PretrainedConfig:
 
 
 ARCH_CONFIGS["kimi_k25"] = (kimi_k25_config, ARCH_CONFIGS["deepseek_v3"][1])
+# Apertus 1.5: Apertus' tiny model (above) over 300 ids, its head pruned to the first 256 (ids 256-299: input-only
+# codes, whose embedding rows are not read).
+ARCH_CONFIGS["apertus1p5"] = (hf.Apertus1p5TextConfig, dict(ARCH_CONFIGS["apertus"][1], vocab_size=300,
+                                                            output_vocab_size=256, tie_word_embeddings=False))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -549,6 +553,7 @@ MODEL_CLASSES = {
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
     hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,
     kimi_k25_config: hf.Kimi_K25ForConditionalGeneration,
+    hf.Apertus1p5TextConfig: hf.Apertus1p5TextForCausalLM,
     hf.Lfm3Config: hf.Lfm3ForCausalLM,
 }
 

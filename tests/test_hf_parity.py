@@ -96,9 +96,10 @@ GREEDY_ELSEWHERE += ("mamba",)
 XLA_ONLY += ("bloom", "mpt")
 GREEDY_ELSEWHERE += ("bloom",)
 DECODES_AS_ANOTHER += ("mpt",)
-# Kimi K2.5: DeepSeek-V3's language model unchanged, checked in full above; its float32 logits check where the
-# wrapper keeps it (its prefixes, the head untied by the outer config): test_text_only_wrappers for Moonshot's layout.
-LOGITS_ONLY += ("kimi_k25",)
+# Kimi K2.5 and Apertus 1.5: DeepSeek-V3's and Apertus' language models unchanged, checked in full above; their float32
+# logits check where the wrapper keeps them (Kimi's prefixes, the head untied by the outer config; Apertus 1.5's head
+# pruned to 256 of its 300 ids): test_text_only_wrappers for the layouts their makers ship.
+LOGITS_ONLY += ("kimi_k25", "apertus1p5")
 # LFM3: LFM2's short conv and state pool (their decode checked by test_hybrid_families' LFM2 engine run) beside
 # attention whose gate, norms and ropes come before or after the kernels (its windows reach them as Mistral's): its
 # float32 logits here, on XLA, and its bfloat16 error; a greedy run would add ~3 s.

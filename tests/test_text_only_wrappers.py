@@ -1,6 +1,7 @@
 """Multimodal checkpoints whose language model runs text-only, beyond test_hf_parity's float32 logits of each (Kimi
-K2.5 as transformers saves Kimi_K25ForConditionalGeneration): the layouts their makers ship, read to the same
-weights, and their images and video refused by name. No step program is compiled."""
+K2.5 as transformers saves Kimi_K25ForConditionalGeneration, Apertus 1.5's pruned head as Apertus1p5TextForCausalLM):
+the layouts their makers ship, read to the same weights, their images, video and audio refused by name, and Apertus
+1.5's settings refused by name. No step program is compiled."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import jax
 import numpy as np
 import pytest
 import torch
-from hf_models import hf, make_hf_model
+from hf_models import ARCH_CONFIGS, COMMON, hf, make_hf_model
 from safetensors.numpy import load_file, save_file
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.checkpoint.loader import load_weights
+from jaxinfer.config.model import ConfigError
+from jaxinfer.models.registry import from_hf_config
 
 PROMPT = np.random.RandomState(0).randint(3, 256, size=16).tolist()
 
@@ -59,3 +62,62 @@ def test_kimi_k25_images_and_video_are_refused(checkpoint_dir):
     for kind, data, match in (("image", image, "takes no images"), ("video", np.stack([image] * 2), "video")):
         with pytest.raises(ValueError, match=match):
             llm.generate({"prompt_token_ids": PROMPT, "multi_modal_data": {kind: data}}, SamplingParams(max_tokens=1))
+
+
+@pytest.fixture(scope="module")
+def apertus1p5_wrapped(tmp_path_factory, checkpoint_dir):
+    """Apertus1p5ForConditionalGeneration's layout: Apertus1p5TextForCausalLM's tensors under
+    `model.language_model.*` (the head `lm_head.*`) beside the vision and audio tokenizers (skipped), the text
+    config under text_config. transformers' model builds a WavTokenizer audio encoder and a VQ image encoder, so the
+    checkpoint is the causal LM's tensors renamed as Swiss AI stores them."""
+    path, causal_dir = tmp_path_factory.mktemp("apertus1p5_wrapped"), checkpoint_dir("apertus1p5")
+    tensors = {name.replace("model.", "model.language_model.", 1): array
+               for name, array in load_file(causal_dir / "model.safetensors").items()}
+    tokenizers = {f"model.{part}.weight": np.zeros((2, 2), np.float32)
+                  for part in ("vision_tokenizer.encoder.conv_in", "vision_tokenizer.quantize.embedding",
+                               "audio_tokenizer.encoder.conv")}
+    save_file({**tensors, **tokenizers}, path / "model.safetensors")
+    text = json.loads((causal_dir / "config.json").read_text())
+    config = {"architectures": ["Apertus1p5ForConditionalGeneration"], "model_type": "apertus1p5",
+              "text_config": text, "vision_config": {"model_type": "apertus1p5_vision_tokenizer"},
+              "audio_config": {"model_type": "wavtokenizer_encoder"}, "tie_word_embeddings": False}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_apertus1p5_conditional_generation_reads_its_language_model(apertus1p5_wrapped, checkpoint_dir):
+    """The same config and weights as the causal LM's: 256 ids run (the head's), the embedding's first 256 of its
+    300 stored rows read."""
+    cfg, weights = load_weights(apertus1p5_wrapped, np.float32, progress=False)
+    causal_cfg, causal = load_weights(checkpoint_dir("apertus1p5"), np.float32, progress=False)
+    assert cfg == dataclasses.replace(causal_cfg, architecture="Apertus1p5ForConditionalGeneration")
+    assert (cfg.vocab_size, cfg.stored_vocab_size, weights.embed.shape) == (256, 300, (256, 64))
+    stored = load_file(checkpoint_dir("apertus1p5") / "model.safetensors")["model.embed_tokens.weight"]
+    np.testing.assert_array_equal(np.asarray(weights.embed), stored[:256])
+    assert_same_weights(weights, causal)
+
+
+def test_apertus1p5_images_audio_and_codes_are_refused(apertus1p5_wrapped):
+    """Its tokenizers are not run: a prompt with an image or audio is refused, and one holding an id past the pruned
+    head's (a visual or audio code written out) as outside the vocabulary."""
+    llm = LLM(apertus1p5_wrapped, dtype="float32", max_seq_len=64)
+    image, audio = np.zeros((32, 32, 3), np.uint8), (np.zeros(1600), 16_000)
+    for kind, data, match in (("image", image, "takes no images"), ("audio", audio, "audio")):
+        with pytest.raises(ValueError, match=match):
+            llm.generate({"prompt_token_ids": PROMPT, "multi_modal_data": {kind: data}}, SamplingParams(max_tokens=1))
+    with pytest.raises(ValueError, match=r"ids \[270\] outside the vocabulary \[0, 256\)"):
+        llm.generate({"prompt_token_ids": PROMPT + [270]}, SamplingParams(max_tokens=1))
+
+
+@pytest.mark.parametrize("setting, match", [
+    (dict(output_vocab_size=301), "output_vocab_size 301 is not supported"),
+    (dict(output_vocab_size=0), "output_vocab_size 0 is not supported"),
+    (dict(tie_word_embeddings=True), "output_vocab_size 256 with tie_word_embeddings=True"),
+])
+def test_apertus1p5_head_settings_refused_by_name(setting, match):
+    """A pruned head wider than the vocabulary or empty, or tied to the embedding it no longer matches."""
+    extra = ARCH_CONFIGS["apertus1p5"][1]
+    hf_config = {**COMMON, **extra, "architectures": ["Apertus1p5TextForCausalLM"], **setting}
+    with pytest.raises(ConfigError, match=match):
+        from_hf_config(hf_config)
+    assert from_hf_config({**hf_config, **setting, "output_vocab_size": 300}).vocab_size == 300

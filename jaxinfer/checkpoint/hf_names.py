@@ -257,7 +257,7 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
                 for name, leaf in family.layer_hf_leaves(cfg, i).items()}
     same = (_identity, _identity, lambda index: index)
     embed, final_norm = family.top_names
-    out["embed"] = HFTensor(embed, *same, (V, D), per_layer=False)
+    out["embed"] = HFTensor(embed, *same, (cfg.stored_vocab_size or V, D), per_layer=False)  # its first V rows
     out["final_norm"] = HFTensor(final_norm, *same, (D,), per_layer=False)
     if cfg.norm_bias:
         out["final_norm_bias"] = HFTensor(final_norm.removesuffix("weight") + "bias", *same, (D,), per_layer=False)

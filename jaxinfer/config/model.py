@@ -116,6 +116,9 @@ class ModelConfig:
     query_scale_period: int = 1
     max_position_embeddings: int = 4096
     tie_word_embeddings: bool = False
+    # Apertus 1.5: the embedding rows stored past vocab_size (its pruned head's ids), input-only multimodal codes not
+    # read; 0 = vocab_size
+    stored_vocab_size: int = 0
     qkv_bias: bool = False
     clip_qkv: float | None = None  # DBRX: q, k and v clamped to [-clip_qkv, clip_qkv] after their projection
     o_bias: bool = False

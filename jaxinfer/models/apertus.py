@@ -5,6 +5,12 @@ Attention is Qwen3's (per-head q/k RMSNorms before the rotary embedding; q/k/v/o
 `feedforward_layernorm`. The MLP has no gate: down(xIELU(up(x))), xIELU being a piecewise function
 with two learned slopes per layer (`models/xielu.py`). Fields a config leaves out take transformers'
 ApertusConfig defaults (Llama 3 rope over 8192 original positions, x8, theta 1.2e7; 65536 positions).
+
+Apertus 1.5 (Apertus1p5TextForCausalLM; Apertus1p5ForConditionalGeneration's language model run text-only, its
+vision and audio tokenizers skipped: `models.text_part`) is this model over a vocabulary extended by visual and
+audio codes, whose output head may be pruned to the first `output_vocab_size` ids: those run as the vocabulary (the
+logits are the head's, as transformers returns them), the embedding rows past them (input-only codes) are not read
+(`cfg.stored_vocab_size`), and a prompt holding such an id is refused as outside the vocabulary.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attentio
 from jaxinfer.models.xielu import xielu_hf_leaves, xielu_leaves, xielu_mlp
 from jaxinfer.parallel.array_info import ArrayInfo
 
-ARCHITECTURES = ("ApertusForCausalLM",)
+ARCHITECTURES = ("ApertusForCausalLM", "Apertus1p5TextForCausalLM", "Apertus1p5ForConditionalGeneration")
 # ApertusConfig's defaults for fields a config leaves out.
 DEFAULTS = dict(max_position_embeddings=65536, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
 DEFAULT_ROPE = dict(rope_type="llama3", rope_theta=1.2e7, factor=8.0, original_max_position_embeddings=8192,
@@ -96,8 +102,22 @@ def decoder_layer(
     return layout.constrain(x + xielu_mlp(rms_norm(x, lw.mlp_norm, eps), lw), HIDDEN), cache
 
 
+def pruned_vocab(hf: Mapping[str, Any], arch: str) -> dict[str, int]:
+    """vocab_size and stored_vocab_size where Apertus 1.5's head is pruned to output_vocab_size ids; empty otherwise."""
+    vocab, head = int(hf["vocab_size"]), hf.get("output_vocab_size")
+    if head is None or int(head) == vocab:
+        return {}
+    if not 1 <= int(head) < vocab:
+        raise ConfigError(f"output_vocab_size {head} is not supported for {arch}: the pruned head keeps ids "
+                          f"[0, output_vocab_size) of the vocabulary, 1 <= output_vocab_size <= vocab_size ({vocab})")
+    if hf.get("tie_word_embeddings"):
+        raise ConfigError(f"output_vocab_size {head} with tie_word_embeddings=True is not supported for {arch}: a "
+                          "pruned head is its own tensor (released checkpoints set tie_word_embeddings false)")
+    return dict(vocab_size=int(head), stored_vocab_size=vocab)
+
+
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
-    """ModelConfig of an Apertus HF config."""
+    """ModelConfig of an Apertus HF config (Apertus 1.5's text config too)."""
     hf = {**DEFAULTS, **hf}
     if not (hf.get("rope_parameters") or hf.get("rope_scaling")):
         hf["rope_parameters"] = {**DEFAULT_ROPE, **({"rope_theta": hf["rope_theta"]} if hf.get("rope_theta") else {})}
@@ -108,7 +128,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
                           "(every released checkpoint's), with the activation's learned parameters")
     bias = bool(hf.get("attention_bias", False))
     return ModelConfig(
-        **fields,
+        **{**fields, **pruned_vocab(hf, arch)},
         qkv_bias=bias,
         o_bias=bias,
         qk_norm=True,

@@ -13,7 +13,9 @@ the config has a `vision_config`: checkpoint/gemma4_vision_weights; audio is ref
 Gemma3nForConditionalGeneration is laid out as Gemma 4's; its MobileNet vision tower and audio tower are never
 read: it runs text only. Moonshot ships Kimi K2.5 laid out as Llama 4 (`language_model.model.*`,
 `language_model.lm_head.*`) beside its MoonViT tower (`vision_tower.*`) and projector (`mm_projector.*`, which
-transformers saves in part as `model.mm_projector.*`): models/kimi_k25.
+transformers saves in part as `model.mm_projector.*`): models/kimi_k25. Apertus 1.5's
+Apertus1p5ForConditionalGeneration is laid out as Gemma 4's, its vision and audio tokenizers
+(`model.vision_tokenizer.*`, `model.audio_tokenizer.*`) skipped: models/apertus.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ TEXT_PARTS = {
                                   "model.embed_audio."), replaced="model."),
     **dict.fromkeys(("Kimi_K25ForConditionalGeneration", "KimiK25ForConditionalGeneration"), TextPart(
         "language_model.", ("vision_tower.", "mm_projector.", "model.vision_tower.", "model.mm_projector."))),
+    "Apertus1p5ForConditionalGeneration": TextPart(
+        "model.language_model.", ("model.vision_tokenizer.", "model.audio_tokenizer."), replaced="model."),
 }
 
 
