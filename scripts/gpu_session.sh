@@ -83,7 +83,7 @@
 #                                                   # token filters and vLLM's argument names (~6 min, untried)
 #   bash scripts/gpu_session.sh features6 [OUT_DIR]  # what landed on 2026-11-29 (sixth sitting) on the GPU:
 #                                                   # OPT, GPT-J, GPTBigCode, StableLM, Falcon, Phi-3.5-MoE, DBRX,
-#                                                   # MiniCPM3, Gemma 3n, Mamba, FalconMamba, Jamba, LFM3 (~6 min, untried)
+#                                                   # MiniCPM3, Gemma 3n, Mamba, FalconMamba, Jamba, LFM3, Laguna (~6 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -259,7 +259,7 @@ features6)
         --durations=15 tests/test_gemma3n.py tests/test_jamba.py tests/test_classic_family_configs.py \
         tests/test_moe_routers.py tests/test_head_rows.py tests/test_hybrid_families.py tests/test_hf_parity.py \
         tests/test_text_only_wrappers.py \
-        -k "not hf_parity or opt or gptj or gpt_bigcode or stablelm or falcon or phimoe or dbrx or minicpm3 or gemma3n or mamba or jamba or lfm3 or kimi_k25 or apertus1p5"
+        -k "not hf_parity or opt or gptj or gpt_bigcode or stablelm or falcon or phimoe or dbrx or minicpm3 or gemma3n or mamba or jamba or lfm3 or laguna or kimi_k25 or apertus1p5"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}

@@ -467,6 +467,15 @@ ARCH_CONFIGS["kimi_k25"] = (kimi_k25_config, ARCH_CONFIGS["deepseek_v3"][1])
 # codes, whose embedding rows are not read).
 ARCH_CONFIGS["apertus1p5"] = (hf.Apertus1p5TextConfig, dict(ARCH_CONFIGS["apertus"][1], vocab_size=300,
                                                             output_vocab_size=256, tie_word_embeddings=False))
+# Laguna: a sliding layer (window 8, all 16 head dims rotated, theta 1e4) with a dense MLP, then a full one (half
+# the head rotated, theta 5e5) with 2 of 4 sigmoid-routed experts (renormalised, x 1.5) beside a shared expert;
+# q/k norms, one softplus output gate per head.
+ARCH_CONFIGS["laguna"] = (
+    hf.LagunaConfig,
+    dict(head_dim=16, sliding_window=8, pad_token_id=0, layer_types=["sliding_attention", "full_attention"],
+         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+         moe_routed_scaling_factor=1.5),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -552,6 +561,7 @@ MODEL_CLASSES = {
     hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
     hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,
+    hf.LagunaConfig: hf.LagunaForCausalLM,
     kimi_k25_config: hf.Kimi_K25ForConditionalGeneration,
     hf.Apertus1p5TextConfig: hf.Apertus1p5TextForCausalLM,
     hf.Lfm3Config: hf.Lfm3ForCausalLM,

@@ -105,6 +105,10 @@ LOGITS_ONLY += ("kimi_k25", "apertus1p5")
 # float32 logits here, on XLA, and its bfloat16 error; a greedy run would add ~3 s.
 LLAMA_ATTENTION += ("lfm3",)
 DECODES_AS_ANOTHER += ("lfm3",)
+# Laguna: GLM-4.5's MoE layer (its decode and bfloat16 runs checked as glm4_moe's) under attention whose softplus
+# head gate, q/k norms and per-kind ropes come before or after the kernels: what it changes shows in its float32
+# logits (~0.5 s); its greedy and bfloat16 runs would add ~4.5 s.
+LOGITS_ONLY += ("laguna",)
 
 
 @functools.cache

@@ -1,5 +1,5 @@
 """Config reading of the MoE families built from GLM-4.5's layer and others' attention (dots.llm1, HunYuan, Solar
-Open, Sarvam-MoE): each field as transformers reads it, and the settings not run refused by name. No model runs."""
+Open, Sarvam-MoE, Laguna): each field as transformers reads it, and the settings not run refused by name. No model runs."""
 
 from __future__ import annotations
 
@@ -167,3 +167,31 @@ def test_sarvam_moe_fields_read_as_transformers_reads_them(fields):
 def test_sarvam_moe_configs_that_cannot_run_are_refused_by_name():
     with pytest.raises(ConfigError, match="score_function 'softmax' is not supported for SarvamMoEForCausalLM"):
         from_hf_config({**SARVAM, **SARVAM_30B, "score_function": "softmax"})
+
+
+LAGUNA = dict(SHAPE, architectures=["LagunaForCausalLM"], num_key_value_heads=1, head_dim=8, num_experts=8,
+              num_experts_per_tok=2)
+
+
+def test_laguna_fields_read_as_transformers_reads_them():
+    """LagunaConfig's defaults: every layer full attention rotating half its head (theta 5e5), the sliding ones all
+    of it (theta 1e4); the first MLP dense, the rest sparse (renormalised, a shared expert of 512); one softplus gate
+    per head. Set fields: `mlp_layer_types`, `layer_types` with `sliding_window`, the routed scale."""
+    cfg = from_hf_config(LAGUNA)
+    assert (cfg.layer_windows, cfg.dense_layers, cfg.rotated_dims, cfg.rope_theta) == ((0,) * 4, (0,), 4, 5e5)
+    assert (cfg.shared_expert_intermediate_size, cfg.norm_topk_prob, cfg.output_gate) == (512, True, "softplus")
+    cfg = from_hf_config({**LAGUNA, "mlp_layer_types": ["sparse", "dense", "sparse", "dense"], "sliding_window": 4,
+                          "layer_types": ["sliding_attention", "full_attention"] * 2, "moe_routed_scaling_factor": 2.0})
+    assert (cfg.layer_windows, cfg.dense_layers, cfg.routed_scaling_factor) == ((4, 0, 4, 0), (1, 3), 2.0)
+    assert [cfg.layer_rotated_dims(i) for i in range(2)] == [8, 4] and cfg.local_rope_theta == 1e4
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(gating="per-element"), "gating 'per-element' is not supported for LagunaForCausalLM"),
+    (dict(num_attention_heads_per_layer=[2, 4, 2, 2]), r"num_attention_heads_per_layer \[2, 4, 2, 2\] is not"),
+    (dict(moe_router_logit_softcapping=30.0), "moe_router_logit_softcapping 30.0 is not supported"),
+    (dict(mlp_layer_types=["dense", "moe", "sparse", "sparse"]), "must give each of the 4 layers"),
+])
+def test_laguna_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**LAGUNA, **fields})

@@ -29,6 +29,7 @@ SUPPORTED_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu
 # set by it alone (other families' configs naming relu stay refused: none released runs it)
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "xielu", "relu")
 LAYER_TYPES = ("full_attention", "sliding_attention")
+OUTPUT_GATES = ("sigmoid", "softplus")
 # Read without a default: a config without them describes no model.
 REQUIRED_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
@@ -105,6 +106,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling = RopeScaling()
     rotary_dim: int = 0  # leading head dims that rotate; 0 = all (Phi's partial_rotary_factor)
+    local_rotary_dim: int = 0  # Laguna: the sliding layers' own rotated dims; 0 = rotary_dim's
     rope_interleaved: bool = False  # rotary pairs are adjacent dims (GLM), not dims i and i + rotated/2
     nope_layers: tuple[int, ...] = ()  # layers without rotary embeddings (SmolLM3's `no_rope_layers` zeros)
     local_rope_theta: float | None = None  # Gemma 3: sliding layers' own base, unscaled
@@ -147,6 +149,7 @@ class ModelConfig:
     attn_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap)
     final_soft_cap: float | None = None  # the same on the output logits
     attn_sinks: bool = False  # a learned per-head sink logit in each softmax (GPT-OSS)
+    output_gate: str = "sigmoid"  # the attention output gate's function (attn_gate, head_gate): sigmoid, softplus
     # ALiBi (BLOOM, MPT; models.alibi): each head's scores plus slope * (key - query position); () = none
     alibi_slopes: tuple[float, ...] = ()
     # DeepSeek's multi-head latent attention (models.latent_attention): num_kv_heads 1 and head_dim its cached dims
@@ -200,7 +203,9 @@ class ModelConfig:
         return heads, self.layer_head_dims[layer] if self.layer_head_dims else self.head_dim
 
     def layer_rotated_dims(self, layer: int) -> int:
-        """Head dims the rotary embedding turns in `layer`."""
+        """Head dims the rotary embedding turns in `layer` (Laguna's sliding layers: their own)."""
+        if self.local_rotary_dim and self.layer_windows[layer]:
+            return self.local_rotary_dim
         return self.rotary_dim or self.kv_shape(layer)[1]
 
     def kv_source(self, layer: int) -> int:
@@ -254,6 +259,11 @@ def _validate(cfg: ModelConfig) -> None:
         raise ConfigError(f"kv_sources {cfg.kv_sources} must name each layer itself or an earlier layer")
     if cfg.rotated_dims % 2 or cfg.rotated_dims > cfg.head_dim:
         raise ConfigError(f"rotary dims {cfg.rotated_dims} must be even and at most head_dim {cfg.head_dim}")
+    if cfg.local_rotary_dim % 2 or cfg.local_rotary_dim > cfg.head_dim:
+        raise ConfigError(f"sliding layers' rotary dims {cfg.local_rotary_dim} must be even and at most head_dim "
+                          f"{cfg.head_dim}")
+    if cfg.output_gate not in OUTPUT_GATES:
+        raise ConfigError(f"output_gate {cfg.output_gate!r} is not supported; supported: {', '.join(OUTPUT_GATES)}")
     if cfg.mrope_section and sum(cfg.mrope_section) != cfg.rotated_dims // 2:
         raise ConfigError(f"mrope_section {list(cfg.mrope_section)} must add up to the {cfg.rotated_dims // 2} "
                           f"rotary frequencies of head_dim {cfg.head_dim}")

@@ -51,6 +51,7 @@ from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
 from jaxinfer.models.jamba import FAMILY as JAMBA
 from jaxinfer.models.kimi_k25 import FAMILY as KIMI_K25
 from jaxinfer.models.kimi_linear import FAMILY as KIMI_LINEAR
+from jaxinfer.models.laguna import FAMILY as LAGUNA
 from jaxinfer.models.lfm2 import FAMILY as LFM2
 from jaxinfer.models.lfm2_moe import FAMILY as LFM2_MOE
 from jaxinfer.models.lfm3 import FAMILY as LFM3
@@ -98,7 +99,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 MAMBA, JAMBA, FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GEMMA3N,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2, BLOOM, MPT,
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
-                                MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, KIMI_K25, LFM3)
+                                MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, KIMI_K25, LFM3,
+                                LAGUNA)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

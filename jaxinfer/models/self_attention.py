@@ -4,7 +4,8 @@ embeddings, the cache write, attention over the cache and the output projection.
 Layer weights are duck-typed: any dataclass with the fields `wq wk wv wo` and the optional
 `bq bk bv bo q_norm k_norm` (`q_norm_bias k_norm_bias`: Phi's q/k LayerNorms'), `sinks` where the config has
 attention sinks (GPT-OSS), `attn_gate` [D, H, K] where the attention output is gated per head and dim by
-sigmoid(h @ attn_gate) before wo (Qwen3-Next), and `head_gate` [D, H] where it is gated per head alone (LFM3).
+sigmoid(h @ attn_gate) before wo (Qwen3-Next), and `head_gate` [D, H] where it is gated per head alone (LFM3); the
+gate's function is `cfg.output_gate` (Laguna's softplus, in float32 as transformers computes it).
 """
 
 from __future__ import annotations
@@ -93,12 +94,19 @@ def self_attention(
                   sinks=getattr(lw, "sinks", None), chunk=cfg.layer_chunks[layer], alibi=slopes_array(cfg.alibi_slopes))
     gate = getattr(lw, "attn_gate", None)
     if gate is not None:
-        attn = attn * jax.nn.sigmoid(linear(h, gate))
+        attn = attn * output_gate(cfg, linear(h, gate))
     head_gate = getattr(lw, "head_gate", None)
     if head_gate is not None:
-        attn = attn * jax.nn.sigmoid(linear(h, head_gate))[..., None]
+        attn = attn * output_gate(cfg, linear(h, head_gate))[..., None]
     out = linear(layout.constrain(attn, Q_HEADS), lw.wo, contract=2)
     return (out if lw.bo is None else out + lw.bo), cache
+
+
+def output_gate(cfg: ModelConfig, logits: jax.Array) -> jax.Array:
+    """The attention output's gate from its logits: sigmoid, or softplus in float32 (Laguna), in the logits' dtype."""
+    if cfg.output_gate == "softplus":
+        return jax.nn.softplus(logits.astype(jnp.float32)).astype(logits.dtype)
+    return jax.nn.sigmoid(logits)
 
 
 def attention_leaves(cfg: ModelConfig) -> dict[str, ArrayInfo | None]:
