@@ -14,7 +14,13 @@ from test_blocked_attention import DIM, HEADS, KV, _cache
 
 import pallas_kernels
 from jaxinfer.models.alibi import bloom_slopes, mpt_slopes
-from jaxinfer.models.attention import causal_window_mask, dense_alibi_bias, dense_attention, native_kernel_applies
+from jaxinfer.models.attention import (
+    _rows_kernel,
+    causal_window_mask,
+    dense_alibi_bias,
+    dense_attention,
+    native_kernel_applies,
+)
 from jaxinfer.models.blocked_attention import blocked_rows_attention, gather_pages
 
 SLOPES = jnp.asarray(bloom_slopes(HEADS), jnp.float32)  # 4 heads: 1/4, 1/16, 1/64, 1/256
@@ -31,9 +37,9 @@ def test_slopes_are_transformers_tables():
 
 
 def test_blocked_rows_and_paged_reference_with_alibi_equal_dense():
-    """The CPU's blocked attention and the kernels' jnp reference: rows at different offsets over paged keys, one
-    crossing a key block (300 keys: blocks of 256), one padding. (Its one-query rows, the decode steps, run in
-    test_hf_parity's BLOOM engine test.)"""
+    """The CPU's blocked attention, the kernels' jnp reference and (on the short row) the GPU kernel as attend
+    calls it: rows at different offsets over paged keys, one crossing a key block (300 keys: blocks of 256), one
+    padding. (The one-query rows of decode steps run in test_families' BLOOM engine test.)"""
     cache = _cache(5, False)
     rng = np.random.default_rng(0)
     lengths, query_lens = jnp.array([300, 0, 7], jnp.int32), jnp.array([3, 0, 7], jnp.int32)
@@ -51,6 +57,10 @@ def test_blocked_rows_and_paged_reference_with_alibi_equal_dense():
     reference = pallas_kernels.ragged_paged_attention(q, cache.k_pages[0], cache.v_pages[0], lengths, table,
                                                       query_lens, backend="reference", alibi_slopes=SLOPES)
     np.testing.assert_allclose(np.asarray(reference)[live], dense[live], rtol=2e-5, atol=2e-5)
+    # attend's kernel call hands the slopes on: the Triton kernel, interpreted, through `_rows_kernel` (the short row)
+    kernel = _rows_kernel(q[2:], cache.k_pages[0], cache.v_pages[0], lengths[2:], table[2:, :1], query_lens[2:],
+                          window=0, interpret=True, backend="gpu", alibi=SLOPES)
+    np.testing.assert_allclose(np.asarray(kernel)[0], dense[2], rtol=2e-5, atol=2e-5)
 
 
 def test_alibi_layers_leave_the_native_cpu_kernels():

@@ -162,3 +162,43 @@ def test_falcon_fields_a_config_leaves_out_read_as_transformers_reads_them(field
 def test_falcon_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**FALCON, **fields, "architectures": ["FalconForCausalLM"]})
+
+
+BLOOM = dict(vocab_size=8, n_embed=64, n_layer=2, n_head=4)  # n_embed: older configs' name for hidden_size
+
+
+def test_bloom_reads_n_embed_and_bloom_slopes_and_refuses_a_post_norm_residual_by_name():
+    cfg = from_hf_config({**BLOOM, "architectures": ["BloomForCausalLM"]})
+    assert (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim, cfg.nope_layers) == (64, 256, 16, (0, 1))
+    assert cfg.alibi_slopes == (2**-2, 2**-4, 2**-6, 2**-8)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias, cfg.norm_bias, cfg.tie_word_embeddings) == (True,) * 5
+    with pytest.raises(ConfigError, match="apply_residual_connection_post_layernorm=True is not supported"):
+        from_hf_config({**BLOOM, "apply_residual_connection_post_layernorm": True,
+                        "architectures": ["BloomForCausalLM"]})
+
+
+MPT = dict(vocab_size=8, d_model=64, n_layers=2, n_heads=4)
+
+
+def test_mpt_reads_alibi_bias_max_clip_qkv_and_softmax_scale():
+    attn = dict(alibi_bias_max=16, clip_qkv=6.0, softmax_scale=0.1)
+    cfg = from_hf_config({**MPT, "attn_config": attn, "architectures": ["MptForCausalLM"]})
+    assert cfg.alibi_slopes == (2**-4, 2**-8, 2**-12, 2**-16)
+    assert (cfg.clip_qkv, cfg.attn_scale, cfg.intermediate_size, cfg.norm_bias, cfg.qkv_bias) == (
+        6.0, 0.1, 256, False, False)
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(attn_config=dict(alibi=False)),
+         "attn_config.alibi=False is not supported for MptForCausalLM .learned position"),
+        (dict(attn_config=dict(qk_ln=True)), "attn_config.qk_ln=True is not supported"),
+        (dict(attn_config=dict(prefix_lm=True)), "attn_config.prefix_lm=True is not supported"),
+        (dict(no_bias=False), "no_bias=False is not supported"),
+        (dict(logit_scale=0.5), "logit_scale=0.5 is not supported"),
+    ],
+)
+def test_mpt_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**MPT, **fields, "architectures": ["MptForCausalLM"]})

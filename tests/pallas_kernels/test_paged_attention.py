@@ -217,12 +217,16 @@ def _device_case(dtype, int8: bool, seed: int) -> PagedInputs:
     )
 
 
+# BLOOM's ALiBi slopes for the device cases' 32 heads: 2^(-8 i / 32), i = 1..32.
+SLOPES_32 = 2.0 ** (-8.0 * jnp.arange(1, 33, dtype=jnp.float32) / 32)
+
+
 @pytest.mark.parametrize("dtype,int8", [(BF16, False), (F32, False), (BF16, True)], ids=str)
 def test_gpu_compiled(dtype, int8):
     require_device("gpu")
     inputs = _device_case(dtype, int8, 0)
     sinks = jnp.linspace(-2.0, 3.0, inputs.decode_args[0].shape[1])  # GPT-OSS's per-head sink logits
-    for opts in (dict(), dict(soft_cap=30.0, sliding_window=300), dict(sinks=sinks)):
+    for opts in (dict(), dict(soft_cap=30.0, sliding_window=300), dict(sinks=sinks), dict(alibi_slopes=SLOPES_32)):
         out = paged_attention_gpu(*inputs.decode_args, **opts, **inputs.kwargs)
         assert_close(out, paged_attention_reference(*inputs.decode_args, **opts, **inputs.kwargs), dtype)
         assert_close(paged_attention(*inputs.decode_args, **opts, **inputs.kwargs), out, dtype)
@@ -237,6 +241,8 @@ def test_tpu_compiled(dtype, int8):
     sinks = jnp.linspace(-2.0, 3.0, inputs.decode_args[0].shape[1])  # GPT-OSS's per-head sink logits
     out = paged_attention_tpu(*inputs.decode_args, sinks=sinks, **inputs.kwargs)
     assert_close(out, paged_attention_reference(*inputs.decode_args, sinks=sinks, **inputs.kwargs), dtype)
+    out = paged_attention_tpu(*inputs.decode_args, alibi_slopes=SLOPES_32, **inputs.kwargs)
+    assert_close(out, paged_attention_reference(*inputs.decode_args, alibi_slopes=SLOPES_32, **inputs.kwargs), dtype)
 
 
 @pytest.mark.parametrize("platform", ["gpu", "tpu"])
