@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from hf_versions import skip_ungrouped_gated_norm
 
 from jaxinfer import LLM, ConfigError, SamplingParams, SpeculativeConfig, from_hf_config
 from jaxinfer.cache.paged import page_bytes
@@ -118,9 +119,7 @@ def hf_model(family) -> torch.nn.Module:
     model_class, config_class, config, _ = FAMILIES[family]
     torch.manual_seed(0)
     model = model_class(config_class(**config)).eval()
-    if (norm := ungrouped_gated_norm(model)) is not None:
-        pytest.skip(f"transformers {transformers.__version__}'s {norm} normalises the mixer's whole width, not each of "
-                    "its groups' (n_groups 2) as the model and jaxinfer do")
+    skip_ungrouped_gated_norm(model)
     with torch.no_grad():
         for param in model.parameters():
             if param.dim() == 1:
@@ -129,17 +128,6 @@ def hf_model(family) -> torch.nn.Module:
             if name.endswith("expert_bias") or name.endswith("e_score_correction_bias"):
                 buffer.add_(0.3 * torch.randn_like(buffer))
     return model
-
-
-def ungrouped_gated_norm(model: torch.nn.Module) -> str | None:
-    """The class of a Mamba2 mixer's gated RMSNorm where it normalises the mixer's whole width at once, though the
-    mixer has groups (transformers 5.17's Bamba and Granite 4.0-H norms have no group_size), else None."""
-    for mixer in model.modules():
-        norm = getattr(mixer, "norm", None)
-        grouped = getattr(mixer, "n_groups", 1) > 1
-        if grouped and type(norm).__name__.endswith("Gated") and not hasattr(norm, "group_size"):
-            return type(norm).__name__
-    return None
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from hf_versions import skip_ungrouped_gated_norm
 
 from jaxinfer import LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.cache.contiguous import init_cache
@@ -35,6 +36,7 @@ def hf_model() -> torch.nn.Module:
     """A random float32 Mamba2ForCausalLM (norms, dt_bias, A_log and D moved off their init values)."""
     torch.manual_seed(0)
     model = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(**CONFIG)).eval()
+    skip_ungrouped_gated_norm(model)
     with torch.no_grad():
         for param in model.parameters():
             if param.dim() == 1:
