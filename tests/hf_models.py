@@ -412,6 +412,25 @@ ARCH_CONFIGS.update({
 DSA = dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
            n_shared_experts=2, index_topk=8, index_head_dim=24, index_n_heads=32)
 ARCH_CONFIGS["deepseek_v32"] = (hf.DeepseekV32Config, DSA)
+
+
+def _mistral_large4_config(**text) -> object:
+    """MistralLarge4Config of a text config and a tiny Pixtral tower (never run: the test models read text only)."""
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, head_dim=8,
+                  patch_size=4, image_size=16)
+    return hf.MistralLarge4Config(text_config=hf.MistralLarge4TextConfig(**text), vision_config=vision)
+
+
+# Mistral Large 4 (its language model): DSA's indexer (8 best tokens) with no low-rank query, layer 0 dense with rope,
+# layer 1 NoPE with 2 of 8 experts in the best of 2 softmax-scored groups; learned rotary alpha and query scales
+# (norm-like 1-D leaves, randomised by make_hf_model); YaRN x4 over 16 positions; logits soft-capped at 5.
+ARCH_CONFIGS["mistral_large4"] = (
+    _mistral_large4_config,
+    dict(MLA, n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=2, routed_scaling_factor=1.5,
+         index_topk=8, index_head_dim=24, index_n_heads=32, no_rope_layers=[1, 0], final_logit_softcapping=5.0,
+         rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0, original_max_position_embeddings=16,
+                              beta_fast=32.0, beta_slow=1.0, attention_factor=1.0)),
+)
 # Gemma 3n: sliding (window 8) and global layers in turn, layers 2-3 reading layers 0-1's K/V; the first two MLP
 # gates cut at their 0.95 Gaussian quantile; layers 1 and 3's MLPs narrower; 4 AltUp streams, LAuReL rank 8,
 # per-layer inputs of 8 over the first 200 ids (the prompt's ids past them read row 0)
@@ -561,6 +580,7 @@ MODEL_CLASSES = {
     hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
     hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,
+    _mistral_large4_config: hf.MistralLarge4ForConditionalGeneration,
     hf.LagunaConfig: hf.LagunaForCausalLM,
     kimi_k25_config: hf.Kimi_K25ForConditionalGeneration,
     hf.Apertus1p5TextConfig: hf.Apertus1p5TextForCausalLM,

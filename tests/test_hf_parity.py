@@ -90,6 +90,12 @@ LOGITS_ONLY += ("falcon_mamba",)
 # and MoE layer's. That engine test runs Mamba-1's mixer and state pools for Mamba too: its greedy tokens there.
 LOGITS_ONLY += ("jamba",)
 GREEDY_ELSEWHERE += ("mamba",)
+# Mistral Large 4: DeepSeek-V3.2's sparse attention, reading the cache itself (never the native kernels); its decode
+# runs DeepSeek-V3.2's (test_deepseek_v32: chunked prefill, prefix caching past index_topk), what it changes (learned
+# rope and query scales, NoPE layers, its router, the soft cap) computed per token and shown in these logits. Its
+# greedy run passed (32 tokens past index_topk) and would add ~4 s from a cold cache.
+XLA_ONLY += ("mistral_large4",)
+DECODES_AS_ANOTHER += ("mistral_large4",)
 # BLOOM and MPT: ALiBi's slopes keep their attention off the native kernels (XLA's path: a kernels twin would run the
 # same attention). BLOOM's greedy tokens in test_families (two prompts sharing a page, prefix caching on: the paged
 # path); MPT decodes through the same ungated layer and attention paths, its slopes and clamp shown by its logits.

@@ -1,7 +1,7 @@
 """DeepSeek's latent attention under other names beyond the parity tests every family runs (test_hf_parity):
-GLM-4.7-Flash's, Mistral 4's and MiniCPM3's configs read as transformers reads them, what cannot run refused by name,
-Mistral 4's router against transformers' own, Mistral Small 4's Mistral3ForConditionalGeneration config. No model is
-run here."""
+GLM-4.7-Flash's, Mistral 4's, MiniCPM3's and Mistral Large 4's configs read as transformers reads them, what cannot
+run refused by name, Mistral 4's router against transformers' own, Mistral Small 4's Mistral3ForConditionalGeneration
+config. No model is run here."""
 
 from __future__ import annotations
 
@@ -153,9 +153,36 @@ def test_mistral3_vision_model_runs_its_mistral4_text_config():
     assert from_hf_config(vision) == from_hf_config({**text, "architectures": [MISTRAL4]})
 
 
-def test_mistral_large4_is_refused_by_name():
-    with pytest.raises(ConfigError, match="Mistral Large 4 .* Mistral4ForCausalLM is.*supported: LlamaForCausalLM"):
-        from_hf_config({**SHAPE, "architectures": ["MistralLarge4ForConditionalGeneration"]})
+def _large4(**text) -> dict:
+    """A Mistral Large 4 config: the language model's settings under text_config, as the checkpoints nest them."""
+    return {"architectures": ["MistralLarge4ForConditionalGeneration"], "text_config": {**SHAPE, **text}}
+
+
+def test_mistral_large4_reads_its_text_config_with_transformers_defaults():
+    """MistralLarge4TextConfig's defaults: every 4th layer NoPE, the first dense, all indexed (2048 tokens), YaRN
+    x2048 over 512 positions without magnitude scaling, logits soft-capped at 30; one row [c, k_pe, index key]."""
+    cfg = from_hf_config(_large4(num_hidden_layers=8))
+    mla = cfg.latent_attention
+    assert (cfg.nope_layers, cfg.dense_layers, cfg.final_soft_cap) == ((3, 7), (0,), 30.0)
+    assert (mla.q_lora_rank, mla.indexer.index_topk, mla.indexer.rope_interleaved) == (0, 2048, True)
+    assert cfg.head_dim == 512 + 64 + 128 and cfg.num_kv_heads == 1 and cfg.norm_topk_prob
+    assert (cfg.rope_scaling.rope_type, cfg.rope_scaling.factor, cfg.rope_scaling.attention_factor) == ("yarn", 2048, 1)
+    assert cfg.attn_scale == pytest.approx(128**-0.5)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(kv_source_layers=[0, 0, 2]), r"kv_source_layers \[0, 0, 2\] .* layers reading another's cache"),
+        (dict(indexer_types=["full", "shared", "full"]), r"indexer_types .* each one of \('full',\)"),
+        (dict(index_topk_freq=2), "index_topk_freq 2 .* every layer runs its own indexer"),
+        (dict(mlp_layer_types=["dense", "moe", "sparse"]), r"mlp_layer_types .* \('dense', 'sparse'\)"),
+        (dict(no_rope_layers=[1, 1]), r"no_rope_layers .* one entry per layer \(3\)"),
+    ],
+)
+def test_mistral_large4_layouts_not_implemented_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config(_large4(**fields))
 
 
 def test_mistral4_routing_matches_transformers_router():

@@ -21,8 +21,9 @@ from jaxinfer.models.text_part import stored_name
 Index = tuple[slice, ...]
 Transforms = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray], Callable[[Index], Index]]
 MTP_PREFIX = "model.mtp_"  # ERNIE 4.5's multi-token-prediction block, norms and projection
-# Multi-token-prediction modules transformers skips too: Qwen3-Next's beside `model.`, MiMo-V2-Flash's inside it
-MTP_MODULE = ("mtp.", "model.mtp.")
+# Multi-token-prediction modules transformers skips too: Qwen3-Next's beside `model.`, MiMo-V2-Flash's inside it,
+# Mistral Large 4's `mtp_dspark.*`
+MTP_MODULE = ("mtp.", "model.mtp.", "mtp_dspark.")
 # a layer's K/V projections and norms, wherever the checkpoint keeps its layers (`model.language_model.layers.*`)
 KV_TENSOR = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.(?:k_proj|v_proj|k_norm|v_norm)\.")
 

@@ -64,18 +64,20 @@ def indexer_hf_leaves(cfg: ModelConfig, prefix: str = "model.layers.{i}.self_att
     }
 
 
-def index_key(h: jax.Array, lw: IndexerWeights, idx: LightningIndexer, rope: CosSin) -> jax.Array:
-    """Each token's index key [B, T, 1, I] of the normed input h [B, T, D], in h's dtype (what the cache keeps)."""
-    k = layer_norm(linear(h, lw.index_wk), lw.index_k_norm, KEY_NORM_EPS, lw.index_k_bias)
-    return apply_rope(k[..., None, :], *rope, idx.rope_interleaved)
+def index_key(h: jax.Array, lw: IndexerWeights, idx: LightningIndexer, rope: CosSin | None) -> jax.Array:
+    """Each token's index key [B, T, 1, I] of the normed input h [B, T, D], in h's dtype (what the cache keeps);
+    unturned where rope is None (Mistral Large 4's NoPE layers)."""
+    k = layer_norm(linear(h, lw.index_wk), lw.index_k_norm, KEY_NORM_EPS, lw.index_k_bias)[..., None, :]
+    return k if rope is None else apply_rope(k, *rope, idx.rope_interleaved)
 
 
 def index_query(
-    h: jax.Array, q_low: jax.Array, lw: IndexerWeights, idx: LightningIndexer, rope: CosSin,
+    h: jax.Array, q_low: jax.Array, lw: IndexerWeights, idx: LightningIndexer, rope: CosSin | None,
 ) -> tuple[jax.Array, jax.Array]:
-    """Each query's index heads [B, T, J, I] (from the normed low-rank query q_low [B, T, Q]) and their weights
-    [B, T, J] float32 (weights_proj of h in float32, over sqrt(J))."""
-    q = apply_rope(linear(q_low, lw.index_wq), *rope, idx.rope_interleaved)
+    """Each query's index heads [B, T, J, I] (from the normed low-rank query q_low [B, T, Q]; unturned where rope
+    is None) and their weights [B, T, J] float32 (weights_proj of h in float32, over sqrt(J))."""
+    q = linear(q_low, lw.index_wq)
+    q = q if rope is None else apply_rope(q, *rope, idx.rope_interleaved)
     weights = linear(h.astype(jnp.float32), lw.index_weights).astype(jnp.float32)
     return q, weights * idx.index_n_heads**-0.5
 

@@ -65,6 +65,7 @@ from jaxinfer.models.minicpm3 import FAMILY as MINICPM3
 from jaxinfer.models.minimax_m2 import FAMILY as MINIMAX_M2
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mistral4 import FAMILY as MISTRAL4
+from jaxinfer.models.mistral_large4 import FAMILY as MISTRAL_LARGE4
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.mpt import FAMILY as MPT
 from jaxinfer.models.nemotron import FAMILY as NEMOTRON
@@ -99,7 +100,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 MAMBA, JAMBA, FALCON_H1, LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, MINIMAX_M2, GEMMA3N,
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2, BLOOM, MPT,
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
-                                MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, KIMI_K25, LFM3,
+                                MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
                                 LAGUNA)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
@@ -112,9 +113,6 @@ NOT_SUPPORTED = {
                         "checkpoints are)",
     "Phi3SmallForCausalLM": "Phi-3-small (block-sparse attention and GeGELU, not Phi3ForCausalLM's layer; "
                             "Phi-3-mini and -medium are Phi3ForCausalLM)",
-    "MistralLarge4ForConditionalGeneration": "Mistral Large 4 (its indexer layers sharing one top-k, softmax "
-                                             "scaling and vision tower are not supported; Mistral Small 4's "
-                                             "Mistral4ForCausalLM is)",
     "Glm5NextForConditionalGeneration": "GLM-5.3-Flash (Kimi Delta Attention with a lower-bounded gate, but its "
                                         "hyper-connections (several residual streams mixed per layer) and vision "
                                         "tower are not supported; Kimi Linear's KimiLinearForCausalLM is)",

@@ -16,6 +16,9 @@ read: it runs text only. Moonshot ships Kimi K2.5 laid out as Llama 4 (`language
 transformers saves in part as `model.mm_projector.*`): models/kimi_k25. Apertus 1.5's
 Apertus1p5ForConditionalGeneration is laid out as Gemma 4's, its vision and audio tokenizers
 (`model.vision_tokenizer.*`, `model.audio_tokenizer.*`) skipped: models/apertus.
+Mistral Large 4's MistralLarge4ForConditionalGeneration checkpoints keep Mistral's own names, the language model's
+at the top (`layers.*`, `tok_embeddings.*`) beside the Pixtral tower (`vision_encoder.*`) and its projector, never
+read: it runs text only.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ TEXT_PARTS = {
         "language_model.", ("vision_tower.", "mm_projector.", "model.vision_tower.", "model.mm_projector."))),
     "Apertus1p5ForConditionalGeneration": TextPart(
         "model.language_model.", ("model.vision_tokenizer.", "model.audio_tokenizer."), replaced="model."),
+    "MistralLarge4ForConditionalGeneration": TextPart(
+        "", ("vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.")),
 }
 
 
