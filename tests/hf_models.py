@@ -495,6 +495,15 @@ ARCH_CONFIGS["laguna"] = (
          num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
          moe_routed_scaling_factor=1.5),
 )
+# Cohere2-MoE: Cohere 2's parallel layer with RMSNorms (rms_norm_eps set); layer 0 dense (96 wide) and full with rope
+# (force_rope), then a sliding layer (window 8) and a full NoPE one over 2 of 4 experts (the top-k logits'
+# softmax) averaged with a shared expert; logits x 0.25
+ARCH_CONFIGS["cohere2_moe"] = (
+    hf.Cohere2MoeConfig,
+    dict(num_hidden_layers=3, head_dim=16, intermediate_size=32, prefix_dense_intermediate_size=96, sliding_window=8,
+         sliding_window_pattern=2, first_k_dense_replace=1, num_experts=4, num_experts_per_tok=2, num_shared_experts=1,
+         logit_scale=0.25, pad_token_id=0),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -580,6 +589,7 @@ MODEL_CLASSES = {
     hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
     hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,
+    hf.Cohere2MoeConfig: hf.Cohere2MoeForCausalLM,
     _mistral_large4_config: hf.MistralLarge4ForConditionalGeneration,
     hf.LagunaConfig: hf.LagunaForCausalLM,
     kimi_k25_config: hf.Kimi_K25ForConditionalGeneration,

@@ -115,6 +115,9 @@ DECODES_AS_ANOTHER += ("lfm3",)
 # head gate, q/k norms and per-kind ropes come before or after the kernels: what it changes shows in its float32
 # logits (~0.5 s); its greedy and bfloat16 runs would add ~4.5 s.
 LOGITS_ONLY += ("laguna",)
+# Cohere2-MoE: Cohere 2's parallel layer and rope (its decode checked as cohere2's) over Mixtral's experts; what it
+# changes shows in its float32 logits.
+LOGITS_ONLY += ("cohere2_moe",)
 
 
 @functools.cache

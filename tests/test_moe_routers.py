@@ -1,6 +1,6 @@
 """The routers other MoE families do not share, against transformers' own routing code on the same logits:
-Phi-3.5-MoE's sparsemixer, DBRX's p-normalised top k; and the settings of those families' configs that cannot
-run, refused by name."""
+Phi-3.5-MoE's sparsemixer, DBRX's p-normalised top k, Cohere2-MoE's top-k softmax or sigmoids; and the settings
+of those families' configs that cannot run, refused by name."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 import transformers
 
 from jaxinfer import ConfigError, from_hf_config
+from jaxinfer.models.cohere2_moe import routing
 from jaxinfer.models.dbrx import p_normalised
 from jaxinfer.models.sparsemixer import sparsemixer
 
@@ -83,3 +84,38 @@ def test_dbrx_reads_its_nested_config():
 def test_dbrx_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**DBRX, **fields})
+
+
+@pytest.mark.parametrize("selection,norm", [("softmax", True), ("sigmoid", True), ("sigmoid", False)])
+def test_cohere2_moe_routing_matches_transformers(selection, norm):
+    """The top-k router logits' softmax, or their sigmoids (renormalised with norm_topk_prob), as
+    Cohere2MoeTopKRouter weighs them."""
+    cohere2_moe = pytest.importorskip("transformers.models.cohere2_moe.modeling_cohere2_moe")
+    fields = dict(COHERE2_MOE, num_experts=16, num_experts_per_tok=4, expert_selection_fn=selection,
+                  norm_topk_prob=norm)
+    router = cohere2_moe.Cohere2MoeTopKRouter(transformers.Cohere2MoeConfig(**fields))
+    with torch.no_grad():
+        router.weight.copy_(torch.eye(16))
+        _, weights, experts = router(torch.tensor(LOGITS))
+    got_weights, got_experts = routing(LOGITS, np.eye(16, dtype=np.float32), from_hf_config(fields))
+    np.testing.assert_array_equal(np.asarray(got_experts), experts.numpy())
+    np.testing.assert_allclose(np.asarray(got_weights), weights.numpy(), rtol=1e-6, atol=1e-7)
+
+
+COHERE2_MOE = dict(architectures=["Cohere2MoeForCausalLM"], vocab_size=8, hidden_size=16, intermediate_size=8,
+                   num_hidden_layers=4, num_attention_heads=2, head_dim=8)
+
+
+def test_cohere2_moe_config_as_transformers_builds_it():
+    """Without layer_types / mlp_layer_types: the first first_k_dense_replace layers dense and full with rope (the
+    prefix pattern 1), then every sliding_window_pattern-th full and NoPE; LayerNorms unless rms_norm_eps is set;
+    the shared experts' width, averaged in by default; unknown router and combination settings refused by name."""
+    cfg = from_hf_config({**COHERE2_MOE, "first_k_dense_replace": 1, "sliding_window_pattern": 2,
+                          "num_shared_experts": 2, "prefix_dense_intermediate_size": 24})
+    assert (cfg.dense_layers, cfg.layer_windows, cfg.nope_layers) == ((0,), (0, 4096, 0, 4096), (2,))
+    assert (cfg.intermediate_size, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size) == (24, 8, 16)
+    assert cfg.layer_norm and cfg.shared_expert_average and not cfg.sigmoid_top_k and cfg.logits_scaling == 16.0
+    assert not from_hf_config({**COHERE2_MOE, "rms_norm_eps": 1e-5}).layer_norm
+    for name in ("expert_selection_fn", "shared_expert_combination_strategy"):
+        with pytest.raises(ConfigError, match=f"{name} 'max' is not supported for Cohere2MoeForCausalLM"):
+            from_hf_config({**COHERE2_MOE, name: "max"})

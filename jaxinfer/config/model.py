@@ -175,6 +175,10 @@ class ModelConfig:
     expert_groups: int = 1
     expert_groups_per_token: int = 1
     routed_scaling_factor: float = 1.0
+    # Cohere2-MoE: the top-k logits' sigmoids (expert_selection_fn "sigmoid"), not their softmax; and the routed and
+    # shared experts' outputs averaged (shared_expert_combination_strategy "average"), not summed
+    sigmoid_top_k: bool = False
+    shared_expert_average: bool = False
     mtp_layers: int = 0  # multi-token-prediction layers after the decoder's (skipped by it; method "mtp" drafts)
     bos_token_id: int | None = None
     pad_token_id: int = 0  # Gemma 4: the token an image token's per-layer input reads (HF's Gemma4Model)

@@ -12,7 +12,7 @@ its inverse). Fields a config leaves out take transformers' Cohere2Config defaul
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 
@@ -22,7 +22,7 @@ from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.mlp import gated_mlp, mlp_hf_leaves, mlp_leaves
-from jaxinfer.models.norms import layer_norm
+from jaxinfer.models.norms import config_norm
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attention_leaves, self_attention
 from jaxinfer.parallel.array_info import ArrayInfo
@@ -79,10 +79,19 @@ def decoder_layer(
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
     """x + attention(norm(x)) + MLP(norm(x))."""
-    h = layer_norm(x, lw.attn_norm, cfg.rms_norm_eps)
+    mlp = lambda h: gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)  # noqa: E731
+    return parallel_layer(cfg, x, cache, lw, layer, positions, rope, mlp)
+
+
+def parallel_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
+    mlp: Callable[[jax.Array], jax.Array],
+) -> tuple[jax.Array, Any]:
+    """x + attention(norm(x)) + mlp(norm(x)): one norm of the config's kind (Cohere 2's LayerNorm, Cohere2-MoE's
+    RMSNorm where it sets rms_norm_eps) feeding both."""
+    h = config_norm(x, lw.attn_norm, None, cfg)
     attn, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
-    mlp = gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
-    return cache.layout.constrain(x + attn + mlp, HIDDEN), cache
+    return cache.layout.constrain(x + attn + mlp(h), HIDDEN), cache
 
 
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:

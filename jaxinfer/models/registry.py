@@ -21,6 +21,7 @@ from jaxinfer.models.base_models import causal_architecture, pools_only
 from jaxinfer.models.bloom import FAMILY as BLOOM
 from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
+from jaxinfer.models.cohere2_moe import FAMILY as COHERE2_MOE
 from jaxinfer.models.dbrx import FAMILY as DBRX
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
 from jaxinfer.models.deepseek_v32 import FAMILY as DEEPSEEK_V32
@@ -101,7 +102,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2, BLOOM, MPT,
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
-                                LAGUNA)
+                                LAGUNA, COHERE2_MOE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
