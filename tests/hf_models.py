@@ -294,6 +294,10 @@ ARCH_CONFIGS.update({
         hf.FalconConfig,
         dict(ffn_hidden_size=128, parallel_attn=False, multi_query=False),
     ),
+    "falcon_rw": (  # Falcon-RW's: ALiBi (BLOOM's slopes, scaled with the scores), every head its own K/V,
+        hf.FalconConfig,  # query_key_value, dense and the MLP biased; sequential
+        dict(ffn_hidden_size=128, alibi=True, bias=True, parallel_attn=False, multi_query=False),
+    ),
     "bloom": (  # ALiBi (BLOOM's slopes, 4 heads), the embeddings' LayerNorm, query_key_value per head, LayerNorms and
         hf.BloomConfig,  # projections biased, gelu-tanh MLP 4 x 64 wide, tied head
         dict(),

@@ -153,8 +153,8 @@ def test_falcon_fields_a_config_leaves_out_read_as_transformers_reads_them(field
 @pytest.mark.parametrize(
     "fields,message",
     [
-        (dict(alibi=True), "alibi=True is not supported for FalconForCausalLM .ALiBi"),
-        (dict(bias=True), "bias=True is not supported for FalconForCausalLM"),
+        (dict(new_decoder_architecture=True, num_kv_heads=2, bias=True),
+         "bias=True is not supported for FalconForCausalLM with 2 K/V groups of several heads"),
         (dict(new_decoder_architecture=True, parallel_attn=False), "parallel_attn=False is not supported"),
         (dict(new_decoder_architecture=True, num_ln_in_parallel_attn=3), "num_ln_in_parallel_attn 3 is not"),
     ],
@@ -162,6 +162,15 @@ def test_falcon_fields_a_config_leaves_out_read_as_transformers_reads_them(field
 def test_falcon_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**FALCON, **fields, "architectures": ["FalconForCausalLM"]})
+
+
+def test_falcon_rw_reads_alibi_scaled_with_the_scores_and_biases():
+    """Falcon-RW: no rotary embedding, BLOOM's slopes times 1/sqrt(head_dim) (transformers adds them before the
+    scale), every projection biased."""
+    cfg = from_hf_config({**FALCON, "alibi": True, "bias": True, "multi_query": False, "parallel_attn": False,
+                          "architectures": ["FalconForCausalLM"]})
+    assert cfg.nope_layers == (0, 1) and cfg.alibi_slopes == (2**-2 / 4, 2**-4 / 4, 2**-6 / 4, 2**-8 / 4)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias, cfg.num_kv_heads) == (True, True, True, 4)
 
 
 BLOOM = dict(vocab_size=8, n_embed=64, n_layer=2, n_head=4)  # n_embed: older configs' name for hidden_size

@@ -102,6 +102,7 @@ DECODES_AS_ANOTHER += ("mistral_large4",)
 XLA_ONLY += ("bloom", "mpt")
 GREEDY_ELSEWHERE += ("bloom",)
 DECODES_AS_ANOTHER += ("mpt",)
+LOGITS_ONLY += ("falcon_rw",)  # Falcon-RW: BLOOM's ALiBi scaled with the scores, biased projections
 # Kimi K2.5 and Apertus 1.5: DeepSeek-V3's and Apertus' language models unchanged, checked in full above; their float32
 # logits check where the wrapper keeps them (Kimi's prefixes, the head untied by the outer config; Apertus 1.5's head
 # pruned to 256 of its 300 ids): test_text_only_wrappers for the layouts their makers ship.

@@ -12,17 +12,24 @@ dense_4h_to_h(gelu(dense_h_to_4h(x))) (`ffn_hidden_size`, 4 * hidden_size when n
 Either way `query_key_value` holds, for each K/V group, its query heads' rows, then its key's, then its value's
 (one group for multi-query: all q, then k, then v; a group per head without it: [heads, 3, head_dim]), read as
 wq (`HFLeaf` kind `in_group_rows`), wk and wv at load. Every head's dims rotate (rotate-half,
-`rope_parameters`); the head is tied by default. Refused by name: `alibi` (ALiBi's per-head linear score biases
-are not in jaxinfer's attention kernels), `bias` (only the ALiBi Falcon-RW models have it), and the forms
-transformers' own Falcon cannot run (a new-architecture layer without `parallel_attn`, `num_ln_in_parallel_attn`
-other than 1 or 2).
+`rope_parameters`); the head is tied by default. Under `alibi` (Falcon-RW) nothing rotates: each head's scores take
+ALiBi's bias with BLOOM's slopes, rounded to bfloat16 and scaled by 1/sqrt(head_dim) as transformers' Falcon adds
+them before the scale (it also rounds each slope * position to bfloat16, which here stays exact: the two agree up
+to position 256, past it the products differ by that rounding). `bias` (Falcon-RW) biases query_key_value (where
+the K/V groups are one or one per head), dense and the MLP. Refused by name: `bias` over other groupings, and the
+forms transformers' own Falcon cannot run (a new-architecture layer without `parallel_attn`,
+`num_ln_in_parallel_attn` other than 1 or 2).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+import jax.numpy as jnp
+import numpy as np
+
 from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, field
+from jaxinfer.models.alibi import bloom_slopes
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.phi import abstract_layer as one_norm_layer
 from jaxinfer.models.ungated_mlp import UngatedLayerWeights, decoder_layer
@@ -67,18 +74,31 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     for field_name, norm in _norms(cfg).items():
         leaves[field_name] = HFLeaf(layer + norm + "weight", "same", (D,))
         leaves[field_name + "_bias"] = HFLeaf(layer + norm + "bias", "same", (D,))
+    if cfg.qkv_bias:  # Falcon-RW
+        leaves |= _qkv_biases(cfg, layer + "self_attention.query_key_value.bias")
+        leaves |= {"bo": HFLeaf(layer + "self_attention.dense.bias", "same", (D,)),
+                   "b_up": HFLeaf(layer + "mlp.dense_h_to_4h.bias", "same", (F,)),
+                   "b_down": HFLeaf(layer + "mlp.dense_4h_to_h.bias", "same", (D,))}
     return leaves
+
+
+def _qkv_biases(cfg: ModelConfig, name: str) -> dict[str, HFLeaf]:
+    """q/k/v biases of `query_key_value` laid out as its rows: one K/V group (all q, then k, then v) or one per head
+    ([heads, 3, head_dim]); `_refuse` turns other groupings away."""
+    H, KV, K = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    shape = ((H + 2 * KV) * K,)
+    if KV == 1:
+        return {"bq": HFLeaf(name, "bias_heads", shape, H, K), "bk": HFLeaf(name, "bias_heads", shape, 1, K, H * K),
+                "bv": HFLeaf(name, "bias_heads", shape, 1, K, (H + 1) * K)}
+    return {f"b{p}": HFLeaf(name, "bias_head_rows", shape, H, K, row_offset=i * K) for i, p in enumerate("qkv")}
 
 
 def _refuse(hf: Mapping[str, Any], arch: str) -> None:
     """ConfigError naming the first setting not run."""
     new = bool(hf["new_decoder_architecture"])
-    if hf["alibi"]:
-        raise ConfigError(f"alibi=True is not supported for {arch} (ALiBi's per-head linear attention biases are not "
-                          "in jaxinfer's attention kernels); supported: false, rotary embeddings (Falcon-7B/40B/180B)")
-    if hf["bias"]:
-        raise ConfigError(f"bias=True is not supported for {arch} (only the ALiBi Falcon-RW models bias their "
-                          "projections); supported: false")
+    if hf["bias"] and new and int(field(hf, "num_kv_heads", 1)) not in (1, int(hf["num_attention_heads"])):
+        raise ConfigError(f"bias=True is not supported for {arch} with {hf['num_kv_heads']} K/V groups of several "
+                          "heads; supported: one K/V head, or one per head (Falcon-RW)")
     if new and not hf["parallel_attn"]:
         raise ConfigError(f"parallel_attn=False is not supported for {arch} with new_decoder_architecture "
                           "(transformers' Falcon cannot run it either); supported: true")
@@ -97,6 +117,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     ffn = int(field(hf, "ffn_hidden_size", 4 * D))
     fields = common_fields({**hf, "intermediate_size": ffn, "num_key_value_heads": kv, "head_dim": None}, arch)
     parallel = new or bool(hf["parallel_attn"])
+    bias, alibi = bool(hf["bias"]), bool(hf["alibi"])
     return ModelConfig(
         **{**fields, "rms_norm_eps": float(hf["layer_norm_epsilon"])},
         layer_norm=True,
@@ -104,7 +125,16 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         parallel_residual=parallel,
         one_norm=parallel and not (new and int(field(hf, "num_ln_in_parallel_attn", 2)) == 2),
         activation=activation_name(hf["activation"]),
+        qkv_bias=bias, o_bias=bias, mlp_bias=bias,
+        nope_layers=tuple(range(fields["num_layers"])) if alibi else (),
+        alibi_slopes=_alibi_slopes(fields["num_heads"], fields["head_dim"]) if alibi else (),
     )
+
+
+def _alibi_slopes(heads: int, head_dim: int) -> tuple[float, ...]:
+    """transformers' Falcon ALiBi: BLOOM's slopes rounded to bfloat16, added before the 1/sqrt(head_dim) scale."""
+    rounded = np.asarray(jnp.asarray(bloom_slopes(heads), jnp.bfloat16).astype(jnp.float32))
+    return tuple(float(s) * head_dim**-0.5 for s in rounded)
 
 
 FAMILY = Family("falcon", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer,
