@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -11,7 +12,7 @@ import transformers
 from hf_models import save_hf_model
 from jax.sharding import AbstractMesh
 from safetensors.numpy import load_file, save_file
-from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+from transformers.integrations.mxfp4 import convert_moe_packed_tensors, dequantize_convertops
 
 from jaxinfer import LLM
 from jaxinfer.checkpoint.converted import QUANT_KEY, save_converted
@@ -74,6 +75,9 @@ def test_a_slice_reads_only_its_groups_and_equals_the_whole_tensors_slice(index)
 
 
 def test_mxfp4_checkpoint_gives_transformers_logits(mxfp4_checkpoint, tmp_path):
+    if "dtype" not in inspect.signature(dequantize_convertops).parameters:
+        pytest.skip(f"transformers {transformers.__version__} dequantizes MXFP4 experts to bfloat16 whatever the "
+                    "model's dtype (not float32)")
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         mxfp4_checkpoint, quantization_config=transformers.Mxfp4Config(dequantize=True), dtype=torch.float32)
     with torch.no_grad():

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import transformers
 from hf_models import make_hf_model, save_hf_model
 from safetensors.torch import load_file, save_file
-from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
 
 from jaxinfer import LLM
 from jaxinfer.checkpoint.scaled_weights import Fp8Values, ScaledSlice, raw_bytes
@@ -35,6 +35,16 @@ def quantize(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, tor
     return values.to(torch.float8_e4m3fn), scales.to(torch.float32)
 
 
+def hf_dequantize(values: torch.Tensor, scales: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """transformers' own dequantization of FP8 blocks [out, in] (partial last blocks too); the test skips where this
+    transformers has none (5.17: not at this name, and its loader's refuses partial blocks)."""
+    try:
+        from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
+    except ImportError:
+        pytest.skip(f"transformers {transformers.__version__} has no finegrained_fp8._dequantize_fp8_weight")
+    return _dequantize_fp8_weight(values, scales, list(block), torch.float32)
+
+
 def save_fp8(path: Path, block: tuple[int, int], scale_fmt: str = "float") -> dict[str, torch.Tensor]:
     """The tiny Qwen3 checkpoint at path with its layers' linear weights stored as FP8 blocks; returns the state
     dict transformers' own dequantization of that file gives."""
@@ -49,7 +59,7 @@ def save_fp8(path: Path, block: tuple[int, int], scale_fmt: str = "float") -> di
         else:
             tensors[name + "_scale_inv"] = scales
         tensors[name] = values
-        dequantized[name] = _dequantize_fp8_weight(values, scales, list(block), torch.float32)
+        dequantized[name] = hf_dequantize(values, scales, block)
     save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((path / "config.json").read_text())
     config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
@@ -137,7 +147,7 @@ def test_a_slice_reads_its_part_of_the_dequantized_weight(tmp_path, index):
     w = torch.randn(70, 90)
     values, scales = quantize(w, (16, 32))
     save_file({"w": values, "w_scale_inv": scales}, tmp_path / "t.safetensors")
-    whole = _dequantize_fp8_weight(values, scales, [16, 32], torch.float32).numpy()
+    whole = hf_dequantize(values, scales, (16, 32)).numpy()
     reader = ScaledSlice(Fp8Values(raw_bytes(tmp_path / "t.safetensors", "w")), scales.numpy(), (16, 32))
     assert reader.get_shape() == (70, 90)
     np.testing.assert_array_equal(reader[index], whole[index])
