@@ -17,8 +17,8 @@ BASE = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers
 
 
 def test_unsupported_architecture_names_the_supported_ones():
-    with pytest.raises(ConfigError, match="'BloomForCausalLM' is not supported; supported: LlamaForCausalLM"):
-        from_hf_config({**BASE, "architectures": ["BloomForCausalLM"]})
+    with pytest.raises(ConfigError, match="'RwkvForCausalLM' is not supported; supported: LlamaForCausalLM"):
+        from_hf_config({**BASE, "architectures": ["RwkvForCausalLM"]})
     with pytest.raises(ConfigError, match="Phi3SmallForCausalLM.*block-sparse attention.*supported: LlamaForCausalLM"):
         from_hf_config({**BASE, "architectures": ["Phi3SmallForCausalLM"]})
     assert {"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Qwen2MoeForCausalLM", "BambaForCausalLM",
