@@ -83,7 +83,7 @@
 #                                                   # token filters and vLLM's argument names (~6 min, untried)
 #   bash scripts/gpu_session.sh features6 [OUT_DIR]  # what landed on 2026-11-29 (sixth sitting) on the GPU:
 #                                                   # OPT, GPT-J, GPTBigCode, StableLM, Falcon, Phi-3.5-MoE, DBRX,
-#                                                   # MiniCPM3, Gemma 3n, Mamba, FalconMamba, Jamba, LFM3, Laguna, Cohere2-MoE, BLOOM, MPT,
+#                                                   # MiniCPM3, Gemma 3n, Mamba, FalconMamba, Jamba, LFM3, Laguna, Cohere2-MoE, LongCat-Flash, BLOOM, MPT,
 #                                                   # Mistral Large 4
 #                                                   # (ALiBi: the Triton kernel compiled; ~6 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
@@ -264,7 +264,7 @@ features6)
         tests/test_alibi_attention.py tests/test_families.py::test_bloom_alibi_through_the_paged_cache_keeps_hf_greedy_tokens \
         tests/pallas_kernels/test_ragged_paged_attention.py::test_kernels_take_alibi_slopes \
         tests/pallas_kernels/test_paged_attention.py::test_gpu_compiled \
-        -k "not hf_parity or opt or gptj or gpt_bigcode or stablelm or falcon or phimoe or dbrx or minicpm3 or gemma3n or mamba or jamba or lfm3 or laguna or cohere2_moe or kimi_k25 or apertus1p5 or bloom or mpt or mistral_large4"
+        -k "not hf_parity or opt or gptj or gpt_bigcode or stablelm or falcon or phimoe or dbrx or minicpm3 or gemma3n or mamba or jamba or lfm3 or laguna or cohere2_moe or longcat_flash or kimi_k25 or apertus1p5 or bloom or mpt or mistral_large4"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}

@@ -508,6 +508,15 @@ ARCH_CONFIGS["cohere2_moe"] = (
          sliding_window_pattern=2, first_k_dense_replace=1, num_experts=4, num_experts_per_tok=2, num_shared_experts=1,
          logit_scale=0.25, pad_token_id=0),
 )
+# LongCat-Flash: one layer of two halves, each MLA (a 32-value latent, 16 + 16 query/key dims, 24 value dims, a
+# 24-rank query, rope in pairs over head_dim 16) and a 96-wide SwiGLU; the first half's MLP input feeds 2 of 4
+# routed + 2 zero experts (softmax scores, correction bias for choosing, x 1.5), added after the second half
+ARCH_CONFIGS["longcat_flash"] = (
+    hf.LongcatFlashConfig,
+    dict(num_layers=1, num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=24, qk_rope_head_dim=16, head_dim=16,
+         qk_nope_head_dim=16, v_head_dim=24, ffn_hidden_size=96, expert_ffn_hidden_size=32, n_routed_experts=4,
+         zero_expert_num=2, moe_topk=2, routed_scaling_factor=1.5, pad_token_id=0),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -593,6 +602,7 @@ MODEL_CLASSES = {
     hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
     hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,
+    hf.LongcatFlashConfig: hf.LongcatFlashForCausalLM,
     hf.Cohere2MoeConfig: hf.Cohere2MoeForCausalLM,
     _mistral_large4_config: hf.MistralLarge4ForConditionalGeneration,
     hf.LagunaConfig: hf.LagunaForCausalLM,

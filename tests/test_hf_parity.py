@@ -119,6 +119,10 @@ LOGITS_ONLY += ("laguna",)
 # Cohere2-MoE: Cohere 2's parallel layer and rope (its decode checked as cohere2's) over Mixtral's experts; what it
 # changes shows in its float32 logits.
 LOGITS_ONLY += ("cohere2_moe",)
+# LongCat-Flash: DeepSeek's latent attention (its decode checked as deepseek_v3's) in half-layers handing on a
+# second stream (Gemma 3n's way, through the engine in test_gemma3n); its greedy run (batched, kernels and XLA)
+# passed, ~4 s more; what it changes shows in its float32 logits.
+LOGITS_ONLY += ("longcat_flash",)
 
 
 @functools.cache

@@ -1,7 +1,7 @@
 """DeepSeek's latent attention under other names beyond the parity tests every family runs (test_hf_parity):
-GLM-4.7-Flash's, Mistral 4's, MiniCPM3's and Mistral Large 4's configs read as transformers reads them, what cannot
-run refused by name, Mistral 4's router against transformers' own, Mistral Small 4's Mistral3ForConditionalGeneration
-config. No model is run here."""
+GLM-4.7-Flash's, Mistral 4's, MiniCPM3's, Mistral Large 4's and LongCat-Flash's configs read as transformers reads
+them, what cannot run refused by name, Mistral 4's router against transformers' own, Mistral Small 4's
+Mistral3ForConditionalGeneration config. No model is run here."""
 
 from __future__ import annotations
 
@@ -243,3 +243,32 @@ def test_minicpm3_fields_read_as_transformers_reads_them(fields):
 def test_minicpm3_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**SHAPE, **fields, "architectures": [MINICPM3]})
+
+
+LONGCAT = dict(architectures=["LongcatFlashForCausalLM"], vocab_size=8, hidden_size=64, num_layers=2,
+               num_attention_heads=2, kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=8, qk_rope_head_dim=4,
+               v_head_dim=8, ffn_hidden_size=24, expert_ffn_hidden_size=8, n_routed_experts=4, zero_expert_num=2,
+               moe_topk=3)
+
+
+def test_longcat_flash_reads_two_halves_a_layer_and_its_lora_scales():
+    """Each checkpoint layer runs two decoder layers (each its own cache) whose first half names the MoE's tensors;
+    the query scaled by sqrt(hidden / q_lora_rank), the latent by sqrt(hidden / kv_lora_rank); zero experts
+    counted apart; a model.mtp tensor and a saved zero expert's gate are not read; the refusals."""
+    from jaxinfer.checkpoint.hf_names import unread_tensor
+    from jaxinfer.models.longcat_flash import layer_hf_leaves
+
+    cfg = from_hf_config(LONGCAT)
+    mla = cfg.latent_attention
+    assert (cfg.num_layers, cfg.num_experts, cfg.zero_experts, cfg.experts_per_token) == (4, 4, 2, 3)
+    assert (mla.q_scale, mla.latent_scale, cfg.attn_scale, cfg.rope_theta) == (math.sqrt(2), 2.0, 12**-0.5, 1e7)
+    assert layer_hf_leaves(cfg, 3)["wq"].name == "model.layers.1.self_attn.1.q_b_proj.weight"
+    assert "router" in layer_hf_leaves(cfg, 2) and "router" not in layer_hf_leaves(cfg, 3)
+    assert unread_tensor(cfg, "model.mtp.layers.0.norm.weight")
+    assert unread_tensor(cfg, "model.layers.0.mlp.experts.5.up_proj.weight")
+    assert not unread_tensor(cfg, "model.layers.0.mlp.experts.3.up_proj.weight")
+    for fields, message in ((dict(router_bias=True), "router_bias True is not supported"),
+                            (dict(q_lora_rank=0), "q_lora_rank 0 is not supported"),
+                            (dict(qk_head_dim=16), r"qk_head_dim 16 is not supported .* \(12\)")):
+        with pytest.raises(ConfigError, match=message):
+            from_hf_config({**LONGCAT, **fields})

@@ -309,7 +309,14 @@ def in_kv_sharing_layer(cfg: ModelConfig, name: str) -> bool:
 def unread_tensor(cfg: ModelConfig, name: str) -> bool:
     """Whether tensor `name` is one a checkpoint may hold that the model never reads (an MTP layer's, a KV-sharing
     layer's K/V)."""
-    return in_mtp_layer(cfg, name) or in_kv_sharing_layer(cfg, name)
+    return in_mtp_layer(cfg, name) or in_kv_sharing_layer(cfg, name) or in_zero_expert(cfg, name)
+
+
+def in_zero_expert(cfg: ModelConfig, name: str) -> bool:
+    """Whether tensor `name` is a gate or up projection of a LongCat-Flash identity expert (`cfg.zero_experts`):
+    transformers 5.24 keeps gate_up rows for them and saves them, though the experts never read them."""
+    expert = re.match(r"model\.layers\.\d+\.mlp\.experts\.(\d+)\.(gate|up)_proj\.weight$", name)
+    return cfg.zero_experts > 0 and expert is not None and int(expert.group(1)) >= cfg.num_experts
 
 
 def expected_hf_names(cfg: ModelConfig, layer_fields: list[list[str]]) -> set[str]:

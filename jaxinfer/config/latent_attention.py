@@ -30,6 +30,8 @@ class LatentAttention:
     v_head_dim: int  # V: each head's value width
     q_lora_rank: int = 0  # the query's low-rank bottleneck (q_a_proj, a norm, q_b_proj); 0: one q_proj
     indexer: LightningIndexer | None = None  # DeepSeek Sparse Attention's (None: dense MLA)
+    q_scale: float = 1.0  # LongCat-Flash: the query times sqrt(hidden / q_lora_rank)
+    latent_scale: float = 1.0  # and the normed latent times sqrt(hidden / kv_lora_rank)
 
     @property
     def cached_dims(self) -> int:

@@ -163,6 +163,7 @@ class ModelConfig:
     swiglu_alpha: float = 1.702  # GPT-OSS experts' gate: see models.mlp.ClampedSwiGLU
     swiglu_limit: float = 7.0
     num_experts: int = 0  # mixture of experts: 0 = every layer dense
+    zero_experts: int = 0  # LongCat-Flash: identity experts routed after the num_experts (their output: the input)
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False  # renormalise the chosen experts' probabilities to sum to 1

@@ -128,7 +128,8 @@ def latent_projections(
         return None, q, kv
     q_low, kv = linears(h, [lw.wq_a, lw.wkv_a])
     q_low = rms_norm(q_low, lw.q_a_norm, LATENT_NORM_EPS)
-    return q_low, linear(q_low, lw.wq), kv
+    q, scale = linear(q_low, lw.wq), cfg.latent_attention.q_scale
+    return q_low, (q if scale == 1.0 else q * jnp.asarray(scale, q.dtype)), kv
 
 
 def latent_rows(
@@ -139,6 +140,8 @@ def latent_rows(
     mla = cfg.latent_attention
     R, N = mla.kv_lora_rank, mla.qk_nope_head_dim
     latent = rms_norm(kv[..., :R], lw.kv_a_norm, LATENT_NORM_EPS)
+    if mla.latent_scale != 1.0:  # LongCat-Flash's: keys and values both read the scaled latent
+        latent = latent * jnp.asarray(mla.latent_scale, latent.dtype)
     q_pe, k_pe = q[..., N:], kv[..., None, R:]
     if rope is not None:
         q_pe, k_pe = (apply_rope(x, *rope, cfg.rope_interleaved) for x in (q_pe, k_pe))
