@@ -56,10 +56,10 @@ from jaxinfer.models.laguna import FAMILY as LAGUNA
 from jaxinfer.models.lfm2 import FAMILY as LFM2
 from jaxinfer.models.lfm2_moe import FAMILY as LFM2_MOE
 from jaxinfer.models.lfm3 import FAMILY as LFM3
-from jaxinfer.models.longcat_flash import FAMILY as LONGCAT_FLASH
 from jaxinfer.models.llama import FAMILY as LLAMA
 from jaxinfer.models.llama4 import FAMILY as LLAMA4
 from jaxinfer.models.llava import text_hf_config
+from jaxinfer.models.longcat_flash import FAMILY as LONGCAT_FLASH
 from jaxinfer.models.mamba import FAMILY as MAMBA
 from jaxinfer.models.mamba2 import FAMILY as MAMBA2
 from jaxinfer.models.mimo_v2_flash import FAMILY as MIMO_V2_FLASH
