@@ -25,8 +25,8 @@ def _rewrite_config(path, **changes):
 
 def test_unsupported_architecture_names_supported_ones(checkpoint_dir, tmp_path):
     path = _copy(checkpoint_dir("llama2"), tmp_path / "m")
-    _rewrite_config(path, architectures=["BloomForCausalLM"])
-    with pytest.raises(ConfigError, match="BloomForCausalLM.*supported: LlamaForCausalLM"):
+    _rewrite_config(path, architectures=["RwkvForCausalLM"])
+    with pytest.raises(ConfigError, match="RwkvForCausalLM.*supported: LlamaForCausalLM"):
         LLM(path)
 
 
