@@ -9,3 +9,7 @@ from __future__ import annotations
 
 class CheckpointError(ValueError):
     """A model directory or weights file jaxinfer cannot load; the message names the path and what is expected."""
+
+
+class ConfigError(ValueError):
+    """A model configuration jaxinfer cannot run; the message says what is supported."""
