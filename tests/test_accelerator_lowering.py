@@ -3,8 +3,9 @@
 The GPU variant has no host round trip inside a device call (no `cond`, no `while` whose trip
 count is data) and orders rows only with XLA:GPU's fast kernels (no sort on a float key, no top_k
 over 16: see sampling/row_order), and every step program, Pallas kernels included, lowers for
-CUDA and TPU with `jax.export`: plain, prompt-lookup, draft-model, EAGLE, LoRA, mixture-of-experts and Whisper engines
-on one device (Whisper's lowered only), and plain and draft-model engines on a mesh of fake CPU devices (tp=2, dp=2).
+CUDA and TPU with `jax.export`: plain, prompt-lookup, draft-model, EAGLE, LoRA, mixture-of-experts, Jamba (Mamba-1
+state layers) and Whisper engines on one device (Whisper's lowered only), and plain and draft-model engines on a
+mesh of fake CPU devices (tp=2, dp=2).
 A change that breaks an accelerator's lowering fails here, where no accelerator is at hand.
 """
 
@@ -40,7 +41,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # Whisper: its cross-attention reads each row slot's cross pages through the same paged kernels.
     whisper = save_whisper(root / "whisper", d_model=128, encoder_attention_heads=2, decoder_attention_heads=2,
                            encoder_layers=1, decoder_layers=1, max_target_positions=128)
-    return {"target": target, "eagle": save_eagle1(root / "eagle", target), "moe": moe, "whisper": whisper}
+    # Jamba: Mamba-1 layers (their selective scan over the row slots' states) beside an attention layer and experts.
+    jamba = save_hf_model("jamba", root / "jamba", hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
+    return {"target": target, "eagle": save_eagle1(root / "eagle", target), "moe": moe, "whisper": whisper,
+            "jamba": jamba}
 
 
 def speculation(models: dict, method: str | None) -> SpeculativeConfig | None:
@@ -50,13 +54,13 @@ def speculation(models: dict, method: str | None) -> SpeculativeConfig | None:
     return SpeculativeConfig(method=method, draft_model=draft, num_speculative_tokens=2, adaptive=False, fallback=False)
 
 
-@pytest.fixture(scope="module", params=[None, "ngram", "ngram_device", "draft", "eagle", "lora", "moe"],
-                ids=["plain", "ngram", "ngram-device", "draft", "eagle", "lora", "moe"])
+@pytest.fixture(scope="module", params=[None, "ngram", "ngram_device", "draft", "eagle", "lora", "moe", "jamba"],
+                ids=["plain", "ngram", "ngram-device", "draft", "eagle", "lora", "moe", "jamba"])
 def llm(models, request) -> LLM:
     if request.param == "lora":  # LoRA adapter slots on every projection
         return LLM(models["target"], enable_lora=True, max_loras=2, **KNOBS)
-    if request.param == "moe":
-        return LLM(models["moe"], **KNOBS)
+    if request.param in ("moe", "jamba"):
+        return LLM(models[request.param], **KNOBS)
     return LLM(models["target"], speculative=speculation(models, request.param), **KNOBS)
 
 
