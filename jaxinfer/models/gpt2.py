@@ -36,19 +36,36 @@ REFUSED = {
 
 def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     """Where each layer field lives: Conv1D weights as stored [in, out]; q/k/v as column blocks of c_attn."""
-    H, K, D, F = cfg.num_heads, cfg.head_dim, cfg.hidden_size, cfg.intermediate_size
-    layer = PREFIX + "h.{i}."
-    qkv = layer + "attn.c_attn."
-    leaves = {
+    H, K, D = cfg.num_heads, cfg.head_dim, cfg.hidden_size
+    qkv = PREFIX + "h.{i}.attn.c_attn."
+    return {
         **{f"w{p}": HFLeaf(qkv + "weight", "in_head_columns", (D, 3 * H * K), H, K, row_offset=i * H * K)
            for i, p in enumerate("qkv")},
         **{f"b{p}": HFLeaf(qkv + "bias", "bias_heads", (3 * H * K,), H, K, row_offset=i * H * K)
            for i, p in enumerate("qkv")},
-        "wo": HFLeaf(layer + "attn.c_proj.weight", "head_rows", (H * K, D), H, K),
+        **body_leaves(cfg, conv1d=True),
+    }
+
+
+def body_leaves(cfg: ModelConfig, conv1d: bool) -> dict[str, HFLeaf]:
+    """A GPT-2-named layer's fields past q/k/v: c_proj, the MLP's c_fc / c_proj and ln_1 / ln_2, with biases.
+    conv1d: GPT-2's Conv1D weights, stored [in, out]; else torch Linear's [out, in] (GPTBigCode)."""
+    H, K, D, F = cfg.num_heads, cfg.head_dim, cfg.hidden_size, cfg.intermediate_size
+    layer = PREFIX + "h.{i}."
+    if conv1d:
+        wo = HFLeaf(layer + "attn.c_proj.weight", "head_rows", (H * K, D), H, K)
+        w_up = HFLeaf(layer + "mlp.c_fc.weight", "same", (D, F))
+        w_down = HFLeaf(layer + "mlp.c_proj.weight", "same", (F, D))
+    else:
+        wo = HFLeaf(layer + "attn.c_proj.weight", "out_heads", (D, H * K), H, K)
+        w_up = HFLeaf(layer + "mlp.c_fc.weight", "transpose", (F, D))
+        w_down = HFLeaf(layer + "mlp.c_proj.weight", "transpose", (D, F))
+    leaves = {
+        "wo": wo,
         "bo": HFLeaf(layer + "attn.c_proj.bias", "same", (D,)),
-        "w_up": HFLeaf(layer + "mlp.c_fc.weight", "same", (D, F)),
+        "w_up": w_up,
         "b_up": HFLeaf(layer + "mlp.c_fc.bias", "same", (F,)),
-        "w_down": HFLeaf(layer + "mlp.c_proj.weight", "same", (F, D)),
+        "w_down": w_down,
         "b_down": HFLeaf(layer + "mlp.c_proj.bias", "same", (D,)),
     }
     for field_name, norm in (("attn_norm", "ln_1."), ("mlp_norm", "ln_2.")):

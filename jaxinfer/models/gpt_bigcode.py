@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.gpt2 import FAMILY as GPT2
-from jaxinfer.models.gpt2 import PREFIX, REQUIRED
+from jaxinfer.models.gpt2 import PREFIX, REQUIRED, body_leaves
 from jaxinfer.models.gpt2 import read_config as gpt2_config
 from jaxinfer.models.ungated_mlp import abstract_layer, decoder_layer
 
@@ -48,21 +48,7 @@ def qkv_leaves(cfg: ModelConfig, qkv: str) -> dict[str, HFLeaf]:
 
 def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     """Where each layer field lives: GPT-2's names over torch Linear weights, q/k/v from the fused `c_attn`."""
-    H, K, D, F = cfg.num_heads, cfg.head_dim, cfg.hidden_size, cfg.intermediate_size
-    layer = PREFIX + "h.{i}."
-    leaves = {
-        **qkv_leaves(cfg, layer + "attn.c_attn."),
-        "wo": HFLeaf(layer + "attn.c_proj.weight", "out_heads", (D, H * K), H, K),
-        "bo": HFLeaf(layer + "attn.c_proj.bias", "same", (D,)),
-        "w_up": HFLeaf(layer + "mlp.c_fc.weight", "transpose", (F, D)),
-        "b_up": HFLeaf(layer + "mlp.c_fc.bias", "same", (F,)),
-        "w_down": HFLeaf(layer + "mlp.c_proj.weight", "transpose", (D, F)),
-        "b_down": HFLeaf(layer + "mlp.c_proj.bias", "same", (D,)),
-    }
-    for field_name, norm in (("attn_norm", "ln_1."), ("mlp_norm", "ln_2.")):
-        leaves[field_name] = HFLeaf(layer + norm + "weight", "same", (D,))
-        leaves[field_name + "_bias"] = HFLeaf(layer + norm + "bias", "same", (D,))
-    return leaves
+    return {**qkv_leaves(cfg, PREFIX + "h.{i}.attn.c_attn."), **body_leaves(cfg, conv1d=False)}
 
 
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
