@@ -517,6 +517,13 @@ ARCH_CONFIGS["longcat_flash"] = (
          qk_nope_head_dim=16, v_head_dim=24, ffn_hidden_size=96, expert_ffn_hidden_size=32, n_routed_experts=4,
          zero_expert_num=2, moe_topk=2, routed_scaling_factor=1.5, pad_token_id=0),
 )
+# VaultGemma: Gemma 2's attention (layer 0 slides over 8 tokens; scores scaled by 24 ** -0.5 and capped at 5) and
+# capped logits in Llama's pre-norm layer (no post-sublayer norms)
+ARCH_CONFIGS["vaultgemma"] = (
+    hf.VaultGemmaConfig,
+    dict(head_dim=32, sliding_window=8, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
+         final_logit_softcapping=3.0, attn_implementation="eager"),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -609,6 +616,7 @@ MODEL_CLASSES = {
     kimi_k25_config: hf.Kimi_K25ForConditionalGeneration,
     hf.Apertus1p5TextConfig: hf.Apertus1p5TextForCausalLM,
     hf.Lfm3Config: hf.Lfm3ForCausalLM,
+    hf.VaultGemmaConfig: hf.VaultGemmaForCausalLM,
 }
 
 

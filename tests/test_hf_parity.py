@@ -123,6 +123,9 @@ LOGITS_ONLY += ("cohere2_moe",)
 # second stream (Gemma 3n's way, through the engine in test_gemma3n); its greedy run (batched, kernels and XLA)
 # passed, ~4 s more; what it changes shows in its float32 logits.
 LOGITS_ONLY += ("longcat_flash",)
+# VaultGemma: Llama's layer (decode checked as llama's) under Gemma 2's attention options (windows, scale, caps:
+# checked as gemma2's); what it changes (no post-sublayer norms) shows in its float32 logits.
+LOGITS_ONLY += ("vaultgemma",)
 
 
 @functools.cache

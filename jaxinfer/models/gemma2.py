@@ -27,11 +27,13 @@ from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attentio
 from jaxinfer.parallel.array_info import ArrayInfo
 
 GEMMA2, GEMMA3 = "Gemma2ForCausalLM", "Gemma3ForCausalLM"
+VAULTGEMMA = "VaultGemmaForCausalLM"  # Gemma 2's config, read here, in Llama's layer (models.vaultgemma)
 # transformers' defaults for fields a config may leave out.
 DEFAULTS = {
     GEMMA2: dict(attn_logit_softcapping=50.0, final_logit_softcapping=30.0, sliding_window_pattern=2),
     GEMMA3: dict(attn_logit_softcapping=None, final_logit_softcapping=None, sliding_window_pattern=6),
 }
+DEFAULTS[VAULTGEMMA] = DEFAULTS[GEMMA2]
 GEMMA3_THETAS = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
 
 

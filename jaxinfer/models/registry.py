@@ -92,6 +92,7 @@ from jaxinfer.models.solar_open import FAMILY as SOLAR_OPEN
 from jaxinfer.models.stablelm import FAMILY as STABLELM
 from jaxinfer.models.starcoder2 import FAMILY as STARCODER2
 from jaxinfer.models.text_part import text_config
+from jaxinfer.models.vaultgemma import FAMILY as VAULTGEMMA
 from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
 from jaxinfer.models.whisper import FAMILY as WHISPER
 
@@ -103,7 +104,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2, BLOOM, MPT,
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
-                                LAGUNA, COHERE2_MOE, LONGCAT_FLASH)
+                                LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

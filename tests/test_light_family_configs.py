@@ -1,0 +1,30 @@
+"""Config reading of VaultGemma, NanoChat, Persimmon and the other families added beside their neighbours: fields a
+config leaves out read as transformers reads them, settings that cannot run refused by name (no model is run)."""
+
+from __future__ import annotations
+
+import pytest
+from hf_models import hf
+
+from jaxinfer import ConfigError, from_hf_config
+
+TINY = dict(vocab_size=8, hidden_size=64, intermediate_size=8, num_hidden_layers=4, num_attention_heads=4)
+VAULTGEMMA = {**TINY, "architectures": ["VaultGemmaForCausalLM"]}
+
+
+def test_vaultgemma_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg, ref = from_hf_config(VAULTGEMMA), hf.VaultGemmaConfig(**TINY)
+    windows = tuple(ref.sliding_window if t == "sliding_attention" else 0 for t in ref.layer_types)
+    assert cfg.layer_windows == windows == (4096, 0, 4096, 0)
+    assert (cfg.attn_soft_cap, cfg.final_soft_cap, cfg.attn_scale) == (
+        ref.attn_logit_softcapping, ref.final_logit_softcapping, ref.query_pre_attn_scalar**-0.5)
+    assert (cfg.head_dim, cfg.num_kv_heads, cfg.tie_word_embeddings) == (
+        ref.head_dim, ref.num_key_value_heads, ref.tie_word_embeddings)
+    assert cfg.scale_embeddings and cfg.norm_weight_offset == 1.0 and cfg.activation == "gelu_tanh"
+
+
+def test_vaultgemma_configs_that_cannot_run_are_refused_by_name():
+    with pytest.raises(ConfigError, match="use_bidirectional_attention=True"):
+        from_hf_config({**VAULTGEMMA, "use_bidirectional_attention": True})
+    with pytest.raises(ConfigError, match="mlp_bias=True is not supported for VaultGemmaForCausalLM"):
+        from_hf_config({**VAULTGEMMA, "mlp_bias": True})
