@@ -1,9 +1,9 @@
-"""Train the next demo pair on one GPU in minutes: a ~20M-parameter target and a ~3M draft distilled
+"""Train the next demo pair on one GPU in minutes: an 11M-parameter target and a 2.6M draft distilled
 from it, on the standard library and every permissively licensed package installed (`python_corpus`).
 
-The target is the largest Llama whose bf16 weights stay under 40 MB (what the repository can carry);
-the draft learns the target's distributions (KL to the target plus the data's cross-entropy), which
-is what speculative acceptance rewards. Each model trains for a share of a wall-clock budget with a
+The pair is sized to what the repository can carry (`MAX_PAIR_BYTES`); the draft learns the
+target's distributions (KL to the target plus the data's cross-entropy), which is what speculative
+acceptance rewards. Each model trains for a share of a wall-clock budget with a
 warm-up/cosine schedule over the elapsed time, so the same command fits any device (a CPU runs the
 `--quick` sizes). Writes `target/` and `draft/` in Hugging Face layout (bf16, with the tokenizer),
 `metrics.json` (held-out bits per byte, draft/target greedy agreement, steps, tokens/s) and
@@ -37,9 +37,13 @@ from train_demo import (
     train_tokenizer,
 )
 
-# bf16 weights: 2 bytes a parameter. Target 19.8M (39.7 MB), draft 3.4M.
-TARGET = ModelSpec("target", 512, 6, 8, 4, 1408, peak_lr=1.5e-3, steps=0)
-DRAFT = ModelSpec("draft", 256, 3, 4, 2, 768, peak_lr=3e-3, steps=0)
+# bf16 weights: 2 bytes a parameter. Target 11.0M (22.0 MB), draft 2.6M (5.2 MB).
+TARGET = ModelSpec("target", 384, 6, 6, 2, 1024, peak_lr=2e-3, steps=0)
+DRAFT = ModelSpec("draft", 256, 2, 4, 2, 768, peak_lr=3e-3, steps=0)
+# The pair's bf16 weights in the repository. A GPU sitting carries the whole working tree, at most 64 MiB with
+# the wheels its serving steps need (~12 MiB); a 19.8M target and a 3.4M draft (46 MB, trained 2026-11-29)
+# left too little room. The EAGLE-3 head (`train_eagle.py --intermediate-size 512`, ~3.3 MB) comes on top.
+MAX_PAIR_BYTES = 28_000_000
 QUICK_TARGET = ModelSpec("target", 64, 3, 2, 1, 128, peak_lr=3e-3, steps=0)  # 3 layers: an EAGLE-3 head taps 3
 QUICK_DRAFT = ModelSpec("draft", 32, 1, 2, 1, 64, peak_lr=3e-3, steps=0)
 WARMUP_SHARE = 0.05  # of each model's budget, linear warm-up of the learning rate
@@ -72,6 +76,21 @@ def plan_for(args: argparse.Namespace) -> Plan:
                     stdlib_files=120)
     seconds = args.minutes * 60
     return Plan(target_seconds=seconds * 2 / 3, draft_seconds=seconds / 3)
+
+
+def parameter_count(spec: ModelSpec, vocab_size: int) -> int:
+    """Parameters of `build_model(spec)`: tied embeddings, per layer q/k/v/o, the gated MLP and two norms."""
+    hidden, head_dim = spec.hidden_size, spec.hidden_size // spec.num_heads
+    per_layer = 2 * hidden * hidden + 2 * hidden * spec.num_kv_heads * head_dim + 3 * hidden * spec.intermediate_size
+    return vocab_size * hidden + spec.num_layers * (per_layer + 2 * hidden) + hidden
+
+
+def check_pair_bytes(specs: tuple[ModelSpec, ...], vocab_size: int) -> None:
+    """Refuse, before any training, a pair whose bf16 weights the repository cannot carry."""
+    size = sum(2 * parameter_count(spec, vocab_size) for spec in specs)
+    if size > MAX_PAIR_BYTES:
+        raise SystemExit(f"the pair's bf16 weights would be {size:,} bytes, over MAX_PAIR_BYTES "
+                         f"({MAX_PAIR_BYTES:,}): make TARGET or DRAFT smaller")
 
 
 def fit_deadline(plan: Plan, deadline_minutes: float | None, elapsed: float) -> Plan:
@@ -203,6 +222,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny models, a few stdlib files, seconds (smoke test)")
     args = parser.parse_args()
     plan = plan_for(args)
+    specs = (QUICK_TARGET, QUICK_DRAFT) if args.quick else (TARGET, DRAFT)
+    check_pair_bytes(specs, plan.vocab_size)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
     started = time.perf_counter()
@@ -217,7 +238,6 @@ def main() -> None:
     print(f"corpus: {len(corpus.sources)} sources, {len(train_texts)} train files ({windows.numel():,} tokens), "
           f"{len(held_out_texts)} held out; prepared in {time.perf_counter() - started:.0f}s on {device}", flush=True)
     plan = fit_deadline(plan, args.deadline_minutes, time.perf_counter() - started)
-    specs = (QUICK_TARGET, QUICK_DRAFT) if args.quick else (TARGET, DRAFT)
     target = build_model(specs[0], tokenizer).to(device)
     training = {"target": train_for(target, windows, specs[0], plan, plan.target_seconds)}
     draft = build_model(specs[1], tokenizer).to(device)

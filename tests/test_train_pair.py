@@ -54,6 +54,23 @@ def test_a_deadline_cuts_training_by_what_preparing_took():
         train_pair.fit_deadline(plan, 3, 170.0)
 
 
+def test_the_pair_fits_what_the_repository_carries():
+    """The shipped sizes fit MAX_PAIR_BYTES; a bigger target is refused before any training; the
+    count the check uses is what transformers builds."""
+    import train_pair
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    train_pair.check_pair_bytes((train_pair.TARGET, train_pair.DRAFT), 4096)
+    wide = train_pair.ModelSpec("target", 512, 6, 8, 4, 1408, peak_lr=1e-3, steps=0)  # the 2026-11-29 target
+    with pytest.raises(SystemExit, match="over MAX_PAIR_BYTES"):
+        train_pair.check_pair_bytes((wide, train_pair.DRAFT), 4096)
+    vocab = {f"t{i}": i for i in range(96)} | {train_pair.EOT: 96}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")))
+    built = train_pair.build_model(train_pair.QUICK_TARGET, tokenizer)
+    assert sum(p.numel() for p in built.parameters()) == train_pair.parameter_count(train_pair.QUICK_TARGET, 97)
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Path:
     """A pair from a quick run (tiny models, seconds of training on the stdlib)."""
