@@ -524,6 +524,9 @@ ARCH_CONFIGS["vaultgemma"] = (
     dict(head_dim=32, sliding_window=8, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
          final_logit_softcapping=3.0, attn_implementation="eager"),
 )
+# Persimmon: GPT-NeoX's sequential layer (query_key_value per head, LayerNorms and projections biased) around a
+# relu(x)^2 MLP, q/k LayerNorms with one weight and bias every head shares, 8 of each 16-dim head's dims rotated
+ARCH_CONFIGS["persimmon"] = (hf.PersimmonConfig, dict(layer_norm_eps=1e-5))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -617,6 +620,7 @@ MODEL_CLASSES = {
     hf.Apertus1p5TextConfig: hf.Apertus1p5TextForCausalLM,
     hf.Lfm3Config: hf.Lfm3ForCausalLM,
     hf.VaultGemmaConfig: hf.VaultGemmaForCausalLM,
+    hf.PersimmonConfig: hf.PersimmonForCausalLM,
 }
 
 

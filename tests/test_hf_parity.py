@@ -126,6 +126,9 @@ LOGITS_ONLY += ("longcat_flash",)
 # VaultGemma: Llama's layer (decode checked as llama's) under Gemma 2's attention options (windows, scale, caps:
 # checked as gemma2's); what it changes (no post-sublayer norms) shows in its float32 logits.
 LOGITS_ONLY += ("vaultgemma",)
+# Persimmon: GPT-NeoX's sequential layer (decode checked as gpt_neox's) with Phi's q/k LayerNorms (phi's) and a
+# relu(x)^2 MLP, all outside attention: what it changes shows in its float32 logits.
+LOGITS_ONLY += ("persimmon",)
 
 
 @functools.cache

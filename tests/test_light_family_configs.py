@@ -28,3 +28,29 @@ def test_vaultgemma_configs_that_cannot_run_are_refused_by_name():
         from_hf_config({**VAULTGEMMA, "use_bidirectional_attention": True})
     with pytest.raises(ConfigError, match="mlp_bias=True is not supported for VaultGemmaForCausalLM"):
         from_hf_config({**VAULTGEMMA, "mlp_bias": True})
+
+
+PERSIMMON = {**TINY, "architectures": ["PersimmonForCausalLM"]}
+
+
+def test_persimmon_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg, ref = from_hf_config(PERSIMMON), hf.PersimmonConfig(**TINY)
+    rope = ref.rope_parameters
+    assert (cfg.rotary_dim, cfg.rope_theta) == (int(16 * rope["partial_rotary_factor"]), rope["rope_theta"])
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps) == (4, 16, ref.layer_norm_eps)
+    assert (cfg.qk_norm, cfg.activation, cfg.tie_word_embeddings) == (ref.qk_layernorm, "relu2", ref.tie_word_embeddings)
+    assert (cfg.max_position_embeddings, cfg.bos_token_id, cfg.eos_token_ids) == (
+        ref.max_position_embeddings, ref.bos_token_id, (ref.eos_token_id,))
+    assert cfg.layer_norm and cfg.norm_bias and cfg.qkv_bias and cfg.o_bias and cfg.mlp_bias
+    assert not cfg.parallel_residual
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(hidden_size=66), "hidden_size \\(66\\) must be a multiple of num_attention_heads \\(4\\)"),
+    (dict(partial_rotary_factor=0.3125), "partial_rotary_factor 0.3125"),
+    (dict(layer_types=["sliding_attention"] * 4), "not supported for PersimmonForCausalLM"),
+    (dict(hidden_act="swish_glu"), "activation 'swish_glu' is not supported"),
+])
+def test_persimmon_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**PERSIMMON, **fields})

@@ -27,15 +27,15 @@ DEFAULTS = dict(hidden_act="gelu", layer_norm_eps=1e-5, max_position_embeddings=
 PREFIX = "gpt_neox."
 
 
-def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
-    """Where each layer field lives: q/k/v as each head's rows of the fused `query_key_value`."""
+def hf_leaves(cfg: ModelConfig, layer: str = PREFIX + "layers.{i}.", attention: str = "attention.") -> dict[str, HFLeaf]:
+    """Where each layer field lives: q/k/v as each head's rows of the fused `query_key_value` (under `layer` +
+    `attention`: Persimmon's `model.layers.{i}.self_attn.`)."""
     H, K, D, F = cfg.num_heads, cfg.head_dim, cfg.hidden_size, cfg.intermediate_size
-    layer = PREFIX + "layers.{i}."
-    qkv = layer + "attention.query_key_value."
+    qkv = layer + attention + "query_key_value."
     leaves = {
         **{f"w{p}": HFLeaf(qkv + "weight", "in_head_rows", (3 * H * K, D), H, K, row_offset=i * K)
            for i, p in enumerate("qkv")},
-        "wo": HFLeaf(layer + "attention.dense.weight", "out_heads", (D, H * K), H, K),
+        "wo": HFLeaf(layer + attention + "dense.weight", "out_heads", (D, H * K), H, K),
         "w_up": HFLeaf(layer + "mlp.dense_h_to_4h.weight", "transpose", (F, D)),
         "b_up": HFLeaf(layer + "mlp.dense_h_to_4h.bias", "same", (F,)),
         "w_down": HFLeaf(layer + "mlp.dense_4h_to_h.weight", "transpose", (D, F)),
@@ -47,7 +47,7 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     if cfg.qkv_bias:
         leaves |= {f"b{p}": HFLeaf(qkv + "bias", "bias_head_rows", (3 * H * K,), H, K, row_offset=i * K)
                    for i, p in enumerate("qkv")}
-        leaves["bo"] = HFLeaf(layer + "attention.dense.bias", "same", (D,))
+        leaves["bo"] = HFLeaf(layer + attention + "dense.bias", "same", (D,))
     return leaves
 
 

@@ -75,6 +75,7 @@ from jaxinfer.models.nemotron_h import FAMILY as NEMOTRON_H
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
 from jaxinfer.models.olmoe import FAMILY as OLMOE
 from jaxinfer.models.opt import FAMILY as OPT
+from jaxinfer.models.persimmon import FAMILY as PERSIMMON
 from jaxinfer.models.phi import FAMILY as PHI
 from jaxinfer.models.phi3 import FAMILY as PHI3
 from jaxinfer.models.phimoe import FAMILY as PHIMOE
@@ -104,7 +105,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 DOTS1, HUNYUAN, SOLAR_OPEN, SARVAM_MOE, GPT_NEOX, PHI, GPT2, BLOOM, MPT,
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
-                                LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA)
+                                LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
+                                PERSIMMON)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
