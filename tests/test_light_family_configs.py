@@ -38,7 +38,8 @@ def test_persimmon_fields_a_config_leaves_out_read_as_transformers_reads_them():
     rope = ref.rope_parameters
     assert (cfg.rotary_dim, cfg.rope_theta) == (int(16 * rope["partial_rotary_factor"]), rope["rope_theta"])
     assert (cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps) == (4, 16, ref.layer_norm_eps)
-    assert (cfg.qk_norm, cfg.activation, cfg.tie_word_embeddings) == (ref.qk_layernorm, "relu2", ref.tie_word_embeddings)
+    assert (cfg.qk_norm, cfg.activation, cfg.tie_word_embeddings) == (
+        ref.qk_layernorm, "relu2", ref.tie_word_embeddings)
     assert (cfg.max_position_embeddings, cfg.bos_token_id, cfg.eos_token_ids) == (
         ref.max_position_embeddings, ref.bos_token_id, (ref.eos_token_id,))
     assert cfg.layer_norm and cfg.norm_bias and cfg.qkv_bias and cfg.o_bias and cfg.mlp_bias

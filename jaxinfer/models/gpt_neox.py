@@ -27,7 +27,8 @@ DEFAULTS = dict(hidden_act="gelu", layer_norm_eps=1e-5, max_position_embeddings=
 PREFIX = "gpt_neox."
 
 
-def hf_leaves(cfg: ModelConfig, layer: str = PREFIX + "layers.{i}.", attention: str = "attention.") -> dict[str, HFLeaf]:
+def hf_leaves(cfg: ModelConfig, layer: str = PREFIX + "layers.{i}.",
+              attention: str = "attention.") -> dict[str, HFLeaf]:
     """Where each layer field lives: q/k/v as each head's rows of the fused `query_key_value` (under `layer` +
     `attention`: Persimmon's `model.layers.{i}.self_attn.`)."""
     H, K, D, F = cfg.num_heads, cfg.head_dim, cfg.hidden_size, cfg.intermediate_size

@@ -15,8 +15,8 @@ import dataclasses
 from typing import Any, Mapping
 
 from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, uniform_windows
-from jaxinfer.models import gpt_neox
 from jaxinfer.models.family import Family, HFLeaf
+from jaxinfer.models.gpt_neox import hf_leaves as neox_leaves
 from jaxinfer.models.phi3 import partial_rotary_dims
 from jaxinfer.models.ungated_mlp import UngatedLayerWeights, decoder_layer
 from jaxinfer.models.ungated_mlp import abstract_layer as ungated_layer
@@ -40,7 +40,7 @@ def abstract_layer(cfg: ModelConfig, layer: int = 0) -> UngatedLayerWeights:
 
 def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
     """GPT-NeoX's leaves under `model.layers.{i}.self_attn.`, and the q/k LayerNorms `q_layernorm` / `k_layernorm`."""
-    leaves = gpt_neox.hf_leaves(cfg, LAYER, "self_attn.")
+    leaves = neox_leaves(cfg, LAYER, "self_attn.")
     if cfg.qk_norm:
         for p in "qk":
             leaves[f"{p}_norm"] = HFLeaf(f"{LAYER}self_attn.{p}_layernorm.weight", "same", (cfg.head_dim,))
