@@ -44,9 +44,9 @@ from jaxinfer.config.model import ModelConfig  # noqa: E402
 from jaxinfer.models import Weights, forward_with_taps, lm_logits  # noqa: E402
 from jaxinfer.speculative.eagle import (  # noqa: E402
     EagleConfig,
-    EagleParams,
     EagleWeights,
     chained_head_step,
+    eagle_params,
     head_logits,
     head_step,
     init_eagle,
@@ -162,7 +162,7 @@ def head_outputs(
     then log q [B, T-2, V] of each position i >= 1 as a draft chain's second step (reading its own
     output at i-1 and t_{i+1}), which also predicts t_{i+2}."""
     batch, seq = tokens.shape
-    params = EagleParams(head, target.embed, target.lm_head)
+    params = eagle_params(head, target)
     cache = init_cache(ecfg.layer, batch, seq - 1, jnp.float32)
     positions = jnp.broadcast_to(jnp.arange(seq - 1, dtype=jnp.int32), (batch, seq - 1))
     inputs = project_features(params, features[:, :-1], ecfg)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +22,18 @@ from jaxinfer import DEMO_EAGLE, LLM, SamplingParams, SpeculativeConfig
 from jaxinfer.cache.contiguous import init_cache
 from jaxinfer.checkpoint.loader import CheckpointError, load_weights
 from jaxinfer.entrypoints.draft_loading import SpeculativeError
-from jaxinfer.speculative.eagle import EagleParams, chained_head_step, head_logits, head_step, project_features
+from jaxinfer.models import lm_logits
+from jaxinfer.models.norms import rms_norm
+from jaxinfer.speculative.eagle import (
+    EagleParams,
+    chained_head_step,
+    eagle_params,
+    head_logits,
+    head_step,
+    project_features,
+)
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
+from jaxinfer.speculative.mtp import mtp_logits
 
 PROMPTS = [[5, 9, 31, 7, 200, 13], [40, 41, 42, 43, 44, 45, 46, 47, 48, 12, 3]]
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -58,6 +69,23 @@ def test_eagle3_layout_maps_its_draft_vocabulary(models):
     allowed = np.flatnonzero(raw["t2d"])
     np.testing.assert_array_equal(np.flatnonzero(np.isfinite(logits[0])), allowed)
     np.testing.assert_allclose(logits[0, allowed], jnp.ones(64) @ raw["lm_head.weight"].T, rtol=1e-4, atol=1e-5)
+
+
+def test_a_head_reading_the_target_head_gets_its_bias_scaling_and_soft_cap(models):
+    """EAGLE-1 and an MTP layer draft through the target's LM head: with the target's bias, scaling
+    and soft cap (Phi's, Granite's, Gemma 2's) their logits are the target's on the same features."""
+    cfg, target = load_weights(models["target"], jnp.float32, progress=False)
+    ecfg, head = load_eagle(models[1], cfg, jnp.float32)
+    bias = jnp.linspace(-3.0, 3.0, cfg.vocab_size)
+    target = dataclasses.replace(target, lm_head_bias=bias, logits_scaling=0.5, logit_soft_cap=2.0)
+    features = jnp.asarray(np.random.default_rng(0).normal(size=(2, 64)), jnp.float32)
+    expected = lm_logits(target, features)
+    assert float(jnp.abs(expected).max()) < 2.0 and float(jnp.std(expected)) > 0.3  # the cap and the bias show
+    np.testing.assert_allclose(head_logits(eagle_params(head, target), features, ecfg), expected, rtol=1e-6)
+    mtp_head = types.SimpleNamespace(norm=jnp.ones(64), lm_head=None)  # what an MTP layer's logits read of it
+    normed = rms_norm(features, mtp_head.norm, cfg.rms_norm_eps)
+    np.testing.assert_allclose(mtp_logits(eagle_params(mtp_head, target), features, cfg), lm_logits(target, normed),
+                               rtol=1e-6)
 
 
 def test_unusable_heads_raise_naming_the_problem(models, tmp_path):

@@ -21,7 +21,7 @@ from jaxinfer.models import Weights, weights_to_run
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
 from jaxinfer.runtime.ngram_rider import NgramLookup
 from jaxinfer.speculative.config import SpeculativeConfig
-from jaxinfer.speculative.eagle import EagleParams, pack_eagle
+from jaxinfer.speculative.eagle import eagle_params, pack_eagle
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
 from jaxinfer.speculative.mtp_checkpoint import load_mtp
 
@@ -98,7 +98,7 @@ def _load_eagle(
         flops = decode_flops(layer, max_seq_len) - layer.hidden_size * (layer.vocab_size - vocab)
         cost = (flops + fc) / decode_flops(target, max_seq_len)
     head = pack_eagle(head) if cpu_kernels else head
-    return EngineDraft(ecfg, EagleParams(head, target_weights.embed, target_weights.lm_head), cost)
+    return EngineDraft(ecfg, eagle_params(head, target_weights), cost)
 
 
 def _load_mtp(
@@ -114,7 +114,7 @@ def _load_mtp(
     cost = config.draft_cost
     if cost is None:
         cost = (decode_flops(ecfg.layer, max_seq_len) + 2 * target.hidden_size**2) / decode_flops(target, max_seq_len)
-    return EngineDraft(ecfg, EagleParams(head, target_weights.embed, target_weights.lm_head), cost)
+    return EngineDraft(ecfg, eagle_params(head, target_weights), cost)
 
 
 def engine_speculation(

@@ -33,7 +33,7 @@ from jaxinfer.entrypoints.whisper_loading import refuse_speech_weight_calls
 from jaxinfer.models import Weights, load_config
 from jaxinfer.models.weight_ops import batch_invariant_weights
 from jaxinfer.runtime.weight_swap import leaf_like, replaced, weight_leaves
-from jaxinfer.speculative.eagle import EagleParams
+from jaxinfer.speculative.eagle import EagleParams, eagle_params
 from jaxinfer.speculative.mtp import MtpWeights
 from jaxinfer.speculative.mtp_checkpoint import load_mtp, mtp_updates
 
@@ -131,20 +131,19 @@ def serve(llm: "LLM", weights: Weights, mtp_head: MtpWeights | None = None) -> N
     spec = llm.cache_spec
     shaped = running_weights(weights, llm.config, llm.layout, llm.cpu_kernels, llm._quantized_kernel, spec.interpret,
                              spec.batch_invariant)
-    llm.engine.replace_weights(shaped.engine, eagle_params(llm, shaped.run, mtp_head))
+    llm.engine.replace_weights(shaped.engine, served_head(llm, shaped.run, mtp_head))
     llm._run_weights, llm._engine_weights = shaped.run, shaped.engine
     llm._weights_fingerprint = None  # saved sessions name the weights they were computed by
     llm._weight_state = dataclasses.replace(llm._weight_state, asleep=0, woken=False, host=None, shardings=None)
 
 
-def eagle_params(llm: "LLM", run: Weights, mtp_head: MtpWeights | None = None) -> EagleParams | None:
+def served_head(llm: "LLM", run: Weights, mtp_head: MtpWeights | None = None) -> EagleParams | None:
     """An EAGLE head's or MTP layer's parameters with the target's new embedding and head (and `mtp_head` for
     the MTP layer where given); None for other drafts (kept)."""
     params = llm.engine.runner.draft_weights
     if not isinstance(params, EagleParams):
         return None
-    head = params.head if mtp_head is None else mtp_head
-    return dataclasses.replace(params, head=head, embed=run.embed, lm_head=run.lm_head)
+    return eagle_params(params.head if mtp_head is None else mtp_head, run)
 
 
 def put_to_sleep(llm: "LLM", level: int) -> None:
@@ -188,7 +187,7 @@ def wake(llm: "LLM") -> None:
     if encoder is not None:
         llm.engine.runner.audio.encoder = encoder
     engine = batch_invariant_weights(run) if llm.cache_spec.batch_invariant else run
-    llm.engine.replace_weights(engine, eagle_params(llm, run))
+    llm.engine.replace_weights(engine, served_head(llm, run))
     llm._run_weights, llm._engine_weights = run, engine
     llm._weight_state = dataclasses.replace(state, asleep=0, host=None, shardings=None)
 

@@ -130,9 +130,14 @@ def lm_logits(weights: Weights, hidden: jax.Array) -> jax.Array:
         logits = linear_transposed(hidden, weights.embed)
     else:
         logits = linear(hidden, weights.lm_head, out_dtype=jnp.float32)
-    if weights.lm_head_bias is not None:
-        logits = logits + weights.lm_head_bias.astype(jnp.float32)
-    if weights.logits_scaling != 1.0:
-        logits = logits / weights.logits_scaling
-    cap = weights.logit_soft_cap
-    return logits if cap is None else cap * jnp.tanh(logits / cap)
+    return finish_logits(logits, weights.lm_head_bias, weights.logits_scaling, weights.logit_soft_cap)
+
+
+def finish_logits(logits: jax.Array, bias: jax.Array | None, scaling: float, soft_cap: float | None) -> jax.Array:
+    """The output head's bias, scaling and soft cap on its float32 product [..., V], where the model has them
+    (a draft reading the target's head applies them too, so it drafts from the target's scale)."""
+    if bias is not None:
+        logits = logits + bias.astype(jnp.float32)
+    if scaling != 1.0:
+        logits = logits / scaling
+    return logits if soft_cap is None else soft_cap * jnp.tanh(logits / soft_cap)

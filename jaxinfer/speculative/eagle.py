@@ -23,8 +23,9 @@ import jax.numpy as jnp
 from jaxinfer.cache.contiguous import KVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.kernels.cpu import pack_weight, packing_applies
-from jaxinfer.models import LayerWeights
+from jaxinfer.models import LayerWeights, Weights
 from jaxinfer.models.attention import attend, dense_attention
+from jaxinfer.models.decoder import finish_logits
 from jaxinfer.models.layers import Weight, linear, linear_transposed, linears
 from jaxinfer.models.llama import PROJECTIONS
 from jaxinfer.models.mlp import gated_mlp
@@ -82,11 +83,21 @@ class EagleWeights:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class EagleParams:
-    """What the compiled loop hands the head: its weights and the target's embedding and LM head."""
+    """What the compiled loop hands the head: its weights and the target's embedding and LM head, with
+    what the target's head adds to its product (`eagle_params` copies them from the target)."""
 
     head: EagleWeights | MtpWeights
     embed: jax.Array  # [V, D] the target's
     lm_head: Weight | None  # [D, V] the target's (None: tied to embed)
+    lm_head_bias: jax.Array | None = None  # [V] the target's (Phi, GPT-J)
+    logits_scaling: float = dataclasses.field(default=1.0, metadata=dict(static=True))  # Granite, Cohere
+    logit_soft_cap: float | None = dataclasses.field(default=None, metadata=dict(static=True))  # Gemma 2 and 3
+
+
+def eagle_params(head: EagleWeights | MtpWeights, target: Weights) -> EagleParams:
+    """A head with the target's embedding and output head, bias, scaling and soft cap included."""
+    return EagleParams(head, target.embed, target.lm_head, target.lm_head_bias, target.logits_scaling,
+                       target.logit_soft_cap)
 
 
 def abstract_eagle(ecfg: EagleConfig) -> EagleWeights:
@@ -222,8 +233,10 @@ def head_logits(params: EagleParams, predicted: jax.Array, ecfg: EagleConfig) ->
         return mtp_logits(params, predicted, ecfg.layer)
     if ecfg.version == 1:
         if params.lm_head is None:
-            return linear_transposed(predicted, params.embed)
-        return linear(predicted, params.lm_head, out_dtype=jnp.float32)
+            logits = linear_transposed(predicted, params.embed)
+        else:
+            logits = linear(predicted, params.lm_head, out_dtype=jnp.float32)
+        return finish_logits(logits, params.lm_head_bias, params.logits_scaling, params.logit_soft_cap)
     w = params.head
     draft = linear(rms_norm(predicted, w.norm, ecfg.layer.rms_norm_eps), w.lm_head, out_dtype=jnp.float32)
     target_ids = jnp.arange(ecfg.draft_vocab, dtype=jnp.int32) + w.d2t

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ConfigError, ModelConfig
+from jaxinfer.models.decoder import finish_logits
 from jaxinfer.models.layers import Weight, linear, linear_transposed
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.registry import family_of
@@ -94,6 +95,8 @@ def mtp_logits(params: "EagleParams", predicted: jax.Array, layer_cfg: ModelConf
     normed = rms_norm(predicted, w.norm, layer_cfg.rms_norm_eps)
     head = w.lm_head if w.lm_head is not None else params.lm_head
     if head is None:
-        return linear_transposed(normed, params.embed)
-    return linear(normed, head, out_dtype=jnp.float32)
+        logits = linear_transposed(normed, params.embed)
+    else:
+        logits = linear(normed, head, out_dtype=jnp.float32)
+    return finish_logits(logits, params.lm_head_bias, params.logits_scaling, params.logit_soft_cap)
 
