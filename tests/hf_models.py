@@ -527,6 +527,20 @@ ARCH_CONFIGS["vaultgemma"] = (
 # Persimmon: GPT-NeoX's sequential layer (query_key_value per head, LayerNorms and projections biased) around a
 # relu(x)^2 MLP, q/k LayerNorms with one weight and bias every head shares, 8 of each 16-dim head's dims rotated
 ARCH_CONFIGS["persimmon"] = (hf.PersimmonConfig, dict(layer_norm_eps=1e-5))
+# OLMo 1: weightless LayerNorms; q/k/v/o biased, q, k and v clamped at 1.0 (a share of their entries clipped)
+ARCH_CONFIGS["olmo"] = (hf.OlmoConfig, dict(clip_qkv=1.0, attention_bias=True, pad_token_id=0))
+# Ministral: layer 0 slides over 8 tokens, layer 1 attends to all; head_dim 32 beside hidden/heads
+ARCH_CONFIGS["ministral"] = (hf.MinistralConfig, dict(head_dim=32, sliding_window=8,
+                                                      layer_types=["sliding_attention", "full_attention"]))
+# Helium: rope in adjacent pairs over 16-dim heads, q/k/v biases (not o's), theta 1e5 (the default)
+ARCH_CONFIGS["helium"] = (hf.HeliumConfig, dict(head_dim=16, attention_bias=True, pad_token_id=0))
+# CWM: its default pattern over 3 layers (0 full, 1-2 sliding over 8 tokens), Llama 3's rope over 64 original positions
+ARCH_CONFIGS["cwm"] = (
+    hf.CwmConfig,
+    dict(num_hidden_layers=3, head_dim=16, sliding_window=8, rope_parameters=dict(
+        rope_type="llama3", rope_theta=1e6, factor=16.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=64)),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -621,6 +635,10 @@ MODEL_CLASSES = {
     hf.Lfm3Config: hf.Lfm3ForCausalLM,
     hf.VaultGemmaConfig: hf.VaultGemmaForCausalLM,
     hf.PersimmonConfig: hf.PersimmonForCausalLM,
+    hf.OlmoConfig: hf.OlmoForCausalLM,
+    hf.MinistralConfig: hf.MinistralForCausalLM,
+    hf.HeliumConfig: hf.HeliumForCausalLM,
+    hf.CwmConfig: hf.CwmForCausalLM,
 }
 
 

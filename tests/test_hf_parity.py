@@ -129,6 +129,10 @@ LOGITS_ONLY += ("vaultgemma",)
 # Persimmon: GPT-NeoX's sequential layer (decode checked as gpt_neox's) with Phi's q/k LayerNorms (phi's) and a
 # relu(x)^2 MLP, all outside attention: what it changes shows in its float32 logits.
 LOGITS_ONLY += ("persimmon",)
+# Llama's layer under other norms, windows and options, decoding as llama2 / mistral / qwen2_layer_types / ernie4_5
+# do here: what each changes (OLMo 1's weightless LayerNorms and q/k/v clamp, Ministral's and CWM's windows by layer
+# type, Helium's rope in pairs) shows in its float32 logits; a greedy and a bfloat16 run would add ~3 s a family.
+LOGITS_ONLY += ("olmo", "ministral", "helium", "cwm")
 
 
 @functools.cache

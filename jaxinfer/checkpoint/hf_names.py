@@ -259,7 +259,8 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     same = (_identity, _identity, lambda index: index)
     embed, final_norm = family.top_names
     out["embed"] = HFTensor(embed, *same, (cfg.stored_vocab_size or V, D), per_layer=False)  # its first V rows
-    out["final_norm"] = HFTensor(final_norm, *same, (D,), per_layer=False)
+    if not cfg.weightless_norms:
+        out["final_norm"] = HFTensor(final_norm, *same, (D,), per_layer=False)
     if cfg.norm_bias:
         out["final_norm_bias"] = HFTensor(final_norm.removesuffix("weight") + "bias", *same, (D,), per_layer=False)
     if not cfg.tie_word_embeddings:

@@ -68,6 +68,7 @@ class ModelConfig:
     rms_norm_eps: float = 1e-6  # the norms' epsilon (Cohere's layer_norm_eps)
     layer_norm: bool = False  # Cohere: bias-free LayerNorms (mean subtracted) in place of RMSNorms
     norm_bias: bool = False  # StarCoder2, Nemotron: the LayerNorms add a bias (the final norm's too)
+    weightless_norms: bool = False  # OLMo 1: LayerNorms with neither weight nor bias (no final_norm leaf either)
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling = RopeScaling()
     rotary_dim: int = 0  # leading head dims that rotate; 0 = all (Phi's partial_rotary_factor)

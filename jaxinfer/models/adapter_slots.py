@@ -34,7 +34,7 @@ class SlotTarget(NamedTuple):
 def with_adapter_slots(weights: Weights, slots: int, rank: int, zeros: Zeros = jnp.zeros) -> Weights:
     """weights with zeroed factors for `slots` adapters of rank up to `rank` on every present projection
     (made by `zeros`: replicated over a mesh, where each product's partitioner places them)."""
-    dtype = weights.final_norm.dtype
+    dtype = (weights.embed if weights.final_norm is None else weights.final_norm).dtype  # OLMo 1 has no norm weight
     layers = []
     for lw in weights.layers:
         fields = {}

@@ -38,7 +38,7 @@ class Weights:
 
     embed: jax.Array | RowTable  # [V, D]; a RowTable only in the CPU kernels' tree (pack_for_cpu)
     layers: list[Any]  # one family layer dataclass per layer
-    final_norm: jax.Array  # [D]
+    final_norm: jax.Array | None  # [D]; None: OLMo 1's weightless LayerNorm
     lm_head: Weight | None = None  # [D, V]
     final_norm_bias: jax.Array | None = None  # [D]: StarCoder2's, Nemotron's final LayerNorm bias
     lm_head_bias: jax.Array | None = None  # [V]: Phi's output head bias
@@ -55,7 +55,7 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
     return Weights(
         embed=ArrayInfo((V, D), ("vocab", "embed")),
         layers=[family.abstract_layer(cfg, i) for i in range(cfg.num_layers)],
-        final_norm=ArrayInfo((D,), ("embed",), init_value=norm),
+        final_norm=None if cfg.weightless_norms else ArrayInfo((D,), ("embed",), init_value=norm),
         lm_head=None if cfg.tie_word_embeddings else ArrayInfo((D, V), ("embed", "vocab")),
         final_norm_bias=ArrayInfo((D,), ("embed",)) if cfg.norm_bias else None,
         lm_head_bias=ArrayInfo((V,), ("vocab",)) if cfg.lm_head_bias else None,

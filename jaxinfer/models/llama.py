@@ -23,7 +23,7 @@ from jaxinfer.config.model import (
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.mlp import gated_mlp, mlp_hf_leaves, mlp_leaves
-from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.norms import config_norm
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attention_leaves, self_attention
 from jaxinfer.parallel.array_info import ArrayInfo
@@ -40,12 +40,12 @@ HF_MAX_WINDOW_LAYERS = 28  # transformers' default for Qwen2/Qwen3
 class LayerWeights:
     """Weights of one pre-norm decoder layer."""
 
-    attn_norm: jax.Array  # [D]
+    attn_norm: jax.Array | None  # [D]; None: OLMo 1's weightless LayerNorm
     wq: Weight  # [D, H, K]
     wk: Weight  # [D, KV, K]
     wv: Weight  # [D, KV, K]
     wo: Weight  # [H, K, D]
-    mlp_norm: jax.Array  # [D]
+    mlp_norm: jax.Array | None  # [D]
     w_gate: Weight  # [D, F]
     w_up: Weight  # [D, F]
     w_down: Weight  # [F, D]
@@ -91,12 +91,13 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
 def decoder_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: LayerWeights, layer: int, positions: jax.Array, rope: RopeTables
 ) -> tuple[jax.Array, Any]:
-    """One pre-norm block: attention over the cache (after writing this step's K/V), then MLP."""
+    """One pre-norm block: attention over the cache (after writing this step's K/V), then MLP. The norms are the
+    config's (`norms.config_norm`): RMSNorms, or OLMo 1's LayerNorms without a weight (attn_norm, mlp_norm None)."""
     layout = cache.layout
-    h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+    h = config_norm(x, lw.attn_norm, None, cfg)
     out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     x = layout.constrain(x + out, HIDDEN)
-    h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps, cfg.norm_weight_offset)
+    h = config_norm(x, lw.mlp_norm, None, cfg)
     return layout.constrain(x + gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation), HIDDEN), cache
 
 

@@ -31,11 +31,11 @@ def rms_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, weig
     return weight * normed.astype(x.dtype)
 
 
-def layer_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, bias: jax.Array | None = None,
+def layer_norm(x: jax.Array, weight: jax.Array | InvariantWeight | None, eps: float, bias: jax.Array | None = None,
                weight_offset: float = 0.0) -> jax.Array:
     """LayerNorm over x's last axis: mean and variance in float32, scaled (by weight_offset + weight: Nemotron's
     LayerNorm1P) and biased before the cast, as HF does. weight [D], or Cohere's q/k norms' [heads, K] (a weight
-    per head and dim); bias like the weight, or None (Cohere)."""
+    per head and dim), or None (OLMo 1's, unscaled); bias like the weight, or None (Cohere)."""
     if isinstance(weight, InvariantWeight):
         inner = weight.weight
 
@@ -46,11 +46,11 @@ def layer_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, bi
     x32 = x.astype(jnp.float32)
     centred = x32 - jnp.mean(x32, axis=-1, keepdims=True)
     normed = centred * jax.lax.rsqrt(jnp.mean(centred * centred, axis=-1, keepdims=True) + eps)
-    out = (weight_offset + weight.astype(jnp.float32)) * normed
+    out = normed if weight is None else (weight_offset + weight.astype(jnp.float32)) * normed
     return (out if bias is None else out + bias.astype(jnp.float32)).astype(x.dtype)
 
 
-def config_norm(x: jax.Array, weight: jax.Array | InvariantWeight, bias: jax.Array | None,
+def config_norm(x: jax.Array, weight: jax.Array | InvariantWeight | None, bias: jax.Array | None,
                 cfg: ModelConfig) -> jax.Array:
     """The norm the config names: LayerNorm (`cfg.layer_norm`, with its bias) or RMSNorm, each with the config's
     epsilon and weight offset."""

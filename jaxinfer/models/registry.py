@@ -22,6 +22,7 @@ from jaxinfer.models.bloom import FAMILY as BLOOM
 from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
 from jaxinfer.models.cohere2_moe import FAMILY as COHERE2_MOE
+from jaxinfer.models.cwm import FAMILY as CWM
 from jaxinfer.models.dbrx import FAMILY as DBRX
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
 from jaxinfer.models.deepseek_v32 import FAMILY as DEEPSEEK_V32
@@ -48,6 +49,7 @@ from jaxinfer.models.gptj import FAMILY as GPTJ
 from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
+from jaxinfer.models.helium import FAMILY as HELIUM
 from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
 from jaxinfer.models.jamba import FAMILY as JAMBA
 from jaxinfer.models.kimi_k25 import FAMILY as KIMI_K25
@@ -65,6 +67,7 @@ from jaxinfer.models.mamba2 import FAMILY as MAMBA2
 from jaxinfer.models.mimo_v2_flash import FAMILY as MIMO_V2_FLASH
 from jaxinfer.models.minicpm3 import FAMILY as MINICPM3
 from jaxinfer.models.minimax_m2 import FAMILY as MINIMAX_M2
+from jaxinfer.models.ministral import FAMILY as MINISTRAL
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mistral4 import FAMILY as MISTRAL4
 from jaxinfer.models.mistral_large4 import FAMILY as MISTRAL_LARGE4
@@ -72,6 +75,7 @@ from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.mpt import FAMILY as MPT
 from jaxinfer.models.nemotron import FAMILY as NEMOTRON
 from jaxinfer.models.nemotron_h import FAMILY as NEMOTRON_H
+from jaxinfer.models.olmo import FAMILY as OLMO
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
 from jaxinfer.models.olmoe import FAMILY as OLMOE
 from jaxinfer.models.opt import FAMILY as OPT
@@ -106,7 +110,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
-                                PERSIMMON)
+                                PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

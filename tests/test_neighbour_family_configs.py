@@ -1,0 +1,99 @@
+"""Config reading of OLMo 1, Ministral, Helium, CWM and the other families added as neighbours of one already run:
+each as its transformers config class (through hf_models' `hf`: a class this transformers lacks skips) reads the same
+fields, and the fields it cannot run refused by name (no model is run)."""
+
+from __future__ import annotations
+
+import pytest
+from hf_models import hf
+
+from jaxinfer import ConfigError, from_hf_config
+
+BASE = dict(vocab_size=8, hidden_size=128, intermediate_size=8, num_hidden_layers=5, num_attention_heads=8)
+
+
+def _check_common(cfg, ref) -> None:
+    """Shapes, rope, norms' epsilon, head tying and token ids as the transformers config holds them."""
+    rope = ref.rope_parameters
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
+        rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0))
+    assert (cfg.num_kv_heads, cfg.head_dim) == (ref.num_key_value_heads, getattr(ref, "head_dim", None) or 16)
+    assert (cfg.max_position_embeddings, cfg.tie_word_embeddings) == (ref.max_position_embeddings,
+                                                                      ref.tie_word_embeddings)
+    eos = ref.eos_token_id if isinstance(ref.eos_token_id, list) else [ref.eos_token_id]
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (ref.bos_token_id, tuple(eos))
+
+
+def _windows(ref) -> tuple[int, ...]:
+    return tuple(ref.sliding_window if t == "sliding_attention" else 0 for t in ref.layer_types)
+
+
+@pytest.mark.parametrize("fields", [
+    {},  # OlmoConfig's defaults: kv heads = heads, no clamp, no biases, eos 50279, 2048 positions
+    dict(num_key_value_heads=2, clip_qkv=8.0, attention_bias=True, tie_word_embeddings=True,
+         rope_parameters=dict(rope_type="linear", rope_theta=5e5, factor=2.0)),
+])
+def test_olmo_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["OlmoForCausalLM"]})
+    ref = hf.OlmoConfig(**BASE, **fields)
+    _check_common(cfg, ref)
+    assert (cfg.clip_qkv, cfg.qkv_bias, cfg.o_bias) == (ref.clip_qkv, ref.attention_bias, ref.attention_bias)
+    assert cfg.layer_norm and cfg.weightless_norms and cfg.rms_norm_eps == 1e-5  # OlmoLayerNorm's, fixed
+    assert cfg.layer_windows == (0,) * 5
+
+
+@pytest.mark.parametrize("fields", [
+    {},  # MinistralConfig's defaults: Mistral's window of 4096 in every layer, 8 KV heads
+    dict(sliding_window=None),  # no window: every layer full
+    dict(head_dim=32, sliding_window=8, layer_types=["sliding_attention", "full_attention"] * 2 + ["full_attention"]),
+])
+def test_ministral_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["MinistralForCausalLM"]})
+    ref = hf.MinistralConfig(**BASE, **fields)
+    _check_common(cfg, ref)
+    assert cfg.layer_windows == _windows(ref)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps) == (False, False, ref.rms_norm_eps)
+
+
+@pytest.mark.parametrize("fields", [
+    {},  # CwmConfig's defaults: layers 0 and 4 full, the others over 8192 tokens; Llama 3's rope, theta 1e6
+    dict(rope_theta=5e5),  # a top-level theta without rope parameters: the default rope still (transformers 5.24)
+    dict(sliding_window=16, layer_types=["sliding_attention"] * 5, rope_scaling=dict(rope_type="linear", factor=2.0)),
+])
+def test_cwm_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["CwmForCausalLM"]})
+    ref = hf.CwmConfig(**BASE, **fields)
+    _check_common(cfg, ref)
+    assert cfg.layer_windows == _windows(ref)
+    assert (cfg.rms_norm_eps, cfg.qkv_bias, cfg.o_bias) == (ref.rms_norm_eps, False, False)
+    assert cfg.rope_scaling.original_max_position_embeddings == ref.rope_parameters.get(
+        "original_max_position_embeddings", cfg.rope_scaling.original_max_position_embeddings)
+
+
+@pytest.mark.parametrize("fields", [
+    dict(head_dim=16, num_key_value_heads=4),  # HeliumConfig's defaults otherwise: theta 1e5, eps 1e-8
+    dict(head_dim=16, num_key_value_heads=2, attention_bias=True, rope_theta=1e4, tie_word_embeddings=True),
+])
+def test_helium_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["HeliumForCausalLM"]})
+    ref = hf.HeliumConfig(**BASE, **fields)
+    _check_common(cfg, ref)
+    assert (cfg.rms_norm_eps, cfg.qkv_bias, cfg.o_bias) == (ref.rms_norm_eps, ref.attention_bias, False)
+    assert cfg.rope_interleaved and cfg.norm_scale_first
+
+
+@pytest.mark.parametrize("arch, fields, message", [
+    ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
+    ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
+     "not supported for OlmoForCausalLM"),
+    ("OlmoForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for OlmoForCausalLM"),
+    ("MinistralForCausalLM", dict(sliding_window=None, layer_types=["sliding_attention"] * 5),
+     "sliding_window None is not supported for MinistralForCausalLM's sliding layers"),
+    ("MinistralForCausalLM", dict(layer_types=["chunked_attention"] * 5), "layer_types .* must list one of"),
+    ("CwmForCausalLM", dict(sliding_window=0), "sliding_window 0 is not supported for CwmForCausalLM"),
+    ("HeliumForCausalLM", dict(head_dim=32), "head_dim 32 is not supported for HeliumForCausalLM with 8 heads.*128"),
+    ("HeliumForCausalLM", dict(head_dim=16, mlp_bias=True), "mlp_bias=True is not supported for HeliumForCausalLM"),
+])
+def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**BASE, **fields, "architectures": [arch]})
