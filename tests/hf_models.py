@@ -262,6 +262,10 @@ ARCH_CONFIGS.update({
         hf.OPTConfig,  # biased, tied head
         dict(ffn_dim=128, pad_token_id=0),
     ),
+    "opt_350m": (  # OPT-350M's layout: post-norm layers (each sublayer's sum normed, no final LayerNorm), 48-wide
+        hf.OPTConfig,  # embeddings and tied head, project_in / project_out to and from the 64-wide layers
+        dict(ffn_dim=128, pad_token_id=0, do_layer_norm_before=False, word_embed_proj_dim=48),
+    ),
     "gptj": (  # one LayerNorm feeding attention and the biased gelu_new MLP in parallel; 8 of each 16-dim head's dims
         hf.GPTJConfig,  # rotated in adjacent pairs; no q/k/v/out_proj biases; untied lm_head with a bias
         dict(rotary_dim=8, n_inner=128),

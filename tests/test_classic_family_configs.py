@@ -38,8 +38,7 @@ def test_opt_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
 @pytest.mark.parametrize(
     "fields,message",
     [
-        (dict(do_layer_norm_before=False), "do_layer_norm_before=False is not supported for OPTForCausalLM"),
-        (dict(word_embed_proj_dim=32), "word_embed_proj_dim 32 is not supported for OPTForCausalLM"),
+        (dict(word_embed_proj_dim=0), "word_embed_proj_dim 0 is not supported for OPTForCausalLM"),
         (dict(_remove_final_layer_norm=True), "_remove_final_layer_norm=True is not supported"),
         (dict(layer_norm_elementwise_affine=False), "layer_norm_elementwise_affine=False is not supported"),
         (dict(activation_function="quick_gelu"), "activation 'quick_gelu' is not supported"),
@@ -48,6 +47,14 @@ def test_opt_fields_a_config_leaves_out_read_as_transformers_reads_them(fields):
 def test_opt_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**OPT, **fields, "architectures": ["OPTForCausalLM"]})
+
+
+def test_opt_350m_fields_read_as_its_layout():
+    """OPT-350M's post-norm layers and narrower embeddings (test_hf_parity runs them against HF)."""
+    cfg = from_hf_config({**OPT, "do_layer_norm_before": False, "word_embed_proj_dim": 32,
+                          "architectures": ["OPTForCausalLM"]})
+    assert (cfg.post_norm, cfg.word_embed_proj_dim, cfg.embedding_size, cfg.hidden_size) == (True, 32, 32, 64)
+    assert from_hf_config({**OPT, "word_embed_proj_dim": 64, "architectures": ["OPTForCausalLM"]}).embedding_size == 64
 
 
 def test_opt_hub_names_map_to_the_causal_lm_names():

@@ -250,7 +250,7 @@ def hf_tensor(leaf: HFLeaf) -> HFTensor:
 def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     """jaxinfer leaf path ('layers.wq', 'embed', ...) -> HF tensor; only leaves the config has (under the
     language model's prefix in a vision-language checkpoint run as text: `text_part`)."""
-    D, V = cfg.hidden_size, cfg.vocab_size
+    D, V, E = cfg.hidden_size, cfg.vocab_size, cfg.embedding_size
     family = family_of(cfg)
     out = {f"layers.{name}": hf_tensor(leaf) for name, leaf in family.hf_leaves(cfg).items()}
     if family.layer_hf_leaves is not None:  # one layer's own (read first: `layer_tensor`)
@@ -258,14 +258,19 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
                 for name, leaf in family.layer_hf_leaves(cfg, i).items()}
     same = (_identity, _identity, lambda index: index)
     embed, final_norm = family.top_names
-    out["embed"] = HFTensor(embed, *same, (cfg.stored_vocab_size or V, D), per_layer=False)  # its first V rows
-    if not cfg.weightless_norms:
+    out["embed"] = HFTensor(embed, *same, (cfg.stored_vocab_size or V, E), per_layer=False)  # its first V rows
+    final = not cfg.post_norm  # OPT-350M's post-norm layers: transformers builds no final norm
+    if final and not cfg.weightless_norms:
         out["final_norm"] = HFTensor(final_norm, *same, (D,), per_layer=False)
-    if cfg.norm_bias:
+    if cfg.norm_bias and final:
         out["final_norm_bias"] = HFTensor(final_norm.removesuffix("weight") + "bias", *same, (D,), per_layer=False)
+    transposed = ((lambda w: w.T), (lambda w: w.T), (lambda i: i[::-1]))
     if not cfg.tie_word_embeddings:
-        out["lm_head"] = HFTensor(family.head_name + ".weight", (lambda w: w.T), (lambda w: w.T), (lambda i: i[::-1]),
-                                  (V, D), per_layer=False)
+        out["lm_head"] = HFTensor(family.head_name + ".weight", *transposed, (V, E), per_layer=False)
+    if E != D:  # OPT-350M's Linear project_in [D, E] and project_out [E, D], beside the embedding
+        prefix = embed.removesuffix("embed_tokens.weight")
+        out["project_in"] = HFTensor(prefix + "project_in.weight", *transposed, (D, E), per_layer=False)
+        out["project_out"] = HFTensor(prefix + "project_out.weight", *transposed, (E, D), per_layer=False)
     if cfg.lm_head_bias:
         out["lm_head_bias"] = HFTensor(family.head_name + ".bias", *same, (V,), per_layer=False)
     if cfg.learned_positions:

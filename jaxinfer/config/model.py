@@ -96,6 +96,10 @@ class ModelConfig:
     lm_head_bias: bool = False  # Phi: the output head adds a bias [V]
     learned_positions: bool = False  # GPT-2: a learned table [max_position_embeddings, D] added to the embeddings
     position_offset: int = 0  # OPT: the table's first rows unused, position p reading row p + offset (its 2)
+    post_norm: bool = False  # OPT-350M: each sublayer's sum normed, LN(x + f(x)), not its input; no final norm
+    # OPT-350M: the embeddings (and the tied head) this wide, projected to hidden_size before the layers and back
+    # after them (project_in / project_out); 0 = hidden_size
+    word_embed_proj_dim: int = 0
     qk_norm: bool = False
     qk_norm_whole: bool = False  # the q/k norms span all heads' dims at once (OLMo 2), not one head's
     qk_l2_norm: bool = False  # Llama 4: rotary layers' q and k RMS-normalised without a weight, after the rotation
@@ -162,6 +166,11 @@ class ModelConfig:
     def q_per_kv(self) -> int:
         """Query heads sharing one KV head (GQA group size)."""
         return self.num_heads // self.num_kv_heads
+
+    @property
+    def embedding_size(self) -> int:
+        """Width of the token embeddings and of the final hidden states (OPT-350M's word_embed_proj_dim)."""
+        return self.word_embed_proj_dim or self.hidden_size
 
     @property
     def rotated_dims(self) -> int:

@@ -178,7 +178,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
             interpret_kernels=interpret_kernels, kv_cache_dtype=kv_cache_dtype))
         # LLM.embed's settings (a generation model's too: its final hidden states pooled as asked).
         self.pooler = resolve_pooler(self.model_dir, read_config_json(self.model_dir), pooler_config,
-                                     self.config.hidden_size, "cls" if encoder else "last")
+                                     self.config.embedding_size, "cls" if encoder else "last")
         self._quantized_kernel = quantized_kernel  # weights given later are shaped to run as these were
         self._weight_state = weight_updates.WeightState()  # update_weights' and sleep's
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)

@@ -73,7 +73,7 @@ class LoadingSteps:
         if enable_prompt_embeds and self.config.per_layer_input_size:
             raise ConfigError(f"enable_prompt_embeds=True is not supported for {self.config.architecture}: its "
                               "per-layer inputs read each token's id, which a prompt_embeds prompt does not have")
-        self.prompt_embeds = PromptEmbeds(enable_prompt_embeds, self.config.hidden_size)
+        self.prompt_embeds = PromptEmbeds(enable_prompt_embeds, self.config.embedding_size)
         # Used when a call passes no SamplingParams: the model's generation_config.json settings.
         self.default_params = SamplingParams(**generation_defaults(self.model_dir).sampling)
 

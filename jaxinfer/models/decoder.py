@@ -36,30 +36,36 @@ class Weights:
     logits_scaling (static): the output logits are divided by it (Granite).
     """
 
-    embed: jax.Array | RowTable  # [V, D]; a RowTable only in the CPU kernels' tree (pack_for_cpu)
+    embed: jax.Array | RowTable  # [V, E] (E: cfg.embedding_size); a RowTable only in the CPU kernels' tree
     layers: list[Any]  # one family layer dataclass per layer
-    final_norm: jax.Array | None  # [D]; None: OLMo 1's weightless LayerNorm
-    lm_head: Weight | None = None  # [D, V]
+    final_norm: jax.Array | None  # [D]; None: OLMo 1's weightless LayerNorm, or none (OPT-350M's cfg.post_norm)
+    lm_head: Weight | None = None  # [E, V]
     final_norm_bias: jax.Array | None = None  # [D]: StarCoder2's, Nemotron's final LayerNorm bias
     lm_head_bias: jax.Array | None = None  # [V]: Phi's output head bias
     position_embed: jax.Array | None = None  # [P, D]: GPT-2's learned positions, a row per position (OPT: from row 2)
+    project_in: jax.Array | None = None  # [E, D]: OPT-350M's embeddings into the layers' width
+    project_out: jax.Array | None = None  # [D, E]: and the final hidden states back to the embeddings' (the head's)
     logit_soft_cap: float | None = dataclasses.field(default=None, metadata=dict(static=True))
     logits_scaling: float = dataclasses.field(default=1.0, metadata=dict(static=True))
 
 
 def abstract_weights(cfg: ModelConfig) -> Weights:
     """Every weight leaf as an ArrayInfo; init, loading and sharding derive from this tree."""
-    D, V = cfg.hidden_size, cfg.vocab_size
+    D, V, E = cfg.hidden_size, cfg.vocab_size, cfg.embedding_size
     norm = 0.0 if cfg.norm_weight_offset else 1.0
     family = family_of(cfg)
+    final_norm = not cfg.post_norm
+    projected = E != D
     return Weights(
-        embed=ArrayInfo((V, D), ("vocab", "embed")),
+        embed=ArrayInfo((V, E), ("vocab", "embed")),
         layers=[family.abstract_layer(cfg, i) for i in range(cfg.num_layers)],
-        final_norm=None if cfg.weightless_norms else ArrayInfo((D,), ("embed",), init_value=norm),
-        lm_head=None if cfg.tie_word_embeddings else ArrayInfo((D, V), ("embed", "vocab")),
-        final_norm_bias=ArrayInfo((D,), ("embed",)) if cfg.norm_bias else None,
+        final_norm=None if cfg.weightless_norms or not final_norm else ArrayInfo((D,), ("embed",), init_value=norm),
+        lm_head=None if cfg.tie_word_embeddings else ArrayInfo((E, V), ("embed", "vocab")),
+        final_norm_bias=ArrayInfo((D,), ("embed",)) if cfg.norm_bias and final_norm else None,
         lm_head_bias=ArrayInfo((V,), ("vocab",)) if cfg.lm_head_bias else None,
         position_embed=ArrayInfo((position_rows(cfg), D), (None, "embed")) if cfg.learned_positions else None,
+        project_in=ArrayInfo((E, D), (None, "embed")) if projected else None,
+        project_out=ArrayInfo((D, E), ("embed", None)) if projected else None,
         logit_soft_cap=cfg.final_soft_cap,
         logits_scaling=cfg.logits_scaling,
     )
@@ -105,8 +111,10 @@ def forward_with_taps(
     override: rows replacing some tokens' embeddings (a vision-language model's image features), and rows added
     to their hidden states after the first layers (Qwen3-VL's DeepStack); streams
     [3, B, T]: M-RoPE's rotary positions where they differ from `positions` (Qwen2-VL's image tokens)."""
-    x = add_positions(override_embeddings(embed_tokens(weights, tokens, cfg), override), weights.position_embed,
-                      positions, cfg.position_offset)
+    x = override_embeddings(embed_tokens(weights, tokens, cfg), override)
+    if weights.project_in is not None:
+        x = linear(x, weights.project_in)
+    x = add_positions(x, weights.position_embed, positions, cfg.position_offset)
     x = cache.layout.constrain(x, HIDDEN)
     rope = RopeTables(positions, cfg, streams)
     layer_fn = family_of(cfg).layer
@@ -120,7 +128,15 @@ def forward_with_taps(
         x = add_deepstack(x, override, layer)
     if len(weights.layers) in taps:
         tapped.append(x)
-    return config_norm(x, weights.final_norm, weights.final_norm_bias, cfg), tapped, cache
+    return final_hidden(weights, x, cfg), tapped, cache
+
+
+def final_hidden(weights: Weights, x: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """The last layer's output [B, T, D] normed (but after OPT-350M's post-norm layers) and projected to the embeddings'
+    width [B, T, E] where OPT-350M's project_out says."""
+    if not cfg.post_norm:
+        x = config_norm(x, weights.final_norm, weights.final_norm_bias, cfg)
+    return x if weights.project_out is None else linear(x, weights.project_out)
 
 
 def lm_logits(weights: Weights, hidden: jax.Array) -> jax.Array:

@@ -78,9 +78,10 @@ def embedding_programs(
 
 
 def output_width(cfg: ModelConfig, head: Any) -> int:
-    """A pooled pass's output width: the hidden size, or a classifier head's labels."""
+    """A pooled pass's output width: the final hidden states' (OPT-350M's: its embeddings'), or a classifier head's
+    labels."""
     if head is None:
-        return cfg.hidden_size
+        return cfg.embedding_size
     return head.out.weight.shape[1] if isinstance(head, EncoderHead) else head.shape[0]
 
 

@@ -144,7 +144,7 @@ class ModelRunner(PageCopies):
         self.audio = None if audio is None else AudioRunner(*audio, self.cache_spec.mesh_layout, self.executables)
         # What makes each ragged step's embedding override; None: its steps take none (a text-only model's)
         self.step_rows = self.vision.rows if self.vision is not None else (
-            StepRows(model_config.hidden_size, self.cache_spec.mesh_layout) if prompt_embeds else None)
+            StepRows(model_config.embedding_size, self.cache_spec.mesh_layout) if prompt_embeds else None)
 
     def allocate(self, profile_hosts: Callable[[], list[HostStep]]) -> int:
         """Make the row slots' state, size and make the page pools; how many pages they hold.
