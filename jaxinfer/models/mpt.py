@@ -7,7 +7,8 @@ transformers' MPT builds). No position embedding: each head's scores take ALiBi'
 (`alibi.mpt_slopes`, `attn_config.alibi_bias_max`; transformers' MPT always uses 8, every release's value).
 `Wqkv` holds every head's q rows, then k, then v (read as three at load), clamped to `clip_qkv` after the
 projection; `softmax_scale` replaces 1/sqrt(head_dim). The head is tied to `wte`. Refused by name: `alibi=False`
-(learned positions), `qk_ln` (q/k LayerNorms), `prefix_lm`, `no_bias=False`, a `logit_scale`.
+(learned positions), `qk_ln` (q/k LayerNorms) and `prefix_lm` (neither of which transformers' MPT builds, so no
+reference checks them), `no_bias=False`, a `logit_scale`.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ ATTN_DEFAULTS = dict(alibi=True, alibi_bias_max=8, clip_qkv=None, softmax_scale=
 # attn_config settings refused, with the value run and what the other one would need.
 REFUSED = {
     "alibi": (True, "learned position embeddings; supported: true (ALiBi, every release)"),
-    "qk_ln": (False, "LayerNorms on q and k are not implemented for MPT; supported: false"),
-    "prefix_lm": (False, "a bidirectional prefix needs a prefix mask per request; supported: false"),
+    # transformers' MptForCausalLM builds neither (it runs such a checkpoint without its q_ln / k_ln, and causally):
+    # only MosaicML's remote code does, so no reference here checks either; supported: false
+    "qk_ln": (False, "LayerNorms on q and k, which transformers' MPT does not build; supported: false"),
+    "prefix_lm": (False, "a bidirectional prefix needing a prefix mask per request, which transformers' MPT does not "
+                  "build; supported: false"),
 }
 
 
