@@ -259,7 +259,8 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
     same = (_identity, _identity, lambda index: index)
     embed, final_norm = family.top_names
     out["embed"] = HFTensor(embed, *same, (cfg.stored_vocab_size or V, E), per_layer=False)  # its first V rows
-    final = not cfg.post_norm  # OPT-350M's post-norm layers: transformers builds no final norm
+    # OPT-350M's post-norm layers: transformers builds no final norm; nor Qwen4-Exp's (its streams' mixer instead)
+    final = not cfg.post_norm and cfg.final_norm
     if final and not cfg.weightless_norms:
         out["final_norm"] = HFTensor(final_norm, *same, (D,), per_layer=False)
     if cfg.norm_bias and final:
@@ -314,8 +315,14 @@ def in_kv_sharing_layer(cfg: ModelConfig, name: str) -> bool:
 
 def unread_tensor(cfg: ModelConfig, name: str) -> bool:
     """Whether tensor `name` is one a checkpoint may hold that the model never reads (an MTP layer's, a KV-sharing
-    layer's K/V)."""
-    return in_mtp_layer(cfg, name) or in_kv_sharing_layer(cfg, name) or in_zero_expert(cfg, name)
+    layer's K/V, Qwen4-Exp's derived n-gram constants)."""
+    return (in_mtp_layer(cfg, name) or in_kv_sharing_layer(cfg, name) or in_zero_expert(cfg, name)
+            or (cfg.qwen4_exp is not None and name.endswith(NGRAM_CONSTANTS)))
+
+
+# Qwen4-Exp's hash multipliers and head sizes, saved as buffers: derived from the config (config/qwen4_exp), not read
+NGRAM_CONSTANTS = tuple(f".ple_embedding.{name}" for name in ("layer_multipliers", "ngram_heads_vocab_sizes",
+                                                                "ngram_heads_offsets"))
 
 
 def in_zero_expert(cfg: ModelConfig, name: str) -> bool:

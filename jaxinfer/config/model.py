@@ -18,6 +18,7 @@ from jaxinfer.config.generation import token_ids
 from jaxinfer.config.hf_field import field
 from jaxinfer.config.latent_attention import LatentAttention
 from jaxinfer.config.multipliers import SublayerMultipliers
+from jaxinfer.config.qwen4_exp import Qwen4ExpFields
 from jaxinfer.config.rope_scaling import ROPE_TYPES, RopeScaling, rope_fields
 from jaxinfer.config.state_space import StateSpace
 
@@ -63,6 +64,7 @@ class ModelConfig:
     values_from_keys: tuple[int, ...] = ()  # Gemma 4's attention_k_eq_v: layers without v_proj (values = raw keys)
     layer_sparsity: tuple[float, ...] = ()  # Gemma 3n: each MLP gate's activation_sparsity; () = none
     gemma3n: Gemma3nFields | None = None  # Gemma 3n's AltUp streams, LAuReL rank, per-layer inputs' vocabulary
+    qwen4_exp: Qwen4ExpFields | None = None  # Qwen4-Exp's residual streams, n-gram embeddings and QSA indexer
     v_head_dim: int = 0  # MiMo-V2-Flash: value heads narrower than head_dim (cached zero-padded to it); 0 = head_dim
     value_scale: float = 1.0  # MiMo-V2-Flash's attention_value_scale: values multiplied by it before the cache
     rms_norm_eps: float = 1e-6  # the norms' epsilon (Cohere's layer_norm_eps)
@@ -106,6 +108,7 @@ class ModelConfig:
     qk_norm_after_rope: bool = False  # HunYuan: the q/k norms apply to the rotated q and k, not before the rotation
     activation: str = "silu"
     norm_weight_offset: float = 0.0  # Gemma and Nemotron store norm weights as (w - 1).
+    final_norm: bool = True  # the decoder's output normed; Qwen4-Exp's last layer mixes its streams instead
     norm_scale_first: bool = False  # Gemma 4: RMSNorms scale by w in float32, then cast (Gemma's order, no 1 +)
     scale_embeddings: bool = False  # Gemma multiplies embeddings by sqrt(hidden_size).
     embedding_multiplier: float = 1.0  # Granite: embeddings scaled by it

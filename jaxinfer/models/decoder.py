@@ -38,7 +38,8 @@ class Weights:
 
     embed: jax.Array | RowTable  # [V, E] (E: cfg.embedding_size); a RowTable only in the CPU kernels' tree
     layers: list[Any]  # one family layer dataclass per layer
-    final_norm: jax.Array | None  # [D]; None: OLMo 1's weightless LayerNorm, or none (OPT-350M's cfg.post_norm)
+    final_norm: jax.Array | None  # [D]; None: OLMo 1's weightless LayerNorm, or none (OPT-350M's cfg.post_norm,
+    # Qwen4-Exp's cfg.final_norm false)
     lm_head: Weight | None = None  # [E, V]
     final_norm_bias: jax.Array | None = None  # [D]: StarCoder2's, Nemotron's final LayerNorm bias
     lm_head_bias: jax.Array | None = None  # [V]: Phi's output head bias
@@ -54,7 +55,7 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
     D, V, E = cfg.hidden_size, cfg.vocab_size, cfg.embedding_size
     norm = 0.0 if cfg.norm_weight_offset else 1.0
     family = family_of(cfg)
-    final_norm = not cfg.post_norm
+    final_norm = not cfg.post_norm and cfg.final_norm
     projected = E != D
     return Weights(
         embed=ArrayInfo((V, E), ("vocab", "embed")),
@@ -118,8 +119,9 @@ def forward_with_taps(
     x = cache.layout.constrain(x, HIDDEN)
     rope = RopeTables(positions, cfg, streams)
     layer_fn = family_of(cfg).layer
-    # Gemma 4's per-layer inputs read them (an image token as the pad token)
-    inputs = LayerInputs(placeholders_as(tokens, override, cfg.pad_token_id), x) if cfg.per_layer_input_size else None
+    # Gemma 4's per-layer inputs read them (an image token as the pad token), Qwen4-Exp's n-gram embeddings too
+    reads_tokens = cfg.per_layer_input_size or cfg.qwen4_exp is not None
+    inputs = LayerInputs(placeholders_as(tokens, override, cfg.pad_token_id), x) if reads_tokens else None
     tapped = []
     for layer, lw in enumerate(weights.layers):
         if layer in taps:
@@ -134,7 +136,7 @@ def forward_with_taps(
 def final_hidden(weights: Weights, x: jax.Array, cfg: ModelConfig) -> jax.Array:
     """The last layer's output [B, T, D] normed (but after OPT-350M's post-norm layers) and projected to the embeddings'
     width [B, T, E] where OPT-350M's project_out says."""
-    if not cfg.post_norm:
+    if not cfg.post_norm and cfg.final_norm:
         x = config_norm(x, weights.final_norm, weights.final_norm_bias, cfg)
     return x if weights.project_out is None else linear(x, weights.project_out)
 

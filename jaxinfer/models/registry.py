@@ -90,6 +90,7 @@ from jaxinfer.models.qwen3_5 import FAMILY as QWEN3_5
 from jaxinfer.models.qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.qwen3_next import FAMILY as QWEN3_NEXT
+from jaxinfer.models.qwen4_exp import FAMILY as QWEN4_EXP
 from jaxinfer.models.sarvam_moe import FAMILY as SARVAM_MOE
 from jaxinfer.models.sarvam_moe import MODEL_TYPE as SARVAM_MODEL_TYPE
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
@@ -110,7 +111,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
-                                PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM)
+                                PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
