@@ -545,6 +545,14 @@ ARCH_CONFIGS["cwm"] = (
         rope_type="llama3", rope_theta=1e6, factor=16.0, low_freq_factor=1.0, high_freq_factor=4.0,
         original_max_position_embeddings=64)),
 )
+# JetMoE: 2 of 4 attention experts per token (each 2 query heads of 16 dims over the 2 shared K/V heads) and 2 of
+# 4 MLP experts (32 wide), each chosen by its top-2 logits softmaxed, each block with its output bias; an epsilon of
+# 1e-2 that the final norm reads and the layers' norms (1e-6 whatever the config says) do not: it shows in the logits
+ARCH_CONFIGS["jetmoe"] = (
+    hf.JetMoeConfig,
+    dict(kv_channels=16, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False,
+         rms_norm_eps=1e-2),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -643,6 +651,7 @@ MODEL_CLASSES = {
     hf.MinistralConfig: hf.MinistralForCausalLM,
     hf.HeliumConfig: hf.HeliumForCausalLM,
     hf.CwmConfig: hf.CwmForCausalLM,
+    hf.JetMoeConfig: hf.JetMoeForCausalLM,
 }
 
 

@@ -137,6 +137,11 @@ LOGITS_ONLY += ("persimmon",)
 # do here: what each changes (OLMo 1's weightless LayerNorms and q/k/v clamp, Ministral's and CWM's windows by layer
 # type, Helium's rope in pairs) shows in its float32 logits; a greedy and a bfloat16 run would add ~3 s a family.
 LOGITS_ONLY += ("olmo", "ministral", "helium", "cwm")
+# JetMoE: its routed queries and per-expert output projections come before and after attention that takes them as
+# any GQA layer's (the kernels and the paged path alike), and decode calls the same layer per token: what it
+# changes shows in its float32 logits. Its greedy run (32 tokens) and bfloat16 run passed and would add ~10 s
+# (HF's generate alone ~4 s: its experts are a Python loop).
+LOGITS_ONLY += ("jetmoe",)
 
 
 @functools.cache

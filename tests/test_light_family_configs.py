@@ -55,3 +55,27 @@ def test_persimmon_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_persimmon_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**PERSIMMON, **fields})
+
+
+JETMOE = {"vocab_size": 8, "hidden_size": 64, "intermediate_size": 8, "num_hidden_layers": 2,
+          "architectures": ["JetMoeForCausalLM"]}
+
+
+def test_jetmoe_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg, ref = from_hf_config(JETMOE), hf.JetMoeConfig(**{k: v for k, v in JETMOE.items() if k != "architectures"})
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
+        ref.num_attention_heads, ref.num_key_value_heads, ref.kv_channels) == (32, 16, 128)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size) == (
+        ref.num_local_experts, ref.num_experts_per_tok, ref.intermediate_size)
+    assert (cfg.activation, cfg.tie_word_embeddings, cfg.rms_norm_eps, cfg.rope_theta) == (
+        ref.activation_function, ref.tie_word_embeddings, ref.rms_norm_eps, ref.rope_parameters["rope_theta"])
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(num_experts_per_tok=9), "num_experts_per_tok 9 must be in \\[1, num_local_experts \\(8\\)\\]"),
+    (dict(activation_function="swish_glu"), "activation 'swish_glu' is not supported"),
+    (dict(layer_types=["sliding_attention"] * 2), "not supported for JetMoeForCausalLM"),
+])
+def test_jetmoe_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**JETMOE, **fields})

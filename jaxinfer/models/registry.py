@@ -52,6 +52,7 @@ from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
 from jaxinfer.models.helium import FAMILY as HELIUM
 from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
 from jaxinfer.models.jamba import FAMILY as JAMBA
+from jaxinfer.models.jetmoe import FAMILY as JETMOE
 from jaxinfer.models.kimi_k25 import FAMILY as KIMI_K25
 from jaxinfer.models.kimi_linear import FAMILY as KIMI_LINEAR
 from jaxinfer.models.laguna import FAMILY as LAGUNA
@@ -111,7 +112,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
-                                PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP)
+                                PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
