@@ -538,10 +538,10 @@ ARCH_CONFIGS["ministral"] = (hf.MinistralConfig, dict(head_dim=32, sliding_windo
                                                       layer_types=["sliding_attention", "full_attention"]))
 # Helium: rope in adjacent pairs over 16-dim heads, q/k/v biases (not o's), theta 1e5 (the default)
 ARCH_CONFIGS["helium"] = (hf.HeliumConfig, dict(head_dim=16, attention_bias=True, pad_token_id=0))
-# CWM: its default pattern over 3 layers (0 full, 1-2 sliding over 8 tokens), Llama 3's rope over 64 original positions
+# CWM: its default pattern (layer 0 full, layer 1 sliding over 8 tokens), Llama 3's rope over 64 original positions
 ARCH_CONFIGS["cwm"] = (
     hf.CwmConfig,
-    dict(num_hidden_layers=3, head_dim=16, sliding_window=8, rope_parameters=dict(
+    dict(head_dim=16, sliding_window=8, rope_parameters=dict(
         rope_type="llama3", rope_theta=1e6, factor=16.0, low_freq_factor=1.0, high_freq_factor=4.0,
         original_max_position_embeddings=64)),
 )
@@ -552,6 +552,19 @@ ARCH_CONFIGS["jetmoe"] = (
     hf.JetMoeConfig,
     dict(kv_channels=16, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False,
          rms_norm_eps=1e-2),
+)
+# FlexOlmo: OLMo 2's post-norm layer (q/k norms over all heads, q/k/v/o biased) over 2 of 4 experts by softmax,
+# renormalised
+ARCH_CONFIGS["flex_olmo"] = (hf.FlexOlmoConfig, dict(num_experts=4, num_experts_per_tok=2, intermediate_size=32,
+                                                     norm_topk_prob=True, attention_bias=True, pad_token_id=0))
+# Mellum: Qwen3-MoE's layer; layer 0 slides over 8 tokens (theta 1e4) with a dense MLP, layer 1 attends to all (theta
+# 5e5, the default) over 2 of 4 experts, renormalised
+ARCH_CONFIGS["mellum"] = (
+    hf.MellumConfig,
+    dict(head_dim=16, sliding_window=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, pad_token_id=0,
+         layer_types=["sliding_attention", "full_attention"], mlp_layer_types=["dense", "sparse"],
+         rope_parameters={"full_attention": dict(rope_type="default", rope_theta=5e5),
+                          "sliding_attention": dict(rope_type="default", rope_theta=1e4)}),
 )
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
@@ -652,6 +665,8 @@ MODEL_CLASSES = {
     hf.HeliumConfig: hf.HeliumForCausalLM,
     hf.CwmConfig: hf.CwmForCausalLM,
     hf.JetMoeConfig: hf.JetMoeForCausalLM,
+    hf.FlexOlmoConfig: hf.FlexOlmoForCausalLM,
+    hf.MellumConfig: hf.MellumForCausalLM,
 }
 
 

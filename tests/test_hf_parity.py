@@ -142,6 +142,10 @@ LOGITS_ONLY += ("olmo", "ministral", "helium", "cwm")
 # changes shows in its float32 logits. Its greedy run (32 tokens) and bfloat16 run passed and would add ~10 s
 # (HF's generate alone ~4 s: its experts are a Python loop).
 LOGITS_ONLY += ("jetmoe",)
+# FlexOlmo: OLMo 2's post-norm attention (olmo2's) over OLMoE's router and experts (olmoe's, through the engine in
+# test_families); Mellum: Qwen3-MoE's layers (qwen3_moe's) with windows and a rope per layer type (Laguna's): what
+# each changes shows in its float32 logits.
+LOGITS_ONLY += ("flex_olmo", "mellum")
 
 
 @functools.cache

@@ -12,15 +12,17 @@ from jaxinfer import ConfigError, from_hf_config
 BASE = dict(vocab_size=8, hidden_size=128, intermediate_size=8, num_hidden_layers=5, num_attention_heads=8)
 
 
-def _check_common(cfg, ref) -> None:
-    """Shapes, rope, norms' epsilon, head tying and token ids as the transformers config holds them."""
-    rope = ref.rope_parameters
+def _check_common(cfg, ref, rope: dict | None = None) -> None:
+    """Shapes, rope (`rope`: the full layers' parameters where they come per layer type), head tying and token ids
+    as the transformers config holds them."""
+    rope = rope or ref.rope_parameters
     assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (
         rope["rope_theta"], rope["rope_type"], rope.get("factor", 1.0))
     assert (cfg.num_kv_heads, cfg.head_dim) == (ref.num_key_value_heads, getattr(ref, "head_dim", None) or 16)
     assert (cfg.max_position_embeddings, cfg.tie_word_embeddings) == (ref.max_position_embeddings,
                                                                       ref.tie_word_embeddings)
-    eos = ref.eos_token_id if isinstance(ref.eos_token_id, list) else [ref.eos_token_id]
+    eos = ref.eos_token_id if isinstance(ref.eos_token_id, list) else [] if ref.eos_token_id is None else [
+        ref.eos_token_id]
     assert (cfg.bos_token_id, cfg.eos_token_ids) == (ref.bos_token_id, tuple(eos))
 
 
@@ -82,6 +84,41 @@ def test_helium_fields_read_as_transformers_reads_them(fields):
     assert cfg.rope_interleaved and cfg.norm_scale_first
 
 
+@pytest.mark.parametrize("fields", [
+    dict(pad_token_id=0),  # FlexOlmoConfig's defaults: 7 experts, 5 per token, not renormalised, theta 500000
+    dict(pad_token_id=0, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, attention_bias=True,
+         num_key_value_heads=2, rope_parameters=dict(rope_type="linear", rope_theta=1e4, factor=2.0)),
+])
+def test_flex_olmo_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["FlexOlmoForCausalLM"]})
+    ref = hf.FlexOlmoConfig(**BASE, **fields)
+    _check_common(cfg, ref)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.norm_topk_prob) == (
+        ref.num_experts, ref.num_experts_per_tok, ref.intermediate_size, ref.norm_topk_prob)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.qk_norm_whole, cfg.rms_norm_eps) == (
+        ref.attention_bias, ref.attention_bias, True, ref.rms_norm_eps)
+    assert cfg.dense_layers == () and cfg.layer_windows == (0,) * 5
+
+
+@pytest.mark.parametrize("fields", [
+    {},  # MellumConfig's defaults: all full and sparse, 64 experts (8 per token, renormalised), thetas 5e5 / 1e4
+    dict(sliding_window=16, layer_types=["sliding_attention", "full_attention"] * 2 + ["sliding_attention"],
+         mlp_layer_types=["dense"] + ["sparse"] * 4, num_local_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
+         rope_parameters={"full_attention": dict(rope_type="linear", rope_theta=1e6, factor=2.0),
+                          "sliding_attention": dict(rope_type="default", rope_theta=2e4)}),
+])
+def test_mellum_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["MellumForCausalLM"]})
+    ref = hf.MellumConfig(**BASE, **fields)
+    _check_common(cfg, ref, ref.rope_parameters["full_attention"])
+    assert cfg.local_rope_theta == ref.rope_parameters["sliding_attention"]["rope_theta"]
+    assert cfg.layer_windows == _windows(ref) and cfg.rotated_dims == cfg.head_dim
+    assert cfg.dense_layers == tuple(i for i, kind in enumerate(ref.mlp_layer_types) if kind == "dense")
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.norm_topk_prob) == (
+        ref.num_experts, ref.num_experts_per_tok, ref.moe_intermediate_size, ref.norm_topk_prob)
+    assert (cfg.qk_norm, cfg.qk_norm_whole, cfg.rms_norm_eps) == (True, False, ref.rms_norm_eps)
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -93,6 +130,18 @@ def test_helium_fields_read_as_transformers_reads_them(fields):
     ("CwmForCausalLM", dict(sliding_window=0), "sliding_window 0 is not supported for CwmForCausalLM"),
     ("HeliumForCausalLM", dict(head_dim=32), "head_dim 32 is not supported for HeliumForCausalLM with 8 heads.*128"),
     ("HeliumForCausalLM", dict(head_dim=16, mlp_bias=True), "mlp_bias=True is not supported for HeliumForCausalLM"),
+    ("FlexOlmoForCausalLM", dict(num_experts=4, num_experts_per_tok=5), "num_experts_per_tok 5 must be between 1"),
+    ("FlexOlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
+     "not supported for FlexOlmoForCausalLM"),
+    ("MellumForCausalLM", dict(rope_parameters={"full_attention": dict(rope_theta=1e4, partial_rotary_factor=0.5)}),
+     "rope_parameters.full_attention.partial_rotary_factor 0.5 is not supported for MellumForCausalLM"),
+    ("MellumForCausalLM", dict(rope_parameters=dict(rope_type="default", rope_theta=1e4)),
+     "one set per layer type"),
+    ("MellumForCausalLM", dict(mlp_layer_types=["dense"] * 4), "mlp_layer_types .* must give each of the 5 layers"),
+    ("MellumForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=None),
+     "sliding_window None is not supported for MellumForCausalLM's sliding layers"),
+    ("MellumForCausalLM", dict(rope_parameters={"sliding_attention": dict(rope_type="linear", factor=2.0)}),
+     "sliding layers' rope .* is not supported"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):

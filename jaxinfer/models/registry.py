@@ -34,6 +34,7 @@ from jaxinfer.models.exaone_moe import FAMILY as EXAONE_MOE
 from jaxinfer.models.falcon import FAMILY as FALCON
 from jaxinfer.models.falcon_h1 import FAMILY as FALCON_H1
 from jaxinfer.models.family import Family
+from jaxinfer.models.flex_olmo import FAMILY as FLEX_OLMO
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.gemma3n import FAMILY as GEMMA3N
 from jaxinfer.models.gemma4 import FAMILY as GEMMA4
@@ -65,6 +66,7 @@ from jaxinfer.models.llava import text_hf_config
 from jaxinfer.models.longcat_flash import FAMILY as LONGCAT_FLASH
 from jaxinfer.models.mamba import FAMILY as MAMBA
 from jaxinfer.models.mamba2 import FAMILY as MAMBA2
+from jaxinfer.models.mellum import FAMILY as MELLUM
 from jaxinfer.models.mimo_v2_flash import FAMILY as MIMO_V2_FLASH
 from jaxinfer.models.minicpm3 import FAMILY as MINICPM3
 from jaxinfer.models.minimax_m2 import FAMILY as MINIMAX_M2
@@ -112,7 +114,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GLM4_MOE_LITE, MISTRAL4, KIMI_LINEAR, MIMO_V2_FLASH, EXAONE_MOE, PHIMOE, DBRX,
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
-                                PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE)
+                                PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE,
+                                FLEX_OLMO, MELLUM)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
