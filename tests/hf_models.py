@@ -566,6 +566,9 @@ ARCH_CONFIGS["mellum"] = (
          rope_parameters={"full_attention": dict(rope_type="default", rope_theta=5e5),
                           "sliding_attention": dict(rope_type="default", rope_theta=1e4)}),
 )
+# nanochat: weightless RMSNorms (the embeddings' too), rope turned the other way, q/k normed after it, GQA; a
+# relu(x)^2 MLP; logits capped at 3
+ARCH_CONFIGS["nanochat"] = (hf.NanoChatConfig, dict(final_logit_softcapping=3.0))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -667,6 +670,7 @@ MODEL_CLASSES = {
     hf.JetMoeConfig: hf.JetMoeForCausalLM,
     hf.FlexOlmoConfig: hf.FlexOlmoForCausalLM,
     hf.MellumConfig: hf.MellumForCausalLM,
+    hf.NanoChatConfig: hf.NanoChatForCausalLM,
 }
 
 

@@ -146,6 +146,9 @@ LOGITS_ONLY += ("jetmoe",)
 # test_families); Mellum: Qwen3-MoE's layers (qwen3_moe's) with windows and a rope per layer type (Laguna's): what
 # each changes shows in its float32 logits.
 LOGITS_ONLY += ("flex_olmo", "mellum")
+# nanochat: its weightless norms, reversed rotation and q/k norms come before attention that takes q, k and v as any
+# GQA layer's, and decode calls the same layer: what it changes shows in its float32 logits.
+LOGITS_ONLY += ("nanochat",)
 
 
 @functools.cache

@@ -79,3 +79,27 @@ def test_jetmoe_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_jetmoe_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**JETMOE, **fields})
+
+
+NANOCHAT = {**TINY, "architectures": ["NanoChatForCausalLM"]}
+
+
+def test_nanochat_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg, ref = from_hf_config(NANOCHAT), hf.NanoChatConfig(**TINY)
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps) == (ref.num_key_value_heads, 16, ref.rms_norm_eps)
+    assert (cfg.final_soft_cap, cfg.activation, cfg.tie_word_embeddings) == (
+        ref.final_logit_softcapping, ref.hidden_act, ref.tie_word_embeddings)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.rope_theta) == (False, False, ref.rope_parameters["rope_theta"])
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (ref.bos_token_id, (ref.eos_token_id,))
+    assert cfg.weightless_norms and cfg.embed_norm
+    assert from_hf_config({**NANOCHAT, "final_logit_softcapping": None}).final_soft_cap is None
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(mlp_bias=True), "mlp_bias=True is not supported for NanoChatForCausalLM"),
+    (dict(layer_types=["sliding_attention"] * 4), "not supported for NanoChatForCausalLM"),
+    (dict(hidden_act="swish_glu"), "activation 'swish_glu' is not supported"),
+])
+def test_nanochat_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**NANOCHAT, **fields})

@@ -112,6 +112,7 @@ class ModelConfig:
     norm_scale_first: bool = False  # Gemma 4: RMSNorms scale by w in float32, then cast (Gemma's order, no 1 +)
     scale_embeddings: bool = False  # Gemma multiplies embeddings by sqrt(hidden_size).
     embedding_multiplier: float = 1.0  # Granite: embeddings scaled by it
+    embed_norm: bool = False  # NanoChat: the embeddings RMS-normed without a weight before the first layer
     residual_multiplier: float = 1.0  # Granite: each sublayer's output scaled by it before the residual add
     logits_scaling: float = 1.0  # Granite: output logits divided by it
     # Per-layer sliding window in tokens; 0 means full attention.

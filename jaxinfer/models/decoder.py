@@ -19,7 +19,7 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.embed_override import EmbedOverride, add_deepstack, override_embeddings, placeholders_as
 from jaxinfer.models.layer_calls import LayerInputs, call_layer
 from jaxinfer.models.layers import Weight, linear, linear_transposed
-from jaxinfer.models.norms import config_norm
+from jaxinfer.models.norms import config_norm, rms_norm
 from jaxinfer.models.registry import family_of
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.row_table import RowTable, take_rows
@@ -73,14 +73,15 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
 
 
 def embed_tokens(weights: Weights, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """Token embeddings [B, T, D]; Gemma scales them by sqrt(D) in the weight dtype, as HF does, and Granite
-    by its embedding_multiplier in float32, rounded once (as torch multiplies a 16-bit tensor by a Python float)."""
+    """Token embeddings [B, T, D]; Gemma scales them by sqrt(D) in the weight dtype, as HF does, Granite
+    by its embedding_multiplier in float32, rounded once (as torch multiplies a 16-bit tensor by a Python float),
+    and NanoChat RMS-norms them without a weight (`cfg.embed_norm`)."""
     x = take_rows(weights.embed, tokens)
     if cfg.scale_embeddings:
         x = x * jnp.asarray(math.sqrt(cfg.hidden_size), dtype=x.dtype)
     if cfg.embedding_multiplier != 1.0:
         x = (x.astype(jnp.float32) * cfg.embedding_multiplier).astype(x.dtype)
-    return x
+    return rms_norm(x, None, cfg.rms_norm_eps) if cfg.embed_norm else x
 
 
 def position_rows(cfg: ModelConfig) -> int:

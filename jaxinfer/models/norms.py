@@ -12,10 +12,10 @@ from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.invariant_weight import InvariantWeight, in_row_blocks
 
 
-def rms_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, weight_offset: float = 0.0,
+def rms_norm(x: jax.Array, weight: jax.Array | InvariantWeight | None, eps: float, weight_offset: float = 0.0,
              scale_first: bool = False) -> jax.Array:
     """RMSNorm computed in float32; Gemma (offset 1, or Gemma 4's `scale_first` without it) scales before the
-    cast, Llama after, as HF does.
+    cast, Llama after, as HF does; a None weight (NanoChat's weightless norms) does not scale.
 
     An InvariantWeight norms the rows in fixed blocks: XLA vectorizes a row's sum of squares
     differently from 8 rows on (XLA:CPU), so it would move with the step's token count."""
@@ -26,6 +26,8 @@ def rms_norm(x: jax.Array, weight: jax.Array | InvariantWeight, eps: float, weig
         return rows.reshape(x.shape)
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    if weight is None:
+        return normed.astype(x.dtype)
     if weight_offset or scale_first:
         return (normed * (weight_offset + weight.astype(jnp.float32))).astype(x.dtype)
     return weight * normed.astype(x.dtype)

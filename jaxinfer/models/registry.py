@@ -76,6 +76,7 @@ from jaxinfer.models.mistral4 import FAMILY as MISTRAL4
 from jaxinfer.models.mistral_large4 import FAMILY as MISTRAL_LARGE4
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
 from jaxinfer.models.mpt import FAMILY as MPT
+from jaxinfer.models.nanochat import FAMILY as NANOCHAT
 from jaxinfer.models.nemotron import FAMILY as NEMOTRON
 from jaxinfer.models.nemotron_h import FAMILY as NEMOTRON_H
 from jaxinfer.models.olmo import FAMILY as OLMO
@@ -115,7 +116,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
                                 PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE,
-                                FLEX_OLMO, MELLUM)
+                                FLEX_OLMO, MELLUM, NANOCHAT)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
