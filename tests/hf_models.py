@@ -569,6 +569,9 @@ ARCH_CONFIGS["mellum"] = (
 # nanochat: weightless RMSNorms (the embeddings' too), rope turned the other way, q/k normed after it, GQA; a
 # relu(x)^2 MLP; logits capped at 3
 ARCH_CONFIGS["nanochat"] = (hf.NanoChatConfig, dict(final_logit_softcapping=3.0))
+# GPT-Neo: GPT-2's model with unscaled scores, q/k/v unbiased; layer 0 global, layer 1 local over 8 positions
+ARCH_CONFIGS["gpt_neo"] = (hf.GPTNeoConfig, dict(num_layers=2, num_heads=4, window_size=8,
+                                                 attention_types=[[["global", "local"], 1]]))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -671,6 +674,7 @@ MODEL_CLASSES = {
     hf.FlexOlmoConfig: hf.FlexOlmoForCausalLM,
     hf.MellumConfig: hf.MellumForCausalLM,
     hf.NanoChatConfig: hf.NanoChatForCausalLM,
+    hf.GPTNeoConfig: hf.GPTNeoForCausalLM,
 }
 
 

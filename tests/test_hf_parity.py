@@ -149,6 +149,9 @@ LOGITS_ONLY += ("flex_olmo", "mellum")
 # nanochat: its weightless norms, reversed rotation and q/k norms come before attention that takes q, k and v as any
 # GQA layer's, and decode calls the same layer: what it changes shows in its float32 logits.
 LOGITS_ONLY += ("nanochat",)
+# GPT-Neo: GPT-2's layer and learned positions (gpt2's decode, test_gpt2) with unscaled scores and sliding windows
+# the paged path takes as Mistral's and Gemma 2's: what it changes shows in its float32 logits.
+LOGITS_ONLY += ("gpt_neo",)
 
 
 @functools.cache

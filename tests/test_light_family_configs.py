@@ -103,3 +103,30 @@ def test_nanochat_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_nanochat_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**NANOCHAT, **fields})
+
+
+GPT_NEO = {"vocab_size": 8, "hidden_size": 64, "num_layers": 24, "num_heads": 4, "architectures": ["GPTNeoForCausalLM"]}
+
+
+def test_gpt_neo_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg = from_hf_config(GPT_NEO)
+    ref = hf.GPTNeoConfig(**{k: v for k, v in GPT_NEO.items() if k != "architectures"})
+    assert cfg.layer_windows == tuple(ref.window_size if kind == "local" else 0 for kind in ref.attention_layers)
+    assert cfg.layer_windows[:2] == (0, 256)
+    assert (cfg.intermediate_size, cfg.head_dim, cfg.attn_scale, cfg.rms_norm_eps) == (256, 16, 1.0,
+                                                                                      ref.layer_norm_epsilon)
+    assert (cfg.activation, cfg.tie_word_embeddings, cfg.max_position_embeddings) == (
+        "gelu_tanh", ref.tie_word_embeddings, ref.max_position_embeddings)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (ref.bos_token_id, (ref.eos_token_id,))
+    assert cfg.learned_positions and not cfg.qkv_bias and cfg.o_bias and cfg.nope_layers == tuple(range(24))
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(attention_types=[[["global", "local"], 2]]), "expands to .*for each of its 24 layers"),
+    (dict(attention_types=[[["global", "sliding"], 12]]), "needs one of \\('global', 'local'\\)"),
+    (dict(hidden_size=66), "hidden_size \\(66\\) must be a multiple of num_heads \\(4\\)"),
+    (dict(window_size=0), "window_size 0 must be >= 1"),
+])
+def test_gpt_neo_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**GPT_NEO, **fields})

@@ -44,6 +44,7 @@ from jaxinfer.models.glm4_moe import FAMILY as GLM4_MOE
 from jaxinfer.models.glm4_moe_lite import FAMILY as GLM4_MOE_LITE
 from jaxinfer.models.gpt2 import FAMILY as GPT2
 from jaxinfer.models.gpt_bigcode import FAMILY as GPT_BIGCODE
+from jaxinfer.models.gpt_neo import FAMILY as GPT_NEO
 from jaxinfer.models.gpt_neox import FAMILY as GPT_NEOX
 from jaxinfer.models.gpt_oss import FAMILY as GPT_OSS
 from jaxinfer.models.gptj import FAMILY as GPTJ
@@ -116,7 +117,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 MINICPM3, OPT, GPTJ, GPT_BIGCODE, STABLELM, FALCON, MISTRAL_LARGE4, KIMI_K25, LFM3,
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
                                 PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE,
-                                FLEX_OLMO, MELLUM, NANOCHAT)
+                                FLEX_OLMO, MELLUM, NANOCHAT,
+                                GPT_NEO)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
