@@ -572,6 +572,15 @@ ARCH_CONFIGS["nanochat"] = (hf.NanoChatConfig, dict(final_logit_softcapping=3.0)
 # GPT-Neo: GPT-2's model with unscaled scores, q/k/v unbiased; layer 0 global, layer 1 local over 8 positions
 ARCH_CONFIGS["gpt_neo"] = (hf.GPTNeoConfig, dict(num_layers=2, num_heads=4, window_size=8,
                                                  attention_types=[[["global", "local"], 1]]))
+# Jais 2: LayerNorms with biases, q/k/v/o and the ungated relu(x)^2 MLP's up/down biased (all the defaults)
+ARCH_CONFIGS["jais2"] = (hf.Jais2Config, dict(pad_token_id=0))
+# HyperCLOVA X: Granite's multipliers away from 1 (the logits multiplied by 1.5), head_dim 32 beside hidden/heads (the
+# scale its default 32 ** -0.5), each sublayer's output RMS-normed (use_post_norm, the default); q/k/v/o biases
+ARCH_CONFIGS["hyperclovax"] = (
+    hf.HyperCLOVAXConfig,
+    dict(head_dim=32, embedding_multiplier=3.0, residual_multiplier=0.7, logits_scaling=1.5, attention_bias=True,
+         pad_token_id=0),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -675,6 +684,8 @@ MODEL_CLASSES = {
     hf.MellumConfig: hf.MellumForCausalLM,
     hf.NanoChatConfig: hf.NanoChatForCausalLM,
     hf.GPTNeoConfig: hf.GPTNeoForCausalLM,
+    hf.Jais2Config: hf.Jais2ForCausalLM,
+    hf.HyperCLOVAXConfig: hf.HyperCLOVAXForCausalLM,
 }
 
 

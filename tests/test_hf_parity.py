@@ -152,6 +152,10 @@ LOGITS_ONLY += ("nanochat",)
 # GPT-Neo: GPT-2's layer and learned positions (gpt2's decode, test_gpt2) with unscaled scores and sliding windows
 # the paged path takes as Mistral's and Gemma 2's: what it changes shows in its float32 logits.
 LOGITS_ONLY += ("gpt_neo",)
+# Jais 2: Nemotron's ungated relu(x)^2 layer (nemotron's) with biased LayerNorms (starcoder2's) and MLP biases;
+# HyperCLOVA X: Granite's scaled layer (granite's) with a norm on each sublayer's output: what each changes shows in
+# its float32 logits.
+LOGITS_ONLY += ("jais2", "hyperclovax")
 
 
 @functools.cache

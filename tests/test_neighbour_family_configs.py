@@ -119,6 +119,36 @@ def test_mellum_fields_read_as_transformers_reads_them(fields):
     assert (cfg.qk_norm, cfg.qk_norm_whole, cfg.rms_norm_eps) == (True, False, ref.rms_norm_eps)
 
 
+@pytest.mark.parametrize("fields", [
+    {},  # Jais2Config's defaults: relu2, LayerNorms with biases (eps 1e-5), q/k/v/o and MLP biases, 8192 positions
+    dict(attention_bias=False, mlp_bias=False, layer_norm_eps=1e-6, num_key_value_heads=2, tie_word_embeddings=True,
+         rope_parameters=dict(rope_type="linear", rope_theta=5e5, factor=2.0)),
+])
+def test_jais2_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["Jais2ForCausalLM"]})
+    ref = hf.Jais2Config(**BASE, **fields)
+    _check_common(cfg, ref)
+    assert (cfg.layer_norm, cfg.norm_bias, cfg.rms_norm_eps, cfg.activation) == (True, True, ref.layer_norm_eps,
+                                                                                ref.hidden_act)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias) == (ref.attention_bias, ref.attention_bias, ref.mlp_bias)
+
+
+@pytest.mark.parametrize("fields", [
+    {},  # HyperCLOVAXConfig's defaults: multipliers 1, scale head_dim ** -0.5, output norms on
+    dict(head_dim=32, attention_multiplier=0.1, logits_scaling=0.25, embedding_multiplier=2.0, residual_multiplier=0.5,
+         use_post_norm=False, attention_bias=True),
+])
+def test_hyperclovax_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["HyperCLOVAXForCausalLM"]})
+    ref = hf.HyperCLOVAXConfig(**BASE, **fields)
+    _check_common(cfg, ref)
+    assert (cfg.attn_scale, cfg.embedding_multiplier, cfg.residual_multiplier) == (
+        ref.attention_multiplier, ref.embedding_multiplier, ref.residual_multiplier)
+    assert cfg.logits_scaling == 1 / ref.logits_scaling  # ours divides, HyperCLOVA X multiplies
+    assert (cfg.output_norms, cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps) == (
+        ref.use_post_norm, ref.attention_bias, ref.attention_bias, ref.rms_norm_eps)
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -140,6 +170,12 @@ def test_mellum_fields_read_as_transformers_reads_them(fields):
     ("MellumForCausalLM", dict(mlp_layer_types=["dense"] * 4), "mlp_layer_types .* must give each of the 5 layers"),
     ("MellumForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=None),
      "sliding_window None is not supported for MellumForCausalLM's sliding layers"),
+    ("Jais2ForCausalLM", dict(hidden_act="relu"), "activation 'relu' is not supported"),
+    ("Jais2ForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
+     "not supported for Jais2ForCausalLM"),
+    ("HyperCLOVAXForCausalLM", dict(logits_scaling=0.0),
+     "logits_scaling 0.0 is not supported for HyperCLOVAXForCausalLM"),
+    ("HyperCLOVAXForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for HyperCLOVAXForCausalLM"),
     ("MellumForCausalLM", dict(rope_parameters={"sliding_attention": dict(rope_type="linear", factor=2.0)}),
      "sliding layers' rope .* is not supported"),
 ])

@@ -98,6 +98,7 @@ class ModelConfig:
     lm_head_bias: bool = False  # Phi: the output head adds a bias [V]
     learned_positions: bool = False  # GPT-2: a learned table [max_position_embeddings, D] added to the embeddings
     position_offset: int = 0  # OPT: the table's first rows unused, position p reading row p + offset (its 2)
+    output_norms: bool = False  # HyperCLOVA X (Peri-LN): each sublayer's output RMS-normed before its residual add
     post_norm: bool = False  # OPT-350M: each sublayer's sum normed, LN(x + f(x)), not its input; no final norm
     # OPT-350M: the embeddings (and the tied head) this wide, projected to hidden_size before the layers and back
     # after them (project_in / project_out); 0 = hidden_size

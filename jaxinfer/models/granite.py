@@ -39,12 +39,18 @@ def scaled_residual_layer(
     mlp: Callable[[jax.Array, Layout], jax.Array], attention: Callable = self_attention,
 ) -> tuple[jax.Array, Any]:
     """One pre-norm block whose attention and mlp(normed residual, layout) outputs are each scaled by
-    `residual_multiplier` before they are added to the residual stream (`attention`: MiniCPM3's latent one)."""
+    `residual_multiplier` before they are added to the residual stream (`attention`: MiniCPM3's latent one), each
+    output normed first where the layer has `post_attn_norm` / `post_mlp_norm` (HyperCLOVA X's Peri-LN)."""
     layout, eps, multiplier = cache.layout, cfg.rms_norm_eps, cfg.residual_multiplier
     out, cache = attention(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions, rope.for_layer(layer))
-    x = layout.constrain(x + scaled(out, multiplier), HIDDEN)
-    h = mlp(rms_norm(x, lw.mlp_norm, eps), layout)
+    x = layout.constrain(x + scaled(post_norm(out, getattr(lw, "post_attn_norm", None), eps), multiplier), HIDDEN)
+    h = post_norm(mlp(rms_norm(x, lw.mlp_norm, eps), layout), getattr(lw, "post_mlp_norm", None), eps)
     return layout.constrain(x + scaled(h, multiplier), HIDDEN), cache
+
+
+def post_norm(x: jax.Array, weight: jax.Array | None, eps: float) -> jax.Array:
+    """x RMS-normed by `weight`, or x itself where the layer has no such norm (None)."""
+    return x if weight is None else rms_norm(x, weight, eps)
 
 
 def decoder_layer(
