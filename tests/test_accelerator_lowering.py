@@ -11,6 +11,7 @@ A change that breaks an accelerator's lowering fails here, where no accelerator 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # Whisper: its cross-attention reads each row slot's cross pages through the same paged kernels.
     whisper = save_whisper(root / "whisper", d_model=128, encoder_attention_heads=2, decoder_attention_heads=2,
                            encoder_layers=1, decoder_layers=1, max_target_positions=128)
-    # Jamba: Mamba-1 layers (their selective scan over the row slots' states) beside an attention layer and experts.
+    # Jamba: Mamba-1 layers (their selective scan over the row slots' states, chunked in prefill steps on an
+    # accelerator: models/selective_chunks) beside an attention layer and experts.
     jamba = save_hf_model("jamba", root / "jamba", hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
     return {"target": target, "eagle": save_eagle1(root / "eagle", target), "moe": moe, "whisper": whisper,
             "jamba": jamba}
@@ -59,8 +61,14 @@ def speculation(models: dict, method: str | None) -> SpeculativeConfig | None:
 def llm(models, request) -> LLM:
     if request.param == "lora":  # LoRA adapter slots on every projection
         return LLM(models["target"], enable_lora=True, max_loras=2, **KNOBS)
-    if request.param in ("moe", "jamba"):
-        return LLM(models[request.param], **KNOBS)
+    if request.param == "moe":
+        return LLM(models["moe"], **KNOBS)
+    if request.param == "jamba":  # chunks of 8: its 16-token steps take the chunked selective scan, decode the scan
+        llm = LLM(models["jamba"], **KNOBS)
+        runner = llm.engine.runner
+        ss = dataclasses.replace(runner.model_config.state_space, chunk_size=8)
+        runner.model_config = dataclasses.replace(runner.model_config, state_space=ss)
+        return llm
     return LLM(models["target"], speculative=speculation(models, request.param), **KNOBS)
 
 

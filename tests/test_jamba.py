@@ -5,6 +5,9 @@ from the periods and offsets, and what it cannot be (and what the state layers r
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
 import numpy as np
 import pytest
 import torch
@@ -19,6 +22,8 @@ PROMPTS = [PROMPT[:5], PROMPT[3:22]]  # 5 and 19 tokens: the 19 prefills over tw
 # The 5 samples its first token a step before the 19 does: one more token for it ends both in the same step, so the
 # engine compiles no one-row decode program (~1.3 s of this test's ~5.5).
 GREEDY = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (17, 16)]
+# Attention as this platform runs it where the pools say "gpu" (below): a CPU's reference, not the Triton kernel.
+ATTENTION = "reference" if jax.default_backend() == "cpu" else "auto"
 # Jamba-v0.1's schedule (JambaConfig's defaults): attention at 4, 12, ..., experts on the odd layers.
 V0_1 = dict(vocab_size=65536, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
             num_key_value_heads=8)
@@ -32,13 +37,26 @@ def hf_picks(model: torch.nn.Module, prompt: list[int], tokens: list[int]) -> li
     return logits.argmax(-1).tolist()
 
 
+def on_accelerator_rule(llm: LLM, chunk_size: int) -> LLM:
+    """llm's step programs picking the Mamba layers' recurrence as a GPU's do (mamba2_mixer.chunked_form): pools
+    marked "gpu" and Mamba-1's chunk_size (256 from every checkpoint) set to `chunk_size`, so that a step of that
+    many tokens or more takes the chunked selective scan (models/selective_chunks), a smaller one the token scan."""
+    runner = llm.engine.runner
+    runner.pages = dataclasses.replace(runner.pages, platform="gpu")
+    ss = dataclasses.replace(runner.model_config.state_space, chunk_size=chunk_size)
+    runner.model_config = dataclasses.replace(runner.model_config, state_space=ss)
+    return llm
+
+
 def test_two_requests_decoding_together_match_hf_each_alone(checkpoint_dir):
     """5 and 19 tokens in one batch of 16-token steps: the 19 prefills in two chunks (its Mamba states continue
     across them) beside the other's first decode steps, then both decode together, each from its own slot: each
     gets transformers' greedy tokens for it alone (checked by teacher forcing: a generate() of the same tokens
-    cost ~10 s on the reference's Python scan)."""
+    cost ~10 s on the reference's Python scan). The 16-token steps run the accelerators' chunked selective scan
+    (chunks of 8: requests' segments within and across them), the decode steps the token scan."""
     llm = LLM(checkpoint_dir("jamba"), dtype="float32", max_seq_len=64, max_num_seqs=2, max_num_batched_tokens=16,
-              cpu_kernels=False)
+              cpu_kernels=False, attention_backend=ATTENTION)
+    on_accelerator_rule(llm, chunk_size=8)
     model = make_hf_model("jamba")
     outs = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)]
     assert [hf_picks(model, p, out) for p, out in zip(PROMPTS, outs)] == outs

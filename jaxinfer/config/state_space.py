@@ -32,7 +32,8 @@ class StateSpace:
     norm_eps: float = 1e-6  # the gated RMSNorm's epsilon
     time_step_limit: tuple[float, float] = (0.0, math.inf)  # dt is clamped to it after the softplus
     residual_in_fp32: bool = False  # Mamba2's residual stream kept in float32 across its layers (residual_in_fp32)
-    # the chunked SSD's chunk (chunk_size / mamba_chunk_size); a step of at least this many tokens runs it
+    # the chunked SSD's chunk (chunk_size / mamba_chunk_size); a step of at least this many tokens runs it (Mamba-1's
+    # chunked selective scan too, in chunks of at most this many: models/selective_chunks.chunk_tokens)
     chunk_size: int = 256
     # y meets the gate z: "norm_gated" RMSNorm(y * silu(z)) (Mamba2's), "norm_then_gate" RMSNorm(y) * silu(z),
     # "gate" y * silu(z) with no norm (Falcon-H1 without mamba_rms_norm; with it and mamba_norm_before_gate:

@@ -8,7 +8,9 @@ rate, so a request's SSM state is [I, N] (the pool's [S, I, 1, N]: channels as h
 A step's tokens are packed end to end, each request continuing from its row slot's state (cache/state_pool): the
 projections and the conv run over all of them at once (the conv through segment-aware windows, models/ssd_chunks),
 the recurrence is a `lax.scan` over the flat tokens (models/slot_scan: branchless, zeros at a request's position 0,
-padding writes nothing) on every platform. A decode step is the same over one token per row.
+padding writes nothing). A decode step is the same over one token per row. On a GPU or TPU a step of at least
+`chunk_size` tokens (prefill) runs the chunked form instead (models/selective_chunks: an associative scan within
+chunks, a scan across them), picked as Mamba2's mixer picks its chunked SSD (`mamba2_mixer.chunked_form`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import Weight, linear
+from jaxinfer.models.mamba2_mixer import chunked_form
 from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.selective_chunks import chunk_tokens, chunked_selective_scan
 from jaxinfer.models.slot_scan import slot_scan
-from jaxinfer.models.ssd_chunks import conv_windows, segments
+from jaxinfer.models.ssd_chunks import Segments, conv_windows, segments
 from jaxinfer.parallel.array_info import ArrayInfo
 
 
@@ -134,17 +138,35 @@ def token_step(
 
 
 def conv(
-    ss: StateSpace, w: SelectiveWeights, state: LayerState, x: jax.Array, positions: jax.Array
+    w: SelectiveWeights, state: LayerState, x: jax.Array, positions: jax.Array, seg: Segments
 ) -> tuple[jax.Array, jax.Array]:
-    """The causal conv over the flat x [T, I] (each token's window continuing its slot's conv state), SiLU'd, in
-    float32; and the conv pool with each request's last K - 1 inputs written back."""
+    """The causal conv over the flat x [T, I] (each token's window continuing its slot's conv state; seg the step's
+    segments), SiLU'd, in float32; and the conv pool with each request's last K - 1 inputs written back."""
     slots, num_slots = state.token_slots, state.conv.shape[0]
-    seg = segments(slots, positions, min(num_slots, positions.shape[0]))
     windows = conv_windows(state.conv, x.astype(jnp.float32), slots, positions, seg)  # [T, K, I]
     mixed = jnp.sum(windows * w.conv_weight[:, 0].T.astype(jnp.float32), axis=-2)  # K products per channel
     mixed = jax.nn.silu(_biased(mixed, w.conv_bias))
     target = jnp.where(seg.valid, slots[seg.first], num_slots)  # past the segments: dropped
     return mixed, state.conv.at[target].set(windows[seg.last, 1:], mode="drop")
+
+
+def packed_scan(
+    ss: StateSpace, a: jax.Array, state: LayerState, x: jax.Array, dt: jax.Array, b: jax.Array, c: jax.Array,
+    positions: jax.Array, seg: Segments
+) -> tuple[jax.Array, jax.Array]:
+    """The recurrence token by token (A [I, N]; x, dt [T, I] and B, C [T, N] float32, positions [T], -1 padding)
+    through each token's slot state: (the SSM pool [S, I, 1, N] after the step, y [T, I] without the D skip)."""
+    step = lambda states, *token: token_step(a, states, *token)  # noqa: E731
+    (ssm,), y = slot_scan(step, (state.ssm,), state.token_slots, positions, (x, dt, b, c))
+    return ssm, y
+
+
+def packed_chunked(
+    ss: StateSpace, a: jax.Array, state: LayerState, x: jax.Array, dt: jax.Array, b: jax.Array, c: jax.Array,
+    positions: jax.Array, seg: Segments
+) -> tuple[jax.Array, jax.Array]:
+    """`packed_scan`'s result in chunks (models/selective_chunks) of `chunk_tokens(ss)`, seg the step's segments."""
+    return chunked_selective_scan(x, dt, b, c, a, state.ssm, state.token_slots, positions, seg, chunk_tokens(ss))
 
 
 def selective_mixer(
@@ -155,11 +177,12 @@ def selective_mixer(
     B, T, D = h.shape
     flat = positions.reshape(-1)
     x, gate = jnp.split(_biased(linear(h.reshape(B * T, D), w.in_proj), w.in_bias), 2, axis=-1)
-    x, conv_pool = conv(ss, w, state, x, flat)
+    seg = segments(state.token_slots, flat, min(state.conv.shape[0], flat.shape[0]))
+    x, conv_pool = conv(w, state, x, flat, seg)
     dt, b, c = selective_inputs(ss, w, x.astype(h.dtype))
     a = -jnp.exp(w.a_log.astype(jnp.float32))
-    step = lambda states, *token: token_step(a, states, *token)  # noqa: E731
-    (ssm,), y = slot_scan(step, (state.ssm,), state.token_slots, flat, (x, dt, b, c))
+    recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan
+    ssm, y = recurrence(ss, a, state, x, dt, b, c, flat, seg)
     y = (y + w.d_skip.astype(jnp.float32) * x) * jax.nn.silu(gate.astype(jnp.float32))
     out = _biased(linear(y.astype(h.dtype), w.out_proj), w.out_bias)
     return out.reshape(B, T, D), dataclasses.replace(state, conv=conv_pool, ssm=ssm)

@@ -1,0 +1,84 @@
+"""Mamba-1's selective scan in chunks over a step's packed tokens: the prefill form for accelerators.
+
+The scan (mamba1_mixer.token_step through models/slot_scan) runs h_t = a_t * h_{t-1} + u_t one token per
+iteration, with a_t = exp(dt_t A) and u_t = dt_t x_t B_t, both [I, N], and reads y_t = h_t C_t. Every channel
+decays each of its N state entries at its own rate (A is [I, N]), so Mamba2's SSD (one scalar decay per head and
+token, chunks as matmuls: models/ssd_chunks) does not carry over: its within-chunk decay matrix would be
+[Q, Q, I, N]. The recurrence is linear, though, and its (a, u) pairs compose associatively: (a1, u1) then (a2, u2)
+is (a1 a2, a2 u1 + u2). Within a chunk of Q tokens `lax.associative_scan` composes them in 2 log2(Q) levels of
+elementwise work over [Q, I, N] (the same products as the scan, no exp of differences that could overflow); a
+fixed-trip `lax.scan` over the T / Q chunks carries the chunk's last state into the next. T dependent steps become
+T / Q of them, each a few wide elementwise kernels.
+
+Requests stay apart through their segments (ssd_chunks.segments: one request's run of tokens): a segment's first
+token gets a = 0, so nothing before it leaks in, and u plus a times its slot's pool state where it continues its
+request (position > 0; zeros from position 0). Padding tokens get (0, 0): they read and write nothing. Each
+segment's last token's state is written to its slot as the chunk that holds it ends.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models.ssd_chunks import Segments
+
+# Float32 elements of one [Q, I, N] array a chunk works on (16 MiB): the associative scan keeps a few such arrays
+# live, so Q shrinks as I * N grows (FalconMamba-7B's 8192 x 16: Q = 32) rather than the memory growing with it.
+CHUNK_ELEMENTS = 1 << 22
+
+
+def chunk_tokens(ss: StateSpace, budget: int = CHUNK_ELEMENTS) -> int:
+    """The chunk Q: the largest power of two (the scan's levels halve evenly) with Q * I * N <= budget, at most
+    ss.chunk_size and at least 1."""
+    fits = max(1, min(ss.chunk_size, budget // (ss.inner * ss.state_size)))
+    return 1 << (fits.bit_length() - 1)
+
+
+def _compose(earlier: tuple[jax.Array, jax.Array], later: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, ...]:
+    """(a1, u1) then (a2, u2): the map h -> a2 (a1 h + u1) + u2."""
+    return earlier[0] * later[0], later[0] * earlier[1] + later[1]
+
+
+def _padded(v: jax.Array, total: int, value: int | float = 0) -> jax.Array:
+    return jnp.pad(v, [(0, total - v.shape[0])] + [(0, 0)] * (v.ndim - 1), constant_values=value)
+
+
+def chunked_selective_scan(
+    x: jax.Array, dt: jax.Array, b: jax.Array, c: jax.Array, a: jax.Array, ssm_pool: jax.Array, slots: jax.Array,
+    positions: jax.Array, seg: Segments, chunk: int,
+) -> tuple[jax.Array, jax.Array]:
+    """x and dt [T, I] (dt after softplus), B and C [T, N], A [I, N] (negative), the pool [S, I, 1, N], the step's
+    slots and positions [T] (-1 padding) and segments -> (the pool with each segment's final state written to its
+    slot, y [T, I] without the D skip); float32, T padded to a multiple of `chunk` inside."""
+    T, num_slots = x.shape[0], ssm_pool.shape[0]
+    nc = -(-T // chunk)
+    total = nc * chunk
+    index = jnp.arange(T)
+    opens = seg.real & (seg.start == index)
+    closes = seg.real & (jnp.append(seg.start[1:], -1) != seg.start)  # the next token is another segment's
+    continued = opens & (positions > 0)
+    keeps = seg.real & ~opens  # tokens whose state continues the one before them
+
+    def chunked(v: jax.Array, fill: int = 0) -> jax.Array:  # [T, ...] -> [nc, Q, ...]
+        return _padded(v, total, fill).reshape(nc, chunk, *v.shape[1:])
+
+    inputs = tuple(chunked(v) for v in (x, dt, b, c, slots, continued, keeps))
+    writes = chunked(jnp.where(closes, slots, num_slots), num_slots)  # past the slots: dropped
+
+    def one_chunk(carry: tuple[jax.Array, jax.Array], inputs: tuple[jax.Array, ...]):
+        h, pool = carry  # h [I, N]: the state after the previous chunk's last token
+        x, dt, b, c, slots, continued, keeps, writes = inputs
+        decay = jnp.exp(dt[:, :, None] * a)  # [Q, I, N]
+        entry = jnp.where(continued[:, None, None], decay * pool[slots, :, 0], 0.0)  # a continuing segment's start
+        u = (dt * x)[:, :, None] * b[:, None, :] + entry
+        decay = jnp.where(keeps[:, None, None], decay, 0.0)
+        decays, states = jax.lax.associative_scan(_compose, (decay, u))
+        states = states + decays * h
+        pool = pool.at[writes].set(states[:, :, None], mode="drop")
+        return (states[-1], pool), jnp.einsum("qin,qn->qi", states, c)
+
+    zero = jnp.zeros(a.shape, jnp.float32)
+    (_, pool), y = jax.lax.scan(one_chunk, (zero, ssm_pool), (*inputs, writes))
+    return pool, y.reshape(total, -1)[:T]
