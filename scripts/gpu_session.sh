@@ -84,8 +84,10 @@
 #   bash scripts/gpu_session.sh features6 [OUT_DIR]  # what landed on 2026-11-29 (sixth sitting) on the GPU:
 #                                                   # OPT, GPT-J, GPTBigCode, StableLM, Falcon, Phi-3.5-MoE, DBRX,
 #                                                   # MiniCPM3, Gemma 3n, Mamba, FalconMamba, Jamba, LFM3, Laguna, Cohere2-MoE, LongCat-Flash, BLOOM, MPT,
-#                                                   # Mistral Large 4
-#                                                   # (ALiBi: the Triton kernel compiled; ~6 min, untried)
+#                                                   # Mistral Large 4, Mamba-1's chunked selective scan
+#                                                   # (ALiBi: the Triton kernel compiled), then
+#                                                   # bench_selective.py: Mamba-1's token scan against
+#                                                   # the chunked form at T = 512 to 8192 (~8 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -261,10 +263,16 @@ features6)
         --durations=15 tests/test_gemma3n.py tests/test_jamba.py tests/test_classic_family_configs.py \
         tests/test_moe_routers.py tests/test_head_rows.py tests/test_hybrid_families.py tests/test_hf_parity.py \
         tests/test_text_only_wrappers.py tests/test_mla_families.py \
+        tests/test_selective_chunks.py \
         tests/test_alibi_attention.py tests/test_families.py::test_bloom_alibi_through_the_paged_cache_keeps_hf_greedy_tokens \
         tests/pallas_kernels/test_ragged_paged_attention.py::test_kernels_take_alibi_slopes \
         tests/pallas_kernels/test_paged_attention.py::test_gpu_compiled \
         -k "not hf_parity or opt or gptj or gpt_bigcode or stablelm or falcon or phimoe or dbrx or minicpm3 or gemma3n or mamba or jamba or lfm3 or laguna or cohere2_moe or longcat_flash or kimi_k25 or apertus1p5 or bloom or mpt or mistral_large4"
+    # Mamba-1.4B's mixer (4096 channels), then FalconMamba-7B's and Jamba's (8192): Q = 64 and 32 are the mixer's.
+    step selective 120 python3 scripts/bench_selective.py --tokens 512 2048 8192 --chunks 16 32 64 128 256 \
+        --out "$out/bench_selective.json"
+    step selective_8192 90 python3 scripts/bench_selective.py --inner 8192 --tokens 512 4096 --chunks 16 32 64 \
+        --out "$out/bench_selective_8192.json"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
