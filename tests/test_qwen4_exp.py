@@ -1,7 +1,7 @@
 """Qwen4-Exp (models/qwen4_exp) against transformers 5.24 on the same tiny saved weights: every position's float32
 logits of a prompt crossing an EOS (the n-grams restart after it), through its residual streams, PLE layers, QSA
 attention (block choice active: 40 tokens, 4-token blocks, 2 kept), DeltaNet and experts; the n-gram hash at the
-real vocabulary and table sizes; the engine's refusal by name.
+real vocabulary and table sizes; the engine's greedy tokens through chunked prefill and decode.
 
 transformers' QSA picks among exactly tied block scores (the relu'd sums are 0 for every block where all index
 heads score negative, common with few heads) by torch.topk's order, which is unspecified (CPU: the later blocks);
@@ -10,16 +10,15 @@ keeps (checked below from transformers' own scores), so the comparison is exact 
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 from hf_models import hf
 
-from jaxinfer import LLM, ConfigError, from_hf_config
-from jaxinfer.checkpoint.loader import load_hf_weights
+from jaxinfer import LLM, SamplingParams
 from jaxinfer.config.qwen4_exp import ngram_tables
-from jaxinfer.models.ngram_hash import ngram_rows
-from jaxinfer.runtime.prompt_logprobs import all_position_logits
+from jaxinfer.models.ngram_hash import ngram_rows, sequence_context
 
 LAYER_TYPES = ["linear_attention", "indexed_attention"] * 2
 CONFIG = dict(vocab_size=256, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -39,12 +38,13 @@ PROMPT[17] = 2  # an EOS mid-prompt: the n-grams after it do not reach before it
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """The model saved by transformers (each n-gram table in 2 shards), 1-d parameters moved off their init."""
+    """The model saved by transformers (each n-gram table in 2 shards), 1-d parameters and the PLE convs (zeros at
+    init: silu(0) adds nothing) moved off their init."""
     torch.manual_seed(0)
     model = hf.Qwen4ExpForCausalLM(hf.Qwen4ExpTextConfig(**CONFIG)).eval()
     with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 1:
+        for name, param in model.named_parameters():
+            if param.dim() == 1 or name.endswith("ple.conv1d.weight"):  # transformers starts the PLE conv at 0
                 param.add_(0.1 * torch.randn_like(param))
     path = tmp_path_factory.mktemp("qwen4_exp")
     model.save_pretrained(path)
@@ -80,17 +80,36 @@ def kept_block_scores_untied(model: torch.nn.Module, ids: list[int]) -> bool:
     return True
 
 
-def test_logits_match_hf(saved):
+@pytest.fixture(scope="module")
+def llm(saved) -> LLM:
+    """16-token steps: the 40-token prompt prefills in three chunks, its n-grams, conv inputs and index keys read
+    back across them."""
+    return LLM(str(saved[1]), dtype="float32", max_seq_len=64, max_num_batched_tokens=16, max_num_seqs=2,
+               num_pages=40, cpu_kernels=False)
+
+
+def test_logits_match_hf(saved, llm):
     """Float32 rounding only at every position, and transformers' greedy choice at each."""
-    model, path = saved
+    model = saved[0]
     assert kept_block_scores_untied(model, PROMPT)
-    cfg = from_hf_config(model.config.to_dict() | {"architectures": ["Qwen4ExpForCausalLM"]})
-    weights = load_hf_weights(path, cfg, np.float32, progress=False)
     with torch.no_grad():
         expected = model(torch.tensor([PROMPT])).logits[0].numpy()
-    got = all_position_logits(weights, cfg, PROMPT, np.float32, 64)
+    got = llm.logits(PROMPT)
     assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
     assert (got.argmax(-1) == expected.argmax(-1)).all()
+
+
+def test_engine_greedy_matches_hf(saved, llm):
+    """Six greedy tokens of two prompts batched through the engine (the first prefilled in 16-token chunks, so
+    its n-grams, PLE conv and QSA blocks read earlier chunks' rows from the pages; decode reads them one token at a
+    time) as transformers' generate gives them."""
+    model = saved[0]
+    prompts = [PROMPT, PROMPT[10:30]]  # the second crosses the EOS too
+    outs = llm.generate(prompts, SamplingParams(max_tokens=6, temperature=0))
+    with torch.no_grad():
+        expected = [model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False)[0, len(p):].tolist()
+                    for p in prompts]
+    assert [out.outputs[0].token_ids for out in outs] == expected
 
 
 def hf_ngram_rows(ids: np.ndarray, index: int, vocab: int, base: int) -> np.ndarray:
@@ -122,10 +141,5 @@ def test_ngram_rows_at_real_sizes():
     ids = np.random.RandomState(0).randint(0, 248320, size=(2, 24))
     ids[0, 5], ids[1, 0], ids[1, 9], ids[1, 10] = 2, 2, 2, 2
     expected = hf_ngram_rows(ids, 1, 248320, 20_000_000)  # the second PLE layer: its own primes and multipliers
-    assert np.array_equal(np.asarray(ngram_rows(ids.astype(np.int32), tables[1], 2, 2)), expected)
-
-
-def test_engine_refused_by_name(saved):
-    """The engine cannot run it yet: LLM names why and what runs it."""
-    with pytest.raises(ConfigError, match="Qwen4ExpForCausalLM is not supported by the engine yet"):
-        LLM(str(saved[1]), dtype="float32", max_seq_len=64)
+    context = sequence_context(jnp.asarray(ids, jnp.int32), 3, 2)
+    assert np.array_equal(np.asarray(ngram_rows(context, tables[1], 2)), expected)

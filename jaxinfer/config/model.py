@@ -208,6 +208,8 @@ class ModelConfig:
         one reading another's (Gemma 4's KV sharing)."""
         if layer in self.mlp_only_layers or self.kv_source(layer) != layer:
             return False
+        if self.qwen4_exp is not None and layer in self.qwen4_exp.ple_layers:  # their rows: models/token_rows
+            return True
         return not self.is_state_layer(layer) or self.state_space.parallel_attention
 
     def is_moe_layer(self, layer: int) -> bool:

@@ -21,7 +21,6 @@ from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.config import validation
 from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.config.packed_checkpoint import packed_scheme
-from jaxinfer.entrypoints.state_settings import check_engine_steps
 from jaxinfer.kernels.cpu import resolve_cpu_kernels
 from jaxinfer.models import (
     Weights,
@@ -91,7 +90,6 @@ def load_sharded(
     validation.positive_int(ep, "expert_parallel_size")
     validation.boolean(quantize_lm_head, "quantize_lm_head")
     cfg = load_config(model_dir)
-    check_engine_steps(cfg)
     if pooling and not is_converted(model_dir):  # read as tied: no lm_head asked for, a stored one skipped
         cfg = dataclasses.replace(cfg, tie_word_embeddings=True)
     check_experts(cfg.num_experts, ep)

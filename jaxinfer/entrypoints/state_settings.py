@@ -16,16 +16,6 @@ from jaxinfer.speculative.config import SpeculativeConfig
 STATE_LAYERS = "state layers (Mamba-1, Mamba2, Gated DeltaNet or short conv)"  # how the messages name them
 
 
-def check_engine_steps(cfg: ModelConfig) -> None:
-    """Refuse a model whose layers run whole sequences only (Qwen4-Exp: its n-gram embeddings' earlier tokens, its
-    PLE conv's earlier inputs and its QSA indexer's earlier keys are not kept in the engine's pools yet)."""
-    if cfg.qwen4_exp is not None:
-        raise ConfigError(f"{cfg.architecture} is not supported by the engine yet: its n-gram embeddings, PLE conv "
-                          "and QSA indexer read state the engine's pools do not keep; its whole-sequence logits run "
-                          "through jaxinfer.runtime.prompt_logprobs.all_position_logits on weights loaded with "
-                          "jaxinfer.checkpoint.loader.load_hf_weights")
-
-
 def prefix_caching_setting(asked: bool | None, cfg: ModelConfig) -> bool:
     """enable_prefix_caching as it runs: None is on, unless the model has state layers or cross-attends
     (then off)."""

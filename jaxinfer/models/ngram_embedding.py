@@ -7,8 +7,9 @@ its signed square root through a sigmoid) to gate the shared value; the gated va
 streams together with silu(a depthwise conv over the normed gated values of this token and the `ple_kernel` - 1
 before it, each `ngram_size` tokens apart).
 
-Whole sequences only (each row from its first token): the conv's earlier inputs and the n-grams' earlier tokens
-are read from the row itself, zeros and EOS before it.
+The conv's earlier inputs and the n-grams' earlier tokens are read back from the layer's rows in the cache
+(models/token_rows: [conv input S * D | token id digits] per token), written first, so whole sequences and engine
+steps (chunked prefill, decode) read them alike; zeros and EOS before a sequence.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from jaxinfer.config.qwen4_exp import NgramTable, Qwen4ExpFields
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.gated_residual import grouped_rms_norm
 from jaxinfer.models.layers import linear
-from jaxinfer.models.ngram_hash import ngram_rows
+from jaxinfer.models.ngram_hash import ngram_rows, segment_context
+from jaxinfer.models.sparse_latent_attention import CachedRows
+from jaxinfer.models.token_rows import DIGITS, digits_token, layer_rows, read_back, token_digits, write_rows
 from jaxinfer.parallel.array_info import ArrayInfo
 
 PLE = "model.layers.{i}.ple."
@@ -55,27 +58,44 @@ def ngram_hf_leaves(fields: Qwen4ExpFields, table: NgramTable, hidden: int, part
     )
 
 
-def dilated_conv(x: jax.Array, weight: jax.Array, dilation: int) -> jax.Array:
-    """Causal depthwise conv of x [B, T, C] by weight [C, 1, K], taps `dilation` tokens apart, zeros before the
-    row: out[t] = sum_j weight[:, 0, j] * x[t - (K - 1 - j) * dilation]."""
-    K, T = weight.shape[-1], x.shape[1]
-    padded = jnp.pad(x, ((0, 0), ((K - 1) * dilation, 0), (0, 0)))
-    taps = weight[:, 0].T.astype(x.dtype)  # [K, C]
-    return sum(padded[:, j * dilation:j * dilation + T] * taps[j] for j in range(K))
+def ngram_context(rows: CachedRows, tokens: jax.Array, positions: jax.Array, order: int, eos: int,
+                  lo: int) -> list[jax.Array]:
+    """Each of the N flat tokens' n-gram context (`ngram_hash.segment_context`): the token and the order - 1
+    before it, read back from the layer's rows (their digits from column lo; eos before the sequence)."""
+    back = positions[:, None] - jnp.arange(1, order)  # [N, order - 1]
+    earlier = jnp.where(back >= 0, digits_token(read_back(rows, back, lo, lo + DIGITS)), eos)
+    return segment_context([tokens] + [earlier[:, i] for i in range(order - 1)], eos)
 
 
-def add_ngram_embedding(w: Any, x: jax.Array, tokens: jax.Array, fields: Qwen4ExpFields, table: NgramTable,
-                        eps: float) -> jax.Array:
-    """The streams x [B, T, S * D] plus the gated n-gram embedding of tokens [B, T] and its conv (w: the layer,
-    its `ple_*` leaves)."""
-    S, D = fields.streams, x.shape[-1] // fields.streams
-    rows = ngram_rows(tokens, table, fields.heads_per_ngram, fields.eos_token_id)  # [B, T, heads]
+def conv_windows(rows: CachedRows, current: jax.Array, positions: jax.Array, kernel: int,
+                 dilation: int) -> jax.Array:
+    """Each flat token's conv window [N, kernel, C]: the inputs `dilation` apart before it (read back from the
+    rows' first C columns, zeros before the sequence), then its own current [N, C]."""
+    back = positions[:, None] - jnp.arange(kernel - 1, 0, -1) * dilation  # earliest first
+    earlier = jnp.where((back >= 0)[..., None], read_back(rows, back, 0, current.shape[-1]), 0)
+    return jnp.concatenate([earlier.astype(current.dtype), current[:, None]], axis=1)
+
+
+def add_ngram_embedding(w: Any, x: jax.Array, tokens: jax.Array, positions: jax.Array, cache: Any, layer: int,
+                        fields: Qwen4ExpFields, table: NgramTable, eps: float) -> tuple[jax.Array, Any]:
+    """The streams x [B, T, S * D] plus the gated n-gram embedding of tokens [B, T] at positions [B, T] and its
+    conv (w: the layer, its `ple_*` leaves); its rows ([conv input | token digits]) written to the cache."""
+    B, T, SD = x.shape
+    S, D, N = fields.streams, SD // fields.streams, B * T
+    flat, where = tokens.reshape(N), positions.reshape(N)
+    digits = token_digits(tokens, x.dtype)
+    cache = write_rows(cache, layer, jnp.concatenate([jnp.zeros_like(x), digits], axis=-1), positions)
+    context = ngram_context(layer_rows(cache, layer, B, T), flat, where, fields.ngram_size, fields.eos_token_id, SD)
     table_rows = w.ple_table.reshape(-1, w.ple_table.shape[-1])  # the shards end to end
-    embeds = jnp.take(table_rows, rows, axis=0).reshape(*tokens.shape, -1).astype(x.dtype)
-    keys = grouped_rms_norm(linear(embeds, w.ple_key), w.ple_key_norm, D, eps).reshape(*tokens.shape, S, D)
-    queries = grouped_rms_norm(x, w.ple_query_norm, D, eps).reshape(*tokens.shape, S, D)
+    embeds = jnp.take(table_rows, ngram_rows(context, table, fields.heads_per_ngram), axis=0).reshape(N, -1)
+    embeds = embeds.astype(x.dtype)
+    keys = grouped_rms_norm(linear(embeds, w.ple_key), w.ple_key_norm, D, eps).reshape(N, S, D)
+    queries = grouped_rms_norm(x.reshape(N, SD), w.ple_query_norm, D, eps).reshape(N, S, D)
     gate = jnp.sum(keys * queries, axis=-1, keepdims=True) / math.sqrt(D)
     gate = jnp.sqrt(jnp.maximum(jnp.abs(gate), 1e-6)) * jnp.sign(gate)
-    gated = (jax.nn.sigmoid(gate) * linear(embeds, w.ple_value)[..., None, :]).reshape(x.shape)
-    conv = dilated_conv(grouped_rms_norm(gated, w.ple_conv_norm, D, eps), w.ple_conv, fields.ngram_size)
-    return x + gated + jax.nn.silu(conv)
+    gated = (jax.nn.sigmoid(gate) * linear(embeds, w.ple_value)[:, None, :]).reshape(N, SD)
+    normed = grouped_rms_norm(gated, w.ple_conv_norm, D, eps)
+    cache = write_rows(cache, layer, jnp.concatenate([normed.reshape(B, T, SD), digits], axis=-1), positions)
+    windows = conv_windows(layer_rows(cache, layer, B, T), normed, where, fields.ple_kernel, fields.ngram_size)
+    conv = jnp.sum(windows * w.ple_conv[:, 0].T.astype(x.dtype), axis=1)
+    return x + (gated + jax.nn.silu(conv)).reshape(B, T, SD), cache

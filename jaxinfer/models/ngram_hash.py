@@ -62,22 +62,29 @@ def _bits(high: jax.Array, low: jax.Array, start: int, width: int) -> jax.Array:
     return ((low >> start) | (high << (32 - start))) & mask
 
 
-def shifted_back(tokens: jax.Array, shift: int, eos: int) -> jax.Array:
-    """tokens [B, T] (each row one sequence from its first token) moved `shift` places later within their EOS
-    segments: the token `shift` before each, or eos where that lies before the row or across an EOS token."""
-    if shift == 0:
-        return tokens
-    steps = jnp.arange(tokens.shape[1])
-    ends = jax.lax.cummax(jnp.where(tokens == eos, steps, -1), axis=1)  # the latest EOS at or before each token
-    starts = jnp.pad(ends[:, :-1], ((0, 0), (1, 0)), constant_values=-1) + 1  # each token's segment's first
-    earlier = jnp.pad(tokens[:, :-shift], ((0, 0), (shift, 0)), constant_values=eos)
-    return jnp.where(steps - starts >= shift, earlier, eos)
+def segment_context(earlier: list[jax.Array], eos: int) -> list[jax.Array]:
+    """earlier[i]: the token i places back (earlier[0] the token itself; eos before the sequence) -> each as its
+    n-gram reads it: eos once an EOS lies between it and the token (transformers' `_shift_right_ignore_eos`: an
+    n-gram never reaches into the sequence before an EOS)."""
+    context, crossed = [earlier[0]], jnp.zeros(earlier[0].shape, bool)
+    for back in earlier[1:]:
+        crossed = crossed | (back == eos)
+        context.append(jnp.where(crossed, eos, back))
+    return context
 
 
-def ngram_rows(tokens: jax.Array, table: NgramTable, heads_per_ngram: int, eos: int) -> jax.Array:
-    """Each token's row of its layer's n-gram table per head [B, T, heads]: orders 2..n, heads_per_ngram each."""
+def sequence_context(tokens: jax.Array, order: int, eos: int) -> list[jax.Array]:
+    """The n-gram context of tokens [B, T] (each row one sequence from its first token): `segment_context` of the
+    tokens 0..order - 1 places back."""
+    earlier = [jnp.pad(tokens[:, :tokens.shape[1] - i], ((0, 0), (i, 0)), constant_values=eos) for i in range(order)]
+    return segment_context(earlier, eos)
+
+
+def ngram_rows(context: list[jax.Array], table: NgramTable, heads_per_ngram: int) -> jax.Array:
+    """Each token's row of its layer's n-gram table per head [..., heads] from its context (`segment_context`):
+    orders 2..n, heads_per_ngram each."""
     order = len(table.multipliers)
-    products = [times_multiplier(shifted_back(tokens, i, eos), table.multipliers[i]) for i in range(order)]
+    products = [times_multiplier(context[i], table.multipliers[i]) for i in range(order)]
     rows, high, low = [], *products[0]
     for n in range(2, order + 1):
         high, low = high ^ products[n - 1][0], low ^ products[n - 1][1]

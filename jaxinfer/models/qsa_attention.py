@@ -8,7 +8,9 @@ sqrt(dim). Each query attends to the tokens of its top `indexer_budget / indexer
 after its last complete block (itself included). DeepSeek-V3.2's indexer (models/lightning_indexer) scores single
 tokens instead, and weights its heads.
 
-Whole sequences only (each row from position 0, all of it in the step): a block's keys are this step's.
+Each token's keys, values and raw index key are one row of the layer's K pages (models/token_rows), written first
+and read back at the positions a query needs, so whole sequences and engine steps run alike. Each query scores
+every block its sequence's pages can hold (masked past its own): the cost grows with max_seq_len, not its length.
 """
 
 from __future__ import annotations
@@ -20,65 +22,76 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.config.qwen4_exp import Qwen4ExpFields
+from jaxinfer.models.blocked_attention import NEG_INF
 from jaxinfer.models.layers import linear
 from jaxinfer.models.norms import rms_norm
-from jaxinfer.models.rope import CosSin, apply_rope
+from jaxinfer.models.rope import CosSin, RopeTables, apply_rope
 from jaxinfer.models.self_attention import output_gate, project_qkv
+from jaxinfer.models.token_rows import layer_rows, read_back, write_rows
 
 
-def block_keys(keys: jax.Array, norm: jax.Array, rope: CosSin, block: int, eps: float) -> jax.Array:
-    """Raw index keys [B, T, I] -> each complete block's key [B, T // block, I]: the mean, normed, rotated at the
-    block's first position (rope: every position's tables)."""
-    B, T, I = keys.shape
-    n = T // block
-    pooled = jnp.mean(keys[:, :n * block].reshape(B, n, block, I).astype(jnp.float32), axis=2).astype(keys.dtype)
+def block_keys(raw: jax.Array, norm: jax.Array, cfg: ModelConfig, eps: float) -> jax.Array:
+    """Raw index keys of a sequence's positions [N, P, I] (P a multiple of the block) -> each block's key
+    [N, P / block, I]: the mean, normed, rotated at the block's first position."""
+    N, P, I = raw.shape
+    block = cfg.qwen4_exp.indexer_block
+    pooled = jnp.mean(raw.reshape(N, P // block, block, I).astype(jnp.float32), axis=2).astype(raw.dtype)
     pooled = rms_norm(pooled, norm, eps, 1.0)
-    cos, sin = (t[:, ::block][:, :n] for t in rope)
-    return apply_rope(pooled[:, :, None], cos, sin)[:, :, 0]
+    starts = jnp.arange(0, P, block, dtype=jnp.int32)[None]
+    return apply_rope(pooled[:, :, None], *RopeTables(starts, cfg).for_layer(0))[:, :, 0]
 
 
-def chosen_blocks(scores: jax.Array, complete: jax.Array, keep: int) -> jax.Array:
-    """scores [B, T, N] of each query's blocks, complete [T] the blocks each query sees whole -> [B, T, N] bool:
-    its `keep` best-scored complete blocks (all of them where it has fewer)."""
-    N = scores.shape[-1]
-    seen = jnp.arange(N) < complete[:, None]
-    top = jax.lax.top_k(jnp.where(seen, scores, -jnp.inf), min(keep, N))[1]  # [B, T, keep]
-    return jnp.any(top[..., None] == jnp.arange(N), axis=-2) & seen
+def chosen_blocks(scores: jax.Array, complete: jax.Array, keep: int) -> tuple[jax.Array, jax.Array]:
+    """scores [N, B] of each token's blocks, complete [N] the blocks it sees whole -> its `keep` best-scored
+    blocks [N, keep] and which of them are complete ones [N, keep] (all of them where it has fewer)."""
+    seen = jnp.arange(scores.shape[-1]) < complete[:, None]
+    top = jax.lax.top_k(jnp.where(seen, scores, -jnp.inf), keep)[1]
+    return top, top < complete[:, None]
 
 
-def selected_keys(lw: Any, h: jax.Array, rope: CosSin, fields: Qwen4ExpFields, eps: float) -> jax.Array:
-    """Which keys each query of the normed h [B, T, D] attends to: [B, T, T] bool (causal included)."""
-    B, T, _ = h.shape
-    Hi, I, r = fields.indexer_heads, fields.indexer_dim, fields.indexer_block
-    qk = linear(h, lw.index_qk)
-    q = apply_rope(rms_norm(qk[..., :Hi * I].reshape(B, T, Hi, I), lw.index_q_norm, eps, 1.0), *rope)
-    steps = jnp.arange(T)
-    complete = (steps + 1) // r  # blocks each query sees whole
-    causal = steps[None, :] <= steps[:, None]
-    tail = steps[None, :] >= (complete * r)[:, None]  # past the query's last complete block
-    if T < r:
-        return jnp.broadcast_to(causal, (B, T, T))
-    keys = block_keys(qk[..., Hi * I:], lw.index_k_norm, rope, r, eps)
-    dots = jnp.einsum("bthi,bni->bthn", q.astype(jnp.float32), keys.astype(jnp.float32))
-    scores = jnp.sum(jax.nn.relu(dots), axis=2) / math.sqrt(I)  # [B, T, N]
-    chosen = chosen_blocks(scores, complete, fields.indexer_budget // r)  # [B, T, N]
-    in_block = jnp.take(chosen, jnp.minimum(steps // r, chosen.shape[-1] - 1), axis=-1)  # [B, T, T]
-    return causal & (tail | in_block)
+def selected_positions(lw: Any, h: jax.Array, index_raw: jax.Array, positions: jax.Array, rope: CosSin,
+                       cfg: ModelConfig) -> tuple[jax.Array, jax.Array]:
+    """The positions each of the N flat tokens attends to [N, M] and which are real [N, M]: its kept blocks'
+    tokens, then those after its last complete block up to itself. h [N, D] normed; index_raw [N, P, I] the raw
+    index keys of its sequence's positions."""
+    fields, eps = cfg.qwen4_exp, cfg.rms_norm_eps
+    N, Hi, I, r = h.shape[0], fields.indexer_heads, fields.indexer_dim, fields.indexer_block
+    keep = min(fields.indexer_budget // r, index_raw.shape[1] // r)
+    q = rms_norm(linear(h, lw.index_qk)[:, :Hi * I].reshape(N, 1, Hi, I), lw.index_q_norm, eps, 1.0)
+    q = apply_rope(q, *(t.reshape(N, 1, -1) for t in rope))[:, 0]
+    keys = block_keys(index_raw, lw.index_k_norm, cfg, eps)
+    dots = jnp.einsum("nhi,nbi->nhb", q.astype(jnp.float32), keys.astype(jnp.float32))
+    complete = (positions + 1) // r  # blocks each token sees whole
+    top, whole = chosen_blocks(jnp.sum(jax.nn.relu(dots), axis=1) / math.sqrt(I), complete, keep)
+    in_blocks = (top[:, :, None] * r + jnp.arange(r)).reshape(N, -1)
+    tail = (complete * r)[:, None] + jnp.arange(r - 1)
+    chosen = jnp.concatenate([in_blocks, tail], axis=1)
+    real = jnp.concatenate([jnp.repeat(whole, r, axis=1), tail <= positions[:, None]], axis=1)
+    return chosen, real
 
 
 def qsa_attention(cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array,
                   rope: CosSin) -> tuple[jax.Array, Any]:
-    """Gated attention of the normed h [B, T, D] over its own keys, each query's cut to its selected ones; this
-    step's K/V written to the cache as any attention layer's."""
-    B, T, _ = h.shape
-    H, KV, K = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    """Gated attention of the normed h [B, T, D], each query over its selected positions; the layer's rows
+    [keys | values | raw index key] written to the cache first, then read back (this step's and earlier)."""
+    B, T, D = h.shape
+    fields = cfg.qwen4_exp
     q, k, v = project_qkv(h, lw, cfg, rope, cache.layout)
-    cache = cache.write(layer, k, v, positions)
-    mask = selected_keys(lw, h, rope, cfg.qwen4_exp, cfg.rms_norm_eps)
-    q = q.reshape(B, T, KV, H // KV, K).astype(jnp.float32)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(jnp.float32)) * K**-0.5
-    probs = jax.nn.softmax(jnp.where(mask[:, None, None], scores, -jnp.inf), axis=-1)
-    attn = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(jnp.float32)).reshape(B, T, H, K).astype(h.dtype)
+    (H, K), KV, N = q.shape[2:], k.shape[2], B * T  # not cfg's: a one-layer view's are its row's (token_rows)
+    index_raw = linear(h, lw.index_qk)[..., fields.indexer_heads * fields.indexer_dim:]
+    cache = write_rows(cache, layer, jnp.concatenate([k.reshape(B, T, -1), v.reshape(B, T, -1), index_raw], -1),
+                       positions)
+    rows = layer_rows(cache, layer, B, T)
+    flat = positions.reshape(N)
+    span = rows.capacity // fields.indexer_block * fields.indexer_block
+    every = jnp.broadcast_to(jnp.arange(span, dtype=jnp.int32), (N, span))
+    chosen, real = selected_positions(lw, h.reshape(N, D), read_back(rows, every, 2 * KV * K, rows.pool.shape[-1]),
+                                      flat, rope, cfg)
+    keys = read_back(rows, chosen, 0, KV * K).reshape(N, -1, KV, K).astype(jnp.float32)
+    values = read_back(rows, chosen, KV * K, 2 * KV * K).reshape(N, -1, KV, K).astype(jnp.float32)
+    grouped = q.reshape(N, KV, H // KV, K).astype(jnp.float32)
+    scores = jnp.einsum("nkgd,nmkd->nkgm", grouped, keys) * K**-0.5
+    probs = jax.nn.softmax(jnp.where(real[:, None, None], scores, NEG_INF), axis=-1)
+    attn = jnp.einsum("nkgm,nmkd->nkgd", probs, values).reshape(B, T, H, K).astype(h.dtype)
     attn = attn * output_gate(cfg, linear(h, lw.attn_gate))
     return linear(attn, lw.wo, contract=2), cache

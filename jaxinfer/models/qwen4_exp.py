@@ -11,9 +11,10 @@ with three parts of its own, each in its module:
 - attention layers (`indexed_attention`) keep per query only the key blocks their QSA indexer scores highest
   (models/qsa_attention).
 
-The n-gram embeddings read earlier tokens and the PLE conv earlier inputs, and QSA reads every earlier index key,
-none of which the engine's pools keep yet: the model runs whole sequences (`all_positions`, `LLM.logits`'s pass)
-and the engine refuses it by name (entrypoints/state_settings).
+The PLE and QSA layers keep per-token rows in their K pages (models/token_rows: a PLE layer's conv inputs and
+token ids, a QSA layer's keys, values and raw index keys) and read back the positions they need, so whole sequences
+and engine steps (chunked prefill, decode, preemption) run one code path; the DeltaNet layers keep their state in
+the state pools as Qwen3.5's do (so prefix caching and speculation are off, as for every state-layer model).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from jaxinfer.models.qwen3_5 import MoEDeltaNetLayer, abstract_moe_layer, moe_hf
 from jaxinfer.models.qwen3_next import GatedAttentionLayer, hybrid_fields, shared_expert_width
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.shared_expert import shared_expert
+from jaxinfer.models.token_rows import DIGITS
 from jaxinfer.parallel.array_info import ArrayInfo
 
 ARCHITECTURES = ("Qwen4ExpForCausalLM",)
@@ -148,7 +150,7 @@ def decoder_layer(
     if x.shape[-1] == cfg.hidden_size:
         x = jnp.tile(x, S)
     if lw.ple_table is not None:
-        x = add_ngram_embedding(lw, x, inputs.tokens, fields, fields.table(layer), eps)
+        x, cache = add_ngram_embedding(lw, x, inputs.tokens, positions, cache, layer, fields, fields.table(layer), eps)
     h, weights = read_streams(StreamGate.of(lw, "attn_hc"), x, S, eps)
     if lw.index_qk is not None:
         out, cache = qsa_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
@@ -203,6 +205,16 @@ def qwen4_exp_fields(hf: Mapping[str, Any], linear: tuple[int, ...]) -> Qwen4Exp
         indexer_block=block)
 
 
+def row_widths(fields: Mapping[str, Any], extras: Qwen4ExpFields) -> tuple[int, ...]:
+    """Each layer's cached row (models/token_rows: one K head this wide): a QSA layer's keys, values and raw index
+    key; a PLE layer's conv input and token digits; other DeltaNet layers keep none (their head_dim, unused)."""
+    qsa = 2 * fields["num_kv_heads"] * fields["head_dim"] + extras.indexer_dim
+    ple = extras.streams * fields["hidden_size"] + DIGITS
+    linear = fields["state_space"].layers
+    return tuple(ple if i in extras.ple_layers else fields["head_dim"] if i in linear else qsa
+                 for i in range(fields["num_layers"]))
+
+
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of a Qwen4-Exp text config: Qwen3.5-MoE's fields (`indexed_attention` layers read as its
     `full_attention` ones) with the streams, n-gram embeddings and indexer (`ModelConfig.qwen4_exp`)."""
@@ -216,13 +228,16 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         types = ["full_attention" if t in ("indexed_attention", "full_attention") else t for t in types]
     experts_width = int(field(hf, "moe_intermediate_size", 512))
     fields = hybrid_fields({**hf, "intermediate_size": experts_width, "layer_types": types}, arch)
+    extras = qwen4_exp_fields(hf, fields["state_space"].layers)
     return ModelConfig(
         **fields,
+        layer_kv_heads=(1,) * fields["num_layers"],
+        layer_head_dims=row_widths(fields, extras),
         norm_topk_prob=bool(field(hf, "norm_topk_prob", True)),
         shared_expert_intermediate_size=shared_expert_width(hf),
         **moe_fields(hf, "num_experts", experts_width, experts=512, per_token=10),
         final_norm=False,
-        qwen4_exp=qwen4_exp_fields(hf, fields["state_space"].layers),
+        qwen4_exp=extras,
     )
 
 
