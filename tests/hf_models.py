@@ -581,6 +581,10 @@ ARCH_CONFIGS["hyperclovax"] = (
     dict(head_dim=32, embedding_multiplier=3.0, residual_multiplier=0.7, logits_scaling=1.5, attention_bias=True,
          pad_token_id=0),
 )
+# Youtu: DeepSeek-V3's latent attention (MLA's dims above, a 24-rank query, rope in adjacent pairs) in dense Llama
+# layers; tied head (the default)
+ARCH_CONFIGS["youtu"] = (hf.YoutuConfig, dict(num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=24,
+                                              qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=24, pad_token_id=0))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -686,6 +690,7 @@ MODEL_CLASSES = {
     hf.GPTNeoConfig: hf.GPTNeoForCausalLM,
     hf.Jais2Config: hf.Jais2ForCausalLM,
     hf.HyperCLOVAXConfig: hf.HyperCLOVAXForCausalLM,
+    hf.YoutuConfig: hf.YoutuForCausalLM,
 }
 
 

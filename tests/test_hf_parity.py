@@ -156,6 +156,9 @@ LOGITS_ONLY += ("gpt_neo",)
 # HyperCLOVA X: Granite's scaled layer (granite's) with a norm on each sublayer's output: what each changes shows in
 # its float32 logits.
 LOGITS_ONLY += ("jais2", "hyperclovax")
+# Youtu: DeepSeek's dense layer (deepseek_v3's, whose layer 0 is dense and whose decode is checked in test_families)
+# in every layer: its float32 logits.
+LOGITS_ONLY += ("youtu",)
 
 
 @functools.cache

@@ -149,6 +149,26 @@ def test_hyperclovax_fields_read_as_transformers_reads_them(fields):
         ref.use_post_norm, ref.attention_bias, ref.attention_bias, ref.rms_norm_eps)
 
 
+@pytest.mark.parametrize("fields", [
+    {},  # YoutuConfig's defaults: DeepSeek-V3's MLA dims, a 1536-rank query, rope in pairs, tied head
+    dict(kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=24,
+         rope_interleave=False, tie_word_embeddings=False,
+         rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0, mscale_all_dim=1.0,
+                              original_max_position_embeddings=128)),
+])
+def test_youtu_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["YoutuForCausalLM"]})
+    ref = hf.YoutuConfig(**BASE, **fields)
+    mla = cfg.latent_attention
+    assert (mla.kv_lora_rank, mla.q_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim) == (
+        ref.kv_lora_rank, ref.q_lora_rank or 0, ref.qk_rope_head_dim, ref.qk_nope_head_dim, ref.v_head_dim)
+    assert (cfg.rope_interleaved, cfg.tie_word_embeddings, cfg.num_experts) == (ref.rope_interleave,
+                                                                               ref.tie_word_embeddings, 0)
+    assert (cfg.num_kv_heads, cfg.head_dim) == (1, ref.kv_lora_rank + ref.qk_rope_head_dim)  # one cached row
+    assert (cfg.bos_token_id, cfg.eos_token_ids, cfg.max_position_embeddings, cfg.rms_norm_eps) == (
+        ref.bos_token_id, (ref.eos_token_id,), ref.max_position_embeddings, ref.rms_norm_eps)
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -176,6 +196,8 @@ def test_hyperclovax_fields_read_as_transformers_reads_them(fields):
     ("HyperCLOVAXForCausalLM", dict(logits_scaling=0.0),
      "logits_scaling 0.0 is not supported for HyperCLOVAXForCausalLM"),
     ("HyperCLOVAXForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for HyperCLOVAXForCausalLM"),
+    ("YoutuForCausalLM", dict(attention_bias=True), "attention_bias=True is not supported for YoutuForCausalLM"),
+    ("YoutuForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for YoutuForCausalLM"),
     ("MellumForCausalLM", dict(rope_parameters={"sliding_attention": dict(rope_type="linear", factor=2.0)}),
      "sliding layers' rope .* is not supported"),
 ])
