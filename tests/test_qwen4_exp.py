@@ -1,7 +1,8 @@
 """Qwen4-Exp (models/qwen4_exp) against transformers 5.24 on the same tiny saved weights: every position's float32
 logits of a prompt crossing an EOS (the n-grams restart after it), through its residual streams, PLE layers, QSA
 attention (block choice active: 40 tokens, 4-token blocks, 2 kept), DeltaNet and experts; the n-gram hash at the
-real vocabulary and table sizes; the engine's greedy tokens through chunked prefill and decode.
+real vocabulary and table sizes; the engine's greedy tokens through chunked prefill and decode; the
+conditional-generation checkpoint's language model read text-only.
 
 transformers' QSA picks among exactly tied block scores (the relu'd sums are 0 for every block where all index
 heads score negative, common with few heads) by torch.topk's order, which is unspecified (CPU: the later blocks);
@@ -10,13 +11,16 @@ keeps (checked below from transformers' own scores), so the comparison is exact 
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 from hf_models import hf
+from PIL import Image
 
-from jaxinfer import LLM, SamplingParams
+from jaxinfer import LLM, SamplingParams, from_hf_config
+from jaxinfer.checkpoint.loader import load_hf_weights
 from jaxinfer.config.qwen4_exp import ngram_tables
 from jaxinfer.models.ngram_hash import ngram_rows, sequence_context
 
@@ -143,3 +147,25 @@ def test_ngram_rows_at_real_sizes():
     expected = hf_ngram_rows(ids, 1, 248320, 20_000_000)  # the second PLE layer: its own primes and multipliers
     context = sequence_context(jnp.asarray(ids, jnp.int32), 3, 2)
     assert np.array_equal(np.asarray(ngram_rows(context, tables[1], 2)), expected)
+
+
+def test_conditional_generation_reads_its_language_model_text_only(saved, tmp_path):
+    """Qwen4ExpForConditionalGeneration (its language model under `model.language_model.`, a vision tower beside):
+    the text config and tensors read as the causal model's, leaf for leaf; the tower is not run, so an image is
+    refused by name."""
+    model, path = saved
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, out_hidden_size=64,
+                  num_position_embeddings=16)
+    conditional = hf.Qwen4ExpForConditionalGeneration(hf.Qwen4ExpConfig(text_config=CONFIG, vision_config=vision))
+    conditional.model.language_model.load_state_dict(model.model.state_dict())
+    conditional.lm_head.load_state_dict(model.lm_head.state_dict())
+    conditional.save_pretrained(tmp_path)
+    cfg = from_hf_config(conditional.config.to_dict())
+    causal = load_hf_weights(path, from_hf_config(model.config.to_dict()), np.float32, progress=False)
+    read = load_hf_weights(tmp_path, cfg, np.float32, progress=False)
+    assert cfg.architecture == "Qwen4ExpForConditionalGeneration" and cfg.qwen4_exp.ple_layers == (0, 2)
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(causal), jax.tree.leaves(read)))
+    llm = LLM(str(tmp_path), dtype="float32", max_seq_len=64, cpu_kernels=False)
+    image = {"prompt_token_ids": [5, 6, 7], "multi_modal_data": {"image": Image.new("RGB", (8, 8))}}
+    with pytest.raises(ValueError, match="this model takes no images"):
+        llm.generate(image, SamplingParams(max_tokens=2))

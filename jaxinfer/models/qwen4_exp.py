@@ -1,4 +1,5 @@
-"""Qwen4-Exp (`Qwen4ExpForCausalLM`; transformers' models/qwen4_exp), run on whole sequences.
+"""Qwen4-Exp (`Qwen4ExpForCausalLM`, and `Qwen4ExpForConditionalGeneration` text-only; transformers'
+models/qwen4_exp).
 
 Its layer is Qwen3.5-MoE's (models/qwen3_5: Gated DeltaNet on the `linear_attention` layers, gated attention with
 a quarter of each head rotated on the others, Qwen3-Next's routed experts beside a sigmoid-gated shared expert)
@@ -49,7 +50,8 @@ from jaxinfer.models.shared_expert import shared_expert
 from jaxinfer.models.token_rows import DIGITS
 from jaxinfer.parallel.array_info import ArrayInfo
 
-ARCHITECTURES = ("Qwen4ExpForCausalLM",)
+# the conditional-generation checkpoints run their language model alone (models/text_part): images refused
+ARCHITECTURES = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration")
 LAYER = "model.layers.{i}."
 QSA_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget", "indexer_compress_ratio")
 

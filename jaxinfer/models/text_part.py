@@ -18,7 +18,8 @@ Apertus1p5ForConditionalGeneration is laid out as Gemma 4's, its vision and audi
 (`model.vision_tokenizer.*`, `model.audio_tokenizer.*`) skipped: models/apertus.
 Mistral Large 4's MistralLarge4ForConditionalGeneration checkpoints keep Mistral's own names, the language model's
 at the top (`layers.*`, `tok_embeddings.*`) beside the Pixtral tower (`vision_encoder.*`) and its projector, never
-read: it runs text only.
+read: it runs text only. Qwen4-Exp's Qwen4ExpForConditionalGeneration keeps Qwen3.5's layout
+(`model.language_model.*` beside `model.visual.*`); its tower is not run here (models/qwen4_exp): text only.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ TEXT_PARTS = {
         "language_model.", ("vision_tower.", "mm_projector.", "model.vision_tower.", "model.mm_projector."))),
     "Apertus1p5ForConditionalGeneration": TextPart(
         "model.language_model.", ("model.vision_tokenizer.", "model.audio_tokenizer."), replaced="model."),
+    # its language model's names are read as the causal LM's by checkpoint/vision_weights, as Qwen3.5's are
+    "Qwen4ExpForConditionalGeneration": TextPart("", ("model.visual.",)),
     "MistralLarge4ForConditionalGeneration": TextPart(
         "", ("vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.")),
 }
