@@ -420,6 +420,9 @@ ARCH_CONFIGS.update({
 DSA = dict(**MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
            n_shared_experts=2, index_topk=8, index_head_dim=24, index_n_heads=32)
 ARCH_CONFIGS["deepseek_v32"] = (hf.DeepseekV32Config, DSA)
+# HY-V4: DSA's layers (8 best tokens) with sinks and an output gate, layer 2 reusing layer 1's choice ("shared"), four
+# hyper-connection streams (write gates x 1.5); the experts' gate and up clamped at 0.5, so the clamp bites
+ARCH_CONFIGS["hy_v4"] = (hf.HYV4Config, dict(DSA, num_hidden_layers=3, swiglu_limit=0.5, hc_magnitude=1.5))
 
 
 def _mistral_large4_config(**text) -> object:
@@ -667,6 +670,7 @@ MODEL_CLASSES = {
     hf.DeepseekV3Config: hf.DeepseekV3ForCausalLM,
     hf.DeepseekV32Config: hf.DeepseekV32ForCausalLM,
     hf.GlmMoeDsaConfig: hf.GlmMoeDsaForCausalLM,
+    hf.HYV4Config: hf.HYV4ForCausalLM,
     hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
     hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,

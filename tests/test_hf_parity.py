@@ -159,6 +159,11 @@ LOGITS_ONLY += ("jais2", "hyperclovax")
 # Youtu: DeepSeek's dense layer (deepseek_v3's, whose layer 0 is dense and whose decode is checked in test_families)
 # in every layer: its float32 logits.
 LOGITS_ONLY += ("youtu",)
+# HY-V4: DeepSeek-V3.2's sparse attention (never the native kernels) with hyper-connections, sinks, an output gate and
+# a layer reusing the last full layer's choice, all shown in its float32 logits; its engine greedy tokens through
+# chunked prefill in test_hy_v4. Its bfloat16 and 32-token greedy runs passed and would add ~7 s (loaded 2 cores).
+XLA_ONLY += ("hy_v4",)
+LOGITS_ONLY += ("hy_v4",)
 
 
 @functools.cache

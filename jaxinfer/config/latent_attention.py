@@ -12,9 +12,13 @@ class LightningIndexer:
     and the MLA attends only the best `index_topk` (see `models.sparse_latent_attention`)."""
 
     index_topk: int  # tokens each query attends
-    index_head_dim: int  # I: the index key's width (its first qk_rope_head_dim dims rotated)
+    index_head_dim: int  # I: the index key's width (its first qk_rope_head_dim dims rotated; its last: rope_last)
     index_n_heads: int  # the scorer's heads
     rope_interleaved: bool  # its rotary pairs: adjacent (GLM-5) or rotate-half (DeepSeek-V3.2)
+    rope_last: bool = False  # HY-V4: the last qk_rope_head_dim dims of its keys and queries rotate, not the first
+    key_norm_eps: float = 1e-6  # its key LayerNorm's eps (HY-V4's: rms_norm_eps)
+    # HY-V4's layers that reuse the last full layer's choice ("shared" indexer_types): they hold no indexer
+    shared_layers: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from jaxinfer.config.errors import CheckpointError, ConfigError
 from jaxinfer.config.gemma3n import Gemma3nFields
 from jaxinfer.config.generation import token_ids
 from jaxinfer.config.hf_field import field
+from jaxinfer.config.hyper_connections import HyperConnections
 from jaxinfer.config.latent_attention import LatentAttention
 from jaxinfer.config.multipliers import SublayerMultipliers
 from jaxinfer.config.qwen4_exp import Qwen4ExpFields
@@ -129,6 +130,8 @@ class ModelConfig:
     alibi_slopes: tuple[float, ...] = ()
     # DeepSeek's multi-head latent attention (models.latent_attention): num_kv_heads 1 and head_dim its cached dims
     latent_attention: LatentAttention | None = None
+    # Hyper-connections (HY-V4; models.hyper_connections): several residual streams per token; None: one
+    hyper_connections: HyperConnections | None = None
     # Mamba2 state-space layers (models.mamba2_mixer): their dims and which layers they are; None: attention only
     state_space: StateSpace | None = None
     # Whisper: the encoder's output frames every layer cross-attends (kept per row slot: cache/cross_pool); 0: none

@@ -51,7 +51,7 @@ from jaxinfer.models.latent_attention import (
 from jaxinfer.models.layers import Weight, linear
 from jaxinfer.models.limited_greedy import check_limited_groups, limited_greedy
 from jaxinfer.models.mixtral import moe_fields
-from jaxinfer.models.mlp import gated_mlp, mlp_hf_leaves, mlp_leaves
+from jaxinfer.models.mlp import Gate, gated_mlp, mlp_hf_leaves, mlp_leaves
 from jaxinfer.models.moe import DOWN_AXES, GATE_AXES, ROUTER_AXES, experts_hf_leaves, experts_output
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import RopeTables, yarn_mscale
@@ -167,13 +167,15 @@ def route(logits: jax.Array, lw: DeepseekMoELayerWeights, cfg: ModelConfig) -> t
     return limited_greedy(logits, *choice, cfg.routed_scaling_factor)
 
 
-def moe_mlp(h: jax.Array, lw: DeepseekMoELayerWeights, cfg: ModelConfig, layout: Layout, router: Router = route
-            ) -> jax.Array:
-    """The routed experts' output plus the shared experts' for the normed h [B, T, D], in h's dtype."""
+def moe_mlp(h: jax.Array, lw: DeepseekMoELayerWeights, cfg: ModelConfig, layout: Layout, router: Router = route,
+            expert_gate: Gate | None = None) -> jax.Array:
+    """The routed experts' output plus the shared experts' for the normed h [B, T, D], in h's dtype (the routed
+    experts gated by `expert_gate`, HY-V4's clamped SiLU; None: cfg.activation as the shared ones)."""
     x2 = h.reshape(-1, h.shape[-1])
     logits = linear(x2.astype(jnp.float32), lw.router)  # float32 rows and router, as transformers computes them
     weights, experts = router(logits, lw, cfg)
-    routed = experts_output(x2, weights, experts, lw, layout, cfg.activation).astype(h.dtype).reshape(h.shape)
+    routed = experts_output(x2, weights, experts, lw, layout, expert_gate or cfg.activation)
+    routed = routed.astype(h.dtype).reshape(h.shape)
     return routed + gated_mlp(h, lw.shared_gate, lw.shared_up, lw.shared_down, cfg.activation)
 
 

@@ -23,8 +23,6 @@ from jaxinfer.models.norms import layer_norm
 from jaxinfer.models.rope import CosSin, apply_rope
 from jaxinfer.parallel.array_info import ArrayInfo
 
-KEY_NORM_EPS = 1e-6  # the indexer's k_norm: a LayerNorm built with eps 1e-6 whatever the config says
-
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(kw_only=True)
@@ -64,11 +62,21 @@ def indexer_hf_leaves(cfg: ModelConfig, prefix: str = "model.layers.{i}.self_att
     }
 
 
+def turned(x: jax.Array, idx: LightningIndexer, rope: CosSin | None) -> jax.Array:
+    """x [B, T, heads, I] with its first rotary dims turned (its last with `rope_last`: HY-V4); unturned where rope
+    is None (Mistral Large 4's NoPE layers)."""
+    if rope is None:
+        return x
+    if not idx.rope_last:
+        return apply_rope(x, *rope, idx.rope_interleaved)
+    split = x.shape[-1] - rope[0].shape[-1]
+    return jnp.concatenate([x[..., :split], apply_rope(x[..., split:], *rope, idx.rope_interleaved)], axis=-1)
+
+
 def index_key(h: jax.Array, lw: IndexerWeights, idx: LightningIndexer, rope: CosSin | None) -> jax.Array:
-    """Each token's index key [B, T, 1, I] of the normed input h [B, T, D], in h's dtype (what the cache keeps);
-    unturned where rope is None (Mistral Large 4's NoPE layers)."""
-    k = layer_norm(linear(h, lw.index_wk), lw.index_k_norm, KEY_NORM_EPS, lw.index_k_bias)[..., None, :]
-    return k if rope is None else apply_rope(k, *rope, idx.rope_interleaved)
+    """Each token's index key [B, T, 1, I] of the normed input h [B, T, D], in h's dtype (what the cache keeps)."""
+    k = layer_norm(linear(h, lw.index_wk), lw.index_k_norm, idx.key_norm_eps, lw.index_k_bias)[..., None, :]
+    return turned(k, idx, rope)
 
 
 def index_query(
@@ -76,8 +84,7 @@ def index_query(
 ) -> tuple[jax.Array, jax.Array]:
     """Each query's index heads [B, T, J, I] (from the normed low-rank query q_low [B, T, Q]; unturned where rope
     is None) and their weights [B, T, J] float32 (weights_proj of h in float32, over sqrt(J))."""
-    q = linear(q_low, lw.index_wq)
-    q = q if rope is None else apply_rope(q, *rope, idx.rope_interleaved)
+    q = turned(linear(q_low, lw.index_wq), idx, rope)
     weights = linear(h.astype(jnp.float32), lw.index_weights).astype(jnp.float32)
     return q, weights * idx.index_n_heads**-0.5
 

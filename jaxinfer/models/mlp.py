@@ -41,13 +41,23 @@ class ClampedSwiGLU:
         return (u + 1) * g * jax.nn.sigmoid(self.alpha * g)
 
 
-Gate = str | ClampedSwiGLU  # an activation name, or a gate that also transforms `up`
+@dataclasses.dataclass(frozen=True)
+class ClampedSiLU:
+    """GLM-5.3's and HY-V4's expert gate: silu(min(gate, limit)) * clip(up, -limit, limit) (hashable: see above)."""
+
+    limit: float
+
+    def __call__(self, gate: jax.Array, up: jax.Array) -> jax.Array:
+        return jax.nn.silu(jnp.minimum(gate, self.limit)) * jnp.clip(up, -self.limit, self.limit)
+
+
+Gate = str | ClampedSwiGLU | ClampedSiLU  # an activation name, or a gate that also transforms `up`
 
 
 def gate_product(act: Gate, gate: jax.Array, up: jax.Array) -> jax.Array:
     """act(gate) * up; the activation runs in float32 and is rounded once, as torch computes it for
     bf16 inputs (in bf16 XLA rounded after each of its five operations: a tenth of a CPU prefill step)."""
-    if isinstance(act, ClampedSwiGLU):
+    if not isinstance(act, str):
         return act(gate.astype(jnp.float32), up.astype(jnp.float32)).astype(gate.dtype)
     return activation(act, gate.astype(jnp.float32)).astype(gate.dtype) * up
 

@@ -53,6 +53,7 @@ from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
 from jaxinfer.models.helium import FAMILY as HELIUM
 from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
+from jaxinfer.models.hy_v4 import FAMILY as HY_V4
 from jaxinfer.models.hyperclovax import FAMILY as HYPERCLOVAX
 from jaxinfer.models.jais2 import FAMILY as JAIS2
 from jaxinfer.models.jamba import FAMILY as JAMBA
@@ -121,7 +122,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
                                 PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE,
                                 FLEX_OLMO, MELLUM, NANOCHAT,
-                                GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU)
+                                GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

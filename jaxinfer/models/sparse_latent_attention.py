@@ -81,40 +81,54 @@ def block_tokens(tokens: int, capacity: int, index_heads: int) -> int:
     return max(1, min(SPARSE_BLOCK, tokens, SCORE_BUDGET // (capacity * index_heads)))
 
 
-def attend_selected(q: jax.Array, rows: jax.Array, valid: jax.Array, latent: int, scale: float) -> jax.Array:
-    """Absorbed queries q [n, H, C] over their chosen rows [n, k, C] (valid [n, k]): the weighted latents [n, H, R]."""
+def attend_selected(
+    q: jax.Array, rows: jax.Array, valid: jax.Array, latent: int, scale: float, sinks: jax.Array | None = None,
+) -> jax.Array:
+    """Absorbed queries q [n, H, C] over their chosen rows [n, k, C] (valid [n, k]): the weighted latents [n, H, R];
+    sinks [H] float32: a learned logit per head in each softmax, weighing no row (HY-V4's)."""
     q = q.astype(rows.dtype)
     precision = matmul_precision(q, rows)
     scores = jnp.einsum("nhc,nkc->nhk", q, rows, precision=precision, preferred_element_type=jnp.float32)
     scores = jnp.where(valid[:, None, :], scores * scale, NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(rows.dtype)
+    if sinks is None:
+        probs = jax.nn.softmax(scores, axis=-1).astype(rows.dtype)
+    else:
+        sink = jnp.broadcast_to(sinks.astype(jnp.float32)[None, :, None], (*scores.shape[:2], 1))
+        probs = jax.nn.softmax(jnp.concatenate([scores, sink], -1), axis=-1)[..., :-1].astype(rows.dtype)
     values = jnp.swapaxes(rows[..., :latent], 1, 2)  # [n, R, k]: the contracted axis last (XLA:CPU's bf16 dot)
     out = jnp.einsum("nhk,nrk->nhr", probs, values, precision=precision, preferred_element_type=jnp.float32)
     return out.astype(q.dtype)
 
 
-def _sparse_block(
-    q: jax.Array, index_q: jax.Array, index_w: jax.Array, positions: jax.Array, token_rows: jax.Array,
-    rows: CachedRows, cfg: ModelConfig,
-) -> jax.Array:
-    """One block of query tokens (q [n, H, C], index heads [n, J, I] and weights [n, J], positions [n], -1 for
-    padding): index scores over each token's row, the top k, attention over those rows: [n, H, R]."""
-    mla = cfg.latent_attention
-    width, capacity = mla.kv_lora_rank + mla.qk_rope_head_dim, rows.capacity
-    every = jnp.broadcast_to(jnp.arange(capacity), (q.shape[0], capacity))
-    keys = rows.gather(token_rows, every, width, width + mla.indexer.index_head_dim)  # [n, S, I]
-    scores = jnp.where(every <= positions[:, None], index_scores(index_q, index_w, keys), -jnp.inf)
-    _, chosen = jax.lax.top_k(scores, min(mla.indexer.index_topk, capacity))  # [n, k]
-    selected = rows.gather(token_rows, chosen, 0, width)  # [n, k, R + P]
-    return attend_selected(q, selected, chosen <= positions[:, None], mla.kv_lora_rank, cfg.attn_scale)
-
-
-def sparse_attend(
-    q: jax.Array, index_q: jax.Array, index_w: jax.Array, cache: Any, layer: int, positions: jax.Array,
+def _choose_block(
+    index_q: jax.Array, index_w: jax.Array, positions: jax.Array, token_rows: jax.Array, rows: CachedRows,
     cfg: ModelConfig,
 ) -> jax.Array:
-    """q [B, T, H, C] (C = R + P), index heads [B, T, J, I] and weights [B, T, J] at positions [B, T] over the
-    cache after this step's rows were written: each head's weighted latents [B, T, H, R]."""
+    """One block of query tokens (index heads [n, J, I] and weights [n, J], positions [n], -1 for padding): index
+    scores over each token's row, the positions of the top k [n, k]."""
+    mla = cfg.latent_attention
+    width, capacity = mla.kv_lora_rank + mla.qk_rope_head_dim, rows.capacity
+    every = jnp.broadcast_to(jnp.arange(capacity), (index_q.shape[0], capacity))
+    keys = rows.gather(token_rows, every, width, width + mla.indexer.index_head_dim)  # [n, S, I]
+    scores = jnp.where(every <= positions[:, None], index_scores(index_q, index_w, keys), -jnp.inf)
+    return jax.lax.top_k(scores, min(mla.indexer.index_topk, capacity))[1]
+
+
+def _attend_block(
+    q: jax.Array, chosen: jax.Array, positions: jax.Array, token_rows: jax.Array, rows: CachedRows,
+    cfg: ModelConfig, sinks: jax.Array | None,
+) -> jax.Array:
+    """One block of query tokens (q [n, H, C], chosen positions [n, k]) over those rows: [n, H, R]."""
+    mla = cfg.latent_attention
+    selected = rows.gather(token_rows, chosen, 0, mla.kv_lora_rank + mla.qk_rope_head_dim)  # [n, k, R + P]
+    return attend_selected(q, selected, chosen <= positions[:, None], mla.kv_lora_rank, cfg.attn_scale, sinks)
+
+
+def _blocked(
+    fn: Callable[..., jax.Array], tensors: tuple[jax.Array, ...], cache: Any, layer: int, positions: jax.Array,
+    cfg: ModelConfig,
+) -> jax.Array:
+    """fn(*per-token tensors, positions, token rows, rows) over blocks of query tokens: [B, T, ...]."""
     batch, steps = positions.shape
     rows = cached_rows(cache, layer, batch, steps)
     tokens = batch * steps
@@ -127,9 +141,37 @@ def sparse_attend(
         return x.reshape(num_blocks, block, *x.shape[1:])
 
     token_rows = rows.token_rows.reshape(batch, steps)
-    parts = (blocks(q), blocks(index_q), blocks(index_w), blocks(positions, -1), blocks(token_rows))
-    out = jax.lax.map(lambda part: _sparse_block(*part, rows, cfg), parts)
+    parts = (*(blocks(x) for x in tensors), blocks(positions, -1), blocks(token_rows))
+    out = jax.lax.map(lambda part: fn(*part, rows), parts)
     return out.reshape(num_blocks * block, *out.shape[2:])[:tokens].reshape(batch, steps, *out.shape[2:])
+
+
+def sparse_choice(
+    index_q: jax.Array, index_w: jax.Array, cache: Any, layer: int, positions: jax.Array, cfg: ModelConfig,
+) -> jax.Array:
+    """The cached positions [B, T, k] each query reads: the top k by index heads [B, T, J, I] and weights
+    [B, T, J] over the layer's index keys (written this step too); positions past a query's own where k > its
+    context (masked when attended)."""
+    return _blocked(lambda *part: _choose_block(*part, cfg), (index_q, index_w), cache, layer, positions, cfg)
+
+
+def attend_chosen(
+    q: jax.Array, chosen: jax.Array, cache: Any, layer: int, positions: jax.Array, cfg: ModelConfig,
+    sinks: jax.Array | None = None,
+) -> jax.Array:
+    """q [B, T, H, C] (C = R + P) over the rows at the chosen positions [B, T, k] of the cache (this step's rows
+    written): each head's weighted latents [B, T, H, R]."""
+    return _blocked(lambda *part: _attend_block(*part, cfg, sinks), (q, chosen), cache, layer, positions, cfg)
+
+
+def sparse_attend(
+    q: jax.Array, index_q: jax.Array, index_w: jax.Array, cache: Any, layer: int, positions: jax.Array,
+    cfg: ModelConfig,
+) -> jax.Array:
+    """q [B, T, H, C] (C = R + P), index heads [B, T, J, I] and weights [B, T, J] at positions [B, T] over the
+    cache after this step's rows were written: each head's weighted latents [B, T, H, R]."""
+    chosen = sparse_choice(index_q, index_w, cache, layer, positions, cfg)
+    return attend_chosen(q, chosen, cache, layer, positions, cfg)
 
 
 def sparse_latent_attention(
