@@ -15,6 +15,7 @@ from hf_models import ARCH_CONFIGS, hf, make_hf_model, save_hf_model
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.config.hyper_connections import HyperConnections
 from jaxinfer.config.model import ConfigError
+from jaxinfer.models.decoder import forward_with_taps
 from jaxinfer.models.hy_v4 import stored_names
 from jaxinfer.models.hyper_connections import around
 from jaxinfer.models.registry import from_hf_config
@@ -87,3 +88,9 @@ def _hf_config(**overrides) -> dict:
 def test_unsupported_settings_are_refused_by_name(overrides, named):
     with pytest.raises(ConfigError, match=named):
         from_hf_config(_hf_config(**overrides))
+
+
+def test_hidden_state_taps_are_refused_by_name():
+    """EAGLE-3 heads and MTP drafts read one residual stream; HY-V4 has several: refused before anything runs."""
+    with pytest.raises(ValueError, match="hidden-state taps .* not supported for HYV4ForCausalLM"):
+        forward_with_taps(None, None, None, None, from_hf_config(_hf_config()), (0,))
