@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from hf_versions import skip_ungrouped_gated_norm
+from hf_models import hf
+from hf_versions import skip_layer_counted_blocks, skip_ungrouped_gated_norm
 
 from jaxinfer import LLM, ConfigError, SamplingParams, SpeculativeConfig, from_hf_config
 from jaxinfer.cache.paged import page_bytes
@@ -88,6 +89,14 @@ KIMI_LINEAR = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hid
                    n_shared_experts=1, first_k_dense_replace=1, initializer_range=0.1, max_position_embeddings=512,
                    linear_attn_config=dict(head_dim=16, num_heads=4, short_conv_kernel_size=4, kda_layers=[1, 3],
                                            full_attn_layers=[2]), bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# Zamba2: Mamba2 layers (8 heads of 16 in 2 groups), three of them hybrid running 2 shared blocks in turn (0, 1, 0:
+# layer 4 reads layer 1's block with its own adapters), attention over [x, embeddings] (4 heads of 32 dims, rotary),
+# q/k/v and gate/up adapters of rank 8.
+ZAMBA2 = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidden_layers=5, num_attention_heads=4,
+              layers_block_type=["mamba", "hybrid", "hybrid", "mamba", "hybrid"], mamba_d_state=16, n_mamba_heads=8,
+              mamba_ngroups=2, num_mem_blocks=2, use_shared_attention_adapter=True, adapter_rank=8, use_mem_rope=True,
+              chunk_size=16, initializer_range=0.1, max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
+              pad_token_id=0)
 PROMPT = np.random.RandomState(2).randint(3, 256, size=40).tolist()
 # Bamba's and Qwen3-Next's runs batch 6 and 28 tokens, the longer prefilled over two steps, one preempted; dense
 # Granite's (the same layer code) and Nemotron-H's (the state pool's handling is Bamba's) prefill the 28 over two
@@ -103,6 +112,7 @@ FAMILIES = {
     "qwen3_next": (transformers.Qwen3NextForCausalLM, transformers.Qwen3NextConfig, QWEN3_NEXT,
                    [PROMPT[:6], PROMPT[2:30]]),
     "kimi_linear": (transformers.KimiLinearForCausalLM, transformers.KimiLinearConfig, KIMI_LINEAR, [PROMPT[2:30]]),
+    "zamba2": (hf.Zamba2ForCausalLM, hf.Zamba2Config, ZAMBA2, [PROMPT[2:30]]),
 }
 GREEDY = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
 
@@ -120,6 +130,7 @@ def hf_model(family) -> torch.nn.Module:
     torch.manual_seed(0)
     model = model_class(config_class(**config)).eval()
     skip_ungrouped_gated_norm(model)
+    skip_layer_counted_blocks(model)
     with torch.no_grad():
         for param in model.parameters():
             if param.dim() == 1:
@@ -189,6 +200,30 @@ def test_bamba_config_as_transformers_reads_it():
     assert from_hf_config({**hf, "rope_parameters": rope}).rotary_dim == 16
     with pytest.raises(ConfigError, match=r"attn_layer_indices \[3\] must index the 3 layers"):
         from_hf_config({**hf, "attn_layer_indices": [3]})
+
+
+def test_zamba2_config_as_transformers_reads_it():
+    """Every layer a Mamba2 one (dt clamped from time_step_min), the hybrid ones keeping K/V too; heads of
+    2 x hidden / heads dims scaled by (head_dim / 2) ** -0.5; blocks used in turn, each stored under its first
+    hybrid layer; what is not run refused by name."""
+    hf = {**ZAMBA2, "architectures": ["Zamba2ForCausalLM"]}
+    cfg = from_hf_config(hf)
+    ss, blocks = cfg.state_space, cfg.shared_blocks
+    assert (ss.layers, ss.inner, ss.n_groups, ss.time_step_limit, ss.norm_eps) == (tuple(range(5)), 128, 2,
+                                                                                    (1e-3, math.inf), 1e-5)
+    assert [cfg.keeps_kv(i) for i in range(5)] == [False, True, True, False, True]
+    assert (cfg.head_dim, cfg.attn_scale, cfg.nope_layers, cfg.activation) == (32, 16**-0.5, (0, 3), "gelu")
+    assert (blocks.layers, [blocks.stored_at(i) for i in blocks.layers], blocks.use(4)) == ((1, 2, 4), [1, 2, 1], 2)
+    for fields, message in [
+        (dict(add_bias_linear=True), "add_bias_linear=True is not supported for Zamba2ForCausalLM"),
+        (dict(use_long_context=True), "use_long_context=True is not supported"),
+        (dict(num_key_value_heads=2), "num_key_value_heads 2 is not supported for Zamba2ForCausalLM with "
+                                      "use_shared_attention_adapter"),
+        (dict(layers_block_type=["mamba", "hybrid"]), "layers_block_type .* for each of the 5 layers"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            from_hf_config({**hf, **fields})
+    assert from_hf_config({**hf, "num_key_value_heads": 2, "use_shared_attention_adapter": False}).num_kv_heads == 2
 
 
 def test_nemotron_h_config_as_transformers_reads_it():

@@ -21,6 +21,7 @@ from jaxinfer.config.latent_attention import LatentAttention
 from jaxinfer.config.multipliers import SublayerMultipliers
 from jaxinfer.config.qwen4_exp import Qwen4ExpFields
 from jaxinfer.config.rope_scaling import ROPE_TYPES, RopeScaling, rope_fields
+from jaxinfer.config.shared_blocks import SharedBlocks
 from jaxinfer.config.state_space import StateSpace
 
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
@@ -134,6 +135,7 @@ class ModelConfig:
     hyper_connections: HyperConnections | None = None
     # Mamba2 state-space layers (models.mamba2_mixer): their dims and which layers they are; None: attention only
     state_space: StateSpace | None = None
+    shared_blocks: SharedBlocks | None = None  # Zamba2's: transformer blocks its hybrid layers share
     # Whisper: the encoder's output frames every layer cross-attends (kept per row slot: cache/cross_pool); 0: none
     encoder_frames: int = 0
     mlp_only_layers: tuple[int, ...] = ()  # hybrid layers that neither attend nor keep a state (Nemotron-H's "-")
@@ -206,12 +208,14 @@ class ModelConfig:
         return self.state_space is not None and layer in self.state_space.layers
 
     def keeps_kv(self, layer: int) -> bool:
-        """Whether `layer` writes K/V pages: every layer but a state layer, unless it also attends (Falcon-H1), and
-        but an MLP-only one (Nemotron-H's "-": half its layers, whose buffers would be a pool's worth unused) and
-        one reading another's (Gemma 4's KV sharing)."""
+        """Whether `layer` writes K/V pages: every layer but a state layer, unless it also attends (Falcon-H1's
+        layers; Zamba2's hybrid ones), and but an MLP-only one (Nemotron-H's "-": half its layers, whose buffers
+        would be a pool's worth unused) and one reading another's (Gemma 4's KV sharing)."""
         if layer in self.mlp_only_layers or self.kv_source(layer) != layer:
             return False
         if self.qwen4_exp is not None and layer in self.qwen4_exp.ple_layers:  # their rows: models/token_rows
+            return True
+        if self.shared_blocks is not None and layer in self.shared_blocks.layers:  # Zamba2's hybrid layers
             return True
         return not self.is_state_layer(layer) or self.state_space.parallel_attention
 

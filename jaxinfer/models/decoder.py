@@ -122,9 +122,11 @@ def forward_with_taps(
     x = add_positions(x, weights.position_embed, positions, cfg.position_offset)
     x = cache.layout.constrain(x, HIDDEN)
     rope = RopeTables(positions, cfg, streams)
-    layer_fn = family_of(cfg).layer
-    # Gemma 4's per-layer inputs read them (an image token as the pad token), Qwen4-Exp's n-gram embeddings too
-    reads_tokens = cfg.per_layer_input_size or cfg.qwen4_exp is not None
+    family = family_of(cfg)
+    layer_fn = family.layer
+    # Gemma 4's per-layer inputs read them (an image token as the pad token), Qwen4-Exp's n-gram embeddings too;
+    # Zamba2's shared blocks read the input embeddings
+    reads_tokens = cfg.per_layer_input_size or cfg.qwen4_exp is not None or family.reads_embeddings
     inputs = LayerInputs(placeholders_as(tokens, override, cfg.pad_token_id), x) if reads_tokens else None
     tapped = []
     for layer, lw in enumerate(weights.layers):

@@ -88,3 +88,7 @@ class Family:
     # (cfg, layer) -> the layer's fields whose HF tensors differ from hf_leaves' (Gemma 4: its global layers' head
     # dims, its per-layer inputs' slices); None: every layer as hf_leaves says
     layer_hf_leaves: Callable[[ModelConfig, int], dict[str, HFLeaf]] | None = None
+    # whether every layer is handed the step's LayerInputs (tokens, input embeddings) as an eighth argument:
+    # Zamba2's shared blocks read the input embeddings beside the residual stream (Gemma 4's per-layer inputs are
+    # the config's `per_layer_input_size`)
+    reads_embeddings: bool = False

@@ -12,8 +12,9 @@ activation sparsity (Gemma 3n's), its n-gram table (Qwen4-Exp's) and its rope ta
 one-layer view of the cache as layer 0, a config whose every window, chunk, K/V shape, sparsity and n-gram table
 are its own, and its rope tables ready made (None for a layer without rotary embeddings). A layer attending over
 another's K/V (Gemma 4's KV sharing: `cfg.kv_source`) is handed that layer's buffers and writes none, so nothing is
-put back. A model with per-layer inputs (Gemma 4's `cfg.per_layer_input_size`; Qwen4-Exp's n-gram embeddings) hands
-each layer the step's `LayerInputs` as an eighth argument.
+put back. A model with per-layer inputs (Gemma 4's `cfg.per_layer_input_size`; Qwen4-Exp's n-gram embeddings) or
+reading the input embeddings (Zamba2: `Family.reads_embeddings`) hands each layer the step's `LayerInputs` as an
+eighth argument.
 """
 
 from __future__ import annotations

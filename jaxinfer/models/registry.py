@@ -110,6 +110,7 @@ from jaxinfer.models.vaultgemma import FAMILY as VAULTGEMMA
 from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
 from jaxinfer.models.whisper import FAMILY as WHISPER
 from jaxinfer.models.youtu import FAMILY as YOUTU
+from jaxinfer.models.zamba2 import FAMILY as ZAMBA2
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, DEEPSEEK_V32, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
@@ -122,7 +123,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
                                 PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE,
                                 FLEX_OLMO, MELLUM, NANOCHAT,
-                                GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4)
+                                GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
