@@ -135,9 +135,10 @@ NOT_SUPPORTED = {
                         "checkpoints are)",
     "Phi3SmallForCausalLM": "Phi-3-small (block-sparse attention and GeGELU, not Phi3ForCausalLM's layer; "
                             "Phi-3-mini and -medium are Phi3ForCausalLM)",
-    "Glm5NextForConditionalGeneration": "GLM-5.3-Flash (Kimi Delta Attention with a lower-bounded gate, but its "
-                                        "hyper-connections (several residual streams mixed per layer) and vision "
-                                        "tower are not supported; Kimi Linear's KimiLinearForCausalLM is)",
+    "Glm5NextForConditionalGeneration": "GLM-5.3-Flash (Kimi Delta Attention with a lower-bounded gate and DSA "
+                                        "with a k-pool indexer, inside DeepSeek-V4-style mixed hyper-connection "
+                                        "streams, and a vision tower: not supported yet; Kimi Linear's "
+                                        "KimiLinearForCausalLM and HY-V4's HYV4ForCausalLM are)",
 }
 
 
