@@ -6,11 +6,12 @@ from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.config.pooler import PoolerConfig
+from jaxinfer.config.pooling_params import PoolingParams
 from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.config.structured_outputs import StructuredOutputsParams
 from jaxinfer.engine import CompletionOutput, EngineConfig, LLMEngine, RequestOutput
 from jaxinfer.engine.beams import BeamSearchOutput, BeamSearchSequence
-from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
+from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput, PoolingOutput, PoolingRequestOutput
 from jaxinfer.entrypoints.compare import Comparison, Configuration, compare
 from jaxinfer.entrypoints.llm import DEMO_DRAFT, DEMO_EAGLE, DEMO_MODEL, LLM
 from jaxinfer.entrypoints.prompt_types import TextPrompt, TokensPrompt
@@ -33,10 +34,13 @@ __all__ = [
     "SpeculativeConfig",
     "LoRARequest",
     "PoolerConfig",
+    "PoolingParams",
     "RequestOutput",
     "CompletionOutput",
     "EmbeddingRequestOutput",
     "EmbeddingOutput",
+    "PoolingRequestOutput",
+    "PoolingOutput",
     "Logprob",
     "LLMEngine",
     "EngineConfig",

@@ -108,7 +108,7 @@ def test_server_beam_search_returns_the_beams_of_llm_beam_search(served_text_mod
     assert [c.text for c in reply.choices] == [seq.text for seq in expected.sequences]
     assert [c.index for c in reply.choices] == [0, 1, 2]
     assert [c.finish_reason for c in reply.choices] == [seq.finish_reason for seq in expected.sequences]
-    generated = sum(len(seq.tokens) - len(llm.encode(prompt)) for seq in expected.sequences)
+    generated = sum(len(seq.tokens) - len(llm.tokenize(prompt)) for seq in expected.sequences)
     assert reply.usage.completion_tokens == generated
     chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], n=2,
                                                  max_tokens=5, stream=True, extra_body={"use_beam_search": True}))
@@ -116,7 +116,7 @@ def test_server_beam_search_returns_the_beams_of_llm_beam_search(served_text_mod
     for chunk in chunks:
         for choice in chunk.choices:
             streamed[choice.index] = streamed.get(choice.index, "") + (choice.delta.content or "")
-    chat_ids = llm.encode(render_chat(llm.get_tokenizer(), [{"role": "user", "content": "hi"}], True))
+    chat_ids = llm.tokenize(render_chat(llm.get_tokenizer(), [{"role": "user", "content": "hi"}], True))
     (chat_beams,) = llm.beam_search([chat_ids], BeamSearchParams(beam_width=2, max_tokens=5))
     assert [streamed[i] for i in range(2)] == [seq.text for seq in chat_beams.sequences]
 

@@ -15,7 +15,7 @@ import torch
 import transformers
 from hf_models import make_hf_classifier, save_tiny_tokenizer
 
-from jaxinfer import LLM
+from jaxinfer import LLM, PoolingParams
 from jaxinfer.config.model import ConfigError
 from jaxinfer.entrypoints.scoring import score_pairs
 
@@ -58,6 +58,10 @@ def test_classifier_probabilities_match_hf(classifiers):
     assert [o.prompt_token_ids for o in outs] == PROMPTS and [o.outputs.num_classes for o in outs] == [3] * 5
     expected = torch.log_softmax(torch.tensor(hf_logits(hf, PROMPTS, 0)), -1).numpy()
     np.testing.assert_allclose(np.log([o.outputs.probs for o in outs]), expected, atol=1e-5)  # measured 2.6e-6 (logits: 2.1e-6)
+    pooled = llm.encode(PROMPTS, pooling_task="classify")  # vLLM's encode: the same probabilities
+    np.testing.assert_allclose([o.outputs.data for o in pooled], [o.outputs.probs for o in outs], atol=1e-7)
+    logits = llm.encode(PROMPTS, PoolingParams(use_activation=False), pooling_task="classify")
+    np.testing.assert_allclose([o.outputs.data for o in logits], hf_logits(hf, PROMPTS, 0), atol=1e-5)
 
 
 def test_cross_encoder_scores_match_hf_and_pair_as_vllm(classifiers):
@@ -104,14 +108,14 @@ def test_an_embedding_model_scores_by_cosine_similarity(text_model_dir):
 
     def embedding(text: str) -> np.ndarray:
         with torch.no_grad():
-            return hf(torch.tensor([llm.encode(text)])).last_hidden_state[0, -1].double().numpy()
+            return hf(torch.tensor([llm.tokenize(text)])).last_hidden_state[0, -1].double().numpy()
 
     query = embedding(QUERY)
     expected = [query @ (d := embedding(doc)) / np.linalg.norm(query) / np.linalg.norm(d) for doc in DOCUMENTS]
     outs = llm.score(QUERY, DOCUMENTS)
     np.testing.assert_allclose([o.outputs.score for o in outs], expected, atol=1e-6)
     assert outs[-1].outputs.score == pytest.approx(1.0, abs=1e-6)  # the query against itself
-    assert outs[0].prompt_token_ids == llm.encode(QUERY) + llm.encode(DOCUMENTS[0])
+    assert outs[0].prompt_token_ids == llm.tokenize(QUERY) + llm.tokenize(DOCUMENTS[0])
     with pytest.raises(ValueError, match="LLM.classify needs a \\*ForSequenceClassification checkpoint"):
         llm.classify(["a"])
 
@@ -152,7 +156,7 @@ def test_server_score_rerank_and_classify_through_http(served_cross_encoder):
     assert body["id"].startswith("classify-") and [d["label"] for d in body["data"]] == ["LABEL_0"] * 2
     np.testing.assert_allclose([d["probs"] for d in body["data"]],
                                [o.outputs.probs for o in llm.classify([QUERY, "import os"])], atol=1e-7)
-    tokens = len(llm.encode(QUERY)) + len(llm.encode("import os"))
+    tokens = len(llm.tokenize(QUERY)) + len(llm.tokenize("import os"))
     assert body["data"][1]["num_classes"] == 1 and body["usage"]["prompt_tokens"] == tokens
 
 

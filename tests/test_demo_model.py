@@ -22,7 +22,7 @@ def demo_llm():
 @pytest.mark.parametrize("prompt", GOLDEN_PROMPTS)
 def test_greedy_output_equals_hf_transformers(prompt, demo_llm):
     hf = transformers.AutoModelForCausalLM.from_pretrained(DEMO_MODEL, dtype=torch.float32).eval()
-    ids = demo_llm.encode(prompt)
+    ids = demo_llm.tokenize(prompt)
     with torch.no_grad():
         ref = hf.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, eos_token_id=None,
                           pad_token_id=0)[0, len(ids):].tolist()

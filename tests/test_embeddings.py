@@ -16,7 +16,7 @@ import torch
 import transformers
 from hf_models import make_hf_model
 
-from jaxinfer import LLM
+from jaxinfer import LLM, PoolingParams
 from jaxinfer.config.model import ConfigError
 from jaxinfer.config.pooler import PoolerConfig, resolve_pooler
 
@@ -69,6 +69,28 @@ def test_a_prompt_embeds_the_same_alone_and_in_batches_of_other_lengths(pair):
     alone = np.array([llm.embed([p])[0].outputs.embedding for p in prompts])
     np.testing.assert_allclose(together, alone, atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-6)
+
+
+def test_encode_is_vllms_pooling_call(pair):
+    """`LLM.encode(pooling_task="embed")` gives what `embed` gives, as NumPy rows; PoolingParams' fields reach
+    it; the task is required and the per-token ones are refused by name, as are bad params."""
+    llm, _ = pair
+    pooled = llm.encode(PROMPTS, pooling_task="embed")
+    embedded = llm.embed(PROMPTS, normalize=False)
+    assert [o.prompt_token_ids for o in pooled] == PROMPTS and pooled[0].outputs.data.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm([o.outputs.data for o in pooled], axis=1), 1.0, atol=1e-6)
+    raw = llm.encode(PROMPTS, PoolingParams(normalize=False), pooling_task="embed")
+    np.testing.assert_allclose([o.outputs.data for o in raw], [o.outputs.embedding for o in embedded], atol=1e-6)
+    with pytest.raises(ValueError, match="pooling_task must be one of embed, classify .* got None"):
+        llm.encode(PROMPTS)
+    with pytest.raises(ValueError, match="pooling_task 'token_embed' .* is not supported"):
+        llm.encode(PROMPTS, pooling_task="token_embed")
+    with pytest.raises(ValueError, match="pooling_task 'classify' needs a \\*ForSequenceClassification"):
+        llm.encode(PROMPTS, pooling_task="classify")
+    with pytest.raises(ValueError, match="PoolingParams.dimensions must be a positive int or None, got 0"):
+        PoolingParams(dimensions=0)
+    with pytest.raises(ValueError, match="dimensions 16 is not supported by this model"):
+        llm.encode(PROMPTS, PoolingParams(dimensions=16), pooling_task="embed")
 
 
 def test_a_pooling_model_refuses_generation_and_bad_arguments_by_name(pair):
@@ -158,7 +180,7 @@ def test_server_embeddings_through_the_openai_client(served_embedding_model, ser
     reply = client.embeddings.create(model="tiny-embed", input=texts)  # the client asks for base64 and decodes it
     assert [d.index for d in reply.data] == [0, 1, 2] and reply.model == "tiny-embed"
     np.testing.assert_allclose([d.embedding for d in reply.data], expected, atol=1e-6)
-    assert reply.usage.prompt_tokens == sum(len(llm.encode(t)) for t in texts) == reply.usage.total_tokens
+    assert reply.usage.prompt_tokens == sum(len(llm.tokenize(t)) for t in texts) == reply.usage.total_tokens
     floats = client.embeddings.create(model="tiny-embed", input=[[5, 6, 7], [8]], encoding_format="float")
     np.testing.assert_allclose([d.embedding for d in floats.data],
                                [o.outputs.embedding for o in llm.embed([[5, 6, 7], [8]])], atol=1e-6)

@@ -116,7 +116,7 @@ def test_fp8_pool_keeps_greedy_agreement_with_bf16_on_the_demo_model(bf16_and_fp
 
 def test_fp8_contiguous_cache_logits_stay_close_to_bf16_on_the_demo_model(bf16_and_fp8):
     llm = bf16_and_fp8[0]
-    ids = llm.encode("import os\nimport sys\n\ndef main(argv):\n    for path in argv:\n")
+    ids = llm.tokenize("import os\nimport sys\n\ndef main(argv):\n    for path in argv:\n")
     tokens = jnp.asarray([ids + [0] * (64 - len(ids))], jnp.int32)
     logits = {
         kv: np.asarray(step_programs.all_logits(

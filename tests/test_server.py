@@ -101,7 +101,7 @@ def test_models_health_and_tokenize(client, base_url, reference):
     assert [m.id for m in client.models.list().data] == ["tiny"]
     assert httpx.get(base_url + "/health").status_code == 200
     ids = httpx.post(base_url + "/tokenize", json={"prompt": "def add"}, headers=AUTH).json()["tokens"]
-    assert ids == reference.encode("def add")
+    assert ids == reference.tokenize("def add")
     assert httpx.post(base_url + "/detokenize", json={"tokens": ids}, headers=AUTH).json()["prompt"] == "def add"
 
 
@@ -143,7 +143,7 @@ def test_completions_equal_llm_generate(client, reference):
                                     extra_body={"ignore_eos": True})
     assert [c.text for c in sorted(out.choices, key=lambda c: c.index)] == [e.text for e in expected]
     assert out.usage.completion_tokens == 12 * len(PROMPTS)
-    assert out.usage.prompt_tokens == sum(len(reference.encode(p)) for p in PROMPTS)
+    assert out.usage.prompt_tokens == sum(len(reference.tokenize(p)) for p in PROMPTS)
 
 
 def test_vllms_token_filters_equal_llm_generate(client, reference):
@@ -234,7 +234,7 @@ def test_logit_bias_steers_completions_and_chat(client, reference):
     assert out.choices[0].text == expected.text != plain.text and set(expected.token_ids) == set(forced)
     chat = dict(model="tiny", messages=[{"role": "user", "content": "def add"}], max_tokens=6, temperature=0,
                 extra_body={"ignore_eos": True})
-    word = reference.encode("return")[-1]
+    word = reference.tokenize("return")[-1]
     plain_reply = client.chat.completions.create(**chat).choices[0].message.content
     reply = client.chat.completions.create(**chat, logit_bias={str(word): 100}).choices[0].message.content
     assert reply == reference.tokenizer.decode([word] * 6) != plain_reply
@@ -284,7 +284,7 @@ def _prompt_logprobs(reference: LLM, ids: list[int]) -> np.ndarray:
 def test_echo_logprobs_score_prompts_as_lm_eval_asks(client, reference, max_tokens):
     """lm-eval's local-completions loglikelihood request: id prompts, echo, logprobs=1, max_tokens 0 or 1;
     it sums token_logprobs[ctxlen:-1] and calls a continuation greedy when each is its top_logprobs' max."""
-    prompts = [reference.encode(p) for p in PROMPTS[:2]]
+    prompts = [reference.tokenize(p) for p in PROMPTS[:2]]
     out = client.completions.create(model="tiny", prompt=prompts, max_tokens=max_tokens, temperature=0, logprobs=1,
                                     echo=True, seed=1234)
     choices = sorted(out.choices, key=lambda c: c.index)

@@ -123,7 +123,7 @@ def test_a_detokenizer_failure_fails_only_its_request(llm, monkeypatch):
     engine = llm.engine
     prompts = _prompts(3)
     expected = _expected(llm, prompts, 40)
-    generated = {t for ids in (llm.encode(text) for text in expected) for t in ids}
+    generated = {t for ids in (llm.tokenize(text) for text in expected) for t in ids}
     poison = next(t for t in range(3, 256) if t not in generated and t not in sum(prompts, []))
     decode = tokenizer_module.decode_text
 

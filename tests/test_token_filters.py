@@ -54,7 +54,7 @@ def llm(text_model_dir) -> LLM:
 
 
 def test_allowed_token_ids_pick_the_models_best_of_them(llm):
-    ids = llm.encode(PROMPT)
+    ids = llm.tokenize(PROMPT)
     logits = llm.logits(ids)[-1]
     choice = [7, 19, 40, 41, 200, 299]
     first = choice[int(np.argmax(logits[choice]))]
@@ -113,7 +113,7 @@ def test_verify_steps_mask_every_drafted_position(text_model_dir, llm):
 
 
 def test_truncate_prompt_tokens_keeps_the_last_ones(llm):
-    ids = llm.encode(PROMPT)
+    ids = llm.tokenize(PROMPT)
     kept = llm.generate(ids, greedy(8, truncate_prompt_tokens=6))[0]
     assert kept.outputs[0].token_ids == llm.generate(ids[-6:], greedy(8))[0].outputs[0].token_ids
     long = ids * 20  # past the context: -1 keeps what fits beside max_tokens

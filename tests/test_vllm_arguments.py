@@ -118,7 +118,7 @@ def test_vllms_call_names_and_output_fields(text_model_dir):
     continue_final_message: vLLM's names for what LLM does."""
     llm = LLM(text_model_dir, **ENGINE)
     params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, logprobs=2)
-    ids = llm.encode("def add")
+    ids = llm.tokenize("def add")
     by_name = llm.generate(prompts=[TokensPrompt(prompt_token_ids=ids), TextPrompt(prompt="def add")],
                            sampling_params=params)
     out = by_name[0].outputs[0]

@@ -61,12 +61,19 @@ def test_get_tokenizer(llm, checkpoint_dir):
         LLM(checkpoint_dir("llama3"), dtype="float32", max_seq_len=64).get_tokenizer()
 
 
+def test_tokenize_gives_ids_and_encode_is_pooling_only(llm):
+    """`tokenize` is a prompt's ids; `encode` is vLLM's pooling call, refused on a generating LLM by name."""
+    assert llm.tokenize("def add") == llm.get_tokenizer().encode("def add") and llm.tokenize([5, 6]) == [5, 6]
+    with pytest.raises(ValueError, match="LLM.encode pools hidden states .* runner='generate' .* llm.tokenize"):
+        llm.encode(["def add"], pooling_task="embed")
+
+
 def _text(llm, token: int) -> str:
     return llm.tokenizer.decode([token], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
 def test_logprobs_are_vllm_logprob_objects_with_ranks_and_text(llm):
-    prompt = llm.encode("def add(a, b):")
+    prompt = llm.tokenize("def add(a, b):")
     params = SamplingParams(max_tokens=6, temperature=1.0, seed=3, ignore_eos=True, logprobs=3, prompt_logprobs=2)
     out = llm.generate([prompt], params)[0]
     ids, ranks = out.token_ids, []

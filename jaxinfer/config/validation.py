@@ -86,7 +86,7 @@ def token_ids(value: Any, field: str, vocab_size: int | None = None) -> list[int
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise TypeError(
             f"{field} must be a list of int token ids, got {_show(value)} ({type(value).__name__})"
-            + ("; encode text with llm.encode(text) first" if isinstance(value, (str, bytes)) else "")
+            + ("; encode text with llm.tokenize(text) first" if isinstance(value, (str, bytes)) else "")
         )
     limit = INT32_LIMIT if vocab_size is None else vocab_size
     if all(type(t) is int for t in value):  # plain ints (no bools): no per-id call and message built

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from jaxinfer.sampling.logprob import Logprob
 
 
@@ -112,6 +114,24 @@ class EmbeddingRequestOutput:
 
     request_id: str
     outputs: EmbeddingOutput
+    prompt_token_ids: list[int]
+    finished: bool = True
+
+
+@dataclasses.dataclass
+class PoolingOutput:
+    """A prompt's pooled vector as `LLM.encode` returns it (vLLM's PoolingOutput; a NumPy array, not a torch
+    tensor): an embedding, or a classifier's probabilities (its logits with use_activation=False)."""
+
+    data: np.ndarray
+
+
+@dataclasses.dataclass
+class PoolingRequestOutput:
+    """What `LLM.encode` returns per prompt (vLLM's PoolingRequestOutput)."""
+
+    request_id: str
+    outputs: PoolingOutput
     prompt_token_ids: list[int]
     finished: bool = True
 

@@ -379,8 +379,9 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
             self.engine.runner.executables,
         )
 
-    def encode(self, prompt: Prompt) -> list[int]:
-        """Token ids of a prompt (strings go through the model's tokenizer)."""
+    def tokenize(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt (strings go through the model's tokenizer; ids and TokensPrompts are checked
+        against the vocabulary). `encode` is vLLM's pooling call (entrypoints/llm_pooling)."""
         return encode(prompt, self.tokenizer, self.model_dir, self.config.vocab_size)
 
     def _check_generating(self, what: str) -> None:

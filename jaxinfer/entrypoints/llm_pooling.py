@@ -1,5 +1,5 @@
-"""`LLM`'s pooling calls (vLLM's `embed`, `classify`, `score`): one vector or score per prompt, from the
-final hidden states pooled beside the engine's steps (runtime/embeddings), not from generated tokens."""
+"""`LLM`'s pooling calls (vLLM's `encode`, `embed`, `classify`, `score`): one vector or score per prompt, from
+the final hidden states pooled beside the engine's steps (runtime/embeddings), not from generated tokens."""
 
 from __future__ import annotations
 
@@ -7,9 +7,15 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from jaxinfer.engine.outputs import ClassificationRequestOutput, EmbeddingRequestOutput, ScoringRequestOutput
+from jaxinfer.config.pooling_params import PoolingParams, check_task
+from jaxinfer.engine.outputs import (
+    ClassificationRequestOutput,
+    EmbeddingRequestOutput,
+    PoolingRequestOutput,
+    ScoringRequestOutput,
+)
 from jaxinfer.entrypoints.call_arguments import Prompt, progress_bar
-from jaxinfer.entrypoints.pooling import embed_settings, embedding_outputs
+from jaxinfer.entrypoints.pooling import embed_settings, embedding_outputs, pooling_outputs
 from jaxinfer.entrypoints.scoring import (
     check_cross_encoder,
     classification_outputs,
@@ -31,6 +37,30 @@ if TYPE_CHECKING:
 class PoolingCalls:
     """The pooling calls of `LLM` (mixed into it: `self` is the LLM)."""
 
+    def encode(
+        self: LLM, prompts: Prompt | Sequence[Prompt], pooling_params: PoolingParams | None = None, *,
+        use_tqdm: bool = False, pooling_task: str | None = None,
+    ) -> list[PoolingRequestOutput]:
+        """Each prompt's pooled vector, in order (vLLM's `LLM.encode`, whose pooling_task is required too):
+        "embed" as `embed` gives it, "classify" a classifier's probabilities (its logits with
+        `PoolingParams(use_activation=False)`). Token ids of a prompt: `tokenize`."""
+        task = check_task(pooling_task)
+        if self.runner_type != "pooling":
+            raise ValueError(f"LLM.encode pools hidden states (vLLM's), and this LLM was started with "
+                             f"runner={self.runner_type!r} to generate; start it with runner='pooling', or take "
+                             "a prompt's token ids with llm.tokenize(prompt)")
+        params = PoolingParams() if pooling_params is None else pooling_params
+        if not isinstance(params, PoolingParams):
+            raise ValueError(f"pooling_params must be a PoolingParams or None, got {type(params).__name__}")
+        if task == "embed":
+            return pooling_outputs(*self._embedded(prompts, None, params.normalize, params.dimensions, use_tqdm))
+        if self.classifier is None:
+            raise ValueError(f"pooling_task 'classify' needs a *ForSequenceClassification checkpoint; "
+                             f"{self.model_dir} has no classifier head (pooling_task 'embed' pools it)")
+        all_ids = self._checked_ids(prompts, 0)
+        logits = self._classifier_logits(all_ids, use_tqdm)
+        return pooling_outputs(logits if params.use_activation is False else probabilities(logits), all_ids)
+
     def embed(
         self: LLM, prompts: Prompt | Sequence[Prompt], pooling: str | None = None, normalize: bool | None = None,
         dimensions: int | None = None, use_tqdm: bool = False,
@@ -41,11 +71,18 @@ class PoolingCalls:
         pooler_config, a sentence-transformers directory's modules, else "last" and normalized).
         dimensions: a Matryoshka model's vectors cut to that length, then normalized (vLLM's `dimensions`).
         Prompts run in padded batches beside the engine's steps (runtime/embeddings)."""
+        return embedding_outputs(*self._embedded(prompts, pooling, normalize, dimensions, use_tqdm))
+
+    def _embedded(
+        self: LLM, prompts: Prompt | Sequence[Prompt], pooling: str | None, normalize: bool | None,
+        dimensions: int | None, use_tqdm: bool,
+    ) -> tuple[np.ndarray, list[list[int]]]:
+        """`embed`'s vectors [prompts, D] and each prompt's ids."""
         pooling, normalize, dimensions = embed_settings(self.pooler, pooling, normalize, dimensions)
         all_ids = self._checked_ids(prompts, 0)
         with progress_bar(use_tqdm, len(all_ids), "Embedded prompts", "req") as bar:
             vectors = self.engine.runner.embed(all_ids, pooling, bar.update)
-        return embedding_outputs(finish_embeddings(vectors, dimensions, normalize), all_ids)
+        return finish_embeddings(vectors, dimensions, normalize), all_ids
 
     def classify(self: LLM, prompts: Prompt | Sequence[Prompt], use_tqdm: bool = False) -> list[ClassificationRequestOutput]:
         """Each prompt's probability of each label, in order (vLLM's `LLM.classify`): a

@@ -25,7 +25,7 @@ class SessionCalls:
         later LLM on the same weights, dtype and cache settings: prompts that start with it then skip
         its prefill (a long document or system prompt, a conversation to resume)."""
         self._check_generating("LLM.save_session (a prefill)")
-        token_ids = self.encode(prompt)
+        token_ids = self.tokenize(prompt)
         check_prompt(token_ids, 1, self.config.vocab_size, self.max_seq_len)
         sessions.check_engine(self.engine)
         self._engine_generate([token_ids], [SamplingParams(max_tokens=1, temperature=0)])  # cached pages: no work

@@ -22,7 +22,7 @@ from jaxinfer.config import validation
 from jaxinfer.config.engine import EngineConfig
 from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.config.pooler import Pooler, check_pooling
-from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput
+from jaxinfer.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput, PoolingOutput, PoolingRequestOutput
 from jaxinfer.models.base_models import pools_only
 from jaxinfer.models.encoder_config import is_encoder
 
@@ -76,6 +76,12 @@ def embed_settings(pooler: Pooler, pooling: Any, normalize: Any, dimensions: Any
     pooling = pooler.pooling if pooling is None else check_pooling(pooling)
     normalize = pooler.normalize if normalize is None else validation.boolean(normalize, "normalize")
     return pooling, normalize, pooler.check_dimensions(dimensions)
+
+
+def pooling_outputs(rows: np.ndarray, all_ids: list[list[int]]) -> list[PoolingRequestOutput]:
+    """vLLM's outputs of `LLM.encode`, one float32 vector per prompt in order."""
+    return [PoolingRequestOutput(str(i), PoolingOutput(np.asarray(row, np.float32)), ids)
+            for i, (row, ids) in enumerate(zip(rows, all_ids))]
 
 
 def embedding_outputs(vectors: np.ndarray, all_ids: list[list[int]]) -> list[EmbeddingRequestOutput]:

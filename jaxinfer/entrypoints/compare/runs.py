@@ -152,7 +152,7 @@ def run_llm(config: Configuration, workload: Workload, side: int, forced: tuple[
         if workload.sample_prompts:
             prompts = [p for p in workload.sampled for _ in range(workload.samples)]
             sampled = sampled_tokens(run_requests(llm, prompts, sample_params(workload, side))[0], workload)
-        texts, held = forced or forced_texts_of(llm.encode, workload, prompt_ids, greedy)
+        texts, held = forced or forced_texts_of(llm.tokenize, workload, prompt_ids, greedy)
         logprobs = forced_logprobs(llm.logits, texts)
         return Run(config.label, config.describe(), str(llm.model_dir), jnp.dtype(llm.dtype).name, prompt_ids, greedy, sampled,
                    texts, logprobs, held, cost)
