@@ -588,6 +588,15 @@ ARCH_CONFIGS["hyperclovax"] = (
 # layers; tied head (the default)
 ARCH_CONFIGS["youtu"] = (hf.YoutuConfig, dict(num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=24,
                                               qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=24, pad_token_id=0))
+# Kolibri-1: GLM-4's sandwich norms; layer 0 slides over 8 tokens with rope, layer 1 attends to all without (EXAONE
+# 4.0's attention, per-head q/k norms); 2 of 4 experts chosen by their logits plus a bias (set by make_hf_model's
+# noise), weighted by their sigmoids and renormalised, beside a 48-wide shared expert
+ARCH_CONFIGS["kolibri1"] = (
+    hf.Kolibri1Config,
+    dict(head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"], num_experts=4,
+         num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
+         pad_token_id=0),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -695,6 +704,7 @@ MODEL_CLASSES = {
     hf.Jais2Config: hf.Jais2ForCausalLM,
     hf.HyperCLOVAXConfig: hf.HyperCLOVAXForCausalLM,
     hf.YoutuConfig: hf.YoutuForCausalLM,
+    hf.Kolibri1Config: hf.Kolibri1ForCausalLM,
 }
 
 

@@ -169,6 +169,27 @@ def test_youtu_fields_read_as_transformers_reads_them(fields):
         ref.bos_token_id, (ref.eos_token_id,), ref.max_position_embeddings, ref.rms_norm_eps)
 
 
+KOLIBRI1 = {key: value for key, value in BASE.items() if key != "intermediate_size"}  # it has no dense MLP
+
+
+@pytest.mark.parametrize("fields", [
+    {},  # Kolibri1Config's defaults: every fifth layer full (NoPE), the others over 513 tokens; 384 experts, 6 each
+    dict(sliding_window=None, layer_types=["full_attention"] * 5, num_experts=8, num_experts_per_tok=2,
+         norm_topk_prob=True, moe_intermediate_size=32, shared_expert_intermediate_size=48, head_dim=16),
+])
+def test_kolibri1_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**KOLIBRI1, **fields, "architectures": ["Kolibri1ForCausalLM"]})
+    ref = hf.Kolibri1Config(**KOLIBRI1, **fields)
+    _check_common(cfg, ref)
+    assert cfg.layer_windows == tuple(ref.sliding_window if t == "sliding_attention" else 0 for t in ref.layer_types)
+    rotates = [ref.sliding_window is None or t == "sliding_attention" for t in ref.layer_types]  # Kolibri1Attention's
+    assert cfg.nope_layers == tuple(i for i, r in enumerate(rotates) if not r)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.norm_topk_prob) == (
+        ref.num_experts, ref.num_experts_per_tok, ref.moe_intermediate_size, ref.norm_topk_prob)
+    assert (cfg.shared_expert_intermediate_size, cfg.dense_layers, cfg.qk_norm, cfg.qkv_bias) == (
+        ref.shared_expert_intermediate_size, (), True, False)
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -198,6 +219,11 @@ def test_youtu_fields_read_as_transformers_reads_them(fields):
     ("HyperCLOVAXForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for HyperCLOVAXForCausalLM"),
     ("YoutuForCausalLM", dict(attention_bias=True), "attention_bias=True is not supported for YoutuForCausalLM"),
     ("YoutuForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for YoutuForCausalLM"),
+    ("Kolibri1ForCausalLM", dict(shared_expert_intermediate_size=0),
+     "shared_expert_intermediate_size 0 is not supported for Kolibri1ForCausalLM"),
+    ("Kolibri1ForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=None),
+     "sliding layers but sliding_window is null for Kolibri1ForCausalLM"),
+    ("Kolibri1ForCausalLM", dict(num_experts=4, num_experts_per_tok=6), "num_experts_per_tok 6 must be between 1"),
     ("MellumForCausalLM", dict(rope_parameters={"sliding_attention": dict(rope_type="linear", factor=2.0)}),
      "sliding layers' rope .* is not supported"),
 ])
