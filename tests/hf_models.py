@@ -597,6 +597,9 @@ ARCH_CONFIGS["kolibri1"] = (
          num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
          pad_token_id=0),
 )
+# CodeGen: GPT-J's model (8 of each 16-dim head's dims rotated in pairs) with q, v, k fused in 4 shards
+# (hidden 128, 8 heads: two heads a shard, so a misread shard layout shows)
+ARCH_CONFIGS["codegen"] = (hf.CodeGenConfig, dict(hidden_size=128, num_attention_heads=8, rotary_dim=8, n_inner=128))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -705,6 +708,7 @@ MODEL_CLASSES = {
     hf.HyperCLOVAXConfig: hf.HyperCLOVAXForCausalLM,
     hf.YoutuConfig: hf.YoutuForCausalLM,
     hf.Kolibri1Config: hf.Kolibri1ForCausalLM,
+    hf.CodeGenConfig: hf.CodeGenForCausalLM,
 }
 
 

@@ -130,3 +130,26 @@ def test_gpt_neo_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_gpt_neo_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**GPT_NEO, **fields})
+
+
+CODEGEN = {"vocab_size": 8, "n_embd": 512, "n_layer": 2, "n_head": 4, "architectures": ["CodeGenForCausalLM"]}
+
+
+def test_codegen_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg = from_hf_config(CODEGEN)
+    ref = hf.CodeGenConfig(**{k: v for k, v in CODEGEN.items() if k != "architectures"})
+    assert (cfg.rotary_dim, cfg.intermediate_size, cfg.max_position_embeddings) == (ref.rotary_dim, 4 * 512,
+                                                                                    ref.n_positions)
+    assert (cfg.tie_word_embeddings, cfg.rms_norm_eps, cfg.bos_token_id) == (
+        ref.tie_word_embeddings, ref.layer_norm_epsilon, ref.bos_token_id)
+    assert cfg.rope_interleaved and cfg.parallel_residual and cfg.lm_head_bias and cfg.activation == "gelu_tanh"
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(n_head=6, n_embd=384), "n_head 6 is not supported for CodeGenForCausalLM: .* a multiple of 4"),
+    (dict(n_head=2, n_embd=256), "n_head 2 is not supported"),
+    (dict(rotary_dim=7), "rotary_dim 7 is not supported for CodeGenForCausalLM"),
+])
+def test_codegen_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**CODEGEN, **fields})
