@@ -22,6 +22,7 @@ from PIL import Image
 from jaxinfer import LLM, SamplingParams, from_hf_config
 from jaxinfer.checkpoint.loader import load_hf_weights
 from jaxinfer.config.qwen4_exp import ngram_tables
+from jaxinfer.models.decoder import forward_with_taps
 from jaxinfer.models.ngram_hash import ngram_rows, sequence_context
 
 LAYER_TYPES = ["linear_attention", "indexed_attention"] * 2
@@ -168,3 +169,10 @@ def test_conditional_generation_reads_its_language_model_text_only(saved, tmp_pa
     image = {"prompt_token_ids": [5, 6, 7], "multi_modal_data": {"image": Image.new("RGB", (8, 8))}}
     with pytest.raises(ValueError, match="this model takes no images"):
         llm.generate(image, SamplingParams(max_tokens=2))
+
+
+def test_hidden_state_taps_are_refused_by_name():
+    """EAGLE-3 heads and MTP drafts read one residual stream; Qwen4-Exp's layers hand each other several."""
+    cfg = from_hf_config({**CONFIG, "architectures": ["Qwen4ExpForCausalLM"]})
+    with pytest.raises(ValueError, match="hidden-state taps .* not supported for Qwen4ExpForCausalLM"):
+        forward_with_taps(None, None, None, None, cfg, (0,))

@@ -113,7 +113,7 @@ def forward_with_taps(
     override: rows replacing some tokens' embeddings (a vision-language model's image features), and rows added
     to their hidden states after the first layers (Qwen3-VL's DeepStack); streams
     [3, B, T]: M-RoPE's rotary positions where they differ from `positions` (Qwen2-VL's image tokens)."""
-    if taps and cfg.hyper_connections is not None:
+    if taps and (cfg.hyper_connections is not None or cfg.qwen4_exp is not None):  # Qwen4-Exp's: gated_residual
         raise ValueError(f"hidden-state taps (EAGLE-3 heads, MTP drafts) are not supported for {cfg.architecture}: "
                          "its residual is several hyper-connection streams, not the one stream a head reads")
     x = override_embeddings(embed_tokens(weights, tokens, cfg), override)
