@@ -12,8 +12,11 @@ import pytest
 import transformers
 
 from jaxinfer import ConfigError, from_hf_config
+from jaxinfer.checkpoint.loader import load_hf_weights
 from jaxinfer.models.grouped_matmul import expert_mlp, tile_rows, tiled_expert_mlp
 from jaxinfer.models.moe import route
+from jaxinfer.models.registry import load_config
+from jaxinfer.models.weight_ops import narrow_experts, widen_experts
 from jaxinfer.parallel.sharding import check_experts
 
 E, D, F = 6, 16, 8
@@ -154,3 +157,14 @@ def test_expert_parallel_sizes_are_checked():
         check_experts(8, 3)
     with pytest.raises(ValueError, match="expert_parallel_size=2 needs a mixture-of-experts model"):
         check_experts(0, 2)
+
+
+def test_experts_narrow_back_by_a_layer_with_output_norms_only(checkpoint_dir):
+    """FlexOlmo's MoE layers norm after their sublayers (no attn_norm): experts widened to float32 for the CPU come
+    back in bfloat16 by its output norm's dtype, as save_converted's unpack_for_cpu narrows them."""
+    path = checkpoint_dir("flex_olmo")
+    weights = load_hf_weights(path, load_config(path), jnp.bfloat16, progress=False)
+    widened = widen_experts(weights)
+    assert widened.layers[0].moe_gate.dtype == jnp.float32
+    narrowed = narrow_experts(widened)
+    assert {getattr(lw, name).dtype for lw in narrowed.layers for name in type(lw).EXPERTS} == {jnp.dtype("bfloat16")}

@@ -222,7 +222,8 @@ def narrow_experts(weights: Weights) -> Weights:
     def narrow(lw: Any) -> Any:
         if not _expert_fields(lw):  # no experts (and maybe no attn_norm: OLMo 2 norms after its sublayers)
             return lw
-        dtype = lw.attn_norm.dtype
+        # the input norm's, or FlexOlmo's output norm's: it norms after its sublayers, as OLMo 2
+        dtype = (lw.post_attn_norm if getattr(lw, "attn_norm", None) is None else lw.attn_norm).dtype
         experts = {name: getattr(lw, name) for name in _expert_fields(lw)}
         return dataclasses.replace(lw, **{name: w.astype(dtype) for name, w in experts.items()
                                           if not isinstance(w, QuantizedExperts) and w.dtype != dtype})
