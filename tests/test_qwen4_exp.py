@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 from hf_models import hf
 from PIL import Image
@@ -176,3 +177,25 @@ def test_hidden_state_taps_are_refused_by_name():
     cfg = from_hf_config({**CONFIG, "architectures": ["Qwen4ExpForCausalLM"]})
     with pytest.raises(ValueError, match="hidden-state taps .* not supported for Qwen4ExpForCausalLM"):
         forward_with_taps(None, None, None, None, cfg, (0,))
+
+
+def test_fused_experts_and_sharded_tables_as_a_state_dict_holds_them(saved, tmp_path):
+    """A checkpoint written from the model's state dict (each layer's experts fused, gate_up_proj [E, 2F, D] and
+    down_proj [E, D, F]; the n-gram tables cut in split_ngram_parts shards as Qwen stores them) loads leaf for leaf
+    as transformers' save_pretrained output does."""
+    model, path = saved
+    config = model.config
+    config.save_pretrained(tmp_path)
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if name.endswith("ngram_embedding.weight"):
+            for part, shard in enumerate(tensor.chunk(config.split_ngram_parts)):
+                state[name.replace(".weight", f".shard_{part}.weight")] = shard.contiguous()
+        else:
+            state[name] = tensor.contiguous()
+    assert "model.layers.0.mlp.experts.gate_up_proj" in state
+    safetensors.torch.save_file(state, tmp_path / "model.safetensors")
+    cfg = from_hf_config(config.to_dict())
+    fused = load_hf_weights(tmp_path, cfg, np.float32, progress=False)
+    per_expert = load_hf_weights(path, cfg, np.float32, progress=False)
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(per_expert), jax.tree.leaves(fused)))

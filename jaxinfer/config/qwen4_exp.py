@@ -48,6 +48,7 @@ class Qwen4ExpFields:
     indexer_dim: int  # indexer_head_dim
     indexer_budget: int  # indexer_budget: tokens of whole blocks each query may keep
     indexer_block: int  # indexer_compress_ratio: tokens averaged into one scored block key
+    fused_experts: bool = False  # the checkpoint stores each layer's experts fused (gate_up_proj, down_proj)
 
     @property
     def ngram_heads(self) -> int:

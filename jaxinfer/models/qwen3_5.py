@@ -149,10 +149,13 @@ def moe_hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
 
 def experts_as_stored(cfg: ModelConfig, names: Collection[str]) -> ModelConfig:
     """`cfg` reading a Qwen3.5-MoE checkpoint's experts as its stored `names` hold them: fused (the hub's) or one
-    tensor per expert (transformers' save_pretrained, either class); any other config unchanged."""
+    tensor per expert (transformers' save_pretrained, either class); Qwen4-Exp's (its layers Qwen3.5-MoE's) by
+    `Qwen4ExpFields.fused_experts`; any other config unchanged."""
+    fused = any(name.endswith(FUSED_SUFFIX) for name in names)
+    if cfg.qwen4_exp is not None:
+        return dataclasses.replace(cfg, qwen4_exp=dataclasses.replace(cfg.qwen4_exp, fused_experts=fused))
     if cfg.architecture not in MOE_ARCHITECTURES:
         return cfg
-    fused = any(name.endswith(FUSED_SUFFIX) for name in names)
     return dataclasses.replace(cfg, architecture=FUSED if fused else PER_EXPERT)
 
 

@@ -43,7 +43,7 @@ from jaxinfer.models.mixtral import moe_fields
 from jaxinfer.models.moe import moe_block
 from jaxinfer.models.ngram_embedding import add_ngram_embedding, ngram_hf_leaves, ngram_leaves
 from jaxinfer.models.qsa_attention import qsa_attention
-from jaxinfer.models.qwen3_5 import MoEDeltaNetLayer, abstract_moe_layer, moe_hf_leaves
+from jaxinfer.models.qwen3_5 import MoEDeltaNetLayer, abstract_moe_layer, fused_experts_hf_leaves, moe_hf_leaves
 from jaxinfer.models.qwen3_next import GatedAttentionLayer, hybrid_fields, shared_expert_width
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.shared_expert import shared_expert
@@ -118,13 +118,15 @@ def abstract_layer(cfg: ModelConfig, layer: int) -> QsaLayer | DeltaNetStreamsLa
 
 
 def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
-    """Qwen3.5-MoE's names (experts one tensor each, as transformers saves them), the gates' and the indexer's."""
+    """Qwen3.5-MoE's names (the experts one tensor each, as transformers saves them, or fused where the checkpoint
+    stores them so: `qwen3_5.experts_as_stored`), the gates' and the indexer's."""
     fields, D, I = cfg.qwen4_exp, cfg.hidden_size, cfg.qwen4_exp.indexer_dim
     gate = lambda prefix, module, writes=True: stream_gate_hf_leaves(  # noqa: E731
         prefix, module, fields.streams, D, fields.stream_rank, writes)
     indexer = LAYER + "self_attn.indexer."
+    experts = fused_experts_hf_leaves(cfg, LAYER + "mlp.experts.") if fields.fused_experts else {}
     return {
-        **moe_hf_leaves(cfg),
+        **moe_hf_leaves(cfg), **experts,
         **gate("attn_hc", LAYER + "attn_hyper_connection."), **gate("mlp_hc", LAYER + "mlp_hyper_connection."),
         **gate("out_hc", "model.hyper_connection_mixer.", False),
         "index_qk": HFLeaf(indexer + "index_qk_proj.weight", "transpose", ((fields.indexer_heads + 1) * I, D)),
