@@ -34,6 +34,7 @@ def test_masks_follow_the_rules():
     assert allowed(rule.row(), 70) == set(range(70)) - {5}
     only = TokenFilter(70, [3, 5, 31], words)
     assert allowed(only.row(), 70) == {3, 31}
+    assert TokenFilter(70, [3, 5], [(5,)]).static and not only.static  # one mask for every position, or not
 
 
 def test_bad_words_are_tokenized_as_written_and_after_a_space(text_model_dir):
@@ -64,6 +65,26 @@ def test_allowed_token_ids_pick_the_models_best_of_them(llm):
     assert plain[0] == int(np.argmax(logits)) and not set(plain) <= set(choice)  # the row beside it is free
     sampled = llm.generate(ids, SamplingParams(max_tokens=16, temperature=1.5, seed=3, allowed_token_ids=choice))
     assert set(sampled[0].outputs[0].token_ids) <= set(choice)
+
+
+def device_calls(llm: LLM, params: SamplingParams) -> tuple[list[int], int]:
+    """The greedy tokens of PROMPT under params, and the engine's device calls for them."""
+    before = llm.metrics()["engine_steps"]
+    tokens = llm.generate(PROMPT, params)[0].outputs[0].token_ids
+    return tokens, llm.metrics()["engine_steps"] - before
+
+
+def test_a_fixed_mask_decodes_several_steps_a_call_and_a_changing_one_one(llm):
+    """allowed_token_ids hold one mask for every step: a call runs decode_steps (4) of them; a bad word of
+    two tokens changes the mask with each token: one step a call. The tokens are those one-step calls give
+    (chained calls, started before the call ahead lands, carry the mask too)."""
+    choice = word_tokens(llm)
+    steady, steady_calls = device_calls(llm, greedy(16, allowed_token_ids=choice))
+    word, banned, _ = _written_word(llm, steady)
+    stepped, stepped_calls = device_calls(llm, greedy(16, allowed_token_ids=choice, bad_words=[word]))
+    assert any(len(w) > 1 for w in banned) and steady_calls <= 7 and stepped_calls >= 15  # 16 tokens: 4 or 15 calls
+    one_step = LLM(llm.model_dir, **{**ENGINE, "decode_steps": 1, "async_scheduling": False})  # a mask per token
+    assert one_step.generate(PROMPT, greedy(16, allowed_token_ids=choice))[0].outputs[0].token_ids == steady
 
 
 def _contains(tokens: list[int], word: tuple[int, ...]) -> bool:

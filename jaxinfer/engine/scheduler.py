@@ -130,7 +130,7 @@ class Scheduler:
         ahead = flight.num_steps if ahead is None else ahead
         if not (flight.all_decode and self._steady() and self._only_running(requests)):
             return None
-        if any(r.grammar is not None for r in requests) or all(r.max_total - r.num_tokens <= ahead for r in requests):
+        if any(masked_per_token(r) for r in requests) or all(r.max_total - r.num_tokens <= ahead for r in requests):
             return None
         rows = [Row(r, r.num_tokens - 1 + ahead, 1) for r in requests]
         steps = self._decode_steps(rows)
@@ -158,10 +158,11 @@ class Scheduler:
         self.stream_steps = max(1, min(self.config.decode_steps, int(STREAM_BURST_SECONDS / step)))
 
     def _decode_steps(self, decodes: list[Row]) -> int:
-        """Decode steps the call may run: one when a row is constrained (a structured-output mask is
-        made for one token), at most stream_interval (None: stream_steps) when someone watches a
+        """Decode steps the call may run: one when a row's mask changes with each token (a structured-output
+        constraint's or multi-token bad words': the host makes it for one token; allowed_token_ids and one-token
+        bad words hold one mask for every step), at most stream_interval (None: stream_steps) when someone watches a
         row's tokens arrive (a stream gets them in bursts of a call's steps), else decode_steps."""
-        if any(row.request.grammar is not None for row in decodes):
+        if any(masked_per_token(row.request) for row in decodes):
             return 1
         if any(row.request.streamed for row in decodes):
             interval = self.config.stream_interval or self.stream_steps
@@ -310,6 +311,11 @@ class Scheduler:
         if request.adapter_slot >= 0:
             self.adapters.release(request.adapter_slot)
             request.adapter_slot = -1
+
+
+def masked_per_token(request: Request) -> bool:
+    """True when the request's token mask changes with each token it generates (`RequestGrammar.per_token`)."""
+    return request.grammar is not None and request.grammar.per_token
 
 
 def pages_to_reserve(requests: list[Request], lookahead: int, blocks: BlockManager) -> int:

@@ -74,6 +74,8 @@ class StepCalls:
         if schedule is None:
             return set()
         host = (self._chained_verify(schedule) if verify else None) or build_chained_step(schedule, config)
+        # Rows whose mask is fixed (allowed_token_ids) chain too: every carried row samples.
+        host.bitmask = self.structured.bitmask_for(landed_rows(schedule), host)
         clock.lap("build")
         try:
             self.move_pages()
@@ -205,7 +207,7 @@ class StepCalls:
     def _build(self, schedule: Schedule) -> HostStep:
         """The step's arrays, with the structured-output masks of its constrained rows."""
         host = self._build_step(schedule)
-        host.bitmask = self.structured.bitmask_for(schedule, host)
+        host.bitmask = self.structured.bitmask_for(landed_rows(schedule), host)
         return host
 
     def _build_step(self, schedule: Schedule) -> HostStep:

@@ -31,6 +31,12 @@ class RequestGrammar:
             self.token_filter.accept(token)
 
     @property
+    def per_token(self) -> bool:
+        """True when the mask changes with each generated token (a matcher, or bad words of several
+        tokens): such a row decodes one step per device call, since the host makes each mask."""
+        return self.matcher is not None or not self.token_filter.static
+
+    @property
     def stopped(self) -> bool:
         """True when the constraint is complete and nothing may follow (the request then stops)."""
         return self.matcher is not None and bool(self.matcher.is_stopped())

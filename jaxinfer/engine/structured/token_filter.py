@@ -56,6 +56,12 @@ class TokenFilter:
         self.lengths = sorted({len(prefix) for prefix in self.endings})
         self.tail: list[int] = []  # the output's last tokens, as many as the longest leading part
 
+    @property
+    def static(self) -> bool:
+        """True when every position's mask is the same (allowed ids and one-token bad words only), so a
+        call of several decode steps may apply one mask to all of them."""
+        return not self.endings
+
     def accept(self, token: int) -> None:
         if self.lengths:
             self.tail = (self.tail + [token])[-self.lengths[-1]:]
