@@ -600,6 +600,14 @@ ARCH_CONFIGS["kolibri1"] = (
 # CodeGen: GPT-J's model (8 of each 16-dim head's dims rotated in pairs) with q, v, k fused in 4 shards
 # (hidden 128, 8 heads: two heads a shard, so a misread shard layout shows)
 ARCH_CONFIGS["codegen"] = (hf.CodeGenConfig, dict(hidden_size=128, num_attention_heads=8, rotary_dim=8, n_inner=128))
+# Flint: layer 0 dense and sliding over 8 tokens (rotated), layer 1 full without rope, layer 2 sliding; both MoE
+# layers 2 of 4 experts by sigmoid score, renormalised, beside a gated shared expert of 48; q/k norms; a sink per head
+ARCH_CONFIGS["flint"] = (
+    hf.FlintConfig,
+    dict(num_hidden_layers=3, head_dim=16, sliding_window=8, num_experts=4, num_experts_per_tok=2,
+         moe_intermediate_size=32, shared_expert_intermediate_size=48, mlp_only_layers=[0], pad_token_id=0,
+         layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -709,6 +717,7 @@ MODEL_CLASSES = {
     hf.YoutuConfig: hf.YoutuForCausalLM,
     hf.Kolibri1Config: hf.Kolibri1ForCausalLM,
     hf.CodeGenConfig: hf.CodeGenForCausalLM,
+    hf.FlintConfig: hf.FlintForCausalLM,
 }
 
 

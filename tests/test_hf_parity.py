@@ -167,6 +167,7 @@ LOGITS_ONLY += ("hy_v4",)
 # Kolibri-1: GLM-4.5's MoE layer and shared experts (glm4_moe's) in GLM-4's sandwich (glm4's) under EXAONE 4.0's
 # attention (exaone4's), routed by its own biased top-k: what it changes shows in its float32 logits.
 LOGITS_ONLY += ("kolibri1",)
+LOGITS_ONLY += ("flint",)  # GLM-4.5's layer (glm4_moe's) with MiMo-V2-Flash's sinks and NoPE full layers
 LOGITS_ONLY += ("codegen",)  # GPT-J's model (gptj's) under another q/k/v layout, read at load: shown by its logits
 
 

@@ -153,3 +153,30 @@ def test_codegen_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_codegen_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**CODEGEN, **fields})
+
+
+FLINT = {**TINY, "architectures": ["FlintForCausalLM"], "num_hidden_layers": 9}
+
+
+def test_flint_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg, ref = from_hf_config(FLINT), hf.FlintConfig(**{**TINY, "num_hidden_layers": 9})
+    full = tuple(i for i, kind in enumerate(ref.layer_types) if kind == "full_attention")
+    assert cfg.nope_layers == full == (0, 1, 5, 8)
+    assert cfg.layer_windows == tuple(0 if i in full else ref.sliding_window for i in range(9))
+    assert cfg.dense_layers == tuple(ref.mlp_only_layers) == (0, 1)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size) == (
+        ref.num_experts, ref.num_experts_per_tok, ref.moe_intermediate_size, ref.shared_expert_intermediate_size)
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.norm_topk_prob, cfg.tie_word_embeddings) == (
+        ref.num_key_value_heads, ref.head_dim, ref.norm_topk_prob, ref.tie_word_embeddings)
+    assert cfg.qk_norm and cfg.norm_scale_first and cfg.rope_theta == ref.rope_parameters["rope_theta"]
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(layer_types=["chunked_attention"] * 9), "layer_types .* must give one of"),
+    (dict(sliding_window=0), "sliding_window 0 must be >= 1"),
+    (dict(num_experts_per_tok=300), "num_experts_per_tok 300 must be in \\[1, num_experts \\(256\\)\\]"),
+    (dict(decoder_sparse_step=0), "decoder_sparse_step 0 must be >= 1"),
+])
+def test_flint_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**FLINT, **fields})

@@ -36,6 +36,7 @@ from jaxinfer.models.falcon import FAMILY as FALCON
 from jaxinfer.models.falcon_h1 import FAMILY as FALCON_H1
 from jaxinfer.models.family import Family
 from jaxinfer.models.flex_olmo import FAMILY as FLEX_OLMO
+from jaxinfer.models.flint import FAMILY as FLINT
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.gemma3n import FAMILY as GEMMA3N
 from jaxinfer.models.gemma4 import FAMILY as GEMMA4
@@ -126,7 +127,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE,
                                 FLEX_OLMO, MELLUM, NANOCHAT,
                                 GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
-                                KOLIBRI1, CODEGEN)
+                                KOLIBRI1, CODEGEN,
+                                FLINT)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
