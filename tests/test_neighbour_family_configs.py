@@ -204,6 +204,7 @@ def test_kolibri1_fields_read_as_transformers_reads_them(fields):
     ("FlexOlmoForCausalLM", dict(num_experts=4, num_experts_per_tok=5), "num_experts_per_tok 5 must be between 1"),
     ("FlexOlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
      "not supported for FlexOlmoForCausalLM"),
+    ("FlexOlmoForCausalLM", dict(head_dim=32), "head_dim 32 is not supported for FlexOlmoForCausalLM: its q/k norms"),
     ("MellumForCausalLM", dict(rope_parameters={"full_attention": dict(rope_theta=1e4, partial_rotary_factor=0.5)}),
      "rope_parameters.full_attention.partial_rotary_factor 0.5 is not supported for MellumForCausalLM"),
     ("MellumForCausalLM", dict(rope_parameters=dict(rope_type="default", rope_theta=1e4)),

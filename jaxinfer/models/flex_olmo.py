@@ -15,13 +15,13 @@ from typing import Any, ClassVar, Mapping
 
 import jax
 
-from jaxinfer.config.model import ModelConfig, activation_name, common_fields, uniform_windows
+from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.grouped_matmul import Experts
 from jaxinfer.models.layers import Weight
-from jaxinfer.models.mixtral import moe_fields
 from jaxinfer.models.moe import MoELayerWeights, abstract_moe_layer, experts_hf_leaves, moe_block
 from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.olmoe import moe_config
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, self_attention
 
@@ -90,21 +90,8 @@ def decoder_layer(
 
 
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
-    """ModelConfig of a FlexOlmo HF config."""
-    hf = {**DEFAULTS, **hf}
-    fields = common_fields(hf, arch)
-    bias = bool(hf.get("attention_bias", False))
-    return ModelConfig(
-        **fields,
-        qkv_bias=bias,
-        o_bias=bias,
-        qk_norm=True,
-        qk_norm_whole=True,
-        activation=activation_name(hf.get("hidden_act") or "silu"),
-        layer_windows=uniform_windows(hf, arch, fields["num_layers"], 0),
-        norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
-        **moe_fields(hf, "num_experts", fields["intermediate_size"], experts=7, per_token=5),
-    )
+    """ModelConfig of a FlexOlmo HF config: OLMoE's, with FlexOlmo's defaults."""
+    return moe_config({**DEFAULTS, **hf}, arch, experts=7, per_token=5)
 
 
 FAMILY = Family("flex_olmo", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer)

@@ -41,11 +41,16 @@ def hf_leaves(cfg: ModelConfig) -> dict[str, HFLeaf]:
 
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     """ModelConfig of an OLMoE HF config."""
-    hf = {**DEFAULTS, **hf}
+    return moe_config({**DEFAULTS, **hf}, arch, experts=64, per_token=8)
+
+
+def moe_config(hf: Mapping[str, Any], arch: str, experts: int, per_token: int) -> ModelConfig:
+    """ModelConfig of OLMoE's layer (FlexOlmo's too): one q and one k norm over all heads, routed experts
+    (`experts` and `per_token` the family's defaults)."""
     fields = common_fields(hf, arch)
     if hf.get("clip_qkv") is not None:
         raise ConfigError(f"clip_qkv {hf['clip_qkv']!r} is not supported for {arch}: null only (no clamp of q, k "
-                          "and v; the released OLMoE checkpoints set none)")
+                          "and v; the released checkpoints set none)")
     if fields["head_dim"] * fields["num_heads"] != fields["hidden_size"]:
         raise ConfigError(f"head_dim {fields['head_dim']} is not supported for {arch}: its q/k norms span "
                           f"hidden_size {fields['hidden_size']}, so heads are hidden_size / num_attention_heads "
@@ -60,7 +65,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
         activation=activation_name(hf.get("hidden_act") or "silu"),
         layer_windows=uniform_windows(hf, arch, fields["num_layers"], 0),
         norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
-        **moe_fields(hf, "num_experts", fields["intermediate_size"], experts=64, per_token=8),
+        **moe_fields(hf, "num_experts", fields["intermediate_size"], experts=experts, per_token=per_token),
     )
 
 
