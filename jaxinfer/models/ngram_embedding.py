@@ -25,8 +25,7 @@ from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.gated_residual import grouped_rms_norm
 from jaxinfer.models.layers import linear
 from jaxinfer.models.ngram_hash import ngram_rows, segment_context
-from jaxinfer.models.sparse_latent_attention import CachedRows
-from jaxinfer.models.token_rows import DIGITS, digits_token, layer_rows, read_back, token_digits, write_rows
+from jaxinfer.models.token_rows import DIGITS, TokenRows, digits_token, layer_rows, read_back, token_digits, write_rows
 from jaxinfer.parallel.array_info import ArrayInfo
 
 PLE = "model.layers.{i}.ple."
@@ -58,7 +57,7 @@ def ngram_hf_leaves(fields: Qwen4ExpFields, table: NgramTable, hidden: int, part
     )
 
 
-def ngram_context(rows: CachedRows, tokens: jax.Array, positions: jax.Array, order: int, eos: int,
+def ngram_context(rows: TokenRows, tokens: jax.Array, positions: jax.Array, order: int, eos: int,
                   lo: int) -> list[jax.Array]:
     """Each of the N flat tokens' n-gram context (`ngram_hash.segment_context`): the token and the order - 1
     before it, read back from the layer's rows (their digits from column lo; eos before the sequence)."""
@@ -67,7 +66,7 @@ def ngram_context(rows: CachedRows, tokens: jax.Array, positions: jax.Array, ord
     return segment_context([tokens] + [earlier[:, i] for i in range(order - 1)], eos)
 
 
-def conv_windows(rows: CachedRows, current: jax.Array, positions: jax.Array, kernel: int,
+def conv_windows(rows: TokenRows, current: jax.Array, positions: jax.Array, kernel: int,
                  dilation: int) -> jax.Array:
     """Each flat token's conv window [N, kernel, C]: the inputs `dilation` apart before it (read back from the
     rows' first C columns, zeros before the sequence), then its own current [N, C]."""
@@ -85,7 +84,8 @@ def add_ngram_embedding(w: Any, x: jax.Array, tokens: jax.Array, positions: jax.
     flat, where = tokens.reshape(N), positions.reshape(N)
     digits = token_digits(tokens, x.dtype)
     cache = write_rows(cache, layer, jnp.concatenate([jnp.zeros_like(x), digits], axis=-1), positions)
-    context = ngram_context(layer_rows(cache, layer, B, T), flat, where, fields.ngram_size, fields.eos_token_id, SD)
+    rows = layer_rows(cache, layer, B, T, SD + DIGITS)
+    context = ngram_context(rows, flat, where, fields.ngram_size, fields.eos_token_id, SD)
     table_rows = w.ple_table.reshape(-1, w.ple_table.shape[-1])  # the shards end to end
     embeds = jnp.take(table_rows, ngram_rows(context, table, fields.heads_per_ngram), axis=0).reshape(N, -1)
     embeds = embeds.astype(x.dtype)
@@ -96,6 +96,7 @@ def add_ngram_embedding(w: Any, x: jax.Array, tokens: jax.Array, positions: jax.
     gated = (jax.nn.sigmoid(gate) * linear(embeds, w.ple_value)[:, None, :]).reshape(N, SD)
     normed = grouped_rms_norm(gated, w.ple_conv_norm, D, eps)
     cache = write_rows(cache, layer, jnp.concatenate([normed.reshape(B, T, SD), digits], axis=-1), positions)
-    windows = conv_windows(layer_rows(cache, layer, B, T), normed, where, fields.ple_kernel, fields.ngram_size)
+    rows = layer_rows(cache, layer, B, T, SD + DIGITS)
+    windows = conv_windows(rows, normed, where, fields.ple_kernel, fields.ngram_size)
     conv = jnp.sum(windows * w.ple_conv[:, 0].T.astype(x.dtype), axis=1)
     return x + (gated + jax.nn.silu(conv)).reshape(B, T, SD), cache

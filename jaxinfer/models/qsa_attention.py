@@ -28,8 +28,8 @@ from jaxinfer.models.layers import linear
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import CosSin, RopeTables, apply_rope
 from jaxinfer.models.self_attention import output_gate, project_qkv
-from jaxinfer.models.sparse_latent_attention import CachedRows, block_tokens
-from jaxinfer.models.token_rows import layer_rows, write_rows
+from jaxinfer.models.sparse_latent_attention import block_tokens
+from jaxinfer.models.token_rows import TokenRows, layer_rows, write_rows
 
 
 def block_keys(raw: jax.Array, norm: jax.Array, cfg: ModelConfig, eps: float) -> jax.Array:
@@ -59,7 +59,7 @@ def index_queries(lw: Any, h: jax.Array, rope: CosSin, cfg: ModelConfig) -> jax.
     return apply_rope(q, *rope)
 
 
-def selected_positions(lw: Any, index_q: jax.Array, rows: CachedRows, token_rows: jax.Array, positions: jax.Array,
+def selected_positions(lw: Any, index_q: jax.Array, rows: TokenRows, token_rows: jax.Array, positions: jax.Array,
                        cfg: ModelConfig) -> tuple[jax.Array, jax.Array]:
     """The positions each of n tokens (index heads [n, Hi, I], its sequence's row, its position) attends to [n, M]
     and which are real [n, M]: its kept blocks' tokens, then those after its last complete block up to itself."""
@@ -67,7 +67,7 @@ def selected_positions(lw: Any, index_q: jax.Array, rows: CachedRows, token_rows
     n, I, r = index_q.shape[0], fields.indexer_dim, fields.indexer_block
     span = rows.capacity // r * r  # every block the sequence's pages can hold
     raw = rows.gather(token_rows, jnp.broadcast_to(jnp.arange(span, dtype=jnp.int32), (n, span)),
-                      rows.pool.shape[-1] - I, rows.pool.shape[-1])
+                      rows.width - I, rows.width)
     keys = block_keys(raw, lw.index_k_norm, cfg, cfg.rms_norm_eps)
     dots = jnp.einsum("nhi,nbi->nhb", index_q.astype(jnp.float32), keys.astype(jnp.float32))
     complete = (positions + 1) // r  # blocks each token sees whole
@@ -81,7 +81,7 @@ def selected_positions(lw: Any, index_q: jax.Array, rows: CachedRows, token_rows
 
 
 def attend_block(lw: Any, q: jax.Array, index_q: jax.Array, positions: jax.Array, token_rows: jax.Array,
-                 rows: CachedRows, cfg: ModelConfig) -> jax.Array:
+                 rows: TokenRows, cfg: ModelConfig) -> jax.Array:
     """n query tokens (q [n, KV, G, K], index heads [n, Hi, I], positions [n], -1 padding, their rows [n]) over
     their selected positions' keys and values: [n, KV, G, K] float32."""
     n, KV, _, K = q.shape
@@ -103,9 +103,9 @@ def qsa_attention(cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: in
     q, k, v = project_qkv(h, lw, cfg, rope, cache.layout)
     (H, K), KV, N = q.shape[2:], k.shape[2], B * T  # not cfg's: a one-layer view's are its row's (token_rows)
     index_raw = linear(h, lw.index_qk)[..., fields.indexer_heads * fields.indexer_dim:]
-    cache = write_rows(cache, layer, jnp.concatenate([k.reshape(B, T, -1), v.reshape(B, T, -1), index_raw], -1),
-                       positions)
-    rows = layer_rows(cache, layer, B, T)
+    row = jnp.concatenate([k.reshape(B, T, -1), v.reshape(B, T, -1), index_raw], -1)
+    cache = write_rows(cache, layer, row, positions)
+    rows = layer_rows(cache, layer, B, T, row.shape[-1])
     block = block_tokens(N, rows.capacity, fields.indexer_dim)  # a block's raw index keys: block x capacity x I
     count = -(-N // block)
 

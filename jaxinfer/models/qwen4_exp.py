@@ -47,7 +47,7 @@ from jaxinfer.models.qwen3_5 import MoEDeltaNetLayer, abstract_moe_layer, fused_
 from jaxinfer.models.qwen3_next import GatedAttentionLayer, hybrid_fields, shared_expert_width
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.shared_expert import shared_expert
-from jaxinfer.models.token_rows import DIGITS
+from jaxinfer.models.token_rows import DIGITS, half_width
 from jaxinfer.parallel.array_info import ArrayInfo
 
 # the conditional-generation checkpoints run their language model alone (models/text_part): images refused
@@ -210,10 +210,10 @@ def qwen4_exp_fields(hf: Mapping[str, Any], linear: tuple[int, ...]) -> Qwen4Exp
 
 
 def row_widths(fields: Mapping[str, Any], extras: Qwen4ExpFields) -> tuple[int, ...]:
-    """Each layer's cached row (models/token_rows: one K head this wide): a QSA layer's keys, values and raw index
-    key; a PLE layer's conv input and token digits; other DeltaNet layers keep none (their head_dim, unused)."""
-    qsa = 2 * fields["num_kv_heads"] * fields["head_dim"] + extras.indexer_dim
-    ple = extras.streams * fields["hidden_size"] + DIGITS
+    """Each layer's K and V head width: half its cached row's (models/token_rows): a QSA layer's keys, values and raw
+    index key; a PLE layer's conv input and token digits; other DeltaNet layers keep none (their head_dim, unused)."""
+    qsa = half_width(2 * fields["num_kv_heads"] * fields["head_dim"] + extras.indexer_dim)
+    ple = half_width(extras.streams * fields["hidden_size"] + DIGITS)
     linear = fields["state_space"].layers
     return tuple(ple if i in extras.ple_layers else fields["head_dim"] if i in linear else qsa
                  for i in range(fields["num_layers"]))
