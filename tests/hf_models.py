@@ -608,6 +608,13 @@ ARCH_CONFIGS["flint"] = (
          moe_intermediate_size=32, shared_expert_intermediate_size=48, mlp_only_layers=[0], pad_token_id=0,
          layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
 )
+# A.X-K1: DeepSeek-V3's tiny model (MLA's dims, a 24-rank query, rope in pairs; layer 0 dense, layer 1 3 of 8
+# experts in the best 2 of 4 groups beside 2 shared ones) with the MoE output RMS-normed
+ARCH_CONFIGS["axk1"] = (
+    hf.AXK1Config,
+    dict(MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, n_shared_experts=2,
+         routed_scaling_factor=2.5),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -718,6 +725,7 @@ MODEL_CLASSES = {
     hf.Kolibri1Config: hf.Kolibri1ForCausalLM,
     hf.CodeGenConfig: hf.CodeGenForCausalLM,
     hf.FlintConfig: hf.FlintForCausalLM,
+    hf.AXK1Config: hf.AXK1ForCausalLM,
 }
 
 

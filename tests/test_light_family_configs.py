@@ -180,3 +180,34 @@ def test_flint_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_flint_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**FLINT, **fields})
+
+
+AXK1 = {**TINY, "num_hidden_layers": 3, "architectures": ["AXK1ForCausalLM"]}
+
+
+def test_axk1_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg, ref = from_hf_config(AXK1), hf.AXK1Config(**{**TINY, "num_hidden_layers": 3})
+    assert cfg.dense_layers == tuple(i for i, kind in enumerate(ref.mlp_layer_types) if kind == "dense") == (0,)
+    mla = cfg.latent_attention
+    assert (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) == (
+        ref.q_lora_rank, ref.kv_lora_rank, ref.qk_rope_head_dim, ref.v_head_dim)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.expert_groups, cfg.expert_groups_per_token) == (
+        ref.n_routed_experts, ref.num_experts_per_tok, ref.n_group, ref.topk_group)
+    assert (cfg.routed_scaling_factor, cfg.norm_topk_prob, cfg.rope_interleaved) == (
+        ref.routed_scaling_factor, ref.norm_topk_prob, ref.rope_interleave)
+    assert (cfg.bos_token_id, cfg.eos_token_ids, cfg.tie_word_embeddings) == (
+        ref.bos_token_id, (ref.eos_token_id,), ref.tie_word_embeddings)
+    legacy = from_hf_config({**AXK1, "first_k_dense_replace": 0, "moe_layer_freq": 2})
+    assert legacy.dense_layers == (1,)  # sparse where i >= 0 and i % 2 == 0, as AXK1Config derives it
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(q_lora_rank=None), "q_lora_rank None is not supported for AXK1ForCausalLM"),
+    (dict(topk_method="greedy"), "topk_method 'greedy' is not supported"),
+    (dict(mlp_layer_types=["dense", "moe", "sparse"]), "mlp_layer_types .* must give one of"),
+    (dict(moe_layer_freq=0), "moe_layer_freq 0 must be >= 1"),
+    (dict(attention_bias=True), "attention_bias=True is not supported for AXK1ForCausalLM"),
+])
+def test_axk1_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**AXK1, **fields})

@@ -181,17 +181,17 @@ def moe_mlp(h: jax.Array, lw: DeepseekMoELayerWeights, cfg: ModelConfig, layout:
 
 def decoder_layer(
     cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
-    router: Router = route, attention: Callable = latent_attention,
+    router: Router = route, attention: Callable = latent_attention, moe: Callable = moe_mlp,
 ) -> tuple[jax.Array, Any]:
     """One pre-norm block: latent attention over the cache (`attention`: DeepSeek-V3.2's sparse one), then the
-    dense MLP or the experts (routed by `router`)."""
+    dense MLP or the experts (routed by `router`; `moe`: A.X-K1's, normed after)."""
     layout = cache.layout
     h = rms_norm(x, lw.attn_norm, cfg.rms_norm_eps)
     out, cache = attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     x = layout.constrain(x + out, HIDDEN)
     h = rms_norm(x, lw.mlp_norm, cfg.rms_norm_eps)
     if isinstance(lw, DeepseekMoELayerWeights):
-        mlp = moe_mlp(h, lw, cfg, layout, router)
+        mlp = moe(h, lw, cfg, layout, router)
     else:
         mlp = gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
     return layout.constrain(x + mlp, HIDDEN), cache

@@ -16,6 +16,7 @@ from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
 from jaxinfer.models.apertus import FAMILY as APERTUS
 from jaxinfer.models.arcee import FAMILY as ARCEE
+from jaxinfer.models.axk1 import FAMILY as AXK1
 from jaxinfer.models.bamba import FAMILY as BAMBA
 from jaxinfer.models.base_models import causal_architecture, pools_only
 from jaxinfer.models.bloom import FAMILY as BLOOM
@@ -128,7 +129,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLEX_OLMO, MELLUM, NANOCHAT,
                                 GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
                                 KOLIBRI1, CODEGEN,
-                                FLINT)
+                                FLINT, AXK1)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
