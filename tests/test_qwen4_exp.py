@@ -89,8 +89,9 @@ def kept_block_scores_untied(model: torch.nn.Module, ids: list[int]) -> bool:
 @pytest.fixture(scope="module")
 def llm(saved) -> LLM:
     """16-token steps: the 40-token prompt prefills in three chunks, its n-grams, conv inputs and index keys read
-    back across them."""
-    return LLM(str(saved[1]), dtype="float32", max_seq_len=64, max_num_batched_tokens=16, max_num_seqs=2,
+    back across them. One row: one ragged and one decode program (a second row's decode program cost ~10 s of
+    compiling from an empty cache)."""
+    return LLM(str(saved[1]), dtype="float32", max_seq_len=64, max_num_batched_tokens=16, max_num_seqs=1,
                num_pages=40, cpu_kernels=False)
 
 
@@ -106,9 +107,10 @@ def test_logits_match_hf(saved, llm):
 
 
 def test_engine_greedy_matches_hf(saved, llm):
-    """Six greedy tokens of two prompts batched through the engine (the first prefilled in 16-token chunks, so
-    its n-grams, PLE conv and QSA blocks read earlier chunks' rows from the pages; decode reads them one token at a
-    time) as transformers' generate gives them."""
+    """Six greedy tokens of two prompts through the engine, one after the other in the one row (the first
+    prefilled in 16-token chunks, so its n-grams, PLE conv and QSA blocks read earlier chunks' rows from the pages;
+    decode reads them one token at a time; the second reads none of the first's) as transformers' generate gives
+    them."""
     model = saved[0]
     prompts = [PROMPT, PROMPT[10:30]]  # the second crosses the EOS too
     outs = llm.generate(prompts, SamplingParams(max_tokens=6, temperature=0))
