@@ -615,6 +615,9 @@ ARCH_CONFIGS["axk1"] = (
     dict(MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, n_shared_experts=2,
          routed_scaling_factor=2.5),
 )
+# BitNet (unquantized, as transformers runs its bf16 master weights): Llama's layer with the attention output and the
+# MLP's relu(x)^2-gated product RMS-normed before their output projections; theta 500000 (the default)
+ARCH_CONFIGS["bitnet"] = (hf.BitNetConfig, dict(pad_token_id=0))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -726,6 +729,7 @@ MODEL_CLASSES = {
     hf.CodeGenConfig: hf.CodeGenForCausalLM,
     hf.FlintConfig: hf.FlintForCausalLM,
     hf.AXK1Config: hf.AXK1ForCausalLM,
+    hf.BitNetConfig: hf.BitNetForCausalLM,
 }
 
 

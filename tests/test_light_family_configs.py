@@ -211,3 +211,26 @@ def test_axk1_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_axk1_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**AXK1, **fields})
+
+
+BITNET_TINY = {**TINY, "hidden_size": 80, "num_attention_heads": 20}  # 5 KV heads by default: 4 queries each
+BITNET = {**BITNET_TINY, "architectures": ["BitNetForCausalLM"]}
+
+
+def test_bitnet_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg, ref = from_hf_config(BITNET), hf.BitNetConfig(**BITNET_TINY)
+    assert (cfg.rope_theta, cfg.activation, cfg.rms_norm_eps) == (ref.rope_parameters["rope_theta"], ref.hidden_act,
+                                                                  ref.rms_norm_eps) == (500000.0, "relu2", 1e-5)
+    assert (cfg.num_kv_heads, cfg.tie_word_embeddings, cfg.bos_token_id, cfg.eos_token_ids) == (
+        ref.num_key_value_heads, ref.tie_word_embeddings, ref.bos_token_id, (ref.eos_token_id,))
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(quantization_config={"quant_method": "bitnet", "linear_class": "bitlinear"}),
+     "quant_method 'bitnet' is not supported: BitNet's ternary weights packed four to a byte .* weight-only"),
+    (dict(head_dim=8), "head_dim 8 is not supported for BitNetForCausalLM: attn_sub_norm spans hidden_size"),
+    (dict(attention_bias=True), "attention_bias=True is not supported for BitNetForCausalLM"),
+])
+def test_bitnet_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**BITNET, **fields})

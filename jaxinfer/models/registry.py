@@ -19,6 +19,7 @@ from jaxinfer.models.arcee import FAMILY as ARCEE
 from jaxinfer.models.axk1 import FAMILY as AXK1
 from jaxinfer.models.bamba import FAMILY as BAMBA
 from jaxinfer.models.base_models import causal_architecture, pools_only
+from jaxinfer.models.bitnet import FAMILY as BITNET
 from jaxinfer.models.bloom import FAMILY as BLOOM
 from jaxinfer.models.codegen import FAMILY as CODEGEN
 from jaxinfer.models.cohere import FAMILY as COHERE
@@ -129,7 +130,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLEX_OLMO, MELLUM, NANOCHAT,
                                 GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
                                 KOLIBRI1, CODEGEN,
-                                FLINT, AXK1)
+                                FLINT, AXK1, BITNET)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
@@ -177,12 +178,24 @@ STORED_QUANTIZATION = {
 }
 
 
+# Stored quantization formats refused with why (the generic refusal names the supported ones).
+REFUSED_QUANTIZATION = {
+    "bitnet": "BitNet's ternary weights packed four to a byte with a scale per tensor, run by BitLinear, which also "
+              "quantizes each token's activations to int8 before every product: jaxinfer's int8 is weight-only, so "
+              "reading the weights alone would not compute what the model computes; the unquantized master weights "
+              "(microsoft/bitnet-b1.58-2B-4T-bf16) run as BitNetForCausalLM",
+}
+
+
 def _check_stored_quantization(hf: Mapping[str, Any]) -> None:
     """Refuse a checkpoint quantized in a format the loader cannot read, naming the ones it can."""
     quant = hf.get("quantization_config") or {}
     method = quant.get("quant_method")
     scale_scheme(quant)  # an FP8 or compressed-tensors checkpoint's settings, checked before any tensor is read
     packed_scheme(quant)  # AWQ's, GPTQ's and pack-quantized's likewise
+    if method in REFUSED_QUANTIZATION:
+        raise ConfigError(f"quantization_config.quant_method {method!r} is not supported: "
+                          f"{REFUSED_QUANTIZATION[method]}")
     if method is not None and method not in STORED_QUANTIZATION:
         accepted = "; ".join(f"{name} ({what})" for name, what in STORED_QUANTIZATION.items())
         raise ConfigError(
