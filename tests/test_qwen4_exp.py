@@ -20,7 +20,7 @@ import torch
 from hf_models import hf
 from PIL import Image
 
-from jaxinfer import LLM, SamplingParams, from_hf_config
+from jaxinfer import LLM, ConfigError, SamplingParams, from_hf_config
 from jaxinfer.checkpoint.loader import load_hf_weights
 from jaxinfer.config.qwen4_exp import ngram_tables
 from jaxinfer.models.decoder import forward_with_taps
@@ -201,3 +201,9 @@ def test_fused_experts_and_sharded_tables_as_a_state_dict_holds_them(saved, tmp_
     fused = load_hf_weights(tmp_path, cfg, np.float32, progress=False)
     per_expert = load_hf_weights(path, cfg, np.float32, progress=False)
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(per_expert), jax.tree.leaves(fused)))
+
+
+def test_quantized_pages_are_refused_by_name(saved):
+    """The PLE and QSA layers read token ids and index keys back from their pages: int8 / fp8 pages refused."""
+    with pytest.raises(ConfigError, match="kv_cache_dtype 'int8' is not supported for Qwen4ExpForCausalLM"):
+        LLM(str(saved[1]), dtype="float32", max_seq_len=64, kv_cache_dtype="int8")

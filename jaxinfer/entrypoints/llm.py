@@ -50,7 +50,12 @@ from jaxinfer.entrypoints.pooling import (
     resolve_runner,
 )
 from jaxinfer.entrypoints.prompt_embeds import enabled_setting
-from jaxinfer.entrypoints.state_settings import check_offloading, check_speculation, prefix_caching_setting
+from jaxinfer.entrypoints.state_settings import (
+    check_offloading,
+    check_row_pages,
+    check_speculation,
+    prefix_caching_setting,
+)
 from jaxinfer.entrypoints.vllm_arguments import vllm_arguments
 from jaxinfer.entrypoints.weight_updates import WeightCalls
 from jaxinfer.models import Weights, unpack_for_cpu
@@ -183,6 +188,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         self._weight_state = weight_updates.WeightState()  # update_weights' and sleep's
         self.max_seq_len = resolve_max_seq_len(max_seq_len, self.config.max_position_embeddings)
         self.config = for_context(self.config, self.max_seq_len)  # LongRoPE's factors for this context
+        check_row_pages(kv_cache_dtype, self.config)
         self.cache_spec = CacheSpec(
             page_size, kv_cache_dtype, attention_backend, interpret_kernels, cpu_kernels=self.cpu_kernels,
             mesh_layout=self.layout, batch_invariant=batch_invariant,
