@@ -1,0 +1,121 @@
+"""Gemma 4's assistant drafter (Gemma4AssistantForCausalLM) against transformers on the same tiny saved weights and
+the same target states: a draft round's logits and states step by step, with the full LM head and with ordered
+embeddings (top-k centroids); assistants that do not fit the target refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from hf_models import hf, make_hf_model
+
+from jaxinfer.config.model import ConfigError
+from jaxinfer.models.registry import from_hf_config
+from jaxinfer.speculative.gemma4_assistant import assistant_step, read_assistant_config
+from jaxinfer.speculative.gemma4_assistant_checkpoint import load_assistant
+
+PROMPT = np.random.RandomState(1).randint(3, 256, size=20).tolist()  # past the window (8) of the sliding layers
+STEPS = 3
+STEP = jax.jit(assistant_step, static_argnums=1)  # one program per config, not one per op
+# The assistant's text model: half the target's width, its layers of the target's two kinds and K/V shapes.
+TEXT = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, global_head_dim=16, sliding_window=8, rms_norm_eps=1e-5,
+            layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=0,
+            vocab_size_per_layer_input=0, num_kv_shared_layers=2, pad_token_id=0)
+
+
+def make_assistant(ordered: bool, **overrides) -> torch.nn.Module:
+    """A random float32 assistant for make_hf_model("gemma4_dense") (norms off 1, a random token ordering)."""
+    config = hf.Gemma4AssistantConfig(text_config=hf.Gemma4TextConfig(**TEXT), backbone_hidden_size=64,
+                                      use_ordered_embeddings=ordered, num_centroids=16,
+                                      centroid_intermediate_top_k=4, **overrides)
+    torch.manual_seed(1)
+    model = hf.Gemma4AssistantForCausalLM(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():  # matrices at a scale that gives peaky logits, norms away from 1
+            if param.dim() > 1:
+                param.normal_(0.0, 0.1)
+            else:
+                param.add_(0.1 * torch.randn_like(param))
+        for name, buffer in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                buffer.add_(0.1 * torch.randn_like(buffer))
+        if ordered:
+            model.masked_embedding.token_ordering.copy_(torch.randperm(256))
+    return model
+
+
+@pytest.fixture(scope="module")
+def target() -> torch.nn.Module:
+    return make_hf_model("gemma4_dense")
+
+
+@pytest.fixture(scope="module")
+def target_states(target) -> tuple[torch.Tensor, dict]:
+    """The target over the prompt: its post-norm hidden state before the last token and the K/V it shares (the
+    last token's too: a paged cache holds keys at and past the drafting position, which the assistant must not
+    read; HF's candidate generator hands it those before it only, as here)."""
+    with torch.no_grad():
+        out = target(torch.tensor([PROMPT]), output_hidden_states=True, return_shared_kv_states=True)
+    return out.hidden_states[-1][:, -2:-1], out.shared_kv_states
+
+
+def hf_round(assistant, target, target_states) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """HF's draft round as its candidate generator runs it: (logits, next state, token drafted) per step."""
+    state, shared = target_states
+    shared = {kind: (k[:, :, :-1], v[:, :, :-1]) for kind, (k, v) in shared.items()}
+    token, position = torch.tensor([[PROMPT[-1]]]), torch.tensor([[len(PROMPT) - 1]])
+    steps = []
+    with torch.no_grad():
+        for _ in range(STEPS):
+            embeds = torch.cat([target.get_input_embeddings()(token), state], dim=-1)
+            out = assistant(inputs_embeds=embeds, position_ids=position, shared_kv_states=shared)
+            token, state = out.logits.argmax(-1), out.last_hidden_state
+            steps.append((out.logits[0, 0].numpy(), state[0, 0].numpy(), int(token)))
+    return steps
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["lm_head", "ordered_embeddings"])
+def test_draft_round_matches_hf(ordered, target, target_states, tmp_path):
+    """Three chained draft steps at one position over the target's sliding (past its window) and full K/V: the
+    logits (all of them, or the top-k centroids' tokens and the fill elsewhere) and the next states."""
+    assistant = make_assistant(ordered)
+    assistant.save_pretrained(tmp_path)
+    expected = hf_round(assistant, target, target_states)
+    target_cfg = from_hf_config(target.config.to_dict() | {"architectures": ["Gemma4ForCausalLM"]})
+    acfg, weights = load_assistant(tmp_path, target_cfg, jnp.float32)
+    shared = target_states[1]
+    kinds = {i: "sliding_attention" if acfg.layers.layer_windows[i] else "full_attention" for i in acfg.reads}
+    kv = [(jnp.asarray(shared[k][0].numpy()), jnp.asarray(shared[k][1].numpy()).transpose(0, 1, 3, 2))
+          for k in (kinds[i] for i in acfg.reads)]
+    embed = jnp.asarray(target.get_input_embeddings().weight.detach().numpy())
+    state, token = jnp.asarray(target_states[0][:, 0].numpy()), jnp.asarray([PROMPT[-1]])
+    position = jnp.asarray([len(PROMPT) - 1])
+    for logits_hf, state_hf, token_hf in expected:
+        state, logits = STEP(weights, acfg, embed, token, state, position, kv)
+        assert float(np.abs(np.asarray(logits[0]) - logits_hf).max()) <= 1e-5
+        assert float(np.abs(np.asarray(state[0]) - state_hf).max()) <= 1e-5
+        token = jnp.argmax(logits, axis=-1)
+        assert int(token[0]) == token_hf
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("backbone_hidden_size", 48, "backbone_hidden_size 48"),
+    ("vocab_size", 512, "vocab_size 512"),
+    ("head_dim", 16, "(kv heads, head dim) (2, 16)"),
+])
+def test_mismatched_assistant_refused_by_name(field, value, named, target):
+    """An assistant trained for another target: its width, vocabulary or K/V shapes named in the error."""
+    config = json.loads(make_assistant(False).config.to_json_string())
+    config["architectures"] = ["Gemma4AssistantForCausalLM"]
+    if field in config["text_config"]:
+        config["text_config"][field] = value
+    else:
+        config[field] = value
+    target_cfg = from_hf_config(target.config.to_dict() | {"architectures": ["Gemma4ForCausalLM"]})
+    with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        read_assistant_config(config, target_cfg)
