@@ -618,6 +618,13 @@ ARCH_CONFIGS["axk1"] = (
 # BitNet (unquantized, as transformers runs its bf16 master weights): Llama's layer with the attention output and the
 # MLP's relu(x)^2-gated product RMS-normed before their output projections; theta 500000 (the default)
 ARCH_CONFIGS["bitnet"] = (hf.BitNetConfig, dict(pad_token_id=0))
+# Hy3: layer 0 dense, layer 1 routes 3 of 8 experts by sigmoid score + expert_bias (set by make_hf_model's noise),
+# renormalised and scaled by 2.5, beside a gated shared MLP of 2 x 32; per-head q/k norms; q/k/v/o biases
+ARCH_CONFIGS["hy_v3"] = (
+    hf.HYV3Config,
+    dict(head_dim=32, num_experts=8, num_experts_per_tok=3, moe_intermediate_size=32, num_shared_experts=2,
+         router_scaling_factor=2.5, attention_bias=True, rope_parameters=dict(rope_type="default", rope_theta=1e4)),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -730,6 +737,7 @@ MODEL_CLASSES = {
     hf.FlintConfig: hf.FlintForCausalLM,
     hf.AXK1Config: hf.AXK1ForCausalLM,
     hf.BitNetConfig: hf.BitNetForCausalLM,
+    hf.HYV3Config: hf.HYV3ForCausalLM,
 }
 
 

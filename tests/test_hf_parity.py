@@ -168,6 +168,7 @@ LOGITS_ONLY += ("hy_v4",)
 # attention (exaone4's), routed by its own biased top-k: what it changes shows in its float32 logits.
 LOGITS_ONLY += ("kolibri1",)
 LOGITS_ONLY += ("flint",)  # GLM-4.5's layer (glm4_moe's) with MiMo-V2-Flash's sinks and NoPE full layers
+LOGITS_ONLY += ("hy_v3",)  # GLM-4.5's layer (glm4_moe's) with Qwen3's attention options, as dots1's
 LOGITS_ONLY += ("codegen",)  # GPT-J's model (gptj's) under another q/k/v layout, read at load: shown by its logits
 # A.X-K1: DeepSeek-V3's layer (deepseek_v3's decode) with its MoE output normed: shown by its logits. Its greedy,
 # bfloat16 and kernels runs passed and would add ~6 s.

@@ -190,6 +190,24 @@ def test_kolibri1_fields_read_as_transformers_reads_them(fields):
         ref.shared_expert_intermediate_size, (), True, False)
 
 
+@pytest.mark.parametrize("fields", [
+    {},  # HYV3Config's defaults: layer 0 dense; 192 experts, 8 each, scaled by 2.826; one shared MLP; theta 11158840
+    dict(mlp_layer_types=["sparse", "dense", "sparse", "sparse", "dense"], num_experts=8, num_experts_per_tok=2,
+         num_shared_experts=2, moe_intermediate_size=32, router_scaling_factor=1.5, attention_bias=True, head_dim=32,
+         num_key_value_heads=2, rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=4.0)),
+])
+def test_hy_v3_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["HYV3ForCausalLM"]})
+    ref = hf.HYV3Config(**BASE, **fields)
+    _check_common(cfg, ref)
+    assert cfg.dense_layers == tuple(i for i, kind in enumerate(ref.mlp_layer_types) if kind == "dense")
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.routed_scaling_factor) == (
+        ref.num_experts, ref.num_experts_per_tok, ref.moe_intermediate_size, ref.router_scaling_factor)
+    assert cfg.shared_expert_intermediate_size == ref.num_shared_experts * ref.moe_intermediate_size
+    assert (cfg.expert_groups, cfg.norm_topk_prob, cfg.qk_norm, cfg.qk_norm_after_rope) == (1, True, True, False)
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps) == (ref.attention_bias, ref.attention_bias, ref.rms_norm_eps)
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -227,6 +245,11 @@ def test_kolibri1_fields_read_as_transformers_reads_them(fields):
     ("Kolibri1ForCausalLM", dict(num_experts=4, num_experts_per_tok=6), "num_experts_per_tok 6 must be between 1"),
     ("MellumForCausalLM", dict(rope_parameters={"sliding_attention": dict(rope_type="linear", factor=2.0)}),
      "sliding layers' rope .* is not supported"),
+    ("HYV3ForCausalLM", dict(mlp_layer_types=["dense", "moe", "sparse", "sparse", "sparse"]),
+     "mlp_layer_types .* must give one of \\['dense', 'sparse'\\] for each of the 5 layers"),
+    ("HYV3ForCausalLM", dict(num_shared_experts=0), "num_shared_experts 0 is not supported for HYV3ForCausalLM"),
+    ("HYV3ForCausalLM", dict(num_experts=4, num_experts_per_tok=6), "num_experts_per_tok 6 must be in \\[1, "),
+    ("HYV3ForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for HYV3ForCausalLM"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):

@@ -57,6 +57,7 @@ from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
 from jaxinfer.models.helium import FAMILY as HELIUM
 from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
+from jaxinfer.models.hy_v3 import FAMILY as HY_V3
 from jaxinfer.models.hy_v4 import FAMILY as HY_V4
 from jaxinfer.models.hyperclovax import FAMILY as HYPERCLOVAX
 from jaxinfer.models.jais2 import FAMILY as JAIS2
@@ -130,7 +131,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLEX_OLMO, MELLUM, NANOCHAT,
                                 GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
                                 KOLIBRI1, CODEGEN,
-                                FLINT, AXK1, BITNET)
+                                FLINT, AXK1, BITNET, HY_V3)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
