@@ -600,20 +600,20 @@ ARCH_CONFIGS["kolibri1"] = (
 # CodeGen: GPT-J's model (8 of each 16-dim head's dims rotated in pairs) with q, v, k fused in 4 shards
 # (hidden 128, 8 heads: two heads a shard, so a misread shard layout shows)
 ARCH_CONFIGS["codegen"] = (hf.CodeGenConfig, dict(hidden_size=128, num_attention_heads=8, rotary_dim=8, n_inner=128))
-# Flint: layer 0 dense and sliding over 8 tokens (rotated), layer 1 full without rope, layer 2 sliding; both MoE
-# layers 2 of 4 experts by sigmoid score, renormalised, beside a gated shared expert of 48; q/k norms; a sink per head
+# Flint: layer 0 dense and sliding over 8 tokens (rotated), layer 1 full without rope over 2 of 4 experts by
+# sigmoid score, renormalised, beside a gated shared expert of 48; q/k norms; a sink per head
 ARCH_CONFIGS["flint"] = (
     hf.FlintConfig,
-    dict(num_hidden_layers=3, head_dim=16, sliding_window=8, num_experts=4, num_experts_per_tok=2,
-         moe_intermediate_size=32, shared_expert_intermediate_size=48, mlp_only_layers=[0], pad_token_id=0,
-         layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+    dict(head_dim=16, sliding_window=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+         shared_expert_intermediate_size=48, mlp_only_layers=[0], pad_token_id=0,
+         layer_types=["sliding_attention", "full_attention"]),
 )
-# A.X-K1: DeepSeek-V3's tiny model (MLA's dims, a 24-rank query, rope in pairs; layer 0 dense, layer 1 3 of 8
-# experts in the best 2 of 4 groups beside 2 shared ones) with the MoE output RMS-normed
+# A.X-K1: DeepSeek-V3's tiny model (MLA's dims, a 24-rank query, rope in pairs) as one MoE layer (3 of 8 experts in
+# the best 2 of 4 groups beside 2 shared ones; its dense layers are DeepSeek-V3's) with the MoE output RMS-normed
 ARCH_CONFIGS["axk1"] = (
     hf.AXK1Config,
-    dict(MLA, q_lora_rank=24, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, n_shared_experts=2,
-         routed_scaling_factor=2.5),
+    dict(MLA, num_hidden_layers=1, mlp_layer_types=["sparse"], q_lora_rank=24, n_routed_experts=8, n_group=4,
+         topk_group=2, num_experts_per_tok=3, n_shared_experts=2, routed_scaling_factor=2.5),
 )
 # BitNet (unquantized, as transformers runs its bf16 master weights): Llama's layer with the attention output and the
 # MLP's relu(x)^2-gated product RMS-normed before their output projections; theta 500000 (the default)
