@@ -625,6 +625,22 @@ ARCH_CONFIGS["hy_v3"] = (
     dict(head_dim=32, num_experts=8, num_experts_per_tok=3, moe_intermediate_size=32, num_shared_experts=2,
          router_scaling_factor=2.5, attention_bias=True, rope_parameters=dict(rope_type="default", rope_theta=1e4)),
 )
+# Granite SWA: Granite's multipliers; layer 0 full with base 1e6, layers 1-2 slide over 8 tokens with base 1e4 (the
+# full and sliding layers' own bases); a sink logit per head (set by make_hf_model's noise)
+ARCH_CONFIGS["granite_swa"] = (
+    hf.GraniteSWAConfig,
+    dict(num_hidden_layers=3, sliding_window=8, layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+         layer_rope_theta=[1e6, 1e4, 1e4], embedding_multiplier=3.0, attention_multiplier=0.3, residual_multiplier=0.7,
+         logits_scaling=2.5, bos_token_id=1, eos_token_id=2),
+)
+# Granite-MoE SWA: Granite-MoE-Shared's layer (2 of 4 experts, a 48-wide shared MLP) with layer 0 sliding over 8
+# tokens and layer 1 full without rope (layer_rope_theta 0); sinks
+ARCH_CONFIGS["granitemoe_swa"] = (
+    hf.GraniteMoeSWAConfig,
+    dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=48,
+         sliding_window=8, layer_types=["sliding_attention", "full_attention"], layer_rope_theta=[1e4, 0],
+         embedding_multiplier=2.0, attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=1.5),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -738,6 +754,8 @@ MODEL_CLASSES = {
     hf.AXK1Config: hf.AXK1ForCausalLM,
     hf.BitNetConfig: hf.BitNetForCausalLM,
     hf.HYV3Config: hf.HYV3ForCausalLM,
+    hf.GraniteSWAConfig: hf.GraniteSWAForCausalLM,
+    hf.GraniteMoeSWAConfig: hf.GraniteMoeSWAForCausalLM,
 }
 
 

@@ -168,6 +168,10 @@ LOGITS_ONLY += ("hy_v4",)
 # attention (exaone4's), routed by its own biased top-k: what it changes shows in its float32 logits.
 LOGITS_ONLY += ("kolibri1",)
 LOGITS_ONLY += ("flint",)  # GLM-4.5's layer (glm4_moe's) with MiMo-V2-Flash's sinks and NoPE full layers
+# Granite SWA and Granite-MoE SWA: Granite's and Granite-MoE-Shared's layers (granite's, granitemoe_shared's) with
+# GPT-OSS's sinks over sliding windows (gpt_oss's decode, test_families) and Gemma 3's per-kind rope bases (gemma3's):
+# what they change shows in their float32 logits.
+LOGITS_ONLY += ("granite_swa", "granitemoe_swa")
 LOGITS_ONLY += ("hy_v3",)  # GLM-4.5's layer (glm4_moe's) with Qwen3's attention options, as dots1's
 LOGITS_ONLY += ("codegen",)  # GPT-J's model (gptj's) under another q/k/v layout, read at load: shown by its logits
 # A.X-K1: DeepSeek-V3's layer (deepseek_v3's decode) with its MoE output normed: shown by its logits. Its greedy,

@@ -208,6 +208,25 @@ def test_hy_v3_fields_read_as_transformers_reads_them(fields):
     assert (cfg.qkv_bias, cfg.o_bias, cfg.rms_norm_eps) == (ref.attention_bias, ref.attention_bias, ref.rms_norm_eps)
 
 
+@pytest.mark.parametrize("arch, config, fields, theta, local_theta", [
+    # full every fourth layer, 128-token windows, Granite's one base everywhere; sinks
+    ("GraniteSWAForCausalLM", "GraniteSWAConfig", {}, 1e4, None),
+    ("GraniteSWAForCausalLM", "GraniteSWAConfig", dict(layer_rope_theta=[0, 1e4, 1e4, 1e4, 0], sliding_window=16,
+                                                         attention_multiplier=0.3, logits_scaling=2.0), 1e4, None),
+    ("GraniteMoeSWAForCausalLM", "GraniteMoeSWAConfig", dict(num_local_experts=4, shared_intermediate_size=48,
+                                                             layer_rope_theta=[1e6, 1e4, 1e4, 1e4, 1e6]), 1e6, 1e4),
+])
+def test_granite_swa_fields_read_as_transformers_reads_them(arch, config, fields, theta, local_theta):
+    cfg, ref = from_hf_config({**BASE, **fields, "architectures": [arch]}), getattr(hf, config)(**BASE, **fields)
+    _check_common(cfg, ref, dict(ref.rope_parameters, rope_theta=theta))
+    assert cfg.layer_windows == _windows(ref) and cfg.attn_sinks and cfg.rms_norm_eps == ref.rms_norm_eps
+    assert cfg.nope_layers == tuple(i for i, base in enumerate(ref.layer_rope_theta) if not base)
+    assert cfg.local_rope_theta == local_theta
+    assert (cfg.attn_scale, cfg.logits_scaling) == (ref.attention_multiplier, ref.logits_scaling)
+    experts = (getattr(ref, "num_local_experts", 0), getattr(ref, "shared_intermediate_size", 0))
+    assert (cfg.num_experts, cfg.shared_expert_intermediate_size) == experts
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -250,6 +269,15 @@ def test_hy_v3_fields_read_as_transformers_reads_them(fields):
     ("HYV3ForCausalLM", dict(num_shared_experts=0), "num_shared_experts 0 is not supported for HYV3ForCausalLM"),
     ("HYV3ForCausalLM", dict(num_experts=4, num_experts_per_tok=6), "num_experts_per_tok 6 must be in \\[1, "),
     ("HYV3ForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for HYV3ForCausalLM"),
+    ("GraniteSWAForCausalLM", dict(layer_rope_theta=[1e4, 1e4, 2e4, 1e4, 1e4]),
+     "one base for the full layers and one for the sliding ones"),
+    ("GraniteSWAForCausalLM", dict(layer_rope_theta=[1e6, 1e4, 1e4, 1e4, 1e6],
+                                   rope_parameters=dict(rope_type="linear", factor=2.0, rope_theta=1e4)),
+     "with rope type 'linear': the sliding layers' own base runs unscaled"),
+    ("GraniteSWAForCausalLM", dict(layer_rope_theta=[1e4] * 4), "must give a base >= 0 .* for each of the 5 layers"),
+    ("GraniteMoeSWAForCausalLM", dict(sliding_window=None),
+     "sliding_window None is not supported for GraniteMoeSWAForCausalLM's sliding layers"),
+    ("GraniteMoeSWAForCausalLM", dict(layer_types=["chunked_attention"] * 5), "layer_types .* must give one of"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):

@@ -55,6 +55,7 @@ from jaxinfer.models.gptj import FAMILY as GPTJ
 from jaxinfer.models.granite import FAMILY as GRANITE
 from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
+from jaxinfer.models.granite_swa import FAMILY as GRANITE_SWA
 from jaxinfer.models.helium import FAMILY as HELIUM
 from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
 from jaxinfer.models.hy_v3 import FAMILY as HY_V3
@@ -131,7 +132,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLEX_OLMO, MELLUM, NANOCHAT,
                                 GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
                                 KOLIBRI1, CODEGEN,
-                                FLINT, AXK1, BITNET, HY_V3)
+                                FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
