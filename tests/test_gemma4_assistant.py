@@ -13,7 +13,12 @@ import pytest
 import torch
 from hf_models import hf, make_hf_model
 
+from jaxinfer import SpeculativeConfig
+from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.config.model import ConfigError
+from jaxinfer.entrypoints.draft_loading import SpeculativeError, engine_speculation
+from jaxinfer.models import forward
 from jaxinfer.models.registry import from_hf_config
 from jaxinfer.speculative.gemma4_assistant import assistant_step, read_assistant_config
 from jaxinfer.speculative.gemma4_assistant_checkpoint import load_assistant
@@ -85,7 +90,6 @@ def test_draft_round_matches_hf(ordered, target, target_states, tmp_path):
     logits (all of them, or the top-k centroids' tokens and the fill elsewhere) and the next states."""
     assistant = make_assistant(ordered)
     assistant.save_pretrained(tmp_path)
-    expected = hf_round(assistant, target, target_states)
     target_cfg = from_hf_config(target.config.to_dict() | {"architectures": ["Gemma4ForCausalLM"]})
     acfg, weights = load_assistant(tmp_path, target_cfg, jnp.float32)
     shared = target_states[1]
@@ -93,8 +97,28 @@ def test_draft_round_matches_hf(ordered, target, target_states, tmp_path):
     kv = [(jnp.asarray(shared[k][0].numpy()), jnp.asarray(shared[k][1].numpy()).transpose(0, 1, 3, 2))
           for k in (kinds[i] for i in acfg.reads)]
     embed = jnp.asarray(target.get_input_embeddings().weight.detach().numpy())
-    state, token = jnp.asarray(target_states[0][:, 0].numpy()), jnp.asarray([PROMPT[-1]])
-    position = jnp.asarray([len(PROMPT) - 1])
+    _check_round(hf_round(assistant, target, target_states), acfg, weights, embed,
+                 jnp.asarray(target_states[0][:, 0].numpy()), kv)
+
+
+def test_draft_round_on_jaxinfer_target_states(target, target_states, checkpoint_dir, tmp_path):
+    """The same round read from jaxinfer's own Gemma 4 forward: its post-norm state at P - 1 and the K/V its cache
+    holds for the layers `AssistantConfig.reads` names (the engine's pages hold the same), HF's logits."""
+    assistant = make_assistant(False)
+    assistant.save_pretrained(tmp_path)
+    target_dir = checkpoint_dir("gemma4_dense")
+    target_cfg, target_weights = load_weights(target_dir, jnp.float32, progress=False)
+    acfg, weights = load_assistant(tmp_path, target_cfg, jnp.float32)
+    tokens = jnp.asarray([PROMPT])
+    hidden, cache = forward(target_weights, tokens, jnp.arange(len(PROMPT))[None], init_cache(
+        target_cfg, 1, len(PROMPT), jnp.float32), target_cfg)
+    kv = [(cache.k[layer], cache.v[layer]) for layer in acfg.reads]
+    _check_round(hf_round(assistant, target, target_states), acfg, weights, target_weights.embed, hidden[:, -2], kv)
+
+
+def _check_round(expected: list, acfg, weights, embed: jax.Array, state: jax.Array, kv: list) -> None:
+    """assistant_step chained from (the last prompt token, state) matches HF's round step by step."""
+    token, position = jnp.asarray([PROMPT[-1]]), jnp.asarray([len(PROMPT) - 1])
     for logits_hf, state_hf, token_hf in expected:
         state, logits = STEP(weights, acfg, embed, token, state, position, kv)
         assert float(np.abs(np.asarray(logits[0]) - logits_hf).max()) <= 1e-5
@@ -119,3 +143,17 @@ def test_mismatched_assistant_refused_by_name(field, value, named, target):
     target_cfg = from_hf_config(target.config.to_dict() | {"architectures": ["Gemma4ForCausalLM"]})
     with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace(")", r"\)")):
         read_assistant_config(config, target_cfg)
+
+
+@pytest.mark.parametrize("backbone,named", [(64, "the engine does not draft with it yet"),
+                                            (48, "backbone_hidden_size 48")], ids=["fits", "mismatched"])
+def test_engine_refuses_assistant_as_draft_model_by_name(backbone, named, target, tmp_path):
+    """As a draft model (its drafts need the target's K/V, which no engine rider hands it yet) an assistant is
+    refused by name, not read as an unknown architecture; one trained for another target is refused for that."""
+    assistant = make_assistant(False)
+    assistant.config.backbone_hidden_size = backbone
+    assistant.save_pretrained(tmp_path)
+    target_cfg = from_hf_config(target.config.to_dict() | {"architectures": ["Gemma4ForCausalLM"]})
+    config = SpeculativeConfig(method="draft", draft_model=str(tmp_path), fallback=False)
+    with pytest.raises(SpeculativeError, match=named):
+        engine_speculation(config, target_cfg, None, None, jnp.float32, 64)

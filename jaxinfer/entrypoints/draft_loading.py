@@ -15,7 +15,7 @@ from typing import Any
 
 from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.checkpoint.tokenizer import load_tokenizer
-from jaxinfer.config.model import ModelConfig
+from jaxinfer.config.model import ModelConfig, read_config_json
 from jaxinfer.engine.speculation import EngineDraft
 from jaxinfer.models import Weights, weights_to_run
 from jaxinfer.parallel.sharding import UNSHARDED, Layout
@@ -23,6 +23,8 @@ from jaxinfer.runtime.ngram_rider import NgramLookup
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.eagle import eagle_params, pack_eagle
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
+from jaxinfer.speculative.gemma4_assistant import ARCHITECTURE as ASSISTANT
+from jaxinfer.speculative.gemma4_assistant import read_assistant_config
 from jaxinfer.speculative.mtp_checkpoint import load_mtp
 
 
@@ -73,6 +75,7 @@ def load_draft(
     draft_dir = Path(config.draft_model)
     if not draft_dir.is_dir():
         raise SpeculativeError(f"draft model directory {draft_dir} does not exist")
+    _refuse_assistant(draft_dir, target)
     if config.method == "eagle":
         return _load_eagle(config, target, target_weights, dtype, max_seq_len, cpu_kernels, layout)
     draft_cfg, draft_weights = load_weights(draft_dir, dtype, progress=False, layout=layout)
@@ -81,6 +84,20 @@ def load_draft(
     if cost is None:
         cost = decode_flops(draft_cfg, max_seq_len) / decode_flops(target, max_seq_len)
     return EngineDraft(draft_cfg, weights_to_run(draft_weights, cpu_kernels, False, layout), cost)
+
+
+def _refuse_assistant(draft_dir: Path, target: ModelConfig) -> None:
+    """SpeculativeError for a Gemma 4 assistant (vLLM runs it as "mtp" with a "model"): it drafts from the target's
+    K/V, which no rider hands it yet; read against the target first, so a mismatch is named (ConfigError)."""
+    if not (draft_dir / "config.json").is_file():  # a converted checkpoint: its loader says what it holds
+        return
+    hf = read_config_json(draft_dir)
+    if hf.get("architectures") != [ASSISTANT]:
+        return
+    read_assistant_config(hf, target)
+    raise SpeculativeError(f"{draft_dir} is a Gemma 4 assistant ({ASSISTANT}): it fits this target "
+                           "(speculative.gemma4_assistant reads it and runs its draft step) but the engine does not "
+                           "draft with it yet; use method ngram or suffix")
 
 
 def _load_eagle(
