@@ -43,7 +43,7 @@ FIXED_TEXT_FIELDS = (("hidden_size_per_layer_input", 0), ("enable_moe_block", Fa
 class AssistantConfig:
     """Shape of an assistant; hashable (a static argument of compiled code)."""
 
-    layers: ModelConfig  # its Gemma 4 text model (vocab_size the target's)
+    layers: ModelConfig  # its Gemma 4 text model read without K/V sharing (its own K/V are the target's: `reads`)
     backbone_hidden_size: int  # the target's hidden size
     reads: tuple[int, ...]  # per assistant layer: the target layer whose K/V it attends over
     num_centroids: int = 0  # use_ordered_embeddings: the centroids; 0: the full LM head
@@ -117,8 +117,7 @@ def read_assistant_config(hf: Mapping[str, Any], target: ModelConfig) -> Assista
     top_k = int(hf.get("centroid_intermediate_top_k", 32)) if ordered else 0
     if ordered and not 1 <= top_k <= centroids:
         raise ConfigError(f"centroid_intermediate_top_k {top_k} must be between 1 and num_centroids {centroids}")
-    return AssistantConfig(dataclasses.replace(layers, kv_sources=tuple(reads)), backbone, tuple(reads),
-                           centroids, top_k)
+    return AssistantConfig(layers, backbone, tuple(reads), centroids, top_k)
 
 
 def abstract_assistant(acfg: AssistantConfig) -> AssistantWeights:
