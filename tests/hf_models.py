@@ -641,6 +641,15 @@ ARCH_CONFIGS["granitemoe_swa"] = (
          sliding_window=8, layer_types=["sliding_attention", "full_attention"], layer_rope_theta=[1e4, 0],
          embedding_multiplier=2.0, attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=1.5),
 )
+# AFMoE: layer 0 dense and sliding over 8 tokens (rotated), layer 1 full without rope, routing 3 of 8 experts by
+# sigmoid score + expert_bias (make_hf_model's noise), renormalised, x 2.5, beside a gated shared MLP of 2 x 32;
+# sandwich norms, per-head q/k norms, the sigmoid-gated attention output, q/k/v/o biases, muP's sqrt(64) embeddings
+ARCH_CONFIGS["afmoe"] = (
+    hf.AfmoeConfig,
+    dict(head_dim=32, sliding_window=8, layer_types=["sliding_attention", "full_attention"], num_experts=8,
+         num_experts_per_tok=3, moe_intermediate_size=32, num_shared_experts=2, route_scale=2.5, attention_bias=True,
+         mup_enabled=True),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -756,6 +765,7 @@ MODEL_CLASSES = {
     hf.HYV3Config: hf.HYV3ForCausalLM,
     hf.GraniteSWAConfig: hf.GraniteSWAForCausalLM,
     hf.GraniteMoeSWAConfig: hf.GraniteMoeSWAForCausalLM,
+    hf.AfmoeConfig: hf.AfmoeForCausalLM,
 }
 
 

@@ -173,6 +173,9 @@ LOGITS_ONLY += ("flint",)  # GLM-4.5's layer (glm4_moe's) with MiMo-V2-Flash's s
 # what they change shows in their float32 logits.
 LOGITS_ONLY += ("granite_swa", "granitemoe_swa")
 LOGITS_ONLY += ("hy_v3",)  # GLM-4.5's layer (glm4_moe's) with Qwen3's attention options, as dots1's
+# AFMoE: Kolibri-1's sandwich layer (kolibri1's) over GLM-4.5's routed block (glm4_moe's), with Qwen3-Next's output
+# gate and Flint's NoPE full layers, all outside the attention the kernels take: shown by its float32 logits.
+LOGITS_ONLY += ("afmoe",)
 LOGITS_ONLY += ("codegen",)  # GPT-J's model (gptj's) under another q/k/v layout, read at load: shown by its logits
 # A.X-K1: DeepSeek-V3's layer (deepseek_v3's decode) with its MoE output normed: shown by its logits. Its greedy,
 # bfloat16 and kernels runs passed and would add ~6 s.

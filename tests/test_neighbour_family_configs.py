@@ -227,6 +227,27 @@ def test_granite_swa_fields_read_as_transformers_reads_them(arch, config, fields
     assert (cfg.num_experts, cfg.shared_expert_intermediate_size) == experts
 
 
+@pytest.mark.parametrize("fields", [
+    {},  # AfmoeConfig's defaults: full every fourth layer (NoPE), 1024-token windows, layer 0 dense, 64 experts, 6 each
+    dict(layer_types=["full_attention", "sliding_attention"] * 2 + ["full_attention"], sliding_window=16,
+         num_dense_layers=2, num_experts=8, num_experts_per_tok=2, num_shared_experts=1, moe_intermediate_size=32,
+         route_scale=2.0, mup_enabled=True, attention_bias=True, num_key_value_heads=2, head_dim=32),
+])
+def test_afmoe_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["AfmoeForCausalLM"]})
+    ref = hf.AfmoeConfig(**BASE, **fields)
+    _check_common(cfg, ref)
+    assert cfg.layer_windows == _windows(ref)
+    assert cfg.nope_layers == tuple(i for i, kind in enumerate(ref.layer_types) if kind == "full_attention")
+    assert cfg.dense_layers == tuple(range(ref.num_dense_layers))
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.routed_scaling_factor) == (
+        ref.num_experts, ref.num_experts_per_tok, ref.moe_intermediate_size, ref.route_scale)
+    assert cfg.shared_expert_intermediate_size == ref.num_shared_experts * ref.moe_intermediate_size
+    assert cfg.embedding_multiplier == (ref.hidden_size**0.5 if ref.mup_enabled else 1.0)
+    assert (cfg.qk_norm, cfg.norm_topk_prob, cfg.qkv_bias, cfg.o_bias) == (True, True, ref.attention_bias,
+                                                                           ref.attention_bias)
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -278,6 +299,10 @@ def test_granite_swa_fields_read_as_transformers_reads_them(arch, config, fields
     ("GraniteMoeSWAForCausalLM", dict(sliding_window=None),
      "sliding_window None is not supported for GraniteMoeSWAForCausalLM's sliding layers"),
     ("GraniteMoeSWAForCausalLM", dict(layer_types=["chunked_attention"] * 5), "layer_types .* must give one of"),
+    ("AfmoeForCausalLM", dict(num_shared_experts=0), "num_shared_experts 0 is not supported for AfmoeForCausalLM"),
+    ("AfmoeForCausalLM", dict(num_experts=4, num_experts_per_tok=5), "num_experts_per_tok 5 must be in \\[1, "),
+    ("AfmoeForCausalLM", dict(sliding_window=0), "sliding_window 0 must be >= 1 for AfmoeForCausalLM"),
+    ("AfmoeForCausalLM", dict(layer_types=["chunked_attention"] * 5), "layer_types .* must give one of"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):

@@ -14,6 +14,7 @@ from jaxinfer.config.generation import generation_defaults, merge_ids
 from jaxinfer.config.model import ConfigError, ModelConfig, read_config_json
 from jaxinfer.config.packed_checkpoint import packed_scheme
 from jaxinfer.config.scaled_checkpoint import scale_scheme
+from jaxinfer.models.afmoe import FAMILY as AFMOE
 from jaxinfer.models.apertus import FAMILY as APERTUS
 from jaxinfer.models.arcee import FAMILY as ARCEE
 from jaxinfer.models.axk1 import FAMILY as AXK1
@@ -132,7 +133,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLEX_OLMO, MELLUM, NANOCHAT,
                                 GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
                                 KOLIBRI1, CODEGEN,
-                                FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA)
+                                FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
