@@ -307,3 +307,12 @@ def test_afmoe_fields_read_as_transformers_reads_them(fields):
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**BASE, **fields, "architectures": [arch]})
+
+
+@pytest.mark.parametrize("arch, lacks", [
+    ("OlmoHybridForCausalLM", "doubles beta \\(linear_allow_neg_eigval\\)"),
+    ("BailingHybridForCausalLM", "Kimi Delta Attention with a one-projection forget gate"),
+])
+def test_hybrids_that_do_not_map_onto_the_mixers_are_refused_with_what_they_lack(arch, lacks):
+    with pytest.raises(ConfigError, match=f"'{arch}' is not supported \\(.*{lacks}.*not supported yet"):
+        from_hf_config({**BASE, "architectures": [arch]})

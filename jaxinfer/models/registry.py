@@ -149,6 +149,13 @@ NOT_SUPPORTED = {
                                         "with a k-pool indexer, inside DeepSeek-V4-style mixed hyper-connection "
                                         "streams, and a vision tower: not supported yet; Kimi Linear's "
                                         "KimiLinearForCausalLM and HY-V4's HYV4ForCausalLM are)",
+    "OlmoHybridForCausalLM": "OLMo Hybrid (its Gated DeltaNet doubles beta (linear_allow_neg_eigval) and stores q, k, "
+                             "v and their convolutions as separate tensors, beside OLMo 3's post-norm attention "
+                             "layers: not supported yet; Qwen3-Next's and Qwen3.5's Gated DeltaNet models are)",
+    "BailingHybridForCausalLM": "Ant Ling hybrid (Kimi Delta Attention with a one-projection forget gate, "
+                                "lower-bounded by kda_lower_bound under kda_safe_gate, and a full-rank output gate, "
+                                "beside latent attention with a per-head output gate: not supported yet; Kimi "
+                                "Linear's KimiLinearForCausalLM and DeepSeek-V3's DeepseekV3ForCausalLM are)",
 }
 
 
