@@ -10,6 +10,7 @@ batched and preempted; LFM2's and LFM2-MoE's prefill the 28 over two steps alone
 
 from __future__ import annotations
 
+import copy
 import math
 import types
 
@@ -21,6 +22,7 @@ import torch
 import transformers
 from hf_models import hf
 from hf_versions import skip_layer_counted_blocks, skip_ungrouped_gated_norm
+from safetensors import safe_open
 
 from jaxinfer import LLM, ConfigError, SamplingParams, SpeculativeConfig, from_hf_config
 from jaxinfer.cache.paged import page_bytes
@@ -175,6 +177,32 @@ def test_chunked_and_preempted_engine_run_matches_each_prompt_alone_in_hf(family
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)] == expected
     assert (llm.metrics()["num_preemptions"] > 0) == (len(prompts) > 1)
     assert llm.engine.config.enable_prefix_caching is False
+
+
+def test_weights_hold_each_checkpoint_tensor_once(llm):
+    """The loaded tree's parameters are the checkpoint's: Zamba2's shared blocks once, not once per hybrid layer."""
+    with safe_open(llm.model_dir / "model.safetensors", "numpy") as stored:
+        expected = sum(math.prod(stored.get_slice(name).get_shape()) for name in stored.keys())
+    assert sum(leaf.size for leaf in jax.tree.leaves(llm.weights)) == expected
+
+
+def test_zamba2_update_reaches_each_use_of_a_shared_block_and_sleep_keeps_it(family, hf_model, llm):
+    """A trainer's state dict (each shared block named under every layer running it) with shared block 0's q_proj
+    (held by layer 1, run by layers 1 and 4) changed updates both uses as transformers' do; the old state dict
+    back, then a sleep and wake, give the first logits again."""
+    if family != "zamba2":
+        pytest.skip("Zamba2's shared blocks")
+    before = llm.logits(PROMPT)
+    trained = copy.deepcopy(hf_model)
+    with torch.no_grad():
+        trained.get_parameter("model.layers.1.shared_transformer.self_attn.q_proj.weight").mul_(-0.5)
+        expected = trained(torch.tensor([PROMPT])).logits[0].numpy()
+    llm.update_weights(trained.state_dict())
+    np.testing.assert_allclose(llm.logits(PROMPT), expected, atol=1e-5 * np.abs(expected).max(), rtol=0)
+    llm.update_weights(hf_model.state_dict())
+    llm.sleep(level=1)
+    llm.wake_up()
+    np.testing.assert_array_equal(llm.logits(PROMPT), before)
 
 
 def test_int8_quantization_with_a_state_layer_first():

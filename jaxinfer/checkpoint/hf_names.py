@@ -24,6 +24,7 @@ MTP_PREFIX = "model.mtp_"  # ERNIE 4.5's multi-token-prediction block, norms and
 # Multi-token-prediction modules transformers skips too: Qwen3-Next's beside `model.`, MiMo-V2-Flash's inside it,
 # Mistral Large 4's `mtp_dspark.*`
 MTP_MODULE = ("mtp.", "model.mtp.", "mtp_dspark.")
+SHARED_BLOCK_TENSOR = re.compile(r"model\.layers\.(\d+)\.shared_transformer\.")  # Zamba2's block under a layer
 # a layer's K/V projections and norms, wherever the checkpoint keeps its layers (`model.language_model.layers.*`)
 KV_TENSOR = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.(?:k_proj|v_proj|k_norm|v_norm)\.")
 
@@ -315,9 +316,18 @@ def in_kv_sharing_layer(cfg: ModelConfig, name: str) -> bool:
 
 def unread_tensor(cfg: ModelConfig, name: str) -> bool:
     """Whether tensor `name` is one a checkpoint may hold that the model never reads (an MTP layer's, a KV-sharing
-    layer's K/V, Qwen4-Exp's derived n-gram constants)."""
+    layer's K/V, Qwen4-Exp's derived n-gram constants, a Zamba2 block's other names in a state dict)."""
     return (in_mtp_layer(cfg, name) or in_kv_sharing_layer(cfg, name) or in_zero_expert(cfg, name)
-            or (cfg.qwen4_exp is not None and name.endswith(NGRAM_CONSTANTS)))
+            or in_borrowed_block(cfg, name) or (cfg.qwen4_exp is not None and name.endswith(NGRAM_CONSTANTS)))
+
+
+def in_borrowed_block(cfg: ModelConfig, name: str) -> bool:
+    """Whether tensor `name` is a Zamba2 shared block's under a hybrid layer that runs it but does not hold it:
+    a model's `state_dict()` names each block under every layer running it (a trainer's update), save_pretrained
+    under the first alone. The same tensor as the holder's, read there."""
+    blocks = cfg.shared_blocks
+    match = SHARED_BLOCK_TENSOR.match(name) if blocks is not None else None
+    return match is not None and (layer := int(match.group(1))) in blocks.layers and blocks.stored_at(layer) != layer
 
 
 # Qwen4-Exp's hash multipliers and head sizes, saved as buffers: derived from the config (config/qwen4_exp), not read

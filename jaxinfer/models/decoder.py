@@ -130,6 +130,8 @@ def forward_with_taps(
     inputs = LayerInputs(placeholders_as(tokens, override, cfg.pad_token_id), x) if reads_tokens else None
     tapped = []
     for layer, lw in enumerate(weights.layers):
+        if family.borrowed_leaves is not None:  # traced references, so a shared leaf stays one buffer
+            lw = family.borrowed_leaves(cfg, weights.layers, layer)
         if layer in taps:
             tapped.append(x)
         x, cache = call_layer(layer_fn, cfg, x, cache, lw, layer, positions, rope, inputs)

@@ -92,3 +92,7 @@ class Family:
     # Zamba2's shared blocks read the input embeddings beside the residual stream (Gemma 4's per-layer inputs are
     # the config's `per_layer_input_size`)
     reads_embeddings: bool = False
+    # (cfg, layers, i) -> layer i's weights with the leaves it runs but another layer holds put in (Zamba2's shared
+    # blocks: each held once, by the first layer running it, as its checkpoint stores it, so a block's bytes are on
+    # the device once however many layers run it); None: every layer holds all its own leaves
+    borrowed_leaves: Callable[[ModelConfig, list[Any], int], Any] | None = None

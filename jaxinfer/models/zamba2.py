@@ -9,8 +9,10 @@ embeddings [2D] (handed to every layer: `Family.reads_embeddings`), attention ov
 scores scaled by (head_dim / 2) ** -0.5, rotary only with `use_mem_rope`; its K/V kept beside the mixer's state),
 RMSNorm, then the gated MLP. Each use adds its own low-rank adapters to gate/up (and, with
 `use_shared_attention_adapter`, to q, k and v). The block's output, through the layer's own `linear`, is added to
-the mixer's input, not to the residual stream: x + mixer(norm(x + linear(block(x, embeddings)))). The shared
-block's weights are read into each hybrid layer that runs it (one copy per use). Refused by name:
+the mixer's input, not to the residual stream: x + mixer(norm(x + linear(block(x, embeddings)))). Each shared
+block's weights are held once, by the first hybrid layer running it (where the checkpoint stores them); the others
+hold their adapters and `linear` alone and are handed the block as they run (`borrowed_leaves`), so the device
+holds the checkpoint's bytes, not a block per use (Zamba2-2.7B: ~1B parameters fewer). Refused by name:
 `add_bias_linear` (biased projections and MLP; no release sets it), `use_long_context`, and q/k/v adapters over
 grouped K/V heads (transformers' adapters are as wide as the queries).
 """
@@ -76,6 +78,8 @@ class Zamba2Layer(MixerWeights):
     gate_adapter_up: jax.Array | None = None  # [r, F]
     up_adapter_up: jax.Array | None = None  # [r, F]
     block_out: Weight | None = None  # [D, D]: the hybrid layer's own `linear` after the block
+    # The block's own fields (the rest are the use's): held by the first layer running it, borrowed by the others
+    SHARED: ClassVar[tuple[str, ...]] = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 
     PROJECTIONS: ClassVar[dict[str, int]] = {
         **MixerWeights.PROJECTIONS, "wq": 1, "wk": 1, "wv": 1, "wo": 2, "w_gate": 1, "w_up": 1, "w_down": 1,
@@ -84,33 +88,38 @@ class Zamba2Layer(MixerWeights):
     JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("wq", "wk", "wv"), ("w_gate", "w_up"))
 
 
-def block_leaves(cfg: ModelConfig) -> dict[str, ArrayInfo | None]:
-    """A hybrid layer's shared-block leaves as ArrayInfos."""
+def block_leaves(cfg: ModelConfig, holds_block: bool) -> dict[str, ArrayInfo | None]:
+    """A hybrid layer's leaves of its block's use as ArrayInfos: its adapters and `linear`, and the block's own
+    where it holds the block (`holds_block`: the first layer running it)."""
     D, F, H, KV, K = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     E, r, adapters = 2 * D, cfg.shared_blocks.adapter_rank, cfg.shared_blocks.attention_adapters
     norm = lambda n: ArrayInfo((n,), ("embed",), init_value=1.0)  # noqa: E731
     down = lambda n: ArrayInfo((n, r), ("embed", None)) if adapters else None  # noqa: E731
     up = lambda heads, axis: ArrayInfo((r, heads, K), (None, axis, "head_dim")) if adapters else None  # noqa: E731
-    return dict(
+    block = dict(
         attn_norm=norm(E), mlp_norm=norm(D),
         wq=ArrayInfo((E, H, K), ("embed", "q_heads", "head_dim")),
         wk=ArrayInfo((E, KV, K), ("embed", "kv_heads", "head_dim")),
         wv=ArrayInfo((E, KV, K), ("embed", "kv_heads", "head_dim")),
         wo=ArrayInfo((H, K, D), ("q_heads", "head_dim", "embed")),
-        q_down=down(E), q_up=up(H, "q_heads"), k_down=down(E), k_up=up(KV, "kv_heads"), v_down=down(E),
-        v_up=up(KV, "kv_heads"),
         w_gate=ArrayInfo((D, F), ("embed", "mlp")), w_up=ArrayInfo((D, F), ("embed", "mlp")),
         w_down=ArrayInfo((F, D), ("mlp", "embed")),
+    )
+    use = dict(
+        q_down=down(E), q_up=up(H, "q_heads"), k_down=down(E), k_up=up(KV, "kv_heads"), v_down=down(E),
+        v_up=up(KV, "kv_heads"),
         mlp_adapter_down=ArrayInfo((D, r), ("embed", None)), gate_adapter_up=ArrayInfo((r, F), (None, "mlp")),
         up_adapter_up=ArrayInfo((r, F), (None, "mlp")),
         block_out=ArrayInfo((D, D), ("embed", None)),
     )
+    return use | (block if holds_block else {})
 
 
 def abstract_layer(cfg: ModelConfig, layer: int = 0) -> Zamba2Layer:
-    """Layer `layer`'s leaves: the mixer's and its norm, and a hybrid layer's block."""
-    D = cfg.hidden_size
-    block = block_leaves(cfg) if layer in cfg.shared_blocks.layers else {}
+    """Layer `layer`'s leaves: the mixer's and its norm, and a hybrid layer's use of its block (and the block,
+    in the first layer running it)."""
+    D, blocks = cfg.hidden_size, cfg.shared_blocks
+    block = block_leaves(cfg, blocks.stored_at(layer) == layer) if layer in blocks.layers else {}
     return Zamba2Layer(**mixer_leaves(cfg.state_space, D), mamba_norm=ArrayInfo((D,), ("embed",), init_value=1.0),
                        **block)
 
@@ -138,8 +147,9 @@ def _adapter_leaves(cfg: ModelConfig, attn: str, j: int) -> dict[str, HFLeaf]:
 
 
 def layer_hf_leaves(cfg: ModelConfig, layer: int) -> dict[str, HFLeaf]:
-    """A hybrid layer's fields: its mixer under `mamba_decoder.`, its block under the layer storing it, its
-    adapters at its use's index there, its own `linear`; a Mamba2 layer's as `hf_leaves` gives them."""
+    """A hybrid layer's fields: its mixer under `mamba_decoder.`, its block's own where it holds it, its adapters
+    at its use's index under the layer holding the block, its own `linear`; a Mamba2 layer's as `hf_leaves` gives
+    them."""
     blocks = cfg.shared_blocks
     if layer not in blocks.layers:
         return {}
@@ -149,8 +159,7 @@ def layer_hf_leaves(cfg: ModelConfig, layer: int) -> dict[str, HFLeaf]:
     block = LAYER.format(i=blocks.stored_at(layer)) + "shared_transformer."
     attn, mlp = block + "self_attn.", block + "feed_forward."
     gate_up, adapter = mlp + "gate_up_proj.weight", f"{mlp}gate_up_proj_adapter_list.{j}."
-    leaves = {
-        **_mamba_hf_leaves(cfg, own + "mamba_decoder."),
+    shared = {
         "attn_norm": HFLeaf(block + "input_layernorm.weight", "same", (E,)),
         "mlp_norm": HFLeaf(block + "pre_ff_layernorm.weight", "same", (D,)),
         "wq": HFLeaf(attn + "q_proj.weight", "in_heads", (H * K, E), H, K),
@@ -160,12 +169,26 @@ def layer_hf_leaves(cfg: ModelConfig, layer: int) -> dict[str, HFLeaf]:
         "w_gate": HFLeaf(gate_up, "transpose", (2 * F, D)),
         "w_up": HFLeaf(gate_up, "transpose", (2 * F, D), row_offset=F),
         "w_down": HFLeaf(mlp + "down_proj.weight", "transpose", (D, F)),
+    }
+    leaves = {
+        **_mamba_hf_leaves(cfg, own + "mamba_decoder."),
+        **(shared if blocks.stored_at(layer) == layer else {}),
         "mlp_adapter_down": HFLeaf(adapter + "0.weight", "transpose", (r, D)),
         "gate_adapter_up": HFLeaf(adapter + "1.weight", "transpose", (2 * F, r)),
         "up_adapter_up": HFLeaf(adapter + "1.weight", "transpose", (2 * F, r), row_offset=F),
         "block_out": HFLeaf(own + "linear.weight", "transpose", (D, D)),
     }
     return leaves | (_adapter_leaves(cfg, attn, j) if blocks.attention_adapters else {})
+
+
+def borrowed_leaves(cfg: ModelConfig, layers: list[Zamba2Layer], layer: int) -> Zamba2Layer:
+    """Layer `layer`'s weights with its block's own leaves (`Zamba2Layer.SHARED`) taken from the layer holding
+    them, where that is another; the weights as they are elsewhere. Whatever each leaf is (joined, quantized,
+    packed), the holder's are the block's, so the borrower runs them as the holder does."""
+    lw, blocks = layers[layer], cfg.shared_blocks
+    if layer not in blocks.layers or (holder := blocks.stored_at(layer)) == layer:
+        return lw
+    return dataclasses.replace(lw, **{name: getattr(layers[holder], name) for name in Zamba2Layer.SHARED})
 
 
 def _adapted(h: jax.Array, base: jax.Array, down: jax.Array | None, up: jax.Array | None) -> jax.Array:
@@ -277,4 +300,4 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
 
 FAMILY = Family("zamba2", ARCHITECTURES, read_config, abstract_layer, hf_leaves, decoder_layer,
                 top_names=("model.embed_tokens.weight", "model.final_layernorm.weight"),
-                layer_hf_leaves=layer_hf_leaves, reads_embeddings=True)
+                layer_hf_leaves=layer_hf_leaves, reads_embeddings=True, borrowed_leaves=borrowed_leaves)
