@@ -43,7 +43,7 @@ LLM_CALLS = {
         lambda m: m.generate("x", SamplingParams(logit_bias={7: 1.0, 10**6: -5})), ValueError,
         ["logit_bias", "1000000", "4096"],
     ),
-    "logits of text": (lambda m: m.logits("text"), TypeError, ["token_ids", "'text'", "llm.encode"]),
+    "logits of text": (lambda m: m.logits("text"), TypeError, ["token_ids", "'text'", "llm.tokenize"]),
     "logits id beyond the vocabulary": (lambda m: m.logits([1, 450, 4996]), ValueError, ["token_ids", "4996", "4096"]),
     "prompt id beyond the vocabulary": (lambda m: list(m.stream([1, 99999])), ValueError, ["prompt", "99999"]),
     "bool in a prompt's ids": (lambda m: m.generate([[313, True]]), TypeError, ["prompts[0][1]", "True", "bool"]),
