@@ -26,6 +26,7 @@ from safetensors import safe_open
 
 from jaxinfer import LLM, ConfigError, SamplingParams, SpeculativeConfig, from_hf_config
 from jaxinfer.cache.paged import page_bytes
+from jaxinfer.checkpoint.converted import quantization_of
 from jaxinfer.checkpoint.hf_names import in_mtp_layer
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
@@ -214,6 +215,7 @@ def test_int8_quantization_with_a_state_layer_first():
     quantized = quantize_weights(weights, "int8")
     assert quantized.layers[0].wq is None and isinstance(quantized.layers[0].in_qkvz, QuantizedWeight)
     assert quantize_weights(quantized, "int8") is quantized
+    assert quantization_of(quantized) == ("int8", 0) and quantization_of(weights) is None  # what a convert records
 
 
 def test_bamba_config_as_transformers_reads_it():

@@ -117,9 +117,13 @@ def _checkpoint_levels(weights: Weights) -> str | None:
 
 
 def quantization_of(weights: Weights) -> tuple[str, int] | None:
-    """(mode, group) of a tree whose projections are quantized, else None."""
-    first = weights.layers[0].wq
-    return (first.mode, first.group) if isinstance(first, QuantizedWeight) else None
+    """(mode, group) of a tree whose projections are quantized, else None (read from the first quantized
+    projection: a hybrid's layer 0 may keep a state and have no wq)."""
+    for lw in weights.layers:
+        for leaf in vars(lw).values():
+            if isinstance(leaf, QuantizedWeight):
+                return leaf.mode, leaf.group
+    return None
 
 
 def experts_quantization(weights: Weights) -> dict[str, Any] | None:
