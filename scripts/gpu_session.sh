@@ -88,6 +88,14 @@
 #                                                   # (ALiBi: the Triton kernel compiled), then
 #                                                   # bench_selective.py: Mamba-1's token scan against
 #                                                   # the chunked form at T = 512 to 8192 (~8 min, untried)
+#   bash scripts/gpu_session.sh features7 [OUT_DIR]  # what landed on 2026-11-30 (seventh sitting) on the GPU:
+#                                                   # 25 families (OPT-350M, OLMo 1, Ministral, Helium, CWM,
+#                                                   # FlexOlmo, Mellum 2, Jais 2, HyperCLOVA X, Youtu, Kolibri-1,
+#                                                   # VaultGemma, Persimmon, JetMoE, nanochat, GPT-Neo, CodeGen,
+#                                                   # Flint, A.X-K1, BitNet, Hy3, Granite SWA, Granite-MoE SWA,
+#                                                   # AFMoE), HY-V4's hyper-connections, Qwen4-Exp, Zamba2, the
+#                                                   # Gemma 4 assistant's draft step, LLM.encode's pooling, fixed
+#                                                   # token masks over multi-step calls (~7 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -273,6 +281,17 @@ features6)
         --out "$out/bench_selective.json"
     step selective_8192 90 python3 scripts/bench_selective.py --inner 8192 --tokens 512 4096 --chunks 16 32 64 \
         --out "$out/bench_selective_8192.json"
+    ;;
+features7)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature7_tests 420 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 \
+        --durations=15 --junitxml="$out/feature7_tests.xml" tests/test_hy_v4.py tests/test_qwen4_exp.py \
+        tests/test_gemma4_assistant.py tests/test_light_family_configs.py tests/test_neighbour_family_configs.py \
+        tests/test_classic_family_configs.py tests/test_hybrid_families.py tests/test_eagle.py tests/test_embeddings.py \
+        tests/test_classify.py tests/test_token_filters.py tests/test_train_pair.py tests/test_moe.py \
+        tests/test_hf_parity.py \
+        -k "not hf_parity or opt_350m or vaultgemma or persimmon or olmo or ministral or helium or cwm or jetmoe or flex_olmo or mellum or nanochat or gpt_neo or jais2 or hyperclovax or youtu or hy_v4 or kolibri1 or granite_swa or granitemoe_swa or afmoe or codegen or flint or hy_v3 or axk1 or bitnet"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
