@@ -115,13 +115,14 @@ GRANITES = ["GraniteForCausalLM", "GraniteMoeForCausalLM", "GraniteMoeSharedForC
 @pytest.mark.parametrize("architecture", GRANITES)
 def test_granite_fields_a_config_leaves_out_take_transformers_defaults(architecture):
     """Every multiplier 1.0 (the softmax scale too, not head_dim ** -0.5), 2048 positions, no biases or tied
-    head; the MoE ones 8 experts of intermediate_size, 2 per token, and no shared MLP."""
+    head, bos 1 and eos 2; the MoE ones 8 experts of intermediate_size, 2 per token, and no shared MLP."""
     hf = getattr(transformers, architecture).config_class(**BASE)
     cfg = from_hf_config({**BASE, "architectures": [architecture]})
     assert (cfg.embedding_multiplier, cfg.attn_scale, cfg.residual_multiplier, cfg.logits_scaling) == (
         hf.embedding_multiplier, hf.attention_multiplier, hf.residual_multiplier, hf.logits_scaling) == (1.0,) * 4
     assert (cfg.max_position_embeddings, cfg.tie_word_embeddings, cfg.qkv_bias, cfg.o_bias) == (
         hf.max_position_embeddings, hf.tie_word_embeddings, hf.attention_bias, hf.attention_bias)
+    assert (cfg.bos_token_id, cfg.eos_token_ids) == (hf.bos_token_id, (hf.eos_token_id,)) == (1, (2,))
     if architecture != "GraniteForCausalLM":
         assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size) == (
             hf.num_local_experts, hf.num_experts_per_tok, hf.intermediate_size)

@@ -76,10 +76,14 @@ def multipliers(hf: Mapping[str, Any], arch: str) -> dict[str, float]:
                 residual_multiplier=read["residual_multiplier"], logits_scaling=read["logits_scaling"])
 
 
+TOKEN_IDS = dict(bos_token_id=1, eos_token_id=2)  # GraniteConfig's, GraniteMoe*Config's defaults
+
+
 def granite_fields(hf: Mapping[str, Any], arch: str) -> dict[str, Any]:
     """What every Granite architecture reads the same way: Llama's fields, the multipliers, attention biases
-    on q/k/v/o together (`attention_bias`) and no sliding windows."""
-    fields = common_fields(hf, arch)
+    on q/k/v/o together (`attention_bias`) and no sliding windows; bos and eos ids 1 and 2 where the config leaves
+    them out, as every Granite config class defaults them."""
+    fields = common_fields({**TOKEN_IDS, **hf}, arch)
     bias = bool(hf.get("attention_bias", False))
     return dict(
         fields,
