@@ -24,6 +24,7 @@ import jax
 
 from jaxinfer.config.model import LAYER_TYPES, ConfigError, ModelConfig, activation_name, common_fields
 from jaxinfer.models.family import Family, HFLeaf
+from jaxinfer.models.gemma2 import sandwich_layer
 from jaxinfer.models.glm4_moe import abstract_layer as glm4_moe_layer
 from jaxinfer.models.glm4_moe import moe_block
 from jaxinfer.models.kolibri1 import SandwichMoELayerWeights
@@ -31,12 +32,11 @@ from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights
 from jaxinfer.models.mlp import gated_mlp
 from jaxinfer.models.moe import is_dense
-from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.qwen3_moe import hf_leaves as qwen3_moe_hf_leaves
 from jaxinfer.models.rope import RopeTables
-from jaxinfer.models.self_attention import HIDDEN, self_attention
 from jaxinfer.models.shared_expert import shared_expert_hf_leaves
 from jaxinfer.parallel.array_info import ArrayInfo
+from jaxinfer.parallel.sharding import Layout
 
 ARCHITECTURES = ("AfmoeForCausalLM",)
 # AfmoeConfig's defaults for the fields a config may leave out (or null) where ours differ.
@@ -100,14 +100,13 @@ def decoder_layer(
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
     """norm -> gated attention -> norm -> residual add, then norm -> MLP or experts -> norm -> residual add."""
-    layout, eps = cache.layout, cfg.rms_norm_eps
-    out, cache = self_attention(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions,
-                                rope.for_layer(layer))
-    x = layout.constrain(x + rms_norm(out, lw.post_attn_norm, eps), HIDDEN)
-    h = rms_norm(x, lw.mlp_norm, eps)
-    h = gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation) if is_dense(lw) else \
-        moe_block(h, lw, cfg, layout)
-    return layout.constrain(x + rms_norm(h, lw.post_mlp_norm, eps), HIDDEN), cache
+
+    def mlp(h: jax.Array, layout: Layout) -> jax.Array:
+        if is_dense(lw):
+            return gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
+        return moe_block(h, lw, cfg, layout)
+
+    return sandwich_layer(cfg, x, cache, lw, layer, positions, rope, mlp)
 
 
 def layer_kinds(hf: Mapping[str, Any], arch: str, num_layers: int) -> list[str]:

@@ -11,7 +11,7 @@ sliding layers (`rope_local_base_freq`), `rope_scaling` applying to the global l
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 
@@ -25,6 +25,7 @@ from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, attention_hf_leaves, attention_leaves, self_attention
 from jaxinfer.parallel.array_info import ArrayInfo
+from jaxinfer.parallel.sharding import Layout
 
 GEMMA2, GEMMA3 = "Gemma2ForCausalLM", "Gemma3ForCausalLM"
 VAULTGEMMA = "VaultGemmaForCausalLM"  # Gemma 2's config, read here, in Llama's layer (models.vaultgemma)
@@ -91,11 +92,21 @@ def decoder_layer(
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
     """norm -> attention -> norm -> residual add, then norm -> MLP -> norm -> residual add."""
+    return sandwich_layer(cfg, x, cache, lw, layer, positions, rope,
+                          lambda h, layout: gated_mlp(h, lw.w_gate, lw.w_up, lw.w_down, cfg.activation))
+
+
+def sandwich_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables,
+    mlp: Callable[[jax.Array, Layout], jax.Array],
+) -> tuple[jax.Array, Any]:
+    """Gemma 2's layer with any MLP (GLM-4's; Kolibri-1's and AFMoE's experts): each sublayer's input and output
+    normed (`attn_norm`, `post_attn_norm`, `mlp_norm`, `post_mlp_norm`) before its residual add."""
     layout, eps, offset = cache.layout, cfg.rms_norm_eps, cfg.norm_weight_offset
     h = rms_norm(x, lw.attn_norm, eps, offset)
     out, cache = self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     x = layout.constrain(x + rms_norm(out, lw.post_attn_norm, eps, offset), HIDDEN)
-    h = gated_mlp(rms_norm(x, lw.mlp_norm, eps, offset), lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
+    h = mlp(rms_norm(x, lw.mlp_norm, eps, offset), layout)
     return layout.constrain(x + rms_norm(h, lw.post_mlp_norm, eps, offset), HIDDEN), cache
 
 

@@ -21,15 +21,14 @@ import jax.numpy as jnp
 from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, field
 from jaxinfer.models.exaone4 import attention_fields
 from jaxinfer.models.family import Family, HFLeaf
+from jaxinfer.models.gemma2 import sandwich_layer
 from jaxinfer.models.glm4_moe import Glm4MoeLayerWeights
 from jaxinfer.models.glm4_moe import abstract_layer as glm4_moe_layer
 from jaxinfer.models.glm4_moe import hf_leaves as glm4_moe_hf_leaves
 from jaxinfer.models.layers import linear
 from jaxinfer.models.mixtral import moe_fields
 from jaxinfer.models.moe import experts_output
-from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import RopeTables
-from jaxinfer.models.self_attention import HIDDEN, self_attention
 from jaxinfer.models.shared_expert import shared_expert
 from jaxinfer.parallel.array_info import ArrayInfo
 from jaxinfer.parallel.sharding import Layout
@@ -92,12 +91,7 @@ def decoder_layer(
     rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
     """norm -> attention -> norm -> residual add, then norm -> experts -> norm -> residual add."""
-    layout, eps = cache.layout, cfg.rms_norm_eps
-    out, cache = self_attention(cfg, rms_norm(x, lw.attn_norm, eps), cache, lw, layer, positions,
-                                rope.for_layer(layer))
-    x = layout.constrain(x + rms_norm(out, lw.post_attn_norm, eps), HIDDEN)
-    h = moe_block(rms_norm(x, lw.mlp_norm, eps), lw, cfg, layout)
-    return layout.constrain(x + rms_norm(h, lw.post_mlp_norm, eps), HIDDEN), cache
+    return sandwich_layer(cfg, x, cache, lw, layer, positions, rope, lambda h, layout: moe_block(h, lw, cfg, layout))
 
 
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
