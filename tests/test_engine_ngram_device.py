@@ -88,3 +88,16 @@ def test_no_compiles_after_warmup(model):
     count, traces = traces_after_warmup(llm, PROMPTS, greedy_tokens=24)
     assert llm.metrics()["spec_decode_num_drafts"] > 0
     assert count > 4 and traces == []
+
+
+def test_a_fixed_token_filter_keeps_several_rounds_a_call(model, plain):
+    """allowed_token_ids give every drafted position of every round the same mask, so a filtered row
+    still verifies several rounds a call (a mask per token, as a grammar's, would hold one round)."""
+    llm = make(model, adaptive=False)
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True, allowed_token_ids=sorted({*LOOP, 40, 41}))
+    before = llm.metrics()
+    tokens = token_ids(llm, [LOOP], params)
+    after = llm.metrics()
+    assert tokens == token_ids(plain, [LOOP], params) and set(tokens[0]) <= {*LOOP, 40, 41}
+    passes, calls = (after[k] - before[k] for k in ("spec_passes", "engine_steps"))
+    assert after["accepted"] > before["accepted"] and passes > calls, (passes, calls)

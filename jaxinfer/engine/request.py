@@ -122,6 +122,12 @@ class Request:
         return self.prompt_ids[start:] + self.output_ids[: end - prompt]
 
     @property
+    def masked_per_token(self) -> bool:
+        """True when the output's token mask changes with each token (`RequestGrammar.per_token`): the host makes
+        each mask, so the request decodes one step a call and drafts nothing; a fixed mask holds at every step."""
+        return self.grammar is not None and self.grammar.per_token
+
+    @property
     def num_tokens(self) -> int:
         """Prompt plus output length."""
         return len(self.prompt_ids) + len(self.output_ids)

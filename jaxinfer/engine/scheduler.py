@@ -130,7 +130,7 @@ class Scheduler:
         ahead = flight.num_steps if ahead is None else ahead
         if not (flight.all_decode and self._steady() and self._only_running(requests)):
             return None
-        if any(masked_per_token(r) for r in requests) or all(r.max_total - r.num_tokens <= ahead for r in requests):
+        if any(r.masked_per_token for r in requests) or all(r.max_total - r.num_tokens <= ahead for r in requests):
             return None
         rows = [Row(r, r.num_tokens - 1 + ahead, 1) for r in requests]
         steps = self._decode_steps(rows)
@@ -162,7 +162,7 @@ class Scheduler:
         constraint's or multi-token bad words': the host makes it for one token; allowed_token_ids and one-token
         bad words hold one mask for every step), at most stream_interval (None: stream_steps) when someone watches a
         row's tokens arrive (a stream gets them in bursts of a call's steps), else decode_steps."""
-        if any(masked_per_token(row.request) for row in decodes):
+        if any(row.request.masked_per_token for row in decodes):
             return 1
         if any(row.request.streamed for row in decodes):
             interval = self.config.stream_interval or self.stream_steps
@@ -311,11 +311,6 @@ class Scheduler:
         if request.adapter_slot >= 0:
             self.adapters.release(request.adapter_slot)
             request.adapter_slot = -1
-
-
-def masked_per_token(request: Request) -> bool:
-    """True when the request's token mask changes with each token it generates (`RequestGrammar.per_token`)."""
-    return request.grammar is not None and request.grammar.per_token
 
 
 def pages_to_reserve(requests: list[Request], lookahead: int, blocks: BlockManager) -> int:

@@ -208,10 +208,11 @@ class Speculator:
         if self.config.drafts_on_host:
             return [self._host_draft(r, int(k)) if k else np.zeros(0, np.int32) for r, k in zip(requests, room)]
         if self.config.model_free:  # the device's lookup: it drafts what the host's finds, then goes on
-            return [self._host_draft(r, int(k)) if k and r.grammar is None else np.zeros(0, np.int32)
+            return [self._host_draft(r, int(k)) if k and not r.masked_per_token else np.zeros(0, np.int32)
                     for r, k in zip(requests, room)]
-        # Not for constrained rows: their drafts would need masks the host cannot make in advance.
-        return [np.zeros(0 if r.grammar is not None else k, np.int32) for r, k in zip(requests, room)]
+        # Not for rows whose mask changes per token: their drafts would need masks the host cannot make in
+        # advance. A fixed mask (allowed_token_ids, one-token bad words) is every drafted position's.
+        return [np.zeros(0 if r.masked_per_token else k, np.int32) for r, k in zip(requests, room)]
 
     def _adaptive(
         self, requests: list[Request], drafts: list[np.ndarray], rows: int, reprobe: bool

@@ -218,8 +218,9 @@ class StepCalls:
             drafts = self.speculator.plan(requests, bucket(len(requests)), schedule.lookahead - 1)
             if drafts is not None:
                 runner = self.runner
-                # A constrained row's mask holds for one round: later rounds' drafts are unknown here.
-                one_round = self.speculator.measuring or any(r.grammar is not None for r in requests)
+                # A mask that changes per token holds for one round: later rounds' drafts are unknown here.
+                # A fixed one (allowed_token_ids, one-token bad words) is every round's.
+                one_round = self.speculator.measuring or any(r.masked_per_token for r in requests)
                 rounds = 1 if one_round else runner.spec_rounds
                 return build_verify_step(schedule, drafts, runner.verify_chunk, self.config.page_size, runner.width,
                                          rounds)
