@@ -650,6 +650,14 @@ ARCH_CONFIGS["afmoe"] = (
          num_experts_per_tok=3, moe_intermediate_size=32, num_shared_experts=2, route_scale=2.5, attention_bias=True,
          mup_enabled=True),
 )
+# Gemma 4 Unified: Gemma 4's tiny model (test_gemma4's) without per-layer inputs or experts, which it has none of:
+# sliding and global layers of their own K/V shapes, values = keys on the global ones, layers 2-3 over layers 0-1's
+# K/V with double-wide MLPs, layer scalars, the soft cap
+ARCH_CONFIGS["gemma4_unified"] = (
+    hf.Gemma4UnifiedTextConfig,
+    dict(GEMMA4, num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,
+         num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=2, use_double_wide_mlp=True),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -766,6 +774,7 @@ MODEL_CLASSES = {
     hf.GraniteSWAConfig: hf.GraniteSWAForCausalLM,
     hf.GraniteMoeSWAConfig: hf.GraniteMoeSWAForCausalLM,
     hf.AfmoeConfig: hf.AfmoeForCausalLM,
+    hf.Gemma4UnifiedTextConfig: hf.Gemma4UnifiedForCausalLM,
 }
 
 

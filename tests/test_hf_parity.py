@@ -181,6 +181,9 @@ LOGITS_ONLY += ("codegen",)  # GPT-J's model (gptj's) under another q/k/v layout
 # bfloat16 and kernels runs passed and would add ~6 s.
 LOGITS_ONLY += ("axk1",)
 LOGITS_ONLY += ("bitnet",)  # Llama's layer (llama2's decode) with two sub-norms: shown by its logits
+# Gemma 4 Unified: Gemma 4's layer less its per-layer inputs and experts (test_gemma4's decode, with KV sharing and a
+# prefix-cache hit): shown by its logits; the conditional-generation layout in test_text_only_wrappers.
+LOGITS_ONLY += ("gemma4_unified",)
 
 
 @functools.cache

@@ -1,7 +1,8 @@
 """Multimodal checkpoints whose language model runs text-only, beyond test_hf_parity's float32 logits of each (Kimi
-K2.5 as transformers saves Kimi_K25ForConditionalGeneration, Apertus 1.5's pruned head as Apertus1p5TextForCausalLM):
-the layouts their makers ship, read to the same weights, their images, video and audio refused by name, and Apertus
-1.5's settings refused by name. No step program is compiled."""
+K2.5 as transformers saves Kimi_K25ForConditionalGeneration, Apertus 1.5's pruned head as Apertus1p5TextForCausalLM,
+Gemma 4 Unified as Gemma4UnifiedForCausalLM): the layouts their makers ship, read to the same weights, their images,
+video and audio refused by name, and Apertus 1.5's and Gemma 4 Unified's settings refused by name. No step program is
+compiled."""
 
 from __future__ import annotations
 
@@ -121,3 +122,48 @@ def test_apertus1p5_head_settings_refused_by_name(setting, match):
     with pytest.raises(ConfigError, match=match):
         from_hf_config(hf_config)
     assert from_hf_config({**hf_config, **setting, "output_vocab_size": 300}).vocab_size == 300
+
+
+@pytest.fixture(scope="module")
+def gemma4_unified_wrapped(tmp_path_factory, checkpoint_dir):
+    """Gemma4UnifiedForConditionalGeneration as transformers saves it: the causal LM's language model under
+    `model.language_model.*` beside its encoder-free image and audio embedders (`model.vision_embedder.*`,
+    `model.embed_vision.*`, `model.embed_audio.*`), the text config under text_config."""
+    path = tmp_path_factory.mktemp("gemma4_unified_wrapped")
+    causal = make_hf_model("gemma4_unified")
+    vision = hf.Gemma4UnifiedVisionConfig(patch_size=2, pooling_kernel_size=2, mm_embed_dim=16, mm_posemb_size=8)
+    config = hf.Gemma4UnifiedConfig(text_config=causal.config.to_dict(), vision_config=vision,
+                                    audio_config=hf.Gemma4UnifiedAudioConfig(audio_embed_dim=16))
+    torch.manual_seed(0)
+    model = hf.Gemma4UnifiedForConditionalGeneration(config)
+    model.model.language_model.load_state_dict(causal.model.state_dict())
+    model.save_pretrained(path)
+    return path
+
+
+def test_gemma4_unified_conditional_generation_reads_its_language_model(gemma4_unified_wrapped, checkpoint_dir):
+    """The same config and weights as Gemma4UnifiedForCausalLM's checkpoint (whose logits test_hf_parity checks);
+    the embedders are skipped."""
+    cfg, weights = load_weights(gemma4_unified_wrapped, np.float32, progress=False)
+    causal_cfg, causal = load_weights(checkpoint_dir("gemma4_unified"), np.float32, progress=False)
+    assert cfg == dataclasses.replace(causal_cfg, architecture="Gemma4UnifiedForConditionalGeneration")
+    assert (cfg.per_layer_input_size, cfg.num_experts, cfg.kv_sources) == (0, 0, (0, 1, 0, 1))
+    assert_same_weights(weights, causal)
+
+
+def test_gemma4_unified_images_and_audio_are_refused(gemma4_unified_wrapped):
+    """Its embedders are not run: a prompt with an image or audio is refused before it is scheduled."""
+    llm = LLM(gemma4_unified_wrapped, dtype="float32", max_seq_len=64)
+    image, audio = np.zeros((32, 32, 3), np.uint8), (np.zeros(1600), 16_000)
+    for kind, data, match in (("image", image, "takes no images"), ("audio", audio, "audio")):
+        with pytest.raises(ValueError, match=match):
+            llm.generate({"prompt_token_ids": PROMPT, "multi_modal_data": {kind: data}}, SamplingParams(max_tokens=1))
+
+
+def test_gemma4_unified_bidirectional_attention_refused_by_name():
+    """use_bidirectional_attention 'all' (every token seeing every other) is refused, as for Gemma 4."""
+    hf_config = {**make_hf_model("gemma4_unified").config.to_dict(), "architectures": ["Gemma4UnifiedForCausalLM"],
+                 "use_bidirectional_attention": "all"}
+    with pytest.raises(ConfigError, match="use_bidirectional_attention='all' is not supported"):
+        from_hf_config(hf_config)
+

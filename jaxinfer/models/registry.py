@@ -43,6 +43,7 @@ from jaxinfer.models.flint import FAMILY as FLINT
 from jaxinfer.models.gemma2 import FAMILY as GEMMA2
 from jaxinfer.models.gemma3n import FAMILY as GEMMA3N
 from jaxinfer.models.gemma4 import FAMILY as GEMMA4
+from jaxinfer.models.gemma4_unified import FAMILY as GEMMA4_UNIFIED
 from jaxinfer.models.glm import FAMILY as GLM
 from jaxinfer.models.glm4 import FAMILY as GLM4
 from jaxinfer.models.glm4_moe import FAMILY as GLM4_MOE
@@ -133,7 +134,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLEX_OLMO, MELLUM, NANOCHAT,
                                 GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
                                 KOLIBRI1, CODEGEN,
-                                FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE)
+                                FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
+                                GEMMA4_UNIFIED)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

@@ -11,9 +11,11 @@ run their tower: models/qwen2_vl). As transformers ties the output head by the o
 `model.audio_tower.*` and their embedders, all skipped here (its vision tower and embedder are read apart, where
 the config has a `vision_config`: checkpoint/gemma4_vision_weights; audio is refused). Gemma 3n's
 Gemma3nForConditionalGeneration is laid out as Gemma 4's; its MobileNet vision tower and audio tower are never
-read: it runs text only. Moonshot ships Kimi K2.5 laid out as Llama 4 (`language_model.model.*`,
-`language_model.lm_head.*`) beside its MoonViT tower (`vision_tower.*`) and projector (`mm_projector.*`, which
-transformers saves in part as `model.mm_projector.*`): models/kimi_k25. Apertus 1.5's
+read: it runs text only. So is Gemma4UnifiedForConditionalGeneration, its encoder-free image and audio embedders
+(`model.vision_embedder.*`, `model.embed_vision.*`, `model.embed_audio.*`) skipped: text only. Moonshot ships Kimi
+K2.5 laid out as Llama 4 (`language_model.model.*`, `language_model.lm_head.*`) beside its MoonViT tower
+(`vision_tower.*`) and projector (`mm_projector.*`, which transformers saves in part as `model.mm_projector.*`):
+models/kimi_k25. Apertus 1.5's
 Apertus1p5ForConditionalGeneration is laid out as Gemma 4's, its vision and audio tokenizers
 (`model.vision_tokenizer.*`, `model.audio_tokenizer.*`) skipped: models/apertus.
 Mistral Large 4's MistralLarge4ForConditionalGeneration checkpoints keep Mistral's own names, the language model's
@@ -50,6 +52,9 @@ TEXT_PARTS = {
     "Gemma4ForConditionalGeneration": TextPart(
         "model.language_model.", ("model.vision_tower.", "model.embed_vision.", "model.audio_tower.",
                                   "model.embed_audio."), replaced="model."),
+    "Gemma4UnifiedForConditionalGeneration": TextPart(
+        "model.language_model.", ("model.vision_embedder.", "model.embed_vision.", "model.embed_audio."),
+        replaced="model."),
     "Gemma3nForConditionalGeneration": TextPart(
         "model.language_model.", ("model.vision_tower.", "model.embed_vision.", "model.audio_tower.",
                                   "model.embed_audio."), replaced="model."),
