@@ -658,6 +658,16 @@ ARCH_CONFIGS["gemma4_unified"] = (
     dict(GEMMA4, num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,
          num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=2, use_double_wide_mlp=True),
 )
+# Cohere Compass: Cohere 2's parallel layer with a rope per layer type, rotated in halves: layer 0 slides over 8
+# tokens with theta 1e4, layer 1 attends to all with theta 5e5 (M-RoPE sections: text positions reduce them to the
+# plain rope); q/k/v/o biases; logits x 0.25
+ARCH_CONFIGS["cohere_compass"] = (
+    hf.CohereCompassTextConfig,
+    dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"], attention_bias=True, logit_scale=0.25,
+         layer_norm_eps=1e-5, pad_token_id=0,
+         rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=1e4, mrope_section=[4, 2, 2]),
+                          "full_attention": dict(rope_type="default", rope_theta=5e5, mrope_section=[4, 2, 2])}),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -775,6 +785,7 @@ MODEL_CLASSES = {
     hf.GraniteMoeSWAConfig: hf.GraniteMoeSWAForCausalLM,
     hf.AfmoeConfig: hf.AfmoeForCausalLM,
     hf.Gemma4UnifiedTextConfig: hf.Gemma4UnifiedForCausalLM,
+    hf.CohereCompassTextConfig: hf.CohereCompassForCausalLM,
 }
 
 

@@ -184,6 +184,9 @@ LOGITS_ONLY += ("bitnet",)  # Llama's layer (llama2's decode) with two sub-norms
 # Gemma 4 Unified: Gemma 4's layer less its per-layer inputs and experts (test_gemma4's decode, with KV sharing and a
 # prefix-cache hit): shown by its logits; the conditional-generation layout in test_text_only_wrappers.
 LOGITS_ONLY += ("gemma4_unified",)
+# Cohere Compass: Cohere 2's parallel layer (cohere2's decode) with each layer type's rope, turned in halves as Llama's:
+# shown by its logits; the conditional-generation layout in test_text_only_wrappers.
+LOGITS_ONLY += ("cohere_compass",)
 
 
 @functools.cache

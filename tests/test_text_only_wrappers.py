@@ -1,8 +1,8 @@
 """Multimodal checkpoints whose language model runs text-only, beyond test_hf_parity's float32 logits of each (Kimi
 K2.5 as transformers saves Kimi_K25ForConditionalGeneration, Apertus 1.5's pruned head as Apertus1p5TextForCausalLM,
-Gemma 4 Unified as Gemma4UnifiedForCausalLM): the layouts their makers ship, read to the same weights, their images,
-video and audio refused by name, and Apertus 1.5's and Gemma 4 Unified's settings refused by name. No step program is
-compiled."""
+Gemma 4 Unified as Gemma4UnifiedForCausalLM, Cohere Compass as CohereCompassForCausalLM): the layouts their makers
+ship, read to the same weights, their images, video and audio refused by name, and Apertus 1.5's, Gemma 4 Unified's
+and Cohere Compass's settings refused by name. No step program is compiled."""
 
 from __future__ import annotations
 
@@ -167,3 +167,47 @@ def test_gemma4_unified_bidirectional_attention_refused_by_name():
     with pytest.raises(ConfigError, match="use_bidirectional_attention='all' is not supported"):
         from_hf_config(hf_config)
 
+
+@pytest.fixture(scope="module")
+def cohere_compass_wrapped(tmp_path_factory):
+    """CohereCompassForConditionalGeneration as transformers saves it (Qwen3-VL's layout): the causal LM's language
+    model under `model.language_model.*`, its head `lm_head.*`, beside a one-block tower (`model.visual.*`)."""
+    path = tmp_path_factory.mktemp("cohere_compass_wrapped")
+    causal = make_hf_model("cohere_compass")
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, out_hidden_size=64,
+                  num_position_embeddings=16, deepstack_visual_indexes=[])
+    config = hf.CohereCompassConfig(text_config=causal.config.to_dict(), vision_config=vision)
+    torch.manual_seed(0)
+    model = hf.CohereCompassForConditionalGeneration(config)
+    model.model.language_model.load_state_dict(causal.model.state_dict())
+    model.lm_head.load_state_dict(causal.lm_head.state_dict())
+    model.save_pretrained(path)
+    return path
+
+
+def test_cohere_compass_conditional_generation_reads_its_language_model(cohere_compass_wrapped, checkpoint_dir):
+    """The same config and weights as CohereCompassForCausalLM's checkpoint (whose logits test_hf_parity checks), the
+    head untied as the outer config says; the tower is skipped and an image refused by name."""
+    cfg, weights = load_weights(cohere_compass_wrapped, np.float32, progress=False)
+    causal_cfg, causal = load_weights(checkpoint_dir("cohere_compass"), np.float32, progress=False)
+    assert cfg == dataclasses.replace(causal_cfg, architecture="CohereCompassForConditionalGeneration",
+                                      tie_word_embeddings=False)
+    assert (cfg.layer_windows, cfg.local_rope_theta, cfg.rope_theta) == ((8, 0), 1e4, 5e5)
+    assert_same_weights(weights.layers, causal.layers)
+    llm = LLM(cohere_compass_wrapped, dtype="float32", max_seq_len=64)
+    with pytest.raises(ValueError, match="takes no images"):
+        llm.generate({"prompt_token_ids": PROMPT, "multi_modal_data": {"image": np.zeros((32, 32, 3), np.uint8)}},
+                     SamplingParams(max_tokens=1))
+
+
+@pytest.mark.parametrize("rope, match", [
+    ({"rope_type": "default", "rope_theta": 1e4}, "one entry per layer type"),
+    ({"sliding_attention": {"rope_type": "yarn", "factor": 2.0}, "full_attention": None},
+     r"rope_parameters\['sliding_attention'\] .* accepted is the default rope"),
+])
+def test_cohere_compass_rope_settings_refused_by_name(rope, match):
+    """A rope not keyed by layer type (transformers' rotary reads one entry per type) or a scaled one."""
+    hf_config = {**make_hf_model("cohere_compass").config.to_dict(), "architectures": ["CohereCompassForCausalLM"],
+                 "rope_parameters": rope}
+    with pytest.raises(ConfigError, match=match):
+        from_hf_config(hf_config)

@@ -26,6 +26,7 @@ from jaxinfer.models.codegen import FAMILY as CODEGEN
 from jaxinfer.models.cohere import FAMILY as COHERE
 from jaxinfer.models.cohere2 import FAMILY as COHERE2
 from jaxinfer.models.cohere2_moe import FAMILY as COHERE2_MOE
+from jaxinfer.models.cohere_compass import FAMILY as COHERE_COMPASS
 from jaxinfer.models.cwm import FAMILY as CWM
 from jaxinfer.models.dbrx import FAMILY as DBRX
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
@@ -135,7 +136,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
                                 KOLIBRI1, CODEGEN,
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
-                                GEMMA4_UNIFIED)
+                                GEMMA4_UNIFIED, COHERE_COMPASS)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

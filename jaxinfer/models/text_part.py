@@ -22,6 +22,8 @@ Mistral Large 4's MistralLarge4ForConditionalGeneration checkpoints keep Mistral
 at the top (`layers.*`, `tok_embeddings.*`) beside the Pixtral tower (`vision_encoder.*`) and its projector, never
 read: it runs text only. Qwen4-Exp's Qwen4ExpForConditionalGeneration keeps Qwen3.5's layout
 (`model.language_model.*` beside `model.visual.*`); its tower is not run here (models/qwen4_exp): text only.
+So does Cohere's CohereCompassForConditionalGeneration (Qwen3-VL's layout): its tower is not run either
+(models/cohere_compass).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ TEXT_PARTS = {
         "model.language_model.", ("model.vision_tokenizer.", "model.audio_tokenizer."), replaced="model."),
     # its language model's names are read as the causal LM's by checkpoint/vision_weights, as Qwen3.5's are
     "Qwen4ExpForConditionalGeneration": TextPart("", ("model.visual.",)),
+    "CohereCompassForConditionalGeneration": TextPart("", ("model.visual.",)),
     "MistralLarge4ForConditionalGeneration": TextPart(
         "", ("vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.")),
 }
