@@ -668,6 +668,15 @@ ARCH_CONFIGS["cohere_compass"] = (
          rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=1e4, mrope_section=[4, 2, 2]),
                           "full_attention": dict(rope_type="default", rope_theta=5e5, mrope_section=[4, 2, 2])}),
 )
+# Dory: a looped nGPT; 4 checkpoint layers: layer 0 once, layers 1-2 twice over (each pass its own pages), layer 3
+# once (6 decoder layers); sliding (8 tokens, base 1e4) and full (base 1e7) in turn; q/k/v/o biases; rates 3x the
+# default's so each sublayer moves the unit-normed stream visibly
+ARCH_CONFIGS["dory"] = (
+    hf.DoryConfig,
+    dict(num_hidden_layers=4, head_dim=16, sliding_window=8, n_input_layers=1, n_recurrent_layers=2,
+         n_output_layers=1, n_recurrent_loops=2, ngpt_alpha_init=0.3, attention_bias=True,
+         layer_types=["sliding_attention", "full_attention"] * 2),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -786,6 +795,7 @@ MODEL_CLASSES = {
     hf.AfmoeConfig: hf.AfmoeForCausalLM,
     hf.Gemma4UnifiedTextConfig: hf.Gemma4UnifiedForCausalLM,
     hf.CohereCompassTextConfig: hf.CohereCompassForCausalLM,
+    hf.DoryConfig: hf.DoryForCausalLM,
 }
 
 

@@ -248,6 +248,59 @@ def test_afmoe_fields_read_as_transformers_reads_them(fields):
                                                                            ref.attention_bias)
 
 
+@pytest.mark.parametrize("fields", [
+    dict(num_hidden_layers=36),  # DoryConfig's defaults: 8 layers in, 20 twice over, 8 out; every fourth full
+    dict(num_hidden_layers=6, layer_types=["full_attention", "sliding_attention", "sliding_attention"] * 2,
+         n_input_layers=1, n_recurrent_layers=3, n_output_layers=2, n_recurrent_loops=3, sliding_window=16,
+         initializer_range=0.02, ngpt_alpha_init=0.1, attention_bias=True, num_key_value_heads=2, head_dim=32,
+         rope_parameters={"full_attention": dict(rope_type="linear", factor=2.0, rope_theta=5e6),
+                          "sliding_attention": dict(rope_type="default", rope_theta=2e4)}),
+])
+def test_dory_fields_read_as_transformers_reads_them(fields):
+    """As config.json holds them (to_dict: the released layout, two blocks a layer) and as given, the loops unrolled."""
+    ref = hf.DoryConfig(**{**BASE, **fields})
+    for hf_config in (ref.to_dict(), {**BASE, **fields}):
+        cfg = from_hf_config({**hf_config, "architectures": ["DoryForCausalLM"]})
+        _check_common(cfg, ref, ref.rope_parameters["full_attention"])
+        assert cfg.local_rope_theta == ref.rope_parameters["sliding_attention"]["rope_theta"]
+        looped, recurrent = cfg.looped, ref.n_recurrent_layers
+        assert (looped.stored_layers, looped.input_layers, looped.recurrent_layers, looped.loops) == (
+            ref.num_hidden_layers, ref.n_input_layers, recurrent, ref.n_recurrent_loops)
+        assert (looped.init_scale, looped.alpha_init) == (ref.initializer_range, ref.ngpt_alpha_init)
+        assert cfg.num_layers == ref.num_hidden_layers + (ref.n_recurrent_loops - 1) * recurrent
+        passes = range(ref.n_input_layers, ref.n_input_layers + recurrent)
+        runs = [*range(ref.n_input_layers), *list(passes) * ref.n_recurrent_loops,
+                *range(ref.n_input_layers + recurrent, ref.num_hidden_layers)]
+        assert [looped.stored(i) for i in range(cfg.num_layers)] == runs
+        assert cfg.layer_windows == tuple(_windows(ref)[i] for i in runs)
+        assert (cfg.qkv_bias, cfg.o_bias, cfg.logits_scaling) == (ref.attention_bias, ref.attention_bias,
+                                                                 ref.initializer_range)
+
+
+def test_dory_stored_names_read_as_transformers_renames_them():
+    """The released checkpoints' names (two blocks a layer, under `backbone.`) and what transformers saves, each as
+    transformers' conversion mapping for "dory" renames it."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    from jaxinfer.models.dory import stored_names
+
+    renames = get_checkpoint_conversion_mapping("dory")
+    if not renames:
+        pytest.skip("this transformers has no conversion mapping for Dory")
+    names = ["backbone.embeddings.weight", "backbone.layers.4.mixer.g_proj.weight", "backbone.layers.4.attn_alpha",
+             "backbone.layers.4.mixer.sqk", "backbone.layers.5.mixer.up_proj.weight", "backbone.layers.5.mlp_alpha",
+             "backbone.layers.5.mixer.suv_gate", "backbone.layers.2.self_attn.g_proj.weight",
+             "backbone.layers.2.mlp.down_proj.weight", "backbone.layers.2.lambda_1", "lm_head.logit_scale"]
+    expected = {}
+    for name in names:
+        renamed = name
+        for rename in renames:
+            renamed, _ = rename.rename_source_key(renamed)
+        expected[renamed] = name
+    assert stored_names(names) == expected
+    assert stored_names(["model.layers.0.lambda_1"]) == {}  # transformers' own names: read as named
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -303,6 +356,18 @@ def test_afmoe_fields_read_as_transformers_reads_them(fields):
     ("AfmoeForCausalLM", dict(num_experts=4, num_experts_per_tok=5), "num_experts_per_tok 5 must be in \\[1, "),
     ("AfmoeForCausalLM", dict(sliding_window=0), "sliding_window 0 must be >= 1 for AfmoeForCausalLM"),
     ("AfmoeForCausalLM", dict(layer_types=["chunked_attention"] * 5), "layer_types .* must give one of"),
+    ("DoryForCausalLM", dict(n_input_layers=1, n_output_layers=1, recurrent_kv_cache_mode="last_loop"),
+     "recurrent_kv_cache_mode 'last_loop' is not supported for DoryForCausalLM: 'per_loop' only"),
+    ("DoryForCausalLM", dict(n_input_layers=1, n_recurrent_layers=1, n_output_layers=1),
+     "n_input_layers 1 \\+ n_recurrent_layers 1 \\+ n_output_layers 1 must equal num_hidden_layers 5"),
+    ("DoryForCausalLM", {}, "n_input_layers 8, n_recurrent_layers -11 and n_recurrent_loops 2 must split the 5"),
+    ("DoryForCausalLM", dict(n_input_layers=1, n_output_layers=1, n_recurrent_loops=0), "with >= 1 loop"),
+    ("DoryForCausalLM", dict(n_input_layers=1, n_output_layers=1, sliding_window=0),
+     "sliding_window 0 must be >= 1 for DoryForCausalLM"),
+    ("DoryForCausalLM", dict(n_input_layers=1, n_output_layers=1, layer_types=["chunked_attention"] * 5),
+     "layer_types .* must give one of"),
+    ("DoryForCausalLM", dict(n_input_layers=1, n_output_layers=1, mlp_bias=True),
+     "mlp_bias=True is not supported for DoryForCausalLM"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):

@@ -275,6 +275,8 @@ def hf_tensor_map(cfg: ModelConfig) -> dict[str, HFTensor]:
         out["project_out"] = HFTensor(prefix + "project_out.weight", *transposed, (E, D), per_layer=False)
     if cfg.lm_head_bias:
         out["lm_head_bias"] = HFTensor(family.head_name + ".bias", *same, (V,), per_layer=False)
+    if cfg.logit_scale:
+        out["logit_scale"] = HFTensor(family.head_name + ".logit_scale", *same, (V,), per_layer=False)
     if cfg.learned_positions:
         rows = cfg.max_position_embeddings + cfg.position_offset  # OPT's first two rows unused
         out["position_embed"] = HFTensor(family.positions_name, *same, (rows, D), per_layer=False)

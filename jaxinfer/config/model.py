@@ -18,6 +18,7 @@ from jaxinfer.config.generation import token_ids
 from jaxinfer.config.hf_field import field
 from jaxinfer.config.hyper_connections import HyperConnections
 from jaxinfer.config.latent_attention import LatentAttention
+from jaxinfer.config.looped_layers import LoopedLayers
 from jaxinfer.config.multipliers import SublayerMultipliers
 from jaxinfer.config.qwen4_exp import Qwen4ExpFields
 from jaxinfer.config.rope_scaling import ROPE_TYPES, RopeScaling, rope_fields
@@ -73,6 +74,7 @@ class ModelConfig:
     layer_norm: bool = False  # Cohere: bias-free LayerNorms (mean subtracted) in place of RMSNorms
     norm_bias: bool = False  # StarCoder2, Nemotron: the LayerNorms add a bias (the final norm's too)
     weightless_norms: bool = False  # OLMo 1: LayerNorms with neither weight nor bias (no final_norm leaf either)
+    unit_norms: bool = False  # Dory (nGPT): the config's norms scale to unit L2 norm, not unit RMS
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling = RopeScaling()
     rotary_dim: int = 0  # leading head dims that rotate; 0 = all (Phi's partial_rotary_factor)
@@ -98,6 +100,7 @@ class ModelConfig:
     parallel_residual: bool = False  # GPT-NeoX, Phi: x + attention(norm(x)) + MLP(norm'(x)), not one after the other
     one_norm: bool = False  # Falcon-7B: the parallel layer's one norm feeds both (Phi's and GPT-J's families fix it)
     lm_head_bias: bool = False  # Phi: the output head adds a bias [V]
+    logit_scale: bool = False  # Dory: the output head multiplies each token's logit by a learned scale [V]
     learned_positions: bool = False  # GPT-2: a learned table [max_position_embeddings, D] added to the embeddings
     position_offset: int = 0  # OPT: the table's first rows unused, position p reading row p + offset (its 2)
     output_norms: bool = False  # HyperCLOVA X (Peri-LN): each sublayer's output RMS-normed before its residual add
@@ -136,6 +139,7 @@ class ModelConfig:
     # Mamba2 state-space layers (models.mamba2_mixer): their dims and which layers they are; None: attention only
     state_space: StateSpace | None = None
     shared_blocks: SharedBlocks | None = None  # Zamba2's: transformer blocks its hybrid layers share
+    looped: LoopedLayers | None = None  # Dory's: checkpoint layers run several times over (the loops unrolled)
     # Whisper: the encoder's output frames every layer cross-attends (kept per row slot: cache/cross_pool); 0: none
     encoder_frames: int = 0
     mlp_only_layers: tuple[int, ...] = ()  # hybrid layers that neither attend nor keep a state (Nemotron-H's "-")

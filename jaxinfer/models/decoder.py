@@ -43,6 +43,7 @@ class Weights:
     lm_head: Weight | None = None  # [E, V]
     final_norm_bias: jax.Array | None = None  # [D]: StarCoder2's, Nemotron's final LayerNorm bias
     lm_head_bias: jax.Array | None = None  # [V]: Phi's output head bias
+    logit_scale: jax.Array | None = None  # [V]: Dory's learned scale of each token's logit
     position_embed: jax.Array | None = None  # [P, D]: GPT-2's learned positions, a row per position (OPT: from row 2)
     project_in: jax.Array | None = None  # [E, D]: OPT-350M's embeddings into the layers' width
     project_out: jax.Array | None = None  # [D, E]: and the final hidden states back to the embeddings' (the head's)
@@ -64,6 +65,7 @@ def abstract_weights(cfg: ModelConfig) -> Weights:
         lm_head=None if cfg.tie_word_embeddings else ArrayInfo((E, V), ("embed", "vocab")),
         final_norm_bias=ArrayInfo((D,), ("embed",)) if cfg.norm_bias and final_norm else None,
         lm_head_bias=ArrayInfo((V,), ("vocab",)) if cfg.lm_head_bias else None,
+        logit_scale=ArrayInfo((V,), ("vocab",), init_value=1.0) if cfg.logit_scale else None,
         position_embed=ArrayInfo((position_rows(cfg), D), (None, "embed")) if cfg.learned_positions else None,
         project_in=ArrayInfo((E, D), (None, "embed")) if projected else None,
         project_out=ArrayInfo((D, E), ("embed", None)) if projected else None,
@@ -116,6 +118,9 @@ def forward_with_taps(
     if taps and (cfg.hyper_connections is not None or cfg.qwen4_exp is not None):  # Qwen4-Exp's: gated_residual
         raise ValueError(f"hidden-state taps (EAGLE-3 heads, MTP drafts) are not supported for {cfg.architecture}: "
                          "its residual is several hyper-connection streams, not the one stream a head reads")
+    if taps and cfg.looped is not None:
+        raise ValueError(f"hidden-state taps (EAGLE-3 heads, MTP drafts) are not supported for {cfg.architecture}: "
+                         "its layers run in loops, so a layer's index names no one point of the stream")
     x = override_embeddings(embed_tokens(weights, tokens, cfg), override)
     if weights.project_in is not None:
         x = linear(x, weights.project_in)
@@ -150,12 +155,14 @@ def final_hidden(weights: Weights, x: jax.Array, cfg: ModelConfig) -> jax.Array:
 
 
 def lm_logits(weights: Weights, hidden: jax.Array) -> jax.Array:
-    """Float32 next-token logits [..., V] from final hidden states [..., D] (biased, scaled and soft-capped where
-    the model says)."""
+    """Float32 next-token logits [..., V] from final hidden states [..., D] (biased, scaled per token (Dory) and
+    overall, and soft-capped where the model says)."""
     if weights.lm_head is None:
         logits = linear_transposed(hidden, weights.embed)
     else:
         logits = linear(hidden, weights.lm_head, out_dtype=jnp.float32)
+    if weights.logit_scale is not None:
+        logits = logits * weights.logit_scale.astype(jnp.float32)
     return finish_logits(logits, weights.lm_head_bias, weights.logits_scaling, weights.logit_soft_cap)
 
 

@@ -52,10 +52,18 @@ def layer_norm(x: jax.Array, weight: jax.Array | InvariantWeight | None, eps: fl
     return (out if bias is None else out + bias.astype(jnp.float32)).astype(x.dtype)
 
 
+def l2_norm(x: jax.Array, eps: float) -> jax.Array:
+    """x scaled to unit L2 norm over its last axis, in float32 (nGPT's, Dory's: not RMS 1), without a weight."""
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.sum(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+
+
 def config_norm(x: jax.Array, weight: jax.Array | InvariantWeight | None, bias: jax.Array | None,
                 cfg: ModelConfig) -> jax.Array:
-    """The norm the config names: LayerNorm (`cfg.layer_norm`, with its bias) or RMSNorm, each with the config's
-    epsilon and weight offset."""
+    """The norm the config names: LayerNorm (`cfg.layer_norm`, with its bias), the unit L2 norm (`cfg.unit_norms`,
+    weightless) or RMSNorm, each with the config's epsilon and weight offset."""
+    if cfg.unit_norms:
+        return l2_norm(x, cfg.rms_norm_eps)
     if cfg.layer_norm:
         return layer_norm(x, weight, cfg.rms_norm_eps, bias, cfg.norm_weight_offset)
     return rms_norm(x, weight, cfg.rms_norm_eps, cfg.norm_weight_offset, cfg.norm_scale_first)

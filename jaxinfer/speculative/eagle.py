@@ -96,6 +96,9 @@ class EagleParams:
 
 def eagle_params(head: EagleWeights | MtpWeights, target: Weights) -> EagleParams:
     """A head with the target's embedding and output head, bias, scaling and soft cap included."""
+    if target.logit_scale is not None:
+        raise ValueError("EAGLE and MTP heads are not supported for a target whose output head scales each token's "
+                         "logit (Dory's logit_scale): the head would draft from unscaled logits")
     return EagleParams(head, target.embed, target.lm_head, target.lm_head_bias, target.logits_scaling,
                        target.logit_soft_cap)
 
