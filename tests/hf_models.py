@@ -677,6 +677,16 @@ ARCH_CONFIGS["dory"] = (
          n_output_layers=1, n_recurrent_loops=2, ngpt_alpha_init=0.3, attention_bias=True,
          layer_types=["sliding_attention", "full_attention"] * 2),
 )
+# LaraMini: a Gated DeltaNet layer (2 q/k heads of 8, 4 value heads of 16, its projections stored fused), a layer
+# sliding over 8 tokens (rotated) and a full one without rope (per-head q/k norms); each routes 2 of 4 experts by
+# float32 softmax, renormalised, beside an ungated 48-wide shared expert
+ARCH_CONFIGS["lara_mini"] = (
+    hf.LaraMiniConfig,
+    dict(num_hidden_layers=3, head_dim=16, layer_types=["linear_attention", "sliding_attention", "full_attention"],
+         sliding_window=8, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+         linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+         shared_expert_intermediate_size=48),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -796,6 +806,7 @@ MODEL_CLASSES = {
     hf.Gemma4UnifiedTextConfig: hf.Gemma4UnifiedForCausalLM,
     hf.CohereCompassTextConfig: hf.CohereCompassForCausalLM,
     hf.DoryConfig: hf.DoryForCausalLM,
+    hf.LaraMiniConfig: hf.LaraMiniForCausalLM,
 }
 
 

@@ -192,6 +192,10 @@ LOGITS_ONLY += ("cohere_compass",)
 # its unit norms, scales and logit scale, all outside the attention the kernels take, show in its float32 logits.
 # Its greedy run (32 tokens, two prompts, kernels and XLA) matched HF's generate and would add ~3 s.
 LOGITS_ONLY += ("dory",)
+# LaraMini: Qwen3-Next's DeltaNet and state pool (their decode through the engine in test_hybrid_families) beside
+# Flint's sliding and NoPE attention (flint's) and a softmax-routed MoE block with an ungated shared expert: what it
+# changes (the fused in_proj's rows, w-not-1+w norms, the layer kinds) shows in its float32 logits.
+LOGITS_ONLY += ("lara_mini",)
 
 
 @functools.cache

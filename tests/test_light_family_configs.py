@@ -234,3 +234,38 @@ def test_bitnet_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_bitnet_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**BITNET, **fields})
+
+
+LARA_TINY = {k: v for k, v in TINY.items() if k != "intermediate_size"}  # LaraMiniConfig has none
+LARA_MINI = {**LARA_TINY, "num_hidden_layers": 7, "architectures": ["LaraMiniForCausalLM"]}
+
+
+def test_lara_mini_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg, ref = from_hf_config(LARA_MINI), hf.LaraMiniConfig(**{**LARA_TINY, "num_hidden_layers": 7})
+    kinds = ref.layer_types  # the released period of 5: linear, sliding, linear, full, sliding
+    assert cfg.state_space.layers == tuple(i for i, k in enumerate(kinds) if k == "linear_attention") == (0, 2, 5)
+    assert cfg.nope_layers == tuple(i for i, k in enumerate(kinds) if k == "full_attention") == (3,)
+    assert cfg.layer_windows == tuple(ref.sliding_window if k == "sliding_attention" else 0 for k in kinds)
+    ss = cfg.state_space
+    assert (ss.n_groups, ss.num_heads, ss.state_size, ss.head_dim, ss.conv_kernel) == (
+        ref.linear_num_key_heads, ref.linear_num_value_heads, ref.linear_key_head_dim, ref.linear_value_head_dim,
+        ref.linear_conv_kernel_dim)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size) == (
+        ref.num_experts, ref.num_experts_per_tok, ref.moe_intermediate_size, ref.shared_expert_intermediate_size)
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.tie_word_embeddings, cfg.eos_token_ids) == (
+        ref.num_key_value_heads, ref.head_dim, ref.tie_word_embeddings, (ref.eos_token_id,))
+    assert (cfg.norm_weight_offset, cfg.rotary_dim, cfg.qk_norm, cfg.norm_scale_first) == (0.0, 0, True, True)
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(layer_types=["linear_attention", "chunked_attention"] * 3 + ["full_attention"]), "layer_types .* must give"),
+    (dict(sliding_window=0), "sliding_window 0 must be >= 1"),
+    (dict(num_experts_per_tok=200), "num_experts_per_tok 200 must be in \\[1, num_experts \\(128\\)\\]"),
+    (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+     "partial_rotary_factor 0.5 is not supported for LaraMiniForCausalLM"),
+    (dict(attention_bias=True), "attention_bias=True is not supported for LaraMiniForCausalLM"),
+    (dict(linear_num_value_heads=12), "linear_num_value_heads \\(12\\) must be a multiple"),
+])
+def test_lara_mini_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**LARA_MINI, **fields})

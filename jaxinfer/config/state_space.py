@@ -45,6 +45,8 @@ class StateSpace:
     conv_channels: int = 0  # a short-conv layer's (LFM2) conv width; 0: Mamba2's (x, B, C)
     time_step_rank: int = 0  # Mamba-1's dt rank (time_step_rank / mamba_dt_rank); 0: not Mamba-1's mixer
     bcdt_norm: bool = False  # Mamba-1's dt, B and C RMS-normed (FalconMamba's, Jamba's), norm_eps their epsilon
+    # the Gated DeltaNet's gated norm takes its weight in float32, the normed y never rounded (LaraMini's)
+    strict_gate_norm: bool = False
 
     def __post_init__(self) -> None:
         """Refuse a chunk the chunked SSD cannot cut a step into, and a gate it does not know."""

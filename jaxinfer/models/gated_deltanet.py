@@ -196,6 +196,6 @@ def deltanet(
     beta = jax.nn.sigmoid(b).astype(jnp.float32)
     recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan
     state, y = recurrence(ss, w.conv_weight, state, qkv.astype(jnp.float32), g, beta, positions.reshape(-1))
-    normed = gated_rms_norm(y.astype(h.dtype), z, w.gate_norm, ss.norm_eps)
+    normed = gated_rms_norm(y.astype(h.dtype), z, w.gate_norm, ss.norm_eps, strict_fp32=ss.strict_gate_norm)
     out = linear(normed.reshape(B * T, ss.inner), w.out_proj)
     return out.reshape(B, T, D), state

@@ -11,6 +11,7 @@ Each sublayer's output may be scaled before its residual add (Granite's `residua
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, ClassVar
 
 import jax
@@ -108,12 +109,14 @@ def hybrid_layer(
     mlp: Callable[[jax.Array, Layout], jax.Array],
 ) -> tuple[jax.Array, Any]:
     """The mixer (a state layer's or attention), then mlp(normed residual, layout), each behind an RMSNorm
-    (zero-centred where `norm_weight_offset` says: Qwen3-Next's, Qwen3.5's), its output normed where the layer has
+    (zero-centred where `norm_weight_offset` says: Qwen3-Next's, Qwen3.5's; scaled before the cast where
+    `norm_scale_first` does: LaraMini's), its output normed where the layer has
     `post_attn_norm` / `post_mlp_norm` (LFM3) and scaled by `residual_multiplier` before its residual add."""
-    layout, eps, offset = cache.layout, cfg.rms_norm_eps, cfg.norm_weight_offset
-    out, cache = token_mixer(cfg, rms_norm(x, lw.attn_norm, eps, offset), cache, lw, layer, positions, rope)
+    layout, norm = cache.layout, functools.partial(rms_norm, eps=cfg.rms_norm_eps, weight_offset=cfg.norm_weight_offset,
+                                                   scale_first=cfg.norm_scale_first)
+    out, cache = token_mixer(cfg, norm(x, lw.attn_norm), cache, lw, layer, positions, rope)
     x = layout.constrain(x + sublayer_output(cfg, out, getattr(lw, "post_attn_norm", None)), HIDDEN)
-    mixed = mlp(rms_norm(x, lw.mlp_norm, eps, offset), layout)
+    mixed = mlp(norm(x, lw.mlp_norm), layout)
     return layout.constrain(x + sublayer_output(cfg, mixed, getattr(lw, "post_mlp_norm", None)), HIDDEN), cache
 
 

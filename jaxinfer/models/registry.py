@@ -72,6 +72,7 @@ from jaxinfer.models.kimi_k25 import FAMILY as KIMI_K25
 from jaxinfer.models.kimi_linear import FAMILY as KIMI_LINEAR
 from jaxinfer.models.kolibri1 import FAMILY as KOLIBRI1
 from jaxinfer.models.laguna import FAMILY as LAGUNA
+from jaxinfer.models.lara_mini import FAMILY as LARA_MINI
 from jaxinfer.models.lfm2 import FAMILY as LFM2
 from jaxinfer.models.lfm2_moe import FAMILY as LFM2_MOE
 from jaxinfer.models.lfm3 import FAMILY as LFM3
@@ -137,7 +138,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
                                 KOLIBRI1, CODEGEN,
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
-                                GEMMA4_UNIFIED, COHERE_COMPASS, DORY)
+                                GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
+                                LARA_MINI)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
