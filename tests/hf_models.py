@@ -687,6 +687,9 @@ ARCH_CONFIGS["lara_mini"] = (
          linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
          shared_expert_intermediate_size=48),
 )
+# A.X-K2: DeepSeek-V3.2's tiny model (the indexer keeps the 8 best tokens) with its query and output gate from
+# [normed, raw] q_a, gated norms of rank 8; layer 0 dense, layer 1 routes 3 of 8 experts without groups (n_group null)
+ARCH_CONFIGS["axk2"] = (hf.AXK2Config, dict(DSA, n_group=None, topk_group=None, gated_norm_rank=8))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -807,6 +810,7 @@ MODEL_CLASSES = {
     hf.CohereCompassTextConfig: hf.CohereCompassForCausalLM,
     hf.DoryConfig: hf.DoryForCausalLM,
     hf.LaraMiniConfig: hf.LaraMiniForCausalLM,
+    hf.AXK2Config: hf.AXK2ForCausalLM,
 }
 
 

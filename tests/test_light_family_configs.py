@@ -269,3 +269,38 @@ def test_lara_mini_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_lara_mini_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**LARA_MINI, **fields})
+
+
+AXK2 = {**TINY, "num_hidden_layers": 3, "architectures": ["AXK2ForCausalLM"]}
+
+
+def test_axk2_fields_a_config_leaves_out_read_as_transformers_reads_them():
+    cfg, ref = from_hf_config(AXK2), hf.AXK2Config(**{**TINY, "num_hidden_layers": 3})
+    assert cfg.dense_layers == tuple(i for i, kind in enumerate(ref.mlp_layer_types) if kind == "dense") == (0,)
+    mla = cfg.latent_attention
+    assert (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim) == (
+        ref.q_lora_rank, ref.kv_lora_rank, ref.qk_rope_head_dim, ref.qk_nope_head_dim, ref.v_head_dim)
+    assert (mla.indexer.index_topk, mla.indexer.index_head_dim, mla.indexer.index_n_heads) == (
+        ref.index_topk, ref.index_head_dim, ref.index_n_heads)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.routed_scaling_factor, cfg.norm_topk_prob) == (
+        ref.n_routed_experts, ref.num_experts_per_tok, ref.routed_scaling_factor, ref.norm_topk_prob)
+    assert ref.n_group is None and (cfg.expert_groups, cfg.expert_groups_per_token) == (1, 1)
+    assert (cfg.gated_norm_rank, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size) == (
+        ref.gated_norm_rank, ref.moe_intermediate_size, ref.n_shared_experts * ref.moe_intermediate_size)
+    assert (cfg.bos_token_id, cfg.eos_token_ids, cfg.tie_word_embeddings, cfg.rope_interleaved, cfg.mtp_layers) == (
+        ref.bos_token_id, (ref.eos_token_id,), ref.tie_word_embeddings, True, 0)
+    grouped = from_hf_config({**AXK2, "n_group": 8, "topk_group": 4})
+    assert (grouped.expert_groups, grouped.expert_groups_per_token) == (8, 4)
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(q_lora_rank=None), "q_lora_rank None is not supported for AXK2ForCausalLM"),
+    (dict(n_group=8), "n_group 8 and topk_group None must be set together"),
+    (dict(layer_types=["indexed_attention", "full_attention", "indexed_attention"]), "layer_types .* is not supported"),
+    (dict(mlp_layer_types=["dense", "moe", "sparse"]), "mlp_layer_types .* must give one of"),
+    (dict(gated_norm_rank=0), "gated_norm_rank 0 must be >= 1"),
+    (dict(attention_bias=True), "attention_bias=True is not supported for AXK2ForCausalLM"),
+])
+def test_axk2_configs_that_cannot_run_are_refused_by_name(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**AXK2, **fields})

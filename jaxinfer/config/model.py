@@ -134,6 +134,7 @@ class ModelConfig:
     alibi_slopes: tuple[float, ...] = ()
     # DeepSeek's multi-head latent attention (models.latent_attention): num_kv_heads 1 and head_dim its cached dims
     latent_attention: LatentAttention | None = None
+    gated_norm_rank: int = 0  # A.X-K2: its gated RMSNorms' gate MLP width (models.axk2); 0: plain norms
     # Hyper-connections (HY-V4; models.hyper_connections): several residual streams per token; None: one
     hyper_connections: HyperConnections | None = None
     # Mamba2 state-space layers (models.mamba2_mixer): their dims and which layers they are; None: attention only
