@@ -377,6 +377,10 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
 @pytest.mark.parametrize("arch, lacks", [
     ("OlmoHybridForCausalLM", "doubles beta \\(linear_allow_neg_eigval\\)"),
     ("BailingHybridForCausalLM", "Kimi Delta Attention with a one-projection forget gate"),
+    ("InklingForCausalLM", "relative position bias each query mixes from its own hidden state"),
+    ("InklingForConditionalGeneration", "four causal short convolutions in every layer"),
+    ("Inkling2ForCausalLM", "block attention residual"),
+    ("Inkling2LoopForConditionalGeneration", "looped variant"),
 ])
 def test_hybrids_that_do_not_map_onto_the_mixers_are_refused_with_what_they_lack(arch, lacks):
     with pytest.raises(ConfigError, match=f"'{arch}' is not supported \\(.*{lacks}.*not supported yet"):

@@ -159,6 +159,18 @@ NOT_SUPPORTED = {
     "OlmoHybridForCausalLM": "OLMo Hybrid (its Gated DeltaNet doubles beta (linear_allow_neg_eigval) and stores q, k, "
                              "v and their convolutions as separate tensors, beside OLMo 3's post-norm attention "
                              "layers: not supported yet; Qwen3-Next's and Qwen3.5's Gated DeltaNet models are)",
+    **{arch: "Thinking Machines Inkling (text and its vision / audio towers): attention with no rotary embedding but a "
+              "relative position bias each query mixes from its own hidden state (r_proj's d_rel weights over a "
+              "learned bias-by-distance table, rel_extent tokens back), which no attention path here adds to the "
+              "scores, and "
+              "four causal short convolutions in every layer (on the keys, the values, the attention output and the "
+              "MLP output), each a conv state per request: not supported yet"
+       for arch in ("InklingForCausalLM", "InklingForConditionalGeneration")},
+    **{arch: "Thinking Machines Inkling 2 (and its looped variant): Inkling's query-conditioned relative position bias "
+              "and four short convolutions per layer (the first dynamic), with L2-clipped queries and keys, a block "
+              "attention residual over earlier blocks' summed outputs and soft-capped experts: not supported yet"
+       for arch in ("Inkling2ForCausalLM", "Inkling2ForConditionalGeneration", "Inkling2LoopForCausalLM",
+                    "Inkling2LoopForConditionalGeneration")},
     "BailingHybridForCausalLM": "Ant Ling hybrid (Kimi Delta Attention with a one-projection forget gate, "
                                 "lower-bounded by kda_lower_bound under kda_safe_gate, and a full-rank output gate, "
                                 "beside latent attention with a per-head output gate: not supported yet; Kimi "
