@@ -690,6 +690,10 @@ ARCH_CONFIGS["lara_mini"] = (
 # A.X-K2: DeepSeek-V3.2's tiny model (the indexer keeps the 8 best tokens) with its query and output gate from
 # [normed, raw] q_a, gated norms of rank 8; layer 0 dense, layer 1 routes 3 of 8 experts without groups (n_group null)
 ARCH_CONFIGS["axk2"] = (hf.AXK2Config, dict(DSA, n_group=None, topk_group=None, gated_norm_rank=8))
+# HRM-Text: one layer a stack, 2 H cycles of 2 L runs each (6 decoder layers, each its own pages); multi-head
+# attention (transformers' has no K/V groups) with the sigmoid output gate; weightless RMSNorms; embeddings x 10
+# (1 / initializer_range); z_L_init away from its zeros (make_hf_model's noise)
+ARCH_CONFIGS["hrm_text"] = (hf.HrmTextConfig, dict(num_hidden_layers=1, head_dim=16, H_cycles=2, L_cycles=2))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -811,6 +815,7 @@ MODEL_CLASSES = {
     hf.DoryConfig: hf.DoryForCausalLM,
     hf.LaraMiniConfig: hf.LaraMiniForCausalLM,
     hf.AXK2Config: hf.AXK2ForCausalLM,
+    hf.HrmTextConfig: hf.HrmTextForCausalLM,
 }
 
 

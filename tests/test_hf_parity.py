@@ -200,6 +200,10 @@ LOGITS_ONLY += ("lara_mini",)
 # gated norms and a gated query computed per token: shown by its float32 logits.
 XLA_ONLY += ("axk2",)
 LOGITS_ONLY += ("axk2",)
+# HRM-Text: Llama's layer (llama2's decode) with weightless norms and Qwen3-Next's output gate, its cycles unrolled as
+# Dory's loops are (runs borrowing their stack's weights, each its own pages, two states handed between layers): shown
+# by its float32 logits. Its greedy run (32 tokens) and bfloat16 run passed (with its kernels twin, ~4 s more).
+LOGITS_ONLY += ("hrm_text",)
 
 
 @functools.cache

@@ -301,6 +301,28 @@ def test_dory_stored_names_read_as_transformers_renames_them():
     assert stored_names(["model.layers.0.lambda_1"]) == {}  # transformers' own names: read as named
 
 
+@pytest.mark.parametrize("fields", [
+    {},  # HrmTextConfig's defaults: 2 H cycles of 3 L runs, embeddings x 1 / 0.02
+    dict(H_cycles=3, L_cycles=1, embedding_scale=4.0, num_key_value_heads=2, head_dim=32, hidden_act="gelu",
+         rope_parameters=dict(rope_type="linear", rope_theta=5e5, factor=2.0), tie_word_embeddings=True),
+])
+def test_hrm_text_fields_read_as_transformers_reads_them(fields):
+    """As config.json holds them (num_hidden_layers inflated beside num_layers_per_stack) and as given."""
+    ref = hf.HrmTextConfig(**BASE, **fields)
+    for hf_config in (ref.to_dict(), {**BASE, **fields}):
+        cfg = from_hf_config({**hf_config, "architectures": ["HrmTextForCausalLM"]})
+        assert (cfg.rope_theta, cfg.rope_scaling.rope_type) == (ref.rope_parameters["rope_theta"],
+                                                                ref.rope_parameters["rope_type"])
+        cycles = cfg.hrm_cycles
+        assert (cycles.stack_layers, cycles.high_cycles, cycles.low_cycles) == (ref.num_layers_per_stack,
+                                                                                 ref.H_cycles, ref.L_cycles)
+        assert cfg.num_layers == ref.num_hidden_layers  # transformers' cache slots: one per stack layer run
+        assert (cfg.num_kv_heads, cfg.head_dim, cfg.embedding_multiplier) == (ref.num_attention_heads, ref.head_dim,
+                                                                              ref.embedding_scale)
+        assert (cfg.tie_word_embeddings, cfg.weightless_norms, cfg.final_norm) == (ref.tie_word_embeddings, True,
+                                                                                   False)
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -368,6 +390,10 @@ def test_dory_stored_names_read_as_transformers_renames_them():
      "layer_types .* must give one of"),
     ("DoryForCausalLM", dict(n_input_layers=1, n_output_layers=1, mlp_bias=True),
      "mlp_bias=True is not supported for DoryForCausalLM"),
+    ("HrmTextForCausalLM", dict(attention_bias=True), "attention_bias=True is not supported for HrmTextForCausalLM"),
+    ("HrmTextForCausalLM", dict(num_layers_per_stack=2), "num_hidden_layers 5 must be num_layers_per_stack x H_cycles"),
+    ("HrmTextForCausalLM", dict(H_cycles=0), "H_cycles 0 and L_cycles 3 must each be >= 1"),
+    ("HrmTextForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for HrmTextForCausalLM"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):

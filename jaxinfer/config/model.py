@@ -16,6 +16,7 @@ from jaxinfer.config.errors import CheckpointError, ConfigError
 from jaxinfer.config.gemma3n import Gemma3nFields
 from jaxinfer.config.generation import token_ids
 from jaxinfer.config.hf_field import field
+from jaxinfer.config.hrm_cycles import HrmCycles
 from jaxinfer.config.hyper_connections import HyperConnections
 from jaxinfer.config.latent_attention import LatentAttention
 from jaxinfer.config.looped_layers import LoopedLayers
@@ -141,6 +142,7 @@ class ModelConfig:
     state_space: StateSpace | None = None
     shared_blocks: SharedBlocks | None = None  # Zamba2's: transformer blocks its hybrid layers share
     looped: LoopedLayers | None = None  # Dory's: checkpoint layers run several times over (the loops unrolled)
+    hrm_cycles: HrmCycles | None = None  # HRM-Text's: two stacks run in cycles (unrolled), two states between them
     # Whisper: the encoder's output frames every layer cross-attends (kept per row slot: cache/cross_pool); 0: none
     encoder_frames: int = 0
     mlp_only_layers: tuple[int, ...] = ()  # hybrid layers that neither attend nor keep a state (Nemotron-H's "-")

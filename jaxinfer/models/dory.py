@@ -18,7 +18,7 @@ As transformers' modular_dory has it:
 - The output head multiplies each token's logit by logit_scale / initializer_range (`Weights.logit_scale`).
 
 A pass's layers hand on the restart point with the stream (`LoopStream`); which layer restarts or leaves the loops is
-a static field of its weights, set as they are borrowed, so alike layers still share one trace.
+a static flag its weights are handed with (`placed_layer.PlacedLayer`), so alike layers still share one trace.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight, linear, linears
 from jaxinfer.models.mlp import gate_product, mlp_hf_leaves, mlp_leaves
 from jaxinfer.models.norms import l2_norm
+from jaxinfer.models.placed_layer import PlacedLayer, placed
 from jaxinfer.models.rope import CosSin, RopeTables, apply_rope
 from jaxinfer.models.self_attention import HIDDEN, KV_HEADS, Q_HEADS, attention_hf_leaves, attention_leaves
 from jaxinfer.parallel.array_info import ArrayInfo
@@ -84,17 +85,6 @@ class DoryLayer:
     PROJECTIONS: ClassVar[dict[str, int]] = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "attn_gate": 1, "w_gate": 1,
                                              "w_up": 1, "w_down": 1}
     JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("wq", "wk", "wv"), ("w_gate", "w_up"))
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass
-class PlacedLayer:
-    """A layer's weights as the forward hands them over (`borrowed_leaves`), with its place in the loops: static,
-    so the layers alike in place still share one trace."""
-
-    weights: DoryLayer
-    restart: bool = dataclasses.field(default=False, metadata=dict(static=True))  # begins a pass of the loops
-    leave: bool = dataclasses.field(default=False, metadata=dict(static=True))  # ends the last pass
 
 
 @jax.tree_util.register_dataclass
@@ -173,7 +163,7 @@ def borrowed_leaves(cfg: ModelConfig, layers: list[DoryLayer], layer: int) -> Pl
     loops."""
     looped = cfg.looped
     holder = layer if looped.holds(layer) else looped.stored(layer)
-    return PlacedLayer(layers[holder], looped.restarts(layer), looped.leaves_loops(layer))
+    return placed(layers[holder], restart=looped.restarts(layer), leave=looped.leaves_loops(layer))
 
 
 def _rate(rate: jax.Array, cfg: ModelConfig) -> jax.Array:
@@ -217,11 +207,11 @@ def mlp(cfg: ModelConfig, h: jax.Array, lw: DoryLayer) -> jax.Array:
     return linear(l2_norm(gate_product(cfg.activation, g, u), L2_EPS), lw.w_down)
 
 
-def _entered(x: jax.Array | LoopStream, placed: PlacedLayer) -> tuple[jax.Array, jax.Array | None]:
+def _entered(x: jax.Array | LoopStream, place: PlacedLayer) -> tuple[jax.Array, jax.Array | None]:
     """(the stream this layer reads, the loops' restart point or None outside them); a layer beginning a pass
     reads norm(h) + the restart point (the first pass takes its own input, normed, as that point)."""
     hidden, start = (x, None) if isinstance(x, jax.Array) else (x.hidden, x.start)
-    if not placed.restart:
+    if not place.at("restart"):
         return hidden, start
     normed = l2_norm(hidden, L2_EPS)
     start = normed if start is None else start
@@ -229,20 +219,20 @@ def _entered(x: jax.Array | LoopStream, placed: PlacedLayer) -> tuple[jax.Array,
 
 
 def decoder_layer(
-    cfg: ModelConfig, x: jax.Array | LoopStream, cache: Any, placed: PlacedLayer, layer: int, positions: jax.Array,
+    cfg: ModelConfig, x: jax.Array | LoopStream, cache: Any, place: PlacedLayer, layer: int, positions: jax.Array,
     rope: RopeTables,
 ) -> tuple[jax.Array | LoopStream, Any]:
     """norm -> attention -> norm -> interpolate, then the same around the MLP; inside the loops the restart point
     rides along."""
-    layout, lw = cache.layout, placed.weights
-    x, start = _entered(x, placed)
+    layout, lw = cache.layout, place.weights
+    x, start = _entered(x, place)
     h = l2_norm(x, L2_EPS)
     out, cache = attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     h = h + _rate(lw.attn_rate, cfg).astype(h.dtype) * (l2_norm(out, L2_EPS) - h)
     h = l2_norm(layout.constrain(h, HIDDEN), L2_EPS)
     h = h + _rate(lw.mlp_rate, cfg).astype(h.dtype) * (l2_norm(mlp(cfg, h, lw), L2_EPS) - h)
     h = layout.constrain(h, HIDDEN)
-    return (h if start is None or placed.leave else LoopStream(h, start)), cache
+    return (h if start is None or place.at("leave") else LoopStream(h, start)), cache
 
 
 def _sections(hf: Mapping[str, Any], arch: str) -> tuple[dict[str, Any], list[str]]:

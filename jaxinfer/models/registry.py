@@ -62,6 +62,7 @@ from jaxinfer.models.granite_moe import FAMILY as GRANITE_MOE
 from jaxinfer.models.granite_moe_hybrid import FAMILY as GRANITE_MOE_HYBRID
 from jaxinfer.models.granite_swa import FAMILY as GRANITE_SWA
 from jaxinfer.models.helium import FAMILY as HELIUM
+from jaxinfer.models.hrm_text import FAMILY as HRM_TEXT
 from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
 from jaxinfer.models.hy_v3 import FAMILY as HY_V3
 from jaxinfer.models.hy_v4 import FAMILY as HY_V4
@@ -140,7 +141,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 KOLIBRI1, CODEGEN,
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
-                                LARA_MINI, AXK2)
+                                LARA_MINI, AXK2, HRM_TEXT)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
