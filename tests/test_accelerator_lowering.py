@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from accelerator_programs import gpu_jaxprs, gpu_round_trips, lowered_kernels, slow_orderings
 from eagle_models import save_eagle1
+from gemma4_assistants import make_assistant
 from hf_models import save_hf_model
 from python_subprocess import run_python
 from whisper_models import save_whisper
@@ -88,6 +89,30 @@ def test_every_step_program_lowers_for_the_accelerators(llm, platform):
     kernels = lowered_kernels(llm, platform)
     assert len(kernels) == len(llm.engine.step_hosts())
     assert all(count > 0 for count in kernels.values()), kernels  # attention runs the platform's kernel
+
+
+@pytest.fixture(scope="module")
+def assistant_llm(tmp_path_factory: pytest.TempPathFactory) -> LLM:
+    """A Gemma 4 target (its sliding and global layers' heads of 64) drafting with a Gemma 4 assistant, one row."""
+    root = tmp_path_factory.mktemp("gemma4_assistant")
+    heads = dict(num_attention_heads=2, num_key_value_heads=1, head_dim=64, global_head_dim=64)
+    target = save_hf_model("gemma4_dense", root / "target", hidden_size=128, **heads)
+    make_assistant(False, text=heads, backbone_hidden_size=128).save_pretrained(root / "assistant")
+    spec = SpeculativeConfig(method="mtp", draft_model=str(root / "assistant"), num_speculative_tokens=2,
+                             adaptive=False, fallback=False)
+    return LLM(target, speculative=spec, **{**KNOBS, "max_num_seqs": 1})
+
+
+def test_gemma4_assistant_step_programs_lower_for_cuda(assistant_llm):
+    """A Gemma 4 assistant reads the target's pages with the platform's paged kernel: its verify programs hold a
+    kernel call per assistant layer beyond the target's, no step program a host round trip (its draft steps a
+    fixed-trip loop), and every one lowers for CUDA."""
+    assert not any(gpu_round_trips(assistant_llm).values())
+    kernels = lowered_kernels(assistant_llm, "gpu")
+    assert len(kernels) == len(assistant_llm.engine.step_hosts())
+    layers = assistant_llm.config.num_layers
+    assert {shape.split(",")[0]: count for shape, count in kernels.items()} == {
+        "('ragged'": layers, "('decode'": layers, "('verify'": layers + 2}, kernels
 
 
 @pytest.fixture(scope="module")

@@ -132,10 +132,11 @@ def test_greedy_mtp_in_engine_equals_plain(family):
 
 
 def test_refusals_name_the_cause(checkpoint_dir, tmp_path):
-    """A draft_model, another architecture, a checkpoint without MTP layers (and one declaring a layer it
-    does not hold, with fallback off) are refused by name; vLLM's "deepseek_mtp" is the same method."""
-    with pytest.raises(ValueError, match="takes no draft_model"):
-        mtp_spec(1, draft_model=str(tmp_path))
+    """A draft_model that is no Gemma 4 assistant, another architecture, a checkpoint without MTP layers (and one
+    declaring a layer it does not hold, with fallback off) are refused by name; vLLM's "deepseek_mtp" is the same
+    method."""
+    with pytest.raises(SpeculativeError, match="runs a Gemma 4 assistant .* holds none"):
+        LLM(checkpoint_dir("glm4_moe"), speculative=mtp_spec(1, draft_model=checkpoint_dir("llama3")), **KNOBS)
     assert SpeculativeConfig(method="deepseek_mtp").method == "mtp"
     with pytest.raises(ConfigError, match="not LlamaForCausalLM's"):
         LLM(checkpoint_dir("llama3"), speculative=mtp_spec(1), **KNOBS)

@@ -4,54 +4,32 @@ embeddings (top-k centroids); assistants that do not fit the target refused by n
 
 from __future__ import annotations
 
+import functools
 import json
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from hf_models import hf, make_hf_model
+from gemma4_assistants import make_assistant
+from hf_models import make_hf_model
 
 from jaxinfer import SpeculativeConfig
-from jaxinfer.cache.contiguous import init_cache
+from jaxinfer.cache.paged import init_paged_cache
 from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.config.model import ConfigError
 from jaxinfer.entrypoints.draft_loading import SpeculativeError, engine_speculation
 from jaxinfer.models import forward
 from jaxinfer.models.registry import from_hf_config
-from jaxinfer.speculative.gemma4_assistant import assistant_step, read_assistant_config
+from jaxinfer.runtime.assistant_rider import target_attention
+from jaxinfer.speculative.gemma4_assistant import assistant_forward, assistant_step, read_assistant_config
 from jaxinfer.speculative.gemma4_assistant_checkpoint import load_assistant
 
 PROMPT = np.random.RandomState(1).randint(3, 256, size=20).tolist()  # past the window (8) of the sliding layers
 STEPS = 3
 STEP = jax.jit(assistant_step, static_argnums=1)  # one program per config, not one per op
-# The assistant's text model: half the target's width, its layers of the target's two kinds and K/V shapes.
-TEXT = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=8, global_head_dim=16, sliding_window=8, rms_norm_eps=1e-5,
-            layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=0,
-            vocab_size_per_layer_input=0, num_kv_shared_layers=2, pad_token_id=0)
-
-
-def make_assistant(ordered: bool, **overrides) -> torch.nn.Module:
-    """A random float32 assistant for make_hf_model("gemma4_dense") (norms off 1, a random token ordering)."""
-    config = hf.Gemma4AssistantConfig(text_config=hf.Gemma4TextConfig(**TEXT), backbone_hidden_size=64,
-                                      use_ordered_embeddings=ordered, num_centroids=16,
-                                      centroid_intermediate_top_k=4, **overrides)
-    torch.manual_seed(1)
-    model = hf.Gemma4AssistantForCausalLM(config).eval()
-    with torch.no_grad():
-        for param in model.parameters():  # matrices at a scale that gives peaky logits, norms away from 1
-            if param.dim() > 1:
-                param.normal_(0.0, 0.1)
-            else:
-                param.add_(0.1 * torch.randn_like(param))
-        for name, buffer in model.named_buffers():
-            if name.endswith("layer_scalar"):
-                buffer.add_(0.1 * torch.randn_like(buffer))
-        if ordered:
-            model.masked_embedding.token_ordering.copy_(torch.randperm(256))
-    return model
 
 
 @pytest.fixture(scope="module")
@@ -102,25 +80,35 @@ def test_draft_round_matches_hf(ordered, target, target_states, tmp_path):
 
 
 def test_draft_round_on_jaxinfer_target_states(target, target_states, checkpoint_dir, tmp_path):
-    """The same round read from jaxinfer's own Gemma 4 forward: its post-norm state at P - 1 and the K/V its cache
-    holds for the layers `AssistantConfig.reads` names (the engine's pages hold the same), HF's logits."""
+    """The same round read from jaxinfer's own Gemma 4 forward, as the engine's rider reads it: its post-norm state at
+    P - 1 and the K/V of the layers `AssistantConfig.reads` names in page pools of 4 positions under a shuffled page
+    table (`target_attention`: the keys before P, a sliding layer's last window + 1), HF's logits."""
     assistant = make_assistant(False)
     assistant.save_pretrained(tmp_path)
     target_dir = checkpoint_dir("gemma4_dense")
     target_cfg, target_weights = load_weights(target_dir, jnp.float32, progress=False)
     acfg, weights = load_assistant(tmp_path, target_cfg, jnp.float32)
-    tokens = jnp.asarray([PROMPT])
-    hidden, cache = forward(target_weights, tokens, jnp.arange(len(PROMPT))[None], init_cache(
-        target_cfg, 1, len(PROMPT), jnp.float32), target_cfg)
-    kv = [(cache.k[layer], cache.v[layer]) for layer in acfg.reads]
-    _check_round(hf_round(assistant, target, target_states), acfg, weights, target_weights.embed, hidden[:, -2], kv)
+    table = np.asarray([[5, 2, 0, 4, 1, 3]], np.int32)  # 24 positions
+    hidden, pages = forward(target_weights, jnp.asarray([PROMPT]), jnp.arange(len(PROMPT))[None], init_paged_cache(
+        target_cfg, 1, 24, jnp.float32, page_size=4, page_table=table), target_cfg)
+    _check_round(hf_round(assistant, target, target_states), acfg, weights, target_weights.embed, hidden[:, -2], None,
+                 functools.partial(PAGED_STEP, pages=pages))
 
 
-def _check_round(expected: list, acfg, weights, embed: jax.Array, state: jax.Array, kv: list) -> None:
-    """assistant_step chained from (the last prompt token, state) matches HF's round step by step."""
+@functools.partial(jax.jit, static_argnums=1)
+def PAGED_STEP(weights, acfg, embed, token, state, position, kv, pages):  # noqa: N802 - STEP's paged twin
+    """assistant_forward over the target's pages as runtime/assistant_rider reads them (one row, live)."""
+    attend = target_attention(SimpleNamespace(acfg=acfg), pages, SimpleNamespace(page_table=pages.page_table),
+                              position, jnp.ones_like(position, bool))
+    return assistant_forward(weights, acfg, embed, token, state, position, attend)
+
+
+def _check_round(expected: list, acfg, weights, embed: jax.Array, state: jax.Array, kv: list | None,
+                 step=STEP) -> None:
+    """assistant_step (or `step`) chained from (the last prompt token, state) matches HF's round step by step."""
     token, position = jnp.asarray([PROMPT[-1]]), jnp.asarray([len(PROMPT) - 1])
     for logits_hf, state_hf, token_hf in expected:
-        state, logits = STEP(weights, acfg, embed, token, state, position, kv)
+        state, logits = step(weights, acfg, embed, token, state, position, kv)
         assert float(np.abs(np.asarray(logits[0]) - logits_hf).max()) <= 1e-5
         assert float(np.abs(np.asarray(state[0]) - state_hf).max()) <= 1e-5
         token = jnp.argmax(logits, axis=-1)
@@ -145,11 +133,12 @@ def test_mismatched_assistant_refused_by_name(field, value, named, target):
         read_assistant_config(config, target_cfg)
 
 
-@pytest.mark.parametrize("backbone,named", [(64, "the engine does not draft with it yet"),
+@pytest.mark.parametrize("backbone,named", [(64, 'use method="mtp" with draft_model='),
                                             (48, "backbone_hidden_size 48")], ids=["fits", "mismatched"])
 def test_engine_refuses_assistant_as_draft_model_by_name(backbone, named, target, tmp_path):
-    """As a draft model (its drafts need the target's K/V, which no engine rider hands it yet) an assistant is
-    refused by name, not read as an unknown architecture; one trained for another target is refused for that."""
+    """As a draft model (its drafts need the target's K/V, which method "mtp" hands it) an assistant is refused by
+    name with the method that runs it, not read as an unknown architecture; one trained for another target is
+    refused for that."""
     assistant = make_assistant(False)
     assistant.config.backbone_hidden_size = backbone
     assistant.save_pretrained(tmp_path)

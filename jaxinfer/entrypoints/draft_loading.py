@@ -1,5 +1,5 @@
-"""Loading what drafts for the engine: a draft model, an EAGLE head or the target's own MTP layer, checked
-against the target.
+"""Loading what drafts for the engine: a draft model, an EAGLE head, the target's own MTP layer or a Gemma 4
+assistant, checked against the target.
 
 Anything that makes the draft unusable (a missing or unsupported checkpoint, a different
 tokenizer) switches speculation off with a warning saying why (unless the config's `fallback`
@@ -25,6 +25,7 @@ from jaxinfer.speculative.eagle import eagle_params, pack_eagle
 from jaxinfer.speculative.eagle_checkpoint import load_eagle
 from jaxinfer.speculative.gemma4_assistant import ARCHITECTURE as ASSISTANT
 from jaxinfer.speculative.gemma4_assistant import read_assistant_config
+from jaxinfer.speculative.gemma4_assistant_checkpoint import load_assistant
 from jaxinfer.speculative.mtp_checkpoint import load_mtp
 
 
@@ -66,15 +67,17 @@ def load_draft(
     config: SpeculativeConfig, target: ModelConfig, target_weights: Weights, target_tok: Any, dtype: Any,
     max_seq_len: int, cpu_kernels: bool = False, layout: Layout = UNSHARDED, model_dir: Path | None = None,
 ) -> EngineDraft:
-    """The draft model, EAGLE head or MTP layer (read from the target's model_dir) of a "draft", "eagle" or
-    "mtp" config, as the engine runs it (weights packed for the CPU kernels when they are on; on a mesh laid
-    out by the target's rules, dimensions tp does not divide kept whole on every device), with its cost in
-    target decode steps."""
-    if config.method == "mtp":
+    """The draft model, EAGLE head, MTP layer (read from the target's model_dir) or Gemma 4 assistant (method
+    "mtp" with a draft_model) of a "draft", "eagle" or "mtp" config, as the engine runs it (weights packed for the
+    CPU kernels when they are on; on a mesh laid out by the target's rules, dimensions tp does not divide kept whole
+    on every device), with its cost in target decode steps."""
+    if config.method == "mtp" and config.draft_model is None:
         return _load_mtp(config, target, target_weights, dtype, max_seq_len, layout, model_dir)
     draft_dir = Path(config.draft_model)
     if not draft_dir.is_dir():
         raise SpeculativeError(f"draft model directory {draft_dir} does not exist")
+    if config.method == "mtp":
+        return _load_assistant(config, draft_dir, target, target_weights, dtype, max_seq_len)
     _refuse_assistant(draft_dir, target)
     if config.method == "eagle":
         return _load_eagle(config, target, target_weights, dtype, max_seq_len, cpu_kernels, layout)
@@ -86,18 +89,45 @@ def load_draft(
     return EngineDraft(draft_cfg, weights_to_run(draft_weights, cpu_kernels, False, layout), cost)
 
 
-def _refuse_assistant(draft_dir: Path, target: ModelConfig) -> None:
-    """SpeculativeError for a Gemma 4 assistant (vLLM runs it as "mtp" with a "model"): it drafts from the target's
-    K/V, which no rider hands it yet; read against the target first, so a mismatch is named (ConfigError)."""
-    if not (draft_dir / "config.json").is_file():  # a converted checkpoint: its loader says what it holds
-        return
+def _assistant_config(draft_dir: Path) -> dict[str, Any] | None:
+    """The config.json of a Gemma 4 assistant in draft_dir, else None (a converted checkpoint has none)."""
+    if not (draft_dir / "config.json").is_file():
+        return None
     hf = read_config_json(draft_dir)
-    if hf.get("architectures") != [ASSISTANT]:
+    return hf if hf.get("architectures") == [ASSISTANT] else None
+
+
+def _refuse_assistant(draft_dir: Path, target: ModelConfig) -> None:
+    """SpeculativeError for a Gemma 4 assistant given as a draft model: it drafts from the target's K/V, which
+    method "mtp" hands it (vLLM's name for it); read against the target first, so a mismatch is named."""
+    hf = _assistant_config(draft_dir)
+    if hf is None:
         return
     read_assistant_config(hf, target)
-    raise SpeculativeError(f"{draft_dir} is a Gemma 4 assistant ({ASSISTANT}): it fits this target "
-                           "(speculative.gemma4_assistant reads it and runs its draft step) but the engine does not "
-                           "draft with it yet; use method ngram or suffix")
+    raise SpeculativeError(f"{draft_dir} is a Gemma 4 assistant ({ASSISTANT}): it drafts over the target's K/V, "
+                           f'not as a draft model; use method="mtp" with draft_model={str(draft_dir)!r} '
+                           "(vLLM's {\"method\": \"mtp\", \"model\": ...})")
+
+
+def _load_assistant(
+    config: SpeculativeConfig, draft_dir: Path, target: ModelConfig, target_weights: Weights, dtype: Any,
+    max_seq_len: int,
+) -> EngineDraft:
+    """A Gemma 4 assistant (method "mtp" with a draft_model) with the target's embedding; a draft step costs its
+    layers' projections and MLPs, its attention over the target's keys, its two projections and its LM head (all
+    V rows, also under ordered embeddings: an upper bound) in target decode steps."""
+    if _assistant_config(draft_dir) is None:
+        raise SpeculativeError(f'method="mtp" with a draft_model runs a Gemma 4 assistant ({ASSISTANT}); '
+                               f"{draft_dir} holds none (no config.json naming it): for the target's own MTP layers "
+                               "give no draft_model")
+    acfg, weights = load_assistant(draft_dir, target, dtype)
+    cost = config.draft_cost
+    if cost is None:
+        layers = acfg.layers
+        own = decode_flops(layers, max_seq_len) - layers.num_layers * layers.hidden_size * (
+            2 * layers.num_kv_heads * layers.head_dim)  # no k/v projections: the target's K/V
+        cost = (own + 3 * acfg.backbone_hidden_size * layers.hidden_size) / decode_flops(target, max_seq_len)
+    return EngineDraft(acfg, eagle_params(weights, target_weights), cost)
 
 
 def _load_eagle(

@@ -204,8 +204,8 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
             kv_offloading_size=check_offloading(kv_offloading_size, self.config), seed=seed,
         )
         check_speculation(speculative, self.config)
-        if speculative is not None and speculative.method == "mtp":
-            check_mtp_target(self.config)
+        if speculative is not None and speculative.method == "mtp" and not speculative.reads_target_kv:
+            check_mtp_target(self.config)  # the target's own MTP layers (a Gemma 4 assistant is checked as loaded)
         if self.runner_type == "pooling":
             engine_config = pooling_engine_config(engine_config)
         self._weights_fingerprint: str | None = None  # see save_session

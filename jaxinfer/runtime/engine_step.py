@@ -23,6 +23,8 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
 from jaxinfer.models.embed_override import EmbedOverride
+from jaxinfer.runtime import assistant_rider
+from jaxinfer.runtime.assistant_rider import AssistantDraft
 from jaxinfer.runtime.eagle_rider import EagleDraft, head_reads, remember
 from jaxinfer.runtime.flat_forward import DraftModel, read_tokens, step_features
 from jaxinfer.runtime.ngram_rider import NgramDraft, store
@@ -33,8 +35,8 @@ from jaxinfer.sampling.sampler import SamplingArrays, sample, skip_unless
 from jaxinfer.sampling.slot_state import row_bias
 from jaxinfer.sampling.token_bitmask import apply_token_bitmask
 
-# What drafts beside the target: a draft model, an EAGLE head, the device's prompt lookup
-Rider = DraftModel | EagleDraft | NgramDraft | None
+# What drafts beside the target: a draft model, an EAGLE head, a Gemma 4 assistant, the device's prompt lookup
+Rider = DraftModel | EagleDraft | AssistantDraft | NgramDraft | None
 
 MAX_LOGPROBS = 20
 
@@ -163,7 +165,10 @@ def row_logprobs(logits: jax.Array, tokens: jax.Array, s: RowSampling) -> tuple[
 
 
 def feature_taps(draft: Rider) -> tuple[int, ...] | None:
-    """What the target's forward must hand the draft: an EAGLE head's features, else nothing."""
+    """What the target's forward must hand the draft: an EAGLE head's features, a Gemma 4 assistant's final
+    post-norm hidden state (no taps), else nothing."""
+    if isinstance(draft, AssistantDraft):
+        return ()
     return draft.ecfg.feature_layers if isinstance(draft, EagleDraft) else None
 
 
@@ -179,9 +184,12 @@ def ride(
     """The draft after a plain program: a draft model reads the step's tokens, an EAGLE head
     their features and next tokens (the sampled [R] where the host did not know them). Without
     reads a draft model is left as it was and a head only stores the features (for its catch-up).
-    The device's prompt lookup always stores the tokens (it has no catch-up, and a store is cheap)."""
+    The device's prompt lookup always stores the tokens and a Gemma 4 assistant the target's final states
+    (neither has a catch-up, and a store is cheap)."""
     if isinstance(draft, NgramDraft):
         return store(draft, x)
+    if isinstance(draft, AssistantDraft):  # it reads the target's pages: its states are all it keeps
+        return assistant_rider.remember(draft, x, features)
     if isinstance(draft, EagleDraft):
         return head_reads(draft, draft_weights, x, features, sampled) if reads else remember(draft, x, features)
     return read_tokens(draft, draft_weights, x) if reads else draft
@@ -266,6 +274,8 @@ def multi_decode(
         tokens = pick_tokens(logits, s, x.lengths, state.sampling.counts)
         if isinstance(draft, EagleDraft):  # the head catches up in the next verify step
             draft = remember(draft, x, features)
+        elif isinstance(draft, AssistantDraft):  # a later verify step drafts from the state at its P - 1
+            draft = assistant_rider.remember(draft, x, features)
         elif isinstance(draft, NgramDraft):  # the lookup reads every position's token
             draft = store(draft, x)
         active = ~done & (step < num_steps)

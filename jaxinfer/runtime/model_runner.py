@@ -38,6 +38,7 @@ from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
 from jaxinfer.runtime import step_programs
 from jaxinfer.runtime.adapter_store import AdapterStore
+from jaxinfer.runtime.assistant_rider import AssistantDraft
 from jaxinfer.runtime.audio_runner import AudioRunner
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.device_inputs import device_inputs
@@ -228,13 +229,14 @@ class ModelRunner(PageCopies):
             kwargs = dict(cfg=cfg, max_rounds=self.spec_rounds, rule=self.speculative.acceptance_rule)
             return Program(step_programs.verify_rounds, head, {**kwargs, **draft}, FIXED_ARGS)
         if host.decode:
-            # An EAGLE head rides decode calls (it stores their features), as the device's lookup
-            # does (it stores their tokens); a draft model is caught up by the next verify, so its
+            # An EAGLE head or Gemma 4 assistant rides decode calls (it stores their features), as the
+            # device's lookup does (it stores their tokens); a draft model is caught up by the next verify, so its
             # pool and weights stay out.
-            rides = isinstance(draft_pool, (EagleDraft, NgramDraft))
+            rides = isinstance(draft_pool, (EagleDraft, AssistantDraft, NgramDraft))
             kwargs = dict(cfg=cfg, max_steps=self.config.decode_steps, stop_early=self.stop_early)
             return Program(step_programs.multi_decode, head, {**kwargs, **(draft if rides else {})}, FIXED_ARGS)
-        skips = draft_pool is not None and not isinstance(draft_pool, NgramDraft)  # the lookup always stores
+        # the lookup always stores its tokens, an assistant its states
+        skips = draft_pool is not None and not isinstance(draft_pool, (NgramDraft, AssistantDraft))
         reads = dict(draft_reads=host.draft_reads) if skips else {}
         images = {} if self.step_rows is None else dict(images=self.step_rows.override(host))
         return Program(step_programs.ragged_step, head, dict(cfg=cfg, **draft, **reads, **images), FIXED_ARGS)

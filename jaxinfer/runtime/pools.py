@@ -20,15 +20,17 @@ from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.cache.state_pool import state_bytes, with_states
 from jaxinfer.config.engine import EngineConfig, device_pages
 from jaxinfer.config.model import ModelConfig
+from jaxinfer.runtime.assistant_rider import AssistantDraft
 from jaxinfer.runtime.cache_spec import CacheSpec
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import Rider
 from jaxinfer.runtime.flat_forward import DraftModel
 from jaxinfer.runtime.ngram_rider import NgramDraft, NgramLookup
 from jaxinfer.speculative.eagle import EagleConfig
+from jaxinfer.speculative.gemma4_assistant import AssistantConfig
 
-# A draft model's shape, an EAGLE head's, the device's prompt lookup, or none
-DraftConfig = ModelConfig | EagleConfig | NgramLookup | None
+# A draft model's shape, an EAGLE head's, a Gemma 4 assistant's, the device's prompt lookup, or none
+DraftConfig = ModelConfig | EagleConfig | AssistantConfig | NgramLookup | None
 
 
 def pool_size(
@@ -46,6 +48,8 @@ def pool_size(
         page_bytes += paged.page_bytes(draft_cfg.layer, config.page_size, dtype, cache_spec.kv_dtype)
         per_token = draft_cfg.layer.hidden_size + draft_cfg.feature_size
         page_bytes += config.page_size * per_token * jnp.dtype(eagle_pool_dtype(dtype)).itemsize
+    elif isinstance(draft_cfg, AssistantConfig):  # the target's final hidden state per position (it reads its K/V)
+        page_bytes += config.page_size * draft_cfg.backbone_hidden_size * jnp.dtype(eagle_pool_dtype(dtype)).itemsize
     elif isinstance(draft_cfg, NgramLookup):  # a token per position
         page_bytes += config.page_size * 4
     elif draft_cfg is not None:
@@ -67,8 +71,8 @@ def new_pools(
     model_config: ModelConfig, draft_cfg: DraftConfig, num_pages: int, page_size: int, dtype: jnp.dtype,
     cache_spec: CacheSpec, state_slots: int = 0,
 ) -> tuple[PagedKVCache, Rider]:
-    """The target's page pool and, when speculating with a draft model, an EAGLE head or the device's
-    prompt lookup, its pools. state_slots: row slots of a model with Mamba2 layers, whose states the
+    """The target's page pool and, when speculating with a draft model, an EAGLE head, a Gemma 4 assistant or
+    the device's prompt lookup, its pools. state_slots: row slots of a model with Mamba2 layers, whose states the
     target's pool holds beside its pages (cache/state_pool)."""
 
     def pool(cfg: ModelConfig) -> PagedKVCache:
@@ -85,6 +89,10 @@ def new_pools(
 
         predicted, features = per_position(draft_cfg.layer.hidden_size), per_position(draft_cfg.feature_size)
         draft = EagleDraft(pool(draft_cfg.layer), predicted, features, draft_cfg, jnp.dtype(dtype).name)
+    elif isinstance(draft_cfg, AssistantConfig):
+        features = cache_spec.mesh_layout.zeros((num_pages, page_size, draft_cfg.backbone_hidden_size),
+                                                eagle_pool_dtype(dtype), (None, None, None))
+        draft = AssistantDraft(features, draft_cfg, jnp.dtype(dtype).name)
     elif isinstance(draft_cfg, NgramLookup):
         draft = NgramDraft(cache_spec.mesh_layout.zeros((num_pages, page_size), jnp.int32, (None, None)), draft_cfg)
     else:

@@ -4,8 +4,8 @@ Each row is laid out as a prefill chunk of `[last token, draft_1 .. draft_k]` (r
 the step's chunk), so the ragged step's forward writes their K/V and yields the target's
 distribution at every position. Acceptance is the exact rule of `speculative.rejection`: prompt
 lookup is deterministic, so q is one-hot and draft i is kept with probability p(draft_i); a
-draft model (`runtime/draft_model_rider`) or an EAGLE head (`runtime/eagle_rider`) drafts here first and its
-processed distributions are q. Greedy
+draft model (`runtime/draft_model_rider`), an EAGLE head (`runtime/eagle_rider`) or a Gemma 4 assistant
+(`runtime/assistant_rider`, over the target's pages) drafts here first and its processed distributions are q. Greedy
 rows keep drafts while they equal the argmax. K/V written for rejected drafts
 sit past the row's new length and are overwritten by later steps.
 """
@@ -20,7 +20,8 @@ import jax.numpy as jnp
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models import Weights, lm_logits
-from jaxinfer.runtime import eagle_rider, ngram_rider
+from jaxinfer.runtime import assistant_rider, eagle_rider, ngram_rider
+from jaxinfer.runtime.assistant_rider import AssistantDraft
 from jaxinfer.runtime.draft_model_rider import catch_up, propose
 from jaxinfer.runtime.eagle_rider import EagleDraft
 from jaxinfer.runtime.engine_step import (
@@ -78,7 +79,11 @@ def verify_step(
     if isinstance(draft, NgramDraft):  # looked up here: a row verifies the drafts it found
         x, drafts, draft = _looked_up(draft, x, drafts)
     proposal = None  # a deterministic proposer's (prompt lookup): one-hot at its drafts
-    if draft is not None and not isinstance(draft, NgramDraft):
+    if isinstance(draft, AssistantDraft):  # it reads the target's pages: the keys before each row's last token
+        tokens, proposal = assistant_rider.propose(draft, draft_weights, pages, x, drafts.count)
+        drafts = dataclasses.replace(drafts, tokens=tokens)
+        x = dataclasses.replace(x, tokens=with_drafts(x.tokens, tokens))
+    elif draft is not None and not isinstance(draft, NgramDraft):
         drafter = eagle_rider.propose if isinstance(draft, EagleDraft) else propose
         tokens, proposal, draft = drafter(draft, draft_weights, x, drafts.count)
         drafts = dataclasses.replace(drafts, tokens=tokens)
@@ -94,6 +99,8 @@ def verify_step(
     tokens = jnp.where(columns < n[:, None], padded, verdict.next_token[:, None])
     if isinstance(draft, EagleDraft):
         draft = eagle_rider.rewrite(draft, draft_weights, x, features, tokens, n + 1)
+    elif isinstance(draft, AssistantDraft):  # a rejected draft's state is rewritten before P - 1 reaches it
+        draft = assistant_rider.remember(draft, x, features)
     chosen, ids, values, ranks = position_logprobs(raw, tokens, x.sampling)
     return StepOutputs(tokens, n + 1, chosen, ids, values, drafted=drafts.count, ranks=ranks), pages, draft
 

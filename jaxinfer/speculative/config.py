@@ -25,7 +25,8 @@ class SpeculativeConfig:
     needs the tokens the call produced); "ngram_device" the same lookup on the device inside the
     verify step, from a pool of every position's token, so one call runs several rounds as a draft
     model's does; "mtp" (alias "deepseek_mtp") runs the target's own multi-token-prediction layer
-    (DeepSeek-V3, GLM-4.5: `num_nextn_predict_layers`; no draft_model) as an EAGLE head runs;
+    (DeepSeek-V3, GLM-4.5: `num_nextn_predict_layers`; no draft_model) as an EAGLE head runs, or with
+    a draft_model a Gemma 4 assistant (Gemma4AssistantForCausalLM) over the target's K/V, as vLLM does;
     "suffix" (suffix decoding, vLLM's name)
     proposes the most frequent continuation of the longest-matching suffixes in the request's
     prompt and output and in recent requests' outputs (`jaxinfer.engine.suffix_cache`), as many
@@ -96,10 +97,16 @@ class SpeculativeConfig:
         return self.method == "ngram_device"
 
     @property
+    def reads_target_kv(self) -> bool:
+        """True for a Gemma 4 assistant (method "mtp" with a draft_model): it attends to the target's K/V."""
+        return self.method == "mtp" and self.draft_model is not None
+
+    @property
     def catches_up(self) -> bool:
         """True for a draft model, EAGLE head or MTP layer: they skip plain decode calls (reading them would cost a
-        forward a step while speculation is off) and read the positions they missed before drafting."""
-        return self.method in ("draft", "eagle", "mtp")
+        forward a step while speculation is off) and read the positions they missed before drafting. A Gemma 4
+        assistant keeps only the target's states, which every step stores: nothing to catch up."""
+        return self.method in ("draft", "eagle", "mtp") and not self.reads_target_kv
 
     def __post_init__(self) -> None:
         if isinstance(self.draft_model, Path):
@@ -107,11 +114,6 @@ class SpeculativeConfig:
         object.__setattr__(self, "method", ALIASES.get(self.method, self.method))
         _check(self.method in METHODS,
                f"method must be one of {', '.join((*METHODS, *ALIASES))}, got {self.method!r}")
-        _check(
-            self.method != "mtp" or self.draft_model is None,
-            f'method="mtp" runs the target\'s own MTP layers and takes no draft_model, got {self.draft_model!r} '
-            "(vLLM's Gemma 4 assistant drafters, method mtp with a model, are not run by this engine yet)",
-        )
         _check(
             self.method != "draft" or self.draft_model is not None,
             'method="draft" needs draft_model=<checkpoint directory>; use method="ngram" for no second model',

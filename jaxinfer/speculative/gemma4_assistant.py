@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -150,13 +150,16 @@ def context_mask(positions: jax.Array, keys: int, window: int) -> jax.Array:
     return before[:, None, :]
 
 
+# (assistant layer i, its queries [B, 1, H, K]) -> attention [B, 1, H, K] over the target's K/V that layer reads
+TargetAttention = Callable[[int, jax.Array], jax.Array]
+
+
 def _layer(cfg: ModelConfig, x: jax.Array, lw: Gemma4LayerWeights, layer: int, rope: RopeTables,
-           kv: tuple[jax.Array, jax.Array], mask: jax.Array) -> jax.Array:
-    """One assistant layer over x [B, 1, D]: Gemma 4's sandwich-normed layer whose queries read the target's
-    keys [B, KV, S, K] and values [B, KV, K, S]."""
+           attend: TargetAttention) -> jax.Array:
+    """One assistant layer over x [B, 1, D]: Gemma 4's sandwich-normed layer whose queries read the target's K/V."""
     q = linear(_norm(x, lw.attn_norm, cfg), lw.wq)
     q = apply_rope(_norm(q, lw.q_norm, cfg), *rope.for_layer(layer))
-    attn = dense_attention(q, kv[0], kv[1], mask, scale=cfg.attn_scale)
+    attn = attend(layer, q)
     x = x + _norm(linear(attn.astype(x.dtype), lw.wo, contract=2), lw.post_attn_norm, cfg)
     h = gated_mlp(_norm(x, lw.mlp_norm, cfg), lw.w_gate, lw.w_up, lw.w_down, cfg.activation)
     x = x + _norm(h, lw.post_mlp_norm, cfg)
@@ -187,11 +190,27 @@ def assistant_step(
     target's K/V kv[i] = (keys [B, KV, S, K], values [B, KV, K, S]) of the layer assistant layer i reads (position
     j at index j). Returns the next step's state [B, B_h] and float32 logits [B, V] of t_{P+1}."""
     cfg = acfg.layers
+
+    def attend(layer: int, q: jax.Array) -> jax.Array:
+        keys, values = kv[layer]
+        mask = context_mask(positions, keys.shape[2], cfg.layer_windows[layer])
+        return dense_attention(q, keys, values, mask, scale=cfg.attn_scale)
+
+    return assistant_forward(w, acfg, target_embed, tokens, state, positions, attend)
+
+
+def assistant_forward(
+    w: AssistantWeights, acfg: AssistantConfig, target_embed: jax.Array, tokens: jax.Array, state: jax.Array,
+    positions: jax.Array, attend: TargetAttention,
+) -> tuple[jax.Array, jax.Array]:
+    """`assistant_step` with the target's K/V read by `attend` (a dense cache's above, the engine's page pools in
+    runtime/assistant_rider): the next step's state [B, B_h] and float32 logits [B, V]."""
+    cfg = acfg.layers
     embeds = take_rows(target_embed, tokens)
     embeds = embeds * jnp.asarray(math.sqrt(acfg.backbone_hidden_size), embeds.dtype)  # the target's scaling
     x = linear(jnp.concatenate([embeds, state.astype(embeds.dtype)], axis=-1), w.pre_projection)[:, None]
     rope = RopeTables(positions[:, None], cfg)
     for i, lw in enumerate(w.layers):
-        x = _layer(cfg, x, lw, i, rope, kv[i], context_mask(positions, kv[i][0].shape[2], cfg.layer_windows[i]))
+        x = _layer(cfg, x, lw, i, rope, attend)
     out = _norm(x[:, 0], w.norm, cfg)
     return linear(out, w.post_projection), assistant_logits(w, out, acfg)

@@ -133,8 +133,10 @@ def _check(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} must be a number of seconds > 0, got {value}")
     if args.api_key is not None and not args.api_key.strip():
         raise ValueError("--api-key is empty; give a key or leave the flag out")
-    if (args.speculative_method in ("draft", "eagle")) != (args.speculative_model is not None):
-        raise ValueError("--speculative-model DIR goes with --speculative-method draft or eagle, and only with them")
+    given, method = args.speculative_model is not None, args.speculative_method
+    if (method in ("draft", "eagle")) != given and not (given and method in ("mtp", "deepseek_mtp")):
+        raise ValueError("--speculative-model DIR goes with --speculative-method draft or eagle (or mtp, for a Gemma 4 "
+                         "assistant), and only with them")
     if args.speculative_model is not None:
         validation.model_dir(args.speculative_model, "--speculative-model")
     speculative = speculative_config(args)

@@ -70,11 +70,13 @@ def add_speculative_args(serve: argparse.ArgumentParser) -> None:
                        "several verify rounds a call), suffix the most frequent continuation in the "
                        "prompt, output and recent requests' outputs (suffix decoding), draft runs --speculative-model, "
                        "eagle the EAGLE head in --speculative-model over the target's hidden states, mtp "
-                       "(deepseek_mtp) the MTP layer DeepSeek-V3 and GLM-4.5 checkpoints ship; "
+                       "(deepseek_mtp) the MTP layer DeepSeek-V3 and GLM-4.5 checkpoints ship, or with "
+                       "--speculative-model a Gemma 4 assistant over the target's K/V; "
                        "outputs keep the target's distribution (greedy: identical)")
     serve.add_argument("--speculative-model", default=None,
                        help="for --speculative-method draft: a draft model directory (same tokenizer as --model); "
-                       "for eagle: an EAGLE-1 or EAGLE-3 head directory")
+                       "for eagle: an EAGLE-1 or EAGLE-3 head directory; for mtp (optional): a Gemma 4 assistant "
+                       "(Gemma4AssistantForCausalLM) directory")
     serve.add_argument("--num-speculative-tokens", type=int, default=4,
                        help="drafts per sequence and step at most, 1-32, with --speculative-method "
                        "(default: %(default)s)")
