@@ -423,6 +423,18 @@ ARCH_CONFIGS["deepseek_v32"] = (hf.DeepseekV32Config, DSA)
 # HY-V4: DSA's layers (8 best tokens) with sinks and an output gate, layer 2 reusing layer 1's choice ("shared"), four
 # hyper-connection streams (write gates x 1.5); the experts' gate and up clamped at 0.5, so the clamp bites
 ARCH_CONFIGS["hy_v4"] = (hf.HYV4Config, dict(DSA, num_hidden_layers=3, swiglu_limit=0.5, hc_magnitude=1.5))
+# DeepSeek-V4: every layer kind (CSA over blocks of 4 keeping the indexer's 3 best, HCA over blocks of 8, sliding only;
+# windows of 8), a hash-routed and two learned-routed MoE layers, two Sinkhorn-mixed streams; YaRN x4 on the compress
+# rope; 32 index heads so a score never ties at 0; the experts' gate and up clamped at 0.5, so the clamp bites.
+ARCH_CONFIGS["deepseek_v4"] = (hf.DeepseekV4Config, dict(
+    num_hidden_layers=3, num_key_value_heads=1, head_dim=32, q_lora_rank=24, partial_rotary_factor=0.25, o_groups=2,
+    o_lora_rank=16, index_n_heads=32, index_head_dim=16, index_topk=3, sliding_window=8,
+    compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+    layer_types=["compressed_sparse_attention", "heavily_compressed_attention", "sliding_attention"],
+    mlp_layer_types=["hash_moe", "moe", "moe"], n_routed_experts=8, num_experts_per_tok=2, intermediate_size=32,
+    hc_mult=2, hc_sinkhorn_iters=3, swiglu_limit=0.5, routed_scaling_factor=1.5,
+    rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16, beta_fast=32.0,
+                         beta_slow=1.0)))
 
 
 def _mistral_large4_config(**text) -> object:
@@ -777,6 +789,7 @@ MODEL_CLASSES = {
     hf.DeepseekV32Config: hf.DeepseekV32ForCausalLM,
     hf.GlmMoeDsaConfig: hf.GlmMoeDsaForCausalLM,
     hf.HYV4Config: hf.HYV4ForCausalLM,
+    hf.DeepseekV4Config: hf.DeepseekV4ForCausalLM,
     hf.Glm4MoeLiteConfig: hf.Glm4MoeLiteForCausalLM,
     hf.Mistral4Config: hf.Mistral4ForCausalLM,
     hf.MiniCPM3Config: hf.MiniCPM3ForCausalLM,
@@ -832,6 +845,9 @@ def make_hf_model(name: str, **overrides) -> torch.nn.Module:
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # routing bias (GLM-4.5, DeepSeek-V3, MiniMax-M2): 0 at init
                 buffer.add_(0.1 * torch.randn_like(buffer))
+            if name.endswith("tid2eid"):  # DeepSeek-V4's hash routing: zeros at init; k distinct experts a token
+                buffer.copy_(torch.stack([torch.randperm(model.config.n_routed_experts)[:buffer.shape[1]]
+                                          for _ in range(buffer.shape[0])]))
             if name.endswith(("act_fn.beta", "layer_scalar")):  # Apertus' xIELU term (0.5), Gemma 4's scalar (1)
                 buffer.add_(0.1 * torch.randn_like(buffer))
     if type(model).__name__ == "Gemma3nForCausalLM":

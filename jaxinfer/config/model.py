@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from jaxinfer.config.deepseek_v4 import DeepseekV4Fields
 from jaxinfer.config.errors import CheckpointError, ConfigError
 from jaxinfer.config.gemma3n import Gemma3nFields
 from jaxinfer.config.generation import token_ids
@@ -138,6 +139,8 @@ class ModelConfig:
     gated_norm_rank: int = 0  # A.X-K2: its gated RMSNorms' gate MLP width (models.axk2); 0: plain norms
     # Hyper-connections (HY-V4; models.hyper_connections): several residual streams per token; None: one
     hyper_connections: HyperConnections | None = None
+    # DeepSeek-V4's sliding and compressed attention (models.deepseek_v4): its layers' kinds and sizes; None: none
+    deepseek_v4: DeepseekV4Fields | None = None
     # Mamba2 state-space layers (models.mamba2_mixer): their dims and which layers they are; None: attention only
     state_space: StateSpace | None = None
     shared_blocks: SharedBlocks | None = None  # Zamba2's: transformer blocks its hybrid layers share

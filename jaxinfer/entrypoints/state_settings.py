@@ -18,11 +18,15 @@ STATE_LAYERS = "state layers (Mamba-1, Mamba2, Gated DeltaNet or short conv)"  #
 
 def check_row_pages(kv_dtype: str, cfg: ModelConfig) -> None:
     """Refuse quantized pages where a model keeps per-token rows in them that it reads back as values (Qwen4-Exp's
-    token ids, conv inputs and index keys: models/token_rows)."""
+    token ids, conv inputs and index keys; DeepSeek-V4's compressor inputs and entries: models/token_rows)."""
     if cfg.qwen4_exp is not None and kv_dtype != "auto":
         raise ConfigError(f"kv_cache_dtype {kv_dtype!r} is not supported for {cfg.architecture}: its PLE and QSA "
                           "layers keep token ids, conv inputs and index keys in their pages (not quantized yet); use "
                           "'auto'")
+    if cfg.deepseek_v4 is not None and kv_dtype != "auto":
+        raise ConfigError(f"kv_cache_dtype {kv_dtype!r} is not supported for {cfg.architecture}: its layers keep "
+                          "their compressors' raw inputs and compressed entries in their pages (not quantized yet); "
+                          "use 'auto'")
 
 
 def prefix_caching_setting(asked: bool | None, cfg: ModelConfig) -> bool:
