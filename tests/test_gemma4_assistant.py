@@ -4,6 +4,7 @@ embeddings (top-k centroids); assistants that do not fit the target refused by n
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from types import SimpleNamespace
@@ -21,6 +22,7 @@ from jaxinfer.cache.paged import init_paged_cache
 from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.config.model import ConfigError
 from jaxinfer.entrypoints.draft_loading import SpeculativeError, engine_speculation
+from jaxinfer.kernels.cpu.choice import kernels_available
 from jaxinfer.models import forward
 from jaxinfer.models.registry import from_hf_config
 from jaxinfer.runtime.assistant_rider import target_attention
@@ -82,7 +84,8 @@ def test_draft_round_matches_hf(ordered, target, target_states, tmp_path):
 def test_draft_round_on_jaxinfer_target_states(target, target_states, checkpoint_dir, tmp_path):
     """The same round read from jaxinfer's own Gemma 4 forward, as the engine's rider reads it: its post-norm state at
     P - 1 and the K/V of the layers `AssistantConfig.reads` names in page pools of 4 positions under a shuffled page
-    table (`target_attention`: the keys before P, a sliding layer's last window + 1), HF's logits."""
+    table (`target_attention`: the keys before P, a sliding layer's last window + 1), HF's logits; on XLA's path
+    and on the native CPU kernel."""
     assistant = make_assistant(False)
     assistant.save_pretrained(tmp_path)
     target_dir = checkpoint_dir("gemma4_dense")
@@ -91,8 +94,11 @@ def test_draft_round_on_jaxinfer_target_states(target, target_states, checkpoint
     table = np.asarray([[5, 2, 0, 4, 1, 3]], np.int32)  # 24 positions
     hidden, pages = forward(target_weights, jnp.asarray([PROMPT]), jnp.arange(len(PROMPT))[None], init_paged_cache(
         target_cfg, 1, 24, jnp.float32, page_size=4, page_table=table), target_cfg)
-    _check_round(hf_round(assistant, target, target_states), acfg, weights, target_weights.embed, hidden[:, -2], None,
-                 functools.partial(PAGED_STEP, pages=pages))
+    expected = hf_round(assistant, target, target_states)
+    # XLA's blocked path, and the native CPU kernel the engine's pools take by default where it runs
+    for native in (False, True) if kernels_available() else (False,):
+        paged = functools.partial(PAGED_STEP, pages=dataclasses.replace(pages, cpu_kernels=native))
+        _check_round(expected, acfg, weights, target_weights.embed, hidden[:, -2], None, paged)
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -146,3 +152,13 @@ def test_engine_refuses_assistant_as_draft_model_by_name(backbone, named, target
     config = SpeculativeConfig(method="draft", draft_model=str(tmp_path), fallback=False)
     with pytest.raises(SpeculativeError, match=named):
         engine_speculation(config, target_cfg, None, None, jnp.float32, 64)
+
+
+def test_engine_refuses_assistant_on_a_mesh_by_name(tmp_path, target):
+    """Its reads of a target's pages split over devices are not written yet: an engine on a mesh is refused by name
+    (before anything loads), not run untested."""
+    make_assistant(False).save_pretrained(tmp_path)
+    target_cfg = from_hf_config(target.config.to_dict() | {"architectures": ["Gemma4ForCausalLM"]})
+    config = SpeculativeConfig(method="mtp", draft_model=str(tmp_path), fallback=False)
+    with pytest.raises(SpeculativeError, match="drafts on one device; this engine spans a mesh of 4"):
+        engine_speculation(config, target_cfg, None, None, jnp.float32, 64, layout=SimpleNamespace(size=4))

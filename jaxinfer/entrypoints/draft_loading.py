@@ -77,7 +77,7 @@ def load_draft(
     if not draft_dir.is_dir():
         raise SpeculativeError(f"draft model directory {draft_dir} does not exist")
     if config.method == "mtp":
-        return _load_assistant(config, draft_dir, target, target_weights, dtype, max_seq_len)
+        return _load_assistant(config, draft_dir, target, target_weights, dtype, max_seq_len, layout)
     _refuse_assistant(draft_dir, target)
     if config.method == "eagle":
         return _load_eagle(config, target, target_weights, dtype, max_seq_len, cpu_kernels, layout)
@@ -111,11 +111,15 @@ def _refuse_assistant(draft_dir: Path, target: ModelConfig) -> None:
 
 def _load_assistant(
     config: SpeculativeConfig, draft_dir: Path, target: ModelConfig, target_weights: Weights, dtype: Any,
-    max_seq_len: int,
+    max_seq_len: int, layout: Layout,
 ) -> EngineDraft:
     """A Gemma 4 assistant (method "mtp" with a draft_model) with the target's embedding; a draft step costs its
     layers' projections and MLPs, its attention over the target's keys, its two projections and its LM head (all
-    V rows, also under ordered embeddings: an upper bound) in target decode steps."""
+    V rows, also under ordered embeddings: an upper bound) in target decode steps. One device only: its reads of
+    a target's pages split over a mesh are not written (nor tested) yet."""
+    if layout.size > 1:
+        raise SpeculativeError(f"a Gemma 4 assistant drafts on one device; this engine spans a mesh of {layout.size} "
+                               "(tensor_parallel_size x data_parallel_size): use 1 and 1, or method ngram or suffix")
     if _assistant_config(draft_dir) is None:
         raise SpeculativeError(f'method="mtp" with a draft_model runs a Gemma 4 assistant ({ASSISTANT}); '
                                f"{draft_dir} holds none (no config.json naming it): for the target's own MTP layers "
