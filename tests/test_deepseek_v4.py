@@ -60,11 +60,17 @@ def _hf_config(**overrides) -> dict:
 def test_legacy_names_are_read_as_transformers_reads_them():
     """compress_ratios (per layer, 0 / 4 / 128), num_hash_layers and qk_rope_head_dim, as checkpoints ship them."""
     legacy = {k: v for k, v in _hf_config().items()
-              if k not in ("layer_types", "mlp_layer_types", "compress_rates", "partial_rotary_factor")}
-    cfg = from_hf_config({**legacy, "compress_ratios": [4, 128, 0, 4], "num_hash_layers": 2, "qk_rope_head_dim": 16})
+              if k not in ("layer_types", "mlp_layer_types", "compress_rates", "partial_rotary_factor",
+                           "rope_parameters")}
+    yarn = dict(type="yarn", factor=16, original_max_position_embeddings=64)
+    cfg = from_hf_config({**legacy, "compress_ratios": [4, 128, 0, 4], "num_hash_layers": 2, "qk_rope_head_dim": 16,
+                          "rope_scaling": yarn, "rope_theta": 1e4, "compress_rope_theta": 16e4})
     fields = cfg.deepseek_v4
     assert fields.layer_kinds == (CSA, HCA, SLIDING) and fields.hash_layers == (0, 1)
     assert (fields.csa_rate, fields.hca_rate, cfg.rotary_dim) == (4, 128, 16)
+    # the compress rope (the model's) YaRN-scaled with cos and sin unscaled; the sliding layers' main rope plain
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type, cfg.rope_scaling.factor) == (16e4, "yarn", 16)
+    assert cfg.rope_scaling.attention_factor == 1.0 and cfg.local_rope_theta == 1e4
 
 
 def test_release_names_map_to_the_saved_ones():

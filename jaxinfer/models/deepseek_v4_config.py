@@ -81,9 +81,10 @@ def _ropes(hf: Mapping[str, Any], head_dim: int) -> tuple[int, dict[str, Any], d
     params = dict(field(hf, "rope_parameters", None) or field(hf, "rope_scaling", None) or {})
     if isinstance(params.get("main"), dict) and isinstance(params.get("compress"), dict):
         return dims, dict(params["main"]), dict(params["compress"])
-    scaling = {k: v for k, v in params.items() if k not in ("main", "compress", "rope_theta")}
+    scaling = {k: v for k, v in params.items() if k not in ("main", "compress", "rope_theta", "type")}
+    scaling["rope_type"] = params.get("rope_type", params.get("type", "default"))  # transformers 4's "type" too
     main = dict(rope_type="default", rope_theta=hf["rope_theta"])
-    return dims, main, {"rope_type": "default", **scaling, "rope_theta": hf["compress_rope_theta"]}
+    return dims, main, {**scaling, "rope_theta": hf["compress_rope_theta"]}
 
 
 def _checked(hf: Mapping[str, Any], arch: str) -> None:
