@@ -706,6 +706,16 @@ ARCH_CONFIGS["axk2"] = (hf.AXK2Config, dict(DSA, n_group=None, topk_group=None, 
 # attention (transformers' has no K/V groups) with the sigmoid output gate; weightless RMSNorms; embeddings x 10
 # (1 / initializer_range); z_L_init away from its zeros (make_hf_model's noise)
 ARCH_CONFIGS["hrm_text"] = (hf.HrmTextConfig, dict(num_hidden_layers=1, head_dim=16, H_cycles=2, L_cycles=2))
+# Beam: layers 0-1 slide over 8 tokens (rotated), layer 2 is full without rope (its queries scaled by position);
+# layer 0 dense, layers 1-2 route 3 of 8 experts within the best 2 of 4 groups by sigmoid score + correction bias
+# (make_hf_model's noise), renormalised, x 2.5; sandwich norms, depth-scaled residual adds, per-head q/k norms, the
+# output gate with a bias per head; logits soft-capped at 2 so the cap bites
+ARCH_CONFIGS["beam"] = (
+    hf.BeamConfig,
+    dict(num_hidden_layers=3, head_dim=16, sliding_window=8, mlp_layer_types=["dense", "sparse", "sparse"],
+         num_experts=8, num_experts_per_tok=3, moe_intermediate_size=32, n_group=4, topk_group=2,
+         final_logit_softcapping=2.0),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -829,6 +839,7 @@ MODEL_CLASSES = {
     hf.LaraMiniConfig: hf.LaraMiniForCausalLM,
     hf.AXK2Config: hf.AXK2ForCausalLM,
     hf.HrmTextConfig: hf.HrmTextForCausalLM,
+    hf.BeamConfig: hf.BeamForCausalLM,
 }
 
 

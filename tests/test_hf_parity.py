@@ -209,6 +209,10 @@ LOGITS_ONLY += ("hrm_text",)
 # tokens through chunked prefill that splits compression blocks in test_deepseek_v4.
 XLA_ONLY += ("deepseek_v4",)
 LOGITS_ONLY += ("deepseek_v4",)
+# Beam: AFMoE's sandwich layer (afmoe's) over GLM-4.5's grouped routing without shared experts (glm4_moe's decode,
+# test_families), with a gate bias, depth-scaled adds and NoPE query scales, all outside the attention the kernels
+# take: shown by its float32 logits. Its greedy, bfloat16 and kernels runs passed and would add ~14 s (HF's MoE loop).
+LOGITS_ONLY += ("beam",)
 
 
 @functools.cache

@@ -323,6 +323,32 @@ def test_hrm_text_fields_read_as_transformers_reads_them(fields):
                                                                                    False)
 
 
+@pytest.mark.parametrize("fields", [
+    {},  # BeamConfig's defaults: every sixth layer and the last full (NoPE), 512-token windows, 3 dense layers
+    dict(layer_types=["full_attention", "sliding_attention"] * 2 + ["sliding_attention"], sliding_window=16,
+         mlp_layer_types=["dense", "sparse", "dense", "sparse", "sparse"], num_experts=8, num_experts_per_tok=2,
+         n_group=2, topk_group=1, routed_scaling_factor=1.5, norm_topk_prob=False, final_logit_softcapping=None,
+         attention_bias=True, num_key_value_heads=2, head_dim=32,
+         rope_parameters={"full_attention": dict(rope_type="linear", factor=2.0, rope_theta=5e5),
+                          "sliding_attention": dict(rope_type="default", rope_theta=2e4)}),
+])
+def test_beam_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["BeamForCausalLM"]})
+    ref = hf.BeamConfig(**BASE, **fields)
+    full, sliding = ref.rope_parameters["full_attention"], ref.rope_parameters["sliding_attention"]
+    _check_common(cfg, ref, full or sliding)
+    assert cfg.local_rope_theta == sliding["rope_theta"]
+    assert cfg.layer_windows == _windows(ref)
+    assert cfg.nope_layers == tuple(i for i, kind in enumerate(ref.layer_types) if ref.rope_parameters[kind] is None)
+    assert cfg.dense_layers == tuple(i for i, kind in enumerate(ref.mlp_layer_types) if kind == "dense")
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size, cfg.routed_scaling_factor) == (
+        ref.num_experts, ref.num_experts_per_tok, ref.moe_intermediate_size, ref.routed_scaling_factor)
+    assert (cfg.expert_groups, cfg.expert_groups_per_token, cfg.norm_topk_prob) == (ref.n_group, ref.topk_group,
+                                                                                     ref.norm_topk_prob)
+    assert (cfg.final_soft_cap, cfg.shared_expert_intermediate_size) == (ref.final_logit_softcapping, 0)
+    assert (cfg.qk_norm, cfg.qkv_bias, cfg.o_bias) == (True, ref.attention_bias, ref.attention_bias)
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -394,6 +420,14 @@ def test_hrm_text_fields_read_as_transformers_reads_them(fields):
     ("HrmTextForCausalLM", dict(num_layers_per_stack=2), "num_hidden_layers 5 must be num_layers_per_stack x H_cycles"),
     ("HrmTextForCausalLM", dict(H_cycles=0), "H_cycles 0 and L_cycles 3 must each be >= 1"),
     ("HrmTextForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for HrmTextForCausalLM"),
+    ("BeamForCausalLM", dict(layer_types=["chunked_attention"] * 5), "layer_types .* must give one of"),
+    ("BeamForCausalLM", dict(mlp_layer_types=["dense", "moe"] + ["sparse"] * 3), "mlp_layer_types .* must give one"),
+    ("BeamForCausalLM", dict(sliding_window=0), "sliding_window 0 must be >= 1 for BeamForCausalLM"),
+    ("BeamForCausalLM", dict(n_group=3), "n_group 3 must divide the 256 routed experts"),
+    ("BeamForCausalLM", dict(rope_parameters={"sliding_attention": dict(rope_type="linear", factor=2.0)}),
+     "rope_parameters.sliding_attention .* is not supported for BeamForCausalLM"),
+    ("BeamForCausalLM", dict(rope_parameters=dict(rope_type="default", rope_theta=1e4)), "one set \\(or null\\) per"),
+    ("BeamForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for BeamForCausalLM"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):

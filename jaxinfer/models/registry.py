@@ -21,6 +21,7 @@ from jaxinfer.models.axk1 import FAMILY as AXK1
 from jaxinfer.models.axk2 import FAMILY as AXK2
 from jaxinfer.models.bamba import FAMILY as BAMBA
 from jaxinfer.models.base_models import causal_architecture, pools_only
+from jaxinfer.models.beam import FAMILY as BEAM
 from jaxinfer.models.bitnet import FAMILY as BITNET
 from jaxinfer.models.bloom import FAMILY as BLOOM
 from jaxinfer.models.codegen import FAMILY as CODEGEN
@@ -142,7 +143,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 KOLIBRI1, CODEGEN,
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
-                                LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4)
+                                LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
