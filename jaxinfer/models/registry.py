@@ -174,6 +174,11 @@ NOT_SUPPORTED = {
               "attention residual over earlier blocks' summed outputs and soft-capped experts: not supported yet"
        for arch in ("Inkling2ForCausalLM", "Inkling2ForConditionalGeneration", "Inkling2LoopForCausalLM",
                     "Inkling2LoopForConditionalGeneration")},
+    "ZayaForCausalLM": "Zyphra ZAYA1 (Compressed Convolutional Attention: q and k through a two-stage causal conv over "
+                       "the last cca_time0 + cca_time1 - 2 tokens' projections, half of each value head from the "
+                       "previous token, both kept per request beside the pages; a router whose state passes from "
+                       "layer to layer, choosing one expert or none (a skip class): not supported yet; "
+                       "AFMoE's AfmoeForCausalLM and Laguna's LagunaForCausalLM are)",
     "BailingHybridForCausalLM": "Ant Ling hybrid (Kimi Delta Attention with a one-projection forget gate, "
                                 "lower-bounded by kda_lower_bound under kda_safe_gate, and a full-rank output gate, "
                                 "beside latent attention with a per-head output gate: not supported yet; Kimi "
