@@ -17,7 +17,7 @@ import torch
 from gemma4_assistants import make_assistant
 from hf_models import make_hf_model
 
-from jaxinfer import SpeculativeConfig
+from jaxinfer import SamplingParams, SpeculativeConfig
 from jaxinfer.cache.paged import init_paged_cache
 from jaxinfer.checkpoint.loader import load_weights
 from jaxinfer.config.model import ConfigError
@@ -25,13 +25,17 @@ from jaxinfer.entrypoints.draft_loading import SpeculativeError, engine_speculat
 from jaxinfer.kernels.cpu.choice import kernels_available
 from jaxinfer.models import forward
 from jaxinfer.models.registry import from_hf_config
-from jaxinfer.runtime.assistant_rider import target_attention
+from jaxinfer.runtime.assistant_rider import AssistantDraft, propose, target_attention
+from jaxinfer.runtime.position_pool import store_at
+from jaxinfer.sampling.sampler import sampling_arrays
+from jaxinfer.speculative.eagle import eagle_params
 from jaxinfer.speculative.gemma4_assistant import assistant_forward, assistant_step, read_assistant_config
 from jaxinfer.speculative.gemma4_assistant_checkpoint import load_assistant
 
 PROMPT = np.random.RandomState(1).randint(3, 256, size=20).tolist()  # past the window (8) of the sliding layers
 STEPS = 3
 STEP = jax.jit(assistant_step, static_argnums=1)  # one program per config, not one per op
+FORWARD = jax.jit(forward, static_argnums=4)
 
 
 @pytest.fixture(scope="module")
@@ -84,21 +88,39 @@ def test_draft_round_matches_hf(ordered, target, target_states, tmp_path):
 def test_draft_round_on_jaxinfer_target_states(target, target_states, checkpoint_dir, tmp_path):
     """The same round read from jaxinfer's own Gemma 4 forward, as the engine's rider reads it: its post-norm state at
     P - 1 and the K/V of the layers `AssistantConfig.reads` names in page pools of 4 positions under a shuffled page
-    table (`target_attention`: the keys before P, a sliding layer's last window + 1), HF's logits; on XLA's path
-    and on the native CPU kernel."""
+    table (`target_attention`: the keys before P, a sliding layer's last window + 1), HF's logits; and the rider's
+    greedy round (`propose`) drafts HF's tokens."""
     assistant = make_assistant(False)
     assistant.save_pretrained(tmp_path)
     target_dir = checkpoint_dir("gemma4_dense")
     target_cfg, target_weights = load_weights(target_dir, jnp.float32, progress=False)
     acfg, weights = load_assistant(tmp_path, target_cfg, jnp.float32)
     table = np.asarray([[5, 2, 0, 4, 1, 3]], np.int32)  # 24 positions
-    hidden, pages = forward(target_weights, jnp.asarray([PROMPT]), jnp.arange(len(PROMPT))[None], init_paged_cache(
+    hidden, pages = FORWARD(target_weights, jnp.asarray([PROMPT]), jnp.arange(len(PROMPT))[None], init_paged_cache(
         target_cfg, 1, 24, jnp.float32, page_size=4, page_table=table), target_cfg)
     expected = hf_round(assistant, target, target_states)
-    # XLA's blocked path, and the native CPU kernel the engine's pools take by default where it runs
-    for native in (False, True) if kernels_available() else (False,):
-        paged = functools.partial(PAGED_STEP, pages=dataclasses.replace(pages, cpu_kernels=native))
-        _check_round(expected, acfg, weights, target_weights.embed, hidden[:, -2], None, paged)
+    _check_round(expected, acfg, weights, target_weights.embed, hidden[:, -2], None,
+                 functools.partial(PAGED_STEP, pages=pages))
+    # The rider's whole greedy round from the engine's pools: the state at P - 1 from its pool of the target's
+    # states under the same table, t_P from the verify chunk's first slot, every step at P; its attention on the
+    # native CPU kernel the engine's pools take by default (where it runs), the blocked path above.
+    pages = dataclasses.replace(pages, cpu_kernels=kernels_available())
+    drafted = ROUND(acfg, eagle_params(weights, target_weights), pages, table, hidden[0])
+    assert np.asarray(drafted).tolist() == [[token for _, _, token in expected]]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def ROUND(acfg, params, pages, table, hidden) -> jax.Array:  # noqa: N802 - one program per config
+    """assistant_rider.propose's STEPS greedy drafts of one row whose verify chunk [t_P, placeholders] sits at P,
+    the target's states hidden [L, B] stored in the rider's pool first."""
+    chunk = STEPS + 1
+    features = store_at(jnp.zeros((6, 4, acfg.backbone_hidden_size)), jnp.asarray(table)[jnp.zeros(len(PROMPT), int)],
+                        jnp.arange(len(PROMPT)), hidden)
+    draft = AssistantDraft(features, acfg, "float32")
+    x = SimpleNamespace(lengths=jnp.asarray([len(PROMPT) - 1 + chunk]), query_lens=jnp.asarray([chunk]),
+                        tokens=jnp.asarray([PROMPT[-1]] + [0] * STEPS), page_table=jnp.asarray(table),
+                        sampling=SimpleNamespace(params=sampling_arrays([SamplingParams(temperature=0)], [0])))
+    return propose(draft, params, pages, x, jnp.asarray([STEPS]))[0]
 
 
 @functools.partial(jax.jit, static_argnums=1)
