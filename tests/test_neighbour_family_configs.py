@@ -438,6 +438,7 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     ("OlmoHybridForCausalLM", "doubles beta \\(linear_allow_neg_eigval\\)"),
     ("BailingHybridForCausalLM", "Kimi Delta Attention with a one-projection forget gate"),
     ("ZayaForCausalLM", "Compressed Convolutional Attention"),
+    ("DogeForCausalLM", "the paged attention kernels take no per-key bias"),
     ("InklingForCausalLM", "relative position bias each query mixes from its own hidden state"),
     ("InklingForConditionalGeneration", "four causal short convolutions in every layer"),
     ("Inkling2ForCausalLM", "block attention residual"),

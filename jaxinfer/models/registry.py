@@ -179,6 +179,11 @@ NOT_SUPPORTED = {
                        "previous token, both kept per request beside the pages; a router whose state passes from "
                        "layer to layer, choosing one expert or none (a skip class): not supported yet; "
                        "AFMoE's AfmoeForCausalLM and Laguna's LagunaForCausalLM are)",
+    "DogeForCausalLM": "SmallDoge Doge (Dynamic Mask Attention: a learned bias per key and KV head, "
+                       "exp(A * softplus(dt_proj(values))), added to every score, and past keep_window_size keys only "
+                       "each query's keep_window_size keys with the largest bias; the paged attention kernels take no "
+                       "per-key bias, and is_moe's cross-domain MoE routes by product keys to num_experts "
+                       "single-neuron experts: not supported yet)",
     "BailingHybridForCausalLM": "Ant Ling hybrid (Kimi Delta Attention with a one-projection forget gate, "
                                 "lower-bounded by kda_lower_bound under kda_safe_gate, and a full-rank output gate, "
                                 "beside latent attention with a per-head output gate: not supported yet; Kimi "
