@@ -19,15 +19,31 @@ PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
 SHARED = PROMPT[:20]
 PROMPTS = [SHARED + PROMPT[40:44], SHARED + PROMPT[50:58]]
 GREEDY = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
+# With caching on, the second call computes 20 of its prompts' tokens (a page of each is cached): a 32-token step, a
+# second ragged program to compile beside the first call's 64-token one. A 40-token prompt no page holds, sampled
+# once, fills that step to the first call's bucket (one ragged program an engine: ~0.4 s of compiling from an empty
+# cache); it finishes in its prefill step, so the other two still decode as two rows.
+FILLER = PROMPT[24:64]
 
 
 @functools.cache
-def hf_greedy(name: str, prompt: tuple[int, ...]) -> list[int]:
-    """HF's 32 greedy tokens after `prompt`."""
+def hf_greedy(name: str, prompt: tuple[int, ...], tokens: int = 32) -> list[int]:
+    """HF's `tokens` greedy tokens after `prompt`."""
     with torch.no_grad():
-        out = make_hf_model(name).generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False,
+        out = make_hf_model(name).generate(torch.tensor([prompt]), max_new_tokens=tokens, do_sample=False,
                                            eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()
+
+
+def generate_twice_with_a_cached_page(llm: LLM, name: str) -> None:
+    """Two calls over PROMPTS, each giving HF's greedy tokens; the second (which reads a cached page of each
+    prompt when caching is on) with FILLER's one token beside them then."""
+    expected = [hf_greedy(name, tuple(p)) for p in PROMPTS]
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected, name
+    filler = [FILLER] if llm.engine.config.enable_prefix_caching else []
+    params = [GREEDY] * len(PROMPTS) + [SamplingParams(max_tokens=1, temperature=0)] * len(filler)
+    outs = llm.generate(PROMPTS + filler, params)
+    assert [o.outputs[0].token_ids for o in outs] == expected + [hf_greedy(name, tuple(FILLER), 1)] * len(filler), name
 
 
 def _relative_error(got: np.ndarray, expected: np.ndarray) -> float:
@@ -42,9 +58,7 @@ def test_engine_greedy_matches_hf_with_shared_prefixes(checkpoint_dir, name, pre
     (test_hf_parity leaves these families' greedy tokens to this test.)"""
     llm = LLM(checkpoint_dir(name), dtype="float32", max_seq_len=128, enable_prefix_caching=prefix_caching,
               cpu_kernels=None if prefix_caching else False)
-    expected = [hf_greedy(name, tuple(p)) for p in PROMPTS]
-    for _ in range(2):
-        assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected, name
+    generate_twice_with_a_cached_page(llm, name)
     hits = llm.metrics().get("prefix_cache_hits", 0)
     assert (hits > 0) == prefix_caching, hits
 
@@ -102,7 +116,5 @@ def test_bloom_alibi_through_the_paged_cache_keeps_hf_greedy_tokens(checkpoint_d
     reads cached pages), the native CPU kernels where they build: its attention leaves them for XLA's paged paths
     (the ragged step's blocked key loops), whose biases take each key's position from the page table."""
     llm = LLM(checkpoint_dir("bloom"), dtype="float32", max_seq_len=128, enable_prefix_caching=True)
-    expected = [hf_greedy("bloom", tuple(p)) for p in PROMPTS]
-    for _ in range(2):
-        assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+    generate_twice_with_a_cached_page(llm, "bloom")
     assert llm.metrics().get("prefix_cache_hits", 0) > 0
