@@ -29,6 +29,7 @@ ROWS = 2048
 # Holds every vocabulary id, so prompt lookup finds a match (and drafts) for every sampled token.
 PROMPT = [3, 4, 5, 3, 4, 5, 3, 4, 0, 1, 2, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
 PARAMS = dict(max_tokens=4, temperature=0.9, top_k=8, top_p=0.9, ignore_eos=True)
+MAX_PREFIXES = PARAMS["top_k"] ** 3  # the exact marginals' deepest level: top-k keeps at most 8 tokens a position
 ALWAYS_ACCEPT = AcceptanceRule(accept=lambda p, q, u: u < 2.0, residual=exact_residual)
 RESAMPLE_FROM_P = AcceptanceRule(accept=exact_accept, residual=lambda p, q: p)
 
@@ -60,14 +61,17 @@ def exact(models):
 
 
 def next_token_probs(llm: LLM, prefixes: list[list[int]]) -> np.ndarray:
-    """Processed target probabilities [N, V] after each prefix (all of one length), in one forward."""
+    """Processed target probabilities [N, V] after each prefix (all of one length), in one forward.
+
+    The forward runs MAX_PREFIXES rows whatever N (the rest zeros, ignored): one program and one set of
+    sampling ops for the four depths, not four (~2 s of compiling from an empty cache)."""
     n, width = len(prefixes[0]), 32
-    tokens = np.zeros((len(prefixes), width), np.int32)
-    tokens[:, :n] = prefixes
-    cache = init_cache(llm.config, len(prefixes), width, llm.dtype, llm.cpu_kernels)
+    tokens = np.zeros((MAX_PREFIXES, width), np.int32)
+    tokens[: len(prefixes), :n] = prefixes
+    cache = init_cache(llm.config, MAX_PREFIXES, width, llm.dtype, llm.cpu_kernels)
     logits = step_programs.all_logits(llm._run_weights, jnp.asarray(tokens), cache, cfg=llm.config)[:, n - 1]
-    arrays = sampling_arrays([SamplingParams(**PARAMS)] * len(prefixes), [0] * len(prefixes))
-    return np.exp(np.asarray(processed_logprobs(logits, arrays), np.float64))
+    arrays = sampling_arrays([SamplingParams(**PARAMS)] * MAX_PREFIXES, [0] * MAX_PREFIXES)
+    return np.exp(np.asarray(processed_logprobs(logits, arrays), np.float64))[: len(prefixes)]
 
 
 def sampled(models, spec: SpeculativeConfig | None) -> np.ndarray:
