@@ -79,8 +79,9 @@ def test_convert_roundtrip_gives_identical_logits(tmp_path, text_model_dir):
     out = tmp_path / "converted"
     assert cli_main(["convert", str(text_model_dir), str(out), "--dtype", "float32"]) == 0
     assert (out / "tokenizer.json").is_file() and (out / "config.json").is_file()
-    converted = LLM(out, dtype="float32")
-    original = LLM(text_model_dir, dtype="float32")
+    # At the text model's usual 128 positions: its step programs are other files' (test_generate's, the server's).
+    converted = LLM(out, dtype="float32", max_seq_len=128)
+    original = LLM(text_model_dir, dtype="float32", max_seq_len=128)
     np.testing.assert_array_equal(converted.logits(PROMPT), original.logits(PROMPT))
     params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
     assert converted.generate("def f", params)[0].text == original.generate("def f", params)[0].text
