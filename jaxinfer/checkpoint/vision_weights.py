@@ -2,9 +2,10 @@
 vision tower's and projector's read into `LlavaWeights` (or `Gemma3VisionWeights`).
 
 transformers 5.24 saves LLaVA as `language_model.model.*`, `language_model.lm_head.weight`,
-`vision_tower.*`, `multi_modal_projector.*` (Gemma 3 under `model.`; Idefics3 and SmolVLM as `model.text_model.*`,
-`model.vision_model.*`, `model.connector.*`); hub checkpoints and its in-memory names differ in
-prefixes (`model.language_model.*`, `vision_tower.vision_model.*`, `model.multi_modal_projector.*`).
+`vision_tower.*`, `multi_modal_projector.*` (LLaVA-NeXT and OneVision also `image_newline`; Gemma 3 under
+`model.`; Idefics3 and SmolVLM as `model.text_model.*`, `model.vision_model.*`, `model.connector.*`); hub
+checkpoints and its in-memory names differ in prefixes (`model.language_model.*`, `vision_tower.vision_model.*`,
+`model.multi_modal_projector.*`).
 Each part is found by its prefix, so all of them load.
 """
 
@@ -41,6 +42,7 @@ QWEN_PATCH = "patch_embed.proj.weight"
 TOWER_PREFIXES = ("vision_tower.vision_model.", "model.vision_tower.vision_model.", "vision_tower.",
                   "model.vision_tower.", "model.vision_model.")  # the last: Idefics3's / SmolVLM's
 PROJECTOR_PREFIXES = ("multi_modal_projector.", "model.multi_modal_projector.", "model.connector.")
+NEWLINE_NAMES = ("image_newline", "model.image_newline")  # LLaVA-NeXT's and OneVision's row after each grid row
 LAYER_NAMES = {  # VisionLayer field -> tensor under encoder.layers.{i}.
     "norm1": "layer_norm1.weight", "norm1_bias": "layer_norm1.bias", "wq": "self_attn.q_proj.weight",
     "bq": "self_attn.q_proj.bias", "wk": "self_attn.k_proj.weight", "bk": "self_attn.k_proj.bias",
@@ -74,7 +76,7 @@ def language_model_names(index: dict[str, Path]) -> dict[str, str]:
     names = {}
     image_side = TOWER_PREFIXES + PROJECTOR_PREFIXES + QWEN_TOWER_PREFIXES
     for stored in index:
-        if stored.startswith(image_side):
+        if stored.startswith(image_side) or stored in NEWLINE_NAMES:
             continue
         for prefix, causal in TEXT_PREFIXES.items():
             if stored.startswith(prefix):
@@ -132,8 +134,9 @@ def read_llava_weights(
     opened: dict[Path, Any] = {}
     arrays = {}
     for path, info in leaf_paths(abstract):
-        part, leaf = path.split(".", 1)
-        name = tower + _stored_name(leaf) if part == "tower" else projector + projector_names[leaf]
+        part, leaf = path.split(".", 1) if "." in path else (path, "")
+        name = tower + _stored_name(leaf) if part == "tower" else projector + projector_names[leaf] \
+            if part == "projector" else next((n for n in NEWLINE_NAMES if n in index), NEWLINE_NAMES[0])
         if name not in index:
             raise CheckpointError(f"tensor {name} is missing from the checkpoint (its vision tower or projector)")
         file = index[name]

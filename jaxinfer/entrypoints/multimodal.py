@@ -2,7 +2,8 @@
 pixels, and each image placeholder token of the prompt is expanded to the run of
 `image_seq_length` placeholders its features fill (what LLaVA's HF processor does to the text; Gemma 3's
 start-of-image mark becomes its whole image sequence, as HF's Gemma3Processor makes it; Gemma 4's image token
-<boi>, a row count of its own per image and <eoi>: entrypoints/gemma4_prompts).
+<boi>, a row count of its own per image and <eoi>: entrypoints/gemma4_prompts; LLaVA-NeXT's and OneVision's count
+per image from its size: entrypoints/anyres_prompts).
 
 A prompt is vLLM's dict, `{"prompt": text or "prompt_token_ids": ids, "multi_modal_data": {"image":
 image or [images]}}`; an image is a PIL image or a NumPy array (H x W x C, uint8). Each `<image>`
@@ -25,6 +26,7 @@ from jaxinfer.checkpoint.loader import load_vision_weights, safetensors_index
 from jaxinfer.checkpoint.vision_weights import is_vision_language
 from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.engine.prompt_checks import encode_prompt
+from jaxinfer.entrypoints.anyres_prompts import anyres_prompt
 from jaxinfer.entrypoints.gemma4_prompts import gemma4_prompt
 from jaxinfer.entrypoints.idefics3_prompts import idefics3_prompt
 from jaxinfer.entrypoints.internvl_prompts import internvl_prompt
@@ -35,6 +37,7 @@ from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, with_processor_limit
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
+from jaxinfer.models.llava_next import LlavaNextConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config, with_token_ids
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import (
@@ -210,6 +213,8 @@ class ImagePrompts:
             return internvl_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, Gemma4VisionConfig):  # <boi>, a row count per image from its size, <eoi>
             return gemma4_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
+        if isinstance(self.cfg, LlavaNextConfig):  # a placeholder count per image from its size and grid of tiles
+            return anyres_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         ids, found = self.marked_ids(prompt, len(images))
         token, length = self.cfg.image_token_id, self.cfg.image_seq_length
         marks = [i for i, t in enumerate(ids) if t == token]

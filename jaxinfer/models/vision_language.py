@@ -1,4 +1,5 @@
-"""The vision-language architectures by name: LLaVA's (models/llava), Gemma 3's (models/gemma3_vision),
+"""The vision-language architectures by name: LLaVA's (models/llava), LLaVA-NeXT's and LLaVA-OneVision's
+(models/llava_next), Gemma 3's (models/gemma3_vision),
 Qwen2-VL's and Qwen2.5-VL's (models/qwen2_vl_vision), Mistral 3's (models/pixtral_vision) and Idefics3's /
 SmolVLM's (models/idefics3_vision); InternVL's (models/internvl_vision); Gemma 4's (models/gemma4_vision).
 
@@ -19,6 +20,7 @@ import jaxinfer.models.gemma4_vision as gemma4_vision
 import jaxinfer.models.idefics3_vision as idefics3_vision
 import jaxinfer.models.internvl_vision as internvl_vision
 import jaxinfer.models.llava as llava
+import jaxinfer.models.llava_next as llava_next
 import jaxinfer.models.pixtral_vision as pixtral_vision
 import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
 import jaxinfer.models.qwen3_vl_vision as qwen3_vl_vision
@@ -27,6 +29,7 @@ from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, Gemma4VisionWeight
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig, Idefics3Weights
 from jaxinfer.models.internvl_vision import InternVLVisionConfig, InternVLWeights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
+from jaxinfer.models.llava_next import LlavaNextConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config, PixtralWeights
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig, QwenTowerWeights
 from jaxinfer.models.qwen3_vl_vision import Qwen3TowerWeights, Qwen3VLConfig
@@ -34,7 +37,7 @@ from jaxinfer.models.qwen3_vl_vision import Qwen3TowerWeights, Qwen3VLConfig
 ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vision.QWEN2_VL,
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
     qwen3_vl_vision.ARCHITECTURES + pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
-    internvl_vision.ARCHITECTURES
+    internvl_vision.ARCHITECTURES + llava_next.ARCHITECTURES
 # Those and Gemma 4's take images; Gemma 4's language model is read as its own family's (models/text_part), not
 # through the registry's vision-language path
 IMAGE_ARCHITECTURES = ARCHITECTURES + gemma4_vision.ARCHITECTURES
@@ -60,6 +63,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return internvl_vision.read_internvl_config(hf)
     if hf["architectures"][0] in gemma4_vision.ARCHITECTURES:
         return gemma4_vision.read_gemma4_vision_config(hf)
+    if hf["architectures"][0] in llava_next.ARCHITECTURES:
+        return llava_next.read_llava_next_config(hf)
     return llava.read_llava_config(hf)
 
 
@@ -79,6 +84,8 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
         return internvl_vision.abstract_internvl(cfg)
     if isinstance(cfg, Gemma4VisionConfig):
         return gemma4_vision.abstract_gemma4_vision(cfg)
+    if isinstance(cfg, LlavaNextConfig):
+        return llava_next.abstract_llava_next(cfg)
     return llava.abstract_llava(cfg)
 
 
@@ -86,7 +93,8 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
     """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, bucket, D] of
     one image's padded patches, models/tower_patches; Qwen3-VL's: [1, bucket, (1 + K) * D], its K DeepStack rows
     beside; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at its own size; Idefics3's and InternVL's:
-    [N, image_seq_len, D] of tiles [N, C, S, S]; Gemma 4's: [1, bucket, D] of one image's padded patches)."""
+    [N, image_seq_len, D] of tiles [N, C, S, S]; Gemma 4's: [1, bucket, D] of one image's padded patches; LLaVA-NeXT's
+    and OneVision's: [N, patches, D] of tiles [N, C, S, S], laid out on the host by `llava_next.image_layout`)."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen3VLConfig):
@@ -137,3 +145,9 @@ def tiled(cfg: VisionLanguageConfig) -> bool:
     """Whether images reach the tower as tiles all of its image size (Idefics3's, InternVL's): a request's new tiles
     go through together."""
     return isinstance(cfg, (Idefics3VisionConfig, InternVLVisionConfig))
+
+
+def anyres(cfg: VisionLanguageConfig | None) -> bool:
+    """Whether an image is a stack of tiles whose rows are laid out on the host (LLaVA-NeXT's, OneVision's): its
+    `ImageInput` holds all its tiles and their layout."""
+    return isinstance(cfg, LlavaNextConfig)

@@ -9,6 +9,8 @@ without running the tower. `content_hash` names the pixels: prefix caching keys 
 placeholders by it (`cache_keys`), so the same prompt text with another image shares no such page.
 A prompt_embeds prompt is one such input over all its positions, its `rows` the embeddings themselves
 (entrypoints/prompt_embeds): the same override, chunk slicing, preemption and prefix keys, no tower.
+A LLaVA-NeXT or OneVision image's pixels are all its tiles, and its `RowLayout` says which of their rows (or which
+weighted sum of them, or the model's newline row) each placeholder takes (models/llava_next).
 """
 
 from __future__ import annotations
@@ -17,6 +19,22 @@ import dataclasses
 import hashlib
 
 import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class RowLayout:
+    """Each placeholder's row as a weighted sum of source rows: an image's tiles' rows end to end, then the model's
+    newline row (LLaVA-NeXT's, OneVision's)."""
+
+    index: np.ndarray  # [length, K] int64 source rows
+    weight: np.ndarray  # [length, K] float32
+
+    def rows(self, source: np.ndarray) -> np.ndarray:
+        """[length, D] float32 rows of the source rows [S, D] (one tap at a time: no [length, K, D] temporary)."""
+        out = self.weight[:, :1] * source[self.index[:, 0]]
+        for k in range(1, self.index.shape[1]):
+            out += self.weight[:, k : k + 1] * source[self.index[:, k]]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,14 +47,18 @@ class ImageInput:
     pixels: np.ndarray | None = dataclasses.field(repr=False)  # [C, H, W] float32 as the image processor made it
     # [length, D] float32 rows given as they are (prompt embeddings): no tower runs, and they see causally only
     rows: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    layout: RowLayout | None = dataclasses.field(default=None, repr=False)  # pixels [T, C, H, W]: tiles laid out
 
     @staticmethod
-    def of(offset: int, length: int, pixels: np.ndarray) -> "ImageInput":
-        """An image whose hash is that of its pixels (and their shape)."""
+    def of(offset: int, length: int, pixels: np.ndarray, layout: RowLayout | None = None) -> "ImageInput":
+        """An image whose hash is that of its pixels (and their shape), and of its layout where it has one (the same
+        tiles cropped for another image size are other rows)."""
         pixels = np.ascontiguousarray(pixels, np.float32)
         digest = hashlib.blake2b(str(pixels.shape).encode(), digest_size=16)
         digest.update(pixels.tobytes())
-        return ImageInput(offset, length, digest.hexdigest(), pixels)
+        if layout is not None:
+            digest.update(np.ascontiguousarray(layout.index).tobytes() + np.ascontiguousarray(layout.weight).tobytes())
+        return ImageInput(offset, length, digest.hexdigest(), pixels, layout=layout)
 
     @staticmethod
     def given(rows: np.ndarray) -> "ImageInput":

@@ -7,9 +7,10 @@ models/tower_patches) when a request with images is first scheduled; its rows go
 to the host and stay with the request (`Request.image_rows`: float32, tokens_per_image x D per
 image, 9.4 MB for llava-1.5-7b's 576 x 4096; Qwen3-VL's: (1 + K) x D), so chunked prefill and recompute after preemption
 never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
-same image in another request, are not encoded again). Idefics3's and InternVL's tiles, all one size, go through
-together: a request's new tiles in one call of the next power of two (up to MAX_TILES, zero tiles
-padding it), so its tower has at most five programs whatever its images' tile counts. A ragged
+same image in another request, are not encoded again). Idefics3's, InternVL's, LLaVA-NeXT's and OneVision's tiles,
+all one size, go through together: a request's new tiles in one call of the next power of two (up to MAX_TILES, zero
+tiles padding it), so its tower has at most five programs whatever its images' tile counts (LLaVA-NeXT's and
+OneVision's rows then laid out on the host by each image's `RowLayout`). A ragged
 step of a vision-language model always takes an `EmbedOverride` (so its programs are the same
 with or without images): the rows its placeholder tokens read, or a device-resident empty one; where
 an image's tokens see each other both ways (Gemma 3) it also carries each token's image end.
@@ -28,6 +29,7 @@ from jaxinfer.models.tower_patches import TowerPatches, gemma4_patches, pixtral_
 from jaxinfer.models.vision_language import (
     VisionLanguageConfig,
     VisionLanguageWeights,
+    anyres,
     bidirectional,
     blank_pixels,
     deepstack_layers,
@@ -56,6 +58,8 @@ class VisionRunner:
         self.tower_calls = 0
         self.bidirectional = bidirectional(cfg)  # steps carry each image token's image end (Gemma 3)
         self.tiled = tiled(cfg)  # a request's same-size tiles go through together (Idefics3, InternVL)
+        # LLaVA-NeXT's and OneVision's images: tiles through together, laid out with this row after each grid row
+        self.newline = np.asarray(to_host(weights.newline), np.float32) if anyres(cfg) else None
         self.rows = StepRows(cfg.text_hidden_size, layout, self.encode, self.bidirectional, deepstack_layers(cfg))
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
@@ -80,21 +84,36 @@ class VisionRunner:
                        dict(cfg=self.cfg), fixed=1)
 
     def encode(self, images: list[ImageInput]) -> list[np.ndarray]:
-        """Each image's [length, D] float32 rows; an Idefics3 or InternVL request's tiles not seen recently go
-        through the tower together, in calls of a power-of-two count up to MAX_TILES (zero tiles fill the rest)."""
+        """Each image's [length, D] float32 rows. Tiles not seen recently go through the tower together (an Idefics3
+        or InternVL request's tiles; a LLaVA-NeXT or OneVision request's images' tiles, then laid out by each image's
+        `RowLayout` with the newline row after them)."""
         new = list({i.content_hash: i for i in images if i.content_hash not in self.encoded}.values())
         made = {}
-        for start in range(0, len(new) if self.tiled else 0, MAX_TILES):
-            part = new[start : start + MAX_TILES]
-            pixels = np.zeros((1 << (len(part) - 1).bit_length(), *part[0].pixels.shape), np.float32)
-            pixels[: len(part)] = [image.pixels for image in part]
-            rows = np.asarray(to_host(self.executables(self.batch_program(pixels))), np.float32)
-            made.update((image.content_hash, rows[k]) for k, image in enumerate(part))
-            self.images_encoded, self.tower_calls = self.images_encoded + len(part), self.tower_calls + 1
+        if new and self.tiled:
+            rows = self.tile_rows(np.stack([image.pixels for image in new]))
+            made = {image.content_hash: rows[k] for k, image in enumerate(new)}
+        elif new and self.newline is not None:
+            rows, start = self.tile_rows(np.concatenate([image.pixels for image in new])), 0
+            for image in new:
+                tiles = rows[start : start + len(image.pixels)].reshape(-1, rows.shape[-1])
+                made[image.content_hash] = image.layout.rows(np.concatenate([tiles, self.newline[None]]))
+                start += len(image.pixels)
         out = [made[i.content_hash] if i.content_hash in made else self.features(i) for i in images]
         for key, rows in made.items():
             self.remember(key, rows)
         return out
+
+    def tile_rows(self, tiles: np.ndarray) -> np.ndarray:
+        """Rows [N, R, D] float32 of same-size tiles [N, C, S, S], in tower calls of a power-of-two count up to
+        MAX_TILES (zero tiles fill the rest), so a few programs serve any count."""
+        out = []
+        for start in range(0, len(tiles), MAX_TILES):
+            part = tiles[start : start + MAX_TILES]
+            pixels = np.zeros((1 << (len(part) - 1).bit_length(), *part.shape[1:]), np.float32)
+            pixels[: len(part)] = part
+            out.append(np.asarray(to_host(self.executables(self.batch_program(pixels))), np.float32)[: len(part)])
+            self.images_encoded, self.tower_calls = self.images_encoded + len(part), self.tower_calls + 1
+        return np.concatenate(out)
 
     def features(self, image: ImageInput) -> np.ndarray:
         """[length, D] float32 rows of one image (encoded now unless recently seen)."""
