@@ -6,7 +6,8 @@ engine run (Bamba's and Qwen3-Next's batched and preempted) giving each prompt t
 alone. Falcon-H1 (attention and Mamba2 side by side in every layer, muP multipliers), LFM2 (gated short
 convs or attention) and LFM2-MoE (those mixers before routed experts) run the same checks, Falcon-H1's
 batched and preempted; LFM2's and LFM2-MoE's prefill the 28 over two steps alone
-(its short conv's fresh and continued slot states: tests/test_ssd_chunks.py)."""
+(its short conv's fresh and continued slot states: tests/test_ssd_chunks.py), as do MiniMax-Text-01's (lightning
+attention's decayed linear attention beside Mixtral's attention and experts: models/minimax)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from jaxinfer import LLM, ConfigError, SamplingParams, SpeculativeConfig, from_h
 from jaxinfer.cache.paged import page_bytes
 from jaxinfer.checkpoint.converted import quantization_of
 from jaxinfer.checkpoint.hf_names import in_mtp_layer
+from jaxinfer.checkpoint.loader import IGNORED_SUFFIXES
+from jaxinfer.config.minimax import decay_rates
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.entrypoints.state_settings import check_speculation, prefix_caching_setting
 from jaxinfer.models.decoder import abstract_weights
@@ -100,6 +103,15 @@ ZAMBA2 = dict(vocab_size=256, hidden_size=64, intermediate_size=48, num_hidden_l
               mamba_ngroups=2, num_mem_blocks=2, use_shared_attention_adapter=True, adapter_rank=8, use_mem_rope=True,
               chunk_size=16, initializer_range=0.1, max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
               pad_token_id=0)
+# MiniMax: lightning attention (4 heads of 16, a block of 8: transformers' prefill crosses blocks), attention, lightning
+# again (its own decay rates); each layer's mixer and MLP residuals weighted away from 1; 2 of 4 experts.
+MINIMAX = dict(vocab_size=256, hidden_size=64, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+               layer_types=["linear_attention", "full_attention", "linear_attention"], block_size=8,
+               full_attn_alpha_factor=1.7, full_attn_beta_factor=0.8, linear_attn_alpha_factor=1.3,
+               linear_attn_beta_factor=0.9, mlp_alpha_factor=1.5, mlp_beta_factor=0.7,
+               rope_parameters=dict(rope_type="default", rope_theta=1e4),
+               initializer_range=0.1, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 PROMPT = np.random.RandomState(2).randint(3, 256, size=40).tolist()
 # Bamba's and Qwen3-Next's runs batch 6 and 28 tokens, the longer prefilled over two steps, one preempted; dense
 # Granite's (the same layer code) and Nemotron-H's (the state pool's handling is Bamba's) prefill the 28 over two
@@ -116,6 +128,7 @@ FAMILIES = {
                    [PROMPT[:6], PROMPT[2:30]]),
     "kimi_linear": (transformers.KimiLinearForCausalLM, transformers.KimiLinearConfig, KIMI_LINEAR, [PROMPT[2:30]]),
     "zamba2": (hf.Zamba2ForCausalLM, hf.Zamba2Config, ZAMBA2, [PROMPT[2:30]]),
+    "minimax": (hf.MiniMaxForCausalLM, hf.MiniMaxConfig, MINIMAX, [PROMPT[2:30]]),
 }
 GREEDY = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
 
@@ -183,7 +196,8 @@ def test_chunked_and_preempted_engine_run_matches_each_prompt_alone_in_hf(family
 def test_weights_hold_each_checkpoint_tensor_once(llm):
     """The loaded tree's parameters are the checkpoint's: Zamba2's shared blocks once, not once per hybrid layer."""
     with safe_open(llm.model_dir / "model.safetensors", "numpy") as stored:
-        expected = sum(math.prod(stored.get_slice(name).get_shape()) for name in stored.keys())
+        expected = sum(math.prod(stored.get_slice(name).get_shape()) for name in stored.keys()
+                       if not name.endswith(IGNORED_SUFFIXES))  # MiniMax's decay buffers: derived, not read
     assert sum(leaf.size for leaf in jax.tree.leaves(llm.weights)) == expected
 
 
@@ -448,3 +462,25 @@ def test_lfm3_config_as_transformers_reads_it():
             from_hf_config({**hf, name: value})
     with pytest.raises(ConfigError, match=r"layer_types \['mamba'.* must list one of \['conv', 'sliding_attention'"):
         from_hf_config({**hf, "layer_types": ["mamba"] * 8})
+
+
+def test_minimax_config_as_transformers_reads_it():
+    """MiniMaxConfig's layers by default (every other from layer 1 lightning), the lightning state (heads of head_dim
+    keys and values, no conv, chunks of block_size), the residual weights, each lightning layer's decay rates as
+    transformers' slope_rate buffer; layer kinds and block sizes it does not run refused by name."""
+    hf_config = {k: v for k, v in MINIMAX.items() if k != "layer_types"}
+    config = hf.MiniMaxConfig(**{**hf_config, "num_hidden_layers": 4})
+    cfg = from_hf_config({**config.to_dict(), "architectures": ["MiniMaxForCausalLM"]})
+    assert config.layer_types == ["full_attention", "linear_attention"] * 2 and cfg.state_space.layers == (1, 3)
+    ss = cfg.state_space
+    assert (ss.num_heads, ss.head_dim, ss.state_size, ss.conv_kernel, ss.chunk_size) == (4, 16, 16, 1, 8)
+    factors = cfg.minimax.full_factors, cfg.minimax.linear_factors, cfg.minimax.mlp_factors
+    assert factors == ((1.7, 0.8), (1.3, 0.9), (1.5, 0.7))
+    for layer in (1, 3):
+        slopes = transformers.models.minimax.modeling_minimax.MiniMaxLightningAttention(config, layer).slope_rate
+        np.testing.assert_allclose(decay_rates(4, layer, 4), slopes.flatten().numpy(), rtol=1e-6)
+    arch = {"architectures": ["MiniMaxForCausalLM"]}
+    with pytest.raises(ConfigError, match=r"layer_types \['mamba'.* must list one of \['full_attention', 'linear_"):
+        from_hf_config({**hf_config, **arch, "layer_types": ["mamba"] * 3})
+    with pytest.raises(ConfigError, match="block_size 0 is not supported for MiniMaxForCausalLM"):
+        from_hf_config({**MINIMAX, **arch, "block_size": 0})

@@ -1,6 +1,7 @@
 """The chunked SSD (models/ssd_chunks) against the per-token scan it replaces for prefill steps: the same outputs
 and slot states on a packed step of random inputs, float32, and the same program lowering for CUDA and TPU with
-no host round trip; LFM2's short conv, which reads the same conv windows, likewise against a per-token conv."""
+no host round trip; LFM2's short conv, which reads the same conv windows, likewise against a per-token conv; MiniMax's
+lightning attention, the SSD with dt 1, in both forms."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from jax import export
 
 from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models.lightning_attention import lightning_state
+from jaxinfer.models.lightning_attention import recurrence as lightning_recurrence
 from jaxinfer.models.mamba2_mixer import MixerWeights, chunked_form, packed_chunked, packed_scan
 from jaxinfer.models.short_conv import ShortConvWeights, short_conv
 
@@ -108,3 +111,33 @@ def test_short_conv_gives_a_per_token_convs_outputs_and_states_and_lowers_for_gp
     assert round_trips(jax.make_jaxpr(program)(w, h, positions[None], pools).jaxpr) == []
     exported = export.export(program, platforms=("cuda", "tpu"))(w, h, positions[None], pools)
     assert exported.out_avals[0].shape == (1, T, D)
+
+
+def test_lightning_attention_chunked_gives_the_recurrences_outputs_and_states_and_lowers_for_gpu_and_tpu():
+    """MiniMax's lightning recurrence in the chunked SSD's form (pools marked "gpu"; dt 1, A the negated rates, B the
+    keys, C the queries, x the values) over the same packed step: each token's output and each slot's state are
+    S <- exp(-rate) S + v k^T, o = S q run token by token from its slot's state (zeros at position 0; slot 5 kept),
+    and the program lowers for CUDA and TPU with no host round trip."""
+    ss = lightning_state((0,), heads=4, head_dim=3, block=8)
+    state, _, _, positions, _ = packed_step()
+    rng = np.random.RandomState(2)
+    pools = LayerState(jnp.zeros((SLOTS, 0, ss.conv_dim)), jnp.asarray(rng.randn(SLOTS, 4, 3, 3), jnp.float32),
+                       state.token_slots, platform="gpu")
+    q, k, v = (jnp.asarray(rng.randn(positions.shape[0], 4, 3), jnp.float32) for _ in range(3))
+    rates = jnp.asarray([0.5, 0.25, 0.125, 0.0625], jnp.float32)
+    program = jax.jit(lambda pools, *a: lightning_recurrence(ss, pools, *a))
+    after, out = program(pools, q, k, v, rates, positions)
+    ssm, expected = np.array(pools.ssm), np.zeros(q.shape, np.float32)
+    decay = np.exp(-np.asarray(rates))[:, None, None]
+    qs, ks, vs = np.asarray(q), np.asarray(k), np.asarray(v)
+    for t, (slot, position) in enumerate(zip(np.asarray(state.token_slots), np.asarray(positions))):
+        if position < 0:
+            continue
+        ssm[slot] = (0 if position == 0 else decay * ssm[slot]) + vs[t][:, :, None] * ks[t][:, None]
+        expected[t] = np.einsum("hpn,hn->hp", ssm[slot], qs[t])
+    real = np.asarray(positions) >= 0
+    np.testing.assert_allclose(np.asarray(out)[real], expected[real], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(after.ssm), ssm, rtol=1e-5, atol=1e-5)
+    assert round_trips(jax.make_jaxpr(program)(pools, q, k, v, rates, positions).jaxpr) == []
+    exported = export.export(program, platforms=("cuda", "tpu"))(pools, q, k, v, rates, positions)
+    assert exported.out_avals[-1].shape == (37, 4, 3)

@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 # transformers saved them; transformers skips them too).
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias", ".attention.bias",
                     ".attention.masked_bias")
+# MiniMax's lightning layers' decay buffers, which transformers saves: derived from the config (models/minimax)
+IGNORED_SUFFIXES += tuple(f".self_attn.{name}" for name in ("slope_rate", "query_decay", "key_decay",
+                                                             "diagonal_decay"))
 PROGRESS_MIN_BYTES = 256 * 2**20
 LeafTransform = Callable[[str, jax.Array], Any]  # (dotted leaf path, leaf as read) -> what the tree holds
 

@@ -21,6 +21,7 @@ from jaxinfer.config.hrm_cycles import HrmCycles
 from jaxinfer.config.hyper_connections import HyperConnections
 from jaxinfer.config.latent_attention import LatentAttention
 from jaxinfer.config.looped_layers import LoopedLayers
+from jaxinfer.config.minimax import MiniMaxFields
 from jaxinfer.config.multipliers import SublayerMultipliers
 from jaxinfer.config.qwen4_exp import Qwen4ExpFields
 from jaxinfer.config.rope_scaling import ROPE_TYPES, RopeScaling, rope_fields
@@ -70,6 +71,7 @@ class ModelConfig:
     layer_sparsity: tuple[float, ...] = ()  # Gemma 3n: each MLP gate's activation_sparsity; () = none
     gemma3n: Gemma3nFields | None = None  # Gemma 3n's AltUp streams, LAuReL rank, per-layer inputs' vocabulary
     qwen4_exp: Qwen4ExpFields | None = None  # Qwen4-Exp's residual streams, n-gram embeddings and QSA indexer
+    minimax: MiniMaxFields | None = None  # MiniMax-Text-01's residual weights
     v_head_dim: int = 0  # MiMo-V2-Flash: value heads narrower than head_dim (cached zero-padded to it); 0 = head_dim
     value_scale: float = 1.0  # MiMo-V2-Flash's attention_value_scale: values multiplied by it before the cache
     rms_norm_eps: float = 1e-6  # the norms' epsilon (Cohere's layer_norm_eps)

@@ -89,6 +89,7 @@ from jaxinfer.models.mamba2 import FAMILY as MAMBA2
 from jaxinfer.models.mellum import FAMILY as MELLUM
 from jaxinfer.models.mimo_v2_flash import FAMILY as MIMO_V2_FLASH
 from jaxinfer.models.minicpm3 import FAMILY as MINICPM3
+from jaxinfer.models.minimax import FAMILY as MINIMAX
 from jaxinfer.models.minimax_m2 import FAMILY as MINIMAX_M2
 from jaxinfer.models.ministral import FAMILY as MINISTRAL
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
@@ -143,7 +144,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 KOLIBRI1, CODEGEN,
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
-                                LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM)
+                                LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
