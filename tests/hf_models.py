@@ -716,6 +716,16 @@ ARCH_CONFIGS["beam"] = (
          num_experts=8, num_experts_per_tok=3, moe_intermediate_size=32, n_group=4, topk_group=2,
          final_logit_softcapping=2.0),
 )
+# Inkling: a layer sliding over 8 tokens (4 K/V heads, its bias 8 back) with a dense MLP, then a full one (2 K/V heads,
+# its bias 16 back, q and bias log-scaled from position 16) routing 2 of 4 experts beside 2 shared sink experts; no
+# rope, 4-tap short convs on keys, values and both sublayers' outputs; the embeddings normed, logits / 4
+INKLING = (
+    hf.InklingTextConfig,
+    dict(head_dim=16, swa_head_dim=16, swa_num_attention_heads=4, swa_num_key_value_heads=4, d_rel=4, rel_extent=16,
+         sliding_window_size=8, layer_types=["hybrid_sliding", "hybrid"], mlp_layer_types=["dense", "sparse"],
+         intermediate_size=48, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2,
+         route_scale=2.0, logits_mup_width_multiplier=4.0, log_scaling_n_floor=16),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -726,6 +736,7 @@ OWN_MODULE_CONFIGS = {
              hidden_size_per_layer_input=8, vocab_size_per_layer_input=256, enable_moe_block=True, num_experts=4,
              top_k_experts=2, moe_intermediate_size=32),
     ),
+    "inkling": INKLING,  # its own test module (test_inkling): logits and an engine run off one LLM
     "gemma4_dense": (
         hf.Gemma4TextConfig,
         dict(GEMMA4, layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=0),
@@ -840,6 +851,7 @@ MODEL_CLASSES = {
     hf.AXK2Config: hf.AXK2ForCausalLM,
     hf.HrmTextConfig: hf.HrmTextForCausalLM,
     hf.BeamConfig: hf.BeamForCausalLM,
+    hf.InklingTextConfig: hf.InklingForCausalLM,
 }
 
 

@@ -19,6 +19,7 @@ from jaxinfer.config.generation import token_ids
 from jaxinfer.config.hf_field import field
 from jaxinfer.config.hrm_cycles import HrmCycles
 from jaxinfer.config.hyper_connections import HyperConnections
+from jaxinfer.config.inkling import InklingFields
 from jaxinfer.config.latent_attention import LatentAttention
 from jaxinfer.config.looped_layers import LoopedLayers
 from jaxinfer.config.minimax import MiniMaxFields
@@ -72,6 +73,7 @@ class ModelConfig:
     gemma3n: Gemma3nFields | None = None  # Gemma 3n's AltUp streams, LAuReL rank, per-layer inputs' vocabulary
     qwen4_exp: Qwen4ExpFields | None = None  # Qwen4-Exp's residual streams, n-gram embeddings and QSA indexer
     minimax: MiniMaxFields | None = None  # MiniMax-Text-01's residual weights
+    inkling: InklingFields | None = None  # Inkling's relative position bias, sink-routed experts, log scaling
     v_head_dim: int = 0  # MiMo-V2-Flash: value heads narrower than head_dim (cached zero-padded to it); 0 = head_dim
     value_scale: float = 1.0  # MiMo-V2-Flash's attention_value_scale: values multiplied by it before the cache
     rms_norm_eps: float = 1e-6  # the norms' epsilon (Cohere's layer_norm_eps)

@@ -69,6 +69,7 @@ from jaxinfer.models.hunyuan import FAMILY as HUNYUAN
 from jaxinfer.models.hy_v3 import FAMILY as HY_V3
 from jaxinfer.models.hy_v4 import FAMILY as HY_V4
 from jaxinfer.models.hyperclovax import FAMILY as HYPERCLOVAX
+from jaxinfer.models.inkling import FAMILY as INKLING
 from jaxinfer.models.jais2 import FAMILY as JAIS2
 from jaxinfer.models.jamba import FAMILY as JAMBA
 from jaxinfer.models.jetmoe import FAMILY as JETMOE
@@ -144,7 +145,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 KOLIBRI1, CODEGEN,
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
-                                LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX)
+                                LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX,
+                                INKLING)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
@@ -163,15 +165,13 @@ NOT_SUPPORTED = {
     "OlmoHybridForCausalLM": "OLMo Hybrid (its Gated DeltaNet doubles beta (linear_allow_neg_eigval) and stores q, k, "
                              "v and their convolutions as separate tensors, beside OLMo 3's post-norm attention "
                              "layers: not supported yet; Qwen3-Next's and Qwen3.5's Gated DeltaNet models are)",
-    **{arch: "Thinking Machines Inkling (text and its vision / audio towers): attention with no rotary embedding but a "
-              "relative position bias each query mixes from its own hidden state (r_proj's d_rel weights over a "
-              "learned bias-by-distance table, rel_extent tokens back), which no attention path here adds to the "
-              "scores, and "
-              "four causal short convolutions in every layer (on the keys, the values, the attention output and the "
-              "MLP output), each a conv state per request: not supported yet"
-       for arch in ("InklingForCausalLM", "InklingForConditionalGeneration")},
-    **{arch: "Thinking Machines Inkling 2 (and its looped variant): Inkling's query-conditioned relative position bias "
-              "and four short convolutions per layer (the first dynamic), with L2-clipped queries and keys, a block "
+    "InklingForConditionalGeneration": "Thinking Machines Inkling with its vision and audio towers (its checkpoints "
+                                       "keep Thinking Machines' own layout: model.llm.*, each layer's experts as "
+                                       "interleaved w13 tensors, beside model.visual.* and model.audio.*; neither the "
+                                       "towers nor that layout are read yet: not supported yet; InklingForCausalLM "
+                                       "checkpoints as transformers saves them run)",
+    **{arch: "Thinking Machines Inkling 2 (and its looped variant): Inkling's attention and short convolutions "
+              "(InklingForCausalLM runs) with a dynamic first convolution, L2-clipped queries and keys, a block "
               "attention residual over earlier blocks' summed outputs and soft-capped experts: not supported yet"
        for arch in ("Inkling2ForCausalLM", "Inkling2ForConditionalGeneration", "Inkling2LoopForCausalLM",
                     "Inkling2LoopForConditionalGeneration")},
