@@ -34,6 +34,11 @@ PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
 PROMPTS = [PROMPT[:20] + PROMPT[40:44], PROMPT[:20] + PROMPT[50:58]]
 GREEDY = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
 KNOBS = dict(dtype="float32", max_seq_len=128, enable_prefix_caching=True)
+# test_families' filler too: the second call computes 20 of its prompts' tokens (a page of each cached); a 40-token
+# prompt no page holds, sampled once, keeps that step in the first call's 64-token bucket (one ragged program an
+# engine, not two), and ends there, so the prompts still decode (and draft) as two rows.
+FILLER = PROMPT[24:64]
+ONE_TOKEN = SamplingParams(max_tokens=1, temperature=0)
 
 
 def hf_greedy(name: str) -> list[list[int]]:
@@ -43,6 +48,13 @@ def hf_greedy(name: str) -> list[list[int]]:
         outs = [model.generate(torch.tensor([p]), max_new_tokens=32, do_sample=False, eos_token_id=None,
                                pad_token_id=0)[0, len(p):].tolist() for p in PROMPTS]
     return outs
+
+
+@functools.cache
+def hf_next_token(name: str, prompt: tuple[int, ...]) -> int:
+    """HF's greedy token after `prompt`."""
+    with torch.no_grad():
+        return int(make_hf_model(name)(torch.tensor([prompt])).logits[0, -1].argmax())
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -123,8 +135,9 @@ def test_greedy_mtp_in_engine_equals_plain(family):
     name, path, expected = family
     k = ENGINE_K[name]
     llm = LLM(path, speculative=mtp_spec(k), **KNOBS)
-    for _ in range(2):
-        assert engine_ids(llm, PROMPTS, GREEDY) == expected
+    assert engine_ids(llm, PROMPTS, GREEDY) == expected
+    again = engine_ids(llm, [*PROMPTS, FILLER], [GREEDY, GREEDY, ONE_TOKEN])
+    assert again == [*expected, [hf_next_token(name, tuple(FILLER))]]
     metrics = llm.engine.speculation_metrics()
     print(f"{family[0]} k={k}: acceptance {metrics['acceptance_rate']:.2f} of {metrics['drafted']} drafted")
     assert metrics["method"] == "mtp" and llm.engine.draft_spec.cfg.version == "mtp"
