@@ -440,6 +440,7 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
 <<<<<<< HEAD
     ("ZayaForCausalLM", "Compressed Convolutional Attention"),
     ("DogeForCausalLM", "the paged attention kernels take no per-key bias"),
+    ("PaliGemmaForConditionalGeneration", "one bidirectional prefix .*prefix caching keys a page by its own tokens"),
     ("InklingForCausalLM", "relative position bias each query mixes from its own hidden state"),
     ("InklingForConditionalGeneration", "four causal short convolutions in every layer"),
 =======

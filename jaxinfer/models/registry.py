@@ -185,6 +185,14 @@ NOT_SUPPORTED = {
                        "each query's keep_window_size keys with the largest bias; the paged attention kernels take no "
                        "per-key bias, and is_moe's cross-domain MoE routes by product keys to num_experts "
                        "single-neuron experts: not supported yet)",
+    "PaliGemmaForConditionalGeneration": "PaliGemma / PaliGemma 2: its image and prompt tokens are one bidirectional "
+                                         "prefix (HF's token_type_ids block), only generated tokens causal. The "
+                                         "engine's attention lets a token see past its position only within its "
+                                         "own image (Gemma 3's key ends, image tokens only), a prefill chunk may "
+                                         "end inside a prompt, the all-positions pass is causal, and prefix caching "
+                                         "keys a page by its own tokens though a prefix token's keys and values "
+                                         "depend on every later prompt token; run causally it would compute "
+                                         "another model: not supported yet",
     "BailingHybridForCausalLM": "Ant Ling hybrid (Kimi Delta Attention with a one-projection forget gate, "
                                 "lower-bounded by kda_lower_bound under kda_safe_gate, and a full-rank output gate, "
                                 "beside latent attention with a per-head output gate: not supported yet; Kimi "
