@@ -437,15 +437,10 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
 @pytest.mark.parametrize("arch, lacks", [
     ("OlmoHybridForCausalLM", "doubles beta \\(linear_allow_neg_eigval\\)"),
     ("BailingHybridForCausalLM", "Kimi Delta Attention with a one-projection forget gate"),
-<<<<<<< HEAD
     ("ZayaForCausalLM", "Compressed Convolutional Attention"),
     ("DogeForCausalLM", "the paged attention kernels take no per-key bias"),
     ("PaliGemmaForConditionalGeneration", "one bidirectional prefix .*prefix caching keys a page by its own tokens"),
-    ("InklingForCausalLM", "relative position bias each query mixes from its own hidden state"),
-    ("InklingForConditionalGeneration", "four causal short convolutions in every layer"),
-=======
     ("InklingForConditionalGeneration", "keep Thinking Machines' own layout"),
->>>>>>> c7911fb (Inkling (InklingForCausalLM, text): query-conditioned relative position bias and short convolutions on the engine)
     ("Inkling2ForCausalLM", "block attention residual"),
     ("Inkling2LoopForConditionalGeneration", "looped variant"),
 ])
