@@ -20,10 +20,10 @@ from jaxinfer.models.registry import from_hf_config
 from jaxinfer.speculative.mtp import check_mtp_target
 
 PROMPT = np.random.RandomState(0).randint(3, 256, size=64).tolist()
-# One 32-token step holds A's 14 tokens and B's first 18: B's chunk ends inside a CSA block (16..19) and an HCA
-# block (16..23), which its next chunk completes from the rows the first one wrote. Then 8 decode steps each: A's
-# cross the ends at 15 and 19 (CSA) and 15 (HCA), B's at 47 and 51 (CSA) and 47 (HCA).
-PROMPTS = [PROMPT[:14], PROMPT[10:55]]
+# One 32-token step holds A's 14 tokens and B's first 18: B's chunk ends inside a CSA block (16..19), which its next
+# chunk completes from the rows the first one wrote. Then 8 decode steps each, crossing block ends (A's 15 and 19,
+# B's 47 and 51) in the same steps: two sequences pool an entry in one decode step.
+PROMPTS = [PROMPT[:14], PROMPT[10:57]]
 STEPS = 8
 # One CSA layer (its overlapping blocks and indexer hold everything HCA's do) with hash-routed experts: the engine's
 # step programs compile each distinct layer once, and every kind's forward is test_hf_parity's (3 layers: +~15 s).

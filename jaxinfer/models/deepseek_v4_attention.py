@@ -81,28 +81,33 @@ def layer_kind(lw: Any) -> str:
 
 def _entries_written(cfg: ModelConfig, lw: Any, cache: Any, layer: int, raw: jax.Array, rows_of: RowLayout,
                      positions: jax.Array) -> Any:
-    """The cache with each step token's row [raw | its block's entry | index entry] (entries meaningful where it
-    ends a block), the raw parts of the step already written and read back."""
+    """The cache with each step token's row [raw | its block's entry | index entry] (zeros where it ends no block),
+    the raw parts of the step already written and read back. Only the tokens ending a block pool one: a run of L
+    consecutive positions ends at most L // m + 1 blocks, so at most N // m + (the step's sequences) do."""
     B, T, _ = raw.shape
-    m, overlap, eps = rows_of.rate, rows_of.overlap, cfg.rms_norm_eps
+    N, m, overlap, eps, K = B * T, rows_of.rate, rows_of.overlap, cfg.rms_norm_eps, rows_of.head
     rows = layer_rows(cache, layer, B, T, rows_of.width)
     flat = positions.reshape(-1)
+    count = min(N, N // m + rows.keys.tables.shape[0])
+    enders = jnp.nonzero((flat >= 0) & ((flat + 1) % m == 0), size=count, fill_value=N)[0]  # N: no such token
+    kept = jnp.minimum(enders, N - 1)
+    ends = jnp.where(enders < N, flat[kept], -1)
     span = (2 if overlap else 1) * m
-    slots = flat[:, None] - span + 1 + jnp.arange(span)  # the slots of each token's block, itself last
-    starts = (flat - m + 1)[None]
-    rope = cos_sin(starts, cfg.rotary_dim, cfg.rope_theta, cfg.rope_scaling)
-    K = rows_of.head
-    gathered = rows.gather(rows.token_rows, slots, K, rows_of.raw)  # every raw part past kv, read at once
+    slots = ends[:, None] - span + 1 + jnp.arange(span)  # the slots of each block, its last token last
+    rope = cos_sin((ends - m + 1)[None], cfg.rotary_dim, cfg.rope_theta, cfg.rope_scaling)
+    gathered = rows.gather(rows.token_rows[kept], slots, K, rows_of.raw)  # every raw part past kv, read at once
 
     def entry(columns: tuple[int, int, int], bias: jax.Array, norm: jax.Array) -> jax.Array:
         value, gate, width = columns[0] - K, columns[1] - K, columns[2]
         values, gates = gathered[..., value:value + width], gathered[..., gate:gate + width]
-        return block_entries(values, gates, bias, norm, flat, rope, overlap, eps).astype(raw.dtype)
+        return block_entries(values, gates, bias, norm, ends, rope, overlap, eps).astype(raw.dtype)
 
-    parts = [raw.reshape(B * T, -1), entry(rows_of.compressor(), lw.comp_bias, lw.comp_norm)]
+    entries = [entry(rows_of.compressor(), lw.comp_bias, lw.comp_norm)]
     if overlap:
-        parts.append(entry(rows_of.indexer(), lw.index_bias, lw.index_norm))
-    return write_rows(cache, layer, jnp.concatenate(parts, -1).reshape(B, T, -1), positions)
+        entries.append(entry(rows_of.indexer(), lw.index_bias, lw.index_norm))
+    entries = jnp.concatenate(entries, -1)
+    placed = jnp.zeros((N + 1, entries.shape[-1]), raw.dtype).at[enders].set(entries)[:N]  # row N: the fill's
+    return write_rows(cache, layer, jnp.concatenate([raw.reshape(N, -1), placed], -1).reshape(B, T, -1), positions)
 
 
 def _chosen_entries(index_q: jax.Array, index_w: jax.Array, keys: jax.Array, complete: jax.Array,
