@@ -125,7 +125,7 @@ def test_host_drafts_are_planned_on_landed_tokens(text_model_dir):
     declined plans chain nothing, so a short request drafts as the unchained engine does; after
     two declines in a row one call is chained (`Speculator.declines`), and the lookup still drafts
     once the text repeats. Outputs are the unchained engine's."""
-    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=2)
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3)  # the file's other verify programs' K
     drafted, outs = {}, {}
     for c in (False, True):
         llm = LLM(text_model_dir, async_scheduling=c, speculative=spec, **ENGINE)
