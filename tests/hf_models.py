@@ -726,6 +726,9 @@ INKLING = (
          intermediate_size=48, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2,
          route_scale=2.0, logits_mup_width_multiplier=4.0, log_scaling_n_floor=16),
 )
+# DiffLlama: Llama's layer with differential attention (2 K/V heads split in halves, 4 query heads in two halves of
+# 2, heads of 16; lambda_init by layer index: 0.2 and ~0.36)
+ARCH_CONFIGS["diffllama"] = (hf.DiffLlamaConfig, dict(pad_token_id=0))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -846,6 +849,7 @@ MODEL_CLASSES = {
     hf.AfmoeConfig: hf.AfmoeForCausalLM,
     hf.Gemma4UnifiedTextConfig: hf.Gemma4UnifiedForCausalLM,
     hf.CohereCompassTextConfig: hf.CohereCompassForCausalLM,
+    hf.DiffLlamaConfig: hf.DiffLlamaForCausalLM,
     hf.DoryConfig: hf.DoryForCausalLM,
     hf.LaraMiniConfig: hf.LaraMiniForCausalLM,
     hf.AXK2Config: hf.AXK2ForCausalLM,

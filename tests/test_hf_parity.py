@@ -187,6 +187,10 @@ LOGITS_ONLY += ("gemma4_unified",)
 # Cohere Compass: Cohere 2's parallel layer (cohere2's decode) with each layer type's rope, turned in halves as Llama's:
 # shown by its logits; the conditional-generation layout in test_text_only_wrappers.
 LOGITS_ONLY += ("cohere_compass",)
+# DiffLlama: Llama's layer (llama2's decode) whose attention is one GQA attention over 2 * head_dim-wide heads (keys
+# zero-padded, each K/V head's value pair side by side: the kernels and pages take it as any GQA layer's), the
+# differential mix, norm and lambdas after it: shown by its logits.
+LOGITS_ONLY += ("diffllama",)
 # Dory: unrolled loops, each pass a decoder layer with its own pages running its first pass's weights (Zamba2's
 # borrowing, test_hybrid_families) and handing on the restart point (HY-V4's way of handing a pytree, test_hy_v4);
 # its unit norms, scales and logit scale, all outside the attention the kernels take, show in its float32 logits.

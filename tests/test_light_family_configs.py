@@ -304,3 +304,16 @@ def test_axk2_fields_a_config_leaves_out_read_as_transformers_reads_them():
 def test_axk2_configs_that_cannot_run_are_refused_by_name(fields, message):
     with pytest.raises(ConfigError, match=message):
         from_hf_config({**AXK2, **fields})
+
+
+def test_diffllama_cache_heads_and_refusals_as_transformers_reads_them():
+    """DiffLlama's cached heads are twice head_dim (keys padded, each value pair side by side), rotary over the first
+    head_dim and scores scaled by its inverse root; an odd K/V head count and attention dropout, which transformers
+    refuses to build, are refused by name."""
+    base = {**TINY, "num_key_value_heads": 2, "architectures": ["DiffLlamaForCausalLM"]}
+    cfg = from_hf_config(base)
+    assert (cfg.head_dim, cfg.rotary_dim, cfg.attn_scale, cfg.tie_word_embeddings) == (32, 16, 0.25, False)
+    for fields, message in (({"num_key_value_heads": 1}, "num_key_value_heads 1 is not supported"),
+                            ({"attention_dropout": 0.1}, "attention_dropout 0.1 is not supported")):
+        with pytest.raises(ConfigError, match=f"{message} for DiffLlamaForCausalLM"):
+            from_hf_config({**base, **fields})

@@ -34,6 +34,7 @@ from jaxinfer.models.dbrx import FAMILY as DBRX
 from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
 from jaxinfer.models.deepseek_v4 import FAMILY as DEEPSEEK_V4
 from jaxinfer.models.deepseek_v32 import FAMILY as DEEPSEEK_V32
+from jaxinfer.models.diffllama import FAMILY as DIFFLLAMA
 from jaxinfer.models.dory import FAMILY as DORY
 from jaxinfer.models.dots1 import FAMILY as DOTS1
 from jaxinfer.models.ernie4_5 import FAMILY as ERNIE4_5
@@ -146,7 +147,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
                                 LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX,
-                                INKLING)
+                                INKLING, DIFFLLAMA)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
