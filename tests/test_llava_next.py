@@ -122,14 +122,17 @@ def engine_logits(llm: LLM, ids: list[int], images: tuple) -> np.ndarray:
 def test_placeholders_rows_and_logits_match_hf(family):
     """A wide and a tall image, each alone in a prompt: the ids are HF's processor's (its token count), and every
     position's float32 logits through the engine's all-positions pass are HF's on the same pixels (within 1e-5 of
-    the largest; OneVision's 3e-5); two images in one prompt take HF's counts too (each tiled, as HF's processors
-    tile a prompt's images)."""
+    the largest; OneVision's 3e-5); HF's expanded ids run as they are; two images in one prompt take HF's counts too
+    (each tiled, as HF's processors tile a prompt's images)."""
     name, _, model, llm = family
     for seed, size in enumerate(SIZES):
         image = picture(seed, size)
         inputs = hf_inputs(name, llm, [image])
         ids, (carried,) = llm.image_prompts.prompt(PROMPT, [image], "test")
         assert ids == inputs["input_ids"][0].tolist()
+        again, (same,) = llm.image_prompts.prompt(ids, [image], "test")  # HF's expanded ids run as they are
+        assert again == ids and (same.offset, same.length, same.content_hash) == \
+            (carried.offset, carried.length, carried.content_hash)
         with torch.no_grad():
             expected = model(**inputs).logits[0].numpy()
         got = engine_logits(llm, ids, (carried,))
