@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import ModelConfig
-from jaxinfer.kernels.precision import matmul_precision
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.grouped_matmul import Experts
 from jaxinfer.models.layers import Weight, linear
@@ -184,12 +183,9 @@ def moe_mlp(h: jax.Array, lw: InklingLayer, cfg: ModelConfig, layout: Layout) ->
 
 def shared_experts(x: jax.Array, gammas: jax.Array, lw: InklingLayer, act: str) -> jax.Array:
     """Each shared expert's gated MLP of x [N, D], its hidden units times its weight gammas [N, S], summed in
-    float32: [N, D] in x's dtype."""
-    gate, up, down = (w.astype(x.dtype) for w in (lw.shared_gate, lw.shared_up, lw.shared_down))
-    precision = matmul_precision(x, gate)
-    product = lambda a, w, spec: jnp.einsum(spec, a, w, precision=precision,  # noqa: E731
-                                            preferred_element_type=jnp.float32).astype(x.dtype)
-    hidden = activation(act, product(x, gate, "nd,sdf->snf")) * product(x, up, "nd,sdf->snf")
-    hidden = hidden * gammas.T[:, :, None]
-    down_out = jnp.einsum("snf,sfd->snd", hidden, down, precision=precision, preferred_element_type=jnp.float32)
-    return jnp.sum(down_out, axis=0).astype(x.dtype)
+    float32: [N, D] in x's dtype (one expert at a time: `linear`'s products, which XLA:CPU runs in 16 bits too)."""
+    total = jnp.zeros(x.shape, jnp.float32)
+    for s in range(lw.shared_gate.shape[0]):
+        hidden = activation(act, linear(x, lw.shared_gate[s])) * linear(x, lw.shared_up[s])
+        total = total + linear(hidden * gammas[:, s:s + 1].astype(hidden.dtype), lw.shared_down[s]).astype(jnp.float32)
+    return total.astype(x.dtype)
