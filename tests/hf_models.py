@@ -729,6 +729,14 @@ INKLING = (
 # DiffLlama: Llama's layer with differential attention (2 K/V heads split in halves, 4 query heads in two halves of
 # 2, heads of 16; lambda_init by layer index: 0.2 and ~0.36)
 ARCH_CONFIGS["diffllama"] = (hf.DiffLlamaConfig, dict(pad_token_id=0))
+# ZAYA: layer 0 slides over 8 tokens, layer 1 attends to all (each type its base, half of each 16-dim head rotated);
+# CCA q/k/v (two 2-tap convs: a conv state of the last 2 tokens beside the pages); the top-1 of 4 experts or skip,
+# by a 16-wide router whose state layer 1 reads; per-channel residual scales and biases
+ARCH_CONFIGS["zaya"] = (
+    hf.ZayaConfig,
+    dict(head_dim=16, num_experts=4, moe_intermediate_size=32, router_hidden_size=16, sliding_window=8,
+         layer_types=["hybrid_sliding", "hybrid"]),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -856,6 +864,7 @@ MODEL_CLASSES = {
     hf.HrmTextConfig: hf.HrmTextForCausalLM,
     hf.BeamConfig: hf.BeamForCausalLM,
     hf.InklingTextConfig: hf.InklingForCausalLM,
+    hf.ZayaConfig: hf.ZayaForCausalLM,
 }
 
 

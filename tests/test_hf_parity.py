@@ -217,6 +217,12 @@ LOGITS_ONLY += ("deepseek_v4",)
 # test_families), with a gate bias, depth-scaled adds and NoPE query scales, all outside the attention the kernels
 # take: shown by its float32 logits. Its greedy, bfloat16 and kernels runs passed and would add ~14 s (HF's MoE loop).
 LOGITS_ONLY += ("beam",)
+# ZAYA: its CCA conv state is read, windowed and written back as LFM2's short conv's (conv_windows; LFM2's chunked
+# engine run in test_hybrid_families), its router state handed between layers as HY-V4's streams are; the CCA's
+# convs, residual paths, delayed values, norms and the router show in its float32 logits. Its chunked, batched and
+# preempted engine run (two prompts, 16 greedy tokens each) matched HF's generate and would add ~22 s (~4.4 s for
+# one prompt prefilled over two steps; HF's generate is half of it).
+LOGITS_ONLY += ("zaya",)
 
 
 @functools.cache

@@ -349,6 +349,33 @@ def test_beam_fields_read_as_transformers_reads_them(fields):
     assert (cfg.qk_norm, cfg.qkv_bias, cfg.o_bias) == (True, ref.attention_bias, ref.attention_bias)
 
 
+@pytest.mark.parametrize("fields", [
+    {},  # ZayaConfig's defaults: every layer full ("hybrid"), half of each head rotated (base 5e6), 16 experts
+    dict(layer_types=["hybrid_sliding", "hybrid"] * 2 + ["hybrid_sliding"], sliding_window=32, num_experts=8,
+         moe_intermediate_size=16, router_hidden_size=8, cca_time0=3, cca_time1=2, head_dim=32, lm_head_bias=True,
+         tie_word_embeddings=False,
+         rope_parameters={"hybrid": dict(rope_type="linear", factor=2.0, rope_theta=1e6, partial_rotary_factor=0.25),
+                          "hybrid_sliding": dict(rope_type="default", rope_theta=2e4, partial_rotary_factor=0.5)}),
+])
+def test_zaya_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["ZayaForCausalLM"]})
+    ref = hf.ZayaConfig(**BASE, **fields)
+    full, sliding = ref.rope_parameters["hybrid"], ref.rope_parameters["hybrid_sliding"]
+    _check_common(cfg, ref, full)
+    assert (cfg.local_rope_theta, cfg.rotary_dim, cfg.local_rotary_dim) == (
+        sliding["rope_theta"], int(ref.head_dim * full["partial_rotary_factor"]),
+        int(ref.head_dim * sliding["partial_rotary_factor"]))
+    assert cfg.layer_windows == tuple(ref.sliding_window if t == "hybrid_sliding" else 0 for t in ref.layer_types)
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_intermediate_size) == (ref.num_experts, 1,
+                                                                                   ref.moe_intermediate_size)
+    assert (cfg.zaya.router_hidden_size, cfg.zaya.cca_taps) == (ref.router_hidden_size, (ref.cca_time0, ref.cca_time1))
+    heads, kv, k = ref.num_attention_heads, ref.num_key_value_heads, ref.head_dim
+    state = cfg.state_space  # every layer: the conv state of q/k projections and delayed values, beside its pages
+    assert (state.layers, state.conv_channels, state.conv_kernel, state.parallel_attention) == (
+        tuple(range(ref.num_hidden_layers)), (heads + kv) * k + kv * k // 2, ref.cca_time0 + ref.cca_time1 - 1, True)
+    assert (cfg.lm_head_bias, cfg.rms_norm_eps) == (ref.lm_head_bias, ref.rms_norm_eps)
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -428,6 +455,13 @@ def test_beam_fields_read_as_transformers_reads_them(fields):
      "rope_parameters.sliding_attention .* is not supported for BeamForCausalLM"),
     ("BeamForCausalLM", dict(rope_parameters=dict(rope_type="default", rope_theta=1e4)), "one set \\(or null\\) per"),
     ("BeamForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for BeamForCausalLM"),
+    ("ZayaForCausalLM", dict(attention_bias=True), "attention_bias=True is not supported for ZayaForCausalLM"),
+    ("ZayaForCausalLM", dict(num_experts_per_tok=2), "num_experts_per_tok 2 is not supported for ZayaForCausalLM"),
+    ("ZayaForCausalLM", dict(cca_time0=1, cca_time1=1), "cca_time0 1 and cca_time1 1 are not supported"),
+    ("ZayaForCausalLM", dict(layer_types=["sliding_attention"] * 5), "layer_types .* must give one of"),
+    ("ZayaForCausalLM", dict(layer_types=["hybrid_sliding"] * 5), "sliding_window None is not supported"),
+    ("ZayaForCausalLM", dict(rope_parameters={"hybrid_sliding": dict(rope_type="linear", factor=2.0)}),
+     "rope_parameters.hybrid_sliding .* is not supported for ZayaForCausalLM"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):
@@ -437,7 +471,6 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
 @pytest.mark.parametrize("arch, lacks", [
     ("OlmoHybridForCausalLM", "doubles beta \\(linear_allow_neg_eigval\\)"),
     ("BailingHybridForCausalLM", "Kimi Delta Attention with a one-projection forget gate"),
-    ("ZayaForCausalLM", "Compressed Convolutional Attention"),
     ("DogeForCausalLM", "the paged attention kernels take no per-key bias"),
     ("PaliGemmaForConditionalGeneration", "one bidirectional prefix .*prefix caching keys a page by its own tokens"),
     ("InklingForConditionalGeneration", "keep Thinking Machines' own layout"),

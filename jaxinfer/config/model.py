@@ -28,6 +28,7 @@ from jaxinfer.config.qwen4_exp import Qwen4ExpFields
 from jaxinfer.config.rope_scaling import ROPE_TYPES, RopeScaling, rope_fields
 from jaxinfer.config.shared_blocks import SharedBlocks
 from jaxinfer.config.state_space import StateSpace
+from jaxinfer.config.zaya import ZayaFields
 
 # HF activation name -> ours. "gelu" is exact (erf) GELU, as transformers' ACT2FN has it (Gemma
 # families read it as the tanh approximation themselves).
@@ -150,6 +151,7 @@ class ModelConfig:
     shared_blocks: SharedBlocks | None = None  # Zamba2's: transformer blocks its hybrid layers share
     looped: LoopedLayers | None = None  # Dory's: checkpoint layers run several times over (the loops unrolled)
     hrm_cycles: HrmCycles | None = None  # HRM-Text's: two stacks run in cycles (unrolled), two states between them
+    zaya: ZayaFields | None = None  # ZAYA's router width and CCA conv taps
     # Whisper: the encoder's output frames every layer cross-attends (kept per row slot: cache/cross_pool); 0: none
     encoder_frames: int = 0
     mlp_only_layers: tuple[int, ...] = ()  # hybrid layers that neither attend nor keep a state (Nemotron-H's "-")

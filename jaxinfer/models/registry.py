@@ -130,6 +130,7 @@ from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
 from jaxinfer.models.whisper import FAMILY as WHISPER
 from jaxinfer.models.youtu import FAMILY as YOUTU
 from jaxinfer.models.zamba2 import FAMILY as ZAMBA2
+from jaxinfer.models.zaya import FAMILY as ZAYA
 
 FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, MIXTRAL, QWEN2_MOE, QWEN3_MOE, GPT_OSS,
                                 GRANITE_MOE, GLM4_MOE, DEEPSEEK, DEEPSEEK_V32, SEED_OSS, ERNIE4_5, ERNIE4_5_MOE,
@@ -147,7 +148,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
                                 LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX,
-                                INKLING, DIFFLLAMA)
+                                INKLING, DIFFLLAMA, ZAYA)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
@@ -176,11 +177,6 @@ NOT_SUPPORTED = {
               "attention residual over earlier blocks' summed outputs and soft-capped experts: not supported yet"
        for arch in ("Inkling2ForCausalLM", "Inkling2ForConditionalGeneration", "Inkling2LoopForCausalLM",
                     "Inkling2LoopForConditionalGeneration")},
-    "ZayaForCausalLM": "Zyphra ZAYA1 (Compressed Convolutional Attention: q and k through a two-stage causal conv over "
-                       "the last cca_time0 + cca_time1 - 2 tokens' projections, half of each value head from the "
-                       "previous token, both kept per request beside the pages; a router whose state passes from "
-                       "layer to layer, choosing one expert or none (a skip class): not supported yet; "
-                       "AFMoE's AfmoeForCausalLM and Laguna's LagunaForCausalLM are)",
     "DogeForCausalLM": "SmallDoge Doge (Dynamic Mask Attention: a learned bias per key and KV head, "
                        "exp(A * softplus(dt_proj(values))), added to every score, and past keep_window_size keys only "
                        "each query's keep_window_size keys with the largest bias; the paged attention kernels take no "
