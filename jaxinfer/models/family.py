@@ -95,5 +95,7 @@ class Family:
     # (cfg, layers, i) -> layer i's weights with the leaves it runs but another layer holds put in (Zamba2's shared
     # blocks: each held once, by the first layer running it, as its checkpoint stores it, so a block's bytes are on
     # the device once however many layers run it; MiniMax's decay rates and DiffLlama's lambda_init, derived from
-    # the config and held by none); None: every layer holds all its own leaves
+    # the config and held by none; Dory's and HRM-Text's later passes running an earlier layer's weights, handed
+    # with their place as a `placed_layer.PlacedLayer`, as Beam's depth scales and ZAYA's last-layer mark are);
+    # None: every layer holds all its own leaves
     borrowed_leaves: Callable[[ModelConfig, list[Any], int], Any] | None = None
