@@ -737,6 +737,9 @@ ARCH_CONFIGS["zaya"] = (
     dict(head_dim=16, num_experts=4, moe_intermediate_size=32, router_hidden_size=16, sliding_window=8,
          layer_types=["hybrid_sliding", "hybrid"]),
 )
+# Doge: Llama's layer (q/k norms) with each key's learned bias exp(A * softplus(dt_proj(v))) added to its scores (A
+# away from its zeros by make_hf_model's noise) and the residual weighed per channel; 512 positions = the kept window
+ARCH_CONFIGS["doge"] = (hf.DogeConfig, dict(keep_window_size=512))
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -865,6 +868,7 @@ MODEL_CLASSES = {
     hf.BeamConfig: hf.BeamForCausalLM,
     hf.InklingTextConfig: hf.InklingForCausalLM,
     hf.ZayaConfig: hf.ZayaForCausalLM,
+    hf.DogeConfig: hf.DogeForCausalLM,
 }
 
 

@@ -376,6 +376,25 @@ def test_zaya_fields_read_as_transformers_reads_them(fields):
     assert (cfg.lm_head_bias, cfg.rms_norm_eps) == (ref.lm_head_bias, ref.rms_norm_eps)
 
 
+@pytest.mark.parametrize("fields", [
+    {},  # DogeConfig's defaults: multi-head (K/V heads = heads), 2048 positions = keep_window_size, dense
+    dict(num_key_value_heads=2, attention_bias=True, sliding_window=64, max_position_embeddings=1024,
+         keep_window_size=1024, hidden_act="gelu",
+         rope_parameters=dict(rope_type="linear", rope_theta=5e4, factor=2.0)),
+])
+def test_doge_fields_read_as_transformers_reads_them(fields):
+    cfg = from_hf_config({**BASE, **fields, "architectures": ["DogeForCausalLM"]})
+    ref = hf.DogeConfig(**BASE, **fields)
+    K = ref.hidden_size // ref.num_attention_heads
+    assert (cfg.rope_theta, cfg.rope_scaling.rope_type) == (ref.rope_parameters["rope_theta"],
+                                                            ref.rope_parameters["rope_type"])
+    assert (cfg.num_kv_heads, cfg.head_dim, cfg.rotary_dim, cfg.attn_scale) == (ref.num_key_value_heads, 2 * K, K,
+                                                                                K ** -0.5)
+    assert cfg.layer_windows == (ref.sliding_window or 0,) * ref.num_hidden_layers
+    assert (cfg.qk_norm, cfg.qkv_bias, cfg.o_bias, cfg.activation) == (True, ref.attention_bias, ref.attention_bias,
+                                                                       "gelu" if ref.hidden_act == "gelu" else "silu")
+
+
 @pytest.mark.parametrize("arch, fields, message", [
     ("OlmoForCausalLM", dict(clip_qkv=0.0), "clip_qkv 0.0 must be positive or null"),
     ("OlmoForCausalLM", dict(layer_types=["sliding_attention"] * 5, sliding_window=4),
@@ -455,6 +474,9 @@ def test_zaya_fields_read_as_transformers_reads_them(fields):
      "rope_parameters.sliding_attention .* is not supported for BeamForCausalLM"),
     ("BeamForCausalLM", dict(rope_parameters=dict(rope_type="default", rope_theta=1e4)), "one set \\(or null\\) per"),
     ("BeamForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for BeamForCausalLM"),
+    ("DogeForCausalLM", dict(is_moe=True), "is_moe=True is not supported for DogeForCausalLM"),
+    ("DogeForCausalLM", dict(max_position_embeddings=4096), "max_position_embeddings 4096 above keep_window_size 2048"),
+    ("DogeForCausalLM", dict(mlp_bias=True), "mlp_bias=True is not supported for DogeForCausalLM"),
     ("ZayaForCausalLM", dict(attention_bias=True), "attention_bias=True is not supported for ZayaForCausalLM"),
     ("ZayaForCausalLM", dict(num_experts_per_tok=2), "num_experts_per_tok 2 is not supported for ZayaForCausalLM"),
     ("ZayaForCausalLM", dict(cca_time0=1, cca_time1=1), "cca_time0 1 and cca_time1 1 are not supported"),
@@ -471,7 +493,6 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
 @pytest.mark.parametrize("arch, lacks", [
     ("OlmoHybridForCausalLM", "doubles beta \\(linear_allow_neg_eigval\\)"),
     ("BailingHybridForCausalLM", "Kimi Delta Attention with a one-projection forget gate"),
-    ("DogeForCausalLM", "the paged attention kernels take no per-key bias"),
     ("PaliGemmaForConditionalGeneration", "one bidirectional prefix .*prefix caching keys a page by its own tokens"),
     ("InklingForConditionalGeneration", "keep Thinking Machines' own layout"),
     ("Inkling2ForCausalLM", "block attention residual"),

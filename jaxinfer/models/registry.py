@@ -35,6 +35,7 @@ from jaxinfer.models.deepseek import FAMILY as DEEPSEEK
 from jaxinfer.models.deepseek_v4 import FAMILY as DEEPSEEK_V4
 from jaxinfer.models.deepseek_v32 import FAMILY as DEEPSEEK_V32
 from jaxinfer.models.diffllama import FAMILY as DIFFLLAMA
+from jaxinfer.models.doge import FAMILY as DOGE
 from jaxinfer.models.dory import FAMILY as DORY
 from jaxinfer.models.dots1 import FAMILY as DOTS1
 from jaxinfer.models.ernie4_5 import FAMILY as ERNIE4_5
@@ -148,7 +149,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
                                 LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX,
-                                INKLING, DIFFLLAMA, ZAYA)
+                                INKLING, DIFFLLAMA, ZAYA, DOGE)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
@@ -177,11 +178,6 @@ NOT_SUPPORTED = {
               "attention residual over earlier blocks' summed outputs and soft-capped experts: not supported yet"
        for arch in ("Inkling2ForCausalLM", "Inkling2ForConditionalGeneration", "Inkling2LoopForCausalLM",
                     "Inkling2LoopForConditionalGeneration")},
-    "DogeForCausalLM": "SmallDoge Doge (Dynamic Mask Attention: a learned bias per key and KV head, "
-                       "exp(A * softplus(dt_proj(values))), added to every score, and past keep_window_size keys only "
-                       "each query's keep_window_size keys with the largest bias; the paged attention kernels take no "
-                       "per-key bias, and is_moe's cross-domain MoE routes by product keys to num_experts "
-                       "single-neuron experts: not supported yet)",
     "PaliGemmaForConditionalGeneration": "PaliGemma / PaliGemma 2: its image and prompt tokens are one bidirectional "
                                          "prefix (HF's token_type_ids block), only generated tokens causal. The "
                                          "engine's attention lets a token see past its position only within its "
