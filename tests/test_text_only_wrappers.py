@@ -1,8 +1,9 @@
 """Multimodal checkpoints whose language model runs text-only, beyond test_hf_parity's float32 logits of each (Kimi
 K2.5 as transformers saves Kimi_K25ForConditionalGeneration, Apertus 1.5's pruned head as Apertus1p5TextForCausalLM,
-Gemma 4 Unified as Gemma4UnifiedForCausalLM, Cohere Compass as CohereCompassForCausalLM): the layouts their makers
-ship, read to the same weights, their images, video and audio refused by name, and Apertus 1.5's, Gemma 4 Unified's
-and Cohere Compass's settings refused by name. No step program is compiled."""
+Gemma 4 Unified as Gemma4UnifiedForCausalLM, Cohere Compass as CohereCompassForCausalLM, EXAONE 4.5 as
+Exaone4ForCausalLM): the layouts their makers ship, read to the same weights, their images, video and audio refused by
+name, and Apertus 1.5's, Gemma 4 Unified's and Cohere Compass's settings refused by name. No step program is
+compiled."""
 
 from __future__ import annotations
 
@@ -210,3 +211,33 @@ def test_cohere_compass_rope_settings_refused_by_name(rope, match):
                  "rope_parameters": rope}
     with pytest.raises(ConfigError, match=match):
         from_hf_config(hf_config)
+
+
+@pytest.fixture(scope="module")
+def exaone4_5_wrapped(tmp_path_factory):
+    """Exaone4_5_ForConditionalGeneration as transformers saves it (Qwen2-VL's layout): EXAONE 4.0's language model
+    (test_hf_parity's exaone4 weights) under `model.language_model.*`, its head `lm_head.*`, beside a one-block tower
+    (`model.visual.*`); the text config's model_type exaone4."""
+    path = tmp_path_factory.mktemp("exaone4_5_wrapped")
+    causal = make_hf_model("exaone4")
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, num_key_value_heads=1, patch_size=4,
+                  out_hidden_size=64, window_size=8, fullatt_block_indexes=[0])
+    config = hf.Exaone4_5_Config(text_config=causal.config.to_dict(), vision_config=vision)
+    torch.manual_seed(0)
+    model = hf.Exaone4_5_ForConditionalGeneration(config)
+    model.model.language_model.load_state_dict(causal.model.state_dict())
+    model.lm_head.load_state_dict(causal.lm_head.state_dict())
+    model.save_pretrained(path)
+    return path
+
+
+def test_exaone4_5_conditional_generation_reads_its_language_model(exaone4_5_wrapped, checkpoint_dir):
+    """The same config and weights as Exaone4ForCausalLM's checkpoint (whose logits test_hf_parity checks; HF's
+    wrapped model gives its logits exactly, checked once by hand); the tower is skipped and not loaded, so an image is
+    refused by name as test_gemma4_unified_images_and_audio_are_refused sees it refused."""
+    cfg, weights = load_weights(exaone4_5_wrapped, np.float32, progress=False)
+    causal_cfg, causal = load_weights(checkpoint_dir("exaone4"), np.float32, progress=False)
+    assert cfg == dataclasses.replace(causal_cfg, architecture="Exaone4_5_ForConditionalGeneration")
+    assert (cfg.layer_windows, cfg.nope_layers) == ((8, 0), (1,))
+    assert_same_weights(weights, causal)
+    assert load_vision(exaone4_5_wrapped, np.float32) is None

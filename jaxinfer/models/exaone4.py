@@ -8,7 +8,8 @@ or else every `sliding_window_pattern`-th layer full (4 by default), picks the l
 over `sliding_window` tokens. With a sliding window set, only the sliding layers rotate q and k;
 the full-attention layers take no positional embedding (`cfg.nope_layers`, "global NoPE"). A null
 `sliding_window` means full attention with rotary embeddings in every layer. Fields a config leaves
-out take transformers' Exaone4Config defaults.
+out take transformers' Exaone4Config defaults. EXAONE 4.5's Exaone4_5_ForConditionalGeneration runs this language
+model (its text config is an Exaone4Config) in Qwen2-VL's layout: text only, its tower skipped (models/text_part).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, com
 from jaxinfer.models.family import Family
 from jaxinfer.models.olmo2 import abstract_layer, decoder_layer, hf_leaves
 
-ARCHITECTURES = ("Exaone4ForCausalLM",)
+ARCHITECTURES = ("Exaone4ForCausalLM", "Exaone4_5_ForConditionalGeneration")
 # Exaone4Config's defaults for fields a config leaves out (a null sliding_window stays null: no sliding layers).
 DEFAULTS = dict(num_key_value_heads=32, max_position_embeddings=2048, rms_norm_eps=1e-5, bos_token_id=0,
                 eos_token_id=2, sliding_window=4096, sliding_window_pattern=4)

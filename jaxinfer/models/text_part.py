@@ -23,7 +23,8 @@ at the top (`layers.*`, `tok_embeddings.*`) beside the Pixtral tower (`vision_en
 read: it runs text only. Qwen4-Exp's Qwen4ExpForConditionalGeneration keeps Qwen3.5's layout
 (`model.language_model.*` beside `model.visual.*`); its tower is not run here (models/qwen4_exp): text only.
 So does Cohere's CohereCompassForConditionalGeneration (Qwen3-VL's layout): its tower is not run either
-(models/cohere_compass).
+(models/cohere_compass), and LG's Exaone4_5_ForConditionalGeneration (Qwen2-VL's layout around EXAONE 4.0's
+language model: models/exaone4).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ TEXT_PARTS = {
     # its language model's names are read as the causal LM's by checkpoint/vision_weights, as Qwen3.5's are
     "Qwen4ExpForConditionalGeneration": TextPart("", ("model.visual.",)),
     "CohereCompassForConditionalGeneration": TextPart("", ("model.visual.",)),
+    "Exaone4_5_ForConditionalGeneration": TextPart("", ("model.visual.",)),
     "MistralLarge4ForConditionalGeneration": TextPart(
         "", ("vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.")),
 }
