@@ -740,6 +740,26 @@ ARCH_CONFIGS["zaya"] = (
 # Doge: Llama's layer (q/k norms) with each key's learned bias exp(A * softplus(dt_proj(v))) added to its scores (A
 # away from its zeros by make_hf_model's noise) and the residual weighed per channel; 512 positions = the kept window
 ARCH_CONFIGS["doge"] = (hf.DogeConfig, dict(keep_window_size=512))
+# Step 3.7: its language model under Step3p7ForConditionalGeneration beside a one-layer tower and its projector:
+# layer 0 slides over 8 tokens (theta 1e4, whole head) with a dense MLP, layer 1 attends to all (theta 5e5, half the
+# head) through 2 of 4 sigmoid-routed experts (x 2) and a shared one; 1 + w norms, a sigmoid gate per head, scores x
+# 24 ** -0.5; clamps after the SiLU on both layers (small, so that they bind)
+STEP3P7_TEXT = dict(head_dim=16, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
+                    share_expert_dim=24, layer_types=["sliding_attention", "full_attention"], sliding_window=8,
+                    mlp_layer_types=["dense", "sparse"], query_pre_attn_scalar=24, moe_router_scaling_factor=2.0,
+                    swiglu_limits=[None, 0.5], swiglu_limits_shared=[0.4, 0.3], pad_token_id=0,
+                    rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=1e4),
+                                     "full_attention": dict(rope_type="default", rope_theta=5e5,
+                                                            partial_rotary_factor=0.5)})
+
+
+def step3p7_config(**text) -> transformers.PretrainedConfig:
+    """A Step3p7Config nesting Step3p7TextConfig(**text) (the class skips the test where transformers lacks it)."""
+    return hf.Step3p7Config(text_config=hf.Step3p7TextConfig(**text).to_dict(), vision_config=dict(
+        width=32, layers=1, heads=2, image_size=28, patch_size=14, mlp_ratio=2.0))
+
+
+ARCH_CONFIGS["step3p7"] = (step3p7_config, STEP3P7_TEXT)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -833,6 +853,7 @@ MODEL_CLASSES = {
     _mistral_large4_config: hf.MistralLarge4ForConditionalGeneration,
     hf.LagunaConfig: hf.LagunaForCausalLM,
     kimi_k25_config: hf.Kimi_K25ForConditionalGeneration,
+    step3p7_config: hf.Step3p7ForConditionalGeneration,
     hf.Apertus1p5TextConfig: hf.Apertus1p5TextForCausalLM,
     hf.Lfm3Config: hf.Lfm3ForCausalLM,
     hf.VaultGemmaConfig: hf.VaultGemmaForCausalLM,

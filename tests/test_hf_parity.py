@@ -226,6 +226,10 @@ LOGITS_ONLY += ("zaya",)
 # Doge: Llama's layer with each key's bias riding in doubled heads (DiffLlama's cache layout, its decode through the
 # same layer): shown by its float32 logits. Its greedy, bfloat16 and kernels runs passed and would add ~7.6 s.
 LOGITS_ONLY += ("doge",)
+# Step 3.7: Laguna's layer (laguna's decode) with 1 + w norms, a sigmoid gate, a scale and clamped SiLUs, read from
+# Step3p7ForConditionalGeneration (no causal class in transformers): shown by its float32 logits; the tower's refusal
+# and the settings refused in test_text_only_wrappers.
+LOGITS_ONLY += ("step3p7",)
 
 
 @functools.cache

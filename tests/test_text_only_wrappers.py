@@ -1,9 +1,9 @@
 """Multimodal checkpoints whose language model runs text-only, beyond test_hf_parity's float32 logits of each (Kimi
 K2.5 as transformers saves Kimi_K25ForConditionalGeneration, Apertus 1.5's pruned head as Apertus1p5TextForCausalLM,
 Gemma 4 Unified as Gemma4UnifiedForCausalLM, Cohere Compass as CohereCompassForCausalLM, EXAONE 4.5 as
-Exaone4ForCausalLM): the layouts their makers ship, read to the same weights, their images, video and audio refused by
-name, and Apertus 1.5's, Gemma 4 Unified's and Cohere Compass's settings refused by name. No step program is
-compiled."""
+Exaone4ForCausalLM, Step 3.7's wrapped model): the layouts their makers ship, read to the same weights, their images,
+video and audio refused by name, and Apertus 1.5's, Gemma 4 Unified's, Cohere Compass's and Step 3.7's settings
+refused by name. No step program is compiled."""
 
 from __future__ import annotations
 
@@ -241,3 +241,26 @@ def test_exaone4_5_conditional_generation_reads_its_language_model(exaone4_5_wra
     assert (cfg.layer_windows, cfg.nope_layers) == ((8, 0), (1,))
     assert_same_weights(weights, causal)
     assert load_vision(exaone4_5_wrapped, np.float32) is None
+
+
+def test_step3p7_tower_is_not_loaded(checkpoint_dir):
+    """Step3p7ForConditionalGeneration (whose language model's float32 logits test_hf_parity checks) runs text only:
+    its tower (`vision_model.*`) and projector are skipped, so an image is refused by name."""
+    assert load_vision(checkpoint_dir("step3p7"), np.float32) is None
+
+
+@pytest.mark.parametrize("setting, match", [
+    ({"num_sliding_attention_heads": 8}, "num_sliding_attention_heads 8 is not supported"),
+    ({"attention_other_setting": {"num_attention_heads": 8}}, "attention_other_setting .* the hub's own config"),
+    ({"gating": "per-element"}, "gating 'per-element' is not supported"),
+    ({"use_bidirectional_attention": True}, "use_bidirectional_attention True is not supported"),
+    ({"layer_types": ["minimax_m3_sparse", "full_attention"]}, "layer_types .* are not supported"),
+    ({"swiglu_limits": [7.0]}, r"swiglu_limits \[7.0\] is not supported"),
+])
+def test_step3p7_settings_refused_by_name(checkpoint_dir, setting, match):
+    """Sliding layers with their own head count, per-element gates, bidirectional attention, MiniMax-M3's sparse
+    layers, the hub's pre-transformers fields and a clamp list of the wrong length are refused by name."""
+    hf_config = json.loads((checkpoint_dir("step3p7") / "config.json").read_text())
+    hf_config["text_config"].update(setting)
+    with pytest.raises(ConfigError, match=match):
+        from_hf_config(hf_config)

@@ -158,6 +158,9 @@ class ModelConfig:
     multipliers: SublayerMultipliers = SublayerMultipliers()  # Falcon-H1's muP scalars on each sublayer
     swiglu_alpha: float = 1.702  # GPT-OSS experts' gate: see models.mlp.ClampedSwiGLU
     swiglu_limit: float = 7.0
+    # Step 3.7: per layer, the routed experts' and the shared or dense MLP's clamp after the SiLU (0: none); () none
+    expert_swiglu_limits: tuple[float, ...] = ()
+    mlp_swiglu_limits: tuple[float, ...] = ()
     num_experts: int = 0  # mixture of experts: 0 = every layer dense
     zero_experts: int = 0  # LongCat-Flash: identity experts routed after the num_experts (their output: the input)
     experts_per_token: int = 0

@@ -8,9 +8,10 @@ lowering (most of a warm start, which loads the compiled programs from the persi
 no longer grow with depth.
 
 A layer reads its index only to pick its cache buffers, its window or attention chunk, its K/V shape, its
-activation sparsity (Gemma 3n's), its n-gram table (Qwen4-Exp's) and its rope tables, so the call hands it a
-one-layer view of the cache as layer 0, a config whose every window, chunk, K/V shape, sparsity and n-gram table
-are its own, and its rope tables ready made (None for a layer without rotary embeddings). A layer attending over
+activation sparsity (Gemma 3n's), its MLP clamps (Step 3.7's), its n-gram table (Qwen4-Exp's) and its rope tables,
+so the call hands it a one-layer view of the cache as layer 0, a config whose every window, chunk, K/V shape,
+sparsity, clamp and n-gram table are its own, and its rope tables ready made (None for a layer without rotary
+embeddings). A layer attending over
 another's K/V (Gemma 4's KV sharing: `cfg.kv_source`) is handed that layer's buffers and writes none, so nothing is
 put back. A model with per-layer inputs (Gemma 4's `cfg.per_layer_input_size`; Qwen4-Exp's n-gram embeddings) or
 reading the input embeddings (Zamba2: `Family.reads_embeddings`) hands each layer the step's `LayerInputs` as an
@@ -63,6 +64,8 @@ def call_layer(
     alike = dataclasses.replace(cfg, layer_windows=(window,) * cfg.num_layers, layer_chunks=(chunk,) * cfg.num_layers,
                                 num_kv_heads=kv_heads, head_dim=head_dim, layer_kv_heads=(), layer_head_dims=(),
                                 kv_sources=(), layer_sparsity=cfg.layer_sparsity[layer:layer + 1] * cfg.num_layers,
+                                expert_swiglu_limits=cfg.expert_swiglu_limits[layer:layer + 1] * cfg.num_layers,
+                                mlp_swiglu_limits=cfg.mlp_swiglu_limits[layer:layer + 1] * cfg.num_layers,
                                 qwen4_exp=cfg.qwen4_exp and cfg.qwen4_exp.for_layer(layer))
     source = cfg.kv_source(layer)
     x, view = _one_layer(layer_fn, alike, x, cache.layer_view(source), lw, positions, rope.for_layer(layer), *extra)

@@ -51,7 +51,17 @@ class ClampedSiLU:
         return jax.nn.silu(jnp.minimum(gate, self.limit)) * jnp.clip(up, -self.limit, self.limit)
 
 
-Gate = str | ClampedSwiGLU | ClampedSiLU  # an activation name, or a gate that also transforms `up`
+@dataclasses.dataclass(frozen=True)
+class SiLUClamped:
+    """Step 3.7's gate: min(silu(gate), limit) * clip(up, -limit, limit), the clamp after the activation (hashable)."""
+
+    limit: float
+
+    def __call__(self, gate: jax.Array, up: jax.Array) -> jax.Array:
+        return jnp.minimum(jax.nn.silu(gate), self.limit) * jnp.clip(up, -self.limit, self.limit)
+
+
+Gate = str | ClampedSwiGLU | ClampedSiLU | SiLUClamped  # an activation name, or a gate that also transforms `up`
 
 
 def gate_product(act: Gate, gate: jax.Array, up: jax.Array) -> jax.Array:

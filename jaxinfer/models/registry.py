@@ -125,6 +125,7 @@ from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
 from jaxinfer.models.solar_open import FAMILY as SOLAR_OPEN
 from jaxinfer.models.stablelm import FAMILY as STABLELM
 from jaxinfer.models.starcoder2 import FAMILY as STARCODER2
+from jaxinfer.models.step3p7 import FAMILY as STEP3P7
 from jaxinfer.models.text_part import text_config
 from jaxinfer.models.vaultgemma import FAMILY as VAULTGEMMA
 from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
@@ -149,7 +150,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
                                 LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX,
-                                INKLING, DIFFLLAMA, ZAYA, DOGE)
+                                INKLING, DIFFLLAMA, ZAYA, DOGE, STEP3P7)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

@@ -24,7 +24,9 @@ read: it runs text only. Qwen4-Exp's Qwen4ExpForConditionalGeneration keeps Qwen
 (`model.language_model.*` beside `model.visual.*`); its tower is not run here (models/qwen4_exp): text only.
 So does Cohere's CohereCompassForConditionalGeneration (Qwen3-VL's layout): its tower is not run either
 (models/cohere_compass), and LG's Exaone4_5_ForConditionalGeneration (Qwen2-VL's layout around EXAONE 4.0's
-language model: models/exaone4).
+language model: models/exaone4). StepFun's Step3p7ForConditionalGeneration keeps its language model's names at the
+causal LM's (`model.*`, `lm_head.*`) beside its tower (`vision_model.*`) and projector (`vit_large_projector.*`),
+never read: models/step3p7.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ TEXT_PARTS = {
     "Qwen4ExpForConditionalGeneration": TextPart("", ("model.visual.",)),
     "CohereCompassForConditionalGeneration": TextPart("", ("model.visual.",)),
     "Exaone4_5_ForConditionalGeneration": TextPart("", ("model.visual.",)),
+    "Step3p7ForConditionalGeneration": TextPart("", ("vision_model.", "vit_large_projector.")),
     "MistralLarge4ForConditionalGeneration": TextPart(
         "", ("vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.")),
 }
