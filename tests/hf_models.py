@@ -699,6 +699,15 @@ ARCH_CONFIGS["lara_mini"] = (
          linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
          shared_expert_intermediate_size=48),
 )
+# OLMo Hybrid: a Gated DeltaNet layer (2 q/k heads of 16, 4 value heads of 8, beta doubled, each projection and conv
+# input its own tensor; q, k and v equally wide, as transformers 5.24's save_pretrained cuts the joined conv in
+# thirds), then OLMo 3's post-norm attention layer, rotated
+ARCH_CONFIGS["olmo_hybrid"] = (
+    hf.OlmoHybridConfig,
+    dict(layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2, linear_key_head_dim=16,
+         linear_num_value_heads=4, linear_value_head_dim=8, rope_parameters=dict(rope_type="default", rope_theta=1e4),
+         pad_token_id=0),
+)
 # A.X-K2: DeepSeek-V3.2's tiny model (the indexer keeps the 8 best tokens) with its query and output gate from
 # [normed, raw] q_a, gated norms of rank 8; layer 0 dense, layer 1 routes 3 of 8 experts without groups (n_group null)
 ARCH_CONFIGS["axk2"] = (hf.AXK2Config, dict(DSA, n_group=None, topk_group=None, gated_norm_rank=8))
@@ -884,6 +893,7 @@ MODEL_CLASSES = {
     hf.DiffLlamaConfig: hf.DiffLlamaForCausalLM,
     hf.DoryConfig: hf.DoryForCausalLM,
     hf.LaraMiniConfig: hf.LaraMiniForCausalLM,
+    hf.OlmoHybridConfig: hf.OlmoHybridForCausalLM,
     hf.AXK2Config: hf.AXK2ForCausalLM,
     hf.HrmTextConfig: hf.HrmTextForCausalLM,
     hf.BeamConfig: hf.BeamForCausalLM,

@@ -200,6 +200,10 @@ LOGITS_ONLY += ("dory",)
 # Flint's sliding and NoPE attention (flint's) and a softmax-routed MoE block with an ungated shared expert: what it
 # changes (the fused in_proj's rows, w-not-1+w norms, the layer kinds) shows in its float32 logits.
 LOGITS_ONLY += ("lara_mini",)
+# OLMo Hybrid: Qwen3-Next's DeltaNet and state pool (their decode through the engine in test_hybrid_families) with
+# its projections and convs apart and beta doubled, beside OLMo 3's post-norm attention (olmo2's): shown by its
+# float32 logits.
+LOGITS_ONLY += ("olmo_hybrid",)
 # A.X-K2: DeepSeek-V3.2's sparse attention (deepseek_v32's decode, test_deepseek_v32; never the native kernels) with
 # gated norms and a gated query computed per token: shown by its float32 logits.
 XLA_ONLY += ("axk2",)

@@ -8,6 +8,7 @@ import pytest
 from hf_models import hf
 
 from jaxinfer import ConfigError, from_hf_config
+from jaxinfer.models.olmo_hybrid import stored_names as olmo_hybrid_stored_names
 
 BASE = dict(vocab_size=8, hidden_size=128, intermediate_size=8, num_hidden_layers=5, num_attention_heads=8)
 
@@ -484,6 +485,9 @@ def test_doge_fields_read_as_transformers_reads_them(fields):
     ("ZayaForCausalLM", dict(layer_types=["hybrid_sliding"] * 5), "sliding_window None is not supported"),
     ("ZayaForCausalLM", dict(rope_parameters={"hybrid_sliding": dict(rope_type="linear", factor=2.0)}),
      "rope_parameters.hybrid_sliding .* is not supported for ZayaForCausalLM"),
+    ("OlmoHybridForCausalLM", dict(hidden_act="gelu"),
+     "hidden_act 'gelu' is not supported for OlmoHybridForCausalLM \\(its DeltaNet conv runs it\\)"),
+    ("OlmoHybridForCausalLM", dict(layer_types=["sliding_attention"] * 5), "layer_types .* must give one of"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):
@@ -491,7 +495,6 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
 
 
 @pytest.mark.parametrize("arch, lacks", [
-    ("OlmoHybridForCausalLM", "doubles beta \\(linear_allow_neg_eigval\\)"),
     ("BailingHybridForCausalLM", "Kimi Delta Attention with a one-projection forget gate"),
     ("PaliGemmaForConditionalGeneration", "one bidirectional prefix .*prefix caching keys a page by its own tokens"),
     ("InklingForConditionalGeneration", "keep Thinking Machines' own layout"),
@@ -501,3 +504,13 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
 def test_hybrids_that_do_not_map_onto_the_mixers_are_refused_with_what_they_lack(arch, lacks):
     with pytest.raises(ConfigError, match=f"'{arch}' is not supported \\(.*{lacks}.*not supported yet"):
         from_hf_config({**BASE, "architectures": [arch]})
+
+
+def test_olmo_hybrid_reads_its_norms_under_transformers_module_names_too():
+    stored = ["model.layers.0.input_layernorm.weight", "model.layers.1.post_attention_layernorm.weight",
+              "model.layers.1.post_feedforward_layernorm.weight", "model.norm.weight"]
+    assert olmo_hybrid_stored_names(stored) == {
+        "model.layers.0.attention_layer_norm.weight": "model.layers.0.input_layernorm.weight",
+        "model.layers.1.feedforward_layer_norm.weight": "model.layers.1.post_attention_layernorm.weight",
+    }
+    assert olmo_hybrid_stored_names(["model.layers.0.attention_layer_norm.weight"]) == {}

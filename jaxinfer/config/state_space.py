@@ -47,6 +47,10 @@ class StateSpace:
     bcdt_norm: bool = False  # Mamba-1's dt, B and C RMS-normed (FalconMamba's, Jamba's), norm_eps their epsilon
     # the Gated DeltaNet's gated norm takes its weight in float32, the normed y never rounded (LaraMini's)
     strict_gate_norm: bool = False
+    # the Gated DeltaNet's beta = beta_scale * sigmoid(b): 2.0 lets its state's eigenvalues turn negative (OLMo
+    # Hybrid's linear_allow_neg_eigval)
+    beta_scale: float = 1.0
+    key_decay: bool = False  # the DeltaNet's state decays per key channel, not per head: Kimi Delta Attention's
 
     def __post_init__(self) -> None:
         """Refuse a chunk the chunked SSD cannot cut a step into, and a gate it does not know."""

@@ -1,12 +1,14 @@
 """Gated DeltaNet (Qwen3-Next's and Qwen3.5's `linear_attention` layers) as pure functions: the input projections
 -> a causal depthwise conv over (q, k, v) with SiLU -> the gated delta rule per value head -> gated RMSNorm ->
 out_proj. Qwen3-Next fuses the projections in two tensors interleaved per key head (in_proj_qkvz, in_proj_ba);
-Qwen3.5 stores four apart, each in plain head order (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: the `split` leaves).
+Qwen3.5 stores four apart, each in plain head order (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: the `split` leaves);
+OLMo Hybrid six (q, k, v, the gate z, b, a: `APART_PROJECTIONS`) and its conv's weight per input (q, k, v).
 
 The recurrence is transformers' `torch_recurrent_gated_delta_rule`: q and k L2-normed, q scaled by
 key_dim ** -0.5; each value head's state S decays by exp(g), g = -exp(A_log) * softplus(a + dt_bias), then
-takes the delta rule's correction beta * (v - S k) k^T, beta = sigmoid(b), and the head reads y = S q. Each
-value_heads / key_heads value heads share one q/k head.
+takes the delta rule's correction beta * (v - S k) k^T, beta = sigmoid(b) (2 sigmoid(b) where `beta_scale` says:
+OLMo Hybrid's linear_allow_neg_eigval), and the head reads y = S q. Each value_heads / key_heads value heads share
+one q/k head.
 
 The state has Mamba2's shapes (config/state_space, cache/state_pool), by `deltanet_state`'s mapping: the conv
 state [K-1, C] holds the last q, k, v inputs (C = 2 * key_heads * key_dim + value_heads * value_dim = Mamba2's
@@ -30,7 +32,7 @@ from jaxinfer.config.model import ConfigError
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.delta_chunks import chunked_delta
 from jaxinfer.models.family import HFLeaf
-from jaxinfer.models.layers import linear
+from jaxinfer.models.layers import linear, linears
 from jaxinfer.models.mamba2_mixer import chunked_form
 from jaxinfer.models.slot_scan import slot_scan
 from jaxinfer.models.ssd_chunks import conv_windows, segments
@@ -38,6 +40,8 @@ from jaxinfer.parallel.array_info import ArrayInfo
 
 L2_EPS = 1e-6  # the FLA kernels' (and transformers' l2norm) epsilon for q and k
 CHUNK = 64  # the chunked form's chunk (transformers' and FLA's): a step of this many tokens runs it on accelerators
+# The input projections each stored apart (OLMo Hybrid's q_proj, k_proj, v_proj, g_proj, b_proj, a_proj)
+APART_PROJECTIONS = ("in_q", "in_k", "in_v", "in_z", "in_b", "in_a")
 
 
 def deltanet_state(layers: tuple[int, ...], key_heads: int, key_dim: int, value_heads: int, value_dim: int,
@@ -107,12 +111,22 @@ def split_projections(
 
 
 def mixer_inputs(ss: StateSpace, w: Any, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Normed rows x [N, D] -> the conv's inputs [N, C], z [N, H, P], b and a [N, H], through the fused projections
-    or the split ones (whichever the layer has)."""
+    """Normed rows x [N, D] -> the conv's inputs [N, C], z [N, H, P], b and a [N, H], through the fused projections,
+    the split ones or the six apart (whichever the layer has)."""
     if getattr(w, "in_qkvz", None) is not None:
         return split_projections(ss, linear(x, w.in_qkvz), linear(x, w.in_ba))
+    if getattr(w, "in_q", None) is not None:
+        q, k, v, z, b, a = linears(x, [getattr(w, name) for name in APART_PROJECTIONS])
+        return jnp.concatenate([q, k, v], axis=-1), z.reshape(x.shape[0], ss.num_heads, ss.head_dim), b, a
     z = linear(x, w.in_z).reshape(x.shape[0], ss.num_heads, ss.head_dim)
     return linear(x, w.in_qkv), z, linear(x, w.in_b), linear(x, w.in_a)
+
+
+def conv_weight(w: Any) -> jax.Array:
+    """The conv's weight [C, 1, K]: one tensor, or q's, k's and v's stored apart (OLMo Hybrid's) joined in order."""
+    if getattr(w, "conv_weight", None) is not None:
+        return w.conv_weight
+    return jnp.concatenate([w.conv_q, w.conv_k, w.conv_v])
 
 
 def l2_normed(x: jax.Array) -> jax.Array:
@@ -193,9 +207,9 @@ def deltanet(
     x = h.reshape(B * T, D)
     qkv, z, b, a = mixer_inputs(ss, w, x)
     g = -jnp.exp(w.a_log.astype(jnp.float32)) * jax.nn.softplus(a.astype(jnp.float32) + w.dt_bias.astype(jnp.float32))
-    beta = jax.nn.sigmoid(b).astype(jnp.float32)
+    beta = (ss.beta_scale * jax.nn.sigmoid(b)).astype(jnp.float32)
     recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan
-    state, y = recurrence(ss, w.conv_weight, state, qkv.astype(jnp.float32), g, beta, positions.reshape(-1))
+    state, y = recurrence(ss, conv_weight(w), state, qkv.astype(jnp.float32), g, beta, positions.reshape(-1))
     normed = gated_rms_norm(y.astype(h.dtype), z, w.gate_norm, ss.norm_eps, strict_fp32=ss.strict_gate_norm)
     out = linear(normed.reshape(B * T, ss.inner), w.out_proj)
     return out.reshape(B, T, D), state

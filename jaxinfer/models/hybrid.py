@@ -34,7 +34,8 @@ from jaxinfer.models.short_conv import short_conv
 from jaxinfer.parallel.sharding import Layout
 
 ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
-# A state layer's input projection: Mamba2's, LFM2's short conv's, the Gated DeltaNet's (fused or apart), KDA's
+# A state layer's input projection: Mamba2's, LFM2's short conv's, the Gated DeltaNet's (fused, split or apart: OLMo
+# Hybrid's in_q), KDA's
 STATE_MIXER_FIELDS = ("in_proj", "conv_in", "in_qkvz", "in_qkv", "in_q")
 
 
@@ -87,7 +88,7 @@ def token_mixer(
 ) -> tuple[jax.Array, Any]:
     """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2, Mamba-1, LFM2's short conv, the Gated DeltaNet or Kimi
     Delta Attention (its state read and written in the cache) on a state layer, else attention (its K/V written).
-    The weights tell which: `layer` is 0 in a one-layer view."""
+    The weights tell which (KDA's from the DeltaNet's by `StateSpace.key_decay`): `layer` is 0 in a one-layer view."""
     if all(getattr(lw, name, None) is None for name in STATE_MIXER_FIELDS):
         return self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     state = read_state(cache, layer, cfg, h.shape[0], h.shape[1])
@@ -97,7 +98,7 @@ def token_mixer(
         out, state = selective_mixer(cfg.state_space, lw, h, positions, state)
     elif getattr(lw, "in_proj", None) is not None:
         out, state = mixer(cfg.state_space, lw, h, positions, state)
-    elif getattr(lw, "in_q", None) is not None:
+    elif cfg.state_space.key_decay:
         out, state = kda(cfg.state_space, lw, h, positions, state)
     else:
         out, state = deltanet(cfg.state_space, lw, h, positions, state)

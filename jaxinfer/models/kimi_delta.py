@@ -14,6 +14,7 @@ v_conv1d) and A_log as [1, 1, H, 1]; both are read as stored.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -35,8 +36,9 @@ INPUT_PROJECTIONS = ("in_q", "in_k", "in_v", "f_a", "in_b", "g_a")
 
 def kda_state(layers: tuple[int, ...], heads: int, head_dim: int, conv_kernel: int, eps: float) -> StateSpace:
     """The KDA layers' state as the DeltaNet's: H heads of K dims for q, k and v (C = 3 H K conv channels)."""
-    return deltanet_state(layers, key_heads=heads, key_dim=head_dim, value_heads=heads, value_dim=head_dim,
-                          conv_kernel=conv_kernel, eps=eps)
+    state = deltanet_state(layers, key_heads=heads, key_dim=head_dim, value_heads=heads, value_dim=head_dim,
+                           conv_kernel=conv_kernel, eps=eps)
+    return dataclasses.replace(state, key_decay=True)
 
 
 def kda_leaves(ss: StateSpace, hidden: int) -> dict[str, ArrayInfo]:

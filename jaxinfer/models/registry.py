@@ -105,6 +105,7 @@ from jaxinfer.models.nemotron import FAMILY as NEMOTRON
 from jaxinfer.models.nemotron_h import FAMILY as NEMOTRON_H
 from jaxinfer.models.olmo import FAMILY as OLMO
 from jaxinfer.models.olmo2 import FAMILY as OLMO2
+from jaxinfer.models.olmo_hybrid import FAMILY as OLMO_HYBRID
 from jaxinfer.models.olmoe import FAMILY as OLMOE
 from jaxinfer.models.opt import FAMILY as OPT
 from jaxinfer.models.persimmon import FAMILY as PERSIMMON
@@ -150,7 +151,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
                                 LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX,
-                                INKLING, DIFFLLAMA, ZAYA, DOGE, STEP3P7)
+                                INKLING, DIFFLLAMA, ZAYA, DOGE, STEP3P7, OLMO_HYBRID)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
@@ -166,9 +167,6 @@ NOT_SUPPORTED = {
                                         "with a k-pool indexer, inside DeepSeek-V4-style mixed hyper-connection "
                                         "streams, and a vision tower: not supported yet; Kimi Linear's "
                                         "KimiLinearForCausalLM and HY-V4's HYV4ForCausalLM are)",
-    "OlmoHybridForCausalLM": "OLMo Hybrid (its Gated DeltaNet doubles beta (linear_allow_neg_eigval) and stores q, k, "
-                             "v and their convolutions as separate tensors, beside OLMo 3's post-norm attention "
-                             "layers: not supported yet; Qwen3-Next's and Qwen3.5's Gated DeltaNet models are)",
     "InklingForConditionalGeneration": "Thinking Machines Inkling with its vision and audio towers (its checkpoints "
                                        "keep Thinking Machines' own layout: model.llm.*, each layer's experts as "
                                        "interleaved w13 tensors, beside model.visual.* and model.audio.*; neither the "
