@@ -87,6 +87,11 @@ def test_a_head_reading_the_target_head_gets_its_bias_scaling_and_soft_cap(model
     np.testing.assert_allclose(mtp_logits(eagle_params(mtp_head, target), features, cfg), lm_logits(target, normed),
                                rtol=1e-6)
 
+    # A target whose head scales each token's logit (Dory's logit_scale): a head drafting from its product would
+    # draft from other logits than the target's, so none is handed it.
+    with pytest.raises(ValueError, match="scales each token's logit \\(Dory's logit_scale\\)"):
+        eagle_params(head, dataclasses.replace(target, logit_scale=jnp.ones(cfg.vocab_size)))
+
 
 def test_unusable_heads_raise_naming_the_problem(models, tmp_path):
     cfg, _ = load_weights(models["target"], jnp.float32, progress=False)
