@@ -769,6 +769,23 @@ def step3p7_config(**text) -> transformers.PretrainedConfig:
 
 
 ARCH_CONFIGS["step3p7"] = (step3p7_config, STEP3P7_TEXT)
+# Muse Glimmer: its language model under MuseGlimmerForConditionalGeneration beside a one-layer tower: Gemma 2's
+# sandwich (1 + w norms, the output norms' epsilon 1e-8) around weightless q/k norms (q x 2.5) and a sigmoid gate per
+# head and dim; layer 0 slides over 8 tokens with rope, layer 1 attends to all without; normed embeddings; logits x
+# 0.5 soft-capped at 5
+MUSE_TOWER = dict(patch_size=4, pos_emb_height=4, pos_emb_width=4, num_attention_heads=2, num_hidden_layers=1,
+                  hidden_size=16, intermediate_size=32, layer_types=["full_attention"])
+MUSE_GLIMMER_TEXT = dict(head_dim=16, sliding_window=8, qk_scale_factor=2.5, output_multiplier=0.5,
+                         final_logit_softcapping=5.0, pad_token_id=0)
+
+
+def muse_glimmer_config(**text) -> transformers.PretrainedConfig:
+    """A MuseGlimmerConfig nesting MuseGlimmerTextConfig(**text) (the class skips the test where transformers lacks
+    it)."""
+    return hf.MuseGlimmerConfig(text_config=hf.MuseGlimmerTextConfig(**text).to_dict(), vision_config=MUSE_TOWER)
+
+
+ARCH_CONFIGS["muse_glimmer"] = (muse_glimmer_config, MUSE_GLIMMER_TEXT)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -863,6 +880,7 @@ MODEL_CLASSES = {
     hf.LagunaConfig: hf.LagunaForCausalLM,
     kimi_k25_config: hf.Kimi_K25ForConditionalGeneration,
     step3p7_config: hf.Step3p7ForConditionalGeneration,
+    muse_glimmer_config: hf.MuseGlimmerForConditionalGeneration,
     hf.Apertus1p5TextConfig: hf.Apertus1p5TextForCausalLM,
     hf.Lfm3Config: hf.Lfm3ForCausalLM,
     hf.VaultGemmaConfig: hf.VaultGemmaForCausalLM,

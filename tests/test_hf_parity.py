@@ -234,6 +234,10 @@ LOGITS_ONLY += ("doge",)
 # Step3p7ForConditionalGeneration (no causal class in transformers): shown by its float32 logits; the tower's refusal
 # and the settings refused in test_text_only_wrappers.
 LOGITS_ONLY += ("step3p7",)
+# Muse Glimmer: Gemma 2's sandwich (gemma2's decode) with weightless q/k norms, an output gate, normed embeddings and
+# a logit multiplier, read from MuseGlimmerForConditionalGeneration (no causal class in transformers): shown by its
+# float32 logits; the tower's refusal in test_text_only_wrappers.
+LOGITS_ONLY += ("muse_glimmer",)
 
 
 @functools.cache

@@ -1,9 +1,9 @@
 """Multimodal checkpoints whose language model runs text-only, beyond test_hf_parity's float32 logits of each (Kimi
 K2.5 as transformers saves Kimi_K25ForConditionalGeneration, Apertus 1.5's pruned head as Apertus1p5TextForCausalLM,
 Gemma 4 Unified as Gemma4UnifiedForCausalLM, Cohere Compass as CohereCompassForCausalLM, EXAONE 4.5 as
-Exaone4ForCausalLM, Step 3.7's wrapped model): the layouts their makers ship, read to the same weights, their images,
-video and audio refused by name, and Apertus 1.5's, Gemma 4 Unified's, Cohere Compass's and Step 3.7's settings
-refused by name. No step program is compiled."""
+Exaone4ForCausalLM, Step 3.7's and Muse Glimmer's wrapped models): the layouts their makers ship, read to the same
+weights, their images, video and audio refused by name, and Apertus 1.5's, Gemma 4 Unified's, Cohere Compass's, Step
+3.7's and Muse Glimmer's settings refused by name. No step program is compiled."""
 
 from __future__ import annotations
 
@@ -261,6 +261,24 @@ def test_step3p7_settings_refused_by_name(checkpoint_dir, setting, match):
     """Sliding layers with their own head count, per-element gates, bidirectional attention, MiniMax-M3's sparse
     layers, the hub's pre-transformers fields and a clamp list of the wrong length are refused by name."""
     hf_config = json.loads((checkpoint_dir("step3p7") / "config.json").read_text())
+    hf_config["text_config"].update(setting)
+    with pytest.raises(ConfigError, match=match):
+        from_hf_config(hf_config)
+
+
+def test_muse_glimmer_tower_is_not_loaded(checkpoint_dir):
+    """MuseGlimmerForConditionalGeneration (whose language model's float32 logits test_hf_parity checks) runs text
+    only: its tower, adapter and projection are skipped, so an image is refused by name."""
+    assert load_vision(checkpoint_dir("muse_glimmer"), np.float32) is None
+
+
+@pytest.mark.parametrize("setting, match", [
+    ({"layer_rope_theta": [10000.0, 5e5]}, r"layer_rope_theta \[10000.0, 500000.0\] is not supported"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}}, "the default rope only"),
+])
+def test_muse_glimmer_settings_refused_by_name(checkpoint_dir, setting, match):
+    """Per-layer thetas other than 0 (NoPE) or the global one, and a scaled rope, are refused by name."""
+    hf_config = json.loads((checkpoint_dir("muse_glimmer") / "config.json").read_text())
     hf_config["text_config"].update(setting)
     with pytest.raises(ConfigError, match=match):
         from_hf_config(hf_config)

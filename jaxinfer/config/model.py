@@ -119,6 +119,8 @@ class ModelConfig:
     qk_norm_whole: bool = False  # the q/k norms span all heads' dims at once (OLMo 2), not one head's
     qk_l2_norm: bool = False  # Llama 4: rotary layers' q and k RMS-normalised without a weight, after the rotation
     qk_norm_after_rope: bool = False  # HunYuan: the q/k norms apply to the rotated q and k, not before the rotation
+    qk_weightless_norm: bool = False  # Muse Glimmer: q and k RMS-normed per head without a weight, before the rotation
+    post_norm_eps: float = 0.0  # Muse Glimmer: its sandwich layers' output norms' epsilon; 0: rms_norm_eps
     activation: str = "silu"
     norm_weight_offset: float = 0.0  # Gemma and Nemotron store norm weights as (w - 1).
     final_norm: bool = True  # the decoder's output normed; Qwen4-Exp's last layer mixes its streams instead

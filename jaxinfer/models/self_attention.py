@@ -45,6 +45,8 @@ def project_qkv(
     if lw.q_norm is not None and not cfg.qk_norm_after_rope:
         q = qk_norm(q, lw.q_norm, cfg, getattr(lw, "q_norm_bias", None))
         k = qk_norm(k, lw.k_norm, cfg, getattr(lw, "k_norm_bias", None))
+    if cfg.qk_weightless_norm:  # Muse Glimmer
+        q, k = rms_norm(q, None, cfg.rms_norm_eps), rms_norm(k, None, cfg.rms_norm_eps)
     if rope is not None:  # None: a NoPE layer (SmolLM3), positions reach it only through the causal mask
         cos, sin = rope
         q, k = apply_rope(q, cos, sin, cfg.rope_interleaved), apply_rope(k, cos, sin, cfg.rope_interleaved)

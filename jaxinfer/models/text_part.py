@@ -26,7 +26,9 @@ So does Cohere's CohereCompassForConditionalGeneration (Qwen3-VL's layout): its 
 (models/cohere_compass), and LG's Exaone4_5_ForConditionalGeneration (Qwen2-VL's layout around EXAONE 4.0's
 language model: models/exaone4). StepFun's Step3p7ForConditionalGeneration keeps its language model's names at the
 causal LM's (`model.*`, `lm_head.*`) beside its tower (`vision_model.*`) and projector (`vit_large_projector.*`),
-never read: models/step3p7.
+never read: models/step3p7. MuseGlimmerForConditionalGeneration keeps its language model under
+`model.language_model.*` (its head `lm_head.*`) beside its tower, adapter and projection (`model.vision_tower.*`,
+`model.vision_adapter.*`, `model.vision_projection.*`), never read: models/muse_glimmer.
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ TEXT_PARTS = {
     "CohereCompassForConditionalGeneration": TextPart("", ("model.visual.",)),
     "Exaone4_5_ForConditionalGeneration": TextPart("", ("model.visual.",)),
     "Step3p7ForConditionalGeneration": TextPart("", ("vision_model.", "vit_large_projector.")),
+    "MuseGlimmerForConditionalGeneration": TextPart(
+        "model.language_model.", ("model.vision_tower.", "model.vision_adapter.", "model.vision_projection."),
+        replaced="model."),
     "MistralLarge4ForConditionalGeneration": TextPart(
         "", ("vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.")),
 }
