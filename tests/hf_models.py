@@ -786,6 +786,19 @@ def muse_glimmer_config(**text) -> transformers.PretrainedConfig:
 
 
 ARCH_CONFIGS["muse_glimmer"] = (muse_glimmer_config, MUSE_GLIMMER_TEXT)
+# MiniMax-M3: layer 0's indexer (2 heads, one per K/V head) keeps per query its own block of 4 keys and the best
+# other (2 of up to 16 blocks) before a dense MLP (48 wide); layer 1 attends all keys, routing 2 of 4 experts by
+# sigmoid score + correction bias (x 2) beside a 16-wide shared expert; clamped SwiGLU gates, Gemma's 1 + w norms,
+# per-head q/k norms, half of each 16-dim head rotated
+ARCH_CONFIGS["minimax_m3"] = (
+    hf.MiniMaxM3VLTextConfig,
+    dict(head_dim=16, rotary_dim=8, rope_parameters=dict(rope_type="default", rope_theta=1e4,
+                                                         partial_rotary_factor=0.5),
+         intermediate_size=32, dense_intermediate_size=48, shared_intermediate_size=16, num_local_experts=4,
+         num_experts_per_tok=2, index_n_heads=2, index_head_dim=16, index_block_size=4, index_topk_blocks=2,
+         index_local_blocks=1, layer_types=["minimax_m3_sparse", "full_attention"],
+         mlp_layer_types=["dense", "sparse"]),
+)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -918,6 +931,7 @@ MODEL_CLASSES = {
     hf.InklingTextConfig: hf.InklingForCausalLM,
     hf.ZayaConfig: hf.ZayaForCausalLM,
     hf.DogeConfig: hf.DogeForCausalLM,
+    hf.MiniMaxM3VLTextConfig: hf.MiniMaxM3VLForCausalLM,
 }
 
 

@@ -239,6 +239,11 @@ LOGITS_ONLY += ("step3p7",)
 # float32 logits; the tower's refusal in test_text_only_wrappers.
 LOGITS_ONLY += ("muse_glimmer",)
 
+# MiniMax-M3: its sparse layer reads its token rows from the cache itself, as Qwen4-Exp's QSA does (never the native
+# kernels); the full layer and the MoE block are MiniMax-M2's and GLM-4.5's (their decode checked there): shown by
+# its float32 logits; the conditional-generation layout in test_text_only_wrappers.
+XLA_ONLY += ("minimax_m3",)
+LOGITS_ONLY += ("minimax_m3",)
 
 @functools.cache
 def hf_logits(name: str, dtype: torch.dtype) -> np.ndarray:

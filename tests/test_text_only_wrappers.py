@@ -1,9 +1,10 @@
 """Multimodal checkpoints whose language model runs text-only, beyond test_hf_parity's float32 logits of each (Kimi
 K2.5 as transformers saves Kimi_K25ForConditionalGeneration, Apertus 1.5's pruned head as Apertus1p5TextForCausalLM,
 Gemma 4 Unified as Gemma4UnifiedForCausalLM, Cohere Compass as CohereCompassForCausalLM, EXAONE 4.5 as
-Exaone4ForCausalLM, Step 3.7's and Muse Glimmer's wrapped models): the layouts their makers ship, read to the same
-weights, their images, video and audio refused by name, and Apertus 1.5's, Gemma 4 Unified's, Cohere Compass's, Step
-3.7's and Muse Glimmer's settings refused by name. No step program is compiled."""
+Exaone4ForCausalLM, Step 3.7's and Muse Glimmer's wrapped models, MiniMax-M3 in MiniMax's layout as
+MiniMaxM3VLForCausalLM): the layouts their makers ship, read to the same weights, their images, video and audio
+refused by name, and Apertus 1.5's, Gemma 4 Unified's, Cohere Compass's, Step 3.7's, Muse Glimmer's and MiniMax-M3's
+settings refused by name. No step program is compiled."""
 
 from __future__ import annotations
 
@@ -282,3 +283,44 @@ def test_muse_glimmer_settings_refused_by_name(checkpoint_dir, setting, match):
     hf_config["text_config"].update(setting)
     with pytest.raises(ConfigError, match=match):
         from_hf_config(hf_config)
+
+
+@pytest.fixture(scope="module")
+def minimax_m3_wrapped(tmp_path_factory):
+    """MiniMaxM3SparseForConditionalGeneration as transformers saves it (Llama 4's layout): the causal LM under
+    `language_model.*` beside a one-layer tower, its projector and patch merger."""
+    path = tmp_path_factory.mktemp("minimax_m3_wrapped")
+    causal = make_hf_model("minimax_m3")
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    config = hf.MiniMaxM3VLConfig(text_config=causal.config.to_dict(), vision_config=vision, projector_hidden_size=64)
+    torch.manual_seed(0)
+    model = hf.MiniMaxM3SparseForConditionalGeneration(config)
+    model.model.language_model.load_state_dict(causal.model.state_dict())
+    model.lm_head.load_state_dict(causal.lm_head.state_dict())
+    model.save_pretrained(path)
+    return path
+
+
+def test_minimax_m3_conditional_generation_reads_its_language_model(minimax_m3_wrapped, checkpoint_dir):
+    """The same config and layer weights as MiniMaxM3VLForCausalLM's checkpoint (whose logits test_hf_parity checks);
+    the tower is skipped and not loaded, so an image is refused by name."""
+    cfg, weights = load_weights(minimax_m3_wrapped, np.float32, progress=False)
+    causal_cfg, causal = load_weights(checkpoint_dir("minimax_m3"), np.float32, progress=False)
+    assert cfg == dataclasses.replace(causal_cfg, architecture="MiniMaxM3SparseForConditionalGeneration")
+    assert (cfg.block_indexer.layers, cfg.dense_layers, cfg.rotary_dim) == ((0,), (0,), 8)
+    assert_same_weights(weights.layers, causal.layers)
+    assert_same_weights(weights.lm_head, causal.lm_head)
+    assert load_vision(minimax_m3_wrapped, np.float32) is None  # no tower runs: LLM refuses images by name
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(index_n_heads=1), "index_n_heads 1 is not supported: it must equal num_key_value_heads 2"),
+    (dict(rotary_dim=16), "rotary_dim 16 is not supported where transformers turns 8"),
+    (dict(layer_types=["minimax_m3_sparse", "sliding_attention"]), "layer_types .* is not supported"),
+    (dict(index_local_blocks=3), "index_local_blocks 3 are not supported"),
+])
+def test_minimax_m3_settings_refused_by_name(change, match):
+    """An index head per K/V head, transformers' rotated dims, its two attention kinds, local blocks within top-k."""
+    config = hf.MiniMaxM3VLTextConfig(**{**COMMON, **ARCH_CONFIGS["minimax_m3"][1]}).to_dict()
+    with pytest.raises(ConfigError, match=match):
+        from_hf_config({**config, **change, "architectures": ["MiniMaxM3VLForCausalLM"]})

@@ -23,6 +23,7 @@ from jaxinfer.config.inkling import InklingFields
 from jaxinfer.config.latent_attention import LatentAttention
 from jaxinfer.config.looped_layers import LoopedLayers
 from jaxinfer.config.minimax import MiniMaxFields
+from jaxinfer.config.minimax_m3 import BlockIndexer
 from jaxinfer.config.multipliers import SublayerMultipliers
 from jaxinfer.config.qwen4_exp import Qwen4ExpFields
 from jaxinfer.config.rope_scaling import ROPE_TYPES, RopeScaling, rope_fields
@@ -73,6 +74,7 @@ class ModelConfig:
     layer_sparsity: tuple[float, ...] = ()  # Gemma 3n: each MLP gate's activation_sparsity; () = none
     gemma3n: Gemma3nFields | None = None  # Gemma 3n's AltUp streams, LAuReL rank, per-layer inputs' vocabulary
     qwen4_exp: Qwen4ExpFields | None = None  # Qwen4-Exp's residual streams, n-gram embeddings and QSA indexer
+    block_indexer: BlockIndexer | None = None  # MiniMax-M3's sparse layers: per-K/V-head key blocks chosen
     minimax: MiniMaxFields | None = None  # MiniMax-Text-01's residual weights
     inkling: InklingFields | None = None  # Inkling's relative position bias, sink-routed experts, log scaling
     v_head_dim: int = 0  # MiMo-V2-Flash: value heads narrower than head_dim (cached zero-padded to it); 0 = head_dim

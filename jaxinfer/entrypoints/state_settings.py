@@ -18,7 +18,8 @@ STATE_LAYERS = "state layers (Mamba-1, Mamba2, Gated DeltaNet or short conv)"  #
 
 def check_row_pages(kv_dtype: str, cfg: ModelConfig) -> None:
     """Refuse quantized pages where a model keeps per-token rows in them that it reads back as values (Qwen4-Exp's
-    token ids, conv inputs and index keys; DeepSeek-V4's compressor inputs and entries: models/token_rows)."""
+    token ids, conv inputs and index keys; DeepSeek-V4's compressor inputs and entries; MiniMax-M3's sparse layers'
+    keys, values and index keys: models/token_rows)."""
     if cfg.qwen4_exp is not None and kv_dtype != "auto":
         raise ConfigError(f"kv_cache_dtype {kv_dtype!r} is not supported for {cfg.architecture}: its PLE and QSA "
                           "layers keep token ids, conv inputs and index keys in their pages (not quantized yet); use "
@@ -27,6 +28,10 @@ def check_row_pages(kv_dtype: str, cfg: ModelConfig) -> None:
         raise ConfigError(f"kv_cache_dtype {kv_dtype!r} is not supported for {cfg.architecture}: its layers keep "
                           "their compressors' raw inputs and compressed entries in their pages (not quantized yet); "
                           "use 'auto'")
+    if cfg.block_indexer is not None and cfg.block_indexer.layers and kv_dtype != "auto":
+        raise ConfigError(f"kv_cache_dtype {kv_dtype!r} is not supported for {cfg.architecture}: its sparse layers "
+                          "keep each token's keys, values and index key as one row in their pages (not quantized "
+                          "yet); use 'auto'")
 
 
 def prefix_caching_setting(asked: bool | None, cfg: ModelConfig) -> bool:

@@ -94,6 +94,7 @@ from jaxinfer.models.mimo_v2_flash import FAMILY as MIMO_V2_FLASH
 from jaxinfer.models.minicpm3 import FAMILY as MINICPM3
 from jaxinfer.models.minimax import FAMILY as MINIMAX
 from jaxinfer.models.minimax_m2 import FAMILY as MINIMAX_M2
+from jaxinfer.models.minimax_m3 import FAMILY as MINIMAX_M3
 from jaxinfer.models.ministral import FAMILY as MINISTRAL
 from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mistral4 import FAMILY as MISTRAL4
@@ -152,7 +153,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
                                 LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX,
-                                INKLING, DIFFLLAMA, ZAYA, DOGE, STEP3P7, OLMO_HYBRID, MUSE_GLIMMER)
+                                INKLING, DIFFLLAMA, ZAYA, DOGE, STEP3P7, OLMO_HYBRID, MUSE_GLIMMER, MINIMAX_M3)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

@@ -29,6 +29,9 @@ causal LM's (`model.*`, `lm_head.*`) beside its tower (`vision_model.*`) and pro
 never read: models/step3p7. MuseGlimmerForConditionalGeneration keeps its language model under
 `model.language_model.*` (its head `lm_head.*`) beside its tower, adapter and projection (`model.vision_tower.*`,
 `model.vision_adapter.*`, `model.vision_projection.*`), never read: models/muse_glimmer.
+MiniMax's MiniMaxM3SparseForConditionalGeneration is laid out as Llama 4
+(`language_model.model.*`, `language_model.lm_head.*`) beside its tower (`vision_tower.*`), projector and patch
+merger, never read: text only (models/minimax_m3).
 """
 
 from __future__ import annotations
@@ -77,6 +80,8 @@ TEXT_PARTS = {
     "MuseGlimmerForConditionalGeneration": TextPart(
         "model.language_model.", ("model.vision_tower.", "model.vision_adapter.", "model.vision_projection."),
         replaced="model."),
+    "MiniMaxM3SparseForConditionalGeneration": TextPart(
+        "", ("vision_tower.", "multi_modal_projector.", "patch_merge_mlp.")),
     "MistralLarge4ForConditionalGeneration": TextPart(
         "", ("vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.")),
 }
