@@ -500,6 +500,8 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     ("InklingForConditionalGeneration", "keep Thinking Machines' own layout"),
     ("Inkling2ForCausalLM", "block attention residual"),
     ("Inkling2LoopForConditionalGeneration", "looped variant"),
+    ("Dots3NoteForCausalLM", "latent shapes that differ per layer type"),
+    ("Dots3NoteForConditionalGeneration", "latent shapes that differ per layer type"),
 ])
 def test_hybrids_that_do_not_map_onto_the_mixers_are_refused_with_what_they_lack(arch, lacks):
     with pytest.raises(ConfigError, match=f"'{arch}' is not supported \\(.*{lacks}.*not supported yet"):

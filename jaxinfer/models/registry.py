@@ -179,6 +179,13 @@ NOT_SUPPORTED = {
               "attention residual over earlier blocks' summed outputs and soft-capped experts: not supported yet"
        for arch in ("Inkling2ForCausalLM", "Inkling2ForConditionalGeneration", "Inkling2LoopForCausalLM",
                     "Inkling2LoopForConditionalGeneration")},
+    **{arch: "dots3-note (Dots3 Note Preview): DeepSeek-V3.2's latent attention and GLM-5's indexer with latent "
+              "shapes that differ per layer type (per_layer_config: the released sliding layers' 64 heads, "
+              "kv_lora_rank 1024 and 192 unrotated dims beside the indexed layers' 128 heads, 512 and 128, where "
+              "models/latent_attention reads one shape per model), plus a normed shared rope key, scaled latents "
+              "and a per-head output gate: not supported yet; dots.llm1's Dots1ForCausalLM and DeepSeek-V3.2's "
+              "DeepseekV32ForCausalLM are"
+       for arch in ("Dots3NoteForCausalLM", "Dots3NoteForConditionalGeneration")},
     "PaliGemmaForConditionalGeneration": "PaliGemma / PaliGemma 2: its image and prompt tokens are one bidirectional "
                                          "prefix (HF's token_type_ids block), only generated tokens causal. The "
                                          "engine's attention lets a token see past its position only within its "
