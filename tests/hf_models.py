@@ -708,6 +708,16 @@ ARCH_CONFIGS["olmo_hybrid"] = (
          linear_num_value_heads=4, linear_value_head_dim=8, rope_parameters=dict(rope_type="default", rope_theta=1e4),
          pad_token_id=0),
 )
+# Ling hybrid: a KDA layer (4 heads of 16, one-projection gates, the safe forget gate bounded at -5) with a dense MLP,
+# then latent attention (rank 16, 8 rotated dims in adjacent pairs, each head's output gated) and a KDA layer, each
+# routing 2 of 8 experts within the best of 2 groups by sigmoid score + correction bias beside a shared expert
+ARCH_CONFIGS["bailing_hybrid"] = (
+    hf.BailingHybridConfig,
+    dict(num_hidden_layers=3, num_key_value_heads=4, head_dim=16, kv_lora_rank=16, q_lora_rank=None,
+         qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, num_local_experts=8, num_experts_per_tok=2, n_group=2,
+         topk_group=1, moe_intermediate_size=32, first_k_dense_replace=1, num_mtp_layers=0, pad_token_id=0,
+         layer_types=["linear_attention", "full_attention", "linear_attention"], rope_theta=1e4),
+)
 # A.X-K2: DeepSeek-V3.2's tiny model (the indexer keeps the 8 best tokens) with its query and output gate from
 # [normed, raw] q_a, gated norms of rank 8; layer 0 dense, layer 1 routes 3 of 8 experts without groups (n_group null)
 ARCH_CONFIGS["axk2"] = (hf.AXK2Config, dict(DSA, n_group=None, topk_group=None, gated_norm_rank=8))
@@ -925,6 +935,7 @@ MODEL_CLASSES = {
     hf.DoryConfig: hf.DoryForCausalLM,
     hf.LaraMiniConfig: hf.LaraMiniForCausalLM,
     hf.OlmoHybridConfig: hf.OlmoHybridForCausalLM,
+    hf.BailingHybridConfig: hf.BailingHybridForCausalLM,
     hf.AXK2Config: hf.AXK2ForCausalLM,
     hf.HrmTextConfig: hf.HrmTextForCausalLM,
     hf.BeamConfig: hf.BeamForCausalLM,

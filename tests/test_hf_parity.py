@@ -204,6 +204,11 @@ LOGITS_ONLY += ("lara_mini",)
 # its projections and convs apart and beta doubled, beside OLMo 3's post-norm attention (olmo2's): shown by its
 # float32 logits.
 LOGITS_ONLY += ("olmo_hybrid",)
+# Ling hybrid: Kimi Linear's KDA layers and state pool (their decode through the engine in test_hybrid_families) with
+# one-projection gates and the safe forget gate, beside DeepSeek-V3's rotated latent attention (deepseek_v3's decode)
+# with each head's output gated: shown by its float32 logits. XLA only: the latent rows reach the kernels as V3's.
+XLA_ONLY += ("bailing_hybrid",)
+LOGITS_ONLY += ("bailing_hybrid",)
 # A.X-K2: DeepSeek-V3.2's sparse attention (deepseek_v32's decode, test_deepseek_v32; never the native kernels) with
 # gated norms and a gated query computed per token: shown by its float32 logits.
 XLA_ONLY += ("axk2",)

@@ -441,7 +441,7 @@ def test_kda_forget_gate_matches_transformers_per_channel_and_past_its_softplus_
     ss = from_hf_config({**KIMI_LINEAR, "architectures": ["KimiLinearForCausalLM"]}).state_space
     w = types.SimpleNamespace(f_a=gate.f_a_proj.weight.T.detach().numpy(), f_b=gate.f_b_proj.weight.T.detach().numpy(),
                               dt_bias=gate.dt_bias.detach().numpy(), a_log=gate.A_log.detach().numpy())
-    got = np.asarray(forget_gate(ss, w, jnp.asarray(x[0].numpy()) @ w.f_a))
+    got = np.asarray(forget_gate(ss, w, jnp.asarray(x[0].numpy()) @ w.f_a @ w.f_b))
     assert np.isfinite(got).all() and expected[:, 0, :8].max() < -50  # the bound at work: finite, steep decays
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 

@@ -488,6 +488,11 @@ def test_doge_fields_read_as_transformers_reads_them(fields):
     ("OlmoHybridForCausalLM", dict(hidden_act="gelu"),
      "hidden_act 'gelu' is not supported for OlmoHybridForCausalLM \\(its DeltaNet conv runs it\\)"),
     ("OlmoHybridForCausalLM", dict(layer_types=["sliding_attention"] * 5), "layer_types .* must give one of"),
+    ("BailingHybridForCausalLM", dict(hidden_act="gelu"),
+     "hidden_act 'gelu' is not supported for BailingHybridForCausalLM \\(its KDA conv and MLPs run SiLU\\)"),
+    ("BailingHybridForCausalLM", dict(kda_lower_bound=0.0), "kda_lower_bound 0.0 is not supported for "
+     "BailingHybridForCausalLM under kda_safe_gate"),
+    ("BailingHybridForCausalLM", dict(layer_group_size=0), "layer_group_size 0 must be >= 1"),
 ])
 def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
     with pytest.raises(ConfigError, match=message):
@@ -495,7 +500,6 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
 
 
 @pytest.mark.parametrize("arch, lacks", [
-    ("BailingHybridForCausalLM", "Kimi Delta Attention with a one-projection forget gate"),
     ("PaliGemmaForConditionalGeneration", "one bidirectional prefix .*prefix caching keys a page by its own tokens"),
     ("InklingForConditionalGeneration", "keep Thinking Machines' own layout"),
     ("Inkling2ForCausalLM", "block attention residual"),

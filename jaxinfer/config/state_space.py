@@ -51,6 +51,9 @@ class StateSpace:
     # Hybrid's linear_allow_neg_eigval)
     beta_scale: float = 1.0
     key_decay: bool = False  # the DeltaNet's state decays per key channel, not per head: Kimi Delta Attention's
+    # KDA's safe forget gate (the Ling hybrid's kda_lower_bound under kda_safe_gate): log decay bound * sigmoid(..);
+    # 0: Kimi's -exp(A_log) * softplus(..)
+    decay_lower_bound: float = 0.0
 
     def __post_init__(self) -> None:
         """Refuse a chunk the chunked SSD cannot cut a step into, and a gate it does not know."""

@@ -58,6 +58,7 @@ class LatentAttentionLayer:
     mlp_norm: jax.Array  # [D]
     wq_a: Weight | None = None  # [D, Q] q_a_proj (q_lora_rank only)
     q_a_norm: jax.Array | None = None  # [Q]
+    head_gate: Weight | None = None  # [D, H]: each head's output times sigmoid of it (the Ling hybrid's g_proj)
 
     # w_uk and w_uv multiply per head (batched), not as one projection: they stay as loaded (never quantized).
     PROJECTIONS: ClassVar[dict[str, int]] = {"wq_a": 1, "wq": 1, "wkv_a": 1, "wo": 2}
@@ -164,4 +165,6 @@ def latent_attention(
         q = q * query_temperature(positions, cfg.query_scale_beta, cfg.query_scale_period).astype(q.dtype)
     weighted = attend(q, cache, layer, positions, cfg.layer_windows[layer], scale=cfg.attn_scale)
     heads = per_head(weighted[..., : cfg.latent_attention.kv_lora_rank], lw.w_uv, "bthr,hvr->bthv")
+    if lw.head_gate is not None:
+        heads = heads * jax.nn.sigmoid(linear(h, lw.head_gate).astype(jnp.float32)).astype(heads.dtype)[..., None]
     return linear(layout.constrain(heads, Q_HEADS), lw.wo, contract=2), cache

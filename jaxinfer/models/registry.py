@@ -19,6 +19,7 @@ from jaxinfer.models.apertus import FAMILY as APERTUS
 from jaxinfer.models.arcee import FAMILY as ARCEE
 from jaxinfer.models.axk1 import FAMILY as AXK1
 from jaxinfer.models.axk2 import FAMILY as AXK2
+from jaxinfer.models.bailing_hybrid import FAMILY as BAILING_HYBRID
 from jaxinfer.models.bamba import FAMILY as BAMBA
 from jaxinfer.models.base_models import causal_architecture, pools_only
 from jaxinfer.models.beam import FAMILY as BEAM
@@ -153,7 +154,8 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
                                 LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX,
-                                INKLING, DIFFLLAMA, ZAYA, DOGE, STEP3P7, OLMO_HYBRID, MUSE_GLIMMER, MINIMAX_M3)
+                                INKLING, DIFFLLAMA, ZAYA, DOGE, STEP3P7, OLMO_HYBRID, MUSE_GLIMMER, MINIMAX_M3,
+                                BAILING_HYBRID)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as
@@ -194,10 +196,6 @@ NOT_SUPPORTED = {
                                          "keys a page by its own tokens though a prefix token's keys and values "
                                          "depend on every later prompt token; run causally it would compute "
                                          "another model: not supported yet",
-    "BailingHybridForCausalLM": "Ant Ling hybrid (Kimi Delta Attention with a one-projection forget gate, "
-                                "lower-bounded by kda_lower_bound under kda_safe_gate, and a full-rank output gate, "
-                                "beside latent attention with a per-head output gate: not supported yet; Kimi "
-                                "Linear's KimiLinearForCausalLM and DeepSeek-V3's DeepseekV3ForCausalLM are)",
 }
 
 
