@@ -809,6 +809,23 @@ ARCH_CONFIGS["minimax_m3"] = (
          index_local_blocks=1, layer_types=["minimax_m3_sparse", "full_attention"],
          mlp_layer_types=["dense", "sparse"]),
 )
+# Muse Spark: Muse Glimmer's tiny language model (above) with the attention output normed per head, residual gates
+# (T 0.3) and input-scaled output norms; layer 0 dense, layer 1 routes to 2 of 4 experts (x 1.5) at width 32, each
+# expert's output normed; beside one-layer vision and audio towers
+MUSE_SPARK_TEXT = dict(MUSE_GLIMMER_TEXT, mlp_layer_types=["dense", "sparse"], moe_hidden_size=32,
+                       moe_intermediate_size=16, num_local_experts=4, num_experts_per_tok=2, routed_scaling_factor=1.5,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1e4})
+
+
+def muse_spark_config(**text) -> transformers.PretrainedConfig:
+    """A MuseSparkConfig nesting MuseSparkTextConfig(**text) (the class skips the test where transformers lacks it)."""
+    audio = dict(patch_sizes=[2, 2, 2, 2], hidden_sizes=[8, 8, 8, 8], depths=[1, 1, 1, 1],
+                 out_hidden_size=text["hidden_size"])
+    return hf.MuseSparkConfig(text_config=hf.MuseSparkTextConfig(**text).to_dict(), vision_config=MUSE_TOWER,
+                              audio_config=audio)
+
+
+ARCH_CONFIGS["muse_spark"] = (muse_spark_config, MUSE_SPARK_TEXT)
 OWN_MODULE_CONFIGS = {
     "glm_moe_dsa": (hf.GlmMoeDsaConfig, dict(DSA, n_group=1, topk_group=1,
                                                    num_hidden_layers=1, first_k_dense_replace=0)),  # one MoE layer
@@ -904,6 +921,7 @@ MODEL_CLASSES = {
     kimi_k25_config: hf.Kimi_K25ForConditionalGeneration,
     step3p7_config: hf.Step3p7ForConditionalGeneration,
     muse_glimmer_config: hf.MuseGlimmerForConditionalGeneration,
+    muse_spark_config: hf.MuseSparkForConditionalGeneration,
     hf.Apertus1p5TextConfig: hf.Apertus1p5TextForCausalLM,
     hf.Lfm3Config: hf.Lfm3ForCausalLM,
     hf.VaultGemmaConfig: hf.VaultGemmaForCausalLM,

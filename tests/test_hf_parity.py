@@ -243,6 +243,10 @@ LOGITS_ONLY += ("step3p7",)
 # a logit multiplier, read from MuseGlimmerForConditionalGeneration (no causal class in transformers): shown by its
 # float32 logits; the tower's refusal in test_text_only_wrappers.
 LOGITS_ONLY += ("muse_glimmer",)
+# Muse Spark: Muse Glimmer's attention (gemma2's decode) with a normed output, residual gates and experts at their own
+# width, each expert's output normed: shown by its float32 logits (MuseSparkForConditionalGeneration: no causal class
+# in transformers); the towers' refusal in test_text_only_wrappers.
+LOGITS_ONLY += ("muse_spark",)
 
 # MiniMax-M3: its sparse layer reads its token rows from the cache itself, as Qwen4-Exp's QSA does (never the native
 # kernels); the full layer and the MoE block are MiniMax-M2's and GLM-4.5's (their decode checked there): shown by

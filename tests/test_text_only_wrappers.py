@@ -1,10 +1,10 @@
 """Multimodal checkpoints whose language model runs text-only, beyond test_hf_parity's float32 logits of each (Kimi
 K2.5 as transformers saves Kimi_K25ForConditionalGeneration, Apertus 1.5's pruned head as Apertus1p5TextForCausalLM,
 Gemma 4 Unified as Gemma4UnifiedForCausalLM, Cohere Compass as CohereCompassForCausalLM, EXAONE 4.5 as
-Exaone4ForCausalLM, Step 3.7's and Muse Glimmer's wrapped models, MiniMax-M3 in MiniMax's layout as
+Exaone4ForCausalLM, Step 3.7's, Muse Glimmer's and Muse Spark's wrapped models, MiniMax-M3 in MiniMax's layout as
 MiniMaxM3VLForCausalLM): the layouts their makers ship, read to the same weights, their images, video and audio
-refused by name, and Apertus 1.5's, Gemma 4 Unified's, Cohere Compass's, Step 3.7's, Muse Glimmer's and MiniMax-M3's
-settings refused by name. No step program is compiled."""
+refused by name, and Apertus 1.5's, Gemma 4 Unified's, Cohere Compass's, Step 3.7's, the Muse models' and
+MiniMax-M3's settings refused by name. No step program is compiled."""
 
 from __future__ import annotations
 
@@ -324,3 +324,21 @@ def test_minimax_m3_settings_refused_by_name(change, match):
     config = hf.MiniMaxM3VLTextConfig(**{**COMMON, **ARCH_CONFIGS["minimax_m3"][1]}).to_dict()
     with pytest.raises(ConfigError, match=match):
         from_hf_config({**config, **change, "architectures": ["MiniMaxM3VLForCausalLM"]})
+def test_muse_spark_towers_are_not_loaded(checkpoint_dir):
+    """MuseSparkForConditionalGeneration (whose language model's float32 logits test_hf_parity checks) runs text
+    only: its vision and audio towers are skipped, so an image is refused by name."""
+    assert load_vision(checkpoint_dir("muse_spark"), np.float32) is None
+
+
+@pytest.mark.parametrize("setting, match", [
+    ({"mlp_layer_types": ["sparse"]}, r"mlp_layer_types \['sparse'\] is not supported"),
+    ({"residual_gate_temperature": 0.0}, "residual_gate_temperature 0.0 is not supported"),
+    ({"layer_rope_theta": [0, 5e5]}, r"layer_rope_theta \[0, 500000.0\] is not supported"),
+])
+def test_muse_spark_settings_refused_by_name(checkpoint_dir, setting, match):
+    """An MLP type list of the wrong length, a residual gate temperature <= 0 and per-layer thetas other than 0 or the
+    global one are refused by name."""
+    hf_config = json.loads((checkpoint_dir("muse_spark") / "config.json").read_text())
+    hf_config["text_config"].update(setting)
+    with pytest.raises(ConfigError, match=match):
+        from_hf_config(hf_config)

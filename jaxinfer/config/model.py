@@ -123,6 +123,12 @@ class ModelConfig:
     qk_norm_after_rope: bool = False  # HunYuan: the q/k norms apply to the rotated q and k, not before the rotation
     qk_weightless_norm: bool = False  # Muse Glimmer: q and k RMS-normed per head without a weight, before the rotation
     post_norm_eps: float = 0.0  # Muse Glimmer: its sandwich layers' output norms' epsilon; 0: rms_norm_eps
+    attn_out_norm: bool = False  # Muse Spark: each head's attention output RMS-normed without a weight, before the gate
+    # Muse Spark: the experts' width (projected to and from hidden_size around them), the residual gates' temperature
+    # and the router logits' multiplier
+    moe_hidden_size: int = 0
+    residual_gate_temperature: float = 0.0
+    router_logit_multiplier: float = 1.0
     activation: str = "silu"
     norm_weight_offset: float = 0.0  # Gemma and Nemotron store norm weights as (w - 1).
     final_norm: bool = True  # the decoder's output normed; Qwen4-Exp's last layer mixes its streams instead

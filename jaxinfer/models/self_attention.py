@@ -94,6 +94,8 @@ def self_attention(
     window = cfg.layer_windows[layer]
     attn = attend(q, cache, layer, positions, window, scale=cfg.attn_scale, soft_cap=cfg.attn_soft_cap,
                   sinks=getattr(lw, "sinks", None), chunk=cfg.layer_chunks[layer], alibi=slopes_array(cfg.alibi_slopes))
+    if cfg.attn_out_norm:  # Muse Spark
+        attn = rms_norm(attn, None, cfg.rms_norm_eps)
     gate = getattr(lw, "attn_gate", None)
     if gate is not None:
         attn = attn * output_gate(cfg, linear(h, gate))

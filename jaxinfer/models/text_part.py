@@ -28,7 +28,8 @@ language model: models/exaone4). StepFun's Step3p7ForConditionalGeneration keeps
 causal LM's (`model.*`, `lm_head.*`) beside its tower (`vision_model.*`) and projector (`vit_large_projector.*`),
 never read: models/step3p7. MuseGlimmerForConditionalGeneration keeps its language model under
 `model.language_model.*` (its head `lm_head.*`) beside its tower, adapter and projection (`model.vision_tower.*`,
-`model.vision_adapter.*`, `model.vision_projection.*`), never read: models/muse_glimmer.
+`model.vision_adapter.*`, `model.vision_projection.*`), never read: models/muse_glimmer. So does
+MuseSparkForConditionalGeneration, beside its audio tower too (`model.audio_tower.*`): models/muse_spark.
 MiniMax's MiniMaxM3SparseForConditionalGeneration is laid out as Llama 4
 (`language_model.model.*`, `language_model.lm_head.*`) beside its tower (`vision_tower.*`), projector and patch
 merger, never read: text only (models/minimax_m3).
@@ -82,6 +83,9 @@ TEXT_PARTS = {
         replaced="model."),
     "MiniMaxM3SparseForConditionalGeneration": TextPart(
         "", ("vision_tower.", "multi_modal_projector.", "patch_merge_mlp.")),
+    "MuseSparkForConditionalGeneration": TextPart(
+        "model.language_model.", ("model.vision_tower.", "model.vision_adapter.", "model.vision_projection.",
+                                  "model.audio_tower."), replaced="model."),
     "MistralLarge4ForConditionalGeneration": TextPart(
         "", ("vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.")),
 }
