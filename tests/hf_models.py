@@ -708,15 +708,15 @@ ARCH_CONFIGS["olmo_hybrid"] = (
          linear_num_value_heads=4, linear_value_head_dim=8, rope_parameters=dict(rope_type="default", rope_theta=1e4),
          pad_token_id=0),
 )
-# Ling hybrid: a KDA layer (4 heads of 16, one-projection gates, the safe forget gate bounded at -5) with a dense MLP,
-# then latent attention (rank 16, 8 rotated dims in adjacent pairs, each head's output gated) and a KDA layer, each
-# routing 2 of 8 experts within the best of 2 groups by sigmoid score + correction bias beside a shared expert
+# Ling hybrid: a KDA layer (4 heads of 16, one-projection gates, the safe forget gate bounded at -5), then latent
+# attention (rank 16, 8 rotated dims in adjacent pairs, each head's output gated), each routing 2 of 8 experts within
+# the best of 2 groups by sigmoid score + correction bias beside a shared expert (a dense MLP is Kimi Linear's)
 ARCH_CONFIGS["bailing_hybrid"] = (
     hf.BailingHybridConfig,
-    dict(num_hidden_layers=3, num_key_value_heads=4, head_dim=16, kv_lora_rank=16, q_lora_rank=None,
-         qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, num_local_experts=8, num_experts_per_tok=2, n_group=2,
-         topk_group=1, moe_intermediate_size=32, first_k_dense_replace=1, num_mtp_layers=0, pad_token_id=0,
-         layer_types=["linear_attention", "full_attention", "linear_attention"], rope_theta=1e4),
+    dict(num_key_value_heads=4, head_dim=16, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+         qk_nope_head_dim=16, v_head_dim=16, num_local_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+         moe_intermediate_size=32, first_k_dense_replace=0, num_mtp_layers=0, pad_token_id=0,
+         layer_types=["linear_attention", "full_attention"], rope_theta=1e4),
 )
 # A.X-K2: DeepSeek-V3.2's tiny model (the indexer keeps the 8 best tokens) with its query and output gate from
 # [normed, raw] q_a, gated norms of rank 8; layer 0 dense, layer 1 routes 3 of 8 experts without groups (n_group null)
