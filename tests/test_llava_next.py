@@ -16,10 +16,13 @@ from hf_models import COMMON, hf, save_tiny_tokenizer
 from PIL import Image
 from test_internvl import KNOBS as INTERNVL_KNOBS
 from test_llava import KNOBS as LLAVA_KNOBS
+from test_llava import chat_message
 from vision_models import TOWER, random_image
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.config.model import ConfigError
+from jaxinfer.entrypoints.chat_template import render_conversations
+from jaxinfer.entrypoints.multimodal import chat_prompts
 from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES, from_hf_config
 from jaxinfer.models.vision_language import read_vision_language_config
 from jaxinfer.runtime.prompt_logprobs import all_position_logits
@@ -178,3 +181,25 @@ def llava_text_config(config: dict) -> dict:
     """The checkpoint's text_config as its causal LM's own config."""
     text = config["text_config"]
     return {**text, "architectures": ["LlamaForCausalLM" if text["model_type"] == "llama" else "Qwen2ForCausalLM"]}
+
+
+# llava-hf's NeXT template (OneVision's renders images the same way) over typed parts: an image as `<image>\n`
+TYPED_TEMPLATE = ("{% for message in messages %}{{ message['role'].upper() + ': ' }}"
+                  "{% for c in message['content'] | selectattr('type', 'equalto', 'image') %}"
+                  "{{ '<image>\\n' }}{% endfor %}"
+                  "{% for c in message['content'] | selectattr('type', 'equalto', 'text') %}{{ c['text'] }}{% endfor %}"
+                  "{% endfor %}{{ ' ASSISTANT:' }}")
+# the same template over string contents (as LLM.chat renders them: vLLM's "string" content format)
+STRING_TEMPLATE = "{% for message in messages %}{{ message['role'].upper() + ': ' + message['content'] }}{% endfor %}" \
+                  "{{ ' ASSISTANT:' }}"
+
+
+def test_chat_image_part_renders_as_hf_template(family):
+    """LLM.chat's image_url part becomes `<image>\\n` before the text, as the checkpoints' template renders an image
+    part (and vLLM joins a mark to its text): the prompt HF's processor builds, not `<image>` glued to the text."""
+    _, _, _, llm = family
+    messages, (images,) = chat_prompts(chat_message(random_image(4)), llm.image_prompts)
+    (ours,) = render_conversations(llm.get_tokenizer(), messages, STRING_TEMPLATE, True, None, None)
+    typed = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "The quick brown fox"}]}]
+    assert len(images) == 1
+    assert ours == llm.get_tokenizer().apply_chat_template(typed, chat_template=TYPED_TEMPLATE, tokenize=False)

@@ -139,14 +139,14 @@ class ImagePrompts:
         return self.tokenizer.convert_ids_to_tokens(mark_token_id(self.cfg))
 
     def image_text(self) -> str:
-        """What an image part of a chat message becomes: the mark, inside Qwen2-VL's vision start and end; InternVL's
-        followed by a newline, as its checkpoints' chat template renders an image part (and vLLM joins a mark to
-        its text)."""
+        """What an image part of a chat message becomes: the mark, inside Qwen2-VL's vision start and end; InternVL's,
+        LLaVA-NeXT's and LLaVA-OneVision's followed by a newline, as their checkpoints' chat templates render an
+        image part (and vLLM joins a mark to its text)."""
         if isinstance(self.cfg, Qwen2VLConfig):
             start, end = self.tokenizer.convert_ids_to_tokens([self.cfg.vision_start_token_id,
                                                               self.cfg.vision_end_token_id])
             return f"{start}{self.image_token}{end}"
-        if isinstance(self.cfg, InternVLVisionConfig):
+        if isinstance(self.cfg, (InternVLVisionConfig, LlavaNextConfig)):
             return f"{self.image_token}\n"
         return self.image_token
 
