@@ -300,8 +300,8 @@ def test_qwen3_next_config_as_transformers_reads_it():
     assert (ss.num_heads, ss.head_dim, ss.state_size, ss.n_groups, ss.conv_dim) == (4, 16, 8, 2, 96)
     assert in_mtp_layer(cfg, "mtp.layers.0.mlp.gate.weight") and not in_mtp_layer(cfg, "model.layers.0.mlp.gate.weight")
     with pytest.raises(ConfigError, match="not supported for Qwen3NextForCausalLM: the recurrent state of its state "
-                                          r"layers \(Mamba-1, Mamba2, Gated DeltaNet or short conv\) cannot be "
-                                          "rolled back"):
+                                          r"layers \(Mamba-1, Mamba2, Gated DeltaNet, lightning attention or short "
+                                          r"conv\) cannot be rolled back"):
         check_speculation(SpeculativeConfig(method="mtp", num_speculative_tokens=1), cfg)
     with pytest.raises(ConfigError, match="enable_prefix_caching=True is not supported for Qwen3NextForCausalLM"):
         prefix_caching_setting(True, cfg)
@@ -467,7 +467,8 @@ def test_lfm3_config_as_transformers_reads_it():
 def test_minimax_config_as_transformers_reads_it():
     """MiniMaxConfig's layers by default (every other from layer 1 lightning), the lightning state (heads of head_dim
     keys and values, no conv, chunks of block_size), the residual weights, each lightning layer's decay rates as
-    transformers' slope_rate buffer; layer kinds and block sizes it does not run refused by name."""
+    transformers' slope_rate buffer; layer kinds and block sizes it does not run refused by name, and prefix caching
+    (naming its lightning layers)."""
     hf_config = {k: v for k, v in MINIMAX.items() if k != "layer_types"}
     config = hf.MiniMaxConfig(**{**hf_config, "num_hidden_layers": 4})
     cfg = from_hf_config({**config.to_dict(), "architectures": ["MiniMaxForCausalLM"]})
@@ -484,3 +485,5 @@ def test_minimax_config_as_transformers_reads_it():
         from_hf_config({**hf_config, **arch, "layer_types": ["mamba"] * 3})
     with pytest.raises(ConfigError, match="block_size 0 is not supported for MiniMaxForCausalLM"):
         from_hf_config({**MINIMAX, **arch, "block_size": 0})
+    with pytest.raises(ConfigError, match=r"not supported for MiniMaxForCausalLM: its state layers \(.*lightning"):
+        prefix_caching_setting(True, cfg)  # the message names MiniMax's own state layers

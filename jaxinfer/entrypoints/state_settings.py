@@ -13,7 +13,8 @@ from __future__ import annotations
 from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.speculative.config import SpeculativeConfig
 
-STATE_LAYERS = "state layers (Mamba-1, Mamba2, Gated DeltaNet or short conv)"  # how the messages name them
+# how the messages name them
+STATE_LAYERS = "state layers (Mamba-1, Mamba2, Gated DeltaNet, lightning attention or short conv)"
 
 
 def check_row_pages(kv_dtype: str, cfg: ModelConfig) -> None:
