@@ -96,6 +96,14 @@
 #                                                   # AFMoE), HY-V4's hyper-connections, Qwen4-Exp, Zamba2, the
 #                                                   # Gemma 4 assistant's draft step, LLM.encode's pooling, fixed
 #                                                   # token masks over multi-step calls (~7 min, untried)
+#   bash scripts/gpu_session.sh features8 [OUT_DIR]  # what landed on 2026-11-30 (eighth sitting) on the GPU:
+#                                                   # 17 families' logits (DeepSeek-V4, Dory, HRM-Text, Beam,
+#                                                   # ZAYA, Doge, DiffLlama, LaraMini, A.X-K2, OLMo Hybrid, Ling
+#                                                   # hybrid, MiniMax-M3, Step 3.7, Muse Glimmer/Spark, Gemma 4
+#                                                   # Unified, Cohere Compass), Inkling and MiniMax-Text-01 on
+#                                                   # the engine, LLaVA-NeXT/OneVision, the Gemma 4 assistant
+#                                                   # drafting in the engine (Pallas pages on a GPU, never run
+#                                                   # before), a fixed token mask over verify rounds (~7 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -292,6 +300,17 @@ features7)
         tests/test_classify.py tests/test_token_filters.py tests/test_train_pair.py tests/test_moe.py \
         tests/test_hf_parity.py \
         -k "not hf_parity or opt_350m or vaultgemma or persimmon or olmo or ministral or helium or cwm or jetmoe or flex_olmo or mellum or nanochat or gpt_neo or jais2 or hyperclovax or youtu or hy_v4 or kolibri1 or granite_swa or granitemoe_swa or afmoe or codegen or flint or hy_v3 or axk1 or bitnet"
+    ;;
+features8)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature8_tests 420 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 \
+        --durations=15 --junitxml="$out/feature8_tests.xml" tests/test_deepseek_v4.py tests/test_inkling.py \
+        tests/test_engine_gemma4_assistant.py tests/test_gemma4_assistant.py tests/test_llava_next.py \
+        tests/test_text_only_wrappers.py tests/test_hybrid_families.py tests/test_ssd_chunks.py \
+        tests/test_light_family_configs.py tests/test_neighbour_family_configs.py tests/test_engine_ngram_device.py \
+        tests/test_token_filters.py tests/test_hf_parity.py \
+        -k "not hf_parity or axk2 or bailing_hybrid or beam or cohere_compass or deepseek_v4 or diffllama or doge or dory or gemma4_unified or hrm_text or lara_mini or minimax_m3 or muse_glimmer or muse_spark or olmo_hybrid or step3p7 or zaya"
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
