@@ -32,14 +32,13 @@ from jaxinfer.models.deepseek_v32 import DsaLayerWeights, DsaMoELayerWeights
 from jaxinfer.models.deepseek_v32 import abstract_layer as dsa_layer
 from jaxinfer.models.deepseek_v32 import hf_leaves as dsa_hf_leaves
 from jaxinfer.models.family import Family, HFLeaf
-from jaxinfer.models.latent_attention import LATENT_NORM_EPS, latent_rows, per_head
+from jaxinfer.models.latent_attention import LATENT_NORM_EPS
 from jaxinfer.models.layers import Weight, linear, linears
-from jaxinfer.models.lightning_indexer import index_key, index_query
 from jaxinfer.models.mlp import gated_mlp
 from jaxinfer.models.norms import rms_norm
 from jaxinfer.models.rope import CosSin, RopeTables
-from jaxinfer.models.self_attention import HIDDEN, KV_HEADS, Q_HEADS
-from jaxinfer.models.sparse_latent_attention import sparse_attend
+from jaxinfer.models.self_attention import HIDDEN, Q_HEADS
+from jaxinfer.models.sparse_latent_attention import sparse_latent_heads
 from jaxinfer.parallel.array_info import ArrayInfo
 
 ARCHITECTURES = ("AXK2ForCausalLM",)
@@ -135,20 +134,13 @@ def gated_query_attention(
 ) -> tuple[jax.Array, Any]:
     """`sparse_latent_attention` with the query and its gate from [normed, raw] q_a [B, T, 2Q], each head's output
     times sigmoid(gate): [B, T, D]."""
-    layout, indexer = cache.layout, cfg.latent_attention.indexer
     q_raw, kv = linears(h, [lw.wq_a, lw.wkv_a])
     q_low = rms_norm(q_raw, lw.q_a_norm, LATENT_NORM_EPS)
     both = jnp.concatenate([q_low, q_raw], axis=-1)
     q, gate = linear(both, lw.wq), linear(both, lw.attn_gate)
-    q_nope, q_pe, row = latent_rows(q, kv, lw, cfg, rope)
-    row = layout.constrain(jnp.concatenate([row, index_key(h, lw, indexer, rope).astype(row.dtype)], -1), KV_HEADS)
-    cache = cache.write(layer, row, row, positions)
-    q_latent = per_head(layout.constrain(q_nope, Q_HEADS), lw.w_uk, "bthn,hrn->bthr")
-    index_q, index_w = index_query(h, q_low, lw, indexer, rope)
-    weighted = sparse_attend(jnp.concatenate([q_latent, q_pe], -1), index_q, index_w, cache, layer, positions, cfg)
-    heads = per_head(weighted, lw.w_uv, "bthr,hvr->bthv")
+    heads, written = sparse_latent_heads(cfg, h, cache, lw, layer, positions, rope, (q_low, q, kv))
     heads = (heads.astype(jnp.float32) * jax.nn.sigmoid(gate.astype(jnp.float32))).astype(heads.dtype)
-    return linear(layout.constrain(heads, Q_HEADS), lw.wo, contract=2), cache
+    return linear(cache.layout.constrain(heads, Q_HEADS), lw.wo, contract=2), written
 
 
 def decoder_layer(cfg: ModelConfig, x: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array,

@@ -180,13 +180,24 @@ def sparse_latent_attention(
     """`latent_attention` of a DSA layer (lw: `LatentAttentionLayer` and `IndexerWeights`): the row cached with
     its index key, the query attending its top-k rows only: [B, T, D]."""
     assert isinstance(lw, LatentAttentionLayer) and isinstance(lw, IndexerWeights)
-    layout, indexer = cache.layout, cfg.latent_attention.indexer
     q_low, q, kv = latent_projections(h, lw, cfg)
+    heads, written = sparse_latent_heads(cfg, h, cache, lw, layer, positions, rope, (q_low, q, kv))
+    return linear(cache.layout.constrain(heads, Q_HEADS), lw.wo, contract=2), written
+
+
+def sparse_latent_heads(
+    cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: CosSin,
+    projected: tuple[jax.Array, jax.Array, jax.Array],
+) -> tuple[jax.Array, Any]:
+    """A DSA layer after its projections (q_low [B, T, Q], q [B, T, H, N + P], kv [B, T, R + P]): the row cached
+    with its index key, the query attending its top-k rows: each head's values [B, T, H, V] before o_proj (A.X-K2
+    gates them there), and the cache with this step's rows."""
+    layout, indexer = cache.layout, cfg.latent_attention.indexer
+    q_low, q, kv = projected
     q_nope, q_pe, row = latent_rows(q, kv, lw, cfg, rope)
     row = layout.constrain(jnp.concatenate([row, index_key(h, lw, indexer, rope).astype(row.dtype)], -1), KV_HEADS)
     cache = cache.write(layer, row, row, positions)
     q_latent = per_head(layout.constrain(q_nope, Q_HEADS), lw.w_uk, "bthn,hrn->bthr")
     index_q, index_w = index_query(h, q_low, lw, indexer, rope)
     weighted = sparse_attend(jnp.concatenate([q_latent, q_pe], -1), index_q, index_w, cache, layer, positions, cfg)
-    heads = per_head(weighted, lw.w_uv, "bthr,hvr->bthv")
-    return linear(layout.constrain(heads, Q_HEADS), lw.wo, contract=2), cache
+    return per_head(weighted, lw.w_uv, "bthr,hvr->bthv"), cache
