@@ -17,7 +17,6 @@ import torch
 import transformers
 from hf_models import COMMON, save_tiny_tokenizer
 from PIL import Image
-from test_idefics3 import CHAT_TEMPLATE
 from test_llava import chat_message
 from test_pixtral import our_logits
 from vision_models import random_image
@@ -34,6 +33,11 @@ MARKS = {"start_image_token": "<img>", "end_image_token": "</img>", "context_ima
 TOWER = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2, patch_size=8,
              image_size=32, attention_bias=True)
 SEQ_LEN = 4
+CHAT_TEMPLATE = (  # an image part renders as <IMG_CONTEXT> and a newline, as InternVL's HF template writes it
+    "{% for m in messages %}{{ m['role'] | upper }}: {% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}<IMG_CONTEXT>\n{% else %}{{ p['text'] }}"
+    "{% endif %}{% endfor %}{% endif %} {% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+)
 TWO = "USER: <IMG_CONTEXT>\nThe quick <IMG_CONTEXT> brown fox ASSISTANT:"
 GREEDY = SamplingParams(max_tokens=8, temperature=0)
 # 16 tokens a step: the two images' 7 + 3 tiles (44 rows) are cut across chunks mid-tile

@@ -220,7 +220,7 @@ def test_chat_with_image_url(llm, hf_llava):
     """LLM.chat reads a data: URL image part; the reply is HF's greedy reply to the rendered prompt."""
     image = random_image(4)
     (out,) = llm.chat(chat_message(image), GREEDY)
-    assert out.prompt == "USER: <image>The quick brown foxASSISTANT:"
+    assert out.prompt == "USER: <image>\nThe quick brown foxASSISTANT:"  # the template's own image part
     assert out.outputs[0].token_ids == hf_greedy(hf_llava, llm, image, out.prompt)
 
 

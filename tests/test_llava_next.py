@@ -16,7 +16,7 @@ from hf_models import COMMON, hf, save_tiny_tokenizer
 from PIL import Image
 from test_internvl import KNOBS as INTERNVL_KNOBS
 from test_llava import KNOBS as LLAVA_KNOBS
-from test_llava import chat_message
+from test_llava import chat_message, data_url
 from vision_models import TOWER, random_image
 
 from jaxinfer import LLM, SamplingParams
@@ -155,6 +155,25 @@ def test_engine_greedy_matches_hf(family):
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=GREEDY.max_tokens, do_sample=False)
     assert out.outputs[0].token_ids == expected[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+@pytest.mark.parametrize("family", ["next"], indirect=True)  # the rendering is the family's tokenizer's, not its tower
+def test_chat_through_a_typed_template(family):
+    """LLM.chat through a template that loops over typed parts (llava-hf's; "auto" finds it): the user's text and
+    one image mark, as HF's apply_chat_template renders typed parts, and the ids HF's processor makes of them (the
+    template's mark expanded as a prompt's)."""
+    name, _, _, llm = family
+    image = picture(7, SIZES[1])
+    # the text first: the template puts the image before it, which only an image part (not mark text) lets it do
+    messages = [{"role": "user", "content": [{"type": "text", "text": "The fox"},
+                                             {"type": "image_url", "image_url": {"url": data_url(np.asarray(image))}}]}]
+    (out,) = llm.chat(messages, SamplingParams(max_tokens=1, temperature=0), chat_template=TYPED_TEMPLATE)
+    typed = [{"role": "user", "content": [{"type": "text", "text": "The fox"}, {"type": "image"}]}]
+    assert out.prompt == llm.get_tokenizer().apply_chat_template(typed, chat_template=TYPED_TEMPLATE, tokenize=False)
+    assert out.prompt == "USER: <image>\nThe fox ASSISTANT:"
+    assert out.prompt_token_ids == hf_inputs(name, llm, [image], out.prompt)["input_ids"][0].tolist()
+    with pytest.raises(ValueError, match="chat_template_content_format 'text' is not supported; accepted: auto"):
+        llm.chat(messages, chat_template=TYPED_TEMPLATE, chat_template_content_format="text")
 
 
 def test_unsupported_fields_and_videos_refused(family):

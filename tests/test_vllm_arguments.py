@@ -93,6 +93,8 @@ def test_a_vllm_serve_command_line_parses_into_ours(tmp_path):
     assert args.chat_template == template.read_text() and prefix_caching(args) is False
     assert prefix_caching(_serve("--enable-prefix-caching")) is True and prefix_caching(_serve()) is None
     assert _serve("--chat-template", "{{ messages[0]['content'] }}").chat_template == "{{ messages[0]['content'] }}"
+    assert _serve("--chat-template-content-format", "openai").chat_template_content_format == "openai"
+    assert _serve().chat_template_content_format == "auto"
     cors = cors_settings(_serve("--allowed-origins", '["https://a.example"]', "--allowed-methods", '["POST"]'))
     assert cors == Cors(("https://a.example",), ("POST",), ("*",), False) and cors_settings(_serve()) == Cors()
 
@@ -111,6 +113,12 @@ def test_a_vllm_serve_command_line_parses_into_ours(tmp_path):
 def test_vllm_serve_flags_that_cannot_be_served_are_refused_by_name(argv, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         _serve(*argv)
+
+
+def test_a_bad_chat_template_content_format_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        _serve("--chat-template-content-format", "text")
+    assert "--chat-template-content-format: invalid choice: 'text'" in capsys.readouterr().err
 
 
 def test_vllms_call_names_and_output_fields(text_model_dir):

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxinfer.config import validation
+from jaxinfer.entrypoints.content_format import resolve_content_format
 
 # Used when the tokenizer has no chat template of its own (the demo model has none): one
 # "role: content" line per message, then "assistant:" for the reply. Documented in docs/serving.md.
@@ -26,17 +27,41 @@ def message_text(content: Any, field: str) -> str:
         return content or ""
     if not isinstance(content, Sequence):
         raise TypeError(f"{field} must be a str or a list of text parts, got {type(content).__name__}")
-    parts = []
-    for i, part in enumerate(content):
-        if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise ValueError(f"{field}[{i}]: only text content parts ({{'type': 'text', 'text': ...}}) are supported, "
-                             f"got {part!r:.80}")
-        parts.append(part["text"])
-    return "".join(parts)
+    return "".join(text_part(part, f"{field}[{i}]") for i, part in enumerate(content))
 
 
-def conversation(messages: Any, field: str = "messages") -> list[dict[str, str]]:
-    """Checked messages as [{"role": ..., "content": text}, ...]; at least one."""
+def text_part(part: Any, field: str) -> str:
+    """A text content part's text; ValueError naming the field for any other part."""
+    if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+        raise ValueError(f"{field}: only text content parts ({{'type': 'text', 'text': ...}}) are supported, "
+                         f"got {part!r:.80}")
+    return part["text"]
+
+
+def message_parts(content: Any, field: str) -> list[dict[str, str]]:
+    """A message's content as typed parts (the "openai" content format): a str as one text part, None as none;
+    text parts checked as message_text checks them, and image parts ({"type": "image"}, what
+    multimodal.chat_images makes of an image_url part) kept for the template to mark."""
+    if content is None or isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if not isinstance(content, Sequence):
+        raise TypeError(f"{field} must be a str or a list of content parts, got {type(content).__name__}")
+    return [{"type": "image"} if isinstance(part, Mapping) and dict(part) == {"type": "image"} else
+            {"type": "text", "text": text_part(part, f"{field}[{i}]")} for i, part in enumerate(content)]
+
+
+def message_content(content: Any, field: str, content_format: str) -> str | list[dict[str, str]]:
+    """A message's content as its template reads it: text ("string") or typed parts ("openai")."""
+    return message_parts(content, field) if content_format == "openai" else message_text(content, field)
+
+
+def chat_template_of(tokenizer: Any, chat_template: str | None = None) -> str:
+    """The template a chat renders through: chat_template, else the tokenizer's, else DEFAULT_CHAT_TEMPLATE."""
+    return chat_template or getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
+
+
+def conversation(messages: Any, field: str = "messages", content_format: str = "string") -> list[dict[str, Any]]:
+    """Checked messages as [{"role": ..., "content": text or parts}, ...]; at least one."""
     if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence) or not messages:
         raise TypeError(f"{field} must be a non-empty list of {{'role': ..., 'content': ...}} dicts, "
                         f"got {messages!r:.80}")
@@ -44,16 +69,17 @@ def conversation(messages: Any, field: str = "messages") -> list[dict[str, str]]
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise TypeError(f"{field}[{i}] must be a dict with a str 'role' and a 'content', got {message!r:.80}")
-        out.append({"role": message["role"], "content": message_text(message.get("content"), f"{field}[{i}].content")})
+        content = message_content(message.get("content"), f"{field}[{i}].content", content_format)
+        out.append({"role": message["role"], "content": content})
     return out
 
 
-def conversations(messages: Any) -> list[list[dict[str, str]]]:
+def conversations(messages: Any, content_format: str = "string") -> list[list[dict[str, Any]]]:
     """One conversation or a list of them (as vLLM's `LLM.chat` takes), checked, as a list."""
     if isinstance(messages, Sequence) and not isinstance(messages, str) and messages and \
             isinstance(messages[0], Sequence) and not isinstance(messages[0], str):
-        return [conversation(c, f"messages[{i}]") for i, c in enumerate(messages)]
-    return [conversation(messages)]
+        return [conversation(c, f"messages[{i}]", content_format) for i, c in enumerate(messages)]
+    return [conversation(messages, content_format=content_format)]
 
 
 def render_chat(
@@ -68,7 +94,7 @@ def render_chat(
     Qwen3's `enable_thinking`), checked by check_template_kwargs. continue_final_message leaves the last
     message open for the model to go on with (an assistant prefill), as transformers renders it.
     """
-    template = chat_template or getattr(tokenizer, "chat_template", None) or DEFAULT_CHAT_TEMPLATE
+    template = chat_template_of(tokenizer, chat_template)
     try:
         return tokenizer.apply_chat_template(
             messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, tools=tools,
@@ -90,9 +116,11 @@ def check_template_kwargs(tokenizer: Any, template_kwargs: Mapping[str, Any] | N
 
 def render_conversations(
     tokenizer: Any, messages: Any, chat_template: Any, add_generation_prompt: Any, tools: Any, template_kwargs: Any,
-    continue_final_message: Any = False,
+    continue_final_message: Any = False, content_format: Any = "auto",
 ) -> list[str]:
-    """`LLM.chat`'s arguments checked by name, and each conversation (one, or a list of them) rendered."""
+    """`LLM.chat`'s arguments checked by name, and each conversation (one, or a list of them) rendered, its
+    contents as text or typed parts as content_format (vLLM's chat_template_content_format) resolves for the
+    template."""
     if chat_template is not None and not isinstance(chat_template, str):
         raise TypeError(f"chat_template must be a Jinja template string or None, got {type(chat_template).__name__}")
     generation_prompt = validation.boolean(add_generation_prompt, "add_generation_prompt")
@@ -103,8 +131,9 @@ def render_conversations(
         raise TypeError(f"chat_template_kwargs must be a dict of template variables or None, "
                         f"got {type(template_kwargs).__name__}")
     check_template_kwargs(tokenizer, template_kwargs)
+    content_format = resolve_content_format(content_format, chat_template_of(tokenizer, chat_template))
     return [render_chat(tokenizer, c, generation_prompt, chat_template, tools, template_kwargs, continue_final)
-            for c in conversations(messages)]
+            for c in conversations(messages, content_format)]
 
 
 def check_continuation(add_generation_prompt: bool, continue_final_message: Any) -> bool:

@@ -27,7 +27,8 @@ from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.entrypoints import weight_updates
 from jaxinfer.entrypoints.beam_search import beam_search
 from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
-from jaxinfer.entrypoints.chat_template import chat_prompt_ids, render_conversations
+from jaxinfer.entrypoints.chat_template import chat_prompt_ids, chat_template_of, render_conversations
+from jaxinfer.entrypoints.content_format import resolve_content_format
 from jaxinfer.entrypoints.encoder_loading import is_encoder_dir
 from jaxinfer.entrypoints.llm_loading import LoadingSteps
 from jaxinfer.entrypoints.llm_pooling import PoolingCalls
@@ -301,6 +302,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         continue_final_message: bool = False,
+        chat_template_content_format: str = "auto",
     ) -> list[RequestOutput]:
         """Reply to one conversation ([{"role": ..., "content": ...}, ...]) or a list of them, as vLLM's chat.
 
@@ -310,11 +312,15 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         (SamplingParams(structured_outputs=...)) as the server's tool_choice does. chat_template_kwargs are more
         template variables (vLLM's; e.g. Qwen3's enable_thinking=False). continue_final_message=True (vLLM's;
         with add_generation_prompt=False) continues the last message, an assistant's prefill.
+        chat_template_content_format (vLLM's: "auto", "string", "openai") says whether the template reads a
+        message's content as text or as typed parts; "auto" tells from the template (entrypoints/content_format).
         """
         tokenizer = self.get_tokenizer()
-        messages, images = chat_prompts(messages, self.image_prompts)  # image_url parts: see entrypoints/multimodal
+        typed = resolve_content_format(chat_template_content_format,
+                                       chat_template_of(tokenizer, chat_template)) == "openai"
+        messages, images = chat_prompts(messages, self.image_prompts, typed)  # image_url parts: entrypoints/multimodal
         texts = render_conversations(tokenizer, messages, chat_template, add_generation_prompt, tools,
-                                     chat_template_kwargs, continue_final_message)
+                                     chat_template_kwargs, continue_final_message, "openai" if typed else "string")
         prompts = [chat_prompt_ids(tokenizer, t) for t in texts]
         prompts = [{"prompt_token_ids": ids, "multi_modal_data": {"image": i}} if i else ids
                    for ids, i in zip(prompts, images)]

@@ -233,9 +233,10 @@ class ImagePrompts:
             return ids, tuple(ImageInput.of(marks[k * length], length, p) for k, p in enumerate(pixels))
         return expand(ids, marks, pixels, length)
 
-    def chat_images(self, contents: Sequence[Any], field: str) -> tuple[list[Any], list[Any]]:
-        """Messages' contents with each `image_url` part as the placeholder text, and the images (read from
-        their URLs, see entrypoints/media) in order; ValueError naming the part a model cannot take."""
+    def chat_images(self, contents: Sequence[Any], field: str, typed: bool = False) -> tuple[list[Any], list[Any]]:
+        """Messages' contents with each `image_url` part as the placeholder text (typed: as {"type": "image"}, whose
+        mark the template writes: the "openai" content format), and the images (read from their URLs, see
+        entrypoints/media) in order; ValueError naming the part a model cannot take."""
         out, images = [], []
         for i, content in enumerate(contents):
             if isinstance(content, str) or not isinstance(content, Sequence):
@@ -243,23 +244,26 @@ class ImagePrompts:
                 continue
             parts = []
             for j, part in enumerate(content):
+                where = f"{field}[{i}].content[{j}]"
+                if typed and isinstance(part, Mapping) and part.get("type") == "image":  # a mark with no image
+                    raise ValueError(f"{where}: an {{'type': 'image'}} part carries no image; send an image_url part")
                 if not (isinstance(part, Mapping) and part.get("type") == "image_url"):
                     parts.append(part)
                     continue
-                where = f"{field}[{i}].content[{j}]"
                 if self.cfg is None:
                     raise ValueError(f"{where}: this model takes no images (it has no vision tower); send text parts")
                 url = part.get("image_url")
                 url = url.get("url") if isinstance(url, Mapping) else url
                 images.append(load_image(url, f"{where}.image_url.url", self.allowed_local_media_path))
-                parts.append({"type": "text", "text": self.image_text()})
+                parts.append({"type": "image"} if typed else {"type": "text", "text": self.image_text()})
             out.append(parts)
         self.check_count(len(images), field)
         return out, images
 
 
-def chat_prompts(messages: Any, images: ImagePrompts) -> tuple[Any, list[list[Any]]]:
-    """`LLM.chat`'s conversation (or list of them) with image parts as placeholder text, and each one's images."""
+def chat_prompts(messages: Any, images: ImagePrompts, typed: bool = False) -> tuple[Any, list[list[Any]]]:
+    """`LLM.chat`'s conversation (or list of them) with image parts as placeholder text (typed: as image parts
+    whose marks the template writes), and each one's images."""
     several = isinstance(messages, Sequence) and not isinstance(messages, str) and bool(messages) and \
         isinstance(messages[0], Sequence) and not isinstance(messages[0], (str, Mapping))
     out, found = [], []
@@ -270,7 +274,7 @@ def chat_prompts(messages: Any, images: ImagePrompts) -> tuple[Any, list[list[An
             continue
         field = f"messages[{c}]" if several else "messages"
         contents = [m.get("content") if isinstance(m, Mapping) else None for m in conversation]
-        contents, pictures = images.chat_images(contents, field)
+        contents, pictures = images.chat_images(contents, field, typed)
         out.append([{**m, "content": content} if isinstance(m, Mapping) else m
                     for m, content in zip(conversation, contents)])
         found.append(pictures)

@@ -14,7 +14,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.pooler import Pooler
 from jaxinfer.engine import AsyncLLMEngine
-from jaxinfer.entrypoints.openai.chat import ChatCompletionRequest, chat_prompt_ids, create_chat_completion
+from jaxinfer.entrypoints.content_format import check_content_format
+from jaxinfer.entrypoints.openai.chat import (
+    ChatCompletionRequest,
+    chat_content_format,
+    chat_prompt_ids,
+    create_chat_completion,
+)
 from jaxinfer.entrypoints.openai.completions import CompletionRequest, create_completion
 from jaxinfer.entrypoints.openai.cors import Cors, add_cors
 from jaxinfer.entrypoints.openai.embeddings import EmbeddingRequest, create_embeddings
@@ -67,6 +73,7 @@ class ServerConfig:
     sleep_mode: bool = False  # POST /sleep, /wake_up, GET /is_sleeping (vLLM's --enable-sleep-mode)
     weight_updates: bool = False  # POST /update_weights_from_disk (SGLang's route)
     cors: Cors = Cors()  # cross-origin requests from web pages (off: no origins)
+    chat_template_content_format: str = "auto"  # chat content as text or typed parts (entrypoints/content_format)
 
 
 def _tool_parser(config: ServerConfig) -> ToolParser | None:
@@ -98,6 +105,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
         reasoning_parser=None if config.reasoning_parser is None else reasoning_parser(config.reasoning_parser),
         tool_parser=_tool_parser(config), image_prompts=getattr(llm, "image_prompts", None),
         prompt_embeds=getattr(llm, "prompt_embeds", None),
+        content_format=check_content_format(config.chat_template_content_format),
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state
@@ -207,7 +215,8 @@ def _add_utility_routes(app: FastAPI, state: ServerState) -> None:
         if state.tokenizer is None:
             raise APIError("this model has no tokenizer")
         if body.messages is not None:  # tokenizing is off the event loop
-            ids = await asyncio.to_thread(chat_prompt_ids, state, body.messages)
+            ids = await asyncio.to_thread(chat_prompt_ids, state, body.messages,
+                                          content_format=chat_content_format(state))
         else:
             ids = list(await asyncio.to_thread(state.tokenizer.encode, body.prompt,
                                                add_special_tokens=body.add_special_tokens))

@@ -22,6 +22,7 @@ from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.entrypoints import chat_template
 from jaxinfer.entrypoints.chat_template import DEFAULT_CHAT_TEMPLATE
+from jaxinfer.entrypoints.content_format import resolve_content_format
 from jaxinfer.entrypoints.openai.beam_search import beam_or_sampling, generation
 from jaxinfer.entrypoints.openai.chat_images import take_images, with_images
 from jaxinfer.entrypoints.openai.chat_messages import ChoiceStream, ReplyPlan, assistant_message
@@ -50,9 +51,11 @@ MAX_TOP_LOGPROBS = 20
 def render_chat(
     tokenizer: Any | None, messages: list[ChatMessage], add_generation_prompt: bool = True,
     tools: list[dict] | None = None, template_kwargs: dict | None = None, continue_final_message: bool = False,
+    content_format: str = "string",
 ) -> str:
     """The conversation as prompt text: the tokenizer's chat template, else DEFAULT_CHAT_TEMPLATE;
-    template_kwargs (`chat_template_kwargs`) are more variables for the template."""
+    template_kwargs (`chat_template_kwargs`) are more variables for the template; contents as text or, in the
+    "openai" content_format, typed parts."""
     if tokenizer is None:
         raise APIError("this model has no tokenizer, so chat is not available; use /v1/completions with token ids")
     try:
@@ -64,8 +67,7 @@ def render_chat(
     except ValueError as error:
         raise APIError(str(error), param="continue_final_message") from None
     try:
-        conversation = [{"role": m.role, "content": m.text(), **m.model_dump(include={"name", "tool_calls", "tool_call_id"},
-                                                                              exclude_none=True)} for m in messages]
+        conversation = [template_message(m, content_format) for m in messages]
         return chat_template.render_chat(tokenizer, conversation, add_generation_prompt, tools=tools,
                                          template_kwargs=template_kwargs,
                                          continue_final_message=continue_final_message)
@@ -73,13 +75,21 @@ def render_chat(
         raise APIError(str(error), param="messages") from None
 
 
+def template_message(message: ChatMessage, content_format: str) -> dict[str, Any]:
+    """A message as the template reads it: its content as text or typed parts, and its tool fields."""
+    content = chat_template.message_content(message.content, "messages content", content_format)
+    return {"role": message.role, "content": content,
+            **message.model_dump(include={"name", "tool_calls", "tool_call_id"}, exclude_none=True)}
+
+
 def chat_prompt_ids(
     state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool = True,
     tools: list[dict] | None = None, template_kwargs: dict | None = None, continue_final_message: bool = False,
+    content_format: str = "string",
 ) -> list[int]:
     """Token ids of the rendered conversation (the template writes any BOS itself)."""
     text = render_chat(state.tokenizer, messages, add_generation_prompt, tools, template_kwargs,
-                       continue_final_message)
+                       continue_final_message, content_format)
     return chat_template.chat_prompt_ids(state.tokenizer, text)
 
 
@@ -121,9 +131,10 @@ def prepare_chat_images(state: ServerState, body: ChatCompletionRequest
     /v1/responses runs its requests through this too)."""
     state.limits.check(body)
     tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls, state.tool_parser)
-    messages, images = take_images(state, body.messages)
+    content_format = chat_content_format(state)
+    messages, images = take_images(state, body.messages, content_format == "openai")
     ids = chat_prompt_ids(state, messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs,
-                          body.continue_final_message)
+                          body.continue_final_message, content_format)
     ids, images = with_images(state, ids, images)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params = beam_or_sampling(body, build_params(state, body, ids, None, _top_logprobs(body), requested))
@@ -139,6 +150,13 @@ def prepare_chat_images(state: ServerState, body: ChatCompletionRequest
     elif tools is not None and tools.mode == "auto" and tools.parser.keeps_special:  # its marker is a special token
         params = dataclasses.replace(params, skip_special_tokens=False)
     return ids, images, params, ReplyPlan(_reasoning_start(state, body, params), tools)
+
+
+def chat_content_format(state: ServerState) -> str:
+    """"string" or "openai": --chat-template-content-format, with "auto" the served template's own."""
+    if state.tokenizer is None:  # render_chat refuses the chat
+        return "string"
+    return resolve_content_format(state.content_format, chat_template.chat_template_of(state.tokenizer))
 
 
 def _keep_special_tokens(params: SamplingParams | BeamSearchParams) -> SamplingParams:

@@ -11,12 +11,14 @@ from jaxinfer.entrypoints.openai.protocol import ChatMessage
 from jaxinfer.entrypoints.openai.serving import ServerState
 
 
-def take_images(state: ServerState, messages: list[ChatMessage]) -> tuple[list[ChatMessage], list[Any]]:
-    """The messages with image parts as placeholder text, and their images in order."""
+def take_images(state: ServerState, messages: list[ChatMessage], typed: bool = False
+                ) -> tuple[list[ChatMessage], list[Any]]:
+    """The messages with image parts as placeholder text (typed: as image parts the template marks), and their
+    images in order."""
     if state.image_prompts is None or not any(isinstance(m.content, list) for m in messages):
         return messages, []
     try:
-        contents, images = state.image_prompts.chat_images([m.content for m in messages], "messages")
+        contents, images = state.image_prompts.chat_images([m.content for m in messages], "messages", typed)
     except ValueError as error:
         raise APIError(str(error), param="messages") from None
     return [m.model_copy(update={"content": c}) for m, c in zip(messages, contents)], images

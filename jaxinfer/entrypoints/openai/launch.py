@@ -173,7 +173,7 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
         model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
         args.request_timeout, args.write_timeout, lora_modules(args), runtime_lora_updating(args),
         args.reasoning_parser, args.tool_call_parser, args.max_stored_responses, args.enable_sleep_mode,
-        args.enable_weight_updates, cors_settings(args),
+        args.enable_weight_updates, cors_settings(args), args.chat_template_content_format,
     )
 
 

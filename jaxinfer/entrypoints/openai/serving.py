@@ -46,6 +46,7 @@ class ServerState:
     tool_parser: ToolParser | None = None  # --tool-call-parser: the format "auto" reads calls in (None: Hermes/Llama-3)
     image_prompts: Any | None = None  # chat image_url parts -> images (LLM.image_prompts, entrypoints/multimodal)
     prompt_embeds: Any | None = None  # /v1/completions' prompt_embeds (LLM.prompt_embeds, entrypoints/prompt_embeds)
+    content_format: str = "auto"  # --chat-template-content-format (entrypoints/content_format)
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
         """Token ids of a text or id prompt; ids must be in the vocabulary."""

@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from jaxinfer.config import validation
+from jaxinfer.entrypoints.content_format import CONTENT_FORMATS
 from jaxinfer.entrypoints.openai.cors import Cors, string_list
 
 
@@ -29,6 +30,9 @@ def add_vllm_flags(serve: argparse.ArgumentParser) -> None:
     add("--tokenizer", default=None, metavar="DIR", help="read the tokenizer from DIR instead of the model's")
     add("--chat-template", default=None, metavar="FILE_OR_TEMPLATE",
         help="a Jinja chat template (a file, or the template itself) used instead of the tokenizer's")
+    add("--chat-template-content-format", default="auto", choices=CONTENT_FORMATS,
+        help="how the chat template reads a message's content: as text (string) or as typed parts (openai, "
+        "image parts whose marks the template writes); auto tells from the template")
     add("--enable-prefix-caching", action="store_true",
         help="prefix caching (on by default; a model with Mamba2 state layers refuses it)")
     add("--enable-auto-tool-choice", action="store_true",
