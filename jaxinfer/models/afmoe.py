@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Mapping
 import jax
 
 from jaxinfer.config.model import LAYER_TYPES, ConfigError, ModelConfig, activation_name, common_fields
+from jaxinfer.config.typed_windows import windows_by_type
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.gemma2 import sandwich_layer
 from jaxinfer.models.glm4_moe import abstract_layer as glm4_moe_layer
@@ -142,13 +143,11 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     fields = common_fields(hf, arch)
     layers = fields["num_layers"]
     kinds = layer_kinds(hf, arch, layers)
-    window = int(hf["sliding_window"])
-    if window < 1 and "sliding_attention" in kinds:
-        raise ConfigError(f"sliding_window {window} must be >= 1 for {arch}'s sliding layers")
+    windows = windows_by_type(kinds, int(hf["sliding_window"]), arch)
     bias = bool(hf["attention_bias"])
     return ModelConfig(
         **fields,
-        layer_windows=tuple(window if kind == "sliding_attention" else 0 for kind in kinds),
+        layer_windows=windows,
         nope_layers=tuple(i for i, kind in enumerate(kinds) if kind == "full_attention"),
         qkv_bias=bias,
         o_bias=bias,

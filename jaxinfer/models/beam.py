@@ -30,6 +30,7 @@ import jax.numpy as jnp
 
 from jaxinfer.config.model import LAYER_TYPES, ConfigError, ModelConfig, activation_name, common_fields
 from jaxinfer.config.rope_scaling import RopeScaling, rope_fields
+from jaxinfer.config.typed_windows import windows_by_type
 from jaxinfer.models.afmoe import DenseLayer, MoELayer
 from jaxinfer.models.afmoe import abstract_layer as afmoe_layer
 from jaxinfer.models.attention import attend
@@ -187,16 +188,14 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     kinds = _kinds(hf, "layer_types", pattern, LAYER_TYPES, arch)
     dense = min(3, layers)
     mlps = _kinds(hf, "mlp_layer_types", ["dense"] * dense + ["sparse"] * (layers - dense), ("dense", "sparse"), arch)
-    window = int(hf["sliding_window"])
-    if window < 1 and "sliding_attention" in kinds:
-        raise ConfigError(f"sliding_window {window} must be >= 1 for {arch}'s sliding layers")
+    windows = windows_by_type(kinds, int(hf["sliding_window"]), arch)
     moe = moe_fields(hf, "num_experts", int(hf["moe_intermediate_size"]), experts=256, per_token=8)
     groups, groups_per_token = int(hf["n_group"]), int(hf["topk_group"])
     check_groups(moe["num_experts"], groups, groups_per_token, moe["experts_per_token"])
     bias = bool(hf["attention_bias"])
     return ModelConfig(
         **{**fields, **rope_by_kind(hf, kinds, arch)},
-        layer_windows=tuple(window if kind == "sliding_attention" else 0 for kind in kinds),
+        layer_windows=windows,
         qkv_bias=bias, o_bias=bias, qk_norm=True, norm_scale_first=True,
         activation=activation_name(hf.get("hidden_act") or "silu"),
         final_soft_cap=None if cap is None else float(cap),

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from jaxinfer.config.layer_type_rope import layer_type_rope
 from jaxinfer.config.looped_layers import LoopedLayers
 from jaxinfer.config.model import LAYER_TYPES, ConfigError, ModelConfig, activation_name, common_fields
+from jaxinfer.config.typed_windows import windows_by_type
 from jaxinfer.models.attention import attend
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight, linear, linears
@@ -278,16 +279,13 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     looped = looped_layers(hf, arch)
     fields = common_fields(hf, arch)
     theta, scaling, local_theta = layer_type_rope(hf, THETAS, "rope_local_base_freq", arch)
-    window = int(hf["sliding_window"])
-    if window < 1 and "sliding_attention" in kinds:
-        raise ConfigError(f"sliding_window {window} must be >= 1 for {arch}'s sliding layers")
+    windows = windows_by_type(kinds, int(hf["sliding_window"]), arch)
     bias = bool(hf["attention_bias"])
     return ModelConfig(
         **{**fields, "num_layers": looped.num_layers, "rms_norm_eps": L2_EPS, "rope_theta": theta,
            "rope_scaling": scaling},
         local_rope_theta=local_theta,
-        layer_windows=tuple(window if kinds[looped.stored(i)] == "sliding_attention" else 0
-                            for i in range(looped.num_layers)),
+        layer_windows=tuple(windows[looped.stored(i)] for i in range(looped.num_layers)),
         qkv_bias=bias, o_bias=bias, activation=activation_name(hf.get("hidden_act") or "silu"),
         weightless_norms=True, unit_norms=True, logit_scale=True, logits_scaling=looped.init_scale, looped=looped,
     )

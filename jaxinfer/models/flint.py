@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from jaxinfer.config.model import LAYER_TYPES, ConfigError, ModelConfig, activation_name, common_fields
+from jaxinfer.config.typed_windows import windows_by_type
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.glm4_moe import abstract_layer as glm4_moe_layer
 from jaxinfer.models.glm4_moe import decoder_layer
@@ -73,16 +74,14 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     if len(kinds) != layers or not set(kinds) <= set(LAYER_TYPES):
         raise ConfigError(f"layer_types {kinds!r} must give one of {list(LAYER_TYPES)} for each of the {layers} "
                           f"layers of {arch}")
-    window = int(hf["sliding_window"])
-    if window < 1 and "sliding_attention" in kinds:
-        raise ConfigError(f"sliding_window {window} must be >= 1 for {arch}'s sliding layers")
+    windows = windows_by_type(kinds, int(hf["sliding_window"]), arch)
     experts, per_token = int(hf["num_experts"]), int(hf["num_experts_per_tok"])
     if not 1 <= per_token <= experts:
         raise ConfigError(f"num_experts_per_tok {per_token} must be in [1, num_experts ({experts})] for {arch}")
     bias = bool(hf["attention_bias"])
     return ModelConfig(
         **fields,
-        layer_windows=tuple(window if kind == "sliding_attention" else 0 for kind in kinds),
+        layer_windows=windows,
         nope_layers=tuple(i for i, kind in enumerate(kinds) if kind == "full_attention"),
         qkv_bias=bias,
         o_bias=bias,

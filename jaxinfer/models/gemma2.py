@@ -17,6 +17,7 @@ import jax
 
 from jaxinfer.config.layer_type_rope import layer_type_rope
 from jaxinfer.config.model import ConfigError, ModelConfig, common_fields, field, layer_types
+from jaxinfer.config.typed_windows import windows_by_type
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.layers import Weight
 from jaxinfer.models.llama import LayerWeights, gemma_activation
@@ -119,9 +120,7 @@ def _windows(hf: Mapping[str, Any], arch: str, num_layers: int) -> tuple[int, ..
         if pattern < 1:
             raise ConfigError(f"sliding_window_pattern {pattern} must be >= 1 (every pattern-th layer is global)")
         types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(num_layers)]
-    if window < 1 and "sliding_attention" in types:
-        raise ConfigError(f"sliding_window {window} must be >= 1 for {arch}'s sliding layers")
-    return tuple(window if t == "sliding_attention" else 0 for t in types)
+    return windows_by_type(types, window, arch)
 
 
 def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxinfer.config.model import REQUIRED_FIELDS, ConfigError, ModelConfig, field
+from jaxinfer.config.typed_windows import windows_by_type
 from jaxinfer.models.family import Family, HFLeaf
 from jaxinfer.models.gated_deltanet import deltanet_hf_leaves, deltanet_leaves
 from jaxinfer.models.hybrid import ATTENTION_FIELDS, hybrid_layer
@@ -125,9 +126,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     hf = {**DEFAULTS, **{key: value for key, value in hf.items() if value is not None}}
     check_rotary(hf, arch)
     kinds = layer_kinds(hf, int(hf["num_hidden_layers"]), arch)
-    window = int(hf["sliding_window"])
-    if window < 1 and "sliding_attention" in kinds:
-        raise ConfigError(f"sliding_window {window} must be >= 1 for {arch}'s sliding layers")
+    windows = windows_by_type(kinds, int(hf["sliding_window"]), arch)
     experts, per_token = int(hf["num_experts"]), int(hf["num_experts_per_tok"])
     if not 1 <= per_token <= experts:
         raise ConfigError(f"num_experts_per_tok {per_token} must be in [1, num_experts ({experts})] for {arch}")
@@ -138,7 +137,7 @@ def read_config(hf: Mapping[str, Any], arch: str) -> ModelConfig:
     return ModelConfig(
         **{**fields, "norm_weight_offset": 0.0, "rotary_dim": 0},
         norm_scale_first=True,
-        layer_windows=tuple(window if kind == "sliding_attention" else 0 for kind in kinds),
+        layer_windows=windows,
         nope_layers=tuple(i for i, kind in enumerate(kinds) if kind == "full_attention"),
         norm_topk_prob=bool(field(hf, "norm_topk_prob", True)),
         shared_expert_intermediate_size=shared_expert_width(hf),
