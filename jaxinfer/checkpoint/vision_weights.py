@@ -56,7 +56,8 @@ TOWER_NAMES = {
     "pre_norm": "pre_layrnorm.weight", "pre_norm_bias": "pre_layrnorm.bias",
     "post_norm": "post_layernorm.weight", "post_norm_bias": "post_layernorm.bias",
 }
-PROJECTOR_NAMES = {"w1": "linear_1.weight", "b1": "linear_1.bias", "w2": "linear_2.weight", "b2": "linear_2.bias"}
+PROJECTOR_NAMES = {"w1": "linear_1.weight", "b1": "linear_1.bias", "w2": "linear_2.weight", "b2": "linear_2.bias",
+                   "norm": "projector_layernorm.weight", "norm_bias": "projector_layernorm.bias"}  # norm: VipLLaVA's
 # Gemma 3's projector: its matrix is stored [V, D] as it is used (a Parameter, not a Linear: never transposed)
 GEMMA3_PROJECTOR_NAMES = {"norm": "mm_soft_emb_norm.weight", "projection": "mm_input_projection_weight"}
 IDEFICS3_PROJECTOR_NAMES = {"projection": "modality_projection.proj.weight"}  # its connector's Linear, no bias

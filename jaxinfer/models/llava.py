@@ -1,5 +1,7 @@
 """LLaVA (llava-1.5 style): a vision tower's chosen hidden states, through a 2-layer GELU projector,
-stand in for the image placeholder tokens of any text family's prompt.
+stand in for the image placeholder tokens of any text family's prompt. VipLLaVA
+(VipLlavaForConditionalGeneration) is the same with a LayerNorm before the projector (`projector_layernorm_eps`)
+and its feature layers always read without their first row.
 
 The language model is the text family named by the checkpoint's `text_config` (its ModelConfig
 comes from `text_hf_config`); this module holds what the images add: the tower's config and the
@@ -22,12 +24,13 @@ from jaxinfer.models.vision_tower import (
     VisionWeights,
     abstract_vision,
     hidden_states,
+    layer_norm,
     read_vision_config,
     vision_activation,
 )
 from jaxinfer.parallel.array_info import ArrayInfo
 
-ARCHITECTURES = ("LlavaForConditionalGeneration",)
+ARCHITECTURES = ("LlavaForConditionalGeneration", "VipLlavaForConditionalGeneration")
 # Language models transformers' causal-LM map leaves out (5.24 lists Mistral4ForCausalLM for pretraining only):
 # Mistral Small 4 ships as Mistral3ForConditionalGeneration around one.
 CAUSAL_LM_UNMAPPED = {"mistral4": "Mistral4ForCausalLM"}
@@ -47,6 +50,7 @@ class LlavaConfig:
     text_hidden_size: int
     image_token_id: int
     image_seq_length: int  # placeholder tokens per image
+    projector_norm_eps: float | None = None  # VipLLaVA's LayerNorm before linear_1; None: no norm
 
     @property
     def tokens_per_image(self) -> int:
@@ -63,12 +67,15 @@ class LlavaConfig:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Projector:
-    """linear_1 [F_in, D], act, linear_2 [D, D] (biases None when the checkpoint has none)."""
+    """linear_1 [F_in, D], act, linear_2 [D, D] (biases None when the checkpoint has none), after VipLLaVA's
+    LayerNorm [F_in] (None elsewhere)."""
 
     w1: jax.Array
     b1: jax.Array | None
     w2: jax.Array
     b2: jax.Array | None
+    norm: jax.Array | None = None
+    norm_bias: jax.Array | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -84,7 +91,10 @@ def abstract_llava(cfg: LlavaConfig) -> LlavaWeights:
     """Every tower and projector leaf as an ArrayInfo."""
     f_in, d = cfg.vision.hidden_size * len(cfg.feature_layers), cfg.text_hidden_size
     bias = lambda: ArrayInfo((d,), (None,), init_value=0.0) if cfg.projector_bias else None  # noqa: E731
-    projector = Projector(ArrayInfo((f_in, d), (None, None)), bias(), ArrayInfo((d, d), (None, None)), bias())
+    norm = cfg.projector_norm_eps is not None
+    projector = Projector(ArrayInfo((f_in, d), (None, None)), bias(), ArrayInfo((d, d), (None, None)), bias(),
+                          ArrayInfo((f_in,), (None,), init_value=1.0) if norm else None,
+                          ArrayInfo((f_in,), (None,), init_value=0.0) if norm else None)
     return LlavaWeights(abstract_vision(cfg.vision), projector)
 
 
@@ -97,8 +107,9 @@ def select_features(states: list[jax.Array], cfg: LlavaConfig) -> jax.Array:
     return chosen if cfg.full else chosen[:, 1:]
 
 
-def project(p: Projector, x: jax.Array, activation: str) -> jax.Array:
-    """linear_2(act(linear_1(x)))."""
+def project(p: Projector, x: jax.Array, activation: str, norm_eps: float | None = None) -> jax.Array:
+    """linear_2(act(linear_1(x))), x LayerNormed first where the projector has a norm (VipLLaVA's)."""
+    x = x if p.norm is None else layer_norm(x, p.norm, p.norm_bias, norm_eps)
     h = x @ p.w1 + (0 if p.b1 is None else p.b1)
     return vision_activation(activation, h) @ p.w2 + (0 if p.b2 is None else p.b2)
 
@@ -106,7 +117,7 @@ def project(p: Projector, x: jax.Array, activation: str) -> jax.Array:
 def image_features(weights: LlavaWeights, pixels: jax.Array, cfg: LlavaConfig) -> jax.Array:
     """Language-model embeddings [N, tokens_per_image, D] of images [N, C, H, W]."""
     states = hidden_states(weights.tower, pixels, cfg.vision, cfg.depth)
-    return project(weights.projector, select_features(states, cfg), cfg.projector_activation)
+    return project(weights.projector, select_features(states, cfg), cfg.projector_activation, cfg.projector_norm_eps)
 
 
 def complete_config(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,7 +151,9 @@ def read_llava_config(hf: Mapping[str, Any]) -> LlavaConfig:
     full = complete_config(hf)
     layers = full.get("vision_feature_layer", -2)
     layers = tuple(layers) if isinstance(layers, (list, tuple)) else (layers,)
-    strategy = full.get("vision_feature_select_strategy", "default")
+    vip = full.get("model_type") == "vipllava"
+    # VipLLaVA's get_image_features always drops the first row: it has no strategy field
+    strategy = "default" if vip else full.get("vision_feature_select_strategy", "default")
     if strategy not in STRATEGIES:
         raise ConfigError(f"vision_feature_select_strategy {strategy!r} is not supported; supported: {STRATEGIES}")
     act = full.get("projector_hidden_act", "gelu")
@@ -154,6 +167,7 @@ def read_llava_config(hf: Mapping[str, Any]) -> LlavaConfig:
         projector_bias=full.get("multimodal_projector_bias", True), text_hidden_size=full["text_config"]["hidden_size"],
         image_token_id=full.get("image_token_index", full.get("image_token_id")),
         image_seq_length=full.get("image_seq_length", vision.num_patches),
+        projector_norm_eps=float(full["projector_layernorm_eps"]) if vip else None,
     )
     if cfg.image_seq_length != cfg.tokens_per_image:
         raise ConfigError(f"image_seq_length {cfg.image_seq_length} differs from the {cfg.tokens_per_image} rows "
