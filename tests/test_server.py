@@ -162,6 +162,15 @@ def test_vllms_token_filters_equal_llm_generate(client, reference):
                                   extra_body={"truncate_prompt_tokens": -1})
 
 
+def test_a_priority_is_a_400_unless_the_server_schedules_by_priority(client):
+    out = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=1, extra_body={"priority": 0})
+    assert out.choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                       extra_body={"priority": 3})
+    assert info.value.param == "priority" and "--scheduling-policy priority" in info.value.message
+
+
 def test_chat_continues_the_final_message_as_llm_chat_does(client, reference):
     messages = [{"role": "user", "content": "def add"}, {"role": "assistant", "content": "def add(a"}]
     expected = reference.chat(messages, _greedy(6), add_generation_prompt=False, continue_final_message=True)[0]

@@ -95,6 +95,8 @@ def test_a_vllm_serve_command_line_parses_into_ours(tmp_path):
     assert _serve("--chat-template", "{{ messages[0]['content'] }}").chat_template == "{{ messages[0]['content'] }}"
     assert _serve("--chat-template-content-format", "openai").chat_template_content_format == "openai"
     assert _serve().chat_template_content_format == "auto"
+    assert _serve("--scheduling-policy", "priority").scheduling_policy == "priority"
+    assert _serve().scheduling_policy == "fcfs"
     cors = cors_settings(_serve("--allowed-origins", '["https://a.example"]', "--allowed-methods", '["POST"]'))
     assert cors == Cors(("https://a.example",), ("POST",), ("*",), False) and cors_settings(_serve()) == Cors()
 

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of an accelerator's memory
+SCHEDULING_POLICIES = ("fcfs", "priority")  # vLLM's names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +47,9 @@ class EngineConfig:
     # vLLM's engine seed: requests that give no seed draw theirs from one stream seeded by it, so sampled
     # outputs repeat from run to run (`engine/request_seeds`). None: a fresh random seed per request.
     seed: int | None = None
+    # vLLM's: "fcfs" serves requests in arrival order; "priority" by each request's priority (lower first),
+    # then arrival, and preempts the last in that order when pages run out.
+    scheduling_policy: str = "fcfs"
 
     def __post_init__(self) -> None:
         for name in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens", "max_prefill_seqs", "decode_steps",
@@ -65,6 +69,9 @@ class EngineConfig:
         if fraction is not None and not 0 < fraction <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {fraction!r}")
         check_offloading(self.kv_offloading_size, self.enable_prefix_caching)
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling_policy must be one of {', '.join(map(repr, SCHEDULING_POLICIES))}, "
+                             f"got {self.scheduling_policy!r}")
 
     @property
     def pages_per_seq(self) -> int:

@@ -52,6 +52,7 @@ class Add:
     streamed: bool = False
     lora_request: LoRARequest | None = None
     images: tuple[ImageInput, ...] = ()  # a vision-language model's, over their placeholders in the prompt
+    priority: int = 0  # vLLM's, under scheduling_policy "priority" (lower first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,18 +95,18 @@ class AsyncLLMEngine:
     async def generate(
         self, prompt: str | Sequence[int], params: SamplingParams | None = None, request_id: str | None = None,
         deadline: float | None = None, streamed: bool = False, lora_request: LoRARequest | None = None,
-        images: tuple[ImageInput, ...] = (),
+        images: tuple[ImageInput, ...] = (), priority: int = 0,
     ) -> AsyncIterator[RequestOutput]:
         """Deltas of one request until it finishes; an invalid request raises before the first one.
 
         deadline: the event loop's time (`loop.time()`) by which the request must finish; past it
         the request is aborted and RequestTimeout raised. streamed: its deltas go out as they come
         (see LLMEngine.add_request). lora_request: the LoRA adapter it runs with. images: the prompt's
-        images over their placeholders (a vision-language model's).
+        images over their placeholders (a vision-language model's). priority: see LLMEngine.add_request.
         """
         request_id = request_id or f"async-{next(self._ids)}"
         collector = self._router.open(request_id)
-        self._send(Add(request_id, prompt, params, streamed, lora_request, images))
+        self._send(Add(request_id, prompt, params, streamed, lora_request, images, priority))
         finished = False
         try:
             while not finished:
@@ -213,7 +214,7 @@ class AsyncLLMEngine:
             try:
                 self.engine.add_request(command.request_id, command.prompt, command.params,
                                         streamed=command.streamed, lora_request=command.lora_request,
-                                        images=command.images)
+                                        images=command.images, priority=command.priority)
             except Exception as error:  # a bad request fails alone, at its reader
                 failed[command.request_id] = error
         outputs = self.engine.finish_aborted(aborted)

@@ -30,6 +30,7 @@ from jaxinfer.engine.prompt_checks import (
     check_audio,
     check_images,
     check_logit_bias,
+    check_priority,
     check_prompt,
     check_stop_ids,
     encode_prompt,
@@ -87,6 +88,7 @@ class LLMEngine(StepCalls):
                 config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_seqs, config.decode_steps,
                 lookahead=runner.spec_rounds * (k_max + 1), stream_interval=config.stream_interval,
                 whole_images=runner.vision is not None and runner.vision.bidirectional,
+                by_priority=config.scheduling_policy == "priority",
             ),
             self.blocks,
             None if runner.adapters is None else AdapterSlots(runner.adapters.config.max_loras),
@@ -105,7 +107,7 @@ class LLMEngine(StepCalls):
     def add_request(
         self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None,
         final_only: bool = False, streamed: bool = False, lora_request: LoRARequest | None = None,
-        images: Sequence[ImageInput] = (),
+        images: Sequence[ImageInput] = (), priority: int = 0,
     ) -> None:
         """Queue a request (text or token ids); invalid ones raise here and never reach a step.
 
@@ -118,12 +120,16 @@ class LLMEngine(StepCalls):
         final_only (vLLM's FINAL_ONLY output kind, what `LLM.generate` asks for): no deltas, only
         the whole output once the request finishes. streamed: someone reads its deltas as they come
         (a stream), so while it decodes each call runs at most `stream_interval` steps.
+
+        priority (vLLM's): under scheduling_policy "priority", lower values are admitted first and
+        preempted last; other than 0 it is refused under "fcfs".
         """
         if self.no_weights is not None:
             raise EngineAsleep(str(self.no_weights), self.no_weights.level)  # a fresh one per request
         if request_id in self.groups:
             raise ValueError(f"request_id {request_id!r} is already in use; give each request a unique id")
         params = self.default_params if params is None else params
+        priority = check_priority(priority, self.config.scheduling_policy)
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
         ids = params.kept_prompt(encode_prompt(prompt, self.tokenizer), self.config.max_seq_len)
@@ -144,7 +150,7 @@ class LLMEngine(StepCalls):
                 leader=group[0] if group else None,
                 detokenizer=None if self.tokenizer is None else Detokenizer(self.tokenizer, params.skip_special_tokens),
                 grammar=self.structured.start(params),  # compiled (cached) here: bad constraints raise before queueing
-                streamed=streamed, adapter=adapter, images=images, audio=audio,
+                streamed=streamed, adapter=adapter, images=images, audio=audio, priority=priority,
             )
             if self.speculator is not None:
                 request.spec_counts = zero_counts(self.speculator.k_max)

@@ -39,6 +39,18 @@ def check_prompt(ids: list[int], max_tokens: int, vocab_size: int, max_seq_len: 
         raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
 
 
+def check_priority(priority: object, policy: str) -> int:
+    """The request's priority, or an error naming it: an integer, and other than 0 only under the "priority"
+    scheduling policy (vLLM refuses it under "fcfs" too, where it would be silently ignored)."""
+    if isinstance(priority, bool) or not isinstance(priority, int | np.integer):
+        raise TypeError(f"priority must be an integer (lower is served first), got {priority!r}")
+    if priority and policy != "priority":
+        raise ValueError(f"priority={priority} needs scheduling_policy='priority' (LLM(..., scheduling_policy="
+                         f"'priority') or `jaxinfer serve --scheduling-policy priority`); under {policy!r} every "
+                         "request has priority 0")
+    return int(priority)
+
+
 def check_logit_bias(bias: Mapping[int, float] | None, vocab_size: int) -> None:
     """Raise ValueError for logit_bias token ids outside the vocabulary (SamplingParams checked the rest)."""
     bad = sorted(t for t in bias or () if t >= vocab_size)

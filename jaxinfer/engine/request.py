@@ -95,6 +95,7 @@ class Request:
     # through preemption (None until then)
     image_rows: object | None = None
     audio: object | None = None  # [mel bins, frames] float32 log-mel features (an encoder-decoder model's)
+    priority: int = 0  # vLLM's: under scheduling_policy "priority", lower values are admitted first
 
     @property
     def all_ids(self) -> list[int]:

@@ -8,10 +8,15 @@ steps; their pages are reserved first, and when the pool is short it runs fewer 
 than preempt anyone. When pages run out for a single step, the most recently admitted request
 is preempted: its pages are released and it recomputes later, with identical output. Where an
 image's tokens attend to each other both ways (Gemma 3), a chunk never ends inside an image.
+
+vLLM's scheduling policies: "fcfs" admits in arrival order (a preempted request first) and preempts
+the latest admitted; "priority" admits by (priority, arrival), lower first, and preempts the running
+request that comes last in that order, which may be the one that asked for pages.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import statistics
@@ -38,6 +43,7 @@ class SchedulerConfig:
     lookahead: int = 1  # tokens an all-decode call may add per row (decode steps, or drafts + 1)
     stream_interval: int | None = None  # decode steps a call may run while a streamed request is in it (None: paced)
     whole_images: bool = False  # a prefill chunk never ends inside an image (Gemma 3's attend both ways)
+    by_priority: bool = False  # vLLM's scheduling_policy "priority" (False: "fcfs")
 
 
 @dataclasses.dataclass
@@ -90,7 +96,10 @@ class Scheduler:
 
     def add(self, request: Request) -> None:
         """Queue a new request."""
-        self.waiting.append(request)
+        if self.config.by_priority:
+            bisect.insort(self.waiting, request, key=priority_order)
+        else:
+            self.waiting.append(request)
 
     def remove(self, request: Request) -> None:
         """Take a request out of the queues and free its pages (finish or abort)."""
@@ -274,7 +283,7 @@ class Scheduler:
         return whole_image_count(request.images, start, count) if self.config.whole_images else count
 
     def _grow(self, request: Request, need: int, scheduled: list[Row]) -> bool:
-        """Give request `need` pages in all, preempting the latest-admitted unscheduled others.
+        """Give request `need` pages in all, preempting others not scheduled this step (`_victim`).
 
         Returns False when the request itself had to be preempted.
         """
@@ -282,13 +291,20 @@ class Scheduler:
             try:
                 request.pages += self.blocks.allocate(need - len(request.pages), _last(request.pages))
             except OutOfPages:
-                taken = {id(row.request) for row in scheduled} | {id(request)}
-                others = [r for r in self.running if id(r) not in taken]
-                victim = others[-1] if others else request
+                victim = self._victim(request, scheduled)
                 self._preempt(victim)
                 if victim is request:
                     return False
         return True
+
+    def _victim(self, request: Request, scheduled: list[Row]) -> Request:
+        """Whom to preempt so that `request` grows: a running request not scheduled this step, the latest
+        admitted (fcfs) or the last in priority order, `request` itself included (priority)."""
+        taken = {id(row.request) for row in scheduled} | {id(request)}
+        others = [r for r in self.running if id(r) not in taken]
+        if self.config.by_priority:
+            return max([*others, request], key=priority_order)
+        return others[-1] if others else request
 
     def preempt_all(self) -> None:
         """Send every running request back to waiting (it recomputes)."""
@@ -299,7 +315,10 @@ class Scheduler:
         self.running.remove(request)
         self._free(request)
         request.status = Status.WAITING
-        self.waiting.appendleft(request)
+        if self.config.by_priority:
+            bisect.insort(self.waiting, request, key=priority_order)
+        else:
+            self.waiting.appendleft(request)
         self.num_preemptions += 1
 
     def _free(self, request: Request) -> None:
@@ -318,6 +337,11 @@ def pages_to_reserve(requests: list[Request], lookahead: int, blocks: BlockManag
     return sum(
         max(0, blocks.pages_for(min(r.num_tokens - 1 + lookahead, r.max_total)) - len(r.pages)) for r in requests
     )
+
+
+def priority_order(request: Request) -> tuple[int, float]:
+    """A request's place under the "priority" policy: lower priority values first, then earlier arrivals."""
+    return request.priority, request.timing.arrival
 
 
 def whole_image_count(images: tuple[ImageInput, ...], start: int, count: int) -> int:

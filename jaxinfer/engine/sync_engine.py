@@ -30,19 +30,21 @@ class SyncLLMEngine:
 
     def add(self, prompts: Sequence[str | Sequence[int]], params: Sequence[SamplingParams], final_only: bool,
             streamed: bool = False, lora_requests: Sequence[LoRARequest | None] | None = None,
-            images: Sequence[Sequence[ImageInput]] | None = None) -> list[str]:
+            images: Sequence[Sequence[ImageInput]] | None = None,
+            priorities: Sequence[int] | None = None) -> list[str]:
         """Queue all requests, or none: an invalid one aborts those queued before it and raises
-        (final_only, streamed, each prompt's lora_request and images: see LLMEngine.add_request)."""
+        (final_only, streamed, each prompt's lora_request, images and priority: see LLMEngine.add_request)."""
         added: list[str] = []
         adapters = lora_requests or [None] * len(prompts)
         pictures = images or [()] * len(prompts)
+        ranks = priorities or [0] * len(prompts)
         try:
-            for prompt, p, adapter, image in zip(prompts, params, adapters, pictures):
+            for prompt, p, adapter, image, rank in zip(prompts, params, adapters, pictures, ranks):
                 request_id = f"llm-{next(self._ids)}"
                 self.router.open(request_id)
                 added.append(request_id)
                 self.engine.add_request(request_id, prompt, p, final_only=final_only, streamed=streamed,
-                                        lora_request=adapter, images=image)
+                                        lora_request=adapter, images=image, priority=rank)
         except Exception:
             self.abort(added)
             raise

@@ -1,5 +1,5 @@
 """What an `LLM` call's arguments become: prompts as token ids checked against the model, one
-SamplingParams per prompt, and the progress bar a call shows when asked (use_tqdm)."""
+SamplingParams and one priority per prompt, and the progress bar a call shows when asked (use_tqdm)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,18 @@ def params_for(prompts: list[Prompt], params: SamplingParams | Sequence[Sampling
     for p in params_list:
         validation.token_ids(p.stop_token_ids, "stop_token_ids", vocab_size)
     return params_list
+
+
+def priorities_for(priority: Sequence[int] | None, count: int) -> list[int]:
+    """One priority per prompt (vLLM's `generate(priority=[...])`): 0 for all when None; each is checked as the
+    engine queues it (an integer, and other than 0 only under scheduling_policy "priority")."""
+    if priority is None:
+        return [0] * count
+    if isinstance(priority, (str, bytes)) or not isinstance(priority, Sequence):
+        raise TypeError(f"priority must be a list of integers, one per prompt, or None, got {type(priority).__name__}")
+    if len(priority) != count:
+        raise ValueError(f"got {len(priority)} priorities for {count} prompts; pass one per prompt")
+    return list(priority)
 
 
 def checked_ids(prompts: list[Prompt], tokenizer: Any | None, model_dir: Path, vocab_size: int, max_seq_len: int,

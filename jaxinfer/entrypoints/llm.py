@@ -26,7 +26,7 @@ from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.entrypoints import weight_updates
 from jaxinfer.entrypoints.beam_search import beam_search
-from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, progress_bar
+from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, priorities_for, progress_bar
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, chat_template_of, render_conversations
 from jaxinfer.entrypoints.content_format import resolve_content_format
 from jaxinfer.entrypoints.encoder_loading import is_encoder_dir
@@ -112,8 +112,10 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     docs/engine.md). speculative takes a SpeculativeConfig or a dict of its fields or vLLM's keys;
     speculative_config is vLLM's name for it (`speculative.vllm_config`). seed (vLLM's): requests that give no
     seed draw theirs from a stream it seeds, so sampled outputs repeat from run to run (None: random).
-    tokenizer (vLLM's): another directory to read the tokenizer from. Other vLLM arguments (docs/vllm.md) are
-    taken where they change nothing here and refused by name where they would (`entrypoints.vllm_arguments`).
+    tokenizer (vLLM's): another directory to read the tokenizer from. scheduling_policy (vLLM's): "fcfs" (arrival
+    order) or "priority" (`generate(priority=[...])`, lower first; docs/engine.md). Other vLLM arguments
+    (docs/vllm.md) are taken where they change nothing here and refused by name where they would
+    (`entrypoints.vllm_arguments`).
     """
 
     def __init__(
@@ -158,6 +160,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         speculative_config: SpeculativeConfig | dict | None = None,
         seed: int | None = None,
         tokenizer: str | Path | None = None,
+        scheduling_policy: str = "fcfs",
         **vllm_engine_args: Any,
     ):
         self.model_dir = validation.model_dir(DEMO_MODEL if model is None else model, "model")
@@ -203,6 +206,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
             decode_steps=decode_steps,
             stream_interval=stream_interval, overlap_outputs=overlap_outputs, async_scheduling=async_scheduling,
             kv_offloading_size=check_offloading(kv_offloading_size, self.config), seed=seed,
+            scheduling_policy=scheduling_policy,
         )
         check_speculation(speculative, self.config)
         if speculative is not None and speculative.method == "mtp" and not speculative.reads_target_kv:
@@ -225,6 +229,7 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
+        priority: Sequence[int] | None = None,
     ) -> list[RequestOutput]:
         """Generate for one prompt or many (str, token ids, or vLLM's dict {"prompt" or "prompt_token_ids",
         "multi_modal_data": {"image": ...}} for a vision-language model: docs/multimodal.md; or {"prompt_embeds":
@@ -232,16 +237,18 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
 
         use_tqdm=True shows a progress bar over the requests on stderr. lora_request (vLLM's): the
         LoRA adapter every prompt runs with, or one per prompt (None: the base model); needs
-        enable_lora=True.
+        enable_lora=True. priority (vLLM's): one integer per prompt, lower served first; needs
+        scheduling_policy="priority".
         """
         self._check_generating("LLM.generate")
         prompts, images = self._split_prompts(prompts)
         prompts = self._as_list(prompts)
         params_list = self._params_for(prompts, sampling_params)
         adapters = lora_requests_for(lora_request, len(prompts))
+        priorities = priorities_for(priority, len(prompts))
         bar = progress_bar(use_tqdm, len(prompts), "Processed prompts", "req")
         try:
-            return self._engine_generate(prompts, params_list, bar.update, adapters, images)
+            return self._engine_generate(prompts, params_list, bar.update, adapters, images, priorities)
         finally:
             bar.close()
 
@@ -255,9 +262,11 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
     def _engine_generate(
         self, prompts: list[Prompt], params: list[SamplingParams], on_finished: Callable[[int], object] | None = None,
         lora_requests: list[LoRARequest | None] | None = None, images: list[tuple] | None = None,
+        priorities: list[int] | None = None,
     ) -> list[RequestOutput]:
         """The requests run to the end on the engine (draft-model and EAGLE ones too), outputs in order."""
-        added = self._front.add(prompts, params, final_only=True, lora_requests=lora_requests, images=images)
+        added = self._front.add(prompts, params, final_only=True, lora_requests=lora_requests, images=images,
+                                priorities=priorities)
         return self._front.run(added, on_finished)
 
     def beam_search(

@@ -106,6 +106,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
         tool_parser=_tool_parser(config), image_prompts=getattr(llm, "image_prompts", None),
         prompt_embeds=getattr(llm, "prompt_embeds", None),
         content_format=check_content_format(config.chat_template_content_format),
+        scheduling_policy=engine.config.scheduling_policy,
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state

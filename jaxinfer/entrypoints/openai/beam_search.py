@@ -56,19 +56,19 @@ def beam_or_sampling(body: SamplingFields, params: SamplingParams) -> SamplingPa
 
 def generation(state: ServerState, ids: list[int], params: SamplingParams | BeamSearchParams, request_id: str,
                deadline: float | None, streamed: bool, adapter: LoRARequest | None,
-               images: tuple = ()) -> AsyncIterator[RequestOutput]:
+               images: tuple = (), priority: int = 0) -> AsyncIterator[RequestOutput]:
     """One prompt's outputs: the engine's deltas, or its beams as one final output (images: the prompt's,
-    a vision-language model's)."""
+    a vision-language model's; priority: vLLM's, every beam step's requests run at it)."""
     if isinstance(params, BeamSearchParams):
-        return beam_stream(state, ids, params, request_id, deadline, adapter, images)
+        return beam_stream(state, ids, params, request_id, deadline, adapter, images, priority)
     with_images = {"images": images} if images else {}
     return state.engine.generate(ids, params, request_id, deadline, streamed=streamed, lora_request=adapter,
-                                 **with_images)
+                                 priority=priority, **with_images)
 
 
 async def beam_stream(state: ServerState, ids: list[int], params: BeamSearchParams, request_id: str,
-                      deadline: float | None, adapter: LoRARequest | None, images: tuple = ()
-                      ) -> AsyncIterator[RequestOutput]:
+                      deadline: float | None, adapter: LoRARequest | None, images: tuple = (),
+                      priority: int = 0) -> AsyncIterator[RequestOutput]:
     """The search's one final output (its beams as samples), or the first failed step's output (images: the
     prompt's, run with every step)."""
     with_images = {"images": images} if images else {}
@@ -79,7 +79,7 @@ async def beam_stream(state: ServerState, ids: list[int], params: BeamSearchPara
         for number in itertools.count():
             outputs = await asyncio.gather(*(
                 _final(state.engine.generate(beam.tokens, step, f"{request_id}-{number}-{k}", deadline,
-                                             lora_request=adapter, **with_images))
+                                             lora_request=adapter, priority=priority, **with_images))
                 for k, beam in enumerate(beams)))
             failed = [output for output in outputs if output.error]
             if failed:

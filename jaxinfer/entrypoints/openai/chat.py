@@ -105,13 +105,14 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 async def create_chat_completion(body: ChatCompletionRequest, state: ServerState, request: Request):
     """Render, check and run one conversation; stream chunks or return the finished message."""
     adapter = state.check_model(body.model)
+    priority = state.priority(body.priority)
     timeout = state.timeout(body.timeout)
     deadline = deadline_after(timeout)  # counted from arrival: rendering and queueing are part of it
     # tokenizing, reading images and compiling off the loop
     ids, images, params, plan = await asyncio.to_thread(prepare_chat_images, state, body)
     state.start(request, body.n)
     response_id = new_id("chatcmpl")
-    stream = generation(state, ids, params, response_id, deadline, body.stream, adapter, images)
+    stream = generation(state, ids, params, response_id, deadline, body.stream, adapter, images, priority)
     model = adapter.lora_name if adapter else state.model_name
     header = {"id": response_id, "created": int(time.time()), "model": model}
     if body.stream:

@@ -98,6 +98,7 @@ def generated_max_tokens(body: CompletionRequest) -> int | None:
 async def create_completion(body: CompletionRequest, state: ServerState, request: Request):
     """Start every prompt of the request; stream chunks or return the finished response."""
     adapter = state.check_model(body.model)
+    priority = state.priority(body.priority)
     if body.best_of is not None and body.best_of != body.n:
         raise APIError("best_of other than n is not supported", param="best_of")
     timeout = state.timeout(body.timeout)
@@ -105,7 +106,7 @@ async def create_completion(body: CompletionRequest, state: ServerState, request
     prompts, params, echoes, images = await asyncio.to_thread(_prepare, state, body)  # tokenizing: off the loop
     state.start(request, body.n * len(prompts))
     response_id = new_id("cmpl")
-    streams = [generation(state, ids, p, f"{response_id}-{i}", deadline, body.stream, adapter, rows)
+    streams = [generation(state, ids, p, f"{response_id}-{i}", deadline, body.stream, adapter, rows, priority)
                for i, (ids, p, rows) in enumerate(zip(prompts, params, images))]
     model = adapter.lora_name if adapter else state.model_name
     header = {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": model}

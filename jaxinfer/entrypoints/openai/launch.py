@@ -247,6 +247,7 @@ def _load(args: argparse.Namespace, starting: StartingApp) -> tuple[LLM, dict]:
         max_num_batched_tokens=args.max_num_batched_tokens, num_pages=args.num_pages, page_size=args.page_size,
         decode_steps=args.decode_steps, stream_interval=args.stream_interval,
         enable_prefix_caching=prefix_caching(args), speculative=speculative, seed=args.seed, tokenizer=args.tokenizer,
+        scheduling_policy=args.scheduling_policy,
         tensor_parallel_size=args.tp, data_parallel_size=args.dp, expert_parallel_size=args.ep,
         quantization=args.quantization, quantize_lm_head=args.quantize_lm_head, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization, batch_invariant=args.batch_invariant,

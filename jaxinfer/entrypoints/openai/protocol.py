@@ -81,6 +81,7 @@ class SamplingFields(StrictBody):
     allowed_token_ids: list[int] | None = None  # vLLM's: sample only these
     bad_words: list[str] | None = None  # vLLM's: never complete one of these words
     truncate_prompt_tokens: int | None = None  # vLLM's: keep the prompt's last k tokens
+    priority: int = 0  # vLLM's: lower is served first under --scheduling-policy priority
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None

@@ -71,6 +71,7 @@ async def create_response(body: ResponsesRequest, state: ServerState, store: Res
                           request: Request) -> Response:
     """Run one Response: stream its events, or return it whole."""
     adapter = state.check_model(body.model)
+    priority = state.priority(body.priority)
     check_supported(body)
     timeout = state.timeout(None)
     deadline = deadline_after(timeout)
@@ -79,7 +80,7 @@ async def create_response(body: ResponsesRequest, state: ServerState, store: Res
     ids, images, params, plan = await asyncio.to_thread(_prepare, state, chat)  # reading images: off the loop
     state.start(request, 1)
     ident = item_id("resp")
-    outputs = generation(state, ids, params, ident, deadline, body.stream, adapter, images)
+    outputs = generation(state, ids, params, ident, deadline, body.stream, adapter, images, priority)
     response = response_object(body, ident, adapter.lora_name if adapter else state.model_name, params)
     if body.stream:
         return EventStream(_stream(state, store if body.store else None, response, turn, merge([outputs]), len(ids),

@@ -81,6 +81,7 @@ class ResponsesRequest(StrictBody):
     background: bool = False
     include: list[str] | None = None
     truncation: str | None = None
+    priority: int = 0  # vLLM's: lower is served first under --scheduling-policy priority
 
     @model_validator(mode="before")
     @classmethod

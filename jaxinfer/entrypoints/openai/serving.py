@@ -19,7 +19,7 @@ from jaxinfer.engine import AsyncLLMEngine, RequestOutput
 from jaxinfer.engine.asleep import EngineAsleep
 from jaxinfer.engine.async_engine import RequestTimeout
 from jaxinfer.engine.outputs import accumulate
-from jaxinfer.engine.prompt_checks import check_prompt
+from jaxinfer.engine.prompt_checks import check_priority, check_prompt
 from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.gate import Admission, ServerStopping
 from jaxinfer.entrypoints.openai.limits import Limits
@@ -47,6 +47,7 @@ class ServerState:
     image_prompts: Any | None = None  # chat image_url parts -> images (LLM.image_prompts, entrypoints/multimodal)
     prompt_embeds: Any | None = None  # /v1/completions' prompt_embeds (LLM.prompt_embeds, entrypoints/prompt_embeds)
     content_format: str = "auto"  # --chat-template-content-format (entrypoints/content_format)
+    scheduling_policy: str = "fcfs"  # --scheduling-policy: "priority" lets requests give a priority
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
         """Token ids of a text or id prompt; ids must be in the vocabulary."""
@@ -92,6 +93,14 @@ class ServerState:
             check_prompt(ids, max_tokens, self.vocab_size, self.max_seq_len)
         except ValueError as error:
             raise APIError(str(error), param="prompt") from None
+
+    def priority(self, requested: int) -> int:
+        """The request's priority field; 400 for one other than 0 unless --scheduling-policy is priority."""
+        try:
+            return check_priority(requested, self.scheduling_policy)
+        except (TypeError, ValueError) as error:
+            raise APIError(str(error).replace("LLM(..., scheduling_policy='priority') or ", ""),
+                           param="priority") from None
 
     def timeout(self, requested: float | None) -> float | None:
         """Seconds a request may take: its `timeout` field or --request-timeout, the smaller where both are set."""

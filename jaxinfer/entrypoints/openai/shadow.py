@@ -118,7 +118,7 @@ class ShadowRouter:
     async def generate(
         self, prompt: Sequence[int], params: SamplingParams | None = None, request_id: str | None = None,
         deadline: float | None = None, streamed: bool = False, lora_request: LoRARequest | None = None,
-        images: tuple = (),
+        images: tuple = (), priority: int = 0,
     ) -> AsyncIterator[RequestOutput]:
         """The request's deltas from whichever engine serves it now; shadowed afterwards when sampled.
         A request past its deadline or stopped by a shutdown is no optimization's failure. A LoRA
@@ -134,7 +134,7 @@ class ShadowRouter:
         total: RequestOutput | None = None
         try:
             async with contextlib.aclosing(route.generate(prompt, params, request_id, deadline, streamed,
-                                                          lora_request, images)) as deltas:
+                                                          lora_request, images, priority)) as deltas:
                 async for delta in deltas:  # closed with this generator: an early close aborts the request
                     if shadowed:
                         total = accumulate(total, delta)

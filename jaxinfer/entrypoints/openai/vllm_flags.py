@@ -1,7 +1,7 @@
 """`vllm serve`'s flags that `jaxinfer serve` has no flag of its own for, so a vLLM command line runs as written
 (`jaxinfer serve MODEL --tensor-parallel-size 2 --enable-auto-tool-choice --tool-call-parser hermes --seed 0`).
 
-Flags with a meaning here are served (the positional model, --seed, --tokenizer, --chat-template,
+Flags with a meaning here are served (the positional model, --seed, --scheduling-policy, --tokenizer, --chat-template,
 --enable-prefix-caching; --tensor-parallel-size, --data-parallel-size, --block-size and
 --no-enable-prefix-caching are other names of ours, given beside them in serve_flags / cli_args); flags
 that change nothing here are accepted and say so in --help; a value that would change something not
@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from jaxinfer.config import validation
+from jaxinfer.config.engine import SCHEDULING_POLICIES
 from jaxinfer.entrypoints.content_format import CONTENT_FORMATS
 from jaxinfer.entrypoints.openai.cors import Cors, string_list
 
@@ -27,6 +28,9 @@ def add_vllm_flags(serve: argparse.ArgumentParser) -> None:
     add("--seed", type=int, default=None,
         help="requests that give no seed draw theirs from a stream this seeds, so sampled outputs repeat from "
         "run to run (default: random)")
+    add("--scheduling-policy", default="fcfs", choices=SCHEDULING_POLICIES,
+        help="fcfs serves requests in arrival order; priority by each request's `priority` field (lower first), "
+        "then arrival, preempting the last in that order when the KV cache is full")
     add("--tokenizer", default=None, metavar="DIR", help="read the tokenizer from DIR instead of the model's")
     add("--chat-template", default=None, metavar="FILE_OR_TEMPLATE",
         help="a Jinja chat template (a file, or the template itself) used instead of the tokenizer's")
