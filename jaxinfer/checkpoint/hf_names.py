@@ -15,6 +15,7 @@ import numpy as np
 
 from jaxinfer.config.model import ModelConfig
 from jaxinfer.models.family import HFLeaf
+from jaxinfer.models.mllama import ARCHITECTURES as MLLAMA
 from jaxinfer.models.registry import family_of
 from jaxinfer.models.text_part import stored_name
 
@@ -320,7 +321,14 @@ def unread_tensor(cfg: ModelConfig, name: str) -> bool:
     """Whether tensor `name` is one a checkpoint may hold that the model never reads (an MTP layer's, a KV-sharing
     layer's K/V, Qwen4-Exp's derived n-gram constants, a Zamba2 block's other names in a state dict)."""
     return (in_mtp_layer(cfg, name) or in_kv_sharing_layer(cfg, name) or in_zero_expert(cfg, name)
-            or in_borrowed_block(cfg, name) or (cfg.qwen4_exp is not None and name.endswith(NGRAM_CONSTANTS)))
+            or in_borrowed_block(cfg, name) or (cfg.qwen4_exp is not None and name.endswith(NGRAM_CONSTANTS))
+            or in_skipped_cross_layer(cfg, name))
+
+
+def in_skipped_cross_layer(cfg: ModelConfig, name: str) -> bool:
+    """Whether tensor `name` is an Mllama cross-attention layer's, which text runs skip (models/mllama)."""
+    layer = re.match(r"(?:language_model\.)?model\.layers\.(\d+)\.", name)
+    return cfg.architecture in MLLAMA and layer is not None and int(layer.group(1)) in cfg.mlp_only_layers
 
 
 def in_borrowed_block(cfg: ModelConfig, name: str) -> bool:

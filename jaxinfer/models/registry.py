@@ -101,6 +101,7 @@ from jaxinfer.models.ministral3 import FAMILY as MINISTRAL3
 from jaxinfer.models.mistral4 import FAMILY as MISTRAL4
 from jaxinfer.models.mistral_large4 import FAMILY as MISTRAL_LARGE4
 from jaxinfer.models.mixtral import FAMILY as MIXTRAL
+from jaxinfer.models.mllama import FAMILY as MLLAMA
 from jaxinfer.models.mpt import FAMILY as MPT
 from jaxinfer.models.muse_glimmer import FAMILY as MUSE_GLIMMER
 from jaxinfer.models.muse_spark import FAMILY as MUSE_SPARK
@@ -156,7 +157,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
                                 LARA_MINI, AXK2, HRM_TEXT, DEEPSEEK_V4, BEAM, MINIMAX,
                                 INKLING, DIFFLLAMA, ZAYA, DOGE, STEP3P7, OLMO_HYBRID, MUSE_GLIMMER, MINIMAX_M3,
-                                BAILING_HYBRID, MUSE_SPARK)
+                                BAILING_HYBRID, MUSE_SPARK, MLLAMA)
 BY_ARCHITECTURE: dict[str, Family] = {arch: f for f in FAMILIES for arch in f.architectures}
 SUPPORTED_ARCHITECTURES = tuple(BY_ARCHITECTURE) + VISION_LANGUAGE  # these run their language model's family
 # Checkpoints transformers runs as another family's class, and saves under its name (a Sarvam-MoE model as

@@ -32,7 +32,8 @@ never read: models/step3p7. MuseGlimmerForConditionalGeneration keeps its langua
 MuseSparkForConditionalGeneration, beside its audio tower too (`model.audio_tower.*`): models/muse_spark.
 MiniMax's MiniMaxM3SparseForConditionalGeneration is laid out as Llama 4
 (`language_model.model.*`, `language_model.lm_head.*`) beside its tower (`vision_tower.*`), projector and patch
-merger, never read: text only (models/minimax_m3).
+merger, never read: text only (models/minimax_m3). Meta's MllamaForConditionalGeneration (Llama 3.2 Vision) is
+laid out as Llama 4, its tower and projector not read (models/mllama): text only.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class TextPart:
 
 
 TEXT_PARTS = {
-    "Llama4ForConditionalGeneration": TextPart("language_model.", ("vision_model.", "multi_modal_projector.")),
+    **dict.fromkeys(("Llama4ForConditionalGeneration", "MllamaForConditionalGeneration"),
+                    TextPart("language_model.", ("vision_model.", "multi_modal_projector."))),
     "Gemma4ForConditionalGeneration": TextPart(
         "model.language_model.", ("model.vision_tower.", "model.embed_vision.", "model.audio_tower.",
                                   "model.embed_audio."), replaced="model."),
