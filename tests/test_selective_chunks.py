@@ -10,6 +10,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from accelerator_programs import round_trips
 from jax import export
 
@@ -30,9 +31,10 @@ SLOTS = 6
 PLAN = [(2, 5, 5), (0, 0, 3), (3, 7, 1), (1, 0, 14), (4, 3, 10)]
 
 
-def packed_step() -> tuple:
-    """(A [I, N], random pools with the step's token slots, x and dt [T, I], B and C [T, N], positions [T],
-    segments): dt through softplus and A = -exp(a_log), as the mixer makes them."""
+def packed_step(heads: int = 1) -> tuple:
+    """(A [I, N], random pools with the step's token slots, x and dt [T, I], B and C [T, heads, N], positions [T],
+    segments): dt through softplus and A = -exp(a_log), as the mixer makes them (2 heads: Zamba's per-head B and C,
+    each read by 3 channels)."""
     rng = np.random.RandomState(0)
 
     def normal(*shape: int, scale: float = 1.0) -> jax.Array:
@@ -45,7 +47,7 @@ def packed_step() -> tuple:
     a = -jnp.exp(normal(I, N, scale=0.5))
     dt = jax.nn.softplus(normal(T, I))
     seg = segments(state.token_slots, positions, SLOTS)
-    return a, state, normal(T, I), dt, normal(T, N), normal(T, N), positions, seg
+    return a, state, normal(T, I), dt, normal(T, heads, N), normal(T, heads, N), positions, seg
 
 
 def recurrence(run):
@@ -53,8 +55,9 @@ def recurrence(run):
     return jax.jit(lambda *step: run(SS, *step))
 
 
-def test_chunked_scan_gives_the_scans_outputs_and_states():
-    step = packed_step()
+@pytest.mark.parametrize("heads", [1, 2])
+def test_chunked_scan_gives_the_scans_outputs_and_states(heads):
+    step = packed_step(heads)
     with jax.default_matmul_precision("highest"):  # a GPU's default float32 dots would round to TF32
         ssm_scan, y_scan = recurrence(packed_scan)(*step)
         ssm_chunk, y_chunk = recurrence(packed_chunked)(*step)

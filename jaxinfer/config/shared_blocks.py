@@ -4,7 +4,8 @@ Zamba2's hybrid layers each run one of `num_blocks` transformer blocks (attentio
 concatenated with the input embeddings, then a gated MLP) before their Mamba2 mixer. The blocks are shared:
 hybrid layer j runs block j % num_blocks, whose weights transformers stores once, under the first hybrid layer
 that runs it. Each use adds its own low-rank adapters (LoRA-like, always on) to the MLP's gate and up projections
-and, with `attention_adapters`, to q, k and v; they are stored in the block's adapter lists at index j.
+and, with `attention_adapters`, to q, k and v; they are stored in the block's adapter lists at index j. Zamba (v1)
+shares one block with no adapters (`adapter_rank` 0).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ class SharedBlocks:
 
     layers: tuple[int, ...]  # the hybrid layers, in order (HF's hybrid_layer_ids)
     num_blocks: int  # distinct blocks, used in turn (num_mem_blocks)
-    adapter_rank: int  # each use's adapters' rank (adapter_rank)
+    adapter_rank: int  # each use's adapters' rank (adapter_rank); 0: no adapters (Zamba v1)
     attention_adapters: bool  # q, k and v have per-use adapters too (use_shared_attention_adapter)
 
     def __post_init__(self) -> None:
         """Refuse a block count or rank that cannot describe a checkpoint."""
-        if self.num_blocks < 1 or self.adapter_rank < 1:
+        if self.num_blocks < 1 or self.adapter_rank < 0 or (self.attention_adapters and not self.adapter_rank):
             raise ConfigError(f"num_mem_blocks {self.num_blocks} and adapter_rank {self.adapter_rank} must both be "
                              "positive")
 

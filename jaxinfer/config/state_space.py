@@ -6,7 +6,8 @@ inputs and an SSM state per head), which the engine keeps in a pool indexed by t
 (cache/state_pool). Falcon-H1's layers run the mixer beside attention (`parallel_attention`: they keep
 K/V too); LFM2's short-conv layers (`StateSpace.short_conv`) keep a conv state alone (no SSM heads). Mamba-1's
 selective mixer (`StateSpace.selective`: Mamba, FalconMamba, Jamba) keeps a [state_size] row per inner channel:
-its channels are the "heads" (head_dim 1), so the pools keep Mamba2's shapes.
+its channels are the "heads" (head_dim 1), so the pools keep Mamba2's shapes; Zamba's splits its channels into
+`selective_heads` groups, each with its own x_proj, dt_proj, B and C.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class StateSpace:
     conv_channels: int = 0  # a short-conv layer's (LFM2) conv width; 0: Mamba2's (x, B, C)
     time_step_rank: int = 0  # Mamba-1's dt rank (time_step_rank / mamba_dt_rank); 0: not Mamba-1's mixer
     bcdt_norm: bool = False  # Mamba-1's dt, B and C RMS-normed (FalconMamba's, Jamba's), norm_eps their epsilon
+    # Mamba-1's channels in this many heads, each with its own x_proj, dt_proj, B and C (Zamba's n_mamba_heads)
+    selective_heads: int = 1
+    interleaved_gate: bool = False  # Mamba-1's in_proj rows alternate x and the gate z per channel (Zamba's)
     # the Gated DeltaNet's gated norm takes its weight in float32, the normed y never rounded (LaraMini's)
     strict_gate_norm: bool = False
     # the Gated DeltaNet's beta = beta_scale * sigmoid(b): 2.0 lets its state's eigenvalues turn negative (OLMo
@@ -60,6 +64,8 @@ class StateSpace:
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size {self.chunk_size!r} is not supported for the Mamba2 mixer: give a positive "
                              "token count (mamba_chunk_size for hybrids)")
+        if self.selective_heads < 1 or self.inner % self.selective_heads:
+            raise ValueError(f"{self.selective_heads} Mamba heads must divide the mixer's {self.inner} channels")
         if self.gate not in GATES:
             raise ValueError(f"gate {self.gate!r} is not supported for the Mamba2 mixer; supported: {list(GATES)}")
 

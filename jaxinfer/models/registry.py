@@ -137,6 +137,7 @@ from jaxinfer.models.vaultgemma import FAMILY as VAULTGEMMA
 from jaxinfer.models.vision_language import ARCHITECTURES as VISION_LANGUAGE
 from jaxinfer.models.whisper import FAMILY as WHISPER
 from jaxinfer.models.youtu import FAMILY as YOUTU
+from jaxinfer.models.zamba import FAMILY as ZAMBA
 from jaxinfer.models.zamba2 import FAMILY as ZAMBA2
 from jaxinfer.models.zaya import FAMILY as ZAYA
 
@@ -151,7 +152,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
                                 PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE,
                                 FLEX_OLMO, MELLUM, NANOCHAT,
-                                GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2,
+                                GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2, ZAMBA,
                                 KOLIBRI1, CODEGEN,
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,

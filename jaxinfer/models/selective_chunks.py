@@ -49,7 +49,8 @@ def chunked_selective_scan(
     x: jax.Array, dt: jax.Array, b: jax.Array, c: jax.Array, a: jax.Array, ssm_pool: jax.Array, slots: jax.Array,
     positions: jax.Array, seg: Segments, chunk: int,
 ) -> tuple[jax.Array, jax.Array]:
-    """x and dt [T, I] (dt after softplus), B and C [T, N], A [I, N] (negative), the pool [S, I, 1, N], the step's
+    """x and dt [T, I] (dt after softplus), B and C [T, G, N] (G heads of I / G channels each reading their own:
+    Zamba's; 1 else), A [I, N] (negative), the pool [S, I, 1, N], the step's
     slots and positions [T] (-1 padding) and segments -> (the pool with each segment's final state written to its
     slot, y [T, I] without the D skip); float32, T padded to a multiple of `chunk` inside."""
     T, num_slots = x.shape[0], ssm_pool.shape[0]
@@ -72,12 +73,14 @@ def chunked_selective_scan(
         x, dt, b, c, slots, continued, keeps, writes = inputs
         decay = jnp.exp(dt[:, :, None] * a)  # [Q, I, N]
         entry = jnp.where(continued[:, None, None], decay * pool[slots, :, 0], 0.0)  # a continuing segment's start
-        u = (dt * x)[:, :, None] * b[:, None, :] + entry
+        Q, G, N = b.shape
+        u = ((dt * x).reshape(Q, G, -1, 1) * b[:, :, None, :]).reshape(Q, -1, N) + entry
         decay = jnp.where(keeps[:, None, None], decay, 0.0)
         decays, states = jax.lax.associative_scan(_compose, (decay, u))
         states = states + decays * h
         pool = pool.at[writes].set(states[:, :, None], mode="drop")
-        return (states[-1], pool), jnp.einsum("qin,qn->qi", states, c)
+        y = jnp.einsum("qgpn,qgn->qgp", states.reshape(Q, G, -1, N), c)
+        return (states[-1], pool), y.reshape(Q, -1)
 
     zero = jnp.zeros(a.shape, jnp.float32)
     (_, pool), y = jax.lax.scan(one_chunk, (zero, ssm_pool), (*inputs, writes))

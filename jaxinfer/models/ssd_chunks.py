@@ -64,6 +64,20 @@ def conv_windows(conv_pool: jax.Array, xbc: jax.Array, slots: jax.Array, positio
     return jnp.stack(rows, axis=1)
 
 
+def depthwise_conv(conv_pool: jax.Array, weight: jax.Array, bias: jax.Array | None, x: jax.Array, slots: jax.Array,
+                   positions: jax.Array, seg: Segments) -> tuple[jax.Array, jax.Array]:
+    """The causal depthwise conv (weight [C, 1, K] as HF stores it, bias [C] or None) over a step's flat x [T, C],
+    each token's window continuing its slot's state: (its float32 output [T, C], before any activation; the pool
+    with each segment's last K - 1 inputs written to its slot)."""
+    num_slots = conv_pool.shape[0]
+    windows = conv_windows(conv_pool, x.astype(jnp.float32), slots, positions, seg)  # [T, K, C]
+    mixed = jnp.sum(windows * weight[:, 0].T.astype(jnp.float32), axis=-2)  # K products per channel
+    if bias is not None:
+        mixed = mixed + bias.astype(jnp.float32)
+    target = jnp.where(seg.valid, slots[seg.first], num_slots)  # past the segments: dropped
+    return mixed, conv_pool.at[target].set(windows[seg.last, 1:], mode="drop")
+
+
 def _padded(v: jax.Array, total: int) -> jax.Array:
     return jnp.pad(v, [(0, total - v.shape[0])] + [(0, 0)] * (v.ndim - 1))
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 import jax.numpy as jnp
 
-from jaxinfer.cache.state_pool import read_state, write_state
+from jaxinfer.cache.state_pool import LayerState, read_state, write_state
 from jaxinfer.config.model import ConfigError, ModelConfig, activation_name, common_fields, field
 from jaxinfer.config.shared_blocks import SharedBlocks
 from jaxinfer.config.state_space import StateSpace
@@ -52,11 +52,11 @@ DEFAULTS = dict(mamba_d_state=64, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=
                 tie_word_embeddings=True, add_bias_linear=False, use_long_context=False)
 
 
-@jax.tree_util.register_dataclass
 @dataclasses.dataclass
-class Zamba2Layer(MixerWeights):
-    """A Mamba2 layer, with a hybrid layer's use of a shared block (None on the others; E = 2D its input, r the
-    adapters' rank). Defaults only because the mixer's fields have some: a Mamba2 layer sets mamba_norm."""
+class SharedBlockFields:
+    """The mixer's norm, and a hybrid layer's use of a shared block (None on the others; E = 2D its input, r the
+    adapters' rank), after a mixer's fields (Zamba2's Mamba2, Zamba's Mamba-1). Defaults only because the mixer's
+    fields have some: every layer sets mamba_norm."""
 
     mamba_norm: jax.Array | None = None  # [D]
     attn_norm: jax.Array | None = None  # [E]
@@ -80,12 +80,19 @@ class Zamba2Layer(MixerWeights):
     block_out: Weight | None = None  # [D, D]: the hybrid layer's own `linear` after the block
     # The block's own fields (the rest are the use's): held by the first layer running it, borrowed by the others
     SHARED: ClassVar[tuple[str, ...]] = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
-
-    PROJECTIONS: ClassVar[dict[str, int]] = {
-        **MixerWeights.PROJECTIONS, "wq": 1, "wk": 1, "wv": 1, "wo": 2, "w_gate": 1, "w_up": 1, "w_down": 1,
-        "block_out": 1,
+    BLOCK_PROJECTIONS: ClassVar[dict[str, int]] = {
+        "wq": 1, "wk": 1, "wv": 1, "wo": 2, "w_gate": 1, "w_up": 1, "w_down": 1, "block_out": 1,
     }
     JOINED: ClassVar[tuple[tuple[str, ...], ...]] = (("wq", "wk", "wv"), ("w_gate", "w_up"))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Zamba2Layer(SharedBlockFields, MixerWeights):
+    """A Mamba2 layer, with a hybrid layer's use of a shared block."""
+
+    PROJECTIONS: ClassVar[dict[str, int]] = {**MixerWeights.PROJECTIONS, **SharedBlockFields.BLOCK_PROJECTIONS}
+    JOINED: ClassVar[tuple[tuple[str, ...], ...]] = SharedBlockFields.JOINED
 
 
 def block_leaves(cfg: ModelConfig, holds_block: bool) -> dict[str, ArrayInfo | None]:
@@ -96,6 +103,7 @@ def block_leaves(cfg: ModelConfig, holds_block: bool) -> dict[str, ArrayInfo | N
     norm = lambda n: ArrayInfo((n,), ("embed",), init_value=1.0)  # noqa: E731
     down = lambda n: ArrayInfo((n, r), ("embed", None)) if adapters else None  # noqa: E731
     up = lambda heads, axis: ArrayInfo((r, heads, K), (None, axis, "head_dim")) if adapters else None  # noqa: E731
+    mlp_adapter = lambda shape, axes: ArrayInfo(shape, axes) if r else None  # noqa: E731
     block = dict(
         attn_norm=norm(E), mlp_norm=norm(D),
         wq=ArrayInfo((E, H, K), ("embed", "q_heads", "head_dim")),
@@ -108,8 +116,8 @@ def block_leaves(cfg: ModelConfig, holds_block: bool) -> dict[str, ArrayInfo | N
     use = dict(
         q_down=down(E), q_up=up(H, "q_heads"), k_down=down(E), k_up=up(KV, "kv_heads"), v_down=down(E),
         v_up=up(KV, "kv_heads"),
-        mlp_adapter_down=ArrayInfo((D, r), ("embed", None)), gate_adapter_up=ArrayInfo((r, F), (None, "mlp")),
-        up_adapter_up=ArrayInfo((r, F), (None, "mlp")),
+        mlp_adapter_down=mlp_adapter((D, r), ("embed", None)), gate_adapter_up=mlp_adapter((r, F), (None, "mlp")),
+        up_adapter_up=mlp_adapter((r, F), (None, "mlp")),
         block_out=ArrayInfo((D, D), ("embed", None)),
     )
     return use | (block if holds_block else {})
@@ -181,14 +189,14 @@ def layer_hf_leaves(cfg: ModelConfig, layer: int) -> dict[str, HFLeaf]:
     return leaves | (_adapter_leaves(cfg, attn, j) if blocks.attention_adapters else {})
 
 
-def borrowed_leaves(cfg: ModelConfig, layers: list[Zamba2Layer], layer: int) -> Zamba2Layer:
-    """Layer `layer`'s weights with its block's own leaves (`Zamba2Layer.SHARED`) taken from the layer holding
+def borrowed_leaves(cfg: ModelConfig, layers: list[SharedBlockFields], layer: int) -> SharedBlockFields:
+    """Layer `layer`'s weights with its block's own leaves (`SharedBlockFields.SHARED`) taken from the layer holding
     them, where that is another; the weights as they are elsewhere. Whatever each leaf is (joined, quantized,
     packed), the holder's are the block's, so the borrower runs them as the holder does."""
     lw, blocks = layers[layer], cfg.shared_blocks
     if layer not in blocks.layers or (holder := blocks.stored_at(layer)) == layer:
         return lw
-    return dataclasses.replace(lw, **{name: getattr(layers[holder], name) for name in Zamba2Layer.SHARED})
+    return dataclasses.replace(lw, **{name: getattr(layers[holder], name) for name in SharedBlockFields.SHARED})
 
 
 def _adapted(h: jax.Array, base: jax.Array, down: jax.Array | None, up: jax.Array | None) -> jax.Array:
@@ -197,7 +205,7 @@ def _adapted(h: jax.Array, base: jax.Array, down: jax.Array | None, up: jax.Arra
 
 
 def shared_block(
-    cfg: ModelConfig, x: jax.Array, embeds: jax.Array, cache: Any, lw: Zamba2Layer, layer: int,
+    cfg: ModelConfig, x: jax.Array, embeds: jax.Array, cache: Any, lw: SharedBlockFields, layer: int,
     positions: jax.Array, rope: RopeTables,
 ) -> tuple[jax.Array, Any]:
     """The block over x and the input embeddings [B, T, D] each: attention (its K/V written), then the gated
@@ -214,25 +222,34 @@ def shared_block(
     attn = attend(q, cache, layer, positions, cfg.layer_windows[layer], scale=cfg.attn_scale)
     h = rms_norm(linear(layout.constrain(attn, Q_HEADS), lw.wo, contract=2), lw.mlp_norm, eps)
     g, u = linears(h, [lw.w_gate, lw.w_up])
-    a = linear(h, lw.mlp_adapter_down)
-    g, u = g + linear(a, lw.gate_adapter_up), u + linear(a, lw.up_adapter_up)
+    if lw.mlp_adapter_down is not None:  # Zamba v1's block has none
+        a = linear(h, lw.mlp_adapter_down)
+        g, u = g + linear(a, lw.gate_adapter_up), u + linear(a, lw.up_adapter_up)
     return linear(gate_product(cfg.activation, g, u), lw.w_down), cache
 
 
-def decoder_layer(
-    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Zamba2Layer, layer: int, positions: jax.Array, rope: RopeTables,
-    inputs: LayerInputs,
+def shared_block_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: SharedBlockFields, layer: int, positions: jax.Array,
+    rope: RopeTables, inputs: LayerInputs, state_mixer: Callable[..., tuple[jax.Array, LayerState]],
 ) -> tuple[jax.Array, Any]:
     """x + mixer(norm(x + linear(block))) on a hybrid layer (the weights tell: `layer` is 0 in a one-layer view),
-    x + mixer(norm(x)) on the others."""
+    x + mixer(norm(x)) on the others; state_mixer(state_space, lw, h, positions, state) is the layer's mixer."""
     mixer_in = x
     if lw.wo is not None:
         block, cache = shared_block(cfg, x, inputs.embeds, cache, lw, layer, positions, rope)
         mixer_in = x + linear(block, lw.block_out)
     h = rms_norm(mixer_in, lw.mamba_norm, cfg.rms_norm_eps)
     state = read_state(cache, layer, cfg, h.shape[0], h.shape[1])
-    out, state = mixer(cfg.state_space, lw, h, positions, state)
+    out, state = state_mixer(cfg.state_space, lw, h, positions, state)
     return cache.layout.constrain(x + out, HIDDEN), write_state(cache, layer, state)
+
+
+def decoder_layer(
+    cfg: ModelConfig, x: jax.Array, cache: Any, lw: Zamba2Layer, layer: int, positions: jax.Array, rope: RopeTables,
+    inputs: LayerInputs,
+) -> tuple[jax.Array, Any]:
+    """A Zamba2 layer: `shared_block_layer` over Mamba2's mixer."""
+    return shared_block_layer(cfg, x, cache, lw, layer, positions, rope, inputs, mixer)
 
 
 def block_types(hf: Mapping[str, Any], layers: int) -> tuple[str, ...]:
@@ -253,6 +270,8 @@ def _refuse(hf: Mapping[str, Any], arch: str) -> None:
     for name in ("add_bias_linear", "use_long_context"):
         if hf[name]:
             raise ConfigError(f"{name}={hf[name]} is not supported for {arch}; supported: false")
+    if int(hf["adapter_rank"]) < 1:
+        raise ConfigError(f"adapter_rank {hf['adapter_rank']} is not supported for {arch}; supported: a positive rank")
     heads, kv = int(hf["num_attention_heads"]), int(field(hf, "num_key_value_heads", hf["num_attention_heads"]))
     if hf["use_shared_attention_adapter"] and kv != heads:
         raise ConfigError(f"num_key_value_heads {kv} is not supported for {arch} with use_shared_attention_adapter "
