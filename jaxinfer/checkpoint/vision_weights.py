@@ -3,7 +3,8 @@ vision tower's and projector's read into `LlavaWeights` (or `Gemma3VisionWeights
 
 transformers 5.24 saves LLaVA as `language_model.model.*`, `language_model.lm_head.weight`,
 `vision_tower.*`, `multi_modal_projector.*` (LLaVA-NeXT and OneVision also `image_newline`; Gemma 3 under
-`model.`; Idefics3 and SmolVLM as `model.text_model.*`, `model.vision_model.*`, `model.connector.*`); hub
+`model.`; Idefics3, SmolVLM and Idefics2 as `model.text_model.*`, `model.vision_model.*`, `model.connector.*`,
+Idefics2's connector named by checkpoint/idefics2_weights); hub
 checkpoints and its in-memory names differ in prefixes (`model.language_model.*`, `vision_tower.vision_model.*`,
 `model.multi_modal_projector.*`).
 Each part is found by its prefix, so all of them load.
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.checkpoint.gemma4_vision_weights import read_gemma4_vision_weights
+from jaxinfer.checkpoint.idefics2_weights import LATENTS, PROJECTION_NAMES, connector_name
 from jaxinfer.checkpoint.internvl_weights import is_internvl, read_internvl_weights
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.checkpoint.pixtral_weights import is_pixtral, read_mistral3_weights
@@ -26,6 +28,7 @@ from jaxinfer.checkpoint.qwen3_vl_weights import read_qwen3_vl_weights
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig
+from jaxinfer.models.idefics2_vision import Idefics2Config
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config
@@ -102,7 +105,7 @@ def _to_jax(name: str, tensor: np.ndarray) -> np.ndarray:
     """Stored layout -> ours: Linear [out, in] transposed, the patch conv [D, C, p, p] as [C * p * p, D]."""
     if name.endswith("patch_embedding.weight"):
         return tensor.reshape(tensor.shape[0], -1).T
-    if tensor.ndim == 2 and not name.endswith(("position_embedding.weight", "mm_input_projection_weight")):
+    if tensor.ndim == 2 and not name.endswith(("position_embedding.weight", "mm_input_projection_weight", LATENTS)):
         return tensor.T
     return tensor
 
@@ -123,7 +126,9 @@ def read_llava_weights(
     if isinstance(cfg, Gemma4VisionConfig):
         return read_gemma4_vision_weights(index, open_file, cfg, dtype)
     projector_names = GEMMA3_PROJECTOR_NAMES if isinstance(cfg, Gemma3VisionConfig) else \
-        IDEFICS3_PROJECTOR_NAMES if isinstance(cfg, Idefics3VisionConfig) else PROJECTOR_NAMES
+        IDEFICS3_PROJECTOR_NAMES if isinstance(cfg, Idefics3VisionConfig) else \
+        PROJECTION_NAMES if isinstance(cfg, Idefics2Config) else PROJECTOR_NAMES
+    projector_name = connector_name if isinstance(cfg, Idefics2Config) else projector_names.__getitem__
     probe = next(iter(projector_names.values()))
     tower = _prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"])
     projector = _prefix(index, PROJECTOR_PREFIXES, probe)
@@ -136,7 +141,7 @@ def read_llava_weights(
     arrays = {}
     for path, info in leaf_paths(abstract):
         part, leaf = path.split(".", 1) if "." in path else (path, "")
-        name = tower + _stored_name(leaf) if part == "tower" else projector + projector_names[leaf] \
+        name = tower + _stored_name(leaf) if part == "tower" else projector + projector_name(leaf) \
             if part == "projector" else next((n for n in NEWLINE_NAMES if n in index), NEWLINE_NAMES[0])
         if name not in index:
             raise CheckpointError(f"tensor {name} is missing from the checkpoint (its vision tower or projector)")

@@ -28,6 +28,7 @@ from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.engine.prompt_checks import encode_prompt
 from jaxinfer.entrypoints.anyres_prompts import anyres_prompt
 from jaxinfer.entrypoints.gemma4_prompts import gemma4_prompt
+from jaxinfer.entrypoints.idefics2_prompts import idefics2_prompt
 from jaxinfer.entrypoints.idefics3_prompts import idefics3_prompt
 from jaxinfer.entrypoints.internvl_prompts import internvl_prompt
 from jaxinfer.entrypoints.media import load_image
@@ -35,6 +36,7 @@ from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, with_processor_limit
+from jaxinfer.models.idefics2_vision import Idefics2Config
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
 from jaxinfer.models.llava_next import LlavaNextConfig
@@ -209,6 +211,8 @@ class ImagePrompts:
             return mistral3_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, Idefics3VisionConfig):  # tiles, each its own run of <image> rows between text marks
             return idefics3_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
+        if isinstance(self.cfg, Idefics2Config):  # tiles of many sizes, each its own run of <image> rows between marks
+            return idefics2_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, InternVLVisionConfig):  # tiles end to end in one <IMG_CONTEXT> run per image
             return internvl_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, Gemma4VisionConfig):  # <boi>, a row count per image from its size, <eoi>

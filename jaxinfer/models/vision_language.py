@@ -1,7 +1,8 @@
 """The vision-language architectures by name: LLaVA's (models/llava), LLaVA-NeXT's and LLaVA-OneVision's
 (models/llava_next), Gemma 3's (models/gemma3_vision),
 Qwen2-VL's and Qwen2.5-VL's (models/qwen2_vl_vision), Mistral 3's (models/pixtral_vision) and Idefics3's /
-SmolVLM's (models/idefics3_vision); InternVL's (models/internvl_vision); Gemma 4's (models/gemma4_vision).
+SmolVLM's (models/idefics3_vision); Idefics2's (models/idefics2_vision); InternVL's (models/internvl_vision);
+Gemma 4's (models/gemma4_vision).
 
 Each runs its language model as the text family its `text_config` names; this module picks what the images
 add (config, weight tree, features program) by the checkpoint's architecture or its config's type. Qwen3-VL's
@@ -17,6 +18,7 @@ import numpy as np
 
 import jaxinfer.models.gemma3_vision as gemma3_vision
 import jaxinfer.models.gemma4_vision as gemma4_vision
+import jaxinfer.models.idefics2_vision as idefics2_vision
 import jaxinfer.models.idefics3_vision as idefics3_vision
 import jaxinfer.models.internvl_vision as internvl_vision
 import jaxinfer.models.llava as llava
@@ -26,6 +28,7 @@ import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
 import jaxinfer.models.qwen3_vl_vision as qwen3_vl_vision
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, Gemma4VisionWeights
+from jaxinfer.models.idefics2_vision import Idefics2Config, Idefics2Weights
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig, Idefics3Weights
 from jaxinfer.models.internvl_vision import InternVLVisionConfig, InternVLWeights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
@@ -37,14 +40,14 @@ from jaxinfer.models.qwen3_vl_vision import Qwen3TowerWeights, Qwen3VLConfig
 ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vision.QWEN2_VL,
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
     qwen3_vl_vision.ARCHITECTURES + pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
-    internvl_vision.ARCHITECTURES + llava_next.ARCHITECTURES
+    internvl_vision.ARCHITECTURES + llava_next.ARCHITECTURES + idefics2_vision.ARCHITECTURES
 # Those and Gemma 4's take images; Gemma 4's language model is read as its own family's (models/text_part), not
 # through the registry's vision-language path
 IMAGE_ARCHITECTURES = ARCHITECTURES + gemma4_vision.ARCHITECTURES
 VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config, Idefics3VisionConfig,
-                             InternVLVisionConfig, Gemma4VisionConfig]
+                             InternVLVisionConfig, Gemma4VisionConfig, Idefics2Config]
 VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, Qwen3TowerWeights, PixtralWeights,
-                              Idefics3Weights, InternVLWeights, Gemma4VisionWeights]
+                              Idefics3Weights, InternVLWeights, Gemma4VisionWeights, Idefics2Weights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
@@ -59,6 +62,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return pixtral_vision.read_mistral3_config(hf)
     if hf["architectures"][0] in idefics3_vision.ARCHITECTURES:
         return idefics3_vision.read_idefics3_config(hf)
+    if hf["architectures"][0] in idefics2_vision.ARCHITECTURES:
+        return idefics2_vision.read_idefics2_config(hf)
     if hf["architectures"][0] in internvl_vision.ARCHITECTURES:
         return internvl_vision.read_internvl_config(hf)
     if hf["architectures"][0] in gemma4_vision.ARCHITECTURES:
@@ -80,6 +85,8 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
         return pixtral_vision.abstract_mistral3(cfg)
     if isinstance(cfg, Idefics3VisionConfig):
         return idefics3_vision.abstract_idefics3(cfg)
+    if isinstance(cfg, Idefics2Config):
+        return idefics2_vision.abstract_idefics2(cfg)
     if isinstance(cfg, InternVLVisionConfig):
         return internvl_vision.abstract_internvl(cfg)
     if isinstance(cfg, Gemma4VisionConfig):
@@ -94,7 +101,8 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
     one image's padded patches, models/tower_patches; Qwen3-VL's: [1, bucket, (1 + K) * D], its K DeepStack rows
     beside; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at its own size; Idefics3's and InternVL's:
     [N, image_seq_len, D] of tiles [N, C, S, S]; Gemma 4's: [1, bucket, D] of one image's padded patches; LLaVA-NeXT's
-    and OneVision's: [N, patches, D] of tiles [N, C, S, S], laid out on the host by `llava_next.image_layout`)."""
+    and OneVision's: [N, patches, D] of tiles [N, C, S, S], laid out on the host by `llava_next.image_layout`;
+    Idefics2's: [N, latents, D] of `idefics2_vision.MaskedTiles`)."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen3VLConfig):
@@ -105,6 +113,8 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
         return pixtral_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Idefics3VisionConfig):
         return idefics3_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, Idefics2Config):
+        return idefics2_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, InternVLVisionConfig):
         return internvl_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Gemma4VisionConfig):
@@ -114,7 +124,8 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
 
 def blank_pixels(cfg: VisionLanguageConfig) -> np.ndarray:
     """Zero pixels of one image as the tower takes it (what warm-up compiles; Qwen2-VL, Mistral 3: one merged
-    block, Gemma 4: one pooled row; their other sizes compile on first use)."""
+    block, Gemma 4: one pooled row; their other sizes compile on first use; Idefics2's: its pixel mask a channel
+    more)."""
     if isinstance(cfg, Gemma4VisionConfig):
         return gemma4_vision.blank_pixels(cfg)
     if isinstance(cfg, Qwen2VLConfig):
@@ -122,7 +133,8 @@ def blank_pixels(cfg: VisionLanguageConfig) -> np.ndarray:
     if isinstance(cfg, Mistral3Config):
         return pixtral_vision.blank_pixels(cfg)
     v = cfg.vision
-    return np.zeros((v.num_channels, v.image_size, v.image_size), np.float32)
+    channels = v.num_channels + int(isinstance(cfg, Idefics2Config))
+    return np.zeros((channels, v.image_size, v.image_size), np.float32)
 
 
 def mark_token_id(cfg: VisionLanguageConfig) -> int:
@@ -142,9 +154,9 @@ def bidirectional(cfg: VisionLanguageConfig | None) -> bool:
 
 
 def tiled(cfg: VisionLanguageConfig) -> bool:
-    """Whether images reach the tower as tiles all of its image size (Idefics3's, InternVL's): a request's new tiles
-    go through together."""
-    return isinstance(cfg, (Idefics3VisionConfig, InternVLVisionConfig))
+    """Whether images reach the tower as tiles all of its image size (Idefics3's, InternVL's; Idefics2's padded to
+    it): a request's new tiles go through together."""
+    return isinstance(cfg, (Idefics3VisionConfig, InternVLVisionConfig, Idefics2Config))
 
 
 def anyres(cfg: VisionLanguageConfig | None) -> bool:

@@ -6,7 +6,9 @@ then layers of LayerNorm -> attention (q/k/v/o with biases, every patch sees eve
 LayerNorm -> fc1 -> activation -> fc2. CLIP prepends a class token and norms the embeddings
 before the first layer (`pre_layrnorm`); SigLIP has neither but biases its patch convolution.
 `hidden_states` returns the residual stream after each layer, as HF's `output_hidden_states`
-does (index 0: the embeddings after CLIP's pre-norm), which is what LLaVA reads.
+does (index 0: the embeddings after CLIP's pre-norm), which is what LLaVA reads. Idefics2's tiles of many sizes,
+zero-padded to one, give each patch a position id (its bucket of the learned grid) and a key mask (padding
+patches are seen by no patch); the others take every patch its own position and see all of them.
 """
 
 from __future__ import annotations
@@ -140,52 +142,61 @@ def patchify(pixels: jax.Array, patch: int) -> jax.Array:
     return x.transpose(0, 2, 4, 1, 3, 5).reshape(n, (h // patch) * (w // patch), c * patch * patch)
 
 
-def embed_patches(weights: VisionWeights, pixels: jax.Array, cfg: VisionConfig) -> jax.Array:
-    """Token embeddings [N, num_positions, D] of images [N, C, H, W]: patches, class token, positions."""
+def embed_patches(weights: VisionWeights, pixels: jax.Array, cfg: VisionConfig,
+                  positions: jax.Array | None = None) -> jax.Array:
+    """Token embeddings [N, num_positions, D] of images [N, C, H, W]: patches, class token, positions (each patch's
+    row of the learned table: positions [N, P] int32 where given, else its own)."""
     x = patchify(pixels.astype(weights.patch.dtype), cfg.patch_size) @ weights.patch
     if weights.patch_bias is not None:
         x = x + weights.patch_bias
     if weights.class_embed is not None:
         cls = jnp.broadcast_to(weights.class_embed, (x.shape[0], 1, x.shape[-1]))
         x = jnp.concatenate([cls, x], axis=1)
-    x = x + weights.positions
+    x = x + (weights.positions if positions is None else weights.positions[positions])
     if weights.pre_norm is not None:
         x = layer_norm(x, weights.pre_norm, weights.pre_norm_bias, cfg.eps)
     return x
 
 
-def attention(lw: VisionLayer, x: jax.Array, heads: int) -> jax.Array:
-    """Full (unmasked) multi-head self-attention over each image's tokens, x [N, S, D]."""
+def attention(lw: VisionLayer, x: jax.Array, heads: int, key_mask: jax.Array | None = None) -> jax.Array:
+    """Multi-head self-attention over each image's tokens, x [N, S, D]: every token sees all (key_mask [N, S]
+    bool: only those it marks; the finite floor keeps a tile of padding alone finite, its rows unused)."""
     n, s, d = x.shape
     split = lambda y: y.reshape(n, s, heads, d // heads)  # noqa: E731
     q, k, v = split(x @ lw.wq + lw.bq), split(x @ lw.wk + lw.bk), split(x @ lw.wv + lw.bv)
     scores = jnp.einsum("nshk,nthk->nhst", q, k).astype(jnp.float32) * (d // heads) ** -0.5
+    if key_mask is not None:
+        scores = jnp.where(key_mask[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
     out = jnp.einsum("nhst,nthk->nshk", probs, v).reshape(n, s, d)
     return out @ lw.wo + lw.bo
 
 
-def encoder_layer(lw: VisionLayer, x: jax.Array, cfg: VisionConfig) -> jax.Array:
-    """One pre-norm layer: attention, then the MLP, each added to the residual stream."""
-    x = x + attention(lw, layer_norm(x, lw.norm1, lw.norm1_bias, cfg.eps), cfg.num_heads)
+def encoder_layer(lw: VisionLayer, x: jax.Array, cfg: VisionConfig, key_mask: jax.Array | None = None) -> jax.Array:
+    """One pre-norm layer: attention (to the keys key_mask marks, where given), then the MLP, each added to the
+    residual stream."""
+    x = x + attention(lw, layer_norm(x, lw.norm1, lw.norm1_bias, cfg.eps), cfg.num_heads, key_mask)
     h = layer_norm(x, lw.norm2, lw.norm2_bias, cfg.eps)
     return x + vision_activation(cfg.activation, h @ lw.fc1 + lw.fc1_bias) @ lw.fc2 + lw.fc2_bias
 
 
-def hidden_states(weights: VisionWeights, pixels: jax.Array, cfg: VisionConfig, depth: int) -> list[jax.Array]:
+def hidden_states(weights: VisionWeights, pixels: jax.Array, cfg: VisionConfig, depth: int,
+                  positions: jax.Array | None = None, key_mask: jax.Array | None = None) -> list[jax.Array]:
     """The residual stream [N, S, D] before the first layer and after each of the first `depth` layers
-    (HF's hidden_states[0 .. depth]); layers past `depth` are not run."""
-    x = embed_patches(weights, pixels, cfg)
+    (HF's hidden_states[0 .. depth]); layers past `depth` are not run. positions, key_mask [N, P]: see
+    `embed_patches`, `attention`."""
+    x = embed_patches(weights, pixels, cfg, positions)
     states = [x]
     for lw in weights.layers[:depth]:
-        x = encoder_layer(lw, x, cfg)
+        x = encoder_layer(lw, x, cfg, key_mask)
         states.append(x)
     return states
 
 
-def last_hidden_state(weights: VisionWeights, pixels: jax.Array, cfg: VisionConfig) -> jax.Array:
+def last_hidden_state(weights: VisionWeights, pixels: jax.Array, cfg: VisionConfig,
+                      positions: jax.Array | None = None, key_mask: jax.Array | None = None) -> jax.Array:
     """The tower's output [N, S, D]: every layer, then the post-norm (HF's last_hidden_state)."""
-    x = hidden_states(weights, pixels, cfg, cfg.num_layers)[-1]
+    x = hidden_states(weights, pixels, cfg, cfg.num_layers, positions, key_mask)[-1]
     return layer_norm(x, weights.post_norm, weights.post_norm_bias, cfg.eps)
 
 

@@ -7,9 +7,9 @@ models/tower_patches) when a request with images is first scheduled; its rows go
 to the host and stay with the request (`Request.image_rows`: float32, tokens_per_image x D per
 image, 9.4 MB for llava-1.5-7b's 576 x 4096; Qwen3-VL's: (1 + K) x D), so chunked prefill and recompute after preemption
 never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
-same image in another request, are not encoded again). Idefics3's, InternVL's, LLaVA-NeXT's and OneVision's tiles,
-all one size, go through together: a request's new tiles in one call of the next power of two (up to MAX_TILES, zero
-tiles padding it), so its tower has at most five programs whatever its images' tile counts (LLaVA-NeXT's and
+same image in another request, are not encoded again). Idefics3's, Idefics2's, InternVL's, LLaVA-NeXT's and
+OneVision's tiles, all one size (Idefics2's padded to it), go through together: a request's new tiles in one call of
+the next power of two (up to MAX_TILES, zero tiles padding it), so its tower has at most five programs whatever its images' tile counts (LLaVA-NeXT's and
 OneVision's rows then laid out on the host by each image's `RowLayout`). A ragged
 step of a vision-language model always takes an `EmbedOverride` (so its programs are the same
 with or without images): the rows its placeholder tokens read, or a device-resident empty one; where
@@ -23,6 +23,7 @@ import collections
 import numpy as np
 
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig
+from jaxinfer.models.idefics2_vision import Idefics2Config, MaskedTiles, masked_tiles
 from jaxinfer.models.pixtral_vision import Mistral3Config
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.tower_patches import TowerPatches, gemma4_patches, pixtral_patches, tower_patches
@@ -77,9 +78,11 @@ class VisionRunner:
         window = tower.window if getattr(tower, "windowed", False) else 0
         return self.batch_program(tower_patches(pixels, tower.merge, window, getattr(tower, "grid_side", 0)))
 
-    def batch_program(self, images: np.ndarray | TowerPatches) -> Program:
-        """The tower's program over images [B, ...] (Idefics3's, InternVL's: B tiles [C, S, S]; a Qwen-VL image's
-        padded patches)."""
+    def batch_program(self, images: np.ndarray | TowerPatches | MaskedTiles) -> Program:
+        """The tower's program over images [B, ...] (Idefics3's, InternVL's: B tiles [C, S, S]; Idefics2's: B tiles
+        [C + 1, S, S], their pixel masks last, as MaskedTiles; a Qwen-VL image's padded patches)."""
+        if isinstance(self.cfg, Idefics2Config):
+            images = masked_tiles(images, self.cfg)
         return Program(step_programs.image_features, [self.weights, self.layout.put_tree(images)],
                        dict(cfg=self.cfg), fixed=1)
 
