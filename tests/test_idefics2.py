@@ -1,8 +1,8 @@
 """Idefics2 (a SigLIP tower over tiles of many sizes, a gated projection and a Perceiver resampler, a Mistral) against
 HF transformers on the same tiny weights, image splitting on: the prompt ids against HF's Idefics2Processor for a
 wide and a tall image, the tiles' rows against get_image_features, every position's float32 logits of a prompt
-with both images, greedy tokens and logprobs of two image prompts batched through the engine, the registry and a
-refused config field."""
+with both images, greedy tokens and logprobs of two image prompts batched through the engine (and HF's expanded
+ids), the registry, a refused config field and a refused tile size."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from vision_models import random_image
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.config.model import ConfigError
+from jaxinfer.entrypoints.idefics2_prompts import image_tiles
 from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES, from_hf_config
 from jaxinfer.models.vision_language import read_vision_language_config
 
@@ -132,10 +133,14 @@ def test_engine_greedy_matches_hf(hf_model, llm):
         hf, hf_logprobs = hf_generate(hf_model, hf_inputs(llm, [image]))
         logprobs = np.asarray([step[t].logprob for step, t in zip(got.logprobs, got.token_ids)])
         assert got.token_ids == hf and np.abs(logprobs - hf_logprobs).max() <= 1e-4
+    expanded = {"prompt_token_ids": hf_inputs(llm, images[:1])["input_ids"][0].tolist(),
+                "multi_modal_data": {"image": images[0]}}  # HF's processor's ids run as they are
+    assert llm.generate(expanded, WITH_LOGPROBS)[0].outputs[0].token_ids == outs[0].outputs[0].token_ids
 
 
 def test_registry_and_refused_fields(model_dir):
-    """Idefics2 runs its text_config's Mistral; a perceiver activation it cannot run is refused by name."""
+    """Idefics2 runs its text_config's Mistral; a perceiver activation it cannot run is refused by name, and so are
+    tiles larger than the tower's image_size."""
     hf = json.loads((model_dir / "config.json").read_text())
     assert "Idefics2ForConditionalGeneration" in SUPPORTED_ARCHITECTURES
     assert from_hf_config(hf) == from_hf_config({**hf["text_config"], "architectures": ["MistralForCausalLM"]})
@@ -143,3 +148,7 @@ def test_registry_and_refused_fields(model_dir):
     bad = {**hf, "perceiver_config": {**hf["perceiver_config"], "hidden_act": "relu"}}
     with pytest.raises(ConfigError, match="perceiver_config.hidden_act 'relu'"):
         read_vision_language_config(bad)
+    cfg = read_vision_language_config(hf)
+    larger = transformers.Idefics2ImageProcessorPil(size={"shortest_edge": 8, "longest_edge": 64})
+    with pytest.raises(ValueError, match="at most 32 x 32"):
+        image_tiles(larger, picture(4, *WIDE), cfg, "test")
