@@ -26,6 +26,7 @@ from jaxinfer.checkpoint.pixtral_weights import is_pixtral, read_mistral3_weight
 from jaxinfer.checkpoint.qwen2_vl_weights import read_qwen2_vl_weights
 from jaxinfer.checkpoint.qwen3_vl_weights import read_qwen3_vl_weights
 from jaxinfer.config.errors import CheckpointError
+from jaxinfer.models.aya_vision import AyaVisionConfig
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig
 from jaxinfer.models.idefics2_vision import Idefics2Config
@@ -64,6 +65,8 @@ PROJECTOR_NAMES = {"w1": "linear_1.weight", "b1": "linear_1.bias", "w2": "linear
 # Gemma 3's projector: its matrix is stored [V, D] as it is used (a Parameter, not a Linear: never transposed)
 GEMMA3_PROJECTOR_NAMES = {"norm": "mm_soft_emb_norm.weight", "projection": "mm_input_projection_weight"}
 IDEFICS3_PROJECTOR_NAMES = {"projection": "modality_projection.proj.weight"}  # its connector's Linear, no bias
+AYA_PROJECTOR_NAMES = {"w1": "linear_1.weight", "b1": "linear_1.bias", "w2": "linear_2.weight", "b2": "linear_2.bias",
+                       "norm": "layernorm.weight", "norm_bias": "layernorm.bias"}  # SwiGLU's, after its LayerNorm
 
 
 def is_vision_language(index: dict[str, Path]) -> bool:
@@ -127,7 +130,8 @@ def read_llava_weights(
         return read_gemma4_vision_weights(index, open_file, cfg, dtype)
     projector_names = GEMMA3_PROJECTOR_NAMES if isinstance(cfg, Gemma3VisionConfig) else \
         IDEFICS3_PROJECTOR_NAMES if isinstance(cfg, Idefics3VisionConfig) else \
-        PROJECTION_NAMES if isinstance(cfg, Idefics2Config) else PROJECTOR_NAMES
+        PROJECTION_NAMES if isinstance(cfg, Idefics2Config) else \
+        AYA_PROJECTOR_NAMES if isinstance(cfg, AyaVisionConfig) else PROJECTOR_NAMES
     projector_name = connector_name if isinstance(cfg, Idefics2Config) else projector_names.__getitem__
     probe = next(iter(projector_names.values()))
     tower = _prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"])

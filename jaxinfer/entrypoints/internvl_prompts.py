@@ -14,17 +14,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from jaxinfer.engine.prompt_checks import encode_prompt
+from jaxinfer.models.internvit import InternViTConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
+from jaxinfer.models.vision_tower import VisionConfig
 from jaxinfer.runtime.image_input import ImageInput
 
 START, END, CONTEXT, VIDEO = "<img>", "</img>", "<IMG_CONTEXT>", "<video>"
 
 
-def image_tiles(processor: Any, image: Any, cfg: InternVLVisionConfig, field: str) -> np.ndarray:
-    """Tiles [N, C, S, S] of one image, the thumbnail last; ValueError when the processor makes tiles the tower does
-    not take."""
+def image_tiles(processor: Any, image: Any, v: InternViTConfig | VisionConfig, field: str) -> np.ndarray:
+    """Tiles [N, C, S, S] of one image for a tower v (InternVL's, Aya Vision's), the thumbnail last; ValueError when
+    the processor makes tiles the tower does not take."""
     tiles = np.asarray(processor(image, crop_to_patches=True, return_tensors="np")["pixel_values"], np.float32)
-    v = cfg.vision
     if tiles.shape[1:] != (v.num_channels, v.image_size, v.image_size):
         raise ValueError(f"{field}: the image processor made tiles of {tiles.shape[1:]} pixels; the tower takes "
                          f"{v.image_size} x {v.image_size} tiles of {v.num_channels} channels (the processor's size "
@@ -70,7 +71,7 @@ def internvl_prompt(prompt: str | Sequence[int], images: list[Any], cfg: InternV
     tile)."""
     ids = encode_prompt(prompt, tokenizer)
     refuse_video(ids, tokenizer, field)
-    made = [image_tiles(processor, image, cfg, field) for image in images]
+    made = [image_tiles(processor, image, cfg.vision, field) for image in images]
     token, seq_len = cfg.image_token_id, cfg.image_seq_len
     found = runs(ids, token)
     if [length for _, length in found] == [len(tiles) * seq_len for tiles in made] and any(n > 1 for _, n in found):

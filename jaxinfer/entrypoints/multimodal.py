@@ -27,6 +27,8 @@ from jaxinfer.checkpoint.vision_weights import is_vision_language
 from jaxinfer.config.model import ConfigError, read_config_json
 from jaxinfer.engine.prompt_checks import encode_prompt
 from jaxinfer.entrypoints.anyres_prompts import anyres_prompt
+from jaxinfer.entrypoints.aya_vision_prompts import MARK as AYA_MARK
+from jaxinfer.entrypoints.aya_vision_prompts import aya_vision_prompt
 from jaxinfer.entrypoints.gemma4_prompts import gemma4_prompt
 from jaxinfer.entrypoints.idefics2_prompts import idefics2_prompt
 from jaxinfer.entrypoints.idefics3_prompts import idefics3_prompt
@@ -35,6 +37,7 @@ from jaxinfer.entrypoints.media import load_image
 from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
+from jaxinfer.models.aya_vision import AyaVisionConfig
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, with_processor_limit
 from jaxinfer.models.idefics2_vision import Idefics2Config
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
@@ -143,7 +146,9 @@ class ImagePrompts:
     def image_text(self) -> str:
         """What an image part of a chat message becomes: the mark, inside Qwen2-VL's vision start and end; InternVL's,
         LLaVA-NeXT's and LLaVA-OneVision's followed by a newline, as their checkpoints' chat templates render an
-        image part (and vLLM joins a mark to its text)."""
+        image part (and vLLM joins a mark to its text); Aya Vision's the processor's `<image>` text."""
+        if isinstance(self.cfg, AyaVisionConfig):
+            return AYA_MARK
         if isinstance(self.cfg, Qwen2VLConfig):
             start, end = self.tokenizer.convert_ids_to_tokens([self.cfg.vision_start_token_id,
                                                               self.cfg.vision_end_token_id])
@@ -217,6 +222,8 @@ class ImagePrompts:
             return internvl_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, Gemma4VisionConfig):  # <boi>, a row count per image from its size, <eoi>
             return gemma4_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
+        if isinstance(self.cfg, AyaVisionConfig):  # tiles, each its own run of patches between text marks
+            return aya_vision_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, LlavaNextConfig):  # a placeholder count per image from its size and grid of tiles
             return anyres_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         ids, found = self.marked_ids(prompt, len(images))

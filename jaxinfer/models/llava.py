@@ -34,6 +34,9 @@ ARCHITECTURES = ("LlavaForConditionalGeneration", "VipLlavaForConditionalGenerat
 # Language models transformers' causal-LM map leaves out (5.24 lists Mistral4ForCausalLM for pretraining only):
 # Mistral Small 4 ships as Mistral3ForConditionalGeneration around one.
 CAUSAL_LM_UNMAPPED = {"mistral4": "Mistral4ForCausalLM"}
+# transformers' Aya Vision and Cohere2 Vision heads are a bare lm_head: their Cohere2 text's logit_scale is not applied
+# (vLLM's Cohere2ForCausalLM applies it; HF is the reference here)
+UNSCALED_LOGITS = ("aya_vision", "cohere2_vision")
 STRATEGIES = ("default", "full")
 PROJECTOR_ACTIVATIONS = ("gelu", "gelu_pytorch_tanh", "gelu_new", "quick_gelu")
 
@@ -60,8 +63,12 @@ class LlavaConfig:
     @property
     def depth(self) -> int:
         """Tower layers that must run to reach every feature layer."""
-        states = self.vision.num_layers + 1
-        return max(i % states for i in self.feature_layers)
+        return feature_depth(self.vision.num_layers, self.feature_layers)
+
+
+def feature_depth(num_layers: int, layers: tuple[int, ...]) -> int:
+    """Tower layers that must run to reach each of `layers` (hidden_states indices, negative from the end)."""
+    return max(i % (num_layers + 1) for i in layers)
 
 
 @jax.tree_util.register_dataclass
@@ -99,12 +106,16 @@ def abstract_llava(cfg: LlavaConfig) -> LlavaWeights:
 
 
 def select_features(states: list[jax.Array], cfg: LlavaConfig) -> jax.Array:
-    """The feature layers' rows [N, tokens_per_image, F_in], the first (CLIP's class token) dropped unless "full"
-    (a SigLIP tower's first patch too, as transformers and vLLM drop it); states:
-    hidden_states[0 .. depth] of the tower (the feature indices, taken modulo num_layers + 1, fall in it)."""
-    total = cfg.vision.num_layers + 1
-    chosen = jnp.concatenate([states[i % total] for i in cfg.feature_layers], axis=-1)
-    return chosen if cfg.full else chosen[:, 1:]
+    """The feature layers' rows [N, tokens_per_image, F_in] (see `feature_rows`)."""
+    return feature_rows(states, cfg.vision.num_layers, cfg.feature_layers, cfg.full)
+
+
+def feature_rows(states: list[jax.Array], num_layers: int, layers: tuple[int, ...], full: bool) -> jax.Array:
+    """`layers`' rows concatenated [N, rows, E * len(layers)], the first (CLIP's class token) dropped unless `full`
+    (a SigLIP tower's first patch too, as transformers and vLLM drop it); states: hidden_states[0 .. depth] of a
+    tower of num_layers layers (the indices, taken modulo num_layers + 1, fall in it)."""
+    chosen = jnp.concatenate([states[i % (num_layers + 1)] for i in layers], axis=-1)
+    return chosen if full else chosen[:, 1:]
 
 
 def project(p: Projector, x: jax.Array, activation: str, norm_eps: float | None = None) -> jax.Array:
@@ -143,14 +154,20 @@ def text_hf_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     if text.get("model_type") not in names:
         raise ConfigError(f"text_config.model_type {text.get('model_type')!r} has no causal LM in transformers")
     text["architectures"] = [names[text["model_type"]]]
-    return text
+    return {**text, "logit_scale": 1.0} if hf.get("model_type") in UNSCALED_LOGITS else text
+
+
+def read_feature_layers(value: int | list[int], num_layers: int) -> tuple[int, ...]:
+    """`vision_feature_layer` (an int or a list) as a tuple; ConfigError for an index outside a num_layers tower."""
+    layers = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if any(not -(num_layers + 1) <= i <= num_layers for i in layers):
+        raise ConfigError(f"vision_feature_layer {layers} is out of range for {num_layers} tower layers")
+    return layers
 
 
 def read_llava_config(hf: Mapping[str, Any]) -> LlavaConfig:
     """A LlavaConfig from an HF LlavaForConditionalGeneration config; ConfigError naming a field it cannot run."""
     full = complete_config(hf)
-    layers = full.get("vision_feature_layer", -2)
-    layers = tuple(layers) if isinstance(layers, (list, tuple)) else (layers,)
     vip = full.get("model_type") == "vipllava"
     # VipLLaVA's get_image_features always drops the first row: it has no strategy field
     strategy = "default" if vip else full.get("vision_feature_select_strategy", "default")
@@ -160,8 +177,7 @@ def read_llava_config(hf: Mapping[str, Any]) -> LlavaConfig:
     if act not in PROJECTOR_ACTIVATIONS:
         raise ConfigError(f"projector_hidden_act {act!r} is not supported; supported: {PROJECTOR_ACTIVATIONS}")
     vision = read_vision_config(full["vision_config"])
-    if any(not -(vision.num_layers + 1) <= i <= vision.num_layers for i in layers):
-        raise ConfigError(f"vision_feature_layer {layers} is out of range for {vision.num_layers} tower layers")
+    layers = read_feature_layers(full.get("vision_feature_layer", -2), vision.num_layers)
     cfg = LlavaConfig(
         vision=vision, feature_layers=layers, full=strategy == "full", projector_activation=act,
         projector_bias=full.get("multimodal_projector_bias", True), text_hidden_size=full["text_config"]["hidden_size"],

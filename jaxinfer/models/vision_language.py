@@ -2,7 +2,7 @@
 (models/llava_next), Gemma 3's (models/gemma3_vision),
 Qwen2-VL's and Qwen2.5-VL's (models/qwen2_vl_vision), Mistral 3's (models/pixtral_vision) and Idefics3's /
 SmolVLM's (models/idefics3_vision); Idefics2's (models/idefics2_vision); InternVL's (models/internvl_vision);
-Gemma 4's (models/gemma4_vision).
+Gemma 4's (models/gemma4_vision); Aya Vision's (models/aya_vision).
 
 Each runs its language model as the text family its `text_config` names; this module picks what the images
 add (config, weight tree, features program) by the checkpoint's architecture or its config's type. Qwen3-VL's
@@ -16,6 +16,7 @@ from typing import Any, Mapping, Union
 import jax
 import numpy as np
 
+import jaxinfer.models.aya_vision as aya_vision
 import jaxinfer.models.gemma3_vision as gemma3_vision
 import jaxinfer.models.gemma4_vision as gemma4_vision
 import jaxinfer.models.idefics2_vision as idefics2_vision
@@ -26,6 +27,7 @@ import jaxinfer.models.llava_next as llava_next
 import jaxinfer.models.pixtral_vision as pixtral_vision
 import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
 import jaxinfer.models.qwen3_vl_vision as qwen3_vl_vision
+from jaxinfer.models.aya_vision import AyaVisionConfig, AyaVisionWeights
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, Gemma4VisionWeights
 from jaxinfer.models.idefics2_vision import Idefics2Config, Idefics2Weights
@@ -40,14 +42,14 @@ from jaxinfer.models.qwen3_vl_vision import Qwen3TowerWeights, Qwen3VLConfig
 ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vision.QWEN2_VL,
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
     qwen3_vl_vision.ARCHITECTURES + pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
-    internvl_vision.ARCHITECTURES + llava_next.ARCHITECTURES + idefics2_vision.ARCHITECTURES
+    internvl_vision.ARCHITECTURES + llava_next.ARCHITECTURES + idefics2_vision.ARCHITECTURES + aya_vision.ARCHITECTURES
 # Those and Gemma 4's take images; Gemma 4's language model is read as its own family's (models/text_part), not
 # through the registry's vision-language path
 IMAGE_ARCHITECTURES = ARCHITECTURES + gemma4_vision.ARCHITECTURES
 VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config, Idefics3VisionConfig,
-                             InternVLVisionConfig, Gemma4VisionConfig, Idefics2Config]
+                             InternVLVisionConfig, Gemma4VisionConfig, Idefics2Config, AyaVisionConfig]
 VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, Qwen3TowerWeights, PixtralWeights,
-                              Idefics3Weights, InternVLWeights, Gemma4VisionWeights, Idefics2Weights]
+                              Idefics3Weights, InternVLWeights, Gemma4VisionWeights, Idefics2Weights, AyaVisionWeights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
@@ -70,6 +72,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return gemma4_vision.read_gemma4_vision_config(hf)
     if hf["architectures"][0] in llava_next.ARCHITECTURES:
         return llava_next.read_llava_next_config(hf)
+    if hf["architectures"][0] in aya_vision.ARCHITECTURES:
+        return aya_vision.read_aya_vision_config(hf)
     return llava.read_llava_config(hf)
 
 
@@ -93,16 +97,18 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
         return gemma4_vision.abstract_gemma4_vision(cfg)
     if isinstance(cfg, LlavaNextConfig):
         return llava_next.abstract_llava_next(cfg)
+    if isinstance(cfg, AyaVisionConfig):
+        return aya_vision.abstract_aya_vision(cfg)
     return llava.abstract_llava(cfg)
 
 
 def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: VisionLanguageConfig) -> jax.Array:
     """Language-model embeddings [N, image_seq_length, D] of images [N, C, H, W] (Qwen2-VL's: [1, bucket, D] of
     one image's padded patches, models/tower_patches; Qwen3-VL's: [1, bucket, (1 + K) * D], its K DeepStack rows
-    beside; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at its own size; Idefics3's and InternVL's:
-    [N, image_seq_len, D] of tiles [N, C, S, S]; Gemma 4's: [1, bucket, D] of one image's padded patches; LLaVA-NeXT's
-    and OneVision's: [N, patches, D] of tiles [N, C, S, S], laid out on the host by `llava_next.image_layout`;
-    Idefics2's: [N, latents, D] of `idefics2_vision.MaskedTiles`)."""
+    beside; Mistral 3's: [1, R * (C + 1), D] of one image [1, C, H, W] at its own size; Idefics3's, InternVL's and
+    Aya Vision's: [N, image_seq_len, D] of tiles [N, C, S, S]; Gemma 4's: [1, bucket, D] of one image's padded
+    patches; LLaVA-NeXT's and OneVision's: [N, patches, D] of tiles [N, C, S, S], laid out on the host by
+    `llava_next.image_layout`; Idefics2's: [N, latents, D] of `idefics2_vision.MaskedTiles`)."""
     if isinstance(cfg, Gemma3VisionConfig):
         return gemma3_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen3VLConfig):
@@ -119,6 +125,8 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
         return internvl_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Gemma4VisionConfig):
         return gemma4_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, AyaVisionConfig):
+        return aya_vision.image_features(weights, pixels, cfg)
     return llava.image_features(weights, pixels, cfg)
 
 
@@ -154,9 +162,9 @@ def bidirectional(cfg: VisionLanguageConfig | None) -> bool:
 
 
 def tiled(cfg: VisionLanguageConfig) -> bool:
-    """Whether images reach the tower as tiles all of its image size (Idefics3's, InternVL's; Idefics2's padded to
-    it): a request's new tiles go through together."""
-    return isinstance(cfg, (Idefics3VisionConfig, InternVLVisionConfig, Idefics2Config))
+    """Whether images reach the tower as tiles all of its image size (Idefics3's, InternVL's, Aya Vision's; Idefics2's
+    padded to it): a request's new tiles go through together."""
+    return isinstance(cfg, (Idefics3VisionConfig, InternVLVisionConfig, Idefics2Config, AyaVisionConfig))
 
 
 def anyres(cfg: VisionLanguageConfig | None) -> bool:
