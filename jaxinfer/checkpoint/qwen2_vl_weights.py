@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +13,7 @@ from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig, QwenTowerWeights, abstract_qwen2_vl
 
+T = TypeVar("T")
 PREFIXES = ("visual.", "model.visual.")
 BLOCK_NAMES = {  # QwenBlock field -> tensor under blocks.{i}. (Qwen2.5-VL's MLP names where they differ)
     "norm1": "norm1.weight", "norm1_bias": "norm1.bias", "qkv": "attn.qkv.weight", "qkv_bias": "attn.qkv.bias",
@@ -50,18 +51,25 @@ def read_qwen2_vl_weights(index: dict[str, Path], open_file: Callable[[Path], An
     if prefix is None:
         raise CheckpointError(f"the checkpoint has no Qwen2-VL vision tower (looked for {PREFIXES[0]}"
                               f"{TOWER_NAMES['patch']} and {PREFIXES[1]}{TOWER_NAMES['patch']})")
-    abstract = abstract_qwen2_vl(cfg)
+    return read_tower_leaves(index, open_file, abstract_qwen2_vl(cfg),
+                             lambda path: prefix + stored_name(path, cfg.vision.windowed), our_layout, dtype)
+
+
+def read_tower_leaves(index: dict[str, Path], open_file: Callable[[Path], Any], abstract: T,
+                      name_of: Callable[[str], str], layout: Callable[[str, np.ndarray], np.ndarray], dtype: Any) -> T:
+    """Every leaf of a tower's abstract tree read from its stored tensor (`name_of` its leaf path, `layout` turning
+    it into ours), cast to dtype; CheckpointError naming a missing or misshapen tensor."""
     opened: dict[Path, Any] = {}
     arrays = {}
     for path, info in leaf_paths(abstract):
-        name = prefix + stored_name(path, cfg.vision.windowed)
+        name = name_of(path)
         if name not in index:
             raise CheckpointError(f"tensor {name} is missing from the checkpoint (its vision tower or merger)")
         file = index[name]
         if file not in opened:
             opened[file] = open_file(file)
         stored = opened[file].get_tensor(name)
-        tensor = our_layout(name, stored)
+        tensor = layout(name, stored)
         if tensor.shape != info.shape:
             raise CheckpointError(f"tensor {name} in {file.name} has shape {stored.shape}, expected {info.shape} "
                                   "in our layout")

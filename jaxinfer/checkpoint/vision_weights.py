@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxinfer.checkpoint.gemma4_vision_weights import read_gemma4_vision_weights
+from jaxinfer.checkpoint.glm4v_weights import read_glm4v_weights
 from jaxinfer.checkpoint.idefics2_weights import LATENTS, PROJECTION_NAMES, connector_name
 from jaxinfer.checkpoint.internvl_weights import is_internvl, read_internvl_weights
 from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
@@ -29,6 +30,7 @@ from jaxinfer.config.errors import CheckpointError
 from jaxinfer.models.aya_vision import AyaVisionConfig
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig
+from jaxinfer.models.glm4v_vision import Glm4vConfig
 from jaxinfer.models.idefics2_vision import Idefics2Config
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
@@ -120,6 +122,8 @@ def read_llava_weights(
     safetensors file), cast to dtype; CheckpointError naming a missing tensor."""
     if isinstance(cfg, Qwen3VLConfig):
         return read_qwen3_vl_weights(index, open_file, cfg, dtype)
+    if isinstance(cfg, Glm4vConfig):
+        return read_glm4v_weights(index, open_file, cfg, dtype)
     if isinstance(cfg, Qwen2VLConfig):
         return read_qwen2_vl_weights(index, open_file, cfg, dtype)
     if isinstance(cfg, Mistral3Config):

@@ -19,6 +19,9 @@ from typing import Any, Mapping
 
 from jaxinfer.config.model import ConfigError
 
+GLM4V_ARCHITECTURES = ("Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration",
+                       "Glm46VForConditionalGeneration")  # their text configs: models/glm4v
+
 TEXT_ARCHITECTURES = {  # the checkpoint's -> its language model's (the Qwen3-VL-MoE one reads experts fused)
     "Qwen2VLForConditionalGeneration": "Qwen2ForCausalLM", "Qwen2_5_VLForConditionalGeneration": "Qwen2ForCausalLM",
     "Qwen3VLForConditionalGeneration": "Qwen3ForCausalLM",
@@ -30,7 +33,8 @@ ARCHITECTURES = tuple(TEXT_ARCHITECTURES)
 INTERLEAVED = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
                "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
 # transformers' default sections: Qwen3.5's over its quarter-head rotary (32 frequencies), the others' over 64
-DEFAULT_SECTIONS = {"Qwen3_5ForConditionalGeneration": (11, 11, 10), "Qwen3_5MoeForConditionalGeneration": (11, 11, 10)}
+DEFAULT_SECTIONS = {"Qwen3_5ForConditionalGeneration": (11, 11, 10), "Qwen3_5MoeForConditionalGeneration": (11, 11, 10),
+                    **dict.fromkeys(GLM4V_ARCHITECTURES, (8, 12, 12))}  # GLM-4.xV's over its 32 rotary frequencies
 MROPE_TYPES = ("default", "mrope")  # "mrope" is the hub's name for the default rope split into sections
 # Settings of the whole checkpoint a flat config keeps beside the text model's (not the language model's)
 NOT_TEXT = ("vision_config", "architectures", "model_type", "image_token_id", "video_token_id",
@@ -38,9 +42,9 @@ NOT_TEXT = ("vision_config", "architectures", "model_type", "image_token_id", "v
 TOP_LEVEL = ("tie_word_embeddings", "quantization_config")  # the checkpoint's, read over text_config's
 
 
-def qwen2_text_config(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """The language model's config as a Qwen2ForCausalLM (Qwen3ForCausalLM, ...) checkpoint would hold it (rope
-    without sections)."""
+def qwen2_text_config(hf: Mapping[str, Any], architecture: str | None = None) -> dict[str, Any]:
+    """The language model's config as a Qwen2ForCausalLM (Qwen3ForCausalLM, ...; `architecture` when given: GLM-4.xV's)
+    checkpoint would hold it (rope without sections)."""
     nested = hf.get("text_config")
     text = dict(nested) if isinstance(nested, Mapping) else {k: v for k, v in hf.items() if k not in NOT_TEXT}
     text.update({k: hf[k] for k in TOP_LEVEL if hf.get(k) is not None})
@@ -52,7 +56,7 @@ def qwen2_text_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     theta = params.get("rope_theta", text.pop("rope_theta", 10000.0))
     partial = {"partial_rotary_factor": params["partial_rotary_factor"]} if "partial_rotary_factor" in params else {}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": theta, **partial}
-    text["architectures"] = [TEXT_ARCHITECTURES[hf["architectures"][0]]]
+    text["architectures"] = [architecture or TEXT_ARCHITECTURES[hf["architectures"][0]]]
     if hf["architectures"][0] == "Qwen3VLMoeForConditionalGeneration":
         text["norm_topk_prob"] = True
     return text

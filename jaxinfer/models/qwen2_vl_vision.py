@@ -75,15 +75,15 @@ class QwenBlock:
     norm1: jax.Array
     norm1_bias: jax.Array | None
     qkv: jax.Array  # [E, 3E]
-    qkv_bias: jax.Array
+    qkv_bias: jax.Array | None
     proj: jax.Array  # [E, E]
-    proj_bias: jax.Array
+    proj_bias: jax.Array | None
     norm2: jax.Array
     norm2_bias: jax.Array | None
     fc1: jax.Array  # [E, F]: fc1 (Qwen2-VL) or gate_proj (Qwen2.5-VL)
-    fc1_bias: jax.Array
+    fc1_bias: jax.Array | None
     fc2: jax.Array  # [F, E]: fc2 or down_proj
-    fc2_bias: jax.Array
+    fc2_bias: jax.Array | None
     up: jax.Array | None = None  # [E, F] Qwen2.5-VL's up_proj
     up_bias: jax.Array | None = None
 
@@ -121,13 +121,18 @@ def abstract_qwen2_vl(cfg: Qwen2VLConfig) -> QwenTowerWeights:
                             vec(cfg.text_hidden_size))
 
 
-def norm(x: jax.Array, weight: jax.Array, bias: jax.Array | None) -> jax.Array:
-    """LayerNorm (with a bias: Qwen2-VL) or RMSNorm (without: Qwen2.5-VL), in float32."""
+def norm(x: jax.Array, weight: jax.Array, bias: jax.Array | None, eps: float = EPS) -> jax.Array:
+    """LayerNorm (with a bias: Qwen2-VL) or RMSNorm (without: Qwen2.5-VL, GLM-4.xV's tower), in float32."""
     if bias is not None:
-        return layer_norm(x, weight, bias, EPS)
+        return layer_norm(x, weight, bias, eps)
     x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + EPS)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return (normed * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def affine(x: jax.Array, weight: jax.Array, bias: jax.Array | None) -> jax.Array:
+    """x @ weight, plus the bias where the checkpoint has one (GLM-4.xV's tower has none)."""
+    return x @ weight if bias is None else x @ weight + bias
 
 
 def rotary(rows: jax.Array, cols: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
@@ -161,22 +166,22 @@ def attention(b: QwenBlock, x: jax.Array, heads: int, cos: jax.Array, sin: jax.A
               mask: jax.Array | None) -> jax.Array:
     """Bidirectional attention of the image's patches (within windows where mask is given)."""
     n, e = x.shape
-    q, k, v = jnp.split((x @ b.qkv + b.qkv_bias).reshape(n, 3 * heads, e // heads), 3, axis=1)
+    q, k, v = jnp.split(affine(x, b.qkv, b.qkv_bias).reshape(n, 3 * heads, e // heads), 3, axis=1)
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     scores = jnp.einsum("qhd,khd->hqk", q, k).astype(jnp.float32) * (e // heads) ** -0.5
     if mask is not None:
         scores = jnp.where(mask[None], scores, -jnp.inf)
     out = jnp.einsum("hqk,khd->qhd", jax.nn.softmax(scores, axis=-1).astype(v.dtype), v)
-    return out.reshape(n, e) @ b.proj + b.proj_bias
+    return affine(out.reshape(n, e), b.proj, b.proj_bias)
 
 
 def mlp(b: QwenBlock, x: jax.Array, activation: str) -> jax.Array:
-    """fc2(act(fc1 x)) (Qwen2-VL) or down(act(gate x) * up x) (Qwen2.5-VL), with biases."""
-    h = vision_activation(activation, x @ b.fc1 + b.fc1_bias) if activation != "silu" else \
-        jax.nn.silu(x @ b.fc1 + b.fc1_bias)
+    """fc2(act(fc1 x)) (Qwen2-VL) or down(act(gate x) * up x) (Qwen2.5-VL, GLM-4.xV), with biases where given."""
+    gate = affine(x, b.fc1, b.fc1_bias)
+    h = vision_activation(activation, gate)
     if b.up is not None:
-        h = h * (x @ b.up + b.up_bias)
-    return h @ b.fc2 + b.fc2_bias
+        h = h * affine(x, b.up, b.up_bias)
+    return affine(h, b.fc2, b.fc2_bias)
 
 
 def image_features(weights: QwenTowerWeights, patches: TowerPatches, cfg: Qwen2VLConfig) -> jax.Array:

@@ -56,6 +56,8 @@ from jaxinfer.models.glm import FAMILY as GLM
 from jaxinfer.models.glm4 import FAMILY as GLM4
 from jaxinfer.models.glm4_moe import FAMILY as GLM4_MOE
 from jaxinfer.models.glm4_moe_lite import FAMILY as GLM4_MOE_LITE
+from jaxinfer.models.glm4v import ARCHITECTURES as GLM4V
+from jaxinfer.models.glm4v import glm4v_text_config
 from jaxinfer.models.gpt2 import FAMILY as GPT2
 from jaxinfer.models.gpt_bigcode import FAMILY as GPT_BIGCODE
 from jaxinfer.models.gpt_neo import FAMILY as GPT_NEO
@@ -267,6 +269,8 @@ def from_hf_config(hf: Mapping[str, Any]) -> ModelConfig:
         )
     if archs[0] in QWEN2_VL:  # Qwen2's (Qwen3's) decoder, its rope split into (temporal, height, width) sections
         return dataclasses.replace(from_hf_config(qwen2_text_config(hf)), **mrope_fields(hf))
+    if archs[0] in GLM4V:  # GLM-4-0414's (GLM-4.5's MoE) decoder with Qwen2-VL's M-RoPE
+        return dataclasses.replace(from_hf_config(glm4v_text_config(hf)), **mrope_fields(hf))
     if archs[0] in VISION_LANGUAGE:  # its language model runs as that family; the tower is models/vision_language's
         return from_hf_config(text_hf_config(hf))
     arch = BY_MODEL_TYPE.get(hf.get("model_type"), causal_architecture(archs[0]))

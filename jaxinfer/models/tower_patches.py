@@ -6,9 +6,9 @@ program per distinct grid, compiled when an image of that size first comes (seco
 request's time to first token). Here the grid becomes data: the patches go in flattened and padded with zero blocks
 to `bucket_blocks(blocks_h * blocks_w)` (1, 2, 3, 4, 6, 8, 12, ...: at most 1.5x the image's own), with each patch's
 (row, column) for the 2-D rotary, its window id (Qwen2.5-VL's window attention; one id for a whole image otherwise)
-and, for Qwen3-VL, its four position-grid taps; for Pixtral, whose placeholder run puts an [IMG_BREAK] after each
-merged row (the last an [IMG_END]), where each row of the run comes from; for Gemma 4, whose tower pools k x k
-squares by position, buckets of pooled rows. Padding patches take window id -1, so
+and, for Qwen3-VL, its four position-grid taps (GLM-4.xV: sixteen, bicubic); for Pixtral, whose placeholder run
+puts an [IMG_BREAK] after each merged row (the last an [IMG_END]), where each row of the run comes from; for Gemma 4,
+whose tower pools k x k squares by position, buckets of pooled rows. Padding patches take window id -1, so
 every layer's mask keeps them apart from the image's (they attend among themselves and their rows are dropped): the
 image's rows are the unpadded program's, the few programs are per bucket, not per grid.
 """
@@ -32,8 +32,8 @@ class TowerPatches:
     rows: np.ndarray  # [P] int32: each patch's row in the patch grid (0 for padding)
     cols: np.ndarray  # [P] int32
     windows: np.ndarray  # [P] int32: attention window id (PAD_WINDOW for padding)
-    grid_taps: np.ndarray | None = None  # Qwen3-VL: [P, 4] int32 indices into its learned position grid
-    grid_weights: np.ndarray | None = None  # Qwen3-VL: [P, 4] float32 bilinear weights (0 for padding)
+    grid_taps: np.ndarray | None = None  # Qwen3-VL: [P, 4] (GLM-4.xV: [P, 16]) int32 indices into its position grid
+    grid_weights: np.ndarray | None = None  # [P, 4] float32 bilinear (GLM-4.xV: [P, 16] bicubic) weights; 0: padding
     run: np.ndarray | None = None  # Pixtral: [2 x bucket] int32, each placeholder's row of [image rows, break, end]
 
 
@@ -84,16 +84,45 @@ def interpolation(rows: np.ndarray, cols: np.ndarray, height: int, width: int, s
     return indices, (row_weights[:, :, None] * col_weights[:, None, :]).reshape(-1, 4).astype(np.float32)
 
 
-def tower_patches(pixels: np.ndarray, merge: int, window: int = 0, grid_side: int = 0) -> TowerPatches:
-    """The padded input of one image's patches [blocks_h, blocks_w, merge², F]; grid_side > 0 (Qwen3-VL) adds the
-    bilinear taps of its learned grid_side x grid_side position grid."""
+def cubic_weights(t: np.ndarray) -> np.ndarray:
+    """[N, 4] float32 weights of the taps at floor - 1 .. floor + 2 for fractions t [N]: torch's bicubic
+    convolution (A = -0.75)."""
+    a = np.float32(-0.75)
+    near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1  # noqa: E731  |x| <= 1
+    far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # noqa: E731  1 < |x| < 2
+    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1).astype(np.float32)
+
+
+def bicubic_interpolation(rows: np.ndarray, cols: np.ndarray, height: int, width: int, side: int
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """(indices [N, 16] into the side x side grid, float32 weights [N, 16]): GLM-4.xV's resampling of each patch
+    (row, col) of a height x width patch grid, HF's `F.grid_sample(mode="bicubic", align_corners=False,
+    padding_mode="border")` at the patch's centre as sixteen taps (their indices clamped to the grid: border)."""
+    def taps(index: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+        normed = (index.astype(np.float32) + np.float32(0.5)) / np.float32(size) * 2 - 1  # float32, as HF's
+        src = ((normed + 1) * np.float32(side) - 1) / 2
+        floor = np.floor(src)
+        at = floor[:, None] + np.arange(-1, 3, dtype=np.float32)
+        return np.clip(at, 0, side - 1).astype(np.int32), cubic_weights((src - floor).astype(np.float32))
+
+    row_taps, row_weights = taps(rows, height)
+    col_taps, col_weights = taps(cols, width)
+    indices = (row_taps[:, :, None] * side + col_taps[:, None, :]).reshape(-1, 16)
+    return indices, (row_weights[:, :, None] * col_weights[:, None, :]).reshape(-1, 16).astype(np.float32)
+
+
+def tower_patches(pixels: np.ndarray, merge: int, window: int = 0, grid_side: int = 0, bicubic: bool = False
+                  ) -> TowerPatches:
+    """The padded input of one image's patches [blocks_h, blocks_w, merge², F]; grid_side > 0 adds the taps of the
+    learned grid_side x grid_side position grid: bilinear (Qwen3-VL) or bicubic (GLM-4.xV)."""
     blocks_h, blocks_w, per_block, features = pixels.shape
     length = bucket_blocks(blocks_h * blocks_w) * per_block
     rows, cols = patch_grid(blocks_h, blocks_w, merge)
     taps = weights = None
     if grid_side:
-        indices, bilinear = interpolation(rows, cols, blocks_h * merge, blocks_w * merge, grid_side)
-        taps, weights = padded(indices.astype(np.int32), length), padded(bilinear, length)
+        resample = bicubic_interpolation if bicubic else interpolation
+        indices, tap_weights = resample(rows, cols, blocks_h * merge, blocks_w * merge, grid_side)
+        taps, weights = padded(indices.astype(np.int32), length), padded(tap_weights, length)
     return TowerPatches(
         pixels=padded(pixels.reshape(-1, features).astype(np.float32), length)[None],
         rows=padded(rows.astype(np.int32), length), cols=padded(cols.astype(np.int32), length),

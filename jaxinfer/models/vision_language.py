@@ -6,7 +6,8 @@ Gemma 4's (models/gemma4_vision); Aya Vision's (models/aya_vision).
 
 Each runs its language model as the text family its `text_config` names; this module picks what the images
 add (config, weight tree, features program) by the checkpoint's architecture or its config's type. Qwen3-VL's
-(models/qwen3_vl_vision) is a Qwen2-VL config (its prompts, its M-RoPE positions) with its own tower.
+(models/qwen3_vl_vision) and GLM-4.xV's (models/glm4v_vision) are Qwen2-VL configs (their prompts, their M-RoPE
+positions) with their own towers.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import jaxinfer.models.aya_vision as aya_vision
 import jaxinfer.models.gemma3_vision as gemma3_vision
 import jaxinfer.models.gemma4_vision as gemma4_vision
+import jaxinfer.models.glm4v_vision as glm4v_vision
 import jaxinfer.models.idefics2_vision as idefics2_vision
 import jaxinfer.models.idefics3_vision as idefics3_vision
 import jaxinfer.models.internvl_vision as internvl_vision
@@ -30,6 +32,7 @@ import jaxinfer.models.qwen3_vl_vision as qwen3_vl_vision
 from jaxinfer.models.aya_vision import AyaVisionConfig, AyaVisionWeights
 from jaxinfer.models.gemma3_vision import Gemma3VisionConfig, Gemma3VisionWeights
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, Gemma4VisionWeights
+from jaxinfer.models.glm4v_vision import Glm4vConfig, GlmTowerWeights
 from jaxinfer.models.idefics2_vision import Idefics2Config, Idefics2Weights
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig, Idefics3Weights
 from jaxinfer.models.internvl_vision import InternVLVisionConfig, InternVLWeights
@@ -42,14 +45,16 @@ from jaxinfer.models.qwen3_vl_vision import Qwen3TowerWeights, Qwen3VLConfig
 ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vision.QWEN2_VL,
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
     qwen3_vl_vision.ARCHITECTURES + pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
-    internvl_vision.ARCHITECTURES + llava_next.ARCHITECTURES + idefics2_vision.ARCHITECTURES + aya_vision.ARCHITECTURES
+    internvl_vision.ARCHITECTURES + llava_next.ARCHITECTURES + idefics2_vision.ARCHITECTURES + \
+    aya_vision.ARCHITECTURES + glm4v_vision.ARCHITECTURES
 # Those and Gemma 4's take images; Gemma 4's language model is read as its own family's (models/text_part), not
 # through the registry's vision-language path
 IMAGE_ARCHITECTURES = ARCHITECTURES + gemma4_vision.ARCHITECTURES
 VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config, Idefics3VisionConfig,
                              InternVLVisionConfig, Gemma4VisionConfig, Idefics2Config, AyaVisionConfig]
 VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, Qwen3TowerWeights, PixtralWeights,
-                              Idefics3Weights, InternVLWeights, Gemma4VisionWeights, Idefics2Weights, AyaVisionWeights]
+                              Idefics3Weights, InternVLWeights, Gemma4VisionWeights, Idefics2Weights, AyaVisionWeights,
+                              GlmTowerWeights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
@@ -60,6 +65,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return qwen2_vl_vision.read_qwen2_vl_config(hf)
     if hf["architectures"][0] in qwen3_vl_vision.ARCHITECTURES:
         return qwen3_vl_vision.read_qwen3_vl_config(hf)
+    if hf["architectures"][0] in glm4v_vision.ARCHITECTURES:
+        return glm4v_vision.read_glm4v_config(hf)
     if hf["architectures"][0] in pixtral_vision.ARCHITECTURES:
         return pixtral_vision.read_mistral3_config(hf)
     if hf["architectures"][0] in idefics3_vision.ARCHITECTURES:
@@ -83,6 +90,8 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
         return gemma3_vision.abstract_gemma3_vision(cfg)
     if isinstance(cfg, Qwen3VLConfig):
         return qwen3_vl_vision.abstract_qwen3_vl(cfg)
+    if isinstance(cfg, Glm4vConfig):
+        return glm4v_vision.abstract_glm4v(cfg)
     if isinstance(cfg, Qwen2VLConfig):
         return qwen2_vl_vision.abstract_qwen2_vl(cfg)
     if isinstance(cfg, Mistral3Config):
@@ -113,6 +122,8 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
         return gemma3_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen3VLConfig):
         return qwen3_vl_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, Glm4vConfig):
+        return glm4v_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Qwen2VLConfig):
         return qwen2_vl_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, Mistral3Config):

@@ -132,6 +132,8 @@ def vision_activation(name: str, x: jax.Array) -> jax.Array:
     """The MLP nonlinearity by its HF name."""
     if name == "quick_gelu":
         return x * jax.nn.sigmoid(1.702 * x)
+    if name == "silu":
+        return jax.nn.silu(x)
     return jax.nn.gelu(x, approximate=name != "gelu")
 
 

@@ -76,7 +76,8 @@ class VisionRunner:
             return self.batch_program(pixels[None])
         tower = self.cfg.vision
         window = tower.window if getattr(tower, "windowed", False) else 0
-        return self.batch_program(tower_patches(pixels, tower.merge, window, getattr(tower, "grid_side", 0)))
+        return self.batch_program(tower_patches(pixels, tower.merge, window, getattr(tower, "grid_side", 0),
+                                                getattr(tower, "bicubic", False)))
 
     def batch_program(self, images: np.ndarray | TowerPatches | MaskedTiles) -> Program:
         """The tower's program over images [B, ...] (Idefics3's, InternVL's: B tiles [C, S, S]; Idefics2's: B tiles
