@@ -56,8 +56,8 @@ def hf_dir(tmp_path_factory, kind):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, hf_dir, kind):
-    """The checkpoint as the hub holds it: transformers saves Glm46V's experts fused (and reads only those), the
-    hub's GLM-4.6V holds one tensor each, as transformers saves Glm4vMoe's."""
+    """The checkpoint we read: one tensor per expert, as transformers saves Glm4vMoe's (and GLM-4.5V's checkpoints
+    hold them); transformers saves Glm46V's experts fused, and reads only those (HF's reference loads them)."""
     if kind != "glm46v":
         return hf_dir
     path = tmp_path_factory.mktemp("glm46v_hub")
@@ -159,10 +159,10 @@ def test_image_logits_and_positions_match_hf(model_dir, hf_model, loaded, kind):
 
 @first_kind_only()
 def test_engine_greedy_matches_hf_for_image_and_text_prompts(model_dir, hf_model, kind):
-    """A wide-image prompt, a tall-image prompt and a text prompt batched through the engine (16-token chunks cut
-    the images): each one's greedy tokens HF generate's for it alone."""
-    llm = LLM(model_dir, dtype="float32", max_seq_len=64, max_num_batched_tokens=16, page_size=4, num_pages=60,
-              max_num_seqs=3, limit_mm_per_prompt={"image": 2}, cpu_kernels=False)
+    """A wide-image prompt, a tall-image prompt and a text prompt batched through the engine (one prefill step,
+    then decode steps rotated by each image's delta): each one's greedy tokens HF generate's for it alone."""
+    llm = LLM(model_dir, dtype="float32", max_seq_len=64, max_num_batched_tokens=128, max_num_seqs=4,
+              limit_mm_per_prompt={"image": 2})
     outs = llm.generate([{"prompt": PROMPT, "multi_modal_data": {"image": WIDE}},
                          {"prompt": PROMPT, "multi_modal_data": {"image": TALL}}, TEXT], GREEDY)
     with torch.no_grad():
@@ -195,4 +195,4 @@ def test_refused_by_name(model_dir, kind):
     rope = {**hf, "vision_config": {**hf["vision_config"], "rope_parameters": {"rope_type": "default"}}}
     with pytest.raises(ConfigError, match="rope_type 'default' is not supported; supported: axial"):
         read_glm4v_config(rope)
-    assert set(arch for _, arch in [(k, v[1].__name__) for k, v in KINDS.items()]) <= set(SUPPORTED_ARCHITECTURES)
+    assert {model_class.__name__ for _, model_class, _, _ in KINDS.values()} <= set(SUPPORTED_ARCHITECTURES)

@@ -10,7 +10,8 @@ Configs come nested (transformers 5: `text_config`) or flat (the hub's: text fie
 Qwen3-VL-MoE's experts always renormalise their routing weights. Qwen3.5 interleaves Qwen3-VL's way over its partial
 rotary (`partial_rotary_factor` of each head, kept: its sections add up to the rotated dims' frequencies, default
 [11, 11, 10]); its language model is models/qwen3_5's, the MoE one reading the hub's fused experts unless the
-checkpoint stores one tensor per expert (qwen3_5.experts_as_stored).
+checkpoint stores one tensor per expert (qwen3_5.experts_as_stored). GLM-4.xV's configs read their text model here too
+(models/glm4v: `qwen2_text_config` with GLM's architecture, the sections one after another, [8, 12, 12] by default).
 """
 
 from __future__ import annotations
