@@ -87,6 +87,13 @@ class StateSpace:
                    conv_channels=inner, conv_bias=conv_bias, proj_bias=proj_bias, time_step_rank=rank,
                    bcdt_norm=bcdt_norm_eps is not None, norm_eps=1e-6 if bcdt_norm_eps is None else bcdt_norm_eps)
 
+    @classmethod
+    def rg_lru(cls, layers: tuple[int, ...], width: int, kernel: int) -> StateSpace:
+        """Griffin's recurrent blocks (RecurrentGemma: models/rg_lru): a biased conv over `width` channels and one
+        recurrent value per channel (the pools' [S, width, 1, 1])."""
+        return cls(layers=layers, num_heads=width, head_dim=1, state_size=1, n_groups=1, conv_kernel=kernel,
+                   conv_channels=width)
+
     @property
     def has_ssm(self) -> bool:
         """Whether the layers keep an SSM state (Mamba2's) beside the conv state (not a short conv's)."""

@@ -28,6 +28,7 @@ from jaxinfer.models.mamba1_mixer import selective_mixer
 from jaxinfer.models.mamba2_mixer import MixerWeights, mixer, mixer_leaves
 from jaxinfer.models.mlp import gated_mlp
 from jaxinfer.models.norms import rms_norm
+from jaxinfer.models.rg_lru import recurrent_block
 from jaxinfer.models.rope import RopeTables
 from jaxinfer.models.self_attention import HIDDEN, self_attention
 from jaxinfer.models.short_conv import short_conv
@@ -36,7 +37,7 @@ from jaxinfer.parallel.sharding import Layout
 ATTENTION_FIELDS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "q_norm", "k_norm")  # None on a Mamba2 layer
 # A state layer's input projection: Mamba2's, LFM2's short conv's, the Gated DeltaNet's (fused, split or apart: OLMo
 # Hybrid's in_q), KDA's
-STATE_MIXER_FIELDS = ("in_proj", "conv_in", "in_qkvz", "in_qkv", "in_q")
+STATE_MIXER_FIELDS = ("in_proj", "conv_in", "in_qkvz", "in_qkv", "in_q", "lru_x")
 
 
 @dataclasses.dataclass
@@ -86,14 +87,17 @@ def abstract_dense_layer(cfg: ModelConfig, layer: int = 0) -> LayerWeights:
 def token_mixer(
     cfg: ModelConfig, h: jax.Array, cache: Any, lw: Any, layer: int, positions: jax.Array, rope: RopeTables
 ) -> tuple[jax.Array, Any]:
-    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2, Mamba-1, LFM2's short conv, the Gated DeltaNet or Kimi
-    Delta Attention (its state read and written in the cache) on a state layer, else attention (its K/V written).
+    """Layer `layer`'s mixer over the normed h [B, T, D]: Mamba2, Mamba-1, LFM2's short conv, Griffin's recurrent
+    block, the Gated DeltaNet or Kimi Delta Attention (its state read and written in the cache) on a state layer,
+    else attention (its K/V written).
     The weights tell which (KDA's from the DeltaNet's by `StateSpace.key_decay`): `layer` is 0 in a one-layer view."""
     if all(getattr(lw, name, None) is None for name in STATE_MIXER_FIELDS):
         return self_attention(cfg, h, cache, lw, layer, positions, rope.for_layer(layer))
     state = read_state(cache, layer, cfg, h.shape[0], h.shape[1])
     if getattr(lw, "conv_in", None) is not None:
         out, state = short_conv(lw, h, positions, state)
+    elif getattr(lw, "lru_x", None) is not None:  # Griffin's recurrent block (RecurrentGemma)
+        out, state = recurrent_block(lw, h, positions, state, cfg.activation)
     elif getattr(lw, "x_proj", None) is not None:  # Mamba-1's (Jamba's): its in_proj is no Mamba2 mixer's
         out, state = selective_mixer(cfg.state_space, lw, h, positions, state)
     elif getattr(lw, "in_proj", None) is not None:

@@ -127,6 +127,7 @@ from jaxinfer.models.qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
 from jaxinfer.models.qwen3_moe import FAMILY as QWEN3_MOE
 from jaxinfer.models.qwen3_next import FAMILY as QWEN3_NEXT
 from jaxinfer.models.qwen4_exp import FAMILY as QWEN4_EXP
+from jaxinfer.models.recurrent_gemma import FAMILY as RECURRENT_GEMMA
 from jaxinfer.models.sarvam_moe import FAMILY as SARVAM_MOE
 from jaxinfer.models.sarvam_moe import MODEL_TYPE as SARVAM_MODEL_TYPE
 from jaxinfer.models.seed_oss import FAMILY as SEED_OSS
@@ -154,7 +155,7 @@ FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA2, PHI3, OLMO2, GLM, GLM4, GRANITE, 
                                 LAGUNA, COHERE2_MOE, LONGCAT_FLASH, VAULTGEMMA,
                                 PERSIMMON, OLMO, MINISTRAL, HELIUM, CWM, QWEN4_EXP, JETMOE,
                                 FLEX_OLMO, MELLUM, NANOCHAT,
-                                GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2, ZAMBA,
+                                GPT_NEO, JAIS2, HYPERCLOVAX, YOUTU, HY_V4, ZAMBA2, ZAMBA, RECURRENT_GEMMA,
                                 KOLIBRI1, CODEGEN,
                                 FLINT, AXK1, BITNET, HY_V3, GRANITE_SWA, AFMOE,
                                 GEMMA4_UNIFIED, COHERE_COMPASS, DORY,
