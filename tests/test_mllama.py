@@ -11,39 +11,19 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from mllama_models import TEXT, VOCAB, gated, make_mllama
 
 from jaxinfer import LLM, SamplingParams
 from jaxinfer.config.model import ConfigError
 from jaxinfer.models.registry import from_hf_config
 
-VOCAB = 256
-TEXT = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5, cross_attention_layers=[1],
-            bos_token_id=1, eos_token_id=2, pad_token_id=0, initializer_range=0.1,
-            rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
-                                 high_freq_factor=4.0, original_max_position_embeddings=64))
-VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_global_layers=1, attention_heads=2,
-              image_size=28, patch_size=14, max_num_tiles=2, intermediate_layers_indices=[0], vision_output_dim=64,
-              supported_aspect_ratios=[[1, 1], [1, 2], [2, 1]])
 PROMPTS = [np.random.RandomState(k).randint(3, VOCAB, size=n).tolist() for k, n in ((0, 16), (1, 9))]
-
-
-def gated(model: torch.nn.Module) -> torch.nn.Module:
-    """model with its cross-attention gates open (transformers initialises them to zero, which would hide a layer
-    run by mistake: tanh(0) = 0)."""
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith(("cross_attn_attn_gate", "cross_attn_mlp_gate")):
-                param.fill_(1.0)
-    return model
 
 
 @pytest.fixture(scope="module")
 def vision_model(tmp_path_factory) -> tuple[torch.nn.Module, object]:
     """(HF's MllamaForConditionalGeneration, its saved directory)."""
-    torch.manual_seed(0)
-    config = transformers.MllamaConfig(text_config=TEXT, vision_config=VISION, image_token_index=VOCAB)
-    model = gated(transformers.MllamaForConditionalGeneration(config)).eval()
+    model = make_mllama()
     path = tmp_path_factory.mktemp("mllama")
     model.save_pretrained(path)
     return model, path
