@@ -29,6 +29,8 @@ from jaxinfer.engine.prompt_checks import encode_prompt
 from jaxinfer.entrypoints.anyres_prompts import anyres_prompt
 from jaxinfer.entrypoints.aya_vision_prompts import MARK as AYA_MARK
 from jaxinfer.entrypoints.aya_vision_prompts import aya_vision_prompt
+from jaxinfer.entrypoints.cohere2_vision_prompts import cohere2_vision_prompt
+from jaxinfer.entrypoints.cohere2_vision_tiles import Cohere2VisionTiles
 from jaxinfer.entrypoints.gemma4_prompts import gemma4_prompt
 from jaxinfer.entrypoints.idefics2_prompts import idefics2_prompt
 from jaxinfer.entrypoints.idefics3_prompts import idefics3_prompt
@@ -38,6 +40,7 @@ from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
 from jaxinfer.models.aya_vision import AyaVisionConfig
+from jaxinfer.models.cohere2_vision import Cohere2VisionConfig
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, with_processor_limit
 from jaxinfer.models.idefics2_vision import Idefics2Config
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
@@ -147,7 +150,7 @@ class ImagePrompts:
         """What an image part of a chat message becomes: the mark, inside Qwen2-VL's vision start and end; InternVL's,
         LLaVA-NeXT's and LLaVA-OneVision's followed by a newline, as their checkpoints' chat templates render an
         image part (and vLLM joins a mark to its text); Aya Vision's the processor's `<image>` text."""
-        if isinstance(self.cfg, AyaVisionConfig):
+        if isinstance(self.cfg, AyaVisionConfig) and not isinstance(self.cfg, Cohere2VisionConfig):
             return AYA_MARK
         if isinstance(self.cfg, Qwen2VLConfig):
             start, end = self.tokenizer.convert_ids_to_tokens([self.cfg.vision_start_token_id,
@@ -186,8 +189,9 @@ class ImagePrompts:
     def processor(self) -> Any:
         """The checkpoint's HF image processor (loaded on first use); ValueError naming the missing file."""
         if self._processor is None:
-            try:
-                processor = auto_image_processor().from_pretrained(self.model_dir)
+            loader = Cohere2VisionTiles if isinstance(self.cfg, Cohere2VisionConfig) else auto_image_processor()
+            try:  # Cohere2 Vision's: a PIL port (transformers' needs torchvision)
+                processor = loader.from_pretrained(self.model_dir)
             except (OSError, ValueError) as error:  # no file, or a processor class older transformers lack
                 raise ValueError(f"{self.model_dir} has no image processor (preprocessor_config.json) that the "
                                  f"installed transformers ({transformers_version()}) loads: {error}") from None
@@ -222,6 +226,8 @@ class ImagePrompts:
             return internvl_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, Gemma4VisionConfig):  # <boi>, a row count per image from its size, <eoi>
             return gemma4_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
+        if isinstance(self.cfg, Cohere2VisionConfig):  # tiles, each its own run of patches and a line break
+            return cohere2_vision_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, AyaVisionConfig):  # tiles, each its own run of patches between text marks
             return aya_vision_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, LlavaNextConfig):  # a placeholder count per image from its size and grid of tiles

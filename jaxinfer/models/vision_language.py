@@ -2,7 +2,8 @@
 (models/llava_next), Gemma 3's (models/gemma3_vision),
 Qwen2-VL's and Qwen2.5-VL's (models/qwen2_vl_vision), Mistral 3's (models/pixtral_vision) and Idefics3's /
 SmolVLM's (models/idefics3_vision); Idefics2's (models/idefics2_vision); InternVL's (models/internvl_vision);
-Gemma 4's (models/gemma4_vision); Aya Vision's (models/aya_vision).
+Gemma 4's (models/gemma4_vision); Aya Vision's (models/aya_vision) and Cohere2 Vision's (models/cohere2_vision, an
+Aya Vision config).
 
 Each runs its language model as the text family its `text_config` names; this module picks what the images
 add (config, weight tree, features program) by the checkpoint's architecture or its config's type. Qwen3-VL's
@@ -18,6 +19,7 @@ import jax
 import numpy as np
 
 import jaxinfer.models.aya_vision as aya_vision
+import jaxinfer.models.cohere2_vision as cohere2_vision
 import jaxinfer.models.gemma3_vision as gemma3_vision
 import jaxinfer.models.gemma4_vision as gemma4_vision
 import jaxinfer.models.glm4v_vision as glm4v_vision
@@ -46,7 +48,7 @@ ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vi
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
     qwen3_vl_vision.ARCHITECTURES + pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
     internvl_vision.ARCHITECTURES + llava_next.ARCHITECTURES + idefics2_vision.ARCHITECTURES + \
-    aya_vision.ARCHITECTURES + glm4v_vision.ARCHITECTURES
+    aya_vision.ARCHITECTURES + glm4v_vision.ARCHITECTURES + cohere2_vision.ARCHITECTURES
 # Those and Gemma 4's take images; Gemma 4's language model is read as its own family's (models/text_part), not
 # through the registry's vision-language path
 IMAGE_ARCHITECTURES = ARCHITECTURES + gemma4_vision.ARCHITECTURES
@@ -81,6 +83,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return llava_next.read_llava_next_config(hf)
     if hf["architectures"][0] in aya_vision.ARCHITECTURES:
         return aya_vision.read_aya_vision_config(hf)
+    if hf["architectures"][0] in cohere2_vision.ARCHITECTURES:
+        return cohere2_vision.read_cohere2_vision_config(hf)
     return llava.read_llava_config(hf)
 
 
