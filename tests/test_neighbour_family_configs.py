@@ -500,7 +500,6 @@ def test_configs_that_cannot_run_are_refused_by_name(arch, fields, message):
 
 
 @pytest.mark.parametrize("arch, lacks", [
-    ("PaliGemmaForConditionalGeneration", "one bidirectional prefix .*prefix caching keys a page by its own tokens"),
     ("InklingForConditionalGeneration", "keep Thinking Machines' own layout"),
     ("Inkling2ForCausalLM", "block attention residual"),
     ("Inkling2LoopForConditionalGeneration", "looped variant"),

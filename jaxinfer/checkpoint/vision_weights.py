@@ -2,8 +2,8 @@
 vision tower's and projector's read into `LlavaWeights` (or `Gemma3VisionWeights`).
 
 transformers 5.24 saves LLaVA as `language_model.model.*`, `language_model.lm_head.weight`,
-`vision_tower.*`, `multi_modal_projector.*` (LLaVA-NeXT and OneVision also `image_newline`; Gemma 3 under
-`model.`; Idefics3, SmolVLM and Idefics2 as `model.text_model.*`, `model.vision_model.*`, `model.connector.*`,
+`vision_tower.*`, `multi_modal_projector.*` (LLaVA-NeXT and OneVision also `image_newline`; Gemma 3 and PaliGemma
+under `model.`; Idefics3, SmolVLM and Idefics2 as `model.text_model.*`, `model.vision_model.*`, `model.connector.*`,
 Idefics2's connector named by checkpoint/idefics2_weights); hub
 checkpoints and its in-memory names differ in prefixes (`model.language_model.*`, `vision_tower.vision_model.*`,
 `model.multi_modal_projector.*`).
@@ -34,6 +34,7 @@ from jaxinfer.models.glm4v_vision import Glm4vConfig
 from jaxinfer.models.idefics2_vision import Idefics2Config
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
+from jaxinfer.models.paligemma_vision import PaliGemmaConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.qwen3_vl_vision import Qwen3VLConfig
@@ -69,6 +70,7 @@ GEMMA3_PROJECTOR_NAMES = {"norm": "mm_soft_emb_norm.weight", "projection": "mm_i
 IDEFICS3_PROJECTOR_NAMES = {"projection": "modality_projection.proj.weight"}  # its connector's Linear, no bias
 AYA_PROJECTOR_NAMES = {"w1": "linear_1.weight", "b1": "linear_1.bias", "w2": "linear_2.weight", "b2": "linear_2.bias",
                        "norm": "layernorm.weight", "norm_bias": "layernorm.bias"}  # SwiGLU's, after its LayerNorm
+PALIGEMMA_PROJECTOR_NAMES = {"weight": "linear.weight", "bias": "linear.bias"}  # one Linear
 
 
 def is_vision_language(index: dict[str, Path]) -> bool:
@@ -135,7 +137,8 @@ def read_llava_weights(
     projector_names = GEMMA3_PROJECTOR_NAMES if isinstance(cfg, Gemma3VisionConfig) else \
         IDEFICS3_PROJECTOR_NAMES if isinstance(cfg, Idefics3VisionConfig) else \
         PROJECTION_NAMES if isinstance(cfg, Idefics2Config) else \
-        AYA_PROJECTOR_NAMES if isinstance(cfg, AyaVisionConfig) else PROJECTOR_NAMES
+        AYA_PROJECTOR_NAMES if isinstance(cfg, AyaVisionConfig) else \
+        PALIGEMMA_PROJECTOR_NAMES if isinstance(cfg, PaliGemmaConfig) else PROJECTOR_NAMES
     projector_name = connector_name if isinstance(cfg, Idefics2Config) else projector_names.__getitem__
     probe = next(iter(projector_names.values()))
     tower = _prefix(index, TOWER_PREFIXES, TOWER_NAMES["patch"])

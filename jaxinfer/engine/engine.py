@@ -33,6 +33,7 @@ from jaxinfer.engine.prompt_checks import (
     check_priority,
     check_prompt,
     check_stop_ids,
+    check_whole_prompt,
     encode_prompt,
 )
 from jaxinfer.engine.request import Request
@@ -140,6 +141,9 @@ class LLMEngine(StepCalls):
         adapter = self._adapter_name(lora_request, params)
         audio, images = split_audio(images)
         check_audio(self.model_config, audio, params)
+        whole_prompt = self.runner.vision is not None and self.runner.vision.whole_prompt
+        if whole_prompt:
+            check_whole_prompt(ids, params, self.model_config.layer_windows, self.config.max_num_batched_tokens)
         images = check_images(images, ids, params, self.runner.vision, self.runner.prompt_embeds,
                               self.scheduler.config.whole_images, self.config.max_num_batched_tokens)
         group: list[Request] = []
@@ -151,6 +155,7 @@ class LLMEngine(StepCalls):
                 detokenizer=None if self.tokenizer is None else Detokenizer(self.tokenizer, params.skip_special_tokens),
                 grammar=self.structured.start(params),  # compiled (cached) here: bad constraints raise before queueing
                 streamed=streamed, adapter=adapter, images=images, audio=audio, priority=priority,
+                whole_prompt=whole_prompt,
             )
             if self.speculator is not None:
                 request.spec_counts = zero_counts(self.speculator.k_max)

@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from jaxinfer.config.sampling_params import SamplingParams
-from jaxinfer.runtime.image_input import ImageInput, cache_keys
+from jaxinfer.runtime.image_input import ImageInput, cache_keys, whole_prompt_keys
 from jaxinfer.sampling.logprob import Logprob
 
 if TYPE_CHECKING:
@@ -96,6 +96,9 @@ class Request:
     image_rows: object | None = None
     audio: object | None = None  # [mel bins, frames] float32 log-mel features (an encoder-decoder model's)
     priority: int = 0  # vLLM's: under scheduling_policy "priority", lower values are admitted first
+    # The prompt is one bidirectional prefix (PaliGemma's): its tokens see up to its end, one prefill chunk computes
+    # it whole, and its pages are keyed by all of it (a prompt token's K/V depend on every later prompt token)
+    whole_prompt: bool = False
 
     @property
     def all_ids(self) -> list[int]:
@@ -110,8 +113,10 @@ class Request:
 
     @property
     def cache_ids(self) -> list[int | str]:
-        """all_ids as prefix caching keys them: image placeholders by their image's content hash."""
-        return cache_keys(self.all_ids, self.images)
+        """all_ids as prefix caching keys them: image placeholders by their image's content hash; a whole-prompt
+        prefix's first position by all of the prompt (every page chains from it)."""
+        keys = cache_keys(self.all_ids, self.images)
+        return whole_prompt_keys(keys, len(self.prompt_ids)) if self.whole_prompt else keys
 
     def ids_between(self, start: int, end: int) -> list[int]:
         """all_ids[start:end] without building all_ids (a decode step reads one or two ids of hundreds)."""

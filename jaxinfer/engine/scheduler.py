@@ -7,7 +7,8 @@ their own tokens. When the batch is all decodes and nobody is waiting, one call 
 steps; their pages are reserved first, and when the pool is short it runs fewer steps rather
 than preempt anyone. When pages run out for a single step, the most recently admitted request
 is preempted: its pages are released and it recomputes later, with identical output. Where an
-image's tokens attend to each other both ways (Gemma 3), a chunk never ends inside an image.
+image's tokens attend to each other both ways (Gemma 3), a chunk never ends inside an image; where the prompt is
+one bidirectional prefix (PaliGemma's), one chunk holds all of it still to compute.
 
 vLLM's scheduling policies: "fcfs" admits in arrival order (a preempted request first) and preempts
 the latest admitted; "priority" admits by (priority, arrival), lower first, and preempts the running
@@ -278,8 +279,11 @@ class Scheduler:
         return Row(request, computed, count)
 
     def _chunk(self, request: Request, start: int, count: int) -> int:
-        """count, shortened where whole_images says so to end before the image it would cut (0: the chunk
-        starts in that image and cannot hold the rest of it this step)."""
+        """count, shortened where whole_images says so to end before the image it would cut, or a whole-prompt
+        request's before its prompt's end (0: the chunk starts in that image or prompt and cannot hold the rest of
+        it this step)."""
+        if request.whole_prompt:
+            count = whole_span_count([(0, len(request.prompt_ids))], start, count)
         return whole_image_count(request.images, start, count) if self.config.whole_images else count
 
     def _grow(self, request: Request, need: int, scheduled: list[Row]) -> bool:
@@ -347,10 +351,17 @@ def priority_order(request: Request) -> tuple[int, float]:
 def whole_image_count(images: tuple[ImageInput, ...], start: int, count: int) -> int:
     """Tokens of a chunk [start, start + count) once it ends before any image it would cut: an image's tokens
     see each other both ways, so all of an image's tokens still to compute go in one chunk (as vLLM schedules)."""
+    spans = [(image.offset, image.offset + image.length) for image in images if image.rows is None]  # given: causal
+    return whole_span_count(spans, start, count)
+
+
+def whole_span_count(spans: list[tuple[int, int]], start: int, count: int) -> int:
+    """Tokens of a chunk [start, start + count) once it ends before any span [lo, hi) it would cut (at the span's
+    start, or nothing where the chunk starts inside it)."""
     end = start + count
-    for image in images:
-        if image.rows is None and image.offset < end < image.offset + image.length:  # given rows see causally
-            end = max(image.offset, start)
+    for lo, hi in spans:
+        if lo < end < hi:
+            end = max(lo, start)
     return end - start
 
 

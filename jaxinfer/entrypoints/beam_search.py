@@ -5,7 +5,7 @@ share its pages through prefix caching, so a step prefills only each beam's last
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from jaxinfer.config.beam_search import BeamSearchParams
 from jaxinfer.config.lora import LoRARequest
@@ -15,6 +15,15 @@ from jaxinfer.engine.outputs import RequestOutput
 
 # Runs prompts (token ids) to the end with one SamplingParams, and one adapter (or None) and images each.
 StepGenerate = Callable[[list[list[int]], SamplingParams, list[LoRARequest | None], list[tuple]], list[RequestOutput]]
+
+
+def beams_refused(runner: Any) -> str | None:
+    """Why an engine's runner cannot run beam search, or None: each step's beams go in as prompts, and where a
+    prompt is one bidirectional prefix (PaliGemma's) their generated tokens would join it."""
+    if getattr(runner.vision, "whole_prompt", False):
+        return ("beam search is not served for PaliGemma yet (each step's beams run as prompts, whose tokens would "
+                "all join its bidirectional prefix); use SamplingParams(temperature=0) for greedy tokens")
+    return None
 
 
 def beam_search(

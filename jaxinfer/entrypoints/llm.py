@@ -25,7 +25,7 @@ from jaxinfer.engine.beams import BeamSearchOutput
 from jaxinfer.engine.prompt_checks import check_prompt
 from jaxinfer.engine.spec_counters import speculation_metrics
 from jaxinfer.entrypoints import weight_updates
-from jaxinfer.entrypoints.beam_search import beam_search
+from jaxinfer.entrypoints.beam_search import beam_search, beams_refused
 from jaxinfer.entrypoints.call_arguments import Prompt, checked_ids, encode, params_for, priorities_for, progress_bar
 from jaxinfer.entrypoints.chat_template import chat_prompt_ids, chat_template_of, render_conversations
 from jaxinfer.entrypoints.content_format import resolve_content_format
@@ -282,6 +282,8 @@ class LLM(LoadingSteps, PoolingCalls, WeightCalls, StreamCalls, SessionCalls):
         Prompts may be vLLM's dicts as `generate` takes them (images, prompt_embeds). use_tqdm=True shows a
         bar over the steps."""
         self._check_generating("LLM.beam_search")
+        if (refused := beams_refused(self.engine.runner)) is not None:
+            raise ValueError(refused)
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
         prompts, images = self._split_prompts(prompts)

@@ -3,7 +3,8 @@ pixels, and each image placeholder token of the prompt is expanded to the run of
 `image_seq_length` placeholders its features fill (what LLaVA's HF processor does to the text; Gemma 3's
 start-of-image mark becomes its whole image sequence, as HF's Gemma3Processor makes it; Gemma 4's image token
 <boi>, a row count of its own per image and <eoi>: entrypoints/gemma4_prompts; LLaVA-NeXT's and OneVision's count
-per image from its size: entrypoints/anyres_prompts).
+per image from its size: entrypoints/anyres_prompts; PaliGemma's image tokens, bos, text and "\n":
+entrypoints/paligemma_prompts).
 
 A prompt is vLLM's dict, `{"prompt": text or "prompt_token_ids": ids, "multi_modal_data": {"image":
 image or [images]}}`; an image is a PIL image or a NumPy array (H x W x C, uint8). Each `<image>`
@@ -36,6 +37,7 @@ from jaxinfer.entrypoints.idefics2_prompts import idefics2_prompt
 from jaxinfer.entrypoints.idefics3_prompts import idefics3_prompt
 from jaxinfer.entrypoints.internvl_prompts import internvl_prompt
 from jaxinfer.entrypoints.media import load_image
+from jaxinfer.entrypoints.paligemma_prompts import paligemma_prompt
 from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
@@ -46,6 +48,7 @@ from jaxinfer.models.idefics2_vision import Idefics2Config
 from jaxinfer.models.idefics3_vision import Idefics3VisionConfig
 from jaxinfer.models.internvl_vision import InternVLVisionConfig
 from jaxinfer.models.llava_next import LlavaNextConfig
+from jaxinfer.models.paligemma_vision import PaliGemmaConfig
 from jaxinfer.models.pixtral_vision import Mistral3Config, with_token_ids
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig
 from jaxinfer.models.vision_language import (
@@ -232,6 +235,8 @@ class ImagePrompts:
             return aya_vision_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         if isinstance(self.cfg, LlavaNextConfig):  # a placeholder count per image from its size and grid of tiles
             return anyres_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
+        if isinstance(self.cfg, PaliGemmaConfig):  # image tokens, bos, text, "\n" (HF's PaliGemmaProcessor)
+            return paligemma_prompt(prompt, images, self.cfg, self.tokenizer, self.processor(), field)
         ids, found = self.marked_ids(prompt, len(images))
         token, length = self.cfg.image_token_id, self.cfg.image_seq_length
         marks = [i for i, t in enumerate(ids) if t == token]

@@ -154,6 +154,8 @@ def text_hf_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     if text.get("model_type") not in names:
         raise ConfigError(f"text_config.model_type {text.get('model_type')!r} has no causal LM in transformers")
     text["architectures"] = [names[text["model_type"]]]
+    if hf.get("model_type") == "paligemma":  # set by HF's PaliGemmaConfig for its prefix mask, run by the engine
+        text.pop("use_bidirectional_attention", None)
     return {**text, "logit_scale": 1.0} if hf.get("model_type") in UNSCALED_LOGITS else text
 
 

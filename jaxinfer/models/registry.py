@@ -194,14 +194,6 @@ NOT_SUPPORTED = {
               "and a per-head output gate: not supported yet; dots.llm1's Dots1ForCausalLM and DeepSeek-V3.2's "
               "DeepseekV32ForCausalLM are"
        for arch in ("Dots3NoteForCausalLM", "Dots3NoteForConditionalGeneration")},
-    "PaliGemmaForConditionalGeneration": "PaliGemma / PaliGemma 2: its image and prompt tokens are one bidirectional "
-                                         "prefix (HF's token_type_ids block), only generated tokens causal. The "
-                                         "engine's attention lets a token see past its position only within its "
-                                         "own image (Gemma 3's key ends, image tokens only), a prefill chunk may "
-                                         "end inside a prompt, the all-positions pass is causal, and prefix caching "
-                                         "keys a page by its own tokens though a prefix token's keys and values "
-                                         "depend on every later prompt token; run causally it would compute "
-                                         "another model: not supported yet",
 }
 
 

@@ -3,7 +3,7 @@
 Qwen2-VL's and Qwen2.5-VL's (models/qwen2_vl_vision), Mistral 3's (models/pixtral_vision) and Idefics3's /
 SmolVLM's (models/idefics3_vision); Idefics2's (models/idefics2_vision); InternVL's (models/internvl_vision);
 Gemma 4's (models/gemma4_vision); Aya Vision's (models/aya_vision) and Cohere2 Vision's (models/cohere2_vision, an
-Aya Vision config).
+Aya Vision config); PaliGemma's (models/paligemma_vision).
 
 Each runs its language model as the text family its `text_config` names; this module picks what the images
 add (config, weight tree, features program) by the checkpoint's architecture or its config's type. Qwen3-VL's
@@ -28,6 +28,7 @@ import jaxinfer.models.idefics3_vision as idefics3_vision
 import jaxinfer.models.internvl_vision as internvl_vision
 import jaxinfer.models.llava as llava
 import jaxinfer.models.llava_next as llava_next
+import jaxinfer.models.paligemma_vision as paligemma_vision
 import jaxinfer.models.pixtral_vision as pixtral_vision
 import jaxinfer.models.qwen2_vl_vision as qwen2_vl_vision
 import jaxinfer.models.qwen3_vl_vision as qwen3_vl_vision
@@ -40,6 +41,7 @@ from jaxinfer.models.idefics3_vision import Idefics3VisionConfig, Idefics3Weight
 from jaxinfer.models.internvl_vision import InternVLVisionConfig, InternVLWeights
 from jaxinfer.models.llava import LlavaConfig, LlavaWeights
 from jaxinfer.models.llava_next import LlavaNextConfig
+from jaxinfer.models.paligemma_vision import PaliGemmaConfig, PaliGemmaWeights
 from jaxinfer.models.pixtral_vision import Mistral3Config, PixtralWeights
 from jaxinfer.models.qwen2_vl_vision import Qwen2VLConfig, QwenTowerWeights
 from jaxinfer.models.qwen3_vl_vision import Qwen3TowerWeights, Qwen3VLConfig
@@ -48,15 +50,17 @@ ARCHITECTURES = llava.ARCHITECTURES + gemma3_vision.ARCHITECTURES + (qwen2_vl_vi
                                                                     qwen2_vl_vision.QWEN2_5_VL) + \
     qwen3_vl_vision.ARCHITECTURES + pixtral_vision.ARCHITECTURES + idefics3_vision.ARCHITECTURES + \
     internvl_vision.ARCHITECTURES + llava_next.ARCHITECTURES + idefics2_vision.ARCHITECTURES + \
-    aya_vision.ARCHITECTURES + glm4v_vision.ARCHITECTURES + cohere2_vision.ARCHITECTURES
+    aya_vision.ARCHITECTURES + glm4v_vision.ARCHITECTURES + cohere2_vision.ARCHITECTURES + \
+    paligemma_vision.ARCHITECTURES
 # Those and Gemma 4's take images; Gemma 4's language model is read as its own family's (models/text_part), not
 # through the registry's vision-language path
 IMAGE_ARCHITECTURES = ARCHITECTURES + gemma4_vision.ARCHITECTURES
 VisionLanguageConfig = Union[LlavaConfig, Gemma3VisionConfig, Qwen2VLConfig, Mistral3Config, Idefics3VisionConfig,
-                             InternVLVisionConfig, Gemma4VisionConfig, Idefics2Config, AyaVisionConfig]
+                             InternVLVisionConfig, Gemma4VisionConfig, Idefics2Config, AyaVisionConfig,
+                             PaliGemmaConfig]
 VisionLanguageWeights = Union[LlavaWeights, Gemma3VisionWeights, QwenTowerWeights, Qwen3TowerWeights, PixtralWeights,
                               Idefics3Weights, InternVLWeights, Gemma4VisionWeights, Idefics2Weights, AyaVisionWeights,
-                              GlmTowerWeights]
+                              GlmTowerWeights, PaliGemmaWeights]
 
 
 def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
@@ -85,6 +89,8 @@ def read_vision_language_config(hf: Mapping[str, Any]) -> VisionLanguageConfig:
         return aya_vision.read_aya_vision_config(hf)
     if hf["architectures"][0] in cohere2_vision.ARCHITECTURES:
         return cohere2_vision.read_cohere2_vision_config(hf)
+    if hf["architectures"][0] in paligemma_vision.ARCHITECTURES:
+        return paligemma_vision.read_paligemma_config(hf)
     return llava.read_llava_config(hf)
 
 
@@ -112,6 +118,8 @@ def abstract_vision_language(cfg: VisionLanguageConfig) -> Any:
         return llava_next.abstract_llava_next(cfg)
     if isinstance(cfg, AyaVisionConfig):
         return aya_vision.abstract_aya_vision(cfg)
+    if isinstance(cfg, PaliGemmaConfig):
+        return paligemma_vision.abstract_paligemma(cfg)
     return llava.abstract_llava(cfg)
 
 
@@ -142,6 +150,8 @@ def image_features(weights: VisionLanguageWeights, pixels: jax.Array, cfg: Visio
         return gemma4_vision.image_features(weights, pixels, cfg)
     if isinstance(cfg, AyaVisionConfig):
         return aya_vision.image_features(weights, pixels, cfg)
+    if isinstance(cfg, PaliGemmaConfig):
+        return paligemma_vision.image_features(weights, pixels, cfg)
     return llava.image_features(weights, pixels, cfg)
 
 
@@ -171,9 +181,17 @@ def deepstack_layers(cfg: VisionLanguageConfig | None) -> int:
 
 
 def bidirectional(cfg: VisionLanguageConfig | None) -> bool:
-    """Whether an image's tokens attend to each other both ways (a prefill chunk must hold a whole image): Gemma 3's;
-    Gemma 4's on its sliding layers where its text config says so (models/gemma4_vision)."""
-    return isinstance(cfg, Gemma3VisionConfig) or (isinstance(cfg, Gemma4VisionConfig) and cfg.bidirectional)
+    """Whether some tokens attend past their position (steps carry key ends, a prefill chunk must hold a whole image):
+    Gemma 3's images; Gemma 4's on its sliding layers where its text config says so (models/gemma4_vision);
+    PaliGemma's whole prompt (`whole_prompt`)."""
+    return isinstance(cfg, (Gemma3VisionConfig, PaliGemmaConfig)) or \
+        (isinstance(cfg, Gemma4VisionConfig) and cfg.bidirectional)
+
+
+def whole_prompt(cfg: VisionLanguageConfig | None) -> bool:
+    """Whether a prompt is one bidirectional prefix (PaliGemma's: HF's token_type_ids 0 for image tokens, bos, text
+    and the closing "\n"), generated tokens causal: every prompt token sees up to the prompt's end."""
+    return isinstance(cfg, PaliGemmaConfig)
 
 
 def tiled(cfg: VisionLanguageConfig) -> bool:

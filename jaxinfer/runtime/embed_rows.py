@@ -5,11 +5,13 @@ an image's made by its model's tower, a prompt_embeds prompt's given (`ImageInpu
 of a model whose steps take an override always gets one (a device-resident empty one when none of
 its tokens is a placeholder), so its programs are the same with or without such inputs. Qwen3-VL's
 rows carry its K DeepStack rows beside (`deepstack` > 0: [length, (1 + K) * D]); given rows (prompt_embeds)
-get zeros there.
+get zeros there. Where a prompt is one bidirectional prefix (PaliGemma's `whole_prompt`), every prompt token's key
+end is its prompt's end, image and text tokens alike, in steps without image rows too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -30,12 +32,14 @@ def no_tower(images: list[ImageInput]) -> list[np.ndarray]:
 
 
 class StepRows:
-    """Builds each ragged step's override; `bidirectional`: also each image token's image end (Gemma 3);
-    `deepstack`: the DeepStack rows each image row carries beside (Qwen3-VL's K)."""
+    """Builds each ragged step's override; `bidirectional`: also each image token's image end (Gemma 3), or with
+    `whole_prompt` each prompt token's prompt end (PaliGemma); `deepstack`: the DeepStack rows each image row carries
+    beside (Qwen3-VL's K)."""
 
     def __init__(self, hidden_size: int, layout: Layout, encode: Encoder = no_tower, bidirectional: bool = False,
-                 deepstack: int = 0):
+                 deepstack: int = 0, whole_prompt: bool = False):
         self.hidden_size, self.layout, self.encode, self.bidirectional = hidden_size, layout, encode, bidirectional
+        self.whole_prompt = whole_prompt
         self.width = hidden_size * (1 + deepstack)  # of one image row
         self.empty: dict[int, EmbedOverride] = {}  # tokens -> an all-text override on the device
 
@@ -55,28 +59,39 @@ class StepRows:
     def override(self, host: HostStep) -> EmbedOverride:
         """The step's rows at its placeholder tokens (its requests' rows made first)."""
         tokens = len(host.tokens)
+        ends = prompt_ends(host) if self.whole_prompt else None
         if host.image_tokens is None:
             if tokens not in self.empty:
                 zeros = stacked_override(np.zeros((tokens, self.width), np.float32), np.zeros(tokens, bool),
                                          self.hidden_size, self._no_key_ends(tokens))
                 self.empty[tokens] = jax.tree.map(self.layout.put, zeros)
+            if ends is not None and ends.any():  # prompt text (a prefix hit past its images, a recompute)
+                return dataclasses.replace(self.empty[tokens], key_ends=self.layout.put(ends))
             return self.empty[tokens]
         self.fill(host.requests)
         rows = np.zeros((tokens, self.width), np.float32)
         mask = host.image_tokens >= 0
         flat = np.flatnonzero(mask)
         owners = host.token_rows[flat]
-        key_ends = self._no_key_ends(tokens)
+        key_ends = self._no_key_ends(tokens) if ends is None else ends
         for r in np.unique(owners):
             mine = flat[owners == r]
             rows[mine] = host.requests[r].image_rows[host.image_tokens[mine]]
-            if key_ends is not None:
+            if key_ends is not None and ends is None:
                 key_ends[mine] = image_ends(host.requests[r].images)[host.image_tokens[mine]]
         return self.layout.put_tree(stacked_override(rows, mask, self.hidden_size, key_ends))
 
     def _no_key_ends(self, tokens: int) -> np.ndarray | None:
         """Zeros [tokens] int32 (every token sees up to its own position) where images attend both ways."""
         return np.zeros(tokens, np.int32) if self.bidirectional else None
+
+
+def prompt_ends(host: HostStep) -> np.ndarray:
+    """[T] int32: each token of a whole-prompt request's prompt gets the prompt's end as its key end (the whole
+    prompt is one bidirectional prefix); generated tokens, other requests' and padding 0 (causal)."""
+    ends = np.asarray([len(r.prompt_ids) if r is not None and r.whole_prompt else 0 for r in host.requests], np.int32)
+    mine = ends[host.token_rows]
+    return np.where((host.positions >= 0) & (host.positions < mine), mine, 0).astype(np.int32)
 
 
 def image_ends(images: tuple[ImageInput, ...]) -> np.ndarray:

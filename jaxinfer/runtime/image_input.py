@@ -80,6 +80,14 @@ def cache_keys(ids: list[int], images: tuple[ImageInput, ...]) -> list[int | str
     return keys
 
 
+def whole_prompt_keys(keys: list[int | str], prompt_length: int) -> list[int | str]:
+    """keys with the first naming the whole prompt (its keys' digest): where every prompt token sees the whole
+    prompt (PaliGemma's prefix), a page's K/V depend on the prompt's later tokens too, and page hashes chain, so
+    only the same prompt (and images) then shares any page."""
+    digest = hashlib.blake2b(repr(keys[:prompt_length]).encode(), digest_size=16).hexdigest()
+    return [f"prompt:{digest}", *keys[1:]]
+
+
 def image_token_rows(images: tuple[ImageInput, ...], start: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     """(chunk offsets, rows) of the placeholder positions in [start, start + count): each one's index within
     the chunk and within the request's concatenated image rows (an image cut by a chunk gives its part)."""

@@ -32,7 +32,7 @@ from jaxinfer.config.model import ConfigError, ModelConfig
 from jaxinfer.models import Weights
 from jaxinfer.models.adapter_slots import slot_targets, with_adapter_slots
 from jaxinfer.models.lora_weight import adapter_factors, with_factors, write_slot
-from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights
+from jaxinfer.models.vision_language import VisionLanguageConfig, VisionLanguageWeights, whole_prompt
 from jaxinfer.models.whisper_encoder import AudioEncoder
 from jaxinfer.parallel.distributed import shared_seed
 from jaxinfer.parallel.sharding import to_host
@@ -100,6 +100,10 @@ class ModelRunner(PageCopies):
         if speculative is not None and model_config.mrope_section:  # verify steps repack tokens; offsets do not follow
             raise ConfigError(f"speculative decoding (method {speculative.method!r}) is not supported for M-RoPE "
                               "models (Qwen2-VL, Qwen2.5-VL) yet; leave speculative unset")
+        if speculative is not None and vision is not None and whole_prompt(vision[0]):
+            raise ConfigError(f"speculative decoding (method {speculative.method!r}) is not supported for PaliGemma "
+                              "yet (its prompt is one bidirectional prefix, which drafts and verify steps do not "
+                              "run); leave speculative unset")
         if config.offload_bytes and jax.process_count() > 1:  # the host store holds whole pages in one process
             raise ConfigError(f"kv_offloading_size is served by single-process engines; this one spans "
                               f"{jax.process_count()} processes: leave it unset")

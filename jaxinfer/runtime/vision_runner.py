@@ -35,6 +35,7 @@ from jaxinfer.models.vision_language import (
     blank_pixels,
     deepstack_layers,
     tiled,
+    whole_prompt,
 )
 from jaxinfer.parallel.sharding import Layout, to_host
 from jaxinfer.runtime import step_programs
@@ -58,10 +59,12 @@ class VisionRunner:
         self.images_encoded = 0  # images (tiles) through the tower (the tests count them)
         self.tower_calls = 0
         self.bidirectional = bidirectional(cfg)  # steps carry each image token's image end (Gemma 3)
+        self.whole_prompt = whole_prompt(cfg)  # a prompt is one bidirectional prefix (PaliGemma): prompt ends instead
         self.tiled = tiled(cfg)  # a request's same-size tiles go through together (Idefics3, InternVL)
         # LLaVA-NeXT's and OneVision's images: tiles through together, laid out with this row after each grid row
         self.newline = np.asarray(to_host(weights.newline), np.float32) if anyres(cfg) else None
-        self.rows = StepRows(cfg.text_hidden_size, layout, self.encode, self.bidirectional, deepstack_layers(cfg))
+        self.rows = StepRows(cfg.text_hidden_size, layout, self.encode, self.bidirectional, deepstack_layers(cfg),
+                             self.whole_prompt)
 
     def program(self, pixels: np.ndarray | None = None) -> Program:
         """The tower's program over one image (zeros: what warm-up compiles); a Qwen-VL or Pixtral image's patches

@@ -20,6 +20,7 @@ from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import CompletionOutput, RequestOutput
 from jaxinfer.engine.beams import BeamSearchSequence, PromptBeams, candidates_of, search_steps, step_params
 from jaxinfer.engine.outputs import accumulate
+from jaxinfer.entrypoints.beam_search import beams_refused
 from jaxinfer.entrypoints.openai.errors import APIError
 from jaxinfer.entrypoints.openai.protocol import SamplingFields
 from jaxinfer.entrypoints.openai.serving import ServerState
@@ -60,6 +61,8 @@ def generation(state: ServerState, ids: list[int], params: SamplingParams | Beam
     """One prompt's outputs: the engine's deltas, or its beams as one final output (images: the prompt's,
     a vision-language model's; priority: vLLM's, every beam step's requests run at it)."""
     if isinstance(params, BeamSearchParams):
+        if (refused := beams_refused(state.engine.engine.runner)) is not None:
+            raise APIError(refused, param="use_beam_search")
         return beam_stream(state, ids, params, request_id, deadline, adapter, images, priority)
     with_images = {"images": images} if images else {}
     return state.engine.generate(ids, params, request_id, deadline, streamed=streamed, lora_request=adapter,
