@@ -1,7 +1,8 @@
 """Mamba-1's chunked selective scan (models/selective_chunks) against the per-token scan it replaces for prefill
 steps on accelerators: the same outputs and slot states on a packed step of random inputs (requests continuing
 from nonzero states, starting afresh, ragged, across chunk boundaries, padding), float32, and the program lowering
-for CUDA and TPU with no host round trip; the chunk sized by the state's width."""
+for CUDA and TPU with no host round trip; the chunk sized by the state's width. RecurrentGemma's RG-LRU (one
+state entry per channel, models/rg_lru) through the same chunked scan: the scan's outputs and states."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from jax import export
 
 from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
+from jaxinfer.models import rg_lru
 from jaxinfer.models.mamba1_mixer import packed_chunked, packed_scan
 from jaxinfer.models.selective_chunks import chunk_tokens
 from jaxinfer.models.ssd_chunks import segments
@@ -82,3 +84,18 @@ def test_the_chunk_is_a_power_of_two_within_chunk_size_and_the_budget():
         ss = StateSpace.selective((0,), inner=inner, state_size=16, kernel=4, rank=2, conv_bias=True, proj_bias=False)
         assert chunk_tokens(ss) == chunk
     assert chunk_tokens(dataclasses.replace(SS, chunk_size=12)) == 8
+
+
+def test_rg_lru_chunked_gives_the_scans_outputs_and_states():
+    """The RG-LRU's h <- a h + u ([T, W] decays in (0, 1), one entry per channel) on the same packed step."""
+    ss = dataclasses.replace(StateSpace.rg_lru((0,), width=6, kernel=4), chunk_size=8)
+    _, state, u, _, _, _, positions, seg = packed_step()
+    state = dataclasses.replace(state, ssm=state.ssm[..., :1])  # [S, W, 1, 1]
+    a = jax.nn.sigmoid(u[::-1] * 3.0)
+    run = lambda form: jax.jit(lambda *step: form(ss, *step))(state, a, u, positions, seg)  # noqa: E731
+    ssm_scan, h_scan = run(rg_lru.packed_scan)
+    ssm_chunk, h_chunk = run(rg_lru.packed_chunked)
+    real = np.asarray(positions) >= 0
+    assert np.abs(np.asarray(h_chunk - h_scan)[real]).max() <= 1e-6 * np.abs(np.asarray(h_scan)).max()
+    assert np.abs(np.asarray(ssm_chunk - ssm_scan)).max() <= 1e-6 * np.abs(np.asarray(ssm_scan)).max()
+    np.testing.assert_array_equal(ssm_chunk[5], state.ssm[5])

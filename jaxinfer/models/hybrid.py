@@ -97,7 +97,7 @@ def token_mixer(
     if getattr(lw, "conv_in", None) is not None:
         out, state = short_conv(lw, h, positions, state)
     elif getattr(lw, "lru_x", None) is not None:  # Griffin's recurrent block (RecurrentGemma)
-        out, state = recurrent_block(lw, h, positions, state, cfg.activation)
+        out, state = recurrent_block(cfg.state_space, lw, h, positions, state, cfg.activation)
     elif getattr(lw, "x_proj", None) is not None:  # Mamba-1's (Jamba's): its in_proj is no Mamba2 mixer's
         out, state = selective_mixer(cfg.state_space, lw, h, positions, state)
     elif getattr(lw, "in_proj", None) is not None:

@@ -9,8 +9,10 @@ per head), i = sigmoid(x W_i + b_i) and r = sigmoid(x W_r + b_r), the decay a = 
 h starts from zeros). Its output is h. A request's state is the conv's last K - 1 inputs and h [W], kept per row slot
 in the state pools (cache/state_pool; h as [S, W, 1, 1]: channels as heads of one dim and one state entry,
 `StateSpace.rg_lru`). The conv runs a step's tokens at once through segment-aware windows (models/ssd_chunks); the
-recurrence is `slot_scan`'s per-token scan on every platform (no chunked form yet). The gates are computed in float32
-(transformers computes them in the model's dtype, so its bfloat16 decay rounds a 0.999 to 1).
+recurrence is `slot_scan`'s per-token scan, or, for steps of `chunk_size` tokens or more on a GPU or TPU (picked as
+Mamba's: `mamba2_mixer.chunked_form`), Mamba-1's chunked associative scan (`selective_chunks.chunked_linear_scan`,
+its state one entry per channel). The gates are computed in float32 (transformers computes them in the model's
+dtype, so its bfloat16 decay rounds a 0.999 to 1).
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import Weight, linear, linears
+from jaxinfer.models.mamba2_mixer import chunked_form
 from jaxinfer.models.mlp import activation
+from jaxinfer.models.selective_chunks import chunk_tokens, chunked_linear_scan
 from jaxinfer.models.slot_scan import slot_scan
-from jaxinfer.models.ssd_chunks import depthwise_conv, segments
+from jaxinfer.models.ssd_chunks import Segments, depthwise_conv, segments
 from jaxinfer.parallel.array_info import ArrayInfo
 
 DECAY_SCALE = -8.0  # Griffin's c: log a = c * r * softplus(decay_param)
@@ -117,8 +121,25 @@ def token_step(states: tuple[jax.Array], a: jax.Array, u: jax.Array) -> tuple[tu
     return (h[:, None, None],), h
 
 
+def packed_scan(ss: StateSpace, state: LayerState, a: jax.Array, u: jax.Array, positions: jax.Array,
+                seg: Segments) -> tuple[jax.Array, jax.Array]:
+    """The recurrence token by token (a and u [T, W] float32, positions [T], -1 padding) through each token's slot
+    state: (the pool [S, W, 1, 1] after the step, h [T, W])."""
+    (ssm,), h = slot_scan(token_step, (state.ssm,), state.token_slots, positions, (a, u))
+    return ssm, h
+
+
+def packed_chunked(ss: StateSpace, state: LayerState, a: jax.Array, u: jax.Array, positions: jax.Array,
+                   seg: Segments) -> tuple[jax.Array, jax.Array]:
+    """`packed_scan`'s result in chunks of `selective_chunks.chunk_tokens(ss)` (an associative scan within each)."""
+    terms = lambda a, u: (a[:, :, None], u[:, :, None])  # noqa: E731
+    readout = lambda states, a, u: states[:, :, 0]  # noqa: E731
+    return chunked_linear_scan(terms, readout, (a, u), state.ssm, state.token_slots, positions, seg,
+                               chunk_tokens(ss))
+
+
 def recurrent_block(
-    w: RecurrentFields, h: jax.Array, positions: jax.Array, state: LayerState, act: str
+    ss: StateSpace, w: RecurrentFields, h: jax.Array, positions: jax.Array, state: LayerState, act: str
 ) -> tuple[jax.Array, LayerState]:
     """The block over normed hidden states h [B, T, D] at positions [B, T] (rows flattened in order, each row's
     tokens in its state's token_slots; act the y branch's activation); its output [B, T, D] and the state after."""
@@ -129,7 +150,8 @@ def recurrent_block(
     seg = segments(state.token_slots, flat, min(state.conv.shape[0], flat.shape[0]))
     x, conv_pool = depthwise_conv(state.conv, w.conv_weight, w.conv_bias, x, state.token_slots, flat, seg)
     a, u = lru_inputs(w, x.astype(h.dtype), flat)
-    (ssm,), lru = slot_scan(token_step, (state.ssm,), state.token_slots, flat, (a, u))
+    recurrence = packed_chunked if chunked_form(ss, B * T, state.platform) else packed_scan
+    ssm, lru = recurrence(ss, state, a, u, flat, seg)
     gated = lru.astype(h.dtype) * activation(act, y.astype(jnp.float32)).astype(h.dtype)
     out = linear(gated, w.lru_out) + w.lru_out_bias.astype(h.dtype)
     return out.reshape(B, T, D), dataclasses.replace(state, conv=conv_pool, ssm=ssm)

@@ -14,9 +14,14 @@ Requests stay apart through their segments (ssd_chunks.segments: one request's r
 token gets a = 0, so nothing before it leaks in, and u plus a times its slot's pool state where it continues its
 request (position > 0; zeros from position 0). Padding tokens get (0, 0): they read and write nothing. Each
 segment's last token's state is written to its slot as the chunk that holds it ends.
+
+`chunked_linear_scan` is that machinery over whatever (a, u) a caller makes per chunk: Mamba-1's
+(`chunked_selective_scan`), and RecurrentGemma's RG-LRU (models/rg_lru: a and u [Q, W, 1], one entry per channel).
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -45,15 +50,19 @@ def _padded(v: jax.Array, total: int, value: int | float = 0) -> jax.Array:
     return jnp.pad(v, [(0, total - v.shape[0])] + [(0, 0)] * (v.ndim - 1), constant_values=value)
 
 
-def chunked_selective_scan(
-    x: jax.Array, dt: jax.Array, b: jax.Array, c: jax.Array, a: jax.Array, ssm_pool: jax.Array, slots: jax.Array,
+Terms = Callable[..., tuple[jax.Array, jax.Array]]  # a chunk's inputs [Q, ...] -> (a, u) [Q, I, N]
+Readout = Callable[..., jax.Array]  # (states [Q, I, N], a chunk's inputs [Q, ...]) -> y [Q, ...]
+
+
+def chunked_linear_scan(
+    terms: Terms, readout: Readout, inputs: tuple[jax.Array, ...], ssm_pool: jax.Array, slots: jax.Array,
     positions: jax.Array, seg: Segments, chunk: int,
 ) -> tuple[jax.Array, jax.Array]:
-    """x and dt [T, I] (dt after softplus), B and C [T, G, N] (G heads of I / G channels each reading their own:
-    Zamba's; 1 else), A [I, N] (negative), the pool [S, I, 1, N], the step's
-    slots and positions [T] (-1 padding) and segments -> (the pool with each segment's final state written to its
-    slot, y [T, I] without the D skip); float32, T padded to a multiple of `chunk` inside."""
-    T, num_slots = x.shape[0], ssm_pool.shape[0]
+    """h_t = a_t h_{t-1} + u_t through each token's slot state: `terms` makes a chunk's (a, u) [Q, I, N] from its
+    inputs (each [T, ...] here), `readout` its outputs from the states; the pool [S, I, 1, N], the step's slots and
+    positions [T] (-1 padding) and segments -> (the pool with each segment's final state written to its slot, y
+    [T, ...]); float32, T padded to a multiple of `chunk` inside."""
+    T, num_slots = slots.shape[0], ssm_pool.shape[0]
     nc = -(-T // chunk)
     total = nc * chunk
     index = jnp.arange(T)
@@ -65,23 +74,40 @@ def chunked_selective_scan(
     def chunked(v: jax.Array, fill: int = 0) -> jax.Array:  # [T, ...] -> [nc, Q, ...]
         return _padded(v, total, fill).reshape(nc, chunk, *v.shape[1:])
 
-    inputs = tuple(chunked(v) for v in (x, dt, b, c, slots, continued, keeps))
+    marks = tuple(chunked(v) for v in (slots, continued, keeps))
     writes = chunked(jnp.where(closes, slots, num_slots), num_slots)  # past the slots: dropped
 
-    def one_chunk(carry: tuple[jax.Array, jax.Array], inputs: tuple[jax.Array, ...]):
+    def one_chunk(carry: tuple[jax.Array, jax.Array], chunk_inputs: tuple[jax.Array, ...]):
         h, pool = carry  # h [I, N]: the state after the previous chunk's last token
-        x, dt, b, c, slots, continued, keeps, writes = inputs
-        decay = jnp.exp(dt[:, :, None] * a)  # [Q, I, N]
-        entry = jnp.where(continued[:, None, None], decay * pool[slots, :, 0], 0.0)  # a continuing segment's start
-        Q, G, N = b.shape
-        u = ((dt * x).reshape(Q, G, -1, 1) * b[:, :, None, :]).reshape(Q, -1, N) + entry
+        slots, continued, keeps, writes, *xs = chunk_inputs
+        decay, u = terms(*xs)  # [Q, I, N] each
+        u = u + jnp.where(continued[:, None, None], decay * pool[slots, :, 0], 0.0)  # a continuing segment's start
         decay = jnp.where(keeps[:, None, None], decay, 0.0)
         decays, states = jax.lax.associative_scan(_compose, (decay, u))
         states = states + decays * h
         pool = pool.at[writes].set(states[:, :, None], mode="drop")
-        y = jnp.einsum("qgpn,qgn->qgp", states.reshape(Q, G, -1, N), c)
-        return (states[-1], pool), y.reshape(Q, -1)
+        return (states[-1], pool), readout(states, *xs)
 
-    zero = jnp.zeros(a.shape, jnp.float32)
-    (_, pool), y = jax.lax.scan(one_chunk, (zero, ssm_pool), (*inputs, writes))
-    return pool, y.reshape(total, -1)[:T]
+    zero = jnp.zeros(ssm_pool.shape[1:2] + ssm_pool.shape[3:], jnp.float32)
+    (_, pool), y = jax.lax.scan(one_chunk, (zero, ssm_pool), (*marks, writes, *(chunked(v) for v in inputs)))
+    return pool, y.reshape(total, *y.shape[2:])[:T]
+
+
+def chunked_selective_scan(
+    x: jax.Array, dt: jax.Array, b: jax.Array, c: jax.Array, a: jax.Array, ssm_pool: jax.Array, slots: jax.Array,
+    positions: jax.Array, seg: Segments, chunk: int,
+) -> tuple[jax.Array, jax.Array]:
+    """x and dt [T, I] (dt after softplus), B and C [T, G, N] (G heads of I / G channels each reading their own:
+    Zamba's; 1 else), A [I, N] (negative), the pool [S, I, 1, N], the step's slots and positions [T] (-1 padding)
+    and segments -> (the pool with each segment's final state written to its slot, y [T, I] without the D skip);
+    `chunked_linear_scan` with a = exp(dt A), u = dt x B, y = C h."""
+
+    def terms(x: jax.Array, dt: jax.Array, b: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
+        Q, G, N = b.shape
+        return jnp.exp(dt[:, :, None] * a), ((dt * x).reshape(Q, G, -1, 1) * b[:, :, None, :]).reshape(Q, -1, N)
+
+    def readout(states: jax.Array, x: jax.Array, dt: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+        Q, G, N = c.shape
+        return jnp.einsum("qgpn,qgn->qgp", states.reshape(Q, G, -1, N), c).reshape(Q, -1)
+
+    return chunked_linear_scan(terms, readout, (x, dt, b, c), ssm_pool, slots, positions, seg, chunk)
