@@ -108,7 +108,7 @@ def start_serve(flags: list[str], plugin: str | None = None, **env: str) -> tupl
     process = subprocess.Popen(command, env=child_env(str(PLUGINS), **env), stderr=subprocess.STDOUT,
                                stdout=subprocess.PIPE, text=True)
     lines = Lines(process.stdout)
-    url = lines.wait_for(r"listening on (http://\S+);", process).group(1)
+    url = lines.wait_for(r"listening on (https?://\S+);", process).group(1)
     return process, lines, url
 
 

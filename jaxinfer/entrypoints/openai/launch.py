@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
+from jaxinfer.entrypoints.openai.http_flags import add_http_flags, ssl_options
 from jaxinfer.entrypoints.openai.lora_modules import (
     add_lora_args,
     check_served_name,
@@ -65,6 +66,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_input_args(serve)
     add_startup_args(serve)
     add_vllm_flags(serve)
+    add_http_flags(serve)
     serve.set_defaults(run=run_serve)
 
 
@@ -123,6 +125,7 @@ def speculative_config(args: argparse.Namespace) -> SpeculativeConfig | None:
 
 def _check(args: argparse.Namespace) -> None:
     settle_vllm_flags(args)
+    ssl_options(args)
     validation.integer(args.port, "--port", 0, 65535)
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
     validation.integer(args.max_waiting_requests, "--max-waiting-requests", 0)
@@ -206,12 +209,13 @@ def run_serve(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)  # before minutes of loading: a taken port fails now
     starting = StartingApp()
     # lifespan off: the app starts as StartingApp, and the real one registers no lifespan events.
-    config = uvicorn.Config(starting, log_level=args.log_level, timeout_graceful_shutdown=5, lifespan="off")
+    https = ssl_options(args)
+    config = uvicorn.Config(starting, log_level=args.log_level, timeout_graceful_shutdown=5, lifespan="off", **https)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), name="uvicorn", daemon=True)
     thread.start()
     host, port = sock.getsockname()[:2]
-    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    url = f"{'https' if https else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
     starting.say(f"listening on {url}; GET /health answers 503 until the model is ready")
     if exposed_without_key(args.host, args.api_key):
         starting.say(f"warning: --host {args.host} answers other machines and no --api-key is set: anyone who "

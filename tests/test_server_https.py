@@ -1,0 +1,95 @@
+"""`jaxinfer serve` over HTTPS with vLLM's --ssl-* flags: a certificate made here, a real server, the official
+openai client trusting only that certificate; a client certificate required with --ssl-cert-reqs 2."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from live_server import start_serve, wait_ready
+
+from jaxinfer.entrypoints.openai.http_flags import ssl_options
+from jaxinfer.entrypoints.openai.launch import add_serve_parser
+
+TINY = ["--max-model-len", "32", "--max-num-seqs", "1", "--max-num-batched-tokens", "16", "--decode-steps", "1",
+        "--skip-warmup"]
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(certificate, key) of a self-signed certificate for 127.0.0.1, its own CA."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed: no certificate to serve HTTPS with")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-addext", "keyUsage=critical,digitalSignature,keyCertSign"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def _client(url: str, cert: Path, client_cert: tuple[Path, Path] | None) -> openai.OpenAI:
+    context = ssl.create_default_context(cafile=str(cert))  # trusts this certificate alone
+    if client_cert is not None:
+        context.load_cert_chain(*map(str, client_cert))
+    http = httpx.Client(verify=context, timeout=60)
+    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, http_client=http)
+
+
+def test_https_with_a_required_client_certificate(text_model_dir, certificate):
+    cert, key = certificate
+    process, lines, url = start_serve(["--model", str(text_model_dir), *TINY, "--ssl-certfile", str(cert),
+                                       "--ssl-keyfile", str(key), "--ssl-ca-certs", str(cert),
+                                       "--ssl-cert-reqs", "2"])
+    try:
+        assert url.startswith("https://127.0.0.1:"), lines.text
+        wait_ready(process, lines)
+        client = _client(url, cert, client_cert=certificate)
+        assert [model.id for model in client.models.list()] == [text_model_dir.name]
+        with pytest.raises(openai.APIConnectionError):  # no client certificate: the handshake fails
+            _client(url, cert, client_cert=None).models.list()
+        with pytest.raises(httpx.RemoteProtocolError):  # plain HTTP to an HTTPS port
+            httpx.get(url.replace("https", "http") + "/health", timeout=10)
+    finally:
+        process.terminate()
+        assert process.wait(timeout=60) == 0
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    commands = argparse.ArgumentParser(prog="jaxinfer").add_subparsers()
+    add_serve_parser(commands)
+    return commands.choices["serve"].parse_args(list(argv))
+
+
+def test_the_ssl_flags_become_uvicorns_options(certificate):
+    cert, key = certificate
+    assert ssl_options(_parse()) == {}
+    assert ssl_options(_parse("--ssl-certfile", str(cert), "--ssl-keyfile", str(key))) == dict(
+        ssl_certfile=str(cert), ssl_keyfile=str(key), ssl_ca_certs=None, ssl_cert_reqs=0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ssl-keyfile", "{key}"], "--ssl-keyfile go with --ssl-certfile FILE"),
+    (["--ssl-ca-certs", "{cert}", "--ssl-cert-reqs", "2"], "--ssl-ca-certs, --ssl-cert-reqs go with --ssl-certfile"),
+    (["--ssl-certfile", "/nonexistent.pem"], "--ssl-certfile /nonexistent.pem: no such file"),
+    (["--ssl-certfile", "{cert}"], "--ssl-certfile {cert} / --ssl-keyfile None: the certificate and its key do not"),
+    (["--ssl-certfile", "{key}", "--ssl-keyfile", "{key}"], "the certificate and its key do not load"),
+    (["--ssl-certfile", "{cert}", "--ssl-keyfile", "{key}", "--ssl-cert-reqs", "3"],
+     "--ssl-cert-reqs 3 is not an ssl.VerifyMode; accepted: 0 (none), 1 (optional), 2 (required)"),
+    (["--ssl-certfile", "{cert}", "--ssl-keyfile", "{key}", "--ssl-cert-reqs", "2"], "give --ssl-ca-certs FILE"),
+    (["--ssl-certfile", "{cert}", "--ssl-keyfile", "{key}", "--ssl-ca-certs", "{key}"],
+     "--ssl-ca-certs {key}: no PEM CA certificates in it"),
+])
+def test_ssl_flags_that_cannot_be_served_are_refused_by_name(certificate, argv, message):
+    names = dict(cert=certificate[0], key=certificate[1])
+    with pytest.raises(ValueError, match=re.escape(message.format(**names))):
+        ssl_options(_parse(*(arg.format(**names) for arg in argv)))
