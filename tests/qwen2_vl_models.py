@@ -1,12 +1,14 @@
 """Tiny Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE and Qwen3.5 checkpoints (2-layer towers over 8x8 patches merged
 2x2, a 2-layer language model (Qwen3-VL's: 3 layers, DeepStack adding to the first 2) whose rope splits its 8
 frequencies into M-RoPE sections 2, 3, 3), saved with a tokenizer holding the vision tokens and a Qwen2-VL image
-processor like real ones (Qwen3-VL's: its mean and std of 0.5). Qwen3-VL-MoE's experts are stored as the hub's
-checkpoints hold them (gate_up_proj [E, D, 2F], down_proj [E, F, D]; transformers 5 saves them transposed). Qwen3.5's
-is Qwen3-VL's tower without DeepStack over Qwen3.5's hybrid language model."""
+processor like real ones (Qwen3-VL's: its mean and std of 0.5, and a Qwen3VLVideoProcessor's settings). Qwen3-VL-MoE's
+experts are stored as the hub's checkpoints hold them (gate_up_proj [E, D, 2F], down_proj [E, F, D]; transformers 5
+saves them transposed). Qwen3.5's is Qwen3-VL's tower without DeepStack over Qwen3.5's hybrid language model."""
 
 from __future__ import annotations
 
+import json
+import types
 from pathlib import Path
 
 import torch
@@ -48,7 +50,13 @@ CLASSES = {"qwen2_vl": (transformers.Qwen2VLConfig, transformers.Qwen2VLForCondi
            "qwen3_vl": (transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration),
            "qwen3_vl_moe": (transformers.Qwen3VLMoeConfig, transformers.Qwen3VLMoeForConditionalGeneration),
            "qwen3_5": (transformers.Qwen3_5Config, transformers.Qwen3_5ForConditionalGeneration)}
+PROCESSORS = {"qwen2_vl": transformers.Qwen2VLProcessor, "qwen2_5_vl": transformers.Qwen2_5_VLProcessor,
+              "qwen3_vl": transformers.Qwen3VLProcessor}
 PIXELS = dict(min_pixels=16 * 16, max_pixels=64 * 64)  # 1 to 16 image tokens
+# Qwen3VLVideoProcessor's settings: its pixel bounds cover a clip's frames (4 frames of 48 x 80 kept as they are)
+QWEN3_VIDEO = dict(video_processor_type="Qwen3VLVideoProcessor", patch_size=8, temporal_patch_size=2, merge_size=2,
+                   size={"shortest_edge": 2 * 16 * 16, "longest_edge": 4 * 64 * 64}, image_mean=[0.5] * 3,
+                   image_std=[0.5] * 3, fps=2, do_sample_frames=True, min_frames=4, max_frames=768)
 
 
 def make_qwen2_vl(kind: str, ids: dict[str, int]) -> transformers.PreTrainedModel:
@@ -84,6 +92,8 @@ def save_tiny_qwen2_vl(path: Path, kind: str = "qwen2_vl") -> Path:
         as_on_the_hub(path / "model.safetensors")
     norm = dict(image_mean=[0.5] * 3, image_std=[0.5] * 3) if kind.startswith("qwen3") else {}
     transformers.Qwen2VLImageProcessor(patch_size=8, merge_size=2, **PIXELS, **norm).save_pretrained(path)
+    if kind == "qwen3_vl":  # Qwen3-VL ships its own video processor's settings (its class needs torchvision)
+        (path / "video_preprocessor_config.json").write_text(json.dumps(QWEN3_VIDEO))
     return path
 
 
@@ -93,3 +103,17 @@ def as_on_the_hub(file: Path) -> None:
     fused = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
     save_file({k: v.transpose(1, 2).contiguous() if k.endswith(fused) else v for k, v in tensors.items()}, file,
               metadata={"format": "pt"})
+
+
+def hf_video_text(kind: str, text: str, grid: list[int], fps: float | None, indices: list[int]) -> str:
+    """The prompt text HF's processor makes of one video's pad (Qwen3-VL: with its frame groups' timestamps): its own
+    replace_video_token on a processor built without its video processor (whose class needs torchvision)."""
+    from transformers.video_utils import VideoMetadata
+
+    processor = object.__new__(PROCESSORS[kind])
+    processor.video_token, processor.vision_start_token = VIDEO_PAD, VISION_START
+    processor.vision_end_token = VISION_END
+    processor.video_processor = types.SimpleNamespace(merge_size=2, temporal_patch_size=2)
+    metadata = VideoMetadata(total_num_frames=len(indices), fps=fps, frames_indices=indices)
+    inputs = {"video_grid_thw": torch.tensor([grid]), "video_metadata": [metadata]}
+    return text.replace(VIDEO_PAD, processor.replace_video_token(inputs, 0))

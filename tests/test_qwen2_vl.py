@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from qwen2_vl_models import CLASSES, MROPE_SECTION, save_tiny_qwen2_vl
+from qwen2_vl_models import CLASSES, MROPE_SECTION, hf_video_text, save_tiny_qwen2_vl
 from test_llava import chat_message
 from vision_models import random_image
 
@@ -22,6 +22,7 @@ from jaxinfer import LLM, SamplingParams
 from jaxinfer.cache.paged import init_paged_cache
 from jaxinfer.cache.ragged_view import RaggedPagedCache
 from jaxinfer.config.model import ConfigError
+from jaxinfer.entrypoints.qwen_video import as_videos
 from jaxinfer.models import forward_with_taps, lm_logits
 from jaxinfer.models.embed_override import stacked_override
 from jaxinfer.models.registry import SUPPORTED_ARCHITECTURES, from_hf_config
@@ -37,8 +38,9 @@ WITH_LOGPROBS = SamplingParams(max_tokens=8, temperature=0, logprobs=0)
 IMAGE_PROMPT = "USER: <|vision_start|><|image_pad|><|vision_end|>The quick brown fox ASSISTANT:"
 # 16 tokens a step: an 80x48 image's 15 pads (3 x 5 merged blocks, from position 7) are cut across two chunks;
 # XLA's attention (not the native CPU kernels): what accelerators compile, and what the lowering test exports
+LOGITS_LENGTH = 96  # every sequence our_logits runs (the longest: Qwen3-VL's video prompt) padded to this
 KNOBS = dict(dtype="float32", max_seq_len=128, max_num_batched_tokens=16, page_size=4, num_pages=60, max_num_seqs=2,
-             limit_mm_per_prompt={"image": 2}, cpu_kernels=False)
+             limit_mm_per_prompt={"image": 2, "video": 1}, cpu_kernels=False)
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -71,13 +73,19 @@ def first_kind_only(*also: str) -> pytest.MarkDecorator:
 def our_logits(llm: LLM, ids: np.ndarray, placed: np.ndarray | None = None, streams: np.ndarray | None = None
                ) -> np.ndarray:
     """Every position's float32 logits of one sequence through the model (image rows placed at the pads;
-    streams [3, 1, T]: M-RoPE's rotary positions, None: all equal to the positions)."""
-    positions = np.arange(len(ids), dtype=np.int32)
+    streams [3, 1, T]: M-RoPE's rotary positions, None: all equal to the positions). The sequence is padded to
+    LOGITS_LENGTH tokens after its end (causal: its logits are its own), so every check shares the eager ops' shapes."""
+    length, pad = len(ids), LOGITS_LENGTH - len(ids)
+    ids, positions = np.pad(ids, (0, pad)), np.arange(LOGITS_LENGTH, dtype=np.int32)
     view = RaggedPagedCache(init_paged_cache(llm.config, 1, 128, np.float32, page_size=4), np.zeros(len(ids), np.int32))
-    mask = ids == llm.image_prompts.cfg.image_token_id
-    override = None if placed is None else stacked_override(placed, mask, llm.config.hidden_size)
+    mask = np.isin(ids, [llm.image_prompts.cfg.image_token_id, llm.image_prompts.cfg.video_token_id])
+    mask[length:] = False
+    override = None if placed is None else stacked_override(np.pad(placed, ((0, pad), (0, 0))), mask,
+                                                            llm.config.hidden_size)
+    if streams is not None:
+        streams = np.concatenate([streams, streams[..., -1:] + np.arange(1, pad + 1)], axis=-1)
     hidden, _, _ = forward_with_taps(llm.weights, ids[None], positions[None], view, llm.config, (), override, streams)
-    return np.asarray(lm_logits(llm.weights, hidden))[0]
+    return np.asarray(lm_logits(llm.weights, hidden))[0, :length]
 
 
 @first_kind_only()
@@ -268,9 +276,7 @@ def test_chat_with_image_url(llm, hf_model, kind):
 
 
 @first_kind_only()
-def test_video_and_speculation_refused(llm, model_dir, kind):
-    with pytest.raises(ValueError, match=r"served modalities are \('image',\), got \['video'\]"):
-        llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"video": [picture(0)]}}, GREEDY)
+def test_speculation_refused(llm, model_dir, kind):
     with pytest.raises(ConfigError, match="speculative decoding .* not supported for M-RoPE"):
         LLM(model_dir, speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=2), **KNOBS)
 
@@ -293,3 +299,101 @@ def test_steps_with_rope_offsets_lower_for_the_accelerators(llm, kind, platform)
     finally:
         runner.branchless, runner.stop_early = False, True
         runner.pages, runner.draft = pools
+
+
+VIDEO_PROMPT = "USER: <|vision_start|><|video_pad|><|vision_end|>What happens? ASSISTANT:"
+# Qwen2.5-VL's: 4 frames of a 3 fps source sampled every 50th, so its 2 frame groups are 133 temporal positions apart,
+# past the text after them (the decode delta comes from the video); the others' frames come without metadata
+VIDEO_METADATA = {"qwen2_5_vl": {"fps": 3.0, "frames_indices": [0, 50, 100, 150], "total_num_frames": 200}}
+
+
+def video_of(seed: int, kind: str) -> np.ndarray | tuple:
+    """4 frames of 48 x 80 pixels (kept as they are: 2 frame groups of 3 x 5 merged blocks), with metadata where
+    VIDEO_METADATA has some."""
+    frames = np.stack([np.asarray(picture(seed + k)) for k in range(4)])
+    return (frames, VIDEO_METADATA[kind]) if kind in VIDEO_METADATA else frames
+
+
+def hf_video_inputs(llm: LLM, kind: str, video: np.ndarray | tuple) -> tuple[dict, tuple]:
+    """HF's inputs for the video prompt (its ids from HF's processor text, our patches) and our carried inputs."""
+    ids, carried = llm.image_prompts.prompt(VIDEO_PROMPT, [], "test", as_videos(video, "test"))
+    frames = [i.pixels.reshape(-1, i.pixels.shape[-1]) for i in carried]
+    blocks = carried[0].pixels.shape[-4:-2]
+    grid = [len(frames) * len(carried[0].temporal or (0,)), 2 * blocks[0], 2 * blocks[1]]
+    metadata = VIDEO_METADATA.get(kind, {})
+    text = hf_video_text(kind, VIDEO_PROMPT, grid, metadata.get("fps"), metadata.get("frames_indices", [0, 1, 2, 3]))
+    hf_ids = torch.tensor([llm.tokenizer(text)["input_ids"]])
+    assert hf_ids[0].tolist() == ids
+    inputs = dict(input_ids=hf_ids, pixel_values_videos=torch.tensor(np.concatenate(frames)),
+                  video_grid_thw=torch.tensor([grid]),
+                  mm_token_type_ids=2 * (hf_ids == llm.image_prompts.cfg.video_token_id).int())
+    if kind == "qwen2_5_vl":  # its processor's second_per_grid_ts: temporal_patch_size / the frames' rate
+        inputs["second_per_grid_ts"] = torch.tensor([2 / (4 / 200 * 3.0)])
+    return inputs, carried
+
+
+@pytest.mark.parametrize("kind", KINDS[:3], indirect=True)
+def test_video_logits_and_positions_match_hf(llm, hf_model, kind):
+    """A 4-frame video's prompt ids as HF's processor writes them (Qwen3-VL: a timestamp and its own vision start and
+    end per frame group), its rows as HF's get_video_features, the M-RoPE positions as HF's get_rope_index
+    (Qwen2.5-VL's frame groups 133 apart), every position's float32 logits within 1e-5 of HF's."""
+    inputs, carried = hf_video_inputs(llm, kind, video_of(20, kind))
+    ids = inputs["input_ids"][0].numpy()
+    with torch.no_grad():
+        expected = hf_model(**inputs).logits[0].numpy()
+        features = hf_model.model.get_video_features(pixel_values_videos=inputs["pixel_values_videos"],
+                                                     video_grid_thw=inputs["video_grid_thw"])
+        hf_positions, hf_delta = hf_model.model.get_rope_index(
+            inputs["input_ids"], inputs["mm_token_type_ids"], video_grid_thw=inputs["video_grid_thw"],
+            **({"second_per_grid_ts": inputs["second_per_grid_ts"]} if kind == "qwen2_5_vl" else {}))
+    deep = [(d if isinstance(d, torch.Tensor) else d[0]).numpy() for d in getattr(features, "deepstack_features", None)
+            or ()]
+    hf_rows = np.concatenate([features.pooler_output[0].numpy(), *deep], 1)
+    rows = np.concatenate([llm.engine.runner.vision.features(i) for i in carried])
+    assert rows.shape == hf_rows.shape and np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
+    positions = np.arange(len(ids), dtype=np.int32)
+    streams = (positions[:, None] + offsets(carried, positions)).T[:, None, :]
+    assert np.array_equal(streams[:, 0], hf_positions[:, 0].numpy())
+    # decode goes on from the last token's position + 1, as HF's generate does; HF's rope_deltas (the largest
+    # position + 1) is larger only where the frame groups' temporal positions pass the text after them
+    assert total_delta(carried) == streams[:, 0, -1].max() + 1 - len(ids)
+    assert (hf_delta.item() > total_delta(carried)) == (kind == "qwen2_5_vl")
+    placed = np.zeros((len(ids), rows.shape[1]), np.float32)
+    placed[np.isin(ids, [llm.image_prompts.cfg.video_token_id])] = rows
+    assert np.abs(our_logits(llm, ids, placed, streams) - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("kind", KINDS[:3], indirect=True)
+def test_engine_greedy_video_batched_with_an_image(llm, hf_model, kind):
+    """A video prompt batched with an image prompt in 16-token chunks (they cut the video): each one's greedy tokens
+    HF generate's (the video's logprobs within 1e-4; decode rotated by the video's delta); a rerun of the video is
+    served from the prefix cache, keyed by its frames."""
+    image_prompt = {"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(0)}}
+    video_prompt = {"prompt": VIDEO_PROMPT, "multi_modal_data": {"video": video_of(20, kind)}}
+    video_out, image_out = llm.generate([video_prompt, image_prompt], WITH_LOGPROBS)
+    tokens = video_out.outputs[0].token_ids
+    logprobs = np.asarray([step[t].logprob for step, t in zip(video_out.outputs[0].logprobs, tokens)])
+    hf_tokens, hf_logprobs = hf_generate(hf_model, hf_video_inputs(llm, kind, video_of(20, kind))[0])
+    assert tokens == hf_tokens and np.abs(logprobs - hf_logprobs).max() <= 1e-4
+    assert image_out.outputs[0].token_ids == hf_generate(hf_model, hf_inputs(llm, [picture(0)]))[0]
+    hits = llm.engine.scheduler.prefix_hits
+    assert llm.generate(video_prompt, GREEDY)[0].outputs[0].token_ids == tokens
+    assert llm.engine.scheduler.prefix_hits > hits
+
+
+@first_kind_only()
+def test_video_refusals(llm, kind):
+    """More videos than limit_mm_per_prompt, a pad count other than the videos', bad frames, and a chat video_url
+    part (no video decoder here) are refused by name."""
+    video = {"video": [video_of(0, kind)] * 2}
+    with pytest.raises(ValueError, match=r"2 videos in one prompt, more than limit_mm_per_prompt's \{'video': 1\}"):
+        llm.generate({"prompt": VIDEO_PROMPT, "multi_modal_data": video}, GREEDY)
+    with pytest.raises(ValueError, match=r"marks 0 video\(s\) with '<\|video_pad\|>' and 1 were given"):
+        llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": picture(0), "video": video_of(0, kind)}},
+                     GREEDY)
+    with pytest.raises(TypeError, match=r"multi_modal_data.video must be frames"):
+        llm.generate({"prompt": VIDEO_PROMPT, "multi_modal_data": {"video": "clip.mp4"}}, GREEDY)
+    part = {"type": "video_url", "video_url": {"url": "file:///clip.mp4"}}
+    with pytest.raises(ValueError, match=r"content\[0\]: video_url parts are not supported: .*decoder .*"
+                                         r"multi_modal_data\['video'\]"):
+        llm.chat([{"role": "user", "content": [part]}], GREEDY)

@@ -68,7 +68,8 @@ class LoadingSteps:
         self.audio_prompts = None if self._audio is None else AudioPrompts(self.model_dir, tokenizer, self._audio[1])
         self.image_prompts = ImagePrompts(self.model_dir, None if self._vision is None else self._vision[0],
                                           self.tokenizer, image_limit(limit_mm_per_prompt),
-                                          media_dir(allowed_local_media_path))
+                                          media_dir(allowed_local_media_path),
+                                          image_limit(limit_mm_per_prompt, "video"))
         # vLLM's prompt_embeds: [L, hidden_size] rows for a whole prompt (entrypoints/prompt_embeds)
         if enable_prompt_embeds and self.config.per_layer_input_size:
             raise ConfigError(f"enable_prompt_embeds=True is not supported for {self.config.architecture}: its "

@@ -9,7 +9,8 @@ entrypoints/paligemma_prompts).
 A prompt is vLLM's dict, `{"prompt": text or "prompt_token_ids": ids, "multi_modal_data": {"image":
 image or [images]}}`; an image is a PIL image or a NumPy array (H x W x C, uint8). Each `<image>`
 (the processor's `image_token`) in the prompt takes the next image; a prompt may carry up to
-`limit_mm_per_prompt["image"]` of them.
+`limit_mm_per_prompt["image"]` of them. Qwen-VL models take `"video"` too (entrypoints/qwen_video_prompts), up to
+`limit_mm_per_prompt["video"]`; a chat's `video_url` part is refused by name (no video decoder is installed).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from jaxinfer.entrypoints.paligemma_prompts import paligemma_prompt
 from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
 from jaxinfer.entrypoints.qwen2_vl_prompts import qwen2_vl_prompt
+from jaxinfer.entrypoints.qwen_video import Video, VideoProcessor, as_videos, read_video_processor
+from jaxinfer.entrypoints.qwen_video_prompts import qwen_vl_video_prompt
 from jaxinfer.models.aya_vision import AyaVisionConfig
 from jaxinfer.models.cohere2_vision import Cohere2VisionConfig
 from jaxinfer.models.gemma4_vision import Gemma4VisionConfig, with_processor_limit
@@ -61,6 +64,7 @@ from jaxinfer.models.vision_language import (
 from jaxinfer.runtime.image_input import ImageInput
 
 MODALITIES = ("image",)
+VIDEO_MODALITIES = ("image", "video")  # Qwen-VL's
 DEFAULT_IMAGE_LIMIT = 999  # vLLM V1's default per modality
 
 
@@ -94,18 +98,19 @@ def takes_images(hf: Mapping[str, Any]) -> bool:
     return hf["architectures"][0] != "Gemma4ForConditionalGeneration" or hf.get("vision_config") is not None
 
 
-def image_limit(limit_mm_per_prompt: Mapping[str, int] | None) -> int:
-    """Images a prompt may carry, from vLLM's `limit_mm_per_prompt` ({"image": n}); ConfigError naming it."""
+def image_limit(limit_mm_per_prompt: Mapping[str, int] | None, modality: str = "image") -> int:
+    """Images (videos) a prompt may carry, from vLLM's `limit_mm_per_prompt` ({"image": n, "video": m}); ConfigError
+    naming it."""
     if limit_mm_per_prompt is None:
         return DEFAULT_IMAGE_LIMIT
     if not isinstance(limit_mm_per_prompt, Mapping):
         raise ConfigError(f"limit_mm_per_prompt must be a dict like {{'image': 2}}, got {limit_mm_per_prompt!r}")
-    unknown = sorted(set(limit_mm_per_prompt) - set(MODALITIES))
-    limit = limit_mm_per_prompt.get("image", DEFAULT_IMAGE_LIMIT)
-    if unknown or isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ConfigError(f"limit_mm_per_prompt {dict(limit_mm_per_prompt)!r}: accepted is {{'image': n}} with "
-                          f"n >= 0 (modalities served: {', '.join(MODALITIES)})")
-    return limit
+    unknown = sorted(set(limit_mm_per_prompt) - set(VIDEO_MODALITIES))
+    limits = [limit_mm_per_prompt.get(m, DEFAULT_IMAGE_LIMIT) for m in VIDEO_MODALITIES]
+    if unknown or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in limits):
+        raise ConfigError(f"limit_mm_per_prompt {dict(limit_mm_per_prompt)!r}: accepted is {{'image': n, 'video': m}}"
+                          f" with n, m >= 0 (videos for Qwen-VL models only)")
+    return limit_mm_per_prompt.get(modality, DEFAULT_IMAGE_LIMIT)
 
 
 def media_dir(value: str | Path | None) -> Path | None:
@@ -138,10 +143,24 @@ class ImagePrompts:
     """Turns a prompt and its images into token ids with expanded placeholders and `ImageInput`s."""
 
     def __init__(self, model_dir: Path, cfg: VisionLanguageConfig | None, tokenizer: Any, limit: int,
-                 allowed_local_media_path: Path | None = None):
+                 allowed_local_media_path: Path | None = None, video_limit: int = DEFAULT_IMAGE_LIMIT):
         self.model_dir, self.cfg, self.tokenizer, self.limit = model_dir, cfg, tokenizer, limit
+        self.video_limit = video_limit
         self.allowed_local_media_path = allowed_local_media_path  # file:// image URLs only under it
         self._processor = None
+        self._video_processor: VideoProcessor | None = None
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        """What `multi_modal_data` may hold for this model: videos too for Qwen2-VL, Qwen2.5-VL and Qwen3-VL."""
+        return VIDEO_MODALITIES if isinstance(self.cfg, Qwen2VLConfig) and self.cfg.videos else MODALITIES
+
+    def video_processor(self) -> VideoProcessor:
+        """The checkpoint's video processor settings (read on first use)."""
+        if self._video_processor is None:
+            model_type = str(read_config_json(self.model_dir).get("model_type", ""))
+            self._video_processor = read_video_processor(self.model_dir, model_type)
+        return self._video_processor
 
     @property
     def image_token(self) -> str:
@@ -212,9 +231,16 @@ class ImagePrompts:
             raise ValueError(f"{field}: {count} images in one prompt, more than limit_mm_per_prompt's "
                              f"{{'image': {self.limit}}}")
 
-    def prompt(self, prompt: str | Sequence[int], images: list[Any], field: str) -> tuple[list[int], tuple]:
-        """(ids with each image's placeholders expanded, the images as the engine carries them)."""
+    def prompt(self, prompt: str | Sequence[int], images: list[Any], field: str, videos: Sequence[Video] = ()
+               ) -> tuple[list[int], tuple]:
+        """(ids with each image's (video's) placeholders expanded, the images (videos) as the engine carries them)."""
         self.check_count(len(images), field)
+        if videos:
+            if len(videos) > self.video_limit:
+                raise ValueError(f"{field}: {len(videos)} videos in one prompt, more than limit_mm_per_prompt's "
+                                 f"{{'video': {self.video_limit}}}")
+            return qwen_vl_video_prompt(prompt, images, list(videos), self.cfg, self.tokenizer,
+                                        self.processor() if images else None, self.video_processor(), field)
         if not images:
             return encode_prompt(prompt, self.tokenizer), ()
         if isinstance(self.cfg, Qwen2VLConfig):  # a pad count per image, from its size
@@ -269,6 +295,11 @@ class ImagePrompts:
                 where = f"{field}[{i}].content[{j}]"
                 if typed and isinstance(part, Mapping) and part.get("type") == "image":  # a mark with no image
                     raise ValueError(f"{where}: an {{'type': 'image'}} part carries no image; send an image_url part")
+                if isinstance(part, Mapping) and part.get("type") == "video_url":
+                    raise ValueError(f"{where}: video_url parts are not supported: reading a video file needs a "
+                                     "video decoder (PyAV, decord, OpenCV or imageio), none of which jaxinfer uses; "
+                                     + ("pass its frames as multi_modal_data['video'] to LLM.generate" if
+                                        "video" in self.modalities else "this model takes no videos"))
                 if not (isinstance(part, Mapping) and part.get("type") == "image_url"):
                     parts.append(part)
                     continue
@@ -345,12 +376,13 @@ def dict_prompt(prompt: Mapping[str, Any], images: ImagePrompts, field: str, emb
         raise ValueError(f"{field}: a dict prompt holds 'prompt' (text) or 'prompt_token_ids', and optionally "
                          f"'multi_modal_data'; got keys {sorted(prompt)}")
     data = prompt.get("multi_modal_data") or {}
-    if not isinstance(data, Mapping) or set(data) - set(MODALITIES):
+    if not isinstance(data, Mapping) or set(data) - set(images.modalities):
         got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
         if images.cfg is None:  # a text model (Gemma 3n's checkpoints hold audio and vision towers it does not run)
             raise ValueError(f"{field}.multi_modal_data: this model runs no vision or audio tower, so it takes text "
                              f"only; got {got}")
-        raise ValueError(f"{field}.multi_modal_data: served modalities are {MODALITIES}, got {got}")
+        raise ValueError(f"{field}.multi_modal_data: served modalities are {images.modalities}, got {got}")
     pictures = as_images(data["image"], f"{field}.multi_modal_data.image") if "image" in data else []
+    videos = as_videos(data["video"], f"{field}.multi_modal_data.video") if "video" in data else []
     text = prompt["prompt"] if "prompt" in prompt else prompt["prompt_token_ids"]
-    return images.prompt(text, pictures, f"{field}.multi_modal_data")
+    return images.prompt(text, pictures, f"{field}.multi_modal_data", videos)

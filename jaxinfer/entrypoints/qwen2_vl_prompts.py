@@ -28,7 +28,8 @@ def image_patches(processor: Any, images: list[Any], cfg: Qwen2VLConfig, field: 
     patches, start = [], 0
     for t, h, w in grids.tolist():
         if t != 1:
-            raise ValueError(f"{field}: an image of {t} temporal patches (video input is not supported)")
+            raise ValueError(f"{field}: an image of {t} temporal patches (an image is one; videos come as "
+                             "multi_modal_data['video'])")
         patches.append(pixels[start : start + h * w].reshape(h // m, w // m, m * m, -1))
         start += h * w
     return patches

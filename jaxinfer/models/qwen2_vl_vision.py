@@ -65,6 +65,11 @@ class Qwen2VLConfig:
     image_token_id: int  # <|image_pad|>: one per merged block of an image
     vision_start_token_id: int
     vision_end_token_id: int
+    video_token_id: int = 151656  # <|video_pad|>: one per merged block of a video's frame group
+    # Qwen2.5-VL's vision_config.tokens_per_second: a video's temporal rotary step per second of frames (0: Qwen2-VL,
+    # whose frame groups step by 1; Qwen3-VL puts timestamps in the text instead)
+    tokens_per_second: float = 0.0
+    videos: bool = True  # whether its videos are served (Qwen3.5's are not yet)
 
 
 @jax.tree_util.register_dataclass
@@ -236,6 +241,8 @@ def read_qwen2_vl_config(hf: Mapping[str, Any]) -> Qwen2VLConfig:
         image_token_id=int(hf.get("image_token_id", 151655)),
         vision_start_token_id=int(hf.get("vision_start_token_id", 151652)),
         vision_end_token_id=int(hf.get("vision_end_token_id", 151653)),
+        video_token_id=int(hf.get("video_token_id", 151656)),
+        tokens_per_second=float((hf.get("vision_config") or {}).get("tokens_per_second", 4)) if windowed else 0.0,
     )
 
 

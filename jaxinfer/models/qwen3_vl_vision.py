@@ -39,8 +39,8 @@ from jaxinfer.parallel.array_info import ArrayInfo
 QWEN3_5 = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")  # no DeepStack
 ARCHITECTURES = ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration") + QWEN3_5
 # transformers' Qwen3_5Config token ids (image, vision start, vision end); Qwen3-VL's are Qwen2-VL's
-QWEN3_5_TOKENS = (248056, 248053, 248054)
-QWEN3_VL_TOKENS = (151655, 151652, 151653)
+QWEN3_5_TOKENS = (248056, 248053, 248054, 248057)  # and the video token
+QWEN3_VL_TOKENS = (151655, 151652, 151653, 151656)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,4 +182,5 @@ def read_qwen3_vl_config(hf: Mapping[str, Any]) -> Qwen3VLConfig:
         image_token_id=int(hf.get("image_token_id", tokens[0])),
         vision_start_token_id=int(hf.get("vision_start_token_id", tokens[1])),
         vision_end_token_id=int(hf.get("vision_end_token_id", tokens[2])),
+        video_token_id=int(hf.get("video_token_id", tokens[3])), videos=not qwen3_5,
     )

@@ -10,7 +10,9 @@ placeholders by it (`cache_keys`), so the same prompt text with another image sh
 A prompt_embeds prompt is one such input over all its positions, its `rows` the embeddings themselves
 (entrypoints/prompt_embeds): the same override, chunk slicing, preemption and prefix keys, no tower.
 A LLaVA-NeXT or OneVision image's pixels are all its tiles, and its `RowLayout` says which of their rows (or which
-weighted sum of them, or the model's newline row) each placeholder takes (models/llava_next).
+weighted sum of them, or the model's newline row) each placeholder takes (models/llava_next). A Qwen2-VL or Qwen2.5-VL
+video is one input too: its frame groups' patches one after another, and each group's temporal rotary step
+(`temporal`: runtime/mrope_positions).
 """
 
 from __future__ import annotations
@@ -48,17 +50,24 @@ class ImageInput:
     # [length, D] float32 rows given as they are (prompt embeddings): no tower runs, and they see causally only
     rows: np.ndarray | None = dataclasses.field(default=None, repr=False)
     layout: RowLayout | None = dataclasses.field(default=None, repr=False)  # pixels [T, C, H, W]: tiles laid out
+    # A Qwen2-VL video's (pixels [groups, blocks_h, blocks_w, m*m, F]): each frame group's temporal rotary position
+    # past the video's start; empty for an image
+    temporal: tuple[int, ...] = ()
 
     @staticmethod
-    def of(offset: int, length: int, pixels: np.ndarray, layout: RowLayout | None = None) -> "ImageInput":
+    def of(offset: int, length: int, pixels: np.ndarray, layout: RowLayout | None = None,
+           temporal: tuple[int, ...] = ()) -> "ImageInput":
         """An image whose hash is that of its pixels (and their shape), and of its layout where it has one (the same
-        tiles cropped for another image size are other rows)."""
+        tiles cropped for another image size are other rows); a video's, of its frames' temporal positions too (the
+        same frames at another frame rate turn the text after them otherwise)."""
         pixels = np.ascontiguousarray(pixels, np.float32)
         digest = hashlib.blake2b(str(pixels.shape).encode(), digest_size=16)
         digest.update(pixels.tobytes())
         if layout is not None:
             digest.update(np.ascontiguousarray(layout.index).tobytes() + np.ascontiguousarray(layout.weight).tobytes())
-        return ImageInput(offset, length, digest.hexdigest(), pixels, layout=layout)
+        if temporal:
+            digest.update(str(temporal).encode())
+        return ImageInput(offset, length, digest.hexdigest(), pixels, layout=layout, temporal=tuple(temporal))
 
     @staticmethod
     def given(rows: np.ndarray) -> "ImageInput":

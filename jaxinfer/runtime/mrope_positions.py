@@ -5,9 +5,13 @@ Text has its three streams (temporal, height, width) equal; an image's tokens, a
 merged patches starting at rotary position s (the text position before it plus the delta so far), take
 (s, s + row, s + col); the text after it continues from s + max(blocks_h, blocks_w), so each image moves the
 later positions by max(blocks_h, blocks_w) - blocks_h * blocks_w (HF's `rope_deltas`, vLLM's
-`mrope_position_delta`). A token's offset is its rotary position minus its sequence position: zeros for a
-text-only request, and every decode token's is its request's whole delta. The cache is written at sequence
-positions; only the rotation reads the offsets.
+`mrope_position_delta`). A Qwen2-VL / Qwen2.5-VL video's tokens are its frame groups' grids one after another, group
+k's temporal stream at s + temporal[k] (k for Qwen2-VL, k scaled by the frame rate for Qwen2.5-VL); the text after it
+continues from s + max(blocks_h, blocks_w) as after an image (transformers 5's rule). A token's offset is its rotary
+position minus its sequence position: zeros for a text-only request, and every generated token's is its request's
+whole delta (the last prompt token's position + 1, as HF's generate continues; its get_rope_index's `rope_deltas`,
+the largest position + 1, is larger only where a video's last temporal position lies past the text after it). The
+cache is written at sequence positions; only the rotation reads the offsets.
 """
 
 from __future__ import annotations
@@ -21,14 +25,23 @@ from jaxinfer.runtime.image_input import ImageInput
 
 
 def image_grid(image: ImageInput) -> tuple[int, int]:
-    """(blocks_h, blocks_w): the merged grid of a Qwen2-VL image (its pixels [blocks_h, blocks_w, m*m, F])."""
-    return int(image.pixels.shape[0]), int(image.pixels.shape[1])
+    """(blocks_h, blocks_w): the merged grid of a Qwen2-VL image (its pixels [blocks_h, blocks_w, m*m, F]) or of each
+    frame group of a video (its pixels [groups, blocks_h, blocks_w, m*m, F])."""
+    shape = image.pixels.shape[1:] if image.temporal else image.pixels.shape
+    return int(shape[0]), int(shape[1])
 
 
 def image_delta(image: ImageInput) -> int:
-    """How far an image moves the rotary positions of the text after it."""
+    """How far an image (or video) moves the rotary positions of the text after it."""
+    return max(image_grid(image)) - image.length
+
+
+def vision_streams(image: ImageInput, k: np.ndarray, start: int) -> np.ndarray:
+    """[len(k), 3] rotary positions of an image's (video's) k-th tokens, its first at rotary position start."""
     blocks_h, blocks_w = image_grid(image)
-    return max(blocks_h, blocks_w) - blocks_h * blocks_w
+    frame, cell = np.divmod(k, blocks_h * blocks_w)
+    temporal = np.asarray(image.temporal or (0,), np.int64)[frame]
+    return np.stack([start + temporal, start + cell // blocks_w, start + cell % blocks_w], axis=-1)
 
 
 def offsets(images: tuple[ImageInput, ...], positions: np.ndarray) -> np.ndarray:
@@ -38,9 +51,7 @@ def offsets(images: tuple[ImageInput, ...], positions: np.ndarray) -> np.ndarray
     for image in sorted((i for i in images if i.pixels is not None), key=lambda i: i.offset):
         end = image.offset + image.length
         inside = (positions >= image.offset) & (positions < end)
-        k = positions[inside] - image.offset
-        start, width = image.offset + delta, image_grid(image)[1]
-        out[inside] = np.stack([np.full_like(k, start), start + k // width, start + k % width], axis=-1) \
+        out[inside] = vision_streams(image, positions[inside] - image.offset, image.offset + delta) \
             - positions[inside][:, None]
         delta += image_delta(image)
         out[positions >= end] = delta

@@ -123,12 +123,21 @@ class VisionRunner:
         return np.concatenate(out)
 
     def features(self, image: ImageInput) -> np.ndarray:
-        """[length, D] float32 rows of one image (encoded now unless recently seen)."""
+        """[length, D] float32 rows of one image (encoded now unless recently seen); a Qwen2-VL video's frame groups
+        one at a time, each through its size's image program (HF's tower attends within a group only)."""
         rows = self.encoded.get(image.content_hash)
-        if rows is None:  # a Qwen-VL, Pixtral or Gemma 4 image's padding rows dropped
-            rows = np.asarray(to_host(self.executables(self.program(image.pixels))), np.float32)[0, : image.length]
-            self.images_encoded, self.tower_calls = self.images_encoded + 1, self.tower_calls + 1
+        if rows is None:
+            groups = image.pixels if image.temporal else image.pixels[None]
+            rows = np.concatenate([self.group_rows(group) for group in groups])[: image.length]
         self.remember(image.content_hash, rows)
+        return rows
+
+    def group_rows(self, pixels: np.ndarray) -> np.ndarray:
+        """[rows, D] float32 of one image's pixels (a Qwen-VL, Pixtral or Gemma 4 image's padding rows dropped)."""
+        rows = np.asarray(to_host(self.executables(self.program(pixels))), np.float32)[0]
+        self.images_encoded, self.tower_calls = self.images_encoded + 1, self.tower_calls + 1
+        if isinstance(self.cfg, Qwen2VLConfig):
+            return rows[: pixels.shape[0] * pixels.shape[1]]
         return rows
 
     def remember(self, content_hash: str, rows: np.ndarray) -> None:
