@@ -69,7 +69,7 @@ class Qwen2VLConfig:
     # Qwen2.5-VL's vision_config.tokens_per_second: a video's temporal rotary step per second of frames (0: Qwen2-VL,
     # whose frame groups step by 1; Qwen3-VL puts timestamps in the text instead)
     tokens_per_second: float = 0.0
-    videos: bool = True  # whether its videos are served (Qwen3.5's are not yet)
+    videos: bool = False  # whether its videos are served: Qwen2-VL's, Qwen2.5-VL's, Qwen3-VL's (not Qwen3.5's, GLM's)
 
 
 @jax.tree_util.register_dataclass
@@ -243,6 +243,7 @@ def read_qwen2_vl_config(hf: Mapping[str, Any]) -> Qwen2VLConfig:
         vision_end_token_id=int(hf.get("vision_end_token_id", 151653)),
         video_token_id=int(hf.get("video_token_id", 151656)),
         tokens_per_second=float((hf.get("vision_config") or {}).get("tokens_per_second", 4)) if windowed else 0.0,
+        videos=True,
     )
 
 

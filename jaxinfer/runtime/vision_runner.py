@@ -126,19 +126,17 @@ class VisionRunner:
         """[length, D] float32 rows of one image (encoded now unless recently seen); a Qwen2-VL video's frame groups
         one at a time, each through its size's image program (HF's tower attends within a group only)."""
         rows = self.encoded.get(image.content_hash)
-        if rows is None:
-            groups = image.pixels if image.temporal else image.pixels[None]
-            rows = np.concatenate([self.group_rows(group) for group in groups])[: image.length]
+        if rows is None and image.temporal:  # each group's [blocks_h, blocks_w, m*m, F] patches: its blocks' rows
+            rows = np.concatenate([self.tower_rows(group)[: group.shape[0] * group.shape[1]] for group in image.pixels])
+        elif rows is None:  # a Qwen-VL, Pixtral or Gemma 4 image's padding rows dropped
+            rows = self.tower_rows(image.pixels)[: image.length]
         self.remember(image.content_hash, rows)
         return rows
 
-    def group_rows(self, pixels: np.ndarray) -> np.ndarray:
-        """[rows, D] float32 of one image's pixels (a Qwen-VL, Pixtral or Gemma 4 image's padding rows dropped)."""
-        rows = np.asarray(to_host(self.executables(self.program(pixels))), np.float32)[0]
+    def tower_rows(self, pixels: np.ndarray) -> np.ndarray:
+        """[rows, D] float32 of one image's pixels through the tower, padding rows and all."""
         self.images_encoded, self.tower_calls = self.images_encoded + 1, self.tower_calls + 1
-        if isinstance(self.cfg, Qwen2VLConfig):
-            return rows[: pixels.shape[0] * pixels.shape[1]]
-        return rows
+        return np.asarray(to_host(self.executables(self.program(pixels))), np.float32)[0]
 
     def remember(self, content_hash: str, rows: np.ndarray) -> None:
         """Keep an image's rows as the most recent of the CACHED_IMAGES."""
