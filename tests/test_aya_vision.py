@@ -85,24 +85,33 @@ def hf_inputs(llm: LLM, texts: list[str], images: list[Image.Image]) -> dict:
     return dict(processor(text=texts, images=images, return_tensors="pt"))
 
 
+def checked_rows(llm: LLM, hf_model, image: Image.Image, count: int) -> tuple[list[int], dict, np.ndarray]:
+    """(ids, HF's inputs, the tiles' rows) of PROMPT with one image, its ids HF's processor's and its `count` tiles'
+    rows within 1e-5 of the largest of HF's get_image_features."""
+    inputs = hf_inputs(llm, [PROMPT], [image])
+    inputs.pop("num_patches", None)
+    ids, tiles = llm.image_prompts.prompt(PROMPT, [image], "test")
+    assert ids == inputs["input_ids"][0].tolist() and len(tiles) == count
+    with torch.no_grad():
+        hf_rows = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"]).pooler_output.numpy()
+    rows = np.stack(llm.engine.runner.vision.encode(list(tiles)))
+    assert np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
+    return ids, inputs, rows
+
+
 def test_ids_rows_and_logits_match_hf(llm, hf_model):
     """A wide and a tall image, each alone: the ids are HF's processor's (TILE_i runs, TILE_GLOBAL, the
-    thumbnail's), the tiles' rows and every position's float32 logits within 1e-5 of the largest of HF's."""
-    for image, count in [(wide(), 3), (tall(), 4)]:
-        inputs = hf_inputs(llm, [PROMPT], [image])
-        inputs.pop("num_patches", None)
-        ids, tiles = llm.image_prompts.prompt(PROMPT, [image], "test")
-        assert ids == inputs["input_ids"][0].tolist() and len(tiles) == count
-        with torch.no_grad():
-            expected = hf_model(**inputs).logits[0].numpy()
-            hf_rows = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"]).pooler_output.numpy()
-        rows = np.stack(llm.engine.runner.vision.encode(list(tiles)))
-        assert np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
-        mask = np.asarray(ids) == llm.image_prompts.cfg.image_token_id
-        placed = np.zeros((len(ids), rows.shape[-1]), np.float32)
-        placed[mask] = rows.reshape(-1, rows.shape[-1])
-        got = our_logits(llm, np.asarray(ids), placed, mask)
-        assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+    thumbnail's) and the tiles' rows HF's; the wide one's every position's float32 logits within 1e-5 of the largest
+    (one prompt length: one more forward program)."""
+    ids, inputs, rows = checked_rows(llm, hf_model, wide(), 3)
+    checked_rows(llm, hf_model, tall(), 4)
+    with torch.no_grad():
+        expected = hf_model(**inputs).logits[0].numpy()
+    mask = np.asarray(ids) == llm.image_prompts.cfg.image_token_id
+    placed = np.zeros((len(ids), rows.shape[-1]), np.float32)
+    placed[mask] = rows.reshape(-1, rows.shape[-1])
+    got = our_logits(llm, np.asarray(ids), placed, mask)
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
 
 
 def test_batched_greedy_matches_hf(llm, hf_model):

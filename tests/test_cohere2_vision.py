@@ -138,24 +138,32 @@ def test_tile_grid_is_hfs():
         assert best_grid(height, width, 32, 6) == tuple(theirs((height, width), (32, 32), 1, 6))
 
 
+def checked_rows(llm: LLM, hf_model, image: Image.Image, count: int) -> tuple[list[int], dict, np.ndarray]:
+    """(ids, HF's inputs, the tiles' rows) of PROMPT with one image, its ids HF's processor's and its `count` tiles'
+    rows within 1e-5 of the largest of HF's get_image_features."""
+    inputs = hf_inputs(llm, [image])
+    ids, tiles = llm.image_prompts.prompt(PROMPT, [image], "test")
+    assert ids == inputs["input_ids"][0].tolist() and len(tiles) == count
+    with torch.no_grad():
+        hf_rows = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"]).pooler_output.numpy()
+    rows = np.stack(llm.engine.runner.vision.encode(list(tiles)))
+    assert np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
+    return ids, inputs, rows
+
+
 def test_ids_rows_and_logits_match_hf(llm, hf_model):
     """A wide and a tall image, each alone: the ids are HF's processor's (<|START_OF_IMG|>, each tile's patches and
-    line break, the thumbnail's, <|END_OF_IMG|>), the tiles' rows and every position's float32 logits within 1e-5 of
-    the largest of HF's."""
-    for image, count in [(wide(), 4), (tall(), 3)]:
-        inputs = hf_inputs(llm, [image])
-        ids, tiles = llm.image_prompts.prompt(PROMPT, [image], "test")
-        assert ids == inputs["input_ids"][0].tolist() and len(tiles) == count
-        with torch.no_grad():
-            expected = hf_model(**inputs).logits[0].numpy()
-            hf_rows = hf_model.model.get_image_features(pixel_values=inputs["pixel_values"]).pooler_output.numpy()
-        rows = np.stack(llm.engine.runner.vision.encode(list(tiles)))
-        assert np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
-        mask = np.asarray(ids) == llm.image_prompts.cfg.image_token_id
-        placed = np.zeros((len(ids), rows.shape[-1]), np.float32)
-        placed[mask] = rows.reshape(-1, rows.shape[-1])
-        got = our_logits(llm, np.asarray(ids), placed, mask)
-        assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+    line break, the thumbnail's, <|END_OF_IMG|>) and the tiles' rows HF's; the wide one's every position's float32
+    logits within 1e-5 of the largest (one prompt length: one more forward program)."""
+    ids, inputs, rows = checked_rows(llm, hf_model, wide(), 4)
+    checked_rows(llm, hf_model, tall(), 3)
+    with torch.no_grad():
+        expected = hf_model(**inputs).logits[0].numpy()
+    mask = np.asarray(ids) == llm.image_prompts.cfg.image_token_id
+    placed = np.zeros((len(ids), rows.shape[-1]), np.float32)
+    placed[mask] = rows.reshape(-1, rows.shape[-1])
+    got = our_logits(llm, np.asarray(ids), placed, mask)
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
 
 
 def test_batched_greedy_matches_hf(llm, hf_model):
