@@ -6,7 +6,9 @@ state pool (cache/state_pool) as a Mamba2 layer keeps its own (with no SSM state
 `ffn_norm` before the mixer and the MLP, `feed_forward.w1 / w3 / w2` (gate, up, down), attention's `out_proj`,
 `q_layernorm` and `k_layernorm`, the conv's `conv.in_proj / conv / out_proj`; the final norm is
 `model.embedding_norm`. The MLP's width is transformers' (`block_auto_adjust_ff_dim`: 2/3 of intermediate_size,
-times `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`).
+times `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`). LiquidAI's LFM2-VL checkpoints
+(`Lfm2VlForConditionalGeneration`) run their LFM2 language model alone, text in, text out (models/text_part): their
+SigLIP2 NaFlex tower and pixel-unshuffle projector are not run, so images are refused.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from jaxinfer.models.llama import abstract_layer as llama_abstract_layer
 from jaxinfer.models.self_attention import attention_hf_leaves
 from jaxinfer.models.short_conv import ShortConvWeights, short_conv_hf_leaves, short_conv_leaves
 
-ARCHITECTURES = ("Lfm2ForCausalLM",)
+ARCHITECTURES = ("Lfm2ForCausalLM", "Lfm2VlForConditionalGeneration")  # LFM2-VL's language model runs text only
 LAYER = "model.layers.{i}."
 LAYER_TYPES = ("conv", "full_attention")
 HF_THETA = 1e6  # Lfm2Config's default rope theta

@@ -33,7 +33,10 @@ MuseSparkForConditionalGeneration, beside its audio tower too (`model.audio_towe
 MiniMax's MiniMaxM3SparseForConditionalGeneration is laid out as Llama 4
 (`language_model.model.*`, `language_model.lm_head.*`) beside its tower (`vision_tower.*`), projector and patch
 merger, never read: text only (models/minimax_m3). Meta's MllamaForConditionalGeneration (Llama 3.2 Vision) is
-laid out as Llama 4, its tower and projector not read (models/mllama): text only.
+laid out as Llama 4, its tower and projector not read (models/mllama): text only. LiquidAI's
+Lfm2VlForConditionalGeneration keeps `model.language_model.*` (read as the causal LM's names by
+checkpoint/vision_weights, as Qwen4-Exp's) beside `model.vision_tower.*` and `model.multi_modal_projector.*`, never
+read: text only (models/lfm2).
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ TEXT_PARTS = {
     "MuseSparkForConditionalGeneration": TextPart(
         "model.language_model.", ("model.vision_tower.", "model.vision_adapter.", "model.vision_projection.",
                                   "model.audio_tower."), replaced="model."),
+    "Lfm2VlForConditionalGeneration": TextPart("", ("model.vision_tower.", "model.multi_modal_projector.")),
     "MistralLarge4ForConditionalGeneration": TextPart(
         "", ("vision_encoder.", "vision_language_adapter.", "patch_merger.", "pre_mm_projector_norm.")),
 }
