@@ -1,5 +1,6 @@
-"""`jaxinfer serve` over HTTPS with vLLM's --ssl-* flags: a certificate made here, a real server, the official
-openai client trusting only that certificate; a client certificate required with --ssl-cert-reqs 2."""
+"""`jaxinfer serve` with vLLM's HTTP flags: HTTPS (--ssl-*: a certificate made here, a real server, the official
+openai client trusting only that certificate; a client certificate required with --ssl-cert-reqs 2), and on the
+same server --root-path, --enable-request-id-headers, --uvicorn-log-level, --disable-uvicorn-access-log."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import openai
 import pytest
 from live_server import start_serve, wait_ready
 
-from jaxinfer.entrypoints.openai.http_flags import ssl_options
+from jaxinfer.entrypoints.openai.http_flags import root_path, ssl_options, uvicorn_options
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
 
 TINY = ["--max-model-len", "32", "--max-num-seqs", "1", "--max-num-batched-tokens", "16", "--decode-steps", "1",
@@ -37,26 +38,40 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-def _client(url: str, cert: Path, client_cert: tuple[Path, Path] | None) -> openai.OpenAI:
-    context = ssl.create_default_context(cafile=str(cert))  # trusts this certificate alone
+def _https(cert: Path, client_cert: tuple[Path, Path] | None) -> httpx.Client:
+    """An HTTPS client trusting `cert` alone, presenting `client_cert` (certificate, key) when given."""
+    context = ssl.create_default_context(cafile=str(cert))
     if client_cert is not None:
         context.load_cert_chain(*map(str, client_cert))
-    http = httpx.Client(verify=context, timeout=60)
-    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, http_client=http)
+    return httpx.Client(verify=context, timeout=60)
 
 
-def test_https_with_a_required_client_certificate(text_model_dir, certificate):
+def _client(base_url: str, http: httpx.Client) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0, http_client=http)
+
+
+def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_model_dir, certificate):
     cert, key = certificate
+    http_flags = ["--root-path", "/api", "--enable-request-id-headers", "--uvicorn-log-level", "info",
+                  "--disable-uvicorn-access-log", "--disable-fastapi-docs"]
     process, lines, url = start_serve(["--model", str(text_model_dir), *TINY, "--ssl-certfile", str(cert),
                                        "--ssl-keyfile", str(key), "--ssl-ca-certs", str(cert),
-                                       "--ssl-cert-reqs", "2"])
+                                       "--ssl-cert-reqs", "2", *http_flags])
     try:
         assert url.startswith("https://127.0.0.1:"), lines.text
         wait_ready(process, lines)
-        client = _client(url, cert, client_cert=certificate)
+        http = _https(cert, client_cert=certificate)
+        client = _client(url + "/api", http)  # as a proxy forwards /api/... unchanged
         assert [model.id for model in client.models.list()] == [text_model_dir.name]
+        assert http.get(url + "/v1/models").status_code == 200  # as a proxy that strips /api forwards it
+        assert http.get(url + "/api2/v1/models").status_code == 404
+        assert http.get(url + "/api/health", headers={"X-Request-Id": "abc-1"}).headers["x-request-id"] == "abc-1"
+        assert re.fullmatch("[0-9a-f]{32}", http.get(url + "/api/v1/models").headers["x-request-id"])
+        assert http.get(url + "/docs").status_code == 404
+        assert "INFO:     Started server process" in lines.text  # uvicorn's info level
+        assert "/v1/models HTTP/1.1" not in lines.text  # without its access log
         with pytest.raises(openai.APIConnectionError):  # no client certificate: the handshake fails
-            _client(url, cert, client_cert=None).models.list()
+            _client(url, _https(cert, client_cert=None)).models.list()
         with pytest.raises(httpx.RemoteProtocolError):  # plain HTTP to an HTTPS port
             httpx.get(url.replace("https", "http") + "/health", timeout=10)
     finally:
@@ -70,11 +85,17 @@ def _parse(*argv: str) -> argparse.Namespace:
     return commands.choices["serve"].parse_args(list(argv))
 
 
-def test_the_ssl_flags_become_uvicorns_options(certificate):
+def test_the_http_flags_become_uvicorns_and_the_apps_options(certificate):
     cert, key = certificate
     assert ssl_options(_parse()) == {}
     assert ssl_options(_parse("--ssl-certfile", str(cert), "--ssl-keyfile", str(key))) == dict(
         ssl_certfile=str(cert), ssl_keyfile=str(key), ssl_ca_certs=None, ssl_cert_reqs=0)
+    assert uvicorn_options(_parse("--disable-uvicorn-access-log")) == dict(access_log=False)
+    assert _parse("--uvicorn-log-level", "trace").log_level == "trace" and _parse().log_level == "warning"
+    assert root_path(_parse("--root-path", "/a/b")) == "/a/b" and root_path(_parse()) == ""
+    for bad in ("api", "/api/", "/a?b"):
+        with pytest.raises(ValueError, match=re.escape(f"--root-path {bad!r} is not a path prefix")):
+            root_path(_parse("--root-path", bad))
 
 
 @pytest.mark.parametrize("argv, message", [

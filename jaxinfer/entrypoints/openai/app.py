@@ -26,6 +26,7 @@ from jaxinfer.entrypoints.openai.cors import Cors, add_cors
 from jaxinfer.entrypoints.openai.embeddings import EmbeddingRequest, create_embeddings
 from jaxinfer.entrypoints.openai.errors import APIError, RequestGuard, install_handlers
 from jaxinfer.entrypoints.openai.gate import Admission, ServingGate, Traffic
+from jaxinfer.entrypoints.openai.http_middleware import RequestIdHeader, RootPath
 from jaxinfer.entrypoints.openai.limits import Limits
 from jaxinfer.entrypoints.openai.lora_routes import add_lora_routes
 from jaxinfer.entrypoints.openai.metrics import FallbackCollector, engine_registry, metrics_text
@@ -74,6 +75,8 @@ class ServerConfig:
     weight_updates: bool = False  # POST /update_weights_from_disk (SGLang's route)
     cors: Cors = Cors()  # cross-origin requests from web pages (off: no origins)
     chat_template_content_format: str = "auto"  # chat content as text or typed parts (entrypoints/content_format)
+    root_path: str = ""  # a path-prefixing proxy's prefix, served with and without it (vLLM's --root-path)
+    request_id_headers: bool = False  # X-Request-Id on every response (vLLM's --enable-request-id-headers)
 
 
 def _tool_parser(config: ServerConfig) -> ToolParser | None:
@@ -116,8 +119,12 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     public = frozenset(probes | {"/metrics"} if config.metrics_without_key else probes)
     app.add_middleware(RequestGuard, max_body_bytes=config.max_body_bytes, api_key=config.api_key, public_paths=public)
     add_cors(app, config.cors)
-    # Outermost (added last): it counts and drains every request, refused ones included.
+    # Outside the guards (added after them): it counts and drains every request, refused ones included.
     app.add_middleware(ServingGate, traffic=traffic, admission=admission, write_timeout=config.write_timeout)
+    if config.request_id_headers:
+        app.add_middleware(RequestIdHeader)
+    if config.root_path:  # outermost: every path check below sees the path without the prefix
+        app.add_middleware(RootPath, root_path=config.root_path)
     registry = engine_registry(engine.metrics, _fallback_collector(llm, shadow))
     served = shadow.primary if shadow is not None else front  # adapters and embeddings are never shadowed
     pooler = llm.pooler if getattr(llm, "runner_type", "") == "pooling" else None

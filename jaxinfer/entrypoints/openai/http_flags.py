@@ -1,5 +1,6 @@
-"""`vllm serve`'s flags for the HTTP layer uvicorn runs: HTTPS (--ssl-keyfile, --ssl-certfile, --ssl-ca-certs,
---ssl-cert-reqs), checked before the port is bound and handed to uvicorn.Config as its own options."""
+"""`vllm serve`'s flags for the HTTP layer: HTTPS (--ssl-keyfile, --ssl-certfile, --ssl-ca-certs, --ssl-cert-reqs),
+checked before the port is bound and handed to uvicorn.Config as its own options; the access log; a proxy's
+path prefix (--root-path) and X-Request-Id headers, which the app serves (http_middleware)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,29 @@ def add_http_flags(serve: argparse.ArgumentParser) -> None:
     add("--ssl-cert-reqs", type=int, default=int(ssl.CERT_NONE), metavar="N",
         help="Python's ssl.VerifyMode for client certificates: 0 none asked, 1 checked when sent, 2 required "
         "(with --ssl-ca-certs) (default: %(default)s)")
+    add("--root-path", default="", metavar="PREFIX",
+        help="behind a proxy that routes PREFIX (e.g. /api) to this server: routes answer under PREFIX as well "
+        "as without it (default: none)")
+    add("--enable-request-id-headers", action="store_true",
+        help="every response carries X-Request-Id: the request's own, else a fresh one")
+    add("--disable-uvicorn-access-log", action="store_true",
+        help="no line per request in uvicorn's log (at --log-level info and below)")
+    add("--disable-fastapi-docs", action="store_true",
+        help="accepted for vLLM's command lines: jaxinfer never serves /docs, /redoc or /openapi.json")
+
+
+def root_path(args: argparse.Namespace) -> str:
+    """--root-path, checked: "" or a path that starts with / and does not end with one."""
+    value = args.root_path
+    if value and (not value.startswith("/") or value.endswith("/") or any(c in value for c in "?#% ")):
+        raise ValueError(f"--root-path {value!r} is not a path prefix: give one like '/api' (a leading /, no "
+                         "trailing /, no query or spaces)")
+    return value
+
+
+def uvicorn_options(args: argparse.Namespace) -> dict:
+    """uvicorn.Config's options from the flags (HTTPS, the access log), checked as ssl_options checks them."""
+    return dict(access_log=not args.disable_uvicorn_access_log, **ssl_options(args))
 
 
 def ssl_options(args: argparse.Namespace) -> dict:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
-from jaxinfer.entrypoints.openai.http_flags import add_http_flags, ssl_options
+from jaxinfer.entrypoints.openai.http_flags import add_http_flags, root_path, uvicorn_options
 from jaxinfer.entrypoints.openai.lora_modules import (
     add_lora_args,
     check_served_name,
@@ -125,7 +125,7 @@ def speculative_config(args: argparse.Namespace) -> SpeculativeConfig | None:
 
 def _check(args: argparse.Namespace) -> None:
     settle_vllm_flags(args)
-    ssl_options(args)
+    uvicorn_options(args)
     validation.integer(args.port, "--port", 0, 65535)
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
     validation.integer(args.max_waiting_requests, "--max-waiting-requests", 0)
@@ -176,7 +176,8 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
         model_name, args.api_key, args.max_body_bytes, args.metrics_without_key, limits, args.max_waiting_requests,
         args.request_timeout, args.write_timeout, lora_modules(args), runtime_lora_updating(args),
         args.reasoning_parser, args.tool_call_parser, args.max_stored_responses, args.enable_sleep_mode,
-        args.enable_weight_updates, cors_settings(args), args.chat_template_content_format,
+        args.enable_weight_updates, cors_settings(args), args.chat_template_content_format, root_path(args),
+        args.enable_request_id_headers,
     )
 
 
@@ -209,13 +210,13 @@ def run_serve(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)  # before minutes of loading: a taken port fails now
     starting = StartingApp()
     # lifespan off: the app starts as StartingApp, and the real one registers no lifespan events.
-    https = ssl_options(args)
-    config = uvicorn.Config(starting, log_level=args.log_level, timeout_graceful_shutdown=5, lifespan="off", **https)
+    options = uvicorn_options(args)
+    config = uvicorn.Config(starting, log_level=args.log_level, timeout_graceful_shutdown=5, lifespan="off", **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), name="uvicorn", daemon=True)
     thread.start()
     host, port = sock.getsockname()[:2]
-    url = f"{'https' if https else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
+    url = f"{'https' if 'ssl_certfile' in options else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
     starting.say(f"listening on {url}; GET /health answers 503 until the model is ready")
     if exposed_without_key(args.host, args.api_key):
         starting.say(f"warning: --host {args.host} answers other machines and no --api-key is set: anyone who "

@@ -182,5 +182,7 @@ def add_startup_args(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--load-session", action="append", default=[], metavar="DIR",
                        help="restore a session saved by LLM.save_session into the prefix cache before serving: "
                        "requests whose prompts start with its prompt skip its prefill (repeatable)")
-    serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
-                       help="uvicorn's log level; info logs every request (default: %(default)s)")
+    serve.add_argument("--log-level", "--uvicorn-log-level", default="warning",
+                       choices=["critical", "error", "warning", "info", "debug", "trace"],
+                       help="uvicorn's log level (--uvicorn-log-level is vLLM's name); info logs every request "
+                       "(default: %(default)s)")
