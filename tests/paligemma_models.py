@@ -13,7 +13,7 @@ from vision_models import TOWER
 
 IMAGE = "<image>"
 PATCHES = 4  # 32x32 images in 16x16 patches: one image token per patch
-WINDOW = 24  # PaliGemma 2's sliding window: a prompt fits in it, a few generated tokens pass it
+WINDOW = 12  # PaliGemma 2's sliding window: shorter than the prompts (16, 19 tokens), whose prefix sees past it
 
 
 def make_paligemma(image_token_id: int, gemma2: bool) -> transformers.PaliGemmaForConditionalGeneration:

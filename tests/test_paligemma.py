@@ -23,8 +23,8 @@ from jaxinfer.models.embed_override import EmbedOverride
 from jaxinfer.models.vision_language import image_features
 from jaxinfer.runtime.image_input import whole_prompt_keys
 
-# PaliGemma 2's window leaves the image as the last of 10 tokens decode; each token's logprob is checked too (a causal
-# prefix gives the tiny model's greedy tokens but moves their logprobs by ~0.1)
+# Each token's logprob is checked too (a causal prefix gives the tiny model's greedy tokens but moves their logprobs
+# by ~0.1)
 GREEDY = SamplingParams(max_tokens=10, temperature=0, logprobs=0)
 # 24 tokens a step: two 16-token prompts never share one, so the second waits for a step it fits whole
 KNOBS = dict(dtype="float32", max_seq_len=64, max_num_batched_tokens=24, page_size=4, num_pages=40, max_num_seqs=2)
@@ -78,12 +78,13 @@ def same(got: tuple[list[int], np.ndarray], expected: tuple[list[int], np.ndarra
     return got[0] == expected[0] and np.abs(got[1] - expected[1]).max() <= 1e-4
 
 
-def our_logits(llm: LLM, ids: list[int], rows: np.ndarray, prefix: bool) -> np.ndarray:
-    """Every position's logits through the ragged step's attention, the image's rows first; prefix False: the
-    prompt attends causally (what must not match HF)."""
+def our_logits(llm: LLM, ids: list[int], rows: np.ndarray, ends: int) -> np.ndarray:
+    """Every position's logits through the ragged step's attention, the image's rows first, each token's key end
+    `ends` (-len(ids): the whole prompt, window aside, as the engine runs it; 0: causal; len(ids): the prompt but
+    within the window, Gemma 3's way)."""
     placed = np.zeros((len(ids), rows.shape[1]), np.float32)
     placed[:PATCHES] = rows
-    ends = np.full(len(ids), len(ids), np.int32) if prefix else np.zeros(len(ids), np.int32)
+    ends = np.full(len(ids), ends, np.int32)
     pages = init_paged_cache(llm.config, 1, 64, np.float32, page_size=4)
     view = RaggedPagedCache(pages, np.zeros(len(ids), np.int32), ends)
     override = EmbedOverride(placed, np.arange(len(ids)) < PATCHES)
@@ -94,7 +95,9 @@ def our_logits(llm: LLM, ids: list[int], rows: np.ndarray, prefix: bool) -> np.n
 
 def test_logits_match_hf(family):
     """The prompt is HF's processor's; the image rows and every position's float32 logits are HF's with the whole
-    prompt one bidirectional prefix (token_type_ids 0); a causal prompt is far off."""
+    prompt one bidirectional prefix (token_type_ids 0), on PaliGemma 2's sliding layer too (its window is shorter
+    than the prompt: HF's prefix sees past it); a causal prompt is far off, and so, for PaliGemma 2, is the prefix
+    seen within the window."""
     path, hf, llm = family
     image = random_image(0)
     inputs = hf_inputs(path, image, PROMPTS[0])
@@ -107,15 +110,19 @@ def test_logits_match_hf(family):
     vision = llm.image_prompts.cfg
     rows = np.asarray(image_features(llm.engine.runner.vision.weights, found.pixels[None], vision))[0]
     assert np.abs(rows - hf_rows).max() <= 1e-5 * np.abs(hf_rows).max()
-    got = our_logits(llm, ids, rows, prefix=True)
+    got = our_logits(llm, ids, rows, -len(ids))
     assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
-    causal = our_logits(llm, ids, rows, prefix=False)
+    causal = our_logits(llm, ids, rows, 0)
     assert np.abs(causal - expected).max() > 1e-2 * np.abs(expected).max()
+    if llm.config.layer_windows[0]:
+        assert llm.config.layer_windows[0] == WINDOW < len(ids)
+        windowed = our_logits(llm, ids, rows, len(ids))
+        assert np.abs(windowed - expected).max() > 1e-2 * np.abs(expected).max()
 
 
 def test_engine_greedy_matches_hf(paligemma2):
-    """Two prompts batched give HF generate's tokens each (the second waits for a step its whole prompt fits; the
-    sliding window leaves the image as they decode); a repeat is served from the prefix cache beside the same image
+    """Two prompts batched give HF generate's tokens each (the second waits for a step its whole prompt fits; both
+    are longer than the sliding window); a repeat is served from the prefix cache beside the same image
     with other text, which shares no page (its image tokens saw other text) and gives HF's tokens. The language
     model is PaliGemma 2's (Gemma 2); PaliGemma's Gemma takes the same steps (its logits are checked above)."""
     path, hf, llm = paligemma2
@@ -131,16 +138,13 @@ def test_engine_greedy_matches_hf(paligemma2):
 
 
 def test_refused_by_name(paligemma2):
-    """A prompt longer than a step or than the sliding window, prompt_logprobs, beam search and token ids without
-    HF's expanded image tokens are refused by name."""
-    path, _, llm = paligemma2
+    """A prompt longer than a step, prompt_logprobs, beam search and token ids without HF's expanded image tokens
+    are refused by name."""
+    _, _, llm = paligemma2
     image = {"image": random_image(3)}
     long = {"prompt": "the quick brown fox jumps", "multi_modal_data": image}  # 31 tokens
     with pytest.raises(ValueError, match="more than max_num_batched_tokens 24, .*one bidirectional prefix"):
         llm.generate(long, GREEDY)
-    wide = LLM(path, **{**KNOBS, "max_num_batched_tokens": 64})
-    with pytest.raises(ValueError, match=f"more than the sliding_window {WINDOW}"):
-        wide.generate(long, GREEDY)
     prompt = {"prompt": PROMPTS[0], "multi_modal_data": image}
     with pytest.raises(ValueError, match="prompt_logprobs is not served on this model"):
         llm.generate(prompt, SamplingParams(max_tokens=1, prompt_logprobs=1))

@@ -143,7 +143,7 @@ class LLMEngine(StepCalls):
         check_audio(self.model_config, audio, params)
         whole_prompt = self.runner.vision is not None and self.runner.vision.whole_prompt
         if whole_prompt:
-            check_whole_prompt(ids, params, self.model_config.layer_windows, self.config.max_num_batched_tokens)
+            check_whole_prompt(ids, params, self.config.max_num_batched_tokens)
         images = check_images(images, ids, params, self.runner.vision, self.runner.prompt_embeds,
                               self.scheduler.config.whole_images, self.config.max_num_batched_tokens)
         group: list[Request] = []

@@ -109,19 +109,13 @@ def check_images(images: Sequence[ImageInput], ids: list[int], params: SamplingP
     return images
 
 
-def check_whole_prompt(ids: list[int], params: SamplingParams, windows: Sequence[int], max_batched: int) -> None:
+def check_whole_prompt(ids: list[int], params: SamplingParams, max_batched: int) -> None:
     """ValueError naming what a prompt that is one bidirectional prefix (PaliGemma's) cannot take: more tokens than
-    one prefill chunk holds; more than a sliding window (HF's prefix sees all of itself on those layers, the
-    engine's window starts at the token); prompt_logprobs (the all-positions pass is causal)."""
+    one prefill chunk holds; prompt_logprobs (the all-positions pass is causal)."""
     if len(ids) > max_batched:
         raise ValueError(f"the prompt takes {len(ids)} tokens, more than max_num_batched_tokens {max_batched}, and "
                          "this model's prompt is one bidirectional prefix (one prefill chunk holds all of it); "
                          "raise max_num_batched_tokens")
-    window = min((w for w in windows if w > 0), default=0)
-    if window and len(ids) > window:
-        raise ValueError(f"the prompt takes {len(ids)} tokens, more than the sliding_window {window}: its "
-                         "bidirectional prefix would see past the window on the sliding layers (HF's mask), which "
-                         "the engine does not run; send a prompt of at most that many tokens")
     if params.prompt_logprobs is not None:
         raise ValueError("prompt_logprobs is not served on this model yet (its prompt is one bidirectional prefix, "
                          "which the all-positions pass does not run); leave it unset")

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jaxinfer.cache.paged import PagedKVCache
 from jaxinfer.kernels.precision import matmul_precision
 from jaxinfer.models.alibi import distance, grouped_slopes
-from jaxinfer.models.key_span import first_visible_key, visible_keys
+from jaxinfer.models.key_span import first_key, visible_keys
 
 NEG_INF = -1e30  # finite, so fully-masked rows (padding) give a uniform softmax, not NaN
 BLOCK_KEYS = 256  # keys per block: a few blocks even at long contexts, small score tiles
@@ -85,7 +85,8 @@ def blocked_rows_attention(
     scale: of the scores (None: head_dim ** -0.5); soft_cap: scores pass cap * tanh(s / cap);
     sinks [H]: each head's attention-sink logit (see `softmax_with_sinks`); chunk: each query sees
     its own attention chunk's keys only (`key_span`); key_ends [R]: row r's queries also see the keys
-    before key_ends[r] past their own position (Gemma 3's image tokens; 0: none); alibi [H]: ALiBi slopes
+    before |key_ends[r]| past their own position (Gemma 3's image tokens; 0: none; negative: from the first key too,
+    the window aside: PaliGemma's prefix); alibi [H]: ALiBi slopes
     (scores plus slope * (key position - query position)).
 
     Keys are read in dtype with float32 scores and softmax, as the dense path does. Queries go
@@ -190,7 +191,9 @@ def _query_block(
     offsets = first + jnp.arange(steps)
     positions = (lengths - query_lens)[:, None] + offsets[None, :]
     live = offsets[None, :] < query_lens[:, None]
-    last = None if key_ends is None else jnp.maximum(positions, key_ends[:, None] - 1)
+    # |key_ends[r]|: row r's queries see the keys before it; negative: a PaliGemma prefix token, window aside
+    last = None if key_ends is None else jnp.maximum(positions, jnp.abs(key_ends)[:, None] - 1)
+    whole = None if key_ends is None else jnp.broadcast_to((key_ends < 0)[:, None], positions.shape)
     precision = matmul_precision(qg)
 
     def block(index: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -199,7 +202,7 @@ def _query_block(
         k = gather_pages(cache, cache.k_pages, cache.k_scales, layer, columns, dtype)
         v = gather_pages(cache, cache.v_pages, cache.v_scales, layer, columns, dtype)
         keys = index * block_keys + jnp.arange(block_keys)
-        visible = visible_keys(keys, positions, window, chunk, last) & live[:, :, None]
+        visible = visible_keys(keys, positions, window, chunk, last, whole) & live[:, :, None]
         scores = jnp.einsum("krgtd,krsd->krgts", qg, k, precision=precision, preferred_element_type=jnp.float32)
         scores = cap_scores(scores * scale, soft_cap)
         if slopes is not None:
@@ -227,7 +230,7 @@ def _query_block(
         probs = jnp.exp(scores - new_best[..., None])
         return new_best, total * fade + probs.sum(-1), acc * fade[..., None] + weighted(probs, v)
 
-    first_block, num_blocks = _visited_blocks(positions, live, window, block_keys, chunk, last)
+    first_block, num_blocks = _visited_blocks(positions, live, window, block_keys, chunk, last, whole)
     best, total, acc = jax.lax.fori_loop(first_block + 1, num_blocks, visit, opening(first_block))
     if sink is not None:  # the sink's share of the mass, relative to the running max (see softmax_with_sinks)
         total = total + jnp.exp(sink - best)
@@ -236,12 +239,12 @@ def _query_block(
 
 def _visited_blocks(
     positions: jax.Array, live: jax.Array, window: int, block_keys: int, chunk: int = 0,
-    last_keys: jax.Array | None = None,
+    last_keys: jax.Array | None = None, whole: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """[first, end) key blocks holding a key some live query sees; at least one (padding stays finite)."""
     last = jnp.max(jnp.where(live, positions if last_keys is None else last_keys, 0))
     end = last // block_keys + 1  # >= 1 even for padding-only rows, which stay finite
     if window <= 0 and chunk <= 0:
         return jnp.zeros_like(end), end
-    earliest = jnp.min(jnp.where(live, first_visible_key(positions, window, chunk), last))
+    earliest = jnp.min(jnp.where(live, first_key(positions, window, chunk, whole), last))
     return jnp.minimum(earliest // block_keys, end - 1), end

@@ -6,7 +6,8 @@ of a model whose steps take an override always gets one (a device-resident empty
 its tokens is a placeholder), so its programs are the same with or without such inputs. Qwen3-VL's
 rows carry its K DeepStack rows beside (`deepstack` > 0: [length, (1 + K) * D]); given rows (prompt_embeds)
 get zeros there. Where a prompt is one bidirectional prefix (PaliGemma's `whole_prompt`), every prompt token's key
-end is its prompt's end, image and text tokens alike, in steps without image rows too.
+end is its prompt's end, negated (it sees the whole prompt on sliding layers too: models/key_span), image and text
+tokens alike, in steps without image rows too.
 """
 
 from __future__ import annotations
@@ -87,11 +88,12 @@ class StepRows:
 
 
 def prompt_ends(host: HostStep) -> np.ndarray:
-    """[T] int32: each token of a whole-prompt request's prompt gets the prompt's end as its key end (the whole
-    prompt is one bidirectional prefix); generated tokens, other requests' and padding 0 (causal)."""
+    """[T] int32: each token of a whole-prompt request's prompt gets minus the prompt's end as its key end (the whole
+    prompt is one bidirectional prefix, each token seeing all of it whatever a sliding window, as HF's
+    OR(window, prefix) mask); generated tokens, other requests' and padding 0 (causal)."""
     ends = np.asarray([len(r.prompt_ids) if r is not None and r.whole_prompt else 0 for r in host.requests], np.int32)
     mine = ends[host.token_rows]
-    return np.where((host.positions >= 0) & (host.positions < mine), mine, 0).astype(np.int32)
+    return np.where((host.positions >= 0) & (host.positions < mine), -mine, 0).astype(np.int32)
 
 
 def image_ends(images: tuple[ImageInput, ...]) -> np.ndarray:
