@@ -1,6 +1,7 @@
 """`jaxinfer serve` with vLLM's HTTP flags: HTTPS (--ssl-*: a certificate made here, a real server, the official
 openai client trusting only that certificate; a client certificate required with --ssl-cert-reqs 2), and on the
-same server --root-path, --enable-request-id-headers, --uvicorn-log-level, --disable-uvicorn-access-log."""
+same server --root-path, --enable-request-id-headers, --uvicorn-log-level, --disable-uvicorn-access-log and
+--override-generation-config."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def _client(base_url: str, http: httpx.Client) -> openai.OpenAI:
 def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_model_dir, certificate):
     cert, key = certificate
     http_flags = ["--root-path", "/api", "--enable-request-id-headers", "--uvicorn-log-level", "info",
-                  "--disable-uvicorn-access-log", "--disable-fastapi-docs"]
+                  "--disable-uvicorn-access-log", "--disable-fastapi-docs",
+                  "--generation-config", "vllm", "--override-generation-config", '{"temperature": 0}']
     process, lines, url = start_serve(["--model", str(text_model_dir), *TINY, "--ssl-certfile", str(cert),
                                        "--ssl-keyfile", str(key), "--ssl-ca-certs", str(cert),
                                        "--ssl-cert-reqs", "2", *http_flags])
@@ -68,6 +70,9 @@ def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_mode
         assert http.get(url + "/api/health", headers={"X-Request-Id": "abc-1"}).headers["x-request-id"] == "abc-1"
         assert re.fullmatch("[0-9a-f]{32}", http.get(url + "/api/v1/models").headers["x-request-id"])
         assert http.get(url + "/docs").status_code == 404
+        greedy = [client.completions.create(model=text_model_dir.name, prompt="a b", max_tokens=4, **given)
+                  for given in ({}, {}, {"temperature": 0})]  # the override's temperature 0 where none is given
+        assert greedy[0].choices[0].text == greedy[1].choices[0].text == greedy[2].choices[0].text
         assert "INFO:     Started server process" in lines.text  # uvicorn's info level
         assert "/v1/models HTTP/1.1" not in lines.text  # without its access log
         with pytest.raises(openai.APIConnectionError):  # no client certificate: the handshake fails

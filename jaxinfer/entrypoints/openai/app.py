@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.pooler import Pooler
+from jaxinfer.config.sampling_params import SamplingParams
 from jaxinfer.engine import AsyncLLMEngine
 from jaxinfer.entrypoints.content_format import check_content_format
 from jaxinfer.entrypoints.openai.chat import (
@@ -77,6 +78,7 @@ class ServerConfig:
     chat_template_content_format: str = "auto"  # chat content as text or typed parts (entrypoints/content_format)
     root_path: str = ""  # a path-prefixing proxy's prefix, served with and without it (vLLM's --root-path)
     request_id_headers: bool = False  # X-Request-Id on every response (vLLM's --enable-request-id-headers)
+    default_params: SamplingParams | None = None  # what requests leave out (None: the model's generation_config)
 
 
 def _tool_parser(config: ServerConfig) -> ToolParser | None:
@@ -103,7 +105,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     admission = Admission(engine.config.max_num_seqs, config.max_waiting_requests, lambda: front.waiting, traffic)
     state = ServerState(
         front, llm.tokenizer, config.model_name, engine.config.max_seq_len,
-        engine.model_config.vocab_size, llm.default_params, admission, config.limits, config.request_timeout,
+        engine.model_config.vocab_size, config.default_params or llm.default_params, admission, config.limits, config.request_timeout,
         adapters={adapter.lora_name: adapter for adapter in config.lora_modules},
         reasoning_parser=None if config.reasoning_parser is None else reasoning_parser(config.reasoning_parser),
         tool_parser=_tool_parser(config), image_prompts=getattr(llm, "image_prompts", None),

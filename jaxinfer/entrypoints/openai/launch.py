@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
+from jaxinfer.entrypoints.openai.generation_flags import add_generation_flags, check_generation_flags, sampling_defaults
 from jaxinfer.entrypoints.openai.http_flags import add_http_flags, root_path, uvicorn_options
 from jaxinfer.entrypoints.openai.lora_modules import (
     add_lora_args,
@@ -67,6 +68,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_startup_args(serve)
     add_vllm_flags(serve)
     add_http_flags(serve)
+    add_generation_flags(serve)
     serve.set_defaults(run=run_serve)
 
 
@@ -126,6 +128,7 @@ def speculative_config(args: argparse.Namespace) -> SpeculativeConfig | None:
 def _check(args: argparse.Namespace) -> None:
     settle_vllm_flags(args)
     uvicorn_options(args)
+    check_generation_flags(args)
     validation.integer(args.port, "--port", 0, 65535)
     validation.integer(args.max_body_bytes, "--max-body-bytes", 1)
     validation.integer(args.max_waiting_requests, "--max-waiting-requests", 0)
@@ -226,7 +229,9 @@ def run_serve(args: argparse.Namespace) -> int:
         name = args.served_model_name or llm.model_dir.name
         check_served_name(server_config.lora_modules, name)
         shadow = _shadow(llm, kwargs, shadow_settings(args), starting)
-        app = build_app(llm, dataclasses.replace(server_config, model_name=name), shadow)
+        served = dataclasses.replace(server_config, model_name=name,
+                                     default_params=sampling_defaults(args, llm.model_dir))
+        app = build_app(llm, served, shadow)
         starting.ready(app)
         starting.say(f"ready: serving `{name}` at {url}/v1")
         signals.serving = True  # from now on a signal drains instead of ending the process
