@@ -47,7 +47,7 @@ def test_conditional_generation_runs_text_as_transformers(vision_model, caplog):
     assert [o.outputs[0].token_ids for o in outs] == hf_tokens
     image = {"prompt_token_ids": [1, VOCAB] + PROMPTS[1], "multi_modal_data": {"image": np.zeros((28, 28, 3),
                                                                                                  np.uint8)}}
-    with pytest.raises(ValueError, match="takes no images"):
+    with pytest.raises(ValueError, match="takes no images .jaxinfer runs MllamaForConditionalGeneration's language"):
         llm.generate(image, SamplingParams(max_tokens=1))
     with pytest.raises(ValueError, match=rf"ids \[{VOCAB}\] outside the vocabulary"):  # <|image|> is vocab_size
         llm.generate({"prompt_token_ids": [1, VOCAB] + PROMPTS[1]}, SamplingParams(max_tokens=1))

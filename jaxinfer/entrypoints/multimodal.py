@@ -38,6 +38,7 @@ from jaxinfer.entrypoints.idefics2_prompts import idefics2_prompt
 from jaxinfer.entrypoints.idefics3_prompts import idefics3_prompt
 from jaxinfer.entrypoints.internvl_prompts import internvl_prompt
 from jaxinfer.entrypoints.media import load_image
+from jaxinfer.entrypoints.no_images import no_images_reason
 from jaxinfer.entrypoints.paligemma_prompts import paligemma_prompt
 from jaxinfer.entrypoints.pixtral_prompts import mistral3_prompt
 from jaxinfer.entrypoints.prompt_embeds import PromptEmbeds
@@ -226,7 +227,8 @@ class ImagePrompts:
     def check_count(self, count: int, field: str) -> None:
         """ValueError when a prompt carries images this model cannot take, or more than the limit."""
         if self.cfg is None and count:
-            raise ValueError(f"{field}: this model takes no images (it has no vision tower); send text only")
+            reason = no_images_reason(self.model_dir)
+            raise ValueError(f"{field}: this model takes no images ({reason}); send text only")
         if count > self.limit:
             raise ValueError(f"{field}: {count} images in one prompt, more than limit_mm_per_prompt's "
                              f"{{'image': {self.limit}}}")
@@ -304,7 +306,8 @@ class ImagePrompts:
                     parts.append(part)
                     continue
                 if self.cfg is None:
-                    raise ValueError(f"{where}: this model takes no images (it has no vision tower); send text parts")
+                    raise ValueError(f"{where}: this model takes no images ({no_images_reason(self.model_dir)}); "
+                                     "send text parts")
                 url = part.get("image_url")
                 url = url.get("url") if isinstance(url, Mapping) else url
                 images.append(load_image(url, f"{where}.image_url.url", self.allowed_local_media_path))
