@@ -146,8 +146,8 @@ def prepare_chat_images(state: ServerState, body: ChatCompletionRequest
                            "guided field); give one of them", param="tool_choice")
         compile_constraint(state, constraint, "tools")
         params = dataclasses.replace(params, structured_outputs=constraint)
-    if state.reasoning_parser is not None and state.reasoning_parser.harmony:
-        params = _keep_special_tokens(params)
+    if state.reasoning_parser is not None and state.reasoning_parser.keeps_special:
+        params = _keep_special_tokens(params, state.reasoning_parser.name)
     elif tools is not None and tools.mode == "auto" and tools.parser.keeps_special:  # its marker is a special token
         params = dataclasses.replace(params, skip_special_tokens=False)
     return ids, images, params, ReplyPlan(_reasoning_start(state, body, params), tools)
@@ -160,10 +160,10 @@ def chat_content_format(state: ServerState) -> str:
     return resolve_content_format(state.content_format, chat_template.chat_template_of(state.tokenizer))
 
 
-def _keep_special_tokens(params: SamplingParams | BeamSearchParams) -> SamplingParams:
-    """The params with special tokens kept in the text: harmony's markers (reasoning.py's openai_gptoss)."""
+def _keep_special_tokens(params: SamplingParams | BeamSearchParams, parser: str) -> SamplingParams:
+    """The params with special tokens kept in the text: harmony's markers (openai_gptoss), Magistral's [THINK]."""
     if isinstance(params, BeamSearchParams):  # its beams are decoded without special tokens
-        raise APIError("use_beam_search is not supported with --reasoning-parser openai_gptoss",
+        raise APIError(f"use_beam_search is not supported with --reasoning-parser {parser}",
                        param="use_beam_search")
     return dataclasses.replace(params, skip_special_tokens=False)
 
@@ -178,8 +178,8 @@ def _reasoning_start(state: ServerState, body: ChatCompletionRequest,
     if state.reasoning_parser is None:
         return None
     constrained = getattr(params, "structured_outputs", None) is not None
-    thinking = (body.chat_template_kwargs or {}).get("enable_thinking") is not False
-    return start_split(state.reasoning_parser, implicit=thinking and not constrained)
+    thinking = state.reasoning_parser.thinking(body.chat_template_kwargs)
+    return start_split(state.reasoning_parser, implicit=not constrained, thinking=thinking)
 
 
 def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict | None:

@@ -1,11 +1,6 @@
-"""Reasoning apart from the answer (vLLM's `--reasoning-parser`): `<think> ... </think>` is reasoning, the rest
-content; or, for GPT-OSS, the harmony format's analysis channel is reasoning and its final channel content.
-
-- deepseek_r1 (DeepSeek-R1 and its distills, QwQ): the chat template may open `<think>` in the prompt, so an
-  output is reasoning up to its first `</think>` whether or not it opens with `<think>`; unclosed, all of it is;
-- qwen3 (Qwen3 in thinking mode): reasoning only when the output opens with `<think>` (up to `</think>`, or
-  all of it while unclosed); else all of it is content (thinking off, or a model that skipped it);
-- openai_gptoss (GPT-OSS): harmony channels, read from the text with its special tokens kept (harmony.py).
+"""Reasoning apart from the answer (vLLM's `--reasoning-parser`): the text between a format's start and end tags
+(reasoning_parsers.py: `<think> ... </think>` and others) is reasoning, the rest content; or, for GPT-OSS, the
+harmony format's analysis channel is reasoning and its final channel content.
 
 Pure text functions: `split_text` splits a finished output, `split_delta` a stream's text deltas, holding
 back what may be the start of a tag until the next delta (or the last) tells.
@@ -16,42 +11,23 @@ from __future__ import annotations
 import dataclasses
 
 from jaxinfer.entrypoints.openai.harmony import HarmonyState, harmony_delta, harmony_text, start_harmony
+from jaxinfer.entrypoints.openai.reasoning_parsers import PARSERS, ReasoningParser, reasoning_parser
 
-START, END = "<think>", "</think>"
-
-
-@dataclasses.dataclass(frozen=True)
-class ReasoningParser:
-    """A parser by name; `implicit`: an output that does not open with `<think>` is still reasoning;
-    `harmony`: the output is in GPT-OSS's harmony format, whose markers are special tokens the text must keep."""
-
-    name: str
-    implicit: bool
-    harmony: bool = False
-
-
-PARSERS = {
-    "deepseek_r1": ReasoningParser("deepseek_r1", True),
-    "qwen3": ReasoningParser("qwen3", False),
-    "openai_gptoss": ReasoningParser("openai_gptoss", True, harmony=True),
-}
-
-
-def reasoning_parser(name: str) -> ReasoningParser:
-    """The parser called `name`; a ValueError naming the accepted ones otherwise."""
-    if name not in PARSERS:
-        raise ValueError(f"unknown reasoning parser {name!r}; accepted: {', '.join(PARSERS)}")
-    return PARSERS[name]
+__all__ = ["PARSERS", "ReasoningParser", "reasoning_parser", "SplitState", "Split", "start_split", "split_delta",
+           "split_text", "final_content", "partial_tag"]
 
 
 @dataclasses.dataclass(frozen=True)
 class SplitState:
-    """Where an output is: "open" (whether `<think>` opens it is not known yet), "reasoning" or "content".
+    """Where an output is: "open" (whether a start tag opens it is not known yet), "reasoning", or past it:
+    "content", or with an answer wrapper "answer_open" (whether its open tag comes is not known yet), "answer"
+    (inside it) and "done" (after its close: dropped).
 
     held: text kept back, a possible tag (or the whitespace before one) not yet seen whole.
     thought: a reasoning part was entered (so a finished output's reasoning is a string, not None).
     """
 
+    parser: ReasoningParser
     phase: str
     implicit: bool
     held: str = ""
@@ -61,13 +37,17 @@ class SplitState:
 Split = SplitState | HarmonyState
 
 
-def start_split(parser: ReasoningParser, implicit: bool = True) -> Split:
-    """The state before an output's first delta; implicit=False (a constrained output, or thinking turned off
-    by the request) makes an output that does not open with `<think>` content, whatever the parser (harmony:
-    makes text outside any message content)."""
+def start_split(parser: ReasoningParser, implicit: bool = True, thinking: bool | None = None) -> Split:
+    """The state before an output's first delta; implicit=False (a constrained output) or thinking=False (the
+    request turned it off; None: the parser's default) make an output that does not open with a start tag
+    content, whatever the parser (harmony: make text outside any message content); thinking off under a parser
+    whose off means no reasoning (deepseek_v3, kimi_k2) makes all of it content."""
+    thinking = parser.thinking_default if thinking is None else thinking
     if parser.harmony:
-        return start_harmony(implicit)
-    return SplitState("open", parser.implicit and implicit)
+        return start_harmony(implicit and thinking)
+    if (not thinking and parser.off_is_content) or not (parser.ends or parser.kept_ends):
+        return SplitState(parser, _after_reasoning(parser), False, parser.prefix)
+    return SplitState(parser, "open", parser.implicit and implicit and thinking)
 
 
 def split_delta(state: Split, delta: str, final: bool = False) -> tuple[Split, str, str]:
@@ -75,24 +55,56 @@ def split_delta(state: Split, delta: str, final: bool = False) -> tuple[Split, s
     what was held back."""
     if isinstance(state, HarmonyState):
         return harmony_delta(state, delta, final)
-    text, phase, reasoning = state.held + delta, state.phase, ""
+    parser, text, phase, reasoning = state.parser, state.held + delta, state.phase, ""
     if phase == "open":
         stripped = text.lstrip()
-        if stripped.startswith(START):
-            phase, text = "reasoning", stripped[len(START):]
-        elif START.startswith(stripped) and not final:  # whitespace, or a prefix of "<think>": wait
+        tag = next((tag for tag in parser.starts if stripped.startswith(tag)), None)
+        if tag is not None:
+            phase, text = "reasoning", stripped[len(tag):]
+        elif any(tag.startswith(stripped) for tag in parser.starts) and not final:  # may be a start tag: wait
             return dataclasses.replace(state, held=text), "", ""
         else:
-            phase = "reasoning" if state.implicit else "content"
+            phase = "reasoning" if state.implicit else _after_reasoning(parser)
     thought = state.thought or phase == "reasoning"
     if phase == "reasoning":
-        at = text.find(END)
-        if at < 0:
-            keep = 0 if final else partial_tag(text, END)
+        ends = parser.ends + parser.kept_ends
+        found = [(at, tag) for tag in ends if (at := text.find(tag)) >= 0]
+        if not found:
+            keep = 0 if final else max(partial_tag(text, tag) for tag in ends)
             cut = len(text) - keep
-            return SplitState("reasoning", state.implicit, text[cut:], thought), text[:cut], ""
-        reasoning, text = text[:at], text[at + len(END):]
-    return SplitState("content", state.implicit, "", thought), reasoning, text
+            return dataclasses.replace(state, phase="reasoning", held=text[cut:], thought=thought), text[:cut], ""
+        at, tag = min(found)
+        reasoning, text = text[:at], text[at if tag in parser.kept_ends else at + len(tag):]
+        phase = _after_reasoning(parser)
+    phase, held, content = _answer(parser, phase, text, final)
+    return SplitState(parser, phase, state.implicit, held, thought), reasoning, content
+
+
+def _after_reasoning(parser: ReasoningParser) -> str:
+    """The phase of the text after the reasoning (or of an output without one)."""
+    return "answer_open" if parser.answer else "content"
+
+
+def _answer(parser: ReasoningParser, phase: str, text: str, final: bool) -> tuple[str, str, str]:
+    """(phase, held, content) of text after the reasoning: an answer wrapper's tags dropped where the text
+    (past its leading space) opens with the open tag, and what follows its close."""
+    if phase == "answer_open":
+        opening = parser.answer[0]
+        stripped = text.lstrip()
+        if stripped.startswith(opening):
+            phase, text = "answer", stripped[len(opening):]
+        elif opening.startswith(stripped) and not final:
+            return phase, text, ""
+        else:
+            return "content", "", text
+    if phase == "answer":
+        closing = parser.answer[1]
+        at = text.find(closing)
+        if at >= 0:
+            return "done", "", text[:at]
+        cut = len(text) - (0 if final else partial_tag(text, closing))
+        return phase, text[cut:], text[:cut]
+    return phase, "", "" if phase == "done" else text
 
 
 def partial_tag(text: str, tag: str) -> int:
@@ -109,7 +121,9 @@ def split_text(state: Split, text: str) -> tuple[str | None, str | None]:
     if isinstance(state, HarmonyState):
         return harmony_text(state, text)
     state, reasoning, content = split_delta(state, text, final=True)
-    return (reasoning, final_content(state, content)) if state.thought else (None, content)
+    if not state.thought:
+        return None, content
+    return None if state.parser.empty_reasoning_none and not reasoning else reasoning, final_content(state, content)
 
 
 def final_content(state: Split, content: str) -> str | None:

@@ -141,12 +141,12 @@ def add_shadow_args(serve: argparse.ArgumentParser) -> None:
 def add_chat_args(serve: argparse.ArgumentParser) -> None:
     """How chat replies are read: reasoning and tool calls, by model family."""
     serve.add_argument("--reasoning-parser", choices=list(PARSERS), default=None,
-                       help="as vLLM's flag: chat replies carry the model's `<think> ... </think>` as "
-                       "reasoning_content (and vLLM's newer `reasoning`), the rest as content; deepseek_r1 "
-                       "(DeepSeek-R1, its distills, QwQ: text before </think> is reasoning, <think> or not), qwen3 "
-                       "(reasoning only when <think> opens the reply), openai_gptoss (GPT-OSS's harmony format: the "
-                       "analysis channel is reasoning, the final channel content) (default: none, the reply is "
-                       "content)")
+                       help="as vLLM's flag: chat replies carry the model's thinking (`<think> ... </think>` "
+                       "and the like) as reasoning_content (and vLLM's newer `reasoning`), the rest as content, by "
+                       "model family (docs/serving.md); e.g. deepseek_r1 (DeepSeek-R1, its distills, QwQ: text "
+                       "before </think> is reasoning, <think> or not), qwen3 (reasoning only when <think> opens the "
+                       "reply), openai_gptoss (GPT-OSS's harmony format: the analysis channel is reasoning, the "
+                       "final channel content) (default: none, the reply is content)")
     serve.add_argument("--tool-call-parser", choices=list(TOOL_PARSERS), default=None,
                        help="as vLLM's flag: the format tool calls are read in from a chat reply with tool_choice "
                        "auto, by model family (docs/serving.md); openai (GPT-OSS's harmony calls) goes with "
