@@ -102,6 +102,28 @@ REPLIES = {  # parser: [(reply, content, calls)], the content as parsed whole (N
          [("get_time", {"zone": 'a, (b) "c, d" \u00e9'}), ("get_time", {"zone": "it's)"})]),
     ],
 }
+TIME_CALL = '{"name": "get_time", "arguments": {"zone": "UTC"}}'
+BOTH_CALLS = '[' + TIME_CALL + ', {"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}]'
+V31_CALL = "<｜tool▁call▁begin｜>{}<｜tool▁sep｜>{}<｜tool▁call▁end｜>"
+SEED_CALL = "<seed:tool_call>\n<function={}>\n{}</function>\n</seed:tool_call>"
+SEED_TIME = SEED_CALL.format("get_time", "<parameter=zone>\nUTC\n</parameter>\n")
+SEED_WEATHER = SEED_CALL.format("get_weather", "<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n"
+                                               "</parameter>\n")
+REPLIES |= {  # vLLM's other names: formats above under other markers, or one line in the table
+    "seed_oss": [("Sure.\n" + SEED_TIME, "Sure.", CALLS[1:]), (f"{SEED_WEATHER}\n{SEED_TIME}", None, CALLS)],
+    "qwen3_xml": REPLIES["qwen3_coder"][:1],
+    "hunyuan_a13b": [(f"Checking.\n<tool_calls>{BOTH_CALLS}</tool_calls>", "Checking.", CALLS[::-1])],
+    "jamba": [(f"<tool_calls>\n{BOTH_CALLS}\n</tool_calls>", None, CALLS[::-1])],
+    "ernie45": [(f"\n\n<tool_call>\n{TIME_CALL}\n</tool_call>\n", None, CALLS[1:])],
+    "longcat": [(f"Sure.<longcat_tool_call>{TIME_CALL}</longcat_tool_call>", "Sure.", CALLS[1:])],
+    "llama4_json": REPLIES["llama3_json"],
+    "llama4_pythonic": [("[get_time(zone='UTC'), get_weather(city='Oslo', days=2)]", None, CALLS[::-1]),
+                        ("<|python_start|>[get_weather(city='Oslo', days=2)]<|python_end|>", None, CALLS[:1])],
+    "phi4_mini_json": [(f"functools{BOTH_CALLS}", None, CALLS[::-1])],
+    "deepseek_v31": [("Sure.\n<｜tool▁calls▁begin｜>" + V31_CALL.format("get_time", '{"zone": "UTC"}')
+                      + V31_CALL.format("get_weather", '{"city": "Oslo", "days": 2}') + "<｜tool▁calls▁end｜>",
+                      "Sure.", CALLS[::-1])],
+}
 CASES = [(name, *case) for name, cases in REPLIES.items() for case in cases]
 
 
@@ -296,7 +318,7 @@ def test_unknown_parser_names_are_refused_naming_the_accepted_ones(capsys):
     assert "--tool-call-parser: invalid choice: 'nope'" in capsys.readouterr().err
     assert set(TOOL_PARSERS) == {*REPLIES, "llama3_json", "openai"}  # each format here is tested
     special = {name for name, parser in TOOL_PARSERS.items() if parser.keeps_special}
-    assert special == {"mistral", "granite", "kimi_k2"}  # their markers are special tokens, dropped from the text else
+    assert special == {"mistral", "granite", "kimi_k2", "jamba"}  # their markers are special tokens
     with pytest.raises(ValueError, match="openai_gptoss and openai"):
         _tool_parser(ServerConfig("m", tool_call_parser="openai"))
     with pytest.raises(ValueError, match="openai_gptoss and openai"):

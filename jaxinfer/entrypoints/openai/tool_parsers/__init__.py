@@ -12,6 +12,8 @@ messages (harmony.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
+from types import ModuleType
 from typing import Callable, Mapping
 
 from jaxinfer.entrypoints.openai.tool_parsers import (
@@ -75,6 +77,12 @@ def _stream_auto(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
     yield from hermes.stream(src, out, tools)
 
 
+def _marked(name: str, module: ModuleType, keeps_special: bool = False, **markers: str) -> ToolParser:
+    """`module`'s format between other markers (`start`, and `end` where it has one)."""
+    return ToolParser(name, markers["start"], functools.partial(module.read, **markers),
+                      functools.partial(module.stream, **markers), keeps_special=keeps_special)
+
+
 AUTO = ToolParser("auto", None, _read_auto, _stream_auto)
 TOOL_PARSERS = {
     "hermes": ToolParser("hermes", hermes.START, hermes.read, hermes.stream),
@@ -89,6 +97,16 @@ TOOL_PARSERS = {
                           other_starts=(kimi_k2.SINGULAR_START,)),
     "minimax_m2": ToolParser("minimax_m2", minimax_m2.START, minimax_m2.read, minimax_m2.stream),
     "openai": ToolParser("openai", None, None),
+    "seed_oss": _marked("seed_oss", qwen3_coder, start="<seed:tool_call>", end="</seed:tool_call>"),
+    "qwen3_xml": ToolParser("qwen3_xml", qwen3_coder.START, qwen3_coder.read, qwen3_coder.stream),
+    "hunyuan_a13b": _marked("hunyuan_a13b", hermes, start="<tool_calls>", end="</tool_calls>"),
+    "jamba": _marked("jamba", hermes, keeps_special=True, start="<tool_calls>", end="</tool_calls>"),
+    "ernie45": ToolParser("ernie45", hermes.START, hermes.read, hermes.stream),
+    "longcat": _marked("longcat", hermes, start="<longcat_tool_call>", end="</longcat_tool_call>"),
+    "llama4_json": ToolParser("llama4_json", None, llama3_json.read, llama3_json.stream),
+    "llama4_pythonic": ToolParser("llama4_pythonic", None, pythonic.read, pythonic.stream),
+    "phi4_mini_json": _marked("phi4_mini_json", granite, start="functools"),
+    "deepseek_v31": ToolParser("deepseek_v31", deepseek_v3.START, deepseek_v3.read_v31, deepseek_v3.stream_v31),
 }
 
 

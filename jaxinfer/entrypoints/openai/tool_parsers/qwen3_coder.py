@@ -1,8 +1,10 @@
 """Qwen3-Coder: `<tool_call>\\n<function=NAME>\\n<parameter=k>\\nv\\n</parameter>\\n</function>\\n</tool_call>`;
-the values are text (one newline each side is the format's), typed by the tool's schema (values.py)."""
+the values are text (one newline each side is the format's), typed by the tool's schema (values.py). Seed-OSS
+writes the same between `<seed:tool_call>` and `</seed:tool_call>`."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable, Mapping
 
@@ -32,22 +34,28 @@ from jaxinfer.entrypoints.openai.tool_parsers.values import (
 
 START, END, FUNCTION, FUNCTION_END = "<tool_call>", "</tool_call>", "<function=", "</function>"
 PARAMETER_START, PARAMETER_END = "<parameter=", "</parameter>"
-BLOCK = re.compile(r"<tool_call>\s*<function=([^>\n]*)>(.*?)</function>\s*</tool_call>", re.S)
 PARAMETER = re.compile(r"<parameter=([^>\n]*)>(.*?)</parameter>", re.S)
 
 
-def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] | None:
+@functools.cache
+def block_pattern(start: str, end: str) -> re.Pattern:
+    """A call block between the markers: its name and its parameters the groups."""
+    return re.compile(rf"{re.escape(start)}\s*<function=([^>\n]*)>(.*?)</function>\s*{re.escape(end)}", re.S)
+
+
+def read(text: str, tools: Mapping[str, dict], start: str = START, end: str = END
+         ) -> tuple[list[ParsedCall], str] | None:
     """The blocks' calls and the text outside them; None when a block is not a call of a known tool or is
     left open."""
-    calls = []
-    for name, body in BLOCK.findall(text):
+    calls, block = [], block_pattern(start, end)
+    for name, body in block.findall(text):
         name = name.strip()
         if name not in tools or PARAMETER.sub("", body).strip():
             return None
         pairs = [(key.strip(), _value(value)) for key, value in PARAMETER.findall(body)]
         calls.append(ParsedCall(name, arguments_json(name, pairs, tools)))
-    rest = BLOCK.sub("", text)
-    return (calls, rest) if calls and START not in rest else None  # a block left open: not a call
+    rest = block.sub("", text)
+    return (calls, rest) if calls and start not in rest else None  # a block left open: not a call
 
 
 def _value(text: str) -> str:
@@ -55,14 +63,14 @@ def _value(text: str) -> str:
     return text.removeprefix("\n").removesuffix("\n")
 
 
-def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
+def stream(src: Source, out: Progress, tools: Mapping[str, dict], start: str = START, end: str = END) -> Wait:
     """Content up to each block, the call's name at its `>`, then each parameter: text as it comes, another
     value as it closes (typed then: its type is only known whole) (incremental.py)."""
     while True:
-        yield from content_until(src, out, START)
+        yield from content_until(src, out, start)
         yield from skip_space(src)
         if not (yield from expect(src, FUNCTION)):
-            raise Malformed(f"{START} must be followed by {FUNCTION}NAME>")
+            raise Malformed(f"{start} must be followed by {FUNCTION}NAME>")
         name, _ = yield from until(src, (">",), _one_line(name_check(tools)))
         call = out.call(name.strip(), tools)
         properties, count = tools[call.name].get("properties") or {}, 0
@@ -71,8 +79,8 @@ def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
             yield from _parameter(src, call, count, key.strip(), properties.get(key.strip()))
             count += 1
         ended = (yield from expect(src, FUNCTION_END)) and (yield from skip_space(src))
-        if not (ended and (yield from expect(src, END))):
-            raise Malformed(f"a {START} block holds more than parameters")
+        if not (ended and (yield from expect(src, end))):
+            raise Malformed(f"a {start} block holds more than parameters")
         call.write(arguments_end(count))
 
 
