@@ -109,6 +109,16 @@ SEED_CALL = "<seed:tool_call>\n<function={}>\n{}</function>\n</seed:tool_call>"
 SEED_TIME = SEED_CALL.format("get_time", "<parameter=zone>\nUTC\n</parameter>\n")
 SEED_WEATHER = SEED_CALL.format("get_weather", "<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n"
                                                "</parameter>\n")
+STEP_CALL = ('<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="{}">{}</steptml:invoke>'
+             "<｜tool_call_end｜>")
+STEP_PARAMETER = '<steptml:parameter name="{}">{}</steptml:parameter>'
+STEP_REPLY = ("Sure.<｜tool_calls_begin｜>" + STEP_CALL.format("get_time", STEP_PARAMETER.format("zone", " UTC "))
+              + "\n" + STEP_CALL.format("get_weather", STEP_PARAMETER.format("city", "Oslo")
+                                        + STEP_PARAMETER.format("days", "2")) + "<｜tool_calls_end｜>")
+REPLIES["step3"] = [(STEP_REPLY, "Sure.", CALLS[::-1]), (STEP_REPLY + " Done.", "Sure. Done.", CALLS[::-1])]
+REPLIES["olmo3"] = [("get_time(zone='UTC')\nget_weather(city=\"Oslo\", days=2)", None, CALLS[::-1]),
+                    ("<function_calls>\nget_weather(city='007', days=3, metric=true, hours=[6, 18])\n</function_calls>",
+                     None, TYPED)]
 REPLIES |= {  # vLLM's other names: formats above under other markers, or one line in the table
     "seed_oss": [("Sure.\n" + SEED_TIME, "Sure.", CALLS[1:]), (f"{SEED_WEATHER}\n{SEED_TIME}", None, CALLS)],
     "qwen3_xml": REPLIES["qwen3_coder"][:1],
@@ -318,9 +328,16 @@ def test_unknown_parser_names_are_refused_naming_the_accepted_ones(capsys):
     assert "--tool-call-parser: invalid choice: 'nope'" in capsys.readouterr().err
     assert set(TOOL_PARSERS) == {*REPLIES, "llama3_json", "openai"}  # each format here is tested
     special = {name for name, parser in TOOL_PARSERS.items() if parser.keeps_special}
-    assert special == {"mistral", "granite", "kimi_k2", "jamba"}  # their markers are special tokens
+    assert special == {"mistral", "granite", "kimi_k2", "jamba", "step3"}  # their markers are special tokens
     with pytest.raises(ValueError, match="openai_gptoss and openai"):
         _tool_parser(ServerConfig("m", tool_call_parser="openai"))
     with pytest.raises(ValueError, match="openai_gptoss and openai"):
         _tool_parser(ServerConfig("m", reasoning_parser="openai_gptoss", tool_call_parser="hermes"))
     assert _tool_parser(ServerConfig("m", reasoning_parser="openai_gptoss", tool_call_parser="openai")).name == "openai"
+
+
+def test_olmo3_calls_are_one_a_line():
+    text = "get_time(zone='UTC') get_time(zone='UTC')"
+    assert assistant_message(plan("olmo3"), text, "stop") == ({"role": "assistant", "content": text}, "stop")
+    events, reason = stream_events(plan("olmo3"), [*tokens(text), ""])
+    assert [e[0] for e in events if e[0] == "call"] == ["call"] and reason == "stop"  # the second never went out

@@ -25,8 +25,10 @@ from jaxinfer.entrypoints.openai.tool_parsers import (
     llama3_json,
     minimax_m2,
     mistral,
+    olmo3,
     pythonic,
     qwen3_coder,
+    step3,
 )
 from jaxinfer.entrypoints.openai.tool_parsers.incremental import Malformed, Progress, Reader, Source, Wait, skip_space
 from jaxinfer.entrypoints.openai.tool_parsers.json_calls import ParsedCall
@@ -107,6 +109,8 @@ TOOL_PARSERS = {
     "llama4_pythonic": ToolParser("llama4_pythonic", None, pythonic.read, pythonic.stream),
     "phi4_mini_json": _marked("phi4_mini_json", granite, start="functools"),
     "deepseek_v31": ToolParser("deepseek_v31", deepseek_v3.START, deepseek_v3.read_v31, deepseek_v3.stream_v31),
+    "step3": ToolParser("step3", step3.START, step3.read, step3.stream, keeps_special=True),
+    "olmo3": ToolParser("olmo3", None, olmo3.read, olmo3.stream),
 }
 
 

@@ -6,7 +6,7 @@ reads them), typed by the tool's schema (values.py). Text outside the blocks is 
 from __future__ import annotations
 
 import re
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 from jaxinfer.entrypoints.openai.tool_parsers.incremental import (
     Call,
@@ -35,6 +35,18 @@ from jaxinfer.entrypoints.openai.tool_parsers.values import (
 START, END = "<minimax:tool_call>", "</minimax:tool_call>"
 INVOKE, INVOKE_END, PARAMETER, PARAMETER_END = '<invoke name="', "</invoke>", '<parameter name="', "</parameter>"
 NAME_END = '">'
+
+
+class InvokeTags(NamedTuple):
+    """The tags of a call written as an invoke of named parameters (MiniMax-M2's; Step-3's `steptml:` ones)."""
+
+    invoke: str
+    invoke_end: str
+    parameter: str
+    parameter_end: str
+
+
+MINIMAX = InvokeTags(INVOKE, INVOKE_END, PARAMETER, PARAMETER_END)
 BLOCK = re.compile(r"<minimax:tool_call>(.*?)</minimax:tool_call>", re.S)
 CALL = re.compile(r'\s*<invoke name="([^"]*)">(.*?)</invoke>', re.S)
 PARAMETER_PAIR = re.compile(r'<parameter name="([^"]*)">(.*?)</parameter>', re.S)
@@ -69,7 +81,7 @@ def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
         if not (yield from expect(src, INVOKE)):
             raise Malformed(f'{START} must be followed by {INVOKE}NAME">')
         while True:
-            yield from _call(src, out, tools)
+            yield from invoke(src, out, tools)
             yield from skip_space(src)
             if (yield from expect(src, END)):
                 break
@@ -77,30 +89,30 @@ def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
                 raise Malformed(f"a {START} block holds more than calls")
 
 
-def _call(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
+def invoke(src: Source, out: Progress, tools: Mapping[str, dict], tags: InvokeTags = MINIMAX) -> Wait:
     """One call after its `<invoke name="`, up to its `</invoke>` (taken)."""
     name, _ = yield from until(src, (NAME_END,), _unquoted(name_check(tools)))
     call = out.call(name.strip(), tools)
     properties, count = tools[call.name].get("properties") or {}, 0
-    while (yield from skip_space(src)) and (yield from expect(src, PARAMETER)):
+    while (yield from skip_space(src)) and (yield from expect(src, tags.parameter)):
         key, _ = yield from until(src, (NAME_END,), _unquoted(lambda text: None))
-        yield from _parameter(src, call, count, key.strip(), properties.get(key.strip()))
+        yield from _parameter(src, call, count, key.strip(), properties.get(key.strip()), tags.parameter_end)
         count += 1
-    if not (yield from expect(src, INVOKE_END)):
-        raise Malformed(f"an {INVOKE} call holds more than parameters")
+    if not (yield from expect(src, tags.invoke_end)):
+        raise Malformed(f"an {tags.invoke} call holds more than parameters")
     call.write(arguments_end(count))
 
 
-def _parameter(src: Source, call: Call, count: int, key: str, schema: dict | None) -> Wait:
+def _parameter(src: Source, call: Call, count: int, key: str, schema: dict | None, end: str) -> Wait:
     """A parameter's value up to its end tag, whitespace around it cut: text (its schema allows a string) written
     as it comes, another value once whole, typed by the schema."""
     if not is_text(schema):
-        value, _ = yield from until(src, (PARAMETER_END,))
+        value, _ = yield from until(src, (end,))
         call.write(argument_piece(count, key, typed_value(value.strip(), schema)))
         return
     call.write(argument_key(count, key) + '"')
     yield from skip_space(src)
-    yield from text_until(src, PARAMETER_END, _space_held(text_writer(call.write)))
+    yield from text_until(src, end, _space_held(text_writer(call.write)))
     call.write('"')
 
 

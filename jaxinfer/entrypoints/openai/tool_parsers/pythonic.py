@@ -36,24 +36,27 @@ def read(text: str, tools: Mapping[str, dict]) -> tuple[list[ParsedCall], str] |
         return None
     if not isinstance(tree, ast.List) or not tree.elts:
         return None
-    calls = [_call(node, tools) for node in tree.elts]
+    calls = [keyword_call(node, tools) for node in tree.elts]
     return None if None in calls else (calls, "")
 
 
-def _call(node: ast.expr, tools: Mapping[str, dict]) -> ParsedCall | None:
-    """One `name(key=value, ...)` of a known tool, its arguments as JSON text; None for anything else."""
+def keyword_call(node: ast.expr, tools: Mapping[str, dict], json_names: bool = False) -> ParsedCall | None:
+    """One `name(key=value, ...)` of a known tool, its arguments as JSON text; None for anything else
+    (json_names: `null`, `true` and `false` read as JSON's)."""
     named = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in tools
     if not named or node.args or any(keyword.arg is None for keyword in node.keywords):
         return None
     try:
-        return ParsedCall(node.func.id, json.dumps({keyword.arg: _literal(keyword.value) for keyword in node.keywords}))
+        arguments = {keyword.arg: python_literal(keyword.value, json_names) for keyword in node.keywords}
+        return ParsedCall(node.func.id, json.dumps(arguments))
     except ValueError:
         return None
 
 
-def _literal(node: ast.expr) -> Any:
-    """A value's Python literal, made JSON's (tuples as lists); ValueError for what JSON cannot hold."""
-    value = ast.literal_eval(node)
+def python_literal(node: ast.expr, json_names: bool = False) -> Any:
+    """A value's Python literal, made JSON's (tuples as lists); ValueError for what JSON cannot hold
+    (json_names: `null`, `true` and `false` read as JSON's)."""
+    value = ast.literal_eval(_JsonNames().visit(node) if json_names else node)
     try:
         json.dumps(value)
     except TypeError as err:  # sets, bytes, complex numbers
@@ -72,7 +75,7 @@ def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
     while True:
         yield from skip_space(src)
         name, _ = yield from until(src, ("(",), name_check(tools))
-        yield from _arguments(src, name.strip(), out, tools)
+        yield from keyword_arguments(src, name.strip(), out, tools)
         closer = yield from skip_space(src)
         src.at += 1
         if closer == "]":
@@ -85,7 +88,8 @@ def stream(src: Source, out: Progress, tools: Mapping[str, dict]) -> Wait:
     raise Malformed("text after the calls")
 
 
-def _arguments(src: Source, name: str, out: Progress, tools: Mapping[str, dict]) -> Wait:
+def keyword_arguments(src: Source, name: str, out: Progress, tools: Mapping[str, dict], json_names: bool = False
+                      ) -> Wait:
     """`key=value, ...)` after a call's "(": the call goes out once its first keyword (or its ")") tells it
     takes keyword arguments, then the JSON object `read` writes, a key and value at a time."""
     write, separator = None, ""
@@ -94,7 +98,7 @@ def _arguments(src: Source, name: str, out: Progress, tools: Mapping[str, dict])
         write = write or _opened(out.call(name, tools))
         text = yield from _value_text(src)
         try:
-            value = _literal(ast.parse(text.strip(), mode="eval").body)
+            value = python_literal(ast.parse(text.strip(), mode="eval").body, json_names)
         except (SyntaxError, ValueError) as err:
             raise Malformed(f"argument {key.strip()!r} is not a Python literal") from err
         write(f"{separator}{json.dumps(key.strip())}: {json.dumps(value)}")
@@ -103,6 +107,15 @@ def _arguments(src: Source, name: str, out: Progress, tools: Mapping[str, dict])
             src.at += 1
     src.at += 1
     (write or _opened(out.call(name, tools)))("}")
+
+
+class _JsonNames(ast.NodeTransformer):
+    """`null`, `true` and `false` as the constants JSON means by them (OLMo 3 writes them in its calls)."""
+
+    NAMES = {"null": None, "true": True, "false": False}
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.Constant(self.NAMES[node.id]) if node.id in self.NAMES else node
 
 
 def _opened(call: Call) -> Callable[[str], None]:
