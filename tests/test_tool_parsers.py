@@ -130,6 +130,8 @@ REPLIES |= {  # vLLM's other names: formats above under other markers, or one li
     "llama4_pythonic": [("[get_time(zone='UTC'), get_weather(city='Oslo', days=2)]", None, CALLS[::-1]),
                         ("<|python_start|>[get_weather(city='Oslo', days=2)]<|python_end|>", None, CALLS[:1])],
     "phi4_mini_json": [(f"functools{BOTH_CALLS}", None, CALLS[::-1])],
+    "internlm": [('Let me check.<|action_start|><|plugin|>\n{"name": "get_time", "parameters": {"zone": "UTC"}}'
+                  "<|action_end|>", "Let me check.", CALLS[1:])],
     "deepseek_v31": [("Sure.\n<｜tool▁calls▁begin｜>" + V31_CALL.format("get_time", '{"zone": "UTC"}')
                       + V31_CALL.format("get_weather", '{"city": "Oslo", "days": 2}') + "<｜tool▁calls▁end｜>",
                       "Sure.", CALLS[::-1])],
@@ -328,7 +330,7 @@ def test_unknown_parser_names_are_refused_naming_the_accepted_ones(capsys):
     assert "--tool-call-parser: invalid choice: 'nope'" in capsys.readouterr().err
     assert set(TOOL_PARSERS) == {*REPLIES, "llama3_json", "openai"}  # each format here is tested
     special = {name for name, parser in TOOL_PARSERS.items() if parser.keeps_special}
-    assert special == {"mistral", "granite", "kimi_k2", "jamba", "step3"}  # their markers are special tokens
+    assert special == {"mistral", "granite", "kimi_k2", "jamba", "step3", "internlm"}  # markers are special tokens
     with pytest.raises(ValueError, match="openai_gptoss and openai"):
         _tool_parser(ServerConfig("m", tool_call_parser="openai"))
     with pytest.raises(ValueError, match="openai_gptoss and openai"):

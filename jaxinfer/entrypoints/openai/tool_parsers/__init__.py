@@ -111,6 +111,8 @@ TOOL_PARSERS = {
     "deepseek_v31": ToolParser("deepseek_v31", deepseek_v3.START, deepseek_v3.read_v31, deepseek_v3.stream_v31),
     "step3": ToolParser("step3", step3.START, step3.read, step3.stream, keeps_special=True),
     "olmo3": ToolParser("olmo3", None, olmo3.read, olmo3.stream),
+    "internlm": _marked("internlm", hermes, keeps_special=True, start="<|action_start|><|plugin|>",
+                        end="<|action_end|>"),
 }
 
 
