@@ -146,20 +146,9 @@ class LLMEngine(StepCalls):
             check_whole_prompt(ids, params, self.config.max_num_batched_tokens)
         images = check_images(images, ids, params, self.runner.vision, self.runner.prompt_embeds,
                               self.scheduler.config.whole_images, self.config.max_num_batched_tokens)
-        group: list[Request] = []
-        for i in range(params.n):
-            seed = (params.seed + i) % 2**63 if params.seed is not None else self.seeds()
-            request = Request(
-                request_id, i, prompt if isinstance(prompt, str) else None, ids, params, seed, stop_ids,
-                leader=group[0] if group else None,
-                detokenizer=None if self.tokenizer is None else Detokenizer(self.tokenizer, params.skip_special_tokens),
-                grammar=self.structured.start(params),  # compiled (cached) here: bad constraints raise before queueing
-                streamed=streamed, adapter=adapter, images=images, audio=audio, priority=priority,
-                whole_prompt=whole_prompt,
-            )
-            if self.speculator is not None:
-                request.spec_counts = zero_counts(self.speculator.k_max)
-            group.append(request)
+        group = self._samples(request_id, prompt if isinstance(prompt, str) else None, ids, params, stop_ids,
+                              streamed=streamed, adapter=adapter, images=images, audio=audio, priority=priority,
+                              whole_prompt=whole_prompt)
         if params.prompt_logprobs is not None:
             group[0].prompt_logprobs = self.runner.prompt_logprobs(ids, params.prompt_logprobs, self.token_texts,
                                                                    images)
@@ -168,6 +157,24 @@ class LLMEngine(StepCalls):
             self.final_only.add(request_id)
         for request in group:
             self.scheduler.add(request)
+
+    def _samples(self, request_id: str, text: str | None, ids: list[int], params: SamplingParams,
+                 stop_ids: tuple[int, ...], **shared: Any) -> list[Request]:
+        """The request's params.n samples, each with its own seed, detokenizer and constraint state; `shared`
+        are the fields every sample has alike (Request's)."""
+        group: list[Request] = []
+        for i in range(params.n):
+            seed = (params.seed + i) % 2**63 if params.seed is not None else self.seeds()
+            request = Request(
+                request_id, i, text, ids, params, seed, stop_ids, leader=group[0] if group else None,
+                detokenizer=None if self.tokenizer is None else Detokenizer(self.tokenizer, params.skip_special_tokens),
+                grammar=self.structured.start(params),  # compiled (cached) here: bad constraints raise before queueing
+                **shared,
+            )
+            if self.speculator is not None:
+                request.spec_counts = zero_counts(self.speculator.k_max)
+            group.append(request)
+        return group
 
     def _adapter_name(self, lora_request: LoRARequest | None, params: SamplingParams) -> str | None:
         """The adapter's key (config.lora.adapter_key), once the runner has read and checked it; None for
