@@ -3,8 +3,8 @@
 
 No recurrence past the conv: each token's output reads its own B, C and x and the kernel - 1 products before it,
 so a step's tokens run at once. Those earlier products come from the token's own run of the step, before it from
-its slot's conv state (cache/state_pool; zeros at a request's position 0): the same segment-aware windows as
-Mamba2's chunked form (models/ssd_chunks). Each request's last kernel - 1 products go back to its slot; padding
+its slot's conv state (cache/state_pool; zeros at a request's position 0): ssd_chunks.depthwise_conv, the
+segment-aware conv of Mamba2's chunked form. Each request's last kernel - 1 products go back to its slot; padding
 tokens write nothing.
 """
 
@@ -20,7 +20,7 @@ from jaxinfer.cache.state_pool import LayerState
 from jaxinfer.config.state_space import StateSpace
 from jaxinfer.models.family import HFLeaf
 from jaxinfer.models.layers import Weight, linear
-from jaxinfer.models.ssd_chunks import conv_windows, segments
+from jaxinfer.models.ssd_chunks import depthwise_conv, segments
 from jaxinfer.parallel.array_info import ArrayInfo
 
 
@@ -80,12 +80,8 @@ def short_conv(
     in its state's token_slots); returns its output [B, T, D] and the state after them."""
     B, T, D = h.shape
     b, c, x = jnp.split(_biased(linear(h.reshape(B * T, D), w.conv_in), w.conv_in_bias), 3, axis=-1)
-    slots, flat, num_slots = state.token_slots, positions.reshape(-1), state.conv.shape[0]
-    seg = segments(slots, flat, min(num_slots, B * T))
-    windows = conv_windows(state.conv, (b * x).astype(jnp.float32), slots, flat, seg)  # [BT, K, D]
-    mixed = jnp.sum(windows * w.conv_weight[:, 0].T.astype(jnp.float32), axis=-2)  # K products per channel
-    mixed = _biased(mixed, w.conv_bias).astype(h.dtype)
-    out = _biased(linear(c * mixed, w.conv_out), w.conv_out_bias)
-    target = jnp.where(seg.valid, slots[seg.first], num_slots)  # past the segments: dropped
-    conv = state.conv.at[target].set(windows[seg.last, 1:], mode="drop")
+    slots, flat = state.token_slots, positions.reshape(-1)
+    seg = segments(slots, flat, min(state.conv.shape[0], B * T))
+    mixed, conv = depthwise_conv(state.conv, w.conv_weight, w.conv_bias, b * x, slots, flat, seg)
+    out = _biased(linear(c * mixed.astype(h.dtype), w.conv_out), w.conv_out_bias)
     return out.reshape(B, T, D), dataclasses.replace(state, conv=conv)
