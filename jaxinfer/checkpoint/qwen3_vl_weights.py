@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-import jax.numpy as jnp
+import numpy as np
 
-from jaxinfer.checkpoint.leaf_paths import leaf_paths, unflatten
-from jaxinfer.checkpoint.qwen2_vl_weights import our_layout
+from jaxinfer.checkpoint.qwen2_vl_weights import our_layout, read_tower_leaves
 from jaxinfer.config.errors import CheckpointError
 from jaxinfer.models.qwen3_vl_vision import Qwen3TowerWeights, Qwen3VLConfig, abstract_qwen3_vl
 
@@ -38,6 +37,11 @@ def stored_name(path: str) -> str:
     return TOWER_NAMES[path]
 
 
+def qwen3_layout(name: str, tensor: np.ndarray) -> np.ndarray:
+    """Stored -> ours: the position grid as stored (its rows are positions), the rest as Qwen2-VL's."""
+    return tensor if name.endswith(TOWER_NAMES["pos_embed"]) else our_layout(name, tensor)
+
+
 def read_qwen3_vl_weights(index: dict[str, Path], open_file: Callable[[Path], Any], cfg: Qwen3VLConfig,
                           dtype: Any) -> Qwen3TowerWeights:
     """The tower and mergers of a Qwen3-VL checkpoint, cast to dtype; CheckpointError naming a missing or
@@ -46,20 +50,5 @@ def read_qwen3_vl_weights(index: dict[str, Path], open_file: Callable[[Path], An
     if prefix is None:
         raise CheckpointError(f"the checkpoint has no Qwen3-VL vision tower (looked for {PREFIXES[0]}"
                               f"{TOWER_NAMES['patch']} and {PREFIXES[1]}{TOWER_NAMES['patch']})")
-    abstract = abstract_qwen3_vl(cfg)
-    opened: dict[Path, Any] = {}
-    arrays = {}
-    for path, info in leaf_paths(abstract):
-        name = prefix + stored_name(path)
-        if name not in index:
-            raise CheckpointError(f"tensor {name} is missing from the checkpoint (its vision tower or mergers)")
-        file = index[name]
-        if file not in opened:
-            opened[file] = open_file(file)
-        stored = opened[file].get_tensor(name)
-        tensor = stored if path == "pos_embed" else our_layout(name, stored)  # the grid's rows are positions
-        if tensor.shape != info.shape:
-            raise CheckpointError(f"tensor {name} in {file.name} has shape {stored.shape}, expected {info.shape} "
-                                  "in our layout")
-        arrays[path] = jnp.asarray(tensor, dtype)
-    return unflatten(abstract, arrays)
+    return read_tower_leaves(index, open_file, abstract_qwen3_vl(cfg), lambda path: prefix + stored_name(path),
+                             qwen3_layout, dtype)
