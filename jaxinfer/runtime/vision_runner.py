@@ -9,9 +9,9 @@ image, 9.4 MB for llava-1.5-7b's 576 x 4096; Qwen3-VL's: (1 + K) x D), so chunke
 never run it again. Recently encoded images are kept by content hash too (n > 1 samples, or the
 same image in another request, are not encoded again). Idefics3's, Idefics2's, InternVL's, LLaVA-NeXT's and
 OneVision's tiles, all one size (Idefics2's padded to it), go through together: a request's new tiles in one call of
-the next power of two (up to MAX_TILES, zero tiles padding it), so its tower has at most five programs whatever its images' tile counts (LLaVA-NeXT's and
-OneVision's rows then laid out on the host by each image's `RowLayout`). A ragged
-step of a vision-language model always takes an `EmbedOverride` (so its programs are the same
+the next power of two (up to MAX_TILES, zero tiles padding it), so its tower has at most five programs whatever
+its images' tile counts (LLaVA-NeXT's and OneVision's rows then laid out on the host by each image's `RowLayout`).
+A ragged step of a vision-language model always takes an `EmbedOverride` (so its programs are the same
 with or without images): the rows its placeholder tokens read, or a device-resident empty one; where
 an image's tokens see each other both ways (Gemma 3) it also carries each token's image end.
 """
