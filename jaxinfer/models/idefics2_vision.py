@@ -24,10 +24,10 @@ import jax
 import numpy as np
 
 from jaxinfer.config.model import SUPPORTED_ACTIVATIONS, ConfigError
+from jaxinfer.models.idefics3_vision import read_idefics_tower
 from jaxinfer.models.mlp import gated_mlp
 from jaxinfer.models.perceiver_resampler import PerceiverConfig, PerceiverWeights, abstract_perceiver, resample
 from jaxinfer.models.vision_tower import (
-    VISION_ACTIVATIONS,
     VisionConfig,
     VisionWeights,
     abstract_vision,
@@ -141,16 +141,7 @@ def read_idefics2_config(hf: Mapping[str, Any]) -> Idefics2Config:
 
     full = complete_config({**hf, "model_type": hf.get("model_type", "idefics2")})
     vision, text, perceiver = full["vision_config"], full["text_config"], full["perceiver_config"]
-    act = vision.get("hidden_act", "gelu_pytorch_tanh")
-    if act not in VISION_ACTIVATIONS:
-        raise ConfigError(f"vision_config.hidden_act {act!r} is not supported; supported: {VISION_ACTIVATIONS}")
-    tower = VisionConfig(
-        hidden_size=int(vision["hidden_size"]), intermediate_size=int(vision["intermediate_size"]),
-        num_layers=int(vision["num_hidden_layers"]), num_heads=int(vision["num_attention_heads"]),
-        image_size=int(vision["image_size"]), patch_size=int(vision["patch_size"]),
-        num_channels=int(vision.get("num_channels", 3)), eps=float(vision.get("layer_norm_eps", 1e-6)),
-        activation=act, class_token=False,
-    )
+    tower = read_idefics_tower(vision)
     for field, name in (("text_config.hidden_act", text.get("hidden_act", "silu")),
                         ("perceiver_config.hidden_act", perceiver.get("hidden_act", "silu"))):
         if name not in SUPPORTED_ACTIVATIONS:

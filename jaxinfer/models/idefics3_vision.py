@@ -76,6 +76,21 @@ def image_features(weights: Idefics3Weights, pixels: jax.Array, cfg: Idefics3Vis
     return pixel_shuffle(states, cfg.scale) @ weights.projector.projection
 
 
+def read_idefics_tower(vision: Mapping[str, Any]) -> VisionConfig:
+    """The SigLIP tower of an Idefics2 / Idefics3 / SmolVLM `vision_config` (no class token; transformers'
+    defaults where a field is left out); ConfigError naming an activation it cannot run."""
+    act = vision.get("hidden_act", "gelu_pytorch_tanh")
+    if act not in VISION_ACTIVATIONS:
+        raise ConfigError(f"vision_config.hidden_act {act!r} is not supported; supported: {VISION_ACTIVATIONS}")
+    return VisionConfig(
+        hidden_size=int(vision["hidden_size"]), intermediate_size=int(vision["intermediate_size"]),
+        num_layers=int(vision["num_hidden_layers"]), num_heads=int(vision["num_attention_heads"]),
+        image_size=int(vision["image_size"]), patch_size=int(vision["patch_size"]),
+        num_channels=int(vision.get("num_channels", 3)), eps=float(vision.get("layer_norm_eps", 1e-6)),
+        activation=act, class_token=False,
+    )
+
+
 def read_idefics3_config(hf: Mapping[str, Any]) -> Idefics3VisionConfig:
     """An Idefics3VisionConfig from an HF Idefics3 / SmolVLM config (transformers' defaults where a field is left
     out); ConfigError naming a field it cannot run."""
@@ -86,16 +101,7 @@ def read_idefics3_config(hf: Mapping[str, Any]) -> Idefics3VisionConfig:
     if vision.get("model_type") not in VISION_TYPES:
         raise ConfigError(f"vision_config.model_type {vision.get('model_type')!r} is not supported; supported: "
                           f"{VISION_TYPES}")
-    act = vision.get("hidden_act", "gelu_pytorch_tanh")
-    if act not in VISION_ACTIVATIONS:
-        raise ConfigError(f"vision_config.hidden_act {act!r} is not supported; supported: {VISION_ACTIVATIONS}")
-    tower = VisionConfig(
-        hidden_size=int(vision["hidden_size"]), intermediate_size=int(vision["intermediate_size"]),
-        num_layers=int(vision["num_hidden_layers"]), num_heads=int(vision["num_attention_heads"]),
-        image_size=int(vision["image_size"]), patch_size=int(vision["patch_size"]),
-        num_channels=int(vision.get("num_channels", 3)), eps=float(vision.get("layer_norm_eps", 1e-6)),
-        activation=act, class_token=False,
-    )
+    tower = read_idefics_tower(vision)
     scale, side = int(full.get("scale_factor", 2)), tower.image_size // tower.patch_size
     if scale < 1 or side % scale:
         raise ConfigError(f"scale_factor {scale} must divide the tower's {side} patches a side (image_size "
