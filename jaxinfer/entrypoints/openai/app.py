@@ -105,7 +105,8 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     admission = Admission(engine.config.max_num_seqs, config.max_waiting_requests, lambda: front.waiting, traffic)
     state = ServerState(
         front, llm.tokenizer, config.model_name, engine.config.max_seq_len,
-        engine.model_config.vocab_size, config.default_params or llm.default_params, admission, config.limits, config.request_timeout,
+        engine.model_config.vocab_size, config.default_params or llm.default_params, admission, config.limits,
+        config.request_timeout,
         adapters={adapter.lora_name: adapter for adapter in config.lora_modules},
         reasoning_parser=None if config.reasoning_parser is None else reasoning_parser(config.reasoning_parser),
         tool_parser=_tool_parser(config), image_prompts=getattr(llm, "image_prompts", None),
