@@ -1,7 +1,7 @@
 """`jaxinfer serve` with vLLM's HTTP flags: HTTPS (--ssl-*: a certificate made here, a real server, the official
 openai client trusting only that certificate; a client certificate required with --ssl-cert-reqs 2), and on the
-same server --root-path, --enable-request-id-headers, --uvicorn-log-level, --disable-uvicorn-access-log and
---override-generation-config."""
+same server --root-path, --enable-request-id-headers, --uvicorn-log-level, --disable-uvicorn-access-log,
+--override-generation-config, --response-role and --return-tokens-as-token-ids."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from live_server import start_serve, wait_ready
 
 from jaxinfer.entrypoints.openai.http_flags import root_path, ssl_options, uvicorn_options
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
+from jaxinfer.entrypoints.openai.vllm_flags import response_role
 
 TINY = ["--max-model-len", "32", "--max-num-seqs", "1", "--max-num-batched-tokens", "16", "--decode-steps", "1",
         "--skip-warmup"]
@@ -55,7 +56,8 @@ def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_mode
     cert, key = certificate
     http_flags = ["--root-path", "/api", "--enable-request-id-headers", "--uvicorn-log-level", "info",
                   "--disable-uvicorn-access-log", "--disable-fastapi-docs",
-                  "--generation-config", "vllm", "--override-generation-config", '{"temperature": 0}']
+                  "--generation-config", "vllm", "--override-generation-config", '{"temperature": 0}',
+                  "--response-role", "bot", "--return-tokens-as-token-ids"]
     process, lines, url = start_serve(["--model", str(text_model_dir), *TINY, "--ssl-certfile", str(cert),
                                        "--ssl-keyfile", str(key), "--ssl-ca-certs", str(cert),
                                        "--ssl-cert-reqs", "2", *http_flags])
@@ -73,6 +75,12 @@ def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_mode
         greedy = [client.completions.create(model=text_model_dir.name, prompt="a b", max_tokens=4, **given)
                   for given in ({}, {}, {"temperature": 0})]  # the override's temperature 0 where none is given
         assert greedy[0].choices[0].text == greedy[1].choices[0].text == greedy[2].choices[0].text
+        scored = client.completions.create(model=text_model_dir.name, prompt="a b", max_tokens=2, logprobs=1)
+        assert all(re.fullmatch(r"token_id:\d+", token) for token in scored.choices[0].logprobs.tokens)
+        chat = client.chat.completions.create(model=text_model_dir.name, messages=[{"role": "user", "content": "a"}],
+                                              max_tokens=1, logprobs=True, top_logprobs=1)
+        assert chat.choices[0].message.role == "bot"
+        assert re.fullmatch(r"token_id:\d+", chat.choices[0].logprobs.content[0].top_logprobs[0].token)
         assert "INFO:     Started server process" in lines.text  # uvicorn's info level
         assert "/v1/models HTTP/1.1" not in lines.text  # without its access log
         with pytest.raises(openai.APIConnectionError):  # no client certificate: the handshake fails
@@ -98,6 +106,9 @@ def test_the_http_flags_become_uvicorns_and_the_apps_options(certificate):
     assert uvicorn_options(_parse("--disable-uvicorn-access-log")) == dict(access_log=False)
     assert _parse("--uvicorn-log-level", "trace").log_level == "trace" and _parse().log_level == "warning"
     assert root_path(_parse("--root-path", "/a/b")) == "/a/b" and root_path(_parse()) == ""
+    assert response_role(_parse("--response-role", "bot")) == "bot" and response_role(_parse()) == "assistant"
+    with pytest.raises(ValueError, match=re.escape("--response-role ' ' is blank; give a role name")):
+        response_role(_parse("--response-role", " "))
     for bad in ("api", "/api/", "/a?b"):
         with pytest.raises(ValueError, match=re.escape(f"--root-path {bad!r} is not a path prefix")):
             root_path(_parse("--root-path", bad))

@@ -79,6 +79,8 @@ class ServerConfig:
     root_path: str = ""  # a path-prefixing proxy's prefix, served with and without it (vLLM's --root-path)
     request_id_headers: bool = False  # X-Request-Id on every response (vLLM's --enable-request-id-headers)
     default_params: SamplingParams | None = None  # what requests leave out (None: the model's generation_config)
+    response_role: str = "assistant"  # a chat reply's role when it starts a new turn (vLLM's --response-role)
+    return_tokens_as_token_ids: bool = False  # logprobs name tokens "token_id:N" (vLLM's flag)
 
 
 def _tool_parser(config: ServerConfig) -> ToolParser | None:
@@ -112,7 +114,8 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
         tool_parser=_tool_parser(config), image_prompts=getattr(llm, "image_prompts", None),
         prompt_embeds=getattr(llm, "prompt_embeds", None),
         content_format=check_content_format(config.chat_template_content_format),
-        scheduling_policy=engine.config.scheduling_policy,
+        scheduling_policy=engine.config.scheduling_policy, response_role=config.response_role,
+        tokens_as_ids=config.return_tokens_as_token_ids,
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state

@@ -185,13 +185,18 @@ def _reasoning_start(state: ServerState, body: ChatCompletionRequest,
 def _logprobs(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput) -> dict | None:
     if not body.logprobs or out.logprobs is None:
         return None
-    return chat_logprobs(out.token_ids, out.logprobs, body.top_logprobs or 0)
+    return chat_logprobs(out.token_ids, out.logprobs, body.top_logprobs or 0, state.tokens_as_ids)
+
+
+def _role(state: ServerState, body: ChatCompletionRequest) -> str:
+    """The reply's role, as vLLM names it: --response-role for a new turn, else the continued message's."""
+    return state.response_role if body.add_generation_prompt else body.messages[-1].role
 
 
 def _choice(state: ServerState, body: ChatCompletionRequest, out: CompletionOutput, plan: ReplyPlan) -> dict:
     message, finish_reason = assistant_message(plan, out.text, out.finish_reason)
     return {
-        "index": out.index, "message": message,
+        "index": out.index, "message": {**message, "role": _role(state, body)},
         "logprobs": _logprobs(state, body, out), "finish_reason": finish_reason, "stop_reason": out.stop_reason,
     }
 
@@ -208,7 +213,8 @@ async def _stream(state: ServerState, body: ChatCompletionRequest, header: dict,
     """
     generated, replies = 0, [ChoiceStream(plan) for _ in range(body.n)]
     for index in range(body.n):
-        choice = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        choice = {"index": index, "delta": {"role": _role(state, body), "content": ""}, "logprobs": None,
+                  "finish_reason": None}
         yield sse({**header, "choices": [choice]})
     finished = set()
     try:

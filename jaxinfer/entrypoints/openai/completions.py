@@ -167,7 +167,7 @@ def _choice(state: ServerState, body: CompletionRequest, prompt_index: int, out:
             offset: int = 0) -> dict:
     logprobs = None
     if body.logprobs is not None and out.logprobs is not None:
-        logprobs = completion_logprobs(out.token_ids, out.logprobs, offset, state.tokenizer)
+        logprobs = completion_logprobs(out.token_ids, out.logprobs, offset, state.tokenizer, state.tokens_as_ids)
     return {
         "index": prompt_index * body.n + out.index, "text": out.text, "logprobs": logprobs,
         "finish_reason": out.finish_reason, "stop_reason": out.stop_reason,

@@ -31,7 +31,13 @@ from jaxinfer.entrypoints.openai.serve_flags import (
     add_speculative_args,
     add_startup_args,
 )
-from jaxinfer.entrypoints.openai.vllm_flags import add_vllm_flags, cors_settings, prefix_caching, settle_vllm_flags
+from jaxinfer.entrypoints.openai.vllm_flags import (
+    add_vllm_flags,
+    cors_settings,
+    prefix_caching,
+    response_role,
+    settle_vllm_flags,
+)
 from jaxinfer.entrypoints.openai.weight_flags import add_weight_args, check_weight_flags
 from jaxinfer.speculative.config import SpeculativeConfig
 from jaxinfer.speculative.vllm_config import from_vllm
@@ -180,7 +186,8 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
         args.request_timeout, args.write_timeout, lora_modules(args), runtime_lora_updating(args),
         args.reasoning_parser, args.tool_call_parser, args.max_stored_responses, args.enable_sleep_mode,
         args.enable_weight_updates, cors_settings(args), args.chat_template_content_format, root_path(args),
-        args.enable_request_id_headers,
+        args.enable_request_id_headers, response_role=response_role(args),
+        return_tokens_as_token_ids=args.return_tokens_as_token_ids,
     )
 
 

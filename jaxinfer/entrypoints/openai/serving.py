@@ -48,6 +48,8 @@ class ServerState:
     prompt_embeds: Any | None = None  # /v1/completions' prompt_embeds (LLM.prompt_embeds, entrypoints/prompt_embeds)
     content_format: str = "auto"  # --chat-template-content-format (entrypoints/content_format)
     scheduling_policy: str = "fcfs"  # --scheduling-policy: "priority" lets requests give a priority
+    response_role: str = "assistant"  # --response-role: a chat reply's role when it starts a new turn
+    tokens_as_ids: bool = False  # --return-tokens-as-token-ids: logprobs name tokens "token_id:N"
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
         """Token ids of a text or id prompt; ids must be in the vocabulary."""

@@ -58,6 +58,12 @@ def add_vllm_flags(serve: argparse.ArgumentParser) -> None:
     add("--allowed-methods", default=None, metavar="JSON", help="with --allowed-origins: a JSON list (default all)")
     add("--allowed-headers", default=None, metavar="JSON", help="with --allowed-origins: a JSON list (default all)")
     add("--allow-credentials", action="store_true", help="with --allowed-origins: cookies and auth headers too")
+    add("--response-role", default="assistant", metavar="ROLE",
+        help="the role of a chat reply that starts a new turn (add_generation_prompt); a continued message "
+        "keeps its own (default: %(default)s)")
+    add("--return-tokens-as-token-ids", action="store_true",
+        help="logprobs name each token 'token_id:N' instead of its text (for tokens that are not whole "
+        "UTF-8 characters)")
 
 
 def settle_vllm_flags(args: argparse.Namespace) -> None:
@@ -85,6 +91,13 @@ def settle_vllm_flags(args: argparse.Namespace) -> None:
     if args.chat_template is not None:
         args.chat_template = chat_template_text(args.chat_template)
     cors_settings(args)  # checked before the port is bound
+
+
+def response_role(args: argparse.Namespace) -> str:
+    """--response-role, checked: a name, not blank."""
+    if not args.response_role.strip():
+        raise ValueError(f"--response-role {args.response_role!r} is blank; give a role name such as assistant")
+    return args.response_role
 
 
 def cors_settings(args: argparse.Namespace) -> Cors:
