@@ -11,8 +11,11 @@ A fence's info string is `LANG` or `LANG MODE: REASON`:
   skipped elsewhere with the reason.
 A block with no language, another language, an unknown mode or no reason fails the test.
 
-Blocks run where `import torch` fails, as after the README's `pip install -e .`: torch is a test
-dependency only, and where it is installed transformers imports it (seconds) in every block's process.
+Python blocks run in one interpreter per set of XLA flags (tests/block_interpreter.py), each in a fresh
+namespace as `python -c` would run it; a block that sets jax's configuration (which must precede jax's
+start) gets an interpreter of its own. Blocks run where `import torch` fails, as after the README's
+`pip install -e .`: torch is a test dependency only, and where it is installed transformers imports it
+(seconds) in every block's process.
 The README's blocks and those with batch_invariant=True (bitwise results: they hold at the flags
 users compile with) compile with the user's XLA flags; the other docs' with the session's
 (tests/xla_flags.py: what a block prints is the same, its compiles several times shorter).
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import jax
 import pytest
+from block_interpreter import BlockInterpreter
 from python_subprocess import child_env
 from xla_flags import user_xla_flags
 
@@ -100,6 +104,22 @@ def _env(cwd: Path, as_users: bool) -> dict[str, str]:
     (site / "sitecustomize.py").write_text('import sys\nsys.modules["torch"] = None\n')
     flags = {"XLA_FLAGS": user_xla_flags()} if as_users else {}
     return child_env(str(site), JAXINFER_PROGRAM_STORE="1", **flags)
+
+
+@pytest.fixture(scope="module")
+def interpreters(tmp_path_factory: pytest.TempPathFactory):
+    """as_users -> the BlockInterpreter that runs this module's python blocks compiled with those flags."""
+    shared = {as_users: BlockInterpreter(_env(tmp_path_factory.mktemp("blocks"), as_users))
+              for as_users in (False, True)}
+    yield shared
+    for interpreter in shared.values():
+        interpreter.close()
+
+
+def _run_block(interpreter: BlockInterpreter, code: str, cwd: Path, where: str) -> None:
+    result = interpreter.run(code, cwd, TIMEOUT_S)
+    assert result.error is None, f"{where} failed:\n{result.error}\n{result.stderr[-4000:]}"
+    assert "Traceback" not in result.stderr, f"{where}:\n{result.stderr[-4000:]}"
 
 
 def _run(argv: list[str], cwd: Path, where: str, as_users: bool) -> subprocess.CompletedProcess:
@@ -185,9 +205,12 @@ def test_the_docs_index_lists_every_page():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", _params())
-def test_block_runs(block: Block, tmp_path):
+def test_block_runs(block: Block, tmp_path, interpreters):
     kind, mode, _ = block.rule()
     as_users = block.where.startswith("README.md") or "batch_invariant=True" in block.code
+    if kind == "python" and "jax.config" not in block.code:
+        _run_block(interpreters[as_users], block.code, tmp_path, block.where)
+        return
     if kind == "python":
         _run([sys.executable, "-c", block.code], tmp_path, block.where, as_users)
         return
