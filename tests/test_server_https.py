@@ -1,7 +1,7 @@
 """`jaxinfer serve` with vLLM's HTTP flags: HTTPS (--ssl-*: a certificate made here, a real server, the official
 openai client trusting only that certificate; a client certificate required with --ssl-cert-reqs 2), and on the
 same server --root-path, --enable-request-id-headers, --uvicorn-log-level, --disable-uvicorn-access-log,
---override-generation-config, --response-role and --return-tokens-as-token-ids."""
+--override-generation-config, --response-role, --return-tokens-as-token-ids and the request log flags."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from live_server import start_serve, wait_ready
 
 from jaxinfer.entrypoints.openai.http_flags import root_path, ssl_options, uvicorn_options
 from jaxinfer.entrypoints.openai.launch import add_serve_parser
-from jaxinfer.entrypoints.openai.vllm_flags import response_role
+from jaxinfer.entrypoints.openai.request_log import RequestLog
+from jaxinfer.entrypoints.openai.vllm_flags import request_log, response_role
 
 TINY = ["--max-model-len", "32", "--max-num-seqs", "1", "--max-num-batched-tokens", "16", "--decode-steps", "1",
         "--skip-warmup"]
@@ -57,7 +58,8 @@ def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_mode
     http_flags = ["--root-path", "/api", "--enable-request-id-headers", "--uvicorn-log-level", "info",
                   "--disable-uvicorn-access-log", "--disable-fastapi-docs",
                   "--generation-config", "vllm", "--override-generation-config", '{"temperature": 0}',
-                  "--response-role", "bot", "--return-tokens-as-token-ids"]
+                  "--response-role", "bot", "--return-tokens-as-token-ids", "--enable-log-requests",
+                  "--enable-log-outputs", "--max-log-len", "1"]
     process, lines, url = start_serve(["--model", str(text_model_dir), *TINY, "--ssl-certfile", str(cert),
                                        "--ssl-keyfile", str(key), "--ssl-ca-certs", str(cert),
                                        "--ssl-cert-reqs", "2", *http_flags])
@@ -83,6 +85,10 @@ def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_mode
         assert re.fullmatch(r"token_id:\d+", chat.choices[0].logprobs.content[0].top_logprobs[0].token)
         assert "INFO:     Started server process" in lines.text  # uvicorn's info level
         assert "/v1/models HTTP/1.1" not in lines.text  # without its access log
+        logged = re.search(r"jaxinfer: request (\S+): prompt_token_ids \[\d+\] \((\d+)\), params ", lines.text)
+        assert logged and int(logged.group(2)) > 1, lines.text  # one id of the prompt's: --max-log-len 1
+        assert re.search(rf"jaxinfer: output {re.escape(logged.group(1))}\[0\]: '.?', token_ids \[\d+\] \(4\), "
+                         "finish_reason length", lines.text), lines.text
         with pytest.raises(openai.APIConnectionError):  # no client certificate: the handshake fails
             _client(url, _https(cert, client_cert=None)).models.list()
         with pytest.raises(httpx.RemoteProtocolError):  # plain HTTP to an HTTPS port
@@ -109,6 +115,9 @@ def test_the_http_flags_become_uvicorns_and_the_apps_options(certificate):
     assert response_role(_parse("--response-role", "bot")) == "bot" and response_role(_parse()) == "assistant"
     with pytest.raises(ValueError, match=re.escape("--response-role ' ' is blank; give a role name")):
         response_role(_parse("--response-role", " "))
+    assert request_log(_parse("--enable-log-outputs", "--max-log-len", "8")) == RequestLog(False, True, 8)
+    with pytest.raises(ValueError, match=re.escape("--max-log-len must be >= 0, got -1")):
+        request_log(_parse("--max-log-len", "-1"))
     for bad in ("api", "/api/", "/a?b"):
         with pytest.raises(ValueError, match=re.escape(f"--root-path {bad!r} is not a path prefix")):
             root_path(_parse("--root-path", bad))

@@ -34,6 +34,7 @@ from jaxinfer.entrypoints.openai.metrics import FallbackCollector, engine_regist
 from jaxinfer.entrypoints.openai.profile_routes import add_profile_routes
 from jaxinfer.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest
 from jaxinfer.entrypoints.openai.reasoning import reasoning_parser
+from jaxinfer.entrypoints.openai.request_log import RequestLog
 from jaxinfer.entrypoints.openai.responses import add_responses_routes
 from jaxinfer.entrypoints.openai.responses_store import DEFAULT_MAX_STORED_RESPONSES, ResponseStore
 from jaxinfer.entrypoints.openai.scoring import add_scoring_routes
@@ -81,6 +82,7 @@ class ServerConfig:
     default_params: SamplingParams | None = None  # what requests leave out (None: the model's generation_config)
     response_role: str = "assistant"  # a chat reply's role when it starts a new turn (vLLM's --response-role)
     return_tokens_as_token_ids: bool = False  # logprobs name tokens "token_id:N" (vLLM's flag)
+    request_log: RequestLog = RequestLog()  # requests and outputs logged (vLLM's --enable-log-requests, ...)
 
 
 def _tool_parser(config: ServerConfig) -> ToolParser | None:
@@ -115,7 +117,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
         prompt_embeds=getattr(llm, "prompt_embeds", None),
         content_format=check_content_format(config.chat_template_content_format),
         scheduling_policy=engine.config.scheduling_policy, response_role=config.response_role,
-        tokens_as_ids=config.return_tokens_as_token_ids,
+        tokens_as_ids=config.return_tokens_as_token_ids, request_log=config.request_log,
     )
     app = FastAPI(title="jaxinfer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state

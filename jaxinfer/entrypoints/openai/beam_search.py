@@ -65,8 +65,10 @@ def generation(state: ServerState, ids: list[int], params: SamplingParams | Beam
             raise APIError(refused, param="use_beam_search")
         return beam_stream(state, ids, params, request_id, deadline, adapter, images, priority)
     with_images = {"images": images} if images else {}
-    return state.engine.generate(ids, params, request_id, deadline, streamed=streamed, lora_request=adapter,
-                                 priority=priority, **with_images)
+    state.request_log.request(request_id, ids, params)
+    outputs = state.engine.generate(ids, params, request_id, deadline, streamed=streamed, lora_request=adapter,
+                                    priority=priority, **with_images)
+    return state.request_log.outputs_of(request_id, outputs) if state.request_log.outputs else outputs
 
 
 async def beam_stream(state: ServerState, ids: list[int], params: BeamSearchParams, request_id: str,

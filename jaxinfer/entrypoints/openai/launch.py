@@ -21,6 +21,7 @@ from jaxinfer.entrypoints.openai.lora_modules import (
     register,
     runtime_lora_updating,
 )
+from jaxinfer.entrypoints.openai.request_log import print_request_log
 from jaxinfer.entrypoints.openai.serve_flags import (
     add_bounds_args,
     add_chat_args,
@@ -35,6 +36,7 @@ from jaxinfer.entrypoints.openai.vllm_flags import (
     add_vllm_flags,
     cors_settings,
     prefix_caching,
+    request_log,
     response_role,
     settle_vllm_flags,
 )
@@ -187,7 +189,7 @@ def _server_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
         args.reasoning_parser, args.tool_call_parser, args.max_stored_responses, args.enable_sleep_mode,
         args.enable_weight_updates, cors_settings(args), args.chat_template_content_format, root_path(args),
         args.enable_request_id_headers, response_role=response_role(args),
-        return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+        return_tokens_as_token_ids=args.return_tokens_as_token_ids, request_log=request_log(args),
     )
 
 
@@ -214,6 +216,8 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise ValueError(f"jaxinfer serve needs the serve extra ({error.name} is missing): "
                          "pip install 'jaxinfer[serve]'") from None
+    if args.enable_log_requests or args.enable_log_outputs:
+        print_request_log()
     signals = StopSignals()
     signals.install()  # first: a signal from now on ends the start at once (exit 0)
     server_config = _server_config(args, "")  # the bounds' flags checked before anything is bound or loaded

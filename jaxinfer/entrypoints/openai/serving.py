@@ -24,6 +24,7 @@ from jaxinfer.entrypoints.openai.errors import APIError, error_body
 from jaxinfer.entrypoints.openai.gate import Admission, ServerStopping
 from jaxinfer.entrypoints.openai.limits import Limits
 from jaxinfer.entrypoints.openai.reasoning import ReasoningParser
+from jaxinfer.entrypoints.openai.request_log import RequestLog
 from jaxinfer.entrypoints.openai.tool_parsers import ToolParser
 
 
@@ -50,6 +51,7 @@ class ServerState:
     scheduling_policy: str = "fcfs"  # --scheduling-policy: "priority" lets requests give a priority
     response_role: str = "assistant"  # --response-role: a chat reply's role when it starts a new turn
     tokens_as_ids: bool = False  # --return-tokens-as-token-ids: logprobs name tokens "token_id:N"
+    request_log: RequestLog = RequestLog()  # --enable-log-requests / --enable-log-outputs / --max-log-len
 
     def encode(self, prompt: str | Sequence[int], param: str = "prompt") -> list[int]:
         """Token ids of a text or id prompt; ids must be in the vocabulary."""

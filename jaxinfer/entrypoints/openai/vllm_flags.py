@@ -18,6 +18,7 @@ from jaxinfer.config import validation
 from jaxinfer.config.engine import SCHEDULING_POLICIES
 from jaxinfer.entrypoints.content_format import CONTENT_FORMATS
 from jaxinfer.entrypoints.openai.cors import Cors, string_list
+from jaxinfer.entrypoints.openai.request_log import RequestLog
 
 
 def add_vllm_flags(serve: argparse.ArgumentParser) -> None:
@@ -44,7 +45,14 @@ def add_vllm_flags(serve: argparse.ArgumentParser) -> None:
     add("--trust-remote-code", action="store_true",
         help="accepted for vLLM's command lines: jaxinfer runs no checkpoint code, its families are built in")
     add("--disable-log-requests", "--disable-log-stats", action="store_true",
-        help="accepted for vLLM's command lines: requests and periodic stats are not logged (/metrics has them)")
+        help="accepted for vLLM's command lines: requests (unless --enable-log-requests) and periodic stats are "
+        "not logged (/metrics has them)")
+    add("--enable-log-requests", action="store_true",
+        help="log a line per request to stderr: its id, prompt token ids and sampling settings")
+    add("--enable-log-outputs", action="store_true",
+        help="log a line per finished output to stderr: its text, token ids and finish reason")
+    add("--max-log-len", type=int, default=None, metavar="N",
+        help="with the two above: at most N prompt ids, output characters and output ids per line (default: all)")
     add("--swap-space", type=float, default=None, metavar="GIB",
         help="accepted for vLLM's command lines: preempted requests are recomputed, never swapped (as in vLLM V1)")
     add("--enforce-eager", action="store_true",
@@ -91,6 +99,13 @@ def settle_vllm_flags(args: argparse.Namespace) -> None:
     if args.chat_template is not None:
         args.chat_template = chat_template_text(args.chat_template)
     cors_settings(args)  # checked before the port is bound
+
+
+def request_log(args: argparse.Namespace) -> RequestLog:
+    """The logging flags as settings; --max-log-len below 0 is a ValueError."""
+    if args.max_log_len is not None and args.max_log_len < 0:
+        raise ValueError(f"--max-log-len must be >= 0, got {args.max_log_len}")
+    return RequestLog(args.enable_log_requests, args.enable_log_outputs, args.max_log_len)
 
 
 def response_role(args: argparse.Namespace) -> str:
