@@ -104,6 +104,12 @@
 #                                                   # the engine, LLaVA-NeXT/OneVision, the Gemma 4 assistant
 #                                                   # drafting in the engine (Pallas pages on a GPU, never run
 #                                                   # before), a fixed token mask over verify rounds (~7 min, untried)
+#   bash scripts/gpu_session.sh features9 [OUT_DIR]  # what landed on 2026-11-30 (ninth sitting) on the GPU:
+#                                                   # PaliGemma's whole-prompt prefix, VipLLaVA, Aya Vision,
+#                                                   # Cohere2 Vision, GLM-4.xV, Idefics2, Mllama's tower and
+#                                                   # text, LFM2-VL text, Qwen-VL video, RecurrentGemma and
+#                                                   # Zamba (the RG-LRU's chunked scan, never run on a GPU),
+#                                                   # priority scheduling, parsers, HTTPS serving (~7 min, untried)
 #   bash scripts/gpu_session.sh suite-all [OUT_DIR]  # the whole suite on 14 workers, verbose (a run cut
 #                                                   # short still shows each test's result), then
 #                                                   # gpu_check.py's correctness checks (~9 min)
@@ -311,6 +317,16 @@ features8)
         tests/test_light_family_configs.py tests/test_neighbour_family_configs.py tests/test_engine_ngram_device.py \
         tests/test_token_filters.py tests/test_hf_parity.py \
         -k "not hf_parity or axk2 or bailing_hybrid or beam or cohere_compass or deepseek_v4 or diffllama or doge or dory or gemma4_unified or hrm_text or lara_mini or minimax_m3 or muse_glimmer or muse_spark or olmo_hybrid or step3p7 or zaya"
+    ;;
+features9)
+    out=${2:-results/gpu_session}
+    mkdir -p "$out"
+    XLA_PYTHON_CLIENT_PREALLOCATE=false step feature9_tests 420 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 \
+        --durations=15 --junitxml="$out/feature9_tests.xml" tests/test_paligemma.py tests/test_vipllava.py \
+        tests/test_aya_vision.py tests/test_cohere2_vision.py tests/test_glm4v.py tests/test_idefics2.py \
+        tests/test_lfm2_vl.py tests/test_mllama.py tests/test_mllama_vision.py tests/test_recurrent_hybrids.py \
+        tests/test_selective_chunks.py tests/test_qwen2_vl.py tests/test_priority_scheduling.py \
+        tests/test_reasoning_parsers.py tests/test_server_https.py tests/test_generation_flags.py
     ;;
 decode-gaps)
     out=${2:-results/gpu_session}
