@@ -1,7 +1,8 @@
 """`jaxinfer serve` with vLLM's HTTP flags: HTTPS (--ssl-*: a certificate made here, a real server, the official
 openai client trusting only that certificate; a client certificate required with --ssl-cert-reqs 2), and on the
 same server --root-path, --enable-request-id-headers, --uvicorn-log-level, --disable-uvicorn-access-log,
---override-generation-config, --response-role, --return-tokens-as-token-ids and the request log flags."""
+--override-generation-config (max_new_tokens: the cap on every request's max_tokens), --response-role,
+--return-tokens-as-token-ids and the request log flags; /api/health answers the warm-up status."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_mode
     cert, key = certificate
     http_flags = ["--root-path", "/api", "--enable-request-id-headers", "--uvicorn-log-level", "info",
                   "--disable-uvicorn-access-log", "--disable-fastapi-docs",
-                  "--generation-config", "vllm", "--override-generation-config", '{"temperature": 0}',
+                  "--generation-config", "vllm", "--override-generation-config",
+                  '{"temperature": 0, "max_new_tokens": 5}',
                   "--response-role", "bot", "--return-tokens-as-token-ids", "--enable-log-requests",
                   "--enable-log-outputs", "--max-log-len", "1"]
     process, lines, url = start_serve(["--model", str(text_model_dir), *TINY, "--ssl-certfile", str(cert),
@@ -65,8 +67,10 @@ def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_mode
                                        "--ssl-cert-reqs", "2", *http_flags])
     try:
         assert url.startswith("https://127.0.0.1:"), lines.text
-        wait_ready(process, lines)
         http = _https(cert, client_cert=certificate)
+        early = http.get(url + "/api/health")  # the model is still loading (or, on a fast machine, ready)
+        assert early.status_code == 200 or early.json()["status"] == "warming up", early.text
+        wait_ready(process, lines)
         client = _client(url + "/api", http)  # as a proxy forwards /api/... unchanged
         assert [model.id for model in client.models.list()] == [text_model_dir.name]
         assert http.get(url + "/v1/models").status_code == 200  # as a proxy that strips /api forwards it
@@ -77,6 +81,11 @@ def test_https_with_a_required_client_certificate_behind_a_path_prefix(text_mode
         greedy = [client.completions.create(model=text_model_dir.name, prompt="a b", max_tokens=4, **given)
                   for given in ({}, {}, {"temperature": 0})]  # the override's temperature 0 where none is given
         assert greedy[0].choices[0].text == greedy[1].choices[0].text == greedy[2].choices[0].text
+        capped = [client.completions.create(model=text_model_dir.name, prompt="a b", max_tokens=8,
+                                            extra_body={"ignore_eos": True}),  # vLLM's cap: max_new_tokens 5
+                  client.chat.completions.create(model=text_model_dir.name, messages=[{"role": "user", "content": "a"}],
+                                                 extra_body={"ignore_eos": True})]  # and the default of none
+        assert [reply.usage.completion_tokens for reply in capped] == [5, 5]
         scored = client.completions.create(model=text_model_dir.name, prompt="a b", max_tokens=2, logprobs=1)
         assert all(re.fullmatch(r"token_id:\d+", token) for token in scored.choices[0].logprobs.tokens)
         chat = client.chat.completions.create(model=text_model_dir.name, messages=[{"role": "user", "content": "a"}],

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
 import re
 import socket
 import subprocess
@@ -12,6 +15,8 @@ import time
 import httpx
 import openai
 from python_subprocess import child_env
+
+from jaxinfer.entrypoints.openai.startup import StartingApp
 
 # Knobs that leave a handful of step programs to compile (a few seconds from the compile cache).
 TINY = ["--max-model-len", "32", "--max-num-seqs", "1", "--max-num-batched-tokens", "16", "--decode-steps", "1"]
@@ -70,3 +75,22 @@ def test_health_is_503_warming_up_until_the_model_is_ready(text_model_dir):
     finally:
         process.terminate()
         assert process.wait(timeout=60) == 0
+
+
+def _get(app: StartingApp, path: str) -> tuple[int, dict]:
+    """(status, JSON body) of a GET `path` answered by `app`."""
+    sent = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(app({"type": "http", "method": "GET", "path": path, "headers": []}, None, send))
+    return sent[0]["status"], json.loads(sent[1]["body"])
+
+
+def test_health_answers_its_warm_up_status_under_the_root_path_too():
+    app = StartingApp(io.StringIO(), root_path="/api")
+    answers = [_get(app, path) for path in ("/health", "/api/health", "/api2/health", "/api/v1/models")]
+    assert [status for status, _ in answers] == [503] * 4
+    assert [body.get("status") for _, body in answers] == ["warming up", "warming up", None, None]
+    assert "warming up" in answers[3][1]["error"]["message"]

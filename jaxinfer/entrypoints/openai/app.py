@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from jaxinfer.config.generation import generation_defaults
 from jaxinfer.config.lora import LoRARequest
 from jaxinfer.config.pooler import Pooler
 from jaxinfer.config.sampling_params import SamplingParams
@@ -80,6 +81,7 @@ class ServerConfig:
     root_path: str = ""  # a path-prefixing proxy's prefix, served with and without it (vLLM's --root-path)
     request_id_headers: bool = False  # X-Request-Id on every response (vLLM's --enable-request-id-headers)
     default_params: SamplingParams | None = None  # what requests leave out (None: the model's generation_config)
+    max_new_tokens: int | None = None  # with default_params: the cap on every request's max_tokens (None: none)
     response_role: str = "assistant"  # a chat reply's role when it starts a new turn (vLLM's --response-role)
     return_tokens_as_token_ids: bool = False  # logprobs name tokens "token_id:N" (vLLM's flag)
     request_log: RequestLog = RequestLog()  # requests and outputs logged (vLLM's --enable-log-requests, ...)
@@ -96,6 +98,14 @@ def _tool_parser(config: ServerConfig) -> ToolParser | None:
     return parser
 
 
+def _max_new_tokens(llm: Any, config: ServerConfig) -> int | None:
+    """The generation config's max_new_tokens, which caps every request's max_tokens as vLLM's does: the
+    config's with its default_params, else the model's generation_config.json's."""
+    if config.default_params is not None:
+        return config.max_new_tokens
+    return generation_defaults(llm.model_dir).sampling.get("max_tokens")
+
+
 def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None) -> FastAPI:
     """An app serving `llm` (a jaxinfer.LLM): its engine, tokenizer and default sampling settings;
     with `shadow`, requests go through it (fallback, and shadow validation shown at /debug/shadow).
@@ -110,7 +120,7 @@ def build_app(llm: Any, config: ServerConfig, shadow: ShadowRouter | None = None
     state = ServerState(
         front, llm.tokenizer, config.model_name, engine.config.max_seq_len,
         engine.model_config.vocab_size, config.default_params or llm.default_params, admission, config.limits,
-        config.request_timeout,
+        config.request_timeout, _max_new_tokens(llm, config),
         adapters={adapter.lora_name: adapter for adapter in config.lora_modules},
         reasoning_parser=None if config.reasoning_parser is None else reasoning_parser(config.reasoning_parser),
         tool_parser=_tool_parser(config), image_prompts=getattr(llm, "image_prompts", None),

@@ -12,8 +12,7 @@ from jaxinfer.config.generation import FILENAME, SAMPLING_FIELDS, from_dict, gen
 from jaxinfer.config.sampling_params import SamplingParams
 
 SOURCES = ("auto", "vllm")
-# The server sizes a request without max_tokens by what the context leaves (--max-tokens-limit bounds it).
-OVERRIDABLE = tuple(key for key in SAMPLING_FIELDS if key != "max_new_tokens")
+OVERRIDABLE = tuple(SAMPLING_FIELDS)  # max_new_tokens: the cap on every request's max_tokens (serving.ServerState)
 
 
 def add_generation_flags(serve: argparse.ArgumentParser) -> None:
@@ -42,13 +41,21 @@ def override(args: argparse.Namespace) -> dict[str, Any]:
     unknown = sorted(set(raw) - set(OVERRIDABLE))
     if unknown:
         raise ValueError(f"{flag}: {', '.join(map(repr, unknown))} cannot be set here; accepted: "
-                         f"{', '.join(OVERRIDABLE)} (max_tokens: --max-tokens-limit)")
+                         f"{', '.join(OVERRIDABLE)}")
     sampling = dict(from_dict(raw).sampling)
     try:
         SamplingParams(**sampling)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{flag}: {error}") from None
+        raise ValueError(f"{flag}: {_in_file_terms(str(error))}") from None
     return sampling
+
+
+def _in_file_terms(message: str) -> str:
+    """A SamplingParams error naming the generation_config.json key given ("max_tokens ..." -> "max_new_tokens ...")."""
+    for key, field in SAMPLING_FIELDS.items():
+        if key != field and message.startswith(field + " "):
+            return key + message[len(field):]
+    return message
 
 
 def check_generation_flags(args: argparse.Namespace) -> None:
@@ -60,8 +67,20 @@ def check_generation_flags(args: argparse.Namespace) -> None:
     override(args)
 
 
-def sampling_defaults(args: argparse.Namespace, model_dir: Path) -> SamplingParams:
-    """The server's default SamplingParams: --generation-config's settings with the override merged over them."""
+def generation_settings(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+    """The SamplingParams fields --generation-config sets, with the override merged over them (vLLM's
+    get_diff_sampling_param): what requests leave out, and in max_tokens the cap on every request's."""
     source = args.generation_config
     base = {} if source == "vllm" else dict(generation_defaults(model_dir if source == "auto" else source).sampling)
-    return SamplingParams(**{**base, **override(args)})
+    return {**base, **override(args)}
+
+
+def sampling_defaults(args: argparse.Namespace, model_dir: Path) -> SamplingParams:
+    """The server's default SamplingParams: generation_settings over SamplingParams' own."""
+    return SamplingParams(**generation_settings(args, model_dir))
+
+
+def served_defaults(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+    """ServerConfig's default_params and max_new_tokens (the cap on every request's max_tokens, or None)."""
+    settings = generation_settings(args, model_dir)
+    return dict(default_params=SamplingParams(**settings), max_new_tokens=settings.get("max_tokens"))

@@ -18,13 +18,19 @@ class RootPath:
         self.app, self.root_path = app, root_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] in ("http", "websocket") and (path == self.root_path or
-                                                       path.startswith(self.root_path + "/")):
-            rest = path[len(self.root_path):] or "/"
+        rest = without_prefix(scope.get("path", ""), self.root_path)
+        if scope["type"] in ("http", "websocket") and rest is not None:
             scope = {**scope, "path": rest, "raw_path": rest.encode(),
                      "root_path": scope.get("root_path", "") + self.root_path}
         await self.app(scope, receive, send)
+
+
+def without_prefix(path: str, root_path: str) -> str | None:
+    """`path` less `root_path` ("/api/health" -> "/health", "/api" -> "/"); None for a path not under it
+    ("/api2/health") or no prefix."""
+    if not root_path or not (path == root_path or path.startswith(root_path + "/")):
+        return None
+    return path[len(root_path):] or "/"
 
 
 class RequestIdHeader:

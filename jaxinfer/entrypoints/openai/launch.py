@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from jaxinfer.config import validation
 from jaxinfer.entrypoints.cli_args import add_memory_args, add_parallel_args, add_quantization_args
-from jaxinfer.entrypoints.openai.generation_flags import add_generation_flags, check_generation_flags, sampling_defaults
+from jaxinfer.entrypoints.openai.generation_flags import add_generation_flags, check_generation_flags, served_defaults
 from jaxinfer.entrypoints.openai.http_flags import add_http_flags, root_path, uvicorn_options
 from jaxinfer.entrypoints.openai.lora_modules import (
     add_lora_args,
@@ -222,7 +222,7 @@ def run_serve(args: argparse.Namespace) -> int:
     signals.install()  # first: a signal from now on ends the start at once (exit 0)
     server_config = _server_config(args, "")  # the bounds' flags checked before anything is bound or loaded
     sock = bind(args.host, args.port)  # before minutes of loading: a taken port fails now
-    starting = StartingApp()
+    starting = StartingApp(root_path=server_config.root_path)
     # lifespan off: the app starts as StartingApp, and the real one registers no lifespan events.
     options = uvicorn_options(args)
     config = uvicorn.Config(starting, log_level=args.log_level, timeout_graceful_shutdown=5, lifespan="off", **options)
@@ -240,8 +240,7 @@ def run_serve(args: argparse.Namespace) -> int:
         name = args.served_model_name or llm.model_dir.name
         check_served_name(server_config.lora_modules, name)
         shadow = _shadow(llm, kwargs, shadow_settings(args), starting)
-        served = dataclasses.replace(server_config, model_name=name,
-                                     default_params=sampling_defaults(args, llm.model_dir))
+        served = dataclasses.replace(server_config, model_name=name, **served_defaults(args, llm.model_dir))
         app = build_app(llm, served, shadow)
         starting.ready(app)
         starting.say(f"ready: serving `{name}` at {url}/v1")

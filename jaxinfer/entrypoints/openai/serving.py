@@ -41,6 +41,7 @@ class ServerState:
     admission: Admission
     limits: Limits = Limits()
     request_timeout: float | None = None  # --request-timeout
+    max_new_tokens: int | None = None  # the generation config's: caps every request's max_tokens (vLLM's)
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     adapters: dict[str, LoRARequest] = dataclasses.field(default_factory=dict)  # --lora-modules, by name
     reasoning_parser: ReasoningParser | None = None  # --reasoning-parser: chat replies split into reasoning, content
@@ -76,13 +77,14 @@ class ServerState:
                        kind="NotFoundError")
 
     def max_tokens(self, requested: int | None, prompt_len: int, default: int | None) -> int:
-        """The request's max_tokens, or what is left of the context when it gives none."""
+        """The request's max_tokens, or what is left of the context when it gives none; at most the generation
+        config's max_new_tokens either way, as vLLM has it (its get_max_tokens takes the least of them)."""
         value = requested if requested is not None else default
         if value is None:
             value = self.limits.default_max_tokens(self.max_seq_len - prompt_len)
         if value < 1:
             raise APIError(f"max_tokens must be >= 1, got {value}", param="max_tokens")
-        return value
+        return value if self.max_new_tokens is None else min(value, self.max_new_tokens)
 
     def check_stop_ids(self, stop_token_ids: list[int] | None) -> None:
         """400 for stop token ids outside the vocabulary."""

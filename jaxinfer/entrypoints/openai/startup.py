@@ -16,6 +16,7 @@ import time
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jaxinfer.entrypoints.openai.errors import error_body
+from jaxinfer.entrypoints.openai.http_middleware import without_prefix
 
 BACKLOG = 2048  # uvicorn's default
 
@@ -40,10 +41,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 class StartingApp:
     """The ASGI app until the model is ready: /health is 503 with the start's progress, other routes
-    503 with an OpenAI error body; `ready(app)` hands every later request to the real app."""
+    503 with an OpenAI error body; `ready(app)` hands every later request to the real app. Under --root-path
+    `root_path`, /health answers at the prefixed path too, as the real app's routes do (http_middleware.RootPath)."""
 
-    def __init__(self, log=sys.stderr):
+    def __init__(self, log=sys.stderr, root_path: str = ""):
         self.app: ASGIApp | None = None
+        self.root_path = root_path
         self.status: dict = {"status": "warming up", "phase": "starting"}
         self.log, self.started = log, time.monotonic()
         self._lock = threading.Lock()  # the loading thread writes what the server thread reads
@@ -79,7 +82,8 @@ class StartingApp:
             return  # no websockets, and uvicorn runs this app without lifespan events
         with self._lock:
             status = dict(self.status)
-        if scope["path"] == "/health":
+        path = scope["path"]
+        if "/health" in (path, without_prefix(path, self.root_path)):
             body = status
         else:
             detail = status["phase"] + (f" {status['done']}/{status['total']}" if "done" in status else "")
